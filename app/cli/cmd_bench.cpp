@@ -1,0 +1,72 @@
+// `kvlab bench ops`: ratios of our ops to this machine's ceilings, measured in one run.
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "engine/bench/op_bench.h"
+#include "engine/core/error.h"
+#include "progress.h"
+
+namespace kv::cli {
+
+namespace {
+std::vector<OptionSpec> bench_options() {
+    auto o = global_options();
+    o.push_back({"quick", OptKind::FLAG, "", "small shapes and short timings (smoke test)"});
+    o.push_back({"min_seconds", OptKind::FLOAT, "0.3", "minimum timing per measurement"});
+    o.push_back({"csv", OptKind::STRING, "", "also write the rows to this CSV file"});
+    return o;
+}
+
+void print_help() {
+    std::printf(
+        "usage: kvlab bench ops [options]\n\n"
+        "Times matmul (f32, bf16; 1024^3 and 4096^3) against a raw oneDNN matmul, and RMSNorm,\n"
+        "RoPE and SwiGLU against a streaming triad, all in this run, and prints the ratios.\n"
+        "Targets: matmul >= 0.9x raw oneDNN; memory-bound ops >= 0.6x triad bandwidth.\n\n"
+        "options:\n%s",
+        format_options(bench_options()).c_str());
+}
+
+int bench_ops(const Args& args) {
+    bench::OpBenchOptions opt;
+    opt.quick = args.flag("quick");
+    opt.min_seconds = args.real("min_seconds", opt.quick ? 0.05 : 0.3, 0.001, 60);
+    Progress progress("bench ops");
+    auto rows = bench::run_op_bench(opt, [&](int done, int total, const std::string& what) { progress.update(done, total, what); });
+    progress.finish();
+    std::printf("%-32s %10s %10s %8s %7s  %s\n", "op", "ours", "ceiling", "ratio", "target", "ceiling measured by");
+    int failed = 0;
+    for (const auto& r : rows) {
+        std::printf("%-32s %10.1f %10.1f %7.2fx %6.2fx  %s %s\n", r.name.c_str(), r.ours, r.ceiling, r.ratio(), r.target,
+                    r.ceiling_name.c_str(), r.pass() ? "" : "  << below target");
+        failed += !r.pass();
+    }
+    std::printf("units: GFLOP/s for matmul, GB/s for memory-bound ops; %d of %zu rows meet their target\n",
+                int(rows.size()) - failed, rows.size());
+    if (args.has("csv")) {
+        std::ofstream f(args.str("csv"));
+        if (!f) throw Error("--csv: cannot write '" + args.str("csv") + "'");
+        f << "op,unit,ours,ceiling,ratio,target,ceiling_name\n";
+        for (const auto& r : rows)
+            f << '"' << r.name << "\"," << r.unit << ',' << r.ours << ',' << r.ceiling << ',' << r.ratio() << ',' << r.target
+              << ",\"" << r.ceiling_name << "\"\n";
+    }
+    return 0;
+}
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+    Args args(argc, argv, first, bench_options());
+    if (args.flag("help")) {
+        print_help();
+        return 0;
+    }
+    apply_global_options(args);
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops");
+    const std::string what = args.positional()[0];
+    if (what == "ops") return bench_ops(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops");
+}
+
+}  // namespace kv::cli

@@ -1,0 +1,18 @@
+// `kvlab version`: version, build options and which backends are usable here.
+#include <cstdio>
+
+#include "commands.h"
+#include "engine/backend/backend_registry.h"
+
+namespace kv::cli {
+
+int cmd_version(int argc, char** argv, int first) {
+    Args args(argc, argv, first, global_options());
+    apply_global_options(args);
+    std::printf("kvlab %s\n", KVLAB_VERSION);
+    std::printf("cpu backend: %s, %d threads\n", cpu_backend().build_info().c_str(), num_threads());
+    std::printf("cuda backend: %s\n", cuda_status().c_str());
+    return 0;
+}
+
+}  // namespace kv::cli

@@ -1,0 +1,20 @@
+// The `kvlab` command table. Each command lives in its own cmd_<name>.cpp and receives the
+// process arguments from the position after its own name(s).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli_args.h"
+
+namespace kv::cli {
+
+// Options every command accepts (threads, memory budget, device).
+std::vector<OptionSpec> global_options();
+// Apply the global options (set threads, install the budget); throws UsageError.
+void apply_global_options(const Args& args);
+
+int cmd_bench(int argc, char** argv, int first);
+int cmd_version(int argc, char** argv, int first);
+
+}  // namespace kv::cli

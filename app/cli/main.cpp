@@ -1,0 +1,86 @@
+// `kvlab`: the headless entry point. Everything the GUI does can be done from here; this file
+// only dispatches to commands and turns errors into one message and an exit code
+// (0 ok, 1 run-time error, 2 usage error). Links no Qt.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+#include "engine/backend/backend_registry.h"
+#include "engine/core/error.h"
+#include "engine/memory/memory_tracker.h"
+
+namespace kv::cli {
+
+std::vector<OptionSpec> global_options() {
+    return {
+        {"threads", OptKind::INT, "0 = all cores", "CPU worker threads for kernels"},
+        {"memory.budget", OptKind::SIZE, "", "memory budget for the run's device, e.g. 8GiB; allocations beyond it fail"},
+        {"device", OptKind::STRING, "cpu", "compute device: cpu or cuda:N"},
+        {"help", OptKind::FLAG, "", "show help for this command"},
+    };
+}
+
+void apply_global_options(const Args& args) {
+    int threads = int(args.integer("threads", 0, 0, 1024));
+    try {
+        set_num_threads(threads);
+    } catch (const Error& e) {
+        throw UsageError(e.what());
+    }
+    if (args.has("memory.budget")) {
+        long long b = args.size("memory.budget", -1);
+        std::string dev = args.str("device", "cpu");
+        Device d{};
+        if (dev.rfind("cuda:", 0) == 0) d = Device{DeviceType::CUDA, std::atoi(dev.c_str() + 5)};
+        default_memory_tracker().set_budget(d, b);
+    }
+    std::string dev = args.str("device", "cpu");
+    if (dev != "cpu" && dev.rfind("cuda:", 0) != 0)
+        throw UsageError("--device: '" + dev + "' is not a device; expected cpu or cuda:N");
+}
+
+namespace {
+void print_usage(FILE* out) {
+    std::fprintf(out,
+                 "kvlab — a lab for KV-cache policies in large language models\n\n"
+                 "usage: kvlab COMMAND [options]\n\n"
+                 "commands:\n"
+                 "  bench ops        time our ops against this machine's ceilings (raw oneDNN, triad)\n"
+                 "  version          version, build options and available backends\n"
+                 "  help             this text\n\n"
+                 "global options:\n%s\n"
+                 "Run `kvlab COMMAND --help` for a command's own options.\n",
+                 format_options(global_options()).c_str());
+}
+}  // namespace
+
+int run(int argc, char** argv) {
+    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+        print_usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    std::string cmd = argv[1];
+    if (cmd == "bench") return cmd_bench(argc, argv, 2);
+    if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: bench, version, help\n", cmd.c_str());
+    return 2;
+}
+
+}  // namespace kv::cli
+
+int main(int argc, char** argv) {
+    try {
+        return kv::cli::run(argc, argv);
+    } catch (const kv::cli::UsageError& e) {
+        std::fprintf(stderr, "kvlab: %s\n", e.what());
+        return 2;
+    } catch (const kv::Error& e) {
+        std::fprintf(stderr, "kvlab: error: %s\n", e.what());
+        if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kvlab: error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,134 @@
+// Backend registry: CPU backend from kernels/cpu, CUDA backend via dlopen of the plugin.
+#include "backend_registry.h"
+
+#include <dlfcn.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+
+#ifndef KVLAB_CUDA_PLUGIN_PATH
+#define KVLAB_CUDA_PLUGIN_PATH ""
+#endif
+
+namespace kv {
+
+namespace {
+struct CudaPlugin {
+    std::once_flag once;
+    void* handle = nullptr;
+    std::unique_ptr<KernelBackend> backend;
+    std::string status;
+};
+CudaPlugin& plugin() {
+    static CudaPlugin p;
+    return p;
+}
+
+std::string exe_dir() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return {};
+    buf[n] = 0;
+    std::string s(buf);
+    auto pos = s.rfind('/');
+    return pos == std::string::npos ? std::string() : s.substr(0, pos);
+}
+
+void load_cuda_plugin(CudaPlugin& p) {
+    if (std::string(KVLAB_CUDA_PLUGIN_PATH).empty() && !std::getenv("KVLAB_CUDA_PLUGIN")) {
+        p.status = "not built (configure with KVLAB_CUDA=ON and nvcc available)";
+        return;
+    }
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("KVLAB_CUDA_PLUGIN")) candidates.push_back(env);
+    std::string dir = exe_dir();
+    if (!dir.empty()) candidates.push_back(dir + "/libkvlab_cuda.so");
+    if (!std::string(KVLAB_CUDA_PLUGIN_PATH).empty()) candidates.push_back(KVLAB_CUDA_PLUGIN_PATH);
+    std::string errors;
+    for (const auto& path : candidates) {
+        if (access(path.c_str(), R_OK) != 0) continue;
+        p.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!p.handle) {
+            errors += str(" ", path, ": ", dlerror(), ";");
+            continue;
+        }
+        using CreateFn = KernelBackend* (*)();
+        auto create = reinterpret_cast<CreateFn>(dlsym(p.handle, "kvlab_cuda_backend_create"));
+        if (!create) {
+            errors += str(" ", path, ": missing kvlab_cuda_backend_create;");
+            continue;
+        }
+        p.backend.reset(create());
+        int n = p.backend->device_count();
+        p.status = n > 0 ? str("built, ", n, " device", n == 1 ? "" : "s")
+                         : str("built, no usable device: ", p.backend->unavailable_reason());
+        return;
+    }
+    p.status = errors.empty() ? "built, but libkvlab_cuda.so was not found next to the executable"
+                              : "built, but the plugin failed to load:" + errors;
+}
+}  // namespace
+
+KernelBackend& cpu_backend() { return cpu_kernel_backend(); }
+
+KernelBackend* cuda_backend() {
+    CudaPlugin& p = plugin();
+    std::call_once(p.once, [&] { load_cuda_plugin(p); });
+    return p.backend.get();
+}
+
+bool cuda_available() {
+    KernelBackend* b = cuda_backend();
+    return b && b->device_count() > 0;
+}
+
+std::string cuda_status() {
+    cuda_backend();
+    return plugin().status;
+}
+
+KernelBackend& backend_for(Device device) {
+    if (device.is_cpu()) return cpu_backend();
+    KernelBackend* b = cuda_backend();
+    if (!b || device.index >= b->device_count() || device.index < 0)
+        throw Error(str("device cuda:", device.index, " is not available (CUDA backend: ", cuda_status(), ")"),
+                    "use --device cpu");
+    return *b;
+}
+
+void* device_alloc(Device device, size_t bytes) {
+    return backend_for(device).alloc(device.index, bytes);
+}
+
+void device_free(Device device, void* ptr) {
+    if (ptr) backend_for(device).free(device.index, ptr);
+}
+
+namespace {
+int g_threads = 0;
+}
+
+int hardware_threads() {
+    unsigned n = std::thread::hardware_concurrency();
+    return n ? int(n) : 1;
+}
+
+void set_num_threads(int n) {
+    if (n < 0 || n > 1024)
+        throw Error(str("--threads: ", n, " is out of range; expected 0 (all cores) or 1..1024 (this machine has ",
+                        hardware_threads(), " cores)"));
+    g_threads = n;
+    omp_set_num_threads(n == 0 ? hardware_threads() : n);
+}
+
+int num_threads() { return g_threads == 0 ? hardware_threads() : g_threads; }
+
+}  // namespace kv

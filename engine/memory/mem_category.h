@@ -1,0 +1,30 @@
+// What an allocation is for. Every byte the engine allocates carries one of these, so memory
+// timelines can be stacked by purpose (weights vs. KV cache vs. checkpoints vs. activations).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kv {
+
+enum class MemCategory : uint8_t {
+    WEIGHTS = 0,
+    KV_CACHE,
+    KV_CHECKPOINT,
+    ACTIVATION_CHECKPOINT,
+    ACTIVATIONS,
+    GRADIENTS,
+    OPTIMIZER,
+    WORKSPACE,
+    COUNT
+};
+
+constexpr size_t kNumMemCategories = size_t(MemCategory::COUNT);
+
+// "weights", "kv_cache", ... (stable: stored in session files and exports).
+const char* mem_category_name(MemCategory c);
+// Inverse of mem_category_name; throws kv::Error listing the valid names.
+MemCategory mem_category_from_name(const std::string& name);
+
+}  // namespace kv

@@ -1,0 +1,443 @@
+// Engine-level op wrappers: the only place that turns user mistakes (shapes, dtypes, devices)
+// into messages, so kernels can assume valid calls.
+#include "ops.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "engine/backend/backend_registry.h"
+#include "engine/core/error.h"
+#include "engine/memory/memory_tracker.h"
+
+namespace kv::ops {
+
+namespace {
+
+// Workspace memory for kernels, tracked under category "workspace" on the current tracker.
+class TrackedWorkspace final : public WorkspaceAllocator {
+   public:
+    explicit TrackedWorkspace(Device d) : device_(d) {}
+    void* alloc(size_t bytes) override {
+        static const std::string label = "kernel workspace";
+        uint64_t id = 0;
+        void* p = current_memory_tracker().allocate(device_, bytes, MemCategory::WORKSPACE, label, &id);
+        std::lock_guard<std::mutex> lk(mu_);
+        ids_.push_back({p, id});
+        return p;
+    }
+    void free(void* p, size_t bytes) override {
+        static const std::string label = "kernel workspace";
+        uint64_t id = 0;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            auto it = std::find_if(ids_.begin(), ids_.end(), [&](auto& e) { return e.first == p; });
+            if (it != ids_.end()) {
+                id = it->second;
+                ids_.erase(it);
+            }
+        }
+        current_memory_tracker().release(device_, p, bytes, MemCategory::WORKSPACE, label, id);
+    }
+
+   private:
+    Device device_;
+    std::mutex mu_;
+    std::vector<std::pair<void*, uint64_t>> ids_;
+};
+
+std::string dname(DType t) {
+    static const char* names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+    return size_t(t) < size_t(DType::COUNT) ? names[size_t(t)] : "?";
+}
+
+void require(bool ok, const char* op, const std::string& msg) {
+    if (!ok) throw Error(str(op, ": ", msg));
+}
+
+void require_same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+    Device d{};
+    bool first = true;
+    for (const Tensor* t : ts) {
+        if (!t->defined()) continue;
+        if (first) {
+            d = t->device();
+            first = false;
+        } else if (t->device() != d) {
+            throw Error(str(op, ": operands live on different devices (", (*ts.begin())->describe(), " vs ", t->describe(), ")"));
+        }
+    }
+}
+
+void require_float(const char* op, const Tensor& t, const char* what) {
+    require(dtype_is_float(t.dtype()), op, str(what, " must be a float tensor, got ", t.describe()));
+}
+
+// Can `src` broadcast to `dst` (same rank, each dim equal or 1)?
+bool broadcastable(const Shape& src, const Shape& dst) {
+    if (src.ndim != dst.ndim) return false;
+    for (int i = 0; i < dst.ndim; ++i)
+        if (src.d[i] != dst.d[i] && src.d[i] != 1) return false;
+    return true;
+}
+
+Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
+    require(a.ndim == b.ndim, op, str("operands differ in rank: ", a.str(), " vs ", b.str()));
+    Shape s = a;
+    for (int i = 0; i < a.ndim; ++i) {
+        if (a.d[i] == b.d[i] || b.d[i] == 1) s.d[i] = a.d[i];
+        else if (a.d[i] == 1) s.d[i] = b.d[i];
+        else throw Error(str(op, ": shapes ", a.str(), " and ", b.str(), " do not broadcast"));
+    }
+    return s;
+}
+
+TensorOptions like(const Tensor& t, MemCategory cat = MemCategory::ACTIVATIONS) {
+    return TensorOptions{t.device(), cat, {}};
+}
+
+OpCall make_call(OpKind kind, Tensor& dst, std::initializer_list<const Tensor*> srcs) {
+    OpCall c;
+    c.op = kind;
+    c.dst = dst.view();
+    for (const Tensor* s : srcs) c.src[c.nsrc++] = s->view();
+    return c;
+}
+
+}  // namespace
+
+OpContext current_context() {
+    OpContext ctx;
+    ctx.threads = num_threads();
+    return ctx;
+}
+
+void dispatch(OpCall& call) {
+    KernelBackend& be = backend_for(call.dst.device);
+    if (!be.supports_op(call)) {
+        std::string srcs;
+        for (int i = 0; i < call.nsrc; ++i) srcs += str(i ? ", " : "", dname(call.src[i].dtype));
+        throw Error(str(op_kind_name(call.op), ": not supported by the ", be.name(), " backend for dst ", dname(call.dst.dtype),
+                        " and sources (", srcs, ")"));
+    }
+    TrackedWorkspace ws(call.dst.device);
+    OpContext ctx = current_context();
+    ctx.workspace = &ws;
+    be.compute(ctx, call);
+}
+
+// ---- linear algebra ---------------------------------------------------------------------
+void matmul_(Tensor& out, const Tensor& a, const Tensor& b, float alpha, float beta) {
+    const char* op = "matmul";
+    require_same_device(op, {&out, &a, &b});
+    require(a.ndim() >= 2 && b.ndim() >= 2 && a.ndim() == b.ndim() && out.ndim() == a.ndim(), op,
+            str("operands must have equal rank >= 2, got ", a.describe(), " @ ", b.describe(), " -> ", out.describe()));
+    int n = a.ndim();
+    require(a.size(n - 1) == b.size(n - 2), op,
+            str("inner dimensions differ: ", a.shape().str(), " @ ", b.shape().str()));
+    require(out.size(n - 2) == a.size(n - 2) && out.size(n - 1) == b.size(n - 1), op,
+            str("output ", out.shape().str(), " does not match ", a.shape().str(), " @ ", b.shape().str()));
+    for (int i = 0; i < n - 2; ++i) {
+        int64_t bs = std::max(a.size(i), b.size(i));
+        require((a.size(i) == bs || a.size(i) == 1) && (b.size(i) == bs || b.size(i) == 1) && out.size(i) == bs, op,
+                str("batch dimensions do not broadcast: ", a.shape().str(), " @ ", b.shape().str(), " -> ", out.shape().str()));
+    }
+    require(a.dtype() == b.dtype(), op, str("input dtypes differ: ", a.describe(), " vs ", b.describe()));
+    require_float(op, a, "input");
+    require_float(op, out, "output");
+    OpCall c = make_call(OpKind::MATMUL, out, {&a, &b});
+    c.p.alpha = alpha;
+    c.p.beta = beta;
+    dispatch(c);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype) {
+    require(a.ndim() >= 2 && a.ndim() == b.ndim(), "matmul",
+            str("operands must have equal rank >= 2, got ", a.describe(), " and ", b.describe()));
+    Shape s = a.shape();
+    int n = a.ndim();
+    for (int i = 0; i < n - 2; ++i) s.d[i] = std::max(a.size(i), b.size(i));
+    s.d[n - 1] = b.size(n - 1);
+    if (out_dtype == DType::F32 && a.dtype() == DType::F64) out_dtype = DType::F64;
+    Tensor out = Tensor::empty(s, out_dtype, like(a));
+    matmul_(out, a, b);
+    return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, DType out_dtype) {
+    require(w.ndim() == 2, "linear", str("weight must be 2-D [out, in], got ", w.describe()));
+    require(x.size(-1) == w.size(1), "linear", str("input ", x.shape().str(), " does not match weight [out, in] = ", w.shape().str()));
+    Tensor wt = w.transpose(0, 1);
+    // x [..., K] -> [prod(...), K] viewed with a leading 1-batch so ranks match.
+    Tensor x2 = x;
+    if (x.ndim() != 2) {
+        Tensor xc = x.is_contiguous() ? x : x.contiguous();
+        x2 = xc.reshape({-1, x.size(-1)});
+    }
+    Tensor y = matmul(x2, wt, out_dtype);
+    if (x.ndim() == 2) return y;
+    Shape s = x.shape();
+    s.d[s.ndim - 1] = w.size(0);
+    return y.reshape(s);
+}
+
+// ---- elementwise ------------------------------------------------------------------------
+namespace {
+void binary_(OpKind kind, const char* op, Tensor& out, const Tensor& a, const Tensor& b) {
+    require_same_device(op, {&out, &a, &b});
+    require_float(op, a, "first operand");
+    require_float(op, b, "second operand");
+    require_float(op, out, "output");
+    require(broadcastable(a.shape(), out.shape()) && broadcastable(b.shape(), out.shape()), op,
+            str("operands ", a.shape().str(), " and ", b.shape().str(), " do not broadcast to ", out.shape().str()));
+    OpCall c = make_call(kind, out, {&a, &b});
+    dispatch(c);
+}
+}  // namespace
+
+void add_(Tensor& out, const Tensor& a, const Tensor& b) { binary_(OpKind::ADD, "add", out, a, b); }
+void mul_(Tensor& out, const Tensor& a, const Tensor& b) { binary_(OpKind::MUL, "mul", out, a, b); }
+
+Tensor add(const Tensor& a, const Tensor& b) {
+    Tensor out = Tensor::empty(broadcast_shape("add", a.shape(), b.shape()), a.dtype(), like(a));
+    add_(out, a, b);
+    return out;
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+    Tensor out = Tensor::empty(broadcast_shape("mul", a.shape(), b.shape()), a.dtype(), like(a));
+    mul_(out, a, b);
+    return out;
+}
+
+void scale_(Tensor& out, const Tensor& a, float s) {
+    require_same_device("scale", {&out, &a});
+    require_float("scale", a, "input");
+    require_float("scale", out, "output");
+    require(a.shape() == out.shape(), "scale", str("input ", a.shape().str(), " vs output ", out.shape().str()));
+    OpCall c = make_call(OpKind::SCALE, out, {&a});
+    c.p.alpha = s;
+    dispatch(c);
+}
+Tensor scale(const Tensor& a, float s) {
+    Tensor out = Tensor::empty(a.shape(), a.dtype(), like(a));
+    scale_(out, a, s);
+    return out;
+}
+
+void silu_(Tensor& out, const Tensor& x) {
+    require_same_device("silu", {&out, &x});
+    require_float("silu", x, "input");
+    require(x.shape() == out.shape(), "silu", str("input ", x.shape().str(), " vs output ", out.shape().str()));
+    OpCall c = make_call(OpKind::SILU, out, {&x});
+    dispatch(c);
+}
+Tensor silu(const Tensor& x) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), like(x));
+    silu_(out, x);
+    return out;
+}
+
+void swiglu_(Tensor& out, const Tensor& gate, const Tensor& up) {
+    require_same_device("swiglu", {&out, &gate, &up});
+    require_float("swiglu", gate, "gate");
+    require_float("swiglu", up, "up");
+    require(gate.shape() == up.shape() && gate.shape() == out.shape(), "swiglu",
+            str("gate ", gate.shape().str(), ", up ", up.shape().str(), " and output ", out.shape().str(), " must match"));
+    OpCall c = make_call(OpKind::SWIGLU, out, {&gate, &up});
+    dispatch(c);
+}
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+    Tensor out = Tensor::empty(gate.shape(), gate.dtype(), like(gate));
+    swiglu_(out, gate, up);
+    return out;
+}
+
+// ---- normalisation and softmax ----------------------------------------------------------
+void rmsnorm_(Tensor& out, const Tensor& x, const Tensor& weight, float eps, float weight_offset) {
+    const char* op = "rmsnorm";
+    require_same_device(op, {&out, &x, &weight});
+    require_float(op, x, "input");
+    require(x.ndim() >= 1 && x.shape() == out.shape(), op, str("input ", x.shape().str(), " vs output ", out.shape().str()));
+    require(eps >= 0, op, str("eps must be >= 0, got ", eps));
+    OpCall c;
+    if (weight.defined()) {
+        require(weight.ndim() == 1 && weight.size(0) == x.size(-1), op,
+                str("weight ", weight.shape().str(), " must be 1-D of the input's last size ", x.size(-1)));
+        require_float(op, weight, "weight");
+        c = make_call(OpKind::RMSNORM, out, {&x, &weight});
+    } else {
+        c = make_call(OpKind::RMSNORM, out, {&x});
+    }
+    c.p.eps = eps;
+    c.p.weight_offset = weight_offset;
+    dispatch(c);
+}
+Tensor rmsnorm(const Tensor& x, const Tensor& weight, float eps, float weight_offset) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), like(x));
+    rmsnorm_(out, x, weight, eps, weight_offset);
+    return out;
+}
+
+void softmax_(Tensor& out, const Tensor& x, float s) {
+    require_same_device("softmax", {&out, &x});
+    require_float("softmax", x, "input");
+    require(x.ndim() >= 1 && x.shape() == out.shape(), "softmax", str("input ", x.shape().str(), " vs output ", out.shape().str()));
+    OpCall c = make_call(OpKind::SOFTMAX, out, {&x});
+    c.p.alpha = s;
+    dispatch(c);
+}
+Tensor softmax(const Tensor& x, float s) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), like(x));
+    softmax_(out, x, s);
+    return out;
+}
+
+// ---- position encoding ------------------------------------------------------------------
+void rope_(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot) {
+    const char* op = "rope";
+    require_same_device(op, {&out, &x, &pos, &cos, &sin});
+    require(x.ndim() == 4, op, str("x must be (B, NH, T, HS), got ", x.describe()));
+    require(out.shape() == x.shape(), op, str("output ", out.shape().str(), " must match x ", x.shape().str()));
+    int64_t hs = x.size(3);
+    if (n_rot == 0) n_rot = int(hs);
+    require(n_rot > 0 && n_rot <= hs && n_rot % 2 == 0, op, str("n_rot ", n_rot, " must be even and in (0, ", hs, "]"));
+    require(pos.ndim() == 2 && pos.dtype() == DType::I32 && (pos.size(0) == x.size(0) || pos.size(0) == 1) && pos.size(1) == x.size(2),
+            op, str("positions must be int32 (B|1, T) = (", x.size(0), "|1, ", x.size(2), "), got ", pos.describe()));
+    require(cos.ndim() == 2 && sin.shape() == cos.shape() && cos.size(1) == n_rot / 2 && cos.dtype() == DType::F32 &&
+                sin.dtype() == DType::F32,
+            op, str("cos/sin tables must be f32 (P, ", n_rot / 2, "), got ", cos.describe(), " / ", sin.describe()));
+    if (pos.device().is_cpu()) {
+        int64_t max_p = cos.size(0);
+        TensorView pv = pos.view();
+        for (int64_t b = 0; b < pos.size(0); ++b)
+            for (int64_t t = 0; t < pos.size(1); ++t) {
+                int32_t p = *reinterpret_cast<const int32_t*>(pv.bytes() + b * pv.nb[0] + t * pv.nb[1]);
+                if (p < 0 || p >= max_p)
+                    throw Error(str(op, ": position ", p, " is outside the RoPE table of ", max_p, " positions"),
+                                "the context width used to build the table must cover every position");
+            }
+    }
+    OpCall c = make_call(OpKind::ROPE, out, {&x, &pos, &cos, &sin});
+    c.p.n_rot = n_rot;
+    dispatch(c);
+}
+Tensor rope(const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), like(x));
+    rope_(out, x, pos, cos, sin, n_rot);
+    return out;
+}
+
+// ---- indexing ---------------------------------------------------------------------------
+namespace {
+void check_index_range(const char* op, const Tensor& index, int64_t limit, const char* what) {
+    if (!index.device().is_cpu()) return;  // device kernels clamp; host-side check is authoritative
+    std::vector<int64_t> ids = index.to_i64_vector();
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || ids[i] >= limit)
+            throw Error(str(op, ": ", what, " ", ids[i], " at element ", i, " is out of range [0, ", limit, ")"));
+}
+void require_index(const char* op, const Tensor& index) {
+    require(index.dtype() == DType::I32 || index.dtype() == DType::I64, op,
+            str("index must be int32 or int64, got ", index.describe()));
+}
+}  // namespace
+
+void embedding_(Tensor& out, const Tensor& table, const Tensor& ids) {
+    const char* op = "embedding";
+    require_same_device(op, {&out, &table, &ids});
+    require_index(op, ids);
+    require(table.ndim() == 2, op, str("table must be (V, C), got ", table.describe()));
+    require(out.ndim() == ids.ndim() + 1 && out.size(-1) == table.size(1), op,
+            str("output ", out.shape().str(), " must be ids ", ids.shape().str(), " + (", table.size(1), ",)"));
+    for (int i = 0; i < ids.ndim(); ++i)
+        require(out.size(i) == ids.size(i), op, str("output ", out.shape().str(), " does not match ids ", ids.shape().str()));
+    check_index_range(op, ids, table.size(0), "token id");
+    OpCall c = make_call(OpKind::EMBEDDING, out, {&table, &ids});
+    dispatch(c);
+}
+Tensor embedding(const Tensor& table, const Tensor& ids, DType out_dtype) {
+    Shape s = ids.shape();
+    require(s.ndim < KV_MAX_DIMS, "embedding", "ids rank too large");
+    s.d[s.ndim++] = table.size(1);
+    Tensor out = Tensor::empty(s, out_dtype, like(table));
+    embedding_(out, table, ids);
+    return out;
+}
+
+void gather_(Tensor& out, const Tensor& src, int axis, const Tensor& index) {
+    const char* op = "gather";
+    require_same_device(op, {&out, &src, &index});
+    require_index(op, index);
+    int n = src.ndim();
+    int ax = axis < 0 ? axis + n : axis;
+    require(ax >= 0 && ax < n, op, str("axis ", axis, " invalid for rank ", n));
+    require(out.ndim() == n && index.ndim() == n, op, "src, index and output must have equal rank");
+    require(broadcastable(index.shape(), out.shape()), op,
+            str("index ", index.shape().str(), " must match (or broadcast to) output ", out.shape().str()));
+    for (int i = 0; i < n; ++i)
+        if (i != ax)
+            require(out.size(i) == src.size(i), op,
+                    str("output ", out.shape().str(), " and src ", src.shape().str(), " differ outside axis ", ax));
+    require(dtype_is_float(src.dtype()) == dtype_is_float(out.dtype()), op, "src and output must both be float or both be int");
+    check_index_range(op, index, src.size(ax), "index");
+    OpCall c = make_call(OpKind::GATHER, out, {&src, &index});
+    c.p.axis = ax;
+    dispatch(c);
+}
+Tensor gather(const Tensor& src, int axis, const Tensor& index) {
+    Shape s = index.shape();
+    Tensor out = Tensor::empty(s, src.dtype(), like(src));
+    gather_(out, src, axis, index);
+    return out;
+}
+
+void scatter_(Tensor& dst, int axis, const Tensor& index, const Tensor& src) {
+    const char* op = "scatter";
+    require_same_device(op, {&dst, &src, &index});
+    require_index(op, index);
+    int n = dst.ndim();
+    int ax = axis < 0 ? axis + n : axis;
+    require(ax >= 0 && ax < n, op, str("axis ", axis, " invalid for rank ", n));
+    require(src.ndim() == n && index.ndim() == n, op, "dst, index and src must have equal rank");
+    require(broadcastable(index.shape(), src.shape()), op,
+            str("index ", index.shape().str(), " must match (or broadcast to) src ", src.shape().str()));
+    for (int i = 0; i < n; ++i)
+        if (i != ax)
+            require(dst.size(i) == src.size(i), op,
+                    str("dst ", dst.shape().str(), " and src ", src.shape().str(), " differ outside axis ", ax));
+    require(dtype_is_float(src.dtype()) == dtype_is_float(dst.dtype()), op, "src and dst must both be float or both be int");
+    check_index_range(op, index, dst.size(ax), "index");
+    OpCall c = make_call(OpKind::SCATTER, dst, {&src, &index});
+    c.p.axis = ax;
+    dispatch(c);
+}
+
+// ---- copies -----------------------------------------------------------------------------
+void copy_(Tensor& dst, const Tensor& src) {
+    require_same_device("copy", {&dst, &src});
+    require(dst.shape() == src.shape(), "copy", str("shapes differ: ", src.shape().str(), " -> ", dst.shape().str()));
+    if (dst.numel() == 0) return;
+    OpCall c = make_call(OpKind::COPY, dst, {&src});
+    dispatch(c);
+}
+Tensor cast(const Tensor& x, DType dtype) { return x.to(dtype); }
+
+// ---- reductions -------------------------------------------------------------------------
+namespace {
+Tensor reduce_last(OpKind kind, const char* op, const Tensor& x) {
+    require_float(op, x, "input");
+    require(x.ndim() >= 1, op, "input must have at least one dimension");
+    Shape s = x.shape();
+    s.ndim--;
+    Tensor out = Tensor::empty(s, x.dtype() == DType::F64 ? DType::F64 : DType::F32, like(x));
+    OpCall c = make_call(kind, out, {&x});
+    dispatch(c);
+    return out;
+}
+}  // namespace
+
+Tensor sum_last(const Tensor& x) { return reduce_last(OpKind::SUM, "sum", x); }
+Tensor max_last(const Tensor& x) { return reduce_last(OpKind::MAX, "max", x); }
+Tensor norm_last(const Tensor& x) { return reduce_last(OpKind::NORM, "norm", x); }
+
+}  // namespace kv::ops

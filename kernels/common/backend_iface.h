@@ -1,0 +1,46 @@
+// The small interface every compute backend implements (CPU in-process, CUDA as a plugin
+// library loaded at run time so a CPU-only machine never needs the CUDA runtime).
+// Methods marked "optional" have the default shown.
+#pragma once
+
+#include <string>
+
+#include "op.h"
+
+namespace kv {
+
+class KernelBackend {
+   public:
+    virtual ~KernelBackend() = default;
+
+    // Short name used in logs and test names: "cpu", "cuda".
+    virtual const char* name() const = 0;
+    // The device type this backend computes on.
+    virtual DeviceType device_type() const = 0;
+    // Number of usable devices; 0 means the backend is built but cannot run here.
+    virtual int device_count() const = 0;
+    // Why device_count() is 0 (optional; default: empty).
+    virtual std::string unavailable_reason() const { return {}; }
+
+    // Whether compute() handles this call (dtypes, layouts, sizes).
+    virtual bool supports_op(const OpCall& call) const = 0;
+    // Run one op. Throws KernelError on unsupported calls or device errors.
+    virtual void compute(const OpContext& ctx, const OpCall& call) = 0;
+
+    // Raw device memory; the engine's tracked allocator is the only caller.
+    virtual void* alloc(int device, size_t bytes) = 0;
+    virtual void free(int device, void* p) = 0;
+    // Copies between host memory and this backend's device memory (or within the device).
+    virtual void copy_h2d(int device, void* dst, const void* src, size_t bytes) = 0;
+    virtual void copy_d2h(int device, void* dst, const void* src, size_t bytes) = 0;
+    virtual void copy_d2d(int device, void* dst, const void* src, size_t bytes) = 0;
+    // Wait for outstanding work (optional; default: nothing to wait for).
+    virtual void synchronize(int /*device*/) {}
+    // One line describing the build (library versions, architectures) (optional).
+    virtual std::string build_info() const { return {}; }
+};
+
+}  // namespace kv
+
+// Entry point exported by the CUDA plugin library (libkvlab_cuda.so).
+extern "C" kv::KernelBackend* kvlab_cuda_backend_create();

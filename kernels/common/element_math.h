@@ -1,0 +1,83 @@
+// Per-element formulas shared by the CPU and CUDA kernels (one definition, two compilers).
+// Keep these tiny and branch-free; loops and memory layout belong to the kernels.
+#pragma once
+
+#include <cmath>
+
+#include "dtype.h"
+#include "hd.h"
+
+namespace kv {
+
+// exp(x) for f32 in plain arithmetic so CPU loops vectorize (no libm call): Cody-Waite range
+// reduction x = n ln2 + r, Cephes' minimax polynomial for e^r on [-ln2/2, ln2/2] (about 1.3
+// ulp), then scaling by 2^n (in two steps when n = 128).
+// Results below FLT_MIN flush to 0; NaN propagates; +inf/-inf give inf/0.
+KV_HD float kv_expf_poly(float x) {
+    const float hi = 88.72283935546875f, lo = -87.33654022216797f;
+    float xc = x > hi ? hi : x;
+    xc = xc < lo ? lo : xc;
+    xc = (xc == xc) ? xc : 0.0f;  // NaN: compute on 0 (int conversion of NaN is UB), restore below
+    const float fn = std::floor(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    const float z = r * r;
+    float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+               1.6666665459e-1f) * r + 5.0000001201e-1f;
+    y = y * z + r + 1.0f;
+    const int n = int(fn);                        // in [-126, 128]
+    const int e = n > 127 ? 127 : n;              // 2^128 is not a float: scale by 2^127 * 2
+    y *= bits_f32(uint32_t(e + 127) << 23);
+    y *= n > 127 ? 2.0f : 1.0f;
+    // Special cases as multiplicative factors: GCC 12 vectorizes these, not `y = c ? k : y`.
+    y *= x > hi ? bits_f32(0x7f800000u) : 1.0f;  // overflow -> inf
+    y *= x < lo ? 0.0f : 1.0f;                   // underflow (and -inf) -> 0
+    y *= (x == x) ? 1.0f : bits_f32(0x7fc00000u); // NaN -> NaN
+    return y;
+}
+
+#if KV_NVCC
+KV_HD float kv_exp(float x) { return ::expf(x); }
+KV_HD double kv_exp(double x) { return ::exp(x); }
+KV_HD float kv_sqrt(float x) { return ::sqrtf(x); }
+KV_HD double kv_sqrt(double x) { return ::sqrt(x); }
+#else
+KV_HD float kv_exp(float x) { return kv_expf_poly(x); }
+KV_HD double kv_exp(double x) { return std::exp(x); }
+KV_HD float kv_sqrt(float x) { return std::sqrt(x); }
+KV_HD double kv_sqrt(double x) { return std::sqrt(x); }
+#endif
+
+template <class F>
+KV_HD F kv_sigmoid(F x) {
+    return F(1) / (F(1) + kv_exp(-x));
+}
+
+// SiLU(x) = x * sigmoid(x)
+template <class F>
+KV_HD F kv_silu(F x) {
+    return x / (F(1) + kv_exp(-x));
+}
+
+// d/dx SiLU(x) = s + x s (1 - s), s = sigmoid(x)
+template <class F>
+KV_HD F kv_silu_grad(F x) {
+    F s = kv_sigmoid(x);
+    return s * (F(1) + x * (F(1) - s));
+}
+
+// RMSNorm scale factor for a row with sum of squares `ss` over `n` elements.
+template <class F>
+KV_HD F kv_rms_inv(F ss, long long n, F eps) {
+    return F(1) / kv_sqrt(ss / F(n) + eps);
+}
+
+// Rotate-half RoPE on one channel pair (x1 = channel i, x2 = channel i + n_rot/2):
+//   y1 = x1 cos - x2 sin,  y2 = x2 cos + x1 sin
+template <class F>
+KV_HD void kv_rope_pair(F x1, F x2, F c, F s, F* y1, F* y2) {
+    *y1 = x1 * c - x2 * s;
+    *y2 = x2 * c + x1 * s;
+}
+
+}  // namespace kv

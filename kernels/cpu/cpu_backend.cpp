@@ -1,0 +1,107 @@
+// CPU backend: the single dispatch switch and supports_op table.
+#include "cpu_backend.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu_common.h"
+
+namespace kv {
+
+namespace {
+
+bool is_compute_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+
+class CpuBackend final : public KernelBackend {
+   public:
+    const char* name() const override { return "cpu"; }
+    DeviceType device_type() const override { return DeviceType::CPU; }
+    int device_count() const override { return 1; }
+
+    bool supports_op(const OpCall& c) const override {
+        if (c.dst.device.type != DeviceType::CPU) return false;
+        switch (c.op) {
+            case OpKind::MATMUL:
+                return c.nsrc == 2 && is_compute_float(c.src[0].dtype) && c.src[0].dtype == c.src[1].dtype &&
+                       is_compute_float(c.dst.dtype) &&
+                       ((c.src[0].dtype == DType::F64) == (c.dst.dtype == DType::F64));
+            case OpKind::ADD:
+            case OpKind::MUL:
+            case OpKind::SWIGLU:
+                return c.nsrc == 2 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) &&
+                       is_compute_float(c.src[1].dtype);
+            case OpKind::SCALE:
+            case OpKind::SILU:
+            case OpKind::SOFTMAX:
+                return c.nsrc == 1 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype);
+            case OpKind::RMSNORM:
+                return (c.nsrc == 1 || c.nsrc == 2) && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype);
+            case OpKind::ROPE:
+                return c.nsrc == 4 && is_compute_float(c.dst.dtype) && c.src[1].dtype == DType::I32 && c.dst.ndim == 4;
+            case OpKind::EMBEDDING:
+                return c.nsrc == 2 && (c.src[1].dtype == DType::I32 || c.src[1].dtype == DType::I64);
+            case OpKind::GATHER:
+            case OpKind::SCATTER:
+                return c.nsrc == 2 && (c.src[1].dtype == DType::I32 || c.src[1].dtype == DType::I64);
+            case OpKind::COPY:
+                return c.nsrc == 1;
+            case OpKind::SUM:
+            case OpKind::MAX:
+            case OpKind::NORM:
+                return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && is_compute_float(c.dst.dtype);
+            default:
+                return false;
+        }
+    }
+
+    void compute(const OpContext& ctx, const OpCall& c) override {
+        switch (c.op) {
+            case OpKind::MATMUL: cpu::matmul_forward(ctx, c); break;
+            case OpKind::ADD: cpu::add_forward(ctx, c); break;
+            case OpKind::MUL: cpu::mul_forward(ctx, c); break;
+            case OpKind::SCALE: cpu::scale_forward(ctx, c); break;
+            case OpKind::RMSNORM: cpu::rmsnorm_forward(ctx, c); break;
+            case OpKind::SOFTMAX: cpu::softmax_forward(ctx, c); break;
+            case OpKind::SILU: cpu::silu_forward(ctx, c); break;
+            case OpKind::SWIGLU: cpu::swiglu_forward(ctx, c); break;
+            case OpKind::ROPE: cpu::rope_forward(ctx, c); break;
+            case OpKind::EMBEDDING: cpu::embedding_forward(ctx, c); break;
+            case OpKind::GATHER: cpu::gather_forward(ctx, c); break;
+            case OpKind::SCATTER: cpu::scatter_forward(ctx, c); break;
+            case OpKind::COPY: cpu::copy_forward(ctx, c); break;
+            case OpKind::SUM:
+            case OpKind::MAX:
+            case OpKind::NORM: cpu::reduce_forward(ctx, c); break;
+            default: throw KernelError(std::string("cpu backend: op ") + op_kind_name(c.op) + " is not implemented");
+        }
+    }
+
+    void* alloc(int, size_t bytes) override {
+        // 64-byte alignment for AVX-512 loads; aligned_alloc needs a multiple of the alignment.
+        size_t n = (bytes + 63) / 64 * 64;
+        if (n == 0) n = 64;
+        void* p = std::aligned_alloc(64, n);
+        if (!p) throw KernelError("cpu backend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+        return p;
+    }
+    void free(int, void* p) override { std::free(p); }
+    void copy_h2d(int, void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void copy_d2h(int, void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void copy_d2d(int, void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    std::string build_info() const override {
+        const dnnl_version_t* v = dnnl_version();
+        return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+               " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime") + ")";
+    }
+};
+
+}  // namespace
+
+KernelBackend& cpu_kernel_backend() {
+    static CpuBackend backend;
+    return backend;
+}
+
+}  // namespace kv

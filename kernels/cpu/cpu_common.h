@@ -1,0 +1,210 @@
+// Helpers shared by the CPU kernels: row loads/stores with dtype conversion and strides,
+// broadcasting views, per-thread scratch rows and the OpenMP row partitioner.
+// Kernels compute in f32 (f64 when the call is f64); storage dtypes are converted per row
+// through L1-resident scratch, which keeps one code path per op for every dtype.
+#pragma once
+
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/common/op.h"
+
+namespace kv::cpu {
+
+// ---- scalar conversions (hardware F16C when available; same results as the shared ones) --
+inline float h2f(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    return f16_to_f32(h);
+#endif
+}
+inline uint16_t f2h(float f) {
+#if defined(__F16C__)
+    return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    return f32_to_f16(f);
+#endif
+}
+
+// Load n elements (byte stride `st`) of dtype `dt` into out[] as A (float or double).
+template <class A>
+inline void load_row(const char* p, int64_t st, DType dt, int64_t n, A* out) {
+    switch (dt) {
+        case DType::F32:
+            if (st == 4 && sizeof(A) == 4) {
+                std::memcpy(out, p, size_t(n) * 4);
+            } else {
+                for (int64_t i = 0; i < n; ++i) out[i] = A(*reinterpret_cast<const float*>(p + i * st));
+            }
+            break;
+        case DType::F64:
+            for (int64_t i = 0; i < n; ++i) out[i] = A(*reinterpret_cast<const double*>(p + i * st));
+            break;
+        case DType::BF16:
+            if (st == 2) {
+                const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
+                for (int64_t i = 0; i < n; ++i) out[i] = A(bits_f32(uint32_t(q[i]) << 16));
+            } else {
+                for (int64_t i = 0; i < n; ++i) out[i] = A(bf16_to_f32(*reinterpret_cast<const uint16_t*>(p + i * st)));
+            }
+            break;
+        case DType::F16:
+            for (int64_t i = 0; i < n; ++i) out[i] = A(h2f(*reinterpret_cast<const uint16_t*>(p + i * st)));
+            break;
+        case DType::I32:
+            for (int64_t i = 0; i < n; ++i) out[i] = A(*reinterpret_cast<const int32_t*>(p + i * st));
+            break;
+        case DType::I64:
+            for (int64_t i = 0; i < n; ++i) out[i] = A(*reinterpret_cast<const int64_t*>(p + i * st));
+            break;
+        case DType::U8:
+            for (int64_t i = 0; i < n; ++i) out[i] = A(*reinterpret_cast<const uint8_t*>(p + i * st));
+            break;
+        default: break;
+    }
+}
+
+// Store n values from in[] into dtype `dt` with byte stride `st` (round-to-nearest-even).
+template <class A>
+inline void store_row(char* p, int64_t st, DType dt, int64_t n, const A* in) {
+    switch (dt) {
+        case DType::F32:
+            if (st == 4 && sizeof(A) == 4) {
+                std::memcpy(p, in, size_t(n) * 4);
+            } else {
+                for (int64_t i = 0; i < n; ++i) *reinterpret_cast<float*>(p + i * st) = float(in[i]);
+            }
+            break;
+        case DType::F64:
+            for (int64_t i = 0; i < n; ++i) *reinterpret_cast<double*>(p + i * st) = double(in[i]);
+            break;
+        case DType::BF16:
+            if (st == 2) {
+                uint16_t* q = reinterpret_cast<uint16_t*>(p);
+                for (int64_t i = 0; i < n; ++i) q[i] = f32_to_bf16(float(in[i]));
+            } else {
+                for (int64_t i = 0; i < n; ++i) *reinterpret_cast<uint16_t*>(p + i * st) = f32_to_bf16(float(in[i]));
+            }
+            break;
+        case DType::F16:
+            for (int64_t i = 0; i < n; ++i) *reinterpret_cast<uint16_t*>(p + i * st) = f2h(float(in[i]));
+            break;
+        case DType::I32:
+            for (int64_t i = 0; i < n; ++i) *reinterpret_cast<int32_t*>(p + i * st) = int32_t(in[i]);
+            break;
+        case DType::I64:
+            for (int64_t i = 0; i < n; ++i) *reinterpret_cast<int64_t*>(p + i * st) = int64_t(in[i]);
+            break;
+        case DType::U8:
+            for (int64_t i = 0; i < n; ++i) *reinterpret_cast<uint8_t*>(p + i * st) = uint8_t(in[i]);
+            break;
+        default: break;
+    }
+}
+
+// Stride of the innermost dimension in bytes (0 for a scalar).
+inline int64_t last_stride(const TensorView& v) { return v.ndim ? v.nb[v.ndim - 1] : 0; }
+
+// `s` seen with `d`'s sizes: dimensions of size 1 in `s` become stride-0 broadcasts.
+inline TensorView broadcast_to(const TensorView& s, const TensorView& d) {
+    TensorView r = s;
+    for (int i = 0; i < d.ndim; ++i) {
+        if (s.ne[i] != d.ne[i]) r.nb[i] = 0;
+        r.ne[i] = d.ne[i];
+    }
+    return r;
+}
+
+// Per-thread scratch rows (slot 0..3), grown on demand; never shrinks.
+template <class A>
+inline A* scratch(int slot, int64_t n) {
+    thread_local std::vector<A> bufs[4];
+    auto& b = bufs[slot];
+    if (int64_t(b.size()) < n) b.resize(size_t(n));
+    return b.data();
+}
+
+// Pointer to n values of row `off` as A: in place when the layout matches, else converted.
+template <class A>
+inline const A* row_in(const TensorView& v, int64_t off, int64_t n, int slot) {
+    int64_t st = last_stride(v);
+    const char* p = v.bytes() + off;
+    bool native = (sizeof(A) == 4 && v.dtype == DType::F32) || (sizeof(A) == 8 && v.dtype == DType::F64);
+    if (native && st == int64_t(sizeof(A))) return reinterpret_cast<const A*>(p);
+    A* buf = scratch<A>(slot, n);
+    load_row(p, st, v.dtype, n, buf);
+    return buf;
+}
+
+template <class A>
+inline A* row_out(const TensorView& v, int64_t off, int64_t n, int slot) {
+    int64_t st = last_stride(v);
+    bool native = (sizeof(A) == 4 && v.dtype == DType::F32) || (sizeof(A) == 8 && v.dtype == DType::F64);
+    if (native && st == int64_t(sizeof(A))) return reinterpret_cast<A*>(v.bytes() + off);
+    return scratch<A>(slot, n);
+}
+
+template <class A>
+inline void row_commit(const TensorView& v, int64_t off, int64_t n, const A* buf) {
+    char* p = v.bytes() + off;
+    if (reinterpret_cast<const char*>(buf) == p) return;
+    store_row(p, last_stride(v), v.dtype, n, buf);
+}
+
+// Ask for the next row early: hardware prefetchers stop at 4 KiB page boundaries, so
+// row-at-a-time kernels over page-sized rows otherwise stall on every row start.
+inline void prefetch_row(const TensorView& v, int64_t off, int64_t n) {
+    const int64_t st = last_stride(v);
+    if (st != dtype_size(v.dtype)) return;
+    const char* p = v.bytes() + off;
+    for (int64_t b = 0; b < n * st; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
+// Split rows [0, rows) across threads when the work is large enough to pay for it.
+template <class F>
+inline void parallel_rows(const OpContext& ctx, int64_t rows, int64_t work_per_row, F&& fn) {
+    int threads = ctx.threads > 0 ? ctx.threads : omp_get_max_threads();
+    if (threads <= 1 || rows <= 1 || rows * work_per_row < 32768) {
+        fn(int64_t(0), rows);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+        if (r1 > r0) fn(r0, r1);
+    }
+}
+
+// True when the compute type for this call is f64 (all float operands are f64).
+inline bool is_f64_call(const OpCall& c) {
+    if (dtype_is_float(c.dst.dtype) && c.dst.dtype != DType::F64) return false;
+    for (int i = 0; i < c.nsrc; ++i)
+        if (dtype_is_float(c.src[i].dtype) && c.src[i].dtype != DType::F64) return false;
+    return true;
+}
+
+// ---- kernel entry points (one file each; forward and, later, backward side by side) ----
+void matmul_forward(const OpContext& ctx, const OpCall& c);
+void add_forward(const OpContext& ctx, const OpCall& c);
+void mul_forward(const OpContext& ctx, const OpCall& c);
+void scale_forward(const OpContext& ctx, const OpCall& c);
+void silu_forward(const OpContext& ctx, const OpCall& c);
+void swiglu_forward(const OpContext& ctx, const OpCall& c);
+void copy_forward(const OpContext& ctx, const OpCall& c);
+void rmsnorm_forward(const OpContext& ctx, const OpCall& c);
+void softmax_forward(const OpContext& ctx, const OpCall& c);
+void rope_forward(const OpContext& ctx, const OpCall& c);
+void embedding_forward(const OpContext& ctx, const OpCall& c);
+void gather_forward(const OpContext& ctx, const OpCall& c);
+void scatter_forward(const OpContext& ctx, const OpCall& c);
+void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM, MAX, NORM
+
+}  // namespace kv::cpu

@@ -1,0 +1,255 @@
+// MATMUL on the CPU: oneDNN (f32 and bf16 inputs, f32 accumulation; ~90% of this CPU's
+// peak) with a primitive cache keyed by shapes/strides/dtypes, and a plain row kernel for
+// what oneDNN does not cover (f64, f16 outputs, exotic strides).
+// dst[..., M, N] = alpha * a[..., M, K] @ b[..., K, N] + beta * dst
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "cpu_common.h"
+
+namespace kv::cpu {
+
+namespace {
+
+dnnl::engine& cpu_engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+bool onednn_dtype(DType t, dnnl::memory::data_type* out) {
+    switch (t) {
+        case DType::F32: *out = dnnl::memory::data_type::f32; return true;
+        case DType::BF16: *out = dnnl::memory::data_type::bf16; return true;
+        default: return false;
+    }
+}
+
+// Memory descriptor for an operand seen with the destination's batch sizes; broadcast
+// batch dims (size 1 or stride 0) become size-1 dims as oneDNN expects.
+bool make_md(const TensorView& v, int nd, dnnl::memory::desc* md, std::string* key) {
+    dnnl::memory::data_type dt;
+    if (!onednn_dtype(v.dtype, &dt)) return false;
+    const int64_t es = dtype_size(v.dtype);
+    dnnl::memory::dims dims((size_t)nd), strides((size_t)nd);
+    for (int i = 0; i < nd; ++i) {
+        int64_t ne = v.ne[i], nb = v.nb[i];
+        if (nb % es != 0) return false;
+        if (i < nd - 2 && (ne == 1 || nb == 0)) {
+            dims[size_t(i)] = 1;
+            strides[size_t(i)] = 1;
+        } else {
+            dims[size_t(i)] = ne;
+            strides[size_t(i)] = ne == 1 ? 1 : nb / es;
+        }
+        if (strides[size_t(i)] < 0) return false;
+    }
+    // oneDNN's fast kernels want one unit stride among the last two dims.
+    if (strides[size_t(nd - 1)] != 1 && strides[size_t(nd - 2)] != 1) return false;
+    *md = dnnl::memory::desc(dims, dt, strides);
+    std::ostringstream os;
+    os << int(v.dtype) << ':';
+    for (int i = 0; i < nd; ++i) os << dims[size_t(i)] << '/' << strides[size_t(i)] << ',';
+    *key += os.str();
+    *key += '|';
+    return true;
+}
+
+struct Cached {
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, d;
+    std::string impl;
+};
+
+std::mutex g_cache_mu;
+std::unordered_map<std::string, std::shared_ptr<Cached>>& cache() {
+    static std::unordered_map<std::string, std::shared_ptr<Cached>> c;
+    return c;
+}
+
+// Returns false when oneDNN cannot take this call as is.
+bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta) {
+    const int nd = d.ndim;
+    if (nd < 2 || nd > 6) return false;
+    if (!((a.dtype == DType::F32 && d.dtype == DType::F32) ||
+          (a.dtype == DType::BF16 && (d.dtype == DType::F32 || d.dtype == DType::BF16))))
+        return false;
+    dnnl::memory::desc amd, bmd, dmd;
+    std::string key;
+    if (!make_md(a, nd, &amd, &key) || !make_md(b, nd, &bmd, &key)) return false;
+    // The destination must be a real (non-broadcast) array.
+    for (int i = 0; i < nd; ++i)
+        if (d.ne[i] > 1 && d.nb[i] == 0) return false;
+    if (!make_md(d, nd, &dmd, &key)) return false;
+    key += std::to_string(alpha) + "|" + std::to_string(beta);
+
+    std::shared_ptr<Cached> entry;
+    {
+        std::lock_guard<std::mutex> lk(g_cache_mu);
+        auto it = cache().find(key);
+        if (it != cache().end()) entry = it->second;
+    }
+    if (!entry) {
+        try {
+            dnnl::primitive_attr attr;
+            if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+            if (beta != 0.0f) {
+                dnnl::post_ops po;
+                po.append_sum(beta);
+                attr.set_post_ops(po);
+            }
+            auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, dmd), attr, cpu_engine());
+            entry = std::make_shared<Cached>();
+            entry->prim = dnnl::matmul(pd);
+            entry->a = amd;
+            entry->b = bmd;
+            entry->d = dmd;
+            entry->impl = pd.impl_info_str();
+        } catch (const dnnl::error&) {
+            return false;
+        }
+        std::lock_guard<std::mutex> lk(g_cache_mu);
+        if (cache().size() > 1024) cache().clear();  // bounded: shapes in a run are few
+        cache()[key] = entry;
+    }
+    dnnl::stream s(cpu_engine());
+    dnnl::memory am(entry->a, cpu_engine(), a.data), bm(entry->b, cpu_engine(), b.data), dm(entry->d, cpu_engine(), d.data);
+    entry->prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dm}});
+    s.wait();
+    return true;
+}
+
+// Temporary buffer from the engine's workspace allocator (tracked) or malloc.
+struct WsBuf {
+    const OpContext& ctx;
+    void* p = nullptr;
+    size_t bytes = 0;
+    WsBuf(const OpContext& c, size_t n) : ctx(c), bytes(n) {
+        p = ctx.workspace ? ctx.workspace->alloc(n) : std::malloc(n);
+        if (!p) throw KernelError("matmul: out of memory for a workspace buffer");
+    }
+    ~WsBuf() {
+        if (ctx.workspace) ctx.workspace->free(p, bytes);
+        else std::free(p);
+    }
+};
+
+// Contiguous copy of `v` in dtype `dt` into `buf`; returns the new view.
+TensorView pack(const TensorView& v, DType dt, void* buf) {
+    TensorView r = v;
+    r.data = buf;
+    r.dtype = dt;
+    int64_t st = dtype_size(dt);
+    for (int i = v.ndim - 1; i >= 0; --i) {
+        r.nb[i] = st;
+        st *= v.ne[i];
+    }
+    int64_t rows = v.rows(), n = v.last();
+    for (int64_t row = 0; row < rows; ++row) {
+        float* tmp = scratch<float>(0, n);
+        load_row(v.bytes() + v.row_offset(row), last_stride(v), v.dtype, n, tmp);
+        store_row(r.bytes() + r.row_offset(row), last_stride(r), dt, n, tmp);
+    }
+    return r;
+}
+
+// Plain row kernel: for each output row, acc[N] = sum_k a[i,k] * b[k,:]. Used for f64 and
+// whatever oneDNN rejects.
+template <class A>
+void matmul_rows(const OpContext& ctx, const TensorView& a, const TensorView& b, const TensorView& d, A alpha, A beta) {
+    const int nd = d.ndim;
+    const int64_t M = d.ne[nd - 2], N = d.ne[nd - 1], K = a.ne[nd - 1];
+    const TensorView ab = broadcast_to(a, [&] {
+        TensorView t = d;
+        t.ne[nd - 1] = K;
+        return t;
+    }());
+    const TensorView bb = broadcast_to(b, [&] {
+        TensorView t = d;
+        t.ne[nd - 2] = K;
+        return t;
+    }());
+    const int64_t rows = d.rows();  // batch * M
+    parallel_rows(ctx, rows, N * K, [&](int64_t r0, int64_t r1) {
+        A* acc = scratch<A>(0, N);
+        A* brow = scratch<A>(1, N);
+        A* arow = scratch<A>(2, K);
+        A* drow = scratch<A>(3, N);
+        for (int64_t r = r0; r < r1; ++r) {
+            int64_t batch = r / M, i = r % M;
+            // batch offsets
+            int64_t rem = batch, aoff = 0, boff = 0, doff = 0;
+            for (int k = nd - 3; k >= 0; --k) {
+                int64_t idx = rem % d.ne[k];
+                rem /= d.ne[k];
+                aoff += idx * ab.nb[k];
+                boff += idx * bb.nb[k];
+                doff += idx * d.nb[k];
+            }
+            load_row(ab.bytes() + aoff + i * ab.nb[nd - 2], ab.nb[nd - 1], ab.dtype, K, arow);
+            for (int64_t j = 0; j < N; ++j) acc[j] = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                load_row(bb.bytes() + boff + k * bb.nb[nd - 2], bb.nb[nd - 1], bb.dtype, N, brow);
+                const A aik = arow[k];
+                for (int64_t j = 0; j < N; ++j) acc[j] += aik * brow[j];
+            }
+            char* dp = d.bytes() + doff + i * d.nb[nd - 2];
+            if (beta != A(0)) {
+                load_row(dp, d.nb[nd - 1], d.dtype, N, drow);
+                for (int64_t j = 0; j < N; ++j) acc[j] = alpha * acc[j] + beta * drow[j];
+            } else {
+                for (int64_t j = 0; j < N; ++j) acc[j] *= alpha;
+            }
+            store_row(dp, d.nb[nd - 1], d.dtype, N, acc);
+        }
+    });
+}
+
+}  // namespace
+
+void matmul_forward(const OpContext& ctx, const OpCall& c) {
+    const TensorView& d = c.dst;
+    TensorView a = c.src[0], b = c.src[1];
+    const int nd = d.ndim;
+    if (d.numel() == 0) return;
+    if (a.ne[nd - 1] == 0) {  // K == 0: dst = beta * dst
+        OpCall s = c;
+        s.op = OpKind::SCALE;
+        s.p.alpha = c.p.beta;
+        s.src[0] = d;
+        s.nsrc = 1;
+        scale_forward(ctx, s);
+        return;
+    }
+    if (is_f64_call(c)) {
+        matmul_rows<double>(ctx, a, b, d, c.p.alpha, c.p.beta);
+        return;
+    }
+    if (matmul_onednn(a, b, d, c.p.alpha, c.p.beta)) return;
+    // Repack inputs oneDNN cannot read directly (f16, odd strides) as contiguous f32 and retry.
+    if (d.dtype == DType::F32) {
+        WsBuf pa(ctx, size_t(a.numel()) * 4), pb(ctx, size_t(b.numel()) * 4);
+        TensorView a2 = pack(a, DType::F32, pa.p), b2 = pack(b, DType::F32, pb.p);
+        if (matmul_onednn(a2, b2, d, c.p.alpha, c.p.beta)) return;
+        matmul_rows<float>(ctx, a2, b2, d, c.p.alpha, c.p.beta);
+        return;
+    }
+    matmul_rows<float>(ctx, a, b, d, c.p.alpha, c.p.beta);
+}
+
+// For benchmarks: which oneDNN implementation served the most recent shapes.
+std::string matmul_impl_info() {
+    std::lock_guard<std::mutex> lk(g_cache_mu);
+    std::string s;
+    for (auto& [k, v] : cache()) {
+        if (s.find(v->impl) == std::string::npos) s += (s.empty() ? "" : ", ") + v->impl;
+    }
+    return s;
+}
+
+}  // namespace kv::cpu

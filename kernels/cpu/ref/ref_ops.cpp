@@ -1,0 +1,255 @@
+// Naive f64 reference for every op (see ref_ops.h for the contract).
+#include "ref_ops.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace kv::ref {
+
+namespace {
+
+using Index = std::vector<int64_t>;
+
+double get(const TensorView& v, const Index& idx) {
+    const char* p = v.bytes();
+    for (int i = 0; i < v.ndim; ++i) p += (v.ne[i] == 1 ? 0 : idx[size_t(i)]) * v.nb[i];
+    switch (v.dtype) {
+        case DType::F32: return *reinterpret_cast<const float*>(p);
+        case DType::F64: return *reinterpret_cast<const double*>(p);
+        case DType::F16: return f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+        case DType::BF16: return bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+        case DType::I32: return *reinterpret_cast<const int32_t*>(p);
+        case DType::I64: return double(*reinterpret_cast<const int64_t*>(p));
+        case DType::U8: return *reinterpret_cast<const uint8_t*>(p);
+        default: return 0;
+    }
+}
+
+void set(const TensorView& v, const Index& idx, double x) {
+    char* p = v.bytes();
+    for (int i = 0; i < v.ndim; ++i) p += idx[size_t(i)] * v.nb[i];
+    switch (v.dtype) {
+        case DType::F32: *reinterpret_cast<float*>(p) = float(x); break;
+        case DType::F64: *reinterpret_cast<double*>(p) = x; break;
+        case DType::F16: *reinterpret_cast<uint16_t*>(p) = f32_to_f16(float(x)); break;
+        case DType::BF16: *reinterpret_cast<uint16_t*>(p) = f32_to_bf16(float(x)); break;
+        case DType::I32: *reinterpret_cast<int32_t*>(p) = int32_t(x); break;
+        case DType::I64: *reinterpret_cast<int64_t*>(p) = int64_t(x); break;
+        case DType::U8: *reinterpret_cast<uint8_t*>(p) = uint8_t(x); break;
+        default: break;
+    }
+}
+
+// Visit every multi-index of `ne` (ndim dims) in row-major order.
+template <class F>
+void for_each_index(int ndim, const int64_t* ne, F&& f) {
+    int64_t total = 1;
+    for (int i = 0; i < ndim; ++i) total *= ne[i];
+    Index idx(size_t(ndim), 0);
+    for (int64_t n = 0; n < total; ++n) {
+        int64_t rem = n;
+        for (int i = ndim - 1; i >= 0; --i) {
+            idx[size_t(i)] = rem % ne[i];
+            rem /= ne[i];
+        }
+        f(idx);
+    }
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+void matmul(const OpCall& c) {
+    const TensorView& d = c.dst;
+    const TensorView& a = c.src[0];
+    const TensorView& b = c.src[1];
+    const int nd = d.ndim;
+    const int64_t K = a.ne[nd - 1];
+    for_each_index(nd, d.ne, [&](const Index& idx) {
+        double s = 0;
+        Index ia = idx, ib = idx;
+        for (int64_t k = 0; k < K; ++k) {
+            ia[size_t(nd - 1)] = k;
+            ib[size_t(nd - 2)] = k;
+            s += get(a, ia) * get(b, ib);
+        }
+        double prev = c.p.beta != 0.0f ? get(d, idx) : 0.0;
+        set(d, idx, double(c.p.alpha) * s + double(c.p.beta) * prev);
+    });
+}
+
+void elementwise(const OpCall& c) {
+    const TensorView& d = c.dst;
+    for_each_index(d.ndim, d.ne, [&](const Index& idx) {
+        double x = get(c.src[0], idx);
+        double y = c.nsrc > 1 ? get(c.src[1], idx) : 0.0;
+        double r = 0;
+        switch (c.op) {
+            case OpKind::ADD: r = x + y; break;
+            case OpKind::MUL: r = x * y; break;
+            case OpKind::SCALE: r = double(c.p.alpha) * x; break;
+            case OpKind::SILU: r = silu(x); break;
+            case OpKind::SWIGLU: r = silu(x) * y; break;
+            case OpKind::COPY: r = x; break;
+            default: break;
+        }
+        set(d, idx, r);
+    });
+}
+
+// Ops over the last dimension: rows are the outer multi-indices.
+template <class F>
+void for_each_row(const TensorView& v, F&& f) {
+    for_each_index(v.ndim - 1, v.ne, [&](const Index& outer) {
+        Index idx = outer;
+        idx.push_back(0);
+        f(idx);
+    });
+}
+
+void rmsnorm(const OpCall& c) {
+    const TensorView& x = c.src[0];
+    const int64_t n = x.ne[x.ndim - 1];
+    for_each_row(x, [&](Index idx) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            idx.back() = i;
+            double v = get(x, idx);
+            ss += v * v;
+        }
+        double inv = 1.0 / std::sqrt(ss / double(n) + double(c.p.eps));
+        for (int64_t i = 0; i < n; ++i) {
+            idx.back() = i;
+            double w = c.nsrc > 1 ? get(c.src[1], Index{i}) : 0.0;
+            double scale = c.nsrc > 1 ? double(c.p.weight_offset) + w : 1.0;
+            set(c.dst, idx, get(x, idx) * inv * scale);
+        }
+    });
+}
+
+void softmax(const OpCall& c) {
+    const TensorView& x = c.src[0];
+    const int64_t n = x.ne[x.ndim - 1];
+    for_each_row(x, [&](Index idx) {
+        std::vector<double> v((size_t)n);
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i < n; ++i) {
+            idx.back() = i;
+            v[size_t(i)] = double(c.p.alpha) * get(x, idx);
+            m = std::max(m, v[size_t(i)]);
+        }
+        double s = 0;
+        for (auto& e : v) s += (e = (m == -std::numeric_limits<double>::infinity()) ? 0.0 : std::exp(e - m));
+        for (int64_t i = 0; i < n; ++i) {
+            idx.back() = i;
+            set(c.dst, idx, s > 0 ? v[size_t(i)] / s : 0.0);
+        }
+    });
+}
+
+void rope(const OpCall& c) {
+    const TensorView& x = c.src[0];
+    const int64_t half = c.p.n_rot / 2, HS = x.ne[3];
+    for_each_index(3, x.ne, [&](const Index& bht) {
+        int64_t b = bht[0], t = bht[2];
+        int64_t p = int64_t(get(c.src[1], Index{c.src[1].ne[0] == 1 ? 0 : b, t}));
+        for (int64_t i = 0; i < HS; ++i) {
+            Index idx{bht[0], bht[1], bht[2], i};
+            double y;
+            if (i < 2 * half) {
+                int64_t j = i % half;
+                double cs = get(c.src[2], Index{p, j}), sn = get(c.src[3], Index{p, j});
+                double x1 = get(x, Index{bht[0], bht[1], bht[2], j});
+                double x2 = get(x, Index{bht[0], bht[1], bht[2], j + half});
+                y = i < half ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+            } else {
+                y = get(x, idx);
+            }
+            set(c.dst, idx, y);
+        }
+    });
+}
+
+void embedding(const OpCall& c) {
+    const TensorView& ids = c.src[1];
+    const int64_t C = c.src[0].ne[1];
+    for_each_index(ids.ndim, ids.ne, [&](const Index& idx) {
+        int64_t id = int64_t(get(ids, idx));
+        Index o = idx;
+        o.push_back(0);
+        for (int64_t k = 0; k < C; ++k) {
+            o.back() = k;
+            set(c.dst, o, get(c.src[0], Index{id, k}));
+        }
+    });
+}
+
+void gather(const OpCall& c) {
+    const int ax = c.p.axis;
+    for_each_index(c.dst.ndim, c.dst.ne, [&](const Index& idx) {
+        Index s = idx;
+        s[size_t(ax)] = int64_t(get(c.src[1], idx));
+        set(c.dst, idx, get(c.src[0], s));
+    });
+}
+
+void scatter(const OpCall& c) {
+    const int ax = c.p.axis;
+    const TensorView& vals = c.src[0];
+    for_each_index(vals.ndim, vals.ne, [&](const Index& idx) {
+        Index t = idx;
+        t[size_t(ax)] = int64_t(get(c.src[1], idx));
+        set(c.dst, t, get(vals, idx));
+    });
+}
+
+void reduce(const OpCall& c) {
+    const TensorView& x = c.src[0];
+    const int64_t n = x.ne[x.ndim - 1];
+    int64_t r = 0;
+    for_each_row(x, [&](Index idx) {
+        double acc = c.op == OpKind::MAX ? -std::numeric_limits<double>::infinity() : 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            idx.back() = i;
+            double v = get(x, idx);
+            if (c.op == OpKind::SUM) acc += v;
+            else if (c.op == OpKind::MAX) acc = std::max(acc, v);
+            else acc += v * v;
+        }
+        if (c.op == OpKind::NORM) acc = std::sqrt(acc);
+        // dst: rows in row-major order of its own shape
+        Index o(size_t(c.dst.ndim), 0);
+        int64_t rem = r++;
+        for (int i = c.dst.ndim - 1; i >= 0; --i) {
+            o[size_t(i)] = rem % c.dst.ne[i];
+            rem /= c.dst.ne[i];
+        }
+        set(c.dst, o, acc);
+    });
+}
+
+}  // namespace
+
+void compute(const OpCall& c) {
+    switch (c.op) {
+        case OpKind::MATMUL: matmul(c); break;
+        case OpKind::ADD:
+        case OpKind::MUL:
+        case OpKind::SCALE:
+        case OpKind::SILU:
+        case OpKind::SWIGLU:
+        case OpKind::COPY: elementwise(c); break;
+        case OpKind::RMSNORM: rmsnorm(c); break;
+        case OpKind::SOFTMAX: softmax(c); break;
+        case OpKind::ROPE: rope(c); break;
+        case OpKind::EMBEDDING: embedding(c); break;
+        case OpKind::GATHER: gather(c); break;
+        case OpKind::SCATTER: scatter(c); break;
+        case OpKind::SUM:
+        case OpKind::MAX:
+        case OpKind::NORM: reduce(c); break;
+        default: throw KernelError(std::string("reference: op ") + op_kind_name(c.op) + " has no reference");
+    }
+}
+
+}  // namespace kv::ref

@@ -1,0 +1,132 @@
+// CUDA backend plugin: the dispatch switch, supports_op, device memory and copies.
+// Built as libkvlab_cuda.so and loaded by the engine with dlopen, so nothing else links CUDA.
+// Implements: every op of kernels/common/op.h for f32/bf16/f16 (f32 compute) and f64.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda_common.cuh"
+#include "kernels/common/backend_iface.h"
+
+namespace kv::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+    throw KernelError(std::string("CUDA error ") + std::to_string(int(err)) + " (" + cudaGetErrorString(err) + ") in " + expr +
+                      " at " + file + ":" + std::to_string(line));
+}
+
+namespace {
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+
+class CudaBackend final : public KernelBackend {
+   public:
+    CudaBackend() {
+        int n = 0;  // cudaGetDeviceCount leaves the count untouched on error (e.g. 35: no driver)
+        cudaError_t err = cudaGetDeviceCount(&n);
+        if (err != cudaSuccess) {
+            count_ = 0;
+            reason_ = std::string("cudaGetDeviceCount failed with error ") + std::to_string(int(err)) + " (" +
+                      cudaGetErrorString(err) + ")";
+            cudaGetLastError();  // clear the sticky error state
+        } else if (n <= 0) {
+            count_ = 0;
+            reason_ = "no CUDA device found";
+        } else {
+            count_ = n;
+        }
+    }
+    const char* name() const override { return "cuda"; }
+    DeviceType device_type() const override { return DeviceType::CUDA; }
+    int device_count() const override { return count_; }
+    std::string unavailable_reason() const override { return reason_; }
+
+    bool supports_op(const OpCall& c) const override {
+        if (c.dst.device.type != DeviceType::CUDA) return false;
+        switch (c.op) {
+            case OpKind::MATMUL:
+                return c.nsrc == 2 && is_float(c.src[0].dtype) && c.src[0].dtype == c.src[1].dtype && is_float(c.dst.dtype) &&
+                       ((c.src[0].dtype == DType::F64) == (c.dst.dtype == DType::F64));
+            case OpKind::ADD:
+            case OpKind::MUL:
+            case OpKind::SWIGLU: return c.nsrc == 2 && is_float(c.dst.dtype);
+            case OpKind::SCALE:
+            case OpKind::SILU:
+            case OpKind::SOFTMAX: return c.nsrc == 1 && is_float(c.dst.dtype);
+            case OpKind::RMSNORM: return (c.nsrc == 1 || c.nsrc == 2) && is_float(c.dst.dtype);
+            case OpKind::ROPE: return c.nsrc == 4 && c.dst.ndim == 4 && c.src[1].dtype == DType::I32;
+            case OpKind::EMBEDDING:
+            case OpKind::GATHER:
+            case OpKind::SCATTER: return c.nsrc == 2 && (c.src[1].dtype == DType::I32 || c.src[1].dtype == DType::I64);
+            case OpKind::COPY: return c.nsrc == 1;
+            case OpKind::SUM:
+            case OpKind::MAX:
+            case OpKind::NORM: return c.nsrc == 1 && is_float(c.src[0].dtype);
+            default: return false;
+        }
+    }
+
+    void compute(const OpContext& ctx, const OpCall& c) override {
+        KV_CUDA_CHECK(cudaSetDevice(c.dst.device.index));
+        switch (c.op) {
+            case OpKind::MATMUL: matmul_forward(ctx, c); break;
+            case OpKind::ADD:
+            case OpKind::MUL:
+            case OpKind::SCALE:
+            case OpKind::SILU:
+            case OpKind::SWIGLU:
+            case OpKind::COPY: elementwise_forward(ctx, c); break;
+            case OpKind::RMSNORM: rmsnorm_forward(ctx, c); break;
+            case OpKind::SOFTMAX: softmax_forward(ctx, c); break;
+            case OpKind::ROPE: rope_forward(ctx, c); break;
+            case OpKind::EMBEDDING: embedding_forward(ctx, c); break;
+            case OpKind::GATHER: gather_forward(ctx, c); break;
+            case OpKind::SCATTER: scatter_forward(ctx, c); break;
+            case OpKind::SUM:
+            case OpKind::MAX:
+            case OpKind::NORM: reduce_forward(ctx, c); break;
+            default: throw KernelError(std::string("cuda backend: op ") + op_kind_name(c.op) + " is not implemented");
+        }
+    }
+
+    void* alloc(int device, size_t bytes) override {
+        KV_CUDA_CHECK(cudaSetDevice(device));
+        void* p = nullptr;
+        KV_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+        return p;
+    }
+    void free(int device, void* p) override {
+        cudaSetDevice(device);
+        cudaFree(p);
+    }
+    void copy_h2d(int device, void* dst, const void* src, size_t bytes) override {
+        KV_CUDA_CHECK(cudaSetDevice(device));
+        KV_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    }
+    void copy_d2h(int device, void* dst, const void* src, size_t bytes) override {
+        KV_CUDA_CHECK(cudaSetDevice(device));
+        KV_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    }
+    void copy_d2d(int device, void* dst, const void* src, size_t bytes) override {
+        KV_CUDA_CHECK(cudaSetDevice(device));
+        KV_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    }
+    void synchronize(int device) override {
+        KV_CUDA_CHECK(cudaSetDevice(device));
+        KV_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    std::string build_info() const override {
+        int rt = 0;
+        cudaRuntimeGetVersion(&rt);
+        return "CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10) + ", cuBLAS";
+    }
+
+   private:
+    int count_ = 0;
+    std::string reason_;
+};
+
+}  // namespace
+}  // namespace kv::cuda
+
+extern "C" kv::KernelBackend* kvlab_cuda_backend_create() { return new kv::cuda::CudaBackend(); }

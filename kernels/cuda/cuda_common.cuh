@@ -1,0 +1,103 @@
+// Shared pieces of the CUDA kernels: error checks, strided element access, dtype load/store
+// (the same conversions as the CPU through kernels/common/dtype.h), launch helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/common/element_math.h"
+#include "kernels/common/op.h"
+
+namespace kv::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
+
+#define KV_CUDA_CHECK(expr)                                                              \
+    do {                                                                                 \
+        cudaError_t kv_err_ = (expr);                                                    \
+        if (kv_err_ != cudaSuccess) ::kv::cuda::throw_cuda_error(kv_err_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
+// Check after every kernel launch (launch errors are reported asynchronously otherwise).
+#define KV_CUDA_CHECK_LAUNCH() KV_CUDA_CHECK(cudaGetLastError())
+
+inline cudaStream_t stream_of(const OpContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+
+inline unsigned blocks_for(long long n, int threads) {
+    long long b = (n + threads - 1) / threads;
+    return unsigned(b < 65535LL * 16 ? (b > 0 ? b : 1) : 65535LL * 16);
+}
+
+// Byte offset of linear element `i` (row-major over v.ne) in view v.
+__device__ __forceinline__ long long elem_offset(const TensorView& v, long long i) {
+    long long off = 0;
+    for (int k = v.ndim - 1; k >= 0; --k) {
+        long long idx = i % v.ne[k];
+        i /= v.ne[k];
+        off += idx * v.nb[k];
+    }
+    return off;
+}
+
+template <class A>
+__device__ __forceinline__ A load_elem(const char* p, DType dt) {
+    switch (dt) {
+        case DType::F32: return A(*reinterpret_cast<const float*>(p));
+        case DType::F64: return A(*reinterpret_cast<const double*>(p));
+        case DType::F16: return A(f16_to_f32(*reinterpret_cast<const uint16_t*>(p)));
+        case DType::BF16: return A(bf16_to_f32(*reinterpret_cast<const uint16_t*>(p)));
+        case DType::I32: return A(*reinterpret_cast<const int32_t*>(p));
+        case DType::I64: return A(*reinterpret_cast<const long long*>(p));
+        case DType::U8: return A(*reinterpret_cast<const uint8_t*>(p));
+        default: return A(0);
+    }
+}
+
+template <class A>
+__device__ __forceinline__ void store_elem(char* p, DType dt, A x) {
+    switch (dt) {
+        case DType::F32: *reinterpret_cast<float*>(p) = float(x); break;
+        case DType::F64: *reinterpret_cast<double*>(p) = double(x); break;
+        case DType::F16: *reinterpret_cast<uint16_t*>(p) = f32_to_f16(float(x)); break;
+        case DType::BF16: *reinterpret_cast<uint16_t*>(p) = f32_to_bf16(float(x)); break;
+        case DType::I32: *reinterpret_cast<int32_t*>(p) = int32_t(x); break;
+        case DType::I64: *reinterpret_cast<long long*>(p) = (long long)(x); break;
+        case DType::U8: *reinterpret_cast<uint8_t*>(p) = uint8_t(x); break;
+        default: break;
+    }
+}
+
+__device__ __forceinline__ long long load_index(const char* p, DType dt) {
+    return dt == DType::I64 ? *reinterpret_cast<const long long*>(p) : (long long)*reinterpret_cast<const int32_t*>(p);
+}
+
+// Host: `s` seen with `d`'s sizes (size-1 dims broadcast with stride 0).
+inline TensorView broadcast_to(const TensorView& s, const TensorView& d) {
+    TensorView r = s;
+    for (int i = 0; i < d.ndim; ++i) {
+        if (s.ne[i] != d.ne[i]) r.nb[i] = 0;
+        r.ne[i] = d.ne[i];
+    }
+    return r;
+}
+
+inline bool is_f64_call(const OpCall& c) {
+    if (dtype_is_float(c.dst.dtype) && c.dst.dtype != DType::F64) return false;
+    for (int i = 0; i < c.nsrc; ++i)
+        if (dtype_is_float(c.src[i].dtype) && c.src[i].dtype != DType::F64) return false;
+    return true;
+}
+
+// ---- kernel entry points (one .cu per op family, matching kernels/cpu) --------------------
+void matmul_forward(const OpContext& ctx, const OpCall& c);
+void elementwise_forward(const OpContext& ctx, const OpCall& c);  // ADD MUL SCALE SILU SWIGLU COPY
+void rmsnorm_forward(const OpContext& ctx, const OpCall& c);
+void softmax_forward(const OpContext& ctx, const OpCall& c);
+void rope_forward(const OpContext& ctx, const OpCall& c);
+void embedding_forward(const OpContext& ctx, const OpCall& c);
+void gather_forward(const OpContext& ctx, const OpCall& c);
+void scatter_forward(const OpContext& ctx, const OpCall& c);
+void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM MAX NORM
+
+}  // namespace kv::cuda
