@@ -183,12 +183,11 @@ inline void parallel_rows(const OpContext& ctx, int64_t rows, int64_t work_per_r
     }
 }
 
-// True when the compute type for this call is f64 (all float operands are f64).
+// True when the call computes in f64: an f64 destination (auxiliary f32 operands such as
+// RoPE tables or norm weights are widened), or an integer destination fed from f64.
 inline bool is_f64_call(const OpCall& c) {
-    if (dtype_is_float(c.dst.dtype) && c.dst.dtype != DType::F64) return false;
-    for (int i = 0; i < c.nsrc; ++i)
-        if (dtype_is_float(c.src[i].dtype) && c.src[i].dtype != DType::F64) return false;
-    return true;
+    if (c.dst.dtype == DType::F64) return true;
+    return !dtype_is_float(c.dst.dtype) && c.nsrc > 0 && c.src[0].dtype == DType::F64;
 }
 
 // ---- kernel entry points (one file each; forward and, later, backward side by side) ----

@@ -4,6 +4,7 @@
 // dst[..., M, N] = alpha * a[..., M, K] @ b[..., K, N] + beta * dst
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -37,15 +38,19 @@ bool make_md(const TensorView& v, int nd, dnnl::memory::desc* md, std::string* k
     if (!onednn_dtype(v.dtype, &dt)) return false;
     const int64_t es = dtype_size(v.dtype);
     dnnl::memory::dims dims((size_t)nd), strides((size_t)nd);
-    for (int i = 0; i < nd; ++i) {
+    // Size-1 dims (and broadcast batch dims) get the dense stride of the dims inside them,
+    // so oneDNN never sees overlapping or ambiguous layouts.
+    for (int i = nd - 1; i >= 0; --i) {
         int64_t ne = v.ne[i], nb = v.nb[i];
         if (nb % es != 0) return false;
-        if (i < nd - 2 && (ne == 1 || nb == 0)) {
-            dims[size_t(i)] = 1;
-            strides[size_t(i)] = 1;
+        const bool bcast = i < nd - 2 && (ne == 1 || nb == 0);
+        dims[size_t(i)] = bcast ? 1 : ne;
+        if (bcast || ne == 1) {
+            int64_t dense = 1;
+            for (int k = i + 1; k < nd; ++k) dense = std::max<int64_t>(dense, strides[size_t(k)] * dims[size_t(k)]);
+            strides[size_t(i)] = dense;
         } else {
-            dims[size_t(i)] = ne;
-            strides[size_t(i)] = ne == 1 ? 1 : nb / es;
+            strides[size_t(i)] = nb / es;
         }
         if (strides[size_t(i)] < 0) return false;
     }
@@ -117,10 +122,14 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
         if (cache().size() > 1024) cache().clear();  // bounded: shapes in a run are few
         cache()[key] = entry;
     }
-    dnnl::stream s(cpu_engine());
-    dnnl::memory am(entry->a, cpu_engine(), a.data), bm(entry->b, cpu_engine(), b.data), dm(entry->d, cpu_engine(), d.data);
-    entry->prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dm}});
-    s.wait();
+    try {
+        dnnl::stream s(cpu_engine());
+        dnnl::memory am(entry->a, cpu_engine(), a.data), bm(entry->b, cpu_engine(), b.data), dm(entry->d, cpu_engine(), d.data);
+        entry->prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dm}});
+        s.wait();
+    } catch (const dnnl::error&) {
+        return false;  // fall back to the plain kernel
+    }
     return true;
 }
 

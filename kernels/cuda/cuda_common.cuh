@@ -82,11 +82,10 @@ inline TensorView broadcast_to(const TensorView& s, const TensorView& d) {
     return r;
 }
 
+// Same rule as the CPU: f64 destination (or integer destination fed from f64) computes in f64.
 inline bool is_f64_call(const OpCall& c) {
-    if (dtype_is_float(c.dst.dtype) && c.dst.dtype != DType::F64) return false;
-    for (int i = 0; i < c.nsrc; ++i)
-        if (dtype_is_float(c.src[i].dtype) && c.src[i].dtype != DType::F64) return false;
-    return true;
+    if (c.dst.dtype == DType::F64) return true;
+    return !dtype_is_float(c.dst.dtype) && c.nsrc > 0 && c.src[0].dtype == DType::F64;
 }
 
 // ---- kernel entry points (one .cu per op family, matching kernels/cpu) --------------------
