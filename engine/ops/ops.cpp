@@ -422,6 +422,39 @@ void copy_(Tensor& dst, const Tensor& src) {
 }
 Tensor cast(const Tensor& x, DType dtype) { return x.to(dtype); }
 
+// ---- attention -------------------------------------------------------------------------
+void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
+           int window, Tensor* wsum) {
+    const char* op = "sdpa";
+    require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos});
+    require(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, op,
+            str("q, k, v must be 4-D (B, heads, tokens, head size), got ", q.describe(), ", ", k.describe(), ", ", v.describe()));
+    const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), HS = q.size(3), G = k.size(1), T = k.size(2);
+    require(k.size(0) == B && v.shape() == k.shape() && k.size(3) == HS, op,
+            str("k ", k.shape().str(), " and v ", v.shape().str(), " must be (", B, ", G, T, ", HS, ")"));
+    require(G > 0 && NH % G == 0, op, str(NH, " query heads are not a multiple of ", G, " KV heads"));
+    require(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
+    require(kpos.dtype() == DType::I32 && kpos.ndim() == 3 && (kpos.size(0) == B || kpos.size(0) == 1) &&
+                (kpos.size(1) == G || kpos.size(1) == 1) && kpos.size(2) == T,
+            op, str("slot positions must be int32 (B|1, G|1, T) = (", B, "|1, ", G, "|1, ", T, "), got ", kpos.describe()));
+    require(qpos.dtype() == DType::I32 && qpos.ndim() == 2 && (qpos.size(0) == B || qpos.size(0) == 1) && qpos.size(1) == n, op,
+            str("query positions must be int32 (B|1, n) = (", B, "|1, ", n, "), got ", qpos.describe()));
+    require_float(op, q, "q");
+    require_float(op, k, "k");
+    require_float(op, v, "v");
+    require(window >= 0, op, str("window must be >= 0, got ", window));
+    OpCall c = make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos});
+    c.p.alpha = scale;
+    c.p.window = window;
+    if (wsum) {
+        require(wsum->ndim() == 3 && wsum->size(0) == B && wsum->size(1) == G && wsum->size(2) == T && dtype_is_float(wsum->dtype()),
+                op, str("weight sums must be float (", B, ", ", G, ", ", T, "), got ", wsum->describe()));
+        require(wsum->device() == y.device(), op, "weight sums live on another device");
+        c.dst2 = wsum->view();
+    }
+    dispatch(c);
+}
+
 // ---- reductions -------------------------------------------------------------------------
 namespace {
 Tensor reduce_last(OpKind kind, const char* op, const Tensor& x) {

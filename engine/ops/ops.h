@@ -59,6 +59,16 @@ void scatter_(Tensor& dst, int axis, const Tensor& index, const Tensor& src);
 void copy_(Tensor& dst, const Tensor& src);  // same shape, any dtypes/strides, same device
 Tensor cast(const Tensor& x, DType dtype);
 
+// ---- attention -------------------------------------------------------------------------
+// y (B, NH, n, HS) = softmax(scale q k^T, masked by position) v with GQA (head h uses group
+// h / (NH/G)). k, v (B, G, T, HS); kpos int32 (B|1, G|1, T) = position of each slot's token;
+// qpos int32 (B|1, n) = position of each query; slot j visible to query i iff
+// kpos[j] <= qpos[i] (and kpos[j] > qpos[i] - window when window > 0).
+// wsum (optional, f32 (B, G, T)) receives attention-weight sums (summed over queries,
+// averaged over the heads of a group).
+void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
+           int window = 0, Tensor* wsum = nullptr);
+
 // ---- reductions over the last dimension -------------------------------------------------
 // Results have the input's shape without its last dimension (f32, or f64 for f64 input).
 Tensor sum_last(const Tensor& x);

@@ -47,6 +47,15 @@ namespace kv {
 // SUM      dst[r] = sum over last dim of src0 row r    (dst holds rows(src0) elements)
 // MAX      dst[r] = max over last dim
 // NORM     dst[r] = sqrt(sum of squares over last dim)
+// SDPA     scaled dot-product attention with masking by token position (the KV-cache form):
+//          src0 q (B, NH, n, HS); src1 k (B, G, T, HS); src2 v (B, G, T, HS);
+//          src3 kpos int32 (B|1, G|1, T) position of the token in each slot;
+//          src4 qpos int32 (B|1, n) position of each query.
+//          Query i may attend slot j iff kpos[j] <= qpos[i] (and, with window w > 0,
+//          kpos[j] > qpos[i] - w). dst y (B, NH, n, HS) = softmax(alpha q k^T) v per head,
+//          head h using KV group h / (NH / G). A query that sees no slot gets zeros.
+//          dst2 (optional, f32 (B, G, T)): attention-weight sums
+//          w[b,g,j] = (1/R) sum_{h in g} sum_i A[b,h,i,j]  (R = NH / G), so sum_j w = n.
 // =========================================================================================
 enum class OpKind : uint8_t {
     MATMUL = 0,
@@ -65,13 +74,14 @@ enum class OpKind : uint8_t {
     SUM,
     MAX,
     NORM,
+    SDPA,
     COUNT
 };
 
 inline const char* op_kind_name(OpKind k) {
     static const char* const names[] = {"matmul", "add",  "mul",       "scale",  "rmsnorm", "softmax",
                                         "silu",   "swiglu", "rope",    "embedding", "gather", "scatter",
-                                        "copy",   "sum",  "max",       "norm"};
+                                        "copy",   "sum",  "max",       "norm",   "sdpa"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::COUNT), "op name table out of date");
     return names[size_t(k)];
 }
@@ -86,6 +96,7 @@ struct OpParams {
     float weight_offset = 0.0f;  // RMSNORM (Gemma-style 1 + w)
     int axis = 0;                // GATHER, SCATTER
     int n_rot = 0;               // ROPE: rotated channels (0 = all)
+    int window = 0;              // SDPA: sliding window in positions (0 = none)
 };
 
 constexpr int KV_MAX_SRC = 6;
@@ -94,6 +105,7 @@ struct OpCall {
     OpKind op = OpKind::COUNT;
     OpParams p{};
     TensorView dst{};
+    TensorView dst2{};  // second output of ops that have one (SDPA weight sums); data null = none
     TensorView src[KV_MAX_SRC]{};
     int nsrc = 0;
 };

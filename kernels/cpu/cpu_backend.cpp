@@ -51,6 +51,10 @@ class CpuBackend final : public KernelBackend {
             case OpKind::MAX:
             case OpKind::NORM:
                 return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && is_compute_float(c.dst.dtype);
+            case OpKind::SDPA:
+                return c.nsrc == 5 && c.dst.ndim == 4 && is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype) &&
+                       is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 && c.src[4].dtype == DType::I32 &&
+                       (c.dst2.data == nullptr || is_compute_float(c.dst2.dtype));
             default:
                 return false;
         }
@@ -74,6 +78,7 @@ class CpuBackend final : public KernelBackend {
             case OpKind::SUM:
             case OpKind::MAX:
             case OpKind::NORM: cpu::reduce_forward(ctx, c); break;
+            case OpKind::SDPA: cpu::sdpa_forward(ctx, c); break;
             default: throw KernelError(std::string("cpu backend: op ") + op_kind_name(c.op) + " is not implemented");
         }
     }

@@ -205,5 +205,6 @@ void embedding_forward(const OpContext& ctx, const OpCall& c);
 void gather_forward(const OpContext& ctx, const OpCall& c);
 void scatter_forward(const OpContext& ctx, const OpCall& c);
 void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM, MAX, NORM
+void sdpa_forward(const OpContext& ctx, const OpCall& c);
 
 }  // namespace kv::cpu

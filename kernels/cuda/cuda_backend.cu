@@ -62,6 +62,9 @@ class CudaBackend final : public KernelBackend {
             case OpKind::SUM:
             case OpKind::MAX:
             case OpKind::NORM: return c.nsrc == 1 && is_float(c.src[0].dtype);
+            case OpKind::SDPA:
+                return c.nsrc == 5 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
+                       c.src[4].dtype == DType::I32;
             default: return false;
         }
     }
@@ -85,6 +88,7 @@ class CudaBackend final : public KernelBackend {
             case OpKind::SUM:
             case OpKind::MAX:
             case OpKind::NORM: reduce_forward(ctx, c); break;
+            case OpKind::SDPA: sdpa_forward(ctx, c); break;
             default: throw KernelError(std::string("cuda backend: op ") + op_kind_name(c.op) + " is not implemented");
         }
     }

@@ -101,6 +101,12 @@ Tensor CaseBuilder::output(const Shape& shape, DType dtype, Layout layout, bool 
     return dst;
 }
 
+Tensor CaseBuilder::output2(const Shape& shape, DType dtype) {
+    dst2 = Tensor::full(shape, dtype, -12345.0);  // any stale value would show up as an error
+    call.dst2 = dst2.view();
+    return dst2;
+}
+
 void CaseBuilder::src(const Tensor& t) {
     srcs.push_back(t);
     call.src[call.nsrc++] = t.view();

@@ -34,6 +34,8 @@ class CaseBuilder {
     // Output inside a guarded allocation (sentinel bytes around and between elements).
     // `init_random`: fill the visible elements with random values (ops that read dst).
     Tensor output(const Shape& shape, DType dtype, Layout layout = Layout::CONTIG, bool init_random = false);
+    // Second output (e.g. SDPA weight sums), plain contiguous, compared like dst.
+    Tensor output2(const Shape& shape, DType dtype);
     // Append a source operand to the call.
     void src(const Tensor& t);
 
@@ -41,6 +43,7 @@ class CaseBuilder {
     OpCall call;
     std::vector<Tensor> srcs;
     Tensor dst;
+    Tensor dst2;         // optional second output
     Tensor dst_storage;  // the whole guarded allocation (1-D, same dtype)
 };
 

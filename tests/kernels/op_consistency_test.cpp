@@ -37,12 +37,16 @@ std::vector<Param> all_params() {
 class OpConsistency : public testing::TestWithParam<Param> {};
 
 // The f64 reference result for the builder's call (dst initial contents preserved for ops
-// that read or partially write dst).
-Tensor reference(const CaseBuilder& b) {
+// that read or partially write dst); ref2 receives the second output when there is one.
+Tensor reference(const CaseBuilder& b, Tensor* ref2) {
     Tensor ref = Tensor::empty(b.dst.shape(), dtype_is_float(b.dst.dtype()) ? DType::F64 : DType::I64);
     ref.copy_from(b.dst);
     OpCall c = b.call;
     c.dst = ref.view();
+    if (b.dst2.defined()) {
+        *ref2 = Tensor::zeros(b.dst2.shape(), DType::F64);
+        c.dst2 = ref2->view();
+    }
     kv::ref::compute(c);
     return ref;
 }
@@ -55,7 +59,8 @@ TEST_P(OpConsistency, MatchesReference) {
     ASSERT_TRUE(b.dst.defined()) << "case did not create an output";
 
     if (backend == "cpu") {
-        Tensor ref = reference(b);
+        Tensor ref2;
+        Tensor ref = reference(b, &ref2);
         OpCall call = b.call;
         ASSERT_TRUE(cpu_backend().supports_op(call)) << "cpu backend does not support " << oc.name;
         ops::dispatch(call);
@@ -65,6 +70,11 @@ TEST_P(OpConsistency, MatchesReference) {
                                            << cmp.report;
         std::string where;
         EXPECT_TRUE(guards_intact(b, &where)) << "wrote outside the output view at " << where;
+        if (b.dst2.defined()) {
+            Comparison c2 = compare(b.dst2, ref2);
+            EXPECT_FALSE(c2.nonfinite_mismatch) << "second output: NaN/inf differ\n" << c2.report;
+            EXPECT_LE(c2.rel_err, oc.max_err) << oc.name << ": second output relative error " << c2.rel_err << "\n" << c2.report;
+        }
         return;
     }
 
@@ -86,8 +96,22 @@ TEST_P(OpConsistency, MatchesReference) {
     }
     Tensor ddst = b.dst.contiguous().to(gpu);
     call.dst = ddst.view();
+    Tensor cpu_out2, ddst2;
+    if (b.dst2.defined()) {
+        cpu_out2 = b.dst2.clone();
+        OpCall c2 = b.call;
+        c2.dst = b.dst.clone().view();
+        c2.dst2 = cpu_out2.view();
+        ops::dispatch(c2);
+        ddst2 = b.dst2.to(gpu);
+        call.dst2 = ddst2.view();
+    }
     ops::dispatch(call);
     Tensor back = ddst.to(Device{});
+    if (b.dst2.defined()) {
+        Comparison c2 = compare(ddst2.to(Device{}), cpu_out2);
+        EXPECT_LE(c2.rel_err, oc.max_err) << oc.name << " (cuda vs cpu, second output)\n" << c2.report;
+    }
     Comparison cmp = compare(back, cpu_out);
     EXPECT_FALSE(cmp.nonfinite_mismatch) << "NaN/inf differ from the CPU\n" << cmp.report;
     EXPECT_LE(cmp.rel_err, oc.max_err) << oc.name << " (cuda vs cpu)\n" << cmp.report;

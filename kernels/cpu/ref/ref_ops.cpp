@@ -2,6 +2,7 @@
 #include "ref_ops.h"
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -228,6 +229,43 @@ void reduce(const OpCall& c) {
     });
 }
 
+void sdpa(const OpCall& c) {
+    const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4];
+    const int64_t B = q.ne[0], NH = q.ne[1], n = q.ne[2], HS = q.ne[3], G = k.ne[1], T = k.ne[2], R = NH / G;
+    const bool weights = c.dst2.data != nullptr;
+    std::vector<double> w((size_t)(B * G * T), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < NH; ++h) {
+            const int64_t g = h / R;
+            for (int64_t i = 0; i < n; ++i) {
+                const double qp = get(qpos, Index{b, i});
+                std::vector<double> s((size_t)T);
+                double mx = -std::numeric_limits<double>::infinity();
+                for (int64_t j = 0; j < T; ++j) {
+                    const double kp = get(kpos, Index{b, g, j});
+                    bool ok = kp <= qp && (c.p.window <= 0 || kp > qp - c.p.window);
+                    double dot = 0;
+                    for (int64_t d = 0; d < HS; ++d) dot += get(q, Index{b, h, i, d}) * get(k, Index{b, g, j, d});
+                    s[size_t(j)] = ok ? double(c.p.alpha) * dot : -std::numeric_limits<double>::infinity();
+                    mx = std::max(mx, s[size_t(j)]);
+                }
+                double sum = 0;
+                for (auto& e : s) sum += (e = (mx == -std::numeric_limits<double>::infinity()) ? 0.0 : std::exp(e - mx));
+                for (int64_t d = 0; d < HS; ++d) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < T; ++j) acc += (sum > 0 ? s[size_t(j)] / sum : 0.0) * get(v, Index{b, g, j, d});
+                    set(c.dst, Index{b, h, i, d}, acc);
+                }
+                if (weights && sum > 0)
+                    for (int64_t j = 0; j < T; ++j) w[size_t((b * G + g) * T + j)] += s[size_t(j)] / sum / double(R);
+            }
+        }
+    if (weights)
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t j = 0; j < T; ++j) set(c.dst2, Index{b, g, j}, w[size_t((b * G + g) * T + j)]);
+}
+
 }  // namespace
 
 void compute(const OpCall& c) {
@@ -248,6 +286,7 @@ void compute(const OpCall& c) {
         case OpKind::SUM:
         case OpKind::MAX:
         case OpKind::NORM: reduce(c); break;
+        case OpKind::SDPA: sdpa(c); break;
         default: throw KernelError(std::string("reference: op ") + op_kind_name(c.op) + " has no reference");
     }
 }
