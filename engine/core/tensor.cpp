@@ -70,7 +70,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const TensorOptions& opt) 
     st->bytes = size_t(shape.numel()) * size_t(dtype_size(dtype));
     st->device = opt.device;
     st->category = opt.category;
-    st->label = opt.label;
+    st->label = opt.label.empty() ? MemoryLabelScope::current() : opt.label;
     MemoryTracker& tr = current_memory_tracker();
     st->data = tr.allocate(opt.device, st->bytes, opt.category, st->label, &st->id);
     st->tracker = &tr;

@@ -17,6 +17,7 @@ enum class MemCategory : uint8_t {
     GRADIENTS,
     OPTIMIZER,
     WORKSPACE,
+    KV_OFFLOAD,  // KV buffers parked in host memory (offload strategy), apart from kv_cache
     COUNT
 };
 

@@ -13,7 +13,8 @@ namespace kv {
 
 namespace {
 const char* const kCategoryNames[] = {"weights",     "kv_cache",  "kv_checkpoint", "activation_checkpoint",
-                                      "activations", "gradients", "optimizer",     "workspace"};
+                                      "activations", "gradients", "optimizer",     "workspace",
+                                      "kv_offload"};
 static_assert(sizeof(kCategoryNames) / sizeof(kCategoryNames[0]) == kNumMemCategories,
               "category name table out of date");
 
@@ -215,6 +216,13 @@ MemoryTracker& default_memory_tracker() {
     return tracker;
 }
 MemoryTracker& current_memory_tracker() { return t_current ? *t_current : default_memory_tracker(); }
+
+namespace {
+thread_local std::string t_label;
+}
+MemoryLabelScope::MemoryLabelScope(std::string label) : prev_(std::move(t_label)) { t_label = std::move(label); }
+MemoryLabelScope::~MemoryLabelScope() { t_label = std::move(prev_); }
+const std::string& MemoryLabelScope::current() { return t_label; }
 
 MemoryTrackerScope::MemoryTrackerScope(MemoryTracker& tracker) : prev_(t_current) { t_current = &tracker; }
 MemoryTrackerScope::~MemoryTrackerScope() { t_current = prev_; }

@@ -118,6 +118,20 @@ class MemoryTrackerScope {
     MemoryTracker* prev_;
 };
 
+// Default label for allocations made on this thread without an explicit label (e.g. the
+// temporaries inside ops), so memory timelines can say "layer 3 mlp" instead of nothing.
+class MemoryLabelScope {
+   public:
+    explicit MemoryLabelScope(std::string label);
+    ~MemoryLabelScope();
+    MemoryLabelScope(const MemoryLabelScope&) = delete;
+    MemoryLabelScope& operator=(const MemoryLabelScope&) = delete;
+    static const std::string& current();
+
+   private:
+    std::string prev_;
+};
+
 // Monotonic nanoseconds used for every engine timestamp.
 uint64_t now_ns();
 

@@ -1,0 +1,29 @@
+// What a transformer layer asks of its KV cache: take this chunk's rotated q, k, v, store
+// k/v as the cache's policy decides, and write attention over everything the cache holds.
+// The KV-cache engine (engine/kv) implements it; PlainAttention (no cache) lives here.
+#pragma once
+
+#include "engine/core/tensor.h"
+
+namespace kv {
+
+class LayerAttention {
+   public:
+    virtual ~LayerAttention() = default;
+    // q (B, NH, n, HS); k, v (B, G, n, HS) for the n new tokens at positions
+    // input_pos .. input_pos + n - 1 (k already rotated). Writes y (B, NH, n, HS) (any strides).
+    virtual void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
+                        Tensor& y) = 0;
+};
+
+// No cache: causal attention over the n new tokens only (a plain forward over a whole
+// sequence with input_pos 0, or a test reference).
+class PlainAttention final : public LayerAttention {
+   public:
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override;
+};
+
+// int32 (1, n) tensor holding start, start + 1, ..., start + n - 1 on `device`.
+Tensor position_range(int64_t start, int64_t n, Device device);
+
+}  // namespace kv

@@ -1,0 +1,173 @@
+// Preset configs and deterministic random weights (see presets.h).
+#include "presets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace kv {
+
+namespace {
+ModelConfig base(const std::string& name, Arch arch, int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads,
+                 int64_t kv_heads, int64_t head_dim, int64_t max_pos, double theta) {
+    ModelConfig c;
+    c.arch = arch;
+    c.model_type = arch_name(arch);
+    c.name = name;
+    c.vocab_size = vocab;
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_layers = layers;
+    c.num_heads = heads;
+    c.num_kv_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.max_position_embeddings = max_pos;
+    c.rope_theta = theta;
+    return c;
+}
+
+struct Entry {
+    PresetInfo info;
+    std::function<ModelConfig()> make;
+};
+
+const std::vector<Entry>& entries() {
+    static const std::vector<Entry> e = {
+        {{"tiny", "2 layers, width 64, 4 heads / 2 KV heads, byte vocabulary — runs in milliseconds"},
+         [] {
+             ModelConfig c = base("tiny", Arch::LLAMA, kByteVocab, 64, 128, 2, 4, 2, 16, 2048, 10000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             return c;
+         }},
+        {{"small", "6 layers, width 256, 8 heads / 2 KV heads, byte vocabulary"},
+         [] {
+             ModelConfig c = base("small", Arch::LLAMA, kByteVocab, 256, 704, 6, 8, 2, 32, 8192, 10000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             return c;
+         }},
+        {{"qwen2.5-0.5b", "Qwen2.5-0.5B shapes (24 layers, width 896, 14/2 heads, q/k/v bias, tied), random weights"},
+         [] {
+             ModelConfig c = base("qwen2.5-0.5b", Arch::QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0);
+             c.qkv_bias = true;
+             c.tie_word_embeddings = true;
+             c.bos_token_id = 151643;
+             c.eos_token_ids = {151645, 151643};
+             return c;
+         }},
+        {{"qwen3-0.6b", "Qwen3-0.6B shapes (28 layers, width 1024, 16/8 heads of 128, q/k norm, tied), random weights"},
+         [] {
+             ModelConfig c = base("qwen3-0.6b", Arch::QWEN3, 151936, 1024, 3072, 28, 16, 8, 128, 40960, 1000000.0);
+             c.qk_norm = true;
+             c.tie_word_embeddings = true;
+             c.eos_token_ids = {151645};
+             return c;
+         }},
+        {{"llama-3.2-1b", "Llama-3.2-1B shapes (16 layers, width 2048, 32/8 heads, llama3 rope scaling, tied), random weights"},
+         [] {
+             ModelConfig c = base("llama-3.2-1b", Arch::LLAMA, 128256, 2048, 8192, 16, 32, 8, 64, 131072, 500000.0);
+             c.tie_word_embeddings = true;
+             c.rope_scaling = {"llama3", 32.0, 1.0, 4.0, 8192};
+             c.rms_norm_eps = 1e-5;
+             c.bos_token_id = 128000;
+             c.eos_token_ids = {128001, 128008, 128009};
+             return c;
+         }},
+    };
+    return e;
+}
+
+// splitmix64: a tiny, well-mixed generator for reproducible per-tensor streams.
+inline uint64_t splitmix(uint64_t& s) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+Tensor uniform_tensor(const Shape& shape, uint64_t seed, float center, float half_width, DType dtype, Device device,
+                      const std::string& name) {
+    Tensor t = Tensor::empty(shape, DType::F32, {Device{}, MemCategory::WEIGHTS, name});
+    float* p = t.data<float>();
+    const int64_t n = t.numel(), block = 1 << 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t b0 = 0; b0 < n; b0 += block) {
+        uint64_t s = seed ^ (uint64_t(b0) * 0xd6e8feb86659fd93ull);
+        for (int64_t i = b0; i < std::min(n, b0 + block); ++i) {
+            double u = double(splitmix(s) >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+            p[i] = center + half_width * float(2.0 * u - 1.0);
+        }
+    }
+    if (dtype == DType::F32 && device.is_cpu()) return t;
+    Tensor out = Tensor::empty(shape, dtype, {device, MemCategory::WEIGHTS, name});
+    out.copy_from(t);
+    return out;
+}
+}  // namespace
+
+std::vector<PresetInfo> list_presets() {
+    std::vector<PresetInfo> v;
+    for (const auto& e : entries()) v.push_back(e.info);
+    return v;
+}
+
+bool is_preset(const std::string& name) {
+    for (const auto& e : entries())
+        if (e.info.name == name) return true;
+    return false;
+}
+
+ModelConfig preset_config(const std::string& name) {
+    for (const auto& e : entries())
+        if (e.info.name == name) {
+            ModelConfig c = e.make();
+            c.validate("preset " + name);
+            return c;
+        }
+    std::string all;
+    for (const auto& e : entries()) all += (all.empty() ? "" : ", ") + e.info.name;
+    throw Error(str("unknown model '", name, "'; expected a preset (", all, ") or a model folder"));
+}
+
+TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Device device) {
+    TensorMap w;
+    const float a = 0.02f * std::sqrt(3.0f);  // uniform half-width with std 0.02
+    auto lin = [&](const std::string& name, const Shape& s) {
+        w[name] = uniform_tensor(s, seed ^ std::hash<std::string>{}(name), 0.0f, a, dtype, device, name);
+    };
+    auto norm = [&](const std::string& name, int64_t n) {
+        // Around 1 (not exactly 1) so tests see the weight multiply.
+        w[name] = uniform_tensor({n}, seed ^ std::hash<std::string>{}(name), 1.0f, 0.1f, dtype, device, name);
+    };
+    const int64_t E = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), K = c.kv_dim();
+    lin("model.embed_tokens.weight", {c.vocab_size, E});
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        norm(p + "input_layernorm.weight", E);
+        lin(p + "self_attn.q_proj.weight", {Q, E});
+        lin(p + "self_attn.k_proj.weight", {K, E});
+        lin(p + "self_attn.v_proj.weight", {K, E});
+        if (c.qkv_bias) {
+            lin(p + "self_attn.q_proj.bias", {Q});
+            lin(p + "self_attn.k_proj.bias", {K});
+            lin(p + "self_attn.v_proj.bias", {K});
+        }
+        if (c.qk_norm) {
+            norm(p + "self_attn.q_norm.weight", c.head_dim);
+            norm(p + "self_attn.k_norm.weight", c.head_dim);
+        }
+        lin(p + "self_attn.o_proj.weight", {E, Q});
+        norm(p + "post_attention_layernorm.weight", E);
+        lin(p + "mlp.gate_proj.weight", {I, E});
+        lin(p + "mlp.up_proj.weight", {I, E});
+        lin(p + "mlp.down_proj.weight", {E, I});
+    }
+    norm("model.norm.weight", E);
+    if (!c.tie_word_embeddings) lin("lm_head.weight", {c.vocab_size, E});
+    return w;
+}
+
+}  // namespace kv

@@ -1,0 +1,102 @@
+// RoPE/YaRN tables (see rope.h); every formula is written as in the reference, in f64.
+#include "rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kv {
+
+const char* rope_mode_name(RopeMode m) {
+    switch (m) {
+        case RopeMode::YARN: return "yarn";
+        case RopeMode::PLAIN: return "plain";
+        case RopeMode::HF: return "hf";
+    }
+    return "?";
+}
+
+RopeMode rope_mode_from_name(const std::string& name) {
+    if (name == "yarn") return RopeMode::YARN;
+    if (name == "plain") return RopeMode::PLAIN;
+    if (name == "hf") return RopeMode::HF;
+    throw Error(str("unknown RoPE mode '", name, "'; expected yarn, plain or hf"));
+}
+
+RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, RopeMode mode, double yarn_alpha,
+                                 double yarn_beta) {
+    const int64_t m = cfg.rope_dims();
+    const int64_t half = m / 2;
+    RopeFrequencies f;
+    f.inv_freq.resize((size_t)half);
+    for (int64_t d = 0; d < half; ++d) f.inv_freq[size_t(d)] = std::pow(cfg.rope_theta, -2.0 * double(d) / double(m));
+    const double sqrt_d = std::sqrt(double(cfg.head_dim));
+    f.attn_scale = 1.0 / sqrt_d;
+    if (mode == RopeMode::PLAIN) return f;
+
+    if (mode == RopeMode::YARN) {
+        if (!(yarn_alpha > 0 && yarn_alpha < yarn_beta))
+            throw Error(str("YaRN factors must satisfy 0 < low_freq_factor < high_freq_factor, got ", yarn_alpha, " and ", yarn_beta));
+        const double L_train = double(cfg.rope_scaling.original_max_position_embeddings > 0
+                                          ? cfg.rope_scaling.original_max_position_embeddings
+                                          : cfg.max_position_embeddings);
+        const double s = std::max(1.0, double(context_width) / L_train);
+        f.yarn_s = s;
+        if (s > 1.0) {
+            for (int64_t d = 0; d < half; ++d) {
+                const double theta = f.inv_freq[size_t(d)];
+                const double lambda = 2.0 * M_PI / theta;
+                const double r = L_train / lambda;
+                const double gamma = std::clamp((r - yarn_alpha) / (yarn_beta - yarn_alpha), 0.0, 1.0);
+                f.inv_freq[size_t(d)] = (1.0 - gamma) * theta / s + gamma * theta;
+            }
+        }
+        const double a = 0.1 * std::log(s) + 1.0;
+        f.attn_scale = a * a / sqrt_d;
+        return f;
+    }
+
+    // HF: apply config.json's rope_scaling as transformers does.
+    const RopeScaling& rs = cfg.rope_scaling;
+    if (rs.type == "linear") {
+        for (auto& v : f.inv_freq) v /= rs.factor;
+    } else if (rs.type == "llama3") {
+        const double old_len = double(rs.original_max_position_embeddings);
+        const double low_wavelen = old_len / rs.low_freq_factor, high_wavelen = old_len / rs.high_freq_factor;
+        for (auto& v : f.inv_freq) {
+            const double wavelen = 2.0 * M_PI / v;
+            if (wavelen > low_wavelen) {
+                v = v / rs.factor;
+            } else if (wavelen >= high_wavelen) {
+                const double smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+                v = (1.0 - smooth) * v / rs.factor + smooth * v;
+            }
+        }
+    } else if (!rs.type.empty() && rs.type != "default") {
+        throw Error(str("rope_scaling type '", rs.type, "' is not supported in hf mode; use --model.rope yarn or plain"));
+    }
+    return f;
+}
+
+RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, RopeMode mode, Device device) {
+    if (context_width <= 0) throw Error(str("RoPE context width must be > 0, got ", context_width));
+    RopeFrequencies f = rope_frequencies(cfg, context_width, mode);
+    const int64_t half = int64_t(f.inv_freq.size());
+    std::vector<float> c((size_t)(context_width * half)), s((size_t)(context_width * half));
+    for (int64_t p = 0; p < context_width; ++p)
+        for (int64_t d = 0; d < half; ++d) {
+            const double ang = double(p) * f.inv_freq[size_t(d)];
+            c[size_t(p * half + d)] = float(std::cos(ang));
+            s[size_t(p * half + d)] = float(std::sin(ang));
+        }
+    RopeTables t;
+    TensorOptions o{device, MemCategory::WEIGHTS, "rope tables"};
+    t.cos = Tensor::from_f32({context_width, half}, c, DType::F32, o);
+    t.sin = Tensor::from_f32({context_width, half}, s, DType::F32, o);
+    t.attn_scale = float(f.attn_scale);
+    t.context_width = context_width;
+    t.n_rot = int(2 * half);
+    t.yarn_s = f.yarn_s;
+    return t;
+}
+
+}  // namespace kv

@@ -1,0 +1,43 @@
+// RoPE and YaRN exactly as keys_values (reference §6): base frequencies theta_d, the YaRN
+// blend with scale s = max(1, context_width / L_train), and the attention scale
+// (0.1 ln s + 1)^2 / sqrt(D). Tables are computed in f64 and stored f32 (cos, sin).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model_config.h"
+
+namespace kv {
+
+enum class RopeMode : uint8_t {
+    YARN,   // keys_values default: YaRN blend once the context exceeds the training length
+    PLAIN,  // theta_d = base^{-2d/m}, scale 1/sqrt(D), no interpolation
+    HF,     // as Hugging Face reads config.json (rope_scaling "llama3" / "linear"; else plain)
+};
+
+const char* rope_mode_name(RopeMode m);
+RopeMode rope_mode_from_name(const std::string& name);  // throws kv::Error listing the names
+
+// The rotation frequencies theta'_d (d < n_rot/2) and the attention scale for a context width.
+struct RopeFrequencies {
+    std::vector<double> inv_freq;  // theta'_d
+    double attn_scale = 1.0;       // multiplies q.k
+    double yarn_s = 1.0;           // YaRN scale factor s (1 = no interpolation)
+};
+
+RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, RopeMode mode,
+                                 double yarn_alpha = 1.0, double yarn_beta = 32.0);
+
+// cos/sin tables (context_width, n_rot/2) f32 on `device`, angle = p * theta'_d.
+struct RopeTables {
+    Tensor cos, sin;
+    float attn_scale = 1.0f;
+    int64_t context_width = 0;
+    int n_rot = 0;
+    double yarn_s = 1.0;
+};
+
+RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, RopeMode mode, Device device);
+
+}  // namespace kv

@@ -1,0 +1,180 @@
+// Transformer forward pass (see transformer.h). Shapes: B batch, n tokens of this call,
+// E width, NH query heads, G KV heads, HS head size, I MLP width, V vocabulary.
+#include "transformer.h"
+
+#include "engine/core/error.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/ops/ops.h"
+
+namespace kv {
+
+namespace {
+
+const Tensor& need(const TensorMap& w, const std::string& name, const Shape& shape) {
+    auto it = w.find(name);
+    if (it == w.end()) throw Error(str("model weights: missing tensor '", name, "' (expected shape ", shape.str(), ")"));
+    if (it->second.shape() != shape)
+        throw Error(str("model weights: tensor '", name, "' has shape ", it->second.shape().str(), ", expected ", shape.str()));
+    if (!dtype_is_float(it->second.dtype())) throw Error(str("model weights: tensor '", name, "' is not a float tensor"));
+    return it->second;
+}
+
+Tensor convert(const Tensor& t, const ModelOptions& opt, const std::string& label) {
+    Tensor out = Tensor::empty(t.shape(), opt.dtype, {opt.device, MemCategory::WEIGHTS, label});
+    out.copy_from(t.device() == opt.device ? t : t.to(opt.device));
+    return out;
+}
+
+// Rows of several [r_i, E] matrices stacked into one [sum r_i, E] matrix.
+Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& opt, const std::string& label) {
+    int64_t rows = 0;
+    for (auto* p : parts) rows += p->size(0);
+    Shape s = parts[0]->shape();
+    s.d[0] = rows;
+    Tensor out = Tensor::empty(s, opt.dtype, {opt.device, MemCategory::WEIGHTS, label});
+    int64_t r = 0;
+    for (auto* p : parts) {
+        Tensor dst = out.slice(0, r, r + p->size(0));
+        dst.copy_from(p->device() == opt.device ? *p : p->to(opt.device));
+        r += p->size(0);
+    }
+    return out;
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& cfg, const TensorMap& w, const ModelOptions& opt) : cfg_(cfg), opt_(opt) {
+    cfg_.validate(cfg.name.empty() ? "model config" : cfg.name);
+    if (opt.dtype != DType::F32 && opt.dtype != DType::BF16 && opt.dtype != DType::F64)
+        throw Error("model dtype must be f32, bf16 or f64");
+    const int64_t E = cfg_.hidden_size, I = cfg_.intermediate_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), V = cfg_.vocab_size;
+    embed_ = convert(need(w, "model.embed_tokens.weight", {V, E}), opt, "model.embed_tokens.weight");
+    norm_ = convert(need(w, "model.norm.weight", {E}), opt, "model.norm.weight");
+    if (cfg_.tie_word_embeddings && !w.count("lm_head.weight")) lm_head_ = embed_;
+    else lm_head_ = convert(need(w, "lm_head.weight", {V, E}), opt, "lm_head.weight");
+    layers_.resize(size_t(cfg_.num_layers));
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        LayerWeights& L = layers_[size_t(l)];
+        L.attn_norm = convert(need(w, p + "input_layernorm.weight", {E}), opt, p + "input_layernorm.weight");
+        L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
+                             &need(w, p + "self_attn.v_proj.weight", {K, E})},
+                            opt, p + "self_attn.qkv");
+        if (cfg_.qkv_bias) {
+            Tensor bq = need(w, p + "self_attn.q_proj.bias", {Q}).unsqueeze(1);
+            Tensor bk = need(w, p + "self_attn.k_proj.bias", {K}).unsqueeze(1);
+            Tensor bv = need(w, p + "self_attn.v_proj.bias", {K}).unsqueeze(1);
+            L.bqkv = stack_rows({&bq, &bk, &bv}, opt, p + "self_attn.qkv.bias").reshape({Q + 2 * K});
+        }
+        if (cfg_.qk_norm) {
+            L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.q_norm.weight");
+            L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.k_norm.weight");
+        }
+        L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight");
+        if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias");
+        L.mlp_norm = convert(need(w, p + "post_attention_layernorm.weight", {E}), opt, p + "post_attention_layernorm.weight");
+        L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
+                                 p + "mlp.gate_up");
+        L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight");
+    }
+    set_context_width(cfg_.max_position_embeddings);
+}
+
+void Transformer::set_context_width(int64_t width) {
+    if (rope_.context_width == width && rope_.cos.defined()) return;
+    rope_ = build_rope_tables(cfg_, width, opt_.rope, opt_.device);
+}
+
+Tensor Transformer::embed(const Tensor& ids) const {
+    MemoryLabelScope label("embedding");
+    return ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
+}
+
+Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention) const {
+    const LayerWeights& L = layers_[size_t(l)];
+    const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
+                  HS = cfg_.head_dim, I = cfg_.intermediate_size;
+    const float eps = float(cfg_.rms_norm_eps);
+    if (input_pos + n > rope_.context_width)
+        throw Error(str("positions up to ", input_pos + n, " exceed the RoPE context width ", rope_.context_width),
+                    "set the context width (sequence length) before running the sequence");
+    const DType act = opt_.dtype;
+    const TensorOptions ao{opt_.device, MemCategory::ACTIVATIONS, {}};
+
+    // ---- attention ----
+    Tensor y;  // (B, n, NH, HS)
+    {
+        MemoryLabelScope label(str("layer ", l, " attention"));
+        Tensor h = ops::rmsnorm(x, L.attn_norm, eps);
+        Tensor qkv = ops::linear(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
+        if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
+        const int64_t W = (NH + 2 * G) * HS;
+        Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
+        Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
+        Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
+        if (L.q_norm.defined()) {
+            q = ops::rmsnorm(q, L.q_norm, eps);
+            k = ops::rmsnorm(k, L.k_norm, eps);
+        }
+        Tensor pos = position_range(input_pos, n, opt_.device);
+        Tensor qr = Tensor::empty({B, NH, n, HS}, act, ao);
+        Tensor kr = Tensor::empty({B, G, n, HS}, act, ao);
+        ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rope_.cos, rope_.sin, rope_.n_rot);
+        ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rope_.cos, rope_.sin, rope_.n_rot);
+        Tensor vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
+        y = Tensor::empty({B, n, NH, HS}, act, ao);
+        Tensor yv = y.permute({0, 2, 1, 3});
+        attention.attend(l, qr, kr, vv, input_pos, rope_.attn_scale, yv);
+    }
+    Tensor out;
+    {
+        MemoryLabelScope label(str("layer ", l, " attention output"));
+        Tensor o = ops::linear(y.reshape({B, n, NH * HS}), L.wo, act);
+        if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
+        out = ops::add(x, o);
+    }
+    // ---- MLP ----
+    {
+        MemoryLabelScope label(str("layer ", l, " mlp"));
+        Tensor h = ops::rmsnorm(out, L.mlp_norm, eps);
+        Tensor gu = ops::linear(h, L.w_gate_up, act);  // (B, n, 2I)
+        Tensor a = ops::swiglu(gu.slice(2, 0, I), gu.slice(2, I, 2 * I));
+        Tensor d = ops::linear(a, L.w_down, act);
+        ops::add_(out, out, d);
+    }
+    return out;
+}
+
+Tensor Transformer::final_norm(const Tensor& x) const {
+    MemoryLabelScope label("final norm");
+    return ops::rmsnorm(x, norm_, float(cfg_.rms_norm_eps));
+}
+
+Tensor Transformer::lm_head(const Tensor& h) const {
+    MemoryLabelScope label("lm_head");
+    return ops::linear(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
+}
+
+Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention* attention) const {
+    PlainAttention plain;
+    if (!attention) {
+        if (input_pos != 0) throw Error("forward without a cache must start at position 0");
+        attention = &plain;
+    }
+    Tensor x = embed(ids);
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) x = block(int(l), x, input_pos, *attention);
+    return lm_head(final_norm(x));
+}
+
+int64_t Transformer::parameter_count() const {
+    int64_t n = embed_.numel() + norm_.numel() + (lm_head_.storage() == embed_.storage() ? 0 : lm_head_.numel());
+    for (const auto& L : layers_) {
+        for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.mlp_norm, &L.w_gate_up, &L.w_down})
+            if (t->defined()) n += t->numel();
+    }
+    return n;
+}
+
+size_t Transformer::weight_bytes() const { return size_t(parameter_count()) * size_t(dtype_size(opt_.dtype)); }
+
+}  // namespace kv

@@ -1,0 +1,92 @@
+// The decoder-only transformer forward pass (Llama, Mistral, Qwen2/2.5, Qwen3): pre-norm
+// blocks with RMSNorm, fused q/k/v projection (+ bias), optional per-head q/k RMSNorm, RoPE or
+// YaRN, grouped-query attention through a LayerAttention, SwiGLU MLP, final norm, lm_head.
+// Weights arrive with Hugging Face names; f32 or bf16 storage (bf16: activations bf16,
+// accumulation f32). The driver calls embed / block / head so it can loop cell -> layer -> chunk.
+//
+// Index
+//   [SECTION] options and weights
+//   [SECTION] Transformer
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "attention.h"
+#include "model_config.h"
+#include "rope.h"
+
+namespace kv {
+
+// =========================================================================================
+// [SECTION] options and weights
+// =========================================================================================
+struct ModelOptions {
+    DType dtype = DType::F32;  // weight and activation storage: F32, BF16 (F64 for reference checks)
+    Device device{};
+    RopeMode rope = RopeMode::YARN;
+};
+
+// One layer's weights as the forward pass uses them (PyTorch Linear layout [out, in]).
+struct LayerWeights {
+    Tensor attn_norm;  // (E)
+    Tensor wqkv;       // ((NH + 2G) HS, E): q_proj, k_proj, v_proj stacked
+    Tensor bqkv;       // ((NH + 2G) HS) or undefined
+    Tensor q_norm;     // (HS) Qwen3, else undefined
+    Tensor k_norm;     // (HS)
+    Tensor wo;         // (E, NH HS)
+    Tensor bo;         // (E) or undefined
+    Tensor mlp_norm;   // (E)
+    Tensor w_gate_up;  // (2 I, E): gate_proj then up_proj
+    Tensor w_down;     // (E, I)
+};
+
+// =========================================================================================
+// [SECTION] Transformer
+// =========================================================================================
+class Transformer {
+   public:
+    // Takes weights with HF names (any float dtype; converted to opt.dtype on opt.device).
+    // Throws kv::Error naming missing or mis-shaped tensors.
+    Transformer(const ModelConfig& cfg, const TensorMap& weights, const ModelOptions& opt);
+
+    const ModelConfig& config() const { return cfg_; }
+    const ModelOptions& options() const { return opt_; }
+    DType act_dtype() const { return opt_.dtype; }
+
+    // The context width drives YaRN (scale s = width / training length). Keys are cached
+    // rotated, so the driver sets it once per sequence (e.g. to the sequence length).
+    void set_context_width(int64_t width);
+    int64_t context_width() const { return rope_.context_width; }
+    const RopeTables& rope() const { return rope_; }
+
+    // ids int32/int64 (B, T) -> x (B, T, E) in the activation dtype.
+    Tensor embed(const Tensor& ids) const;
+    // One block over n new tokens at positions input_pos.. ; x (B, n, E) -> (B, n, E).
+    Tensor block(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention) const;
+    // Final RMSNorm (B, n, E) -> (B, n, E).
+    Tensor final_norm(const Tensor& x) const;
+    // lm_head on normalised states -> logits f32 (B, n, V).
+    Tensor lm_head(const Tensor& h) const;
+    // Whole forward of ids at input_pos through every layer -> logits f32 (B, T, V).
+    // With attention = nullptr, PlainAttention (no cache; input_pos must be 0).
+    Tensor forward(const Tensor& ids, int64_t input_pos = 0, LayerAttention* attention = nullptr) const;
+
+    const LayerWeights& layer(int l) const { return layers_[size_t(l)]; }
+    const Tensor& embedding() const { return embed_; }
+    const Tensor& lm_head_weight() const { return lm_head_; }
+    const Tensor& final_norm_weight() const { return norm_; }
+    int64_t parameter_count() const;
+    size_t weight_bytes() const;
+
+   private:
+    ModelConfig cfg_;
+    ModelOptions opt_;
+    Tensor embed_;    // (V, E)
+    Tensor norm_;     // (E)
+    Tensor lm_head_;  // (V, E) (the embedding when tied)
+    std::vector<LayerWeights> layers_;
+    RopeTables rope_;
+};
+
+}  // namespace kv
