@@ -455,6 +455,65 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
     dispatch(c);
 }
 
+// ---- quantization ------------------------------------------------------------------------
+const char* quant_format_name(QuantFormat f) {
+    static const char* names[] = {"q8", "q4", "nf4", "q8_0", "q4_0"};
+    static_assert(sizeof(names) / sizeof(names[0]) == size_t(QuantFormat::COUNT), "format names out of date");
+    return size_t(f) < size_t(QuantFormat::COUNT) ? names[size_t(f)] : "?";
+}
+
+QuantFormat quant_format_from_name(const std::string& name) {
+    for (size_t i = 0; i < size_t(QuantFormat::COUNT); ++i)
+        if (name == quant_format_name(QuantFormat(i))) return QuantFormat(i);
+    throw Error(str("unknown quantization format '", name, "'; expected q8, q4, nf4, q8_0 or q4_0"));
+}
+
+namespace {
+void check_quant_row(const char* op, QuantFormat f, int64_t n) {
+    if (quant_row_ok(f, n)) return;
+    const int blk = quant_block_elems(f);
+    throw Error(str(op, ": a row of ", n, " values cannot be stored as ", quant_format_name(f), "; expected ",
+                    blk ? str("a multiple of ", blk) : std::string("an even number of values")));
+}
+}  // namespace
+
+void quantize_(Tensor& dst, const Tensor& x, QuantFormat f) {
+    const char* op = "quantize";
+    require_same_device(op, {&dst, &x});
+    require_float(op, x, "input");
+    check_quant_row(op, f, x.size(-1));
+    Shape s = x.shape();
+    s.d[s.ndim - 1] = quant_row_bytes(f, x.size(-1));
+    require(dst.dtype() == DType::U8 && dst.shape() == s && dst.stride(-1) == 1, op,
+            str("destination must be u8 ", s.str(), " with unit last stride, got ", dst.describe()));
+    OpCall c = make_call(OpKind::QUANTIZE, dst, {&x});
+    c.p.qformat = int(f);
+    dispatch(c);
+}
+
+Tensor quantize(const Tensor& x, QuantFormat f) {
+    check_quant_row("quantize", f, x.size(-1));
+    Shape s = x.shape();
+    s.d[s.ndim - 1] = quant_row_bytes(f, x.size(-1));
+    Tensor out = Tensor::empty(s, DType::U8, like(x));
+    quantize_(out, x, f);
+    return out;
+}
+
+void dequantize_(Tensor& out, const Tensor& q, QuantFormat f) {
+    const char* op = "dequantize";
+    require_same_device(op, {&out, &q});
+    require_float(op, out, "output");
+    check_quant_row(op, f, out.size(-1));
+    Shape s = out.shape();
+    s.d[s.ndim - 1] = quant_row_bytes(f, out.size(-1));
+    require(q.dtype() == DType::U8 && q.shape() == s && q.stride(-1) == 1, op,
+            str("input must be u8 ", s.str(), " with unit last stride, got ", q.describe()));
+    OpCall c = make_call(OpKind::DEQUANTIZE, out, {&q});
+    c.p.qformat = int(f);
+    dispatch(c);
+}
+
 // ---- reductions -------------------------------------------------------------------------
 namespace {
 Tensor reduce_last(OpKind kind, const char* op, const Tensor& x) {

@@ -6,6 +6,7 @@
 
 #include "engine/core/tensor.h"
 #include "kernels/common/op.h"
+#include "kernels/common/quant_formats.h"
 
 namespace kv::ops {
 
@@ -68,6 +69,15 @@ Tensor cast(const Tensor& x, DType dtype);
 // averaged over the heads of a group).
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
            int window = 0, Tensor* wsum = nullptr);
+
+// ---- quantization (formats in kernels/common/quant_formats.h) ---------------------------
+// Rows of x (..., n) -> bytes (..., quant_row_bytes(f, n)).
+Tensor quantize(const Tensor& x, QuantFormat f);
+void quantize_(Tensor& dst, const Tensor& x, QuantFormat f);
+// Bytes (..., row_bytes) -> values (..., n) in out's dtype.
+void dequantize_(Tensor& out, const Tensor& q, QuantFormat f);
+const char* quant_format_name(QuantFormat f);  // "q8", "q4", "nf4", "q8_0", "q4_0"
+QuantFormat quant_format_from_name(const std::string& name);  // throws kv::Error listing names
 
 // ---- reductions over the last dimension -------------------------------------------------
 // Results have the input's shape without its last dimension (f32, or f64 for f64 input).

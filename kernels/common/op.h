@@ -56,6 +56,9 @@ namespace kv {
 //          head h using KV group h / (NH / G). A query that sees no slot gets zeros.
 //          dst2 (optional, f32 (B, G, T)): attention-weight sums
 //          w[b,g,j] = (1/R) sum_{h in g} sum_i A[b,h,i,j]  (R = NH / G), so sum_j w = n.
+// QUANTIZE   dst u8 (..., quant_row_bytes(f, n)) = rows of src0 float (..., n) in format f
+// DEQUANTIZE dst float (..., n) = rows of src0 u8 (..., quant_row_bytes(f, n)) decoded
+//          (formats and layouts: kernels/common/quant_formats.h; f = p.qformat)
 // =========================================================================================
 enum class OpKind : uint8_t {
     MATMUL = 0,
@@ -75,13 +78,15 @@ enum class OpKind : uint8_t {
     MAX,
     NORM,
     SDPA,
+    QUANTIZE,
+    DEQUANTIZE,
     COUNT
 };
 
 inline const char* op_kind_name(OpKind k) {
     static const char* const names[] = {"matmul", "add",  "mul",       "scale",  "rmsnorm", "softmax",
                                         "silu",   "swiglu", "rope",    "embedding", "gather", "scatter",
-                                        "copy",   "sum",  "max",       "norm",   "sdpa"};
+                                        "copy",   "sum",  "max",       "norm",   "sdpa",    "quantize",  "dequantize"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::COUNT), "op name table out of date");
     return names[size_t(k)];
 }
@@ -97,6 +102,7 @@ struct OpParams {
     int axis = 0;                // GATHER, SCATTER
     int n_rot = 0;               // ROPE: rotated channels (0 = all)
     int window = 0;              // SDPA: sliding window in positions (0 = none)
+    int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat
 };
 
 constexpr int KV_MAX_SRC = 6;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cpu_common.h"
+#include "kernels/common/quant_formats.h"
 
 namespace kv {
 
@@ -55,6 +56,14 @@ class CpuBackend final : public KernelBackend {
                 return c.nsrc == 5 && c.dst.ndim == 4 && is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype) &&
                        is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 && c.src[4].dtype == DType::I32 &&
                        (c.dst2.data == nullptr || is_compute_float(c.dst2.dtype));
+            case OpKind::QUANTIZE:
+                return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && c.dst.dtype == DType::U8 &&
+                       c.p.qformat < int(QuantFormat::COUNT) && quant_row_ok(QuantFormat(c.p.qformat), c.src[0].last()) &&
+                       c.dst.last() == quant_row_bytes(QuantFormat(c.p.qformat), c.src[0].last()) && cpu::last_stride(c.dst) == 1;
+            case OpKind::DEQUANTIZE:
+                return c.nsrc == 1 && is_compute_float(c.dst.dtype) && c.src[0].dtype == DType::U8 &&
+                       c.p.qformat < int(QuantFormat::COUNT) && quant_row_ok(QuantFormat(c.p.qformat), c.dst.last()) &&
+                       c.src[0].last() == quant_row_bytes(QuantFormat(c.p.qformat), c.dst.last()) && cpu::last_stride(c.src[0]) == 1;
             default:
                 return false;
         }
@@ -79,6 +88,8 @@ class CpuBackend final : public KernelBackend {
             case OpKind::MAX:
             case OpKind::NORM: cpu::reduce_forward(ctx, c); break;
             case OpKind::SDPA: cpu::sdpa_forward(ctx, c); break;
+            case OpKind::QUANTIZE: cpu::quantize_forward(ctx, c); break;
+            case OpKind::DEQUANTIZE: cpu::dequantize_forward(ctx, c); break;
             default: throw KernelError(std::string("cpu backend: op ") + op_kind_name(c.op) + " is not implemented");
         }
     }

@@ -65,6 +65,12 @@ class CudaBackend final : public KernelBackend {
             case OpKind::SDPA:
                 return c.nsrc == 5 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
                        c.src[4].dtype == DType::I32;
+            case OpKind::QUANTIZE:
+                return c.nsrc == 1 && c.dst.dtype == DType::U8 && c.src[0].ne[c.src[0].ndim - 1] <= 4096 &&
+                       c.dst.nb[c.dst.ndim - 1] == 1;
+            case OpKind::DEQUANTIZE:
+                return c.nsrc == 1 && c.src[0].dtype == DType::U8 && c.dst.ne[c.dst.ndim - 1] <= 4096 &&
+                       c.src[0].nb[c.src[0].ndim - 1] == 1;
             default: return false;
         }
     }
@@ -89,6 +95,8 @@ class CudaBackend final : public KernelBackend {
             case OpKind::MAX:
             case OpKind::NORM: reduce_forward(ctx, c); break;
             case OpKind::SDPA: sdpa_forward(ctx, c); break;
+            case OpKind::QUANTIZE: quantize_forward(ctx, c); break;
+            case OpKind::DEQUANTIZE: dequantize_forward(ctx, c); break;
             default: throw KernelError(std::string("cuda backend: op ") + op_kind_name(c.op) + " is not implemented");
         }
     }

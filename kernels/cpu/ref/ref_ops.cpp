@@ -1,10 +1,13 @@
 // Naive f64 reference for every op (see ref_ops.h for the contract).
 #include "ref_ops.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
+
+#include "kernels/common/quant_formats.h"  // the QuantFormat enum only
 
 namespace kv::ref {
 
@@ -266,6 +269,164 @@ void sdpa(const OpCall& c) {
                 for (int64_t j = 0; j < T; ++j) set(c.dst2, Index{b, g, j}, w[size_t((b * G + g) * T + j)]);
 }
 
+// Quantization written independently of kernels/common/quant_formats.h: nearbyint (the FPU's
+// round-half-even) instead of hand-made rounding, argmin over the NF4 levels instead of
+// midpoint thresholds, explicit per-nibble packing. Arithmetic is f32 as the formats define.
+const float kNf4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                        -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                        0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                        0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+
+void ref_quantize_row(int fmt, const std::vector<float>& x, std::vector<uint8_t>& out) {
+    const size_t n = x.size();
+    auto put32 = [&](size_t at, uint32_t v) {
+        for (int b = 0; b < 4; ++b) out[at + size_t(b)] = uint8_t(v >> (8 * b));
+    };
+    auto put16 = [&](size_t at, float v) {
+        uint16_t h = f32_to_f16(v);
+        out[at] = uint8_t(h & 0xff);
+        out[at + 1] = uint8_t(h >> 8);
+    };
+    if (fmt == int(QuantFormat::Q8) || fmt == int(QuantFormat::Q4)) {
+        const int bits = fmt == int(QuantFormat::Q8) ? 8 : 4;
+        const float qmax = float((1 << bits) - 1);
+        const float lo = *std::min_element(x.begin(), x.end()), hi = *std::max_element(x.begin(), x.end());
+        const float scale = std::max((hi - lo) / qmax, 1.1920928955078125e-07f);
+        const int32_t zp = int32_t(-std::nearbyint(lo / scale));
+        const float inv = 1.0f / scale;
+        std::vector<int> q(n);
+        for (size_t i = 0; i < n; ++i) q[i] = int(std::clamp(std::nearbyint(x[i] * inv) + float(zp), 0.0f, qmax));
+        const size_t payload = bits == 8 ? n : n / 2;
+        out.assign(payload + 8, 0);
+        for (size_t i = 0; i < n; ++i) {
+            if (bits == 8) out[i] = uint8_t(q[i]);
+            else if (i < n / 2) out[i] = uint8_t(out[i] + q[i] * 16);
+            else out[i - n / 2] = uint8_t(out[i - n / 2] + q[i]);
+        }
+        uint32_t sb;
+        std::memcpy(&sb, &scale, 4);
+        put32(payload, sb);
+        put32(payload + 4, uint32_t(zp));
+    } else if (fmt == int(QuantFormat::NF4)) {
+        out.assign(n / 64 * 36, 0);
+        for (size_t b = 0; b < n / 64; ++b) {
+            float amax = 0;
+            for (size_t i = 0; i < 64; ++i) amax = std::max(amax, std::fabs(x[b * 64 + i]));
+            const float inv = amax > 0 ? 1.0f / amax : 0.0f;
+            for (size_t i = 0; i < 64; ++i) {
+                const float v = x[b * 64 + i] * inv;
+                int best = 0;
+                for (int k = 1; k < 16; ++k)
+                    if (std::fabs(kNf4[k] - v) < std::fabs(kNf4[best] - v)) best = k;
+                out[b * 36 + i / 2] = uint8_t(out[b * 36 + i / 2] + (i % 2 == 0 ? best * 16 : best));
+            }
+            uint32_t ab;
+            std::memcpy(&ab, &amax, 4);
+            put32(b * 36 + 32, ab);
+        }
+    } else if (fmt == int(QuantFormat::Q8_0)) {
+        out.assign(n / 32 * 34, 0);
+        for (size_t b = 0; b < n / 32; ++b) {
+            float amax = 0;
+            for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+            const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+            put16(b * 34, d);
+            for (size_t i = 0; i < 32; ++i) out[b * 34 + 2 + i] = uint8_t(int8_t(std::round(x[b * 32 + i] * id)));
+        }
+    } else if (fmt == int(QuantFormat::Q4_0)) {
+        out.assign(n / 32 * 18, 0);
+        for (size_t b = 0; b < n / 32; ++b) {
+            float m = 0;
+            for (size_t i = 0; i < 32; ++i)
+                if (std::fabs(x[b * 32 + i]) > std::fabs(m)) m = x[b * 32 + i];
+            const float d = m / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+            put16(b * 18, d);
+            for (size_t j = 0; j < 16; ++j) {
+                const int q0 = std::min(15, int(std::trunc(x[b * 32 + j] * id + 8.5f)));
+                const int q1 = std::min(15, int(std::trunc(x[b * 32 + j + 16] * id + 8.5f)));
+                out[b * 18 + 2 + j] = uint8_t(q0 + 16 * q1);
+            }
+        }
+    }
+}
+
+void ref_dequantize_row(int fmt, const uint8_t* in, size_t n, std::vector<float>& y) {
+    y.assign(n, 0.0f);
+    auto get32 = [&](size_t at) { return uint32_t(in[at]) | uint32_t(in[at + 1]) << 8 | uint32_t(in[at + 2]) << 16 | uint32_t(in[at + 3]) << 24; };
+    auto getf = [&](size_t at) {
+        uint32_t u = get32(at);
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    };
+    if (fmt == int(QuantFormat::Q8) || fmt == int(QuantFormat::Q4)) {
+        const size_t payload = fmt == int(QuantFormat::Q8) ? n : n / 2;
+        const float scale = getf(payload);
+        const int32_t zp = int32_t(get32(payload + 4));
+        for (size_t i = 0; i < n; ++i) {
+            int q = fmt == int(QuantFormat::Q8) ? in[i] : (i < n / 2 ? in[i] / 16 : in[i - n / 2] % 16);
+            y[i] = float(q - zp) * scale;
+        }
+    } else if (fmt == int(QuantFormat::NF4)) {
+        for (size_t b = 0; b < n / 64; ++b) {
+            const float amax = getf(b * 36 + 32);
+            for (size_t i = 0; i < 64; ++i) {
+                const uint8_t byte = in[b * 36 + i / 2];
+                y[b * 64 + i] = kNf4[i % 2 == 0 ? byte / 16 : byte % 16] * amax;
+            }
+        }
+    } else if (fmt == int(QuantFormat::Q8_0)) {
+        for (size_t b = 0; b < n / 32; ++b) {
+            const float d = f16_to_f32(uint16_t(in[b * 34] | in[b * 34 + 1] << 8));
+            for (size_t i = 0; i < 32; ++i) y[b * 32 + i] = d * float(int8_t(in[b * 34 + 2 + i]));
+        }
+    } else if (fmt == int(QuantFormat::Q4_0)) {
+        for (size_t b = 0; b < n / 32; ++b) {
+            const float d = f16_to_f32(uint16_t(in[b * 18] | in[b * 18 + 1] << 8));
+            for (size_t j = 0; j < 16; ++j) {
+                y[b * 32 + j] = float(in[b * 18 + 2 + j] % 16 - 8) * d;
+                y[b * 32 + j + 16] = float(in[b * 18 + 2 + j] / 16 - 8) * d;
+            }
+        }
+    }
+}
+
+void quantize(const OpCall& c) {
+    const TensorView& x = c.src[0];
+    const size_t n = size_t(x.ne[x.ndim - 1]);
+    for_each_row(x, [&](Index idx) {
+        std::vector<float> row(n);
+        for (size_t i = 0; i < n; ++i) {
+            idx.back() = int64_t(i);
+            row[i] = float(get(x, idx));
+        }
+        std::vector<uint8_t> bytes;
+        ref_quantize_row(c.p.qformat, row, bytes);
+        for (size_t i = 0; i < bytes.size(); ++i) {
+            idx.back() = int64_t(i);
+            set(c.dst, idx, double(bytes[i]));
+        }
+    });
+}
+
+void dequantize(const OpCall& c) {
+    const TensorView& q = c.src[0];
+    const size_t n = size_t(c.dst.ne[c.dst.ndim - 1]), nb = size_t(q.ne[q.ndim - 1]);
+    for_each_row(q, [&](Index idx) {
+        std::vector<uint8_t> bytes(nb);
+        for (size_t i = 0; i < nb; ++i) {
+            idx.back() = int64_t(i);
+            bytes[i] = uint8_t(get(q, idx));
+        }
+        std::vector<float> y;
+        ref_dequantize_row(c.p.qformat, bytes.data(), n, y);
+        for (size_t i = 0; i < n; ++i) {
+            idx.back() = int64_t(i);
+            set(c.dst, idx, double(y[i]));
+        }
+    });
+}
+
 }  // namespace
 
 void compute(const OpCall& c) {
@@ -287,6 +448,8 @@ void compute(const OpCall& c) {
         case OpKind::MAX:
         case OpKind::NORM: reduce(c); break;
         case OpKind::SDPA: sdpa(c); break;
+        case OpKind::QUANTIZE: quantize(c); break;
+        case OpKind::DEQUANTIZE: dequantize(c); break;
         default: throw KernelError(std::string("reference: op ") + op_kind_name(c.op) + " has no reference");
     }
 }

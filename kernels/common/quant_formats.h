@@ -1,0 +1,289 @@
+// KV-buffer quantization formats: one definition of every block's layout and arithmetic,
+// compiled for the CPU kernels, the CUDA kernels and the tests alike. A "row" is one token's
+// vector (one head's D values, or all heads' G*D when blocks span heads), stored as bytes.
+//
+//   Q8    keys_values torch-quantized8: per-row asymmetric min-max, 8 bits, RNE rounding,
+//         scale floored at FLT_EPSILON, int32 zero point NOT clamped. Row: D bytes, f32 scale,
+//         i32 zero point.                                          bits/elem = 8 + 64/D
+//   Q4    same with 4 bits; byte i = element i (high nibble) | element i + D/2 (low nibble).
+//         Row: D/2 bytes, f32 scale, i32 zero point.               bits/elem = 4 + 64/D
+//   NF4   bitsandbytes NF4: blocks of 64, f32 absmax, 16 fixed levels, nearest level (ties to
+//         the lower level), even element in the high nibble. Block: 32 bytes + f32 absmax.
+//                                                                  bits/elem = 4.5
+//   Q8_0  llama.cpp: blocks of 32, f16 d = amax/127, int8 q = round-half-away(x/d).
+//         Block: f16 d + 32 int8.                                  bits/elem = 8.5
+//   Q4_0  llama.cpp: blocks of 32, f16 d = m / -8 (m = value of largest magnitude),
+//         q = min(15, trunc(x/d + 8.5)); byte j = q[j] (low nibble) | q[j+16] (high nibble).
+//         Block: f16 d + 16 bytes.                                 bits/elem = 4.5
+#pragma once
+
+#include <cstdint>
+
+#include "dtype.h"
+#include "hd.h"
+
+namespace kv {
+
+enum class QuantFormat : uint8_t { Q8 = 0, Q4, NF4, Q8_0, Q4_0, COUNT };
+
+// ---- traits ------------------------------------------------------------------------------
+// Elements per block (0: the whole row is one block).
+KV_HD int quant_block_elems(QuantFormat f) {
+    switch (f) {
+        case QuantFormat::NF4: return 64;
+        case QuantFormat::Q8_0:
+        case QuantFormat::Q4_0: return 32;
+        default: return 0;
+    }
+}
+
+// Whether a row of n elements can be stored in format f.
+KV_HD bool quant_row_ok(QuantFormat f, int64_t n) {
+    if (n <= 0) return false;
+    switch (f) {
+        case QuantFormat::Q8: return true;
+        case QuantFormat::Q4: return n % 2 == 0;
+        default: return n % quant_block_elems(f) == 0;
+    }
+}
+
+// Bytes of one stored row of n elements (scales and zero points included).
+KV_HD int64_t quant_row_bytes(QuantFormat f, int64_t n) {
+    switch (f) {
+        case QuantFormat::Q8: return n + 8;
+        case QuantFormat::Q4: return n / 2 + 8;
+        case QuantFormat::NF4: return n / 64 * (32 + 4);
+        case QuantFormat::Q8_0: return n / 32 * (2 + 32);
+        case QuantFormat::Q4_0: return n / 32 * (2 + 16);
+        default: return 0;
+    }
+}
+
+// ---- unaligned scalar access (rows are byte arrays) ---------------------------------------
+KV_HD void put_u32(uint8_t* p, uint32_t v) {
+    p[0] = uint8_t(v);
+    p[1] = uint8_t(v >> 8);
+    p[2] = uint8_t(v >> 16);
+    p[3] = uint8_t(v >> 24);
+}
+KV_HD uint32_t get_u32(const uint8_t* p) {
+    return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+KV_HD void put_f32(uint8_t* p, float v) { put_u32(p, f32_bits(v)); }
+KV_HD float get_f32(const uint8_t* p) { return bits_f32(get_u32(p)); }
+KV_HD void put_f16(uint8_t* p, float v) {
+    uint16_t h = f32_to_f16(v);
+    p[0] = uint8_t(h);
+    p[1] = uint8_t(h >> 8);
+}
+KV_HD float get_f16(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
+
+// Round half to even without depending on the FPU rounding mode: n = nearest integer, ties
+// go to the even neighbour (valid for |x| < 2^23).
+KV_HD float round_half_even(float x) {
+    if (x != x) return 0.0f;                                // NaN: never convert it to an integer
+    if (x >= 8388608.0f || x <= -8388608.0f) return x;      // already integral (and no int overflow)
+    float r = float(int64_t(x >= 0.0f ? x + 0.5f : x - 0.5f));  // round half away from zero
+    float diff = r - x;
+    if (diff == 0.5f || diff == -0.5f) {  // a tie: pick the even one
+        int64_t ri = int64_t(r);
+        if (ri % 2 != 0) r -= (diff > 0.0f ? 1.0f : -1.0f);
+    }
+    return r;
+}
+
+// ---- Q8 / Q4 (keys_values torch-quantized) -----------------------------------------------
+constexpr float kFltEpsilon = 1.1920928955078125e-07f;
+
+KV_HD void quantize_row_minmax(const float* x, int64_t n, int bits, uint8_t* out) {
+    const int qmax = (1 << bits) - 1;
+    float lo = x[0], hi = x[0];
+    for (int64_t i = 1; i < n; ++i) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    float scale = (hi - lo) / float(qmax);
+    scale = scale > kFltEpsilon ? scale : kFltEpsilon;
+    float zpf = 0.0f - round_half_even(lo / scale);
+    zpf = zpf > 2147483520.0f ? 2147483520.0f : (zpf < -2147483520.0f ? -2147483520.0f : zpf);  // int32 range
+    const int32_t zp = int32_t(zpf);
+    const float inv = 1.0f / scale;
+    const int64_t payload = bits == 8 ? n : n / 2;
+    for (int64_t i = 0; i < payload; ++i) out[i] = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        // clamp in float before converting, so huge or NaN inputs stay defined
+        float qf = round_half_even(x[i] * inv) + float(zp);
+        qf = qf < 0.0f ? 0.0f : (qf > float(qmax) ? float(qmax) : qf);
+        const int q = int(qf);
+        if (bits == 8) {
+            out[i] = uint8_t(q);
+        } else if (i < n / 2) {
+            out[i] |= uint8_t(q << 4);
+        } else {
+            out[i - n / 2] |= uint8_t(q);
+        }
+    }
+    put_f32(out + payload, scale);
+    put_u32(out + payload + 4, uint32_t(zp));
+}
+
+KV_HD void dequantize_row_minmax(const uint8_t* in, int64_t n, int bits, float* y) {
+    const int64_t payload = bits == 8 ? n : n / 2;
+    const float scale = get_f32(in + payload);
+    const int32_t zp = int32_t(get_u32(in + payload + 4));
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t q;
+        if (bits == 8) q = in[i];
+        else q = i < n / 2 ? (in[i] >> 4) : (in[i - n / 2] & 0x0f);
+        y[i] = float(q - zp) * scale;
+    }
+}
+
+// ---- NF4 (bitsandbytes) ------------------------------------------------------------------
+KV_HD float nf4_level(int q) {
+    // The 16 NF4 levels (quantiles of N(0,1) normalised to [-1, 1]; 7 negative, 0, 8 positive).
+    switch (q) {
+        case 0: return -1.0f;
+        case 1: return -0.6961928009986877f;
+        case 2: return -0.5250730514526367f;
+        case 3: return -0.39491748809814453f;
+        case 4: return -0.28444138169288635f;
+        case 5: return -0.18477343022823334f;
+        case 6: return -0.09105003625154495f;
+        case 7: return 0.0f;
+        case 8: return 0.07958029955625534f;
+        case 9: return 0.16093020141124725f;
+        case 10: return 0.24611230194568634f;
+        case 11: return 0.33791524171829224f;
+        case 12: return 0.44070982933044434f;
+        case 13: return 0.5626170039176941f;
+        case 14: return 0.7229568362236023f;
+        default: return 1.0f;
+    }
+}
+
+// Nearest level by midpoint thresholds; a value exactly on a midpoint takes the lower level.
+KV_HD int nf4_index(float v) {
+    int q = 0;
+    for (int k = 1; k < 16; ++k) {
+        const float mid = 0.5f * (nf4_level(k - 1) + nf4_level(k));
+        q += v > mid ? 1 : 0;
+    }
+    return q;
+}
+
+// One block of n (even, <= 64) elements: n/2 packed bytes then the f32 absmax.
+KV_HD void quantize_block_nf4(const float* x, int64_t n, uint8_t* out) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    const float inv = amax > 0.0f ? 1.0f / amax : 0.0f;
+    for (int64_t i = 0; i < n; i += 2) out[i / 2] = uint8_t((nf4_index(x[i] * inv) << 4) | nf4_index(x[i + 1] * inv));
+    put_f32(out + n / 2, amax);
+}
+
+KV_HD void dequantize_block_nf4(const uint8_t* in, int64_t n, float* y) {
+    const float amax = get_f32(in + n / 2);
+    for (int64_t i = 0; i < n; i += 2) {
+        y[i] = nf4_level(in[i / 2] >> 4) * amax;
+        y[i + 1] = nf4_level(in[i / 2] & 0x0f) * amax;
+    }
+}
+
+// ---- Q8_0 / Q4_0 (llama.cpp) -------------------------------------------------------------
+KV_HD float round_half_away(float x) {
+    if (x != x) return 0.0f;
+    if (x >= 8388608.0f || x <= -8388608.0f) return x;
+    return float(int64_t(x >= 0.0f ? x + 0.5f : x - 0.5f));
+}
+
+KV_HD void quantize_block_q8_0(const float* x, uint8_t* out) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(out, d);
+    for (int i = 0; i < 32; ++i) {
+        float q = round_half_away(x[i] * id);  // |q| <= 127 by construction (NaN -> 0)
+        q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+        out[2 + i] = uint8_t(int8_t(q));
+    }
+}
+
+KV_HD void dequantize_block_q8_0(const uint8_t* in, float* y) {
+    const float d = get_f16(in);
+    for (int i = 0; i < 32; ++i) y[i] = d * float(int8_t(in[2 + i]));
+}
+
+KV_HD void quantize_block_q4_0(const float* x, uint8_t* out) {
+    float amax = 0.0f, m = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        if (a > amax) {
+            amax = a;
+            m = x[i];
+        }
+    }
+    const float d = m / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(out, d);
+    for (int j = 0; j < 16; ++j) {
+        // trunc(x/d + 8.5) lies in [0.5, 16.5) by construction; clamp first so NaN stays defined
+        float f0 = x[j] * id + 8.5f, f1 = x[j + 16] * id + 8.5f;
+        f0 = f0 >= 0.0f ? (f0 < 15.0f ? f0 : 15.0f) : 0.0f;
+        f1 = f1 >= 0.0f ? (f1 < 15.0f ? f1 : 15.0f) : 0.0f;
+        const int q0 = int(f0), q1 = int(f1);
+        out[2 + j] = uint8_t(q0 | (q1 << 4));
+    }
+}
+
+KV_HD void dequantize_block_q4_0(const uint8_t* in, float* y) {
+    const float d = get_f16(in);
+    for (int j = 0; j < 16; ++j) {
+        y[j] = float(int(in[2 + j] & 0x0f) - 8) * d;
+        y[j + 16] = float(int(in[2 + j] >> 4) - 8) * d;
+    }
+}
+
+// ---- rows ---------------------------------------------------------------------------------
+// Quantize one row of n elements (quant_row_ok(f, n) must hold) into quant_row_bytes(f, n) bytes.
+KV_HD void quantize_row(QuantFormat f, const float* x, int64_t n, uint8_t* out) {
+    switch (f) {
+        case QuantFormat::Q8: quantize_row_minmax(x, n, 8, out); break;
+        case QuantFormat::Q4: quantize_row_minmax(x, n, 4, out); break;
+        case QuantFormat::NF4:
+            for (int64_t b = 0; b < n / 64; ++b) quantize_block_nf4(x + b * 64, 64, out + b * 36);
+            break;
+        case QuantFormat::Q8_0:
+            for (int64_t b = 0; b < n / 32; ++b) quantize_block_q8_0(x + b * 32, out + b * 34);
+            break;
+        case QuantFormat::Q4_0:
+            for (int64_t b = 0; b < n / 32; ++b) quantize_block_q4_0(x + b * 32, out + b * 18);
+            break;
+        default: break;
+    }
+}
+
+KV_HD void dequantize_row(QuantFormat f, const uint8_t* in, int64_t n, float* y) {
+    switch (f) {
+        case QuantFormat::Q8: dequantize_row_minmax(in, n, 8, y); break;
+        case QuantFormat::Q4: dequantize_row_minmax(in, n, 4, y); break;
+        case QuantFormat::NF4:
+            for (int64_t b = 0; b < n / 64; ++b) dequantize_block_nf4(in + b * 36, 64, y + b * 64);
+            break;
+        case QuantFormat::Q8_0:
+            for (int64_t b = 0; b < n / 32; ++b) dequantize_block_q8_0(in + b * 34, y + b * 32);
+            break;
+        case QuantFormat::Q4_0:
+            for (int64_t b = 0; b < n / 32; ++b) dequantize_block_q4_0(in + b * 18, y + b * 32);
+            break;
+        default: break;
+    }
+}
+
+}  // namespace kv
