@@ -1,0 +1,95 @@
+// KVCache construction and per-layer dispatch (see kv_cache.h).
+#include "kv_cache.h"
+
+#include <algorithm>
+
+#include "buffer_common.h"
+#include "engine/core/error.h"
+
+namespace kv {
+
+KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device device, DType act_dtype, int64_t seq_length,
+                 const TextCodec* text)
+    : cfg_(cfg) {
+    validate_kv_config(cfg_, model.num_layers, model.head_dim, model.num_kv_heads);
+    int64_t max_L = 0;
+    std::vector<int64_t> Ls;
+    for (int64_t l = 0; l < model.num_layers; ++l) {
+        const int64_t L = cfg_.length_for_layer(l, seq_length);
+        if (L < 1) throw Error("--kv_cache.cache_length is 0 and no sequence length is known; give a cache length");
+        Ls.push_back(L);
+        max_L = std::max(max_L, L);
+    }
+    shared_ = make_buffer_shared(cfg_, max_L, model.num_kv_heads, model.head_dim, device, act_dtype);
+    for (int64_t l = 0; l < model.num_layers; ++l) {
+        BufferParams bp{l, Ls[size_t(l)], model.num_kv_heads, model.head_dim, device, act_dtype};
+        layers_.push_back(std::make_unique<LayerCache>(int(l), make_policy(cfg_, bp.L, bp.G, text), make_buffer(cfg_, bp, shared_)));
+    }
+}
+
+KVCache::~KVCache() {
+    // Buffers detach from the shared state before it goes away.
+    layers_.clear();
+}
+
+void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+    if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
+    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, y);
+}
+
+int64_t KVCache::min_cache_length() const {
+    int64_t m = INT64_MAX;
+    for (const auto& l : layers_) m = std::min(m, l->policy().cache_length());
+    return m;
+}
+
+int64_t KVCache::max_forward_length() const {
+    int64_t m = INT64_MAX;
+    for (const auto& l : layers_) m = std::min(m, l->policy().max_forward_length());
+    return m;
+}
+
+void KVCache::set_replay_logging(bool on) {
+    for (auto& l : layers_) l->set_replay_logging(on);
+}
+
+void KVCache::set_step_hook(const LayerStepHook& hook) {
+    for (auto& l : layers_) l->set_step_hook(hook);
+}
+
+void KVCache::set_chunk_tokens(const Tensor& ids) {
+    std::vector<int64_t> v = ids.to_i64_vector();
+    chunk_ids_.assign(v.begin(), v.end());
+    chunk_n_ = ids.size(-1);
+    for (auto& l : layers_) l->set_chunk_tokens(&chunk_ids_, chunk_n_);
+}
+
+void KVCache::reset() {
+    for (auto& l : layers_) l->reset();
+}
+
+void KVCache::flush() {
+    for (auto& l : layers_) l->buffer().flush();
+}
+
+void KVCache::release_buffers() {
+    for (auto& l : layers_) l->buffer().release();
+    shared_->Kw = Tensor();
+    shared_->Vw = Tensor();
+    shared_->owner = nullptr;
+    shared_->resident = nullptr;
+}
+
+size_t KVCache::buffer_bytes() const {
+    size_t n = working_bytes();
+    for (const auto& l : layers_) n += l->buffer().bytes();
+    return n;
+}
+
+size_t KVCache::working_bytes() const {
+    return (shared_->Kw.defined() ? shared_->Kw.nbytes() : 0) + (shared_->Vw.defined() ? shared_->Vw.nbytes() : 0);
+}
+
+double KVCache::bits_per_element() const { return layers_.empty() ? 0.0 : layers_[0]->buffer().bits_per_element(); }
+
+}  // namespace kv

@@ -1,0 +1,61 @@
+// The model-level KV cache: one LayerCache per layer built from "{policy}-{buffer}", the
+// shared working buffer of quantized layers, replay logs and size accounting. It is the
+// LayerAttention the transformer calls, so the model never knows which policy runs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/attention.h"
+#include "engine/model/model_config.h"
+#include "layer_cache.h"
+
+namespace kv {
+
+struct BufferShared;
+
+class KVCache final : public LayerAttention {
+   public:
+    // seq_length sizes dense caches whose cache_length is 0 (= the whole sequence).
+    KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device device, DType act_dtype, int64_t seq_length = 0,
+            const TextCodec* text = nullptr);
+    ~KVCache() override;
+
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override;
+
+    const std::string& name() const { return cfg_.name; }
+    const KVCacheConfig& config() const { return cfg_; }
+    int num_layers() const { return int(layers_.size()); }
+    LayerCache& layer(int l) { return *layers_[size_t(l)]; }
+    const LayerCache& layer(int l) const { return *layers_[size_t(l)]; }
+
+    // Smallest cache length over layers, and the largest chunk every layer accepts next.
+    int64_t min_cache_length() const;
+    int64_t max_forward_length() const;
+
+    void set_replay_logging(bool on);
+    void set_step_hook(const LayerStepHook& hook);
+    // The token ids of the chunk about to run (B, n), for policies that read the prompt.
+    void set_chunk_tokens(const Tensor& ids);
+    // Make the next call of every layer a prefill (new sequence).
+    void reset();
+    // Persist dirty working rows and offloaded layers (end of a pass).
+    void flush();
+    // Free every layer's storage (the next prefill allocates again).
+    void release_buffers();
+
+    // Exact bytes of all K/V storage (+ the shared working buffer), and bits per element.
+    size_t buffer_bytes() const;
+    size_t working_bytes() const;
+    double bits_per_element() const;
+
+   private:
+    KVCacheConfig cfg_;
+    std::shared_ptr<BufferShared> shared_;
+    std::vector<std::unique_ptr<LayerCache>> layers_;
+    std::vector<int32_t> chunk_ids_;
+    int64_t chunk_n_ = 0;
+};
+
+}  // namespace kv

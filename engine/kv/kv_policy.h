@@ -1,0 +1,118 @@
+// The interface every cache policy implements (one policy per file: policy_<name>.cpp).
+// A policy owns slot metadata only — token positions and scores — never K/V storage.
+// Each chunk is a transaction: prepare() plans where the n new tokens go (and which old
+// tokens move, for the grace ring) without mutating anything; apply() commits the plan;
+// update() consumes the attention-weight sums of the chunk (score-based policies).
+//
+// Index
+//   [SECTION] plans
+//   [SECTION] policy interface (planning / state / telemetry hooks)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv_config.h"
+
+namespace kv {
+
+// =========================================================================================
+// [SECTION] plans
+// =========================================================================================
+// Where one chunk of n new tokens (positions input_pos .. input_pos + n - 1) goes.
+struct SlotPlan {
+    int64_t input_pos = 0;  // P: tokens already seen
+    int64_t n = 0;          // tokens in this chunk
+    int64_t rows = 1;       // 1 when every (b, g) uses the same slots, else B * G
+    // targets[r * n + t]: slot receiving new token t in row r
+    std::vector<int32_t> targets;
+    // Grace ring (score policies, full cache): before the new tokens are written, the old
+    // content of slot move_from[r * m + i] moves to move_to[r * m + i] (m = moves per row).
+    int64_t moves = 0;
+    std::vector<int32_t> move_from, move_to;
+    int64_t length_after = 0;  // T after the write
+
+    bool contiguous_range(int64_t* start) const;  // targets == [s, s+n) for every row
+};
+
+// What the buffer computed about the new tokens, for policies whose scores need it
+// (h2o-vlen: value norms; knorm: key norms; qh2o: quantization errors). Row-major (B, G, n).
+struct InsertFeatures {
+    std::vector<float> value_norm;
+    std::vector<float> key_norm;
+    std::vector<float> quant_error;  // |k - deq(q(k))| + |v - deq(q(v))|
+};
+
+// =========================================================================================
+// [SECTION] policy interface
+// =========================================================================================
+class KVPolicy {
+   public:
+    virtual ~KVPolicy() = default;
+
+    // ---- identity and needs -----------------------------------------------------------
+    virtual const char* name() const = 0;
+    virtual bool needs_attention_weights() const { return false; }
+    // Queries of a chunk whose weights the policy wants: 0 = all (snapkv: the last window).
+    virtual int64_t weights_query_window() const { return 0; }
+    virtual bool needs_value_norm() const { return false; }
+    virtual bool needs_key_norm() const { return false; }
+    virtual bool needs_quant_error() const { return false; }
+
+    // ---- planning ----------------------------------------------------------------------
+    // The token ids of the coming chunk (B, n) row-major, before prefill()/prepare(); only
+    // policies that read the text (smart-lastrec) care.
+    virtual void observe_tokens(const std::vector<int32_t>& ids, int64_t n) { (void)ids, (void)n; }
+    // Start a new sequence with batch size B.
+    virtual void reset(int64_t batch) = 0;
+    // Longest chunk the next call may have (after prefill).
+    virtual int64_t max_forward_length() const = 0;
+    // The first call of a sequence: n <= L tokens into slots [0, n).
+    virtual void prefill(int64_t n, const InsertFeatures& f) = 0;
+    // Plan the next chunk; throws kv::Error when n is not allowed. Never mutates.
+    virtual SlotPlan prepare(int64_t n) const = 0;
+    // Commit a plan produced by prepare() (or replayed from a log).
+    virtual void apply(const SlotPlan& plan, const InsertFeatures& f) = 0;
+    // Attention-weight sums of the chunk just attended: w (B, G, T) row-major, n queries.
+    virtual void update(const std::vector<float>& w, int64_t n) { (void)w, (void)n; }
+
+    // ---- state -------------------------------------------------------------------------
+    int64_t cache_length() const { return L_; }
+    int64_t batch() const { return B_; }
+    int64_t groups() const { return G_; }
+    int64_t current_length() const { return T_; }
+    int64_t input_pos() const { return P_; }
+    // Token position of each slot: (B, G, L) when per_row_positions(), else (L); -1 = empty.
+    virtual bool per_row_positions() const = 0;
+    virtual const std::vector<int32_t>& token_positions() const = 0;
+
+    // ---- telemetry hooks ----------------------------------------------------------------
+    // Current eviction scores per slot (B, G, L) (lower = evicted first); empty if none.
+    virtual std::vector<float> slot_scores() const { return {}; }
+
+   protected:
+    KVPolicy(int64_t L, int64_t groups) : L_(L), G_(groups) {}
+    int64_t L_;
+    int64_t G_;
+    int64_t B_ = 0;
+    int64_t T_ = 0;
+    int64_t P_ = 0;
+};
+
+// Text access for policies that look at the prompt (smart-lastrec): decode ids (skipping
+// special tokens) and encode text (no special tokens added).
+struct TextCodec {
+    std::function<std::string(const std::vector<int32_t>&)> decode;
+    std::function<std::vector<int32_t>(const std::string&)> encode;
+};
+
+// Build the policy named by cfg.policy() for a layer with cache length L and G KV heads.
+std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t groups, const TextCodec* text = nullptr);
+
+// "The chunk straddles the point where the cache becomes full" and similar: one message.
+[[noreturn]] void throw_chunk_error(const char* policy, int64_t n, int64_t allowed, int64_t T, int64_t L, const char* why);
+
+}  // namespace kv

@@ -1,0 +1,66 @@
+// One layer's cache: a policy (which slots) plus a buffer (where K/V live). attend() runs one
+// chunk: prefill (attention on the raw new k/v) or plan -> write -> attention over the whole
+// buffer masked by token position -> policy update with the weight sums when needed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kv_buffer.h"
+#include "kv_policy.h"
+#include "replay_log.h"
+
+namespace kv {
+
+// Per-step telemetry: called after each chunk of a layer (plan, policy state, weights).
+struct LayerStep {
+    int layer = 0;
+    int64_t chunk = 0;                 // chunk index within the sequence (0 = prefill)
+    const SlotPlan* plan = nullptr;
+    const KVPolicy* policy = nullptr;
+    const std::vector<float>* weights = nullptr;  // (B, G, T) or null
+};
+using LayerStepHook = std::function<void(const LayerStep&)>;
+
+class LayerCache {
+   public:
+    LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer);
+
+    void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y);
+    // A new sequence: input position 0 (storage stays allocated).
+    void reset();
+
+    KVPolicy& policy() { return *policy_; }
+    const KVPolicy& policy() const { return *policy_; }
+    KVBuffer& buffer() { return *buffer_; }
+    const KVBuffer& buffer() const { return *buffer_; }
+    ReplayLog& replay_log() { return log_; }
+    int64_t input_pos() const { return policy_->input_pos(); }
+    int64_t chunks() const { return chunk_; }
+
+    void set_replay_logging(bool on) { logging_ = on; }
+    void set_step_hook(LayerStepHook h) { hook_ = std::move(h); }
+    void set_chunk_tokens(const std::vector<int32_t>* ids, int64_t n) { ids_ = ids, ids_n_ = n; }
+    // Replay mode: plans come from this log instead of the policy (gradient replay).
+    void set_replay_source(const std::vector<SlotPlan>* plans) { replay_ = plans; }
+
+    // The (B|1, G|1, T) int32 positions tensor of the current state (for attention).
+    Tensor positions_tensor(Device device) const;
+
+   private:
+    InsertFeatures features(const Tensor& k, const Tensor& v) const;
+
+    int layer_;
+    std::unique_ptr<KVPolicy> policy_;
+    std::unique_ptr<KVBuffer> buffer_;
+    ReplayLog log_;
+    bool logging_ = false;
+    LayerStepHook hook_;
+    const std::vector<int32_t>* ids_ = nullptr;
+    int64_t ids_n_ = 0;
+    const std::vector<SlotPlan>* replay_ = nullptr;
+    int64_t chunk_ = 0;
+};
+
+}  // namespace kv
