@@ -4,6 +4,7 @@
 #include "engine/io/json_strict.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "engine/core/error.h"
@@ -91,6 +92,10 @@ class StrictBuilder {
 }  // namespace
 
 json parse_json_strict(const char* begin, const char* end, const std::string& source, const std::string& what) {
+    // nlohmann's lexer takes a NUL byte for the end of input, so "{}\0garbage" would pass.
+    // JSON never contains a raw NUL (inside strings it must be escaped).
+    if (const void* nul = std::memchr(begin, 0, size_t(end - begin)))
+        throw Error(str(source, ": ", what, " is not valid JSON: NUL byte at offset ", static_cast<const char*>(nul) - begin));
     json root;
     StrictBuilder b(root);
     bool ok = false;

@@ -45,7 +45,7 @@ std::string short_dump(const json& v) {
     return s.size() > 80 ? s.substr(0, 80) + "..." : s;
 }
 
-// Non-negative JSON integer as u64, or nullopt-style failure through `ok`.
+// A non-negative JSON integer as u64; false for anything else (negative, float, non-number).
 bool json_u64(const json& v, uint64_t& out) {
     if (v.is_number_unsigned()) {
         out = v.get<uint64_t>();

@@ -2,7 +2,7 @@
 // layer under the memory-mapped loader. It builds no tensors, maps nothing and opens no files,
 // so the fuzz target can call it on arbitrary bytes (links only error.cpp, json_strict.cpp,
 // safetensors_dtype.cpp and nlohmann-json).
-//
+
 // Format (huggingface/safetensors): u64 little-endian N; N bytes of UTF-8 JSON object starting
 // with '{' (trailing spaces allowed); then the data section. Entries
 //   "name": {"dtype": "BF16", "shape": [..], "data_offsets": [BEGIN, END]}

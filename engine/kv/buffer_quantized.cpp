@@ -34,7 +34,7 @@ constexpr double kMaxTrackedFraction = 0.2;   // keys_values MAX_SLOTS_TRACKED_F
 class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
    public:
     QuantizedBuffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat f, std::shared_ptr<BufferShared> sh)
-        : p_(p), f_(f), sh_(std::move(sh)), max_ranges_(cfg.max_num_ranges) {
+        : p_(p), f_(f), sh_(std::move(sh)), max_ranges_(int(cfg.max_num_ranges)) {
         // Blocks span all heads of a token when one head is too small (keys_values: D < 16)
         // or does not fit the format's block size.
         over_heads_ = !(p.D >= 16 && quant_row_ok(f, p.D));

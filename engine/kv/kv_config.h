@@ -35,7 +35,7 @@ struct KVCacheConfig {
     bool range_is_prefix = true;       // smart-lastrec
 
     // buffers
-    int max_num_ranges = 4;            // quantized buffers: dirty ranges re-quantized per write-back
+    int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back
     int64_t paged_block_size = 0;      // > 0: paged storage with blocks of this many slots
     bool cpu_offload = false;          // park each layer's buffers in host memory between uses
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer

@@ -1,0 +1,418 @@
+// The option table (see run_config.h). Each entry binds a dotted name to a field with its
+// parser, bounds and help text.
+#include "run_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cmath>
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "engine/core/error.h"
+
+namespace kv {
+
+namespace {
+
+using Json = nlohmann::json;
+
+int64_t parse_int(const std::string& name, const std::string& v, int64_t lo, int64_t hi) {
+    char* end = nullptr;
+    errno = 0;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno == ERANGE)
+        throw Error(str("--", name, ": '", v, "' is not an integer; expected a whole number in [", lo, ", ", hi, "]"));
+    if (x < lo || x > hi) throw Error(str("--", name, ": ", x, " is out of range; expected a whole number in [", lo, ", ", hi, "]"));
+    return x;
+}
+
+double parse_float(const std::string& name, const std::string& v, double lo, double hi) {
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !std::isfinite(x))
+        throw Error(str("--", name, ": '", v, "' is not a number; expected a value in [", lo, ", ", hi, "]"));
+    if (x < lo || x > hi) throw Error(str("--", name, ": ", x, " is out of range; expected a value in [", lo, ", ", hi, "]"));
+    return x;
+}
+
+bool parse_bool(const std::string& name, const std::string& v) {
+    if (v == "true" || v == "1" || v == "True" || v == "yes") return true;
+    if (v == "false" || v == "0" || v == "False" || v == "no") return false;
+    throw Error(str("--", name, ": '", v, "' is not a boolean; expected true or false"));
+}
+
+std::string fmt_double(double x) {
+    std::ostringstream os;
+    os.precision(10);
+    os << x;
+    return os.str();
+}
+
+std::vector<std::string> split_list(const std::string& v) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : v) {
+        if (c == ',') {
+            if (!cur.empty()) out.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    if (!cur.empty()) out.push_back(cur);
+    return out;
+}
+
+std::string join_list(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+}
+
+template <class Acc>
+OptionDef int_opt(std::string name, std::string group, std::string help, int64_t lo, int64_t hi, Acc acc) {
+    OptionDef d{name, OptionType::INT, std::move(group), std::move(help), {}, {}, {}};
+    d.set = [name, lo, hi, acc](RunConfig& c, const std::string& v) { acc(c) = parse_int(name, v, lo, hi); };
+    d.get = [acc](const RunConfig& c) { return std::to_string(acc(const_cast<RunConfig&>(c))); };
+    return d;
+}
+
+template <class Acc>
+OptionDef uint_opt(std::string name, std::string group, std::string help, Acc acc) {
+    OptionDef d{name, OptionType::INT, std::move(group), std::move(help), {}, {}, {}};
+    d.set = [name, acc](RunConfig& c, const std::string& v) { acc(c) = uint64_t(parse_int(name, v, 0, INT64_MAX)); };
+    d.get = [acc](const RunConfig& c) { return std::to_string(acc(const_cast<RunConfig&>(c))); };
+    return d;
+}
+
+template <class Acc>
+OptionDef float_opt(std::string name, std::string group, std::string help, double lo, double hi, Acc acc) {
+    OptionDef d{name, OptionType::FLOAT, std::move(group), std::move(help), {}, {}, {}};
+    d.set = [name, lo, hi, acc](RunConfig& c, const std::string& v) { acc(c) = parse_float(name, v, lo, hi); };
+    d.get = [acc](const RunConfig& c) { return fmt_double(acc(const_cast<RunConfig&>(c))); };
+    return d;
+}
+
+template <class Acc>
+OptionDef bool_opt(std::string name, std::string group, std::string help, Acc acc) {
+    OptionDef d{name, OptionType::BOOL, std::move(group), std::move(help), {"false", "true"}, {}, {}};
+    d.set = [name, acc](RunConfig& c, const std::string& v) { acc(c) = parse_bool(name, v); };
+    d.get = [acc](const RunConfig& c) { return std::string(acc(const_cast<RunConfig&>(c)) ? "true" : "false"); };
+    return d;
+}
+
+template <class Acc>
+OptionDef str_opt(std::string name, std::string group, std::string help, std::vector<std::string> choices, Acc acc) {
+    OptionDef d{name, OptionType::STRING, std::move(group), std::move(help), choices, {}, {}};
+    d.set = [name, choices, acc](RunConfig& c, const std::string& v) {
+        if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
+            throw Error(str("--", name, ": '", v, "' is not allowed; expected one of: ", join_list(choices)));
+        acc(c) = v;
+    };
+    d.get = [acc](const RunConfig& c) { return acc(const_cast<RunConfig&>(c)); };
+    return d;
+}
+
+template <class Acc>
+OptionDef list_opt(std::string name, std::string group, std::string help, Acc acc) {
+    OptionDef d{name, OptionType::LIST, std::move(group), std::move(help), {}, {}, {}};
+    d.set = [acc](RunConfig& c, const std::string& v) { acc(c) = split_list(v); };
+    d.get = [acc](const RunConfig& c) { return join_list(acc(const_cast<RunConfig&>(c))); };
+    return d;
+}
+
+std::vector<OptionDef> build_options() {
+    const int64_t BIG = int64_t(1) << 40;
+    std::vector<std::string> caches;
+    for (const auto& p : kv_policy_names())
+        for (const auto& b : kv_buffer_names()) caches.push_back(p + "-" + b);
+    std::vector<OptionDef> o;
+    // ---- model
+    o.push_back(str_opt("mode", "mode", "what the run does", run_modes(), [](RunConfig& c) -> std::string& { return c.mode; }));
+    o.push_back(str_opt("model", "model", "preset name (tiny, small, qwen2.5-0.5b, ...), model folder or .gguf file", {},
+                        [](RunConfig& c) -> std::string& { return c.model; }));
+    o.push_back(str_opt("name", "model", "run name shown in the session", {}, [](RunConfig& c) -> std::string& { return c.name; }));
+    o.push_back(str_opt("precision", "model", "weight and activation storage", {"f32", "bf16"},
+                        [](RunConfig& c) -> std::string& { return c.dtype; }));
+    o.push_back(str_opt("rope", "model", "position encoding: yarn (keys_values default), plain, or hf (config.json's rope_scaling)",
+                        {"yarn", "plain", "hf"}, [](RunConfig& c) -> std::string& { return c.rope; }));
+    o.push_back(uint_opt("model_seed", "model", "seed of the preset models' random weights",
+                         [](RunConfig& c) -> uint64_t& { return c.model_seed; }));
+    // ---- data
+    o.push_back(str_opt("data", "data", "data source", {"passkey", "recall", "needle", "text", "longbench", "helmet"},
+                        [](RunConfig& c) -> std::string& { return c.data.name; }));
+    o.push_back(int_opt("data.seq_length", "data", "tokens per sample / text window", 8, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.data.seq_length; }));
+    o.push_back(int_opt("data.num_samples", "data", "samples (or text windows) to evaluate", 1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.data.num_samples; }));
+    o.push_back(uint_opt("data.seed", "data", "seed of the synthetic tasks and splits", [](RunConfig& c) -> uint64_t& { return c.data.seed; }));
+    {
+        OptionDef d{"data.depths", OptionType::LIST, "data", "needle: insertion depths in [0, 1], comma-separated", {}, {}, {}};
+        d.set = [](RunConfig& c, const std::string& v) {
+            c.data.depths.clear();
+            for (const auto& s : split_list(v)) c.data.depths.push_back(parse_float("data.depths", s, 0.0, 1.0));
+        };
+        d.get = [](const RunConfig& c) {
+            std::vector<std::string> s;
+            for (double x : c.data.depths) s.push_back(fmt_double(x));
+            return join_list(s);
+        };
+        o.push_back(d);
+    }
+    o.push_back(int_opt("data.num_keys", "data", "recall: key-value pairs in the context", 2, 100000,
+                        [](RunConfig& c) -> int64_t& { return c.data.num_keys; }));
+    o.push_back(list_opt("data.files", "data", "text: files to read, comma-separated",
+                         [](RunConfig& c) -> std::vector<std::string>& { return c.data.files; }));
+    o.push_back(str_opt("data.path", "data", "longbench / helmet: the dataset JSON file", {},
+                        [](RunConfig& c) -> std::string& { return c.data.path; }));
+    o.push_back(str_opt("data.dataset_key", "data", "helmet: task (nq, trec_coarse, ...)", {},
+                        [](RunConfig& c) -> std::string& { return c.data.dataset_key; }));
+    o.push_back(int_opt("data.max_seq_length", "data", "longbench / helmet: keep records up to this many tokens", 1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.data.max_seq_length; }));
+    o.push_back(float_opt("data.val_split_fraction", "data", "fraction of the training data held out for validation", 0.0, 0.9,
+                          [](RunConfig& c) -> double& { return c.data.val_split_fraction; }));
+    o.push_back(str_opt("data.metadata_dir", "data", "where token-length metadata is cached", {},
+                        [](RunConfig& c) -> std::string& { return c.data.metadata_dir; }));
+    // ---- cache
+    o.push_back(str_opt("kv_cache.name", "cache", "{policy}-{buffer}, e.g. h2o-q8, lastrec-default", caches,
+                        [](RunConfig& c) -> std::string& { return c.kv_cache.name; }));
+    o.push_back(int_opt("kv_cache.cache_length", "cache", "slots per layer (0: the whole sequence, dense only)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.cache_length; }));
+    o.push_back(int_opt("kv_cache.chunk_size", "cache", "tokens per chunk after the prefill", 1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.driver.chunk_size; }));
+    o.push_back(bool_opt("kv_cache.randomize_chunk_sizes", "cache", "draw chunk sizes around chunk_size (up to 1.5x)",
+                         [](RunConfig& c) -> bool& { return c.driver.randomize_chunk_sizes; }));
+    o.push_back(int_opt("kv_cache.grace_period", "cache", "most recent tokens that can never be evicted", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.grace_period; }));
+    o.push_back(float_opt("kv_cache.keep_initial_fraction", "cache", "first chunk after a full prefill keeps this fraction", 0.0,
+                          0.999, [](RunConfig& c) -> double& { return c.kv_cache.keep_initial_fraction; }));
+    o.push_back(int_opt("kv_cache.max_chunk_size", "cache", "top-k eviction size (0: the chunk size)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.max_chunk_size; }));
+    o.push_back(bool_opt("kv_cache.normalize_scores", "cache", "divide H2O scores by token age",
+                         [](RunConfig& c) -> bool& { return c.kv_cache.normalize_scores; }));
+    o.push_back(float_opt("kv_cache.combination_constant", "cache", "qh2o: weight of the H2O score against the quantization error",
+                          0.0, 1.0, [](RunConfig& c) -> double& { return c.kv_cache.combination_constant; }));
+    o.push_back(int_opt("kv_cache.init_grace_tokens", "cache", "lastrec: protected first tokens (-1: min(16, L/8))", -1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.init_grace_tokens; }));
+    o.push_back(int_opt("kv_cache.sinks", "cache", "streaming: attention sinks", 0, BIG, [](RunConfig& c) -> int64_t& { return c.kv_cache.sinks; }));
+    o.push_back(int_opt("kv_cache.snapkv_window", "cache", "snapkv: voting queries at the end of each chunk", 1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.snapkv_window; }));
+    o.push_back(int_opt("kv_cache.snapkv_kernel", "cache", "snapkv: pooling width (odd)", 1, 1001,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.snapkv_kernel; }));
+    o.push_back(str_opt("kv_cache.end_initial_regex", "cache", "smart-lastrec: regex ending the protected prompt prefix", {},
+                        [](RunConfig& c) -> std::string& { return c.kv_cache.end_initial_regex; }));
+    o.push_back(float_opt("kv_cache.max_initial_fraction", "cache", "smart-lastrec: largest protected fraction of L", 0.001, 0.999,
+                          [](RunConfig& c) -> double& { return c.kv_cache.max_initial_fraction; }));
+    o.push_back(int_opt("kv_cache.max_num_ranges", "cache", "quantized buffers: dirty ranges re-quantized per write-back", 1, 1024,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.max_num_ranges; }));
+    o.push_back(int_opt("kv_cache.paged_block_size", "cache", "paged storage block size in slots (0: not paged)", 0, 1 << 20,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
+    o.push_back(bool_opt("kv_cache.cpu_offload", "cache", "park each layer's buffers in host memory between uses",
+                         [](RunConfig& c) -> bool& { return c.kv_cache.cpu_offload; }));
+    // ---- gradient
+    o.push_back(int_opt("grad.layers_per_cell", "gradient", "layers per row of cells", 1, 4096,
+                        [](RunConfig& c) -> int64_t& { return c.grad.layers_per_cell; }));
+    o.push_back(float_opt("grad.chunks_per_cell_multiplier", "gradient", "cell length in units of 2 G D L / E", 0.1, 1000.0,
+                          [](RunConfig& c) -> double& { return c.grad.chunks_per_cell_multiplier; }));
+    o.push_back(str_opt("grad.layercp_qname", "gradient", "layer-input checkpoint storage", {"default", "q8", "q4"},
+                        [](RunConfig& c) -> std::string& { return c.grad.layercp_qname; }));
+    o.push_back(str_opt("grad.cachecp_qname", "gradient", "KV checkpoint storage (empty: as layercp_qname)", {"", "default", "q8", "q4"},
+                        [](RunConfig& c) -> std::string& { return c.grad.cachecp_qname; }));
+    o.push_back(bool_opt("grad.single_tokens_for_targets", "gradient", "feed target tokens one by one",
+                         [](RunConfig& c) -> bool& { return c.grad.single_tokens_for_targets; }));
+    // ---- training
+    o.push_back(str_opt("head_model", "training", "loss head",
+                        {"next_token_prediction", "seq_classification_on_logits", "seq_classification"},
+                        [](RunConfig& c) -> std::string& { return c.train.head_model; }));
+    o.push_back(str_opt("optimizer", "training", "optimizer", {"AdamW", "Adam", "Adamax", "SGD", "RMSprop", "Adadelta"},
+                        [](RunConfig& c) -> std::string& { return c.train.optimizer; }));
+    o.push_back(float_opt("train.lr", "training", "peak learning rate", 0.0, 10.0, [](RunConfig& c) -> double& { return c.train.lr; }));
+    o.push_back(float_opt("train.weight_decay", "training", "weight decay", 0.0, 10.0,
+                          [](RunConfig& c) -> double& { return c.train.weight_decay; }));
+    o.push_back(float_opt("train.momentum", "training", "SGD/RMSprop momentum", 0.0, 1.0, [](RunConfig& c) -> double& { return c.train.momentum; }));
+    o.push_back(float_opt("train.dampening", "training", "SGD dampening", 0.0, 1.0, [](RunConfig& c) -> double& { return c.train.dampening; }));
+    o.push_back(float_opt("train.adam_beta1", "training", "Adam beta1", 0.0, 0.99999, [](RunConfig& c) -> double& { return c.train.adam_beta1; }));
+    o.push_back(float_opt("train.adam_beta2", "training", "Adam beta2", 0.0, 0.9999999, [](RunConfig& c) -> double& { return c.train.adam_beta2; }));
+    o.push_back(float_opt("train.eps", "training", "optimizer epsilon", 0.0, 1.0, [](RunConfig& c) -> double& { return c.train.eps; }));
+    o.push_back(float_opt("train.rmsprop_alpha", "training", "RMSprop smoothing", 0.0, 1.0,
+                          [](RunConfig& c) -> double& { return c.train.rmsprop_alpha; }));
+    o.push_back(float_opt("train.adadelta_rho", "training", "Adadelta rho", 0.0, 1.0, [](RunConfig& c) -> double& { return c.train.adadelta_rho; }));
+    o.push_back(float_opt("train.lr_warmup_fraction", "training", "warm-up steps as a fraction of all steps", 0.0, 1.0,
+                          [](RunConfig& c) -> double& { return c.train.lr_warmup_fraction; }));
+    o.push_back(int_opt("train.lr_warmup_steps", "training", "warm-up steps (-1: use the fraction)", -1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.train.lr_warmup_steps; }));
+    o.push_back(float_opt("train.max_grad_norm", "training", "gradient clipping (0: off)", 0.0, 1e9,
+                          [](RunConfig& c) -> double& { return c.train.max_grad_norm; }));
+    o.push_back(int_opt("train.micro_batch_size", "training", "sequences per forward/backward", 1, 4096,
+                        [](RunConfig& c) -> int64_t& { return c.train.micro_batch_size; }));
+    o.push_back(int_opt("train.global_batch_size", "training", "sequences per optimizer step", 1, 1 << 20,
+                        [](RunConfig& c) -> int64_t& { return c.train.global_batch_size; }));
+    o.push_back(int_opt("train.epochs", "training", "passes over the training data", 1, 100000,
+                        [](RunConfig& c) -> int64_t& { return c.train.epochs; }));
+    o.push_back(int_opt("train.max_steps", "training", "optimizer steps (0: from epochs)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.train.max_steps; }));
+    o.push_back(int_opt("train.save_interval", "training", "steps between checkpoints (0: only at the end)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.train.save_interval; }));
+    o.push_back(int_opt("train.eval_interval", "training", "steps between validations (0: only at the end)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.train.eval_interval; }));
+    o.push_back(str_opt("out_dir", "training", "where checkpoints and training state go", {},
+                        [](RunConfig& c) -> std::string& { return c.train.out_dir; }));
+    o.push_back(str_opt("resume", "training", "resume from this saved training state", {},
+                        [](RunConfig& c) -> std::string& { return c.train.resume; }));
+    o.push_back(bool_opt("train.average_loss_per_batch", "training", "normalise the loss per row before averaging",
+                         [](RunConfig& c) -> bool& { return c.train.average_loss_per_batch; }));
+    o.push_back(int_opt("lora.r", "training", "LoRA rank", 1, 4096, [](RunConfig& c) -> int64_t& { return c.train.lora_r; }));
+    o.push_back(float_opt("lora.alpha", "training", "LoRA alpha (scale alpha / r)", 0.0, 1e6,
+                          [](RunConfig& c) -> double& { return c.train.lora_alpha; }));
+    o.push_back(float_opt("lora.dropout", "training", "LoRA dropout", 0.0, 0.99, [](RunConfig& c) -> double& { return c.train.lora_dropout; }));
+    o.push_back(str_opt("lora.targets", "training", "LoRA targets: any of q,k,v,proj,mlp,head", {},
+                        [](RunConfig& c) -> std::string& { return c.train.lora_targets; }));
+    o.push_back(bool_opt("lora.qlora", "training", "QLoRA: NF4-quantized frozen base weights",
+                         [](RunConfig& c) -> bool& { return c.train.qlora; }));
+    // ---- generation
+    o.push_back(str_opt("prompt", "generation", "prompt text", {}, [](RunConfig& c) -> std::string& { return c.generate.prompt; }));
+    o.push_back(int_opt("max_new_tokens", "generation", "tokens to generate", 1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.generate.max_new_tokens; }));
+    o.push_back(float_opt("temperature", "generation", "sampling temperature (0: greedy)", 0.0, 100.0,
+                          [](RunConfig& c) -> double& { return c.generate.temperature; }));
+    o.push_back(int_opt("top_k", "generation", "keep the k most likely tokens (0: off)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.generate.top_k; }));
+    o.push_back(float_opt("top_p", "generation", "nucleus sampling mass (1: off)", 0.0, 1.0,
+                          [](RunConfig& c) -> double& { return c.generate.top_p; }));
+    o.push_back(int_opt("beam_width", "generation", "beam search width (1: off)", 1, 64,
+                        [](RunConfig& c) -> int64_t& { return c.generate.beam_width; }));
+    o.push_back(float_opt("length_penalty", "generation", "beam search length penalty exponent", 0.0, 10.0,
+                          [](RunConfig& c) -> double& { return c.generate.length_penalty; }));
+    o.push_back(uint_opt("seed", "generation", "sampling seed", [](RunConfig& c) -> uint64_t& { return c.generate.seed; }));
+    o.push_back(list_opt("stop", "generation", "stop strings, comma-separated",
+                         [](RunConfig& c) -> std::vector<std::string>& { return c.generate.stop; }));
+    o.push_back(bool_opt("chat", "generation", "wrap the prompt in the model's chat template",
+                         [](RunConfig& c) -> bool& { return c.generate.chat; }));
+    // ---- telemetry
+    o.push_back(bool_opt("telemetry.enabled", "telemetry", "record spans, memory and cache events",
+                         [](RunConfig& c) -> bool& { return c.telemetry.enabled; }));
+    o.push_back(int_opt("telemetry.score_interval", "telemetry", "chunks between full score snapshots (0: automatic)", 0, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.telemetry.score_interval; }));
+    o.push_back(bool_opt("telemetry.cupti", "telemetry", "record GPU kernels and memory with CUPTI (when a GPU is present)",
+                         [](RunConfig& c) -> bool& { return c.telemetry.cupti; }));
+    return o;
+}
+
+}  // namespace
+
+const std::vector<std::string>& run_modes() {
+    static const std::vector<std::string> m = {"eval_long", "infer", "generate", "finetune_long_lora", "finetune_long_full",
+                                               "finetune_offload_lora", "finetune_offload_full"};
+    return m;
+}
+
+const std::vector<OptionDef>& run_options() {
+    static const std::vector<OptionDef> opts = build_options();
+    return opts;
+}
+
+const OptionDef* find_run_option(const std::string& name) {
+    for (const auto& o : run_options())
+        if (o.name == name) return &o;
+    return nullptr;
+}
+
+void set_run_option(RunConfig& cfg, const std::string& name, const std::string& value) {
+    const OptionDef* o = find_run_option(name);
+    if (!o) throw Error(str("unknown option --", name));
+    o->set(cfg, value);
+}
+
+std::string run_config_to_json(const RunConfig& cfg, bool pretty) {
+    Json j = Json::object();
+    for (const auto& o : run_options()) {
+        Json* node = &j;
+        std::string key = o.name;
+        for (size_t dot; (dot = key.find('.')) != std::string::npos;) {
+            node = &(*node)[key.substr(0, dot)];
+            key = key.substr(dot + 1);
+        }
+        const std::string v = o.get(cfg);
+        switch (o.type) {
+            case OptionType::INT: (*node)[key] = std::stoll(v); break;
+            case OptionType::FLOAT: (*node)[key] = std::stod(v); break;
+            case OptionType::BOOL: (*node)[key] = v == "true"; break;
+            default: (*node)[key] = v; break;
+        }
+    }
+    return pretty ? j.dump(2) : j.dump();
+}
+
+RunConfig run_config_from_json(const std::string& text, const std::string& source) {
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const std::exception& e) {
+        throw Error(str(source, ": not valid JSON (", e.what(), ")"));
+    }
+    if (!j.is_object()) throw Error(str(source, ": expected a JSON object of run options"));
+    RunConfig cfg;
+    // Walk nested objects to dotted names; unknown names are errors (typos must not pass).
+    std::function<void(const Json&, const std::string&)> walk = [&](const Json& node, const std::string& prefix) {
+        for (auto it = node.begin(); it != node.end(); ++it) {
+            const std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+            if (it->is_object() && !find_run_option(name)) {
+                walk(*it, name);
+                continue;
+            }
+            const OptionDef* o = find_run_option(name);
+            if (!o) throw Error(str(source, ": unknown option '", name, "'"));
+            std::string v;
+            if (it->is_string()) v = it->get<std::string>();
+            else if (it->is_boolean()) v = it->get<bool>() ? "true" : "false";
+            else if (it->is_number_integer()) v = std::to_string(it->get<int64_t>());
+            else if (it->is_number()) v = fmt_double(it->get<double>());
+            else if (it->is_array()) {
+                std::vector<std::string> parts;
+                for (const auto& e : *it) parts.push_back(e.is_string() ? e.get<std::string>() : e.dump());
+                v = join_list(parts);
+            } else {
+                throw Error(str(source, ": option '", name, "' has an unsupported JSON type"));
+            }
+            try {
+                o->set(cfg, v);
+            } catch (const Error& e) {
+                throw Error(str(source, ": ", e.what()));
+            }
+        }
+    };
+    walk(j, "");
+    return cfg;
+}
+
+std::vector<std::string> run_config_problems(const RunConfig& c) {
+    std::vector<std::string> p;
+    const std::string policy = c.kv_cache.policy();
+    const int64_t L = c.kv_cache.cache_length;
+    if (policy != "dense" && L == 0) p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
+    if (L > 0 && c.driver.chunk_size > L)
+        p.push_back(str("--kv_cache.chunk_size: ", c.driver.chunk_size, " is larger than the cache length ", L,
+                        "; expected at most cache_length"));
+    if (L > 0 && policy != "dense" && c.driver.chunk_size + c.kv_cache.grace_period > L)
+        p.push_back(str("--kv_cache.chunk_size: ", c.driver.chunk_size, " plus grace_period ", c.kv_cache.grace_period,
+                        " exceeds the cache length ", L));
+    if (L > 0 && c.kv_cache.grace_period >= L)
+        p.push_back(str("--kv_cache.grace_period: ", c.kv_cache.grace_period, " must be smaller than the cache length ", L));
+    if ((c.data.name == "longbench" || c.data.name == "helmet") && c.data.path.empty())
+        p.push_back(str("--data.path is required for --data ", c.data.name, " (the dataset JSON file)"));
+    if (c.data.name == "text" && c.data.files.empty()) p.push_back("--data.files is required for --data text");
+    if (c.mode == "generate" && c.generate.prompt.empty()) p.push_back("--prompt is required for generate");
+    if (c.train.global_batch_size % c.train.micro_batch_size != 0)
+        p.push_back(str("--train.global_batch_size: ", c.train.global_batch_size, " is not a multiple of the micro batch size ",
+                        c.train.micro_batch_size));
+    return p;
+}
+
+void validate_run_config(const RunConfig& cfg) {
+    auto p = run_config_problems(cfg);
+    if (!p.empty()) throw Error(p.front());
+}
+
+}  // namespace kv

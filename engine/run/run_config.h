@@ -1,0 +1,141 @@
+// A run's full configuration: every option of every mode, with keys_values' dotted names
+// (kv_cache.name, grad.layers_per_cell, train.micro_batch_size, ...). One option table drives
+// the CLI flags, the JSON stored with each run (which re-runs the same run), the GUI's run
+// form (defaults, tooltips, choices) and validation messages, so they can never disagree.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_config.h"
+
+namespace kv {
+
+struct DataConfig {
+    std::string name = "passkey";   // passkey | recall | needle | text | longbench | helmet
+    int64_t seq_length = 2048;      // tokens per sample (synthetic tasks, text windows)
+    int64_t num_samples = 4;        // samples (or text windows) to evaluate
+    uint64_t seed = 1234;
+    std::vector<double> depths;     // needle: insertion depths in [0, 1] (empty: 0.5)
+    int64_t num_keys = 16;          // recall: key-value pairs in the context
+    std::vector<std::string> files; // text: input files
+    std::string path;               // longbench / helmet: JSON file
+    std::string dataset_key;        // helmet task name
+    int64_t max_seq_length = 100000;  // longbench / helmet: keep records up to this length
+    double val_split_fraction = 0.1;
+    std::string metadata_dir;       // longbench / helmet metadata cache (default: next to the file)
+};
+
+struct DriverConfig {
+    int64_t chunk_size = 16;        // keys_values default (scripts use 1024)
+    bool randomize_chunk_sizes = false;
+    int64_t micro_batch_size = 1;
+};
+
+struct GradConfig {
+    int64_t layers_per_cell = 1;
+    double chunks_per_cell_multiplier = 1.0;
+    std::string layercp_qname = "default";  // layer-input checkpoints: default | q8 | q4
+    std::string cachecp_qname = "";         // KV checkpoints ("" = layercp_qname)
+    bool single_tokens_for_targets = false;
+};
+
+struct TrainConfig {
+    std::string head_model = "next_token_prediction";  // | seq_classification_on_logits | seq_classification
+    std::string optimizer = "AdamW";  // Adam, AdamW, Adamax, SGD, RMSprop, Adadelta
+    double lr = 5e-4;
+    double weight_decay = 0.0;
+    double momentum = 0.0;
+    double dampening = 0.0;
+    double adam_beta1 = 0.9, adam_beta2 = 0.999, eps = 1e-8;
+    double rmsprop_alpha = 0.99, adadelta_rho = 0.9;
+    double lr_warmup_fraction = 0.15;
+    int64_t lr_warmup_steps = -1;
+    double max_grad_norm = 1.0;
+    int64_t micro_batch_size = 2;
+    int64_t global_batch_size = 2;
+    int64_t epochs = 5;
+    int64_t max_steps = 0;          // 0: epochs * batches
+    int64_t save_interval = 50;
+    int64_t eval_interval = 0;      // 0: only at the end
+    std::string out_dir;
+    std::string resume;             // path of a saved training state
+    bool average_loss_per_batch = true;
+    // LoRA (script defaults of keys_values' long_lora: r 8, alpha 16, q and v)
+    int64_t lora_r = 8;
+    double lora_alpha = 16.0;
+    double lora_dropout = 0.0;
+    std::string lora_targets = "q,v";  // any of q,k,v,proj,mlp,head
+    bool qlora = false;                // NF4-quantized frozen base weights
+};
+
+struct GenerateConfig {
+    std::string prompt;
+    int64_t max_new_tokens = 50;
+    double temperature = 0.8;
+    int64_t top_k = 50;
+    double top_p = 1.0;
+    int64_t beam_width = 1;
+    double length_penalty = 1.0;
+    uint64_t seed = 42;
+    std::vector<std::string> stop;   // stop strings
+    bool chat = false;               // wrap the prompt in the tokenizer's chat template
+};
+
+struct TelemetryConfig {
+    bool enabled = true;
+    int64_t score_interval = 0;      // 0: every chunk for tiny models, every 8th otherwise
+    bool cupti = true;
+};
+
+struct RunConfig {
+    std::string mode = "eval_long";  // eval_long | infer | generate | finetune_long_lora | ...
+    std::string model = "tiny";      // preset name or model folder / GGUF file
+    std::string name;                // run name in the session (default: derived)
+    std::string dtype = "f32";       // f32 | bf16
+    std::string rope = "yarn";       // yarn | plain | hf
+    uint64_t model_seed = 0;         // preset weights
+    int64_t threads = 0;
+    std::string device = "cpu";
+    std::string memory_budget;       // e.g. 8GiB ("" = none)
+    DataConfig data;
+    KVCacheConfig kv_cache;
+    DriverConfig driver;
+    GradConfig grad;
+    TrainConfig train;
+    GenerateConfig generate;
+    TelemetryConfig telemetry;
+};
+
+enum class OptionType { INT, FLOAT, BOOL, STRING, LIST };
+
+struct OptionDef {
+    std::string name;     // dotted, as on the command line without "--"
+    OptionType type;
+    std::string group;    // model, data, mode, cache, gradient, training, generation, telemetry
+    std::string help;     // one line (GUI tooltip)
+    std::vector<std::string> choices;  // allowed values ("" list = free)
+    std::function<void(RunConfig&, const std::string&)> set;  // throws kv::Error naming the option
+    std::function<std::string(const RunConfig&)> get;
+};
+
+// Every option, in display order.
+const std::vector<OptionDef>& run_options();
+const OptionDef* find_run_option(const std::string& name);
+
+// Set one option from text; throws kv::Error "--name: 'value' ...; expected ...".
+void set_run_option(RunConfig& cfg, const std::string& name, const std::string& value);
+
+// JSON (nested by dots) round trip; from_json throws kv::Error naming the bad field.
+std::string run_config_to_json(const RunConfig& cfg, bool pretty = true);
+RunConfig run_config_from_json(const std::string& json, const std::string& source);
+
+// Cross-field checks (cache vs chunk sizes, modes, ...): one message per problem; the first
+// is thrown. Model-dependent checks happen when the run starts.
+void validate_run_config(const RunConfig& cfg);
+std::vector<std::string> run_config_problems(const RunConfig& cfg);
+
+const std::vector<std::string>& run_modes();
+
+}  // namespace kv
