@@ -1,7 +1,10 @@
 // `kvlab`: the headless entry point. Everything the GUI does can be done from here; this file
 // only dispatches to commands and turns errors into one message and an exit code
 // (0 ok, 1 run-time error, 2 usage error). Links no Qt.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -46,6 +49,8 @@ void print_usage(FILE* out) {
                  "kvlab — a lab for KV-cache policies in large language models\n\n"
                  "usage: kvlab COMMAND [options]\n\n"
                  "commands:\n"
+                 "  eval_long MODEL  evaluate a cache policy over long samples (loss, accuracy, perplexity)\n"
+                 "  infer MODEL      like eval_long, printing every sample\n"
                  "  bench ops        time our ops against this machine's ceilings (raw oneDNN, triad)\n"
                  "  version          version, build options and available backends\n"
                  "  help             this text\n\n"
@@ -62,14 +67,27 @@ int run(int argc, char** argv) {
     }
     std::string cmd = argv[1];
     if (cmd == "bench") return cmd_bench(argc, argv, 2);
+    if (cmd == "eval_long" || cmd == "infer") return cmd_eval(argc, argv, 2, cmd);
     if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
-    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: bench, version, help\n", cmd.c_str());
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, bench, version, help\n", cmd.c_str());
     return 2;
 }
 
 }  // namespace kv::cli
 
+// OpenMP worker threads spin between parallel regions by default. On a machine shared with
+// other work (2 cores here) that spinning steals the time slices the main thread needs: a tiny
+// model ran 5x slower under load. libgomp reads OMP_WAIT_POLICY when it loads, before main(),
+// so when the user has not chosen a policy we set PASSIVE and re-execute once.
+static void prefer_passive_openmp(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY") || std::getenv("KVLAB_NO_REEXEC")) return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    setenv("KVLAB_NO_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
+}
+
 int main(int argc, char** argv) {
+    prefer_passive_openmp(argv);
     try {
         return kv::cli::run(argc, argv);
     } catch (const kv::cli::UsageError& e) {

@@ -26,7 +26,10 @@ void Progress::update(long long done, long long total, const std::string& what) 
         if (eta > 0) std::fprintf(out_, " eta %.0fs", eta);
         if (!what.empty()) std::fprintf(out_, "  %s", what.c_str());
         std::fflush(out_);
-    } else if (!what.empty()) {
+    } else {
+        // Logs: one line per second at most (and the last step), so files stay readable.
+        if (done < total && last_draw_.time_since_epoch().count() && now - last_draw_ < std::chrono::seconds(1)) return;
+        last_draw_ = now;
         std::fprintf(out_, "%s [%lld/%lld %.1fs] %s\n", title_.c_str(), done, total, elapsed, what.c_str());
         std::fflush(out_);
     }

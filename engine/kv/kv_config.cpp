@@ -67,14 +67,20 @@ int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length) const
     return L > 0 ? L : seq_length;
 }
 
-void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads) {
+void check_kv_cache_name(const std::string& name) {
     std::string p, b;
-    if (!split_name(c.name, &p, &b))
-        throw Error(str("--kv_cache.name: '", c.name, "' is not {policy}-{buffer}; policies: ", join(kv_policy_names()),
+    if (!split_name(name, &p, &b))
+        throw Error(str("--kv_cache.name: '", name, "' is not {policy}-{buffer}; policies: ", join(kv_policy_names()),
                         "; buffers: ", join(kv_buffer_names())));
     if (std::find(kv_buffer_names().begin(), kv_buffer_names().end(), b) == kv_buffer_names().end())
-        throw Error(str("--kv_cache.name: unknown buffer '", b, "' in '", c.name, "'; expected one of: ", join(kv_buffer_names()),
+        throw Error(str("--kv_cache.name: unknown buffer '", b, "' in '", name, "'; expected one of: ", join(kv_buffer_names()),
                         " (or torch-quantized8/4)"));
+}
+
+void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads) {
+    check_kv_cache_name(c.name);
+    std::string p, b;
+    split_name(c.name, &p, &b);
     const bool quantized = b == "q8" || b == "q4" || b == "nf4" || b == "q8_0" || b == "q4_0";
     if (p.rfind("qh2o", 0) == 0 && !quantized)
         throw Error(str("--kv_cache.name: policy '", p, "' needs a quantized buffer (q8, q4, nf4, q8_0, q4_0), got '", b, "'"));

@@ -51,6 +51,9 @@ const std::vector<std::string>& kv_policy_names();
 const std::vector<std::string>& kv_buffer_names();  // default, bf16, f16, f32, q8, q4, nf4, q8_0, q4_0
 bool policy_needs_attention_weights(const std::string& policy);
 
+// Throws kv::Error when `name` is not "{policy}-{buffer}" with known parts.
+void check_kv_cache_name(const std::string& name);
+
 // Throws kv::Error naming the option and what was expected.
 void validate_kv_config(const KVCacheConfig& cfg, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads);
 

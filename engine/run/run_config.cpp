@@ -176,8 +176,13 @@ std::vector<OptionDef> build_options() {
     o.push_back(str_opt("data.metadata_dir", "data", "where token-length metadata is cached", {},
                         [](RunConfig& c) -> std::string& { return c.data.metadata_dir; }));
     // ---- cache
-    o.push_back(str_opt("kv_cache.name", "cache", "{policy}-{buffer}, e.g. h2o-q8, lastrec-default", caches,
+    o.push_back(str_opt("kv_cache.name", "cache", "{policy}-{buffer}, e.g. h2o-q8, lastrec-default", {},
                         [](RunConfig& c) -> std::string& { return c.kv_cache.name; }));
+    o.back().choices = caches;  // offered by the GUI; checked by structure, not by list
+    o.back().set = [](RunConfig& c, const std::string& v) {
+        check_kv_cache_name(v);
+        c.kv_cache.name = v;
+    };
     o.push_back(int_opt("kv_cache.cache_length", "cache", "slots per layer (0: the whole sequence, dense only)", 0, BIG,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.cache_length; }));
     o.push_back(int_opt("kv_cache.chunk_size", "cache", "tokens per chunk after the prefill", 1, BIG,

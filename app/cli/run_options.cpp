@@ -1,0 +1,74 @@
+// Run options on the command line (see run_options.h).
+#include "run_options.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "engine/core/error.h"
+
+namespace kv::cli {
+
+std::vector<OptionSpec> run_option_specs() {
+    std::vector<OptionSpec> specs = global_options();
+    specs.push_back({"config", OptKind::STRING, "", "read run options from this JSON file first"});
+    specs.push_back({"session", OptKind::STRING, "", "record the run into this session file"});
+    RunConfig defaults;
+    for (const auto& o : run_options()) {
+        if (o.name == "mode" || o.name == "model") continue;
+        OptKind k = o.type == OptionType::INT ? OptKind::INT : o.type == OptionType::FLOAT ? OptKind::FLOAT
+                    : o.type == OptionType::BOOL ? OptKind::STRING : OptKind::STRING;
+        specs.push_back({o.name, k, o.get(defaults), o.help});
+    }
+    return specs;
+}
+
+RunConfig run_config_from_args(const Args& args, const std::string& mode) {
+    RunConfig cfg;
+    try {
+        if (args.has("config")) {
+            std::ifstream in(args.str("config"));
+            if (!in) throw Error(str("--config: cannot read '", args.str("config"), "'; expected a JSON file of run options"));
+            std::stringstream ss;
+            ss << in.rdbuf();
+            cfg = run_config_from_json(ss.str(), args.str("config"));
+        }
+        cfg.mode = mode;
+        if (!args.positional().empty()) cfg.model = args.positional()[0];
+        for (const auto& o : run_options())
+            if (args.has(o.name)) o.set(cfg, args.str(o.name));
+        if (args.has("threads")) cfg.threads = args.integer("threads", 0, 0, 1024);
+        if (args.has("device")) cfg.device = args.str("device");
+        if (args.has("memory.budget")) cfg.memory_budget = args.str("memory.budget");
+    } catch (const Error& e) {
+        throw UsageError(e.what());
+    }
+    if (args.positional().size() > 1)
+        throw UsageError(str(mode, ": unexpected argument '", args.positional()[1], "'; options start with --"));
+    auto problems = run_config_problems(cfg);
+    if (!problems.empty()) throw UsageError(problems.front());
+    return cfg;
+}
+
+void print_run_help(const std::string& mode) {
+    std::printf("usage: kvlab %s MODEL [--dotted.options ...] [--config run.json] [--session FILE]\n\n", mode.c_str());
+    std::printf("MODEL: a preset (tiny, small, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b), smollm2-135m,\n");
+    std::printf("       a Hugging Face model folder, or a .gguf file\n\noptions (default in parentheses):\n");
+    std::string group;
+    RunConfig defaults;
+    for (const auto& o : run_options()) {
+        if (o.name == "mode" || o.name == "model") continue;
+        if (o.group != group) {
+            group = o.group;
+            std::printf("\n[%s]\n", group.c_str());
+        }
+        std::string left = "  --" + o.name;
+        if (left.size() < 36) left.resize(36, ' ');
+        std::string def = o.get(defaults);
+        std::printf("%s%s%s\n", left.c_str(), o.help.c_str(), def.empty() ? "" : (" (" + def + ")").c_str());
+    }
+    std::printf("\nglobal options:\n%s", format_options(global_options()).c_str());
+}
+
+}  // namespace kv::cli

@@ -1,0 +1,22 @@
+// Real text for perplexity: files tokenized once and cut into windows of seq_length tokens
+// (next-token loss over every position but the first). Missing files get a clear message.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace kv {
+
+struct TextWindows {
+    std::vector<std::vector<int32_t>> windows;  // each seq_length tokens
+    int64_t total_tokens = 0;                   // tokens in all files
+};
+
+// Up to max_windows non-overlapping windows from the start of the concatenated files
+// (a BOS first when the tokenizer has one). Throws kv::Error naming a missing/unreadable file
+// or text too short for one window.
+TextWindows make_text_windows(const std::vector<std::string>& files, const Tokenizer& tok, int64_t seq_length, int64_t max_windows);
+
+}  // namespace kv

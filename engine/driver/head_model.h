@@ -1,0 +1,52 @@
+// Head models (reference §8): what turns the last layer's outputs into a loss per row.
+//   next_token_prediction         cross-entropy of every targeted position (ignore -100),
+//                                 summed per row; normaliser = targeted positions
+//   seq_classification_on_logits  cross-entropy over the logits of C class tokens at the
+//                                 last position (e.g. tokens "A".."D")
+//   seq_classification            a Linear(E, C) head on the final-norm output, pooled at the
+//                                 last position (or the mean); one cross-entropy per row
+//                                 (keys_values' (B, C) reshape bug is not reproduced)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace kv {
+
+enum class HeadKind : uint8_t { NEXT_TOKEN, CLASS_ON_LOGITS, SEQ_CLASS };
+
+HeadKind head_kind_from_name(const std::string& name);  // throws kv::Error listing names
+const char* head_kind_name(HeadKind k);
+
+struct HeadSpec {
+    HeadKind kind = HeadKind::NEXT_TOKEN;
+    int64_t B = 1, T = 0;
+    std::vector<int32_t> token_targets;  // NEXT_TOKEN: (B, T), target of input position t, -100 = none
+    std::vector<int32_t> labels;         // classification: (B) class index
+    std::vector<int32_t> class_tokens;   // CLASS_ON_LOGITS: (C) token ids
+    Tensor class_weight;                 // SEQ_CLASS: (C, E)
+    Tensor class_bias;                   // SEQ_CLASS: (C) or undefined
+    bool mean_pool = false;              // SEQ_CLASS: mean over positions instead of the last
+};
+
+// Running sums a head accumulates over the chunks of a sequence.
+struct HeadResult {
+    std::vector<double> loss_sum;     // (B) summed cross-entropy
+    std::vector<double> count;        // (B) normaliser (targeted positions, or 1)
+    std::vector<int32_t> prediction;  // (B) argmax class / last predicted token
+    std::vector<double> class_logprob;  // (B, C) log-probabilities of the classes (classification)
+    // seq_classification mean pooling: running sum of final-norm states (B, E)
+    std::vector<double> pool_sum;
+    int64_t pooled = 0;
+    void init(int64_t B);
+    double mean_loss() const;  // mean over rows of loss_sum / count
+};
+
+// Cross-entropy of row-major logits (rows, V) against targets (rows) (-100 = skip): adds to
+// loss_sum[row_to_batch[r]] and count. Also returns argmax per row if wanted.
+void cross_entropy_rows(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<int32_t>& targets,
+                        std::vector<double>* loss, std::vector<double>* count, const std::vector<int64_t>& row_batch);
+
+}  // namespace kv

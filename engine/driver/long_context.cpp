@@ -1,0 +1,145 @@
+// Long-context forward driver (see long_context.h).
+#include "long_context.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/memory/memory_tracker.h"
+#include "engine/ops/ops.h"
+
+namespace kv {
+
+double cell_factor(const ModelConfig& cfg) {
+    return 2.0 * double(cfg.num_kv_heads) * double(cfg.head_dim) / double(cfg.hidden_size);
+}
+
+namespace {
+
+// Feed one chunk's final-norm states (B, n, E) at positions [start, start+n) to the head.
+void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool last_chunk, const HeadSpec& head, HeadResult& out) {
+    const int64_t B = h.size(0), n = h.size(1), E = h.size(2);
+    switch (head.kind) {
+        case HeadKind::NEXT_TOKEN: {
+            // Only positions with a target need logits; skip the chunk if it has none.
+            bool any = false;
+            std::vector<int32_t> tg((size_t)(B * n));
+            std::vector<int64_t> rb((size_t)(B * n));
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t t = 0; t < n; ++t) {
+                    const int32_t y = head.token_targets[size_t(b * head.T + start + t)];
+                    tg[size_t(b * n + t)] = y;
+                    rb[size_t(b * n + t)] = b;
+                    any = any || y >= 0;
+                }
+            if (!any && !last_chunk) return;
+            Tensor logits = model.lm_head(h);  // (B, n, V) f32
+            const int64_t V = logits.size(2);
+            std::vector<float> z = logits.to_f32_vector();
+            if (any) cross_entropy_rows(z, B * n, V, tg, &out.loss_sum, &out.count, rb);
+            if (last_chunk)
+                for (int64_t b = 0; b < B; ++b) {
+                    const float* zr = z.data() + (b * n + n - 1) * V;
+                    out.prediction[size_t(b)] = int32_t(std::max_element(zr, zr + V) - zr);
+                }
+            return;
+        }
+        case HeadKind::CLASS_ON_LOGITS: {
+            if (!last_chunk) return;
+            Tensor logits = model.lm_head(h.slice(1, n - 1, n));  // (B, 1, V)
+            const int64_t V = logits.size(2), C = int64_t(head.class_tokens.size());
+            std::vector<float> z = logits.to_f32_vector();
+            out.class_logprob.assign(size_t(B * C), 0.0);
+            for (int64_t b = 0; b < B; ++b) {
+                std::vector<double> c((size_t)C);
+                double m = -INFINITY;
+                for (int64_t k = 0; k < C; ++k) m = std::max(m, c[size_t(k)] = z[size_t(b * V + head.class_tokens[size_t(k)])]);
+                double s = 0;
+                for (double v : c) s += std::exp(v - m);
+                const double lse = m + std::log(s);
+                int64_t best = 0;
+                for (int64_t k = 0; k < C; ++k) {
+                    out.class_logprob[size_t(b * C + k)] = c[size_t(k)] - lse;
+                    if (c[size_t(k)] > c[size_t(best)]) best = k;
+                }
+                out.prediction[size_t(b)] = int32_t(best);
+                out.loss_sum[size_t(b)] += lse - c[size_t(head.labels[size_t(b)])];
+                out.count[size_t(b)] += 1.0;
+            }
+            return;
+        }
+        case HeadKind::SEQ_CLASS: {
+            std::vector<float> hv = h.to_f32_vector();
+            if (out.pool_sum.empty()) out.pool_sum.assign(size_t(B * E), 0.0);
+            if (head.mean_pool) {
+                for (int64_t b = 0; b < B; ++b)
+                    for (int64_t t = 0; t < n; ++t)
+                        for (int64_t e = 0; e < E; ++e) out.pool_sum[size_t(b * E + e)] += hv[size_t((b * n + t) * E + e)];
+                out.pooled += n;
+            }
+            if (!last_chunk) return;
+            const int64_t C = head.class_weight.size(0);
+            std::vector<float> W = head.class_weight.to_f32_vector();
+            std::vector<float> bias = head.class_bias.defined() ? head.class_bias.to_f32_vector() : std::vector<float>((size_t)C, 0.0f);
+            out.class_logprob.assign(size_t(B * C), 0.0);
+            for (int64_t b = 0; b < B; ++b) {
+                std::vector<double> x((size_t)E);
+                for (int64_t e = 0; e < E; ++e)
+                    x[size_t(e)] = head.mean_pool ? out.pool_sum[size_t(b * E + e)] / double(out.pooled) : hv[size_t((b * n + n - 1) * E + e)];
+                std::vector<double> c((size_t)C);
+                double m = -INFINITY;
+                for (int64_t k = 0; k < C; ++k) {
+                    double s = bias[size_t(k)];
+                    for (int64_t e = 0; e < E; ++e) s += double(W[size_t(k * E + e)]) * x[size_t(e)];
+                    m = std::max(m, c[size_t(k)] = s);
+                }
+                double s = 0;
+                for (double v : c) s += std::exp(v - m);
+                const double lse = m + std::log(s);
+                int64_t best = 0;
+                for (int64_t k = 0; k < C; ++k) {
+                    out.class_logprob[size_t(b * C + k)] = c[size_t(k)] - lse;
+                    if (c[size_t(k)] > c[size_t(best)]) best = k;
+                }
+                out.prediction[size_t(b)] = int32_t(best);
+                out.loss_sum[size_t(b)] += lse - c[size_t(head.labels[size_t(b)])];
+                out.count[size_t(b)] += 1.0;
+            }
+            return;
+        }
+    }
+}
+
+}  // namespace
+
+void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
+                          HeadResult& out, const DriverCallbacks& cb, bool keep_context_width) {
+    const int64_t B = ids.size(0), T = ids.size(1);
+    const int nl = int(model.config().num_layers);
+    if (!keep_context_width) model.set_context_width(std::max<int64_t>(T, 1));
+    cache.reset();
+    out.init(B);
+    const int64_t total = int64_t(plan.chunks.size()) * nl;
+    int64_t done = 0;
+    for (size_t ci = 0; ci < plan.cells.size(); ++ci) {
+        const auto [c0, c1] = plan.cells[ci];
+        std::vector<Tensor> xs;
+        for (size_t c = c0; c < c1; ++c) xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
+        for (int l = 0; l < nl; ++l) {
+            if (cb.layer_input) cb.layer_input(l, ci, xs);
+            for (size_t c = c0; c < c1; ++c) {
+                if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
+                cache.set_chunk_tokens(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
+                xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cache);
+                ++done;
+                if (cb.progress) cb.progress(done, total);
+            }
+        }
+        for (size_t c = c0; c < c1; ++c) {
+            Tensor h = model.final_norm(xs[c - c0]);
+            head_chunk(model, h, plan.starts[c], c + 1 == plan.chunks.size(), head, out);
+        }
+    }
+    cache.flush();
+}
+
+}  // namespace kv

