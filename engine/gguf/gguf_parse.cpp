@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <ostream>
 
 #include "engine/core/error.h"
 
@@ -52,6 +53,19 @@ void GgufFile::build_index() {
 
 namespace {
 
+// What is being read, for messages: "metadata key 'k' element 7 length". Built only when an
+// error is thrown, so reading 50k vocabulary strings costs no string formatting.
+struct Where {
+    const std::string& what;
+    int64_t elem = -1;
+    const char* suffix = "";
+};
+std::ostream& operator<<(std::ostream& os, const Where& w) {
+    os << w.what;
+    if (w.elem >= 0) os << " element " << w.elem;
+    return os << w.suffix;
+}
+
 // Bounds-checked little-endian reader over the buffer.
 struct Cursor {
     const uint8_t* data;
@@ -61,27 +75,33 @@ struct Cursor {
 
     size_t remaining() const { return size - pos; }
 
-    void need(uint64_t n, const std::string& what) const {
+    void need(uint64_t n, const Where& w) const {
         if (n > remaining())
-            throw Error(str(src, ": truncated file: ", what, " at byte ", pos, " needs ", n, " bytes but only ",
-                            remaining(), " remain"));
+            throw Error(str(src, ": truncated file: ", w, " at byte ", pos, " needs ", n, " bytes but only ", remaining(),
+                            " remain"));
     }
+    void need(uint64_t n, const std::string& what) const { need(n, Where{what}); }
     template <class T>
-    T read(const std::string& what) {
-        need(sizeof(T), what);
+    T read(const Where& w) {
+        need(sizeof(T), w);
         T v;
         std::memcpy(&v, data + pos, sizeof(T));
         pos += sizeof(T);
         return v;
     }
-    std::string read_string(const std::string& what, uint64_t max_len) {
-        uint64_t n = read<uint64_t>(what + " length");
-        if (n > max_len) throw Error(str(src, ": ", what, " is ", n, " bytes long, expected at most ", max_len));
-        need(n, what);
+    template <class T>
+    T read(const std::string& what) {
+        return read<T>(Where{what});
+    }
+    std::string read_string(const Where& w, uint64_t max_len) {
+        uint64_t n = read<uint64_t>(Where{w.what, w.elem, " length"});
+        if (n > max_len) throw Error(str(src, ": ", w, " is ", n, " bytes long, expected at most ", max_len));
+        need(n, w);
         std::string s(reinterpret_cast<const char*>(data + pos), size_t(n));
         pos += size_t(n);
         return s;
     }
+    std::string read_string(const std::string& what, uint64_t max_len) { return read_string(Where{what}, max_len); }
 };
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }  // caller keeps x + a small
@@ -121,7 +141,7 @@ struct Parser {
                 c.need(v.count * 8, str(what, " (", v.count, " strings)"));  // each has a u64 length
                 v.strings.reserve(size_t(v.count));
                 for (uint64_t k = 0; k < v.count; ++k)
-                    v.strings.push_back(c.read_string(str(what, " element ", k), lim.max_string_bytes));
+                    v.strings.push_back(c.read_string(Where{what, int64_t(k)}, lim.max_string_bytes));
             } else {
                 c.need(v.count * 12, str(what, " (", v.count, " arrays)"));  // each has type + count
                 v.arrays.reserve(size_t(v.count));

@@ -30,6 +30,19 @@ V load(const uint8_t* p, uint64_t k) {
     return v;
 }
 
+// File strings go into messages: control bytes (NUL, newlines) are shown as \xNN, long ones cut.
+std::string printable(const std::string& s, size_t max_bytes) {
+    std::string out;
+    for (size_t i = 0; i < s.size() && i < max_bytes; ++i) {
+        unsigned char ch = static_cast<unsigned char>(s[i]);
+        if (ch < 32 || ch == 127)
+            out += str("\\x", "0123456789abcdef"[ch >> 4], "0123456789abcdef"[ch & 15]);
+        else
+            out += char(ch);
+    }
+    return s.size() > max_bytes ? out + "..." : out;
+}
+
 std::string type_mismatch(const std::string& what, const GgufValue& v, const char* expected) {
     return str(what, ": is ", v.describe(), ", expected ", expected);
 }
@@ -184,8 +197,7 @@ const std::vector<std::string>& GgufValue::as_string_array(const std::string& wh
 
 std::string GgufValue::describe() const {
     if (type == GgufValueType::STRING) {
-        std::string s = str.size() > 40 ? str.substr(0, 40) + "..." : str;
-        return kv::str("string '", s, "'");
+        return kv::str("string '", printable(str, 40), "'");
     }
     if (type == GgufValueType::ARRAY) return kv::str("array[", gguf_value_type_name(elem), "; ", count, "]");
     if (raw.size() != gguf_value_type_size(type)) return gguf_value_type_name(type);

@@ -74,10 +74,20 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
     }
     if (is_file(path) && ends_with(path, ".gguf")) {
 #if KVLAB_HAVE_GGUF
-        GgufModel g = load_gguf_model(path);
+        GgufLoadOptions go;
+        go.dtype = opt.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+        GgufModel g = load_gguf_model(path, go);
         lm.config = g.config;
-        lm.model = std::make_unique<Transformer>(g.config, g.weights, opt);
-        lm.tokenizer = make_gguf_tokenizer(g, path);
+        lm.model = std::make_unique<Transformer>(g.config, g.tensors, opt);
+#if KVLAB_HAVE_TOKENIZER
+        const GgufTokenizerData& t = g.tokenizer;
+        if (t.model != "gpt2")
+            throw Error(str(path, ": tokenizer.ggml.model '", t.model, "' is not supported; expected gpt2 (byte-level BPE)"));
+        lm.tokenizer = make_bpe_tokenizer(t.tokens, t.merges, t.token_types, t.bos_id, t.eos_id, t.pad_id, t.pre, t.add_bos_token,
+                                          t.add_eos_token, path);
+#else
+        lm.tokenizer = make_byte_tokenizer();
+#endif
         lm.source = path;
         return lm;
 #else

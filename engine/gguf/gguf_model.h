@@ -1,0 +1,30 @@
+// Loading a Llama/Qwen2 GGUF file as a kvlab model: config, Hugging Face-named tensors in
+// PyTorch layout ([out, in]; Q/K rows un-permuted for Llama) and the tokenizer data. The forward
+// pass and the tokenizer are built elsewhere from what this returns.
+#pragma once
+
+#include <string>
+
+#include "engine/gguf/gguf_tokenizer_data.h"
+#include "engine/model/model_config.h"
+
+namespace kv {
+
+struct GgufLoadOptions {
+    DType dtype = DType::F32;  // F32 or BF16: every tensor is delivered in this dtype
+    bool zero_copy = true;     // F32 (or BF16 with dtype BF16) tensors needing no reordering view the mapping
+};
+
+struct GgufModel {
+    ModelConfig config;          // tie_word_embeddings when the file has no output.weight
+    TensorMap tensors;           // HF names; no lm_head.weight when tied
+    GgufTokenizerData tokenizer;
+    bool qk_unpermuted = false;  // true when Q/K rows were moved back to rotate-half order
+};
+
+// Throws kv::Error naming the file for: malformed containers, unsupported architectures,
+// tensors that are not part of the layout (or belong to a layer >= block_count), missing
+// tensors, shapes that contradict the metadata, and types kvlab cannot dequantize.
+GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt = {});
+
+}  // namespace kv

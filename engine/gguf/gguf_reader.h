@@ -1,0 +1,59 @@
+// A GGUF file opened for loading: memory-mapped, parsed and validated once, then tensors handed
+// out as kv::Tensor in PyTorch order — dequantized to f32/bf16, or zero-copy views of the
+// mapping when no conversion is needed. Knows nothing about model architectures (gguf_model.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/gguf/gguf_parse.h"
+
+namespace kv {
+
+// One tensor to load in a batch (see GgufReader::load_batch).
+struct GgufLoadJob {
+    const GgufTensorInfo* info = nullptr;
+    DType dtype = DType::F32;        // F32 or BF16
+    bool zero_copy = true;
+    std::vector<int64_t> row_map;    // empty, or a permutation of the ggml rows (see load)
+};
+
+class GgufReader {
+   public:
+    // Maps `path` and parses it; throws kv::Error naming the path for missing, unreadable or
+    // malformed files. The file is opened read-only and mapped copy-on-write (MAP_PRIVATE), so
+    // the file itself is never modified even if a zero-copy tensor is written to.
+    explicit GgufReader(const std::string& path);
+
+    const GgufFile& file() const { return file_; }
+    const std::string& path() const { return file_.source; }
+    // Raw bytes of a tensor's data inside the mapping (info.nbytes long).
+    const uint8_t* data(const GgufTensorInfo& info) const { return base_ + info.file_offset; }
+    // Keeps the mapping alive (what zero-copy tensors hold on to).
+    const std::shared_ptr<void>& mapping() const { return mapping_; }
+
+    // The tensor `name` with shape info.torch_shape() in `dtype` (F32 or BF16). F32 data read as
+    // F32 and BF16 data read as BF16 are views of the mapping when `zero_copy` is true and the
+    // data is aligned; everything else is converted into fresh memory. `row_map` (optional, one
+    // entry per ggml row) sends source row r to destination row row_map[r]. Throws kv::Error for
+    // unknown names and types kvlab cannot dequantize.
+    Tensor load(const std::string& name, DType dtype = DType::F32, bool zero_copy = true,
+                const int64_t* row_map = nullptr) const;
+    Tensor load(const GgufTensorInfo& info, DType dtype = DType::F32, bool zero_copy = true,
+                const int64_t* row_map = nullptr) const;
+
+    // Many tensors at once: all checks first, allocations on the calling thread (so they land
+    // in its memory tracker), then one parallel loop over row chunks of every tensor — one
+    // OpenMP region instead of one per tensor, which matters on busy shared machines.
+    std::vector<Tensor> load_batch(const std::vector<GgufLoadJob>& jobs) const;
+
+   private:
+    GgufFile file_;
+    std::shared_ptr<void> mapping_;
+    const uint8_t* base_ = nullptr;
+};
+
+}  // namespace kv
