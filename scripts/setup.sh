@@ -8,7 +8,7 @@ PACKAGES=(
   libdnnl-dev                                   # oneDNN: CPU matmul (f32, bf16)
   libsqlite3-dev                                # session files
   nlohmann-json3-dev                            # configs, safetensors headers, exports
-  libpcre2-dev                                  # tokenizer pre-split regexes
+  libpcre2-dev libicu-dev                       # tokenizer pre-split regexes, Unicode normalization
   libsentencepiece-dev                          # SentencePiece tokenizers
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks
   clang libclang-rt-dev                         # libFuzzer targets

@@ -1,0 +1,144 @@
+// Score-based eviction against an independent recomputation: accumulated H2O (and h2o-vlen)
+// scores equal sums of attention weights computed in f64 from full softmax matrices over the
+// tokens actually in the cache; the slots chosen for the next chunk are the lowest scores with
+// ties broken by the lower slot; top-k selection (max_chunk_size) equals the full argsort.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kv_test_util.h"
+
+namespace kv::test {
+namespace {
+
+// Independent H2O bookkeeping: score per (row, token position).
+struct BruteScores {
+    std::vector<std::map<int32_t, double>> score;  // [row][position]
+    std::vector<std::map<int32_t, double>> vnorm;
+
+    void step(const LayerHarness& h, const Tensor& q, int64_t P, int64_t n, bool vlen) {
+        const KVPolicy& pol = h.cache->layer(0).policy();
+        const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G;
+        const auto& pos = pol.token_positions();
+        const std::vector<double> qv = q.to_f64_vector();
+        const double scale = 1.0 / std::sqrt(double(h.D));
+        if (score.empty()) score.resize(size_t(h.B * h.G)), vnorm.resize(size_t(h.B * h.G));
+        for (int64_t b = 0; b < h.B; ++b)
+            for (int64_t g = 0; g < h.G; ++g) {
+                const int64_t r = b * h.G + g;
+                std::vector<double> w((size_t)T, 0.0);
+                for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
+                    for (int64_t i = 0; i < n; ++i) {
+                        std::vector<double> s((size_t)T, -INFINITY);
+                        double m = -INFINITY;
+                        for (int64_t j = 0; j < T; ++j) {
+                            const int32_t p = pos[size_t(r * L + j)];
+                            if (p > P + i) continue;
+                            const auto& k = h.history[size_t(r)].at(p).first;
+                            double dot = 0;
+                            for (int64_t d = 0; d < h.D; ++d) dot += qv[size_t(((b * h.NH + hh) * n + i) * h.D + d)] * double(k[size_t(d)]);
+                            s[size_t(j)] = dot * scale;
+                            m = std::max(m, s[size_t(j)]);
+                        }
+                        double z = 0;
+                        for (double& e : s) z += (e = std::exp(e - m));
+                        for (int64_t j = 0; j < T; ++j) w[size_t(j)] += s[size_t(j)] / z / double(R);
+                    }
+                std::map<int32_t, double> next;  // only tokens still in the cache keep a score
+                double denom = 0;
+                if (vlen)
+                    for (int64_t j = 0; j < T; ++j) denom += w[size_t(j)] * norm(h, r, pos[size_t(r * L + j)]);
+                for (int64_t j = 0; j < T; ++j) {
+                    const int32_t p = pos[size_t(r * L + j)];
+                    const double inc = vlen ? double(n) * w[size_t(j)] * norm(h, r, p) / denom : w[size_t(j)];
+                    next[p] = (score[size_t(r)].count(p) ? score[size_t(r)][p] : 0.0) + inc;
+                }
+                score[size_t(r)] = next;
+            }
+    }
+    static double norm(const LayerHarness& h, int64_t r, int32_t p) {
+        const auto& v = h.history[size_t(r)].at(p).second;
+        double s = 0;
+        for (float x : v) s += double(x) * double(x);
+        return std::sqrt(s);
+    }
+};
+
+void check_scores(const std::string& name, bool vlen) {
+    LayerHarness h(name, 24, seed_for("scores " + name));
+    BruteScores brute;
+    h.step(24);  // full prefill: every token starts with score 0
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int32_t p = 0; p < 24; ++p) brute.score.resize(size_t(h.B * h.G)), brute.score[size_t(r)][p] = 0.0;
+    const std::vector<int64_t> chunks = {4, 3, 5, 4, 2, 6, 4, 3, 1, 4};
+    std::vector<int32_t> expected;  // slots the brute force says the next chunk evicts (rows x k)
+    for (size_t s = 0; s < chunks.size(); ++s) {
+        const int64_t n = chunks[s], P = h.P;
+        h.step(n);
+        const SlotPlan& plan = h.layer().replay_log().plans().back();
+        if (!expected.empty()) {  // the first chunk after a full prefill uses the keep-initial rule
+            for (int64_t r = 0; r < h.B * h.G; ++r)
+                for (int64_t t = 0; t < n; ++t)
+                    ASSERT_EQ(plan.targets[size_t(r * n + t)], expected[size_t(r * 24 + t)]) << name << " chunk " << s << " row " << r;
+        }
+        brute.step(h, h.last_q[0], P, n, vlen);
+        const KVPolicy& pol = h.layer().policy();
+        std::vector<float> got = pol.slot_scores();
+        ASSERT_EQ(got.size(), size_t(h.B * h.G * 24));
+        const auto& pos = pol.token_positions();
+        expected.assign(size_t(h.B * h.G * 24), 0);
+        for (int64_t r = 0; r < h.B * h.G; ++r) {
+            std::vector<double> want(24);
+            for (int64_t j = 0; j < 24; ++j) {
+                want[size_t(j)] = brute.score[size_t(r)].at(pos[size_t(r * 24 + j)]);
+                ASSERT_NEAR(got[size_t(r * 24 + j)], want[size_t(j)], 2e-5 * std::max(1.0, std::fabs(want[size_t(j)])))
+                    << name << " row " << r << " slot " << j;
+            }
+            std::vector<int32_t> idx(24);
+            std::iota(idx.begin(), idx.end(), 0);
+            // lowest score first; ties (within f32 noise of the engine) by the lower slot
+            std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return got[size_t(r * 24 + a)] < got[size_t(r * 24 + b)]; });
+            std::copy(idx.begin(), idx.end(), expected.begin() + r * 24);
+        }
+    }
+}
+
+TEST(KVScores, H2OAccumulatedScoresEqualBruteForce) { check_scores("h2o-default", false); }
+TEST(KVScores, H2OVlenScoresEqualBruteForce) { check_scores("h2o-vlen-default", true); }
+
+TEST(KVScores, TopKEqualsFullArgsortThroughAModelRun) {
+    // max_chunk_size (top-k) and full argsort must choose identical slots at every step.
+    for (std::string name : {"h2o-default", "h2o-vlen-q8", "qh2o-q8", "tova-default", "snapkv-default", "knorm-default"}) {
+        LayerHarness full(name, 32, seed_for("topk " + name)), topk(name, 32, seed_for("topk " + name));
+        topk.cfg.max_chunk_size = 8;
+        topk.cache = std::make_unique<KVCache>(topk.cfg, topk.model, Device{}, DType::F32, 0);
+        topk.cache->set_replay_logging(true);
+        for (int64_t n : {32, 4, 8, 5, 8, 3, 8, 8, 1, 7}) {
+            full.step(n);
+            topk.step(n);
+            const auto& a = full.layer().replay_log().plans().back();
+            const auto& b = topk.layer().replay_log().plans().back();
+            ASSERT_EQ(a.targets, b.targets) << name << " at position " << full.P;
+        }
+    }
+}
+
+TEST(KVScores, TiesAreBrokenByTheLowerSlot) {
+    // knorm with identical keys: every score ties, so slots are taken in index order.
+    LayerHarness h("knorm-default", 16, 7);
+    Tensor q = Tensor::zeros({h.B, h.NH, 16, h.D}, DType::F32), k = Tensor::full({h.B, h.G, 16, h.D}, DType::F32, 0.5);
+    Tensor v = Tensor::zeros({h.B, h.G, 16, h.D}, DType::F32), y = Tensor::empty({h.B, h.NH, 16, h.D}, DType::F32);
+    h.cache->attend(0, q, k, v, 0, 1.0f, y);
+    Tensor q2 = Tensor::zeros({h.B, h.NH, 3, h.D}, DType::F32), k2 = Tensor::full({h.B, h.G, 3, h.D}, DType::F32, 0.5);
+    Tensor v2 = Tensor::zeros({h.B, h.G, 3, h.D}, DType::F32), y2 = Tensor::empty({h.B, h.NH, 3, h.D}, DType::F32);
+    h.cache->attend(0, q2, k2, v2, 16, 1.0f, y2);  // initial rule: keep = min(int(0.05*16), 16-3) = 0
+    h.cache->attend(0, q2, k2, v2, 19, 1.0f, y2);  // now by score: all equal -> slots 0, 1, 2
+    const SlotPlan& p = h.layer().replay_log().plans().back();
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int t = 0; t < 3; ++t) EXPECT_EQ(p.targets[size_t(r * 3 + t)], t) << "row " << r;
+}
+
+}  // namespace
+}  // namespace kv::test

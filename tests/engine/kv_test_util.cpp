@@ -1,0 +1,70 @@
+// KV-cache test harness (see kv_test_util.h).
+#include "kv_test_util.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kv::test {
+
+LayerHarness::LayerHarness(const std::string& name, int64_t L_, uint64_t seed, int64_t grace, int64_t D_) : L(L_), rng(seed) {
+    D = D_;
+    cfg.name = name;
+    cfg.cache_length = L;
+    cfg.grace_period = grace;
+    model.vocab_size = 16;
+    model.hidden_size = NH * D;
+    model.intermediate_size = 8;
+    model.num_layers = 1;
+    model.num_heads = NH;
+    model.num_kv_heads = G;
+    model.head_dim = D;
+    model.max_position_embeddings = 4096;
+    cache = std::make_unique<KVCache>(cfg, model, Device{}, DType::F32, 0);
+    cache->set_replay_logging(true);
+    history.resize(size_t(B * G));
+}
+
+Tensor LayerHarness::step(int64_t n) {
+    Tensor q = random_tensor({B, NH, n, D}, DType::F32, rng, -2.0, 2.0);
+    Tensor k = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+    Tensor v = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+    std::vector<float> kv_ = k.to_f32_vector(), vv = v.to_f32_vector();
+    for (int64_t r = 0; r < B * G; ++r)
+        for (int64_t t = 0; t < n; ++t) {
+            std::vector<float> kr(kv_.begin() + (r * n + t) * D, kv_.begin() + (r * n + t + 1) * D);
+            std::vector<float> vr(vv.begin() + (r * n + t) * D, vv.begin() + (r * n + t + 1) * D);
+            history[size_t(r)][P + t] = {kr, vr};
+        }
+    Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
+    cache->attend(0, q, k, v, P, 1.0f / std::sqrt(float(D)), y);
+    last_q = {q};
+    last_k = {k};
+    last_v = {v};
+    P += n;
+    return y;
+}
+
+double buffer_tolerance(const std::string& buffer, const std::vector<float>& all, const std::vector<float>& head) {
+    auto range = [](const std::vector<float>& v) {
+        float lo = v[0], hi = v[0];
+        for (float x : v) lo = std::min(lo, x), hi = std::max(hi, x);
+        return double(hi) - double(lo);
+    };
+    auto amax = [](const std::vector<float>& v) {
+        double m = 0;
+        for (float x : v) m = std::max(m, std::fabs(double(x)));
+        return m;
+    };
+    // Rows may span all heads (blocks over heads), so bound with the wider row.
+    const double r = std::max(range(all), range(head)), a = std::max(amax(all), amax(head));
+    if (buffer == "q8") return r / 255.0 * 0.5 + 1e-5;
+    if (buffer == "q4") return r / 15.0 * 0.5 + 1e-5;
+    if (buffer == "nf4") return a * 0.16 + 1e-5;
+    if (buffer == "q8_0") return a / 127.0 * 0.57 + 1e-5;
+    if (buffer == "q4_0") return a / 8.0 * 1.01 + 1e-5;
+    if (buffer == "bf16") return a * 0.004 + 1e-6;
+    if (buffer == "f16") return a * 0.0005 + 1e-6;
+    return 0.0;  // f32 / default: exact
+}
+
+}  // namespace kv::test

@@ -1,0 +1,36 @@
+// Helpers for KV-cache tests: drive one LayerCache with random q/k/v chunk by chunk while
+// keeping every inserted k/v by token position, so tests can check buffers and positions
+// against what really went in.
+#pragma once
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "tests/support/test_support.h"
+
+namespace kv::test {
+
+struct LayerHarness {
+    int64_t B = 2, G = 2, NH = 4, D = 16, L = 24;
+    KVCacheConfig cfg;
+    ModelConfig model;
+    std::unique_ptr<KVCache> cache;
+    std::mt19937_64 rng;
+    // history[(b*G+g)][pos] = (k row, v row)
+    std::vector<std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>>> history;
+    std::vector<Tensor> last_q, last_k, last_v;  // the most recent chunk
+    int64_t P = 0;
+
+    LayerHarness(const std::string& name, int64_t L_, uint64_t seed, int64_t grace = 0, int64_t D_ = 16);
+    // One call of n tokens; returns y (B, NH, n, D).
+    Tensor step(int64_t n);
+    LayerCache& layer() { return cache->layer(0); }
+};
+
+// Max |k - hist| allowed for a stored row of a buffer format, from the row's own range.
+double buffer_tolerance(const std::string& buffer, const std::vector<float>& row_all_heads, const std::vector<float>& head_row);
+
+}  // namespace kv::test
