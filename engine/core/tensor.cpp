@@ -427,6 +427,8 @@ void Tensor::fill(double value) {
 
 // ---- host access ------------------------------------------------------------------------
 std::vector<float> Tensor::to_f32_vector() const {
+    if (dtype_ == DType::F32 && device().is_cpu() && is_contiguous())  // no staging copy
+        return std::vector<float>(data<float>(), data<float>() + numel());
     Tensor h = to(Device{});
     Tensor f = Tensor::empty(shape_, DType::F32, {Device{}, MemCategory::WORKSPACE, "host readback"});
     f.copy_from(h);
@@ -434,6 +436,8 @@ std::vector<float> Tensor::to_f32_vector() const {
 }
 
 std::vector<double> Tensor::to_f64_vector() const {
+    if (dtype_ == DType::F64 && device().is_cpu() && is_contiguous())
+        return std::vector<double>(data<double>(), data<double>() + numel());
     Tensor h = to(Device{});
     Tensor f = Tensor::empty(shape_, DType::F64, {Device{}, MemCategory::WORKSPACE, "host readback"});
     f.copy_from(h);

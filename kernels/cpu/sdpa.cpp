@@ -5,6 +5,7 @@
 // second pass with the final m and l: w[b,g,j] += exp(s_ij - m_i) / l_i / R.
 // Heads of one group share the converted K/V block (GQA), which matters for bf16/quantized K/V.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -70,8 +71,25 @@ void sdpa_task(const OpCall& c, const SdpaShape<A>& s, int64_t b, int64_t g, int
 
     const char* kbase = k.bytes() + b * k.nb[0] + g * k.nb[1];
     const char* vbase = v.bytes() + b * v.nb[0] + g * v.nb[1];
+    int32_t q_lo = qp.empty() ? 0 : qp[0], q_hi = q_lo;
+    for (int32_t p : qp) q_lo = std::min(q_lo, p), q_hi = std::max(q_hi, p);
     for (int64_t j0 = 0; j0 < T; j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, T - j0);
+        // Skip key blocks no query of this block can see (causal prefill: about half of them).
+        {
+            int32_t k_lo = INT32_MAX, k_hi = INT32_MIN;
+            for (int64_t j = 0; j < nk; ++j) {
+                const int32_t p = read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (j0 + j) * kpos.nb[2]);
+                k_lo = std::min(k_lo, p), k_hi = std::max(k_hi, p);
+            }
+            const bool after_all = k_lo > q_hi;
+            const bool before_window = s.window > 0 && int64_t(k_hi) <= int64_t(q_lo) - s.window;
+            if (after_all || before_window) {
+                if (kept)
+                    for (int64_t row_i = 0; row_i < rows; ++row_i) std::fill(kept + row_i * T + j0, kept + row_i * T + j0 + nk, neg_inf);
+                continue;
+            }
+        }
         // Convert the K block transposed (kt[d * nk + j]) and the V block (vb[j * HS + d]).
         for (int64_t j = 0; j < nk; ++j) {
             load_row(kbase + (j0 + j) * k.nb[2], k.nb[3], k.dtype, HS, stage);
