@@ -51,6 +51,7 @@ void print_usage(FILE* out) {
                  "commands:\n"
                  "  eval_long MODEL  evaluate a cache policy over long samples (loss, accuracy, perplexity)\n"
                  "  infer MODEL      like eval_long, printing every sample\n"
+                 "  generate MODEL   generate text from --prompt, streamed as it is decoded\n"
                  "  bench ops        time our ops against this machine's ceilings (raw oneDNN, triad)\n"
                  "  version          version, build options and available backends\n"
                  "  help             this text\n\n"
@@ -68,8 +69,9 @@ int run(int argc, char** argv) {
     std::string cmd = argv[1];
     if (cmd == "bench") return cmd_bench(argc, argv, 2);
     if (cmd == "eval_long" || cmd == "infer") return cmd_eval(argc, argv, 2, cmd);
+    if (cmd == "generate") return cmd_generate(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
-    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, bench, version, help\n", cmd.c_str());
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, bench, version, help\n", cmd.c_str());
     return 2;
 }
 

@@ -58,6 +58,15 @@ class DefaultBuffer final : public KVBuffer {
     size_t bytes() const override { return K_.defined() ? K_.nbytes() + V_.nbytes() : 0; }
     double bits_per_element() const override { return 8.0 * dtype_size(dtype_); }
     std::vector<Tensor*> storage_tensors() override { return {&K_, &V_}; }
+    void reorder_batch(const std::vector<int32_t>& src) override {
+        const int64_t B = int64_t(src.size());
+        Tensor idx = Tensor::from_i32({B, 1, 1, 1}, src, {p_.device, MemCategory::WORKSPACE, "beam index"})
+                         .expand({B, p_.G, p_.L, p_.D});
+        Tensor k = ops::gather(K_.slice(0, 0, B), 0, idx), v = ops::gather(V_.slice(0, 0, B), 0, idx);
+        Tensor kd = K_.slice(0, 0, B), vd = V_.slice(0, 0, B);
+        kd.copy_from(k);
+        vd.copy_from(v);
+    }
 
    private:
     BufferParams p_;

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "kv_config.h"
 #include "kv_policy.h"
@@ -34,6 +35,11 @@ class KVBuffer {
     virtual std::vector<float> quant_errors(const Tensor& k, const Tensor& v) { (void)k, (void)v; return {}; }
     // Persist anything still held elsewhere (dirty working rows, offloaded copies).
     virtual void flush() {}
+    // Beam search: row b of the batch becomes a copy of row src[b] (full-precision buffers).
+    virtual void reorder_batch(const std::vector<int32_t>& src) {
+        (void)src;
+        throw Error(str("the '", name(), "' buffer cannot reorder its batch (beam search needs a full-precision buffer)"));
+    }
     // The tensors holding this layer's persistent state (for offloading); empty if none.
     virtual std::vector<Tensor*> storage_tensors() { return {}; }
     // Exact storage bytes of K and V (scales and zero points included), and per element.

@@ -72,6 +72,15 @@ void KVCache::flush() {
     for (auto& l : layers_) l->buffer().flush();
 }
 
+void KVCache::reorder_batch(const std::vector<int32_t>& src) {
+    for (auto& l : layers_) {
+        if (l->policy().per_row_positions())
+            throw Error(str("beam search needs a position-only cache policy (dense, lastrec, streaming); '", cfg_.name,
+                            "' decides per row"));
+        l->buffer().reorder_batch(src);
+    }
+}
+
 void KVCache::release_buffers() {
     for (auto& l : layers_) l->buffer().release();
     shared_->Kw = Tensor();

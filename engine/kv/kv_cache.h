@@ -42,6 +42,8 @@ class KVCache final : public LayerAttention {
     void reset();
     // Persist dirty working rows and offloaded layers (end of a pass).
     void flush();
+    // Beam search: batch row b becomes row src[b] in every layer (position-only policies).
+    void reorder_batch(const std::vector<int32_t>& src);
     // Free every layer's storage (the next prefill allocates again).
     void release_buffers();
 

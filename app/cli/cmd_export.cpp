@@ -1,0 +1,93 @@
+// `kvlab export FILE --run N --what memory|spans|metrics|all --format csv|chrome-trace|torch-snapshot
+// -o PATH`: writes one run's recording for other tools (spreadsheets, chrome://tracing and
+// ui.perfetto.dev, pytorch.org/memory_viz). Reads the session read-only; never overwrites it.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "commands_storage.h"
+#include "engine/core/error.h"
+#include "storage/exports.h"
+#include "storage/session_reader.h"
+
+namespace kv::cli {
+
+namespace {
+std::vector<OptionSpec> export_options() {
+    auto o = global_options();
+    o.push_back({"run", OptKind::INT, "the only run", "run id to export (see kvlab runs FILE)"});
+    o.push_back({"what", OptKind::STRING, "memory", "memory, spans, metrics, or all (chrome-trace only)"});
+    o.push_back({"format", OptKind::STRING, "csv", "csv, chrome-trace or torch-snapshot (memory only)"});
+    o.push_back({"output", OptKind::STRING, "", "output file (also -o PATH)"});
+    return o;
+}
+
+void print_help() {
+    std::printf(
+        "usage: kvlab export FILE --run N --what memory|spans|metrics|all --format csv|chrome-trace|torch-snapshot -o "
+        "PATH\n\n"
+        "Exports one run of a session file:\n"
+        "  csv             one table (memory events, spans or metrics) with integer nanoseconds\n"
+        "  chrome-trace    JSON for chrome://tracing and ui.perfetto.dev: spans per thread, GPU work per\n"
+        "                  stream, memory per category as counters\n"
+        "  torch-snapshot  PyTorch memory snapshot pickle for pytorch.org/memory_viz\n\n"
+        "options:\n%s",
+        format_options(export_options()).c_str());
+}
+}  // namespace
+
+int cmd_export(int argc, char** argv, int first) {
+    // "-o PATH" is the conventional spelling; the option parser only knows "--name".
+    std::vector<std::string> storage_args(argv, argv + argc);
+    for (size_t i = size_t(first); i < storage_args.size(); ++i)
+        if (storage_args[i] == "-o") storage_args[i] = "--output";
+    std::vector<char*> av;
+    for (auto& s : storage_args) av.push_back(s.data());
+    Args args(int(av.size()), av.data(), first, export_options());
+    if (args.flag("help")) {
+        print_help();
+        return 0;
+    }
+    apply_global_options(args);
+    if (args.positional().size() != 1)
+        throw UsageError(args.positional().empty()
+                             ? "export: missing the session file; expected: kvlab export FILE --run N --what memory "
+                               "--format csv -o PATH"
+                             : "export: expected one session file, got " + std::to_string(args.positional().size()) +
+                                   " arguments (" + args.positional()[1] + " ...)");
+    storage::ExportWhat what;
+    storage::ExportFormat format;
+    try {
+        what = storage::export_what_from_name(args.str("what", "memory"));
+        format = storage::export_format_from_name(args.str("format", "csv"));
+    } catch (const Error& e) {
+        throw UsageError(e.what());
+    }
+    const std::string out = args.str("output");
+    if (out.empty()) throw UsageError("export: missing the output file; expected -o PATH");
+    if ((format == storage::ExportFormat::CSV && what == storage::ExportWhat::ALL) ||
+        (format == storage::ExportFormat::TORCH_SNAPSHOT && what != storage::ExportWhat::MEMORY))
+        throw UsageError(format == storage::ExportFormat::CSV
+                             ? "--what all cannot be one CSV file; expected --what memory, spans or metrics"
+                             : "--format torch-snapshot holds memory only; expected --what memory");
+    const std::string path = args.positional()[0];
+    storage::SessionReader reader(path);
+    int64_t run = 0;
+    if (args.has("run")) {
+        run = args.integer("run", 0, 1, INT64_MAX);
+    } else {
+        auto runs = reader.runs();
+        if (runs.size() != 1)
+            throw UsageError(str("export: session '", path, "' has ", runs.size(),
+                                 " runs; choose one with --run N (kvlab runs ", path, " lists them)"));
+        run = runs[0].id;
+    }
+    storage::ExportResult res = storage::export_run(reader, run, what, format, out);
+    std::printf("wrote %s: %llu records, %s\n", out.c_str(), (unsigned long long)res.records,
+                format_bytes(int64_t(res.bytes)).c_str());
+    return 0;
+}
+
+}  // namespace kv::cli

@@ -1,0 +1,163 @@
+// `kvlab runs FILE`: one line per run -- id, name, status, mode, policy, buffer, cache length,
+// chunk size, progress, peak memory, tokens/s -- plus why failed or crashed runs ended. Opening
+// read-write marks runs whose process died as crashed; a read-only session is still listed.
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "commands_storage.h"
+#include "engine/core/error.h"
+#include "storage/run_config.h"
+#include "storage/session.h"
+#include "storage/session_reader.h"
+
+namespace kv::cli {
+
+namespace {
+std::vector<OptionSpec> runs_options() {
+    auto o = global_options();
+    o.push_back({"json", OptKind::FLAG, "", "print the runs as JSON (config and summary included)"});
+    return o;
+}
+
+void print_help() {
+    std::printf(
+        "usage: kvlab runs FILE [options]\n\n"
+        "Lists the runs of a session file: status, configuration, progress, peak memory and throughput.\n"
+        "Runs left 'running' by a process that no longer exists are marked crashed.\n\n"
+        "options:\n%s",
+        format_options(runs_options()).c_str());
+}
+
+std::string progress_text(const storage::RunProgress& p) {
+    auto pct = [](int64_t done, int64_t total) { return str(int(100.0 * double(done) / double(total) + 0.5), "%"); };
+    if (p.tokens_total > 0)
+        return str(pct(p.tokens_done, p.tokens_total), " (", p.tokens_done, "/", p.tokens_total, " tok)");
+    if (p.chunks_total > 0)
+        return str(pct(p.chunks_done, p.chunks_total), " (", p.chunks_done, "/", p.chunks_total, " chunks)");
+    if (p.steps_total > 0)
+        return str(pct(p.steps_done, p.steps_total), " (", p.steps_done, "/", p.steps_total, " steps)");
+    return "-";
+}
+
+struct SummaryNumbers {
+    int64_t peak_bytes = -1;
+    double tokens_per_s = -1;
+    uint64_t dropped = 0;
+};
+
+SummaryNumbers summary_numbers(const std::string& summary) {
+    SummaryNumbers s;
+    nlohmann::json j = nlohmann::json::parse(summary, nullptr, false);
+    if (!j.is_object()) return s;
+    if (j.contains("peak_bytes") && j["peak_bytes"].is_object())
+        for (auto& [dev, v] : j["peak_bytes"].items())
+            if (v.is_number_integer()) s.peak_bytes = std::max<int64_t>(s.peak_bytes, v.get<int64_t>());
+    if (j.contains("tokens_per_s") && j["tokens_per_s"].is_number()) s.tokens_per_s = j["tokens_per_s"].get<double>();
+    if (j.contains("dropped_total") && j["dropped_total"].is_number_unsigned())
+        s.dropped = j["dropped_total"].get<uint64_t>();
+    return s;
+}
+
+std::string status_text(const storage::RunInfo& r) {
+    std::string s = storage::run_status_name(r.status);
+    if (r.status == storage::RunStatus::RUNNING && !r.owner_alive) s += " (owner gone)";
+    return s;
+}
+
+std::string when(int64_t ms) {
+    if (ms <= 0) return "-";
+    std::time_t t = std::time_t(ms / 1000);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
+    return buf;
+}
+
+std::string fit(std::string s, size_t w) {
+    if (s.size() > w) s = s.substr(0, w - 1) + "~";
+    return s;
+}
+}  // namespace
+
+int cmd_runs(int argc, char** argv, int first) {
+    Args args(argc, argv, first, runs_options());
+    if (args.flag("help")) {
+        print_help();
+        return 0;
+    }
+    apply_global_options(args);
+    if (args.positional().size() != 1)
+        throw UsageError(args.positional().empty() ? "runs: missing the session file; expected: kvlab runs FILE"
+                                                   : "runs: expected one session file, got " +
+                                                         std::to_string(args.positional().size()) + " arguments");
+    const std::string path = args.positional()[0];
+    std::vector<storage::RunInfo> runs;
+    std::vector<int64_t> crashed;
+    bool read_only = false;
+    try {
+        auto session = storage::Session::open(path);  // marks dead runs crashed, migrates
+        crashed = session->crashed_at_open();
+        runs = session->runs();
+    } catch (const storage::SessionError& e) {
+        if (e.kind() != storage::SessionErrorKind::NOT_WRITABLE) throw;
+        storage::SessionReader reader(path);  // still list what we can read
+        runs = reader.runs();
+        read_only = true;
+    }
+    if (args.flag("json")) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& r : runs) {
+            nlohmann::json j;
+            j["id"] = r.id;
+            j["name"] = r.name;
+            j["status"] = storage::run_status_name(r.status);
+            j["config"] = nlohmann::json::parse(r.config, nullptr, false);
+            j["summary"] = nlohmann::json::parse(r.summary, nullptr, false);
+            j["created_ms"] = r.created_ms;
+            j["started_ms"] = r.started_ms;
+            j["finished_ms"] = r.finished_ms;
+            j["progress"] = {{"tokens_done", r.progress.tokens_done}, {"tokens_total", r.progress.tokens_total},
+                             {"chunks_done", r.progress.chunks_done}, {"chunks_total", r.progress.chunks_total},
+                             {"steps_done", r.progress.steps_done},   {"steps_total", r.progress.steps_total}};
+            if (!r.error.empty()) j["error"] = r.error;
+            out.push_back(j);
+        }
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    std::printf("session %s: %zu run%s%s\n", path.c_str(), runs.size(), runs.size() == 1 ? "" : "s",
+                read_only ? " (read-only: crashed runs are not marked)" : "");
+    for (int64_t id : crashed)
+        std::printf("run %lld was left running by a process that is gone: marked crashed\n", (long long)id);
+    if (runs.empty()) return 0;
+    std::printf("%4s  %-20s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", "id", "name", "status", "mode",
+                "policy", "buffer", "cache", "chunk", "progress", "peak mem", "tokens/s", "created");
+    for (const auto& r : runs) {
+        const std::string cache_name = storage::run_config_value(r.config, "kv_cache.name");
+        storage::CacheName cn = storage::split_cache_name(cache_name);
+        const std::string mode = storage::run_config_value(r.config, "mode");
+        const std::string cache_length = storage::run_config_value(r.config, "kv_cache.cache_length");
+        const std::string chunk_size = storage::run_config_value(r.config, "kv_cache.chunk_size");
+        SummaryNumbers s = summary_numbers(r.summary);
+        std::printf("%4lld  %-20s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", (long long)r.id,
+                    fit(r.name, 20).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
+                    fit(cache_name.empty() ? "-" : cn.policy, 14).c_str(), cache_name.empty() ? "-" : cn.buffer.c_str(),
+                    cache_length.empty() ? "-" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
+                    progress_text(r.progress).c_str(), s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
+                    s.tokens_per_s >= 0 ? str(int64_t(s.tokens_per_s + 0.5)).c_str() : "-", when(r.created_ms).c_str());
+    }
+    for (const auto& r : runs) {
+        if (!r.error.empty())
+            std::printf("run %lld %s: %s\n", (long long)r.id, storage::run_status_name(r.status), r.error.c_str());
+        SummaryNumbers s = summary_numbers(r.summary);
+        if (s.dropped)
+            std::printf("run %lld: %llu telemetry events were dropped (queues full); its timelines have gaps\n",
+                        (long long)r.id, (unsigned long long)s.dropped);
+    }
+    return 0;
+}
+
+}  // namespace kv::cli
