@@ -2,7 +2,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "bench_commands.h"
 #include "commands.h"
+#include "engine/bench/cache_bench.h"
+#include "engine/bench/model_bench.h"
 #include "engine/bench/op_bench.h"
 #include "engine/core/error.h"
 #include "progress.h"
@@ -15,6 +18,20 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"quick", OptKind::FLAG, "", "small shapes and short timings (smoke test)"});
     o.push_back({"min_seconds", OptKind::FLOAT, "0.3", "minimum timing per measurement"});
     o.push_back({"csv", OptKind::STRING, "", "also write the rows to this CSV file"});
+    o.push_back({"model", OptKind::STRING, "qwen2.5-0.5b", "bench model/cache: model preset, folder or .gguf"});
+    o.push_back({"dtype", OptKind::STRING, "f32,bf16", "bench model: precisions to measure"});
+    o.push_back({"prefill_tokens", OptKind::INT, "2048", "bench model: prompt length"});
+    o.push_back({"decode_context", OptKind::INT, "4096", "bench model: context of the decode steps"});
+    o.push_back({"context", OptKind::INT, "32768", "bench cache: sequence length"});
+    o.push_back({"cache_length", OptKind::INT, "4096", "bench cache: cache length"});
+    o.push_back({"chunk", OptKind::INT, "512", "bench cache: chunk size"});
+    o.push_back({"model", OptKind::STRING, "qwen2.5-0.5b", "bench model/cache: model preset, folder or .gguf"});
+    o.push_back({"dtype", OptKind::STRING, "f32,bf16", "bench model: precisions to measure"});
+    o.push_back({"prefill_tokens", OptKind::INT, "2048", "bench model: prompt length"});
+    o.push_back({"decode_context", OptKind::INT, "4096", "bench model: context of the decode steps"});
+    o.push_back({"context", OptKind::INT, "32768", "bench cache: sequence length"});
+    o.push_back({"cache_length", OptKind::INT, "4096", "bench cache: cache length"});
+    o.push_back({"chunk", OptKind::INT, "512", "bench cache: chunk size"});
     return o;
 }
 
@@ -66,7 +83,9 @@ int cmd_bench(int argc, char** argv, int first) {
     if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops");
+    if (what == "model") return bench_model(args);
+    if (what == "cache") return bench_cache(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache");
 }
 
 }  // namespace kv::cli

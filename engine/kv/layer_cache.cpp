@@ -17,6 +17,15 @@ void LayerCache::reset() {
     chunk_ = 0;
 }
 
+void LayerCache::prefill_without_attention(const Tensor& k, const Tensor& v) {
+    policy_->reset(k.size(0));
+    log_.clear();
+    chunk_ = 0;
+    buffer_->prefill(k, v);
+    policy_->prefill(k.size(2), features(k, v));
+    chunk_ = 1;
+}
+
 InsertFeatures LayerCache::features(const Tensor& k, const Tensor& v) const {
     InsertFeatures f;
     if (policy_->needs_value_norm()) f.value_norm = ops::norm_last(v).to_f32_vector();

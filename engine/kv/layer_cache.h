@@ -28,6 +28,9 @@ class LayerCache {
     LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer);
 
     void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y);
+    // Benchmarks only: a prefill of k, v (B, G, n, D) without computing attention, so a
+    // decode or chunk step can be timed at a large context without paying for the prefill.
+    void prefill_without_attention(const Tensor& k, const Tensor& v);
     // A new sequence: input position 0 (storage stays allocated).
     void reset();
 

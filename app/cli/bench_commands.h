@@ -1,0 +1,11 @@
+// The `kvlab bench` sub-benchmarks, one file each (cmd_bench_*.cpp); cmd_bench.cpp dispatches.
+#pragma once
+
+#include "cli_args.h"
+
+namespace kv::cli {
+
+int bench_model(const Args& args);
+int bench_cache(const Args& args);
+
+}  // namespace kv::cli

@@ -1,0 +1,34 @@
+// `kvlab bench cache`: SDPA weights overhead, policy and buffer chunk throughput, KV bytes.
+#include <cstdio>
+
+#include "bench_commands.h"
+#include "engine/bench/cache_bench.h"
+#include "engine/core/error.h"
+#include "progress.h"
+
+namespace kv::cli {
+
+int bench_cache(const Args& args) {
+    bench::CacheBenchOptions opt;
+    opt.model = args.str("model", opt.model);
+    opt.context = args.integer("context", opt.context, 1, 1 << 24);
+    opt.cache_length = args.integer("cache_length", opt.cache_length, 1, 1 << 24);
+    opt.chunk = args.integer("chunk", opt.chunk, 1, 1 << 20);
+    opt.min_seconds = args.real("min_seconds", 0.3, 0.001, 60);
+    if (opt.chunk > opt.cache_length || opt.cache_length > opt.context)
+        throw UsageError("bench cache: expected --chunk <= --cache_length <= --context");
+    Progress progress("bench cache");
+    auto rows = bench::run_cache_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    progress.finish();
+    std::printf("model %s, context %lld, cache %lld, chunk %lld\n", opt.model.c_str(), (long long)opt.context,
+                (long long)opt.cache_length, (long long)opt.chunk);
+    std::printf("%-50s %12s %12s %9s %9s\n", "measurement", "a", "b", "a/b", "target");
+    for (const auto& r : rows) {
+        const std::string tgt = r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "";
+        std::printf("%-50s %12.3f %12.3f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
+                    r.pass() ? "" : "  << misses target");
+    }
+    return 0;
+}
+
+}  // namespace kv::cli

@@ -1,0 +1,41 @@
+// `kvlab bench model [MODEL]`: prefill and decode tokens/s against this machine's floors.
+#include <cstdio>
+
+#include "bench_commands.h"
+#include "engine/bench/model_bench.h"
+#include "progress.h"
+
+namespace kv::cli {
+
+int bench_model(const Args& args) {
+    bench::ModelBenchOptions opt;
+    if (args.positional().size() > 1) opt.model = args.positional()[1];
+    opt.model = args.str("model", opt.model);
+    opt.prefill_tokens = args.integer("prefill_tokens", opt.prefill_tokens, 1, 1 << 20);
+    opt.decode_context = args.integer("decode_context", opt.decode_context, 1, 1 << 22);
+    opt.min_seconds = args.real("min_seconds", 0.3, 0.001, 60);
+    if (args.has("dtype")) {
+        opt.dtypes.clear();
+        const std::string d = args.str("dtype");
+        size_t p = 0;
+        while (p <= d.size()) {
+            size_t q = d.find(',', p);
+            if (q == std::string::npos) q = d.size();
+            const std::string one = d.substr(p, q - p);
+            if (one != "f32" && one != "bf16") throw UsageError("--dtype: '" + one + "' is not f32 or bf16");
+            opt.dtypes.push_back(one);
+            p = q + 1;
+        }
+    }
+    Progress progress("bench model");
+    auto rows = bench::run_model_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    progress.finish();
+    std::printf("model %s\n", opt.model.c_str());
+    std::printf("%-34s %12s %12s %8s %7s  %s\n", "measurement", "tokens/s", "floor", "ratio", "target", "floor from");
+    for (const auto& r : rows)
+        std::printf("%-34s %12.1f %12.1f %7.2fx %6.2fx  %s%s\n", r.name.c_str(), r.tokens_per_s, r.floor_tokens_per_s, r.ratio(),
+                    r.target, r.floor_basis.c_str(), r.pass() ? "" : "  << below target");
+    return 0;
+}
+
+}  // namespace kv::cli

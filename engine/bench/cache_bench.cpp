@@ -1,0 +1,119 @@
+// Cache costs as ratios (see cache_bench.h).
+#include "cache_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "ceilings.h"
+#include "engine/core/error.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/attention.h"
+#include "engine/model/model_loader.h"
+#include "engine/ops/ops.h"
+
+namespace kv::bench {
+
+namespace {
+Tensor uniform(const Shape& s, uint32_t seed) {
+    Tensor t = Tensor::empty(s, DType::F32, {Device{}, MemCategory::WORKSPACE, "bench input"});
+    float* p = t.data<float>();
+    uint32_t x = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        p[i] = float(x & 0xffff) / 32768.0f - 1.0f;
+    }
+    return t;
+}
+
+// Seconds per chunk of `chunk` tokens through every layer with a full cache.
+double chunk_seconds(Transformer& m, const std::string& name, const CacheBenchOptions& o) {
+    const ModelConfig& c = m.config();
+    KVCacheConfig kc;
+    kc.name = name;
+    kc.cache_length = o.cache_length;
+    kc.max_chunk_size = o.chunk;
+    kc.dtype = m.act_dtype();
+    KVCache cache(kc, c, Device{}, m.act_dtype(), o.context);
+    Tensor kf = uniform({1, c.num_kv_heads, o.cache_length, c.head_dim}, 3);
+    for (int l = 0; l < int(c.num_layers); ++l) cache.layer(l).prefill_without_attention(kf, kf);
+    std::vector<int32_t> idv((size_t)o.chunk);
+    for (int64_t i = 0; i < o.chunk; ++i) idv[size_t(i)] = int32_t((i * 131) % 200);
+    Tensor ids = Tensor::from_i32({1, o.chunk}, idv);
+    int64_t P = o.cache_length;
+    auto step = [&] {
+        Tensor x = m.embed(ids);
+        for (int l = 0; l < int(c.num_layers); ++l) x = m.block(l, x, P, cache);
+        P += o.chunk;
+    };
+    step();  // the keep-initial chunk (score policies), and warm-up
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.chunks_timed; ++i) step();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.chunks_timed;
+}
+}  // namespace
+
+std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
+    std::vector<CacheBenchRow> rows;
+    LoadedModel lm = load_model(o.model, ModelOptions{}, 0);
+    Transformer& m = *lm.model;
+    const ModelConfig& c = lm.config;
+    m.set_context_width(std::max(o.context, c.max_position_embeddings));
+    const int total = 6;
+    int done = 0;
+
+    // 1. SDPA of one chunk over a full cache, with and without weight sums.
+    progress(done++, total, "sdpa with / without weights");
+    {
+        Tensor q = uniform({1, c.num_heads, o.chunk, c.head_dim}, 1);
+        Tensor k = uniform({1, c.num_kv_heads, o.cache_length, c.head_dim}, 2), v = uniform(k.shape(), 3);
+        std::vector<int32_t> kp((size_t)o.cache_length), qp((size_t)o.chunk);
+        for (int64_t j = 0; j < o.cache_length; ++j) kp[size_t(j)] = int32_t(j * (o.context / o.cache_length));  // spread out
+        for (int64_t i = 0; i < o.chunk; ++i) qp[size_t(i)] = int32_t(o.context - o.chunk + i);
+        Tensor kpos = Tensor::from_i32({1, 1, o.cache_length}, kp), qpos = Tensor::from_i32({1, o.chunk}, qp);
+        Tensor y = Tensor::empty(q.shape(), DType::F32), w = Tensor::empty({1, c.num_kv_heads, o.cache_length}, DType::F32);
+        const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        double t_no = 1e30, t_w = 1e30;
+        for (int r = 0; r < 2; ++r) {
+            t_no = std::min(t_no, time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale); }, o.min_seconds));
+            t_w = std::min(t_w, time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale, 0, &w); }, o.min_seconds));
+        }
+        rows.push_back({str("sdpa chunk ", o.chunk, " over ", o.cache_length, ": with weights / without"), t_w * 1e3, t_no * 1e3, "ms",
+                        t_w / t_no, 1.3, true});
+    }
+    // 2-4. End-to-end chunk throughput.
+    progress(done++, total, "lastrec-default chunks");
+    const double t_lastrec = chunk_seconds(m, "lastrec-default", o);
+    progress(done++, total, "h2o-default chunks");
+    const double t_h2o = chunk_seconds(m, "h2o-default", o);
+    rows.push_back({"chunk throughput h2o / lastrec", double(o.chunk) / t_h2o, double(o.chunk) / t_lastrec, "tokens/s", t_lastrec / t_h2o,
+                    0.8, false});
+    for (std::string b : {"q8", "q4"}) {
+        progress(done++, total, "lastrec-" + b + " chunks");
+        const double t = chunk_seconds(m, "lastrec-" + b, o);
+        rows.push_back({"chunk throughput " + b + " / default (lastrec)", double(o.chunk) / t, double(o.chunk) / t_lastrec, "tokens/s",
+                        t_lastrec / t, 0.8, false});
+    }
+    // 5. KV bytes per token per buffer (all layers, K and V), exact, vs bf16.
+    progress(done++, total, "bytes per token");
+    auto bytes_per_token = [&](const std::string& buf) {
+        KVCacheConfig kc;
+        kc.name = "lastrec-" + buf;
+        kc.cache_length = 64;
+        kc.dtype = DType::F32;
+        KVCache cache(kc, c, Device{}, DType::F32, 128);
+        Tensor kf = uniform({1, c.num_kv_heads, 64, c.head_dim}, 5);
+        for (int l = 0; l < int(c.num_layers); ++l) cache.layer(l).prefill_without_attention(kf, kf);
+        return double(cache.buffer_bytes() - cache.working_bytes()) / 64.0;
+    };
+    const double bf16 = bytes_per_token("bf16");
+    for (std::string b : {"f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0"}) {
+        if (b == "nf4" && (c.head_dim * c.num_kv_heads) % 64 != 0) continue;
+        const double bt = bytes_per_token(b);
+        rows.push_back({"KV bytes per token, " + b + " / bf16", bt, bf16, "bytes", bt / bf16, 0, true});
+    }
+    progress(total, total, "");
+    return rows;
+}
+
+}  // namespace kv::bench

@@ -1,0 +1,101 @@
+// Model throughput against the machine's own floors (see model_bench.h).
+#include "model_bench.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "ceilings.h"
+#include "engine/core/error.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/attention.h"
+#include "engine/model/model_loader.h"
+#include "engine/ops/ops.h"
+
+namespace kv::bench {
+
+namespace {
+double seconds_of(const std::function<void()>& fn) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// FLOPs of a prefill of T tokens: 2 * weights-in-matmuls * T plus causal attention.
+double prefill_flops(const ModelConfig& c, int64_t T) {
+    const double E = double(c.hidden_size), I = double(c.intermediate_size), Q = double(c.q_dim()), K = double(c.kv_dim());
+    const double per_layer = E * (Q + 2 * K) + Q * E + 3 * E * I;
+    const double linear = 2.0 * double(T) * (double(c.num_layers) * per_layer + E * double(c.vocab_size));
+    const double attn = double(c.num_layers) * 2.0 * double(T) * double(T) * double(c.head_dim) * double(c.num_heads);  // QK + PV, causal half
+    return linear + attn;
+}
+
+// Bytes one decode step reads: every weight once plus the KV cache at context T.
+double decode_bytes(const ModelConfig& c, int64_t T, int dtype_bytes) {
+    const double E = double(c.hidden_size), I = double(c.intermediate_size), Q = double(c.q_dim()), K = double(c.kv_dim());
+    const double per_layer = E * (Q + 2 * K) + Q * E + 3 * E * I + 2 * E;
+    const double weights = double(c.num_layers) * per_layer + E * double(c.vocab_size) + E;
+    const double kv = double(c.num_layers) * 2.0 * double(T) * K;
+    return (weights + kv) * dtype_bytes;
+}
+}  // namespace
+
+std::vector<ModelBenchRow> run_model_bench(const ModelBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
+    std::vector<ModelBenchRow> rows;
+    const int total = int(opt.dtypes.size()) * 2 + 1;
+    int done = 0;
+    progress(done++, total, "triad bandwidth");
+    const double bw = triad_gbps(size_t(256) << 20, opt.min_seconds) * 1e9;
+    for (const std::string& dt : opt.dtypes) {
+        ModelOptions mo;
+        mo.dtype = dt == "bf16" ? DType::BF16 : DType::F32;
+        LoadedModel lm = load_model(opt.model, mo, 0);
+        const ModelConfig& c = lm.config;
+        const int64_t T = opt.prefill_tokens;
+        // Matmul ceiling at the model's dominant shape (tokens x width -> MLP width).
+        progress(done++, total, str("prefill ", T, " ", dt));
+        RawMatmul raw(T, c.intermediate_size, c.hidden_size, mo.dtype);
+        const double mm_s = time_best([&] { raw.run(); }, opt.min_seconds);
+        const double mm_rate = 2.0 * double(T) * double(c.intermediate_size) * double(c.hidden_size) / mm_s;
+        std::vector<int32_t> idv((size_t)T);
+        for (int64_t i = 0; i < T; ++i) idv[size_t(i)] = int32_t((i * 7919) % std::min<int64_t>(c.vocab_size, 30000));
+        Tensor ids = Tensor::from_i32({1, T}, idv);
+        lm.model->set_context_width(std::max(opt.decode_context + opt.decode_tokens, T));
+        // Prefill: the whole sequence in one call (plain causal attention), final logits of the last token.
+        double best = 1e30;
+        for (int rep = 0; rep < 2; ++rep)
+            best = std::min(best, seconds_of([&] {
+                               PlainAttention att;
+                               Tensor x = lm.model->embed(ids);
+                               for (int l = 0; l < int(c.num_layers); ++l) x = lm.model->block(l, x, 0, att);
+                               lm.model->lm_head(lm.model->final_norm(x.slice(1, T - 1, T)));
+                           }));
+        const double flops = prefill_flops(c, T);
+        rows.push_back({str("prefill ", T, " tokens ", dt), double(T) / best, mm_rate / flops * double(T),
+                        str(flops / 1e12, " TFLOP at ", mm_rate / 1e9, " GFLOP/s (raw oneDNN ", T, "x", c.hidden_size, "x",
+                            c.intermediate_size, ")"),
+                        0.6});
+        // Decode at context `decode_context`: a dense cache filled without attention.
+        progress(done++, total, str("decode at ", opt.decode_context, " ", dt));
+        KVCacheConfig kc;
+        kc.dtype = mo.dtype;
+        const int64_t ctx = opt.decode_context;
+        KVCache cache(kc, c, Device{}, mo.dtype, ctx + opt.decode_tokens);
+        Tensor kf = Tensor::full({1, c.num_kv_heads, ctx, c.head_dim}, mo.dtype, 0.01);
+        for (int l = 0; l < int(c.num_layers); ++l) cache.layer(l).prefill_without_attention(kf, kf);
+        Tensor one = Tensor::from_i32({1, 1}, {42});
+        const double dec = seconds_of([&] {
+            for (int64_t i = 0; i < opt.decode_tokens; ++i) {
+                Tensor x = lm.model->embed(one);
+                for (int l = 0; l < int(c.num_layers); ++l) x = lm.model->block(l, x, ctx + i, cache);
+                lm.model->lm_head(lm.model->final_norm(x));
+            }
+        });
+        const double bytes = decode_bytes(c, ctx, mo.dtype == DType::BF16 ? 2 : 4);
+        rows.push_back({str("decode at ", ctx, " context ", dt), double(opt.decode_tokens) / dec, bw / bytes,
+                        str(bytes / 1e9, " GB per token at ", bw / 1e9, " GB/s (triad)"), 0.5});
+    }
+    progress(done, total, "");
+    return rows;
+}
+
+}  // namespace kv::bench
