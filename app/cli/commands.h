@@ -18,5 +18,6 @@ int cmd_bench(int argc, char** argv, int first);
 int cmd_version(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first, const std::string& mode);  // eval_long, infer
 int cmd_generate(int argc, char** argv, int first);
+int cmd_compare(int argc, char** argv, int first);
 
 }  // namespace kv::cli

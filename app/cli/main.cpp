@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.h"
+#include "commands_storage.h"
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
@@ -53,7 +54,10 @@ void print_usage(FILE* out) {
                  "  eval_long MODEL  evaluate a cache policy over long samples (loss, accuracy, perplexity)\n"
                  "  infer MODEL      like eval_long, printing every sample\n"
                  "  generate MODEL   generate text from --prompt, streamed as it is decoded\n"
-                 "  bench ops        time our ops against this machine's ceilings (raw oneDNN, triad)\n"
+                 "  runs FILE        the runs recorded in a session file\n"
+                 "  compare FILE     runs side by side: config diff, metrics, ratios to a reference\n"
+                 "  export FILE      a run's memory / spans / metrics as CSV, Chrome trace or PyTorch snapshot\n"
+                 "  bench ops|model|cache|telemetry   ratios of our speed to this machine's ceilings\n"
                  "  version          version, build options and available backends\n"
                  "  help             this text\n\n"
                  "global options:\n%s\n"
@@ -71,8 +75,11 @@ int run(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(argc, argv, 2);
     if (cmd == "eval_long" || cmd == "infer") return cmd_eval(argc, argv, 2, cmd);
     if (cmd == "generate") return cmd_generate(argc, argv, 2);
+    if (cmd == "runs") return cmd_runs(argc, argv, 2);
+    if (cmd == "export") return cmd_export(argc, argv, 2);
+    if (cmd == "compare") return cmd_compare(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
-    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, bench, version, help\n", cmd.c_str());
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, runs, compare, export, bench, version, help\n", cmd.c_str());
     return 2;
 }
 

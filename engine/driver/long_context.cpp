@@ -6,6 +6,7 @@
 
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/trace.h"
 
 namespace kv {
 
@@ -120,20 +121,33 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
     out.init(B);
     const int64_t total = int64_t(plan.chunks.size()) * nl;
     int64_t done = 0;
+    static const trace::Name kCell("cell"), kLayer("layer"), kChunk("chunk"), kHead("head");
     for (size_t ci = 0; ci < plan.cells.size(); ++ci) {
         const auto [c0, c1] = plan.cells[ci];
+        auto cell_span = trace::span(trace::SpanCategory::CELL, kCell, {.cell_row = 0, .cell_col = int(ci)});
         std::vector<Tensor> xs;
         for (size_t c = c0; c < c1; ++c) xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
         for (int l = 0; l < nl; ++l) {
             if (cb.layer_input) cb.layer_input(l, ci, xs);
+            auto layer_span = trace::span(trace::SpanCategory::LAYER, kLayer, {.layer = l, .cell_col = int(ci)});
             for (size_t c = c0; c < c1; ++c) {
+                auto chunk_span = trace::span(trace::SpanCategory::CHUNK, kChunk, {.layer = l, .chunk = int(c), .cell_col = int(ci)});
                 if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
                 cache.set_chunk_tokens(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
                 xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cache);
                 ++done;
                 if (cb.progress) cb.progress(done, total);
+                if (trace::active()) {
+                    trace::ProgressInfo pi;
+                    pi.chunks_done = int32_t(done);
+                    pi.chunks_total = int32_t(total);
+                    pi.tokens_done = T * done / total;  // monotonic across the cell -> layer -> chunk order
+                    pi.tokens_total = T;
+                    trace::progress(pi);
+                }
             }
         }
+        auto head_span = trace::span(trace::SpanCategory::HEAD, kHead, {.cell_col = int(ci)});
         for (size_t c = c0; c < c1; ++c) {
             Tensor h = model.final_norm(xs[c - c0]);
             head_chunk(model, h, plan.starts[c], c + 1 == plan.chunks.size(), head, out);

@@ -5,6 +5,7 @@
 // same bytes move back and forth. On the CPU backend the copies are plain memcpys; the swap is
 // synchronous on every backend (no copy/compute overlap yet).
 #include "buffer_common.h"
+#include "engine/telemetry/trace.h"
 
 namespace kv {
 
@@ -56,6 +57,7 @@ class OffloadBuffer final : public KVBuffer, public WorkingBufferUser {
 
     // Park: persist pending working-buffer rows, copy the state to the host pool, free it here.
     void write_back() override {
+        KV_TRACE_SPAN(trace::SpanCategory::IO, "offload park", .layer = int(p_.layer));
         inner_->flush();
         std::vector<Tensor*> st = inner_->storage_tensors();
         host_.resize(st.size());
@@ -74,6 +76,7 @@ class OffloadBuffer final : public KVBuffer, public WorkingBufferUser {
     void make_resident() {
         if (sh_->resident == this) return;
         if (sh_->resident) sh_->resident->write_back();
+        KV_TRACE_SPAN(trace::SpanCategory::IO, "offload restore", .layer = int(p_.layer));
         std::vector<Tensor*> st = inner_->storage_tensors();
         for (size_t i = 0; i < st.size() && i < host_.size(); ++i) {
             if (!host_[i].defined()) continue;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "buffer_common.h"
+#include "engine/telemetry/trace.h"
 #include "kernels/common/quant_formats.h"
 
 namespace kv {
@@ -103,6 +104,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     // Re-quantize the dirty rows of the working buffer into this layer's storage.
     void write_back() override {
         if (!Kq_.defined()) return;
+        KV_TRACE_SPAN(trace::SpanCategory::QUANTIZE, "quantize (write-back)", .layer = int(p_.layer));
         std::vector<std::pair<int64_t, int64_t>> ranges;
         if (!track_) {
             ranges.push_back({0, p_.L});
@@ -144,6 +146,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     void associate() {
         if (sh_->owner == this) return;
         if (sh_->owner) sh_->owner->write_back();
+        KV_TRACE_SPAN(trace::SpanCategory::DEQUANTIZE, "dequantize (associate)", .layer = int(p_.layer));
         sh_->ensure(B_);
         dequantize_rows(Kq_.slice(0, 0, B_), working_k());
         dequantize_rows(Vq_.slice(0, 0, B_), working_v());

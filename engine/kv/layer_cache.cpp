@@ -5,6 +5,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/trace.h"
 
 namespace kv {
 
@@ -24,6 +25,15 @@ void LayerCache::prefill_without_attention(const Tensor& k, const Tensor& v) {
     buffer_->prefill(k, v);
     policy_->prefill(k.size(2), features(k, v));
     chunk_ = 1;
+}
+
+void LayerCache::record_step(const SlotPlan& plan) const {
+    if (!trace::active()) return;
+    trace::cache_step(layer_, int(chunk_), plan.input_pos, int(plan.n), int(policy_->cache_length()), encode_plan(plan), trace_pass_);
+    if (trace_pass_ != 0) return;
+    std::vector<float> s = policy_->slot_scores();
+    if (!s.empty())
+        trace::scores(layer_, int(chunk_), s.data(), int(policy_->batch()), int(policy_->groups()), int(policy_->cache_length()), 0);
 }
 
 InsertFeatures LayerCache::features(const Tensor& k, const Tensor& v) const {
@@ -68,6 +78,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             throw Error(str("layer ", layer_, " cache: a prefill of ", n, " tokens exceeds the cache length ", policy_->cache_length()),
                         "the driver's first chunk must be at most cache_length");
         {
+            KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
             MemoryLabelScope label(str("layer ", layer_, " cache update"));
             buffer_->prefill(k, v);
             policy_->prefill(n, features(k, v));
@@ -79,8 +90,12 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         p.length_after = n;
         if (logging_) log_.append(p);
         // Attention on the raw new k, v (before any quantization), causal by position.
-        PlainAttention plain;
-        plain.attend(layer_, q, k, v, 0, scale, y);
+        {
+            KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
+            PlainAttention plain;
+            plain.attend(layer_, q, k, v, 0, scale, y);
+        }
+        record_step(p);
         if (hook_) hook_({layer_, chunk_, &p, policy_.get(), nullptr});
         ++chunk_;
         return;
@@ -97,6 +112,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         plan = policy_->prepare(n);
     }
     {
+        KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " cache update"));
         InsertFeatures f = features(k, v);
         buffer_->write(plan, k, v);
@@ -111,6 +127,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     std::vector<float> w;
     const bool want = policy_->needs_attention_weights() && !replay_;
     {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, want ? "sdpa with weights" : "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
         if (!want) {
             ops::sdpa_(y, q, K, V, kpos, qpos, scale);
@@ -128,9 +145,11 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         }
     }
     if (!replay_) {
+        KV_TRACE_SPAN(trace::SpanCategory::SCORING, "scoring", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " scoring"));
         policy_->update(w, n);
     }
+    record_step(plan);
     if (hook_) hook_({layer_, chunk_, &plan, policy_.get(), want ? &w : nullptr});
     ++chunk_;
 }

@@ -47,12 +47,15 @@ class LayerCache {
     void set_chunk_tokens(const std::vector<int32_t>* ids, int64_t n) { ids_ = ids, ids_n_ = n; }
     // Replay mode: plans come from this log instead of the policy (gradient replay).
     void set_replay_source(const std::vector<SlotPlan>* plans) { replay_ = plans; }
+    // Telemetry pass number of this cache's steps (0 = the first forward; replays 1, 2, ...).
+    void set_trace_pass(int pass) { trace_pass_ = pass; }
 
     // The (B|1, G|1, T) int32 positions tensor of the current state (for attention).
     Tensor positions_tensor(Device device) const;
 
    private:
     InsertFeatures features(const Tensor& k, const Tensor& v) const;
+    void record_step(const SlotPlan& plan) const;
 
     int layer_;
     std::unique_ptr<KVPolicy> policy_;
@@ -64,6 +67,7 @@ class LayerCache {
     int64_t ids_n_ = 0;
     const std::vector<SlotPlan>* replay_ = nullptr;
     int64_t chunk_ = 0;
+    int trace_pass_ = 0;
 };
 
 }  // namespace kv

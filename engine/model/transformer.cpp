@@ -5,6 +5,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/trace.h"
 
 namespace kv {
 
@@ -104,8 +105,13 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     // ---- attention ----
     Tensor y;  // (B, n, NH, HS)
     {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention", .layer = l);
         MemoryLabelScope label(str("layer ", l, " attention"));
-        Tensor h = ops::rmsnorm(x, L.attn_norm, eps);
+        Tensor h;
+        {
+            KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
+            h = ops::rmsnorm(x, L.attn_norm, eps);
+        }
         Tensor qkv = ops::linear(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
         if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
         const int64_t W = (NH + 2 * G) * HS;
@@ -135,8 +141,13 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     }
     // ---- MLP ----
     {
+        KV_TRACE_SPAN(trace::SpanCategory::MLP, "mlp", .layer = l);
         MemoryLabelScope label(str("layer ", l, " mlp"));
-        Tensor h = ops::rmsnorm(out, L.mlp_norm, eps);
+        Tensor h;
+        {
+            KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
+            h = ops::rmsnorm(out, L.mlp_norm, eps);
+        }
         Tensor gu = ops::linear(h, L.w_gate_up, act);  // (B, n, 2I)
         Tensor a = ops::swiglu(gu.slice(2, 0, I), gu.slice(2, I, 2 * I));
         Tensor d = ops::linear(a, L.w_down, act);
@@ -151,6 +162,7 @@ Tensor Transformer::final_norm(const Tensor& x) const {
 }
 
 Tensor Transformer::lm_head(const Tensor& h) const {
+    KV_TRACE_SPAN(trace::SpanCategory::HEAD, "lm_head");
     MemoryLabelScope label("lm_head");
     return ops::linear(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
 }

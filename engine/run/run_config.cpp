@@ -330,11 +330,19 @@ void set_run_option(RunConfig& cfg, const std::string& name, const std::string& 
     o->set(cfg, value);
 }
 
+// An option that is also the prefix of others ("data" and "data.seq_length") is stored as
+// "<name>.name" in JSON, since a JSON key cannot be both a string and an object.
+static std::string json_path(const std::string& name) {
+    for (const auto& o : run_options())
+        if (o.name.size() > name.size() && o.name.compare(0, name.size() + 1, name + ".") == 0) return name + ".name";
+    return name;
+}
+
 std::string run_config_to_json(const RunConfig& cfg, bool pretty) {
     Json j = Json::object();
     for (const auto& o : run_options()) {
         Json* node = &j;
-        std::string key = o.name;
+        std::string key = json_path(o.name);
         for (size_t dot; (dot = key.find('.')) != std::string::npos;) {
             node = &(*node)[key.substr(0, dot)];
             key = key.substr(dot + 1);
@@ -368,6 +376,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
                 continue;
             }
             const OptionDef* o = find_run_option(name);
+            if (!o && name.size() > 5 && name.compare(name.size() - 5, 5, ".name") == 0) o = find_run_option(name.substr(0, name.size() - 5));
             if (!o) throw Error(str(source, ": unknown option '", name, "'"));
             std::string v;
             if (it->is_string()) v = it->get<std::string>();

@@ -1,0 +1,44 @@
+// `kvlab compare FILE --runs 1,2,3 [--reference 1]`: runs of a session side by side.
+#include <cstdio>
+
+#include "commands.h"
+#include "engine/core/error.h"
+#include "sessions/comparison.h"
+#include "storage/session.h"
+
+namespace kv::cli {
+
+int cmd_compare(int argc, char** argv, int first) {
+    auto specs = global_options();
+    specs.push_back({"runs", OptKind::STRING, "all", "comma-separated run ids"});
+    specs.push_back({"reference", OptKind::INT, "the first run", "run the others are compared with (e.g. the dense one)"});
+    Args args(argc, argv, first, specs);
+    if (args.flag("help") || args.positional().empty()) {
+        std::printf("usage: kvlab compare FILE [--runs 1,2,3] [--reference N]\n\n%s", format_options(specs).c_str());
+        return args.flag("help") ? 0 : 2;
+    }
+    auto session = storage::Session::open(args.positional()[0]);
+    std::vector<int64_t> ids;
+    if (args.has("runs")) {
+        const std::string v = args.str("runs");
+        size_t p = 0;
+        while (p < v.size()) {
+            size_t q = v.find(',', p);
+            if (q == std::string::npos) q = v.size();
+            const std::string one = v.substr(p, q - p);
+            char* end = nullptr;
+            long long id = std::strtoll(one.c_str(), &end, 10);
+            if (one.empty() || *end) throw UsageError("--runs: '" + one + "' is not a run id; expected numbers like 1,2,3");
+            ids.push_back(id);
+            p = q + 1;
+        }
+    } else {
+        for (const auto& r : session->runs()) ids.push_back(r.id);
+    }
+    const int64_t ref = args.integer("reference", 0, 0, INT64_MAX);
+    sessions::Comparison c = sessions::compare_runs(*session, ids, ref);
+    std::printf("%s", sessions::format_comparison(c).c_str());
+    return 0;
+}
+
+}  // namespace kv::cli

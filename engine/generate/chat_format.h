@@ -1,0 +1,14 @@
+// Wrapping a user message in a model's chat format without a template engine: ChatML
+// (SmolLM2, Qwen) and Llama 3, recognised by their special tokens.
+#pragma once
+
+#include <string>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace kv {
+
+// Throws kv::Error when the tokenizer has neither format's tokens.
+std::string chat_prompt(const Tokenizer& tok, const std::string& user_message);
+
+}  // namespace kv

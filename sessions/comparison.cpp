@@ -1,0 +1,128 @@
+// Run comparisons (see comparison.h).
+#include "comparison.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "engine/core/error.h"
+
+namespace kv::sessions {
+
+namespace {
+using Json = nlohmann::json;
+
+void flatten(const Json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+    if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it) flatten(*it, prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    } else {
+        out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
+    }
+}
+
+double num(const Json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+std::string fmt(double v, int prec = 4) {
+    if (std::isnan(v)) return "-";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*g", prec, v);
+    return b;
+}
+}  // namespace
+
+Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& ids, int64_t reference) {
+    if (ids.empty()) throw Error("compare: no runs selected; expected --runs 1,2,3");
+    Comparison c;
+    c.reference = reference ? reference : ids.front();
+    std::vector<int64_t> order = {c.reference};
+    for (int64_t id : ids)
+        if (id != c.reference) order.push_back(id);
+    std::vector<std::map<std::string, std::string>> configs;
+    std::vector<Json> summaries;
+    for (int64_t id : order) {
+        storage::RunInfo r = session.run(id);  // throws for unknown ids
+        ComparedRun cr;
+        cr.id = id;
+        cr.name = r.name;
+        cr.status = storage::run_status_name(r.status);
+        std::map<std::string, std::string> flat;
+        Json cj = Json::parse(r.config.empty() ? "{}" : r.config, nullptr, false);
+        if (!cj.is_discarded()) flatten(cj, "", flat);
+        configs.push_back(flat);
+        Json s = Json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
+        if (s.is_discarded()) s = Json::object();
+        summaries.push_back(s);
+        cr.loss = num(s, "mean_loss");
+        cr.accuracy = num(s, "accuracy");
+        cr.perplexity = num(s, "perplexity");
+        cr.tokens_per_s = num(s, "tokens_per_s");
+        cr.kv_bytes = num(s, "kv_bytes");
+        cr.seconds = num(s, "seconds");
+        if (s.contains("memory") && s["memory"].contains("cpu")) cr.peak_bytes = num(s["memory"]["cpu"], "peak_total");
+        c.runs.push_back(cr);
+    }
+    std::set<std::string> keys;
+    for (const auto& m : configs)
+        for (const auto& [k, v] : m) keys.insert(k);
+    for (const auto& k : keys) {
+        bool differs = false;
+        for (const auto& m : configs) differs = differs || (m.count(k) ? m.at(k) : "") != (configs[0].count(k) ? configs[0].at(k) : "");
+        if (!differs) continue;
+        c.differing_fields.push_back(k);
+        for (size_t i = 0; i < c.runs.size(); ++i) c.runs[i].config_diff.push_back({k, configs[i].count(k) ? configs[i].at(k) : ""});
+    }
+    const ComparedRun& ref = c.runs[0];
+    for (auto& r : c.runs) {
+        r.d_loss = r.loss - ref.loss;
+        r.d_accuracy = r.accuracy - ref.accuracy;
+        r.ppl_ratio = r.perplexity / ref.perplexity;
+        r.speed_ratio = r.tokens_per_s / ref.tokens_per_s;
+        r.kv_ratio = r.kv_bytes / ref.kv_bytes;
+        r.peak_ratio = r.peak_bytes / ref.peak_bytes;
+    }
+    return c;
+}
+
+std::string format_comparison(const Comparison& c) {
+    std::string out;
+    char line[512];
+    out += "reference: run " + std::to_string(c.reference) + "\n";
+    if (!c.differing_fields.empty()) {
+        out += "configuration (only fields that differ):\n";
+        std::snprintf(line, sizeof line, "  %-34s", "field");
+        out += line;
+        for (const auto& r : c.runs) {
+            std::snprintf(line, sizeof line, " %18s", ("run " + std::to_string(r.id)).c_str());
+            out += line;
+        }
+        out += "\n";
+        for (size_t f = 0; f < c.differing_fields.size(); ++f) {
+            std::snprintf(line, sizeof line, "  %-34s", c.differing_fields[f].c_str());
+            out += line;
+            for (const auto& r : c.runs) {
+                std::snprintf(line, sizeof line, " %18s", r.config_diff[f].second.substr(0, 18).c_str());
+                out += line;
+            }
+            out += "\n";
+        }
+    }
+    std::snprintf(line, sizeof line, "%-5s %-9s %9s %8s %9s %9s %10s %10s %10s %9s %9s\n", "run", "status", "loss", "d loss", "accuracy",
+                  "ppl", "tokens/s", "speed", "KV bytes", "KV ratio", "peak x");
+    out += line;
+    for (const auto& r : c.runs) {
+        std::snprintf(line, sizeof line, "%-5lld %-9s %9s %8s %9s %9s %10s %9sx %10s %8sx %8sx\n", (long long)r.id, r.status.c_str(),
+                      fmt(r.loss).c_str(), fmt(r.d_loss, 3).c_str(), fmt(r.accuracy, 3).c_str(), fmt(r.perplexity).c_str(),
+                      fmt(r.tokens_per_s, 5).c_str(), fmt(r.speed_ratio, 3).c_str(), fmt(r.kv_bytes, 6).c_str(), fmt(r.kv_ratio, 3).c_str(),
+                      fmt(r.peak_ratio, 3).c_str());
+        out += line;
+    }
+    return out;
+}
+
+}  // namespace kv::sessions

@@ -1,0 +1,35 @@
+// Comparisons are first-class: a set of runs of one session plus a reference run (e.g. dense),
+// with the configuration fields that differ and derived metrics — differences in
+// loss/accuracy/perplexity and ratios of memory, KV bytes and throughput to the reference.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "storage/session.h"
+
+namespace kv::sessions {
+
+struct ComparedRun {
+    int64_t id = 0;
+    std::string name, status;
+    std::vector<std::pair<std::string, std::string>> config_diff;  // fields differing from the reference
+    double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;
+    double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;
+    // relative to the reference (NaN when either side is missing)
+    double d_loss = NAN, d_accuracy = NAN, ppl_ratio = NAN, speed_ratio = NAN, kv_ratio = NAN, peak_ratio = NAN;
+};
+
+struct Comparison {
+    int64_t reference = 0;
+    std::vector<ComparedRun> runs;  // reference first
+    std::vector<std::string> differing_fields;
+};
+
+// Throws kv::Error for unknown run ids or an empty selection.
+Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& runs, int64_t reference);
+// A text table (what `kvlab compare` prints).
+std::string format_comparison(const Comparison& c);
+
+}  // namespace kv::sessions

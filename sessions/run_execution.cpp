@@ -1,0 +1,119 @@
+// Mode dispatch for one run (see run_execution.h).
+#include "run_execution.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/driver/long_context.h"
+#include "engine/generate/chat_format.h"
+#include "engine/generate/generator.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/model/model_loader.h"
+#include "engine/run/evaluate.h"
+#include "engine/telemetry/trace.h"
+
+namespace kv::sessions {
+
+namespace {
+
+ModelOptions model_options(const RunConfig& cfg) {
+    ModelOptions opt;
+    opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
+    opt.rope = rope_mode_from_name(cfg.rope);
+    if (cfg.device.rfind("cuda:", 0) == 0) opt.device = Device{DeviceType::CUDA, std::atoi(cfg.device.c_str() + 5)};
+    return opt;
+}
+
+nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& s : stats) {
+        nlohmann::json d;
+        d["peak_total"] = s.peak_total;
+        for (size_t c = 0; c < kNumMemCategories; ++c)
+            if (s.peak[c]) d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
+        j[s.device.is_cpu() ? "cpu" : str("cuda:", s.device.index)] = d;
+    }
+    return j;
+}
+
+RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
+    EvalCallbacks cb;
+    cb.cancel = hooks.cancel;
+    cb.progress = hooks.progress;
+    std::ostringstream text;
+    cb.on_sample = [&](const EvalSampleResult& r) {
+        std::ostringstream line;
+        line.precision(4);
+        line << "sample " << r.index << ": " << r.description << " | loss " << r.loss;
+        if (r.label >= 0) line << " | predicted " << r.prediction << ", answer " << r.label << (r.correct ? " (correct)" : "");
+        line << " | " << r.seconds << " s";
+        if (hooks.output) hooks.output(line.str());
+        trace::metric("sample_loss", r.index, r.loss);
+        if (r.label >= 0) trace::metric("sample_correct", r.index, r.correct ? 1.0 : 0.0);
+    };
+    EvalSummary s = run_eval(cfg, lm, cb);
+    nlohmann::json j;
+    j["mode"] = cfg.mode;
+    j["samples"] = s.samples.size();
+    j["mean_loss"] = s.mean_loss;
+    if (s.accuracy >= 0) j["accuracy"] = s.accuracy;
+    if (s.perplexity >= 0) j["perplexity"] = s.perplexity;
+    j["tokens"] = s.tokens;
+    j["seconds"] = s.seconds;
+    j["tokens_per_s"] = s.tokens_per_s;
+    j["kv_bytes"] = s.kv_bytes;
+    j["kv_bits_per_element"] = s.kv_bits_per_element;
+    j["chunks_per_sample"] = s.chunks_per_sample;
+    j["memory"] = memory_json(s.memory);
+    trace::metric("mean_loss", 0, s.mean_loss);
+    if (s.accuracy >= 0) trace::metric("accuracy", 0, s.accuracy);
+    if (s.perplexity >= 0) trace::metric("perplexity", 0, s.perplexity);
+    trace::metric("tokens_per_s", 0, s.tokens_per_s);
+    RunOutcome out;
+    out.summary_json = j.dump();
+    text.precision(4);
+    if (s.accuracy >= 0) text << "accuracy " << s.accuracy << " | ";
+    if (s.perplexity >= 0) text << "perplexity " << s.perplexity << " | ";
+    text << "mean loss " << s.mean_loss << " | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
+         << s.kv_bits_per_element << " bits/element)";
+    out.text = text.str();
+    return out;
+}
+
+RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
+    const std::string text = cfg.generate.chat ? chat_prompt(*lm.tokenizer, cfg.generate.prompt) : cfg.generate.prompt;
+    std::vector<int32_t> prompt = lm.tokenizer->encode(text, true);
+    GenerationCallbacks cb;
+    cb.cancel = hooks.cancel;
+    cb.on_text = hooks.output;
+    GenerationResult r = generate(*lm.model, *lm.tokenizer, prompt, cfg.generate, cfg.kv_cache, cb);
+    nlohmann::json j;
+    j["mode"] = "generate";
+    j["prompt_tokens"] = r.prompt_tokens;
+    j["generated_tokens"] = r.tokens.size();
+    j["prefill_seconds"] = r.prefill_seconds;
+    j["decode_seconds"] = r.decode_seconds;
+    j["tokens_per_s"] = r.decode_seconds > 0 ? double(r.tokens.size()) / r.decode_seconds : 0.0;
+    j["stop_reason"] = r.stop_reason;
+    j["text"] = r.text;
+    j["memory"] = memory_json(current_memory_tracker().all_stats());
+    RunOutcome out;
+    out.cancelled = r.stop_reason == "cancelled";
+    out.summary_json = j.dump();
+    out.text = r.text;
+    return out;
+}
+
+}  // namespace
+
+RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
+    validate_run_config(cfg);
+    LoadedModel lm = load_model(cfg.model, model_options(cfg), cfg.model_seed);
+    if (cfg.mode == "eval_long" || cfg.mode == "infer") return run_eval_mode(cfg, lm, hooks);
+    if (cfg.mode == "generate") return run_generate_mode(cfg, lm, hooks);
+    throw Error(str("mode '", cfg.mode, "' cannot run in this build yet"));
+}
+
+}  // namespace kv::sessions

@@ -1,0 +1,169 @@
+// Chrome trace JSON export (see exports.h): {"traceEvents": [...]} with microsecond timestamps
+// relative to the run start. Tracks: process 1 = the run's host threads (spans as "X" complete
+// events, one tid per engine thread, cells on tid 0), memory as one "C" counter per device whose
+// series are the memory categories (so at every event they add up to the allocator's device
+// total), metrics as "C" counters; processes 2+ = GPU devices with one tid per CUDA stream.
+// Written by hand (not through a JSON DOM) so exports of millions of events stream.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "storage/exports.h"
+
+namespace kv::storage {
+
+namespace {
+// JSON string body: escapes quotes, backslashes and control characters; replaces invalid UTF-8
+// bytes with '?' so the file always parses.
+std::string json_str(const std::string& s) {
+    std::string o = "\"";
+    for (size_t i = 0; i < s.size();) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            o += '\\';
+            o += char(c);
+            ++i;
+        } else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            o += buf;
+            ++i;
+        } else if (c < 0x80) {
+            o += char(c);
+            ++i;
+        } else {
+            size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+            bool ok = len > 0 && i + len <= s.size();
+            for (size_t k = 1; ok && k < len; ++k) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+            if (ok) {
+                o.append(s, i, len);
+                i += len;
+            } else {
+                o += '?';
+                ++i;
+            }
+        }
+    }
+    return o + "\"";
+}
+
+std::string us(int64_t ns) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.3f", double(ns) / 1000.0);
+    return buf;
+}
+
+std::string num(double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+}
+
+class TraceOut {
+   public:
+    explicit TraceOut(std::ostream& out) : out_(out) { out_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"; }
+    void event(const std::string& body) {
+        out_ << (first_ ? "" : ",\n") << '{' << body << '}';
+        first_ = false;
+        ++count_;
+    }
+    void close() { out_ << "\n]}\n"; }
+    uint64_t count() const { return count_; }
+
+   private:
+    std::ostream& out_;
+    bool first_ = true;
+    uint64_t count_ = 0;
+};
+
+void meta(TraceOut& t, const char* what, int pid, int tid, const std::string& name) {
+    t.event(str("\"name\":\"", what, "\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
+                ",\"args\":{\"name\":", json_str(name), "}"));
+}
+}  // namespace
+
+uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
+                             std::ostream& out) {
+    const RunInfo info = reader.run(run);
+    const int64_t t0 = info.t0_ns;
+    TraceOut t(out);
+    const int host_pid = 1;
+    meta(t, "process_name", host_pid, 0, str("kvlab run ", run, ": ", info.name));
+    t.event(str("\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":", host_pid, ",\"args\":{\"sort_index\":0}"));
+
+    if (spans) {
+        std::set<int> threads;
+        reader.for_each_span(run, [&](const SpanRow& s) {
+            threads.insert(s.thread);
+            std::string args;
+            auto arg = [&](const char* k, int64_t v) {
+                if (v >= 0) args += str(args.empty() ? "" : ",", "\"", k, "\":", v);
+            };
+            arg("layer", s.layer);
+            arg("chunk", s.chunk);
+            arg("cell_row", s.cell_row);
+            arg("cell_col", s.cell_col);
+            if (s.correlation_id) arg("correlation_id", s.correlation_id);
+            if (s.device >= 0) args += str(args.empty() ? "" : ",", "\"device\":\"cuda:", s.device, "\"");
+            t.event(str("\"name\":", json_str(s.name), ",\"cat\":\"", trace::span_category_name(s.category),
+                        "\",\"ph\":\"X\",\"ts\":", us(s.start_ns - t0), ",\"dur\":", us(s.end_ns - s.start_ns),
+                        ",\"pid\":", host_pid, ",\"tid\":", s.thread, ",\"args\":{", args, "}"));
+        });
+        for (int th : threads) meta(t, "thread_name", host_pid, th, str("thread ", th));
+        // Cells of the gradient pipeline on a track of their own: they never overlap in time.
+        auto cells = reader.cells(run);
+        if (!cells.empty()) meta(t, "thread_name", host_pid, 0, "cells");
+        for (const CellRow& c : cells)
+            t.event(str("\"name\":\"cell ", c.row, ",", c.col, "\",\"cat\":\"cell\",\"ph\":\"X\",\"ts\":",
+                        us(c.start_ns - t0), ",\"dur\":", us(c.end_ns - c.start_ns), ",\"pid\":", host_pid,
+                        ",\"tid\":0,\"args\":{\"layers\":\"", c.layer_begin, "-", c.layer_end, "\",\"chunks\":\"",
+                        c.chunk_begin, "-", c.chunk_end, "\",\"peak_bytes\":", c.peak_bytes, "}"));
+        // GPU work per device (process) and stream (thread).
+        std::set<std::pair<int, int>> streams;
+        for (const GpuActivityRow& g : reader.gpu_activity(run)) {
+            const int pid = 2 + g.device;
+            streams.insert({g.device, g.stream});
+            std::string args = str("\"correlation_id\":", g.correlation_id);
+            if (g.external_id) args += str(",\"span_correlation_id\":", g.external_id);
+            if (g.bytes) args += str(",\"bytes\":", g.bytes);
+            t.event(str("\"name\":", json_str(g.name), ",\"cat\":\"",
+                        g.kind == GpuActivityRow::KERNEL   ? "kernel"
+                        : g.kind == GpuActivityRow::MEMCPY ? "memcpy"
+                                                           : "memset",
+                        "\",\"ph\":\"X\",\"ts\":", us(g.start_ns - t0), ",\"dur\":", us(g.end_ns - g.start_ns),
+                        ",\"pid\":", pid, ",\"tid\":", g.stream, ",\"args\":{", args, "}"));
+        }
+        std::set<int> devices;
+        for (auto [dev, stream] : streams) {
+            if (devices.insert(dev).second) meta(t, "process_name", 2 + dev, 0, str("GPU cuda:", dev, " (CUPTI)"));
+            meta(t, "thread_name", 2 + dev, stream, str("stream ", stream));
+        }
+    }
+
+    if (memory) {
+        // Counter per device; every event re-emits all categories so the stacked series always
+        // sum to the allocator's device total at that instant.
+        std::map<int, std::array<int64_t, kNumMemCategories>> state;
+        reader.for_each_memory_event(run, {}, [&](const MemoryEventRow& r) {
+            auto& cats = state[r.device];
+            cats[size_t(r.category)] = r.category_total;
+            std::string args;
+            for (size_t c = 0; c < kNumMemCategories; ++c)
+                args += str(c ? "," : "", "\"", mem_category_name(MemCategory(c)), "\":", cats[c]);
+            t.event(str("\"name\":\"memory ", trace::device_code_name(r.device),
+                        "\",\"ph\":\"C\",\"ts\":", us(r.t_ns - t0), ",\"pid\":", host_pid, ",\"args\":{", args, "}"));
+        });
+    }
+
+    if (metrics) {
+        for (const MetricRow& m : reader.metrics(run))
+            if (std::isfinite(m.value))  // JSON has no NaN/inf
+                t.event(str("\"name\":", json_str("metric " + m.name), ",\"ph\":\"C\",\"ts\":", us(m.t_ns - t0),
+                            ",\"pid\":", host_pid, ",\"args\":{", json_str(m.name), ":", num(m.value), "}"));
+    }
+    t.close();
+    return t.count();
+}
+
+}  // namespace kv::storage

@@ -1,0 +1,73 @@
+// A session file opened for writing run lifecycle: create runs, start/finish them, progress and
+// summaries. Opening marks runs left `running` by a dead process as `crashed` (liveness.h).
+// Events are not written here but by SessionWriter on its own connection and thread; readers
+// use SessionReader. Thread-safe (one connection behind a mutex); never blocks event producers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "storage/run_info.h"
+#include "storage/session_file.h"
+
+namespace kv::storage {
+
+class Session {
+   public:
+    // New session file at `path`; fails if anything exists there.
+    static std::unique_ptr<Session> create(const std::string& path);
+    // Existing session, read-write: validated, migrated if older, dead runs marked crashed.
+    static std::unique_ptr<Session> open(const std::string& path);
+    static std::unique_ptr<Session> open_or_create(const std::string& path);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    const std::string& path() const { return path_; }
+    // Runs this open found `running` with a dead owner and marked `crashed`.
+    const std::vector<int64_t>& crashed_at_open() const { return crashed_at_open_; }
+
+    // ---- run lifecycle ------------------------------------------------------------------
+    // A queued run with its full configuration (JSON text; validated as JSON).
+    int64_t create_run(const std::string& name, const std::string& config_json = "{}");
+    // queued -> running: records start time, engine clock origin (t0_ns), this process as owner,
+    // host info and the caller's build info JSON. Returns t0_ns.
+    uint64_t start_run(int64_t run, const std::string& build_json = "{}");
+    // running (or queued) -> done / failed / cancelled; `error` says why for failed/cancelled.
+    void finish_run(int64_t run, RunStatus status, const std::string& error = "");
+    void set_progress(int64_t run, const RunProgress& progress);
+    // Merges a JSON object into the run's summary (RFC 7396 merge patch).
+    void merge_summary(int64_t run, const std::string& json_patch);
+    void rename_run(int64_t run, const std::string& name);
+
+    // ---- queries ------------------------------------------------------------------------
+    RunInfo run(int64_t id);  // throws SessionError (INVALID) for an unknown id
+    std::vector<RunInfo> runs();
+    // Marks `running` runs whose owner is dead as `crashed`; returns their ids.
+    std::vector<int64_t> recover_crashed_runs();
+
+    // ---- maintenance --------------------------------------------------------------------
+    // "ok" or SQLite's list of problems (PRAGMA integrity_check).
+    std::string integrity_check();
+    // Folds the WAL back into the file (PRAGMA wal_checkpoint(TRUNCATE)); false when readers or
+    // a writer kept it from completing (nothing is lost either way).
+    bool checkpoint();
+
+   private:
+    Session(std::unique_ptr<Db> db, std::string path);
+    RunInfo run_locked(int64_t id);
+
+    std::mutex mu_;
+    std::unique_ptr<Db> db_;
+    std::string path_;
+    std::vector<int64_t> crashed_at_open_;
+};
+
+// SELECT list and row decoding shared with SessionReader.
+extern const char* const kRunColumns;
+RunInfo run_from_row(const Stmt& s);
+
+}  // namespace kv::storage

@@ -1,0 +1,490 @@
+// SessionReader (see session_reader.h). Readers hold a read transaction only for the duration
+// of one call, so the writer's PASSIVE checkpoints can reclaim the WAL between GUI refreshes.
+#include "session_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "storage/session.h"
+#include "storage/session_file.h"
+
+namespace kv::storage {
+
+namespace {
+constexpr const char* kMemoryColumns =
+    "id, t_ns, bytes, category, device, label_id, alloc_id, address, category_total, device_total, layer, chunk, flags";
+constexpr const char* kSpanColumns =
+    "id, start_ns, end_ns, name_id, category, layer, chunk, cell_row, cell_col, thread, device, stream, correlation_id";
+
+bool full_window(const TimeWindow& w) {
+    return w.t0_ns == std::numeric_limits<int64_t>::min() && w.t1_ns == std::numeric_limits<int64_t>::max();
+}
+
+int64_t sat_sub(int64_t a, int64_t b) {  // a - b, clamped at INT64_MIN (b >= 0)
+    return a < std::numeric_limits<int64_t>::min() + b ? std::numeric_limits<int64_t>::min() : a - b;
+}
+
+int64_t clamp_limit(size_t limit) {
+    return limit > size_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max() : int64_t(limit);
+}
+}  // namespace
+
+SessionReader::SessionReader(const std::string& path) : db_(open_session_db(path, OpenMode::READ_ONLY)), path_(path) {}
+
+SessionReader::~SessionReader() = default;
+
+const std::string& SessionReader::string_locked(int64_t id) {
+    auto it = strings_.find(id);
+    if (it != strings_.end()) return it->second;
+    if (!string_stmt_) string_stmt_ = std::make_unique<Stmt>(*db_, "SELECT value FROM StringIds WHERE id=?");
+    string_stmt_->bind(1, id);
+    std::string v = string_stmt_->step() ? string_stmt_->text(0) : std::string();
+    string_stmt_->reset();
+    return strings_.emplace(id, std::move(v)).first->second;
+}
+
+std::string SessionReader::string(int64_t id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return string_locked(id);
+}
+
+// ---- runs -------------------------------------------------------------------------------
+std::vector<RunInfo> SessionReader::runs() {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<RunInfo> out;
+    Stmt s = db_->prepare(str("SELECT ", kRunColumns, " FROM runs ORDER BY id"));
+    while (s.step()) out.push_back(run_from_row(s));
+    return out;
+}
+
+RunInfo SessionReader::run(int64_t id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    Stmt s = db_->prepare(str("SELECT ", kRunColumns, " FROM runs WHERE id=?"));
+    s.bind(1, id);
+    if (!s.step()) throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "' has no run ", id));
+    return run_from_row(s);
+}
+
+// ---- memory -----------------------------------------------------------------------------
+MemoryEventRow SessionReader::memory_row(const Stmt& s) {
+    MemoryEventRow r;
+    r.id = s.i64(0);
+    r.t_ns = s.i64(1);
+    r.bytes = s.i64(2);
+    int c = s.i32(3);
+    r.category = c >= 0 && size_t(c) < kNumMemCategories ? MemCategory(c) : MemCategory::WORKSPACE;
+    r.device = s.i32(4);
+    r.label = string_locked(s.i64(5));
+    r.alloc_id = s.i64(6);
+    r.address = uint64_t(s.i64(7));
+    r.category_total = s.i64(8);
+    r.device_total = s.i64(9);
+    r.layer = s.i32(10);
+    r.chunk = s.i32(11);
+    r.flags = uint8_t(s.i32(12));
+    return r;
+}
+
+std::vector<MemoryEventRow> SessionReader::memory_events(int64_t run, const TimeWindow& w, int64_t after_id,
+                                                         size_t limit) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<MemoryEventRow> out;
+    if (full_window(w)) {
+        // "+run_id" keeps SQLite on the rowid range instead of the (run_id, t_ns) index, so
+        // following a live run costs only the new rows.
+        Stmt s = db_->prepare(
+            str("SELECT ", kMemoryColumns, " FROM memory_events WHERE id > ?2 AND +run_id = ?1 ORDER BY id LIMIT ?3"));
+        s.bind(1, run).bind(2, after_id).bind(3, clamp_limit(limit));
+        while (s.step()) out.push_back(memory_row(s));
+    } else {
+        Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
+                                  " FROM memory_events WHERE run_id = ?1 AND t_ns >= ?2 AND t_ns < ?3 AND id > ?4 "
+                                  "ORDER BY t_ns, id LIMIT ?5"));
+        s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns).bind(4, after_id).bind(5, clamp_limit(limit));
+        while (s.step()) out.push_back(memory_row(s));
+    }
+    return out;
+}
+
+void SessionReader::for_each_memory_event(int64_t run, const TimeWindow& w,
+                                          const std::function<void(const MemoryEventRow&)>& fn) {
+    std::lock_guard<std::mutex> lk(mu_);
+    Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
+                              " FROM memory_events WHERE run_id = ?1 AND t_ns >= ?2 AND t_ns < ?3 ORDER BY t_ns, id"));
+    s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns);
+    while (s.step()) fn(memory_row(s));
+}
+
+std::vector<int> SessionReader::memory_devices(int64_t run) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<int> out;
+    // Linear in the run's memory events (no index on device); views get the devices from the
+    // run summary's peak_bytes instead and call this only for exports.
+    Stmt s = db_->prepare("SELECT DISTINCT device FROM memory_events WHERE run_id = ? ORDER BY device");
+    s.bind(1, run);
+    while (s.step()) out.push_back(s.i32(0));
+    return out;
+}
+
+std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device, const TimeWindow& window,
+                                                         int buckets) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (buckets < 1) buckets = 1;
+    TimeWindow w = window;
+    if (full_window(w)) {
+        Stmt lo = db_->prepare("SELECT min(t_ns) FROM memory_events WHERE run_id = ?");
+        lo.bind(1, run);
+        if (!lo.step() || lo.is_null(0)) return {};
+        w.t0_ns = lo.i64(0);
+        Stmt hi = db_->prepare("SELECT max(t_ns) FROM memory_events WHERE run_id = ?");
+        hi.bind(1, run);
+        hi.step();
+        w.t1_ns = hi.i64(0) + 1;
+    }
+    if (w.t1_ns <= w.t0_ns) return {};
+    Transaction snapshot(*db_, /*immediate=*/false);
+    // State at the window start: each category's last value before it.
+    std::array<int64_t, kNumMemCategories> cat{};
+    int64_t total = 0;
+    {
+        Stmt s = db_->prepare(
+            "SELECT category_total FROM memory_events WHERE run_id = ?1 AND t_ns < ?2 AND device = ?3 AND category = "
+            "?4 "
+            "ORDER BY t_ns DESC, id DESC LIMIT 1");
+        for (size_t c = 0; c < kNumMemCategories; ++c) {
+            s.bind(1, run).bind(2, w.t0_ns).bind(3, device).bind(4, int(c));
+            if (s.step()) cat[c] = s.i64(0);
+            s.reset();
+        }
+        Stmt t = db_->prepare(
+            "SELECT device_total FROM memory_events WHERE run_id = ?1 AND t_ns < ?2 AND device = ?3 "
+            "ORDER BY t_ns DESC, id DESC LIMIT 1");
+        t.bind(1, run).bind(2, w.t0_ns).bind(3, device);
+        if (t.step()) total = t.i64(0);
+    }
+    const double width = double(w.t1_ns - w.t0_ns) / buckets;
+    std::vector<MemoryBucket> out(static_cast<size_t>(buckets));
+    for (int b = 0; b < buckets; ++b) {
+        out[size_t(b)].t0_ns = w.t0_ns + int64_t(width * b);
+        out[size_t(b)].t1_ns = b + 1 == buckets ? w.t1_ns : w.t0_ns + int64_t(width * (b + 1));
+    }
+    int filled = 0;  // buckets before this index are final
+    auto carry_until = [&](int b) {
+        for (; filled < b; ++filled) {
+            MemoryBucket& m = out[size_t(filled)];
+            if (m.events == 0) {
+                m.total_min = m.total_max = m.total_last = total;
+                m.at_max = cat;
+            }
+        }
+    };
+    Stmt s = db_->prepare(
+        "SELECT t_ns, category, category_total, device_total FROM memory_events WHERE run_id = ?1 AND t_ns >= ?2 AND "
+        "t_ns < ?3 AND device = ?4 ORDER BY t_ns, id");
+    s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns).bind(4, device);
+    while (s.step()) {
+        int b = std::min(buckets - 1, int(double(s.i64(0) - w.t0_ns) / width));
+        carry_until(b);
+        int c = s.i32(1);
+        if (c >= 0 && size_t(c) < kNumMemCategories) cat[size_t(c)] = s.i64(2);
+        total = s.i64(3);
+        MemoryBucket& m = out[size_t(b)];
+        if (m.events == 0) {
+            m.total_min = m.total_max = total;
+            m.at_max = cat;
+        } else {
+            m.total_min = std::min(m.total_min, total);
+            if (total > m.total_max) {
+                m.total_max = total;
+                m.at_max = cat;
+            }
+        }
+        m.total_last = total;
+        ++m.events;
+    }
+    carry_until(buckets);
+    snapshot.commit();
+    return out;
+}
+
+// ---- spans ------------------------------------------------------------------------------
+SpanRow SessionReader::span_row(const Stmt& s) {
+    SpanRow r;
+    r.id = s.i64(0);
+    r.start_ns = s.i64(1);
+    r.end_ns = s.i64(2);
+    r.name = string_locked(s.i64(3));
+    int c = s.i32(4);
+    r.category = c >= 0 && size_t(c) < trace::kNumSpanCategories ? trace::SpanCategory(c) : trace::SpanCategory::OTHER;
+    r.layer = s.i32(5);
+    r.chunk = s.i32(6);
+    r.cell_row = s.i32(7);
+    r.cell_col = s.i32(8);
+    r.thread = s.i32(9);
+    r.device = s.i32(10);
+    r.stream = s.i32(11);
+    r.correlation_id = s.i64(12);
+    return r;
+}
+
+std::vector<SpanRow> SessionReader::spans(int64_t run, const TimeWindow& w, int64_t after_id, size_t limit) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<SpanRow> out;
+    if (full_window(w)) {
+        Stmt s = db_->prepare(
+            str("SELECT ", kSpanColumns, " FROM spans WHERE id > ?2 AND +run_id = ?1 ORDER BY id LIMIT ?3"));
+        s.bind(1, run).bind(2, after_id).bind(3, clamp_limit(limit));
+        while (s.step()) out.push_back(span_row(s));
+    } else {
+        // Spans of duration class c last less than 2^c ns, so one overlapping [t0, t1) starts in
+        // [t0 - 2^c + 1, t1): one bounded range scan of the (run_id, dur_class, start_ns) index
+        // per class, instead of scanning every span that started before t1.
+        Transaction snapshot(*db_, /*immediate=*/false);
+        Stmt s =
+            db_->prepare(str("SELECT ", kSpanColumns,
+                             " FROM spans WHERE run_id = ?1 AND dur_class = ?2 AND start_ns >= ?3 AND start_ns < ?4 "
+                             "AND id > ?5"));
+        for (int c = 0; c <= 64; ++c) {
+            int64_t lower = c == 0    ? w.t0_ns
+                            : c >= 63 ? std::numeric_limits<int64_t>::min()
+                                      : sat_sub(w.t0_ns, (int64_t(1) << c) - 1);
+            s.bind(1, run).bind(2, c).bind(3, lower).bind(4, w.t1_ns).bind(5, after_id);
+            while (s.step()) {
+                int64_t start = s.i64(1), end = s.i64(2);
+                bool overlaps = end > w.t0_ns || (start == end && start >= w.t0_ns);
+                if (overlaps) out.push_back(span_row(s));
+            }
+            s.reset();
+        }
+        snapshot.commit();
+    }
+    std::sort(out.begin(), out.end(), [](const SpanRow& a, const SpanRow& b) {
+        return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.id < b.id;
+    });
+    if (out.size() > limit) out.resize(limit);
+    return out;
+}
+
+void SessionReader::for_each_span(int64_t run, const std::function<void(const SpanRow&)>& fn) {
+    std::lock_guard<std::mutex> lk(mu_);
+    // Ordered by start through a temporary sort; exports only.
+    Stmt s = db_->prepare(str("SELECT ", kSpanColumns, " FROM spans WHERE run_id = ?1 ORDER BY start_ns, id"));
+    s.bind(1, run);
+    while (s.step()) fn(span_row(s));
+}
+
+// ---- cache, scores, cells ---------------------------------------------------------------
+std::vector<CacheStepRow> SessionReader::cache_steps(int64_t run, int layer, int64_t after_id, size_t limit) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<CacheStepRow> out;
+    Stmt s = db_->prepare(
+        layer >= 0
+            ? "SELECT id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, replay_log FROM cache_steps "
+              "WHERE run_id = ?1 AND layer = ?2 AND id > ?3 ORDER BY chunk, id LIMIT ?4"
+            : "SELECT id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, replay_log FROM cache_steps "
+              "WHERE run_id = ?1 AND ?2 < 0 AND id > ?3 ORDER BY layer, chunk, id LIMIT ?4");
+    s.bind(1, run).bind(2, layer).bind(3, after_id).bind(4, clamp_limit(limit));
+    while (s.step()) {
+        CacheStepRow r;
+        r.id = s.i64(0);
+        r.layer = s.i32(1);
+        r.chunk = s.i32(2);
+        r.pass = s.i32(3);
+        r.t_ns = s.i64(4);
+        r.input_pos = s.i64(5);
+        r.num_tokens = s.i32(6);
+        r.cache_length = s.i32(7);
+        const auto* p = static_cast<const uint8_t*>(s.blob(8));
+        r.replay_log.assign(p, p + s.bytes(8));
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::vector<ScoreRow> SessionReader::score_snapshots(int64_t run, int layer, int64_t after_id, bool with_values,
+                                                     size_t limit) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<ScoreRow> out;
+    std::string cols =
+        str("id, layer, chunk, pass, t_ns, B, G, T, count, nonfinite, min, max, mean, stddev, p10, p50, p90, "
+            "p99, scores IS NOT NULL, ",
+            with_values ? "scores" : "NULL");
+    Stmt s = db_->prepare(str("SELECT ", cols, " FROM score_snapshots WHERE run_id = ?1 AND ",
+                              layer >= 0 ? "layer = ?2" : "?2 < 0", " AND id > ?3 ORDER BY layer, chunk, id LIMIT ?4"));
+    s.bind(1, run).bind(2, layer).bind(3, after_id).bind(4, clamp_limit(limit));
+    while (s.step()) {
+        ScoreRow r;
+        r.id = s.i64(0);
+        r.layer = s.i32(1);
+        r.chunk = s.i32(2);
+        r.pass = s.i32(3);
+        r.t_ns = s.i64(4);
+        r.B = s.i32(5);
+        r.G = s.i32(6);
+        r.T = s.i32(7);
+        r.stats.count = s.i64(8);
+        r.stats.nonfinite = s.i64(9);
+        float* st[] = {&r.stats.min, &r.stats.max, &r.stats.mean, &r.stats.stddev,
+                       &r.stats.p10, &r.stats.p50, &r.stats.p90,  &r.stats.p99};
+        for (int i = 0; i < 8; ++i) *st[i] = float(s.f64(10 + i));
+        r.has_values = s.i64(18) != 0;
+        if (with_values && r.has_values) {
+            r.values.resize(s.bytes(19) / sizeof(float));
+            if (!r.values.empty()) std::memcpy(r.values.data(), s.blob(19), r.values.size() * sizeof(float));
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::vector<CellRow> SessionReader::cells(int64_t run, int64_t after_id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<CellRow> out;
+    Stmt s = db_->prepare(
+        "SELECT id, row, col, layer_begin, layer_end, chunk_begin, chunk_end, start_ns, end_ns, peak_bytes, device "
+        "FROM cells WHERE run_id = ?1 AND id > ?2 ORDER BY id");
+    s.bind(1, run).bind(2, after_id);
+    while (s.step()) {
+        CellRow c;
+        c.id = s.i64(0);
+        c.row = s.i32(1);
+        c.col = s.i32(2);
+        c.layer_begin = s.i32(3);
+        c.layer_end = s.i32(4);
+        c.chunk_begin = s.i32(5);
+        c.chunk_end = s.i32(6);
+        c.start_ns = s.i64(7);
+        c.end_ns = s.i64(8);
+        c.peak_bytes = s.i64(9);
+        c.device = s.i32(10);
+        out.push_back(c);
+    }
+    return out;
+}
+
+// ---- metrics, logs, GPU -----------------------------------------------------------------
+std::vector<MetricRow> SessionReader::metrics(int64_t run, const std::string& name, int64_t after_id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<MetricRow> out;
+    Stmt s = db_->prepare(
+        name.empty() ? "SELECT id, name, step, value, t_ns FROM metrics WHERE run_id = ?1 AND ?2 = '' AND id > ?3 "
+                       "ORDER BY id"
+                     : "SELECT id, name, step, value, t_ns FROM metrics WHERE run_id = ?1 AND name = ?2 AND id > ?3 "
+                       "ORDER BY step, id");
+    s.bind(1, run).bind(2, std::string_view(name)).bind(3, after_id);
+    while (s.step()) out.push_back({s.i64(0), s.text(1), s.i64(2), s.is_null(3) ? 0.0 : s.f64(3), s.i64(4)});
+    return out;
+}
+
+std::vector<std::string> SessionReader::metric_names(int64_t run) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<std::string> out;
+    Stmt s = db_->prepare("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name");
+    s.bind(1, run);
+    while (s.step()) out.push_back(s.text(0));
+    return out;
+}
+
+std::vector<LogRow> SessionReader::logs(int64_t run, int64_t after_id, size_t limit) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<LogRow> out;
+    Stmt s = db_->prepare(
+        "SELECT id, t_ns, level, thread, text FROM logs WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3");
+    s.bind(1, run).bind(2, after_id).bind(3, clamp_limit(limit));
+    while (s.step()) out.push_back({s.i64(0), s.i64(1), s.text(2), s.i32(3), s.text(4)});
+    return out;
+}
+
+std::vector<GpuActivityRow> SessionReader::gpu_activity(int64_t run) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<GpuActivityRow> out;
+    Transaction snapshot(*db_, /*immediate=*/false);
+    const char* ext =
+        "(SELECT externalId FROM CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION x WHERE x.run_id = ?1 AND "
+        "x.correlationId = t.correlationId LIMIT 1)";
+    {
+        Stmt s = db_->prepare(str("SELECT start, \"end\", deviceId, streamId, correlationId, ", ext,
+                                  ", shortName FROM CUPTI_ACTIVITY_KIND_KERNEL t WHERE run_id = ?1"));
+        s.bind(1, run);
+        while (s.step()) {
+            GpuActivityRow r;
+            r.kind = GpuActivityRow::KERNEL;
+            r.start_ns = s.i64(0);
+            r.end_ns = s.i64(1);
+            r.device = s.i32(2);
+            r.stream = s.i32(3);
+            r.correlation_id = s.i64(4);
+            r.external_id = s.is_null(5) ? 0 : s.i64(5);
+            r.name = string_locked(s.i64(6));
+            out.push_back(std::move(r));
+        }
+    }
+    {
+        static const char* const kCopyKinds[] = {"unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                                 "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+        Stmt s = db_->prepare(str("SELECT start, \"end\", deviceId, streamId, correlationId, ", ext,
+                                  ", bytes, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY t WHERE run_id = ?1"));
+        s.bind(1, run);
+        while (s.step()) {
+            GpuActivityRow r;
+            r.kind = GpuActivityRow::MEMCPY;
+            r.start_ns = s.i64(0);
+            r.end_ns = s.i64(1);
+            r.device = s.i32(2);
+            r.stream = s.i32(3);
+            r.correlation_id = s.i64(4);
+            r.external_id = s.is_null(5) ? 0 : s.i64(5);
+            r.bytes = s.i64(6);
+            int k = s.i32(7);
+            r.name = str("memcpy ", k >= 0 && k <= 10 ? kCopyKinds[k] : "unknown");
+            out.push_back(std::move(r));
+        }
+    }
+    {
+        Stmt s = db_->prepare(str("SELECT start, \"end\", deviceId, streamId, correlationId, ", ext,
+                                  ", bytes FROM CUPTI_ACTIVITY_KIND_MEMSET t WHERE run_id = ?1"));
+        s.bind(1, run);
+        while (s.step()) {
+            GpuActivityRow r;
+            r.kind = GpuActivityRow::MEMSET;
+            r.start_ns = s.i64(0);
+            r.end_ns = s.i64(1);
+            r.device = s.i32(2);
+            r.stream = s.i32(3);
+            r.correlation_id = s.i64(4);
+            r.external_id = s.is_null(5) ? 0 : s.i64(5);
+            r.bytes = s.i64(6);
+            r.name = "memset";
+            out.push_back(std::move(r));
+        }
+    }
+    snapshot.commit();
+    std::sort(out.begin(), out.end(),
+              [](const GpuActivityRow& a, const GpuActivityRow& b) { return a.start_ns < b.start_ns; });
+    return out;
+}
+
+int64_t SessionReader::count_rows(const std::string& table, int64_t run) {
+    static const char* const kTables[] = {"spans",
+                                          "memory_events",
+                                          "cache_steps",
+                                          "score_snapshots",
+                                          "cells",
+                                          "metrics",
+                                          "logs",
+                                          "CUPTI_ACTIVITY_KIND_KERNEL",
+                                          "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                          "CUPTI_ACTIVITY_KIND_MEMSET",
+                                          "CUDA_GPU_MEMORY_USAGE_EVENTS",
+                                          "CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION"};
+    bool known = false;
+    for (const char* t : kTables) known |= table == t;
+    if (!known) throw SessionError(SessionErrorKind::INVALID, str("count_rows: '", table, "' is not an event table"));
+    std::lock_guard<std::mutex> lk(mu_);
+    Stmt s = db_->prepare(str("SELECT count(*) FROM ", table, " WHERE run_id = ?"));
+    s.bind(1, run);
+    return s.step() ? s.i64(0) : 0;
+}
+
+}  // namespace kv::storage

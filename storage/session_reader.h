@@ -1,0 +1,90 @@
+// Read-only access to a session for the GUI, the CLI and exports: its own read-only connection
+// (WAL: never blocks the writer, never waits for it), queries shaped for the views (a time
+// window of one run, one layer's cache steps, the newest rows since the last refresh) and
+// streaming iteration for exports. Each call sees one committed snapshot.
+// Never writes, never marks runs crashed (Session does), never touches engine objects.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "storage/rows.h"
+#include "storage/run_info.h"
+#include "storage/sqlite_util.h"
+
+namespace kv::storage {
+
+class SessionReader {
+   public:
+    // Opens an existing session read-only (validated like any open; see session_file.h).
+    explicit SessionReader(const std::string& path);
+    ~SessionReader();
+    SessionReader(const SessionReader&) = delete;
+    SessionReader& operator=(const SessionReader&) = delete;
+
+    const std::string& path() const { return path_; }
+
+    // ---- runs ---------------------------------------------------------------------------
+    std::vector<RunInfo> runs();
+    RunInfo run(int64_t id);  // throws SessionError (INVALID) for an unknown id
+
+    // ---- memory -------------------------------------------------------------------------
+    // Rows with id > after_id. With the default window: in id (commit) order, the cheap way to
+    // follow a live run. With a window: rows with t in [t0, t1), in time order.
+    std::vector<MemoryEventRow> memory_events(int64_t run, const TimeWindow& window = {}, int64_t after_id = 0,
+                                              size_t limit = 1 << 20);
+    // Every event of the run in the window, in time order, without materializing them.
+    void for_each_memory_event(int64_t run, const TimeWindow& window,
+                               const std::function<void(const MemoryEventRow&)>& fn);
+    // Devices (trace::device_code) that have memory events in this run, ascending.
+    std::vector<int> memory_devices(int64_t run);
+    // The window split into `buckets` equal time buckets for one device: min/max/last device
+    // total and the category split at the maximum. Cost is linear in the events in the window.
+    std::vector<MemoryBucket> memory_timeline(int64_t run, int device, const TimeWindow& window, int buckets);
+
+    // ---- spans --------------------------------------------------------------------------
+    // Spans overlapping [t0, t1) (or, with the default window, all), with id > after_id,
+    // ordered by start time; at most `limit`.
+    std::vector<SpanRow> spans(int64_t run, const TimeWindow& window = {}, int64_t after_id = 0,
+                               size_t limit = 1 << 20);
+    void for_each_span(int64_t run, const std::function<void(const SpanRow&)>& fn);
+
+    // ---- cache, scores, cells -----------------------------------------------------------
+    // Cache steps of one layer (layer < 0: all layers), by chunk; id > after_id.
+    std::vector<CacheStepRow> cache_steps(int64_t run, int layer, int64_t after_id = 0, size_t limit = 1 << 20);
+    // Score snapshots of one layer (layer < 0: all), by chunk. `with_values` loads full arrays.
+    std::vector<ScoreRow> score_snapshots(int64_t run, int layer, int64_t after_id = 0, bool with_values = true,
+                                          size_t limit = 1 << 20);
+    std::vector<CellRow> cells(int64_t run, int64_t after_id = 0);
+
+    // ---- metrics, logs, GPU -------------------------------------------------------------
+    // Metrics of one name ("" = all), by id; id > after_id.
+    std::vector<MetricRow> metrics(int64_t run, const std::string& name = "", int64_t after_id = 0);
+    std::vector<std::string> metric_names(int64_t run);
+    std::vector<LogRow> logs(int64_t run, int64_t after_id = 0, size_t limit = 1 << 20);
+    // Kernels, memcpys and memsets of the run, by start time, with the launching span's id.
+    std::vector<GpuActivityRow> gpu_activity(int64_t run);
+
+    // Rows of `table` (one of the event tables) for the run.
+    int64_t count_rows(const std::string& table, int64_t run);
+    // Text of a StringIds id ("" if unknown).
+    std::string string(int64_t id);
+
+   private:
+    const std::string& string_locked(int64_t id);
+    MemoryEventRow memory_row(const Stmt& s);
+    SpanRow span_row(const Stmt& s);
+
+    std::mutex mu_;
+    std::unique_ptr<Db> db_;
+    std::string path_;
+    std::unordered_map<int64_t, std::string> strings_;
+    std::unique_ptr<Stmt> string_stmt_;
+};
+
+}  // namespace kv::storage

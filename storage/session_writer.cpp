@@ -1,0 +1,825 @@
+// SessionWriter (see session_writer.h).
+//
+// Why readers never wait behind this writer, and this writer never waits behind readers: the
+// session is in WAL mode, where a reader works on the snapshot that was committed when its
+// read transaction began and a writer appends to the -wal file without taking any lock readers
+// hold. The only operation that waits for readers is a checkpoint that must finish
+// (TRUNCATE/RESTART); this writer only ever lets SQLite run PASSIVE auto-checkpoints, which copy
+// what they can and skip pages a reader still needs. So the GUI, reading on its own read-only
+// connections at >= 10 Hz, never stalls ingest, and ingest never stalls the GUI: it sees every
+// batch as soon as it is committed (at most commit_interval_ms after the event).
+//
+// Index
+//   [SECTION] Impl: connection, statements, string ids, per-run accounting
+//   [SECTION] Rows: one function per event type
+//   [SECTION] Transactions, progress and summaries
+//   [SECTION] Thread and requests
+#include "session_writer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/telemetry/string_table.h"
+#include "storage/batched_insert.h"
+#include "storage/session_file.h"
+#include "storage/sqlite_util.h"
+
+namespace kv::storage {
+
+using trace::Event;
+using trace::EventType;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double thread_cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+// Duration class of a span: 0 for zero length, else the bit length of the duration, so every
+// span of class c lasts less than 2^c ns (see SessionReader::spans for the window query).
+int dur_class(uint64_t start, uint64_t end) {
+    uint64_t d = end > start ? end - start : 0;
+    return d == 0 ? 0 : 64 - __builtin_clzll(d);
+}
+}  // namespace
+
+// =========================================================================================
+// [SECTION] Impl
+// =========================================================================================
+struct RunSlot {
+    int64_t id = 0;
+    trace::Recorder* recorder = nullptr;
+    int64_t t0_ns = 0;
+    std::array<uint64_t, trace::kNumEventTypes> written{};
+    std::array<uint64_t, trace::kNumEventTypes> pending{};  // in the open transaction
+    uint64_t rows = 0, pending_rows = 0, lost = 0;
+    std::map<int, int64_t> peak_device;                                   // device code -> bytes
+    std::map<int, std::array<int64_t, kNumMemCategories>> peak_category;  // device code -> bytes
+    bool progress_dirty = false;
+    trace::ProgressRecord progress{};
+    Clock::time_point last_summary = Clock::now();
+};
+
+struct SessionWriter::Impl : trace::EventSink {
+    std::unique_ptr<Db> db;
+    std::unique_ptr<BatchedInsert> ins_span, ins_mem;  // the two high-volume tables
+    Stmt ins_cache, ins_score, ins_cell, ins_metric, ins_log;
+    Stmt ins_kernel, ins_memcpy, ins_memset, ins_memory, ins_corr;
+    Stmt find_string, ins_string, upd_progress, upd_summary, get_t0;
+    int64_t global_pid = int64_t(getpid()) << 24;  // nsys encodes the pid in globalPid's upper bits
+
+    std::vector<std::unique_ptr<RunSlot>> runs;
+    RunSlot* current = nullptr;  // run whose events are being drained
+
+    std::vector<int64_t> sid;          // intern id -> StringIds.id (0 = not mapped yet)
+    std::vector<std::string> sname;    // intern id -> text (cache of trace::interned)
+    std::vector<uint32_t> sid_in_txn;  // mappings created in the open transaction
+    bool in_txn = false;
+    bool txn_failed = false;
+    Clock::time_point txn_start{};
+    uint64_t txn_rows = 0;
+    std::string last_error;
+    WriterStats stats;
+
+    explicit Impl(const std::string& path) : db(open_session_db(path, OpenMode::READ_WRITE, /*writer=*/true)) {
+        ins_span = std::make_unique<BatchedInsert>(
+            *db,
+            "spans(run_id, start_ns, end_ns, dur_class, name_id, category, layer, chunk, cell_row, cell_col, thread, "
+            "device, stream, correlation_id)",
+            14);
+        ins_mem = std::make_unique<BatchedInsert>(
+            *db,
+            "memory_events(run_id, t_ns, bytes, category, device, label_id, alloc_id, address, category_total, "
+            "device_total, layer, chunk, flags)",
+            13);
+        ins_cache = db->prepare(
+            "INSERT INTO cache_steps(run_id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, "
+            "replay_log) "
+            "VALUES(?,?,?,?,?,?,?,?,?)");
+        ins_score = db->prepare(
+            "INSERT INTO score_snapshots(run_id, layer, chunk, pass, t_ns, B, G, T, count, nonfinite, min, max, mean, "
+            "stddev, p10, p50, p90, p99, scores) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_cell = db->prepare(
+            "INSERT INTO cells(run_id, row, col, layer_begin, layer_end, chunk_begin, chunk_end, start_ns, end_ns, "
+            "peak_bytes, device) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+        ins_metric = db->prepare("INSERT INTO metrics(run_id, name, step, value, t_ns) VALUES(?,?,?,?,?)");
+        ins_log = db->prepare("INSERT INTO logs(run_id, t_ns, level, thread, text) VALUES(?,?,?,?,?)");
+        ins_kernel = db->prepare(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(run_id, start, \"end\", deviceId, contextId, streamId, "
+            "correlationId, globalPid, demangledName, shortName, launchType, cacheConfig, registersPerThread, gridX, "
+            "gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "
+            "localMemoryTotal, graphNodeId, graphId) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_memcpy = db->prepare(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY(run_id, start, \"end\", deviceId, contextId, streamId, "
+            "correlationId, globalPid, bytes, copyKind, srcKind, dstKind, flags, graphNodeId) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_memset = db->prepare(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET(run_id, start, \"end\", deviceId, contextId, streamId, "
+            "correlationId, globalPid, value, bytes, memKind, flags, graphNodeId) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_memory = db->prepare(
+            "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS(run_id, start, globalPid, deviceId, contextId, streamId, "
+            "correlationId, address, pc, bytes, memKind, memoryOperationType, name, isAsync, localMemoryPoolAddress, "
+            "localMemoryPoolReleaseThreshold, localMemoryPoolSize, localMemoryPoolUtilizedSize) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_corr = db->prepare(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION(run_id, externalKind, externalId, correlationId) "
+            "VALUES(?,?,?,?)");
+        find_string = db->prepare("SELECT id FROM StringIds WHERE value=?");
+        ins_string = db->prepare("INSERT INTO StringIds(value) VALUES(?)");
+        upd_progress = db->prepare(
+            "UPDATE runs SET tokens_done=?, tokens_total=?, chunks_done=?, chunks_total=?, steps_done=?, "
+            "steps_total=?, progress_ms=? WHERE id=?");
+        upd_summary = db->prepare("UPDATE runs SET summary=json_patch(summary, ?) WHERE id=?");
+        get_t0 = db->prepare("SELECT t0_ns FROM runs WHERE id=?");
+    }
+
+    // Text of an interned id (cached: trace::interned takes a lock).
+    const std::string& name_of(uint32_t id) {
+        if (id >= sname.size()) sname.resize(size_t(id) + 1);
+        if (id && sname[id].empty()) sname[id] = trace::interned(id);
+        return sname[id];
+    }
+
+    // StringIds.id for an interned id, inserting the string on first use (inside the open
+    // transaction; forgotten again if that transaction rolls back).
+    int64_t string_id(uint32_t id) {
+        if (id < sid.size() && sid[id]) return sid[id];
+        if (id >= sid.size()) sid.resize(size_t(id) + 1, 0);
+        const std::string& text = name_of(id);
+        find_string.bind(1, std::string_view(text));
+        int64_t out = find_string.step() ? find_string.i64(0) : 0;
+        find_string.reset();
+        if (!out) {
+            ins_string.bind(1, std::string_view(text));
+            ins_string.insert();
+            out = sqlite3_last_insert_rowid(db->handle());
+            sid_in_txn.push_back(id);
+        }
+        sid[id] = out;
+        return out;
+    }
+
+    // ---- EventSink ------------------------------------------------------------------------
+    void on_event(Event& ev) override {
+        RunSlot& r = *current;
+        if (txn_failed) {
+            ++r.lost;
+            return;
+        }
+        try {
+            ensure_txn();
+            uint64_t rows = write(r, ev);
+            ++r.pending[size_t(ev.type())];
+            r.pending_rows += rows;
+            txn_rows += rows;
+        } catch (const std::exception& e) {
+            // The transaction is rolled back after this drain; everything in it is counted lost.
+            txn_failed = true;
+            last_error = e.what();
+            ++r.lost;
+        }
+    }
+
+    // =====================================================================================
+    // [SECTION] Rows
+    // =====================================================================================
+    uint64_t write(RunSlot& r, Event& ev) {
+        switch (ev.type()) {
+            case EventType::SPAN:
+                return write_span(r, ev.span);
+            case EventType::ALLOC:
+                return write_alloc(r, ev.alloc);
+            case EventType::CACHE_STEP:
+                return write_cache_step(r, ev.cache_step);
+            case EventType::SCORES:
+                return write_scores(r, ev.scores);
+            case EventType::CELL:
+                return write_cell(r, ev.cell);
+            case EventType::METRIC:
+                return write_metric(r, ev.metric);
+            case EventType::LOG:
+                return write_log(r, ev.log);
+            case EventType::PROGRESS:
+                r.progress = ev.progress;
+                r.progress_dirty = true;
+                return 0;
+            case EventType::GPU_BATCH:
+                return write_gpu(r, ev.gpu);
+            case EventType::COUNT:
+                break;
+        }
+        return 0;
+    }
+
+    uint64_t write_span(RunSlot& r, const trace::SpanRecord& s) {
+        const int64_t name = string_id(s.name_id);
+        int64_t* v = ins_span->next();
+        v[0] = r.id;
+        v[1] = int64_t(s.start_ns);
+        v[2] = int64_t(s.end_ns);
+        v[3] = dur_class(s.start_ns, s.end_ns);
+        v[4] = name;
+        v[5] = int(s.category);
+        v[6] = s.layer;
+        v[7] = s.chunk;
+        v[8] = s.cell_row;
+        v[9] = s.cell_col;
+        v[10] = s.thread;
+        v[11] = s.device;
+        v[12] = s.stream;
+        v[13] = int64_t(s.correlation_id);
+        ins_span->push();
+        return 1;
+    }
+
+    uint64_t write_alloc(RunSlot& r, const trace::AllocRecord& a) {
+        const int64_t label = string_id(a.label_id);
+        int64_t* v = ins_mem->next();
+        v[0] = r.id;
+        v[1] = int64_t(a.t_ns);
+        v[2] = a.bytes;
+        v[3] = int(a.category);
+        v[4] = a.device;
+        v[5] = label;
+        v[6] = int64_t(a.alloc_id);
+        v[7] = int64_t(a.address);
+        v[8] = a.category_total;
+        v[9] = a.device_total;
+        v[10] = a.layer;
+        v[11] = a.chunk;
+        v[12] = a.flags;
+        ins_mem->push();
+        int64_t& peak = r.peak_device[a.device];
+        peak = std::max(peak, a.device_total);
+        auto& pc = r.peak_category[a.device];
+        if (size_t(a.category) < kNumMemCategories)
+            pc[size_t(a.category)] = std::max(pc[size_t(a.category)], a.category_total);
+        return 1;
+    }
+
+    uint64_t write_cache_step(RunSlot& r, const trace::CacheStepRecord& c) {
+        Stmt& q = ins_cache;
+        const std::vector<uint8_t>* log = c.replay_log;
+        q.bind(1, r.id)
+            .bind(2, c.layer)
+            .bind(3, c.chunk)
+            .bind(4, int(c.pass))
+            .bind(5, c.t_ns)
+            .bind(6, c.input_pos)
+            .bind(7, c.num_tokens)
+            .bind(8, c.cache_length)
+            .bind_blob(9, log ? log->data() : nullptr, log ? log->size() : 0);
+        q.insert();
+        return 1;
+    }
+
+    uint64_t write_scores(RunSlot& r, const trace::ScoresRecord& s) {
+        const trace::ScorePayload* p = s.payload;
+        if (!p) return 0;
+        Stmt& q = ins_score;
+        q.bind(1, r.id)
+            .bind(2, s.layer)
+            .bind(3, s.chunk)
+            .bind(4, int(s.pass))
+            .bind(5, s.t_ns)
+            .bind(6, p->B)
+            .bind(7, p->G)
+            .bind(8, p->T)
+            .bind(9, p->stats.count)
+            .bind(10, p->stats.nonfinite);
+        const float st[] = {p->stats.min, p->stats.max, p->stats.mean, p->stats.stddev,
+                            p->stats.p10, p->stats.p50, p->stats.p90,  p->stats.p99};
+        for (int i = 0; i < 8; ++i) {
+            if (p->stats.count > 0)
+                q.bind(11 + i, double(st[i]));
+            else
+                q.bind_null(11 + i);
+        }
+        // float32 in host order; every platform kvlab builds for is little-endian.
+        if (s.full && !p->values.empty())
+            q.bind_blob(19, p->values.data(), p->values.size() * sizeof(float));
+        else
+            q.bind_null(19);
+        q.insert();
+        return 1;
+    }
+
+    uint64_t write_cell(RunSlot& r, const trace::CellRecord& c) {
+        Stmt& q = ins_cell;
+        q.bind(1, r.id)
+            .bind(2, c.row)
+            .bind(3, c.col)
+            .bind(4, c.layer_begin)
+            .bind(5, c.layer_end)
+            .bind(6, c.chunk_begin)
+            .bind(7, c.chunk_end)
+            .bind(8, c.start_ns)
+            .bind(9, c.end_ns)
+            .bind(10, c.peak_bytes)
+            .bind(11, int(c.device));
+        q.insert();
+        return 1;
+    }
+
+    uint64_t write_metric(RunSlot& r, const trace::MetricRecord& m) {
+        Stmt& q = ins_metric;
+        q.bind(1, r.id).bind(2, std::string_view(name_of(m.name_id))).bind(3, m.step).bind(4, m.value).bind(5, m.t_ns);
+        q.insert();
+        return 1;
+    }
+
+    uint64_t write_log(RunSlot& r, const trace::LogRecord& l) {
+        Stmt& q = ins_log;
+        static const std::string kEmpty;
+        q.bind(1, r.id)
+            .bind(2, l.t_ns)
+            .bind(3, trace::log_level_name(l.level))
+            .bind(4, l.thread)
+            .bind(5, std::string_view(l.text ? *l.text : kEmpty));
+        q.insert();
+        return 1;
+    }
+
+    uint64_t write_gpu(RunSlot& r, const trace::GpuBatchRecord& g) {
+        const trace::GpuBatchPayload* p = g.payload;
+        if (!p) return 0;
+        for (const GpuKernel& k : p->kernels) {
+            Stmt& q = ins_kernel;
+            q.bind(1, r.id)
+                .bind(2, k.start)
+                .bind(3, k.end)
+                .bind(4, k.device_id)
+                .bind(5, k.context_id)
+                .bind(6, k.stream_id)
+                .bind(7, k.correlation_id)
+                .bind(8, global_pid)
+                .bind(9, string_id(k.demangled_name_id))
+                .bind(10, string_id(k.short_name_id))
+                .bind(11, int(k.launch_type))
+                .bind(12, int(k.cache_config))
+                .bind(13, k.registers_per_thread)
+                .bind(14, k.grid_x)
+                .bind(15, k.grid_y)
+                .bind(16, k.grid_z)
+                .bind(17, k.block_x)
+                .bind(18, k.block_y)
+                .bind(19, k.block_z)
+                .bind(20, k.static_shared_memory)
+                .bind(21, k.dynamic_shared_memory)
+                .bind(22, k.local_memory_per_thread)
+                .bind(23, k.local_memory_total)
+                .bind(24, k.graph_node_id)
+                .bind(25, k.graph_id);
+            q.insert();
+        }
+        for (const GpuMemcpy& c : p->memcpys) {
+            Stmt& q = ins_memcpy;
+            q.bind(1, r.id)
+                .bind(2, c.start)
+                .bind(3, c.end)
+                .bind(4, c.device_id)
+                .bind(5, c.context_id)
+                .bind(6, c.stream_id)
+                .bind(7, c.correlation_id)
+                .bind(8, global_pid)
+                .bind(9, c.bytes)
+                .bind(10, int(c.copy_kind))
+                .bind(11, int(c.src_kind))
+                .bind(12, int(c.dst_kind))
+                .bind(13, int(c.flags))
+                .bind(14, c.graph_node_id);
+            q.insert();
+        }
+        for (const GpuMemset& s : p->memsets) {
+            Stmt& q = ins_memset;
+            q.bind(1, r.id)
+                .bind(2, s.start)
+                .bind(3, s.end)
+                .bind(4, s.device_id)
+                .bind(5, s.context_id)
+                .bind(6, s.stream_id)
+                .bind(7, s.correlation_id)
+                .bind(8, global_pid)
+                .bind(9, s.value)
+                .bind(10, s.bytes)
+                .bind(11, int(s.mem_kind))
+                .bind(12, int(s.flags))
+                .bind(13, s.graph_node_id);
+            q.insert();
+        }
+        for (const GpuMemory& m : p->memory) {
+            Stmt& q = ins_memory;
+            q.bind(1, r.id)
+                .bind(2, m.start)
+                .bind(3, global_pid)
+                .bind(4, m.device_id)
+                .bind(5, m.context_id)
+                .bind(6, m.stream_id)
+                .bind(7, m.correlation_id)
+                .bind(8, m.address)
+                .bind(9, m.pc)
+                .bind(10, m.bytes)
+                .bind(11, m.mem_kind)
+                .bind(12, m.memory_operation_type)
+                .bind(13, string_id(m.name_id))
+                .bind(14, m.is_async)
+                .bind(15, m.pool_address)
+                .bind(16, m.pool_release_threshold)
+                .bind(17, m.pool_size)
+                .bind(18, m.pool_utilized_size);
+            q.insert();
+        }
+        for (const GpuCorrelation& x : p->correlations) {
+            Stmt& q = ins_corr;
+            q.bind(1, r.id).bind(2, x.external_kind).bind(3, x.external_id).bind(4, x.correlation_id);
+            q.insert();
+        }
+        return p->size();
+    }
+
+    // =====================================================================================
+    // [SECTION] Transactions, progress and summaries
+    // =====================================================================================
+    void ensure_txn() {
+        if (in_txn) return;
+        db->exec("BEGIN IMMEDIATE", "starting a write batch");
+        in_txn = true;
+        txn_start = Clock::now();
+        txn_rows = 0;
+    }
+
+    bool commit_due(const WriterOptions& o) const {
+        return in_txn && (txn_rows >= o.batch_rows ||
+                          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - txn_start).count() >=
+                              o.commit_interval_ms);
+    }
+
+    void write_progress(RunSlot& r) {
+        if (!r.progress_dirty) return;
+        const auto& p = r.progress;
+        upd_progress.bind(1, p.tokens_done)
+            .bind(2, p.tokens_total)
+            .bind(3, p.chunks_done)
+            .bind(4, p.chunks_total)
+            .bind(5, p.steps_done)
+            .bind(6, p.steps_total)
+            .bind(7, std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count())
+            .bind(8, r.id);
+        upd_progress.insert();
+        r.progress_dirty = false;
+    }
+
+    std::string summary_json(RunSlot& r) {
+        nlohmann::json j;
+        trace::RecorderStats rs = r.recorder ? r.recorder->stats() : trace::RecorderStats{};
+        nlohmann::json written, dropped;
+        for (size_t t = 0; t < trace::kNumEventTypes; ++t) {
+            written[trace::event_type_name(EventType(t))] = r.written[t];
+            dropped[trace::event_type_name(EventType(t))] = rs.dropped[t];
+        }
+        j["events_written"] = written;
+        j["events_dropped"] = dropped;
+        j["dropped_total"] = rs.total_dropped();
+        j["gpu_records_dropped"] = rs.gpu_dropped;
+        j["events_lost"] = r.lost;
+        j["rows"] = r.rows;
+        nlohmann::json peaks = nlohmann::json::object(), by_cat = nlohmann::json::object();
+        for (const auto& [dev, bytes] : r.peak_device) peaks[trace::device_code_name(dev)] = bytes;
+        for (const auto& [dev, cats] : r.peak_category) {
+            nlohmann::json c = nlohmann::json::object();
+            for (size_t i = 0; i < kNumMemCategories; ++i)
+                if (cats[i]) c[mem_category_name(MemCategory(i))] = cats[i];
+            by_cat[trace::device_code_name(dev)] = c;
+        }
+        j["peak_bytes"] = peaks;
+        j["peak_bytes_by_category"] = by_cat;
+        if (r.progress.tokens_done > 0 && r.t0_ns > 0 && r.progress.t_ns > uint64_t(r.t0_ns))
+            j["tokens_per_s"] = double(r.progress.tokens_done) / (double(r.progress.t_ns - uint64_t(r.t0_ns)) * 1e-9);
+        if (!last_error.empty()) j["writer_error"] = last_error;
+        return j.dump();
+    }
+
+    void write_summary(RunSlot& r) {
+        std::string js = summary_json(r);
+        upd_summary.bind(1, std::string_view(js)).bind(2, r.id);
+        upd_summary.insert();
+        r.last_summary = Clock::now();
+    }
+
+    // Commits the open batch (with progress and due summaries). On failure everything in the
+    // batch is counted lost, the error kept, and the writer carries on with the next batch.
+    void commit(const WriterOptions& o, bool summaries) {
+        if (!in_txn) return;
+        if (!txn_failed) {
+            try {
+                for (auto& r : runs) {
+                    write_progress(*r);
+                    if (summaries ||
+                        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - r->last_summary).count() >=
+                            o.summary_interval_ms) {
+                        // Counts in the summary include the batch being committed.
+                        auto saved = r->written;
+                        for (size_t t = 0; t < trace::kNumEventTypes; ++t) r->written[t] += r->pending[t];
+                        r->rows += r->pending_rows;
+                        write_summary(*r);
+                        r->written = saved;
+                        r->rows -= r->pending_rows;
+                    }
+                }
+                ins_span->flush();
+                ins_mem->flush();
+                db->exec("COMMIT", "committing a write batch");
+                in_txn = false;
+                ++stats.commits;
+                for (auto& r : runs) {
+                    for (size_t t = 0; t < trace::kNumEventTypes; ++t) {
+                        r->written[t] += r->pending[t];
+                        stats.events += r->pending[t];
+                    }
+                    r->rows += r->pending_rows;
+                    stats.rows += r->pending_rows;
+                    r->pending = {};
+                    r->pending_rows = 0;
+                }
+                sid_in_txn.clear();
+                return;
+            } catch (const std::exception& e) {
+                last_error = e.what();
+            }
+        }
+        rollback();
+    }
+
+    void rollback() {
+        ins_span->clear();
+        ins_mem->clear();
+        sqlite3_exec(db->handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+        in_txn = false;
+        txn_failed = false;
+        ++stats.failed_commits;
+        for (auto& r : runs) {
+            for (size_t t = 0; t < trace::kNumEventTypes; ++t) r->lost += r->pending[t];
+            r->pending = {};
+            r->pending_rows = 0;
+        }
+        for (uint32_t id : sid_in_txn)
+            if (id < sid.size()) sid[id] = 0;
+        sid_in_txn.clear();
+    }
+
+    // Drains up to `budget` events of one run; commits whenever a batch fills.
+    size_t drain_run(RunSlot& r, size_t budget, const WriterOptions& o) {
+        current = &r;
+        size_t n = r.recorder->drain(*this, budget);
+        if (txn_failed) rollback();
+        if (commit_due(o)) commit(o, false);
+        return n;
+    }
+
+    size_t drain_all(const WriterOptions& o) {
+        size_t n = 0;
+        for (auto& r : runs) n += drain_run(*r, o.batch_rows, o);
+        return n;
+    }
+
+    // Drains what was queued when called: until a drain comes back short (the queues were empty
+    // at that moment) or as many events as were pending at the start have been taken, so
+    // producers that keep pushing cannot keep a flush or detach waiting forever.
+    void drain_until_empty(RunSlot& r, const WriterOptions& o) {
+        const size_t pending = r.recorder->stats().pending;
+        size_t taken = 0;
+        for (;;) {
+            size_t n = drain_run(r, o.batch_rows, o);
+            taken += n;
+            if (n < o.batch_rows || taken >= pending) break;
+        }
+    }
+};
+
+// =========================================================================================
+// [SECTION] Thread and requests
+// =========================================================================================
+SessionWriter::SessionWriter(const std::string& path, const WriterOptions& options)
+    : path_(path), options_(options), impl_(std::make_unique<Impl>(path)) {
+    if (options_.batch_rows < 1) options_.batch_rows = 1;
+    thread_ = std::thread([this] { thread_main(); });
+}
+
+SessionWriter::~SessionWriter() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+namespace {
+[[noreturn]] void rethrow_request_error(const std::string& msg) { throw SessionError(SessionErrorKind::INVALID, msg); }
+}  // namespace
+
+void SessionWriter::attach(int64_t run_id, trace::Recorder& recorder) {
+    std::unique_lock<std::mutex> lk(mu_);
+    uint64_t seq = next_seq_++;
+    requests_.push_back({Request::ATTACH, run_id, &recorder, seq});
+    cv_.notify_all();
+    done_cv_.wait(lk, [&] { return done_seq_ >= seq; });
+    for (auto it = request_errors_.begin(); it != request_errors_.end(); ++it)
+        if (it->first == seq) {
+            std::string msg = it->second;
+            request_errors_.erase(it);
+            rethrow_request_error(msg);
+        }
+}
+
+WriterRunStats SessionWriter::detach(int64_t run_id) {
+    std::unique_lock<std::mutex> lk(mu_);
+    uint64_t seq = next_seq_++;
+    requests_.push_back({Request::DETACH, run_id, nullptr, seq});
+    cv_.notify_all();
+    done_cv_.wait(lk, [&] { return done_seq_ >= seq; });
+    for (auto it = request_errors_.begin(); it != request_errors_.end(); ++it)
+        if (it->first == seq) {
+            std::string msg = it->second;
+            request_errors_.erase(it);
+            rethrow_request_error(msg);
+        }
+    for (auto it = detach_results_.begin(); it != detach_results_.end(); ++it)
+        if (it->first == seq) {
+            WriterRunStats s = std::move(it->second);
+            detach_results_.erase(it);
+            return s;
+        }
+    return {};
+}
+
+void SessionWriter::flush() {
+    std::unique_lock<std::mutex> lk(mu_);
+    uint64_t seq = next_seq_++;
+    requests_.push_back({Request::FLUSH, 0, nullptr, seq});
+    cv_.notify_all();
+    done_cv_.wait(lk, [&] { return done_seq_ >= seq; });
+}
+
+WriterStats SessionWriter::stats() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return stats_;
+}
+
+namespace {
+// Fewer events than this in one pass over the queues: sleep idle_sleep_ms before the next.
+constexpr size_t kBusyThreshold = 1024;
+}  // namespace
+
+void SessionWriter::thread_main() {
+    Impl& w = *impl_;
+    const WriterOptions& o = options_;
+    for (;;) {
+        std::vector<Request> reqs;
+        bool stop = false;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            reqs.swap(requests_);
+            stop = stop_;
+        }
+        const auto busy_start = Clock::now();
+        std::vector<std::pair<uint64_t, std::string>> errors;
+        std::vector<std::pair<uint64_t, WriterRunStats>> results;
+        size_t n = 0;
+        try {
+            // Attaches first, so a flush queued after an attach covers that run.
+            for (const Request& r : reqs) {
+                if (r.kind != Request::ATTACH) continue;
+                bool dup = false;
+                for (auto& s : w.runs) dup |= s->id == r.run_id;
+                if (dup) {
+                    errors.push_back(
+                        {r.seq, str("session '", path_, "': run ", r.run_id, " is already attached to the writer")});
+                    continue;
+                }
+                try {
+                    w.get_t0.bind(1, r.run_id);
+                    bool found = w.get_t0.step();
+                    int64_t t0 = found ? w.get_t0.i64(0) : 0;
+                    w.get_t0.reset();
+                    if (!found) {
+                        errors.push_back(
+                            {r.seq, str("session '", path_, "' has no run ", r.run_id, " to write events for")});
+                        continue;
+                    }
+                    auto slot = std::make_unique<RunSlot>();
+                    slot->id = r.run_id;
+                    slot->recorder = r.recorder;
+                    slot->t0_ns = t0;
+                    w.runs.push_back(std::move(slot));
+                } catch (const std::exception& e) {
+                    errors.push_back({r.seq, e.what()});
+                }
+            }
+            n = w.drain_all(o);
+            for (const Request& r : reqs) {
+                if (r.kind == Request::FLUSH) {
+                    for (auto& s : w.runs) w.drain_until_empty(*s, o);
+                    w.commit(o, false);
+                } else if (r.kind == Request::DETACH) {
+                    RunSlot* slot = nullptr;
+                    for (auto& s : w.runs)
+                        if (s->id == r.run_id) slot = s.get();
+                    if (!slot) {
+                        errors.push_back(
+                            {r.seq, str("session '", path_, "': run ", r.run_id, " is not attached to the writer")});
+                        continue;
+                    }
+                    w.drain_until_empty(*slot, o);
+                    w.commit(o, false);
+                    // The final summary in a transaction of its own, so it reflects every commit.
+                    try {
+                        w.ensure_txn();
+                        w.write_progress(*slot);
+                        w.write_summary(*slot);
+                        w.commit(o, false);
+                    } catch (const std::exception& e) {
+                        w.last_error = e.what();
+                        w.rollback();
+                    }
+                    WriterRunStats st;
+                    st.run_id = slot->id;
+                    st.written = slot->written;
+                    st.rows = slot->rows;
+                    st.lost = slot->lost;
+                    st.recorder = slot->recorder->stats();
+                    st.error = w.last_error;
+                    results.push_back({r.seq, std::move(st)});
+                    for (auto it = w.runs.begin(); it != w.runs.end(); ++it)
+                        if (it->get() == slot) {
+                            w.runs.erase(it);
+                            break;
+                        }
+                }
+            }
+            if (stop) {
+                for (auto& s : w.runs) w.drain_until_empty(*s, o);
+                w.commit(o, false);
+                if (!w.runs.empty()) {
+                    try {
+                        w.ensure_txn();
+                        for (auto& s : w.runs) {
+                            w.write_progress(*s);
+                            w.write_summary(*s);
+                        }
+                        w.commit(o, false);
+                    } catch (const std::exception& e) {
+                        w.last_error = e.what();
+                        w.rollback();
+                    }
+                }
+                // Fold the WAL back when nobody reads; harmless (and skipped) otherwise.
+                sqlite3_wal_checkpoint_v2(w.db->handle(), nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+            }
+        } catch (const std::exception& e) {
+            // Nothing above is expected to throw (SQLite errors are caught per batch); this keeps
+            // the thread alive and every caller answered if something does (e.g. bad_alloc).
+            w.last_error = e.what();
+            if (w.in_txn) w.rollback();
+            for (const Request& r : reqs) {
+                bool answered = false;
+                for (auto& x : results) answered |= x.first == r.seq;
+                for (auto& x : errors) answered |= x.first == r.seq;
+                if (!answered && r.kind != Request::FLUSH) errors.push_back({r.seq, str("session writer: ", e.what())});
+            }
+        }
+        w.stats.busy_seconds += seconds_since(busy_start);
+        w.stats.cpu_seconds = thread_cpu_seconds();
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stats_ = w.stats;
+            stats_.error = w.last_error;
+            for (auto& e : errors) request_errors_.push_back(std::move(e));
+            for (auto& r : results) detach_results_.push_back(std::move(r));
+            for (const Request& r : reqs) done_seq_ = std::max(done_seq_, r.seq);
+        }
+        if (!reqs.empty()) done_cv_.notify_all();
+        if (stop) return;
+        if (n < kBusyThreshold && reqs.empty()) {
+            // Quiet: commit what is pending once it is due, then sleep briefly. Producers never
+            // signal (they must not make syscalls), so the writer polls; under load (a drain
+            // returns many events) it loops without sleeping.
+            if (w.commit_due(o)) w.commit(o, false);
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait_for(lk, std::chrono::milliseconds(o.idle_sleep_ms), [&] { return stop_ || !requests_.empty(); });
+        }
+    }
+}
+
+}  // namespace kv::storage
