@@ -1,0 +1,68 @@
+// The ImGui canvas: every view of kvlab (eviction map, scores, memory timeline, cell grid,
+// metrics, compare) behind one small surface that a host drives once per frame. The host (the
+// Qt widget in app/gui, or a test with no GL at all) owns the ImGui context and the renderer;
+// the canvas only reads the session through storage::SessionReader and emits ImGui calls.
+//
+// Contract between views/ and app/gui/ (keep it stable; extend, don't break):
+//   - The host creates the ImGui context, calls ImGui::NewFrame(), then Canvas::draw(), then
+//     ImGui::Render() and renders the draw data. Canvas never touches GL.
+//   - Views that are textures (eviction map, heatmaps) produce RGBA8 pixels; the host turns
+//     them into textures through TextureHost (GL in the app, a recorder in tests).
+//   - refresh() reads only rows newer than what the views hold; the host calls it from a
+//     timer (>= 10 Hz) on the GUI thread while a run writes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kv::views {
+
+enum class ViewKind : uint8_t { EVICTION_MAP, SCORES, MEMORY_TIMELINE, CELL_GRID, METRICS, COMPARE };
+const char* view_name(ViewKind k);
+
+// Textures for views drawn as images. Pixels are RGBA8, row-major, width*height*4 bytes.
+class TextureHost {
+   public:
+    virtual ~TextureHost() = default;
+    // Returns an id usable as ImTextureID; `id` is 0 to create, else the texture to replace.
+    virtual uint64_t upload_rgba(uint64_t id, int width, int height, const uint8_t* pixels) = 0;
+    virtual void release(uint64_t id) = 0;
+};
+
+struct CanvasImpl;
+
+class Canvas {
+   public:
+    explicit Canvas(TextureHost* textures);
+    ~Canvas();
+    Canvas(const Canvas&) = delete;
+    Canvas& operator=(const Canvas&) = delete;
+
+    // Opens a session read-only ("" closes). Throws storage::SessionError with a clear message.
+    void open_session(const std::string& path);
+    const std::string& session_path() const;
+    // 1 run: single-run views; 2..8 runs: the compare view; the first is the reference unless
+    // set_reference() says otherwise.
+    void select_runs(const std::vector<int64_t>& runs);
+    const std::vector<int64_t>& selected_runs() const;
+    void set_reference(int64_t run);
+
+    void set_view(ViewKind k);
+    ViewKind view() const;
+
+    // Pulls rows newer than what the views hold. Cheap when nothing changed. Returns true when
+    // anything new arrived (the host may then request a repaint).
+    bool refresh();
+    // Emits the ImGui calls of the active view into one window filling [0,0,width,height).
+    void draw(float width, float height);
+
+    // For tests and for exports: the views' state (defined in the views' own headers).
+    CanvasImpl& impl() { return *impl_; }
+
+   private:
+    std::unique_ptr<CanvasImpl> impl_;
+};
+
+}  // namespace kv::views
