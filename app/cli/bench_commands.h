@@ -7,5 +7,6 @@ namespace kv::cli {
 
 int bench_model(const Args& args);
 int bench_cache(const Args& args);
+int bench_telemetry(const Args& args);  // needs storage + sessions
 
 }  // namespace kv::cli

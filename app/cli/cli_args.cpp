@@ -1,6 +1,7 @@
 // Command-line parsing (see cli_args.h).
 #include "cli_args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -17,10 +18,45 @@ const OptionSpec* find_spec(const std::vector<OptionSpec>& specs, const std::str
     return nullptr;
 }
 
-std::string known_list(const std::vector<OptionSpec>& specs) {
-    std::string s;
-    for (const auto& o : specs) s += (s.empty() ? "--" : ", --") + o.name;
-    return s;
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+std::string last_component(const std::string& name) {
+    const size_t dot = name.rfind('.');
+    return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+// What the user probably meant: options with the same last dotted part (--chunk_size for
+// --kv_cache.chunk_size) or within a small edit distance; the full list only when it is short.
+std::string unknown_option_message(const std::vector<OptionSpec>& specs, const std::string& name) {
+    std::vector<std::string> close;
+    for (const auto& o : specs)
+        if (last_component(o.name) == last_component(name) || edit_distance(o.name, name) <= std::max<size_t>(2, name.size() / 5))
+            close.push_back("--" + o.name);
+    std::string msg = "unknown option --" + name;
+    if (!close.empty()) {
+        msg += "; did you mean ";
+        for (size_t i = 0; i < close.size() && i < 4; ++i) msg += (i ? " or " : "") + close[i];
+        return msg + "?";
+    }
+    if (specs.size() <= 12) {
+        msg += "; known options:";
+        for (const auto& o : specs) msg += " --" + o.name;
+        return msg;
+    }
+    return msg + "; see --help for the options of this command";
 }
 }  // namespace
 
@@ -40,7 +76,7 @@ Args::Args(int argc, char** argv, int first, const std::vector<OptionSpec>& spec
             has_value = true;
         }
         const OptionSpec* spec = find_spec(specs, name);
-        if (!spec) throw UsageError("unknown option --" + name + "; known options: " + known_list(specs));
+        if (!spec) throw UsageError(unknown_option_message(specs, name));
         if (spec->kind == OptKind::FLAG) {
             if (has_value && value != "true" && value != "false" && value != "1" && value != "0")
                 throw UsageError("--" + name + " is a flag; expected no value or true/false, got '" + value + "'");

@@ -1,4 +1,4 @@
-// `kvlab bench ops`: ratios of our ops to this machine's ceilings, measured in one run.
+// `kvlab bench`: dispatch, and `bench ops`: ratios of our ops to this machine's ceilings, measured in one run.
 #include <cstdio>
 #include <fstream>
 
@@ -25,22 +25,21 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"context", OptKind::INT, "32768", "bench cache: sequence length"});
     o.push_back({"cache_length", OptKind::INT, "4096", "bench cache: cache length"});
     o.push_back({"chunk", OptKind::INT, "512", "bench cache: chunk size"});
-    o.push_back({"model", OptKind::STRING, "qwen2.5-0.5b", "bench model/cache: model preset, folder or .gguf"});
-    o.push_back({"dtype", OptKind::STRING, "f32,bf16", "bench model: precisions to measure"});
-    o.push_back({"prefill_tokens", OptKind::INT, "2048", "bench model: prompt length"});
-    o.push_back({"decode_context", OptKind::INT, "4096", "bench model: context of the decode steps"});
-    o.push_back({"context", OptKind::INT, "32768", "bench cache: sequence length"});
-    o.push_back({"cache_length", OptKind::INT, "4096", "bench cache: cache length"});
-    o.push_back({"chunk", OptKind::INT, "512", "bench cache: chunk size"});
+    o.push_back({"repeats", OptKind::INT, "3", "bench telemetry: traced/untraced run pairs"});
+    o.push_back({"query_rows", OptKind::INT, "10000000", "bench telemetry: rows of the query benchmark session"});
+    o.push_back({"dir", OptKind::STRING, "/tmp", "bench telemetry: where temporary sessions go"});
     return o;
 }
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops [options]\n\n"
-        "Times matmul (f32, bf16; 1024^3 and 4096^3) against a raw oneDNN matmul, and RMSNorm,\n"
-        "RoPE and SwiGLU against a streaming triad, all in this run, and prints the ratios.\n"
-        "Targets: matmul >= 0.9x raw oneDNN; memory-bound ops >= 0.6x triad bandwidth.\n\n"
+        "usage: kvlab bench ops|model|cache|telemetry [options]\n\n"
+        "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
+        "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
+        "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
+        "  cache      SDPA weights overhead, policy and buffer chunk throughput, KV bytes per token\n"
+        "  telemetry  session writer events/s, span cost, GUI queries, tracing overhead on a small h2o run\n"
+        "Every ratio is measured against its baseline in the same run.\n\n"
         "options:\n%s",
         format_options(bench_options()).c_str());
 }
@@ -80,12 +79,13 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|telemetry");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
     if (what == "cache") return bench_cache(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache");
+    if (what == "telemetry") return bench_telemetry(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, telemetry");
 }
 
 }  // namespace kv::cli

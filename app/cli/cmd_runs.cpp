@@ -1,6 +1,7 @@
 // `kvlab runs FILE`: one line per run -- id, name, status, mode, policy, buffer, cache length,
 // chunk size, progress, peak memory, tokens/s -- plus why failed or crashed runs ended. Opening
 // read-write marks runs whose process died as crashed; a read-only session is still listed.
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -133,7 +134,10 @@ int cmd_runs(int argc, char** argv, int first) {
     for (int64_t id : crashed)
         std::printf("run %lld was left running by a process that is gone: marked crashed\n", (long long)id);
     if (runs.empty()) return 0;
-    std::printf("%4s  %-20s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", "id", "name", "status", "mode",
+    // the name column is as wide as the longest name (up to 48), so names stay readable
+    int name_w = 4;
+    for (const auto& r : runs) name_w = std::max(name_w, std::min(48, int(r.name.size())));
+    std::printf("%4s  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", "id", name_w, "name", "status", "mode",
                 "policy", "buffer", "cache", "chunk", "progress", "peak mem", "tokens/s", "created");
     for (const auto& r : runs) {
         const std::string cache_name = storage::run_config_value(r.config, "kv_cache.name");
@@ -142,8 +146,8 @@ int cmd_runs(int argc, char** argv, int first) {
         const std::string cache_length = storage::run_config_value(r.config, "kv_cache.cache_length");
         const std::string chunk_size = storage::run_config_value(r.config, "kv_cache.chunk_size");
         SummaryNumbers s = summary_numbers(r.summary);
-        std::printf("%4lld  %-20s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", (long long)r.id,
-                    fit(r.name, 20).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
+        std::printf("%4lld  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", (long long)r.id, name_w,
+                    fit(r.name, size_t(name_w)).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
                     fit(cache_name.empty() ? "-" : cn.policy, 14).c_str(), cache_name.empty() ? "-" : cn.buffer.c_str(),
                     cache_length.empty() ? "-" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
                     progress_text(r.progress).c_str(), s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",

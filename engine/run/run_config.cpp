@@ -371,7 +371,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
     std::function<void(const Json&, const std::string&)> walk = [&](const Json& node, const std::string& prefix) {
         for (auto it = node.begin(); it != node.end(); ++it) {
             const std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
-            if (it->is_object() && !find_run_option(name)) {
+            if (it->is_object()) {  // option values are never objects
                 walk(*it, name);
                 continue;
             }

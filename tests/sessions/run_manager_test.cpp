@@ -1,0 +1,285 @@
+// Run manager: runs reach the right final status with their summary recorded, events arrive in
+// order, cancel works for queued and running runs (a running one stops within one chunk), bad
+// configurations fail with the CLI's message without killing the worker, and a run left running
+// by a process killed with SIGKILL is marked crashed when the session is opened again.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <fcntl.h>
+
+#include "engine/core/error.h"
+#include "engine/model/presets.h"
+#include "engine/run/run_config.h"
+#include "sessions/comparison.h"
+#include "sessions/run_manager.h"
+#include "storage/session.h"
+#include "storage/session_reader.h"
+
+extern char** environ;
+
+namespace kv {
+namespace {
+
+using storage::RunStatus;
+
+struct Scratch {
+    std::string dir;
+    Scratch() {
+        std::string t = (std::filesystem::temp_directory_path() / "kvlab-sessions-test-XXXXXX").string();
+        std::vector<char> b(t.begin(), t.end());
+        b.push_back(0);
+        if (!mkdtemp(b.data())) throw std::runtime_error("mkdtemp failed");
+        dir = b.data();
+    }
+    ~Scratch() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+    }
+    std::string file(const std::string& n) const { return dir + "/" + n; }
+};
+
+RunConfig tiny_eval(int64_t seq = 256, int64_t samples = 1) {
+    RunConfig c;
+    c.mode = "eval_long";
+    c.model = "tiny";
+    c.data.name = "passkey";
+    c.data.seq_length = seq;
+    c.data.num_samples = samples;
+    c.kv_cache.name = "h2o-default";
+    c.kv_cache.cache_length = 64;
+    c.driver.chunk_size = 16;
+    return c;
+}
+
+TEST(RunManager, RunFinishesDoneWithSummaryAndStoredConfig) {
+    Scratch s;
+    std::mutex mu;
+    std::vector<RunStatus> statuses;
+    std::vector<std::pair<int64_t, int64_t>> progress;
+    sessions::RunEvents ev;
+    ev.status = [&](int64_t, RunStatus st, const std::string&) {
+        std::lock_guard<std::mutex> lk(mu);
+        statuses.push_back(st);
+    };
+    ev.progress = [&](int64_t, int64_t d, int64_t t, const std::string&) {
+        std::lock_guard<std::mutex> lk(mu);
+        progress.push_back({d, t});
+    };
+    const RunConfig cfg = tiny_eval(256, 2);
+    int64_t id;
+    {
+        sessions::RunManager rm(s.file("a.kvlab"), ev);
+        id = rm.submit(cfg);
+        ASSERT_EQ(rm.wait(id), RunStatus::DONE) << rm.result_text(id);
+        const auto sum = nlohmann::json::parse(rm.summary(id));
+        // tokens evaluated: each passkey sample fits in seq_length (the filler stops a few
+        // tokens short when the next sentence would not fit)
+        EXPECT_LE(sum.at("tokens").get<int64_t>(), cfg.data.seq_length * cfg.data.num_samples);
+        EXPECT_GE(sum.at("tokens").get<int64_t>(), (cfg.data.seq_length - 32) * cfg.data.num_samples);
+        EXPECT_EQ(sum.at("samples").get<int64_t>(), cfg.data.num_samples);
+        EXPECT_TRUE(std::isfinite(sum.at("mean_loss").get<double>()));
+        EXPECT_GE(sum.at("accuracy").get<double>(), 0.0);
+        EXPECT_LE(sum.at("accuracy").get<double>(), 1.0);
+    }
+    // events: running before done, done last; progress never goes backwards and completes
+    ASSERT_GE(statuses.size(), 2u);
+    EXPECT_EQ(statuses.back(), RunStatus::DONE);
+    EXPECT_NE(std::find(statuses.begin(), statuses.end(), RunStatus::RUNNING), statuses.end());
+    ASSERT_FALSE(progress.empty());
+    for (size_t i = 1; i < progress.size(); ++i) EXPECT_GE(progress[i].first, progress[i - 1].first);
+    const int64_t chunks = (cfg.data.seq_length + cfg.driver.chunk_size - 1) / cfg.driver.chunk_size;  // upper bound
+    EXPECT_EQ(progress.back().first, progress.back().second);
+    EXPECT_LE(progress.back().second, chunks * preset_config("tiny").num_layers * cfg.data.num_samples);
+
+    // The session remembers the run: status, times, and a config that re-creates the run.
+    storage::SessionReader rd(s.file("a.kvlab"));
+    const auto info = rd.run(id);
+    EXPECT_EQ(info.status, RunStatus::DONE);
+    EXPECT_GT(info.started_ms, 0);
+    EXPECT_GE(info.finished_ms, info.started_ms);
+    const RunConfig back = run_config_from_json(info.config, "stored run");
+    EXPECT_EQ(run_config_to_json(back), run_config_to_json(cfg));
+    EXPECT_GT(rd.count_rows("spans", id), 0);
+    EXPECT_GT(rd.count_rows("cache_steps", id), 0);
+}
+
+TEST(RunManager, TelemetryOffRecordsNoEvents) {
+    Scratch s;
+    RunConfig cfg = tiny_eval();
+    cfg.telemetry.enabled = false;
+    sessions::RunManager rm(s.file("a.kvlab"));
+    const int64_t id = rm.submit(cfg);
+    ASSERT_EQ(rm.wait(id), RunStatus::DONE);
+    storage::SessionReader rd(s.file("a.kvlab"));
+    EXPECT_EQ(rd.count_rows("spans", id), 0);
+    EXPECT_EQ(rd.count_rows("memory_events", id), 0);
+}
+
+TEST(RunManager, CancelQueuedRunNeverStarts) {
+    Scratch s;
+    sessions::RunManager rm(s.file("a.kvlab"));
+    const int64_t first = rm.submit(tiny_eval(2048, 2));
+    const int64_t second = rm.submit(tiny_eval());
+    rm.cancel(second);
+    EXPECT_EQ(rm.wait(second), RunStatus::CANCELLED);
+    EXPECT_EQ(rm.wait(first), RunStatus::DONE);
+    storage::SessionReader rd(s.file("a.kvlab"));
+    EXPECT_EQ(rd.run(second).status, RunStatus::CANCELLED);
+    EXPECT_EQ(rd.run(second).started_ms, 0);
+}
+
+TEST(RunManager, CancelRunningRunStopsWithinOneChunk) {
+    Scratch s;
+    std::atomic<int64_t> units_at_cancel{-1}, last_units{0};
+    std::atomic<bool> cancel_sent{false};
+    sessions::RunManager* rmp = nullptr;
+    std::atomic<int64_t> run_id{0};
+    sessions::RunEvents ev;
+    ev.progress = [&](int64_t run, int64_t d, int64_t, const std::string&) {
+        last_units = d;
+        // cancel from another thread, as the GUI does, once the run is well under way
+        if (d >= 40 && !cancel_sent.exchange(true)) {
+            units_at_cancel = d;
+            std::thread([rmp, run] { rmp->cancel(run); }).join();
+        }
+    };
+    sessions::RunManager rm(s.file("a.kvlab"), ev);
+    rmp = &rm;
+    RunConfig cfg = tiny_eval(4096, 4);  // far longer than it will get to run
+    run_id = rm.submit(cfg);
+    EXPECT_EQ(rm.wait(run_id), RunStatus::CANCELLED);
+    ASSERT_GE(units_at_cancel.load(), 40);
+    // a unit is one layer of one chunk: at most one chunk's layers may follow the request
+    EXPECT_LE(last_units.load() - units_at_cancel.load(), preset_config("tiny").num_layers);
+    // the worker is still alive for the next run
+    const int64_t next = rm.submit(tiny_eval());
+    EXPECT_EQ(rm.wait(next), RunStatus::DONE);
+}
+
+TEST(RunManager, InvalidConfigIsRejectedAtSubmitWithTheCliMessage) {
+    Scratch s;
+    sessions::RunManager rm(s.file("a.kvlab"));
+    RunConfig cfg = tiny_eval();
+    cfg.kv_cache.cache_length = 8;  // smaller than the chunk size
+    std::string cli_message;
+    try {
+        validate_run_config(cfg);
+    } catch (const Error& e) {
+        cli_message = e.what();
+    }
+    ASSERT_FALSE(cli_message.empty());
+    try {
+        rm.submit(cfg);
+        FAIL() << "submit accepted an invalid configuration";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), cli_message);
+    }
+    EXPECT_TRUE(rm.session().runs().empty());
+}
+
+TEST(RunManager, FailingRunIsFailedWithReasonAndWorkerSurvives) {
+    Scratch s;
+    sessions::RunManager rm(s.file("a.kvlab"));
+    RunConfig bad = tiny_eval();
+    bad.model = s.file("no-such-model");
+    const int64_t id = rm.submit(bad);
+    EXPECT_EQ(rm.wait(id), RunStatus::FAILED);
+    storage::SessionReader rd(s.file("a.kvlab"));
+    EXPECT_NE(rd.run(id).error.find("no-such-model"), std::string::npos) << rd.run(id).error;
+    const int64_t good = rm.submit(tiny_eval());
+    EXPECT_EQ(rm.wait(good), RunStatus::DONE);
+}
+
+// A CLI process killed with SIGKILL mid-run leaves its run "running"; the next RunManager
+// to open the session marks it crashed, keeps its committed rows and accepts new runs.
+TEST(RunManager, RunOfKilledProcessIsMarkedCrashed) {
+    Scratch s;
+    const std::string session = s.file("a.kvlab");
+    const std::string exe = std::string(KVLAB_BINARY_DIR) + "/bin/kvlab";
+    ASSERT_TRUE(std::filesystem::exists(exe)) << exe;
+    std::vector<std::string> argv_s = {exe, "eval_long", "tiny", "--data", "passkey", "--data.seq_length",
+                                       "8192", "--data.num_samples", "50", "--kv_cache.name", "h2o-default",
+                                       "--kv_cache.cache_length", "64", "--kv_cache.chunk_size", "16", "--session", session};
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    // wait until the run is running and has committed some spans
+    int64_t run = 0, spans = 0;
+    for (int i = 0; i < 600 && spans == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!std::filesystem::exists(session)) continue;
+        try {
+            storage::SessionReader rd(session);
+            auto runs = rd.runs();
+            if (runs.empty() || runs[0].status != RunStatus::RUNNING) continue;
+            run = runs[0].id;
+            spans = rd.count_rows("spans", run);
+        } catch (const std::exception&) {
+        }
+    }
+    kill(pid, SIGKILL);
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    ASSERT_GT(spans, 0) << "the child never committed spans";
+    sessions::RunManager rm(session);
+    ASSERT_EQ(rm.crashed_at_open().size(), 1u);
+    EXPECT_EQ(rm.crashed_at_open()[0], run);
+    storage::SessionReader rd(session);
+    EXPECT_EQ(rd.run(run).status, RunStatus::CRASHED);
+    EXPECT_GE(rd.count_rows("spans", run), spans);  // everything committed before the kill is kept
+    const int64_t next = rm.submit(tiny_eval());
+    EXPECT_EQ(rm.wait(next), RunStatus::DONE);
+}
+
+// The comparison's diff lists exactly the fields that differ, and its ratios agree with the
+// runs' own summaries.
+TEST(Comparison, DiffAndRatiosFollowTheSummaries) {
+    Scratch s;
+    sessions::RunManager rm(s.file("a.kvlab"));
+    RunConfig ref = tiny_eval(512, 1);
+    ref.kv_cache.name = "dense-default";
+    ref.kv_cache.cache_length = 0;
+    RunConfig h2o = tiny_eval(512, 1);
+    RunConfig last = tiny_eval(512, 1);
+    last.kv_cache.name = "lastrec-default";
+    const int64_t a = rm.submit(ref), b = rm.submit(h2o), c = rm.submit(last);
+    rm.wait_all();
+    const auto cmp = sessions::compare_runs(rm.session(), {b, c, a}, a);
+    ASSERT_EQ(cmp.runs.size(), 3u);
+    EXPECT_EQ(cmp.runs[0].id, a);  // reference first
+    std::set<std::string> fields(cmp.differing_fields.begin(), cmp.differing_fields.end());
+    EXPECT_EQ(fields, (std::set<std::string>{"kv_cache.cache_length", "kv_cache.name"}));
+    for (const auto& r : cmp.runs) {
+        const auto sum = nlohmann::json::parse(rm.summary(r.id));
+        const auto rs = nlohmann::json::parse(rm.summary(a));
+        EXPECT_NEAR(r.loss, sum.at("mean_loss").get<double>(), 1e-12);
+        EXPECT_NEAR(r.kv_ratio, sum.at("kv_bytes").get<double>() / rs.at("kv_bytes").get<double>(), 1e-12);
+        EXPECT_NEAR(r.d_loss, sum.at("mean_loss").get<double>() - rs.at("mean_loss").get<double>(), 1e-12);
+    }
+    EXPECT_LT(cmp.runs[1].kv_ratio, 1.0);  // a 64-slot cache holds less than dense over 512 tokens
+    const std::string table = sessions::format_comparison(cmp);
+    EXPECT_NE(table.find("h2o-default"), std::string::npos);
+    EXPECT_NE(table.find("lastrec-default"), std::string::npos);
+    EXPECT_THROW(sessions::compare_runs(rm.session(), {a, 999}, a), Error);
+    EXPECT_THROW(sessions::compare_runs(rm.session(), {}, a), Error);
+}
+
+}  // namespace
+}  // namespace kv
