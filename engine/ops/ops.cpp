@@ -1,5 +1,20 @@
 // Engine-level op wrappers: the only place that turns user mistakes (shapes, dtypes, devices)
 // into messages, so kernels can assume valid calls.
+//
+// Index
+//   [SECTION] linear algebra
+//   [SECTION] elementwise
+//   [SECTION] normalisation and softmax
+//   [SECTION] position encoding
+//   [SECTION] indexing
+//   [SECTION] copies
+//   [SECTION] attention
+//   [SECTION] quantization
+//   [SECTION] gradients
+//   [SECTION] losses
+//   [SECTION] optimizer
+//   [SECTION] reductions
+
 #include "ops.h"
 
 #include <algorithm>
@@ -126,7 +141,7 @@ void dispatch(OpCall& call) {
     be.compute(ctx, call);
 }
 
-// ---- linear algebra ---------------------------------------------------------------------
+// ---- [SECTION] linear algebra -------------------------------------------------------------------
 void matmul_(Tensor& out, const Tensor& a, const Tensor& b, float alpha, float beta) {
     const char* op = "matmul";
     require_same_device(op, {&out, &a, &b});
@@ -181,7 +196,7 @@ Tensor linear(const Tensor& x, const Tensor& w, DType out_dtype) {
     return y.reshape(s);
 }
 
-// ---- elementwise ------------------------------------------------------------------------
+// ---- [SECTION] elementwise ----------------------------------------------------------------------
 namespace {
 void binary_(OpKind kind, const char* op, Tensor& out, const Tensor& a, const Tensor& b) {
     require_same_device(op, {&out, &a, &b});
@@ -252,7 +267,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
     return out;
 }
 
-// ---- normalisation and softmax ----------------------------------------------------------
+// ---- [SECTION] normalisation and softmax --------------------------------------------------------
 void rmsnorm_(Tensor& out, const Tensor& x, const Tensor& weight, float eps, float weight_offset) {
     const char* op = "rmsnorm";
     require_same_device(op, {&out, &x, &weight});
@@ -292,11 +307,15 @@ Tensor softmax(const Tensor& x, float s) {
     return out;
 }
 
-// ---- position encoding ------------------------------------------------------------------
-void rope_(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot) {
-    const char* op = "rope";
+// ---- [SECTION] position encoding ----------------------------------------------------------------
+namespace {
+// Shared by rope_ and rope_backward_: x/out (B, NH, T, HS), positions inside the tables.
+// Returns n_rot with 0 resolved to HS.
+int check_rope(const char* op, const Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot) {
     require_same_device(op, {&out, &x, &pos, &cos, &sin});
     require(x.ndim() == 4, op, str("x must be (B, NH, T, HS), got ", x.describe()));
+    require_float(op, x, "input");
+    require_float(op, out, "output");
     require(out.shape() == x.shape(), op, str("output ", out.shape().str(), " must match x ", x.shape().str()));
     int64_t hs = x.size(3);
     if (n_rot == 0) n_rot = int(hs);
@@ -317,6 +336,12 @@ void rope_(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& cos, c
                                 "the context width used to build the table must cover every position");
             }
     }
+    return n_rot;
+}
+}  // namespace
+
+void rope_(Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot) {
+    n_rot = check_rope("rope", out, x, pos, cos, sin, n_rot);
     OpCall c = make_call(OpKind::ROPE, out, {&x, &pos, &cos, &sin});
     c.p.n_rot = n_rot;
     dispatch(c);
@@ -327,7 +352,7 @@ Tensor rope(const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor&
     return out;
 }
 
-// ---- indexing ---------------------------------------------------------------------------
+// ---- [SECTION] indexing -------------------------------------------------------------------------
 namespace {
 void check_index_range(const char* op, const Tensor& index, int64_t limit, const char* what) {
     if (!index.device().is_cpu()) return;  // device kernels clamp; host-side check is authoritative
@@ -412,7 +437,7 @@ void scatter_(Tensor& dst, int axis, const Tensor& index, const Tensor& src) {
     dispatch(c);
 }
 
-// ---- copies -----------------------------------------------------------------------------
+// ---- [SECTION] copies ---------------------------------------------------------------------------
 void copy_(Tensor& dst, const Tensor& src) {
     require_same_device("copy", {&dst, &src});
     require(dst.shape() == src.shape(), "copy", str("shapes differ: ", src.shape().str(), " -> ", dst.shape().str()));
@@ -422,18 +447,16 @@ void copy_(Tensor& dst, const Tensor& src) {
 }
 Tensor cast(const Tensor& x, DType dtype) { return x.to(dtype); }
 
-// ---- attention -------------------------------------------------------------------------
-void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
-           int window, Tensor* wsum) {
-    const char* op = "sdpa";
-    require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos});
+// ---- [SECTION] attention ------------------------------------------------------------------------
+namespace {
+// Shared by sdpa_ and sdpa_backward_: q (B, NH, n, HS), k/v (B, G, T, HS), positions, window.
+void check_sdpa(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, int window) {
     require(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, op,
             str("q, k, v must be 4-D (B, heads, tokens, head size), got ", q.describe(), ", ", k.describe(), ", ", v.describe()));
-    const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), HS = q.size(3), G = k.size(1), T = k.size(2);
+    const int64_t B = q.size(0), n = q.size(2), HS = q.size(3), NH = q.size(1), G = k.size(1), T = k.size(2);
     require(k.size(0) == B && v.shape() == k.shape() && k.size(3) == HS, op,
             str("k ", k.shape().str(), " and v ", v.shape().str(), " must be (", B, ", G, T, ", HS, ")"));
     require(G > 0 && NH % G == 0, op, str(NH, " query heads are not a multiple of ", G, " KV heads"));
-    require(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
     require(kpos.dtype() == DType::I32 && kpos.ndim() == 3 && (kpos.size(0) == B || kpos.size(0) == 1) &&
                 (kpos.size(1) == G || kpos.size(1) == 1) && kpos.size(2) == T,
             op, str("slot positions must be int32 (B|1, G|1, T) = (", B, "|1, ", G, "|1, ", T, "), got ", kpos.describe()));
@@ -443,6 +466,16 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
     require_float(op, k, "k");
     require_float(op, v, "v");
     require(window >= 0, op, str("window must be >= 0, got ", window));
+}
+}  // namespace
+
+void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
+           int window, Tensor* wsum) {
+    const char* op = "sdpa";
+    require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos});
+    check_sdpa(op, q, k, v, kpos, qpos, window);
+    require(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
+    const int64_t B = q.size(0), G = k.size(1), T = k.size(2);
     OpCall c = make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos});
     c.p.alpha = scale;
     c.p.window = window;
@@ -455,7 +488,7 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
     dispatch(c);
 }
 
-// ---- quantization ------------------------------------------------------------------------
+// ---- [SECTION] quantization ---------------------------------------------------------------------
 const char* quant_format_name(QuantFormat f) {
     static const char* names[] = {"q8", "q4", "nf4", "q8_0", "q4_0"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(QuantFormat::COUNT), "format names out of date");
@@ -514,7 +547,255 @@ void dequantize_(Tensor& out, const Tensor& q, QuantFormat f) {
     dispatch(c);
 }
 
-// ---- reductions -------------------------------------------------------------------------
+// ---- [SECTION] gradients ------------------------------------------------------------------------
+namespace {
+int acc_bits(bool a1, bool a2 = false, bool a3 = false) { return (a1 ? KV_ACC_DST : 0) | (a2 ? KV_ACC_DST2 : 0) | (a3 ? KV_ACC_DST3 : 0); }
+
+void require_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+    require(a.shape() == b.shape(), op, str(an, " ", a.shape().str(), " and ", bn, " ", b.shape().str(), " must have the same shape"));
+}
+}  // namespace
+
+void rmsnorm_backward_(Tensor& dx, Tensor* dweight, const Tensor& x, const Tensor& weight, const Tensor& dy, float eps,
+                       float weight_offset, bool accumulate_dx, bool accumulate_dweight) {
+    const char* op = "rmsnorm_backward";
+    require_same_device(op, {&dx, &x, &weight, &dy});
+    require_float(op, x, "x");
+    require_float(op, dy, "dy");
+    require_float(op, dx, "dx");
+    require(x.ndim() >= 1, op, "x must have at least one dimension");
+    require_same_shape(op, x, "x", dy, "dy");
+    require_same_shape(op, x, "x", dx, "dx");
+    require(eps >= 0, op, str("eps must be >= 0, got ", eps));
+    OpCall c;
+    if (weight.defined()) {
+        require(weight.ndim() == 1 && weight.size(0) == x.size(-1), op,
+                str("weight ", weight.shape().str(), " must be 1-D of the input's last size ", x.size(-1)));
+        require_float(op, weight, "weight");
+        c = make_call(OpKind::RMSNORM_BACKWARD, dx, {&x, &dy, &weight});
+    } else {
+        c = make_call(OpKind::RMSNORM_BACKWARD, dx, {&x, &dy});
+    }
+    if (dweight) {
+        require(weight.defined(), op, "dweight was requested for a norm without weight");
+        require(dweight->ndim() == 1 && dweight->size(0) == x.size(-1) && dtype_is_float(dweight->dtype()), op,
+                str("dweight must be float (", x.size(-1), "), got ", dweight->describe()));
+        require(dweight->device() == dx.device(), op, "dweight lives on another device");
+        c.dst2 = dweight->view();
+    }
+    c.p.eps = eps;
+    c.p.weight_offset = weight_offset;
+    c.p.accumulate = acc_bits(accumulate_dx, accumulate_dweight);
+    dispatch(c);
+}
+
+void rope_backward_(Tensor& dx, const Tensor& dy, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot, bool accumulate) {
+    n_rot = check_rope("rope_backward", dx, dy, pos, cos, sin, n_rot);
+    OpCall c = make_call(OpKind::ROPE_BACKWARD, dx, {&dy, &pos, &cos, &sin});
+    c.p.n_rot = n_rot;
+    c.p.accumulate = acc_bits(accumulate);
+    dispatch(c);
+}
+
+void silu_backward_(Tensor& dx, const Tensor& x, const Tensor& dy, bool accumulate) {
+    const char* op = "silu_backward";
+    require_same_device(op, {&dx, &x, &dy});
+    require_float(op, x, "x");
+    require_float(op, dy, "dy");
+    require_float(op, dx, "dx");
+    require_same_shape(op, x, "x", dy, "dy");
+    require_same_shape(op, x, "x", dx, "dx");
+    OpCall c = make_call(OpKind::SILU_BACKWARD, dx, {&x, &dy});
+    c.p.accumulate = acc_bits(accumulate);
+    dispatch(c);
+}
+
+void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up, const Tensor& dy, bool accumulate) {
+    const char* op = "swiglu_backward";
+    require_same_device(op, {&dgate, &dup, &gate, &up, &dy});
+    for (const Tensor* t : {&gate, &up, &dy, (const Tensor*)&dgate, (const Tensor*)&dup}) require_float(op, *t, "every operand");
+    require_same_shape(op, gate, "gate", up, "up");
+    require_same_shape(op, gate, "gate", dy, "dy");
+    require_same_shape(op, gate, "gate", dgate, "dgate");
+    require_same_shape(op, gate, "gate", dup, "dup");
+    OpCall c = make_call(OpKind::SWIGLU_BACKWARD, dgate, {&gate, &up, &dy});
+    c.dst2 = dup.view();
+    c.p.accumulate = acc_bits(accumulate, accumulate);
+    dispatch(c);
+}
+
+void embedding_backward_(Tensor& dtable, const Tensor& ids, const Tensor& dy, bool accumulate) {
+    const char* op = "embedding_backward";
+    require_same_device(op, {&dtable, &ids, &dy});
+    require_index(op, ids);
+    require(dtable.ndim() == 2, op, str("dtable must be (V, C), got ", dtable.describe()));
+    require_float(op, dtable, "dtable");
+    require_float(op, dy, "dy");
+    require(dy.ndim() == ids.ndim() + 1 && dy.size(-1) == dtable.size(1), op,
+            str("dy ", dy.shape().str(), " must be ids ", ids.shape().str(), " + (", dtable.size(1), ",)"));
+    for (int i = 0; i < ids.ndim(); ++i)
+        require(dy.size(i) == ids.size(i), op, str("dy ", dy.shape().str(), " does not match ids ", ids.shape().str()));
+    check_index_range(op, ids, dtable.size(0), "token id");
+    OpCall c = make_call(OpKind::EMBEDDING_BACKWARD, dtable, {&dy, &ids});
+    c.p.accumulate = acc_bits(accumulate);
+    dispatch(c);
+}
+
+void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos,
+                    const Tensor& qpos, const Tensor& dy, float scale, const SdpaBackwardOptions& opt) {
+    const char* op = "sdpa_backward";
+    require_same_device(op, {&dq, &dk, &dv, &q, &k, &v, &kpos, &qpos, &dy});
+    check_sdpa(op, q, k, v, kpos, qpos, opt.window);
+    require_float(op, dy, "dy");
+    require_same_shape(op, q, "q", dy, "dy");
+    require_same_shape(op, q, "q", dq, "dq");
+    require_same_shape(op, k, "k", dk, "dk");
+    require_same_shape(op, v, "v", dv, "dv");
+    for (const Tensor* t : {&dq, &dk, &dv}) require_float(op, *t, "gradient outputs");
+    require(opt.max_temp_bytes >= 0, op, str("max_temp_bytes must be >= 0, got ", opt.max_temp_bytes));
+    OpCall c = make_call(OpKind::SDPA_BACKWARD, dq, {&q, &k, &v, &kpos, &qpos, &dy});
+    c.dst2 = dk.view();
+    c.dst3 = dv.view();
+    c.p.alpha = scale;
+    c.p.window = opt.window;
+    c.p.max_temp_bytes = opt.max_temp_bytes;
+    c.p.accumulate = acc_bits(opt.accumulate_dq, opt.accumulate_dk, opt.accumulate_dv);
+    dispatch(c);
+}
+
+void axpy_(Tensor& y, const Tensor& x, float alpha) {
+    const char* op = "axpy";
+    require_same_device(op, {&y, &x});
+    require_float(op, x, "x");
+    require_float(op, y, "y");
+    require(broadcastable(x.shape(), y.shape()), op, str("x ", x.shape().str(), " does not broadcast to y ", y.shape().str()));
+    OpCall c = make_call(OpKind::AXPY, y, {&x});
+    c.p.alpha = alpha;
+    dispatch(c);
+}
+
+// ---- [SECTION] losses ---------------------------------------------------------------------------
+namespace {
+// logits (..., V), targets (...) int, class subset (K) int with ids < V; returns K.
+int64_t check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& subset, int ignore_index) {
+    require_float(op, logits, "logits");
+    require_index(op, targets);
+    require(logits.ndim() >= 1 && targets.ndim() == logits.ndim() - 1, op,
+            str("targets ", targets.shape().str(), " must be logits ", logits.shape().str(), " without the last dimension"));
+    for (int i = 0; i < targets.ndim(); ++i)
+        require(targets.size(i) == logits.size(i), op,
+                str("targets ", targets.shape().str(), " do not match logits ", logits.shape().str()));
+    int64_t K = logits.size(-1);
+    if (subset.defined()) {
+        require_index(op, subset);
+        require(subset.ndim() == 1 && subset.size(0) >= 1, op, str("class subset must be 1-D and non-empty, got ", subset.describe()));
+        check_index_range(op, subset, logits.size(-1), "class id");
+        K = subset.size(0);
+    }
+    require(K >= 1, op, "logits have no classes");
+    if (targets.device().is_cpu()) {
+        std::vector<int64_t> t = targets.to_i64_vector();
+        for (size_t i = 0; i < t.size(); ++i)
+            if (t[i] != ignore_index && (t[i] < 0 || t[i] >= K))
+                throw Error(str(op, ": target ", t[i], " at element ", i, " is out of range [0, ", K, ") and is not the ignore index ",
+                                ignore_index));
+    }
+    return K;
+}
+}  // namespace
+
+void cross_entropy_(Tensor& loss, const Tensor& logits, const Tensor& targets, const Tensor& class_subset, int ignore_index) {
+    const char* op = "cross_entropy";
+    require_same_device(op, {&loss, &logits, &targets, &class_subset});
+    check_cross_entropy(op, logits, targets, class_subset, ignore_index);
+    require_float(op, loss, "loss");
+    require_same_shape(op, loss, "loss", targets, "targets");
+    OpCall c = class_subset.defined() ? make_call(OpKind::CROSS_ENTROPY, loss, {&logits, &targets, &class_subset})
+                                      : make_call(OpKind::CROSS_ENTROPY, loss, {&logits, &targets});
+    c.p.ignore_index = ignore_index;
+    dispatch(c);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& class_subset, int ignore_index) {
+    Tensor loss = Tensor::empty(targets.shape(), logits.dtype() == DType::F64 ? DType::F64 : DType::F32, like(logits));
+    cross_entropy_(loss, logits, targets, class_subset, ignore_index);
+    return loss;
+}
+
+void cross_entropy_backward_(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float scale, const Tensor& dloss,
+                             const Tensor& class_subset, int ignore_index, bool accumulate) {
+    const char* op = "cross_entropy_backward";
+    require_same_device(op, {&dlogits, &logits, &targets, &dloss, &class_subset});
+    check_cross_entropy(op, logits, targets, class_subset, ignore_index);
+    require_float(op, dlogits, "dlogits");
+    require_same_shape(op, dlogits, "dlogits", logits, "logits");
+    OpCall c = make_call(OpKind::CROSS_ENTROPY_BACKWARD, dlogits, {&logits, &targets});
+    c.src[c.nsrc++] = class_subset.defined() ? class_subset.view() : TensorView{};
+    if (dloss.defined()) {
+        require_float(op, dloss, "dloss");
+        require_same_shape(op, dloss, "dloss", targets, "targets");
+        c.src[c.nsrc++] = dloss.view();
+    }
+    c.p.alpha = scale;
+    c.p.ignore_index = ignore_index;
+    c.p.accumulate = acc_bits(accumulate);
+    dispatch(c);
+}
+
+// ---- [SECTION] optimizer ------------------------------------------------------------------------
+const char* optim_name(OptimKind k) { return optim_kind_name(k); }
+
+OptimKind optim_kind_from_name(const std::string& name) {
+    for (size_t i = 0; i < size_t(OptimKind::COUNT); ++i)
+        if (name == optim_kind_name(OptimKind(i))) return OptimKind(i);
+    throw Error(str("unknown optimizer '", name, "'; expected adamw, adam, adamax, sgd, rmsprop or adadelta"));
+}
+
+void optimizer_step_(Tensor& param, const Tensor& grad, Tensor* state1, Tensor* state2, const OptimParams& opt) {
+    const char* op = "optimizer_step";
+    require(opt.kind >= 0 && opt.kind < int(OptimKind::COUNT), op, str("unknown optimizer kind ", opt.kind));
+    const char* name = optim_kind_name(OptimKind(opt.kind));
+    require_float(op, param, "param");
+    require_float(op, grad, "grad");
+    require_same_shape(op, param, "param", grad, "grad");
+    require(param.device() == grad.device(), op, "param and grad live on different devices");
+    require(opt.step >= 1, op, str("step must be >= 1 (the step being taken), got ", opt.step));
+    require(opt.lr >= 0 && opt.eps >= 0 && opt.weight_decay >= 0 && opt.momentum >= 0, op,
+            str(name, ": lr, eps, weight_decay and momentum must be >= 0"));
+    const OptimKind kind = OptimKind(opt.kind);
+    if (kind == OptimKind::ADAMW || kind == OptimKind::ADAM || kind == OptimKind::ADAMAX)
+        require(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1, op,
+                str(name, ": betas must be in [0, 1), got (", opt.beta1, ", ", opt.beta2, ")"));
+    if (kind == OptimKind::SGD && opt.nesterov)
+        require(opt.momentum > 0 && opt.dampening == 0, op, "sgd: nesterov momentum needs momentum > 0 and dampening 0");
+    const int slots = optimizer_state_slots(opt);
+    Tensor* st[2] = {state1, state2};
+    OpCall c = make_call(OpKind::OPTIMIZER_STEP, param, {&grad});
+    for (int i = 0; i < 2; ++i) {
+        Tensor* s = st[i];
+        if (i >= slots) continue;  // unused state slots are ignored
+        require(s && s->defined(), op, str(name, " needs ", slots, " state tensor(s); state", i + 1, " is missing"));
+        require(s->shape() == param.shape() && s->device() == param.device(), op,
+                str(name, ": state", i + 1, " ", s->describe(), " must match param ", param.describe()));
+        const DType want = param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+        require(s->dtype() == want, op, str(name, ": state", i + 1, " must be ", dname(want), ", got ", s->describe()));
+        (i == 0 ? c.dst2 : c.dst3) = s->view();
+    }
+    c.p.opt = opt;
+    dispatch(c);
+}
+
+void grad_norm_sq_(Tensor& out, const Tensor& g, bool accumulate) {
+    const char* op = "grad_norm_sq";
+    require_same_device(op, {&out, &g});
+    require_float(op, g, "gradient");
+    require(out.numel() == 1 && dtype_is_float(out.dtype()), op, str("output must be one float element, got ", out.describe()));
+    OpCall c = make_call(OpKind::GRAD_NORM_SQ, out, {&g});
+    c.p.accumulate = acc_bits(accumulate);
+    dispatch(c);
+}
+
+// ---- [SECTION] reductions -----------------------------------------------------------------------
 namespace {
 Tensor reduce_last(OpKind kind, const char* op, const Tensor& x) {
     require_float(op, x, "input");

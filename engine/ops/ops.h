@@ -79,6 +79,63 @@ void dequantize_(Tensor& out, const Tensor& q, QuantFormat f);
 const char* quant_format_name(QuantFormat f);  // "q8", "q4", "nf4", "q8_0", "q4_0"
 QuantFormat quant_format_from_name(const std::string& name);  // throws kv::Error listing names
 
+// ---- gradients (the *_BACKWARD ops of kernels/common/op.h) -------------------------------
+// Outputs are named d<input>. An `accumulate` flag adds into the existing gradient instead of
+// overwriting it (rows of many chunks, heads of one group, and several uses of one tensor add
+// up). An accumulated output must not alias an input.
+
+// dx (..., C) of y = rmsnorm(x, weight); dweight (C) (optional, needs a weight; f32/f64) is
+// the sum over rows of dy * x * rsqrt(mean(x^2) + eps). dx may alias dy (not when accumulating).
+void rmsnorm_backward_(Tensor& dx, Tensor* dweight, const Tensor& x, const Tensor& weight, const Tensor& dy, float eps,
+                       float weight_offset = 0.0f, bool accumulate_dx = false, bool accumulate_dweight = true);
+// dx (B, NH, T, HS) of y = rope(x, pos, cos, sin, n_rot): the transposed rotation of dy.
+void rope_backward_(Tensor& dx, const Tensor& dy, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot = 0,
+                    bool accumulate = false);
+// dx = dy * silu'(x)
+void silu_backward_(Tensor& dx, const Tensor& x, const Tensor& dy, bool accumulate = false);
+// y = silu(gate) * up:  dgate = dy * up * silu'(gate), dup = dy * silu(gate)
+void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up, const Tensor& dy, bool accumulate = false);
+// dtable (V, C) [ids[i], :] += dy[i, :] (dy = ids' shape + (C,)); without `accumulate` dtable
+// is zeroed first. Duplicate ids add up in token order on the CPU (deterministic).
+void embedding_backward_(Tensor& dtable, const Tensor& ids, const Tensor& dy, bool accumulate = true);
+// dq (B, NH, n, HS), dk and dv (B, G, T, HS) of sdpa_ (same q, k, v, positions, scale and
+// window; dk/dv summed over the query heads of each group). Recomputes the attention in f32
+// blockwise over queries; opt.max_temp_bytes bounds the score blocks held at once.
+struct SdpaBackwardOptions {
+    int window = 0;
+    bool accumulate_dq = false;
+    bool accumulate_dk = false;
+    bool accumulate_dv = false;
+    int64_t max_temp_bytes = 0;  // 0: 64 MiB
+};
+void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos,
+                    const Tensor& qpos, const Tensor& dy, float scale, const SdpaBackwardOptions& opt = {});
+// y += alpha * x (x broadcast to y)
+void axpy_(Tensor& y, const Tensor& x, float alpha);
+
+// ---- losses -----------------------------------------------------------------------------
+// Per-row cross-entropy of logits (..., V) against int32/int64 targets (...): logsumexp(z) -
+// z[t], 0 where t == ignore_index. With class_subset (K ids, int32/int64), z = logits[...,
+// subset] and targets index the subset (classification on logits). f32 (f64 for f64 logits).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& class_subset = {}, int ignore_index = -100);
+void cross_entropy_(Tensor& loss, const Tensor& logits, const Tensor& targets, const Tensor& class_subset = {},
+                    int ignore_index = -100);
+// dlogits (..., V) = scale * dloss[row] * (softmax(z) - onehot(t)) on the columns of z, 0
+// elsewhere and on ignored rows. dloss (...) is optional (all ones).
+void cross_entropy_backward_(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float scale, const Tensor& dloss = {},
+                             const Tensor& class_subset = {}, int ignore_index = -100, bool accumulate = false);
+
+// ---- optimizer --------------------------------------------------------------------------
+// One in-place step of opt.kind (PyTorch's formulas; op.h lists them) on param with grad.
+// state1/state2 are the optimizer's state tensors (param's shape, f32; f64 for f64 params),
+// as many as optimizer_state_slots(opt) says (Adam: m, v; SGD with momentum: the buffer, ...);
+// zero-initialised by the caller before step 1. opt.step is the 1-based step being taken.
+void optimizer_step_(Tensor& param, const Tensor& grad, Tensor* state1, Tensor* state2, const OptimParams& opt);
+// out (one element, f32/f64) = (accumulate ? out : 0) + sum of g^2 (for clipping by global norm).
+void grad_norm_sq_(Tensor& out, const Tensor& g, bool accumulate = true);
+const char* optim_name(OptimKind k);                   // "adamw", "adam", "adamax", "sgd", "rmsprop", "adadelta"
+OptimKind optim_kind_from_name(const std::string& name);  // throws kv::Error listing the names
+
 // ---- reductions over the last dimension -------------------------------------------------
 // Results have the input's shape without its last dimension (f32, or f64 for f64 input).
 Tensor sum_last(const Tensor& x);

@@ -66,6 +66,15 @@ KV_HD F kv_silu_grad(F x) {
     return s * (F(1) + x * (F(1) - s));
 }
 
+// SwiGLU y = silu(g) u, both gradients from one exp:
+//   dg = dy u silu'(g),  du = dy silu(g)
+template <class F>
+KV_HD void kv_swiglu_grad(F g, F u, F dy, F* dg, F* du) {
+    const F s = kv_sigmoid(g);
+    *dg = dy * u * (s * (F(1) + g * (F(1) - s)));
+    *du = dy * g * s;
+}
+
 // RMSNorm scale factor for a row with sum of squares `ss` over `n` elements.
 template <class F>
 KV_HD F kv_rms_inv(F ss, long long n, F eps) {
@@ -78,6 +87,21 @@ template <class F>
 KV_HD void kv_rope_pair(F x1, F x2, F c, F s, F* y1, F* y2) {
     *y1 = x1 * c - x2 * s;
     *y2 = x2 * c + x1 * s;
+}
+
+// RMSNorm input gradient of one element: with r = rms_inv, g = dy w' and
+// k = r^3 mean(g x) over the row,  dx = r g - x k.
+template <class F>
+KV_HD F kv_rmsnorm_dx(F g, F x, F r, F k) {
+    return r * g - x * k;
+}
+
+// The transpose of kv_rope_pair (the RoPE gradient): [dx1, dx2] = R^T [dy1, dy2]
+//   dx1 = dy1 cos + dy2 sin,  dx2 = dy2 cos - dy1 sin
+template <class F>
+KV_HD void kv_rope_pair_backward(F dy1, F dy2, F c, F s, F* dx1, F* dx2) {
+    *dx1 = dy1 * c + dy2 * s;
+    *dx2 = dy2 * c - dy1 * s;
 }
 
 }  // namespace kv

@@ -59,6 +59,64 @@ namespace kv {
 // QUANTIZE   dst u8 (..., quant_row_bytes(f, n)) = rows of src0 float (..., n) in format f
 // DEQUANTIZE dst float (..., n) = rows of src0 u8 (..., quant_row_bytes(f, n)) decoded
 //          (formats and layouts: kernels/common/quant_formats.h; f = p.qformat)
+//
+// ---- gradients (each the reverse of the forward op of the same name; `d` = gradient) ----
+// Outputs of these ops are overwritten, unless bit k of p.accumulate is set (KV_ACC_DST,
+// KV_ACC_DST2, KV_ACC_DST3): then output k receives `out += result` (rows of many chunks and
+// heads add up). An optional source is absent when nsrc stops before it or its data is null.
+// RMSNORM_BACKWARD  src0 x (..., C); src1 dy (..., C); src2 weight (C) (optional).
+//          r = rsqrt(mean_last(x^2) + eps), w' = weight_offset + weight (1 without weight),
+//          g = dy * w':
+//          dst  dx (..., C) = r g - x r^3 mean_last(g x)
+//          dst2 dweight (C) (optional, needs weight) = sum over rows of dy x r
+// ROPE_BACKWARD  dst dx (B, NH, T, HS) = the transposed rotation of src0 dy per channel pair:
+//          dx1 = dy1 cos + dy2 sin,  dx2 = dy2 cos - dy1 sin;  channels >= n_rot copied.
+//          src1 pos, src2 cos, src3 sin exactly as ROPE (so YaRN-scaled tables work too).
+// SILU_BACKWARD  src0 x, src1 dy: dst dx = dy * silu'(x),  silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+// SWIGLU_BACKWARD  src0 gate, src1 up, src2 dy (all one shape):
+//          dst dgate = dy * up * silu'(gate);  dst2 dup = dy * silu(gate)
+// EMBEDDING_BACKWARD  src0 dy (ids..., C); src1 ids int32/int64 (ids...):
+//          dst dtable (V, C): dtable[ids[i], :] += dy[i, :] (duplicate ids add up; on the CPU
+//          in the order of i, so results do not depend on the thread count; CUDA adds with
+//          atomics and needs an f32/f64 table)
+// CROSS_ENTROPY  src0 logits (..., V) float; src1 targets int32/int64 (...);
+//          src2 class subset int32/int64 (K) (optional: classification on logits).
+//          z = logits[r, subset[0..K)] (K classes) or logits[r, :] (K = V); t = targets[r] in [0, K).
+//          dst loss (...) f32/f64 = logsumexp(z) - z[t]; 0 where t == p.ignore_index (-100).
+// CROSS_ENTROPY_BACKWARD  src0..src2 as CROSS_ENTROPY; src3 dloss (...) float (optional, 1).
+//          dst dlogits (..., V): columns of z get alpha * dloss[r] * (softmax(z) - onehot(t)),
+//          other columns and ignored rows get 0.
+// SDPA_BACKWARD  the gradients of SDPA (same masking, GQA grouping, alpha, window), recomputed
+//          blockwise in f32 (f64 for f64 calls): src0 q (B, NH, n, HS); src1 k (B, G, T, HS);
+//          src2 v (B, G, T, HS); src3 kpos; src4 qpos (as SDPA); src5 dy (B, NH, n, HS).
+//          Per head h of group g, A = masked softmax(alpha q k^T) (n, T), dP = dy v^T,
+//          dS = A * (dP - rowsum(dP * A)):
+//          dst  dq (B, NH, n, HS) = alpha dS k
+//          dst2 dk (B, G, T, HS)  = alpha sum_{h in g} dS^T q
+//          dst3 dv (B, G, T, HS)  = sum_{h in g} A^T dy
+//          p.max_temp_bytes bounds the (R * queries, T) f32 score blocks all threads hold at once
+//          (0 = 64 MiB); a block never has less than one query row. No (n, T) matrix is formed.
+//          (CUDA recomputes per query and holds no score blocks; dk/dv are atomic sums there
+//          and must be f32, f64 for f64 calls.)
+// AXPY     dst = dst + alpha * src0        (src0 broadcast to dst)
+// OPTIMIZER_STEP  one in-place update by PyTorch's formula for p.opt.kind (OptimKind):
+//          dst param (...) read and written; src0 grad (same shape); dst2, dst3 optimizer state
+//          (same shape, f32; f64 for f64 calls), read and written. g = grad_scale * grad, t = step:
+//          ADAMW    dst2 m, dst3 v:  param *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//                   param -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+//          ADAM     as ADAMW but with no decoupled decay and g += wd param first (L2)
+//          ADAMAX   dst2 m, dst3 u:  g += wd param; m = b1 m + (1-b1) g; u = max(b2 u, |g| + eps);
+//                   param -= lr / (1-b1^t) * m / u
+//          SGD      dst2 b (needed when momentum != 0): g += wd param; if momentum != 0:
+//                   b = (t == 1 ? g : momentum b + (1 - dampening) g); g = nesterov ? g + momentum b : b;
+//                   param -= lr g
+//          RMSPROP  dst2 v, dst3 b (needed when momentum > 0): g += wd param; v = alpha v + (1-alpha) g^2;
+//                   momentum > 0: b = momentum b + g / (sqrt(v) + eps), param -= lr b;
+//                   else param -= lr g / (sqrt(v) + eps)          (centered = false)
+//          ADADELTA dst2 v, dst3 u:  g += wd param; v = rho v + (1-rho) g^2;
+//                   delta = sqrt(u + eps) / sqrt(v + eps) g; u = rho u + (1-rho) delta^2; param -= lr delta
+// GRAD_NORM_SQ  dst (1 element, f32/f64) = sum over every element of src0^2 (any shape; f64
+//          accumulation on the CPU). With KV_ACC_DST, several tensors add into one scalar.
 // =========================================================================================
 enum class OpKind : uint8_t {
     MATMUL = 0,
@@ -80,13 +138,27 @@ enum class OpKind : uint8_t {
     SDPA,
     QUANTIZE,
     DEQUANTIZE,
+    RMSNORM_BACKWARD,
+    ROPE_BACKWARD,
+    SILU_BACKWARD,
+    SWIGLU_BACKWARD,
+    EMBEDDING_BACKWARD,
+    CROSS_ENTROPY,
+    CROSS_ENTROPY_BACKWARD,
+    SDPA_BACKWARD,
+    AXPY,
+    OPTIMIZER_STEP,
+    GRAD_NORM_SQ,
     COUNT
 };
 
 inline const char* op_kind_name(OpKind k) {
     static const char* const names[] = {"matmul", "add",  "mul",       "scale",  "rmsnorm", "softmax",
                                         "silu",   "swiglu", "rope",    "embedding", "gather", "scatter",
-                                        "copy",   "sum",  "max",       "norm",   "sdpa",    "quantize",  "dequantize"};
+                                        "copy",   "sum",  "max",       "norm",   "sdpa",    "quantize",  "dequantize",
+                                        "rmsnorm_backward", "rope_backward", "silu_backward", "swiglu_backward",
+                                        "embedding_backward", "cross_entropy", "cross_entropy_backward",
+                                        "sdpa_backward", "axpy", "optimizer_step", "grad_norm_sq"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::COUNT), "op name table out of date");
     return names[size_t(k)];
 }
@@ -94,27 +166,83 @@ inline const char* op_kind_name(OpKind k) {
 // =========================================================================================
 // [SECTION] parameters, call record, context
 // =========================================================================================
+// Optimizers of OPTIMIZER_STEP (PyTorch's torch.optim classes of the same names).
+enum class OptimKind : uint8_t { ADAMW = 0, ADAM, ADAMAX, SGD, RMSPROP, ADADELTA, COUNT };
+
+inline const char* optim_kind_name(OptimKind k) {
+    static const char* const names[] = {"adamw", "adam", "adamax", "sgd", "rmsprop", "adadelta"};
+    static_assert(sizeof(names) / sizeof(names[0]) == size_t(OptimKind::COUNT), "optimizer name table out of date");
+    return size_t(k) < size_t(OptimKind::COUNT) ? names[size_t(k)] : "?";
+}
+
+// Hyperparameters of one OPTIMIZER_STEP (defaults: PyTorch's AdamW). Unused fields are ignored.
+struct OptimParams {
+    int kind = 0;               // an OptimKind
+    float lr = 1e-3f;
+    float beta1 = 0.9f;         // ADAMW, ADAM, ADAMAX
+    float beta2 = 0.999f;       // ADAMW, ADAM, ADAMAX
+    float eps = 1e-8f;          // ADAMW, ADAM, ADAMAX, RMSPROP, ADADELTA
+    float weight_decay = 0.0f;  // decoupled for ADAMW, L2 (added to the gradient) for the others
+    float momentum = 0.0f;      // SGD, RMSPROP
+    float dampening = 0.0f;     // SGD
+    int nesterov = 0;           // SGD
+    float alpha = 0.99f;        // RMSPROP smoothing constant
+    float rho = 0.9f;           // ADADELTA
+    float grad_scale = 1.0f;    // the gradient is multiplied by this first (clipping, loss scaling)
+    int64_t step = 1;           // t >= 1: the step being taken (bias corrections, SGD's first step)
+};
+
+// p.accumulate bits: output k is accumulated into (`out += result`) instead of overwritten.
+constexpr int KV_ACC_DST = 1;
+constexpr int KV_ACC_DST2 = 2;
+constexpr int KV_ACC_DST3 = 4;
+
 struct OpParams {
-    float alpha = 1.0f;          // MATMUL, SCALE, SOFTMAX
+    float alpha = 1.0f;          // MATMUL, SCALE, SOFTMAX, AXPY, CROSS_ENTROPY_BACKWARD
     float beta = 0.0f;           // MATMUL accumulate factor
-    float eps = 1e-6f;           // RMSNORM
-    float weight_offset = 0.0f;  // RMSNORM (Gemma-style 1 + w)
+    float eps = 1e-6f;           // RMSNORM, RMSNORM_BACKWARD
+    float weight_offset = 0.0f;  // RMSNORM, RMSNORM_BACKWARD (Gemma-style 1 + w)
     int axis = 0;                // GATHER, SCATTER
-    int n_rot = 0;               // ROPE: rotated channels (0 = all)
-    int window = 0;              // SDPA: sliding window in positions (0 = none)
+    int n_rot = 0;               // ROPE, ROPE_BACKWARD: rotated channels (0 = all)
+    int window = 0;              // SDPA, SDPA_BACKWARD: sliding window in positions (0 = none)
     int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat
+    int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits
+    int ignore_index = -100;     // CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD: target of rows to skip
+    int64_t max_temp_bytes = 0;  // SDPA_BACKWARD: bound on score blocks held at once (0 = 64 MiB)
+    OptimParams opt{};           // OPTIMIZER_STEP
 };
 
 constexpr int KV_MAX_SRC = 6;
 
+// One op invocation. Outputs: dst always; dst2 and dst3 for ops with more than one output
+// (SDPA weight sums; the extra gradients of RMSNORM_BACKWARD, SWIGLU_BACKWARD and
+// SDPA_BACKWARD; optimizer state). An output or source whose data is null is absent.
 struct OpCall {
     OpKind op = OpKind::COUNT;
     OpParams p{};
     TensorView dst{};
-    TensorView dst2{};  // second output of ops that have one (SDPA weight sums); data null = none
+    TensorView dst2{};  // second output; data null = none
+    TensorView dst3{};  // third output; data null = none
     TensorView src[KV_MAX_SRC]{};
     int nsrc = 0;
 };
+
+// State tensors OPTIMIZER_STEP reads and writes for these hyperparameters (dst2, then dst3);
+// -1 for an unknown kind.
+inline int optimizer_state_slots(const OptimParams& o) {
+    switch (OptimKind(o.kind)) {
+        case OptimKind::ADAMW:
+        case OptimKind::ADAM:
+        case OptimKind::ADAMAX:
+        case OptimKind::ADADELTA: return 2;
+        case OptimKind::SGD: return o.momentum != 0.0f ? 1 : 0;
+        case OptimKind::RMSPROP: return o.momentum > 0.0f ? 2 : 1;
+        default: return -1;
+    }
+}
+
+// Whether optional source i is present (nsrc covers it and it has data).
+inline bool has_src(const OpCall& c, int i) { return i < c.nsrc && c.src[i].data != nullptr; }
 
 // Temporary memory for kernels, provided by the engine so it is tracked (category workspace).
 class WorkspaceAllocator {

@@ -1,4 +1,5 @@
-// CPU backend: the single dispatch switch and supports_op table.
+// CPU backend: the single dispatch switch and supports_op table (forward ops, their
+// gradients and the optimizer step).
 #include "cpu_backend.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -14,6 +15,7 @@ namespace kv {
 namespace {
 
 bool is_compute_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+bool is_index(DType t) { return t == DType::I32 || t == DType::I64; }
 
 class CpuBackend final : public KernelBackend {
    public:
@@ -64,6 +66,42 @@ class CpuBackend final : public KernelBackend {
                 return c.nsrc == 1 && is_compute_float(c.dst.dtype) && c.src[0].dtype == DType::U8 &&
                        c.p.qformat < int(QuantFormat::COUNT) && quant_row_ok(QuantFormat(c.p.qformat), c.dst.last()) &&
                        c.src[0].last() == quant_row_bytes(QuantFormat(c.p.qformat), c.dst.last()) && cpu::last_stride(c.src[0]) == 1;
+            case OpKind::RMSNORM_BACKWARD:
+                return (c.nsrc == 2 || c.nsrc == 3) && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) &&
+                       is_compute_float(c.src[1].dtype) && (!has_src(c, 2) || is_compute_float(c.src[2].dtype)) &&
+                       (c.dst2.data == nullptr || (has_src(c, 2) && is_compute_float(c.dst2.dtype)));
+            case OpKind::ROPE_BACKWARD:
+                return c.nsrc == 4 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) &&
+                       c.src[1].dtype == DType::I32 && c.dst.ndim == 4;
+            case OpKind::SILU_BACKWARD:
+                return c.nsrc == 2 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype);
+            case OpKind::SWIGLU_BACKWARD:
+                return c.nsrc == 3 && is_compute_float(c.dst.dtype) && c.dst2.data && is_compute_float(c.dst2.dtype) &&
+                       is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype) && is_compute_float(c.src[2].dtype);
+            case OpKind::EMBEDDING_BACKWARD:
+                return c.nsrc == 2 && c.dst.ndim == 2 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) &&
+                       (c.src[1].dtype == DType::I32 || c.src[1].dtype == DType::I64);
+            case OpKind::CROSS_ENTROPY:
+            case OpKind::CROSS_ENTROPY_BACKWARD:
+                return c.nsrc >= 2 && c.nsrc <= (c.op == OpKind::CROSS_ENTROPY ? 3 : 4) && is_compute_float(c.dst.dtype) &&
+                       is_compute_float(c.src[0].dtype) && is_index(c.src[1].dtype) && (!has_src(c, 2) || is_index(c.src[2].dtype)) &&
+                       (!has_src(c, 3) || is_compute_float(c.src[3].dtype));
+            case OpKind::SDPA_BACKWARD:
+                return c.nsrc == 6 && c.dst.ndim == 4 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) &&
+                       is_compute_float(c.src[1].dtype) && is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 &&
+                       c.src[4].dtype == DType::I32 && is_compute_float(c.src[5].dtype) && c.dst2.data && c.dst3.data &&
+                       is_compute_float(c.dst2.dtype) && is_compute_float(c.dst3.dtype);
+            case OpKind::AXPY:
+                return c.nsrc == 1 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype);
+            case OpKind::OPTIMIZER_STEP: {
+                if (c.nsrc != 1 || !is_compute_float(c.dst.dtype) || !is_compute_float(c.src[0].dtype)) return false;
+                const int need = optimizer_state_slots(c.p.opt);
+                if (need < 0) return false;
+                if ((need >= 1) != (c.dst2.data != nullptr) || (need >= 2) != (c.dst3.data != nullptr)) return false;
+                return (!c.dst2.data || is_compute_float(c.dst2.dtype)) && (!c.dst3.data || is_compute_float(c.dst3.dtype));
+            }
+            case OpKind::GRAD_NORM_SQ:
+                return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && is_compute_float(c.dst.dtype) && c.dst.numel() == 1;
             default:
                 return false;
         }
@@ -90,6 +128,17 @@ class CpuBackend final : public KernelBackend {
             case OpKind::SDPA: cpu::sdpa_forward(ctx, c); break;
             case OpKind::QUANTIZE: cpu::quantize_forward(ctx, c); break;
             case OpKind::DEQUANTIZE: cpu::dequantize_forward(ctx, c); break;
+            case OpKind::RMSNORM_BACKWARD: cpu::rmsnorm_backward(ctx, c); break;
+            case OpKind::ROPE_BACKWARD: cpu::rope_backward(ctx, c); break;
+            case OpKind::SILU_BACKWARD: cpu::silu_backward(ctx, c); break;
+            case OpKind::SWIGLU_BACKWARD: cpu::swiglu_backward(ctx, c); break;
+            case OpKind::EMBEDDING_BACKWARD: cpu::embedding_backward(ctx, c); break;
+            case OpKind::CROSS_ENTROPY: cpu::cross_entropy_forward(ctx, c); break;
+            case OpKind::CROSS_ENTROPY_BACKWARD: cpu::cross_entropy_backward(ctx, c); break;
+            case OpKind::SDPA_BACKWARD: cpu::sdpa_backward(ctx, c); break;
+            case OpKind::AXPY: cpu::axpy_forward(ctx, c); break;
+            case OpKind::OPTIMIZER_STEP: cpu::optimizer_step(ctx, c); break;
+            case OpKind::GRAD_NORM_SQ: cpu::grad_norm_sq_forward(ctx, c); break;
             default: throw KernelError(std::string("cpu backend: op ") + op_kind_name(c.op) + " is not implemented");
         }
     }

@@ -1,6 +1,7 @@
-// CPU backend: every op in kernels/common/op.h, multi-threaded with OpenMP, matmul through
-// oneDNN (f32, bf16) with a plain fallback. Storage dtypes f32/bf16/f16 compute in f32; f64
-// computes in f64 (reference checks, finite differences).
+// CPU backend: every op in kernels/common/op.h (forward ops, their gradients, the losses and
+// the optimizer step), multi-threaded with OpenMP, matmul through oneDNN (f32, bf16) with a
+// plain fallback, SDPA through register-blocked tiles. Storage dtypes f32/bf16/f16 compute in
+// f32; f64 computes in f64 (reference checks, finite differences).
 #pragma once
 
 #include <string>

@@ -6,7 +6,9 @@
 
 #include <omp.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__F16C__)
@@ -122,10 +124,10 @@ inline TensorView broadcast_to(const TensorView& s, const TensorView& d) {
     return r;
 }
 
-// Per-thread scratch rows (slot 0..3), grown on demand; never shrinks.
+// Per-thread scratch rows (slot 0..5), grown on demand; never shrinks.
 template <class A>
 inline A* scratch(int slot, int64_t n) {
-    thread_local std::vector<A> bufs[4];
+    thread_local std::vector<A> bufs[6];
     auto& b = bufs[slot];
     if (int64_t(b.size()) < n) b.resize(size_t(n));
     return b.data();
@@ -151,6 +153,15 @@ inline A* row_out(const TensorView& v, int64_t off, int64_t n, int slot) {
     return scratch<A>(slot, n);
 }
 
+// row_out for an output that may be accumulated into: with `acc`, a staged (non-native) row
+// is first loaded with the current contents, so `out[i] += r` works in both cases.
+template <class A>
+inline A* row_out_acc(const TensorView& v, int64_t off, int64_t n, int slot, bool acc) {
+    A* out = row_out<A>(v, off, n, slot);
+    if (acc && reinterpret_cast<char*>(out) != v.bytes() + off) load_row(v.bytes() + off, last_stride(v), v.dtype, n, out);
+    return out;
+}
+
 template <class A>
 inline void row_commit(const TensorView& v, int64_t off, int64_t n, const A* buf) {
     char* p = v.bytes() + off;
@@ -166,6 +177,34 @@ inline void prefetch_row(const TensorView& v, int64_t off, int64_t n) {
     const char* p = v.bytes() + off;
     for (int64_t b = 0; b < n * st; b += 64) __builtin_prefetch(p + b, 0, 3);
 }
+
+// Temporary memory of one kernel call, freed at scope exit: from ctx.workspace (tracked by the
+// engine under category workspace) when there is one, else from the heap. 64-byte aligned.
+class KernelScratch {
+   public:
+    KernelScratch(const OpContext& ctx, size_t bytes) : ws_(ctx.workspace), bytes_((bytes + 63) / 64 * 64 + 64) {
+        raw_ = ws_ ? ws_->alloc(bytes_) : std::malloc(bytes_);
+        if (!raw_) throw KernelError("cpu kernel: out of memory allocating " + std::to_string(bytes_) + " bytes of scratch");
+        const uintptr_t a = (reinterpret_cast<uintptr_t>(raw_) + 63) & ~uintptr_t(63);
+        data_ = reinterpret_cast<void*>(a);
+    }
+    ~KernelScratch() {
+        if (ws_) ws_->free(raw_, bytes_);
+        else std::free(raw_);
+    }
+    KernelScratch(const KernelScratch&) = delete;
+    KernelScratch& operator=(const KernelScratch&) = delete;
+    template <class A>
+    A* as() const {
+        return static_cast<A*>(data_);
+    }
+
+   private:
+    WorkspaceAllocator* ws_;
+    size_t bytes_;
+    void* raw_ = nullptr;
+    void* data_ = nullptr;
+};
 
 // Split rows [0, rows) across threads when the work is large enough to pay for it.
 template <class F>
@@ -183,6 +222,38 @@ inline void parallel_rows(const OpContext& ctx, int64_t rows, int64_t work_per_r
     }
 }
 
+// Iterate rows of dst with the matching row offsets of `nsrc` views of dst's shape (offs[0] is
+// dst's, offs[1 + i] is srcs[i]'s); when everything is contiguous and unbroadcast, use flat
+// 4096-element blocks so short rows do not dominate the cost.
+template <class F>
+void for_rows(const OpContext& ctx, const TensorView& d, const TensorView* srcs, int nsrc, F&& fn) {
+    bool flat = d.is_contiguous();
+    for (int i = 0; i < nsrc; ++i) flat = flat && srcs[i].is_contiguous() && srcs[i].numel() == d.numel();
+    if (flat) {
+        const int64_t total = d.numel(), blk = 4096;
+        int64_t rows = (total + blk - 1) / blk;
+        parallel_rows(ctx, rows, blk, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+                int64_t e0 = r * blk, n = (e0 + blk <= total) ? blk : total - e0;
+                int64_t offs[KV_MAX_SRC + 1];
+                offs[0] = e0 * dtype_size(d.dtype);
+                for (int i = 0; i < nsrc; ++i) offs[i + 1] = e0 * dtype_size(srcs[i].dtype);
+                fn(offs, n);
+            }
+        });
+        return;
+    }
+    int64_t rows = d.rows(), n = d.last();
+    parallel_rows(ctx, rows, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            int64_t offs[KV_MAX_SRC + 1];
+            offs[0] = d.row_offset(r);
+            for (int i = 0; i < nsrc; ++i) offs[i + 1] = srcs[i].row_offset(r);
+            fn(offs, n);
+        }
+    });
+}
+
 // True when the call computes in f64: an f64 destination (auxiliary f32 operands such as
 // RoPE tables or norm weights are widened), or an integer destination fed from f64.
 inline bool is_f64_call(const OpCall& c) {
@@ -190,7 +261,7 @@ inline bool is_f64_call(const OpCall& c) {
     return !dtype_is_float(c.dst.dtype) && c.nsrc > 0 && c.src[0].dtype == DType::F64;
 }
 
-// ---- kernel entry points (one file each; forward and, later, backward side by side) ----
+// ---- kernel entry points (one file per op family; forward and backward side by side) ----
 void matmul_forward(const OpContext& ctx, const OpCall& c);
 void add_forward(const OpContext& ctx, const OpCall& c);
 void mul_forward(const OpContext& ctx, const OpCall& c);
@@ -208,5 +279,36 @@ void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM, MAX, NORM
 void sdpa_forward(const OpContext& ctx, const OpCall& c);
 void quantize_forward(const OpContext& ctx, const OpCall& c);
 void dequantize_forward(const OpContext& ctx, const OpCall& c);
+void rmsnorm_backward(const OpContext& ctx, const OpCall& c);
+void rope_backward(const OpContext& ctx, const OpCall& c);
+void silu_backward(const OpContext& ctx, const OpCall& c);
+void swiglu_backward(const OpContext& ctx, const OpCall& c);
+void axpy_forward(const OpContext& ctx, const OpCall& c);
+void embedding_backward(const OpContext& ctx, const OpCall& c);
+void cross_entropy_forward(const OpContext& ctx, const OpCall& c);
+void cross_entropy_backward(const OpContext& ctx, const OpCall& c);
+void sdpa_backward(const OpContext& ctx, const OpCall& c);
+void optimizer_step(const OpContext& ctx, const OpCall& c);
+void grad_norm_sq_forward(const OpContext& ctx, const OpCall& c);
+
+// Thread count a kernel will use (ctx.threads, else OpenMP's default).
+inline int kernel_threads(const OpContext& ctx) { return ctx.threads > 0 ? ctx.threads : omp_get_max_threads(); }
+
+// Byte offset of element i (row-major over all of v's dims).
+inline int64_t elem_offset(const TensorView& v, int64_t i) {
+    int64_t off = 0;
+    for (int k = v.ndim - 1; k >= 0; --k) {
+        off += (i % v.ne[k]) * v.nb[k];
+        i /= v.ne[k];
+    }
+    return off;
+}
+
+// Read element i of an int32/int64 index view of any rank.
+inline int64_t index_at(const TensorView& v, int64_t i) {
+    const int64_t off = elem_offset(v, i);
+    return v.dtype == DType::I64 ? *reinterpret_cast<const int64_t*>(v.bytes() + off)
+                                 : int64_t(*reinterpret_cast<const int32_t*>(v.bytes() + off));
+}
 
 }  // namespace kv::cpu

@@ -1,6 +1,6 @@
-// Elementwise CPU kernels: ADD, MUL, SCALE, SILU, SWIGLU, COPY.
-// One row loop handles every dtype, stride and broadcast; rows that are already f32 (or f64)
-// and unit-stride are used in place, others go through per-thread scratch.
+// Elementwise CPU kernels: ADD, MUL, SCALE, SILU, SWIGLU, COPY, AXPY, and the gradients
+// SILU_BACKWARD, SWIGLU_BACKWARD. One row loop handles every dtype, stride and broadcast; rows
+// that are already f32 (or f64) and unit-stride are used in place, others go through scratch.
 #include <cstring>
 
 #include "cpu_common.h"
@@ -9,37 +9,6 @@
 namespace kv::cpu {
 
 namespace {
-
-// Iterate rows of dst; when everything is contiguous and unbroadcast, use flat 4096-blocks
-// so short rows do not dominate the cost.
-template <class F>
-void for_rows(const OpContext& ctx, const TensorView& d, const TensorView* srcs, int nsrc, F&& fn) {
-    bool flat = d.is_contiguous();
-    for (int i = 0; i < nsrc; ++i) flat = flat && srcs[i].is_contiguous() && srcs[i].numel() == d.numel();
-    if (flat) {
-        const int64_t total = d.numel(), blk = 4096;
-        int64_t rows = (total + blk - 1) / blk;
-        parallel_rows(ctx, rows, blk, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) {
-                int64_t e0 = r * blk, n = (e0 + blk <= total) ? blk : total - e0;
-                int64_t offs[KV_MAX_SRC + 1];
-                offs[0] = e0 * dtype_size(d.dtype);
-                for (int i = 0; i < nsrc; ++i) offs[i + 1] = e0 * dtype_size(srcs[i].dtype);
-                fn(offs, n);
-            }
-        });
-        return;
-    }
-    int64_t rows = d.rows(), n = d.last();
-    parallel_rows(ctx, rows, n, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-            int64_t offs[KV_MAX_SRC + 1];
-            offs[0] = d.row_offset(r);
-            for (int i = 0; i < nsrc; ++i) offs[i + 1] = srcs[i].row_offset(r);
-            fn(offs, n);
-        }
-    });
-}
 
 template <class A, class F>
 void unary(const OpContext& ctx, const OpCall& c, F f) {
@@ -66,7 +35,76 @@ void binary(const OpContext& ctx, const OpCall& c, F f) {
     });
 }
 
+// Gradient rows: `nin` sources broadcast to dst, one or two outputs (dst, dst2) of dst's
+// shape, each overwritten or accumulated per p.accumulate. f(in, o1, o2, n) adds or assigns
+// itself through the `acc` flags it receives.
+template <class A, class F>
+void grad_rows(const OpContext& ctx, const OpCall& c, int nin, int nout, F f) {
+    TensorView d = c.dst;
+    TensorView rest[4];
+    int nr = 0;
+    if (nout > 1) rest[nr++] = c.dst2;
+    for (int i = 0; i < nin; ++i) rest[nr++] = broadcast_to(c.src[i], d);
+    const bool acc1 = c.p.accumulate & KV_ACC_DST, acc2 = c.p.accumulate & KV_ACC_DST2;
+    for_rows(ctx, d, rest, nr, [&](const int64_t* off, int64_t n) {
+        const A* in[3] = {nullptr, nullptr, nullptr};
+        for (int i = 0; i < nin; ++i) in[i] = row_in<A>(rest[nout - 1 + i], off[nout + i], n, i);
+        A* o1 = row_out_acc<A>(d, off[0], n, 3, acc1);
+        A* o2 = nout > 1 ? row_out_acc<A>(c.dst2, off[1], n, 4, acc2) : nullptr;
+        f(in, o1, o2, n, acc1, acc2);
+        row_commit(d, off[0], n, o1);
+        if (o2) row_commit(c.dst2, off[1], n, o2);
+    });
+}
+
+template <class A>
+void silu_backward_rows(const OpContext& ctx, const OpCall& c) {
+    grad_rows<A>(ctx, c, 2, 1, [](const A* const* in, A* dx, A*, int64_t n, bool acc, bool) {
+        const A *x = in[0], *dy = in[1];
+        for (int64_t i = 0; i < n; ++i) dx[i] = (acc ? dx[i] : A(0)) + dy[i] * kv_silu_grad(x[i]);
+    });
+}
+
+template <class A>
+void swiglu_backward_rows(const OpContext& ctx, const OpCall& c) {
+    grad_rows<A>(ctx, c, 3, 2, [](const A* const* in, A* dgate, A* dup, int64_t n, bool acc1, bool acc2) {
+        const A *gate = in[0], *up = in[1], *dy = in[2];
+        for (int64_t i = 0; i < n; ++i) {
+            A dg, du;
+            kv_swiglu_grad(gate[i], up[i], dy[i], &dg, &du);
+            dgate[i] = (acc1 ? dgate[i] : A(0)) + dg;
+            dup[i] = (acc2 ? dup[i] : A(0)) + du;
+        }
+    });
+}
+
 }  // namespace
+
+void silu_backward(const OpContext& ctx, const OpCall& c) {
+    if (is_f64_call(c)) silu_backward_rows<double>(ctx, c);
+    else silu_backward_rows<float>(ctx, c);
+}
+
+void swiglu_backward(const OpContext& ctx, const OpCall& c) {
+    if (is_f64_call(c)) swiglu_backward_rows<double>(ctx, c);
+    else swiglu_backward_rows<float>(ctx, c);
+}
+
+void axpy_forward(const OpContext& ctx, const OpCall& c) {
+    OpCall a = c;
+    a.p.accumulate = KV_ACC_DST;  // AXPY always adds into dst
+    if (is_f64_call(c)) {
+        const double al = c.p.alpha;
+        grad_rows<double>(ctx, a, 1, 1, [al](const double* const* in, double* y, double*, int64_t n, bool, bool) {
+            for (int64_t i = 0; i < n; ++i) y[i] += al * in[0][i];
+        });
+    } else {
+        const float al = c.p.alpha;
+        grad_rows<float>(ctx, a, 1, 1, [al](const float* const* in, float* y, float*, int64_t n, bool, bool) {
+            for (int64_t i = 0; i < n; ++i) y[i] += al * in[0][i];
+        });
+    }
+}
 
 void add_forward(const OpContext& ctx, const OpCall& c) {
     if (is_f64_call(c)) binary<double>(ctx, c, [](double a, double b) { return a + b; });

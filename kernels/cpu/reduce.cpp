@@ -1,5 +1,7 @@
 // Reductions over the last dimension: SUM, MAX, NORM (L2). Accumulate in f64 for f64 input,
-// f32 otherwise (pairwise over 8 lanes to keep long rows accurate).
+// f32 otherwise (pairwise over 8 lanes to keep long rows accurate). GRAD_NORM_SQ reduces a
+// whole tensor in f64 over fixed blocks summed in order (independent of the thread count).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -47,7 +49,56 @@ void reduce_rows(const OpContext& ctx, const OpCall& c) {
         }
     });
 }
+double sum_squares_f64(const float* x, int64_t n) {
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; ++i) acc += double(x[i]) * double(x[i]);
+    return acc;
+}
+double sum_squares_f64(const double* x, int64_t n) {
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; ++i) acc += x[i] * x[i];
+    return acc;
+}
 }  // namespace
+
+void grad_norm_sq_forward(const OpContext& ctx, const OpCall& c) {
+    const TensorView& x = c.src[0];
+    // Blocks: fixed 64 Ki-element pieces of a contiguous tensor, else its rows.
+    TensorView v = x;
+    int64_t blk = x.last(), blocks = x.rows();
+    if (x.is_contiguous()) {
+        v.ndim = 1;
+        v.ne[0] = x.numel();
+        v.nb[0] = dtype_size(x.dtype);
+        blk = int64_t(1) << 16;
+        blocks = (v.ne[0] + blk - 1) / blk;
+    }
+    std::vector<double> part((size_t)blocks, 0.0);
+    const bool wide = x.dtype == DType::F64;
+    parallel_rows(ctx, blocks, blk, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            int64_t off, n;
+            if (v.ndim == 1) {
+                off = b * blk * v.nb[0];
+                n = std::min(blk, v.ne[0] - b * blk);
+            } else {
+                off = v.row_offset(b);
+                n = blk;
+            }
+            part[size_t(b)] = wide ? sum_squares_f64(row_in<double>(v, off, n, 0), n) : sum_squares_f64(row_in<float>(v, off, n, 0), n);
+        }
+    });
+    double total = 0;
+    for (double p : part) total += p;
+    if (c.p.accumulate & KV_ACC_DST) {
+        double prev;
+        load_row(c.dst.bytes(), 0, c.dst.dtype, 1, &prev);
+        total += prev;
+    }
+    store_row(c.dst.bytes(), 0, c.dst.dtype, 1, &total);
+}
 
 void reduce_forward(const OpContext& ctx, const OpCall& c) {
     if (is_f64_call(c)) reduce_rows<double>(ctx, c);

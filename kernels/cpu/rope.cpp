@@ -1,12 +1,13 @@
 // Rotate-half RoPE: for each (b, h, t) row, channel pairs (i, i + n_rot/2) rotate by the
-// angle table row of the token's position; channels >= n_rot pass through.
+// angle table row of the token's position; channels >= n_rot pass through. The backward
+// applies the transposed rotation to dy (one loop, a template flag).
 #include "cpu_common.h"
 #include "kernels/common/element_math.h"
 
 namespace kv::cpu {
 
 namespace {
-template <class A>
+template <class A, bool Backward>
 void rope_rows(const OpContext& ctx, const OpCall& c) {
     const TensorView& d = c.dst;
     const TensorView& x = c.src[0];
@@ -26,15 +27,19 @@ void rope_rows(const OpContext& ctx, const OpCall& c) {
             const char* xr = x.bytes() + b * x.nb[0] + h * x.nb[1] + t * x.nb[2];
             char* dr = d.bytes() + b * d.nb[0] + h * d.nb[1] + t * d.nb[2];
             const A* xin = row_in<A>(x, xr - x.bytes(), HS, 3);
-            A* out = row_out<A>(d, dr - d.bytes(), HS, 0);
-            if (out != xin) {
+            const bool acc = Backward && (c.p.accumulate & KV_ACC_DST);
+            A* out = row_out_acc<A>(d, dr - d.bytes(), HS, 0, acc);
+            if (acc) {
+                for (int64_t i = 2 * half; i < HS; ++i) out[i] += xin[i];
+            } else if (out != xin) {
                 for (int64_t i = 2 * half; i < HS; ++i) out[i] = xin[i];
             }
             for (int64_t i = 0; i < half; ++i) {
                 A y1, y2;
-                kv_rope_pair(xin[i], xin[i + half], cr[i], sr[i], &y1, &y2);
-                out[i] = y1;
-                out[i + half] = y2;
+                if (Backward) kv_rope_pair_backward(xin[i], xin[i + half], cr[i], sr[i], &y1, &y2);
+                else kv_rope_pair(xin[i], xin[i + half], cr[i], sr[i], &y1, &y2);
+                out[i] = acc ? out[i] + y1 : y1;
+                out[i + half] = acc ? out[i + half] + y2 : y2;
             }
             row_commit(d, dr - d.bytes(), HS, out);
         }
@@ -43,8 +48,13 @@ void rope_rows(const OpContext& ctx, const OpCall& c) {
 }  // namespace
 
 void rope_forward(const OpContext& ctx, const OpCall& c) {
-    if (is_f64_call(c)) rope_rows<double>(ctx, c);
-    else rope_rows<float>(ctx, c);
+    if (is_f64_call(c)) rope_rows<double, false>(ctx, c);
+    else rope_rows<float, false>(ctx, c);
+}
+
+void rope_backward(const OpContext& ctx, const OpCall& c) {
+    if (is_f64_call(c)) rope_rows<double, true>(ctx, c);
+    else rope_rows<float, true>(ctx, c);
 }
 
 }  // namespace kv::cpu

@@ -1,9 +1,15 @@
-// SDPA on the CPU, flash-style: per (batch, KV group, query block) task, key blocks are
-// streamed with an online softmax (running max m, denominator l, accumulator acc), so no
-// (n, T) matrix exists beyond one query block. When attention-weight sums are requested the
-// block's raw scores are kept (query block sized so they stay ~4 MiB) and normalised in a
-// second pass with the final m and l: w[b,g,j] += exp(s_ij - m_i) / l_i / R.
-// Heads of one group share the converted K/V block (GQA), which matters for bf16/quantized K/V.
+// SDPA on the CPU, forward and backward (v2 of kernels/lab/sdpa_lab.cpp). A task is one
+// (batch, KV group, query block) for all R heads of the group, so GQA heads share every K/V
+// load. Each thread converts the K/V of a (b, g) pair once into padded f32 (f64) panels and
+// reuses them for all its tasks of that pair; products run through the register-blocked tiles
+// of gemm_tile.h; key blocks no query of a task can see are skipped. Results depend on the
+// thread count only through the order of the weight and dk/dv partial sums.
+//
+// Index
+//   [SECTION] shapes, block visibility, task partition
+//   [SECTION] per-pair K/V conversion
+//   [SECTION] forward: online softmax, attention-weight sums
+//   [SECTION] backward: blockwise recompute of dq, dk, dv
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -11,232 +17,655 @@
 #include <vector>
 
 #include "cpu_common.h"
+#include "gemm_tile.h"
 #include "kernels/common/element_math.h"
 
 namespace kv::cpu {
 
 namespace {
 
-constexpr int64_t kKeyBlock = 128;
-constexpr int64_t kScoreBudget = int64_t(1) << 20;  // floats of kept scores per task (4 MiB)
+// =========================================================================================
+// [SECTION] shapes, block visibility, task partition
+// =========================================================================================
+constexpr int64_t kKeyBlock = 128;                      // keys per block (a multiple of 16)
+constexpr int64_t kMaxQueryBlock = 32;                  // queries per task
+constexpr int64_t kWeightBudget = int64_t(1) << 22;     // forward with weights: kept probabilities per thread (elements)
+constexpr int64_t kDefaultTempBytes = int64_t(64) << 20;  // backward: SDPA_BACKWARD's default bound
 
+inline int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
 inline int32_t read_i32(const TensorView& v, int64_t off) { return *reinterpret_cast<const int32_t*>(v.bytes() + off); }
 
 template <class A>
 struct SdpaShape {
-    int64_t B, NH, n, HS, G, T, R, Bq;
+    int64_t B, NH, n, HS, G, T, R;
+    int64_t HSP;  // HS padded to a multiple of 16 (vector columns)
+    int64_t Tp;   // T padded to a multiple of 16
+    int64_t nkb;  // key blocks
+    int64_t Bq, nqb, pairs, tasks;
     A alpha;
     int window;
-    bool weights;
 };
 
-// One task: batch b, group g, queries [i0, i1) for all R heads of the group.
-// w_out: (T) accumulator for (b, g) (may be shared by tasks of other query blocks only when
-// it is a per-thread partial buffer).
 template <class A>
-void sdpa_task(const OpCall& c, const SdpaShape<A>& s, int64_t b, int64_t g, int64_t i0, int64_t i1, A* w_out) {
-    const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4];
-    const TensorView& y = c.dst;
-    const int64_t HS = s.HS, T = s.T, R = s.R, nq = i1 - i0, rows = R * nq;
-    const A neg_inf = -std::numeric_limits<A>::infinity();
+SdpaShape<A> sdpa_shape(const OpCall& c) {
+    const TensorView &q = c.src[0], &k = c.src[1];
+    SdpaShape<A> s;
+    s.B = q.ne[0], s.NH = q.ne[1], s.n = q.ne[2], s.HS = q.ne[3], s.G = k.ne[1], s.T = k.ne[2];
+    s.R = s.NH / s.G;
+    s.HSP = round16(s.HS);
+    s.Tp = round16(s.T);
+    s.nkb = (s.T + kKeyBlock - 1) / kKeyBlock;
+    s.alpha = A(c.p.alpha);
+    s.window = c.p.window;
+    s.pairs = s.B * s.G;
+    s.Bq = kMaxQueryBlock;
+    return s;
+}
 
-    A* qs = scratch<A>(0, rows * HS);               // scaled queries, row = r * nq + i
-    A* acc = scratch<A>(1, rows * HS + 2 * rows);    // accumulators, then m and l
-    A* m = acc + rows * HS;
-    A* l = m + rows;
-    // K^T block, V block, scores, key positions (as A; exact below 2^24), one staging row.
-    A* kt = scratch<A>(2, HS * kKeyBlock + kKeyBlock * HS + kKeyBlock * 2 + HS);
-    A* vb = kt + HS * kKeyBlock;
-    A* sc = vb + kKeyBlock * HS;
-    A* kp = sc + kKeyBlock;
-    A* stage = kp + kKeyBlock;
-    A* kept = s.weights ? scratch<A>(3, rows * T) : nullptr;
+template <class A>
+void set_query_block(SdpaShape<A>& s, int64_t bq) {
+    s.Bq = std::max<int64_t>(1, std::min({bq, kMaxQueryBlock, std::max<int64_t>(s.n, 1)}));
+    s.nqb = (s.n + s.Bq - 1) / s.Bq;
+    s.tasks = s.pairs * s.nqb;
+}
 
-    const int64_t qpb = qpos.ne[0] == 1 ? 0 : b;
-    const int64_t kpb = kpos.ne[0] == 1 ? 0 : b, kpg = kpos.ne[1] == 1 ? 0 : g;
-    std::vector<int32_t> qp((size_t)nq);
-    for (int64_t i = 0; i < nq; ++i) qp[size_t(i)] = read_i32(qpos, qpb * qpos.nb[0] + (i0 + i) * qpos.nb[1]);
+// Position ranges of every key block of every kpos row, and of every query block: enough to
+// decide per (task, key block) whether any query sees a key (else skip) and whether all of
+// them see all keys (then no mask is needed).
+struct Visibility {
+    int64_t kp_rows_b, kp_rows_g;      // kpos broadcast sizes (1 or B, 1 or G)
+    std::vector<int32_t> klo, khi;     // [kp_row * nkb + kb]
+    std::vector<int32_t> qlo, qhi;     // [qp_row * nqb + qb]
+    int64_t qp_rows;
+    int window = 0;
 
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t h = g * R + r;
-        for (int64_t i = 0; i < nq; ++i) {
-            A* qr = qs + (r * nq + i) * HS;
-            load_row(q.bytes() + b * q.nb[0] + h * q.nb[1] + (i0 + i) * q.nb[2], q.nb[3], q.dtype, HS, qr);
-            for (int64_t d = 0; d < HS; ++d) qr[d] *= s.alpha;
+    int64_t kp_row(int64_t b, int64_t g) const { return (kp_rows_b == 1 ? 0 : b) * kp_rows_g + (kp_rows_g == 1 ? 0 : g); }
+    int64_t qp_row(int64_t b) const { return qp_rows == 1 ? 0 : b; }
+    // 0: nobody sees the block; 1: some entries masked; 2: every query sees every key.
+    int state(int64_t kr, int64_t kb, int64_t nkb, int64_t qr, int64_t qb, int64_t nqb) const {
+        const int32_t kl = klo[size_t(kr * nkb + kb)], kh = khi[size_t(kr * nkb + kb)];
+        const int32_t ql = qlo[size_t(qr * nqb + qb)], qh = qhi[size_t(qr * nqb + qb)];
+        if (kl > qh) return 0;
+        if (window > 0 && int64_t(kh) <= int64_t(ql) - window) return 0;
+        const bool all = kh <= ql && (window <= 0 || int64_t(kl) > int64_t(qh) - window);
+        return all ? 2 : 1;
+    }
+};
+
+template <class A>
+Visibility visibility(const OpCall& c, const SdpaShape<A>& s) {
+    const TensorView &kpos = c.src[3], &qpos = c.src[4];
+    Visibility v;
+    v.window = s.window;
+    v.kp_rows_b = kpos.ne[0];
+    v.kp_rows_g = kpos.ne[1];
+    const int64_t krows = v.kp_rows_b * v.kp_rows_g;
+    v.klo.assign(size_t(krows * s.nkb), INT32_MAX);
+    v.khi.assign(size_t(krows * s.nkb), INT32_MIN);
+    for (int64_t r = 0; r < krows; ++r) {
+        const int64_t bb = r / v.kp_rows_g, gg = r % v.kp_rows_g;
+        for (int64_t j = 0; j < s.T; ++j) {
+            const int32_t p = read_i32(kpos, bb * kpos.nb[0] + gg * kpos.nb[1] + j * kpos.nb[2]);
+            const size_t at = size_t(r * s.nkb + j / kKeyBlock);
+            v.klo[at] = std::min(v.klo[at], p);
+            v.khi[at] = std::max(v.khi[at], p);
         }
     }
-    std::fill(acc, acc + rows * HS, A(0));
-    std::fill(m, m + rows, neg_inf);
-    std::fill(l, l + rows, A(0));
+    v.qp_rows = qpos.ne[0];
+    v.qlo.assign(size_t(v.qp_rows * s.nqb), INT32_MAX);
+    v.qhi.assign(size_t(v.qp_rows * s.nqb), INT32_MIN);
+    for (int64_t r = 0; r < v.qp_rows; ++r)
+        for (int64_t i = 0; i < s.n; ++i) {
+            const int32_t p = read_i32(qpos, r * qpos.nb[0] + i * qpos.nb[1]);
+            const size_t at = size_t(r * s.nqb + i / s.Bq);
+            v.qlo[at] = std::min(v.qlo[at], p);
+            v.qhi[at] = std::max(v.qhi[at], p);
+        }
+    return v;
+}
 
+// Contiguous task ranges per thread with about equal work (visible key blocks x rows), so
+// causal prefill, where late query blocks see many more keys, still splits evenly. Static,
+// so results depend only on the thread count.
+template <class A>
+std::vector<int64_t> partition_tasks(const SdpaShape<A>& s, const Visibility& vis, int nt) {
+    std::vector<double> cum((size_t)s.tasks + 1, 0.0);
+    for (int64_t t = 0; t < s.tasks; ++t) {
+        const int64_t p = t / s.nqb, qb = t % s.nqb, b = p / s.G, g = p % s.G;
+        int64_t vis_blocks = 0;
+        for (int64_t kb = 0; kb < s.nkb; ++kb) vis_blocks += vis.state(vis.kp_row(b, g), kb, s.nkb, vis.qp_row(b), qb, s.nqb) != 0;
+        const int64_t nq = std::min(s.Bq, s.n - qb * s.Bq);
+        cum[size_t(t + 1)] = cum[size_t(t)] + double(nq) * double(vis_blocks + 1);
+    }
+    std::vector<int64_t> begin((size_t)nt + 1, s.tasks);
+    begin[0] = 0;
+    int64_t t = 0;
+    for (int k = 1; k < nt; ++k) {
+        const double target = cum.back() * k / nt;
+        while (t < s.tasks && cum[size_t(t + 1)] <= target) ++t;
+        begin[size_t(k)] = std::max(t, begin[size_t(k - 1)]);
+    }
+    return begin;
+}
+
+// Run fn(t) for t in [0, nt) on up to nt threads (covers every t even if OpenMP gives fewer).
+template <class F>
+void run_ranges(int nt, F&& fn) {
+    if (nt == 1) {
+        fn(0);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    for (int t = omp_get_thread_num(); t < nt; t += omp_get_num_threads()) fn(t);
+}
+
+// =========================================================================================
+// [SECTION] per-pair K/V conversion
+// =========================================================================================
+// One (b, g) pair's keys/values in the layouts the tiles read. Transposed copies are always
+// converted, as one (HS, kKeyBlock) panel per key block (panel kb at kt + kb * HS * kKeyBlock,
+// zero padded): a (HS, T) layout would put the rows a tile walks 4*T bytes apart, which on
+// this cache maps them to the same sets (the lab measured 2-3x slower products). Natural
+// layouts point into the tensor itself when it already is A with unit last stride and HS a
+// multiple of 16, else into a padded copy.
+template <class A>
+struct PairKV {
+    const A* kt = nullptr;  // nkb panels (HS, kKeyBlock)  K^T
+    const A* vt = nullptr;  // nkb panels (HS, kKeyBlock)  V^T   (backward)
+    const A* kn = nullptr;  // (T, ldkn) K            (backward)
+    const A* vn = nullptr;  // (T, ldvn) V            (forward)
+    int64_t ldkn = 0, ldvn = 0;
+    const A* kp = nullptr;  // (Tp) slot positions as A (exact below 2^24)
+};
+
+enum PairNeeds { NEED_KT = 1, NEED_VT = 2, NEED_KN = 4, NEED_VN = 8 };
+
+// Elements of per-thread storage convert_pair may use for `needs`.
+template <class A>
+int64_t pair_storage(const SdpaShape<A>& s, int needs) {
+    int64_t e = s.Tp;  // positions
+    if (needs & NEED_KT) e += s.HS * s.nkb * kKeyBlock;
+    if (needs & NEED_VT) e += s.HS * s.nkb * kKeyBlock;
+    if (needs & NEED_KN) e += s.Tp * s.HSP;
+    if (needs & NEED_VN) e += s.Tp * s.HSP;
+    return e;
+}
+
+template <class A>
+void transpose_into(const TensorView& x, const char* base, const SdpaShape<A>& s, A* out) {
+    std::fill(out, out + s.HS * s.nkb * kKeyBlock, A(0));
+    for (int64_t j = 0; j < s.T; ++j) {
+        const A* row = row_in<A>(x, base + j * x.nb[2] - x.bytes(), s.HS, 5);
+        A* panel = out + (j / kKeyBlock) * s.HS * kKeyBlock + j % kKeyBlock;
+        for (int64_t d = 0; d < s.HS; ++d) panel[d * kKeyBlock] = row[d];
+    }
+}
+
+template <class A>
+const A* natural_into(const TensorView& x, const char* base, const SdpaShape<A>& s, A* out, int64_t* ld) {
+    const bool native = (sizeof(A) == 4 ? x.dtype == DType::F32 : x.dtype == DType::F64) && x.nb[3] == int64_t(sizeof(A)) &&
+                        x.nb[2] % int64_t(sizeof(A)) == 0 && s.HS == s.HSP;
+    if (native) {
+        *ld = x.nb[2] / int64_t(sizeof(A));
+        return reinterpret_cast<const A*>(base);
+    }
+    for (int64_t j = 0; j < s.T; ++j) {
+        load_row(base + j * x.nb[2], x.nb[3], x.dtype, s.HS, out + j * s.HSP);
+        for (int64_t d = s.HS; d < s.HSP; ++d) out[j * s.HSP + d] = A(0);
+    }
+    *ld = s.HSP;
+    return out;
+}
+
+template <class A>
+PairKV<A> convert_pair(const OpCall& c, const SdpaShape<A>& s, int64_t b, int64_t g, int needs, A* store) {
+    const TensorView &k = c.src[1], &v = c.src[2], &kpos = c.src[3];
     const char* kbase = k.bytes() + b * k.nb[0] + g * k.nb[1];
     const char* vbase = v.bytes() + b * v.nb[0] + g * v.nb[1];
-    int32_t q_lo = qp.empty() ? 0 : qp[0], q_hi = q_lo;
-    for (int32_t p : qp) q_lo = std::min(q_lo, p), q_hi = std::max(q_hi, p);
-    for (int64_t j0 = 0; j0 < T; j0 += kKeyBlock) {
-        const int64_t nk = std::min(kKeyBlock, T - j0);
-        // Skip key blocks no query of this block can see (causal prefill: about half of them).
-        {
-            int32_t k_lo = INT32_MAX, k_hi = INT32_MIN;
-            for (int64_t j = 0; j < nk; ++j) {
-                const int32_t p = read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (j0 + j) * kpos.nb[2]);
-                k_lo = std::min(k_lo, p), k_hi = std::max(k_hi, p);
-            }
-            const bool after_all = k_lo > q_hi;
-            const bool before_window = s.window > 0 && int64_t(k_hi) <= int64_t(q_lo) - s.window;
-            if (after_all || before_window) {
-                if (kept)
-                    for (int64_t row_i = 0; row_i < rows; ++row_i) std::fill(kept + row_i * T + j0, kept + row_i * T + j0 + nk, neg_inf);
+    PairKV<A> kv;
+    A* kp = store;
+    store += s.Tp;
+    const int64_t kpb = kpos.ne[0] == 1 ? 0 : b, kpg = kpos.ne[1] == 1 ? 0 : g;
+    for (int64_t j = 0; j < s.T; ++j) kp[j] = A(read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + j * kpos.nb[2]));
+    for (int64_t j = s.T; j < s.Tp; ++j) kp[j] = std::numeric_limits<A>::infinity();  // never visible
+    kv.kp = kp;
+    if (needs & NEED_KT) {
+        transpose_into(k, kbase, s, store);
+        kv.kt = store;
+        store += s.HS * s.nkb * kKeyBlock;
+    }
+    if (needs & NEED_VT) {
+        transpose_into(v, vbase, s, store);
+        kv.vt = store;
+        store += s.HS * s.nkb * kKeyBlock;
+    }
+    if (needs & NEED_KN) {
+        kv.kn = natural_into(k, kbase, s, store, &kv.ldkn);
+        store += s.Tp * s.HSP;
+    }
+    if (needs & NEED_VN) kv.vn = natural_into(v, vbase, s, store, &kv.ldvn);
+    return kv;
+}
+
+// Mask one score row of a key block: entries query position `qp` cannot see become -inf.
+template <class A>
+inline void mask_row(A* sr, const A* kp, int64_t nk, A qp, int window) {
+    const A lo = window > 0 ? qp - A(window) : -std::numeric_limits<A>::infinity();
+    const A neg_inf = -std::numeric_limits<A>::infinity();
+    for (int64_t j = 0; j < nk; ++j) sr[j] = (kp[j] <= qp && kp[j] > lo) ? sr[j] : neg_inf;
+}
+
+template <class A>
+inline A row_max(const A* x, int64_t n) {
+    A m = -std::numeric_limits<A>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+// Load the task's queries scaled by alpha into rows r * nq + i (ld HSP, zero padded).
+template <class A>
+void load_queries(const TensorView& q, const SdpaShape<A>& s, int64_t b, int64_t g, int64_t i0, int64_t nq, A* qs) {
+    for (int64_t r = 0; r < s.R; ++r)
+        for (int64_t i = 0; i < nq; ++i) {
+            A* qr = qs + (r * nq + i) * s.HSP;
+            load_row(q.bytes() + b * q.nb[0] + (g * s.R + r) * q.nb[1] + (i0 + i) * q.nb[2], q.nb[3], q.dtype, s.HS, qr);
+            for (int64_t d = 0; d < s.HS; ++d) qr[d] *= s.alpha;
+            for (int64_t d = s.HS; d < s.HSP; ++d) qr[d] = A(0);
+        }
+}
+
+// =========================================================================================
+// [SECTION] forward: online softmax, attention-weight sums
+// =========================================================================================
+// Per-thread buffers of the forward (elements of A).
+template <class A>
+struct FwdBufs {
+    A *qs, *acc, *m, *l, *sc, *kept, *mblk;
+    static int64_t size(const SdpaShape<A>& s, bool weights) {
+        const int64_t rows = s.R * s.Bq;
+        int64_t e = rows * s.HSP * 2 + rows * 2;
+        e += weights ? s.nkb * rows * kKeyBlock + rows * s.nkb : rows * kKeyBlock;
+        return e;
+    }
+    void carve(const SdpaShape<A>& s, bool weights, A* p) {
+        const int64_t rows = s.R * s.Bq;
+        qs = p, p += rows * s.HSP;
+        acc = p, p += rows * s.HSP;
+        m = p, p += rows;
+        l = p, p += rows;
+        if (weights) {
+            kept = p, p += s.nkb * rows * kKeyBlock;
+            mblk = p;
+            sc = nullptr;
+        } else {
+            sc = p;
+            kept = mblk = nullptr;
+        }
+    }
+};
+
+// One task: queries [i0, i0 + nq) of pair (b, g). With weights, the probabilities of each
+// visited block stay in `kept` (one (rows, kKeyBlock) panel per key block, used in place of the
+// score block) with the running max used for them, so the weight pass is one multiply-add per
+// entry: exp(s - m_blk) * exp(m_blk - m) / l / R.
+template <class A>
+void fwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, const PairKV<A>& kv, int64_t b, int64_t g,
+              int64_t qb, FwdBufs<A>& tb, A* w_out, std::vector<char>& visited) {
+    const TensorView& y = c.dst;
+    const int64_t i0 = qb * s.Bq, nq = std::min(s.Bq, s.n - i0), rows = s.R * nq, HSP = s.HSP;
+    const A neg_inf = -std::numeric_limits<A>::infinity();
+    const bool weights = w_out != nullptr;
+    const TensorView& qpos = c.src[4];
+    const int64_t qpb = qpos.ne[0] == 1 ? 0 : b;
+    A qp[kMaxQueryBlock];
+    for (int64_t i = 0; i < nq; ++i) qp[i] = A(read_i32(qpos, qpb * qpos.nb[0] + (i0 + i) * qpos.nb[1]));
+
+    load_queries(c.src[0], s, b, g, i0, nq, tb.qs);
+    std::fill(tb.acc, tb.acc + rows * HSP, A(0));
+    std::fill(tb.m, tb.m + rows, neg_inf);
+    std::fill(tb.l, tb.l + rows, A(0));
+    const int64_t kr = vis.kp_row(b, g), qr = vis.qp_row(b);
+    const int64_t ldsc = kKeyBlock;
+    for (int64_t kb = 0; kb < s.nkb; ++kb) {
+        const int st = vis.state(kr, kb, s.nkb, qr, qb, s.nqb);
+        visited[size_t(kb)] = st != 0;
+        if (st == 0) continue;
+        const int64_t j0 = kb * kKeyBlock, nk = std::min(kKeyBlock, s.T - j0), nkp = round16(nk);
+        A* sc = weights ? tb.kept + kb * rows * kKeyBlock : tb.sc;
+        gemm_bcast(rows, nkp, s.HS, tb.qs, HSP, 1, kv.kt + kb * s.HS * kKeyBlock, kKeyBlock, sc, ldsc, false);  // S = (alpha q) K^T
+        for (int64_t row = 0; row < rows; ++row) {
+            A* sr = sc + row * ldsc;
+            if (st == 1) mask_row(sr, kv.kp + j0, nk, qp[row % nq], s.window);
+            const A mb = row_max(sr, nk);
+            if (mb == neg_inf) {  // this row sees nothing here: zero probabilities, state unchanged
+                std::fill(sr, sr + nkp, A(0));
+                if (weights) tb.mblk[row * s.nkb + kb] = A(0);
                 continue;
             }
-        }
-        // Convert the K block transposed (kt[d * nk + j]) and the V block (vb[j * HS + d]).
-        for (int64_t j = 0; j < nk; ++j) {
-            load_row(kbase + (j0 + j) * k.nb[2], k.nb[3], k.dtype, HS, stage);
-            for (int64_t d = 0; d < HS; ++d) kt[d * nk + j] = stage[d];
-            load_row(vbase + (j0 + j) * v.nb[2], v.nb[3], v.dtype, HS, vb + j * HS);
-            kp[j] = A(read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (j0 + j) * kpos.nb[2]));
-        }
-        for (int64_t r = 0; r < R; ++r) {
-            for (int64_t i = 0; i < nq; ++i) {
-                const int64_t row_i = r * nq + i;
-                const A* qr = qs + row_i * HS;
-                // s[j] = q . k_j  (vectorised over j)
-                for (int64_t j = 0; j < nk; ++j) sc[j] = 0;
-                for (int64_t d = 0; d < HS; ++d) {
-                    const A qd = qr[d];
-                    const A* ktd = kt + d * nk;
-                    for (int64_t j = 0; j < nk; ++j) sc[j] += qd * ktd[j];
-                }
-                const A qpos_i = A(qp[size_t(i)]);
-                const A lo = s.window > 0 ? qpos_i - A(s.window) : neg_inf;
-                A mb = neg_inf;
-                for (int64_t j = 0; j < nk; ++j) {
-                    const bool ok = kp[j] <= qpos_i && kp[j] > lo;
-                    sc[j] = ok ? sc[j] : neg_inf;
-                    mb = sc[j] > mb ? sc[j] : mb;
-                }
-                if (kept) std::copy(sc, sc + nk, kept + row_i * T + j0);
-                if (mb == neg_inf) continue;  // nothing visible in this block
-                const A m_new = std::max(m[row_i], mb);
-                const A corr = m[row_i] == neg_inf ? A(0) : kv_exp(m[row_i] - m_new);
-                A* ar = acc + row_i * HS;
-                A lsum = 0;
-                for (int64_t j = 0; j < nk; ++j) {
-                    sc[j] = kv_exp(sc[j] - m_new);
-                    lsum += sc[j];
-                }
-                l[row_i] = l[row_i] * corr + lsum;
-                m[row_i] = m_new;
-                for (int64_t d = 0; d < HS; ++d) ar[d] *= corr;
-                for (int64_t j = 0; j < nk; ++j) {
-                    const A p = sc[j];
-                    if (p == A(0)) continue;
-                    const A* vr = vb + j * HS;
-                    for (int64_t d = 0; d < HS; ++d) ar[d] += p * vr[d];
-                }
+            const A m_old = tb.m[row], m_new = std::max(m_old, mb);
+            const A corr = m_old == neg_inf ? A(0) : kv_exp(m_old - m_new);
+            A lsum = 0;
+#pragma omp simd reduction(+ : lsum)
+            for (int64_t j = 0; j < nk; ++j) {
+                sr[j] = kv_exp(sr[j] - m_new);
+                lsum += sr[j];
             }
+            for (int64_t j = nk; j < nkp; ++j) sr[j] = A(0);
+            tb.l[row] = tb.l[row] * corr + lsum;
+            tb.m[row] = m_new;
+            if (corr != A(1)) {
+                A* ar = tb.acc + row * HSP;
+                for (int64_t d = 0; d < HSP; ++d) ar[d] *= corr;
+            }
+            if (weights) tb.mblk[row * s.nkb + kb] = m_new;
         }
+        gemm_bcast(rows, HSP, nk, sc, ldsc, 1, kv.vn + j0 * kv.ldvn, kv.ldvn, tb.acc, HSP, true);  // acc += P V
     }
-    // Outputs.
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t h = g * R + r;
+    for (int64_t r = 0; r < s.R; ++r)
         for (int64_t i = 0; i < nq; ++i) {
-            const int64_t row_i = r * nq + i;
-            A* ar = acc + row_i * HS;
-            const A inv = l[row_i] > A(0) ? A(1) / l[row_i] : A(0);
-            for (int64_t d = 0; d < HS; ++d) ar[d] *= inv;
-            store_row(y.bytes() + b * y.nb[0] + h * y.nb[1] + (i0 + i) * y.nb[2], y.nb[3], y.dtype, HS, ar);
+            const int64_t row = r * nq + i;
+            A* ar = tb.acc + row * HSP;
+            const A inv = tb.l[row] > A(0) ? A(1) / tb.l[row] : A(0);
+            for (int64_t d = 0; d < s.HS; ++d) ar[d] *= inv;
+            store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + (i0 + i) * y.nb[2], y.nb[3], y.dtype, s.HS, ar);
         }
-    }
-    if (kept) {
-        const A inv_r = A(1) / A(R);
-        for (int64_t row_i = 0; row_i < rows; ++row_i) {
-            if (!(l[row_i] > A(0))) continue;
-            const A mi = m[row_i], f = inv_r / l[row_i];
-            const A* kr = kept + row_i * T;
-            for (int64_t j = 0; j < T; ++j) w_out[j] += kv_exp(kr[j] - mi) * f;
+    if (!weights) return;
+    const A inv_r = A(1) / A(s.R);
+    for (int64_t row = 0; row < rows; ++row) {
+        if (!(tb.l[row] > A(0))) continue;
+        const A f0 = inv_r / tb.l[row], mrow = tb.m[row];
+        for (int64_t kb = 0; kb < s.nkb; ++kb) {
+            if (!visited[size_t(kb)]) continue;
+            const int64_t j0 = kb * kKeyBlock, nk = std::min(kKeyBlock, s.T - j0);
+            const A* kr_row = tb.kept + (kb * rows + row) * kKeyBlock;
+            const A f = kv_exp(tb.mblk[row * s.nkb + kb] - mrow) * f0;
+#pragma omp simd
+            for (int64_t j = 0; j < nk; ++j) w_out[j0 + j] += f * kr_row[j];
         }
     }
 }
 
 template <class A>
-void sdpa_run(const OpContext& ctx, const OpCall& c) {
-    const TensorView &q = c.src[0], &k = c.src[1];
-    SdpaShape<A> s;
-    s.B = q.ne[0];
-    s.NH = q.ne[1];
-    s.n = q.ne[2];
-    s.HS = q.ne[3];
-    s.G = k.ne[1];
-    s.T = k.ne[2];
-    s.R = s.NH / s.G;
-    s.alpha = A(c.p.alpha);
-    s.window = c.p.window;
-    s.weights = c.dst2.data != nullptr;
-    s.Bq = 32;
-    if (s.weights && s.T > 0) s.Bq = std::max<int64_t>(1, std::min<int64_t>(32, kScoreBudget / (s.R * s.T)));
-    s.Bq = std::min<int64_t>(s.Bq, std::max<int64_t>(s.n, 1));
-    const int64_t nqb = (s.n + s.Bq - 1) / s.Bq;
-    const int64_t pairs = s.B * s.G, tasks = pairs * nqb;
-    if (tasks == 0) return;
-    const int threads = std::max(1, ctx.threads > 0 ? ctx.threads : omp_get_max_threads());
+void sdpa_forward_run(const OpContext& ctx, const OpCall& c) {
+    SdpaShape<A> s = sdpa_shape<A>(c);
+    const bool weights = c.dst2.data != nullptr;
+    int64_t bq = kMaxQueryBlock;
+    if (weights && s.T > 0) bq = kWeightBudget / (s.R * s.nkb * kKeyBlock);
+    set_query_block(s, bq);
+    if (weights) {  // weight sums start at zero (also when no task runs)
+        std::vector<A> z((size_t)s.T, A(0));
+        for (int64_t p = 0; p < s.pairs; ++p)
+            store_row(c.dst2.bytes() + (p / s.G) * c.dst2.nb[0] + (p % s.G) * c.dst2.nb[1], c.dst2.nb[2], c.dst2.dtype, s.T, z.data());
+    }
+    if (s.tasks == 0) return;
+    const Visibility vis = visibility(c, s);
+    const int nt = int(std::min<int64_t>(std::max(1, kernel_threads(ctx)), s.tasks));
+    const std::vector<int64_t> begin = partition_tasks(s, vis, nt);
+    // Per-thread storage: task buffers, one converted pair, and weight partials for the pairs
+    // of its task range (first..last pair).
+    const int needs = NEED_KT | NEED_VN;
+    const int64_t per_thread = FwdBufs<A>::size(s, weights) + pair_storage(s, needs);
+    std::vector<int64_t> wofs((size_t)nt + 1, 0);
+    for (int t = 0; t < nt; ++t) {
+        const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
+        const int64_t npairs = t1 > t0 ? (t1 - 1) / s.nqb - t0 / s.nqb + 1 : 0;
+        wofs[size_t(t + 1)] = wofs[size_t(t)] + (weights ? npairs * s.T : 0);
+    }
+    KernelScratch mem(ctx, size_t(per_thread * nt + wofs[size_t(nt)]) * sizeof(A));
+    A* wpart = mem.as<A>() + per_thread * nt;
+    std::fill(wpart, wpart + wofs[size_t(nt)], A(0));
 
-    // Weight sums: (b, g) rows of length T. When every thread owns whole (b, g) pairs the
-    // result is written directly; otherwise each thread accumulates a private copy.
-    const bool by_pair = pairs >= threads || !s.weights;
-    const int nt = int(std::min<int64_t>(threads, by_pair ? pairs : tasks));
-    std::vector<A> partial;
-    if (s.weights) partial.assign(size_t(by_pair ? 1 : nt) * size_t(pairs * s.T), A(0));
-
-    auto run_pair_range = [&](int64_t p0, int64_t p1, A* wbase) {
-        for (int64_t p = p0; p < p1; ++p) {
-            const int64_t b = p / s.G, g = p % s.G;
-            for (int64_t qb = 0; qb < nqb; ++qb)
-                sdpa_task<A>(c, s, b, g, qb * s.Bq, std::min(s.n, (qb + 1) * s.Bq), wbase ? wbase + p * s.T : nullptr);
+    auto run = [&](int t) {
+        const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
+        A* base = mem.as<A>() + per_thread * t;
+        FwdBufs<A> tb;
+        tb.carve(s, weights, base);
+        A* pair_store = base + FwdBufs<A>::size(s, weights);
+        std::vector<char> visited((size_t)s.nkb, 0);
+        int64_t cur = -1;
+        PairKV<A> kv;
+        for (int64_t task = t0; task < t1; ++task) {
+            const int64_t p = task / s.nqb, qb = task % s.nqb, b = p / s.G, g = p % s.G;
+            if (p != cur) {
+                kv = convert_pair(c, s, b, g, needs, pair_store);
+                cur = p;
+            }
+            A* w = weights ? wpart + wofs[size_t(t)] + (p - t0 / s.nqb) * s.T : nullptr;
+            fwd_task(c, s, vis, kv, b, g, qb, tb, w, visited);
         }
     };
-    if (by_pair) {
-        A* wbase = s.weights ? partial.data() : nullptr;
-        if (nt <= 1) {
-            run_pair_range(0, pairs, wbase);
-        } else {
-#pragma omp parallel num_threads(nt)
-            {
-                const int t = omp_get_thread_num(), n = omp_get_num_threads();
-                run_pair_range(pairs * t / n, pairs * (t + 1) / n, wbase);
+    run_ranges(nt, run);
+    if (!weights) return;
+    // Sum the partials of each pair in thread order (deterministic for a thread count).
+    std::vector<A> sum((size_t)s.T);
+    for (int64_t p = 0; p < s.pairs; ++p) {
+        std::fill(sum.begin(), sum.end(), A(0));
+        bool any = false;
+        for (int t = 0; t < nt; ++t) {
+            const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
+            if (t1 <= t0 || p < t0 / s.nqb || p > (t1 - 1) / s.nqb) continue;
+            const A* src = wpart + wofs[size_t(t)] + (p - t0 / s.nqb) * s.T;
+            for (int64_t j = 0; j < s.T; ++j) sum[size_t(j)] += src[j];
+            any = true;
+        }
+        if (any)
+            store_row(c.dst2.bytes() + (p / s.G) * c.dst2.nb[0] + (p % s.G) * c.dst2.nb[1], c.dst2.nb[2], c.dst2.dtype, s.T, sum.data());
+    }
+}
+
+// =========================================================================================
+// [SECTION] backward: blockwise recompute of dq, dk, dv
+// =========================================================================================
+// Per task (R * nq rows): P = softmax(S) and dP = dy V^T for all visible key blocks, each
+// block a (rows, kKeyBlock) panel, then per row D = sum P dP and dS = P (dP - D) in place of dP, then
+// dv += P^T dy, dk += dS^T (alpha q), dq = alpha dS K block by block. dk/dv accumulate per
+// thread over its pairs; the partials are summed in thread order at the end.
+template <class A>
+struct BwdBufs {
+    A *qs, *dy, *dq, *P, *dP;
+    static int64_t size(const SdpaShape<A>& s) {
+        const int64_t rows = s.R * s.Bq;
+        return rows * s.HSP * 3 + rows * s.nkb * kKeyBlock * 2;
+    }
+    void carve(const SdpaShape<A>& s, A* p) {
+        const int64_t rows = s.R * s.Bq;
+        qs = p, p += rows * s.HSP;
+        dy = p, p += rows * s.HSP;
+        dq = p, p += rows * s.HSP;
+        P = p, p += rows * s.nkb * kKeyBlock;
+        dP = p;
+    }
+};
+
+template <class A>
+void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, const PairKV<A>& kv, int64_t b, int64_t g,
+              int64_t qb, BwdBufs<A>& tb, A* dk, A* dv, std::vector<signed char>& state) {
+    const int64_t i0 = qb * s.Bq, nq = std::min(s.Bq, s.n - i0), rows = s.R * nq, HSP = s.HSP;
+    constexpr int64_t KB = kKeyBlock;
+    const A neg_inf = -std::numeric_limits<A>::infinity();
+    const TensorView &qpos = c.src[4], &gy = c.src[5];
+    const int64_t qpb = qpos.ne[0] == 1 ? 0 : b;
+    A qp[kMaxQueryBlock];
+    for (int64_t i = 0; i < nq; ++i) qp[i] = A(read_i32(qpos, qpb * qpos.nb[0] + (i0 + i) * qpos.nb[1]));
+    load_queries(c.src[0], s, b, g, i0, nq, tb.qs);
+    for (int64_t r = 0; r < s.R; ++r)
+        for (int64_t i = 0; i < nq; ++i) {
+            A* dr = tb.dy + (r * nq + i) * HSP;
+            load_row(gy.bytes() + b * gy.nb[0] + (g * s.R + r) * gy.nb[1] + (i0 + i) * gy.nb[2], gy.nb[3], gy.dtype, s.HS, dr);
+            for (int64_t d = s.HS; d < HSP; ++d) dr[d] = A(0);
+        }
+    // Panel kb of P / dP: (rows, KB) at kb * rows * KB.
+    auto Pp = [&](int64_t kb) { return tb.P + kb * rows * KB; };
+    auto dPp = [&](int64_t kb) { return tb.dP + kb * rows * KB; };
+    const int64_t kr = vis.kp_row(b, g), qr = vis.qp_row(b);
+    bool any = false;
+    for (int64_t kb = 0; kb < s.nkb; ++kb) {
+        state[size_t(kb)] = (signed char)vis.state(kr, kb, s.nkb, qr, qb, s.nqb);
+        if (state[size_t(kb)] == 0) continue;
+        any = true;
+        const int64_t j0 = kb * KB, nk = std::min(KB, s.T - j0), nkp = round16(nk);
+        gemm_bcast(rows, nkp, s.HS, tb.qs, HSP, 1, kv.kt + kb * s.HS * KB, KB, Pp(kb), KB, false);  // S
+        gemm_bcast(rows, nkp, s.HS, tb.dy, HSP, 1, kv.vt + kb * s.HS * KB, KB, dPp(kb), KB, false);  // dP = dy V^T
+        if (state[size_t(kb)] == 1)
+            for (int64_t row = 0; row < rows; ++row) mask_row(Pp(kb) + row * KB, kv.kp + j0, nk, qp[row % nq], s.window);
+    }
+    std::fill(tb.dq, tb.dq + rows * HSP, A(0));
+    if (any) {
+        for (int64_t row = 0; row < rows; ++row) {
+            A m = neg_inf;
+            for (int64_t kb = 0; kb < s.nkb; ++kb)
+                if (state[size_t(kb)]) m = std::max(m, row_max(Pp(kb) + row * KB, std::min(KB, s.T - kb * KB)));
+            A l = 0;
+            for (int64_t kb = 0; kb < s.nkb; ++kb) {
+                if (!state[size_t(kb)]) continue;
+                const int64_t nk = std::min(KB, s.T - kb * KB), nkp = round16(nk);
+                A* pr = Pp(kb) + row * KB;
+                if (m == neg_inf) {  // the row sees nothing: P = 0, so dS = 0
+                    std::fill(pr, pr + nkp, A(0));
+                    continue;
+                }
+                A lsum = 0;
+#pragma omp simd reduction(+ : lsum)
+                for (int64_t j = 0; j < nk; ++j) {
+                    pr[j] = kv_exp(pr[j] - m);
+                    lsum += pr[j];
+                }
+                for (int64_t j = nk; j < nkp; ++j) pr[j] = A(0);
+                l += lsum;
+            }
+            const A inv = l > A(0) ? A(1) / l : A(0);
+            A dsum = 0;
+            for (int64_t kb = 0; kb < s.nkb; ++kb) {
+                if (!state[size_t(kb)]) continue;
+                const int64_t nkp = round16(std::min(KB, s.T - kb * KB));
+                A* pr = Pp(kb) + row * KB;
+                const A* dpr = dPp(kb) + row * KB;
+#pragma omp simd reduction(+ : dsum)
+                for (int64_t j = 0; j < nkp; ++j) {
+                    pr[j] *= inv;
+                    dsum += pr[j] * dpr[j];
+                }
+            }
+            for (int64_t kb = 0; kb < s.nkb; ++kb) {
+                if (!state[size_t(kb)]) continue;
+                const int64_t nkp = round16(std::min(KB, s.T - kb * KB));
+                const A* pr = Pp(kb) + row * KB;
+                A* dpr = dPp(kb) + row * KB;
+#pragma omp simd
+                for (int64_t j = 0; j < nkp; ++j) dpr[j] = pr[j] * (dpr[j] - dsum);  // dS
             }
         }
-    } else {
-#pragma omp parallel num_threads(nt)
-        {
-            const int t = omp_get_thread_num(), n = omp_get_num_threads();
-            A* wbase = partial.data() + size_t(t) * size_t(pairs * s.T);
-            for (int64_t task = tasks * t / n; task < tasks * (t + 1) / n; ++task) {
-                const int64_t p = task / nqb, qb = task % nqb;
-                const int64_t b = p / s.G, g = p % s.G;
-                sdpa_task<A>(c, s, b, g, qb * s.Bq, std::min(s.n, (qb + 1) * s.Bq), wbase + p * s.T);
-            }
-        }
-        for (int t = 1; t < nt; ++t) {
-            const A* src = partial.data() + size_t(t) * size_t(pairs * s.T);
-            for (int64_t e = 0; e < pairs * s.T; ++e) partial[size_t(e)] += src[e];
+        for (int64_t kb = 0; kb < s.nkb; ++kb) {
+            if (!state[size_t(kb)]) continue;
+            const int64_t j0 = kb * KB, nk = std::min(KB, s.T - j0);
+            gemm_bcast(nk, HSP, rows, Pp(kb), 1, KB, tb.dy, HSP, dv + j0 * HSP, HSP, true);                  // dv += P^T dy
+            gemm_bcast(nk, HSP, rows, dPp(kb), 1, KB, tb.qs, HSP, dk + j0 * HSP, HSP, true);                 // dk += dS^T (alpha q)
+            gemm_bcast(rows, HSP, nk, dPp(kb), KB, 1, kv.kn + j0 * kv.ldkn, kv.ldkn, tb.dq, HSP, true);     // dq += dS K
         }
     }
-    if (s.weights) {
-        const TensorView& w = c.dst2;
-        for (int64_t p = 0; p < pairs; ++p) {
-            const int64_t b = p / s.G, g = p % s.G;
-            store_row(w.bytes() + b * w.nb[0] + g * w.nb[1], w.nb[2], w.dtype, s.T, partial.data() + p * s.T);
+    const TensorView& dqv = c.dst;
+    const bool acc = c.p.accumulate & KV_ACC_DST;
+    for (int64_t r = 0; r < s.R; ++r)
+        for (int64_t i = 0; i < nq; ++i) {
+            const A* src = tb.dq + (r * nq + i) * HSP;
+            const int64_t off = b * dqv.nb[0] + (g * s.R + r) * dqv.nb[1] + (i0 + i) * dqv.nb[2];
+            A* out = row_out_acc<A>(dqv, off, s.HS, 4, acc);
+            for (int64_t d = 0; d < s.HS; ++d) out[d] = (acc ? out[d] : A(0)) + s.alpha * src[d];
+            row_commit(dqv, off, s.HS, out);
         }
+}
+
+// dst (B, G, T, HS) of pair p = (acc ? dst : 0) + sum of the given (T, HSP) partials.
+template <class A>
+void store_pair_grad(const TensorView& d, const SdpaShape<A>& s, int64_t p, const std::vector<const A*>& parts, bool acc) {
+    const int64_t b = p / s.G, g = p % s.G;
+    for (int64_t j = 0; j < s.T; ++j) {
+        const int64_t off = b * d.nb[0] + g * d.nb[1] + j * d.nb[2];
+        A* out = row_out_acc<A>(d, off, s.HS, 4, acc);
+        if (!acc) std::fill(out, out + s.HS, A(0));
+        for (const A* part : parts)
+            for (int64_t k = 0; k < s.HS; ++k) out[k] += part[j * s.HSP + k];
+        row_commit(d, off, s.HS, out);
+    }
+}
+
+template <class A>
+void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
+    SdpaShape<A> s = sdpa_shape<A>(c);
+    const int threads = std::max(1, kernel_threads(ctx));
+    const int64_t budget = c.p.max_temp_bytes > 0 ? c.p.max_temp_bytes : kDefaultTempBytes;
+    const int64_t per_query = std::max<int64_t>(1, 2 * s.R * s.nkb * kKeyBlock * int64_t(sizeof(A)));
+    set_query_block(s, budget / (int64_t(threads) * per_query));
+    const bool acc_k = c.p.accumulate & KV_ACC_DST2, acc_v = c.p.accumulate & KV_ACC_DST3;
+    if (s.tasks == 0) {  // no queries (or no heads): dq is empty, dk/dv receive zero
+        for (int64_t p = 0; p < s.pairs; ++p) {
+            store_pair_grad<A>(c.dst2, s, p, {}, acc_k);
+            store_pair_grad<A>(c.dst3, s, p, {}, acc_v);
+        }
+        return;
+    }
+    const Visibility vis = visibility(c, s);
+    const int nt = int(std::min<int64_t>(threads, s.tasks));
+    const std::vector<int64_t> begin = partition_tasks(s, vis, nt);
+    const int needs = NEED_KT | NEED_VT | NEED_KN;
+    const int64_t per_thread = BwdBufs<A>::size(s) + pair_storage(s, needs);
+    std::vector<int64_t> gofs((size_t)nt + 1, 0);  // per-thread dk, dv partials: 2 (T, HSP) per pair
+    for (int t = 0; t < nt; ++t) {
+        const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
+        const int64_t npairs = t1 > t0 ? (t1 - 1) / s.nqb - t0 / s.nqb + 1 : 0;
+        gofs[size_t(t + 1)] = gofs[size_t(t)] + npairs * 2 * s.Tp * s.HSP;
+    }
+    KernelScratch mem(ctx, size_t(per_thread * nt + gofs[size_t(nt)]) * sizeof(A));
+    A* gpart = mem.as<A>() + per_thread * nt;
+
+    auto run = [&](int t) {
+        const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
+        if (t1 <= t0) return;
+        A* base = mem.as<A>() + per_thread * t;
+        BwdBufs<A> tb;
+        tb.carve(s, base);
+        A* pair_store = base + BwdBufs<A>::size(s);
+        A* mine = gpart + gofs[size_t(t)];
+        std::fill(mine, gpart + gofs[size_t(t + 1)], A(0));
+        std::vector<signed char> state((size_t)s.nkb, 0);
+        int64_t cur = -1;
+        PairKV<A> kv;
+        for (int64_t task = t0; task < t1; ++task) {
+            const int64_t p = task / s.nqb, qb = task % s.nqb, b = p / s.G, g = p % s.G;
+            if (p != cur) {
+                kv = convert_pair(c, s, b, g, needs, pair_store);
+                cur = p;
+            }
+            A* dk = mine + (p - t0 / s.nqb) * 2 * s.Tp * s.HSP;
+            bwd_task(c, s, vis, kv, b, g, qb, tb, dk, dk + s.Tp * s.HSP, state);
+        }
+    };
+    run_ranges(nt, run);
+    for (int64_t p = 0; p < s.pairs; ++p) {
+        std::vector<const A*> pk, pv;
+        for (int t = 0; t < nt; ++t) {
+            const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
+            if (t1 <= t0 || p < t0 / s.nqb || p > (t1 - 1) / s.nqb) continue;
+            const A* part = gpart + gofs[size_t(t)] + (p - t0 / s.nqb) * 2 * s.Tp * s.HSP;
+            pk.push_back(part);
+            pv.push_back(part + s.Tp * s.HSP);
+        }
+        store_pair_grad<A>(c.dst2, s, p, pk, acc_k);
+        store_pair_grad<A>(c.dst3, s, p, pv, acc_v);
     }
 }
 
 }  // namespace
 
 void sdpa_forward(const OpContext& ctx, const OpCall& c) {
-    if (is_f64_call(c)) sdpa_run<double>(ctx, c);
-    else sdpa_run<float>(ctx, c);
+    if (is_f64_call(c)) sdpa_forward_run<double>(ctx, c);
+    else sdpa_forward_run<float>(ctx, c);
+}
+
+void sdpa_backward(const OpContext& ctx, const OpCall& c) {
+    if (is_f64_call(c)) sdpa_backward_run<double>(ctx, c);
+    else sdpa_backward_run<float>(ctx, c);
 }
 
 }  // namespace kv::cpu

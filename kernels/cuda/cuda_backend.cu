@@ -1,6 +1,8 @@
 // CUDA backend plugin: the dispatch switch, supports_op, device memory and copies.
 // Built as libkvlab_cuda.so and loaded by the engine with dlopen, so nothing else links CUDA.
-// Implements: every op of kernels/common/op.h for f32/bf16/f16 (f32 compute) and f64.
+// Implements: every op of kernels/common/op.h for f32/bf16/f16 (f32 compute) and f64,
+// gradients and optimizer steps included; gradients accumulated with atomics (embedding table,
+// SDPA dk/dv) need f32 (f64) outputs.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -71,6 +73,32 @@ class CudaBackend final : public KernelBackend {
             case OpKind::DEQUANTIZE:
                 return c.nsrc == 1 && c.src[0].dtype == DType::U8 && c.dst.ne[c.dst.ndim - 1] <= 4096 &&
                        c.src[0].nb[c.src[0].ndim - 1] == 1;
+            case OpKind::RMSNORM_BACKWARD:
+                return (c.nsrc == 2 || c.nsrc == 3) && is_float(c.dst.dtype) && is_float(c.src[0].dtype) && is_float(c.src[1].dtype) &&
+                       (c.dst2.data == nullptr || (has_src(c, 2) && is_float(c.dst2.dtype)));
+            case OpKind::ROPE_BACKWARD: return c.nsrc == 4 && c.dst.ndim == 4 && c.src[1].dtype == DType::I32 && is_float(c.dst.dtype);
+            case OpKind::SILU_BACKWARD: return c.nsrc == 2 && is_float(c.dst.dtype);
+            case OpKind::SWIGLU_BACKWARD: return c.nsrc == 3 && is_float(c.dst.dtype) && c.dst2.data && is_float(c.dst2.dtype);
+            case OpKind::AXPY: return c.nsrc == 1 && is_float(c.dst.dtype) && is_float(c.src[0].dtype);
+            case OpKind::EMBEDDING_BACKWARD:  // atomics: f32/f64 tables only
+                return c.nsrc == 2 && c.dst.ndim == 2 && (c.dst.dtype == DType::F32 || c.dst.dtype == DType::F64) &&
+                       (c.src[1].dtype == DType::I32 || c.src[1].dtype == DType::I64);
+            case OpKind::CROSS_ENTROPY:
+            case OpKind::CROSS_ENTROPY_BACKWARD:
+                return c.nsrc >= 2 && c.nsrc <= (c.op == OpKind::CROSS_ENTROPY ? 3 : 4) && is_float(c.dst.dtype) &&
+                       is_float(c.src[0].dtype) && (c.src[1].dtype == DType::I32 || c.src[1].dtype == DType::I64);
+            case OpKind::SDPA_BACKWARD: {  // atomics: dk/dv f32 (f64 for f64 calls)
+                const DType acc = c.dst.dtype == DType::F64 ? DType::F64 : DType::F32;
+                return c.nsrc == 6 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
+                       c.src[4].dtype == DType::I32 && is_float(c.dst.dtype) && c.dst2.data && c.dst3.data && c.dst2.dtype == acc &&
+                       c.dst3.dtype == acc;
+            }
+            case OpKind::OPTIMIZER_STEP: {
+                if (c.nsrc != 1 || !is_float(c.dst.dtype) || !is_float(c.src[0].dtype)) return false;
+                const int need = optimizer_state_slots(c.p.opt);
+                return need >= 0 && (need >= 1) == (c.dst2.data != nullptr) && (need >= 2) == (c.dst3.data != nullptr);
+            }
+            case OpKind::GRAD_NORM_SQ: return c.nsrc == 1 && is_float(c.src[0].dtype) && is_float(c.dst.dtype) && c.dst.numel() == 1;
             default: return false;
         }
     }
@@ -97,6 +125,17 @@ class CudaBackend final : public KernelBackend {
             case OpKind::SDPA: sdpa_forward(ctx, c); break;
             case OpKind::QUANTIZE: quantize_forward(ctx, c); break;
             case OpKind::DEQUANTIZE: dequantize_forward(ctx, c); break;
+            case OpKind::RMSNORM_BACKWARD: rmsnorm_backward(ctx, c); break;
+            case OpKind::ROPE_BACKWARD: rope_backward(ctx, c); break;
+            case OpKind::SILU_BACKWARD:
+            case OpKind::SWIGLU_BACKWARD:
+            case OpKind::AXPY: elementwise_backward(ctx, c); break;
+            case OpKind::EMBEDDING_BACKWARD: embedding_backward(ctx, c); break;
+            case OpKind::CROSS_ENTROPY: cross_entropy_forward(ctx, c); break;
+            case OpKind::CROSS_ENTROPY_BACKWARD: cross_entropy_backward(ctx, c); break;
+            case OpKind::SDPA_BACKWARD: sdpa_backward(ctx, c); break;
+            case OpKind::OPTIMIZER_STEP: optimizer_step(ctx, c); break;
+            case OpKind::GRAD_NORM_SQ: grad_norm_sq_forward(ctx, c); break;
             default: throw KernelError(std::string("cuda backend: op ") + op_kind_name(c.op) + " is not implemented");
         }
     }

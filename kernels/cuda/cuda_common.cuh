@@ -88,6 +88,42 @@ inline bool is_f64_call(const OpCall& c) {
     return !dtype_is_float(c.dst.dtype) && c.nsrc > 0 && c.src[0].dtype == DType::F64;
 }
 
+// Device memory for one call: from ctx.workspace (tracked by the engine) or cudaMalloc. The
+// destructor waits for the stream first, so kernels still using it never see it reused.
+class DeviceScratch {
+   public:
+    DeviceScratch(const OpContext& ctx, size_t bytes) : ctx_(ctx), bytes_(bytes ? bytes : 1) {
+        if (ctx_.workspace) p_ = ctx_.workspace->alloc(bytes_);
+        else KV_CUDA_CHECK(cudaMalloc(&p_, bytes_));
+    }
+    ~DeviceScratch() {
+        cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream));
+        if (ctx_.workspace) ctx_.workspace->free(p_, bytes_);
+        else cudaFree(p_);
+    }
+    DeviceScratch(const DeviceScratch&) = delete;
+    DeviceScratch& operator=(const DeviceScratch&) = delete;
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(p_);
+    }
+
+   private:
+    const OpContext& ctx_;
+    size_t bytes_;
+    void* p_ = nullptr;
+};
+
+// atomicAdd into an f32 or f64 element (gradients accumulated from many threads).
+template <class A>
+__device__ __forceinline__ void atomic_add_elem(char* p, DType dt, A v) {
+    if (dt == DType::F64) atomicAdd(reinterpret_cast<double*>(p), double(v));
+    else atomicAdd(reinterpret_cast<float*>(p), float(v));
+}
+
+// Zero every element of v (a gradient about to be accumulated into with atomics).
+void zero_view(const OpContext& ctx, const TensorView& v);
+
 // ---- kernel entry points (one .cu per op family, matching kernels/cpu) --------------------
 void matmul_forward(const OpContext& ctx, const OpCall& c);
 void elementwise_forward(const OpContext& ctx, const OpCall& c);  // ADD MUL SCALE SILU SWIGLU COPY
@@ -101,5 +137,14 @@ void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM MAX NORM
 void sdpa_forward(const OpContext& ctx, const OpCall& c);
 void quantize_forward(const OpContext& ctx, const OpCall& c);
 void dequantize_forward(const OpContext& ctx, const OpCall& c);
+void rmsnorm_backward(const OpContext& ctx, const OpCall& c);
+void rope_backward(const OpContext& ctx, const OpCall& c);
+void elementwise_backward(const OpContext& ctx, const OpCall& c);  // SILU_BACKWARD SWIGLU_BACKWARD AXPY
+void embedding_backward(const OpContext& ctx, const OpCall& c);
+void cross_entropy_forward(const OpContext& ctx, const OpCall& c);
+void cross_entropy_backward(const OpContext& ctx, const OpCall& c);
+void sdpa_backward(const OpContext& ctx, const OpCall& c);
+void optimizer_step(const OpContext& ctx, const OpCall& c);
+void grad_norm_sq_forward(const OpContext& ctx, const OpCall& c);
 
 }  // namespace kv::cuda

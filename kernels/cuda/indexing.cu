@@ -1,4 +1,6 @@
-// Index-driven CUDA kernels: EMBEDDING, GATHER, SCATTER (one thread per moved element).
+// Index-driven CUDA kernels: EMBEDDING, GATHER, SCATTER (one thread per moved element), and
+// EMBEDDING_BACKWARD (atomic adds into an f32/f64 table: duplicate ids add up in an
+// unspecified order, unlike the CPU's token order).
 #include "cuda_common.cuh"
 
 namespace kv::cuda {
@@ -13,6 +15,18 @@ __global__ void embedding_kernel(TensorView d, TensorView table, TensorView ids)
         if (id < 0 || id >= table.ne[0]) id = 0;  // the engine validates ids; never read out of bounds
         A v = load_elem<A>(table.bytes() + id * table.nb[0] + k * table.nb[1], table.dtype);
         store_elem<A>(d.bytes() + elem_offset(d, e), d.dtype, v);
+    }
+}
+
+template <class A>
+__global__ void embedding_backward_kernel(TensorView dt, TensorView dy, TensorView ids) {
+    const long long C = dt.ne[1], total = ids.numel() * C;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        long long r = e / C, k = e % C;
+        long long id = load_index(ids.bytes() + elem_offset(ids, r), ids.dtype);
+        if (id < 0 || id >= dt.ne[0]) continue;  // the engine validates ids; never write out of bounds
+        const A g = load_elem<A>(dy.bytes() + elem_offset(dy, e), dy.dtype);
+        atomic_add_elem<A>(dt.bytes() + id * dt.nb[0] + k * dt.nb[1], dt.dtype, g);
     }
 }
 
@@ -66,6 +80,16 @@ void scatter_forward(const OpContext& ctx, const OpCall& c) {
     bool wide = is_f64_call(c) || dtype_is_int(c.dst.dtype);
     if (wide) index_kernel<double><<<blocks, 256, 0, stream_of(ctx)>>>(c.src[0], c.dst, ix, c.p.axis, 0);
     else index_kernel<float><<<blocks, 256, 0, stream_of(ctx)>>>(c.src[0], c.dst, ix, c.p.axis, 0);
+    KV_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(const OpContext& ctx, const OpCall& c) {
+    if (!(c.p.accumulate & KV_ACC_DST)) zero_view(ctx, c.dst);
+    long long n = c.src[0].numel();
+    if (!n) return;
+    unsigned blocks = blocks_for(n, 256);
+    if (is_f64_call(c)) embedding_backward_kernel<double><<<blocks, 256, 0, stream_of(ctx)>>>(c.dst, c.src[0], c.src[1]);
+    else embedding_backward_kernel<float><<<blocks, 256, 0, stream_of(ctx)>>>(c.dst, c.src[0], c.src[1]);
     KV_CUDA_CHECK_LAUNCH();
 }
 

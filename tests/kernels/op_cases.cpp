@@ -77,7 +77,31 @@ Tensor CaseBuilder::unique_index(const Shape& shape, int axis, int64_t limit, DT
     return dtype == DType::I64 ? t : t.to(DType::I32);
 }
 
-Tensor CaseBuilder::output(const Shape& shape, DType dtype, Layout layout, bool init_random) {
+void sdpa_positions(CaseBuilder& b, int64_t B, int64_t G, int64_t n, int64_t T, bool scattered, bool per_row) {
+    const int64_t P = scattered ? 2 * T : T - n;  // first query position
+    const int64_t rows = per_row ? B * G : 1;
+    std::vector<int32_t> kp((size_t)(rows * T));
+    for (int64_t r = 0; r < rows; ++r) {
+        std::vector<int32_t> pool;
+        if (scattered) {
+            std::vector<int32_t> old((size_t)P);
+            std::iota(old.begin(), old.end(), 0);
+            std::shuffle(old.begin(), old.end(), b.rng);
+            pool.assign(old.begin(), old.begin() + (T - n));
+            for (int64_t i = 0; i < n; ++i) pool.push_back(int32_t(P + i));
+            std::shuffle(pool.begin(), pool.end(), b.rng);
+        } else {
+            for (int64_t j = 0; j < T; ++j) pool.push_back(int32_t(j));
+        }
+        std::copy(pool.begin(), pool.end(), kp.begin() + r * T);
+    }
+    b.src(Tensor::from_i32({per_row ? B : 1, per_row ? G : 1, T}, kp));
+    std::vector<int32_t> qp((size_t)n);
+    for (int64_t i = 0; i < n; ++i) qp[size_t(i)] = int32_t(P + i);
+    b.src(Tensor::from_i32({1, n}, qp));
+}
+
+Tensor CaseBuilder::guarded(const Shape& shape, DType dtype, Layout layout, Tensor* storage_out) {
     // Strides of the visible view inside one 1-D allocation.
     std::vector<int64_t> strides((size_t)shape.ndim);
     Shape storage = shape;
@@ -93,18 +117,30 @@ Tensor CaseBuilder::output(const Shape& shape, DType dtype, Layout layout, bool 
     if (layout == Layout::TRANSPOSED && shape.ndim >= 2)
         std::swap(strides[size_t(shape.ndim - 1)], strides[size_t(shape.ndim - 2)]);
     const int64_t total = st + 2 * kGuard;
-    dst_storage = Tensor::empty({total}, dtype);
-    std::memset(dst_storage.data_ptr(), kSentinel, dst_storage.nbytes());
-    dst = dst_storage.as_strided(shape, strides, kGuard);
-    if (init_random) dst.copy_from(random_tensor(shape, dtype, rng));
+    *storage_out = Tensor::empty({total}, dtype);
+    std::memset(storage_out->data_ptr(), kSentinel, storage_out->nbytes());
+    return storage_out->as_strided(shape, strides, kGuard);
+}
+
+Tensor CaseBuilder::output(const Shape& shape, DType dtype, Layout layout, bool init_random, double lo, double hi) {
+    dst = guarded(shape, dtype, layout, &dst_storage);
+    if (init_random) dst.copy_from(random_tensor(shape, dtype, rng, lo, hi));
     call.dst = dst.view();
     return dst;
 }
 
-Tensor CaseBuilder::output2(const Shape& shape, DType dtype) {
-    dst2 = Tensor::full(shape, dtype, -12345.0);  // any stale value would show up as an error
+Tensor CaseBuilder::output2(const Shape& shape, DType dtype, bool init_random, double lo, double hi) {
+    dst2 = guarded(shape, dtype, Layout::CONTIG, &dst2_storage);
+    dst2.copy_from(init_random ? random_tensor(shape, dtype, rng, lo, hi) : Tensor::full(shape, dtype, -12345.0));
     call.dst2 = dst2.view();
     return dst2;
+}
+
+Tensor CaseBuilder::output3(const Shape& shape, DType dtype, bool init_random, double lo, double hi) {
+    dst3 = guarded(shape, dtype, Layout::CONTIG, &dst3_storage);
+    dst3.copy_from(init_random ? random_tensor(shape, dtype, rng, lo, hi) : Tensor::full(shape, dtype, -12345.0));
+    call.dst3 = dst3.view();
+    return dst3;
 }
 
 void CaseBuilder::src(const Tensor& t) {
@@ -112,32 +148,44 @@ void CaseBuilder::src(const Tensor& t) {
     call.src[call.nsrc++] = t.view();
 }
 
-bool guards_intact(const CaseBuilder& b, std::string* where) {
-    const int64_t es = dtype_size(b.dst_storage.dtype());
-    const int64_t n = b.dst_storage.numel();
+void CaseBuilder::no_src() {
+    srcs.push_back(Tensor());
+    call.src[call.nsrc++] = TensorView{};
+}
+
+namespace {
+bool guard_intact(const Tensor& view, const Tensor& storage, const char* name, std::string* where) {
+    if (!view.defined()) return true;
+    const int64_t es = dtype_size(storage.dtype());
+    const int64_t n = storage.numel();
     std::vector<char> covered((size_t)n, 0);
     // Mark every element of the visible view.
-    const Tensor& d = b.dst;
-    const int64_t base = d.offset();
-    std::vector<int64_t> idx((size_t)d.ndim(), 0);
-    for (int64_t e = 0; e < d.numel(); ++e) {
+    const int64_t base = view.offset();
+    for (int64_t e = 0; e < view.numel(); ++e) {
         int64_t rem = e, off = base;
-        for (int i = d.ndim() - 1; i >= 0; --i) {
-            off += (rem % d.size(i)) * d.stride(i);
-            rem /= d.size(i);
+        for (int i = view.ndim() - 1; i >= 0; --i) {
+            off += (rem % view.size(i)) * view.stride(i);
+            rem /= view.size(i);
         }
         covered[size_t(off)] = 1;
     }
-    const unsigned char* p = static_cast<const unsigned char*>(b.dst_storage.data_ptr());
+    const unsigned char* p = static_cast<const unsigned char*>(storage.data_ptr());
     for (int64_t i = 0; i < n; ++i) {
         if (covered[size_t(i)]) continue;
         for (int64_t k = 0; k < es; ++k)
             if (p[i * es + k] != kSentinel) {
-                *where = "element " + std::to_string(i) + " of the guarded allocation (view starts at " + std::to_string(base) + ")";
+                *where = std::string(name) + ": element " + std::to_string(i) + " of the guarded allocation (view starts at " +
+                         std::to_string(base) + ")";
                 return false;
             }
     }
     return true;
+}
+}  // namespace
+
+bool guards_intact(const CaseBuilder& b, std::string* where) {
+    return guard_intact(b.dst, b.dst_storage, "dst", where) && guard_intact(b.dst2, b.dst2_storage, "dst2", where) &&
+           guard_intact(b.dst3, b.dst3_storage, "dst3", where);
 }
 
 }  // namespace kv::test

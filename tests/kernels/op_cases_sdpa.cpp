@@ -1,9 +1,7 @@
 // SDPA cases: prefill (causal by position), chunk over a cache with scattered slot positions
 // (as after evictions), GQA groups, decode (n = 1), windows, strided q/y views, bf16/f16 K/V,
 // and the attention-weight sums (second output).
-#include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "op_cases.h"
 
@@ -38,6 +36,11 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
         {"chunk_n6_T50", 1, 4, 2, 6, 50, 16, DType::BF16, true, 0, true, true},
         {"chunk_n6_T50", 1, 4, 2, 6, 50, 16, DType::F16, false, 0, true, false},
         {"mha_no_gqa_n4_T4", 1, 3, 3, 4, 4, 12, DType::F32, true, 0, false, false},
+        // Several key and query blocks: causal block skipping, padded head sizes, windows.
+        {"prefill_n300_causal_skip_HS72", 1, 2, 1, 300, 300, 72, DType::F32, true, 0, false, false},
+        {"prefill_window_150_n400", 1, 2, 1, 400, 400, 16, DType::F32, true, 150, false, false},
+        {"chunk_n40_T700_HS128_per_row", 1, 2, 2, 40, 700, 128, DType::F32, true, 0, true, true},
+        {"prefill_n200_no_weights", 1, 3, 1, 200, 200, 32, DType::BF16, false, 0, false, false},
     };
     for (const Sd& sd : sds) {
         double tol = tol_for(sd.dt == DType::F64 ? DType::F64 : sd.dt) * 3;
@@ -49,34 +52,25 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
                              b.src(b.input({sd.B, sd.n, sd.NH, sd.HS}, sd.dt, Layout::CONTIG, -2.0, 2.0).permute({0, 2, 1, 3}));
                              b.src(b.input({sd.B, sd.G, sd.T, sd.HS}, sd.dt, Layout::CONTIG, -2.0, 2.0));
                              b.src(b.input({sd.B, sd.G, sd.T, sd.HS}, sd.dt, Layout::STRIDED));
-                             // Slot positions: the cache holds T distinct positions < P = T - n + ...
-                             const int64_t P = sd.scattered ? 2 * sd.T : sd.T - sd.n;  // first query position
-                             const int64_t rows = sd.per_row ? sd.B * sd.G : 1;
-                             std::vector<int32_t> kp((size_t)(rows * sd.T));
-                             for (int64_t r = 0; r < rows; ++r) {
-                                 std::vector<int32_t> pool;
-                                 if (sd.scattered) {
-                                     // T - n old tokens drawn from [0, P) plus the n new ones, shuffled.
-                                     std::vector<int32_t> old((size_t)P);
-                                     std::iota(old.begin(), old.end(), 0);
-                                     std::shuffle(old.begin(), old.end(), b.rng);
-                                     pool.assign(old.begin(), old.begin() + (sd.T - sd.n));
-                                     for (int64_t i = 0; i < sd.n; ++i) pool.push_back(int32_t(P + i));
-                                     std::shuffle(pool.begin(), pool.end(), b.rng);
-                                 } else {
-                                     for (int64_t j = 0; j < sd.T; ++j) pool.push_back(int32_t(j));
-                                 }
-                                 std::copy(pool.begin(), pool.end(), kp.begin() + r * sd.T);
-                             }
-                             Tensor kpos = Tensor::from_i32({sd.per_row ? sd.B : 1, sd.per_row ? sd.G : 1, sd.T}, kp);
-                             b.src(kpos);
-                             std::vector<int32_t> qp((size_t)sd.n);
-                             for (int64_t i = 0; i < sd.n; ++i) qp[size_t(i)] = int32_t(P + i);
-                             b.src(Tensor::from_i32({1, sd.n}, qp));
+                             sdpa_positions(b, sd.B, sd.G, sd.n, sd.T, sd.scattered, sd.per_row);
                              b.output({sd.B, sd.NH, sd.n, sd.HS}, sd.dt == DType::F64 ? DType::F64 : DType::F32, Layout::STRIDED);
                              if (sd.weights) b.output2({sd.B, sd.G, sd.T}, sd.dt == DType::F64 ? DType::F64 : DType::F32);
                          }});
     }
+    // Queries older than every slot see nothing: zero output rows and no weight.
+    cases.push_back({"sdpa/f32/queries_that_see_nothing", tol_for(DType::F32) * 3, [](CaseBuilder& b) {
+                         b.call.op = OpKind::SDPA;
+                         b.call.p.alpha = 0.3f;
+                         b.src(b.input({1, 2, 3, 16}, DType::F32));
+                         b.src(b.input({1, 1, 20, 16}, DType::F32));
+                         b.src(b.input({1, 1, 20, 16}, DType::F32));
+                         std::vector<int32_t> kp(20);
+                         for (int j = 0; j < 20; ++j) kp[size_t(j)] = 10 + j;
+                         b.src(Tensor::from_i32({1, 1, 20}, kp));
+                         b.src(Tensor::from_i32({1, 3}, {5, 12, 40}));
+                         b.output({1, 2, 3, 16}, DType::F32);
+                         b.output2({1, 1, 20}, DType::F32);
+                     }});
 });
 
 }  // namespace

@@ -36,19 +36,36 @@ std::vector<Param> all_params() {
 
 class OpConsistency : public testing::TestWithParam<Param> {};
 
-// The f64 reference result for the builder's call (dst initial contents preserved for ops
-// that read or partially write dst); ref2 receives the second output when there is one.
-Tensor reference(const CaseBuilder& b, Tensor* ref2) {
-    Tensor ref = Tensor::empty(b.dst.shape(), dtype_is_float(b.dst.dtype()) ? DType::F64 : DType::I64);
-    ref.copy_from(b.dst);
+// An f64 (i64) copy of an output with its initial contents (ops read, accumulate into or
+// partially write their outputs).
+Tensor wide_copy(const Tensor& t) {
+    Tensor w = Tensor::empty(t.shape(), dtype_is_float(t.dtype()) ? DType::F64 : DType::I64);
+    w.copy_from(t);
+    return w;
+}
+
+// The f64 reference result for the builder's call; ref2/ref3 receive the second and third
+// outputs when there are any.
+Tensor reference(const CaseBuilder& b, Tensor* ref2, Tensor* ref3) {
+    Tensor ref = wide_copy(b.dst);
     OpCall c = b.call;
     c.dst = ref.view();
     if (b.dst2.defined()) {
-        *ref2 = Tensor::zeros(b.dst2.shape(), DType::F64);
+        *ref2 = wide_copy(b.dst2);
         c.dst2 = ref2->view();
+    }
+    if (b.dst3.defined()) {
+        *ref3 = wide_copy(b.dst3);
+        c.dst3 = ref3->view();
     }
     kv::ref::compute(c);
     return ref;
+}
+
+void expect_close(const Tensor& got, const Tensor& ref, double max_err, const std::string& what) {
+    Comparison cmp = compare(got, ref);
+    EXPECT_FALSE(cmp.nonfinite_mismatch) << what << ": NaN/inf differ from the reference\n" << cmp.report;
+    EXPECT_LE(cmp.rel_err, max_err) << what << ": relative error " << cmp.rel_err << " > " << max_err << "\n" << cmp.report;
 }
 
 TEST_P(OpConsistency, MatchesReference) {
@@ -59,62 +76,61 @@ TEST_P(OpConsistency, MatchesReference) {
     ASSERT_TRUE(b.dst.defined()) << "case did not create an output";
 
     if (backend == "cpu") {
-        Tensor ref2;
-        Tensor ref = reference(b, &ref2);
+        Tensor ref2, ref3;
+        Tensor ref = reference(b, &ref2, &ref3);
         OpCall call = b.call;
         ASSERT_TRUE(cpu_backend().supports_op(call)) << "cpu backend does not support " << oc.name;
         ops::dispatch(call);
-        Comparison cmp = compare(b.dst, ref);
-        EXPECT_FALSE(cmp.nonfinite_mismatch) << "NaN/inf differ from the reference\n" << cmp.report;
-        EXPECT_LE(cmp.rel_err, oc.max_err) << oc.name << ": relative error " << cmp.rel_err << " > " << oc.max_err << "\n"
-                                           << cmp.report;
+        expect_close(b.dst, ref, oc.max_err, oc.name);
+        if (b.dst2.defined()) expect_close(b.dst2, ref2, oc.max_err, oc.name + " (second output)");
+        if (b.dst3.defined()) expect_close(b.dst3, ref3, oc.max_err, oc.name + " (third output)");
         std::string where;
         EXPECT_TRUE(guards_intact(b, &where)) << "wrote outside the output view at " << where;
-        if (b.dst2.defined()) {
-            Comparison c2 = compare(b.dst2, ref2);
-            EXPECT_FALSE(c2.nonfinite_mismatch) << "second output: NaN/inf differ\n" << c2.report;
-            EXPECT_LE(c2.rel_err, oc.max_err) << oc.name << ": second output relative error " << c2.rel_err << "\n" << c2.report;
-        }
         return;
     }
 
-    // CUDA: same inputs on the device, compared with the CPU result.
+    // CUDA: same inputs (and initial outputs) on the device, compared with the CPU result.
     if (!cuda_available()) GTEST_SKIP() << "CUDA backend unavailable: " << cuda_status();
     Device gpu{DeviceType::CUDA, 0};
-    Tensor cpu_out = b.dst.clone();
+    Tensor cpu_out = b.dst.clone(), cpu_out2, cpu_out3;
     {
         OpCall call = b.call;
         call.dst = cpu_out.view();
+        if (b.dst2.defined()) {
+            cpu_out2 = b.dst2.clone();
+            call.dst2 = cpu_out2.view();
+        }
+        if (b.dst3.defined()) {
+            cpu_out3 = b.dst3.clone();
+            call.dst3 = cpu_out3.view();
+        }
         ops::dispatch(call);
     }
     std::vector<Tensor> dsrcs;
     OpCall call = b.call;
     call.nsrc = 0;
     for (const Tensor& s : b.srcs) {
+        if (!s.defined()) {
+            call.src[call.nsrc++] = TensorView{};
+            continue;
+        }
         dsrcs.push_back(s.contiguous().to(gpu));
         call.src[call.nsrc++] = dsrcs.back().view();
     }
-    Tensor ddst = b.dst.contiguous().to(gpu);
+    Tensor ddst = b.dst.contiguous().to(gpu), ddst2, ddst3;
     call.dst = ddst.view();
-    Tensor cpu_out2, ddst2;
     if (b.dst2.defined()) {
-        cpu_out2 = b.dst2.clone();
-        OpCall c2 = b.call;
-        c2.dst = b.dst.clone().view();
-        c2.dst2 = cpu_out2.view();
-        ops::dispatch(c2);
-        ddst2 = b.dst2.to(gpu);
+        ddst2 = b.dst2.contiguous().to(gpu);
         call.dst2 = ddst2.view();
     }
-    ops::dispatch(call);
-    Tensor back = ddst.to(Device{});
-    if (b.dst2.defined()) {
-        Comparison c2 = compare(ddst2.to(Device{}), cpu_out2);
-        EXPECT_LE(c2.rel_err, oc.max_err) << oc.name << " (cuda vs cpu, second output)\n" << c2.report;
+    if (b.dst3.defined()) {
+        ddst3 = b.dst3.contiguous().to(gpu);
+        call.dst3 = ddst3.view();
     }
-    Comparison cmp = compare(back, cpu_out);
-    EXPECT_FALSE(cmp.nonfinite_mismatch) << "NaN/inf differ from the CPU\n" << cmp.report;
-    EXPECT_LE(cmp.rel_err, oc.max_err) << oc.name << " (cuda vs cpu)\n" << cmp.report;
+    ops::dispatch(call);
+    expect_close(ddst.to(Device{}), cpu_out, oc.max_err, oc.name + " (cuda vs cpu)");
+    if (b.dst2.defined()) expect_close(ddst2.to(Device{}), cpu_out2, oc.max_err, oc.name + " (cuda vs cpu, second output)");
+    if (b.dst3.defined()) expect_close(ddst3.to(Device{}), cpu_out3, oc.max_err, oc.name + " (cuda vs cpu, third output)");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpConsistency, testing::ValuesIn(all_params()), param_name);

@@ -1,4 +1,5 @@
-// Naive f64 reference for every op (see ref_ops.h for the contract).
+// Naive f64 reference for every forward op (see ref_ops.h for the contract); the gradient and
+// optimizer references are in ref_backward.cpp.
 #include "ref_ops.h"
 
 #include <algorithm>
@@ -8,58 +9,13 @@
 #include <vector>
 
 #include "kernels/common/quant_formats.h"  // the QuantFormat enum only
+#include "ref_common.h"
 
 namespace kv::ref {
 
 namespace {
 
-using Index = std::vector<int64_t>;
-
-double get(const TensorView& v, const Index& idx) {
-    const char* p = v.bytes();
-    for (int i = 0; i < v.ndim; ++i) p += (v.ne[i] == 1 ? 0 : idx[size_t(i)]) * v.nb[i];
-    switch (v.dtype) {
-        case DType::F32: return *reinterpret_cast<const float*>(p);
-        case DType::F64: return *reinterpret_cast<const double*>(p);
-        case DType::F16: return f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
-        case DType::BF16: return bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
-        case DType::I32: return *reinterpret_cast<const int32_t*>(p);
-        case DType::I64: return double(*reinterpret_cast<const int64_t*>(p));
-        case DType::U8: return *reinterpret_cast<const uint8_t*>(p);
-        default: return 0;
-    }
-}
-
-void set(const TensorView& v, const Index& idx, double x) {
-    char* p = v.bytes();
-    for (int i = 0; i < v.ndim; ++i) p += idx[size_t(i)] * v.nb[i];
-    switch (v.dtype) {
-        case DType::F32: *reinterpret_cast<float*>(p) = float(x); break;
-        case DType::F64: *reinterpret_cast<double*>(p) = x; break;
-        case DType::F16: *reinterpret_cast<uint16_t*>(p) = f32_to_f16(float(x)); break;
-        case DType::BF16: *reinterpret_cast<uint16_t*>(p) = f32_to_bf16(float(x)); break;
-        case DType::I32: *reinterpret_cast<int32_t*>(p) = int32_t(x); break;
-        case DType::I64: *reinterpret_cast<int64_t*>(p) = int64_t(x); break;
-        case DType::U8: *reinterpret_cast<uint8_t*>(p) = uint8_t(x); break;
-        default: break;
-    }
-}
-
-// Visit every multi-index of `ne` (ndim dims) in row-major order.
-template <class F>
-void for_each_index(int ndim, const int64_t* ne, F&& f) {
-    int64_t total = 1;
-    for (int i = 0; i < ndim; ++i) total *= ne[i];
-    Index idx(size_t(ndim), 0);
-    for (int64_t n = 0; n < total; ++n) {
-        int64_t rem = n;
-        for (int i = ndim - 1; i >= 0; --i) {
-            idx[size_t(i)] = rem % ne[i];
-            rem /= ne[i];
-        }
-        f(idx);
-    }
-}
+using namespace detail;
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
@@ -98,16 +54,6 @@ void elementwise(const OpCall& c) {
             default: break;
         }
         set(d, idx, r);
-    });
-}
-
-// Ops over the last dimension: rows are the outer multi-indices.
-template <class F>
-void for_each_row(const TensorView& v, F&& f) {
-    for_each_index(v.ndim - 1, v.ne, [&](const Index& outer) {
-        Index idx = outer;
-        idx.push_back(0);
-        f(idx);
     });
 }
 
@@ -450,7 +396,8 @@ void compute(const OpCall& c) {
         case OpKind::SDPA: sdpa(c); break;
         case OpKind::QUANTIZE: quantize(c); break;
         case OpKind::DEQUANTIZE: dequantize(c); break;
-        default: throw KernelError(std::string("reference: op ") + op_kind_name(c.op) + " has no reference");
+        default:
+            if (!detail::compute_backward(c)) throw KernelError(std::string("reference: op ") + op_kind_name(c.op) + " has no reference");
     }
 }
 

@@ -1,0 +1,110 @@
+// Register-blocked products for attention-sized operands (K = head size or a key block),
+// used by the SDPA forward and backward. GCC vector extensions: 64-byte vectors become zmm
+// registers on AVX-512 and pairs of ymm elsewhere, so there is one source for every target.
+// C (m x n) = or += A (m x k) . B (k x n) with n a multiple of the vector width (callers pad).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace kv::cpu {
+
+typedef float vf32x16 __attribute__((vector_size(64)));
+typedef double vf64x8 __attribute__((vector_size(64)));
+
+template <class A>
+struct vec64_of;
+template <>
+struct vec64_of<float> {
+    using type = vf32x16;
+};
+template <>
+struct vec64_of<double> {
+    using type = vf64x8;
+};
+template <class A>
+using vec64 = typename vec64_of<A>::type;
+
+// Elements per vector: 16 floats or 8 doubles.
+template <class A>
+constexpr int64_t vec_width() {
+    return int64_t(64 / sizeof(A));
+}
+
+// Accumulator tile: MR rows x NV vectors. With 32 vector registers (AVX-512) 8 x 2 keeps 16
+// accumulators, 2 B vectors and a broadcast in registers and measured fastest in the lab
+// (kernels/lab/sdpa_lab.cpp; 4 x 4 loses ~20% to its B reloads); 16-register targets use 4 x 1.
+#if defined(__AVX512F__)
+constexpr int kTileMR = 8;
+constexpr int kTileNV = 2;
+#else
+constexpr int kTileMR = 4;
+constexpr int kTileNV = 1;
+#endif
+
+template <class A>
+inline vec64<A> vload(const A* p) {
+    vec64<A> v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+template <class A>
+inline void vstore(A* p, vec64<A> v) {
+    std::memcpy(p, &v, sizeof(v));
+}
+
+// One MR x NV tile: A element (r, kk) = a[r * ars + kk * aks] (broadcast; either layout of A
+// works, so A^T products need no transposed copy), B row kk = b + kk * ldb (vectors).
+template <class A, int MR, int NV>
+inline void gemm_tile(int64_t k, const A* a, int64_t ars, int64_t aks, const A* b, int64_t ldb, A* c, int64_t ldc, bool acc) {
+    constexpr int64_t W = vec_width<A>();
+    vec64<A> t[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) t[r][v] = acc ? vload(c + r * ldc + v * W) : vec64<A>{};
+    for (int64_t kk = 0; kk < k; ++kk) {
+        vec64<A> bv[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) bv[v] = vload(b + kk * ldb + v * W);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+            const A s = a[r * ars + kk * aks];
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; ++v) t[r][v] += s * bv[v];
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) vstore(c + r * ldc + v * W, t[r][v]);
+}
+
+template <class A, int MR>
+inline void gemm_rows(int64_t n, int64_t k, const A* a, int64_t ars, int64_t aks, const A* b, int64_t ldb, A* c, int64_t ldc, bool acc) {
+    constexpr int64_t W = vec_width<A>();
+    int64_t col = 0;
+    for (; col + kTileNV * W <= n; col += kTileNV * W) gemm_tile<A, MR, kTileNV>(k, a, ars, aks, b + col, ldb, c + col, ldc, acc);
+    for (; col + W <= n; col += W) gemm_tile<A, MR, 1>(k, a, ars, aks, b + col, ldb, c + col, ldc, acc);
+}
+
+template <class A, int MR>
+inline void gemm_rows_tail(int64_t rem, int64_t n, int64_t k, const A* a, int64_t ars, int64_t aks, const A* b, int64_t ldb, A* c,
+                           int64_t ldc, bool acc) {
+    if constexpr (MR > 0) {
+        if (rem == MR) gemm_rows<A, MR>(n, k, a, ars, aks, b, ldb, c, ldc, acc);
+        else gemm_rows_tail<A, MR - 1>(rem, n, k, a, ars, aks, b, ldb, c, ldc, acc);
+    }
+}
+
+// C (m x n, row stride ldc) = (acc ? C : 0) + A . B;  n % vec_width<A>() == 0.
+template <class A>
+inline void gemm_bcast(int64_t m, int64_t n, int64_t k, const A* a, int64_t ars, int64_t aks, const A* b, int64_t ldb, A* c,
+                       int64_t ldc, bool acc) {
+    int64_t r = 0;
+    for (; r + kTileMR <= m; r += kTileMR) gemm_rows<A, kTileMR>(n, k, a + r * ars, ars, aks, b, ldb, c + r * ldc, ldc, acc);
+    if (r < m) gemm_rows_tail<A, kTileMR - 1>(m - r, n, k, a + r * ars, ars, aks, b, ldb, c + r * ldc, ldc, acc);
+}
+
+}  // namespace kv::cpu
