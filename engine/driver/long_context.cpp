@@ -147,6 +147,7 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                 }
             }
         }
+        if (cb.final_output) cb.final_output(ci, xs);
         auto head_span = trace::span(trace::SpanCategory::HEAD, kHead, {.cell_col = int(ci)});
         for (size_t c = c0; c < c1; ++c) {
             Tensor h = model.final_norm(xs[c - c0]);

@@ -19,6 +19,8 @@ struct DriverCallbacks {
     std::function<void(int64_t done, int64_t total)> progress;
     // Hook at the start of each layer of each cell with its input (gradient checkpoints).
     std::function<void(int layer, size_t cell, const std::vector<Tensor>& inputs)> layer_input;
+    // Hook with each cell's final-layer outputs (before the final norm), chunk by chunk.
+    std::function<void(size_t cell, const std::vector<Tensor>& outputs)> final_output;
     const std::atomic<bool>* cancel = nullptr;
 };
 

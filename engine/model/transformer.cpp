@@ -91,7 +91,7 @@ Tensor Transformer::embed(const Tensor& ids) const {
     return ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
 }
 
-Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention) const {
+Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
     const LayerWeights& L = layers_[size_t(l)];
     const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
                   HS = cfg_.head_dim, I = cfg_.intermediate_size;
@@ -113,7 +113,9 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             h = ops::rmsnorm(x, L.attn_norm, eps);
         }
         Tensor qkv = ops::linear(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
+        if (adapters_) adapters_->add(l, LinearSite::QKV, h, qkv);
         if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
+        if (save) save->h1 = h, save->qkv = qkv;
         const int64_t W = (NH + 2 * G) * HS;
         Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
         Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
@@ -131,13 +133,17 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         y = Tensor::empty({B, n, NH, HS}, act, ao);
         Tensor yv = y.permute({0, 2, 1, 3});
         attention.attend(l, qr, kr, vv, input_pos, rope_.attn_scale, yv);
+        if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
     Tensor out;
     {
         MemoryLabelScope label(str("layer ", l, " attention output"));
-        Tensor o = ops::linear(y.reshape({B, n, NH * HS}), L.wo, act);
+        Tensor yf = y.reshape({B, n, NH * HS});
+        Tensor o = ops::linear(yf, L.wo, act);
+        if (adapters_) adapters_->add(l, LinearSite::O, yf, o);
         if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
         out = ops::add(x, o);
+        if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
     }
     // ---- MLP ----
     {
@@ -149,9 +155,12 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             h = ops::rmsnorm(out, L.mlp_norm, eps);
         }
         Tensor gu = ops::linear(h, L.w_gate_up, act);  // (B, n, 2I)
+        if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, gu);
         Tensor a = ops::swiglu(gu.slice(2, 0, I), gu.slice(2, I, 2 * I));
         Tensor d = ops::linear(a, L.w_down, act);
+        if (adapters_) adapters_->add(l, LinearSite::DOWN, a, d);
         ops::add_(out, out, d);
+        if (save) save->h2 = h, save->gu = gu, save->a = a;
     }
     return out;
 }
@@ -164,7 +173,9 @@ Tensor Transformer::final_norm(const Tensor& x) const {
 Tensor Transformer::lm_head(const Tensor& h) const {
     KV_TRACE_SPAN(trace::SpanCategory::HEAD, "lm_head");
     MemoryLabelScope label("lm_head");
-    return ops::linear(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
+    Tensor logits = ops::linear(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
+    if (adapters_) adapters_->add(-1, LinearSite::HEAD, h, logits);
+    return logits;
 }
 
 Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention* attention) const {

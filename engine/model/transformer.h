@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "adapters.h"
 #include "attention.h"
 #include "model_config.h"
 #include "rope.h"
@@ -41,6 +42,21 @@ struct LayerWeights {
     Tensor w_down;     // (E, I)
 };
 
+// What a gradient pass keeps from a block's forward over one chunk (engine/grad reads it).
+// Tensors are this chunk's (B, n, ...) activations in the activation dtype.
+struct BlockActivations {
+    Tensor h1;    // attention-norm output (B, n, E)
+    Tensor qkv;   // projection output after bias (B, n, (NH + 2G) HS), before q/k norm
+    Tensor qr;    // rotated queries (B, NH, n, HS)
+    Tensor kr;    // rotated keys (B, G, n, HS)
+    Tensor v;     // values (B, G, n, HS)
+    Tensor y;     // attention output (B, n, NH, HS)
+    Tensor out1;  // x + attention projection (B, n, E)
+    Tensor h2;    // MLP-norm output (B, n, E)
+    Tensor gu;    // gate and up projections (B, n, 2I)
+    Tensor a;     // swiglu(gate, up) (B, n, I)
+};
+
 // =========================================================================================
 // [SECTION] Transformer
 // =========================================================================================
@@ -63,7 +79,9 @@ class Transformer {
     // ids int32/int64 (B, T) -> x (B, T, E) in the activation dtype.
     Tensor embed(const Tensor& ids) const;
     // One block over n new tokens at positions input_pos.. ; x (B, n, E) -> (B, n, E).
-    Tensor block(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention) const;
+    // With `save`, keeps what the block's backward needs.
+    Tensor block(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention,
+                 BlockActivations* save = nullptr) const;
     // Final RMSNorm (B, n, E) -> (B, n, E).
     Tensor final_norm(const Tensor& x) const;
     // lm_head on normalised states -> logits f32 (B, n, V).
@@ -73,6 +91,15 @@ class Transformer {
     Tensor forward(const Tensor& ids, int64_t input_pos = 0, LayerAttention* attention = nullptr) const;
 
     const LayerWeights& layer(int l) const { return layers_[size_t(l)]; }
+    // Training updates weights in place (full fine-tuning).
+    LayerWeights& mutable_layer(int l) { return layers_[size_t(l)]; }
+    Tensor& mutable_embedding() { return embed_; }
+    Tensor& mutable_lm_head_weight() { return lm_head_; }
+    Tensor& mutable_final_norm_weight() { return norm_; }
+    bool tied_embeddings() const { return lm_head_.storage() == embed_.storage(); }
+    // Adapters on the linear maps (LoRA); nullptr = none. Not owned.
+    void set_adapters(const LinearAdapters* a) { adapters_ = a; }
+    const LinearAdapters* adapters() const { return adapters_; }
     const Tensor& embedding() const { return embed_; }
     const Tensor& lm_head_weight() const { return lm_head_; }
     const Tensor& final_norm_weight() const { return norm_; }
@@ -87,6 +114,7 @@ class Transformer {
     Tensor lm_head_;  // (V, E) (the embedding when tied)
     std::vector<LayerWeights> layers_;
     RopeTables rope_;
+    const LinearAdapters* adapters_ = nullptr;
 };
 
 }  // namespace kv

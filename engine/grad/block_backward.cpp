@@ -1,0 +1,110 @@
+// Block reverse pass (see block_backward.h). Shapes: B batch, n chunk tokens, E width, NH
+// query heads, G KV heads, HS head size, I MLP width, W = (NH + 2G) HS.
+#include "block_backward.h"
+
+#include "grad_math.h"
+
+#include "engine/core/error.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/ops/ops.h"
+#include "engine/telemetry/trace.h"
+
+namespace kv {
+
+namespace {
+
+// dx (..., in) = dy (..., out) @ W (out, in), plus the adapter's share.
+Tensor linear_input_grad(const Transformer& m, int layer, LinearSite site, const Tensor& w, const Tensor& x, const Tensor& dy) {
+    Tensor dx = grad::mm(dy, w, x.dtype());
+    if (m.adapters()) m.adapters()->backward(layer, site, x, dy, dx);
+    return dx;
+}
+
+}  // namespace
+
+void linear_weight_grad(Tensor& dw, Tensor* db, const Tensor& x, const Tensor& dy) {
+    Tensor x2 = grad::rows2d(x), dy2 = grad::rows2d(dy);
+    ops::matmul_(dw, dy2.transpose(0, 1), x2, 1.0f, 1.0f);
+    if (db && db->defined()) {
+        Tensor ones = Tensor::full({1, dy2.size(0)}, dy2.dtype(), 1.0, {dy2.device(), MemCategory::WORKSPACE, "ones"});
+        Tensor dbr = db->reshape({1, db->numel()});
+        ops::matmul_(dbr, ones, dy2, 1.0f, 1.0f);
+    }
+}
+
+Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockActivations& a, const Tensor& dout,
+                      int64_t input_pos, AttentionBackward& attention, LayerGrads* g) {
+    const ModelConfig& c = m.config();
+    const LayerWeights& L = m.layer(l);
+    const int64_t B = x.size(0), n = x.size(1), NH = c.num_heads, G = c.num_kv_heads, HS = c.head_dim,
+                  I = c.intermediate_size, W = (NH + 2 * G) * HS;
+    const float eps = float(c.rms_norm_eps);
+    const DType dt = x.dtype();
+    const Device dev = x.device();
+    const TensorOptions go{dev, MemCategory::ACTIVATIONS, {}};
+    MemoryLabelScope label(str("layer ", l, " backward"));
+
+    // ---- MLP: out = out1 + down(swiglu(gate_up(norm(out1)))) ----
+    Tensor dout1;
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::MLP, "mlp backward", .layer = l);
+        Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, dout);  // (B, n, I)
+        if (g && g->w_down.defined()) linear_weight_grad(g->w_down, nullptr, a.a, dout);
+        Tensor dgu = Tensor::empty({B, n, 2 * I}, dt, go);
+        Tensor dgate = dgu.slice(2, 0, I), dup = dgu.slice(2, I, 2 * I);
+        ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da);
+        Tensor dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, dgu);
+        if (g && g->w_gate_up.defined()) linear_weight_grad(g->w_gate_up, nullptr, a.h2, dgu);
+        dout1 = dout.clone();
+        ops::rmsnorm_backward_(dout1, g && g->mlp_norm.defined() ? &g->mlp_norm : nullptr, a.out1, L.mlp_norm, dh2, eps, 0.0f,
+                               /*accumulate_dx=*/true);
+    }
+
+    // ---- attention: out1 = x + o_proj(attention(rope(q), rope(k), v)) ----
+    Tensor dqkv = Tensor::empty({B, n, W}, dt, go);
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention backward", .layer = l);
+        Tensor yf = a.y.reshape({B, n, NH * HS});
+        Tensor dyf = linear_input_grad(m, l, LinearSite::O, L.wo, yf, dout1);  // (B, n, NH HS)
+        if (g && g->wo.defined()) linear_weight_grad(g->wo, g->bo.defined() ? &g->bo : nullptr, yf, dout1);
+        Tensor dy = dyf.reshape({B, n, NH, HS}).permute({0, 2, 1, 3});  // (B, NH, n, HS) view
+        Tensor dqr = Tensor::empty({B, NH, n, HS}, dt, go);
+        Tensor dkr = Tensor::empty({B, G, n, HS}, dt, go);
+        Tensor dv = Tensor::empty({B, G, n, HS}, dt, go);
+        attention.backward(l, a.qr, dy, m.rope().attn_scale, dqr, dkr, dv);
+
+        // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
+        const Tensor pos = position_range(input_pos, n, dev);
+        Tensor dq = dqkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, dqkv.offset());
+        Tensor dk = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + NH * HS);
+        Tensor dvv = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + (NH + G) * HS);
+        const auto& r = m.rope();
+        if (!L.q_norm.defined()) {
+            ops::rope_backward_(dq, dqr, pos, r.cos, r.sin, r.n_rot);
+            ops::rope_backward_(dk, dkr, pos, r.cos, r.sin, r.n_rot);
+        } else {
+            // q/k RMSNorm over HS sat between the projection and RoPE
+            Tensor tq = Tensor::empty({B, NH, n, HS}, dt, go), tk = Tensor::empty({B, G, n, HS}, dt, go);
+            ops::rope_backward_(tq, dqr, pos, r.cos, r.sin, r.n_rot);
+            ops::rope_backward_(tk, dkr, pos, r.cos, r.sin, r.n_rot);
+            Tensor q_pre = a.qkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, a.qkv.offset());
+            Tensor k_pre = a.qkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, a.qkv.offset() + NH * HS);
+            ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps);
+            ops::rmsnorm_backward_(dk, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk, eps);
+        }
+        ops::copy_(dvv, dv);
+    }
+
+    // ---- q/k/v projection and the attention norm ----
+    Tensor dx;
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::NORM, "qkv backward", .layer = l);
+        Tensor dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, dqkv);
+        if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);
+        dx = dout1.clone();
+        ops::rmsnorm_backward_(dx, g && g->attn_norm.defined() ? &g->attn_norm : nullptr, x, L.attn_norm, dh1, eps, 0.0f, true);
+    }
+    return dx;
+}
+
+}  // namespace kv

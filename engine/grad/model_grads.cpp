@@ -1,0 +1,67 @@
+// Model gradients (see model_grads.h).
+#include "model_grads.h"
+
+namespace kv {
+
+namespace {
+Tensor like(const Tensor& w, const std::string& name) {
+    if (!w.defined()) return {};
+    return Tensor::zeros(w.shape(), w.dtype(), {w.device(), MemCategory::GRADIENTS, name + " grad"});
+}
+}  // namespace
+
+ModelGrads ModelGrads::zeros_like(const Transformer& m) {
+    ModelGrads g;
+    g.tied = m.tied_embeddings();
+    g.embed = like(m.embedding(), "model.embed_tokens.weight");
+    g.norm = like(m.final_norm_weight(), "model.norm.weight");
+    if (!g.tied) g.lm_head = like(m.lm_head_weight(), "lm_head.weight");
+    for (int l = 0; l < int(m.config().num_layers); ++l) {
+        const LayerWeights& w = m.layer(l);
+        const std::string p = str("model.layers.", l, ".");
+        LayerGrads lg;
+        lg.attn_norm = like(w.attn_norm, p + "input_layernorm.weight");
+        lg.wqkv = like(w.wqkv, p + "self_attn.qkv");
+        lg.bqkv = like(w.bqkv, p + "self_attn.qkv.bias");
+        lg.q_norm = like(w.q_norm, p + "self_attn.q_norm.weight");
+        lg.k_norm = like(w.k_norm, p + "self_attn.k_norm.weight");
+        lg.wo = like(w.wo, p + "self_attn.o_proj.weight");
+        lg.bo = like(w.bo, p + "self_attn.o_proj.bias");
+        lg.mlp_norm = like(w.mlp_norm, p + "post_attention_layernorm.weight");
+        lg.w_gate_up = like(w.w_gate_up, p + "mlp.gate_up");
+        lg.w_down = like(w.w_down, p + "mlp.down_proj.weight");
+        g.layers.push_back(std::move(lg));
+    }
+    return g;
+}
+
+void ModelGrads::zero() {
+    for (Tensor* t : {&embed, &norm, &lm_head})
+        if (t->defined()) t->fill(0.0);
+    for (auto& l : layers)
+        for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.mlp_norm, &l.w_gate_up, &l.w_down})
+            if (t->defined()) t->fill(0.0);
+}
+
+std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pairs(Transformer& m) {
+    std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> out;
+    out.push_back({"model.embed_tokens.weight", {&m.mutable_embedding(), &embed}});
+    out.push_back({"model.norm.weight", {&m.mutable_final_norm_weight(), &norm}});
+    if (!tied) out.push_back({"lm_head.weight", {&m.mutable_lm_head_weight(), &lm_head}});
+    for (int l = 0; l < int(layers.size()); ++l) {
+        LayerWeights& w = m.mutable_layer(l);
+        LayerGrads& g = layers[size_t(l)];
+        const std::string p = str("model.layers.", l, ".");
+        const std::pair<const char*, std::pair<Tensor*, Tensor*>> items[] = {
+            {"input_layernorm.weight", {&w.attn_norm, &g.attn_norm}}, {"self_attn.qkv", {&w.wqkv, &g.wqkv}},
+            {"self_attn.qkv.bias", {&w.bqkv, &g.bqkv}},           {"self_attn.q_norm.weight", {&w.q_norm, &g.q_norm}},
+            {"self_attn.k_norm.weight", {&w.k_norm, &g.k_norm}},   {"self_attn.o_proj.weight", {&w.wo, &g.wo}},
+            {"self_attn.o_proj.bias", {&w.bo, &g.bo}},             {"post_attention_layernorm.weight", {&w.mlp_norm, &g.mlp_norm}},
+            {"mlp.gate_up", {&w.w_gate_up, &g.w_gate_up}},         {"mlp.down_proj.weight", {&w.w_down, &g.w_down}}};
+        for (const auto& [name, wg] : items)
+            if (wg.second->defined()) out.push_back({p + name, wg});
+    }
+    return out;
+}
+
+}  // namespace kv

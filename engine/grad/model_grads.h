@@ -1,0 +1,29 @@
+// Gradients of the model's own weights (full fine-tuning), laid out like the weights they
+// belong to (stacked q/k/v and gate/up included), in the gradients memory category.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model/transformer.h"
+
+namespace kv {
+
+struct LayerGrads {
+    Tensor attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, mlp_norm, w_gate_up, w_down;  // undefined = none
+};
+
+struct ModelGrads {
+    Tensor embed, norm, lm_head;  // lm_head undefined when tied (its gradient goes to embed)
+    std::vector<LayerGrads> layers;
+    bool tied = false;
+
+    static ModelGrads zeros_like(const Transformer& model);
+    void zero();
+    // (weight, gradient) pairs with the weight's name, for optimizers and norms. Weight
+    // tensors are the model's own (updated in place).
+    std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> pairs(Transformer& model);
+};
+
+}  // namespace kv

@@ -1,0 +1,198 @@
+// Replay cache for gradients (see replay_cache.h).
+#include "replay_cache.h"
+
+#include "engine/core/error.h"
+#include "engine/kv/buffer_common.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/model/attention.h"
+#include "engine/ops/ops.h"
+#include "engine/telemetry/trace.h"
+
+namespace kv {
+
+namespace {
+
+// Slot list of one plan row r (rows == 1: shared by every (b, g)).
+const int32_t* row_ptr(const std::vector<int32_t>& v, int64_t rows, int64_t r, int64_t m) {
+    return v.data() + (rows == 1 ? 0 : r) * m;
+}
+
+}  // namespace
+
+ReplayLayerCache::ReplayLayerCache(int layer, int64_t B, int64_t G, int64_t L, int64_t D, DType dtype, Device device,
+                                   const std::vector<SlotPlan>* plans)
+    : layer_(layer), B_(B), G_(G), L_(L), D_(D), dtype_(dtype), device_(device), plans_(plans) {}
+
+void ReplayLayerCache::load(const ReplayKVState* s) {
+    const std::string l = str("layer ", layer_, " replay ");
+    if (!K_.defined()) {
+        K_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::KV_CACHE, l + "keys"});
+        V_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::KV_CACHE, l + "values"});
+    }
+    records_.clear();
+    if (!s) {
+        K_.fill(0.0);
+        V_.fill(0.0);
+        pos_.assign(size_t(B_ * G_ * L_), -1);
+        length_ = chunk_ = input_pos_ = 0;
+        return;
+    }
+    K_.copy_from(s->K);  // straight-through: a quantized checkpoint arrives dequantized
+    V_.copy_from(s->V);
+    pos_ = s->pos;
+    length_ = s->length, chunk_ = s->chunk, input_pos_ = s->input_pos;
+}
+
+ReplayKVState ReplayLayerCache::snapshot(Device device, MemCategory cat) const {
+    ReplayKVState s;
+    const std::string l = str("layer ", layer_, " KV checkpoint ");
+    s.K = Tensor::empty(K_.shape(), dtype_, {device, cat, l + "keys"});
+    s.V = Tensor::empty(V_.shape(), dtype_, {device, cat, l + "values"});
+    s.K.copy_from(device == device_ ? K_ : K_.to(device));
+    s.V.copy_from(device == device_ ? V_ : V_.to(device));
+    s.pos = pos_;
+    s.length = length_, s.chunk = chunk_, s.input_pos = input_pos_;
+    return s;
+}
+
+Tensor ReplayLayerCache::positions_tensor() const {
+    std::vector<int32_t> p((size_t)(B_ * G_ * length_));
+    for (int64_t r = 0; r < B_ * G_; ++r) std::copy(pos_.begin() + r * L_, pos_.begin() + r * L_ + length_, p.begin() + r * length_);
+    return Tensor::from_i32({B_, G_, length_}, p, {device_, MemCategory::WORKSPACE, "slot positions"});
+}
+
+void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y,
+                               bool record) {
+    if (!K_.defined()) load(nullptr);
+    if (size_t(chunk_) >= plans_->size()) throw Error(str("layer ", layer_, " gradient replay: the log has no chunk ", chunk_));
+    const SlotPlan& plan = (*plans_)[size_t(chunk_)];
+    const int64_t n = k.size(2);
+    if (plan.input_pos != input_pos || plan.n != n || input_pos != input_pos_)
+        throw Error(str("layer ", layer_, " gradient replay: log chunk ", chunk_, " covers positions ", plan.input_pos, "+", plan.n,
+                        ", the call ", input_pos, "+", n, " (cache at ", input_pos_, ")"));
+    if (plan.rows != 1 && plan.rows != B_ * G_)
+        throw Error(str("layer ", layer_, " gradient replay: a plan with ", plan.rows, " rows for batch ", B_, " x ", G_, " groups"));
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache update", .layer = layer_, .chunk = int(chunk_));
+        MemoryLabelScope label(str("layer ", layer_, " replay cache update"));
+        if (record) {
+            ChunkRecord rec;
+            rec.plan = plan;
+            rec.length_before = length_;
+            rec.input_pos = input_pos;
+            const int64_t m = plan.moves + plan.n;
+            std::vector<int32_t> slots((size_t)(plan.rows * m));
+            for (int64_t r = 0; r < plan.rows; ++r) {
+                int32_t* s = slots.data() + r * m;
+                if (plan.moves) std::copy_n(row_ptr(plan.move_to, plan.rows, r, plan.moves), plan.moves, s);
+                std::copy_n(row_ptr(plan.targets, plan.rows, r, plan.n), plan.n, s + plan.moves);
+            }
+            rec.overwritten = slot_index(slots, plan.rows, B_, G_, m, device_);
+            Tensor idx = rec.overwritten.expand({B_, G_, m, D_});
+            rec.old_k = ops::gather(K_, 2, idx);
+            rec.old_v = ops::gather(V_, 2, idx);
+            rec.old_pos.resize(size_t(B_ * G_ * m));
+            for (int64_t r = 0; r < B_ * G_; ++r) {
+                const int32_t* s = slots.data() + (plan.rows == 1 ? 0 : r) * m;
+                for (int64_t i = 0; i < m; ++i) rec.old_pos[size_t(r * m + i)] = pos_[size_t(r * L_ + s[i])];
+            }
+            records_.push_back(std::move(rec));
+        }
+        apply_plan_to(K_, V_, plan, k, v);
+        for (int64_t r = 0; r < B_ * G_; ++r) {
+            int32_t* p = pos_.data() + r * L_;
+            if (plan.moves) {
+                const int32_t* from = row_ptr(plan.move_from, plan.rows, r, plan.moves);
+                const int32_t* to = row_ptr(plan.move_to, plan.rows, r, plan.moves);
+                std::vector<int32_t> moved((size_t)plan.moves);
+                for (int64_t i = 0; i < plan.moves; ++i) moved[size_t(i)] = p[from[i]];
+                for (int64_t i = 0; i < plan.moves; ++i) p[to[i]] = moved[size_t(i)];
+            }
+            const int32_t* t = row_ptr(plan.targets, plan.rows, r, plan.n);
+            for (int64_t i = 0; i < plan.n; ++i) p[t[i]] = int32_t(input_pos + i);
+        }
+        length_ = plan.length_after;
+    }
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
+        MemoryLabelScope label(str("layer ", layer_, " attention"));
+        ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), position_range(input_pos, n, device_),
+                   scale);
+    }
+    ++chunk_;
+    input_pos_ = input_pos + n;
+}
+
+void ReplayLayerCache::ensure_grads() {
+    if (dK_.defined()) return;
+    const std::string l = str("layer ", layer_, " cache gradient ");
+    dK_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::GRADIENTS, l + "keys"});
+    dV_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::GRADIENTS, l + "values"});
+}
+
+void ReplayLayerCache::set_state_grad(const Tensor* dK, const Tensor* dV) {
+    ensure_grads();
+    if (dK) dK_.copy_from(*dK);
+    else dK_.fill(0.0);
+    if (dV) dV_.copy_from(*dV);
+    else dV_.fill(0.0);
+}
+
+void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+    if (records_.empty()) throw Error(str("layer ", layer_, " gradient replay: backward without a recorded chunk"));
+    ensure_grads();
+    ChunkRecord rec = std::move(records_.back());
+    records_.pop_back();
+    const SlotPlan& plan = rec.plan;
+    const int64_t n = plan.n, m = plan.moves + plan.n;
+    MemoryLabelScope label(str("layer ", layer_, " attention backward"));
+    {
+        // F = dBuffer + dSDPA on the slots the chunk attended to
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa backward", .layer = layer_, .chunk = int(chunk_ - 1));
+        Tensor dKs = dK_.slice(2, 0, length_), dVs = dV_.slice(2, 0, length_);
+        ops::SdpaBackwardOptions o;
+        o.accumulate_dk = o.accumulate_dv = true;
+        ops::sdpa_backward_(dq, dKs, dVs, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
+                            position_range(rec.input_pos, n, device_), dy, scale, o);
+    }
+    KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache backward", .layer = layer_, .chunk = int(chunk_ - 1));
+    // New tokens: their gradient is F at their slots; the old content there got none.
+    Tensor tidx = slot_index(plan.targets, plan.rows, B_, G_, n, device_).expand({B_, G_, n, D_});
+    ops::gather_(dk, dK_, 2, tidx);
+    ops::gather_(dv, dV_, 2, tidx);
+    Tensor zeros = Tensor::zeros({B_, G_, std::max(n, plan.moves), D_}, dtype_, {device_, MemCategory::WORKSPACE, "zeros"});
+    ops::scatter_(dK_, 2, tidx, zeros.slice(2, 0, n));
+    ops::scatter_(dV_, 2, tidx, zeros.slice(2, 0, n));
+    // Grace-ring moves: content of `from` was copied to `to`, so the gradient at `to` flows
+    // back to `from`; what `to` held before was discarded.
+    if (plan.moves) {
+        Tensor from = slot_index(plan.move_from, plan.rows, B_, G_, plan.moves, device_).expand({B_, G_, plan.moves, D_});
+        Tensor to = slot_index(plan.move_to, plan.rows, B_, G_, plan.moves, device_).expand({B_, G_, plan.moves, D_});
+        for (Tensor* d : {&dK_, &dV_}) {
+            Tensor moved = ops::gather(*d, 2, to);
+            ops::scatter_(*d, 2, to, zeros.slice(2, 0, plan.moves));
+            Tensor at_from = ops::gather(*d, 2, from);
+            ops::add_(at_from, at_from, moved);
+            ops::scatter_(*d, 2, from, at_from);
+        }
+    }
+    // Step the buffer back to its state before the chunk.
+    Tensor oidx = rec.overwritten.expand({B_, G_, m, D_});
+    ops::scatter_(K_, 2, oidx, rec.old_k);
+    ops::scatter_(V_, 2, oidx, rec.old_v);
+    for (int64_t r = 0; r < B_ * G_; ++r) {
+        const int64_t pr = plan.rows == 1 ? 0 : r;
+        for (int64_t i = 0; i < m; ++i) {
+            const int32_t slot = i < plan.moves ? plan.move_to[size_t(pr * plan.moves + i)]
+                                                : plan.targets[size_t(pr * n + (i - plan.moves))];
+            pos_[size_t(r * L_ + slot)] = rec.old_pos[size_t(r * m + i)];
+        }
+    }
+    length_ = rec.length_before;
+    input_pos_ = rec.input_pos;
+    --chunk_;
+}
+
+void ReplayLayerCache::clear_records() { records_.clear(); }
+
+}  // namespace kv

@@ -1,0 +1,79 @@
+// The gradient pipeline's KV cache for one layer (reference §9.3-§9.5): slots come from the
+// replay log, K/V are kept at full precision, and no scores are computed. In recording mode
+// every chunk keeps only its delta (the rows it overwrote, before the write), so the reverse
+// pass can walk chunks right to left, rebuilding each earlier buffer from the later one while
+// it moves the gradient w.r.t. the buffer backwards (the fused scatter + SDPA backward of
+// §5.7, with grace-ring moves). Memory per chunk is O(B G n D), not O(B G L D).
+#pragma once
+
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/kv/kv_policy.h"
+
+namespace kv {
+
+// A layer's cache state between chunks: what a KV checkpoint stores.
+struct ReplayKVState {
+    Tensor K, V;                // (B, G, L, D)
+    std::vector<int32_t> pos;   // (B G, L) token position per slot, -1 = empty
+    int64_t length = 0;         // valid slots [0, length)
+    int64_t chunk = 0;          // index of the next chunk
+    int64_t input_pos = 0;      // tokens seen
+};
+
+class ReplayLayerCache {
+   public:
+    // plans: the layer's replay log (one plan per chunk, the prefill first).
+    ReplayLayerCache(int layer, int64_t B, int64_t G, int64_t L, int64_t D, DType dtype, Device device,
+                     const std::vector<SlotPlan>* plans);
+
+    // Start from a checkpoint (copied in) or, with nullptr, from the empty cache at chunk 0.
+    void load(const ReplayKVState* state);
+    // A copy of the current state on `device` in memory category `cat`.
+    ReplayKVState snapshot(Device device, MemCategory cat) const;
+    int64_t next_chunk() const { return chunk_; }
+    int64_t length() const { return length_; }
+    const Tensor& keys() const { return K_; }
+    const Tensor& values() const { return V_; }
+
+    // One chunk forward: apply the logged plan to (k, v) (B, G, n, D), then y = attention of q
+    // (B, NH, n, D) over the buffer. With `record`, keeps the chunk's delta for backward().
+    void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y, bool record);
+
+    // Gradient w.r.t. the current buffer state (zero until set); a cell passes its start's
+    // gradient to the cell on its left through these.
+    void set_state_grad(const Tensor* dK, const Tensor* dV);
+    Tensor& state_grad_k() { return dK_; }
+    Tensor& state_grad_v() { return dV_; }
+    // Reverse of the most recent recorded chunk: dq, and dk/dv of its new keys/values; then
+    // the buffer and its gradient step back to the state before that chunk.
+    void backward(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
+    size_t recorded_chunks() const { return records_.size(); }
+    // Drop recorded deltas and gradients (end of a cell).
+    void clear_records();
+
+   private:
+    struct ChunkRecord {
+        SlotPlan plan;
+        Tensor overwritten;          // int32 (B|1, G|1, m, 1): slots written (moves' targets, then the new tokens)
+        Tensor old_k, old_v;         // (B, G, m, D) their content before the chunk
+        std::vector<int32_t> old_pos;  // (B G, m)
+        int64_t length_before = 0;
+        int64_t input_pos = 0;
+    };
+    Tensor positions_tensor() const;
+    void ensure_grads();
+
+    int layer_;
+    int64_t B_, G_, L_, D_;
+    DType dtype_;
+    Device device_;
+    const std::vector<SlotPlan>* plans_;
+    Tensor K_, V_, dK_, dV_;
+    std::vector<int32_t> pos_;
+    int64_t length_ = 0, chunk_ = 0, input_pos_ = 0;
+    std::vector<ChunkRecord> records_;
+};
+
+}  // namespace kv

@@ -1,0 +1,24 @@
+// Trainable additions to the model's linear layers (LoRA and friends). The transformer calls
+// add() after each of its linear maps; a gradient pass calls backward() with the same input.
+// The model never knows what the adapter is; engine/grad implements LoRA behind this.
+#pragma once
+
+#include "engine/core/tensor.h"
+
+namespace kv {
+
+// The linear maps of a block (and the head) an adapter can attach to. QKV covers the stacked
+// q/k/v projection; GATE_UP the stacked gate/up projection (adapters slice their columns).
+enum class LinearSite : uint8_t { QKV, O, GATE_UP, DOWN, HEAD };
+
+class LinearAdapters {
+   public:
+    virtual ~LinearAdapters() = default;
+    // y (..., out) += adapter(x (..., in)) for layer `layer` (-1 for the head).
+    virtual void add(int layer, LinearSite site, const Tensor& x, Tensor& y) const = 0;
+    // Backward of add(): accumulates the adapter's parameter gradients from dy (..., out) and
+    // adds its contribution to dx (..., in).
+    virtual void backward(int layer, LinearSite site, const Tensor& x, const Tensor& dy, Tensor& dx) const = 0;
+};
+
+}  // namespace kv

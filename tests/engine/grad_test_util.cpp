@@ -1,0 +1,85 @@
+#include "grad_test_util.h"
+
+#include "engine/core/error.h"
+
+namespace kv::test {
+
+ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
+    ModelConfig c = preset_config("tiny");
+    c.name = "grad-test-" + arch;
+    c.vocab_size = 48;
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_layers = layers;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.max_position_embeddings = 64;  // shorter than the tests' sequences: YaRN scaling is on
+    if (arch == "qwen2") {
+        c.arch = Arch::QWEN2;
+        c.model_type = arch_name(c.arch);
+        c.qkv_bias = true;
+        c.tie_word_embeddings = true;
+    } else if (arch == "qwen3") {
+        c.arch = Arch::QWEN3;
+        c.model_type = arch_name(c.arch);
+        c.qk_norm = true;
+    }
+    return c;
+}
+
+std::unique_ptr<Transformer> grad_test_model(const ModelConfig& cfg, DType dtype, uint64_t seed) {
+    ModelOptions o;
+    o.dtype = dtype;
+    TensorMap w = random_weights(cfg, seed, DType::F64);
+    return std::make_unique<Transformer>(cfg, w, o);
+}
+
+GradData grad_test_data(const ModelConfig& cfg, int64_t B, int64_t T, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> ids((size_t)(B * T));
+    for (auto& x : ids) x = int32_t(rng() % uint64_t(cfg.vocab_size));
+    GradData d;
+    d.ids = Tensor::from_i32({B, T}, ids);
+    d.head.kind = HeadKind::NEXT_TOKEN;
+    d.head.B = B;
+    d.head.T = T;
+    d.head.token_targets.assign(size_t(B * T), -100);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t + 1 < T; ++t)
+            if (rng() % 5 != 0) d.head.token_targets[size_t(b * T + t)] = ids[size_t(b * T + t + 1)];
+    return d;
+}
+
+ChunkPlan grad_test_plan(const ModelConfig& cfg, int64_t T, int64_t L, int64_t chunk, double multiplier) {
+    ChunkPlanOptions po;
+    po.chunk_size = chunk;
+    po.cell_factor = cell_factor(cfg);
+    po.chunks_per_cell_multiplier = multiplier;
+    return plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), L), po);
+}
+
+double get_elem(const Tensor& t, int64_t i) {
+    if (!t.is_contiguous() || !t.device().is_cpu()) throw Error("get_elem: contiguous CPU tensor expected");
+    if (t.dtype() == DType::F64) return static_cast<const double*>(t.data_ptr())[i];
+    if (t.dtype() == DType::F32) return static_cast<const float*>(t.data_ptr())[i];
+    throw Error("get_elem: f32/f64 expected");
+}
+
+void set_elem(Tensor& t, int64_t i, double v) {
+    if (t.dtype() == DType::F64) static_cast<double*>(t.data_ptr())[i] = v;
+    else if (t.dtype() == DType::F32) static_cast<float*>(t.data_ptr())[i] = float(v);
+    else throw Error("set_elem: f32/f64 expected");
+}
+
+double central_difference(Tensor& t, int64_t i, double h, const std::function<double()>& loss) {
+    const double x = get_elem(t, i);
+    set_elem(t, i, x + h);
+    const double lp = loss();
+    set_elem(t, i, x - h);
+    const double lm = loss();
+    set_elem(t, i, x);
+    return (lp - lm) / (2 * h);
+}
+
+}  // namespace kv::test
