@@ -2,12 +2,11 @@
 // query heads, G KV heads, HS head size, I MLP width, W = (NH + 2G) HS.
 #include "block_backward.h"
 
-#include "grad_math.h"
-
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
+#include "grad_math.h"
 
 namespace kv {
 
@@ -36,8 +35,8 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
                       int64_t input_pos, AttentionBackward& attention, LayerGrads* g) {
     const ModelConfig& c = m.config();
     const LayerWeights& L = m.layer(l);
-    const int64_t B = x.size(0), n = x.size(1), NH = c.num_heads, G = c.num_kv_heads, HS = c.head_dim,
-                  I = c.intermediate_size, W = (NH + 2 * G) * HS;
+    const int64_t B = x.size(0), n = x.size(1), NH = c.num_heads, G = c.num_kv_heads, HS = c.head_dim, I = c.intermediate_size,
+                  W = (NH + 2 * G) * HS;
     const float eps = float(c.rms_norm_eps);
     const DType dt = x.dtype();
     const Device dev = x.device();

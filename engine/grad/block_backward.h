@@ -12,7 +12,7 @@ namespace kv {
 // Attention's part of the reverse pass: the cache knows which keys/values the chunk's queries
 // saw and where gradients w.r.t. the cached entries go.
 class AttentionBackward {
-   public:
+ public:
     virtual ~AttentionBackward() = default;
     // q (B, NH, n, HS) as the forward used it, dy (B, NH, n, HS) -> dq (B, NH, n, HS) and
     // dk, dv (B, G, n, HS) for this chunk's new keys and values (all freshly written).

@@ -13,7 +13,7 @@
 namespace kv {
 
 class CheckpointFormat {
-   public:
+ public:
     // "default" (the activation dtype, no quantization), "q8", "q4".
     explicit CheckpointFormat(const std::string& name);
     bool quantized() const { return quantized_; }
@@ -26,7 +26,7 @@ class CheckpointFormat {
     // Stored bytes per value vector of C elements.
     size_t bytes_per_vector(int64_t C, DType dtype) const;
 
-   private:
+ private:
     std::string name_;
     bool quantized_ = false;
     QuantFormat format_ = QuantFormat::Q8;

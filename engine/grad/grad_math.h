@@ -16,7 +16,9 @@ inline Tensor lift(const Tensor& w, int rank) {
 }
 
 // a (..., K) @ w (K, N) -> (..., N)
-inline Tensor mm(const Tensor& a, const Tensor& w, DType out) { return ops::matmul(a, lift(w, a.ndim()), out); }
+inline Tensor mm(const Tensor& a, const Tensor& w, DType out) {
+    return ops::matmul(a, lift(w, a.ndim()), out);
+}
 
 // out (..., N) = alpha a (..., K) @ w (K, N) + beta out
 inline void mm_(Tensor& out, const Tensor& a, const Tensor& w, float alpha, float beta) {

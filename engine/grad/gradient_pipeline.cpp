@@ -29,7 +29,9 @@ std::vector<std::pair<int, int>> gradient_rows(int nl, int64_t lpc) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct CellRange {
     size_t c0, c1;       // chunks [c0, c1)
@@ -73,27 +75,28 @@ std::vector<Tensor> split_chunks(const Tensor& x, const ChunkPlan& plan, const C
 
 // The block's LayerAttention during replays: layer l's replay cache.
 class ReplayAttention final : public LayerAttention {
-   public:
+ public:
     ReplayAttention(std::vector<std::unique_ptr<ReplayLayerCache>>& caches, int l0, bool record)
         : caches_(caches), l0_(l0), record_(record) {}
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
+                Tensor& y) override {
         caches_[size_t(layer - l0_)]->forward(q, k, v, input_pos, scale, y, record_);
     }
 
-   private:
+ private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
     int l0_;
     bool record_;
 };
 
 class ReplayAttentionBackward final : public AttentionBackward {
-   public:
+ public:
     ReplayAttentionBackward(std::vector<std::unique_ptr<ReplayLayerCache>>& caches, int l0) : caches_(caches), l0_(l0) {}
     void backward(int layer, const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) override {
         caches_[size_t(layer - l0_)]->backward(q, dy, scale, dq, dk, dv);
     }
 
-   private:
+ private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
     int l0_;
 };
@@ -129,8 +132,10 @@ Tensor mean_pooled(const Transformer& m, const std::vector<Tensor>& finals_devic
         Tensor h = m.final_norm(x);  // (B, len, E)
         Tensor ones = Tensor::full({1, h.size(1)}, h.dtype(), 1.0, {h.device(), MemCategory::WORKSPACE, "ones"});
         Tensor s = ops::matmul(ones.expand({h.size(0), 1, h.size(1)}), h, h.dtype());  // (B, 1, E)
-        if (!sum.defined()) sum = s;
-        else ops::add_(sum, sum, s);
+        if (!sum.defined())
+            sum = s;
+        else
+            ops::add_(sum, sum, s);
     }
     std::vector<double> v = sum.to_f64_vector();
     for (double& x : v) x /= double(T);
@@ -158,8 +163,10 @@ double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>
     for (const CellRange& cr : cell_ranges(plan)) {
         std::vector<Tensor> xs;
         for (size_t c = cr.c0; c < cr.c1; ++c) {
-            if (x0) xs.push_back(x0->slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]).clone());
-            else xs.push_back(m.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
+            if (x0)
+                xs.push_back(x0->slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]).clone());
+            else
+                xs.push_back(m.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
         }
         for (int l = 0; l < nl; ++l)
             for (size_t c = cr.c0; c < cr.c1; ++c) xs[c - cr.c0] = m.block(l, xs[c - cr.c0], plan.starts[c], att);
@@ -177,85 +184,98 @@ double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>
     return loss;
 }
 
-GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
-                            double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
-                            const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
-    const ModelConfig& mc = model.config();
-    const int nl = int(mc.num_layers);
-    const int64_t B = ids.size(0), T = ids.size(1), E = mc.hidden_size;
-    const DType act = model.act_dtype();
-    const Device dev = model.options().device, host = opt.host;
-    if (act != DType::F32 && act != DType::F64)
-        throw Error("gradients need f32 or f64 activations; the model runs in a 16-bit type",
-                    "use --precision f32 for training");
-    MemoryTracker& tracker = current_memory_tracker();
-    const CheckpointFormat layer_fmt(opt.layercp_qname);
-    const CheckpointFormat kv_fmt(opt.cachecp_qname.empty() ? opt.layercp_qname : opt.cachecp_qname);
-    const auto rows = gradient_rows(nl, opt.layers_per_cell);
-    const auto crs = cell_ranges(plan);
-    const size_t ncells = crs.size();
-    std::vector<int> row_at(size_t(nl), -1);
-    for (size_t r = 0; r < rows.size(); ++r) row_at[size_t(rows[r].first)] = int(r);
-    const bool quantized_cache = cache.config().buffer() != "default";
-    const bool exact = opt.exact_checkpoints == GradientOptions::Exact::ON ||
-                       (opt.exact_checkpoints == GradientOptions::Exact::AUTO && quantized_cache);
-    GradientStats st;
-    st.rows = int64_t(rows.size());
-    st.cells = int64_t(ncells);
-    st.chunks = int64_t(plan.chunks.size());
-    const int64_t total_units = int64_t(plan.chunks.size()) * nl * 3;
-    int64_t done_units = 0;
-    auto tick = [&](int64_t units) {
-        done_units += units;
-        if (cb.progress) cb.progress(std::min(done_units, total_units), total_units);
-        if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
-    };
+namespace {
 
-    // ---- phase 1: the real forward, decisions logged, checkpoints at row starts ----------
-    std::vector<std::vector<Tensor>> layer_cp(rows.size(), std::vector<Tensor>(ncells));
-    std::vector<Tensor> final_cp(ncells);
-    auto t0 = Clock::now();
-    tracker.reset_peaks();
-    {
-        auto phase = trace::span(trace::SpanCategory::RUN, "gradient phase 1 (forward)");
-        DriverCallbacks cb1;
-        cb1.cancel = cb.cancel;
-        cb1.progress = [&](int64_t d, int64_t) {
-            if (cb.progress) cb.progress(d, total_units);
-        };
-        if (!exact) {
-            cb1.layer_input = [&](int l, size_t ci, const std::vector<Tensor>& xs) {
-                if (row_at[size_t(l)] < 0) return;
-                KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "layer checkpoint", .layer = l, .cell_col = int(ci));
-                Tensor j = join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging");
-                layer_cp[size_t(row_at[size_t(l)])][ci] =
-                    layer_fmt.store(j, host, MemCategory::ACTIVATION_CHECKPOINT, str("layer ", l, " input checkpoint, cell ", ci));
-            };
-            cb1.final_output = [&](size_t ci, const std::vector<Tensor>& xs) {
-                KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "final checkpoint", .cell_col = int(ci));
-                Tensor j = join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging");
-                final_cp[ci] = layer_fmt.store(j, host, MemCategory::ACTIVATION_CHECKPOINT, str("final output checkpoint, cell ", ci));
-            };
-        }
-        if (forced_plans) {
-            if (int(forced_plans->size()) != nl) throw Error(str("forced plans: ", forced_plans->size(), " layers, the model has ", nl));
-            for (int l = 0; l < nl; ++l) cache.layer(l).set_replay_source(&(*forced_plans)[size_t(l)]);
-        }
-        cache.set_replay_logging(true);
-        long_context_forward(model, cache, ids, plan, head, st.head, cb1, false);
-        st.plans.resize(size_t(nl));
-        for (int l = 0; l < nl; ++l) {
-            st.plans[size_t(l)] = cache.layer(l).replay_log().plans();
-            cache.layer(l).set_replay_source(nullptr);
-        }
-        cache.set_replay_logging(false);
-        cache.release_buffers();
-        st.loss = st.head.mean_loss() * loss_scale;
+// One gradient computation: the state both entry points share (checkpoints, rows, cells).
+class GradientRun {
+ public:
+    GradientRun(const Transformer& model, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head, double loss_scale,
+                const GradientOptions& opt, const GradientTargets& targets, const DriverCallbacks& cb)
+        : model(model),
+          mc(model.config()),
+          ids(ids),
+          plan(plan),
+          head(head),
+          loss_scale(loss_scale),
+          opt(opt),
+          targets(targets),
+          cb(cb),
+          nl(int(mc.num_layers)),
+          B(ids.size(0)),
+          T(ids.size(1)),
+          E(mc.hidden_size),
+          act(model.act_dtype()),
+          dev(model.options().device),
+          host(opt.host),
+          tracker(current_memory_tracker()),
+          layer_fmt(opt.layercp_qname),
+          kv_fmt(opt.cachecp_qname.empty() ? opt.layercp_qname : opt.cachecp_qname),
+          rows(gradient_rows(nl, opt.layers_per_cell)),
+          crs(cell_ranges(plan)),
+          ncells(crs.size()),
+          row_at(size_t(nl), -1),
+          layer_cp(rows.size(), std::vector<Tensor>(ncells)),
+          final_cp(ncells) {
+        if (act != DType::F32 && act != DType::F64)
+            throw Error("gradients need f32 or f64 activations; the model runs in a 16-bit type",
+                        "use --precision f32 for training");
+        for (size_t r = 0; r < rows.size(); ++r) row_at[size_t(rows[r].first)] = int(r);
+        st.rows = int64_t(rows.size());
+        st.cells = int64_t(ncells);
+        st.chunks = int64_t(plan.chunks.size());
+        total_units = int64_t(plan.chunks.size()) * nl * 3;
     }
-    const std::vector<int64_t> Ls = layer_cache_lengths(cache);
-    done_units = int64_t(plan.chunks.size()) * nl;
 
-    if (exact) {
+    // Phase 1 on the real cache; with `exact` the checkpoints come from replay_checkpoints().
+    void phase1(Transformer& model_rw, KVCache& cache, bool exact, const std::vector<std::vector<SlotPlan>>* forced_plans) {
+        (void)model_rw;
+        Transformer& model = model_rw;
+        // ---- phase 1: the real forward, decisions logged, checkpoints at row starts ----------
+        {
+            auto phase = trace::span(trace::SpanCategory::RUN, "gradient phase 1 (forward)");
+            DriverCallbacks cb1;
+            cb1.cancel = cb.cancel;
+            cb1.progress = [&](int64_t d, int64_t) {
+                if (cb.progress) cb.progress(d, total_units);
+            };
+            if (!exact) {
+                cb1.layer_input = [&](int l, size_t ci, const std::vector<Tensor>& xs) {
+                    if (row_at[size_t(l)] < 0) return;
+                    KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "layer checkpoint", .layer = l, .cell_col = int(ci));
+                    Tensor j = join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging");
+                    layer_cp[size_t(row_at[size_t(l)])][ci] = layer_fmt.store(j, host, MemCategory::ACTIVATION_CHECKPOINT,
+                                                                              str("layer ", l, " input checkpoint, cell ", ci));
+                };
+                cb1.final_output = [&](size_t ci, const std::vector<Tensor>& xs) {
+                    KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "final checkpoint", .cell_col = int(ci));
+                    Tensor j = join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging");
+                    final_cp[ci] =
+                        layer_fmt.store(j, host, MemCategory::ACTIVATION_CHECKPOINT, str("final output checkpoint, cell ", ci));
+                };
+            }
+            if (forced_plans) {
+                if (int(forced_plans->size()) != nl)
+                    throw Error(str("forced plans: ", forced_plans->size(), " layers, the model has ", nl));
+                for (int l = 0; l < nl; ++l) cache.layer(l).set_replay_source(&(*forced_plans)[size_t(l)]);
+            }
+            cache.set_replay_logging(true);
+            long_context_forward(model, cache, ids, plan, head, st.head, cb1, false);
+            st.plans.resize(size_t(nl));
+            for (int l = 0; l < nl; ++l) {
+                st.plans[size_t(l)] = cache.layer(l).replay_log().plans();
+                cache.layer(l).set_replay_source(nullptr);
+            }
+            cache.set_replay_logging(false);
+            cache.release_buffers();
+            st.loss = st.head.mean_loss() * loss_scale;
+        }
+        Ls = layer_cache_lengths(cache);
+        done_units = int64_t(plan.chunks.size()) * nl;
+    }
+
+    // Layer checkpoints from a full-precision replay of the logged decisions
+    // (cell -> layer -> chunk).
+    void replay_checkpoints() {
         // Checkpoints from a full-precision replay of the logged decisions (cell -> layer -> chunk).
         auto phase = trace::span(trace::SpanCategory::RUN, "gradient checkpoints (replay)");
         auto caches = make_caches(model, 0, nl, B, Ls, st.plans);
@@ -264,7 +284,8 @@ GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& id
         for (size_t ci = 0; ci < ncells; ++ci) {
             const CellRange& cr = crs[ci];
             std::vector<Tensor> xs;
-            for (size_t c = cr.c0; c < cr.c1; ++c) xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
+            for (size_t c = cr.c0; c < cr.c1; ++c)
+                xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
             for (int l = 0; l < nl; ++l) {
                 if (row_at[size_t(l)] >= 0)
                     layer_cp[size_t(row_at[size_t(l)])][ci] =
@@ -276,160 +297,244 @@ GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& id
                                            MemCategory::ACTIVATION_CHECKPOINT, str("final output checkpoint, cell ", ci));
         }
     }
-    for (const auto& r : layer_cp)
-        for (const auto& t : r) st.layer_checkpoint_bytes += t.nbytes();
-    for (const auto& t : final_cp) st.layer_checkpoint_bytes += t.nbytes();
-    st.phase1_seconds = seconds_since(t0);
-    st.phase1_memory = tracker.all_stats();
 
-    // ---- phase 2: head gradients, then rows top-down, cells right-to-left -----------------
-    t0 = Clock::now();
-    tracker.reset_peaks();
-    auto phase2 = trace::span(trace::SpanCategory::BACKWARD, "gradient phase 2 (backward)");
-    auto load_cp = [&](const Tensor& stored, const CellRange& cr, const char* what) {
-        return layer_fmt.load(stored, {B, cr.len, E}, act, dev, MemCategory::ACTIVATIONS, what);
-    };
-    // Gradient slots per cell: first w.r.t. the final-layer output, then w.r.t. each row's input.
-    std::vector<Tensor> gslot(ncells);
-    {
-        KV_TRACE_SPAN(trace::SpanCategory::HEAD, "head gradients");
-        const std::vector<double> w = head_row_weights(head, loss_scale);
-        HeadGrads hg;
-        hg.model = targets.model;
-        hg.class_weight = targets.class_weight;
-        hg.class_bias = targets.class_bias;
-        Tensor pooled;
-        if (head.kind == HeadKind::SEQ_CLASS && head.mean_pool) {
-            std::vector<Tensor> finals;
-            for (size_t ci = 0; ci < ncells; ++ci) finals.push_back(load_cp(final_cp[ci], crs[ci], "final states"));
-            pooled = mean_pooled(model, finals, T);
-        }
-        for (size_t ci = 0; ci < ncells; ++ci) {
-            Tensor x = load_cp(final_cp[ci], crs[ci], "final states");
-            Tensor dx = Tensor::empty(x.shape(), act, {dev, MemCategory::GRADIENTS, "head gradient"});
-            st.replay_loss += head_backward(model, x, crs[ci].start, head, w, dx, hg, opt.max_logit_bytes, pooled);
-            gslot[ci] = Tensor::empty(dx.shape(), act, {host, MemCategory::ACTIVATION_CHECKPOINT, str("gradient slot, cell ", ci)});
-            gslot[ci].copy_from(host == dev ? dx : dx.to(host));
-        }
-        final_cp.clear();
+    void finish_phase1(Clock::time_point t0) {
+        for (const auto& r : layer_cp)
+            for (const auto& t : r) st.layer_checkpoint_bytes += t.nbytes();
+        for (const auto& t : final_cp) st.layer_checkpoint_bytes += t.nbytes();
+        st.phase1_seconds = seconds_since(t0);
+        st.phase1_memory = tracker.all_stats();
     }
 
-    for (int r = int(rows.size()) - 1; r >= 0; --r) {
-        const auto [l0, l1] = rows[size_t(r)];
-        auto caches = make_caches(model, l0, l1, B, Ls, st.plans);
-        // KV checkpoints at the start of cells 1.. from a replay of the row (cells 0 .. n-2).
-        std::vector<std::vector<ReplayKVState>> kv_cp(ncells);
-        if (ncells > 1) {
-            auto s = trace::span(trace::SpanCategory::CELL, "row replay", {.cell_row = r});
-            for (auto& c : caches) c->load(nullptr);
-            ReplayAttention att(caches, l0, false);
-            for (size_t ci = 0; ci + 1 < ncells; ++ci) {
-                const CellRange& cr = crs[ci];
-                std::vector<Tensor> xs = split_chunks(load_cp(layer_cp[size_t(r)][ci], cr, "row input"), plan, cr, MemCategory::ACTIVATIONS);
-                for (int l = l0; l < l1; ++l) {
-                    for (size_t c = cr.c0; c < cr.c1; ++c) xs[c - cr.c0] = model.block(l, xs[c - cr.c0], plan.starts[c], att);
-                    tick(int64_t(cr.c1 - cr.c0));
-                }
-                for (int l = l0; l < l1; ++l) {
-                    KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "KV checkpoint", .layer = l, .cell_row = r, .cell_col = int(ci + 1));
-                    ReplayKVState snap = caches[size_t(l - l0)]->snapshot(dev, MemCategory::WORKSPACE);
-                    snap.K = kv_fmt.store(snap.K, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " key checkpoint, cell ", ci + 1));
-                    snap.V = kv_fmt.store(snap.V, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " value checkpoint, cell ", ci + 1));
-                    st.kv_checkpoint_bytes += snap.K.nbytes() + snap.V.nbytes();
-                    kv_cp[ci + 1].push_back(std::move(snap));
-                }
+    void phase2() {
+        // ---- phase 2: head gradients, then rows top-down, cells right-to-left -----------------
+        const auto t0 = Clock::now();
+        tracker.reset_peaks();
+        auto phase2 = trace::span(trace::SpanCategory::BACKWARD, "gradient phase 2 (backward)");
+        auto load_cp = [&](const Tensor& stored, const CellRange& cr, const char* what) {
+            return layer_fmt.load(stored, {B, cr.len, E}, act, dev, MemCategory::ACTIVATIONS, what);
+        };
+        // Gradient slots per cell: first w.r.t. the final-layer output, then w.r.t. each row's input.
+        std::vector<Tensor> gslot(ncells);
+        {
+            KV_TRACE_SPAN(trace::SpanCategory::HEAD, "head gradients");
+            const std::vector<double> w = head_row_weights(head, loss_scale);
+            HeadGrads hg;
+            hg.model = targets.model;
+            hg.class_weight = targets.class_weight;
+            hg.class_bias = targets.class_bias;
+            Tensor pooled;
+            if (head.kind == HeadKind::SEQ_CLASS && head.mean_pool) {
+                std::vector<Tensor> finals;
+                for (size_t ci = 0; ci < ncells; ++ci) finals.push_back(load_cp(final_cp[ci], crs[ci], "final states"));
+                pooled = mean_pooled(model, finals, T);
             }
+            for (size_t ci = 0; ci < ncells; ++ci) {
+                Tensor x = load_cp(final_cp[ci], crs[ci], "final states");
+                Tensor dx = Tensor::empty(x.shape(), act, {dev, MemCategory::GRADIENTS, "head gradient"});
+                st.replay_loss += head_backward(model, x, crs[ci].start, head, w, dx, hg, opt.max_logit_bytes, pooled);
+                gslot[ci] =
+                    Tensor::empty(dx.shape(), act, {host, MemCategory::ACTIVATION_CHECKPOINT, str("gradient slot, cell ", ci)});
+                gslot[ci].copy_from(host == dev ? dx : dx.to(host));
+            }
+            final_cp.clear();
         }
-        // Cells right to left; the gradient w.r.t. each layer's KV state at a cell's start is
-        // handed to the cell on its left (straight through quantized checkpoints).
-        std::vector<Tensor> carried_k(size_t(l1 - l0)), carried_v(size_t(l1 - l0));
-        ReplayAttention att(caches, l0, true);
-        ReplayAttentionBackward attb(caches, l0);
-        for (int ci = int(ncells) - 1; ci >= 0; --ci) {
-            const CellRange& cr = crs[size_t(ci)];
-            const uint64_t cell_t0 = now_ns();
-            tracker.reset_peaks();
-            auto cell_span = trace::span(trace::SpanCategory::CELL, "cell backward", {.cell_row = r, .cell_col = ci});
-            for (int l = l0; l < l1; ++l) {
-                ReplayLayerCache& rc = *caches[size_t(l - l0)];
-                if (ci == 0) rc.load(nullptr);
-                else {
-                    ReplayKVState s = kv_cp[size_t(ci)][size_t(l - l0)];
-                    const Shape ks = s.K.defined() && !kv_fmt.quantized() ? s.K.shape() : Shape{B, mc.num_kv_heads, Ls[size_t(l)], mc.head_dim};
-                    s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
-                    s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
-                    rc.load(&s);
+
+        for (int r = int(rows.size()) - 1; r >= 0; --r) {
+            const auto [l0, l1] = rows[size_t(r)];
+            auto caches = make_caches(model, l0, l1, B, Ls, st.plans);
+            // KV checkpoints at the start of cells 1.. from a replay of the row (cells 0 .. n-2).
+            std::vector<std::vector<ReplayKVState>> kv_cp(ncells);
+            if (ncells > 1) {
+                auto s = trace::span(trace::SpanCategory::CELL, "row replay", {.cell_row = r});
+                for (auto& c : caches) c->load(nullptr);
+                ReplayAttention att(caches, l0, false);
+                for (size_t ci = 0; ci + 1 < ncells; ++ci) {
+                    const CellRange& cr = crs[ci];
+                    std::vector<Tensor> xs =
+                        split_chunks(load_cp(layer_cp[size_t(r)][ci], cr, "row input"), plan, cr, MemCategory::ACTIVATIONS);
+                    for (int l = l0; l < l1; ++l) {
+                        for (size_t c = cr.c0; c < cr.c1; ++c)
+                            xs[c - cr.c0] = model.block(l, xs[c - cr.c0], plan.starts[c], att);
+                        tick(int64_t(cr.c1 - cr.c0));
+                    }
+                    for (int l = l0; l < l1; ++l) {
+                        KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "KV checkpoint", .layer = l, .cell_row = r,
+                                      .cell_col = int(ci + 1));
+                        ReplayKVState snap = caches[size_t(l - l0)]->snapshot(dev, MemCategory::WORKSPACE);
+                        snap.K = kv_fmt.store(snap.K, host, MemCategory::KV_CHECKPOINT,
+                                              str("layer ", l, " key checkpoint, cell ", ci + 1));
+                        snap.V = kv_fmt.store(snap.V, host, MemCategory::KV_CHECKPOINT,
+                                              str("layer ", l, " value checkpoint, cell ", ci + 1));
+                        st.kv_checkpoint_bytes += snap.K.nbytes() + snap.V.nbytes();
+                        kv_cp[ci + 1].push_back(std::move(snap));
+                    }
                 }
-                const size_t i = size_t(l - l0);
-                rc.set_state_grad(carried_k[i].defined() ? &carried_k[i] : nullptr, carried_v[i].defined() ? &carried_v[i] : nullptr);
             }
-            // forward with recording
-            const size_t nc = cr.c1 - cr.c0;
-            std::vector<std::vector<Tensor>> inputs(size_t(l1 - l0), std::vector<Tensor>(nc));
-            std::vector<std::vector<BlockActivations>> acts(size_t(l1 - l0), std::vector<BlockActivations>(nc));
-            {
-                std::vector<Tensor> xs = split_chunks(load_cp(layer_cp[size_t(r)][size_t(ci)], cr, "row input"), plan, cr, MemCategory::ACTIVATIONS);
+            // Cells right to left; the gradient w.r.t. each layer's KV state at a cell's start is
+            // handed to the cell on its left (straight through quantized checkpoints).
+            std::vector<Tensor> carried_k(size_t(l1 - l0)), carried_v(size_t(l1 - l0));
+            ReplayAttention att(caches, l0, true);
+            ReplayAttentionBackward attb(caches, l0);
+            for (int ci = int(ncells) - 1; ci >= 0; --ci) {
+                const CellRange& cr = crs[size_t(ci)];
+                const uint64_t cell_t0 = now_ns();
+                tracker.reset_peaks();
+                auto cell_span = trace::span(trace::SpanCategory::CELL, "cell backward", {.cell_row = r, .cell_col = ci});
                 for (int l = l0; l < l1; ++l) {
+                    ReplayLayerCache& rc = *caches[size_t(l - l0)];
+                    if (ci == 0)
+                        rc.load(nullptr);
+                    else {
+                        ReplayKVState s = kv_cp[size_t(ci)][size_t(l - l0)];
+                        const Shape ks = s.K.defined() && !kv_fmt.quantized()
+                                             ? s.K.shape()
+                                             : Shape{B, mc.num_kv_heads, Ls[size_t(l)], mc.head_dim};
+                        s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
+                        s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
+                        rc.load(&s);
+                    }
                     const size_t i = size_t(l - l0);
-                    for (size_t c = 0; c < nc; ++c) {
-                        inputs[i][c] = xs[c];
-                        xs[c] = model.block(l, xs[c], plan.starts[cr.c0 + c], att, &acts[i][c]);
+                    rc.set_state_grad(carried_k[i].defined() ? &carried_k[i] : nullptr,
+                                      carried_v[i].defined() ? &carried_v[i] : nullptr);
+                }
+                // forward with recording
+                const size_t nc = cr.c1 - cr.c0;
+                std::vector<std::vector<Tensor>> inputs(size_t(l1 - l0), std::vector<Tensor>(nc));
+                std::vector<std::vector<BlockActivations>> acts(size_t(l1 - l0), std::vector<BlockActivations>(nc));
+                {
+                    std::vector<Tensor> xs = split_chunks(load_cp(layer_cp[size_t(r)][size_t(ci)], cr, "row input"), plan, cr,
+                                                          MemCategory::ACTIVATIONS);
+                    for (int l = l0; l < l1; ++l) {
+                        const size_t i = size_t(l - l0);
+                        for (size_t c = 0; c < nc; ++c) {
+                            inputs[i][c] = xs[c];
+                            xs[c] = model.block(l, xs[c], plan.starts[cr.c0 + c], att, &acts[i][c]);
+                        }
+                        tick(int64_t(nc));
+                    }
+                }
+                // backward: layers top-down, chunks right-to-left
+                std::vector<Tensor> g =
+                    split_chunks(gslot[size_t(ci)].device() == dev ? gslot[size_t(ci)] : gslot[size_t(ci)].to(dev), plan, cr,
+                                 MemCategory::GRADIENTS);
+                for (int l = l1 - 1; l >= l0; --l) {
+                    const size_t i = size_t(l - l0);
+                    for (int c = int(nc) - 1; c >= 0; --c) {
+                        LayerGrads* lg = targets.model ? &targets.model->layers[size_t(l)] : nullptr;
+                        g[size_t(c)] = block_backward(model, l, inputs[i][size_t(c)], acts[i][size_t(c)], g[size_t(c)],
+                                                      plan.starts[cr.c0 + size_t(c)], attb, lg);
+                        acts[i][size_t(c)] = BlockActivations();
+                        inputs[i][size_t(c)] = Tensor();
                     }
                     tick(int64_t(nc));
                 }
-            }
-            // backward: layers top-down, chunks right-to-left
-            std::vector<Tensor> g = split_chunks(gslot[size_t(ci)].device() == dev ? gslot[size_t(ci)] : gslot[size_t(ci)].to(dev), plan, cr,
-                                                 MemCategory::GRADIENTS);
-            for (int l = l1 - 1; l >= l0; --l) {
-                const size_t i = size_t(l - l0);
-                for (int c = int(nc) - 1; c >= 0; --c) {
-                    LayerGrads* lg = targets.model ? &targets.model->layers[size_t(l)] : nullptr;
-                    g[size_t(c)] = block_backward(model, l, inputs[i][size_t(c)], acts[i][size_t(c)], g[size_t(c)],
-                                                  plan.starts[cr.c0 + size_t(c)], attb, lg);
-                    acts[i][size_t(c)] = BlockActivations();
-                    inputs[i][size_t(c)] = Tensor();
+                Tensor gj = join_chunks(g, MemCategory::GRADIENTS, "row input gradient");
+                gslot[size_t(ci)].copy_from(host == dev ? gj : gj.to(host));
+                for (int l = l0; l < l1; ++l) {
+                    const size_t i = size_t(l - l0);
+                    if (ci > 0) {
+                        carried_k[i] = caches[i]->state_grad_k().clone();
+                        carried_v[i] = caches[i]->state_grad_v().clone();
+                    }
+                    caches[i]->clear_records();
                 }
-                tick(int64_t(nc));
+                trace::CellInfo info;
+                info.row = r, info.col = ci, info.layer_begin = l0, info.layer_end = l1;
+                info.chunk_begin = int32_t(cr.c0), info.chunk_end = int32_t(cr.c1);
+                info.start_ns = cell_t0, info.end_ns = now_ns();
+                info.peak_bytes = tracker.peak_total(dev);
+                info.device = dev;
+                trace::cell(info);
+                merge_peaks(st.phase2_memory, tracker.all_stats());
             }
-            Tensor gj = join_chunks(g, MemCategory::GRADIENTS, "row input gradient");
-            gslot[size_t(ci)].copy_from(host == dev ? gj : gj.to(host));
-            for (int l = l0; l < l1; ++l) {
-                const size_t i = size_t(l - l0);
-                if (ci > 0) {
-                    carried_k[i] = caches[i]->state_grad_k().clone();
-                    carried_v[i] = caches[i]->state_grad_v().clone();
-                }
-                caches[i]->clear_records();
-            }
-            trace::CellInfo info;
-            info.row = r, info.col = ci, info.layer_begin = l0, info.layer_end = l1;
-            info.chunk_begin = int32_t(cr.c0), info.chunk_end = int32_t(cr.c1);
-            info.start_ns = cell_t0, info.end_ns = now_ns();
-            info.peak_bytes = tracker.peak_total(dev);
-            info.device = dev;
-            trace::cell(info);
-            merge_peaks(st.phase2_memory, tracker.all_stats());
+            layer_cp[size_t(r)].clear();
         }
-        layer_cp[size_t(r)].clear();
+
+        // ---- embeddings ----
+        for (size_t ci = 0; ci < ncells; ++ci) {
+            const CellRange& cr = crs[ci];
+            if (targets.model) {
+                Tensor gx = gslot[ci].device() == dev ? gslot[ci] : gslot[ci].to(dev);
+                Tensor idc = ids.slice(1, cr.start, cr.start + cr.len).contiguous();
+                ops::embedding_backward_(targets.model->embed, idc.device() == dev ? idc : idc.to(dev), gx, true);
+            }
+            if (targets.input_embedding_grad) {
+                Tensor d = targets.input_embedding_grad->slice(1, cr.start, cr.start + cr.len);
+                d.copy_from(gslot[ci].device() == d.device() ? gslot[ci] : gslot[ci].to(d.device()));
+            }
+        }
+        st.phase2_seconds = seconds_since(t0);
+        if (st.phase2_memory.empty()) st.phase2_memory = tracker.all_stats();
     }
 
-    // ---- embeddings ----
-    for (size_t ci = 0; ci < ncells; ++ci) {
-        const CellRange& cr = crs[ci];
-        if (targets.model) {
-            Tensor gx = gslot[ci].device() == dev ? gslot[ci] : gslot[ci].to(dev);
-            Tensor idc = ids.slice(1, cr.start, cr.start + cr.len).contiguous();
-            ops::embedding_backward_(targets.model->embed, idc.device() == dev ? idc : idc.to(dev), gx, true);
-        }
-        if (targets.input_embedding_grad) {
-            Tensor d = targets.input_embedding_grad->slice(1, cr.start, cr.start + cr.len);
-            d.copy_from(gslot[ci].device() == d.device() ? gslot[ci] : gslot[ci].to(d.device()));
-        }
+    void tick(int64_t units) {
+        done_units += units;
+        if (cb.progress) cb.progress(std::min(done_units, total_units), total_units);
+        if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
     }
-    st.phase2_seconds = seconds_since(t0);
-    if (st.phase2_memory.empty()) st.phase2_memory = tracker.all_stats();
-    return st;
+
+    const Transformer& model;
+    const ModelConfig& mc;
+    const Tensor& ids;
+    const ChunkPlan& plan;
+    const HeadSpec& head;
+    double loss_scale;
+    const GradientOptions& opt;
+    const GradientTargets& targets;
+    const DriverCallbacks& cb;
+    const int nl;
+    const int64_t B, T, E;
+    const DType act;
+    const Device dev, host;
+    MemoryTracker& tracker;
+    const CheckpointFormat layer_fmt, kv_fmt;
+    const std::vector<std::pair<int, int>> rows;
+    const std::vector<CellRange> crs;
+    const size_t ncells;
+    std::vector<int> row_at;
+    std::vector<std::vector<Tensor>> layer_cp;
+    std::vector<Tensor> final_cp;
+    std::vector<int64_t> Ls;
+    GradientStats st;
+    int64_t total_units = 0, done_units = 0;
+};
+
+}  // namespace
+
+GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
+                            double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
+                            const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
+    GradientRun run(model, ids, plan, head, loss_scale, opt, targets, cb);
+    const bool quantized_cache = cache.config().buffer() != "default";
+    const bool exact = opt.exact_checkpoints == GradientOptions::Exact::ON ||
+                       (opt.exact_checkpoints == GradientOptions::Exact::AUTO && quantized_cache);
+    const auto t0 = Clock::now();
+    run.tracker.reset_peaks();
+    run.phase1(model, cache, exact, forced_plans);
+    if (exact) run.replay_checkpoints();
+    run.finish_phase1(t0);
+    run.phase2();
+    return std::move(run.st);
+}
+
+GradientStats replay_gradient(const Transformer& model, const std::vector<std::vector<SlotPlan>>& plans,
+                              const std::vector<int64_t>& cache_lengths, const Tensor& ids, const ChunkPlan& plan,
+                              const HeadSpec& head, double loss_scale, const GradientOptions& opt,
+                              const GradientTargets& targets, const DriverCallbacks& cb) {
+    GradientRun run(model, ids, plan, head, loss_scale, opt, targets, cb);
+    if (int(plans.size()) != run.nl)
+        throw Error(str("replay gradient: plans for ", plans.size(), " layers, the model has ", run.nl));
+    const auto t0 = Clock::now();
+    run.tracker.reset_peaks();
+    run.st.plans = plans;
+    run.Ls = cache_lengths;
+    run.replay_checkpoints();
+    run.st.loss = run.st.replay_loss;  // set again by phase 2's head pass
+    run.finish_phase1(t0);
+    run.phase2();
+    run.st.loss = run.st.replay_loss;
+    return std::move(run.st);
 }
 
 }  // namespace kv

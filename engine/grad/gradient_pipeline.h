@@ -37,16 +37,16 @@ struct GradientOptions {
 };
 
 struct GradientTargets {
-    ModelGrads* model = nullptr;           // full fine-tuning (LoRA gradients go through the adapters)
-    Tensor* class_weight = nullptr;        // seq_classification head gradients
+    ModelGrads* model = nullptr;     // full fine-tuning (LoRA gradients go through the adapters)
+    Tensor* class_weight = nullptr;  // seq_classification head gradients
     Tensor* class_bias = nullptr;
     Tensor* input_embedding_grad = nullptr;  // if set: (B, T, E) gradient w.r.t. the embeddings
 };
 
 struct GradientStats {
-    double loss = 0;           // phase-1 loss (normalised as the reference, times the scale)
-    double replay_loss = 0;    // the same loss from the checkpoints phase 2 differentiates
-    HeadResult head;           // phase-1 head results (predictions for accuracy)
+    double loss = 0;         // phase-1 loss (normalised as the reference, times the scale)
+    double replay_loss = 0;  // the same loss from the checkpoints phase 2 differentiates
+    HeadResult head;         // phase-1 head results (predictions for accuracy)
     int64_t rows = 0, cells = 0, chunks = 0;
     double phase1_seconds = 0, phase2_seconds = 0;
     std::vector<DeviceMemoryStats> phase1_memory, phase2_memory;  // peaks of each phase
@@ -65,6 +65,13 @@ std::vector<std::pair<int, int>> gradient_rows(int num_layers, int64_t layers_pe
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb = {}, const std::vector<std::vector<SlotPlan>>* forced_plans = nullptr);
+
+// Phase 2 alone for given decisions (one log per layer, e.g. from a fixture): checkpoints
+// from the full-precision replay, then the same reverse pass as gradient_step.
+GradientStats replay_gradient(const Transformer& model, const std::vector<std::vector<SlotPlan>>& plans,
+                              const std::vector<int64_t>& cache_lengths, const Tensor& ids, const ChunkPlan& plan,
+                              const HeadSpec& head, double loss_scale, const GradientOptions& opt,
+                              const GradientTargets& targets, const DriverCallbacks& cb = {});
 
 // The loss of the replayed forward (decisions from `plans`, full-precision K/V), normalised
 // like gradient_step. What the gradient is the gradient of; finite differences call it.

@@ -4,11 +4,11 @@
 #include <algorithm>
 
 #include "block_backward.h"
-#include "grad_math.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
+#include "grad_math.h"
 
 namespace kv {
 
@@ -35,7 +35,8 @@ Tensor lm_head_backward(const Transformer& m, const Tensor& h, const Tensor& dlo
 
 // dx of h = final_norm(x) given dh (written into dx).
 void final_norm_backward(const Transformer& m, const Tensor& x, const Tensor& dh, Tensor& dx, const HeadGrads& g) {
-    ops::rmsnorm_backward_(dx, g.model ? &g.model->norm : nullptr, x, m.final_norm_weight(), dh, float(m.config().rms_norm_eps));
+    ops::rmsnorm_backward_(dx, g.model ? &g.model->norm : nullptr, x, m.final_norm_weight(), dh,
+                           float(m.config().rms_norm_eps));
 }
 
 double weighted_sum(const Tensor& loss, const std::vector<double>& wrow, int64_t per_row) {
@@ -47,8 +48,9 @@ double weighted_sum(const Tensor& loss, const std::vector<double>& wrow, int64_t
 
 }  // namespace
 
-double head_backward(const Transformer& m, const Tensor& x, int64_t start, const HeadSpec& head, const std::vector<double>& wrow,
-                     Tensor& dx, const HeadGrads& g, int64_t max_logit_bytes, const Tensor& pooled) {
+double head_backward(const Transformer& m, const Tensor& x, int64_t start, const HeadSpec& head,
+                     const std::vector<double>& wrow, Tensor& dx, const HeadGrads& g, int64_t max_logit_bytes,
+                     const Tensor& pooled) {
     const int64_t B = x.size(0), n = x.size(1), E = x.size(2), V = m.config().vocab_size;
     const Device dev = x.device();
     const DType dt = x.dtype();

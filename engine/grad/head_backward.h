@@ -12,7 +12,7 @@
 namespace kv {
 
 struct HeadGrads {
-    ModelGrads* model = nullptr;  // final norm and lm_head (full fine-tuning), else null
+    ModelGrads* model = nullptr;     // final norm and lm_head (full fine-tuning), else null
     Tensor* class_weight = nullptr;  // seq_classification head (C, E), null = frozen
     Tensor* class_bias = nullptr;
 };

@@ -15,7 +15,9 @@ namespace kv {
 namespace {
 
 // Output columns of a view along the last dim (y may be any strided tensor).
-Tensor cols(const Tensor& y, int64_t c0, int64_t c1) { return y.slice(y.ndim() - 1, c0, c1); }
+Tensor cols(const Tensor& y, int64_t c0, int64_t c1) {
+    return y.slice(y.ndim() - 1, c0, c1);
+}
 
 }  // namespace
 
@@ -101,14 +103,14 @@ void Lora::backward(int layer, LinearSite site, const Tensor& x, const Tensor& d
     Tensor dx2 = dx.reshape({x2.size(0), x2.size(1)});
     for (size_t i : list) {
         const LoraAdapter& a = adapters_[i];
-        Tensor dyc = grad::rows2d(cols(dy, a.col0, a.col1));             // (rows, out)
-        Tensor t = ops::linear(x2, a.A, dy.dtype());               // (rows, r), recomputed
+        Tensor dyc = grad::rows2d(cols(dy, a.col0, a.col1));  // (rows, out)
+        Tensor t = ops::linear(x2, a.A, dy.dtype());          // (rows, r), recomputed
         Tensor dB = a.dB, dA = a.dA;
-        ops::matmul_(dB, dyc.transpose(0, 1), t, scale(), 1.0f);   // dB += s dy^T t
-        Tensor dt = ops::matmul(dyc, a.B, dy.dtype());             // (rows, r) = dy B
+        ops::matmul_(dB, dyc.transpose(0, 1), t, scale(), 1.0f);  // dB += s dy^T t
+        Tensor dt = ops::matmul(dyc, a.B, dy.dtype());            // (rows, r) = dy B
         ops::scale_(dt, dt, scale());
-        ops::matmul_(dA, dt.transpose(0, 1), x2, 1.0f, 1.0f);      // dA += dt^T x
-        ops::matmul_(dx2, dt, a.A, 1.0f, 1.0f);                     // dx += dt A
+        ops::matmul_(dA, dt.transpose(0, 1), x2, 1.0f, 1.0f);  // dA += dt^T x
+        ops::matmul_(dx2, dt, a.A, 1.0f, 1.0f);                // dx += dt A
     }
 }
 

@@ -16,7 +16,7 @@ namespace kv {
 struct LoraConfig {
     int64_t r = 8;
     double alpha = 16.0;
-    double dropout = 0.0;                     // only 0 is supported (see lora.cpp)
+    double dropout = 0.0;                        // only 0 is supported (see lora.cpp)
     std::vector<std::string> targets{"q", "v"};  // any of q, k, v, proj, mlp, head
     uint64_t seed = 0;
 };
@@ -25,16 +25,16 @@ struct LoraConfig {
 std::vector<std::string> parse_lora_targets(const std::string& list);
 
 struct LoraAdapter {
-    int layer = 0;             // -1: the head
+    int layer = 0;  // -1: the head
     LinearSite site = LinearSite::QKV;
     int64_t col0 = 0, col1 = 0;  // output columns of the site this adapter adds to
-    std::string module;        // PEFT module path, e.g. "model.layers.3.self_attn.q_proj"
-    Tensor A, B;               // (r, in), (out, r)
-    Tensor dA, dB;             // gradients, same shapes
+    std::string module;          // PEFT module path, e.g. "model.layers.3.self_attn.q_proj"
+    Tensor A, B;                 // (r, in), (out, r)
+    Tensor dA, dB;               // gradients, same shapes
 };
 
 class Lora final : public LinearAdapters {
-   public:
+ public:
     // Adapters for every layer and target of `model`, in the model's activation dtype.
     Lora(const Transformer& model, const LoraConfig& cfg);
 
@@ -52,7 +52,7 @@ class Lora final : public LinearAdapters {
     void load_state_dict(const TensorMap& tensors);
     int64_t parameter_count() const;
 
-   private:
+ private:
     const std::vector<size_t>& at(int layer, LinearSite site) const;
     LoraConfig cfg_;
     std::vector<LoraAdapter> adapters_;

@@ -39,7 +39,8 @@ void ModelGrads::zero() {
     for (Tensor* t : {&embed, &norm, &lm_head})
         if (t->defined()) t->fill(0.0);
     for (auto& l : layers)
-        for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.mlp_norm, &l.w_gate_up, &l.w_down})
+        for (Tensor* t :
+             {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.mlp_norm, &l.w_gate_up, &l.w_down})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -53,11 +54,16 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
         LayerGrads& g = layers[size_t(l)];
         const std::string p = str("model.layers.", l, ".");
         const std::pair<const char*, std::pair<Tensor*, Tensor*>> items[] = {
-            {"input_layernorm.weight", {&w.attn_norm, &g.attn_norm}}, {"self_attn.qkv", {&w.wqkv, &g.wqkv}},
-            {"self_attn.qkv.bias", {&w.bqkv, &g.bqkv}},           {"self_attn.q_norm.weight", {&w.q_norm, &g.q_norm}},
-            {"self_attn.k_norm.weight", {&w.k_norm, &g.k_norm}},   {"self_attn.o_proj.weight", {&w.wo, &g.wo}},
-            {"self_attn.o_proj.bias", {&w.bo, &g.bo}},             {"post_attention_layernorm.weight", {&w.mlp_norm, &g.mlp_norm}},
-            {"mlp.gate_up", {&w.w_gate_up, &g.w_gate_up}},         {"mlp.down_proj.weight", {&w.w_down, &g.w_down}}};
+            {"input_layernorm.weight", {&w.attn_norm, &g.attn_norm}},
+            {"self_attn.qkv", {&w.wqkv, &g.wqkv}},
+            {"self_attn.qkv.bias", {&w.bqkv, &g.bqkv}},
+            {"self_attn.q_norm.weight", {&w.q_norm, &g.q_norm}},
+            {"self_attn.k_norm.weight", {&w.k_norm, &g.k_norm}},
+            {"self_attn.o_proj.weight", {&w.wo, &g.wo}},
+            {"self_attn.o_proj.bias", {&w.bo, &g.bo}},
+            {"post_attention_layernorm.weight", {&w.mlp_norm, &g.mlp_norm}},
+            {"mlp.gate_up", {&w.w_gate_up, &g.w_gate_up}},
+            {"mlp.down_proj.weight", {&w.w_down, &g.w_down}}};
         for (const auto& [name, wg] : items)
             if (wg.second->defined()) out.push_back({p + name, wg});
     }

@@ -57,7 +57,8 @@ ReplayKVState ReplayLayerCache::snapshot(Device device, MemCategory cat) const {
 
 Tensor ReplayLayerCache::positions_tensor() const {
     std::vector<int32_t> p((size_t)(B_ * G_ * length_));
-    for (int64_t r = 0; r < B_ * G_; ++r) std::copy(pos_.begin() + r * L_, pos_.begin() + r * L_ + length_, p.begin() + r * length_);
+    for (int64_t r = 0; r < B_ * G_; ++r)
+        std::copy(pos_.begin() + r * L_, pos_.begin() + r * L_ + length_, p.begin() + r * length_);
     return Tensor::from_i32({B_, G_, length_}, p, {device_, MemCategory::WORKSPACE, "slot positions"});
 }
 
@@ -68,10 +69,11 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
     const SlotPlan& plan = (*plans_)[size_t(chunk_)];
     const int64_t n = k.size(2);
     if (plan.input_pos != input_pos || plan.n != n || input_pos != input_pos_)
-        throw Error(str("layer ", layer_, " gradient replay: log chunk ", chunk_, " covers positions ", plan.input_pos, "+", plan.n,
-                        ", the call ", input_pos, "+", n, " (cache at ", input_pos_, ")"));
+        throw Error(str("layer ", layer_, " gradient replay: log chunk ", chunk_, " covers positions ", plan.input_pos, "+",
+                        plan.n, ", the call ", input_pos, "+", n, " (cache at ", input_pos_, ")"));
     if (plan.rows != 1 && plan.rows != B_ * G_)
-        throw Error(str("layer ", layer_, " gradient replay: a plan with ", plan.rows, " rows for batch ", B_, " x ", G_, " groups"));
+        throw Error(
+            str("layer ", layer_, " gradient replay: a plan with ", plan.rows, " rows for batch ", B_, " x ", G_, " groups"));
     {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache update", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " replay cache update"));
@@ -116,8 +118,8 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
-        ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), position_range(input_pos, n, device_),
-                   scale);
+        ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
+                   position_range(input_pos, n, device_), scale);
     }
     ++chunk_;
     input_pos_ = input_pos + n;
@@ -132,10 +134,14 @@ void ReplayLayerCache::ensure_grads() {
 
 void ReplayLayerCache::set_state_grad(const Tensor* dK, const Tensor* dV) {
     ensure_grads();
-    if (dK) dK_.copy_from(*dK);
-    else dK_.fill(0.0);
-    if (dV) dV_.copy_from(*dV);
-    else dV_.fill(0.0);
+    if (dK)
+        dK_.copy_from(*dK);
+    else
+        dK_.fill(0.0);
+    if (dV)
+        dV_.copy_from(*dV);
+    else
+        dV_.fill(0.0);
 }
 
 void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
@@ -183,8 +189,8 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
     for (int64_t r = 0; r < B_ * G_; ++r) {
         const int64_t pr = plan.rows == 1 ? 0 : r;
         for (int64_t i = 0; i < m; ++i) {
-            const int32_t slot = i < plan.moves ? plan.move_to[size_t(pr * plan.moves + i)]
-                                                : plan.targets[size_t(pr * n + (i - plan.moves))];
+            const int32_t slot =
+                i < plan.moves ? plan.move_to[size_t(pr * plan.moves + i)] : plan.targets[size_t(pr * n + (i - plan.moves))];
             pos_[size_t(r * L_ + slot)] = rec.old_pos[size_t(r * m + i)];
         }
     }
@@ -193,6 +199,8 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
     --chunk_;
 }
 
-void ReplayLayerCache::clear_records() { records_.clear(); }
+void ReplayLayerCache::clear_records() {
+    records_.clear();
+}
 
 }  // namespace kv

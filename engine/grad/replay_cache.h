@@ -15,15 +15,15 @@ namespace kv {
 
 // A layer's cache state between chunks: what a KV checkpoint stores.
 struct ReplayKVState {
-    Tensor K, V;                // (B, G, L, D)
-    std::vector<int32_t> pos;   // (B G, L) token position per slot, -1 = empty
-    int64_t length = 0;         // valid slots [0, length)
-    int64_t chunk = 0;          // index of the next chunk
-    int64_t input_pos = 0;      // tokens seen
+    Tensor K, V;               // (B, G, L, D)
+    std::vector<int32_t> pos;  // (B G, L) token position per slot, -1 = empty
+    int64_t length = 0;        // valid slots [0, length)
+    int64_t chunk = 0;         // index of the next chunk
+    int64_t input_pos = 0;     // tokens seen
 };
 
 class ReplayLayerCache {
-   public:
+ public:
     // plans: the layer's replay log (one plan per chunk, the prefill first).
     ReplayLayerCache(int layer, int64_t B, int64_t G, int64_t L, int64_t D, DType dtype, Device device,
                      const std::vector<SlotPlan>* plans);
@@ -53,11 +53,11 @@ class ReplayLayerCache {
     // Drop recorded deltas and gradients (end of a cell).
     void clear_records();
 
-   private:
+ private:
     struct ChunkRecord {
         SlotPlan plan;
-        Tensor overwritten;          // int32 (B|1, G|1, m, 1): slots written (moves' targets, then the new tokens)
-        Tensor old_k, old_v;         // (B, G, m, D) their content before the chunk
+        Tensor overwritten;            // int32 (B|1, G|1, m, 1): slots written (moves' targets, then the new tokens)
+        Tensor old_k, old_v;           // (B, G, m, D) their content before the chunk
         std::vector<int32_t> old_pos;  // (B G, m)
         int64_t length_before = 0;
         int64_t input_pos = 0;
