@@ -25,7 +25,11 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"context", OptKind::INT, "32768", "bench cache: sequence length"});
     o.push_back({"cache_length", OptKind::INT, "4096", "bench cache: cache length"});
     o.push_back({"chunk", OptKind::INT, "512", "bench cache: chunk size"});
-    o.push_back({"repeats", OptKind::INT, "3", "bench telemetry: traced/untraced run pairs"});
+    o.push_back({"repeats", OptKind::INT, "3", "bench telemetry/grad: repeats (the best counts)"});
+    o.push_back({"tokens", OptKind::INT, "16384", "bench grad: sequence length"});
+    o.push_back({"cache", OptKind::STRING, "h2o-default", "bench grad: cache policy-buffer"});
+    o.push_back({"mode", OptKind::STRING, "lora", "bench grad: lora or full"});
+    o.push_back({"layers_per_cell", OptKind::INT, "1", "bench grad: rows of this many layers"});
     o.push_back({"query_rows", OptKind::INT, "10000000", "bench telemetry: rows of the query benchmark session"});
     o.push_back({"dir", OptKind::STRING, "/tmp", "bench telemetry: where temporary sessions go"});
     return o;
@@ -33,12 +37,13 @@ std::vector<OptionSpec> bench_options() {
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops|model|cache|telemetry [options]\n\n"
+        "usage: kvlab bench ops|model|cache|telemetry|grad [options]\n\n"
         "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
         "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
         "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
         "  cache      SDPA weights overhead, policy and buffer chunk throughput, KV bytes per token\n"
         "  telemetry  session writer events/s, span cost, GUI queries, tracing overhead on a small h2o run\n"
+        "  grad       gradient step vs forward-only pass, peak memory per phase, offload bytes\n"
         "Every ratio is measured against its baseline in the same run.\n\n"
         "options:\n%s",
         format_options(bench_options()).c_str());
@@ -79,13 +84,14 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|telemetry");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|telemetry|grad");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
     if (what == "cache") return bench_cache(args);
     if (what == "telemetry") return bench_telemetry(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, telemetry");
+    if (what == "grad") return bench_grad(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, telemetry, grad");
 }
 
 }  // namespace kv::cli

@@ -227,7 +227,36 @@ class GradientRun {
     }
 
     // Phase 1 on the real cache; with `exact` the checkpoints come from replay_checkpoints().
+    // A layer's buffer at the start of cell ci, taken from the phase-1 cache (full-precision
+    // buffers only): the same state the row replay would rebuild, without recomputing it.
+    void snapshot_forward_kv(KVCache& cache, int l, size_t ci) {
+        KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "KV checkpoint", .layer = l, .cell_col = int(ci));
+        LayerCache& lc = cache.layer(l);
+        const KVPolicy& pol = lc.policy();
+        const int64_t L = pol.cache_length(), T = pol.current_length(), G = mc.num_kv_heads, D = mc.head_dim;
+        auto [K, V] = lc.buffer().read(T);
+        ReplayKVState s;
+        Tensor k = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
+        Tensor v = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
+        Tensor kd = k.slice(2, 0, T), vd = v.slice(2, 0, T);
+        ops::copy_(kd, K);
+        ops::copy_(vd, V);
+        s.K = kv_fmt.store(k, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " key checkpoint, cell ", ci));
+        s.V = kv_fmt.store(v, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " value checkpoint, cell ", ci));
+        const std::vector<int32_t>& pos = pol.token_positions();
+        s.pos.resize(size_t(B * G * L));
+        for (int64_t r = 0; r < B * G; ++r)
+            std::copy_n(pos.begin() + (pol.per_row_positions() ? r * L : 0), L, s.pos.begin() + r * L);
+        s.length = T;
+        s.chunk = int64_t(crs[ci].c0);
+        s.input_pos = crs[ci].start;
+        st.kv_checkpoint_bytes += s.K.nbytes() + s.V.nbytes();
+        kv_forward[ci][size_t(l)] = std::move(s);
+    }
+
     void phase1(Transformer& model_rw, KVCache& cache, bool exact, const std::vector<std::vector<SlotPlan>>* forced_plans) {
+        kv_from_forward = !exact && opt.kv_checkpoints_from_forward && cache.config().buffer() == "default" && ncells > 1;
+        if (kv_from_forward) kv_forward.assign(ncells, std::vector<ReplayKVState>(size_t(nl)));
         (void)model_rw;
         Transformer& model = model_rw;
         // ---- phase 1: the real forward, decisions logged, checkpoints at row starts ----------
@@ -240,6 +269,7 @@ class GradientRun {
             };
             if (!exact) {
                 cb1.layer_input = [&](int l, size_t ci, const std::vector<Tensor>& xs) {
+                    if (kv_from_forward && ci > 0) snapshot_forward_kv(cache, l, ci);
                     if (row_at[size_t(l)] < 0) return;
                     KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "layer checkpoint", .layer = l, .cell_col = int(ci));
                     Tensor j = join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging");
@@ -345,7 +375,10 @@ class GradientRun {
             auto caches = make_caches(model, l0, l1, B, Ls, st.plans);
             // KV checkpoints at the start of cells 1.. from a replay of the row (cells 0 .. n-2).
             std::vector<std::vector<ReplayKVState>> kv_cp(ncells);
-            if (ncells > 1) {
+            if (kv_from_forward) {
+                for (size_t ci = 1; ci < ncells; ++ci)
+                    for (int l = l0; l < l1; ++l) kv_cp[ci].push_back(std::move(kv_forward[ci][size_t(l)]));
+            } else if (ncells > 1) {
                 auto s = trace::span(trace::SpanCategory::CELL, "row replay", {.cell_row = r});
                 for (auto& c : caches) c->load(nullptr);
                 ReplayAttention att(caches, l0, false);
@@ -496,6 +529,8 @@ class GradientRun {
     std::vector<std::vector<Tensor>> layer_cp;
     std::vector<Tensor> final_cp;
     std::vector<int64_t> Ls;
+    bool kv_from_forward = false;
+    std::vector<std::vector<ReplayKVState>> kv_forward;  // [cell][layer], from phase 1
     GradientStats st;
     int64_t total_units = 0, done_units = 0;
 };

@@ -32,6 +32,10 @@ struct GradientOptions {
     // forward even when phase 1 ran on quantized buffers (keys_values accepts a mismatch).
     // AUTO: on when the cache buffers are quantized.
     enum class Exact : uint8_t { AUTO, ON, OFF } exact_checkpoints = Exact::AUTO;
+    // With full-precision phase-1 buffers, take the KV states at cell starts from the phase-1
+    // cache (host memory: layers x cells x one buffer) instead of replaying each row once
+    // more in phase 2 (one forward pass less).
+    bool kv_checkpoints_from_forward = true;
     int64_t max_logit_bytes = int64_t(256) << 20;  // head blocks: B x tokens x V logits at most
     Device host{};                                 // where checkpoints live
 };
