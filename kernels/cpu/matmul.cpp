@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <omp.h>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -122,6 +123,20 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
         if (cache().size() > 1024) cache().clear();  // bounded: shapes in a run are few
         cache()[key] = entry;
     }
+    // Waking a thread team costs ~10 us (up to a 4 ms scheduler tick when the other core is
+    // busy); below ~1M multiply-adds one thread finishes sooner. oneDNN's OpenMP runtime reads
+    // the calling thread's max-threads at execution.
+    const int64_t madds = d.numel() * a.ne[nd - 1];
+    const int saved_threads = omp_get_max_threads();
+    const bool single = madds < (int64_t(1) << 20) && saved_threads > 1;
+    if (single) omp_set_num_threads(1);
+    struct Restore {
+        bool on;
+        int n;
+        ~Restore() {
+            if (on) omp_set_num_threads(n);
+        }
+    } restore{single, saved_threads};
     try {
         dnnl::stream s(cpu_engine());
         dnnl::memory am(entry->a, cpu_engine(), a.data), bm(entry->b, cpu_engine(), b.data), dm(entry->d, cpu_engine(), d.data);
