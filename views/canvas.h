@@ -58,7 +58,8 @@ class Canvas {
     // Emits the ImGui calls of the active view into one window filling [0,0,width,height).
     void draw(float width, float height);
 
-    // For tests and for exports: the views' state (defined in the views' own headers).
+    // For tests and for exports: the views' state (CanvasImpl is defined in views/canvas_impl.h,
+    // each view's state in the view's own header).
     CanvasImpl& impl() { return *impl_; }
 
    private:

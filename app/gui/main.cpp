@@ -1,0 +1,80 @@
+// kvlab-gui: the desktop app. `kvlab-gui [SESSION]` opens a session (the last one when none is
+// given); --demo launches the demo comparison into an empty session; --bench-frames times the
+// views' frames and prints the numbers (see frame_bench.h).
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QSurfaceFormat>
+#include <QTimer>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "frame_bench.h"
+#include "gui_support.h"
+#include "main_window.h"
+#include "models/runs_model.h"
+#include "session_controller.h"
+
+int main(int argc, char** argv) {
+    // The GUI thread shares the cores with the run's OpenMP workers; spinning workers starve it
+    // and it starves them (runs went 10x slower). libgomp reads OMP_WAIT_POLICY when it loads,
+    // before main, so set it and re-exec once.
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        execv("/proc/self/exe", argv);  // returns only on failure: then run with spinning workers
+    }
+    // Before QApplication: every QOpenGLWidget gets this format (Mesa gives 4.5 compatibility).
+    QSurfaceFormat fmt;
+    fmt.setDepthBufferSize(0);
+    fmt.setStencilBufferSize(0);
+    fmt.setSwapInterval(0);  // frames are paced by events and timers, never by vsync waits
+    QSurfaceFormat::setDefaultFormat(fmt);
+    QApplication app(argc, argv);
+    QCoreApplication::setOrganizationName("kvlab");
+    QCoreApplication::setApplicationName("kvlab-gui");
+    QCoreApplication::setApplicationVersion(QStringLiteral(KVLAB_VERSION));
+
+    QCommandLineParser cli;
+    cli.setApplicationDescription("kvlab — a lab for KV-cache policies in large language models");
+    cli.addHelpOption();
+    cli.addVersionOption();
+    cli.addPositionalArgument("SESSION", "session file to open or create (default: the last one)");
+    QCommandLineOption demo("demo", "launch the demo comparison (dense, h2o, lastrec, streaming on the tiny model) into an empty session");
+    QCommandLineOption screenshot("screenshot", "when no run is active any more, save the window as PNG to PATH and quit", "PATH");
+    QCommandLineOption bench("bench-frames", "time frames of the views (synthetic 128k-token 24-layer eviction map, 10M-event memory timeline, a live small run) and quit");
+    QCommandLineOption benchFrames("frames", "frames per benchmark case", "N", "60");
+    cli.addOption(demo);
+    cli.addOption(screenshot);
+    cli.addOption(bench);
+    cli.addOption(benchFrames);
+    cli.process(app);
+
+    if (cli.isSet(bench)) return kv::gui::runFrameBench(cli.value(benchFrames).toInt());
+
+    kv::gui::MainWindow w;
+    w.show();
+    const QStringList args = cli.positionalArguments();
+    if (!args.isEmpty())
+        w.openSession(args.front());
+    else
+        w.restoreLastSession();
+    if (cli.isSet(demo)) QTimer::singleShot(0, &w, [&w] { w.startDemo(); });
+    if (cli.isSet(screenshot)) {
+        // Poll: the demo runs queue up first, so "idle" is checked after they were submitted.
+        auto* poll = new QTimer(&w);
+        const QString path = cli.value(screenshot);
+        QObject::connect(poll, &QTimer::timeout, &w, [&w, poll, path] {
+            if (w.controller()->anyActive()) return;
+            poll->stop();
+            QTimer::singleShot(1000, &w, [&w, path] {
+                w.saveWindowPng(path);
+                std::printf("saved %s\n", qPrintable(path));
+                QApplication::quit();
+            });
+        });
+        QTimer::singleShot(1500, poll, [poll] { poll->start(250); });
+    }
+    return app.exec();
+}

@@ -1,0 +1,252 @@
+// Main window: layout, menus, status bar and settings (actions are in main_window_actions.cpp).
+#include "main_window.h"
+
+#include <QAction>
+#include <algorithm>
+#include <QActionGroup>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDateTime>
+#include <QDockWidget>
+#include <QFileInfo>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenuBar>
+#include <QPlainTextEdit>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabBar>
+#include <QVBoxLayout>
+
+#include "canvas_widget.h"
+#include "engine/core/error.h"
+#include "models/runs_model.h"
+#include "run_form.h"
+#include "session_browser.h"
+#include "session_controller.h"
+
+namespace kv::gui {
+
+namespace {
+constexpr views::ViewKind kViews[] = {views::ViewKind::EVICTION_MAP, views::ViewKind::SCORES,  views::ViewKind::MEMORY_TIMELINE,
+                                      views::ViewKind::CELL_GRID,    views::ViewKind::METRICS, views::ViewKind::COMPARE};
+constexpr int kNumViews = int(sizeof(kViews) / sizeof(kViews[0]));
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+    setObjectName("kvlabMainWindow");
+    setWindowTitle("kvlab");
+    model_ = new RunsModel(this);
+    controller_ = new SessionController(model_, this);
+
+    // Central: the view switcher above the ImGui canvas.
+    auto* central = new QWidget;
+    auto* v = new QVBoxLayout(central);
+    v->setContentsMargins(0, 0, 0, 0);
+    v->setSpacing(0);
+    view_tabs_ = new QTabBar;
+    view_tabs_->setObjectName("viewTabs");
+    view_tabs_->setDocumentMode(true);
+    view_tabs_->setExpanding(false);
+    for (int i = 0; i < kNumViews; ++i) view_tabs_->addTab(QString::fromLatin1(views::view_name(kViews[i])));
+    canvas_ = new CanvasWidget;
+    canvas_->setObjectName("canvas");
+    v->addWidget(view_tabs_);
+    v->addWidget(canvas_, 1);
+    setCentralWidget(central);
+    connect(view_tabs_, &QTabBar::currentChanged, this, [this](int i) {
+        if (i >= 0 && i < kNumViews) canvas_->setView(kViews[i]);
+    });
+
+    // Docks: browser (top), form (right), log (bottom). Object names key the saved state.
+    browser_ = new SessionBrowser(model_);
+    auto* runsDock = new QDockWidget(tr("Runs"));
+    runsDock->setObjectName("runsDock");
+    runsDock->setWidget(browser_);
+    addDockWidget(Qt::TopDockWidgetArea, runsDock);
+    form_ = new RunForm;
+    form_->setObjectName("runForm");
+    auto* formDock = new QDockWidget(tr("Run"));
+    formDock->setObjectName("formDock");
+    formDock->setWidget(form_);
+    addDockWidget(Qt::RightDockWidgetArea, formDock);
+    log_ = new QPlainTextEdit;
+    log_->setObjectName("logPanel");
+    log_->setReadOnly(true);
+    log_->setMaximumBlockCount(10000);
+    log_->setLineWrapMode(QPlainTextEdit::NoWrap);
+    auto* logDock = new QDockWidget(tr("Log"));
+    logDock->setObjectName("logDock");
+    logDock->setWidget(log_);
+    addDockWidget(Qt::BottomDockWidgetArea, logDock);
+
+    status_session_ = new QLabel;
+    status_runs_ = new QLabel;
+    status_frame_ = new QLabel;
+    status_frame_->setMinimumWidth(90);
+    statusBar()->addWidget(status_session_, 1);
+    statusBar()->addPermanentWidget(status_runs_);
+    statusBar()->addPermanentWidget(status_frame_);
+
+    connect(browser_, &SessionBrowser::selectionChanged, this, &MainWindow::onSelectionChanged);
+    connect(browser_, &SessionBrowser::cancelRequested, this, [this](const std::vector<int64_t>& runs) {
+        for (int64_t r : runs) controller_->cancel(r);
+    });
+    connect(browser_, &SessionBrowser::runActivated, this, [this](qint64 run) {
+        const RunRow* r = model_->run(run);
+        if (!r) return;
+        try {
+            form_->setConfig(run_config_from_json(r->config.toStdString(), str("run ", run)));
+            log(tr("loaded the configuration of run %1 into the form").arg(run));
+        } catch (const Error& e) {
+            log(tr("run %1: %2").arg(run).arg(QString::fromStdString(e.what())));
+        }
+    });
+    connect(form_, &RunForm::launchRequested, this, [this](const RunConfig& cfg) { launch(cfg); });
+    connect(form_, &RunForm::compareRequested, this, &MainWindow::compareDialog);
+    connect(form_, &RunForm::cancelRequested, this, [this] {
+        controller_->cancelAll();
+        log(tr("cancelling the active runs (each stops within one chunk)"));
+    });
+    connect(controller_, &SessionController::sessionChanged, this, &MainWindow::onSessionChanged);
+    connect(controller_, &SessionController::runStatusChanged, this, &MainWindow::onRunStatus);
+    connect(controller_, &SessionController::runOutput, this,
+            [this](qint64 run, const QString& text) { log(QStringLiteral("[run %1] %2").arg(run).arg(text)); });
+    connect(controller_, &SessionController::activeChanged, this, [this](bool active) {
+        canvas_->setLive(active);
+        form_->setSessionBusy(active);
+        updateStatus();
+    });
+    connect(model_, &QAbstractItemModel::dataChanged, this, &MainWindow::updateStatus);
+    connect(model_, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateStatus);
+    connect(canvas_, &CanvasWidget::viewChanged, this, [this](int v) { setView(views::ViewKind(v)); });
+    connect(canvas_, &CanvasWidget::frameDrawn, this,
+            [this](double ms) { status_frame_->setText(QStringLiteral("frame %1 ms").arg(ms, 0, 'f', 1)); });
+
+    buildMenus();
+    resize(1600, 1000);
+    // First-run proportions: the canvas gets most of the window (saved state overrides these).
+    resizeDocks({runsDock, logDock}, {170, 120}, Qt::Vertical);
+    resizeDocks({formDock}, {420}, Qt::Horizontal);
+    restoreSettings();
+    canvas_->setView(kViews[std::max(0, view_tabs_->currentIndex())]);
+    updateStatus();
+}
+
+MainWindow::~MainWindow() {
+    // Runs stop (within one chunk) before the model, the canvas and the docks go away.
+    delete controller_;
+    controller_ = nullptr;
+}
+
+void MainWindow::buildMenus() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&New session…"), QKeySequence::New, this, &MainWindow::newSessionDialog);
+    file->addAction(tr("&Open session…"), QKeySequence::Open, this, &MainWindow::openSessionDialog);
+    file->addAction(tr("&Reload runs"), QKeySequence::Refresh, controller_, &SessionController::reload);
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    QAction* launchAct = run->addAction(tr("&Launch"), QKeySequence(Qt::CTRL | Qt::Key_R), this, [this] {
+        if (form_->isValid()) launch(form_->config());
+        else showProblem(tr("Cannot launch"), form_->problems().join('\n'));
+    });
+    run->addAction(tr("&Compare policies…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), this, [this] {
+        if (form_->isValid()) compareDialog(form_->config());
+        else showProblem(tr("Cannot compare"), form_->problems().join('\n'));
+    });
+    run->addSeparator();
+    run->addAction(tr("Cancel &selected runs"), this, [this] {
+        for (int64_t r : browser_->selectedRuns()) controller_->cancel(r);
+    });
+    run->addAction(tr("Cancel &all runs"), this, [this] { controller_->cancelAll(); });
+    connect(form_, &RunForm::validityChanged, launchAct, &QAction::setEnabled);
+
+    QMenu* exp = menuBar()->addMenu(tr("&Export"));
+    for (const auto& c : exportChoices()) exp->addAction(c.title, this, [this, c] { exportDialog(c); });
+    exp->addSeparator();
+    exp->addAction(tr("Current view as PNG…"), this, [this] { exportPngDialog(false); });
+    exp->addAction(tr("Window as PNG…"), this, [this] { exportPngDialog(true); });
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    auto* group = new QActionGroup(this);
+    for (int i = 0; i < kNumViews; ++i) {
+        QAction* a = view->addAction(QString::fromLatin1(views::view_name(kViews[i])));
+        a->setCheckable(true);
+        a->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
+        group->addAction(a);
+        connect(a, &QAction::triggered, this, [this, i] { view_tabs_->setCurrentIndex(i); });
+        connect(view_tabs_, &QTabBar::currentChanged, a, [a, i](int cur) { a->setChecked(cur == i); });
+        a->setChecked(i == 0);
+    }
+    view->addSeparator();
+    for (QDockWidget* d : findChildren<QDockWidget*>()) view->addAction(d->toggleViewAction());
+    view->addSeparator();
+    QAction* metrics = view->addAction(tr("ImGui metrics (debug)"));
+    metrics->setCheckable(true);
+    connect(metrics, &QAction::toggled, canvas_, &CanvasWidget::setShowMetricsWindow);
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About kvlab"), this, &MainWindow::aboutDialog);
+    help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
+}
+
+void MainWindow::restoreSettings() {
+    QSettings s;
+    restoreGeometry(s.value("window/geometry").toByteArray());
+    restoreState(s.value("window/state").toByteArray());
+    const int v = s.value("view/index", 0).toInt();
+    if (v >= 0 && v < kNumViews) view_tabs_->setCurrentIndex(v);
+    const QString form = s.value("form/config").toString();
+    if (!form.isEmpty()) {
+        try {
+            form_->setConfig(run_config_from_json(form.toStdString(), "saved form"));
+        } catch (const Error&) {
+            form_->resetToDefaults();  // from an older option table: start over
+        }
+    }
+}
+
+void MainWindow::saveSettings() {
+    QSettings s;
+    s.setValue("window/geometry", saveGeometry());
+    s.setValue("window/state", saveState());
+    s.setValue("view/index", view_tabs_->currentIndex());
+    if (!controller_->path().isEmpty()) s.setValue("session/last", controller_->path());
+    if (form_->isValid()) s.setValue("form/config", QString::fromStdString(run_config_to_json(form_->config(), false)));
+}
+
+void MainWindow::restoreLastSession() {
+    const QString last = QSettings().value("session/last").toString();
+    if (!last.isEmpty() && QFileInfo::exists(last)) openSession(last);
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    saveSettings();
+    if (controller_->anyActive()) log(tr("cancelling active runs before closing"));
+    QMainWindow::closeEvent(e);
+}
+
+void MainWindow::updateStatus() {
+    status_session_->setText(controller_->path().isEmpty()
+                                 ? tr("no session — File > New session or Open session")
+                                 : tr("session %1%2").arg(controller_->path(), controller_->readOnly() ? tr(" (read-only)") : QString()));
+    const int active = model_->activeRuns();
+    status_runs_->setText(tr("%n run(s)", nullptr, model_->rowCount()) + (active ? tr(", %1 active").arg(active) : QString()));
+}
+
+void MainWindow::log(const QString& line) {
+    log_->appendPlainText(QDateTime::currentDateTime().toString("hh:mm:ss  ") + line);
+}
+
+QString MainWindow::logText() const { return log_->toPlainText(); }
+
+void MainWindow::setView(views::ViewKind view) {
+    for (int i = 0; i < kNumViews; ++i)
+        if (kViews[i] == view) view_tabs_->setCurrentIndex(i);
+}
+
+views::ViewKind MainWindow::view() const { return canvas_->view(); }
+
+}  // namespace kv::gui

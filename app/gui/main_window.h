@@ -1,0 +1,98 @@
+// kvlab's main window: session browser, run form and log as docks around the ImGui canvas with
+// its view switcher; File / Run / Export / View / Help menus; a status bar. Window state, the
+// last session, the last view and the form persist in QSettings. Collaborators (model,
+// controller) are created here and handed to the pages through their constructors.
+#pragma once
+
+#include <QMainWindow>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/run/run_config.h"
+#include "gui_support.h"
+#include "views/canvas.h"
+
+class QLabel;
+class QPlainTextEdit;
+class QTabBar;
+
+namespace kv::gui {
+
+class CanvasWidget;
+class RunForm;
+class RunsModel;
+class SessionBrowser;
+class SessionController;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+   public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    // Quiet: problems go to the log and status bar instead of modal dialogs (tests, scripts).
+    void setQuiet(bool quiet) { quiet_ = quiet; }
+    // Opens (or creates) a session; false with the reason shown/logged.
+    bool openSession(const QString& path);
+    // Restores the last session from the settings when no path was given.
+    void restoreLastSession();
+    // Validates and queues one run; -1 with the reason shown/logged.
+    int64_t launch(const RunConfig& cfg);
+    // Queues the configurations (reference first), selects them and shows the compare view.
+    std::vector<int64_t> launchComparison(const std::vector<RunConfig>& cfgs);
+    // The demo: a comparison of dense, h2o, lastrec and streaming on the tiny model, unless the
+    // session already has runs (then they are shown).
+    void startDemo();
+
+    void setView(views::ViewKind view);
+    views::ViewKind view() const;
+    void selectRuns(const std::vector<int64_t>& runs);
+    // Synchronous export (the menu runs the same call on a worker thread).
+    bool exportSelected(const ExportChoice& choice, const QString& path, QString* error = nullptr);
+    bool saveViewPng(const QString& path);
+    bool saveWindowPng(const QString& path);
+
+    RunsModel* runsModel() const { return model_; }
+    SessionController* controller() const { return controller_; }
+    SessionBrowser* browser() const { return browser_; }
+    RunForm* form() const { return form_; }
+    CanvasWidget* canvas() const { return canvas_; }
+    QTabBar* viewTabs() const { return view_tabs_; }
+    QString logText() const;
+
+   protected:
+    void closeEvent(QCloseEvent* e) override;
+
+   private:
+    void buildMenus();
+    void saveSettings();
+    void restoreSettings();
+    void showProblem(const QString& title, const QString& message);
+    void log(const QString& line);
+    void onSelectionChanged(const std::vector<int64_t>& runs);
+    void onRunStatus(qint64 run, int status, const QString& message);
+    void onSessionChanged(const QString& path);
+    void updateStatus();
+    void newSessionDialog();
+    void openSessionDialog();
+    void compareDialog(const RunConfig& base);
+    void exportDialog(const ExportChoice& choice);
+    void exportPngDialog(bool window);
+    void aboutDialog();
+
+    RunsModel* model_;
+    SessionController* controller_;
+    SessionBrowser* browser_;
+    RunForm* form_;
+    CanvasWidget* canvas_;
+    QTabBar* view_tabs_;
+    QPlainTextEdit* log_;
+    QLabel* status_session_;
+    QLabel* status_runs_;
+    QLabel* status_frame_;
+    bool quiet_ = false;
+    int64_t pending_reference_ = 0;  // reference of the last comparison launched
+};
+
+}  // namespace kv::gui

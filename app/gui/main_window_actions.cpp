@@ -1,0 +1,239 @@
+// Main window actions: sessions, launching, comparisons, exports, about.
+#include <QFileDialog>
+#include <algorithm>
+#include <QFileInfo>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QPointer>
+#include <QStatusBar>
+#include <QTabBar>
+#include <QThread>
+
+#include "canvas_widget.h"
+#include "compare_dialog.h"
+#include "engine/core/error.h"
+#include "main_window.h"
+#include "models/runs_model.h"
+#include "run_form.h"
+#include "session_browser.h"
+#include "session_controller.h"
+#include "sessions/run_manager.h"
+
+namespace kv::gui {
+
+void MainWindow::showProblem(const QString& title, const QString& message) {
+    log(title + ": " + message);
+    statusBar()->showMessage(message, 10000);
+    if (!quiet_) QMessageBox::warning(this, title, message);
+}
+
+bool MainWindow::openSession(const QString& path) {
+    try {
+        controller_->openSession(path);
+    } catch (const Error& e) {
+        showProblem(tr("Cannot open session"), QString::fromStdString(e.what()));
+        return false;
+    }
+    for (int64_t id : controller_->crashedAtOpen())
+        log(tr("run %1 was left running by a process that is gone: marked crashed").arg(id));
+    return true;
+}
+
+void MainWindow::onSessionChanged(const QString& path) {
+    setWindowTitle(path.isEmpty() ? QStringLiteral("kvlab") : QStringLiteral("%1 — kvlab").arg(QFileInfo(path).fileName()));
+    try {
+        canvas_->openSession(path);
+    } catch (const Error& e) {
+        showProblem(tr("The views cannot read the session"), QString::fromStdString(e.what()));
+    }
+    if (!path.isEmpty()) log(tr("session %1: %n run(s)", nullptr, model_->rowCount()).arg(path));
+    canvas_->setLive(controller_->anyActive());
+    form_->setSessionBusy(controller_->anyActive());
+    updateStatus();
+}
+
+int64_t MainWindow::launch(const RunConfig& cfg) {
+    if (!controller_->isOpen()) {
+        const QString path = QString::fromStdString(sessions::default_session_path());
+        log(tr("no session open: recording into %1").arg(path));
+        if (!openSession(path)) return -1;
+    }
+    try {
+        const int64_t run = controller_->submit(cfg);
+        const RunRow* r = model_->run(run);
+        log(tr("run %1 queued: %2").arg(run).arg(r ? r->name : QString()));
+        canvas_->setLive(true);
+        return run;
+    } catch (const Error& e) {
+        showProblem(tr("Cannot launch"), QString::fromStdString(e.what()));
+        return -1;
+    }
+}
+
+std::vector<int64_t> MainWindow::launchComparison(const std::vector<RunConfig>& cfgs) {
+    std::vector<int64_t> ids;
+    for (const auto& c : cfgs) {
+        const int64_t id = launch(c);
+        if (id < 0) break;  // the reason is shown; runs already queued keep going
+        ids.push_back(id);
+    }
+    if (ids.empty()) return ids;
+    pending_reference_ = ids.front();
+    selectRuns(ids);
+    if (ids.size() >= 2) setView(views::ViewKind::COMPARE);
+    log(tr("comparison of %n run(s) launched; reference: run %1", nullptr, int(ids.size())).arg(ids.front()));
+    return ids;
+}
+
+void MainWindow::selectRuns(const std::vector<int64_t>& runs) { browser_->selectRuns(runs); }
+
+void MainWindow::onSelectionChanged(const std::vector<int64_t>& runs) {
+    std::vector<int64_t> shown = runs;
+    if (shown.size() > 8) {
+        shown.resize(8);
+        statusBar()->showMessage(tr("the compare view shows the first 8 of %1 selected runs").arg(runs.size()), 5000);
+    }
+    canvas_->selectRuns(shown);
+    if (shown.size() >= 2) {
+        const bool refSelected = std::find(shown.begin(), shown.end(), pending_reference_) != shown.end();
+        canvas_->setReference(refSelected ? pending_reference_ : shown.front());
+        setView(views::ViewKind::COMPARE);
+    } else if (shown.size() == 1 && view() == views::ViewKind::COMPARE) {
+        setView(views::ViewKind::EVICTION_MAP);
+    }
+}
+
+void MainWindow::onRunStatus(qint64 run, int status, const QString& message) {
+    const auto s = storage::RunStatus(status);
+    const RunRow* r = model_->run(run);
+    const QString name = r ? r->name : QString();
+    QString line = tr("run %1 (%2) %3").arg(run).arg(name, QString::fromLatin1(storage::run_status_name(s)));
+    if (!message.isEmpty()) line += ": " + message;
+    log(line);
+    if (storage::run_status_final(s)) canvas_->refresh();
+    updateStatus();
+}
+
+void MainWindow::startDemo() {
+    if (model_->rowCount() > 0) {
+        std::vector<int64_t> all;
+        for (const auto& r : model_->rows()) all.push_back(r.id);
+        if (all.size() > 8) all.resize(8);
+        selectRuns(all);
+        return;
+    }
+    form_->applyPreset("passkey 8k, tiny model");
+    launchComparison(compareConfigs(form_->config(), {"h2o", "lastrec", "streaming"}, {"default"}, CompareReference::DENSE));
+}
+
+void MainWindow::newSessionDialog() {
+    QString path = QFileDialog::getSaveFileName(this, tr("New session"), QString(), tr("kvlab sessions (*.kvlab)"), nullptr,
+                                                QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty()) return;
+    if (QFileInfo(path).suffix().isEmpty()) path += ".kvlab";
+    if (QFileInfo::exists(path)) log(tr("%1 exists: opening it (a session is never overwritten)").arg(path));
+    openSession(path);
+}
+
+void MainWindow::openSessionDialog() {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open session"), QString(), tr("kvlab sessions (*.kvlab);;All files (*)"));
+    if (!path.isEmpty()) openSession(path);
+}
+
+void MainWindow::compareDialog(const RunConfig& base) {
+    CompareDialog dlg(base, this);
+    if (dlg.exec() != QDialog::Accepted) return;
+    launchComparison(dlg.configs());
+}
+
+bool MainWindow::exportSelected(const ExportChoice& choice, const QString& path, QString* error) {
+    const auto runs = browser_->selectedRuns();
+    try {
+        if (runs.empty()) throw Error("no run selected; select one in the runs table first");
+        const storage::ExportResult res = exportRun(controller_->path(), runs.front(), choice, path);
+        log(tr("exported run %1 to %2: %3 records, %4").arg(runs.front()).arg(path).arg(res.records).arg(formatBytes(int64_t(res.bytes))));
+        return true;
+    } catch (const Error& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        showProblem(tr("Export failed"), QString::fromStdString(e.what()));
+        return false;
+    }
+}
+
+void MainWindow::exportDialog(const ExportChoice& choice) {
+    const auto runs = browser_->selectedRuns();
+    if (runs.empty()) {
+        showProblem(tr("Export"), tr("no run selected; select one in the runs table first"));
+        return;
+    }
+    QString path = QFileDialog::getSaveFileName(this, choice.title, QStringLiteral("run%1.%2").arg(runs.front()).arg(choice.suffix),
+                                                choice.filter);
+    if (path.isEmpty()) return;
+    // Large runs take a while: export on a worker thread; the reader is its own connection.
+    const QString session = controller_->path();
+    const int64_t run = runs.front();
+    auto result = std::make_shared<QString>();
+    QThread* t = QThread::create([session, run, choice, path, result] {
+        try {
+            const storage::ExportResult res = exportRun(session, run, choice, path);
+            *result = QStringLiteral("exported run %1 to %2: %3 records, %4")
+                          .arg(run)
+                          .arg(path)
+                          .arg(res.records)
+                          .arg(formatBytes(int64_t(res.bytes)));
+        } catch (const std::exception& e) {
+            *result = QStringLiteral("!") + QString::fromStdString(e.what());
+        }
+    });
+    QPointer<MainWindow> self(this);
+    connect(t, &QThread::finished, this, [self, t, result] {
+        t->deleteLater();
+        if (!self) return;
+        if (result->startsWith('!')) self->showProblem(tr("Export failed"), result->mid(1));
+        else self->log(*result);
+    });
+    log(tr("exporting run %1 to %2 …").arg(run).arg(path));
+    t->start();
+}
+
+bool MainWindow::saveViewPng(const QString& path) {
+    const QImage img = canvas_->grabFramebuffer();
+    if (img.isNull() || !img.save(path, "PNG")) {
+        showProblem(tr("PNG export failed"), tr("could not write %1").arg(path));
+        return false;
+    }
+    log(tr("saved the %1 view to %2").arg(QString::fromLatin1(views::view_name(view())), path));
+    return true;
+}
+
+bool MainWindow::saveWindowPng(const QString& path) {
+    const QPixmap pm = grab();
+    if (pm.isNull() || !pm.save(path, "PNG")) {
+        showProblem(tr("PNG export failed"), tr("could not write %1").arg(path));
+        return false;
+    }
+    log(tr("saved the window to %1").arg(path));
+    return true;
+}
+
+void MainWindow::exportPngDialog(bool window) {
+    const QString path = QFileDialog::getSaveFileName(this, window ? tr("Window as PNG") : tr("View as PNG"),
+                                                      QStringLiteral("kvlab-%1.png").arg(window ? "window" : views::view_name(view())),
+                                                      tr("PNG images (*.png)"));
+    if (path.isEmpty()) return;
+    window ? saveWindowPng(path) : saveViewPng(path);
+}
+
+void MainWindow::aboutDialog() {
+    QMessageBox box(this);
+    box.setWindowTitle(tr("About kvlab"));
+    box.setTextFormat(Qt::RichText);
+    box.setText(tr("<h3>%1</h3><p>A lab for KV-cache policies in large language models: run a model with a cache "
+                   "policy, watch which tokens each layer keeps and evicts, and measure memory and speed.</p>")
+                    .arg(versionText().toHtmlEscaped()));
+    box.setInformativeText(QStringLiteral("<pre>%1</pre>").arg(buildInfoText().toHtmlEscaped()));
+    box.setTextInteractionFlags(Qt::TextSelectableByMouse);
+    box.exec();
+}
+
+}  // namespace kv::gui

@@ -1,0 +1,236 @@
+// Runs table model (see runs_model.h).
+#include "runs_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "storage/run_config.h"
+
+namespace kv::gui {
+
+namespace {
+using Json = nlohmann::json;
+
+double number(const Json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+int64_t integerOr(const std::string& text, int64_t fallback) {
+    if (text.empty()) return fallback;
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    return *end ? fallback : v;
+}
+
+QString fmtNumber(double v, int precision) {
+    return std::isnan(v) ? QStringLiteral("-") : QString::number(v, 'g', precision);
+}
+
+bool sameRow(const RunRow& a, const RunRow& b) {
+    return a.name == b.name && a.mode == b.mode && a.policy == b.policy && a.buffer == b.buffer &&
+           a.cacheLength == b.cacheLength && a.chunkSize == b.chunkSize && a.status == b.status && a.done == b.done &&
+           a.total == b.total && a.progressWhat == b.progressWhat && a.peakBytes == b.peakBytes && a.error == b.error &&
+           (a.loss == b.loss || (std::isnan(a.loss) && std::isnan(b.loss))) &&
+           (a.accuracy == b.accuracy || (std::isnan(a.accuracy) && std::isnan(b.accuracy))) &&
+           (a.tokensPerS == b.tokensPerS || (std::isnan(a.tokensPerS) && std::isnan(b.tokensPerS)));
+}
+}  // namespace
+
+QString formatBytes(int64_t bytes) {
+    if (bytes < 0) return QStringLiteral("-");
+    static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = double(bytes);
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        ++u;
+    }
+    return u == 0 ? QStringLiteral("%1 B").arg(bytes) : QStringLiteral("%1 %2").arg(v, 0, 'f', 2).arg(units[u]);
+}
+
+RunRow runRowFromInfo(const storage::RunInfo& info) {
+    RunRow r;
+    r.id = info.id;
+    r.name = QString::fromStdString(info.name);
+    r.config = QString::fromStdString(info.config);
+    r.status = info.status;
+    r.error = QString::fromStdString(info.error);
+    const std::string cache = storage::run_config_value(info.config, "kv_cache.name");
+    if (!cache.empty()) {
+        storage::CacheName cn = storage::split_cache_name(cache);
+        r.policy = QString::fromStdString(cn.policy);
+        r.buffer = QString::fromStdString(cn.buffer);
+    }
+    r.mode = QString::fromStdString(storage::run_config_value(info.config, "mode"));
+    r.cacheLength = integerOr(storage::run_config_value(info.config, "kv_cache.cache_length"), -1);
+    r.chunkSize = integerOr(storage::run_config_value(info.config, "kv_cache.chunk_size"), -1);
+    const auto& p = info.progress;
+    if (p.tokens_total > 0) {
+        r.done = p.tokens_done, r.total = p.tokens_total, r.progressWhat = QStringLiteral("tokens");
+    } else if (p.chunks_total > 0) {
+        r.done = p.chunks_done, r.total = p.chunks_total, r.progressWhat = QStringLiteral("chunks");
+    } else if (p.steps_total > 0) {
+        r.done = p.steps_done, r.total = p.steps_total, r.progressWhat = QStringLiteral("steps");
+    }
+    Json s = Json::parse(info.summary.empty() ? "{}" : info.summary, nullptr, false);
+    if (s.is_object()) {
+        r.loss = number(s, "mean_loss");
+        r.accuracy = number(s, "accuracy");
+        r.tokensPerS = number(s, "tokens_per_s");
+        // The allocator's peak (the run's own MemoryTracker) wins over the recorded events' peak.
+        if (s.contains("memory") && s["memory"].is_object())
+            for (auto& [dev, d] : s["memory"].items())
+                if (d.is_object() && d.contains("peak_total") && d["peak_total"].is_number_integer())
+                    r.peakBytes = std::max<int64_t>(r.peakBytes, d["peak_total"].get<int64_t>());
+        if (r.peakBytes < 0 && s.contains("peak_bytes") && s["peak_bytes"].is_object())
+            for (auto& [dev, v] : s["peak_bytes"].items())
+                if (v.is_number_integer()) r.peakBytes = std::max<int64_t>(r.peakBytes, v.get<int64_t>());
+    }
+    if (storage::run_status_final(info.status) && info.status == storage::RunStatus::DONE && r.total == 0) r.done = r.total = 1;
+    return r;
+}
+
+RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+int RunsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : int(rows_.size()); }
+int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : NUM_COLUMNS; }
+
+QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    static const char* const names[] = {"id",     "name",     "mode",     "policy",   "buffer",      "cache",   "chunk",
+                                        "status", "progress", "loss",     "accuracy", "peak memory", "tokens/s"};
+    static_assert(sizeof(names) / sizeof(names[0]) == NUM_COLUMNS, "one header per column");
+    return section >= 0 && section < NUM_COLUMNS ? QString::fromLatin1(names[section]) : QVariant();
+}
+
+QVariant RunsModel::data(const QModelIndex& index, int role) const {
+    if (!index.isValid() || index.row() >= int(rows_.size())) return {};
+    const RunRow& r = rows_[size_t(index.row())];
+    const double fraction = r.total > 0 ? double(r.done) / double(r.total) : -1.0;
+    if (role == RunIdRole) return qint64(r.id);
+    if (role == StatusRole) return int(r.status);
+    if (role == ProgressRole) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
+    if (role == Qt::ToolTipRole) {
+        if (!r.error.isEmpty()) return r.error;
+        if (index.column() == COLUMN_PROGRESS && r.total > 0)
+            return QStringLiteral("%1 / %2 %3").arg(r.done).arg(r.total).arg(r.progressWhat);
+        return r.name;
+    }
+    if (role == Qt::TextAlignmentRole) {
+        switch (index.column()) {
+            case COLUMN_NAME:
+            case COLUMN_MODE:
+            case COLUMN_POLICY:
+            case COLUMN_BUFFER:
+            case COLUMN_STATUS: return int(Qt::AlignLeft | Qt::AlignVCenter);
+            default: return int(Qt::AlignRight | Qt::AlignVCenter);
+        }
+    }
+    const bool sort = role == SortRole;
+    if (role != Qt::DisplayRole && !sort) return {};
+    switch (index.column()) {
+        case COLUMN_ID: return qint64(r.id);
+        case COLUMN_NAME: return r.name;
+        case COLUMN_MODE: return r.mode;
+        case COLUMN_POLICY: return r.policy;
+        case COLUMN_BUFFER: return r.buffer;
+        case COLUMN_CACHE_LENGTH:
+            if (sort) return qint64(r.cacheLength);
+            return r.cacheLength < 0 ? QStringLiteral("-") : r.cacheLength == 0 ? QStringLiteral("all") : QString::number(r.cacheLength);
+        case COLUMN_CHUNK_SIZE: return sort ? QVariant(qint64(r.chunkSize)) : QVariant(r.chunkSize < 0 ? QStringLiteral("-") : QString::number(r.chunkSize));
+        case COLUMN_STATUS: return sort ? QVariant(int(r.status)) : QVariant(QString::fromLatin1(storage::run_status_name(r.status)));
+        case COLUMN_PROGRESS:
+            if (sort) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
+            if (r.status == storage::RunStatus::DONE) return QStringLiteral("100%");
+            return fraction < 0 ? QStringLiteral("-") : QStringLiteral("%1%").arg(int(100.0 * fraction + 0.5));
+        case COLUMN_LOSS: return sort ? QVariant(std::isnan(r.loss) ? -1e300 : r.loss) : QVariant(fmtNumber(r.loss, 4));
+        case COLUMN_ACCURACY: return sort ? QVariant(std::isnan(r.accuracy) ? -1e300 : r.accuracy) : QVariant(fmtNumber(r.accuracy, 3));
+        case COLUMN_PEAK_MEMORY: return sort ? QVariant(qint64(r.peakBytes)) : QVariant(formatBytes(r.peakBytes));
+        case COLUMN_TOKENS_PER_S:
+            if (sort) return std::isnan(r.tokensPerS) ? -1e300 : r.tokensPerS;
+            return std::isnan(r.tokensPerS) ? QStringLiteral("-") : QString::number(qint64(r.tokensPerS + 0.5));
+        default: return {};
+    }
+}
+
+void RunsModel::emitRowChanged(int row) { Q_EMIT dataChanged(index(row, 0), index(row, NUM_COLUMNS - 1)); }
+
+void RunsModel::setRuns(std::vector<RunRow> rows) {
+    std::sort(rows.begin(), rows.end(), [](const RunRow& a, const RunRow& b) { return a.id < b.id; });
+    std::map<int64_t, const RunRow*> incoming;
+    for (const auto& r : rows) incoming[r.id] = &r;
+    // Remove rows that disappeared (from the back, so indices stay valid).
+    for (int i = int(rows_.size()) - 1; i >= 0; --i) {
+        if (incoming.count(rows_[size_t(i)].id)) continue;
+        beginRemoveRows({}, i, i);
+        rows_.erase(rows_.begin() + i);
+        endRemoveRows();
+    }
+    // Update and insert in id order.
+    size_t i = 0;
+    for (const auto& in : rows) {
+        while (i < rows_.size() && rows_[i].id < in.id) ++i;
+        if (i < rows_.size() && rows_[i].id == in.id) {
+            RunRow merged = in;
+            const RunRow& old = rows_[i];
+            // Live progress from events is finer than the database's until the run is final.
+            if (old.liveProgress && !storage::run_status_final(in.status)) {
+                merged.done = old.done, merged.total = old.total, merged.progressWhat = old.progressWhat;
+                merged.liveProgress = true;
+            }
+            if (!sameRow(merged, old)) {
+                rows_[i] = merged;
+                emitRowChanged(int(i));
+            }
+        } else {
+            beginInsertRows({}, int(i), int(i));
+            rows_.insert(rows_.begin() + long(i), in);
+            endInsertRows();
+        }
+        ++i;
+    }
+}
+
+void RunsModel::clear() {
+    beginResetModel();
+    rows_.clear();
+    endResetModel();
+}
+
+void RunsModel::setStatus(int64_t run, storage::RunStatus status, const QString& message) {
+    const int row = rowOfRun(run);
+    if (row < 0) return;
+    RunRow& r = rows_[size_t(row)];
+    r.status = status;
+    if (status == storage::RunStatus::FAILED || status == storage::RunStatus::CANCELLED) r.error = message;
+    if (status == storage::RunStatus::DONE && r.total > 0) r.done = r.total;
+    emitRowChanged(row);
+}
+
+void RunsModel::setProgress(int64_t run, int64_t done, int64_t total, const QString& what) {
+    const int row = rowOfRun(run);
+    if (row < 0) return;
+    RunRow& r = rows_[size_t(row)];
+    r.done = done, r.total = total, r.progressWhat = what, r.liveProgress = true;
+    if (r.status == storage::RunStatus::QUEUED) r.status = storage::RunStatus::RUNNING;
+    Q_EMIT dataChanged(index(row, COLUMN_STATUS), index(row, COLUMN_PROGRESS));
+}
+
+int RunsModel::rowOfRun(int64_t run) const {
+    auto it = std::lower_bound(rows_.begin(), rows_.end(), run, [](const RunRow& r, int64_t id) { return r.id < id; });
+    return it != rows_.end() && it->id == run ? int(it - rows_.begin()) : -1;
+}
+
+const RunRow* RunsModel::run(int64_t run) const {
+    const int row = rowOfRun(run);
+    return row < 0 ? nullptr : &rows_[size_t(row)];
+}
+
+int RunsModel::activeRuns() const {
+    return int(std::count_if(rows_.begin(), rows_.end(), [](const RunRow& r) { return !storage::run_status_final(r.status); }));
+}
+
+}  // namespace kv::gui

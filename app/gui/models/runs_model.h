@@ -1,0 +1,87 @@
+// The session browser's table model: one row per run (name, mode, policy, buffer, cache length,
+// chunk size, status, progress, loss/accuracy, peak memory, tokens/s). Rows are value types
+// built from storage::RunInfo; the model is fed by the session controller (bulk merges from
+// the database plus live status/progress from RunManager events). No widgets, no engine.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QString>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "storage/run_info.h"
+
+namespace kv::gui {
+
+struct RunRow {
+    int64_t id = 0;
+    QString name, mode, policy, buffer;
+    int64_t cacheLength = -1, chunkSize = -1;  // -1: not in the config
+    storage::RunStatus status = storage::RunStatus::QUEUED;
+    int64_t done = 0, total = 0;  // progress units (tokens / chunks / steps)
+    QString progressWhat;
+    bool liveProgress = false;  // progress came from this process's RunManager events
+    double loss = NAN, accuracy = NAN, tokensPerS = NAN;
+    int64_t peakBytes = -1;
+    QString error;
+    QString config;  // JSON
+};
+
+// Decodes config and summary JSON (never throws; missing fields stay unset).
+RunRow runRowFromInfo(const storage::RunInfo& info);
+
+class RunsModel : public QAbstractTableModel {
+    Q_OBJECT
+   public:
+    enum Columns {
+        COLUMN_ID,
+        COLUMN_NAME,
+        COLUMN_MODE,
+        COLUMN_POLICY,
+        COLUMN_BUFFER,
+        COLUMN_CACHE_LENGTH,
+        COLUMN_CHUNK_SIZE,
+        COLUMN_STATUS,
+        COLUMN_PROGRESS,
+        COLUMN_LOSS,
+        COLUMN_ACCURACY,
+        COLUMN_PEAK_MEMORY,
+        COLUMN_TOKENS_PER_S,
+        NUM_COLUMNS
+    };
+    enum Roles {
+        SortRole = Qt::UserRole,  // numbers as numbers (peak memory in bytes, ...)
+        RunIdRole,
+        ProgressRole,  // fraction in [0, 1], or -1 when unknown
+        StatusRole,    // int(storage::RunStatus)
+    };
+
+    explicit RunsModel(QObject* parent = nullptr);
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+    // Merges a full snapshot by id: changed rows Q_EMIT dataChanged, new ones are inserted, gone
+    // ones removed, so views keep their selection. Live progress of active runs is kept.
+    void setRuns(std::vector<RunRow> rows);
+    void clear();
+    void setStatus(int64_t run, storage::RunStatus status, const QString& message);
+    void setProgress(int64_t run, int64_t done, int64_t total, const QString& what);
+
+    int rowOfRun(int64_t run) const;  // -1 if absent
+    const RunRow* run(int64_t run) const;
+    const std::vector<RunRow>& rows() const { return rows_; }
+    int activeRuns() const;  // queued or running
+
+   private:
+    void emitRowChanged(int row);
+    std::vector<RunRow> rows_;  // ascending id
+};
+
+QString formatBytes(int64_t bytes);
+
+}  // namespace kv::gui

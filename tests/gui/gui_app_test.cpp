@@ -1,0 +1,432 @@
+// kvlab-gui end to end under a real X server (Xvfb) and OpenGL (llvmpipe): the main window on a
+// temporary session and temporary settings; the run form against the engine's option table and
+// the CLI's messages; a tiny run launched from the form, watched to `done`, then every view
+// drawn, with the views' state checked against the run (eviction map width = chunks per sample,
+// memory peak = the allocator's peak); cancel; exports; a policy comparison whose window is the
+// README screenshot; settings restored by a second window.
+#include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QDir>
+#include <QFile>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabBar>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QWheelEvent>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+
+#include "app/gui/canvas_widget.h"
+#include "app/gui/compare_dialog.h"
+#include "app/gui/gui_support.h"
+#include "app/gui/main_window.h"
+#include "app/gui/models/runs_model.h"
+#include "app/gui/run_form.h"
+#include "app/gui/session_browser.h"
+#include "app/gui/session_controller.h"
+#include "engine/core/error.h"
+#include "storage/exports.h"
+#include "storage/session_reader.h"
+#include "views/canvas_impl.h"
+
+using namespace kv;
+using namespace kv::gui;
+using Json = nlohmann::json;
+
+namespace {
+
+QString outDir() {
+    const QString d = QStringLiteral(KVLAB_BINARY_DIR "/gui-test");
+    QDir().mkpath(d);
+    return d;
+}
+
+// The CLI's message for one bad value: the option table's own parser on a default config.
+QString cliMessage(const std::string& option, const std::string& value) {
+    RunConfig cfg;
+    try {
+        set_run_option(cfg, option, value);
+    } catch (const Error& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+Json summaryOf(SessionController* c, int64_t run) {
+    storage::SessionReader reader(c->path().toStdString());
+    return Json::parse(reader.run(run).summary);
+}
+
+// Draws `n` more frames of the canvas through the event loop.
+bool drawFrames(CanvasWidget* canvas, int n) {
+    const uint64_t target = canvas->framesDrawn() + uint64_t(n);
+    for (int i = 0; i < 400 && canvas->framesDrawn() < target; ++i) {
+        canvas->refresh();
+        canvas->update();
+        QTest::qWait(10);
+    }
+    return canvas->framesDrawn() >= target;
+}
+
+// A PNG that holds a picture, not one flat colour.
+bool hasContent(const QImage& img) {
+    if (img.isNull()) return false;
+    const QRgb first = img.pixel(0, 0);
+    int differing = 0;
+    for (int y = 0; y < img.height(); y += 7)
+        for (int x = 0; x < img.width(); x += 7) differing += img.pixel(x, y) != first;
+    return differing > 50;
+}
+
+}  // namespace
+
+class GuiAppTest : public QObject {
+    Q_OBJECT
+    QTemporaryDir tmp_;
+    std::unique_ptr<MainWindow> w_;
+    QString session_;
+    int64_t run_ = 0;  // the tiny run launched from the form
+
+    RunForm* form() { return w_->form(); }
+
+    bool waitFinal(int64_t run, int timeoutMs) {
+        QElapsedTimer t;
+        t.start();
+        while (t.elapsed() < timeoutMs) {
+            const RunRow* r = w_->runsModel()->run(run);
+            if (r && storage::run_status_final(r->status)) return true;
+            QTest::qWait(25);
+        }
+        return false;
+    }
+
+   private Q_SLOTS:
+    void initTestCase() {
+        QVERIFY(tmp_.isValid());
+        // Settings go to the temporary folder, never to the user's.
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, tmp_.filePath("settings"));
+        QCoreApplication::setOrganizationName("kvlab-test");
+        QCoreApplication::setApplicationName("kvlab-gui-test");
+        w_ = std::make_unique<MainWindow>();
+        w_->setQuiet(true);
+        w_->resize(1600, 1000);
+        w_->show();
+        QVERIFY(QTest::qWaitForWindowExposed(w_.get()));
+        session_ = tmp_.filePath("gui.kvlab");
+        QVERIFY(w_->openSession(session_));
+        QCOMPARE(w_->controller()->path(), session_);
+        QVERIFY(drawFrames(w_->canvas(), 2));  // GL works: the canvas drew
+        QAbstractItemModelTester* tester =
+            new QAbstractItemModelTester(w_->runsModel(), QAbstractItemModelTester::FailureReportingMode::QtTest, w_.get());
+        Q_UNUSED(tester);
+    }
+
+    void formIsGeneratedFromTheOptionTable() {
+        const RunConfig defaults;
+        const QStringList names = form()->optionNames();
+        for (const auto& o : run_options()) {
+            const QString n = QString::fromStdString(o.name);
+            QVERIFY2(names.contains(n), qPrintable(n));
+            QVERIFY2(form()->editor(n), qPrintable(n));
+            QCOMPARE(form()->value(n), QString::fromStdString(o.get(defaults)));
+            QVERIFY2(form()->editor(n)->toolTip().contains(QString::fromStdString(o.help).toHtmlEscaped()), qPrintable(n));
+            QVERIFY(form()->groupNames().contains(QString::fromStdString(o.group)));
+        }
+        for (const char* g : {"model", "data", "mode", "cache", "gradient", "training", "telemetry"})
+            QVERIFY2(form()->groupNames().contains(g), g);
+        QVERIFY(form()->isValid());
+        QVERIFY(form()->launchButton()->isEnabled());
+    }
+
+    void invalidFieldsShowTheCliMessageAndBlockLaunch_data() {
+        QTest::addColumn<QString>("option");
+        QTest::addColumn<QString>("value");
+        QTest::addColumn<QString>("expected");
+        const std::vector<std::pair<std::string, std::string>> cases = {
+            {"data.seq_length", "abc"},        {"data.seq_length", "4"},        {"data.num_samples", "0"},
+            {"kv_cache.name", "h2o-q9"},       {"kv_cache.name", "frobnicate"}, {"kv_cache.cache_length", "-5"},
+            {"kv_cache.chunk_size", "1.5"},    {"kv_cache.keep_initial_fraction", "1.5"},
+            {"train.lr", "fast"},              {"data.depths", "0.5,2"},        {"grad.layers_per_cell", "0"},
+            {"telemetry.score_interval", "-1"}};
+        for (const auto& [opt, v] : cases) {
+            const QString expected = cliMessage(opt, v);
+            QVERIFY2(!expected.isEmpty(), opt.c_str());
+            QTest::newRow((opt + "=" + v).c_str()) << QString::fromStdString(opt) << QString::fromStdString(v) << expected;
+        }
+        // Runtime options: the CLI's global-option messages.
+        QTest::newRow("threads=2000") << "threads" << "2000" << "--threads: 2000 is out of range; expected a whole number in [0, 1024]";
+        QTest::newRow("device=gpu") << "device" << "gpu" << "--device: 'gpu' is not a device; expected cpu or cuda:N";
+        QString budget;
+        try {
+            parse_bytes("lots", "--memory.budget");
+        } catch (const Error& e) {
+            budget = QString::fromStdString(e.what());
+        }
+        QTest::newRow("memory.budget=lots") << "memory.budget" << "lots" << budget;
+    }
+
+    void invalidFieldsShowTheCliMessageAndBlockLaunch() {
+        QFETCH(QString, option);
+        QFETCH(QString, value);
+        QFETCH(QString, expected);
+        form()->resetToDefaults();
+        const QString before = form()->value(option);
+        const int rows = w_->runsModel()->rowCount();
+        form()->setValue(option, value);
+        QCOMPARE(form()->message(option), expected);
+        auto* label = form()->findChild<QLabel*>("message:" + option);
+        QVERIFY(label && !label->isHidden());
+        QVERIFY(!form()->isValid());
+        QVERIFY(!form()->launchButton()->isEnabled());
+        QVERIFY(!form()->compareButton()->isEnabled());
+        QTest::mouseClick(form()->launchButton(), Qt::LeftButton);
+        QTest::qWait(20);
+        QCOMPARE(w_->runsModel()->rowCount(), rows);  // nothing was launched
+        form()->setValue(option, before);
+        QVERIFY(form()->message(option).isEmpty());
+        QVERIFY(form()->launchButton()->isEnabled());
+    }
+
+    void crossFieldProblemsUseTheCliChecks() {
+        form()->resetToDefaults();
+        form()->setValue("kv_cache.name", "h2o-default");
+        form()->setValue("kv_cache.cache_length", "0");
+        RunConfig cfg;
+        set_run_option(cfg, "kv_cache.name", "h2o-default");
+        QCOMPARE(form()->message("kv_cache.cache_length"), QString::fromStdString(run_config_problems(cfg).front()));
+        QVERIFY(!form()->launchButton()->isEnabled());
+        form()->setValue("kv_cache.cache_length", "64");
+        form()->setValue("kv_cache.chunk_size", "128");
+        set_run_option(cfg, "kv_cache.cache_length", "64");
+        set_run_option(cfg, "kv_cache.chunk_size", "128");
+        QCOMPARE(form()->message("kv_cache.chunk_size"), QString::fromStdString(run_config_problems(cfg).front()));
+        QVERIFY(!form()->launchButton()->isEnabled());
+        form()->setValue("kv_cache.chunk_size", "16");
+        QVERIFY(form()->isValid());
+        form()->resetToDefaults();
+    }
+
+    void presetsAreValidAndApplyTheirValues() {
+        for (const auto& p : runPresets()) {
+            form()->applyPreset(p.name);
+            QVERIFY2(form()->isValid(), qPrintable(p.name + ": " + form()->problems().join("; ")));
+            const RunConfig cfg = form()->config();
+            for (const auto& [opt, v] : p.values) QCOMPARE(QString::fromStdString(find_run_option(opt)->get(cfg)), QString::fromStdString(v));
+        }
+    }
+
+    void compareBuildsOneRunPerPolicyPlusReference() {
+        form()->applyPreset("passkey 8k, tiny model");
+        const RunConfig base = form()->config();
+        auto cfgs = compareConfigs(base, {"h2o", "lastrec", "streaming"}, {"default", "q8"}, CompareReference::DENSE);
+        QCOMPARE(cfgs.size(), size_t(7));
+        QCOMPARE(QString::fromStdString(cfgs[0].kv_cache.name), QString("dense-default"));
+        QCOMPARE(cfgs[0].kv_cache.cache_length, int64_t(0));
+        // Everything but the cache name (and run name) equals the form's configuration.
+        for (size_t i = 1; i < cfgs.size(); ++i) {
+            RunConfig c = cfgs[i];
+            QVERIFY(run_config_problems(c).empty());
+            c.kv_cache.name = base.kv_cache.name;
+            c.name = base.name;
+            QCOMPARE(run_config_to_json(c), run_config_to_json(base));
+        }
+        auto large = compareConfigs(base, {"h2o"}, {"default"}, CompareReference::LARGE_CACHE);
+        QCOMPARE(large[0].kv_cache.cache_length, base.data.seq_length);
+        QCOMPARE(QString::fromStdString(large[0].kv_cache.name), QString("h2o-default"));
+        CompareDialog dlg(base);
+        dlg.setSelection({"h2o", "lastrec", "streaming"}, {"default"}, CompareReference::DENSE);
+        QVERIFY(dlg.problems().isEmpty());
+        QCOMPARE(dlg.configs().size(), size_t(4));
+        dlg.setSelection({}, {"default"}, CompareReference::DENSE);
+        QVERIFY(!dlg.problems().isEmpty());
+    }
+
+    void launchTinyRunAndDrawEveryView() {
+        form()->applyPreset("passkey 2k, tiny model (quick)");
+        form()->setValue("name", "gui test run");
+        QVERIFY(form()->isValid());
+        const int rows = w_->runsModel()->rowCount();
+        QTest::mouseClick(form()->launchButton(), Qt::LeftButton);
+        QTRY_COMPARE_WITH_TIMEOUT(w_->runsModel()->rowCount(), rows + 1, 5000);
+        run_ = w_->runsModel()->rows().back().id;
+        QCOMPARE(w_->runsModel()->run(run_)->name, QString("gui test run"));
+        QVERIFY(waitFinal(run_, 120000));
+        const RunRow* r = w_->runsModel()->run(run_);
+        QCOMPARE(int(r->status), int(storage::RunStatus::DONE));
+        QCOMPARE(r->policy, QString("h2o"));
+        QCOMPARE(r->buffer, QString("default"));
+        QCOMPARE(r->cacheLength, int64_t(256));
+        QCOMPARE(r->chunkSize, int64_t(32));
+        QVERIFY(std::isfinite(r->loss));
+        QVERIFY(r->tokensPerS > 0);
+        const Json summary = summaryOf(w_->controller(), run_);
+        const int64_t allocatorPeak = summary["memory"]["cpu"]["peak_total"].get<int64_t>();
+        const int chunks = summary["chunks_per_sample"].get<int>();
+        QCOMPARE(r->peakBytes, allocatorPeak);
+        QVERIFY(chunks > 1);
+        QVERIFY(w_->logText().contains(QString("run %1 (gui test run) done").arg(run_)));
+
+        w_->selectRuns({run_});
+        views::CanvasImpl& impl = w_->canvas()->canvas().impl();
+        QCOMPARE(impl.runs, std::vector<int64_t>{run_});
+        QTabBar* tabs = w_->viewTabs();
+        QCOMPARE(tabs->count(), 6);
+        for (int i = 0; i < tabs->count(); ++i) {
+            tabs->setCurrentIndex(i);
+            QCOMPARE(int(w_->view()), i);
+            QVERIFY(drawFrames(w_->canvas(), 4));
+            const QString png = outDir() + QStringLiteral("/view-%1.png").arg(i);
+            QVERIFY(w_->saveViewPng(png));
+            QImage img(png);
+            QCOMPARE(img.size(), w_->canvas()->size() * w_->canvas()->devicePixelRatio());
+            QVERIFY2(hasContent(img), qPrintable(png));
+        }
+        // Eviction map: x = chunk step, so the texture is one texel per chunk of a sample.
+        QCOMPARE(impl.eviction.run, run_);
+        QVERIFY(impl.eviction.main.valid);
+        QCOMPARE(impl.eviction.main.image.width, chunks);
+        QCOMPARE(impl.eviction.main.image.steps_per_texel, 1);
+        QVERIFY(w_->canvas()->textures().count(impl.eviction.main.id));
+        QCOMPARE(w_->canvas()->textures().at(impl.eviction.main.id).width, chunks);
+        // Qt input reaches ImGui: hovering the map names a token, the wheel zooms (stops following).
+        w_->setView(views::ViewKind::EVICTION_MAP);
+        CanvasWidget* canvas = w_->canvas();
+        const QPoint mid(canvas->width() / 2, canvas->height() / 2);
+        QTest::mouseMove(canvas, mid);
+        QVERIFY(drawFrames(canvas, 3));
+        QVERIFY(impl.eviction.hovered);
+        QVERIFY(impl.eviction.hover.token >= 0);
+        QVERIFY(impl.eviction.follow);
+        QWheelEvent wheel(QPointF(mid), canvas->mapToGlobal(QPointF(mid)), QPoint(), QPoint(0, 120), Qt::NoButton,
+                          Qt::NoModifier, Qt::NoScrollPhase, false);
+        QApplication::sendEvent(canvas, &wheel);
+        QVERIFY(drawFrames(canvas, 3));
+        QVERIFY(!impl.eviction.follow);
+        // Memory timeline: its peak is the run's allocator peak (every event recorded).
+        QCOMPARE(impl.memory.run, run_);
+        QCOMPARE(impl.memory.peak_bytes(), allocatorPeak);
+        QCOMPARE(impl.memory.shown_peak, allocatorPeak);
+        // Scores: one heatmap row per layer of the tiny model (2); metrics: the sample losses.
+        QCOMPARE(impl.scores.layers.size(), size_t(2));
+        QVERIFY(impl.metrics.index.count("sample_loss"));
+        QVERIFY(!impl.cells.sequences.empty());
+        QVERIFY(w_->saveWindowPng(outDir() + "/window.png"));
+        QVERIFY(hasContent(QImage(outDir() + "/window.png")));
+    }
+
+    void exportsWriteWhatTheCliWrites() {
+        QVERIFY(run_ > 0);
+        w_->selectRuns({run_});
+        QStringList paths;
+        for (const auto& c : exportChoices()) {
+            const QString path = tmp_.filePath(QStringLiteral("export-%1.%2").arg(paths.size()).arg(c.suffix));
+            QString error;
+            QVERIFY2(w_->exportSelected(c, path, &error), qPrintable(c.title + ": " + error));
+            QVERIFY(QFileInfo(path).size() > 0);
+            paths << path;
+        }
+        // The memory CSV is byte for byte what storage::export_memory_csv (kvlab export) writes.
+        QCOMPARE(int(exportChoices()[0].what), int(storage::ExportWhat::MEMORY));
+        storage::SessionReader reader(session_.toStdString());
+        std::ostringstream cli;
+        storage::export_memory_csv(reader, run_, cli);
+        QFile m(paths[0]);
+        QVERIFY(m.open(QIODevice::ReadOnly));
+        QCOMPARE(m.readAll().toStdString(), cli.str());
+        QFile trace(paths[3]);
+        QVERIFY(trace.open(QIODevice::ReadOnly));
+        const Json j = Json::parse(trace.readAll().toStdString());
+        QVERIFY(j.contains("traceEvents") && !j["traceEvents"].empty());
+        QFile pickle(paths[4]);
+        QVERIFY(pickle.open(QIODevice::ReadOnly));
+        QCOMPARE(uint8_t(pickle.read(1)[0]), uint8_t(0x80));  // pickle protocol marker
+        // Nothing selected: a clear message, no file.
+        w_->selectRuns({});
+        QString error;
+        QVERIFY(!w_->exportSelected(exportChoices()[0], tmp_.filePath("none.csv"), &error));
+        QVERIFY(error.contains("no run selected"));
+        QVERIFY(!QFileInfo::exists(tmp_.filePath("none.csv")));
+    }
+
+    void cancelStopsTheRunQuickly() {
+        form()->applyPreset("passkey 8k, tiny model");
+        form()->setValue("data.num_samples", "200");  // about a minute if left alone
+        const int64_t run = w_->launch(form()->config());
+        QVERIFY(run > 0);
+        QTRY_VERIFY_WITH_TIMEOUT(w_->runsModel()->run(run)->done > 0, 30000);
+        QVERIFY(w_->canvas()->live());  // the views refresh at 20 Hz while it writes
+        const int64_t seen = w_->runsModel()->run(run)->done;
+        QTRY_VERIFY_WITH_TIMEOUT(w_->runsModel()->run(run)->done > seen, 5000);  // progress moves live
+        QVERIFY(form()->cancelButton()->isEnabled());
+        QElapsedTimer t;
+        t.start();
+        QTest::mouseClick(form()->cancelButton(), Qt::LeftButton);
+        QVERIFY(waitFinal(run, 10000));
+        const RunRow* r = w_->runsModel()->run(run);
+        QCOMPARE(int(r->status), int(storage::RunStatus::CANCELLED));
+        QVERIFY2(t.elapsed() < 5000, qPrintable(QString("took %1 ms").arg(t.elapsed())));
+        QVERIFY(r->done < r->total);
+        QVERIFY(!form()->cancelButton()->isEnabled());
+        QVERIFY(!w_->canvas()->live());
+    }
+
+    void comparisonOfFourRunsIsTheReadmeScreenshot() {
+        form()->applyPreset("passkey 8k, tiny model");
+        const auto cfgs = compareConfigs(form()->config(), {"h2o", "lastrec", "streaming"}, {"default"}, CompareReference::DENSE);
+        const std::vector<int64_t> ids = w_->launchComparison(cfgs);
+        QCOMPARE(ids.size(), size_t(4));
+        QCOMPARE(w_->view(), views::ViewKind::COMPARE);
+        QCOMPARE(w_->browser()->selectedRuns(), ids);
+        for (int64_t id : ids) QVERIFY(waitFinal(id, 180000));
+        for (int64_t id : ids) QCOMPARE(int(w_->runsModel()->run(id)->status), int(storage::RunStatus::DONE));
+        QVERIFY(drawFrames(w_->canvas(), 6));
+        views::CanvasImpl& impl = w_->canvas()->canvas().impl();
+        QCOMPARE(impl.compare.runs, ids);
+        QVERIFY2(impl.compare.have_comparison, impl.compare.comparison_error.c_str());
+        QCOMPARE(impl.compare.comparison.reference, ids.front());
+        QCOMPARE(impl.compare.comparison.runs.size(), size_t(4));
+        const int chunks = summaryOf(w_->controller(), ids[1])["chunks_per_sample"].get<int>();
+        QCOMPARE(impl.compare.maps.size(), size_t(4));
+        QCOMPARE(impl.compare.maps[1].main.image.width, chunks);
+        w_->statusBar()->clearMessage();  // leftovers of earlier cases do not belong in the README
+        const QString png = outDir() + "/compare.png";
+        QVERIFY(w_->saveWindowPng(png));
+        QVERIFY(hasContent(QImage(png)));
+        if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS")) {
+            const QString readme = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/compare.png");
+            QFile::remove(readme);
+            QVERIFY(QFile::copy(png, readme));
+            QVERIFY2(QFileInfo(readme).size() < 300 * 1024, "README screenshot must stay under 300 KB");
+        }
+    }
+
+    void settingsPersistAcrossWindows() {
+        w_->setView(views::ViewKind::MEMORY_TIMELINE);
+        w_->close();
+        QSettings s;
+        QCOMPARE(s.value("session/last").toString(), session_);
+        QVERIFY(!s.value("window/geometry").toByteArray().isEmpty());
+        QCOMPARE(s.value("view/index").toInt(), int(views::ViewKind::MEMORY_TIMELINE));
+        w_.reset();  // stops its session
+        MainWindow again;
+        again.setQuiet(true);
+        again.restoreLastSession();
+        QCOMPARE(again.controller()->path(), session_);
+        QCOMPARE(again.view(), views::ViewKind::MEMORY_TIMELINE);
+        QVERIFY(again.runsModel()->rowCount() >= 6);
+        QVERIFY(again.form()->isValid());  // the last form came back
+    }
+};
+
+QTEST_MAIN(GuiAppTest)
+#include "gui_app_test.moc"

@@ -1,0 +1,119 @@
+// The runs table model without any widget or display: QAbstractItemModelTester watches every
+// change while rows are merged, updated live and removed; decoding of config/summary JSON and
+// the sort role are checked against the values written into the RunInfo.
+#include <QAbstractItemModelTester>
+#include <QSortFilterProxyModel>
+#include <QtTest>
+
+#include <cmath>
+
+#include "models/runs_model.h"
+
+using kv::gui::RunRow;
+using kv::gui::RunsModel;
+using kv::storage::RunInfo;
+using kv::storage::RunStatus;
+
+namespace {
+RunInfo info(int64_t id, const std::string& cache, int64_t L, RunStatus st, const std::string& summary = "{}") {
+    RunInfo r;
+    r.id = id;
+    r.name = "run " + std::to_string(id);
+    r.config = R"({"mode":"eval_long","kv_cache":{"name":")" + cache + R"(","cache_length":)" + std::to_string(L) +
+               R"(,"chunk_size":32}})";
+    r.status = st;
+    r.summary = summary;
+    return r;
+}
+}  // namespace
+
+class RunsModelTest : public QObject {
+    Q_OBJECT
+   private Q_SLOTS:
+    void decodesConfigAndSummary() {
+        RunInfo i = info(3, "h2o-orig-q8", 256, RunStatus::DONE,
+                         R"({"mean_loss":1.25,"accuracy":0.5,"tokens_per_s":1234.4,"memory":{"cpu":{"peak_total":4096}},)"
+                         R"("peak_bytes":{"cpu":1000}})");
+        RunRow r = kv::gui::runRowFromInfo(i);
+        QCOMPARE(r.policy, QString("h2o-orig"));
+        QCOMPARE(r.buffer, QString("q8"));
+        QCOMPARE(r.mode, QString("eval_long"));
+        QCOMPARE(r.cacheLength, int64_t(256));
+        QCOMPARE(r.chunkSize, int64_t(32));
+        QCOMPARE(r.loss, 1.25);
+        QCOMPARE(r.accuracy, 0.5);
+        QCOMPARE(r.peakBytes, int64_t(4096));  // the allocator's peak wins over the events' peak
+        // Malformed JSON never throws; fields stay unset.
+        RunInfo bad = info(4, "dense-default", 0, RunStatus::FAILED, "{not json");
+        bad.config = "[1,2";
+        RunRow b = kv::gui::runRowFromInfo(bad);
+        QVERIFY(std::isnan(b.loss));
+        QCOMPARE(b.peakBytes, int64_t(-1));
+        QCOMPARE(b.cacheLength, int64_t(-1));
+    }
+
+    void mergesUnderModelTester() {
+        RunsModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QSortFilterProxyModel proxy;
+        proxy.setSourceModel(&model);
+        proxy.setSortRole(RunsModel::SortRole);
+        proxy.sort(RunsModel::COLUMN_PEAK_MEMORY, Qt::DescendingOrder);
+        QAbstractItemModelTester proxyTester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);
+
+        auto rows = [](std::initializer_list<RunInfo> infos) {
+            std::vector<RunRow> out;
+            for (const auto& i : infos) out.push_back(kv::gui::runRowFromInfo(i));
+            return out;
+        };
+        model.setRuns(rows({info(2, "h2o-default", 64, RunStatus::RUNNING), info(1, "dense-default", 0, RunStatus::DONE,
+                                                                                  R"({"memory":{"cpu":{"peak_total":900}}})")}));
+        QCOMPARE(model.rowCount(), 2);
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_ID)).toLongLong(), 1LL);  // ascending ids
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_CACHE_LENGTH)).toString(), QString("all"));
+        QCOMPARE(model.activeRuns(), 1);
+
+        // Live progress from events survives a database merge while the run is active.
+        QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+        model.setProgress(2, 5, 20, "tokens");
+        QCOMPARE(changed.count(), 1);
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_PROGRESS), RunsModel::ProgressRole).toDouble(), 0.25);
+        model.setRuns(rows({info(1, "dense-default", 0, RunStatus::DONE, R"({"memory":{"cpu":{"peak_total":900}}})"),
+                            info(2, "h2o-default", 64, RunStatus::RUNNING), info(5, "lastrec-q4", 128, RunStatus::QUEUED)}));
+        QCOMPARE(model.rowCount(), 3);
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_PROGRESS)).toString(), QString("25%"));
+        QCOMPARE(model.activeRuns(), 2);
+
+        // Final status from the run manager, then the database's final row replaces live progress.
+        model.setStatus(2, RunStatus::DONE, "");
+        model.setRuns(rows({info(1, "dense-default", 0, RunStatus::DONE, R"({"memory":{"cpu":{"peak_total":900}}})"),
+                            info(2, "h2o-default", 64, RunStatus::DONE, R"({"memory":{"cpu":{"peak_total":2000}}})"),
+                            info(5, "lastrec-q4", 128, RunStatus::QUEUED)}));
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_PROGRESS)).toString(), QString("100%"));
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_PEAK_MEMORY)).toString(), QString("1.95 KiB"));
+
+        // Sorting by the numeric role: peak memory descending puts run 2 (2000 B) first.
+        QCOMPARE(proxy.data(proxy.index(0, RunsModel::COLUMN_ID)).toLongLong(), 2LL);
+
+        // Rows that vanished from the database are removed; unknown ids are ignored.
+        model.setRuns(rows({info(5, "lastrec-q4", 128, RunStatus::CANCELLED)}));
+        QCOMPARE(model.rowCount(), 1);
+        model.setProgress(99, 1, 2, "tokens");
+        model.setStatus(99, RunStatus::DONE, "");
+        QCOMPARE(model.rowOfRun(5), 0);
+        QCOMPARE(model.rowOfRun(1), -1);
+        QCOMPARE(model.activeRuns(), 0);
+        model.clear();
+        QCOMPARE(model.rowCount(), 0);
+    }
+
+    void headersCoverEveryColumn() {
+        RunsModel model;
+        for (int c = 0; c < RunsModel::NUM_COLUMNS; ++c)
+            QVERIFY(!model.headerData(c, Qt::Horizontal).toString().isEmpty());
+        QCOMPARE(model.columnCount(), int(RunsModel::NUM_COLUMNS));
+    }
+};
+
+QTEST_GUILESS_MAIN(RunsModelTest)
+#include "runs_model_test.moc"

@@ -1,0 +1,88 @@
+// Metrics view: one curve point per metric row, x sorted (steps or time), nearest-point lookup,
+// incremental refresh equal to a full reload, headless draw.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "views/metrics_view.h"
+#include "views_test_util.h"
+
+namespace kv::views {
+namespace {
+
+TEST(Metrics, OneCurvePointPerMetricRow) {
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("run.kvlab");
+    const int64_t run = test::record_tiny_runs(path, {test::tiny_eval_config("lastrec-default", 64, 256, 3)}).front();
+    storage::SessionReader reader(path);
+    MetricsViewState s;
+    s.run = run;
+    ASSERT_TRUE(refresh_metrics(s, reader));
+    const auto names = reader.metric_names(run);
+    ASSERT_EQ(s.series.size(), names.size());
+    for (const auto& name : names) {
+        const auto rows = reader.metrics(run, name);
+        const MetricSeries& m = s.series.at(s.index.at(name));
+        for (bool over_time : {false, true}) {
+            const MetricCurve c = metric_curve(m, over_time, s.t0_ns);
+            ASSERT_EQ(c.x.size(), rows.size()) << name;
+            EXPECT_TRUE(std::is_sorted(c.x.begin(), c.x.end()));
+            // The same multiset of (x, value) pairs as the rows.
+            std::multimap<double, double> want, got;
+            for (const auto& r : rows) want.emplace(over_time ? double(r.t_ns - s.t0_ns) * 1e-9 : double(r.step), r.value);
+            for (size_t i = 0; i < c.x.size(); ++i) got.emplace(c.x[i], c.y[i]);
+            EXPECT_EQ(got, want) << name;
+        }
+    }
+    EXPECT_EQ(s.series.at(s.index.at("sample_loss")).values.size(), 3u) << "one per sample";
+    test::ImGuiHarness h;
+    int vtx = 0;
+    for (int f = 0; f < 3; ++f) vtx = h.window_frame([&] { DrawMetricsView(s); }, ImVec2(300, 120));
+    EXPECT_GT(vtx, 0);
+}
+
+TEST(Metrics, NearestPoint) {
+    MetricSeries m{"loss", {1, 2, 3, 4}, {0, 10, 20, 30}, {0, 0, 0, 0}, {4.0, 3.0, 2.5, 2.0}};
+    const MetricCurve c = metric_curve(m, false, 0);
+    EXPECT_EQ(nearest_point(c, -5), 0);
+    EXPECT_EQ(nearest_point(c, 14), 1);
+    EXPECT_EQ(nearest_point(c, 16), 2);
+    EXPECT_EQ(nearest_point(c, 99), 3);
+    EXPECT_DOUBLE_EQ(c.y_lo, 2.0);
+    EXPECT_DOUBLE_EQ(c.y_hi, 4.0);
+    MetricCurve empty = metric_curve(MetricSeries{}, false, 0);
+    EXPECT_EQ(nearest_point(empty, 1), -1);
+}
+
+TEST(Metrics, IncrementalRefreshEqualsFullReload) {
+    test::ViewsScratchDir dir;
+    test::SyntheticRun run(dir.file("metrics.kvlab"));
+    storage::SessionReader reader(run.path());
+    MetricsViewState live;
+    live.run = run.run();
+    for (int phase = 0; phase < 3; ++phase) {
+        run.produce([&] {
+            for (int i = 0; i < 10; ++i) {
+                trace::metric("loss", phase * 10 + i, 1.0 / (1 + phase * 10 + i));
+                if (i % 3 == 0) trace::metric("accuracy", phase * 10 + i, 0.1 * phase);
+            }
+        });
+        run.flush();
+        EXPECT_TRUE(refresh_metrics(live, reader));
+    }
+    EXPECT_FALSE(refresh_metrics(live, reader));
+    MetricsViewState fresh;
+    fresh.run = run.run();
+    refresh_metrics(fresh, reader);
+    ASSERT_EQ(live.series.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(live.series[i].name, fresh.series[i].name);
+        EXPECT_EQ(live.series[i].ids, fresh.series[i].ids);
+        EXPECT_EQ(live.series[i].values, fresh.series[i].values);
+    }
+    EXPECT_EQ(live.series[live.index.at("loss")].values.size(), 30u);
+    EXPECT_EQ(live.series[live.index.at("accuracy")].values.size(), 12u);
+}
+
+}  // namespace
+}  // namespace kv::views

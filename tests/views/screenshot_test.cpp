@@ -1,0 +1,134 @@
+// Software screenshots of every view (no GL): ImGui's draw data rasterized on the CPU with the
+// recording host's textures and the font atlas, written as PNG for eyeballing layouts. On demand:
+//   kvlab_views_tests --gtest_also_run_disabled_tests --gtest_filter='Screenshots.*'
+// (files go to $KVLAB_VIEW_SHOTS or /tmp/kvlab-view-shots).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "views/canvas_impl.h"
+#include "views_test_util.h"
+
+extern "C" int stbi_write_png(const char* filename, int w, int h, int comp, const void* data, int stride_in_bytes);
+
+namespace kv::views {
+namespace {
+
+struct Image {
+    int w = 0, h = 0;
+    std::vector<float> rgb;  // (h, w, 3)
+};
+
+struct Sampler {
+    const uint8_t* px = nullptr;
+    int w = 0, h = 0;
+    void sample(float u, float v, float out[4]) const {
+        if (!px) {
+            out[0] = out[1] = out[2] = out[3] = 1;
+            return;
+        }
+        const int x = std::clamp(int(u * w), 0, w - 1), y = std::clamp(int(v * h), 0, h - 1);
+        const uint8_t* p = px + (size_t(y) * size_t(w) + size_t(x)) * 4;
+        for (int i = 0; i < 4; ++i) out[i] = p[i] / 255.f;
+    }
+};
+
+void raster(Image& img, const ImDrawData* dd, const test::RecordingTextureHost& host, const Sampler& font, ImTextureID font_id) {
+    for (int l = 0; l < dd->CmdListsCount; ++l) {
+        const ImDrawList* list = dd->CmdLists[l];
+        for (const ImDrawCmd& cmd : list->CmdBuffer) {
+            if (cmd.UserCallback) continue;
+            Sampler tex;
+            if (cmd.TextureId == font_id) {
+                tex = font;
+            } else {
+                auto it = host.live.find(uint64_t(reinterpret_cast<uintptr_t>(cmd.TextureId)));
+                if (it != host.live.end()) tex = {it->second.pixels.data(), it->second.width, it->second.height};
+            }
+            const int cx0 = std::max(0, int(cmd.ClipRect.x)), cy0 = std::max(0, int(cmd.ClipRect.y));
+            const int cx1 = std::min(img.w, int(cmd.ClipRect.z)), cy1 = std::min(img.h, int(cmd.ClipRect.w));
+            for (unsigned i = 0; i + 2 < cmd.ElemCount; i += 3) {
+                const ImDrawVert* v[3];
+                for (int k = 0; k < 3; ++k) v[k] = &list->VtxBuffer[int(cmd.VtxOffset + list->IdxBuffer[int(cmd.IdxOffset + i + k)])];
+                const float x0 = v[0]->pos.x, y0 = v[0]->pos.y, x1 = v[1]->pos.x, y1 = v[1]->pos.y, x2 = v[2]->pos.x, y2 = v[2]->pos.y;
+                const float area = (x1 - x0) * (y2 - y0) - (x2 - x0) * (y1 - y0);
+                if (std::fabs(area) < 1e-6f) continue;
+                const int bx0 = std::max(cx0, int(std::floor(std::min({x0, x1, x2})))), bx1 = std::min(cx1, int(std::ceil(std::max({x0, x1, x2}))));
+                const int by0 = std::max(cy0, int(std::floor(std::min({y0, y1, y2})))), by1 = std::min(cy1, int(std::ceil(std::max({y0, y1, y2}))));
+                for (int y = by0; y < by1; ++y)
+                    for (int x = bx0; x < bx1; ++x) {
+                        const float px = x + 0.5f, py = y + 0.5f;
+                        const float w0 = ((x1 - px) * (y2 - py) - (x2 - px) * (y1 - py)) / area;
+                        const float w1 = ((x2 - px) * (y0 - py) - (x0 - px) * (y2 - py)) / area;
+                        const float w2 = 1 - w0 - w1;
+                        if (w0 < 0 || w1 < 0 || w2 < 0) continue;
+                        float t[4];
+                        tex.sample(w0 * v[0]->uv.x + w1 * v[1]->uv.x + w2 * v[2]->uv.x, w0 * v[0]->uv.y + w1 * v[1]->uv.y + w2 * v[2]->uv.y, t);
+                        float c[4];
+                        for (int k = 0; k < 4; ++k)
+                            c[k] = (w0 * ((v[0]->col >> (8 * k)) & 255) + w1 * ((v[1]->col >> (8 * k)) & 255) + w2 * ((v[2]->col >> (8 * k)) & 255)) /
+                                   255.f * t[k];
+                        float* dst = img.rgb.data() + (size_t(y) * size_t(img.w) + size_t(x)) * 3;
+                        for (int k = 0; k < 3; ++k) dst[k] = dst[k] * (1 - c[3]) + c[k] * c[3];
+                    }
+            }
+        }
+    }
+}
+
+void save(const Image& img, const std::string& path) {
+    std::vector<uint8_t> out(size_t(img.w) * size_t(img.h) * 3);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(std::clamp(img.rgb[i], 0.f, 1.f) * 255.f + 0.5f);
+    ASSERT_NE(stbi_write_png(path.c_str(), img.w, img.h, 3, out.data(), img.w * 3), 0) << path;
+}
+
+TEST(Screenshots, DISABLED_EveryView) {
+    const char* env = std::getenv("KVLAB_VIEW_SHOTS");
+    const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
+    std::filesystem::create_directories(out_dir);
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("runs.kvlab");
+    const auto runs = test::record_tiny_runs(
+        path, {test::tiny_eval_config("h2o-default", 128, 1024, 2, 16), test::tiny_eval_config("lastrec-default", 128, 1024, 2, 16)});
+    const float W = 1280, H = 800;
+    test::ImGuiHarness h(W, H);
+    test::RecordingTextureHost host;
+    unsigned char* font_px = nullptr;
+    int fw = 0, fh = 0;
+    ImGui::GetIO().Fonts->GetTexDataAsRGBA32(&font_px, &fw, &fh);
+    const ImTextureID font_id = reinterpret_cast<ImTextureID>(uintptr_t(0xF0F0));
+    ImGui::GetIO().Fonts->SetTexID(font_id);
+    const Sampler font{font_px, fw, fh};
+    Canvas canvas(&host);
+    canvas.open_session(path);
+    auto shoot = [&](const std::string& name, ImVec2 mouse) {
+        while (canvas.refresh()) {
+        }
+        for (int f = 0; f < 3; ++f) h.frame([&] { canvas.draw(W, H); }, mouse);
+        Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.1f)};
+        raster(img, ImGui::GetDrawData(), host, font, font_id);
+        save(img, out_dir + "/" + name + ".png");
+    };
+    canvas.select_runs({runs[0]});
+    for (ViewKind k : {ViewKind::EVICTION_MAP, ViewKind::SCORES, ViewKind::MEMORY_TIMELINE, ViewKind::CELL_GRID, ViewKind::METRICS}) {
+        canvas.set_view(k);
+        std::string name = view_name(k);
+        std::replace(name.begin(), name.end(), ' ', '_');
+        shoot(name, ImVec2(W * 0.55f, H * 0.45f));
+    }
+    canvas.set_view(ViewKind::EVICTION_MAP);
+    canvas.impl().eviction.colour = EvictionColour::SCORE;
+    shoot("eviction_map_score", ImVec2(W * 0.7f, H * 0.6f));
+    canvas.impl().eviction.colour = EvictionColour::AGE;
+    canvas.impl().eviction.all_layers = true;
+    shoot("eviction_map_all_layers_age", ImVec2(W * 0.3f, H * 0.5f));
+    canvas.select_runs(runs);
+    shoot("compare", ImVec2(W * 0.3f, H * 0.6f));
+    std::printf("screenshots in %s\n", out_dir.c_str());
+}
+
+}  // namespace
+}  // namespace kv::views

@@ -1,0 +1,206 @@
+// The canvas: session, selection, the flat registry of views and the one window they draw in
+// (see canvas.h for the host contract, canvas_impl.h for the state).
+#include "views/canvas.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "storage/session.h"
+#include "storage/session_reader.h"
+#include "views/canvas_impl.h"
+
+namespace kv::views {
+
+const char* view_name(ViewKind k) {
+    static const char* const kNames[] = {"eviction map", "scores", "memory timeline", "cell grid", "metrics", "compare"};
+    static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(ViewKind::COMPARE) + 1, "view names out of date with ViewKind");
+    return size_t(k) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[size_t(k)] : "unknown";
+}
+
+namespace {
+constexpr size_t kNumViews = size_t(ViewKind::COMPARE) + 1;
+constexpr size_t kMaxCompared = 8;
+}  // namespace
+
+void CanvasImpl::reset_views() {
+    release_eviction_textures(eviction, textures);
+    release_scores_textures(scores, textures);
+    release_cell_grid_textures(cells, textures);
+    release_compare_textures(compare, textures);
+    const int64_t run = runs.empty() ? 0 : runs.front();
+    eviction = {};
+    scores = {};
+    memory = {};
+    cells = {};
+    metrics = {};
+    eviction.run = scores.run = memory.run = cells.run = metrics.run = run;
+    compare = {};
+    compare_select(compare, runs.size() >= 2 ? runs : std::vector<int64_t>{}, reference, textures);
+}
+
+bool CanvasImpl::refresh_view(ViewKind k) {
+    if (!reader || runs.empty()) return false;
+    switch (k) {
+        case ViewKind::EVICTION_MAP:
+            return refresh_eviction_map(eviction, *reader);
+        case ViewKind::SCORES:
+            return refresh_scores(scores, *reader);
+        case ViewKind::MEMORY_TIMELINE:
+            return refresh_memory_timeline(memory, *reader);
+        case ViewKind::CELL_GRID:
+            return refresh_cell_grid(cells, *reader);
+        case ViewKind::METRICS:
+            return refresh_metrics(metrics, *reader);
+        case ViewKind::COMPARE:
+            if (runs.size() < 2) return false;
+            if (!compare_session_tried) {
+                compare_session_tried = true;
+                try {
+                    compare_session = storage::Session::open(path);
+                } catch (const std::exception& e) {
+                    compare.comparison_error = std::string("cannot compute the comparison: ") + e.what();
+                }
+            }
+            return refresh_compare(compare, *reader, compare_session.get());
+    }
+    return false;
+}
+
+Canvas::Canvas(TextureHost* textures) : impl_(std::make_unique<CanvasImpl>()) { impl_->textures = textures; }
+
+Canvas::~Canvas() {
+    // Textures go back to the host (whose GL context must still be usable, as for any release).
+    impl_->reset_views();
+}
+
+void Canvas::open_session(const std::string& path) {
+    CanvasImpl& c = *impl_;
+    c.runs.clear();
+    c.reference = 0;
+    c.reset_views();
+    c.compare_session.reset();
+    c.compare_session_tried = false;
+    c.reader.reset();
+    c.infos.clear();
+    c.path.clear();
+    c.error.clear();
+    if (path.empty()) return;
+    c.reader = std::make_unique<storage::SessionReader>(path);  // throws SessionError with the reason
+    c.path = path;
+    // Something to look at straight away: the newest run (the host may select others).
+    const std::vector<storage::RunInfo> runs = c.reader->runs();
+    if (!runs.empty()) select_runs({runs.back().id});
+}
+
+const std::string& Canvas::session_path() const { return impl_->path; }
+
+void Canvas::select_runs(const std::vector<int64_t>& runs) {
+    CanvasImpl& c = *impl_;
+    std::vector<int64_t> sel;
+    for (int64_t r : runs)
+        if (std::find(sel.begin(), sel.end(), r) == sel.end() && sel.size() < kMaxCompared) sel.push_back(r);
+    c.runs = sel;
+    c.reference = sel.empty() ? 0 : sel.front();
+    c.reset_views();
+    c.infos.clear();
+    if (sel.size() >= 2) c.view = ViewKind::COMPARE;
+    else if (c.view == ViewKind::COMPARE) c.view = ViewKind::EVICTION_MAP;
+}
+
+const std::vector<int64_t>& Canvas::selected_runs() const { return impl_->runs; }
+
+void Canvas::set_reference(int64_t run) {
+    CanvasImpl& c = *impl_;
+    if (std::find(c.runs.begin(), c.runs.end(), run) == c.runs.end()) return;
+    c.reference = run;
+    compare_select(c.compare, c.runs.size() >= 2 ? c.runs : std::vector<int64_t>{}, run, c.textures);
+}
+
+void Canvas::set_view(ViewKind k) { impl_->view = k; }
+
+ViewKind Canvas::view() const { return impl_->view; }
+
+bool Canvas::refresh() {
+    CanvasImpl& c = *impl_;
+    if (!c.reader || c.runs.empty()) return false;
+    bool any = false;
+    try {
+        std::vector<storage::RunInfo> infos;
+        for (int64_t r : c.runs) infos.push_back(c.reader->run(r));
+        for (size_t i = 0; i < infos.size(); ++i)
+            any |= i >= c.infos.size() || infos[i].status != c.infos[i].status ||
+                   infos[i].progress.updated_ms != c.infos[i].progress.updated_ms;
+        c.infos = std::move(infos);
+        c.error.clear();
+    } catch (const std::exception& e) {
+        c.error = e.what();
+    }
+    any |= c.refresh_view(c.view);
+    return any;
+}
+
+void Canvas::draw(float width, float height) {
+    CanvasImpl& c = *impl_;
+    ImGui::SetNextWindowPos(ImVec2(0, 0));
+    ImGui::SetNextWindowSize(ImVec2(width, height));
+    const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
+                                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoScrollWithMouse;
+    ImGui::Begin("kvlab canvas", nullptr, flags);
+    if (!c.reader) {
+        draw_empty_state("no session open");
+        ImGui::End();
+        return;
+    }
+    if (c.runs.empty()) {
+        draw_empty_state("this session has no runs yet");
+        ImGui::End();
+        return;
+    }
+    // ---- header: what is shown ----
+    if (!c.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", c.error.c_str());
+    if (c.runs.size() == 1 && !c.infos.empty()) {
+        const storage::RunInfo& r = c.infos.front();
+        ImGui::Text("run %lld  %s  [%s]", (long long)r.id, r.name.c_str(), storage::run_status_name(r.status));
+        if (r.progress.chunks_total > 0) {
+            ImGui::SameLine();
+            char overlay[64];
+            std::snprintf(overlay, sizeof overlay, "%d / %d layer x chunk steps", r.progress.chunks_done, r.progress.chunks_total);
+            ImGui::ProgressBar(float(r.progress.chunks_done) / float(r.progress.chunks_total), ImVec2(220, 0), overlay);
+        }
+        if (!r.error.empty()) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", r.error.c_str());
+    } else if (c.runs.size() > 1) {
+        ImGui::Text("comparing %zu runs", c.runs.size());
+    }
+    if (c.show_view_tabs) {
+        for (size_t k = 0; k < kNumViews; ++k) {
+            if (ViewKind(k) == ViewKind::COMPARE && c.runs.size() < 2) continue;
+            if (k) ImGui::SameLine();
+            if (ImGui::RadioButton(view_name(ViewKind(k)), c.view == ViewKind(k))) c.view = ViewKind(k);
+        }
+        ImGui::Separator();
+    }
+    const ImVec2 body = ImGui::GetContentRegionAvail();
+    switch (c.view) {
+        case ViewKind::EVICTION_MAP:
+            DrawEvictionMapView(c.eviction, c.textures, body);
+            break;
+        case ViewKind::SCORES:
+            DrawScoresView(c.scores, c.textures, body);
+            break;
+        case ViewKind::MEMORY_TIMELINE:
+            DrawMemoryTimelineView(c.memory, c.reader.get(), body);
+            break;
+        case ViewKind::CELL_GRID:
+            DrawCellGridView(c.cells, c.textures, body);
+            break;
+        case ViewKind::METRICS:
+            DrawMetricsView(c.metrics, body);
+            break;
+        case ViewKind::COMPARE:
+            DrawCompareView(c.compare, c.textures, c.reader.get(), body);
+            break;
+    }
+    ImGui::End();
+}
+
+}  // namespace kv::views

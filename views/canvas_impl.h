@@ -1,0 +1,55 @@
+// What a Canvas holds: the session reader, the selection and one state struct per view (the
+// flat registry of views: "if active, refresh and draw"). Exposed so tests, exports and the
+// bench can read what the views derived and set view options directly; the host normally uses
+// only canvas.h.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "storage/run_info.h"
+#include "views/canvas.h"
+#include "views/cell_grid.h"
+#include "views/compare_view.h"
+#include "views/eviction_map.h"
+#include "views/memory_timeline.h"
+#include "views/metrics_view.h"
+#include "views/scores_view.h"
+
+namespace kv::storage {
+class Session;
+class SessionReader;
+}  // namespace kv::storage
+
+namespace kv::views {
+
+struct CanvasImpl {
+    TextureHost* textures = nullptr;
+    std::string path;
+    std::unique_ptr<storage::SessionReader> reader;
+    // Opened read-write on first use by the compare view (sessions::compare_runs takes a
+    // Session); stays null when that fails (e.g. a read-only file), and the view says why.
+    std::unique_ptr<storage::Session> compare_session;
+    bool compare_session_tried = false;
+    std::vector<int64_t> runs;
+    int64_t reference = 0;
+    ViewKind view = ViewKind::EVICTION_MAP;
+    bool show_view_tabs = true;  // the canvas draws its own view switcher (the host may hide it)
+    std::vector<storage::RunInfo> infos;  // of the selected runs, refreshed every refresh()
+    std::string error;
+
+    EvictionMapViewState eviction;
+    ScoresViewState scores;
+    MemoryTimelineViewState memory;
+    CellGridViewState cells;
+    MetricsViewState metrics;
+    CompareViewState compare;
+
+    // Resets every view's state for the current selection (textures released first).
+    void reset_views();
+    // Refreshes the state of view `k` (the active one in refresh()).
+    bool refresh_view(ViewKind k);
+};
+
+}  // namespace kv::views

@@ -1,0 +1,294 @@
+// Compare view (see compare_view.h).
+#include "views/compare_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "storage/session.h"
+#include "storage/session_reader.h"
+#include "views/colormap.h"
+
+namespace kv::views {
+
+std::vector<CompareMetricRow> compare_metric_rows(const sessions::Comparison& c) {
+    struct Field {
+        const char* name;
+        double sessions::ComparedRun::*value;
+        double sessions::ComparedRun::*relative;  // nullptr: ratio computed here
+        bool difference;
+    };
+    static const Field kFields[] = {
+        {"loss", &sessions::ComparedRun::loss, &sessions::ComparedRun::d_loss, true},
+        {"accuracy", &sessions::ComparedRun::accuracy, &sessions::ComparedRun::d_accuracy, true},
+        {"perplexity", &sessions::ComparedRun::perplexity, &sessions::ComparedRun::ppl_ratio, false},
+        {"tokens/s", &sessions::ComparedRun::tokens_per_s, &sessions::ComparedRun::speed_ratio, false},
+        {"KV bytes", &sessions::ComparedRun::kv_bytes, &sessions::ComparedRun::kv_ratio, false},
+        {"peak bytes", &sessions::ComparedRun::peak_bytes, &sessions::ComparedRun::peak_ratio, false},
+        {"seconds", &sessions::ComparedRun::seconds, nullptr, false},
+    };
+    std::vector<CompareMetricRow> out;
+    for (const Field& f : kFields) {
+        CompareMetricRow r;
+        r.name = f.name;
+        r.difference = f.difference;
+        bool any = false;
+        for (const auto& run : c.runs) {
+            const double v = run.*f.value;
+            any |= !std::isnan(v);
+            r.values.push_back(v);
+            r.relative.push_back(f.relative ? run.*f.relative : v / (c.runs.front().*f.value));
+        }
+        if (any) out.push_back(std::move(r));
+    }
+    return out;
+}
+
+void compare_select(CompareViewState& s, const std::vector<int64_t>& runs, int64_t reference, TextureHost* host) {
+    release_compare_textures(s, host);
+    s.runs = runs;
+    s.reference = reference;
+    s.have_comparison = false;
+    s.comparison = {};
+    s.infos.clear();
+    s.maps.clear();
+    s.memories.clear();
+    ++s.version;
+}
+
+void release_compare_textures(CompareViewState& s, TextureHost* host) {
+    for (auto& m : s.maps) release_eviction_textures(m, host);
+}
+
+namespace {
+// Compared runs in display order: reference first, then the others as selected.
+std::vector<int64_t> display_order(const CompareViewState& s) {
+    std::vector<int64_t> order;
+    if (s.runs.empty()) return order;
+    const int64_t ref = s.reference ? s.reference : s.runs.front();
+    order.push_back(ref);
+    for (int64_t r : s.runs)
+        if (r != ref) order.push_back(r);
+    return order;
+}
+}  // namespace
+
+bool refresh_compare(CompareViewState& s, storage::SessionReader& reader, storage::Session* session) {
+    const std::vector<int64_t> order = display_order(s);
+    bool changed = false;
+    std::vector<storage::RunInfo> infos;
+    try {
+        for (int64_t id : order) infos.push_back(reader.run(id));
+        s.comparison_error.clear();
+    } catch (const std::exception& e) {
+        s.comparison_error = e.what();
+        return false;
+    }
+    bool runs_changed = infos.size() != s.infos.size();
+    for (size_t i = 0; !runs_changed && i < infos.size(); ++i)
+        runs_changed = infos[i].status != s.infos[i].status || infos[i].summary != s.infos[i].summary ||
+                       infos[i].config != s.infos[i].config || infos[i].name != s.infos[i].name;
+    s.infos = std::move(infos);
+    if (runs_changed || !s.have_comparison) {
+        if (session) {
+            try {
+                s.comparison = sessions::compare_runs(*session, order, order.empty() ? 0 : order.front());
+                s.have_comparison = true;
+            } catch (const std::exception& e) {
+                s.comparison_error = e.what();
+            }
+        } else if (s.comparison_error.empty()) {
+            s.comparison_error = "the configuration diff and metrics need the session opened read-write";
+        }
+        changed = true;
+    }
+    if (s.maps.size() != order.size()) {
+        s.maps.assign(order.size(), {});
+        s.memories.assign(order.size(), {});
+        for (size_t i = 0; i < order.size(); ++i) {
+            s.maps[i].run = s.memories[i].run = order[i];
+            s.maps[i].toolbar = false;
+            s.maps[i].max_texture_width = 1024;
+            s.maps[i].max_texture_height = 1024;
+            s.maps[i].refresh_budget_ms = 20.0 / double(order.size());
+            s.memories[i].show_spans = false;
+            // Several runs share one frame's budget.
+            s.memories[i].refresh_budget_ms = 20.0 / double(order.size());
+        }
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+        s.maps[i].colour = s.colour;
+        s.maps[i].layer = s.layer;
+        changed |= refresh_eviction_map(s.maps[i], reader);
+        changed |= refresh_memory_timeline(s.memories[i], reader);
+    }
+    if (changed) ++s.version;
+    return changed;
+}
+
+namespace {
+
+std::string fmt_value(double v, bool bytes) {
+    if (std::isnan(v)) return "-";
+    if (bytes) return format_bytes(v);
+    char b[32];
+    std::snprintf(b, sizeof b, "%.5g", v);
+    return b;
+}
+
+std::string fmt_relative(double v, bool difference) {
+    if (std::isnan(v)) return "";
+    char b[32];
+    if (difference) std::snprintf(b, sizeof b, "%+.3g", v);
+    else std::snprintf(b, sizeof b, "x%.3g", v);
+    return b;
+}
+
+void draw_tables(CompareViewState& s, float height) {
+    const sessions::Comparison& c = s.comparison;
+    ImGui::BeginChild("##tables", ImVec2(0, height), false);
+    const int ncol = int(c.runs.size()) + 1;
+    if (!c.differing_fields.empty() &&
+        ImGui::BeginTable("##config", ncol, ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
+        ImGui::TableSetupColumn("configuration (differing fields)");
+        for (size_t i = 0; i < c.runs.size(); ++i) {
+            const std::string h = (i == 0 ? "reference: " : "") + c.runs[i].name + " (" + std::to_string(c.runs[i].id) + ")";
+            ImGui::TableSetupColumn(h.c_str());
+        }
+        ImGui::TableHeadersRow();
+        for (size_t f = 0; f < c.differing_fields.size(); ++f) {
+            ImGui::TableNextRow();
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(c.differing_fields[f].c_str());
+            for (const auto& r : c.runs) {
+                ImGui::TableNextColumn();
+                ImGui::TextUnformatted(f < r.config_diff.size() ? r.config_diff[f].second.c_str() : "");
+            }
+        }
+        ImGui::EndTable();
+    } else if (c.differing_fields.empty()) {
+        ImGui::TextDisabled("configurations are identical");
+    }
+    const std::vector<CompareMetricRow> rows = compare_metric_rows(c);
+    if (ImGui::BeginTable("##metrics", ncol, ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
+        ImGui::TableSetupColumn("metric");
+        for (size_t i = 0; i < c.runs.size(); ++i) ImGui::TableSetupColumn((c.runs[i].name + " [" + c.runs[i].status + "]").c_str());
+        ImGui::TableHeadersRow();
+        for (const auto& r : rows) {
+            ImGui::TableNextRow();
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(r.name.c_str());
+            const bool bytes = r.name.find("bytes") != std::string::npos;
+            for (size_t i = 0; i < r.values.size(); ++i) {
+                ImGui::TableNextColumn();
+                ImGui::TextUnformatted(fmt_value(r.values[i], bytes).c_str());
+                if (i > 0 && !std::isnan(r.relative[i])) {
+                    ImGui::SameLine();
+                    ImGui::TextDisabled("%s", fmt_relative(r.relative[i], r.difference).c_str());
+                }
+            }
+        }
+        ImGui::EndTable();
+    }
+    ImGui::EndChild();
+}
+
+}  // namespace
+
+void DrawCompareView(CompareViewState& s, TextureHost* host, storage::SessionReader* reader, ImVec2 size) {
+    if (size.x <= 0 || size.y <= 0) {
+        const ImVec2 avail = ImGui::GetContentRegionAvail();
+        if (size.x <= 0) size.x = avail.x;
+        if (size.y <= 0) size.y = avail.y;
+    }
+    ImGui::PushID("compare");
+    ImGui::BeginGroup();
+    const float top = ImGui::GetCursorPosY();
+    if (s.runs.size() < 2) {
+        ImGui::Dummy(ImVec2(size.x, 0));
+        draw_empty_state("select 2 to 8 runs to compare them");
+        ImGui::EndGroup();
+        ImGui::PopID();
+        return;
+    }
+    if (!s.comparison_error.empty()) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", s.comparison_error.c_str());
+    ImGui::Checkbox("eviction maps", &s.show_maps);
+    ImGui::SameLine();
+    ImGui::Checkbox("memory", &s.show_memory);
+    if (s.show_maps) {
+        int layers = 1, heads = 1;
+        for (const auto& m : s.maps) {
+            const int seq = m.data.resolve_sequence(s.sequence);
+            if (seq < 0) continue;
+            const auto& sq = m.data.sequences[size_t(seq)];
+            layers = std::max(layers, int(sq.layers.size()));
+            for (const auto& l : sq.layers) heads = std::max(heads, int(l.rows));
+        }
+        ImGui::SameLine();
+        ImGui::SetNextItemWidth(140);
+        ImGui::SliderInt("layer", &s.layer, 0, layers - 1);
+        if (heads > 1) {
+            ImGui::SameLine();
+            ImGui::SetNextItemWidth(100);
+            ImGui::SliderInt("head", &s.head, 0, heads - 1);
+        }
+        for (int c = 0; c < int(EvictionColour::COUNT); ++c) {
+            ImGui::SameLine();
+            if (ImGui::RadioButton(eviction_colour_name(EvictionColour(c)), s.colour == EvictionColour(c))) s.colour = EvictionColour(c);
+        }
+        ImGui::SameLine();
+        if (ImGui::Button("fit")) s.follow = true;
+    }
+    const float used = ImGui::GetCursorPosY() - top;
+    const float rest = std::max(120.f, size.y - used);
+    // Tables as tall as their rows (headers, differing fields, metrics), at most 40% of the view.
+    const float row_h = ImGui::GetTextLineHeightWithSpacing() + 2 * ImGui::GetStyle().CellPadding.y;
+    const float table_rows = float(s.comparison.differing_fields.size() + compare_metric_rows(s.comparison).size() + 3);
+    const float table_h = s.have_comparison ? std::min(rest * 0.4f, row_h * table_rows + 3 * ImGui::GetStyle().ItemSpacing.y) : 0.f;
+    const float maps_h = s.show_maps ? (rest - table_h) * (s.show_memory ? 0.58f : 1.f) : 0.f;
+    const float mem_h = s.show_memory ? rest - table_h - maps_h - 3 * ImGui::GetStyle().ItemSpacing.y : 0.f;
+    if (s.have_comparison) draw_tables(s, table_h);
+
+    if (s.show_maps && !s.maps.empty()) {
+        // Every map shows the shared selection; whichever the user zoomed becomes the shared window.
+        const int n = int(s.maps.size());
+        const int cols = n <= 4 ? n : (n + 1) / 2, rows = (n + cols - 1) / cols;
+        const float w = size.x / cols - 6, h = maps_h / rows - ImGui::GetTextLineHeightWithSpacing() - 6;
+        for (int i = 0; i < n; ++i) {
+            EvictionMapViewState& m = s.maps[size_t(i)];
+            m.layer = s.layer, m.head = s.head, m.colour = s.colour, m.sequence = s.sequence;
+            m.steps_range = s.steps_range, m.tokens_range = s.tokens_range, m.follow = s.follow;
+            if (i % cols) ImGui::SameLine(0, 6);
+            ImGui::BeginGroup();
+            ImGui::PushID(i);
+            const std::string name = size_t(i) < s.infos.size() ? s.infos[size_t(i)].name : std::string("run");
+            ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(i)), "%s%s", i == 0 ? "reference: " : "", name.c_str());
+            DrawEvictionMapView(m, host, ImVec2(std::max(40.f, w), std::max(40.f, h)));
+            ImGui::PopID();
+            ImGui::EndGroup();
+            if (!(m.steps_range == s.steps_range) || !(m.tokens_range == s.tokens_range) || m.follow != s.follow) {
+                s.steps_range = m.steps_range, s.tokens_range = m.tokens_range, s.follow = m.follow;
+            }
+        }
+        // The first map fitted the shared window to its data; with follow the others take it too.
+        if (s.follow && !s.maps.empty()) {
+            double steps = 1, tokens = 1;
+            for (const auto& m : s.maps) steps = std::max(steps, m.steps_range.hi), tokens = std::max(tokens, m.tokens_range.hi);
+            s.steps_range = {0, steps}, s.tokens_range = {0, tokens};
+        }
+    }
+    if (s.show_memory && !s.memories.empty()) {
+        std::vector<MemoryTimelineViewState*> states;
+        std::vector<std::string> names;
+        for (size_t i = 0; i < s.memories.size(); ++i) {
+            states.push_back(&s.memories[i]);
+            names.push_back(i < s.infos.size() ? s.infos[i].name : "run");
+        }
+        DrawMemoryOverlay(states, names, ImVec2(size.x, std::max(40.f, mem_h)));
+    }
+    (void)reader;
+    ImGui::EndGroup();
+    ImGui::PopID();
+}
+
+}  // namespace kv::views

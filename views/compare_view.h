@@ -1,0 +1,60 @@
+// Compare: 2-8 runs side by side — the configuration fields that differ, a metrics table with
+// differences and ratios to the reference run (both from sessions::compare_runs, what `kvlab
+// compare` prints), eviction maps of every run synchronized on one layer/head/colour/window,
+// and their memory timelines overlaid on a common "time since start" axis.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sessions/comparison.h"
+#include "storage/run_info.h"
+#include "views/eviction_map.h"
+#include "views/memory_timeline.h"
+
+namespace kv::storage {
+class Session;
+class SessionReader;
+}  // namespace kv::storage
+
+namespace kv::views {
+
+// One line of the metrics table: a value per run (reference first) and its comparison to the
+// reference (difference for loss/accuracy, ratio otherwise; NaN when either side is missing).
+struct CompareMetricRow {
+    std::string name;
+    bool difference = false;  // `relative` holds run - reference instead of run / reference
+    std::vector<double> values, relative;
+};
+std::vector<CompareMetricRow> compare_metric_rows(const sessions::Comparison& c);
+
+struct CompareViewState {
+    std::vector<int64_t> runs;  // as selected
+    int64_t reference = 0;      // 0: the first selected
+    bool show_maps = true, show_memory = true;
+    // ---- the eviction selection every map shows ----
+    int layer = 0, head = 0, sequence = -1;
+    EvictionColour colour = EvictionColour::PRESENCE;
+    AxisRange steps_range{0, 1}, tokens_range{0, 1};
+    bool follow = true;
+    // ---- derived data ----
+    sessions::Comparison comparison;  // runs in comparison order (reference first)
+    bool have_comparison = false;
+    std::string comparison_error;
+    std::vector<storage::RunInfo> infos;       // per compared run, same order
+    std::vector<EvictionMapViewState> maps;    // per compared run, same order
+    std::vector<MemoryTimelineViewState> memories;
+    uint64_t version = 0;
+};
+
+// Sets the runs (resetting per-run state; releases textures through `host`).
+void compare_select(CompareViewState& s, const std::vector<int64_t>& runs, int64_t reference, TextureHost* host);
+// Reads run rows, recomputes the comparison when a run changed (through `session`, which may be
+// null: then only maps and timelines), and refreshes every run's map and timeline.
+bool refresh_compare(CompareViewState& s, storage::SessionReader& reader, storage::Session* session);
+void release_compare_textures(CompareViewState& s, TextureHost* host);
+void DrawCompareView(CompareViewState& s, TextureHost* host, storage::SessionReader* reader, ImVec2 size = ImVec2(0, 0));
+
+}  // namespace kv::views

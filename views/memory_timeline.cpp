@@ -1,0 +1,762 @@
+// Memory timeline (see memory_timeline.h).
+//
+// Index
+//   [SECTION] memory series
+//   [SECTION] span lanes
+//   [SECTION] refresh
+//   [SECTION] drawing
+#include "views/memory_timeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "storage/session_reader.h"
+#include "views/colormap.h"
+
+namespace kv::views {
+
+// =========================================================================================
+// [SECTION] memory series
+// =========================================================================================
+void MemorySeries::add(const storage::MemoryEventRow& e) {
+    const size_t c = size_t(e.category) < kNumMemCategories ? size_t(e.category) : size_t(MemCategory::WORKSPACE);
+    const std::array<int64_t, kNumMemCategories> cat_before = current;
+    const int64_t total_before = total;
+    if (events == 0) t_min = t_max = e.t_ns;
+    t_min = std::min(t_min, e.t_ns);
+    t_max = std::max(t_max, e.t_ns);
+    current[c] = e.category_total;
+    category_peak[c] = std::max(category_peak[c], e.category_total);
+    total = e.device_total;
+    if (events == 0 || total > peak) {
+        peak = total;
+        peak_t_ns = e.t_ns;
+        at_peak = current;
+    }
+    ++events;
+    if (blocks.empty() || blocks.back().events == kMemoryBlockEvents) {
+        MemoryBlock b;
+        b.t_first = b.t_last = e.t_ns;
+        b.first_id = e.id;
+        b.before = cat_before;
+        b.total_before = total_before;
+        blocks.push_back(b);
+    }
+    MemoryBlock& b = blocks.back();
+    if (b.events == 0) {
+        b.total_min = b.total_max = total;
+        b.at_max = current;
+    } else {
+        b.total_min = std::min(b.total_min, total);
+        if (total > b.total_max) b.total_max = total, b.at_max = current;
+    }
+    b.total_last = total;
+    b.t_first = std::min(b.t_first, e.t_ns);
+    b.t_last = std::max(b.t_last, e.t_ns);
+    ++b.events;
+    if (!raw_complete) return;
+    if (raw.size() >= raw_limit) {  // too many to keep: the blocks and the reader take over
+        raw.clear();
+        raw.shrink_to_fit();
+        raw_complete = false;
+        return;
+    }
+    const MemoryPoint p{e.t_ns, e.device_total, e.category_total, e.id, uint8_t(c)};
+    auto before = [](const MemoryPoint& a, const MemoryPoint& b) { return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.id < b.id; };
+    if (raw.empty() || !before(p, raw.back())) raw.push_back(p);
+    else raw.insert(std::upper_bound(raw.begin(), raw.end(), p, before), p);  // another thread's older event
+}
+
+namespace {
+std::vector<storage::MemoryBucket> empty_buckets(int64_t t0, int64_t t1, int n) {
+    std::vector<storage::MemoryBucket> out(size_t(std::max(1, n)));
+    const double width = double(t1 - t0) / double(out.size());
+    for (size_t b = 0; b < out.size(); ++b) {
+        out[b].t0_ns = t0 + int64_t(width * double(b));
+        out[b].t1_ns = b + 1 == out.size() ? t1 : t0 + int64_t(width * double(b + 1));
+    }
+    return out;
+}
+}  // namespace
+
+std::vector<storage::MemoryBucket> bucket_memory_points(const std::vector<MemoryPoint>& points,
+                                                        const std::array<int64_t, kNumMemCategories>& cat_before,
+                                                        int64_t total_before, int64_t t0, int64_t t1, int n) {
+    if (t1 <= t0 || n < 1) return {};
+    std::vector<storage::MemoryBucket> out = empty_buckets(t0, t1, n);
+    const double width = double(t1 - t0) / n;
+    std::array<int64_t, kNumMemCategories> cat = cat_before;
+    int64_t total = total_before;
+    int filled = 0;  // buckets before this index are final
+    auto carry_until = [&](int b) {
+        for (; filled < b; ++filled) {
+            storage::MemoryBucket& m = out[size_t(filled)];
+            if (m.events == 0) {
+                m.total_min = m.total_max = m.total_last = total;
+                m.at_max = cat;
+            }
+        }
+    };
+    size_t i = 0;
+    for (; i < points.size() && points[i].t_ns < t0; ++i) {  // state at the window start
+        cat[points[i].category] = points[i].category_total;
+        total = points[i].device_total;
+    }
+    for (; i < points.size() && points[i].t_ns < t1; ++i) {
+        const MemoryPoint& p = points[i];
+        const int b = std::min(n - 1, int(double(p.t_ns - t0) / width));
+        carry_until(b);
+        cat[p.category] = p.category_total;
+        total = p.device_total;
+        storage::MemoryBucket& m = out[size_t(b)];
+        if (m.events == 0) {
+            m.total_min = m.total_max = total;
+            m.at_max = cat;
+        } else {
+            m.total_min = std::min(m.total_min, total);
+            if (total > m.total_max) m.total_max = total, m.at_max = cat;
+        }
+        m.total_last = total;
+        ++m.events;
+    }
+    carry_until(n);
+    return out;
+}
+
+std::vector<storage::MemoryBucket> memory_series_buckets(const MemorySeries& s, int64_t t0, int64_t t1, int n) {
+    if (t1 <= t0 || n < 1) return {};
+    if (s.raw_complete) return bucket_memory_points(s.raw, {}, 0, t0, t1, n);
+    std::vector<storage::MemoryBucket> out = empty_buckets(t0, t1, n);
+    const double width = double(t1 - t0) / n;
+    std::array<int64_t, kNumMemCategories> cat{};
+    int64_t total = 0;
+    int filled = 0;
+    auto carry_until = [&](int b) {
+        for (; filled < b; ++filled) {
+            storage::MemoryBucket& m = out[size_t(filled)];
+            if (m.events == 0) {
+                m.total_min = m.total_max = m.total_last = total;
+                m.at_max = cat;
+            }
+        }
+    };
+    // Blocks: each block counts where its first event falls.
+    for (const MemoryBlock& blk : s.blocks) {
+        if (blk.t_first < t0) {
+            total = blk.total_last;
+            cat = blk.at_max;
+            continue;
+        }
+        if (blk.t_first >= t1) break;
+        const int b = std::min(n - 1, int(double(blk.t_first - t0) / width));
+        carry_until(b);
+        storage::MemoryBucket& m = out[size_t(b)];
+        if (m.events == 0) {
+            m.total_min = blk.total_min;
+            m.total_max = blk.total_max;
+            m.at_max = blk.at_max;
+        } else {
+            m.total_min = std::min(m.total_min, blk.total_min);
+            if (blk.total_max > m.total_max) m.total_max = blk.total_max, m.at_max = blk.at_max;
+        }
+        m.total_last = blk.total_last;
+        m.events += blk.events;
+        total = blk.total_last;
+        cat = blk.at_max;
+    }
+    carry_until(n);
+    return out;
+}
+
+std::vector<storage::MemoryBucket> merge_memory_buckets(const std::vector<storage::MemoryBucket>& fine, int64_t t0,
+                                                        int64_t t1, int n) {
+    if (t1 <= t0 || n < 1) return {};
+    std::vector<storage::MemoryBucket> out = empty_buckets(t0, t1, n);
+    std::vector<bool> set(out.size(), false);
+    const double width = double(t1 - t0) / n;
+    int64_t carry = 0;
+    std::array<int64_t, kNumMemCategories> carry_cat{};
+    for (const auto& f : fine) {
+        if (f.t1_ns <= t0) {
+            carry = f.total_last;
+            carry_cat = f.at_max;
+            continue;
+        }
+        if (f.t0_ns >= t1) break;
+        const int b = std::clamp(int(double(std::max(f.t0_ns, t0) - t0) / width), 0, n - 1);
+        storage::MemoryBucket& m = out[size_t(b)];
+        if (!set[size_t(b)]) {
+            m.total_min = f.total_min, m.total_max = f.total_max, m.at_max = f.at_max;
+            set[size_t(b)] = true;
+        } else {
+            m.total_min = std::min(m.total_min, f.total_min);
+            if (f.total_max > m.total_max) m.total_max = f.total_max, m.at_max = f.at_max;
+        }
+        m.total_last = f.total_last;
+        m.events += f.events;
+    }
+    for (size_t b = 0; b < out.size(); ++b) {
+        if (!set[b]) {
+            out[b].total_min = out[b].total_max = out[b].total_last = carry;
+            out[b].at_max = carry_cat;
+        }
+        carry = out[b].total_last;
+        carry_cat = out[b].at_max;
+    }
+    return out;
+}
+
+// =========================================================================================
+// [SECTION] span lanes
+// =========================================================================================
+namespace {
+constexpr size_t kLaneBlock = 256;
+}
+
+void SpanLane::add(const SpanBox& b) {
+    max_duration = std::max(max_duration, b.end_ns - b.start_ns);
+    size_t at = spans.size();
+    if (spans.empty() || b.start_ns >= spans.back().start_ns) {
+        spans.push_back(b);
+    } else {  // ended later than a span that started after it (nesting, other threads): keep start order
+        auto it = std::upper_bound(spans.begin(), spans.end(), b.start_ns,
+                                   [](int64_t t, const SpanBox& s) { return t < s.start_ns; });
+        at = size_t(it - spans.begin());
+        spans.insert(it, b);
+    }
+    // Blocks from the one containing `at` onwards are rebuilt (only the last one when appending).
+    const size_t first = at / kLaneBlock;
+    blocks.resize(std::min(blocks.size(), first));
+    for (size_t k = first * kLaneBlock; k < spans.size(); k += kLaneBlock) {
+        std::pair<int64_t, int64_t> e{spans[k].start_ns, spans[k].end_ns};
+        for (size_t j = k; j < std::min(spans.size(), k + kLaneBlock); ++j) e.second = std::max(e.second, spans[j].end_ns);
+        blocks.push_back(e);
+    }
+}
+
+std::pair<size_t, size_t> SpanLane::overlapping(int64_t t0, int64_t t1) const {
+    auto by_start = [](const SpanBox& s, int64_t t) { return s.start_ns < t; };
+    const size_t lo = size_t(std::lower_bound(spans.begin(), spans.end(), t0 - max_duration, by_start) - spans.begin());
+    const size_t hi = size_t(std::lower_bound(spans.begin(), spans.end(), t1, by_start) - spans.begin());
+    return {lo, std::max(lo, hi)};
+}
+
+// =========================================================================================
+// [SECTION] refresh
+// =========================================================================================
+int64_t MemoryTimelineViewState::peak_bytes(int dev) const {
+    int64_t p = 0;
+    for (const auto& [d, s] : series)
+        if (dev < -1 || d == dev) p = std::max(p, s.peak);
+    return p;
+}
+
+int MemoryTimelineViewState::active_device() const {
+    if (device > -2 && series.count(device)) return device;
+    int best = -1;
+    int64_t peak = -1;
+    for (const auto& [d, s] : series)
+        if (s.peak > peak) peak = s.peak, best = d;
+    return best;
+}
+
+bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader& reader) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    auto spent_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); };
+    bool any = false;
+    try {
+        if (!s.have_t0) {
+            const storage::RunInfo info = reader.run(s.run);
+            if (info.t0_ns != 0) s.t0_ns = info.t0_ns, s.have_t0 = true;
+        }
+        bool memory_done = false, spans_done = false;
+        // Memory events in id order, a slice at a time, until caught up or out of budget.
+        while (true) {
+            std::vector<storage::MemoryEventRow> rows = reader.memory_events(s.run, {}, s.last_memory_id, s.rows_per_read);
+            for (const auto& e : rows) {
+                MemorySeries& ser = s.series[e.device];
+                ser.device = e.device;
+                ser.add(e);
+                s.last_memory_id = std::max(s.last_memory_id, e.id);
+            }
+            any |= !rows.empty();
+            if (rows.size() < s.rows_per_read) {
+                memory_done = true;
+                break;
+            }
+            if (spent_ms() > s.refresh_budget_ms * 0.7) break;
+        }
+        // Spans share what is left of the budget (one slice at least once the memory caught up).
+        while (memory_done || spent_ms() < s.refresh_budget_ms) {
+            std::vector<storage::SpanRow> rows = reader.spans(s.run, {}, s.last_span_id, s.rows_per_read);
+            for (const auto& r : rows) {
+                s.last_span_id = std::max(s.last_span_id, r.id);
+                if (r.category == trace::SpanCategory::RUN) continue;
+                if (r.category == trace::SpanCategory::CELL) {
+                    s.cells.push_back({r.cell_row, r.cell_col, r.start_ns, r.end_ns, -1});
+                    continue;
+                }
+                auto [it, inserted] = s.span_name_ids.emplace(r.name, uint32_t(s.span_names.size()));
+                if (inserted) s.span_names.push_back(r.name);
+                SpanLane* lane = nullptr;
+                for (auto& l : s.lanes)
+                    if (l.category == r.category) lane = &l;
+                if (!lane) {
+                    SpanLane nl;
+                    nl.category = r.category;
+                    auto pos = std::upper_bound(s.lanes.begin(), s.lanes.end(), r.category,
+                                                [](trace::SpanCategory c, const SpanLane& l) { return c < l.category; });
+                    lane = &*s.lanes.insert(pos, std::move(nl));
+                }
+                lane->add({r.start_ns, r.end_ns, r.id, it->second, r.layer, r.chunk, r.thread});
+            }
+            any |= !rows.empty();
+            if (rows.size() < s.rows_per_read) {
+                spans_done = true;
+                break;
+            }
+            if (spent_ms() > s.refresh_budget_ms) break;
+        }
+        for (const auto& c : reader.cells(s.run, s.last_cell_id)) {
+            s.last_cell_id = std::max(s.last_cell_id, c.id);
+            s.cells.push_back({c.row, c.col, c.start_ns, c.end_ns, c.peak_bytes});
+            any = true;
+        }
+        // Cells finish (and arrive) in end order; bands are drawn and zoomed in start order.
+        if (any) std::stable_sort(s.cells.begin(), s.cells.end(), [](const CellBand& a, const CellBand& b) { return a.start_ns < b.start_ns; });
+        s.caught_up = memory_done && spans_done;
+        if (!s.have_t0 && !s.series.empty()) {  // not started per the runs table: start at the first event
+            int64_t t = s.series.begin()->second.t_min;
+            for (const auto& [d, ser] : s.series) t = std::min(t, ser.t_min);
+            s.t0_ns = t;
+        }
+        if (any) ++s.version;
+        s.error.clear();
+    } catch (const std::exception& e) {
+        s.error = e.what();
+    }
+    return any;
+}
+
+namespace {
+// Extent of everything recorded, relative to t0.
+std::pair<double, double> data_extent(const MemoryTimelineViewState& s) {
+    double lo = 0, hi = 0;
+    bool any = false;
+    auto take = [&](int64_t a, int64_t b) {
+        const double x = double(a - s.t0_ns), y = double(b - s.t0_ns);
+        if (!any) lo = x, hi = y, any = true;
+        lo = std::min(lo, x), hi = std::max(hi, y);
+    };
+    for (const auto& [d, ser] : s.series)
+        if (ser.events) take(ser.t_min, ser.t_max);
+    for (const auto& l : s.lanes)
+        if (!l.spans.empty()) take(l.spans.front().start_ns, l.blocks.empty() ? l.spans.back().end_ns : l.blocks.back().second);
+    for (const auto& c : s.cells) take(c.start_ns, c.end_ns);
+    if (!any || hi <= lo) hi = lo + 1;
+    return {std::min(0.0, lo), hi + (hi - lo) * 0.01};
+}
+}  // namespace
+
+std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n) {
+    const int dev = s.active_device();
+    auto it = s.series.find(dev);
+    if (it == s.series.end() || n < 1) return {};
+    const MemorySeries& ser = it->second;
+    const int64_t t0 = s.t0_ns + int64_t(std::floor(s.time.lo)), t1 = s.t0_ns + int64_t(std::ceil(s.time.hi));
+    if (t1 <= t0) return {};
+    if (ser.raw_complete || !reader) return memory_series_buckets(ser, t0, t1, n);
+    // Huge run: read the events of a padded window snapped to a grid of about a quarter of the
+    // visible span (so panning and small zooms reuse it), starting at the block that holds its
+    // first event, whose state before is known: exact buckets at any zoom, cost linear in the
+    // window's events. Windows holding too many events (by the blocks) draw from the blocks.
+    const double vis = double(t1 - t0);
+    double q = 1;
+    while (q * 2 <= vis * 0.25) q *= 2;
+    const int64_t pt0 = int64_t(std::floor((double(t0) - vis * 0.25) / q) * q);
+    const int64_t pt1 = int64_t(std::ceil((double(t1) + vis * 0.25) / q) * q);
+    int64_t est = 0;
+    for (const auto& b : ser.blocks)
+        if (b.t_last >= pt0 && b.t_first < pt1) est += b.events;
+    if (est > s.zoom_query_max_events) return memory_series_buckets(ser, t0, t1, n);
+    const bool covers = s.zoom_valid && s.zoom_t0 <= t0 && s.zoom_t1 >= t1 && s.zoom_version == s.version;
+    if (!covers) {
+        auto first = std::upper_bound(ser.blocks.begin(), ser.blocks.end(), pt0,
+                                      [](int64_t t, const MemoryBlock& b) { return t < b.t_first; });
+        if (first != ser.blocks.begin()) --first;
+        const int64_t from = first == ser.blocks.end() ? pt0 : std::min(pt0, first->t_first);
+        s.zoom_cat_before = first == ser.blocks.end() ? std::array<int64_t, kNumMemCategories>{} : first->before;
+        s.zoom_total_before = first == ser.blocks.end() ? 0 : first->total_before;
+        s.zoom_points.clear();
+        const int64_t from_id = first == ser.blocks.end() ? 0 : first->first_id;
+        reader->for_each_memory_event(s.run, {from, pt1}, [&](const storage::MemoryEventRow& e) {
+            if (e.device != dev || e.id < from_id) return;
+            const size_t c = size_t(e.category) < kNumMemCategories ? size_t(e.category) : size_t(MemCategory::WORKSPACE);
+            s.zoom_points.push_back({e.t_ns, e.device_total, e.category_total, e.id, uint8_t(c)});
+        });
+        s.zoom_t0 = pt0, s.zoom_t1 = pt1, s.zoom_version = s.version, s.zoom_valid = true;
+    }
+    return bucket_memory_points(s.zoom_points, s.zoom_cat_before, s.zoom_total_before, t0, t1, n);
+}
+
+void zoom_to_cell(MemoryTimelineViewState& s, size_t cell) {
+    if (cell >= s.cells.size()) return;
+    const CellBand& c = s.cells[cell];
+    const double pad = std::max<double>(1, double(c.end_ns - c.start_ns) * 0.05);
+    s.time = {double(c.start_ns - s.t0_ns) - pad, double(c.end_ns - s.t0_ns) + pad};
+    s.follow = false;
+}
+
+// =========================================================================================
+// [SECTION] drawing
+// =========================================================================================
+namespace {
+
+std::string label_time(double ns) { return format_duration_ns(ns); }
+std::string label_bytes(double b) { return format_bytes(b); }
+
+// Stacked areas: per category, runs of pixel columns with the same extent become one rect.
+void draw_stack(ImDrawList* dl, const PlotFrame& f, const std::vector<storage::MemoryBucket>& buckets, double ymax) {
+    const int n = int(buckets.size());
+    if (n == 0 || ymax <= 0) return;
+    const float colw = f.width() / n;
+    std::vector<double> base(size_t(n), 0.0);
+    auto ypix = [&](double v) { return float(f.p1.y - v / ymax * f.height()); };
+    for (size_t c = 0; c < kNumMemCategories; ++c) {
+        const Colour col = with_alpha(mem_category_colour(MemCategory(c)), 210);
+        int run_start = -1;
+        float ra = 0, rb = 0;
+        auto flush = [&](int end) {
+            if (run_start >= 0 && ra - rb >= 0.5f)
+                dl->AddRectFilled(ImVec2(f.p0.x + run_start * colw, rb), ImVec2(f.p0.x + end * colw, ra), col);
+            run_start = -1;
+        };
+        for (int x = 0; x < n; ++x) {
+            const double v = double(std::max<int64_t>(0, buckets[size_t(x)].at_max[c]));
+            const float a = ypix(base[size_t(x)]), b = ypix(base[size_t(x)] + v);
+            base[size_t(x)] += v;
+            if (run_start >= 0 && std::fabs(a - ra) < 0.5f && std::fabs(b - rb) < 0.5f) continue;
+            flush(x);
+            if (v > 0) run_start = x, ra = a, rb = b;
+        }
+        flush(n);
+    }
+    // The device total (max per column) as a line over the stack.
+    std::vector<ImVec2> line;
+    line.reserve(size_t(n) * 2);
+    for (int x = 0; x < n; ++x) {
+        const float y = ypix(double(buckets[size_t(x)].total_max));
+        line.push_back(ImVec2(f.p0.x + x * colw, y));
+        line.push_back(ImVec2(f.p0.x + (x + 1) * colw, y));
+    }
+    dl->AddPolyline(line.data(), int(line.size()), IM_COL32(240, 240, 240, 200), 0, 1.0f);
+}
+
+void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewState& s, float x0, float x1, float y0,
+               float y1, int64_t t0, int64_t t1) {
+    const double px_per_ns = double(x1 - x0) / double(t1 - t0);
+    const Colour col = span_category_colour(lane.category);
+    auto [lo, hi] = lane.overlapping(t0, t1);
+    float pend0 = -1, pend1 = -1;  // coalesced run of sub-pixel spans
+    auto flush = [&] {
+        if (pend0 >= 0) dl->AddRectFilled(ImVec2(pend0, y0), ImVec2(std::max(pend1, pend0 + 1), y1), col);
+        pend0 = pend1 = -1;
+    };
+    auto px = [&](int64_t t) { return float(x0 + double(t - t0) * px_per_ns); };
+    size_t i = lo;
+    while (i < hi) {
+        const size_t blk = i / kLaneBlock;
+        if (i % kLaneBlock == 0 && blk < lane.blocks.size() && (i + kLaneBlock) <= hi) {
+            const auto& e = lane.blocks[blk];
+            const float a = px(e.first), b = px(e.second);
+            if (b - a < 2.0f) {  // the whole block is narrower than two pixels: one box
+                if (pend0 >= 0 && a - pend1 > 1) flush();
+                if (pend0 < 0) pend0 = a;
+                pend1 = std::max(pend1, b);
+                i += kLaneBlock;
+                continue;
+            }
+        }
+        const SpanBox& sp = lane.spans[i++];
+        if (sp.end_ns < t0 || sp.start_ns >= t1) continue;
+        const float a = std::max(x0, px(sp.start_ns)), b = std::min(x1, px(sp.end_ns));
+        if (b - a < 3.0f) {
+            if (pend0 >= 0 && a - pend1 > 1) flush();
+            if (pend0 < 0) pend0 = a;
+            pend1 = std::max(pend1, b);
+            continue;
+        }
+        flush();
+        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), col);
+        dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 80));
+        const std::string& name = s.span_names[sp.name];
+        if (b - a > ImGui::CalcTextSize(name.c_str()).x + 4) {
+            dl->PushClipRect(ImVec2(a, y0), ImVec2(b, y1), true);
+            dl->AddText(ImVec2(a + 2, y0), IM_COL32(10, 10, 10, 255), name.c_str());
+            dl->PopClipRect();
+        }
+    }
+    flush();
+}
+
+const SpanBox* span_at(const SpanLane& lane, int64_t t, int64_t slack) {
+    auto [lo, hi] = lane.overlapping(t - slack, t + slack + 1);
+    const SpanBox* best = nullptr;
+    for (size_t i = lo; i < hi; ++i) {
+        const SpanBox& sp = lane.spans[i];
+        if (sp.start_ns - slack <= t && t <= sp.end_ns + slack && (!best || sp.end_ns - sp.start_ns < best->end_ns - best->start_ns))
+            best = &sp;
+    }
+    return best;
+}
+
+}  // namespace
+
+void DrawMemoryTimelineView(MemoryTimelineViewState& s, storage::SessionReader* reader, ImVec2 size) {
+    if (size.x <= 0 || size.y <= 0) {
+        const ImVec2 avail = ImGui::GetContentRegionAvail();
+        if (size.x <= 0) size.x = avail.x;
+        if (size.y <= 0) size.y = avail.y;
+    }
+    ImGui::PushID("memory_timeline");
+    ImGui::BeginGroup();
+    const float top = ImGui::GetCursorPosY();
+    if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
+    if (s.series.empty() && s.lanes.empty()) {
+        ImGui::Dummy(ImVec2(size.x, 0));
+        draw_empty_state("no memory events recorded yet");
+        ImGui::EndGroup();
+        ImGui::PopID();
+        return;
+    }
+    // ---- toolbar ----
+    const int dev = s.active_device();
+    if (s.series.size() > 1) {
+        ImGui::SetNextItemWidth(110);
+        if (ImGui::BeginCombo("device", trace::device_code_name(dev).c_str())) {
+            for (const auto& [d, ser] : s.series)
+                if (ImGui::Selectable(trace::device_code_name(d).c_str(), d == dev)) s.device = d;
+            ImGui::EndCombo();
+        }
+        ImGui::SameLine();
+    }
+    ImGui::Checkbox("op spans", &s.show_spans);
+    ImGui::SameLine();
+    ImGui::Checkbox("cells", &s.show_cells);
+    ImGui::SameLine();
+    if (ImGui::Button("fit")) s.follow = true;
+    ImGui::SameLine();
+    const auto sit = s.series.find(dev);
+    if (sit != s.series.end())
+        ImGui::TextDisabled("peak %s at %s | %lld events%s", format_bytes(double(sit->second.peak)).c_str(),
+                            format_duration_ns(double(sit->second.peak_t_ns - s.t0_ns)).c_str(),
+                            (long long)sit->second.events, s.caught_up ? "" : " (reading...)");
+    // legend: every category the device ever held, with its own peak
+    for (size_t c = 0; c < kNumMemCategories; ++c) {
+        if (sit == s.series.end() || sit->second.category_peak[c] == 0) continue;
+        ImGui::ColorButton(mem_category_name(MemCategory(c)), ImGui::ColorConvertU32ToFloat4(mem_category_colour(MemCategory(c))),
+                           ImGuiColorEditFlags_NoTooltip, ImVec2(10, 10));
+        ImGui::SameLine(0, 3);
+        ImGui::TextDisabled("%s (peak %s)", mem_category_name(MemCategory(c)), format_bytes(double(sit->second.category_peak[c])).c_str());
+        ImGui::SameLine();
+    }
+    ImGui::NewLine();
+
+    const auto [ext_lo, ext_hi] = data_extent(s);
+    if (s.follow) s.time = {ext_lo, ext_hi};
+    const float used = ImGui::GetCursorPosY() - top;
+    const float rest = std::max(80.f, size.y - used - ImGui::GetStyle().ItemSpacing.y);
+    const float lane_h = 16, band_h = s.show_cells && !s.cells.empty() ? 18.f : 0.f;
+    const float lanes_h = s.show_spans ? std::min(rest * 0.45f, float(s.lanes.size()) * lane_h) : 0.f;
+    const float plot_h = std::max(40.f, rest - lanes_h - band_h - 4);
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+
+    // ---- stacked areas ----
+    const PlotFrame f = begin_plot_frame("##memory", ImVec2(size.x, plot_h));
+    if (plot_zoom_pan(f, s.time, ext_lo, ext_hi)) s.follow = false;
+    if (f.hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) s.follow = true;
+    const int ncol = std::max(1, int(f.width()));
+    const int64_t t0 = s.t0_ns + int64_t(std::floor(s.time.lo)), t1 = s.t0_ns + int64_t(std::ceil(s.time.hi));
+    if (s.shown_t0 != t0 || s.shown_t1 != t1 || s.shown_columns != ncol || s.shown_device != dev || s.shown_version != s.version) {
+        s.shown_buckets = memory_view_buckets(s, reader, ncol);
+        s.shown_device = dev;
+        s.shown_t0 = t0, s.shown_t1 = t1, s.shown_columns = ncol, s.shown_version = s.version;
+        s.shown_peak = 0;
+        for (const auto& b : s.shown_buckets) s.shown_peak = std::max(s.shown_peak, b.total_max);
+    }
+    const double ymax = std::max<double>(1, double(s.shown_peak) * 1.08);
+    dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));
+    auto tpx = [&](int64_t t) { return float(axis_to_pixel(s.time, double(t - s.t0_ns), f.p0.x, f.p1.x)); };
+    dl->PushClipRect(f.p0, f.p1, true);
+    if (s.show_cells)
+        for (const auto& c : s.cells) {
+            if (c.end_ns < t0 || c.start_ns >= t1) continue;
+            dl->AddRectFilled(ImVec2(tpx(c.start_ns), f.p0.y), ImVec2(tpx(c.end_ns), f.p1.y),
+                              (c.col & 1) ? IM_COL32(255, 255, 255, 14) : IM_COL32(120, 160, 255, 18));
+        }
+    draw_stack(dl, f, s.shown_buckets, ymax);
+    dl->PopClipRect();
+    draw_x_ticks(dl, f, s.time, label_time);
+    const AxisRange yr{0, ymax};
+    draw_y_ticks(dl, f, yr, label_bytes, false);
+    if (f.hovered && !s.shown_buckets.empty()) {
+        const int x = std::clamp(int((f.mouse.x - f.p0.x) / f.width() * float(s.shown_buckets.size())), 0,
+                                 int(s.shown_buckets.size()) - 1);
+        const storage::MemoryBucket& b = s.shown_buckets[size_t(x)];
+        dl->AddLine(ImVec2(f.mouse.x, f.p0.y), ImVec2(f.mouse.x, f.p1.y), IM_COL32(255, 255, 255, 90));
+        if (reader && (b.t0_ns != s.hover_t0 || b.t1_ns != s.hover_t1)) {
+            s.hover_t0 = b.t0_ns, s.hover_t1 = b.t1_ns;
+            try {
+                s.hover_events = reader->memory_events(s.run, {b.t0_ns, b.t1_ns}, 0, 256);
+            } catch (const std::exception&) {
+                s.hover_events.clear();
+            }
+            s.hover_events.erase(std::remove_if(s.hover_events.begin(), s.hover_events.end(),
+                                                [&](const auto& e) { return e.device != dev || e.bytes == 0; }),
+                                 s.hover_events.end());
+            s.hover_events_in_window = int64_t(s.hover_events.size());
+            std::stable_sort(s.hover_events.begin(), s.hover_events.end(),
+                             [](const auto& a, const auto& c) { return std::llabs(a.bytes) > std::llabs(c.bytes); });
+            if (s.hover_events.size() > 8) s.hover_events.resize(8);
+        }
+        ImGui::BeginTooltip();
+        ImGui::Text("%s .. %s", format_duration_ns(double(b.t0_ns - s.t0_ns)).c_str(), format_duration_ns(double(b.t1_ns - s.t0_ns)).c_str());
+        ImGui::Text("total %s (max), %s (min), %lld events", format_bytes(double(b.total_max)).c_str(),
+                    format_bytes(double(b.total_min)).c_str(), (long long)b.events);
+        for (size_t c = 0; c < kNumMemCategories; ++c)
+            if (b.at_max[c])
+                ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(mem_category_colour(MemCategory(c))), "  %-22s %s",
+                                   mem_category_name(MemCategory(c)), format_bytes(double(b.at_max[c])).c_str());
+        if (reader && b.t0_ns == s.hover_t0) {
+            if (!s.hover_events.empty()) ImGui::Separator();
+            for (const auto& e : s.hover_events)
+                ImGui::Text("%s %s  %s  %s", e.bytes > 0 ? "alloc" : "free ", format_bytes(double(std::llabs(e.bytes))).c_str(),
+                            mem_category_name(e.category), e.label.c_str());
+            if (s.hover_events_in_window >= 256) ImGui::TextDisabled("(largest of the first 256 events here)");
+        }
+        ImGui::EndTooltip();
+    }
+
+    // ---- cell bands ----
+    if (band_h > 0) {
+        const PlotFrame bf = begin_plot_frame("##cells", ImVec2(size.x, band_h));
+        if (plot_zoom_pan(bf, s.time, ext_lo, ext_hi)) s.follow = false;
+        dl->AddRectFilled(bf.p0, bf.p1, IM_COL32(30, 30, 36, 255));
+        dl->PushClipRect(bf.p0, bf.p1, true);
+        for (size_t i = 0; i < s.cells.size(); ++i) {
+            const CellBand& c = s.cells[i];
+            if (c.end_ns < t0 || c.start_ns >= t1) continue;
+            const float a = tpx(c.start_ns), b = tpx(c.end_ns);
+            dl->AddRectFilled(ImVec2(a, bf.p0.y + 1), ImVec2(std::max(a + 1, b), bf.p1.y - 1),
+                              (c.col & 1) ? IM_COL32(110, 110, 140, 255) : IM_COL32(80, 110, 170, 255));
+            char label[40];
+            std::snprintf(label, sizeof label, "cell %d,%d", c.row, c.col);
+            if (b - a > ImGui::CalcTextSize(label).x + 4) dl->AddText(ImVec2(a + 2, bf.p0.y + 1), IM_COL32(240, 240, 240, 255), label);
+            if (bf.hovered && bf.mouse.x >= a && bf.mouse.x < std::max(a + 1, b)) {
+                ImGui::BeginTooltip();
+                ImGui::Text("cell row %d, column %d", c.row, c.col);
+                ImGui::Text("%s (from %s)", format_duration_ns(double(c.end_ns - c.start_ns)).c_str(),
+                            format_duration_ns(double(c.start_ns - s.t0_ns)).c_str());
+                if (c.peak_bytes >= 0) ImGui::Text("peak %s", format_bytes(double(c.peak_bytes)).c_str());
+                ImGui::TextDisabled("click: zoom to this cell");
+                ImGui::EndTooltip();
+                if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) zoom_to_cell(s, i);
+            }
+        }
+        dl->PopClipRect();
+    }
+
+    // ---- op span lanes ----
+    if (lanes_h > 0) {
+        const PlotFrame lf = begin_plot_frame("##lanes", ImVec2(size.x, lanes_h));
+        if (plot_zoom_pan(lf, s.time, ext_lo, ext_hi)) s.follow = false;
+        dl->AddRectFilled(lf.p0, lf.p1, IM_COL32(20, 20, 24, 255));
+        dl->PushClipRect(lf.p0, lf.p1, true);
+        const int shown = std::max(1, int(lanes_h / lane_h));
+        for (int li = 0; li < int(s.lanes.size()) && li < shown; ++li) {
+            const float y0 = lf.p0.y + li * lane_h, y1 = y0 + lane_h - 2;
+            draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1);
+            dl->AddText(ImVec2(lf.p0.x + 2, y0), IM_COL32(255, 255, 255, 150), trace::span_category_name(s.lanes[size_t(li)].category));
+        }
+        dl->PopClipRect();
+        if (lf.hovered) {
+            const int li = int((lf.mouse.y - lf.p0.y) / lane_h);
+            if (li >= 0 && li < int(s.lanes.size()) && li < shown) {
+                const int64_t t = s.t0_ns + int64_t(pixel_to_axis(s.time, lf.mouse.x, lf.p0.x, lf.p1.x));
+                const int64_t slack = int64_t(s.time.span() / std::max(1.f, lf.width()));
+                if (const SpanBox* sp = span_at(s.lanes[size_t(li)], t, slack)) {
+                    ImGui::BeginTooltip();
+                    ImGui::Text("%s (%s)", s.span_names[sp->name].c_str(), trace::span_category_name(s.lanes[size_t(li)].category));
+                    ImGui::Text("%s, from %s", format_duration_ns(double(sp->end_ns - sp->start_ns)).c_str(),
+                                format_duration_ns(double(sp->start_ns - s.t0_ns)).c_str());
+                    if (sp->layer >= 0 || sp->chunk >= 0) ImGui::Text("layer %d  chunk %d  thread %d", sp->layer, sp->chunk, sp->thread);
+                    ImGui::EndTooltip();
+                }
+            }
+        }
+    }
+    ImGui::EndGroup();
+    ImGui::PopID();
+}
+
+void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size) {
+    ImGui::PushID("memory_overlay");
+    double span = 1;
+    int64_t peak = 1;
+    for (auto* s : states) {
+        const auto it = s->series.find(s->active_device());
+        if (it == s->series.end()) continue;
+        span = std::max(span, double(it->second.t_max - s->t0_ns));
+        peak = std::max(peak, it->second.peak);
+    }
+    const PlotFrame f = begin_plot_frame("##overlay", size);
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));
+    const AxisRange xr{0, span}, yr{0, double(peak) * 1.08};
+    const int n = std::max(1, int(f.width() / 2));
+    std::vector<std::vector<storage::MemoryBucket>> all(states.size());
+    for (size_t i = 0; i < states.size(); ++i) {
+        MemoryTimelineViewState* s = states[i];
+        const auto it = s->series.find(s->active_device());
+        if (it == s->series.end()) continue;
+        all[i] = memory_series_buckets(it->second, s->t0_ns, s->t0_ns + int64_t(span) + 1, n);
+        std::vector<ImVec2> pts;
+        for (size_t b = 0; b < all[i].size(); ++b)
+            pts.push_back(ImVec2(f.p0.x + (float(b) + 0.5f) * f.width() / n,
+                                 float(axis_to_pixel(yr, double(all[i][b].total_max), f.p1.y, f.p0.y))));
+        dl->AddPolyline(pts.data(), int(pts.size()), series_colour(int(i)), 0, 1.5f);
+    }
+    draw_x_ticks(dl, f, xr, label_time);
+    draw_y_ticks(dl, f, yr, label_bytes, false);
+    float ly = f.p0.y + 4;
+    std::vector<std::string> labels;
+    float widest = 0;
+    for (size_t i = 0; i < states.size(); ++i) {
+        labels.push_back((i < names.size() ? names[i] : std::string("run")) + "  peak " +
+                         format_bytes(double(states[i]->peak_bytes(states[i]->active_device()))));
+        widest = std::max(widest, ImGui::CalcTextSize(labels.back().c_str()).x);
+    }
+    const float lx = std::max(f.p0.x + 60, f.p1.x - widest - 24);
+    for (size_t i = 0; i < states.size(); ++i) {
+        dl->AddRectFilled(ImVec2(lx - 2, ly), ImVec2(f.p1.x - 2, ly + ImGui::GetFontSize() + 2), IM_COL32(0, 0, 0, 120));
+        dl->AddRectFilled(ImVec2(lx + 2, ly + 4), ImVec2(lx + 12, ly + 14), series_colour(int(i)));
+        dl->AddText(ImVec2(lx + 16, ly), IM_COL32(230, 230, 230, 255), labels[i].c_str());
+        ly += ImGui::GetFontSize() + 2;
+    }
+    if (f.hovered) {
+        const int b = std::clamp(int((f.mouse.x - f.p0.x) / f.width() * n), 0, n - 1);
+        ImGui::BeginTooltip();
+        ImGui::Text("%s since start", format_duration_ns(double(b) * span / n).c_str());
+        for (size_t i = 0; i < states.size(); ++i)
+            if (size_t(b) < all[i].size())
+                ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(int(i))), "%s: %s",
+                                   i < names.size() ? names[i].c_str() : "run", format_bytes(double(all[i][size_t(b)].total_max)).c_str());
+        ImGui::EndTooltip();
+    }
+    ImGui::PopID();
+}
+
+}  // namespace kv::views

@@ -1,0 +1,185 @@
+// Memory timeline: bytes held per category over time as stacked areas (per device), the run's
+// op spans in lanes below, and cell boundaries as bands — the "cell pyramids" of the backward
+// pass; hover names the allocations around the cursor, click on a band zooms to that cell.
+// Built incrementally from memory_events / spans / cells rows (reading only ids above the
+// cursors, within a time budget per refresh). Exposes the peak it shows for tests and exports.
+//
+// Index
+//   [SECTION] memory series (raw events and decimation blocks)
+//   [SECTION] span lanes
+//   [SECTION] view state, refresh, draw
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/memory/mem_category.h"
+#include "engine/telemetry/event_types.h"
+#include "storage/rows.h"
+#include "views/canvas.h"
+#include "views/plot_util.h"
+
+namespace kv::storage {
+class SessionReader;
+}
+
+namespace kv::views {
+
+// =========================================================================================
+// [SECTION] memory series
+// =========================================================================================
+// One device's events. Every event lands in a decimation block (kMemoryBlockEvents consecutive
+// events: time extent, min/max/last total, category split at the max); the events themselves
+// are kept too while the device has at most `raw_limit` of them, which makes any zoom level
+// exact. Beyond that the overview comes from the blocks and zoomed windows from the reader.
+constexpr int kMemoryBlockEvents = 64;
+
+struct MemoryPoint {  // one event, compact
+    int64_t t_ns = 0;
+    int64_t device_total = 0;
+    int64_t category_total = 0;
+    int64_t id = 0;
+    uint8_t category = 0;
+};
+
+struct MemoryBlock {
+    int64_t t_first = 0, t_last = 0;
+    int64_t first_id = 0;  // id of its first event
+    int32_t events = 0;
+    int64_t total_min = 0, total_max = 0, total_last = 0;
+    std::array<int64_t, kNumMemCategories> at_max{};  // per-category bytes when the total peaked
+    // State just before its first event, so a reader query from t_first on can be bucketed exactly.
+    int64_t total_before = 0;
+    std::array<int64_t, kNumMemCategories> before{};
+};
+
+struct MemorySeries {
+    int device = -1;
+    int64_t events = 0;
+    int64_t peak = 0, peak_t_ns = 0;                    // highest device total and when
+    std::array<int64_t, kNumMemCategories> at_peak{};   // category split at the peak
+    std::array<int64_t, kNumMemCategories> current{};   // category totals after the newest event
+    std::array<int64_t, kNumMemCategories> category_peak{};  // highest total of each category
+    int64_t total = 0;                                  // device total after the newest event
+    int64_t t_min = 0, t_max = 0;
+    std::vector<MemoryBlock> blocks;
+    std::vector<MemoryPoint> raw;  // (t, id) order; emptied once events exceed raw_limit
+    bool raw_complete = true;      // raw holds every event of the device
+    size_t raw_limit = size_t(1) << 19;
+
+    void add(const storage::MemoryEventRow& e);
+};
+
+// Buckets over [t0, t1) with the reader's semantics (storage::SessionReader::memory_timeline:
+// min/max/last total per bucket, category split at the bucket's max, empty buckets carry the
+// previous total). Exact from raw events; from blocks (a block counts in the bucket of its
+// first event) when raw was dropped.
+std::vector<storage::MemoryBucket> memory_series_buckets(const MemorySeries& s, int64_t t0, int64_t t1, int n);
+// Merges finer buckets into `n` buckets over [t0, t1) (max of maxima, split at the max).
+std::vector<storage::MemoryBucket> merge_memory_buckets(const std::vector<storage::MemoryBucket>& fine, int64_t t0,
+                                                        int64_t t1, int n);
+// Buckets of time-ordered events (as raw mode), starting from a known state (category totals and
+// device total just before the first point). Points before t0 only advance the state.
+std::vector<storage::MemoryBucket> bucket_memory_points(const std::vector<MemoryPoint>& points,
+                                                        const std::array<int64_t, kNumMemCategories>& cat_before,
+                                                        int64_t total_before, int64_t t0, int64_t t1, int n);
+
+// =========================================================================================
+// [SECTION] span lanes
+// =========================================================================================
+struct SpanBox {
+    int64_t start_ns = 0, end_ns = 0;
+    int64_t id = 0;
+    uint32_t name = 0;  // index into MemoryTimelineViewState::span_names
+    int32_t layer = -1, chunk = -1;
+    int32_t thread = 0;
+};
+// One lane per span category, spans sorted by start; a block index (every 256 spans: earliest
+// start, latest end) lets zoomed-out frames draw a block as one box instead of its spans.
+struct SpanLane {
+    trace::SpanCategory category = trace::SpanCategory::OTHER;
+    std::vector<SpanBox> spans;
+    std::vector<std::pair<int64_t, int64_t>> blocks;  // (min start, max end) per 256 spans
+    int64_t max_duration = 0;
+    void add(const SpanBox& b);
+    // Spans overlapping [t0, t1): index range into `spans` to scan (may include a few that do not).
+    std::pair<size_t, size_t> overlapping(int64_t t0, int64_t t1) const;
+};
+
+// A cell band: the gradient pipeline's cells (cells table) or the forward's CELL spans.
+struct CellBand {
+    int32_t row = -1, col = -1;
+    int64_t start_ns = 0, end_ns = 0;
+    int64_t peak_bytes = -1;  // from the cells table (-1: not recorded)
+};
+
+// =========================================================================================
+// [SECTION] view state, refresh, draw
+// =========================================================================================
+struct MemoryTimelineViewState {
+    int64_t run = 0;
+    // ---- selection (host/tests may set) ----
+    int device = -2;  // -2: the device with the highest peak; else trace::device_code
+    AxisRange time{0, 1};  // visible window, ns relative to the run's t0
+    bool follow = true;    // fit the window to the data as it grows
+    bool show_spans = true, show_cells = true;
+    double refresh_budget_ms = 20;   // reading stops after this long per refresh (resumes next time)
+    size_t rows_per_read = 8192;
+    // Zoomed windows of huge runs read their events from the reader when the (padded) window
+    // holds at most this many (~30 ms at ~1.3M rows/s); wider windows draw from the blocks.
+    int zoom_query_max_events = 40000;
+
+    // ---- derived data ----
+    int64_t t0_ns = 0;  // run start on the engine clock (times are drawn relative to it)
+    bool have_t0 = false;
+    std::map<int, MemorySeries> series;  // by device
+    int64_t last_memory_id = 0, last_span_id = 0, last_cell_id = 0;
+    bool caught_up = false;  // the last refresh reached the newest rows
+    int64_t memory_rows_total = -1;  // from count_rows at the first refresh (progress while loading)
+    std::vector<SpanLane> lanes;  // by category present
+    std::vector<std::string> span_names;
+    std::map<std::string, uint32_t> span_name_ids;
+    std::vector<CellBand> cells;  // by start time
+    uint64_t version = 0;
+
+    // What the last draw showed (tests compare these with the raw events).
+    std::vector<storage::MemoryBucket> shown_buckets;
+    int64_t shown_peak = 0;  // max total over the shown buckets
+    int shown_device = -1;
+    // Key of shown_buckets: recomputed only when the window, width, device or data change.
+    int64_t shown_t0 = 0, shown_t1 = 0;
+    int shown_columns = 0;
+    uint64_t shown_version = ~uint64_t(0);
+    // Zoomed windows of huge runs: the window's events from the reader (from the block holding
+    // its start, whose state is known), cached per padded window.
+    std::vector<MemoryPoint> zoom_points;
+    std::array<int64_t, kNumMemCategories> zoom_cat_before{};
+    int64_t zoom_total_before = 0;
+    int64_t zoom_t0 = 0, zoom_t1 = 0;
+    bool zoom_valid = false;
+    uint64_t zoom_version = 0;
+    // Hover details (allocations around the cursor), cached per bucket.
+    int64_t hover_t0 = -1, hover_t1 = -1;
+    std::vector<storage::MemoryEventRow> hover_events;
+    int64_t hover_events_in_window = 0;
+    std::string error;
+
+    // The highest device total among the events read so far (all devices when device < -1).
+    int64_t peak_bytes(int device = -2) const;
+    int active_device() const;
+};
+
+bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader& reader);
+// Buckets for the visible window of the active device at `n` pixel columns (what draw shows).
+std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n);
+void zoom_to_cell(MemoryTimelineViewState& s, size_t cell);
+// `reader` may be null (no allocation names on hover, no exact zoom for huge runs).
+void DrawMemoryTimelineView(MemoryTimelineViewState& s, storage::SessionReader* reader, ImVec2 size = ImVec2(0, 0));
+
+// Overlay for the compare view: each state's total over time since its run started.
+void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size);
+
+}  // namespace kv::views

@@ -1,0 +1,161 @@
+// Metrics view (see metrics_view.h).
+#include "views/metrics_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "storage/session_reader.h"
+#include "views/colormap.h"
+
+namespace kv::views {
+
+MetricCurve metric_curve(const MetricSeries& s, bool over_time, int64_t t0_ns) {
+    MetricCurve c;
+    const size_t n = s.values.size();
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t(0));
+    auto xof = [&](size_t i) { return over_time ? double(s.t_ns[i] - t0_ns) * 1e-9 : double(s.steps[i]); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return xof(a) < xof(b); });
+    c.x.reserve(n), c.y.reserve(n), c.row.reserve(n);
+    double ylo = 1e300, yhi = -1e300;
+    for (size_t i : order) {
+        c.x.push_back(xof(i));
+        c.y.push_back(s.values[i]);
+        c.row.push_back(i);
+        if (std::isfinite(s.values[i])) ylo = std::min(ylo, s.values[i]), yhi = std::max(yhi, s.values[i]);
+    }
+    if (n) c.x_lo = c.x.front(), c.x_hi = c.x.back();
+    if (c.x_hi <= c.x_lo) c.x_lo -= 0.5, c.x_hi += 0.5;
+    if (ylo <= yhi) c.y_lo = ylo, c.y_hi = yhi;
+    if (c.y_hi <= c.y_lo) {
+        const double pad = std::max(1e-9, std::fabs(c.y_lo) * 0.05);
+        c.y_lo -= pad, c.y_hi += pad;
+    }
+    return c;
+}
+
+int nearest_point(const MetricCurve& c, double x) {
+    if (c.x.empty()) return -1;
+    const auto it = std::lower_bound(c.x.begin(), c.x.end(), x);
+    size_t i = size_t(it - c.x.begin());
+    if (i == c.x.size()) return int(i - 1);
+    if (i > 0 && x - c.x[i - 1] < c.x[i] - x) --i;
+    return int(i);
+}
+
+bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
+    try {
+        if (s.t0_ns == 0) s.t0_ns = reader.run(s.run).t0_ns;
+        std::vector<storage::MetricRow> rows = reader.metrics(s.run, "", s.last_id);
+        for (auto& r : rows) {
+            s.last_id = std::max(s.last_id, r.id);
+            auto [it, inserted] = s.index.emplace(r.name, s.series.size());
+            if (inserted) s.series.push_back({r.name, {}, {}, {}, {}});
+            MetricSeries& m = s.series[it->second];
+            m.ids.push_back(r.id);
+            m.steps.push_back(r.step);
+            m.t_ns.push_back(r.t_ns);
+            m.values.push_back(r.value);
+        }
+        if (!rows.empty()) ++s.version;
+        s.error.clear();
+        return !rows.empty();
+    } catch (const std::exception& e) {
+        s.error = e.what();
+        return false;
+    }
+}
+
+namespace {
+std::string label_value(double v) { return format_count(v); }
+std::string label_seconds(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g s", v);
+    return b;
+}
+}  // namespace
+
+void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
+    if (size.x <= 0 || size.y <= 0) {
+        const ImVec2 avail = ImGui::GetContentRegionAvail();
+        if (size.x <= 0) size.x = avail.x;
+        if (size.y <= 0) size.y = avail.y;
+    }
+    ImGui::PushID("metrics");
+    ImGui::BeginGroup();
+    const float top = ImGui::GetCursorPosY();
+    if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
+    if (s.series.empty()) {
+        ImGui::Dummy(ImVec2(size.x, 0));
+        draw_empty_state("no metrics recorded yet");
+        ImGui::EndGroup();
+        ImGui::PopID();
+        return;
+    }
+    ImGui::Checkbox("over time", &s.over_time);
+    for (size_t i = 0; i < s.series.size(); ++i) {
+        ImGui::SameLine();
+        bool shown = std::find(s.hidden.begin(), s.hidden.end(), s.series[i].name) == s.hidden.end();
+        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(series_colour(int(i))));
+        if (ImGui::Checkbox(s.series[i].name.c_str(), &shown)) {
+            if (shown) s.hidden.erase(std::remove(s.hidden.begin(), s.hidden.end(), s.series[i].name), s.hidden.end());
+            else s.hidden.push_back(s.series[i].name);
+        }
+        ImGui::PopStyleColor();
+    }
+    std::vector<size_t> visible;
+    for (size_t i = 0; i < s.series.size(); ++i)
+        if (std::find(s.hidden.begin(), s.hidden.end(), s.series[i].name) == s.hidden.end()) visible.push_back(i);
+    const float used = ImGui::GetCursorPosY() - top;
+    const float each = std::max(50.f, (size.y - used) / std::max<size_t>(1, visible.size()) - ImGui::GetStyle().ItemSpacing.y);
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    for (size_t vi = 0; vi < visible.size(); ++vi) {
+        const size_t i = visible[vi];
+        const MetricSeries& m = s.series[i];
+        ImGui::PushID(int(i));
+        const MetricCurve c = metric_curve(m, s.over_time, s.t0_ns);
+        const PlotFrame f = begin_plot_frame("##plot", ImVec2(size.x, each));
+        dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
+        const double xpad = (c.x_hi - c.x_lo) * 0.03, ypad = (c.y_hi - c.y_lo) * 0.08;
+        const AxisRange xr{c.x_lo - xpad, c.x_hi + xpad}, yr{c.y_lo - ypad, c.y_hi + ypad};
+        const float left = f.p0.x + 48;  // room for y labels
+        std::vector<ImVec2> pts;
+        pts.reserve(c.x.size());
+        for (size_t k = 0; k < c.x.size(); ++k)
+            if (std::isfinite(c.y[k]))
+                pts.push_back(ImVec2(float(axis_to_pixel(xr, c.x[k], left, f.p1.x - 4)),
+                                     float(axis_to_pixel(yr, c.y[k], f.p1.y - 18, f.p0.y + 16))));
+        const Colour col = series_colour(int(i));
+        if (pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), col, 0, 1.5f);
+        if (pts.size() < 200)
+            for (const auto& p : pts) dl->AddCircleFilled(p, 2.5f, col);
+        char title[160];
+        std::snprintf(title, sizeof title, "%s  (%zu points, last %.5g)", m.name.c_str(), m.values.size(),
+                      m.values.empty() ? 0.0 : m.values.back());
+        dl->AddText(ImVec2(left, f.p0.y + 1), col, title);
+        PlotFrame inner = f;
+        inner.p0.x = left;
+        draw_x_ticks(dl, inner, xr, s.over_time ? label_seconds : label_value);
+        PlotFrame yframe = f;
+        yframe.p0.y += 16, yframe.p1.y -= 18;
+        draw_y_ticks(dl, yframe, yr, label_value, false);
+        if (f.hovered && !c.x.empty()) {
+            const int k = nearest_point(c, pixel_to_axis(xr, f.mouse.x, left, f.p1.x - 4));
+            if (k >= 0) {
+                const size_t r = c.row[size_t(k)];
+                const ImVec2 p(float(axis_to_pixel(xr, c.x[size_t(k)], left, f.p1.x - 4)),
+                               float(axis_to_pixel(yr, c.y[size_t(k)], f.p1.y - 18, f.p0.y + 16)));
+                dl->AddCircle(p, 5, IM_COL32(255, 255, 255, 220));
+                ImGui::SetTooltip("%s\nstep %lld, %.3f s\nvalue %.6g", m.name.c_str(), (long long)m.steps[r],
+                                  double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r]);
+            }
+        }
+        ImGui::PopID();
+    }
+    ImGui::EndGroup();
+    ImGui::PopID();
+}
+
+}  // namespace kv::views

@@ -1,0 +1,53 @@
+// Metrics: one small plot per recorded metric (loss, accuracy, tokens/s, per-sample values...)
+// over steps or over time, drawn as ImDrawList polylines (no ImPlot in Debian); hover shows the
+// nearest point. Live: refresh reads only metric rows newer than its cursor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "storage/rows.h"
+#include "views/plot_util.h"
+
+namespace kv::storage {
+class SessionReader;
+}
+
+namespace kv::views {
+
+struct MetricSeries {
+    std::string name;
+    std::vector<int64_t> ids, steps, t_ns;  // one entry per metric row, in id order
+    std::vector<double> values;
+};
+
+// A series as plot points: one per row, sorted by x (steps, or seconds since t0), with the
+// data range (x and finite y).
+struct MetricCurve {
+    std::vector<double> x, y;
+    std::vector<size_t> row;  // index into the series of each point
+    double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
+};
+MetricCurve metric_curve(const MetricSeries& s, bool over_time, int64_t t0_ns);
+// Index of the point nearest to x (data units), -1 if none.
+int nearest_point(const MetricCurve& c, double x);
+
+struct MetricsViewState {
+    int64_t run = 0;
+    bool over_time = false;  // x = seconds since the run started instead of steps
+    std::vector<std::string> hidden;  // metric names the user hid
+    // ---- derived data ----
+    std::vector<MetricSeries> series;  // by first appearance
+    std::map<std::string, size_t> index;
+    int64_t last_id = 0;
+    int64_t t0_ns = 0;
+    uint64_t version = 0;
+    std::string error;
+};
+
+bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader);
+void DrawMetricsView(MetricsViewState& s, ImVec2 size = ImVec2(0, 0));
+
+}  // namespace kv::views

@@ -1,0 +1,323 @@
+// Scores view (see scores_view.h).
+#include "views/scores_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "storage/session_reader.h"
+
+namespace kv::views {
+
+namespace {
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr Colour kProtectedColour = pack_rgba(235, 235, 240);
+}  // namespace
+
+int64_t ScoreHistogram::total() const { return std::accumulate(counts.begin(), counts.end(), int64_t(0)) + nonfinite; }
+
+ScoreHistogram score_histogram(const float* values, size_t n, int bins) {
+    ScoreHistogram h;
+    bins = std::max(1, bins);
+    h.counts.assign(size_t(bins), 0);
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (size_t i = 0; i < n; ++i)
+        if (std::isfinite(values[i])) lo = std::min(lo, double(values[i])), hi = std::max(hi, double(values[i]));
+    if (lo > hi) {
+        h.nonfinite = int64_t(n);
+        return h;
+    }
+    h.lo = lo, h.hi = hi;
+    const double width = hi > lo ? (hi - lo) / bins : 1.0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(values[i])) {
+            ++h.nonfinite;
+            continue;
+        }
+        const int b = std::min(bins - 1, int((double(values[i]) - lo) / width));
+        ++h.counts[size_t(std::max(0, b))];
+    }
+    return h;
+}
+
+Colour score_colour(float normalized) {
+    if (std::isnan(normalized)) return kNoDataColour;
+    if (std::isinf(normalized)) return kProtectedColour;
+    return colormap(normalized);
+}
+
+ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const ScoresImageOptions& o) {
+    ScoresImage img;
+    int max_slots = 0;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const LayerScores& ls = layers[l];
+        if (ls.values.empty()) continue;
+        const int rows = ls.B * ls.G;
+        const int h0 = o.head < 0 ? 0 : std::min(o.head, rows - 1), h1 = o.head < 0 ? rows : h0 + 1;
+        for (int h = h0; h < h1; ++h) img.row_layer.push_back(int(l)), img.row_head.push_back(h);
+        max_slots = std::max(max_slots, ls.T);
+    }
+    if (img.row_layer.empty() || max_slots == 0) return img;
+    img.slots_per_texel = 1;
+    while ((max_slots + img.slots_per_texel - 1) / img.slots_per_texel > std::max(1, o.max_width)) img.slots_per_texel *= 2;
+    const int spt = img.slots_per_texel;
+    img.width = (max_slots + spt - 1) / spt;
+    img.height = int(img.row_layer.size());
+    img.norm.assign(size_t(img.width) * size_t(img.height), kNaN);
+    img.raw.assign(size_t(img.width) * size_t(img.height), kNaN);
+    // Ranges of finite values: per layer, or over everything shown.
+    std::vector<float> lo(layers.size(), kInf), hi(layers.size(), -kInf);
+    for (int r = 0; r < img.height; ++r) {
+        const LayerScores& ls = layers[size_t(img.row_layer[size_t(r)])];
+        const float* v = ls.values.data() + size_t(img.row_head[size_t(r)]) * size_t(ls.T);
+        for (int i = 0; i < ls.T; ++i)
+            if (std::isfinite(v[i])) {
+                float& a = lo[size_t(img.row_layer[size_t(r)])];
+                float& b = hi[size_t(img.row_layer[size_t(r)])];
+                a = std::min(a, v[i]), b = std::max(b, v[i]);
+            }
+    }
+    if (o.shared_scale) {
+        const float a = *std::min_element(lo.begin(), lo.end()), b = *std::max_element(hi.begin(), hi.end());
+        std::fill(lo.begin(), lo.end(), a);
+        std::fill(hi.begin(), hi.end(), b);
+    }
+    std::vector<float> row;
+    for (int r = 0; r < img.height; ++r) {
+        const int l = img.row_layer[size_t(r)];
+        const LayerScores& ls = layers[size_t(l)];
+        const float* v = ls.values.data() + size_t(img.row_head[size_t(r)]) * size_t(ls.T);
+        row.assign(v, v + ls.T);
+        // Descending, protected (+inf) first; NaN last.
+        if (o.sorted)
+            std::stable_sort(row.begin(), row.end(), [](float a, float b) {
+                if (std::isnan(a)) return false;
+                if (std::isnan(b)) return true;
+                return a > b;
+            });
+        for (int x = 0; x < img.width; ++x) {
+            const int i0 = x * spt, i1 = std::min(ls.T, i0 + spt);
+            double sum = 0;
+            int n = 0, inf = 0;
+            for (int i = i0; i < i1; ++i) {
+                if (std::isfinite(row[size_t(i)])) sum += row[size_t(i)], ++n;
+                else if (std::isinf(row[size_t(i)])) ++inf;
+            }
+            const size_t k = size_t(r) * size_t(img.width) + size_t(x);
+            if (n > 0) {
+                const float mean = float(sum / n);
+                img.raw[k] = mean;
+                const float span = hi[size_t(l)] - lo[size_t(l)];
+                img.norm[k] = span > 0 ? (mean - lo[size_t(l)]) / span : 0.5f;
+            } else if (inf > 0) {
+                img.raw[k] = img.norm[k] = kInf;
+            }
+        }
+    }
+    img.rgba.resize(img.norm.size() * 4);
+    for (size_t k = 0; k < img.norm.size(); ++k) {
+        const Colour c = score_colour(img.norm[k]);
+        img.rgba[k * 4 + 0] = colour_r(c);
+        img.rgba[k * 4 + 1] = colour_g(c);
+        img.rgba[k * 4 + 2] = colour_b(c);
+        img.rgba[k * 4 + 3] = colour_a(c);
+    }
+    return img;
+}
+
+ScoresHit scores_hit_test(const ScoresImage& img, bool sorted, ImVec2 p0, ImVec2 p1, ImVec2 pt) {
+    (void)sorted;
+    ScoresHit h;
+    if (img.width == 0 || img.height == 0 || pt.x < p0.x || pt.y < p0.y || pt.x >= p1.x || pt.y >= p1.y) return h;
+    const int x = std::min(img.width - 1, int((pt.x - p0.x) / (p1.x - p0.x) * img.width));
+    const int y = std::min(img.height - 1, int((pt.y - p0.y) / (p1.y - p0.y) * img.height));
+    h.valid = true;
+    h.layer = img.row_layer[size_t(y)];
+    h.head = img.row_head[size_t(y)];
+    h.slot_lo = x * img.slots_per_texel;
+    h.slot_hi = h.slot_lo + img.slots_per_texel;
+    h.score = img.raw[size_t(y) * size_t(img.width) + size_t(x)];
+    return h;
+}
+
+bool refresh_scores(ScoresViewState& s, storage::SessionReader& reader) {
+    try {
+        // Summaries only (no arrays): cheap even for a long run; they say which layers have a
+        // newer full array.
+        std::vector<storage::ScoreRow> rows = reader.score_snapshots(s.run, -1, s.last_id, false);
+        if (rows.empty()) return false;
+        std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+        for (const auto& r : rows) {
+            s.last_id = std::max(s.last_id, r.id);
+            if (r.pass != 0 || r.layer < 0 || r.layer > 4096) continue;
+            const size_t l = size_t(r.layer);
+            if (s.newest_with_values.size() <= l) {
+                s.newest_with_values.resize(l + 1, 0);
+                s.newest_stats.resize(l + 1);
+            }
+            s.newest_stats[l] = r.stats;
+            if (r.has_values) s.newest_with_values[l] = r.id;
+        }
+        if (s.layers.size() < s.newest_with_values.size()) s.layers.resize(s.newest_with_values.size());
+        for (size_t l = 0; l < s.newest_with_values.size(); ++l) {
+            const int64_t want = s.newest_with_values[l];
+            if (want == 0 || s.layers[l].id == want) continue;
+            // Rows of this layer with id >= want: the wanted one (and any newer, skipped).
+            for (auto& r : reader.score_snapshots(s.run, int(l), want - 1, true)) {
+                if (r.id != want) continue;
+                LayerScores& ls = s.layers[l];
+                ls.id = r.id;
+                ls.chunk = r.chunk;
+                ls.t_ns = r.t_ns;
+                ls.B = r.B, ls.G = r.G, ls.T = r.T;
+                ls.stats = r.stats;
+                if (r.values.size() == size_t(r.B) * size_t(r.G) * size_t(r.T)) ls.values = std::move(r.values);
+                else ls.values.clear();
+            }
+        }
+        ++s.version;
+        s.error.clear();
+        return true;
+    } catch (const std::exception& e) {
+        s.error = e.what();
+        return false;
+    }
+}
+
+void release_scores_textures(ScoresViewState& s, TextureHost* host) {
+    if (host && s.texture_id) host->release(s.texture_id);
+    s.texture_id = 0;
+    s.image_valid = false;
+}
+
+namespace {
+bool same_options(const ScoresImageOptions& a, const ScoresImageOptions& b) {
+    return a.head == b.head && a.sorted == b.sorted && a.shared_scale == b.shared_scale && a.max_width == b.max_width;
+}
+}  // namespace
+
+void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
+    if (size.x <= 0 || size.y <= 0) {
+        const ImVec2 avail = ImGui::GetContentRegionAvail();
+        if (size.x <= 0) size.x = avail.x;
+        if (size.y <= 0) size.y = avail.y;
+    }
+    ImGui::PushID("scores");
+    ImGui::BeginGroup();
+    const float top = ImGui::GetCursorPosY();
+    if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
+    bool any = false;
+    int max_heads = 1;
+    for (const auto& l : s.layers)
+        if (!l.values.empty()) any = true, max_heads = std::max(max_heads, l.B * l.G);
+    if (!any) {
+        ImGui::Dummy(ImVec2(size.x, 0));
+        draw_empty_state(s.newest_stats.empty()
+                             ? "no scores recorded yet (score-based policies record them once the cache is full)"
+                             : "only score summaries recorded so far; full arrays arrive at the score interval");
+        ImGui::EndGroup();
+        ImGui::PopID();
+        return;
+    }
+    ScoresImageOptions& o = s.image_options;
+    ImGui::Checkbox("sorted", &o.sorted);
+    ImGui::SameLine();
+    ImGui::Checkbox("one scale for all layers", &o.shared_scale);
+    if (max_heads > 1) {
+        ImGui::SameLine();
+        ImGui::SetNextItemWidth(140);
+        ImGui::SliderInt("head (-1 = all)", &o.head, -1, max_heads - 1);
+    }
+    if (!s.image_valid || s.image_version != s.version || !same_options(o, s.image_built_with)) {
+        s.image = build_scores_image(s.layers, o);
+        s.image_version = s.version;
+        s.image_built_with = o;
+        s.image_valid = true;
+        if (host) {
+            if (s.image.width > 0) s.texture_id = host->upload_rgba(s.texture_id, s.image.width, s.image.height, s.image.rgba.data());
+            else if (s.texture_id) host->release(s.texture_id), s.texture_id = 0;
+        }
+    }
+    const float used = ImGui::GetCursorPosY() - top;
+    const float rest = std::max(60.f, size.y - used - 2 * ImGui::GetStyle().ItemSpacing.y);
+    const float heat_h = std::max(40.f, rest * 0.62f), hist_h = std::max(30.f, rest - heat_h - ImGui::GetFrameHeightWithSpacing());
+
+    // ---- heatmap ----
+    const float label_w = 64;
+    ImGui::Dummy(ImVec2(label_w, 1));
+    ImGui::SameLine(0, 0);
+    const PlotFrame f = begin_plot_frame("##heat", ImVec2(size.x - label_w, heat_h));
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->AddRectFilled(f.p0, f.p1, kNoDataColour);
+    if (s.texture_id) dl->AddImage(texture_id(s.texture_id), f.p0, f.p1);
+    // layer labels at the left, one per layer (skipping when rows get too thin)
+    const float row_h = f.height() / std::max(1, s.image.height);
+    int last_labelled = -1000;
+    for (int r = 0; r < s.image.height; ++r) {
+        const int l = s.image.row_layer[size_t(r)];
+        if (r > 0 && s.image.row_layer[size_t(r - 1)] == l) continue;
+        const float y = f.p0.y + r * row_h;
+        if (y - last_labelled < ImGui::GetFontSize()) continue;
+        last_labelled = int(y);
+        char b[24];
+        std::snprintf(b, sizeof b, "layer %d", l);
+        dl->AddText(ImVec2(f.p0.x - label_w + 2, y), IM_COL32(200, 200, 200, 220), b);
+        if (r > 0) dl->AddLine(ImVec2(f.p0.x, y), ImVec2(f.p1.x, y), IM_COL32(0, 0, 0, 90));
+    }
+    if (f.hovered) {
+        const ScoresHit h = scores_hit_test(s.image, o.sorted, f.p0, f.p1, f.mouse);
+        if (h.valid) {
+            if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) s.histogram_layer = h.layer;
+            const LayerScores& ls = s.layers[size_t(h.layer)];
+            ImGui::BeginTooltip();
+            ImGui::Text("layer %d  head %d  (chunk %d)", h.layer, h.head, ls.chunk);
+            if (s.image.slots_per_texel == 1) ImGui::Text("%s %d", o.sorted ? "rank" : "slot", h.slot_lo);
+            else ImGui::Text("%s %d..%d", o.sorted ? "ranks" : "slots", h.slot_lo, h.slot_hi - 1);
+            if (std::isinf(h.score)) ImGui::Text("protected (grace ring: not evictable yet)");
+            else if (std::isnan(h.score)) ImGui::TextDisabled("no score");
+            else ImGui::Text("score %.6g%s", double(h.score), s.image.slots_per_texel > 1 ? " (mean)" : "");
+            ImGui::Text("layer: min %.4g  p50 %.4g  p90 %.4g  max %.4g", double(ls.stats.min), double(ls.stats.p50),
+                        double(ls.stats.p90), double(ls.stats.max));
+            ImGui::TextDisabled("click: histogram of this layer");
+            ImGui::EndTooltip();
+        }
+    }
+
+    // ---- histogram of one layer ----
+    const int nl = int(s.layers.size());
+    s.histogram_layer = std::clamp(s.histogram_layer, 0, std::max(0, nl - 1));
+    ImGui::SetNextItemWidth(160);
+    ImGui::SliderInt("histogram layer", &s.histogram_layer, 0, std::max(0, nl - 1));
+    const LayerScores& hl = s.layers[size_t(s.histogram_layer)];
+    if (hl.values.empty()) {
+        ImGui::TextDisabled("layer %d has no full score array yet", s.histogram_layer);
+    } else {
+        const int rows = hl.B * hl.G;
+        const int h0 = o.head < 0 ? 0 : std::min(o.head, rows - 1);
+        const size_t n = o.head < 0 ? hl.values.size() : size_t(hl.T);
+        const ScoreHistogram hist = score_histogram(hl.values.data() + (o.head < 0 ? 0 : size_t(h0) * size_t(hl.T)), n, s.histogram_bins);
+        ImGui::SameLine();
+        ImGui::TextDisabled("%lld slots, %lld protected, range [%.4g, %.4g]", (long long)n, (long long)hist.nonfinite, hist.lo, hist.hi);
+        const PlotFrame hf = begin_plot_frame("##hist", ImVec2(size.x, hist_h));
+        dl->AddRectFilled(hf.p0, hf.p1, IM_COL32(30, 30, 34, 255));
+        const int64_t peak = hist.counts.empty() ? 0 : *std::max_element(hist.counts.begin(), hist.counts.end());
+        const float bw = hf.width() / std::max<size_t>(1, hist.counts.size());
+        for (size_t b = 0; b < hist.counts.size(); ++b) {
+            if (!hist.counts[b] || !peak) continue;
+            const float hgt = (hf.height() - 4) * float(hist.counts[b]) / float(peak);
+            dl->AddRectFilled(ImVec2(hf.p0.x + b * bw + 1, hf.p1.y - hgt), ImVec2(hf.p0.x + (b + 1) * bw, hf.p1.y),
+                              colormap(float(b + 0.5f) / float(hist.counts.size())));
+        }
+        if (hf.hovered && !hist.counts.empty()) {
+            const int b = std::clamp(int((hf.mouse.x - hf.p0.x) / bw), 0, int(hist.counts.size()) - 1);
+            const double w = (hist.hi - hist.lo) / double(hist.counts.size());
+            ImGui::SetTooltip("[%.5g, %.5g): %lld slots", hist.lo + b * w, hist.lo + (b + 1) * w, (long long)hist.counts[size_t(b)]);
+        }
+    }
+    ImGui::EndGroup();
+    ImGui::PopID();
+}
+
+}  // namespace kv::views
