@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "engine/backend/backend_registry.h"
+#include "engine/telemetry/gpu_tracer.h"
 
 namespace kv::cli {
 
@@ -12,6 +13,7 @@ int cmd_version(int argc, char** argv, int first) {
     std::printf("kvlab %s\n", KVLAB_VERSION);
     std::printf("cpu backend: %s, %d threads\n", cpu_backend().build_info().c_str(), num_threads());
     std::printf("cuda backend: %s\n", cuda_status().c_str());
+    std::printf("gpu tracer (CUPTI): %s\n", trace::gpu_tracer_plugin_status().c_str());
     return 0;
 }
 
