@@ -1,0 +1,72 @@
+// HF-named model weights (see model_weights.h).
+#include "model_weights.h"
+
+#include "engine/core/error.h"
+#include "engine/ops/ops.h"
+
+namespace kv {
+
+TensorMap model_state_dict(const Transformer& m) {
+    const ModelConfig& c = m.config();
+    const int64_t Q = c.q_dim(), K = c.kv_dim(), I = c.intermediate_size;
+    TensorMap w;
+    w["model.embed_tokens.weight"] = m.embedding();
+    w["model.norm.weight"] = m.final_norm_weight();
+    if (!m.tied_embeddings()) w["lm_head.weight"] = m.lm_head_weight();
+    for (int l = 0; l < int(c.num_layers); ++l) {
+        const LayerWeights& L = m.layer(l);
+        const std::string p = str("model.layers.", l, ".");
+        w[p + "input_layernorm.weight"] = L.attn_norm;
+        w[p + "self_attn.q_proj.weight"] = L.wqkv.slice(0, 0, Q);
+        w[p + "self_attn.k_proj.weight"] = L.wqkv.slice(0, Q, Q + K);
+        w[p + "self_attn.v_proj.weight"] = L.wqkv.slice(0, Q + K, Q + 2 * K);
+        if (L.bqkv.defined()) {
+            w[p + "self_attn.q_proj.bias"] = L.bqkv.slice(0, 0, Q);
+            w[p + "self_attn.k_proj.bias"] = L.bqkv.slice(0, Q, Q + K);
+            w[p + "self_attn.v_proj.bias"] = L.bqkv.slice(0, Q + K, Q + 2 * K);
+        }
+        if (L.q_norm.defined()) {
+            w[p + "self_attn.q_norm.weight"] = L.q_norm;
+            w[p + "self_attn.k_norm.weight"] = L.k_norm;
+        }
+        w[p + "self_attn.o_proj.weight"] = L.wo;
+        if (L.bo.defined()) w[p + "self_attn.o_proj.bias"] = L.bo;
+        w[p + "post_attention_layernorm.weight"] = L.mlp_norm;
+        w[p + "mlp.gate_proj.weight"] = L.w_gate_up.slice(0, 0, I);
+        w[p + "mlp.up_proj.weight"] = L.w_gate_up.slice(0, I, 2 * I);
+        w[p + "mlp.down_proj.weight"] = L.w_down;
+    }
+    return w;
+}
+
+void load_model_state_dict(Transformer& m, const TensorMap& weights) {
+    TensorMap dst = model_state_dict(m);  // views into the live tensors
+    for (auto& [name, t] : dst) {
+        auto it = weights.find(name);
+        if (it == weights.end()) throw Error(str("model weights: missing tensor '", name, "' (expected shape ", t.shape().str(), ")"));
+        if (it->second.shape() != t.shape())
+            throw Error(str("model weights: tensor '", name, "' has shape ", it->second.shape().str(), ", expected ", t.shape().str()));
+        t.copy_from(it->second.device() == t.device() ? it->second : it->second.to(t.device()));
+    }
+}
+
+TensorMap merged_lora_state_dict(const Transformer& m, const Lora& lora) {
+    TensorMap out;
+    for (const auto& [name, t] : model_state_dict(m)) out[name] = t.clone();
+    if (m.tied_embeddings()) {
+        for (const auto& a : lora.adapters())
+            if (a.layer < 0)
+                throw Error("merging a LoRA adapter on lm_head into tied embeddings would change the input embeddings too",
+                            "save the adapters instead (adapter_model.safetensors)");
+    }
+    for (const auto& a : lora.adapters()) {
+        // a.module is "model.layers.3.self_attn.q_proj" or "lm_head": its weight is (out, in).
+        auto it = out.find(a.module + ".weight");
+        if (it == out.end()) throw Error(str("LoRA merge: no weight '", a.module, ".weight'"));
+        Tensor w = it->second;  // a fresh contiguous copy: update in place
+        ops::matmul_(w, a.B, a.A, lora.scale(), 1.0f);  // W += s B A
+    }
+    return out;
+}
+
+}  // namespace kv

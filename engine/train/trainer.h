@@ -1,0 +1,160 @@
+// The training loop of the fine-tuning modes (reference §10): finetune_long_lora and
+// finetune_offload_lora train LoRA adapters on a frozen base (QLoRA: an NF4 base, qlora.h);
+// finetune_long_full and finetune_offload_full train every weight. Each optimizer step takes
+// global_batch_size / micro_batch_size micro-batches through the gradient pipeline with the
+// configured cache policy (grad/gradient_pipeline.h), each with loss scale B_micro / B_global
+// so the accumulated gradient is that of the mean loss, clips by the global norm, and steps
+// the optimizer with the warm-up + cosine learning rate. Validation runs at the start, every
+// eval_interval steps and at the end; checkpoints go to out_dir every save_interval steps and
+// at the end (train_checkpoint.h), and --resume continues a run with identical losses.
+// The offload modes run the same code; on the CPU backend host and device memory are one, so
+// they differ only in what the summary accounts (offload_traffic.h).
+// Must not touch storage or sessions: progress and metrics leave through TrainCallbacks.
+//
+// Index: [SECTION] records  [SECTION] callbacks  [SECTION] Trainer
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+#include "engine/grad/gradient_pipeline.h"
+#include "engine/grad/lora.h"
+#include "engine/grad/model_grads.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/model/model_loader.h"
+#include "engine/run/run_config.h"
+#include "lr_schedule.h"
+#include "offload_traffic.h"
+#include "optimizer.h"
+#include "qlora.h"
+#include "train_data.h"
+
+namespace kv {
+
+// ==== [SECTION] records ======================================================================
+
+struct TrainStepRecord {
+    int64_t step = 0;         // 1-based optimizer step
+    double loss = 0;          // mean loss over the global batch (the loss the gradient is of)
+    double lr = 0;            // learning rate of this step
+    double grad_norm = 0;     // global L2 norm before clipping
+    int64_t tokens = 0;       // real tokens of the global batch
+    double seconds = 0;
+    double tokens_per_s = 0;
+};
+
+struct ValRecord {
+    int64_t step = 0;       // optimizer steps taken when it ran
+    double loss = 0;        // mean over validation examples of each example's mean loss
+    double accuracy = -1;   // classification heads; -1 otherwise
+    int64_t examples = 0;
+    double seconds = 0;
+};
+
+struct TrainSummary {
+    std::string mode;
+    std::string data_source;
+    int64_t train_examples = 0, val_examples = 0;
+    int64_t total_steps = 0;
+    int64_t start_step = 0;  // > 0 when resumed
+    int64_t micro_steps_per_step = 1;
+    std::vector<TrainStepRecord> steps;   // this session's steps
+    std::vector<ValRecord> validations;
+    std::vector<std::string> checkpoints;  // folders written
+    int64_t trainable_parameters = 0;
+    size_t weight_bytes = 0, trainable_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
+    bool offload = false;        // weights, gradients and optimizer state accounted as host memory
+    OffloadTraffic offload_traffic;  // per micro-batch
+    size_t offload_h2d_per_step = 0, offload_d2h_per_step = 0;
+    bool qlora = false;
+    QloraStats qlora_stats;
+    int64_t tokens = 0;
+    double seconds = 0;
+    double tokens_per_s = 0;
+    std::vector<DeviceMemoryStats> memory;  // peaks by category over the run
+};
+
+// ==== [SECTION] callbacks ====================================================================
+
+struct TrainCallbacks {
+    // work units done / total and what is being worked on
+    std::function<void(int64_t done, int64_t total, const std::string& what)> progress;
+    std::function<void(const std::string& line)> log;
+    std::function<void(const TrainStepRecord&)> on_step;
+    std::function<void(const ValRecord&)> on_validation;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+// ==== [SECTION] Trainer ======================================================================
+
+bool is_train_mode(const std::string& mode);
+bool is_lora_mode(const std::string& mode);     // *_lora
+bool is_offload_mode(const std::string& mode);  // finetune_offload_*
+
+class Trainer {
+   public:
+    // Builds the data, the trainable parameters (adapters attached to the model, or model
+    // gradients), the optimizer and the schedule, and loads cfg.train.resume when set.
+    // The model must stay alive and in place while the trainer exists.
+    Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb = {});
+    ~Trainer();  // detaches the adapters from the model
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    // The whole run: validation, steps up to total_steps with validations and checkpoints,
+    // final validation and checkpoint.
+    TrainSummary run();
+
+    // One optimizer step on the next global batch of the data iterator.
+    TrainStepRecord step();
+    // Gradients of the mean loss over these micro-batches (example indices into data()),
+    // written into the trainable parameters' gradients (zeroed first); returns that loss.
+    double compute_gradients(const std::vector<std::vector<int64_t>>& micro_batches, int64_t* tokens = nullptr);
+    ValRecord validate();
+    // Adapters or weights, optimizer and training state into `dir`; returns `dir`.
+    std::string save_checkpoint(const std::string& dir);
+
+    const TrainData& data() const { return data_; }
+    Lora* lora() { return lora_.get(); }
+    Optimizer& optimizer() { return *optimizer_; }
+    std::vector<OptimizerParam>& params() { return params_; }
+    const LrSchedule& schedule() const { return schedule_; }
+    int64_t steps_taken() const { return step_; }
+    int64_t total_steps() const { return total_steps_; }
+    const std::vector<double>& losses() const { return losses_; }
+    const TrainSummary& summary() const { return sum_; }
+
+   private:
+    void resume(const std::string& path);
+    std::vector<std::vector<int64_t>> next_global_batch();
+    ChunkPlan plan_for(int64_t T, uint64_t seed) const;
+    KVCacheConfig cache_config() const;
+
+    RunConfig cfg_;
+    LoadedModel& lm_;
+    TrainCallbacks cb_;
+    TrainData data_;
+    std::unique_ptr<Lora> lora_;
+    ModelGrads grads_;                     // full modes
+    Tensor class_w_, class_b_, dclass_w_, dclass_b_;  // seq_classification head
+    std::vector<OptimizerParam> params_;
+    std::unique_ptr<Optimizer> optimizer_;
+    std::unique_ptr<BatchIterator> iterator_;  // over positions in data_.split.train
+    LrSchedule schedule_;
+    GradientOptions gopt_;
+    int64_t accum_ = 1;
+    int64_t total_steps_ = 0;
+    int64_t step_ = 0;
+    int64_t micro_batches_ = 0;
+    std::vector<double> losses_;
+    TrainSummary sum_;
+};
+
+// Convenience: Trainer(cfg, lm, cb).run().
+TrainSummary run_train(const RunConfig& cfg, LoadedModel& lm, const TrainCallbacks& cb = {});
+
+}  // namespace kv
