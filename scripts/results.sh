@@ -10,7 +10,8 @@ KVLAB=${KVLAB:-build/bin/kvlab}
 SESSION=${1:-results/results.kvlab}
 mkdir -p "$(dirname "$SESSION")"
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
-POLICIES="lastrec smart-lastrec h2o h2o-orig h2o-vlen qh2o qh2o-vlen streaming tova snapkv knorm"
+# smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
+POLICIES="lastrec h2o h2o-orig h2o-vlen qh2o qh2o-vlen streaming tova snapkv knorm"
 
 have_run() {  # name
   [ -f "$SESSION" ] && "$KVLAB" runs "$SESSION" --json | python3 -c "import json,sys; n=sys.argv[1]; sys.exit(0 if any(r['name']==n and r['status']=='done' for r in json.load(sys.stdin)) else 1)" "$1"
@@ -39,7 +40,7 @@ for L in 512 1024 2048; do
 done
 
 # Passkey retrieval: 4 samples per length, cache 1024 (dense: the whole sequence).
-for T in 2048 4096 8192; do
+for T in 2048 8192; do
   run "passkey dense T=$T" --data passkey --data.seq_length "$T" --data.num_samples 4 --kv_cache.name dense-default \
       --kv_cache.chunk_size 128
   for pol in lastrec h2o streaming tova snapkv; do
