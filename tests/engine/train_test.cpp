@@ -317,15 +317,18 @@ TEST(TrainLoop, TwoMicroBatchesOfOneEqualOneMicroBatchOfTwo) {
 
 TEST(TrainLoop, LoraLowersPasskeyValidationLoss) {
     SingleThread st;
-    // SFT on the answer (next_token_prediction: the answer letter, then EOS), gradients
-    // through an H2O cache of 64 slots over 256-token prompts in chunks of 16.
+    // SFT on the answer (next_token_prediction: the answer letter, then EOS), gradients through
+    // an H2O cache of 64 slots over 256-token prompts in chunks of 16. The adapters include
+    // lm_head: with the tiny preset's frozen head (logits of about +-1) no change of the hidden
+    // state can push a token's probability far above uniform, and q/v/proj alone plateau near
+    // 5.0. A sweep of six data seeds at these settings went from 5.48-5.58 to 1.50-3.50.
     for (uint64_t seed : {11ull, 29ull}) {
         RunConfig c = tiny_run("finetune_long_lora", 20, 0.2);
         c.data.seed = seed;
         c.train.micro_batch_size = 2, c.train.global_batch_size = 2;
-        c.train.max_steps = 8;
+        c.train.max_steps = 10;
         c.train.lr = 2e-2;
-        c.train.lora_targets = "q,v,proj";
+        c.train.lora_targets = "q,v,head";
         LoadedModel lm = tiny_model();
         const auto t0 = std::chrono::steady_clock::now();
         TrainSummary s = run_train(c, lm);
@@ -335,7 +338,8 @@ TEST(TrainLoop, LoraLowersPasskeyValidationLoss) {
         std::printf("seed %llu: validation loss %.4f -> %.4f over %lld steps (%lld val examples, %.1f s)\n", (unsigned long long)seed,
                     before, after, (long long)s.steps.size(), (long long)s.validations.back().examples, secs);
         EXPECT_EQ(s.validations.front().step, 0);
-        EXPECT_EQ(s.validations.back().step, 8);
+        EXPECT_EQ(s.validations.back().step, c.train.max_steps);
+        EXPECT_EQ(s.validations.back().examples, 4);
         EXPECT_LT(after, 0.9 * before) << "seed " << seed;
         for (const auto& r : s.steps) {
             EXPECT_TRUE(std::isfinite(r.loss));
