@@ -13,6 +13,8 @@
 #include "engine/model/model_loader.h"
 #include "engine/run/evaluate.h"
 #include "engine/telemetry/trace.h"
+#include "engine/train/trainer.h"
+#include "run_train.h"
 
 namespace kv::sessions {
 
@@ -113,6 +115,7 @@ RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
     LoadedModel lm = load_model(cfg.model, model_options(cfg), cfg.model_seed);
     if (cfg.mode == "eval_long" || cfg.mode == "infer") return run_eval_mode(cfg, lm, hooks);
     if (cfg.mode == "generate") return run_generate_mode(cfg, lm, hooks);
+    if (is_train_mode(cfg.mode)) return run_train_mode(cfg, lm, hooks);
     throw Error(str("mode '", cfg.mode, "' cannot run in this build yet"));
 }
 

@@ -16,7 +16,7 @@ void apply_global_options(const Args& args);
 
 int cmd_bench(int argc, char** argv, int first);
 int cmd_version(int argc, char** argv, int first);
-int cmd_eval(int argc, char** argv, int first, const std::string& mode);  // eval_long, infer
+int cmd_eval(int argc, char** argv, int first, const std::string& mode);  // eval_long, infer, finetune_*
 int cmd_generate(int argc, char** argv, int first);
 int cmd_compare(int argc, char** argv, int first);
 

@@ -54,6 +54,10 @@ void print_usage(FILE* out) {
                  "  eval_long MODEL  evaluate a cache policy over long samples (loss, accuracy, perplexity)\n"
                  "  infer MODEL      like eval_long, printing every sample\n"
                  "  generate MODEL   generate text from --prompt, streamed as it is decoded\n"
+                 "  finetune_long_lora MODEL     train LoRA adapters with the cache policy in place (--lora.qlora: NF4 base)\n"
+                 "  finetune_long_full MODEL     train every weight\n"
+                 "  finetune_offload_lora MODEL  as finetune_long_lora, weights/gradients/optimizer state in host memory\n"
+                 "  finetune_offload_full MODEL  as finetune_long_full, weights/gradients/optimizer state in host memory\n"
                  "  runs FILE        the runs recorded in a session file\n"
                  "  compare FILE     runs side by side: config diff, metrics, ratios to a reference\n"
                  "  export FILE      a run's memory / spans / metrics as CSV, Chrome trace or PyTorch snapshot\n"
@@ -73,13 +77,15 @@ int run(int argc, char** argv) {
     }
     std::string cmd = argv[1];
     if (cmd == "bench") return cmd_bench(argc, argv, 2);
-    if (cmd == "eval_long" || cmd == "infer") return cmd_eval(argc, argv, 2, cmd);
+    if (cmd == "eval_long" || cmd == "infer" || cmd == "finetune_long_lora" || cmd == "finetune_long_full" ||
+        cmd == "finetune_offload_lora" || cmd == "finetune_offload_full")
+        return cmd_eval(argc, argv, 2, cmd);
     if (cmd == "generate") return cmd_generate(argc, argv, 2);
     if (cmd == "runs") return cmd_runs(argc, argv, 2);
     if (cmd == "export") return cmd_export(argc, argv, 2);
     if (cmd == "compare") return cmd_compare(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
-    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, runs, compare, export, bench, version, help\n", cmd.c_str());
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, finetune_long_lora, finetune_long_full, finetune_offload_lora, finetune_offload_full, runs, compare, export, bench, version, help\n", cmd.c_str());
     return 2;
 }
 

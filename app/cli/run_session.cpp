@@ -48,7 +48,7 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
         if (mode == "generate") {
             std::fwrite(text.data(), 1, text.size(), stdout);
             std::fflush(stdout);
-        } else if (mode == "infer") {
+        } else if (mode == "infer" || mode.rfind("finetune_", 0) == 0) {
             progress.finish();
             std::printf("  %s\n", text.c_str());
         }

@@ -7,7 +7,7 @@
 
 namespace kv::cli {
 
-// mode: eval_long, infer, generate. Returns the exit code.
+// mode: eval_long, infer, generate, finetune_*. Returns the exit code.
 int run_mode_in_session(const Args& args, const std::string& mode);
 
 }  // namespace kv::cli

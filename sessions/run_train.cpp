@@ -1,0 +1,143 @@
+// Fine-tuning modes of a run (see run_train.h).
+#include "run_train.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/telemetry/trace.h"
+#include "engine/train/trainer.h"
+
+namespace kv::sessions {
+
+namespace {
+
+nlohmann::json peaks_json(const std::vector<DeviceMemoryStats>& stats) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& s : stats) {
+        nlohmann::json d;
+        d["peak_total"] = s.peak_total;
+        for (size_t c = 0; c < kNumMemCategories; ++c)
+            if (s.peak[c]) d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
+        j[s.device.is_cpu() ? "cpu" : str("cuda:", s.device.index)] = d;
+    }
+    return j;
+}
+
+}  // namespace
+
+RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
+    TrainCallbacks cb;
+    cb.cancel = hooks.cancel;
+    cb.progress = hooks.progress;
+    cb.log = hooks.output;
+    cb.on_step = [&](const TrainStepRecord& r) {
+        trace::metric("loss", r.step, r.loss);
+        trace::metric("lr", r.step, r.lr);
+        trace::metric("grad_norm", r.step, r.grad_norm);
+        trace::metric("tokens_per_s", r.step, r.tokens_per_s);
+        if (hooks.output) {
+            std::ostringstream line;
+            line.precision(4);
+            line << "step " << r.step << ": loss " << r.loss << " | lr " << r.lr << " | grad norm " << r.grad_norm << " | "
+                 << r.tokens_per_s << " tokens/s";
+            hooks.output(line.str());
+        }
+    };
+    cb.on_validation = [&](const ValRecord& v) {
+        if (v.examples == 0) return;
+        trace::metric("val_loss", v.step, v.loss);
+        if (v.accuracy >= 0) trace::metric("val_accuracy", v.step, v.accuracy);
+        if (hooks.output) {
+            std::ostringstream line;
+            line.precision(4);
+            line << "validation at step " << v.step << ": loss " << v.loss;
+            if (v.accuracy >= 0) line << " | accuracy " << v.accuracy;
+            line << " (" << v.examples << " examples)";
+            hooks.output(line.str());
+        }
+    };
+    TrainSummary s = run_train(cfg, lm, cb);
+
+    nlohmann::json j;
+    j["mode"] = cfg.mode;
+    j["data"] = s.data_source;
+    j["train_examples"] = s.train_examples;
+    j["val_examples"] = s.val_examples;
+    j["steps"] = s.steps.size();
+    j["start_step"] = s.start_step;
+    j["total_steps"] = s.total_steps;
+    j["micro_batches_per_step"] = s.micro_steps_per_step;
+    if (!s.steps.empty()) {
+        j["first_loss"] = s.steps.front().loss;
+        j["final_loss"] = s.steps.back().loss;
+    }
+    const ValRecord* first_val = nullptr;
+    const ValRecord* last_val = nullptr;
+    for (const auto& v : s.validations)
+        if (v.examples > 0) {
+            if (!first_val) first_val = &v;
+            last_val = &v;
+        }
+    if (last_val) {
+        j["initial_val_loss"] = first_val->loss;
+        j["val_loss"] = last_val->loss;
+        if (last_val->accuracy >= 0) j["accuracy"] = last_val->accuracy;
+    }
+    // What comparisons and run tables read as the run's loss: the final validation loss, else
+    // the last training loss.
+    if (last_val) j["mean_loss"] = last_val->loss;
+    else if (!s.steps.empty()) j["mean_loss"] = s.steps.back().loss;
+    j["tokens"] = s.tokens;
+    j["seconds"] = s.seconds;
+    j["tokens_per_s"] = s.tokens_per_s;
+    j["trainable_parameters"] = s.trainable_parameters;
+    j["weight_bytes"] = s.weight_bytes;
+    j["trainable_bytes"] = s.trainable_bytes;
+    j["gradient_bytes"] = s.gradient_bytes;
+    j["optimizer_bytes"] = s.optimizer_bytes;
+    j["checkpoints"] = s.checkpoints;
+    if (s.offload) {
+        // Weights, gradients and optimizer state are host memory in these modes; the bytes a
+        // device build would copy per optimizer step (row-sized shards, offload_traffic.h).
+        nlohmann::json o;
+        o["placement"] = "host";
+        o["h2d_bytes_per_step"] = s.offload_h2d_per_step;
+        o["d2h_bytes_per_step"] = s.offload_d2h_per_step;
+        o["largest_shard_bytes"] = s.offload_traffic.largest_shard_bytes;
+        for (const auto& sh : s.offload_traffic.shards)
+            o["shards"].push_back({{"name", sh.name}, {"weight_bytes", sh.weight_bytes}, {"trainable_bytes", sh.trainable_bytes}});
+        j["offload"] = o;
+    }
+    if (s.qlora) {
+        j["qlora"] = {{"tensors", s.qlora_stats.tensors},
+                      {"dense_bytes", s.qlora_stats.dense_bytes},
+                      {"nf4_bytes", s.qlora_stats.nf4_bytes},
+                      {"max_abs_error", s.qlora_stats.max_abs_error}};
+    }
+    j["memory"] = peaks_json(s.memory);
+    if (last_val) trace::metric("final_val_loss", s.start_step + int64_t(s.steps.size()), last_val->loss);
+
+    RunOutcome out;
+    out.summary_json = j.dump();
+    std::ostringstream text;
+    text.precision(4);
+    text << s.steps.size() << " steps";
+    if (s.start_step > 0) text << " (resumed at step " << s.start_step << ")";
+    if (!s.steps.empty()) text << " | loss " << s.steps.front().loss << " -> " << s.steps.back().loss;
+    if (last_val) {
+        text << " | validation loss " << first_val->loss << " -> " << last_val->loss;
+        if (last_val->accuracy >= 0) text << ", accuracy " << last_val->accuracy;
+    }
+    text << " | " << s.tokens_per_s << " tokens/s | " << s.trainable_parameters << " trainable parameters";
+    if (s.offload)
+        text << " | offload per step: " << format_bytes((long long)s.offload_h2d_per_step) << " host->device, "
+             << format_bytes((long long)s.offload_d2h_per_step) << " device->host";
+    if (!s.checkpoints.empty()) text << " | saved " << s.checkpoints.back();
+    out.text = text.str();
+    return out;
+}
+
+}  // namespace kv::sessions
