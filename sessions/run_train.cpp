@@ -99,6 +99,7 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
     j["gradient_bytes"] = s.gradient_bytes;
     j["optimizer_bytes"] = s.optimizer_bytes;
     j["checkpoints"] = s.checkpoints;
+    if (!s.merged_model.empty()) j["merged_model"] = s.merged_model;
     if (s.offload) {
         // Weights, gradients and optimizer state are host memory in these modes; the bytes a
         // device build would copy per optimizer step (row-sized shards, offload_traffic.h).
@@ -136,6 +137,7 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
         text << " | offload per step: " << format_bytes((long long)s.offload_h2d_per_step) << " host->device, "
              << format_bytes((long long)s.offload_d2h_per_step) << " device->host";
     if (!s.checkpoints.empty()) text << " | saved " << s.checkpoints.back();
+    if (!s.merged_model.empty()) text << " (merged model: " << s.merged_model << ")";
     out.text = text.str();
     return out;
 }

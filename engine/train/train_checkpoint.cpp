@@ -103,6 +103,16 @@ void save_full_weights(const std::string& dir, const Transformer& model) {
 #endif
 }
 
+void save_merged_model(const std::string& dir, const Transformer& model, const Lora& lora) {
+    TensorMap merged = merged_lora_state_dict(model, lora);
+    make_dir(dir);
+#if KVLAB_HAVE_MODELIO
+    write_hf_model_folder(dir, model.config(), merged);
+#else
+    no_modelio();
+#endif
+}
+
 void save_training_state(const std::string& dir, const TrainingState& st, const TensorMap& optimizer_state) {
     make_dir(dir);
     // The optimizer state first: a folder whose training_state.json exists is complete.

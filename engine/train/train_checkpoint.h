@@ -4,6 +4,8 @@
 //   model.safetensors + config.json                   full modes: Hugging Face names, so the
 //                                                     folder loads as a model (kvlab eval_long DIR)
 //   classifier.safetensors                            seq_classification head ("score.weight/bias")
+//   merged/ (final LoRA checkpoint only)              base + adapters folded in, as a model
+//                                                     folder (kvlab eval_long DIR/merged)
 //   training_state.json + optimizer.safetensors       what --resume needs: step, schedule, data
 //                                                     split and iterator position, optimizer state
 // Writes are atomic per file. Must not decide when to save or what is trained (trainer.h).
@@ -44,6 +46,8 @@ std::vector<std::string> peft_target_modules(const std::vector<std::string>& tar
 
 void save_lora_adapter(const std::string& dir, const Lora& lora, const std::string& base_model);
 void save_full_weights(const std::string& dir, const Transformer& model);
+// A Hugging Face model folder of the base with the adapters merged in (W + (alpha / r) B A).
+void save_merged_model(const std::string& dir, const Transformer& model, const Lora& lora);
 void save_tensors(const std::string& path, const TensorMap& tensors);
 void save_training_state(const std::string& dir, const TrainingState& st, const TensorMap& optimizer_state);
 

@@ -70,6 +70,10 @@ Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg
                     "use finetune_long_lora or finetune_offload_lora");
     if (is_offload_mode(cfg.mode) && !m.options().device.is_cpu())
         throw Error(str("mode ", cfg.mode, ": the offload modes run on the CPU backend only in this build"), "use --device cpu");
+    if (!cfg.train.average_loss_per_batch)
+        throw Error("--train.average_loss_per_batch false is not supported: the gradient pipeline normalises the loss per row "
+                    "(the mean over rows of each row's mean token loss)",
+                    "leave --train.average_loss_per_batch at true");
     accum_ = cfg.train.global_batch_size / cfg.train.micro_batch_size;
 
     sum_.mode = cfg.mode;
@@ -393,7 +397,20 @@ TrainSummary Trainer::run() {
             save_checkpoint(checkpoint_dir_name(out, step_));
     }
     if (sum_.validations.empty() || sum_.validations.back().step != step_) validate();
-    if (!out.empty()) save_checkpoint((std::filesystem::path(out) / "final").string());
+    if (!out.empty()) {
+        const std::string fin = save_checkpoint((std::filesystem::path(out) / "final").string());
+        if (lora_) {
+            // The adapters folded into the base, as a model folder eval_long can load.
+            const std::string merged = (std::filesystem::path(fin) / "merged").string();
+            try {
+                save_merged_model(merged, *lm_.model, *lora_);
+                sum_.merged_model = merged;
+                if (cb_.log) cb_.log(str("merged model (base + adapters): ", merged));
+            } catch (const Error& e) {
+                if (cb_.log) cb_.log(str("no merged model: ", e.what()));
+            }
+        }
+    }
     sum_.seconds = now_s() - t0;
     sum_.tokens_per_s = sum_.seconds > 0 ? double(sum_.tokens) / sum_.seconds : 0;
     merge_peaks(sum_.memory, current_memory_tracker().all_stats());

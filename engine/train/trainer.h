@@ -65,6 +65,7 @@ struct TrainSummary {
     std::vector<TrainStepRecord> steps;   // this session's steps
     std::vector<ValRecord> validations;
     std::vector<std::string> checkpoints;  // folders written
+    std::string merged_model;              // final LoRA checkpoint: base + adapters as a model folder
     int64_t trainable_parameters = 0;
     size_t weight_bytes = 0, trainable_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
     bool offload = false;        // weights, gradients and optimizer state accounted as host memory

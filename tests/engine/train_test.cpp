@@ -350,39 +350,42 @@ TEST(TrainLoop, LoraLowersPasskeyValidationLoss) {
 
 TEST(TrainLoop, ResumeContinuesWithIdenticalLosses) {
     SingleThread st;
-    const std::string out = temp_dir("resume");
-    RunConfig c = tiny_run("finetune_long_lora", 6, 0.0);
-    c.train.max_steps = 4;
-    c.train.lr = 1e-2;
-    c.train.lr_warmup_steps = 1;
-    c.train.save_interval = 2;
-    c.train.out_dir = out;
-    LoadedModel a = tiny_model();
-    TrainSummary full = run_train(c, a);
-    ASSERT_EQ(full.steps.size(), 4u);
-    const std::string ck = checkpoint_dir_name(out, 2);
-    ASSERT_TRUE(std::filesystem::exists(ck + "/training_state.json"));
+    for (const std::string mode : {"finetune_long_lora", "finetune_long_full"}) {
+        const std::string out = temp_dir("resume");
+        RunConfig c = tiny_run(mode, 6, 0.0);
+        c.train.max_steps = 4;
+        c.train.lr = mode == "finetune_long_lora" ? 1e-2 : 1e-3;
+        c.train.lr_warmup_steps = 1;
+        c.train.save_interval = 2;
+        c.train.out_dir = out;
+        c.driver.randomize_chunk_sizes = true;  // the plans must be drawn identically after a resume
+        LoadedModel a = tiny_model();
+        TrainSummary full = run_train(c, a);
+        ASSERT_EQ(full.steps.size(), 4u);
+        const std::string ck = checkpoint_dir_name(out, 2);
+        ASSERT_TRUE(std::filesystem::exists(ck + "/training_state.json"));
 
-    RunConfig r = c;
-    r.train.resume = ck;
-    r.train.out_dir = out + "/resumed";
-    LoadedModel b = tiny_model();
-    TrainSummary rest = run_train(r, b);
-    EXPECT_EQ(rest.start_step, 2);
-    ASSERT_EQ(rest.steps.size(), 2u);
-    for (size_t i = 0; i < 2; ++i) {
-        EXPECT_EQ(rest.steps[i].step, full.steps[i + 2].step);
-        EXPECT_EQ(rest.steps[i].loss, full.steps[i + 2].loss) << "step " << rest.steps[i].step;  // bitwise
-        EXPECT_EQ(rest.steps[i].lr, full.steps[i + 2].lr);
-        EXPECT_EQ(rest.steps[i].grad_norm, full.steps[i + 2].grad_norm);
+        RunConfig r = c;
+        r.train.resume = ck;
+        r.train.out_dir = out + "/resumed";
+        LoadedModel b = tiny_model();
+        TrainSummary rest = run_train(r, b);
+        EXPECT_EQ(rest.start_step, 2);
+        ASSERT_EQ(rest.steps.size(), 2u);
+        for (size_t i = 0; i < 2; ++i) {
+            EXPECT_EQ(rest.steps[i].step, full.steps[i + 2].step);
+            EXPECT_EQ(rest.steps[i].loss, full.steps[i + 2].loss) << mode << " step " << rest.steps[i].step;  // bitwise
+            EXPECT_EQ(rest.steps[i].lr, full.steps[i + 2].lr);
+            EXPECT_EQ(rest.steps[i].grad_norm, full.steps[i + 2].grad_norm);
+        }
+        // A checkpoint of the other mode family is refused with a clear message.
+        RunConfig wrong = c;
+        wrong.mode = mode == "finetune_long_lora" ? "finetune_long_full" : "finetune_long_lora";
+        wrong.train.resume = ck;
+        LoadedModel w = tiny_model();
+        EXPECT_THROW(Trainer(wrong, w), Error) << mode;
+        std::filesystem::remove_all(out);
     }
-    // A checkpoint of another mode family is refused with a clear message.
-    RunConfig wrong = c;
-    wrong.mode = "finetune_long_full";
-    wrong.train.resume = ck;
-    LoadedModel w = tiny_model();
-    EXPECT_THROW(Trainer(wrong, w), Error);
-    std::filesystem::remove_all(out);
 }
 
 TEST(TrainLoop, FullAndOffloadStepsReduceLossOnARepeatedBatch) {
@@ -469,6 +472,16 @@ TEST(TrainCheckpoint, AdaptersAndWeightsLoadBackUnderPeftAndHfNames) {
         EXPECT_EQ(j["r"], 8);
         EXPECT_EQ(j["lora_alpha"], 16.0);
         EXPECT_EQ(j["target_modules"], nlohmann::json::array({"q_proj", "v_proj"}));
+        // The final checkpoint also holds the base with the adapters merged in, as a model
+        // folder: its logits are those of the base plus adapters.
+        ASSERT_FALSE(s.merged_model.empty());
+        LoadedModel merged = load_model(s.merged_model, ModelOptions{}, 0);
+        const std::vector<int32_t> prompt = lm.tokenizer->encode("The pass key is 12345. Remember it. Answer:", true);
+        Tensor ids = Tensor::from_i32({1, int64_t(prompt.size())}, prompt);
+        const Comparison lg = compare(merged.model->forward(ids), lm.model->forward(ids));
+        EXPECT_LE(lg.max_abs_err, 1e-4 * std::max(1.0, lg.ref_scale)) << lg.report;
+        LoadedModel base = tiny_model();
+        EXPECT_GT(compare(base.model->forward(ids), lm.model->forward(ids)).max_abs_err, 1e-6) << "the adapters changed nothing";
     }
     {
         RunConfig c = tiny_run("finetune_long_full", 1, 0.0);
