@@ -1,10 +1,17 @@
 // MATMUL on the CPU: oneDNN (f32 and bf16 inputs, f32 accumulation; ~90% of this CPU's
-// peak) with a primitive cache keyed by shapes/strides/dtypes, and a plain row kernel for
-// what oneDNN does not cover (f64, f16 outputs, exotic strides).
+// peak) with a primitive cache keyed by shapes/strides/dtypes; a small-M path (M <= 4, decode)
+// that streams the weights once through gemv_tile.h; and a plain row kernel for what neither
+// covers (f64, f16 outputs, exotic strides).
 // dst[..., M, N] = alpha * a[..., M, K] @ b[..., K, N] + beta * dst
+//
+// Index
+//   [SECTION] oneDNN
+//   [SECTION] small-M path (decode GEMV)
+//   [SECTION] plain row kernel and dispatch
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -14,11 +21,15 @@
 #include <unordered_map>
 
 #include "cpu_common.h"
+#include "gemv_tile.h"
 
 namespace kv::cpu {
 
 namespace {
 
+// =========================================================================================
+// [SECTION] oneDNN
+// =========================================================================================
 dnnl::engine& cpu_engine() {
     static dnnl::engine e(dnnl::engine::kind::cpu, 0);
     return e;
@@ -148,6 +159,123 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
     return true;
 }
 
+// =========================================================================================
+// [SECTION] small-M path (decode GEMV)
+// =========================================================================================
+// With M <= 4 rows, a matmul is bound by reading b once: M = 1 calls through oneDNN reached
+// ~10 GB/s on the lm_head and cost ~10 us of primitive lookup each, so these calls stream b
+// here instead. Work units are (batch, block of output columns) of ~kChunkBytes of b, claimed
+// from an atomic counter so a thread the scheduler delays simply gets fewer of them; each
+// output element is one unit's fixed-order sum, so results do not depend on the thread count.
+constexpr int64_t kSmallM = 4;
+constexpr int64_t kChunkBytes = int64_t(64) << 10;      // b bytes per work unit
+constexpr int64_t kParallelBytes = int64_t(512) << 10;  // below this, one thread (a wake-up costs more)
+
+bool small_m_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+// Returns false when the call is not a small-M call this path takes (then oneDNN runs).
+bool matmul_small_m(const OpContext& ctx, const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta) {
+    const int nd = d.ndim;
+    if (nd < 2) return false;
+    const int64_t M = d.ne[nd - 2], N = d.ne[nd - 1], K = a.ne[nd - 1];
+    if (M < 1 || M > kSmallM || N < 1 || K < 1) return false;
+    if (!small_m_dtype(a.dtype) || !small_m_dtype(d.dtype) || (b.dtype != DType::F32 && b.dtype != DType::BF16)) return false;
+    const int64_t wes = dtype_size(b.dtype);
+    // dot: column n of b is contiguous along K (b = W^T of a PyTorch Linear weight W [N, K]);
+    // axpy: row k of b is contiguous along N.
+    const bool dot = b.nb[nd - 2] == wes || K == 1;
+    const bool axpy = !dot && (b.nb[nd - 1] == wes || N == 1);
+    if (!dot && !axpy) return false;
+    const int64_t ldw = (dot ? b.nb[nd - 1] : b.nb[nd - 2]) / wes;  // elements between weight rows
+    if ((dot ? b.nb[nd - 1] : b.nb[nd - 2]) % wes != 0 || ldw < 0) return false;
+    for (int i = 0; i < nd; ++i)
+        if (d.nb[i] < 0 || (d.ne[i] > 1 && d.nb[i] == 0)) return false;
+    const int64_t batches = d.rows() / M;
+    if (batches * M * K > (int64_t(1) << 24)) return false;  // not a decode-sized call
+
+    TensorView dk = d;
+    dk.ne[nd - 1] = K;
+    const TensorView ab = broadcast_to(a, dk);
+    TensorView dkn = d;
+    dkn.ne[nd - 2] = K;
+    const TensorView bb = broadcast_to(b, dkn);
+    auto batch_offsets = [&](int64_t batch, int64_t* ao, int64_t* bo, int64_t* dof) {
+        int64_t rem = batch;
+        *ao = *bo = *dof = 0;
+        for (int k = nd - 3; k >= 0; --k) {
+            const int64_t idx = rem % d.ne[k];
+            rem /= d.ne[k];
+            *ao += idx * ab.nb[k];
+            *bo += idx * bb.nb[k];
+            *dof += idx * d.nb[k];
+        }
+    };
+
+    // x: the rows of a as f32, in place when they already are f32 with unit stride.
+    const bool x_native = a.dtype == DType::F32 && (ab.nb[nd - 1] == 4 || K == 1) && ab.nb[nd - 2] % 4 == 0;
+    KernelScratch xs(ctx, x_native ? 0 : size_t(batches * M * K) * sizeof(float));
+    if (!x_native)
+        for (int64_t bt = 0; bt < batches; ++bt) {
+            int64_t ao, bo, dof;
+            batch_offsets(bt, &ao, &bo, &dof);
+            for (int64_t m = 0; m < M; ++m)
+                load_row(ab.bytes() + ao + m * ab.nb[nd - 2], ab.nb[nd - 1], a.dtype, K, xs.as<float>() + (bt * M + m) * K);
+        }
+
+    const int64_t row_bytes = K * wes;  // bytes of b per output column
+    int64_t chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
+    if (!dot) chunk = std::max<int64_t>(64, chunk / 64 * 64);
+    chunk = std::min(chunk, N);
+    const int64_t per_batch = (N + chunk - 1) / chunk, units = batches * per_batch;
+    const bool acc = beta != 0.0f;
+
+    auto run_unit = [&](int64_t u) {
+        const int64_t bt = u / per_batch, n0 = (u % per_batch) * chunk, n = std::min(chunk, N - n0);
+        int64_t ao, bo, dof;
+        batch_offsets(bt, &ao, &bo, &dof);
+        const float* x = x_native ? reinterpret_cast<const float*>(ab.bytes() + ao) : xs.as<float>() + bt * M * K;
+        const int64_t ldx = x_native ? ab.nb[nd - 2] / 4 : K;
+        float* y = scratch<float>(4, M * chunk);
+        const char* w = bb.bytes() + bo + n0 * bb.nb[nd - 1];
+        if (dot) {
+            if (b.dtype == DType::F32) gemv_dot<float>(int(M), n, K, x, ldx, reinterpret_cast<const float*>(w), ldw, y, chunk);
+            else gemv_dot<uint16_t>(int(M), n, K, x, ldx, reinterpret_cast<const uint16_t*>(w), ldw, y, chunk);
+        } else {
+            if (b.dtype == DType::F32) gemv_axpy<float>(int(M), n, K, x, ldx, reinterpret_cast<const float*>(w), ldw, y, chunk);
+            else gemv_axpy<uint16_t>(int(M), n, K, x, ldx, reinterpret_cast<const uint16_t*>(w), ldw, y, chunk);
+        }
+        float* old = acc ? scratch<float>(5, chunk) : nullptr;
+        for (int64_t m = 0; m < M; ++m) {
+            float* yr = y + m * chunk;
+            char* dp = d.bytes() + dof + m * d.nb[nd - 2] + n0 * d.nb[nd - 1];
+            if (acc) {
+                load_row(dp, d.nb[nd - 1], d.dtype, n, old);
+                for (int64_t j = 0; j < n; ++j) yr[j] = alpha * yr[j] + beta * old[j];
+            } else if (alpha != 1.0f) {
+                for (int64_t j = 0; j < n; ++j) yr[j] *= alpha;
+            }
+            store_row(dp, d.nb[nd - 1], d.dtype, n, yr);
+        }
+    };
+    const int64_t bytes = batches * N * row_bytes;
+    const int nt = bytes >= kParallelBytes ? int(std::min<int64_t>(std::max(1, kernel_threads(ctx)), units)) : 1;
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+        for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < units; u = next.fetch_add(1, std::memory_order_relaxed))
+            run_unit(u);
+    };
+    if (nt <= 1) {
+        work();
+    } else {
+#pragma omp parallel num_threads(nt)
+        work();
+    }
+    return true;
+}
+
+// =========================================================================================
+// [SECTION] plain row kernel and dispatch
+// =========================================================================================
 // Temporary buffer from the engine's workspace allocator (tracked) or malloc.
 struct WsBuf {
     const OpContext& ctx;
@@ -254,6 +382,7 @@ void matmul_forward(const OpContext& ctx, const OpCall& c) {
         matmul_rows<double>(ctx, a, b, d, c.p.alpha, c.p.beta);
         return;
     }
+    if (matmul_small_m(ctx, a, b, d, c.p.alpha, c.p.beta)) return;
     if (matmul_onednn(a, b, d, c.p.alpha, c.p.beta)) return;
     // Repack inputs oneDNN cannot read directly (f16, odd strides) as contiguous f32 and retry.
     if (d.dtype == DType::F32) {

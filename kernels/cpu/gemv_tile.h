@@ -1,0 +1,174 @@
+// Small-M products that stream a weight matrix once (decode: M = 1..4 tokens), used by the
+// matmul small-M path and the SDPA decode path (scores = query rows . key rows). GCC vector
+// extensions as in gemm_tile.h: 64-byte vectors are zmm registers on AVX-512, pairs of ymm
+// (or plain SSE) elsewhere, so one source serves every target and no runtime dispatch is
+// needed. Weights are f32 or bf16 (uint16_t bits, widened exactly by a 16-bit shift, the same
+// conversion as bf16_to_f32 in kernels/common/dtype.h); accumulation is f32.
+// Two layouts of W:
+//   dot:  y[m, r] = sum_k x[m, k] w[r, k]    w rows contiguous (PyTorch Linear [out, in], keys)
+//   axpy: y[m, c] = sum_k x[m, k] w[k, c]    w rows contiguous over the output columns c
+// These kernels must stay plain arithmetic: no allocation, no threads (callers split N).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gemm_tile.h"
+#include "kernels/common/dtype.h"
+
+namespace kv::cpu {
+
+typedef float vf32x4 __attribute__((vector_size(16)));
+typedef uint16_t vu16x16 __attribute__((vector_size(32)));
+typedef uint32_t vu32x16 __attribute__((vector_size(64)));
+
+// 16 consecutive weights as f32.
+inline vf32x16 load16(const float* p) { return vload(p); }
+inline vf32x16 load16(const uint16_t* p) {
+    vu16x16 h;
+    std::memcpy(&h, p, sizeof(h));
+    const vu32x16 u = __builtin_convertvector(h, vu32x16) << 16;
+    vf32x16 f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
+
+// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d} (a tree of shuffles: ~3
+// instructions per sum instead of ~8 for four separate reductions).
+inline vf32x4 hsum4(vf32x16 a, vf32x16 b, vf32x16 c, vf32x16 d) {
+    const vf32x16 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+                       __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const vf32x16 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+                       __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    // [a8 | b8] [c8 | d8] -> [a4 | b4 | c4 | d4]
+    vf32x16 t = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+                __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    t += __builtin_shufflevector(t, t, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    return __builtin_shufflevector(t, t, 0, 4, 8, 12);
+}
+
+inline float hsum(vf32x16 a) {
+    const vf32x16 z{};
+    return hsum4(a, z, z, z)[0];
+}
+
+// One W row at a time: rows are read front to back as one address stream, which the hardware
+// prefetchers follow; interleaving four short rows (1-2 KiB each) ran at half the bandwidth
+// (kernels/lab/gemv_lab.cpp v2). U independent accumulators per x row hide the FMA latency.
+// y[m * ldy] = sum_{k < K} x[m * ldx + k] * w[k]   (m < M)
+#ifndef KV_GEMV_PREFETCH
+#define KV_GEMV_PREFETCH 1024
+#endif
+constexpr int64_t kPrefetchBytes = KV_GEMV_PREFETCH;
+template <class W, int M>
+inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, float* y, int64_t ldy) {
+    constexpr int U = M >= 4 ? 1 : M >= 2 ? 2 : 4;
+    vf32x16 acc[M][U];
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 16
+        for (int u = 0; u < U; ++u) acc[m][u] = vf32x16{};
+    int64_t k = 0;
+    for (; k + 16 * U <= K; k += 16 * U) {
+        vf32x16 wv[U];
+#pragma GCC unroll 16
+        for (int u = 0; u < U; ++u) {
+            if ((16 * u * sizeof(W)) % 64 == 0) __builtin_prefetch(reinterpret_cast<const char*>(w + k + 16 * u) + kPrefetchBytes, 0, 0);
+            wv[u] = load16(w + k + 16 * u);
+        }
+#pragma GCC unroll 16
+        for (int m = 0; m < M; ++m)
+#pragma GCC unroll 16
+            for (int u = 0; u < U; ++u) acc[m][u] += vload(x + m * ldx + k + 16 * u) * wv[u];
+    }
+    for (; k + 16 <= K; k += 16) {
+        const vf32x16 wv = load16(w + k);
+#pragma GCC unroll 16
+        for (int m = 0; m < M; ++m) acc[m][0] += vload(x + m * ldx + k) * wv;
+    }
+    float s[M];
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) {
+        vf32x16 t = acc[m][0];
+#pragma GCC unroll 16
+        for (int u = 1; u < U; ++u) t += acc[m][u];
+        s[m] = hsum(t);
+    }
+    for (; k < K; ++k)  // K tail (K % 16)
+        for (int m = 0; m < M; ++m) s[m] += x[m * ldx + k] * load1(w + k);
+    for (int m = 0; m < M; ++m) y[m * ldy] = s[m];
+}
+
+// Dot layout over rows [0, n) of W: y[m * ldy + r] for r < n.
+template <class W, int M>
+inline void gemv_dot_rows(int64_t n, int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
+    for (int64_t r = 0; r < n; ++r) gemv_dot_row<W, M>(K, x, ldx, w + r * ldw, y + r, ldy);
+}
+
+// Runtime M (1..4) -> template.
+template <class W>
+inline void gemv_dot(int M, int64_t n, int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
+    switch (M) {
+        case 1: gemv_dot_rows<W, 1>(n, K, x, ldx, w, ldw, y, ldy); break;
+        case 2: gemv_dot_rows<W, 2>(n, K, x, ldx, w, ldw, y, ldy); break;
+        case 3: gemv_dot_rows<W, 3>(n, K, x, ldx, w, ldw, y, ldy); break;
+        default: gemv_dot_rows<W, 4>(n, K, x, ldx, w, ldw, y, ldy); break;
+    }
+}
+
+// y[m * ldy + v * 16 + i] = sum_{k < K} x[m * ldx + k] * w[k * ldw + v * 16 + i]  (NV vectors of columns)
+template <class W, int M, int NV>
+inline void gemv_axpy_tile(int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
+    vf32x16 acc[M][NV];
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[m][v] = vf32x16{};
+    for (int64_t k = 0; k < K; ++k) {
+        vf32x16 wv[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) wv[v] = load16(w + k * ldw + v * 16);
+#pragma GCC unroll 16
+        for (int m = 0; m < M; ++m) {
+            const float xs = x[m * ldx + k];
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; ++v) acc[m][v] += xs * wv[v];
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) vstore(y + m * ldy + v * 16, acc[m][v]);
+}
+
+// Axpy layout over columns [0, n) of W.
+template <class W, int M>
+inline void gemv_axpy_cols(int64_t n, int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
+    int64_t c = 0;
+    for (; c + 64 <= n; c += 64) gemv_axpy_tile<W, M, 4>(K, x, ldx, w + c, ldw, y + c, ldy);
+    for (; c + 16 <= n; c += 16) gemv_axpy_tile<W, M, 1>(K, x, ldx, w + c, ldw, y + c, ldy);
+    if (c < n) {  // column tail (n % 16): plain loops
+        for (int m = 0; m < M; ++m)
+            for (int64_t j = c; j < n; ++j) y[m * ldy + j] = 0;
+        for (int64_t k = 0; k < K; ++k)
+            for (int m = 0; m < M; ++m) {
+                const float xs = x[m * ldx + k];
+                for (int64_t j = c; j < n; ++j) y[m * ldy + j] += xs * load1(w + k * ldw + j);
+            }
+    }
+}
+
+template <class W>
+inline void gemv_axpy(int M, int64_t n, int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
+    switch (M) {
+        case 1: gemv_axpy_cols<W, 1>(n, K, x, ldx, w, ldw, y, ldy); break;
+        case 2: gemv_axpy_cols<W, 2>(n, K, x, ldx, w, ldw, y, ldy); break;
+        case 3: gemv_axpy_cols<W, 3>(n, K, x, ldx, w, ldw, y, ldy); break;
+        default: gemv_axpy_cols<W, 4>(n, K, x, ldx, w, ldw, y, ldy); break;
+    }
+}
+
+}  // namespace kv::cpu
