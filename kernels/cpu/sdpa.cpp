@@ -4,13 +4,18 @@
 // reuses them for all its tasks of that pair; products run through the register-blocked tiles
 // of gemm_tile.h; key blocks no query of a task can see are skipped. Results depend on the
 // thread count only through the order of the weight and dk/dv partial sums.
+// Decode (n <= 4 queries) takes its own path: no K^T copy (converting all of K per call cost
+// more than the products), scores as dot products on K in place and P.V through gemv_tile.h,
+// keys split into fixed ranges so both threads share even one (b, g) pair.
 //
 // Index
 //   [SECTION] shapes, block visibility, task partition
 //   [SECTION] per-pair K/V conversion
 //   [SECTION] forward: online softmax, attention-weight sums
+//   [SECTION] forward, decode: key ranges in place, merged partial softmax
 //   [SECTION] backward: blockwise recompute of dq, dk, dv
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -18,6 +23,7 @@
 
 #include "cpu_common.h"
 #include "gemm_tile.h"
+#include "gemv_tile.h"
 #include "kernels/common/element_math.h"
 
 namespace kv::cpu {
@@ -455,6 +461,150 @@ void sdpa_forward_run(const OpContext& ctx, const OpCall& c) {
 }
 
 // =========================================================================================
+// [SECTION] forward, decode: key ranges in place, merged partial softmax
+// =========================================================================================
+// For n <= kDecodeQueries the R * n query rows of a (b, g) pair are few, so the forward is
+// bound by reading K and V once. A unit is (pair, range of kDecodeKeys keys): scores
+// S = (alpha q) . k_j straight from K's rows (f32 or bf16), the range's own max m_u, sum l_u
+// and acc_u = sum_j exp(S - m_u) v_j; the partials of a pair are merged in range order
+// (m = max m_u, scale exp(m_u - m)), so results do not depend on the thread count. Units
+// are claimed from an atomic counter. With weights, each unit keeps its probabilities and
+// the sums are formed after the merge.
+constexpr int64_t kDecodeQueries = 4;  // queries per call up to which decode runs
+constexpr int64_t kDecodeKeys = 512;   // keys per unit
+constexpr int64_t kDecodeParallelBytes = int64_t(256) << 10;  // K+V bytes below which one thread runs
+
+bool decode_applies(const OpCall& c, const SdpaShape<float>& s) {
+    const TensorView &k = c.src[1], &v = c.src[2];
+    if (s.n < 1 || s.n > kDecodeQueries || s.HS % 16 != 0 || s.R < 1) return false;
+    if (k.dtype != v.dtype || (k.dtype != DType::F32 && k.dtype != DType::BF16)) return false;
+    const int64_t es = dtype_size(k.dtype);
+    return k.nb[3] == es && v.nb[3] == es && k.nb[2] % es == 0 && v.nb[2] % es == 0 && k.nb[2] >= 0 && v.nb[2] >= 0;
+}
+
+template <class W>
+void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& s) {
+    const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4], &y = c.dst;
+    const bool weights = c.dst2.data != nullptr;
+    const int64_t HS = s.HS, T = s.T, n = s.n, rows = s.R * n;
+    const int64_t nsplit = (T + kDecodeKeys - 1) / kDecodeKeys, units = s.pairs * nsplit;
+    const int64_t ldk = k.nb[2] / int64_t(sizeof(W)), ldv = v.nb[2] / int64_t(sizeof(W));
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    // Per unit: m (rows), l (rows), acc (rows, HS); with weights also P (rows, kDecodeKeys).
+    const int64_t per_unit = rows * (2 + HS) + (weights ? rows * kDecodeKeys : 0);
+    KernelScratch mem(ctx, size_t(std::max<int64_t>(1, units * per_unit)) * sizeof(float));
+
+    auto run_unit = [&](int64_t u) {
+        const int64_t p = u / nsplit, j0 = (u % nsplit) * kDecodeKeys, nk = std::min(kDecodeKeys, T - j0);
+        const int64_t b = p / s.G, g = p % s.G;
+        float* um = mem.as<float>() + u * per_unit;
+        float* ul = um + rows;
+        float* acc = ul + rows;
+        float* sc = weights ? acc + rows * HS : scratch<float>(0, rows * kDecodeKeys);
+        float* qs = scratch<float>(1, rows * HS);
+        for (int64_t r = 0; r < s.R; ++r)
+            for (int64_t i = 0; i < n; ++i) {
+                float* qr = qs + (r * n + i) * HS;
+                load_row(q.bytes() + b * q.nb[0] + (g * s.R + r) * q.nb[1] + i * q.nb[2], q.nb[3], q.dtype, HS, qr);
+                for (int64_t d = 0; d < HS; ++d) qr[d] *= s.alpha;
+            }
+        const W* kb = reinterpret_cast<const W*>(k.bytes() + b * k.nb[0] + g * k.nb[1]) + j0 * ldk;
+        const W* vb = reinterpret_cast<const W*>(v.bytes() + b * v.nb[0] + g * v.nb[1]) + j0 * ldv;
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)  // S = (alpha q) K^T, four query rows per pass over K
+            gemv_dot<W>(int(std::min<int64_t>(4, rows - r0)), nk, HS, qs + r0 * HS, HS, kb, ldk, sc + r0 * kDecodeKeys, kDecodeKeys);
+        // Mask by position, then the range's softmax partials.
+        const int64_t kpb = kpos.ne[0] == 1 ? 0 : b, kpg = kpos.ne[1] == 1 ? 0 : g, qpb = qpos.ne[0] == 1 ? 0 : b;
+        int32_t* kp = reinterpret_cast<int32_t*>(scratch<float>(2, nk));
+        for (int64_t j = 0; j < nk; ++j) kp[j] = read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (j0 + j) * kpos.nb[2]);
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t qp = read_i32(qpos, qpb * qpos.nb[0] + i * qpos.nb[1]);
+            const int64_t lo = s.window > 0 ? qp - s.window : INT64_MIN;
+            for (int64_t r = 0; r < s.R; ++r) {
+                float* sr = sc + (r * n + i) * kDecodeKeys;
+                for (int64_t j = 0; j < nk; ++j)
+                    if (!(kp[j] <= qp && kp[j] > lo)) sr[j] = neg_inf;
+            }
+        }
+        for (int64_t row = 0; row < rows; ++row) {
+            float* sr = sc + row * kDecodeKeys;
+            const float mb = row_max(sr, nk);
+            um[row] = mb;
+            if (mb == neg_inf) {  // nothing visible in this range
+                std::fill(sr, sr + nk, 0.0f);
+                ul[row] = 0;
+                continue;
+            }
+            float lsum = 0;
+#pragma omp simd reduction(+ : lsum)
+            for (int64_t j = 0; j < nk; ++j) {
+                sr[j] = kv_exp(sr[j] - mb);
+                lsum += sr[j];
+            }
+            ul[row] = lsum;
+        }
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)  // acc = P V
+            gemv_axpy<W>(int(std::min<int64_t>(4, rows - r0)), HS, nk, sc + r0 * kDecodeKeys, kDecodeKeys, vb, ldv, acc + r0 * HS, HS);
+    };
+    const int64_t bytes = s.pairs * T * HS * 2 * int64_t(sizeof(W));
+    const int nt = bytes >= kDecodeParallelBytes ? int(std::min<int64_t>(std::max(1, kernel_threads(ctx)), units)) : 1;
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+        for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < units; u = next.fetch_add(1, std::memory_order_relaxed))
+            run_unit(u);
+    };
+    if (nt <= 1) {
+        work();
+    } else {
+#pragma omp parallel num_threads(nt)
+        work();
+    }
+
+    // Merge the ranges of each pair in order; then y and, with weights, the weight sums.
+    std::vector<float> out((size_t)HS), wsum(weights ? (size_t)T : 0), m((size_t)rows), inv_l((size_t)rows);
+    for (int64_t p = 0; p < s.pairs; ++p) {
+        const int64_t b = p / s.G, g = p % s.G;
+        const float* base = mem.as<float>() + p * nsplit * per_unit;
+        for (int64_t row = 0; row < rows; ++row) {
+            float mx = neg_inf;
+            for (int64_t sp = 0; sp < nsplit; ++sp) mx = std::max(mx, base[sp * per_unit + row]);
+            float l = 0;
+            std::fill(out.begin(), out.end(), 0.0f);
+            if (mx != neg_inf)
+                for (int64_t sp = 0; sp < nsplit; ++sp) {
+                    const float* um = base + sp * per_unit;
+                    if (um[row] == neg_inf) continue;
+                    const float f = kv_exp(um[row] - mx);
+                    l += um[rows + row] * f;
+                    const float* acc = um + 2 * rows + row * HS;
+                    for (int64_t d = 0; d < HS; ++d) out[size_t(d)] += f * acc[d];
+                }
+            const float il = l > 0.0f ? 1.0f / l : 0.0f;
+            for (int64_t d = 0; d < HS; ++d) out[size_t(d)] *= il;
+            m[size_t(row)] = mx;
+            inv_l[size_t(row)] = il;
+            const int64_t r = row / n, i = row % n;
+            store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, HS, out.data());
+        }
+        if (!weights) continue;
+        std::fill(wsum.begin(), wsum.end(), 0.0f);
+        const float inv_r = 1.0f / float(s.R);
+        for (int64_t sp = 0; sp < nsplit; ++sp) {
+            const float* um = base + sp * per_unit;
+            const float* P = um + rows * (2 + HS);
+            const int64_t j0 = sp * kDecodeKeys, nk = std::min(kDecodeKeys, T - j0);
+            for (int64_t row = 0; row < rows; ++row) {
+                if (um[row] == neg_inf || inv_l[size_t(row)] == 0.0f) continue;
+                const float f = kv_exp(um[row] - m[size_t(row)]) * inv_l[size_t(row)] * inv_r;
+                const float* pr = P + row * kDecodeKeys;
+#pragma omp simd
+                for (int64_t j = 0; j < nk; ++j) wsum[size_t(j0 + j)] += f * pr[j];
+            }
+        }
+        store_row(c.dst2.bytes() + b * c.dst2.nb[0] + g * c.dst2.nb[1], c.dst2.nb[2], c.dst2.dtype, T, wsum.data());
+    }
+}
+
+// =========================================================================================
 // [SECTION] backward: blockwise recompute of dq, dk, dv
 // =========================================================================================
 // Per task (R * nq rows): P = softmax(S) and dP = dy V^T for all visible key blocks, each
@@ -659,8 +809,17 @@ void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
 }  // namespace
 
 void sdpa_forward(const OpContext& ctx, const OpCall& c) {
-    if (is_f64_call(c)) sdpa_forward_run<double>(ctx, c);
-    else sdpa_forward_run<float>(ctx, c);
+    if (is_f64_call(c)) {
+        sdpa_forward_run<double>(ctx, c);
+        return;
+    }
+    const SdpaShape<float> s = sdpa_shape<float>(c);
+    if (decode_applies(c, s) && s.pairs > 0) {
+        if (c.src[1].dtype == DType::F32) sdpa_decode<float>(ctx, c, s);
+        else sdpa_decode<uint16_t>(ctx, c, s);
+        return;
+    }
+    sdpa_forward_run<float>(ctx, c);
 }
 
 void sdpa_backward(const OpContext& ctx, const OpCall& c) {
