@@ -117,8 +117,13 @@ int g_threads = 0;
 }
 
 int hardware_threads() {
-    unsigned n = std::thread::hardware_concurrency();
-    return n ? int(n) : 1;
+    // Read once: hardware_concurrency() opens /sys/devices/system/cpu/online on every call,
+    // and every op dispatch asks for the thread count.
+    static const int n = [] {
+        unsigned h = std::thread::hardware_concurrency();
+        return h ? int(h) : 1;
+    }();
+    return n;
 }
 
 void set_num_threads(int n) {

@@ -66,9 +66,14 @@ std::string dname(DType t) {
     return size_t(t) < size_t(DType::COUNT) ? names[size_t(t)] : "?";
 }
 
-void require(bool ok, const char* op, const std::string& msg) {
-    if (!ok) throw Error(str(op, ": ", msg));
-}
+[[noreturn]] void require_fail(const char* op, const std::string& msg) { throw Error(str(op, ": ", msg)); }
+
+// Checked on every op call; the message (string formatting, ~1 us each, several per op) is
+// built only when the check fails.
+#define KV_REQUIRE(ok, op, msg)             \
+    do {                                    \
+        if (!(ok)) require_fail((op), (msg)); \
+    } while (0)
 
 void require_same_device(const char* op, std::initializer_list<const Tensor*> ts) {
     Device d{};
@@ -85,7 +90,7 @@ void require_same_device(const char* op, std::initializer_list<const Tensor*> ts
 }
 
 void require_float(const char* op, const Tensor& t, const char* what) {
-    require(dtype_is_float(t.dtype()), op, str(what, " must be a float tensor, got ", t.describe()));
+    KV_REQUIRE(dtype_is_float(t.dtype()), op, str(what, " must be a float tensor, got ", t.describe()));
 }
 
 // Can `src` broadcast to `dst` (same rank, each dim equal or 1)?
@@ -97,7 +102,7 @@ bool broadcastable(const Shape& src, const Shape& dst) {
 }
 
 Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
-    require(a.ndim == b.ndim, op, str("operands differ in rank: ", a.str(), " vs ", b.str()));
+    KV_REQUIRE(a.ndim == b.ndim, op, str("operands differ in rank: ", a.str(), " vs ", b.str()));
     Shape s = a;
     for (int i = 0; i < a.ndim; ++i) {
         if (a.d[i] == b.d[i] || b.d[i] == 1) s.d[i] = a.d[i];
@@ -145,19 +150,19 @@ void dispatch(OpCall& call) {
 void matmul_(Tensor& out, const Tensor& a, const Tensor& b, float alpha, float beta) {
     const char* op = "matmul";
     require_same_device(op, {&out, &a, &b});
-    require(a.ndim() >= 2 && b.ndim() >= 2 && a.ndim() == b.ndim() && out.ndim() == a.ndim(), op,
+    KV_REQUIRE(a.ndim() >= 2 && b.ndim() >= 2 && a.ndim() == b.ndim() && out.ndim() == a.ndim(), op,
             str("operands must have equal rank >= 2, got ", a.describe(), " @ ", b.describe(), " -> ", out.describe()));
     int n = a.ndim();
-    require(a.size(n - 1) == b.size(n - 2), op,
+    KV_REQUIRE(a.size(n - 1) == b.size(n - 2), op,
             str("inner dimensions differ: ", a.shape().str(), " @ ", b.shape().str()));
-    require(out.size(n - 2) == a.size(n - 2) && out.size(n - 1) == b.size(n - 1), op,
+    KV_REQUIRE(out.size(n - 2) == a.size(n - 2) && out.size(n - 1) == b.size(n - 1), op,
             str("output ", out.shape().str(), " does not match ", a.shape().str(), " @ ", b.shape().str()));
     for (int i = 0; i < n - 2; ++i) {
         int64_t bs = std::max(a.size(i), b.size(i));
-        require((a.size(i) == bs || a.size(i) == 1) && (b.size(i) == bs || b.size(i) == 1) && out.size(i) == bs, op,
+        KV_REQUIRE((a.size(i) == bs || a.size(i) == 1) && (b.size(i) == bs || b.size(i) == 1) && out.size(i) == bs, op,
                 str("batch dimensions do not broadcast: ", a.shape().str(), " @ ", b.shape().str(), " -> ", out.shape().str()));
     }
-    require(a.dtype() == b.dtype(), op, str("input dtypes differ: ", a.describe(), " vs ", b.describe()));
+    KV_REQUIRE(a.dtype() == b.dtype(), op, str("input dtypes differ: ", a.describe(), " vs ", b.describe()));
     require_float(op, a, "input");
     require_float(op, out, "output");
     OpCall c = make_call(OpKind::MATMUL, out, {&a, &b});
@@ -167,7 +172,7 @@ void matmul_(Tensor& out, const Tensor& a, const Tensor& b, float alpha, float b
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype) {
-    require(a.ndim() >= 2 && a.ndim() == b.ndim(), "matmul",
+    KV_REQUIRE(a.ndim() >= 2 && a.ndim() == b.ndim(), "matmul",
             str("operands must have equal rank >= 2, got ", a.describe(), " and ", b.describe()));
     Shape s = a.shape();
     int n = a.ndim();
@@ -180,8 +185,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, DType out_dtype) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, DType out_dtype) {
-    require(w.ndim() == 2, "linear", str("weight must be 2-D [out, in], got ", w.describe()));
-    require(x.size(-1) == w.size(1), "linear", str("input ", x.shape().str(), " does not match weight [out, in] = ", w.shape().str()));
+    KV_REQUIRE(w.ndim() == 2, "linear", str("weight must be 2-D [out, in], got ", w.describe()));
+    KV_REQUIRE(x.size(-1) == w.size(1), "linear", str("input ", x.shape().str(), " does not match weight [out, in] = ", w.shape().str()));
     Tensor wt = w.transpose(0, 1);
     // x [..., K] -> [prod(...), K] viewed with a leading 1-batch so ranks match.
     Tensor x2 = x;
@@ -203,7 +208,7 @@ void binary_(OpKind kind, const char* op, Tensor& out, const Tensor& a, const Te
     require_float(op, a, "first operand");
     require_float(op, b, "second operand");
     require_float(op, out, "output");
-    require(broadcastable(a.shape(), out.shape()) && broadcastable(b.shape(), out.shape()), op,
+    KV_REQUIRE(broadcastable(a.shape(), out.shape()) && broadcastable(b.shape(), out.shape()), op,
             str("operands ", a.shape().str(), " and ", b.shape().str(), " do not broadcast to ", out.shape().str()));
     OpCall c = make_call(kind, out, {&a, &b});
     dispatch(c);
@@ -228,7 +233,7 @@ void scale_(Tensor& out, const Tensor& a, float s) {
     require_same_device("scale", {&out, &a});
     require_float("scale", a, "input");
     require_float("scale", out, "output");
-    require(a.shape() == out.shape(), "scale", str("input ", a.shape().str(), " vs output ", out.shape().str()));
+    KV_REQUIRE(a.shape() == out.shape(), "scale", str("input ", a.shape().str(), " vs output ", out.shape().str()));
     OpCall c = make_call(OpKind::SCALE, out, {&a});
     c.p.alpha = s;
     dispatch(c);
@@ -242,7 +247,7 @@ Tensor scale(const Tensor& a, float s) {
 void silu_(Tensor& out, const Tensor& x) {
     require_same_device("silu", {&out, &x});
     require_float("silu", x, "input");
-    require(x.shape() == out.shape(), "silu", str("input ", x.shape().str(), " vs output ", out.shape().str()));
+    KV_REQUIRE(x.shape() == out.shape(), "silu", str("input ", x.shape().str(), " vs output ", out.shape().str()));
     OpCall c = make_call(OpKind::SILU, out, {&x});
     dispatch(c);
 }
@@ -256,7 +261,7 @@ void swiglu_(Tensor& out, const Tensor& gate, const Tensor& up) {
     require_same_device("swiglu", {&out, &gate, &up});
     require_float("swiglu", gate, "gate");
     require_float("swiglu", up, "up");
-    require(gate.shape() == up.shape() && gate.shape() == out.shape(), "swiglu",
+    KV_REQUIRE(gate.shape() == up.shape() && gate.shape() == out.shape(), "swiglu",
             str("gate ", gate.shape().str(), ", up ", up.shape().str(), " and output ", out.shape().str(), " must match"));
     OpCall c = make_call(OpKind::SWIGLU, out, {&gate, &up});
     dispatch(c);
@@ -272,11 +277,11 @@ void rmsnorm_(Tensor& out, const Tensor& x, const Tensor& weight, float eps, flo
     const char* op = "rmsnorm";
     require_same_device(op, {&out, &x, &weight});
     require_float(op, x, "input");
-    require(x.ndim() >= 1 && x.shape() == out.shape(), op, str("input ", x.shape().str(), " vs output ", out.shape().str()));
-    require(eps >= 0, op, str("eps must be >= 0, got ", eps));
+    KV_REQUIRE(x.ndim() >= 1 && x.shape() == out.shape(), op, str("input ", x.shape().str(), " vs output ", out.shape().str()));
+    KV_REQUIRE(eps >= 0, op, str("eps must be >= 0, got ", eps));
     OpCall c;
     if (weight.defined()) {
-        require(weight.ndim() == 1 && weight.size(0) == x.size(-1), op,
+        KV_REQUIRE(weight.ndim() == 1 && weight.size(0) == x.size(-1), op,
                 str("weight ", weight.shape().str(), " must be 1-D of the input's last size ", x.size(-1)));
         require_float(op, weight, "weight");
         c = make_call(OpKind::RMSNORM, out, {&x, &weight});
@@ -296,7 +301,7 @@ Tensor rmsnorm(const Tensor& x, const Tensor& weight, float eps, float weight_of
 void softmax_(Tensor& out, const Tensor& x, float s) {
     require_same_device("softmax", {&out, &x});
     require_float("softmax", x, "input");
-    require(x.ndim() >= 1 && x.shape() == out.shape(), "softmax", str("input ", x.shape().str(), " vs output ", out.shape().str()));
+    KV_REQUIRE(x.ndim() >= 1 && x.shape() == out.shape(), "softmax", str("input ", x.shape().str(), " vs output ", out.shape().str()));
     OpCall c = make_call(OpKind::SOFTMAX, out, {&x});
     c.p.alpha = s;
     dispatch(c);
@@ -313,16 +318,16 @@ namespace {
 // Returns n_rot with 0 resolved to HS.
 int check_rope(const char* op, const Tensor& out, const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor& sin, int n_rot) {
     require_same_device(op, {&out, &x, &pos, &cos, &sin});
-    require(x.ndim() == 4, op, str("x must be (B, NH, T, HS), got ", x.describe()));
+    KV_REQUIRE(x.ndim() == 4, op, str("x must be (B, NH, T, HS), got ", x.describe()));
     require_float(op, x, "input");
     require_float(op, out, "output");
-    require(out.shape() == x.shape(), op, str("output ", out.shape().str(), " must match x ", x.shape().str()));
+    KV_REQUIRE(out.shape() == x.shape(), op, str("output ", out.shape().str(), " must match x ", x.shape().str()));
     int64_t hs = x.size(3);
     if (n_rot == 0) n_rot = int(hs);
-    require(n_rot > 0 && n_rot <= hs && n_rot % 2 == 0, op, str("n_rot ", n_rot, " must be even and in (0, ", hs, "]"));
-    require(pos.ndim() == 2 && pos.dtype() == DType::I32 && (pos.size(0) == x.size(0) || pos.size(0) == 1) && pos.size(1) == x.size(2),
+    KV_REQUIRE(n_rot > 0 && n_rot <= hs && n_rot % 2 == 0, op, str("n_rot ", n_rot, " must be even and in (0, ", hs, "]"));
+    KV_REQUIRE(pos.ndim() == 2 && pos.dtype() == DType::I32 && (pos.size(0) == x.size(0) || pos.size(0) == 1) && pos.size(1) == x.size(2),
             op, str("positions must be int32 (B|1, T) = (", x.size(0), "|1, ", x.size(2), "), got ", pos.describe()));
-    require(cos.ndim() == 2 && sin.shape() == cos.shape() && cos.size(1) == n_rot / 2 && cos.dtype() == DType::F32 &&
+    KV_REQUIRE(cos.ndim() == 2 && sin.shape() == cos.shape() && cos.size(1) == n_rot / 2 && cos.dtype() == DType::F32 &&
                 sin.dtype() == DType::F32,
             op, str("cos/sin tables must be f32 (P, ", n_rot / 2, "), got ", cos.describe(), " / ", sin.describe()));
     if (pos.device().is_cpu()) {
@@ -362,7 +367,7 @@ void check_index_range(const char* op, const Tensor& index, int64_t limit, const
             throw Error(str(op, ": ", what, " ", ids[i], " at element ", i, " is out of range [0, ", limit, ")"));
 }
 void require_index(const char* op, const Tensor& index) {
-    require(index.dtype() == DType::I32 || index.dtype() == DType::I64, op,
+    KV_REQUIRE(index.dtype() == DType::I32 || index.dtype() == DType::I64, op,
             str("index must be int32 or int64, got ", index.describe()));
 }
 }  // namespace
@@ -371,18 +376,18 @@ void embedding_(Tensor& out, const Tensor& table, const Tensor& ids) {
     const char* op = "embedding";
     require_same_device(op, {&out, &table, &ids});
     require_index(op, ids);
-    require(table.ndim() == 2, op, str("table must be (V, C), got ", table.describe()));
-    require(out.ndim() == ids.ndim() + 1 && out.size(-1) == table.size(1), op,
+    KV_REQUIRE(table.ndim() == 2, op, str("table must be (V, C), got ", table.describe()));
+    KV_REQUIRE(out.ndim() == ids.ndim() + 1 && out.size(-1) == table.size(1), op,
             str("output ", out.shape().str(), " must be ids ", ids.shape().str(), " + (", table.size(1), ",)"));
     for (int i = 0; i < ids.ndim(); ++i)
-        require(out.size(i) == ids.size(i), op, str("output ", out.shape().str(), " does not match ids ", ids.shape().str()));
+        KV_REQUIRE(out.size(i) == ids.size(i), op, str("output ", out.shape().str(), " does not match ids ", ids.shape().str()));
     check_index_range(op, ids, table.size(0), "token id");
     OpCall c = make_call(OpKind::EMBEDDING, out, {&table, &ids});
     dispatch(c);
 }
 Tensor embedding(const Tensor& table, const Tensor& ids, DType out_dtype) {
     Shape s = ids.shape();
-    require(s.ndim < KV_MAX_DIMS, "embedding", "ids rank too large");
+    KV_REQUIRE(s.ndim < KV_MAX_DIMS, "embedding", "ids rank too large");
     s.d[s.ndim++] = table.size(1);
     Tensor out = Tensor::empty(s, out_dtype, like(table));
     embedding_(out, table, ids);
@@ -395,15 +400,15 @@ void gather_(Tensor& out, const Tensor& src, int axis, const Tensor& index) {
     require_index(op, index);
     int n = src.ndim();
     int ax = axis < 0 ? axis + n : axis;
-    require(ax >= 0 && ax < n, op, str("axis ", axis, " invalid for rank ", n));
-    require(out.ndim() == n && index.ndim() == n, op, "src, index and output must have equal rank");
-    require(broadcastable(index.shape(), out.shape()), op,
+    KV_REQUIRE(ax >= 0 && ax < n, op, str("axis ", axis, " invalid for rank ", n));
+    KV_REQUIRE(out.ndim() == n && index.ndim() == n, op, "src, index and output must have equal rank");
+    KV_REQUIRE(broadcastable(index.shape(), out.shape()), op,
             str("index ", index.shape().str(), " must match (or broadcast to) output ", out.shape().str()));
     for (int i = 0; i < n; ++i)
         if (i != ax)
-            require(out.size(i) == src.size(i), op,
+            KV_REQUIRE(out.size(i) == src.size(i), op,
                     str("output ", out.shape().str(), " and src ", src.shape().str(), " differ outside axis ", ax));
-    require(dtype_is_float(src.dtype()) == dtype_is_float(out.dtype()), op, "src and output must both be float or both be int");
+    KV_REQUIRE(dtype_is_float(src.dtype()) == dtype_is_float(out.dtype()), op, "src and output must both be float or both be int");
     check_index_range(op, index, src.size(ax), "index");
     OpCall c = make_call(OpKind::GATHER, out, {&src, &index});
     c.p.axis = ax;
@@ -422,15 +427,15 @@ void scatter_(Tensor& dst, int axis, const Tensor& index, const Tensor& src) {
     require_index(op, index);
     int n = dst.ndim();
     int ax = axis < 0 ? axis + n : axis;
-    require(ax >= 0 && ax < n, op, str("axis ", axis, " invalid for rank ", n));
-    require(src.ndim() == n && index.ndim() == n, op, "dst, index and src must have equal rank");
-    require(broadcastable(index.shape(), src.shape()), op,
+    KV_REQUIRE(ax >= 0 && ax < n, op, str("axis ", axis, " invalid for rank ", n));
+    KV_REQUIRE(src.ndim() == n && index.ndim() == n, op, "dst, index and src must have equal rank");
+    KV_REQUIRE(broadcastable(index.shape(), src.shape()), op,
             str("index ", index.shape().str(), " must match (or broadcast to) src ", src.shape().str()));
     for (int i = 0; i < n; ++i)
         if (i != ax)
-            require(dst.size(i) == src.size(i), op,
+            KV_REQUIRE(dst.size(i) == src.size(i), op,
                     str("dst ", dst.shape().str(), " and src ", src.shape().str(), " differ outside axis ", ax));
-    require(dtype_is_float(src.dtype()) == dtype_is_float(dst.dtype()), op, "src and dst must both be float or both be int");
+    KV_REQUIRE(dtype_is_float(src.dtype()) == dtype_is_float(dst.dtype()), op, "src and dst must both be float or both be int");
     check_index_range(op, index, dst.size(ax), "index");
     OpCall c = make_call(OpKind::SCATTER, dst, {&src, &index});
     c.p.axis = ax;
@@ -440,7 +445,7 @@ void scatter_(Tensor& dst, int axis, const Tensor& index, const Tensor& src) {
 // ---- [SECTION] copies ---------------------------------------------------------------------------
 void copy_(Tensor& dst, const Tensor& src) {
     require_same_device("copy", {&dst, &src});
-    require(dst.shape() == src.shape(), "copy", str("shapes differ: ", src.shape().str(), " -> ", dst.shape().str()));
+    KV_REQUIRE(dst.shape() == src.shape(), "copy", str("shapes differ: ", src.shape().str(), " -> ", dst.shape().str()));
     if (dst.numel() == 0) return;
     OpCall c = make_call(OpKind::COPY, dst, {&src});
     dispatch(c);
@@ -451,21 +456,21 @@ Tensor cast(const Tensor& x, DType dtype) { return x.to(dtype); }
 namespace {
 // Shared by sdpa_ and sdpa_backward_: q (B, NH, n, HS), k/v (B, G, T, HS), positions, window.
 void check_sdpa(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, int window) {
-    require(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, op,
+    KV_REQUIRE(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, op,
             str("q, k, v must be 4-D (B, heads, tokens, head size), got ", q.describe(), ", ", k.describe(), ", ", v.describe()));
     const int64_t B = q.size(0), n = q.size(2), HS = q.size(3), NH = q.size(1), G = k.size(1), T = k.size(2);
-    require(k.size(0) == B && v.shape() == k.shape() && k.size(3) == HS, op,
+    KV_REQUIRE(k.size(0) == B && v.shape() == k.shape() && k.size(3) == HS, op,
             str("k ", k.shape().str(), " and v ", v.shape().str(), " must be (", B, ", G, T, ", HS, ")"));
-    require(G > 0 && NH % G == 0, op, str(NH, " query heads are not a multiple of ", G, " KV heads"));
-    require(kpos.dtype() == DType::I32 && kpos.ndim() == 3 && (kpos.size(0) == B || kpos.size(0) == 1) &&
+    KV_REQUIRE(G > 0 && NH % G == 0, op, str(NH, " query heads are not a multiple of ", G, " KV heads"));
+    KV_REQUIRE(kpos.dtype() == DType::I32 && kpos.ndim() == 3 && (kpos.size(0) == B || kpos.size(0) == 1) &&
                 (kpos.size(1) == G || kpos.size(1) == 1) && kpos.size(2) == T,
             op, str("slot positions must be int32 (B|1, G|1, T) = (", B, "|1, ", G, "|1, ", T, "), got ", kpos.describe()));
-    require(qpos.dtype() == DType::I32 && qpos.ndim() == 2 && (qpos.size(0) == B || qpos.size(0) == 1) && qpos.size(1) == n, op,
+    KV_REQUIRE(qpos.dtype() == DType::I32 && qpos.ndim() == 2 && (qpos.size(0) == B || qpos.size(0) == 1) && qpos.size(1) == n, op,
             str("query positions must be int32 (B|1, n) = (", B, "|1, ", n, "), got ", qpos.describe()));
     require_float(op, q, "q");
     require_float(op, k, "k");
     require_float(op, v, "v");
-    require(window >= 0, op, str("window must be >= 0, got ", window));
+    KV_REQUIRE(window >= 0, op, str("window must be >= 0, got ", window));
 }
 }  // namespace
 
@@ -474,15 +479,15 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
     const char* op = "sdpa";
     require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos});
     check_sdpa(op, q, k, v, kpos, qpos, window);
-    require(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
+    KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
     const int64_t B = q.size(0), G = k.size(1), T = k.size(2);
     OpCall c = make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos});
     c.p.alpha = scale;
     c.p.window = window;
     if (wsum) {
-        require(wsum->ndim() == 3 && wsum->size(0) == B && wsum->size(1) == G && wsum->size(2) == T && dtype_is_float(wsum->dtype()),
+        KV_REQUIRE(wsum->ndim() == 3 && wsum->size(0) == B && wsum->size(1) == G && wsum->size(2) == T && dtype_is_float(wsum->dtype()),
                 op, str("weight sums must be float (", B, ", ", G, ", ", T, "), got ", wsum->describe()));
-        require(wsum->device() == y.device(), op, "weight sums live on another device");
+        KV_REQUIRE(wsum->device() == y.device(), op, "weight sums live on another device");
         c.dst2 = wsum->view();
     }
     dispatch(c);
@@ -517,7 +522,7 @@ void quantize_(Tensor& dst, const Tensor& x, QuantFormat f) {
     check_quant_row(op, f, x.size(-1));
     Shape s = x.shape();
     s.d[s.ndim - 1] = quant_row_bytes(f, x.size(-1));
-    require(dst.dtype() == DType::U8 && dst.shape() == s && dst.stride(-1) == 1, op,
+    KV_REQUIRE(dst.dtype() == DType::U8 && dst.shape() == s && dst.stride(-1) == 1, op,
             str("destination must be u8 ", s.str(), " with unit last stride, got ", dst.describe()));
     OpCall c = make_call(OpKind::QUANTIZE, dst, {&x});
     c.p.qformat = int(f);
@@ -540,7 +545,7 @@ void dequantize_(Tensor& out, const Tensor& q, QuantFormat f) {
     check_quant_row(op, f, out.size(-1));
     Shape s = out.shape();
     s.d[s.ndim - 1] = quant_row_bytes(f, out.size(-1));
-    require(q.dtype() == DType::U8 && q.shape() == s && q.stride(-1) == 1, op,
+    KV_REQUIRE(q.dtype() == DType::U8 && q.shape() == s && q.stride(-1) == 1, op,
             str("input must be u8 ", s.str(), " with unit last stride, got ", q.describe()));
     OpCall c = make_call(OpKind::DEQUANTIZE, out, {&q});
     c.p.qformat = int(f);
@@ -552,7 +557,7 @@ namespace {
 int acc_bits(bool a1, bool a2 = false, bool a3 = false) { return (a1 ? KV_ACC_DST : 0) | (a2 ? KV_ACC_DST2 : 0) | (a3 ? KV_ACC_DST3 : 0); }
 
 void require_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
-    require(a.shape() == b.shape(), op, str(an, " ", a.shape().str(), " and ", bn, " ", b.shape().str(), " must have the same shape"));
+    KV_REQUIRE(a.shape() == b.shape(), op, str(an, " ", a.shape().str(), " and ", bn, " ", b.shape().str(), " must have the same shape"));
 }
 }  // namespace
 
@@ -563,13 +568,13 @@ void rmsnorm_backward_(Tensor& dx, Tensor* dweight, const Tensor& x, const Tenso
     require_float(op, x, "x");
     require_float(op, dy, "dy");
     require_float(op, dx, "dx");
-    require(x.ndim() >= 1, op, "x must have at least one dimension");
+    KV_REQUIRE(x.ndim() >= 1, op, "x must have at least one dimension");
     require_same_shape(op, x, "x", dy, "dy");
     require_same_shape(op, x, "x", dx, "dx");
-    require(eps >= 0, op, str("eps must be >= 0, got ", eps));
+    KV_REQUIRE(eps >= 0, op, str("eps must be >= 0, got ", eps));
     OpCall c;
     if (weight.defined()) {
-        require(weight.ndim() == 1 && weight.size(0) == x.size(-1), op,
+        KV_REQUIRE(weight.ndim() == 1 && weight.size(0) == x.size(-1), op,
                 str("weight ", weight.shape().str(), " must be 1-D of the input's last size ", x.size(-1)));
         require_float(op, weight, "weight");
         c = make_call(OpKind::RMSNORM_BACKWARD, dx, {&x, &dy, &weight});
@@ -577,10 +582,10 @@ void rmsnorm_backward_(Tensor& dx, Tensor* dweight, const Tensor& x, const Tenso
         c = make_call(OpKind::RMSNORM_BACKWARD, dx, {&x, &dy});
     }
     if (dweight) {
-        require(weight.defined(), op, "dweight was requested for a norm without weight");
-        require(dweight->ndim() == 1 && dweight->size(0) == x.size(-1) && dtype_is_float(dweight->dtype()), op,
+        KV_REQUIRE(weight.defined(), op, "dweight was requested for a norm without weight");
+        KV_REQUIRE(dweight->ndim() == 1 && dweight->size(0) == x.size(-1) && dtype_is_float(dweight->dtype()), op,
                 str("dweight must be float (", x.size(-1), "), got ", dweight->describe()));
-        require(dweight->device() == dx.device(), op, "dweight lives on another device");
+        KV_REQUIRE(dweight->device() == dx.device(), op, "dweight lives on another device");
         c.dst2 = dweight->view();
     }
     c.p.eps = eps;
@@ -628,13 +633,13 @@ void embedding_backward_(Tensor& dtable, const Tensor& ids, const Tensor& dy, bo
     const char* op = "embedding_backward";
     require_same_device(op, {&dtable, &ids, &dy});
     require_index(op, ids);
-    require(dtable.ndim() == 2, op, str("dtable must be (V, C), got ", dtable.describe()));
+    KV_REQUIRE(dtable.ndim() == 2, op, str("dtable must be (V, C), got ", dtable.describe()));
     require_float(op, dtable, "dtable");
     require_float(op, dy, "dy");
-    require(dy.ndim() == ids.ndim() + 1 && dy.size(-1) == dtable.size(1), op,
+    KV_REQUIRE(dy.ndim() == ids.ndim() + 1 && dy.size(-1) == dtable.size(1), op,
             str("dy ", dy.shape().str(), " must be ids ", ids.shape().str(), " + (", dtable.size(1), ",)"));
     for (int i = 0; i < ids.ndim(); ++i)
-        require(dy.size(i) == ids.size(i), op, str("dy ", dy.shape().str(), " does not match ids ", ids.shape().str()));
+        KV_REQUIRE(dy.size(i) == ids.size(i), op, str("dy ", dy.shape().str(), " does not match ids ", ids.shape().str()));
     check_index_range(op, ids, dtable.size(0), "token id");
     OpCall c = make_call(OpKind::EMBEDDING_BACKWARD, dtable, {&dy, &ids});
     c.p.accumulate = acc_bits(accumulate);
@@ -652,7 +657,7 @@ void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const T
     require_same_shape(op, k, "k", dk, "dk");
     require_same_shape(op, v, "v", dv, "dv");
     for (const Tensor* t : {&dq, &dk, &dv}) require_float(op, *t, "gradient outputs");
-    require(opt.max_temp_bytes >= 0, op, str("max_temp_bytes must be >= 0, got ", opt.max_temp_bytes));
+    KV_REQUIRE(opt.max_temp_bytes >= 0, op, str("max_temp_bytes must be >= 0, got ", opt.max_temp_bytes));
     OpCall c = make_call(OpKind::SDPA_BACKWARD, dq, {&q, &k, &v, &kpos, &qpos, &dy});
     c.dst2 = dk.view();
     c.dst3 = dv.view();
@@ -668,7 +673,7 @@ void axpy_(Tensor& y, const Tensor& x, float alpha) {
     require_same_device(op, {&y, &x});
     require_float(op, x, "x");
     require_float(op, y, "y");
-    require(broadcastable(x.shape(), y.shape()), op, str("x ", x.shape().str(), " does not broadcast to y ", y.shape().str()));
+    KV_REQUIRE(broadcastable(x.shape(), y.shape()), op, str("x ", x.shape().str(), " does not broadcast to y ", y.shape().str()));
     OpCall c = make_call(OpKind::AXPY, y, {&x});
     c.p.alpha = alpha;
     dispatch(c);
@@ -680,19 +685,19 @@ namespace {
 int64_t check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& subset, int ignore_index) {
     require_float(op, logits, "logits");
     require_index(op, targets);
-    require(logits.ndim() >= 1 && targets.ndim() == logits.ndim() - 1, op,
+    KV_REQUIRE(logits.ndim() >= 1 && targets.ndim() == logits.ndim() - 1, op,
             str("targets ", targets.shape().str(), " must be logits ", logits.shape().str(), " without the last dimension"));
     for (int i = 0; i < targets.ndim(); ++i)
-        require(targets.size(i) == logits.size(i), op,
+        KV_REQUIRE(targets.size(i) == logits.size(i), op,
                 str("targets ", targets.shape().str(), " do not match logits ", logits.shape().str()));
     int64_t K = logits.size(-1);
     if (subset.defined()) {
         require_index(op, subset);
-        require(subset.ndim() == 1 && subset.size(0) >= 1, op, str("class subset must be 1-D and non-empty, got ", subset.describe()));
+        KV_REQUIRE(subset.ndim() == 1 && subset.size(0) >= 1, op, str("class subset must be 1-D and non-empty, got ", subset.describe()));
         check_index_range(op, subset, logits.size(-1), "class id");
         K = subset.size(0);
     }
-    require(K >= 1, op, "logits have no classes");
+    KV_REQUIRE(K >= 1, op, "logits have no classes");
     if (targets.device().is_cpu()) {
         std::vector<int64_t> t = targets.to_i64_vector();
         for (size_t i = 0; i < t.size(); ++i)
@@ -753,32 +758,32 @@ OptimKind optim_kind_from_name(const std::string& name) {
 
 void optimizer_step_(Tensor& param, const Tensor& grad, Tensor* state1, Tensor* state2, const OptimParams& opt) {
     const char* op = "optimizer_step";
-    require(opt.kind >= 0 && opt.kind < int(OptimKind::COUNT), op, str("unknown optimizer kind ", opt.kind));
+    KV_REQUIRE(opt.kind >= 0 && opt.kind < int(OptimKind::COUNT), op, str("unknown optimizer kind ", opt.kind));
     const char* name = optim_kind_name(OptimKind(opt.kind));
     require_float(op, param, "param");
     require_float(op, grad, "grad");
     require_same_shape(op, param, "param", grad, "grad");
-    require(param.device() == grad.device(), op, "param and grad live on different devices");
-    require(opt.step >= 1, op, str("step must be >= 1 (the step being taken), got ", opt.step));
-    require(opt.lr >= 0 && opt.eps >= 0 && opt.weight_decay >= 0 && opt.momentum >= 0, op,
+    KV_REQUIRE(param.device() == grad.device(), op, "param and grad live on different devices");
+    KV_REQUIRE(opt.step >= 1, op, str("step must be >= 1 (the step being taken), got ", opt.step));
+    KV_REQUIRE(opt.lr >= 0 && opt.eps >= 0 && opt.weight_decay >= 0 && opt.momentum >= 0, op,
             str(name, ": lr, eps, weight_decay and momentum must be >= 0"));
     const OptimKind kind = OptimKind(opt.kind);
     if (kind == OptimKind::ADAMW || kind == OptimKind::ADAM || kind == OptimKind::ADAMAX)
-        require(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1, op,
+        KV_REQUIRE(opt.beta1 >= 0 && opt.beta1 < 1 && opt.beta2 >= 0 && opt.beta2 < 1, op,
                 str(name, ": betas must be in [0, 1), got (", opt.beta1, ", ", opt.beta2, ")"));
     if (kind == OptimKind::SGD && opt.nesterov)
-        require(opt.momentum > 0 && opt.dampening == 0, op, "sgd: nesterov momentum needs momentum > 0 and dampening 0");
+        KV_REQUIRE(opt.momentum > 0 && opt.dampening == 0, op, "sgd: nesterov momentum needs momentum > 0 and dampening 0");
     const int slots = optimizer_state_slots(opt);
     Tensor* st[2] = {state1, state2};
     OpCall c = make_call(OpKind::OPTIMIZER_STEP, param, {&grad});
     for (int i = 0; i < 2; ++i) {
         Tensor* s = st[i];
         if (i >= slots) continue;  // unused state slots are ignored
-        require(s && s->defined(), op, str(name, " needs ", slots, " state tensor(s); state", i + 1, " is missing"));
-        require(s->shape() == param.shape() && s->device() == param.device(), op,
+        KV_REQUIRE(s && s->defined(), op, str(name, " needs ", slots, " state tensor(s); state", i + 1, " is missing"));
+        KV_REQUIRE(s->shape() == param.shape() && s->device() == param.device(), op,
                 str(name, ": state", i + 1, " ", s->describe(), " must match param ", param.describe()));
         const DType want = param.dtype() == DType::F64 ? DType::F64 : DType::F32;
-        require(s->dtype() == want, op, str(name, ": state", i + 1, " must be ", dname(want), ", got ", s->describe()));
+        KV_REQUIRE(s->dtype() == want, op, str(name, ": state", i + 1, " must be ", dname(want), ", got ", s->describe()));
         (i == 0 ? c.dst2 : c.dst3) = s->view();
     }
     c.p.opt = opt;
@@ -789,7 +794,7 @@ void grad_norm_sq_(Tensor& out, const Tensor& g, bool accumulate) {
     const char* op = "grad_norm_sq";
     require_same_device(op, {&out, &g});
     require_float(op, g, "gradient");
-    require(out.numel() == 1 && dtype_is_float(out.dtype()), op, str("output must be one float element, got ", out.describe()));
+    KV_REQUIRE(out.numel() == 1 && dtype_is_float(out.dtype()), op, str("output must be one float element, got ", out.describe()));
     OpCall c = make_call(OpKind::GRAD_NORM_SQ, out, {&g});
     c.p.accumulate = acc_bits(accumulate);
     dispatch(c);
@@ -799,7 +804,7 @@ void grad_norm_sq_(Tensor& out, const Tensor& g, bool accumulate) {
 namespace {
 Tensor reduce_last(OpKind kind, const char* op, const Tensor& x) {
     require_float(op, x, "input");
-    require(x.ndim() >= 1, op, "input must have at least one dimension");
+    KV_REQUIRE(x.ndim() >= 1, op, "input must have at least one dimension");
     Shape s = x.shape();
     s.ndim--;
     Tensor out = Tensor::empty(s, x.dtype() == DType::F64 ? DType::F64 : DType::F32, like(x));
