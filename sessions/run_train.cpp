@@ -99,6 +99,7 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
     j["gradient_bytes"] = s.gradient_bytes;
     j["optimizer_bytes"] = s.optimizer_bytes;
     j["checkpoints"] = s.checkpoints;
+    j["resumable_checkpoints"] = s.resumable;
     if (!s.merged_model.empty()) j["merged_model"] = s.merged_model;
     if (s.offload) {
         // Weights, gradients and optimizer state are host memory in these modes; the bytes a

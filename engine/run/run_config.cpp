@@ -260,6 +260,9 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.train.max_steps; }));
     o.push_back(int_opt("train.save_interval", "training", "steps between checkpoints (0: only at the end)", 0, BIG,
                         [](RunConfig& c) -> int64_t& { return c.train.save_interval; }));
+    o.push_back(int_opt("train.training_state_num", "training",
+                        "newest checkpoints that keep the resumable state for --resume (0: all)",
+                        0, BIG, [](RunConfig& c) -> int64_t& { return c.train.training_state_num; }));
     o.push_back(int_opt("train.eval_interval", "training", "steps between validations (0: only at the end)", 0, BIG,
                         [](RunConfig& c) -> int64_t& { return c.train.eval_interval; }));
     o.push_back(str_opt("out_dir", "training", "where checkpoints and training state go", {},

@@ -58,6 +58,7 @@ struct TrainConfig {
     int64_t epochs = 5;
     int64_t max_steps = 0;          // 0: epochs * batches
     int64_t save_interval = 50;
+    int64_t training_state_num = 3;  // checkpoints that keep their resumable state (0: all)
     int64_t eval_interval = 0;      // 0: only at the end
     std::string out_dir;
     std::string resume;             // path of a saved training state

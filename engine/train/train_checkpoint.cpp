@@ -134,6 +134,15 @@ void save_training_state(const std::string& dir, const TrainingState& st, const 
     write_json((std::filesystem::path(dir) / "training_state.json").string(), j);
 }
 
+void remove_training_state(const std::string& dir) {
+    namespace fs = std::filesystem;
+    for (const char* f : {"training_state.json", "optimizer.safetensors"}) {
+        std::error_code ec;
+        fs::remove(fs::path(dir) / f, ec);
+        if (ec) throw Error(str("cannot delete the old training state '", (fs::path(dir) / f).string(), "': ", ec.message()));
+    }
+}
+
 TrainingState load_training_state(const std::string& path, TensorMap* optimizer_state, std::string* dir_out) {
     namespace fs = std::filesystem;
     std::string dir = path, file = path;

@@ -8,6 +8,8 @@
 //                                                     folder (kvlab eval_long DIR/merged)
 //   training_state.json + optimizer.safetensors       what --resume needs: step, schedule, data
 //                                                     split and iterator position, optimizer state
+//                                                     (kept in the newest train.training_state_num
+//                                                     checkpoints only, as the reference)
 // Writes are atomic per file. Must not decide when to save or what is trained (trainer.h).
 #pragma once
 
@@ -50,6 +52,9 @@ void save_full_weights(const std::string& dir, const Transformer& model);
 void save_merged_model(const std::string& dir, const Transformer& model, const Lora& lora);
 void save_tensors(const std::string& path, const TensorMap& tensors);
 void save_training_state(const std::string& dir, const TrainingState& st, const TensorMap& optimizer_state);
+// Deletes the resumable state of a checkpoint folder (training_state.json first, so the folder
+// never looks complete without its optimizer state), keeping its adapters or weights.
+void remove_training_state(const std::string& dir);
 
 // `path` is a checkpoint folder or its training_state.json. Reads the state and fills
 // *optimizer_state from optimizer.safetensors; *dir receives the folder. Throws kv::Error naming

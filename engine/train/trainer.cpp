@@ -374,6 +374,16 @@ std::string Trainer::save_checkpoint(const std::string& dir) {
     save_training_state(dir, st, optimizer_->state_dict());
     sum_.checkpoints.push_back(dir);
     if (cb_.log) cb_.log(str("checkpoint at step ", step_, ": ", dir));
+    // Resumable states of older checkpoints go once the newest training_state_num hold one.
+    state_dirs_.erase(std::remove(state_dirs_.begin(), state_dirs_.end(), dir), state_dirs_.end());
+    state_dirs_.push_back(dir);
+    const size_t keep = size_t(std::max<int64_t>(cfg_.train.training_state_num, 0));
+    while (keep > 0 && state_dirs_.size() > keep) {
+        remove_training_state(state_dirs_.front());
+        if (cb_.log) cb_.log(str("training state removed from ", state_dirs_.front(), " (", keep, " newer checkpoints hold one)"));
+        state_dirs_.erase(state_dirs_.begin());
+    }
+    sum_.resumable = state_dirs_;
     return dir;
 }
 

@@ -6,7 +6,9 @@
 // so the accumulated gradient is that of the mean loss, clips by the global norm, and steps
 // the optimizer with the warm-up + cosine learning rate. Validation runs at the start, every
 // eval_interval steps and at the end; checkpoints go to out_dir every save_interval steps and
-// at the end (train_checkpoint.h), and --resume continues a run with identical losses.
+// at the end (train_checkpoint.h), and --resume continues a run with identical losses. Only the
+// newest training_state_num checkpoints this run wrote keep their training state (reference
+// §10.3); older ones keep their adapters or weights.
 // The offload modes run the same code; on the CPU backend host and device memory are one, so
 // they differ only in what the summary accounts (offload_traffic.h).
 // Must not touch storage or sessions: progress and metrics leave through TrainCallbacks.
@@ -65,6 +67,7 @@ struct TrainSummary {
     std::vector<TrainStepRecord> steps;   // this session's steps
     std::vector<ValRecord> validations;
     std::vector<std::string> checkpoints;  // folders written
+    std::vector<std::string> resumable;    // of those, the ones that still hold a training state
     std::string merged_model;              // final LoRA checkpoint: base + adapters as a model folder
     int64_t trainable_parameters = 0;
     size_t weight_bytes = 0, trainable_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
@@ -151,6 +154,7 @@ class Trainer {
     int64_t total_steps_ = 0;
     int64_t step_ = 0;
     int64_t micro_batches_ = 0;
+    std::vector<std::string> state_dirs_;  // this run's checkpoints holding a training state, oldest first
     std::vector<double> losses_;
     TrainSummary sum_;
 };

@@ -6,6 +6,7 @@
 // Tiny models run single-threaded: a thread-team wake-up per small op costs more than the work.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -386,6 +387,50 @@ TEST(TrainLoop, ResumeContinuesWithIdenticalLosses) {
         EXPECT_THROW(Trainer(wrong, w), Error) << mode;
         std::filesystem::remove_all(out);
     }
+}
+
+TEST(TrainCheckpoint, OnlyTheNewestTrainingStatesAreKept) {
+    SingleThread st;
+    namespace fs = std::filesystem;
+    const std::string out = temp_dir("state_num");
+    RunConfig c = tiny_run("finetune_long_lora", 2, 0.0);
+    c.train.max_steps = 5;
+    c.train.lr = 1e-2;
+    c.train.save_interval = 1;
+    c.train.out_dir = out;
+    EXPECT_EQ(c.train.training_state_num, 3);  // the reference's default
+    LoadedModel lm = tiny_model();
+    TrainSummary s = run_train(c, lm);
+    ASSERT_EQ(s.checkpoints.size(), 6u);  // step-000001 .. step-000005, final
+    const std::vector<std::string> kept = {checkpoint_dir_name(out, 4), checkpoint_dir_name(out, 5), out + "/final"};
+    EXPECT_EQ(s.resumable, kept);
+    for (const auto& dir : s.checkpoints) {
+        const bool has_state = std::find(kept.begin(), kept.end(), dir) != kept.end();
+        EXPECT_TRUE(fs::is_regular_file(dir + "/adapter_model.safetensors")) << dir;  // every checkpoint keeps its adapters
+        EXPECT_EQ(fs::exists(dir + "/training_state.json"), has_state) << dir;
+        EXPECT_EQ(fs::exists(dir + "/optimizer.safetensors"), has_state) << dir;
+    }
+    // A checkpoint without its state is refused by --resume with the file's name.
+    RunConfig r = c;
+    r.train.resume = checkpoint_dir_name(out, 1);
+    LoadedModel b = tiny_model();
+    try {
+        Trainer t(r, b);
+        ADD_FAILURE() << "resumed from a checkpoint without a training state";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("training_state.json"), std::string::npos) << e.what();
+    }
+    // 0 keeps every state.
+    RunConfig all = c;
+    all.train.max_steps = 2;
+    all.train.training_state_num = 0;
+    all.train.out_dir = out + "/all";
+    LoadedModel m2 = tiny_model();
+    TrainSummary s2 = run_train(all, m2);
+    ASSERT_EQ(s2.checkpoints.size(), 3u);
+    EXPECT_EQ(s2.resumable, s2.checkpoints);
+    for (const auto& dir : s2.checkpoints) EXPECT_TRUE(fs::exists(dir + "/training_state.json")) << dir;
+    std::filesystem::remove_all(out);
 }
 
 TEST(TrainLoop, FullAndOffloadStepsReduceLossOnARepeatedBatch) {
