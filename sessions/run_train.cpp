@@ -100,6 +100,10 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
     j["optimizer_bytes"] = s.optimizer_bytes;
     j["checkpoints"] = s.checkpoints;
     j["resumable_checkpoints"] = s.resumable;
+    if (s.cancelled) {
+        j["cancelled"] = true;
+        if (!s.resume_checkpoint.empty()) j["resume_checkpoint"] = s.resume_checkpoint;
+    }
     if (!s.merged_model.empty()) j["merged_model"] = s.merged_model;
     if (s.offload) {
         // Weights, gradients and optimizer state are host memory in these modes; the bytes a
@@ -123,9 +127,11 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
     if (last_val) trace::metric("final_val_loss", s.start_step + int64_t(s.steps.size()), last_val->loss);
 
     RunOutcome out;
+    out.cancelled = s.cancelled;
     out.summary_json = j.dump();
     std::ostringstream text;
     text.precision(4);
+    if (s.cancelled) text << "cancelled after step " << s.start_step + int64_t(s.steps.size()) << " of " << s.total_steps << " | ";
     text << s.steps.size() << " steps";
     if (s.start_step > 0) text << " (resumed at step " << s.start_step << ")";
     if (!s.steps.empty()) text << " | loss " << s.steps.front().loss << " -> " << s.steps.back().loss;
@@ -137,7 +143,8 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
     if (s.offload)
         text << " | offload per step: " << format_bytes((long long)s.offload_h2d_per_step) << " host->device, "
              << format_bytes((long long)s.offload_d2h_per_step) << " device->host";
-    if (!s.checkpoints.empty()) text << " | saved " << s.checkpoints.back();
+    if (s.cancelled) text << (s.resume_checkpoint.empty() ? " | nothing saved to resume from" : " | resume with --resume " + s.resume_checkpoint);
+    else if (!s.checkpoints.empty()) text << " | saved " << s.checkpoints.back();
     if (!s.merged_model.empty()) text << " (merged model: " << s.merged_model << ")";
     out.text = text.str();
     return out;

@@ -293,7 +293,17 @@ TrainStepRecord Trainer::step() {
     const double t0 = now_s();
     TrainStepRecord r;
     r.step = step_ + 1;
-    r.loss = compute_gradients(next_global_batch(), &r.tokens);
+    // A cancelled step leaves no trace: the data position goes back to the step's start, so a
+    // checkpoint saved now resumes with this step's batch.
+    const nlohmann::json iterator_before = iterator_->state();
+    const int64_t micro_batches_before = micro_batches_;
+    try {
+        r.loss = compute_gradients(next_global_batch(), &r.tokens);
+    } catch (const Cancelled&) {
+        iterator_->restore(iterator_before);
+        micro_batches_ = micro_batches_before;
+        throw;
+    }
     if (!std::isfinite(r.loss))
         throw Error(str("step ", r.step, ": the loss is not finite (", r.loss, ")"), "lower --train.lr or set --train.max_grad_norm");
     std::vector<Tensor*> grads;
@@ -398,15 +408,31 @@ TrainSummary Trainer::run() {
                     ", ", sum_.trainable_parameters, " trainable parameters"));
         if (data_.split.val.empty()) cb_.log("no validation examples (raise --data.num_samples or --data.val_split_fraction)");
     }
-    if (step_ == 0) validate();
     const std::string& out = cfg_.train.out_dir;
-    while (step_ < total_steps_) {
-        step();
-        if (cfg_.train.eval_interval > 0 && step_ % cfg_.train.eval_interval == 0 && step_ < total_steps_) validate();
-        if (cfg_.train.save_interval > 0 && !out.empty() && step_ % cfg_.train.save_interval == 0)
-            save_checkpoint(checkpoint_dir_name(out, step_));
+    try {
+        if (step_ == 0) validate();
+        while (step_ < total_steps_) {
+            if (cancel_requested()) throw Cancelled();
+            step();
+            if (cfg_.train.eval_interval > 0 && step_ % cfg_.train.eval_interval == 0 && step_ < total_steps_) validate();
+            if (cfg_.train.save_interval > 0 && !out.empty() && step_ % cfg_.train.save_interval == 0)
+                save_checkpoint(checkpoint_dir_name(out, step_));
+        }
+        if (sum_.validations.empty() || sum_.validations.back().step != step_) validate();
+    } catch (const Cancelled&) {
+        // The state after the last finished step (a validation cut short changes nothing).
+        sum_.cancelled = true;
+        if (step_ > sum_.start_step && !out.empty()) {
+            sum_.resume_checkpoint = save_checkpoint(checkpoint_dir_name(out, step_));
+        } else if (step_ == sum_.start_step && !cfg_.train.resume.empty()) {
+            sum_.resume_checkpoint = cfg_.train.resume;  // nothing new: resume where this run did
+        }
+        if (cb_.log)
+            cb_.log(sum_.resume_checkpoint.empty()
+                        ? str("cancelled at step ", step_, "; no checkpoint (", out.empty() ? "no --out_dir" : "no step finished", ")")
+                        : str("cancelled at step ", step_, "; resume with --resume ", sum_.resume_checkpoint));
+        return finish(t0);
     }
-    if (sum_.validations.empty() || sum_.validations.back().step != step_) validate();
     if (!out.empty()) {
         const std::string fin = save_checkpoint((std::filesystem::path(out) / "final").string());
         if (lora_) {
@@ -421,10 +447,15 @@ TrainSummary Trainer::run() {
             }
         }
     }
+    TrainSummary s = finish(t0);
+    if (cb_.progress) cb_.progress(total_steps_ * accum_ * kUnitsPerMicroBatch, total_steps_ * accum_ * kUnitsPerMicroBatch, "done");
+    return s;
+}
+
+TrainSummary Trainer::finish(double t0) {
     sum_.seconds = now_s() - t0;
     sum_.tokens_per_s = sum_.seconds > 0 ? double(sum_.tokens) / sum_.seconds : 0;
     merge_peaks(sum_.memory, current_memory_tracker().all_stats());
-    if (cb_.progress) cb_.progress(total_steps_ * accum_ * kUnitsPerMicroBatch, total_steps_ * accum_ * kUnitsPerMicroBatch, "done");
     return sum_;
 }
 

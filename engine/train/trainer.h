@@ -68,6 +68,8 @@ struct TrainSummary {
     std::vector<ValRecord> validations;
     std::vector<std::string> checkpoints;  // folders written
     std::vector<std::string> resumable;    // of those, the ones that still hold a training state
+    bool cancelled = false;                // stopped by TrainCallbacks::cancel before the end
+    std::string resume_checkpoint;         // cancelled: the checkpoint --resume continues from ("" = none)
     std::string merged_model;              // final LoRA checkpoint: base + adapters as a model folder
     int64_t trainable_parameters = 0;
     size_t weight_bytes = 0, trainable_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
@@ -110,7 +112,9 @@ class Trainer {
     Trainer& operator=(const Trainer&) = delete;
 
     // The whole run: validation, steps up to total_steps with validations and checkpoints,
-    // final validation and checkpoint.
+    // final validation and checkpoint. When TrainCallbacks::cancel is raised, the step under way
+    // is dropped (the data position goes back to its start), the state after the last finished
+    // step is saved as out_dir/step-NNNNNN and the summary says cancelled, naming that folder.
     TrainSummary run();
 
     // One optimizer step on the next global batch of the data iterator.
@@ -134,6 +138,8 @@ class Trainer {
 
    private:
     void resume(const std::string& path);
+    TrainSummary finish(double t0);
+    bool cancel_requested() const { return cb_.cancel && cb_.cancel->load(std::memory_order_relaxed); }
     std::vector<std::vector<int64_t>> next_global_batch();
     ChunkPlan plan_for(int64_t T, uint64_t seed) const;
     KVCacheConfig cache_config() const;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -430,6 +431,62 @@ TEST(TrainCheckpoint, OnlyTheNewestTrainingStatesAreKept) {
     ASSERT_EQ(s2.checkpoints.size(), 3u);
     EXPECT_EQ(s2.resumable, s2.checkpoints);
     for (const auto& dir : s2.checkpoints) EXPECT_TRUE(fs::exists(dir + "/training_state.json")) << dir;
+    std::filesystem::remove_all(out);
+}
+
+TEST(TrainLoop, CancelSavesAStateThatResumesWithIdenticalLosses) {
+    SingleThread st;
+    const std::string out = temp_dir("cancel");
+    RunConfig c = tiny_run("finetune_long_lora", 6, 0.0);
+    c.train.max_steps = 4;
+    c.train.lr = 1e-2;
+    c.train.lr_warmup_steps = 1;
+    c.train.save_interval = 0;  // the only mid-run checkpoint is the one cancelling writes
+    c.driver.randomize_chunk_sizes = true;
+    LoadedModel a = tiny_model();
+    const TrainSummary full = run_train(c, a);  // uninterrupted, no checkpoints
+    ASSERT_EQ(full.steps.size(), 4u);
+
+    // Cancel raised after step 2: step 3 stops inside the gradient pipeline.
+    RunConfig cc = c;
+    cc.train.out_dir = out;
+    std::atomic<bool> cancel{false};
+    TrainCallbacks cb;
+    cb.cancel = &cancel;
+    cb.on_step = [&](const TrainStepRecord& r) {
+        if (r.step == 2) cancel = true;
+    };
+    LoadedModel b = tiny_model();
+    const TrainSummary cut = run_train(cc, b, cb);
+    EXPECT_TRUE(cut.cancelled);
+    ASSERT_EQ(cut.steps.size(), 2u);
+    EXPECT_EQ(cut.resume_checkpoint, checkpoint_dir_name(out, 2));
+    EXPECT_EQ(cut.checkpoints, std::vector<std::string>{cut.resume_checkpoint});  // no final checkpoint
+    EXPECT_TRUE(std::filesystem::exists(cut.resume_checkpoint + "/training_state.json"));
+    EXPECT_TRUE(cut.merged_model.empty());
+
+    RunConfig r = c;
+    r.train.resume = cut.resume_checkpoint;
+    LoadedModel m = tiny_model();
+    const TrainSummary rest = run_train(r, m);
+    EXPECT_FALSE(rest.cancelled);
+    EXPECT_EQ(rest.start_step, 2);
+    ASSERT_EQ(rest.steps.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(rest.steps[i].step, full.steps[i + 2].step);
+        EXPECT_EQ(rest.steps[i].loss, full.steps[i + 2].loss) << "step " << rest.steps[i].step;  // bitwise
+        EXPECT_EQ(rest.steps[i].grad_norm, full.steps[i + 2].grad_norm);
+    }
+    // Cancelled before any step finished and with nothing to resume from: nothing is saved.
+    cancel = true;
+    LoadedModel n = tiny_model();
+    RunConfig early = cc;
+    early.train.out_dir = out + "/early";
+    const TrainSummary none = run_train(early, n, cb);
+    EXPECT_TRUE(none.cancelled);
+    EXPECT_TRUE(none.steps.empty());
+    EXPECT_TRUE(none.resume_checkpoint.empty());
+    EXPECT_TRUE(none.checkpoints.empty());
     std::filesystem::remove_all(out);
 }
 

@@ -166,6 +166,31 @@ TEST(RunManager, CancelRunningRunStopsWithinOneChunk) {
     EXPECT_EQ(rm.wait(next), RunStatus::DONE);
 }
 
+TEST(RunManager, CancelledTrainingRunSavesAResumableCheckpoint) {
+    Scratch s;
+    sessions::RunManager* rmp = nullptr;
+    std::atomic<bool> cancel_sent{false};
+    sessions::RunEvents ev;
+    ev.output = [&](int64_t run, const std::string& text) {
+        if (text.rfind("step 2:", 0) == 0 && !cancel_sent.exchange(true)) std::thread([rmp, run] { rmp->cancel(run); }).join();
+    };
+    sessions::RunManager rm(s.file("a.kvlab"), ev);
+    rmp = &rm;
+    RunConfig cfg = tiny_eval(256, 4);
+    cfg.mode = "finetune_long_lora";
+    cfg.train.max_steps = 50;
+    cfg.train.save_interval = 0;
+    cfg.train.out_dir = s.file("out");
+    const int64_t id = rm.submit(cfg);
+    EXPECT_EQ(rm.wait(id), RunStatus::CANCELLED);
+    const auto sum = nlohmann::json::parse(rm.summary(id));
+    EXPECT_TRUE(sum.value("cancelled", false));
+    EXPECT_EQ(sum.at("steps").get<int64_t>(), 2);
+    const std::string ck = sum.at("resume_checkpoint").get<std::string>();
+    EXPECT_TRUE(std::filesystem::exists(ck + "/training_state.json")) << ck;
+    EXPECT_NE(rm.result_text(id).find("resume with --resume " + ck), std::string::npos) << rm.result_text(id);
+}
+
 TEST(RunManager, InvalidConfigIsRejectedAtSubmitWithTheCliMessage) {
     Scratch s;
     sessions::RunManager rm(s.file("a.kvlab"));
