@@ -11,7 +11,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -22,6 +21,7 @@
 
 #include "cpu_common.h"
 #include "gemv_tile.h"
+#include "unit_pool.h"
 
 namespace kv::cpu {
 
@@ -164,8 +164,8 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
 // =========================================================================================
 // With M <= 4 rows, a matmul is bound by reading b once: M = 1 calls through oneDNN reached
 // ~10 GB/s on the lm_head and cost ~10 us of primitive lookup each, so these calls stream b
-// here instead. Work units are (batch, block of output columns) of ~kChunkBytes of b, claimed
-// from an atomic counter so a thread the scheduler delays simply gets fewer of them; each
+// here instead. Work units are (batch, block of output columns) of ~kChunkBytes of b, run by
+// unit_pool.h (the caller plus helpers; one the scheduler delays just runs fewer units); each
 // output element is one unit's fixed-order sum, so results do not depend on the thread count.
 constexpr int64_t kSmallM = 4;
 constexpr int64_t kChunkBytes = int64_t(64) << 10;      // b bytes per work unit
@@ -259,17 +259,7 @@ bool matmul_small_m(const OpContext& ctx, const TensorView& a, const TensorView&
     };
     const int64_t bytes = batches * N * row_bytes;
     const int nt = bytes >= kParallelBytes ? int(std::min<int64_t>(std::max(1, kernel_threads(ctx)), units)) : 1;
-    std::atomic<int64_t> next{0};
-    auto work = [&] {
-        for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < units; u = next.fetch_add(1, std::memory_order_relaxed))
-            run_unit(u);
-    };
-    if (nt <= 1) {
-        work();
-    } else {
-#pragma omp parallel num_threads(nt)
-        work();
-    }
+    run_units(nt, units, run_unit);
     return true;
 }
 

@@ -15,7 +15,6 @@
 //   [SECTION] forward, decode: key ranges in place, merged partial softmax
 //   [SECTION] backward: blockwise recompute of dq, dk, dv
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -24,6 +23,7 @@
 #include "cpu_common.h"
 #include "gemm_tile.h"
 #include "gemv_tile.h"
+#include "unit_pool.h"
 #include "kernels/common/element_math.h"
 
 namespace kv::cpu {
@@ -468,8 +468,8 @@ void sdpa_forward_run(const OpContext& ctx, const OpCall& c) {
 // S = (alpha q) . k_j straight from K's rows (f32 or bf16), the range's own max m_u, sum l_u
 // and acc_u = sum_j exp(S - m_u) v_j; the partials of a pair are merged in range order
 // (m = max m_u, scale exp(m_u - m)), so results do not depend on the thread count. Units
-// are claimed from an atomic counter. With weights, each unit keeps its probabilities and
-// the sums are formed after the merge.
+// run through unit_pool.h. With weights, each unit keeps its probabilities and the sums are
+// formed after the merge.
 constexpr int64_t kDecodeQueries = 4;  // queries per call up to which decode runs
 constexpr int64_t kDecodeKeys = 512;   // keys per unit
 constexpr int64_t kDecodeParallelBytes = int64_t(256) << 10;  // K+V bytes below which one thread runs
@@ -547,17 +547,7 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
     };
     const int64_t bytes = s.pairs * T * HS * 2 * int64_t(sizeof(W));
     const int nt = bytes >= kDecodeParallelBytes ? int(std::min<int64_t>(std::max(1, kernel_threads(ctx)), units)) : 1;
-    std::atomic<int64_t> next{0};
-    auto work = [&] {
-        for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < units; u = next.fetch_add(1, std::memory_order_relaxed))
-            run_unit(u);
-    };
-    if (nt <= 1) {
-        work();
-    } else {
-#pragma omp parallel num_threads(nt)
-        work();
-    }
+    run_units(nt, units, run_unit);
 
     // Merge the ranges of each pair in order; then y and, with weights, the weight sums.
     std::vector<float> out((size_t)HS), wsum(weights ? (size_t)T : 0), m((size_t)rows), inv_l((size_t)rows);
