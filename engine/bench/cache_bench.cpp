@@ -27,10 +27,11 @@ Tensor uniform(const Shape& s, uint32_t seed) {
 }
 
 // Seconds per chunk of `chunk` tokens through every layer with a full cache.
-double chunk_seconds(Transformer& m, const std::string& name, const CacheBenchOptions& o) {
+double chunk_seconds(Transformer& m, const std::string& name, const CacheBenchOptions& o, bool offload = false) {
     const ModelConfig& c = m.config();
     KVCacheConfig kc;
     kc.name = name;
+    kc.cpu_offload = offload;
     kc.cache_length = o.cache_length;
     kc.max_chunk_size = o.chunk;
     kc.dtype = m.act_dtype();
@@ -59,7 +60,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     Transformer& m = *lm.model;
     const ModelConfig& c = lm.config;
     m.set_context_width(std::max(o.context, c.max_position_embeddings));
-    const int total = 6;
+    const int total = 8;
     int done = 0;
 
     // 1. SDPA of one chunk over a full cache, with and without weight sums.
@@ -93,6 +94,15 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
         const double t = chunk_seconds(m, "lastrec-" + b, o);
         rows.push_back({"chunk throughput " + b + " / default (lastrec)", double(o.chunk) / t, double(o.chunk) / t_lastrec, "tokens/s",
                         t_lastrec / t, 0.8, false});
+    }
+    // Offloaded layers (parked in host memory, the next layer prefetched on a copy thread).
+    {
+        progress(done++, total, "lastrec-q8 chunks");
+        const double t_q8 = chunk_seconds(m, "lastrec-q8", o);
+        progress(done++, total, "lastrec-q8 offloaded chunks");
+        const double t_off = chunk_seconds(m, "lastrec-q8", o, true);
+        rows.push_back({"chunk throughput offloaded / resident (lastrec-q8)", double(o.chunk) / t_off, double(o.chunk) / t_q8,
+                        "tokens/s", t_q8 / t_off, 0.8, false});
     }
     // 5. KV bytes per token per buffer (all layers, K and V), exact, vs bf16.
     progress(done++, total, "bytes per token");

@@ -22,6 +22,9 @@ struct BufferShared {
     Tensor Kw, Vw;                       // (B, G, max_L, D): the dequantized working buffer
     WorkingBufferUser* owner = nullptr;  // the quantized layer buffer currently associated
     WorkingBufferUser* resident = nullptr;  // offload: the layer whose storage is on the device
+    KVBuffer* staged = nullptr;             // offload: the layer being (or already) prefetched
+    KVBuffer* next = nullptr;               // offload: prefetch this one once a layer becomes resident
+    int64_t prefetch_hits = 0, prefetch_misses = 0;  // restores served by a prefetch / copied on demand
     void ensure(int64_t B) {
         if (Kw.defined() && Kw.size(0) >= B) return;
         Kw = Tensor::zeros({B, G, max_L, D}, act, {device, MemCategory::KV_CACHE, "dequantized working keys"});

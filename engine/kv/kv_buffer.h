@@ -40,6 +40,9 @@ class KVBuffer {
         (void)src;
         throw Error(str("the '", name(), "' buffer cannot reorder its batch (beam search needs a full-precision buffer)"));
     }
+    // Offloaded buffers: start copying this layer's parked state back to the device on a copy
+    // thread, so it is there when the layer is next used (a hint; default: nothing).
+    virtual void prefetch() {}
     // The tensors holding this layer's persistent state (for offloading); empty if none.
     virtual std::vector<Tensor*> storage_tensors() { return {}; }
     // Exact storage bytes of K and V (scales and zero points included), and per element.

@@ -51,6 +51,8 @@ class KVCache final : public LayerAttention {
     size_t buffer_bytes() const;
     size_t working_bytes() const;
     double bits_per_element() const;
+    // cpu_offload: restores of a parked layer served by a prefetch, and copied on demand.
+    std::pair<int64_t, int64_t> offload_restores() const;
 
    private:
     KVCacheConfig cfg_;

@@ -34,6 +34,10 @@ class KernelBackend {
     virtual void copy_h2d(int device, void* dst, const void* src, size_t bytes) = 0;
     virtual void copy_d2h(int device, void* dst, const void* src, size_t bytes) = 0;
     virtual void copy_d2d(int device, void* dst, const void* src, size_t bytes) = 0;
+    // Host -> device copy meant to run on a copy thread while compute continues (offload
+    // prefetch): returns when the bytes have arrived, without ordering against the compute
+    // queue (CUDA: a non-blocking copy stream). Default: the ordinary copy.
+    virtual void copy_h2d_side(int device, void* dst, const void* src, size_t bytes) { copy_h2d(device, dst, src, bytes); }
     // Wait for outstanding work (optional; default: nothing to wait for).
     virtual void synchronize(int /*device*/) {}
     // One line describing the build (library versions, architectures) (optional).

@@ -154,6 +154,17 @@ class CudaBackend final : public KernelBackend {
         KV_CUDA_CHECK(cudaSetDevice(device));
         KV_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     }
+    // A non-blocking stream per calling thread: the copy does not wait for (or hold up) the
+    // kernels on the legacy default stream, so a prefetch overlaps the layer being computed.
+    // Pageable host memory makes the DMA go through the driver's staging buffers; the calling
+    // thread blocks for that, which is why it is a copy thread and not the compute thread.
+    void copy_h2d_side(int device, void* dst, const void* src, size_t bytes) override {
+        KV_CUDA_CHECK(cudaSetDevice(device));
+        thread_local cudaStream_t side = nullptr;
+        if (!side) KV_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        KV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, side));
+        KV_CUDA_CHECK(cudaStreamSynchronize(side));
+    }
     void copy_d2h(int device, void* dst, const void* src, size_t bytes) override {
         KV_CUDA_CHECK(cudaSetDevice(device));
         KV_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));

@@ -190,10 +190,31 @@ TEST(KVModel, OffloadAccountsParkedLayersUnderKvOffload) {
     kc.cpu_offload = true;
     KVCache cache(kc, t.cfg, Device{}, DType::F32, 64);
     run_chunks(t.model, cache, random_ids(1, 64, 6), {32, 16, 16});
-    // Two layers: one resident (kv_cache), both parked copies in the host pool (kv_offload).
+    // Two layers, both parked in the host pool (kv_offload); on the device the last layer is
+    // resident and layer 0 is already being prefetched for the next chunk: two layers' K and V.
     const int64_t layer_bytes = 2 * t.cfg.num_kv_heads * 32 * t.cfg.head_dim * 4;
-    EXPECT_EQ(tr.current(Device{}, MemCategory::KV_CACHE), layer_bytes);
-    EXPECT_GE(tr.current(Device{}, MemCategory::KV_OFFLOAD), layer_bytes);
+    ASSERT_EQ(t.cfg.num_layers, 2);
+    EXPECT_EQ(tr.current(Device{}, MemCategory::KV_CACHE), 2 * layer_bytes);
+    EXPECT_GE(tr.current(Device{}, MemCategory::KV_OFFLOAD), 2 * layer_bytes);
+    // The end of a pass drops the prefetch and parks the resident layer.
+    cache.flush();
+    EXPECT_EQ(tr.current(Device{}, MemCategory::KV_CACHE), 0);
+}
+
+TEST(KVModel, OffloadPrefetchServesEveryRestoreAfterTheFirstChunk) {
+    TinyModel& t = tiny();
+    for (const char* name : {"lastrec-default", "h2o-q8", "h2o-q4"}) {
+        KVCacheConfig kc = cache_cfg(name, 32);
+        kc.cpu_offload = true;
+        KVCache cache(kc, t.cfg, Device{}, DType::F32, 96);
+        const std::vector<int64_t> chunks{32, 16, 16, 16, 16};
+        run_chunks(t.model, cache, random_ids(1, 96, 7), chunks);
+        // Chunk 0 prefills (nothing parked yet); every later (chunk, layer) restore finds its
+        // state already copied by the prefetch started while the layer before computed.
+        const auto [hits, misses] = cache.offload_restores();
+        EXPECT_EQ(hits, int64_t(chunks.size() - 1) * t.cfg.num_layers) << name;
+        EXPECT_EQ(misses, 0) << name;
+    }
 }
 
 std::string error_of(const std::function<void()>& f) {
