@@ -59,7 +59,7 @@ std::vector<ModelBenchRow> run_model_bench(const ModelBenchOptions& opt, const s
         std::vector<int32_t> idv((size_t)T);
         for (int64_t i = 0; i < T; ++i) idv[size_t(i)] = int32_t((i * 7919) % std::min<int64_t>(c.vocab_size, 30000));
         Tensor ids = Tensor::from_i32({1, T}, idv);
-        lm.model->set_context_width(std::max(opt.decode_context + opt.decode_tokens, T));
+        lm.model->set_context_width(std::max(opt.decode_context + 1 + opt.decode_tokens, T));  // + the warm-up token
         // Prefill: the whole sequence in one call (plain causal attention), final logits of the last token.
         double best = 1e30;
         for (int rep = 0; rep < 2; ++rep)
