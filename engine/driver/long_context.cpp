@@ -33,7 +33,7 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
                     any = any || y >= 0;
                 }
             if (!any && !last_chunk) return;
-            Tensor logits = model.lm_head(h);  // (B, n, V) f32
+            Tensor logits = model.lm_head(h, start);  // (B, n, V) f32
             const int64_t V = logits.size(2);
             std::vector<float> z = logits.to_f32_vector();
             if (any) cross_entropy_rows(z, B * n, V, tg, &out.loss_sum, &out.count, rb);
@@ -46,7 +46,7 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
         }
         case HeadKind::CLASS_ON_LOGITS: {
             if (!last_chunk) return;
-            Tensor logits = model.lm_head(h.slice(1, n - 1, n));  // (B, 1, V)
+            Tensor logits = model.lm_head(h.slice(1, n - 1, n), start + n - 1);  // (B, 1, V)
             const int64_t V = logits.size(2), C = int64_t(head.class_tokens.size());
             std::vector<float> z = logits.to_f32_vector();
             out.class_logprob.assign(size_t(B * C), 0.0);

@@ -12,10 +12,11 @@ namespace kv {
 
 namespace {
 
-// dx (..., in) = dy (..., out) @ W (out, in), plus the adapter's share.
-Tensor linear_input_grad(const Transformer& m, int layer, LinearSite site, const Tensor& w, const Tensor& x, const Tensor& dy) {
+// dx (B, n, in) = dy (B, n, out) @ W (out, in), plus the adapter's share (tokens at input_pos..).
+Tensor linear_input_grad(const Transformer& m, int layer, LinearSite site, const Tensor& w, const Tensor& x, int64_t input_pos,
+                         const Tensor& dy) {
     Tensor dx = grad::mm(dy, w, x.dtype());
-    if (m.adapters()) m.adapters()->backward(layer, site, x, dy, dx);
+    if (m.adapters()) m.adapters()->backward(layer, site, x, input_pos, dy, dx);
     return dx;
 }
 
@@ -47,12 +48,12 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     Tensor dout1;
     {
         KV_TRACE_SPAN(trace::SpanCategory::MLP, "mlp backward", .layer = l);
-        Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, dout);  // (B, n, I)
+        Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, input_pos, dout);  // (B, n, I)
         if (g && g->w_down.defined()) linear_weight_grad(g->w_down, nullptr, a.a, dout);
         Tensor dgu = Tensor::empty({B, n, 2 * I}, dt, go);
         Tensor dgate = dgu.slice(2, 0, I), dup = dgu.slice(2, I, 2 * I);
         ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da);
-        Tensor dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, dgu);
+        Tensor dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, input_pos, dgu);
         if (g && g->w_gate_up.defined()) linear_weight_grad(g->w_gate_up, nullptr, a.h2, dgu);
         dout1 = dout.clone();
         ops::rmsnorm_backward_(dout1, g && g->mlp_norm.defined() ? &g->mlp_norm : nullptr, a.out1, L.mlp_norm, dh2, eps, 0.0f,
@@ -64,7 +65,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention backward", .layer = l);
         Tensor yf = a.y.reshape({B, n, NH * HS});
-        Tensor dyf = linear_input_grad(m, l, LinearSite::O, L.wo, yf, dout1);  // (B, n, NH HS)
+        Tensor dyf = linear_input_grad(m, l, LinearSite::O, L.wo, yf, input_pos, dout1);  // (B, n, NH HS)
         if (g && g->wo.defined()) linear_weight_grad(g->wo, g->bo.defined() ? &g->bo : nullptr, yf, dout1);
         Tensor dy = dyf.reshape({B, n, NH, HS}).permute({0, 2, 1, 3});  // (B, NH, n, HS) view
         Tensor dqr = Tensor::empty({B, NH, n, HS}, dt, go);
@@ -98,7 +99,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     Tensor dx;
     {
         KV_TRACE_SPAN(trace::SpanCategory::NORM, "qkv backward", .layer = l);
-        Tensor dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, dqkv);
+        Tensor dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, input_pos, dqkv);
         if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);
         dx = dout1.clone();
         ops::rmsnorm_backward_(dx, g && g->attn_norm.defined() ? &g->attn_norm : nullptr, x, L.attn_norm, dh1, eps, 0.0f, true);

@@ -172,14 +172,17 @@ double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>
             for (size_t c = cr.c0; c < cr.c1; ++c) xs[c - cr.c0] = m.block(l, xs[c - cr.c0], plan.starts[c], att);
         finals.push_back(join_chunks(xs, MemCategory::ACTIVATIONS, "final states"));
     }
-    // The head's loss through the same code the gradient uses (dx is discarded).
+    // The head's loss through the same code the gradient uses (dx is discarded, and with it
+    // the adapters' backward: a loss evaluation must not add to LoRA gradients).
     const std::vector<double> w = head_row_weights(head, loss_scale);
+    HeadGrads no_grads;
+    no_grads.adapters = false;
     Tensor pooled = head.kind == HeadKind::SEQ_CLASS && head.mean_pool ? mean_pooled(m, finals, head.T) : Tensor();
     double loss = 0;
     const auto crs = cell_ranges(plan);
     for (size_t i = 0; i < finals.size(); ++i) {
         Tensor dx = Tensor::empty(finals[i].shape(), finals[i].dtype(), {finals[i].device(), MemCategory::WORKSPACE, "dx"});
-        loss += head_backward(m, finals[i], crs[i].start, head, w, dx, HeadGrads{}, int64_t(256) << 20, pooled);
+        loss += head_backward(m, finals[i], crs[i].start, head, w, dx, no_grads, int64_t(256) << 20, pooled);
     }
     return loss;
 }

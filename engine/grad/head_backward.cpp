@@ -25,10 +25,10 @@ std::vector<double> head_row_weights(const HeadSpec& head, double scale) {
 
 namespace {
 
-// dh (B, m, E) and the parameter gradients of logits = lm_head(h) given dlogits.
-Tensor lm_head_backward(const Transformer& m, const Tensor& h, const Tensor& dlogits, const HeadGrads& g) {
+// dh (B, m, E) and the parameter gradients of logits = lm_head(h, input_pos) given dlogits.
+Tensor lm_head_backward(const Transformer& m, const Tensor& h, int64_t input_pos, const Tensor& dlogits, const HeadGrads& g) {
     Tensor dh = grad::mm(dlogits, m.lm_head_weight(), h.dtype());
-    if (m.adapters()) m.adapters()->backward(-1, LinearSite::HEAD, h, dlogits, dh);
+    if (m.adapters() && g.adapters) m.adapters()->backward(-1, LinearSite::HEAD, h, input_pos, dlogits, dh);
     if (g.model) linear_weight_grad(g.model->tied ? g.model->embed : g.model->lm_head, nullptr, h, dlogits);
     return dh;
 }
@@ -78,14 +78,14 @@ double head_backward(const Transformer& m, const Tensor& x, int64_t start, const
                 if (!any) continue;
                 Tensor xs = x.slice(1, s, e);
                 Tensor h = m.final_norm(xs);
-                Tensor logits = m.lm_head(h);  // (B, len, V)
+                Tensor logits = m.lm_head(h, start + s);  // (B, len, V)
                 Tensor targets = Tensor::from_i32({B, len}, tg, {dev, MemCategory::WORKSPACE, "targets"});
                 const std::vector<double> ce = ops::cross_entropy(logits, targets).to_f64_vector();
                 for (size_t i = 0; i < wt.size(); ++i) loss += tg[i] == -100 ? 0.0 : wt[i] * ce[i];
                 Tensor dloss = Tensor::from_f64({B, len}, wt, ldt, {dev, MemCategory::WORKSPACE, "loss weights"});
                 Tensor dlogits = Tensor::empty(logits.shape(), ldt, {dev, MemCategory::ACTIVATIONS, "dlogits"});
                 ops::cross_entropy_backward_(dlogits, logits, targets, 1.0f, dloss);
-                Tensor dh = lm_head_backward(m, h, dlogits, g);
+                Tensor dh = lm_head_backward(m, h, start + s, dlogits, g);
                 Tensor dxs = dx.slice(1, s, e);
                 final_norm_backward(m, xs, dh, dxs, g);
             }
@@ -95,7 +95,7 @@ double head_backward(const Transformer& m, const Tensor& x, int64_t start, const
             if (!has_last) return 0.0;
             Tensor xs = x.slice(1, n - 1, n);
             Tensor h = m.final_norm(xs);
-            Tensor logits = m.lm_head(h);  // (B, 1, V)
+            Tensor logits = m.lm_head(h, start + n - 1);  // (B, 1, V)
             std::vector<int32_t> lab(head.labels.begin(), head.labels.end());
             Tensor targets = Tensor::from_i32({B, 1}, lab, {dev, MemCategory::WORKSPACE, "labels"});
             Tensor subset = Tensor::from_i32({int64_t(head.class_tokens.size())}, head.class_tokens,
@@ -105,7 +105,7 @@ double head_backward(const Transformer& m, const Tensor& x, int64_t start, const
             Tensor dloss = Tensor::from_f64({B, 1}, wrow, ldt, {dev, MemCategory::WORKSPACE, "loss weights"});
             Tensor dlogits = Tensor::empty(logits.shape(), ldt, {dev, MemCategory::ACTIVATIONS, "dlogits"});
             ops::cross_entropy_backward_(dlogits, logits, targets, 1.0f, dloss, subset);
-            Tensor dh = lm_head_backward(m, h, dlogits, g);
+            Tensor dh = lm_head_backward(m, h, start + n - 1, dlogits, g);
             Tensor dxs = dx.slice(1, n - 1, n);
             final_norm_backward(m, xs, dh, dxs, g);
             return loss;

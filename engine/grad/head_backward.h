@@ -15,6 +15,10 @@ struct HeadGrads {
     ModelGrads* model = nullptr;     // final norm and lm_head (full fine-tuning), else null
     Tensor* class_weight = nullptr;  // seq_classification head (C, E), null = frozen
     Tensor* class_bias = nullptr;
+    // LinearAdapters::backward of the lm_head site (LoRA on the head accumulates its gradients
+    // there). false: the loss alone, without touching adapter gradients; dx then lacks the
+    // adapters' share (replay_loss, which discards dx).
+    bool adapters = true;
 };
 
 // Per-row loss weights: loss = sum_b weight[b] * (summed cross-entropy of row b). For

@@ -1,5 +1,6 @@
-// LoRA adapters (see lora.h). The branch is evaluated as two thin matmuls, t = x A^T (r wide)
-// and y += s t B^T; the backward recomputes t instead of keeping it (r << in).
+// LoRA adapters (see lora.h). The branch is evaluated as two thin matmuls, t = xd A^T (r wide)
+// and y += s t B^T with xd = x * mask (dropout); the backward recomputes mask and t instead of
+// keeping them (r << in).
 #include "lora.h"
 
 #include <algorithm>
@@ -19,7 +20,33 @@ Tensor cols(const Tensor& y, int64_t c0, int64_t c1) {
     return y.slice(y.ndim() - 1, c0, c1);
 }
 
+// SplitMix64's output function: a bijection of 64-bit words with full avalanche.
+uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+// Hash of everything but the column: one per (row, position) of a site's input.
+uint64_t dropout_row_key(uint64_t seed, uint64_t pass, int layer, LinearSite site, int64_t row, int64_t position) {
+    uint64_t h = mix64(seed ^ 0x4c6f526144726f70ull);  // "LoRaDrop"
+    for (uint64_t v : {pass, uint64_t(int64_t(layer)), uint64_t(site), uint64_t(row), uint64_t(position)}) h = mix64(h + mix64(v + kGolden));
+    return h;
+}
+
+// The column's draw: SplitMix64's sequence started at the row key.
+double dropout_uniform(uint64_t row_key, int64_t column) {
+    return double(mix64(row_key + uint64_t(column + 1) * kGolden) >> 11) * 0x1.0p-53;
+}
+
 }  // namespace
+
+double lora_dropout_uniform(uint64_t seed, uint64_t pass, int layer, LinearSite site, int64_t row, int64_t position,
+                            int64_t column) {
+    return dropout_uniform(dropout_row_key(seed, pass, layer, site, row, position), column);
+}
 
 std::vector<std::string> parse_lora_targets(const std::string& list) {
     static const std::vector<std::string> known{"q", "k", "v", "proj", "mlp", "head"};
@@ -42,9 +69,7 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
 
 Lora::Lora(const Transformer& model, const LoraConfig& cfg) : cfg_(cfg) {
     if (cfg.r < 1) throw Error(str("--lora.r: ", cfg.r, " must be at least 1"));
-    if (cfg.dropout != 0.0)
-        throw Error("--lora.dropout: only 0 is supported",
-                    "dropout masks would have to be identical in the forward and every gradient recompute");
+    if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0)) throw Error(str("--lora.dropout: ", cfg.dropout, " is not in [0, 1)"));
     const ModelConfig& mc = model.config();
     const int64_t E = mc.hidden_size, Q = mc.q_dim(), K = mc.kv_dim(), I = mc.intermediate_size, V = mc.vocab_size;
     const DType dt = model.act_dtype();
@@ -87,20 +112,49 @@ const std::vector<size_t>& Lora::at(int layer, LinearSite site) const {
     return it == index_.end() ? none : it->second;
 }
 
-void Lora::add(int layer, LinearSite site, const Tensor& x, Tensor& y) const {
-    for (size_t i : at(layer, site)) {
+void Lora::begin_training_pass(uint64_t pass) {
+    training_ = true;
+    pass_ = pass;
+}
+
+void Lora::end_training_pass() { training_ = false; }
+
+Tensor Lora::dropout_mask(int layer, LinearSite site, const Tensor& x, int64_t input_pos) const {
+    if (!training_ || cfg_.dropout <= 0.0) return {};
+    if (x.ndim() != 3) throw Error(str("LoRA dropout: adapter input of shape ", x.shape().str(), "; expected (B, n, in)"));
+    const int64_t B = x.size(0), n = x.size(1), in = x.size(2);
+    const double p = cfg_.dropout, keep_scale = 1.0 / (1.0 - p);
+    std::vector<double> m((size_t)(B * n * in));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < n; ++t) {
+            const uint64_t key = dropout_row_key(cfg_.seed, pass_, layer, site, b, input_pos + t);
+            double* row = m.data() + (b * n + t) * in;
+            for (int64_t c = 0; c < in; ++c) row[c] = dropout_uniform(key, c) >= p ? keep_scale : 0.0;
+        }
+    return Tensor::from_f64({B, n, in}, m, x.dtype(), {x.device(), MemCategory::WORKSPACE, "lora dropout mask"});
+}
+
+void Lora::add(int layer, LinearSite site, const Tensor& x, int64_t input_pos, Tensor& y) const {
+    const auto& list = at(layer, site);
+    if (list.empty()) return;
+    const Tensor mask = dropout_mask(layer, site, x, input_pos);
+    const Tensor xd = mask.defined() ? ops::mul(x, mask) : x;  // (B, n, in)
+    for (size_t i : list) {
         const LoraAdapter& a = adapters_[i];
-        Tensor t = ops::linear(x, a.A, y.dtype());  // (..., r)
+        Tensor t = ops::linear(xd, a.A, y.dtype());  // (B, n, r)
         Tensor yc = cols(y, a.col0, a.col1);
         grad::mm_(yc, t, a.B.transpose(0, 1), scale(), 1.0f);
     }
 }
 
-void Lora::backward(int layer, LinearSite site, const Tensor& x, const Tensor& dy, Tensor& dx) const {
+void Lora::backward(int layer, LinearSite site, const Tensor& x, int64_t input_pos, const Tensor& dy, Tensor& dx) const {
     const auto& list = at(layer, site);
     if (list.empty()) return;
-    Tensor x2 = grad::rows2d(x);
+    const Tensor mask = dropout_mask(layer, site, x, input_pos);  // the forward's mask, drawn again
+    Tensor x2 = grad::rows2d(mask.defined() ? ops::mul(x, mask) : x);  // (rows, in): the branch's input xd
     Tensor dx2 = dx.reshape({x2.size(0), x2.size(1)});
+    // With dropout the branch's dxd is gathered first, then dx += dxd * mask.
+    Tensor dxd = mask.defined() ? Tensor::zeros(x2.shape(), dx.dtype(), {dx.device(), MemCategory::WORKSPACE, "lora dxd"}) : dx2;
     for (size_t i : list) {
         const LoraAdapter& a = adapters_[i];
         Tensor dyc = grad::rows2d(cols(dy, a.col0, a.col1));  // (rows, out)
@@ -109,8 +163,12 @@ void Lora::backward(int layer, LinearSite site, const Tensor& x, const Tensor& d
         ops::matmul_(dB, dyc.transpose(0, 1), t, scale(), 1.0f);  // dB += s dy^T t
         Tensor dt = ops::matmul(dyc, a.B, dy.dtype());            // (rows, r) = dy B
         ops::scale_(dt, dt, scale());
-        ops::matmul_(dA, dt.transpose(0, 1), x2, 1.0f, 1.0f);  // dA += dt^T x
-        ops::matmul_(dx2, dt, a.A, 1.0f, 1.0f);                // dx += dt A
+        ops::matmul_(dA, dt.transpose(0, 1), x2, 1.0f, 1.0f);  // dA += dt^T xd
+        ops::matmul_(dxd, dt, a.A, 1.0f, 1.0f);                // dxd += dt A
+    }
+    if (mask.defined()) {
+        ops::mul_(dxd, dxd, grad::rows2d(mask));
+        ops::add_(dx2, dx2, dxd);
     }
 }
 

@@ -1,6 +1,6 @@
 // Trainable additions to the model's linear layers (LoRA and friends). The transformer calls
-// add() after each of its linear maps; a gradient pass calls backward() with the same input.
-// The model never knows what the adapter is; engine/grad implements LoRA behind this.
+// add() after each of its linear maps; a gradient pass calls backward() with the same input and
+// positions. The model never knows what the adapter is; engine/grad implements LoRA behind this.
 #pragma once
 
 #include "engine/core/tensor.h"
@@ -14,11 +14,13 @@ enum class LinearSite : uint8_t { QKV, O, GATE_UP, DOWN, HEAD };
 class LinearAdapters {
    public:
     virtual ~LinearAdapters() = default;
-    // y (..., out) += adapter(x (..., in)) for layer `layer` (-1 for the head).
-    virtual void add(int layer, LinearSite site, const Tensor& x, Tensor& y) const = 0;
-    // Backward of add(): accumulates the adapter's parameter gradients from dy (..., out) and
-    // adds its contribution to dx (..., in).
-    virtual void backward(int layer, LinearSite site, const Tensor& x, const Tensor& dy, Tensor& dx) const = 0;
+    // y (B, n, out) += adapter(x (B, n, in)) for layer `layer` (-1 for the head). The n tokens
+    // sit at positions input_pos .. input_pos + n - 1 of the sequence: per-token randomness
+    // (LoRA dropout) is keyed on them, so every recompute of a token draws the same.
+    virtual void add(int layer, LinearSite site, const Tensor& x, int64_t input_pos, Tensor& y) const = 0;
+    // Backward of add() for the same x and positions: accumulates the adapter's parameter
+    // gradients from dy (B, n, out) and adds its contribution to dx (B, n, in).
+    virtual void backward(int layer, LinearSite site, const Tensor& x, int64_t input_pos, const Tensor& dy, Tensor& dx) const = 0;
 };
 
 }  // namespace kv

@@ -113,7 +113,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             h = ops::rmsnorm(x, L.attn_norm, eps);
         }
         Tensor qkv = ops::linear(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
-        if (adapters_) adapters_->add(l, LinearSite::QKV, h, qkv);
+        if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
         if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
         if (save) save->h1 = h, save->qkv = qkv;
         const int64_t W = (NH + 2 * G) * HS;
@@ -140,7 +140,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         MemoryLabelScope label(str("layer ", l, " attention output"));
         Tensor yf = y.reshape({B, n, NH * HS});
         Tensor o = ops::linear(yf, L.wo, act);
-        if (adapters_) adapters_->add(l, LinearSite::O, yf, o);
+        if (adapters_) adapters_->add(l, LinearSite::O, yf, input_pos, o);
         if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
         out = ops::add(x, o);
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
@@ -155,10 +155,10 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             h = ops::rmsnorm(out, L.mlp_norm, eps);
         }
         Tensor gu = ops::linear(h, L.w_gate_up, act);  // (B, n, 2I)
-        if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, gu);
+        if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
         Tensor a = ops::swiglu(gu.slice(2, 0, I), gu.slice(2, I, 2 * I));
         Tensor d = ops::linear(a, L.w_down, act);
-        if (adapters_) adapters_->add(l, LinearSite::DOWN, a, d);
+        if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
         ops::add_(out, out, d);
         if (save) save->h2 = h, save->gu = gu, save->a = a;
     }
@@ -170,11 +170,11 @@ Tensor Transformer::final_norm(const Tensor& x) const {
     return ops::rmsnorm(x, norm_, float(cfg_.rms_norm_eps));
 }
 
-Tensor Transformer::lm_head(const Tensor& h) const {
+Tensor Transformer::lm_head(const Tensor& h, int64_t input_pos) const {
     KV_TRACE_SPAN(trace::SpanCategory::HEAD, "lm_head");
     MemoryLabelScope label("lm_head");
     Tensor logits = ops::linear(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
-    if (adapters_) adapters_->add(-1, LinearSite::HEAD, h, logits);
+    if (adapters_) adapters_->add(-1, LinearSite::HEAD, h, input_pos, logits);
     return logits;
 }
 

@@ -84,8 +84,9 @@ class Transformer {
                  BlockActivations* save = nullptr) const;
     // Final RMSNorm (B, n, E) -> (B, n, E).
     Tensor final_norm(const Tensor& x) const;
-    // lm_head on normalised states -> logits f32 (B, n, V).
-    Tensor lm_head(const Tensor& h) const;
+    // lm_head on normalised states (B, n, E) of positions input_pos.. -> logits f32 (B, n, V).
+    // The positions matter only to adapters (LoRA dropout in a training pass).
+    Tensor lm_head(const Tensor& h, int64_t input_pos = 0) const;
     // Whole forward of ids at input_pos through every layer -> logits f32 (B, T, V).
     // With attention = nullptr, PlainAttention (no cache; input_pos must be 0).
     Tensor forward(const Tensor& ids, int64_t input_pos = 0, LayerAttention* attention = nullptr) const;

@@ -26,6 +26,19 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 
 constexpr int64_t kUnitsPerMicroBatch = 1000;  // progress units of one gradient computation
 
+// LoRA dropout draws masks for the duration of one micro-batch's gradient computation only.
+struct TrainingPass {
+    Lora* lora;
+    TrainingPass(Lora* l, uint64_t pass) : lora(l) {
+        if (lora) lora->begin_training_pass(pass);
+    }
+    ~TrainingPass() {
+        if (lora) lora->end_training_pass();
+    }
+    TrainingPass(const TrainingPass&) = delete;
+    TrainingPass& operator=(const TrainingPass&) = delete;
+};
+
 // Elementwise max of peak statistics (the gradient pipeline restarts the tracker's peaks at
 // every phase, so a run's peaks are gathered from each phase's report).
 void merge_peaks(std::vector<DeviceMemoryStats>& into, const std::vector<DeviceMemoryStats>& from) {
@@ -278,6 +291,8 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
         dcb.progress = [&](int64_t d, int64_t t) {
             if (cb_.progress && t > 0) cb_.progress(base + d * kUnitsPerMicroBatch / t, total_steps_ * accum_ * kUnitsPerMicroBatch, what);
         };
+        // Dropout masks are keyed on the micro-batch's index in the run (the same after a resume).
+        TrainingPass pass(lora_.get(), uint64_t(step_ * accum_ + int64_t(j)));
         GradientStats st = gradient_step(m, cache, b.ids, plan, b.head, double(b.ids.size(0)) / double(rows), gopt_, tg, dcb);
         merge_peaks(sum_.memory, st.phase1_memory);
         merge_peaks(sum_.memory, st.phase2_memory);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/grad/lora.h"
 #include "engine/grad/model_grads.h"
 #include "grad_test_util.h"
 #include "tests/support/test_support.h"
@@ -30,6 +31,26 @@ struct Sample {
 // 2 ulp(4) / 2h ~ 1e-11; entries whose gradients are that small are compared absolutely.
 constexpr double kFdNoise = 1e-10;
 
+// Gradient g of parameter w against finite differences on `per_tensor` entries spread over w.
+// Passes when |g - fd| <= tol * max(|fd| over the samples) + kFdNoise; returns that max.
+double check_tensor_against_fd(const std::string& name, Tensor& w, const Tensor& g, const std::function<double()>& loss,
+                               int per_tensor, double tol, const std::string& ctx) {
+    const double h = 1e-5;
+    const int64_t n = w.numel();
+    std::vector<Sample> s;
+    for (int k = 0; k < per_tensor; ++k) {
+        const int64_t i = (n * (2 * k + 1)) / (2 * per_tensor) + (k * 7) % std::max<int64_t>(1, n / per_tensor);
+        const int64_t idx = std::min(i, n - 1);
+        s.push_back({name + "[" + std::to_string(idx) + "]", get_elem(g, idx), central_difference(w, idx, h, loss)});
+    }
+    double scale = 0;
+    for (const auto& x : s) scale = std::max(scale, std::fabs(x.fd));
+    if (scale < 1e-9) return scale;  // e.g. an embedding row no sampled token uses
+    for (const auto& x : s)
+        EXPECT_LE(std::fabs(x.grad - x.fd), tol * scale + kFdNoise) << ctx << ": " << x.what << " grad " << x.grad << " fd " << x.fd;
+    return scale;
+}
+
 // Compares the pipeline's gradients with finite differences on `per_tensor` entries of every
 // parameter tensor (spread over the tensor) and on embedding entries at `positions`.
 // Passes when |g - fd| <= tol * max(|fd| over the tensor's samples) + kFdNoise.
@@ -37,24 +58,8 @@ void check_against_fd(Transformer& model, ModelGrads& grads, const Tensor& x0_gr
                       const std::function<double(const Tensor* x0)>& loss, int per_tensor, const std::vector<int64_t>& positions,
                       double tol, const std::string& ctx) {
     const double h = 1e-5;
-    auto pairs = grads.pairs(model);
-    for (auto& [name, wg] : pairs) {
-        Tensor& w = *wg.first;
-        const Tensor& g = *wg.second;
-        const int64_t n = w.numel();
-        std::vector<Sample> s;
-        for (int k = 0; k < per_tensor; ++k) {
-            const int64_t i = (n * (2 * k + 1)) / (2 * per_tensor) + (k * 7) % std::max<int64_t>(1, n / per_tensor);
-            const int64_t idx = std::min(i, n - 1);
-            s.push_back({name + "[" + std::to_string(idx) + "]", get_elem(g, idx),
-                         central_difference(w, idx, h, [&] { return loss(nullptr); })});
-        }
-        double scale = 0;
-        for (const auto& x : s) scale = std::max(scale, std::fabs(x.fd));
-        if (scale < 1e-9) continue;  // e.g. an embedding row no sampled token uses
-        for (const auto& x : s)
-            EXPECT_LE(std::fabs(x.grad - x.fd), tol * scale + kFdNoise) << ctx << ": " << x.what << " grad " << x.grad << " fd " << x.fd;
-    }
+    for (auto& [name, wg] : grads.pairs(model))
+        check_tensor_against_fd(name, *wg.first, *wg.second, [&] { return loss(nullptr); }, per_tensor, tol, ctx);
     // input embeddings: token positions, a few channels each
     Tensor xp = x0.clone();
     const int64_t T = x0.size(1), E = x0.size(2);
@@ -213,6 +218,156 @@ TEST(GradientLayout, CellLayoutDoesNotChangeGradients) {
                 EXPECT_EQ(st.cells, int64_t(plan.cells.size()));
             }
     }
+}
+
+// ==== LoRA dropout ===============================================================================
+
+// LoRA on every target with B != 0 (at B = 0, dA would be 0 and the test blind).
+std::unique_ptr<Lora> dropout_test_lora(const Transformer& model, double p, uint64_t seed) {
+    LoraConfig lc;
+    lc.r = 4;
+    lc.alpha = 8;
+    lc.dropout = p;
+    lc.targets = {"q", "k", "v", "proj", "mlp", "head"};
+    lc.seed = seed;
+    auto lora = std::make_unique<Lora>(model, lc);
+    std::mt19937_64 rng(seed + 1);
+    for (auto& a : lora->adapters()) a.B.copy_from(random_tensor(a.B.shape(), a.B.dtype(), rng, -0.3, 0.3));
+    return lora;
+}
+
+// Dropout 0.3 on every LoRA site through an evicting cache over several cells: the adapters'
+// and the input embeddings' gradients are those of the replayed loss of the same training
+// pass (one mask for phase 1, every cell's recompute and every finite-difference evaluation).
+TEST(LoraDropoutGradient, MatchesFiniteDifferencesOfTheSamePass) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("lora-dropout-grad"));
+    const int64_t B = 2, T = 40, L = 16, chunk = 8;
+    GradData d = grad_test_data(cfg, B, T, 14);
+    auto lora = dropout_test_lora(*model, 0.3, 5);
+    model->set_adapters(lora.get());
+    KVCacheConfig kc;
+    kc.name = "h2o-default";
+    kc.cache_length = L;
+    const ChunkPlan plan = grad_test_plan(cfg, T, L, chunk, 0.5);
+    ASSERT_GT(plan.cells.size(), 2u);
+    lora->begin_training_pass(7);
+    KVCache cache(kc, cfg, Device{}, DType::F64, T);
+    Tensor x0_grad = Tensor::zeros({B, T, cfg.hidden_size}, DType::F64);
+    GradientTargets tg;
+    tg.input_embedding_grad = &x0_grad;
+    const GradientStats st = gradient_step(*model, cache, d.ids, plan, d.head, 1.0, GradientOptions{}, tg);
+    const std::vector<int64_t> Ls(size_t(cfg.num_layers), L);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, st.plans, Ls, d.ids, plan, d.head, 1.0, x); };
+    const double l0 = loss(nullptr);
+    EXPECT_NEAR(st.replay_loss, l0, 1e-12 * std::fabs(l0));
+    EXPECT_NEAR(st.loss, l0, 1e-6 * std::fabs(l0));  // phase 1 (f32 logits in its head) drew the same masks
+    int checked = 0;
+    for (auto& a : lora->adapters()) {
+        checked += check_tensor_against_fd(a.module + ".lora_A", a.A, a.dA, [&] { return loss(nullptr); }, 3, 1e-6, "dropout 0.3") > 0;
+        checked += check_tensor_against_fd(a.module + ".lora_B", a.B, a.dB, [&] { return loss(nullptr); }, 3, 1e-6, "dropout 0.3") > 0;
+    }
+    EXPECT_EQ(checked, int(2 * lora->adapters().size()));
+    // the input embeddings: their gradient passes the masks of the q/k/v and gate/up sites
+    Tensor x0 = model->embed(d.ids), xp = x0.clone();
+    std::vector<Sample> s;
+    for (int64_t p : {int64_t(0), int64_t(5), int64_t(17), int64_t(38)})
+        for (int64_t e : {int64_t(1), cfg.hidden_size / 2, cfg.hidden_size - 1}) {
+            const int64_t idx = (T + p) * cfg.hidden_size + e;  // batch row 1
+            s.push_back({"x0[1," + std::to_string(p) + "," + std::to_string(e) + "]", get_elem(x0_grad, idx),
+                         central_difference(xp, idx, 1e-5, [&] { return loss(&xp); })});
+        }
+    double scale = 0;
+    for (const auto& x : s) scale = std::max(scale, std::fabs(x.fd));
+    ASSERT_GT(scale, 0.0);
+    for (const auto& x : s) EXPECT_LE(std::fabs(x.grad - x.fd), 1e-6 * scale + kFdNoise) << x.what << " grad " << x.grad << " fd " << x.fd;
+    // the masks are really there: another pass, or none, gives another loss
+    lora->begin_training_pass(8);
+    EXPECT_GT(std::fabs(loss(nullptr) - l0), 1e-6 * std::fabs(l0));
+    lora->end_training_pass();
+    EXPECT_GT(std::fabs(loss(nullptr) - l0), 1e-6 * std::fabs(l0));
+    model->set_adapters(nullptr);
+}
+
+// The draws are uniform: the dropped fraction is p within 5 standard deviations, pairs of
+// neighbouring columns, positions and rows are dropped together with probability p^2, and the
+// mask of a token does not depend on how the sequence was cut into chunks.
+TEST(LoraDropout, DroppedFractionAndIndependence) {
+    for (double p : {0.1, 0.3, 0.5}) {
+        int64_t n = 0, dropped = 0, pairs = 0, both = 0;
+        for (int layer : {-1, 0, 3})
+            for (int64_t row = 0; row < 2; ++row)
+                for (int64_t pos = 0; pos < 300; ++pos) {
+                    bool prev = false;
+                    for (int64_t col = 0; col < 64; ++col) {
+                        const bool drop = lora_dropout_uniform(42, 3, layer, LinearSite::QKV, row, pos, col) < p;
+                        const bool next_pos = lora_dropout_uniform(42, 3, layer, LinearSite::QKV, row, pos + 1, col) < p;
+                        const bool other_row = lora_dropout_uniform(42, 3, layer, LinearSite::QKV, row + 2, pos, col) < p;
+                        ++n, dropped += drop;
+                        if (col > 0) ++pairs, both += drop && prev;
+                        ++pairs, both += drop && next_pos;
+                        ++pairs, both += drop && other_row;
+                        prev = drop;
+                    }
+                }
+        const double f = double(dropped) / double(n), sd = std::sqrt(p * (1 - p) / double(n));
+        EXPECT_NEAR(f, p, 5 * sd) << "p " << p << " over " << n << " draws";
+        const double f2 = double(both) / double(pairs), sd2 = std::sqrt(p * p * (1 - p * p) / double(pairs));
+        EXPECT_NEAR(f2, p * p, 5 * sd2) << "p " << p << " pairs";
+    }
+    // Through the adapter: multipliers 0 or 1 / (1 - p), keyed on absolute positions.
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F32, seed_for("lora-dropout-mask"));
+    auto lora = dropout_test_lora(*model, 0.3, 9);
+    std::mt19937_64 rng(1);
+    const Tensor x = random_tensor({2, 48, cfg.hidden_size}, DType::F32, rng);
+    EXPECT_FALSE(lora->dropout_mask(0, LinearSite::QKV, x, 0).defined()) << "no training pass: no mask";
+    lora->begin_training_pass(11);
+    const std::vector<float> whole = lora->dropout_mask(0, LinearSite::QKV, x, 100).to_f32_vector();
+    const std::vector<float> a = lora->dropout_mask(0, LinearSite::QKV, x.slice(1, 0, 20).contiguous(), 100).to_f32_vector();
+    const std::vector<float> b = lora->dropout_mask(0, LinearSite::QKV, x.slice(1, 20, 48).contiguous(), 120).to_f32_vector();
+    const int64_t E = cfg.hidden_size;
+    int64_t zeros = 0;
+    for (int64_t r = 0; r < 2; ++r)
+        for (int64_t t = 0; t < 48; ++t)
+            for (int64_t e = 0; e < E; ++e) {
+                const float w = whole[size_t((r * 48 + t) * E + e)];
+                const float cut = t < 20 ? a[size_t((r * 20 + t) * E + e)] : b[size_t((r * 28 + t - 20) * E + e)];
+                ASSERT_EQ(w, cut) << "row " << r << " position " << 100 + t << " column " << e;
+                ASSERT_TRUE(w == 0.0f || w == float(1.0 / 0.7)) << w;
+                zeros += w == 0.0f;
+            }
+    const double n = double(2 * 48 * E), f = double(zeros) / n;
+    EXPECT_NEAR(f, 0.3, 5 * std::sqrt(0.3 * 0.7 / n));
+    EXPECT_NE(whole, lora->dropout_mask(1, LinearSite::QKV, x, 100).to_f32_vector()) << "layers draw their own masks";
+    EXPECT_NE(whole, lora->dropout_mask(0, LinearSite::GATE_UP, x, 100).to_f32_vector()) << "sites draw their own masks";
+    lora->begin_training_pass(12);
+    EXPECT_NE(whole, lora->dropout_mask(0, LinearSite::QKV, x, 100).to_f32_vector()) << "passes draw their own masks";
+    lora->end_training_pass();
+}
+
+// Outside a training pass (validation, evaluation, generation) LoRA with dropout computes
+// exactly what LoRA without dropout computes; inside one it does not.
+TEST(LoraDropout, OffOutsideTrainingPassesExactly) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F32, seed_for("lora-dropout-eval"));
+    auto with = dropout_test_lora(*model, 0.3, 21);
+    auto without = dropout_test_lora(*model, 0.0, 21);  // same seed: the same A and B
+    GradData d = grad_test_data(cfg, 2, 24, 15);
+    model->set_adapters(without.get());
+    const std::vector<float> ref = model->forward(d.ids).to_f32_vector();
+    model->set_adapters(with.get());
+    EXPECT_EQ(model->forward(d.ids).to_f32_vector(), ref);
+    with->begin_training_pass(0);
+    EXPECT_NE(model->forward(d.ids).to_f32_vector(), ref);
+    with->end_training_pass();
+    EXPECT_EQ(model->forward(d.ids).to_f32_vector(), ref);
+    without->begin_training_pass(0);  // p = 0: a training pass changes nothing
+    model->set_adapters(without.get());
+    EXPECT_EQ(model->forward(d.ids).to_f32_vector(), ref);
+    model->set_adapters(nullptr);
 }
 
 }  // namespace

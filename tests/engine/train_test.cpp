@@ -442,6 +442,7 @@ TEST(TrainLoop, CancelSavesAStateThatResumesWithIdenticalLosses) {
     c.train.lr = 1e-2;
     c.train.lr_warmup_steps = 1;
     c.train.save_interval = 0;  // the only mid-run checkpoint is the one cancelling writes
+    c.train.lora_dropout = 0.2;  // masks keyed on the micro-batch index: drawn again identically
     c.driver.randomize_chunk_sizes = true;
     LoadedModel a = tiny_model();
     const TrainSummary full = run_train(c, a);  // uninterrupted, no checkpoints
@@ -488,6 +489,35 @@ TEST(TrainLoop, CancelSavesAStateThatResumesWithIdenticalLosses) {
     EXPECT_TRUE(none.resume_checkpoint.empty());
     EXPECT_TRUE(none.checkpoints.empty());
     std::filesystem::remove_all(out);
+}
+
+TEST(TrainLoop, LoraDropoutActsInTrainingStepsOnly) {
+    SingleThread st;
+    RunConfig c0 = tiny_run("finetune_long_lora", 5, 0.4);
+    c0.train.lora_targets = "q,v,head";
+    RunConfig c1 = c0;
+    c1.train.lora_dropout = 0.3;
+    LoadedModel m0 = tiny_model(), m1 = tiny_model();
+    Trainer t0(c0, m0), t1(c1, m1);
+    std::mt19937_64 rng(5);  // B = 0 at initialisation would hide the branch
+    for (size_t i = 0; i < t0.lora()->adapters().size(); ++i) {
+        Tensor r = random_tensor(t0.lora()->adapters()[i].B.shape(), DType::F32, rng, -0.2, 0.2);
+        t0.lora()->adapters()[i].B.copy_from(r);
+        t1.lora()->adapters()[i].B.copy_from(r);
+    }
+    const ValRecord v0 = t0.validate(), v1 = t1.validate();
+    ASSERT_GT(v0.examples, 0);
+    EXPECT_EQ(v0.loss, v1.loss);  // bitwise: validation never drops
+    const int64_t ex = t0.data().split.train[0];
+    const double l0 = t0.compute_gradients({{ex}}), l1 = t1.compute_gradients({{ex}});
+    EXPECT_NE(l0, l1);
+    EXPECT_FALSE(t1.lora()->in_training_pass());
+    EXPECT_EQ(t1.validate().loss, v1.loss);
+    // the same micro-batch index draws the same masks
+    LoadedModel m2 = tiny_model();
+    Trainer t2(c1, m2);
+    for (size_t i = 0; i < t1.lora()->adapters().size(); ++i) t2.lora()->adapters()[i].B.copy_from(t1.lora()->adapters()[i].B);
+    EXPECT_EQ(t2.compute_gradients({{ex}}), l1);
 }
 
 TEST(TrainLoop, FullAndOffloadStepsReduceLossOnARepeatedBatch) {
