@@ -130,8 +130,8 @@ Tensor mean_pooled(const Transformer& m, const std::vector<Tensor>& finals_devic
     Tensor sum;
     for (const auto& x : finals_device) {
         Tensor h = m.final_norm(x);  // (B, len, E)
-        Tensor ones = Tensor::full({1, h.size(1)}, h.dtype(), 1.0, {h.device(), MemCategory::WORKSPACE, "ones"});
-        Tensor s = ops::matmul(ones.expand({h.size(0), 1, h.size(1)}), h, h.dtype());  // (B, 1, E)
+        Tensor ones = Tensor::full({h.size(0), 1, h.size(1)}, h.dtype(), 1.0, {h.device(), MemCategory::WORKSPACE, "ones"});
+        Tensor s = ops::matmul(ones, h, h.dtype());  // (B, 1, len) @ (B, len, E) -> (B, 1, E)
         if (!sum.defined())
             sum = s;
         else

@@ -220,6 +220,58 @@ TEST(GradientLayout, CellLayoutDoesNotChangeGradients) {
     }
 }
 
+// ==== seq_classification head ===================================================================
+
+// The trainable Linear(E, C) head on the final-norm state (pooled at the last position or the
+// mean), one cross-entropy per row, through an evicting cache: its weight and bias gradients,
+// the model's and the input embeddings' against finite differences of the replayed loss.
+TEST(SeqClassGradient, ClassWeightBiasAndModelMatchFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("seq-class-grad"));
+    const int64_t B = 2, T = 32, L = 16, chunk = 8, C = 3, E = cfg.hidden_size;
+    GradData d = grad_test_data(cfg, B, T, 16);
+    std::mt19937_64 rng(seed_for("seq-class-head"));
+    for (bool mean_pool : {false, true}) {
+        HeadSpec head;
+        head.kind = HeadKind::SEQ_CLASS;
+        head.B = B, head.T = T;
+        head.labels = {2, 0};
+        head.class_weight = random_tensor({C, E}, DType::F64, rng, -0.5, 0.5);
+        head.class_bias = random_tensor({C}, DType::F64, rng, -0.5, 0.5);
+        head.mean_pool = mean_pool;
+        KVCacheConfig kc;
+        kc.name = "h2o-default";
+        kc.cache_length = L;
+        const ChunkPlan plan = grad_test_plan(cfg, T, L, chunk, 0.5);
+        ASSERT_GT(plan.cells.size(), 1u);
+        KVCache cache(kc, cfg, Device{}, DType::F64, T);
+        ModelGrads grads = ModelGrads::zeros_like(*model);
+        Tensor x0_grad = Tensor::zeros({B, T, E}, DType::F64);
+        Tensor dw = Tensor::zeros({C, E}, DType::F64), db = Tensor::zeros({C}, DType::F64);
+        GradientTargets tg;
+        tg.model = &grads;
+        tg.input_embedding_grad = &x0_grad;
+        tg.class_weight = &dw, tg.class_bias = &db;
+        const double scale = 0.5;  // a micro-batch's share of the global batch
+        const GradientStats st = gradient_step(*model, cache, d.ids, plan, head, scale, GradientOptions{}, tg);
+        const std::vector<int64_t> Ls(size_t(cfg.num_layers), L);
+        auto loss = [&](const Tensor* x) { return replay_loss(*model, st.plans, Ls, d.ids, plan, head, scale, x); };
+        const double l0 = loss(nullptr);
+        const std::string ctx = mean_pool ? "seq_classification mean" : "seq_classification last";
+        EXPECT_NEAR(st.replay_loss, l0, 1e-12 * std::fabs(l0)) << ctx;
+        EXPECT_NEAR(st.loss, l0, 1e-6 * std::fabs(l0)) << ctx;
+        EXPECT_GT(check_tensor_against_fd("score.weight", head.class_weight, dw, [&] { return loss(nullptr); }, 9, 1e-6, ctx), 0.0);
+        EXPECT_GT(check_tensor_against_fd("score.bias", head.class_bias, db, [&] { return loss(nullptr); }, 3, 1e-6, ctx), 0.0);
+        // the C biases' gradients sum to 0 (softmax), per row: a check FD samples would not make
+        double sum = 0;
+        for (double v : db.to_f64_vector()) sum += v;
+        EXPECT_NEAR(sum, 0.0, 1e-12) << ctx;
+        Tensor x0 = model->embed(d.ids);
+        check_against_fd(*model, grads, x0_grad, x0, loss, 2, {0, 7, 20, T - 1}, 1e-6, ctx);
+    }
+}
+
 // ==== LoRA dropout ===============================================================================
 
 // LoRA on every target with B != 0 (at B = 0, dA would be 0 and the test blind).
