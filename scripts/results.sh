@@ -43,7 +43,7 @@ done
 for T in 2048 8192; do
   run "passkey dense T=$T" --data passkey --data.seq_length "$T" --data.num_samples 4 --kv_cache.name dense-default \
       --kv_cache.chunk_size 128
-  for pol in lastrec h2o streaming tova snapkv; do
+  for pol in lastrec h2o snapkv; do
     run "passkey $pol T=$T" --data passkey --data.seq_length "$T" --data.num_samples 4 --kv_cache.name "$pol-default" \
         --kv_cache.cache_length 1024 --kv_cache.chunk_size 128
   done
