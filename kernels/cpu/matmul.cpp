@@ -211,15 +211,26 @@ bool matmul_small_m(const OpContext& ctx, const TensorView& a, const TensorView&
         }
     };
 
-    // x: the rows of a as f32, in place when they already are f32 with unit stride.
-    const bool x_native = a.dtype == DType::F32 && (ab.nb[nd - 1] == 4 || K == 1) && ab.nb[nd - 2] % 4 == 0;
-    KernelScratch xs(ctx, x_native ? 0 : size_t(batches * M * K) * sizeof(float));
+    // x: the rows of a as f32 (or bf16 for the vdpbf16ps kernel when a and b are both bf16),
+    // in place when a already has that dtype with unit stride.
+#if KV_GEMV_DOT_BF16
+    const bool x16 = dot && a.dtype == DType::BF16 && b.dtype == DType::BF16 && cpu_has_dot_bf16();
+#else
+    const bool x16 = false;
+#endif
+    const DType xdt = x16 ? DType::BF16 : DType::F32;
+    const int64_t xes = dtype_size(xdt);
+    const bool x_native = a.dtype == xdt && (ab.nb[nd - 1] == xes || K == 1) && ab.nb[nd - 2] % xes == 0;
+    KernelScratch xs(ctx, x_native ? 0 : size_t(batches * M * K) * size_t(xes));
     if (!x_native)
         for (int64_t bt = 0; bt < batches; ++bt) {
             int64_t ao, bo, dof;
             batch_offsets(bt, &ao, &bo, &dof);
-            for (int64_t m = 0; m < M; ++m)
-                load_row(ab.bytes() + ao + m * ab.nb[nd - 2], ab.nb[nd - 1], a.dtype, K, xs.as<float>() + (bt * M + m) * K);
+            for (int64_t m = 0; m < M; ++m) {
+                float* tmp = scratch<float>(0, K);
+                load_row(ab.bytes() + ao + m * ab.nb[nd - 2], ab.nb[nd - 1], a.dtype, K, tmp);
+                store_row(xs.as<char>() + (bt * M + m) * K * xes, xes, xdt, K, tmp);  // exact: a's values are xdt or f16->f32
+            }
         }
 
     const int64_t row_bytes = K * wes;  // bytes of b per output column
@@ -233,11 +244,16 @@ bool matmul_small_m(const OpContext& ctx, const TensorView& a, const TensorView&
         const int64_t bt = u / per_batch, n0 = (u % per_batch) * chunk, n = std::min(chunk, N - n0);
         int64_t ao, bo, dof;
         batch_offsets(bt, &ao, &bo, &dof);
-        const float* x = x_native ? reinterpret_cast<const float*>(ab.bytes() + ao) : xs.as<float>() + bt * M * K;
-        const int64_t ldx = x_native ? ab.nb[nd - 2] / 4 : K;
+        const char* xp = x_native ? ab.bytes() + ao : xs.as<char>() + bt * M * K * xes;
+        const float* x = reinterpret_cast<const float*>(xp);
+        const int64_t ldx = x_native ? ab.nb[nd - 2] / xes : K;
         float* y = scratch<float>(4, M * chunk);
         const char* w = bb.bytes() + bo + n0 * bb.nb[nd - 1];
-        if (dot) {
+        if (x16) {
+#if KV_GEMV_DOT_BF16
+            gemv_dot_bf16(int(M), n, K, reinterpret_cast<const uint16_t*>(xp), ldx, reinterpret_cast<const uint16_t*>(w), ldw, y, chunk);
+#endif
+        } else if (dot) {
             if (b.dtype == DType::F32) gemv_dot<float>(int(M), n, K, x, ldx, reinterpret_cast<const float*>(w), ldw, y, chunk);
             else gemv_dot<uint16_t>(int(M), n, K, x, ldx, reinterpret_cast<const uint16_t*>(w), ldw, y, chunk);
         } else {
