@@ -44,6 +44,12 @@ double HeadResult::mean_loss() const {
     return n ? s / n : 0.0;
 }
 
+double HeadResult::token_mean_loss() const {
+    double s = 0, n = 0;
+    for (size_t b = 0; b < loss_sum.size(); ++b) s += loss_sum[b], n += count[b];
+    return n > 0 ? s / n : 0.0;
+}
+
 void cross_entropy_rows(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<int32_t>& targets,
                         std::vector<double>* loss, std::vector<double>* count, const std::vector<int64_t>& row_batch) {
     std::vector<double> row_loss((size_t)rows, 0.0);

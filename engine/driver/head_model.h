@@ -29,6 +29,10 @@ struct HeadSpec {
     Tensor class_weight;                 // SEQ_CLASS: (C, E)
     Tensor class_bias;                   // SEQ_CLASS: (C) or undefined
     bool mean_pool = false;              // SEQ_CLASS: mean over positions instead of the last
+    // NEXT_TOKEN in training (keys_values' average_loss_per_batch): row b's summed loss s_b is
+    // divided by the batch's mean target count, l_b = s_b B / sum_b nz_b, so the batch loss is
+    // the mean over all its target tokens. false: by the row's own count, l_b = s_b / nz_b.
+    bool average_loss_per_batch = false;
 };
 
 // Running sums a head accumulates over the chunks of a sequence.
@@ -42,6 +46,7 @@ struct HeadResult {
     int64_t pooled = 0;
     void init(int64_t B);
     double mean_loss() const;  // mean over rows of loss_sum / count
+    double token_mean_loss() const;  // sum of loss_sum / sum of count (average_loss_per_batch)
 };
 
 // Cross-entropy of row-major logits (rows, V) against targets (rows) (-100 = skip): adds to

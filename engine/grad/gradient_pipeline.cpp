@@ -300,7 +300,8 @@ class GradientRun {
             }
             cache.set_replay_logging(false);
             cache.release_buffers();
-            st.loss = st.head.mean_loss() * loss_scale;
+            st.loss = (head.kind == HeadKind::NEXT_TOKEN && head.average_loss_per_batch ? st.head.token_mean_loss() : st.head.mean_loss()) *
+                      loss_scale;
         }
         Ls = layer_cache_lengths(cache);
         done_units = int64_t(plan.chunks.size()) * nl;

@@ -15,10 +15,15 @@ namespace kv {
 std::vector<double> head_row_weights(const HeadSpec& head, double scale) {
     std::vector<double> w((size_t)head.B, scale / double(head.B));
     if (head.kind != HeadKind::NEXT_TOKEN) return w;
+    std::vector<int64_t> count((size_t)head.B, 0);
+    int64_t total = 0;
     for (int64_t b = 0; b < head.B; ++b) {
-        int64_t count = 0;
-        for (int64_t t = 0; t < head.T; ++t) count += head.token_targets[size_t(b * head.T + t)] != -100;
-        w[size_t(b)] = count > 0 ? scale / (double(head.B) * double(count)) : 0.0;
+        for (int64_t t = 0; t < head.T; ++t) count[size_t(b)] += head.token_targets[size_t(b * head.T + t)] != -100;
+        total += count[size_t(b)];
+    }
+    for (int64_t b = 0; b < head.B; ++b) {
+        if (head.average_loss_per_batch) w[size_t(b)] = total > 0 ? scale / double(total) : 0.0;
+        else w[size_t(b)] = count[size_t(b)] > 0 ? scale / (double(head.B) * double(count[size_t(b)])) : 0.0;
     }
     return w;
 }

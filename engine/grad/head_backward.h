@@ -22,7 +22,8 @@ struct HeadGrads {
 };
 
 // Per-row loss weights: loss = sum_b weight[b] * (summed cross-entropy of row b). For
-// keys_values' normalisation weight[b] = scale / (B * targeted tokens of row b).
+// keys_values' normalisation weight[b] = scale / (B * targeted tokens of row b), or with
+// head.average_loss_per_batch scale / (targeted tokens of the batch).
 std::vector<double> head_row_weights(const HeadSpec& head, double scale);
 
 // x (B, n, E): final-layer outputs of tokens [start, start + n) (contiguous, device). Writes

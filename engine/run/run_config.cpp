@@ -269,7 +269,8 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> std::string& { return c.train.out_dir; }));
     o.push_back(str_opt("resume", "training", "resume from this saved training state", {},
                         [](RunConfig& c) -> std::string& { return c.train.resume; }));
-    o.push_back(bool_opt("train.average_loss_per_batch", "training", "normalise the loss per row before averaging",
+    o.push_back(bool_opt("train.average_loss_per_batch", "training",
+                         "true: mean over the micro-batch's target tokens; false: mean over rows of each row's token mean",
                          [](RunConfig& c) -> bool& { return c.train.average_loss_per_batch; }));
     o.push_back(int_opt("lora.r", "training", "LoRA rank", 1, 4096, [](RunConfig& c) -> int64_t& { return c.train.lora_r; }));
     o.push_back(float_opt("lora.alpha", "training", "LoRA alpha (scale alpha / r)", 0.0, 1e6,

@@ -62,7 +62,7 @@ struct TrainConfig {
     int64_t eval_interval = 0;      // 0: only at the end
     std::string out_dir;
     std::string resume;             // path of a saved training state
-    bool average_loss_per_batch = true;
+    bool average_loss_per_batch = true;  // token mean over the micro-batch (false: per-row means, averaged)
     // LoRA (script defaults of keys_values' long_lora: r 8, alpha 16, q and v)
     int64_t lora_r = 8;
     double lora_alpha = 16.0;

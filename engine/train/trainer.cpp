@@ -83,10 +83,6 @@ Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg
                     "use finetune_long_lora or finetune_offload_lora");
     if (is_offload_mode(cfg.mode) && !m.options().device.is_cpu())
         throw Error(str("mode ", cfg.mode, ": the offload modes run on the CPU backend only in this build"), "use --device cpu");
-    if (!cfg.train.average_loss_per_batch)
-        throw Error("--train.average_loss_per_batch false is not supported: the gradient pipeline normalises the loss per row "
-                    "(the mean over rows of each row's mean token loss)",
-                    "leave --train.average_loss_per_batch at true");
     accum_ = cfg.train.global_batch_size / cfg.train.micro_batch_size;
 
     sum_.mode = cfg.mode;
@@ -276,6 +272,7 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
     for (size_t j = 0; j < micro_batches.size(); ++j) {
         MicroBatch b = make_micro_batch(data_, micro_batches[j], pad, m.options().device);
         if (class_w_.defined()) b.head.class_weight = class_w_, b.head.class_bias = class_b_;
+        b.head.average_loss_per_batch = cfg_.train.average_loss_per_batch;  // validation stays per row
         const int64_t T = b.ids.size(1);
         KVCache cache(kc, lm_.config, m.options().device, m.act_dtype(), T, nullptr);
         // The chunk plan depends on the batch alone (its first example), never on how many

@@ -3,7 +3,9 @@
 // finetune_long_full and finetune_offload_full train every weight. Each optimizer step takes
 // global_batch_size / micro_batch_size micro-batches through the gradient pipeline with the
 // configured cache policy (grad/gradient_pipeline.h), each with loss scale B_micro / B_global
-// so the accumulated gradient is that of the mean loss, clips by the global norm, and steps
+// so the accumulated gradient is that of the mean loss (a micro-batch's loss: the mean over its
+// target tokens with train.average_loss_per_batch, as the reference's default, else the mean of
+// its rows' token means; validation always per row), clips by the global norm, and steps
 // the optimizer with the warm-up + cosine learning rate. Validation runs at the start, every
 // eval_interval steps and at the end; checkpoints go to out_dir every save_interval steps and
 // at the end (train_checkpoint.h), and --resume continues a run with identical losses. Only the

@@ -220,6 +220,74 @@ TEST(GradientLayout, CellLayoutDoesNotChangeGradients) {
     }
 }
 
+// ==== loss normalisation ==========================================================================
+
+// keys_values' average_loss_per_batch: true divides each row's summed token loss by the batch's
+// mean target count (the batch loss is the mean over all target tokens), false by the row's own
+// count (the mean of the rows' token means). Rows with different target counts tell them apart;
+// both gradients match finite differences of their replayed losses.
+TEST(GradLossNormalisation, AverageLossPerBatchIsTheBatchTokenMean) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("loss-normalisation"));
+    const int64_t B = 3, T = 24, L = 16, chunk = 8;
+    GradData d = grad_test_data(cfg, B, T, 17);
+    for (int64_t t = 0; t < 14; ++t) d.head.token_targets[size_t(2 * T + t)] = -100;  // row 2: few targets
+    std::vector<double> nz(B, 0.0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) nz[size_t(b)] += d.head.token_targets[size_t(b * T + t)] != -100;
+    ASSERT_NE(nz[0], nz[2]);
+    KVCacheConfig kc;
+    kc.name = "h2o-default";
+    kc.cache_length = L;
+    const ChunkPlan plan = grad_test_plan(cfg, T, L, chunk, 0.5);
+    const double scale = 0.25;
+    std::vector<double> x0_grads[2];
+    for (bool per_batch : {false, true}) {
+        d.head.average_loss_per_batch = per_batch;
+        GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+        // the normalisation from phase 1's per-row sums and counts, by hand
+        double expect = 0;
+        const double total = nz[0] + nz[1] + nz[2];
+        for (int64_t b = 0; b < B; ++b) {
+            ASSERT_EQ(r.stats.head.count[size_t(b)], nz[size_t(b)]);
+            expect += per_batch ? r.stats.head.loss_sum[size_t(b)] / total : r.stats.head.loss_sum[size_t(b)] / (double(B) * nz[size_t(b)]);
+        }
+        auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, cache_lengths(*model, L), d.ids, plan, d.head, scale, x); };
+        const double l0 = loss(nullptr);
+        // run_gradient used scale 1; the loss scales linearly
+        EXPECT_NEAR(r.stats.loss, expect, 1e-12 * expect) << "per_batch " << per_batch;
+        EXPECT_NEAR(l0, scale * expect, 1e-6 * scale * expect) << "per_batch " << per_batch;
+        // gradients at scale 0.25, as a micro-batch of a larger global batch
+        KVCache cache(kc, cfg, Device{}, DType::F64, T);
+        ModelGrads g = ModelGrads::zeros_like(*model);
+        Tensor x0_grad = Tensor::zeros({B, T, cfg.hidden_size}, DType::F64);
+        GradientTargets tg;
+        tg.model = &g;
+        tg.input_embedding_grad = &x0_grad;
+        const GradientStats st = gradient_step(*model, cache, d.ids, plan, d.head, scale, GradientOptions{}, tg, {}, &r.stats.plans);
+        EXPECT_NEAR(st.replay_loss, l0, 1e-12 * l0);
+        x0_grads[per_batch] = x0_grad.to_f64_vector();
+        check_against_fd(*model, g, x0_grad, model->embed(d.ids), loss, 2, {0, 5, 12, 22}, 1e-6,
+                         per_batch ? "average_loss_per_batch" : "per row");
+    }
+    // Rows do not interact, so row b's input gradient differs between the two only by the
+    // ratio of its loss weights, (1 / sum nz) / (1 / (B nz_b)): B nz_b / sum nz (3/4 .. 3/2 here).
+    const double total = nz[0] + nz[1] + nz[2];
+    const int64_t per_row = T * cfg.hidden_size;
+    for (int64_t b = 0; b < B; ++b) {
+        const double ratio = double(B) * nz[size_t(b)] / total;
+        double err = 0, ref = 0;
+        for (int64_t i = b * per_row; i < (b + 1) * per_row; ++i) {
+            err = std::max(err, std::fabs(x0_grads[1][size_t(i)] - ratio * x0_grads[0][size_t(i)]));
+            ref = std::max(ref, std::fabs(x0_grads[1][size_t(i)]));
+        }
+        EXPECT_GT(ref, 0.0) << "row " << b;
+        EXPECT_LE(err, 1e-10 * ref) << "row " << b << " weight ratio " << ratio;
+    }
+    EXPECT_GT(std::fabs(double(B) * nz[2] / total - 1.0), 0.2) << "row 2's weights must tell the normalisations apart";
+}
+
 // ==== seq_classification head ===================================================================
 
 // The trainable Linear(E, C) head on the final-norm state (pooled at the last position or the
@@ -321,14 +389,17 @@ TEST(LoraDropoutGradient, MatchesFiniteDifferencesOfTheSamePass) {
         checked += check_tensor_against_fd(a.module + ".lora_B", a.B, a.dB, [&] { return loss(nullptr); }, 3, 1e-6, "dropout 0.3") > 0;
     }
     EXPECT_EQ(checked, int(2 * lora->adapters().size()));
-    // the input embeddings: their gradient passes the masks of the q/k/v and gate/up sites
+    // the input embeddings: their gradient passes the masks of the q/k/v and gate/up sites.
+    // h = 1e-6: with adapters on every site the loss can curve enough at an embedding entry
+    // that h = 1e-5 leaves a truncation error of ~1e-6 relative (it shrinks as h^2; the f64
+    // rounding floor at h = 1e-6 is ~1e-9)
     Tensor x0 = model->embed(d.ids), xp = x0.clone();
     std::vector<Sample> s;
     for (int64_t p : {int64_t(0), int64_t(5), int64_t(17), int64_t(38)})
         for (int64_t e : {int64_t(1), cfg.hidden_size / 2, cfg.hidden_size - 1}) {
             const int64_t idx = (T + p) * cfg.hidden_size + e;  // batch row 1
             s.push_back({"x0[1," + std::to_string(p) + "," + std::to_string(e) + "]", get_elem(x0_grad, idx),
-                         central_difference(xp, idx, 1e-5, [&] { return loss(&xp); })});
+                         central_difference(xp, idx, 1e-6, [&] { return loss(&xp); })});
         }
     double scale = 0;
     for (const auto& x : s) scale = std::max(scale, std::fabs(x.fd));

@@ -317,6 +317,22 @@ TEST(TrainLoop, TwoMicroBatchesOfOneEqualOneMicroBatchOfTwo) {
     }
 }
 
+TEST(TrainLoop, AverageLossPerBatchFalseTrainsPerRow) {
+    SingleThread st;
+    // Passkey rows all have two target tokens (the letter and EOS): the batch token mean and
+    // the mean of the rows' token means coincide, bitwise. The normalisations themselves, on
+    // rows with different counts, are tested in grad_fd_test (GradLossNormalisation).
+    RunConfig c1 = tiny_run("finetune_long_lora", 4, 0.0);
+    c1.train.micro_batch_size = 2, c1.train.global_batch_size = 2;
+    c1.train.max_steps = 2;
+    RunConfig c0 = c1;
+    c0.train.average_loss_per_batch = false;  // was refused
+    LoadedModel m1 = tiny_model(), m0 = tiny_model();
+    const TrainSummary s1 = run_train(c1, m1), s0 = run_train(c0, m0);
+    ASSERT_EQ(s0.steps.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(s0.steps[i].loss, s1.steps[i].loss);
+}
+
 TEST(TrainLoop, LoraLowersPasskeyValidationLoss) {
     SingleThread st;
     // SFT on the answer (next_token_prediction: the answer letter, then EOS), gradients through
