@@ -50,6 +50,9 @@ def main():
         print(f"| {pol} | " + " | ".join(cells) + " |")
     print()
     Ts = sorted({k[1] for k in passkey})
+    if not Ts:
+        print("(no passkey runs in this session yet)")
+        return
     print("| policy (cache 1024) | " + " | ".join(f"T={T}" for T in Ts) + " |")
     print("|---|" + "---|" * len(Ts))
     for pol in sorted({k[0] for k in passkey}, key=lambda p: (p != "dense", p)):
