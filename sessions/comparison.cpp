@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -32,6 +33,16 @@ std::string fmt(double v, int prec = 4) {
     if (std::isnan(v)) return "-";
     char b[64];
     std::snprintf(b, sizeof b, "%.*g", prec, v);
+    return b;
+}
+
+std::string fmt_bytes(double v) {
+    if (std::isnan(v)) return "-";
+    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (std::fabs(v) >= 1024 && u < 4) v /= 1024, ++u;
+    char b[64];
+    std::snprintf(b, sizeof b, u ? "%.2f %s" : "%.0f %s", v, units[u]);
     return b;
 }
 }  // namespace
@@ -64,7 +75,13 @@ Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& i
         cr.tokens_per_s = num(s, "tokens_per_s");
         cr.kv_bytes = num(s, "kv_bytes");
         cr.seconds = num(s, "seconds");
-        if (s.contains("memory") && s["memory"].contains("cpu")) cr.peak_bytes = num(s["memory"]["cpu"], "peak_total");
+        if (s.contains("memory") && s["memory"].contains("cpu")) {
+            const Json& m = s["memory"]["cpu"];
+            cr.peak_bytes = num(m, "peak_total");
+            if (m.contains("peak") && m["peak"].is_object())
+                for (const auto& [cat, v] : m["peak"].items())
+                    if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
+        }
         c.runs.push_back(cr);
     }
     std::set<std::string> keys;
@@ -95,18 +112,25 @@ std::string format_comparison(const Comparison& c) {
     out += "reference: run " + std::to_string(c.reference) + "\n";
     if (!c.differing_fields.empty()) {
         out += "configuration (only fields that differ):\n";
+        // Columns as wide as their values (up to 32 characters), so names stay readable.
+        std::vector<int> w;
+        for (const auto& r : c.runs) {
+            size_t n = ("run " + std::to_string(r.id)).size();
+            for (const auto& kv : r.config_diff) n = std::max(n, std::min<size_t>(kv.second.size(), 32));
+            w.push_back(int(n));
+        }
         std::snprintf(line, sizeof line, "  %-34s", "field");
         out += line;
-        for (const auto& r : c.runs) {
-            std::snprintf(line, sizeof line, " %18s", ("run " + std::to_string(r.id)).c_str());
+        for (size_t i = 0; i < c.runs.size(); ++i) {
+            std::snprintf(line, sizeof line, "  %*s", w[i], ("run " + std::to_string(c.runs[i].id)).c_str());
             out += line;
         }
         out += "\n";
         for (size_t f = 0; f < c.differing_fields.size(); ++f) {
             std::snprintf(line, sizeof line, "  %-34s", c.differing_fields[f].c_str());
             out += line;
-            for (const auto& r : c.runs) {
-                std::snprintf(line, sizeof line, " %18s", r.config_diff[f].second.substr(0, 18).c_str());
+            for (size_t i = 0; i < c.runs.size(); ++i) {
+                std::snprintf(line, sizeof line, "  %*s", w[i], c.runs[i].config_diff[f].second.substr(0, 32).c_str());
                 out += line;
             }
             out += "\n";
@@ -118,9 +142,41 @@ std::string format_comparison(const Comparison& c) {
     for (const auto& r : c.runs) {
         std::snprintf(line, sizeof line, "%-5lld %-9s %9s %8s %9s %9s %10s %9sx %10s %8sx %8sx\n", (long long)r.id, r.status.c_str(),
                       fmt(r.loss).c_str(), fmt(r.d_loss, 3).c_str(), fmt(r.accuracy, 3).c_str(), fmt(r.perplexity).c_str(),
-                      fmt(r.tokens_per_s, 5).c_str(), fmt(r.speed_ratio, 3).c_str(), fmt(r.kv_bytes, 6).c_str(), fmt(r.kv_ratio, 3).c_str(),
+                      fmt(r.tokens_per_s, 5).c_str(), fmt(r.speed_ratio, 3).c_str(), fmt_bytes(r.kv_bytes).c_str(), fmt(r.kv_ratio, 3).c_str(),
                       fmt(r.peak_ratio, 3).c_str());
         out += line;
+    }
+    // Peak memory by category (the allocator's peaks of each category during the run).
+    std::vector<std::string> cats;
+    for (const auto& r : c.runs)
+        for (const auto& [cat, v] : r.peak_by_category)
+            if (std::find(cats.begin(), cats.end(), cat) == cats.end()) cats.push_back(cat);
+    std::sort(cats.begin(), cats.end());
+    if (!cats.empty()) {
+        out += "peak memory by category:\n";
+        std::snprintf(line, sizeof line, "  %-22s", "category");
+        out += line;
+        for (const auto& r : c.runs) {
+            std::snprintf(line, sizeof line, " %12s", ("run " + std::to_string(r.id)).c_str());
+            out += line;
+        }
+        out += "\n";
+        auto row = [&](const std::string& label, auto value) {
+            std::snprintf(line, sizeof line, "  %-22s", label.c_str());
+            out += line;
+            for (const auto& r : c.runs) {
+                std::snprintf(line, sizeof line, " %12s", fmt_bytes(value(r)).c_str());
+                out += line;
+            }
+            out += "\n";
+        };
+        for (const auto& cat : cats)
+            row(cat, [&](const ComparedRun& r) {
+                for (const auto& [k, v] : r.peak_by_category)
+                    if (k == cat) return v;
+                return double(NAN);
+            });
+        row("total (peak)", [](const ComparedRun& r) { return r.peak_bytes; });
     }
     return out;
 }

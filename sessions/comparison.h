@@ -17,6 +17,7 @@ struct ComparedRun {
     std::vector<std::pair<std::string, std::string>> config_diff;  // fields differing from the reference
     double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;
     double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;
+    std::vector<std::pair<std::string, double>> peak_by_category;  // bytes, from the run's summary (cpu device)
     // relative to the reference (NaN when either side is missing)
     double d_loss = NAN, d_accuracy = NAN, ppl_ratio = NAN, speed_ratio = NAN, kv_ratio = NAN, peak_ratio = NAN;
 };

@@ -302,6 +302,15 @@ TEST(Comparison, DiffAndRatiosFollowTheSummaries) {
     const std::string table = sessions::format_comparison(cmp);
     EXPECT_NE(table.find("h2o-default"), std::string::npos);
     EXPECT_NE(table.find("lastrec-default"), std::string::npos);
+    // Peak memory by category, as the run summaries recorded them.
+    EXPECT_NE(table.find("peak memory by category"), std::string::npos);
+    for (const auto& r : cmp.runs) {
+        const auto sum = nlohmann::json::parse(rm.summary(r.id));
+        const auto& peaks = sum.at("memory").at("cpu").at("peak");
+        ASSERT_EQ(r.peak_by_category.size(), peaks.size());
+        for (const auto& [cat, v] : r.peak_by_category) EXPECT_EQ(v, peaks.at(cat).get<double>()) << cat;
+    }
+    EXPECT_NE(table.find("kv_cache"), std::string::npos);
     EXPECT_THROW(sessions::compare_runs(rm.session(), {a, 999}, a), Error);
     EXPECT_THROW(sessions::compare_runs(rm.session(), {}, a), Error);
 }
