@@ -5,18 +5,23 @@
 //       lookup (string key) per call
 //   v2  (kernels/cpu/matmul.cpp small-M path, gemv_tile.h) W rows streamed once, one row at
 //       a time (one address stream) with U = 4/M accumulators per x row, a software prefetch
-//       1 KiB ahead, bf16 widened by a shift, ~64 KiB work units claimed from an atomic
-//       counter by the thread team. M = 1: ~0.9-1.0x of the plain read, v1 ~0.4-0.6x.
+//       to L2 (prefetcht1) 2 KiB ahead, bf16 widened by a shift (or vdpbf16ps when x is bf16
+//       too), ~64 KiB work units run by unit_pool.h. M = 1: ~0.8-1.0x of the plain read,
+//       v1 ~0.3-0.5x.
 //       Tried on the way: 4 W rows per tile (M x 4 accumulators, shuffle-tree sums) ran at
 //       ~0.3-0.6x of the read on 1-2 KiB rows (four interleaved short streams defeat the
-//       hardware prefetchers); prefetch distances 1-4 KiB are within the noise for M = 1,
-//       1 KiB helped M = 4 most. M = 4 stays at ~0.6-0.8x (x reloads from L1/L2 per W vector).
+//       hardware prefetchers); prefetchnta / prefetcht0 (to L1) 1-4 KiB ahead cost ~20%
+//       against no prefetch at all on huge pages, prefetcht1 gained ~10-20%; with huge pages
+//       one thread alone reaches about the 2-thread read. M = 4 stays at ~0.6-0.8x (x reloads
+//       from L1/L2 per W vector).
 // Baseline: a plain 2-thread read of the same bytes (the floor a GEMV cannot beat).
-// Weights rotate through copies totalling >= 256 MiB, so every call streams from DRAM as
-// in a real decode step. Each version is checked against an f64 product first.
+// Weights rotate through copies totalling >= 256 MiB (2 MiB-aligned with transparent huge
+// pages, as the CPU backend allocates them), so every call streams from DRAM as in a real
+// decode step. Each version is checked against an f64 product first.
 // Usage: kvlab_lab_gemv [--quick] [--threads N]
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,7 +48,19 @@ struct Shape {
 struct Problem {
     int64_t M, N, K;
     DType dt;
-    std::vector<std::vector<char>> w;
+    struct Buf {  // 2 MiB-aligned with transparent huge pages, as the CPU backend allocates weights
+        char* p = nullptr;
+        size_t n = 0;
+        explicit Buf(size_t bytes) : n(bytes) {
+            p = static_cast<char*>(std::aligned_alloc(size_t(2) << 20, (bytes + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20)));
+            madvise(p, bytes, MADV_HUGEPAGE);
+        }
+        Buf(Buf&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+        ~Buf() { std::free(p); }
+        char* data() { return p; }
+        size_t size() const { return n; }
+    };
+    std::vector<Buf> w;
     std::vector<char> x, y;
     Problem(int64_t m, int64_t n, int64_t k, DType d, size_t min_bytes, uint64_t seed) : M(m), N(n), K(k), dt(d) {
         const size_t wb = size_t(N * K * dtype_size(dt));
@@ -52,10 +69,10 @@ struct Problem {
         std::uniform_real_distribution<float> u(-1.f, 1.f);
         std::vector<float> tmp(size_t(N * K));
         for (float& f : tmp) f = u(rng);
-        w.resize(copies);
-        for (auto& c : w) {
-            c.resize(wb);
-            cpu::store_row(c.data(), dtype_size(dt), dt, N * K, tmp.data());
+        w.reserve(copies);
+        for (size_t i = 0; i < copies; ++i) {
+            w.emplace_back(wb);
+            cpu::store_row(w.back().data(), dtype_size(dt), dt, N * K, tmp.data());
         }
         x.resize(size_t(M * K * dtype_size(dt)));
         std::vector<float> xt(size_t(M * K));
