@@ -65,11 +65,14 @@ inline float hsum(vf32x16 a) {
 // One W row at a time: rows are read front to back as one address stream, which the hardware
 // prefetchers follow; interleaving four short rows (1-2 KiB each) ran at half the bandwidth
 // (kernels/lab/gemv_lab.cpp v2). U independent accumulators per x row hide the FMA latency.
-// A software prefetch into L2 (prefetcht1, locality 2) kPrefetchBytes ahead gained 10-20%;
-// into L1 (t0) or non-temporal it lost ~20% against none (the lab's measurements).
+// A software prefetch into L2 (prefetcht1, locality 2) kPrefetchBytes ahead gained 10-20% on
+// weight rows; into L1 (t0) or non-temporal it lost ~20% against none (the lab's
+// measurements). Short rows (SDPA keys, <= kShortRowBytes) go without: there it cost ~20%
+// of the score pass.
 // y[m * ldy] = sum_{k < K} x[m * ldx + k] * w[k]   (m < M)
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int kPrefetchLocality = 2;  // prefetcht1
+constexpr int64_t kShortRowBytes = 512;
 template <class W, int M>
 inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, float* y, int64_t ldy) {
     constexpr int U = M >= 4 ? 1 : M >= 2 ? 2 : 4;
@@ -78,12 +81,14 @@ inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, flo
     for (int m = 0; m < M; ++m)
 #pragma GCC unroll 16
         for (int u = 0; u < U; ++u) acc[m][u] = vf32x16{};
+    const bool prefetch = K * int64_t(sizeof(W)) > kShortRowBytes;
     int64_t k = 0;
     for (; k + 16 * U <= K; k += 16 * U) {
         vf32x16 wv[U];
 #pragma GCC unroll 16
         for (int u = 0; u < U; ++u) {
-            if ((16 * u * sizeof(W)) % 64 == 0) __builtin_prefetch(reinterpret_cast<const char*>(w + k + 16 * u) + kPrefetchBytes, 0, kPrefetchLocality);
+            if (prefetch && (16 * u * sizeof(W)) % 64 == 0)
+                __builtin_prefetch(reinterpret_cast<const char*>(w + k + 16 * u) + kPrefetchBytes, 0, kPrefetchLocality);
             wv[u] = load16(w + k + 16 * u);
         }
 #pragma GCC unroll 16

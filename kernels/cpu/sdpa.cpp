@@ -515,10 +515,16 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
         // Mask by position, then the range's softmax partials.
         const int64_t kpb = kpos.ne[0] == 1 ? 0 : b, kpg = kpos.ne[1] == 1 ? 0 : g, qpb = qpos.ne[0] == 1 ? 0 : b;
         int32_t* kp = reinterpret_cast<int32_t*>(scratch<float>(2, nk));
-        for (int64_t j = 0; j < nk; ++j) kp[j] = read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (j0 + j) * kpos.nb[2]);
+        int64_t kmin = INT64_MAX, kmax = INT64_MIN;
+        for (int64_t j = 0; j < nk; ++j) {
+            kp[j] = read_i32(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (j0 + j) * kpos.nb[2]);
+            kmin = std::min<int64_t>(kmin, kp[j]);
+            kmax = std::max<int64_t>(kmax, kp[j]);
+        }
         for (int64_t i = 0; i < n; ++i) {
             const int64_t qp = read_i32(qpos, qpb * qpos.nb[0] + i * qpos.nb[1]);
             const int64_t lo = s.window > 0 ? qp - s.window : INT64_MIN;
+            if (kmax <= qp && kmin > lo) continue;  // query i sees every key of the range
             for (int64_t r = 0; r < s.R; ++r) {
                 float* sr = sc + (r * n + i) * kDecodeKeys;
                 for (int64_t j = 0; j < nk; ++j)
