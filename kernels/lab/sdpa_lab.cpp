@@ -9,6 +9,13 @@
 //       Tried on the way and measured worse: 4x64 tiles (~20% slower: B reloads), (HS, T)
 //       layouts for K^T, P and dP (2-3x slower products: rows 4*T bytes apart share cache sets),
 //       key blocks of 64 or 256 (more rescaling / panels falling out of L1).
+//   v3  (kernels/cpu/sdpa.cpp, decode section) n <= 4 queries: no K^T copy; scores as dot
+//       products on K in place, P.V through gemv_tile.h, 512-key ranges per work unit
+//       merged in order. The "decode" shape below runs it under the v2 label (the backend
+//       picks it). It replaced v2's per-call conversion of the whole cache into K^T panels,
+//       and v2's split by (pair, query block), which for one query leaves threads idle or
+//       unbalanced when G is not a multiple of the thread count (smollm2-135m decode at 4096:
+//       attention and the small ops per layer ~2.7 -> ~1.3 ms, measured in one session).
 // Every version is checked against the f64 reference on small shapes, then timed on model
 // shapes with and without attention-weight sums. The backward (v2 only) is timed as well.
 // Usage: kvlab_lab_sdpa [--quick] [--threads N]
