@@ -35,7 +35,7 @@ def main():
             continue
         m = re.fullmatch(r"passkey (\S+) T=(\d+)", name)
         if m:
-            passkey[(m[1], int(m[2]))] = s.get("accuracy")
+            passkey[(m[1], int(m[2]))] = (s.get("accuracy"), s.get("mean_loss"))
     bufs, Ls = ["default", "q8", "q4"], [512, 1024, 2048]
     print("| policy | " + " | ".join(f"{b} L={L}" for b in bufs for L in Ls) + " |")
     print("|---|" + "---|" * (len(bufs) * len(Ls)))
@@ -53,11 +53,15 @@ def main():
     if not Ts:
         print("(no passkey runs in this session yet)")
         return
-    print("| policy (cache 1024) | " + " | ".join(f"T={T}" for T in Ts) + " |")
+    print("| policy (cache 1024) | " + " | ".join(f"T={T}: accuracy (loss)" for T in Ts) + " |")
     print("|---|" + "---|" * len(Ts))
+
+    def cell(v):
+        if v is None or v[0] is None:
+            return "–"
+        return f"{v[0] * 100:.0f}% ({v[1]:.3f})" if v[1] is not None else f"{v[0] * 100:.0f}%"
     for pol in sorted({k[0] for k in passkey}, key=lambda p: (p != "dense", p)):
-        print(f"| {pol} | " + " | ".join(
-            (f"{passkey[(pol, T)] * 100:.0f}%" if passkey.get((pol, T)) is not None else "–") for T in Ts) + " |")
+        print(f"| {pol} | " + " | ".join(cell(passkey.get((pol, T))) for T in Ts) + " |")
 
 
 if __name__ == "__main__":
