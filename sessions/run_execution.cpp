@@ -28,6 +28,8 @@ ModelOptions model_options(const RunConfig& cfg) {
     return opt;
 }
 
+}  // namespace
+
 nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& s : stats) {
@@ -39,6 +41,8 @@ nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
     }
     return j;
 }
+
+namespace {
 
 RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
     EvalCallbacks cb;

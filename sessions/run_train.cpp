@@ -12,21 +12,6 @@
 
 namespace kv::sessions {
 
-namespace {
-
-nlohmann::json peaks_json(const std::vector<DeviceMemoryStats>& stats) {
-    nlohmann::json j = nlohmann::json::object();
-    for (const auto& s : stats) {
-        nlohmann::json d;
-        d["peak_total"] = s.peak_total;
-        for (size_t c = 0; c < kNumMemCategories; ++c)
-            if (s.peak[c]) d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
-        j[s.device.is_cpu() ? "cpu" : str("cuda:", s.device.index)] = d;
-    }
-    return j;
-}
-
-}  // namespace
 
 RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
     TrainCallbacks cb;
@@ -123,7 +108,7 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
                       {"nf4_bytes", s.qlora_stats.nf4_bytes},
                       {"max_abs_error", s.qlora_stats.max_abs_error}};
     }
-    j["memory"] = peaks_json(s.memory);
+    j["memory"] = memory_json(s.memory);
     if (last_val) trace::metric("final_val_loss", s.start_step + int64_t(s.steps.size()), last_val->loss);
 
     RunOutcome out;

@@ -4,11 +4,17 @@
 // val_accuracy), so the session file and the GUI show training curves as eval runs show theirs.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
 #include "run_execution.h"
 
 namespace kv::sessions {
 
 RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks);
+
+// Peak memory per device and category as the run summaries store it (run_execution.cpp).
+nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats);
 
 }  // namespace kv::sessions
