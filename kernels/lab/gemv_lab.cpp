@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/lab/lab_common.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace kv::lab {
@@ -141,18 +142,6 @@ float read_all(const char* p, size_t bytes, int threads) {
     return tot;
 }
 
-double seconds_per_call(const std::function<void(size_t)>& fn, double min_s) {
-    fn(0);
-    size_t i = 1;
-    auto t0 = std::chrono::steady_clock::now();
-    double el = 0;
-    do {
-        fn(i++);
-        el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } while (el < min_s);
-    return el / double(i - 1);
-}
-
 double max_rel_err(const Problem& p, const std::vector<double>& ref) {
     const float* y = reinterpret_cast<const float*>(p.y.data());
     double mx = 0, e = 0;
@@ -162,16 +151,10 @@ double max_rel_err(const Problem& p, const std::vector<double>& ref) {
 }
 
 int main_impl(int argc, char** argv) {
-    bool quick = false;
-    int threads = omp_get_max_threads();
-    for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--quick")) quick = true;
-        else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-        else {
-            std::fprintf(stderr, "usage: kvlab_lab_gemv [--quick] [--threads N]\n");
-            return 2;
-        }
-    }
+    const LabArgs args = parse_lab_args(argc, argv, "kvlab_lab_gemv");
+    if (!args.ok) return 2;
+    const bool quick = args.quick;
+    const int threads = args.threads;
     OpContext ctx;
     ctx.threads = threads;
     KernelBackend& be = cpu_kernel_backend();

@@ -32,6 +32,7 @@
 
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/lab/lab_common.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace kv::lab {
@@ -143,18 +144,6 @@ struct Shape {
     int64_t N, K;  // weight [N, K] (PyTorch Linear [out, in])
 };
 
-double seconds_per_call(const std::function<void(size_t)>& fn, double min_s) {
-    fn(0);
-    size_t i = 1;
-    auto t0 = std::chrono::steady_clock::now();
-    double el = 0;
-    do {
-        fn(i++);
-        el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } while (el < min_s);
-    return el / double(i - 1);
-}
-
 // y (M, N) f32 = x (M, K) @ W^T through the product's CPU matmul.
 OpCall matmul_call(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K) {
     OpCall c;
@@ -172,16 +161,10 @@ OpCall matmul_call(const float* x, const float* w, float* y, int64_t M, int64_t 
 }
 
 int main_impl(int argc, char** argv) {
-    bool quick = false;
-    int threads = omp_get_max_threads();
-    for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--quick")) quick = true;
-        else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-        else {
-            std::fprintf(stderr, "usage: kvlab_lab_packed [--quick] [--threads N]\n");
-            return 2;
-        }
-    }
+    const LabArgs args = parse_lab_args(argc, argv, "kvlab_lab_packed");
+    if (!args.ok) return 2;
+    const bool quick = args.quick;
+    const int threads = args.threads;
     OpContext ctx;
     ctx.threads = threads;
     KernelBackend& be = cpu_kernel_backend();

@@ -37,6 +37,7 @@
 
 #include "kernels/common/element_math.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/lab/lab_common.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ref/ref_ops.h"
 
@@ -323,16 +324,10 @@ double time_it(const std::function<void()>& fn, int reps) {
 }
 
 int main_impl(int argc, char** argv) {
-    bool quick = false;
-    int threads = omp_get_max_threads();
-    for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--quick")) quick = true;
-        else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-        else {
-            std::fprintf(stderr, "usage: kvlab_lab_sdpa [--quick] [--threads N]\n");
-            return 2;
-        }
-    }
+    const LabArgs args = parse_lab_args(argc, argv, "kvlab_lab_sdpa");
+    if (!args.ok) return 2;
+    const bool quick = args.quick;
+    const int threads = args.threads;
     OpContext ctx;
     ctx.threads = threads;
     KernelBackend& be = cpu_kernel_backend();
