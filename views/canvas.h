@@ -6,6 +6,7 @@
 // Contract between views/ and app/gui/ (keep it stable; extend, don't break):
 //   - The host creates the ImGui context, calls ImGui::NewFrame(), then Canvas::draw(), then
 //     ImGui::Render() and renders the draw data. Canvas never touches GL.
+//   - The host clears the frame to the background (kvlab draws no window background).
 //   - Views that are textures (eviction map, heatmaps) produce RGBA8 pixels; the host turns
 //     them into textures through TextureHost (GL in the app, a recorder in tests).
 //   - refresh() reads only rows newer than what the views hold; the host calls it from a

@@ -6,6 +6,7 @@
 //   [SECTION] refresh
 //   [SECTION] drawing
 #include "views/memory_timeline.h"
+#include "views/memory_raster.h"
 
 #include <algorithm>
 #include <chrono>
@@ -418,43 +419,6 @@ namespace {
 std::string label_time(double ns) { return format_duration_ns(ns); }
 std::string label_bytes(double b) { return format_bytes(b); }
 
-// Stacked areas: per category, runs of pixel columns with the same extent become one rect.
-void draw_stack(ImDrawList* dl, const PlotFrame& f, const std::vector<storage::MemoryBucket>& buckets, double ymax) {
-    const int n = int(buckets.size());
-    if (n == 0 || ymax <= 0) return;
-    const float colw = f.width() / n;
-    std::vector<double> base(size_t(n), 0.0);
-    auto ypix = [&](double v) { return float(f.p1.y - v / ymax * f.height()); };
-    for (size_t c = 0; c < kNumMemCategories; ++c) {
-        const Colour col = with_alpha(mem_category_colour(MemCategory(c)), 210);
-        int run_start = -1;
-        float ra = 0, rb = 0;
-        auto flush = [&](int end) {
-            if (run_start >= 0 && ra - rb >= 0.5f)
-                dl->AddRectFilled(ImVec2(f.p0.x + run_start * colw, rb), ImVec2(f.p0.x + end * colw, ra), col);
-            run_start = -1;
-        };
-        for (int x = 0; x < n; ++x) {
-            const double v = double(std::max<int64_t>(0, buckets[size_t(x)].at_max[c]));
-            const float a = ypix(base[size_t(x)]), b = ypix(base[size_t(x)] + v);
-            base[size_t(x)] += v;
-            if (run_start >= 0 && std::fabs(a - ra) < 0.5f && std::fabs(b - rb) < 0.5f) continue;
-            flush(x);
-            if (v > 0) run_start = x, ra = a, rb = b;
-        }
-        flush(n);
-    }
-    // The device total (max per column) as a line over the stack.
-    std::vector<ImVec2> line;
-    line.reserve(size_t(n) * 2);
-    for (int x = 0; x < n; ++x) {
-        const float y = ypix(double(buckets[size_t(x)].total_max));
-        line.push_back(ImVec2(f.p0.x + x * colw, y));
-        line.push_back(ImVec2(f.p0.x + (x + 1) * colw, y));
-    }
-    dl->AddPolyline(line.data(), int(line.size()), IM_COL32(240, 240, 240, 200), 0, 1.0f);
-}
-
 void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewState& s, float x0, float x1, float y0,
                float y1, int64_t t0, int64_t t1) {
     const double px_per_ns = double(x1 - x0) / double(t1 - t0);
@@ -515,7 +479,13 @@ const SpanBox* span_at(const SpanLane& lane, int64_t t, int64_t slack) {
 
 }  // namespace
 
-void DrawMemoryTimelineView(MemoryTimelineViewState& s, storage::SessionReader* reader, ImVec2 size) {
+void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* host) {
+    if (host && s.plot_texture) host->release(s.plot_texture);
+    s.plot_texture = 0;
+    s.plot_key = {};
+}
+
+void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, storage::SessionReader* reader, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) {
         const ImVec2 avail = ImGui::GetContentRegionAvail();
         if (size.x <= 0) size.x = avail.x;
@@ -588,17 +558,27 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, storage::SessionReader* 
         for (const auto& b : s.shown_buckets) s.shown_peak = std::max(s.shown_peak, b.total_max);
     }
     const double ymax = std::max<double>(1, double(s.shown_peak) * 1.08);
-    dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));
     auto tpx = [&](int64_t t) { return float(axis_to_pixel(s.time, double(t - s.t0_ns), f.p0.x, f.p1.x)); };
-    dl->PushClipRect(f.p0, f.p1, true);
-    if (s.show_cells)
-        for (const auto& c : s.cells) {
-            if (c.end_ns < t0 || c.start_ns >= t1) continue;
-            dl->AddRectFilled(ImVec2(tpx(c.start_ns), f.p0.y), ImVec2(tpx(c.end_ns), f.p1.y),
-                              (c.col & 1) ? IM_COL32(255, 255, 255, 14) : IM_COL32(120, 160, 255, 18));
+    {  // background, cell bands, stacked areas and total line: one image, rebuilt on change
+        const int pw = ncol, ph = std::max(1, int(f.height()));
+        const MemoryTimelineViewState::PlotKey key{s.shown_t0, s.shown_t1, s.shown_version, s.shown_device, pw, ph, s.show_cells,
+                                                   s.cells.size()};
+        if (key != s.plot_key || s.plot_pixels.empty()) {
+            std::vector<RasterBand> bands;
+            if (s.show_cells)
+                for (const auto& c : s.cells) {
+                    if (c.end_ns < t0 || c.start_ns >= t1) continue;
+                    bands.push_back({tpx(c.start_ns) - f.p0.x, tpx(c.end_ns) - f.p0.x,
+                                     (c.col & 1) ? IM_COL32(255, 255, 255, 14) : IM_COL32(120, 160, 255, 18)});
+                }
+            rasterize_memory_plot(s.shown_buckets, ymax, bands, pw, ph, s.plot_pixels);
+            s.plot_width = pw, s.plot_height = ph, s.plot_key = key;
+            ++s.plot_builds;
+            if (host) s.plot_texture = host->upload_rgba(s.plot_texture, pw, ph, s.plot_pixels.data());
         }
-    draw_stack(dl, f, s.shown_buckets, ymax);
-    dl->PopClipRect();
+        if (host && s.plot_texture)
+            dl->AddImage(ImTextureID(uintptr_t(s.plot_texture)), f.p0, ImVec2(f.p0.x + float(pw), f.p0.y + float(ph)));
+    }
     draw_x_ticks(dl, f, s.time, label_time);
     const AxisRange yr{0, ymax};
     draw_y_ticks(dl, f, yr, label_bytes, false);
@@ -679,7 +659,10 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, storage::SessionReader* 
         for (int li = 0; li < int(s.lanes.size()) && li < shown; ++li) {
             const float y0 = lf.p0.y + li * lane_h, y1 = y0 + lane_h - 2;
             draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1);
-            dl->AddText(ImVec2(lf.p0.x + 2, y0), IM_COL32(255, 255, 255, 150), trace::span_category_name(s.lanes[size_t(li)].category));
+            const char* label = trace::span_category_name(s.lanes[size_t(li)].category);
+            // a backing box keeps the lane's name legible over its spans' own labels
+            dl->AddRectFilled(ImVec2(lf.p0.x, y0), ImVec2(lf.p0.x + ImGui::CalcTextSize(label).x + 4, y1), IM_COL32(20, 20, 24, 220));
+            dl->AddText(ImVec2(lf.p0.x + 2, y0), IM_COL32(255, 255, 255, 170), label);
         }
         dl->PopClipRect();
         if (lf.hovered) {

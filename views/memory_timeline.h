@@ -161,6 +161,19 @@ struct MemoryTimelineViewState {
     int64_t zoom_t0 = 0, zoom_t1 = 0;
     bool zoom_valid = false;
     uint64_t zoom_version = 0;
+    // The plot as an image (views/memory_raster.h), rebuilt when what it shows changes.
+    std::vector<uint8_t> plot_pixels;
+    int plot_width = 0, plot_height = 0;
+    uint64_t plot_texture = 0;   // TextureHost id (0: none yet)
+    struct PlotKey {  // what plot_pixels shows
+        int64_t t0 = 0, t1 = 0;
+        uint64_t version = ~uint64_t(0);
+        int device = -1, width = 0, height = 0;
+        bool cells = false;
+        size_t cell_count = 0;
+        bool operator==(const PlotKey&) const = default;
+    } plot_key;
+    int64_t plot_builds = 0;     // how often it was rasterised (tests, bench)
     // Hover details (allocations around the cursor), cached per bucket.
     int64_t hover_t0 = -1, hover_t1 = -1;
     std::vector<storage::MemoryEventRow> hover_events;
@@ -176,8 +189,11 @@ bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader&
 // Buckets for the visible window of the active device at `n` pixel columns (what draw shows).
 std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n);
 void zoom_to_cell(MemoryTimelineViewState& s, size_t cell);
-// `reader` may be null (no allocation names on hover, no exact zoom for huge runs).
-void DrawMemoryTimelineView(MemoryTimelineViewState& s, storage::SessionReader* reader, ImVec2 size = ImVec2(0, 0));
+void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* host);
+// `reader` may be null (no allocation names on hover, no exact zoom for huge runs); `host` may
+// be null (the plot image is still built in plot_pixels, but not shown).
+void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, storage::SessionReader* reader,
+                            ImVec2 size = ImVec2(0, 0));
 
 // Overlay for the compare view: each state's total over time since its run started.
 void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size);

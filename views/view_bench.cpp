@@ -395,14 +395,16 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
             res.loads.push_back(l);
             return l;
         };
-        // ---- eviction map ----
-        res.eviction_load_ms = load(ViewKind::EVICTION_MAP).seconds * 1e3;
-        d.warm();
+        auto want = [&](const std::string& group) { return o.only.empty() || group.find(o.only) != std::string::npos; };
         auto run_scenario = [&](const std::string& name, bool refresh, const std::function<void(int, ImGuiIO&)>& input) {
             FrameTimer t;
             for (int f = 0; f < o.frames; ++f) d.frame(t, refresh, [&](ImGuiIO& io) { input(f, io); });
             res.scenarios.push_back(summarize(name, t));
         };
+        // ---- eviction map ----
+        if (want("eviction map")) {
+        res.eviction_load_ms = load(ViewKind::EVICTION_MAP).seconds * 1e3;
+        d.warm();
         run_scenario("eviction map: presence, one layer, hover", true, [&](int, ImGuiIO& io) { hover(io); });
         run_scenario("eviction map: layer scrub (texture rebuilt every frame)", true, [&](int f, ImGuiIO& io) {
             hover(io);
@@ -428,8 +430,10 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
             io.MouseDown[0] = false;
         });
         c.eviction.all_layers = false;
+        }
 
         // ---- memory timeline: load in budgeted refreshes, then frames ----
+        if (want("memory timeline")) {
         {
             const ViewBenchLoad l = load(ViewKind::MEMORY_TIMELINE);
             res.memory_load_seconds = l.seconds;
@@ -451,8 +455,10 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
             io.MousePos = ImVec2(cx + float(f % 8) * 6, o.height * 0.3f);
             io.MouseDown[0] = f % 8 != 0;
         });
+        }
         // ---- the other views, steady ----
         for (ViewKind k : {ViewKind::CELL_GRID, ViewKind::SCORES, ViewKind::METRICS}) {
+            if (!want(view_name(k))) continue;
             load(k);
             d.warm();
             run_scenario(str(view_name(k), ": hover"), true, [&](int, ImGuiIO& io) {

@@ -35,6 +35,9 @@ struct ViewBenchOptions {
     std::string dir = "/tmp";    // where the temporary session goes (deleted afterwards)
     std::string session;         // use this existing bench session instead of writing one
     bool keep_session = false;
+    // Only the scenario groups whose name contains this ("eviction", "memory", "cell grid",
+    // "scores", "metrics"; "" = all). The live run is governed by live_run alone.
+    std::string only;
     bool live_run = true;        // also time frames while a `small` eval run writes
     int64_t live_seq_length = 8192;
     // Host hooks around each frame when the caller renders (GL): called right before

@@ -8,6 +8,7 @@
 
 #include <QApplication>
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QOpenGLContext>
 #include <QOpenGLFunctions>
 #include <QTemporaryDir>
@@ -59,7 +60,7 @@ Stats stats(std::vector<double> v) {
 }
 
 // Part 1: the views' own benchmark with this app's GL renderer in the loop.
-int viewBench(int frames) {
+int viewBench(const FrameBenchOptions& fo) {
     CanvasWidget w;
     w.resize(1600, 1000);
     w.show();
@@ -72,10 +73,21 @@ int viewBench(int frames) {
     ImGui::SetCurrentContext(w.imguiContext());
     QOpenGLFunctions* gl = w.context()->functions();
     views::ViewBenchOptions o;
-    o.frames = frames;
+    o.frames = fo.frames;
+    o.only = fo.only;
+    if (!fo.session.empty()) {
+        if (QFileInfo::exists(QString::fromStdString(fo.session)))
+            o.session = fo.session;
+        else {
+            std::printf("writing the synthetic session to %s (kept for later runs)\n", fo.session.c_str());
+            std::fflush(stdout);
+            views::write_view_bench_session(fo.session, o);
+            o.session = fo.session;
+        }
+    }
     o.width = float(w.width());
     o.height = float(w.height());
-    o.live_run = true;
+    o.live_run = fo.live;
     o.before_frame = [] { ImGui_ImplOpenGL3_NewFrame(); };
     o.after_frame = [&](ImDrawData* dd) {
         gl->glViewport(0, 0, w.width(), w.height());
@@ -149,10 +161,12 @@ int appLiveBench() {
 
 }  // namespace
 
-int runFrameBench(int frames) {
+int runFrameBench(const FrameBenchOptions& o) {
     try {
-        int rc = viewBench(std::max(frames, 1));
-        if (rc == 0) rc = appLiveBench();
+        FrameBenchOptions fo = o;
+        fo.frames = std::max(fo.frames, 1);
+        int rc = viewBench(fo);
+        if (rc == 0 && fo.live) rc = appLiveBench();
         return rc;
     } catch (const Error& e) {
         std::printf("frame bench failed: %s\n", e.what());

@@ -4,8 +4,17 @@
 // session. Prints one line per case (median / p95 / worst ms, ratio to the 10 Hz budget).
 #pragma once
 
+#include <string>
+
 namespace kv::gui {
 
-int runFrameBench(int frames);
+struct FrameBenchOptions {
+    int frames = 60;       // per scenario
+    std::string session;   // synthetic session to reuse (written and kept when missing; "" = temporary)
+    std::string only;      // scenario group filter ("memory", "eviction", ...; "" = all)
+    bool live = true;      // also time frames while a `small` run streams
+};
+
+int runFrameBench(const FrameBenchOptions& o);
 
 }  // namespace kv::gui

@@ -48,10 +48,21 @@ int main(int argc, char** argv) {
     cli.addOption(demo);
     cli.addOption(screenshot);
     cli.addOption(bench);
+    QCommandLineOption benchSession("bench-session", "with --bench-frames: reuse this synthetic session (written and kept when missing)", "FILE");
+    QCommandLineOption benchOnly("bench-only", "with --bench-frames: only the scenarios of this view (e.g. memory, eviction) and no live run", "VIEW");
     cli.addOption(benchFrames);
+    cli.addOption(benchSession);
+    cli.addOption(benchOnly);
     cli.process(app);
 
-    if (cli.isSet(bench)) return kv::gui::runFrameBench(cli.value(benchFrames).toInt());
+    if (cli.isSet(bench)) {
+        kv::gui::FrameBenchOptions fo;
+        fo.frames = cli.value(benchFrames).toInt();
+        fo.session = cli.value(benchSession).toStdString();
+        fo.only = cli.value(benchOnly).toStdString();
+        fo.live = fo.only.empty();
+        return kv::gui::runFrameBench(fo);
+    }
 
     kv::gui::MainWindow w;
     w.show();

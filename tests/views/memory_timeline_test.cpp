@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "engine/telemetry/string_table.h"
+#include "views/colormap.h"
 #include "views/memory_timeline.h"
 #include "views_test_util.h"
 
@@ -61,7 +62,8 @@ TEST_F(MemoryRun, ShownPeakIsTheAllocatorsPeakRunningTotal) {
     EXPECT_EQ(summary.at("peak_bytes").at("cpu").get<int64_t>(), peak);
     // What the view draws for the whole run peaks there too.
     test::ImGuiHarness h;
-    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &reader); });
+    test::RecordingTextureHost host;
+    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &host, &reader); });
     EXPECT_EQ(s.shown_device, -1);
     EXPECT_EQ(s.shown_peak, peak);
     // The stack at the peak bucket adds up to the device total (categories partition it).
@@ -70,6 +72,28 @@ TEST_F(MemoryRun, ShownPeakIsTheAllocatorsPeakRunningTotal) {
     int64_t sum = 0;
     for (int64_t v : it->at_max) sum += v;
     EXPECT_EQ(sum, peak);
+    // The plot image shows those buckets: one texture, one column per bucket, uploaded once for
+    // two identical frames; its highest painted row is in the peak's column.
+    ASSERT_EQ(host.live.size(), 1u);
+    const auto& tex = host.live.begin()->second;
+    EXPECT_EQ(tex.width, int(s.shown_buckets.size()));
+    EXPECT_EQ(tex.uploads, 1);
+    EXPECT_EQ(tex.pixels, s.plot_pixels);
+    // Rows above the peak's row hold only background (and cell bands) in every column; in the
+    // peak's column that row is painted.
+    auto at = [&](int x, int y) {
+        const uint8_t* p = &tex.pixels[(size_t(y) * size_t(tex.width) + size_t(x)) * 4];
+        return pack_rgba(p[0], p[1], p[2], p[3]);
+    };
+    const double ymax = double(peak) * 1.08;
+    const int peak_row = tex.height - 1 - int(std::floor(double(peak) / ymax * tex.height));
+    ASSERT_GT(peak_row, 0);
+    for (int x = 0; x < tex.width; ++x)
+        for (int y = 0; y < peak_row; ++y) ASSERT_EQ(at(x, y), at(x, 0)) << "column " << x << " row " << y << " above the peak";
+    bool marked = false;
+    for (int x = 0; x < tex.width; ++x)
+        if (s.shown_buckets[size_t(x)].total_max == peak && at(x, peak_row) != at(x, 0)) marked = true;
+    EXPECT_TRUE(marked) << "the peak's column is painted at the peak's row";
 }
 
 TEST_F(MemoryRun, BucketsAgreeWithTheReadersDecimation) {
@@ -247,16 +271,21 @@ TEST_F(MemoryRun, DrawsLanesAndCellBandsAndZoomsToACell) {
     ASSERT_FALSE(s.cells.empty()) << "the forward pass records its cells as spans";
     ASSERT_FALSE(s.lanes.empty());
     test::ImGuiHarness h;
+    test::RecordingTextureHost host;
     int vtx = 0;
-    for (int f = 0; f < 3; ++f) vtx = h.window_frame([&] { DrawMemoryTimelineView(s, &reader); }, ImVec2(600, 200));
+    for (int f = 0; f < 3; ++f) vtx = h.window_frame([&] { DrawMemoryTimelineView(s, &host, &reader); }, ImVec2(600, 200));
     EXPECT_GT(vtx, 1000);
+    EXPECT_EQ(host.live.size(), 1u) << "the plot is one texture";
     EXPECT_GE(s.hover_t0, 0) << "hovering the plot looked up the allocations under the cursor";
     zoom_to_cell(s, 1);
     EXPECT_FALSE(s.follow);
     EXPECT_LE(s.time.lo, double(s.cells[1].start_ns - s.t0_ns));
     EXPECT_GE(s.time.hi, double(s.cells[1].end_ns - s.t0_ns));
     EXPECT_LT(s.time.span(), 1.2 * double(s.cells[1].end_ns - s.cells[1].start_ns));
-    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &reader); });
+    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &host, &reader); });
+    EXPECT_EQ(host.live.size(), 1u) << "zooming replaces the plot texture rather than adding one";
+    release_memory_timeline_textures(s, &host);
+    EXPECT_TRUE(host.live.empty());
     int64_t events = 0;
     for (const auto& b : s.shown_buckets) events += b.events;
     int64_t in_cell = 0;
