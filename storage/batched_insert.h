@@ -24,15 +24,25 @@ class BatchedInsert {
     // Slot for the next row's `ncols` values; fill it, then call push().
     int64_t* next() { return &buf_[size_t(n_) * size_t(ncols_)]; }
     void push() {
+        ++next_rowid_;
         if (++n_ == kRowsPerStatement) flush();
     }
     // Inserts every buffered row (throws SessionError; the buffer is cleared either way).
     void flush();
+    // The rowid the next pushed row will get. SQLite gives an appended row max(rowid) + 1; this
+    // is the session's only writer, so ids are known before the INSERT runs (the block index
+    // needs them) and flush() checks each prediction. Set it from the table at open and after a
+    // rollback.
+    int64_t next_rowid() const { return next_rowid_; }
+    void set_next_rowid(int64_t id) { next_rowid_ = id; }
     // Forgets buffered rows (after a rollback).
     void clear() { n_ = 0; }
     int pending() const { return n_; }
 
    private:
+    sqlite3* db_;
+    std::string table_;
+    int64_t next_rowid_ = 1;
     int ncols_;
     int n_ = 0;
     std::vector<int64_t> buf_;

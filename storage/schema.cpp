@@ -16,6 +16,7 @@
 
 #include "engine/memory/mem_category.h"
 #include "engine/telemetry/event_types.h"
+#include "storage/event_blocks.h"
 
 namespace kv::storage {
 
@@ -29,6 +30,15 @@ namespace kv::storage {
 // column per row on the hot path. Tables named after CUPTI
 // activity kinds use Nsight Systems' export names and columns (plus run_id), with names as ids
 // into StringIds, so nsys SQL recipes run unchanged.
+// Block-range indexes of spans and memory_events (storage/event_blocks.h): a time window of
+// one run is an id range per block, not a per-row B-tree entry.
+#define KVLAB_EVENT_BLOCKS_SQL                                                                             \
+    "CREATE TABLE span_blocks(run_id INTEGER, first_id INTEGER, last_id INTEGER, rows INTEGER, "        \
+    "start_min INTEGER, end_max INTEGER);\n"                                                           \
+    "CREATE INDEX span_blocks_run ON span_blocks(run_id, first_id);\n"                                 \
+    "CREATE TABLE memory_blocks(run_id INTEGER, first_id INTEGER, last_id INTEGER, rows INTEGER, "      \
+    "t_min INTEGER, t_max INTEGER, state BLOB);\n"                                                     \
+    "CREATE INDEX memory_blocks_run ON memory_blocks(run_id, first_id);\n"
 namespace {
 const char* const kCreateSql = R"SQL(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,7 +72,6 @@ CREATE TABLE spans(
   name_id INTEGER, category INTEGER,
   layer INTEGER, chunk INTEGER, cell_row INTEGER, cell_col INTEGER,
   thread INTEGER, device INTEGER, stream INTEGER, correlation_id INTEGER);
-CREATE INDEX spans_window ON spans(run_id, dur_class, start_ns);
 
 CREATE TABLE memory_events(
   id INTEGER PRIMARY KEY, run_id INTEGER, t_ns INTEGER,
@@ -70,7 +79,7 @@ CREATE TABLE memory_events(
   alloc_id INTEGER, address INTEGER,
   category_total INTEGER, device_total INTEGER,
   layer INTEGER, chunk INTEGER, flags INTEGER);
-CREATE INDEX memory_events_time ON memory_events(run_id, t_ns);
+)SQL" KVLAB_EVENT_BLOCKS_SQL R"SQL(
 
 CREATE TABLE cache_steps(
   id INTEGER PRIMARY KEY, run_id INTEGER, layer INTEGER, chunk INTEGER,
@@ -323,7 +332,13 @@ int schema_validate(Db& db, int max_version) {
 // [SECTION] Migrations
 // =========================================================================================
 const std::vector<Migration>& schema_migrations() {
-    static const std::vector<Migration> migrations = {};
+    static const std::vector<Migration> migrations = {
+        // 1 -> 2: the B-tree indexes of spans and memory_events give way to block-range
+        // indexes, built here from the rows already in the file.
+        {1,
+         "DROP INDEX IF EXISTS spans_window; DROP INDEX IF EXISTS memory_events_time;\n" KVLAB_EVENT_BLOCKS_SQL,
+         rebuild_event_blocks},
+    };
     return migrations;
 }
 
@@ -340,6 +355,7 @@ void schema_migrate(Db& db, int target, const std::vector<Migration>& migrations
                                str("session '", db.path(), "': no migration from schema version ", version, " to ",
                                    version + 1, " in this build"));
         db.exec(m->sql, str("migrating the session from schema version ", version, " to ", version + 1));
+        if (m->run) m->run(db);
         ++version;
     }
     db.exec(str("PRAGMA user_version=", version, ";"), "recording the schema version");

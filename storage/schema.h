@@ -4,6 +4,7 @@
 // truncated or garbage file gets a named SessionError -- never a silent misread, never a write.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,15 +16,17 @@ namespace kv::storage {
 constexpr int kApplicationId = 0x4B564C42;
 constexpr const char* kMagic = "kvlab-session";
 // Version of the schema this build writes. Bump it and add a Migration for every change.
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 constexpr int kPageSize = 16384;
 
-// One forward step: SQL turning a version-`from` file into version `from + 1`.
+// One forward step turning a version-`from` file into version `from + 1`: SQL, then (when set)
+// code for what SQL cannot express, in the same transaction.
 struct Migration {
     int from = 0;
     std::string sql;
+    std::function<void(Db&)> run;
 };
-// This build's migrations, ordered by `from` (empty while kSchemaVersion is 1).
+// This build's migrations, ordered by `from`.
 const std::vector<Migration>& schema_migrations();
 
 // Creates every table and index and the meta rows of a new, empty database (in a transaction).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "storage/event_blocks.h"
 #include "storage/session.h"
 #include "storage/session_file.h"
 
@@ -21,9 +22,31 @@ bool full_window(const TimeWindow& w) {
     return w.t0_ns == std::numeric_limits<int64_t>::min() && w.t1_ns == std::numeric_limits<int64_t>::max();
 }
 
-int64_t sat_sub(int64_t a, int64_t b) {  // a - b, clamped at INT64_MIN (b >= 0)
-    return a < std::numeric_limits<int64_t>::min() + b ? std::numeric_limits<int64_t>::min() : a - b;
+// Id ranges of a run's blocks that may hold rows of [t0, t1) (storage/event_blocks.h), adjacent
+// blocks merged. `sql` selects first_id, last_id ordered by first_id, with ?1 run, ?2 t0, ?3 t1,
+// ?4 rows after this id.
+std::vector<std::pair<int64_t, int64_t>> block_ranges(Db& db, const char* sql, int64_t run, const TimeWindow& w,
+                                                      int64_t after_id) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    Stmt s = db.prepare(sql);
+    s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns).bind(4, after_id);
+    while (s.step()) {
+        const int64_t a = std::max(s.i64(0), after_id + 1), b = s.i64(1);
+        if (!out.empty() && a <= out.back().second + 1)
+            out.back().second = std::max(out.back().second, b);
+        else
+            out.push_back({a, b});
+    }
+    return out;
 }
+constexpr const char* kMemoryBlocksSql =
+    "SELECT first_id, last_id FROM memory_blocks WHERE run_id = ?1 AND t_min < ?3 AND t_max >= ?2 AND last_id > ?4 "
+    "ORDER BY first_id";
+constexpr const char* kSpanBlocksSql =
+    "SELECT first_id, last_id FROM span_blocks WHERE run_id = ?1 AND start_min < ?3 AND end_max >= ?2 AND last_id > ?4 "
+    "ORDER BY first_id";
+
+bool by_time(const MemoryEventRow& a, const MemoryEventRow& b) { return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.id < b.id; }
 
 int64_t clamp_limit(size_t limit) {
     return limit > size_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max() : int64_t(limit);
@@ -91,29 +114,54 @@ std::vector<MemoryEventRow> SessionReader::memory_events(int64_t run, const Time
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<MemoryEventRow> out;
     if (full_window(w)) {
-        // "+run_id" keeps SQLite on the rowid range instead of the (run_id, t_ns) index, so
-        // following a live run costs only the new rows.
+        // "+run_id" keeps SQLite on the rowid range, so following a live run costs only the
+        // new rows.
         Stmt s = db_->prepare(
             str("SELECT ", kMemoryColumns, " FROM memory_events WHERE id > ?2 AND +run_id = ?1 ORDER BY id LIMIT ?3"));
         s.bind(1, run).bind(2, after_id).bind(3, clamp_limit(limit));
         while (s.step()) out.push_back(memory_row(s));
-    } else {
-        Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
-                                  " FROM memory_events WHERE run_id = ?1 AND t_ns >= ?2 AND t_ns < ?3 AND id > ?4 "
-                                  "ORDER BY t_ns, id LIMIT ?5"));
-        s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns).bind(4, after_id).bind(5, clamp_limit(limit));
-        while (s.step()) out.push_back(memory_row(s));
+        return out;
     }
+    {
+        Transaction snapshot(*db_, /*immediate=*/false);
+        memory_window_locked(run, w, after_id, -2, [&](const Stmt& s) { out.push_back(memory_row(s)); });
+        snapshot.commit();
+    }
+    std::sort(out.begin(), out.end(), by_time);
+    if (out.size() > limit) out.resize(limit);
     return out;
+}
+
+void SessionReader::memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, int device,
+                                         const std::function<void(const Stmt&)>& row) {
+    Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
+                              " FROM memory_events WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND t_ns >= ?4 AND t_ns < ?5 "
+                              "AND (?6 = -2 OR device = ?6)"));
+    for (const auto& [a, b] : block_ranges(*db_, kMemoryBlocksSql, run, w, after_id)) {
+        s.bind(1, a).bind(2, b).bind(3, run).bind(4, w.t0_ns).bind(5, w.t1_ns).bind(6, device);
+        while (s.step()) row(s);
+        s.reset();
+    }
 }
 
 void SessionReader::for_each_memory_event(int64_t run, const TimeWindow& w,
                                           const std::function<void(const MemoryEventRow&)>& fn) {
     std::lock_guard<std::mutex> lk(mu_);
-    Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
-                              " FROM memory_events WHERE run_id = ?1 AND t_ns >= ?2 AND t_ns < ?3 ORDER BY t_ns, id"));
-    s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns);
-    while (s.step()) fn(memory_row(s));
+    if (full_window(w)) {
+        // Every row of the run, sorted by SQLite (may spill to a temporary file): exports.
+        Stmt s = db_->prepare(str("SELECT ", kMemoryColumns, " FROM memory_events WHERE run_id = ?1 ORDER BY t_ns, id"));
+        s.bind(1, run);
+        while (s.step()) fn(memory_row(s));
+        return;
+    }
+    std::vector<MemoryEventRow> rows;
+    {
+        Transaction snapshot(*db_, /*immediate=*/false);
+        memory_window_locked(run, w, 0, -2, [&](const Stmt& s) { rows.push_back(memory_row(s)); });
+        snapshot.commit();
+    }
+    std::sort(rows.begin(), rows.end(), by_time);
+    for (const auto& r : rows) fn(r);
 }
 
 std::vector<int> SessionReader::memory_devices(int64_t run) {
@@ -131,37 +179,50 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
                                                          int buckets) {
     std::lock_guard<std::mutex> lk(mu_);
     if (buckets < 1) buckets = 1;
+    Transaction snapshot(*db_, /*immediate=*/false);
     TimeWindow w = window;
     if (full_window(w)) {
-        Stmt lo = db_->prepare("SELECT min(t_ns) FROM memory_events WHERE run_id = ?");
-        lo.bind(1, run);
-        if (!lo.step() || lo.is_null(0)) return {};
-        w.t0_ns = lo.i64(0);
-        Stmt hi = db_->prepare("SELECT max(t_ns) FROM memory_events WHERE run_id = ?");
-        hi.bind(1, run);
-        hi.step();
-        w.t1_ns = hi.i64(0) + 1;
+        Stmt ext = db_->prepare("SELECT min(t_min), max(t_max) FROM memory_blocks WHERE run_id = ?");
+        ext.bind(1, run);
+        if (!ext.step() || ext.is_null(0)) return {};
+        w.t0_ns = ext.i64(0);
+        w.t1_ns = ext.i64(1) + 1;
     }
     if (w.t1_ns <= w.t0_ns) return {};
-    Transaction snapshot(*db_, /*immediate=*/false);
-    // State at the window start: each category's last value before it.
+    // State at the window start: the latest event before it, by (t_ns, id), per category and
+    // for the device total. Blocks whose rows all precede t0 are summed up in the state of the
+    // first block that may reach t0; rows from there on before t0 are folded in.
+    MemoryState state;
+    {
+        Stmt b = db_->prepare(
+            "SELECT first_id, state FROM memory_blocks WHERE run_id = ?1 AND t_max >= ?2 ORDER BY first_id LIMIT 1");
+        b.bind(1, run).bind(2, w.t0_ns);
+        int64_t from_id = 0;
+        if (b.step()) {
+            state = decode_memory_state(b.blob(1), b.bytes(1));
+            from_id = b.i64(0);
+        } else {
+            state = memory_state_after(*db_, run);  // every event precedes the window
+            from_id = std::numeric_limits<int64_t>::max();
+        }
+        if (from_id != std::numeric_limits<int64_t>::max()) {
+            const TimeWindow before{std::numeric_limits<int64_t>::min() + 1, w.t0_ns};
+            Stmt rows = db_->prepare(
+                "SELECT id, t_ns, device, category, category_total, device_total FROM memory_events "
+                "WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND t_ns < ?4");
+            for (const auto& [a, z] : block_ranges(*db_, kMemoryBlocksSql, run, before, from_id - 1)) {
+                rows.bind(1, a).bind(2, z).bind(3, run).bind(4, w.t0_ns);
+                while (rows.step())
+                    memory_state_apply(state, rows.i32(2), rows.i32(3), rows.i64(1), rows.i64(0), rows.i64(4), rows.i64(5));
+                rows.reset();
+            }
+        }
+    }
     std::array<int64_t, kNumMemCategories> cat{};
     int64_t total = 0;
-    {
-        Stmt s = db_->prepare(
-            "SELECT category_total FROM memory_events WHERE run_id = ?1 AND t_ns < ?2 AND device = ?3 AND category = "
-            "?4 "
-            "ORDER BY t_ns DESC, id DESC LIMIT 1");
-        for (size_t c = 0; c < kNumMemCategories; ++c) {
-            s.bind(1, run).bind(2, w.t0_ns).bind(3, device).bind(4, int(c));
-            if (s.step()) cat[c] = s.i64(0);
-            s.reset();
-        }
-        Stmt t = db_->prepare(
-            "SELECT device_total FROM memory_events WHERE run_id = ?1 AND t_ns < ?2 AND device = ?3 "
-            "ORDER BY t_ns DESC, id DESC LIMIT 1");
-        t.bind(1, run).bind(2, w.t0_ns).bind(3, device);
-        if (t.step()) total = t.i64(0);
+    if (auto it = state.find(device); it != state.end()) {
+        total = it->second.total.value;
+        for (size_t c = 0; c < kNumMemCategories; ++c) cat[c] = it->second.category[c].value;
     }
     const double width = double(w.t1_ns - w.t0_ns) / buckets;
     std::vector<MemoryBucket> out(static_cast<size_t>(buckets));
@@ -169,6 +230,15 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
         out[size_t(b)].t0_ns = w.t0_ns + int64_t(width * b);
         out[size_t(b)].t1_ns = b + 1 == buckets ? w.t1_ns : w.t0_ns + int64_t(width * (b + 1));
     }
+    struct Ev {
+        int64_t t_ns, id, category_total, device_total;
+        int category;
+    };
+    std::vector<Ev> evs;
+    memory_window_locked(run, w, 0, device, [&](const Stmt& s) {
+        evs.push_back({s.i64(1), s.i64(0), s.i64(8), s.i64(9), s.i32(3)});
+    });
+    std::sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.id < b.id; });
     int filled = 0;  // buckets before this index are final
     auto carry_until = [&](int b) {
         for (; filled < b; ++filled) {
@@ -179,16 +249,11 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
             }
         }
     };
-    Stmt s = db_->prepare(
-        "SELECT t_ns, category, category_total, device_total FROM memory_events WHERE run_id = ?1 AND t_ns >= ?2 AND "
-        "t_ns < ?3 AND device = ?4 ORDER BY t_ns, id");
-    s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns).bind(4, device);
-    while (s.step()) {
-        int b = std::min(buckets - 1, int(double(s.i64(0) - w.t0_ns) / width));
+    for (const Ev& e : evs) {
+        int b = std::min(buckets - 1, int(double(e.t_ns - w.t0_ns) / width));
         carry_until(b);
-        int c = s.i32(1);
-        if (c >= 0 && size_t(c) < kNumMemCategories) cat[size_t(c)] = s.i64(2);
-        total = s.i64(3);
+        if (e.category >= 0 && size_t(e.category) < kNumMemCategories) cat[size_t(e.category)] = e.category_total;
+        total = e.device_total;
         MemoryBucket& m = out[size_t(b)];
         if (m.events == 0) {
             m.total_min = m.total_max = total;
@@ -237,22 +302,14 @@ std::vector<SpanRow> SessionReader::spans(int64_t run, const TimeWindow& w, int6
         s.bind(1, run).bind(2, after_id).bind(3, clamp_limit(limit));
         while (s.step()) out.push_back(span_row(s));
     } else {
-        // Spans of duration class c last less than 2^c ns, so one overlapping [t0, t1) starts in
-        // [t0 - 2^c + 1, t1): one bounded range scan of the (run_id, dur_class, start_ns) index
-        // per class, instead of scanning every span that started before t1.
         Transaction snapshot(*db_, /*immediate=*/false);
-        Stmt s =
-            db_->prepare(str("SELECT ", kSpanColumns,
-                             " FROM spans WHERE run_id = ?1 AND dur_class = ?2 AND start_ns >= ?3 AND start_ns < ?4 "
-                             "AND id > ?5"));
-        for (int c = 0; c <= 64; ++c) {
-            int64_t lower = c == 0    ? w.t0_ns
-                            : c >= 63 ? std::numeric_limits<int64_t>::min()
-                                      : sat_sub(w.t0_ns, (int64_t(1) << c) - 1);
-            s.bind(1, run).bind(2, c).bind(3, lower).bind(4, w.t1_ns).bind(5, after_id);
+        Stmt s = db_->prepare(str("SELECT ", kSpanColumns,
+                                  " FROM spans WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND start_ns < ?4 AND end_ns >= ?5"));
+        for (const auto& [a, b] : block_ranges(*db_, kSpanBlocksSql, run, w, after_id)) {
+            s.bind(1, a).bind(2, b).bind(3, run).bind(4, w.t1_ns).bind(5, w.t0_ns);
             while (s.step()) {
-                int64_t start = s.i64(1), end = s.i64(2);
-                bool overlaps = end > w.t0_ns || (start == end && start >= w.t0_ns);
+                const int64_t start = s.i64(1), end = s.i64(2);
+                const bool overlaps = end > w.t0_ns || (start == end && start >= w.t0_ns);
                 if (overlaps) out.push_back(span_row(s));
             }
             s.reset();

@@ -76,6 +76,10 @@ class SessionReader {
     std::string string(int64_t id);
 
    private:
+    // Rows of `run` in [t0, t1) (of `device`, or all when -2) with id > after_id, in block
+    // order (not sorted), read through the block-range index. Caller holds mu_ and a snapshot.
+    void memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, int device,
+                              const std::function<void(const Stmt&)>& row);
     const std::string& string_locked(int64_t id);
     MemoryEventRow memory_row(const Stmt& s);
     SpanRow span_row(const Stmt& s);

@@ -25,6 +25,7 @@
 
 #include "engine/telemetry/string_table.h"
 #include "storage/batched_insert.h"
+#include "storage/event_blocks.h"
 #include "storage/session_file.h"
 #include "storage/sqlite_util.h"
 
@@ -67,11 +68,14 @@ struct RunSlot {
     bool progress_dirty = false;
     trace::ProgressRecord progress{};
     Clock::time_point last_summary = Clock::now();
+    EventBlockBuilder blocks;  // block-range index rows of its spans and memory events
 };
 
 struct SessionWriter::Impl : trace::EventSink {
     std::unique_ptr<Db> db;
     std::unique_ptr<BatchedInsert> ins_span, ins_mem;  // the two high-volume tables
+    std::unique_ptr<EventBlockInserts> ins_blocks;
+    int64_t committed_span_id = 1, committed_mem_id = 1;  // ids of the next rows as of the last commit
     Stmt ins_cache, ins_score, ins_cell, ins_metric, ins_log;
     Stmt ins_kernel, ins_memcpy, ins_memset, ins_memory, ins_corr;
     Stmt find_string, ins_string, upd_progress, upd_summary, get_t0;
@@ -101,6 +105,12 @@ struct SessionWriter::Impl : trace::EventSink {
             "memory_events(run_id, t_ns, bytes, category, device, label_id, alloc_id, address, category_total, "
             "device_total, layer, chunk, flags)",
             13);
+        ins_blocks = std::make_unique<EventBlockInserts>(*db);
+        // The block index names row ids before the multi-row INSERTs run (see BatchedInsert).
+        committed_span_id = db->query_int("SELECT coalesce(max(id), 0) + 1 FROM spans", 1, "reading the span ids");
+        committed_mem_id = db->query_int("SELECT coalesce(max(id), 0) + 1 FROM memory_events", 1, "reading the memory event ids");
+        ins_span->set_next_rowid(committed_span_id);
+        ins_mem->set_next_rowid(committed_mem_id);
         ins_cache = db->prepare(
             "INSERT INTO cache_steps(run_id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, "
             "replay_log) "
@@ -222,6 +232,7 @@ struct SessionWriter::Impl : trace::EventSink {
 
     uint64_t write_span(RunSlot& r, const trace::SpanRecord& s) {
         const int64_t name = string_id(s.name_id);
+        const int64_t id = ins_span->next_rowid();
         int64_t* v = ins_span->next();
         v[0] = r.id;
         v[1] = int64_t(s.start_ns);
@@ -238,11 +249,13 @@ struct SessionWriter::Impl : trace::EventSink {
         v[12] = s.stream;
         v[13] = int64_t(s.correlation_id);
         ins_span->push();
+        r.blocks.add_span(id, int64_t(s.start_ns), int64_t(s.end_ns));
         return 1;
     }
 
     uint64_t write_alloc(RunSlot& r, const trace::AllocRecord& a) {
         const int64_t label = string_id(a.label_id);
+        const int64_t id = ins_mem->next_rowid();
         int64_t* v = ins_mem->next();
         v[0] = r.id;
         v[1] = int64_t(a.t_ns);
@@ -258,6 +271,7 @@ struct SessionWriter::Impl : trace::EventSink {
         v[11] = a.chunk;
         v[12] = a.flags;
         ins_mem->push();
+        r.blocks.add_memory(id, int64_t(a.t_ns), a.device, int(a.category), a.category_total, a.device_total);
         int64_t& peak = r.peak_device[a.device];
         peak = std::max(peak, a.device_total);
         auto& pc = r.peak_category[a.device];
@@ -539,9 +553,18 @@ struct SessionWriter::Impl : trace::EventSink {
                 }
                 ins_span->flush();
                 ins_mem->flush();
+                for (auto& r : runs) {
+                    std::vector<SpanBlockRow> sb;
+                    std::vector<MemoryBlockRow> mb;
+                    r->blocks.close(sb, mb);
+                    ins_blocks->write(r->id, sb, mb);
+                }
                 db->exec("COMMIT", "committing a write batch");
                 in_txn = false;
                 ++stats.commits;
+                committed_span_id = ins_span->next_rowid();
+                committed_mem_id = ins_mem->next_rowid();
+                for (auto& r : runs) r->blocks.commit();
                 for (auto& r : runs) {
                     for (size_t t = 0; t < trace::kNumEventTypes; ++t) {
                         r->written[t] += r->pending[t];
@@ -565,6 +588,9 @@ struct SessionWriter::Impl : trace::EventSink {
         ins_span->clear();
         ins_mem->clear();
         sqlite3_exec(db->handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+        ins_span->set_next_rowid(committed_span_id);
+        ins_mem->set_next_rowid(committed_mem_id);
+        for (auto& r : runs) r->blocks.rollback();
         in_txn = false;
         txn_failed = false;
         ++stats.failed_commits;
@@ -722,6 +748,8 @@ void SessionWriter::thread_main() {
                     slot->id = r.run_id;
                     slot->recorder = r.recorder;
                     slot->t0_ns = t0;
+                    // A run attached again (resumed training) continues its memory state.
+                    slot->blocks.resume(memory_state_after(*w.db, r.run_id));
                     w.runs.push_back(std::move(slot));
                 } catch (const std::exception& e) {
                     errors.push_back({r.seq, e.what()});

@@ -199,14 +199,14 @@ TEST(SessionFile, MigrationsRunForwardInOneTransaction) {
     storage::Db db(path, SQLITE_OPEN_READWRITE);
     const int v = storage::kSchemaVersion;
     // A missing step fails and leaves the file at its version.
-    std::vector<storage::Migration> gap = {{v, "ALTER TABLE runs ADD COLUMN extra TEXT"}};
+    std::vector<storage::Migration> gap = {{v, "ALTER TABLE runs ADD COLUMN extra TEXT", {}}};
     expect_session_error([&] { storage::schema_migrate(db, v + 2, gap); }, SessionErrorKind::INVALID,
                          "no migration from");
     EXPECT_EQ(db.query_int("PRAGMA user_version", 0, "test"), v);
     EXPECT_EQ(db.query_int("SELECT count(*) FROM pragma_table_info('runs') WHERE name='extra'", 0, "test"), 0);
     // A complete chain runs and records the version in both places.
-    std::vector<storage::Migration> chain = {{v, "ALTER TABLE runs ADD COLUMN extra TEXT"},
-                                             {v + 1, "CREATE TABLE annotations(run_id INTEGER, text TEXT)"}};
+    std::vector<storage::Migration> chain = {{v, "ALTER TABLE runs ADD COLUMN extra TEXT", {}},
+                                             {v + 1, "CREATE TABLE annotations(run_id INTEGER, text TEXT)", {}}};
     storage::schema_migrate(db, v + 2, chain);
     EXPECT_EQ(db.query_int("PRAGMA user_version", 0, "test"), v + 2);
     EXPECT_EQ(db.query_text("SELECT value FROM meta WHERE key='schema_version'", "", "test"), std::to_string(v + 2));
