@@ -107,7 +107,7 @@ int bench_telemetry(const Args& args) {
     const double eval_plain = best(plain, &TracedRunTimes::eval_s), eval_traced = best(traced, &TracedRunTimes::eval_s);
     const double wall_plain = best(plain, &TracedRunTimes::wall_s), wall_traced = best(traced, &TracedRunTimes::wall_s);
 
-    std::printf("session writer (every index on, %zu rows per commit)\n", wo.batch_rows);
+    std::printf("session writer (every index on: block-range indexes of spans and memory events, %zu rows per commit)\n", wo.batch_rows);
     std::printf("  %-44s %12.0f events/s   (wall clock; target >= 1,000,000)%s\n", "sustained, wall clock", w.events_per_s,
                 w.events_per_s >= 1e6 ? "" : "  << below target");
     std::printf("  %-44s %12.0f events/s\n", "per writer-thread CPU second", w.events_per_cpu_s);
