@@ -6,10 +6,9 @@
 // order, so an id range per time range is almost as selective. Blocks close at every commit,
 // so every committed row is in a committed block.
 //
-// memory_blocks also stores, per block, the memory state just before its first row: for every
-// (device, category) and every device total, the value of the latest event so far by
-// (t_ns, id). With it "the totals just before time t" needs only one block's state plus the
-// rows after it, however long ago a category last changed (weights: at load).
+// memory_blocks also stores, per block, the memory state just before its first row
+// (storage/memory_state.h). With it "the totals just before time t" needs only one block's
+// state plus the rows after it, however long ago a category last changed (weights: at load).
 #pragma once
 
 #include <array>
@@ -17,32 +16,12 @@
 #include <map>
 #include <vector>
 
-#include "engine/memory/mem_category.h"
+#include "storage/memory_state.h"
 #include "storage/sqlite_util.h"
 
 namespace kv::storage {
 
 constexpr int64_t kEventBlockRows = 1024;
-
-// The latest event of one (device, category) or device total, by (t_ns, id).
-struct LatestValue {
-    int64_t t_ns = 0, id = 0, value = 0;
-    bool set = false;
-    bool before(int64_t t, int64_t i) const { return !set || t_ns < t || (t_ns == t && id < i); }
-};
-struct DeviceMemoryState {
-    LatestValue total;
-    std::array<LatestValue, kNumMemCategories> category{};
-};
-using MemoryState = std::map<int, DeviceMemoryState>;  // by device code
-
-// Folds one memory event into `s` (keeps, per slot, the later by (t_ns, id)).
-void memory_state_apply(MemoryState& s, int device, int category, int64_t t_ns, int64_t id, int64_t category_total,
-                        int64_t device_total);
-// Compact little-endian encoding (set slots only). decode throws SessionError(DAMAGED) on
-// malformed bytes.
-std::vector<uint8_t> encode_memory_state(const MemoryState& s);
-MemoryState decode_memory_state(const void* data, size_t bytes);
 
 struct SpanBlockRow {
     int64_t first_id = 0, last_id = 0, rows = 0;
