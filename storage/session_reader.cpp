@@ -39,9 +39,6 @@ std::vector<std::pair<int64_t, int64_t>> block_ranges(Db& db, const char* sql, i
     }
     return out;
 }
-constexpr const char* kMemoryBlocksSql =
-    "SELECT first_id, last_id FROM memory_blocks WHERE run_id = ?1 AND t_min < ?3 AND t_max >= ?2 AND last_id > ?4 "
-    "ORDER BY first_id";
 constexpr const char* kSpanBlocksSql =
     "SELECT first_id, last_id FROM span_blocks WHERE run_id = ?1 AND start_min < ?3 AND end_max >= ?2 AND last_id > ?4 "
     "ORDER BY first_id";
@@ -90,7 +87,7 @@ RunInfo SessionReader::run(int64_t id) {
 }
 
 // ---- memory -----------------------------------------------------------------------------
-MemoryEventRow SessionReader::memory_row(const Stmt& s) {
+MemoryEventRow SessionReader::memory_row(const Stmt& s, bool with_label) {
     MemoryEventRow r;
     r.id = s.i64(0);
     r.t_ns = s.i64(1);
@@ -98,7 +95,7 @@ MemoryEventRow SessionReader::memory_row(const Stmt& s) {
     int c = s.i32(3);
     r.category = c >= 0 && size_t(c) < kNumMemCategories ? MemCategory(c) : MemCategory::WORKSPACE;
     r.device = s.i32(4);
-    r.label = string_locked(s.i64(5));
+    if (with_label) r.label = string_locked(s.i64(5));
     r.alloc_id = s.i64(6);
     r.address = uint64_t(s.i64(7));
     r.category_total = s.i64(8);
@@ -122,13 +119,75 @@ std::vector<MemoryEventRow> SessionReader::memory_events(int64_t run, const Time
         while (s.step()) out.push_back(memory_row(s));
         return out;
     }
+    // Rows without their label text first (a wide window may hold far more rows than `limit`),
+    // then the first `limit` in time order get theirs.
+    std::vector<int64_t> labels;
     {
         Transaction snapshot(*db_, /*immediate=*/false);
-        memory_window_locked(run, w, after_id, -2, [&](const Stmt& s) { out.push_back(memory_row(s)); });
+        memory_window_locked(run, w, after_id, -2, [&](const Stmt& s) {
+            out.push_back(memory_row(s, false));
+            labels.push_back(s.i64(5));
+        });
         snapshot.commit();
     }
-    std::sort(out.begin(), out.end(), by_time);
-    if (out.size() > limit) out.resize(limit);
+    std::vector<uint32_t> order(out.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = uint32_t(i);
+    auto earlier = [&](uint32_t a, uint32_t b) { return by_time(out[a], out[b]); };
+    const size_t keep = std::min(limit, order.size());
+    std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(keep), order.end(), earlier);
+    std::vector<MemoryEventRow> sorted;
+    sorted.reserve(keep);
+    for (size_t i = 0; i < keep; ++i) {
+        sorted.push_back(std::move(out[order[i]]));
+        sorted.back().label = string_locked(labels[order[i]]);
+    }
+    return sorted;
+}
+
+SessionReader::MemoryBlockIndex& SessionReader::memory_blocks_locked(int64_t run) {
+    MemoryBlockIndex& ix = memory_blocks_[run];
+    Stmt s = db_->prepare(
+        "SELECT rowid, first_id, last_id, t_min, t_max FROM memory_blocks WHERE rowid > ?1 AND run_id = ?2 ORDER BY rowid");
+    s.bind(1, ix.last_rowid).bind(2, run);
+    const size_t old = ix.blocks.size();
+    while (s.step()) {
+        ix.last_rowid = s.i64(0);
+        ix.blocks.push_back({s.i64(1), s.i64(2), s.i64(3), s.i64(4)});
+    }
+    if (ix.blocks.size() != old) {
+        const size_t n = ix.blocks.size();
+        ix.prefix_max_t_max.resize(n);
+        for (size_t i = old; i < n; ++i)
+            ix.prefix_max_t_max[i] = i ? std::max(ix.prefix_max_t_max[i - 1], ix.blocks[i].t_max) : ix.blocks[i].t_max;
+        ix.suffix_min_t_min.resize(n);
+        for (size_t i = n; i-- > 0;)
+            ix.suffix_min_t_min[i] = i + 1 < n ? std::min(ix.suffix_min_t_min[i + 1], ix.blocks[i].t_min) : ix.blocks[i].t_min;
+    }
+    return ix;
+}
+
+size_t SessionReader::first_memory_block_reaching_locked(int64_t run, int64_t t) {
+    const MemoryBlockIndex& ix = memory_blocks_locked(run);
+    return size_t(std::lower_bound(ix.prefix_max_t_max.begin(), ix.prefix_max_t_max.end(), t) - ix.prefix_max_t_max.begin());
+}
+
+std::vector<std::pair<int64_t, int64_t>> SessionReader::memory_ranges_locked(int64_t run, const TimeWindow& w,
+                                                                             int64_t after_id) {
+    const MemoryBlockIndex& ix = memory_blocks_locked(run);
+    // Blocks before lo end before t0; blocks from hi on start at or after t1.
+    const size_t lo = first_memory_block_reaching_locked(run, w.t0_ns);
+    const size_t hi =
+        size_t(std::lower_bound(ix.suffix_min_t_min.begin(), ix.suffix_min_t_min.end(), w.t1_ns) - ix.suffix_min_t_min.begin());
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (size_t i = lo; i < hi && i < ix.blocks.size(); ++i) {
+        const BlockExtent& b = ix.blocks[i];
+        if (b.t_min >= w.t1_ns || b.t_max < w.t0_ns || b.last_id <= after_id) continue;
+        const int64_t a = std::max(b.first_id, after_id + 1);
+        if (!out.empty() && a <= out.back().second + 1)
+            out.back().second = std::max(out.back().second, b.last_id);
+        else
+            out.push_back({a, b.last_id});
+    }
     return out;
 }
 
@@ -137,7 +196,7 @@ void SessionReader::memory_window_locked(int64_t run, const TimeWindow& w, int64
     Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
                               " FROM memory_events WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND t_ns >= ?4 AND t_ns < ?5 "
                               "AND (?6 = -2 OR device = ?6)"));
-    for (const auto& [a, b] : block_ranges(*db_, kMemoryBlocksSql, run, w, after_id)) {
+    for (const auto& [a, b] : memory_ranges_locked(run, w, after_id)) {
         s.bind(1, a).bind(2, b).bind(3, run).bind(4, w.t0_ns).bind(5, w.t1_ns).bind(6, device);
         while (s.step()) row(s);
         s.reset();
@@ -155,13 +214,22 @@ void SessionReader::for_each_memory_event(int64_t run, const TimeWindow& w,
         return;
     }
     std::vector<MemoryEventRow> rows;
+    std::vector<int64_t> labels;
     {
         Transaction snapshot(*db_, /*immediate=*/false);
-        memory_window_locked(run, w, 0, -2, [&](const Stmt& s) { rows.push_back(memory_row(s)); });
+        memory_window_locked(run, w, 0, -2, [&](const Stmt& s) {
+            rows.push_back(memory_row(s, false));
+            labels.push_back(s.i64(5));
+        });
         snapshot.commit();
     }
-    std::sort(rows.begin(), rows.end(), by_time);
-    for (const auto& r : rows) fn(r);
+    std::vector<uint32_t> order(rows.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = uint32_t(i);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return by_time(rows[a], rows[b]); });
+    for (uint32_t i : order) {
+        rows[i].label = string_locked(labels[i]);
+        fn(rows[i]);
+    }
 }
 
 std::vector<int> SessionReader::memory_devices(int64_t run) {
@@ -182,11 +250,10 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
     Transaction snapshot(*db_, /*immediate=*/false);
     TimeWindow w = window;
     if (full_window(w)) {
-        Stmt ext = db_->prepare("SELECT min(t_min), max(t_max) FROM memory_blocks WHERE run_id = ?");
-        ext.bind(1, run);
-        if (!ext.step() || ext.is_null(0)) return {};
-        w.t0_ns = ext.i64(0);
-        w.t1_ns = ext.i64(1) + 1;
+        const MemoryBlockIndex& ix = memory_blocks_locked(run);
+        if (ix.blocks.empty()) return {};
+        w.t0_ns = ix.suffix_min_t_min.front();
+        w.t1_ns = ix.prefix_max_t_max.back() + 1;
     }
     if (w.t1_ns <= w.t0_ns) return {};
     // State at the window start: the latest event before it, by (t_ns, id), per category and
@@ -194,13 +261,17 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
     // first block that may reach t0; rows from there on before t0 are folded in.
     MemoryState state;
     {
-        Stmt b = db_->prepare(
-            "SELECT first_id, state FROM memory_blocks WHERE run_id = ?1 AND t_max >= ?2 ORDER BY first_id LIMIT 1");
-        b.bind(1, run).bind(2, w.t0_ns);
+        const size_t first = first_memory_block_reaching_locked(run, w.t0_ns);
+        const MemoryBlockIndex& ix = memory_blocks_[run];
         int64_t from_id = 0;
-        if (b.step()) {
-            state = decode_memory_state(b.blob(1), b.bytes(1));
-            from_id = b.i64(0);
+        if (first < ix.blocks.size()) {
+            from_id = ix.blocks[first].first_id;
+            Stmt b = db_->prepare("SELECT state FROM memory_blocks WHERE run_id = ?1 AND first_id = ?2");
+            b.bind(1, run).bind(2, from_id);
+            if (!b.step())
+                throw SessionError(SessionErrorKind::DAMAGED,
+                                   str("session '", path_, "': memory block at id ", from_id, " of run ", run, " vanished"));
+            state = decode_memory_state(b.blob(0), b.bytes(0));
         } else {
             state = memory_state_after(*db_, run);  // every event precedes the window
             from_id = std::numeric_limits<int64_t>::max();
@@ -210,7 +281,7 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
             Stmt rows = db_->prepare(
                 "SELECT id, t_ns, device, category, category_total, device_total FROM memory_events "
                 "WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND t_ns < ?4");
-            for (const auto& [a, z] : block_ranges(*db_, kMemoryBlocksSql, run, before, from_id - 1)) {
+            for (const auto& [a, z] : memory_ranges_locked(run, before, from_id - 1)) {
                 rows.bind(1, a).bind(2, z).bind(3, run).bind(4, w.t0_ns);
                 while (rows.step())
                     memory_state_apply(state, rows.i32(2), rows.i32(3), rows.i64(1), rows.i64(0), rows.i64(4), rows.i64(5));

@@ -80,8 +80,26 @@ class SessionReader {
     // order (not sorted), read through the block-range index. Caller holds mu_ and a snapshot.
     void memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, int device,
                               const std::function<void(const Stmt&)>& row);
+    // Id ranges of `run`'s memory blocks that may hold rows of [t0, t1) with id > after_id,
+    // adjacent blocks merged; from the in-memory copy of the block table (caller holds a
+    // snapshot, in which new blocks are read first).
+    std::vector<std::pair<int64_t, int64_t>> memory_ranges_locked(int64_t run, const TimeWindow& w, int64_t after_id);
+    // Index of the first block of `run` whose t_max >= t (blocks.size() if none).
+    size_t first_memory_block_reaching_locked(int64_t run, int64_t t);
+    struct BlockExtent {
+        int64_t first_id, last_id, t_min, t_max;
+    };
+    // A run's memory blocks in id order, with the prefix maximum of t_max and the suffix minimum
+    // of t_min: blocks are appended nearly in time order, so two binary searches cut any window
+    // down to the few blocks that can overlap it (a query over the blocks table scans them all).
+    struct MemoryBlockIndex {
+        int64_t last_rowid = 0;
+        std::vector<BlockExtent> blocks;
+        std::vector<int64_t> prefix_max_t_max, suffix_min_t_min;
+    };
+    MemoryBlockIndex& memory_blocks_locked(int64_t run);
     const std::string& string_locked(int64_t id);
-    MemoryEventRow memory_row(const Stmt& s);
+    MemoryEventRow memory_row(const Stmt& s, bool with_label = true);
     SpanRow span_row(const Stmt& s);
 
     std::mutex mu_;
@@ -89,6 +107,7 @@ class SessionReader {
     std::string path_;
     std::unordered_map<int64_t, std::string> strings_;
     std::unique_ptr<Stmt> string_stmt_;
+    std::unordered_map<int64_t, MemoryBlockIndex> memory_blocks_;  // by run
 };
 
 }  // namespace kv::storage

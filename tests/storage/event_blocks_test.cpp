@@ -219,6 +219,42 @@ TEST(EventBlocks, WindowQueriesAndTimelineMatchBruteForce) {
     }
 }
 
+TEST(EventBlocks, AReaderOpenWhileARunGrowsSeesTheNewBlocks) {
+    test::ScratchDir dir;
+    const std::string path = dir.file("live.kvlab");
+    int64_t run = 0;
+    {
+        auto session = storage::Session::create(path);
+        run = session->create_run("live");
+        session->start_run(run);
+    }
+    std::mt19937_64 rng(test::seed_for("EventBlocks.live"));
+    const uint32_t label = trace::intern("live label");
+    trace::Recorder rec(trace::RecorderOptions{size_t(1) << 15, 8});
+    storage::SessionWriter w(path);
+    w.attach(run, rec);
+    push_memory(rec, rng, 3000, 1'000'000, label);
+    w.flush();
+    storage::SessionReader r(path);  // caches the blocks it has seen
+    const TimeWindow late{1'000'000 + 2500 * 100, 1'000'000 + 4000 * 100};
+    EXPECT_EQ(r.memory_events(run, late).size(), 0u + [&] {
+        size_t n = 0;
+        for (const auto& e : r.memory_events(run)) n += e.t_ns >= late.t0_ns && e.t_ns < late.t1_ns;
+        return n;
+    }());
+    push_memory(rec, rng, 3000, 1'000'000 + 3000 * 100, label);
+    w.detach(run);
+    const auto all = r.memory_events(run);
+    ASSERT_EQ(all.size(), 6000u);
+    size_t want = 0;
+    for (const auto& e : all) want += e.t_ns >= late.t0_ns && e.t_ns < late.t1_ns;
+    EXPECT_EQ(r.memory_events(run, late).size(), want) << "rows committed after the reader's first query are found";
+    const int64_t lo = std::min_element(all.begin(), all.end(), by_time)->t_ns;
+    const int64_t hi = std::max_element(all.begin(), all.end(), by_time)->t_ns + 1;
+    expect_same_buckets(r.memory_timeline(run, -1, {}, 20), naive_timeline(all, -1, lo, hi, 20), "whole grown run");
+    expect_same_buckets(r.memory_timeline(run, -1, late, 9), naive_timeline(all, -1, late.t0_ns, late.t1_ns, 9), "late window");
+}
+
 TEST(EventBlocks, BlocksCoverEveryRowOnceAndHoldTheStateBeforeThem) {
     BlockSession s;
     storage::Db db(s.path, SQLITE_OPEN_READONLY);
