@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <queue>
 
 #include "storage/event_blocks.h"
 #include "storage/session.h"
@@ -124,10 +125,13 @@ std::vector<MemoryEventRow> SessionReader::memory_events(int64_t run, const Time
     std::vector<int64_t> labels;
     {
         Transaction snapshot(*db_, /*immediate=*/false);
-        memory_window_locked(run, w, after_id, -2, [&](const Stmt& s) {
-            out.push_back(memory_row(s, false));
-            labels.push_back(s.i64(5));
-        });
+        memory_window_locked(
+            run, w, after_id, -2,
+            [&](const Stmt& s) {
+                out.push_back(memory_row(s, false));
+                labels.push_back(s.i64(5));
+            },
+            limit);
         snapshot.commit();
     }
     std::vector<uint32_t> order(out.size());
@@ -192,13 +196,35 @@ std::vector<std::pair<int64_t, int64_t>> SessionReader::memory_ranges_locked(int
 }
 
 void SessionReader::memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, int device,
-                                         const std::function<void(const Stmt&)>& row) {
+                                         const std::function<void(const Stmt&)>& row, size_t first_n) {
     Stmt s = db_->prepare(str("SELECT ", kMemoryColumns,
                               " FROM memory_events WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND t_ns >= ?4 AND t_ns < ?5 "
                               "AND (?6 = -2 OR device = ?6)"));
-    for (const auto& [a, b] : memory_ranges_locked(run, w, after_id)) {
-        s.bind(1, a).bind(2, b).bind(3, run).bind(4, w.t0_ns).bind(5, w.t1_ns).bind(6, device);
-        while (s.step()) row(s);
+    if (first_n == 0 || first_n > (size_t(1) << 16)) {
+        for (const auto& [a, b] : memory_ranges_locked(run, w, after_id)) {
+            s.bind(1, a).bind(2, b).bind(3, run).bind(4, w.t0_ns).bind(5, w.t1_ns).bind(6, device);
+            while (s.step()) row(s);
+            s.reset();
+        }
+        return;
+    }
+    // Only the first `first_n` rows in (t_ns, id) order are wanted (slices of a wide window):
+    // block by block, stopping once no later block can hold an earlier row than the n-th
+    // earliest seen (later blocks have larger ids, so an equal time sorts after it).
+    const MemoryBlockIndex& ix = memory_blocks_locked(run);
+    const size_t lo = first_memory_block_reaching_locked(run, w.t0_ns);
+    std::priority_queue<std::pair<int64_t, int64_t>> earliest;  // the first_n earliest (t, id), latest on top
+    for (size_t i = lo; i < ix.blocks.size(); ++i) {
+        if (ix.suffix_min_t_min[i] >= w.t1_ns) break;
+        if (earliest.size() == first_n && ix.suffix_min_t_min[i] >= earliest.top().first) break;
+        const BlockExtent& b = ix.blocks[i];
+        if (b.t_min >= w.t1_ns || b.t_max < w.t0_ns || b.last_id <= after_id) continue;
+        s.bind(1, std::max(b.first_id, after_id + 1)).bind(2, b.last_id).bind(3, run).bind(4, w.t0_ns).bind(5, w.t1_ns).bind(6, device);
+        while (s.step()) {
+            row(s);
+            earliest.push({s.i64(1), s.i64(0)});
+            if (earliest.size() > first_n) earliest.pop();
+        }
         s.reset();
     }
 }

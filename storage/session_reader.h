@@ -77,9 +77,10 @@ class SessionReader {
 
    private:
     // Rows of `run` in [t0, t1) (of `device`, or all when -2) with id > after_id, in block
-    // order (not sorted), read through the block-range index. Caller holds mu_ and a snapshot.
+    // order (not sorted), read through the block-range index; with first_n > 0, at least the
+    // first_n of them in (t_ns, id) order (and possibly more). Caller holds mu_ and a snapshot.
     void memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, int device,
-                              const std::function<void(const Stmt&)>& row);
+                              const std::function<void(const Stmt&)>& row, size_t first_n = 0);
     // Id ranges of `run`'s memory blocks that may hold rows of [t0, t1) with id > after_id,
     // adjacent blocks merged; from the in-memory copy of the block table (caller holds a
     // snapshot, in which new blocks are read first).

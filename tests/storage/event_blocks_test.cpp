@@ -181,10 +181,20 @@ TEST(EventBlocks, WindowQueriesAndTimelineMatchBruteForce) {
             ASSERT_EQ(each.size(), want.size());
             for (size_t i = 0; i < each.size(); ++i) EXPECT_EQ(each[i], want[i].id);
             // limit and after_id keep the first rows in time order among ids above after_id
-            if (want.size() > 4) {
-                const auto lim = r.memory_events(run, {a, b}, 0, 3);
-                ASSERT_EQ(lim.size(), 3u);
-                EXPECT_EQ(lim[2].id, want[2].id);
+            for (size_t n : {size_t(1), size_t(3), size_t(500), size_t(4000)}) {
+                const auto lim = r.memory_events(run, {a, b}, 0, n);
+                ASSERT_EQ(lim.size(), std::min(n, want.size()));
+                for (size_t i = 0; i < lim.size(); ++i) ASSERT_EQ(lim[i].id, want[i].id) << "limit " << n << " row " << i;
+            }
+            // slices: after_id keeps the rows above it, still in time order
+            if (!want.empty()) {
+                const int64_t cut = want[want.size() / 2].id;
+                std::vector<int64_t> above;
+                for (const auto& e : want)
+                    if (e.id > cut) above.push_back(e.id);
+                const auto sl = r.memory_events(run, {a, b}, cut, 100);
+                ASSERT_EQ(sl.size(), std::min<size_t>(100, above.size()));
+                for (size_t i = 0; i < sl.size(); ++i) ASSERT_EQ(sl[i].id, above[i]);
             }
             for (int device : {-1, int(trace::device_code(Device{DeviceType::CUDA, 0}))})
                 expect_same_buckets(r.memory_timeline(run, device, {a, b}, 7), naive_timeline(all, device, a, b, 7),
