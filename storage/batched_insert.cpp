@@ -43,7 +43,7 @@ void BatchedInsert::flush() {
     if (last != next_rowid_ - 1)
         throw SessionError(SessionErrorKind::INVALID,
                            str("session writer: ", table_, " got row id ", last, " where ", next_rowid_ - 1,
-                               " was expected; was the session written by another process at the same time?"));
+                               " was expected (were rows deleted or written with explicit ids while the batch held the write lock?)"));
 }
 
 }  // namespace kv::storage

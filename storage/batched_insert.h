@@ -29,10 +29,10 @@ class BatchedInsert {
     }
     // Inserts every buffered row (throws SessionError; the buffer is cleared either way).
     void flush();
-    // The rowid the next pushed row will get. SQLite gives an appended row max(rowid) + 1; this
-    // is the session's only writer, so ids are known before the INSERT runs (the block index
-    // needs them) and flush() checks each prediction. Set it from the table at open and after a
-    // rollback.
+    // The rowid the next pushed row will get. SQLite gives an appended row max(rowid) + 1, so
+    // with the write lock held, ids are known before the INSERT runs (the block index needs
+    // them); flush() checks each prediction. The writer sets it at the start of every
+    // transaction.
     int64_t next_rowid() const { return next_rowid_; }
     void set_next_rowid(int64_t id) { next_rowid_ = id; }
     // Forgets buffered rows (after a rollback).

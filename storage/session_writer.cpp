@@ -75,7 +75,7 @@ struct SessionWriter::Impl : trace::EventSink {
     std::unique_ptr<Db> db;
     std::unique_ptr<BatchedInsert> ins_span, ins_mem;  // the two high-volume tables
     std::unique_ptr<EventBlockInserts> ins_blocks;
-    int64_t committed_span_id = 1, committed_mem_id = 1;  // ids of the next rows as of the last commit
+    Stmt max_span_id, max_mem_id;
     Stmt ins_cache, ins_score, ins_cell, ins_metric, ins_log;
     Stmt ins_kernel, ins_memcpy, ins_memset, ins_memory, ins_corr;
     Stmt find_string, ins_string, upd_progress, upd_summary, get_t0;
@@ -107,10 +107,8 @@ struct SessionWriter::Impl : trace::EventSink {
             13);
         ins_blocks = std::make_unique<EventBlockInserts>(*db);
         // The block index names row ids before the multi-row INSERTs run (see BatchedInsert).
-        committed_span_id = db->query_int("SELECT coalesce(max(id), 0) + 1 FROM spans", 1, "reading the span ids");
-        committed_mem_id = db->query_int("SELECT coalesce(max(id), 0) + 1 FROM memory_events", 1, "reading the memory event ids");
-        ins_span->set_next_rowid(committed_span_id);
-        ins_mem->set_next_rowid(committed_mem_id);
+        max_span_id = db->prepare("SELECT coalesce(max(id), 0) FROM spans");
+        max_mem_id = db->prepare("SELECT coalesce(max(id), 0) FROM memory_events");
         ins_cache = db->prepare(
             "INSERT INTO cache_steps(run_id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, "
             "replay_log) "
@@ -469,6 +467,16 @@ struct SessionWriter::Impl : trace::EventSink {
         in_txn = true;
         txn_start = Clock::now();
         txn_rows = 0;
+        // Row ids of this batch (the block index names them before the INSERTs run): the write
+        // lock is ours until COMMIT, so max + 1 now is what SQLite will give, even when another
+        // process wrote to the session since our last batch.
+        auto next_id = [](Stmt& q) {
+            const int64_t v = q.step() ? q.i64(0) + 1 : 1;
+            q.reset();
+            return v;
+        };
+        ins_span->set_next_rowid(next_id(max_span_id));
+        ins_mem->set_next_rowid(next_id(max_mem_id));
     }
 
     bool commit_due(const WriterOptions& o) const {
@@ -562,8 +570,6 @@ struct SessionWriter::Impl : trace::EventSink {
                 db->exec("COMMIT", "committing a write batch");
                 in_txn = false;
                 ++stats.commits;
-                committed_span_id = ins_span->next_rowid();
-                committed_mem_id = ins_mem->next_rowid();
                 for (auto& r : runs) r->blocks.commit();
                 for (auto& r : runs) {
                     for (size_t t = 0; t < trace::kNumEventTypes; ++t) {
@@ -588,8 +594,6 @@ struct SessionWriter::Impl : trace::EventSink {
         ins_span->clear();
         ins_mem->clear();
         sqlite3_exec(db->handle(), "ROLLBACK", nullptr, nullptr, nullptr);
-        ins_span->set_next_rowid(committed_span_id);
-        ins_mem->set_next_rowid(committed_mem_id);
         for (auto& r : runs) r->blocks.rollback();
         in_txn = false;
         txn_failed = false;

@@ -265,6 +265,67 @@ TEST(EventBlocks, AReaderOpenWhileARunGrowsSeesTheNewBlocks) {
     expect_same_buckets(r.memory_timeline(run, -1, late, 9), naive_timeline(all, -1, late.t0_ns, late.t1_ns, 9), "late window");
 }
 
+TEST(EventBlocks, TwoWritersOnOneSessionKeepEveryRowAndBlock) {
+    // Two writers (as two processes would: the CLI and the GUI on one session) take turns at
+    // the write lock; each re-reads the row ids at the start of its batch.
+    test::ScratchDir dir;
+    const std::string path = dir.file("two.kvlab");
+    int64_t run1 = 0, run2 = 0;
+    {
+        auto session = storage::Session::create(path);
+        run1 = session->create_run("one");
+        run2 = session->create_run("two");
+        session->start_run(run1);
+        session->start_run(run2);
+    }
+    const uint32_t label = trace::intern("two writers");
+    trace::Recorder rec1(trace::RecorderOptions{size_t(1) << 15, 8}), rec2(trace::RecorderOptions{size_t(1) << 15, 8});
+    {
+        storage::WriterOptions wo;
+        wo.batch_rows = 700;
+        storage::SessionWriter w1(path, wo), w2(path, wo);
+        w1.attach(run1, rec1);
+        w2.attach(run2, rec2);
+        std::thread a([&] {
+            std::mt19937_64 rng(test::seed_for("EventBlocks.two.a"));
+            for (int k = 0; k < 4; ++k) {
+                push_memory(rec1, rng, 1500, 1'000'000 + k * 1500 * 100, label);
+                push_spans(rec1, rng, 500, 1'000'000 + k * 500 * 100);
+            }
+        });
+        std::thread b([&] {
+            std::mt19937_64 rng(test::seed_for("EventBlocks.two.b"));
+            for (int k = 0; k < 4; ++k) push_memory(rec2, rng, 1500, 1'000'000 + k * 1500 * 100, label);
+        });
+        a.join();
+        b.join();
+        const auto s1 = w1.detach(run1);
+        const auto s2 = w2.detach(run2);
+        EXPECT_EQ(s1.lost, 0u) << s1.error;
+        EXPECT_EQ(s2.lost, 0u) << s2.error;
+    }
+    storage::SessionReader r(path);
+    for (int64_t run : {run1, run2}) {
+        const auto all = r.memory_events(run);
+        ASSERT_EQ(all.size(), 6000u) << "run " << run;
+        const TimeWindow w{1'000'000 + 1000 * 100, 1'000'000 + 4000 * 100};
+        std::vector<int64_t> want, got;
+        for (const auto& e : all)
+            if (e.t_ns >= w.t0_ns && e.t_ns < w.t1_ns) want.push_back(e.id);
+        for (const auto& e : r.memory_events(run, w)) got.push_back(e.id);
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, want) << "run " << run;
+    }
+    EXPECT_EQ(r.spans(run1).size(), 2000u);
+    storage::Db db(path, SQLITE_OPEN_READONLY);
+    EXPECT_EQ(db.query_int("SELECT count(*) FROM memory_events", -1, "t"), db.query_int("SELECT sum(rows) FROM memory_blocks", -2, "t"));
+    EXPECT_EQ(db.query_int("SELECT count(*) FROM memory_events e WHERE (SELECT count(*) FROM memory_blocks b WHERE b.run_id = "
+                           "e.run_id AND e.id BETWEEN b.first_id AND b.last_id) != 1",
+                           -1, "t"),
+              0);
+}
+
 TEST(EventBlocks, BlocksCoverEveryRowOnceAndHoldTheStateBeforeThem) {
     BlockSession s;
     storage::Db db(s.path, SQLITE_OPEN_READONLY);
