@@ -46,6 +46,21 @@ struct MemoryEventRow {
     uint8_t flags = 0;  // trace::AllocFlags
 };
 
+// n equal time buckets over [t0, t1): bucket b starts at bucket_start(b) (integer ns, so widths
+// differ by at most 1 ns) and bucket_index(t) is the b whose [start(b), start(b + 1)) holds t,
+// clamped to [0, n). Readers, views and exports share these so an event is always counted in
+// the bucket whose reported range contains it.
+inline int64_t bucket_start(int64_t t0, int64_t t1, int n, int b) {
+    return b >= n ? t1 : t0 + int64_t(double(t1 - t0) / double(n) * double(b));
+}
+inline int bucket_index(int64_t t, int64_t t0, int64_t t1, int n) {
+    int b = int(double(t - t0) / (double(t1 - t0) / double(n)));
+    b = b < 0 ? 0 : b >= n ? n - 1 : b;
+    while (b + 1 < n && t >= bucket_start(t0, t1, n, b + 1)) ++b;
+    while (b > 0 && t < bucket_start(t0, t1, n, b)) --b;
+    return b;
+}
+
 // One bucket of a decimated memory timeline for one device.
 struct MemoryBucket {
     int64_t t0_ns = 0, t1_ns = 0;

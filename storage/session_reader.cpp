@@ -321,11 +321,10 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
         total = it->second.total.value;
         for (size_t c = 0; c < kNumMemCategories; ++c) cat[c] = it->second.category[c].value;
     }
-    const double width = double(w.t1_ns - w.t0_ns) / buckets;
     std::vector<MemoryBucket> out(static_cast<size_t>(buckets));
     for (int b = 0; b < buckets; ++b) {
-        out[size_t(b)].t0_ns = w.t0_ns + int64_t(width * b);
-        out[size_t(b)].t1_ns = b + 1 == buckets ? w.t1_ns : w.t0_ns + int64_t(width * (b + 1));
+        out[size_t(b)].t0_ns = bucket_start(w.t0_ns, w.t1_ns, buckets, b);
+        out[size_t(b)].t1_ns = bucket_start(w.t0_ns, w.t1_ns, buckets, b + 1);
     }
     struct Ev {
         int64_t t_ns, id, category_total, device_total;
@@ -347,7 +346,7 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
         }
     };
     for (const Ev& e : evs) {
-        int b = std::min(buckets - 1, int(double(e.t_ns - w.t0_ns) / width));
+        const int b = bucket_index(e.t_ns, w.t0_ns, w.t1_ns, buckets);
         carry_until(b);
         if (e.category >= 0 && size_t(e.category) < kNumMemCategories) cat[size_t(e.category)] = e.category_total;
         total = e.device_total;

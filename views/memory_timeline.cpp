@@ -73,10 +73,10 @@ void MemorySeries::add(const storage::MemoryEventRow& e) {
 namespace {
 std::vector<storage::MemoryBucket> empty_buckets(int64_t t0, int64_t t1, int n) {
     std::vector<storage::MemoryBucket> out(size_t(std::max(1, n)));
-    const double width = double(t1 - t0) / double(out.size());
-    for (size_t b = 0; b < out.size(); ++b) {
-        out[b].t0_ns = t0 + int64_t(width * double(b));
-        out[b].t1_ns = b + 1 == out.size() ? t1 : t0 + int64_t(width * double(b + 1));
+    const int m = int(out.size());
+    for (int b = 0; b < m; ++b) {
+        out[size_t(b)].t0_ns = storage::bucket_start(t0, t1, m, b);
+        out[size_t(b)].t1_ns = storage::bucket_start(t0, t1, m, b + 1);
     }
     return out;
 }
@@ -87,7 +87,6 @@ std::vector<storage::MemoryBucket> bucket_memory_points(const std::vector<Memory
                                                         int64_t total_before, int64_t t0, int64_t t1, int n) {
     if (t1 <= t0 || n < 1) return {};
     std::vector<storage::MemoryBucket> out = empty_buckets(t0, t1, n);
-    const double width = double(t1 - t0) / n;
     std::array<int64_t, kNumMemCategories> cat = cat_before;
     int64_t total = total_before;
     int filled = 0;  // buckets before this index are final
@@ -107,7 +106,7 @@ std::vector<storage::MemoryBucket> bucket_memory_points(const std::vector<Memory
     }
     for (; i < points.size() && points[i].t_ns < t1; ++i) {
         const MemoryPoint& p = points[i];
-        const int b = std::min(n - 1, int(double(p.t_ns - t0) / width));
+        const int b = storage::bucket_index(p.t_ns, t0, t1, n);
         carry_until(b);
         cat[p.category] = p.category_total;
         total = p.device_total;
@@ -130,7 +129,6 @@ std::vector<storage::MemoryBucket> memory_series_buckets(const MemorySeries& s, 
     if (t1 <= t0 || n < 1) return {};
     if (s.raw_complete) return bucket_memory_points(s.raw, {}, 0, t0, t1, n);
     std::vector<storage::MemoryBucket> out = empty_buckets(t0, t1, n);
-    const double width = double(t1 - t0) / n;
     std::array<int64_t, kNumMemCategories> cat{};
     int64_t total = 0;
     int filled = 0;
@@ -151,7 +149,7 @@ std::vector<storage::MemoryBucket> memory_series_buckets(const MemorySeries& s, 
             continue;
         }
         if (blk.t_first >= t1) break;
-        const int b = std::min(n - 1, int(double(blk.t_first - t0) / width));
+        const int b = storage::bucket_index(blk.t_first, t0, t1, n);
         carry_until(b);
         storage::MemoryBucket& m = out[size_t(b)];
         if (m.events == 0) {
@@ -176,7 +174,6 @@ std::vector<storage::MemoryBucket> merge_memory_buckets(const std::vector<storag
     if (t1 <= t0 || n < 1) return {};
     std::vector<storage::MemoryBucket> out = empty_buckets(t0, t1, n);
     std::vector<bool> set(out.size(), false);
-    const double width = double(t1 - t0) / n;
     int64_t carry = 0;
     std::array<int64_t, kNumMemCategories> carry_cat{};
     for (const auto& f : fine) {
@@ -186,7 +183,7 @@ std::vector<storage::MemoryBucket> merge_memory_buckets(const std::vector<storag
             continue;
         }
         if (f.t0_ns >= t1) break;
-        const int b = std::clamp(int(double(std::max(f.t0_ns, t0) - t0) / width), 0, n - 1);
+        const int b = storage::bucket_index(std::max(f.t0_ns, t0), t0, t1, n);
         storage::MemoryBucket& m = out[size_t(b)];
         if (!set[size_t(b)]) {
             m.total_min = f.total_min, m.total_max = f.total_max, m.at_max = f.at_max;

@@ -93,9 +93,7 @@ std::vector<MemoryBucket> naive_timeline(std::vector<MemoryEventRow> rows, int d
         out[size_t(b)].total_min = out[size_t(b)].total_max = out[size_t(b)].total_last = total;
         out[size_t(b)].at_max = cat;
         for (const auto& e : rows) {
-            // the reader's rule: bucket floor((t - t0) / width), the last one open-ended
-            if (e.device != device || e.t_ns < t0 || e.t_ns >= t1 || std::min(n - 1, int(double(e.t_ns - t0) / width)) != b)
-                continue;
+            if (e.device != device || e.t_ns < out[size_t(b)].t0_ns || e.t_ns >= out[size_t(b)].t1_ns) continue;
             cat[size_t(e.category)] = e.category_total;
             total = e.device_total;
             MemoryBucket& m = out[size_t(b)];
@@ -450,6 +448,25 @@ TEST(EventBlocks, BuilderClosesFullBlocksAndRollsBackToTheLastCommit) {
     b.close(sb, mb);
     EXPECT_TRUE(sb.empty());
     EXPECT_TRUE(mb.empty());
+}
+
+TEST(EventBlocks, BucketIndexAgreesWithTheReportedEdges) {
+    std::mt19937_64 rng(test::seed_for("EventBlocks.buckets"));
+    for (int trial = 0; trial < 2000; ++trial) {
+        const int64_t t0 = int64_t(rng() % 1'000'000'000'000) - 500'000'000'000;
+        const int64_t t1 = t0 + 1 + int64_t(rng() % (trial % 2 ? 1000 : 50'000'000'000));
+        const int n = 1 + int(rng() % 2000);
+        EXPECT_EQ(storage::bucket_start(t0, t1, n, 0), t0);
+        EXPECT_EQ(storage::bucket_start(t0, t1, n, n), t1);
+        for (int k = 0; k < 20; ++k) {
+            const int64_t t = t0 + int64_t(rng() % uint64_t(t1 - t0));
+            const int b = storage::bucket_index(t, t0, t1, n);
+            ASSERT_GE(b, 0);
+            ASSERT_LT(b, n);
+            ASSERT_LE(storage::bucket_start(t0, t1, n, b), t) << t0 << " " << t1 << " " << n;
+            ASSERT_GT(storage::bucket_start(t0, t1, n, b + 1), t) << t0 << " " << t1 << " " << n;
+        }
+    }
 }
 
 }  // namespace
