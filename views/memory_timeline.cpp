@@ -57,6 +57,11 @@ void MemorySeries::add(const storage::MemoryEventRow& e) {
     b.t_first = std::min(b.t_first, e.t_ns);
     b.t_last = std::max(b.t_last, e.t_ns);
     ++b.events;
+    const size_t nb = blocks.size();  // only the newest block changes
+    t_first_prefix_max.resize(nb);
+    t_last_prefix_max.resize(nb);
+    t_first_prefix_max[nb - 1] = nb > 1 ? std::max(t_first_prefix_max[nb - 2], b.t_first) : b.t_first;
+    t_last_prefix_max[nb - 1] = nb > 1 ? std::max(t_last_prefix_max[nb - 2], b.t_last) : b.t_last;
     if (!raw_complete) return;
     if (raw.size() >= raw_limit) {  // too many to keep: the blocks and the reader take over
         raw.clear();
@@ -141,8 +146,16 @@ std::vector<storage::MemoryBucket> memory_series_buckets(const MemorySeries& s, 
             }
         }
     };
-    // Blocks: each block counts where its first event falls.
-    for (const MemoryBlock& blk : s.blocks) {
+    // Blocks: each block counts where its first event falls. Every block before `from` starts
+    // before t0, so only the state after the last of them matters.
+    const size_t from = size_t(std::lower_bound(s.t_first_prefix_max.begin(), s.t_first_prefix_max.end(), t0) -
+                               s.t_first_prefix_max.begin());
+    if (from > 0) {
+        total = s.blocks[from - 1].total_last;
+        cat = s.blocks[from - 1].at_max;
+    }
+    for (size_t i = from; i < s.blocks.size(); ++i) {
+        const MemoryBlock& blk = s.blocks[i];
         if (blk.t_first < t0) {
             total = blk.total_last;
             cat = blk.at_max;
@@ -376,9 +389,13 @@ std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& 
     while (q * 2 <= vis * 0.25) q *= 2;
     const int64_t pt0 = int64_t(std::floor((double(t0) - vis * 0.25) / q) * q);
     const int64_t pt1 = int64_t(std::ceil((double(t1) + vis * 0.25) / q) * q);
+    // Events in the padded window, from the blocks (an estimate: it stops at the first block
+    // starting after the window, so a later out-of-order block may be missed).
     int64_t est = 0;
-    for (const auto& b : ser.blocks)
-        if (b.t_last >= pt0 && b.t_first < pt1) est += b.events;
+    for (size_t i = size_t(std::lower_bound(ser.t_last_prefix_max.begin(), ser.t_last_prefix_max.end(), pt0) -
+                           ser.t_last_prefix_max.begin());
+         i < ser.blocks.size() && ser.blocks[i].t_first < pt1 && est <= s.zoom_query_max_events; ++i)
+        if (ser.blocks[i].t_last >= pt0) est += ser.blocks[i].events;
     if (est > s.zoom_query_max_events) return memory_series_buckets(ser, t0, t1, n);
     const bool covers = s.zoom_valid && s.zoom_t0 <= t0 && s.zoom_t1 >= t1 && s.zoom_version == s.version;
     if (!covers) {

@@ -66,6 +66,10 @@ struct MemorySeries {
     int64_t total = 0;                                  // device total after the newest event
     int64_t t_min = 0, t_max = 0;
     std::vector<MemoryBlock> blocks;
+    // Running maxima of blocks[0..i].t_first / .t_last: blocks arrive nearly in time order, so a
+    // binary search finds the first block that can reach a time (every block before it is
+    // entirely earlier) without walking 150k blocks per frame.
+    std::vector<int64_t> t_first_prefix_max, t_last_prefix_max;
     std::vector<MemoryPoint> raw;  // (t, id) order; emptied once events exceed raw_limit
     bool raw_complete = true;      // raw holds every event of the device
     size_t raw_limit = size_t(1) << 19;

@@ -67,6 +67,7 @@ TEST(ViewBench, DISABLED_FullScale) {
     if (const char* d = std::getenv("KVLAB_VIEW_BENCH_DIR")) o.dir = d;
     if (const char* s = std::getenv("KVLAB_VIEW_BENCH_SESSION")) o.session = s;
     o.keep_session = std::getenv("KVLAB_VIEW_BENCH_KEEP") != nullptr;
+    if (const char* only = std::getenv("KVLAB_VIEW_BENCH_ONLY")) o.only = only, o.live_run = false;
     const ViewBenchResult r = run_view_bench(host, o);
     std::printf("%s", format_view_bench(r).c_str());
     if (o.keep_session) std::printf("session kept: %s\n", r.session.c_str());
