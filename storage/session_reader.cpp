@@ -23,26 +23,26 @@ bool full_window(const TimeWindow& w) {
     return w.t0_ns == std::numeric_limits<int64_t>::min() && w.t1_ns == std::numeric_limits<int64_t>::max();
 }
 
-// Id ranges of a run's blocks that may hold rows of [t0, t1) (storage/event_blocks.h), adjacent
-// blocks merged. `sql` selects first_id, last_id ordered by first_id, with ?1 run, ?2 t0, ?3 t1,
-// ?4 rows after this id.
-std::vector<std::pair<int64_t, int64_t>> block_ranges(Db& db, const char* sql, int64_t run, const TimeWindow& w,
-                                                      int64_t after_id) {
+// Appends the id range [a, b], merged into the previous one when adjacent or overlapping.
+void add_id_range(std::vector<std::pair<int64_t, int64_t>>& out, int64_t a, int64_t b) {
+    if (!out.empty() && a <= out.back().second + 1)
+        out.back().second = std::max(out.back().second, b);
+    else
+        out.push_back({a, b});
+}
+
+// Id ranges of a run's span blocks (storage/event_blocks.h) that may hold spans overlapping
+// [t0, t1) with id > after_id. Span windows are not on the GUI's per-frame path, so the blocks
+// table is scanned here (memory windows use SessionReader's in-memory block index).
+std::vector<std::pair<int64_t, int64_t>> span_ranges(Db& db, int64_t run, const TimeWindow& w, int64_t after_id) {
     std::vector<std::pair<int64_t, int64_t>> out;
-    Stmt s = db.prepare(sql);
+    Stmt s = db.prepare(
+        "SELECT first_id, last_id FROM span_blocks WHERE run_id = ?1 AND start_min < ?3 AND end_max >= ?2 AND last_id > ?4 "
+        "ORDER BY first_id");
     s.bind(1, run).bind(2, w.t0_ns).bind(3, w.t1_ns).bind(4, after_id);
-    while (s.step()) {
-        const int64_t a = std::max(s.i64(0), after_id + 1), b = s.i64(1);
-        if (!out.empty() && a <= out.back().second + 1)
-            out.back().second = std::max(out.back().second, b);
-        else
-            out.push_back({a, b});
-    }
+    while (s.step()) add_id_range(out, std::max(s.i64(0), after_id + 1), s.i64(1));
     return out;
 }
-constexpr const char* kSpanBlocksSql =
-    "SELECT first_id, last_id FROM span_blocks WHERE run_id = ?1 AND start_min < ?3 AND end_max >= ?2 AND last_id > ?4 "
-    "ORDER BY first_id";
 
 bool by_time(const MemoryEventRow& a, const MemoryEventRow& b) { return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.id < b.id; }
 
@@ -120,29 +120,38 @@ std::vector<MemoryEventRow> SessionReader::memory_events(int64_t run, const Time
         while (s.step()) out.push_back(memory_row(s));
         return out;
     }
+    return sorted_memory_window_locked(run, w, after_id, limit);
+}
+
+std::vector<MemoryEventRow> SessionReader::sorted_memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id,
+                                                                        size_t limit) {
     // Rows without their label text first (a wide window may hold far more rows than `limit`),
     // then the first `limit` in time order get theirs.
+    std::vector<MemoryEventRow> rows;
     std::vector<int64_t> labels;
     {
         Transaction snapshot(*db_, /*immediate=*/false);
         memory_window_locked(
             run, w, after_id, -2,
             [&](const Stmt& s) {
-                out.push_back(memory_row(s, false));
+                rows.push_back(memory_row(s, false));
                 labels.push_back(s.i64(5));
             },
             limit);
         snapshot.commit();
     }
-    std::vector<uint32_t> order(out.size());
+    std::vector<uint32_t> order(rows.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = uint32_t(i);
-    auto earlier = [&](uint32_t a, uint32_t b) { return by_time(out[a], out[b]); };
+    auto earlier = [&](uint32_t a, uint32_t b) { return by_time(rows[a], rows[b]); };
     const size_t keep = std::min(limit, order.size());
-    std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(keep), order.end(), earlier);
+    if (keep == order.size())
+        std::sort(order.begin(), order.end(), earlier);
+    else
+        std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(keep), order.end(), earlier);
     std::vector<MemoryEventRow> sorted;
     sorted.reserve(keep);
     for (size_t i = 0; i < keep; ++i) {
-        sorted.push_back(std::move(out[order[i]]));
+        sorted.push_back(std::move(rows[order[i]]));
         sorted.back().label = string_locked(labels[order[i]]);
     }
     return sorted;
@@ -186,11 +195,7 @@ std::vector<std::pair<int64_t, int64_t>> SessionReader::memory_ranges_locked(int
     for (size_t i = lo; i < hi && i < ix.blocks.size(); ++i) {
         const BlockExtent& b = ix.blocks[i];
         if (b.t_min >= w.t1_ns || b.t_max < w.t0_ns || b.last_id <= after_id) continue;
-        const int64_t a = std::max(b.first_id, after_id + 1);
-        if (!out.empty() && a <= out.back().second + 1)
-            out.back().second = std::max(out.back().second, b.last_id);
-        else
-            out.push_back({a, b.last_id});
+        add_id_range(out, std::max(b.first_id, after_id + 1), b.last_id);
     }
     return out;
 }
@@ -239,23 +244,7 @@ void SessionReader::for_each_memory_event(int64_t run, const TimeWindow& w,
         while (s.step()) fn(memory_row(s));
         return;
     }
-    std::vector<MemoryEventRow> rows;
-    std::vector<int64_t> labels;
-    {
-        Transaction snapshot(*db_, /*immediate=*/false);
-        memory_window_locked(run, w, 0, -2, [&](const Stmt& s) {
-            rows.push_back(memory_row(s, false));
-            labels.push_back(s.i64(5));
-        });
-        snapshot.commit();
-    }
-    std::vector<uint32_t> order(rows.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = uint32_t(i);
-    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return by_time(rows[a], rows[b]); });
-    for (uint32_t i : order) {
-        rows[i].label = string_locked(labels[i]);
-        fn(rows[i]);
-    }
+    for (const MemoryEventRow& r : sorted_memory_window_locked(run, w, 0, std::numeric_limits<size_t>::max())) fn(r);
 }
 
 std::vector<int> SessionReader::memory_devices(int64_t run) {
@@ -401,7 +390,7 @@ std::vector<SpanRow> SessionReader::spans(int64_t run, const TimeWindow& w, int6
         Transaction snapshot(*db_, /*immediate=*/false);
         Stmt s = db_->prepare(str("SELECT ", kSpanColumns,
                                   " FROM spans WHERE id BETWEEN ?1 AND ?2 AND run_id = ?3 AND start_ns < ?4 AND end_ns >= ?5"));
-        for (const auto& [a, b] : block_ranges(*db_, kSpanBlocksSql, run, w, after_id)) {
+        for (const auto& [a, b] : span_ranges(*db_, run, w, after_id)) {
             s.bind(1, a).bind(2, b).bind(3, run).bind(4, w.t1_ns).bind(5, w.t0_ns);
             while (s.step()) {
                 const int64_t start = s.i64(1), end = s.i64(2);

@@ -81,6 +81,9 @@ class SessionReader {
     // first_n of them in (t_ns, id) order (and possibly more). Caller holds mu_ and a snapshot.
     void memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, int device,
                               const std::function<void(const Stmt&)>& row, size_t first_n = 0);
+    // The window's rows (id > after_id) in (t_ns, id) order, at most `limit`, labels resolved
+    // only for those returned. Caller holds mu_.
+    std::vector<MemoryEventRow> sorted_memory_window_locked(int64_t run, const TimeWindow& w, int64_t after_id, size_t limit);
     // Id ranges of `run`'s memory blocks that may hold rows of [t0, t1) with id > after_id,
     // adjacent blocks merged; from the in-memory copy of the block table (caller holds a
     // snapshot, in which new blocks are read first).
