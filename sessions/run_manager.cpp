@@ -177,6 +177,7 @@ void RunManager::execute(Job& job) {
     nlohmann::json build;
     build["version"] = KVLAB_VERSION;
     build["cpu"] = cpu_backend().build_info();
+    build["cpu_kernels"] = cpu_variant_status();
     build["cuda"] = cuda_status();
     build["threads"] = num_threads();
     session_->start_run(job.run, build.dump());

@@ -5,6 +5,7 @@
 #include "bench_commands.h"
 #include "commands.h"
 #include "engine/bench/cache_bench.h"
+#include "engine/bench/ceilings.h"
 #include "engine/bench/model_bench.h"
 #include "engine/bench/op_bench.h"
 #include "engine/core/error.h"
@@ -56,6 +57,7 @@ int bench_ops(const Args& args) {
     Progress progress("bench ops");
     auto rows = bench::run_op_bench(opt, [&](int done, int total, const std::string& what) { progress.update(done, total, what); });
     progress.finish();
+    std::printf("%s\n", bench::machine_line().c_str());
     std::printf("%-32s %10s %10s %8s %7s  %s\n", "op", "ours", "ceiling", "ratio", "target", "ceiling measured by");
     int failed = 0;
     for (const auto& r : rows) {

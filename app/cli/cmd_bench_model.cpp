@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "bench_commands.h"
+#include "engine/bench/ceilings.h"
 #include "engine/bench/model_bench.h"
 #include "progress.h"
 
@@ -30,6 +31,7 @@ int bench_model(const Args& args) {
     Progress progress("bench model");
     auto rows = bench::run_model_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
+    std::printf("%s\n", bench::machine_line().c_str());
     std::printf("model %s\n", opt.model.c_str());
     std::printf("%-34s %12s %12s %8s %7s  %s\n", "measurement", "tokens/s", "floor", "ratio", "target", "floor from");
     for (const auto& r : rows)

@@ -38,6 +38,7 @@ QString buildInfoText() {
     lines << QStringLiteral("cpu backend: %1, %2 threads")
                  .arg(QString::fromStdString(cpu_backend().build_info()))
                  .arg(num_threads());
+    lines << QStringLiteral("cpu kernels: %1").arg(QString::fromStdString(cpu_variant_status()));
     lines << QStringLiteral("cuda backend: %1").arg(QString::fromStdString(cuda_status()));
     lines << QStringLiteral("build: %1").arg(QStringLiteral(KVLAB_GUI_BUILD_OPTIONS));
     lines << QStringLiteral("compiler: %1").arg(QStringLiteral(__VERSION__));

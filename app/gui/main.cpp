@@ -10,12 +10,49 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "frame_bench.h"
 #include "gui_support.h"
 #include "main_window.h"
 #include "models/runs_model.h"
 #include "session_controller.h"
+
+namespace {
+// The command line, shared by the GUI start and the display-less --help/--version path.
+struct GuiCommandLine {
+    QCommandLineParser parser;
+    QCommandLineOption demo{"demo", "launch the demo comparison (dense, h2o, lastrec, streaming on the tiny model) into an empty session"};
+    QCommandLineOption screenshot{"screenshot", "when no run is active any more, save the window as PNG to PATH and quit", "PATH"};
+    QCommandLineOption bench{"bench-frames",
+                             "time frames of the views (synthetic 128k-token 24-layer eviction map, 10M-event memory timeline, a live small run) and quit"};
+    QCommandLineOption benchFrames{"frames", "frames per benchmark case", "N", "60"};
+    QCommandLineOption benchSession{"bench-session", "with --bench-frames: reuse this synthetic session (written and kept when missing)", "FILE"};
+    QCommandLineOption benchOnly{"bench-only", "with --bench-frames: only the scenarios of this view (e.g. memory, eviction) and no live run", "VIEW"};
+    GuiCommandLine() {
+        parser.setApplicationDescription("kvlab — a lab for KV-cache policies in large language models");
+        parser.addHelpOption();
+        parser.addVersionOption();
+        parser.addPositionalArgument("SESSION", "session file to open or create (default: the last one)");
+        for (const QCommandLineOption* o : {&demo, &screenshot, &bench, &benchFrames, &benchSession, &benchOnly}) parser.addOption(*o);
+    }
+};
+
+void setAppNames() {
+    QCoreApplication::setOrganizationName("kvlab");
+    QCoreApplication::setApplicationName("kvlab-gui");
+    QCoreApplication::setApplicationVersion(QStringLiteral(KVLAB_VERSION));
+}
+
+// --help and --version print and exit without a display (QApplication aborts without one).
+bool infoOnly(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "-h" || a == "--help" || a == "-?" || a == "--help-all" || a == "-v" || a == "--version") return true;
+    }
+    return false;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
     // The GUI thread shares the cores with the run's OpenMP workers; spinning workers starve it
@@ -31,29 +68,21 @@ int main(int argc, char** argv) {
     fmt.setStencilBufferSize(0);
     fmt.setSwapInterval(0);  // frames are paced by events and timers, never by vsync waits
     QSurfaceFormat::setDefaultFormat(fmt);
+    if (infoOnly(argc, argv)) {
+        QCoreApplication core(argc, argv);
+        setAppNames();
+        GuiCommandLine cl;
+        cl.parser.process(core);  // prints and exits
+        return 0;
+    }
     QApplication app(argc, argv);
-    QCoreApplication::setOrganizationName("kvlab");
-    QCoreApplication::setApplicationName("kvlab-gui");
-    QCoreApplication::setApplicationVersion(QStringLiteral(KVLAB_VERSION));
+    setAppNames();
 
-    QCommandLineParser cli;
-    cli.setApplicationDescription("kvlab — a lab for KV-cache policies in large language models");
-    cli.addHelpOption();
-    cli.addVersionOption();
-    cli.addPositionalArgument("SESSION", "session file to open or create (default: the last one)");
-    QCommandLineOption demo("demo", "launch the demo comparison (dense, h2o, lastrec, streaming on the tiny model) into an empty session");
-    QCommandLineOption screenshot("screenshot", "when no run is active any more, save the window as PNG to PATH and quit", "PATH");
-    QCommandLineOption bench("bench-frames", "time frames of the views (synthetic 128k-token 24-layer eviction map, 10M-event memory timeline, a live small run) and quit");
-    QCommandLineOption benchFrames("frames", "frames per benchmark case", "N", "60");
-    cli.addOption(demo);
-    cli.addOption(screenshot);
-    cli.addOption(bench);
-    QCommandLineOption benchSession("bench-session", "with --bench-frames: reuse this synthetic session (written and kept when missing)", "FILE");
-    QCommandLineOption benchOnly("bench-only", "with --bench-frames: only the scenarios of this view (e.g. memory, eviction) and no live run", "VIEW");
-    cli.addOption(benchFrames);
-    cli.addOption(benchSession);
-    cli.addOption(benchOnly);
+    GuiCommandLine cl;
+    QCommandLineParser& cli = cl.parser;
     cli.process(app);
+    const QCommandLineOption &demo = cl.demo, &screenshot = cl.screenshot, &bench = cl.bench, &benchFrames = cl.benchFrames,
+                             &benchSession = cl.benchSession, &benchOnly = cl.benchOnly;
 
     if (cli.isSet(bench)) {
         kv::gui::FrameBenchOptions fo;

@@ -4,18 +4,45 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/common/backend_iface.h"
 
 namespace kv {
 
+// The CPU backend of the kernel variant chosen at start-up (see cpu_variant_status()).
 KernelBackend& cpu_backend();
+
+// ---- CPU kernel variants ----------------------------------------------------------------
+// The hot CPU kernels are compiled once per ISA level; the built-in "base" variant (the
+// build's own flags) is always there, the others are libraries (libkvlab_cpu_<name>.so)
+// next to the executable or in ../lib/kvlab. At start-up the best variant the CPU runs is
+// chosen; KVLAB_CPU_VARIANT=<name> forces one (refused with a clear error if the CPU lacks
+// its instructions or it was not built).
+struct CpuVariant {
+    std::string name;      // "avx512bf16", "avx512", "avx2", "base"
+    std::string isa;       // what it needs: "x86-64-v4 + AVX512-BF16", ..., "x86-64-v2"
+    bool cpu_supports = false;  // this CPU (and OS) can execute it
+    std::string missing;   // CPU features it lacks, when !cpu_supports
+    bool built = false;    // the library exists and loads (always true for base)
+    std::string status;    // why not built/loaded, when !built
+};
+// Every variant this build knows, best first.
+std::vector<CpuVariant> cpu_variants();
+// The backend of one variant, or nullptr when the CPU cannot run it or it is not built
+// (tests run every kernel variant the CPU can execute).
+KernelBackend* cpu_variant_backend(const std::string& name);
+// One line: "avx2 (best this CPU runs; avx512: CPU lacks avx512f ...)" or
+// "base (forced by KVLAB_CPU_VARIANT)".
+std::string cpu_variant_status();
 // The CUDA backend if the plugin was built and loads; nullptr otherwise (see cuda_status()).
 KernelBackend* cuda_backend();
 // True when the CUDA plugin loaded and reports at least one device.
 bool cuda_available();
 // One line: "built, 1 device", "not built (KVLAB_CUDA=OFF)", "built, no usable device: ...".
 std::string cuda_status();
+// The raw CUDA error behind a "built, no ..." status (empty otherwise).
+std::string cuda_status_detail();
 
 // The backend computing on `device`; throws kv::Error naming the device if it is unusable.
 KernelBackend& backend_for(Device device);

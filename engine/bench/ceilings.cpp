@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sys/mman.h>
 #include <vector>
 
+#include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 
 namespace kv::bench {
@@ -38,14 +40,28 @@ struct RawMatmul::Impl {
     dnnl::matmul prim;
     dnnl::memory a, b, c;
     std::string impl;
+    std::string note;
 };
 
 RawMatmul::RawMatmul(int64_t M, int64_t N, int64_t K, DType in_dtype) : impl_(new Impl) {
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     dt in = in_dtype == DType::BF16 ? dt::bf16 : dt::f32;
-    dnnl::memory::desc amd({M, K}, in, tag::ab), bmd({K, N}, in, tag::ab), cmd({M, N}, dt::f32, tag::ab);
-    auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), impl_->eng);
+    auto make = [&](dt d) {
+        dnnl::memory::desc amd({M, K}, d, tag::ab), bmd({K, N}, d, tag::ab), cmd({M, N}, dt::f32, tag::ab);
+        return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), impl_->eng);
+    };
+    dnnl::matmul::primitive_desc pd;
+    try {
+        pd = make(in);
+    } catch (const dnnl::error&) {
+        // oneDNN 2.6 has no bf16 matmul without AVX-512 (avx512_core): the best it offers for
+        // these operands is the f32 product, which is what our bf16 path computes there too.
+        if (in != dt::bf16) throw;
+        pd = make(dt::f32);
+        impl_->note = "f32: oneDNN offers no bf16 matmul on this CPU";
+    }
+    const dnnl::memory::desc amd = pd.src_desc(), bmd = pd.weights_desc(), cmd = pd.dst_desc();
     impl_->prim = dnnl::matmul(pd);
     impl_->impl = pd.impl_info_str();
     impl_->a = dnnl::memory(amd, impl_->eng);
@@ -64,6 +80,25 @@ void RawMatmul::run() {
 }
 
 std::string RawMatmul::impl() const { return impl_->impl; }
+std::string RawMatmul::note() const { return impl_->note; }
+
+std::string machine_line() {
+    std::string model = "unknown CPU";
+    if (std::FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+        char line[512];
+        while (std::fgets(line, sizeof line, f)) {
+            if (std::strncmp(line, "model name", 10) != 0) continue;
+            const char* colon = std::strchr(line, ':');
+            if (!colon) continue;
+            model = colon + 1;
+            while (!model.empty() && (model.front() == ' ' || model.front() == '\t')) model.erase(0, 1);
+            while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
+            break;
+        }
+        std::fclose(f);
+    }
+    return str("cpu: ", model, ", ", hardware_threads(), " hardware threads, ", num_threads(), " used; kernels ", cpu_variant_status());
+}
 
 double triad_gbps(size_t bytes_per_array, double min_seconds) {
     // Arrays get transparent huge pages like the CPU backend's large buffers (weights and KV

@@ -24,6 +24,8 @@ class RawMatmul {
     RawMatmul& operator=(const RawMatmul&) = delete;
     void run();
     std::string impl() const;
+    // Empty, or why the baseline differs from what was asked (bf16 where oneDNN offers none).
+    std::string note() const;
 
    private:
     struct Impl;
@@ -33,5 +35,9 @@ class RawMatmul {
 // Streaming triad a[i] = b[i] + s * c[i] over three float arrays of `bytes_per_array` bytes,
 // all threads. Returns the best GB/s (STREAM byte counting: 3 arrays per pass).
 double triad_gbps(size_t bytes_per_array, double min_seconds = 0.3);
+
+// One line naming the machine a benchmark ran on: CPU model, threads, and the CPU kernel
+// variant in use with why it was chosen (ratios differ per variant; docs/PERFORMANCE.md).
+std::string machine_line();
 
 }  // namespace kv::bench

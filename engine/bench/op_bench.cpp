@@ -10,7 +10,6 @@
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/ops/ops.h"
-#include "kernels/cpu/cpu_backend.h"
 
 namespace kv::bench {
 
@@ -62,7 +61,8 @@ std::vector<OpBenchRow> run_op_bench(const OpBenchOptions& opt,
             t_raw = std::min(t_raw, time_best([&] { raw.run(); }, ms));
         }
         double flops = 2.0 * double(m.n) * double(m.n) * double(m.n);
-        rows.push_back({name, "GFLOP/s", flops / t_ours / 1e9, flops / t_raw / 1e9, "raw oneDNN (" + raw.impl() + ")", 0.9});
+        const std::string basis = raw.note().empty() ? "raw oneDNN (" + raw.impl() + ")" : "raw oneDNN " + raw.note() + " (" + raw.impl() + ")";
+        rows.push_back({name, "GFLOP/s", flops / t_ours / 1e9, flops / t_raw / 1e9, basis, 0.9});
     }
 
     // The triad is re-measured next to every memory-bound op (best of before/after), so

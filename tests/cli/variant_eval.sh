@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# CPU kernel variants end to end: a short `kvlab eval_long` with the variant chosen at
+# start-up and again with the lowest one forced (KVLAB_CPU_VARIANT=base, SSE4.2 only) gives
+# the same mean loss within 1e-4 relative. The variants differ only in f32 rounding (vector
+# widths, FMA contraction, summation order), O(1e-6) relative on this model; the loss is
+# printed with 6 significant digits (5e-6 relative), so 1e-4 leaves room for both and still
+# catches a broken kernel (a wrong op moves the loss by far more). Also: an unknown variant,
+# and a variant this CPU cannot execute (when there is one), are refused with a clear message.
+# Usage: variant_eval.sh KVLAB SCRATCH_DIR
+set -euo pipefail
+kvlab="$1"
+scratch="$2"
+fail() { echo "variant_eval: FAIL: $*" >&2; exit 1; }
+mkdir -p "$scratch"
+rm -f "$scratch"/variant_eval.kvlab*
+args=(eval_long tiny --data passkey --data.seq_length 1024 --kv_cache.name h2o-default --kv_cache.cache_length 256
+      --kv_cache.chunk_size 64 --threads 2 --session "$scratch/variant_eval.kvlab")
+
+loss_of() { sed -n 's/.*mean loss \([0-9.eE+-]*\).*/\1/p' <<<"$1" | head -n 1; }
+unset KVLAB_CPU_VARIANT
+version="$("$kvlab" version)"
+echo "$version" | grep '^cpu'
+default_out="$("$kvlab" "${args[@]}" 2>&1)" || fail "default variant run failed: $default_out"
+base_out="$(KVLAB_CPU_VARIANT=base "$kvlab" "${args[@]}" 2>&1)" || fail "base variant run failed: $base_out"
+a="$(loss_of "$default_out")"
+b="$(loss_of "$base_out")"
+[ -n "$a" ] && [ -n "$b" ] || fail "no 'mean loss' in the output: $default_out / $base_out"
+echo "mean loss: default variant $a, base variant $b"
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; if (m < 1) m = 1;
+  printf "relative difference %.3g (bound 1e-4)\n", d / m; exit !(d / m <= 1e-4) }' || fail "losses differ by more than 1e-4 relative"
+
+set +e
+out="$(KVLAB_CPU_VARIANT=sse9 "$kvlab" version 2>&1)"; rc=$?
+set -e
+[ $rc -ne 0 ] || fail "KVLAB_CPU_VARIANT=sse9 was accepted"
+echo "$out" | grep -q "KVLAB_CPU_VARIANT=sse9: unknown kernel variant; expected one of avx512bf16, avx512, avx2, base" ||
+  fail "unexpected message for an unknown variant: $out"
+
+unrunnable="$(echo "$version" | sed -n 's/^cpu variants: //p' | tr ',' '\n' | sed -n 's/^ *\([a-z0-9]*\) (not this CPU).*/\1/p' | head -n 1)"
+if [ -n "$unrunnable" ]; then
+  set +e
+  out="$(KVLAB_CPU_VARIANT="$unrunnable" "$kvlab" version 2>&1)"; rc=$?
+  set -e
+  [ $rc -ne 0 ] || fail "KVLAB_CPU_VARIANT=$unrunnable was accepted on a CPU that cannot run it"
+  echo "$out" | grep -q "KVLAB_CPU_VARIANT=$unrunnable: this CPU cannot run it (it lacks " || fail "unexpected refusal: $out"
+  echo "refused as expected: $out"
+else
+  echo "every variant runs on this CPU; no refusal to check"
+fi
+echo "variant_eval: ok"
