@@ -117,6 +117,9 @@ int cmd_runs(int argc, char** argv, int first) {
             j["status"] = storage::run_status_name(r.status);
             j["config"] = nlohmann::json::parse(r.config, nullptr, false);
             j["summary"] = nlohmann::json::parse(r.summary, nullptr, false);
+            // Where it ran: host (cpus, os) and build (version, CPU kernel variant, backends).
+            j["host"] = nlohmann::json::parse(r.host.empty() ? "{}" : r.host, nullptr, false);
+            j["build"] = nlohmann::json::parse(r.build.empty() ? "{}" : r.build, nullptr, false);
             j["created_ms"] = r.created_ms;
             j["started_ms"] = r.started_ms;
             j["finished_ms"] = r.finished_ms;

@@ -30,7 +30,7 @@ struct GuiCommandLine {
     QCommandLineOption benchSession{"bench-session", "with --bench-frames: reuse this synthetic session (written and kept when missing)", "FILE"};
     QCommandLineOption benchOnly{"bench-only", "with --bench-frames: only the scenarios of this view (e.g. memory, eviction) and no live run", "VIEW"};
     GuiCommandLine() {
-        parser.setApplicationDescription("kvlab — a lab for KV-cache policies in large language models");
+        parser.setApplicationDescription("kvlab: a lab for KV-cache policies in large language models");
         parser.addHelpOption();
         parser.addVersionOption();
         parser.addPositionalArgument("SESSION", "session file to open or create (default: the last one)");

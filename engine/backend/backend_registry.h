@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/common/backend_iface.h"
+#include "kernels/cpu/cpu_variants.h"
 
 namespace kv {
 
@@ -19,14 +20,7 @@ KernelBackend& cpu_backend();
 // next to the executable or in ../lib/kvlab. At start-up the best variant the CPU runs is
 // chosen; KVLAB_CPU_VARIANT=<name> forces one (refused with a clear error if the CPU lacks
 // its instructions or it was not built).
-struct CpuVariant {
-    std::string name;      // "avx512bf16", "avx512", "avx2", "base"
-    std::string isa;       // what it needs: "x86-64-v4 + AVX512-BF16", ..., "x86-64-v2"
-    bool cpu_supports = false;  // this CPU (and OS) can execute it
-    std::string missing;   // CPU features it lacks, when !cpu_supports
-    bool built = false;    // the library exists and loads (always true for base)
-    std::string status;    // why not built/loaded, when !built
-};
+using CpuVariant = cpu::VariantInfo;
 // Every variant this build knows, best first.
 std::vector<CpuVariant> cpu_variants();
 // The backend of one variant, or nullptr when the CPU cannot run it or it is not built

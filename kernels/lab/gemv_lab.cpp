@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_variants.h"
 #include "kernels/lab/lab_common.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -157,7 +158,14 @@ int main_impl(int argc, char** argv) {
     const int threads = args.threads;
     OpContext ctx;
     ctx.threads = threads;
-    KernelBackend& be = cpu_kernel_backend();
+    // The product's kernels as kvlab would run them here (the variant chosen for this CPU).
+    const cpu::VariantChoice& variant = cpu::chosen_variant();
+    if (!variant.backend) {
+        std::fprintf(stderr, "%s\n", variant.error.c_str());
+        return 2;
+    }
+    KernelBackend& be = *variant.backend;
+    std::printf("kernels: %s\n", variant.status.c_str());
 
     // ---- correctness against an f64 product (copy 0 of the weights) ------------------------
     bool ok = true;
