@@ -15,6 +15,22 @@
 #define KVLAB_CPU_VARIANT_NAME "base"
 #endif
 
+// Each variant is really compiled for its ISA level: a -march later on the command line
+// (interface options come after a target's own) would silently win and make every variant
+// the baseline, or the baseline use instructions older CPUs lack.
+#if defined(KVLAB_CPU_VARIANT_base) && (defined(__AVX__) || !defined(__SSE4_2__))
+#error "the base CPU kernels must be compiled for x86-64-v2 (SSE4.2, no AVX)"
+#endif
+#if defined(KVLAB_CPU_VARIANT_avx2) && (!defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__) || defined(__AVX512F__))
+#error "the avx2 CPU kernel variant must be compiled for x86-64-v3 (AVX2, FMA, F16C; no AVX-512)"
+#endif
+#if defined(KVLAB_CPU_VARIANT_avx512) && (!defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || defined(__AVX512BF16__))
+#error "the avx512 CPU kernel variant must be compiled for x86-64-v4 (AVX-512 F/BW/VL) without BF16"
+#endif
+#if defined(KVLAB_CPU_VARIANT_avx512bf16) && (!defined(__AVX512F__) || !defined(__AVX512BF16__))
+#error "the avx512bf16 CPU kernel variant must be compiled for x86-64-v4 + AVX512-BF16"
+#endif
+
 namespace kv {
 
 namespace {
