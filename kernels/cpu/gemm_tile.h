@@ -1,9 +1,8 @@
 // Register-blocked products for attention-sized operands (K = head size or a key block),
-// used by the SDPA forward and backward. GCC vector extensions: 64-byte vectors become zmm
-// registers on AVX-512 and pairs of ymm (or four xmm) elsewhere, so there is one source for
-// every target. 64-byte vectors never cross a function boundary by value (only through
-// references and pointers): without AVX-512 their calling convention differs between
-// compilers (GCC's -Wpsabi), and these helpers are compiled once per ISA level.
+// used by the SDPA forward and backward. GCC vector extensions of the ISA level's register
+// width (zmm, ymm or xmm; kernels/CMakeLists.txt compiles this once per level), so there is
+// one source for every target. Vectors pass between functions only by reference: a vector
+// argument's calling convention depends on the ISA flags (GCC's -Wpsabi).
 // C (m x n) = or += A (m x k) . B (k x n) with n a multiple of the vector width (callers pad).
 #pragma once
 
@@ -12,46 +11,59 @@
 
 namespace kv::cpu {
 
-typedef float vf32x16 __attribute__((vector_size(64)));
-typedef double vf64x8 __attribute__((vector_size(64)));
+// The widest vector this ISA level has registers for: 64 bytes (zmm) with AVX-512, 32 (ymm)
+// with AVX2, 16 (xmm) otherwise. A GCC vector wider than the registers is not a register
+// type: GCC keeps it in memory and moves every operation through the stack (64-byte vectors
+// on AVX2 made the SDPA products ~2x slower than plain loops, measured in the lab).
+#if defined(__AVX512F__)
+#define KV_VEC_BYTES 64
+#elif defined(__AVX__)
+#define KV_VEC_BYTES 32
+#else
+#define KV_VEC_BYTES 16
+#endif
+typedef float vf32 __attribute__((vector_size(KV_VEC_BYTES)));
+typedef double vf64 __attribute__((vector_size(KV_VEC_BYTES)));
 
 template <class A>
-struct vec64_of;
+struct vec_of;
 template <>
-struct vec64_of<float> {
-    using type = vf32x16;
+struct vec_of<float> {
+    using type = vf32;
 };
 template <>
-struct vec64_of<double> {
-    using type = vf64x8;
+struct vec_of<double> {
+    using type = vf64;
 };
 template <class A>
-using vec64 = typename vec64_of<A>::type;
+using vec = typename vec_of<A>::type;
 
-// Elements per vector: 16 floats or 8 doubles.
+// Elements per vector: 16/8/4 floats or 8/4/2 doubles. Callers pad n to a multiple of 16
+// floats, which every width divides.
 template <class A>
 constexpr int64_t vec_width() {
-    return int64_t(64 / sizeof(A));
+    return int64_t(KV_VEC_BYTES / sizeof(A));
 }
 
 // Accumulator tile: MR rows x NV vectors. With 32 vector registers (AVX-512) 8 x 2 keeps 16
 // accumulators, 2 B vectors and a broadcast in registers and measured fastest in the lab
-// (kernels/lab/sdpa_lab.cpp; 4 x 4 loses ~20% to its B reloads); 16-register targets use 4 x 1.
+// (kernels/lab/sdpa_lab.cpp; 4 x 4 loses ~20% to its B reloads); 16-register targets keep
+// 4 x 2 (8 accumulators, 2 B vectors, a broadcast).
 #if defined(__AVX512F__)
 constexpr int kTileMR = 8;
 constexpr int kTileNV = 2;
 #else
 constexpr int kTileMR = 4;
-constexpr int kTileNV = 1;
+constexpr int kTileNV = 2;
 #endif
 
 template <class A>
-inline void vload(vec64<A>& v, const A* p) {
+inline void vload(vec<A>& v, const A* p) {
     std::memcpy(&v, p, sizeof(v));
 }
 
 template <class A>
-inline void vstore(A* p, const vec64<A>& v) {
+inline void vstore(A* p, const vec<A>& v) {
     std::memcpy(p, &v, sizeof(v));
 }
 
@@ -60,16 +72,16 @@ inline void vstore(A* p, const vec64<A>& v) {
 template <class A, int MR, int NV>
 inline void gemm_tile(int64_t k, const A* a, int64_t ars, int64_t aks, const A* b, int64_t ldb, A* c, int64_t ldc, bool acc) {
     constexpr int64_t W = vec_width<A>();
-    vec64<A> t[MR][NV];
+    vec<A> t[MR][NV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) {
             if (acc) vload(t[r][v], c + r * ldc + v * W);
-            else t[r][v] = vec64<A>{};
+            else t[r][v] = vec<A>{};
         }
     for (int64_t kk = 0; kk < k; ++kk) {
-        vec64<A> bv[NV];
+        vec<A> bv[NV];
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) vload(bv[v], b + kk * ldb + v * W);
 #pragma GCC unroll 16

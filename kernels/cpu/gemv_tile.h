@@ -1,9 +1,10 @@
 // Small-M products that stream a weight matrix once (decode: M = 1..4 tokens), used by the
 // matmul small-M path and the SDPA decode path (scores = query rows . key rows). GCC vector
-// extensions as in gemm_tile.h: 64-byte vectors are zmm registers on AVX-512, pairs of ymm
-// (or plain SSE) elsewhere, so one source serves every ISA level (kernels/CMakeLists.txt
-// compiles it once per level); they pass between functions only by reference. Weights are f32 or bf16 (uint16_t bits, widened exactly by a 16-bit shift, the same
-// conversion as bf16_to_f32 in kernels/common/dtype.h); accumulation is f32.
+// extensions of the ISA level's register width (gemm_tile.h: kW = 16, 8 or 4 floats), so one
+// source serves every level (kernels/CMakeLists.txt compiles it once per level); vectors pass
+// between functions only by reference. Weights are f32 or bf16 (uint16_t bits, widened
+// exactly by a 16-bit shift, the same conversion as bf16_to_f32 in kernels/common/dtype.h);
+// accumulation is f32.
 // Two layouts of W:
 //   dot:  y[m, r] = sum_k x[m, k] w[r, k]    w rows contiguous (PyTorch Linear [out, in], keys)
 //   axpy: y[m, c] = sum_k x[m, k] w[k, c]    w rows contiguous over the output columns c
@@ -13,9 +14,9 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__AVX512BF16__)
 #include <immintrin.h>
-#define KV_GEMV_DOT_BF16 1  // the vdpbf16ps kernel below is compiled (used when the CPU has it)
+#define KV_GEMV_DOT_BF16 1  // the vdpbf16ps kernel below (the avx512bf16 variant, or a native build on such a CPU)
 #else
 #define KV_GEMV_DOT_BF16 0
 #endif
@@ -25,44 +26,38 @@
 
 namespace kv::cpu {
 
-typedef float vf32x4 __attribute__((vector_size(16)));
-typedef uint16_t vu16x16 __attribute__((vector_size(32)));
-typedef uint32_t vu32x16 __attribute__((vector_size(64)));
+constexpr int kW = int(vec_width<float>());  // floats per vector
+typedef uint16_t vu16 __attribute__((vector_size(KV_VEC_BYTES / 2)));
+typedef uint32_t vu32 __attribute__((vector_size(KV_VEC_BYTES)));
 
-// 16 consecutive weights as f32.
-inline void load16(vf32x16& f, const float* p) { vload(f, p); }
-inline void load16(vf32x16& f, const uint16_t* p) {
-    vu16x16 h;
+// kW consecutive weights as f32.
+inline void loadw(vf32& f, const float* p) { vload(f, p); }
+inline void loadw(vf32& f, const uint16_t* p) {
+    vu16 h;
     std::memcpy(&h, p, sizeof(h));
-    const vu32x16 u = __builtin_convertvector(h, vu32x16) << 16;
+    const vu32 u = __builtin_convertvector(h, vu32) << 16;
     std::memcpy(&f, &u, sizeof(f));
 }
 inline float load1(const float* p) { return *p; }
 inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
 
-// Horizontal sums of four vectors: {sum a, sum b, sum c, sum d} (a tree of shuffles: ~3
-// instructions per sum instead of ~8 for four separate reductions).
-inline vf32x4 hsum4(const vf32x16& a, const vf32x16& b, const vf32x16& c, const vf32x16& d) {
-    const vf32x16 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-                       __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    const vf32x16 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-                       __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    // [a8 | b8] [c8 | d8] -> [a4 | b4 | c4 | d4]
-    vf32x16 t = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-                __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    t += __builtin_shufflevector(t, t, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-    return __builtin_shufflevector(t, t, 0, 4, 8, 12);
-}
-
-inline float hsum(const vf32x16& a) {
-    const vf32x16 z{};
-    return hsum4(a, z, z, z)[0];
+// Horizontal sum as a halving tree (lane i + lane i + w/2, ...): the same order at every
+// width for the lanes it has.
+inline float hsum(const vf32& a) {
+    float t[kW];
+    std::memcpy(t, &a, sizeof(t));
+#pragma GCC unroll 16
+    for (int w = kW / 2; w >= 1; w /= 2)
+#pragma GCC unroll 16
+        for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    return t[0];
 }
 
 // One W row at a time: rows are read front to back as one address stream, which the hardware
 // prefetchers follow; interleaving four short rows (1-2 KiB each) ran at half the bandwidth
-// (kernels/lab/gemv_lab.cpp v2). U independent accumulators per x row hide the FMA latency.
+// (kernels/lab/gemv_lab.cpp v2). U independent accumulators per x row hide the FMA latency:
+// 64 floats in flight for one row, fewer per row for more rows, at most 8 accumulators on
+// 16-register ISA levels.
 // A software prefetch into L2 (prefetcht1, locality 2) kPrefetchBytes ahead gained 10-20% on
 // weight rows; into L1 (t0) or non-temporal it lost ~20% against none (the lab's
 // measurements). Short rows (SDPA keys, <= kShortRowBytes) go without: there it cost ~20%
@@ -71,39 +66,46 @@ inline float hsum(const vf32x16& a) {
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int kPrefetchLocality = 2;  // prefetcht1
 constexpr int64_t kShortRowBytes = 512;
+template <int M>
+constexpr int dot_unroll() {
+    constexpr int u16 = M >= 4 ? 1 : M >= 2 ? 2 : 4;  // in 16-float steps (the AVX-512 choice)
+    constexpr int u = u16 * 16 / kW;
+    constexpr int cap = kW == 16 ? 16 : (8 / M > 0 ? 8 / M : 1);
+    return u < cap ? u : cap;
+}
 template <class W, int M>
 inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, float* y, int64_t ldy) {
-    constexpr int U = M >= 4 ? 1 : M >= 2 ? 2 : 4;
-    vf32x16 acc[M][U];
+    constexpr int U = dot_unroll<M>();
+    vf32 acc[M][U];
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m)
 #pragma GCC unroll 16
-        for (int u = 0; u < U; ++u) acc[m][u] = vf32x16{};
+        for (int u = 0; u < U; ++u) acc[m][u] = vf32{};
     const bool prefetch = K * int64_t(sizeof(W)) > kShortRowBytes;
     int64_t k = 0;
-    for (; k + 16 * U <= K; k += 16 * U) {
-        vf32x16 wv[U];
+    for (; k + kW * U <= K; k += kW * U) {
+        vf32 wv[U];
 #pragma GCC unroll 16
         for (int u = 0; u < U; ++u) {
-            if (prefetch && (16 * u * sizeof(W)) % 64 == 0)
-                __builtin_prefetch(reinterpret_cast<const char*>(w + k + 16 * u) + kPrefetchBytes, 0, kPrefetchLocality);
-            load16(wv[u], w + k + 16 * u);
+            if (prefetch && (kW * u * sizeof(W)) % 64 == 0)
+                __builtin_prefetch(reinterpret_cast<const char*>(w + k + kW * u) + kPrefetchBytes, 0, kPrefetchLocality);
+            loadw(wv[u], w + k + kW * u);
         }
 #pragma GCC unroll 16
         for (int m = 0; m < M; ++m)
 #pragma GCC unroll 16
             for (int u = 0; u < U; ++u) {
-                vf32x16 xv;
-                vload(xv, x + m * ldx + k + 16 * u);
+                vf32 xv;
+                vload(xv, x + m * ldx + k + kW * u);
                 acc[m][u] += xv * wv[u];
             }
     }
-    for (; k + 16 <= K; k += 16) {
-        vf32x16 wv;
-        load16(wv, w + k);
+    for (; k + kW <= K; k += kW) {
+        vf32 wv;
+        loadw(wv, w + k);
 #pragma GCC unroll 16
         for (int m = 0; m < M; ++m) {
-            vf32x16 xv;
+            vf32 xv;
             vload(xv, x + m * ldx + k);
             acc[m][0] += xv * wv;
         }
@@ -111,12 +113,12 @@ inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, flo
     float s[M];
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) {
-        vf32x16 t = acc[m][0];
+        vf32 t = acc[m][0];
 #pragma GCC unroll 16
         for (int u = 1; u < U; ++u) t += acc[m][u];
         s[m] = hsum(t);
     }
-    for (; k < K; ++k)  // K tail (K % 16)
+    for (; k < K; ++k)  // K tail (K % kW)
         for (int m = 0; m < M; ++m) s[m] += x[m * ldx + k] * load1(w + k);
     for (int m = 0; m < M; ++m) y[m * ldy] = s[m];
 }
@@ -144,18 +146,11 @@ inline void gemv_dot(int M, int64_t n, int64_t K, const float* x, int64_t ldx, c
 // and adds each pair of exact products into an f32 lane (round to nearest even; denormal
 // inputs and results flush to zero): half the instructions of widening W and FMAs, which
 // matters when the other core's load leaves these streaming kernels short of CPU time.
-// Compiled for the target by attribute, chosen at run time (cpu_has_dot_bf16), so builds
-// without -march=native keep the generic path.
-inline bool cpu_has_dot_bf16() {
-    static const bool ok = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-    }();
-    return ok;
-}
+// Compiled only where the ISA level has AVX512-BF16 (the avx512bf16 variant, which is loaded
+// only on CPUs that have it), so a forced lower variant never executes it.
 
 template <int M>
-__attribute__((target("avx512f,avx512bf16"))) inline void gemv_dot_row_bf16(int64_t K, const uint16_t* x, int64_t ldx,
+inline void gemv_dot_row_bf16(int64_t K, const uint16_t* x, int64_t ldx,
                                                                             const uint16_t* w, float* y, int64_t ldy) {
     constexpr int U = M >= 3 ? 1 : M == 2 ? 2 : 4;
     __m512 acc[M][U];
@@ -176,7 +171,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void gemv_dot_row_bf16(int6
     for (int m = 0; m < M; ++m) {
         __m512 t = acc[m][0];
         for (int u = 1; u < U; ++u) t = _mm512_add_ps(t, acc[m][u]);
-        const vf32x16 tv = (vf32x16)t;
+        const vf32 tv = (vf32)t;  // 64-byte vectors here (AVX512-BF16 implies AVX-512)
         float sm = hsum(tv);
         for (int64_t kk = k; kk < K; ++kk) sm += bf16_to_f32(x[m * ldx + kk]) * bf16_to_f32(w[kk]);  // K tail (K % 32)
         y[m * ldy] = sm;
@@ -184,12 +179,12 @@ __attribute__((target("avx512f,avx512bf16"))) inline void gemv_dot_row_bf16(int6
 }
 
 template <int M>
-__attribute__((target("avx512f,avx512bf16"))) void gemv_dot_rows_bf16(int64_t n, int64_t K, const uint16_t* x, int64_t ldx,
+void gemv_dot_rows_bf16(int64_t n, int64_t K, const uint16_t* x, int64_t ldx,
                                                                       const uint16_t* w, int64_t ldw, float* y, int64_t ldy) {
     for (int64_t r = 0; r < n; ++r) gemv_dot_row_bf16<M>(K, x, ldx, w + r * ldw, y + r, ldy);
 }
 
-// Runtime M (1..4); call only when cpu_has_dot_bf16().
+// Runtime M (1..4).
 inline void gemv_dot_bf16(int M, int64_t n, int64_t K, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, float* y,
                           int64_t ldy) {
     switch (M) {
@@ -201,18 +196,18 @@ inline void gemv_dot_bf16(int M, int64_t n, int64_t K, const uint16_t* x, int64_
 }
 #endif
 
-// y[m * ldy + v * 16 + i] = sum_{k < K} x[m * ldx + k] * w[k * ldw + v * 16 + i]  (NV vectors of columns)
+// y[m * ldy + v * kW + i] = sum_{k < K} x[m * ldx + k] * w[k * ldw + v * kW + i]  (NV vectors of columns)
 template <class W, int M, int NV>
 inline void gemv_axpy_tile(int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
-    vf32x16 acc[M][NV];
+    vf32 acc[M][NV];
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m)
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[m][v] = vf32x16{};
+        for (int v = 0; v < NV; ++v) acc[m][v] = vf32{};
     for (int64_t k = 0; k < K; ++k) {
-        vf32x16 wv[NV];
+        vf32 wv[NV];
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) load16(wv[v], w + k * ldw + v * 16);
+        for (int v = 0; v < NV; ++v) loadw(wv[v], w + k * ldw + v * kW);
 #pragma GCC unroll 16
         for (int m = 0; m < M; ++m) {
             const float xs = x[m * ldx + k];
@@ -223,16 +218,24 @@ inline void gemv_axpy_tile(int64_t K, const float* x, int64_t ldx, const W* w, i
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m)
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) vstore(y + m * ldy + v * 16, acc[m][v]);
+        for (int v = 0; v < NV; ++v) vstore(y + m * ldy + v * kW, acc[m][v]);
+}
+
+// Columns per main tile: 4 vectors (64 columns on AVX-512, M x 4 of its 32 registers); on
+// 16-register levels 2 vectors for M >= 3 so the accumulators and weights stay in registers.
+template <int M>
+constexpr int axpy_vectors() {
+    return kW == 16 || M < 3 ? 4 : 2;
 }
 
 // Axpy layout over columns [0, n) of W.
 template <class W, int M>
 inline void gemv_axpy_cols(int64_t n, int64_t K, const float* x, int64_t ldx, const W* w, int64_t ldw, float* y, int64_t ldy) {
+    constexpr int NV = axpy_vectors<M>();
     int64_t c = 0;
-    for (; c + 64 <= n; c += 64) gemv_axpy_tile<W, M, 4>(K, x, ldx, w + c, ldw, y + c, ldy);
-    for (; c + 16 <= n; c += 16) gemv_axpy_tile<W, M, 1>(K, x, ldx, w + c, ldw, y + c, ldy);
-    if (c < n) {  // column tail (n % 16): plain loops
+    for (; c + NV * kW <= n; c += NV * kW) gemv_axpy_tile<W, M, NV>(K, x, ldx, w + c, ldw, y + c, ldy);
+    for (; c + kW <= n; c += kW) gemv_axpy_tile<W, M, 1>(K, x, ldx, w + c, ldw, y + c, ldy);
+    if (c < n) {  // column tail (n % kW): plain loops
         for (int m = 0; m < M; ++m)
             for (int64_t j = c; j < n; ++j) y[m * ldy + j] = 0;
         for (int64_t k = 0; k < K; ++k)

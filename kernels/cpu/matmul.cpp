@@ -214,7 +214,7 @@ bool matmul_small_m(const OpContext& ctx, const TensorView& a, const TensorView&
     // x: the rows of a as f32 (or bf16 for the vdpbf16ps kernel when a and b are both bf16),
     // in place when a already has that dtype with unit stride.
 #if KV_GEMV_DOT_BF16
-    const bool x16 = dot && a.dtype == DType::BF16 && b.dtype == DType::BF16 && cpu_has_dot_bf16();
+    const bool x16 = dot && a.dtype == DType::BF16 && b.dtype == DType::BF16;
 #else
     const bool x16 = false;
 #endif
