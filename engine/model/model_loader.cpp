@@ -2,12 +2,12 @@
 #include "model_loader.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstdlib>
 
 #include "byte_tokenizer.h"
 #include "engine/core/error.h"
+#include "kernels/cpu/cpu_variants.h"
 #include "presets.h"
 #if KVLAB_HAVE_MODELIO
 #include "engine/io/hf_folder.h"
@@ -39,14 +39,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 namespace {
 // An installed kvlab (bin/kvlab with share/kvlab/fetch_assets.sh beside it) has no source tree.
 std::string installed_fetch_script() {
-    char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return {};
-    buf[n] = 0;
-    std::string dir(buf);
-    dir = dir.substr(0, dir.rfind('/'));
+    const std::string dir = cpu::executable_dir();
     const std::string script = dir + "/../share/kvlab/fetch_assets.sh";
-    return is_file(script) ? script : std::string();
+    return !dir.empty() && is_file(script) ? script : std::string();
 }
 bool in_source_tree() { return is_dir(std::string(KVLAB_SOURCE_ROOT) + "/assets") && installed_fetch_script().empty(); }
 }  // namespace

@@ -14,6 +14,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/telemetry/string_table.h"
 #include "engine/telemetry/trace.h"
+#include "kernels/cpu/cpu_variants.h"
 
 #ifndef KVLAB_CUPTI_PLUGIN_PATH
 #define KVLAB_CUPTI_PLUGIN_PATH ""
@@ -44,16 +45,6 @@ Recorder* g_recorder = nullptr;
 std::mutex g_owner_mu;  // serializes start/stop; one tracer per process
 bool g_running = false;
 
-std::string exe_dir() {
-    char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return {};
-    buf[n] = 0;
-    std::string s(buf);
-    auto pos = s.rfind('/');
-    return pos == std::string::npos ? std::string() : s.substr(0, pos);
-}
-
 template <class Fn>
 Fn sym(void* h, const char* name) {
     return reinterpret_cast<Fn>(dlsym(h, name));
@@ -67,11 +58,7 @@ void load(Plugin& p) {
     }
     std::vector<std::string> candidates;
     if (env) candidates.push_back(env);
-    std::string dir = exe_dir();
-    if (!dir.empty()) {
-        candidates.push_back(dir + "/libkvlab_cupti.so");
-        candidates.push_back(dir + "/../lib/kvlab/libkvlab_cupti.so");  // installed layout
-    }
+    for (const std::string& dir : cpu::plugin_dirs()) candidates.push_back(dir + "/libkvlab_cupti.so");
     if (!std::string(KVLAB_CUPTI_PLUGIN_PATH).empty()) candidates.push_back(KVLAB_CUPTI_PLUGIN_PATH);
     std::string errors;
     for (const auto& path : candidates) {

@@ -14,8 +14,7 @@
 
 namespace kv::cpu {
 
-namespace {
-std::string exe_dir() {
+std::string executable_dir() {
     char buf[4096];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n <= 0) return {};
@@ -24,11 +23,10 @@ std::string exe_dir() {
     auto pos = s.rfind('/');
     return pos == std::string::npos ? std::string() : s.substr(0, pos);
 }
-}  // namespace
 
 std::vector<std::string> plugin_dirs() {
     std::vector<std::string> dirs;
-    std::string dir = exe_dir();
+    std::string dir = executable_dir();
     if (!dir.empty()) {
         dirs.push_back(dir);
         dirs.push_back(dir + "/../lib/kvlab");

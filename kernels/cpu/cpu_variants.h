@@ -37,5 +37,8 @@ std::vector<VariantInfo> variants_info();
 KernelBackend* variant_backend(const std::string& name);
 // Where plugin libraries are looked for: the executable's folder, then ../lib/kvlab.
 std::vector<std::string> plugin_dirs();
+// The running executable's folder ("" if /proc/self/exe cannot be read); installed files
+// (share/kvlab, lib/kvlab) are found relative to it.
+std::string executable_dir();
 
 }  // namespace kv::cpu

@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 namespace kv::cpu {
 
 // The widest vector this ISA level has registers for: 64 bytes (zmm) with AVX-512, 32 (ymm)
@@ -57,6 +61,30 @@ constexpr int kTileMR = 4;
 constexpr int kTileNV = 2;
 #endif
 
+// acc += a * b, fused into one rounding where the ISA level has FMA. Everything is compiled
+// with -ffp-contract=off (CMakeLists.txt), so no other expression is fused behind the
+// formulas' back: element-wise ops and quantization give the same bits at every ISA level
+// (Q4_0's x / d + 8.5 once rounded differently with a contracted FMA), and the products'
+// inner loops ask for FMA here, explicitly.
+inline void fma_acc(vf32& acc, const vf32& a, const vf32& b) {
+#if KV_VEC_BYTES == 64
+    acc = (vf32)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
+#elif KV_VEC_BYTES == 32 && defined(__FMA__)
+    acc = (vf32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+#else
+    acc += a * b;
+#endif
+}
+inline void fma_acc(vf64& acc, const vf64& a, const vf64& b) {
+#if KV_VEC_BYTES == 64
+    acc = (vf64)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)acc);
+#elif KV_VEC_BYTES == 32 && defined(__FMA__)
+    acc = (vf64)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)acc);
+#else
+    acc += a * b;
+#endif
+}
+
 template <class A>
 inline void vload(vec<A>& v, const A* p) {
     std::memcpy(&v, p, sizeof(v));
@@ -86,9 +114,9 @@ inline void gemm_tile(int64_t k, const A* a, int64_t ars, int64_t aks, const A* 
         for (int v = 0; v < NV; ++v) vload(bv[v], b + kk * ldb + v * W);
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
-            const A s = a[r * ars + kk * aks];
+            const vec<A> s = vec<A>{} + a[r * ars + kk * aks];  // broadcast
 #pragma GCC unroll 16
-            for (int v = 0; v < NV; ++v) t[r][v] += s * bv[v];
+            for (int v = 0; v < NV; ++v) fma_acc(t[r][v], s, bv[v]);
         }
     }
 #pragma GCC unroll 16

@@ -41,15 +41,22 @@ inline void loadw(vf32& f, const uint16_t* p) {
 inline float load1(const float* p) { return *p; }
 inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
 
-// Horizontal sum as a halving tree (lane i + lane i + w/2, ...): the same order at every
-// width for the lanes it has.
+// Horizontal sum as a halving tree (lane i + lane i + w/2, ...), in shuffles: the same order
+// at every width for the lanes it has. Called once per W row, so it matters for short rows
+// (SDPA decode: one 64-float key row per call).
+typedef float vf32x4 __attribute__((vector_size(16)));
 inline float hsum(const vf32& a) {
-    float t[kW];
-    std::memcpy(t, &a, sizeof(t));
-#pragma GCC unroll 16
-    for (int w = kW / 2; w >= 1; w /= 2)
-#pragma GCC unroll 16
-        for (int i = 0; i < w; ++i) t[i] += t[i + w];
+#if KV_VEC_BYTES == 64
+    typedef float vf32x8 __attribute__((vector_size(32)));
+    const vf32x8 h8 = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    vf32x4 t = __builtin_shufflevector(h8, h8, 0, 1, 2, 3) + __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
+#elif KV_VEC_BYTES == 32
+    vf32x4 t = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+#else
+    vf32x4 t = a;
+#endif
+    t += __builtin_shufflevector(t, t, 2, 3, 0, 1);
+    t += __builtin_shufflevector(t, t, 1, 0, 3, 2);
     return t[0];
 }
 
@@ -97,7 +104,7 @@ inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, flo
             for (int u = 0; u < U; ++u) {
                 vf32 xv;
                 vload(xv, x + m * ldx + k + kW * u);
-                acc[m][u] += xv * wv[u];
+                fma_acc(acc[m][u], xv, wv[u]);
             }
     }
     for (; k + kW <= K; k += kW) {
@@ -107,7 +114,7 @@ inline void gemv_dot_row(int64_t K, const float* x, int64_t ldx, const W* w, flo
         for (int m = 0; m < M; ++m) {
             vf32 xv;
             vload(xv, x + m * ldx + k);
-            acc[m][0] += xv * wv;
+            fma_acc(acc[m][0], xv, wv);
         }
     }
     float s[M];
@@ -210,9 +217,9 @@ inline void gemv_axpy_tile(int64_t K, const float* x, int64_t ldx, const W* w, i
         for (int v = 0; v < NV; ++v) loadw(wv[v], w + k * ldw + v * kW);
 #pragma GCC unroll 16
         for (int m = 0; m < M; ++m) {
-            const float xs = x[m * ldx + k];
+            const vf32 xs = vf32{} + x[m * ldx + k];  // broadcast
 #pragma GCC unroll 16
-            for (int v = 0; v < NV; ++v) acc[m][v] += xs * wv[v];
+            for (int v = 0; v < NV; ++v) fma_acc(acc[m][v], xs, wv[v]);
         }
     }
 #pragma GCC unroll 16

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <functional>
 
+#include "kernels/cpu/cpu_variants.h"
+
 namespace kv::lab {
 
 struct LabArgs {
@@ -44,6 +46,18 @@ inline double seconds_per_call(const std::function<void(size_t)>& fn, double min
         el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } while (el < min_s);
     return el / double(i - 1);
+}
+
+// The product's kernels as kvlab would run them here (the CPU kernel variant chosen for this
+// CPU, printed); nullptr after printing why when KVLAB_CPU_VARIANT names one it cannot use.
+inline KernelBackend* lab_backend() {
+    const cpu::VariantChoice& variant = cpu::chosen_variant();
+    if (!variant.backend) {
+        std::fprintf(stderr, "%s\n", variant.error.c_str());
+        return nullptr;
+    }
+    std::printf("kernels: %s\n", variant.status.c_str());
+    return variant.backend;
 }
 
 }  // namespace kv::lab

@@ -32,7 +32,6 @@
 
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/cpu_variants.h"
 #include "kernels/lab/lab_common.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -168,14 +167,9 @@ int main_impl(int argc, char** argv) {
     const int threads = args.threads;
     OpContext ctx;
     ctx.threads = threads;
-    // The product's kernels as kvlab would run them here (the variant chosen for this CPU).
-    const cpu::VariantChoice& variant = cpu::chosen_variant();
-    if (!variant.backend) {
-        std::fprintf(stderr, "%s\n", variant.error.c_str());
-        return 2;
-    }
-    KernelBackend& be = *variant.backend;
-    std::printf("kernels: %s\n", variant.status.c_str());
+    KernelBackend* product = lab_backend();
+    if (!product) return 2;
+    KernelBackend& be = *product;
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
 

@@ -37,7 +37,6 @@
 
 #include "kernels/common/element_math.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/cpu_variants.h"
 #include "kernels/lab/lab_common.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ref/ref_ops.h"
@@ -331,14 +330,9 @@ int main_impl(int argc, char** argv) {
     const int threads = args.threads;
     OpContext ctx;
     ctx.threads = threads;
-    // The product's kernels as kvlab would run them here (the variant chosen for this CPU).
-    const cpu::VariantChoice& variant = cpu::chosen_variant();
-    if (!variant.backend) {
-        std::fprintf(stderr, "%s\n", variant.error.c_str());
-        return 2;
-    }
-    KernelBackend& be = *variant.backend;
-    std::printf("kernels: %s\n", variant.status.c_str());
+    KernelBackend* product = lab_backend();
+    if (!product) return 2;
+    KernelBackend& be = *product;
     struct Version {
         const char* name;
         Runner run;
