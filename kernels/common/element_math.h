@@ -9,22 +9,44 @@
 
 namespace kv {
 
+// a * b + c in one rounding where the CPU kernel variant has FMA (AVX2, AVX-512); two
+// roundings elsewhere. The build never contracts on its own (-ffp-contract=off), so this is
+// where results may differ between variants (by an ulp of the exp polynomial's steps).
+#if KV_NVCC
+#define KV_HD_ALWAYS KV_HD
+#else
+// exp sits inside loops the vectorizer must see whole: a call left in the loop stops it
+// (GCC 12 stopped inlining kv_expf_poly once its steps became kv_fmaf calls: SwiGLU 8x slower).
+#define KV_HD_ALWAYS inline __attribute__((always_inline))
+#endif
+
+KV_HD_ALWAYS float kv_fmaf(float a, float b, float c) {
+#if defined(__FMA__)
+    return __builtin_fmaf(a, b, c);  // vfmadd, vectorized (no errno with -fno-math-errno)
+#else
+    return a * b + c;
+#endif
+}
+
 // exp(x) for f32 in plain arithmetic so CPU loops vectorize (no libm call): Cody-Waite range
 // reduction x = n ln2 + r, Cephes' minimax polynomial for e^r on [-ln2/2, ln2/2] (about 1.3
 // ulp), then scaling by 2^n (in two steps when n = 128).
 // Results below FLT_MIN flush to 0; NaN propagates; +inf/-inf give inf/0.
-KV_HD float kv_expf_poly(float x) {
+KV_HD_ALWAYS float kv_expf_poly(float x) {
     const float hi = 88.72283935546875f, lo = -87.33654022216797f;
     float xc = x > hi ? hi : x;
     xc = xc < lo ? lo : xc;
     xc = (xc == xc) ? xc : 0.0f;  // NaN: compute on 0 (int conversion of NaN is UB), restore below
-    const float fn = std::floor(xc * 1.44269504088896341f + 0.5f);
-    float r = xc - fn * 0.693359375f;
-    r = r - fn * -2.12194440e-4f;
+    const float fn = std::floor(kv_fmaf(xc, 1.44269504088896341f, 0.5f));
+    float r = kv_fmaf(fn, -0.693359375f, xc);
+    r = kv_fmaf(fn, 2.12194440e-4f, r);
     const float z = r * r;
-    float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-               1.6666665459e-1f) * r + 5.0000001201e-1f;
-    y = y * z + r + 1.0f;
+    float y = kv_fmaf(1.9875691500e-4f, r, 1.3981999507e-3f);
+    y = kv_fmaf(y, r, 8.3334519073e-3f);
+    y = kv_fmaf(y, r, 4.1665795894e-2f);
+    y = kv_fmaf(y, r, 1.6666665459e-1f);
+    y = kv_fmaf(y, r, 5.0000001201e-1f);
+    y = kv_fmaf(y, z, r) + 1.0f;
     const int n = int(fn);                        // in [-126, 128]
     const int e = n > 127 ? 127 : n;              // 2^128 is not a float: scale by 2^127 * 2
     y *= bits_f32(uint32_t(e + 127) << 23);
@@ -42,7 +64,7 @@ KV_HD double kv_exp(double x) { return ::exp(x); }
 KV_HD float kv_sqrt(float x) { return ::sqrtf(x); }
 KV_HD double kv_sqrt(double x) { return ::sqrt(x); }
 #else
-KV_HD float kv_exp(float x) { return kv_expf_poly(x); }
+KV_HD_ALWAYS float kv_exp(float x) { return kv_expf_poly(x); }
 KV_HD double kv_exp(double x) { return std::exp(x); }
 KV_HD float kv_sqrt(float x) { return std::sqrt(x); }
 KV_HD double kv_sqrt(double x) { return std::sqrt(x); }
