@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <mutex>
 
@@ -35,41 +36,38 @@ std::vector<std::string> plugin_dirs() {
 }
 
 namespace {
+struct Feature {
+    const char* name;
+    int present;  // __builtin_cpu_supports: nonzero when the CPU has it
+};
 struct VariantDef {
     const char* name;
-    const char* level;  // __builtin_cpu_supports argument; nullptr: the built-in backend
+    bool builtin;     // the backend compiled into this library (no variant library)
+    int level_ok;     // __builtin_cpu_supports of the psABI level (it also checks OS support)
     const char* isa;
-    std::vector<const char*> features;  // named in the message when one is missing
+    std::vector<Feature> features;  // named in the message when one is missing
 };
-const std::vector<VariantDef>& variant_defs() {
-    static const std::vector<VariantDef> defs = {
-        {"avx512bf16", "x86-64-v4", "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) + AVX512-BF16",
-         {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512bf16"}},
-        {"avx512", "x86-64-v4", "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL)", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}},
-        {"avx2", "x86-64-v3", "x86-64-v3 (AVX2, FMA, F16C, BMI2)", {"avx", "avx2", "fma", "f16c", "bmi", "bmi2"}},
-        {"base", nullptr, "x86-64-v2 (SSE4.2, POPCNT)", {}},
+// __builtin_cpu_supports takes only literals, hence the table is built here, after init.
+std::vector<VariantDef> variant_defs() {
+    __builtin_cpu_init();
+    const Feature avx512[] = {{"avx512f", __builtin_cpu_supports("avx512f")}, {"avx512bw", __builtin_cpu_supports("avx512bw")},
+                              {"avx512cd", __builtin_cpu_supports("avx512cd")}, {"avx512dq", __builtin_cpu_supports("avx512dq")},
+                              {"avx512vl", __builtin_cpu_supports("avx512vl")}};
+    std::vector<Feature> bf16(std::begin(avx512), std::end(avx512));
+    bf16.push_back({"avx512bf16", __builtin_cpu_supports("avx512bf16")});
+    return {
+        {"avx512bf16", false, __builtin_cpu_supports("x86-64-v4"), "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) + AVX512-BF16", bf16},
+        {"avx512", false, __builtin_cpu_supports("x86-64-v4"), "x86-64-v4 (AVX-512 F/BW/CD/DQ/VL)",
+         std::vector<Feature>(std::begin(avx512), std::end(avx512))},
+        {"avx2", false, __builtin_cpu_supports("x86-64-v3"), "x86-64-v3 (AVX2, FMA, F16C, BMI2)",
+         {{"avx", __builtin_cpu_supports("avx")},
+          {"avx2", __builtin_cpu_supports("avx2")},
+          {"fma", __builtin_cpu_supports("fma")},
+          {"f16c", __builtin_cpu_supports("f16c")},
+          {"bmi", __builtin_cpu_supports("bmi")},
+          {"bmi2", __builtin_cpu_supports("bmi2")}}},
+        {"base", true, __builtin_cpu_supports("x86-64-v2"), "x86-64-v2 (SSE4.2, POPCNT)", {}},
     };
-    return defs;
-}
-
-bool cpu_has(const char* feature) {
-    // __builtin_cpu_supports wants a literal; map the few names used above.
-    const std::string f = feature;
-    if (f == "x86-64-v4") return __builtin_cpu_supports("x86-64-v4");
-    if (f == "x86-64-v3") return __builtin_cpu_supports("x86-64-v3");
-    if (f == "avx512f") return __builtin_cpu_supports("avx512f");
-    if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
-    if (f == "avx512cd") return __builtin_cpu_supports("avx512cd");
-    if (f == "avx512dq") return __builtin_cpu_supports("avx512dq");
-    if (f == "avx512vl") return __builtin_cpu_supports("avx512vl");
-    if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
-    if (f == "avx") return __builtin_cpu_supports("avx");
-    if (f == "avx2") return __builtin_cpu_supports("avx2");
-    if (f == "fma") return __builtin_cpu_supports("fma");
-    if (f == "f16c") return __builtin_cpu_supports("f16c");
-    if (f == "bmi") return __builtin_cpu_supports("bmi");
-    if (f == "bmi2") return __builtin_cpu_supports("bmi2");
-    return false;
 }
 
 struct VariantSlot {
@@ -87,28 +85,19 @@ struct Variants {
 
 Variants& variants() {
     static Variants* v = [] {
-        __builtin_cpu_init();
         auto* vs = new Variants;  // never destroyed: backends outlive static destructors
         for (const VariantDef& d : variant_defs()) {
             auto slot = std::make_unique<VariantSlot>();
             slot->info.name = d.name;
             slot->info.isa = d.isa;
-            if (!d.level) {
-#if defined(__x86_64__)
-                slot->info.cpu_supports = __builtin_cpu_supports("x86-64-v2");
-#else
-                slot->info.cpu_supports = true;
-#endif
-                slot->info.built = true;
-            } else {
-                bool ok = cpu_has(d.level);
-                for (const char* f : d.features) {
-                    if (!cpu_has(f)) slot->info.missing += std::string(slot->info.missing.empty() ? "" : ", ") + f;
-                    ok = ok && cpu_has(f);
-                }
-                if (!ok && slot->info.missing.empty()) slot->info.missing = d.level;
-                slot->info.cpu_supports = ok;
+            slot->info.built = d.builtin;
+            bool ok = d.level_ok != 0;
+            for (const Feature& f : d.features) {
+                if (!f.present) slot->info.missing += std::string(slot->info.missing.empty() ? "" : ", ") + f.name;
+                ok = ok && f.present != 0;
             }
+            if (!ok && slot->info.missing.empty()) slot->info.missing = d.isa;
+            slot->info.cpu_supports = ok;
             vs->slots.push_back(std::move(slot));
         }
         return vs;
@@ -160,7 +149,7 @@ KernelBackend* slot_backend(VariantSlot& s) {
 
 std::string variant_names() {
     std::string names;
-    for (const VariantDef& d : variant_defs()) names += std::string(names.empty() ? "" : ", ") + d.name;
+    for (const auto& s : variants().slots) names += (names.empty() ? "" : ", ") + s->info.name;
     return names;
 }
 
