@@ -48,6 +48,11 @@ std::string fmt_bytes(double v) {
 }  // namespace
 
 Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& ids, int64_t reference) {
+    return compare_runs([&](int64_t id) { return session.run(id); }, ids, reference);
+}
+
+Comparison compare_runs(const std::function<storage::RunInfo(int64_t)>& lookup, const std::vector<int64_t>& ids,
+                        int64_t reference) {
     if (ids.empty()) throw Error("compare: no runs selected; expected --runs 1,2,3");
     Comparison c;
     c.reference = reference ? reference : ids.front();
@@ -57,11 +62,12 @@ Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& i
     std::vector<std::map<std::string, std::string>> configs;
     std::vector<Json> summaries;
     for (int64_t id : order) {
-        storage::RunInfo r = session.run(id);  // throws for unknown ids
+        storage::RunInfo r = lookup(id);  // throws for unknown ids
         ComparedRun cr;
         cr.id = id;
         cr.name = r.name;
         cr.status = storage::run_status_name(r.status);
+        cr.error = r.error;
         std::map<std::string, std::string> flat;
         Json cj = Json::parse(r.config.empty() ? "{}" : r.config, nullptr, false);
         if (!cj.is_discarded()) flatten(cj, "", flat);
@@ -178,6 +184,9 @@ std::string format_comparison(const Comparison& c) {
             });
         row("total (peak)", [](const ComparedRun& r) { return r.peak_bytes; });
     }
+    // A degraded or failed run's numbers come with the reason (e.g. telemetry lost to a full disk).
+    for (const auto& r : c.runs)
+        if (!r.error.empty() && r.status != "done") out += str("run ", r.id, " ", r.status, ": ", r.error, "\n");
     return out;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace kv::sessions {
 struct ComparedRun {
     int64_t id = 0;
     std::string name, status;
+    std::string error;  // why it failed / crashed / degraded ("" otherwise)
     std::vector<std::pair<std::string, std::string>> config_diff;  // fields differing from the reference
     double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;
     double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;
@@ -30,6 +32,10 @@ struct Comparison {
 
 // Throws kv::Error for unknown run ids or an empty selection.
 Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& runs, int64_t reference);
+// The same over any source of runs (e.g. a read-only SessionReader); `lookup` throws for an
+// unknown id.
+Comparison compare_runs(const std::function<storage::RunInfo(int64_t)>& lookup, const std::vector<int64_t>& runs,
+                        int64_t reference);
 // A text table (what `kvlab compare` prints).
 std::string format_comparison(const Comparison& c);
 
