@@ -18,7 +18,10 @@ namespace kv::plot {
 
 namespace {
 
-constexpr double kLeft = 70, kTop = 34, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11;
+constexpr double kLeft = 70, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11;
+
+// Room above the panels: their titles, plus the figure's title when it has one.
+double top_margin(const Figure& f) { return f.title.empty() ? 34 : 54; }
 
 struct Range {
     double lo = HUGE_VAL, hi = -HUGE_VAL;
@@ -44,7 +47,7 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
     cairo_paint(cr);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, kFont);
-    const double pw = fig.panel_width, ph = fig.panel_height;
+    const double pw = fig.panel_width, ph = fig.panel_height, kTop = top_margin(fig);
     if (!fig.title.empty()) {
         cairo_set_source_rgb(cr, 0, 0, 0);
         cairo_set_font_size(cr, kFont + 2);
@@ -197,7 +200,7 @@ void render_figure(const Figure& fig, const std::string& path) {
     }
     const Ticks yt = linear_ticks(yr.lo, yr.hi);
     const double width = kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + kLegend;
-    const double height = kTop + fig.panel_height + kBottom;
+    const double height = top_margin(fig) + fig.panel_height + kBottom;
 
     cairo_surface_t* surface = nullptr;
     if (fmt == "svg") surface = cairo_svg_surface_create(path.c_str(), width, height);
