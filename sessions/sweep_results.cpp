@@ -82,7 +82,14 @@ SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vect
         if (a.values.size() > 1 && a.option != "kv_cache.name" && a.option != "kv_cache.buffer") t.columns.push_back(a.option);
     const auto done = done_runs_by_identity(session);
     std::map<int64_t, storage::RunInfo> info;
-    for (const auto& r : session.runs()) info[r.id] = r;
+    std::map<std::string, std::string> last_status;  // identity -> status of its newest run (failed, cancelled, ...)
+    for (const auto& r : session.runs()) {
+        info[r.id] = r;
+        try {
+            last_status[sweep_identity(run_config_from_json(r.config, "run"))] = storage::run_status_name(r.status);
+        } catch (const Error&) {
+        }
+    }
 
     t.metric = metric;
     if (metric == "auto") {
@@ -114,7 +121,7 @@ SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vect
             else row.cells.push_back(c.coords.count(col) ? c.coords.at(col) : run_option_value(c.cfg, col));
         }
         auto it = done.find(c.identity);
-        row.status = "missing";
+        row.status = last_status.count(c.identity) ? last_status.at(c.identity) : "missing";
         if (it != done.end()) {
             row.run = it->second;
             row.status = "done";

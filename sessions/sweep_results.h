@@ -28,7 +28,7 @@ std::string run_option_value(const RunConfig& cfg, const std::string& option);
 struct SweepTableRow {
     std::vector<std::string> cells;  // one per column before the numbers
     int64_t run = 0;                 // 0: not run (yet)
-    std::string status;              // done, missing, failed, ...
+    std::string status;              // done; else the newest run's status (failed, ...) or missing
     double value = 0, reference = 0; // metric of the run and of its dense reference
     bool has_value = false, has_reference = false;
 };

@@ -178,6 +178,11 @@ TEST(SweepTable, NumbersAreTheRunsSummariesAndDifferencesToTheirReference) {
         session->finish_run(id, storage::RunStatus::DONE);
         ppl[cells[i].identity] = v;
     }
+    {  // the last cell failed: no number, its status instead
+        const int64_t id = session->create_run(cells.back().cfg.name, run_config_to_json(cells.back().cfg));
+        session->start_run(id);
+        session->finish_run(id, storage::RunStatus::FAILED, "boom");
+    }
     RunConfig other = base();
     other.model_seed = 99;
     const int64_t stray = session->create_run("stray", run_config_to_json(other));
@@ -201,9 +206,9 @@ TEST(SweepTable, NumbersAreTheRunsSummariesAndDifferencesToTheirReference) {
         EXPECT_EQ(r[0], cells[i].cfg.kv_cache.name);
         EXPECT_EQ(r[1], cells[i].reference ? "-" : std::to_string(cells[i].cfg.kv_cache.cache_length));
         EXPECT_EQ(r[2], std::to_string(cells[i].cfg.data.seq_length));
-        if (i + 1 == cells.size()) {  // never run
+        if (i + 1 == cells.size()) {  // failed: no done run
             EXPECT_EQ(r[3], "-");
-            EXPECT_EQ(r[4], "missing");
+            EXPECT_EQ(r[4], "failed");
             EXPECT_EQ(r[5], "");
             continue;
         }
