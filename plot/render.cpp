@@ -152,7 +152,6 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
         text_at(cr, r, lx + 28, ly, 0, 0.5);
         ly += 17;
     }
-    (void)width;
 }
 
 }  // namespace

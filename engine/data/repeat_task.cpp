@@ -2,6 +2,7 @@
 // in language predicts them), so only a copy from the first occurrence gets them right.
 #include "repeat_task.h"
 
+#include <algorithm>
 #include <random>
 
 #include "engine/core/error.h"
