@@ -71,7 +71,8 @@ std::vector<int64_t> parse_ids(const std::string& v) {
 }  // namespace
 
 plot::Figure session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,
-                            const std::string& by, const std::string& facet) {
+                            const std::string& by, const std::string& facet,
+                            const std::vector<std::pair<std::string, std::string>>& where) {
     plot::Figure fig;
     fig.x_title = axis_title(x);
     fig.y_title = axis_title(y);
@@ -88,6 +89,9 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         } catch (const Error&) {
             continue;
         }
+        bool match = true;
+        for (const auto& [opt, value] : where) match = match && sessions::run_option_value(cfg, opt) == value;
+        if (!match) continue;
         nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
         const double yv = s[y].get<double>();
@@ -157,6 +161,7 @@ int cmd_plot(int argc, char** argv, int first) {
     specs.push_back({"by", OptKind::STRING, "kv_cache.name", "one line per value of this option"});
     specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
     specs.push_back({"runs", OptKind::STRING, "all done runs", "comma-separated run ids"});
+    specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=VALUE[;OPTION=VALUE...]"});
     specs.push_back({"title", OptKind::STRING, "", "figure title"});
     specs.push_back({"output", OptKind::STRING, "", "output file: .svg, .png or .pdf (also -o PATH)"});
     // "-o PATH" is the conventional spelling; the option parser only knows "--name".
@@ -187,8 +192,23 @@ int cmd_plot(int argc, char** argv, int first) {
         }
     }
     const std::vector<int64_t> ids = args.has("runs") ? parse_ids(args.str("runs")) : std::vector<int64_t>{};
+    std::vector<std::pair<std::string, std::string>> where;
+    for (std::string rest = args.str("where", ""); !rest.empty();) {
+        const size_t semi = rest.find(';');
+        const std::string one = rest.substr(0, semi);
+        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+        const size_t eq = one.find('=');
+        if (eq == std::string::npos || eq == 0)
+            throw UsageError("--where: '" + one + "' is not OPTION=VALUE; expected e.g. --where data.seed=1234");
+        where.push_back({one.substr(0, eq), one.substr(eq + 1)});
+        try {
+            sessions::run_option_value(RunConfig{}, where.back().first);
+        } catch (const Error& e) {
+            throw UsageError(std::string("--where: ") + e.what());
+        }
+    }
     auto session = storage::Session::open(args.positional()[0]);
-    plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet);
+    plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet, where);
     fig.title = args.str("title", "");
     plot::render_figure(fig, out);
     std::fprintf(stderr, "kvlab plot: wrote %s\n", out.c_str());
