@@ -3,9 +3,13 @@
 // copy scorer counts exact copies, copied prefixes and matching tokens on hand-made answers.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
 #include "engine/model/byte_tokenizer.h"
+#include "engine/model/model_loader.h"
+#include "engine/run/evaluate.h"
 
 namespace kv {
 namespace {
@@ -86,6 +90,60 @@ TEST(RepeatTask, CopyScoreOnHandMadeAnswers) {
     c = score_copy({}, {});
     EXPECT_FALSE(c.exact);  // nothing to copy is not a copy
     EXPECT_EQ(c.length, 0);
+}
+
+// The evaluation scores exactly the second copy after its cue: with the dense cache, each
+// sample's loss and copied-token fraction equal an f64 cross-entropy and argmax over the logits
+// of one plain (unchunked) forward at those positions.
+TEST(RepeatTask, EvalScoresTheSecondCopyLikeAPlainForward) {
+    LoadedModel lm = load_model("tiny", ModelOptions{}, 0);
+    RunConfig cfg;
+    cfg.mode = "eval_long";
+    cfg.model = "tiny";
+    cfg.data.name = "repeat";
+    cfg.data.seq_length = 256;
+    cfg.data.num_samples = 2;
+    cfg.data.repeat_length = 24;
+    cfg.data.repeat_distance = 100;
+    cfg.driver.chunk_size = 32;
+    const EvalSummary sum = run_eval(cfg, lm);
+    ASSERT_EQ(sum.samples.size(), 2u);
+    EXPECT_LT(sum.perplexity, 0);  // not a perplexity task
+    double mean_copy = 0;
+    for (int64_t i = 0; i < 2; ++i) {
+        RepeatSpec spec;
+        spec.seq_length = 256;
+        spec.passage_length = 24;
+        spec.distance = 100;
+        spec.seed = cfg.data.seed;
+        const RepeatSample rs = make_repeat_sample(spec, i, *lm.tokenizer);
+        const int64_t T = int64_t(rs.ids.size());
+        Tensor ids = Tensor::from_i32({1, T}, rs.ids, {Device{}, MemCategory::ACTIVATIONS, "ids"});
+        const std::vector<float> z = lm.model->forward(ids).to_f32_vector();
+        const int64_t V = int64_t(z.size()) / T;
+        double loss = 0;
+        int64_t right = 0;
+        for (int64_t t = rs.first_scored_input(); t < rs.first_scored_input() + rs.scored_tokens(); ++t) {
+            const float* row = z.data() + t * V;
+            double mx = row[0];
+            int64_t arg = 0;
+            for (int64_t v = 1; v < V; ++v)
+                if (row[v] > mx) mx = row[v], arg = v;
+            double se = 0;
+            for (int64_t v = 0; v < V; ++v) se += std::exp(double(row[v]) - mx);
+            const int32_t target = rs.ids[size_t(t + 1)];
+            loss += mx + std::log(se) - double(row[target]);
+            right += arg == target;
+        }
+        loss /= double(rs.scored_tokens());
+        EXPECT_NEAR(sum.samples[size_t(i)].loss, loss, 1e-4 * std::max(1.0, loss)) << "sample " << i;
+        // argmax ties between the chunked and the plain forward could flip one token at most
+        EXPECT_NEAR(sum.samples[size_t(i)].copy_token_accuracy, double(right) / double(rs.scored_tokens()),
+                    1.01 / double(rs.scored_tokens()))
+            << "sample " << i;
+        mean_copy += sum.samples[size_t(i)].copy_token_accuracy / 2;
+    }
+    EXPECT_NEAR(sum.copy_token_accuracy, mean_copy, 1e-12);
 }
 
 }  // namespace
