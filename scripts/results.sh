@@ -60,9 +60,12 @@ repeat=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 -
 "$KVLAB" sweep smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 --data.repeat_length 64 \
   --data.repeat_distance 384 --data.seed 7,99 --kv_cache.name h2o,lastrec,tova,snapkv --kv_cache.cache_length 256,512 \
   --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --format md --figure none > results/repeat.seeds.md
-"$KVLAB" plot "$SESSION" --y copy_token_accuracy --facet data.repeat_distance --where "data.seed=1234" \
+"$KVLAB" sweep smollm2-135m --data repeat --data.seq_length 1024,2048,4096 --data.num_samples 2 --data.repeat_length 64 \
+  --data.repeat_distance 384,-1 --kv_cache.name dense --kv_cache.chunk_size 64 --telemetry.enabled false \
+  --session "$SESSION" --format md --figure none > results/repeat.dense_lengths.md
+"$KVLAB" plot "$SESSION" --y copy_token_accuracy --facet data.repeat_distance --where "data.seed=1234;data.seq_length=1024;data.repeat_distance=384|896" \
   --title "SmolLM2-135M, repeat task (1024 tokens, 64-token passage)" -o docs/figures/repeat_smollm2.svg
-echo "results: repeat tables in results/repeat.copy.md, results/repeat.loss.md, results/repeat.seeds.md; figure docs/figures/repeat_smollm2.svg"
+echo "results: repeat tables in results/repeat.copy.md, results/repeat.loss.md, results/repeat.seeds.md, results/repeat.dense_lengths.md; figure docs/figures/repeat_smollm2.svg"
 
 python3 tools/results/make_results_table.py "$SESSION" --kvlab "$KVLAB" > results/RESULTS.tables.md
 echo "results: tables in results/RESULTS.tables.md (session $SESSION)"

@@ -90,7 +90,17 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
             continue;
         }
         bool match = true;
-        for (const auto& [opt, value] : where) match = match && sessions::run_option_value(cfg, opt) == value;
+        for (const auto& [opt, values] : where) {  // values: V1|V2|...
+            const std::string v = sessions::run_option_value(cfg, opt);
+            bool any = false;
+            for (size_t p = 0; p <= values.size();) {
+                size_t q = values.find('|', p);
+                if (q == std::string::npos) q = values.size();
+                any = any || values.compare(p, q - p, v) == 0;
+                p = q + 1;
+            }
+            match = match && any;
+        }
         if (!match) continue;
         nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
@@ -161,7 +171,7 @@ int cmd_plot(int argc, char** argv, int first) {
     specs.push_back({"by", OptKind::STRING, "kv_cache.name", "one line per value of this option"});
     specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
     specs.push_back({"runs", OptKind::STRING, "all done runs", "comma-separated run ids"});
-    specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=VALUE[;OPTION=VALUE...]"});
+    specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=V1[|V2...][;OPTION=...]"});
     specs.push_back({"title", OptKind::STRING, "", "figure title"});
     specs.push_back({"output", OptKind::STRING, "", "output file: .svg, .png or .pdf (also -o PATH)"});
     // "-o PATH" is the conventional spelling; the option parser only knows "--name".

@@ -17,7 +17,7 @@ namespace kv::cli {
 // `by`, one panel per value of option `facet` ("" = one panel). Done runs only (`runs` empty:
 // all of them). When x is a cache option, dense runs become a horizontal reference line.
 // Throws kv::Error when nothing can be drawn (no run has y, x is not numeric).
-// `where`: (option, value) pairs a run must match, e.g. {"data.seed", "1234"}.
+// `where`: (option, values) a run must match, values separated by "|", e.g. {"data.seed", "7|99"}.
 plot::Figure session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x,
                             const std::string& y, const std::string& by, const std::string& facet,
                             const std::vector<std::pair<std::string, std::string>>& where = {});
