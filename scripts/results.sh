@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces docs/RESULTS.md: SmolLM2-135M (GGUF, assets/cache) on real English text and on
 # passkey retrieval, dense vs every cache policy x buffer x cache length, all recorded in one
-# session file; then tools/results/make_results_table.py writes the tables.
+# session file; then tools/results/make_results_table.py writes the perplexity and passkey tables,
+# and kvlab sweep / kvlab plot the repeat task's tables and figure.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
@@ -48,6 +49,23 @@ for T in 2048 8192; do
         --kv_cache.cache_length 1024 --kv_cache.chunk_size 128
   done
 done
+
+# Repeat task (docs/RESULTS.md, "Repeat task"): one kvlab sweep into the same session (cells it
+# already holds are skipped), its tables as Markdown and the figure.
+repeat=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 --data.repeat_length 64
+        --data.repeat_distance 384,896 --kv_cache.name h2o,lastrec,tova,snapkv --kv_cache.cache_length 256,512
+        --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION")
+"$KVLAB" sweep "${repeat[@]}" --format md --figure none > results/repeat.copy.md
+"$KVLAB" sweep "${repeat[@]}" --format md --figure none --metric mean_loss > results/repeat.loss.md
+"$KVLAB" sweep smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 --data.repeat_length 64 \
+  --data.repeat_distance 384 --data.seed 7,99 --kv_cache.name h2o,lastrec,tova,snapkv --kv_cache.cache_length 256,512 \
+  --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --format md --figure none > results/repeat.seeds.md
+"$KVLAB" sweep smollm2-135m --data repeat --data.seq_length 1024,2048,4096 --data.num_samples 2 --data.repeat_length 64 \
+  --data.repeat_distance 384,-1 --kv_cache.name dense --kv_cache.chunk_size 64 --telemetry.enabled false \
+  --session "$SESSION" --format md --figure none > results/repeat.dense_lengths.md
+"$KVLAB" plot "$SESSION" --y copy_token_accuracy --facet data.repeat_distance --where "data.seed=1234;data.seq_length=1024;data.repeat_distance=384|896" \
+  --title "SmolLM2-135M, repeat task (1024 tokens, 64-token passage)" -o docs/figures/repeat_smollm2.svg
+echo "results: repeat tables in results/repeat.copy.md, results/repeat.loss.md, results/repeat.seeds.md, results/repeat.dense_lengths.md; figure docs/figures/repeat_smollm2.svg"
 
 python3 tools/results/make_results_table.py "$SESSION" --kvlab "$KVLAB" > results/RESULTS.tables.md
 echo "results: tables in results/RESULTS.tables.md (session $SESSION)"

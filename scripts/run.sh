@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The main job: set up, build, and run kvlab's demo — a KV-cache policy comparison on the
-# built-in tiny model and the passkey task (dense reference, h2o, lastrec, streaming; 8192
-# tokens, 1024 slots, chunks of 128), recorded into a new session file.
+# The main job: set up, build, and run kvlab's demo, recorded into a new session file.
 #   - With a display ($DISPLAY or $WAYLAND_DISPLAY): the desktop app opens on that session and
-#     runs the comparison live (kvlab-gui --demo).
-#   - Without one: the same runs headless with the CLI (kvlab eval_long ... --session), then
-#     `kvlab compare` prints the table; the session path is printed for later inspection.
+#     runs its comparison live (kvlab-gui --demo: tiny model, passkey, dense / h2o / lastrec /
+#     streaming at 1024 slots).
+#   - Without one: `kvlab sweep` on SmolLM2-135M (tiny when the asset is missing): dense and
+#     h2o / lastrec / tova at 256 and 512 slots on the repeat task, printing the table (copy
+#     accuracy and its difference to dense) and writing the figure next to the session.
 # KVLAB_HEADLESS=1 forces the headless path; KVLAB_DEMO_DIR chooses where the session goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,27 +25,21 @@ if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && [ -z "${KVLAB_HEADLESS:-}" ]; th
 fi
 
 start=$(date +%s)
-common=(tiny --data passkey --data.seq_length 8192 --data.num_samples 4 --kv_cache.chunk_size 128 --session "$session")
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-run() {  # run NAME CACHE LENGTH
-  local t0
-  t0=$(date +%s%N)
-  if ! ./build/bin/kvlab eval_long "${common[@]}" --name "$1" --kv_cache.name "$2" --kv_cache.cache_length "$3" \
-      >"$log" 2>&1; then
-    cat "$log" >&2
-    exit 1
-  fi
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  printf "run: %-24s %s  (%d.%d s)\n" "$1" "$(sed -n 's/^result: //p' "$log")" $((ms / 1000)) $((ms % 1000 / 100))
-}
-echo "run: no display; headless demo comparison into $session"
-run "dense (reference)" dense-default 0
-run "h2o-default L=1024" h2o-default 1024
-run "lastrec-default L=1024" lastrec-default 1024
-run "streaming-default L=1024" streaming-default 1024
+# Headless: a small sweep on the real model (dense + 3 policies x 2 cache sizes on the repeat
+# task: a passage, filler, the passage again), its table and figure. The random `tiny` model
+# stands in when the asset is missing; its numbers say nothing about the policies.
+model=smollm2-135m
+if [ ! -f assets/cache/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+  echo "run: assets/cache/SmolLM2-135M-Instruct.Q4_1.gguf is missing (scripts/fetch_assets.sh fetches it);" \
+       "falling back to the random tiny model, whose numbers do not rank the policies" >&2
+  model=tiny
+fi
+figure="${session%.kvlab}.svg"
+echo "run: no display; headless demo sweep on $model into $session"
+./build/bin/kvlab sweep "$model" --data repeat --data.seq_length 1024 --data.num_samples 2 --data.repeat_length 64 --data.repeat_distance 384 \
+    --kv_cache.name h2o,lastrec,tova --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 \
+    --session "$session" --figure "$figure"
 echo
-./build/bin/kvlab compare "$session" --reference 1
-echo
+echo "figure:  $figure"
 echo "session: $session  ($(( $(date +%s) - start )) s)"
-echo "inspect: build/bin/kvlab runs $session | build/bin/kvlab-gui $session | build/bin/kvlab export $session --run 2 ..."
+echo "inspect: build/bin/kvlab runs $session | build/bin/kvlab compare $session --reference 1 | build/bin/kvlab-gui $session"

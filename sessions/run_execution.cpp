@@ -55,6 +55,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         line.precision(4);
         line << "sample " << r.index << ": " << r.description << " | loss " << r.loss;
         if (r.label >= 0) line << " | predicted " << r.prediction << ", answer " << r.label << (r.correct ? " (correct)" : "");
+        if (r.copy_token_accuracy >= 0)
+            line << " | copied " << r.copy_token_accuracy << " of the tokens" << (r.correct ? " (exact copy)" : "");
         line << " | " << r.seconds << " s";
         if (hooks.output) hooks.output(line.str());
         trace::metric("sample_loss", r.index, r.loss);
@@ -67,6 +69,10 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["mean_loss"] = s.mean_loss;
     if (s.accuracy >= 0) j["accuracy"] = s.accuracy;
     if (s.perplexity >= 0) j["perplexity"] = s.perplexity;
+    if (s.copy_token_accuracy >= 0) {
+        j["copy_token_accuracy"] = s.copy_token_accuracy;
+        j["copy_prefix"] = s.copy_prefix;
+    }
     j["tokens"] = s.tokens;
     j["seconds"] = s.seconds;
     j["tokens_per_s"] = s.tokens_per_s;
@@ -83,6 +89,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     text.precision(4);
     if (s.accuracy >= 0) text << "accuracy " << s.accuracy << " | ";
     if (s.perplexity >= 0) text << "perplexity " << s.perplexity << " | ";
+    if (s.copy_token_accuracy >= 0) text << "copied tokens " << s.copy_token_accuracy << " | ";
     text << "mean loss " << s.mean_loss << " | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
          << s.kv_bits_per_element << " bits/element)";
     out.text = text.str();

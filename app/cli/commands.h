@@ -19,5 +19,7 @@ int cmd_version(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first, const std::string& mode);  // eval_long, infer, finetune_*
 int cmd_generate(int argc, char** argv, int first);
 int cmd_compare(int argc, char** argv, int first);
+int cmd_sweep(int argc, char** argv, int first);  // cmd_sweep.cpp
+int cmd_plot(int argc, char** argv, int first);   // cmd_plot.cpp
 
 }  // namespace kv::cli

@@ -29,6 +29,7 @@ void HeadResult::init(int64_t B) {
     count.assign(size_t(B), 0.0);
     prediction.assign(size_t(B), -1);
     class_logprob.clear();
+    target_argmax.clear();
     pool_sum.clear();
     pooled = 0;
 }

@@ -33,6 +33,8 @@ struct HeadSpec {
     // divided by the batch's mean target count, l_b = s_b B / sum_b nz_b, so the batch loss is
     // the mean over all its target tokens. false: by the row's own count, l_b = s_b / nz_b.
     bool average_loss_per_batch = false;
+    // NEXT_TOKEN: also keep the argmax token at every targeted position (copy tasks score it).
+    bool record_argmax = false;
 };
 
 // Running sums a head accumulates over the chunks of a sequence.
@@ -40,6 +42,7 @@ struct HeadResult {
     std::vector<double> loss_sum;     // (B) summed cross-entropy
     std::vector<double> count;        // (B) normaliser (targeted positions, or 1)
     std::vector<int32_t> prediction;  // (B) argmax class / last predicted token
+    std::vector<int32_t> target_argmax;  // record_argmax: argmax per targeted position, by chunk, row, position (B = 1: positions)
     std::vector<double> class_logprob;  // (B, C) log-probabilities of the classes (classification)
     // seq_classification mean pooling: running sum of final-norm states (B, E)
     std::vector<double> pool_sum;

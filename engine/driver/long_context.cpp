@@ -78,6 +78,12 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
             for (size_t i = 0; i < z.size(); ++i)
                 if (!std::isfinite(z[i])) nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), int64_t(i));
             if (any) cross_entropy_rows(z, B * n, V, tg, &out.loss_sum, &out.count, rb);
+            if (any && head.record_argmax)
+                for (int64_t r = 0; r < B * n; ++r)
+                    if (tg[size_t(r)] >= 0) {
+                        const float* zr = z.data() + r * V;
+                        out.target_argmax.push_back(int32_t(std::max_element(zr, zr + V) - zr));
+                    }
             if (last_chunk)
                 for (int64_t b = 0; b < B; ++b) {
                     const float* zr = z.data() + (b * n + n - 1) * V;

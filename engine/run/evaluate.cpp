@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/data/repeat_task.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_windows.h"
 #include "engine/driver/long_context.h"
@@ -37,6 +38,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::vector<int32_t> ids;
         int32_t label = -1;
         std::string description;
+        std::vector<int32_t> targets;  // NEXT_TOKEN targets when only a span is scored (repeat)
     };
     std::vector<Item> items;
     HeadKind head = HeadKind::CLASS_ON_LOGITS;
@@ -51,15 +53,33 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             if (!cfg.data.depths.empty()) spec.depth = cfg.data.depths[size_t(i) % cfg.data.depths.size()];
             ClassSample s = make_synthetic_sample(spec, i, tok);
-            items.push_back({std::move(s.ids), s.label, s.description});
+            items.push_back({std::move(s.ids), s.label, s.description, {}});
+        }
+    } else if (cfg.data.name == "repeat") {
+        // Loss and argmax on the second copy after its cue. A greedy decode from the cue
+        // reproduces the passage exactly iff every argmax on the span is the passage token, so
+        // one teacher-forced pass scores the greedy continuation (in the run's chunks).
+        head = HeadKind::NEXT_TOKEN;
+        RepeatSpec spec;
+        spec.seq_length = cfg.data.seq_length;
+        spec.passage_length = cfg.data.repeat_length;
+        spec.distance = cfg.data.repeat_distance;
+        spec.seed = cfg.data.seed;
+        for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
+            RepeatSample s = make_repeat_sample(spec, i, tok);
+            Item it{std::move(s.ids), -1, s.description, {}};
+            it.targets.assign(it.ids.size(), -100);
+            for (int64_t t = s.first_scored_input(); t < s.first_scored_input() + s.scored_tokens(); ++t)
+                it.targets[size_t(t)] = it.ids[size_t(t + 1)];
+            items.push_back(std::move(it));
         }
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
         TextWindows w = make_text_windows(cfg.data.files, tok, cfg.data.seq_length, cfg.data.num_samples);
         int64_t i = 0;
-        for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++)});
+        for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++), {}});
     } else {
-        throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle or text"));
+        throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle, repeat or text"));
     }
     for (const auto& it : items)
         if (int64_t(it.ids.size()) > mc.max_position_embeddings * 64)
@@ -99,7 +119,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         hs.kind = head;
         hs.B = 1;
         hs.T = T;
-        if (head == HeadKind::NEXT_TOKEN) {
+        if (head == HeadKind::NEXT_TOKEN && !it.targets.empty()) {
+            hs.token_targets = it.targets;
+            hs.record_argmax = true;
+        } else if (head == HeadKind::NEXT_TOKEN) {
             hs.token_targets.assign(size_t(T), -100);
             for (int64_t t = 0; t + 1 < T; ++t) hs.token_targets[size_t(t)] = it.ids[size_t(t + 1)];
         } else {
@@ -125,6 +148,15 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         r.prediction = res.prediction[0];
         r.label = it.label;
         r.correct = head != HeadKind::NEXT_TOKEN && r.prediction == it.label;
+        if (!it.targets.empty()) {
+            std::vector<int32_t> expected;
+            for (int32_t y : it.targets)
+                if (y >= 0) expected.push_back(y);
+            const CopyScore cs = score_copy(expected, res.target_argmax);
+            r.correct = cs.exact;
+            r.copy_token_accuracy = cs.token_accuracy();
+            r.copy_prefix = cs.prefix_fraction();
+        }
         r.loss = res.count[0] > 0 ? res.loss_sum[0] / res.count[0] : 0.0;
         loss_total += res.loss_sum[0];
         loss_tokens += res.count[0];
@@ -140,8 +172,16 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     double ml = 0;
     for (const auto& s : sum.samples) ml += s.loss;
     sum.mean_loss = sum.samples.empty() ? 0 : ml / double(sum.samples.size());
-    if (head == HeadKind::NEXT_TOKEN) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
+    const bool copy_task = cfg.data.name == "repeat";
+    if (head == HeadKind::NEXT_TOKEN && !copy_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
     else sum.accuracy = items.empty() ? 0 : double(correct) / double(items.size());
+    if (copy_task && !sum.samples.empty()) {
+        sum.copy_token_accuracy = sum.copy_prefix = 0;
+        for (const auto& s : sum.samples) {
+            sum.copy_token_accuracy += s.copy_token_accuracy / double(sum.samples.size());
+            sum.copy_prefix += s.copy_prefix / double(sum.samples.size());
+        }
+    }
     sum.memory = tracker.all_stats();
     return sum;
 }

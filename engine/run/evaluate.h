@@ -24,6 +24,8 @@ struct EvalSampleResult {
     int64_t tokens = 0;
     double seconds = 0;
     std::string description;
+    double copy_token_accuracy = -1;  // repeat: copied tokens / scored tokens; -1 otherwise
+    double copy_prefix = -1;          // repeat: tokens copied before the first error / scored tokens
 };
 
 struct EvalSummary {
@@ -32,6 +34,8 @@ struct EvalSummary {
     double mean_loss = 0;
     double accuracy = -1;     // classification tasks; -1 otherwise
     double perplexity = -1;   // text; -1 otherwise
+    // repeat: accuracy is the fraction of samples copied exactly; these are means over samples
+    double copy_token_accuracy = -1, copy_prefix = -1;
     int64_t tokens = 0;
     double seconds = 0;
     double tokens_per_s = 0;

@@ -141,7 +141,7 @@ std::vector<OptionDef> build_options() {
     o.push_back(uint_opt("model_seed", "model", "seed of the preset models' random weights",
                          [](RunConfig& c) -> uint64_t& { return c.model_seed; }));
     // ---- data
-    o.push_back(str_opt("data", "data", "data source", {"passkey", "recall", "needle", "text", "longbench", "helmet"},
+    o.push_back(str_opt("data", "data", "data source", {"passkey", "recall", "needle", "repeat", "text", "longbench", "helmet"},
                         [](RunConfig& c) -> std::string& { return c.data.name; }));
     o.push_back(int_opt("data.seq_length", "data", "tokens per sample / text window", 8, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.seq_length; }));
@@ -163,6 +163,10 @@ std::vector<OptionDef> build_options() {
     }
     o.push_back(int_opt("data.num_keys", "data", "recall: key-value pairs in the context", 2, 100000,
                         [](RunConfig& c) -> int64_t& { return c.data.num_keys; }));
+    o.push_back(int_opt("data.repeat_length", "data", "repeat: tokens of the passage that is copied", 5, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.data.repeat_length; }));
+    o.push_back(int_opt("data.repeat_distance", "data", "repeat: filler tokens between the two copies (-1: the rest of seq_length)", -1, BIG,
+                        [](RunConfig& c) -> int64_t& { return c.data.repeat_distance; }));
     o.push_back(list_opt("data.files", "data", "text: files to read, comma-separated",
                          [](RunConfig& c) -> std::vector<std::string>& { return c.data.files; }));
     o.push_back(str_opt("data.path", "data", "longbench / helmet: the dataset JSON file", {},

@@ -1,0 +1,228 @@
+// `kvlab plot FILE --x kv_cache.cache_length --y perplexity --by kv_cache.name [--facet OPTION]
+// -o fig.svg|png|pdf`: any recorded metric against any run option, from a session's done runs.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "commands.h"
+#include "engine/core/error.h"
+#include "plot/render.h"
+#include "plot_commands.h"
+#include "sessions/sweep_grid.h"
+#include "sessions/sweep_results.h"
+#include "storage/session.h"
+
+namespace kv::cli {
+
+namespace {
+
+// Axis titles with units for the options and metrics people plot most; others as named.
+std::string axis_title(const std::string& name) {
+    static const std::map<std::string, std::string> titles = {
+        {"kv_cache.cache_length", "cache length L (slots per layer)"},
+        {"kv_cache.ratio", "cache size (fraction of the sequence)"},
+        {"data.seq_length", "sequence length (tokens)"},
+        {"kv_cache.chunk_size", "chunk size (tokens)"},
+        {"data.repeat_distance", "distance between the copies (tokens)"},
+        {"data.repeat_length", "passage length (tokens)"},
+        {"perplexity", "perplexity (exp of mean loss per token)"},
+        {"mean_loss", "mean loss (nats per token)"},
+        {"accuracy", "accuracy (fraction of samples)"},
+        {"copy_exact", "exact copies (fraction of samples)"},
+        {"copy_prefix", "copied before the first error (fraction of the passage)"},
+        {"copy_token_accuracy", "copied tokens (fraction)"},
+        {"tokens_per_s", "throughput (tokens/s)"},
+        {"kv_bytes", "KV cache (bytes)"},
+        {"kv_bits_per_element", "KV storage (bits per element)"},
+        {"seconds", "run time (s)"},
+    };
+    auto it = titles.find(name);
+    return it == titles.end() ? name : it->second;
+}
+
+bool parse_number(const std::string& s, double* out) {
+    char* end = nullptr;
+    errno = 0;
+    *out = std::strtod(s.c_str(), &end);
+    return !s.empty() && !*end && errno != ERANGE && std::isfinite(*out);
+}
+
+std::vector<int64_t> parse_ids(const std::string& v) {
+    std::vector<int64_t> ids;
+    size_t p = 0;
+    while (p <= v.size()) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        const std::string one = v.substr(p, q - p);
+        char* end = nullptr;
+        long long id = std::strtoll(one.c_str(), &end, 10);
+        if (one.empty() || *end || id <= 0) throw UsageError("--runs: '" + one + "' is not a run id; expected numbers like 1,2,3");
+        ids.push_back(id);
+        p = q + 1;
+    }
+    return ids;
+}
+
+}  // namespace
+
+plot::Figure session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,
+                            const std::string& by, const std::string& facet,
+                            const std::vector<std::pair<std::string, std::string>>& where) {
+    plot::Figure fig;
+    fig.x_title = axis_title(x);
+    fig.y_title = axis_title(y);
+    const bool x_is_cache = sessions::is_cache_option(x);
+    fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size";
+    std::map<std::string, size_t> panel_of;
+    int used = 0;
+    for (const auto& r : session.runs()) {
+        if (r.status != storage::RunStatus::DONE) continue;
+        if (!runs.empty() && std::find(runs.begin(), runs.end(), r.id) == runs.end()) continue;
+        RunConfig cfg;
+        try {
+            cfg = run_config_from_json(r.config, "run");
+        } catch (const Error&) {
+            continue;
+        }
+        bool match = true;
+        for (const auto& [opt, values] : where) {  // values: V1|V2|...
+            const std::string v = sessions::run_option_value(cfg, opt);
+            bool any = false;
+            for (size_t p = 0; p <= values.size();) {
+                size_t q = values.find('|', p);
+                if (q == std::string::npos) q = values.size();
+                any = any || values.compare(p, q - p, v) == 0;
+                p = q + 1;
+            }
+            match = match && any;
+        }
+        if (!match) continue;
+        nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
+        if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
+        const double yv = s[y].get<double>();
+        const std::string fv = facet.empty() ? "" : sessions::run_option_value(cfg, facet);
+        if (!panel_of.count(fv)) {
+            panel_of[fv] = fig.panels.size();
+            fig.panels.push_back({facet.empty() ? "" : facet + " = " + fv, {}, {}});
+        }
+        plot::Panel& panel = fig.panels[panel_of[fv]];
+        ++used;
+        if (x_is_cache && cfg.kv_cache.policy() == "dense") {  // the full cache: a level, not a point
+            const std::string label = cfg.kv_cache.name == "dense-default" ? "dense" : cfg.kv_cache.name;
+            bool seen = false;
+            for (auto& ref : panel.references)
+                if (ref.label == label) {
+                    ref.y = yv;  // newest run wins
+                    seen = true;
+                }
+            if (!seen) panel.references.push_back({label, yv});
+            continue;
+        }
+        double xv;
+        const std::string xs = sessions::run_option_value(cfg, x);
+        if (!parse_number(xs, &xv)) throw Error(str("--x ", x, ": run ", r.id, " has '", xs, "', not a number; expected a numeric option"));
+        const std::string label = by.empty() ? y : sessions::run_option_value(cfg, by);
+        plot::Series* series = nullptr;
+        for (auto& se : panel.series)
+            if (se.label == label) series = &se;
+        if (!series) {
+            panel.series.push_back({label, {}, {}});
+            series = &panel.series.back();
+        }
+        bool replaced = false;  // a repeated configuration: the newest run wins
+        for (size_t i = 0; i < series->x.size(); ++i)
+            if (series->x[i] == xv) {
+                series->y[i] = yv;
+                replaced = true;
+            }
+        if (!replaced) {
+            series->x.push_back(xv);
+            series->y.push_back(yv);
+        }
+    }
+    if (!used) throw Error(str("no done run", runs.empty() ? "" : " of those selected", " in ", session.path(), " records '", y,
+                               "'; expected a metric of the runs' summaries (kvlab runs ", session.path(), " --json)"));
+    bool any_point = false;
+    for (const auto& p : fig.panels) any_point = any_point || !p.series.empty();
+    if (!any_point) throw Error(str("only dense runs record '", y, "'; nothing to draw against ", x));
+    return fig;
+}
+
+bool write_session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,
+                          const std::string& by, const std::string& facet, const std::string& path, std::string* message) {
+    try {
+        plot::render_figure(session_figure(session, runs, x, y, by, facet), path);
+        return true;
+    } catch (const std::exception& e) {
+        *message = e.what();
+        return false;
+    }
+}
+
+int cmd_plot(int argc, char** argv, int first) {
+    auto specs = global_options();
+    specs.push_back({"x", OptKind::STRING, "kv_cache.cache_length", "run option on the x axis (log2 scale for sizes and lengths)"});
+    specs.push_back({"y", OptKind::STRING, "perplexity", "metric from the runs' summaries on the y axis"});
+    specs.push_back({"by", OptKind::STRING, "kv_cache.name", "one line per value of this option"});
+    specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
+    specs.push_back({"runs", OptKind::STRING, "all done runs", "comma-separated run ids"});
+    specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=V1[|V2...][;OPTION=...]"});
+    specs.push_back({"title", OptKind::STRING, "", "figure title"});
+    specs.push_back({"output", OptKind::STRING, "", "output file: .svg, .png or .pdf (also -o PATH)"});
+    // "-o PATH" is the conventional spelling; the option parser only knows "--name".
+    std::vector<std::string> plot_args(argv, argv + argc);
+    for (size_t i = size_t(first); i < plot_args.size(); ++i)
+        if (plot_args[i] == "-o") plot_args[i] = "--output";
+    std::vector<char*> av;
+    for (auto& s : plot_args) av.push_back(s.data());
+    Args args(int(av.size()), av.data(), first, specs);
+    if (args.flag("help") || args.positional().empty()) {
+        std::printf("usage: kvlab plot FILE --x OPTION --y METRIC [--by OPTION] [--facet OPTION] -o fig.svg|png|pdf\n\n"
+                    "Draws a metric of a session's done runs against a run option, one line per --by value; with a\n"
+                    "cache option on x, dense runs are a dashed reference line.\n\n%s",
+                    format_options(specs).c_str());
+        return args.flag("help") ? 0 : 2;
+    }
+    if (args.positional().size() > 1) throw UsageError("plot: unexpected argument '" + args.positional()[1] + "'; expected one session FILE");
+    const std::string out = args.str("output", "");
+    if (out.empty()) throw UsageError("plot: missing -o FILE; expected e.g. -o fig.svg (or .png, .pdf)");
+    if (plot::figure_format(out).empty()) throw UsageError("-o: '" + out + "' is not a figure file; expected a name ending in .svg, .png or .pdf");
+    const std::string x = args.str("x", "kv_cache.cache_length"), by = args.str("by", "kv_cache.name"), facet = args.str("facet", "");
+    for (const auto& [flag, opt] : {std::pair<std::string, std::string>{"x", x}, {"by", by}, {"facet", facet}}) {
+        if (opt.empty()) continue;
+        try {
+            sessions::run_option_value(RunConfig{}, opt);
+        } catch (const Error& e) {
+            throw UsageError("--" + flag + ": " + e.what());
+        }
+    }
+    const std::vector<int64_t> ids = args.has("runs") ? parse_ids(args.str("runs")) : std::vector<int64_t>{};
+    std::vector<std::pair<std::string, std::string>> where;
+    for (std::string rest = args.str("where", ""); !rest.empty();) {
+        const size_t semi = rest.find(';');
+        const std::string one = rest.substr(0, semi);
+        rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+        const size_t eq = one.find('=');
+        if (eq == std::string::npos || eq == 0)
+            throw UsageError("--where: '" + one + "' is not OPTION=VALUE; expected e.g. --where data.seed=1234");
+        where.push_back({one.substr(0, eq), one.substr(eq + 1)});
+        try {
+            sessions::run_option_value(RunConfig{}, where.back().first);
+        } catch (const Error& e) {
+            throw UsageError(std::string("--where: ") + e.what());
+        }
+    }
+    auto session = storage::Session::open(args.positional()[0]);
+    plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet, where);
+    fig.title = args.str("title", "");
+    plot::render_figure(fig, out);
+    std::fprintf(stderr, "kvlab plot: wrote %s\n", out.c_str());
+    return 0;
+}
+
+}  // namespace kv::cli

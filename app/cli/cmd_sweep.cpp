@@ -1,0 +1,227 @@
+// `kvlab sweep MODEL --kv_cache.name h2o,lastrec --kv_cache.cache_length 256,512 ... --session S`:
+// a comma list on any run option makes the grid (sessions/sweep_grid.h); every cell is an
+// eval_long run recorded into one session; cells the session already holds with the same
+// configuration are skipped, so a killed sweep continues where it stopped. One progress bar
+// covers the whole grid; the end is a table of the metric and its difference to dense, and
+// the default figure next to the session file.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "commands.h"
+#include "engine/core/error.h"
+#include "plot_commands.h"
+#include "progress.h"
+#include "run_options.h"
+#include "sessions/run_manager.h"
+#include "sessions/sweep_grid.h"
+#include "sessions/sweep_results.h"
+#include "storage/session.h"
+
+namespace kv::cli {
+
+namespace {
+
+std::atomic<bool> g_sweep_interrupted{false};
+extern "C" void on_sweep_sigint(int) { g_sweep_interrupted.store(true); }
+
+const char* kSweepOwnOptions[] = {"config", "session", "format", "metric", "figure", "threads", "device", "memory.budget", "help"};
+
+std::vector<OptionSpec> sweep_option_specs() {
+    std::vector<OptionSpec> specs;
+    for (auto s : run_option_specs()) {
+        if (s.kind == OptKind::INT || s.kind == OptKind::FLOAT) s.kind = OptKind::STRING;  // "256,512" is an axis
+        specs.push_back(s);
+    }
+    specs.push_back({"kv_cache.buffer", OptKind::STRING, "", "sweep: buffers joined to policy names given without one (default,q8,...)"});
+    specs.push_back({"kv_cache.ratio", OptKind::STRING, "", "sweep: cache length as a fraction of data.seq_length (0.25,0.5); instead of cache_length"});
+    specs.push_back({"format", OptKind::STRING, "table", "result table: table, csv, json or md"});
+    specs.push_back({"metric", OptKind::STRING, "auto", "summary metric in the table (auto: perplexity, else copy_token_accuracy, else accuracy, else mean_loss)"});
+    specs.push_back({"figure", OptKind::STRING, "SESSION.svg", "figure of the metric vs cache length (none: no figure)"});
+    return specs;
+}
+
+bool is_own_option(const std::string& name) {
+    for (const char* o : kSweepOwnOptions)
+        if (name == o) return true;
+    return false;
+}
+
+void print_sweep_help() {
+    const auto all = sweep_option_specs();
+    const std::vector<OptionSpec> own(all.end() - 5, all.end());
+    std::printf(
+        "usage: kvlab sweep MODEL --OPTION v1,v2,... [--OPTION v ...] --session FILE [--format table|csv|json|md]\n\n"
+        "Runs eval_long for every combination of the options given as comma lists (the grid), plus one\n"
+        "dense reference per data configuration, all recorded into one session. Cells the session already\n"
+        "holds with the same configuration are skipped: rerun the same command to continue a stopped sweep\n"
+        "or just to print its table again. Policy names without a buffer take --kv_cache.buffer (default).\n\n"
+        "example: kvlab sweep smollm2-135m --data repeat --kv_cache.name h2o,lastrec,tova \\\n"
+        "             --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --session s.kvlab\n\n"
+        "sweep options:\n%s\nrun options: every option of `kvlab eval_long --help`, each as a single value or a comma list\n"
+        "(list-valued options such as --data.files keep their commas).\n",
+        format_options(own).c_str());
+}
+
+// The run options in command-line order (Args keeps them sorted by name).
+std::vector<std::pair<std::string, std::string>> ordered_run_options(int argc, char** argv, int first, const Args& args) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (int i = first; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a.rfind("--", 0) != 0 || a == "--") continue;
+        std::string name = a.substr(2);
+        if (auto eq = name.find('='); eq != std::string::npos) name = name.substr(0, eq);
+        if (is_own_option(name) || !args.has(name)) continue;
+        bool seen = false;
+        for (const auto& [n, v] : out) seen = seen || n == name;
+        if (!seen) out.push_back({name, args.str(name)});
+    }
+    return out;
+}
+
+RunConfig base_config(const Args& args) {
+    RunConfig cfg;
+    if (args.has("config")) {
+        std::ifstream in(args.str("config"));
+        if (!in) throw UsageError(str("--config: cannot read '", args.str("config"), "'; expected a JSON file of run options"));
+        std::stringstream ss;
+        ss << in.rdbuf();
+        try {
+            cfg = run_config_from_json(ss.str(), args.str("config"));
+        } catch (const Error& e) {
+            throw UsageError(e.what());
+        }
+    }
+    cfg.mode = "eval_long";
+    cfg.model = args.positional()[0];
+    if (args.has("threads")) cfg.threads = args.integer("threads", 0, 0, 1024);
+    if (args.has("device")) cfg.device = args.str("device");
+    if (args.has("memory.budget")) cfg.memory_budget = args.str("memory.budget");
+    return cfg;
+}
+
+}  // namespace
+
+int cmd_sweep(int argc, char** argv, int first) {
+    Args args(argc, argv, first, sweep_option_specs());
+    if (args.flag("help")) {
+        print_sweep_help();
+        return 0;
+    }
+    apply_global_options(args);
+    if (args.positional().empty()) throw UsageError("sweep: missing MODEL; expected e.g. kvlab sweep tiny --kv_cache.name h2o,lastrec --kv_cache.cache_length 64,128");
+    if (args.positional().size() > 1)
+        throw UsageError(str("sweep: unexpected argument '", args.positional()[1], "'; options start with --"));
+    const std::string format = args.str("format", "table");
+    if (format != "table" && format != "csv" && format != "json" && format != "md")
+        throw UsageError(str("--format: '", format, "' is not a table format; expected table, csv, json or md"));
+
+    sessions::SweepSpec spec;
+    std::vector<sessions::SweepCell> cells;
+    try {
+        spec = sessions::make_sweep_spec(base_config(args), ordered_run_options(argc, argv, first, args));
+        cells = sessions::expand_sweep(spec);
+    } catch (const Error& e) {
+        throw UsageError(e.what());
+    }
+    const std::string path = args.has("session") ? args.str("session") : sessions::default_session_path();
+
+    Progress progress("sweep");
+    int64_t current_run = 0;
+    std::atomic<double> current_fraction{0};
+    sessions::RunEvents ev;
+    ev.progress = [&](int64_t, int64_t d, int64_t t, const std::string&) { current_fraction.store(t > 0 ? double(d) / double(t) : 0.0); };
+    sessions::RunManager rm(path, ev);
+    for (int64_t id : rm.crashed_at_open()) std::fprintf(stderr, "kvlab sweep: run %lld of this session had crashed earlier; its cell runs again\n", (long long)id);
+
+    // Cells to run, weighted by their tokens for the bar and its ETA.
+    const auto done = sessions::done_runs_by_identity(rm.session());
+    std::vector<const sessions::SweepCell*> todo;
+    double total_tokens = 0;
+    for (const auto& c : cells)
+        if (!done.count(c.identity)) {
+            todo.push_back(&c);
+            total_tokens += double(c.cfg.data.seq_length * c.cfg.data.num_samples);
+        }
+    std::fprintf(stderr, "kvlab sweep: %zu cells (%zu already in %s), %zu to run\n", cells.size(), cells.size() - todo.size(),
+                 path.c_str(), todo.size());
+
+    std::signal(SIGINT, on_sweep_sigint);
+    double finished_tokens = 0;
+    int failures = 0;
+    bool interrupted = false;
+    for (size_t i = 0; i < todo.size() && !interrupted; ++i) {
+        const auto& cell = *todo[i];
+        const double cell_tokens = double(cell.cfg.data.seq_length * cell.cfg.data.num_samples);
+        const std::string what = str("cell ", i + 1, "/", todo.size(), ": ", cell.cfg.name);
+        current_fraction.store(0);
+        try {
+            current_run = rm.submit(cell.cfg);
+        } catch (const Error& e) {
+            throw UsageError(str("sweep cell '", cell.cfg.name, "': ", e.what()));
+        }
+        bool cancel_sent = false;
+        while (!storage::run_status_final(rm.status(current_run))) {
+            if (g_sweep_interrupted.load() && !cancel_sent) {
+                progress.finish();
+                std::fprintf(stderr, "\nkvlab sweep: cancelling run %lld; rerun the same command to continue the sweep\n", (long long)current_run);
+                rm.cancel(current_run);
+                cancel_sent = interrupted = true;
+            }
+            const double d = finished_tokens + current_fraction.load() * cell_tokens;
+            progress.update((long long)d, (long long)total_tokens, what);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        const storage::RunStatus st = rm.wait(current_run);
+        finished_tokens += cell_tokens;
+        if (st == storage::RunStatus::FAILED) {
+            progress.finish();
+            std::fprintf(stderr, "kvlab sweep: cell '%s' (run %lld) failed: %s\n", cell.cfg.name.c_str(), (long long)current_run,
+                         rm.session().run(current_run).error.c_str());
+            ++failures;
+        }
+    }
+    std::signal(SIGINT, SIG_DFL);
+    progress.finish();
+
+    const sessions::SweepTable table = sessions::make_sweep_table(cells, spec.axes, rm.session(), args.str("metric", "auto"));
+    std::printf("%s", sessions::format_sweep_table(table, format).c_str());
+    std::fflush(stdout);
+    if (interrupted) return 130;
+
+    std::string figure = args.str("figure", "");
+    if (figure.empty()) {
+        figure = path;
+        if (figure.size() > 6 && figure.compare(figure.size() - 6, 6, ".kvlab") == 0) figure.resize(figure.size() - 6);
+        figure += ".svg";
+    }
+    if (figure != "none") {
+        std::vector<int64_t> ids;
+        for (const auto& r : table.rows)
+            if (r.run) ids.push_back(r.run);
+        std::string x = "kv_cache.cache_length";
+        for (const auto& a : spec.axes)
+            if (a.option == "kv_cache.ratio" && a.values.size() > 1) x = "kv_cache.ratio";
+        std::string by = "kv_cache.name";
+        std::string facet;
+        for (const auto& a : spec.axes)
+            if (a.values.size() > 1 && !sessions::is_cache_option(a.option) && facet.empty()) facet = a.option;
+        std::string message;
+        if (write_session_figure(rm.session(), ids, x, table.metric, by, facet, figure, &message))
+            std::fprintf(stderr, "kvlab sweep: figure %s\n", figure.c_str());
+        else
+            std::fprintf(stderr, "kvlab sweep: no figure: %s\n", message.c_str());
+    }
+    std::fprintf(stderr, "kvlab sweep: session %s (kvlab plot %s --x %s --y %s -o fig.pdf)\n", path.c_str(), path.c_str(),
+                 "kv_cache.cache_length", table.metric.c_str());
+    return failures ? 1 : 0;
+}
+
+}  // namespace kv::cli

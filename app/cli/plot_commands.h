@@ -1,0 +1,31 @@
+// Figures of a session's runs (`kvlab plot`, and the figure `kvlab sweep` writes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plot/figure.h"
+
+namespace kv::storage {
+class Session;
+}
+
+namespace kv::cli {
+
+// The figure of `y` (a summary metric) against option `x`, one series per value of option
+// `by`, one panel per value of option `facet` ("" = one panel). Done runs only (`runs` empty:
+// all of them). When x is a cache option, dense runs become a horizontal reference line.
+// Throws kv::Error when nothing can be drawn (no run has y, x is not numeric).
+// `where`: (option, values) a run must match, values separated by "|", e.g. {"data.seed", "7|99"}.
+plot::Figure session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x,
+                            const std::string& y, const std::string& by, const std::string& facet,
+                            const std::vector<std::pair<std::string, std::string>>& where = {});
+
+// session_figure + render; false with the reason in *message instead of throwing.
+bool write_session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,
+                          const std::string& by, const std::string& facet, const std::string& path, std::string* message);
+
+int cmd_plot(int argc, char** argv, int first);
+
+}  // namespace kv::cli

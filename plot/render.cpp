@@ -1,0 +1,226 @@
+// Cairo rendering of a Figure (see render.h).
+#include "render.h"
+
+#include <cairo-pdf.h>
+#include <cairo-svg.h>
+#include <cairo.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+
+#include "palette.h"
+#include "scale.h"
+#include "ticks.h"
+
+namespace kv::plot {
+
+namespace {
+
+constexpr double kLeft = 70, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11;
+
+// Room above the panels: their titles, plus the figure's title when it has one.
+double top_margin(const Figure& f) { return f.title.empty() ? 34 : 54; }
+
+struct Range {
+    double lo = HUGE_VAL, hi = -HUGE_VAL;
+    void add(double v) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    }
+    bool empty() const { return lo > hi; }
+};
+
+void text_at(cairo_t* cr, const std::string& s, double x, double y, double align_x, double align_y) {
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, s.c_str(), &e);
+    cairo_move_to(cr, x - e.x_bearing - align_x * e.width, y - e.y_bearing - align_y * e.height);
+    cairo_show_text(cr, s.c_str());
+}
+
+void set_rgb(cairo_t* cr, Rgb c) { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
+
+void draw(cairo_t* cr, const Figure& fig, double width, double height, const Scale& xs0, const Ticks& xt, const Ticks& yt,
+          const std::vector<std::string>& labels) {
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, kFont);
+    const double pw = fig.panel_width, ph = fig.panel_height, kTop = top_margin(fig);
+    if (!fig.title.empty()) {
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_set_font_size(cr, kFont + 2);
+        text_at(cr, fig.title, kLeft + (width - kLeft - kLegend) / 2, 6, 0.5, 0);
+        cairo_set_font_size(cr, kFont);
+    }
+    for (size_t p = 0; p < fig.panels.size(); ++p) {
+        const Panel& panel = fig.panels[p];
+        const double x0 = kLeft + double(p) * (pw + kGap), y0 = kTop;
+        Scale xs = xs0;
+        xs.px0 = x0;
+        xs.px1 = x0 + pw;
+        const Scale ys{yt.lo, yt.hi, y0 + ph, y0, false};
+        // grid
+        cairo_set_line_width(cr, 0.5);
+        cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
+        for (double v : xt.values) {
+            cairo_move_to(cr, xs(v), y0);
+            cairo_line_to(cr, xs(v), y0 + ph);
+        }
+        for (double v : yt.values) {
+            cairo_move_to(cr, x0, ys(v));
+            cairo_line_to(cr, x0 + pw, ys(v));
+        }
+        cairo_stroke(cr);
+        // frame and tick labels
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_set_line_width(cr, 1);
+        cairo_rectangle(cr, x0, y0, pw, ph);
+        cairo_stroke(cr);
+        for (double v : xt.values) text_at(cr, tick_label(v), xs(v), y0 + ph + 5, 0.5, 0);
+        if (p == 0)
+            for (double v : yt.values) text_at(cr, tick_label(v), x0 - 5, ys(v), 1, 0.5);
+        if (!panel.title.empty()) text_at(cr, panel.title, x0 + pw / 2, y0 - 5, 0.5, 1);
+        // reference lines, dashed, in the legend's order after the series
+        const double dash[] = {6, 3};
+        for (const auto& r : panel.references) {
+            cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+            cairo_set_line_width(cr, 1.2);
+            cairo_set_dash(cr, dash, 2, 0);
+            cairo_move_to(cr, x0, ys(r.y));
+            cairo_line_to(cr, x0 + pw, ys(r.y));
+            cairo_stroke(cr);
+            cairo_set_dash(cr, nullptr, 0, 0);
+        }
+        // series: one polyline each, then round markers
+        for (const auto& s : panel.series) {
+            const size_t colour = size_t(std::find(labels.begin(), labels.end(), s.label) - labels.begin());
+            std::vector<size_t> order(s.x.size());
+            for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+            std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.x[a] < s.x[b]; });
+            set_rgb(cr, series_color(colour));
+            cairo_set_line_width(cr, 1.8);
+            for (size_t k = 0; k < order.size(); ++k) {
+                const double px = xs(s.x[order[k]]), py = ys(s.y[order[k]]);
+                if (k == 0) cairo_move_to(cr, px, py);
+                else cairo_line_to(cr, px, py);
+            }
+            cairo_stroke(cr);
+            for (size_t i : order) {
+                cairo_new_sub_path(cr);
+                cairo_arc(cr, xs(s.x[i]), ys(s.y[i]), 2.6, 0, 2 * M_PI);
+            }
+            cairo_fill(cr);
+        }
+    }
+    // axis titles
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    const double plots_w = double(fig.panels.size()) * pw + double(fig.panels.size() - 1) * kGap;
+    text_at(cr, fig.x_title, kLeft + plots_w / 2, height - 8, 0.5, 1);
+    cairo_save(cr);
+    cairo_translate(cr, 14, kTop + ph / 2);
+    cairo_rotate(cr, -M_PI / 2);
+    text_at(cr, fig.y_title, 0, 0, 0.5, 0.5);
+    cairo_restore(cr);
+    // legend: series colours, then the reference lines
+    double ly = kTop + 8;
+    const double lx = kLeft + plots_w + 16;
+    for (size_t i = 0; i < labels.size(); ++i, ly += 17) {
+        set_rgb(cr, series_color(i));
+        cairo_set_line_width(cr, 1.8);
+        cairo_move_to(cr, lx, ly);
+        cairo_line_to(cr, lx + 22, ly);
+        cairo_stroke(cr);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        text_at(cr, labels[i], lx + 28, ly, 0, 0.5);
+    }
+    std::vector<std::string> refs;
+    for (const auto& p : fig.panels)
+        for (const auto& r : p.references)
+            if (std::find(refs.begin(), refs.end(), r.label) == refs.end()) refs.push_back(r.label);
+    const double dash[] = {6, 3};
+    for (const auto& r : refs) {
+        cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+        cairo_set_line_width(cr, 1.2);
+        cairo_set_dash(cr, dash, 2, 0);
+        cairo_move_to(cr, lx, ly);
+        cairo_line_to(cr, lx + 22, ly);
+        cairo_stroke(cr);
+        cairo_set_dash(cr, nullptr, 0, 0);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        text_at(cr, r, lx + 28, ly, 0, 0.5);
+        ly += 17;
+    }
+}
+
+}  // namespace
+
+std::string figure_format(const std::string& path) {
+    const size_t dot = path.rfind('.');
+    if (dot == std::string::npos) return "";
+    std::string ext = path.substr(dot + 1);
+    for (char& c : ext) c = char(std::tolower((unsigned char)c));
+    return ext == "svg" || ext == "png" || ext == "pdf" ? ext : "";
+}
+
+void render_figure(const Figure& fig, const std::string& path) {
+    const std::string fmt = figure_format(path);
+    if (fmt.empty()) throw std::invalid_argument("figure '" + path + "': unknown file type; expected a name ending in .svg, .png or .pdf");
+    if (fig.panels.empty()) throw std::invalid_argument("figure '" + path + "': nothing to draw (no panels)");
+    Range xr, yr;
+    std::vector<std::string> labels;  // legend order = first appearance
+    for (const auto& p : fig.panels) {
+        for (const auto& s : p.series) {
+            if (s.x.size() != s.y.size()) throw std::invalid_argument("series '" + s.label + "': x and y differ in length");
+            for (size_t i = 0; i < s.x.size(); ++i) {
+                if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i]) || (fig.log2_x && s.x[i] <= 0))
+                    throw std::invalid_argument("series '" + s.label + "': point " + std::to_string(i) +
+                                                " is not finite (or x <= 0 on a log2 axis)");
+                xr.add(s.x[i]);
+                yr.add(s.y[i]);
+            }
+            if (std::find(labels.begin(), labels.end(), s.label) == labels.end()) labels.push_back(s.label);
+        }
+        for (const auto& r : p.references) yr.add(r.y);
+    }
+    if (xr.empty()) throw std::invalid_argument("figure '" + path + "': nothing to draw (no points)");
+    Scale xs;
+    Ticks xt;
+    xs.log2 = fig.log2_x;
+    if (fig.log2_x) {
+        xs.lo = xr.lo / std::sqrt(std::sqrt(2.0));  // a quarter octave of air on each side
+        xs.hi = xr.hi * std::sqrt(std::sqrt(2.0));
+        xt = log2_ticks(xs.lo, xs.hi);
+    } else {
+        xt = linear_ticks(xr.lo, xr.hi);
+        xs.lo = xt.lo;
+        xs.hi = xt.hi;
+    }
+    const Ticks yt = linear_ticks(yr.lo, yr.hi);
+    const double width = kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + kLegend;
+    const double height = top_margin(fig) + fig.panel_height + kBottom;
+
+    cairo_surface_t* surface = nullptr;
+    if (fmt == "svg") surface = cairo_svg_surface_create(path.c_str(), width, height);
+    else if (fmt == "pdf") surface = cairo_pdf_surface_create(path.c_str(), width, height);
+    else surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, int(std::ceil(width * 2)), int(std::ceil(height * 2)));
+    std::unique_ptr<cairo_surface_t, void (*)(cairo_surface_t*)> s(surface, cairo_surface_destroy);
+    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
+        throw std::runtime_error("figure '" + path + "': cannot create it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
+    cairo_t* cr = cairo_create(surface);
+    if (fmt == "png") cairo_scale(cr, 2, 2);  // 144 dpi: sharp in documents
+    draw(cr, fig, width, height, xs, xt, yt, labels);
+    const cairo_status_t st = cairo_status(cr);
+    cairo_destroy(cr);
+    if (st != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': drawing failed (" + cairo_status_to_string(st) + ")");
+    if (fmt == "png") {
+        const cairo_status_t w = cairo_surface_write_to_png(surface, path.c_str());
+        if (w != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': cannot write it (" + cairo_status_to_string(w) + ")");
+    }
+    cairo_surface_finish(surface);
+    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
+        throw std::runtime_error("figure '" + path + "': cannot write it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
+}
+
+}  // namespace kv::plot

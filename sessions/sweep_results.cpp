@@ -1,0 +1,214 @@
+// Sweep results from a session (see sweep_results.h).
+#include "sweep_results.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "storage/session.h"
+
+namespace kv::sessions {
+
+namespace {
+
+std::string num(double x, int digits = 6) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    return buf;
+}
+
+std::string signed_num(double x, int digits) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%+.*g", digits, x);
+    return buf;
+}
+
+std::string percent(double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%+.2f", x);
+    return buf;
+}
+
+std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+bool summary_number(const std::string& summary, const std::string& key, double* out) {
+    nlohmann::json j = nlohmann::json::parse(summary.empty() ? "{}" : summary, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains(key) || !j[key].is_number()) return false;
+    *out = j[key].get<double>();
+    return true;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> done_runs_by_identity(storage::Session& session) {
+    std::map<std::string, int64_t> out;
+    for (const auto& r : session.runs()) {
+        if (r.status != storage::RunStatus::DONE) continue;
+        try {
+            out[sweep_identity(run_config_from_json(r.config, "run"))] = r.id;  // ids grow: the newest wins
+        } catch (const Error&) {
+            // a run recorded by another version with options this one lacks: not a cell of ours
+        }
+    }
+    return out;
+}
+
+std::string run_option_value(const RunConfig& cfg, const std::string& option) {
+    if (option == "kv_cache.policy") return cfg.kv_cache.policy();
+    if (option == "kv_cache.buffer") return cfg.kv_cache.buffer();
+    if (option == "kv_cache.ratio") {
+        if (cfg.kv_cache.cache_length == 0) return "1";
+        return num(double(cfg.kv_cache.cache_length) / double(cfg.data.seq_length), 6);
+    }
+    const OptionDef* o = find_run_option(option);
+    if (!o) throw Error(str("unknown option '", option, "'; expected a run option (kvlab eval_long --help), kv_cache.policy, kv_cache.buffer or kv_cache.ratio"));
+    return o->get(cfg);
+}
+
+SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vector<SweepAxis>& axes, storage::Session& session,
+                            const std::string& metric) {
+    SweepTable t;
+    t.columns.push_back("kv_cache.name");
+    for (const auto& a : axes)
+        if (a.values.size() > 1 && a.option != "kv_cache.name" && a.option != "kv_cache.buffer") t.columns.push_back(a.option);
+    const auto done = done_runs_by_identity(session);
+    std::map<int64_t, storage::RunInfo> info;
+    std::map<std::string, std::string> last_status;  // identity -> status of its newest run (failed, cancelled, ...)
+    for (const auto& r : session.runs()) {
+        info[r.id] = r;
+        try {
+            last_status[sweep_identity(run_config_from_json(r.config, "run"))] = storage::run_status_name(r.status);
+        } catch (const Error&) {
+        }
+    }
+
+    t.metric = metric;
+    if (metric == "auto") {
+        t.metric = "mean_loss";
+        for (const char* m : {"perplexity", "copy_token_accuracy", "accuracy"}) {
+            bool any = false;
+            for (const auto& c : cells) {
+                double v;
+                auto it = done.find(c.identity);
+                if (it != done.end() && summary_number(info[it->second].summary, m, &v)) any = true;
+            }
+            if (any) {
+                t.metric = m;
+                break;
+            }
+        }
+    }
+    std::map<std::string, double> ref_value;  // reference_key -> metric
+    for (const auto& c : cells) {
+        auto it = done.find(c.identity);
+        double v;
+        if (c.reference && it != done.end() && summary_number(info[it->second].summary, t.metric, &v)) ref_value[c.reference_key] = v;
+    }
+    for (const auto& c : cells) {
+        SweepTableRow row;
+        for (const auto& col : t.columns) {
+            if (col == "kv_cache.name") row.cells.push_back(c.cfg.kv_cache.name);
+            else if (c.reference && is_cache_option(col)) row.cells.push_back("-");
+            else row.cells.push_back(c.coords.count(col) ? c.coords.at(col) : run_option_value(c.cfg, col));
+        }
+        auto it = done.find(c.identity);
+        row.status = last_status.count(c.identity) ? last_status.at(c.identity) : "missing";
+        if (it != done.end()) {
+            row.run = it->second;
+            row.status = "done";
+            row.has_value = summary_number(info[it->second].summary, t.metric, &row.value);
+        }
+        auto rv = ref_value.find(c.reference_key);
+        if (rv != ref_value.end()) {
+            row.reference = rv->second;
+            row.has_reference = true;
+        }
+        t.rows.push_back(std::move(row));
+    }
+    return t;
+}
+
+std::string format_sweep_table(const SweepTable& t, const std::string& format) {
+    if (format != "table" && format != "csv" && format != "json" && format != "md")
+        throw Error(str("--format: '", format, "' is not a table format; expected table, csv, json or md"));
+    const std::string dname = "delta_vs_dense", pname = "delta_percent";
+    // Every row as text: the columns, run, metric, delta, delta %.
+    std::vector<std::string> head = t.columns;
+    head.insert(head.end(), {"run", t.metric, dname, pname});
+    std::vector<std::vector<std::string>> body;
+    for (const auto& r : t.rows) {
+        std::vector<std::string> line = r.cells;
+        line.push_back(r.run ? std::to_string(r.run) : "-");
+        line.push_back(r.has_value ? num(r.value) : r.status);
+        const bool delta = r.has_value && r.has_reference;
+        line.push_back(delta ? signed_num(r.value - r.reference, 4) : "");
+        line.push_back(delta && r.reference != 0 ? percent(100.0 * (r.value / r.reference - 1.0)) : "");
+        body.push_back(std::move(line));
+    }
+    std::ostringstream os;
+    if (format == "csv") {
+        for (size_t i = 0; i < head.size(); ++i) os << (i ? "," : "") << csv_field(head[i]);
+        os << "\n";
+        for (const auto& line : body) {
+            for (size_t i = 0; i < line.size(); ++i) os << (i ? "," : "") << csv_field(line[i]);
+            os << "\n";
+        }
+    } else if (format == "json") {
+        nlohmann::json j = nlohmann::json::array();
+        for (size_t k = 0; k < t.rows.size(); ++k) {
+            const auto& r = t.rows[k];
+            nlohmann::json o;
+            for (size_t i = 0; i < t.columns.size(); ++i) o[t.columns[i]] = r.cells[i];
+            o["run"] = r.run ? nlohmann::json(r.run) : nlohmann::json(nullptr);
+            o["status"] = r.status;
+            o[t.metric] = r.has_value ? nlohmann::json(r.value) : nlohmann::json(nullptr);
+            o[dname] = r.has_value && r.has_reference ? nlohmann::json(r.value - r.reference) : nlohmann::json(nullptr);
+            j.push_back(o);
+        }
+        os << j.dump(2) << "\n";
+    } else if (format == "md") {
+        head[head.size() - 2] = "Δ vs dense";
+        head.back() = "Δ %";
+        for (const auto& h : head) os << "| " << h << " ";
+        os << "|\n";
+        for (size_t i = 0; i < head.size(); ++i) os << "|---";
+        os << "|\n";
+        for (const auto& line : body) {
+            for (const auto& c : line) os << "| " << (c.empty() ? "–" : c) << " ";
+            os << "|\n";
+        }
+    } else {
+        head[head.size() - 2] = "Δ vs dense";
+        head.back() = "Δ %";
+        std::vector<size_t> w(head.size(), 0);
+        auto width = [](const std::string& s) {  // UTF-8 code points (Δ is two bytes)
+            size_t n = 0;
+            for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+            return n;
+        };
+        for (size_t i = 0; i < head.size(); ++i) w[i] = width(head[i]);
+        for (const auto& line : body)
+            for (size_t i = 0; i < line.size(); ++i) w[i] = std::max(w[i], width(line[i]));
+        auto emit = [&](const std::vector<std::string>& line) {
+            for (size_t i = 0; i < line.size(); ++i) {
+                os << line[i];
+                if (i + 1 < line.size()) os << std::string(w[i] - width(line[i]) + 2, ' ');
+            }
+            os << "\n";
+        };
+        emit(head);
+        for (const auto& line : body) emit(line);
+    }
+    return os.str();
+}
+
+}  // namespace kv::sessions

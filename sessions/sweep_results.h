@@ -1,0 +1,50 @@
+// Results of a sweep read back from its session: which cells are done (by identity, so a
+// resumed sweep finds them), the metric of each cell and its difference to the dense
+// reference, formatted as an aligned table, CSV, JSON or Markdown. Also the per-run values
+// `kvlab plot` draws (any option, any summary metric).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sweep_grid.h"
+
+namespace kv::storage {
+class Session;
+}
+
+namespace kv::sessions {
+
+// Identity -> id of the newest done run with that configuration.
+std::map<std::string, int64_t> done_runs_by_identity(storage::Session& session);
+
+// An option's value for a run as text: any run option, plus kv_cache.buffer, kv_cache.policy
+// and kv_cache.ratio (cache_length / data.seq_length; 1 for dense). Throws kv::Error for an
+// unknown name.
+std::string run_option_value(const RunConfig& cfg, const std::string& option);
+
+struct SweepTableRow {
+    std::vector<std::string> cells;  // one per column before the numbers
+    int64_t run = 0;                 // 0: not run (yet)
+    std::string status;              // done; else the newest run's status (failed, ...) or missing
+    double value = 0, reference = 0; // metric of the run and of its dense reference
+    bool has_value = false, has_reference = false;
+};
+
+struct SweepTable {
+    std::vector<std::string> columns;  // kv_cache.name, then the other axes
+    std::string metric;                // summary key, e.g. perplexity
+    std::vector<SweepTableRow> rows;
+};
+
+// `metric` "auto": perplexity when the runs have it, else copy_token_accuracy (repeat), else
+// accuracy, else mean_loss.
+SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vector<SweepAxis>& axes,
+                            storage::Session& session, const std::string& metric = "auto");
+
+// format: table | csv | json | md. Throws kv::Error for another format.
+std::string format_sweep_table(const SweepTable& t, const std::string& format);
+
+}  // namespace kv::sessions
