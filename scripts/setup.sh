@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake pkg-config git
   libdnnl-dev                                   # oneDNN: CPU matmul (f32, bf16)
   libsqlite3-dev                                # session files
+  libssl-dev                                    # SHA-256 of model files (--model.verify)
   nlohmann-json3-dev                            # configs, safetensors headers, exports
   libpcre2-dev libicu-dev                       # tokenizer pre-split regexes, Unicode normalization
   libsentencepiece-dev                          # SentencePiece tokenizers

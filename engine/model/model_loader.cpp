@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_variants.h"
 #include "presets.h"
 #include "engine/core/weight_check.h"
+#include "model_verify.h"
 #if KVLAB_HAVE_MODELIO
 #include "engine/io/hf_folder.h"
 #endif
@@ -78,6 +79,13 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
         path = asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
         if (!is_file(path))
             throw Error(str("model 'smollm2-135m': ", path, " is missing"), asset_fetch_hint());
+    }
+    if (opt.verify_checksum) {
+        // Before parsing: a damaged file may still parse and only give wrong numbers.
+        if (is_dir(path))
+            throw Error(str("--model.verify: '", path, "' is a folder; checksums are verified for single model files "
+                            "(.gguf) with a FILE.sha256 beside them"));
+        verify_model_checksum(path);
     }
     if (is_dir(path)) {
 #if KVLAB_HAVE_MODELIO
