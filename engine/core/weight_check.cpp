@@ -37,7 +37,7 @@ float half_to_float(uint16_t h) {
 }
 }  // namespace
 
-WeightCheckStats check_weights(const std::map<std::string, Tensor>& weights, const std::string& source, float max_abs) {
+WeightCheckStats check_weight_values(const std::map<std::string, Tensor>& weights, const std::string& source, float max_abs) {
     const auto t0 = std::chrono::steady_clock::now();
     WeightCheckStats st;
     uint32_t lim32;

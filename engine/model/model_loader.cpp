@@ -90,7 +90,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
     if (is_dir(path)) {
 #if KVLAB_HAVE_MODELIO
         HfModelFolder f = load_hf_model_folder(path);
-        check_weights(f.weights, path);
+        check_weight_values(f.weights, path);
         lm.config = f.config;
         lm.model = std::make_unique<Transformer>(f.config, f.weights, opt);
 #if KVLAB_HAVE_TOKENIZER
@@ -108,7 +108,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
 #if KVLAB_HAVE_GGUF
         GgufLoadOptions go;
         go.dtype = opt.dtype == DType::BF16 ? DType::BF16 : DType::F32;
-        GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weights)
+        GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weight_values)
         lm.config = g.config;
         lm.model = std::make_unique<Transformer>(g.config, g.tensors, opt);
 #if KVLAB_HAVE_TOKENIZER

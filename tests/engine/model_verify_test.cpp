@@ -5,11 +5,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "engine/core/error.h"
+#include "engine/io/hf_folder.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/presets.h"
 #include "engine/model/model_verify.h"
 
 namespace kv::test {
@@ -63,6 +67,27 @@ TEST(ModelVerify, LoadModelRefusesAFileItsChecksumDisagreesWith) {
     const std::string msg = error_of([&] { load_model(link, opt, 0); });
     EXPECT_NE(msg.find("--model.verify: " + link + " has SHA-256 "), std::string::npos) << msg;
     EXPECT_NE(msg.find("the file is damaged"), std::string::npos) << msg;
+}
+
+// Bit flips in a Hugging Face folder's weights (issue 17: values above 1e6 used to load and run)
+// are refused by load_model, naming the tensor.
+TEST(ModelVerify, FlippedExponentBitsInHfWeightsAreRefused) {
+    Dir d;
+    const ModelConfig cfg = preset_config("tiny");
+    TensorMap w = random_weights(cfg, 9, DType::F32);
+    write_hf_model_folder(d.path, cfg, w);
+    EXPECT_EQ(error_of([&] { load_model(d.path, ModelOptions{}, 0); }), "");
+    const std::string name = "model.layers.0.mlp.up_proj.weight";
+    ASSERT_TRUE(w.count(name));
+    float* p = w.at(name).data<float>();
+    uint32_t bits;
+    std::memcpy(&bits, p + 11, 4);
+    bits ^= 0x40000000u;  // the top exponent bit: |x| <~ 1 becomes ~1e38
+    std::memcpy(p + 11, &bits, 4);
+    write_hf_model_folder(d.path, cfg, w);
+    const std::string msg = error_of([&] { load_model(d.path, ModelOptions{}, 0); });
+    EXPECT_NE(msg.find(d.path + ": tensor '" + name + "' element 11 "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("beyond the plausible weight magnitude"), std::string::npos) << msg;
 }
 
 }  // namespace
