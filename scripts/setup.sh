@@ -8,6 +8,7 @@ PACKAGES=(
   libdnnl-dev                                   # oneDNN: CPU matmul (f32, bf16)
   libsqlite3-dev                                # session files
   libcairo2-dev                                 # kvlab plot: SVG / PNG / PDF figures
+  libssl-dev                                    # SHA-256 of model files (--model.verify)
   nlohmann-json3-dev                            # configs, safetensors headers, exports
   libpcre2-dev libicu-dev                       # tokenizer pre-split regexes, Unicode normalization
   libsentencepiece-dev                          # SentencePiece tokenizers

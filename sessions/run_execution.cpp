@@ -25,6 +25,7 @@ ModelOptions model_options(const RunConfig& cfg) {
     ModelOptions opt;
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
+    opt.verify_checksum = cfg.model_verify;
     if (cfg.device.rfind("cuda:", 0) == 0) opt.device = Device{DeviceType::CUDA, std::atoi(cfg.device.c_str() + 5)};
     return opt;
 }

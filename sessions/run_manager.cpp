@@ -70,6 +70,8 @@ RunManager::~RunManager() {
     }
     cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    // Before the members its fault callback uses (mu_, faults_) are destroyed.
+    writer_.reset();
 }
 
 const std::vector<int64_t>& RunManager::crashed_at_open() const { return session_->crashed_at_open(); }

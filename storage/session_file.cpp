@@ -140,6 +140,27 @@ void build_session_file(const std::string& tmp, const std::string& path, const s
         Db db(tmp, SQLITE_OPEN_READWRITE);
         sqlite3_busy_timeout(db.handle(), 5000);
         schema_create(db);
+        // Fold the WAL into the file now and check it: a checkpoint that runs out of space on
+        // close fails silently and would leave a truncated file to link into place.
+        int log = -1, done = -1;
+        const int rc = sqlite3_wal_checkpoint_v2(db.handle(), nullptr, SQLITE_CHECKPOINT_TRUNCATE, &log, &done);
+        const int64_t want = db.query_int("PRAGMA page_count", 0, "sizing the new session") *
+                             db.query_int("PRAGMA page_size", 0, "sizing the new session");
+        struct stat st {};
+        const int64_t have = ::stat(tmp.c_str(), &st) == 0 ? int64_t(st.st_size) : -1;
+        if (rc != SQLITE_OK || log != done || have < want) {
+            const int sys = sqlite3_system_errno(db.handle());
+            throw SessionError(SessionErrorKind::IO,
+                               str("writing its ", want, " bytes of tables stopped at ", have, " bytes (",
+                                   rc != SQLITE_OK ? sqlite3_errmsg(db.handle()) : "disk full?",
+                                   sys ? str(": ", std::strerror(sys)) : std::string(), ")"),
+                               "free disk space or choose another directory");
+        }
+    } catch (const SessionError& e) {
+        ::unlink(tmp.c_str());
+        ::unlink((tmp + "-wal").c_str());
+        ::unlink((tmp + "-shm").c_str());
+        throw SessionError(e.kind(), str("cannot create session '", path, "': ", e.what()), e.hint());
     } catch (...) {
         ::unlink(tmp.c_str());
         ::unlink((tmp + "-wal").c_str());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/core/error.h"
 
@@ -36,43 +37,59 @@ float half_to_float(uint16_t h) {
 }
 }  // namespace
 
-WeightCheckStats check_weights(const std::map<std::string, Tensor>& weights, const std::string& source, float max_abs) {
+WeightCheckStats check_weight_values(const std::map<std::string, Tensor>& weights, const std::string& source, float max_abs) {
     const auto t0 = std::chrono::steady_clock::now();
     WeightCheckStats st;
     uint32_t lim32;
     std::memcpy(&lim32, &max_abs, 4);
     const uint16_t lim_bf16 = uint16_t(lim32 >> 16);
+    // Work items of at most 1M elements, so one big tensor (the embedding) spreads over threads.
+    struct Item {
+        const std::string* name;
+        const Tensor* t;
+        int64_t begin, end;
+        int64_t bad;  // first offending index in [begin, end), or end
+    };
+    std::vector<Item> items;
+    constexpr int64_t kItem = int64_t(1) << 20;
     for (const auto& [name, t] : weights) {
         if (t.device().type != DeviceType::CPU || !t.is_contiguous() || t.numel() == 0) continue;
-        const int64_t n = t.numel();
+        if (t.dtype() != DType::F32 && t.dtype() != DType::BF16 && t.dtype() != DType::F16) continue;
+        st.elements += t.numel();
+        for (int64_t b = 0; b < t.numel(); b += kItem) items.push_back({&name, &t, b, std::min(t.numel(), b + kItem), 0});
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (items.size() > 1)
+    for (size_t k = 0; k < items.size(); ++k) {
+        Item& it = items[k];
+        const int64_t n = it.end - it.begin;
         int64_t bad = n;
+        if (it.t->dtype() == DType::F32)
+            bad = first_above<uint32_t>(static_cast<const uint32_t*>(it.t->data_ptr()) + it.begin, n, 0x7fffffffu, lim32);
+        else if (it.t->dtype() == DType::BF16)
+            bad = first_above<uint16_t>(static_cast<const uint16_t*>(it.t->data_ptr()) + it.begin, n, 0x7fff, lim_bf16);
+        else  // f16 cannot exceed 65504, so only Inf/NaN (exponent all ones) can be wrong
+            bad = first_above<uint16_t>(static_cast<const uint16_t*>(it.t->data_ptr()) + it.begin, n, 0x7fff, 0x7bff);
+        it.bad = it.begin + bad;
+    }
+    for (const Item& it : items) {
+        if (it.bad >= it.end) continue;
         float value = 0;
-        if (t.dtype() == DType::F32) {
-            const uint32_t* p = static_cast<const uint32_t*>(t.data_ptr());
-            bad = first_above<uint32_t>(p, n, 0x7fffffffu, lim32);
-            if (bad < n) std::memcpy(&value, p + bad, 4);
-        } else if (t.dtype() == DType::BF16) {
-            const uint16_t* p = static_cast<const uint16_t*>(t.data_ptr());
-            bad = first_above<uint16_t>(p, n, 0x7fff, lim_bf16);
-            if (bad < n) {
-                uint32_t b = uint32_t(p[bad]) << 16;
+        if (it.t->dtype() == DType::F32) {
+            std::memcpy(&value, static_cast<const uint32_t*>(it.t->data_ptr()) + it.bad, 4);
+        } else {
+            const uint16_t h = static_cast<const uint16_t*>(it.t->data_ptr())[it.bad];
+            if (it.t->dtype() == DType::F16) {
+                value = half_to_float(h);
+            } else {
+                const uint32_t b = uint32_t(h) << 16;
                 std::memcpy(&value, &b, 4);
             }
-        } else if (t.dtype() == DType::F16) {
-            // f16 cannot exceed 65504, so only Inf/NaN (exponent all ones) can be wrong.
-            const uint16_t* p = static_cast<const uint16_t*>(t.data_ptr());
-            bad = first_above<uint16_t>(p, n, 0x7fff, 0x7bff);
-            if (bad < n) value = half_to_float(p[bad]);
-        } else {
-            continue;
         }
-        st.elements += n;
-        if (bad < n)
-            throw Error(str(source, ": tensor '", name, "' element ", bad, " (of ", n, ") is ", value,
-                            std::isfinite(value) ? str(", beyond the plausible weight magnitude ", max_abs) : std::string(),
-                            "; expected finite weights (the file is corrupt: a damaged block scale, flipped bits, or a "
-                            "tensor type that disagrees with its data)"),
-                        "re-download or re-convert the model file");
+        throw Error(str(source, ": tensor '", *it.name, "' element ", it.bad, " (of ", it.t->numel(), ") is ", value,
+                        std::isfinite(value) ? str(", beyond the plausible weight magnitude ", max_abs) : std::string(),
+                        "; expected finite weights (the file is corrupt: a damaged block scale, flipped bits, or a "
+                        "tensor type that disagrees with its data)"),
+                    "re-download or re-convert the model file");
     }
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;

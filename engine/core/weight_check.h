@@ -23,7 +23,7 @@ struct WeightCheckStats {
 
 // Throws kv::Error "<source>: tensor 'NAME' element I (of N) is nan / 3.4e+38 ..." for the first
 // offending element. f32, bf16 and f16 tensors on the host are checked; others are skipped.
-WeightCheckStats check_weights(const std::map<std::string, Tensor>& weights, const std::string& source,
+WeightCheckStats check_weight_values(const std::map<std::string, Tensor>& weights, const std::string& source,
                                float max_abs = kMaxPlausibleWeight);
 
 }  // namespace kv

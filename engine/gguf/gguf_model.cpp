@@ -170,7 +170,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     m.qk_unpermuted = unpermute;
     c.validate(f.source);
     // Every block scale went into the dequantized values: a NaN/Inf scale or weight shows here.
-    m.weight_check = check_weights(m.tensors, f.source);
+    m.weight_check = check_weight_values(m.tensors, f.source);
     return m;
 }
 

@@ -60,6 +60,8 @@ void require_within_budget(const std::vector<SizedItem>& items, int64_t budget) 
     std::sort(causes.rbegin(), causes.rend());
     std::string msg;
     for (const auto& [bytes, cause] : causes) {
+        // Name what matters: a cause under 1% of the total cannot be the reason it does not fit.
+        if (!msg.empty() && bytes < total / 100) continue;
         std::string parts;
         for (const auto& it : items)
             if (it.cause == cause && it.bytes) parts += str(parts.empty() ? "" : " + ", gib(it.bytes), " of ", it.what);

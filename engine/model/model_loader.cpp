@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_variants.h"
 #include "presets.h"
 #include "engine/core/weight_check.h"
+#include "model_verify.h"
 #if KVLAB_HAVE_MODELIO
 #include "engine/io/hf_folder.h"
 #endif
@@ -79,10 +80,17 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
         if (!is_file(path))
             throw Error(str("model 'smollm2-135m': ", path, " is missing"), asset_fetch_hint());
     }
+    if (opt.verify_checksum) {
+        // Before parsing: a damaged file may still parse and only give wrong numbers.
+        if (is_dir(path))
+            throw Error(str("--model.verify: '", path, "' is a folder; checksums are verified for single model files "
+                            "(.gguf) with a FILE.sha256 beside them"));
+        verify_model_checksum(path);
+    }
     if (is_dir(path)) {
 #if KVLAB_HAVE_MODELIO
         HfModelFolder f = load_hf_model_folder(path);
-        check_weights(f.weights, path);
+        check_weight_values(f.weights, path);
         lm.config = f.config;
         lm.model = std::make_unique<Transformer>(f.config, f.weights, opt);
 #if KVLAB_HAVE_TOKENIZER
@@ -100,7 +108,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
 #if KVLAB_HAVE_GGUF
         GgufLoadOptions go;
         go.dtype = opt.dtype == DType::BF16 ? DType::BF16 : DType::F32;
-        GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weights)
+        GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weight_values)
         lm.config = g.config;
         lm.model = std::make_unique<Transformer>(g.config, g.tensors, opt);
 #if KVLAB_HAVE_TOKENIZER

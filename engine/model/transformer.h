@@ -26,6 +26,7 @@ struct ModelOptions {
     DType dtype = DType::F32;  // weight and activation storage: F32, BF16 (F64 for reference checks)
     Device device{};
     RopeMode rope = RopeMode::YARN;
+    bool verify_checksum = false;  // load_model: check a model file against FILE.sha256 first
 };
 
 // One layer's weights as the forward pass uses them (PyTorch Linear layout [out, in]).

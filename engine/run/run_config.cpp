@@ -140,6 +140,8 @@ std::vector<OptionDef> build_options() {
                         {"yarn", "plain", "hf"}, [](RunConfig& c) -> std::string& { return c.rope; }));
     o.push_back(uint_opt("model_seed", "model", "seed of the preset models' random weights",
                          [](RunConfig& c) -> uint64_t& { return c.model_seed; }));
+    o.push_back(bool_opt("model.verify", "model", "check the model file's SHA-256 against FILE.sha256 before loading",
+                         [](RunConfig& c) -> bool& { return c.model_verify; }));
     // ---- data
     o.push_back(str_opt("data", "data", "data source", {"passkey", "recall", "needle", "repeat", "text", "longbench", "helmet"},
                         [](RunConfig& c) -> std::string& { return c.data.name; }));

@@ -14,7 +14,7 @@ fail() {
   echo "FAIL: $*"
   exit 1
 }
-args=(eval_long tiny --data.seq_length 128 --data.num_samples 1 --kv_cache.name h2o-default --kv_cache.cache_length 32
+args=(eval_long tiny --data.seq_length 256 --data.num_samples 1 --kv_cache.name h2o-default --kv_cache.cache_length 32
       --kv_cache.chunk_size 16 --threads 1 --session "$s")
 "$kvlab" "${args[@]}" >"$work/first.log" 2>&1 || { cat "$work/first.log"; fail "the first run failed"; }
 "$kvlab" runs "$s" --json >"$work/before.json" || fail "runs (before)"

@@ -191,6 +191,34 @@ TEST(Reliability, ConcurrentCreatorsBothSucceedAndBothRunsAreRecorded) {
         EXPECT_EQ(e.path().filename().string().find(".creating-"), std::string::npos) << e.path();
 }
 
+TEST(Reliability, CreatingASessionWithoutSpaceFailsAndLeavesNothing) {
+    test::ScratchDir dir;
+    const std::string path = dir.file("nospace.kvlab");
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        // A fresh session is ~0.5 MiB; 200 KiB of file size stands in for a nearly full disk.
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl {};
+        rl.rlim_cur = rl.rlim_max = 200 << 10;
+        setrlimit(RLIMIT_FSIZE, &rl);
+        try {
+            Session::create(path);
+            _exit(4);  // created a session that cannot fit
+        } catch (const storage::SessionError& e) {
+            const std::string msg = e.what();
+            std::fprintf(stderr, "[child] %s\n", msg.c_str());
+            _exit(e.kind() == storage::SessionErrorKind::IO && msg.find("cannot create session") != std::string::npos ? 0 : 5);
+        }
+    }
+    EXPECT_EQ(wait_child(pid), 0);
+    // Neither a truncated session nor the temporary file is left behind.
+    EXPECT_FALSE(std::filesystem::exists(path));
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) ADD_FAILURE() << "left behind: " << e.path();
+    Session::create(path).reset();  // with space, the same name works
+    EXPECT_EQ(Session::open(path)->integrity_check(), "ok");
+}
+
 TEST(Reliability, AHalfCreatedFileIsRepairedOnTheNextOpen) {
     test::ScratchDir dir;
     // What a creator killed mid-way used to leave: an empty file, or SQLite without tables.
