@@ -8,7 +8,7 @@ set -uo pipefail
 src=$1
 build=$2
 t=$build/gpukit-test
-rm -rf "$t"
+rm -rf "$t/out"  # the kit itself is kept: pack.sh repacks only when the build is newer
 mkdir -p "$t"
 fails=0
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -18,14 +18,14 @@ for f in "$src"/tools/gpu/*.py; do python3 -c 'import ast, sys; ast.parse(open(s
 
 "$src/scripts/gpu/pack.sh" --out "$t" --build "$build" | tee "$t/pack.log"
 [ "${PIPESTATUS[0]}" = 0 ] || bad "pack.sh failed"
-kit=$t/kvlab-gpukit.tar.gz
+kit=$t/kvlab-gpukit.tar.xz
 [ -f "$kit" ] || { bad "no $kit"; exit 1; }
-bytes=$(stat -c %s "$kit")
+bytes=$(cat "$t"/kvlab-gpukit.tar.xz "$t"/smollm2-*.gguf 2>/dev/null | wc -c)
 tree=$(cd "$src" && git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
 echo "kit $bytes bytes, tree $tree bytes"
 [ "$bytes" -le $((44 << 20)) ] || bad "kit $bytes bytes > 44 MiB"
 [ $((bytes + tree)) -le $((52 << 20)) ] || bad "kit + tree $((bytes + tree)) bytes leave less than 12 MiB of the 64 MiB"
-list=$(tar -tzf "$kit")
+list=$(tar -tJf "$kit")
 for want in kit/MANIFEST kit/bin/kvlab kit/bin/kvlab_kernel_tests kit/bin/kvlab_gpu_bench kit/bin/libkvlab_cuda.so kit/bin/libkvlab_cupti.so; do
   echo "$list" | grep -qx "$want" || bad "kit lacks $want"
 done
@@ -33,7 +33,7 @@ echo "$list" | grep -q '^kit/lib/libdnnl\.so' || bad "kit lacks oneDNN (kit/lib/
 echo "$list" | grep -E '/(libcublas|libcudart|libcupti|libc\.so|libm\.so)' && bad "kit carries CUDA or glibc libraries (the machine has its own)"
 
 out=$t/out
-"$src/scripts/gpu/run.sh" --dry-run --kit "$kit" --out "$out"
+"$src/scripts/gpu/run.sh" --dry-run --kit "$t" --out "$out"
 rc=$?
 [ $rc = 0 ] || bad "run.sh --dry-run exited $rc"
 s=$out/summary.txt

@@ -2,26 +2,27 @@
 # The GPU kit's run (docs/GPU.md): unpacks the kit that scripts/gpu/pack.sh made, then runs
 # every GPU check, writing one line per check to OUT/summary.txt (PASS, FAIL or SKIPPED, its
 # name, what it compared) and every log to OUT/logs.tar.gz.
-#   scripts/gpu/run.sh [--dry-run] [--kit FILE] [--out DIR] [--deadline SECONDS]
+#   scripts/gpu/run.sh [--dry-run] [--kit DIR] [--out DIR] [--deadline SECONDS]
 # OUT: --out, else $OUT (the device tool's folder), else build/gpu-run (build/gpu-dryrun).
 # --dry-run: the same script without a GPU: unpacks the kit, checks that its programs load
 # with the carried libraries, runs the comparison scripts on CPU-only runs, and reports every
-# CUDA check SKIPPED. Exit: 0 no check failed, 1 some check failed, 2 bad arguments.
+# CUDA check SKIPPED. Exit: 0 no check failed, 1 some check failed, 2 bad arguments, 3 no GPU
+# (not a dry run, every CUDA check SKIPPED).
 set -uo pipefail  # no -e: a failing check is recorded and the others still run
 cd "$(dirname "$0")/../.."
 root=$PWD
 dry=0
-kit_file=.gpukit/kvlab-gpukit.tar.gz
+kit_dir=.gpukit
 out=${OUT:-}
 deadline_s=540  # the device tool stops a command at 600 s
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
-    --kit) kit_file=$2; shift 2 ;;
+    --kit) kit_dir=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --deadline) deadline_s=$2; shift 2 ;;
     -h|--help) sed -n 2,10p "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1'; expected --dry-run, --kit FILE, --out DIR, --deadline SECONDS" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$1'; expected --dry-run, --kit DIR, --out DIR, --deadline SECONDS" >&2; exit 2 ;;
   esac
 done
 if [ -z "$out" ]; then out=$root/build/gpu-run; [ $dry = 1 ] && out=$root/build/gpu-dryrun; fi
@@ -64,12 +65,19 @@ last_line() { grep -v '^\$ ' "$1" 2>/dev/null | grep -E "$2" | tail -1 | cut -c1
 
 # ---- the kit ------------------------------------------------------------------------------
 kit=$work/kit
+kit_file=$kit_dir/kvlab-gpukit.tar.xz
 if [ ! -f "$kit_file" ]; then
   record FAIL kit.unpack "no kit at $kit_file: run scripts/gpu/pack.sh on the build machine and carry .gpukit"
   echo "run.sh: no kit; nothing else can run" >&2
   exit 1
 fi
-if tar -C "$work" -xzf "$kit_file" && [ -x "$kit/bin/kvlab" ]; then
+# tar needs the xz program for .tar.xz; Python's tarfile has lzma built in.
+if command -v xz >/dev/null; then
+  tar -C "$work" -xJf "$kit_file"
+else
+  "$py" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit_file" "$work"
+fi
+if [ -x "$work/kit/bin/kvlab" ]; then
   record PASS kit.unpack "$(basename "$kit_file") $(($(stat -c %s "$kit_file") >> 20)) MiB: $(sed -n 2p "$kit/MANIFEST")"
 else
   record FAIL kit.unpack "$kit_file did not unpack to kit/bin/kvlab"
@@ -217,13 +225,13 @@ else
   fi
 
   eval_matrix eval.tiny tiny cuda:0 $(matrix)
-  smodel=$(ls "$kit"/model/smollm2-135m-*.gguf 2>/dev/null | head -1)
+  smodel=$(ls "$kit_dir"/smollm2-135m-*.gguf 2>/dev/null | head -1)
   if [ -n "$smodel" ]; then
     # The truncated SmolLM2: the buffers that change the numbers most (default, q8, q4) for
     # every policy, to stay within the time limit.
     eval_matrix eval.smollm2 "$smodel" cuda:0 $(matrix | grep -E -- '-(default|q8|q4)$')
   else
-    record SKIPPED eval.smollm2 "the kit holds no SmolLM2 (pack.sh: $(grep smollm2 "$kit/MANIFEST"))"
+    record SKIPPED eval.smollm2 "the kit holds no SmolLM2 ($(grep smollm2 "$kit/MANIFEST"))"
   fi
 
   # Fine-tuning: the same few SGD steps on the CPU and the GPU; loss and gradient norm per
@@ -361,4 +369,7 @@ echo "# totals: $pass PASS, $failed FAIL, $skipped SKIPPED in $(($(date +%s) - t
 cp "$kit/MANIFEST" "$logs/MANIFEST"
 tar -C "$work" -czf "$out/logs.tar.gz" logs
 echo "run.sh: summary $summary, logs $out/logs.tar.gz"
-[ "$failed" = 0 ]
+[ "$failed" = 0 ] || exit 1
+# A real run that found no GPU checked nothing on one: say so in the exit status too.
+if [ $dry = 0 ] && [ -n "$gpu_skip" ]; then exit 3; fi
+exit 0
