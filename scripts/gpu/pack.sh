@@ -35,13 +35,12 @@ for f in "${need[@]}"; do
     exit 1
   fi
 done
-# The device is an H100 (sm_90): the plugin must hold sm_90 code (cuobjdump lists it).
-if command -v cuobjdump >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuobjdump ]; then
-  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-  if ! "$cuobjdump" --list-elf "$bin/libkvlab_cuda.so" 2>/dev/null | grep -q sm_90; then
-    echo "pack.sh: $bin/libkvlab_cuda.so holds no sm_90 code; configure with -DCMAKE_CUDA_ARCHITECTURES='80;90'" >&2
-    exit 1
-  fi
+# The device is an H100 (sm_90): the plugin must hold sm_90 code. The build's own nvcc flags
+# say which (cuobjdump, where installed, would read the library; this machine has none).
+archs=$(grep -hoE "code=\[[^]]*\]" "$build"/kernels/CMakeFiles/kvlab_cuda.dir/flags.make "$build"/build.ninja 2>/dev/null | grep -oE "sm_[0-9a-z]+" | sort -u | tr '\n' ' ')
+if ! echo "$archs" | grep -q "sm_90"; then
+  echo "pack.sh: $bin/libkvlab_cuda.so is not built for sm_90 (nvcc code targets: ${archs:-none found in $build/kernels/CMakeFiles/kvlab_cuda.dir/flags.make}); configure with -DCMAKE_CUDA_ARCHITECTURES='80;90'" >&2
+  exit 1
 fi
 
 # Up to date: a kit newer than every program, plugin, this script and the model asset is kept
@@ -105,7 +104,7 @@ fi
 {
   echo "kvlab GPU kit"
   echo "packed: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), from $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
-  echo "cuda archs: $(${cuobjdump:-false} --list-elf "$bin/libkvlab_cuda.so" 2>/dev/null | grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' ')"
+  echo "cuda archs: $archs"
   echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
   echo "smollm2: $smollm2"
   echo "files:"
