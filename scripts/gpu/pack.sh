@@ -37,7 +37,7 @@ for f in "${need[@]}"; do
 done
 # The device is an H100 (sm_90): the plugin must hold sm_90 code. The build's own nvcc flags
 # say which (cuobjdump, where installed, would read the library; this machine has none).
-archs=$(grep -hoE "code=\[[^]]*\]" "$build"/kernels/CMakeFiles/kvlab_cuda.dir/flags.make "$build"/build.ninja 2>/dev/null | grep -oE "sm_[0-9a-z]+" | sort -u | tr '\n' ' ')
+archs=$(grep -hoE "code=\[[^]]*\]" "$build"/kernels/CMakeFiles/kvlab_cuda.dir/flags.make "$build"/build.ninja 2>/dev/null | grep -oE "sm_[0-9a-z]+" | sort -u | tr "\n" " " || true)
 if ! echo "$archs" | grep -q "sm_90"; then
   echo "pack.sh: $bin/libkvlab_cuda.so is not built for sm_90 (nvcc code targets: ${archs:-none found in $build/kernels/CMakeFiles/kvlab_cuda.dir/flags.make}); configure with -DCMAKE_CUDA_ARCHITECTURES='80;90'" >&2
   exit 1
