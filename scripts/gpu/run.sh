@@ -293,10 +293,10 @@ else
   secs=$(budget 300)
   if [ "$secs" -lt 30 ]; then
     record SKIPPED ops.cuda_memcheck "out of time ($(remaining) s left of the deadline)"
-  elif ! command -v compute-sanitizer >/dev/null; then
-    record FAIL ops.cuda_memcheck "compute-sanitizer is not on the PATH"
+  elif ! cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1) || [ -z "$cs" ]; then
+    record FAIL ops.cuda_memcheck "compute-sanitizer is neither on the PATH nor under /usr/local/cuda*"
   else
-    run_logged ops.cuda_memcheck "$secs" compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
+    run_logged ops.cuda_memcheck "$secs" "$cs" --tool memcheck --error-exitcode 86 --print-limit 20 \
       "$bin/kvlab_kernel_tests" --gtest_filter="$cuda_filter"
     rc=$?
     errs=$(last_line "$logs/ops.cuda_memcheck.log" 'ERROR SUMMARY')

@@ -188,12 +188,13 @@ def cmd_cupti(args):
         bad.append(f"{orphan} kernels map to no engine span")
     if spans_gpu == 0:
         bad.append("no engine span carries a correlation id")
-    # Device memory: CUPTI's allocations (type 1) minus releases (type 2) over time, against the
+    # Device memory: CUPTI's device allocations (type 1) minus releases (type 2) over time, against the
     # tracked allocator's peak on cuda:0 (the tracker counts tensors; CUPTI also sees cuBLAS'
     # workspace and any pooling, so CUPTI's peak may be higher, never lower).
     live = peak = 0
+    # memKind 3 = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE (pinned host memory is not cuda:0's).
     for op, b in db.execute("SELECT memoryOperationType, bytes FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE run_id=? "
-                            "ORDER BY start", (rid,)):
+                            "AND memKind=3 ORDER BY start", (rid,)):
         live += b if op == 1 else -b if op == 2 else 0
         peak = max(peak, live)
     tracked = ((summary.get("memory") or {}).get("cuda:0") or {}).get("peak_total")
