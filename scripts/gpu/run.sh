@@ -347,6 +347,20 @@ if [ $dry = 1 ]; then
     else
       record FAIL selftest.train "same-run compare exit $same (want 0), lora-vs-full exit $differ (want 1): $(tail -1 "$logs/selftest.train_same.log")"
     fi
+    # CUPTI: a CPU run and its three exports read back (every reader works), failing only for
+    # the GPU records a CPU run cannot have.
+    eval_one tiny cpu h2o-default "$d/a" 1
+    "$bin/kvlab" export "$d/a/h2o-default.kvlab" --run 1 --what all --format chrome-trace -o "$d/a/trace.json" >"$logs/selftest.cupti.log" 2>&1
+    "$bin/kvlab" export "$d/a/h2o-default.kvlab" --run 1 --what memory --format csv -o "$d/a/memory.csv" >>"$logs/selftest.cupti.log" 2>&1
+    "$bin/kvlab" export "$d/a/h2o-default.kvlab" --run 1 --what memory --format torch-snapshot -o "$d/a/snapshot.pickle" >>"$logs/selftest.cupti.log" 2>&1
+    "$py" "$checks" cupti "$d/a/h2o-default.kvlab" "$d/a" >>"$logs/selftest.cupti.log" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && ! grep -q "unreadable" "$logs/selftest.cupti.log" && grep -q "no CUPTI_ACTIVITY_KIND_KERNEL records" "$logs/selftest.cupti.log" &&
+       grep -q "^torch snapshot devices: \['cpu'\]" "$logs/selftest.cupti.log"; then
+      record PASS selftest.cupti "a CPU run's session, Chrome trace, memory CSV and PyTorch snapshot read back; it fails for the missing GPU records"
+    else
+      record FAIL selftest.cupti "exit $rc (want 1, no unreadable export): $(grep -m1 "unreadable\|Error" "$logs/selftest.cupti.log")"
+    fi
     # Benchmark rows become summary lines: one meeting its target, one not, one PyTorch row.
     cat >"$d/bench.json" <<'JSON'
 {"device": "none", "rows": [
