@@ -192,7 +192,9 @@ eval_matrix() {
       continue
     fi
     n=$((n + 1))
-    if "$py" "$checks" eval "$d/a/$c.kvlab" "$d/b/$c.kvlab" >>"$logs/$name.log" 2>&1; then
+    local expect=()
+    [ "$devb" != cpu ] && expect=(--expect-device "$devb")
+    if "$py" "$checks" eval "$d/a/$c.kvlab" "$d/b/$c.kvlab" "${expect[@]}" >>"$logs/$name.log" 2>&1; then
       ok=$((ok + 1))
     else
       bad=$((bad + 1))
@@ -251,7 +253,9 @@ else
         --data.num_samples 8 --data.val_split_fraction 0.25 --train.max_steps 3 --optimizer SGD --train.lr 0.01 \
         --lora.dropout 0 --telemetry.cupti false --session "$d/$tag.kvlab" --out_dir "$d/$tag.out"
     done
-    if "$py" "$checks" train "$d/cpu.kvlab" "$d/cuda.kvlab" "$d/cpu.out" "$d/cuda.out" >>"$logs/finetune.$mode.log" 2>&1; then
+    expect=()
+    [ "$gdev" != cpu ] && expect=(--expect-device "$gdev")
+    if "$py" "$checks" train "$d/cpu.kvlab" "$d/cuda.kvlab" "$d/cpu.out" "$d/cuda.out" "${expect[@]}" >>"$logs/finetune.$mode.log" 2>&1; then
       record PASS "finetune.$mode" "finetune_long_$mode tiny, 3 SGD steps: $(last_line "$logs/finetune.$mode.log" '^saved weights')"
     else
       record FAIL "finetune.$mode" "$(last_line "$logs/finetune.$mode.log" '^FAIL|error')"

@@ -3,9 +3,12 @@
 on the device machine's python3 and on this one's. Each subcommand prints what it compared and
 exits 0 when the check passes, 1 when it fails, 2 on bad input.
 
-  eval CPU.kvlab GPU.kvlab [--rtol R]        one eval_long run each: mean loss within R relative,
-                                             identical cache decisions (cache_steps.replay_log)
-  train CPU.kvlab GPU.kvlab CPU_DIR GPU_DIR   one finetune run each: loss and grad norm per step,
+  eval CPU.kvlab GPU.kvlab [--rtol R] [--expect-device cuda:0]
+                                             one eval_long run each: mean loss within R relative,
+                                             identical cache decisions (cache_steps.replay_log);
+                                             the second run's memory was on that device
+  train CPU.kvlab GPU.kvlab CPU_DIR GPU_DIR [--expect-device cuda:0]
+                                             one finetune run each: loss and grad norm per step,
                                              the saved weights (*.safetensors) after the last step
   cupti SESSION EXPORT_DIR                   a traced CUDA run: kernel, memcpy and memory records,
                                              their links to engine spans, allocator peak, exports
@@ -42,6 +45,11 @@ def only_run(db, path):
     return rid, status, json.loads(summary or "{}")
 
 
+def devices_used(summary):
+    """Devices with recorded memory: the run's own memory stats or the writer's peak bytes."""
+    return set((summary.get("memory") or {}).keys()) | set((summary.get("peak_bytes") or {}).keys())
+
+
 def rel(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-30)
 
@@ -52,14 +60,22 @@ def cmd_eval(args):
         i = args.index("--rtol")
         rtol = float(args[i + 1])
         del args[i:i + 2]
+    device = None
+    if "--expect-device" in args:
+        i = args.index("--expect-device")
+        device = args[i + 1]
+        del args[i:i + 2]
     if len(args) != 2:
-        raise SystemExit("usage: gpu_checks.py eval CPU.kvlab GPU.kvlab [--rtol R]")
+        raise SystemExit("usage: gpu_checks.py eval CPU.kvlab GPU.kvlab [--rtol R] [--expect-device DEV]")
     dbs = [open_session(p) for p in args]
     runs = [only_run(db, p) for db, p in zip(dbs, args)]
     for (rid, status, _), p in zip(runs, args):
         if status != "done":
             err = dbs[args.index(p)].execute("SELECT error FROM runs WHERE id=?", (rid,)).fetchone()
             return fail(f"{p}: run {rid} is '{status}' ({err[0] if err else ''})")
+    if device and device not in devices_used(runs[1][2]):
+        return fail(f"{args[1]}: the run recorded no memory on {device}: it did not run there "
+                    f"(memory on {sorted(devices_used(runs[1][2]))})")
     la, lb = runs[0][2].get("mean_loss"), runs[1][2].get("mean_loss")
     if la is None or lb is None or not all(map(math.isfinite, (la, lb))):
         return fail(f"mean loss missing or not finite: cpu {la}, gpu {lb}")
@@ -111,13 +127,21 @@ def read_safetensors(path):
 
 
 def cmd_train(args):
+    device = None
+    if "--expect-device" in args:
+        i = args.index("--expect-device")
+        device = args[i + 1]
+        del args[i:i + 2]
     if len(args) != 4:
-        raise SystemExit("usage: gpu_checks.py train CPU.kvlab GPU.kvlab CPU_DIR GPU_DIR")
+        raise SystemExit("usage: gpu_checks.py train CPU.kvlab GPU.kvlab CPU_DIR GPU_DIR [--expect-device DEV]")
     dbs = [open_session(p) for p in args[:2]]
     runs = [only_run(db, p) for db, p in zip(dbs, args[:2])]
     for (rid, status, _), p in zip(runs, args[:2]):
         if status != "done":
             return fail(f"{p}: run {rid} is '{status}'")
+    if device and device not in devices_used(runs[1][2]):
+        return fail(f"{args[1]}: the run recorded no memory on {device}: it did not run there "
+                    f"(memory on {sorted(devices_used(runs[1][2]))})")
     bad = []
     for name in ("loss", "grad_norm"):
         a, b = (metric_series(db, r[0], name) for db, r in zip(dbs, runs))
