@@ -2,7 +2,7 @@
 # The GPU kit's run (docs/GPU.md): unpacks the kit that scripts/gpu/pack.sh made, then runs
 # every GPU check, writing one line per check to OUT/summary.txt (PASS, FAIL or SKIPPED, its
 # name, what it compared) and every log to OUT/logs.tar.gz.
-#   scripts/gpu/run.sh [--dry-run] [--kit DIR] [--out DIR] [--deadline SECONDS]
+#   scripts/gpu/run.sh [--dry-run] [--kit DIR] [--out DIR] [--deadline SECONDS] [--only GROUP,...]
 # OUT: --out, else $OUT (the device tool's folder), else build/gpu-run (build/gpu-dryrun).
 # --dry-run: the same script without a GPU: unpacks the kit, checks that its programs load
 # with the carried libraries, runs the comparison scripts on CPU-only runs, and reports every
@@ -16,15 +16,17 @@ kit_dir=.gpukit
 out=${OUT:-}
 deadline_s=540  # the device tool stops a command at 600 s
 gdev=cuda:0
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
     --kit) kit_dir=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --deadline) deadline_s=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     --gpu-device) gdev=$2; shift 2 ;;  # script testing only: "cpu" runs the GPU half on the CPU
     -h|--help) sed -n 2,10p "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1'; expected --dry-run, --kit DIR, --out DIR, --deadline SECONDS" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$1'; expected --dry-run, --kit DIR, --out DIR, --deadline SECONDS, --only GROUP,..." >&2; exit 2 ;;
   esac
 done
 if [ -z "$out" ]; then out=$root/build/gpu-run; [ $dry = 1 ] && out=$root/build/gpu-dryrun; fi
@@ -217,9 +219,9 @@ gtest_counts() {  # LOG -> "P passed, F failed, S skipped"
 }
 cuda_filter='AllOps/OpConsistency.MatchesReference/cuda_*'
 
-if [ -n "$gpu_skip" ]; then
-  skip_all ops.cuda eval.tiny eval.smollm2 finetune.lora finetune.full cupti.trace bench.gpu bench.torch_sdpa ops.cuda_memcheck
-else
+# Each group of checks; --only picks groups by their names (ops.cuda, eval, finetune,
+# cupti.trace, bench, ops.cuda_memcheck), e.g. to rerun one that ran out of time.
+check_ops() {
   # Op consistency: every cuda_* case (forward, backward, every dtype) against the CPU.
   run_logged ops.cuda "$(budget 120)" "$bin/kvlab_kernel_tests" --gtest_filter="$cuda_filter"
   rc=$?
@@ -229,7 +231,8 @@ else
   else
     record FAIL ops.cuda "op-consistency cuda_* cases vs the CPU: $counts (exit $rc); first: $(last_line "$logs/ops.cuda.log" '^\[  FAILED  \] ' | head -1)"
   fi
-
+}
+check_eval() {
   eval_matrix eval.tiny tiny "$gdev" $(matrix)
   smodel=$(ls "$kit_dir"/smollm2-135m-*.gguf 2>/dev/null | head -1)
   if [ -n "$smodel" ]; then
@@ -239,7 +242,8 @@ else
   else
     record SKIPPED eval.smollm2 "the kit holds no SmolLM2 ($(grep smollm2 "$kit/MANIFEST"))"
   fi
-
+}
+check_finetune() {
   # Fine-tuning: the same few SGD steps on the CPU and the GPU; loss and gradient norm per
   # step, and the saved weights afterwards.
   for mode in lora full; do
@@ -261,7 +265,8 @@ else
       record FAIL "finetune.$mode" "$(last_line "$logs/finetune.$mode.log" '^FAIL|error')"
     fi
   done
-
+}
+check_cupti() {
   # CUPTI: a traced run, its GPU tables, and the three exports.
   d=$work/cupti
   mkdir -p "$d"
@@ -276,7 +281,8 @@ else
   else
     record FAIL cupti.trace "$(last_line "$logs/cupti.trace.log" '^FAIL|error')"
   fi
-
+}
+check_bench() {
   # Benchmarks: ratios to raw cuBLAS, the copy-bandwidth floor and PyTorch, in this run.
   run_logged bench.gpu "$(budget 180)" "$bin/kvlab_gpu_bench" --json "$out/bench.json"
   rc=$?
@@ -292,7 +298,8 @@ else
   else
     record FAIL bench.gpu "kvlab_gpu_bench exited $rc: $(tail -1 "$logs/bench.gpu.log")"
   fi
-
+}
+check_memcheck() {
   # Last, the slowest: the same op cases under compute-sanitizer memcheck.
   secs=$(budget 300)
   if [ "$secs" -lt 30 ]; then
@@ -310,6 +317,17 @@ else
       record FAIL ops.cuda_memcheck "exit $rc$([ $rc = 124 ] && echo ' (out of time)'): ${errs:-no error summary}; $(gtest_counts "$logs/ops.cuda_memcheck.log")"
     fi
   fi
+}
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+if [ -n "$gpu_skip" ]; then
+  skip_all ops.cuda eval.tiny eval.smollm2 finetune.lora finetune.full cupti.trace bench.gpu bench.torch_sdpa ops.cuda_memcheck
+else
+  want ops.cuda && check_ops
+  want eval && check_eval
+  want finetune && check_finetune
+  want cupti.trace && check_cupti
+  want bench && check_bench
+  want ops.cuda_memcheck && check_memcheck
 fi
 
 # ---- dry run: the comparison scripts on CPU-only runs ----------------------------------------
