@@ -158,14 +158,19 @@ int run(int argc, char** argv) {
     std::vector<Row> rows;
 
     // ---- matmul vs raw cuBLAS
-    const int64_t S = quick ? 1024 : 4096;
-    for (DType dt : {DType::F32, DType::BF16}) {
-        RawGemm raw(S, S, S, dt, gpu);
-        const double t_raw = time_best([&] { raw.run(); }, min_s);
-        Tensor out = Tensor::zeros({S, S}, DType::F32, on_gpu);
-        const double t_ours = time_best([&] { ops::matmul_(out, raw.a, raw.b); }, min_s);
-        rows.push_back({str("matmul_", dtype_name(dt)), str("matmul ", dtype_name(dt), " ", S, "^3"), "TFLOP/s", "raw cublasGemmEx, same types, COMPUTE_32F",
-                        raw.flops() / t_ours / 1e12, raw.flops() / t_raw / 1e12, 0.9, true});
+    try {
+        const int64_t S = quick ? 1024 : 4096;
+        for (DType dt : {DType::F32, DType::BF16}) {
+            RawGemm raw(S, S, S, dt, gpu);
+            const double t_raw = time_best([&] { raw.run(); }, min_s);
+            Tensor out = Tensor::zeros({S, S}, DType::F32, on_gpu);
+            const double t_ours = time_best([&] { ops::matmul_(out, raw.a, raw.b); }, min_s);
+            rows.push_back({str("matmul_", dtype_name(dt)), str("matmul ", dtype_name(dt), " ", S, "^3"), "TFLOP/s", "raw cublasGemmEx, same types, COMPUTE_32F",
+                            raw.flops() / t_ours / 1e12, raw.flops() / t_raw / 1e12, 0.9, true});
+        }
+    } catch (const std::exception& e) {
+        // A failure here is a finding: record it as a failing row and go on with the others.
+        rows.push_back({"matmul_error", "matmul: error", "", e.what(), 0, 1, 1, true});
     }
 
     // ---- SDPA: a chunk of queries over a filled cache (qwen2.5-0.5b heads: 14 query, 2 kv, 64 wide)
@@ -179,81 +184,91 @@ int run(int argc, char** argv) {
         shapes.push_back({14, 2, quick ? 128 : 512, quick ? 1024 : 4096, 64, dt, 0, 0});
         shapes.push_back({14, 2, 1, quick ? 1024 : 4096, 64, dt, 0, 0});  // decode: one query
     }
-    for (SdpaShape& s : shapes) {
-        Tensor q = device_random({1, s.nh, s.n, s.hs}, s.dt, gpu, 3);
-        Tensor k = device_random({1, s.g, s.T, s.hs}, s.dt, gpu, 4);
-        Tensor v = device_random({1, s.g, s.T, s.hs}, s.dt, gpu, 5);
-        std::vector<int32_t> kp(size_t(s.T)), qp(size_t(s.n));
-        for (int64_t j = 0; j < s.T; ++j) kp[size_t(j)] = int32_t(j);
-        for (int64_t i = 0; i < s.n; ++i) qp[size_t(i)] = int32_t(s.T - s.n + i);
-        Tensor kpos = Tensor::from_i32({1, 1, s.T}, kp, on_gpu), qpos = Tensor::from_i32({1, s.n}, qp, on_gpu);
-        Tensor y = Tensor::zeros({1, s.nh, s.n, s.hs}, s.dt, on_gpu);
-        Tensor w = Tensor::zeros({1, s.g, s.T}, DType::F32, on_gpu);
-        const float scale = 1.0f / std::sqrt(float(s.hs));
-        s.ms_without = 1e3 * time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale); }, min_s);
-        s.ms_with = 1e3 * time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale, 0, &w); }, min_s);
-        rows.push_back({str("sdpa_weights_", dtype_name(s.dt), "_", s.n, "x", s.T),
-                        str("sdpa ", dtype_name(s.dt), " ", s.n, " queries over ", s.T, ": with weights / without"), "ms",
-                        "the same call without attention-weight sums", s.ms_with, s.ms_without, 1.15, false});
+    try {
+        for (SdpaShape& s : shapes) {
+            Tensor q = device_random({1, s.nh, s.n, s.hs}, s.dt, gpu, 3);
+            Tensor k = device_random({1, s.g, s.T, s.hs}, s.dt, gpu, 4);
+            Tensor v = device_random({1, s.g, s.T, s.hs}, s.dt, gpu, 5);
+            std::vector<int32_t> kp(size_t(s.T)), qp(size_t(s.n));
+            for (int64_t j = 0; j < s.T; ++j) kp[size_t(j)] = int32_t(j);
+            for (int64_t i = 0; i < s.n; ++i) qp[size_t(i)] = int32_t(s.T - s.n + i);
+            Tensor kpos = Tensor::from_i32({1, 1, s.T}, kp, on_gpu), qpos = Tensor::from_i32({1, s.n}, qp, on_gpu);
+            Tensor y = Tensor::zeros({1, s.nh, s.n, s.hs}, s.dt, on_gpu);
+            Tensor w = Tensor::zeros({1, s.g, s.T}, DType::F32, on_gpu);
+            const float scale = 1.0f / std::sqrt(float(s.hs));
+            s.ms_without = 1e3 * time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale); }, min_s);
+            s.ms_with = 1e3 * time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale, 0, &w); }, min_s);
+            rows.push_back({str("sdpa_weights_", dtype_name(s.dt), "_", s.n, "x", s.T),
+                            str("sdpa ", dtype_name(s.dt), " ", s.n, " queries over ", s.T, ": with weights / without"), "ms",
+                            "the same call without attention-weight sums", s.ms_with, s.ms_without, 1.15, false});
+        }
+    } catch (const std::exception& e) {
+        // A failure here is a finding: record it as a failing row and go on with the others.
+        rows.push_back({"sdpa_error", "sdpa: error", "", e.what(), 0, 1, 1, true});
     }
 
     // ---- prefill and decode of a model on the GPU vs its floors
-    const double d2d = d2d_bytes_per_s(min_s);
-    for (DType dt : {DType::F32, DType::BF16}) {
-        ModelOptions mo;
-        mo.dtype = dt;
-        mo.device = gpu;
-        LoadedModel lm = load_model(model, mo, 0);
-        const ModelConfig& c = lm.config;
-        const int64_t T = quick ? 256 : 2048, ctx = quick ? 512 : 4096, steps = quick ? 4 : 16;
-        RawGemm raw(T, c.intermediate_size, c.hidden_size, dt, gpu);
-        const double mm_rate = raw.flops() / time_best([&] { raw.run(); }, min_s);
-        std::vector<int32_t> idv(static_cast<size_t>(T));
-        for (int64_t i = 0; i < T; ++i) idv[size_t(i)] = int32_t((i * 7919) % std::min<int64_t>(c.vocab_size, 30000));
-        Tensor ids = Tensor::from_i32({1, T}, idv, on_gpu);
-        lm.model->set_context_width(std::max(ctx + 1 + 2 * steps, T));
-        const double t_pre = time_best(
-            [&] {
-                PlainAttention att;
-                Tensor x = lm.model->embed(ids);
-                for (int l = 0; l < int(c.num_layers); ++l) x = lm.model->block(l, x, 0, att);
-                lm.model->lm_head(lm.model->final_norm(x.slice(1, T - 1, T)));
-            },
-            min_s);
-        const double E = double(c.hidden_size), I = double(c.intermediate_size), Q = double(c.q_dim()), K = double(c.kv_dim());
-        const double per_layer = E * (Q + 2 * K) + Q * E + 3 * E * I;
-        const double flops = 2.0 * double(T) * (double(c.num_layers) * per_layer + E * double(c.vocab_size)) +
-                             double(c.num_layers) * 2.0 * double(T) * double(T) * double(c.head_dim) * double(c.num_heads);
-        rows.push_back({str("prefill_", dtype_name(dt)), str("prefill ", T, " tokens ", model, " ", dtype_name(dt)), "tokens/s",
-                        str(flops / 1e12, " TFLOP at ", mm_rate / 1e12, " TFLOP/s (raw cuBLAS ", T, "x", c.hidden_size, "x",
-                            c.intermediate_size, ")"),
-                        double(T) / t_pre, mm_rate / flops * double(T), 0.6, true});
+    try {
+        const double d2d = d2d_bytes_per_s(min_s);
+        for (DType dt : {DType::F32, DType::BF16}) {
+            ModelOptions mo;
+            mo.dtype = dt;
+            mo.device = gpu;
+            LoadedModel lm = load_model(model, mo, 0);
+            const ModelConfig& c = lm.config;
+            const int64_t T = quick ? 256 : 2048, ctx = quick ? 512 : 4096, steps = quick ? 4 : 16;
+            RawGemm raw(T, c.intermediate_size, c.hidden_size, dt, gpu);
+            const double mm_rate = raw.flops() / time_best([&] { raw.run(); }, min_s);
+            std::vector<int32_t> idv(static_cast<size_t>(T));
+            for (int64_t i = 0; i < T; ++i) idv[size_t(i)] = int32_t((i * 7919) % std::min<int64_t>(c.vocab_size, 30000));
+            Tensor ids = Tensor::from_i32({1, T}, idv, on_gpu);
+            lm.model->set_context_width(std::max(ctx + 1 + 2 * steps, T));
+            const double t_pre = time_best(
+                [&] {
+                    PlainAttention att;
+                    Tensor x = lm.model->embed(ids);
+                    for (int l = 0; l < int(c.num_layers); ++l) x = lm.model->block(l, x, 0, att);
+                    lm.model->lm_head(lm.model->final_norm(x.slice(1, T - 1, T)));
+                },
+                min_s);
+            const double E = double(c.hidden_size), I = double(c.intermediate_size), Q = double(c.q_dim()), K = double(c.kv_dim());
+            const double per_layer = E * (Q + 2 * K) + Q * E + 3 * E * I;
+            const double flops = 2.0 * double(T) * (double(c.num_layers) * per_layer + E * double(c.vocab_size)) +
+                                 double(c.num_layers) * 2.0 * double(T) * double(T) * double(c.head_dim) * double(c.num_heads);
+            rows.push_back({str("prefill_", dtype_name(dt)), str("prefill ", T, " tokens ", model, " ", dtype_name(dt)), "tokens/s",
+                            str(flops / 1e12, " TFLOP at ", mm_rate / 1e12, " TFLOP/s (raw cuBLAS ", T, "x", c.hidden_size, "x",
+                                c.intermediate_size, ")"),
+                            double(T) / t_pre, mm_rate / flops * double(T), 0.6, true});
 
-        KVCacheConfig kc;
-        kc.dtype = dt;
-        KVCache cache(kc, c, gpu, dt, ctx + 1 + 2 * steps);
-        Tensor kf = Tensor::full({1, c.num_kv_heads, ctx, c.head_dim}, dt, 0.01, on_gpu);
-        for (int l = 0; l < int(c.num_layers); ++l) cache.layer(l).prefill_without_attention(kf, kf);
-        Tensor one = Tensor::from_i32({1, 1}, {42}, on_gpu);
-        auto step = [&](int64_t pos) {
-            Tensor x = lm.model->embed(one);
-            for (int l = 0; l < int(c.num_layers); ++l) x = lm.model->block(l, x, pos, cache);
-            lm.model->lm_head(lm.model->final_norm(x));
-        };
-        step(ctx);
-        sync();
-        double dec = 1e30;
-        for (int64_t pass = 0; pass < 2; ++pass) {
-            auto t0 = std::chrono::steady_clock::now();
-            for (int64_t i = 0; i < steps; ++i) step(ctx + 1 + pass * steps + i);
+            KVCacheConfig kc;
+            kc.dtype = dt;
+            KVCache cache(kc, c, gpu, dt, ctx + 1 + 2 * steps);
+            Tensor kf = Tensor::full({1, c.num_kv_heads, ctx, c.head_dim}, dt, 0.01, on_gpu);
+            for (int l = 0; l < int(c.num_layers); ++l) cache.layer(l).prefill_without_attention(kf, kf);
+            Tensor one = Tensor::from_i32({1, 1}, {42}, on_gpu);
+            auto step = [&](int64_t pos) {
+                Tensor x = lm.model->embed(one);
+                for (int l = 0; l < int(c.num_layers); ++l) x = lm.model->block(l, x, pos, cache);
+                lm.model->lm_head(lm.model->final_norm(x));
+            };
+            step(ctx);
             sync();
-            dec = std::min(dec, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            double dec = 1e30;
+            for (int64_t pass = 0; pass < 2; ++pass) {
+                auto t0 = std::chrono::steady_clock::now();
+                for (int64_t i = 0; i < steps; ++i) step(ctx + 1 + pass * steps + i);
+                sync();
+                dec = std::min(dec, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            const double wbytes = double(c.num_layers) * (per_layer + 2 * E) + E * double(c.vocab_size) + E;
+            const double bytes = (wbytes + double(c.num_layers) * 2.0 * double(ctx) * K) * (dt == DType::BF16 ? 2 : 4);
+            rows.push_back({str("decode_", dtype_name(dt)), str("decode at ", ctx, " context ", model, " ", dtype_name(dt)), "tokens/s",
+                            str(bytes / 1e9, " GB per token at ", d2d / 1e9, " GB/s (device-to-device copy, read + write)"),
+                            double(steps) / dec, d2d / bytes, 0.5, true});
         }
-        const double wbytes = double(c.num_layers) * (per_layer + 2 * E) + E * double(c.vocab_size) + E;
-        const double bytes = (wbytes + double(c.num_layers) * 2.0 * double(ctx) * K) * (dt == DType::BF16 ? 2 : 4);
-        rows.push_back({str("decode_", dtype_name(dt)), str("decode at ", ctx, " context ", model, " ", dtype_name(dt)), "tokens/s",
-                        str(bytes / 1e9, " GB per token at ", d2d / 1e9, " GB/s (device-to-device copy, read + write)"),
-                        double(steps) / dec, d2d / bytes, 0.5, true});
+    } catch (const std::exception& e) {
+        // A failure here is a finding: record it as a failing row and go on with the others.
+        rows.push_back({"model_error", "model: error", "", e.what(), 0, 1, 1, true});
     }
 
     int failed = 0;
