@@ -4,6 +4,8 @@
 # name, what it compared) and every log to OUT/logs.tar.gz.
 #   scripts/gpu/run.sh [--dry-run] [--kit DIR] [--out DIR] [--deadline SECONDS] [--only GROUP,...]
 # OUT: --out, else $OUT (the device tool's folder), else build/gpu-run (build/gpu-dryrun).
+# Relative --kit and --out paths are taken from the repository root. --only picks check groups:
+# ops.cuda, eval, finetune, cupti.trace, bench, ops.cuda_memcheck.
 # --dry-run: the same script without a GPU: unpacks the kit, checks that its programs load
 # with the carried libraries, runs the comparison scripts on CPU-only runs, and reports every
 # CUDA check SKIPPED. Exit: 0 no check failed, 1 some check failed, 2 bad arguments, 3 no GPU
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     --deadline) deadline_s=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --gpu-device) gdev=$2; shift 2 ;;  # script testing only: "cpu" runs the GPU half on the CPU
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'; expected --dry-run, --kit DIR, --out DIR, --deadline SECONDS, --only GROUP,..." >&2; exit 2 ;;
   esac
 done
