@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
 #include "engine/generate/chat_format.h"
@@ -24,7 +25,7 @@ ModelOptions model_options(const RunConfig& cfg) {
     ModelOptions opt;
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
-    if (cfg.device.rfind("cuda:", 0) == 0) opt.device = Device{DeviceType::CUDA, std::atoi(cfg.device.c_str() + 5)};
+    opt.device = parse_device(cfg.device);
     return opt;
 }
 

@@ -1,5 +1,13 @@
 // SessionReader (see session_reader.h). Readers hold a read transaction only for the duration
 // of one call, so the writer's PASSIVE checkpoints can reclaim the WAL between GUI refreshes.
+//
+// Index (sections marked "// ---- name ----")
+//   helpers, strings         id ranges, limits, StringIds lookups
+//   runs
+//   memory                   rows, the block index, windows, decimated timelines
+//   spans
+//   cache, scores, cells     cache_steps (replay-log blobs), score snapshots, cells
+//   metrics, logs, GPU       and count_rows
 #include "session_reader.h"
 
 #include <algorithm>

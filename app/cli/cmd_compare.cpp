@@ -3,8 +3,9 @@
 
 #include "commands.h"
 #include "engine/core/error.h"
-#include "sessions/comparison.h"
+#include "storage/comparison.h"
 #include "storage/session.h"
+#include "storage/session_reader.h"
 
 namespace kv::cli {
 
@@ -36,8 +37,9 @@ int cmd_compare(int argc, char** argv, int first) {
         for (const auto& r : session->runs()) ids.push_back(r.id);
     }
     const int64_t ref = args.integer("reference", 0, 0, INT64_MAX);
-    sessions::Comparison c = sessions::compare_runs(*session, ids, ref);
-    std::printf("%s", sessions::format_comparison(c).c_str());
+    storage::SessionReader reader(session->path());
+    storage::Comparison c = storage::compare_runs(reader, ids, ref);
+    std::printf("%s", storage::format_comparison(c).c_str());
     return 0;
 }
 
