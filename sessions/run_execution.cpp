@@ -13,6 +13,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
 #include "engine/run/evaluate.h"
+#include "engine/run/run_memory.h"
 #include "engine/telemetry/trace.h"
 #include "engine/train/trainer.h"
 #include "run_train.h"
@@ -104,11 +105,14 @@ RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHoo
     j["decode_seconds"] = r.decode_seconds;
     j["tokens_per_s"] = r.decode_seconds > 0 ? double(r.tokens.size()) / r.decode_seconds : 0.0;
     j["stop_reason"] = r.stop_reason;
+    // Byte-level tokens need not form valid UTF-8 (a model may emit a lone continuation byte).
+    // JSON holds text only: invalid bytes become U+FFFD there, and the ids keep the exact output.
     j["text"] = r.text;
+    j["token_ids"] = r.tokens;
     j["memory"] = memory_json(current_memory_tracker().all_stats());
     RunOutcome out;
     out.cancelled = r.stop_reason == "cancelled";
-    out.summary_json = j.dump();
+    out.summary_json = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out.text = r.text;
     return out;
 }
@@ -118,6 +122,8 @@ RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHoo
 RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
     validate_run_config(cfg);
     LoadedModel lm = load_model(cfg.model, model_options(cfg), cfg.model_seed);
+    // Everything sized by the user's numbers is refused here, before any of it is allocated.
+    check_run_memory(cfg, lm.config);
     if (cfg.mode == "eval_long" || cfg.mode == "infer") return run_eval_mode(cfg, lm, hooks);
     if (cfg.mode == "generate") return run_generate_mode(cfg, lm, hooks);
     if (is_train_mode(cfg.mode)) return run_train_mode(cfg, lm, hooks);

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <new>
 
 #include "engine/backend/backend_registry.h"
 #include "engine/core/device.h"
@@ -41,9 +43,23 @@ std::string default_session_path() {
     return name;
 }
 
+namespace {
+// "disk full while writing session X: 720 telemetry events lost" (or the writer's own error).
+std::string describe_write_fault(const std::string& path, uint64_t lost, const std::string& error) {
+    // SQLITE_FULL says "disk is full"; a write past a file-size limit fails with EFBIG.
+    const bool full = error.find("full") != std::string::npos || error.find("No space left") != std::string::npos ||
+                      error.find("File too large") != std::string::npos;
+    std::string why = full ? str("disk full while writing session ", path)
+                           : str("writing session ", path, " failed (", error.empty() ? "unknown error" : error, ")");
+    return str(why, ": ", lost, " telemetry event", lost == 1 ? "" : "s", " lost");
+}
+}  // namespace
+
 RunManager::RunManager(const std::string& path, RunEvents events) : path_(path), events_(std::move(events)) {
     session_ = storage::Session::open_or_create(path);
-    writer_ = std::make_unique<storage::SessionWriter>(path);
+    storage::WriterOptions wo;
+    wo.on_fault = [this](int64_t run, uint64_t lost, const std::string& error) { on_write_fault(run, lost, error); };
+    writer_ = std::make_unique<storage::SessionWriter>(path, wo);
     worker_ = std::thread([this] { worker_main(); });
 }
 
@@ -105,10 +121,24 @@ void RunManager::cancel_all() {
     for (int64_t id : ids) cancel(id);
 }
 
+void RunManager::on_write_fault(int64_t run, uint64_t lost, const std::string& error) {
+    std::lock_guard<std::mutex> lk(mu_);
+    WriteFault& f = faults_[run];
+    f.lost = std::max(f.lost, lost);
+    f.error = error;
+    auto stop = stop_on_fault_.find(run);
+    auto flag = cancel_flags_.find(run);
+    if (stop != stop_on_fault_.end() && stop->second && flag != cancel_flags_.end() && !f.stopped) {
+        f.stopped = true;
+        flag->second->store(true);  // the run stops within one chunk
+    }
+}
+
 void RunManager::set_status(int64_t run, RunStatus s, const std::string& message) {
     {
         std::lock_guard<std::mutex> lk(mu_);
         status_[run] = s;
+        if (s != RunStatus::DONE) messages_[run] = message;
     }
     cv_.notify_all();
     if (events_.status) events_.status(run, s, message);
@@ -138,6 +168,12 @@ RunStatus RunManager::status(int64_t run) {
 
 std::string RunManager::summary(int64_t run) { return session_->run(run).summary; }
 
+std::string RunManager::message(int64_t run) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = messages_.find(run);
+    return it == messages_.end() ? std::string() : it->second;
+}
+
 std::string RunManager::result_text(int64_t run) {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = text_.find(run);
@@ -154,8 +190,31 @@ void RunManager::worker_main() {
             job = queue_.front();
             queue_.pop_front();
         }
-        execute(job);
+        // Nothing may escape the worker thread (it would end the process): a session that cannot
+        // be written (disk full) or memory that ran out fails the run with the reason.
+        try {
+            execute(job);
+        } catch (const std::bad_alloc&) {
+            fail_unexpectedly(job.run, "out of memory (an allocation failed); lower the sizes or set --memory.budget");
+        } catch (const std::exception& e) {
+            fail_unexpectedly(job.run, e.what());
+        }
     }
+}
+
+void RunManager::fail_unexpectedly(int64_t run, const std::string& why) {
+    std::string msg = why;
+    try {
+        session_->finish_run(run, RunStatus::FAILED, why);
+    } catch (const std::exception& e) {
+        // The file keeps the run unfinished; the next open marks it crashed.
+        msg = str(why, " (and the session could not record it: ", e.what(), ")");
+    }
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        cancel_flags_.erase(run);
+    }
+    set_status(run, RunStatus::FAILED, msg);
 }
 
 void RunManager::execute(Job& job) {
@@ -169,6 +228,10 @@ void RunManager::execute(Job& job) {
                                                          : trace::default_score_interval(cfg.model == "tiny");
     trace::Recorder recorder(ro);
     std::unique_ptr<trace::RecorderAllocSink> alloc_sink;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_on_fault_[job.run] = cfg.telemetry.on_error != "continue";
+    }
     if (cfg.telemetry.enabled) {
         alloc_sink = std::make_unique<trace::RecorderAllocSink>(recorder, tracker);
         writer_->attach(job.run, recorder);
@@ -179,7 +242,18 @@ void RunManager::execute(Job& job) {
     build["cpu_kernels"] = cpu_variant_status();
     build["cuda"] = cuda_status();
     build["threads"] = num_threads();
-    session_->start_run(job.run, build.dump());
+    try {
+        session_->start_run(job.run, build.dump());
+    } catch (...) {
+        // The recorder dies with this frame: the writer must let go of it first.
+        if (cfg.telemetry.enabled) {
+            try {
+                writer_->detach(job.run);
+            } catch (const std::exception&) {
+            }
+        }
+        throw;
+    }
     set_status(job.run, RunStatus::RUNNING, "");
 
     RunStatus final_status = RunStatus::DONE;
@@ -218,9 +292,53 @@ void RunManager::execute(Job& job) {
         }
         if (gpu) gpu->flush(true);
     }
-    if (cfg.telemetry.enabled) writer_->detach(job.run);  // drains and writes the event summary
-    session_->merge_summary(job.run, summary);
-    session_->finish_run(job.run, final_status, error);
+    storage::WriterRunStats ws;
+    std::string detach_error;
+    if (cfg.telemetry.enabled) {
+        try {
+            ws = writer_->detach(job.run);  // drains and writes the event summary
+        } catch (const std::exception& e) {
+            detach_error = e.what();
+        }
+    }
+    WriteFault fault;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (faults_.count(job.run)) fault = faults_[job.run];
+        stop_on_fault_.erase(job.run);
+        faults_.erase(job.run);
+    }
+    fault.lost = std::max(fault.lost, ws.lost);
+    if (fault.error.empty()) fault.error = !ws.error.empty() ? ws.error : detach_error;
+    // Lost telemetry never passes silently: the run is degraded (finished, events incomplete),
+    // or failed when the fault stopped it.
+    if (fault.lost > 0 || !fault.error.empty()) {
+        const std::string what = describe_write_fault(path_, fault.lost, fault.error);
+        if (fault.stopped && final_status != RunStatus::DONE) {
+            final_status = RunStatus::FAILED;
+            error = str(what, "; the run was stopped (--telemetry.on_error continue finishes it without telemetry)");
+        } else if (final_status == RunStatus::DONE) {
+            final_status = RunStatus::DEGRADED;
+            error = what;
+        } else {
+            error = error.empty() ? what : str(error, "; ", what);
+        }
+    }
+    try {
+        session_->merge_summary(job.run, summary);
+    } catch (const std::exception& e) {
+        const std::string why = str("the run's summary could not be written to session ", path_, ": ", e.what());
+        final_status = RunStatus::FAILED;
+        error = error.empty() ? why : str(error, "; ", why);
+    }
+    try {
+        session_->finish_run(job.run, final_status, error);
+    } catch (const std::exception& e) {
+        // The file keeps the run unfinished (the next open marks it crashed); say so here.
+        const std::string why = str("its end could not be recorded in session ", path_, ": ", e.what());
+        if (final_status == RunStatus::DONE) final_status = RunStatus::FAILED;
+        error = error.empty() ? why : str(error, "; ", why);
+    }
     {
         std::lock_guard<std::mutex> lk(mu_);
         text_[job.run] = text;

@@ -56,6 +56,9 @@ class RunManager {
     // The run's summary JSON / result text / error after it finished.
     std::string summary(int64_t run);
     std::string result_text(int64_t run);
+    // Why the run failed, was cancelled or degraded ("" otherwise), as this process knows it
+    // (also when the session file could not record it, e.g. on a full disk).
+    std::string message(int64_t run);
 
     storage::Session& session() { return *session_; }
 
@@ -68,6 +71,14 @@ class RunManager {
     void worker_main();
     void execute(Job& job);
     void set_status(int64_t run, storage::RunStatus s, const std::string& message);
+    void on_write_fault(int64_t run, uint64_t lost, const std::string& error);
+    void fail_unexpectedly(int64_t run, const std::string& why);
+
+    struct WriteFault {
+        uint64_t lost = 0;
+        std::string error;
+        bool stopped = false;  // the run was cancelled because of it (--telemetry.on_error stop)
+    };
 
     std::string path_;
     RunEvents events_;
@@ -79,6 +90,9 @@ class RunManager {
     std::map<int64_t, std::shared_ptr<std::atomic<bool>>> cancel_flags_;
     std::map<int64_t, storage::RunStatus> status_;
     std::map<int64_t, std::string> text_;
+    std::map<int64_t, std::string> messages_;
+    std::map<int64_t, WriteFault> faults_;
+    std::map<int64_t, bool> stop_on_fault_;
     bool stopping_ = false;
     std::thread worker_;
 };

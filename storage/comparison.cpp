@@ -62,6 +62,7 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.id = id;
         cr.name = r.name;
         cr.status = run_status_name(r.status);
+        cr.error = r.error;
         std::map<std::string, std::string> flat;
         Json cj = Json::parse(r.config.empty() ? "{}" : r.config, nullptr, false);
         if (!cj.is_discarded()) flatten(cj, "", flat);
@@ -178,6 +179,9 @@ std::string format_comparison(const Comparison& c) {
             });
         row("total (peak)", [](const ComparedRun& r) { return r.peak_bytes; });
     }
+    // A degraded or failed run's numbers come with the reason (e.g. telemetry lost to a full disk).
+    for (const auto& r : c.runs)
+        if (!r.error.empty() && r.status != "done") out += str("run ", r.id, " ", r.status, ": ", r.error, "\n");
     return out;
 }
 

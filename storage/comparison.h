@@ -16,6 +16,7 @@ namespace kv::storage {
 struct ComparedRun {
     int64_t id = 0;
     std::string name, status;
+    std::string error;  // why it failed / crashed / degraded ("" otherwise)
     std::vector<std::pair<std::string, std::string>> config_diff;  // fields differing from the reference
     double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;
     double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;

@@ -8,13 +8,15 @@
 
 namespace kv::storage {
 
-enum class RunStatus : uint8_t { QUEUED = 0, RUNNING, DONE, FAILED, CANCELLED, CRASHED, COUNT };
+// DEGRADED: the run finished, but telemetry was lost on the way (disk full, writer error); its
+// numbers stand, its recorded events are incomplete (RunInfo::error says how many were lost).
+enum class RunStatus : uint8_t { QUEUED = 0, RUNNING, DONE, FAILED, CANCELLED, CRASHED, DEGRADED, COUNT };
 constexpr size_t kNumRunStatuses = size_t(RunStatus::COUNT);
-// "queued", "running", "done", "failed", "cancelled", "crashed" (stored in the runs table).
+// "queued", "running", "done", "failed", "cancelled", "crashed", "degraded" (stored in the runs table).
 const char* run_status_name(RunStatus s);
 // Inverse of run_status_name; throws SessionError (INVALID) listing the valid names.
 RunStatus run_status_from_name(const std::string& name);
-// done, failed, cancelled, crashed: the run will not change any more.
+// done, failed, cancelled, crashed, degraded: the run will not change any more.
 inline bool run_status_final(RunStatus s) { return s != RunStatus::QUEUED && s != RunStatus::RUNNING; }
 
 struct RunProgress {

@@ -39,30 +39,32 @@ namespace kv::storage {
     "CREATE TABLE memory_blocks(run_id INTEGER, first_id INTEGER, last_id INTEGER, rows INTEGER, "      \
     "t_min INTEGER, t_max INTEGER, state BLOB);\n"                                                     \
     "CREATE INDEX memory_blocks_run ON memory_blocks(run_id, first_id);\n"
+// The runs table under a given name (migration 2 -> 3 rebuilds it to widen the status CHECK).
+#define KVLAB_RUNS_TABLE_SQL(name) \
+    "CREATE TABLE " name "(\n" \
+    "  id INTEGER PRIMARY KEY,\n" \
+    "  name TEXT NOT NULL,\n" \
+    "  config TEXT NOT NULL DEFAULT '{}',\n" \
+    "  status TEXT NOT NULL CHECK(status IN ('queued','running','done','failed','cancelled','crashed','degraded')),\n" \
+    "  created_ms INTEGER NOT NULL,\n" \
+    "  started_ms INTEGER,\n" \
+    "  finished_ms INTEGER,\n" \
+    "  t0_ns INTEGER,\n" \
+    "  tokens_done INTEGER NOT NULL DEFAULT 0, tokens_total INTEGER NOT NULL DEFAULT 0,\n" \
+    "  chunks_done INTEGER NOT NULL DEFAULT 0, chunks_total INTEGER NOT NULL DEFAULT 0,\n" \
+    "  steps_done INTEGER NOT NULL DEFAULT 0, steps_total INTEGER NOT NULL DEFAULT 0,\n" \
+    "  progress_ms INTEGER,\n" \
+    "  host TEXT,\n" \
+    "  build TEXT,\n" \
+    "  error TEXT,\n" \
+    "  owner_pid INTEGER, owner_start INTEGER, owner_boot TEXT, owner_host TEXT,\n" \
+    "  summary TEXT NOT NULL DEFAULT '{}'\n" \
+    ");\n"
 namespace {
 const char* const kCreateSql = R"SQL(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
-CREATE TABLE runs(
-  id INTEGER PRIMARY KEY,
-  name TEXT NOT NULL,
-  config TEXT NOT NULL DEFAULT '{}',
-  status TEXT NOT NULL CHECK(status IN ('queued','running','done','failed','cancelled','crashed')),
-  created_ms INTEGER NOT NULL,
-  started_ms INTEGER,
-  finished_ms INTEGER,
-  t0_ns INTEGER,
-  tokens_done INTEGER NOT NULL DEFAULT 0, tokens_total INTEGER NOT NULL DEFAULT 0,
-  chunks_done INTEGER NOT NULL DEFAULT 0, chunks_total INTEGER NOT NULL DEFAULT 0,
-  steps_done INTEGER NOT NULL DEFAULT 0, steps_total INTEGER NOT NULL DEFAULT 0,
-  progress_ms INTEGER,
-  host TEXT,
-  build TEXT,
-  error TEXT,
-  owner_pid INTEGER, owner_start INTEGER, owner_boot TEXT, owner_host TEXT,
-  summary TEXT NOT NULL DEFAULT '{}'
-);
-
+)SQL" KVLAB_RUNS_TABLE_SQL("runs") R"SQL(
 CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT NOT NULL UNIQUE);
 
 CREATE TABLE spans(
@@ -338,6 +340,11 @@ const std::vector<Migration>& schema_migrations() {
         {1,
          "DROP INDEX IF EXISTS spans_window; DROP INDEX IF EXISTS memory_events_time;\n" KVLAB_EVENT_BLOCKS_SQL,
          rebuild_event_blocks},
+        // 2 -> 3: runs.status may be 'degraded' (finished, telemetry lost). SQLite cannot alter a
+        // CHECK constraint, so the (small) runs table is rebuilt with the same columns.
+        {2, KVLAB_RUNS_TABLE_SQL("runs_v3") "INSERT INTO runs_v3 SELECT * FROM runs; DROP TABLE runs; "
+                                            "ALTER TABLE runs_v3 RENAME TO runs;\n",
+         nullptr},
     };
     return migrations;
 }

@@ -15,7 +15,8 @@
 namespace kv::storage {
 
 namespace {
-const char* const kStatusNames[] = {"queued", "running", "done", "failed", "cancelled", "crashed"};
+const char* const kStatusNames[] = {"queued",    "running", "done",
+                                    "failed",    "cancelled", "crashed", "degraded"};
 static_assert(sizeof(kStatusNames) / sizeof(kStatusNames[0]) == kNumRunStatuses, "run status name table out of date");
 
 int64_t wall_ms() {
@@ -54,7 +55,7 @@ RunStatus run_status_from_name(const std::string& name) {
         if (name == kStatusNames[i]) return RunStatus(i);
     throw SessionError(
         SessionErrorKind::INVALID,
-        str("unknown run status '", name, "'; expected queued, running, done, failed, cancelled or crashed"));
+        str("unknown run status '", name, "'; expected queued, running, done, failed, cancelled, crashed or degraded"));
 }
 
 const char* const kRunColumns =
@@ -88,7 +89,7 @@ RunInfo run_from_row(const Stmt& s) {
     r.owner_pid = s.i64(18);
     r.owner_host = s.text(21);
     r.summary = s.text(22);
-    if (r.status == RunStatus::RUNNING) {
+    if (r.status == RunStatus::RUNNING || (r.status == RunStatus::QUEUED && r.owner_pid > 0)) {
         ProcessIdentity owner{s.i64(18), s.i64(19), s.text(20), s.text(21)};
         r.owner_alive = process_alive(owner);
     }
@@ -103,39 +104,54 @@ std::unique_ptr<Session> Session::create(const std::string& path) {
 }
 
 std::unique_ptr<Session> Session::open(const std::string& path) {
+    repair_half_created_session(path);
     std::unique_ptr<Session> s(new Session(open_session_db(path, OpenMode::READ_WRITE), path));
     s->crashed_at_open_ = s->recover_crashed_runs();
     return s;
 }
 
 std::unique_ptr<Session> Session::open_or_create(const std::string& path) {
-    return session_file_exists(path) ? open(path) : create(path);
+    if (!session_file_exists(path)) {
+        try {
+            return create(path);
+        } catch (const SessionError&) {
+            // Another process created it between the check and ours: open theirs.
+            if (!session_file_exists(path)) throw;
+        }
+    }
+    return open(path);
 }
 
 std::vector<int64_t> Session::recover_crashed_runs() {
     std::lock_guard<std::mutex> lk(mu_);
-    std::vector<int64_t> dead;
+    // Every unfinished state: a run queued (its owner recorded at create_run) or running whose
+    // owner is gone will never move on. Queued runs of older files have no owner: left alone.
+    std::vector<std::pair<int64_t, std::string>> dead;
     {
-        Stmt s =
-            db_->prepare("SELECT id, owner_pid, owner_start, owner_boot, owner_host FROM runs WHERE status='running'");
+        Stmt s = db_->prepare(
+            "SELECT id, owner_pid, owner_start, owner_boot, owner_host, status FROM runs WHERE status='running' OR "
+            "(status='queued' AND owner_pid > 0)");
         while (s.step()) {
             ProcessIdentity owner{s.i64(1), s.i64(2), s.text(3), s.text(4)};
-            if (!process_alive(owner)) dead.push_back(s.i64(0));
+            if (!process_alive(owner)) dead.push_back({s.i64(0), s.text(5)});
         }
     }
-    if (dead.empty()) return dead;
+    std::vector<int64_t> ids;
+    if (dead.empty()) return ids;
     Transaction tx(*db_);
-    Stmt u = db_->prepare("UPDATE runs SET status='crashed', finished_ms=?, error=? WHERE id=? AND status='running'");
-    for (int64_t id : dead) {
-        u.bind(1, wall_ms())
-            .bind(2,
-                  "the process running it ended without finishing it (killed or crashed); events committed "
-                  "before that are kept")
-            .bind(3, id);
+    Stmt u = db_->prepare("UPDATE runs SET status='crashed', finished_ms=?, error=? WHERE id=? AND status=?");
+    for (const auto& [id, was] : dead) {
+        const std::string why =
+            was == "queued"
+                ? "the process that queued it ended before it started (killed or crashed); nothing was computed"
+                : "the process running it ended without finishing it (killed or crashed); events committed "
+                  "before that are kept";
+        u.bind(1, wall_ms()).bind(2, std::string_view(why)).bind(3, id).bind(4, std::string_view(was));
         u.run();
+        ids.push_back(id);
     }
     tx.commit();
-    return dead;
+    return ids;
 }
 
 int64_t Session::create_run(const std::string& name, const std::string& config_json) {
@@ -143,8 +159,19 @@ int64_t Session::create_run(const std::string& name, const std::string& config_j
     // Bound without copying (SQLITE_STATIC): the text must outlive the statement's run.
     const std::string config = config_json.empty() ? std::string("{}") : config_json;
     std::lock_guard<std::mutex> lk(mu_);
-    Stmt s = db_->prepare("INSERT INTO runs(name, config, status, created_ms) VALUES(?, ?, 'queued', ?)");
-    s.bind(1, std::string_view(name)).bind(2, std::string_view(config)).bind(3, wall_ms());
+    // The owner is recorded from the start, so a run queued by a process that dies before
+    // starting it is recognised as crashed (recover_crashed_runs), not left queued forever.
+    ProcessIdentity me = this_process();
+    Stmt s = db_->prepare(
+        "INSERT INTO runs(name, config, status, created_ms, owner_pid, owner_start, owner_boot, owner_host) "
+        "VALUES(?, ?, 'queued', ?, ?, ?, ?, ?)");
+    s.bind(1, std::string_view(name))
+        .bind(2, std::string_view(config))
+        .bind(3, wall_ms())
+        .bind(4, me.pid)
+        .bind(5, me.start_ticks)
+        .bind(6, std::string_view(me.boot_id))
+        .bind(7, std::string_view(me.host));
     s.run();
     return sqlite3_last_insert_rowid(db_->handle());
 }
@@ -198,16 +225,17 @@ uint64_t Session::start_run(int64_t run, const std::string& build_json) {
 }
 
 void Session::finish_run(int64_t run, RunStatus status, const std::string& error) {
-    if (status != RunStatus::DONE && status != RunStatus::FAILED && status != RunStatus::CANCELLED)
+    if (status != RunStatus::DONE && status != RunStatus::FAILED && status != RunStatus::CANCELLED &&
+        status != RunStatus::DEGRADED)
         throw SessionError(SessionErrorKind::INVALID, str("finish_run: '", run_status_name(status),
-                                                          "' is not a final status; expected done, failed "
-                                                          "or cancelled"));
+                                                          "' is not a final status; expected done, degraded, "
+                                                          "failed or cancelled"));
     std::lock_guard<std::mutex> lk(mu_);
     RunInfo r = run_locked(run);
     if (run_status_final(r.status))
         throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "': run ", run, " is already ",
                                                           run_status_name(r.status), "; expected queued or running"));
-    if (r.status == RunStatus::QUEUED && status == RunStatus::DONE)
+    if (r.status == RunStatus::QUEUED && (status == RunStatus::DONE || status == RunStatus::DEGRADED))
         throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "': run ", run,
                                                           " never started, so it cannot be done; expected "
                                                           "cancelled or failed"));

@@ -17,10 +17,14 @@ namespace kv::storage {
 
 class Session {
    public:
-    // New session file at `path`; fails if anything exists there.
+    // New session file at `path`; fails if anything exists there. Built under a temporary name
+    // and linked into place, so no other process ever sees a half-made session.
     static std::unique_ptr<Session> create(const std::string& path);
     // Existing session, read-write: validated, migrated if older, dead runs marked crashed.
     static std::unique_ptr<Session> open(const std::string& path);
+    // Creates the session, or opens it when it exists (also when another process created it a
+    // moment ago). An empty or table-less file left by a creator killed mid-way (older kvlab)
+    // is recognised and replaced by a fresh session.
     static std::unique_ptr<Session> open_or_create(const std::string& path);
     ~Session();
     Session(const Session&) = delete;
@@ -46,7 +50,8 @@ class Session {
     // ---- queries ------------------------------------------------------------------------
     RunInfo run(int64_t id);  // throws SessionError (INVALID) for an unknown id
     std::vector<RunInfo> runs();
-    // Marks `running` runs whose owner is dead as `crashed`; returns their ids.
+    // Marks unfinished runs (queued or running) whose owner process is gone as `crashed`, with
+    // the state they were in; returns their ids.
     std::vector<int64_t> recover_crashed_runs();
 
     // ---- maintenance --------------------------------------------------------------------

@@ -3,9 +3,11 @@
 #include "session_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -115,20 +117,18 @@ std::unique_ptr<Db> open_session_db(const std::string& path, OpenMode mode, bool
     return db;
 }
 
-std::unique_ptr<Db> create_session_db(const std::string& path) {
-    const std::string dir = dir_of(path);
-    struct stat st {};
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        throw SessionError(SessionErrorKind::NOT_FOUND,
-                           str("cannot create session '", path, "': directory '", dir, "' does not exist"));
-    // O_EXCL: never clobber a file that appeared since the caller looked.
-    int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+namespace {
+std::string base_of(const std::string& path) {
+    auto pos = path.rfind('/');
+    return pos == std::string::npos ? path : path.substr(pos + 1);
+}
+
+// Writes a complete new session into `tmp` (which must not exist) and closes it: SQLite folds
+// the WAL back into the file on the last close, so `tmp` alone is the whole session.
+void build_session_file(const std::string& tmp, const std::string& path, const std::string& dir) {
+    int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
-        if (e == EEXIST)
-            throw SessionError(SessionErrorKind::INVALID,
-                               str("cannot create session '", path, "': the file already exists"),
-                               "open it instead, or choose a new name");
         throw SessionError(
             SessionErrorKind::NOT_WRITABLE,
             str("cannot create session '", path, "': ", std::strerror(e),
@@ -137,18 +137,109 @@ std::unique_ptr<Db> create_session_db(const std::string& path) {
     }
     ::close(fd);
     try {
-        auto db = std::make_unique<Db>(path, SQLITE_OPEN_READWRITE);
-        sqlite3_busy_timeout(db->handle(), 5000);
-        schema_create(*db);
-        configure_connection(*db, true);
-        return db;
+        Db db(tmp, SQLITE_OPEN_READWRITE);
+        sqlite3_busy_timeout(db.handle(), 5000);
+        schema_create(db);
     } catch (...) {
-        // The file is ours and holds nothing: remove it rather than leave a half-made session.
-        ::unlink(path.c_str());
-        ::unlink((path + "-wal").c_str());
-        ::unlink((path + "-shm").c_str());
+        ::unlink(tmp.c_str());
+        ::unlink((tmp + "-wal").c_str());
+        ::unlink((tmp + "-shm").c_str());
         throw;
     }
+}
+
+// Puts `tmp` at `path` unless something is there already (then false). Never replaces a file:
+// link() fails with EEXIST atomically; renameat2(RENAME_NOREPLACE) covers file systems
+// without hard links.
+bool place_new_file(const std::string& tmp, const std::string& path) {
+    if (::link(tmp.c_str(), path.c_str()) == 0) {
+        ::unlink(tmp.c_str());
+        return true;
+    }
+    int e = errno;
+    if (e != EEXIST && renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) return true;
+    if (e != EEXIST) e = errno;
+    ::unlink(tmp.c_str());
+    if (e == EEXIST) return false;
+    throw SessionError(SessionErrorKind::NOT_WRITABLE,
+                       str("cannot create session '", path, "': ", std::strerror(e)), "choose a writable directory");
+}
+
+std::string temp_name(const std::string& path) {
+    static std::atomic<uint64_t> counter{0};
+    return str(dir_of(path), "/.", base_of(path), ".creating-", getpid(), "-", counter.fetch_add(1));
+}
+
+// An empty file, or an SQLite file without a single table: what a creator killed between
+// creating the file and committing the schema leaves (kvlab before atomic creation). It holds
+// nothing, so replacing it loses nothing.
+bool is_half_created(const std::string& path) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    if (st.st_size == 0) return true;
+    if (st.st_size < 100) return false;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char head[16] = {0};
+    const bool sqlite = ::read(fd, head, 16) == 16 && std::memcmp(head, "SQLite format 3", 16) == 0;
+    ::close(fd);
+    if (!sqlite) return false;
+    try {
+        Db db(path, SQLITE_OPEN_READONLY);
+        return db.query_int("SELECT count(*) FROM sqlite_schema", 1, "counting the tables") == 0;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+}  // namespace
+
+std::unique_ptr<Db> create_session_db(const std::string& path) {
+    const std::string dir = dir_of(path);
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        throw SessionError(SessionErrorKind::NOT_FOUND,
+                           str("cannot create session '", path, "': directory '", dir, "' does not exist"));
+    auto exists = [&] {
+        return SessionError(SessionErrorKind::INVALID, str("cannot create session '", path, "': the file already exists"),
+                            "open it instead, or choose a new name");
+    };
+    if (session_file_exists(path)) throw exists();
+    // Built whole under a temporary name, then linked into place: a concurrent creator or a
+    // reader never sees a file without its schema, and a kill leaves only the temporary file.
+    const std::string tmp = temp_name(path);
+    build_session_file(tmp, path, dir);
+    if (!place_new_file(tmp, path)) throw exists();
+    return open_session_db(path, OpenMode::READ_WRITE, /*writer=*/true);
+}
+
+bool repair_half_created_session(const std::string& path) {
+    if (!is_half_created(path)) return false;
+    // Lock the broken file so two repairers cannot both replace it (the second would replace the
+    // first one's fresh session); re-check under the lock that it is still the broken file.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool repaired = false;
+    if (flock(fd, LOCK_EX) == 0) {
+        struct stat a {}, b {};
+        if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev &&
+            is_half_created(path)) {
+            const std::string tmp = temp_name(path);
+            build_session_file(tmp, path, dir_of(path));
+            ::unlink((path + "-wal").c_str());
+            ::unlink((path + "-shm").c_str());
+            // rename() replaces the broken file in one step; readers see old or new, never none.
+            if (::rename(tmp.c_str(), path.c_str()) != 0) {
+                int e = errno;
+                ::unlink(tmp.c_str());
+                ::close(fd);
+                throw SessionError(SessionErrorKind::NOT_WRITABLE,
+                                   str("cannot repair the half-created session '", path, "': ", std::strerror(e)));
+            }
+            repaired = true;
+        }
+    }
+    ::close(fd);
+    return repaired;
 }
 
 }  // namespace kv::storage

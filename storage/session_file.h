@@ -19,5 +19,8 @@ std::unique_ptr<Db> open_session_db(const std::string& path, OpenMode mode, bool
 // Creates a new session file; fails (INVALID) if anything exists at `path`.
 std::unique_ptr<Db> create_session_db(const std::string& path);
 bool session_file_exists(const std::string& path);
+// Replaces an empty or table-less file at `path` (left by a creator killed mid-way) with a
+// fresh session; true when it did. Anything else at `path` is left alone.
+bool repair_half_created_session(const std::string& path);
 
 }  // namespace kv::storage

@@ -93,6 +93,7 @@ struct SessionWriter::Impl : trace::EventSink {
     uint64_t txn_rows = 0;
     std::string last_error;
     WriterStats stats;
+    std::function<void(int64_t, uint64_t, const std::string&)> on_fault;
 
     explicit Impl(const std::string& path) : db(open_session_db(path, OpenMode::READ_WRITE, /*writer=*/true)) {
         ins_span = std::make_unique<BatchedInsert>(
@@ -599,9 +600,13 @@ struct SessionWriter::Impl : trace::EventSink {
         txn_failed = false;
         ++stats.failed_commits;
         for (auto& r : runs) {
-            for (size_t t = 0; t < trace::kNumEventTypes; ++t) r->lost += r->pending[t];
+            uint64_t lost_now = 0;
+            for (size_t t = 0; t < trace::kNumEventTypes; ++t) lost_now += r->pending[t];
+            r->lost += lost_now;
             r->pending = {};
             r->pending_rows = 0;
+            // Told within the batch that failed, so the run can stop instead of losing more.
+            if (on_fault && (lost_now || r->lost)) on_fault(r->id, r->lost, last_error);
         }
         for (uint32_t id : sid_in_txn)
             if (id < sid.size()) sid[id] = 0;
@@ -642,6 +647,7 @@ struct SessionWriter::Impl : trace::EventSink {
 // =========================================================================================
 SessionWriter::SessionWriter(const std::string& path, const WriterOptions& options)
     : path_(path), options_(options), impl_(std::make_unique<Impl>(path)) {
+    impl_->on_fault = options.on_fault;
     if (options_.batch_rows < 1) options_.batch_rows = 1;
     thread_ = std::thread([this] { thread_main(); });
 }

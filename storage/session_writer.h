@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +26,10 @@ struct WriterOptions {
     int commit_interval_ms = 50;     // ... or this long after the first uncommitted row (GUI sees >= 20 Hz)
     int idle_sleep_ms = 2;           // poll period while the queues are empty
     int summary_interval_ms = 1000;  // rewrite each run's summary this often (kept if the run dies)
+    // Called on the writer thread right after a batch holding a run's events failed to commit
+    // (disk full, I/O error): the run's total lost events so far and the error. Keep it quick;
+    // it must not call back into the writer.
+    std::function<void(int64_t run_id, uint64_t lost, const std::string& error)> on_fault;
 };
 
 struct WriterRunStats {

@@ -78,9 +78,12 @@ void throw_sqlite(sqlite3* db, const std::string& path, int rc, const char* expr
     if (!msg || !*msg) msg = sqlite3_errstr(rc);
     const char* base = std::strrchr(file, '/');
     SessionErrorKind kind = session_error_kind_for(rc);
+    // An I/O error's cause is in errno: "No space left on device", "File too large" (a file-size
+    // limit) say what to do, SQLite's "disk I/O error" does not.
+    const int sys = db && (rc & 0xff) == SQLITE_IOERR ? sqlite3_system_errno(db) : 0;
     throw SessionError(kind,
-                       str("session '", path, "': ", context, " failed: ", msg, " (sqlite error ", rc, ") [",
-                           base ? base + 1 : file, ":", line, " ", expr, "]"),
+                       str("session '", path, "': ", context, " failed: ", msg, sys ? str(": ", std::strerror(sys)) : "",
+                           " (sqlite error ", rc, ") [", base ? base + 1 : file, ":", line, " ", expr, "]"),
                        hint_for(kind));
 }
 

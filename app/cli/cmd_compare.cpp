@@ -15,13 +15,20 @@ int cmd_compare(int argc, char** argv, int first) {
     specs.push_back({"reference", OptKind::INT, "the first run", "run the others are compared with (e.g. the dense one)"});
     Args args(argc, argv, first, specs);
     if (args.flag("help") || args.positional().empty()) {
-        std::printf("usage: kvlab compare FILE [--runs 1,2,3] [--reference N]\n\n%s", format_options(specs).c_str());
+        std::printf("usage: kvlab compare FILE [RUN ...] [--runs 1,2,3] [--reference N]\n\n%s",
+                    format_options(specs).c_str());
         return args.flag("help") ? 0 : 2;
     }
-    auto session = storage::Session::open(args.positional()[0]);
+    // Read-only: comparing needs neither write permission nor free disk space.
+    storage::SessionReader session(args.positional()[0]);
     std::vector<int64_t> ids;
-    if (args.has("runs")) {
-        const std::string v = args.str("runs");
+    // Run ids given after FILE count like --runs (never silently ignored).
+    std::string listed;
+    for (size_t i = 1; i < args.positional().size(); ++i) listed += (listed.empty() ? "" : ",") + args.positional()[i];
+    if (!listed.empty() && args.has("runs"))
+        throw UsageError("compare: runs given both after FILE and with --runs; expected one of the two");
+    if (args.has("runs") || !listed.empty()) {
+        const std::string v = args.has("runs") ? args.str("runs") : listed;
         size_t p = 0;
         while (p < v.size()) {
             size_t q = v.find(',', p);
@@ -34,11 +41,10 @@ int cmd_compare(int argc, char** argv, int first) {
             p = q + 1;
         }
     } else {
-        for (const auto& r : session->runs()) ids.push_back(r.id);
+        for (const auto& r : session.runs()) ids.push_back(r.id);
     }
     const int64_t ref = args.integer("reference", 0, 0, INT64_MAX);
-    storage::SessionReader reader(session->path());
-    storage::Comparison c = storage::compare_runs(reader, ids, ref);
+    storage::Comparison c = storage::compare_runs(session, ids, ref);
     std::printf("%s", storage::format_comparison(c).c_str());
     return 0;
 }

@@ -1,6 +1,8 @@
 // `kvlab export FILE --run N --what memory|spans|metrics|all --format csv|chrome-trace|torch-snapshot
 // -o PATH`: writes one run's recording for other tools (spreadsheets, chrome://tracing and
 // ui.perfetto.dev, pytorch.org/memory_viz). Reads the session read-only; never overwrites it.
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,6 +23,8 @@ std::vector<OptionSpec> export_options() {
     o.push_back({"what", OptKind::STRING, "memory", "memory, spans, metrics, or all (chrome-trace only)"});
     o.push_back({"format", OptKind::STRING, "csv", "csv, chrome-trace or torch-snapshot (memory only)"});
     o.push_back({"output", OptKind::STRING, "", "output file (also -o PATH)"});
+    o.push_back({"allow-incomplete", OptKind::FLAG, "",
+                 "export a run whose telemetry is incomplete (events lost to a full disk, crashed, failed)"});
     return o;
 }
 
@@ -35,6 +39,27 @@ void print_help() {
         "  torch-snapshot  PyTorch memory snapshot pickle for pytorch.org/memory_viz\n\n"
         "options:\n%s",
         format_options(export_options()).c_str());
+}
+
+// Why a run's recording is not whole ("" when it is): lost or dropped events, or a run that
+// did not finish normally.
+std::string incomplete_reason(const storage::RunInfo& r) {
+    nlohmann::json j = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
+    uint64_t lost = 0, dropped = 0;
+    if (j.is_object()) {
+        if (j.contains("events_lost") && j["events_lost"].is_number_unsigned()) lost = j["events_lost"].get<uint64_t>();
+        if (j.contains("dropped_total") && j["dropped_total"].is_number_unsigned())
+            dropped = j["dropped_total"].get<uint64_t>();
+    }
+    std::string why;
+    if (lost) why = str(lost, " telemetry events lost while writing");
+    if (dropped) why += str(why.empty() ? "" : ", ", dropped, " events dropped (queues full)");
+    using storage::RunStatus;
+    if (r.status == RunStatus::DEGRADED || r.status == RunStatus::FAILED || r.status == RunStatus::CRASHED) {
+        const std::string st = str("status ", storage::run_status_name(r.status), r.error.empty() ? "" : " (" + r.error + ")");
+        why = why.empty() ? st : str(why, "; ", st);
+    }
+    return why;
 }
 }  // namespace
 
@@ -83,6 +108,17 @@ int cmd_export(int argc, char** argv, int first) {
             throw UsageError(str("export: session '", path, "' has ", runs.size(),
                                  " runs; choose one with --run N (kvlab runs ", path, " lists them)"));
         run = runs[0].id;
+    }
+    // An export of a run with lost events would look complete to whoever reads it: refuse
+    // unless asked for, and name what is missing either way.
+    const std::string incomplete = incomplete_reason(reader.run(run));
+    if (!incomplete.empty()) {
+        if (!args.flag("allow-incomplete"))
+            throw Error(str("run ", run, " of session '", path, "' is incomplete: ", incomplete,
+                            "; nothing exported"),
+                        "pass --allow-incomplete to export what was recorded anyway");
+        std::fprintf(stderr, "kvlab export: warning: run %lld is incomplete: %s\n", (long long)run,
+                     incomplete.c_str());
     }
     storage::ExportResult res = storage::export_run(reader, run, what, format, out);
     std::printf("wrote %s: %llu records, %s\n", out.c_str(), (unsigned long long)res.records,

@@ -98,15 +98,18 @@ int cmd_runs(int argc, char** argv, int first) {
     std::vector<storage::RunInfo> runs;
     std::vector<int64_t> crashed;
     bool read_only = false;
+    std::string why_read_only = "read-only";
     try {
         auto session = storage::Session::open(path);  // marks dead runs crashed, migrates
         crashed = session->crashed_at_open();
         runs = session->runs();
     } catch (const storage::SessionError& e) {
-        if (e.kind() != storage::SessionErrorKind::NOT_WRITABLE) throw;
+        // Not writable, or no space left to write (a full disk): listing needs neither.
+        if (e.kind() != storage::SessionErrorKind::NOT_WRITABLE && e.kind() != storage::SessionErrorKind::IO) throw;
         storage::SessionReader reader(path);  // still list what we can read
         runs = reader.runs();
         read_only = true;
+        if (e.kind() == storage::SessionErrorKind::IO) why_read_only = str("opened read-only: ", e.what());
     }
     if (args.flag("json")) {
         nlohmann::json out = nlohmann::json::array();
@@ -133,7 +136,7 @@ int cmd_runs(int argc, char** argv, int first) {
         return 0;
     }
     std::printf("session %s: %zu run%s%s\n", path.c_str(), runs.size(), runs.size() == 1 ? "" : "s",
-                read_only ? " (read-only: crashed runs are not marked)" : "");
+                read_only ? str(" (", why_read_only, "; crashed runs are not marked)").c_str() : "");
     for (int64_t id : crashed)
         std::printf("run %lld was left running by a process that is gone: marked crashed\n", (long long)id);
     if (runs.empty()) return 0;

@@ -1,12 +1,15 @@
 // `kvlab`: the headless entry point. Everything the GUI does can be done from here; this file
 // only dispatches to commands and turns errors into one message and an exit code
-// (0 ok, 1 run-time error, 2 usage error). Links no Qt.
+// (0 ok, 1 run-time error, 2 usage error, 3 run finished degraded: telemetry lost, 130
+// cancelled). Links no Qt.
 #include <malloc.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "commands.h"
@@ -110,6 +113,9 @@ static void keep_freed_memory_for_reuse() {
 }
 
 int main(int argc, char** argv) {
+    // A file-size limit (ulimit -f) must fail the write that crosses it with EFBIG, which
+    // storage reports like a full disk, instead of killing the process.
+    std::signal(SIGXFSZ, SIG_IGN);
     prefer_passive_openmp(argv);
     keep_freed_memory_for_reuse();
     try {
@@ -117,6 +123,10 @@ int main(int argc, char** argv) {
     } catch (const kv::cli::UsageError& e) {
         std::fprintf(stderr, "kvlab: %s\n", e.what());
         return 2;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "kvlab: error: out of memory (an allocation failed)\n"
+                             "  hint: lower the cache length, sequence length or batch, or set --memory.budget\n");
+        return 1;
     } catch (const kv::Error& e) {
         std::fprintf(stderr, "kvlab: error: %s\n", e.what());
         if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());

@@ -59,6 +59,8 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     int64_t run = 0;
     try {
         run = rm.submit(cfg);
+    } catch (const storage::SessionError&) {
+        throw;  // the session could not record it (disk full, ...): not a usage error
     } catch (const Error& e) {
         throw UsageError(e.what());
     }
@@ -76,8 +78,10 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     std::signal(SIGINT, SIG_DFL);
     progress.finish();
     if (mode == "generate") std::printf("\n");
+    // What this process knows: the session may not have been able to record it (disk full).
+    const std::string why = rm.message(run);
+    if (st == storage::RunStatus::FAILED) throw Error(why.empty() ? "the run failed" : why);
     storage::RunInfo info = rm.session().run(run);
-    if (st == storage::RunStatus::FAILED) throw Error(info.error.empty() ? "the run failed" : info.error);
     nlohmann::json summary = nlohmann::json::parse(info.summary.empty() ? "{}" : info.summary, nullptr, false);
     if (summary.is_discarded()) summary = nlohmann::json::object();
     if (mode != "generate") std::printf("result: %s\n", rm.result_text(run).c_str());
@@ -88,6 +92,11 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     if (mode != "generate") print_memory(summary);
     std::fprintf(stderr, "run %lld %s in %s (kvlab runs %s; kvlab export %s --run %lld ...)\n", (long long)run,
                  storage::run_status_name(st), path.c_str(), path.c_str(), path.c_str(), (long long)run);
+    if (st == storage::RunStatus::DEGRADED) {
+        // Its numbers stand, its telemetry is incomplete: one line naming the cause, exit 3.
+        std::fprintf(stderr, "kvlab: run %lld degraded: %s\n", (long long)run, why.c_str());
+        return 3;
+    }
     return st == storage::RunStatus::DONE ? 0 : 130;
 }
 

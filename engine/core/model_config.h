@@ -5,6 +5,7 @@
 // includes the loaders; the loaders must not include model/).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -91,6 +92,16 @@ struct ModelConfig {
         need(rms_norm_eps >= 0, str("rms_norm_eps must be >= 0, got ", rms_norm_eps));
         need(rope_theta > 0, str("rope_theta must be > 0, got ", rope_theta));
         need(max_position_embeddings > 0, str("max_position_embeddings must be > 0, got ", max_position_embeddings));
+        // Plausible ranges: values outside them come from a corrupt or mis-converted file and
+        // would run without complaint (rms_norm_eps 1e30 flattens every activation).
+        need(std::isfinite(rms_norm_eps) && rms_norm_eps <= 0.1,
+             str("rms_norm_eps ", rms_norm_eps, " is implausible; expected a small value in [0, 0.1] (typically 1e-5)"));
+        need(std::isfinite(rope_theta) && rope_theta >= 1 && rope_theta <= 1e10,
+             str("rope_theta ", rope_theta, " is implausible; expected [1, 1e10] (typically 1e4 .. 1e6)"));
+        need(head_dim <= 1024, str("head_dim ", head_dim, " is implausible; expected at most 1024"));
+        need(hidden_size <= (int64_t(1) << 17), str("hidden_size ", hidden_size, " is implausible; expected at most 131072"));
+        need(num_layers <= 1024, str("num_hidden_layers ", num_layers, " is implausible; expected at most 1024"));
+        need(vocab_size <= (int64_t(1) << 24), str("vocab_size ", vocab_size, " is implausible; expected at most 2^24"));
     }
 };
 

@@ -16,6 +16,45 @@ double cell_factor(const ModelConfig& cfg) {
 
 namespace {
 
+// Index of the first non-finite element of a host f32/bf16 tensor, or -1 (also for tensors it
+// cannot read cheaply: other dtypes, device memory). One bit test per element, no early exit
+// inside a block, so it vectorises; costs a read of the chunk's activations.
+int64_t first_nonfinite(const Tensor& t) {
+    if (t.device().type != DeviceType::CPU || !t.is_contiguous()) return -1;
+    const int64_t n = t.numel();
+    constexpr int64_t kBlock = 4096;
+    if (t.dtype() == DType::F32) {
+        const uint32_t* p = static_cast<const uint32_t*>(t.data_ptr());
+        for (int64_t b = 0; b < n; b += kBlock) {
+            const int64_t e = std::min(n, b + kBlock);
+            uint32_t any = 0;
+            for (int64_t i = b; i < e; ++i) any |= uint32_t((p[i] & 0x7f800000u) == 0x7f800000u);
+            if (any)
+                for (int64_t i = b; i < e; ++i)
+                    if ((p[i] & 0x7f800000u) == 0x7f800000u) return i;
+        }
+    } else if (t.dtype() == DType::BF16) {
+        const uint16_t* p = static_cast<const uint16_t*>(t.data_ptr());
+        for (int64_t b = 0; b < n; b += kBlock) {
+            const int64_t e = std::min(n, b + kBlock);
+            uint16_t any = 0;
+            for (int64_t i = b; i < e; ++i) any |= uint16_t((p[i] & 0x7f80) == 0x7f80);
+            if (any)
+                for (int64_t i = b; i < e; ++i)
+                    if ((p[i] & 0x7f80) == 0x7f80) return i;
+        }
+    }
+    return -1;
+}
+
+// A non-finite activation stops the run where it first appeared: a NaN would otherwise flow into
+// a loss that reads like a result ("mean loss nan", status done).
+[[noreturn]] void nonfinite_stop(const std::string& where, int64_t index) {
+    throw Error(str("non-finite value (nan or inf) first appeared in ", where, " (element ", index, "); the run stopped"),
+                "the weights or the configuration make the computation overflow (check the model file, "
+                "rms_norm_eps, --precision)");
+}
+
 // Feed one chunk's final-norm states (B, n, E) at positions [start, start+n) to the head.
 void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool last_chunk, const HeadSpec& head, HeadResult& out) {
     const int64_t B = h.size(0), n = h.size(1), E = h.size(2);
@@ -35,6 +74,9 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
             if (!any && !last_chunk) return;
             Tensor logits = model.lm_head(h, start);  // (B, n, V) f32
             const int64_t V = logits.size(2);
+            // Checked in place on the host; device logits are checked through their row losses.
+            if (const int64_t bad = first_nonfinite(logits); bad >= 0)
+                nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), bad);
             if (any) {
                 // The loss op the reverse pass uses (head_backward.cpp), on the logits' device:
                 // only the (B, n) row losses come back to the host, not B x n x V logits.
@@ -44,6 +86,8 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
                 const std::vector<double> ce = ops::cross_entropy(logits, targets).to_f64_vector();  // (B, n)
                 for (size_t r = 0; r < tg.size(); ++r)
                     if (tg[r] >= 0) {
+                        if (!std::isfinite(ce[r]))
+                            nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), int64_t(r) * V);
                         out.loss_sum[size_t(rb[r])] += ce[r];
                         out.count[size_t(rb[r])] += 1.0;
                     }
@@ -148,6 +192,8 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                 if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
                 cache.set_chunk_tokens(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
                 xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cache);
+                if (int64_t bad = first_nonfinite(xs[c - c0]); bad >= 0)
+                    nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
                 ++done;
                 if (cb.progress) cb.progress(done, total);
                 if (trace::active()) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/weight_check.h"
 #include "engine/gguf/gguf_config.h"
 #include "engine/gguf/gguf_dequant.h"
 #include "engine/gguf/gguf_names.h"
@@ -168,6 +169,8 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     }
     m.qk_unpermuted = unpermute;
     c.validate(f.source);
+    // Every block scale went into the dequantized values: a NaN/Inf scale or weight shows here.
+    m.weight_check = check_weights(m.tensors, f.source);
     return m;
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/gguf/gguf_tokenizer_data.h"
 #include "engine/core/model_config.h"
+#include "engine/core/weight_check.h"
 
 namespace kv {
 
@@ -20,11 +21,14 @@ struct GgufModel {
     TensorMap tensors;           // HF names; no lm_head.weight when tied
     GgufTokenizerData tokenizer;
     bool qk_unpermuted = false;  // true when Q/K rows were moved back to rotate-half order
+    WeightCheckStats weight_check;  // the finiteness/magnitude check of every loaded weight
 };
 
 // Throws kv::Error naming the file for: malformed containers, unsupported architectures,
 // tensors that are not part of the layout (or belong to a layer >= block_count), missing
-// tensors, shapes that contradict the metadata, and types kvlab cannot dequantize.
+// tensors, shapes that contradict the metadata, types kvlab cannot dequantize, tensors that do
+// not tile the data section (gguf_parse), implausible config values, and non-finite or
+// implausibly large weights (a NaN/Inf block scale shows in every value it scales).
 GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt = {});
 
 }  // namespace kv

@@ -296,6 +296,26 @@ struct Parser {
                                 b->name, "' [", b->offset, ", ", b->offset + b->nbytes,
                                 ") overlap in the data section, expected disjoint ranges"));
         }
+        // The tensors must tile the data section: each starts where the previous one ends
+        // (rounded up to the alignment). A gap means a type or shape that disagrees with the
+        // bytes written (e.g. Q4_1 relabelled Q4_0): its data would be read from the wrong place.
+        uint64_t expect = 0;
+        for (const GgufTensorInfo* t : order) {
+            if (t->offset != expect)
+                throw Error(str(c.src, ": tensor '", t->name, "' (", ggml_type_name(t->type), ", ", t->shape_str(),
+                                ") starts at offset ", t->offset, " of the data section but the tensors before it end at ",
+                                expect, ": a ", t->offset > expect ? "gap" : "misplacement", " of ",
+                                t->offset > expect ? t->offset - expect : expect - t->offset,
+                                " bytes; expected tensors to tile the data section (a tensor's type or shape "
+                                "disagrees with its data?)"));
+            expect = align_up(t->offset + t->nbytes, f.alignment);
+        }
+        const uint64_t last_end = order.back()->offset + order.back()->nbytes;
+        if (data_bytes > expect)
+            throw Error(str(c.src, ": ", data_bytes - last_end, " bytes follow the last tensor '", order.back()->name,
+                            "' in the data section (it ends at ", last_end, " of ", data_bytes,
+                            "); expected the tensors to tile the data section (a tensor's type or shape disagrees "
+                            "with its data?)"));
     }
 };
 

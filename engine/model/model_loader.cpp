@@ -9,6 +9,7 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_variants.h"
 #include "presets.h"
+#include "engine/core/weight_check.h"
 #if KVLAB_HAVE_MODELIO
 #include "engine/io/hf_folder.h"
 #endif
@@ -81,6 +82,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
     if (is_dir(path)) {
 #if KVLAB_HAVE_MODELIO
         HfModelFolder f = load_hf_model_folder(path);
+        check_weights(f.weights, path);
         lm.config = f.config;
         lm.model = std::make_unique<Transformer>(f.config, f.weights, opt);
 #if KVLAB_HAVE_TOKENIZER
@@ -98,7 +100,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
 #if KVLAB_HAVE_GGUF
         GgufLoadOptions go;
         go.dtype = opt.dtype == DType::BF16 ? DType::BF16 : DType::F32;
-        GgufModel g = load_gguf_model(path, go);
+        GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weights)
         lm.config = g.config;
         lm.model = std::make_unique<Transformer>(g.config, g.tensors, opt);
 #if KVLAB_HAVE_TOKENIZER

@@ -306,6 +306,9 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.telemetry.score_interval; }));
     o.push_back(bool_opt("telemetry.cupti", "telemetry", "record GPU kernels and memory with CUPTI (when a GPU is present)",
                          [](RunConfig& c) -> bool& { return c.telemetry.cupti; }));
+    o.push_back(str_opt("telemetry.on_error", "telemetry",
+                        "when events cannot be written (disk full): stop the run, or continue without telemetry",
+                        {"stop", "continue"}, [](RunConfig& c) -> std::string& { return c.telemetry.on_error; }));
     return o;
 }
 

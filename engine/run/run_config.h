@@ -88,6 +88,9 @@ struct TelemetryConfig {
     bool enabled = true;
     int64_t score_interval = 0;      // 0: every chunk for tiny models, every 8th otherwise
     bool cupti = true;
+    // What a run does when its events cannot be written (disk full, I/O error): "stop" ends it
+    // (status failed), "continue" carries on without telemetry (status degraded).
+    std::string on_error = "stop";
 };
 
 struct RunConfig {

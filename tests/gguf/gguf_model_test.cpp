@@ -4,7 +4,11 @@
 // tokenizer data, and every model-level error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <random>
@@ -12,6 +16,7 @@
 #include "engine/gguf/gguf_config.h"
 #include "engine/gguf/gguf_model.h"
 #include "engine/gguf/gguf_names.h"
+#include "engine/gguf/gguf_parse.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_rope_permute.h"
 #include "engine/gguf/gguf_writer.h"
@@ -393,6 +398,91 @@ TEST(GgufModelErrors, EveryProblemIsNamed) {
     fails("ttype.gguf", [](Tiny& t) { t.w.set("tokenizer.ggml.token_type", GgufValue::of_i32_array(std::vector<int32_t>(40, 9))); },
           {"tokenizer.ggml.token_type' entry 0 is 9, expected a token type in 0..6"});
     expect_error([&] { load_gguf_model(dir.file("absent.gguf")); }, {dir.file("absent.gguf") + ": cannot open GGUF file"});
+}
+
+// Corrupted copies of a valid file (issue 17): each of these used to load and give a plausible
+// loss. A relabelled tensor type leaves a gap in the data section; a non-finite block scale or
+// weight, a huge weight and an absurd epsilon are refused with the tensor or key named.
+std::vector<uint8_t> file_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// Byte position of tensor `name`'s ggml type field in the header (independent of the parser:
+// found as the length-prefixed name followed by n_dims and the dims).
+size_t type_field(const std::vector<uint8_t>& b, const std::string& name) {
+    std::vector<uint8_t> needle(8 + name.size());
+    const uint64_t len = name.size();
+    std::memcpy(needle.data(), &len, 8);
+    std::memcpy(needle.data() + 8, name.data(), name.size());
+    auto it = std::search(b.begin(), b.end(), needle.begin(), needle.end());
+    if (it == b.end()) throw std::runtime_error("tensor name not found: " + name);
+    size_t p = size_t(it - b.begin()) + needle.size();
+    uint32_t nd = 0;
+    std::memcpy(&nd, b.data() + p, 4);
+    return p + 4 + 8 * size_t(nd);
+}
+
+TEST(GgufModelErrors, CorruptedCopiesAreRefused) {
+    TempDir dir;
+    Spec q8;
+    q8.q8 = true;
+    const std::string good = write_variant(dir, "good.gguf", [](Tiny&) {}, q8);
+    ASSERT_NO_THROW(load_gguf_model(good));
+    const std::vector<uint8_t> base = file_bytes(good);
+    const GgufFile f = gguf_parse(base.data(), base.size(), good);
+    auto variant = [&](const std::string& name, const std::function<void(std::vector<uint8_t>&)>& edit) {
+        std::vector<uint8_t> b = base;
+        edit(b);
+        const std::string path = dir.file(name);
+        write_bytes(path, b);
+        return path;
+    };
+    auto set_type = [&](const std::string& tensor, GgmlType t) {
+        return [=](std::vector<uint8_t>& b) {
+            const uint32_t id = uint32_t(t);
+            std::memcpy(b.data() + type_field(b, tensor), &id, 4);
+        };
+    };
+    auto data_of = [&](const std::string& tensor) { return size_t(f.find_tensor(tensor)->file_offset); };
+
+    // Q8_0 relabelled Q4_0 (as Q4_1 -> Q4_0 in the field report): a gap after the tensor.
+    std::string p = variant("q8_as_q4.gguf", set_type("blk.0.ffn_up.weight", GgmlType::Q4_0));
+    expect_error([&] { load_gguf_model(p); }, {p + ": tensor '", "a gap of", "tile the data section"});
+    // A norm weight relabelled F16 (half its bytes): a gap too.
+    p = variant("norm_f16.gguf", set_type("blk.0.attn_norm.weight", GgmlType::F16));
+    expect_error([&] { load_gguf_model(p); }, {p + ": tensor '", "a gap of", "tile the data section"});
+    // NaN and Inf as the first block scale (f16) of a Q8_0 matrix.
+    for (uint16_t bits : {uint16_t(0x7e00), uint16_t(0x7c00)}) {
+        p = variant(bits == 0x7e00 ? "nan_scale.gguf" : "inf_scale.gguf", [&](std::vector<uint8_t>& b) {
+            std::memcpy(b.data() + data_of("blk.1.ffn_down.weight"), &bits, 2);
+        });
+        expect_error([&] { load_gguf_model(p); },
+                     {p + ": tensor 'model.layers.1.mlp.down_proj.weight' element ", "expected finite weights"});
+    }
+    // NaN in an f32 norm weight, and a finite but absurd value (a flipped exponent bit).
+    p = variant("nan_norm.gguf", [&](std::vector<uint8_t>& b) {
+        const float v = NAN;
+        std::memcpy(b.data() + data_of("blk.0.attn_norm.weight") + 3 * 4, &v, 4);
+    });
+    expect_error([&] { load_gguf_model(p); }, {p + ": tensor 'model.layers.0.input_layernorm.weight' element 3 (of 64) is nan"});
+    p = variant("huge_norm.gguf", [&](std::vector<uint8_t>& b) {
+        const float v = 3e7f;
+        std::memcpy(b.data() + data_of("output_norm.weight") + 5 * 4, &v, 4);
+    });
+    expect_error([&] { load_gguf_model(p); },
+                 {p + ": tensor 'model.norm.weight' element 5 (of 64) is 3e+07, beyond the plausible weight magnitude"});
+    // rms_norm_eps 1e30 and a rope base of 0.5.
+    p = write_variant(dir, "eps30.gguf",
+                      [](Tiny& t) { t.w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(1e30f)); }, q8);
+    expect_error([&] { load_gguf_model(p); }, {p + ": rms_norm_eps 1e+30 is implausible"});
+    p = write_variant(dir, "rope.gguf", [](Tiny& t) { t.w.set("llama.rope.freq_base", GgufValue::of_f32(0.5f)); }, q8);
+    expect_error([&] { load_gguf_model(p); }, {p + ": rope_theta 0.5 is implausible"});
 }
 
 TEST(GgufConfig, OptionalKeysAndScaling) {

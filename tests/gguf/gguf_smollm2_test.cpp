@@ -4,6 +4,7 @@
 // and prints the load/dequantization speed. Skips with the reason when the file is absent.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,6 +95,11 @@ TEST(SmolLM2, LoadsAsHfModel) {
         for (const auto& [name, t] : m.tensors) n += t.numel();
         std::printf("[SmolLM2] load_gguf_model (%s): %.3f s for %lld parameters (%.0f M/s, allocation included)\n",
                     dt == DType::F32 ? "f32" : "bf16", s, (long long)n, double(n) / s / 1e6);
+        // The finiteness/magnitude check of every weight ran inside the load, over all of them.
+        EXPECT_EQ(m.weight_check.elements, n);
+        std::printf("[SmolLM2] weight check (%s): %.1f ms for %lld weights (%.0f M/s), %.1f%% of the load\n",
+                    dt == DType::F32 ? "f32" : "bf16", m.weight_check.seconds * 1e3, (long long)n,
+                    double(n) / std::max(m.weight_check.seconds, 1e-9) / 1e6, 100.0 * m.weight_check.seconds / s);
         EXPECT_TRUE(m.config.tie_word_embeddings);
         EXPECT_TRUE(m.qk_unpermuted);
         EXPECT_EQ(m.tensors.size(), 272u);

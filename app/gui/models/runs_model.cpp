@@ -141,7 +141,15 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
             if (sort) return qint64(r.cacheLength);
             return r.cacheLength < 0 ? QStringLiteral("-") : r.cacheLength == 0 ? QStringLiteral("all") : QString::number(r.cacheLength);
         case COLUMN_CHUNK_SIZE: return sort ? QVariant(qint64(r.chunkSize)) : QVariant(r.chunkSize < 0 ? QStringLiteral("-") : QString::number(r.chunkSize));
-        case COLUMN_STATUS: return sort ? QVariant(int(r.status)) : QVariant(QString::fromLatin1(storage::run_status_name(r.status)));
+        case COLUMN_STATUS: {
+            if (sort) return int(r.status);
+            // A run whose numbers or recording cannot be trusted carries a warning sign; the
+            // tooltip says why (e.g. "disk full while writing session X: 720 telemetry events lost").
+            const bool warn = r.status == storage::RunStatus::DEGRADED || r.status == storage::RunStatus::FAILED ||
+                              r.status == storage::RunStatus::CRASHED;
+            const QString name = QString::fromLatin1(storage::run_status_name(r.status));
+            return warn ? QString::fromUtf8("\u26A0 ") + name : name;
+        }
         case COLUMN_PROGRESS:
             if (sort) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
             if (r.status == storage::RunStatus::DONE) return QStringLiteral("100%");
@@ -205,7 +213,9 @@ void RunsModel::setStatus(int64_t run, storage::RunStatus status, const QString&
     if (row < 0) return;
     RunRow& r = rows_[size_t(row)];
     r.status = status;
-    if (status == storage::RunStatus::FAILED || status == storage::RunStatus::CANCELLED) r.error = message;
+    if (status == storage::RunStatus::FAILED || status == storage::RunStatus::CANCELLED ||
+        status == storage::RunStatus::DEGRADED)
+        r.error = message;
     if (status == storage::RunStatus::DONE && r.total > 0) r.done = r.total;
     emitRowChanged(row);
 }
