@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
 #include "engine/generate/chat_format.h"
@@ -26,7 +27,7 @@ ModelOptions model_options(const RunConfig& cfg) {
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
     opt.verify_checksum = cfg.model_verify;
-    if (cfg.device.rfind("cuda:", 0) == 0) opt.device = Device{DeviceType::CUDA, std::atoi(cfg.device.c_str() + 5)};
+    opt.device = parse_device(cfg.device);
     return opt;
 }
 

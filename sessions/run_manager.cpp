@@ -13,6 +13,7 @@
 #include <new>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
 #include "engine/memory/memory_tracker.h"
@@ -222,9 +223,7 @@ void RunManager::execute(Job& job) {
     const RunConfig& cfg = job.cfg;
     MemoryTracker tracker;
     if (!cfg.memory_budget.empty()) {
-        Device d{};
-        if (cfg.device.rfind("cuda:", 0) == 0) d = Device{DeviceType::CUDA, std::atoi(cfg.device.c_str() + 5)};
-        tracker.set_budget(d, parse_bytes(cfg.memory_budget, "--memory.budget"));
+        tracker.set_budget(parse_device(cfg.device), parse_bytes(cfg.memory_budget, "--memory.budget"));
     }
     trace::RecorderOptions ro;
     ro.score_interval = cfg.telemetry.score_interval > 0 ? int(cfg.telemetry.score_interval)

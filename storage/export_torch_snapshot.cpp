@@ -11,9 +11,9 @@
 #include <map>
 #include <set>
 
+#include "storage/config_fields.h"
 #include "storage/exports.h"
 #include "storage/pickle_writer.h"
-#include "storage/run_config.h"
 
 namespace kv::storage {
 

@@ -17,6 +17,7 @@
 #include "engine/memory/mem_category.h"
 #include "engine/telemetry/event_types.h"
 #include "storage/event_blocks.h"
+#include "storage/record_tables.h"
 
 namespace kv::storage {
 
@@ -83,10 +84,6 @@ CREATE TABLE memory_events(
   layer INTEGER, chunk INTEGER, flags INTEGER);
 )SQL" KVLAB_EVENT_BLOCKS_SQL R"SQL(
 
-CREATE TABLE cache_steps(
-  id INTEGER PRIMARY KEY, run_id INTEGER, layer INTEGER, chunk INTEGER,
-  pass INTEGER, t_ns INTEGER, input_pos INTEGER, num_tokens INTEGER,
-  cache_length INTEGER, replay_log BLOB);
 CREATE INDEX cache_steps_layer ON cache_steps(run_id, layer, chunk);
 
 -- scores: little-endian float32 (B, G, T) row-major, NULL when only the summary was kept.
@@ -98,10 +95,6 @@ CREATE TABLE score_snapshots(
   scores BLOB);
 CREATE INDEX score_snapshots_layer ON score_snapshots(run_id, layer, chunk);
 
-CREATE TABLE cells(
-  id INTEGER PRIMARY KEY, run_id INTEGER, row INTEGER, col INTEGER,
-  layer_begin INTEGER, layer_end INTEGER, chunk_begin INTEGER, chunk_end INTEGER,
-  start_ns INTEGER, end_ns INTEGER, peak_bytes INTEGER, device INTEGER);
 CREATE INDEX cells_run ON cells(run_id, row, col);
 
 CREATE TABLE metrics(
@@ -114,43 +107,12 @@ CREATE TABLE logs(
   thread INTEGER, text TEXT);
 CREATE INDEX logs_run ON logs(run_id);
 
-CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL(
-  run_id INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
-  deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
-  correlationId INTEGER NOT NULL, globalPid INTEGER NOT NULL,
-  demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL,
-  launchType INTEGER NOT NULL, cacheConfig INTEGER NOT NULL, registersPerThread INTEGER NOT NULL,
-  gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL,
-  blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL,
-  staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL,
-  localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL,
-  graphNodeId INTEGER NOT NULL, graphId INTEGER NOT NULL);
 CREATE INDEX cupti_kernel_time ON CUPTI_ACTIVITY_KIND_KERNEL(run_id, start);
 
-CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY(
-  run_id INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
-  deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
-  correlationId INTEGER NOT NULL, globalPid INTEGER NOT NULL,
-  bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, srcKind INTEGER NOT NULL, dstKind INTEGER NOT NULL,
-  flags INTEGER NOT NULL, graphNodeId INTEGER NOT NULL);
 CREATE INDEX cupti_memcpy_time ON CUPTI_ACTIVITY_KIND_MEMCPY(run_id, start);
 
-CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET(
-  run_id INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
-  deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
-  correlationId INTEGER NOT NULL, globalPid INTEGER NOT NULL,
-  value INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, flags INTEGER NOT NULL,
-  graphNodeId INTEGER NOT NULL);
 CREATE INDEX cupti_memset_time ON CUPTI_ACTIVITY_KIND_MEMSET(run_id, start);
 
--- MEMORY2 records; nsys exports them (with --cuda-memory-usage) under this name.
-CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS(
-  run_id INTEGER NOT NULL, start INTEGER NOT NULL, globalPid INTEGER NOT NULL,
-  deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
-  correlationId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL, bytes INTEGER NOT NULL,
-  memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, name INTEGER NOT NULL, isAsync INTEGER NOT NULL,
-  localMemoryPoolAddress INTEGER NOT NULL, localMemoryPoolReleaseThreshold INTEGER NOT NULL,
-  localMemoryPoolSize INTEGER NOT NULL, localMemoryPoolUtilizedSize INTEGER NOT NULL);
 CREATE INDEX cuda_memory_time ON CUDA_GPU_MEMORY_USAGE_EVENTS(run_id, start);
 
 -- externalId = spans.correlation_id of the engine span that launched the work (CUSTOM0 = 3).
@@ -195,6 +157,11 @@ void schema_create(Db& db) {
                            str("session '", db.path(), "': cannot switch to WAL mode (journal_mode is '", mode, "')"),
                            "put the session on a local file system that supports shared memory");
     Transaction tx(db);
+    // Tables with a column table (storage/record_tables.h) first: kCreateSql indexes them.
+    db.exec(tables::cache_steps().create_sql() + tables::cells().create_sql() + tables::cupti_kernel().create_sql() +
+                tables::cupti_memcpy().create_sql() + tables::cupti_memset().create_sql() +
+                tables::cuda_memory_usage().create_sql(),
+            "creating the session tables");
     db.exec(kCreateSql, "creating the session tables");
     db.exec(str("PRAGMA application_id=", kApplicationId, "; PRAGMA user_version=", kSchemaVersion, ";"),
             "stamping the session header");

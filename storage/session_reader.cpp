@@ -1,5 +1,13 @@
 // SessionReader (see session_reader.h). Readers hold a read transaction only for the duration
 // of one call, so the writer's PASSIVE checkpoints can reclaim the WAL between GUI refreshes.
+//
+// Index (sections marked "// ---- name ----")
+//   helpers, strings         id ranges, limits, StringIds lookups
+//   runs
+//   memory                   rows, the block index, windows, decimated timelines
+//   spans
+//   cache, scores, cells     cache_steps (replay-log blobs), score snapshots, cells
+//   metrics, logs, GPU       and count_rows
 #include "session_reader.h"
 
 #include <algorithm>
@@ -8,6 +16,7 @@
 #include <queue>
 
 #include "storage/event_blocks.h"
+#include "storage/record_tables.h"
 #include "storage/session.h"
 #include "storage/session_file.h"
 
@@ -420,25 +429,14 @@ void SessionReader::for_each_span(int64_t run, const std::function<void(const Sp
 std::vector<CacheStepRow> SessionReader::cache_steps(int64_t run, int layer, int64_t after_id, size_t limit) {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<CacheStepRow> out;
-    Stmt s = db_->prepare(
-        layer >= 0
-            ? "SELECT id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, replay_log FROM cache_steps "
-              "WHERE run_id = ?1 AND layer = ?2 AND id > ?3 ORDER BY chunk, id LIMIT ?4"
-            : "SELECT id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, replay_log FROM cache_steps "
-              "WHERE run_id = ?1 AND ?2 < 0 AND id > ?3 ORDER BY layer, chunk, id LIMIT ?4");
+    const auto& t = tables::cache_steps();
+    Stmt s = db_->prepare(str("SELECT ", t.select_list(), " FROM cache_steps WHERE run_id = ?1 AND ",
+                              layer >= 0 ? "layer = ?2 AND id > ?3 ORDER BY chunk, id" : "?2 < 0 AND id > ?3 ORDER BY layer, chunk, id",
+                              " LIMIT ?4"));
     s.bind(1, run).bind(2, layer).bind(3, after_id).bind(4, clamp_limit(limit));
     while (s.step()) {
         CacheStepRow r;
-        r.id = s.i64(0);
-        r.layer = s.i32(1);
-        r.chunk = s.i32(2);
-        r.pass = s.i32(3);
-        r.t_ns = s.i64(4);
-        r.input_pos = s.i64(5);
-        r.num_tokens = s.i32(6);
-        r.cache_length = s.i32(7);
-        const auto* p = static_cast<const uint8_t*>(s.blob(8));
-        r.replay_log.assign(p, p + s.bytes(8));
+        t.read(s, r);
         out.push_back(std::move(r));
     }
     return out;
@@ -483,23 +481,12 @@ std::vector<ScoreRow> SessionReader::score_snapshots(int64_t run, int layer, int
 std::vector<CellRow> SessionReader::cells(int64_t run, int64_t after_id) {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<CellRow> out;
-    Stmt s = db_->prepare(
-        "SELECT id, row, col, layer_begin, layer_end, chunk_begin, chunk_end, start_ns, end_ns, peak_bytes, device "
-        "FROM cells WHERE run_id = ?1 AND id > ?2 ORDER BY id");
+    const auto& t = tables::cells();
+    Stmt s = db_->prepare(str("SELECT ", t.select_list(), " FROM cells WHERE run_id = ?1 AND id > ?2 ORDER BY id"));
     s.bind(1, run).bind(2, after_id);
     while (s.step()) {
         CellRow c;
-        c.id = s.i64(0);
-        c.row = s.i32(1);
-        c.col = s.i32(2);
-        c.layer_begin = s.i32(3);
-        c.layer_end = s.i32(4);
-        c.chunk_begin = s.i32(5);
-        c.chunk_end = s.i32(6);
-        c.start_ns = s.i64(7);
-        c.end_ns = s.i64(8);
-        c.peak_bytes = s.i64(9);
-        c.device = s.i32(10);
+        t.read(s, c);
         out.push_back(c);
     }
     return out;

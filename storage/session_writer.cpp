@@ -26,6 +26,7 @@
 #include "engine/telemetry/string_table.h"
 #include "storage/batched_insert.h"
 #include "storage/event_blocks.h"
+#include "storage/record_tables.h"
 #include "storage/session_file.h"
 #include "storage/sqlite_util.h"
 
@@ -110,35 +111,17 @@ struct SessionWriter::Impl : trace::EventSink {
         // The block index names row ids before the multi-row INSERTs run (see BatchedInsert).
         max_span_id = db->prepare("SELECT coalesce(max(id), 0) FROM spans");
         max_mem_id = db->prepare("SELECT coalesce(max(id), 0) FROM memory_events");
-        ins_cache = db->prepare(
-            "INSERT INTO cache_steps(run_id, layer, chunk, pass, t_ns, input_pos, num_tokens, cache_length, "
-            "replay_log) "
-            "VALUES(?,?,?,?,?,?,?,?,?)");
+        ins_cache = db->prepare(tables::cache_steps().insert_sql());
         ins_score = db->prepare(
             "INSERT INTO score_snapshots(run_id, layer, chunk, pass, t_ns, B, G, T, count, nonfinite, min, max, mean, "
             "stddev, p10, p50, p90, p99, scores) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        ins_cell = db->prepare(
-            "INSERT INTO cells(run_id, row, col, layer_begin, layer_end, chunk_begin, chunk_end, start_ns, end_ns, "
-            "peak_bytes, device) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+        ins_cell = db->prepare(tables::cells().insert_sql());
         ins_metric = db->prepare("INSERT INTO metrics(run_id, name, step, value, t_ns) VALUES(?,?,?,?,?)");
         ins_log = db->prepare("INSERT INTO logs(run_id, t_ns, level, thread, text) VALUES(?,?,?,?,?)");
-        ins_kernel = db->prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(run_id, start, \"end\", deviceId, contextId, streamId, "
-            "correlationId, globalPid, demangledName, shortName, launchType, cacheConfig, registersPerThread, gridX, "
-            "gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "
-            "localMemoryTotal, graphNodeId, graphId) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        ins_memcpy = db->prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY(run_id, start, \"end\", deviceId, contextId, streamId, "
-            "correlationId, globalPid, bytes, copyKind, srcKind, dstKind, flags, graphNodeId) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        ins_memset = db->prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET(run_id, start, \"end\", deviceId, contextId, streamId, "
-            "correlationId, globalPid, value, bytes, memKind, flags, graphNodeId) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        ins_memory = db->prepare(
-            "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS(run_id, start, globalPid, deviceId, contextId, streamId, "
-            "correlationId, address, pc, bytes, memKind, memoryOperationType, name, isAsync, localMemoryPoolAddress, "
-            "localMemoryPoolReleaseThreshold, localMemoryPoolSize, localMemoryPoolUtilizedSize) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_kernel = db->prepare(tables::cupti_kernel().insert_sql());
+        ins_memcpy = db->prepare(tables::cupti_memcpy().insert_sql());
+        ins_memset = db->prepare(tables::cupti_memset().insert_sql());
+        ins_memory = db->prepare(tables::cuda_memory_usage().insert_sql());
         ins_corr = db->prepare(
             "INSERT INTO CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION(run_id, externalKind, externalId, correlationId) "
             "VALUES(?,?,?,?)");
@@ -280,18 +263,8 @@ struct SessionWriter::Impl : trace::EventSink {
     }
 
     uint64_t write_cache_step(RunSlot& r, const trace::CacheStepRecord& c) {
-        Stmt& q = ins_cache;
-        const std::vector<uint8_t>* log = c.replay_log;
-        q.bind(1, r.id)
-            .bind(2, c.layer)
-            .bind(3, c.chunk)
-            .bind(4, int(c.pass))
-            .bind(5, c.t_ns)
-            .bind(6, c.input_pos)
-            .bind(7, c.num_tokens)
-            .bind(8, c.cache_length)
-            .bind_blob(9, log ? log->data() : nullptr, log ? log->size() : 0);
-        q.insert();
+        tables::cache_steps().bind(ins_cache, {r.id, c});
+        ins_cache.insert();
         return 1;
     }
 
@@ -327,19 +300,8 @@ struct SessionWriter::Impl : trace::EventSink {
     }
 
     uint64_t write_cell(RunSlot& r, const trace::CellRecord& c) {
-        Stmt& q = ins_cell;
-        q.bind(1, r.id)
-            .bind(2, c.row)
-            .bind(3, c.col)
-            .bind(4, c.layer_begin)
-            .bind(5, c.layer_end)
-            .bind(6, c.chunk_begin)
-            .bind(7, c.chunk_end)
-            .bind(8, c.start_ns)
-            .bind(9, c.end_ns)
-            .bind(10, c.peak_bytes)
-            .bind(11, int(c.device));
-        q.insert();
+        tables::cells().bind(ins_cell, {r.id, c});
+        ins_cell.insert();
         return 1;
     }
 
@@ -366,90 +328,20 @@ struct SessionWriter::Impl : trace::EventSink {
         const trace::GpuBatchPayload* p = g.payload;
         if (!p) return 0;
         for (const GpuKernel& k : p->kernels) {
-            Stmt& q = ins_kernel;
-            q.bind(1, r.id)
-                .bind(2, k.start)
-                .bind(3, k.end)
-                .bind(4, k.device_id)
-                .bind(5, k.context_id)
-                .bind(6, k.stream_id)
-                .bind(7, k.correlation_id)
-                .bind(8, global_pid)
-                .bind(9, string_id(k.demangled_name_id))
-                .bind(10, string_id(k.short_name_id))
-                .bind(11, int(k.launch_type))
-                .bind(12, int(k.cache_config))
-                .bind(13, k.registers_per_thread)
-                .bind(14, k.grid_x)
-                .bind(15, k.grid_y)
-                .bind(16, k.grid_z)
-                .bind(17, k.block_x)
-                .bind(18, k.block_y)
-                .bind(19, k.block_z)
-                .bind(20, k.static_shared_memory)
-                .bind(21, k.dynamic_shared_memory)
-                .bind(22, k.local_memory_per_thread)
-                .bind(23, k.local_memory_total)
-                .bind(24, k.graph_node_id)
-                .bind(25, k.graph_id);
-            q.insert();
+            tables::cupti_kernel().bind(ins_kernel, {r.id, global_pid, string_id(k.demangled_name_id), string_id(k.short_name_id), k});
+            ins_kernel.insert();
         }
         for (const GpuMemcpy& c : p->memcpys) {
-            Stmt& q = ins_memcpy;
-            q.bind(1, r.id)
-                .bind(2, c.start)
-                .bind(3, c.end)
-                .bind(4, c.device_id)
-                .bind(5, c.context_id)
-                .bind(6, c.stream_id)
-                .bind(7, c.correlation_id)
-                .bind(8, global_pid)
-                .bind(9, c.bytes)
-                .bind(10, int(c.copy_kind))
-                .bind(11, int(c.src_kind))
-                .bind(12, int(c.dst_kind))
-                .bind(13, int(c.flags))
-                .bind(14, c.graph_node_id);
-            q.insert();
+            tables::cupti_memcpy().bind(ins_memcpy, {r.id, global_pid, c});
+            ins_memcpy.insert();
         }
         for (const GpuMemset& s : p->memsets) {
-            Stmt& q = ins_memset;
-            q.bind(1, r.id)
-                .bind(2, s.start)
-                .bind(3, s.end)
-                .bind(4, s.device_id)
-                .bind(5, s.context_id)
-                .bind(6, s.stream_id)
-                .bind(7, s.correlation_id)
-                .bind(8, global_pid)
-                .bind(9, s.value)
-                .bind(10, s.bytes)
-                .bind(11, int(s.mem_kind))
-                .bind(12, int(s.flags))
-                .bind(13, s.graph_node_id);
-            q.insert();
+            tables::cupti_memset().bind(ins_memset, {r.id, global_pid, s});
+            ins_memset.insert();
         }
         for (const GpuMemory& m : p->memory) {
-            Stmt& q = ins_memory;
-            q.bind(1, r.id)
-                .bind(2, m.start)
-                .bind(3, global_pid)
-                .bind(4, m.device_id)
-                .bind(5, m.context_id)
-                .bind(6, m.stream_id)
-                .bind(7, m.correlation_id)
-                .bind(8, m.address)
-                .bind(9, m.pc)
-                .bind(10, m.bytes)
-                .bind(11, m.mem_kind)
-                .bind(12, m.memory_operation_type)
-                .bind(13, string_id(m.name_id))
-                .bind(14, m.is_async)
-                .bind(15, m.pool_address)
-                .bind(16, m.pool_release_threshold)
-                .bind(17, m.pool_size)
-                .bind(18, m.pool_utilized_size);
-            q.insert();
+            tables::cuda_memory_usage().bind(ins_memory, {r.id, global_pid, string_id(m.name_id), m});
+            ins_memory.insert();
         }
         for (const GpuCorrelation& x : p->correlations) {
             Stmt& q = ins_corr;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "storage/session.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
 
@@ -13,12 +12,21 @@ namespace kv::views {
 
 const char* view_name(ViewKind k) {
     static const char* const kNames[] = {"eviction map", "scores", "memory timeline", "cell grid", "metrics", "compare"};
-    static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(ViewKind::COMPARE) + 1, "view names out of date with ViewKind");
+    static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(ViewKind::COUNT), "view names out of date with ViewKind");
     return size_t(k) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[size_t(k)] : "unknown";
 }
 
+bool view_from_name(const std::string& name, ViewKind* out) {
+    for (size_t k = 0; k < size_t(ViewKind::COUNT); ++k)
+        if (name == view_name(ViewKind(k))) {
+            if (out) *out = ViewKind(k);
+            return true;
+        }
+    return false;
+}
+
 namespace {
-constexpr size_t kNumViews = size_t(ViewKind::COMPARE) + 1;
+constexpr size_t kNumViews = size_t(ViewKind::COUNT);
 constexpr size_t kMaxCompared = 8;
 }  // namespace
 
@@ -54,15 +62,9 @@ bool CanvasImpl::refresh_view(ViewKind k) {
             return refresh_metrics(metrics, *reader);
         case ViewKind::COMPARE:
             if (runs.size() < 2) return false;
-            if (!compare_session_tried) {
-                compare_session_tried = true;
-                try {
-                    compare_session = storage::Session::open(path);
-                } catch (const std::exception& e) {
-                    compare.comparison_error = std::string("cannot compute the comparison: ") + e.what();
-                }
-            }
-            return refresh_compare(compare, *reader, compare_session.get());
+            return refresh_compare(compare, *reader);
+        case ViewKind::COUNT:
+            break;
     }
     return false;
 }
@@ -79,8 +81,6 @@ void Canvas::open_session(const std::string& path) {
     c.runs.clear();
     c.reference = 0;
     c.reset_views();
-    c.compare_session.reset();
-    c.compare_session_tried = false;
     c.reader.reset();
     c.infos.clear();
     c.path.clear();
@@ -140,6 +140,17 @@ bool Canvas::refresh() {
     return any;
 }
 
+bool Canvas::has_draw_requests() const {
+    const CanvasImpl& c = *impl_;
+    return c.reader && c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory);
+}
+
+bool Canvas::serve_draw_requests() {
+    CanvasImpl& c = *impl_;
+    if (!has_draw_requests()) return false;
+    return serve_memory_timeline_requests(c.memory, *c.reader);
+}
+
 void Canvas::draw(float width, float height) {
     CanvasImpl& c = *impl_;
     ImGui::SetNextWindowPos(ImVec2(0, 0));
@@ -192,7 +203,7 @@ void Canvas::draw(float width, float height) {
             DrawScoresView(c.scores, c.textures, body);
             break;
         case ViewKind::MEMORY_TIMELINE:
-            DrawMemoryTimelineView(c.memory, c.textures, c.reader.get(), body);
+            DrawMemoryTimelineView(c.memory, c.textures, body);
             break;
         case ViewKind::CELL_GRID:
             DrawCellGridView(c.cells, c.textures, body);
@@ -201,7 +212,9 @@ void Canvas::draw(float width, float height) {
             DrawMetricsView(c.metrics, body);
             break;
         case ViewKind::COMPARE:
-            DrawCompareView(c.compare, c.textures, c.reader.get(), body);
+            DrawCompareView(c.compare, c.textures, body);
+            break;
+        case ViewKind::COUNT:
             break;
     }
     ImGui::End();

@@ -20,8 +20,11 @@
 
 namespace kv::views {
 
-enum class ViewKind : uint8_t { EVICTION_MAP, SCORES, MEMORY_TIMELINE, CELL_GRID, METRICS, COMPARE };
+// COUNT is the number of views (not a view): hosts list views by iterating up to it.
+enum class ViewKind : uint8_t { EVICTION_MAP, SCORES, MEMORY_TIMELINE, CELL_GRID, METRICS, COMPARE, COUNT };
 const char* view_name(ViewKind k);
+// The view called `name` (view_name's text); false when there is none.
+bool view_from_name(const std::string& name, ViewKind* out);
 
 // Textures for views drawn as images. Pixels are RGBA8, row-major, width*height*4 bytes.
 class TextureHost {
@@ -56,6 +59,12 @@ class Canvas {
     // Pulls rows newer than what the views hold. Cheap when nothing changed. Returns true when
     // anything new arrived (the host may then request a repaint).
     bool refresh();
+    // Draw never queries the session: what a frame could not take from the views' state (a
+    // zoomed window of a huge run, the allocations under the cursor) it records as a request.
+    // The host checks after each frame and serves them outside the draw; true when something
+    // was read (repaint).
+    bool has_draw_requests() const;
+    bool serve_draw_requests();
     // Emits the ImGui calls of the active view into one window filling [0,0,width,height).
     void draw(float width, float height);
 

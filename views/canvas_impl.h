@@ -18,9 +18,8 @@
 #include "views/scores_view.h"
 
 namespace kv::storage {
-class Session;
 class SessionReader;
-}  // namespace kv::storage
+}
 
 namespace kv::views {
 
@@ -28,10 +27,6 @@ struct CanvasImpl {
     TextureHost* textures = nullptr;
     std::string path;
     std::unique_ptr<storage::SessionReader> reader;
-    // Opened read-write on first use by the compare view (sessions::compare_runs takes a
-    // Session); stays null when that fails (e.g. a read-only file), and the view says why.
-    std::unique_ptr<storage::Session> compare_session;
-    bool compare_session_tried = false;
     std::vector<int64_t> runs;
     int64_t reference = 0;
     ViewKind view = ViewKind::EVICTION_MAP;

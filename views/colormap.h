@@ -7,8 +7,7 @@
 
 #include <cstdint>
 
-#include "engine/memory/mem_category.h"
-#include "engine/telemetry/event_types.h"
+#include "storage/rows.h"  // the record vocabulary: MemCategory, trace event types
 
 namespace kv::views {
 

@@ -5,27 +5,26 @@
 #include <cmath>
 #include <cstdio>
 
-#include "storage/session.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
 namespace kv::views {
 
-std::vector<CompareMetricRow> compare_metric_rows(const sessions::Comparison& c) {
+std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) {
     struct Field {
         const char* name;
-        double sessions::ComparedRun::*value;
-        double sessions::ComparedRun::*relative;  // nullptr: ratio computed here
+        double storage::ComparedRun::*value;
+        double storage::ComparedRun::*relative;  // nullptr: ratio computed here
         bool difference;
     };
     static const Field kFields[] = {
-        {"loss", &sessions::ComparedRun::loss, &sessions::ComparedRun::d_loss, true},
-        {"accuracy", &sessions::ComparedRun::accuracy, &sessions::ComparedRun::d_accuracy, true},
-        {"perplexity", &sessions::ComparedRun::perplexity, &sessions::ComparedRun::ppl_ratio, false},
-        {"tokens/s", &sessions::ComparedRun::tokens_per_s, &sessions::ComparedRun::speed_ratio, false},
-        {"KV bytes", &sessions::ComparedRun::kv_bytes, &sessions::ComparedRun::kv_ratio, false},
-        {"peak bytes", &sessions::ComparedRun::peak_bytes, &sessions::ComparedRun::peak_ratio, false},
-        {"seconds", &sessions::ComparedRun::seconds, nullptr, false},
+        {"loss", &storage::ComparedRun::loss, &storage::ComparedRun::d_loss, true},
+        {"accuracy", &storage::ComparedRun::accuracy, &storage::ComparedRun::d_accuracy, true},
+        {"perplexity", &storage::ComparedRun::perplexity, &storage::ComparedRun::ppl_ratio, false},
+        {"tokens/s", &storage::ComparedRun::tokens_per_s, &storage::ComparedRun::speed_ratio, false},
+        {"KV bytes", &storage::ComparedRun::kv_bytes, &storage::ComparedRun::kv_ratio, false},
+        {"peak bytes", &storage::ComparedRun::peak_bytes, &storage::ComparedRun::peak_ratio, false},
+        {"seconds", &storage::ComparedRun::seconds, nullptr, false},
     };
     std::vector<CompareMetricRow> out;
     for (const Field& f : kFields) {
@@ -73,7 +72,7 @@ std::vector<int64_t> display_order(const CompareViewState& s) {
 }
 }  // namespace
 
-bool refresh_compare(CompareViewState& s, storage::SessionReader& reader, storage::Session* session) {
+bool refresh_compare(CompareViewState& s, storage::SessionReader& reader) {
     const std::vector<int64_t> order = display_order(s);
     bool changed = false;
     std::vector<storage::RunInfo> infos;
@@ -90,15 +89,11 @@ bool refresh_compare(CompareViewState& s, storage::SessionReader& reader, storag
                        infos[i].config != s.infos[i].config || infos[i].name != s.infos[i].name;
     s.infos = std::move(infos);
     if (runs_changed || !s.have_comparison) {
-        if (session) {
-            try {
-                s.comparison = sessions::compare_runs(*session, order, order.empty() ? 0 : order.front());
-                s.have_comparison = true;
-            } catch (const std::exception& e) {
-                s.comparison_error = e.what();
-            }
-        } else if (s.comparison_error.empty()) {
-            s.comparison_error = "the configuration diff and metrics need the session opened read-write";
+        try {
+            s.comparison = storage::compare_runs(reader, order, order.empty() ? 0 : order.front());
+            s.have_comparison = true;
+        } catch (const std::exception& e) {
+            s.comparison_error = e.what();
         }
         changed = true;
     }
@@ -145,7 +140,7 @@ std::string fmt_relative(double v, bool difference) {
 }
 
 void draw_tables(CompareViewState& s, float height) {
-    const sessions::Comparison& c = s.comparison;
+    const storage::Comparison& c = s.comparison;
     ImGui::BeginChild("##tables", ImVec2(0, height), false);
     const int ncol = int(c.runs.size()) + 1;
     if (!c.differing_fields.empty() &&
@@ -195,7 +190,7 @@ void draw_tables(CompareViewState& s, float height) {
 
 }  // namespace
 
-void DrawCompareView(CompareViewState& s, TextureHost* host, storage::SessionReader* reader, ImVec2 size) {
+void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) {
         const ImVec2 avail = ImGui::GetContentRegionAvail();
         if (size.x <= 0) size.x = avail.x;
@@ -286,7 +281,6 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, storage::SessionRea
         }
         DrawMemoryOverlay(states, names, ImVec2(size.x, std::max(40.f, mem_h)));
     }
-    (void)reader;
     ImGui::EndGroup();
     ImGui::PopID();
 }

@@ -1,5 +1,5 @@
 // Compare: 2-8 runs side by side — the configuration fields that differ, a metrics table with
-// differences and ratios to the reference run (both from sessions::compare_runs, what `kvlab
+// differences and ratios to the reference run (both from storage::compare_runs, what `kvlab
 // compare` prints), eviction maps of every run synchronized on one layer/head/colour/window,
 // and their memory timelines overlaid on a common "time since start" axis.
 #pragma once
@@ -9,15 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "sessions/comparison.h"
+#include "storage/comparison.h"
 #include "storage/run_info.h"
 #include "views/eviction_map.h"
 #include "views/memory_timeline.h"
 
 namespace kv::storage {
-class Session;
 class SessionReader;
-}  // namespace kv::storage
+}
 
 namespace kv::views {
 
@@ -28,7 +27,7 @@ struct CompareMetricRow {
     bool difference = false;  // `relative` holds run - reference instead of run / reference
     std::vector<double> values, relative;
 };
-std::vector<CompareMetricRow> compare_metric_rows(const sessions::Comparison& c);
+std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c);
 
 struct CompareViewState {
     std::vector<int64_t> runs;  // as selected
@@ -40,7 +39,7 @@ struct CompareViewState {
     AxisRange steps_range{0, 1}, tokens_range{0, 1};
     bool follow = true;
     // ---- derived data ----
-    sessions::Comparison comparison;  // runs in comparison order (reference first)
+    storage::Comparison comparison;  // runs in comparison order (reference first)
     bool have_comparison = false;
     std::string comparison_error;
     std::vector<storage::RunInfo> infos;       // per compared run, same order
@@ -51,10 +50,11 @@ struct CompareViewState {
 
 // Sets the runs (resetting per-run state; releases textures through `host`).
 void compare_select(CompareViewState& s, const std::vector<int64_t>& runs, int64_t reference, TextureHost* host);
-// Reads run rows, recomputes the comparison when a run changed (through `session`, which may be
-// null: then only maps and timelines), and refreshes every run's map and timeline.
-bool refresh_compare(CompareViewState& s, storage::SessionReader& reader, storage::Session* session);
+// Reads run rows, recomputes the comparison when a run changed (from the read-only reader),
+// and refreshes every run's map and timeline.
+bool refresh_compare(CompareViewState& s, storage::SessionReader& reader);
 void release_compare_textures(CompareViewState& s, TextureHost* host);
-void DrawCompareView(CompareViewState& s, TextureHost* host, storage::SessionReader* reader, ImVec2 size = ImVec2(0, 0));
+// Draws from the state only (no queries; refresh_compare reads).
+void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
 }  // namespace kv::views

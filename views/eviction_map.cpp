@@ -12,9 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
-#include "engine/core/error.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
@@ -52,89 +50,6 @@ int64_t EvictionSequence::tokens() const {
     return t;
 }
 
-void apply_plan_to_row(const SlotPlan& p, int64_t row, std::vector<int32_t>& slot_pos) {
-    const int64_t pr = p.rows == 1 ? 0 : row;
-    if (p.moves > 0) {
-        std::vector<int32_t> moved(size_t(p.moves));
-        for (int64_t m = 0; m < p.moves; ++m) {
-            const int32_t from = p.move_from[size_t(pr * p.moves + m)];
-            moved[size_t(m)] = from >= 0 && size_t(from) < slot_pos.size() ? slot_pos[size_t(from)] : -1;
-        }
-        for (int64_t m = 0; m < p.moves; ++m) {
-            const int32_t to = p.move_to[size_t(pr * p.moves + m)];
-            if (to >= 0 && size_t(to) < slot_pos.size()) slot_pos[size_t(to)] = moved[size_t(m)];
-        }
-    }
-    for (int64_t t = 0; t < p.n; ++t) {
-        const int32_t slot = p.targets[size_t(pr * p.n + t)];
-        if (slot >= 0 && size_t(slot) < slot_pos.size()) slot_pos[size_t(slot)] = int32_t(p.input_pos + t);
-    }
-}
-
-namespace {
-
-template <class T>
-bool take(const uint8_t*& p, const uint8_t* end, T& v) {
-    if (size_t(end - p) < sizeof(T)) return false;
-    std::memcpy(&v, p, sizeof(T));
-    p += sizeof(T);
-    return true;
-}
-
-}  // namespace
-
-bool decode_cache_step(const uint8_t* data, size_t size, SlotPlan& out, std::string& why) {
-    const uint8_t *p = data, *end = data + size;
-    uint32_t magic = 0;
-    uint16_t version = 0, flags = 0;
-    SlotPlan s;
-    if (!take(p, end, magic) || !take(p, end, version) || !take(p, end, flags) || !take(p, end, s.input_pos) ||
-        !take(p, end, s.n) || !take(p, end, s.rows) || !take(p, end, s.moves) || !take(p, end, s.length_after)) {
-        why = "replay log blob is truncated";
-        return false;
-    }
-    if (magic != 0x5052564bu) {  // "KVRP"
-        why = "not a replay log (bad magic)";
-        return false;
-    }
-    if (version != 1) {
-        why = str("replay log version ", version, " is newer than this kvlab reads (1)");
-        return false;
-    }
-    if (s.n < 0 || s.rows < 1 || s.moves < 0 || s.moves > s.n || s.n > (int64_t(1) << 31) || s.rows > (int64_t(1) << 20)) {
-        why = "inconsistent sizes in the replay log";
-        return false;
-    }
-    if (flags & 1) {  // one contiguous range shared by every row
-        int64_t start = 0;
-        if (s.rows != 1 || s.moves != 0 || !take(p, end, start)) {
-            why = "inconsistent range plan in the replay log";
-            return false;
-        }
-        s.targets.resize(size_t(s.n));
-        for (int64_t t = 0; t < s.n; ++t) s.targets[size_t(t)] = int32_t(start + t);
-    } else {
-        const int64_t words = s.rows * (s.n + 2 * s.moves);
-        if (int64_t(end - p) < words * 4) {
-            why = "replay log blob is truncated";
-            return false;
-        }
-        auto read = [&](std::vector<int32_t>& v, int64_t count) {
-            v.resize(size_t(count));
-            for (int64_t i = 0; i < count; ++i) {
-                uint32_t u = 0;
-                take(p, end, u);
-                v[size_t(i)] = int32_t(u);
-            }
-        };
-        read(s.targets, s.rows * s.n);
-        read(s.move_from, s.rows * s.moves);
-        read(s.move_to, s.rows * s.moves);
-    }
-    out = std::move(s);
-    return true;
-}
-
 namespace {
 
 // Checks that a decoded plan indexes inside sane bounds; returns the slots it needs.
@@ -152,7 +67,7 @@ int64_t plan_slots_needed(const SlotPlan& p, std::string& why) {
     for (const auto* v : {&p.targets, &p.move_from, &p.move_to})
         for (int32_t s : *v) {
             if (s < 0 || s >= kMaxSlots) {
-                why = str("slot ", s, " out of range");
+                why = "slot " + std::to_string(s) + " out of range";
                 return -1;
             }
             need = std::max<int64_t>(need, int64_t(s) + 1);
@@ -203,7 +118,7 @@ bool EvictionData::ingest(const storage::CacheStepRow& row) {
     if (layer_sequences.size() <= li) layer_sequences.resize(li + 1, 0);
     SlotPlan p;
     std::string why;
-    decode_cache_step(row.replay_log.data(), row.replay_log.size(), p, why);
+    storage::decode_cache_step(row, p, why);
     const bool starts = why.empty() && p.input_pos == 0;
     if (starts || layer_sequences[li] == 0) ++layer_sequences[li];
     const size_t seq = size_t(layer_sequences[li] - 1);
@@ -215,7 +130,8 @@ bool EvictionData::ingest(const storage::CacheStepRow& row) {
     const int64_t need = why.empty() ? plan_slots_needed(p, why) : -1;
     if (why.empty() && ly.rows > 1 && p.rows != 1 && p.rows != ly.rows) why = "cache row count changed mid-sequence";
     if (!why.empty()) {
-        ly.error = str("layer ", row.layer, " step ", row.chunk, ": ", why, "; later steps of this layer are not shown");
+        ly.error = "layer " + std::to_string(row.layer) + " step " + std::to_string(row.chunk) + ": " + why +
+                   "; later steps of this layer are not shown";
         ++version;
         return false;
     }
@@ -369,7 +285,7 @@ void bin_scores(const EvictionLayer& ly, const std::vector<EvictionLayerScores::
     std::vector<int32_t> slot_pos(size_t(ly.slots), -1);
     std::vector<float> last(size_t(ly.tokens), kNaN);
     for (int s = 0; s < img.step_end; ++s) {
-        apply_plan_to_row(ly.plans[size_t(s)], row, slot_pos);
+        apply_plan_to_row(ly.plans[size_t(s)], row, slot_pos.data(), int64_t(slot_pos.size()));
         if (size_t(s) < scores->size()) {
             const auto& st = (*scores)[size_t(s)];
             if (!st.values.empty()) {
@@ -521,7 +437,7 @@ TokenAtStep eviction_token_info(const EvictionData& data, int sequence, int laye
     std::vector<int32_t> slot_pos(size_t(ly->slots), -1);
     float score = kNaN;
     for (int s = 0; s <= step; ++s) {
-        apply_plan_to_row(ly->plans[size_t(s)], r, slot_pos);
+        apply_plan_to_row(ly->plans[size_t(s)], r, slot_pos.data(), int64_t(slot_pos.size()));
         if (scores && size_t(s) < scores->size() && !(*scores)[size_t(s)].values.empty()) {
             const auto& st = (*scores)[size_t(s)];
             const int64_t rr = std::min<int64_t>(row, int64_t(st.B) * st.G - 1);
@@ -696,7 +612,7 @@ void release_eviction_textures(EvictionMapViewState& s, TextureHost* host) {
 // =========================================================================================
 namespace {
 
-std::string label_step(double v) { return str(int64_t(v)); }
+std::string label_step(double v) { return std::to_string(int64_t(v)); }
 std::string label_token(double v) { return format_count(v); }
 
 // Draws one image into `f` for the state's visible window; returns the screen rectangle of the data.

@@ -2,7 +2,7 @@
 // x = chunk step, y = token position — for one layer and KV head (cache row), or all layers as
 // small multiples; coloured by presence, score or age; hover names the token, its slot, score and
 // the steps it was inserted and evicted; wheel zooms, drag pans.
-// Built only from the run's replay log (cache_steps rows, decoded per engine/kv/replay_log.h) and score
+// Built only from the run's replay log (cache_steps rows, decoded by storage/cache_step_plan.h) and score
 // snapshots; drawn as RGBA textures through TextureHost. Must not touch GL or engine objects.
 //
 // Index
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv/kv_policy.h"
+#include "storage/cache_step_plan.h"
 #include "storage/rows.h"
 #include "views/canvas.h"
 #include "views/plot_util.h"
@@ -98,14 +98,6 @@ struct EvictionData {
     int resolve_sequence(int sequence) const;
 };
 
-// Decodes one cache step's replay-log blob (layout in engine/kv/replay_log.h). Our own reader
-// rather than kv::decode_plan, which rejects contiguous-range plans whose token count exceeds the
-// blob's size (every prefill of more than 56 tokens). False with `why` on a malformed blob.
-bool decode_cache_step(const uint8_t* data, size_t size, SlotPlan& out, std::string& why);
-
-// Replays one plan onto one cache row's slot table (moves read the old table first, then the
-// new tokens are written), exactly like kv::replay_positions.
-void apply_plan_to_row(const SlotPlan& p, int64_t row, std::vector<int32_t>& slot_pos);
 
 // =========================================================================================
 // [SECTION] images

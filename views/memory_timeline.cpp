@@ -273,6 +273,41 @@ int MemoryTimelineViewState::active_device() const {
     return best;
 }
 
+bool memory_timeline_has_requests(const MemoryTimelineViewState& s) {
+    return s.zoom_requested || (s.hover_t0 >= 0 && !s.hover_loaded);
+}
+
+bool serve_memory_timeline_requests(MemoryTimelineViewState& s, storage::SessionReader& reader) {
+    bool served = false;
+    try {
+        if (s.zoom_requested) {
+            s.zoom_requested = false;
+            if (s.shown_columns > 0) memory_view_buckets(s, &reader, s.shown_columns);  // fills the zoom cache
+            s.shown_columns = 0;  // the next draw recomputes its buckets, from that cache
+            served = true;
+        }
+        if (s.hover_t0 >= 0 && !s.hover_loaded) {
+            s.hover_loaded = true;
+            try {
+                s.hover_events = reader.memory_events(s.run, {s.hover_t0, s.hover_t1}, 0, 256);
+            } catch (const std::exception&) {
+                s.hover_events.clear();
+            }
+            s.hover_events.erase(std::remove_if(s.hover_events.begin(), s.hover_events.end(),
+                                                [&](const auto& e) { return e.device != s.hover_device || e.bytes == 0; }),
+                                 s.hover_events.end());
+            s.hover_events_in_window = int64_t(s.hover_events.size());
+            std::stable_sort(s.hover_events.begin(), s.hover_events.end(),
+                             [](const auto& a, const auto& c) { return std::llabs(a.bytes) > std::llabs(c.bytes); });
+            if (s.hover_events.size() > 8) s.hover_events.resize(8);
+            served = true;
+        }
+    } catch (const std::exception& e) {
+        s.error = e.what();
+    }
+    return served;
+}
+
 bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader& reader) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
@@ -372,14 +407,15 @@ std::pair<double, double> data_extent(const MemoryTimelineViewState& s) {
 }
 }  // namespace
 
-std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n) {
+std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n,
+                                                       bool* needs_reader) {
     const int dev = s.active_device();
     auto it = s.series.find(dev);
     if (it == s.series.end() || n < 1) return {};
     const MemorySeries& ser = it->second;
     const int64_t t0 = s.t0_ns + int64_t(std::floor(s.time.lo)), t1 = s.t0_ns + int64_t(std::ceil(s.time.hi));
     if (t1 <= t0) return {};
-    if (ser.raw_complete || !reader) return memory_series_buckets(ser, t0, t1, n);
+    if (ser.raw_complete) return memory_series_buckets(ser, t0, t1, n);
     // Huge run: read the events of a padded window snapped to a grid of about a quarter of the
     // visible span (so panning and small zooms reuse it), starting at the block that holds its
     // first event, whose state before is known: exact buckets at any zoom, cost linear in the
@@ -399,6 +435,10 @@ std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& 
     if (est > s.zoom_query_max_events) return memory_series_buckets(ser, t0, t1, n);
     const bool covers = s.zoom_valid && s.zoom_t0 <= t0 && s.zoom_t1 >= t1 && s.zoom_version == s.version;
     if (!covers) {
+        if (!reader) {  // the draw path: show the blocks' buckets until a refresh reads the window
+            if (needs_reader) *needs_reader = true;
+            return memory_series_buckets(ser, t0, t1, n);
+        }
         auto first = std::upper_bound(ser.blocks.begin(), ser.blocks.end(), pt0,
                                       [](int64_t t, const MemoryBlock& b) { return t < b.t_first; });
         if (first != ser.blocks.begin()) --first;
@@ -499,7 +539,7 @@ void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* h
     s.plot_key = {};
 }
 
-void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, storage::SessionReader* reader, ImVec2 size) {
+void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) {
         const ImVec2 avail = ImGui::GetContentRegionAvail();
         if (size.x <= 0) size.x = avail.x;
@@ -565,7 +605,10 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, stora
     const int ncol = std::max(1, int(f.width()));
     const int64_t t0 = s.t0_ns + int64_t(std::floor(s.time.lo)), t1 = s.t0_ns + int64_t(std::ceil(s.time.hi));
     if (s.shown_t0 != t0 || s.shown_t1 != t1 || s.shown_columns != ncol || s.shown_device != dev || s.shown_version != s.version) {
-        s.shown_buckets = memory_view_buckets(s, reader, ncol);
+        bool needs_reader = false;
+        s.shown_buckets = memory_view_buckets(s, nullptr, ncol, &needs_reader);
+        s.zoom_requested = needs_reader;
+        ++s.shown_serial;
         s.shown_device = dev;
         s.shown_t0 = t0, s.shown_t1 = t1, s.shown_columns = ncol, s.shown_version = s.version;
         s.shown_peak = 0;
@@ -575,7 +618,7 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, stora
     auto tpx = [&](int64_t t) { return float(axis_to_pixel(s.time, double(t - s.t0_ns), f.p0.x, f.p1.x)); };
     {  // background, cell bands, stacked areas and total line: one image, rebuilt on change
         const int pw = ncol, ph = std::max(1, int(f.height()));
-        const MemoryTimelineViewState::PlotKey key{s.shown_t0, s.shown_t1, s.shown_version, s.shown_device, pw, ph, s.show_cells,
+        const MemoryTimelineViewState::PlotKey key{s.shown_t0, s.shown_t1, s.shown_serial, s.shown_device, pw, ph, s.show_cells,
                                                    s.cells.size()};
         if (key != s.plot_key || s.plot_pixels.empty()) {
             std::vector<RasterBand> bands;
@@ -601,20 +644,12 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, stora
                                  int(s.shown_buckets.size()) - 1);
         const storage::MemoryBucket& b = s.shown_buckets[size_t(x)];
         dl->AddLine(ImVec2(f.mouse.x, f.p0.y), ImVec2(f.mouse.x, f.p1.y), IM_COL32(255, 255, 255, 90));
-        if (reader && (b.t0_ns != s.hover_t0 || b.t1_ns != s.hover_t1)) {
-            s.hover_t0 = b.t0_ns, s.hover_t1 = b.t1_ns;
-            try {
-                s.hover_events = reader->memory_events(s.run, {b.t0_ns, b.t1_ns}, 0, 256);
-            } catch (const std::exception&) {
-                s.hover_events.clear();
-            }
-            s.hover_events.erase(std::remove_if(s.hover_events.begin(), s.hover_events.end(),
-                                                [&](const auto& e) { return e.device != dev || e.bytes == 0; }),
-                                 s.hover_events.end());
-            s.hover_events_in_window = int64_t(s.hover_events.size());
-            std::stable_sort(s.hover_events.begin(), s.hover_events.end(),
-                             [](const auto& a, const auto& c) { return std::llabs(a.bytes) > std::llabs(c.bytes); });
-            if (s.hover_events.size() > 8) s.hover_events.resize(8);
+        if (b.t0_ns != s.hover_t0 || b.t1_ns != s.hover_t1 || dev != s.hover_device) {
+            // Asked for here, read by serve_memory_timeline_requests (the host calls it after the frame).
+            s.hover_t0 = b.t0_ns, s.hover_t1 = b.t1_ns, s.hover_device = dev;
+            s.hover_loaded = false;
+            s.hover_events.clear();
+            s.hover_events_in_window = 0;
         }
         ImGui::BeginTooltip();
         ImGui::Text("%s .. %s", format_duration_ns(double(b.t0_ns - s.t0_ns)).c_str(), format_duration_ns(double(b.t1_ns - s.t0_ns)).c_str());
@@ -624,7 +659,7 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, stora
             if (b.at_max[c])
                 ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(mem_category_colour(MemCategory(c))), "  %-22s %s",
                                    mem_category_name(MemCategory(c)), format_bytes(double(b.at_max[c])).c_str());
-        if (reader && b.t0_ns == s.hover_t0) {
+        if (s.hover_loaded && b.t0_ns == s.hover_t0) {
             if (!s.hover_events.empty()) ImGui::Separator();
             for (const auto& e : s.hover_events)
                 ImGui::Text("%s %s  %s  %s", e.bytes > 0 ? "alloc" : "free ", format_bytes(double(std::llabs(e.bytes))).c_str(),

@@ -16,8 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/memory/mem_category.h"
-#include "engine/telemetry/event_types.h"
 #include "storage/rows.h"
 #include "views/canvas.h"
 #include "views/plot_util.h"
@@ -157,6 +155,10 @@ struct MemoryTimelineViewState {
     int64_t shown_t0 = 0, shown_t1 = 0;
     int shown_columns = 0;
     uint64_t shown_version = ~uint64_t(0);
+    uint64_t shown_serial = 0;  // bumped whenever shown_buckets is recomputed
+    // The last draw showed the blocks' buckets for a window of a huge run whose events it
+    // could not read (draw never queries): serve_memory_timeline_requests reads them.
+    bool zoom_requested = false;
     // Zoomed windows of huge runs: the window's events from the reader (from the block holding
     // its start, whose state is known), cached per padded window.
     std::vector<MemoryPoint> zoom_points;
@@ -171,15 +173,18 @@ struct MemoryTimelineViewState {
     uint64_t plot_texture = 0;   // TextureHost id (0: none yet)
     struct PlotKey {  // what plot_pixels shows
         int64_t t0 = 0, t1 = 0;
-        uint64_t version = ~uint64_t(0);
+        uint64_t serial = ~uint64_t(0);  // of shown_buckets
         int device = -1, width = 0, height = 0;
         bool cells = false;
         size_t cell_count = 0;
         bool operator==(const PlotKey&) const = default;
     } plot_key;
     int64_t plot_builds = 0;     // how often it was rasterised (tests, bench)
-    // Hover details (allocations around the cursor), cached per bucket.
+    // Hover details (allocations around the cursor), cached per bucket: draw sets the bucket,
+    // serve_memory_timeline_requests reads its events (hover_loaded).
     int64_t hover_t0 = -1, hover_t1 = -1;
+    int hover_device = -1;
+    bool hover_loaded = false;
     std::vector<storage::MemoryEventRow> hover_events;
     int64_t hover_events_in_window = 0;
     std::string error;
@@ -189,15 +194,24 @@ struct MemoryTimelineViewState {
     int active_device() const;
 };
 
+// Reads rows newer than the state holds; true when any arrived.
 bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader& reader);
+// Draw never queries; it records what it could not take from memory: a zoomed window of a huge
+// run (zoom_requested) and the hovered bucket's allocations (hover_loaded == false). This reads
+// them (true when it read something: draw again). With refresh, the only place this view
+// touches the session.
+bool memory_timeline_has_requests(const MemoryTimelineViewState& s);
+bool serve_memory_timeline_requests(MemoryTimelineViewState& s, storage::SessionReader& reader);
 // Buckets for the visible window of the active device at `n` pixel columns (what draw shows).
-std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n);
+// With a null reader (the draw path) nothing is read: a zoomed window of a huge run that is
+// not cached yet gets the blocks' buckets and *needs_reader = true.
+std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n,
+                                                       bool* needs_reader = nullptr);
 void zoom_to_cell(MemoryTimelineViewState& s, size_t cell);
 void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* host);
-// `reader` may be null (no allocation names on hover, no exact zoom for huge runs); `host` may
-// be null (the plot image is still built in plot_pixels, but not shown).
-void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, storage::SessionReader* reader,
-                            ImVec2 size = ImVec2(0, 0));
+// Draws from the state only (no queries: see refresh_memory_timeline); `host` may be null (the
+// plot image is still built in plot_pixels, but not shown).
+void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
 // Overlay for the compare view: each state's total over time since its run started.
 void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/telemetry/event_types.h"
+#include "storage/rows.h"  // the record vocabulary: MemCategory, trace event types
 #include "views/canvas.h"
 #include "views/colormap.h"
 #include "views/plot_util.h"

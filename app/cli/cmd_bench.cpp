@@ -4,10 +4,10 @@
 
 #include "bench_commands.h"
 #include "commands.h"
-#include "engine/bench/cache_bench.h"
-#include "engine/bench/ceilings.h"
-#include "engine/bench/model_bench.h"
-#include "engine/bench/op_bench.h"
+#include "bench/cache_bench.h"
+#include "bench/ceilings.h"
+#include "bench/model_bench.h"
+#include "bench/op_bench.h"
 #include "engine/core/error.h"
 #include "progress.h"
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "bench_commands.h"
-#include "engine/bench/cache_bench.h"
+#include "bench/cache_bench.h"
 #include "engine/core/error.h"
 #include "progress.h"
 

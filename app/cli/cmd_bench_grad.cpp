@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "bench_commands.h"
-#include "engine/bench/grad_bench.h"
+#include "bench/grad_bench.h"
 #include "engine/core/error.h"
 #include "progress.h"
 

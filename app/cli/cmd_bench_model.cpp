@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "bench_commands.h"
-#include "engine/bench/ceilings.h"
-#include "engine/bench/model_bench.h"
+#include "bench/ceilings.h"
+#include "bench/model_bench.h"
 #include "progress.h"
 
 namespace kv::cli {

@@ -15,7 +15,7 @@
 #include "progress.h"
 #include "sessions/run_manager.h"
 #include "storage/session_reader.h"
-#include "storage/storage_bench.h"
+#include "bench/storage_bench.h"
 
 namespace kv::cli {
 

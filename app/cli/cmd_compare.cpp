@@ -3,7 +3,7 @@
 
 #include "commands.h"
 #include "engine/core/error.h"
-#include "sessions/comparison.h"
+#include "storage/comparison.h"
 #include "storage/session.h"
 #include "storage/session_reader.h"
 
@@ -44,8 +44,8 @@ int cmd_compare(int argc, char** argv, int first) {
         for (const auto& r : session.runs()) ids.push_back(r.id);
     }
     const int64_t ref = args.integer("reference", 0, 0, INT64_MAX);
-    sessions::Comparison c = sessions::compare_runs([&](int64_t id) { return session.run(id); }, ids, ref);
-    std::printf("%s", sessions::format_comparison(c).c_str());
+    storage::Comparison c = storage::compare_runs(session, ids, ref);
+    std::printf("%s", storage::format_comparison(c).c_str());
     return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/run/evaluate.h"
@@ -17,7 +18,7 @@ ModelOptions model_options_for(const RunConfig& cfg) {
     ModelOptions opt;
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
-    if (cfg.device.rfind("cuda:", 0) == 0) opt.device = Device{DeviceType::CUDA, std::atoi(cfg.device.c_str() + 5)};
+    opt.device = parse_device(cfg.device);
     return opt;
 }
 

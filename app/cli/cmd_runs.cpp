@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "commands_storage.h"
 #include "engine/core/error.h"
-#include "storage/run_config.h"
+#include "storage/config_fields.h"
 #include "storage/session.h"
 #include "storage/session_reader.h"
 

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "commands_storage.h"
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 
@@ -36,16 +37,14 @@ void apply_global_options(const Args& args) {
     } catch (const Error& e) {
         throw UsageError(e.what());
     }
-    if (args.has("memory.budget")) {
-        long long b = args.size("memory.budget", -1);
-        std::string dev = args.str("device", "cpu");
-        Device d{};
-        if (dev.rfind("cuda:", 0) == 0) d = Device{DeviceType::CUDA, std::atoi(dev.c_str() + 5)};
-        default_memory_tracker().set_budget(d, b);
+    const long long budget = args.has("memory.budget") ? args.size("memory.budget", -1) : -1;
+    Device d;
+    try {
+        d = parse_device(args.str("device", "cpu"));
+    } catch (const Error& e) {
+        throw UsageError(std::string("--device: ") + e.what());
     }
-    std::string dev = args.str("device", "cpu");
-    if (dev != "cpu" && dev.rfind("cuda:", 0) != 0)
-        throw UsageError("--device: '" + dev + "' is not a device; expected cpu or cuda:N");
+    if (args.has("memory.budget")) default_memory_tracker().set_budget(d, budget);
 }
 
 namespace {

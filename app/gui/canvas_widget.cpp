@@ -218,6 +218,11 @@ void CanvasWidget::paintGL() {
         --frames_pending_;
         QTimer::singleShot(0, this, [this] { update(); });
     }
+    // What the frame asked the session for (draw never queries): read after it, then repaint.
+    if (canvas_->has_draw_requests())
+        QTimer::singleShot(0, this, [this] {
+            if (canvas_->serve_draw_requests()) update();
+        });
 }
 
 uint64_t CanvasWidget::upload_rgba(uint64_t id, int width, int height, const uint8_t* pixels) {

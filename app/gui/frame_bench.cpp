@@ -27,7 +27,7 @@
 #include "models/runs_model.h"
 #include "run_form.h"
 #include "session_controller.h"
-#include "views/view_bench.h"
+#include "bench/view_bench.h"
 
 namespace kv::gui {
 

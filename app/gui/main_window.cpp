@@ -28,9 +28,9 @@
 namespace kv::gui {
 
 namespace {
-constexpr views::ViewKind kViews[] = {views::ViewKind::EVICTION_MAP, views::ViewKind::SCORES,  views::ViewKind::MEMORY_TIMELINE,
-                                      views::ViewKind::CELL_GRID,    views::ViewKind::METRICS, views::ViewKind::COMPARE};
-constexpr int kNumViews = int(sizeof(kViews) / sizeof(kViews[0]));
+// One tab per view, in ViewKind order (a new view needs no change here).
+constexpr int kNumViews = int(views::ViewKind::COUNT);
+views::ViewKind view_at(int i) { return views::ViewKind(i); }
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -48,14 +48,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     view_tabs_->setObjectName("viewTabs");
     view_tabs_->setDocumentMode(true);
     view_tabs_->setExpanding(false);
-    for (int i = 0; i < kNumViews; ++i) view_tabs_->addTab(QString::fromLatin1(views::view_name(kViews[i])));
+    for (int i = 0; i < kNumViews; ++i) view_tabs_->addTab(QString::fromLatin1(views::view_name(view_at(i))));
     canvas_ = new CanvasWidget;
     canvas_->setObjectName("canvas");
     v->addWidget(view_tabs_);
     v->addWidget(canvas_, 1);
     setCentralWidget(central);
     connect(view_tabs_, &QTabBar::currentChanged, this, [this](int i) {
-        if (i >= 0 && i < kNumViews) canvas_->setView(kViews[i]);
+        if (i >= 0 && i < kNumViews) canvas_->setView(view_at(i));
     });
 
     // Docks: browser (top), form (right), log (bottom). Object names key the saved state.
@@ -129,7 +129,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     resizeDocks({runsDock, logDock}, {170, 120}, Qt::Vertical);
     resizeDocks({formDock}, {420}, Qt::Horizontal);
     restoreSettings();
-    canvas_->setView(kViews[std::max(0, view_tabs_->currentIndex())]);
+    canvas_->setView(view_at(std::max(0, view_tabs_->currentIndex())));
     updateStatus();
 }
 
@@ -172,7 +172,7 @@ void MainWindow::buildMenus() {
     QMenu* view = menuBar()->addMenu(tr("&View"));
     auto* group = new QActionGroup(this);
     for (int i = 0; i < kNumViews; ++i) {
-        QAction* a = view->addAction(QString::fromLatin1(views::view_name(kViews[i])));
+        QAction* a = view->addAction(QString::fromLatin1(views::view_name(view_at(i))));
         a->setCheckable(true);
         a->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
         group->addAction(a);
@@ -196,8 +196,9 @@ void MainWindow::restoreSettings() {
     QSettings s;
     restoreGeometry(s.value("window/geometry").toByteArray());
     restoreState(s.value("window/state").toByteArray());
-    const int v = s.value("view/index", 0).toInt();
-    if (v >= 0 && v < kNumViews) view_tabs_->setCurrentIndex(v);
+    // Stored by name, so reordering or adding views keeps the user's choice.
+    views::ViewKind v = views::ViewKind::EVICTION_MAP;
+    if (views::view_from_name(s.value("view/name").toString().toStdString(), &v)) view_tabs_->setCurrentIndex(int(v));
     const QString form = s.value("form/config").toString();
     if (!form.isEmpty()) {
         try {
@@ -212,7 +213,7 @@ void MainWindow::saveSettings() {
     QSettings s;
     s.setValue("window/geometry", saveGeometry());
     s.setValue("window/state", saveState());
-    s.setValue("view/index", view_tabs_->currentIndex());
+    s.setValue("view/name", QString::fromLatin1(views::view_name(view_at(std::max(0, view_tabs_->currentIndex())))));
     if (!controller_->path().isEmpty()) s.setValue("session/last", controller_->path());
     if (form_->isValid()) s.setValue("form/config", QString::fromStdString(run_config_to_json(form_->config(), false)));
 }
@@ -244,7 +245,7 @@ QString MainWindow::logText() const { return log_->toPlainText(); }
 
 void MainWindow::setView(views::ViewKind view) {
     for (int i = 0; i < kNumViews; ++i)
-        if (kViews[i] == view) view_tabs_->setCurrentIndex(i);
+        if (view_at(i) == view) view_tabs_->setCurrentIndex(i);
 }
 
 views::ViewKind MainWindow::view() const { return canvas_->view(); }

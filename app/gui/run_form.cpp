@@ -17,6 +17,7 @@
 #include <cstdlib>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 
 namespace kv::gui {
@@ -261,7 +262,11 @@ void RunForm::setRuntimeOption(RunConfig& cfg, const Field& f, const std::string
         if (x < 0 || x > 1024) throw Error(str("--threads: ", x, " is out of range; expected a whole number in [0, 1024]"));
         cfg.threads = x;
     } else if (f.name == QLatin1String("device")) {
-        if (v != "cpu" && v.rfind("cuda:", 0) != 0) throw Error(str("--device: '", v, "' is not a device; expected cpu or cuda:N"));
+        try {
+            parse_device(v);
+        } catch (const Error& e) {
+            throw Error(str("--device: ", e.what()));
+        }
         cfg.device = v;
     } else if (f.name == QLatin1String("memory.budget")) {
         if (!v.empty()) parse_bytes(v, "--memory.budget");  // throws the CLI's message

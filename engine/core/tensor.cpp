@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
@@ -186,7 +187,7 @@ std::string Tensor::describe() const {
     static const char* names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(DType::COUNT), "dtype names out of date");
     Device d = device();
-    return str(names[size_t(dtype_)], " ", shape_.str(), " ", d.is_cpu() ? std::string("cpu") : str("cuda:", d.index));
+    return str(names[size_t(dtype_)], " ", shape_.str(), " ", device_name(d));
 }
 
 void* Tensor::data_ptr() const {

@@ -1,9 +1,6 @@
 // Head-model losses (see head_model.h).
 #include "head_model.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "engine/core/error.h"
 
 namespace kv {
@@ -49,29 +46,6 @@ double HeadResult::token_mean_loss() const {
     double s = 0, n = 0;
     for (size_t b = 0; b < loss_sum.size(); ++b) s += loss_sum[b], n += count[b];
     return n > 0 ? s / n : 0.0;
-}
-
-void cross_entropy_rows(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<int32_t>& targets,
-                        std::vector<double>* loss, std::vector<double>* count, const std::vector<int64_t>& row_batch) {
-    std::vector<double> row_loss((size_t)rows, 0.0);
-    std::vector<char> used((size_t)rows, 0);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        const int32_t t = targets[size_t(r)];
-        if (t < 0) continue;
-        const float* z = logits.data() + r * V;
-        double m = z[0];
-        for (int64_t v = 1; v < V; ++v) m = std::max(m, double(z[v]));
-        double s = 0;
-        for (int64_t v = 0; v < V; ++v) s += std::exp(double(z[v]) - m);
-        row_loss[size_t(r)] = (m + std::log(s)) - double(z[t]);
-        used[size_t(r)] = 1;
-    }
-    for (int64_t r = 0; r < rows; ++r)
-        if (used[size_t(r)]) {
-            (*loss)[size_t(row_batch[size_t(r)])] += row_loss[size_t(r)];
-            (*count)[size_t(row_batch[size_t(r)])] += 1.0;
-        }
 }
 
 }  // namespace kv

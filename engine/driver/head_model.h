@@ -52,9 +52,4 @@ struct HeadResult {
     double token_mean_loss() const;  // sum of loss_sum / sum of count (average_loss_per_batch)
 };
 
-// Cross-entropy of row-major logits (rows, V) against targets (rows) (-100 = skip): adds to
-// loss_sum[row_to_batch[r]] and count. Also returns argmax per row if wanted.
-void cross_entropy_rows(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<int32_t>& targets,
-                        std::vector<double>* loss, std::vector<double>* count, const std::vector<int64_t>& row_batch);
-
 }  // namespace kv

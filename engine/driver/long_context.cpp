@@ -74,21 +74,41 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
             if (!any && !last_chunk) return;
             Tensor logits = model.lm_head(h, start);  // (B, n, V) f32
             const int64_t V = logits.size(2);
-            std::vector<float> z = logits.to_f32_vector();
-            for (size_t i = 0; i < z.size(); ++i)
-                if (!std::isfinite(z[i])) nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), int64_t(i));
-            if (any) cross_entropy_rows(z, B * n, V, tg, &out.loss_sum, &out.count, rb);
-            if (any && head.record_argmax)
+            // Checked in place on the host; device logits are checked through their row losses.
+            if (const int64_t bad = first_nonfinite(logits); bad >= 0)
+                nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), bad);
+            if (any && head.record_argmax) {
+                // Per-position predictions (the repeat task's copy accuracy): the only case that
+                // brings the chunk's B x n x V logits to the host.
+                const std::vector<float> z = logits.to_f32_vector();
                 for (int64_t r = 0; r < B * n; ++r)
                     if (tg[size_t(r)] >= 0) {
                         const float* zr = z.data() + r * V;
                         out.target_argmax.push_back(int32_t(std::max_element(zr, zr + V) - zr));
                     }
-            if (last_chunk)
+            }
+            if (any) {
+                // The loss op the reverse pass uses (head_backward.cpp), on the logits' device:
+                // only the (B, n) row losses come back to the host, not B x n x V logits.
+                for (int32_t& y : tg)
+                    if (y < 0) y = -100;
+                Tensor targets = Tensor::from_i32({B, n}, tg, {logits.device(), MemCategory::WORKSPACE, "targets"});
+                const std::vector<double> ce = ops::cross_entropy(logits, targets).to_f64_vector();  // (B, n)
+                for (size_t r = 0; r < tg.size(); ++r)
+                    if (tg[r] >= 0) {
+                        if (!std::isfinite(ce[r]))
+                            nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), int64_t(r) * V);
+                        out.loss_sum[size_t(rb[r])] += ce[r];
+                        out.count[size_t(rb[r])] += 1.0;
+                    }
+            }
+            if (last_chunk) {
+                const std::vector<float> z = logits.slice(1, n - 1, n).to_f32_vector();  // (B, 1, V)
                 for (int64_t b = 0; b < B; ++b) {
-                    const float* zr = z.data() + (b * n + n - 1) * V;
+                    const float* zr = z.data() + b * V;
                     out.prediction[size_t(b)] = int32_t(std::max_element(zr, zr + V) - zr);
                 }
+            }
             return;
         }
         case HeadKind::CLASS_ON_LOGITS: {

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/quant_formats.h"
 
 namespace kv::gguf_blocks {
 
@@ -22,23 +23,13 @@ inline float half_at(const uint8_t* p) { return f16_to_f32(uint16_t(uint16_t(p[0
 
 // ---- Q8_0: 32 elements in 34 bytes --------------------------------------------------------
 // [0,2) d f16 | [2,34) qs[32] int8.  x[j] = qs[j] * d
-inline void dequant_q8_0(const uint8_t* b, float* y) {
-    const float d = half_at(b);
-    const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
-    for (int j = 0; j < QK; ++j) y[j] = float(qs[j]) * d;
-}
+// Q8_0 and Q4_0 are also KV buffer formats: their one definition is kernels/common/quant_formats.h.
+inline void dequant_q8_0(const uint8_t* b, float* y) { dequantize_block_q8_0(b, y); }
 
 // ---- Q4_0: 32 elements in 18 bytes --------------------------------------------------------
 // [0,2) d f16 | [2,18) qs[16]: byte j = element j in the low nibble, element j+16 in the high.
 // x = (q - 8) * d
-inline void dequant_q4_0(const uint8_t* b, float* y) {
-    const float d = half_at(b);
-    const uint8_t* qs = b + 2;
-    for (int j = 0; j < QK / 2; ++j) {
-        y[j] = float(int(qs[j] & 15) - 8) * d;
-        y[j + QK / 2] = float(int(qs[j] >> 4) - 8) * d;
-    }
-}
+inline void dequant_q4_0(const uint8_t* b, float* y) { dequantize_block_q4_0(b, y); }
 
 // ---- Q4_1: 32 elements in 20 bytes --------------------------------------------------------
 // [0,2) d f16 | [2,4) m f16 | [4,20) qs[16] nibbles as Q4_0.  x = q * d + m

@@ -5,7 +5,7 @@
 
 #include "engine/gguf/gguf_parse.h"
 #include "engine/gguf/gguf_tokenizer_data.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 
 namespace kv {
 

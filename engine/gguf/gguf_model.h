@@ -6,8 +6,8 @@
 #include <string>
 
 #include "engine/gguf/gguf_tokenizer_data.h"
+#include "engine/core/model_config.h"
 #include "engine/core/weight_check.h"
-#include "engine/model/model_config.h"
 
 namespace kv {
 

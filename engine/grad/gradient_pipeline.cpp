@@ -1,21 +1,31 @@
 // Gradient pipeline (see gradient_pipeline.h). Vocabulary: a row is a range of layers, a cell
 // a range of chunks (the chunk plan's cells); phase 2 visits (row, cell) pairs top-down and
 // right-to-left. Shapes: B batch, T tokens, E width, G KV heads, D head size.
+//
+// Index
+//   [SECTION] rows and cells (the lattice)
+//   [SECTION] chunk helpers and replay attention
+//   [SECTION] loss through the replay (replay_loss)
+//   [SECTION] one gradient run: phase 1 (forward, checkpoints), phase 2 (reverse over cells)
+//   [SECTION] entry points
 #include "gradient_pipeline.h"
 
 #include <chrono>
 #include <memory>
 
-#include "block_backward.h"
 #include "checkpoint_store.h"
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
+#include "engine/model/transformer_backward.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 #include "replay_cache.h"
 
 namespace kv {
 
+// =========================================================================================
+// [SECTION] rows and cells (the lattice)
+// =========================================================================================
 std::vector<std::pair<int, int>> gradient_rows(int nl, int64_t lpc) {
     if (lpc < 1) throw Error(str("--grad.layers_per_cell: ", lpc, " must be at least 1"));
     std::vector<int> starts;
@@ -26,6 +36,9 @@ std::vector<std::pair<int, int>> gradient_rows(int nl, int64_t lpc) {
     return rows;
 }
 
+// =========================================================================================
+// [SECTION] chunk helpers and replay attention
+// =========================================================================================
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -150,6 +163,9 @@ std::vector<int64_t> layer_cache_lengths(const KVCache& cache) {
 
 }  // namespace
 
+// =========================================================================================
+// [SECTION] loss through the replay (replay_loss)
+// =========================================================================================
 double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>>& plans, const std::vector<int64_t>& Ls,
                    const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head, double loss_scale, const Tensor* x0) {
     const int nl = int(m.config().num_layers);
@@ -187,6 +203,9 @@ double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>
     return loss;
 }
 
+// =========================================================================================
+// [SECTION] one gradient run: phase 1 (forward, checkpoints), phase 2 (reverse over cells)
+// =========================================================================================
 namespace {
 
 // One gradient computation: the state both entry points share (checkpoints, rows, cells).
@@ -541,6 +560,9 @@ class GradientRun {
 
 }  // namespace
 
+// =========================================================================================
+// [SECTION] entry points
+// =========================================================================================
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {

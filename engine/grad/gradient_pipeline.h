@@ -19,7 +19,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/transformer.h"
 #include "head_backward.h"
-#include "model_grads.h"
+#include "engine/model/model_grads.h"
 
 namespace kv {
 

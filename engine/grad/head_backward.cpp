@@ -3,12 +3,12 @@
 
 #include <algorithm>
 
-#include "block_backward.h"
+#include "engine/model/transformer_backward.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
-#include "grad_math.h"
+#include "engine/model/grad_math.h"
 
 namespace kv {
 

@@ -7,7 +7,7 @@
 
 #include "engine/driver/head_model.h"
 #include "engine/model/transformer.h"
-#include "model_grads.h"
+#include "engine/model/model_grads.h"
 
 namespace kv {
 

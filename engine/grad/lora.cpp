@@ -9,7 +9,7 @@
 
 #include "engine/core/error.h"
 #include "engine/ops/ops.h"
-#include "grad_math.h"
+#include "engine/model/grad_math.h"
 
 namespace kv {
 

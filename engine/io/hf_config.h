@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 
 namespace kv {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 
 namespace kv {
 

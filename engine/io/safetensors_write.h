@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/io/safetensors_parse.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 
 namespace kv {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/model/attention.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "layer_cache.h"
 
 namespace kv {

@@ -8,17 +8,6 @@
 
 namespace kv {
 
-const std::vector<std::string>& kv_policy_names() {
-    static const std::vector<std::string> v = {"dense", "lastrec", "smart-lastrec", "streaming", "h2o", "h2o-orig",
-                                               "h2o-vlen", "qh2o", "qh2o-vlen", "tova", "snapkv", "knorm"};
-    return v;
-}
-
-const std::vector<std::string>& kv_buffer_names() {
-    static const std::vector<std::string> v = {"default", "f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0"};
-    return v;
-}
-
 bool policy_needs_attention_weights(const std::string& p) {
     return p.rfind("h2o", 0) == 0 || p.rfind("qh2o", 0) == 0 || p == "tova" || p == "snapkv";
 }

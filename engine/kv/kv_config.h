@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/kv_names.h"  // kv_policy_names(), kv_buffer_names()
 #include "kernels/common/dtype.h"
 
 namespace kv {
@@ -46,9 +47,7 @@ struct KVCacheConfig {
     int64_t length_for_layer(int64_t layer, int64_t seq_length) const;
 };
 
-// The names kvlab knows (for help texts and error messages).
-const std::vector<std::string>& kv_policy_names();
-const std::vector<std::string>& kv_buffer_names();  // default, bf16, f16, f32, q8, q4, nf4, q8_0, q4_0
+// The names kvlab knows: kv_policy_names() / kv_buffer_names() (engine/core/kv_names.h).
 bool policy_needs_attention_weights(const std::string& policy);
 
 // Throws kv::Error when `name` is not "{policy}-{buffer}" with known parts.

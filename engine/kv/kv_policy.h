@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/telemetry/replay_plan.h"
 #include "kv_config.h"
 
 namespace kv {
@@ -22,21 +23,8 @@ namespace kv {
 // =========================================================================================
 // [SECTION] plans
 // =========================================================================================
-// Where one chunk of n new tokens (positions input_pos .. input_pos + n - 1) goes.
-struct SlotPlan {
-    int64_t input_pos = 0;  // P: tokens already seen
-    int64_t n = 0;          // tokens in this chunk
-    int64_t rows = 1;       // 1 when every (b, g) uses the same slots, else B * G
-    // targets[r * n + t]: slot receiving new token t in row r
-    std::vector<int32_t> targets;
-    // Grace ring (score policies, full cache): before the new tokens are written, the old
-    // content of slot move_from[r * m + i] moves to move_to[r * m + i] (m = moves per row).
-    int64_t moves = 0;
-    std::vector<int32_t> move_from, move_to;
-    int64_t length_after = 0;  // T after the write
-
-    bool contiguous_range(int64_t* start) const;  // targets == [s, s+n) for every row
-};
+// SlotPlan (where one chunk of n new tokens goes) is the replay log's record type:
+// engine/telemetry/replay_plan.h.
 
 // What the buffer computed about the new tokens, for policies whose scores need it
 // (h2o-vlen: value norms; knorm: key norms; qh2o: quantization errors). Row-major (B, G, n).

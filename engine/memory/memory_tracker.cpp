@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 
 namespace kv {
@@ -20,7 +21,6 @@ static_assert(sizeof(kCategoryNames) / sizeof(kCategoryNames[0]) == kNumMemCateg
 
 thread_local MemoryTracker* t_current = nullptr;
 
-std::string device_str(Device d) { return d.is_cpu() ? std::string("cpu") : str("cuda:", d.index); }
 }  // namespace
 
 const char* mem_category_name(MemCategory c) {
@@ -43,7 +43,7 @@ uint64_t now_ns() {
 
 MemoryTracker::DeviceSlot& MemoryTracker::slot(Device d) {
     int i = d.is_cpu() ? 0 : 1 + d.index;
-    if (i < 0 || i >= kMaxDevices) throw Error(str("device ", device_str(d), " is out of range (at most 16 CUDA devices)"));
+    if (i < 0 || i >= kMaxDevices) throw Error(str("device ", device_name(d), " is out of range (at most 16 CUDA devices)"));
     DeviceSlot& s = slots_[size_t(i)];
     if (!s.used) {
         s.used = true;
@@ -70,7 +70,7 @@ void MemoryTracker::check_budget_locked(DeviceSlot& s, Device device, size_t byt
         first = false;
     }
     throw BudgetError(
-        str("memory budget exceeded on ", device_str(device), ": allocating ", format_bytes(int64_t(bytes)), " for ",
+        str("memory budget exceeded on ", device_name(device), ": allocating ", format_bytes(int64_t(bytes)), " for ",
             mem_category_name(category), label.empty() ? "" : str(" ('", label, "')"), " would use ",
             format_bytes(s.s.current_total + int64_t(bytes)), " of the ", format_bytes(s.s.budget), " budget (in use: ",
             first ? std::string("nothing") : in_use.str(), ")"),

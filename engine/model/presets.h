@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model_config.h"
+#include "engine/core/model_config.h"
 
 namespace kv {
 

@@ -14,7 +14,7 @@
 
 #include "adapters.h"
 #include "attention.h"
-#include "model_config.h"
+#include "engine/core/model_config.h"
 #include "rope.h"
 
 namespace kv {

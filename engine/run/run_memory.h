@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/memory/size_budget.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "engine/run/run_config.h"
 
 namespace kv {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "engine/grad/lora.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "engine/model/transformer.h"
 
 namespace kv {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "kernels/common/op.h"
 
 namespace kv {

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/grad/lora.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "engine/model/transformer.h"
 #include "lr_schedule.h"
 

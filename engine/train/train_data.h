@@ -15,7 +15,7 @@
 
 #include "engine/data/dataset.h"
 #include "engine/driver/head_model.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "engine/run/run_config.h"
 #include "engine/tokenizer/tokenizer.h"
 

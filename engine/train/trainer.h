@@ -27,7 +27,7 @@
 #include "engine/data/dataset.h"
 #include "engine/grad/gradient_pipeline.h"
 #include "engine/grad/lora.h"
-#include "engine/grad/model_grads.h"
+#include "engine/model/model_grads.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
 #include "engine/run/run_config.h"

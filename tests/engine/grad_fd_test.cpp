@@ -7,7 +7,7 @@
 
 #include "engine/backend/backend_registry.h"
 #include "engine/grad/lora.h"
-#include "engine/grad/model_grads.h"
+#include "engine/model/model_grads.h"
 #include "grad_test_util.h"
 #include "tests/support/test_support.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {

@@ -416,7 +416,7 @@ class GuiAppTest : public QObject {
         QSettings s;
         QCOMPARE(s.value("session/last").toString(), session_);
         QVERIFY(!s.value("window/geometry").toByteArray().isEmpty());
-        QCOMPARE(s.value("view/index").toInt(), int(views::ViewKind::MEMORY_TIMELINE));
+        QCOMPARE(s.value("view/name").toString(), QString::fromLatin1(views::view_name(views::ViewKind::MEMORY_TIMELINE)));
         w_.reset();  // stops its session
         MainWindow again;
         again.setQuiet(true);

@@ -20,7 +20,7 @@
 #include "engine/core/error.h"
 #include "engine/model/presets.h"
 #include "engine/run/run_config.h"
-#include "sessions/comparison.h"
+#include "storage/comparison.h"
 #include "sessions/run_manager.h"
 #include "storage/session.h"
 #include "storage/session_reader.h"
@@ -286,7 +286,8 @@ TEST(Comparison, DiffAndRatiosFollowTheSummaries) {
     last.kv_cache.name = "lastrec-default";
     const int64_t a = rm.submit(ref), b = rm.submit(h2o), c = rm.submit(last);
     rm.wait_all();
-    const auto cmp = sessions::compare_runs(rm.session(), {b, c, a}, a);
+    storage::SessionReader reader(rm.session().path());
+    const auto cmp = storage::compare_runs(reader, {b, c, a}, a);
     ASSERT_EQ(cmp.runs.size(), 3u);
     EXPECT_EQ(cmp.runs[0].id, a);  // reference first
     std::set<std::string> fields(cmp.differing_fields.begin(), cmp.differing_fields.end());
@@ -299,7 +300,7 @@ TEST(Comparison, DiffAndRatiosFollowTheSummaries) {
         EXPECT_NEAR(r.d_loss, sum.at("mean_loss").get<double>() - rs.at("mean_loss").get<double>(), 1e-12);
     }
     EXPECT_LT(cmp.runs[1].kv_ratio, 1.0);  // a 64-slot cache holds less than dense over 512 tokens
-    const std::string table = sessions::format_comparison(cmp);
+    const std::string table = storage::format_comparison(cmp);
     EXPECT_NE(table.find("h2o-default"), std::string::npos);
     EXPECT_NE(table.find("lastrec-default"), std::string::npos);
     // Peak memory by category, as the run summaries recorded them.
@@ -311,8 +312,8 @@ TEST(Comparison, DiffAndRatiosFollowTheSummaries) {
         for (const auto& [cat, v] : r.peak_by_category) EXPECT_EQ(v, peaks.at(cat).get<double>()) << cat;
     }
     EXPECT_NE(table.find("kv_cache"), std::string::npos);
-    EXPECT_THROW(sessions::compare_runs(rm.session(), {a, 999}, a), Error);
-    EXPECT_THROW(sessions::compare_runs(rm.session(), {}, a), Error);
+    EXPECT_THROW(storage::compare_runs(reader, {a, 999}, a), Error);
+    EXPECT_THROW(storage::compare_runs(reader, {}, a), Error);
 }
 
 }  // namespace

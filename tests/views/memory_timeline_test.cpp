@@ -63,7 +63,7 @@ TEST_F(MemoryRun, ShownPeakIsTheAllocatorsPeakRunningTotal) {
     // What the view draws for the whole run peaks there too.
     test::ImGuiHarness h;
     test::RecordingTextureHost host;
-    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &host, &reader); });
+    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &host); });
     EXPECT_EQ(s.shown_device, -1);
     EXPECT_EQ(s.shown_peak, peak);
     // The stack at the peak bucket adds up to the device total (categories partition it).
@@ -273,16 +273,20 @@ TEST_F(MemoryRun, DrawsLanesAndCellBandsAndZoomsToACell) {
     test::ImGuiHarness h;
     test::RecordingTextureHost host;
     int vtx = 0;
-    for (int f = 0; f < 3; ++f) vtx = h.window_frame([&] { DrawMemoryTimelineView(s, &host, &reader); }, ImVec2(600, 200));
+    for (int f = 0; f < 3; ++f) vtx = h.window_frame([&] { DrawMemoryTimelineView(s, &host); }, ImVec2(600, 200));
     EXPECT_GT(vtx, 1000);
     EXPECT_EQ(host.live.size(), 1u) << "the plot is one texture";
     EXPECT_GE(s.hover_t0, 0) << "hovering the plot looked up the allocations under the cursor";
+    EXPECT_TRUE(memory_timeline_has_requests(s)) << "draw never queries: it asked for them";
+    EXPECT_TRUE(serve_memory_timeline_requests(s, reader));
+    EXPECT_TRUE(s.hover_loaded);
+    EXPECT_FALSE(memory_timeline_has_requests(s));
     zoom_to_cell(s, 1);
     EXPECT_FALSE(s.follow);
     EXPECT_LE(s.time.lo, double(s.cells[1].start_ns - s.t0_ns));
     EXPECT_GE(s.time.hi, double(s.cells[1].end_ns - s.t0_ns));
     EXPECT_LT(s.time.span(), 1.2 * double(s.cells[1].end_ns - s.cells[1].start_ns));
-    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &host, &reader); });
+    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMemoryTimelineView(s, &host); });
     EXPECT_EQ(host.live.size(), 1u) << "zooming replaces the plot texture rather than adding one";
     release_memory_timeline_textures(s, &host);
     EXPECT_TRUE(host.live.empty());

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <map>
 
-#include "storage/run_config.h"
+#include "storage/config_fields.h"
 
 namespace kv::gui {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/model/model_config.h"
+#include "engine/core/model_config.h"
 
 namespace kv::test {
 

@@ -1,8 +1,10 @@
 // Run configuration lookups (see run_config.h). Parses without exceptions: a malformed config
 // reads as empty, it never stops a listing or an export.
-#include "run_config.h"
+#include "config_fields.h"
 
 #include <nlohmann/json.hpp>
+
+#include "engine/core/kv_names.h"
 
 namespace kv::storage {
 
@@ -31,11 +33,10 @@ std::string run_config_value(const std::string& config_json, const std::string& 
 }
 
 CacheName split_cache_name(const std::string& name) {
-    static const char* const kBuffers[] = {"default", "q8", "q4", "nf4", "q8_0", "q4_0", "bf16", "f16", "f32"};
     auto dash = name.rfind('-');
     if (dash != std::string::npos) {
         std::string tail = name.substr(dash + 1);
-        for (const char* b : kBuffers)
+        for (const std::string& b : kv_buffer_names())
             if (tail == b) return {name.substr(0, dash), tail};
     }
     return {name, "default"};

@@ -1,4 +1,5 @@
-// Reading fields of a run's configuration JSON by keys_values' dotted option names, whether the
+// Fields of a stored run's configuration JSON (the configuration itself is engine/run/run_config.h):
+// reading fields of a run's configuration JSON by keys_values' dotted option names, whether the
 // JSON is nested ({"kv_cache": {"name": "h2o-q8"}}) or flat ({"kv_cache.name": "h2o-q8"}), and
 // splitting a cache name "{policy}-{buffer}" for tables and export labels. Never throws on
 // malformed or missing config: absent fields read as "".

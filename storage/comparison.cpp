@@ -11,7 +11,7 @@
 
 #include "engine/core/error.h"
 
-namespace kv::sessions {
+namespace kv::storage {
 
 namespace {
 using Json = nlohmann::json;
@@ -47,12 +47,7 @@ std::string fmt_bytes(double v) {
 }
 }  // namespace
 
-Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& ids, int64_t reference) {
-    return compare_runs([&](int64_t id) { return session.run(id); }, ids, reference);
-}
-
-Comparison compare_runs(const std::function<storage::RunInfo(int64_t)>& lookup, const std::vector<int64_t>& ids,
-                        int64_t reference) {
+Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids, int64_t reference) {
     if (ids.empty()) throw Error("compare: no runs selected; expected --runs 1,2,3");
     Comparison c;
     c.reference = reference ? reference : ids.front();
@@ -62,11 +57,11 @@ Comparison compare_runs(const std::function<storage::RunInfo(int64_t)>& lookup, 
     std::vector<std::map<std::string, std::string>> configs;
     std::vector<Json> summaries;
     for (int64_t id : order) {
-        storage::RunInfo r = lookup(id);  // throws for unknown ids
+        RunInfo r = session.run(id);  // throws for unknown ids
         ComparedRun cr;
         cr.id = id;
         cr.name = r.name;
-        cr.status = storage::run_status_name(r.status);
+        cr.status = run_status_name(r.status);
         cr.error = r.error;
         std::map<std::string, std::string> flat;
         Json cj = Json::parse(r.config.empty() ? "{}" : r.config, nullptr, false);
@@ -190,4 +185,4 @@ std::string format_comparison(const Comparison& c) {
     return out;
 }
 
-}  // namespace kv::sessions
+}  // namespace kv::storage

@@ -3,7 +3,7 @@
 // Index
 //   [SECTION] synthetic session
 //   [SECTION] frames and scenarios
-#include "views/view_bench.h"
+#include "bench/view_bench.h"
 
 #include <imgui.h>
 #include <time.h>
@@ -326,6 +326,7 @@ struct Driver {
         io.MouseWheel = 0;
         if (input) input(io);
         if (refresh) canvas.refresh();
+        canvas.serve_draw_requests();  // what the previous frame asked for (draw never queries)
         if (o.before_frame) o.before_frame();
         ImGui::NewFrame();
         canvas.draw(o.width, o.height);

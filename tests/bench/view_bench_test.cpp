@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "views/view_bench.h"
-#include "views_test_util.h"
+#include "bench/view_bench.h"
+#include "../views/views_test_util.h"
 
 namespace kv::views {
 namespace {
@@ -50,7 +50,7 @@ namespace {
 
 // The full-size benchmark (128k tokens x 24 layers, 10M memory events, a live `small` run).
 // Minutes, not seconds: run on demand with
-//   kvlab_views_tests --gtest_also_run_disabled_tests --gtest_filter='ViewBench.DISABLED_FullScale'
+//   kvlab_bench_tests --gtest_also_run_disabled_tests --gtest_filter='ViewBench.DISABLED_FullScale'
 // The texture host copies the pixels as a GL upload would read them, and keeps nothing else.
 TEST(ViewBench, DISABLED_FullScale) {
     class CopyingHost : public TextureHost {

@@ -1,6 +1,6 @@
 // Writer and span-cost benchmarks (see storage_bench.h). The event mix is half spans, half
 // allocator events -- the two kinds a traced run produces by the million.
-#include "storage_bench.h"
+#include "bench/storage_bench.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

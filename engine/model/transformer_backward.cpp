@@ -1,6 +1,6 @@
-// Block reverse pass (see block_backward.h). Shapes: B batch, n chunk tokens, E width, NH
+// Block reverse pass (see transformer_backward.h; the forward is transformer.cpp). Shapes: B batch, n chunk tokens, E width, NH
 // query heads, G KV heads, HS head size, I MLP width, W = (NH + 2G) HS.
-#include "block_backward.h"
+#include "transformer_backward.h"
 
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"

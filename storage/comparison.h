@@ -1,16 +1,17 @@
 // Comparisons are first-class: a set of runs of one session plus a reference run (e.g. dense),
 // with the configuration fields that differ and derived metrics — differences in
 // loss/accuracy/perplexity and ratios of memory, KV bytes and throughput to the reference.
+// Computed from a read-only SessionReader (runs and their summaries), so the GUI and the CLI
+// compare without a write connection.
 #pragma once
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "storage/session.h"
+#include "storage/session_reader.h"
 
-namespace kv::sessions {
+namespace kv::storage {
 
 struct ComparedRun {
     int64_t id = 0;
@@ -31,12 +32,8 @@ struct Comparison {
 };
 
 // Throws kv::Error for unknown run ids or an empty selection.
-Comparison compare_runs(storage::Session& session, const std::vector<int64_t>& runs, int64_t reference);
-// The same over any source of runs (e.g. a read-only SessionReader); `lookup` throws for an
-// unknown id.
-Comparison compare_runs(const std::function<storage::RunInfo(int64_t)>& lookup, const std::vector<int64_t>& runs,
-                        int64_t reference);
+Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& runs, int64_t reference);
 // A text table (what `kvlab compare` prints).
 std::string format_comparison(const Comparison& c);
 
-}  // namespace kv::sessions
+}  // namespace kv::storage

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "storage/storage_bench.h"
-#include "storage_test_util.h"
+#include "bench/storage_bench.h"
+#include "../storage/storage_test_util.h"
 
 namespace kv {
 namespace {

@@ -1,7 +1,8 @@
 // The architecture description every loader produces and the forward pass consumes.
 // Loaders (config.json, GGUF metadata, presets) fill it; validate() rejects impossible
-// combinations with one message naming the field. Header-only so the I/O modules can share it
-// without linking the model code.
+// combinations with one message naming the field. Header-only, and in core/ rather than model/,
+// so the loaders (io/, gguf/) and the model share it without a folder cycle (model_loader.cpp
+// includes the loaders; the loaders must not include model/).
 #pragma once
 
 #include <cmath>

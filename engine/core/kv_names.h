@@ -1,0 +1,23 @@
+// The names of KV cache policies and buffers ("{policy}-{buffer}", keys_values' naming), in one
+// place for every layer that reads or validates them: engine/kv validates and builds caches,
+// storage splits recorded names into labels, the run form and compare dialog list them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kv {
+
+inline const std::vector<std::string>& kv_policy_names() {
+    static const std::vector<std::string> v = {"dense", "lastrec", "smart-lastrec", "streaming", "h2o", "h2o-orig",
+                                               "h2o-vlen", "qh2o", "qh2o-vlen", "tova", "snapkv", "knorm"};
+    return v;
+}
+
+// Buffer names never contain '-', so a cache name splits at its last dash.
+inline const std::vector<std::string>& kv_buffer_names() {
+    static const std::vector<std::string> v = {"default", "f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0"};
+    return v;
+}
+
+}  // namespace kv
