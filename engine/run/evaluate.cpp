@@ -160,6 +160,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         r.loss = res.count[0] > 0 ? res.loss_sum[0] / res.count[0] : 0.0;
         loss_total += res.loss_sum[0];
         loss_tokens += res.count[0];
+        sum.scored_tokens += int64_t(res.count[0]);
         correct += r.correct ? 1 : 0;
         sum.samples.push_back(r);
         sum.kv_bytes = cache.buffer_bytes();
