@@ -13,17 +13,16 @@ Progress::Progress(std::string title, FILE* out, std::string unit)
 
 Progress::~Progress() { finish(); }
 
-double Progress::stable_eta(double elapsed, long long done, long long total) {
+double EtaEstimator::update(double elapsed, long long done, long long total) {
     if (done <= 0 || total <= done || elapsed < 2.0 || double(done) < 0.05 * double(total)) return -1;
     const double eta = elapsed / double(done) * double(total - done);
-    if (!eta_stable_ && elapsed - prev_eta_at_ >= 1.0) {
-        // Compare with the estimate of a second ago, projected to now.
-        const double expected = prev_eta_ - (elapsed - prev_eta_at_);
-        eta_stable_ = prev_eta_ > 0 && std::fabs(eta - expected) <= 0.2 * std::max(eta, 1.0);
+    if (!stable_ && elapsed - prev_at_ >= 1.0) {
+        const double expected = prev_eta_ - (elapsed - prev_at_);
+        stable_ = prev_eta_ > 0 && std::fabs(eta - expected) <= 0.2 * std::max(eta, 1.0);
         prev_eta_ = eta;
-        prev_eta_at_ = elapsed;
+        prev_at_ = elapsed;
     }
-    return eta_stable_ ? eta : -1;
+    return stable_ ? eta : -1;
 }
 
 void Progress::update(long long done, long long total, const std::string& what) {
@@ -37,7 +36,7 @@ void Progress::update(long long done, long long total, const std::string& what) 
         int fill = total > 0 ? int(double(done) / double(total) * width) : 0;
         std::string bar(size_t(fill), '#');
         bar.resize(width, '.');
-        const double eta = stable_eta(elapsed, done, total);
+        const double eta = eta_.update(elapsed, done, total);
         std::fprintf(out_, "\r\033[K%s [%s] %lld/%lld%s%s %5.1fs", title_.c_str(), bar.c_str(), done, total, unit_.empty() ? "" : " ",
                      unit_.c_str(), elapsed);
         if (eta >= 0) std::fprintf(out_, " eta %.0fs", eta);
@@ -47,7 +46,7 @@ void Progress::update(long long done, long long total, const std::string& what) 
         // Logs: one line per second at most (and the last step), so files stay readable.
         if (done < total && last_draw_.time_since_epoch().count() && now - last_draw_ < std::chrono::seconds(1)) return;
         last_draw_ = now;
-        const double eta = stable_eta(elapsed, done, total);
+        const double eta = eta_.update(elapsed, done, total);
         std::fprintf(out_, "%s [%lld/%lld%s%s %.1fs", title_.c_str(), done, total, unit_.empty() ? "" : " ", unit_.c_str(), elapsed);
         if (eta >= 0) std::fprintf(out_, " eta %.0fs", eta);
         std::fprintf(out_, "] %s\n", what.c_str());

@@ -8,6 +8,19 @@
 
 namespace kv::cli {
 
+// Remaining time from the rate so far, given only once it is stable: past 5% of the work and 2 s,
+// and within 20% of the estimate made at least a second earlier (projected to now). Early steps
+// (model load, warm-up) mislead; once stable it stays shown.
+class EtaEstimator {
+   public:
+    // Seconds left, or -1 while there is no stable estimate.
+    double update(double elapsed_s, long long done, long long total);
+
+   private:
+    double prev_eta_ = -1, prev_at_ = -1;
+    bool stable_ = false;
+};
+
 class Progress {
    public:
     // unit names what done/total count ("layer × chunk steps"); shown with the counts.
@@ -18,14 +31,9 @@ class Progress {
     void finish();
 
    private:
-    // The ETA shown once the estimate is stable: past 5% and 2 s, and within 20% of the
-    // estimate made at least a second earlier (early steps -- model load, warm-up -- mislead).
-    double stable_eta(double elapsed, long long done, long long total);
-
     std::string title_;
     std::string unit_;
-    double prev_eta_ = -1, prev_eta_at_ = -1;
-    bool eta_stable_ = false;
+    EtaEstimator eta_;
     FILE* out_;
     bool tty_;
     bool finished_ = false;

@@ -6,7 +6,7 @@
 # - generate reports prefill and decode apart: one new token has no decode speed, N tokens have
 #   N-1 decode steps; its statistics stand on their own line after the text;
 # - a command refused before its run starts (memory check, unknown model) leaves no session file;
-# - a mistyped model name gets a did-you-mean.
+# - a mistyped model name gets a did-you-mean; progress lines name their unit.
 # usage: truth.sh KVLAB WORKDIR SAMPLE_TEXT_FILE
 set -u
 kvlab="$1"
@@ -26,6 +26,10 @@ ev=(eval_long tiny --data text --data.files "$text_file" --data.seq_length 128 -
     --kv_cache.name h2o-default --kv_cache.cache_length 64 --kv_cache.chunk_size 16 --threads 1 --session "$s")
 "$kvlab" "${ev[@]}" >"$work/text.out" 2>"$work/text.err" || { cat "$work/text.out" "$work/text.err"; fail "eval_long (text)"; }
 grep -q "over 254 scored of 256 tokens" "$work/text.out" || { cat "$work/text.out"; fail "no token counts in the result line"; }
+# Progress lines name their unit: 2 windows x 5 chunks (128/16 with the 64-slot cache's first
+# chunk of 64) x 2 layers of the tiny model; a run under 2 s has no ETA.
+grep -q "^eval_long \[20/20 layer × chunk steps " "$work/text.err" || { cat "$work/text.err"; fail "progress without its unit"; }
+if grep -q " eta " "$work/text.err"; then fail "an ETA before a stable estimate"; fi
 "$kvlab" "${ev[@]}" --format json >"$work/json.out" 2>"$work/json.err" || { cat "$work/json.err"; fail "eval_long --format json"; }
 "$kvlab" runs "$s" --json >"$work/runs.json" || fail "runs --json"
 "$kvlab" runs "$s" >"$work/runs.txt" || fail "runs"
