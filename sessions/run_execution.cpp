@@ -75,6 +75,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     }
     j["tokens"] = s.tokens;
     j["scored_tokens"] = s.scored_tokens;
+    if (s.text_bos >= 0) j["bos"] = s.text_bos == 1;
     j["seconds"] = s.seconds;
     j["tokens_per_s"] = s.tokens_per_s;
     j["kv_bytes"] = s.kv_bytes;
@@ -93,6 +94,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.copy_token_accuracy >= 0) text << "copied tokens " << s.copy_token_accuracy << " | ";
     text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
          << s.kv_bits_per_element << " bits/element)";
+    if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;
 }

@@ -43,6 +43,7 @@ struct EvalSummary {
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
+    int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
 };
 

@@ -26,6 +26,8 @@ ev=(eval_long tiny --data text --data.files "$text_file" --data.seq_length 128 -
     --kv_cache.name h2o-default --kv_cache.cache_length 64 --kv_cache.chunk_size 16 --threads 1 --session "$s")
 "$kvlab" "${ev[@]}" >"$work/text.out" 2>"$work/text.err" || { cat "$work/text.out" "$work/text.err"; fail "eval_long (text)"; }
 grep -q "over 254 scored of 256 tokens" "$work/text.out" || { cat "$work/text.out"; fail "no token counts in the result line"; }
+# The tiny model's byte tokenizer prepends no BOS (generate's "hello" is 5 prompt tokens): neither do text windows.
+grep -q "no BOS (the tokenizer adds none)" "$work/text.out" || { cat "$work/text.out"; fail "the result does not say whether a BOS was used"; }
 # Progress lines name their unit: 2 windows x 5 chunks (128/16 with the 64-slot cache's first
 # chunk of 64) x 2 layers of the tiny model; a run under 2 s has no ETA.
 grep -q "^eval_long \[20/20 layer × chunk steps " "$work/text.err" || { cat "$work/text.err"; fail "progress without its unit"; }
@@ -41,6 +43,7 @@ table = open(sys.argv[3]).read().splitlines()
 assert out["run"] == 2 and out["status"] == "done", out
 s = out["summary"]
 assert s["tokens"] == 256 and s["scored_tokens"] == 254, s
+assert s["bos"] is False, s
 stored = runs[1]["summary"]
 # Bit-identical to the session (Python floats are doubles; json round-trips them).
 for k in ("mean_loss", "perplexity", "tokens_per_s", "seconds"):
@@ -59,7 +62,7 @@ EOF
 g="$work/gen.kvlab"
 "$kvlab" generate tiny --prompt hello --max_new_tokens 1 --temperature 0 --session "$g" >"$work/gen1.log" 2>&1 ||
   { cat "$work/gen1.log"; fail "generate 1"; }
-grep -Eq '^\[[0-9]+ prompt tokens, 1 generated \| prefill [0-9.]+ tokens/s \| decode: no steps' "$work/gen1.log" ||
+grep -Eq '^\[5 prompt tokens, 1 generated \| prefill [0-9.]+ tokens/s \| decode: no steps' "$work/gen1.log" ||
   { cat "$work/gen1.log"; fail "generate 1: statistics"; }
 if grep -Eq 'decode [0-9.]+ tokens/s' "$work/gen1.log"; then fail "generate 1: a decode speed from no decode step"; fi
 "$kvlab" generate tiny --prompt hello --max_new_tokens 5 --temperature 0 --session "$g" >"$work/gen5.log" 2>&1 ||
