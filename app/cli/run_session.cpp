@@ -8,8 +8,11 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <thread>
+
+#include <unistd.h>
 
 #include "commands.h"
 #include "engine/core/error.h"
@@ -63,11 +66,26 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     if (format != "text" && format != "json")
         throw UsageError(str("--format: '", format, "' is not an output format; expected text or json"));
     const bool json = format == "json";
-    const std::string path = args.has("session") ? args.str("session") : sessions::default_session_path();
-    // A command refused before its run computed anything leaves no new file behind.
+    // generate without --session: the text is the product, so the run goes into a temporary
+    // session removed on exit rather than a new file per call under ~/.local/share/kvlab.
+    const bool ephemeral = mode == "generate" && !args.has("session");
+    const std::string path = args.has("session") ? args.str("session")
+                             : ephemeral ? (std::filesystem::temp_directory_path() / str("kvlab-generate-", getpid(), ".kvlab")).string()
+                                         : sessions::default_session_path();
     std::error_code ec;
+    auto remove_session_files = [&] {
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
+    };
+    if (ephemeral) remove_session_files();  // a leftover of an earlier process with this pid
+    struct RemoveOnExit {
+        std::function<void()> remove;
+        ~RemoveOnExit() {
+            if (remove) remove();
+        }
+    } ephemeral_cleanup{ephemeral ? std::function<void()>(remove_session_files) : nullptr};  // after rm closes it
+    // A command refused before its run computed anything leaves no new file behind.
     const bool existed = std::filesystem::exists(path, ec);
-    std::fprintf(stderr, "kvlab %s: recording into session %s\n", mode.c_str(), path.c_str());
+    if (!ephemeral) std::fprintf(stderr, "kvlab %s: recording into session %s\n", mode.c_str(), path.c_str());
     Progress progress(mode, stderr, mode == "eval_long" || mode == "infer" ? "layer × chunk steps" : "");
     std::atomic<bool> started{false};
     bool ends_with_newline = true;
@@ -93,8 +111,8 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     auto discard_new_session = [&] {
         if (existed || started.load()) return;
         rm.reset();  // closes the file
-        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
-        std::fprintf(stderr, "kvlab %s: no run started; session %s not kept\n", mode.c_str(), path.c_str());
+        remove_session_files();
+        if (!ephemeral) std::fprintf(stderr, "kvlab %s: no run started; session %s not kept\n", mode.c_str(), path.c_str());
     };
     for (int64_t id : rm->crashed_at_open()) std::fprintf(stderr, "kvlab: run %lld of this session had crashed earlier\n", (long long)id);
     int64_t run = 0;
@@ -135,7 +153,7 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
         // The session's summary as stored: doubles print with round-trip precision.
         nlohmann::json out;
         out["run"] = run;
-        out["session"] = path;
+        out["session"] = ephemeral ? nlohmann::json() : nlohmann::json(path);
         out["status"] = storage::run_status_name(st);
         out["summary"] = summary;
         std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -146,8 +164,11 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
         print_generate_stats(summary);
     }
     std::fflush(stdout);
-    std::fprintf(stderr, "run %lld %s in %s (kvlab runs %s; kvlab export %s --run %lld ...)\n", (long long)run,
-                 storage::run_status_name(st), path.c_str(), path.c_str(), path.c_str(), (long long)run);
+    if (ephemeral)
+        std::fprintf(stderr, "run %s; not recorded (--session FILE records it)\n", storage::run_status_name(st));
+    else
+        std::fprintf(stderr, "run %lld %s in %s (kvlab runs %s; kvlab export %s --run %lld ...)\n", (long long)run,
+                     storage::run_status_name(st), path.c_str(), path.c_str(), path.c_str(), (long long)run);
     if (st == storage::RunStatus::DEGRADED) {
         // Its numbers stand, its telemetry is incomplete: one line naming the cause, exit 3.
         std::fprintf(stderr, "kvlab: run %lld degraded: %s\n", (long long)run, why.c_str());

@@ -5,7 +5,8 @@
 # - `kvlab runs` shows the loss the session holds;
 # - generate reports prefill and decode apart: one new token has no decode speed, N tokens have
 #   N-1 decode steps; its statistics stand on their own line after the text;
-# - a command refused before its run starts (memory check, unknown model) leaves no session file;
+# - a command refused before its run starts (memory check, unknown model) leaves no session file,
+#   nor does generate without --session;
 # - a mistyped model name gets a did-you-mean; progress lines name their unit.
 # usage: truth.sh KVLAB WORKDIR SAMPLE_TEXT_FILE
 set -u
@@ -73,6 +74,15 @@ if grep -q "stopped: max_new_tokens" <<<"$line"; then
   [ "$n" -eq 5 ] || fail "generate 5: $line"
   grep -q "decode [0-9.]* tokens/s over 4 steps" <<<"$line" || fail "generate 5: expected 4 decode steps: $line"
 fi
+
+# generate without --session leaves no file anywhere (home or temporary folder).
+home="$work/home"
+mkdir -p "$home"
+HOME="$home" TMPDIR="$home" "$kvlab" generate tiny --prompt hello --max_new_tokens 2 >"$work/gen_nosession.log" 2>&1 ||
+  { cat "$work/gen_nosession.log"; fail "generate without --session"; }
+grep -q "not recorded" "$work/gen_nosession.log" || { cat "$work/gen_nosession.log"; fail "generate without --session: no note"; }
+left=$(find "$home" -mindepth 1)
+[ -z "$left" ] || fail "generate without --session left files: $left"
 
 # Refused before the run starts: no file is created.
 r="$work/refused.kvlab"
