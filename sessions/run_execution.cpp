@@ -76,6 +76,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         j["copy_prefix"] = s.copy_prefix;
     }
     j["tokens"] = s.tokens;
+    j["scored_tokens"] = s.scored_tokens;
+    if (s.text_bos >= 0) j["bos"] = s.text_bos == 1;
     j["seconds"] = s.seconds;
     j["tokens_per_s"] = s.tokens_per_s;
     j["kv_bytes"] = s.kv_bytes;
@@ -92,8 +94,9 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.accuracy >= 0) text << "accuracy " << s.accuracy << " | ";
     if (s.perplexity >= 0) text << "perplexity " << s.perplexity << " | ";
     if (s.copy_token_accuracy >= 0) text << "copied tokens " << s.copy_token_accuracy << " | ";
-    text << "mean loss " << s.mean_loss << " | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
+    text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
          << s.kv_bits_per_element << " bits/element)";
+    if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;
 }
@@ -111,7 +114,14 @@ RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHoo
     j["generated_tokens"] = r.tokens.size();
     j["prefill_seconds"] = r.prefill_seconds;
     j["decode_seconds"] = r.decode_seconds;
-    j["tokens_per_s"] = r.decode_seconds > 0 ? double(r.tokens.size()) / r.decode_seconds : 0.0;
+    // Prefill and decode speed apart: the first token comes from the prefill's logits, so a
+    // decode speed exists only when at least one decode forward ran (tokens_per_s is that speed).
+    if (r.prefill_seconds > 0) j["prefill_tokens_per_s"] = double(r.prompt_tokens) / r.prefill_seconds;
+    j["decode_forwards"] = r.decode_forwards;
+    if (r.decode_forwards > 0 && r.decode_seconds > 0) {
+        j["decode_tokens_per_s"] = double(r.decode_forwards) / r.decode_seconds;
+        j["tokens_per_s"] = j["decode_tokens_per_s"];
+    }
     j["stop_reason"] = r.stop_reason;
     // Byte-level tokens need not form valid UTF-8 (a model may emit a lone continuation byte).
     // JSON holds text only: invalid bytes become U+FFFD there, and the ids keep the exact output.

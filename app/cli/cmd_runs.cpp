@@ -1,7 +1,8 @@
 // `kvlab runs FILE`: one line per run -- id, name, status, mode, policy, buffer, cache length,
-// chunk size, progress, peak memory, tokens/s -- plus why failed or crashed runs ended. Opening
+// chunk size, progress, loss, peak memory, tokens/s -- plus why failed or crashed runs ended. Opening
 // read-write marks runs whose process died as crashed; a read-only session is still listed.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -25,7 +26,7 @@ std::vector<OptionSpec> runs_options() {
 void print_help() {
     std::printf(
         "usage: kvlab runs FILE [options]\n\n"
-        "Lists the runs of a session file: status, configuration, progress, peak memory and throughput.\n"
+        "Lists the runs of a session file: status, configuration, progress, loss, peak memory and throughput.\n"
         "Runs left 'running' by a process that no longer exists are marked crashed.\n\n"
         "options:\n%s",
         format_options(runs_options()).c_str());
@@ -45,6 +46,7 @@ std::string progress_text(const storage::RunProgress& p) {
 struct SummaryNumbers {
     int64_t peak_bytes = -1;
     double tokens_per_s = -1;
+    double loss = NAN;  // evaluation: mean loss; training: the last step's loss
     uint64_t dropped = 0;
 };
 
@@ -56,6 +58,8 @@ SummaryNumbers summary_numbers(const std::string& summary) {
         for (auto& [dev, v] : j["peak_bytes"].items())
             if (v.is_number_integer()) s.peak_bytes = std::max<int64_t>(s.peak_bytes, v.get<int64_t>());
     if (j.contains("tokens_per_s") && j["tokens_per_s"].is_number()) s.tokens_per_s = j["tokens_per_s"].get<double>();
+    for (const char* key : {"mean_loss", "final_loss"})
+        if (std::isnan(s.loss) && j.contains(key) && j[key].is_number()) s.loss = j[key].get<double>();
     if (j.contains("dropped_total") && j["dropped_total"].is_number_unsigned())
         s.dropped = j["dropped_total"].get<uint64_t>();
     return s;
@@ -143,8 +147,8 @@ int cmd_runs(int argc, char** argv, int first) {
     // the name column is as wide as the longest name (up to 48), so names stay readable
     int name_w = 4;
     for (const auto& r : runs) name_w = std::max(name_w, std::min(48, int(r.name.size())));
-    std::printf("%4s  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", "id", name_w, "name", "status", "mode",
-                "policy", "buffer", "cache", "chunk", "progress", "peak mem", "tokens/s", "created");
+    std::printf("%4s  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %9s %11s %10s  %s\n", "id", name_w, "name", "status", "mode",
+                "policy", "buffer", "cache", "chunk", "progress", "loss", "peak mem", "tokens/s", "created");
     for (const auto& r : runs) {
         const std::string cache_name = storage::run_config_value(r.config, "kv_cache.name");
         storage::CacheName cn = storage::split_cache_name(cache_name);
@@ -152,11 +156,13 @@ int cmd_runs(int argc, char** argv, int first) {
         const std::string cache_length = storage::run_config_value(r.config, "kv_cache.cache_length");
         const std::string chunk_size = storage::run_config_value(r.config, "kv_cache.chunk_size");
         SummaryNumbers s = summary_numbers(r.summary);
-        std::printf("%4lld  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %11s %10s  %s\n", (long long)r.id, name_w,
+        char loss[32] = "-";
+        if (!std::isnan(s.loss)) std::snprintf(loss, sizeof loss, "%.4f", s.loss);
+        std::printf("%4lld  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %9s %11s %10s  %s\n", (long long)r.id, name_w,
                     fit(r.name, size_t(name_w)).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
                     fit(cache_name.empty() ? "-" : cn.policy, 14).c_str(), cache_name.empty() ? "-" : cn.buffer.c_str(),
                     cache_length.empty() ? "-" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
-                    progress_text(r.progress).c_str(), s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
+                    progress_text(r.progress).c_str(), loss, s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
                     s.tokens_per_s >= 0 ? str(int64_t(s.tokens_per_s + 0.5)).c_str() : "-", when(r.created_ms).c_str());
     }
     for (const auto& r : runs) {

@@ -133,7 +133,7 @@ int cmd_sweep(int argc, char** argv, int first) {
     }
     const std::string path = args.has("session") ? args.str("session") : sessions::default_session_path();
 
-    Progress progress("sweep");
+    Progress progress("sweep", stderr, "tokens");
     int64_t current_run = 0;
     std::atomic<double> current_fraction{0};
     sessions::RunEvents ev;

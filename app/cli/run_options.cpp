@@ -14,6 +14,7 @@ std::vector<OptionSpec> run_option_specs() {
     std::vector<OptionSpec> specs = global_options();
     specs.push_back({"config", OptKind::STRING, "", "read run options from this JSON file first"});
     specs.push_back({"session", OptKind::STRING, "", "record the run into this session file"});
+    specs.push_back({"format", OptKind::STRING, "text", "stdout: text, or json (the run's summary as stored, full precision)"});
     RunConfig defaults;
     for (const auto& o : run_options()) {
         if (o.name == "mode" || o.name == "model") continue;
@@ -68,6 +69,13 @@ void print_run_help(const std::string& mode) {
         std::string def = o.get(defaults);
         std::printf("%s%s%s\n", left.c_str(), o.help.c_str(), def.empty() ? "" : (" (" + def + ")").c_str());
     }
+    std::printf("\ncommand options:\n");
+    for (const auto& o : run_option_specs())
+        if (o.name == "config" || o.name == "session" || o.name == "format") {
+            std::string left = "  --" + o.name;
+            if (left.size() < 36) left.resize(36, ' ');
+            std::printf("%s%s%s\n", left.c_str(), o.help.c_str(), o.def.empty() ? "" : (" (" + o.def + ")").c_str());
+        }
     std::printf("\nglobal options:\n%s", format_options(global_options()).c_str());
 }
 

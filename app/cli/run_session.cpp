@@ -7,7 +7,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <optional>
 #include <thread>
+
+#include <unistd.h>
 
 #include "commands.h"
 #include "engine/core/error.h"
@@ -34,64 +39,136 @@ void print_memory(const nlohmann::json& summary) {
         std::printf("\n");
     }
 }
+
+// Prefill and decode apart: a single generated token comes from the prefill's logits, so it has
+// no decode speed (dividing by its sampling time would report thousands of tokens/s).
+void print_generate_stats(const nlohmann::json& s) {
+    std::string line = str("[", s.value("prompt_tokens", 0LL), " prompt tokens, ", s.value("generated_tokens", 0LL), " generated");
+    char buf[64];
+    if (s.contains("prefill_tokens_per_s")) {
+        std::snprintf(buf, sizeof buf, "%.1f", s["prefill_tokens_per_s"].get<double>());
+        line += str(" | prefill ", buf, " tokens/s");
+    }
+    if (s.contains("decode_tokens_per_s")) {
+        std::snprintf(buf, sizeof buf, "%.1f", s["decode_tokens_per_s"].get<double>());
+        line += str(" | decode ", buf, " tokens/s over ", s.value("decode_forwards", 0LL), " steps");
+    } else {
+        line += " | decode: no steps (the token came from the prefill)";
+    }
+    line += str(" | stopped: ", s.value("stop_reason", std::string("?")), "]");
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
 }  // namespace
 
 int run_mode_in_session(const Args& args, const std::string& mode) {
     RunConfig cfg = run_config_from_args(args, mode);
-    const std::string path = args.has("session") ? args.str("session") : sessions::default_session_path();
-    std::fprintf(stderr, "kvlab %s: recording into session %s\n", mode.c_str(), path.c_str());
-    Progress progress(mode);
-    std::atomic<int64_t> shown{0};
+    const std::string format = args.str("format", "text");
+    if (format != "text" && format != "json")
+        throw UsageError(str("--format: '", format, "' is not an output format; expected text or json"));
+    const bool json = format == "json";
+    // generate without --session: the text is the product, so the run goes into a temporary
+    // session removed on exit rather than a new file per call under ~/.local/share/kvlab.
+    const bool ephemeral = mode == "generate" && !args.has("session");
+    const std::string path = args.has("session") ? args.str("session")
+                             : ephemeral ? (std::filesystem::temp_directory_path() / str("kvlab-generate-", getpid(), ".kvlab")).string()
+                                         : sessions::default_session_path();
+    std::error_code ec;
+    auto remove_session_files = [&] {
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
+    };
+    if (ephemeral) remove_session_files();  // a leftover of an earlier process with this pid
+    struct RemoveOnExit {
+        std::function<void()> remove;
+        ~RemoveOnExit() {
+            if (remove) remove();
+        }
+    } ephemeral_cleanup{ephemeral ? std::function<void()>(remove_session_files) : nullptr};  // after rm closes it
+    // A command refused before its run computed anything leaves no new file behind.
+    const bool existed = std::filesystem::exists(path, ec);
+    if (!ephemeral) std::fprintf(stderr, "kvlab %s: recording into session %s\n", mode.c_str(), path.c_str());
+    Progress progress(mode, stderr, mode == "eval_long" || mode == "infer" ? "layer × chunk steps" : "");
+    std::atomic<bool> started{false};
+    bool ends_with_newline = true;
     sessions::RunEvents ev;
-    ev.progress = [&](int64_t, int64_t d, int64_t t, const std::string& w) { progress.update(d, t, w); };
+    ev.progress = [&](int64_t, int64_t d, int64_t t, const std::string& w) {
+        started.store(true);
+        progress.update(d, t, w);
+    };
     ev.output = [&](int64_t, const std::string& text) {
+        started.store(true);
         if (mode == "generate") {
+            if (json || text.empty()) return;  // the text is in the JSON summary
             std::fwrite(text.data(), 1, text.size(), stdout);
             std::fflush(stdout);
+            ends_with_newline = text.back() == '\n';
         } else if (mode == "infer" || mode.rfind("finetune_", 0) == 0) {
             progress.finish();
-            std::printf("  %s\n", text.c_str());
+            std::fprintf(json ? stderr : stdout, "  %s\n", text.c_str());
         }
-        shown.fetch_add(1);
     };
-    sessions::RunManager rm(path, ev);
-    for (int64_t id : rm.crashed_at_open()) std::fprintf(stderr, "kvlab: run %lld of this session had crashed earlier\n", (long long)id);
+    std::optional<sessions::RunManager> rm;
+    rm.emplace(path, ev);
+    auto discard_new_session = [&] {
+        if (existed || started.load()) return;
+        rm.reset();  // closes the file
+        remove_session_files();
+        if (!ephemeral) std::fprintf(stderr, "kvlab %s: no run started; session %s not kept\n", mode.c_str(), path.c_str());
+    };
+    for (int64_t id : rm->crashed_at_open()) std::fprintf(stderr, "kvlab: run %lld of this session had crashed earlier\n", (long long)id);
     int64_t run = 0;
     try {
-        run = rm.submit(cfg);
+        run = rm->submit(cfg);
     } catch (const storage::SessionError&) {
         throw;  // the session could not record it (disk full, ...): not a usage error
     } catch (const Error& e) {
+        discard_new_session();
         throw UsageError(e.what());
     }
     std::signal(SIGINT, on_sigint);
     bool cancel_sent = false;
-    while (!storage::run_status_final(rm.status(run))) {
+    while (!storage::run_status_final(rm->status(run))) {
         if (g_interrupted.load() && !cancel_sent) {
             std::fprintf(stderr, "\nkvlab: cancelling run %lld (it stops within one chunk)\n", (long long)run);
-            rm.cancel(run);
+            rm->cancel(run);
             cancel_sent = true;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    const storage::RunStatus st = rm.wait(run);
+    const storage::RunStatus st = rm->wait(run);
     std::signal(SIGINT, SIG_DFL);
     progress.finish();
-    if (mode == "generate") std::printf("\n");
+    // The statistics go on their own line after the text (stdout is flushed before stderr speaks).
+    if (mode == "generate" && !json && !ends_with_newline) std::printf("\n");
+    std::fflush(stdout);
     // What this process knows: the session may not have been able to record it (disk full).
-    const std::string why = rm.message(run);
-    if (st == storage::RunStatus::FAILED) throw Error(why.empty() ? "the run failed" : why);
-    storage::RunInfo info = rm.session().run(run);
+    const std::string why = rm->message(run);
+    if (st == storage::RunStatus::FAILED) {
+        discard_new_session();
+        throw Error(why.empty() ? "the run failed" : why);
+    }
+    storage::RunInfo info = rm->session().run(run);
     nlohmann::json summary = nlohmann::json::parse(info.summary.empty() ? "{}" : info.summary, nullptr, false);
     if (summary.is_discarded()) summary = nlohmann::json::object();
-    if (mode != "generate") std::printf("result: %s\n", rm.result_text(run).c_str());
+    if (json) {
+        // The session's summary as stored: doubles print with round-trip precision.
+        nlohmann::json out;
+        out["run"] = run;
+        out["session"] = ephemeral ? nlohmann::json() : nlohmann::json(path);
+        out["status"] = storage::run_status_name(st);
+        out["summary"] = summary;
+        std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else if (mode != "generate") {
+        std::printf("result: %s\n", rm->result_text(run).c_str());
+        print_memory(summary);
+    } else {
+        print_generate_stats(summary);
+    }
+    std::fflush(stdout);
+    if (ephemeral)
+        std::fprintf(stderr, "run %s; not recorded (--session FILE records it)\n", storage::run_status_name(st));
     else
-        std::fprintf(stderr, "[%lld prompt tokens, %lld generated, %.1f tokens/s, stopped: %s]\n",
-                     (long long)summary.value("prompt_tokens", 0LL), (long long)summary.value("generated_tokens", 0LL),
-                     summary.value("tokens_per_s", 0.0), summary.value("stop_reason", std::string("?")).c_str());
-    if (mode != "generate") print_memory(summary);
-    std::fprintf(stderr, "run %lld %s in %s (kvlab runs %s; kvlab export %s --run %lld ...)\n", (long long)run,
-                 storage::run_status_name(st), path.c_str(), path.c_str(), path.c_str(), (long long)run);
+        std::fprintf(stderr, "run %lld %s in %s (kvlab runs %s; kvlab export %s --run %lld ...)\n", (long long)run,
+                     storage::run_status_name(st), path.c_str(), path.c_str(), path.c_str(), (long long)run);
     if (st == storage::RunStatus::DEGRADED) {
         // Its numbers stand, its telemetry is incomplete: one line naming the cause, exit 3.
         std::fprintf(stderr, "kvlab: run %lld degraded: %s\n", (long long)run, why.c_str());

@@ -1,5 +1,6 @@
 // Running a mode from the command line through the session machinery: the run is recorded into
-// --session FILE (default: a new file under ~/.local/share/kvlab/, printed at start), progress
+// --session FILE (default: a new file under ~/.local/share/kvlab/, printed at start; generate
+// without --session records nothing, and a run refused before it starts leaves no new file), progress
 // shows as a bar, Ctrl-C cancels it (recorded as cancelled), and the result is printed.
 #pragma once
 

@@ -19,11 +19,16 @@ TextWindows make_text_windows(const std::vector<std::string>& files, const Token
         text += ss.str();
         if (!text.empty() && text.back() != '\n') text += '\n';
     }
+    TextWindows w;
     std::vector<int32_t> ids;
-    if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+    // Ask the tokenizer rather than its BOS id: a model may have a BOS token it never prepends.
+    if (tok.bos_id() >= 0) {
+        const std::vector<int32_t> probe = tok.encode("a", true);
+        w.bos = !probe.empty() && probe.front() == tok.bos_id();
+    }
+    if (w.bos) ids.push_back(tok.bos_id());
     std::vector<int32_t> body = tok.encode(text, false);
     ids.insert(ids.end(), body.begin(), body.end());
-    TextWindows w;
     w.total_tokens = int64_t(ids.size());
     if (int64_t(ids.size()) < seq_length)
         throw Error(str("--data.seq_length: the text has ", ids.size(), " tokens, fewer than one window of ", seq_length),

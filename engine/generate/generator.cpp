@@ -152,6 +152,7 @@ GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const s
         beams = next;
         cache.reorder_batch(src);
         logits = feed(model, cache, Tensor::from_i32({W, 1}, toks), P + step);
+        ++r.decode_forwards;
         if (step + 1 == g.max_new_tokens) r.stop_reason = "max_new_tokens";
     }
     for (const Beam& b : beams) finished.push_back({norm_score(b), b});
@@ -207,6 +208,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
         }
         if (i + 1 == g.max_new_tokens) break;
         logits = feed(model, cache, Tensor::from_i32({1, 1}, {next}), P + i);
+        ++r.decode_forwards;
     }
     if (!stop.hit) {
         const std::string tail = stop.push(stream.flush()) + stop.flush();

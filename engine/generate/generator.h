@@ -22,6 +22,9 @@ struct GenerationResult {
     std::string stop_reason;      // "eos", "stop string", "max_new_tokens", "cancelled"
     double prefill_seconds = 0, decode_seconds = 0;
     int64_t prompt_tokens = 0;
+    // Forward passes after the prefill: the first token is sampled from the prefill's logits, so
+    // decode speed is decode_forwards / decode_seconds (none when one token was generated).
+    int64_t decode_forwards = 0;
 };
 
 struct GenerationCallbacks {

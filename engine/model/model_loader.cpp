@@ -3,7 +3,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <vector>
 
 #include "byte_tokenizer.h"
 #include "engine/core/error.h"
@@ -25,6 +28,34 @@
 namespace kv {
 
 namespace {
+std::string lower(std::string s) {
+    for (char& c : s) c = char(std::tolower((unsigned char)c));
+    return s;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// Known names a mistyped one is close to: the same ignoring case (smollm2-135M), or a few edits away.
+std::vector<std::string> near_model_names(const std::string& name, const std::vector<std::string>& known) {
+    std::vector<std::string> close;
+    const std::string n = lower(name);
+    for (const auto& k : known)
+        if (n == lower(k) || edit_distance(n, lower(k)) <= std::max<size_t>(2, k.size() / 5)) close.push_back(k);
+    return close;
+}
 bool is_dir(const std::string& p) {
     struct stat st;
     return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -127,8 +158,20 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
 #endif
     }
     std::string presets;
-    for (const auto& p : list_presets()) presets += (presets.empty() ? "" : ", ") + p.name;
-    throw Error(str("model '", name, "' is not a preset (", presets, ", smollm2-135m), a model folder with config.json, or a .gguf file"));
+    std::vector<std::string> known;
+    for (const auto& p : list_presets()) {
+        presets += (presets.empty() ? "" : ", ") + p.name;
+        known.push_back(p.name);
+    }
+    known.push_back("smollm2-135m");
+    std::string msg = str("model '", name, "' is not a preset (", presets, ", smollm2-135m), a model folder with config.json, or a .gguf file");
+    const auto close = near_model_names(name, known);
+    if (!close.empty()) {
+        msg += "; did you mean ";
+        for (size_t i = 0; i < close.size() && i < 3; ++i) msg += (i ? " or " : "") + close[i];
+        msg += "?";
+    }
+    throw Error(msg);
 }
 
 }  // namespace kv

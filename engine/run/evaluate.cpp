@@ -41,6 +41,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::vector<int32_t> targets;  // NEXT_TOKEN targets when only a span is scored (repeat)
     };
     std::vector<Item> items;
+    int text_bos = -1;
     HeadKind head = HeadKind::CLASS_ON_LOGITS;
     std::vector<int32_t> class_ids;
     if (cfg.data.name == "passkey" || cfg.data.name == "recall" || cfg.data.name == "needle") {
@@ -76,6 +77,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
         TextWindows w = make_text_windows(cfg.data.files, tok, cfg.data.seq_length, cfg.data.num_samples);
+        text_bos = w.bos ? 1 : 0;
         int64_t i = 0;
         for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++), {}});
     } else {
@@ -87,6 +89,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
 
     EvalSummary sum;
     sum.cache_name = cfg.kv_cache.name;
+    sum.text_bos = text_bos;
     const KVCacheConfig kc = cache_config_for(cfg, lm);
     int64_t total_units = 0;
     std::vector<ChunkPlan> plans;
@@ -160,6 +163,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         r.loss = res.count[0] > 0 ? res.loss_sum[0] / res.count[0] : 0.0;
         loss_total += res.loss_sum[0];
         loss_tokens += res.count[0];
+        sum.scored_tokens += int64_t(res.count[0]);
         correct += r.correct ? 1 : 0;
         sum.samples.push_back(r);
         sum.kv_bytes = cache.buffer_bytes();

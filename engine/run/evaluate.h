@@ -36,12 +36,14 @@ struct EvalSummary {
     double perplexity = -1;   // text; -1 otherwise
     // repeat: accuracy is the fraction of samples copied exactly; these are means over samples
     double copy_token_accuracy = -1, copy_prefix = -1;
-    int64_t tokens = 0;
+    int64_t tokens = 0;         // tokens fed through the model (all samples)
+    int64_t scored_tokens = 0;  // of those, positions whose loss counts (targets, or 1 per sample for a class head)
     double seconds = 0;
     double tokens_per_s = 0;
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
+    int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
 };
 
