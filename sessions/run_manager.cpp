@@ -49,7 +49,11 @@ std::string describe_write_fault(const std::string& path, uint64_t lost, const s
     // SQLITE_FULL says "disk is full"; a write past a file-size limit fails with EFBIG.
     const bool full = error.find("full") != std::string::npos || error.find("No space left") != std::string::npos ||
                       error.find("File too large") != std::string::npos;
+    // SQLite reports a write refused at commit as "disk I/O error" whose errno is often already
+    // overwritten by the rollback that follows: name the likely cause and keep SQLite's words.
+    const bool io = !full && error.find("disk I/O error") != std::string::npos;
     std::string why = full ? str("disk full while writing session ", path)
+                      : io ? str("disk full or I/O error while writing session ", path, " (", error, ")")
                            : str("writing session ", path, " failed (", error.empty() ? "unknown error" : error, ")");
     return str(why, ": ", lost, " telemetry event", lost == 1 ? "" : "s", " lost");
 }

@@ -58,6 +58,10 @@ std::string incomplete_reason(const storage::RunInfo& r) {
     if (r.status == RunStatus::DEGRADED || r.status == RunStatus::FAILED || r.status == RunStatus::CRASHED) {
         const std::string st = str("status ", storage::run_status_name(r.status), r.error.empty() ? "" : " (" + r.error + ")");
         why = why.empty() ? st : str(why, "; ", st);
+    } else if (r.status == RunStatus::RUNNING && !r.owner_alive) {
+        // Its process is gone without recording an end (killed, or the end did not fit on disk).
+        const std::string st = "status running, but its process is gone without recording the run's end";
+        why = why.empty() ? st : str(why, "; ", st);
     }
     return why;
 }
