@@ -47,6 +47,22 @@ std::string fmt_bytes(double v) {
 }
 }  // namespace
 
+int64_t run_peak_bytes(const std::string& summary_json) {
+    const Json s = Json::parse(summary_json.empty() ? "{}" : summary_json, nullptr, false);
+    if (!s.is_object()) return -1;
+    int64_t peak = -1;
+    if (s.contains("peak_bytes") && s["peak_bytes"].is_object())
+        for (const auto& [dev, v] : s["peak_bytes"].items())
+            if (v.is_number_integer()) peak = std::max<int64_t>(peak, v.get<int64_t>());
+    // The phase peaks are the same allocator's totals over part of the run: never above the
+    // events' peak unless events were dropped, when they are the better lower bound.
+    if (s.contains("memory") && s["memory"].is_object())
+        for (const auto& [dev, d] : s["memory"].items())
+            if (d.is_object() && d.contains("peak_total") && d["peak_total"].is_number_integer())
+                peak = std::max<int64_t>(peak, d["peak_total"].get<int64_t>());
+    return peak;
+}
+
 Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids, int64_t reference) {
     if (ids.empty()) throw Error("compare: no runs selected; expected --runs 1,2,3");
     Comparison c;
@@ -76,9 +92,9 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.tokens_per_s = num(s, "tokens_per_s");
         cr.kv_bytes = num(s, "kv_bytes");
         cr.seconds = num(s, "seconds");
+        if (const int64_t peak = run_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
         if (s.contains("memory") && s["memory"].contains("cpu")) {
             const Json& m = s["memory"]["cpu"];
-            cr.peak_bytes = num(m, "peak_total");
             if (m.contains("peak") && m["peak"].is_object())
                 for (const auto& [cat, v] : m["peak"].items())
                     if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
