@@ -93,12 +93,16 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.kv_bytes = num(s, "kv_bytes");
         cr.seconds = num(s, "seconds");
         if (const int64_t peak = run_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
-        if (s.contains("memory") && s["memory"].contains("cpu")) {
-            const Json& m = s["memory"]["cpu"];
-            if (m.contains("peak") && m["peak"].is_object())
-                for (const auto& [cat, v] : m["peak"].items())
-                    if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
-        }
+        // Each category's own peak over the whole run (the writer's, from every allocation
+        // event), like the total; the evaluation phase's peaks only when events are missing.
+        const Json* cats = nullptr;
+        if (s.contains("peak_bytes_by_category") && s["peak_bytes_by_category"].contains("cpu"))
+            cats = &s["peak_bytes_by_category"]["cpu"];
+        else if (s.contains("memory") && s["memory"].contains("cpu") && s["memory"]["cpu"].contains("peak"))
+            cats = &s["memory"]["cpu"]["peak"];
+        if (cats && cats->is_object())
+            for (const auto& [cat, v] : cats->items())
+                if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
         c.runs.push_back(cr);
     }
     std::set<std::string> keys;
@@ -163,14 +167,15 @@ std::string format_comparison(const Comparison& c) {
                       fmt(r.peak_ratio, 3).c_str());
         out += line;
     }
-    // Peak memory by category (the allocator's peaks of each category during the run).
+    // Peak memory by category: each category's own peak over the whole run (they need not
+    // coincide, so they do not add up to the total, which is the run's one peak).
     std::vector<std::string> cats;
     for (const auto& r : c.runs)
         for (const auto& [cat, v] : r.peak_by_category)
             if (std::find(cats.begin(), cats.end(), cat) == cats.end()) cats.push_back(cat);
     std::sort(cats.begin(), cats.end());
     if (!cats.empty()) {
-        out += "peak memory by category:\n";
+        out += "peak memory by category (whole run, each category's own peak):\n";
         std::snprintf(line, sizeof line, "  %-22s", "category");
         out += line;
         for (const auto& r : c.runs) {
@@ -193,7 +198,7 @@ std::string format_comparison(const Comparison& c) {
                     if (k == cat) return v;
                 return double(NAN);
             });
-        row("total (peak)", [](const ComparedRun& r) { return r.peak_bytes; });
+        row("total (run peak)", [](const ComparedRun& r) { return r.peak_bytes; });
     }
     // A degraded or failed run's numbers come with the reason (e.g. telemetry lost to a full disk).
     for (const auto& r : c.runs)
