@@ -47,6 +47,22 @@ std::string fmt_bytes(double v) {
 }
 }  // namespace
 
+int64_t run_peak_bytes(const std::string& summary_json) {
+    const Json s = Json::parse(summary_json.empty() ? "{}" : summary_json, nullptr, false);
+    if (!s.is_object()) return -1;
+    int64_t peak = -1;
+    if (s.contains("peak_bytes") && s["peak_bytes"].is_object())
+        for (const auto& [dev, v] : s["peak_bytes"].items())
+            if (v.is_number_integer()) peak = std::max<int64_t>(peak, v.get<int64_t>());
+    // The phase peaks are the same allocator's totals over part of the run: never above the
+    // events' peak unless events were dropped, when they are the better lower bound.
+    if (s.contains("memory") && s["memory"].is_object())
+        for (const auto& [dev, d] : s["memory"].items())
+            if (d.is_object() && d.contains("peak_total") && d["peak_total"].is_number_integer())
+                peak = std::max<int64_t>(peak, d["peak_total"].get<int64_t>());
+    return peak;
+}
+
 Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids, int64_t reference) {
     if (ids.empty()) throw Error("compare: no runs selected; expected --runs 1,2,3");
     Comparison c;
@@ -76,13 +92,17 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.tokens_per_s = num(s, "tokens_per_s");
         cr.kv_bytes = num(s, "kv_bytes");
         cr.seconds = num(s, "seconds");
-        if (s.contains("memory") && s["memory"].contains("cpu")) {
-            const Json& m = s["memory"]["cpu"];
-            cr.peak_bytes = num(m, "peak_total");
-            if (m.contains("peak") && m["peak"].is_object())
-                for (const auto& [cat, v] : m["peak"].items())
-                    if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
-        }
+        if (const int64_t peak = run_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
+        // Each category's own peak over the whole run (the writer's, from every allocation
+        // event), like the total; the evaluation phase's peaks only when events are missing.
+        const Json* cats = nullptr;
+        if (s.contains("peak_bytes_by_category") && s["peak_bytes_by_category"].contains("cpu"))
+            cats = &s["peak_bytes_by_category"]["cpu"];
+        else if (s.contains("memory") && s["memory"].contains("cpu") && s["memory"]["cpu"].contains("peak"))
+            cats = &s["memory"]["cpu"]["peak"];
+        if (cats && cats->is_object())
+            for (const auto& [cat, v] : cats->items())
+                if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
         c.runs.push_back(cr);
     }
     std::set<std::string> keys;
@@ -147,14 +167,15 @@ std::string format_comparison(const Comparison& c) {
                       fmt(r.peak_ratio, 3).c_str());
         out += line;
     }
-    // Peak memory by category (the allocator's peaks of each category during the run).
+    // Peak memory by category: each category's own peak over the whole run (they need not
+    // coincide, so they do not add up to the total, which is the run's one peak).
     std::vector<std::string> cats;
     for (const auto& r : c.runs)
         for (const auto& [cat, v] : r.peak_by_category)
             if (std::find(cats.begin(), cats.end(), cat) == cats.end()) cats.push_back(cat);
     std::sort(cats.begin(), cats.end());
     if (!cats.empty()) {
-        out += "peak memory by category:\n";
+        out += "peak memory by category (whole run, each category's own peak):\n";
         std::snprintf(line, sizeof line, "  %-22s", "category");
         out += line;
         for (const auto& r : c.runs) {
@@ -177,7 +198,7 @@ std::string format_comparison(const Comparison& c) {
                     if (k == cat) return v;
                 return double(NAN);
             });
-        row("total (peak)", [](const ComparedRun& r) { return r.peak_bytes; });
+        row("total (run peak)", [](const ComparedRun& r) { return r.peak_bytes; });
     }
     // A degraded or failed run's numbers come with the reason (e.g. telemetry lost to a full disk).
     for (const auto& r : c.runs)

@@ -32,6 +32,14 @@ struct Comparison {
 };
 
 // Throws kv::Error for unknown run ids or an empty selection.
+// THE peak memory of a run, the one number every printer shows (eval_long, kvlab runs, kvlab
+// compare, the GUI runs table; the memory timeline, CSV and Chrome-trace exports reach the same
+// value as the maximum device_total of the allocation events): the tracked allocator's peak over
+// the whole run, every category, the largest over devices — the writer's "peak_bytes" of the
+// run summary, raised to the largest per-phase allocator peak ("memory") should dropped events
+// have hidden the top (or a run was recorded without events). -1 when neither is known.
+int64_t run_peak_bytes(const std::string& summary_json);
+
 Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& runs, int64_t reference);
 // A text table (what `kvlab compare` prints).
 std::string format_comparison(const Comparison& c);

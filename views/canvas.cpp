@@ -47,6 +47,16 @@ void CanvasImpl::reset_views() {
     compare_select(compare, runs.size() >= 2 ? runs : std::vector<int64_t>{}, reference, textures);
 }
 
+std::string CanvasImpl::empty_state() const {
+    if (!reader) return "no session open";
+    if (runs.empty()) return session_runs ? "select a run in the runs table" : "this session has no runs yet";
+    // Single-run views show one run; saying "nothing recorded" here would be false.
+    if (runs.size() >= 2 && view != ViewKind::COMPARE)
+        return std::to_string(runs.size()) + " runs selected: the " + view_name(view) +
+               " shows one run (select one run, or use compare)";
+    return "";
+}
+
 bool CanvasImpl::refresh_view(ViewKind k) {
     if (!reader || runs.empty()) return false;
     switch (k) {
@@ -90,6 +100,7 @@ void Canvas::open_session(const std::string& path) {
     c.path = path;
     // Something to look at straight away: the newest run (the host may select others).
     const std::vector<storage::RunInfo> runs = c.reader->runs();
+    c.session_runs = runs.size();
     if (!runs.empty()) select_runs({runs.back().id});
 }
 
@@ -104,6 +115,7 @@ void Canvas::select_runs(const std::vector<int64_t>& runs) {
     c.reference = sel.empty() ? 0 : sel.front();
     c.reset_views();
     c.infos.clear();
+    c.needs_refresh = true;
     if (sel.size() >= 2) c.view = ViewKind::COMPARE;
     else if (c.view == ViewKind::COMPARE) c.view = ViewKind::EVICTION_MAP;
 }
@@ -114,15 +126,20 @@ void Canvas::set_reference(int64_t run) {
     CanvasImpl& c = *impl_;
     if (std::find(c.runs.begin(), c.runs.end(), run) == c.runs.end()) return;
     c.reference = run;
+    c.needs_refresh = true;
     compare_select(c.compare, c.runs.size() >= 2 ? c.runs : std::vector<int64_t>{}, run, c.textures);
 }
 
-void Canvas::set_view(ViewKind k) { impl_->view = k; }
+void Canvas::set_view(ViewKind k) {
+    if (impl_->view != k) impl_->needs_refresh = true;
+    impl_->view = k;
+}
 
 ViewKind Canvas::view() const { return impl_->view; }
 
 bool Canvas::refresh() {
     CanvasImpl& c = *impl_;
+    c.needs_refresh = false;
     if (!c.reader || c.runs.empty()) return false;
     bool any = false;
     try {
@@ -132,23 +149,35 @@ bool Canvas::refresh() {
             any |= i >= c.infos.size() || infos[i].status != c.infos[i].status ||
                    infos[i].progress.updated_ms != c.infos[i].progress.updated_ms;
         c.infos = std::move(infos);
+        c.session_runs = std::max(c.session_runs, c.reader->runs().size());
         c.error.clear();
     } catch (const std::exception& e) {
         c.error = e.what();
     }
-    any |= c.refresh_view(c.view);
+    const bool view_any = c.refresh_view(c.view);
+    any |= view_any;
+    // A view that read something may have more waiting (the eviction map stops at its time
+    // budget): keep asking until a refresh finds nothing new. Live runs have the host's timer.
+    bool finished = !c.infos.empty();
+    for (const auto& i : c.infos) finished &= storage::run_status_final(i.status);
+    c.needs_refresh = view_any && finished;
     return any;
 }
 
 bool Canvas::has_draw_requests() const {
     const CanvasImpl& c = *impl_;
-    return c.reader && c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory);
+    if (!c.reader) return false;
+    return c.needs_refresh || (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory));
 }
 
 bool Canvas::serve_draw_requests() {
     CanvasImpl& c = *impl_;
     if (!has_draw_requests()) return false;
-    return serve_memory_timeline_requests(c.memory, *c.reader);
+    bool any = false;
+    if (c.needs_refresh) any |= refresh();
+    if (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory))
+        any |= serve_memory_timeline_requests(c.memory, *c.reader);
+    return any;
 }
 
 void Canvas::draw(float width, float height) {
@@ -161,13 +190,8 @@ void Canvas::draw(float width, float height) {
                                    // second full-frame layer of fill (~8 ms on llvmpipe)
                                    ImGuiWindowFlags_NoBackground;
     ImGui::Begin("kvlab canvas", nullptr, flags);
-    if (!c.reader) {
-        draw_empty_state("no session open");
-        ImGui::End();
-        return;
-    }
-    if (c.runs.empty()) {
-        draw_empty_state("this session has no runs yet");
+    if (!c.reader || c.runs.empty()) {
+        draw_empty_state(c.empty_state().c_str());
         ImGui::End();
         return;
     }
@@ -195,6 +219,12 @@ void Canvas::draw(float width, float height) {
         ImGui::Separator();
     }
     const ImVec2 body = ImGui::GetContentRegionAvail();
+    const ViewKind before = c.view;
+    if (const std::string empty = c.empty_state(); !empty.empty()) {
+        draw_empty_state(empty.c_str());
+        ImGui::End();
+        return;
+    }
     switch (c.view) {
         case ViewKind::EVICTION_MAP:
             DrawEvictionMapView(c.eviction, c.textures, body);
@@ -217,6 +247,9 @@ void Canvas::draw(float width, float height) {
         case ViewKind::COUNT:
             break;
     }
+    // A click may have changed what the view shows (layer, colour, a compare link): rows it
+    // needs are read after the frame.
+    if (c.view != before || ImGui::IsMouseReleased(0)) c.needs_refresh = true;
     ImGui::End();
 }
 

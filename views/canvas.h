@@ -62,7 +62,9 @@ class Canvas {
     // Draw never queries the session: what a frame could not take from the views' state (a
     // zoomed window of a huge run, the allocations under the cursor) it records as a request.
     // The host checks after each frame and serves them outside the draw; true when something
-    // was read (repaint).
+    // was read (repaint). A new selection or view, a click in a view, or a refresh cut short
+    // by its time budget is such a request too (a refresh), so a finished run opened from disk
+    // loads without the live timer.
     bool has_draw_requests() const;
     bool serve_draw_requests();
     // Emits the ImGui calls of the active view into one window filling [0,0,width,height).

@@ -33,6 +33,11 @@ struct CanvasImpl {
     bool show_view_tabs = true;  // the canvas draws its own view switcher (the host may hide it)
     std::vector<storage::RunInfo> infos;  // of the selected runs, refreshed every refresh()
     std::string error;
+    // The views hold nothing yet for what the selection or view now shows (or a view's refresh
+    // stopped at its time budget): the host must refresh even when no run is live. Served as a
+    // draw request, so a finished run opened from disk loads without a live timer.
+    bool needs_refresh = false;
+    size_t session_runs = 0;  // runs in the session at open/refresh (empty-state wording)
 
     EvictionMapViewState eviction;
     ScoresViewState scores;
@@ -41,6 +46,9 @@ struct CanvasImpl {
     MetricsViewState metrics;
     CompareViewState compare;
 
+    // What the canvas shows instead of a view ("" when a view draws): no session, no run
+    // selected, or several runs in a single-run view. Never "nothing recorded" for a selection.
+    std::string empty_state() const;
     // Resets every view's state for the current selection (textures released first).
     void reset_views();
     // Refreshes the state of view `k` (the active one in refresh()).

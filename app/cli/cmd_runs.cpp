@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "commands_storage.h"
 #include "engine/core/error.h"
+#include "storage/comparison.h"
 #include "storage/config_fields.h"
 #include "storage/session.h"
 #include "storage/session_reader.h"
@@ -54,9 +55,7 @@ SummaryNumbers summary_numbers(const std::string& summary) {
     SummaryNumbers s;
     nlohmann::json j = nlohmann::json::parse(summary, nullptr, false);
     if (!j.is_object()) return s;
-    if (j.contains("peak_bytes") && j["peak_bytes"].is_object())
-        for (auto& [dev, v] : j["peak_bytes"].items())
-            if (v.is_number_integer()) s.peak_bytes = std::max<int64_t>(s.peak_bytes, v.get<int64_t>());
+    s.peak_bytes = storage::run_peak_bytes(summary);
     if (j.contains("tokens_per_s") && j["tokens_per_s"].is_number()) s.tokens_per_s = j["tokens_per_s"].get<double>();
     for (const char* key : {"mean_loss", "final_loss"})
         if (std::isnan(s.loss) && j.contains(key) && j[key].is_number()) s.loss = j[key].get<double>();

@@ -20,6 +20,7 @@
 #include "progress.h"
 #include "run_options.h"
 #include "sessions/run_manager.h"
+#include "storage/comparison.h"
 #include "storage/session.h"
 
 namespace kv::cli {
@@ -29,10 +30,14 @@ std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted.store(true); }
 
 void print_memory(const nlohmann::json& summary) {
+    // The run's one peak (storage::run_peak_bytes, as kvlab runs / compare / the app show it),
+    // then the evaluation phase's own allocator peaks, named as such (they exclude model loading).
+    if (const int64_t peak = storage::run_peak_bytes(summary.dump()); peak >= 0)
+        std::printf("peak memory: %s (whole run, every category)\n", format_bytes(peak).c_str());
     if (!summary.contains("memory")) return;
     for (auto it = summary["memory"].begin(); it != summary["memory"].end(); ++it) {
         const auto& d = it.value();
-        std::printf("peak memory on %s: total %s |", it.key().c_str(), format_bytes(d.value("peak_total", 0LL)).c_str());
+        std::printf("evaluation-phase peak on %s: total %s |", it.key().c_str(), format_bytes(d.value("peak_total", 0LL)).c_str());
         if (d.contains("peak"))
             for (auto c = d["peak"].begin(); c != d["peak"].end(); ++c)
                 std::printf(" %s %s", c.key().c_str(), format_bytes(c.value().get<long long>()).c_str());

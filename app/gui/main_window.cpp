@@ -143,7 +143,10 @@ void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&New session…"), QKeySequence::New, this, &MainWindow::newSessionDialog);
     file->addAction(tr("&Open session…"), QKeySequence::Open, this, &MainWindow::openSessionDialog);
-    file->addAction(tr("&Reload runs"), QKeySequence::Refresh, controller_, &SessionController::reload);
+    file->addAction(tr("&Reload runs"), QKeySequence::Refresh, this, [this] {
+        controller_->reload();
+        canvas_->refresh();  // the selected runs' rows too, live or not
+    });
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 

@@ -42,7 +42,7 @@ class RunsModelTest : public QObject {
         QCOMPARE(r.chunkSize, int64_t(32));
         QCOMPARE(r.loss, 1.25);
         QCOMPARE(r.accuracy, 0.5);
-        QCOMPARE(r.peakBytes, int64_t(4096));  // the allocator's peak wins over the events' peak
+        QCOMPARE(r.peakBytes, int64_t(4096));  // a phase peak above the events' (dropped events) raises it
         // Malformed JSON never throws; fields stay unset.
         RunInfo bad = info(4, "dense-default", 0, RunStatus::FAILED, "{not json");
         bad.config = "[1,2";
@@ -91,6 +91,13 @@ class RunsModelTest : public QObject {
                             info(5, "lastrec-q4", 128, RunStatus::QUEUED)}));
         QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_PROGRESS)).toString(), QString("100%"));
         QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_PEAK_MEMORY)).toString(), QString("1.95 KiB"));
+
+        // The one peak (issue 16): the whole run's allocator peak from the events ("peak_bytes"),
+        // not the evaluation phase's own peak ("memory"), which excludes model loading.
+        QCOMPARE(kv::gui::runRowFromInfo(info(7, "h2o-default", 64, RunStatus::DONE,
+                                              R"({"memory":{"cpu":{"peak_total":900}},"peak_bytes":{"cpu":3000}})"))
+                     .peakBytes,
+                 int64_t(3000));
 
         // Sorting by the numeric role: peak memory descending puts run 2 (2000 B) first.
         QCOMPARE(proxy.data(proxy.index(0, RunsModel::COLUMN_ID)).toLongLong(), 2LL);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "storage/comparison.h"
 #include "storage/config_fields.h"
 
 namespace kv::gui {
@@ -80,14 +81,7 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
         r.loss = number(s, "mean_loss");
         r.accuracy = number(s, "accuracy");
         r.tokensPerS = number(s, "tokens_per_s");
-        // The allocator's peak (the run's own MemoryTracker) wins over the recorded events' peak.
-        if (s.contains("memory") && s["memory"].is_object())
-            for (auto& [dev, d] : s["memory"].items())
-                if (d.is_object() && d.contains("peak_total") && d["peak_total"].is_number_integer())
-                    r.peakBytes = std::max<int64_t>(r.peakBytes, d["peak_total"].get<int64_t>());
-        if (r.peakBytes < 0 && s.contains("peak_bytes") && s["peak_bytes"].is_object())
-            for (auto& [dev, v] : s["peak_bytes"].items())
-                if (v.is_number_integer()) r.peakBytes = std::max<int64_t>(r.peakBytes, v.get<int64_t>());
+        r.peakBytes = storage::run_peak_bytes(info.summary);  // the one whole-run peak
     }
     if (storage::run_status_final(info.status) && info.status == storage::RunStatus::DONE && r.total == 0) r.done = r.total = 1;
     return r;
