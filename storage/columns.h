@@ -31,9 +31,10 @@ struct Table {
     const char* name;
     std::array<Column<W, R>, N> columns;
 
-    // "CREATE TABLE name(\n  a INTEGER, b INTEGER, ...);"
-    std::string create_sql() const {
-        std::string s = std::string("CREATE TABLE ") + name + "(\n  ";
+    // "CREATE TABLE name(\n  a INTEGER, b INTEGER, ...);" (under another name for a migration
+    // that rebuilds the table).
+    std::string create_sql(const char* as = nullptr) const {
+        std::string s = std::string("CREATE TABLE ") + (as ? as : name) + "(\n  ";
         for (size_t i = 0; i < N; ++i) s += std::string(i ? ", " : "") + columns[i].name + " " + columns[i].type;
         return s + ");\n";
     }

@@ -9,6 +9,7 @@
 #include "engine/telemetry/event_types.h"
 #include "storage/columns.h"
 #include "storage/rows.h"
+#include "storage/run_info.h"
 
 namespace kv::storage::tables {
 
@@ -32,6 +33,14 @@ struct MemoryEventRead {
     MemoryEventRow row;
     int64_t label_id = 0;
 };
+// What a reader decodes a runs row into: the RunInfo, plus the columns it maps or checks itself
+// (the status name, the owner's identity).
+struct RunRead {
+    RunInfo info;
+    std::string status, owner_boot;
+    int64_t owner_start = 0;
+};
+struct NoWrite {};  // tables whose rows the event writer does not insert
 struct CacheStepWrite {
     int64_t run;
     const trace::CacheStepRecord& c;
@@ -104,6 +113,45 @@ inline const auto& cache_steps() {
          }},
     };
     static const auto t = make_table("cache_steps", cols);
+    return t;
+}
+
+// runs: one row per run, inserted and updated column by column by Session (session.cpp), so
+// the table gives its DDL and its decoding only. Migration 2 -> 3 rebuilds it from here.
+inline const auto& runs() {
+    using W = NoWrite;
+    using R = RunRead;
+#define KV_RUN(name, type, expr) \
+    { name, type, nullptr, [](const Stmt& s, int i, R& r) { expr; } }
+    static const Column<W, R> cols[] = {
+        KV_RUN("id", "INTEGER PRIMARY KEY", r.info.id = s.i64(i)),
+        KV_RUN("name", "TEXT NOT NULL", r.info.name = s.text(i)),
+        KV_RUN("config", "TEXT NOT NULL DEFAULT '{}'", r.info.config = s.text(i)),
+        KV_RUN("status",
+               "TEXT NOT NULL CHECK(status IN ('queued','running','done','failed','cancelled','crashed','degraded'))",
+               r.status = s.text(i)),
+        KV_RUN("created_ms", "INTEGER NOT NULL", r.info.created_ms = s.i64(i)),
+        KV_RUN("started_ms", "INTEGER", r.info.started_ms = s.i64(i)),
+        KV_RUN("finished_ms", "INTEGER", r.info.finished_ms = s.i64(i)),
+        KV_RUN("t0_ns", "INTEGER", r.info.t0_ns = s.i64(i)),
+        KV_RUN("tokens_done", "INTEGER NOT NULL DEFAULT 0", r.info.progress.tokens_done = s.i64(i)),
+        KV_RUN("tokens_total", "INTEGER NOT NULL DEFAULT 0", r.info.progress.tokens_total = s.i64(i)),
+        KV_RUN("chunks_done", "INTEGER NOT NULL DEFAULT 0", r.info.progress.chunks_done = s.i32(i)),
+        KV_RUN("chunks_total", "INTEGER NOT NULL DEFAULT 0", r.info.progress.chunks_total = s.i32(i)),
+        KV_RUN("steps_done", "INTEGER NOT NULL DEFAULT 0", r.info.progress.steps_done = s.i32(i)),
+        KV_RUN("steps_total", "INTEGER NOT NULL DEFAULT 0", r.info.progress.steps_total = s.i32(i)),
+        KV_RUN("progress_ms", "INTEGER", r.info.progress.updated_ms = s.i64(i)),
+        KV_RUN("host", "TEXT", r.info.host = s.text(i)),
+        KV_RUN("build", "TEXT", r.info.build = s.text(i)),
+        KV_RUN("error", "TEXT", r.info.error = s.text(i)),
+        KV_RUN("owner_pid", "INTEGER", r.info.owner_pid = s.i64(i)),
+        KV_RUN("owner_start", "INTEGER", r.owner_start = s.i64(i)),
+        KV_RUN("owner_boot", "TEXT", r.owner_boot = s.text(i)),
+        KV_RUN("owner_host", "TEXT", r.info.owner_host = s.text(i)),
+        KV_RUN("summary", "TEXT NOT NULL DEFAULT '{}'", r.info.summary = s.text(i)),
+    };
+#undef KV_RUN
+    static const auto t = make_table("runs", cols);
     return t;
 }
 

@@ -40,32 +40,10 @@ namespace kv::storage {
     "CREATE TABLE memory_blocks(run_id INTEGER, first_id INTEGER, last_id INTEGER, rows INTEGER, "      \
     "t_min INTEGER, t_max INTEGER, state BLOB);\n"                                                     \
     "CREATE INDEX memory_blocks_run ON memory_blocks(run_id, first_id);\n"
-// The runs table under a given name (migration 2 -> 3 rebuilds it to widen the status CHECK).
-#define KVLAB_RUNS_TABLE_SQL(name) \
-    "CREATE TABLE " name "(\n" \
-    "  id INTEGER PRIMARY KEY,\n" \
-    "  name TEXT NOT NULL,\n" \
-    "  config TEXT NOT NULL DEFAULT '{}',\n" \
-    "  status TEXT NOT NULL CHECK(status IN ('queued','running','done','failed','cancelled','crashed','degraded')),\n" \
-    "  created_ms INTEGER NOT NULL,\n" \
-    "  started_ms INTEGER,\n" \
-    "  finished_ms INTEGER,\n" \
-    "  t0_ns INTEGER,\n" \
-    "  tokens_done INTEGER NOT NULL DEFAULT 0, tokens_total INTEGER NOT NULL DEFAULT 0,\n" \
-    "  chunks_done INTEGER NOT NULL DEFAULT 0, chunks_total INTEGER NOT NULL DEFAULT 0,\n" \
-    "  steps_done INTEGER NOT NULL DEFAULT 0, steps_total INTEGER NOT NULL DEFAULT 0,\n" \
-    "  progress_ms INTEGER,\n" \
-    "  host TEXT,\n" \
-    "  build TEXT,\n" \
-    "  error TEXT,\n" \
-    "  owner_pid INTEGER, owner_start INTEGER, owner_boot TEXT, owner_host TEXT,\n" \
-    "  summary TEXT NOT NULL DEFAULT '{}'\n" \
-    ");\n"
 namespace {
 const char* const kCreateSql = R"SQL(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
-)SQL" KVLAB_RUNS_TABLE_SQL("runs") R"SQL(
 CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT NOT NULL UNIQUE);
 
 )SQL" KVLAB_EVENT_BLOCKS_SQL R"SQL(
@@ -127,7 +105,7 @@ void schema_create(Db& db) {
                            "put the session on a local file system that supports shared memory");
     Transaction tx(db);
     // Tables with a column table (storage/record_tables.h) first: kCreateSql indexes them.
-    db.exec(tables::spans().create_sql() + tables::memory_events().create_sql() + tables::cache_steps().create_sql() + tables::score_snapshots().create_sql() + tables::cells().create_sql() + tables::cupti_kernel().create_sql() +
+    db.exec(tables::runs().create_sql() + tables::spans().create_sql() + tables::memory_events().create_sql() + tables::cache_steps().create_sql() + tables::score_snapshots().create_sql() + tables::cells().create_sql() + tables::cupti_kernel().create_sql() +
                 tables::cupti_memcpy().create_sql() + tables::cupti_memset().create_sql() +
                 tables::cuda_memory_usage().create_sql() + tables::metrics().create_sql() + tables::logs().create_sql() +
                 tables::cupti_external_correlation().create_sql(),
@@ -279,8 +257,8 @@ const std::vector<Migration>& schema_migrations() {
          rebuild_event_blocks},
         // 2 -> 3: runs.status may be 'degraded' (finished, telemetry lost). SQLite cannot alter a
         // CHECK constraint, so the (small) runs table is rebuilt with the same columns.
-        {2, KVLAB_RUNS_TABLE_SQL("runs_v3") "INSERT INTO runs_v3 SELECT * FROM runs; DROP TABLE runs; "
-                                            "ALTER TABLE runs_v3 RENAME TO runs;\n",
+        {2, tables::runs().create_sql("runs_v3") + "INSERT INTO runs_v3 SELECT * FROM runs; DROP TABLE runs; "
+                                                   "ALTER TABLE runs_v3 RENAME TO runs;\n",
          nullptr},
     };
     return migrations;
