@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "storage/sqlite_util.h"
@@ -30,9 +31,10 @@ struct Table {
     const char* name;
     std::array<Column<W, R>, N> columns;
 
-    // "CREATE TABLE name(\n  a INTEGER, b INTEGER, ...);"
-    std::string create_sql() const {
-        std::string s = std::string("CREATE TABLE ") + name + "(\n  ";
+    // "CREATE TABLE name(\n  a INTEGER, b INTEGER, ...);" (under another name for a migration
+    // that rebuilds the table).
+    std::string create_sql(const char* as = nullptr) const {
+        std::string s = std::string("CREATE TABLE ") + (as ? as : name) + "(\n  ";
         for (size_t i = 0; i < N; ++i) s += std::string(i ? ", " : "") + columns[i].name + " " + columns[i].type;
         return s + ");\n";
     }
@@ -73,6 +75,64 @@ template <class W, class R, size_t N>
 Table<W, R, N> make_table(const char* name, const Column<W, R> (&cols)[N]) {
     Table<W, R, N> t{name, {}};
     for (size_t i = 0; i < N; ++i) t.columns[i] = cols[i];
+    return t;
+}
+
+// A table of integer columns written through BatchedInsert (the high-volume event tables): the
+// writer fills a row of int64 values instead of binding a statement. A column the writer leaves
+// to SQLite has value == nullptr; one the readers do not return has read == nullptr.
+template <class W, class R>
+struct IntColumn {
+    const char* name;
+    const char* type;
+    int64_t (*value)(const W& w);
+    void (*read)(const Stmt& s, int index, R& r);
+};
+
+template <class W, class R, size_t N>
+struct IntTable {
+    const char* name;
+    std::array<IntColumn<W, R>, N> columns;
+    std::array<int64_t (*)(const W&), N> values{};  // the writer's columns, in order
+    int nvalues = 0;
+
+    std::string create_sql() const {
+        std::string s = std::string("CREATE TABLE ") + name + "(\n  ";
+        for (size_t i = 0; i < N; ++i) s += std::string(i ? ", " : "") + columns[i].name + " " + columns[i].type;
+        return s + ");\n";
+    }
+    // "name(a, b, ...)" over the writer's columns, as BatchedInsert takes it (with nvalues).
+    std::string insert_columns() const {
+        std::string cols;
+        for (const auto& c : columns)
+            if (c.value) cols += std::string(cols.empty() ? "" : ", ") + c.name;
+        return std::string(name) + "(" + cols + ")";
+    }
+    // Fills one BatchedInsert row (nvalues slots) from `w`.
+    void fill(int64_t* v, const W& w) const {
+        for (int i = 0; i < nvalues; ++i) v[i] = values[size_t(i)](w);
+    }
+    std::string select_list() const {
+        std::string s;
+        for (const auto& c : columns)
+            if (c.read) s += std::string(s.empty() ? "" : ", ") + c.name;
+        return s;
+    }
+    int read(const Stmt& s, R& r, int first = 0) const {
+        int i = first;
+        for (const auto& c : columns)
+            if (c.read) c.read(s, i++, r);
+        return i;
+    }
+};
+
+template <class W, class R, size_t N>
+IntTable<W, R, N> make_int_table(const char* name, const IntColumn<W, R> (&cols)[N]) {
+    IntTable<W, R, N> t{name, {}, {}, 0};
+    for (size_t i = 0; i < N; ++i) {
+        t.columns[i] = cols[i];
+        if (cols[i].value) t.values[size_t(t.nvalues++)] = cols[i].value;
+    }
     return t;
 }
 

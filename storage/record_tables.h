@@ -4,17 +4,51 @@
 // Times, -1 conventions and the CUPTI naming are explained at the DDL in schema.cpp.
 #pragma once
 
+#include <string_view>
+
 #include "engine/telemetry/event_types.h"
 #include "storage/columns.h"
 #include "storage/rows.h"
+#include "storage/run_info.h"
 
 namespace kv::storage::tables {
 
 // What the writer binds from: the record and its run (plus the process id and resolved string
 // ids where a table stores them).
+struct SpanWrite {
+    int64_t run, name;
+    const trace::SpanRecord& s;
+};
+struct MemoryEventWrite {
+    int64_t run, label;
+    const trace::AllocRecord& a;
+};
+// What a reader decodes spans and memory events into: the row, and the StringIds id of its
+// name or label, which the reader resolves (SessionReader's string cache).
+struct SpanRead {
+    SpanRow row;
+    int64_t name_id = 0;
+};
+struct MemoryEventRead {
+    MemoryEventRow row;
+    int64_t label_id = 0;
+};
+// What a reader decodes a runs row into: the RunInfo, plus the columns it maps or checks itself
+// (the status name, the owner's identity).
+struct RunRead {
+    RunInfo info;
+    std::string status, owner_boot;
+    int64_t owner_start = 0;
+};
+struct NoWrite {};  // tables whose rows the event writer does not insert
 struct CacheStepWrite {
     int64_t run;
     const trace::CacheStepRecord& c;
+};
+struct ScoreWrite {
+    int64_t run;
+    const trace::ScoresRecord& s;
+    const trace::ScorePayload& p;
 };
 struct CellWrite {
     int64_t run;
@@ -35,6 +69,20 @@ struct MemsetWrite {
 struct MemoryWrite {
     int64_t run, pid, name;
     const GpuMemory& m;
+};
+struct MetricWrite {
+    int64_t run;
+    std::string_view name;
+    const trace::MetricRecord& m;
+};
+struct LogWrite {
+    int64_t run;
+    std::string_view text;
+    const trace::LogRecord& l;
+};
+struct CorrelationWrite {
+    int64_t run;
+    const GpuCorrelation& x;
 };
 struct NoRow {};  // tables no reader decodes through their column table (yet)
 
@@ -68,6 +116,164 @@ inline const auto& cache_steps() {
     return t;
 }
 
+// runs: one row per run, inserted and updated column by column by Session (session.cpp), so
+// the table gives its DDL and its decoding only. Migration 2 -> 3 rebuilds it from here.
+inline const auto& runs() {
+    using W = NoWrite;
+    using R = RunRead;
+#define KV_RUN(name, type, expr) \
+    { name, type, nullptr, [](const Stmt& s, int i, R& r) { expr; } }
+    static const Column<W, R> cols[] = {
+        KV_RUN("id", "INTEGER PRIMARY KEY", r.info.id = s.i64(i)),
+        KV_RUN("name", "TEXT NOT NULL", r.info.name = s.text(i)),
+        KV_RUN("config", "TEXT NOT NULL DEFAULT '{}'", r.info.config = s.text(i)),
+        KV_RUN("status",
+               "TEXT NOT NULL CHECK(status IN ('queued','running','done','failed','cancelled','crashed','degraded'))",
+               r.status = s.text(i)),
+        KV_RUN("created_ms", "INTEGER NOT NULL", r.info.created_ms = s.i64(i)),
+        KV_RUN("started_ms", "INTEGER", r.info.started_ms = s.i64(i)),
+        KV_RUN("finished_ms", "INTEGER", r.info.finished_ms = s.i64(i)),
+        KV_RUN("t0_ns", "INTEGER", r.info.t0_ns = s.i64(i)),
+        KV_RUN("tokens_done", "INTEGER NOT NULL DEFAULT 0", r.info.progress.tokens_done = s.i64(i)),
+        KV_RUN("tokens_total", "INTEGER NOT NULL DEFAULT 0", r.info.progress.tokens_total = s.i64(i)),
+        KV_RUN("chunks_done", "INTEGER NOT NULL DEFAULT 0", r.info.progress.chunks_done = s.i32(i)),
+        KV_RUN("chunks_total", "INTEGER NOT NULL DEFAULT 0", r.info.progress.chunks_total = s.i32(i)),
+        KV_RUN("steps_done", "INTEGER NOT NULL DEFAULT 0", r.info.progress.steps_done = s.i32(i)),
+        KV_RUN("steps_total", "INTEGER NOT NULL DEFAULT 0", r.info.progress.steps_total = s.i32(i)),
+        KV_RUN("progress_ms", "INTEGER", r.info.progress.updated_ms = s.i64(i)),
+        KV_RUN("host", "TEXT", r.info.host = s.text(i)),
+        KV_RUN("build", "TEXT", r.info.build = s.text(i)),
+        KV_RUN("error", "TEXT", r.info.error = s.text(i)),
+        KV_RUN("owner_pid", "INTEGER", r.info.owner_pid = s.i64(i)),
+        KV_RUN("owner_start", "INTEGER", r.owner_start = s.i64(i)),
+        KV_RUN("owner_boot", "TEXT", r.owner_boot = s.text(i)),
+        KV_RUN("owner_host", "TEXT", r.info.owner_host = s.text(i)),
+        KV_RUN("summary", "TEXT NOT NULL DEFAULT '{}'", r.info.summary = s.text(i)),
+    };
+#undef KV_RUN
+    static const auto t = make_table("runs", cols);
+    return t;
+}
+
+// Duration class of a span: 0 for zero length, else the bit length of the duration, so every
+// span of class c lasts less than 2^c ns (see SessionReader::spans for the window query).
+inline int64_t span_dur_class(uint64_t start, uint64_t end) {
+    uint64_t d = end > start ? end - start : 0;
+    return d == 0 ? 0 : 64 - __builtin_clzll(d);
+}
+
+// spans and memory_events: integer columns, written through BatchedInsert (the block-range
+// indexes of storage/event_blocks.h cover their ids).
+inline const auto& spans() {
+    using W = SpanWrite;
+    using R = SpanRead;
+    static const IntColumn<W, R> cols[] = {
+        {"id", "INTEGER PRIMARY KEY", nullptr, [](const Stmt& s, int i, R& r) { r.row.id = s.i64(i); }},
+        {"run_id", "INTEGER", [](const W& w) { return w.run; }, nullptr},
+        {"start_ns", "INTEGER", [](const W& w) { return int64_t(w.s.start_ns); }, [](const Stmt& s, int i, R& r) { r.row.start_ns = s.i64(i); }},
+        {"end_ns", "INTEGER", [](const W& w) { return int64_t(w.s.end_ns); }, [](const Stmt& s, int i, R& r) { r.row.end_ns = s.i64(i); }},
+        {"dur_class", "INTEGER", [](const W& w) { return span_dur_class(w.s.start_ns, w.s.end_ns); }, nullptr},
+        {"name_id", "INTEGER", [](const W& w) { return w.name; }, [](const Stmt& s, int i, R& r) { r.name_id = s.i64(i); }},
+        {"category", "INTEGER", [](const W& w) { return int64_t(w.s.category); },
+         [](const Stmt& s, int i, R& r) {
+             int c = s.i32(i);
+             r.row.category = c >= 0 && size_t(c) < trace::kNumSpanCategories ? trace::SpanCategory(c) : trace::SpanCategory::OTHER;
+         }},
+        {"layer", "INTEGER", [](const W& w) { return int64_t(w.s.layer); }, [](const Stmt& s, int i, R& r) { r.row.layer = s.i32(i); }},
+        {"chunk", "INTEGER", [](const W& w) { return int64_t(w.s.chunk); }, [](const Stmt& s, int i, R& r) { r.row.chunk = s.i32(i); }},
+        {"cell_row", "INTEGER", [](const W& w) { return int64_t(w.s.cell_row); }, [](const Stmt& s, int i, R& r) { r.row.cell_row = s.i32(i); }},
+        {"cell_col", "INTEGER", [](const W& w) { return int64_t(w.s.cell_col); }, [](const Stmt& s, int i, R& r) { r.row.cell_col = s.i32(i); }},
+        {"thread", "INTEGER", [](const W& w) { return int64_t(w.s.thread); }, [](const Stmt& s, int i, R& r) { r.row.thread = s.i32(i); }},
+        {"device", "INTEGER", [](const W& w) { return int64_t(w.s.device); }, [](const Stmt& s, int i, R& r) { r.row.device = s.i32(i); }},
+        {"stream", "INTEGER", [](const W& w) { return int64_t(w.s.stream); }, [](const Stmt& s, int i, R& r) { r.row.stream = s.i32(i); }},
+        {"correlation_id", "INTEGER", [](const W& w) { return int64_t(w.s.correlation_id); },
+         [](const Stmt& s, int i, R& r) { r.row.correlation_id = s.i64(i); }},
+    };
+    static const auto t = make_int_table("spans", cols);
+    return t;
+}
+
+inline const auto& memory_events() {
+    using W = MemoryEventWrite;
+    using R = MemoryEventRead;
+    static const IntColumn<W, R> cols[] = {
+        {"id", "INTEGER PRIMARY KEY", nullptr, [](const Stmt& s, int i, R& r) { r.row.id = s.i64(i); }},
+        {"run_id", "INTEGER", [](const W& w) { return w.run; }, nullptr},
+        {"t_ns", "INTEGER", [](const W& w) { return int64_t(w.a.t_ns); }, [](const Stmt& s, int i, R& r) { r.row.t_ns = s.i64(i); }},
+        {"bytes", "INTEGER", [](const W& w) { return w.a.bytes; }, [](const Stmt& s, int i, R& r) { r.row.bytes = s.i64(i); }},
+        {"category", "INTEGER", [](const W& w) { return int64_t(w.a.category); },
+         [](const Stmt& s, int i, R& r) {
+             int c = s.i32(i);
+             r.row.category = c >= 0 && size_t(c) < kNumMemCategories ? MemCategory(c) : MemCategory::WORKSPACE;
+         }},
+        {"device", "INTEGER", [](const W& w) { return int64_t(w.a.device); }, [](const Stmt& s, int i, R& r) { r.row.device = s.i32(i); }},
+        {"label_id", "INTEGER", [](const W& w) { return w.label; }, [](const Stmt& s, int i, R& r) { r.label_id = s.i64(i); }},
+        {"alloc_id", "INTEGER", [](const W& w) { return int64_t(w.a.alloc_id); }, [](const Stmt& s, int i, R& r) { r.row.alloc_id = s.i64(i); }},
+        {"address", "INTEGER", [](const W& w) { return int64_t(w.a.address); },
+         [](const Stmt& s, int i, R& r) { r.row.address = uint64_t(s.i64(i)); }},
+        {"category_total", "INTEGER", [](const W& w) { return w.a.category_total; },
+         [](const Stmt& s, int i, R& r) { r.row.category_total = s.i64(i); }},
+        {"device_total", "INTEGER", [](const W& w) { return w.a.device_total; },
+         [](const Stmt& s, int i, R& r) { r.row.device_total = s.i64(i); }},
+        {"layer", "INTEGER", [](const W& w) { return int64_t(w.a.layer); }, [](const Stmt& s, int i, R& r) { r.row.layer = s.i32(i); }},
+        {"chunk", "INTEGER", [](const W& w) { return int64_t(w.a.chunk); }, [](const Stmt& s, int i, R& r) { r.row.chunk = s.i32(i); }},
+        {"flags", "INTEGER", [](const W& w) { return int64_t(w.a.flags); }, [](const Stmt& s, int i, R& r) { r.row.flags = uint8_t(s.i32(i)); }},
+    };
+    static const auto t = make_int_table("memory_events", cols);
+    return t;
+}
+
+// The summary statistics are NULL when no value was finite.
+template <float trace::ScoreStats::*F>
+void bind_score_stat(Stmt& q, int i, const ScoreWrite& w) {
+    if (w.p.stats.count > 0)
+        q.bind(i, double(w.p.stats.*F));
+    else
+        q.bind_null(i);
+}
+template <float trace::ScoreStats::*F>
+void read_score_stat(const Stmt& s, int i, ScoreRow& r) {
+    r.stats.*F = float(s.f64(i));
+}
+#define KV_STAT(name, field) \
+    { name, "REAL", bind_score_stat<&trace::ScoreStats::field>, read_score_stat<&trace::ScoreStats::field> }
+
+// scores: little-endian float32 (B, G, T) row-major, NULL when only the summary was kept. Readers
+// select it themselves (with or without the array), after the table's columns.
+inline const auto& score_snapshots() {
+    using W = ScoreWrite;
+    using R = ScoreRow;
+    static const Column<W, R> cols[] = {
+        {"id", "INTEGER PRIMARY KEY", nullptr, [](const Stmt& s, int i, R& r) { r.id = s.i64(i); }},
+        {"run_id", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.run); }, nullptr},
+        {"layer", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.s.layer); }, [](const Stmt& s, int i, R& r) { r.layer = s.i32(i); }},
+        {"chunk", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.s.chunk); }, [](const Stmt& s, int i, R& r) { r.chunk = s.i32(i); }},
+        {"pass", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, int(w.s.pass)); }, [](const Stmt& s, int i, R& r) { r.pass = s.i32(i); }},
+        {"t_ns", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.s.t_ns); }, [](const Stmt& s, int i, R& r) { r.t_ns = s.i64(i); }},
+        {"B", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.p.B); }, [](const Stmt& s, int i, R& r) { r.B = s.i32(i); }},
+        {"G", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.p.G); }, [](const Stmt& s, int i, R& r) { r.G = s.i32(i); }},
+        {"T", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.p.T); }, [](const Stmt& s, int i, R& r) { r.T = s.i32(i); }},
+        {"count", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.p.stats.count); },
+         [](const Stmt& s, int i, R& r) { r.stats.count = s.i64(i); }},
+        {"nonfinite", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.p.stats.nonfinite); },
+         [](const Stmt& s, int i, R& r) { r.stats.nonfinite = s.i64(i); }},
+        KV_STAT("min", min), KV_STAT("max", max), KV_STAT("mean", mean), KV_STAT("stddev", stddev),
+        KV_STAT("p10", p10), KV_STAT("p50", p50), KV_STAT("p90", p90), KV_STAT("p99", p99),
+        // float32 in host order; every platform kvlab builds for is little-endian.
+        {"scores", "BLOB",
+         [](Stmt& q, int i, const W& w) {
+             if (w.s.full && !w.p.values.empty())
+                 q.bind_blob(i, w.p.values.data(), w.p.values.size() * sizeof(float));
+             else
+                 q.bind_null(i);
+         },
+         nullptr},
+    };
+    static const auto t = make_table("score_snapshots", cols);
+    return t;
+}
+#undef KV_STAT
+
 inline const auto& cells() {
     using W = CellWrite;
     using R = CellRow;
@@ -92,6 +298,39 @@ inline const auto& cells() {
         {"device", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, int(w.c.device)); }, [](const Stmt& s, int i, R& r) { r.device = s.i32(i); }},
     };
     static const auto t = make_table("cells", cols);
+    return t;
+}
+
+inline const auto& metrics() {
+    using W = MetricWrite;
+    using R = MetricRow;
+    static const Column<W, R> cols[] = {
+        {"id", "INTEGER PRIMARY KEY", nullptr, [](const Stmt& s, int i, R& r) { r.id = s.i64(i); }},
+        {"run_id", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.run); }, nullptr},
+        {"name", "TEXT", [](Stmt& q, int i, const W& w) { q.bind(i, w.name); }, [](const Stmt& s, int i, R& r) { r.name = s.text(i); }},
+        {"step", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.m.step); }, [](const Stmt& s, int i, R& r) { r.step = s.i64(i); }},
+        {"value", "REAL", [](Stmt& q, int i, const W& w) { q.bind(i, w.m.value); },
+         // SQLite stores NaN as NULL.
+         [](const Stmt& s, int i, R& r) { r.value = s.is_null(i) ? 0.0 : s.f64(i); }},
+        {"t_ns", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.m.t_ns); }, [](const Stmt& s, int i, R& r) { r.t_ns = s.i64(i); }},
+    };
+    static const auto t = make_table("metrics", cols);
+    return t;
+}
+
+inline const auto& logs() {
+    using W = LogWrite;
+    using R = LogRow;
+    static const Column<W, R> cols[] = {
+        {"id", "INTEGER PRIMARY KEY", nullptr, [](const Stmt& s, int i, R& r) { r.id = s.i64(i); }},
+        {"run_id", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.run); }, nullptr},
+        {"t_ns", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.l.t_ns); }, [](const Stmt& s, int i, R& r) { r.t_ns = s.i64(i); }},
+        {"level", "TEXT", [](Stmt& q, int i, const W& w) { q.bind(i, trace::log_level_name(w.l.level)); },
+         [](const Stmt& s, int i, R& r) { r.level = s.text(i); }},
+        {"thread", "INTEGER", [](Stmt& q, int i, const W& w) { q.bind(i, w.l.thread); }, [](const Stmt& s, int i, R& r) { r.thread = s.i32(i); }},
+        {"text", "TEXT", [](Stmt& q, int i, const W& w) { q.bind(i, w.text); }, [](const Stmt& s, int i, R& r) { r.text = s.text(i); }},
+    };
+    static const auto t = make_table("logs", cols);
     return t;
 }
 
@@ -159,6 +398,17 @@ inline const auto& cuda_memory_usage() {
         KV_COL("localMemoryPoolSize", w.m.pool_size), KV_COL("localMemoryPoolUtilizedSize", w.m.pool_utilized_size),
     };
     static const auto t = make_table("CUDA_GPU_MEMORY_USAGE_EVENTS", cols);
+    return t;
+}
+
+// externalId = spans.correlation_id of the engine span that launched the work (CUSTOM0 = 3).
+inline const auto& cupti_external_correlation() {
+    using W = CorrelationWrite;
+    static const Column<W, NoRow> cols[] = {
+        KV_COL("run_id", w.run), KV_COL("externalKind", w.x.external_kind), KV_COL("externalId", w.x.external_id),
+        KV_COL("correlationId", w.x.correlation_id),
+    };
+    static const auto t = make_table("CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION", cols);
     return t;
 }
 

@@ -40,71 +40,22 @@ namespace kv::storage {
     "CREATE TABLE memory_blocks(run_id INTEGER, first_id INTEGER, last_id INTEGER, rows INTEGER, "      \
     "t_min INTEGER, t_max INTEGER, state BLOB);\n"                                                     \
     "CREATE INDEX memory_blocks_run ON memory_blocks(run_id, first_id);\n"
-// The runs table under a given name (migration 2 -> 3 rebuilds it to widen the status CHECK).
-#define KVLAB_RUNS_TABLE_SQL(name) \
-    "CREATE TABLE " name "(\n" \
-    "  id INTEGER PRIMARY KEY,\n" \
-    "  name TEXT NOT NULL,\n" \
-    "  config TEXT NOT NULL DEFAULT '{}',\n" \
-    "  status TEXT NOT NULL CHECK(status IN ('queued','running','done','failed','cancelled','crashed','degraded')),\n" \
-    "  created_ms INTEGER NOT NULL,\n" \
-    "  started_ms INTEGER,\n" \
-    "  finished_ms INTEGER,\n" \
-    "  t0_ns INTEGER,\n" \
-    "  tokens_done INTEGER NOT NULL DEFAULT 0, tokens_total INTEGER NOT NULL DEFAULT 0,\n" \
-    "  chunks_done INTEGER NOT NULL DEFAULT 0, chunks_total INTEGER NOT NULL DEFAULT 0,\n" \
-    "  steps_done INTEGER NOT NULL DEFAULT 0, steps_total INTEGER NOT NULL DEFAULT 0,\n" \
-    "  progress_ms INTEGER,\n" \
-    "  host TEXT,\n" \
-    "  build TEXT,\n" \
-    "  error TEXT,\n" \
-    "  owner_pid INTEGER, owner_start INTEGER, owner_boot TEXT, owner_host TEXT,\n" \
-    "  summary TEXT NOT NULL DEFAULT '{}'\n" \
-    ");\n"
 namespace {
 const char* const kCreateSql = R"SQL(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
-)SQL" KVLAB_RUNS_TABLE_SQL("runs") R"SQL(
 CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT NOT NULL UNIQUE);
 
-CREATE TABLE spans(
-  id INTEGER PRIMARY KEY, run_id INTEGER,
-  start_ns INTEGER, end_ns INTEGER,
-  dur_class INTEGER,
-  name_id INTEGER, category INTEGER,
-  layer INTEGER, chunk INTEGER, cell_row INTEGER, cell_col INTEGER,
-  thread INTEGER, device INTEGER, stream INTEGER, correlation_id INTEGER);
-
-CREATE TABLE memory_events(
-  id INTEGER PRIMARY KEY, run_id INTEGER, t_ns INTEGER,
-  bytes INTEGER, category INTEGER, device INTEGER, label_id INTEGER,
-  alloc_id INTEGER, address INTEGER,
-  category_total INTEGER, device_total INTEGER,
-  layer INTEGER, chunk INTEGER, flags INTEGER);
 )SQL" KVLAB_EVENT_BLOCKS_SQL R"SQL(
 
 CREATE INDEX cache_steps_layer ON cache_steps(run_id, layer, chunk);
 
--- scores: little-endian float32 (B, G, T) row-major, NULL when only the summary was kept.
-CREATE TABLE score_snapshots(
-  id INTEGER PRIMARY KEY, run_id INTEGER, layer INTEGER, chunk INTEGER,
-  pass INTEGER, t_ns INTEGER, B INTEGER, G INTEGER, T INTEGER,
-  count INTEGER, nonfinite INTEGER,
-  min REAL, max REAL, mean REAL, stddev REAL, p10 REAL, p50 REAL, p90 REAL, p99 REAL,
-  scores BLOB);
 CREATE INDEX score_snapshots_layer ON score_snapshots(run_id, layer, chunk);
 
 CREATE INDEX cells_run ON cells(run_id, row, col);
 
-CREATE TABLE metrics(
-  id INTEGER PRIMARY KEY, run_id INTEGER, name TEXT, step INTEGER,
-  value REAL, t_ns INTEGER);
 CREATE INDEX metrics_name ON metrics(run_id, name, step);
 
-CREATE TABLE logs(
-  id INTEGER PRIMARY KEY, run_id INTEGER, t_ns INTEGER, level TEXT,
-  thread INTEGER, text TEXT);
 CREATE INDEX logs_run ON logs(run_id);
 
 CREATE INDEX cupti_kernel_time ON CUPTI_ACTIVITY_KIND_KERNEL(run_id, start);
@@ -115,10 +66,6 @@ CREATE INDEX cupti_memset_time ON CUPTI_ACTIVITY_KIND_MEMSET(run_id, start);
 
 CREATE INDEX cuda_memory_time ON CUDA_GPU_MEMORY_USAGE_EVENTS(run_id, start);
 
--- externalId = spans.correlation_id of the engine span that launched the work (CUSTOM0 = 3).
-CREATE TABLE CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION(
-  run_id INTEGER NOT NULL, externalKind INTEGER NOT NULL, externalId INTEGER NOT NULL,
-  correlationId INTEGER NOT NULL);
 CREATE INDEX cupti_external_correlation ON CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION(run_id, correlationId);
 
 CREATE TABLE ENUM_KVLAB_SPAN_CATEGORY(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
@@ -158,9 +105,10 @@ void schema_create(Db& db) {
                            "put the session on a local file system that supports shared memory");
     Transaction tx(db);
     // Tables with a column table (storage/record_tables.h) first: kCreateSql indexes them.
-    db.exec(tables::cache_steps().create_sql() + tables::cells().create_sql() + tables::cupti_kernel().create_sql() +
+    db.exec(tables::runs().create_sql() + tables::spans().create_sql() + tables::memory_events().create_sql() + tables::cache_steps().create_sql() + tables::score_snapshots().create_sql() + tables::cells().create_sql() + tables::cupti_kernel().create_sql() +
                 tables::cupti_memcpy().create_sql() + tables::cupti_memset().create_sql() +
-                tables::cuda_memory_usage().create_sql(),
+                tables::cuda_memory_usage().create_sql() + tables::metrics().create_sql() + tables::logs().create_sql() +
+                tables::cupti_external_correlation().create_sql(),
             "creating the session tables");
     db.exec(kCreateSql, "creating the session tables");
     db.exec(str("PRAGMA application_id=", kApplicationId, "; PRAGMA user_version=", kSchemaVersion, ";"),
@@ -309,8 +257,8 @@ const std::vector<Migration>& schema_migrations() {
          rebuild_event_blocks},
         // 2 -> 3: runs.status may be 'degraded' (finished, telemetry lost). SQLite cannot alter a
         // CHECK constraint, so the (small) runs table is rebuilt with the same columns.
-        {2, KVLAB_RUNS_TABLE_SQL("runs_v3") "INSERT INTO runs_v3 SELECT * FROM runs; DROP TABLE runs; "
-                                            "ALTER TABLE runs_v3 RENAME TO runs;\n",
+        {2, tables::runs().create_sql("runs_v3") + "INSERT INTO runs_v3 SELECT * FROM runs; DROP TABLE runs; "
+                                                   "ALTER TABLE runs_v3 RENAME TO runs;\n",
          nullptr},
     };
     return migrations;

@@ -11,6 +11,7 @@
 
 #include "engine/memory/memory_tracker.h"
 #include "storage/liveness.h"
+#include "storage/record_tables.h"
 
 namespace kv::storage {
 
@@ -58,42 +59,20 @@ RunStatus run_status_from_name(const std::string& name) {
         str("unknown run status '", name, "'; expected queued, running, done, failed, cancelled, crashed or degraded"));
 }
 
-const char* const kRunColumns =
-    "id, name, config, status, created_ms, started_ms, finished_ms, t0_ns, tokens_done, tokens_total, chunks_done, "
-    "chunks_total, steps_done, steps_total, progress_ms, host, build, error, owner_pid, owner_start, owner_boot, "
-    "owner_host, summary";
+const std::string kRunColumns = tables::runs().select_list();
 
 RunInfo run_from_row(const Stmt& s) {
-    RunInfo r;
-    r.id = s.i64(0);
-    r.name = s.text(1);
-    r.config = s.text(2);
-    std::string st = s.text(3);
+    tables::RunRead row;
+    tables::runs().read(s, row);
+    RunInfo& r = row.info;
     r.status = RunStatus::QUEUED;
     for (size_t i = 0; i < kNumRunStatuses; ++i)
-        if (st == kStatusNames[i]) r.status = RunStatus(i);
-    r.created_ms = s.i64(4);
-    r.started_ms = s.i64(5);
-    r.finished_ms = s.i64(6);
-    r.t0_ns = s.i64(7);
-    r.progress.tokens_done = s.i64(8);
-    r.progress.tokens_total = s.i64(9);
-    r.progress.chunks_done = s.i32(10);
-    r.progress.chunks_total = s.i32(11);
-    r.progress.steps_done = s.i32(12);
-    r.progress.steps_total = s.i32(13);
-    r.progress.updated_ms = s.i64(14);
-    r.host = s.text(15);
-    r.build = s.text(16);
-    r.error = s.text(17);
-    r.owner_pid = s.i64(18);
-    r.owner_host = s.text(21);
-    r.summary = s.text(22);
+        if (row.status == kStatusNames[i]) r.status = RunStatus(i);
     if (r.status == RunStatus::RUNNING || (r.status == RunStatus::QUEUED && r.owner_pid > 0)) {
-        ProcessIdentity owner{s.i64(18), s.i64(19), s.text(20), s.text(21)};
+        ProcessIdentity owner{r.owner_pid, row.owner_start, row.owner_boot, r.owner_host};
         r.owner_alive = process_alive(owner);
     }
-    return r;
+    return std::move(row.info);
 }
 
 Session::Session(std::unique_ptr<Db> db, std::string path) : db_(std::move(db)), path_(std::move(path)) {}

@@ -72,7 +72,7 @@ class Session {
 };
 
 // SELECT list and row decoding shared with SessionReader.
-extern const char* const kRunColumns;
+extern const std::string kRunColumns;
 RunInfo run_from_row(const Stmt& s);
 
 }  // namespace kv::storage

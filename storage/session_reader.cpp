@@ -23,10 +23,9 @@
 namespace kv::storage {
 
 namespace {
-constexpr const char* kMemoryColumns =
-    "id, t_ns, bytes, category, device, label_id, alloc_id, address, category_total, device_total, layer, chunk, flags";
-constexpr const char* kSpanColumns =
-    "id, start_ns, end_ns, name_id, category, layer, chunk, cell_row, cell_col, thread, device, stream, correlation_id";
+// Select lists of the column tables (storage/record_tables.h); span_row and memory_row decode them.
+const std::string kMemoryColumns = tables::memory_events().select_list();
+const std::string kSpanColumns = tables::spans().select_list();
 
 bool full_window(const TimeWindow& w) {
     return w.t0_ns == std::numeric_limits<int64_t>::min() && w.t1_ns == std::numeric_limits<int64_t>::max();
@@ -98,22 +97,10 @@ RunInfo SessionReader::run(int64_t id) {
 
 // ---- memory -----------------------------------------------------------------------------
 MemoryEventRow SessionReader::memory_row(const Stmt& s, bool with_label) {
-    MemoryEventRow r;
-    r.id = s.i64(0);
-    r.t_ns = s.i64(1);
-    r.bytes = s.i64(2);
-    int c = s.i32(3);
-    r.category = c >= 0 && size_t(c) < kNumMemCategories ? MemCategory(c) : MemCategory::WORKSPACE;
-    r.device = s.i32(4);
-    if (with_label) r.label = string_locked(s.i64(5));
-    r.alloc_id = s.i64(6);
-    r.address = uint64_t(s.i64(7));
-    r.category_total = s.i64(8);
-    r.device_total = s.i64(9);
-    r.layer = s.i32(10);
-    r.chunk = s.i32(11);
-    r.flags = uint8_t(s.i32(12));
-    return r;
+    tables::MemoryEventRead r;
+    tables::memory_events().read(s, r);
+    if (with_label) r.row.label = string_locked(r.label_id);
+    return std::move(r.row);
 }
 
 std::vector<MemoryEventRow> SessionReader::memory_events(int64_t run, const TimeWindow& w, int64_t after_id,
@@ -369,22 +356,10 @@ std::vector<MemoryBucket> SessionReader::memory_timeline(int64_t run, int device
 
 // ---- spans ------------------------------------------------------------------------------
 SpanRow SessionReader::span_row(const Stmt& s) {
-    SpanRow r;
-    r.id = s.i64(0);
-    r.start_ns = s.i64(1);
-    r.end_ns = s.i64(2);
-    r.name = string_locked(s.i64(3));
-    int c = s.i32(4);
-    r.category = c >= 0 && size_t(c) < trace::kNumSpanCategories ? trace::SpanCategory(c) : trace::SpanCategory::OTHER;
-    r.layer = s.i32(5);
-    r.chunk = s.i32(6);
-    r.cell_row = s.i32(7);
-    r.cell_col = s.i32(8);
-    r.thread = s.i32(9);
-    r.device = s.i32(10);
-    r.stream = s.i32(11);
-    r.correlation_id = s.i64(12);
-    return r;
+    tables::SpanRead r;
+    tables::spans().read(s, r);
+    r.row.name = string_locked(r.name_id);
+    return std::move(r.row);
 }
 
 std::vector<SpanRow> SessionReader::spans(int64_t run, const TimeWindow& w, int64_t after_id, size_t limit) {
@@ -446,32 +421,18 @@ std::vector<ScoreRow> SessionReader::score_snapshots(int64_t run, int layer, int
                                                      size_t limit) {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<ScoreRow> out;
-    std::string cols =
-        str("id, layer, chunk, pass, t_ns, B, G, T, count, nonfinite, min, max, mean, stddev, p10, p50, p90, "
-            "p99, scores IS NOT NULL, ",
-            with_values ? "scores" : "NULL");
-    Stmt s = db_->prepare(str("SELECT ", cols, " FROM score_snapshots WHERE run_id = ?1 AND ",
-                              layer >= 0 ? "layer = ?2" : "?2 < 0", " AND id > ?3 ORDER BY layer, chunk, id LIMIT ?4"));
+    const auto& t = tables::score_snapshots();
+    Stmt s = db_->prepare(str("SELECT ", t.select_list(), ", scores IS NOT NULL, ", with_values ? "scores" : "NULL",
+                              " FROM score_snapshots WHERE run_id = ?1 AND ", layer >= 0 ? "layer = ?2" : "?2 < 0",
+                              " AND id > ?3 ORDER BY layer, chunk, id LIMIT ?4"));
     s.bind(1, run).bind(2, layer).bind(3, after_id).bind(4, clamp_limit(limit));
     while (s.step()) {
         ScoreRow r;
-        r.id = s.i64(0);
-        r.layer = s.i32(1);
-        r.chunk = s.i32(2);
-        r.pass = s.i32(3);
-        r.t_ns = s.i64(4);
-        r.B = s.i32(5);
-        r.G = s.i32(6);
-        r.T = s.i32(7);
-        r.stats.count = s.i64(8);
-        r.stats.nonfinite = s.i64(9);
-        float* st[] = {&r.stats.min, &r.stats.max, &r.stats.mean, &r.stats.stddev,
-                       &r.stats.p10, &r.stats.p50, &r.stats.p90,  &r.stats.p99};
-        for (int i = 0; i < 8; ++i) *st[i] = float(s.f64(10 + i));
-        r.has_values = s.i64(18) != 0;
+        const int has = t.read(s, r), values = has + 1;
+        r.has_values = s.i64(has) != 0;
         if (with_values && r.has_values) {
-            r.values.resize(s.bytes(19) / sizeof(float));
-            if (!r.values.empty()) std::memcpy(r.values.data(), s.blob(19), r.values.size() * sizeof(float));
+            r.values.resize(s.bytes(values) / sizeof(float));
+            if (!r.values.empty()) std::memcpy(r.values.data(), s.blob(values), r.values.size() * sizeof(float));
         }
         out.push_back(std::move(r));
     }
@@ -496,13 +457,15 @@ std::vector<CellRow> SessionReader::cells(int64_t run, int64_t after_id) {
 std::vector<MetricRow> SessionReader::metrics(int64_t run, const std::string& name, int64_t after_id) {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<MetricRow> out;
-    Stmt s = db_->prepare(
-        name.empty() ? "SELECT id, name, step, value, t_ns FROM metrics WHERE run_id = ?1 AND ?2 = '' AND id > ?3 "
-                       "ORDER BY id"
-                     : "SELECT id, name, step, value, t_ns FROM metrics WHERE run_id = ?1 AND name = ?2 AND id > ?3 "
-                       "ORDER BY step, id");
+    const auto& t = tables::metrics();
+    Stmt s = db_->prepare(str("SELECT ", t.select_list(), " FROM metrics WHERE run_id = ?1 AND ",
+                              name.empty() ? "?2 = '' AND id > ?3 ORDER BY id" : "name = ?2 AND id > ?3 ORDER BY step, id"));
     s.bind(1, run).bind(2, std::string_view(name)).bind(3, after_id);
-    while (s.step()) out.push_back({s.i64(0), s.text(1), s.i64(2), s.is_null(3) ? 0.0 : s.f64(3), s.i64(4)});
+    while (s.step()) {
+        MetricRow m;
+        t.read(s, m);
+        out.push_back(std::move(m));
+    }
     return out;
 }
 
@@ -518,10 +481,14 @@ std::vector<std::string> SessionReader::metric_names(int64_t run) {
 std::vector<LogRow> SessionReader::logs(int64_t run, int64_t after_id, size_t limit) {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<LogRow> out;
-    Stmt s = db_->prepare(
-        "SELECT id, t_ns, level, thread, text FROM logs WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3");
+    const auto& t = tables::logs();
+    Stmt s = db_->prepare(str("SELECT ", t.select_list(), " FROM logs WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"));
     s.bind(1, run).bind(2, after_id).bind(3, clamp_limit(limit));
-    while (s.step()) out.push_back({s.i64(0), s.i64(1), s.text(2), s.i32(3), s.text(4)});
+    while (s.step()) {
+        LogRow l;
+        t.read(s, l);
+        out.push_back(std::move(l));
+    }
     return out;
 }
 

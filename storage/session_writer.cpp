@@ -46,12 +46,6 @@ double thread_cpu_seconds() {
     return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
-// Duration class of a span: 0 for zero length, else the bit length of the duration, so every
-// span of class c lasts less than 2^c ns (see SessionReader::spans for the window query).
-int dur_class(uint64_t start, uint64_t end) {
-    uint64_t d = end > start ? end - start : 0;
-    return d == 0 ? 0 : 64 - __builtin_clzll(d);
-}
 }  // namespace
 
 // =========================================================================================
@@ -97,34 +91,23 @@ struct SessionWriter::Impl : trace::EventSink {
     std::function<void(int64_t, uint64_t, const std::string&)> on_fault;
 
     explicit Impl(const std::string& path) : db(open_session_db(path, OpenMode::READ_WRITE, /*writer=*/true)) {
-        ins_span = std::make_unique<BatchedInsert>(
-            *db,
-            "spans(run_id, start_ns, end_ns, dur_class, name_id, category, layer, chunk, cell_row, cell_col, thread, "
-            "device, stream, correlation_id)",
-            14);
-        ins_mem = std::make_unique<BatchedInsert>(
-            *db,
-            "memory_events(run_id, t_ns, bytes, category, device, label_id, alloc_id, address, category_total, "
-            "device_total, layer, chunk, flags)",
-            13);
+        ins_span = std::make_unique<BatchedInsert>(*db, tables::spans().insert_columns(), tables::spans().nvalues);
+        ins_mem = std::make_unique<BatchedInsert>(*db, tables::memory_events().insert_columns(),
+                                                  tables::memory_events().nvalues);
         ins_blocks = std::make_unique<EventBlockInserts>(*db);
         // The block index names row ids before the multi-row INSERTs run (see BatchedInsert).
         max_span_id = db->prepare("SELECT coalesce(max(id), 0) FROM spans");
         max_mem_id = db->prepare("SELECT coalesce(max(id), 0) FROM memory_events");
         ins_cache = db->prepare(tables::cache_steps().insert_sql());
-        ins_score = db->prepare(
-            "INSERT INTO score_snapshots(run_id, layer, chunk, pass, t_ns, B, G, T, count, nonfinite, min, max, mean, "
-            "stddev, p10, p50, p90, p99, scores) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_score = db->prepare(tables::score_snapshots().insert_sql());
         ins_cell = db->prepare(tables::cells().insert_sql());
-        ins_metric = db->prepare("INSERT INTO metrics(run_id, name, step, value, t_ns) VALUES(?,?,?,?,?)");
-        ins_log = db->prepare("INSERT INTO logs(run_id, t_ns, level, thread, text) VALUES(?,?,?,?,?)");
+        ins_metric = db->prepare(tables::metrics().insert_sql());
+        ins_log = db->prepare(tables::logs().insert_sql());
         ins_kernel = db->prepare(tables::cupti_kernel().insert_sql());
         ins_memcpy = db->prepare(tables::cupti_memcpy().insert_sql());
         ins_memset = db->prepare(tables::cupti_memset().insert_sql());
         ins_memory = db->prepare(tables::cuda_memory_usage().insert_sql());
-        ins_corr = db->prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION(run_id, externalKind, externalId, correlationId) "
-            "VALUES(?,?,?,?)");
+        ins_corr = db->prepare(tables::cupti_external_correlation().insert_sql());
         find_string = db->prepare("SELECT id FROM StringIds WHERE value=?");
         ins_string = db->prepare("INSERT INTO StringIds(value) VALUES(?)");
         upd_progress = db->prepare(
@@ -215,21 +198,7 @@ struct SessionWriter::Impl : trace::EventSink {
     uint64_t write_span(RunSlot& r, const trace::SpanRecord& s) {
         const int64_t name = string_id(s.name_id);
         const int64_t id = ins_span->next_rowid();
-        int64_t* v = ins_span->next();
-        v[0] = r.id;
-        v[1] = int64_t(s.start_ns);
-        v[2] = int64_t(s.end_ns);
-        v[3] = dur_class(s.start_ns, s.end_ns);
-        v[4] = name;
-        v[5] = int(s.category);
-        v[6] = s.layer;
-        v[7] = s.chunk;
-        v[8] = s.cell_row;
-        v[9] = s.cell_col;
-        v[10] = s.thread;
-        v[11] = s.device;
-        v[12] = s.stream;
-        v[13] = int64_t(s.correlation_id);
+        tables::spans().fill(ins_span->next(), {r.id, name, s});
         ins_span->push();
         r.blocks.add_span(id, int64_t(s.start_ns), int64_t(s.end_ns));
         return 1;
@@ -238,20 +207,7 @@ struct SessionWriter::Impl : trace::EventSink {
     uint64_t write_alloc(RunSlot& r, const trace::AllocRecord& a) {
         const int64_t label = string_id(a.label_id);
         const int64_t id = ins_mem->next_rowid();
-        int64_t* v = ins_mem->next();
-        v[0] = r.id;
-        v[1] = int64_t(a.t_ns);
-        v[2] = a.bytes;
-        v[3] = int(a.category);
-        v[4] = a.device;
-        v[5] = label;
-        v[6] = int64_t(a.alloc_id);
-        v[7] = int64_t(a.address);
-        v[8] = a.category_total;
-        v[9] = a.device_total;
-        v[10] = a.layer;
-        v[11] = a.chunk;
-        v[12] = a.flags;
+        tables::memory_events().fill(ins_mem->next(), {r.id, label, a});
         ins_mem->push();
         r.blocks.add_memory(id, int64_t(a.t_ns), a.device, int(a.category), a.category_total, a.device_total);
         int64_t& peak = r.peak_device[a.device];
@@ -271,31 +227,8 @@ struct SessionWriter::Impl : trace::EventSink {
     uint64_t write_scores(RunSlot& r, const trace::ScoresRecord& s) {
         const trace::ScorePayload* p = s.payload;
         if (!p) return 0;
-        Stmt& q = ins_score;
-        q.bind(1, r.id)
-            .bind(2, s.layer)
-            .bind(3, s.chunk)
-            .bind(4, int(s.pass))
-            .bind(5, s.t_ns)
-            .bind(6, p->B)
-            .bind(7, p->G)
-            .bind(8, p->T)
-            .bind(9, p->stats.count)
-            .bind(10, p->stats.nonfinite);
-        const float st[] = {p->stats.min, p->stats.max, p->stats.mean, p->stats.stddev,
-                            p->stats.p10, p->stats.p50, p->stats.p90,  p->stats.p99};
-        for (int i = 0; i < 8; ++i) {
-            if (p->stats.count > 0)
-                q.bind(11 + i, double(st[i]));
-            else
-                q.bind_null(11 + i);
-        }
-        // float32 in host order; every platform kvlab builds for is little-endian.
-        if (s.full && !p->values.empty())
-            q.bind_blob(19, p->values.data(), p->values.size() * sizeof(float));
-        else
-            q.bind_null(19);
-        q.insert();
+        tables::score_snapshots().bind(ins_score, {r.id, s, *p});
+        ins_score.insert();
         return 1;
     }
 
@@ -306,21 +239,15 @@ struct SessionWriter::Impl : trace::EventSink {
     }
 
     uint64_t write_metric(RunSlot& r, const trace::MetricRecord& m) {
-        Stmt& q = ins_metric;
-        q.bind(1, r.id).bind(2, std::string_view(name_of(m.name_id))).bind(3, m.step).bind(4, m.value).bind(5, m.t_ns);
-        q.insert();
+        tables::metrics().bind(ins_metric, {r.id, std::string_view(name_of(m.name_id)), m});
+        ins_metric.insert();
         return 1;
     }
 
     uint64_t write_log(RunSlot& r, const trace::LogRecord& l) {
-        Stmt& q = ins_log;
         static const std::string kEmpty;
-        q.bind(1, r.id)
-            .bind(2, l.t_ns)
-            .bind(3, trace::log_level_name(l.level))
-            .bind(4, l.thread)
-            .bind(5, std::string_view(l.text ? *l.text : kEmpty));
-        q.insert();
+        tables::logs().bind(ins_log, {r.id, std::string_view(l.text ? *l.text : kEmpty), l});
+        ins_log.insert();
         return 1;
     }
 
@@ -344,9 +271,8 @@ struct SessionWriter::Impl : trace::EventSink {
             ins_memory.insert();
         }
         for (const GpuCorrelation& x : p->correlations) {
-            Stmt& q = ins_corr;
-            q.bind(1, r.id).bind(2, x.external_kind).bind(3, x.external_id).bind(4, x.correlation_id);
-            q.insert();
+            tables::cupti_external_correlation().bind(ins_corr, {r.id, x});
+            ins_corr.insert();
         }
         return p->size();
     }
