@@ -27,9 +27,9 @@ echo "kit $bytes bytes, tree $tree bytes"
 [ $((bytes + tree)) -le $((52 << 20)) ] || bad "kit + tree $((bytes + tree)) bytes leave less than 12 MiB of the 64 MiB"
 list=$(tar -tJf "$kit")
 for want in kit/MANIFEST kit/bin/kvlab kit/bin/kvlab_kernel_tests kit/bin/kvlab_gpu_bench kit/bin/libkvlab_cuda.so kit/bin/libkvlab_cupti.so; do
-  echo "$list" | grep -qx "$want" || bad "kit lacks $want"
+  grep -qx "$want" <<<"$list" || bad "kit lacks $want"
 done
-echo "$list" | grep -q '^kit/lib/libdnnl\.so' || bad "kit lacks oneDNN (kit/lib/libdnnl.so*)"
+grep -q '^kit/lib/libdnnl\.so' <<<"$list" || bad "kit lacks oneDNN (kit/lib/libdnnl.so*)"
 echo "$list" | grep -E '/(libcublas|libcudart|libcupti|libc\.so|libm\.so)' && bad "kit carries CUDA or glibc libraries (the machine has its own)"
 
 out=$t/out

@@ -23,19 +23,19 @@ if echo "$depends" | grep -qi 'cuda\|cublas\|cupti'; then fail "Depends names a 
 
 contents="$(dpkg-deb -c "$deb")"
 for f in ./usr/bin/kvlab ./usr/share/kvlab/fetch_assets.sh ./usr/share/man/man1/kvlab.1.gz; do
-  echo "$contents" | grep -q " $f\$" || fail "$f is not in the package"
+  grep -q " $f\$" <<<"$contents" || fail "$f is not in the package"
 done
 if grep -q '^KVLAB_HAVE_GUI' "$build/CMakeCache.txt" 2>/dev/null || [ -x "$build/bin/kvlab-gui" ]; then
   for f in ./usr/bin/kvlab-gui ./usr/share/applications/kvlab.desktop ./usr/share/icons/hicolor/scalable/apps/kvlab.svg \
            ./usr/share/man/man1/kvlab-gui.1.gz; do
-    echo "$contents" | grep -q " $f\$" || fail "$f is not in the package"
+    grep -q " $f\$" <<<"$contents" || fail "$f is not in the package"
   done
 fi
 for so in "$build"/bin/libkvlab_cpu_*.so; do
   [ -e "$so" ] || continue
-  echo "$contents" | grep -q " ./usr/lib/kvlab/$(basename "$so")\$" || fail "$(basename "$so") is not in the package"
+  grep -q " ./usr/lib/kvlab/$(basename "$so")\$" <<<"$contents" || fail "$(basename "$so") is not in the package"
 done
-if echo "$contents" | grep -q '\.gguf'; then fail "the package holds a model file; assets are fetched, never packed"; fi
+if grep -q '\.gguf' <<<"$contents"; then fail "the package holds a model file; assets are fetched, never packed"; fi
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
