@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "engine/core/edit_distance.h"
 #include "engine/core/error.h"
 
 namespace kv::cli {
@@ -16,21 +17,6 @@ const OptionSpec* find_spec(const std::vector<OptionSpec>& specs, const std::str
     for (const auto& s : specs)
         if (s.name == name) return &s;
     return nullptr;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); ++j) {
-            const size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diag = up;
-        }
-    }
-    return row[b.size()];
 }
 
 std::string last_component(const std::string& name) {

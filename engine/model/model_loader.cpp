@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "byte_tokenizer.h"
+#include "engine/core/edit_distance.h"
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_variants.h"
 #include "presets.h"
@@ -31,21 +32,6 @@ namespace {
 std::string lower(std::string s) {
     for (char& c : s) c = char(std::tolower((unsigned char)c));
     return s;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); ++j) {
-            const size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diag = up;
-        }
-    }
-    return row[b.size()];
 }
 
 // Known names a mistyped one is close to: the same ignoring case (smollm2-135M), or a few edits away.
