@@ -143,24 +143,24 @@ int cmd_sweep(int argc, char** argv, int first) {
 
     // Cells to run, weighted by their tokens for the bar and its ETA.
     const auto done = sessions::done_runs_by_identity(rm.session());
-    std::vector<const sessions::SweepCell*> todo;
+    std::vector<const sessions::SweepCell*> pending;
     double total_tokens = 0;
     for (const auto& c : cells)
         if (!done.count(c.identity)) {
-            todo.push_back(&c);
+            pending.push_back(&c);
             total_tokens += double(c.cfg.data.seq_length * c.cfg.data.num_samples);
         }
-    std::fprintf(stderr, "kvlab sweep: %zu cells (%zu already in %s), %zu to run\n", cells.size(), cells.size() - todo.size(),
-                 path.c_str(), todo.size());
+    std::fprintf(stderr, "kvlab sweep: %zu cells (%zu already in %s), %zu to run\n", cells.size(), cells.size() - pending.size(),
+                 path.c_str(), pending.size());
 
     std::signal(SIGINT, on_sweep_sigint);
     double finished_tokens = 0;
     int failures = 0;
     bool interrupted = false;
-    for (size_t i = 0; i < todo.size() && !interrupted; ++i) {
-        const auto& cell = *todo[i];
+    for (size_t i = 0; i < pending.size() && !interrupted; ++i) {
+        const auto& cell = *pending[i];
         const double cell_tokens = double(cell.cfg.data.seq_length * cell.cfg.data.num_samples);
-        const std::string what = str("cell ", i + 1, "/", todo.size(), ": ", cell.cfg.name);
+        const std::string what = str("cell ", i + 1, "/", pending.size(), ": ", cell.cfg.name);
         current_fraction.store(0);
         try {
             current_run = rm.submit(cell.cfg);
