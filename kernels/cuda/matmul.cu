@@ -144,12 +144,34 @@ void matmul_forward(const OpContext& ctx, const OpCall& c) {
         b = t;
         describe(b, nd, &gb);
     }
+    // Operands of two types go to f32 both: cuBLAS wants A and B of one type.
+    if (a.dtype != b.dtype && a.dtype != DType::F64) {
+        for (TensorView* x : {&a, &b}) {
+            if (x->dtype == DType::F32) continue;
+            std::unique_ptr<DevBuf>& buf = x == &a ? abuf : bbuf;
+            GemmOperand& g = x == &a ? ga : gb;
+            auto cast = std::make_unique<DevBuf>(ctx, size_t(x->numel()) * sizeof(float));
+            TensorView t = *x;
+            t.dtype = DType::F32;
+            t = contiguous_like(t, cast->p);
+            copy_view(ctx, t, *x);
+            *x = t;
+            buf = std::move(cast);
+            describe(*x, nd, &g);
+        }
+    }
     TensorView d = d0;
     long long des = dtype_size(d.dtype);
-    bool d_ok = d.nb[nd - 1] == des || N == 1;
+    // cuBLAS with f32 compute takes f32 -> f32 and f16/bf16 -> the same type or f32 (cublasGemmEx's
+    // table): an f32 product stored as f16/bf16 goes through an f32 workspace.
+    const bool d_type_ok = d.dtype == a.dtype || d.dtype == DType::F32;
+    bool d_ok = d_type_ok && (d.nb[nd - 1] == des || N == 1);
     if (!d_ok) {
+        TensorView t = d0;
+        if (!d_type_ok) t.dtype = DType::F32;
+        des = dtype_size(t.dtype);
         dbuf = std::make_unique<DevBuf>(ctx, size_t(d.numel()) * des);
-        d = contiguous_like(d0, dbuf->p);
+        d = contiguous_like(t, dbuf->p);
         if (c.p.beta != 0.0f) copy_view(ctx, d, d0);
     }
     int ldc = int(M == 1 ? N : d.nb[nd - 2] / des);

@@ -1,6 +1,6 @@
 // libkvlab_cupti.so: CUPTI Activity API tracing for kvlab (loaded by engine/telemetry/
-// gpu_tracer.cpp with dlopen). Enables CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2 and
-// EXTERNAL_CORRELATION, hands CUPTI 4 MiB buffers, converts completed buffers through
+// gpu_tracer.cpp with dlopen). Enables CONCURRENT_KERNEL, MEMCPY, MEMSET, MEMORY2,
+// EXTERNAL_CORRELATION and (for the latter) RUNTIME/DRIVER, hands CUPTI 4 MiB buffers, converts completed buffers through
 // cupti_record_adapter.h and emits them to the host; flushes periodically for live views.
 // Links CUDA::cupti and CUDA::cudart only (never the driver stub, or it would not load without
 // a driver). Decides availability from cudaGetDeviceCount before any CUPTI call, and treats
@@ -52,6 +52,12 @@ const Kind kKinds[] = {
     {CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET"},
     {CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2"},
     {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, "EXTERNAL_CORRELATION"},
+    // CUPTI writes an external-correlation record only ahead of an API activity record
+    // (cupti_activity.h, cuptiActivityPushExternalCorrelationId): without RUNTIME and DRIVER
+    // enabled no kernel maps to its engine span (seen on an H200, docs/GPU.md). Their own
+    // records are dropped in buffer_completed.
+    {CUPTI_ACTIVITY_KIND_RUNTIME, "RUNTIME"},
+    {CUPTI_ACTIVITY_KIND_DRIVER, "DRIVER"},
 };
 
 // "void ns::kern<float>(int, float*)" -> "kern<float>"; nsys's shortName convention.
