@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/telemetry/gpu_tracer.h"
+#include "engine/telemetry/kernel_short_name.h"
 #include "engine/telemetry/trace.h"
 #include "storage_test_util.h"
 
@@ -69,3 +70,17 @@ TEST(GpuTracer, CuptiErrorsAfterTheDeviceCheckAreReportedNotFatal) {
 
 }  // namespace
 }  // namespace kv
+
+// Short names as nsys writes them: the function's own name with its template arguments, no
+// return type, namespace or parameters. Our kernels sit in anonymous namespaces, whose '(' the
+// first GPU run took for the parameter list (every kvlab kernel was named "").
+TEST(KernelShortName, DropsReturnTypeNamespacesAndParameters) {
+    using kv::trace::kernel_short_name;
+    EXPECT_EQ(kernel_short_name("void kv::cuda::(anonymous namespace)::sdpa_kernel<float>(kv::TensorView, kv::TensorView, float, int)"),
+              "sdpa_kernel<float>");
+    EXPECT_EQ(kernel_short_name("void ns::kern<float>(int, float*)"), "kern<float>");
+    EXPECT_EQ(kernel_short_name("void cutlass::Kernel<cutlass::gemm::Gemm<(anonymous namespace)::Op<1>, 4> >(Params)"),
+              "Kernel<cutlass::gemm::Gemm<Op<1>, 4> >");
+    EXPECT_EQ(kernel_short_name("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n"), "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n");
+    EXPECT_EQ(kernel_short_name("(anonymous namespace)::k(int)"), "k");
+}

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/telemetry/cupti/cupti_record_adapter.h"
+#include "engine/telemetry/kernel_short_name.h"
 #include "engine/telemetry/gpu_records.h"
 
 namespace {
@@ -60,35 +61,6 @@ const Kind kKinds[] = {
     {CUPTI_ACTIVITY_KIND_DRIVER, "DRIVER"},
 };
 
-// "void ns::kern<float>(int, float*)" -> "kern<float>"; nsys's shortName convention.
-std::string short_name(const std::string& demangled) {
-    int depth = 0;
-    size_t end = demangled.size();
-    for (size_t i = 0; i < demangled.size(); ++i) {
-        char c = demangled[i];
-        if (c == '<')
-            ++depth;
-        else if (c == '>')
-            --depth;
-        else if (c == '(' && depth == 0) {
-            end = i;
-            break;
-        }
-    }
-    std::string head = demangled.substr(0, end);
-    depth = 0;
-    size_t start = 0;
-    for (size_t i = 0; i < head.size(); ++i) {
-        char c = head[i];
-        if (c == '<')
-            ++depth;
-        else if (c == '>')
-            --depth;
-        else if (depth == 0 && (c == ' ' || (c == ':' && i + 1 < head.size() && head[i + 1] == ':')))
-            start = c == ' ' ? i + 1 : i + 2;
-    }
-    return head.substr(start);
-}
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
     void* p = nullptr;
@@ -125,7 +97,7 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
                     std::free(d);
                 }
                 kernels.push_back(kv::cupti::convert(k, offset, host.intern(host.ctx, demangled.c_str()),
-                                                     host.intern(host.ctx, short_name(demangled).c_str())));
+                                                     host.intern(host.ctx, kv::trace::kernel_short_name(demangled).c_str())));
                 break;
             }
             case CUPTI_ACTIVITY_KIND_MEMCPY:
