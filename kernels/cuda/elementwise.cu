@@ -6,12 +6,36 @@
 namespace kv::cuda {
 
 namespace {
-template <class A>
-__global__ void elementwise_kernel(OpKind op, float alpha, TensorView d, TensorView a, TensorView b, int nsrc) {
-    long long n = d.numel();
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        A x = load_elem<A>(a.bytes() + elem_offset(a, i), a.dtype);
-        A y = nsrc > 1 ? load_elem<A>(b.bytes() + elem_offset(b, i), b.dtype) : A(0);
+// Byte offsets of linear element i in up to three views of one shape (d's, after broadcast_to):
+// the index is split into coordinates once, with I-wide division (32-bit when the tensor is
+// small enough: 64-bit division is a long instruction sequence on the GPU). Contiguous views
+// skip the split. On an H200 the per-view elem_offset made elementwise ops 60% of a prefill's
+// GPU time (docs/GPU.md).
+struct Offsets3 {
+    long long d, a, b;
+};
+template <class I>
+__device__ __forceinline__ Offsets3 offsets3(const TensorView& d, const TensorView& a, const TensorView& b, I i, bool contig) {
+    if (contig) return {(long long)i * dtype_size(d.dtype), (long long)i * dtype_size(a.dtype), (long long)i * dtype_size(b.dtype)};
+    Offsets3 o{0, 0, 0};
+    for (int k = d.ndim - 1; k >= 0; --k) {
+        const I n = I(d.ne[k]);
+        const I idx = i % n;
+        i /= n;
+        o.d += (long long)idx * d.nb[k];
+        o.a += (long long)idx * a.nb[k];
+        o.b += (long long)idx * b.nb[k];
+    }
+    return o;
+}
+
+template <class A, class I>
+__global__ void elementwise_kernel(OpKind op, float alpha, TensorView d, TensorView a, TensorView b, int nsrc, bool contig) {
+    const I n = I(d.numel());
+    for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += I(gridDim.x) * I(blockDim.x)) {
+        const Offsets3 o = offsets3<I>(d, a, b, i, contig);
+        A x = load_elem<A>(a.bytes() + o.a, a.dtype);
+        A y = nsrc > 1 ? load_elem<A>(b.bytes() + o.b, b.dtype) : A(0);
         A r;
         switch (op) {
             case OpKind::ADD: r = x + y; break;
@@ -21,28 +45,41 @@ __global__ void elementwise_kernel(OpKind op, float alpha, TensorView d, TensorV
             case OpKind::SWIGLU: r = kv_silu(x) * y; break;
             default: r = x; break;  // COPY
         }
-        store_elem<A>(d.bytes() + elem_offset(d, i), d.dtype, r);
+        store_elem<A>(d.bytes() + o.d, d.dtype, r);
     }
 }
 
-// d (and d2) from up to three sources; acc1/acc2: add into the existing outputs.
 template <class A>
+void launch_elementwise(const OpContext& ctx, const OpCall& c, const TensorView& d, const TensorView& a, const TensorView& b,
+                        unsigned blocks, int threads) {
+    // Broadcast sources have zero strides and are never contiguous: they take the split path.
+    const bool contig = d.is_contiguous() && a.is_contiguous() && (c.nsrc < 2 || b.is_contiguous());
+    if (d.numel() < (1LL << 31))
+        elementwise_kernel<A, unsigned><<<blocks, threads, 0, stream_of(ctx)>>>(c.op, c.p.alpha, d, a, b, c.nsrc, contig);
+    else
+        elementwise_kernel<A, long long><<<blocks, threads, 0, stream_of(ctx)>>>(c.op, c.p.alpha, d, a, b, c.nsrc, contig);
+}
+
+// d (and d2) from up to three sources; acc1/acc2: add into the existing outputs. Offsets as in
+// elementwise_kernel: one split of the index for all five views, or none when all are contiguous.
+template <class A, class I>
 __global__ void grad_elementwise_kernel(OpKind op, float alpha, TensorView d, TensorView d2, TensorView a, TensorView b,
-                                        TensorView g, int acc1, int acc2) {
-    long long n = d.numel();
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        char* dp = d.bytes() + elem_offset(d, i);
-        const A x = load_elem<A>(a.bytes() + elem_offset(a, i), a.dtype);
+                                        TensorView g, int acc1, int acc2, bool contig) {
+    const I n = I(d.numel());
+    for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += I(gridDim.x) * I(blockDim.x)) {
+        const Offsets3 o = offsets3<I>(d, a, b, i, contig);
+        const Offsets3 o2 = offsets3<I>(d2, g, g, i, contig);
+        char* dp = d.bytes() + o.d;
+        const A x = load_elem<A>(a.bytes() + o.a, a.dtype);
         A r1 = acc1 ? load_elem<A>(dp, d.dtype) : A(0);
         if (op == OpKind::AXPY) {
             r1 += A(alpha) * x;
         } else if (op == OpKind::SILU_BACKWARD) {
-            r1 += load_elem<A>(b.bytes() + elem_offset(b, i), b.dtype) * kv_silu_grad(x);
+            r1 += load_elem<A>(b.bytes() + o.b, b.dtype) * kv_silu_grad(x);
         } else {  // SWIGLU_BACKWARD: a gate, b up, g dy
-            char* d2p = d2.bytes() + elem_offset(d2, i);
+            char* d2p = d2.bytes() + o2.d;
             A dg, du;
-            kv_swiglu_grad(x, load_elem<A>(b.bytes() + elem_offset(b, i), b.dtype), load_elem<A>(g.bytes() + elem_offset(g, i), g.dtype),
-                           &dg, &du);
+            kv_swiglu_grad(x, load_elem<A>(b.bytes() + o.b, b.dtype), load_elem<A>(g.bytes() + o2.a, g.dtype), &dg, &du);
             r1 += dg;
             store_elem<A>(d2p, d2.dtype, (acc2 ? load_elem<A>(d2p, d2.dtype) : A(0)) + du);
         }
@@ -74,9 +111,9 @@ void elementwise_forward(const OpContext& ctx, const OpCall& c) {
     if (c.op == OpKind::COPY && dtype_is_int(d.dtype) && dtype_is_int(a.dtype)) {
         copy_int_kernel<<<blocks, threads, 0, stream_of(ctx)>>>(d, a);
     } else if (is_f64_call(c) || (c.op == OpKind::COPY && (dtype_is_int(d.dtype) || dtype_is_int(a.dtype)))) {
-        elementwise_kernel<double><<<blocks, threads, 0, stream_of(ctx)>>>(c.op, c.p.alpha, d, a, b, c.nsrc);
+        launch_elementwise<double>(ctx, c, d, a, b, blocks, threads);
     } else {
-        elementwise_kernel<float><<<blocks, threads, 0, stream_of(ctx)>>>(c.op, c.p.alpha, d, a, b, c.nsrc);
+        launch_elementwise<float>(ctx, c, d, a, b, blocks, threads);
     }
     KV_CUDA_CHECK_LAUNCH();
 }
@@ -90,10 +127,16 @@ void elementwise_backward(const OpContext& ctx, const OpCall& c) {
     TensorView d2 = c.dst2.data ? c.dst2 : d;
     const int acc1 = c.op == OpKind::AXPY || (c.p.accumulate & KV_ACC_DST), acc2 = (c.p.accumulate & KV_ACC_DST2) != 0;
     unsigned blocks = blocks_for(d.numel(), 256);
-    if (is_f64_call(c))
-        grad_elementwise_kernel<double><<<blocks, 256, 0, stream_of(ctx)>>>(c.op, c.p.alpha, d, d2, a, b, g, acc1, acc2);
-    else
-        grad_elementwise_kernel<float><<<blocks, 256, 0, stream_of(ctx)>>>(c.op, c.p.alpha, d, d2, a, b, g, acc1, acc2);
+    const bool contig = d.is_contiguous() && d2.is_contiguous() && a.is_contiguous() && b.is_contiguous() && g.is_contiguous();
+    const bool small = d.numel() < (1LL << 31);
+    cudaStream_t st = stream_of(ctx);
+    if (is_f64_call(c)) {
+        if (small) grad_elementwise_kernel<double, unsigned><<<blocks, 256, 0, st>>>(c.op, c.p.alpha, d, d2, a, b, g, acc1, acc2, contig);
+        else grad_elementwise_kernel<double, long long><<<blocks, 256, 0, st>>>(c.op, c.p.alpha, d, d2, a, b, g, acc1, acc2, contig);
+    } else {
+        if (small) grad_elementwise_kernel<float, unsigned><<<blocks, 256, 0, st>>>(c.op, c.p.alpha, d, d2, a, b, g, acc1, acc2, contig);
+        else grad_elementwise_kernel<float, long long><<<blocks, 256, 0, st>>>(c.op, c.p.alpha, d, d2, a, b, g, acc1, acc2, contig);
+    }
     KV_CUDA_CHECK_LAUNCH();
 }
 

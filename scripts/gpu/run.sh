@@ -165,7 +165,7 @@ matrix() {  # every valid {policy}-{buffer} (qh2o needs a quantized buffer)
   done
 }
 # eval_one MODEL DEVICE CACHE DIR THREADS: one eval_long run into DIR/CACHE.kvlab.
-eval_one() {
+eval_one() {  # every chunk's scores are kept (--telemetry.score_interval 1): the tie check reads them
   local model=$1 dev=$2 cache=$3 dir=$4 threads=$5 len=128 extra=()
   case "$cache" in
     dense-*) len=0 ;;
@@ -173,7 +173,7 @@ eval_one() {
   esac
   "$bin/kvlab" eval_long "$model" --device "$dev" --threads "$threads" --data passkey --data.seq_length 512 \
     --data.num_samples 1 --kv_cache.name "$cache" --kv_cache.cache_length "$len" --kv_cache.chunk_size 32 \
-    --telemetry.cupti false "${extra[@]}" --session "$dir/$cache.kvlab" >"$dir/$cache.log" 2>&1 || echo "exit $?" >>"$dir/$cache.log"
+    --telemetry.cupti false --telemetry.score_interval 1 "${extra[@]}" --session "$dir/$cache.kvlab" >"$dir/$cache.log" 2>&1 || echo "exit $?" >>"$dir/$cache.log"
 }
 export -f eval_one
 export bin
