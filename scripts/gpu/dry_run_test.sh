@@ -42,12 +42,12 @@ grep -v '^#' "$s" | grep -Ev '^(PASS|FAIL|SKIPPED) +[a-z0-9_.x-]+ +[^ ].*$' && b
 for n in kit.unpack kit.libraries kit.version selftest.compare selftest.ties selftest.train selftest.cupti selftest.bench_lines; do
   grep -Eq "^PASS +$n " "$s" || bad "$n did not PASS"
 done
-for n in gpu.device ops.cuda ops.cuda_memcheck eval.tiny eval.smollm2 finetune.lora finetune.full cupti.trace bench.gpu bench.torch_sdpa profile.prefill profile.chunks; do
+for n in gpu.device ops.cuda ops.cuda_memcheck eval.tiny eval.smollm2 finetune.lora finetune.full cupti.trace bench.gpu bench.torch_sdpa profile.prefill profile.chunks profile.decode; do
   [ "$(grep -Ec "^SKIPPED +$n +dry run" "$s")" = 1 ] || bad "$n is not SKIPPED exactly once in the dry run"
 done
 lines=$(grep -vc '^#' "$s")
 grep -q "^# totals: $(grep -c '^PASS ' "$s") PASS, 0 FAIL, $(grep -c '^SKIPPED ' "$s") SKIPPED" "$s" || bad "totals line does not match the lines"
-[ "$lines" = 20 ] || bad "summary has $lines check lines; expected 20"
+[ "$lines" = 21 ] || bad "summary has $lines check lines; expected 21"
 nfiles=$(find "$out" -type f | wc -l)
 [ "$nfiles" -le 8 ] || bad "$nfiles files under OUT; the device tool returns at most 8"
 find "$out" -type f | sed "s|^$out/||" | grep -Ev '^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,2}$' && bad "OUT holds names the device tool would not return"

@@ -309,12 +309,13 @@ check_bench() {
 check_profile() {
   # Where GPU time goes, from our own CUPTI records (no nsys on the device machine): a dense
   # 2048-token prefill of qwen2.5-0.5b in 512-token chunks, and an h2o run in 16-token chunks
-  # (attention weights on, decode-like). Diagnoses the bench ratios; PASS means the profile was
+  # (attention weights on), and lastrec with a 1024-slot cache fed one token at a time after its
+  # prefill (decode). Diagnoses the bench ratios; PASS means the profile was
   # taken, its lines are in logs/profile.*.log.
   d=$work/profile
   mkdir -p "$d"
   local name cache len chunk seq
-  for spec in "prefill dense-default 0 512 2048" "chunks h2o-default 512 16 1024"; do
+  for spec in "prefill dense-default 0 512 2048" "chunks h2o-default 512 16 1024" "decode lastrec-default 1024 1 1088"; do
     read -r name cache len chunk seq <<<"$spec"
     run_logged "profile.$name" "$(budget 90)" "$bin/kvlab" eval_long qwen2.5-0.5b --device "$gdev" --data passkey \
       --data.seq_length "$seq" --data.num_samples 1 --kv_cache.name "$cache" --kv_cache.cache_length "$len" \
@@ -347,7 +348,7 @@ check_memcheck() {
 }
 want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 if [ -n "$gpu_skip" ]; then
-  skip_all ops.cuda eval.tiny eval.smollm2 finetune.lora finetune.full cupti.trace bench.gpu bench.torch_sdpa profile.prefill profile.chunks ops.cuda_memcheck
+  skip_all ops.cuda eval.tiny eval.smollm2 finetune.lora finetune.full cupti.trace bench.gpu bench.torch_sdpa profile.prefill profile.chunks profile.decode ops.cuda_memcheck
 else
   want ops.cuda && check_ops
   want eval && check_eval

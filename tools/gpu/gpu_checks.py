@@ -368,11 +368,36 @@ def cmd_profile(args):
     for name, cnt, tot, _, _, grid, block in rows[:15]:
         print(f"  {100.0 * tot / busy:5.1f}%  {tot / 1e6:9.3f} ms  {cnt:7d} x {tot / cnt / 1e3:9.1f} us  "
               f"grid<= {grid} block<= {block}  {name[:90]}")
+    # The same time by the engine span that launched each kernel (external correlation), the
+    # innermost one: which op of the model the time belongs to.
+    span_name = dict(db.execute("SELECT s.correlation_id, n.value FROM spans s JOIN StringIds n ON n.id = s.name_id "
+                                "WHERE s.run_id=? AND s.correlation_id > 0", (rid,)))
+    ext = dict(db.execute("SELECT correlationId, externalId FROM CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION WHERE run_id=?",
+                          (rid,)))
+    by = {}
+    for corr, name, dur, grid in db.execute(
+            "SELECT k.correlationId, n.value, k.\"end\" - k.start, k.gridX * k.gridY * k.gridZ "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds n ON n.id = k.shortName WHERE k.run_id=?", (rid,)):
+        key = (span_name.get(ext.get(corr), "(no span)"), name, grid)
+        c, t = by.get(key, (0, 0))
+        by[key] = (c + 1, t + dur)
+    print("by launching span, kernel and grid:")
+    for (span, name, grid), (cnt, tot) in sorted(by.items(), key=lambda kv: -kv[1][1])[:15]:
+        print(f"  {100.0 * tot / busy:5.1f}%  {tot / 1e6:9.3f} ms  {cnt:7d} x {tot / cnt / 1e3:9.1f} us  grid {grid:<8d} "
+              f"{span[:28]:28s} {name[:60]}")
     for kind, name in ((1, "host to device"), (2, "device to host"), (8, "device to device")):
         c, b, t = db.execute("SELECT count(*), coalesce(sum(bytes), 0), coalesce(sum(\"end\" - start), 0) FROM "
                              "CUPTI_ACTIVITY_KIND_MEMCPY WHERE run_id=? AND copyKind=?", (rid, kind)).fetchone()
         if c:
             print(f"copies {name}: {c}, {b / 2**20:.2f} MiB, {t / 1e6:.2f} ms")
+            spans = {}
+            for corr, nbytes in db.execute("SELECT correlationId, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE run_id=? AND "
+                                           "copyKind=?", (rid, kind)):
+                key = span_name.get(ext.get(corr), "(no span)")
+                n0, b0 = spans.get(key, (0, 0))
+                spans[key] = (n0 + 1, b0 + nbytes)
+            for key, (n0, b0) in sorted(spans.items(), key=lambda kv: -kv[1][0])[:5]:
+                print(f"    {n0:6d} x  {b0 / 2**20:9.2f} MiB  under {key}")
     return 0
 
 
