@@ -5,9 +5,12 @@
 // SDPA dk/dv) need f32 (f64) outputs.
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda_common.cuh"
+#include "device_pool.h"
 #include "kernels/common/backend_iface.h"
 
 namespace kv::cuda {
@@ -142,13 +145,11 @@ class CudaBackend final : public KernelBackend {
 
     void* alloc(int device, size_t bytes) override {
         KV_CUDA_CHECK(cudaSetDevice(device));
-        void* p = nullptr;
-        KV_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
-        return p;
+        return pool(device).alloc(bytes, [](cudaError_t e, const char* what) { throw_cuda_error(e, what, __FILE__, __LINE__); });
     }
     void free(int device, void* p) override {
         cudaSetDevice(device);
-        cudaFree(p);
+        pool(device).free(p);
     }
     void copy_h2d(int device, void* dst, const void* src, size_t bytes) override {
         KV_CUDA_CHECK(cudaSetDevice(device));
@@ -184,8 +185,17 @@ class CudaBackend final : public KernelBackend {
     }
 
    private:
+    DevicePool& pool(int device) {
+        std::lock_guard<std::mutex> lk(pools_mu_);
+        if (int(pools_.size()) <= device) pools_.resize(size_t(device) + 1);
+        if (!pools_[size_t(device)]) pools_[size_t(device)] = std::make_unique<DevicePool>(device);
+        return *pools_[size_t(device)];
+    }
+
     int count_ = 0;
     std::string reason_;
+    std::mutex pools_mu_;
+    std::vector<std::unique_ptr<DevicePool>> pools_;  // never destroyed before the process ends
 };
 
 }  // namespace
