@@ -10,14 +10,6 @@ namespace kv::cuda {
 namespace {
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ long long ce_row_off(const TensorView& v, long long r) {
-    long long off = 0;
-    for (int k = v.ndim - 2; k >= 0; --k) {
-        off += (r % v.ne[k]) * v.nb[k];
-        r /= v.ne[k];
-    }
-    return off;
-}
 
 template <class A>
 __device__ A ce_block_reduce(A v, A* sh, bool is_max) {
@@ -44,10 +36,10 @@ template <class A>
 __global__ void cross_entropy_kernel(TensorView d, TensorView logits, TensorView targets, TensorView cols, int has_cols,
                                      TensorView dloss, int has_dloss, int backward, float alpha, int ignore_index, int acc) {
     __shared__ A sh[kThreads];
-    const long long r = blockIdx.x, V = logits.ne[logits.ndim - 1];
-    const long long K = has_cols ? cols.numel() : V;
-    const char* row = logits.bytes() + ce_row_off(logits, r);
-    const long long ls = logits.nb[logits.ndim - 1];
+    const long long r = blockIdx.x, V = last_ne(logits);
+    const long long K = has_cols ? dev_numel(cols) : V;
+    const char* row = logits.bytes() + row_offset(logits, r);
+    const long long ls = last_nb(logits);
     const long long t = load_index(targets.bytes() + elem_offset(targets, r), targets.dtype);
     const bool ignored = t == ignore_index;
     A m = -INFINITY;
@@ -67,8 +59,8 @@ __global__ void cross_entropy_kernel(TensorView d, TensorView logits, TensorView
         }
         return;
     }
-    char* drow = d.bytes() + ce_row_off(d, r);
-    const long long dsz = d.nb[d.ndim - 1];
+    char* drow = d.bytes() + row_offset(d, r);
+    const long long dsz = last_nb(d);
     if (!acc)
         for (long long j = threadIdx.x; j < V; j += blockDim.x) store_elem<A>(drow + j * dsz, d.dtype, A(0));
     if (ignored) return;

@@ -29,13 +29,54 @@ inline unsigned blocks_for(long long n, int threads) {
     return unsigned(b < 65535LL * 16 ? (b > 0 ? b : 1) : 65535LL * 16);
 }
 
-// Byte offset of linear element `i` (row-major over v.ne) in view v.
+// Byte offset of linear element `i` (row-major over v.ne) in view v. Loops over a view's dims
+// are unrolled over KV_MAX_DIMS (skipping k >= ndim) so ne/nb are read at constant offsets: a
+// loop bounded by v.ndim indexes the kernel's parameter struct at run time, and every thread
+// then copies the struct to local memory first (elementwise kernels ran 40x under the copy
+// rate on an H200, docs/GPU.md). Every kernel's dimension loop follows this pattern.
 __device__ __forceinline__ long long elem_offset(const TensorView& v, long long i) {
     long long off = 0;
-    for (int k = v.ndim - 1; k >= 0; --k) {
+#pragma unroll
+    for (int k = KV_MAX_DIMS - 1; k >= 0; --k) {
+        if (k >= v.ndim) continue;
         long long idx = i % v.ne[k];
         i /= v.ne[k];
         off += idx * v.nb[k];
+    }
+    return off;
+}
+
+// numel(), the last dim's size and stride, unrolled like elem_offset (device code only).
+__device__ __forceinline__ long long dev_numel(const TensorView& v) {
+    long long n = 1;
+#pragma unroll
+    for (int k = 0; k < KV_MAX_DIMS; ++k)
+        if (k < v.ndim) n *= v.ne[k];
+    return n;
+}
+__device__ __forceinline__ long long last_ne(const TensorView& v) {
+    long long r = 1;
+#pragma unroll
+    for (int k = 0; k < KV_MAX_DIMS; ++k)
+        if (k == v.ndim - 1) r = v.ne[k];
+    return r;
+}
+__device__ __forceinline__ long long last_nb(const TensorView& v) {
+    long long r = 0;
+#pragma unroll
+    for (int k = 0; k < KV_MAX_DIMS; ++k)
+        if (k == v.ndim - 1) r = v.nb[k];
+    return r;
+}
+
+// Byte offset of row r (row-major over all dims but the last) in view v.
+__device__ __forceinline__ long long row_offset(const TensorView& v, long long r) {
+    long long off = 0;
+#pragma unroll
+    for (int k = KV_MAX_DIMS - 2; k >= 0; --k) {
+        if (k > v.ndim - 2) continue;
+        off += (r % v.ne[k]) * v.nb[k];
+        r /= v.ne[k];
     }
     return off;
 }

@@ -18,7 +18,9 @@ template <class I>
 __device__ __forceinline__ Offsets3 offsets3(const TensorView& d, const TensorView& a, const TensorView& b, I i, bool contig) {
     if (contig) return {(long long)i * dtype_size(d.dtype), (long long)i * dtype_size(a.dtype), (long long)i * dtype_size(b.dtype)};
     Offsets3 o{0, 0, 0};
-    for (int k = d.ndim - 1; k >= 0; --k) {
+#pragma unroll
+    for (int k = KV_MAX_DIMS - 1; k >= 0; --k) {  // unrolled: see elem_offset
+        if (k >= d.ndim) continue;
         const I n = I(d.ne[k]);
         const I idx = i % n;
         i /= n;
@@ -31,7 +33,7 @@ __device__ __forceinline__ Offsets3 offsets3(const TensorView& d, const TensorVi
 
 template <class A, class I>
 __global__ void elementwise_kernel(OpKind op, float alpha, TensorView d, TensorView a, TensorView b, int nsrc, bool contig) {
-    const I n = I(d.numel());
+    const I n = I(dev_numel(d));
     for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += I(gridDim.x) * I(blockDim.x)) {
         const Offsets3 o = offsets3<I>(d, a, b, i, contig);
         A x = load_elem<A>(a.bytes() + o.a, a.dtype);
@@ -65,7 +67,7 @@ void launch_elementwise(const OpContext& ctx, const OpCall& c, const TensorView&
 template <class A, class I>
 __global__ void grad_elementwise_kernel(OpKind op, float alpha, TensorView d, TensorView d2, TensorView a, TensorView b,
                                         TensorView g, int acc1, int acc2, bool contig) {
-    const I n = I(d.numel());
+    const I n = I(dev_numel(d));
     for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += I(gridDim.x) * I(blockDim.x)) {
         const Offsets3 o = offsets3<I>(d, a, b, i, contig);
         const Offsets3 o2 = offsets3<I>(d2, g, g, i, contig);
@@ -88,13 +90,13 @@ __global__ void grad_elementwise_kernel(OpKind op, float alpha, TensorView d, Te
 }
 
 __global__ void zero_view_kernel(TensorView v) {
-    long long n = v.numel();
+    long long n = dev_numel(v);
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         store_elem<double>(v.bytes() + elem_offset(v, i), v.dtype, 0.0);
 }
 
 __global__ void copy_int_kernel(TensorView d, TensorView a) {
-    long long n = d.numel();
+    long long n = dev_numel(d);
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         long long v = load_elem<long long>(a.bytes() + elem_offset(a, i), a.dtype);
         store_elem<long long>(d.bytes() + elem_offset(d, i), d.dtype, v);

@@ -8,7 +8,7 @@ namespace kv::cuda {
 namespace {
 template <class A>
 __global__ void embedding_kernel(TensorView d, TensorView table, TensorView ids) {
-    const long long C = table.ne[1], total = ids.numel() * C;
+    const long long C = table.ne[1], total = dev_numel(ids) * C;
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
         long long r = e / C, k = e % C;
         long long id = load_index(ids.bytes() + elem_offset(ids, r), ids.dtype);
@@ -20,7 +20,7 @@ __global__ void embedding_kernel(TensorView d, TensorView table, TensorView ids)
 
 template <class A>
 __global__ void embedding_backward_kernel(TensorView dt, TensorView dy, TensorView ids) {
-    const long long C = dt.ne[1], total = ids.numel() * C;
+    const long long C = dt.ne[1], total = dev_numel(ids) * C;
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
         long long r = e / C, k = e % C;
         long long id = load_index(ids.bytes() + elem_offset(ids, r), ids.dtype);
@@ -33,19 +33,22 @@ __global__ void embedding_backward_kernel(TensorView dt, TensorView dy, TensorVi
 // it: iterated tensor; other: indexed along `ax`. gather reads other, scatter writes it.
 template <class A>
 __global__ void index_kernel(TensorView it, TensorView other, TensorView ix, int ax, int gather) {
-    long long n = it.numel();
+    long long n = dev_numel(it);
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
-        long long rem = e, it_off = 0, ix_off = 0, ot_off = 0;
-        for (int k = it.ndim - 1; k >= 0; --k) {
+        long long rem = e, it_off = 0, ix_off = 0, ot_off = 0, ax_ne = 0, ax_nb = 0;
+#pragma unroll
+        for (int k = KV_MAX_DIMS - 1; k >= 0; --k) {  // unrolled: see elem_offset
+            if (k >= it.ndim) continue;
             long long idx = rem % it.ne[k];
             rem /= it.ne[k];
             it_off += idx * it.nb[k];
             ix_off += idx * ix.nb[k];
             if (k != ax) ot_off += idx * other.nb[k];
+            else ax_ne = other.ne[k], ax_nb = other.nb[k];
         }
         long long id = load_index(ix.bytes() + ix_off, ix.dtype);
-        if (id < 0 || id >= other.ne[ax]) continue;
-        ot_off += id * other.nb[ax];
+        if (id < 0 || id >= ax_ne) continue;
+        ot_off += id * ax_nb;
         if (gather) store_elem<A>(it.bytes() + it_off, it.dtype, load_elem<A>(other.bytes() + ot_off, other.dtype));
         else store_elem<A>(other.bytes() + ot_off, other.dtype, load_elem<A>(it.bytes() + it_off, it.dtype));
     }

@@ -9,7 +9,7 @@ namespace kv::cuda {
 namespace {
 template <class A>
 __global__ void optimizer_kernel(OptimConsts<A> k, TensorView p, TensorView g, TensorView s1, TensorView s2, int has1, int has2) {
-    const long long n = p.numel();
+    const long long n = dev_numel(p);
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         char* pp = p.bytes() + elem_offset(p, i);
         char* p1 = has1 ? s1.bytes() + elem_offset(s1, i) : nullptr;

@@ -8,32 +8,24 @@ namespace kv::cuda {
 namespace {
 constexpr int kMaxRow = 4096;
 
-__device__ long long row_off_q(const TensorView& v, long long r) {
-    long long off = 0;
-    for (int k = v.ndim - 2; k >= 0; --k) {
-        off += (r % v.ne[k]) * v.nb[k];
-        r /= v.ne[k];
-    }
-    return off;
-}
 
 __global__ void quantize_kernel(TensorView d, TensorView x, int fmt, long long rows) {
     float buf[kMaxRow];
-    const long long n = x.ne[x.ndim - 1];
+    const long long n = last_ne(x);
     for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {
-        const char* xr = x.bytes() + row_off_q(x, r);
-        for (long long i = 0; i < n; ++i) buf[i] = load_elem<float>(xr + i * x.nb[x.ndim - 1], x.dtype);
-        quantize_row(QuantFormat(fmt), buf, n, reinterpret_cast<uint8_t*>(d.bytes() + row_off_q(d, r)));
+        const char* xr = x.bytes() + row_offset(x, r);
+        for (long long i = 0; i < n; ++i) buf[i] = load_elem<float>(xr + i * last_nb(x), x.dtype);
+        quantize_row(QuantFormat(fmt), buf, n, reinterpret_cast<uint8_t*>(d.bytes() + row_offset(d, r)));
     }
 }
 
 __global__ void dequantize_kernel(TensorView d, TensorView q, int fmt, long long rows) {
     float buf[kMaxRow];
-    const long long n = d.ne[d.ndim - 1];
+    const long long n = last_ne(d);
     for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {
-        dequantize_row(QuantFormat(fmt), reinterpret_cast<const uint8_t*>(q.bytes() + row_off_q(q, r)), n, buf);
-        char* dr = d.bytes() + row_off_q(d, r);
-        for (long long i = 0; i < n; ++i) store_elem<float>(dr + i * d.nb[d.ndim - 1], d.dtype, buf[i]);
+        dequantize_row(QuantFormat(fmt), reinterpret_cast<const uint8_t*>(q.bytes() + row_offset(q, r)), n, buf);
+        char* dr = d.bytes() + row_offset(d, r);
+        for (long long i = 0; i < n; ++i) store_elem<float>(dr + i * last_nb(d), d.dtype, buf[i]);
     }
 }
 }  // namespace

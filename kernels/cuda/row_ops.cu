@@ -11,16 +11,6 @@ namespace kv::cuda {
 namespace {
 constexpr int kThreads = 256;
 
-// Offset of row r (row-major over all but the last dim).
-__device__ __forceinline__ long long row_off(const TensorView& v, long long r) {
-    long long off = 0;
-    for (int k = v.ndim - 2; k >= 0; --k) {
-        off += (r % v.ne[k]) * v.nb[k];
-        r /= v.ne[k];
-    }
-    return off;
-}
-
 template <class A>
 __device__ A block_sum(A v, A* sh) {
     sh[threadIdx.x] = v;
@@ -50,10 +40,10 @@ __device__ A block_max(A v, A* sh) {
 template <class A>
 __global__ void rmsnorm_kernel(TensorView d, TensorView x, TensorView w, int has_w, float eps, float offset) {
     __shared__ A sh[kThreads];
-    long long r = blockIdx.x, n = x.ne[x.ndim - 1];
-    const char* xr = x.bytes() + row_off(x, r);
-    char* dr = d.bytes() + row_off(d, r);
-    long long xs = x.nb[x.ndim - 1], ds = d.nb[d.ndim - 1];
+    long long r = blockIdx.x, n = last_ne(x);
+    const char* xr = x.bytes() + row_offset(x, r);
+    char* dr = d.bytes() + row_offset(d, r);
+    long long xs = last_nb(x), ds = last_nb(d);
     A ss = 0;
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
         A v = load_elem<A>(xr + i * xs, x.dtype);
@@ -71,10 +61,10 @@ __global__ void rmsnorm_kernel(TensorView d, TensorView x, TensorView w, int has
 template <class A>
 __global__ void softmax_kernel(TensorView d, TensorView x, float alpha) {
     __shared__ A sh[kThreads];
-    long long r = blockIdx.x, n = x.ne[x.ndim - 1];
-    const char* xr = x.bytes() + row_off(x, r);
-    char* dr = d.bytes() + row_off(d, r);
-    long long xs = x.nb[x.ndim - 1], ds = d.nb[d.ndim - 1];
+    long long r = blockIdx.x, n = last_ne(x);
+    const char* xr = x.bytes() + row_offset(x, r);
+    char* dr = d.bytes() + row_offset(d, r);
+    long long xs = last_nb(x), ds = last_nb(d);
     A m = -INFINITY;
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
         A v = A(alpha) * load_elem<A>(xr + i * xs, x.dtype);
@@ -94,9 +84,9 @@ __global__ void softmax_kernel(TensorView d, TensorView x, float alpha) {
 template <class A>
 __global__ void reduce_kernel(OpKind op, TensorView d, TensorView x) {
     __shared__ A sh[kThreads];
-    long long r = blockIdx.x, n = x.ne[x.ndim - 1];
-    const char* xr = x.bytes() + row_off(x, r);
-    long long xs = x.nb[x.ndim - 1];
+    long long r = blockIdx.x, n = last_ne(x);
+    const char* xr = x.bytes() + row_offset(x, r);
+    long long xs = last_nb(x);
     A acc = op == OpKind::MAX ? A(-INFINITY) : A(0);
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
         A v = load_elem<A>(xr + i * xs, x.dtype);
@@ -114,10 +104,10 @@ __global__ void reduce_kernel(OpKind op, TensorView d, TensorView x) {
 template <class A>
 __global__ void rmsnorm_stats_kernel(TensorView x, TensorView dy, TensorView w, int has_w, float eps, float offset, A* stats) {
     __shared__ A sh[kThreads];
-    const long long r = blockIdx.x, n = x.ne[x.ndim - 1];
-    const char* xr = x.bytes() + row_off(x, r);
-    const char* gr = dy.bytes() + row_off(dy, r);
-    const long long xs = x.nb[x.ndim - 1], gs = dy.nb[dy.ndim - 1];
+    const long long r = blockIdx.x, n = last_ne(x);
+    const char* xr = x.bytes() + row_offset(x, r);
+    const char* gr = dy.bytes() + row_offset(dy, r);
+    const long long xs = last_nb(x), gs = last_nb(dy);
     A ss = 0, gx = 0;
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
         const A v = load_elem<A>(xr + i * xs, x.dtype);
@@ -138,12 +128,12 @@ __global__ void rmsnorm_stats_kernel(TensorView x, TensorView dy, TensorView w, 
 // dweight[c] (+)= sum over rows of dy x rinv: one thread per column.
 template <class A>
 __global__ void rmsnorm_dweight_kernel(TensorView x, TensorView dy, TensorView dw, const A* stats, long long rows, int acc) {
-    const long long n = x.ne[x.ndim - 1];
-    const long long xs = x.nb[x.ndim - 1], gs = dy.nb[dy.ndim - 1];
+    const long long n = last_ne(x);
+    const long long xs = last_nb(x), gs = last_nb(dy);
     for (long long col = blockIdx.x * (long long)blockDim.x + threadIdx.x; col < n; col += (long long)gridDim.x * blockDim.x) {
         A sum = 0;
         for (long long r = 0; r < rows; ++r)
-            sum += load_elem<A>(dy.bytes() + row_off(dy, r) + col * gs, dy.dtype) * load_elem<A>(x.bytes() + row_off(x, r) + col * xs, x.dtype) *
+            sum += load_elem<A>(dy.bytes() + row_offset(dy, r) + col * gs, dy.dtype) * load_elem<A>(x.bytes() + row_offset(x, r) + col * xs, x.dtype) *
                    stats[2 * r];
         char* p = dw.bytes() + col * dw.nb[0];
         store_elem<A>(p, dw.dtype, (acc ? load_elem<A>(p, dw.dtype) : A(0)) + sum);
@@ -153,11 +143,11 @@ __global__ void rmsnorm_dweight_kernel(TensorView x, TensorView dy, TensorView d
 template <class A>
 __global__ void rmsnorm_dx_kernel(TensorView dx, TensorView x, TensorView dy, TensorView w, int has_w, float offset, const A* stats,
                                   int acc) {
-    const long long r = blockIdx.x, n = x.ne[x.ndim - 1];
-    const char* xr = x.bytes() + row_off(x, r);
-    const char* gr = dy.bytes() + row_off(dy, r);
-    char* dr = dx.bytes() + row_off(dx, r);
-    const long long xs = x.nb[x.ndim - 1], gs = dy.nb[dy.ndim - 1], ds = dx.nb[dx.ndim - 1];
+    const long long r = blockIdx.x, n = last_ne(x);
+    const char* xr = x.bytes() + row_offset(x, r);
+    const char* gr = dy.bytes() + row_offset(dy, r);
+    char* dr = dx.bytes() + row_offset(dx, r);
+    const long long xs = last_nb(x), gs = last_nb(dy), ds = last_nb(dx);
     const A rr = stats[2 * r], k = stats[2 * r + 1];
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
         A wv = A(1);
@@ -171,7 +161,7 @@ __global__ void rmsnorm_dx_kernel(TensorView dx, TensorView x, TensorView dy, Te
 // Whole-tensor sum of squares in f64: per-block partials added atomically into *out.
 __global__ void sum_squares_kernel(TensorView x, double* out) {
     __shared__ double sh[kThreads];
-    const long long n = x.numel();
+    const long long n = dev_numel(x);
     double acc = 0;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const double v = load_elem<double>(x.bytes() + elem_offset(x, i), x.dtype);

@@ -159,7 +159,7 @@ __global__ void sdpa_backward_kernel(TensorView dq, TensorView dk, TensorView dv
 }
 
 __global__ void zero_f32(TensorView w) {
-    long long n = w.numel();
+    long long n = dev_numel(w);
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
         store_elem<float>(w.bytes() + elem_offset(w, e), w.dtype, 0.0f);
 }
