@@ -69,14 +69,18 @@ __device__ __forceinline__ long long last_nb(const TensorView& v) {
     return r;
 }
 
-// Byte offset of row r (row-major over all dims but the last) in view v.
+// Byte offset of row r (row-major over all dims but the last) in view v. Rows are block
+// indices and dims fit 32 bits: 32-bit division, inline (64-bit division is a call, and the
+// call made the row kernels copy their views to local memory anyway).
 __device__ __forceinline__ long long row_offset(const TensorView& v, long long r) {
     long long off = 0;
+    unsigned rr = unsigned(r);
 #pragma unroll
     for (int k = KV_MAX_DIMS - 2; k >= 0; --k) {
         if (k > v.ndim - 2) continue;
-        off += (r % v.ne[k]) * v.nb[k];
-        r /= v.ne[k];
+        const unsigned n = unsigned(v.ne[k]);
+        off += (long long)(rr % n) * v.nb[k];
+        rr /= n;
     }
     return off;
 }
