@@ -55,6 +55,32 @@ int64_t first_nonfinite(const Tensor& t) {
                 "rms_norm_eps, --precision)");
 }
 
+// Classification from (B, 1, V) logits, on the loss op: log p(k) = -cross_entropy(z, k) over
+// the classes (the class tokens' columns when `subset` is given), one op call per class (C is
+// small); the label's is the loss, the largest the prediction. Only (B) values per class come
+// back to the host.
+void class_scores(const Tensor& logits, const Tensor& subset, const HeadSpec& head, int64_t B, int64_t start, HeadResult& out) {
+    const int64_t C = subset.defined() ? subset.size(0) : logits.size(2);
+    const TensorOptions wo{logits.device(), MemCategory::WORKSPACE, "class index"};
+    out.class_logprob.assign(size_t(B * C), 0.0);
+    for (int64_t k = 0; k < C; ++k) {
+        const std::vector<double> ce =
+            ops::cross_entropy(logits, Tensor::from_i32({B, 1}, std::vector<int32_t>(size_t(B), int32_t(k)), wo), subset).to_f64_vector();
+        for (int64_t b = 0; b < B; ++b) {
+            if (!std::isfinite(ce[size_t(b)]))
+                nonfinite_stop(str("the class logits of the chunk at position ", start), b * logits.size(2));
+            out.class_logprob[size_t(b * C + k)] = -ce[size_t(b)];
+        }
+    }
+    for (int64_t b = 0; b < B; ++b) {
+        const double* lp = out.class_logprob.data() + b * C;
+        out.prediction[size_t(b)] = int32_t(std::max_element(lp, lp + C) - lp);
+        out.loss_sum[size_t(b)] -= lp[head.labels[size_t(b)]];
+        out.count[size_t(b)] += 1.0;
+    }
+}
+
+
 // Feed one chunk's final-norm states (B, n, E) at positions [start, start+n) to the head.
 void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool last_chunk, const HeadSpec& head, HeadResult& out) {
     const int64_t B = h.size(0), n = h.size(1), E = h.size(2);
@@ -114,25 +140,8 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
         case HeadKind::CLASS_ON_LOGITS: {
             if (!last_chunk) return;
             Tensor logits = model.lm_head(h.slice(1, n - 1, n), start + n - 1);  // (B, 1, V)
-            const int64_t V = logits.size(2), C = int64_t(head.class_tokens.size());
-            std::vector<float> z = logits.to_f32_vector();
-            out.class_logprob.assign(size_t(B * C), 0.0);
-            for (int64_t b = 0; b < B; ++b) {
-                std::vector<double> c((size_t)C);
-                double m = -INFINITY;
-                for (int64_t k = 0; k < C; ++k) m = std::max(m, c[size_t(k)] = z[size_t(b * V + head.class_tokens[size_t(k)])]);
-                double s = 0;
-                for (double v : c) s += std::exp(v - m);
-                const double lse = m + std::log(s);
-                int64_t best = 0;
-                for (int64_t k = 0; k < C; ++k) {
-                    out.class_logprob[size_t(b * C + k)] = c[size_t(k)] - lse;
-                    if (c[size_t(k)] > c[size_t(best)]) best = k;
-                }
-                out.prediction[size_t(b)] = int32_t(best);
-                out.loss_sum[size_t(b)] += lse - c[size_t(head.labels[size_t(b)])];
-                out.count[size_t(b)] += 1.0;
-            }
+            const TensorOptions wo{logits.device(), MemCategory::WORKSPACE, "class tokens"};
+            class_scores(logits, Tensor::from_i32({int64_t(head.class_tokens.size())}, head.class_tokens, wo), head, B, start, out);
             return;
         }
         case HeadKind::SEQ_CLASS: {
@@ -145,33 +154,19 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
                 out.pooled += n;
             }
             if (!last_chunk) return;
-            const int64_t C = head.class_weight.size(0);
-            std::vector<float> W = head.class_weight.to_f32_vector();
-            std::vector<float> bias = head.class_bias.defined() ? head.class_bias.to_f32_vector() : std::vector<float>((size_t)C, 0.0f);
-            out.class_logprob.assign(size_t(B * C), 0.0);
-            for (int64_t b = 0; b < B; ++b) {
-                std::vector<double> x((size_t)E);
+            // The pooled (or last) hidden state through the linear head on the op set; the loss
+            // and class log-probabilities from the loss op, as for every head.
+            std::vector<float> x(size_t(B * E));
+            for (int64_t b = 0; b < B; ++b)
                 for (int64_t e = 0; e < E; ++e)
-                    x[size_t(e)] = head.mean_pool ? out.pool_sum[size_t(b * E + e)] / double(out.pooled) : hv[size_t((b * n + n - 1) * E + e)];
-                std::vector<double> c((size_t)C);
-                double m = -INFINITY;
-                for (int64_t k = 0; k < C; ++k) {
-                    double s = bias[size_t(k)];
-                    for (int64_t e = 0; e < E; ++e) s += double(W[size_t(k * E + e)]) * x[size_t(e)];
-                    m = std::max(m, c[size_t(k)] = s);
-                }
-                double s = 0;
-                for (double v : c) s += std::exp(v - m);
-                const double lse = m + std::log(s);
-                int64_t best = 0;
-                for (int64_t k = 0; k < C; ++k) {
-                    out.class_logprob[size_t(b * C + k)] = c[size_t(k)] - lse;
-                    if (c[size_t(k)] > c[size_t(best)]) best = k;
-                }
-                out.prediction[size_t(b)] = int32_t(best);
-                out.loss_sum[size_t(b)] += lse - c[size_t(head.labels[size_t(b)])];
-                out.count[size_t(b)] += 1.0;
-            }
+                    x[size_t(b * E + e)] = head.mean_pool ? float(out.pool_sum[size_t(b * E + e)] / double(out.pooled))
+                                                          : hv[size_t((b * n + n - 1) * E + e)];
+            const Tensor& W = head.class_weight;
+            const DType dt = W.dtype() == DType::F64 ? DType::F64 : DType::F32;
+            Tensor xt = Tensor::from_f32({B, 1, E}, x, W.dtype(), {W.device(), MemCategory::ACTIVATIONS, "pooled hidden state"});
+            Tensor logits = ops::linear(xt, W, dt);  // (B, 1, C)
+            if (head.class_bias.defined()) ops::add_(logits, logits, head.class_bias.reshape({1, 1, W.size(0)}));
+            class_scores(logits, Tensor{}, head, B, start, out);
             return;
         }
     }

@@ -118,6 +118,78 @@ TEST(KVModel, LongContextDriverDenseEqualsPlainLoss) {
     EXPECT_NEAR(res.loss_sum[0] / res.count[0], want, 1e-5 * std::fabs(want));
 }
 
+// The classification heads on the loss op against f64 log-softmax of the plain forward's
+// last-position logits: over the class tokens' columns (on logits), and through a linear head on
+// the last hidden state (seq_classification, weight and bias made here).
+TEST(KVModel, ClassificationHeadsMatchLogSoftmaxReference) {
+    TinyModel& t = tiny();
+    const int64_t B = 2, T = 96, E = t.cfg.hidden_size;
+    Tensor ids = random_ids(B, T, 11);
+    ChunkPlanOptions po;
+    po.chunk_size = 32;
+    po.cell_factor = cell_factor(t.cfg);
+    ChunkPlan plan = plan_chunks(T, {32, 32}, po);
+    auto log_softmax = [](const std::vector<double>& z) {
+        double m = -INFINITY, s = 0;
+        for (double v : z) m = std::max(m, v);
+        for (double v : z) s += std::exp(v - m);
+        std::vector<double> r;
+        for (double v : z) r.push_back(v - m - std::log(s));
+        return r;
+    };
+    {  // on logits
+        std::vector<float> z = t.model.forward(ids).to_f32_vector();  // (B, T, V)
+        HeadSpec hs;
+        hs.kind = HeadKind::CLASS_ON_LOGITS;
+        hs.T = T;
+        hs.class_tokens = {65, 66, 67, 200};
+        hs.labels = {2, 0};
+        KVCache cache(cache_cfg("dense-default", 0), t.cfg, Device{}, DType::F32, T);
+        HeadResult res;
+        res.init(B);
+        long_context_forward(t.model, cache, ids, plan, hs, res);
+        for (int64_t b = 0; b < B; ++b) {
+            std::vector<double> c;
+            for (int32_t tok : hs.class_tokens) c.push_back(z[size_t((b * T + T - 1) * kByteVocab + tok)]);
+            const std::vector<double> lp = log_softmax(c);
+            for (size_t k = 0; k < c.size(); ++k) EXPECT_NEAR(res.class_logprob[size_t(b) * c.size() + k], lp[k], 1e-5);
+            EXPECT_NEAR(res.loss_sum[size_t(b)], -lp[size_t(hs.labels[size_t(b)])], 1e-5);
+            EXPECT_EQ(res.prediction[size_t(b)], int32_t(std::max_element(lp.begin(), lp.end()) - lp.begin()));
+        }
+    }
+    {  // linear head on the last hidden state
+        const int64_t C = 3;
+        std::vector<float> w(size_t(C * E)), bias = {0.25f, -0.5f, 0.1f};
+        for (size_t i = 0; i < w.size(); ++i) w[i] = float(std::sin(0.37 * double(i))) * 0.2f;
+        HeadSpec hs;
+        hs.kind = HeadKind::SEQ_CLASS;
+        hs.T = T;
+        hs.class_weight = Tensor::from_f32({C, E}, w);
+        hs.class_bias = Tensor::from_f32({C}, bias);
+        hs.labels = {1, 2};
+        KVCache cache(cache_cfg("dense-default", 0), t.cfg, Device{}, DType::F32, T);
+        HeadResult res;
+        res.init(B);
+        long_context_forward(t.model, cache, ids, plan, hs, res);
+        // The reference hidden state: the plain forward's blocks and final norm, in f64 from there.
+        Tensor x = t.model.embed(ids);
+        PlainAttention att;
+        for (int l = 0; l < int(t.cfg.num_layers); ++l) x = t.model.block(l, x, 0, att);
+        std::vector<float> hv = t.model.final_norm(x).to_f32_vector();
+        for (int64_t b = 0; b < B; ++b) {
+            std::vector<double> c;
+            for (int64_t k = 0; k < C; ++k) {
+                double sacc = bias[size_t(k)];
+                for (int64_t e = 0; e < E; ++e) sacc += double(w[size_t(k * E + e)]) * hv[size_t((b * T + T - 1) * E + e)];
+                c.push_back(sacc);
+            }
+            const std::vector<double> lp = log_softmax(c);
+            for (int64_t k = 0; k < C; ++k) EXPECT_NEAR(res.class_logprob[size_t(b * C + k)], lp[size_t(k)], 1e-5);
+            EXPECT_NEAR(res.loss_sum[size_t(b)], -lp[size_t(hs.labels[size_t(b)])], 1e-5);
+        }
+    }
+}
+
 class KVReplay : public testing::TestWithParam<std::string> {};
 
 TEST_P(KVReplay, LogRebuildsEveryLayerOutputBitForBit) {
