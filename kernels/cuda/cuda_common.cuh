@@ -54,20 +54,15 @@ __device__ __forceinline__ long long dev_numel(const TensorView& v) {
         if (k < v.ndim) n *= v.ne[k];
     return n;
 }
-__device__ __forceinline__ long long last_ne(const TensorView& v) {
-    long long r = 1;
+__device__ __forceinline__ long long last_of(const TensorView& v, const int64_t (&a)[KV_MAX_DIMS], long long none) {
+    long long r = none;
 #pragma unroll
     for (int k = 0; k < KV_MAX_DIMS; ++k)
-        if (k == v.ndim - 1) r = v.ne[k];
+        if (k == v.ndim - 1) r = a[k];
     return r;
 }
-__device__ __forceinline__ long long last_nb(const TensorView& v) {
-    long long r = 0;
-#pragma unroll
-    for (int k = 0; k < KV_MAX_DIMS; ++k)
-        if (k == v.ndim - 1) r = v.nb[k];
-    return r;
-}
+__device__ __forceinline__ long long last_ne(const TensorView& v) { return last_of(v, v.ne, 1); }
+__device__ __forceinline__ long long last_nb(const TensorView& v) { return last_of(v, v.nb, 0); }
 
 // Byte offset of row r (row-major over all dims but the last) in view v. Rows are block
 // indices and dims fit 32 bits: 32-bit division, inline (64-bit division is a call, and the

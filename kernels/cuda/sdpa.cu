@@ -221,7 +221,20 @@ __device__ __forceinline__ FaRow fa_row(const FaArgs& a, long long bg, long long
     return r;
 }
 
-// Load this block's Q rows; returns the largest query position of the block (for tile skipping).
+// The smallest and largest query position among the block's valid rows (thread 0 only).
+__device__ void fa_query_range(const FaArgs& a, long long bg, long long row0, int* lo, int* hi) {
+    int l = INT_MAX, h = INT_MIN;
+    for (int rr = 0; rr < kFaRows; ++rr) {
+        const FaRow r = fa_row(a, bg, row0 + rr);
+        if (!r.valid) continue;
+        l = min(l, r.qp);
+        h = max(h, r.qp);
+    }
+    *lo = l;
+    *hi = h;
+}
+
+// Load this block's Q rows (alpha-scaled; rows past the end are zero).
 template <int D>
 __device__ void fa_load_q(const FaArgs& a, long long bg, long long row0, float* Qs) {
     for (int e = threadIdx.x; e < kFaRows * D; e += blockDim.x) {
@@ -308,17 +321,7 @@ __global__ void __launch_bounds__(kFaWarps * 32) fa_partial_kernel(FaArgs a, flo
     int qp[kFaRowsPerWarp];
 #pragma unroll
     for (int rr = 0; rr < kFaRowsPerWarp; ++rr) qp[rr] = fa_row(a, bg, row0 + warp * kFaRowsPerWarp + rr).qp;
-    if (threadIdx.x == 0) {
-        int lo = INT_MAX, hi = INT_MIN;
-        for (int rr = 0; rr < kFaRows; ++rr) {
-            const FaRow r = fa_row(a, bg, row0 + rr);
-            if (!r.valid) continue;
-            lo = min(lo, r.qp);
-            hi = max(hi, r.qp);
-        }
-        qp_lo = lo;
-        qp_hi = hi;
-    }
+    if (threadIdx.x == 0) fa_query_range(a, bg, row0, &qp_lo, &qp_hi);
     float m[kFaRowsPerWarp], l[kFaRowsPerWarp], o[kFaRowsPerWarp][D / 32];
 #pragma unroll
     for (int rr = 0; rr < kFaRowsPerWarp; ++rr) {
@@ -442,17 +445,7 @@ __global__ void __launch_bounds__(kFaWarps * 32) fa_weights_kernel(FaArgs a, Ten
         const float L = r.valid ? final_ml[2 * (bg * rows_pad + row) + 1] : 0.0f;
         invL[rr] = L > 0.0f ? 1.0f / (L * float(a.R)) : 0.0f;
     }
-    if (threadIdx.x == 0) {
-        int lo = INT_MAX, hi = INT_MIN;
-        for (int rr = 0; rr < kFaRows; ++rr) {
-            const FaRow r = fa_row(a, bg, row0 + rr);
-            if (!r.valid) continue;
-            lo = min(lo, r.qp);
-            hi = max(hi, r.qp);
-        }
-        qp_lo = lo;
-        qp_hi = hi;
-    }
+    if (threadIdx.x == 0) fa_query_range(a, bg, row0, &qp_lo, &qp_hi);
     const long long j_begin = split * a.keys_per_split, j_end = min(a.T, j_begin + a.keys_per_split);
     for (long long j0 = j_begin; j0 < j_end; j0 += kFaKeys) {
         __syncthreads();
