@@ -59,6 +59,22 @@ void release_compare_textures(CompareViewState& s, TextureHost* host) {
     for (auto& m : s.maps) release_eviction_textures(m, host);
 }
 
+CompareGrid compare_grid(int n, float width, float height, float gap) {
+    CompareGrid best;
+    if (n <= 0) return best;
+    double best_score = -1;
+    for (int cols = 1; cols <= n; ++cols) {
+        const int rows = (n + cols - 1) / cols;
+        const float w = (width - gap * float(cols - 1)) / float(cols), h = (height - gap * float(rows - 1)) / float(rows);
+        if (w <= 0 || h <= 0) continue;
+        // A map reads best about 1.5x as wide as tall (steps across, positions down): score the
+        // largest such rectangle that fits the cell.
+        const double score = std::min(double(w), 1.5 * double(h));
+        if (score > best_score) best_score = score, best = {cols, rows, w, h};
+    }
+    return best;
+}
+
 namespace {
 // Compared runs in display order: reference first, then the others as selected.
 std::vector<int64_t> display_order(const CompareViewState& s) {
@@ -123,6 +139,16 @@ bool refresh_compare(CompareViewState& s, storage::SessionReader& reader) {
 
 namespace {
 
+std::string run_header(int64_t id, bool reference) { return "run " + std::to_string(id) + (reference ? " (reference)" : ""); }
+
+// `text` cut to fit `width` pixels, "..." marking the cut.
+std::string fit_text(const std::string& text, float width) {
+    if (ImGui::CalcTextSize(text.c_str()).x <= width) return text;
+    std::string t = text;
+    while (!t.empty() && ImGui::CalcTextSize((t + "...").c_str()).x > width) t.pop_back();
+    return t + "...";
+}
+
 std::string fmt_value(double v, bool bytes) {
     if (std::isnan(v)) return "-";
     if (bytes) return format_bytes(v);
@@ -145,11 +171,9 @@ void draw_tables(CompareViewState& s, float height) {
     const int ncol = int(c.runs.size()) + 1;
     if (!c.differing_fields.empty() &&
         ImGui::BeginTable("##config", ncol, ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
-        ImGui::TableSetupColumn("configuration (differing fields)");
-        for (size_t i = 0; i < c.runs.size(); ++i) {
-            const std::string h = (i == 0 ? "reference: " : "") + c.runs[i].name + " (" + std::to_string(c.runs[i].id) + ")";
-            ImGui::TableSetupColumn(h.c_str());
-        }
+        ImGui::TableSetupColumn("differing field", ImGuiTableColumnFlags_WidthFixed);
+        // Short headers that always fit: the run's name is over its map and in the legend.
+        for (size_t i = 0; i < c.runs.size(); ++i) ImGui::TableSetupColumn(run_header(c.runs[i].id, i == 0).c_str());
         ImGui::TableHeadersRow();
         for (size_t f = 0; f < c.differing_fields.size(); ++f) {
             ImGui::TableNextRow();
@@ -166,8 +190,9 @@ void draw_tables(CompareViewState& s, float height) {
     }
     const std::vector<CompareMetricRow> rows = compare_metric_rows(c);
     if (ImGui::BeginTable("##metrics", ncol, ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
-        ImGui::TableSetupColumn("metric");
-        for (size_t i = 0; i < c.runs.size(); ++i) ImGui::TableSetupColumn((c.runs[i].name + " [" + c.runs[i].status + "]").c_str());
+        ImGui::TableSetupColumn("metric", ImGuiTableColumnFlags_WidthFixed);
+        for (size_t i = 0; i < c.runs.size(); ++i)
+            ImGui::TableSetupColumn((run_header(c.runs[i].id, i == 0) + " [" + c.runs[i].status + "]").c_str());
         ImGui::TableHeadersRow();
         for (const auto& r : rows) {
             ImGui::TableNextRow();
@@ -237,9 +262,10 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
     const float used = ImGui::GetCursorPosY() - top;
     const float rest = std::max(120.f, size.y - used);
     // Tables as tall as their rows (headers, differing fields, metrics), at most 40% of the view.
-    const float row_h = ImGui::GetTextLineHeightWithSpacing() + 2 * ImGui::GetStyle().CellPadding.y;
-    const float table_rows = float(s.comparison.differing_fields.size() + compare_metric_rows(s.comparison).size() + 3);
-    const float table_h = s.have_comparison ? std::min(rest * 0.4f, row_h * table_rows + 3 * ImGui::GetStyle().ItemSpacing.y) : 0.f;
+    const float row_h = ImGui::GetTextLineHeight() + 2 * ImGui::GetStyle().CellPadding.y;
+    // header + rows of each table (or the "identical" line), the gap between them and borders
+    const float table_rows = float(std::max<size_t>(1, s.comparison.differing_fields.size() + 1) + compare_metric_rows(s.comparison).size() + 1);
+    const float table_h = s.have_comparison ? std::min(rest * 0.4f, (row_h + 1) * table_rows + 2 * ImGui::GetStyle().ItemSpacing.y + 4) : 0.f;
     const float maps_h = s.show_maps ? (rest - table_h) * (s.show_memory ? 0.58f : 1.f) : 0.f;
     const float mem_h = s.show_memory ? rest - table_h - maps_h - 3 * ImGui::GetStyle().ItemSpacing.y : 0.f;
     if (s.have_comparison) draw_tables(s, table_h);
@@ -247,17 +273,21 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
     if (s.show_maps && !s.maps.empty()) {
         // Every map shows the shared selection; whichever the user zoomed becomes the shared window.
         const int n = int(s.maps.size());
-        const int cols = n <= 4 ? n : (n + 1) / 2, rows = (n + cols - 1) / cols;
-        const float w = size.x / cols - 6, h = maps_h / rows - ImGui::GetTextLineHeightWithSpacing() - 6;
+        const CompareGrid grid = compare_grid(n, size.x, maps_h);
+        const int cols = grid.cols;
+        const float w = grid.cell_w, h = grid.cell_h - ImGui::GetTextLineHeightWithSpacing();
         for (int i = 0; i < n; ++i) {
             EvictionMapViewState& m = s.maps[size_t(i)];
             m.layer = s.layer, m.head = s.head, m.colour = s.colour, m.sequence = s.sequence;
             m.steps_range = s.steps_range, m.tokens_range = s.tokens_range, m.follow = s.follow;
-            if (i % cols) ImGui::SameLine(0, 6);
+            if (i % cols) ImGui::SameLine(0, kCompareGap);
             ImGui::BeginGroup();
             ImGui::PushID(i);
-            const std::string name = size_t(i) < s.infos.size() ? s.infos[size_t(i)].name : std::string("run");
-            ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(i)), "%s%s", i == 0 ? "reference: " : "", name.c_str());
+            const std::string name = size_t(i) < s.infos.size()
+                                         ? "run " + std::to_string(s.infos[size_t(i)].id) + ": " + s.infos[size_t(i)].name
+                                         : std::string("run");
+            ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(i)), "%s",
+                               fit_text((i == 0 ? "reference " : "") + name, std::max(40.f, w)).c_str());
             DrawEvictionMapView(m, host, ImVec2(std::max(40.f, w), std::max(40.f, h)));
             ImGui::PopID();
             ImGui::EndGroup();
@@ -277,7 +307,7 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
         std::vector<std::string> names;
         for (size_t i = 0; i < s.memories.size(); ++i) {
             states.push_back(&s.memories[i]);
-            names.push_back(i < s.infos.size() ? s.infos[i].name : "run");
+            names.push_back(i < s.infos.size() ? "run " + std::to_string(s.infos[i].id) + ": " + s.infos[i].name : "run");
         }
         DrawMemoryOverlay(states, names, ImVec2(size.x, std::max(40.f, mem_h)));
     }

@@ -29,6 +29,16 @@ struct CompareMetricRow {
 };
 std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c);
 
+// How the compared runs' maps tile the space given them: every map visible, cells of
+// (cell_w, cell_h) in `cols` x `rows` with `gap` pixels between them, chosen so the maps come out
+// as large as possible.
+constexpr float kCompareGap = 6;
+struct CompareGrid {
+    int cols = 0, rows = 0;
+    float cell_w = 0, cell_h = 0;
+};
+CompareGrid compare_grid(int n, float width, float height, float gap = kCompareGap);
+
 struct CompareViewState {
     std::vector<int64_t> runs;  // as selected
     int64_t reference = 0;      // 0: the first selected

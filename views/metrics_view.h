@@ -47,6 +47,11 @@ struct MetricsViewState {
     std::string error;
 };
 
+// A metric recorded at one step only (an evaluation's mean loss, accuracy): shown as a number.
+bool metric_is_scalar(const MetricSeries& m);
+// What a metric's x axis counts: "sample" for eval_long's per-sample values, "step", or time.
+const char* metric_x_title(const MetricSeries& m, bool over_time);
+
 bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader);
 void DrawMetricsView(MetricsViewState& s, ImVec2 size = ImVec2(0, 0));
 

@@ -245,26 +245,52 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
     const float heat_h = std::max(40.f, rest * 0.62f), hist_h = std::max(30.f, rest - heat_h - ImGui::GetFrameHeightWithSpacing());
 
     // ---- heatmap ----
-    const float label_w = 64;
-    ImGui::Dummy(ImVec2(label_w, 1));
-    ImGui::SameLine(0, 0);
-    const PlotFrame f = begin_plot_frame("##heat", ImVec2(size.x - label_w, heat_h));
+    // Colour bar: real scores on one scale; per-layer scales share only "layer min .. layer max".
+    double vlo = 0, vhi = 1;
+    if (o.shared_scale) {
+        vlo = 1e300, vhi = -1e300;
+        for (float v : s.image.raw)
+            if (std::isfinite(v)) vlo = std::min(vlo, double(v)), vhi = std::max(vhi, double(v));
+        if (vlo > vhi) vlo = 0, vhi = 1;
+    }
+    // Per layer: 0 = that layer's lowest score, 1 = its highest.
+    const char* bar_title = o.shared_scale ? "score" : "score / layer range";
+    const float bar_w = colour_bar_width(vlo, vhi, AxisUnit::NUMBER, bar_title);
+    float label_w = 0;  // widest row label
+    for (int l : s.image.row_layer) {
+        char b[24];
+        std::snprintf(b, sizeof b, "layer %d", l);
+        label_w = std::max(label_w, ImGui::CalcTextSize(b).x);
+    }
+    const AxisSpec xs{AxisUnit::NUMBER, o.sorted ? "rank (highest score first)" : "cache slot"};
+    PlotMargins hm = plot_margins(&xs, nullptr, nullptr, heat_h, bar_w);
+    hm.left = label_w + 10;
+    hm.top = ImGui::GetTextLineHeight() + 2;  // the colour bar's title
+    const PlotFrame f = begin_plot_frame("##heat", ImVec2(size.x, heat_h), hm);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     dl->AddRectFilled(f.p0, f.p1, kNoDataColour);
     if (s.texture_id) dl->AddImage(texture_id(s.texture_id), f.p0, f.p1);
+    const int max_slots = s.image.width * s.image.slots_per_texel;
+    draw_x_axis(dl, f, AxisRange{0, double(std::max(1, max_slots))}, xs);
+    draw_colour_bar(dl, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y), vlo, vhi, AxisUnit::NUMBER, bar_title);
     // layer labels at the left, one per layer (skipping when rows get too thin)
     const float row_h = f.height() / std::max(1, s.image.height);
-    int last_labelled = -1000;
+    float last_labelled = -1000;
     for (int r = 0; r < s.image.height; ++r) {
         const int l = s.image.row_layer[size_t(r)];
         if (r > 0 && s.image.row_layer[size_t(r - 1)] == l) continue;
+        int rows_of_layer = 0;
+        while (r + rows_of_layer < s.image.height && s.image.row_layer[size_t(r + rows_of_layer)] == l) ++rows_of_layer;
         const float y = f.p0.y + r * row_h;
-        if (y - last_labelled < ImGui::GetFontSize()) continue;
-        last_labelled = int(y);
+        // centred on the layer's rows, never below the plot
+        const float ty = std::min(f.p1.y - ImGui::GetTextLineHeight(),
+                                  y + std::max(0.f, (rows_of_layer * row_h - ImGui::GetTextLineHeight()) * 0.5f));
+        if (r > 0) dl->AddLine(ImVec2(f.p0.x, y), ImVec2(f.p1.x, y), IM_COL32(0, 0, 0, 90));
+        if (ty < last_labelled + ImGui::GetTextLineHeight()) continue;
+        last_labelled = ty;
         char b[24];
         std::snprintf(b, sizeof b, "layer %d", l);
-        dl->AddText(ImVec2(f.p0.x - label_w + 2, y), IM_COL32(200, 200, 200, 220), b);
-        if (r > 0) dl->AddLine(ImVec2(f.p0.x, y), ImVec2(f.p1.x, y), IM_COL32(0, 0, 0, 90));
+        dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b).x, ty), IM_COL32(210, 210, 210, 235), b);
     }
     if (f.hovered) {
         const ScoresHit h = scores_hit_test(s.image, o.sorted, f.p0, f.p1, f.mouse);
@@ -300,16 +326,20 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
         const ScoreHistogram hist = score_histogram(hl.values.data() + (o.head < 0 ? 0 : size_t(h0) * size_t(hl.T)), n, s.histogram_bins);
         ImGui::SameLine();
         ImGui::TextDisabled("%lld slots, %lld protected, range [%.4g, %.4g]", (long long)n, (long long)hist.nonfinite, hist.lo, hist.hi);
-        const PlotFrame hf = begin_plot_frame("##hist", ImVec2(size.x, hist_h));
-        dl->AddRectFilled(hf.p0, hf.p1, IM_COL32(30, 30, 34, 255));
         const int64_t peak = hist.counts.empty() ? 0 : *std::max_element(hist.counts.begin(), hist.counts.end());
+        const AxisRange hx{hist.lo, hist.hi > hist.lo ? hist.hi : hist.lo + 1}, hy{0, double(std::max<int64_t>(1, peak)) * 1.05};
+        const AxisSpec hxs{AxisUnit::NUMBER, "score"}, hys{AxisUnit::NUMBER, "slots"};
+        const PlotFrame hf = begin_plot_frame("##hist", ImVec2(size.x, hist_h), plot_margins(&hxs, &hys, &hy, hist_h));
+        dl->AddRectFilled(hf.p0, hf.p1, IM_COL32(30, 30, 34, 255));
         const float bw = hf.width() / std::max<size_t>(1, hist.counts.size());
         for (size_t b = 0; b < hist.counts.size(); ++b) {
             if (!hist.counts[b] || !peak) continue;
-            const float hgt = (hf.height() - 4) * float(hist.counts[b]) / float(peak);
-            dl->AddRectFilled(ImVec2(hf.p0.x + b * bw + 1, hf.p1.y - hgt), ImVec2(hf.p0.x + (b + 1) * bw, hf.p1.y),
+            const float y = float(axis_to_pixel(hy, double(hist.counts[b]), hf.p1.y, hf.p0.y));
+            dl->AddRectFilled(ImVec2(hf.p0.x + b * bw + 1, y), ImVec2(hf.p0.x + (b + 1) * bw, hf.p1.y),
                               colormap(float(b + 0.5f) / float(hist.counts.size())));
         }
+        draw_x_axis(dl, hf, hx, hxs);
+        draw_y_axis(dl, hf, hy, hys, false);
         if (hf.hovered && !hist.counts.empty()) {
             const int b = std::clamp(int((hf.mouse.x - hf.p0.x) / bw), 0, int(hist.counts.size()) - 1);
             const double w = (hist.hi - hist.lo) / double(hist.counts.size());

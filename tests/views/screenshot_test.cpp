@@ -92,7 +92,8 @@ TEST(Screenshots, DISABLED_EveryView) {
     test::ViewsScratchDir dir;
     const std::string path = dir.file("runs.kvlab");
     const auto runs = test::record_tiny_runs(
-        path, {test::tiny_eval_config("h2o-default", 128, 1024, 2, 16), test::tiny_eval_config("lastrec-default", 128, 1024, 2, 16)});
+        path, {test::tiny_eval_config("h2o-default", 128, 1024, 2, 16), test::tiny_eval_config("dense-default", 0, 1024, 2, 16),
+               test::tiny_eval_config("lastrec-default", 128, 1024, 2, 16), test::tiny_eval_config("streaming-default", 128, 1024, 2, 16)});
     const float W = 1280, H = 800;
     test::ImGuiHarness h(W, H);
     test::RecordingTextureHost host;
