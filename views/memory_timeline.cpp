@@ -470,8 +470,11 @@ void zoom_to_cell(MemoryTimelineViewState& s, size_t cell) {
 // =========================================================================================
 namespace {
 
+// Span labels start right of `label_min_x` (the lane's name) and never on another label
+// (spans of one category overlap when several threads run them).
 void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewState& s, float x0, float x1, float y0,
-               float y1, int64_t t0, int64_t t1) {
+               float y1, int64_t t0, int64_t t1, float label_min_x) {
+    float label_end = label_min_x;
     const double px_per_ns = double(x1 - x0) / double(t1 - t0);
     const Colour col = span_category_colour(lane.category);
     auto [lo, hi] = lane.overlapping(t0, t1);
@@ -508,10 +511,10 @@ void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewSta
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), col);
         dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 80));
         const std::string& name = s.span_names[sp.name];
-        if (b - a > ImGui::CalcTextSize(name.c_str()).x + 4) {
-            dl->PushClipRect(ImVec2(a, y0), ImVec2(b, y1), true);
+        const float tw = ImGui::CalcTextSize(name.c_str()).x;
+        if (b - a > tw + 4 && a + 2 >= label_end) {
             dl->AddText(ImVec2(a + 2, y0), IM_COL32(10, 10, 10, 255), name.c_str());
-            dl->PopClipRect();
+            label_end = a + 2 + tw + 2;
         }
     }
     flush();
@@ -678,6 +681,7 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         if (plot_zoom_pan(bf, s.time, ext_lo, ext_hi)) s.follow = false;
         dl->AddRectFilled(bf.p0, bf.p1, IM_COL32(30, 30, 36, 255));
         dl->PushClipRect(bf.p0, bf.p1, true);
+        float cell_label_end = -1e30f;
         for (size_t i = 0; i < s.cells.size(); ++i) {
             const CellBand& c = s.cells[i];
             if (c.end_ns < t0 || c.start_ns >= t1) continue;
@@ -686,7 +690,11 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
                               (c.col & 1) ? IM_COL32(110, 110, 140, 255) : IM_COL32(80, 110, 170, 255));
             char label[40];
             std::snprintf(label, sizeof label, "cell %d,%d", c.row, c.col);
-            if (b - a > ImGui::CalcTextSize(label).x + 4) dl->AddText(ImVec2(a + 2, bf.p0.y + 1), IM_COL32(240, 240, 240, 255), label);
+            const float tw = ImGui::CalcTextSize(label).x;
+            if (b - a > tw + 4 && a + 2 >= cell_label_end) {  // cells may overlap (forward and backward ones)
+                dl->AddText(ImVec2(a + 2, bf.p0.y + 1), IM_COL32(240, 240, 240, 255), label);
+                cell_label_end = a + 2 + tw + 2;
+            }
             if (bf.hovered && bf.mouse.x >= a && bf.mouse.x < std::max(a + 1, b)) {
                 ImGui::BeginTooltip();
                 ImGui::Text("cell row %d, column %d", c.row, c.col);
@@ -710,8 +718,8 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         const int shown = std::max(1, int(lanes_h / lane_h));
         for (int li = 0; li < int(s.lanes.size()) && li < shown; ++li) {
             const float y0 = lf.p0.y + li * lane_h, y1 = y0 + lane_h - 2;
-            draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1);
             const char* label = trace::span_category_name(s.lanes[size_t(li)].category);
+            draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1, lf.p0.x + ImGui::CalcTextSize(label).x + 6);
             // a backing box keeps the lane's name legible over its spans' own labels
             dl->AddRectFilled(ImVec2(lf.p0.x, y0), ImVec2(lf.p0.x + ImGui::CalcTextSize(label).x + 4, y1), IM_COL32(20, 20, 24, 220));
             dl->AddText(ImVec2(lf.p0.x + 2, y0), IM_COL32(255, 255, 255, 170), label);

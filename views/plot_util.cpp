@@ -342,6 +342,7 @@ float draw_legend(ImDrawList* dl, ImVec2 at, float max_x, const std::vector<Lege
         if (x > at.x && x + w > max_x) x = at.x, y += line;
         const float sy = y + (line - 10) * 0.5f - 1;
         dl->AddRectFilled(ImVec2(x, sy), ImVec2(x + 10, sy + 10), e.colour);
+        dl->AddRect(ImVec2(x - 1, sy - 1), ImVec2(x + 11, sy + 11), IM_COL32(200, 200, 200, 120));  // dark swatches stay visible
         dl->AddText(ImVec2(x + 16, y), kAxisText, e.text.c_str());
         x += w;
     }

@@ -156,6 +156,14 @@ TEST_F(Readability, CompareShowsEveryMapWithoutClippedOrOverlappingText) {
             EXPECT_TRUE(m.main.valid);
             EXPECT_GT(m.main.image.width, 0);
         }
+        // The difference map of two policies (h2o and lastrec: display order 1 and 2) in place
+        // of the maps, with its legend and counts.
+        canvas.impl().compare.show_difference = true;
+        canvas.impl().compare.difference_a = 1;
+        canvas.impl().compare.difference_run = 2;
+        EXPECT_EQ(text_problems(settle_and_draw(h, canvas)), "") << "difference map at " << size.x << "x" << size.y;
+        EXPECT_EQ(canvas.impl().compare.difference.error, "");
+        EXPECT_GT(canvas.impl().compare.difference.counts.both, 0);
     }
 }
 

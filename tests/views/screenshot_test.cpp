@@ -128,6 +128,10 @@ TEST(Screenshots, DISABLED_EveryView) {
     shoot("eviction_map_all_layers_age", ImVec2(W * 0.3f, H * 0.5f));
     canvas.select_runs(runs);
     shoot("compare", ImVec2(W * 0.3f, H * 0.6f));
+    canvas.impl().compare.show_difference = true;  // h2o (display 1) against lastrec (2)
+    canvas.impl().compare.difference_a = 1;
+    canvas.impl().compare.difference_run = 2;
+    shoot("compare_difference", ImVec2(W * 0.5f, H * 0.62f));
     std::printf("screenshots in %s\n", out_dir.c_str());
 }
 
