@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
+#include "storage/config_fields.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
@@ -45,8 +47,44 @@ int nearest_point(const MetricCurve& c, double x) {
     return int(i);
 }
 
+int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t run) {
+    const auto it = std::find_if(runs.begin(), runs.end(), [&](const storage::RunInfo& r) { return r.id == run; });
+    if (it == runs.end()) return 0;
+    auto policy = [](const storage::RunInfo& r) {
+        return storage::split_cache_name(storage::run_config_value(r.config, "kv_cache.name")).policy;
+    };
+    if (policy(*it) == "dense") return 0;
+    // Same model and the same samples: every data option and the mode agree.
+    static const char* const kSame[] = {"mode",         "model",        "data",           "data.seq_length", "data.num_samples",
+                                        "data.seed",    "data.num_keys", "data.depths",   "data.files",      "data.path",
+                                        "data.repeat_length", "data.repeat_distance", "data.dataset_key", "data.max_seq_length"};
+    int64_t best = 0;
+    for (const auto& r : runs) {
+        if (r.id == run || policy(r) != "dense") continue;
+        bool same = true;
+        for (const char* k : kSame) same &= storage::run_config_value(r.config, k) == storage::run_config_value(it->config, k);
+        if (same) best = std::max(best, r.id);
+    }
+    return best;
+}
+
 bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
     try {
+        bool any_reference = false;
+        if (!s.reference_searched) {
+            s.reference_run = find_dense_reference(reader.runs(), s.run);
+            s.reference_searched = true;
+        }
+        if (s.reference_run) {
+            for (auto& r : reader.metrics(s.reference_run, "", s.reference_last_id)) {
+                s.reference_last_id = std::max(s.reference_last_id, r.id);
+                MetricSeries& m = s.reference[r.name];
+                m.name = r.name;
+                m.ids.push_back(r.id), m.steps.push_back(r.step), m.t_ns.push_back(r.t_ns), m.values.push_back(r.value);
+                any_reference = true;
+            }
+            if (any_reference) ++s.version;
+        }
         if (s.t0_ns == 0) s.t0_ns = reader.run(s.run).t0_ns;
         std::vector<storage::MetricRow> rows = reader.metrics(s.run, "", s.last_id);
         for (auto& r : rows) {
@@ -61,7 +99,7 @@ bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
         }
         if (!rows.empty()) ++s.version;
         s.error.clear();
-        return !rows.empty();
+        return !rows.empty() || any_reference;
     } catch (const std::exception& e) {
         s.error = e.what();
         return false;
@@ -140,12 +178,21 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         const size_t i = visible[vi];
         const MetricSeries& m = s.series[i];
         ImGui::PushID(int(i));
-        const MetricCurve c = metric_curve(m, s.over_time, s.t0_ns);
+        MetricCurve c = metric_curve(m, s.over_time, s.t0_ns);
+        // The dense run's curve of the same metric, by step (its times are its own run's).
+        const auto ref_it = s.over_time ? s.reference.end() : s.reference.find(m.name);
+        MetricCurve rc;
+        if (ref_it != s.reference.end() && !ref_it->second.values.empty()) {
+            rc = metric_curve(ref_it->second, false, 0);
+            c.x_lo = std::min(c.x_lo, rc.x_lo), c.x_hi = std::max(c.x_hi, rc.x_hi);
+            c.y_lo = std::min(c.y_lo, rc.y_lo), c.y_hi = std::max(c.y_hi, rc.y_hi);
+        }
         const double xpad = (c.x_hi - c.x_lo) * 0.03, ypad = (c.y_hi - c.y_lo) * 0.08;
         const AxisRange xr{c.x_lo - xpad, c.x_hi + xpad}, yr{c.y_lo - ypad, c.y_hi + ypad};
-        char title[160];
-        std::snprintf(title, sizeof title, "%s  (%zu points, last %.5g)", m.name.c_str(), m.values.size(),
-                      m.values.empty() ? 0.0 : m.values.back());
+        char title[200];
+        std::snprintf(title, sizeof title, "%s  (%zu points, last %.5g)%s", m.name.c_str(), m.values.size(),
+                      m.values.empty() ? 0.0 : m.values.back(), rc.x.empty() ? "" : "   grey: the dense run");
+        if (!rc.x.empty()) std::snprintf(title + std::strlen(title), sizeof title - std::strlen(title), " (run %lld)", (long long)s.reference_run);
         const AxisSpec xs{s.over_time ? AxisUnit::SECONDS : AxisUnit::INTEGER, metric_x_title(m, s.over_time)};
         const AxisSpec ys{AxisUnit::NUMBER, title};
         const PlotFrame f = begin_plot_frame("##plot", ImVec2(size.x, each), plot_margins(&xs, &ys, &yr, each));
@@ -155,6 +202,16 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         for (size_t k = 0; k < c.x.size(); ++k)
             if (std::isfinite(c.y[k]))
                 pts.push_back(ImVec2(float(axis_to_pixel(xr, c.x[k], f.p0.x, f.p1.x)), float(axis_to_pixel(yr, c.y[k], f.p1.y, f.p0.y))));
+        if (!rc.x.empty()) {
+            std::vector<ImVec2> rp;
+            for (size_t k = 0; k < rc.x.size(); ++k)
+                if (std::isfinite(rc.y[k]))
+                    rp.push_back(ImVec2(float(axis_to_pixel(xr, rc.x[k], f.p0.x, f.p1.x)), float(axis_to_pixel(yr, rc.y[k], f.p1.y, f.p0.y))));
+            const Colour grey = pack_rgba(170, 170, 175, 200);
+            if (rp.size() > 1) dl->AddPolyline(rp.data(), int(rp.size()), grey, 0, 1.5f);
+            if (rp.size() < 200)
+                for (const auto& p : rp) dl->AddCircleFilled(p, 2.f, grey);
+        }
         const Colour col = series_colour(int(i));
         if (pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), col, 0, 1.5f);
         if (pts.size() < 200)
@@ -168,8 +225,14 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
                 const ImVec2 p(float(axis_to_pixel(xr, c.x[size_t(k)], f.p0.x, f.p1.x)),
                                float(axis_to_pixel(yr, c.y[size_t(k)], f.p1.y, f.p0.y)));
                 dl->AddCircle(p, 5, IM_COL32(255, 255, 255, 220));
-                ImGui::SetTooltip("%s\n%s %lld, %.3f s\nvalue %.6g", m.name.c_str(), metric_x_title(m, false), (long long)m.steps[r],
-                                  double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r]);
+                const int rk = rc.x.empty() ? -1 : nearest_point(rc, c.x.empty() ? 0 : double(m.steps[r]));
+                if (rk >= 0 && rc.x[size_t(rk)] == double(m.steps[r]))
+                    ImGui::SetTooltip("%s\n%s %lld, %.3f s\nvalue %.6g\ndense run %lld: %.6g (difference %+.4g)", m.name.c_str(),
+                                      metric_x_title(m, false), (long long)m.steps[r], double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r],
+                                      (long long)s.reference_run, rc.y[size_t(rk)], m.values[r] - rc.y[size_t(rk)]);
+                else
+                    ImGui::SetTooltip("%s\n%s %lld, %.3f s\nvalue %.6g", m.name.c_str(), metric_x_title(m, false), (long long)m.steps[r],
+                                      double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r]);
             }
         }
         ImGui::PopID();
