@@ -97,6 +97,24 @@ ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const Sco
                 if (std::isnan(b)) return true;
                 return a > b;
             });
+        // Rank scale: each finite value's position among the row's finite values, in [0, 1]
+        // (ties share the mean of their positions).
+        std::vector<double> rank_of;
+        if (o.rank) {
+            std::vector<int> idx;
+            for (int i = 0; i < ls.T; ++i)
+                if (std::isfinite(row[size_t(i)])) idx.push_back(i);
+            std::sort(idx.begin(), idx.end(), [&](int a, int b) { return row[size_t(a)] < row[size_t(b)]; });
+            rank_of.assign(size_t(ls.T), 0.0);
+            const double denom = idx.size() > 1 ? double(idx.size() - 1) : 1.0;
+            for (size_t a = 0; a < idx.size();) {
+                size_t b = a;
+                while (b + 1 < idx.size() && row[size_t(idx[b + 1])] == row[size_t(idx[a])]) ++b;
+                const double mid = idx.size() > 1 ? 0.5 * double(a + b) / denom : 0.5;
+                for (size_t c = a; c <= b; ++c) rank_of[size_t(idx[c])] = mid;
+                a = b + 1;
+            }
+        }
         for (int x = 0; x < img.width; ++x) {
             const int i0 = x * spt, i1 = std::min(ls.T, i0 + spt);
             double sum = 0;
@@ -110,7 +128,14 @@ ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const Sco
                 const float mean = float(sum / n);
                 img.raw[k] = mean;
                 const float span = hi[size_t(l)] - lo[size_t(l)];
-                img.norm[k] = span > 0 ? (mean - lo[size_t(l)]) / span : 0.5f;
+                if (o.rank) {
+                    double rsum = 0;
+                    for (int i = i0; i < i1; ++i)
+                        if (std::isfinite(row[size_t(i)])) rsum += rank_of[size_t(i)];
+                    img.norm[k] = float(rsum / n);
+                } else {
+                    img.norm[k] = span > 0 ? (mean - lo[size_t(l)]) / span : 0.5f;
+                }
             } else if (inf > 0) {
                 img.raw[k] = img.norm[k] = kInf;
             }
@@ -125,6 +150,16 @@ ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const Sco
         img.rgba[k * 4 + 3] = colour_a(c);
     }
     return img;
+}
+
+std::vector<int> score_outlier_layers(const std::vector<LayerScores>& layers) {
+    std::vector<int> out;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const trace::ScoreStats& st = layers[l].stats;
+        if (!layers[l].values.empty() && std::isfinite(st.max) && std::isfinite(st.p99) && st.p99 > 0 && st.max > 20 * st.p99)
+            out.push_back(int(l));
+    }
+    return out;
 }
 
 ScoresHit scores_hit_test(const ScoresImage& img, bool sorted, ImVec2 p0, ImVec2 p1, ImVec2 pt) {
@@ -194,7 +229,22 @@ void release_scores_textures(ScoresViewState& s, TextureHost* host) {
 
 namespace {
 bool same_options(const ScoresImageOptions& a, const ScoresImageOptions& b) {
-    return a.head == b.head && a.sorted == b.sorted && a.shared_scale == b.shared_scale && a.max_width == b.max_width;
+    return a.head == b.head && a.sorted == b.sorted && a.shared_scale == b.shared_scale && a.rank == b.rank &&
+           a.max_width == b.max_width;
+}
+
+// "12-29" style list of layer indices.
+std::string layer_ranges(const std::vector<int>& ls) {
+    std::string out;
+    for (size_t i = 0; i < ls.size();) {
+        size_t j = i;
+        while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+        if (!out.empty()) out.append(", ");
+        out.append(std::to_string(ls[i]));
+        if (j > i) out.append("-").append(std::to_string(ls[j]));
+        i = j + 1;
+    }
+    return out;
 }
 }  // namespace
 
@@ -224,11 +274,26 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
     ScoresImageOptions& o = s.image_options;
     ImGui::Checkbox("sorted", &o.sorted);
     ImGui::SameLine();
-    ImGui::Checkbox("one scale for all layers", &o.shared_scale);
+    ImGui::Checkbox("colour by rank", &o.rank);
+    if (!o.rank) {
+        ImGui::SameLine();
+        ImGui::Checkbox("one scale for all layers", &o.shared_scale);
+    }
     if (max_heads > 1) {
         ImGui::SameLine();
         ImGui::SetNextItemWidth(140);
         ImGui::SliderInt("head (-1 = all)", &o.head, -1, max_heads - 1);
+    }
+    // Why a layer can look empty: it is the data (one sink slot far above the rest), said so.
+    if (const std::vector<int> outliers = score_outlier_layers(s.layers); !outliers.empty() && !o.rank)
+    {
+        ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1, 0.8f, 0.45f, 1));
+        ImGui::PushTextWrapPos(ImGui::GetCursorPos().x + size.x);
+        ImGui::TextWrapped("layer%s %s: one slot scores over 20x the layer's 99th percentile, so on this linear scale the "
+                           "other slots look dark; 'colour by rank' shows them",
+                           outliers.size() > 1 ? "s" : "", layer_ranges(outliers).c_str());
+        ImGui::PopTextWrapPos();
+        ImGui::PopStyleColor();
     }
     if (!s.image_valid || s.image_version != s.version || !same_options(o, s.image_built_with)) {
         s.image = build_scores_image(s.layers, o);
@@ -247,14 +312,15 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
     // ---- heatmap ----
     // Colour bar: real scores on one scale; per-layer scales share only "layer min .. layer max".
     double vlo = 0, vhi = 1;
-    if (o.shared_scale) {
+    if (o.shared_scale && !o.rank) {
         vlo = 1e300, vhi = -1e300;
         for (float v : s.image.raw)
             if (std::isfinite(v)) vlo = std::min(vlo, double(v)), vhi = std::max(vhi, double(v));
         if (vlo > vhi) vlo = 0, vhi = 1;
     }
     // Per layer: 0 = that layer's lowest score, 1 = its highest.
-    const char* bar_title = o.shared_scale ? "score" : "score / layer range";
+    const char* bar_title = o.rank ? "rank in its row" : o.shared_scale ? "score" : "score / layer range";
+    if (o.rank) vlo = 0, vhi = 1;
     const float bar_w = colour_bar_width(vlo, vhi, AxisUnit::NUMBER, bar_title);
     float label_w = 0;  // widest row label
     for (int l : s.image.row_layer) {
