@@ -280,7 +280,9 @@ class GuiAppTest : public QObject {
         const int chunks = summary["chunks_per_sample"].get<int>();
         QCOMPARE(r->peakBytes, allocatorPeak);
         QVERIFY(chunks > 1);
-        QVERIFY(w_->logText().contains(QString("run %1 (gui test run) done").arg(run_)));
+        // The log line follows the run manager's status signal, which may arrive after the table
+        // already read the final row from the session (a reload under load).
+        QTRY_VERIFY_WITH_TIMEOUT(w_->logText().contains(QString("run %1 (gui test run) done").arg(run_)), 10000);
 
         w_->selectRuns({run_});
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
