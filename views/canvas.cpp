@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "storage/config_fields.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
 
@@ -16,6 +17,22 @@ const char* view_name(ViewKind k) {
     return size_t(k) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[size_t(k)] : "unknown";
 }
 
+const std::vector<CanvasGesture>& canvas_gestures() {
+    // What plot_zoom_pan and the views' click handlers do (keep in step with them).
+    static const std::vector<CanvasGesture> kGestures = {
+        {"wheel", "eviction map, memory timeline, compare", "zoom the x axis around the cursor"},
+        {"Shift + wheel", "eviction map", "zoom the token-position (y) axis only"},
+        {"Ctrl + wheel", "eviction map", "zoom both axes"},
+        {"drag (left button)", "eviction map, memory timeline, compare", "pan"},
+        {"double-click", "eviction map, memory timeline", "fit the whole run again (as the fit button)"},
+        {"double-click a layer", "eviction map, all layers", "open that layer alone"},
+        {"click a row", "scores", "show that layer's histogram"},
+        {"click a cell band", "memory timeline", "zoom to that cell"},
+        {"hover", "every view", "details of what is under the cursor (token, slot, allocation, chunk)"},
+    };
+    return kGestures;
+}
+
 bool view_from_name(const std::string& name, ViewKind* out) {
     for (size_t k = 0; k < size_t(ViewKind::COUNT); ++k)
         if (name == view_name(ViewKind(k))) {
@@ -23,6 +40,19 @@ bool view_from_name(const std::string& name, ViewKind* out) {
             return true;
         }
     return false;
+}
+
+int64_t default_reference(storage::SessionReader* reader, const std::vector<int64_t>& runs) {
+    if (runs.empty()) return 0;
+    if (reader) {
+        for (int64_t r : runs) try {
+                if (storage::split_cache_name(storage::run_config_value(reader->run(r).config, "kv_cache.name")).policy == "dense")
+                    return r;
+            } catch (const std::exception&) {
+                // an unreadable run is no reference; the next one may be
+            }
+    }
+    return runs.front();
 }
 
 namespace {
@@ -112,7 +142,7 @@ void Canvas::select_runs(const std::vector<int64_t>& runs) {
     for (int64_t r : runs)
         if (std::find(sel.begin(), sel.end(), r) == sel.end() && sel.size() < kMaxCompared) sel.push_back(r);
     c.runs = sel;
-    c.reference = sel.empty() ? 0 : sel.front();
+    c.reference = default_reference(c.reader.get(), sel);
     c.reset_views();
     c.infos.clear();
     c.needs_refresh = true;
@@ -203,8 +233,13 @@ void Canvas::draw(float width, float height) {
         if (r.progress.chunks_total > 0) {
             ImGui::SameLine();
             char overlay[64];
-            std::snprintf(overlay, sizeof overlay, "%d / %d layer x chunk steps", r.progress.chunks_done, r.progress.chunks_total);
-            ImGui::ProgressBar(float(r.progress.chunks_done) / float(r.progress.chunks_total), ImVec2(220, 0), overlay);
+            // A run that stopped short says where it stopped, in a greyed bar (not a stuck one).
+            const bool stopped = storage::run_status_final(r.status) && r.status != storage::RunStatus::DONE;
+            std::snprintf(overlay, sizeof overlay, "%s%d / %d layer x chunk steps", stopped ? "stopped at " : "",
+                          r.progress.chunks_done, r.progress.chunks_total);
+            if (stopped) ImGui::PushStyleColor(ImGuiCol_PlotHistogram, ImVec4(0.45f, 0.45f, 0.48f, 1));
+            ImGui::ProgressBar(float(r.progress.chunks_done) / float(r.progress.chunks_total), ImVec2(260, 0), overlay);
+            if (stopped) ImGui::PopStyleColor();
         }
         if (!r.error.empty()) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", r.error.c_str());
     } else if (c.runs.size() > 1) {

@@ -26,6 +26,14 @@ const char* view_name(ViewKind k);
 // The view called `name` (view_name's text); false when there is none.
 bool view_from_name(const std::string& name, ViewKind* out);
 
+// Mouse gestures the views understand, for the host's shortcut sheet (Help > Keyboard shortcuts).
+struct CanvasGesture {
+    const char* input;   // "wheel", "Shift + wheel", ...
+    const char* where;   // the view(s) it applies to
+    const char* action;  // what it does
+};
+const std::vector<CanvasGesture>& canvas_gestures();
+
 // Textures for views drawn as images. Pixels are RGBA8, row-major, width*height*4 bytes.
 class TextureHost {
    public:
@@ -47,8 +55,8 @@ class Canvas {
     // Opens a session read-only ("" closes). Throws storage::SessionError with a clear message.
     void open_session(const std::string& path);
     const std::string& session_path() const;
-    // 1 run: single-run views; 2..8 runs: the compare view; the first is the reference unless
-    // set_reference() says otherwise.
+    // 1 run: single-run views; 2..8 runs: the compare view; the reference is the first dense
+    // run of the selection (else the first selected) unless set_reference() says otherwise.
     void select_runs(const std::vector<int64_t>& runs);
     const std::vector<int64_t>& selected_runs() const;
     void set_reference(int64_t run);

@@ -23,6 +23,9 @@ class SessionReader;
 
 namespace kv::views {
 
+// The run a comparison of `runs` is measured against: the first dense run, else the first.
+int64_t default_reference(storage::SessionReader* reader, const std::vector<int64_t>& runs);
+
 struct CanvasImpl {
     TextureHost* textures = nullptr;
     std::string path;

@@ -56,6 +56,7 @@ GridImage build_cell_grid_image(const GridSequence& g, int max_width) {
                 const double d = std::max<double>(1, double(c.end_ns - c.start_ns));
                 lo = std::min(lo, d), hi = std::max(hi, d);
             }
+    if (hi > 0) img.time_lo_ns = lo, img.time_hi_ns = hi;
     const double llo = std::log(lo), lspan = hi > lo ? std::log(hi) - llo : 1.0;
     img.rgba.assign(size_t(img.width) * size_t(img.height) * 4, 0);
     const Colour pending = pack_rgba(40, 40, 46);
@@ -255,14 +256,23 @@ void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size) {
         if (host && s.image.width > 0) s.texture_id = host->upload_rgba(s.texture_id, s.image.width, s.image.height, s.image.rgba.data());
     }
     const float used = ImGui::GetCursorPosY() - top;
-    const float label_w = 56;
-    const ImVec2 body(std::max(16.f, size.x - label_w), std::max(30.f, size.y - used - ImGui::GetStyle().ItemSpacing.y - 20));
-    ImGui::Dummy(ImVec2(label_w, 1));
-    ImGui::SameLine(0, 0);
-    const PlotFrame f = begin_plot_frame("##grid", body);
+    char widest_label[24];
+    std::snprintf(widest_label, sizeof widest_label, "layer %d", std::max(0, g.layers - 1));
+    const bool timed = s.image.time_hi_ns > 0;
+    const char* bar_title = "chunk time (log)";
+    const float bar_w = timed ? colour_bar_width(s.image.time_lo_ns, s.image.time_hi_ns, AxisUnit::NANOSECONDS, bar_title) : 8.f;
+    const AxisSpec xs{AxisUnit::INTEGER, "chunk"};
+    PlotMargins m = plot_margins(&xs, nullptr, nullptr, 0, bar_w);
+    m.left = ImGui::CalcTextSize(widest_label).x + 10;
+    m.top = ImGui::GetTextLineHeight() + 2;  // the colour bar's title
+    const ImVec2 body(size.x, std::max(30.f + m.top + m.bottom, size.y - used - ImGui::GetStyle().ItemSpacing.y));
+    const PlotFrame f = begin_plot_frame("##grid", body, m);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     dl->AddRectFilled(f.p0, f.p1, IM_COL32(30, 30, 34, 255));
     if (s.texture_id) dl->AddImage(texture_id(s.texture_id), f.p0, f.p1);
+    if (timed)
+        draw_colour_bar(dl, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y), s.image.time_lo_ns, s.image.time_hi_ns,
+                        AxisUnit::NANOSECONDS, bar_title, true);
     const float cw = f.width() / std::max(1, g.chunks), lh = f.height() / std::max(1, g.layers);
     // cell outlines (skipped when too small to see)
     for (const auto& c : g.cells) {
@@ -274,13 +284,17 @@ void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size) {
         const ImVec2 a(f.p0.x + g.last_chunk * cw, f.p0.y + g.last_layer * lh);
         dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(a.x + std::max(cw, 3.f) + 1, a.y + std::max(lh, 3.f) + 1), IM_COL32(255, 80, 80, 255), 0, 0, 2);
     }
-    for (int l = 0; l < g.layers; l += std::max(1, int(ImGui::GetFontSize() / std::max(1.f, lh)) + 1)) {
+    // one label per layer row, centred, every k-th when rows are thinner than a line
+    const float line = ImGui::GetTextLineHeight();
+    for (int l = 0; l < g.layers; l += std::max(1, int(std::ceil(line / std::max(1.f, lh))))) {
         char b[24];
         std::snprintf(b, sizeof b, "layer %d", l);
-        dl->AddText(ImVec2(f.p0.x - label_w + 2, f.p0.y + l * lh), IM_COL32(200, 200, 200, 220), b);
+        const float y = std::min(f.p1.y - line, f.p0.y + l * lh + std::max(0.f, (lh - line) * 0.5f));
+        dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b).x, y), IM_COL32(210, 210, 210, 235), b);
     }
-    const AxisRange xr{0, double(std::max(1, g.chunks))};
-    draw_x_ticks(dl, f, xr, [](double v) { return std::string("chunk ") + std::to_string(int64_t(v)); });
+    // x: chunk index at the centre of its column
+    const AxisRange xr{-0.5, double(std::max(1, g.chunks)) - 0.5};
+    draw_x_axis(dl, f, xr, xs);
     if (f.hovered) {
         const GridHit h = cell_grid_hit_test(g, f.p0, f.p1, f.mouse);
         if (h.valid) {

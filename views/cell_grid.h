@@ -62,6 +62,7 @@ GridHit cell_grid_hit_test(const GridSequence& g, ImVec2 p0, ImVec2 p1, ImVec2 p
 // chunks dark.
 struct GridImage {
     int width = 0, height = 0, chunks_per_texel = 1;
+    double time_lo_ns = 0, time_hi_ns = 0;  // fastest and slowest done chunk (the colour bar's ends)
     std::vector<uint8_t> rgba;
 };
 GridImage build_cell_grid_image(const GridSequence& g, int max_width = 2048);

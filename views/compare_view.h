@@ -11,6 +11,7 @@
 
 #include "storage/comparison.h"
 #include "storage/run_info.h"
+#include "views/difference_map.h"
 #include "views/eviction_map.h"
 #include "views/memory_timeline.h"
 
@@ -29,6 +30,16 @@ struct CompareMetricRow {
 };
 std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c);
 
+// How the compared runs' maps tile the space given them: every map visible, cells of
+// (cell_w, cell_h) in `cols` x `rows` with `gap` pixels between them, chosen so the maps come out
+// as large as possible.
+constexpr float kCompareGap = 6;
+struct CompareGrid {
+    int cols = 0, rows = 0;
+    float cell_w = 0, cell_h = 0;
+};
+CompareGrid compare_grid(int n, float width, float height, float gap = kCompareGap);
+
 struct CompareViewState {
     std::vector<int64_t> runs;  // as selected
     int64_t reference = 0;      // 0: the first selected
@@ -46,7 +57,21 @@ struct CompareViewState {
     std::vector<EvictionMapViewState> maps;    // per compared run, same order
     std::vector<MemoryTimelineViewState> memories;
     uint64_t version = 0;
+    // ---- difference map: run A (the reference unless chosen) against run B, in place of the maps ----
+    bool show_difference = false;
+    int difference_a = 0, difference_run = 1;  // A and B: indices into the compared runs (display order, reference first)
+    DifferenceImage difference;
+    uint64_t difference_texture = 0;
+    struct DifferenceKey {
+        uint64_t version_a = 0, version_b = 0;
+        int run_a = -1, run = -1, layer = -1, head = -1, sequence = -2;
+        bool operator==(const DifferenceKey&) const = default;
+    } difference_key;
+    bool difference_valid = false;
 };
+
+// Rebuilds the difference image (and its texture) when its runs' data or selection changed.
+void update_compare_difference(CompareViewState& s, TextureHost* host);
 
 // Sets the runs (resetting per-run state; releases textures through `host`).
 void compare_select(CompareViewState& s, const std::vector<int64_t>& runs, int64_t reference, TextureHost* host);

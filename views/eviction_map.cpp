@@ -607,13 +607,45 @@ void release_eviction_textures(EvictionMapViewState& s, TextureHost* host) {
     s.layer_textures.clear();
 }
 
+EvictionColourKey eviction_colour_key(const EvictionImage& img) {
+    EvictionColourKey k;
+    switch (img.spec.colour) {
+        case EvictionColour::PRESENCE:
+            // colour_eviction_image: a texel's held share f in (0, 1] maps to t = 0.25 + 0.75 f.
+            k.title = "share held", k.lo = 0, k.hi = 1, k.t_lo = 0.25f, k.t_hi = 1;
+            break;
+        case EvictionColour::AGE:
+        case EvictionColour::SCORE:
+        case EvictionColour::COUNT:
+            k.title = img.spec.colour == EvictionColour::SCORE ? "score" : "age (steps)";
+            k.lo = img.value_max >= img.value_min ? img.value_min : 0;
+            k.hi = img.value_max >= img.value_min ? img.value_max : 1;
+            break;
+    }
+    return k;
+}
+
 // =========================================================================================
 // [SECTION] drawing
 // =========================================================================================
 namespace {
 
-std::string label_step(double v) { return std::to_string(int64_t(v)); }
-std::string label_token(double v) { return format_count(v); }
+constexpr const char* kNotCachedLabel = "not cached";
+float eviction_colour_key_width(const EvictionColourKey& k) {
+    return std::max(colour_bar_width(k.lo, k.hi, AxisUnit::NUMBER, k.title), 26 + ImGui::CalcTextSize(kNotCachedLabel).x + 8);
+}
+
+// Colour bar and "not cached" swatch right of a map (see eviction_colour_key).
+void draw_eviction_colour_key(ImDrawList* dl, const EvictionColourKey& k, ImVec2 p0, ImVec2 p1) {
+    const float line = ImGui::GetTextLineHeight();
+    const float bar_bottom = p1.y - line - 6;  // a row under the bar for the swatch
+    if (bar_bottom - p0.y < 2 * line) return;
+    draw_colour_bar(dl, p0, ImVec2(p1.x, bar_bottom), k.lo, k.hi, AxisUnit::NUMBER, k.title, false, k.t_lo, k.t_hi);
+    const float sy = p1.y - line;
+    dl->AddRectFilled(ImVec2(p0.x + 8, sy + 2), ImVec2(p0.x + 20, sy + line - 2), kNoDataColour);
+    dl->AddRect(ImVec2(p0.x + 7, sy + 1), ImVec2(p0.x + 21, sy + line - 1), IM_COL32(200, 200, 200, 120));
+    dl->AddText(ImVec2(p0.x + 26, sy), IM_COL32(210, 210, 210, 235), kNotCachedLabel);
+}
 
 // Draws one image into `f` for the state's visible window; returns the screen rectangle of the data.
 void draw_image(ImDrawList* dl, const PlotFrame& f, const EvictionMapViewState::Texture& t, const AxisRange& xs,
@@ -718,12 +750,16 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
         s.tokens_range = {0, double(std::max<int64_t>(1, tokens))};
     }
     const EvictionImage& mi = s.main.image;
-    if (!s.all_layers && ly)
+    // The compact form (compare's small maps) must fit the map's width.
+    if (!s.all_layers && ly && !s.toolbar)
+        ImGui::TextDisabled("%d steps, %lld slots%s", steps, (long long)ly->slots, ly->error.empty() ? "" : " (log damaged)");
+    else if (!s.all_layers && ly)
         ImGui::TextDisabled("%d steps x %lld positions, %lld slots; texel = %lld positions x %d steps%s", steps,
                             (long long)tokens, (long long)ly->slots, (long long)mi.tokens_per_texel, mi.steps_per_texel,
                             ly->error.empty() ? "" : " (replay log damaged: see error)");
     else
-        ImGui::TextDisabled("%d layers, %d steps x %lld positions (%s)", num_layers, steps, (long long)tokens,
+        ImGui::TextDisabled("%d layers, %d steps x %lld positions (%s); in each: x = chunk step, y = token position", num_layers,
+                            steps, (long long)tokens,
                             s.colour == EvictionColour::SCORE ? "presence: scores show one layer at a time"
                                                               : eviction_colour_name(s.colour));
     const float used = ImGui::GetCursorPosY() - top;
@@ -732,14 +768,19 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     ImDrawList* dl = ImGui::GetWindowDrawList();
     if (!s.all_layers) {
         update_eviction_textures(s, host, body.y);
-        const PlotFrame f = begin_plot_frame("##map", body);
+        const EvictionColourKey key = eviction_colour_key(s.main.image);
+        const float bar_w = eviction_colour_key_width(key);
+        const AxisSpec xs{AxisUnit::INTEGER, "chunk step"}, ys{AxisUnit::INTEGER, "token position"};
+        const PlotMargins m = plot_margins(&xs, &ys, &s.tokens_range, body.y, bar_w);
+        const PlotFrame f = begin_plot_frame("##map", body, m);
         if (plot_zoom_pan(f, s.steps_range, 0, std::max(1, steps), &s.tokens_range, 0, double(std::max<int64_t>(1, tokens)),
                           true))
             s.follow = false;
         if (f.hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) s.follow = true;
         draw_image(dl, f, s.main, s.steps_range, s.tokens_range);
-        draw_x_ticks(dl, f, s.steps_range, label_step);
-        draw_y_ticks(dl, f, s.tokens_range, label_token, true);
+        draw_x_axis(dl, f, s.steps_range, xs);
+        draw_y_axis(dl, f, s.tokens_range, ys, true);
+        draw_eviction_colour_key(dl, key, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y));
         if (f.hovered) {
             const EvictionHit h = eviction_hit_test(s.steps_range, s.tokens_range, f.p0, f.p1, f.mouse, steps, tokens);
             if (h.valid) hover_tooltip(s, seq, s.layer, h);
@@ -748,9 +789,21 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
         }
     } else {
         update_eviction_textures(s, host, body.y);
-        const int cols = std::max(1, int(std::sqrt(double(num_layers) * body.x / std::max(1.f, body.y)) + 0.5));
+        // One colour key for every thumbnail, at the right.
+        EvictionColourKey key = eviction_colour_key(s.layer_textures.empty() ? EvictionImage{} : s.layer_textures.front().image);
+        for (const auto& t : s.layer_textures)
+            if (t.valid && t.image.spec.colour != EvictionColour::PRESENCE && t.image.value_max >= t.image.value_min) {
+                key.lo = std::min(key.lo, double(t.image.value_min)), key.hi = std::max(key.hi, double(t.image.value_max));
+            }
+        const float bar_w = eviction_colour_key_width(key);
+        const ImVec2 grid0 = ImGui::GetCursorScreenPos();
+        const float line = ImGui::GetTextLineHeight();
+        draw_eviction_colour_key(dl, key, ImVec2(grid0.x + body.x - bar_w, grid0.y + line + 4),
+                                 ImVec2(grid0.x + body.x, grid0.y + body.y - 2 * line - 8));
+        const float grid_w = std::max(16.f, body.x - bar_w);
+        const int cols = std::max(1, int(std::sqrt(double(num_layers) * grid_w / std::max(1.f, body.y)) + 0.5));
         const int rows_n = (num_layers + cols - 1) / cols;
-        const float cw = body.x / cols - 4, ch = body.y / std::max(1, rows_n) - 4;
+        const float cw = grid_w / cols - 4, ch = body.y / std::max(1, rows_n) - 4;
         bool any_hover = false;
         for (int l = 0; l < num_layers; ++l) {
             if (l % cols) ImGui::SameLine(0, 4);

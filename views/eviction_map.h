@@ -139,6 +139,14 @@ struct EvictionImage {
 EvictionImage build_eviction_image(const EvictionData& data, const EvictionImageSpec& spec);
 // Colours an image's values into rgba (presence: intensity; age/score: colormap where held).
 void colour_eviction_image(EvictionImage& img);
+// What the colours of an image mean, for its colour bar: values [lo, hi] drawn with colour-map
+// positions [t_lo, t_hi] (exactly what colour_eviction_image does); absent tokens are kNoDataColour.
+struct EvictionColourKey {
+    const char* title = "";
+    double lo = 0, hi = 1;
+    float t_lo = 0, t_hi = 1;
+};
+EvictionColourKey eviction_colour_key(const EvictionImage& img);
 
 // =========================================================================================
 // [SECTION] hit testing and hover details

@@ -470,11 +470,11 @@ void zoom_to_cell(MemoryTimelineViewState& s, size_t cell) {
 // =========================================================================================
 namespace {
 
-std::string label_time(double ns) { return format_duration_ns(ns); }
-std::string label_bytes(double b) { return format_bytes(b); }
-
+// Span labels start right of `label_min_x` (the lane's name) and never on another label
+// (spans of one category overlap when several threads run them).
 void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewState& s, float x0, float x1, float y0,
-               float y1, int64_t t0, int64_t t1) {
+               float y1, int64_t t0, int64_t t1, float label_min_x) {
+    float label_end = label_min_x;
     const double px_per_ns = double(x1 - x0) / double(t1 - t0);
     const Colour col = span_category_colour(lane.category);
     auto [lo, hi] = lane.overlapping(t0, t1);
@@ -511,10 +511,10 @@ void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewSta
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), col);
         dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 80));
         const std::string& name = s.span_names[sp.name];
-        if (b - a > ImGui::CalcTextSize(name.c_str()).x + 4) {
-            dl->PushClipRect(ImVec2(a, y0), ImVec2(b, y1), true);
+        const float tw = ImGui::CalcTextSize(name.c_str()).x;
+        if (b - a > tw + 4 && a + 2 >= label_end) {
             dl->AddText(ImVec2(a + 2, y0), IM_COL32(10, 10, 10, 255), name.c_str());
-            dl->PopClipRect();
+            label_end = a + 2 + tw + 2;
         }
     }
     flush();
@@ -599,7 +599,13 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
     ImDrawList* dl = ImGui::GetWindowDrawList();
 
     // ---- stacked areas ----
-    const PlotFrame f = begin_plot_frame("##memory", ImVec2(size.x, plot_h));
+    // The left margin fits the labels of the whole run's range (zooming does not shift the
+    // plot sideways, and the first frame already has its final layout).
+    const AxisSpec xs{AxisUnit::NANOSECONDS, "time since run start"}, ys{AxisUnit::BYTES, "bytes held"};
+    const AxisRange y_guess{0, std::max<double>(1, double(sit != s.series.end() ? sit->second.peak : 0) * 1.08)};
+    const PlotMargins m = plot_margins(&xs, &ys, &y_guess, plot_h);
+    const PlotFrame f = begin_plot_frame("##memory", ImVec2(size.x, plot_h), m);
+    const PlotMargins strip{m.left, 0, m.right, 0};  // cell bands and lanes share the plot's time axis
     if (plot_zoom_pan(f, s.time, ext_lo, ext_hi)) s.follow = false;
     if (f.hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) s.follow = true;
     const int ncol = std::max(1, int(f.width()));
@@ -636,9 +642,9 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         if (host && s.plot_texture)
             dl->AddImage(ImTextureID(uintptr_t(s.plot_texture)), f.p0, ImVec2(f.p0.x + float(pw), f.p0.y + float(ph)));
     }
-    draw_x_ticks(dl, f, s.time, label_time);
+    draw_x_axis(dl, f, s.time, xs);
     const AxisRange yr{0, ymax};
-    draw_y_ticks(dl, f, yr, label_bytes, false);
+    draw_y_axis(dl, f, yr, ys, false);
     if (f.hovered && !s.shown_buckets.empty()) {
         const int x = std::clamp(int((f.mouse.x - f.p0.x) / f.width() * float(s.shown_buckets.size())), 0,
                                  int(s.shown_buckets.size()) - 1);
@@ -671,10 +677,11 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
 
     // ---- cell bands ----
     if (band_h > 0) {
-        const PlotFrame bf = begin_plot_frame("##cells", ImVec2(size.x, band_h));
+        const PlotFrame bf = begin_plot_frame("##cells", ImVec2(size.x, band_h), strip);
         if (plot_zoom_pan(bf, s.time, ext_lo, ext_hi)) s.follow = false;
         dl->AddRectFilled(bf.p0, bf.p1, IM_COL32(30, 30, 36, 255));
         dl->PushClipRect(bf.p0, bf.p1, true);
+        float cell_label_end = -1e30f;
         for (size_t i = 0; i < s.cells.size(); ++i) {
             const CellBand& c = s.cells[i];
             if (c.end_ns < t0 || c.start_ns >= t1) continue;
@@ -683,7 +690,11 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
                               (c.col & 1) ? IM_COL32(110, 110, 140, 255) : IM_COL32(80, 110, 170, 255));
             char label[40];
             std::snprintf(label, sizeof label, "cell %d,%d", c.row, c.col);
-            if (b - a > ImGui::CalcTextSize(label).x + 4) dl->AddText(ImVec2(a + 2, bf.p0.y + 1), IM_COL32(240, 240, 240, 255), label);
+            const float tw = ImGui::CalcTextSize(label).x;
+            if (b - a > tw + 4 && a + 2 >= cell_label_end) {  // cells may overlap (forward and backward ones)
+                dl->AddText(ImVec2(a + 2, bf.p0.y + 1), IM_COL32(240, 240, 240, 255), label);
+                cell_label_end = a + 2 + tw + 2;
+            }
             if (bf.hovered && bf.mouse.x >= a && bf.mouse.x < std::max(a + 1, b)) {
                 ImGui::BeginTooltip();
                 ImGui::Text("cell row %d, column %d", c.row, c.col);
@@ -700,15 +711,15 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
 
     // ---- op span lanes ----
     if (lanes_h > 0) {
-        const PlotFrame lf = begin_plot_frame("##lanes", ImVec2(size.x, lanes_h));
+        const PlotFrame lf = begin_plot_frame("##lanes", ImVec2(size.x, lanes_h), strip);
         if (plot_zoom_pan(lf, s.time, ext_lo, ext_hi)) s.follow = false;
         dl->AddRectFilled(lf.p0, lf.p1, IM_COL32(20, 20, 24, 255));
         dl->PushClipRect(lf.p0, lf.p1, true);
         const int shown = std::max(1, int(lanes_h / lane_h));
         for (int li = 0; li < int(s.lanes.size()) && li < shown; ++li) {
             const float y0 = lf.p0.y + li * lane_h, y1 = y0 + lane_h - 2;
-            draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1);
             const char* label = trace::span_category_name(s.lanes[size_t(li)].category);
+            draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1, lf.p0.x + ImGui::CalcTextSize(label).x + 6);
             // a backing box keeps the lane's name legible over its spans' own labels
             dl->AddRectFilled(ImVec2(lf.p0.x, y0), ImVec2(lf.p0.x + ImGui::CalcTextSize(label).x + 4, y1), IM_COL32(20, 20, 24, 220));
             dl->AddText(ImVec2(lf.p0.x + 2, y0), IM_COL32(255, 255, 255, 170), label);
@@ -744,10 +755,21 @@ void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std:
         span = std::max(span, double(it->second.t_max - s->t0_ns));
         peak = std::max(peak, it->second.peak);
     }
-    const PlotFrame f = begin_plot_frame("##overlay", size);
+    // Legend in its own row above the plot: it never covers a curve.
+    std::vector<LegendEntry> legend;
+    for (size_t i = 0; i < states.size(); ++i)
+        legend.push_back({series_colour(int(i)), (i < names.size() ? names[i] : std::string("run")) + "  peak " +
+                                                     format_bytes(double(states[i]->peak_bytes(states[i]->active_device())))});
     ImDrawList* dl = ImGui::GetWindowDrawList();
-    dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));
+    const ImVec2 at = ImGui::GetCursorScreenPos();
+    const float lh = legend_height(size.x, legend);
+    draw_legend(dl, at, at.x + size.x, legend);
+    ImGui::Dummy(ImVec2(size.x, lh));
     const AxisRange xr{0, span}, yr{0, double(peak) * 1.08};
+    const AxisSpec xs{AxisUnit::NANOSECONDS, "time since run start"}, ys{AxisUnit::BYTES, "bytes held"};
+    const float plot_h = std::max(40.f, size.y - lh - ImGui::GetStyle().ItemSpacing.y);
+    const PlotFrame f = begin_plot_frame("##overlay", ImVec2(size.x, plot_h), plot_margins(&xs, &ys, &yr, plot_h));
+    dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));
     const int n = std::max(1, int(f.width() / 2));
     std::vector<std::vector<storage::MemoryBucket>> all(states.size());
     for (size_t i = 0; i < states.size(); ++i) {
@@ -761,23 +783,8 @@ void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std:
                                  float(axis_to_pixel(yr, double(all[i][b].total_max), f.p1.y, f.p0.y))));
         dl->AddPolyline(pts.data(), int(pts.size()), series_colour(int(i)), 0, 1.5f);
     }
-    draw_x_ticks(dl, f, xr, label_time);
-    draw_y_ticks(dl, f, yr, label_bytes, false);
-    float ly = f.p0.y + 4;
-    std::vector<std::string> labels;
-    float widest = 0;
-    for (size_t i = 0; i < states.size(); ++i) {
-        labels.push_back((i < names.size() ? names[i] : std::string("run")) + "  peak " +
-                         format_bytes(double(states[i]->peak_bytes(states[i]->active_device()))));
-        widest = std::max(widest, ImGui::CalcTextSize(labels.back().c_str()).x);
-    }
-    const float lx = std::max(f.p0.x + 60, f.p1.x - widest - 24);
-    for (size_t i = 0; i < states.size(); ++i) {
-        dl->AddRectFilled(ImVec2(lx - 2, ly), ImVec2(f.p1.x - 2, ly + ImGui::GetFontSize() + 2), IM_COL32(0, 0, 0, 120));
-        dl->AddRectFilled(ImVec2(lx + 2, ly + 4), ImVec2(lx + 12, ly + 14), series_colour(int(i)));
-        dl->AddText(ImVec2(lx + 16, ly), IM_COL32(230, 230, 230, 255), labels[i].c_str());
-        ly += ImGui::GetFontSize() + 2;
-    }
+    draw_x_axis(dl, f, xr, xs);
+    draw_y_axis(dl, f, yr, ys, false);
     if (f.hovered) {
         const int b = std::clamp(int((f.mouse.x - f.p0.x) / f.width() * n), 0, n - 1);
         ImGui::BeginTooltip();

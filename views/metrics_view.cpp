@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
+#include "storage/config_fields.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
@@ -29,8 +31,8 @@ MetricCurve metric_curve(const MetricSeries& s, bool over_time, int64_t t0_ns) {
     if (n) c.x_lo = c.x.front(), c.x_hi = c.x.back();
     if (c.x_hi <= c.x_lo) c.x_lo -= 0.5, c.x_hi += 0.5;
     if (ylo <= yhi) c.y_lo = ylo, c.y_hi = yhi;
-    if (c.y_hi <= c.y_lo) {
-        const double pad = std::max(1e-9, std::fabs(c.y_lo) * 0.05);
+    if (c.y_hi <= c.y_lo) {  // one value: a readable range around it (0 -> [-0.5, 0.5], not +-1e-9)
+        const double pad = std::max(0.5, std::fabs(c.y_lo) * 0.1);
         c.y_lo -= pad, c.y_hi += pad;
     }
     return c;
@@ -45,8 +47,44 @@ int nearest_point(const MetricCurve& c, double x) {
     return int(i);
 }
 
+int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t run) {
+    const auto it = std::find_if(runs.begin(), runs.end(), [&](const storage::RunInfo& r) { return r.id == run; });
+    if (it == runs.end()) return 0;
+    auto policy = [](const storage::RunInfo& r) {
+        return storage::split_cache_name(storage::run_config_value(r.config, "kv_cache.name")).policy;
+    };
+    if (policy(*it) == "dense") return 0;
+    // Same model and the same samples: every data option and the mode agree.
+    static const char* const kSame[] = {"mode",         "model",        "data",           "data.seq_length", "data.num_samples",
+                                        "data.seed",    "data.num_keys", "data.depths",   "data.files",      "data.path",
+                                        "data.repeat_length", "data.repeat_distance", "data.dataset_key", "data.max_seq_length"};
+    int64_t best = 0;
+    for (const auto& r : runs) {
+        if (r.id == run || policy(r) != "dense") continue;
+        bool same = true;
+        for (const char* k : kSame) same &= storage::run_config_value(r.config, k) == storage::run_config_value(it->config, k);
+        if (same) best = std::max(best, r.id);
+    }
+    return best;
+}
+
 bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
     try {
+        bool any_reference = false;
+        if (!s.reference_searched) {
+            s.reference_run = find_dense_reference(reader.runs(), s.run);
+            s.reference_searched = true;
+        }
+        if (s.reference_run) {
+            for (auto& r : reader.metrics(s.reference_run, "", s.reference_last_id)) {
+                s.reference_last_id = std::max(s.reference_last_id, r.id);
+                MetricSeries& m = s.reference[r.name];
+                m.name = r.name;
+                m.ids.push_back(r.id), m.steps.push_back(r.step), m.t_ns.push_back(r.t_ns), m.values.push_back(r.value);
+                any_reference = true;
+            }
+            if (any_reference) ++s.version;
+        }
         if (s.t0_ns == 0) s.t0_ns = reader.run(s.run).t0_ns;
         std::vector<storage::MetricRow> rows = reader.metrics(s.run, "", s.last_id);
         for (auto& r : rows) {
@@ -61,21 +99,24 @@ bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
         }
         if (!rows.empty()) ++s.version;
         s.error.clear();
-        return !rows.empty();
+        return !rows.empty() || any_reference;
     } catch (const std::exception& e) {
         s.error = e.what();
         return false;
     }
 }
 
-namespace {
-std::string label_value(double v) { return format_count(v); }
-std::string label_seconds(double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g s", v);
-    return b;
+bool metric_is_scalar(const MetricSeries& m) {
+    for (size_t i = 1; i < m.steps.size(); ++i)
+        if (m.steps[i] != m.steps[0]) return false;
+    return true;
 }
-}  // namespace
+
+const char* metric_x_title(const MetricSeries& m, bool over_time) {
+    if (over_time) return "time since run start";
+    // eval_long records per-sample values with step = the sample's index
+    return m.name.rfind("sample_", 0) == 0 ? "sample" : "step";
+}
 
 void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) {
@@ -94,9 +135,31 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         ImGui::PopID();
         return;
     }
+    // Values recorded once (an evaluation's mean loss, accuracy, throughput) are numbers, not
+    // one-dot plots: they go in a summary line.
+    std::vector<size_t> curves, scalars;
+    for (size_t i = 0; i < s.series.size(); ++i) (metric_is_scalar(s.series[i]) ? scalars : curves).push_back(i);
+    if (!scalars.empty()) {
+        ImGui::TextDisabled("summary:");
+        for (size_t i : scalars) {
+            const MetricSeries& m = s.series[i];
+            ImGui::SameLine();
+            if (ImGui::GetCursorPosX() + ImGui::CalcTextSize(m.name.c_str()).x + 90 > size.x) ImGui::NewLine();
+            ImGui::Text("%s %.6g", m.name.c_str(), m.values.empty() ? 0.0 : m.values.back());
+            if (ImGui::IsItemHovered())
+                ImGui::SetTooltip("%s = %.10g (recorded once, at step %lld)", m.name.c_str(), m.values.empty() ? 0.0 : m.values.back(),
+                                  m.steps.empty() ? 0LL : (long long)m.steps.back());
+        }
+    }
+    if (curves.empty()) {
+        ImGui::EndGroup();
+        ImGui::PopID();
+        return;
+    }
     ImGui::Checkbox("over time", &s.over_time);
-    for (size_t i = 0; i < s.series.size(); ++i) {
+    for (size_t i : curves) {
         ImGui::SameLine();
+        if (ImGui::GetCursorPosX() + ImGui::CalcTextSize(s.series[i].name.c_str()).x + 40 > size.x) ImGui::NewLine();
         bool shown = std::find(s.hidden.begin(), s.hidden.end(), s.series[i].name) == s.hidden.end();
         ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(series_colour(int(i))));
         if (ImGui::Checkbox(s.series[i].name.c_str(), &shown)) {
@@ -106,50 +169,70 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         ImGui::PopStyleColor();
     }
     std::vector<size_t> visible;
-    for (size_t i = 0; i < s.series.size(); ++i)
+    for (size_t i : curves)
         if (std::find(s.hidden.begin(), s.hidden.end(), s.series[i].name) == s.hidden.end()) visible.push_back(i);
     const float used = ImGui::GetCursorPosY() - top;
-    const float each = std::max(50.f, (size.y - used) / std::max<size_t>(1, visible.size()) - ImGui::GetStyle().ItemSpacing.y);
+    const float each = std::max(70.f, (size.y - used) / std::max<size_t>(1, visible.size()) - ImGui::GetStyle().ItemSpacing.y);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     for (size_t vi = 0; vi < visible.size(); ++vi) {
         const size_t i = visible[vi];
         const MetricSeries& m = s.series[i];
         ImGui::PushID(int(i));
-        const MetricCurve c = metric_curve(m, s.over_time, s.t0_ns);
-        const PlotFrame f = begin_plot_frame("##plot", ImVec2(size.x, each));
-        dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
+        MetricCurve c = metric_curve(m, s.over_time, s.t0_ns);
+        // The dense run's curve of the same metric, by step (its times are its own run's).
+        const auto ref_it = s.over_time ? s.reference.end() : s.reference.find(m.name);
+        MetricCurve rc;
+        if (ref_it != s.reference.end() && !ref_it->second.values.empty()) {
+            rc = metric_curve(ref_it->second, false, 0);
+            c.x_lo = std::min(c.x_lo, rc.x_lo), c.x_hi = std::max(c.x_hi, rc.x_hi);
+            c.y_lo = std::min(c.y_lo, rc.y_lo), c.y_hi = std::max(c.y_hi, rc.y_hi);
+        }
         const double xpad = (c.x_hi - c.x_lo) * 0.03, ypad = (c.y_hi - c.y_lo) * 0.08;
         const AxisRange xr{c.x_lo - xpad, c.x_hi + xpad}, yr{c.y_lo - ypad, c.y_hi + ypad};
-        const float left = f.p0.x + 48;  // room for y labels
+        char title[200];
+        std::snprintf(title, sizeof title, "%s  (%zu points, last %.5g)%s", m.name.c_str(), m.values.size(),
+                      m.values.empty() ? 0.0 : m.values.back(), rc.x.empty() ? "" : "   grey: the dense run");
+        if (!rc.x.empty()) std::snprintf(title + std::strlen(title), sizeof title - std::strlen(title), " (run %lld)", (long long)s.reference_run);
+        const AxisSpec xs{s.over_time ? AxisUnit::SECONDS : AxisUnit::INTEGER, metric_x_title(m, s.over_time)};
+        const AxisSpec ys{AxisUnit::NUMBER, title};
+        const PlotFrame f = begin_plot_frame("##plot", ImVec2(size.x, each), plot_margins(&xs, &ys, &yr, each));
+        dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
         std::vector<ImVec2> pts;
         pts.reserve(c.x.size());
         for (size_t k = 0; k < c.x.size(); ++k)
             if (std::isfinite(c.y[k]))
-                pts.push_back(ImVec2(float(axis_to_pixel(xr, c.x[k], left, f.p1.x - 4)),
-                                     float(axis_to_pixel(yr, c.y[k], f.p1.y - 18, f.p0.y + 16))));
+                pts.push_back(ImVec2(float(axis_to_pixel(xr, c.x[k], f.p0.x, f.p1.x)), float(axis_to_pixel(yr, c.y[k], f.p1.y, f.p0.y))));
+        if (!rc.x.empty()) {
+            std::vector<ImVec2> rp;
+            for (size_t k = 0; k < rc.x.size(); ++k)
+                if (std::isfinite(rc.y[k]))
+                    rp.push_back(ImVec2(float(axis_to_pixel(xr, rc.x[k], f.p0.x, f.p1.x)), float(axis_to_pixel(yr, rc.y[k], f.p1.y, f.p0.y))));
+            const Colour grey = pack_rgba(170, 170, 175, 200);
+            if (rp.size() > 1) dl->AddPolyline(rp.data(), int(rp.size()), grey, 0, 1.5f);
+            if (rp.size() < 200)
+                for (const auto& p : rp) dl->AddCircleFilled(p, 2.f, grey);
+        }
         const Colour col = series_colour(int(i));
         if (pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), col, 0, 1.5f);
         if (pts.size() < 200)
             for (const auto& p : pts) dl->AddCircleFilled(p, 2.5f, col);
-        char title[160];
-        std::snprintf(title, sizeof title, "%s  (%zu points, last %.5g)", m.name.c_str(), m.values.size(),
-                      m.values.empty() ? 0.0 : m.values.back());
-        dl->AddText(ImVec2(left, f.p0.y + 1), col, title);
-        PlotFrame inner = f;
-        inner.p0.x = left;
-        draw_x_ticks(dl, inner, xr, s.over_time ? label_seconds : label_value);
-        PlotFrame yframe = f;
-        yframe.p0.y += 16, yframe.p1.y -= 18;
-        draw_y_ticks(dl, yframe, yr, label_value, false);
+        draw_x_axis(dl, f, xr, xs);
+        draw_y_axis(dl, f, yr, ys, false);
         if (f.hovered && !c.x.empty()) {
-            const int k = nearest_point(c, pixel_to_axis(xr, f.mouse.x, left, f.p1.x - 4));
+            const int k = nearest_point(c, pixel_to_axis(xr, f.mouse.x, f.p0.x, f.p1.x));
             if (k >= 0) {
                 const size_t r = c.row[size_t(k)];
-                const ImVec2 p(float(axis_to_pixel(xr, c.x[size_t(k)], left, f.p1.x - 4)),
-                               float(axis_to_pixel(yr, c.y[size_t(k)], f.p1.y - 18, f.p0.y + 16)));
+                const ImVec2 p(float(axis_to_pixel(xr, c.x[size_t(k)], f.p0.x, f.p1.x)),
+                               float(axis_to_pixel(yr, c.y[size_t(k)], f.p1.y, f.p0.y)));
                 dl->AddCircle(p, 5, IM_COL32(255, 255, 255, 220));
-                ImGui::SetTooltip("%s\nstep %lld, %.3f s\nvalue %.6g", m.name.c_str(), (long long)m.steps[r],
-                                  double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r]);
+                const int rk = rc.x.empty() ? -1 : nearest_point(rc, c.x.empty() ? 0 : double(m.steps[r]));
+                if (rk >= 0 && rc.x[size_t(rk)] == double(m.steps[r]))
+                    ImGui::SetTooltip("%s\n%s %lld, %.3f s\nvalue %.6g\ndense run %lld: %.6g (difference %+.4g)", m.name.c_str(),
+                                      metric_x_title(m, false), (long long)m.steps[r], double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r],
+                                      (long long)s.reference_run, rc.y[size_t(rk)], m.values[r] - rc.y[size_t(rk)]);
+                else
+                    ImGui::SetTooltip("%s\n%s %lld, %.3f s\nvalue %.6g", m.name.c_str(), metric_x_title(m, false), (long long)m.steps[r],
+                                      double(m.t_ns[r] - s.t0_ns) * 1e-9, m.values[r]);
             }
         }
         ImGui::PopID();

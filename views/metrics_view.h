@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "storage/rows.h"
+#include "storage/run_info.h"
 #include "views/plot_util.h"
 
 namespace kv::storage {
@@ -45,7 +46,22 @@ struct MetricsViewState {
     int64_t t0_ns = 0;
     uint64_t version = 0;
     std::string error;
+    // The dense run of the same model and data in this session (0: none, or this run is dense),
+    // whose curves are drawn under this run's: where a policy starts to lose against keeping
+    // everything. Its metrics by name; read like this run's (by id cursor).
+    int64_t reference_run = 0;
+    bool reference_searched = false;
+    std::map<std::string, MetricSeries> reference;
+    int64_t reference_last_id = 0;
 };
+// The newest dense run in `runs` other than `run` whose model and data options equal run's
+// (0 when there is none, or when `run` is dense itself).
+int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t run);
+
+// A metric recorded at one step only (an evaluation's mean loss, accuracy): shown as a number.
+bool metric_is_scalar(const MetricSeries& m);
+// What a metric's x axis counts: "sample" for eval_long's per-sample values, "step", or time.
+const char* metric_x_title(const MetricSeries& m, bool over_time);
 
 bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader);
 void DrawMetricsView(MetricsViewState& s, ImVec2 size = ImVec2(0, 0));

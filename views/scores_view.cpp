@@ -97,6 +97,24 @@ ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const Sco
                 if (std::isnan(b)) return true;
                 return a > b;
             });
+        // Rank scale: each finite value's position among the row's finite values, in [0, 1]
+        // (ties share the mean of their positions).
+        std::vector<double> rank_of;
+        if (o.rank) {
+            std::vector<int> idx;
+            for (int i = 0; i < ls.T; ++i)
+                if (std::isfinite(row[size_t(i)])) idx.push_back(i);
+            std::sort(idx.begin(), idx.end(), [&](int a, int b) { return row[size_t(a)] < row[size_t(b)]; });
+            rank_of.assign(size_t(ls.T), 0.0);
+            const double denom = idx.size() > 1 ? double(idx.size() - 1) : 1.0;
+            for (size_t a = 0; a < idx.size();) {
+                size_t b = a;
+                while (b + 1 < idx.size() && row[size_t(idx[b + 1])] == row[size_t(idx[a])]) ++b;
+                const double mid = idx.size() > 1 ? 0.5 * double(a + b) / denom : 0.5;
+                for (size_t c = a; c <= b; ++c) rank_of[size_t(idx[c])] = mid;
+                a = b + 1;
+            }
+        }
         for (int x = 0; x < img.width; ++x) {
             const int i0 = x * spt, i1 = std::min(ls.T, i0 + spt);
             double sum = 0;
@@ -110,7 +128,14 @@ ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const Sco
                 const float mean = float(sum / n);
                 img.raw[k] = mean;
                 const float span = hi[size_t(l)] - lo[size_t(l)];
-                img.norm[k] = span > 0 ? (mean - lo[size_t(l)]) / span : 0.5f;
+                if (o.rank) {
+                    double rsum = 0;
+                    for (int i = i0; i < i1; ++i)
+                        if (std::isfinite(row[size_t(i)])) rsum += rank_of[size_t(i)];
+                    img.norm[k] = float(rsum / n);
+                } else {
+                    img.norm[k] = span > 0 ? (mean - lo[size_t(l)]) / span : 0.5f;
+                }
             } else if (inf > 0) {
                 img.raw[k] = img.norm[k] = kInf;
             }
@@ -125,6 +150,16 @@ ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const Sco
         img.rgba[k * 4 + 3] = colour_a(c);
     }
     return img;
+}
+
+std::vector<int> score_outlier_layers(const std::vector<LayerScores>& layers) {
+    std::vector<int> out;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const trace::ScoreStats& st = layers[l].stats;
+        if (!layers[l].values.empty() && std::isfinite(st.max) && std::isfinite(st.p99) && st.p99 > 0 && st.max > 20 * st.p99)
+            out.push_back(int(l));
+    }
+    return out;
 }
 
 ScoresHit scores_hit_test(const ScoresImage& img, bool sorted, ImVec2 p0, ImVec2 p1, ImVec2 pt) {
@@ -194,7 +229,22 @@ void release_scores_textures(ScoresViewState& s, TextureHost* host) {
 
 namespace {
 bool same_options(const ScoresImageOptions& a, const ScoresImageOptions& b) {
-    return a.head == b.head && a.sorted == b.sorted && a.shared_scale == b.shared_scale && a.max_width == b.max_width;
+    return a.head == b.head && a.sorted == b.sorted && a.shared_scale == b.shared_scale && a.rank == b.rank &&
+           a.max_width == b.max_width;
+}
+
+// "12-29" style list of layer indices.
+std::string layer_ranges(const std::vector<int>& ls) {
+    std::string out;
+    for (size_t i = 0; i < ls.size();) {
+        size_t j = i;
+        while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+        if (!out.empty()) out.append(", ");
+        out.append(std::to_string(ls[i]));
+        if (j > i) out.append("-").append(std::to_string(ls[j]));
+        i = j + 1;
+    }
+    return out;
 }
 }  // namespace
 
@@ -224,11 +274,26 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
     ScoresImageOptions& o = s.image_options;
     ImGui::Checkbox("sorted", &o.sorted);
     ImGui::SameLine();
-    ImGui::Checkbox("one scale for all layers", &o.shared_scale);
+    ImGui::Checkbox("colour by rank", &o.rank);
+    if (!o.rank) {
+        ImGui::SameLine();
+        ImGui::Checkbox("one scale for all layers", &o.shared_scale);
+    }
     if (max_heads > 1) {
         ImGui::SameLine();
         ImGui::SetNextItemWidth(140);
         ImGui::SliderInt("head (-1 = all)", &o.head, -1, max_heads - 1);
+    }
+    // Why a layer can look empty: it is the data (one sink slot far above the rest), said so.
+    if (const std::vector<int> outliers = score_outlier_layers(s.layers); !outliers.empty() && !o.rank)
+    {
+        ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1, 0.8f, 0.45f, 1));
+        ImGui::PushTextWrapPos(ImGui::GetCursorPos().x + size.x);
+        ImGui::TextWrapped("layer%s %s: one slot scores over 20x the layer's 99th percentile, so on this linear scale the "
+                           "other slots look dark; 'colour by rank' shows them",
+                           outliers.size() > 1 ? "s" : "", layer_ranges(outliers).c_str());
+        ImGui::PopTextWrapPos();
+        ImGui::PopStyleColor();
     }
     if (!s.image_valid || s.image_version != s.version || !same_options(o, s.image_built_with)) {
         s.image = build_scores_image(s.layers, o);
@@ -245,26 +310,53 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
     const float heat_h = std::max(40.f, rest * 0.62f), hist_h = std::max(30.f, rest - heat_h - ImGui::GetFrameHeightWithSpacing());
 
     // ---- heatmap ----
-    const float label_w = 64;
-    ImGui::Dummy(ImVec2(label_w, 1));
-    ImGui::SameLine(0, 0);
-    const PlotFrame f = begin_plot_frame("##heat", ImVec2(size.x - label_w, heat_h));
+    // Colour bar: real scores on one scale; per-layer scales share only "layer min .. layer max".
+    double vlo = 0, vhi = 1;
+    if (o.shared_scale && !o.rank) {
+        vlo = 1e300, vhi = -1e300;
+        for (float v : s.image.raw)
+            if (std::isfinite(v)) vlo = std::min(vlo, double(v)), vhi = std::max(vhi, double(v));
+        if (vlo > vhi) vlo = 0, vhi = 1;
+    }
+    // Per layer: 0 = that layer's lowest score, 1 = its highest.
+    const char* bar_title = o.rank ? "rank in its row" : o.shared_scale ? "score" : "score / layer range";
+    if (o.rank) vlo = 0, vhi = 1;
+    const float bar_w = colour_bar_width(vlo, vhi, AxisUnit::NUMBER, bar_title);
+    float label_w = 0;  // widest row label
+    for (int l : s.image.row_layer) {
+        char b[24];
+        std::snprintf(b, sizeof b, "layer %d", l);
+        label_w = std::max(label_w, ImGui::CalcTextSize(b).x);
+    }
+    const AxisSpec xs{AxisUnit::NUMBER, o.sorted ? "rank (highest score first)" : "cache slot"};
+    PlotMargins hm = plot_margins(&xs, nullptr, nullptr, heat_h, bar_w);
+    hm.left = label_w + 10;
+    hm.top = ImGui::GetTextLineHeight() + 2;  // the colour bar's title
+    const PlotFrame f = begin_plot_frame("##heat", ImVec2(size.x, heat_h), hm);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     dl->AddRectFilled(f.p0, f.p1, kNoDataColour);
     if (s.texture_id) dl->AddImage(texture_id(s.texture_id), f.p0, f.p1);
+    const int max_slots = s.image.width * s.image.slots_per_texel;
+    draw_x_axis(dl, f, AxisRange{0, double(std::max(1, max_slots))}, xs);
+    draw_colour_bar(dl, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y), vlo, vhi, AxisUnit::NUMBER, bar_title);
     // layer labels at the left, one per layer (skipping when rows get too thin)
     const float row_h = f.height() / std::max(1, s.image.height);
-    int last_labelled = -1000;
+    float last_labelled = -1000;
     for (int r = 0; r < s.image.height; ++r) {
         const int l = s.image.row_layer[size_t(r)];
         if (r > 0 && s.image.row_layer[size_t(r - 1)] == l) continue;
+        int rows_of_layer = 0;
+        while (r + rows_of_layer < s.image.height && s.image.row_layer[size_t(r + rows_of_layer)] == l) ++rows_of_layer;
         const float y = f.p0.y + r * row_h;
-        if (y - last_labelled < ImGui::GetFontSize()) continue;
-        last_labelled = int(y);
+        // centred on the layer's rows, never below the plot
+        const float ty = std::min(f.p1.y - ImGui::GetTextLineHeight(),
+                                  y + std::max(0.f, (rows_of_layer * row_h - ImGui::GetTextLineHeight()) * 0.5f));
+        if (r > 0) dl->AddLine(ImVec2(f.p0.x, y), ImVec2(f.p1.x, y), IM_COL32(0, 0, 0, 90));
+        if (ty < last_labelled + ImGui::GetTextLineHeight()) continue;
+        last_labelled = ty;
         char b[24];
         std::snprintf(b, sizeof b, "layer %d", l);
-        dl->AddText(ImVec2(f.p0.x - label_w + 2, y), IM_COL32(200, 200, 200, 220), b);
-        if (r > 0) dl->AddLine(ImVec2(f.p0.x, y), ImVec2(f.p1.x, y), IM_COL32(0, 0, 0, 90));
+        dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b).x, ty), IM_COL32(210, 210, 210, 235), b);
     }
     if (f.hovered) {
         const ScoresHit h = scores_hit_test(s.image, o.sorted, f.p0, f.p1, f.mouse);
@@ -300,16 +392,20 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
         const ScoreHistogram hist = score_histogram(hl.values.data() + (o.head < 0 ? 0 : size_t(h0) * size_t(hl.T)), n, s.histogram_bins);
         ImGui::SameLine();
         ImGui::TextDisabled("%lld slots, %lld protected, range [%.4g, %.4g]", (long long)n, (long long)hist.nonfinite, hist.lo, hist.hi);
-        const PlotFrame hf = begin_plot_frame("##hist", ImVec2(size.x, hist_h));
-        dl->AddRectFilled(hf.p0, hf.p1, IM_COL32(30, 30, 34, 255));
         const int64_t peak = hist.counts.empty() ? 0 : *std::max_element(hist.counts.begin(), hist.counts.end());
+        const AxisRange hx{hist.lo, hist.hi > hist.lo ? hist.hi : hist.lo + 1}, hy{0, double(std::max<int64_t>(1, peak)) * 1.05};
+        const AxisSpec hxs{AxisUnit::NUMBER, "score"}, hys{AxisUnit::NUMBER, "slots"};
+        const PlotFrame hf = begin_plot_frame("##hist", ImVec2(size.x, hist_h), plot_margins(&hxs, &hys, &hy, hist_h));
+        dl->AddRectFilled(hf.p0, hf.p1, IM_COL32(30, 30, 34, 255));
         const float bw = hf.width() / std::max<size_t>(1, hist.counts.size());
         for (size_t b = 0; b < hist.counts.size(); ++b) {
             if (!hist.counts[b] || !peak) continue;
-            const float hgt = (hf.height() - 4) * float(hist.counts[b]) / float(peak);
-            dl->AddRectFilled(ImVec2(hf.p0.x + b * bw + 1, hf.p1.y - hgt), ImVec2(hf.p0.x + (b + 1) * bw, hf.p1.y),
+            const float y = float(axis_to_pixel(hy, double(hist.counts[b]), hf.p1.y, hf.p0.y));
+            dl->AddRectFilled(ImVec2(hf.p0.x + b * bw + 1, y), ImVec2(hf.p0.x + (b + 1) * bw, hf.p1.y),
                               colormap(float(b + 0.5f) / float(hist.counts.size())));
         }
+        draw_x_axis(dl, hf, hx, hxs);
+        draw_y_axis(dl, hf, hy, hys, false);
         if (hf.hovered && !hist.counts.empty()) {
             const int b = std::clamp(int((hf.mouse.x - hf.p0.x) / bw), 0, int(hist.counts.size()) - 1);
             const double w = (hist.hi - hist.lo) / double(hist.counts.size());

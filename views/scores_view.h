@@ -57,8 +57,14 @@ struct ScoresImageOptions {
     int head = -1;              // -1: all heads of each layer
     bool sorted = false;        // columns by descending score instead of by slot
     bool shared_scale = false;  // one range for all layers
+    // Colour by the score's rank within its row (0 = lowest, 1 = highest) instead of its value:
+    // one attention-sink slot scoring 100x the rest no longer leaves the row dark.
+    bool rank = false;
     int max_width = 2048;
 };
+// Layers whose top score dwarfs the rest (max > 20 x the 99th percentile, from the recorded
+// summary): on a linear colour scale their other slots all look dark.
+std::vector<int> score_outlier_layers(const std::vector<LayerScores>& layers);
 ScoresImage build_scores_image(const std::vector<LayerScores>& layers, const ScoresImageOptions& o);
 
 struct ScoresHit {

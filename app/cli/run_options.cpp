@@ -1,8 +1,10 @@
 // Run options on the command line (see run_options.h).
 #include "run_options.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "commands.h"
@@ -52,14 +54,36 @@ RunConfig run_config_from_args(const Args& args, const std::string& mode) {
     return cfg;
 }
 
+bool run_option_applies(const std::string& mode, const std::string& group, const std::string& name) {
+    const bool generation = mode == "generate";
+    const bool training = mode.rfind("finetune_", 0) == 0;
+    if (group == "generation") return generation;
+    // Evaluation and generation run no backward pass: gradient and optimizer options do nothing,
+    // except the cell size, which also tiles an evaluation's cell grid.
+    if (group == "gradient") return training || (!generation && name == "grad.chunks_per_cell_multiplier");
+    if (group == "training") return training;
+    if (group == "data") return !generation && (training || name != "data.val_split_fraction");
+    return true;
+}
+
 void print_run_help(const std::string& mode) {
     std::printf("usage: kvlab %s MODEL [--dotted.options ...] [--config run.json] [--session FILE]\n\n", mode.c_str());
     std::printf("MODEL: a preset (tiny, small, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b), smollm2-135m,\n");
     std::printf("       a Hugging Face model folder, or a .gguf file\n\noptions (default in parentheses):\n");
     std::string group;
     RunConfig defaults;
+    // Per group: options listed and left out (a wholly left-out group is named as a group).
+    std::vector<std::string> groups;
+    std::map<std::string, std::pair<int, std::vector<std::string>>> kept_dropped;
     for (const auto& o : run_options()) {
         if (o.name == "mode" || o.name == "model") continue;
+        if (std::find(groups.begin(), groups.end(), o.group) == groups.end()) groups.push_back(o.group);
+        auto& kd = kept_dropped[o.group];
+        if (!run_option_applies(mode, o.group, o.name)) {
+            kd.second.push_back("--" + o.name);
+            continue;
+        }
+        ++kd.first;
         if (o.group != group) {
             group = o.group;
             std::printf("\n[%s]\n", group.c_str());
@@ -69,6 +93,21 @@ void print_run_help(const std::string& mode) {
         std::string def = o.get(defaults);
         std::printf("%s%s%s\n", left.c_str(), o.help.c_str(), def.empty() ? "" : (" (" + def + ")").c_str());
     }
+    std::string left_out;
+    int n_left_out = 0;
+    for (const auto& g : groups) {
+        const auto& [kept, dropped] = kept_dropped[g];
+        n_left_out += int(dropped.size());
+        if (dropped.empty()) continue;
+        if (!left_out.empty()) left_out += ", ";
+        if (kept == 0) {
+            left_out += "all " + g + " options";
+        } else {
+            for (size_t i = 0; i < dropped.size(); ++i) left_out += (i ? ", " : "") + dropped[i];
+        }
+    }
+    if (n_left_out > 0)
+        std::printf("\nnot listed: %d options that do nothing in %s (%s)\n", n_left_out, mode.c_str(), left_out.c_str());
     std::printf("\ncommand options:\n");
     for (const auto& o : run_option_specs())
         if (o.name == "config" || o.name == "session" || o.name == "format") {

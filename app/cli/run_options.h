@@ -11,6 +11,9 @@ namespace kv::cli {
 std::vector<OptionSpec> run_option_specs();
 // Throws UsageError for bad values (the engine's message, naming the option).
 RunConfig run_config_from_args(const Args& args, const std::string& mode);
+// Whether a run option (of the option table's `group`) does anything in `mode`: --help lists
+// only those (eval_long: no training, gradient or generation options).
+bool run_option_applies(const std::string& mode, const std::string& group, const std::string& name);
 void print_run_help(const std::string& mode);
 
 }  // namespace kv::cli

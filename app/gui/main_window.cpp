@@ -12,6 +12,7 @@
 #include <QKeySequence>
 #include <QLabel>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QStatusBar>
@@ -191,6 +192,13 @@ void MainWindow::buildMenus() {
     connect(metrics, &QAction::toggled, canvas_, &CanvasWidget::setShowMetricsWindow);
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
+    // "?" as in most desktop apps (text fields keep the character: they take printable keys first).
+    QAction* keys = help->addAction(tr("&Keyboard shortcuts"), this, [this] { showShortcuts(); });
+    keys->setObjectName("helpShortcuts");
+    keys->setShortcut(QKeySequence(Qt::Key_Question));
+    QAction* guide = help->addAction(tr("&User guide"), QKeySequence::HelpContents, this, [this] { showUserGuide(); });
+    guide->setObjectName("helpGuide");
+    help->addSeparator();
     help->addAction(tr("&About kvlab"), this, &MainWindow::aboutDialog);
     help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
 }
@@ -227,8 +235,24 @@ void MainWindow::restoreLastSession() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
+    if (controller_->anyActive()) {
+        const int active = std::max(1, model_->activeRuns());
+        const bool quit = confirm_quit_ ? confirm_quit_(active)
+                          : quiet_      ? true
+                                        : QMessageBox::question(this, tr("Quit kvlab?"),
+                                                                tr("%n run(s) still running. Quitting cancels them; what they recorded "
+                                                                   "so far stays in the session and they are marked cancelled.",
+                                                                   nullptr, active),
+                                                                QMessageBox::Yes | QMessageBox::Cancel,
+                                                                QMessageBox::Cancel) == QMessageBox::Yes;
+        if (!quit) {
+            log(tr("still running: quit cancelled"));
+            e->ignore();
+            return;
+        }
+        log(tr("cancelling active runs before closing"));
+    }
     saveSettings();
-    if (controller_->anyActive()) log(tr("cancelling active runs before closing"));
     QMainWindow::closeEvent(e);
 }
 

@@ -7,12 +7,14 @@
 #include <QMainWindow>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/run/run_config.h"
 #include "gui_support.h"
 #include "views/canvas.h"
 
+class QDialog;
 class QLabel;
 class QPlainTextEdit;
 class QTabBar;
@@ -33,6 +35,14 @@ class MainWindow : public QMainWindow {
 
     // Quiet: problems go to the log and status bar instead of modal dialogs (tests, scripts).
     void setQuiet(bool quiet) { quiet_ = quiet; }
+    // Asked before the window closes while runs are live, with their number: true quits (the
+    // runs are cancelled, what they recorded stays). Default: a dialog; quiet windows quit.
+    using QuitConfirmation = std::function<bool(int activeRuns)>;
+    void setQuitConfirmation(QuitConfirmation confirm) { confirm_quit_ = std::move(confirm); }
+    // Help: the shortcut sheet and the user guide (nullptr when the guide cannot be found;
+    // the reason is shown/logged).
+    QDialog* showShortcuts();
+    QDialog* showUserGuide();
     // Opens (or creates) a session; false with the reason shown/logged.
     bool openSession(const QString& path);
     // Restores the last session from the settings when no path was given.
@@ -92,6 +102,7 @@ class MainWindow : public QMainWindow {
     QLabel* status_runs_;
     QLabel* status_frame_;
     bool quiet_ = false;
+    QuitConfirmation confirm_quit_;
     int64_t pending_reference_ = 0;  // reference of the last comparison launched
 };
 

@@ -1,4 +1,5 @@
-// Main window actions: sessions, launching, comparisons, exports, about.
+// Main window actions: sessions, launching, comparisons, exports, help, about.
+#include <QDialog>
 #include <QFileDialog>
 #include <algorithm>
 #include <QFileInfo>
@@ -12,6 +13,7 @@
 #include "canvas_widget.h"
 #include "compare_dialog.h"
 #include "engine/core/error.h"
+#include "help.h"
 #include "main_window.h"
 #include "models/runs_model.h"
 #include "run_form.h"
@@ -222,6 +224,23 @@ void MainWindow::exportPngDialog(bool window) {
                                                       tr("PNG images (*.png)"));
     if (path.isEmpty()) return;
     window ? saveWindowPng(path) : saveViewPng(path);
+}
+
+QDialog* MainWindow::showShortcuts() {
+    QDialog* d = makeShortcutDialog(menuBar(), this);
+    d->show();
+    return d;
+}
+
+QDialog* MainWindow::showUserGuide() {
+    QString error;
+    QDialog* d = makeUserGuideDialog(this, &error);
+    if (!d) {
+        showProblem(tr("No user guide"), error);
+        return nullptr;
+    }
+    d->show();
+    return d;
 }
 
 void MainWindow::aboutDialog() {

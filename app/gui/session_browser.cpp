@@ -38,6 +38,9 @@ class ProgressDelegate : public QStyledItemDelegate {
         bar.text = index.data(Qt::DisplayRole).toString();
         bar.textVisible = true;
         bar.state = option.state | QStyle::State_Horizontal;
+        // A run that stopped short (cancelled, failed, crashed) is greyed: not live progress.
+        const auto st = storage::RunStatus(index.data(RunsModel::StatusRole).toInt());
+        if (storage::run_status_final(st) && st != storage::RunStatus::DONE) bar.state &= ~QStyle::State_Enabled;
         if (option.state & QStyle::State_Selected) p->fillRect(option.rect, option.palette.highlight());
         QApplication::style()->drawControl(QStyle::CE_ProgressBar, &bar, p);
     }
@@ -64,7 +67,8 @@ SessionBrowser::SessionBrowser(RunsModel* model, QWidget* parent) : QWidget(pare
     table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
     table_->horizontalHeader()->setSectionResizeMode(RunsModel::COLUMN_NAME, QHeaderView::Stretch);
     table_->setColumnWidth(RunsModel::COLUMN_ID, 40);
-    table_->setColumnWidth(RunsModel::COLUMN_PROGRESS, 110);
+    // Wide enough for the longest text it shows ("cancelled at 99%") in the table's font.
+    table_->setColumnWidth(RunsModel::COLUMN_PROGRESS, table_->fontMetrics().horizontalAdvance(QStringLiteral("cancelled at 100%")) + 24);
     table_->setItemDelegateForColumn(RunsModel::COLUMN_PROGRESS, new ProgressDelegate(table_));
     table_->setContextMenuPolicy(Qt::CustomContextMenu);
     auto* layout = new QVBoxLayout(this);

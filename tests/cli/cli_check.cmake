@@ -1,5 +1,5 @@
 # Runs one kvlab command and checks its exit code and that stdout+stderr match a regex.
-# -DCMD=... -DARGS="a|b|c" -DEXPECT_RC=N -DREGEX=...
+# -DCMD=... -DARGS="a|b|c" -DEXPECT_RC=N -DREGEX=... [-DNOT_REGEX=...: must not match]
 string(REPLACE "|" ";" arg_list "${ARGS}")
 execute_process(COMMAND ${CMD} ${arg_list} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
@@ -8,5 +8,8 @@ if(NOT rc EQUAL EXPECT_RC)
 endif()
 if(NOT all MATCHES "${REGEX}")
   message(FATAL_ERROR "output does not match '${REGEX}'\n--- output ---\n${all}")
+endif()
+if(DEFINED NOT_REGEX AND all MATCHES "${NOT_REGEX}")
+  message(FATAL_ERROR "output matches '${NOT_REGEX}' ('${CMAKE_MATCH_0}'), which it must not\n--- output ---\n${all}")
 endif()
 message(STATUS "ok: rc=${rc}")

@@ -5,17 +5,22 @@
 // memory peak = the allocator's peak); cancel; exports; a policy comparison whose window is the
 // README screenshot; settings restored by a second window.
 #include <QAbstractItemModelTester>
+#include <QAction>
 #include <QComboBox>
+#include <QDialog>
 #include <QDir>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenuBar>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabBar>
 #include <QTableView>
 #include <QTemporaryDir>
+#include <QTextBrowser>
 #include <QWheelEvent>
 #include <QtTest>
 
@@ -28,6 +33,7 @@
 #include "app/gui/canvas_widget.h"
 #include "app/gui/compare_dialog.h"
 #include "app/gui/gui_support.h"
+#include "app/gui/help.h"
 #include "app/gui/main_window.h"
 #include "app/gui/models/runs_model.h"
 #include "app/gui/run_form.h"
@@ -274,7 +280,9 @@ class GuiAppTest : public QObject {
         const int chunks = summary["chunks_per_sample"].get<int>();
         QCOMPARE(r->peakBytes, allocatorPeak);
         QVERIFY(chunks > 1);
-        QVERIFY(w_->logText().contains(QString("run %1 (gui test run) done").arg(run_)));
+        // The log line follows the run manager's status signal, which may arrive after the table
+        // already read the final row from the session (a reload under load).
+        QTRY_VERIFY_WITH_TIMEOUT(w_->logText().contains(QString("run %1 (gui test run) done").arg(run_)), 10000);
 
         w_->selectRuns({run_});
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
@@ -290,6 +298,15 @@ class GuiAppTest : public QObject {
             QImage img(png);
             QCOMPARE(img.size(), w_->canvas()->size() * w_->canvas()->devicePixelRatio());
             QVERIFY2(hasContent(img), qPrintable(png));
+            // docs/GUIDE.md shows each view as this test draws it.
+            // (Compare needs 2+ runs: its picture is the README's, from the comparison below.)
+            if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS") && views::ViewKind(i) != views::ViewKind::COMPARE) {
+                QString name = QString::fromLatin1(views::view_name(views::ViewKind(i))).replace(' ', '_');
+                const QString guide = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/guide-%1.png").arg(name);
+                QFile::remove(guide);
+                QVERIFY(QImage(png).scaledToWidth(900, Qt::SmoothTransformation).save(guide));
+                QVERIFY2(QFileInfo(guide).size() < 200 * 1024, qPrintable(guide + " must stay under 200 KB"));
+            }
         }
         // Eviction map: x = chunk step, so the texture is one texel per chunk of a sample.
         QCOMPARE(impl.eviction.run, run_);
@@ -368,6 +385,17 @@ class GuiAppTest : public QObject {
         const int64_t seen = w_->runsModel()->run(run)->done;
         QTRY_VERIFY_WITH_TIMEOUT(w_->runsModel()->run(run)->done > seen, 5000);  // progress moves live
         QVERIFY(form()->cancelButton()->isEnabled());
+        // Quitting while a run is live asks first; declining keeps the window and the run.
+        int asked = -1;
+        w_->setQuitConfirmation([&](int active) {
+            asked = active;
+            return false;
+        });
+        QVERIFY(!w_->close());
+        QCOMPARE(asked, 1);
+        QVERIFY(w_->isVisible());
+        QVERIFY(!storage::run_status_final(w_->runsModel()->run(run)->status));
+        w_->setQuitConfirmation({});
         QElapsedTimer t;
         t.start();
         QTest::mouseClick(form()->cancelButton(), Qt::LeftButton);
@@ -376,6 +404,10 @@ class GuiAppTest : public QObject {
         QCOMPARE(int(r->status), int(storage::RunStatus::CANCELLED));
         QVERIFY2(t.elapsed() < 5000, qPrintable(QString("took %1 ms").arg(t.elapsed())));
         QVERIFY(r->done < r->total);
+        // The table says where it stopped, not a bar that looks stuck (nor 100%).
+        const int row = w_->runsModel()->rowOfRun(run);
+        const QString progress = w_->runsModel()->data(w_->runsModel()->index(row, RunsModel::COLUMN_PROGRESS)).toString();
+        QVERIFY2(progress.startsWith("cancelled at ") && !progress.contains("100%"), qPrintable(progress));
         QVERIFY(!form()->cancelButton()->isEnabled());
         QVERIFY(!w_->canvas()->live());
     }
@@ -408,6 +440,52 @@ class GuiAppTest : public QObject {
             QVERIFY(QFile::copy(png, readme));
             QVERIFY2(QFileInfo(readme).size() < 300 * 1024, "README screenshot must stay under 300 KB");
         }
+    }
+
+    void helpListsEveryShortcutAndOpensTheGuide() {
+        // "?" opens the sheet; it names every menu action that has a shortcut, with its keys,
+        // and the views' mouse gestures.
+        QCOMPARE(w_->findChild<QAction*>("helpShortcuts")->shortcut(), QKeySequence(Qt::Key_Question));
+        w_->activateWindow();
+        QVERIFY(QTest::qWaitForWindowActive(w_.get()));
+        QTest::keyClick(w_.get(), Qt::Key_Question);
+        QDialog* sheet = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((sheet = w_->findChild<QDialog*>("shortcutDialog")) != nullptr, 3000);
+        auto* text = sheet->findChild<QTextBrowser*>("shortcutText");
+        QVERIFY(text);
+        const QString sheetText = text->toPlainText();
+        int withKeys = 0;
+        for (QAction* a : w_->menuBar()->findChildren<QAction*>()) {
+            if (a->shortcut().isEmpty()) continue;
+            ++withKeys;
+            QVERIFY2(sheetText.contains(a->shortcut().toString(QKeySequence::NativeText)), qPrintable(a->text()));
+            QVERIFY2(sheetText.contains(QString(a->text()).remove('&')), qPrintable(a->text()));
+        }
+        QVERIFY(withKeys >= 10);  // file, run, view (one per view) and help actions
+        for (const auto& g : views::canvas_gestures()) QVERIFY2(sheetText.contains(QString::fromUtf8(g.action)), g.action);
+        sheet->close();
+        // The user guide: docs/GUIDE.md, with a section per view and every image it shows present.
+        QDialog* guide = w_->showUserGuide();
+        QVERIFY(guide);
+        auto* gt = guide->findChild<QTextBrowser*>("guideText");
+        QVERIFY(gt);
+        const QString guideText = gt->toPlainText();
+        for (int i = 0; i < int(views::ViewKind::COUNT); ++i) {
+            const QString view = QString::fromLatin1(views::view_name(views::ViewKind(i)));
+            QVERIFY2(guideText.contains(view, Qt::CaseInsensitive), qPrintable(view));
+        }
+        QFile md(findUserGuide());
+        QVERIFY(md.open(QIODevice::ReadOnly));
+        const QString source = QString::fromUtf8(md.readAll());
+        QRegularExpression image(R"(!\[[^\]]*\]\(([^)]+)\))");
+        int images = 0;
+        for (auto it = image.globalMatch(source); it.hasNext();) {
+            const QString rel = it.next().captured(1);
+            QVERIFY2(QFileInfo(QFileInfo(md.fileName()).dir().filePath(rel)).isFile(), qPrintable(rel));
+            ++images;
+        }
+        QVERIFY(images >= int(views::ViewKind::COUNT));
+        guide->close();
     }
 
     void settingsPersistAcrossWindows() {

@@ -52,6 +52,27 @@ class RunsModelTest : public QObject {
         QCOMPARE(b.cacheLength, int64_t(-1));
     }
 
+    void stoppedRunsSayHowTheyStopped() {
+        // A cancelled run with every token of its current sample done (the issue's "100%
+        // (8191/8191 tok)") reads as cancelled, never as a complete or stuck bar.
+        RunsModel model;
+        RunInfo c = info(1, "h2o-default", 64, RunStatus::CANCELLED);
+        c.progress.tokens_done = 8191, c.progress.tokens_total = 8192;
+        RunInfo f = info(2, "h2o-default", 64, RunStatus::FAILED);
+        f.progress.chunks_done = 3, f.progress.chunks_total = 4;
+        RunInfo r = info(3, "h2o-default", 64, RunStatus::RUNNING);
+        r.progress.tokens_done = 77, r.progress.tokens_total = 100;
+        std::vector<RunRow> rows;
+        for (const auto& i : {c, f, r}) rows.push_back(kv::gui::runRowFromInfo(i));
+        model.setRuns(rows);
+        auto text = [&](int row) { return model.data(model.index(row, RunsModel::COLUMN_PROGRESS)).toString(); };
+        QCOMPARE(text(0), QString("cancelled at 99%"));
+        QCOMPARE(text(1), QString("failed at 75%"));
+        QCOMPARE(text(2), QString("77%"));
+        QCOMPARE(kv::gui::progressText(RunStatus::CRASHED, -1), QString("crashed"));
+        QCOMPARE(kv::gui::progressText(RunStatus::QUEUED, -1), QString("-"));
+    }
+
     void mergesUnderModelTester() {
         RunsModel model;
         QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);

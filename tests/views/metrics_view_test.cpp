@@ -41,6 +41,35 @@ TEST(Metrics, OneCurvePointPerMetricRow) {
     EXPECT_GT(vtx, 0);
 }
 
+TEST(Metrics, TheDenseRunOfTheSameDataIsOverlaid) {
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("runs.kvlab");
+    // h2o and dense on the same samples; a dense run on other samples must not be chosen.
+    const auto runs = test::record_tiny_runs(path, {test::tiny_eval_config("h2o-default", 64, 256, 3),
+                                                    test::tiny_eval_config("dense-default", 0, 256, 3),
+                                                    test::tiny_eval_config("dense-default", 0, 512, 3)});
+    storage::SessionReader reader(path);
+    MetricsViewState s;
+    s.run = runs[0];
+    ASSERT_TRUE(refresh_metrics(s, reader));
+    EXPECT_EQ(s.reference_run, runs[1]);
+    const auto want = reader.metrics(runs[1], "sample_loss");
+    ASSERT_EQ(want.size(), 3u);
+    ASSERT_TRUE(s.reference.count("sample_loss"));
+    const MetricSeries& got = s.reference.at("sample_loss");
+    ASSERT_EQ(got.values.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got.values[i], want[i].value);
+        EXPECT_EQ(got.steps[i], want[i].step);
+    }
+    // The curves differ (a 64-slot cache loses something), and a dense run has no reference.
+    EXPECT_NE(s.series.at(s.index.at("sample_loss")).values, got.values);
+    EXPECT_EQ(find_dense_reference(reader.runs(), runs[1]), 0);
+    EXPECT_EQ(find_dense_reference(reader.runs(), 9999), 0);
+    test::ImGuiHarness h;
+    for (int f = 0; f < 2; ++f) EXPECT_GT(h.window_frame([&] { DrawMetricsView(s); }), 0);
+}
+
 TEST(Metrics, NearestPoint) {
     MetricSeries m{"loss", {1, 2, 3, 4}, {0, 10, 20, 30}, {0, 0, 0, 0}, {4.0, 3.0, 2.5, 2.0}};
     const MetricCurve c = metric_curve(m, false, 0);

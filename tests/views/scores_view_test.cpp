@@ -195,5 +195,37 @@ TEST_F(ScoresRun, DrawsHeadless) {
     EXPECT_TRUE(host.live.empty());
 }
 
+// An attention sink: one slot scoring far above the rest (SmolLM2's layers 12-29 under h2o:
+// max ~340 against a 99th percentile ~4). Linear colours leave the rest dark (and the view says
+// why); the rank scale spreads them over the colour map.
+TEST(Scores, ASinkSlotIsNamedAndTheRankScaleShowsTheRest) {
+    LayerScores normal, sink;
+    for (LayerScores* l : {&normal, &sink}) {
+        l->id = 1, l->B = 1, l->G = 1, l->T = 101;
+        for (int i = 0; i < 101; ++i) l->values.push_back(1.0f + 0.01f * float(i));  // 1.00 .. 2.00, distinct
+    }
+    sink.values[0] = 340.f;  // slot 0 is the sink
+    normal.stats.max = 2.0f, normal.stats.p99 = 1.99f;
+    sink.stats.max = 340.f, sink.stats.p99 = 2.0f;
+    const std::vector<LayerScores> layers = {normal, sink};
+    EXPECT_EQ(score_outlier_layers(layers), std::vector<int>{1});
+    ScoresImageOptions linear;
+    const ScoresImage lin = build_scores_image(layers, linear);
+    ScoresImageOptions by_rank;
+    by_rank.rank = true;
+    const ScoresImage rk = build_scores_image(layers, by_rank);
+    ASSERT_EQ(rk.width, 101);
+    ASSERT_EQ(rk.height, 2);
+    // Linear: every non-sink slot of the sink layer sits in the bottom 0.3% of its colours.
+    for (int x = 1; x < 101; ++x) EXPECT_LT(lin.norm[size_t(101 + x)], 0.003f);
+    // Rank: slot x's value is the x-th smallest of the other 100 (the sink is the largest), so
+    // its rank is (x - 1) / 100; in the normal layer slot x is simply x / 100.
+    for (int x = 1; x < 101; ++x) EXPECT_NEAR(rk.norm[size_t(101 + x)], float(x - 1) / 100.f, 1e-6f) << x;
+    EXPECT_NEAR(rk.norm[size_t(101)], 1.f, 1e-6f);
+    for (int x = 0; x < 101; ++x) EXPECT_NEAR(rk.norm[size_t(x)], float(x) / 100.f, 1e-6f) << x;
+    // Raw values are the scores either way (the tooltip shows them).
+    EXPECT_EQ(rk.raw[size_t(101)], 340.f);
+}
+
 }  // namespace
 }  // namespace kv::views

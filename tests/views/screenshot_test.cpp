@@ -90,9 +90,19 @@ TEST(Screenshots, DISABLED_EveryView) {
     const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
     std::filesystem::create_directories(out_dir);
     test::ViewsScratchDir dir;
-    const std::string path = dir.file("runs.kvlab");
-    const auto runs = test::record_tiny_runs(
-        path, {test::tiny_eval_config("h2o-default", 128, 1024, 2, 16), test::tiny_eval_config("lastrec-default", 128, 1024, 2, 16)});
+    // $KVLAB_VIEW_SHOTS_SESSION: draw that session's runs instead (its first run alone, then all).
+    const char* session = std::getenv("KVLAB_VIEW_SHOTS_SESSION");
+    const std::string path = session ? session : dir.file("runs.kvlab");
+    std::vector<int64_t> runs;
+    if (session) {
+        for (const auto& r : storage::SessionReader(path).runs()) runs.push_back(r.id);
+        ASSERT_FALSE(runs.empty()) << path;
+    } else {
+        runs = test::record_tiny_runs(path, {test::tiny_eval_config("h2o-default", 128, 1024, 2, 16),
+                                             test::tiny_eval_config("dense-default", 0, 1024, 2, 16),
+                                             test::tiny_eval_config("lastrec-default", 128, 1024, 2, 16),
+                                             test::tiny_eval_config("streaming-default", 128, 1024, 2, 16)});
+    }
     const float W = 1280, H = 800;
     test::ImGuiHarness h(W, H);
     test::RecordingTextureHost host;
@@ -125,8 +135,17 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.impl().eviction.colour = EvictionColour::AGE;
     canvas.impl().eviction.all_layers = true;
     shoot("eviction_map_all_layers_age", ImVec2(W * 0.3f, H * 0.5f));
+    canvas.impl().eviction.all_layers = false;
+    canvas.set_view(ViewKind::SCORES);
+    canvas.impl().scores.image_options.rank = true;
+    shoot("scores_rank", ImVec2(-100, -100));
+    if (runs.size() < 3) return;
     canvas.select_runs(runs);
     shoot("compare", ImVec2(W * 0.3f, H * 0.6f));
+    canvas.impl().compare.show_difference = true;  // h2o (display 1) against lastrec (2)
+    canvas.impl().compare.difference_a = 1;
+    canvas.impl().compare.difference_run = 2;
+    shoot("compare_difference", ImVec2(W * 0.5f, H * 0.62f));
     std::printf("screenshots in %s\n", out_dir.c_str());
 }
 

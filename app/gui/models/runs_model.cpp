@@ -87,6 +87,21 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
     return r;
 }
 
+QString progressText(storage::RunStatus status, double fraction) {
+    // Floor, not round: 99.6% of a cancelled run is not "100%".
+    const QString pct = fraction < 0 ? QString() : QStringLiteral("%1%").arg(int(std::floor(100.0 * fraction)));
+    switch (status) {
+        case storage::RunStatus::CANCELLED:
+        case storage::RunStatus::FAILED:
+        case storage::RunStatus::CRASHED: {
+            // A stopped run says so; its bar is drawn disabled (not a run that seems stuck).
+            const QString name = QString::fromLatin1(storage::run_status_name(status));
+            return pct.isEmpty() ? name : QStringLiteral("%1 at %2").arg(name, pct);
+        }
+        default: return pct.isEmpty() ? QStringLiteral("-") : pct;
+    }
+}
+
 RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 int RunsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : int(rows_.size()); }
@@ -147,7 +162,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         case COLUMN_PROGRESS:
             if (sort) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
             if (r.status == storage::RunStatus::DONE) return QStringLiteral("100%");
-            return fraction < 0 ? QStringLiteral("-") : QStringLiteral("%1%").arg(int(100.0 * fraction + 0.5));
+            return progressText(r.status, fraction);
         case COLUMN_LOSS: return sort ? QVariant(std::isnan(r.loss) ? -1e300 : r.loss) : QVariant(fmtNumber(r.loss, 4));
         case COLUMN_ACCURACY: return sort ? QVariant(std::isnan(r.accuracy) ? -1e300 : r.accuracy) : QVariant(fmtNumber(r.accuracy, 3));
         case COLUMN_PEAK_MEMORY: return sort ? QVariant(qint64(r.peakBytes)) : QVariant(formatBytes(r.peakBytes));

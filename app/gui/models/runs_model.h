@@ -83,5 +83,8 @@ class RunsModel : public QAbstractTableModel {
 };
 
 QString formatBytes(int64_t bytes);
+// The progress column's text: "42%" while running; a stopped run names how it stopped and where
+// ("cancelled at 77%"), so it never reads as a run that is stuck; fraction < 0: unknown.
+QString progressText(storage::RunStatus status, double fraction);
 
 }  // namespace kv::gui
