@@ -77,7 +77,7 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         ComparedRun cr;
         cr.id = id;
         cr.name = r.name;
-        cr.status = run_status_name(r.status);
+        cr.status = run_status_label(r);  // "running (owner gone)" when its writer died
         cr.error = r.error;
         std::map<std::string, std::string> flat;
         Json cj = Json::parse(r.config.empty() ? "{}" : r.config, nullptr, false);
@@ -157,11 +157,13 @@ std::string format_comparison(const Comparison& c) {
             out += "\n";
         }
     }
-    std::snprintf(line, sizeof line, "%-5s %-9s %9s %8s %9s %9s %10s %10s %10s %9s %9s\n", "run", "status", "loss", "d loss", "accuracy",
-                  "ppl", "tokens/s", "speed", "KV bytes", "KV ratio", "peak x");
+    int sw = 9;  // status column: as wide as "running (owner gone)" when a run has it
+    for (const auto& r : c.runs) sw = std::max(sw, int(r.status.size()));
+    std::snprintf(line, sizeof line, "%-5s %-*s %9s %8s %9s %9s %10s %10s %10s %9s %9s\n", "run", sw, "status", "loss", "d loss",
+                  "accuracy", "ppl", "tokens/s", "speed", "KV bytes", "KV ratio", "peak x");
     out += line;
     for (const auto& r : c.runs) {
-        std::snprintf(line, sizeof line, "%-5lld %-9s %9s %8s %9s %9s %10s %9sx %10s %8sx %8sx\n", (long long)r.id, r.status.c_str(),
+        std::snprintf(line, sizeof line, "%-5lld %-*s %9s %8s %9s %9s %10s %9sx %10s %8sx %8sx\n", (long long)r.id, sw, r.status.c_str(),
                       fmt(r.loss).c_str(), fmt(r.d_loss, 3).c_str(), fmt(r.accuracy, 3).c_str(), fmt(r.perplexity).c_str(),
                       fmt(r.tokens_per_s, 5).c_str(), fmt(r.speed_ratio, 3).c_str(), fmt_bytes(r.kv_bytes).c_str(), fmt(r.kv_ratio, 3).c_str(),
                       fmt(r.peak_ratio, 3).c_str());

@@ -45,4 +45,8 @@ struct RunInfo {
     bool owner_alive = true;
 };
 
+// The status as a person should read it: run_status_name, plus " (owner gone)" for a queued or
+// running run whose process is dead (a reader cannot mark it crashed; the next writer will).
+std::string run_status_label(const RunInfo& r);
+
 }  // namespace kv::storage

@@ -51,6 +51,12 @@ void require_json_object(const std::string& path, const std::string& text, const
 
 const char* run_status_name(RunStatus s) { return size_t(s) < kNumRunStatuses ? kStatusNames[size_t(s)] : "unknown"; }
 
+std::string run_status_label(const RunInfo& r) {
+    std::string s = run_status_name(r.status);
+    if (!run_status_final(r.status) && !r.owner_alive) s += " (owner gone)";
+    return s;
+}
+
 RunStatus run_status_from_name(const std::string& name) {
     for (size_t i = 0; i < kNumRunStatuses; ++i)
         if (name == kStatusNames[i]) return RunStatus(i);

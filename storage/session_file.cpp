@@ -82,10 +82,10 @@ bool session_file_exists(const std::string& path) {
     return stat(path.c_str(), &st) == 0;
 }
 
-std::unique_ptr<Db> open_session_db(const std::string& path, OpenMode mode, bool writer) {
+std::unique_ptr<Db> open_session_db(const std::string& path, OpenMode mode, bool writer, const char* vfs) {
     check_existing(path, mode);
     const bool rw = mode == OpenMode::READ_WRITE;
-    auto db = std::make_unique<Db>(path, rw ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY);
+    auto db = std::make_unique<Db>(path, rw ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY, "", vfs);
     sqlite3_busy_timeout(db->handle(), 5000);
     int version = 0;
     try {

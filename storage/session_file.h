@@ -14,8 +14,9 @@ namespace kv::storage {
 enum class OpenMode { READ_WRITE, READ_ONLY };
 
 // Opens an existing session (throws SessionError: NOT_FOUND, NOT_A_SESSION, NEWER_SCHEMA,
-// DAMAGED, NOT_WRITABLE). `writer` selects the writer connection settings.
-std::unique_ptr<Db> open_session_db(const std::string& path, OpenMode mode, bool writer = false);
+// DAMAGED, NOT_WRITABLE). `writer` selects the writer connection settings; `vfs` names the SQLite
+// VFS to write through (the telemetry writer's reserve VFS, space_reserve.h).
+std::unique_ptr<Db> open_session_db(const std::string& path, OpenMode mode, bool writer = false, const char* vfs = nullptr);
 // Creates a new session file; fails (INVALID) if anything exists at `path`.
 std::unique_ptr<Db> create_session_db(const std::string& path);
 bool session_file_exists(const std::string& path);

@@ -28,6 +28,7 @@
 #include "storage/event_blocks.h"
 #include "storage/record_tables.h"
 #include "storage/session_file.h"
+#include "storage/space_reserve.h"
 #include "storage/sqlite_util.h"
 
 namespace kv::storage {
@@ -90,7 +91,9 @@ struct SessionWriter::Impl : trace::EventSink {
     WriterStats stats;
     std::function<void(int64_t, uint64_t, const std::string&)> on_fault;
 
-    explicit Impl(const std::string& path) : db(open_session_db(path, OpenMode::READ_WRITE, /*writer=*/true)) {
+    // Through the reserve VFS: telemetry stops short of a full disk, so the run's end still fits.
+    explicit Impl(const std::string& path)
+        : db(open_session_db(path, OpenMode::READ_WRITE, /*writer=*/true, reserve_vfs_name())) {
         ins_span = std::make_unique<BatchedInsert>(*db, tables::spans().insert_columns(), tables::spans().nvalues);
         ins_mem = std::make_unique<BatchedInsert>(*db, tables::memory_events().insert_columns(),
                                                   tables::memory_events().nvalues);
@@ -115,6 +118,13 @@ struct SessionWriter::Impl : trace::EventSink {
             "steps_total=?, progress_ms=? WHERE id=?");
         upd_summary = db->prepare("UPDATE runs SET summary=json_patch(summary, ?) WHERE id=?");
         get_t0 = db->prepare("SELECT t0_ns FROM runs WHERE id=?");
+    }
+
+    // SQLite's words for a failed write, plus why when it was the reserve that refused it.
+    static std::string fault_text(const std::exception& e) {
+        if (!take_reserve_refusal()) return e.what();
+        return str(e.what(), " (telemetry stops while ", kTelemetryReserveBytes / 1024,
+                   " KiB are still free, kept for the run's end record)");
     }
 
     // Text of an interned id (cached: trace::interned takes a lock).
@@ -159,7 +169,7 @@ struct SessionWriter::Impl : trace::EventSink {
         } catch (const std::exception& e) {
             // The transaction is rolled back after this drain; everything in it is counted lost.
             txn_failed = true;
-            last_error = e.what();
+            last_error = fault_text(e);
             ++r.lost;
         }
     }
@@ -282,6 +292,7 @@ struct SessionWriter::Impl : trace::EventSink {
     // =====================================================================================
     void ensure_txn() {
         if (in_txn) return;
+        take_reserve_refusal();  // one of an earlier checkpoint is not this batch's
         db->exec("BEGIN IMMEDIATE", "starting a write batch");
         in_txn = true;
         txn_start = Clock::now();
@@ -403,7 +414,7 @@ struct SessionWriter::Impl : trace::EventSink {
                 sid_in_txn.clear();
                 return;
             } catch (const std::exception& e) {
-                last_error = e.what();
+                last_error = fault_text(e);
             }
         }
         rollback();
@@ -539,6 +550,8 @@ constexpr size_t kBusyThreshold = 1024;
 void SessionWriter::thread_main() {
     Impl& w = *impl_;
     const WriterOptions& o = options_;
+    // Telemetry leaves the space reserve free (space_reserve.h); final summaries may use part.
+    KeepFree keep(kTelemetryReserveBytes);
     for (;;) {
         std::vector<Request> reqs;
         bool stop = false;
@@ -601,12 +614,13 @@ void SessionWriter::thread_main() {
                     w.commit(o, false);
                     // The final summary in a transaction of its own, so it reflects every commit.
                     try {
+                        KeepFree end(kEndRecordReserveBytes);
                         w.ensure_txn();
                         w.write_progress(*slot);
                         w.write_summary(*slot);
                         w.commit(o, false);
                     } catch (const std::exception& e) {
-                        w.last_error = e.what();
+                        w.last_error = Impl::fault_text(e);
                         w.rollback();
                     }
                     WriterRunStats st;
@@ -629,6 +643,7 @@ void SessionWriter::thread_main() {
                 w.commit(o, false);
                 if (!w.runs.empty()) {
                     try {
+                        KeepFree end(kEndRecordReserveBytes);
                         w.ensure_txn();
                         for (auto& s : w.runs) {
                             w.write_progress(*s);
@@ -636,7 +651,7 @@ void SessionWriter::thread_main() {
                         }
                         w.commit(o, false);
                     } catch (const std::exception& e) {
-                        w.last_error = e.what();
+                        w.last_error = Impl::fault_text(e);
                         w.rollback();
                     }
                 }
@@ -646,7 +661,7 @@ void SessionWriter::thread_main() {
         } catch (const std::exception& e) {
             // Nothing above is expected to throw (SQLite errors are caught per batch); this keeps
             // the thread alive and every caller answered if something does (e.g. bad_alloc).
-            w.last_error = e.what();
+            w.last_error = Impl::fault_text(e);
             if (w.in_txn) w.rollback();
             for (const Request& r : reqs) {
                 bool answered = false;

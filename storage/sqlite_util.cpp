@@ -145,12 +145,12 @@ std::string Stmt::text(int col) const {
 }
 
 // ---- Db ---------------------------------------------------------------------------------
-Db::Db(const std::string& path, int flags, const std::string& uri) : path_(path) {
+Db::Db(const std::string& path, int flags, const std::string& uri, const char* vfs) : path_(path) {
     // Process-wide, before SQLite initializes: without memory statistics every SQLite malloc
     // skips a global mutex (~5% of the writer's time). Harmless (MISUSE) if already initialized.
     static std::once_flag once;
     std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
-    int rc = sqlite3_open_v2(uri.empty() ? path.c_str() : uri.c_str(), &h_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+    int rc = sqlite3_open_v2(uri.empty() ? path.c_str() : uri.c_str(), &h_, flags | SQLITE_OPEN_NOMUTEX, vfs);
     if (rc != SQLITE_OK) {
         std::string msg = h_ ? sqlite3_errmsg(h_) : sqlite3_errstr(rc);
         if (h_) sqlite3_close_v2(h_);

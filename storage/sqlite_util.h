@@ -116,8 +116,9 @@ class Stmt {
 class Db {
    public:
     // Opens `path` with sqlite3_open_v2 `flags`; throws SessionError on failure. `uri`, when
-    // given, is what SQLite opens instead (a file: URI with parameters for the same file).
-    Db(const std::string& path, int flags, const std::string& uri = "");
+    // given, is what SQLite opens instead (a file: URI with parameters for the same file);
+    // `vfs`, when given, names the SQLite VFS to open it through (space_reserve.h).
+    Db(const std::string& path, int flags, const std::string& uri = "", const char* vfs = nullptr);
     ~Db();
     Db(const Db&) = delete;
     Db& operator=(const Db&) = delete;

@@ -64,11 +64,7 @@ SummaryNumbers summary_numbers(const std::string& summary) {
     return s;
 }
 
-std::string status_text(const storage::RunInfo& r) {
-    std::string s = storage::run_status_name(r.status);
-    if (r.status == storage::RunStatus::RUNNING && !r.owner_alive) s += " (owner gone)";
-    return s;
-}
+std::string status_text(const storage::RunInfo& r) { return storage::run_status_label(r); }
 
 std::string when(int64_t ms) {
     if (ms <= 0) return "-";

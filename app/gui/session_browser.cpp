@@ -8,6 +8,7 @@
 #include <QMenu>
 #include <QPainter>
 #include <QSortFilterProxyModel>
+#include <QStyle>
 #include <QStyledItemDelegate>
 #include <QTableView>
 #include <QVBoxLayout>
@@ -46,10 +47,23 @@ class ProgressDelegate : public QStyledItemDelegate {
     }
 };
 
+// The runs table's sorting proxy, which also puts the style's warning icon beside the status
+// of a run that cannot be trusted (RunsModel::WarningRole; the model itself has no widgets).
+class RunsProxy : public QSortFilterProxyModel {
+   public:
+    using QSortFilterProxyModel::QSortFilterProxyModel;
+    QVariant data(const QModelIndex& index, int role) const override {
+        if (role == Qt::DecorationRole && index.column() == RunsModel::COLUMN_STATUS &&
+            index.data(RunsModel::WarningRole).toBool())
+            return QApplication::style()->standardIcon(QStyle::SP_MessageBoxWarning);
+        return QSortFilterProxyModel::data(index, role);
+    }
+};
+
 }  // namespace
 
 SessionBrowser::SessionBrowser(RunsModel* model, QWidget* parent) : QWidget(parent), model_(model) {
-    proxy_ = new QSortFilterProxyModel(this);
+    proxy_ = new RunsProxy(this);
     proxy_->setSourceModel(model);
     proxy_->setSortRole(RunsModel::SortRole);
     table_ = new QTableView;

@@ -9,8 +9,8 @@
 namespace kv {
 
 namespace {
-// Bytes per cached element of a buffer, x2 (so q4 = 1): a lower bound for each buffer kind.
-uint64_t half_bytes_per_element(const std::string& cache_name, DType dtype) {
+// Bytes of one cached K element plus its V element (so q4 = 1): a lower bound for each buffer kind.
+uint64_t kv_pair_bytes(const std::string& cache_name, DType dtype) {
     const std::string buf = cache_name.substr(cache_name.rfind('-') + 1);
     if (buf == "f32") return 8;
     if (buf == "bf16" || buf == "f16") return 4;
@@ -33,17 +33,41 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     const std::string t_cause = gen ? str("max_new_tokens ", T) : str("seq_length ", T);
     const uint64_t chunk = uint64_t(std::max<int64_t>(1, std::min<int64_t>(cfg.driver.chunk_size, int64_t(T))));
 
-    // KV cache: K and V of every layer, (B, G, L, D) each, plus one int32 position per slot.
-    uint64_t slots = 0;  // sum over layers of L
-    for (uint64_t l = 0; l < nl; ++l) {
+    // KV cache: K and V of every layer, (B, G, L, D) each (both counted: `pair` bytes per
+    // element), plus one int32 position per slot.
+    auto layer_slots = [&](uint64_t l) {  // L of layer l
         int64_t L = int64_t(T);
         if (cfg.kv_cache.layer_cache_lengths.empty() || l < cfg.kv_cache.layer_cache_lengths.size())
             L = cfg.kv_cache.length_for_layer(int64_t(l), int64_t(T));
-        slots = checked_add(slots, uint64_t(std::max<int64_t>(L, 0)), "the KV cache size");
-    }
+        return uint64_t(std::max<int64_t>(L, 0));
+    };
+    uint64_t slots = 0;  // sum over layers of L
+    for (uint64_t l = 0; l < nl; ++l) slots = checked_add(slots, layer_slots(l), "the KV cache size");
     const std::string kv_cause = cfg.kv_cache.cache_length > 0 ? str("cache_length ", cfg.kv_cache.cache_length) : t_cause;
     const uint64_t cells = checked_mul({slots, B, G}, "the KV cache size");
-    items.push_back({kv_cause, "KV", checked_mul({cells, D, half_bytes_per_element(cfg.kv_cache.name, dt)}, "the KV cache size") / 2});
+    const uint64_t pair = kv_pair_bytes(cfg.kv_cache.name, dt);
+    const uint64_t bs = uint64_t(std::max<int64_t>(cfg.kv_cache.paged_block_size, 0));
+    if (bs == 0) {
+        items.push_back({kv_cause, "KV", checked_mul({cells, D, pair}, "the KV cache size")});
+    } else {
+        // Paged storage (engine/kv/buffer_paged.cpp) allocates whole blocks of `bs` slots per
+        // batch row as tokens arrive, up to min(L, T) slots a layer, plus a block table (int32
+        // per block) and, per read, a contiguous gather of the layer's K and V.
+        uint64_t used = 0, blocks = 0, widest = 0;  // slots written, blocks, max slots of one layer
+        for (uint64_t l = 0; l < nl; ++l) {
+            const uint64_t n = std::min(layer_slots(l), T);
+            used = checked_add(used, n, "the KV cache size");
+            blocks = checked_add(blocks, n / bs + (n % bs != 0), "the KV block count");
+            widest = std::max(widest, n);
+        }
+        const uint64_t kv = checked_mul({used, B, G, D, pair}, "the KV cache size");
+        const uint64_t in_blocks = checked_mul({blocks, bs, B, G, D, pair}, "the KV block size");
+        const std::string bs_cause = str("paged_block_size ", bs);
+        items.push_back({kv_cause, "KV", kv});
+        if (in_blocks > kv) items.push_back({bs_cause, "KV block padding", in_blocks - kv});
+        items.push_back({bs_cause, "block tables", checked_mul({blocks, B, 4}, "the block tables")});
+        items.push_back({kv_cause, "paged gather", checked_mul({widest, B, G, D, pair}, "the paged gather")});
+    }
     const std::string policy = cfg.kv_cache.name.substr(0, cfg.kv_cache.name.rfind('-'));
     if (policy != "dense") items.push_back({kv_cause, "scores and slot positions", checked_mul({cells, 4}, "the KV cache size")});
 

@@ -10,6 +10,7 @@
 #include <QDialog>
 #include <QDir>
 #include <QFile>
+#include <QIcon>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenuBar>
@@ -228,6 +229,38 @@ class GuiAppTest : public QObject {
             QVERIFY2(form()->isValid(), qPrintable(p.name + ": " + form()->problems().join("; ")));
             const RunConfig cfg = form()->config();
             for (const auto& [opt, v] : p.values) QCOMPARE(QString::fromStdString(find_run_option(opt)->get(cfg)), QString::fromStdString(v));
+        }
+    }
+
+    // Issue 17: a degraded (or failed, crashed) run shows the style's warning icon beside its
+    // status in the runs table, with the reason as the tooltip; a done run shows none.
+    void untrustedRunsShowAWarningIcon() {
+        RunsModel model;
+        std::vector<RunRow> rows;
+        for (auto [id, st] : {std::pair{1, storage::RunStatus::DONE}, {2, storage::RunStatus::DEGRADED},
+                              {3, storage::RunStatus::CRASHED}}) {
+            storage::RunInfo i;
+            i.id = id;
+            i.name = "run";
+            i.status = st;
+            if (st != storage::RunStatus::DONE) i.error = "disk full while writing session X: 720 telemetry events lost";
+            rows.push_back(runRowFromInfo(i));
+        }
+        model.setRuns(rows);
+        SessionBrowser browser(&model);
+        QAbstractItemModel* shown = browser.table()->model();
+        for (int row = 0; row < 3; ++row) {
+            const QModelIndex st = shown->index(row, RunsModel::COLUMN_STATUS);
+            const QIcon icon = st.data(Qt::DecorationRole).value<QIcon>();
+            const bool done = st.data(RunsModel::StatusRole).toInt() == int(storage::RunStatus::DONE);
+            QCOMPARE(icon.isNull(), done);
+            if (!done) {
+                QVERIFY(!icon.pixmap(16, 16).isNull());
+                QCOMPARE(st.data(Qt::ToolTipRole).toString(),
+                         QString("disk full while writing session X: 720 telemetry events lost"));
+            }
+            // Only the status column carries it.
+            QVERIFY(shown->index(row, RunsModel::COLUMN_NAME).data(Qt::DecorationRole).value<QIcon>().isNull());
         }
     }
 

@@ -135,6 +135,26 @@ class RunsModelTest : public QObject {
         QCOMPARE(model.rowCount(), 0);
     }
 
+    // Degraded, failed and crashed runs carry the warning (the browser draws it as an icon) and
+    // their reason as the tooltip; done and running runs do not.
+    void untrustedRunsCarryTheWarning() {
+        RunsModel model;
+        std::vector<RunRow> rows;
+        for (auto [id, st] : {std::pair{1, RunStatus::DONE}, {2, RunStatus::DEGRADED}, {3, RunStatus::FAILED},
+                              {4, RunStatus::CRASHED}, {5, RunStatus::RUNNING}}) {
+            RunInfo i = info(id, "h2o-default", 64, st);
+            if (st != RunStatus::DONE && st != RunStatus::RUNNING) i.error = "disk full: 720 telemetry events lost";
+            rows.push_back(kv::gui::runRowFromInfo(i));
+        }
+        model.setRuns(rows);
+        const bool expected[] = {false, true, true, true, false};
+        for (int row = 0; row < 5; ++row) {
+            const QModelIndex st = model.index(row, RunsModel::COLUMN_STATUS);
+            QCOMPARE(model.data(st, RunsModel::WarningRole).toBool(), expected[row]);
+            if (expected[row]) QCOMPARE(model.data(st, Qt::ToolTipRole).toString(), QString("disk full: 720 telemetry events lost"));
+        }
+    }
+
     void headersCoverEveryColumn() {
         RunsModel model;
         for (int c = 0; c < RunsModel::NUM_COLUMNS; ++c)

@@ -121,6 +121,9 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     const double fraction = r.total > 0 ? double(r.done) / double(r.total) : -1.0;
     if (role == RunIdRole) return qint64(r.id);
     if (role == StatusRole) return int(r.status);
+    const bool warn = r.status == storage::RunStatus::DEGRADED || r.status == storage::RunStatus::FAILED ||
+                      r.status == storage::RunStatus::CRASHED;
+    if (role == WarningRole) return warn;
     if (role == ProgressRole) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
     if (role == Qt::ToolTipRole) {
         if (!r.error.isEmpty()) return r.error;
@@ -152,10 +155,9 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         case COLUMN_CHUNK_SIZE: return sort ? QVariant(qint64(r.chunkSize)) : QVariant(r.chunkSize < 0 ? QStringLiteral("-") : QString::number(r.chunkSize));
         case COLUMN_STATUS: {
             if (sort) return int(r.status);
-            // A run whose numbers or recording cannot be trusted carries a warning sign; the
-            // tooltip says why (e.g. "disk full while writing session X: 720 telemetry events lost").
-            const bool warn = r.status == storage::RunStatus::DEGRADED || r.status == storage::RunStatus::FAILED ||
-                              r.status == storage::RunStatus::CRASHED;
+            // A run whose numbers or recording cannot be trusted carries a warning sign (and, in
+            // the session browser, the style's warning icon); the tooltip says why (e.g. "disk
+            // full while writing session X: 720 telemetry events lost").
             const QString name = QString::fromLatin1(storage::run_status_name(r.status));
             return warn ? QString::fromUtf8("\u26A0 ") + name : name;
         }

@@ -56,6 +56,7 @@ class RunsModel : public QAbstractTableModel {
         RunIdRole,
         ProgressRole,  // fraction in [0, 1], or -1 when unknown
         StatusRole,    // int(storage::RunStatus)
+        WarningRole,   // bool: its numbers or recording cannot be trusted (degraded, failed, crashed)
     };
 
     explicit RunsModel(QObject* parent = nullptr);
