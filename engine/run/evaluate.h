@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/driver/fidelity.h"
 #include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
@@ -45,6 +46,10 @@ struct EvalSummary {
     int64_t chunks_per_sample = 0;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
+    // --fidelity: per-layer means over every (sample, chunk), and the means over all steps
+    // (-1 without fidelity).
+    std::vector<FidelityLayerSummary> fidelity_layers;
+    double fidelity_attn_rel_error = -1, fidelity_kept_mass = -1;
 };
 
 struct EvalCallbacks {
@@ -52,6 +57,8 @@ struct EvalCallbacks {
     std::function<void(int64_t done, int64_t total, const std::string& what)> progress;
     std::function<void(const EvalSampleResult&)> on_sample;
     LayerStepHook on_layer_step;  // per (layer, chunk): plans, positions, weights
+    // --fidelity: each sample's (layer, chunk) steps, after the sample ran.
+    std::function<void(int64_t sample, const std::vector<FidelityStep>&)> on_fidelity;
     const std::atomic<bool>* cancel = nullptr;
 };
 
