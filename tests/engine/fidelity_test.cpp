@@ -4,6 +4,7 @@
 // (which positions each row held) and the K/V that went in.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -31,10 +32,14 @@ std::vector<FidelityStep> run_model(const std::string& name, int64_t L, int64_t 
     std::vector<int32_t> v((size_t)T);
     for (auto& x : v) x = int32_t(rng() % 256);
     Tensor ids = Tensor::from_i32({1, T}, v);
-    ChunkPlanOptions po;
-    po.chunk_size = chunk;
-    std::vector<int64_t> Ls(size_t(cfg.num_layers), L > 0 ? L : T);
-    const ChunkPlan plan = plan_chunks(T, Ls, po);
+    // Chunks of `chunk` from position 0 (plan_chunks would prefill a cache of L >= T in one
+    // chunk, which leaves nothing but the prefill to compare).
+    ChunkPlan plan;
+    for (int64_t p = 0; p < T; p += chunk) {
+        plan.starts.push_back(p);
+        plan.chunks.push_back(std::min(chunk, T - p));
+    }
+    plan.cells = group_cells(plan.chunks, 1 << 30);
     HeadSpec hs;
     hs.kind = HeadKind::NEXT_TOKEN;
     hs.B = 1;
@@ -45,6 +50,7 @@ std::vector<FidelityStep> run_model(const std::string& name, int64_t L, int64_t 
     cb.attention = &fid;
     long_context_forward(model, cache, ids, plan, hs, res, cb);
     EXPECT_EQ(int64_t(fid.steps().size()), int64_t(plan.chunks.size()) * cfg.num_layers);
+    EXPECT_GT(plan.chunks.size(), 4u);
     return fid.steps();
 }
 

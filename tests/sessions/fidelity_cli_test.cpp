@@ -29,7 +29,6 @@ TEST(FidelityCli, SweepRecordsPerLayerPerChunkFidelity) {
                             " --kv_cache.cache_length 64 --kv_cache.chunk_size 16 --fidelity true --metric fidelity_kept_mass" +
                             " --format csv --figure none --session " + session + " >" + out + " 2>/dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    const int64_t chunks = 256 / 16;
 
     storage::SessionReader rd(session);
     const auto runs = rd.runs();
@@ -40,6 +39,10 @@ TEST(FidelityCli, SweepRecordsPerLayerPerChunkFidelity) {
         const nlohmann::json s = nlohmann::json::parse(r.summary);
         ASSERT_TRUE(s.contains("fidelity_kept_mass")) << r.summary;
         const bool dense = r.name.rfind("dense", 0) == 0;
+        // The chunk plan: lastrec prefills its 64 slots, then 16-token chunks (13 chunks);
+        // dense prefills the whole 256 in one.
+        const int64_t chunks = dense ? 1 : 1 + (256 - 64) / 16;
+        EXPECT_EQ(s["chunks_per_sample"].get<int64_t>(), chunks);
         int layers = 0;
         double sum_mass = 0, sum_err = 0, n = 0, min_mass = 1;
         for (int l = 0;; ++l) {
