@@ -8,6 +8,7 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/data/ruler.h"
 #include "engine/driver/long_context.h"
 #include "engine/generate/chat_format.h"
 #include "engine/generate/generator.h"
@@ -88,7 +89,11 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["mean_loss"] = s.mean_loss;
     if (s.accuracy >= 0) j["accuracy"] = s.accuracy;
     if (s.perplexity >= 0) j["perplexity"] = s.perplexity;
-    if (s.copy_token_accuracy >= 0) {
+    if (s.copy_token_accuracy >= 0 && is_ruler_task(cfg.data.name)) {
+        // Named apart from the repeat task's copy, so a sweep's "auto" metric stays accuracy
+        // (exact answers) for these tasks.
+        j["answer_token_accuracy"] = s.copy_token_accuracy;
+    } else if (s.copy_token_accuracy >= 0) {
         j["copy_token_accuracy"] = s.copy_token_accuracy;
         j["copy_prefix"] = s.copy_prefix;
     }
@@ -118,7 +123,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     text.precision(4);
     if (s.accuracy >= 0) text << "accuracy " << s.accuracy << " | ";
     if (s.perplexity >= 0) text << "perplexity " << s.perplexity << " | ";
-    if (s.copy_token_accuracy >= 0) text << "copied tokens " << s.copy_token_accuracy << " | ";
+    if (s.copy_token_accuracy >= 0)
+        text << (is_ruler_task(cfg.data.name) ? "answer tokens right " : "copied tokens ") << s.copy_token_accuracy << " | ";
     text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
          << s.kv_bits_per_element << " bits/element)";
     if (s.fidelity_attn_rel_error >= 0)

@@ -174,8 +174,13 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         // Common words each occur `freq` times, rare words once, in random order; the list grows
         // until it fills the room. The answer is the common words by first appearance.
         const auto common = shuffled_keys(std::max<int64_t>(K, 2));
+        // The answer is not in `fixed` yet (its order is known only after the shuffle); its
+        // length does not depend on the order, so reserve it, plus slack the filler pads.
+        std::string all;
+        for (size_t i = 0; i < common.size(); ++i) all += (i ? ", " : "") + common[i];
+        const int64_t list_room = room - int64_t(tok.encode(" " + all, false).size()) - 8;
         const int64_t per_item = int64_t(tok.encode(" 100. walnut", false).size());
-        const int64_t items = std::max<int64_t>(room / std::max<int64_t>(per_item, 1), 1);
+        const int64_t items = std::max<int64_t>(list_room / std::max<int64_t>(per_item, 1), 1);
         const int64_t freq = std::clamp<int64_t>(items / (4 * int64_t(common.size())), 2, 30);
         std::vector<std::string> words;
         for (const auto& c : common)
@@ -187,7 +192,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         std::vector<std::string> kept;
         for (size_t i = 0; i < words.size(); ++i) {
             const auto t = tok.encode(str(" ", i + 1, ". ", words[i]), false);
-            if (int64_t(context.size() + t.size()) > room) break;
+            if (int64_t(context.size() + t.size()) > list_room) break;
             context.insert(context.end(), t.begin(), t.end());
             kept.push_back(words[i]);
         }

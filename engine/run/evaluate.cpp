@@ -210,7 +210,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     const bool answer_task = is_ruler_task(cfg.data.name);  // accuracy = exact answers
     if (head == HeadKind::NEXT_TOKEN && !copy_task && !answer_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
     else sum.accuracy = items.empty() ? 0 : double(correct) / double(items.size());
-    if (copy_task && !sum.samples.empty()) {
+    if ((copy_task || answer_task) && !sum.samples.empty()) {
         sum.copy_token_accuracy = sum.copy_prefix = 0;
         for (const auto& s : sum.samples) {
             sum.copy_token_accuracy += s.copy_token_accuracy / double(sum.samples.size());

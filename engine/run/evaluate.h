@@ -36,6 +36,7 @@ struct EvalSummary {
     double accuracy = -1;     // classification tasks; -1 otherwise
     double perplexity = -1;   // text; -1 otherwise
     // repeat: accuracy is the fraction of samples copied exactly; these are means over samples
+    // (RULER tasks: accuracy = exact answers, copy_token_accuracy = answer tokens right)
     double copy_token_accuracy = -1, copy_prefix = -1;
     int64_t tokens = 0;         // tokens fed through the model (all samples)
     int64_t scored_tokens = 0;  // of those, positions whose loss counts (targets, or 1 per sample for a class head)

@@ -47,6 +47,23 @@ TEST(RulerTask, DeterministicPerSeedAndIndexAndExactLength) {
     }
 }
 
+TEST(RulerTask, EveryTaskFitsExactlyAtManyLengths) {
+    // cwe's answer is known only after its list is drawn: its room must still come out exact.
+    auto tok = make_byte_tokenizer();
+    for (const std::string& task : ruler_task_names())
+        for (int64_t T : {1024, 1025, 2048, 4096})
+            for (int64_t keys : {2, 4, 10}) {
+                RulerSpec spec;
+                spec.task = task;
+                spec.seq_length = T;
+                spec.num_keys = keys;
+                RulerSample s;
+                ASSERT_NO_THROW(s = make_ruler_sample(spec, 2, *tok)) << task << " T=" << T << " keys=" << keys;
+                EXPECT_EQ(int64_t(s.ids.size()), T) << task << " keys=" << keys;
+                EXPECT_EQ(s.answer_start + s.answer_length, T) << task;
+            }
+}
+
 TEST(RulerTask, TheContextHoldsTheAnswer) {
     auto tok = make_byte_tokenizer();
     for (uint64_t seed : {1u, 2u, 3u}) {
