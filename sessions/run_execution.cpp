@@ -82,6 +82,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             trace::metric(fidelity_metric_name("kept_mass", f.layer), step, f.kept_mass);
         }
     };
+    cb.chat_frame = [&lm](const std::string& user) { return chat_prompt(*lm.tokenizer, user); };
     EvalSummary s = run_eval(cfg, lm, cb);
     nlohmann::json j;
     j["mode"] = cfg.mode;

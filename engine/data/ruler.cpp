@@ -6,7 +6,6 @@
 #include <random>
 
 #include "engine/core/error.h"
-#include "engine/generate/chat_format.h"
 
 namespace kv {
 
@@ -145,13 +144,13 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     std::string pre, post = "\n Answer:", answer_text = " " + p.answer;
     if (spec.chat) {
         try {
-            const std::string framed = chat_prompt(tok, "\x01");
+            const std::string framed = spec.chat("\x01");
             const size_t m = framed.find('\x01');
             pre = framed.substr(0, m);
             post = framed.substr(m + 1);
             answer_text = p.answer;
         } catch (const Error&) {
-            // no chat template: the plain frame
+            // no chat template in this tokenizer: the plain frame
         }
     }
     std::vector<int32_t> ids = tok.encode("", true);
@@ -207,7 +206,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
                             " common words; expected more room for the word list"));
         p.answer.clear();
         for (size_t i = 0; i < order.size(); ++i) p.answer += (i ? ", " : "") + order[i];
-        const std::vector<int32_t> ans2 = tok.encode(spec.chat && !pre.empty() ? p.answer : " " + p.answer, false);
+        const std::vector<int32_t> ans2 = tok.encode(!pre.empty() ? p.answer : " " + p.answer, false);
         // The answer's length changed with its text: pad or trim the filler after the list.
         const int64_t pad = spec.seq_length - int64_t(ids.size() + head.size() + context.size() + tail.size() + ans2.size());
         if (pad < 0)

@@ -7,13 +7,14 @@
 //                    variables hold n (answer in order of assignment)
 //   cwe              common words extraction: a list of words where a few occur far more often;
 //                    asked for the most common ones (in order of first appearance)
-// The prompt is wrapped in the model's chat template when its tokenizer has one (ChatML,
-// Llama 3), else ends with "Answer:". The sample ends with the answer's tokens, so one
+// The prompt is wrapped in the model's chat template when the caller gives one and the
+// tokenizer has it (ChatML, Llama 3), else ends with "Answer:". The sample ends with the answer's tokens, so one
 // teacher-forced pass scores a greedy continuation: it reproduces the answer exactly iff the
 // argmax at every answer position is the answer's token (the repeat task's argument).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,10 @@ struct RulerSpec {
     int64_t seq_length = 2048;  // total tokens including the answer
     uint64_t seed = 1234;
     int64_t num_keys = 4;       // niah_multikey: keys in the context; niah_multivalue: values; vt: chain length; cwe: common words
-    bool chat = true;           // use the chat template when the tokenizer has one
+    // The model's chat template around a user message (engine/generate's chat_prompt, passed
+    // down by the caller: data sits below generate). Empty, or throwing kv::Error for a
+    // tokenizer without one: the plain frame ending in "Answer:".
+    std::function<std::string(const std::string& user)> chat;
 };
 
 struct RulerSample {

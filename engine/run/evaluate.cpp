@@ -84,6 +84,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.seq_length = cfg.data.seq_length;
         spec.seed = cfg.data.seed;
         spec.num_keys = cfg.data.ruler_keys;
+        spec.chat = cb.chat_frame;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             RulerSample s = make_ruler_sample(spec, i, tok);
             Item it{std::move(s.ids), -1, s.description, {}};

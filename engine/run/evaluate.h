@@ -61,6 +61,9 @@ struct EvalCallbacks {
     // --fidelity: each sample's (layer, chunk) steps, after the sample ran.
     std::function<void(int64_t sample, const std::vector<FidelityStep>&)> on_fidelity;
     const std::atomic<bool>* cancel = nullptr;
+    // RULER tasks: the model's chat template around a user message (engine/generate's
+    // chat_prompt; generate sits above run). Unset: prompts end with "Answer:".
+    std::function<std::string(const std::string& user)> chat_frame;
 };
 
 // Runs the evaluation; memory is tracked by the calling thread's current MemoryTracker.
