@@ -78,6 +78,7 @@ struct Parts {
     std::vector<std::string> inserts;      // sentences placed into the filler, in order
     std::vector<int32_t> context;          // a fixed context instead of filler (cwe), else empty
     std::string question;                  // after the context
+    std::string answer_prefix;             // the answer's first words, given (RULER's answer_prefix)
     std::string answer;
     std::string description;
 };
@@ -107,6 +108,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         for (size_t i = 0; i < keys.size(); ++i) p.inserts.push_back(str(" One of the special magic numbers for ", keys[i], " is: ", nums[i], "."));
         p.question = str("\n What is the special magic number for ", keys[q], " mentioned in the provided text?");
         p.answer = nums[q];
+        p.answer_prefix = str("The special magic number for ", keys[q], " mentioned in the provided text is");
         p.description = str(spec.task, " key '", keys[q], "' of ", keys.size());
     } else if (spec.task == "niah_multivalue") {
         const auto key = shuffled_keys(1)[0];
@@ -116,6 +118,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         for (const auto& n : nums) p.inserts.push_back(str(" One of the special magic numbers for ", key, " is: ", n, "."));
         p.question = str("\n What are all the special magic numbers for ", key, " mentioned in the provided text? List them in order, separated by commas.");
         for (size_t i = 0; i < nums.size(); ++i) p.answer += (i ? ", " : "") + nums[i];
+        p.answer_prefix = str("The special magic numbers for ", key, " mentioned in the provided text are");
         p.description = str("niah_multivalue ", nums.size(), " values of '", key, "'");
     } else if (spec.task == "vt") {
         const std::string value = number(rng);
@@ -130,29 +133,35 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         p.question = str("\n Question: Find all variables that are assigned the value ", value,
                          " in the text above. List them in the order they were assigned, separated by spaces.");
         for (size_t i = 0; i < vars.size(); ++i) p.answer += (i ? " " : "") + vars[i];
+        p.answer_prefix = str("According to the chain of variable assignments in the text above, ", vars.size(),
+                              " variables are assigned the value ", value, ", they are:");
         p.description = str("vt chain of ", vars.size(), " variables");
     } else {  // cwe
         const auto common = shuffled_keys(std::max<int64_t>(K, 2));
         p.instruction = " Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones that appear most often.\n";
         p.question = str("\n Question: What are the ", common.size(),
                          " most common words in the above list? List them in the order they first appear, separated by commas.");
+        p.answer_prefix = str("The ", common.size(), " most common words in the list are:");
         p.description = str("cwe ", common.size(), " common words");
     }
 
     // The frame: BOS, the chat template's user turn around instruction + context + question,
-    // then the assistant's answer. Without a template the prompt ends with "Answer:".
-    std::string pre, post = "\n Answer:", answer_text = " " + p.answer;
+    // the assistant's turn opened with the answer's first words (as RULER prompts do, so the
+    // model answers rather than starting a sentence of its own), then the answer. Without a
+    // template the question ends with "Answer:" before those words.
+    std::string pre, post = "\n Answer:";
     if (spec.chat) {
         try {
             const std::string framed = spec.chat("\x01");
             const size_t m = framed.find('\x01');
             pre = framed.substr(0, m);
             post = framed.substr(m + 1);
-            answer_text = p.answer;
         } catch (const Error&) {
             // no chat template in this tokenizer: the plain frame
         }
     }
+    post += (pre.empty() ? " " : "") + p.answer_prefix;
+    const std::string answer_text = " " + p.answer;
     std::vector<int32_t> ids = tok.encode("", true);
     const std::vector<int32_t> head = tok.encode(pre + p.instruction, false);
     const std::vector<int32_t> tail = tok.encode(p.question + post, false);
@@ -206,7 +215,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
                             " common words; expected more room for the word list"));
         p.answer.clear();
         for (size_t i = 0; i < order.size(); ++i) p.answer += (i ? ", " : "") + order[i];
-        const std::vector<int32_t> ans2 = tok.encode(!pre.empty() ? p.answer : " " + p.answer, false);
+        const std::vector<int32_t> ans2 = tok.encode(" " + p.answer, false);
         // The answer's length changed with its text: pad or trim the filler after the list.
         const int64_t pad = spec.seq_length - int64_t(ids.size() + head.size() + context.size() + tail.size() + ans2.size());
         if (pad < 0)

@@ -8,7 +8,9 @@
 //   cwe              common words extraction: a list of words where a few occur far more often;
 //                    asked for the most common ones (in order of first appearance)
 // The prompt is wrapped in the model's chat template when the caller gives one and the
-// tokenizer has it (ChatML, Llama 3), else ends with "Answer:". The sample ends with the answer's tokens, so one
+// tokenizer has it (ChatML, Llama 3), else ends with "Answer:"; either way the answer's first
+// words follow (RULER's answer prefix, e.g. "The special magic number for walnut mentioned in
+// the provided text is"). The sample ends with the answer's tokens, so one
 // teacher-forced pass scores a greedy continuation: it reproduces the answer exactly iff the
 // argmax at every answer position is the answer's token (the repeat task's argument).
 #pragma once
