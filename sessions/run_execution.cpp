@@ -3,10 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/data/ruler.h"
 #include "engine/driver/long_context.h"
 #include "engine/generate/chat_format.h"
 #include "engine/generate/generator.h"
@@ -32,6 +34,10 @@ ModelOptions model_options(const RunConfig& cfg) {
 }
 
 }  // namespace
+
+std::string fidelity_metric_name(const std::string& quantity, int layer) {
+    return str("fidelity.", quantity, ".layer", layer);
+}
 
 nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
     nlohmann::json j = nlohmann::json::object();
@@ -64,6 +70,19 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         trace::metric("sample_loss", r.index, r.loss);
         if (r.label >= 0) trace::metric("sample_correct", r.index, r.correct ? 1.0 : 0.0);
     };
+    // Fidelity per (layer, chunk) as metrics named per quantity and layer, step = the chunk's
+    // index over the run (sample * chunks per sample + chunk): the session's metric table holds
+    // them without a table of their own, and exports and the metrics view read them as they are.
+    cb.on_fidelity = [&](int64_t sample, const std::vector<FidelityStep>& steps) {
+        int64_t chunks = 0;
+        for (const FidelityStep& f : steps) chunks = std::max(chunks, f.chunk + 1);
+        for (const FidelityStep& f : steps) {
+            const int64_t step = sample * chunks + f.chunk;
+            trace::metric(fidelity_metric_name("attn_rel_error", f.layer), step, f.attn_rel_error);
+            trace::metric(fidelity_metric_name("kept_mass", f.layer), step, f.kept_mass);
+        }
+    };
+    cb.chat_frame = [&lm](const std::string& user) { return chat_prompt(*lm.tokenizer, user); };
     EvalSummary s = run_eval(cfg, lm, cb);
     nlohmann::json j;
     j["mode"] = cfg.mode;
@@ -71,7 +90,11 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["mean_loss"] = s.mean_loss;
     if (s.accuracy >= 0) j["accuracy"] = s.accuracy;
     if (s.perplexity >= 0) j["perplexity"] = s.perplexity;
-    if (s.copy_token_accuracy >= 0) {
+    if (s.copy_token_accuracy >= 0 && is_ruler_task(cfg.data.name)) {
+        // Named apart from the repeat task's copy, so a sweep's "auto" metric stays accuracy
+        // (exact answers) for these tasks.
+        j["answer_token_accuracy"] = s.copy_token_accuracy;
+    } else if (s.copy_token_accuracy >= 0) {
         j["copy_token_accuracy"] = s.copy_token_accuracy;
         j["copy_prefix"] = s.copy_prefix;
     }
@@ -84,6 +107,14 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["kv_bits_per_element"] = s.kv_bits_per_element;
     j["chunks_per_sample"] = s.chunks_per_sample;
     j["memory"] = memory_json(s.memory);
+    if (s.fidelity_attn_rel_error >= 0) {
+        j["fidelity_attn_rel_error"] = s.fidelity_attn_rel_error;
+        j["fidelity_kept_mass"] = s.fidelity_kept_mass;
+        nlohmann::json layers = nlohmann::json::array();
+        for (const FidelityLayerSummary& f : s.fidelity_layers)
+            layers.push_back({{"layer", f.layer}, {"attn_rel_error", f.attn_rel_error}, {"kept_mass", f.kept_mass}});
+        j["fidelity_layers"] = layers;
+    }
     trace::metric("mean_loss", 0, s.mean_loss);
     if (s.accuracy >= 0) trace::metric("accuracy", 0, s.accuracy);
     if (s.perplexity >= 0) trace::metric("perplexity", 0, s.perplexity);
@@ -93,9 +124,12 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     text.precision(4);
     if (s.accuracy >= 0) text << "accuracy " << s.accuracy << " | ";
     if (s.perplexity >= 0) text << "perplexity " << s.perplexity << " | ";
-    if (s.copy_token_accuracy >= 0) text << "copied tokens " << s.copy_token_accuracy << " | ";
+    if (s.copy_token_accuracy >= 0)
+        text << (is_ruler_task(cfg.data.name) ? "answer tokens right " : "copied tokens ") << s.copy_token_accuracy << " | ";
     text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
          << s.kv_bits_per_element << " bits/element)";
+    if (s.fidelity_attn_rel_error >= 0)
+        text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass;
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;

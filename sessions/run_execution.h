@@ -25,6 +25,10 @@ struct RunOutcome {
     std::string text;                 // human-readable result lines
 };
 
+// The metric a --fidelity run records per (layer, chunk): "fidelity.<quantity>.layer<l>",
+// quantity attn_rel_error or kept_mass (engine/driver/fidelity.h).
+std::string fidelity_metric_name(const std::string& quantity, int layer);
+
 // Throws kv::Error for failures (the caller marks the run failed with the message).
 RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks);
 

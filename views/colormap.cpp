@@ -84,6 +84,7 @@ constexpr Colour kMemColours[] = {
     pack_rgba(90, 190, 110),   // optimizer: green
     pack_rgba(200, 190, 80),   // workspace: olive
     pack_rgba(70, 200, 200),   // kv_offload: cyan
+    pack_rgba(150, 150, 230),  // kv_fidelity: pale blue (a shadow of kv_cache)
 };
 static_assert(sizeof(kMemColours) / sizeof(kMemColours[0]) == kNumMemCategories,
               "memory category colours out of date with MemCategory");

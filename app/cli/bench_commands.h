@@ -9,5 +9,7 @@ int bench_model(const Args& args);
 int bench_cache(const Args& args);
 int bench_telemetry(const Args& args);
 int bench_grad(const Args& args);  // needs storage + sessions
+int bench_fidelity(const Args& args);  // cmd_bench_research.cpp
+int bench_sweep(const Args& args);     // cmd_bench_research.cpp (runs kvlab itself)
 
 }  // namespace kv::cli

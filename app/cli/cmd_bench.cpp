@@ -32,19 +32,24 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"mode", OptKind::STRING, "lora", "bench grad: lora or full"});
     o.push_back({"layers_per_cell", OptKind::INT, "1", "bench grad: rows of this many layers"});
     o.push_back({"query_rows", OptKind::INT, "10000000", "bench telemetry: rows of the query benchmark session"});
-    o.push_back({"dir", OptKind::STRING, "/tmp", "bench telemetry: where temporary sessions go"});
+    o.push_back({"dir", OptKind::STRING, "/tmp", "bench telemetry/sweep: where temporary sessions go"});
+    o.push_back({"data", OptKind::STRING, "repeat", "bench fidelity/sweep: task (repeat, passkey, recall, needle)"});
+    o.push_back({"samples", OptKind::INT, "1", "bench fidelity/sweep: samples per run"});
     return o;
 }
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops|model|cache|telemetry|grad [options]\n\n"
+        "usage: kvlab bench ops|model|cache|telemetry|grad|fidelity|sweep [options]\n\n"
         "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
         "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
         "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
         "  cache      SDPA weights overhead, policy and buffer chunk throughput, KV bytes per token\n"
         "  telemetry  session writer events/s, span cost, GUI queries, tracing overhead on a small h2o run\n"
         "  grad       gradient step vs forward-only pass, peak memory per phase, offload bytes\n"
+        "  fidelity   eval_long with --fidelity true vs without (target <= 2x); --model (default smollm2-135m),\n"
+        "             --cache, --cache_length (comma lists), --tokens, --chunk, --data, --samples, --repeats\n"
+        "  sweep      kvlab sweep over cells vs the same cells as single kvlab eval_long runs (target <= 1.05x)\n"
         "Every ratio is measured against its baseline in the same run.\n\n"
         "options:\n%s",
         format_options(bench_options()).c_str());
@@ -86,14 +91,16 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|telemetry|grad");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|telemetry|grad|fidelity|sweep");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
     if (what == "cache") return bench_cache(args);
     if (what == "telemetry") return bench_telemetry(args);
     if (what == "grad") return bench_grad(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, telemetry, grad");
+    if (what == "fidelity") return bench_fidelity(args);
+    if (what == "sweep") return bench_sweep(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, telemetry, grad, fidelity, sweep");
 }
 
 }  // namespace kv::cli

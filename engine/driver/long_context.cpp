@@ -196,7 +196,7 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                 auto chunk_span = trace::span(trace::SpanCategory::CHUNK, kChunk, {.layer = l, .chunk = int(c), .cell_col = int(ci)});
                 if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
                 cache.set_chunk_tokens(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
-                xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cache);
+                xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cb.attention ? *cb.attention : cache);
                 if (int64_t bad = first_nonfinite(xs[c - c0]); bad >= 0)
                     nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
                 ++done;

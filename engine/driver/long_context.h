@@ -22,6 +22,9 @@ struct DriverCallbacks {
     // Hook with each cell's final-layer outputs (before the final norm), chunk by chunk.
     std::function<void(size_t cell, const std::vector<Tensor>& outputs)> final_output;
     const std::atomic<bool>* cancel = nullptr;
+    // The attention the blocks call instead of `cache` itself: a wrapper around the same cache
+    // that observes it (FidelityAttention). nullptr = the cache.
+    LayerAttention* attention = nullptr;
 };
 
 // Thrown when the cancel flag is seen (the run stops within one chunk).

@@ -18,6 +18,7 @@ enum class MemCategory : uint8_t {
     OPTIMIZER,
     WORKSPACE,
     KV_OFFLOAD,  // KV buffers parked in host memory (offload strategy), apart from kv_cache
+    KV_FIDELITY,  // --fidelity: the uncompressed shadow of K/V the dense comparison attends over
     COUNT
 };
 

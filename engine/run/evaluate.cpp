@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
+#include "engine/data/ruler.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_windows.h"
 #include "engine/driver/long_context.h"
@@ -74,6 +76,23 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 it.targets[size_t(t)] = it.ids[size_t(t + 1)];
             items.push_back(std::move(it));
         }
+    } else if (is_ruler_task(cfg.data.name)) {
+        // Exact match of the answer, scored teacher-forced like the repeat task's copy.
+        head = HeadKind::NEXT_TOKEN;
+        RulerSpec spec;
+        spec.task = cfg.data.name;
+        spec.seq_length = cfg.data.seq_length;
+        spec.seed = cfg.data.seed;
+        spec.num_keys = cfg.data.ruler_keys;
+        spec.chat = cb.chat_frame;
+        for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
+            RulerSample s = make_ruler_sample(spec, i, tok);
+            Item it{std::move(s.ids), -1, s.description, {}};
+            it.targets.assign(it.ids.size(), -100);
+            for (int64_t t = s.first_scored_input(); t < s.first_scored_input() + s.answer_length; ++t)
+                it.targets[size_t(t)] = it.ids[size_t(t + 1)];
+            items.push_back(std::move(it));
+        }
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
         TextWindows w = make_text_windows(cfg.data.files, tok, cfg.data.seq_length, cfg.data.num_samples);
@@ -81,7 +100,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         int64_t i = 0;
         for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++), {}});
     } else {
-        throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle, repeat or text"));
+        throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle, repeat, ",
+                        "niah_single, niah_multikey, niah_multivalue, vt, cwe or text"));
     }
     for (const auto& it : items)
         if (int64_t(it.ids.size()) > mc.max_position_embeddings * 64)
@@ -109,6 +129,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
 
     int64_t done_units = 0;
+    std::vector<FidelityStep> fidelity_steps;
     double loss_tokens = 0, loss_total = 0;
     int64_t correct = 0;
     const double t_start = now_s();
@@ -136,6 +157,11 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         HeadResult res;
         DriverCallbacks dcb;
         dcb.cancel = cb.cancel;
+        std::unique_ptr<FidelityAttention> fid;
+        if (cfg.fidelity) {
+            fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
+            dcb.attention = fid.get();
+        }
         const std::string what = it.description;
         dcb.progress = [&](int64_t d, int64_t) {
             if (cb.progress) cb.progress(done_units + d, total_units, what);
@@ -169,6 +195,11 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         sum.kv_bytes = cache.buffer_bytes();
         sum.kv_bits_per_element = cache.bits_per_element();
         sum.tokens += T;
+        if (fid) {
+            std::vector<FidelityStep> st = fid->take_steps();
+            if (cb.on_fidelity) cb.on_fidelity(int64_t(i), st);
+            fidelity_steps.insert(fidelity_steps.end(), st.begin(), st.end());
+        }
         if (cb.on_sample) cb.on_sample(r);
     }
     sum.seconds = now_s() - t_start;
@@ -177,13 +208,22 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     for (const auto& s : sum.samples) ml += s.loss;
     sum.mean_loss = sum.samples.empty() ? 0 : ml / double(sum.samples.size());
     const bool copy_task = cfg.data.name == "repeat";
-    if (head == HeadKind::NEXT_TOKEN && !copy_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
+    const bool answer_task = is_ruler_task(cfg.data.name);  // accuracy = exact answers
+    if (head == HeadKind::NEXT_TOKEN && !copy_task && !answer_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
     else sum.accuracy = items.empty() ? 0 : double(correct) / double(items.size());
-    if (copy_task && !sum.samples.empty()) {
+    if ((copy_task || answer_task) && !sum.samples.empty()) {
         sum.copy_token_accuracy = sum.copy_prefix = 0;
         for (const auto& s : sum.samples) {
             sum.copy_token_accuracy += s.copy_token_accuracy / double(sum.samples.size());
             sum.copy_prefix += s.copy_prefix / double(sum.samples.size());
+        }
+    }
+    if (cfg.fidelity && !fidelity_steps.empty()) {
+        sum.fidelity_layers = summarize_fidelity(fidelity_steps);
+        sum.fidelity_attn_rel_error = sum.fidelity_kept_mass = 0;
+        for (const FidelityStep& f : fidelity_steps) {
+            sum.fidelity_attn_rel_error += f.attn_rel_error / double(fidelity_steps.size());
+            sum.fidelity_kept_mass += f.kept_mass / double(fidelity_steps.size());
         }
     }
     sum.memory = tracker.all_stats();

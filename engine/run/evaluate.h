@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/driver/fidelity.h"
 #include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
@@ -35,6 +36,7 @@ struct EvalSummary {
     double accuracy = -1;     // classification tasks; -1 otherwise
     double perplexity = -1;   // text; -1 otherwise
     // repeat: accuracy is the fraction of samples copied exactly; these are means over samples
+    // (RULER tasks: accuracy = exact answers, copy_token_accuracy = answer tokens right)
     double copy_token_accuracy = -1, copy_prefix = -1;
     int64_t tokens = 0;         // tokens fed through the model (all samples)
     int64_t scored_tokens = 0;  // of those, positions whose loss counts (targets, or 1 per sample for a class head)
@@ -45,6 +47,10 @@ struct EvalSummary {
     int64_t chunks_per_sample = 0;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
+    // --fidelity: per-layer means over every (sample, chunk), and the means over all steps
+    // (-1 without fidelity).
+    std::vector<FidelityLayerSummary> fidelity_layers;
+    double fidelity_attn_rel_error = -1, fidelity_kept_mass = -1;
 };
 
 struct EvalCallbacks {
@@ -52,7 +58,12 @@ struct EvalCallbacks {
     std::function<void(int64_t done, int64_t total, const std::string& what)> progress;
     std::function<void(const EvalSampleResult&)> on_sample;
     LayerStepHook on_layer_step;  // per (layer, chunk): plans, positions, weights
+    // --fidelity: each sample's (layer, chunk) steps, after the sample ran.
+    std::function<void(int64_t sample, const std::vector<FidelityStep>&)> on_fidelity;
     const std::atomic<bool>* cancel = nullptr;
+    // RULER tasks: the model's chat template around a user message (engine/generate's
+    // chat_prompt; generate sits above run). Unset: prompts end with "Answer:".
+    std::function<std::string(const std::string& user)> chat_frame;
 };
 
 // Runs the evaluation; memory is tracked by the calling thread's current MemoryTracker.

@@ -143,7 +143,9 @@ std::vector<OptionDef> build_options() {
     o.push_back(bool_opt("model.verify", "model", "check the model file's SHA-256 against FILE.sha256 before loading",
                          [](RunConfig& c) -> bool& { return c.model_verify; }));
     // ---- data
-    o.push_back(str_opt("data", "data", "data source", {"passkey", "recall", "needle", "repeat", "text", "longbench", "helmet"},
+    o.push_back(str_opt("data", "data", "data source (niah_*, vt, cwe: RULER-style tasks scored by exact match)",
+                        {"passkey", "recall", "needle", "repeat", "niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe", "text",
+                         "longbench", "helmet"},
                         [](RunConfig& c) -> std::string& { return c.data.name; }));
     o.push_back(int_opt("data.seq_length", "data", "tokens per sample / text window", 8, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.seq_length; }));
@@ -165,6 +167,8 @@ std::vector<OptionDef> build_options() {
     }
     o.push_back(int_opt("data.num_keys", "data", "recall: key-value pairs in the context", 2, 100000,
                         [](RunConfig& c) -> int64_t& { return c.data.num_keys; }));
+    o.push_back(int_opt("data.ruler_keys", "data", "RULER: keys (niah_multikey), values (niah_multivalue), chain length (vt), common words (cwe)",
+                        1, 30, [](RunConfig& c) -> int64_t& { return c.data.ruler_keys; }));
     o.push_back(int_opt("data.repeat_length", "data", "repeat: tokens of the passage that is copied", 5, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.repeat_length; }));
     o.push_back(int_opt("data.repeat_distance", "data", "repeat: filler tokens between the two copies (-1: the rest of seq_length)", -1, BIG,
@@ -222,6 +226,10 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
     o.push_back(bool_opt("kv_cache.cpu_offload", "cache", "park each layer's buffers in host memory between uses",
                          [](RunConfig& c) -> bool& { return c.kv_cache.cpu_offload; }));
+    o.push_back(bool_opt("fidelity", "cache",
+                         "eval: also attend over the full context per layer and chunk (an uncompressed K/V shadow) and record "
+                         "the policy's attention error and the attention mass on the tokens it kept",
+                         [](RunConfig& c) -> bool& { return c.fidelity; }));
     // ---- gradient
     o.push_back(int_opt("grad.layers_per_cell", "gradient", "layers per row of cells", 1, 4096,
                         [](RunConfig& c) -> int64_t& { return c.grad.layers_per_cell; }));
@@ -431,6 +439,8 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         p.push_back(str("--data.path is required for --data ", c.data.name, " (the dataset JSON file)"));
     if (c.data.name == "text" && c.data.files.empty()) p.push_back("--data.files is required for --data text");
     if (c.mode == "generate" && c.generate.prompt.empty()) p.push_back("--prompt is required for generate");
+    if (c.fidelity && c.mode != "eval_long" && c.mode != "infer")
+        p.push_back(str("--fidelity: mode '", c.mode, "' does not support it; expected mode eval_long or infer"));
     if (c.train.global_batch_size % c.train.micro_batch_size != 0)
         p.push_back(str("--train.global_batch_size: ", c.train.global_batch_size, " is not a multiple of the micro batch size ",
                         c.train.micro_batch_size));

@@ -13,12 +13,13 @@
 namespace kv {
 
 struct DataConfig {
-    std::string name = "passkey";   // passkey | recall | needle | repeat | text | longbench | helmet
+    std::string name = "passkey";   // passkey | recall | needle | repeat | RULER (engine/data/ruler.h) | text | longbench | helmet
     int64_t seq_length = 2048;      // tokens per sample (synthetic tasks, text windows)
     int64_t num_samples = 4;        // samples (or text windows) to evaluate
     uint64_t seed = 1234;
     std::vector<double> depths;     // needle: insertion depths in [0, 1] (empty: 0.5)
     int64_t num_keys = 16;          // recall: key-value pairs in the context
+    int64_t ruler_keys = 4;         // RULER: keys (multikey), values (multivalue), chain length (vt), common words (cwe)
     int64_t repeat_length = 64;     // repeat: tokens of the passage (each copy)
     int64_t repeat_distance = -1;   // repeat: filler tokens between the copies (-1: the rest of seq_length)
     std::vector<std::string> files; // text: input files
@@ -106,6 +107,7 @@ struct RunConfig {
     int64_t threads = 0;
     std::string device = "cpu";
     std::string memory_budget;       // e.g. 8GiB ("" = none)
+    bool fidelity = false;           // eval: per-(layer, chunk) fidelity against full attention (engine/driver/fidelity.h)
     DataConfig data;
     KVCacheConfig kv_cache;
     DriverConfig driver;

@@ -1,0 +1,91 @@
+// `kvlab bench fidelity` and `kvlab bench sweep`: the research loop's cost ratios (bench/research_bench.h).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "bench_commands.h"
+#include "bench/ceilings.h"
+#include "bench/research_bench.h"
+#include "engine/core/error.h"
+#include "progress.h"
+
+namespace kv::cli {
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    size_t p = 0;
+    while (p <= s.size()) {
+        size_t q = s.find(',', p);
+        if (q == std::string::npos) q = s.size();
+        if (q > p) out.push_back(s.substr(p, q - p));
+        p = q + 1;
+    }
+    return out;
+}
+
+bench::ResearchBenchOptions research_options(const Args& args) {
+    bench::ResearchBenchOptions opt;
+    // The model options' default (qwen2.5-0.5b) is the other benches'; these default to the
+    // model the demo and docs/RESULTS.md use.
+    if (args.positional().size() > 1) opt.model = args.positional()[1];
+    opt.model = args.str("model", opt.model);
+    opt.data = args.str("data", opt.data);
+    if (opt.data != "repeat" && opt.data != "passkey" && opt.data != "recall" && opt.data != "needle")
+        throw UsageError("--data: '" + opt.data + "' needs no file to bench; expected repeat, passkey, recall or needle");
+    opt.seq_length = args.integer("tokens", opt.seq_length, 16, 1 << 20);
+    opt.num_samples = args.integer("samples", opt.num_samples, 1, 1000);
+    opt.chunk = args.integer("chunk", opt.chunk, 1, 1 << 20);
+    opt.repeats = int(args.integer("repeats", opt.repeats, 1, 100));
+    opt.dir = args.str("dir", opt.dir);
+    if (args.has("cache")) opt.caches = split_commas(args.str("cache"));
+    if (args.has("cache_length")) {
+        opt.cache_lengths.clear();
+        for (const std::string& s : split_commas(args.str("cache_length"))) {
+            char* end = nullptr;
+            const long long v = std::strtoll(s.c_str(), &end, 10);
+            if (!end || *end || v < opt.chunk)
+                throw UsageError("--cache_length: '" + s + "' is not a cache length; expected integers >= --chunk (" +
+                                 std::to_string(opt.chunk) + "), comma-separated");
+            opt.cache_lengths.push_back(v);
+        }
+    }
+    if (opt.caches.empty() || opt.cache_lengths.empty()) throw UsageError("--cache / --cache_length: expected at least one value");
+    return opt;
+}
+
+int print_rows(const std::vector<bench::ResearchBenchRow>& rows, const bench::ResearchBenchOptions& opt) {
+    std::printf("%s\n", bench::machine_line().c_str());
+    std::printf("model %s, best of %d\n", opt.model.c_str(), opt.repeats);
+    std::printf("%-64s %10s %10s %8s %7s\n", "measurement", "with s", "without s", "ratio", "target");
+    for (const auto& r : rows)
+        std::printf("%-64s %10.2f %10.2f %7.3fx <=%4.2fx%s\n", r.name.c_str(), r.with, r.without, r.ratio(), r.target,
+                    r.pass() ? "" : "  << above target");
+    return 0;
+}
+
+}  // namespace
+
+int bench_fidelity(const Args& args) {
+    const bench::ResearchBenchOptions opt = research_options(args);
+    Progress progress("bench fidelity");
+    auto rows = bench::run_fidelity_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    progress.finish();
+    std::printf("--fidelity true (full attention over a K/V shadow per layer and chunk) vs the same eval_long run without\n");
+    return print_rows(rows, opt);
+}
+
+int bench_sweep(const Args& args) {
+    bench::ResearchBenchOptions opt = research_options(args);
+    if (!args.has("cache")) opt.caches = {"h2o-default", "lastrec-default"};
+    opt.kvlab = std::filesystem::read_symlink("/proc/self/exe").string();
+    Progress progress("bench sweep");
+    auto rows = bench::run_sweep_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    progress.finish();
+    std::printf("kvlab sweep (one process, one session) vs the same cells as single kvlab eval_long processes\n");
+    return print_rows(rows, opt);
+}
+
+}  // namespace kv::cli

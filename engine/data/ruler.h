@@ -1,0 +1,56 @@
+// RULER-style synthetic tasks (Hsieh et al. 2024), generated locally from a seed (no
+// downloads), each scored by exact match of the generated answer:
+//   niah_single      one "special magic number" for a key hidden in filler; asked for it
+//   niah_multikey    several keys with numbers; asked for one key's number
+//   niah_multivalue  one key with several numbers scattered in the filler; asked for all of them
+//   vt               variable tracking: VAR X = n, then chains VAR Y = VAR X; asked which
+//                    variables hold n (answer in order of assignment)
+//   cwe              common words extraction: a list of words where a few occur far more often;
+//                    asked for the most common ones (in order of first appearance)
+// The prompt is wrapped in the model's chat template when the caller gives one and the
+// tokenizer has it (ChatML, Llama 3), else ends with "Answer:"; either way the answer's first
+// words follow (RULER's answer prefix, e.g. "The special magic number for walnut mentioned in
+// the provided text is"). The sample ends with the answer's tokens, so one
+// teacher-forced pass scores a greedy continuation: it reproduces the answer exactly iff the
+// argmax at every answer position is the answer's token (the repeat task's argument).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace kv {
+
+// The task names, in display order (the --data choices that are RULER tasks).
+const std::vector<std::string>& ruler_task_names();
+bool is_ruler_task(const std::string& name);
+
+struct RulerSpec {
+    std::string task = "niah_single";
+    int64_t seq_length = 2048;  // total tokens including the answer
+    uint64_t seed = 1234;
+    int64_t num_keys = 4;       // niah_multikey: keys in the context; niah_multivalue: values; vt: chain length; cwe: common words
+    // The model's chat template around a user message (engine/generate's chat_prompt, passed
+    // down by the caller: data sits below generate). Empty, or throwing kv::Error for a
+    // tokenizer without one: the plain frame ending in "Answer:".
+    std::function<std::string(const std::string& user)> chat;
+};
+
+struct RulerSample {
+    std::vector<int32_t> ids;        // prompt then answer tokens
+    int64_t answer_start = 0;        // position of the answer's first token
+    int64_t answer_length = 0;       // tokens of the answer (the last ones of ids)
+    std::string answer;              // the answer text
+    std::string description;         // e.g. "niah_single key 'walnut' at depth 0.37"
+    // Positions t whose next token ids[t + 1] is scored: answer_start - 1 .. answer_start + answer_length - 2.
+    int64_t first_scored_input() const { return answer_start - 1; }
+};
+
+// Throws kv::Error naming --data.seq_length when the task does not fit, or --data for an
+// unknown task. Deterministic per (spec, index).
+RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokenizer& tok);
+
+}  // namespace kv

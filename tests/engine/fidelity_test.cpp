@@ -1,0 +1,208 @@
+// Fidelity against the dense cache (engine/driver/fidelity.h): with the dense cache, or a cache
+// that holds the whole sequence, the attention error is 0 and the kept mass 1 exactly; with an
+// evicting policy every (layer, chunk) number equals an f64 recomputation from the replay log
+// (which positions each row held) and the K/V that went in.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "engine/driver/fidelity.h"
+#include "engine/driver/long_context.h"
+#include "engine/kv/replay_log.h"
+#include "engine/model/presets.h"
+#include "engine/model/transformer.h"
+#include "engine/run/evaluate.h"
+#include "tests/support/test_support.h"
+
+namespace kv::test {
+namespace {
+
+std::vector<FidelityStep> run_model(const std::string& name, int64_t L, int64_t T, int64_t chunk) {
+    const ModelConfig cfg = preset_config("tiny");
+    Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
+    KVCacheConfig kc;
+    kc.name = name;
+    kc.cache_length = L;
+    kc.max_chunk_size = chunk;
+    KVCache cache(kc, cfg, Device{}, DType::F32, T);
+    FidelityAttention fid(cache, cfg, 1, T, Device{}, DType::F32);
+    std::mt19937_64 rng(11);
+    std::vector<int32_t> v((size_t)T);
+    for (auto& x : v) x = int32_t(rng() % 256);
+    Tensor ids = Tensor::from_i32({1, T}, v);
+    // Chunks of `chunk` from position 0 (plan_chunks would prefill a cache of L >= T in one
+    // chunk, which leaves nothing but the prefill to compare).
+    ChunkPlan plan;
+    for (int64_t p = 0; p < T; p += chunk) {
+        plan.starts.push_back(p);
+        plan.chunks.push_back(std::min(chunk, T - p));
+    }
+    plan.cells = group_cells(plan.chunks, 1 << 30);
+    HeadSpec hs;
+    hs.kind = HeadKind::NEXT_TOKEN;
+    hs.B = 1;
+    hs.T = T;
+    hs.token_targets.assign(size_t(T), -100);
+    HeadResult res;
+    DriverCallbacks cb;
+    cb.attention = &fid;
+    long_context_forward(model, cache, ids, plan, hs, res, cb);
+    EXPECT_EQ(int64_t(fid.steps().size()), int64_t(plan.chunks.size()) * cfg.num_layers);
+    EXPECT_GT(plan.chunks.size(), 4u);
+    return fid.steps();
+}
+
+TEST(Fidelity, DenseCacheIsExact) {
+    const auto steps = run_model("dense-default", 0, 96, 16);
+    ASSERT_FALSE(steps.empty());
+    for (const FidelityStep& s : steps) {
+        EXPECT_EQ(s.attn_rel_error, 0.0) << "layer " << s.layer << " chunk " << s.chunk;
+        EXPECT_EQ(s.kept_mass, 1.0) << "layer " << s.layer << " chunk " << s.chunk;
+    }
+}
+
+TEST(Fidelity, CacheHoldingTheSequenceIsExact) {
+    for (const std::string name : {"h2o-default", "lastrec-default"}) {
+        const auto steps = run_model(name, 128, 96, 16);
+        ASSERT_FALSE(steps.empty());
+        for (const FidelityStep& s : steps) {
+            EXPECT_EQ(s.attn_rel_error, 0.0) << name << " layer " << s.layer << " chunk " << s.chunk;
+            EXPECT_EQ(s.kept_mass, 1.0) << name << " layer " << s.layer << " chunk " << s.chunk;
+        }
+    }
+}
+
+TEST(Fidelity, EvictingCacheLosesSomething) {
+    // A cache of 32 slots on 96 tokens must drop attention mass in some step (a property, not a
+    // number: the f64 test below checks the values).
+    const auto steps = run_model("lastrec-default", 32, 96, 16);
+    double min_mass = 1, max_err = 0;
+    for (const FidelityStep& s : steps) min_mass = std::min(min_mass, s.kept_mass), max_err = std::max(max_err, s.attn_rel_error);
+    EXPECT_LT(min_mass, 1.0);
+    EXPECT_GT(max_err, 0.0);
+}
+
+// f64 attention of one query row over the positions in `keep` (all positions <= p when empty).
+struct RefAttention {
+    const std::vector<double>& k;  // (B, G, T, D)
+    const std::vector<double>& v;
+    int64_t G, T, D;
+    void row(const double* q, int64_t b, int64_t g, int64_t p, const std::vector<char>* keep, double scale, double* y, double* w) const {
+        std::vector<double> s((size_t)(p + 1), -INFINITY);
+        double m = -INFINITY;
+        for (int64_t t = 0; t <= p; ++t) {
+            if (keep && !(*keep)[size_t(t)]) continue;
+            double d = 0;
+            for (int64_t i = 0; i < D; ++i) d += q[i] * k[size_t(((b * G + g) * T + t) * D + i)];
+            s[size_t(t)] = d * scale;
+            m = std::max(m, s[size_t(t)]);
+        }
+        double z = 0;
+        for (int64_t t = 0; t <= p; ++t) z += std::isinf(s[size_t(t)]) ? 0.0 : std::exp(s[size_t(t)] - m);
+        for (int64_t i = 0; i < D; ++i) y[i] = 0;
+        for (int64_t t = 0; t <= p; ++t) {
+            const double a = std::isinf(s[size_t(t)]) ? 0.0 : std::exp(s[size_t(t)] - m) / z;
+            if (w) w[t] = a;
+            for (int64_t i = 0; i < D; ++i) y[i] += a * v[size_t(((b * G + g) * T + t) * D + i)];
+        }
+    }
+};
+
+TEST(Fidelity, EqualsF64RecomputationFromReplayLog) {
+    const int64_t B = 2, G = 2, NH = 4, D = 16, L = 24, T = 72, n = 8;
+    for (const std::string name : {"h2o-default", "lastrec-default", "tova-default"}) {
+        SCOPED_TRACE(name);
+        ModelConfig mc;
+        mc.vocab_size = 16;
+        mc.hidden_size = NH * D;
+        mc.intermediate_size = 8;
+        mc.num_layers = 1;
+        mc.num_heads = NH;
+        mc.num_kv_heads = G;
+        mc.head_dim = D;
+        mc.max_position_embeddings = 4096;
+        KVCacheConfig kc;
+        kc.name = name;
+        kc.cache_length = L;
+        kc.max_chunk_size = n;
+        KVCache cache(kc, mc, Device{}, DType::F32, 0);
+        cache.set_replay_logging(true);
+        FidelityAttention fid(cache, mc, B, T, Device{}, DType::F32);
+        std::mt19937_64 rng(7);
+        std::vector<double> K((size_t)(B * G * T * D)), V(K.size());
+        std::vector<std::vector<double>> Q;
+        const double scale = 1.0 / std::sqrt(double(D));
+        for (int64_t p0 = 0; p0 < T; p0 += n) {
+            Tensor q = random_tensor({B, NH, n, D}, DType::F32, rng, -2.0, 2.0);
+            Tensor k = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+            Tensor v = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+            const auto kv_ = k.to_f64_vector(), vv = v.to_f64_vector();
+            for (int64_t r = 0; r < B * G; ++r)
+                for (int64_t t = 0; t < n; ++t)
+                    for (int64_t i = 0; i < D; ++i) {
+                        K[size_t((r * T + p0 + t) * D + i)] = kv_[size_t((r * n + t) * D + i)];
+                        V[size_t((r * T + p0 + t) * D + i)] = vv[size_t((r * n + t) * D + i)];
+                    }
+            Q.push_back(q.to_f64_vector());
+            Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
+            fid.attend(0, q, k, v, p0, float(scale), y);
+        }
+        const auto& plans = cache.layer(0).replay_log().plans();
+        const auto& steps = fid.steps();
+        ASSERT_EQ(steps.size(), plans.size());
+        RefAttention ref{K, V, G, T, D};
+        bool evicted = false;
+        for (size_t c = 0; c < steps.size(); ++c) {
+            const int64_t p0 = int64_t(c) * n, end = p0 + n;
+            int64_t rows = 1;
+            const std::vector<int32_t> slots = replay_positions(plans, c + 1, L, &rows);
+            double num = 0, den = 0, mass = 0;
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < NH; ++h) {
+                    const int64_t g = h / (NH / G), r = rows == 1 ? 0 : b * G + g;
+                    std::vector<char> keep((size_t)end, 0);
+                    for (int64_t s = 0; s < L; ++s)
+                        if (int32_t p = slots[size_t(r * L + s)]; p >= 0 && p < end) keep[size_t(p)] = 1;
+                    for (int64_t t = 0; t < end; ++t) evicted = evicted || !keep[size_t(t)];
+                    for (int64_t i = 0; i < n; ++i) {
+                        const double* q = &Q[c][size_t(((b * NH + h) * n + i) * D)];
+                        std::vector<double> yf((size_t)D), yp((size_t)D), w((size_t)end, 0.0);
+                        ref.row(q, b, g, p0 + i, nullptr, scale, yf.data(), w.data());
+                        ref.row(q, b, g, p0 + i, &keep, scale, yp.data(), nullptr);
+                        for (int64_t d = 0; d < D; ++d) num += (yp[size_t(d)] - yf[size_t(d)]) * (yp[size_t(d)] - yf[size_t(d)]), den += yf[size_t(d)] * yf[size_t(d)];
+                        for (int64_t t = 0; t < end; ++t) mass += keep[size_t(t)] ? w[size_t(t)] : 0.0;
+                    }
+                }
+            const double err_ref = std::sqrt(num / den), mass_ref = mass / double(B * NH * n);
+            EXPECT_EQ(steps[c].chunk, int64_t(c));
+            EXPECT_EQ(steps[c].input_pos, p0);
+            // f32 attention in the engine against f64 here.
+            EXPECT_NEAR(steps[c].attn_rel_error, err_ref, 1e-5 + 1e-4 * err_ref) << "chunk " << c;
+            EXPECT_NEAR(steps[c].kept_mass, mass_ref, 2e-6) << "chunk " << c;
+        }
+        EXPECT_TRUE(evicted) << "the case must evict to test anything";
+    }
+}
+
+TEST(Fidelity, ShadowOutsideItsSizeIsRefused) {
+    ModelConfig mc = preset_config("tiny");
+    KVCacheConfig kc;
+    kc.name = "dense-default";
+    KVCache cache(kc, mc, Device{}, DType::F32, 64);
+    FidelityAttention fid(cache, mc, 1, 8, Device{}, DType::F32);
+    std::mt19937_64 rng(1);
+    Tensor q = random_tensor({1, mc.num_heads, 16, mc.head_dim}, DType::F32, rng);
+    Tensor k = random_tensor({1, mc.num_kv_heads, 16, mc.head_dim}, DType::F32, rng);
+    Tensor y = Tensor::empty(q.shape(), DType::F32);
+    try {
+        fid.attend(0, q, k, k, 0, 0.125f, y);
+        FAIL() << "a chunk past the shadow must be refused";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("outside the shadow sized for"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace kv::test

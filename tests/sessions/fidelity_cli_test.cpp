@@ -1,0 +1,111 @@
+// `--fidelity true` end to end: a sweep (dense + lastrec) records fidelity per (layer, chunk)
+// as session metrics; the dense run's are 0 error and 1 kept mass exactly, every layer has one
+// value per chunk, the run summary's means are the means of the stored values, and the sweep
+// table can rank by them.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "storage/session_reader.h"
+
+namespace kv {
+namespace {
+
+const std::string kExe = std::string(KVLAB_BINARY_DIR) + "/bin/kvlab";
+
+TEST(FidelityCli, SweepRecordsPerLayerPerChunkFidelity) {
+    ASSERT_TRUE(std::filesystem::exists(kExe)) << kExe;
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kvlab-fidelity-cli-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string session = (dir / "f.kvlab").string(), out = (dir / "table.csv").string();
+    const std::string cmd = kExe + " sweep tiny --data passkey --data.seq_length 256 --data.num_samples 1 --kv_cache.name lastrec" +
+                            " --kv_cache.cache_length 64 --kv_cache.chunk_size 16 --fidelity true --metric fidelity_kept_mass" +
+                            " --format csv --figure none --session " + session + " >" + out + " 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+    storage::SessionReader rd(session);
+    const auto runs = rd.runs();
+    ASSERT_EQ(runs.size(), 2u);
+    std::map<std::string, double> kept_mean;
+    for (const auto& r : runs) {
+        SCOPED_TRACE(r.name);
+        const nlohmann::json s = nlohmann::json::parse(r.summary);
+        ASSERT_TRUE(s.contains("fidelity_kept_mass")) << r.summary;
+        const bool dense = r.name.rfind("dense", 0) == 0;
+        // The chunk plan: lastrec prefills its 64 slots, then 16-token chunks (13 chunks);
+        // dense prefills the whole 256 in one.
+        const int64_t chunks = dense ? 1 : 1 + (256 - 64) / 16;
+        EXPECT_EQ(s["chunks_per_sample"].get<int64_t>(), chunks);
+        int layers = 0;
+        double sum_mass = 0, sum_err = 0, n = 0, min_mass = 1;
+        for (int l = 0;; ++l) {
+            const auto mass = rd.metrics(r.id, "fidelity.kept_mass.layer" + std::to_string(l));
+            const auto err = rd.metrics(r.id, "fidelity.attn_rel_error.layer" + std::to_string(l));
+            if (mass.empty()) break;
+            ++layers;
+            ASSERT_EQ(int64_t(mass.size()), chunks) << "layer " << l;
+            ASSERT_EQ(int64_t(err.size()), chunks) << "layer " << l;
+            std::vector<bool> seen(size_t(chunks), false);
+            for (size_t i = 0; i < mass.size(); ++i) {
+                ASSERT_GE(mass[i].step, 0);
+                ASSERT_LT(mass[i].step, chunks);
+                seen[size_t(mass[i].step)] = true;
+                if (dense) {
+                    EXPECT_EQ(mass[i].value, 1.0);
+                    EXPECT_EQ(err[i].value, 0.0);
+                }
+                EXPECT_GE(err[i].value, 0.0);
+                EXPECT_LE(mass[i].value, 1.0 + 1e-12);
+                sum_mass += mass[i].value;
+                sum_err += err[i].value;
+                min_mass = std::min(min_mass, mass[i].value);
+                n += 1;
+            }
+            for (int64_t c = 0; c < chunks; ++c) EXPECT_TRUE(seen[size_t(c)]) << "layer " << l << " has no chunk " << c;
+        }
+        EXPECT_GE(layers, 1);
+        ASSERT_TRUE(s.contains("fidelity_layers") && s["fidelity_layers"].size() == size_t(layers)) << r.summary;
+        EXPECT_NEAR(s["fidelity_kept_mass"].get<double>(), sum_mass / n, 1e-12);
+        EXPECT_NEAR(s["fidelity_attn_rel_error"].get<double>(), sum_err / n, 1e-12);
+        if (!dense) {
+            EXPECT_LT(min_mass, 1.0) << "64 of 256 tokens kept must lose attention mass somewhere";
+        }
+        kept_mean[dense ? "dense" : "lastrec"] = s["fidelity_kept_mass"].get<double>();
+    }
+
+    // The table ranks by the same numbers.
+    std::ifstream in(out);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string table = ss.str();
+    EXPECT_NE(table.find("fidelity_kept_mass"), std::string::npos) << table;
+    std::istringstream lines(table);
+    std::string line;
+    int rows = 0;
+    while (std::getline(lines, line)) {
+        if (line.rfind("dense", 0) == 0 || line.rfind("lastrec", 0) == 0) {
+            ++rows;
+            const double want = kept_mean[line.rfind("dense", 0) == 0 ? "dense" : "lastrec"];
+            bool found = false;
+            std::istringstream f(line);
+            std::string cell;
+            while (std::getline(f, cell, ','))
+                if (!cell.empty() && (std::isdigit((unsigned char)cell[0]) || cell[0] == '-'))
+                    found = found || std::abs(std::strtod(cell.c_str(), nullptr) - want) <= 1e-5 * std::max(1.0, std::abs(want));
+            EXPECT_TRUE(found) << "row '" << line << "' lacks its run's mean " << want;
+        }
+    }
+    EXPECT_EQ(rows, 2) << table;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace kv
