@@ -97,8 +97,10 @@ struct TextCodec {
     std::function<std::vector<int32_t>(const std::string&)> encode;
 };
 
-// Build the policy named by cfg.policy() for a layer with cache length L and G KV heads.
-std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t groups, const TextCodec* text = nullptr);
+// Build the policy named by cfg.policy() (looked up in policy_registry()) for layer `layer`
+// with cache length L and G KV heads.
+std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t groups, const TextCodec* text = nullptr,
+                                      int64_t layer = 0);
 
 // "The chunk straddles the point where the cache becomes full" and similar: one message.
 [[noreturn]] void throw_chunk_error(const char* policy, int64_t n, int64_t allowed, int64_t T, int64_t L, const char* why);

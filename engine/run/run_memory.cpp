@@ -38,7 +38,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     for (uint64_t l = 0; l < nl; ++l) {
         int64_t L = int64_t(T);
         if (cfg.kv_cache.layer_cache_lengths.empty() || l < cfg.kv_cache.layer_cache_lengths.size())
-            L = cfg.kv_cache.length_for_layer(int64_t(l), int64_t(T));
+            L = cfg.kv_cache.length_for_layer(int64_t(l), int64_t(T), int64_t(nl));
         slots = checked_add(slots, uint64_t(std::max<int64_t>(L, 0)), "the KV cache size");
     }
     const std::string kv_cause = cfg.kv_cache.cache_length > 0 ? str("cache_length ", cfg.kv_cache.cache_length) : t_cause;
