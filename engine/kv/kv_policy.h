@@ -32,6 +32,8 @@ struct InsertFeatures {
     std::vector<float> value_norm;
     std::vector<float> key_norm;
     std::vector<float> quant_error;  // |k - deq(q(k))| + |v - deq(q(v))|
+    std::vector<float> keys;         // (B, G, n, D) the new keys themselves (rkv: redundancy)
+    int64_t head_dim = 0;            // D, set with keys
 };
 
 // =========================================================================================
@@ -49,6 +51,7 @@ class KVPolicy {
     virtual bool needs_value_norm() const { return false; }
     virtual bool needs_key_norm() const { return false; }
     virtual bool needs_quant_error() const { return false; }
+    virtual bool needs_key_vectors() const { return false; }
 
     // ---- planning ----------------------------------------------------------------------
     // The token ids of the coming chunk (B, n) row-major, before prefill()/prepare(); only

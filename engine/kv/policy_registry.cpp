@@ -19,7 +19,8 @@ namespace kv {
     X(tova)                \
     X(snapkv)              \
     X(knorm)               \
-    X(random)
+    X(random)              \
+    X(rkv)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
 KV_POLICY_FILES(KV_DECLARE_POLICY_FILE)

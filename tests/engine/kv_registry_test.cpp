@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -423,11 +424,13 @@ std::vector<double> snapkv_reference(const LayerHarness& h, const Tensor& q, int
     return out;
 }
 
-TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
-    // A hand-sized layer: L 12, window 3 of each chunk's queries, pooling width 3.
-    LayerHarness h("pyramidkv-default", 12, seed_for("pyramidkv formula"));
-    h.cfg.snapkv_window = 3;
-    h.cfg.snapkv_kernel = 3;
+// Runs a hand-sized 12-slot layer of `name` (configured by `setup`) through chunks; after each
+// chunk the policy's scores must equal `ref` (f64) and the next chunk's slots must be the
+// lowest scores, ties by the lower slot.
+void check_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
+                             const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of) {
+    LayerHarness h(name, 12, seed_for(name + " formula"));
+    setup(h.cfg);
     h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0);
     h.cache->set_replay_logging(true);
     h.step(12);
@@ -440,7 +443,7 @@ TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
             for (int64_t r = 0; r < h.B * h.G; ++r)
                 for (int64_t t = 0; t < n; ++t) ASSERT_EQ(plan.targets[size_t(r * n + t)], expected[size_t(r * 12 + t)]) << "row " << r;
         }
-        const std::vector<double> ref = snapkv_reference(h, h.last_q[0], P, n, 3, 3);
+        const std::vector<double> ref = ref_of(h, P, n);
         const std::vector<float> got = h.layer().policy().slot_scores();
         ASSERT_EQ(got.size(), ref.size());
         expected.assign(ref.size(), 0);
@@ -454,6 +457,76 @@ TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
             std::copy(idx.begin(), idx.end(), expected.begin() + r * 12);
         }
     }
+}
+
+TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
+    // window 3 of each chunk's queries, pooling width 3
+    check_against_reference(
+        "pyramidkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3; },
+        [](const LayerHarness& h, int64_t P, int64_t n) { return snapkv_reference(h, h.last_q[0], P, n, 3, 3); });
+}
+
+// R-KV in f64 (docs/POLICIES.md#rkv): lambda * maxpool(mean window weight) - (1 - lambda) *
+// softmax(mean cosine similarity, the newest similar key exempt); the window's newest tokens
+// take the row's maximum.
+std::vector<double> rkv_reference(const LayerHarness& h, int64_t P, int64_t n, int64_t win, int64_t k, double lambda, double thr) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L;
+    const auto& pos = pol.token_positions();
+    const int64_t nq = std::min(win, n);
+    // summed window weights per slot, pooled by max over k neighbours (k odd): reuse the
+    // snapkv reference with width 1 for the raw sums
+    const std::vector<double> wsum = snapkv_reference(h, h.last_q[0], P, n, win, 1);
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    for (int64_t r = 0; r < h.B * h.G; ++r) {
+        std::vector<int64_t> order((size_t)T);
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return pos[size_t(r * L + a)] < pos[size_t(r * L + c)]; });
+        std::vector<double> imp((size_t)T), red((size_t)T);
+        for (int64_t i = 0; i < T; ++i) {
+            double m = -INFINITY;
+            for (int64_t o = std::max<int64_t>(0, i - k / 2); o <= std::min(T - 1, i + k / 2); ++o)
+                m = std::max(m, wsum[size_t(r * L + order[size_t(o)])] / double(nq));
+            imp[size_t(order[size_t(i)])] = m;
+        }
+        std::vector<std::vector<double>> u((size_t)T);
+        for (int64_t j = 0; j < T; ++j) {
+            const auto& key = h.history[size_t(r)].at(pos[size_t(r * L + j)]).first;
+            double nn = 0;
+            for (float x : key) nn += double(x) * double(x);
+            for (float x : key) u[size_t(j)].push_back(double(x) / (std::sqrt(nn) + 1e-8));
+        }
+        for (int64_t i = 0; i < T; ++i) {
+            double sum = 0, exempt = 0;
+            int32_t newest = -1;
+            for (int64_t j = 0; j < T; ++j) {
+                if (j == i) continue;
+                double c = 0;
+                for (int64_t d = 0; d < h.D; ++d) c += u[size_t(i)][size_t(d)] * u[size_t(j)][size_t(d)];
+                sum += c;
+                if (c > thr && pos[size_t(r * L + j)] > newest) newest = pos[size_t(r * L + j)], exempt = c;
+            }
+            red[size_t(i)] = (sum - exempt) / double(T);
+        }
+        double z = 0;
+        for (double x : red) z += std::exp(x);
+        double top = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) top = std::max(top, out[size_t(r * L + j)] = lambda * imp[size_t(j)] - (1 - lambda) * std::exp(red[size_t(j)]) / z);
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(r * L + j)] >= P + n - win) out[size_t(r * L + j)] = top;
+    }
+    return out;
+}
+
+TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
+    // window 3, pooling width 3, lambda 0.3, threshold 0.2 (random keys in 16 dimensions:
+    // some pairs are similar, so the exemption is exercised)
+    check_against_reference(
+        "rkv-default",
+        [](KVCacheConfig& c) {
+            c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
+        },
+        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); });
 }
 
 }  // namespace
