@@ -23,7 +23,7 @@ struct KVCacheConfig {
     // snapkv_window as the observation window).
     std::string layer_cache_rule;
 
-    // score-based policies (h2o family, tova, snapkv, knorm)
+    // score-based policies (h2o family, tova, snapkv, pyramidkv, knorm, random, rkv)
     int64_t grace_period = 0;          // most recent tokens kept in a ring, never evicted (< L)
     double keep_initial_fraction = 0.05;  // first chunk after a full prefill keeps this fraction
     int64_t max_chunk_size = 0;        // 0: full argsort; else top-k of this size (off if > L/2)

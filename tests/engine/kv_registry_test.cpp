@@ -4,7 +4,13 @@
 // exactly the bytes of the slots each layer keeps. The other registry loops: kv_invariants_test
 // (positions and contents), grad_fd_test PolicyGradient (FD gradients in f64), kv_scores_test
 // (top-k = argsort). Also: per-layer lengths (--kv_cache.layer_cache_lengths) and the formula
-// tests of random and pyramidkv against independent references.
+// tests of random, pyramidkv and rkv against independent references.
+//
+// Index
+//   [SECTION] the table
+//   [SECTION] the loop: every policy x {default, q8} on the tiny model
+//   [SECTION] per-layer lengths
+//   [SECTION] formula tests: random, pyramidkv (snapkv's scores), rkv
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -315,7 +321,7 @@ TEST(LayerCacheLengths, BadValuesGiveOneClearMessage) {
 }
 
 // =========================================================================================
-// [SECTION] formula tests: random, pyramidkv (snapkv's scores)
+// [SECTION] formula tests: random, pyramidkv (snapkv's scores), rkv
 // =========================================================================================
 
 // The documented draw (docs/POLICIES.md#random), written out independently of the policy.
