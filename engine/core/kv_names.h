@@ -1,18 +1,13 @@
-// The names of KV cache policies and buffers ("{policy}-{buffer}", keys_values' naming), in one
-// place for every layer that reads or validates them: engine/kv validates and builds caches,
-// storage splits recorded names into labels, the run form and compare dialog list them.
+// The names of KV cache buffers ("{policy}-{buffer}", keys_values' naming), in one place for
+// every layer that reads or validates them: engine/kv validates and builds caches, storage
+// splits recorded names into labels, the run form and compare dialog list them. Policy names
+// come from the policy registry (engine/kv/policy_registry.h: kv_policy_names()).
 #pragma once
 
 #include <string>
 #include <vector>
 
 namespace kv {
-
-inline const std::vector<std::string>& kv_policy_names() {
-    static const std::vector<std::string> v = {"dense", "lastrec", "smart-lastrec", "streaming", "h2o", "h2o-orig",
-                                               "h2o-vlen", "qh2o", "qh2o-vlen", "tova", "snapkv", "knorm"};
-    return v;
-}
 
 // Buffer names never contain '-', so a cache name splits at its last dash.
 inline const std::vector<std::string>& kv_buffer_names() {

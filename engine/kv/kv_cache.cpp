@@ -15,7 +15,7 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     int64_t max_L = 0;
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < model.num_layers; ++l) {
-        const int64_t L = cfg_.length_for_layer(l, seq_length);
+        const int64_t L = cfg_.length_for_layer(l, seq_length, model.num_layers);
         if (L < 1) throw Error("--kv_cache.cache_length is 0 and no sequence length is known; give a cache length");
         Ls.push_back(L);
         max_L = std::max(max_L, L);
@@ -23,7 +23,7 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     shared_ = make_buffer_shared(cfg_, max_L, model.num_kv_heads, model.head_dim, device, act_dtype);
     for (int64_t l = 0; l < model.num_layers; ++l) {
         BufferParams bp{l, Ls[size_t(l)], model.num_kv_heads, model.head_dim, device, act_dtype};
-        layers_.push_back(std::make_unique<LayerCache>(int(l), make_policy(cfg_, bp.L, bp.G, text), make_buffer(cfg_, bp, shared_)));
+        layers_.push_back(std::make_unique<LayerCache>(int(l), make_policy(cfg_, bp.L, bp.G, text, l), make_buffer(cfg_, bp, shared_)));
     }
 }
 

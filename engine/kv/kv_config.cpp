@@ -2,6 +2,8 @@
 #include "kv_config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 
 #include "engine/core/error.h"
 #include "kernels/common/quant_formats.h"
@@ -9,7 +11,16 @@
 namespace kv {
 
 bool policy_needs_attention_weights(const std::string& p) {
-    return p.rfind("h2o", 0) == 0 || p.rfind("qh2o", 0) == 0 || p == "tova" || p == "snapkv";
+    const PolicyInfo* info = find_policy(p);
+    return info && info->needs_attention_weights;
+}
+
+double KVCacheConfig::policy_option(const std::string& name) const {
+    auto it = policy_options.find(name);
+    if (it != policy_options.end()) return it->second;
+    const PolicyOption* o = find_policy_option(name);
+    if (!o) throw Error(str("KV cache: no policy declares the option '", name, "'"));
+    return o->def;
 }
 
 namespace {
@@ -51,9 +62,90 @@ std::string KVCacheConfig::buffer() const {
     return b;
 }
 
-int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length) const {
-    int64_t L = layer_cache_lengths.empty() ? cache_length : layer_cache_lengths[size_t(layer)];
+int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length, int64_t num_layers) const {
+    int64_t L = cache_length;
+    if (!layer_cache_lengths.empty()) {
+        L = layer_cache_lengths[size_t(layer)];
+    } else {
+        // An explicit rule always applies; a policy's default rule only around a given length.
+        const PolicyInfo* info = find_policy(policy());
+        const std::string rule = !layer_cache_rule.empty() ? layer_cache_rule
+                                 : info && cache_length > 0 ? info->default_layer_rule
+                                                            : std::string();
+        if (!rule.empty()) L = layer_lengths_from_rule(rule, cache_length, num_layers, snapkv_window)[size_t(layer)];
+    }
     return L > 0 ? L : seq_length;
+}
+
+namespace {
+const char* kLayerLengthsExpected =
+    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\" or \"pyramid:BETA\" (BETA >= 1)";
+
+int64_t parse_count(const std::string& text, const std::string& whole) {
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno == ERANGE || x < 1)
+        throw Error(str("--kv_cache.layer_cache_lengths: '", whole, "' is invalid ('", text, "'); ", kLayerLengthsExpected));
+    return x;
+}
+
+std::vector<std::string> split_on(const std::string& s, char sep) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+        if (c == sep) out.emplace_back();
+        else if (c != ' ') out.back() += c;
+    }
+    return out;
+}
+}  // namespace
+
+std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L, int64_t N, int64_t window) {
+    const std::vector<std::string> f = split_on(rule, ':');
+    std::vector<int64_t> out((size_t)std::max<int64_t>(N, 0));
+    if (f[0] == "linear" && f.size() == 3) {  // FIRST at layer 0 to LAST at layer N-1, rounded
+        const int64_t a = parse_count(f[1], rule), b = parse_count(f[2], rule);
+        for (int64_t l = 0; l < N; ++l)
+            out[size_t(l)] = N == 1 ? a : a + (2 * (b - a) * l + (N - 1) * (b >= a ? 1 : -1)) / (2 * (N - 1));
+        return out;
+    }
+    if (f[0] == "pyramid" && f.size() == 2) {
+        // PyramidKV (Cai et al. 2024; KVCache-Factory's PyramidKVCluster): every layer keeps the
+        // observation window w plus a budget from an arithmetic sequence over k = L - w: the
+        // top layer k / beta, the bottom 2k - k / beta (mean ~ k), steps rounded down.
+        const int64_t beta = parse_count(f[1], rule);
+        if (N == 1) return {L};  // one layer: nothing to distribute
+        if (window < 0 || L <= window)
+            throw Error(str("--kv_cache.layer_cache_lengths: '", rule, "' needs cache_length ", L,
+                            " larger than the observation window snapkv_window ", window));
+        const int64_t k = L - window, lo = std::max<int64_t>(1, k / beta), hi = 2 * k - lo;
+        const int64_t step = N > 1 ? (hi - lo) / (N - 1) : 0;
+        for (int64_t l = 0; l < N; ++l) out[size_t(l)] = N == 1 ? L : window + hi - l * step;
+        return out;
+    }
+    throw Error(str("--kv_cache.layer_cache_lengths: '", rule, "' is not a list or a known rule; ", kLayerLengthsExpected));
+}
+
+void set_layer_cache_lengths(KVCacheConfig& c, const std::string& text) {
+    c.layer_cache_lengths.clear();
+    c.layer_cache_rule.clear();
+    if (text.empty()) return;
+    if (text.find(':') != std::string::npos) {
+        layer_lengths_from_rule(text, 64, 2, 0);  // checks the rule's form and numbers now
+        c.layer_cache_rule = text;
+        return;
+    }
+    for (const std::string& part : split_on(text, ',')) c.layer_cache_lengths.push_back(parse_count(part, text));
+}
+
+std::string layer_cache_lengths_text(const KVCacheConfig& c) {
+    if (!c.layer_cache_rule.empty()) return c.layer_cache_rule;
+    std::string s;
+    for (int64_t L : c.layer_cache_lengths) {
+        if (!s.empty()) s += ',';
+        s += std::to_string(L);
+    }
+    return s;
 }
 
 void check_kv_cache_name(const std::string& name) {
@@ -70,35 +162,58 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     check_kv_cache_name(c.name);
     std::string p, b;
     split_name(c.name, &p, &b);
+    const PolicyInfo& info = *find_policy(p);  // check_kv_cache_name found it
     const bool quantized = b == "q8" || b == "q4" || b == "nf4" || b == "q8_0" || b == "q4_0";
-    if (p.rfind("qh2o", 0) == 0 && !quantized)
+    if (info.needs_quantized_buffer && !quantized)
         throw Error(str("--kv_cache.name: policy '", p, "' needs a quantized buffer (q8, q4, nf4, q8_0, q4_0), got '", b, "'"));
+    if (!info.buffers.empty() && std::find(info.buffers.begin(), info.buffers.end(), b) == info.buffers.end())
+        throw Error(str("--kv_cache.name: policy '", p, "' runs on the buffers ", join(info.buffers), ", not '", b, "'"));
+    for (const auto& [name, v] : c.policy_options) {
+        const PolicyInfo* owner = nullptr;
+        const PolicyOption* o = find_policy_option(name, &owner);
+        if (!o) throw Error(str("--kv_cache.", name, ": no policy has this option"));
+        if (!(v >= o->lo && v <= o->hi) || (o->integer && v != double(int64_t(v))))
+            throw Error(str("--kv_cache.", name, ": ", v, " is out of range; expected ", o->integer ? "a whole number" : "a value",
+                            " in [", o->lo, ", ", o->hi, "]"));
+    }
     if (c.cache_length < 0) throw Error(str("--kv_cache.cache_length: ", c.cache_length, " is invalid; expected >= 1"));
-    if (c.cache_length == 0 && c.layer_cache_lengths.empty() && p != "dense")
+    if (c.cache_length == 0 && c.layer_cache_lengths.empty() && c.layer_cache_rule.rfind("linear:", 0) != 0 && info.needs_cache_length)
         throw Error(str("--kv_cache.cache_length is required for policy '", p, "'; expected a number of slots >= 1"));
+    if (!c.layer_cache_lengths.empty() && !c.layer_cache_rule.empty())
+        throw Error("--kv_cache.layer_cache_lengths: give a list or a rule, not both");
     if (!c.layer_cache_lengths.empty() && int64_t(c.layer_cache_lengths.size()) != num_layers)
-        throw Error(str("--kv_cache.layer_cache_lengths: ", c.layer_cache_lengths.size(), " values for ", num_layers, " layers"));
+        throw Error(str("--kv_cache.layer_cache_lengths: ", c.layer_cache_lengths.size(), " values for ", num_layers,
+                        " layers; expected one per layer"));
     for (int64_t L : c.layer_cache_lengths)
         if (L < 1) throw Error(str("--kv_cache.layer_cache_lengths: ", L, " is invalid; expected >= 1"));
-    const int64_t Lmin = c.layer_cache_lengths.empty()
-                             ? c.cache_length
-                             : *std::min_element(c.layer_cache_lengths.begin(), c.layer_cache_lengths.end());
+    if (c.layer_cache_rule.rfind("pyramid:", 0) == 0 && c.cache_length == 0)
+        throw Error(str("--kv_cache.layer_cache_lengths: the rule '", c.layer_cache_rule,
+                        "' needs --kv_cache.cache_length (the mean length per layer)"));
+    int64_t Lmin = c.cache_length;
+    if (c.cache_length > 0 || !c.layer_cache_lengths.empty() || !c.layer_cache_rule.empty()) {
+        Lmin = INT64_MAX;
+        for (int64_t l = 0; l < num_layers; ++l) Lmin = std::min(Lmin, c.length_for_layer(l, 0, num_layers));
+        if (num_layers == 0) Lmin = c.cache_length;
+    }
     if (c.grace_period < 0) throw Error(str("--kv_cache.grace_period: ", c.grace_period, " is invalid; expected >= 0"));
-    if (Lmin > 0 && c.grace_period >= Lmin)
+    // Length-bound options are checked only for the policies that read them (a sink count that
+    // suits streaming must not reject a pyramid's short top layer under h2o).
+    auto uses = [&](const char* o) { return std::find(info.uses.begin(), info.uses.end(), o) != info.uses.end(); };
+    if (uses("grace_period") && Lmin > 0 && c.grace_period >= Lmin)
         throw Error(str("--kv_cache.grace_period: ", c.grace_period, " must be smaller than the cache length ", Lmin));
     if (!(c.keep_initial_fraction >= 0 && c.keep_initial_fraction < 1))
         throw Error(str("--kv_cache.keep_initial_fraction: ", c.keep_initial_fraction, " must be in [0, 1)"));
     if (c.max_chunk_size < 0) throw Error(str("--kv_cache.max_chunk_size: ", c.max_chunk_size, " is invalid; expected >= 0"));
     if (!(c.combination_constant >= 0 && c.combination_constant <= 1))
         throw Error(str("--kv_cache.combination_constant: ", c.combination_constant, " must be in [0, 1]"));
-    if (Lmin > 0 && c.init_grace_tokens >= Lmin)
+    if (uses("init_grace_tokens") && Lmin > 0 && c.init_grace_tokens >= Lmin)
         throw Error(str("--kv_cache.init_grace_tokens: ", c.init_grace_tokens, " must be smaller than the cache length ", Lmin));
-    if (c.sinks < 0 || (Lmin > 0 && c.sinks >= Lmin))
+    if (c.sinks < 0 || (uses("sinks") && Lmin > 0 && c.sinks >= Lmin))
         throw Error(str("--kv_cache.sinks: ", c.sinks, " must be in [0, cache_length)"));
     if (!(c.max_initial_fraction > 0 && c.max_initial_fraction < 1))
         throw Error(str("--kv_cache.max_initial_fraction: ", c.max_initial_fraction, " must be in (0, 1)"));
-    if (p == "smart-lastrec" && c.end_initial_regex.empty())
-        throw Error("--kv_cache.end_initial_regex is required for smart-lastrec (the end of the protected prompt prefix)");
+    if (uses("end_initial_regex") && c.end_initial_regex.empty())
+        throw Error(str("--kv_cache.end_initial_regex is required for ", p, " (the end of the protected prompt prefix)"));
     if (c.snapkv_window < 1) throw Error(str("--kv_cache.snapkv_window: ", c.snapkv_window, " must be >= 1"));
     if (c.snapkv_kernel < 1 || c.snapkv_kernel % 2 == 0)
         throw Error(str("--kv_cache.snapkv_kernel: ", c.snapkv_kernel, " must be an odd number >= 1"));

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "engine/core/kv_names.h"  // kv_policy_names(), kv_buffer_names()
+#include "engine/core/kv_names.h"  // kv_buffer_names()
 #include "kernels/common/dtype.h"
+#include "policy_registry.h"       // kv_policy_names(), find_policy()
 
 namespace kv {
 
@@ -16,8 +18,12 @@ struct KVCacheConfig {
     std::string name = "dense-default";  // {policy}-{buffer}
     int64_t cache_length = 0;            // L (slots); 0 = the sequence length (dense only)
     std::vector<int64_t> layer_cache_lengths;  // optional per-layer L (overrides cache_length)
+    // A rule for per-layer L instead of a list (resolved with the model's layer count):
+    // "linear:FIRST:LAST" or "pyramid:BETA" (PyramidKV's schedule around cache_length, with
+    // snapkv_window as the observation window).
+    std::string layer_cache_rule;
 
-    // score-based policies (h2o family, tova, snapkv, knorm)
+    // score-based policies (h2o family, tova, snapkv, pyramidkv, knorm, random, rkv)
     int64_t grace_period = 0;          // most recent tokens kept in a ring, never evicted (< L)
     double keep_initial_fraction = 0.05;  // first chunk after a full prefill keeps this fraction
     int64_t max_chunk_size = 0;        // 0: full argsort; else top-k of this size (off if > L/2)
@@ -41,14 +47,29 @@ struct KVCacheConfig {
     bool cpu_offload = false;          // park each layer's buffers in host memory between uses
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer
 
+    // Options of single policies, declared in the policy registry (PolicyInfo::options), by
+    // name; an unset option has the registry's default.
+    std::map<std::string, double> policy_options;
+    double policy_option(const std::string& name) const;
+
     // derived by parse()
     std::string policy() const;   // "h2o"
     std::string buffer() const;   // "q8"
-    int64_t length_for_layer(int64_t layer, int64_t seq_length) const;
+    // Slots of layer `layer` of `num_layers`: the list, else the rule (given, or the policy's
+    // default rule), else cache_length; 0 = seq_length.
+    int64_t length_for_layer(int64_t layer, int64_t seq_length, int64_t num_layers) const;
 };
 
-// The names kvlab knows: kv_policy_names() / kv_buffer_names() (engine/core/kv_names.h).
+// The names kvlab knows: kv_policy_names() (policy_registry.h) / kv_buffer_names() (kv_names.h).
 bool policy_needs_attention_weights(const std::string& policy);
+
+// --kv_cache.layer_cache_lengths: "64,48,32" (one per layer) or a rule ("linear:64:32",
+// "pyramid:20"); throws kv::Error naming the option. The text form round-trips.
+void set_layer_cache_lengths(KVCacheConfig& cfg, const std::string& text);
+std::string layer_cache_lengths_text(const KVCacheConfig& cfg);
+// Per-layer lengths of a rule for num_layers layers around the mean L; `window` (pyramid): the
+// observation window every layer keeps on top of its budget. Throws on a bad rule.
+std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L, int64_t num_layers, int64_t window);
 
 // Throws kv::Error when `name` is not "{policy}-{buffer}" with known parts.
 void check_kv_cache_name(const std::string& name);

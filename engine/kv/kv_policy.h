@@ -32,6 +32,8 @@ struct InsertFeatures {
     std::vector<float> value_norm;
     std::vector<float> key_norm;
     std::vector<float> quant_error;  // |k - deq(q(k))| + |v - deq(q(v))|
+    std::vector<float> keys;         // (B, G, n, D) the new keys themselves (rkv: redundancy)
+    int64_t head_dim = 0;            // D, set with keys
 };
 
 // =========================================================================================
@@ -49,6 +51,7 @@ class KVPolicy {
     virtual bool needs_value_norm() const { return false; }
     virtual bool needs_key_norm() const { return false; }
     virtual bool needs_quant_error() const { return false; }
+    virtual bool needs_key_vectors() const { return false; }
 
     // ---- planning ----------------------------------------------------------------------
     // The token ids of the coming chunk (B, n) row-major, before prefill()/prepare(); only
@@ -97,8 +100,10 @@ struct TextCodec {
     std::function<std::vector<int32_t>(const std::string&)> encode;
 };
 
-// Build the policy named by cfg.policy() for a layer with cache length L and G KV heads.
-std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t groups, const TextCodec* text = nullptr);
+// Build the policy named by cfg.policy() (looked up in policy_registry()) for layer `layer`
+// with cache length L and G KV heads.
+std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t groups, const TextCodec* text = nullptr,
+                                      int64_t layer = 0);
 
 // "The chunk straddles the point where the cache becomes full" and similar: one message.
 [[noreturn]] void throw_chunk_error(const char* policy, int64_t n, int64_t allowed, int64_t T, int64_t L, const char* why);

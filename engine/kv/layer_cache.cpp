@@ -41,6 +41,10 @@ InsertFeatures LayerCache::features(const Tensor& k, const Tensor& v) const {
     if (policy_->needs_value_norm()) f.value_norm = ops::norm_last(v).to_f32_vector();
     if (policy_->needs_key_norm()) f.key_norm = ops::norm_last(k).to_f32_vector();
     if (policy_->needs_quant_error()) f.quant_error = buffer_->quant_errors(k, v);
+    if (policy_->needs_key_vectors()) {
+        f.keys = k.contiguous().to_f32_vector();
+        f.head_dim = k.size(-1);
+    }
     return f;
 }
 

@@ -8,19 +8,36 @@
 
 namespace kv {
 
-std::unique_ptr<KVPolicy> make_h2o_policy(const KVCacheConfig& cfg, int64_t L, int64_t G) {
-    const std::string p = cfg.policy();
-    if (p == "h2o") return std::make_unique<H2OPolicy>(cfg, L, G, H2OPolicy::Kind::H2O);
-    if (p == "h2o-vlen") return std::make_unique<H2OPolicy>(cfg, L, G, H2OPolicy::Kind::VLEN);
-    if (p == "h2o-orig") {
-        // keys_values rejects these options for h2o-orig, so its defaults always apply.
-        KVCacheConfig c = cfg;
-        c.grace_period = 0;
-        c.max_chunk_size = 0;
-        c.keep_initial_fraction = 0.05;
-        return std::make_unique<H2OPolicy>(c, L, G, H2OPolicy::Kind::ORIG);
-    }
-    return nullptr;
+std::vector<PolicyInfo> h2o_policies() {
+    const char* anchor = "docs/POLICIES.md#score-policies-decisions-per-b-g-row";
+    return {{.name = "h2o",
+             .summary = "H2O: evict the least attention received, accumulated per (b, g) row",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<H2OPolicy>(a.cfg, a.L, a.G, H2OPolicy::Kind::H2O);
+             },
+             .needs_attention_weights = true,
+             .uses = {"grace_period", "keep_initial_fraction", "max_chunk_size", "normalize_scores"},
+             .doc_anchor = anchor},
+            {.name = "h2o-orig",
+             .summary = "the published H2O: increments summed over the batch, no grace ring or top-k",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 // keys_values rejects these options for h2o-orig, so its defaults always apply.
+                 KVCacheConfig c = a.cfg;
+                 c.grace_period = 0;
+                 c.max_chunk_size = 0;
+                 c.keep_initial_fraction = 0.05;
+                 return std::make_unique<H2OPolicy>(c, a.L, a.G, H2OPolicy::Kind::ORIG);
+             },
+             .needs_attention_weights = true,
+             .doc_anchor = anchor},
+            {.name = "h2o-vlen",
+             .summary = "H2O with attention weighted by value norms, renormalised per chunk",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<H2OPolicy>(a.cfg, a.L, a.G, H2OPolicy::Kind::VLEN);
+             },
+             .needs_attention_weights = true,
+             .uses = {"grace_period", "keep_initial_fraction", "max_chunk_size", "normalize_scores"},
+             .doc_anchor = anchor}};
 }
 
 }  // namespace kv

@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "kv_policy.h"
+#include "policy_registry.h"
 
 namespace kv {
 
@@ -98,15 +99,29 @@ class LastRecPolicy final : public SharedPositionsPolicy {
 
 }  // namespace
 
-std::unique_ptr<KVPolicy> make_positional_policy(const KVCacheConfig& cfg, int64_t L, int64_t G) {
-    const std::string p = cfg.policy();
-    if (p == "dense") return std::make_unique<DensePolicy>(L, G);
-    if (p == "lastrec") {
-        const int64_t s = cfg.init_grace_tokens >= 0 ? cfg.init_grace_tokens : std::min<int64_t>(16, std::max<int64_t>(L / 8, 1));
-        return std::make_unique<LastRecPolicy>(L, G, std::min(s, L - 1), "lastrec");
-    }
-    if (p == "streaming") return std::make_unique<LastRecPolicy>(L, G, std::min(cfg.sinks, L - 1), "streaming");
-    return nullptr;
+std::vector<PolicyInfo> positional_policies() {
+    const char* anchor = "docs/POLICIES.md#position-policies-decisions-identical-for-every-b-g";
+    return {{.name = "dense",
+             .summary = "never evicts (cache_length 0: the whole sequence)",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> { return std::make_unique<DensePolicy>(a.L, a.G); },
+             .needs_cache_length = false,
+             .doc_anchor = anchor},
+            {.name = "lastrec",
+             .summary = "the first init_grace_tokens tokens plus the most recent ones (a ring)",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 const int64_t s = a.cfg.init_grace_tokens >= 0 ? a.cfg.init_grace_tokens
+                                                                : std::min<int64_t>(16, std::max<int64_t>(a.L / 8, 1));
+                 return std::make_unique<LastRecPolicy>(a.L, a.G, std::min(s, a.L - 1), "lastrec");
+             },
+             .uses = {"init_grace_tokens"},
+             .doc_anchor = anchor},
+            {.name = "streaming",
+             .summary = "StreamingLLM: `sinks` attention sinks plus the most recent tokens",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<LastRecPolicy>(a.L, a.G, std::min(a.cfg.sinks, a.L - 1), "streaming");
+             },
+             .uses = {"sinks"},
+             .doc_anchor = anchor}};
 }
 
 }  // namespace kv

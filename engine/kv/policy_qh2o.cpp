@@ -63,11 +63,23 @@ class QH2OPolicy final : public H2OPolicy {
 
 }  // namespace
 
-std::unique_ptr<KVPolicy> make_qh2o_policy(const KVCacheConfig& cfg, int64_t L, int64_t G) {
-    const std::string p = cfg.policy();
-    if (p == "qh2o") return std::make_unique<QH2OPolicy>(cfg, L, G, false);
-    if (p == "qh2o-vlen") return std::make_unique<QH2OPolicy>(cfg, L, G, true);
-    return nullptr;
+std::vector<PolicyInfo> qh2o_policies() {
+    const std::vector<std::string> uses = {"combination_constant", "grace_period", "keep_initial_fraction", "max_chunk_size",
+                                           "normalize_scores"};
+    return {{.name = "qh2o",
+             .summary = "Q-Hitter style: min-max mix of the H2O score and the quantization error (quantized buffers)",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> { return std::make_unique<QH2OPolicy>(a.cfg, a.L, a.G, false); },
+             .needs_attention_weights = true,
+             .needs_quantized_buffer = true,
+             .uses = uses,
+             .doc_anchor = "docs/POLICIES.md#score-policies-decisions-per-b-g-row"},
+            {.name = "qh2o-vlen",
+             .summary = "qh2o with the h2o-vlen score inside (quantized buffers)",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> { return std::make_unique<QH2OPolicy>(a.cfg, a.L, a.G, true); },
+             .needs_attention_weights = true,
+             .needs_quantized_buffer = true,
+             .uses = uses,
+             .doc_anchor = "docs/POLICIES.md#score-policies-decisions-per-b-g-row"}};
 }
 
 }  // namespace kv

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kv_policy.h"
+#include "policy_registry.h"
 
 namespace kv {
 
@@ -53,6 +54,36 @@ class ScorePolicy : public KVPolicy {
     bool use_initial_rule_ = false;
     std::vector<int32_t> next_;        // (B*G, k) next slots, best candidates first
     int64_t next_k_ = 0;
+};
+
+// A scorer whose whole state is one float per slot (tova, snapkv, knorm, random, ...): a score
+// is set when a token enters (initial_score), moves with its token through the grace ring, and
+// is the eviction score. A subclass says only how scores start (initial_score) and change
+// (accumulate, writing score(r, j)).
+class SlotScorePolicy : public ScorePolicy {
+   public:
+    using ScorePolicy::ScorePolicy;
+    void reset(int64_t batch) override {
+        ScorePolicy::reset(batch);
+        score_.assign(size_t(rows() * L_), 0.0f);
+    }
+
+   protected:
+    // Score of a new token (features index i); 0 unless the policy scores at insertion.
+    virtual float initial_score(const InsertFeatures& f, int64_t i) const { (void)f, (void)i; return 0.0f; }
+    void accumulate(const std::vector<float>& w, int64_t n) override { (void)w, (void)n; }
+    float& score(int64_t r, int64_t slot) { return score_[size_t(r * L_ + slot)]; }
+
+    void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) final { score(r, slot) = initial_score(f, i); }
+    void move_slot(int64_t r, int64_t from, int64_t to) final { score(r, to) = score(r, from); }
+    void eviction_scores(std::vector<float>& S) const final {
+        const int64_t cand = L_ - grace();
+        for (int64_t r = 0; r < rows(); ++r)
+            for (int64_t j = 0; j < cand; ++j) S[size_t(r * cand + j)] = score_[size_t(r * L_ + j)];
+    }
+
+   private:
+    std::vector<float> score_;  // (B*G, L)
 };
 
 }  // namespace kv

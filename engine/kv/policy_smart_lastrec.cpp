@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "kv_policy.h"
+#include "policy_registry.h"
 
 namespace kv {
 
@@ -182,8 +183,16 @@ class SmartLastRecPolicy final : public KVPolicy {
 
 }  // namespace
 
-std::unique_ptr<KVPolicy> make_smart_lastrec_policy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text) {
-    return std::make_unique<SmartLastRecPolicy>(cfg, L, G, text);
+std::vector<PolicyInfo> smart_lastrec_policies() {
+    return {{.name = "smart-lastrec",
+             .summary = "lastrec that protects a prompt range found by end_initial_regex (needs a tokenizer)",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<SmartLastRecPolicy>(a.cfg, a.L, a.G, a.text);
+             },
+             .needs_text = true,
+             .uses = {"end_initial_regex", "max_initial_fraction"},
+             .required = {{"kv_cache.end_initial_regex", "\\n"}},
+             .doc_anchor = "docs/POLICIES.md#position-policies-decisions-identical-for-every-b-g"}};
 }
 
 }  // namespace kv

@@ -2,6 +2,8 @@
 // chunk vote with their attention; votes are average-pooled over neighbouring token positions
 // (width `kernel`, zero padding counted) so neighbours of important tokens survive too.
 // Scores are replaced every chunk, not accumulated. Only the window's queries need weights.
+// pyramidkv (PyramidKV) is the same scorer with per-layer budgets that shrink with depth (its
+// descriptor's default layer rule, kv_config.cpp layer_lengths_from_rule).
 #include <algorithm>
 #include <numeric>
 
@@ -10,21 +12,15 @@
 namespace kv {
 
 namespace {
-class SnapKVPolicy final : public ScorePolicy {
+class SnapKVPolicy final : public SlotScorePolicy {
    public:
-    SnapKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
-        : ScorePolicy(cfg, L, G), window_(cfg.snapkv_window), kernel_(cfg.snapkv_kernel) {}
-    const char* name() const override { return "snapkv"; }
+    SnapKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, const char* name)
+        : SlotScorePolicy(cfg, L, G), window_(cfg.snapkv_window), kernel_(cfg.snapkv_kernel), name_(name) {}
+    const char* name() const override { return name_; }
     bool needs_attention_weights() const override { return true; }
     int64_t weights_query_window() const override { return window_; }
-    void reset(int64_t batch) override {
-        ScorePolicy::reset(batch);
-        score_.assign(size_t(rows() * L_), 0.0f);
-    }
 
    protected:
-    void init_slot(int64_t r, int64_t slot, const InsertFeatures&, int64_t) override { score_[size_t(r * L_ + slot)] = 0.0f; }
-    void move_slot(int64_t r, int64_t from, int64_t to) override { score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)]; }
     void accumulate(const std::vector<float>& w, int64_t) override {
         if (w.empty()) return;
         const int64_t T = T_, half = kernel_ / 2;
@@ -39,24 +35,36 @@ class SnapKVPolicy final : public ScorePolicy {
             for (int64_t i = 0; i < T; ++i) {
                 float s = 0;
                 for (int64_t k = std::max<int64_t>(0, i - half); k <= std::min(T - 1, i + half); ++k) s += sorted[size_t(k)];
-                score_[size_t(r * L_ + order[size_t(i)])] = s / float(kernel_);
+                score(r, order[size_t(i)]) = s / float(kernel_);
             }
         }
-    }
-    void eviction_scores(std::vector<float>& S) const override {
-        const int64_t cand = L_ - grace();
-        for (int64_t r = 0; r < rows(); ++r)
-            for (int64_t j = 0; j < cand; ++j) S[size_t(r * cand + j)] = score_[size_t(r * L_ + j)];
     }
 
    private:
     int64_t window_, kernel_;
-    std::vector<float> score_;
+    const char* name_;
 };
 }  // namespace
 
-std::unique_ptr<KVPolicy> make_snapkv_policy(const KVCacheConfig& cfg, int64_t L, int64_t G) {
-    return std::make_unique<SnapKVPolicy>(cfg, L, G);
+std::vector<PolicyInfo> snapkv_policies() {
+    const std::vector<std::string> uses = {"snapkv_window", "snapkv_kernel", "grace_period", "keep_initial_fraction", "max_chunk_size"};
+    return {{.name = "snapkv",
+             .summary = "SnapKV: the chunk's last snapkv_window queries vote, pooled over snapkv_kernel neighbours",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<SnapKVPolicy>(a.cfg, a.L, a.G, "snapkv");
+             },
+             .needs_attention_weights = true,
+             .uses = uses,
+             .doc_anchor = "docs/POLICIES.md#score-policies-decisions-per-b-g-row"},
+            {.name = "pyramidkv",
+             .summary = "PyramidKV: SnapKV scores with per-layer budgets shrinking with depth (layer rule pyramid:20)",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<SnapKVPolicy>(a.cfg, a.L, a.G, "pyramidkv");
+             },
+             .needs_attention_weights = true,
+             .uses = uses,
+             .default_layer_rule = "pyramid:20",
+             .doc_anchor = "docs/POLICIES.md#pyramidkv"}};
 }
 
 }  // namespace kv

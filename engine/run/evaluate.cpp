@@ -116,7 +116,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     for (const auto& it : items) {
         const int64_t T = int64_t(it.ids.size());
         std::vector<int64_t> Ls;
-        for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T));
+        for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
         ChunkPlanOptions po;
         po.chunk_size = cfg.driver.chunk_size;
         po.randomize = cfg.driver.randomize_chunk_sizes;

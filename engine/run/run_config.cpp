@@ -186,8 +186,10 @@ std::vector<OptionDef> build_options() {
     o.push_back(str_opt("data.metadata_dir", "data", "where token-length metadata is cached", {},
                         [](RunConfig& c) -> std::string& { return c.data.metadata_dir; }));
     // ---- cache
-    o.push_back(str_opt("kv_cache.name", "cache", "{policy}-{buffer}, e.g. h2o-q8, lastrec-default", {},
-                        [](RunConfig& c) -> std::string& { return c.kv_cache.name; }));
+    o.push_back(str_opt("kv_cache.name", "cache",
+                        "{policy}-{buffer}, e.g. h2o-q8, lastrec-default; policies (docs/POLICIES.md):\n" + policy_help_text() +
+                            "    buffers: " + join_list(kv_buffer_names()),
+                        {}, [](RunConfig& c) -> std::string& { return c.kv_cache.name; }));
     o.back().choices = caches;  // offered by the GUI; checked by structure, not by list
     o.back().set = [](RunConfig& c, const std::string& v) {
         check_kv_cache_name(v);
@@ -195,6 +197,15 @@ std::vector<OptionDef> build_options() {
     };
     o.push_back(int_opt("kv_cache.cache_length", "cache", "slots per layer (0: the whole sequence, dense only)", 0, BIG,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.cache_length; }));
+    {
+        OptionDef d{"kv_cache.layer_cache_lengths", OptionType::STRING, "cache",
+                    "slots per layer: one per layer (64,48,32), linear:FIRST:LAST, or pyramid:BETA around cache_length "
+                    "(overrides cache_length; pyramidkv defaults to pyramid:20)",
+                    {}, {}, {}};
+        d.set = [](RunConfig& c, const std::string& v) { set_layer_cache_lengths(c.kv_cache, v); };
+        d.get = [](const RunConfig& c) { return layer_cache_lengths_text(c.kv_cache); };
+        o.push_back(d);
+    }
     o.push_back(int_opt("kv_cache.chunk_size", "cache", "tokens per chunk after the prefill", 1, BIG,
                         [](RunConfig& c) -> int64_t& { return c.driver.chunk_size; }));
     o.push_back(bool_opt("kv_cache.randomize_chunk_sizes", "cache", "draw chunk sizes around chunk_size (up to 1.5x)",
@@ -230,6 +241,22 @@ std::vector<OptionDef> build_options() {
                          "eval: also attend over the full context per layer and chunk (an uncompressed K/V shadow) and record "
                          "the policy's attention error and the attention mass on the tokens it kept",
                          [](RunConfig& c) -> bool& { return c.fidelity; }));
+    // Options of single policies: one row each, generated from the policy registry.
+    for (const PolicyInfo& p : policy_registry())
+        for (const PolicyOption& po : p.options) {
+            const std::string name = "kv_cache." + po.name, key = po.name;
+            OptionDef d{name, po.integer ? OptionType::INT : OptionType::FLOAT, "cache", po.help, {}, {}, {}};
+            const bool integer = po.integer;
+            const double lo = po.lo, hi = po.hi;
+            d.set = [name, key, integer, lo, hi](RunConfig& c, const std::string& v) {
+                c.kv_cache.policy_options[key] = integer ? double(parse_int(name, v, int64_t(lo), int64_t(hi))) : parse_float(name, v, lo, hi);
+            };
+            d.get = [key, integer](const RunConfig& c) {
+                const double x = c.kv_cache.policy_option(key);
+                return integer ? std::to_string(int64_t(x)) : fmt_double(x);
+            };
+            o.push_back(d);
+        }
     // ---- gradient
     o.push_back(int_opt("grad.layers_per_cell", "gradient", "layers per row of cells", 1, 4096,
                         [](RunConfig& c) -> int64_t& { return c.grad.layers_per_cell; }));
@@ -426,11 +453,14 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
     std::vector<std::string> p;
     const std::string policy = c.kv_cache.policy();
     const int64_t L = c.kv_cache.cache_length;
-    if (policy != "dense" && L == 0) p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
+    const PolicyInfo* info = find_policy(policy);
+    const bool evicts = info && info->needs_cache_length;
+    if (evicts && L == 0 && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
+        p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
     if (L > 0 && c.driver.chunk_size > L)
         p.push_back(str("--kv_cache.chunk_size: ", c.driver.chunk_size, " is larger than the cache length ", L,
                         "; expected at most cache_length"));
-    if (L > 0 && policy != "dense" && c.driver.chunk_size + c.kv_cache.grace_period > L)
+    if (L > 0 && evicts && c.driver.chunk_size + c.kv_cache.grace_period > L)
         p.push_back(str("--kv_cache.chunk_size: ", c.driver.chunk_size, " plus grace_period ", c.kv_cache.grace_period,
                         " exceeds the cache length ", L));
     if (L > 0 && c.kv_cache.grace_period >= L)

@@ -38,7 +38,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     auto layer_slots = [&](uint64_t l) {  // L of layer l
         int64_t L = int64_t(T);
         if (cfg.kv_cache.layer_cache_lengths.empty() || l < cfg.kv_cache.layer_cache_lengths.size())
-            L = cfg.kv_cache.length_for_layer(int64_t(l), int64_t(T));
+            L = cfg.kv_cache.length_for_layer(int64_t(l), int64_t(T), int64_t(nl));
         return uint64_t(std::max<int64_t>(L, 0));
     };
     uint64_t slots = 0;  // sum over layers of L

@@ -238,7 +238,7 @@ KVCacheConfig Trainer::cache_config() const {
 ChunkPlan Trainer::plan_for(int64_t T, uint64_t seed) const {
     const KVCacheConfig kc = cache_config();
     std::vector<int64_t> Ls;
-    for (int64_t l = 0; l < lm_.config.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T));
+    for (int64_t l = 0; l < lm_.config.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, lm_.config.num_layers));
     ChunkPlanOptions po;
     po.chunk_size = cfg_.driver.chunk_size;
     po.randomize = cfg_.driver.randomize_chunk_sizes;

@@ -8,7 +8,9 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/grad/lora.h"
 #include "engine/model/model_grads.h"
+#include "engine/kv/policy_registry.h"
 #include "grad_test_util.h"
+#include "kv_test_util.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
@@ -87,7 +89,7 @@ struct GradRun {
 GradRun run_gradient(Transformer& model, const KVCacheConfig& kc, const GradData& d, const ChunkPlan& plan, const GradientOptions& go) {
     GradRun r;
     const int64_t B = d.ids.size(0), T = d.ids.size(1);
-    KVCache cache(kc, model.config(), Device{}, model.act_dtype(), T);
+    KVCache cache(kc, model.config(), Device{}, model.act_dtype(), T, &byte_codec());
     r.grads = ModelGrads::zeros_like(model);
     r.x0_grad = Tensor::zeros({B, T, model.config().hidden_size}, model.act_dtype());
     GradientTargets tg;
@@ -140,7 +142,8 @@ std::string case_name(const ::testing::TestParamInfo<PolicyCase>& i) {
 class PolicyGradient : public ::testing::TestWithParam<PolicyCase> {};
 
 // Several chunks through a cache much shorter than the sequence: early tokens are evicted, so
-// their embeddings' gradients come only from the chunks that saw them.
+// their embeddings' gradients come only from the chunks that saw them. Per-layer lengths come
+// from the config (pyramidkv's default rule makes them differ).
 TEST_P(PolicyGradient, MatchesFiniteDifferencesOfTheReplayedForward) {
     SingleThread st1;
     const PolicyCase pc = GetParam();
@@ -152,29 +155,41 @@ TEST_P(PolicyGradient, MatchesFiniteDifferencesOfTheReplayedForward) {
     kc.name = pc.policy + "-" + pc.buffer;
     kc.cache_length = L;
     kc.grace_period = pc.grace;
-    const ChunkPlan plan = grad_test_plan(cfg, T, L, chunk, 0.5);  // several cells
+    // pyramid: every layer keeps a window of a chunk plus the grace ring on top of its budget
+    kc.snapkv_window = chunk + pc.grace;
+    apply_required_options(kc);
+    std::vector<int64_t> Ls;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, cfg.num_layers));
+    ChunkPlanOptions po;
+    po.chunk_size = chunk;
+    po.cell_factor = cell_factor(cfg);
+    po.chunks_per_cell_multiplier = 0.5;
+    const ChunkPlan plan = plan_chunks(T, Ls, po);  // several cells
     ASSERT_GT(plan.cells.size(), 2u);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     // the policy really evicted: some slot plans overwrite occupied slots
     bool evicted = false;
-    for (const auto& p : r.stats.plans[0]) evicted = evicted || (p.input_pos >= L);
+    for (const auto& p : r.stats.plans[0]) evicted = evicted || (p.input_pos >= Ls[0]);
     EXPECT_TRUE(evicted);
     Tensor x0 = model->embed(d.ids);
-    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, cache_lengths(*model, L), d.ids, plan, d.head, 1.0, x); };
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
     EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name);
 }
 
+// Every registered policy that evicts, on the default and q8 buffers (q8 alone where a
+// quantized buffer is required), and with a grace ring where the policy has one.
 std::vector<PolicyCase> policy_cases() {
     std::vector<PolicyCase> out;
-    for (const char* p : {"lastrec", "streaming", "h2o", "h2o-orig", "h2o-vlen", "tova", "snapkv", "knorm"})
+    for (const PolicyInfo& p : policy_registry()) {
+        if (!p.needs_cache_length) continue;  // dense never evicts: DenseGradient
+        const bool grace = std::find(p.uses.begin(), p.uses.end(), "grace_period") != p.uses.end();
         for (const char* b : {"default", "q8"}) {
-            out.push_back({p, b, 0});
-            if (std::string(p).rfind("h2o", 0) == 0 || std::string(p) == "tova") out.push_back({p, b, 4});
+            if (p.needs_quantized_buffer && std::string(b) == "default") continue;
+            out.push_back({p.name, b, 0});
+            if (grace) out.push_back({p.name, b, 4});
         }
-    out.push_back({"qh2o", "q8", 0});
-    out.push_back({"qh2o", "q8", 4});
-    out.push_back({"qh2o-vlen", "q8", 0});
+    }
     return out;
 }
 

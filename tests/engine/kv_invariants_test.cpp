@@ -1,4 +1,4 @@
-// Every policy x buffer after a prefill and many chunks: each (b, g) holds distinct token
+// Every registered policy x buffer after a prefill and many chunks: each (b, g) holds distinct token
 // positions; the buffer holds the k/v that were inserted for those positions (exactly for
 // full precision, within the format's bound when quantized); the length is min(L, tokens);
 // lastrec keeps exactly its sinks plus the most recent tokens; a grace ring holds the most
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 
+#include "engine/kv/policy_registry.h"
 #include "kv_test_util.h"
 
 namespace kv::test {
@@ -18,13 +19,19 @@ struct Combo {
     int64_t grace;
 };
 
+bool uses(const PolicyInfo& p, const char* option) { return std::find(p.uses.begin(), p.uses.end(), option) != p.uses.end(); }
+
+// Every registered policy on every buffer it allows (nf4 needs head size 64: the quantized-only
+// policies and one h2o case take it), and with a grace ring where the policy has one.
 std::vector<Combo> combos() {
     std::vector<Combo> c;
-    for (std::string p : {"dense", "lastrec", "streaming", "h2o", "h2o-orig", "h2o-vlen", "tova", "snapkv", "knorm"})
-        for (std::string b : {"default", "bf16", "q8", "q4", "q8_0", "q4_0"}) c.push_back({p, b, 0});
-    for (std::string p : {"qh2o", "qh2o-vlen"})
-        for (std::string b : {"q8", "q4", "nf4", "q8_0", "q4_0"}) c.push_back({p, b, 0});
-    for (std::string p : {"h2o", "h2o-vlen", "qh2o", "tova", "knorm"}) c.push_back({p, p[0] == 'q' ? "q8" : "default", 3});
+    for (const PolicyInfo& p : policy_registry()) {
+        const std::vector<std::string> bufs = p.needs_quantized_buffer ? std::vector<std::string>{"q8", "q4", "nf4", "q8_0", "q4_0"}
+                                                                       : std::vector<std::string>{"default", "bf16", "q8", "q4", "q8_0", "q4_0"};
+        for (const std::string& b : bufs)
+            if (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), b) != p.buffers.end()) c.push_back({p.name, b, 0});
+        if (uses(p, "grace_period")) c.push_back({p.name, p.needs_quantized_buffer ? "q8" : "default", 3});
+    }
     c.push_back({"h2o", "nf4", 2});
     return c;
 }
@@ -34,13 +41,14 @@ class KVInvariants : public testing::TestWithParam<Combo> {};
 TEST_P(KVInvariants, PositionsContentLength) {
     const Combo c = GetParam();
     const std::string name = c.policy + "-" + c.buffer;
-    const bool dense = c.policy == "dense";
+    const PolicyInfo& info = *find_policy(c.policy);
+    const bool dense = !info.needs_cache_length;
     const int64_t L = dense ? 64 : 24;
     // nf4 blocks are 64 values: head size 64 (per-head rows). q8_0/q4_0 blocks are 32: with
     // head size 16 a block spans both heads, which is checked here with position-only policies;
     // per-row policies put different tokens of the two heads in one block, so a re-quantized
     // block drifts beyond the single-quantization bound — those use head size 32.
-    const bool positional = c.policy == "dense" || c.policy == "lastrec" || c.policy == "streaming";
+    const bool positional = !make_test_policy(name, L)->per_row_positions();
     const int64_t D = c.buffer == "nf4" ? 64 : ((c.buffer == "q8_0" || c.buffer == "q4_0") && !positional) ? 32 : 16;
     LayerHarness h(name, L, seed_for(name + std::to_string(c.grace)), c.grace, D);
     std::vector<int64_t> chunks = dense ? std::vector<int64_t>{16, 8, 8, 8, 8, 8, 8}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/kv/policy_registry.h"
 #include "kv_test_util.h"
 
 namespace kv::test {
@@ -109,11 +110,17 @@ TEST(KVScores, H2OAccumulatedScoresEqualBruteForce) { check_scores("h2o-default"
 TEST(KVScores, H2OVlenScoresEqualBruteForce) { check_scores("h2o-vlen-default", true); }
 
 TEST(KVScores, TopKEqualsFullArgsortThroughAModelRun) {
-    // max_chunk_size (top-k) and full argsort must choose identical slots at every step.
-    for (std::string name : {"h2o-default", "h2o-vlen-q8", "qh2o-q8", "tova-default", "snapkv-default", "knorm-default"}) {
+    // max_chunk_size (top-k) and full argsort must choose identical slots at every step, for
+    // every registered policy that selects by top-k (alternating default and q8 buffers).
+    std::vector<std::string> names;
+    for (const PolicyInfo& p : policy_registry())
+        if (std::find(p.uses.begin(), p.uses.end(), "max_chunk_size") != p.uses.end())
+            names.push_back(p.name + (p.needs_quantized_buffer || names.size() % 2 ? "-q8" : "-default"));
+    ASSERT_GE(names.size(), 6u);
+    for (const std::string& name : names) {
         LayerHarness full(name, 32, seed_for("topk " + name)), topk(name, 32, seed_for("topk " + name));
         topk.cfg.max_chunk_size = 8;
-        topk.cache = std::make_unique<KVCache>(topk.cfg, topk.model, Device{}, DType::F32, 0);
+        topk.cache = std::make_unique<KVCache>(topk.cfg, topk.model, Device{}, DType::F32, 0, &byte_codec());
         topk.cache->set_replay_logging(true);
         for (int64_t n : {32, 4, 8, 5, 8, 3, 8, 8, 1, 7}) {
             full.step(n);
@@ -123,6 +130,39 @@ TEST(KVScores, TopKEqualsFullArgsortThroughAModelRun) {
             ASSERT_EQ(a.targets, b.targets) << name << " at position " << full.P;
         }
     }
+}
+
+TEST(KVScores, ATokenEnteringTheGraceRingStartsAtZero) {
+    // docs/POLICIES.md's worked example of keys_values' grace-ring reset bug: a token that enters
+    // a ring slot must not inherit the score of the slot's previous occupant. h2o, L 6, grace 2,
+    // one row; only token 5 (ring slot 5) ever receives attention (0.9).
+    KVCacheConfig cfg;
+    cfg.name = "h2o-default";
+    cfg.cache_length = 6;
+    cfg.grace_period = 2;
+    auto pol = make_policy(cfg, 6, 1);
+    pol->reset(1);
+    pol->prefill(6, {});
+    auto step = [&](float w5) {
+        SlotPlan p = pol->prepare(1);
+        pol->apply(p, {});
+        std::vector<float> w(6, 0.0f);
+        w[5] = w5;
+        pol->update(w, 1);
+        return p;
+    };
+    step(0.9f);             // token 6 enters ring slot 4; token 5 (slot 5) now scores 0.9
+    SlotPlan p2 = step(0);  // token 5 leaves the ring with its 0.9; token 7 enters slot 5
+    ASSERT_EQ(p2.move_from[0], 5);
+    EXPECT_EQ(pol->token_positions()[5], 7);
+    step(0);                // token 6 leaves slot 4; token 8 enters it
+    SlotPlan p4 = step(0);  // token 7 leaves slot 5 for an evicted slot
+    ASSERT_EQ(p4.move_from[0], 5);
+    const int32_t landed = p4.move_to[0];
+    EXPECT_EQ(pol->token_positions()[size_t(landed)], 7);
+    const std::vector<float> s = pol->slot_scores();
+    EXPECT_EQ(s[size_t(landed)], 0.0f) << "token 7 inherited the score of token 5 (keys_values' reset on a copy)";
+    EXPECT_EQ(s[size_t(p2.move_to[0])], 0.9f) << "token 5 must keep its score when it leaves the ring";
 }
 
 TEST(KVScores, TiesAreBrokenByTheLowerSlot) {

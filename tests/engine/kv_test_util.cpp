@@ -4,13 +4,47 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/run/run_config.h"
+
 namespace kv::test {
+
+const TextCodec& byte_codec() {
+    static const TextCodec c{[](const std::vector<int32_t>& ids) {
+                                 std::string s;
+                                 for (int32_t i : ids) s += char(uint8_t(i));
+                                 return s;
+                             },
+                             [](const std::string& s) {
+                                 std::vector<int32_t> ids;
+                                 for (char ch : s) ids.push_back(int32_t(uint8_t(ch)));
+                                 return ids;
+                             }};
+    return c;
+}
+
+void apply_required_options(KVCacheConfig& cfg) {
+    const PolicyInfo* info = find_policy(cfg.policy());
+    if (!info) return;
+    RunConfig rc;
+    rc.kv_cache = cfg;
+    for (const auto& [name, value] : info->required) set_run_option(rc, name, value);
+    cfg = rc.kv_cache;
+}
+
+std::unique_ptr<KVPolicy> make_test_policy(const std::string& name, int64_t L) {
+    KVCacheConfig cfg;
+    cfg.name = name;
+    cfg.cache_length = L;
+    apply_required_options(cfg);
+    return make_policy(cfg, L, 2, &byte_codec());
+}
 
 LayerHarness::LayerHarness(const std::string& name, int64_t L_, uint64_t seed, int64_t grace, int64_t D_) : L(L_), rng(seed) {
     D = D_;
     cfg.name = name;
     cfg.cache_length = L;
     cfg.grace_period = grace;
+    apply_required_options(cfg);
     model.vocab_size = 16;
     model.hidden_size = NH * D;
     model.intermediate_size = 8;
@@ -19,7 +53,7 @@ LayerHarness::LayerHarness(const std::string& name, int64_t L_, uint64_t seed, i
     model.num_kv_heads = G;
     model.head_dim = D;
     model.max_position_embeddings = 4096;
-    cache = std::make_unique<KVCache>(cfg, model, Device{}, DType::F32, 0);
+    cache = std::make_unique<KVCache>(cfg, model, Device{}, DType::F32, 0, &byte_codec());
     cache->set_replay_logging(true);
     history.resize(size_t(B * G));
 }

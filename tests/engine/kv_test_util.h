@@ -30,6 +30,13 @@ struct LayerHarness {
     LayerCache& layer() { return cache->layer(0); }
 };
 
+// A byte-level text codec (ids 0..255 are bytes) for policies that read the prompt.
+const TextCodec& byte_codec();
+// The options a registered policy requires (PolicyInfo::required) applied to cfg.
+void apply_required_options(KVCacheConfig& cfg);
+// A policy of cache `name` ("{policy}-{buffer}") with L slots, 2 KV heads, its required options.
+std::unique_ptr<KVPolicy> make_test_policy(const std::string& name, int64_t L);
+
 // Max |k - hist| allowed for a stored row of a buffer format, from the row's own range.
 double buffer_tolerance(const std::string& buffer, const std::vector<float>& row_all_heads, const std::vector<float>& head_row);
 
