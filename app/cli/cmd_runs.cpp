@@ -33,8 +33,15 @@ void print_help() {
         format_options(runs_options()).c_str());
 }
 
-std::string progress_text(const storage::RunProgress& p) {
-    auto pct = [](int64_t done, int64_t total) { return str(int(100.0 * double(done) / double(total) + 0.5), "%"); };
+// "42% (…)"; a run that stopped early says how, as the GUI does ("cancelled at 19% (…)"), and
+// percentages are floored: 99.6% of a cancelled run is not "100%".
+std::string progress_text(const storage::RunProgress& p, storage::RunStatus status) {
+    const bool stopped = status == storage::RunStatus::CANCELLED || status == storage::RunStatus::FAILED ||
+                         status == storage::RunStatus::CRASHED;
+    auto pct = [&](int64_t done, int64_t total) {
+        const std::string v = str(int(std::floor(100.0 * double(done) / double(total))), "%");
+        return stopped ? str(storage::run_status_name(status), " at ", v) : v;
+    };
     if (p.tokens_total > 0)
         return str(pct(p.tokens_done, p.tokens_total), " (", p.tokens_done, "/", p.tokens_total, " tok)");
     if (p.chunks_total > 0)
@@ -142,7 +149,7 @@ int cmd_runs(int argc, char** argv, int first) {
     // the name column is as wide as the longest name (up to 48), so names stay readable
     int name_w = 4;
     for (const auto& r : runs) name_w = std::max(name_w, std::min(48, int(r.name.size())));
-    std::printf("%4s  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %9s %11s %10s  %s\n", "id", name_w, "name", "status", "mode",
+    std::printf("%4s  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s\n", "id", name_w, "name", "status", "mode",
                 "policy", "buffer", "cache", "chunk", "progress", "loss", "peak mem", "tokens/s", "created");
     for (const auto& r : runs) {
         const std::string cache_name = storage::run_config_value(r.config, "kv_cache.name");
@@ -153,11 +160,11 @@ int cmd_runs(int argc, char** argv, int first) {
         SummaryNumbers s = summary_numbers(r.summary);
         char loss[32] = "-";
         if (!std::isnan(s.loss)) std::snprintf(loss, sizeof loss, "%.4f", s.loss);
-        std::printf("%4lld  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-24s %9s %11s %10s  %s\n", (long long)r.id, name_w,
+        std::printf("%4lld  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s\n", (long long)r.id, name_w,
                     fit(r.name, size_t(name_w)).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
                     fit(cache_name.empty() ? "-" : cn.policy, 14).c_str(), cache_name.empty() ? "-" : cn.buffer.c_str(),
                     cache_length.empty() ? "-" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
-                    progress_text(r.progress).c_str(), loss, s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
+                    progress_text(r.progress, r.status).c_str(), loss, s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
                     s.tokens_per_s >= 0 ? str(int64_t(s.tokens_per_s + 0.5)).c_str() : "-", when(r.created_ms).c_str());
     }
     for (const auto& r : runs) {

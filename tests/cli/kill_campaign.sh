@@ -45,4 +45,20 @@ for r in after[1:]:
         assert "ended" in r.get("error", ""), f"run {r['id']} crashed without saying how: {r}"
 print(f"kill_campaign: {len(after) - 1} runs recorded after the kills: {statuses}")
 PY
+# The table names where a killed run stopped ("crashed at N% (...)"), never a bare percentage.
+"$kvlab" runs "$s" >"$work/runs.txt" 2>&1 || fail "runs (text)"
+python3 - "$work/after.json" "$work/runs.txt" <<'PY' || fail "runs table"
+import json, re, sys
+after, text = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+seen = 0
+for r in after:
+    p = r.get("progress") or {}
+    if r["status"] != "crashed" or not p.get("tokens_total"):
+        continue
+    line = next(l for l in text.splitlines() if re.match(rf"^ *{r['id']} ", l))
+    pct = int(100 * p["tokens_done"] / p["tokens_total"])  # floored, as the table prints it
+    assert f"crashed at {pct}% (" in line, f"run {r['id']}: {line!r}"
+    seen += 1
+print(f"kill_campaign: {seen} crashed runs with progress say where they stopped")
+PY
 echo "kill_campaign: ok"
