@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/core/error.h"
+#include "filler_text.h"
 
 namespace kv {
 
@@ -38,16 +39,8 @@ const std::vector<std::string>& filler_lines() {
     return s;
 }
 
-std::vector<int32_t> filler_tokens(std::mt19937_64& rng, const Tokenizer& tok, int64_t n) {
-    std::vector<int32_t> out;
-    while (int64_t(out.size()) < n) {
-        std::string text;
-        for (int i = 0; i < 64; ++i) text += " " + filler_lines()[rng() % filler_lines().size()];
-        auto ids = tok.encode(text, false);
-        out.insert(out.end(), ids.begin(), ids.end());
-    }
-    out.resize(size_t(n));
-    return out;
+std::vector<int32_t> filler(std::mt19937_64& rng, const Tokenizer& tok, int64_t n) {
+    return filler_tokens(rng, tok, n, filler_lines(), " ");
 }
 
 }  // namespace
@@ -75,8 +68,8 @@ RepeatSample make_repeat_sample(const RepeatSpec& spec, int64_t index, const Tok
         passage.insert(passage.end(), t.begin(), t.end());
     }
     passage.resize(size_t(P));
-    const std::vector<int32_t> head = filler_tokens(rng, tok, room - D);
-    const std::vector<int32_t> gap = filler_tokens(rng, tok, D);
+    const std::vector<int32_t> head = filler(rng, tok, room - D);
+    const std::vector<int32_t> gap = filler(rng, tok, D);
     RepeatSample s;
     ids.insert(ids.end(), head.begin(), head.end());
     s.first_copy = int64_t(ids.size());

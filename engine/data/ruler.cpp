@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/core/error.h"
+#include "filler_text.h"
 
 namespace kv {
 
@@ -45,15 +46,7 @@ const std::vector<std::string>& filler_sentences() {
 }
 
 std::vector<int32_t> filler(std::mt19937_64& rng, const Tokenizer& tok, int64_t n) {
-    std::vector<int32_t> out;
-    while (int64_t(out.size()) < n) {
-        std::string text;
-        for (int i = 0; i < 64; ++i) text += filler_sentences()[rng() % filler_sentences().size()];
-        auto ids = tok.encode(text, false);
-        out.insert(out.end(), ids.begin(), ids.end());
-    }
-    out.resize(size_t(std::max<int64_t>(n, 0)));
-    return out;
+    return filler_tokens(rng, tok, n, filler_sentences(), "");
 }
 
 std::string number(std::mt19937_64& rng) { return std::to_string(1000000 + rng() % 9000000); }

@@ -43,6 +43,14 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::vector<int32_t> targets;  // NEXT_TOKEN targets when only a span is scored (repeat)
     };
     std::vector<Item> items;
+    // An item whose next-token loss covers only [first, first + count) of its inputs (the
+    // repeat task's copy, a RULER answer): one teacher-forced pass scores the greedy answer.
+    auto scored_span = [](std::vector<int32_t> ids, const std::string& description, int64_t first, int64_t count) {
+        Item it{std::move(ids), -1, description, {}};
+        it.targets.assign(it.ids.size(), -100);
+        for (int64_t t = first; t < first + count; ++t) it.targets[size_t(t)] = it.ids[size_t(t + 1)];
+        return it;
+    };
     int text_bos = -1;
     HeadKind head = HeadKind::CLASS_ON_LOGITS;
     std::vector<int32_t> class_ids;
@@ -70,11 +78,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.seed = cfg.data.seed;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             RepeatSample s = make_repeat_sample(spec, i, tok);
-            Item it{std::move(s.ids), -1, s.description, {}};
-            it.targets.assign(it.ids.size(), -100);
-            for (int64_t t = s.first_scored_input(); t < s.first_scored_input() + s.scored_tokens(); ++t)
-                it.targets[size_t(t)] = it.ids[size_t(t + 1)];
-            items.push_back(std::move(it));
+            items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.scored_tokens()));
         }
     } else if (is_ruler_task(cfg.data.name)) {
         // Exact match of the answer, scored teacher-forced like the repeat task's copy.
@@ -87,11 +91,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.chat = cb.chat_frame;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             RulerSample s = make_ruler_sample(spec, i, tok);
-            Item it{std::move(s.ids), -1, s.description, {}};
-            it.targets.assign(it.ids.size(), -100);
-            for (int64_t t = s.first_scored_input(); t < s.first_scored_input() + s.answer_length; ++t)
-                it.targets[size_t(t)] = it.ids[size_t(t + 1)];
-            items.push_back(std::move(it));
+            items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.answer_length));
         }
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
