@@ -82,6 +82,12 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             trace::metric(fidelity_metric_name("kept_mass", f.layer), step, f.kept_mass);
         }
     };
+    // The next-token KL is one number per chunk (not per layer): fidelity.next_token_kl, same steps.
+    cb.on_fidelity_kl = [&](int64_t sample, const std::vector<FidelityKLStep>& steps) {
+        int64_t chunks = 0;
+        for (const FidelityKLStep& f : steps) chunks = std::max(chunks, f.chunk + 1);
+        for (const FidelityKLStep& f : steps) trace::metric(kFidelityKLMetric, sample * chunks + f.chunk, f.next_token_kl);
+    };
     cb.chat_frame = [&lm](const std::string& user) { return chat_prompt(*lm.tokenizer, user); };
     EvalSummary s = run_eval(cfg, lm, cb);
     nlohmann::json j;
@@ -110,6 +116,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.fidelity_attn_rel_error >= 0) {
         j["fidelity_attn_rel_error"] = s.fidelity_attn_rel_error;
         j["fidelity_kept_mass"] = s.fidelity_kept_mass;
+        if (s.fidelity_next_token_kl >= 0) j["fidelity_next_token_kl"] = s.fidelity_next_token_kl;
         nlohmann::json layers = nlohmann::json::array();
         for (const FidelityLayerSummary& f : s.fidelity_layers)
             layers.push_back({{"layer", f.layer}, {"attn_rel_error", f.attn_rel_error}, {"kept_mass", f.kept_mass}});
@@ -129,7 +136,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
          << s.kv_bits_per_element << " bits/element)";
     if (s.fidelity_attn_rel_error >= 0)
-        text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass;
+        text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass
+             << ", next-token KL " << s.fidelity_next_token_kl << " nats";
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;

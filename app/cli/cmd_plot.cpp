@@ -40,6 +40,9 @@ std::string axis_title(const std::string& name) {
         {"kv_bytes", "KV cache (bytes)"},
         {"kv_bits_per_element", "KV storage (bits per element)"},
         {"seconds", "run time (s)"},
+        {"fidelity_kept_mass", "kept attention mass (mean over layers and chunks)"},
+        {"fidelity_attn_rel_error", "attention output error vs dense (relative L2)"},
+        {"fidelity_next_token_kl", "next-token KL vs dense (nats per token)"},
     };
     auto it = titles.find(name);
     return it == titles.end() ? name : it->second;

@@ -44,7 +44,7 @@ std::vector<OptionSpec> sweep_option_specs() {
     specs.push_back({"kv_cache.ratio", OptKind::STRING, "", "sweep: cache length as a fraction of data.seq_length (0.25,0.5); instead of cache_length"});
     specs.push_back({"format", OptKind::STRING, "table", "result table: table, csv, json or md"});
     specs.push_back({"metric", OptKind::STRING, "auto", "summary metric in the table (auto: perplexity, else copy_token_accuracy, else accuracy, else mean_loss; "
-                     "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error)"});
+                     "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error, fidelity_next_token_kl)"});
     specs.push_back({"figure", OptKind::STRING, "SESSION.svg", "figure of the metric vs cache length (none: no figure)"});
     return specs;
 }

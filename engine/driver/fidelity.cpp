@@ -106,4 +106,108 @@ std::vector<FidelityLayerSummary> summarize_fidelity(const std::vector<FidelityS
     return out;
 }
 
+class DenseReference::Shadow final : public LayerAttention {
+   public:
+    Shadow(const ModelConfig& mc, int64_t B, int64_t T, Device device, DType dtype) : T_(T) {
+        for (int l = 0; l < int(mc.num_layers); ++l) {
+            const std::string lbl = str("layer ", l, " dense reference");
+            k_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " k"}));
+            v_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
+        }
+    }
+    // Causal attention over every position so far: the same op and the same weight-sum output
+    // the full attention of FidelityAttention uses, so with the dense cache both streams agree.
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
+        const int64_t B = q.size(0), n = q.size(2), G = k.size(1), end = input_pos + n;
+        if (size_t(layer) >= k_.size() || end > T_ || B != k_[size_t(layer)].size(0))
+            throw Error(str("fidelity: dense reference of layer ", layer, " at positions ", input_pos, "+", n, " (batch ", B,
+                            ") is outside the shadow sized for ", k_.size(), " layers, ", T_, " tokens"));
+        Tensor ks = k_[size_t(layer)].slice(2, input_pos, end), vs = v_[size_t(layer)].slice(2, input_pos, end);
+        ops::copy_(ks, k);
+        ops::copy_(vs, v);
+        MemoryLabelScope label(str("layer ", layer, " dense reference"));
+        Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);
+        Tensor qpos = position_range(input_pos, n, q.device());
+        Tensor ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "dense reference weight sums"});
+        ops::sdpa_(y, q, k_[size_t(layer)].slice(2, 0, end), v_[size_t(layer)].slice(2, 0, end), kpos, qpos, scale, 0, &ws);
+    }
+    size_t bytes() const {
+        size_t b = 0;
+        for (size_t l = 0; l < k_.size(); ++l) b += k_[l].nbytes() + v_[l].nbytes();
+        return b;
+    }
+
+   private:
+    int64_t T_;
+    std::vector<Tensor> k_, v_;
+};
+
+DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t seq_length)
+    : model_(model), shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
+
+DenseReference::~DenseReference() = default;
+
+size_t DenseReference::shadow_bytes() const { return shadow_->bytes(); }
+
+double mean_kl_of_logits(const std::vector<float>& p, const std::vector<float>& q, int64_t rows, int64_t V) {
+    if (int64_t(p.size()) != rows * V || int64_t(q.size()) != rows * V)
+        throw Error(str("fidelity: KL of ", p.size(), " and ", q.size(), " logits; expected ", rows, " rows of ", V));
+    double total = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* a = p.data() + r * V;
+        const float* b = q.data() + r * V;
+        double ma = -INFINITY, mb = -INFINITY;
+        for (int64_t i = 0; i < V; ++i) ma = std::max(ma, double(a[i])), mb = std::max(mb, double(b[i]));
+        // One pass, two exps per entry: KL = sum_i p_i (a_i - b_i) - lse(a) + lse(b), with
+        // sum_i p_i (a_i - b_i) = S / za, S = sum_i exp(a_i - ma) (a_i - b_i). Identical rows give
+        // S = 0 and equal log-sum-exps: exactly 0.
+        double za = 0, zb = 0, S = 0;
+        for (int64_t i = 0; i < V; ++i) {
+            const double ea = std::exp(double(a[i]) - ma);
+            za += ea;
+            zb += std::exp(double(b[i]) - mb);
+            S += ea * (double(a[i]) - double(b[i]));
+        }
+        const double kl = S / za - (ma + std::log(za)) + (mb + std::log(zb));
+        total += std::max(kl, 0.0);  // rounding can leave a tiny negative sum for near-equal rows
+    }
+    return rows > 0 ? total / double(rows) : 0.0;
+}
+
+void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t cell, const std::vector<Tensor>& policy_outputs) {
+    const auto [c0, c1] = plan.cells.at(cell);
+    if (policy_outputs.size() != c1 - c0)
+        throw Error(str("fidelity: cell ", cell, " has ", policy_outputs.size(), " policy outputs; expected ", c1 - c0));
+    std::vector<Tensor> xs;
+    for (size_t c = c0; c < c1; ++c) xs.push_back(model_.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
+    // Layer-major like the driver, so the dense stream sees the same chunk boundaries.
+    for (int l = 0; l < int(model_.config().num_layers); ++l)
+        for (size_t c = c0; c < c1; ++c) xs[c - c0] = model_.block(l, xs[c - c0], plan.starts[c], *shadow_);
+    // lm_head over blocks of positions: 2 x B x 64 x V floats on the host at a time.
+    constexpr int64_t kRows = 64;
+    for (size_t c = c0; c < c1; ++c) {
+        const Tensor hd = model_.final_norm(xs[c - c0]), hp = model_.final_norm(policy_outputs[c - c0]);
+        const int64_t B = hd.size(0), n = hd.size(1);
+        double sum = 0;
+        for (int64_t a = 0; a < n; a += kRows) {
+            const int64_t e = std::min(n, a + kRows);
+            const Tensor zd = model_.lm_head(hd.slice(1, a, e), plan.starts[c] + a), zp = model_.lm_head(hp.slice(1, a, e), plan.starts[c] + a);
+            sum += mean_kl_of_logits(zd.to_f32_vector(), zp.to_f32_vector(), B * (e - a), zd.size(2)) * double(B * (e - a));
+        }
+        FidelityKLStep st;
+        st.chunk = int64_t(c);
+        st.input_pos = plan.starts[c];
+        st.n = n;
+        st.next_token_kl = n > 0 ? sum / double(B * n) : 0.0;
+        steps_.push_back(st);
+    }
+}
+
+double mean_next_token_kl(const std::vector<FidelityKLStep>& steps) {
+    if (steps.empty()) return -1;
+    double s = 0;
+    for (const FidelityKLStep& k : steps) s += k.next_token_kl;
+    return s / double(steps.size());
+}
+
 }  // namespace kv

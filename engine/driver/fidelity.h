@@ -6,9 +6,12 @@
 // It only observes: the policy's output y is what the model continues with.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "chunk_plan.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/model/transformer.h"
 
 namespace kv {
 
@@ -56,5 +59,47 @@ struct FidelityLayerSummary {
     double attn_rel_error = 0, kept_mass = 0;
 };
 std::vector<FidelityLayerSummary> summarize_fidelity(const std::vector<FidelityStep>& steps);
+
+// Next-token KL of one chunk: mean over (b, position) of KL(p_dense || p_policy) in nats, where
+// p_dense is the model's next-token distribution with dense attention in every layer and
+// p_policy the one the policy's run produced (its residual stream, its final norm and lm_head).
+// Not per layer: the divergence is a property of the whole stack.
+struct FidelityKLStep {
+    int64_t chunk = 0;      // index in the chunk plan
+    int64_t input_pos = 0;  // first position of the chunk
+    int64_t n = 0;
+    double next_token_kl = 0;
+};
+
+// The dense reference for the next-token KL: a second residual stream that runs the same
+// tokens through every layer with attention over its own uncompressed K/V (memory category
+// kv_fidelity), cell by cell in lockstep with the policy's run (DriverCallbacks::final_output),
+// so only one cell of each stream is live and no (T, V) logits are ever kept. It is the
+// dense-cache model exactly, not an approximation from the policy's stream (whose K/V already
+// carry the policy's error from the layers below), and it costs one more forward pass plus two
+// lm_head passes per chunk.
+class DenseReference {
+   public:
+    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length);
+    ~DenseReference();
+    // The cell's chunks through the dense stream, then the KL of each chunk against the
+    // policy's final-layer outputs (before the final norm) of the same chunks.
+    void run_cell(const Tensor& ids, const ChunkPlan& plan, size_t cell, const std::vector<Tensor>& policy_outputs);
+    const std::vector<FidelityKLStep>& steps() const { return steps_; }
+    std::vector<FidelityKLStep> take_steps() { return std::move(steps_); }
+    size_t shadow_bytes() const;
+
+   private:
+    class Shadow;
+    const Transformer& model_;
+    std::unique_ptr<Shadow> shadow_;
+    std::vector<FidelityKLStep> steps_;
+};
+
+// Mean over rows of KL(softmax(p) || softmax(q)) in nats, both (rows, V) logits, in f64.
+double mean_kl_of_logits(const std::vector<float>& p, const std::vector<float>& q, int64_t rows, int64_t V);
+
+// Means over every step of a run (samples and chunks): -1 when there is none.
+double mean_next_token_kl(const std::vector<FidelityKLStep>& steps);
 
 }  // namespace kv

@@ -130,6 +130,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
 
     int64_t done_units = 0;
     std::vector<FidelityStep> fidelity_steps;
+    std::vector<FidelityKLStep> fidelity_kl;
     double loss_tokens = 0, loss_total = 0;
     int64_t correct = 0;
     const double t_start = now_s();
@@ -158,9 +159,12 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         DriverCallbacks dcb;
         dcb.cancel = cb.cancel;
         std::unique_ptr<FidelityAttention> fid;
+        std::unique_ptr<DenseReference> dense_ref;
         if (cfg.fidelity) {
             fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
             dcb.attention = fid.get();
+            dense_ref = std::make_unique<DenseReference>(model, 1, T);
+            dcb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) { dense_ref->run_cell(ids, plans[i], cell, xs); };
         }
         const std::string what = it.description;
         dcb.progress = [&](int64_t d, int64_t) {
@@ -199,6 +203,9 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             std::vector<FidelityStep> st = fid->take_steps();
             if (cb.on_fidelity) cb.on_fidelity(int64_t(i), st);
             fidelity_steps.insert(fidelity_steps.end(), st.begin(), st.end());
+            std::vector<FidelityKLStep> kl = dense_ref->take_steps();
+            if (cb.on_fidelity_kl) cb.on_fidelity_kl(int64_t(i), kl);
+            fidelity_kl.insert(fidelity_kl.end(), kl.begin(), kl.end());
         }
         if (cb.on_sample) cb.on_sample(r);
     }
@@ -225,6 +232,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             sum.fidelity_attn_rel_error += f.attn_rel_error / double(fidelity_steps.size());
             sum.fidelity_kept_mass += f.kept_mass / double(fidelity_steps.size());
         }
+        sum.fidelity_next_token_kl = mean_next_token_kl(fidelity_kl);
     }
     sum.memory = tracker.all_stats();
     return sum;

@@ -51,6 +51,9 @@ struct EvalSummary {
     // (-1 without fidelity).
     std::vector<FidelityLayerSummary> fidelity_layers;
     double fidelity_attn_rel_error = -1, fidelity_kept_mass = -1;
+    // --fidelity: mean over every (sample, chunk) of the next-token KL against the dense
+    // reference stream (DenseReference), -1 without fidelity.
+    double fidelity_next_token_kl = -1;
 };
 
 struct EvalCallbacks {
@@ -60,6 +63,8 @@ struct EvalCallbacks {
     LayerStepHook on_layer_step;  // per (layer, chunk): plans, positions, weights
     // --fidelity: each sample's (layer, chunk) steps, after the sample ran.
     std::function<void(int64_t sample, const std::vector<FidelityStep>&)> on_fidelity;
+    // --fidelity: each sample's per-chunk next-token KL, after the sample ran.
+    std::function<void(int64_t sample, const std::vector<FidelityKLStep>&)> on_fidelity_kl;
     const std::atomic<bool>* cancel = nullptr;
     // RULER tasks: the model's chat template around a user message (engine/generate's
     // chat_prompt; generate sits above run). Unset: prompts end with "Answer:".

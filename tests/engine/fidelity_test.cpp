@@ -19,7 +19,15 @@
 namespace kv::test {
 namespace {
 
-std::vector<FidelityStep> run_model(const std::string& name, int64_t L, int64_t T, int64_t chunk) {
+struct ModelRun {
+    std::vector<FidelityStep> steps;
+    std::vector<FidelityKLStep> kl;
+    ChunkPlan plan;
+    std::vector<float> policy_logits;  // (T, V): the policy run's own final outputs through the head
+    std::vector<int32_t> ids;
+};
+
+ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk) {
     const ModelConfig cfg = preset_config("tiny");
     Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
     KVCacheConfig kc;
@@ -48,11 +56,27 @@ std::vector<FidelityStep> run_model(const std::string& name, int64_t L, int64_t 
     HeadResult res;
     DriverCallbacks cb;
     cb.attention = &fid;
+    DenseReference dense(model, 1, T);
+    ModelRun out;
+    cb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) {
+        dense.run_cell(ids, plan, cell, xs);
+        for (const Tensor& x : xs) {
+            const std::vector<float> z = model.lm_head(model.final_norm(x)).to_f32_vector();
+            out.policy_logits.insert(out.policy_logits.end(), z.begin(), z.end());
+        }
+    };
     long_context_forward(model, cache, ids, plan, hs, res, cb);
     EXPECT_EQ(int64_t(fid.steps().size()), int64_t(plan.chunks.size()) * cfg.num_layers);
+    EXPECT_EQ(dense.steps().size(), plan.chunks.size());
     EXPECT_GT(plan.chunks.size(), 4u);
-    return fid.steps();
+    out.steps = fid.steps();
+    out.kl = dense.steps();
+    out.plan = plan;
+    out.ids = v;
+    return out;
 }
+
+std::vector<FidelityStep> run_model(const std::string& name, int64_t L, int64_t T, int64_t chunk) { return run_model_full(name, L, T, chunk).steps; }
 
 TEST(Fidelity, DenseCacheIsExact) {
     const auto steps = run_model("dense-default", 0, 96, 16);
@@ -184,6 +208,61 @@ TEST(Fidelity, EqualsF64RecomputationFromReplayLog) {
         }
         EXPECT_TRUE(evicted) << "the case must evict to test anything";
     }
+}
+
+TEST(Fidelity, NextTokenKLIsZeroForDenseAndForACacheHoldingTheSequence) {
+    for (const auto& [name, L] : std::vector<std::pair<std::string, int64_t>>{{"dense-default", 0}, {"h2o-default", 128}, {"lastrec-default", 128}}) {
+        const ModelRun r = run_model_full(name, L, 96, 16);
+        ASSERT_EQ(r.kl.size(), r.plan.chunks.size()) << name;
+        for (const FidelityKLStep& k : r.kl) EXPECT_EQ(k.next_token_kl, 0.0) << name << " chunk " << k.chunk;
+    }
+}
+
+// f64 log-softmax of one row of logits.
+std::vector<double> log_softmax64(const float* z, int64_t V) {
+    double m = -INFINITY, s = 0;
+    for (int64_t i = 0; i < V; ++i) m = std::max(m, double(z[i]));
+    for (int64_t i = 0; i < V; ++i) s += std::exp(double(z[i]) - m);
+    std::vector<double> out((size_t)V);
+    for (int64_t i = 0; i < V; ++i) out[size_t(i)] = double(z[i]) - m - std::log(s);
+    return out;
+}
+
+TEST(Fidelity, NextTokenKLEqualsF64RecomputationAgainstAPlainForward) {
+    // The dense side recomputed independently: one whole-sequence forward with no cache and no
+    // chunks (PlainAttention), against the policy run's own logits; the KL in f64 here.
+    const int64_t T = 96;
+    const ModelRun r = run_model_full("lastrec-default", 32, T, 16);
+    const ModelConfig cfg = preset_config("tiny");
+    Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
+    model.set_context_width(T);
+    const std::vector<float> dense = model.forward(Tensor::from_i32({1, T}, r.ids)).to_f32_vector();
+    const int64_t V = cfg.vocab_size;
+    ASSERT_EQ(int64_t(dense.size()), T * V);
+    ASSERT_EQ(int64_t(r.policy_logits.size()), T * V);
+    double max_kl = 0;
+    for (const FidelityKLStep& k : r.kl) {
+        double ref = 0;
+        for (int64_t t = k.input_pos; t < k.input_pos + k.n; ++t) {
+            const std::vector<double> lp = log_softmax64(&dense[size_t(t * V)], V), lq = log_softmax64(&r.policy_logits[size_t(t * V)], V);
+            for (int64_t i = 0; i < V; ++i) ref += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
+        }
+        ref /= double(k.n);
+        // f32 chunked vs whole-sequence forwards differ by rounding only.
+        EXPECT_NEAR(k.next_token_kl, ref, 1e-6 + 2e-3 * ref) << "chunk " << k.chunk;
+        max_kl = std::max(max_kl, ref);
+    }
+    EXPECT_GT(max_kl, 1e-4) << "the case must evict something that changes the output to test anything";
+}
+
+TEST(Fidelity, KLOfLogitsMatchesClosedForm) {
+    // p = (1/4, 3/4), q = (1/2, 1/2): KL = 1/4 ln(1/2) + 3/4 ln(3/2). Logits shifted per row
+    // (softmax is shift-invariant), and a second row with p = q.
+    const std::vector<float> p = {5.0f, 5.0f + float(std::log(3.0)), 1.0f, 2.0f};
+    const std::vector<float> q = {-7.0f, -7.0f, 11.0f, 12.0f};
+    const double want = (0.25 * std::log(0.5) + 0.75 * std::log(1.5)) / 2.0;
+    EXPECT_NEAR(mean_kl_of_logits(p, q, 2, 2), want, 1e-7);
+    EXPECT_EQ(mean_kl_of_logits(p, p, 2, 2), 0.0);
 }
 
 TEST(Fidelity, ShadowOutsideItsSizeIsRefused) {
