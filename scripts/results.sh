@@ -50,3 +50,19 @@ repeat=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 -
   --title "SmolLM2-135M, repeat task (1024 tokens, 64-token passage)" -o docs/figures/repeat_smollm2.svg
 echo "results: repeat tables in results/repeat.copy.md, results/repeat.loss.md, results/repeat.seeds.md, results/repeat.dense_lengths.md; figure docs/figures/repeat_smollm2.svg"
 
+
+# Fidelity against dense (docs/RESULTS.md, "Fidelity against dense"): the repeat task with
+# --fidelity true; tables of the kept mass, the attention error and the next-token KL, and the
+# figure of the KL against cache length.
+fid=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 1 --data.repeat_length 64 --data.repeat_distance 384
+     --kv_cache.name h2o,lastrec,tova,snapkv --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --fidelity true
+     --telemetry.enabled false --session "$SESSION" --format md --figure none)
+"$KVLAB" sweep "${fid[@]}" --metric fidelity_kept_mass > results/fidelity.mass.md
+"$KVLAB" sweep "${fid[@]}" --metric fidelity_attn_rel_error > results/fidelity.error.md
+"$KVLAB" sweep "${fid[@]}" --metric fidelity_next_token_kl > results/fidelity.kl.md
+"$KVLAB" sweep "${fid[@]}" --metric copy_token_accuracy > results/fidelity.copy.md
+"$KVLAB" plot "$SESSION" --y fidelity_next_token_kl --where "data=repeat;data.num_samples=1;fidelity=true" \
+  --title "SmolLM2-135M, repeat task: next-token KL vs dense" -o docs/figures/fidelity_kl_smollm2.svg
+"$KVLAB" plot "$SESSION" --y fidelity_kept_mass --where "data=repeat;data.num_samples=1;fidelity=true" \
+  --title "SmolLM2-135M, repeat task: attention mass kept" -o docs/figures/fidelity_smollm2.svg
+echo "results: fidelity tables in results/fidelity.{mass,error,kl,copy}.md; figures docs/figures/fidelity_{kl_,}smollm2.svg"

@@ -12,7 +12,7 @@
 namespace kv::views {
 
 const char* view_name(ViewKind k) {
-    static const char* const kNames[] = {"eviction map", "scores", "memory timeline", "cell grid", "metrics", "compare"};
+    static const char* const kNames[] = {"eviction map", "scores", "memory timeline", "cell grid", "metrics", "compare", "fidelity", "sweep"};
     static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(ViewKind::COUNT), "view names out of date with ViewKind");
     return size_t(k) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[size_t(k)] : "unknown";
 }
@@ -28,6 +28,7 @@ const std::vector<CanvasGesture>& canvas_gestures() {
         {"double-click a layer", "eviction map, all layers", "open that layer alone"},
         {"click a row", "scores", "show that layer's histogram"},
         {"click a cell band", "memory timeline", "zoom to that cell"},
+        {"click a point", "sweep", "select that run"},
         {"hover", "every view", "details of what is under the cursor (token, slot, allocation, chunk)"},
     };
     return kGestures;
@@ -75,13 +76,15 @@ void CanvasImpl::reset_views() {
     eviction.run = scores.run = memory.run = cells.run = metrics.run = run;
     compare = {};
     compare_select(compare, runs.size() >= 2 ? runs : std::vector<int64_t>{}, reference, textures);
+    fidelity_select(fidelity, runs);
+    sweep.selected_run = run;
 }
 
 std::string CanvasImpl::empty_state() const {
     if (!reader) return "no session open";
     if (runs.empty()) return session_runs ? "select a run in the runs table" : "this session has no runs yet";
     // Single-run views show one run; saying "nothing recorded" here would be false.
-    if (runs.size() >= 2 && view != ViewKind::COMPARE)
+    if (runs.size() >= 2 && view != ViewKind::COMPARE && view != ViewKind::FIDELITY && view != ViewKind::SWEEP)
         return std::to_string(runs.size()) + " runs selected: the " + view_name(view) +
                " shows one run (select one run, or use compare)";
     return "";
@@ -103,6 +106,10 @@ bool CanvasImpl::refresh_view(ViewKind k) {
         case ViewKind::COMPARE:
             if (runs.size() < 2) return false;
             return refresh_compare(compare, *reader);
+        case ViewKind::FIDELITY:
+            return refresh_fidelity(fidelity, *reader);
+        case ViewKind::SWEEP:
+            return refresh_sweep(sweep, *reader);
         case ViewKind::COUNT:
             break;
     }
@@ -121,6 +128,7 @@ void Canvas::open_session(const std::string& path) {
     c.runs.clear();
     c.reference = 0;
     c.reset_views();
+    c.sweep = {};
     c.reader.reset();
     c.infos.clear();
     c.path.clear();
@@ -146,11 +154,18 @@ void Canvas::select_runs(const std::vector<int64_t>& runs) {
     c.reset_views();
     c.infos.clear();
     c.needs_refresh = true;
-    if (sel.size() >= 2) c.view = ViewKind::COMPARE;
-    else if (c.view == ViewKind::COMPARE) c.view = ViewKind::EVICTION_MAP;
+    // The fidelity and sweep views show several runs themselves.
+    if (sel.size() >= 2 && c.view != ViewKind::FIDELITY && c.view != ViewKind::SWEEP) c.view = ViewKind::COMPARE;
+    else if (c.view == ViewKind::COMPARE && sel.size() < 2) c.view = ViewKind::EVICTION_MAP;
 }
 
 const std::vector<int64_t>& Canvas::selected_runs() const { return impl_->runs; }
+
+int64_t Canvas::take_requested_run() {
+    const int64_t r = impl_->sweep.requested_run;
+    impl_->sweep.requested_run = 0;
+    return r;
+}
 
 void Canvas::set_reference(int64_t run) {
     CanvasImpl& c = *impl_;
@@ -278,6 +293,12 @@ void Canvas::draw(float width, float height) {
             break;
         case ViewKind::COMPARE:
             DrawCompareView(c.compare, c.textures, body);
+            break;
+        case ViewKind::FIDELITY:
+            DrawFidelityView(c.fidelity, body);
+            break;
+        case ViewKind::SWEEP:
+            DrawSweepView(c.sweep, body);
             break;
         case ViewKind::COUNT:
             break;

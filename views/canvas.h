@@ -21,7 +21,7 @@
 namespace kv::views {
 
 // COUNT is the number of views (not a view): hosts list views by iterating up to it.
-enum class ViewKind : uint8_t { EVICTION_MAP, SCORES, MEMORY_TIMELINE, CELL_GRID, METRICS, COMPARE, COUNT };
+enum class ViewKind : uint8_t { EVICTION_MAP, SCORES, MEMORY_TIMELINE, CELL_GRID, METRICS, COMPARE, FIDELITY, SWEEP, COUNT };
 const char* view_name(ViewKind k);
 // The view called `name` (view_name's text); false when there is none.
 bool view_from_name(const std::string& name, ViewKind* out);
@@ -60,6 +60,9 @@ class Canvas {
     void select_runs(const std::vector<int64_t>& runs);
     const std::vector<int64_t>& selected_runs() const;
     void set_reference(int64_t run);
+    // A run the user picked inside a view (a point of the sweep view): the host should select
+    // it (its own run list too). Returns 0 when there is none; clears the request.
+    int64_t take_requested_run();
 
     void set_view(ViewKind k);
     ViewKind view() const;

@@ -13,9 +13,11 @@
 #include "views/cell_grid.h"
 #include "views/compare_view.h"
 #include "views/eviction_map.h"
+#include "views/fidelity_view.h"
 #include "views/memory_timeline.h"
 #include "views/metrics_view.h"
 #include "views/scores_view.h"
+#include "views/sweep_view.h"
 
 namespace kv::storage {
 class SessionReader;
@@ -48,6 +50,8 @@ struct CanvasImpl {
     CellGridViewState cells;
     MetricsViewState metrics;
     CompareViewState compare;
+    FidelityViewState fidelity;  // every selected run, side by side
+    SweepViewState sweep;        // the whole session, whatever is selected
 
     // What the canvas shows instead of a view ("" when a view draws): no session, no run
     // selected, or several runs in a single-run view. Never "nothing recorded" for a selection.

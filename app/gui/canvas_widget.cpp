@@ -205,6 +205,9 @@ void CanvasWidget::paintGL() {
         drawn_view_ = canvas_->view();
         Q_EMIT viewChanged(int(drawn_view_));
     }
+    // A point clicked in the sweep view: the window selects that run (after this frame).
+    if (const int64_t run = canvas_->take_requested_run(); run > 0)
+        QMetaObject::invokeMethod(this, [this, run] { Q_EMIT runRequested(qint64(run)); }, Qt::QueuedConnection);
 
     glViewport(0, 0, int(width() * dpr), int(height() * dpr));
     glClearColor(0.09f, 0.09f, 0.11f, 1.0f);

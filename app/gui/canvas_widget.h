@@ -61,6 +61,7 @@ class CanvasWidget : public QOpenGLWidget, public views::TextureHost, protected 
    Q_SIGNALS:
     void frameDrawn(double ms);
     void viewChanged(int view);  // the canvas switched views by itself
+    void runRequested(qint64 run);  // a view asked to select this run (a sweep point)
 
    protected:
     void initializeGL() override;

@@ -2,10 +2,13 @@
 #include "compare_dialog.h"
 
 #include <QComboBox>
+#include <algorithm>
 #include <QDialogButtonBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
+#include <QRegularExpression>
 #include <QListWidget>
 #include <QPushButton>
 #include <QVBoxLayout>
@@ -15,8 +18,26 @@
 
 namespace kv::gui {
 
+bool parseCacheLengths(const QString& text, std::vector<int64_t>* out, QString* problem) {
+    out->clear();
+    for (const QString& part : text.split(QRegularExpression("[,\\s]+"), Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const qlonglong v = part.toLongLong(&ok);
+        if (!ok || v <= 0) {
+            if (problem) *problem = QObject::tr("cache lengths: '%1' is not a positive whole number; expected lengths like 256, 512").arg(part);
+            return false;
+        }
+        if (std::find(out->begin(), out->end(), int64_t(v)) == out->end()) out->push_back(int64_t(v));
+    }
+    if (out->empty()) {
+        if (problem) *problem = QObject::tr("cache lengths: none given; expected lengths like 256, 512");
+        return false;
+    }
+    return true;
+}
+
 std::vector<RunConfig> compareConfigs(const RunConfig& base, const QStringList& policies, const QStringList& buffers,
-                                      CompareReference reference) {
+                                      CompareReference reference, const std::vector<int64_t>& cache_lengths) {
     std::vector<RunConfig> out;
     if (policies.isEmpty() || buffers.isEmpty()) return out;
     RunConfig ref = base;
@@ -30,13 +51,16 @@ std::vector<RunConfig> compareConfigs(const RunConfig& base, const QStringList& 
         ref.name = str(ref.kv_cache.name, " L=", ref.kv_cache.cache_length, " (reference)");
     }
     out.push_back(ref);
+    const std::vector<int64_t> lengths = cache_lengths.empty() ? std::vector<int64_t>{base.kv_cache.cache_length} : cache_lengths;
     for (const auto& p : policies)
-        for (const auto& b : buffers) {
-            RunConfig c = base;
-            c.kv_cache.name = str(p.toStdString(), "-", b.toStdString());
-            c.name = str(c.kv_cache.name, " L=", c.kv_cache.cache_length);
-            out.push_back(c);
-        }
+        for (const auto& b : buffers)
+            for (int64_t L : lengths) {
+                RunConfig c = base;
+                c.kv_cache.name = str(p.toStdString(), "-", b.toStdString());
+                c.kv_cache.cache_length = L;
+                c.name = str(c.kv_cache.name, " L=", c.kv_cache.cache_length);
+                out.push_back(c);
+            }
     return out;
 }
 
@@ -82,6 +106,11 @@ CompareDialog::CompareDialog(const RunConfig& base, QWidget* parent) : QDialog(p
     reference_->addItem(tr("dense (the whole sequence in the cache)"));
     reference_->addItem(tr("large cache (first policy, cache length = sequence length)"));
     form->addRow(tr("Reference"), reference_);
+    lengths_ = new QLineEdit(QString::number(base.kv_cache.cache_length));
+    lengths_->setObjectName("compareCacheLengths");
+    lengths_->setToolTip(tr("One length: a comparison. Several (\"256, 512, 1024\"): a sweep over cache sizes, "
+                            "shown as quality-vs-cache-size curves in the sweep view."));
+    form->addRow(tr("Cache lengths"), lengths_);
     top->addLayout(form);
 
     summary_ = new QLabel;
@@ -95,6 +124,7 @@ CompareDialog::CompareDialog(const RunConfig& base, QWidget* parent) : QDialog(p
     connect(policies_, &QListWidget::itemChanged, this, &CompareDialog::update);
     connect(buffers_, &QListWidget::itemChanged, this, &CompareDialog::update);
     connect(reference_, qOverload<int>(&QComboBox::currentIndexChanged), this, &CompareDialog::update);
+    connect(lengths_, &QLineEdit::textChanged, this, &CompareDialog::update);
 
     // Start from the form's policy and the classic trio, in the form's buffer.
     QStringList pol = {"h2o", "lastrec", "streaming"};
@@ -132,17 +162,38 @@ CompareReference CompareDialog::reference() const {
     return reference_->currentIndex() == 0 ? CompareReference::DENSE : CompareReference::LARGE_CACHE;
 }
 
-std::vector<RunConfig> CompareDialog::configs() const { return compareConfigs(base_, policies(), buffers(), reference()); }
+std::vector<int64_t> CompareDialog::cacheLengths() const {
+    std::vector<int64_t> out;
+    if (!parseCacheLengths(lengths_->text(), &out, nullptr)) out = {base_.kv_cache.cache_length};
+    return out;
+}
+
+void CompareDialog::setCacheLengths(const QString& text) { lengths_->setText(text); }
+
+std::vector<RunConfig> CompareDialog::configs() const {
+    return compareConfigs(base_, policies(), buffers(), reference(), cacheLengths());
+}
 
 void CompareDialog::update() {
     const auto cfgs = configs();
     problems_.clear();
+    std::vector<int64_t> lengths;
+    QString lengthProblem;
+    if (!parseCacheLengths(lengths_->text(), &lengths, &lengthProblem)) problems_ << lengthProblem;
     for (const auto& c : cfgs)
         for (const auto& p : run_config_problems(c)) problems_ << QString::fromStdString(c.kv_cache.name + ": " + p);
     if (cfgs.empty()) problems_ << tr("choose at least one policy and one buffer");
-    else if (cfgs.size() > 8) problems_ << tr("%1 runs: the compare view shows at most 8; choose fewer").arg(cfgs.size());
+    else if (lengths.size() <= 1 && cfgs.size() > 8) problems_ << tr("%1 runs: the compare view shows at most 8; choose fewer").arg(cfgs.size());
+    else if (cfgs.size() > kMaxCompareLaunch)
+        problems_ << tr("%1 runs: a sweep from this dialog launches at most %2 (kvlab sweep takes any grid); choose fewer")
+                         .arg(cfgs.size())
+                         .arg(kMaxCompareLaunch);
     summary_->setStyleSheet(problems_.isEmpty() ? QString() : QStringLiteral("color: #d03030;"));
-    summary_->setText(problems_.isEmpty() ? tr("%1 runs will be launched (reference first).").arg(cfgs.size())
+    summary_->setText(problems_.isEmpty() ? (lengths.size() > 1 ? tr("%1 runs will be launched (reference first): a sweep over %2 cache "
+                                                                      "lengths, shown in the sweep view.")
+                                                                       .arg(cfgs.size())
+                                                                       .arg(lengths.size())
+                                                                 : tr("%1 runs will be launched (reference first).").arg(cfgs.size()))
                                           : problems_.join('\n'));
     buttons_->button(QDialogButtonBox::Ok)->setEnabled(problems_.isEmpty());
 }

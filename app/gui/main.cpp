@@ -22,7 +22,7 @@ namespace {
 // The command line, shared by the GUI start and the display-less --help/--version path.
 struct GuiCommandLine {
     QCommandLineParser parser;
-    QCommandLineOption demo{"demo", "launch the demo comparison (dense, h2o, lastrec, streaming on the tiny model) into an empty session"};
+    QCommandLineOption demo{"demo", "launch the demo sweep (dense, h2o, lastrec, tova at 256 and 512 slots on SmolLM2-135M, repeat task and licence text, fidelity on; tiny without the model) into an empty session"};
     QCommandLineOption screenshot{"screenshot", "when no run is active any more, save the window as PNG to PATH and quit", "PATH"};
     QCommandLineOption bench{"bench-frames",
                              "time frames of the views (synthetic 128k-token 24-layer eviction map, 10M-event memory timeline, a live small run) and quit"};

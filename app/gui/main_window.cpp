@@ -121,6 +121,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(model_, &QAbstractItemModel::dataChanged, this, &MainWindow::updateStatus);
     connect(model_, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateStatus);
     connect(canvas_, &CanvasWidget::viewChanged, this, [this](int v) { setView(views::ViewKind(v)); });
+    // A sweep point: select its run in the table (the canvas follows the table's selection) and
+    // stay on the sweep, so the next point is one click away; the other views show that run.
+    connect(canvas_, &CanvasWidget::runRequested, this, [this](qint64 run) {
+        browser_->selectRuns({int64_t(run)});
+        log(tr("selected run %1 from the sweep").arg(run));
+    });
     connect(canvas_, &CanvasWidget::frameDrawn, this,
             [this](double ms) { status_frame_->setText(QStringLiteral("frame %1 ms").arg(ms, 0, 'f', 1)); });
 

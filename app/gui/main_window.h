@@ -51,9 +51,10 @@ class MainWindow : public QMainWindow {
     int64_t launch(const RunConfig& cfg);
     // Queues the configurations (reference first), selects them and shows the compare view.
     std::vector<int64_t> launchComparison(const std::vector<RunConfig>& cfgs);
-    // The demo: a comparison of dense, h2o, lastrec and streaming on the tiny model, unless the
-    // session already has runs (then they are shown).
+    // The demo (demoConfigs): a small sweep on SmolLM2-135M (tiny without the asset), opened
+    // on the sweep view, unless the session already has runs (then they are shown).
     void startDemo();
+    const std::string& demoModel() const { return demo_model_; }
 
     void setView(views::ViewKind view);
     views::ViewKind view() const;
@@ -104,6 +105,12 @@ class MainWindow : public QMainWindow {
     bool quiet_ = false;
     QuitConfirmation confirm_quit_;
     int64_t pending_reference_ = 0;  // reference of the last comparison launched
+    std::string demo_model_;         // what the last demo ran on ("smollm2-135m" or "tiny")
 };
+
+// The demo's runs: dense plus h2o, lastrec and tova at 256 and 512 slots, on the repeat task and
+// on licence text (1024 tokens each, fidelity on), on SmolLM2-135M, or on tiny when the asset is
+// missing; *model_used says which.
+std::vector<RunConfig> demoConfigs(std::string* model_used = nullptr);
 
 }  // namespace kv::gui

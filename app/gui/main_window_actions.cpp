@@ -13,6 +13,7 @@
 #include "canvas_widget.h"
 #include "compare_dialog.h"
 #include "engine/core/error.h"
+#include "engine/model/model_loader.h"
 #include "help.h"
 #include "main_window.h"
 #include "models/runs_model.h"
@@ -81,8 +82,15 @@ std::vector<int64_t> MainWindow::launchComparison(const std::vector<RunConfig>& 
     }
     if (ids.empty()) return ids;
     pending_reference_ = ids.front();
-    selectRuns(ids);
-    if (ids.size() >= 2) setView(views::ViewKind::COMPARE);
+    // A sweep over cache sizes (several lengths of one cache) opens on its curves.
+    std::vector<int64_t> lengths;
+    for (const auto& c : cfgs)
+        if (c.kv_cache.policy() != "dense" && std::find(lengths.begin(), lengths.end(), c.kv_cache.cache_length) == lengths.end())
+            lengths.push_back(c.kv_cache.cache_length);
+    const bool sweep = lengths.size() > 1;
+    if (sweep) setView(views::ViewKind::SWEEP);
+    selectRuns(sweep ? std::vector<int64_t>{ids.front()} : ids);
+    if (ids.size() >= 2 && !sweep) setView(views::ViewKind::COMPARE);
     log(tr("comparison of %n run(s) launched; reference: run %1", nullptr, int(ids.size())).arg(ids.front()));
     return ids;
 }
@@ -99,7 +107,8 @@ void MainWindow::onSelectionChanged(const std::vector<int64_t>& runs) {
     if (shown.size() >= 2) {
         const bool refSelected = std::find(shown.begin(), shown.end(), pending_reference_) != shown.end();
         canvas_->setReference(refSelected ? pending_reference_ : shown.front());
-        setView(views::ViewKind::COMPARE);
+        // The fidelity and sweep views show several runs side by side themselves.
+        if (view() != views::ViewKind::FIDELITY && view() != views::ViewKind::SWEEP) setView(views::ViewKind::COMPARE);
     } else if (shown.size() == 1 && view() == views::ViewKind::COMPARE) {
         setView(views::ViewKind::EVICTION_MAP);
     }
@@ -124,8 +133,57 @@ void MainWindow::startDemo() {
         selectRuns(all);
         return;
     }
-    form_->applyPreset("passkey 8k, tiny model");
-    launchComparison(compareConfigs(form_->config(), {"h2o", "lastrec", "streaming"}, {"default"}, CompareReference::DENSE));
+    const std::vector<RunConfig> cfgs = demoConfigs(&demo_model_);
+    if (demo_model_ == "tiny")
+        log(tr("demo: %1 is missing (scripts/fetch_assets.sh fetches it); falling back to the random tiny model, whose "
+               "numbers do not rank the policies")
+                .arg(QString::fromStdString(asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf")));
+    std::vector<int64_t> ids;
+    for (const auto& c : cfgs) {
+        const int64_t id = launch(c);
+        if (id < 0) break;
+        ids.push_back(id);
+    }
+    if (ids.empty()) return;
+    pending_reference_ = ids.front();
+    // The first screen: the curves of the sweep, filling in as its runs finish.
+    setView(views::ViewKind::SWEEP);
+    selectRuns({ids.front()});
+    log(tr("demo: %n run(s) of %1 launched (dense and h2o, lastrec, tova at 256 and 512 slots on the repeat task and on "
+           "licence text, fidelity on); the sweep view draws them as they finish",
+           nullptr, int(ids.size()))
+            .arg(QString::fromStdString(demo_model_)));
+}
+
+std::vector<RunConfig> demoConfigs(std::string* model_used) {
+    // SmolLM2-135M when its asset is there (a real model: the policies differ), else tiny.
+    const bool real = QFileInfo(QString::fromStdString(asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf")).isFile();
+    const std::string model = real ? "smollm2-135m" : "tiny";
+    if (model_used) *model_used = model;
+    auto base = [&](const std::string& task) {
+        RunConfig c;
+        c.mode = "eval_long";
+        c.model = model;
+        set_run_option(c, "data", task);
+        set_run_option(c, "data.seq_length", "1024");
+        set_run_option(c, "data.num_samples", "1");
+        if (task == "repeat") {
+            set_run_option(c, "data.repeat_length", "64");
+            set_run_option(c, "data.repeat_distance", "384");
+        } else {
+            set_run_option(c, "data.files", "/usr/share/common-licenses/GPL-3");
+        }
+        set_run_option(c, "kv_cache.chunk_size", "64");
+        c.fidelity = true;
+        return c;
+    };
+    std::vector<RunConfig> out;
+    for (const std::string task : {"repeat", "text"}) {
+        std::vector<RunConfig> g = compareConfigs(base(task), {"h2o", "lastrec", "tova"}, {"default"}, CompareReference::DENSE, {256, 512});
+        for (RunConfig& c : g) c.name = task + ": " + c.name;
+        out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
 }
 
 void MainWindow::newSessionDialog() {

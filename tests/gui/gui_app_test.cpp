@@ -2,8 +2,9 @@
 // temporary session and temporary settings; the run form against the engine's option table and
 // the CLI's messages; a tiny run launched from the form, watched to `done`, then every view
 // drawn, with the views' state checked against the run (eviction map width = chunks per sample,
-// memory peak = the allocator's peak); cancel; exports; a policy comparison whose window is the
-// README screenshot; settings restored by a second window.
+// memory peak = the allocator's peak); cancel; exports; a policy comparison; the demo sweep
+// (sweep, fidelity and compare views; on SmolLM2 its windows are the README screenshots);
+// settings restored by a second window.
 #include <QAbstractItemModelTester>
 #include <QAction>
 #include <QComboBox>
@@ -28,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -288,6 +290,24 @@ class GuiAppTest : public QObject {
         QCOMPARE(dlg.configs().size(), size_t(4));
         dlg.setSelection({}, {"default"}, CompareReference::DENSE);
         QVERIFY(!dlg.problems().isEmpty());
+        // Several cache lengths: a sweep over cache sizes, one dense reference.
+        dlg.setSelection({"h2o", "lastrec", "streaming"}, {"default"}, CompareReference::DENSE);
+        dlg.setCacheLengths("256, 512");
+        QVERIFY(dlg.problems().isEmpty());
+        const auto sweep = dlg.configs();
+        QCOMPARE(sweep.size(), size_t(7));
+        QCOMPARE(sweep[0].kv_cache.policy(), std::string("dense"));
+        std::map<std::string, std::vector<int64_t>> lengths;
+        for (size_t i = 1; i < sweep.size(); ++i) lengths[sweep[i].kv_cache.policy()].push_back(sweep[i].kv_cache.cache_length);
+        for (const char* p : {"h2o", "lastrec", "streaming"}) QCOMPARE(lengths[p], (std::vector<int64_t>{256, 512}));
+        dlg.setCacheLengths("256, x");
+        QCOMPARE(dlg.problems().size(), 1);
+        QVERIFY2(dlg.problems().front().contains("'x' is not a positive whole number"), qPrintable(dlg.problems().front()));
+        std::vector<int64_t> parsed;
+        QVERIFY(parseCacheLengths(" 64 128,128 ", &parsed, nullptr));
+        QCOMPARE(parsed, (std::vector<int64_t>{64, 128}));
+        QVERIFY(!parseCacheLengths("", &parsed, nullptr));
+        QVERIFY(!parseCacheLengths("-4", &parsed, nullptr));
     }
 
     void launchTinyRunAndDrawEveryView() {
@@ -321,7 +341,7 @@ class GuiAppTest : public QObject {
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
         QCOMPARE(impl.runs, std::vector<int64_t>{run_});
         QTabBar* tabs = w_->viewTabs();
-        QCOMPARE(tabs->count(), 6);
+        QCOMPARE(tabs->count(), int(views::ViewKind::COUNT));
         for (int i = 0; i < tabs->count(); ++i) {
             tabs->setCurrentIndex(i);
             QCOMPARE(int(w_->view()), i);
@@ -332,8 +352,11 @@ class GuiAppTest : public QObject {
             QCOMPARE(img.size(), w_->canvas()->size() * w_->canvas()->devicePixelRatio());
             QVERIFY2(hasContent(img), qPrintable(png));
             // docs/GUIDE.md shows each view as this test draws it.
-            // (Compare needs 2+ runs: its picture is the README's, from the comparison below.)
-            if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS") && views::ViewKind(i) != views::ViewKind::COMPARE) {
+            // (Compare needs 2+ runs, fidelity a --fidelity run, sweep several cache sizes: their
+            // pictures come from the demo sweep below.)
+            const views::ViewKind vk = views::ViewKind(i);
+            if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS") && vk != views::ViewKind::COMPARE && vk != views::ViewKind::FIDELITY &&
+                vk != views::ViewKind::SWEEP) {
                 QString name = QString::fromLatin1(views::view_name(views::ViewKind(i))).replace(' ', '_');
                 const QString guide = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/guide-%1.png").arg(name);
                 QFile::remove(guide);
@@ -467,12 +490,100 @@ class GuiAppTest : public QObject {
         const QString png = outDir() + "/compare.png";
         QVERIFY(w_->saveWindowPng(png));
         QVERIFY(hasContent(QImage(png)));
-        if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS")) {
-            const QString readme = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/compare.png");
-            QFile::remove(readme);
-            QVERIFY(QFile::copy(png, readme));
-            QVERIFY2(QFileInfo(readme).size() < 300 * 1024, "README screenshot must stay under 300 KB");
+        // (The README's compare picture comes from the real-model demo below, not this tiny run.)
+    }
+
+    void demoSweepOpensOnItsCurvesAndIsTheReadmeScreenshot() {
+        // The demo's grid (dense + 3 policies x 2 cache lengths x 2 tasks, fidelity on) in a
+        // session of its own. In the suite on the tiny model at 256 tokens (seconds); with
+        // KVLAB_UPDATE_SCREENSHOTS on SmolLM2-135M as `kvlab-gui --demo` runs it (minutes), whose
+        // windows become the README's and the guide's pictures.
+        const bool update = qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS");
+        std::string model;
+        std::vector<RunConfig> cfgs = demoConfigs(&model);
+        QCOMPARE(cfgs.size(), size_t(14));
+        if (update) QCOMPARE(QString::fromStdString(model), QString("smollm2-135m"));  // a README picture needs the real model
+        for (RunConfig& c : cfgs) {
+            QVERIFY(c.fidelity);
+            if (!update) {
+                c.model = "tiny";
+                set_run_option(c, "data.seq_length", "256");
+                if (c.kv_cache.cache_length > 0) c.kv_cache.cache_length /= 4;  // 64 and 128 of 256, as 256 and 512 of 1024
+                set_run_option(c, "kv_cache.chunk_size", "32");
+                if (c.data.name == "repeat") set_run_option(c, "data.repeat_distance", "96");
+                c.threads = 1;
+            }
         }
+        const QString demoSession = tmp_.filePath("demo.kvlab");
+        w_->openSession(demoSession);
+        std::vector<int64_t> ids;
+        for (const auto& c : cfgs) ids.push_back(w_->launch(c));
+        for (int64_t id : ids) QVERIFY(id > 0);
+        w_->setView(views::ViewKind::SWEEP);
+        w_->selectRuns({ids.front()});
+        for (int64_t id : ids) QVERIFY(waitFinal(id, update ? 1800000 : 300000));
+        for (int64_t id : ids) QCOMPARE(int(w_->runsModel()->run(id)->status), int(storage::RunStatus::DONE));
+        QVERIFY(drawFrames(w_->canvas(), 6));
+        views::CanvasImpl& impl = w_->canvas()->canvas().impl();
+        QCOMPARE(w_->view(), views::ViewKind::SWEEP);
+        // Two panels (repeat, text), three lines of two points each, and the dense reference,
+        // every point the value its run's summary holds.
+        QCOMPARE(impl.sweep.panels.size(), size_t(2));
+        storage::SessionReader reader(demoSession.toStdString());
+        for (const views::SweepPanel& p : impl.sweep.panels) {
+            QCOMPARE(p.lines.size(), size_t(3));
+            QCOMPARE(p.references.size(), size_t(1));
+            for (const views::SweepLine& l : p.lines) {
+                QCOMPARE(l.points.size(), size_t(2));
+                for (const views::SweepPoint& pt : l.points)
+                    QCOMPARE(pt.y, Json::parse(reader.run(pt.run).summary)[p.metric].get<double>());
+            }
+        }
+        w_->statusBar()->clearMessage();
+        const QString sweepPng = outDir() + "/demo-sweep.png";
+        QVERIFY(w_->saveWindowPng(sweepPng));
+        QVERIFY(hasContent(QImage(sweepPng)));
+        // A click on a point (the view's request) selects that run in the table, on the sweep.
+        const int64_t picked = impl.sweep.panels[0].lines[0].points[0].run;
+        impl.sweep.requested_run = picked;
+        QVERIFY(drawFrames(w_->canvas(), 3));
+        QTRY_COMPARE_WITH_TIMEOUT(w_->browser()->selectedRuns(), std::vector<int64_t>{picked}, 3000);
+        QCOMPARE(w_->view(), views::ViewKind::SWEEP);
+        // Fidelity of the repeat task's runs at the small cache, side by side with dense.
+        std::vector<int64_t> small = {ids[0]};
+        for (size_t i = 1; i < 7; ++i)
+            if (cfgs[i].kv_cache.cache_length == cfgs[1].kv_cache.cache_length) small.push_back(ids[i]);
+        QCOMPARE(small.size(), size_t(4));
+        w_->setView(views::ViewKind::FIDELITY);
+        w_->selectRuns(small);
+        QVERIFY(drawFrames(w_->canvas(), 6));
+        QCOMPARE(w_->view(), views::ViewKind::FIDELITY);
+        QCOMPARE(impl.fidelity.grids.size(), size_t(4));
+        for (const auto& g : impl.fidelity.grids) QVERIFY(!g.empty() && g.layers > 0);
+        const QString fidPng = outDir() + "/demo-fidelity.png";
+        QVERIFY(w_->saveWindowPng(fidPng));
+        QVERIFY(hasContent(QImage(fidPng)));
+        // And the classic compare of the same runs.
+        w_->setView(views::ViewKind::COMPARE);
+        QVERIFY(drawFrames(w_->canvas(), 6));
+        QVERIFY2(impl.compare.have_comparison, impl.compare.comparison_error.c_str());
+        const QString cmpPng = outDir() + "/demo-compare.png";
+        QVERIFY(w_->saveWindowPng(cmpPng));
+        if (update) {
+            const std::pair<QString, QString> pics[] = {{sweepPng, "demo-sweep.png"}, {fidPng, "demo-fidelity.png"}, {cmpPng, "compare.png"}};
+            for (const auto& [from, name] : pics) {
+                const QString to = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/") + name;
+                QFile::remove(to);
+                QVERIFY(QImage(from).save(to));
+                QVERIFY2(QFileInfo(to).size() < 400 * 1024, qPrintable(to + " must stay under 400 KB"));
+            }
+            for (const auto& [from, name] : {std::pair<QString, QString>{sweepPng, "guide-sweep.png"}, {fidPng, "guide-fidelity.png"}}) {
+                const QString to = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/") + name;
+                QFile::remove(to);
+                QVERIFY(QImage(from).scaledToWidth(900, Qt::SmoothTransformation).save(to));
+            }
+        }
+        w_->openSession(session_);  // the next cases work on the first session
     }
 
     void helpListsEveryShortcutAndOpensTheGuide() {
