@@ -1,7 +1,8 @@
 // `--fidelity true` end to end: a sweep (dense + lastrec) records fidelity per (layer, chunk)
 // as session metrics; the dense run's are 0 error and 1 kept mass exactly, every layer has one
 // value per chunk, the run summary's means are the means of the stored values, and the sweep
-// table can rank by them.
+// table can rank by them. The next-token KL: one row per chunk (fidelity.next_token_kl), 0
+// exactly for dense, its summary mean the mean of the rows, in the metrics CSV export too.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -78,6 +79,32 @@ TEST(FidelityCli, SweepRecordsPerLayerPerChunkFidelity) {
             EXPECT_LT(min_mass, 1.0) << "64 of 256 tokens kept must lose attention mass somewhere";
         }
         kept_mean[dense ? "dense" : "lastrec"] = s["fidelity_kept_mass"].get<double>();
+        const auto kl = rd.metrics(r.id, "fidelity.next_token_kl");
+        ASSERT_EQ(int64_t(kl.size()), chunks);
+        double kl_sum = 0, kl_max = 0;
+        for (const auto& k : kl) {
+            EXPECT_GE(k.value, 0.0);
+            if (dense) {
+                EXPECT_EQ(k.value, 0.0) << "chunk " << k.step;
+            }
+            kl_sum += k.value;
+            kl_max = std::max(kl_max, k.value);
+        }
+        ASSERT_TRUE(s.contains("fidelity_next_token_kl")) << r.summary;
+        EXPECT_NEAR(s["fidelity_next_token_kl"].get<double>(), kl_sum / double(chunks), 1e-12);
+        if (!dense) {
+            EXPECT_GT(kl_max, 0.0) << "64 of 256 tokens kept must change some next-token distribution";
+            // The metrics CSV export carries the same rows.
+            const std::string csv = (dir / "metrics.csv").string();
+            const std::string ex = kExe + " export " + session + " --run " + std::to_string(r.id) + " --what metrics --format csv -o " + csv +
+                                   " >/dev/null 2>&1";
+            ASSERT_EQ(std::system(ex.c_str()), 0) << ex;
+            std::ifstream mc(csv);
+            std::string row;
+            int kl_rows = 0;
+            while (std::getline(mc, row)) kl_rows += row.find("fidelity.next_token_kl") != std::string::npos;
+            EXPECT_EQ(kl_rows, chunks);
+        }
     }
 
     // The table ranks by the same numbers.
