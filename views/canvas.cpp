@@ -73,6 +73,8 @@ void CanvasImpl::reset_views() {
     cells = {};
     metrics = {};
     eviction.run = scores.run = memory.run = cells.run = metrics.run = run;
+    // Metrics overlays the per-token loss of every selected run.
+    if (runs.size() >= 2) metrics.overlay_runs.assign(runs.begin() + 1, runs.end());
     compare = {};
     compare_select(compare, runs.size() >= 2 ? runs : std::vector<int64_t>{}, reference, textures);
 }
@@ -81,7 +83,7 @@ std::string CanvasImpl::empty_state() const {
     if (!reader) return "no session open";
     if (runs.empty()) return session_runs ? "select a run in the runs table" : "this session has no runs yet";
     // Single-run views show one run; saying "nothing recorded" here would be false.
-    if (runs.size() >= 2 && view != ViewKind::COMPARE)
+    if (runs.size() >= 2 && view != ViewKind::COMPARE && view != ViewKind::METRICS)
         return std::to_string(runs.size()) + " runs selected: the " + view_name(view) +
                " shows one run (select one run, or use compare)";
     return "";
@@ -197,7 +199,8 @@ bool Canvas::refresh() {
 bool Canvas::has_draw_requests() const {
     const CanvasImpl& c = *impl_;
     if (!c.reader) return false;
-    return c.needs_refresh || (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory));
+    return c.needs_refresh || (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory)) ||
+           (c.view == ViewKind::SCORES && scores_has_requests(c.scores));
 }
 
 bool Canvas::serve_draw_requests() {
@@ -207,6 +210,7 @@ bool Canvas::serve_draw_requests() {
     if (c.needs_refresh) any |= refresh();
     if (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory))
         any |= serve_memory_timeline_requests(c.memory, *c.reader);
+    if (c.view == ViewKind::SCORES && scores_has_requests(c.scores)) any |= refresh_scores(c.scores, *c.reader);
     return any;
 }
 

@@ -143,6 +143,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         hs.kind = head;
         hs.B = 1;
         hs.T = T;
+        hs.record_token_loss = bool(cb.on_sample_tokens);
         if (head == HeadKind::NEXT_TOKEN && !it.targets.empty()) {
             hs.token_targets = it.targets;
             hs.record_argmax = true;
@@ -200,6 +201,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             if (cb.on_fidelity) cb.on_fidelity(int64_t(i), st);
             fidelity_steps.insert(fidelity_steps.end(), st.begin(), st.end());
         }
+        if (cb.on_sample_tokens) cb.on_sample_tokens(r, it.ids, res.token_loss);
         if (cb.on_sample) cb.on_sample(r);
     }
     sum.seconds = now_s() - t_start;
