@@ -210,7 +210,7 @@ bool Canvas::serve_draw_requests() {
     if (c.needs_refresh) any |= refresh();
     if (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory))
         any |= serve_memory_timeline_requests(c.memory, *c.reader);
-    if (c.view == ViewKind::SCORES && scores_has_requests(c.scores)) any |= refresh_scores(c.scores, *c.reader);
+    if (c.view == ViewKind::SCORES && scores_has_requests(c.scores)) any |= serve_scores_requests(c.scores, *c.reader);
     return any;
 }
 

@@ -223,18 +223,29 @@ void draw_token_loss(MetricsViewState& s, float width, float height) {
             for (size_t t = 0; t < ys[i].size(); ++t) ys[i][t] = t < dense_y.size() ? ys[i][t] - dense_y[t] : std::nan("");
         }
     double xhi = 1, ylo = 1e300, yhi = -1e300;
-    int64_t finite_points = 0;
+    int64_t finite_points = 0, first = -1, last = -1;  // the scored positions' range
     for (size_t i = 0; i < ys.size(); ++i) {
         if (diff && &s.loss_runs[i] == dense) continue;
         xhi = std::max(xhi, double(ys[i].size()));
-        for (double v : ys[i])
-            if (std::isfinite(v)) ylo = std::min(ylo, v), yhi = std::max(yhi, v), ++finite_points;
+        for (size_t t = 0; t < ys[i].size(); ++t)
+            if (const double v = ys[i][t]; std::isfinite(v)) {
+                ylo = std::min(ylo, v), yhi = std::max(yhi, v), ++finite_points;
+                first = first < 0 ? int64_t(t) : std::min(first, int64_t(t));
+                last = std::max(last, int64_t(t));
+            }
     }
     if (diff) ylo = std::min(ylo, 0.0), yhi = std::max(yhi, 0.0);
     if (ylo > yhi) ylo = 0, yhi = 1;
     if (yhi - ylo < 1e-6) ylo -= 0.5, yhi += 0.5;
     const double ypad = (yhi - ylo) * 0.06;
-    const AxisRange xr{0, xhi}, yr{ylo - ypad, yhi + ypad};
+    // x: the scored positions (a copy span, an answer) when they are a small part of the
+    // sequence, else the whole sequence.
+    AxisRange xr{0, xhi};
+    if (first >= 0 && double(last - first + 1) < 0.5 * xhi) {
+        const double pad = std::max(2.0, double(last - first) * 0.04);
+        xr = {std::max(0.0, double(first) - pad), std::min(xhi, double(last) + pad)};
+    }
+    const AxisRange yr{ylo - ypad, yhi + ypad};
     char ytitle[160];
     std::snprintf(ytitle, sizeof ytitle, "%s (nats)%s%s", diff ? "loss minus the dense run's" : "loss",
                   s.smoothing > 1 ? ", moving mean over " : "", s.smoothing > 1 ? std::to_string(s.smoothing).append(" positions").c_str() : "");
@@ -376,7 +387,12 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         for (const auto& lr : s.loss_runs) rows = std::max(rows, lr.tokens.samples.size());
         const float line = ImGui::GetFrameHeightWithSpacing();
         const float table_h = std::min(size.y * 0.25f, line * float(rows + 1) + 8);
-        const float plot_h = std::max(160.f, size.y * (s.overlay_runs.empty() ? 0.5f : 0.68f));
+        // The rest of the height, less the summary line and room for curves other than the
+        // per-sample ones the table shows (training, fidelity).
+        size_t other_curves = 0;
+        for (const auto& m : s.series) other_curves += m.name.rfind("sample_", 0) != 0 && !metric_is_scalar(m);
+        const float below = other_curves && s.overlay_runs.empty() ? size.y * 0.4f : 3 * line;
+        const float plot_h = std::max(160.f, size.y - (ImGui::GetCursorPosY() - top) - 2 * line - table_h - below);
         draw_token_loss(s, size.x, plot_h);
         draw_sample_table(s, size.x, table_h);
         if (!s.overlay_runs.empty()) {  // several runs: the per-run metric plots belong to one run at a time

@@ -195,6 +195,19 @@ bool refresh_positions(ScoresViewState& s, storage::SessionReader& reader) {
 
 bool scores_has_requests(const ScoresViewState& s) { return s.want_positions && !s.positions_loaded; }
 
+bool serve_scores_requests(ScoresViewState& s, storage::SessionReader& reader) {
+    if (!scores_has_requests(s)) return false;
+    try {
+        s.tokens.run = s.run;
+        refresh_run_tokens(s.tokens, reader);
+        if (!s.tokens.samples.empty()) refresh_positions(s, reader);
+    } catch (const std::exception& e) {
+        s.error = e.what();
+    }
+    s.positions_loaded = true;  // also when the run has no token text: nothing to map, ask no more
+    return true;
+}
+
 const std::vector<int32_t>* scores_slot_tokens(ScoresViewState& s, int layer, int head) {
     if (layer < 0 || size_t(layer) >= s.layers.size() || s.layers[size_t(layer)].values.empty()) return nullptr;
     const int chunk = s.layers[size_t(layer)].chunk;
@@ -215,8 +228,9 @@ bool refresh_scores(ScoresViewState& s, storage::SessionReader& reader) {
     try {
         s.tokens.run = s.run;
         bool text = refresh_run_tokens(s.tokens, reader);
-        if (s.want_positions && !s.tokens.samples.empty()) text |= refresh_positions(s, reader);
-        if (s.want_positions) s.positions_loaded = true;  // served (a run without token text has nothing to map)
+        // Once loaded (a draw request asked), the slot -> token index follows a live run; it is
+        // an index of rows already there, not news of the run, so it does not count as new.
+        if (s.positions_loaded && !s.tokens.samples.empty()) refresh_positions(s, reader);
         // Summaries only (no arrays): cheap even for a long run; they say which layers have a
         // newer full array.
         std::vector<storage::ScoreRow> rows = reader.score_snapshots(s.run, -1, s.last_id, false);

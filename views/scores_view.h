@@ -114,6 +114,8 @@ struct ScoresViewState {
 bool refresh_scores(ScoresViewState& s, storage::SessionReader& reader);
 // The draw wants the slot -> token mapping that refresh has not read yet.
 bool scores_has_requests(const ScoresViewState& s);
+// Serves them: reads the cache steps that map slots to tokens. True when it read (repaint).
+bool serve_scores_requests(ScoresViewState& s, storage::SessionReader& reader);
 // Token position held by each slot of `layer`'s `head` at the chunk of its shown snapshot (the
 // newest sample), replayed from the cache steps; nullptr when not loaded or unknown.
 const std::vector<int32_t>* scores_slot_tokens(ScoresViewState& s, int layer, int head);

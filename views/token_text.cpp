@@ -111,6 +111,8 @@ void update_token_search(TokenSearch& s, const RunTokens& tokens, int64_t sample
 
 void DrawTokenSearchBox(TokenSearch& s, const RunTokens& tokens, int64_t sample, float width) {
     const storage::SampleTokensRow* row = tokens.sample(sample);
+    // The box and its count ("12 matches, 14 tokens") on this line only if they fit.
+    if (ImGui::GetContentRegionAvail().x < width + ImGui::CalcTextSize("000 matches, 000 tokens").x) ImGui::NewLine();
     ImGui::SetNextItemWidth(width);
     ImGui::InputTextWithHint("##token_search", "find token or text (#id)", s.query, sizeof s.query);
     if (ImGui::IsItemHovered())
