@@ -336,6 +336,11 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
         ImGui::SetNextItemWidth(140);
         ImGui::SliderInt("head (-1 = all)", &o.head, -1, max_heads - 1);
     }
+    // The shown snapshots are of the newest sample: its text is what the search looks in.
+    ImGui::SameLine();
+    const int64_t newest = s.tokens.samples.empty() ? -1 : s.tokens.samples.back().sample;
+    DrawTokenSearchBox(s.search, s.tokens, newest);
+    if (s.search.active()) s.want_positions = true;  // marks need the slot -> token index
     // Why a layer can look empty: it is the data (one sink slot far above the rest), said so.
     if (const std::vector<int> outliers = score_outlier_layers(s.layers); !outliers.empty() && !o.rank)
     {
@@ -410,7 +415,7 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
         std::snprintf(b, sizeof b, "layer %d", l);
         dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b).x, ty), IM_COL32(210, 210, 210, 235), b);
     }
-    // Search marks: a yellow frame on every texel whose slots hold a marked position.
+    // Search marks: a pink frame on every texel whose slots hold a marked position.
     if (s.search.active() && !o.sorted && !s.search.result.positions.empty() && s.image.width > 0) {
         const float col_w = f.width() / float(s.image.width);
         dl->PushClipRect(f.p0, f.p1, true);

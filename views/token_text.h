@@ -63,6 +63,7 @@ void update_token_search(TokenSearch& s, const RunTokens& tokens, int64_t sample
 // Search box and match count on one line (the caller's toolbar). `sample` is the shown one.
 void DrawTokenSearchBox(TokenSearch& s, const RunTokens& tokens, int64_t sample, float width = 180);
 
-constexpr Colour kSearchMarkColour = IM_COL32(255, 214, 60, 230);
+// Pink: apart from every colour of the maps (the sequential colour map runs purple to yellow).
+constexpr Colour kSearchMarkColour = IM_COL32(255, 70, 170, 240);
 
 }  // namespace kv::views

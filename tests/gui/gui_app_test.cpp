@@ -432,6 +432,15 @@ class GuiAppTest : public QObject {
         QVERIFY(impl.scores.positions_loaded);
         QVERIFY(impl.scores.positions.resolve_sequence(-1) >= 0);
         QVERIFY(views::scores_slot_tokens(impl.scores, 0, 0) != nullptr);
+        // The scores view's search looks in the newest sample (whose snapshots it shows).
+        std::vector<int64_t> newest_scan;
+        for (size_t p = 0; p < samples.back().ids.size(); ++p)
+            if (samples.back().ids[p] == id) newest_scan.push_back(int64_t(p));
+        std::snprintf(impl.scores.search.query, sizeof impl.scores.search.query, "%s", query.c_str());
+        QVERIFY(drawFrames(canvas, 3));
+        QCOMPARE(impl.scores.search.result.positions, newest_scan);
+        QVERIFY(w_->saveViewPng(outDir() + "/scores-search.png"));
+        impl.scores.search = {};
     }
 
     // Per-token loss (issue 16): two runs the CLI records in another process into the open
