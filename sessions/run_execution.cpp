@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include "engine/core/device.h"
@@ -88,6 +90,24 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         for (const FidelityKLStep& f : steps) chunks = std::max(chunks, f.chunk + 1);
         for (const FidelityKLStep& f : steps) trace::metric(kFidelityKLMetric, sample * chunks + f.chunk, f.next_token_kl);
     };
+    double sample_tokens_seconds = 0;  // pieces + the write, what the per-token record costs the run
+    if (hooks.sample_tokens)
+        cb.on_sample_tokens = [&](const EvalSampleResult& r, const std::vector<int32_t>& ids, const std::vector<float>& loss) {
+            const auto t0 = std::chrono::steady_clock::now();
+            storage::SampleTokensRow row;
+            row.sample = r.index;
+            row.description = r.description;
+            row.ids = ids;
+            row.loss = loss;
+            row.pieces.reserve(ids.size());
+            for (int32_t id : ids) row.pieces.push_back(lm.tokenizer->token_to_piece(id));
+            for (float l : loss) row.scored += std::isfinite(l) ? 1 : 0;
+            row.mean_loss = r.loss;
+            row.correct = r.label >= 0 || r.copy_token_accuracy >= 0 ? (r.correct ? 1 : 0) : -1;
+            row.token_accuracy = r.copy_token_accuracy;
+            hooks.sample_tokens(row);
+            sample_tokens_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        };
     cb.chat_frame = [&lm](const std::string& user) { return chat_prompt(*lm.tokenizer, user); };
     EvalSummary s = run_eval(cfg, lm, cb);
     nlohmann::json j;
@@ -112,6 +132,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["kv_bytes"] = s.kv_bytes;
     j["kv_bits_per_element"] = s.kv_bits_per_element;
     j["chunks_per_sample"] = s.chunks_per_sample;
+    if (hooks.sample_tokens) j["sample_tokens_seconds"] = sample_tokens_seconds;
     j["memory"] = memory_json(s.memory);
     if (s.fidelity_attn_rel_error >= 0) {
         j["fidelity_attn_rel_error"] = s.fidelity_attn_rel_error;

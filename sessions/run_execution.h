@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/run/run_config.h"
+#include "storage/rows.h"
 
 namespace kv::sessions {
 
@@ -17,6 +18,9 @@ struct RunHooks {
     // streamed generated text, per-sample lines, log lines
     std::function<void(const std::string& text)> output;
     const std::atomic<bool>* cancel = nullptr;
+    // eval_long / infer: each sample's token ids, pieces and per-position loss, once per
+    // sample (the caller stores it: one row of the session's sample_tokens table).
+    std::function<void(const storage::SampleTokensRow&)> sample_tokens;
 };
 
 struct RunOutcome {

@@ -280,6 +280,19 @@ void RunManager::execute(Job& job) {
             if (events_.output) events_.output(job.run, s);
             if (cfg.telemetry.enabled) trace::log(trace::LogLevel::INFO, s);
         };
+        // One row per sample, written at once on the session's connection (a commit per
+        // sample, not per token). A failed write is lost telemetry like a failed batch.
+        if (cfg.telemetry.enabled)
+            hooks.sample_tokens = [&](const storage::SampleTokensRow& row) {
+                try {
+                    session_->write_sample_tokens(job.run, row);
+                } catch (const std::exception& e) {
+                    std::lock_guard<std::mutex> lk(mu_);
+                    WriteFault& f = faults_[job.run];
+                    f.lost += 1;
+                    if (f.error.empty()) f.error = e.what();
+                }
+            };
         try {
             KV_TRACE_SPAN(trace::SpanCategory::RUN, "run");
             RunOutcome out = execute_run(cfg, hooks);

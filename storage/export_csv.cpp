@@ -1,6 +1,7 @@
 // CSV exports (see exports.h): one header line, one row per record, RFC 4180 quoting, integer
 // nanoseconds (plus time since the run started) so nothing is rounded away.
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 #include "storage/exports.h"
@@ -64,6 +65,20 @@ uint64_t export_metrics_csv(SessionReader& reader, int64_t run, std::ostream& ou
         out << m.id << ',' << csv_field(m.name) << ',' << m.step << ',' << num(m.value) << ',' << m.t_ns << ','
             << (m.t_ns - t0) << '\n';
         ++n;
+    }
+    return n;
+}
+
+uint64_t export_tokens_csv(SessionReader& reader, int64_t run, std::ostream& out) {
+    out << "sample,position,token_id,piece,loss\n";
+    uint64_t n = 0;
+    for (const SampleTokensRow& r : reader.sample_tokens(run)) {
+        for (size_t t = 0; t < r.ids.size(); ++t) {
+            out << r.sample << ',' << t << ',' << r.ids[t] << ',' << csv_field(t < r.pieces.size() ? r.pieces[t] : "") << ',';
+            if (t < r.loss.size() && std::isfinite(r.loss[t])) out << num(double(r.loss[t]));
+            out << '\n';
+            ++n;
+        }
     }
     return n;
 }

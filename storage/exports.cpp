@@ -18,7 +18,8 @@ ExportWhat export_what_from_name(const std::string& name) {
     if (name == "spans") return ExportWhat::SPANS;
     if (name == "metrics") return ExportWhat::METRICS;
     if (name == "all") return ExportWhat::ALL;
-    throw Error(str("--what: '", name, "' is not something a run records; expected memory, spans, metrics or all"));
+    if (name == "tokens") return ExportWhat::TOKENS;
+    throw Error(str("--what: '", name, "' is not something a run records; expected memory, spans, metrics, tokens or all"));
 }
 
 ExportFormat export_format_from_name(const std::string& name) {
@@ -44,6 +45,8 @@ ExportResult export_run(SessionReader& reader, int64_t run, ExportWhat what, Exp
         throw Error(
             "--what all cannot be one CSV file (memory events, spans and metrics have different columns); "
             "expected --what memory, spans or metrics");
+    if (format == ExportFormat::CHROME_TRACE && what == ExportWhat::TOKENS)
+        throw Error("--what tokens is a table, not a trace; expected --format csv");
     if (format == ExportFormat::TORCH_SNAPSHOT && what != ExportWhat::MEMORY)
         throw Error("--format torch-snapshot holds memory only; expected --what memory");
     if (out_path.empty()) throw Error("export: missing output path; expected -o PATH");
@@ -60,9 +63,10 @@ ExportResult export_run(SessionReader& reader, int64_t run, ExportWhat what, Exp
         try {
             switch (format) {
                 case ExportFormat::CSV:
-                    res.records = what == ExportWhat::MEMORY  ? export_memory_csv(reader, run, out)
-                                  : what == ExportWhat::SPANS ? export_spans_csv(reader, run, out)
-                                                              : export_metrics_csv(reader, run, out);
+                    res.records = what == ExportWhat::MEMORY   ? export_memory_csv(reader, run, out)
+                                  : what == ExportWhat::SPANS  ? export_spans_csv(reader, run, out)
+                                  : what == ExportWhat::TOKENS ? export_tokens_csv(reader, run, out)
+                                                               : export_metrics_csv(reader, run, out);
                     break;
                 case ExportFormat::CHROME_TRACE:
                     res.records = export_chrome_trace(reader, run, what == ExportWhat::SPANS || what == ExportWhat::ALL,

@@ -13,9 +13,10 @@
 
 namespace kv::storage {
 
-enum class ExportWhat { MEMORY, SPANS, METRICS, ALL };
+// TOKENS: each evaluated sample's tokens (id, text, loss per position), CSV only.
+enum class ExportWhat { MEMORY, SPANS, METRICS, ALL, TOKENS };
 enum class ExportFormat { CSV, CHROME_TRACE, TORCH_SNAPSHOT };
-// Parse "memory|spans|metrics|all" and "csv|chrome-trace|torch-snapshot"; throw kv::Error naming
+// Parse "memory|spans|metrics|tokens|all" and "csv|chrome-trace|torch-snapshot"; throw kv::Error naming
 // the valid values.
 ExportWhat export_what_from_name(const std::string& name);
 ExportFormat export_format_from_name(const std::string& name);
@@ -35,6 +36,8 @@ ExportResult export_run(SessionReader& reader, int64_t run, ExportWhat what, Exp
 uint64_t export_memory_csv(SessionReader& reader, int64_t run, std::ostream& out);
 uint64_t export_spans_csv(SessionReader& reader, int64_t run, std::ostream& out);
 uint64_t export_metrics_csv(SessionReader& reader, int64_t run, std::ostream& out);
+// One row per (sample, position): sample,position,token_id,piece,loss (loss empty where unscored).
+uint64_t export_tokens_csv(SessionReader& reader, int64_t run, std::ostream& out);
 uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
                              std::ostream& out);
 uint64_t export_torch_snapshot(SessionReader& reader, int64_t run, std::ostream& out);

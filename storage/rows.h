@@ -106,6 +106,24 @@ struct MetricRow {
     int64_t t_ns = 0;
 };
 
+// One evaluated sample (schema v4 table sample_tokens): its input token ids, the tokenizer's
+// piece (decoded text, spaces kept; may be an incomplete UTF-8 sequence) per token, and the
+// loss the evaluation scored at each input position t (cross-entropy of the prediction made at
+// t: of the token at t + 1, or of the answer class at the last position); NaN where nothing was
+// scored. The sample's mean loss is the mean of the finite entries.
+struct SampleTokensRow {
+    int64_t id = 0;
+    int64_t sample = 0;  // index in the run (= the eviction map's sequence)
+    std::string description;
+    std::vector<int32_t> ids;          // (T)
+    std::vector<std::string> pieces;   // (T) or empty
+    std::vector<float> loss;           // (T) or empty
+    double mean_loss = std::numeric_limits<double>::quiet_NaN();
+    int64_t scored = 0;                // finite entries of loss
+    int32_t correct = -1;              // 1/0 where the task has a right answer, else -1
+    double token_accuracy = -1;        // repeat/RULER: answer tokens right; -1 otherwise
+};
+
 struct LogRow {
     int64_t id = 0;
     int64_t t_ns = 0;

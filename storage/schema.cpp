@@ -18,6 +18,7 @@
 #include "engine/telemetry/event_types.h"
 #include "storage/event_blocks.h"
 #include "storage/record_tables.h"
+#include "storage/sample_tokens.h"
 
 namespace kv::storage {
 
@@ -46,7 +47,7 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT NOT NULL UNIQUE);
 
-)SQL" KVLAB_EVENT_BLOCKS_SQL R"SQL(
+)SQL" KVLAB_EVENT_BLOCKS_SQL KVLAB_SAMPLE_TOKENS_SQL R"SQL(
 
 CREATE INDEX cache_steps_layer ON cache_steps(run_id, layer, chunk);
 
@@ -260,6 +261,8 @@ const std::vector<Migration>& schema_migrations() {
         {2, tables::runs().create_sql("runs_v3") + "INSERT INTO runs_v3 SELECT * FROM runs; DROP TABLE runs; "
                                                    "ALTER TABLE runs_v3 RENAME TO runs;\n",
          nullptr},
+        // 3 -> 4: each evaluated sample's token ids, pieces and per-position loss.
+        {3, KVLAB_SAMPLE_TOKENS_SQL, nullptr},
     };
     return migrations;
 }

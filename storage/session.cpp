@@ -12,6 +12,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "storage/liveness.h"
 #include "storage/record_tables.h"
+#include "storage/sample_tokens.h"
 
 namespace kv::storage {
 
@@ -266,6 +267,11 @@ void Session::rename_run(int64_t run, const std::string& name) {
     s.run();
     if (sqlite3_changes(db_->handle()) == 0)
         throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "' has no run ", run));
+}
+
+void Session::write_sample_tokens(int64_t run, const SampleTokensRow& row) {
+    std::lock_guard<std::mutex> lk(mu_);
+    insert_sample_tokens(*db_, run, row);
 }
 
 std::string Session::integrity_check() {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/rows.h"
 #include "storage/run_info.h"
 #include "storage/session_file.h"
 
@@ -46,6 +47,9 @@ class Session {
     // Merges a JSON object into the run's summary (RFC 7396 merge patch).
     void merge_summary(int64_t run, const std::string& json_patch);
     void rename_run(int64_t run, const std::string& name);
+    // One evaluated sample's token ids, pieces and per-position loss (storage/sample_tokens.h):
+    // one INSERT in its own transaction. Throws SessionError (full disk, bad lengths).
+    void write_sample_tokens(int64_t run, const SampleTokensRow& row);
 
     // ---- queries ------------------------------------------------------------------------
     RunInfo run(int64_t id);  // throws SessionError (INVALID) for an unknown id

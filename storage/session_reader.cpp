@@ -17,6 +17,7 @@
 
 #include "storage/event_blocks.h"
 #include "storage/record_tables.h"
+#include "storage/sample_tokens.h"
 #include "storage/session.h"
 #include "storage/session_file.h"
 
@@ -467,6 +468,11 @@ std::vector<MetricRow> SessionReader::metrics(int64_t run, const std::string& na
         out.push_back(std::move(m));
     }
     return out;
+}
+
+std::vector<SampleTokensRow> SessionReader::sample_tokens(int64_t run, int64_t after_id, bool with_pieces) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return select_sample_tokens(*db_, run, after_id, with_pieces);
 }
 
 std::vector<std::string> SessionReader::metric_names(int64_t run) {

@@ -67,6 +67,8 @@ class SessionReader {
     std::vector<MetricRow> metrics(int64_t run, const std::string& name = "", int64_t after_id = 0);
     std::vector<std::string> metric_names(int64_t run);
     std::vector<LogRow> logs(int64_t run, int64_t after_id = 0, size_t limit = 1 << 20);
+    // Evaluated samples (token ids, pieces, per-position loss) with id > after_id, by id.
+    std::vector<SampleTokensRow> sample_tokens(int64_t run, int64_t after_id = 0, bool with_pieces = true);
     // Kernels, memcpys and memsets of the run, by start time, with the launching span's id.
     std::vector<GpuActivityRow> gpu_activity(int64_t run);
 

@@ -74,6 +74,8 @@ void CanvasImpl::reset_views() {
     cells = {};
     metrics = {};
     eviction.run = scores.run = memory.run = cells.run = metrics.run = run;
+    // Metrics overlays the per-token loss of every selected run.
+    if (runs.size() >= 2) metrics.overlay_runs.assign(runs.begin() + 1, runs.end());
     compare = {};
     compare_select(compare, runs.size() >= 2 ? runs : std::vector<int64_t>{}, reference, textures);
     fidelity_select(fidelity, runs);
@@ -84,7 +86,8 @@ std::string CanvasImpl::empty_state() const {
     if (!reader) return "no session open";
     if (runs.empty()) return session_runs ? "select a run in the runs table" : "this session has no runs yet";
     // Single-run views show one run; saying "nothing recorded" here would be false.
-    if (runs.size() >= 2 && view != ViewKind::COMPARE && view != ViewKind::FIDELITY && view != ViewKind::SWEEP)
+    if (runs.size() >= 2 && view != ViewKind::COMPARE && view != ViewKind::FIDELITY && view != ViewKind::SWEEP &&
+        view != ViewKind::METRICS)
         return std::to_string(runs.size()) + " runs selected: the " + view_name(view) +
                " shows one run (select one run, or use compare)";
     return "";
@@ -212,7 +215,8 @@ bool Canvas::refresh() {
 bool Canvas::has_draw_requests() const {
     const CanvasImpl& c = *impl_;
     if (!c.reader) return false;
-    return c.needs_refresh || (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory));
+    return c.needs_refresh || (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory)) ||
+           (c.view == ViewKind::SCORES && scores_has_requests(c.scores));
 }
 
 bool Canvas::serve_draw_requests() {
@@ -222,6 +226,7 @@ bool Canvas::serve_draw_requests() {
     if (c.needs_refresh) any |= refresh();
     if (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory))
         any |= serve_memory_timeline_requests(c.memory, *c.reader);
+    if (c.view == ViewKind::SCORES && scores_has_requests(c.scores)) any |= serve_scores_requests(c.scores, *c.reader);
     return any;
 }
 

@@ -461,6 +461,15 @@ TokenAtStep eviction_token_info(const EvictionData& data, int sequence, int laye
     return info;
 }
 
+std::vector<int32_t> eviction_slot_tokens(const EvictionData& data, int sequence, int layer, int row, int step) {
+    const EvictionLayer* ly = find_layer(data, sequence, layer);
+    if (!ly || ly->tracks.empty() || step < 0 || step >= ly->steps()) return {};
+    const int r = std::clamp(row, 0, int(ly->rows) - 1);
+    std::vector<int32_t> slot_pos(size_t(ly->slots), -1);
+    for (int s = 0; s <= step; ++s) apply_plan_to_row(ly->plans[size_t(s)], r, slot_pos.data(), int64_t(slot_pos.size()));
+    return slot_pos;
+}
+
 // =========================================================================================
 // [SECTION] refresh and textures
 // =========================================================================================
@@ -469,6 +478,8 @@ bool refresh_eviction_map(EvictionMapViewState& s, storage::SessionReader& reade
     try {
         using Clock = std::chrono::steady_clock;
         const auto start = Clock::now();
+        s.tokens.run = s.run;
+        any |= refresh_run_tokens(s.tokens, reader);
         EvictionData& d = s.data;
         // Layers 0 .. known (one past the known ones, to discover the next); a layer's rows come
         // whole, so its cursor stays exact; the pass resumes where the budget stopped it.
@@ -662,6 +673,22 @@ void draw_image(ImDrawList* dl, const PlotFrame& f, const EvictionMapViewState::
     dl->PopClipRect();
 }
 
+// Every position the search marks, as a faint line across the map and a solid tick on its left
+// edge (a position under a texel of many still shows: lines are at least one pixel).
+void draw_search_marks(ImDrawList* dl, const PlotFrame& f, const TokenSearch& search, const AxisRange& ys) {
+    if (!search.active() || search.result.positions.empty()) return;
+    dl->PushClipRect(f.p0, f.p1, true);
+    const auto lo = std::lower_bound(search.result.positions.begin(), search.result.positions.end(), int64_t(std::floor(ys.lo)));
+    const float px_per_token = float(f.height() / std::max(1e-9, ys.hi - ys.lo));
+    for (auto it = lo; it != search.result.positions.end() && double(*it) < ys.hi; ++it) {
+        const float y0 = float(axis_to_pixel(ys, double(*it), f.p0.y, f.p1.y));
+        const float y1 = std::max(y0 + 1.f, y0 + px_per_token);
+        dl->AddRectFilled(ImVec2(f.p0.x, y0), ImVec2(f.p1.x, y1), (kSearchMarkColour & 0x00ffffff) | 0x38000000);
+        dl->AddRectFilled(ImVec2(f.p0.x, y0), ImVec2(f.p0.x + 6, y1), kSearchMarkColour);
+    }
+    dl->PopClipRect();
+}
+
 void hover_tooltip(EvictionMapViewState& s, int seq, int layer, const EvictionHit& h) {
     if (!s.hovered || s.hover.token != h.token || s.hover.step != h.step || s.hover_layer != layer ||
         s.hover_version != s.data.version + s.data.score_version) {
@@ -674,6 +701,8 @@ void hover_tooltip(EvictionMapViewState& s, int seq, int layer, const EvictionHi
     ImGui::BeginTooltip();
     ImGui::Text("layer %d  head %d  step %d", layer, s.head, i.step);
     ImGui::Text("token position %lld", (long long)i.token);
+    if (const std::string text = token_label(s.tokens.sample(seq), i.token); !text.empty()) ImGui::Text("token %s", text.c_str());
+    if (s.search.active() && s.search.marked(i.token)) ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kSearchMarkColour), "matches the search");
     if (i.cached) {
         ImGui::Text("slot %d  age %d steps", i.slot, i.age);
         if (std::isfinite(i.score)) ImGui::Text("score %.6g", double(i.score));
@@ -742,6 +771,10 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
         ImGui::Checkbox("all layers", &s.all_layers);
         ImGui::SameLine();
         if (ImGui::Button("fit")) s.follow = true;
+        ImGui::SameLine();
+        DrawTokenSearchBox(s.search, s.tokens, seq);
+    } else {
+        update_token_search(s.search, s.tokens, seq);
     }
     const int steps = s.all_layers ? sq.steps() : (ly ? ly->steps() : 0);
     const int64_t tokens = s.all_layers ? sq.tokens() : (ly ? ly->tokens : 0);
@@ -778,6 +811,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
             s.follow = false;
         if (f.hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) s.follow = true;
         draw_image(dl, f, s.main, s.steps_range, s.tokens_range);
+        draw_search_marks(dl, f, s.search, s.tokens_range);
         draw_x_axis(dl, f, s.steps_range, xs);
         draw_y_axis(dl, f, s.tokens_range, ys, true);
         draw_eviction_colour_key(dl, key, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y));
@@ -813,6 +847,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
                               double(std::max<int64_t>(1, tokens)), true))
                 s.follow = false;
             if (size_t(l) < s.layer_textures.size()) draw_image(dl, f, s.layer_textures[size_t(l)], s.steps_range, s.tokens_range);
+            draw_search_marks(dl, f, s.search, s.tokens_range);
             char label[32];
             std::snprintf(label, sizeof label, "layer %d", l);
             dl->AddText(ImVec2(f.p0.x + 3, f.p0.y + 2), IM_COL32(230, 230, 230, 220), label);

@@ -22,6 +22,7 @@
 #include "storage/rows.h"
 #include "views/canvas.h"
 #include "views/plot_util.h"
+#include "views/token_text.h"
 
 namespace kv::storage {
 class SessionReader;
@@ -173,6 +174,9 @@ struct TokenAtStep {
 };
 // Replays the layer's row up to `step` (O(steps x chunk)) for the exact slot.
 TokenAtStep eviction_token_info(const EvictionData& data, int sequence, int layer, int row, int64_t token, int step);
+// Token position held by each slot of (sequence, layer, row) after `step` (-1 = empty); empty
+// when the layer or step is unknown. Replays the layer's row (O(steps x chunk)).
+std::vector<int32_t> eviction_slot_tokens(const EvictionData& data, int sequence, int layer, int row, int step);
 
 // =========================================================================================
 // [SECTION] view state, refresh, draw
@@ -210,6 +214,9 @@ struct EvictionMapViewState {
     int hover_layer = -1;
     uint64_t hover_version = 0;
     std::string error;  // reading or decoding problem, shown in the view
+    // The run's token text (hover names the token) and the search box's marks.
+    RunTokens tokens;
+    TokenSearch search;
 };
 
 // Reads cache steps (and, in score mode, the shown layer's score snapshots) newer than what the

@@ -47,6 +47,40 @@ int nearest_point(const MetricCurve& c, double x) {
     return int(i);
 }
 
+std::vector<double> position_mean_loss(const std::vector<storage::SampleTokensRow>& samples, int64_t sample) {
+    size_t T = 0;
+    for (const auto& r : samples)
+        if (sample < 0 || r.sample == sample) T = std::max(T, r.loss.size());
+    std::vector<double> sum(T, 0.0), n(T, 0.0);
+    for (const auto& r : samples) {
+        if (sample >= 0 && r.sample != sample) continue;
+        for (size_t t = 0; t < r.loss.size(); ++t)
+            if (std::isfinite(r.loss[t])) sum[t] += double(r.loss[t]), n[t] += 1;
+    }
+    for (size_t t = 0; t < T; ++t) sum[t] = n[t] > 0 ? sum[t] / n[t] : std::nan("");
+    return sum;
+}
+
+std::vector<double> smooth_finite(const std::vector<double>& y, int window) {
+    if (window <= 1) return y;
+    // Prefix sums of the finite values and of their count: each window is two differences.
+    const size_t n = y.size();
+    std::vector<double> ps(n + 1, 0.0), pc(n + 1, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+        const bool ok = std::isfinite(y[i]);
+        ps[i + 1] = ps[i] + (ok ? y[i] : 0.0);
+        pc[i + 1] = pc[i] + (ok ? 1.0 : 0.0);
+    }
+    const size_t half = size_t(window / 2);
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) {
+        const size_t lo = i > half ? i - half : 0, hi = std::min(n, i + half + 1);
+        const double c = pc[hi] - pc[lo];
+        out[i] = c > 0 ? (ps[hi] - ps[lo]) / c : std::nan("");
+    }
+    return out;
+}
+
 int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t run) {
     const auto it = std::find_if(runs.begin(), runs.end(), [&](const storage::RunInfo& r) { return r.id == run; });
     if (it == runs.end()) return 0;
@@ -72,9 +106,30 @@ bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
     try {
         bool any_reference = false;
         if (!s.reference_searched) {
-            s.reference_run = find_dense_reference(reader.runs(), s.run);
+            const std::vector<storage::RunInfo> runs = reader.runs();
+            s.reference_run = find_dense_reference(runs, s.run);
             s.reference_searched = true;
+            // The per-token loss curves: the selected runs, then the dense reference.
+            std::vector<int64_t> ids{s.run};
+            ids.insert(ids.end(), s.overlay_runs.begin(), s.overlay_runs.end());
+            if (s.reference_run && std::find(ids.begin(), ids.end(), s.reference_run) == ids.end()) ids.push_back(s.reference_run);
+            s.loss_runs.clear();
+            for (size_t i = 0; i < ids.size(); ++i) {
+                TokenLossRun lr;
+                lr.run = ids[i];
+                lr.tokens.run = ids[i];
+                lr.selected = i <= s.overlay_runs.size();
+                for (const auto& r : runs)
+                    if (r.id == ids[i]) {
+                        const std::string cache = storage::run_config_value(r.config, "kv_cache.name");
+                        lr.dense = storage::split_cache_name(cache).policy == "dense";
+                        lr.label = "run " + std::to_string(r.id) + " " + (cache.empty() ? r.name : cache);
+                    }
+                s.loss_runs.push_back(std::move(lr));
+            }
         }
+        for (auto& lr : s.loss_runs)
+            if (refresh_run_tokens(lr.tokens, reader)) any_reference = true, ++s.version;
         if (s.reference_run) {
             for (auto& r : reader.metrics(s.reference_run, "", s.reference_last_id)) {
                 s.reference_last_id = std::max(s.reference_last_id, r.id);
@@ -118,6 +173,203 @@ const char* metric_x_title(const MetricSeries& m, bool over_time) {
     return m.name.rfind("sample_", 0) == 0 ? "sample" : "step";
 }
 
+namespace {
+
+bool has_token_loss(const MetricsViewState& s) {
+    for (const auto& lr : s.loss_runs)
+        for (const auto& r : lr.tokens.samples)
+            if (!r.loss.empty()) return true;
+    return false;
+}
+
+Colour loss_run_colour(const TokenLossRun& lr, size_t i) {
+    return lr.dense ? pack_rgba(175, 175, 180, 230) : series_colour(int(i));
+}
+
+// Per-token loss over input position: each run's curve (mean over samples, or one sample),
+// smoothed; the dense run grey; hover lists every run's value and the token there.
+void draw_token_loss(MetricsViewState& s, float width, float height) {
+    int64_t max_samples = 0, scored = 0;
+    for (const auto& lr : s.loss_runs) max_samples = std::max<int64_t>(max_samples, int64_t(lr.tokens.samples.size()));
+    for (const auto& r : s.loss_runs.front().tokens.samples) scored += r.scored;
+    const TokenLossRun* dense = nullptr;
+    for (const auto& lr : s.loss_runs)
+        if (lr.dense) dense = &lr;
+    ImGui::TextDisabled("per-token loss over position:");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(160);
+    ImGui::SliderInt("smoothing (positions)", &s.smoothing, 1, 1024, "%d", ImGuiSliderFlags_Logarithmic);
+    if (max_samples > 1) {
+        ImGui::SameLine();
+        ImGui::SetNextItemWidth(120);
+        s.loss_sample = std::clamp<int>(s.loss_sample, -1, int(max_samples) - 1);
+        ImGui::SliderInt("sample (-1 = mean)", &s.loss_sample, -1, int(max_samples) - 1);
+    }
+    const bool can_diff = dense && !(s.loss_runs.size() == 1);
+    if (can_diff) {
+        ImGui::SameLine();
+        ImGui::Checkbox("minus dense", &s.loss_minus_dense);
+    }
+    const bool diff = can_diff && s.loss_minus_dense;
+    // Curves: raw mean per position, then smoothed (the dense one too, for the difference).
+    std::vector<std::vector<double>> ys(s.loss_runs.size());
+    for (size_t i = 0; i < s.loss_runs.size(); ++i)
+        ys[i] = smooth_finite(position_mean_loss(s.loss_runs[i].tokens.samples, s.loss_sample), s.smoothing);
+    std::vector<double> dense_y;
+    if (dense) dense_y = ys[size_t(dense - s.loss_runs.data())];
+    if (diff)
+        for (size_t i = 0; i < ys.size(); ++i) {
+            if (&s.loss_runs[i] == dense) continue;
+            for (size_t t = 0; t < ys[i].size(); ++t) ys[i][t] = t < dense_y.size() ? ys[i][t] - dense_y[t] : std::nan("");
+        }
+    double xhi = 1, ylo = 1e300, yhi = -1e300;
+    int64_t finite_points = 0, first = -1, last = -1;  // the scored positions' range
+    for (size_t i = 0; i < ys.size(); ++i) {
+        if (diff && &s.loss_runs[i] == dense) continue;
+        xhi = std::max(xhi, double(ys[i].size()));
+        for (size_t t = 0; t < ys[i].size(); ++t)
+            if (const double v = ys[i][t]; std::isfinite(v)) {
+                ylo = std::min(ylo, v), yhi = std::max(yhi, v), ++finite_points;
+                first = first < 0 ? int64_t(t) : std::min(first, int64_t(t));
+                last = std::max(last, int64_t(t));
+            }
+    }
+    if (diff) ylo = std::min(ylo, 0.0), yhi = std::max(yhi, 0.0);
+    if (ylo > yhi) ylo = 0, yhi = 1;
+    if (yhi - ylo < 1e-6) ylo -= 0.5, yhi += 0.5;
+    const double ypad = (yhi - ylo) * 0.06;
+    // x: the scored positions (a copy span, an answer) when they are a small part of the
+    // sequence, else the whole sequence.
+    AxisRange xr{0, xhi};
+    if (first >= 0 && double(last - first + 1) < 0.5 * xhi) {
+        const double pad = std::max(2.0, double(last - first) * 0.04);
+        xr = {std::max(0.0, double(first) - pad), std::min(xhi, double(last) + pad)};
+    }
+    const AxisRange yr{ylo - ypad, yhi + ypad};
+    char ytitle[160];
+    std::snprintf(ytitle, sizeof ytitle, "%s (nats)%s%s", diff ? "loss minus the dense run's" : "loss",
+                  s.smoothing > 1 ? ", moving mean over " : "", s.smoothing > 1 ? std::to_string(s.smoothing).append(" positions").c_str() : "");
+    const AxisSpec xs{AxisUnit::INTEGER, "input position (the loss of predicting the next token there)"};
+    const AxisSpec ysp{AxisUnit::NUMBER, ytitle};
+    const PlotFrame f = begin_plot_frame("##token_loss", ImVec2(width, height), plot_margins(&xs, &ysp, &yr, height));
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
+    if (diff) {
+        const float y0 = float(axis_to_pixel(yr, 0.0, f.p1.y, f.p0.y));
+        dl->AddLine(ImVec2(f.p0.x, y0), ImVec2(f.p1.x, y0), IM_COL32(175, 175, 180, 160), 1.f);
+    }
+    dl->PushClipRect(f.p0, f.p1, true);
+    // Dense first (underneath), then the others in order.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < ys.size(); ++i)
+        if (&s.loss_runs[i] == dense && !diff) order.insert(order.begin(), i);
+        else if (&s.loss_runs[i] != dense) order.push_back(i);
+    for (size_t i : order) {
+        const Colour col = loss_run_colour(s.loss_runs[i], i);
+        std::vector<ImVec2> seg;
+        int64_t n_finite = 0;
+        for (double v : ys[i]) n_finite += std::isfinite(v) ? 1 : 0;
+        auto flush = [&] {
+            if (seg.size() > 1) dl->AddPolyline(seg.data(), int(seg.size()), col, 0, 1.5f);
+            seg.clear();
+        };
+        for (size_t t = 0; t < ys[i].size(); ++t) {
+            if (!std::isfinite(ys[i][t])) {
+                flush();
+                continue;
+            }
+            const ImVec2 p(float(axis_to_pixel(xr, double(t), f.p0.x, f.p1.x)), float(axis_to_pixel(yr, ys[i][t], f.p1.y, f.p0.y)));
+            seg.push_back(p);
+            if (n_finite < 300) dl->AddCircleFilled(p, 2.5f, col);  // sparse scoring: every point visible
+        }
+        flush();
+    }
+    dl->PopClipRect();
+    draw_x_axis(dl, f, xr, xs);
+    draw_y_axis(dl, f, yr, ysp, false);
+    // Legend inside the plot, top right, on a dark box so curves under it stay readable.
+    float lw = 0;
+    for (const auto& lr : s.loss_runs) lw = std::max(lw, ImGui::CalcTextSize((lr.label + (lr.dense ? " (dense)" : "")).c_str()).x);
+    const float line = ImGui::GetTextLineHeight();
+    ImVec2 lp(f.p1.x - lw - 30, f.p0.y + 4);
+    dl->AddRectFilled(ImVec2(lp.x - 4, lp.y - 2), ImVec2(f.p1.x - 4, lp.y + line * float(s.loss_runs.size()) + 2), IM_COL32(20, 20, 24, 200));
+    for (size_t i = 0; i < s.loss_runs.size(); ++i) {
+        const TokenLossRun& lr = s.loss_runs[i];
+        dl->AddRectFilled(ImVec2(lp.x, lp.y + 4), ImVec2(lp.x + 14, lp.y + line - 4), loss_run_colour(lr, i));
+        const std::string text = lr.label + (lr.dense ? " (dense)" : "") + (lr.tokens.samples.empty() ? " - no per-token loss" : "");
+        dl->AddText(ImVec2(lp.x + 20, lp.y), IM_COL32(220, 220, 220, 240), text.c_str());
+        lp.y += line;
+    }
+    if (finite_points == 0)
+        dl->AddText(ImVec2(f.p0.x + 8, f.p0.y + 8), IM_COL32(220, 200, 160, 240), "no scored positions in this selection");
+    if (f.hovered) {
+        const double x = pixel_to_axis(xr, f.mouse.x, f.p0.x, f.p1.x);
+        const int64_t t = std::clamp<int64_t>(int64_t(std::llround(x)), 0, int64_t(xhi) - 1);
+        const float px = float(axis_to_pixel(xr, double(t), f.p0.x, f.p1.x));
+        dl->AddLine(ImVec2(px, f.p0.y), ImVec2(px, f.p1.y), IM_COL32(255, 255, 255, 90));
+        ImGui::BeginTooltip();
+        ImGui::Text("input position %lld", (long long)t);
+        const int64_t sample = s.loss_sample >= 0 ? s.loss_sample : 0;
+        const std::string text = token_label(s.loss_runs.front().tokens.sample(sample), t);
+        if (!text.empty()) ImGui::Text("token %s%s", text.c_str(), s.loss_sample >= 0 ? "" : " (sample 0)");
+        for (size_t i = 0; i < s.loss_runs.size(); ++i) {
+            if (diff && &s.loss_runs[i] == dense) continue;
+            const double v = size_t(t) < ys[i].size() ? ys[i][size_t(t)] : std::nan("");
+            ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(loss_run_colour(s.loss_runs[i], i)), "%s: %s", s.loss_runs[i].label.c_str(),
+                               std::isfinite(v) ? (std::to_string(v).substr(0, 8) + (diff ? " over dense" : "")).c_str() : "not scored here");
+        }
+        ImGui::TextDisabled("%lld scored positions in %zu samples of run %lld", (long long)scored,
+                            s.loss_runs.front().tokens.samples.size(), (long long)s.loss_runs.front().run);
+        ImGui::EndTooltip();
+    }
+}
+
+// One row per sample: its description and, per run, the loss and whether it was right.
+void draw_sample_table(const MetricsViewState& s, float width, float height) {
+    size_t rows = 0;
+    for (const auto& lr : s.loss_runs) rows = std::max(rows, lr.tokens.samples.size());
+    if (rows == 0) return;
+    const int cols = 2 + 2 * int(s.loss_runs.size());
+    if (cols > 64) return;
+    const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                                  ImGuiTableFlags_SizingFixedFit;
+    if (!ImGui::BeginTable("##samples", cols, flags, ImVec2(width, height))) return;
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("sample");
+    ImGui::TableSetupColumn("description", ImGuiTableColumnFlags_WidthStretch);
+    for (const auto& lr : s.loss_runs) {
+        ImGui::TableSetupColumn((lr.label + " loss").c_str());
+        ImGui::TableSetupColumn("right");
+    }
+    ImGui::TableHeadersRow();
+    for (size_t i = 0; i < rows; ++i) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::Text("%zu", i);
+        ImGui::TableNextColumn();
+        const storage::SampleTokensRow* first = nullptr;
+        for (const auto& lr : s.loss_runs)
+            if (!first) first = lr.tokens.sample(int64_t(i));
+        ImGui::TextUnformatted(first ? first->description.c_str() : "");
+        for (const auto& lr : s.loss_runs) {
+            const storage::SampleTokensRow* r = lr.tokens.sample(int64_t(i));
+            ImGui::TableNextColumn();
+            if (r && std::isfinite(r->mean_loss)) ImGui::Text("%.4f", r->mean_loss);
+            else ImGui::TextDisabled("-");
+            ImGui::TableNextColumn();
+            if (!r || (r->correct < 0 && r->token_accuracy < 0)) ImGui::TextDisabled("-");
+            else if (r->token_accuracy >= 0) ImGui::Text("%s %.0f%%", r->correct == 1 ? "yes" : "no", 100 * r->token_accuracy);
+            else ImGui::Text("%s", r->correct == 1 ? "yes" : "no");
+            if (r && ImGui::IsItemHovered())
+                ImGui::SetTooltip("%s, sample %zu: %s%s", lr.label.c_str(), i, r->correct == 1 ? "right" : r->correct == 0 ? "wrong" : "no answer to check",
+                                  r->token_accuracy >= 0 ? " (the percentage: answer tokens right)" : "");
+        }
+    }
+    ImGui::EndTable();
+}
+
+}  // namespace
+
 void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) {
         const ImVec2 avail = ImGui::GetContentRegionAvail();
@@ -128,6 +380,34 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     ImGui::BeginGroup();
     const float top = ImGui::GetCursorPosY();
     if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
+    if (!s.loss_runs.empty() && has_token_loss(s)) {
+        // An evaluation: per-token loss first (most of the height), then the per-sample table;
+        // the recorded metrics (per-sample curves, summary numbers) below.
+        size_t rows = 0;
+        for (const auto& lr : s.loss_runs) rows = std::max(rows, lr.tokens.samples.size());
+        const float line = ImGui::GetFrameHeightWithSpacing();
+        const float table_h = std::min(size.y * 0.25f, line * float(rows + 1) + 8);
+        // The rest of the height, less the summary line and room for curves other than the
+        // per-sample ones the table shows (training, fidelity).
+        size_t other_curves = 0;
+        for (const auto& m : s.series) other_curves += m.name.rfind("sample_", 0) != 0 && !metric_is_scalar(m);
+        const float below = other_curves && s.overlay_runs.empty() ? size.y * 0.4f : 3 * line;
+        const float plot_h = std::max(160.f, size.y - (ImGui::GetCursorPosY() - top) - 2 * line - table_h - below);
+        draw_token_loss(s, size.x, plot_h);
+        draw_sample_table(s, size.x, table_h);
+        if (!s.overlay_runs.empty()) {  // several runs: the per-run metric plots belong to one run at a time
+            ImGui::TextDisabled("metric plots: select one run");
+            ImGui::EndGroup();
+            ImGui::PopID();
+            return;
+        }
+    } else if (!s.overlay_runs.empty()) {
+        ImGui::Dummy(ImVec2(size.x, 0));
+        draw_empty_state("none of the selected runs recorded a per-token loss (eval_long records it); select one run for its metrics");
+        ImGui::EndGroup();
+        ImGui::PopID();
+        return;
+    }
     if (s.series.empty()) {
         ImGui::Dummy(ImVec2(size.x, 0));
         draw_empty_state("no metrics recorded yet");
@@ -138,7 +418,12 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     // Values recorded once (an evaluation's mean loss, accuracy, throughput) are numbers, not
     // one-dot plots: they go in a summary line.
     std::vector<size_t> curves, scalars;
-    for (size_t i = 0; i < s.series.size(); ++i) (metric_is_scalar(s.series[i]) ? scalars : curves).push_back(i);
+    const bool table_shown = !s.loss_runs.empty() && has_token_loss(s);
+    for (size_t i = 0; i < s.series.size(); ++i) {
+        // The per-sample table above already shows sample_loss / sample_correct.
+        if (table_shown && s.series[i].name.rfind("sample_", 0) == 0) continue;
+        (metric_is_scalar(s.series[i]) ? scalars : curves).push_back(i);
+    }
     if (!scalars.empty()) {
         ImGui::TextDisabled("summary:");
         for (size_t i : scalars) {

@@ -1,6 +1,9 @@
 // Metrics: one small plot per recorded metric (loss, accuracy, tokens/s, per-sample values...)
 // over steps or over time, drawn as ImDrawList polylines (no ImPlot in Debian); hover shows the
 // nearest point. Live: refresh reads only metric rows newer than its cursor.
+// An evaluation (eval_long) also gets its per-token loss over position (the session's
+// sample_tokens rows): smoothed with a moving window, the dense run of the same model and data
+// overlaid, several selected runs overlaid; and a per-sample table of loss and accuracy.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include "storage/rows.h"
 #include "storage/run_info.h"
 #include "views/plot_util.h"
+#include "views/token_text.h"
 
 namespace kv::storage {
 class SessionReader;
@@ -35,8 +39,31 @@ MetricCurve metric_curve(const MetricSeries& s, bool over_time, int64_t t0_ns);
 // Index of the point nearest to x (data units), -1 if none.
 int nearest_point(const MetricCurve& c, double x);
 
+// Per-token loss of one run over input position: the mean over its samples (or one sample) of
+// the loss at each position (positions no sample scored stay NaN), then smoothed.
+// Mean over the samples that scored position t; NaN where none did. `sample` -1 = all samples.
+std::vector<double> position_mean_loss(const std::vector<storage::SampleTokensRow>& samples, int64_t sample);
+// Centred moving average over `window` positions (window <= 1: unchanged) of the finite values
+// only: a position's smoothed value is the mean of the finite values within window/2 of it,
+// NaN when there are none (gaps in sparse scoring stay gaps).
+std::vector<double> smooth_finite(const std::vector<double>& y, int window);
+
+struct TokenLossRun {
+    int64_t run = 0;
+    bool dense = false;     // the dense reference (drawn grey)
+    bool selected = true;   // chosen in the runs table (false: the reference added for overlay)
+    std::string label;      // "run 3 h2o-default"
+    RunTokens tokens;
+};
+
 struct MetricsViewState {
     int64_t run = 0;
+    // Other selected runs: their per-token loss and per-sample values overlay this run's.
+    std::vector<int64_t> overlay_runs;
+    int smoothing = 32;       // moving-window width in positions (1 = raw)
+    int loss_sample = -1;     // -1: mean over samples; else that sample
+    bool loss_minus_dense = false;  // curves as the difference to the dense run
+    std::vector<TokenLossRun> loss_runs;  // this run, the overlay runs, then the dense reference
     bool over_time = false;  // x = seconds since the run started instead of steps
     std::vector<std::string> hidden;  // metric names the user hid
     // ---- derived data ----

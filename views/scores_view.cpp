@@ -177,12 +177,64 @@ ScoresHit scores_hit_test(const ScoresImage& img, bool sorted, ImVec2 p0, ImVec2
     return h;
 }
 
+namespace {
+// The cache steps of every layer the scores know, newer than what `s.positions` holds.
+bool refresh_positions(ScoresViewState& s, storage::SessionReader& reader) {
+    bool any = false;
+    if (s.positions_cursor.size() < s.layers.size()) s.positions_cursor.resize(s.layers.size(), 0);
+    for (size_t l = 0; l < s.positions_cursor.size(); ++l)
+        for (const auto& row : reader.cache_steps(s.run, int(l), s.positions_cursor[l])) {
+            s.positions_cursor[l] = std::max(s.positions_cursor[l], row.id);
+            s.positions.ingest(row);
+            any = true;
+        }
+    s.positions_loaded = true;
+    return any;
+}
+}  // namespace
+
+bool scores_has_requests(const ScoresViewState& s) { return s.want_positions && !s.positions_loaded; }
+
+bool serve_scores_requests(ScoresViewState& s, storage::SessionReader& reader) {
+    if (!scores_has_requests(s)) return false;
+    try {
+        s.tokens.run = s.run;
+        refresh_run_tokens(s.tokens, reader);
+        if (!s.tokens.samples.empty()) refresh_positions(s, reader);
+    } catch (const std::exception& e) {
+        s.error = e.what();
+    }
+    s.positions_loaded = true;  // also when the run has no token text: nothing to map, ask no more
+    return true;
+}
+
+const std::vector<int32_t>* scores_slot_tokens(ScoresViewState& s, int layer, int head) {
+    if (layer < 0 || size_t(layer) >= s.layers.size() || s.layers[size_t(layer)].values.empty()) return nullptr;
+    const int chunk = s.layers[size_t(layer)].chunk;
+    for (auto& st : s.slot_tokens)
+        if (st.layer == layer && st.head == head)
+            if (st.chunk == chunk && st.version == s.positions.version) return st.pos.empty() ? nullptr : &st.pos;
+    ScoresViewState::SlotTokens* st = nullptr;
+    for (auto& x : s.slot_tokens)
+        if (x.layer == layer && x.head == head) st = &x;
+    if (!st) st = &s.slot_tokens.emplace_back();
+    st->layer = layer, st->head = head, st->chunk = chunk, st->version = s.positions.version;
+    // The shown snapshot is the newest with values: the newest sample's step `chunk`.
+    st->pos = eviction_slot_tokens(s.positions, s.positions.resolve_sequence(-1), layer, head, chunk);
+    return st->pos.empty() ? nullptr : &st->pos;
+}
+
 bool refresh_scores(ScoresViewState& s, storage::SessionReader& reader) {
     try {
+        s.tokens.run = s.run;
+        bool text = refresh_run_tokens(s.tokens, reader);
+        // Once loaded (a draw request asked), the slot -> token index follows a live run; it is
+        // an index of rows already there, not news of the run, so it does not count as new.
+        if (s.positions_loaded && !s.tokens.samples.empty()) refresh_positions(s, reader);
         // Summaries only (no arrays): cheap even for a long run; they say which layers have a
         // newer full array.
         std::vector<storage::ScoreRow> rows = reader.score_snapshots(s.run, -1, s.last_id, false);
-        if (rows.empty()) return false;
+        if (rows.empty()) return text;
         std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
         for (const auto& r : rows) {
             s.last_id = std::max(s.last_id, r.id);
@@ -284,6 +336,11 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
         ImGui::SetNextItemWidth(140);
         ImGui::SliderInt("head (-1 = all)", &o.head, -1, max_heads - 1);
     }
+    // The shown snapshots are of the newest sample: its text is what the search looks in.
+    ImGui::SameLine();
+    const int64_t newest = s.tokens.samples.empty() ? -1 : s.tokens.samples.back().sample;
+    DrawTokenSearchBox(s.search, s.tokens, newest);
+    if (s.search.active()) s.want_positions = true;  // marks need the slot -> token index
     // Why a layer can look empty: it is the data (one sink slot far above the rest), said so.
     if (const std::vector<int> outliers = score_outlier_layers(s.layers); !outliers.empty() && !o.rank)
     {
@@ -358,6 +415,22 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
         std::snprintf(b, sizeof b, "layer %d", l);
         dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b).x, ty), IM_COL32(210, 210, 210, 235), b);
     }
+    // Search marks: a pink frame on every texel whose slots hold a marked position.
+    if (s.search.active() && !o.sorted && !s.search.result.positions.empty() && s.image.width > 0) {
+        const float col_w = f.width() / float(s.image.width);
+        dl->PushClipRect(f.p0, f.p1, true);
+        for (int r = 0; r < s.image.height; ++r) {
+            const std::vector<int32_t>* pos = scores_slot_tokens(s, s.image.row_layer[size_t(r)], s.image.row_head[size_t(r)]);
+            if (!pos) continue;
+            const float y0 = f.p0.y + float(r) * row_h, y1 = std::max(y0 + 2.f, y0 + row_h);
+            for (size_t slot = 0; slot < pos->size(); ++slot)
+                if ((*pos)[slot] >= 0 && s.search.marked((*pos)[slot])) {
+                    const float x0 = f.p0.x + float(slot / size_t(s.image.slots_per_texel)) * col_w;
+                    dl->AddRect(ImVec2(x0, y0), ImVec2(std::max(x0 + 2.f, x0 + col_w), y1), kSearchMarkColour, 0, 0, 1.5f);
+                }
+        }
+        dl->PopClipRect();
+    }
     if (f.hovered) {
         const ScoresHit h = scores_hit_test(s.image, o.sorted, f.p0, f.p1, f.mouse);
         if (h.valid) {
@@ -370,6 +443,20 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
             if (std::isinf(h.score)) ImGui::Text("protected (grace ring: not evictable yet)");
             else if (std::isnan(h.score)) ImGui::TextDisabled("no score");
             else ImGui::Text("score %.6g%s", double(h.score), s.image.slots_per_texel > 1 ? " (mean)" : "");
+            s.want_positions = true;
+            if (o.sorted) {
+                ImGui::TextDisabled("token text: by slot only (turn off 'sorted')");
+            } else if (const std::vector<int32_t>* pos = scores_slot_tokens(s, h.layer, h.head)) {
+                const int64_t p = size_t(h.slot_lo) < pos->size() ? (*pos)[size_t(h.slot_lo)] : -1;
+                const int64_t seq = s.positions.resolve_sequence(-1);
+                if (p < 0) ImGui::TextDisabled("slot %d is empty at this chunk", h.slot_lo);
+                else ImGui::Text("slot %d holds token position %lld %s", h.slot_lo, (long long)p,
+                                 token_label(s.tokens.sample(seq), p).c_str());
+                if (p >= 0 && s.search.active() && s.search.marked(p))
+                    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kSearchMarkColour), "matches the search");
+            } else if (!s.tokens.samples.empty()) {
+                ImGui::TextDisabled("reading which token each slot holds...");
+            }
             ImGui::Text("layer: min %.4g  p50 %.4g  p90 %.4g  max %.4g", double(ls.stats.min), double(ls.stats.p50),
                         double(ls.stats.p90), double(ls.stats.max));
             ImGui::TextDisabled("click: histogram of this layer");

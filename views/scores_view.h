@@ -12,7 +12,9 @@
 #include "storage/rows.h"  // the record vocabulary: MemCategory, trace event types
 #include "views/canvas.h"
 #include "views/colormap.h"
+#include "views/eviction_map.h"
 #include "views/plot_util.h"
+#include "views/token_text.h"
 
 namespace kv::storage {
 class SessionReader;
@@ -93,9 +95,30 @@ struct ScoresViewState {
     ScoresImageOptions image_built_with;
     bool image_valid = false;
     std::string error;
+    // ---- token text: which token each slot holds at its snapshot's chunk ----
+    // The run's samples (ids, pieces) and the search box. Slots map to positions through the
+    // cache steps' replay, read only once the view is hovered or searched (want_positions).
+    RunTokens tokens;
+    TokenSearch search;
+    bool want_positions = false, positions_loaded = false;
+    EvictionData positions;
+    std::vector<int64_t> positions_cursor;  // per layer: cache_steps id read up to
+    struct SlotTokens {
+        int layer = -1, head = -1, chunk = -1;
+        uint64_t version = 0;
+        std::vector<int32_t> pos;  // (slots) token position held, -1 = empty
+    };
+    std::vector<SlotTokens> slot_tokens;  // cache, one per (layer, head) asked for
 };
 
 bool refresh_scores(ScoresViewState& s, storage::SessionReader& reader);
+// The draw wants the slot -> token mapping that refresh has not read yet.
+bool scores_has_requests(const ScoresViewState& s);
+// Serves them: reads the cache steps that map slots to tokens. True when it read (repaint).
+bool serve_scores_requests(ScoresViewState& s, storage::SessionReader& reader);
+// Token position held by each slot of `layer`'s `head` at the chunk of its shown snapshot (the
+// newest sample), replayed from the cache steps; nullptr when not loaded or unknown.
+const std::vector<int32_t>* scores_slot_tokens(ScoresViewState& s, int layer, int head);
 void release_scores_textures(ScoresViewState& s, TextureHost* host);
 void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 

@@ -1,4 +1,4 @@
-// `kvlab export FILE --run N --what memory|spans|metrics|all --format csv|chrome-trace|torch-snapshot
+// `kvlab export FILE --run N --what memory|spans|metrics|tokens|all --format csv|chrome-trace|torch-snapshot
 // -o PATH`: writes one run's recording for other tools (spreadsheets, chrome://tracing and
 // ui.perfetto.dev, pytorch.org/memory_viz). Reads the session read-only; never overwrites it.
 #include <nlohmann/json.hpp>
@@ -20,7 +20,7 @@ namespace {
 std::vector<OptionSpec> export_options() {
     auto o = global_options();
     o.push_back({"run", OptKind::INT, "the only run", "run id to export (see kvlab runs FILE)"});
-    o.push_back({"what", OptKind::STRING, "memory", "memory, spans, metrics, or all (chrome-trace only)"});
+    o.push_back({"what", OptKind::STRING, "memory", "memory, spans, metrics, tokens (csv only: each sample's token ids, text and loss), or all (chrome-trace only)"});
     o.push_back({"format", OptKind::STRING, "csv", "csv, chrome-trace or torch-snapshot (memory only)"});
     o.push_back({"output", OptKind::STRING, "", "output file (also -o PATH)"});
     o.push_back({"allow-incomplete", OptKind::FLAG, "",
@@ -30,7 +30,7 @@ std::vector<OptionSpec> export_options() {
 
 void print_help() {
     std::printf(
-        "usage: kvlab export FILE --run N --what memory|spans|metrics|all --format csv|chrome-trace|torch-snapshot -o "
+        "usage: kvlab export FILE --run N --what memory|spans|metrics|tokens|all --format csv|chrome-trace|torch-snapshot -o "
         "PATH\n\n"
         "Exports one run of a session file:\n"
         "  csv             one table (memory events, spans or metrics) with integer nanoseconds\n"
@@ -96,6 +96,8 @@ int cmd_export(int argc, char** argv, int first) {
     }
     const std::string out = args.str("output");
     if (out.empty()) throw UsageError("export: missing the output file; expected -o PATH");
+    if (format == storage::ExportFormat::CHROME_TRACE && what == storage::ExportWhat::TOKENS)
+        throw UsageError("--what tokens is a table, not a trace; expected --format csv");
     if ((format == storage::ExportFormat::CSV && what == storage::ExportWhat::ALL) ||
         (format == storage::ExportFormat::TORCH_SNAPSHOT && what != storage::ExportWhat::MEMORY))
         throw UsageError(format == storage::ExportFormat::CSV

@@ -21,6 +21,7 @@ const std::vector<ExportChoice>& exportChoices() {
         {ExportWhat::ALL, ExportFormat::CHROME_TRACE, "Chrome trace (spans, memory, metrics)…",
          "Chrome trace JSON (*.json)", "json"},
         {ExportWhat::MEMORY, ExportFormat::TORCH_SNAPSHOT, "PyTorch memory snapshot…", "Pickle files (*.pickle)", "pickle"},
+        {ExportWhat::TOKENS, ExportFormat::CSV, "Tokens and per-token loss as CSV…", "CSV files (*.csv)", "csv"},
     };
     return choices;
 }

@@ -27,6 +27,7 @@ void HeadResult::init(int64_t B) {
     prediction.assign(size_t(B), -1);
     class_logprob.clear();
     target_argmax.clear();
+    token_loss.clear();
     pool_sum.clear();
     pooled = 0;
 }

@@ -35,6 +35,9 @@ struct HeadSpec {
     bool average_loss_per_batch = false;
     // NEXT_TOKEN: also keep the argmax token at every targeted position (copy tasks score it).
     bool record_argmax = false;
+    // Also keep the loss of every scored position in HeadResult::token_loss (evaluation's
+    // per-token record): the (B, n) row losses the head computes anyway, no extra logits.
+    bool record_token_loss = false;
 };
 
 // Running sums a head accumulates over the chunks of a sequence.
@@ -43,6 +46,10 @@ struct HeadResult {
     std::vector<double> count;        // (B) normaliser (targeted positions, or 1)
     std::vector<int32_t> prediction;  // (B) argmax class / last predicted token
     std::vector<int32_t> target_argmax;  // record_argmax: argmax per targeted position, by chunk, row, position (B = 1: positions)
+    // record_token_loss: (B, T) cross-entropy of the prediction at input position t (of
+    // token_targets[t], or of the label at the last position for classification); NaN where
+    // nothing was scored. Row b's finite entries sum to loss_sum[b].
+    std::vector<float> token_loss;
     std::vector<double> class_logprob;  // (B, C) log-probabilities of the classes (classification)
     // seq_classification mean pooling: running sum of final-norm states (B, E)
     std::vector<double> pool_sum;

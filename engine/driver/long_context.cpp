@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
@@ -77,6 +78,7 @@ void class_scores(const Tensor& logits, const Tensor& subset, const HeadSpec& he
         out.prediction[size_t(b)] = int32_t(std::max_element(lp, lp + C) - lp);
         out.loss_sum[size_t(b)] -= lp[head.labels[size_t(b)]];
         out.count[size_t(b)] += 1.0;
+        if (head.record_token_loss) out.token_loss[size_t(b * head.T + head.T - 1)] = float(-lp[head.labels[size_t(b)]]);
     }
 }
 
@@ -126,6 +128,7 @@ void head_chunk(const Transformer& model, const Tensor& h, int64_t start, bool l
                             nonfinite_stop(str("the logits (lm_head) of the chunk at position ", start), int64_t(r) * V);
                         out.loss_sum[size_t(rb[r])] += ce[r];
                         out.count[size_t(rb[r])] += 1.0;
+                        if (head.record_token_loss) out.token_loss[size_t(rb[r]) * size_t(head.T) + size_t(start) + r % size_t(n)] = float(ce[r]);
                     }
             }
             if (last_chunk) {
@@ -181,6 +184,7 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
     if (!keep_context_width) model.set_context_width(std::max<int64_t>(T, 1));
     cache.reset();
     out.init(B);
+    if (head.record_token_loss) out.token_loss.assign(size_t(B * T), std::numeric_limits<float>::quiet_NaN());
     const int64_t total = int64_t(plan.chunks.size()) * nl;
     int64_t done = 0;
     static const trace::Name kCell("cell"), kLayer("layer"), kChunk("chunk"), kHead("head");

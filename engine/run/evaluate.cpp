@@ -144,6 +144,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         hs.kind = head;
         hs.B = 1;
         hs.T = T;
+        hs.record_token_loss = bool(cb.on_sample_tokens);
         if (head == HeadKind::NEXT_TOKEN && !it.targets.empty()) {
             hs.token_targets = it.targets;
             hs.record_argmax = true;
@@ -207,6 +208,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             if (cb.on_fidelity_kl) cb.on_fidelity_kl(int64_t(i), kl);
             fidelity_kl.insert(fidelity_kl.end(), kl.begin(), kl.end());
         }
+        if (cb.on_sample_tokens) cb.on_sample_tokens(r, it.ids, res.token_loss);
         if (cb.on_sample) cb.on_sample(r);
     }
     sum.seconds = now_s() - t_start;

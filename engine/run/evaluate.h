@@ -60,6 +60,10 @@ struct EvalCallbacks {
     // units done / total (a unit = one layer of one chunk of one sample).
     std::function<void(int64_t done, int64_t total, const std::string& what)> progress;
     std::function<void(const EvalSampleResult&)> on_sample;
+    // Set: each sample's input ids and per-position loss (HeadResult::token_loss: NaN where
+    // nothing was scored), before on_sample. The losses are the head's row losses, no extra work.
+    std::function<void(const EvalSampleResult&, const std::vector<int32_t>& ids, const std::vector<float>& token_loss)>
+        on_sample_tokens;
     LayerStepHook on_layer_step;  // per (layer, chunk): plans, positions, weights
     // --fidelity: each sample's (layer, chunk) steps, after the sample ran.
     std::function<void(int64_t sample, const std::vector<FidelityStep>&)> on_fidelity;

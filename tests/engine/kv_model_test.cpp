@@ -118,6 +118,69 @@ TEST(KVModel, LongContextDriverDenseEqualsPlainLoss) {
     EXPECT_NEAR(res.loss_sum[0] / res.count[0], want, 1e-5 * std::fabs(want));
 }
 
+// The per-token loss record (evaluation's sample_tokens): entry t is the f64 cross-entropy of
+// the plain forward's logits at t against target t, NaN where no target; with sparse targets
+// (a scored span, as repeat/RULER) over several chunks and cells, and B = 2.
+TEST(KVModel, PerTokenLossMatchesPlainForwardCrossEntropy) {
+    TinyModel& t = tiny();
+    const int64_t B = 2, T = 150;
+    Tensor ids = random_ids(B, T, 5);
+    const std::vector<float> z = t.model.forward(ids).to_f32_vector();  // (B, T, V)
+    const std::vector<int64_t> ids_v = ids.to_i64_vector();
+    HeadSpec hs;
+    hs.kind = HeadKind::NEXT_TOKEN;
+    hs.B = B;
+    hs.T = T;
+    hs.record_token_loss = true;
+    hs.token_targets.assign(size_t(B * T), -100);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t p = 0; p + 1 < T; ++p)
+            if (b == 0 || (p >= 70 && p < 110)) hs.token_targets[size_t(b * T + p)] = int32_t(ids_v[size_t(b * T + p + 1)]);
+    ChunkPlanOptions po;
+    po.chunk_size = 32;
+    po.cell_factor = cell_factor(t.cfg);
+    po.chunks_per_cell_multiplier = 0.5;
+    const ChunkPlan plan = plan_chunks(T, {64, 64}, po);
+    KVCache cache(cache_cfg("dense-default", 0), t.cfg, Device{}, DType::F32, T);
+    HeadResult res;
+    long_context_forward(t.model, cache, ids, plan, hs, res);
+    ASSERT_EQ(res.token_loss.size(), size_t(B * T));
+    for (int64_t b = 0; b < B; ++b) {
+        double finite_sum = 0;
+        for (int64_t p = 0; p < T; ++p) {
+            const float got = res.token_loss[size_t(b * T + p)];
+            const int32_t y = hs.token_targets[size_t(b * T + p)];
+            if (y < 0) {
+                EXPECT_TRUE(std::isnan(got)) << "b " << b << " p " << p << " has no target";
+                continue;
+            }
+            const float* zr = z.data() + (b * T + p) * kByteVocab;
+            double m = -INFINITY, s = 0;
+            for (int64_t v = 0; v < kByteVocab; ++v) m = std::max(m, double(zr[v]));
+            for (int64_t v = 0; v < kByteVocab; ++v) s += std::exp(double(zr[v]) - m);
+            const double want = m + std::log(s) - zr[y];
+            EXPECT_NEAR(got, want, 1e-4 * std::max(1.0, std::fabs(want))) << "b " << b << " p " << p;
+            finite_sum += got;
+        }
+        EXPECT_NEAR(finite_sum, res.loss_sum[size_t(b)], 1e-4 * res.loss_sum[size_t(b)]);
+    }
+    // Classification: one entry, the label's loss at the last position.
+    HeadSpec cs;
+    cs.kind = HeadKind::CLASS_ON_LOGITS;
+    cs.B = B;
+    cs.T = T;
+    cs.record_token_loss = true;
+    cs.class_tokens = {65, 66, 67};
+    cs.labels = {1, 2};
+    HeadResult cr;
+    long_context_forward(t.model, cache, ids, plan, cs, cr);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t p = 0; p < T; ++p) {
+            if (p == T - 1) EXPECT_NEAR(cr.token_loss[size_t(b * T + p)], cr.loss_sum[size_t(b)], 1e-6);
+            else EXPECT_TRUE(std::isnan(cr.token_loss[size_t(b * T + p)]));
+        }
+}
+
 // The classification heads on the loss op against f64 log-softmax of the plain forward's
 // last-position logits: over the class tokens' columns (on logits), and through a linear head on
 // the last hidden state (seq_classification, weight and bias made here).

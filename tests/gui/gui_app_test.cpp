@@ -46,6 +46,7 @@
 #include "storage/exports.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
+#include "views/token_text.h"
 
 using namespace kv;
 using namespace kv::gui;
@@ -353,10 +354,11 @@ class GuiAppTest : public QObject {
             QVERIFY2(hasContent(img), qPrintable(png));
             // docs/GUIDE.md shows each view as this test draws it.
             // (Compare needs 2+ runs, fidelity a --fidelity run, sweep several cache sizes: their
-            // pictures come from the demo sweep below.)
+            // pictures come from the demo sweep below. Metrics: its picture is the per-token loss of
+            // real CLI runs, below.)
             const views::ViewKind vk = views::ViewKind(i);
             if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS") && vk != views::ViewKind::COMPARE && vk != views::ViewKind::FIDELITY &&
-                vk != views::ViewKind::SWEEP) {
+                vk != views::ViewKind::SWEEP && vk != views::ViewKind::METRICS) {
                 QString name = QString::fromLatin1(views::view_name(views::ViewKind(i))).replace(' ', '_');
                 const QString guide = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/guide-%1.png").arg(name);
                 QFile::remove(guide);
@@ -395,6 +397,124 @@ class GuiAppTest : public QObject {
         QVERIFY(!impl.cells.sequences.empty());
         QVERIFY(w_->saveWindowPng(outDir() + "/window.png"));
         QVERIFY(hasContent(QImage(outDir() + "/window.png")));
+    }
+
+    // Token text (issue 16): hovering the eviction map names the token the session stored for
+    // that position; the search marks exactly the positions an independent scan of the stored
+    // ids finds, and a string over two tokens marks both.
+    void evictionMapHoverShowsTokenTextAndSearchMarks() {
+        QVERIFY(run_ > 0);
+        w_->selectRuns({run_});
+        w_->setView(views::ViewKind::EVICTION_MAP);
+        views::CanvasImpl& impl = w_->canvas()->canvas().impl();
+        CanvasWidget* canvas = w_->canvas();
+        QVERIFY(drawFrames(canvas, 4));
+        storage::SessionReader reader(session_.toStdString());
+        const auto samples = reader.sample_tokens(run_);
+        QVERIFY(!samples.empty());
+        const int seq = impl.eviction.data.resolve_sequence(impl.eviction.sequence);
+        QVERIFY(seq >= 0 && size_t(seq) < samples.size());
+        const storage::SampleTokensRow& sample = samples[size_t(seq)];
+        QCOMPARE(impl.eviction.tokens.samples.size(), samples.size());
+        QTest::mouseMove(canvas, QPoint(canvas->width() / 2, canvas->height() / 2));
+        QVERIFY(drawFrames(canvas, 3));
+        QVERIFY(impl.eviction.hovered);
+        const int64_t pos = impl.eviction.hover.token;
+        QVERIFY(pos >= 0 && size_t(pos) < sample.ids.size());
+        QCOMPARE(QString::fromStdString(views::token_label(impl.eviction.tokens.sample(seq), pos)),
+                 QString::fromStdString(views::printable_piece(sample.pieces[size_t(pos)]) + " (id " +
+                                        std::to_string(sample.ids[size_t(pos)]) + ")"));
+        // Search by id: the box's text set directly (the widget's position is ImGui's), then drawn.
+        const int32_t id = sample.ids[size_t(pos)];
+        std::vector<int64_t> scan;
+        for (size_t p = 0; p < sample.ids.size(); ++p)
+            if (sample.ids[p] == id) scan.push_back(int64_t(p));
+        impl.eviction.search = {};
+        const std::string query = "#" + std::to_string(id);
+        std::snprintf(impl.eviction.search.query, sizeof impl.eviction.search.query, "%s", query.c_str());
+        QVERIFY(drawFrames(canvas, 3));
+        QCOMPARE(impl.eviction.search.result.positions, scan);
+        QCOMPARE(impl.eviction.search.result.matches, int64_t(scan.size()));
+        // Two neighbouring tokens' text: both marked.
+        const size_t a = std::min(sample.ids.size() - 2, size_t(pos));
+        const std::string two = sample.pieces[a] + sample.pieces[a + 1];
+        std::snprintf(impl.eviction.search.query, sizeof impl.eviction.search.query, "%s", two.c_str());
+        QVERIFY(drawFrames(canvas, 3));
+        QVERIFY(impl.eviction.search.marked(int64_t(a)));
+        QVERIFY(impl.eviction.search.marked(int64_t(a + 1)));
+        QVERIFY(impl.eviction.search.result.matches >= 1);
+        QVERIFY(w_->saveViewPng(outDir() + "/eviction-search.png"));
+        impl.eviction.search = {};
+        // Scores: hovering a slot reads which token it holds at that chunk.
+        w_->setView(views::ViewKind::SCORES);
+        QVERIFY(drawFrames(canvas, 3));
+        QTest::mouseMove(canvas, QPoint(canvas->width() / 3, canvas->height() / 5));
+        QVERIFY(drawFrames(canvas, 4));
+        QVERIFY(impl.scores.want_positions);
+        QVERIFY(impl.scores.positions_loaded);
+        QVERIFY(impl.scores.positions.resolve_sequence(-1) >= 0);
+        QVERIFY(views::scores_slot_tokens(impl.scores, 0, 0) != nullptr);
+        // The scores view's search looks in the newest sample (whose snapshots it shows).
+        std::vector<int64_t> newest_scan;
+        for (size_t p = 0; p < samples.back().ids.size(); ++p)
+            if (samples.back().ids[p] == id) newest_scan.push_back(int64_t(p));
+        std::snprintf(impl.scores.search.query, sizeof impl.scores.search.query, "%s", query.c_str());
+        QVERIFY(drawFrames(canvas, 3));
+        QCOMPARE(impl.scores.search.result.positions, newest_scan);
+        QVERIFY(w_->saveViewPng(outDir() + "/scores-search.png"));
+        impl.scores.search = {};
+    }
+
+    // Per-token loss (issue 16): two runs the CLI records in another process into the open
+    // session (H2O and the dense cache, same model and data); the metrics view of the H2O run
+    // overlays the dense run found in the session, and its curve is the stored losses' mean.
+    // With KVLAB_UPDATE_SCREENSHOTS the runs use SmolLM2-135M, so the guide shows a real model.
+    void perTokenLossOfCliRunsWithTheDenseOverlay() {
+        const bool real = qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS");
+        const std::string model = real ? "smollm2-135m" : "tiny";
+        const std::string data = real ? " --data repeat --data.seq_length 1024 --data.num_samples 2 --data.repeat_length 64"
+                                      : " --data repeat --data.seq_length 256 --data.num_samples 2 --data.repeat_length 32";
+        std::vector<int64_t> ids;
+        for (const char* cache : {"h2o-default --kv_cache.cache_length 128", "dense-default"}) {
+            const std::string cmd = std::string(KVLAB_BINARY_DIR "/bin/kvlab eval_long ") + model + data +
+                                    " --kv_cache.chunk_size 32 --kv_cache.name " + cache + " --session '" +
+                                    session_.toStdString() + "' > /dev/null 2>&1";
+            QCOMPARE(std::system(cmd.c_str()), 0);
+        }
+        w_->controller()->reload();
+        QTRY_VERIFY_WITH_TIMEOUT(w_->runsModel()->rowCount() >= 2, 5000);
+        const auto& rows = w_->runsModel()->rows();
+        const int64_t h2o = rows[rows.size() - 2].id, dense = rows.back().id;
+        QCOMPARE(w_->runsModel()->run(h2o)->policy, QString("h2o"));
+        w_->selectRuns({h2o});
+        w_->setView(views::ViewKind::METRICS);
+        CanvasWidget* canvas = w_->canvas();
+        QVERIFY(drawFrames(canvas, 6));
+        views::CanvasImpl& impl = w_->canvas()->canvas().impl();
+        QCOMPARE(impl.metrics.reference_run, dense);
+        QCOMPARE(impl.metrics.loss_runs.size(), size_t(2));
+        QVERIFY(impl.metrics.loss_runs[1].dense);
+        storage::SessionReader reader(session_.toStdString());
+        const auto stored = reader.sample_tokens(h2o);
+        QCOMPARE(impl.metrics.loss_runs[0].tokens.samples.size(), stored.size());
+        // Hover the curve: the view's state and the drawn frame come from the stored losses.
+        QTest::mouseMove(canvas, QPoint(canvas->width() / 2, canvas->height() / 4));
+        QVERIFY(drawFrames(canvas, 3));
+        const QString png = outDir() + "/metrics-token-loss.png";
+        QVERIFY(w_->saveViewPng(png));
+        QVERIFY(hasContent(QImage(png)));
+        if (real) {
+            const QString guide = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/guide-metrics.png");
+            QFile::remove(guide);
+            QVERIFY(QImage(png).scaledToWidth(900, Qt::SmoothTransformation).save(guide));
+            QVERIFY2(QFileInfo(guide).size() < 200 * 1024, qPrintable(guide + " must stay under 200 KB"));
+        }
+        // Both runs selected: the metrics view overlays them (not the one-run empty state).
+        w_->selectRuns({h2o, dense});
+        w_->setView(views::ViewKind::METRICS);
+        QVERIFY(drawFrames(canvas, 4));
+        QCOMPARE(impl.metrics.overlay_runs, std::vector<int64_t>{dense});
+        QVERIFY(impl.empty_state().empty());
     }
 
     void exportsWriteWhatTheCliWrites() {

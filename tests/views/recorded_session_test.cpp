@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -130,6 +131,49 @@ TEST_F(RecordedSession, EveryViewDrawsAFinishedRunOpenedFromDisk) {
         }
     }
     EXPECT_TRUE(host.live.empty());
+}
+
+// The per-token loss and token text of a run the CLI recorded: the metrics view's curve is the
+// stored losses (checked against the session's rows read here), every selected run overlays,
+// and the eviction map holds the sample's token text for its tooltips.
+TEST_F(RecordedSession, PerTokenLossAndTokenTextOfACliRunDraw) {
+    storage::SessionReader reader(path_);
+    test::ImGuiHarness h(1280, 800);
+    test::RecordingTextureHost host;
+    Canvas canvas(&host);
+    canvas.open_session(path_);
+    canvas.select_runs({runs_.front()});
+    CanvasImpl& c = canvas.impl();
+    canvas.set_view(ViewKind::METRICS);
+    host_frames(h, canvas);
+    const auto rows = reader.sample_tokens(runs_.front());
+    ASSERT_EQ(rows.size(), 1u);  // one passkey sample
+    const nlohmann::json summary = nlohmann::json::parse(reader.run(runs_.front()).summary);
+    ASSERT_EQ(int64_t(rows[0].ids.size()), summary["tokens"].get<int64_t>());
+    ASSERT_FALSE(c.metrics.loss_runs.empty());
+    const auto& shown = c.metrics.loss_runs.front().tokens.samples;
+    ASSERT_EQ(shown.size(), 1u);
+    EXPECT_EQ(shown[0].ids, rows[0].ids);
+    // passkey scores the answer at the last position only: the curve is that one value.
+    const std::vector<double> curve = position_mean_loss(shown, -1);
+    ASSERT_EQ(curve.size(), rows[0].ids.size());
+    for (size_t t = 0; t + 1 < curve.size(); ++t) EXPECT_TRUE(std::isnan(curve[t])) << t;
+    EXPECT_NEAR(curve.back(), reader.metrics(runs_.front(), "sample_loss").at(0).value, 1e-5);
+    // Both runs: the metrics view overlays them instead of asking for one run.
+    canvas.select_runs(runs_);
+    canvas.set_view(ViewKind::METRICS);
+    host_frames(h, canvas);
+    EXPECT_EQ(c.empty_state(), "");
+    ASSERT_EQ(c.metrics.loss_runs.size(), 2u);
+    EXPECT_EQ(c.metrics.loss_runs[1].run, runs_[1]);
+    EXPECT_EQ(c.metrics.loss_runs[1].tokens.samples.size(), 1u);
+    // The eviction map's tooltips: the stored pieces of the shown sample.
+    canvas.select_runs({runs_.front()});
+    canvas.set_view(ViewKind::EVICTION_MAP);
+    host_frames(h, canvas);
+    ASSERT_EQ(c.eviction.tokens.samples.size(), 1u);
+    EXPECT_EQ(c.eviction.tokens.sample(0)->pieces, rows[0].pieces);
+    EXPECT_EQ(token_label(c.eviction.tokens.sample(0), 3), printable_piece(rows[0].pieces[3]) + " (id " + std::to_string(rows[0].ids[3]) + ")");
 }
 
 TEST_F(RecordedSession, EmptyStatesSayWhatIsSelected) {
