@@ -90,9 +90,9 @@ trap 'rc=$?; rm -rf "$work"; summary $rc' EXIT
 kv="$bdir/bin/kvlab"
 s="$work/asan.kvlab"
 current="the CLI round trip"
-"$kv" eval_long tiny --data.seq_length 128 --data.num_samples 1 --kv_cache.name h2o-default --kv_cache.cache_length 32 \
+"$kv" eval_long tiny --data.seq_length 256 --data.num_samples 1 --kv_cache.name h2o-default --kv_cache.cache_length 64 \
   --kv_cache.chunk_size 16 --threads 2 --session "$s" >/dev/null
-"$kv" eval_long tiny --data.seq_length 128 --data.num_samples 1 --kv_cache.name lastrec-default --kv_cache.cache_length 32 \
+"$kv" eval_long tiny --data.seq_length 256 --data.num_samples 1 --kv_cache.name lastrec-default --kv_cache.cache_length 64 \
   --kv_cache.chunk_size 16 --kv_cache.paged_block_size 8 --threads 2 --session "$s" >/dev/null
 "$kv" generate tiny --prompt hello --max_new_tokens 8 --threads 2 --session "$s" >/dev/null
 "$kv" runs "$s" >/dev/null
