@@ -3,13 +3,16 @@
 # or $KVLAB_ASAN_BUILD) of the CLI and the engine, storage, sessions and CLI-unit suites, then
 # those suites and CLI runs under the sanitizers: a recorded tiny-model session round trip
 # (eval, paged eval, generate, runs, compare, export) and the full-disk fault script
-# (tests/cli/faults.sh). Lean on purpose: one native kernel variant, no CUDA, no GUI, -O1; the
-# engine suite leaves out the cases that load the 135M model or time themselves (ENGINE_SKIP).
-# KVLAB_SANITIZE_SUITES picks parts (default "storage sessions engine cli"); CI (.ci/run) runs
-# "storage": the session file code (writer, reserve VFS, readers, exports, crash recovery),
-# whose sanitized build is a fraction of the whole (kvlab_core + storage, no engine).
+# (tests/cli/faults.sh). CI (.ci/run) runs all of it. Lean on purpose, to fit CI: one native
+# kernel variant, no CUDA, no GUI, -O1 -g1 (line tables: enough for the reports' stack traces),
+# only the five targets it runs; the engine suite leaves out the cases that load the 135M model,
+# time themselves or check gradients by finite differences (ENGINE_SKIP). The fuzz targets are
+# sanitized builds of their own (scripts/fuzz.sh: clang, ASan + UBSan + libFuzzer) and run in
+# the main suite (ctest -L fuzz).
+# KVLAB_SANITIZE_SUITES picks parts (default "storage sessions engine cli").
 # usage: scripts/sanitize.sh [GTEST_FILTER]. Exit 0 when clean; any sanitizer report fails it
-# (halt_on_error, and ctest's FAIL_REGULAR_EXPRESSION when run as sanitize.asan_ubsan).
+# (halt_on_error, and ctest's FAIL_REGULAR_EXPRESSION when run as sanitize.asan_ubsan). The last
+# line is a summary with the build and test times.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bdir="${KVLAB_ASAN_BUILD:-$root/build/asan}"
@@ -17,13 +20,13 @@ filter="${1:-*}"
 start=$(date +%s)
 if [ ! -f "$bdir/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$bdir" -DKVLAB_SANITIZE=ON -DKVLAB_NATIVE=ON -DKVLAB_CUDA=OFF -DKVLAB_GUI=OFF \
-    -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g -fno-sanitize-recover=undefined" >/dev/null
+    -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-sanitize-recover=undefined" >/dev/null
 fi
 suites=" ${KVLAB_SANITIZE_SUITES:-storage sessions engine cli} "
 want() { [[ "$suites" == *" $1 "* ]]; }
 targets=()
 want storage && targets+=(kvlab_storage_tests)
-want sessions && targets+=(kvlab_sessions_tests)
+want sessions && targets+=(kvlab_sessions_tests kvlab)  # its sweep and fidelity cases run the CLI
 want engine && targets+=(kvlab_engine_tests)
 want cli && targets+=(kvlab kvlab_cli_unit_tests)
 [ ${#targets[@]} -gt 0 ] || { echo "sanitize: KVLAB_SANITIZE_SUITES='$suites' names no suite; expected storage, sessions, engine or cli" >&2; exit 2; }
@@ -38,46 +41,65 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_stri
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$root/scripts/sanitize.supp:print_suppressions=0"
 export OMP_WAIT_POLICY=PASSIVE KVLAB_NO_REEXEC=1
-phase() { echo "sanitize: $1 ($(($(date +%s) - built)) s)"; }
+times=""
+mark=$built
+phase() {  # PART: seconds since the last phase, kept for the summary line
+  local now; now=$(date +%s)
+  echo "sanitize: $1 done ($((now - mark)) s)"
+  times="$times, $1 $((now - mark)) s"
+  mark=$now
+}
+current="the build"
+summary() {  # RC: the exit status
+  local rc=$1 now; now=$(date +%s)
+  local parts; parts=$(echo $suites)
+  if [ "$rc" -eq 0 ]; then
+    echo "sanitize: clean ($parts): build $((built - start)) s, tests $((now - built)) s (${times#, })"
+  elif [ -n "${built:-}" ]; then
+    echo "sanitize: FAILED in $current (exit $rc; $parts): build $((built - start)) s, tests $((now - built)) s" >&2
+  fi
+}
+trap 'summary $?' EXIT
 
 if want storage; then
+  current="the storage suite"
   # The storage benchmark sizes itself for a release build; it adds nothing here.
   "$bdir/bin/kvlab_storage_tests" --gtest_filter="$filter:-StorageBench*" --gtest_brief=1
-  phase "storage suite done"
+  phase storage
 fi
 if want sessions; then
+  current="the sessions suite"
   "$bdir/bin/kvlab_sessions_tests" --gtest_filter="$filter" --gtest_brief=1
-  phase "sessions suite done"
+  phase sessions
 fi
 # Left out: cases on the 135M model (SmolLM2*: minutes under ASan; the CLI runs cover the
 # loaders), self-timing benchmarks, and gradient checks by finite differences (pure arithmetic
 # over many full passes, already covered by the release suite, and slow under ASan).
 ENGINE_SKIP="SmolLM2*:*Speed*:*Gradient*:GradFixture*:GradLossNormalisation*:TrainLoop*"
 if want engine; then
+  current="the engine suite"
   "$bdir/bin/kvlab_engine_tests" --gtest_filter="$filter:-$ENGINE_SKIP" --gtest_brief=1
-  phase "engine suite done"
+  phase engine
 fi
-if ! want cli; then
-  echo "sanitize: clean ($(echo $suites): build $((built - start)) s, tests $(($(date +%s) - built)) s)"
-  exit 0
-fi
+want cli || exit 0
+current="the CLI unit suite"
 "$bdir/bin/kvlab_cli_unit_tests" --gtest_filter="$filter" --gtest_brief=1
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rc=$?; rm -rf "$work"; summary $rc' EXIT
 kv="$bdir/bin/kvlab"
 s="$work/asan.kvlab"
-"$kv" eval_long tiny --data.seq_length 128 --data.num_samples 1 --kv_cache.name h2o-default --kv_cache.cache_length 32 \
+current="the CLI round trip"
+"$kv" eval_long tiny --data.seq_length 256 --data.num_samples 1 --kv_cache.name h2o-default --kv_cache.cache_length 64 \
   --kv_cache.chunk_size 16 --threads 2 --session "$s" >/dev/null
-"$kv" eval_long tiny --data.seq_length 128 --data.num_samples 1 --kv_cache.name lastrec-default --kv_cache.cache_length 32 \
+"$kv" eval_long tiny --data.seq_length 256 --data.num_samples 1 --kv_cache.name lastrec-default --kv_cache.cache_length 64 \
   --kv_cache.chunk_size 16 --kv_cache.paged_block_size 8 --threads 2 --session "$s" >/dev/null
 "$kv" generate tiny --prompt hello --max_new_tokens 8 --threads 2 --session "$s" >/dev/null
 "$kv" runs "$s" >/dev/null
 "$kv" compare "$s" 1 2 >/dev/null
 "$kv" export "$s" --run 1 --what all --format chrome-trace -o "$work/t.json" >/dev/null
 if "$kv" compare "$s" 999 >/dev/null 2>&1; then echo "sanitize: compare of an unknown run exited 0" >&2; exit 1; fi
-phase "CLI round trip done"
 # Full disk through the CLI: writer faults, the end-record reserve, read-only listing, export refusal.
+current="the CLI faults"
 "$root/tests/cli/faults.sh" "$kv" "$work/faults" >"$work/faults.log" 2>&1 || { cat "$work/faults.log"; exit 1; }
-phase "CLI faults done"
-echo "sanitize: clean (build $((built - start)) s, tests $(($(date +%s) - built)) s)"
+phase cli

@@ -23,6 +23,9 @@ struct TinyModel {
 
 TinyModel& tiny() {
     static TinyModel m;
+    // long_context_forward narrows the shared model's RoPE width to its sequence; restore it so no
+    // case depends on which ran before it (scripts/sanitize.sh runs them all in one process).
+    m.model.set_context_width(m.cfg.max_position_embeddings);
     return m;
 }
 
