@@ -160,8 +160,15 @@ std::vector<CacheBenchRow> run_policy_bench(const PolicyBenchOptions& o, const s
     hs.T = o.tokens;
     hs.token_targets.assign(size_t(o.tokens), -100);
     for (int64_t t = 0; t + 1 < o.tokens; ++t) hs.token_targets[size_t(t)] = idv[size_t(t + 1)];
+    // smart-lastrec reads the text through the model's tokenizer
+    TextCodec codec;
+    if (lm.tokenizer) {
+        const Tokenizer& tok = *lm.tokenizer;
+        codec = TextCodec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                          [&tok](const std::string& s) { return tok.encode(s, false); }};
+    }
     auto seconds = [&](const KVCacheConfig& kc) {
-        KVCache cache(kc, c, Device{}, m.act_dtype(), o.tokens);
+        KVCache cache(kc, c, Device{}, m.act_dtype(), o.tokens, &codec);
         std::vector<int64_t> Ls;
         for (int64_t l = 0; l < c.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, o.tokens, c.num_layers));
         ChunkPlanOptions po;
