@@ -172,7 +172,8 @@ std::vector<CacheBenchRow> run_policy_bench(const PolicyBenchOptions& o, const s
         std::vector<int64_t> Ls;
         for (int64_t l = 0; l < c.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, o.tokens, c.num_layers));
         ChunkPlanOptions po;
-        po.chunk_size = o.chunk;
+        // per-layer budgets (pyramidkv) may leave a layer shorter than the chunk: clamp there
+        po.chunk_size = std::min(o.chunk, *std::min_element(Ls.begin(), Ls.end()) - kc.grace_period);
         po.cell_factor = cell_factor(c);
         const ChunkPlan plan = plan_chunks(o.tokens, Ls, po);
         HeadResult res;
@@ -209,7 +210,10 @@ std::vector<CacheBenchRow> run_policy_bench(const PolicyBenchOptions& o, const s
         rows.push_back({base_names[b] + " (baseline)", double(o.tokens) / base_best[b], double(o.tokens) / base_best[b], "tokens/s", 1.0, 0, false});
     for (size_t i = 0; i < cfgs.size(); ++i) {
         const size_t b = size_t(std::find(base_names.begin(), base_names.end(), "lastrec-" + cfgs[i].buffer()) - base_names.begin());
-        rows.push_back({cfgs[i].name + " / " + base_names[b], double(o.tokens) / best[i], double(o.tokens) / base_best[b], "tokens/s",
+        int64_t minL = o.cache_length;
+        for (int64_t l = 0; l < c.num_layers; ++l) minL = std::min(minL, cfgs[i].length_for_layer(l, o.tokens, c.num_layers));
+        const std::string note = minL < o.chunk ? str(" [chunk ", minL, "]") : "";
+        rows.push_back({cfgs[i].name + " / " + base_names[b] + note, double(o.tokens) / best[i], double(o.tokens) / base_best[b], "tokens/s",
                         base_best[b] / best[i], 0.9, false});
     }
     return rows;

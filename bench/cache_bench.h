@@ -35,7 +35,9 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& opt, const s
 // lastrec on the same buffer, model, sequence, cache length and chunk size. Policies and the
 // baseline alternate within each repeat and the best time of each counts, so load on a shared
 // machine hits both alike. Row a: the policy's tokens/s, b: lastrec's; target >= 0.9x for
-// single-pass policies (every registered one today).
+// single-pass policies (every registered one today). A policy with per-layer budgets
+// (pyramidkv) whose shortest layer is below the chunk runs with chunks of that length (noted
+// in its row).
 struct PolicyBenchOptions {
     std::string model = "smollm2-135m";
     int64_t tokens = 2048;
