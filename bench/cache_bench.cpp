@@ -7,7 +7,10 @@
 
 #include "ceilings.h"
 #include "engine/core/error.h"
+#include "engine/driver/long_context.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/policy_registry.h"
+#include "engine/run/run_config.h"
 #include "engine/model/attention.h"
 #include "engine/model/model_loader.h"
 #include "engine/ops/ops.h"
@@ -123,6 +126,96 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
         rows.push_back({"KV bytes per token, " + b + " / bf16", bt, bf16, "bytes", bt / bf16, 0, true});
     }
     progress(total, total, "");
+    return rows;
+}
+
+std::vector<CacheBenchRow> run_policy_bench(const PolicyBenchOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
+    LoadedModel lm = load_model(o.model, ModelOptions{}, 0);
+    Transformer& m = *lm.model;
+    const ModelConfig& c = lm.config;
+    std::vector<std::string> names = o.policies;
+    if (names.empty())
+        for (const PolicyInfo& p : policy_registry())
+            if (p.needs_cache_length) names.push_back(p.name);  // dense keeps the whole sequence: another shape
+    std::vector<KVCacheConfig> cfgs;
+    for (const std::string& n : names) {
+        const PolicyInfo* info = find_policy(n);
+        if (!info) throw Error(str("bench policies: unknown policy '", n, "'; expected one of the registered policies"));
+        RunConfig rc;
+        rc.kv_cache.name = n + (info->needs_quantized_buffer ? "-q8" : "-default");
+        rc.kv_cache.cache_length = o.cache_length;
+        rc.kv_cache.max_chunk_size = o.chunk;  // as the CLI sets it
+        for (const auto& [opt, value] : info->required) set_run_option(rc, opt, value);
+        rc.kv_cache.dtype = m.act_dtype();
+        cfgs.push_back(rc.kv_cache);
+    }
+    std::vector<int32_t> idv((size_t)o.tokens);
+    uint32_t x = 12345;
+    for (auto& id : idv) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        id = int32_t(x % uint32_t(std::min<int64_t>(c.vocab_size, 30000)));
+    }
+    Tensor ids = Tensor::from_i32({1, o.tokens}, idv);
+    HeadSpec hs;
+    hs.T = o.tokens;
+    hs.token_targets.assign(size_t(o.tokens), -100);
+    for (int64_t t = 0; t + 1 < o.tokens; ++t) hs.token_targets[size_t(t)] = idv[size_t(t + 1)];
+    // smart-lastrec reads the text through the model's tokenizer
+    TextCodec codec;
+    if (lm.tokenizer) {
+        const Tokenizer& tok = *lm.tokenizer;
+        codec = TextCodec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                          [&tok](const std::string& s) { return tok.encode(s, false); }};
+    }
+    auto seconds = [&](const KVCacheConfig& kc) {
+        KVCache cache(kc, c, Device{}, m.act_dtype(), o.tokens, &codec);
+        std::vector<int64_t> Ls;
+        for (int64_t l = 0; l < c.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, o.tokens, c.num_layers));
+        ChunkPlanOptions po;
+        // per-layer budgets (pyramidkv) may leave a layer shorter than the chunk: clamp there
+        po.chunk_size = std::min(o.chunk, *std::min_element(Ls.begin(), Ls.end()) - kc.grace_period);
+        po.cell_factor = cell_factor(c);
+        const ChunkPlan plan = plan_chunks(o.tokens, Ls, po);
+        HeadResult res;
+        const auto t0 = std::chrono::steady_clock::now();
+        long_context_forward(m, cache, ids, plan, hs, res);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    // Baselines: lastrec on each buffer a policy uses.
+    std::vector<std::string> base_names;
+    for (const KVCacheConfig& kc : cfgs)
+        if (std::find(base_names.begin(), base_names.end(), "lastrec-" + kc.buffer()) == base_names.end())
+            base_names.push_back("lastrec-" + kc.buffer());
+    std::vector<double> best(cfgs.size(), 1e30), base_best(base_names.size(), 1e30);
+    const int total = o.repeats * int(cfgs.size() + base_names.size());
+    int done = 0;
+    for (int r = 0; r < o.repeats; ++r) {
+        for (size_t b = 0; b < base_names.size(); ++b) {
+            progress(done++, total, base_names[b]);
+            KVCacheConfig kc;
+            kc.name = base_names[b];
+            kc.cache_length = o.cache_length;
+            kc.max_chunk_size = o.chunk;
+            kc.dtype = m.act_dtype();
+            base_best[b] = std::min(base_best[b], seconds(kc));
+        }
+        for (size_t i = 0; i < cfgs.size(); ++i) {
+            progress(done++, total, cfgs[i].name);
+            best[i] = std::min(best[i], seconds(cfgs[i]));
+        }
+    }
+    progress(total, total, "");
+    std::vector<CacheBenchRow> rows;
+    for (size_t b = 0; b < base_names.size(); ++b)
+        rows.push_back({base_names[b] + " (baseline)", double(o.tokens) / base_best[b], double(o.tokens) / base_best[b], "tokens/s", 1.0, 0, false});
+    for (size_t i = 0; i < cfgs.size(); ++i) {
+        const size_t b = size_t(std::find(base_names.begin(), base_names.end(), "lastrec-" + cfgs[i].buffer()) - base_names.begin());
+        int64_t minL = o.cache_length;
+        for (int64_t l = 0; l < c.num_layers; ++l) minL = std::min(minL, cfgs[i].length_for_layer(l, o.tokens, c.num_layers));
+        const std::string note = minL < o.chunk ? str(" [chunk ", minL, "]") : "";
+        rows.push_back({cfgs[i].name + " / " + base_names[b] + note, double(o.tokens) / best[i], double(o.tokens) / base_best[b], "tokens/s",
+                        base_best[b] / best[i], 0.9, false});
+    }
     return rows;
 }
 

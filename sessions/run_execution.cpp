@@ -181,6 +181,7 @@ RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHoo
     // decode speed exists only when at least one decode forward ran (tokens_per_s is that speed).
     if (r.prefill_seconds > 0) j["prefill_tokens_per_s"] = double(r.prompt_tokens) / r.prefill_seconds;
     j["decode_forwards"] = r.decode_forwards;
+    j["decode_evicting_forwards"] = r.evicting_forwards;  // decode steps on a full cache (docs/POLICIES.md)
     if (r.decode_forwards > 0 && r.decode_seconds > 0) {
         j["decode_tokens_per_s"] = double(r.decode_forwards) / r.decode_seconds;
         j["tokens_per_s"] = j["decode_tokens_per_s"];

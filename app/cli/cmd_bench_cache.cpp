@@ -31,4 +31,37 @@ int bench_cache(const Args& args) {
     return 0;
 }
 
+// `kvlab bench policies`: every policy's eval throughput relative to lastrec (cache_bench.h).
+int bench_policies(const Args& args) {
+    bench::PolicyBenchOptions opt;
+    if (args.has("model")) opt.model = args.str("model");  // the option table's default is the other benches'
+    opt.tokens = args.integer("tokens", opt.tokens, 2, 1 << 24);
+    opt.cache_length = args.integer("cache_length", opt.cache_length, 1, 1 << 24);
+    opt.chunk = args.integer("chunk", opt.chunk, 1, 1 << 20);
+    opt.repeats = int(args.integer("repeats", opt.repeats, 1, 100));
+    if (args.has("cache")) {
+        const std::string s = args.str("cache");
+        for (size_t p = 0; p <= s.size();) {
+            size_t q = s.find(',', p);
+            if (q == std::string::npos) q = s.size();
+            if (q > p) opt.policies.push_back(s.substr(p, q - p));
+            p = q + 1;
+        }
+    }
+    if (opt.chunk > opt.cache_length || opt.cache_length >= opt.tokens)
+        throw UsageError("bench policies: expected --chunk <= --cache_length < --tokens (the cache must evict)");
+    Progress progress("bench policies");
+    auto rows = bench::run_policy_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    progress.finish();
+    std::printf("model %s, %lld tokens, cache %lld, chunk %lld, best of %d\n", opt.model.c_str(), (long long)opt.tokens,
+                (long long)opt.cache_length, (long long)opt.chunk, opt.repeats);
+    std::printf("%-42s %12s %12s %9s %9s\n", "eval throughput", "policy", "lastrec", "ratio", "target");
+    for (const auto& r : rows) {
+        const std::string tgt = r.target > 0 ? str(">= ", r.target) : "";
+        std::printf("%-42s %12.1f %12.1f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
+                    r.pass() ? "" : "  << misses target");
+    }
+    return 0;
+}
+
 }  // namespace kv::cli

@@ -57,6 +57,7 @@ void print_generate_stats(const nlohmann::json& s) {
     if (s.contains("decode_tokens_per_s")) {
         std::snprintf(buf, sizeof buf, "%.1f", s["decode_tokens_per_s"].get<double>());
         line += str(" | decode ", buf, " tokens/s over ", s.value("decode_forwards", 0LL), " steps");
+        if (s.value("decode_evicting_forwards", 0LL) > 0) line += str(" (", s.value("decode_evicting_forwards", 0LL), " evicted a slot)");
     } else {
         line += " | decode: no steps (the token came from the prefill)";
     }

@@ -29,6 +29,8 @@ size_t FidelityAttention::shadow_bytes() const {
     return b;
 }
 
+void FidelityAttention::set_rope_frequencies(const std::vector<double>* inv_freq) { cache_.set_rope_frequencies(inv_freq); }
+
 void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
     cache_.attend(layer, q, k, v, input_pos, scale, y);
 

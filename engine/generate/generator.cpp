@@ -17,14 +17,18 @@ namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Logits (B, V) of the last position after feeding ids (B, n) at input_pos. Prompts longer
-// than what the cache accepts in one call are fed in pieces it does accept.
-Tensor feed(Transformer& model, KVCache& cache, const Tensor& ids, int64_t input_pos) {
+// than what the cache accepts in one call are fed in pieces it does accept (their sizes are
+// appended to `chunks` when given).
+Tensor feed(Transformer& model, KVCache& cache, const Tensor& ids, int64_t input_pos, std::vector<int64_t>* chunks = nullptr) {
     const int64_t n = ids.size(1);
     int64_t done = 0;
     Tensor last;
     while (done < n) {
         int64_t take = input_pos + done == 0 ? std::min(n, cache.min_cache_length()) : std::min(n - done, cache.max_forward_length());
         if (take < 1) throw Error("generation: the cache accepts no more tokens (a dense cache is full)");
+        if (chunks) chunks->push_back(take);
+        // Policies that read the text (smart-lastrec) see every chunk, decoded tokens included.
+        cache.set_chunk_tokens(ids.slice(1, done, done + take).contiguous());
         Tensor x = model.embed(ids.slice(1, done, done + take));
         for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, input_pos + done, cache);
         last = x.slice(1, take - 1, take);
@@ -74,6 +78,21 @@ struct StopMatcher {
     }
 };
 
+// The tokenizer as the text codec of policies that read the prompt (smart-lastrec).
+TextCodec text_codec(const Tokenizer& tok) {
+    return TextCodec{[&tok](const std::vector<int32_t>& ids) { return tok.decode(ids, true); },
+                     [&tok](const std::string& s) { return tok.encode(s, false); }};
+}
+
+// True when the next token makes some layer evict (its cache is full and its policy evicts).
+bool cache_full(const KVCache& cache) {
+    for (int l = 0; l < cache.num_layers(); ++l) {
+        const KVPolicy& p = cache.layer(l).policy();
+        if (p.current_length() == p.cache_length()) return true;
+    }
+    return false;
+}
+
 bool is_eos(const Tokenizer& tok, int32_t id) {
     const auto& e = tok.eos_ids();
     return std::find(e.begin(), e.end(), id) != e.end();
@@ -82,13 +101,15 @@ bool is_eos(const Tokenizer& tok, int32_t id) {
 GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, const GenerateConfig& g,
                                const KVCacheConfig& kc, int64_t maxT, const GenerationCallbacks& cb) {
     const int64_t W = g.beam_width, P = int64_t(prompt.size());
-    KVCache cache(kc, model.config(), model.options().device, model.act_dtype(), maxT);
+    const TextCodec codec = text_codec(tok);
+    KVCache cache(kc, model.config(), model.options().device, model.act_dtype(), maxT, &codec);
+    if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
     std::vector<int32_t> rows;
     for (int64_t b = 0; b < W; ++b) rows.insert(rows.end(), prompt.begin(), prompt.end());
     GenerationResult r;
     r.prompt_tokens = P;
     double t0 = now_s();
-    Tensor logits = feed(model, cache, Tensor::from_i32({W, P}, rows), 0);
+    Tensor logits = feed(model, cache, Tensor::from_i32({W, P}, rows), 0, &r.prompt_chunks);
     r.prefill_seconds = now_s() - t0;
     t0 = now_s();
     struct Beam {
@@ -151,6 +172,7 @@ GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const s
         }
         beams = next;
         cache.reorder_batch(src);
+        r.evicting_forwards += cache_full(cache) ? 1 : 0;
         logits = feed(model, cache, Tensor::from_i32({W, 1}, toks), P + step);
         ++r.decode_forwards;
         if (step + 1 == g.max_new_tokens) r.stop_reason = "max_new_tokens";
@@ -176,7 +198,9 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
     kc.dtype = model.act_dtype();
     if (g.beam_width > 1) return generate_beam(model, tok, prompt, g, kc, maxT, cb);
 
-    KVCache cache(kc, model.config(), model.options().device, model.act_dtype(), maxT);
+    const TextCodec codec = text_codec(tok);
+    KVCache cache(kc, model.config(), model.options().device, model.act_dtype(), maxT, &codec);
+    if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
     GenerationResult r;
     r.prompt_tokens = P;
     std::mt19937_64 rng(g.seed);
@@ -184,7 +208,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
     StreamDecoder stream(tok, true, std::vector<int32_t>(prompt.end() - std::min<int64_t>(P, 8), prompt.end()));
     StopMatcher stop{g.stop, {}, {}, false};
     double t0 = now_s();
-    Tensor logits = feed(model, cache, Tensor::from_i32({1, P}, prompt), 0);
+    Tensor logits = feed(model, cache, Tensor::from_i32({1, P}, prompt), 0, &r.prompt_chunks);
     r.prefill_seconds = now_s() - t0;
     t0 = now_s();
     r.stop_reason = "max_new_tokens";
@@ -207,6 +231,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
             break;
         }
         if (i + 1 == g.max_new_tokens) break;
+        r.evicting_forwards += cache_full(cache) ? 1 : 0;
         logits = feed(model, cache, Tensor::from_i32({1, 1}, {next}), P + i);
         ++r.decode_forwards;
     }

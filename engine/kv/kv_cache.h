@@ -23,6 +23,9 @@ class KVCache final : public LayerAttention {
     ~KVCache() override;
 
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override;
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override {
+        for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
+    }
 
     const std::string& name() const { return cfg_.name; }
     const KVCacheConfig& config() const { return cfg_; }

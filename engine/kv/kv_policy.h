@@ -34,6 +34,12 @@ struct InsertFeatures {
     std::vector<float> quant_error;  // |k - deq(q(k))| + |v - deq(q(v))|
     std::vector<float> keys;         // (B, G, n, D) the new keys themselves (rkv: redundancy)
     int64_t head_dim = 0;            // D, set with keys
+    // expected-attention: the chunk's rotated queries (B, NH, n, D), the RoPE frequencies
+    // theta'_d that rotated them (null: unrotated; n_rot = 2 * size) and the attention scale.
+    std::vector<float> queries;
+    int64_t query_heads = 0;
+    const std::vector<double>* rope_inv_freq = nullptr;
+    float attn_scale = 0.0f;
 };
 
 // =========================================================================================
@@ -52,6 +58,7 @@ class KVPolicy {
     virtual bool needs_key_norm() const { return false; }
     virtual bool needs_quant_error() const { return false; }
     virtual bool needs_key_vectors() const { return false; }
+    virtual bool needs_query_vectors() const { return false; }
 
     // ---- planning ----------------------------------------------------------------------
     // The token ids of the coming chunk (B, n) row-major, before prefill()/prepare(); only

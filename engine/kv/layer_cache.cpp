@@ -23,7 +23,7 @@ void LayerCache::prefill_without_attention(const Tensor& k, const Tensor& v) {
     log_.clear();
     chunk_ = 0;
     buffer_->prefill(k, v);
-    policy_->prefill(k.size(2), features(k, v));
+    policy_->prefill(k.size(2), features(Tensor(), k, v, 0.0f));
     chunk_ = 1;
 }
 
@@ -36,8 +36,14 @@ void LayerCache::record_step(const SlotPlan& plan) const {
         trace::scores(layer_, int(chunk_), s.data(), int(policy_->batch()), int(policy_->groups()), int(policy_->cache_length()), 0);
 }
 
-InsertFeatures LayerCache::features(const Tensor& k, const Tensor& v) const {
+InsertFeatures LayerCache::features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const {
     InsertFeatures f;
+    if (policy_->needs_query_vectors() && q.defined()) {
+        f.queries = q.contiguous().to_f32_vector();
+        f.query_heads = q.size(1);
+        f.rope_inv_freq = rope_;
+        f.attn_scale = scale;
+    }
     if (policy_->needs_value_norm()) f.value_norm = ops::norm_last(v).to_f32_vector();
     if (policy_->needs_key_norm()) f.key_norm = ops::norm_last(k).to_f32_vector();
     if (policy_->needs_quant_error()) f.quant_error = buffer_->quant_errors(k, v);
@@ -85,7 +91,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
             MemoryLabelScope label(str("layer ", layer_, " cache update"));
             buffer_->prefill(k, v);
-            policy_->prefill(n, features(k, v));
+            policy_->prefill(n, features(q, k, v, scale));
         }
         SlotPlan p;
         p.n = n;
@@ -118,7 +124,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " cache update"));
-        InsertFeatures f = features(k, v);
+        InsertFeatures f = features(q, k, v, scale);
         buffer_->write(plan, k, v);
         policy_->apply(plan, f);
     }

@@ -45,6 +45,8 @@ class LayerCache {
     void set_replay_logging(bool on) { logging_ = on; }
     void set_step_hook(LayerStepHook h) { hook_ = std::move(h); }
     void set_chunk_tokens(const std::vector<int32_t>* ids, int64_t n) { ids_ = ids, ids_n_ = n; }
+    // The RoPE frequencies of q and k (null: unrotated), for policies that read queries.
+    void set_rope_frequencies(const std::vector<double>* inv_freq) { rope_ = inv_freq; }
     // Replay mode: plans come from this log instead of the policy (gradient replay).
     void set_replay_source(const std::vector<SlotPlan>* plans) { replay_ = plans; }
     // Telemetry pass number of this cache's steps (0 = the first forward; replays 1, 2, ...).
@@ -54,7 +56,7 @@ class LayerCache {
     Tensor positions_tensor(Device device) const;
 
    private:
-    InsertFeatures features(const Tensor& k, const Tensor& v) const;
+    InsertFeatures features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const;
     void record_step(const SlotPlan& plan) const;
 
     int layer_;
@@ -64,6 +66,7 @@ class LayerCache {
     bool logging_ = false;
     LayerStepHook hook_;
     const std::vector<int32_t>* ids_ = nullptr;
+    const std::vector<double>* rope_ = nullptr;
     int64_t ids_n_ = 0;
     const std::vector<SlotPlan>* replay_ = nullptr;
     int64_t chunk_ = 0;

@@ -20,7 +20,8 @@ namespace kv {
     X(snapkv)              \
     X(knorm)               \
     X(random)              \
-    X(rkv)
+    X(rkv)                 \
+    X(expected_attention)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
 KV_POLICY_FILES(KV_DECLARE_POLICY_FILE)

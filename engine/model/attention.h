@@ -3,6 +3,8 @@
 // The KV-cache engine (engine/kv) implements it; PlainAttention (no cache) lives here.
 #pragma once
 
+#include <vector>
+
 #include "engine/core/tensor.h"
 
 namespace kv {
@@ -14,6 +16,9 @@ class LayerAttention {
     // input_pos .. input_pos + n - 1 (k already rotated). Writes y (B, NH, n, HS) (any strides).
     virtual void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
                         Tensor& y) = 0;
+    // The RoPE frequencies theta'_d that rotated q and k (n_rot = 2 * size), set before every
+    // attend(); caches whose policy reasons about future queries (expected-attention) use them.
+    virtual void set_rope_frequencies(const std::vector<double>* inv_freq) { (void)inv_freq; }
 };
 
 // No cache: causal attention over the n new tokens only (a plain forward over a whole

@@ -96,6 +96,7 @@ RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, Rope
     t.context_width = context_width;
     t.n_rot = int(2 * half);
     t.yarn_s = f.yarn_s;
+    t.inv_freq = f.inv_freq;
     return t;
 }
 

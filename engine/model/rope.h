@@ -36,6 +36,7 @@ struct RopeTables {
     int64_t context_width = 0;
     int n_rot = 0;
     double yarn_s = 1.0;
+    std::vector<double> inv_freq;  // theta'_d of the tables (host), for caches that rotate query statistics
 };
 
 RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, RopeMode mode, Device device);

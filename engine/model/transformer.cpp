@@ -132,6 +132,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         Tensor vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
         y = Tensor::empty({B, n, NH, HS}, act, ao);
         Tensor yv = y.permute({0, 2, 1, 3});
+        attention.set_rope_frequencies(&rope_.inv_freq);
         attention.attend(l, qr, kr, vv, input_pos, rope_.attn_scale, yv);
         if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }

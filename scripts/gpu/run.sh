@@ -154,7 +154,7 @@ elif [ "$gdev" != cpu ]; then
 fi
 
 # ---- the eval_long matrix: every policy x buffer, CPU and GPU ------------------------------
-policies="dense lastrec smart-lastrec streaming h2o h2o-orig h2o-vlen qh2o qh2o-vlen tova snapkv knorm random pyramidkv rkv"  # engine/kv/policy_registry.cpp
+policies="dense lastrec smart-lastrec streaming h2o h2o-orig h2o-vlen qh2o qh2o-vlen tova snapkv knorm random pyramidkv rkv expected-attention"  # engine/kv/policy_registry.cpp
 buffers="default f32 bf16 f16 q8 q4 nf4 q8_0 q4_0"
 matrix() {  # every valid {policy}-{buffer} (qh2o needs a quantized buffer)
   for p in $policies; do

@@ -4,13 +4,13 @@
 // exactly the bytes of the slots each layer keeps. The other registry loops: kv_invariants_test
 // (positions and contents), grad_fd_test PolicyGradient (FD gradients in f64), kv_scores_test
 // (top-k = argsort). Also: per-layer lengths (--kv_cache.layer_cache_lengths) and the formula
-// tests of random, pyramidkv and rkv against independent references.
+// tests of random, pyramidkv, rkv and expected-attention against independent references.
 //
 // Index
 //   [SECTION] the table
 //   [SECTION] the loop: every policy x {default, q8} on the tiny model
 //   [SECTION] per-layer lengths
-//   [SECTION] formula tests: random, pyramidkv (snapkv's scores), rkv
+//   [SECTION] formula tests: random, pyramidkv (snapkv's scores), rkv, expected-attention
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -434,10 +434,12 @@ std::vector<double> snapkv_reference(const LayerHarness& h, const Tensor& q, int
 // chunk the policy's scores must equal `ref` (f64) and the next chunk's slots must be the
 // lowest scores, ties by the lower slot.
 void check_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
-                             const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of) {
+                             const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
+                             const std::function<void(KVCache&)>& prepare = {}) {
     LayerHarness h(name, 12, seed_for(name + " formula"));
     setup(h.cfg);
     h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0);
+    if (prepare) prepare(*h.cache);
     h.cache->set_replay_logging(true);
     h.step(12);
     std::vector<int32_t> expected;
@@ -533,6 +535,120 @@ TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
             c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
         },
         [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); });
+}
+
+
+// Expected Attention in f64 (docs/POLICIES.md#expected-attention), from the raw harness data:
+// every query seen at positions >= n_sink, rotated back by RoPE angle -p theta_i on pairs
+// (i, i + D/2) with theta_i = 10000^(-2i/D); per (b, head) mean and population covariance;
+// mean rotation over positions [P_after, P_after + F); exponent s k.mu' + s^2 k^T Sigma' k / 2
+// over the non-sink cached keys, softmax, mean over the group's heads, times |v|; sinks take
+// the row's maximum.
+std::vector<double> expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink,
+                                                 bool use_cov = true, bool use_vnorm = true) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L, D = h.D, R = h.NH / h.G, half = D / 2, Pa = h.P;
+    const auto& pos = pol.token_positions();
+    const double s = 1.0 / std::sqrt(double(D));
+    // per (b, head): the pre-RoPE queries
+    std::vector<std::vector<std::vector<double>>> qs((size_t)(h.B * h.NH));
+    for (const auto& [P0, q] : h.all_q) {
+        const int64_t n = q.size(2);
+        const std::vector<double> qv = q.to_f64_vector();
+        for (int64_t b = 0; b < h.B; ++b)
+            for (int64_t hh = 0; hh < h.NH; ++hh)
+                for (int64_t t = 0; t < n; ++t) {
+                    if (P0 + t < sink) continue;
+                    const double* x = qv.data() + ((b * h.NH + hh) * n + t) * D;
+                    std::vector<double> u(x, x + D);
+                    for (int64_t i = 0; i < half; ++i) {
+                        const double a = -double(P0 + t) * theta[size_t(i)];
+                        u[size_t(i)] = x[i] * std::cos(a) - x[i + half] * std::sin(a);
+                        u[size_t(i + half)] = x[i + half] * std::cos(a) + x[i] * std::sin(a);
+                    }
+                    qs[size_t(b * h.NH + hh)].push_back(u);
+                }
+    }
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    for (int64_t b = 0; b < h.B; ++b)
+        for (int64_t g = 0; g < h.G; ++g) {
+            const int64_t r = b * h.G + g;
+            std::vector<double> a((size_t)T, 0.0);
+            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh) {
+                const auto& Q = qs[size_t(b * h.NH + hh)];
+                std::vector<double> mu((size_t)D, 0.0), C((size_t)(D * D), 0.0);
+                for (const auto& u : Q)
+                    for (int64_t d = 0; d < D; ++d) mu[size_t(d)] += u[size_t(d)] / double(Q.size());
+                for (const auto& u : Q)
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e) C[size_t(d * D + e)] += (u[size_t(d)] - mu[size_t(d)]) * (u[size_t(e)] - mu[size_t(e)]) / double(Q.size());
+                // future query of position p: R(p) u; averaged over p, applied to the moments
+                std::vector<double> Rb((size_t)(D * D), 0.0);
+                for (int64_t p = Pa; p < Pa + F; ++p)
+                    for (int64_t i = 0; i < half; ++i) {
+                        const double an = double(p) * theta[size_t(i)];
+                        Rb[size_t(i * D + i)] += std::cos(an) / double(F);
+                        Rb[size_t(i * D + i + half)] -= std::sin(an) / double(F);
+                        Rb[size_t((i + half) * D + i)] += std::sin(an) / double(F);
+                        Rb[size_t((i + half) * D + i + half)] += std::cos(an) / double(F);
+                    }
+                std::vector<double> m2((size_t)D, 0.0), C2((size_t)(D * D), 0.0);
+                for (int64_t d = 0; d < D; ++d)
+                    for (int64_t e = 0; e < D; ++e) m2[size_t(d)] += Rb[size_t(d * D + e)] * mu[size_t(e)];
+                for (int64_t d = 0; d < D; ++d)
+                    for (int64_t e = 0; e < D; ++e)
+                        for (int64_t f = 0; f < D; ++f)
+                            for (int64_t g2 = 0; g2 < D; ++g2) C2[size_t(d * D + e)] += Rb[size_t(d * D + f)] * C[size_t(f * D + g2)] * Rb[size_t(e * D + g2)];
+                std::vector<double> z((size_t)T, 0.0);
+                double zs = 0;
+                for (int64_t j = 0; j < T; ++j) {
+                    if (pos[size_t(r * L + j)] < sink) continue;
+                    const auto& k = h.history[size_t(r)].at(pos[size_t(r * L + j)]).first;
+                    double lin = 0, quad = 0;
+                    for (int64_t d = 0; d < D; ++d) lin += double(k[size_t(d)]) * m2[size_t(d)];
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e) quad += double(k[size_t(d)]) * C2[size_t(d * D + e)] * double(k[size_t(e)]);
+                    zs += (z[size_t(j)] = std::exp(s * lin + (use_cov ? s * s * quad / 2 : 0.0)));
+                }
+                for (int64_t j = 0; j < T; ++j) a[size_t(j)] += z[size_t(j)] / zs / double(R);
+            }
+            double top = -INFINITY;
+            for (int64_t j = 0; j < T; ++j) {
+                if (pos[size_t(r * L + j)] < sink) continue;
+                const auto& v = h.history[size_t(r)].at(pos[size_t(r * L + j)]).second;
+                double vn = 0;
+                for (float x : v) vn += double(x) * double(x);
+                top = std::max(top, out[size_t(r * L + j)] = a[size_t(j)] * (use_vnorm ? std::sqrt(vn) : 1.0));
+            }
+            for (int64_t j = 0; j < T; ++j)
+                if (pos[size_t(r * L + j)] < sink) out[size_t(r * L + j)] = top;
+        }
+    return out;
+}
+
+TEST(ExpectedAttention, ScoresAndChoicesEqualTheF64Reference) {
+    // 12 slots, D = 16 fully rotated with base 10000, 6 future positions, 2 sinks
+    std::vector<double> theta(8);
+    for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
+    check_against_reference(
+        "expected-attention-default",
+        [](KVCacheConfig& c) { c.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}}; },
+        [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 6, 2); },
+        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
+}
+
+TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {
+    // ea_use_covariance 0 (the exponent is s k.mu' alone) and ea_use_vnorm 0 (the expected
+    // attention itself), no sinks, 3 future positions
+    std::vector<double> theta(8);
+    for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
+    check_against_reference(
+        "expected-attention-default",
+        [](KVCacheConfig& c) {
+            c.policy_options = {{"ea_n_future_positions", 3}, {"ea_n_sink", 0}, {"ea_use_covariance", 0}, {"ea_use_vnorm", 0}};
+        },
+        [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 3, 0, false, false); },
+        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
 }
 
 }  // namespace

@@ -72,6 +72,7 @@ Tensor LayerHarness::step(int64_t n) {
     Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
     cache->attend(0, q, k, v, P, 1.0f / std::sqrt(float(D)), y);
     last_q = {q};
+    all_q.push_back({P, q});
     last_k = {k};
     last_v = {v};
     P += n;

@@ -22,6 +22,7 @@ struct LayerHarness {
     // history[(b*G+g)][pos] = (k row, v row)
     std::vector<std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>>> history;
     std::vector<Tensor> last_q, last_k, last_v;  // the most recent chunk
+    std::vector<std::pair<int64_t, Tensor>> all_q;  // every chunk's (input position, q)
     int64_t P = 0;
 
     LayerHarness(const std::string& name, int64_t L_, uint64_t seed, int64_t grace = 0, int64_t D_ = 16);

@@ -1,0 +1,228 @@
+// expected-attention (Devoto et al. 2025, "Expected Attention: KV Cache Compression by
+// Estimating Attention from Future Queries Distribution"; kvpress' ExpectedAttentionPress): a
+// key is worth its slot by the attention that *future* queries are expected to give it. Queries
+// before RoPE are modelled as a Gaussian N(mu, Sigma) per (batch row, query head), estimated
+// from every query the layer has seen at positions >= n_sink; RoPE over the next
+// n_future_positions positions is averaged into one matrix Rbar (2x2 blocks of mean cos / sin),
+// so a future query is q ~ N(Rbar mu, Rbar Sigma Rbar^T). For a key k (as cached, rotated), with
+// the layer's attention scale s,
+//   E[exp(s q.k)] = exp(s k.mu' + s^2 k^T Sigma' k / 2)          (the Gaussian's MGF)
+//   a_j = softmax over the non-sink slots of that exponent, averaged over the group's heads,
+//   score_j = a_j * |v_j|,  and the first n_sink tokens take the row's maximum (kept).
+// Scores are recomputed after every chunk from the statistics so far; no attention weights
+// are needed. Keys are kept per slot beside the buffer (+4 D bytes per slot and row, as rkv).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/core/error.h"
+#include "policy_score_based.h"
+
+namespace kv {
+
+namespace {
+class ExpectedAttentionPolicy final : public ScorePolicy {
+   public:
+    ExpectedAttentionPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
+        : ScorePolicy(cfg, L, G),
+          n_future_(int64_t(cfg.policy_option("ea_n_future_positions"))),
+          n_sink_(int64_t(cfg.policy_option("ea_n_sink"))),
+          use_cov_(cfg.policy_option("ea_use_covariance") != 0),
+          use_vnorm_(cfg.policy_option("ea_use_vnorm") != 0) {}
+    const char* name() const override { return "expected-attention"; }
+    bool needs_key_vectors() const override { return true; }
+    bool needs_value_norm() const override { return true; }
+    bool needs_query_vectors() const override { return true; }
+    void reset(int64_t batch) override {
+        ScorePolicy::reset(batch);
+        score_.assign(size_t(rows() * L_), 0.0f);
+        vnorm_.assign(size_t(rows() * L_), 0.0f);
+        keys_.clear();
+        sum_.clear(), sum2_.clear(), count_.clear();
+        D_ = NH_ = 0;
+        rope_ = nullptr;
+        scale_ = 0;
+    }
+    void prefill(int64_t n, const InsertFeatures& f) override {
+        ScorePolicy::prefill(n, f);
+        absorb(f, 0, n);
+    }
+    void apply(const SlotPlan& plan, const InsertFeatures& f) override {
+        ScorePolicy::apply(plan, f);
+        absorb(f, plan.input_pos, plan.n);
+    }
+
+   protected:
+    void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
+        if (D_ == 0) {
+            D_ = f.head_dim;
+            keys_.assign(size_t(rows() * L_ * D_), 0.0f);
+        }
+        score_[size_t(r * L_ + slot)] = 0.0f;
+        vnorm_[size_t(r * L_ + slot)] = f.value_norm[size_t(i)];
+        std::copy_n(f.keys.begin() + i * D_, D_, keys_.begin() + (r * L_ + slot) * D_);
+    }
+    void move_slot(int64_t r, int64_t from, int64_t to) override {
+        score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
+        vnorm_[size_t(r * L_ + to)] = vnorm_[size_t(r * L_ + from)];
+        std::copy_n(keys_.begin() + (r * L_ + from) * D_, D_, keys_.begin() + (r * L_ + to) * D_);
+    }
+    void accumulate(const std::vector<float>&, int64_t) override {
+        if (NH_ == 0 || D_ == 0) return;  // no queries seen (a cache driven without them)
+        const int64_t D = D_, R = NH_ / G_, T = T_;
+        // Rbar has one 2x2 block per rotated pair: row d's entries sit in columns d and its partner
+        std::vector<double> rc, rs;
+        mean_future_rotation(rc, rs);
+        const int64_t half = int64_t(rc.size());
+        auto partner = [half](int64_t d) { return d < half ? d + half : d < 2 * half ? d - half : d; };
+        auto coef = [&](int64_t d, int64_t col) {  // Rbar[d][col] for col in {d, partner(d)}
+            if (d >= 2 * half) return col == d ? 1.0 : 0.0;
+            const int64_t i = d < half ? d : d - half;
+            if (col == d) return rc[size_t(i)];
+            return d < half ? -rs[size_t(i)] : rs[size_t(i)];
+        };
+        std::vector<double> mu((size_t)D), cov((size_t)(D * D)), mup((size_t)D), covp((size_t)(D * D));
+        std::vector<double> logit((size_t)T), acc((size_t)T);
+        for (int64_t b = 0; b < B_; ++b)
+            for (int64_t g = 0; g < G_; ++g) {
+                const int64_t r = b * G_ + g;
+                const int32_t* pos = pos_.data() + r * L_;
+                std::fill(acc.begin(), acc.end(), 0.0);
+                for (int64_t h = g * R; h < (g + 1) * R; ++h) {
+                    const size_t bh = size_t(b * NH_ + h);
+                    const double c = count_[bh];
+                    for (int64_t d = 0; d < D; ++d) mu[size_t(d)] = c > 0 ? sum_[bh * size_t(D) + size_t(d)] / c : 0.0;
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e)
+                            cov[size_t(d * D + e)] = c > 0 ? sum2_[(bh * size_t(D) + size_t(d)) * size_t(D) + size_t(e)] / c - mu[size_t(d)] * mu[size_t(e)] : 0.0;
+                    // mu' = Rbar mu, Sigma' = Rbar Sigma Rbar^T (two nonzeros per row of Rbar)
+                    for (int64_t d = 0; d < D; ++d) {
+                        const int64_t pd = partner(d);
+                        mup[size_t(d)] = coef(d, d) * mu[size_t(d)] + (pd != d ? coef(d, pd) * mu[size_t(pd)] : 0.0);
+                    }
+                    if (use_cov_)
+                        for (int64_t d = 0; d < D; ++d)
+                            for (int64_t e = 0; e < D; ++e) {
+                                const int64_t pd = partner(d), pe = partner(e);
+                                double v = coef(d, d) * coef(e, e) * cov[size_t(d * D + e)];
+                                if (pe != e) v += coef(d, d) * coef(e, pe) * cov[size_t(d * D + pe)];
+                                if (pd != d) v += coef(d, pd) * coef(e, e) * cov[size_t(pd * D + e)];
+                                if (pd != d && pe != e) v += coef(d, pd) * coef(e, pe) * cov[size_t(pd * D + pe)];
+                                covp[size_t(d * D + e)] = v;
+                            }
+                    double m = -std::numeric_limits<double>::infinity();
+                    for (int64_t j = 0; j < T; ++j) {
+                        if (pos[j] < n_sink_) continue;
+                        const float* k = keys_.data() + (r * L_ + j) * D;
+                        double lin = 0, quad = 0;
+                        for (int64_t d = 0; d < D; ++d) lin += double(k[d]) * mup[size_t(d)];
+                        if (use_cov_)
+                            for (int64_t d = 0; d < D; ++d) {
+                                double s = 0;
+                                for (int64_t e = 0; e < D; ++e) s += covp[size_t(d * D + e)] * double(k[e]);
+                                quad += double(k[d]) * s;
+                            }
+                        logit[size_t(j)] = scale_ * lin + scale_ * scale_ * quad / 2.0;
+                        m = std::max(m, logit[size_t(j)]);
+                    }
+                    double z = 0;
+                    for (int64_t j = 0; j < T; ++j)
+                        if (pos[j] >= n_sink_) z += std::exp(logit[size_t(j)] - m);
+                    for (int64_t j = 0; j < T; ++j)
+                        if (pos[j] >= n_sink_) acc[size_t(j)] += std::exp(logit[size_t(j)] - m) / z / double(R);
+                }
+                float top = -std::numeric_limits<float>::infinity();
+                for (int64_t j = 0; j < T; ++j) {
+                    if (pos[j] < n_sink_) continue;
+                    const float s = float(acc[size_t(j)] * (use_vnorm_ ? double(vnorm_[size_t(r * L_ + j)]) : 1.0));
+                    score_[size_t(r * L_ + j)] = s;
+                    top = std::max(top, s);
+                }
+                for (int64_t j = 0; j < T; ++j)  // sinks are kept (kvpress pads them with the max)
+                    if (pos[j] < n_sink_) score_[size_t(r * L_ + j)] = std::isfinite(top) ? top : 0.0f;
+            }
+    }
+    void eviction_scores(std::vector<float>& S) const override {
+        const int64_t cand = L_ - grace();
+        for (int64_t r = 0; r < rows(); ++r)
+            for (int64_t j = 0; j < cand; ++j) S[size_t(r * cand + j)] = score_[size_t(r * L_ + j)];
+    }
+
+   private:
+    // Add the chunk's queries at positions >= n_sink, rotated back to before RoPE, to the
+    // running sums of every (b, query head).
+    void absorb(const InsertFeatures& f, int64_t P0, int64_t n) {
+        if (f.queries.empty()) return;
+        if (NH_ == 0) {
+            NH_ = f.query_heads;
+            if (NH_ % G_ != 0) throw Error(str("expected-attention: ", NH_, " query heads are not a multiple of ", G_, " KV heads"));
+            sum_.assign(size_t(B_ * NH_ * D_), 0.0);
+            sum2_.assign(size_t(B_ * NH_ * D_ * D_), 0.0);
+            count_.assign(size_t(B_ * NH_), 0.0);
+        }
+        rope_ = f.rope_inv_freq;
+        scale_ = double(f.attn_scale);
+        const int64_t D = D_, half = rope_ ? int64_t(rope_->size()) : 0;
+        std::vector<double> x((size_t)D);
+        for (int64_t b = 0; b < B_; ++b)
+            for (int64_t h = 0; h < NH_; ++h)
+                for (int64_t t = 0; t < n; ++t) {
+                    const int64_t p = P0 + t;
+                    if (p < n_sink_) continue;
+                    const float* q = f.queries.data() + ((b * NH_ + h) * n + t) * D;
+                    for (int64_t d = 0; d < D; ++d) x[size_t(d)] = q[d];
+                    for (int64_t i = 0; i < half; ++i) {  // R(p)^T: rotate pair (i, i + half) by -p theta_i
+                        const double a = double(p) * (*rope_)[size_t(i)], c = std::cos(a), s = std::sin(a);
+                        x[size_t(i)] = double(q[i]) * c + double(q[i + half]) * s;
+                        x[size_t(i + half)] = double(q[i + half]) * c - double(q[i]) * s;
+                    }
+                    const size_t bh = size_t(b * NH_ + h);
+                    count_[bh] += 1;
+                    double* s1 = sum_.data() + bh * size_t(D);
+                    double* s2 = sum2_.data() + bh * size_t(D * D);
+                    for (int64_t d = 0; d < D; ++d) {
+                        s1[d] += x[size_t(d)];
+                        for (int64_t e = 0; e < D; ++e) s2[d * D + e] += x[size_t(d)] * x[size_t(e)];
+                    }
+                }
+    }
+    // Rbar = mean over p in [P, P + n_future) of R(p): on each rotated pair (i, i + half) the
+    // block [[cbar_i, -sbar_i], [sbar_i, cbar_i]]; identity on unrotated dimensions.
+    void mean_future_rotation(std::vector<double>& c, std::vector<double>& s) const {
+        const int64_t half = rope_ ? int64_t(rope_->size()) : 0;
+        c.assign(size_t(half), 0.0), s.assign(size_t(half), 0.0);
+        for (int64_t i = 0; i < half; ++i) {
+            for (int64_t p = P_; p < P_ + n_future_; ++p) {
+                const double a = double(p) * (*rope_)[size_t(i)];
+                c[size_t(i)] += std::cos(a), s[size_t(i)] += std::sin(a);
+            }
+            c[size_t(i)] /= double(n_future_), s[size_t(i)] /= double(n_future_);
+        }
+    }
+
+    int64_t n_future_, n_sink_;
+    bool use_cov_, use_vnorm_;
+    int64_t D_ = 0, NH_ = 0;
+    const std::vector<double>* rope_ = nullptr;
+    double scale_ = 0;
+    std::vector<float> score_, vnorm_;  // (B*G, L)
+    std::vector<float> keys_;           // (B*G, L, D) keys as cached (rotated)
+    std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T, count (pre-RoPE queries)
+};
+}  // namespace
+
+std::vector<PolicyInfo> expected_attention_policies() {
+    return {{.name = "expected-attention",
+             .summary = "Expected Attention: attention future queries (Gaussian, RoPE-averaged) are expected to give, times |v|",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                 return std::make_unique<ExpectedAttentionPolicy>(a.cfg, a.L, a.G);
+             },
+             .uses = {"grace_period", "keep_initial_fraction", "max_chunk_size"},
+             .options = {{.name = "ea_n_future_positions", .help = "expected-attention: future positions RoPE is averaged over", .def = 512, .lo = 1, .hi = 1 << 20, .integer = true},
+                         {.name = "ea_n_sink", .help = "expected-attention: first tokens always kept and left out of the query statistics", .def = 4, .lo = 0, .hi = 1 << 20, .integer = true},
+                         {.name = "ea_use_covariance", .help = "expected-attention: 1 = include the query covariance term, 0 = mean only", .def = 1, .lo = 0, .hi = 1, .integer = true},
+                         {.name = "ea_use_vnorm", .help = "expected-attention: 1 = multiply by the value norm", .def = 1, .lo = 0, .hi = 1, .integer = true}},
+             .doc_anchor = "docs/POLICIES.md#expected-attention"}};
+}
+
+}  // namespace kv
