@@ -11,8 +11,9 @@ namespace kv::dist::detail {
 std::unique_ptr<Communicator> make_mpi_communicator(const DistOptions& opt);
 #endif
 #ifdef KVLAB_HAVE_NCCL
-// Bootstraps over `mpi` (rank 0's unique id, broadcast) and keeps it for the small collectives.
-std::unique_ptr<Communicator> make_nccl_communicator(const DistOptions& opt, std::unique_ptr<Communicator> mpi);
+// Loads the NCCL plugin (nccl_communicator.cpp), which bootstraps over `mpi` (rank 0's unique
+// id, broadcast) and keeps it for the small collectives.
+std::unique_ptr<Communicator> load_nccl_communicator(const DistOptions& opt, std::unique_ptr<Communicator> mpi);
 #endif
 
 }  // namespace kv::dist::detail

@@ -8,10 +8,16 @@
 #include <unistd.h>
 
 #include "backends.h"
+#include "kernels/cpu/cpu_variants.h"
+
+#ifdef KVLAB_HAVE_NCCL
+#include <dlfcn.h>
+#endif
+#ifndef KVLAB_NCCL_PLUGIN_PATH
+#define KVLAB_NCCL_PLUGIN_PATH ""
+#endif
 
 namespace kv::dist {
-
-size_t reduce_type_size(ReduceType t) { return t == ReduceType::F32 ? 4 : 8; }
 
 namespace {
 
@@ -40,6 +46,43 @@ std::unique_ptr<Communicator>& process_slot() {
 }
 
 }  // namespace
+
+#ifdef KVLAB_HAVE_NCCL
+namespace detail {
+// libkvlab_dist_nccl.so: next to the executable (build/bin, the package), else where it was built.
+std::unique_ptr<Communicator> load_nccl_communicator(const DistOptions& opt, std::unique_ptr<Communicator> mpi) {
+    std::vector<std::string> candidates;
+    for (const std::string& dir : cpu::plugin_dirs()) candidates.push_back(dir + "/libkvlab_dist_nccl.so");
+    if (!std::string(KVLAB_NCCL_PLUGIN_PATH).empty()) candidates.push_back(KVLAB_NCCL_PLUGIN_PATH);
+    std::string errors;
+    for (const auto& path : candidates) {
+        if (access(path.c_str(), R_OK) != 0) continue;
+        void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed: the communicator's code lives there
+        if (!h) {
+            errors += str(" ", path, ": ", dlerror(), ";");
+            continue;
+        }
+        using CreateFn = Communicator* (*)(const DistOptions*, Communicator*, char*, size_t);
+        auto create = reinterpret_cast<CreateFn>(dlsym(h, "kvlab_dist_nccl_create"));
+        if (!create) {
+            errors += str(" ", path, ": missing kvlab_dist_nccl_create;");
+            continue;
+        }
+        char error[1024] = {0};
+        Communicator* c = create(&opt, mpi.release(), error, sizeof error);
+        if (!c) {
+            std::string what = error, hint;
+            if (auto nl = what.find('\n'); nl != std::string::npos) hint = what.substr(nl + 1), what.resize(nl);
+            throw Error(what, hint);
+        }
+        return std::unique_ptr<Communicator>(c);
+    }
+    throw Error(str("--dist.backend nccl: the NCCL plugin libkvlab_dist_nccl.so ",
+                    errors.empty() ? "was not found next to the executable" : "failed to load:" + errors),
+                "it needs the CUDA runtime and NCCL of the toolkit kvlab was built with (LD_LIBRARY_PATH)");
+}
+}  // namespace detail
+#endif
 
 bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
 
@@ -82,7 +125,7 @@ std::unique_ptr<Communicator> make_communicator(const DistOptions& opt) {
     std::unique_ptr<Communicator> mpi = detail::make_mpi_communicator(opt);
     if (b == "mpi") return mpi;
 #ifdef KVLAB_HAVE_NCCL
-    return detail::make_nccl_communicator(opt, std::move(mpi));
+    return detail::load_nccl_communicator(opt, std::move(mpi));
 #else
     throw Error("--dist.backend nccl: this kvlab was built without NCCL (no nccl.h / libnccl in the CUDA toolkit at build time)",
                 "use --dist.backend mpi, or rebuild on a machine whose CUDA toolkit ships NCCL");

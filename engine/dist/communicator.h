@@ -33,7 +33,7 @@ class DistError : public Error {
 };
 
 enum class ReduceType { F32, F64, I64 };
-size_t reduce_type_size(ReduceType t);
+inline size_t reduce_type_size(ReduceType t) { return t == ReduceType::F32 ? 4 : 8; }
 
 struct DistOptions {
     std::string backend = "auto";  // auto | none | mpi | nccl

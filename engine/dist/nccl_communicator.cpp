@@ -1,17 +1,22 @@
 // The nccl backend (see communicator.h): sums on the GPUs with NCCL, everything else over the
 // MPI communicator that bootstrapped it. Built only when the CUDA toolkit ships NCCL and MPI
-// was found (KVLAB_HAVE_NCCL). The communicator is non-blocking (ncclConfig_t::blocking = 0),
-// so every operation is polled against the deadline and aborted when it passes.
+// was found (KVLAB_HAVE_NCCL), as a plugin loaded on demand (libkvlab_dist_nccl.so next to the
+// executable), so kvlab itself never links the CUDA runtime or NCCL and runs where they are
+// absent. The communicator is non-blocking (ncclConfig_t::blocking = 0), so every operation is
+// polled against the deadline and aborted when it passes.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
-#include "backends.h"
+#include <cstring>
 
-namespace kv::dist::detail {
+#include "communicator.h"
+
+namespace kv::dist {
 
 namespace {
 
@@ -145,9 +150,20 @@ class NcclCommunicator final : public Communicator {
 };
 
 }  // namespace
+}  // namespace kv::dist
 
-std::unique_ptr<Communicator> make_nccl_communicator(const DistOptions& opt, std::unique_ptr<Communicator> mpi) {
-    return std::make_unique<NcclCommunicator>(opt, std::move(mpi));
+// The plugin's entry point: takes ownership of `mpi`; on failure returns nullptr with the
+// message (and hint) in `error` (no exception crosses the library boundary).
+extern "C" __attribute__((visibility("default"))) kv::dist::Communicator* kvlab_dist_nccl_create(const kv::dist::DistOptions* opt,
+                                                                                                 kv::dist::Communicator* mpi,
+                                                                                                 char* error, size_t error_size) {
+    std::unique_ptr<kv::dist::Communicator> m(mpi);
+    try {
+        return new kv::dist::NcclCommunicator(*opt, std::move(m));
+    } catch (const kv::Error& e) {
+        std::snprintf(error, error_size, "%s%s%s", e.what(), e.hint().empty() ? "" : "\n", e.hint().c_str());
+    } catch (const std::exception& e) {
+        std::snprintf(error, error_size, "%s", e.what());
+    }
+    return nullptr;
 }
-
-}  // namespace kv::dist::detail
