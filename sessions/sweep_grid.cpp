@@ -122,6 +122,7 @@ std::string sweep_identity(const RunConfig& cfg) {
     nlohmann::json j = nlohmann::json::parse(run_config_to_json(cfg, false));
     j.erase("name");
     j.erase("telemetry");
+    j.erase("dist");  // an eval cell's results do not depend on which rank ran it
     return j.dump();
 }
 

@@ -12,5 +12,6 @@ int bench_telemetry(const Args& args);
 int bench_grad(const Args& args);  // needs storage + sessions
 int bench_fidelity(const Args& args);  // cmd_bench_research.cpp
 int bench_sweep(const Args& args);     // cmd_bench_research.cpp (runs kvlab itself)
+int bench_dist(const Args& args);      // cmd_bench_dist.cpp (under mpirun)
 
 }  // namespace kv::cli

@@ -35,12 +35,15 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"dir", OptKind::STRING, "/tmp", "bench telemetry/sweep: where temporary sessions go"});
     o.push_back({"data", OptKind::STRING, "repeat", "bench fidelity/sweep: task (repeat, passkey, recall, needle)"});
     o.push_back({"samples", OptKind::INT, "1", "bench fidelity/sweep: samples per run"});
+    o.push_back({"sizes", OptKind::STRING, "64KiB,1MiB,16MiB,64MiB", "bench dist: all-reduce message sizes"});
+    o.push_back({"backend", OptKind::STRING, "auto", "bench dist: --dist.backend (auto: mpi under mpirun)"});
+    o.push_back({"steps", OptKind::INT, "3", "bench dist: fine-tuning steps timed for the communication share"});
     return o;
 }
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops|model|cache|policies|telemetry|grad|fidelity|sweep [options]\n\n"
+        "usage: kvlab bench ops|model|cache|policies|telemetry|grad|fidelity|sweep|dist [options]\n\n"
         "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
         "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
         "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
@@ -53,6 +56,8 @@ void print_help() {
         "  fidelity   eval_long with --fidelity true vs without (target <= 2x); --model (default smollm2-135m),\n"
         "             --cache, --cache_length (comma lists), --tokens, --chunk, --data, --samples, --repeats\n"
         "  sweep      kvlab sweep over cells vs the same cells as single kvlab eval_long runs (target <= 1.05x)\n"
+        "  dist       under mpirun: all-reduce bandwidth (--sizes) and the all-reduce share of a data-parallel\n"
+        "             fine-tuning step (--model tiny, --mode lora|full, --tokens, --steps; docs/DISTRIBUTED.md)\n"
         "Every ratio is measured against its baseline in the same run.\n\n"
         "options:\n%s",
         format_options(bench_options()).c_str());
@@ -94,7 +99,7 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|telemetry|grad|fidelity|sweep");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|telemetry|grad|fidelity|sweep|dist");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
@@ -104,7 +109,8 @@ int cmd_bench(int argc, char** argv, int first) {
     if (what == "grad") return bench_grad(args);
     if (what == "fidelity") return bench_fidelity(args);
     if (what == "sweep") return bench_sweep(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, telemetry, grad, fidelity, sweep");
+    if (what == "dist") return bench_dist(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, telemetry, grad, fidelity, sweep, dist");
 }
 
 }  // namespace kv::cli

@@ -23,6 +23,7 @@
 #include "sessions/run_manager.h"
 #include "sessions/sweep_grid.h"
 #include "sessions/sweep_results.h"
+#include "sweep_dist.h"
 #include "storage/session.h"
 
 namespace kv::cli {
@@ -132,7 +133,16 @@ int cmd_sweep(int argc, char** argv, int first) {
     } catch (const Error& e) {
         throw UsageError(e.what());
     }
-    const std::string path = args.has("session") ? args.str("session") : sessions::default_session_path();
+    std::string path = args.has("session") ? args.str("session") : sessions::default_session_path();
+    // Under mpirun the cells spread over the ranks (sweep_dist.h). A sweep's ranks wait for each
+    // other only at the start and the end, so the end waits a day unless --dist.timeout says.
+    RunConfig dist_cfg = spec.base;
+    if (!args.has("dist.timeout")) dist_cfg.dist.timeout = 86400;
+    const DistSetup ds = setup_dist(dist_cfg, "sweep", true);
+    const bool spread = ds.active && ds.ranks > 1;
+    if (spread && !args.has("session")) throw UsageError("sweep under mpirun: --session FILE is required (every rank must name the same target)");
+    const std::string target_path = path;
+    if (spread && ds.rank != 0) path = rank_session_path(target_path, ds.rank);
 
     Progress progress("sweep", stderr, "tokens");
     int64_t current_run = 0;
@@ -146,13 +156,25 @@ int cmd_sweep(int argc, char** argv, int first) {
     const auto done = sessions::done_runs_by_identity(rm.session());
     std::vector<const sessions::SweepCell*> pending;
     double total_tokens = 0;
-    for (const auto& c : cells)
-        if (!done.count(c.identity)) {
-            pending.push_back(&c);
-            total_tokens += double(c.cfg.data.seq_length * c.cfg.data.num_samples);
+    std::map<size_t, int64_t> rank_runs;  // spread, rank > 0: cell -> its run in this rank's file
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < cells.size(); ++i)
+        if (ds.rank != 0 || !done.count(cells[i].identity)) todo.push_back(i);
+    if (spread) todo = share_pending_cells(todo, ds);
+    for (size_t i : todo) {
+        const auto& c = cells[i];
+        if (ds.rank != 0 && done.count(c.identity)) {
+            rank_runs[i] = done.at(c.identity);  // this rank ran it before the sweep stopped
+            continue;
         }
-    std::fprintf(stderr, "kvlab sweep: %zu cells (%zu already in %s), %zu to run\n", cells.size(), cells.size() - pending.size(),
-                 path.c_str(), pending.size());
+        pending.push_back(&c);
+        total_tokens += double(c.cfg.data.seq_length * c.cfg.data.num_samples);
+    }
+    if (spread)
+        std::fprintf(stderr, "kvlab sweep: rank %d of %d: %zu cells to run into %s\n", ds.rank, ds.ranks, pending.size(), path.c_str());
+    else
+        std::fprintf(stderr, "kvlab sweep: %zu cells (%zu already in %s), %zu to run\n", cells.size(), cells.size() - pending.size(),
+                     path.c_str(), pending.size());
 
     std::signal(SIGINT, on_sweep_sigint);
     double finished_tokens = 0;
@@ -181,6 +203,7 @@ int cmd_sweep(int argc, char** argv, int first) {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         const storage::RunStatus st = rm.wait(current_run);
+        rank_runs[size_t(&cell - cells.data())] = current_run;
         finished_tokens += cell_tokens;
         if (st == storage::RunStatus::FAILED) {
             progress.finish();
@@ -191,6 +214,12 @@ int cmd_sweep(int argc, char** argv, int first) {
     }
     std::signal(SIGINT, SIG_DFL);
     progress.finish();
+    if (spread) {
+        // Every rank's runs into the target session (rank 0 records them).
+        const int remote_failures = gather_sweep_runs(cells, ds.rank == 0 ? std::map<size_t, int64_t>{} : rank_runs, rm.session(), path, ds);
+        if (ds.rank != 0) return interrupted ? 130 : failures ? 1 : 0;
+        failures += remote_failures;
+    }
 
     const sessions::SweepTable table = sessions::make_sweep_table(cells, spec.axes, rm.session(), args.str("metric", "auto"));
     std::printf("%s", sessions::format_sweep_table(table, format).c_str());

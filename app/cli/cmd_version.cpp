@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "engine/backend/backend_registry.h"
+#include "engine/dist/communicator.h"
 #include "engine/telemetry/gpu_tracer.h"
 
 namespace kv::cli {
@@ -25,6 +26,9 @@ int cmd_version(int argc, char** argv, int first) {
     std::printf("cuda backend: %s\n", cuda_status().c_str());
     if (const std::string d = cuda_status_detail(); !d.empty()) std::printf("  (cuda: %s)\n", d.c_str());
     std::printf("gpu tracer (CUPTI): %s\n", trace::gpu_tracer_plugin_status().c_str());
+    std::string dist;
+    for (const auto& b : dist::available_backends()) dist += (dist.empty() ? "" : ", ") + b;
+    std::printf("dist backends: %s (docs/DISTRIBUTED.md)\n", dist.c_str());
     return 0;
 }
 

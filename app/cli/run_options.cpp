@@ -62,6 +62,7 @@ bool run_option_applies(const std::string& mode, const std::string& group, const
     // except the cell size, which also tiles an evaluation's cell grid.
     if (group == "gradient") return training || (!generation && name == "grad.chunks_per_cell_multiplier");
     if (group == "training") return training;
+    if (group == "distributed") return training;  // eval/generate runs are one process (sweeps spread cells instead)
     if (group == "data") return !generation && (training || name != "data.val_split_fraction");
     return true;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "dist_setup.h"
 #include "engine/core/error.h"
 #include "engine/memory/mem_category.h"
 #include "progress.h"
@@ -68,14 +69,20 @@ void print_generate_stats(const nlohmann::json& s) {
 
 int run_mode_in_session(const Args& args, const std::string& mode) {
     RunConfig cfg = run_config_from_args(args, mode);
+    // Data parallelism (mpirun): rank 0 records into the session and prints; every other rank
+    // runs the same training into a private session removed at exit (its timings reach rank
+    // 0's summary through the communicator; docs/DISTRIBUTED.md).
+    const DistSetup ds = setup_dist(cfg, mode, mode.rfind("finetune_", 0) == 0);
+    const bool quiet_rank = ds.rank != 0;
     const std::string format = args.str("format", "text");
     if (format != "text" && format != "json")
         throw UsageError(str("--format: '", format, "' is not an output format; expected text or json"));
     const bool json = format == "json";
     // generate without --session: the text is the product, so the run goes into a temporary
     // session removed on exit rather than a new file per call under ~/.local/share/kvlab.
-    const bool ephemeral = mode == "generate" && !args.has("session");
-    const std::string path = args.has("session") ? args.str("session")
+    const bool ephemeral = (mode == "generate" && !args.has("session")) || quiet_rank;
+    const std::string path = quiet_rank ? (std::filesystem::temp_directory_path() / str("kvlab-rank", ds.rank, "-", getpid(), ".kvlab")).string()
+                             : args.has("session") ? args.str("session")
                              : ephemeral ? (std::filesystem::temp_directory_path() / str("kvlab-generate-", getpid(), ".kvlab")).string()
                                          : sessions::default_session_path();
     std::error_code ec;
@@ -98,10 +105,11 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     sessions::RunEvents ev;
     ev.progress = [&](int64_t, int64_t d, int64_t t, const std::string& w) {
         started.store(true);
-        progress.update(d, t, w);
+        if (!quiet_rank) progress.update(d, t, w);
     };
     ev.output = [&](int64_t, const std::string& text) {
         started.store(true);
+        if (quiet_rank) return;
         if (mode == "generate") {
             if (json || text.empty()) return;  // the text is in the JSON summary
             std::fwrite(text.data(), 1, text.size(), stdout);
@@ -152,6 +160,7 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
         discard_new_session();
         throw Error(why.empty() ? "the run failed" : why);
     }
+    if (quiet_rank) return st == storage::RunStatus::DONE || st == storage::RunStatus::DEGRADED ? 0 : 130;
     storage::RunInfo info = rm->session().run(run);
     nlohmann::json summary = nlohmann::json::parse(info.summary.empty() ? "{}" : info.summary, nullptr, false);
     if (summary.is_discarded()) summary = nlohmann::json::object();

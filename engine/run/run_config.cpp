@@ -350,6 +350,17 @@ std::vector<OptionDef> build_options() {
     o.push_back(str_opt("telemetry.on_error", "telemetry",
                         "when events cannot be written (disk full): stop the run, or continue without telemetry",
                         {"stop", "continue"}, [](RunConfig& c) -> std::string& { return c.telemetry.on_error; }));
+    // ---- distributed (fine-tuning under mpirun; docs/DISTRIBUTED.md)
+    o.push_back(str_opt("dist.backend", "distributed", "data parallelism: auto (mpi when started by mpirun), none, mpi or nccl",
+                        {"auto", "none", "mpi", "nccl"}, [](RunConfig& c) -> std::string& { return c.dist.backend; }));
+    o.push_back(int_opt("dist.ranks", "distributed", "ranks of a data-parallel run (set by the launcher; recorded with the run)", 1, 1 << 20,
+                        [](RunConfig& c) -> int64_t& { return c.dist.ranks; }));
+    o.push_back(float_opt("dist.timeout", "distributed", "seconds a collective waits for every rank before naming the missing ones", 0.1, 1e6,
+                          [](RunConfig& c) -> double& { return c.dist.timeout; }));
+    o.push_back(int_opt("dist.check_interval", "distributed", "steps between checks that every rank holds identical weights (0: at the end)",
+                        0, BIG, [](RunConfig& c) -> int64_t& { return c.dist.check_interval; }));
+    o.push_back(int_opt("dist.bucket_mb", "distributed", "gradient all-reduce bucket size in MiB", 1, 1 << 16,
+                        [](RunConfig& c) -> int64_t& { return c.dist.bucket_mb; }));
     return o;
 }
 

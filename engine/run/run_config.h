@@ -87,6 +87,16 @@ struct GenerateConfig {
     bool chat = false;               // wrap the prompt in the tokenizer's chat template
 };
 
+// Data parallelism (engine/dist, docs/DISTRIBUTED.md): the training step's micro-batches split
+// over ranks, gradients summed by a bucketed all-reduce.
+struct DistConfig {
+    std::string backend = "auto";  // auto (mpi under mpirun, else none) | none | mpi | nccl
+    int64_t ranks = 1;             // set by the launcher (the communicator's size); recorded with the run
+    double timeout = 300;          // seconds a collective waits before naming the missing ranks
+    int64_t check_interval = 10;   // steps between replica checksums (0: only at the end)
+    int64_t bucket_mb = 25;        // all-reduce bucket size (MiB), as PyTorch DDP's default
+};
+
 struct TelemetryConfig {
     bool enabled = true;
     int64_t score_interval = 0;      // 0: every chunk for tiny models, every 8th otherwise
@@ -115,6 +125,7 @@ struct RunConfig {
     TrainConfig train;
     GenerateConfig generate;
     TelemetryConfig telemetry;
+    DistConfig dist;
 };
 
 enum class OptionType { INT, FLOAT, BOOL, STRING, LIST };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cstring>
 #include <random>
 
 #include "engine/core/error.h"
@@ -164,6 +165,20 @@ Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg
     sum_.val_examples = int64_t(data_.split.val.size());
     sum_.total_steps = total_steps_;
     if (!cfg.train.resume.empty()) resume(cfg.train.resume);
+
+    // ---- data parallelism ----
+    comm_ = dist::process_communicator();
+    if (comm_) {
+        std::vector<Tensor*> grads;
+        for (auto& p : params_) grads.push_back(p.grad);
+        gsync_ = std::make_unique<dist::GradSync>(*comm_, grads, size_t(cfg.dist.bucket_mb) << 20);
+        sum_.ranks = comm_->size();
+        sum_.dist_backend = comm_->backend();
+        if (cb_.log && comm_->rank() == 0 && accum_ % comm_->size() != 0)
+            cb_.log(str("data parallelism: ", accum_, " micro-batches per step over ", comm_->size(), " ranks: ",
+                        accum_ < comm_->size() ? "some ranks idle" : "ranks unevenly loaded",
+                        " (make train.global_batch_size / train.micro_batch_size a multiple of the ranks)"));
+    }
 }
 
 Trainer::~Trainer() {
@@ -270,6 +285,7 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
     double loss = 0;
     int64_t tokens = 0;
     for (size_t j = 0; j < micro_batches.size(); ++j) {
+        if (!is_local(j)) continue;  // another rank's share of the global batch
         MicroBatch b = make_micro_batch(data_, micro_batches[j], pad, m.options().device);
         if (class_w_.defined()) b.head.class_weight = class_w_, b.head.class_bias = class_b_;
         b.head.average_loss_per_batch = cfg_.train.average_loss_per_batch;  // validation stays per row
@@ -282,7 +298,9 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
         if (!lora_) tg.model = &grads_;
         if (class_w_.defined()) tg.class_weight = &dclass_w_, tg.class_bias = &dclass_b_;
         DriverCallbacks dcb;
-        dcb.cancel = cb_.cancel;
+        // Ranks agree on cancellation at step boundaries (run()); one rank stopping mid-step
+        // would leave the others waiting in the all-reduce.
+        dcb.cancel = distributed() ? nullptr : cb_.cancel;
         const int64_t base = (step_ * accum_ + int64_t(j)) * kUnitsPerMicroBatch;
         const std::string what = str("step ", step_ + 1, "/", total_steps_);
         dcb.progress = [&](int64_t d, int64_t t) {
@@ -296,12 +314,25 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
         loss += st.loss;
         tokens += b.tokens;
     }
+    last_comm_seconds_ = 0;
+    if (gsync_) {
+        // The local sums of every rank add up to the global batch's gradient and loss.
+        const dist::GradSyncStats gs = gsync_->allreduce();
+        double lt[2] = {loss, double(tokens)};
+        comm_->allreduce_sum(lt, 2, dist::ReduceType::F64, "loss and tokens");
+        loss = lt[0];
+        tokens = int64_t(std::llround(lt[1]));
+        last_comm_seconds_ = gs.seconds;
+        sum_.allreduce_bytes_per_step = gs.bytes;
+        sum_.allreduce_buckets = gs.buckets;
+    }
     if (tokens_out) *tokens_out = tokens;
     return loss;
 }
 
 TrainStepRecord Trainer::step() {
     if (step_ >= total_steps_) throw Error(str("the run has taken all its ", total_steps_, " steps"));
+    dist::maybe_injected_death(step_ + 1);
     const double t0 = now_s();
     TrainStepRecord r;
     r.step = step_ + 1;
@@ -325,6 +356,8 @@ TrainStepRecord Trainer::step() {
     optimizer_->step(r.lr);
     ++step_;
     losses_.push_back(r.loss);
+    r.comm_seconds = last_comm_seconds_;
+    if (distributed() && cfg_.dist.check_interval > 0 && step_ % cfg_.dist.check_interval == 0) verify_replicas(str("after step ", step_));
     r.seconds = now_s() - t0;
     r.tokens_per_s = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
     sum_.steps.push_back(r);
@@ -347,7 +380,10 @@ ValRecord Trainer::validate() {
     double loss = 0;
     int64_t correct = 0, n = 0;
     const bool classify = data_.head != HeadKind::NEXT_TOKEN;
-    for (const auto& part : similar_length_batches(example_lengths(data_, val), cfg_.train.micro_batch_size)) {
+    const auto parts = similar_length_batches(example_lengths(data_, val), cfg_.train.micro_batch_size);
+    for (size_t pi = 0; pi < parts.size(); ++pi) {
+        if (!is_local(pi)) continue;  // data parallelism: batches split over ranks as in training
+        const auto& part = parts[pi];
         std::vector<int64_t> ex;
         for (int64_t p : part) ex.push_back(val[size_t(p)]);
         MicroBatch b = make_micro_batch(data_, ex, pad, m.options().device);
@@ -356,13 +392,20 @@ ValRecord Trainer::validate() {
         KVCache cache(kc, lm_.config, m.options().device, m.act_dtype(), T, nullptr);
         HeadResult res;
         DriverCallbacks dcb;
-        dcb.cancel = cb_.cancel;
+        dcb.cancel = distributed() ? nullptr : cb_.cancel;
         long_context_forward(m, cache, b.ids, plan_for(T, cfg_.data.seed * 1000003ull + uint64_t(ex[0])), b.head, res, dcb);
         for (size_t r = 0; r < ex.size(); ++r) {
             loss += res.count[r] > 0 ? res.loss_sum[r] / res.count[r] : 0.0;
             if (classify && res.prediction[r] == data_.examples[size_t(ex[r])].label) ++correct;
             ++n;
         }
+    }
+    if (comm_) {
+        double sums[3] = {loss, double(correct), double(n)};
+        comm_->allreduce_sum(sums, 3, dist::ReduceType::F64, "validation");
+        loss = sums[0];
+        correct = int64_t(std::llround(sums[1]));
+        n = int64_t(std::llround(sums[2]));
     }
     merge_peaks(sum_.memory, current_memory_tracker().all_stats());
     v.examples = n;
@@ -377,6 +420,17 @@ ValRecord Trainer::validate() {
 // ==== [SECTION] checkpoints ==================================================================
 
 std::string Trainer::save_checkpoint(const std::string& dir) {
+    // Data parallelism: the replicas are identical, so rank 0 alone writes (the other ranks
+    // keep the same bookkeeping, so their summaries match).
+    if (!writes_files()) {
+        sum_.checkpoints.push_back(dir);
+        state_dirs_.erase(std::remove(state_dirs_.begin(), state_dirs_.end(), dir), state_dirs_.end());
+        state_dirs_.push_back(dir);
+        const size_t keep = size_t(std::max<int64_t>(cfg_.train.training_state_num, 0));
+        while (keep > 0 && state_dirs_.size() > keep) state_dirs_.erase(state_dirs_.begin());
+        sum_.resumable = state_dirs_;
+        return dir;
+    }
     if (lora_) save_lora_adapter(dir, *lora_, cfg_.model);
     else save_full_weights(dir, *lm_.model);
     if (class_w_.defined())
@@ -421,16 +475,25 @@ TrainSummary Trainer::run() {
         if (data_.split.val.empty()) cb_.log("no validation examples (raise --data.num_samples or --data.val_split_fraction)");
     }
     const std::string& out = cfg_.train.out_dir;
+    if (distributed()) verify_replicas("at the start (same model, seed and checkpoint on every rank?)");
     try {
         if (step_ == 0) validate();
         while (step_ < total_steps_) {
-            if (cancel_requested()) throw Cancelled();
+            bool stop = cancel_requested();
+            if (distributed()) {
+                // Ctrl-C reaches the ranks at different moments: stop when any rank asks.
+                double c = stop ? 1.0 : 0.0;
+                comm_->allreduce_sum(&c, 1, dist::ReduceType::F64, "cancel");
+                stop = c > 0;
+            }
+            if (stop) throw Cancelled();
             step();
             if (cfg_.train.eval_interval > 0 && step_ % cfg_.train.eval_interval == 0 && step_ < total_steps_) validate();
             if (cfg_.train.save_interval > 0 && !out.empty() && step_ % cfg_.train.save_interval == 0)
                 save_checkpoint(checkpoint_dir_name(out, step_));
         }
         if (sum_.validations.empty() || sum_.validations.back().step != step_) validate();
+        if (distributed()) verify_replicas("at the end");
     } catch (const Cancelled&) {
         // The state after the last finished step (a validation cut short changes nothing).
         sum_.cancelled = true;
@@ -447,7 +510,7 @@ TrainSummary Trainer::run() {
     }
     if (!out.empty()) {
         const std::string fin = save_checkpoint((std::filesystem::path(out) / "final").string());
-        if (lora_) {
+        if (lora_ && writes_files()) {
             // The adapters folded into the base, as a model folder eval_long can load.
             const std::string merged = (std::filesystem::path(fin) / "merged").string();
             try {
@@ -464,7 +527,34 @@ TrainSummary Trainer::run() {
     return s;
 }
 
+void Trainer::verify_replicas(const std::string& when) {
+    std::vector<const Tensor*> ts;
+    for (const auto& p : params_) ts.push_back(p.param);
+    const TensorMap state = optimizer_->state_dict();
+    for (const auto& [name, t] : state) ts.push_back(&t);
+    dist::check_identical(*comm_, dist::checksum_tensors(ts), str("weights and optimizer state ", when));
+    ++sum_.replica_checks;
+}
+
 TrainSummary Trainer::finish(double t0) {
+    if (comm_) {
+        // Per-rank timings for rank 0's summary (doubles travel as their bits).
+        double comm = 0, steps = 0;
+        for (const auto& r : sum_.steps) comm += r.comm_seconds, steps += r.seconds;
+        auto gather = [&](double v) {
+            uint64_t bits;
+            std::memcpy(&bits, &v, 8);
+            std::vector<double> out;
+            for (uint64_t b : comm_->allgather_u64(bits, "per-rank timings")) {
+                double d;
+                std::memcpy(&d, &b, 8);
+                out.push_back(d);
+            }
+            return out;
+        };
+        sum_.rank_comm_seconds = gather(comm);
+        sum_.rank_step_seconds = gather(steps);
+    }
     sum_.seconds = now_s() - t0;
     sum_.tokens_per_s = sum_.seconds > 0 ? double(sum_.tokens) / sum_.seconds : 0;
     merge_peaks(sum_.memory, current_memory_tracker().all_stats());

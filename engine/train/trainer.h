@@ -13,6 +13,13 @@
 // §10.3); older ones keep their adapters or weights.
 // The offload modes run the same code; on the CPU backend host and device memory are one, so
 // they differ only in what the summary accounts (offload_traffic.h).
+// Data parallelism (engine/dist): with a process communicator installed (the CLI does under
+// mpirun), every rank draws the same global batch and computes micro-batches j with
+// j % ranks == rank, with the loss scales of the whole global batch; one bucketed all-reduce
+// sums the gradients, so every rank steps the optimizer with the single-process gradient (up
+// to reassociation of the sum) and the replicas stay identical (checked every
+// dist.check_interval steps). Validation splits its batches the same way. Cancellation is
+// agreed at step boundaries; only rank 0 writes checkpoints.
 // Must not touch storage or sessions: progress and metrics leave through TrainCallbacks.
 //
 // Index: [SECTION] records  [SECTION] callbacks  [SECTION] Trainer
@@ -25,6 +32,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "engine/dist/grad_sync.h"
 #include "engine/grad/gradient_pipeline.h"
 #include "engine/grad/lora.h"
 #include "engine/model/model_grads.h"
@@ -49,6 +57,7 @@ struct TrainStepRecord {
     int64_t tokens = 0;       // real tokens of the global batch
     double seconds = 0;
     double tokens_per_s = 0;
+    double comm_seconds = 0;  // data parallelism: the step's gradient all-reduce (0 otherwise)
 };
 
 struct ValRecord {
@@ -84,6 +93,14 @@ struct TrainSummary {
     double seconds = 0;
     double tokens_per_s = 0;
     std::vector<DeviceMemoryStats> memory;  // peaks by category over the run
+    // Data parallelism (ranks > 1 or an explicit backend): per rank, indexed by rank.
+    int ranks = 1;
+    std::string dist_backend;                // "" when no communicator was installed
+    size_t allreduce_bytes_per_step = 0;     // gradient bytes each rank reduces per step
+    int64_t allreduce_buckets = 0;
+    std::vector<double> rank_comm_seconds;   // all-reduce wall time over the run's steps
+    std::vector<double> rank_step_seconds;   // step wall time (compute + all-reduce)
+    int64_t replica_checks = 0;              // checksum comparisons passed
 };
 
 // ==== [SECTION] callbacks ====================================================================
@@ -145,6 +162,12 @@ class Trainer {
     std::vector<std::vector<int64_t>> next_global_batch();
     ChunkPlan plan_for(int64_t T, uint64_t seed) const;
     KVCacheConfig cache_config() const;
+    bool distributed() const { return comm_ != nullptr; }
+    bool writes_files() const { return !comm_ || comm_->rank() == 0; }
+    // Data parallelism: this rank computes micro-batch j of a step when true.
+    bool is_local(size_t j) const { return !comm_ || int64_t(j) % comm_->size() == comm_->rank(); }
+    // Every rank's weights and optimizer state equal rank 0's (throws DistError otherwise).
+    void verify_replicas(const std::string& when);
 
     RunConfig cfg_;
     LoadedModel& lm_;
@@ -165,6 +188,9 @@ class Trainer {
     std::vector<std::string> state_dirs_;  // this run's checkpoints holding a training state, oldest first
     std::vector<double> losses_;
     TrainSummary sum_;
+    dist::Communicator* comm_ = nullptr;  // the process communicator, when installed
+    std::unique_ptr<dist::GradSync> gsync_;
+    double last_comm_seconds_ = 0;
 };
 
 // Convenience: Trainer(cfg, lm, cb).run().

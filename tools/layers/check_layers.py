@@ -8,6 +8,7 @@ headers (<...>) are not checked.
     kernels          kernels/
     engine core      engine/{core,memory,backend,ops,telemetry}      (one library: kvlab_core)
     engine modules   engine/{tokenizer,io,gguf}                      (kvlab_tokenizer/modelio/gguf)
+    engine dist      engine/dist/  over engine core (kvlab_dist: MPI/NCCL); train stands on it
     engine           the rest of engine/ (kvlab_engine), bottom-up:
                        model < kv < driver < data, grad < run < generate, train
     storage          storage/        over engine core only (the telemetry record vocabulary)
@@ -47,8 +48,10 @@ LAYERS = [
     ("engine/run", ("engine/run/",), BASE + ("engine/model/", "engine/kv/", "engine/driver/", "engine/data/", "engine/run/")),
     ("engine/generate", ("engine/generate/",),
      BASE + ("engine/model/", "engine/kv/", "engine/driver/", "engine/data/", "engine/run/", "engine/generate/")),
+    ("engine/dist", ("engine/dist/",), ("kernels/",) + CORE + ("engine/dist/",)),
     ("engine/train", ("engine/train/",),
-     BASE + ("engine/model/", "engine/kv/", "engine/driver/", "engine/data/", "engine/grad/", "engine/run/", "engine/train/")),
+     BASE + ("engine/model/", "engine/kv/", "engine/driver/", "engine/data/", "engine/grad/", "engine/run/", "engine/dist/",
+             "engine/train/")),
     ("engine", ("engine/",), ("kernels/", "engine/")),
     ("storage", ("storage/",), CORE + ("storage/",)),
     ("sessions", ("sessions/",), ("kernels/", "engine/", "storage/", "sessions/")),
