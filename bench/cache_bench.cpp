@@ -8,6 +8,7 @@
 #include "ceilings.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
+#include "engine/kv/kv_buffer.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/policy_registry.h"
 #include "engine/run/run_config.h"
@@ -216,6 +217,46 @@ std::vector<CacheBenchRow> run_policy_bench(const PolicyBenchOptions& o, const s
         rows.push_back({cfgs[i].name + " / " + base_names[b] + note, double(o.tokens) / best[i], double(o.tokens) / base_best[b], "tokens/s",
                         base_best[b] / best[i], 0.9, false});
     }
+    return rows;
+}
+
+std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
+    std::vector<CacheBenchRow> rows;
+    const int64_t NH = o.heads, G = o.kv_heads, D = o.head_dim;
+    const float scale = 1.0f / std::sqrt(float(D));
+    int done = 0;
+    const int total = int(o.contexts.size());
+    for (int64_t T : o.contexts) {
+        progress(done++, total, str("context ", T));
+        Tensor q = uniform({1, NH, 1, D}, 1);
+        Tensor k = uniform({1, G, T, D}, 2), v = uniform({1, G, T, D}, 3);
+        std::vector<int32_t> kp((size_t)T);
+        for (int64_t j = 0; j < T; ++j) kp[size_t(j)] = int32_t(j);
+        Tensor kpos = Tensor::from_i32({1, 1, T}, kp), qpos = Tensor::from_i32({1, 1}, {int32_t(T)});
+        Tensor y = Tensor::empty(q.shape(), DType::F32);
+        // The same K, V packed by the buffer's own prefill (the last R tokens stay f32).
+        KVCacheConfig kc;
+        kc.name = str("dense-kivi", o.bits);
+        kc.kivi_group_size = o.group;
+        kc.kivi_residual = o.residual;
+        BufferParams bp;
+        bp.L = T, bp.G = G, bp.D = D;
+        std::unique_ptr<KVBuffer> buf = make_buffer(kc, bp, nullptr);
+        buf->prefill(k, v);
+        double t_def = 1e30, t_kivi = 1e30;
+        for (int r = 0; r < 2; ++r) {  // interleaved, best of each: the machine is shared
+            t_def = std::min(t_def, time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale); }, o.min_seconds));
+            t_kivi = std::min(t_kivi, time_best([&] { buf->attend(y, q, T, kpos, qpos, scale, nullptr); }, o.min_seconds));
+        }
+        // Bytes a decode step reads: all of K and V (f32), or the packed codes and scales of the
+        // T slots plus the residual blocks in use (the whole pool, an upper bound).
+        const double b_def = double(2 * G * T * D * 4);
+        const double b_kivi = double(buf->bytes());
+        rows.push_back({str("decode sdpa kivi", o.bits, " / f32 at ", T, ": KV bytes read"), b_kivi, b_def, "bytes", b_kivi / b_def, 0, true});
+        rows.push_back({str("decode sdpa kivi", o.bits, " / f32 at ", T, ": time"), t_kivi * 1e3, t_def * 1e3, "ms", t_kivi / t_def,
+                        T == o.contexts.back() ? 0.5 : 0.0, true});
+    }
+    progress(total, total, "");
     return rows;
 }
 

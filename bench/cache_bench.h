@@ -28,6 +28,18 @@ struct CacheBenchOptions {
     double min_seconds = 0.3;
 };
 
+// `kvlab bench kivi`: decode SDPA (one query per head) over a KIVI-2 buffer vs the default f32
+// buffer at each context, per layer: KV bytes read per decode step and time (target: time <=
+// 0.5x at the longest context). Shapes: heads, KV heads, head size (SmolLM2-135M by default).
+struct KiviBenchOptions {
+    int64_t heads = 9, kv_heads = 3, head_dim = 64;
+    std::vector<int64_t> contexts = {8192, 32768};
+    int bits = 2;
+    int64_t group = 32, residual = 128;
+    double min_seconds = 0.3;
+};
+std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
+
 std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 
 // `kvlab bench policies`: eval throughput (the eval driver's chunked forward with the

@@ -85,6 +85,8 @@ constexpr Colour kMemColours[] = {
     pack_rgba(200, 190, 80),   // workspace: olive
     pack_rgba(70, 200, 200),   // kv_offload: cyan
     pack_rgba(150, 150, 230),  // kv_fidelity: pale blue (a shadow of kv_cache)
+    pack_rgba(30, 90, 170),    // kv_quant_scales: dark blue (beside kv_cache's packed codes)
+    pack_rgba(120, 200, 250),  // kv_residual: light blue (KIVI's full-precision window)
 };
 static_assert(sizeof(kMemColours) / sizeof(kMemColours[0]) == kNumMemCategories,
               "memory category colours out of date with MemCategory");

@@ -8,6 +8,7 @@ namespace kv::cli {
 int bench_model(const Args& args);
 int bench_cache(const Args& args);
 int bench_policies(const Args& args);  // cmd_bench_cache.cpp
+int bench_kivi(const Args& args);
 int bench_telemetry(const Args& args);
 int bench_grad(const Args& args);  // needs storage + sessions
 int bench_fidelity(const Args& args);  // cmd_bench_research.cpp

@@ -43,7 +43,7 @@ std::vector<OptionSpec> bench_options() {
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops|model|cache|policies|telemetry|grad|fidelity|sweep|dist [options]\n\n"
+        "usage: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist [options]\n\n"
         "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
         "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
         "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
@@ -51,6 +51,8 @@ void print_help() {
         "  policies   eval throughput of every policy vs lastrec on the same run (target >= 0.9x); --model\n"
         "             (default smollm2-135m), --tokens (2048), --cache_length (512), --chunk (128), --repeats (2),\n"
         "             --cache (comma list of policies; default all that evict)\n"
+        "  kivi       decode SDPA over a KIVI-2 buffer vs the f32 buffer at 8k and 32k: bytes read and time\n"
+        "             (target <= 0.5x at 32k); --model PRESET for its attention shapes (default SmolLM2-135M's)\n"
         "  telemetry  session writer events/s, span cost, GUI queries, tracing overhead on a small h2o run\n"
         "  grad       gradient step vs forward-only pass, peak memory per phase, offload bytes\n"
         "  fidelity   eval_long with --fidelity true vs without (target <= 2x); --model (default smollm2-135m),\n"
@@ -99,18 +101,19 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|telemetry|grad|fidelity|sweep|dist");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
     if (what == "cache") return bench_cache(args);
     if (what == "policies") return bench_policies(args);
+    if (what == "kivi") return bench_kivi(args);
     if (what == "telemetry") return bench_telemetry(args);
     if (what == "grad") return bench_grad(args);
     if (what == "fidelity") return bench_fidelity(args);
     if (what == "sweep") return bench_sweep(args);
     if (what == "dist") return bench_dist(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, telemetry, grad, fidelity, sweep, dist");
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist");
 }
 
 }  // namespace kv::cli

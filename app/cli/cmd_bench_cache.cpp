@@ -4,6 +4,7 @@
 #include "bench_commands.h"
 #include "bench/cache_bench.h"
 #include "engine/core/error.h"
+#include "engine/model/presets.h"
 #include "progress.h"
 
 namespace kv::cli {
@@ -59,6 +60,29 @@ int bench_policies(const Args& args) {
     for (const auto& r : rows) {
         const std::string tgt = r.target > 0 ? str(">= ", r.target) : "";
         std::printf("%-42s %12.1f %12.1f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
+                    r.pass() ? "" : "  << misses target");
+    }
+    return 0;
+}
+
+// `kvlab bench kivi`: decode SDPA over a KIVI buffer vs the default buffer (bench/cache_bench.h).
+int bench_kivi(const Args& args) {
+    bench::KiviBenchOptions opt;
+    if (args.has("model")) {  // a preset's attention shapes
+        const ModelConfig c = preset_config(args.str("model"));
+        opt.heads = c.num_heads, opt.kv_heads = c.num_kv_heads, opt.head_dim = c.head_dim;
+    }
+    opt.min_seconds = args.real("min_seconds", 0.3, 0.001, 60);
+    if (args.flag("quick")) opt.contexts = {1024, 4096};
+    Progress progress("bench kivi");
+    auto rows = bench::run_kivi_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    progress.finish();
+    std::printf("decode SDPA, %lld heads / %lld KV heads of %lld, one layer; kivi%d group %lld, residual %lld\n", (long long)opt.heads,
+                (long long)opt.kv_heads, (long long)opt.head_dim, opt.bits, (long long)opt.group, (long long)opt.residual);
+    std::printf("%-50s %12s %12s %9s %9s\n", "measurement", "a", "b", "a/b", "target");
+    for (const auto& r : rows) {
+        const std::string tgt = r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "";
+        std::printf("%-50s %12.3f %12.3f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
                     r.pass() ? "" : "  << misses target");
     }
     return 0;

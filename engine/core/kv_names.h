@@ -11,7 +11,7 @@ namespace kv {
 
 // Buffer names never contain '-', so a cache name splits at its last dash.
 inline const std::vector<std::string>& kv_buffer_names() {
-    static const std::vector<std::string> v = {"default", "f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0"};
+    static const std::vector<std::string> v = {"default", "f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0", "kivi2", "kivi4"};
     return v;
 }
 

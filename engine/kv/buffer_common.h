@@ -38,6 +38,7 @@ void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, 
 std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype);
 std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat f,
                                                 std::shared_ptr<BufferShared> shared);
+std::unique_ptr<KVBuffer> make_kivi_buffer(const KVCacheConfig& cfg, const BufferParams& p, int bits);
 std::unique_ptr<KVBuffer> make_paged_buffer(const BufferParams& p, DType dtype, int64_t block_size);
 std::unique_ptr<KVBuffer> make_offload_buffer(std::unique_ptr<KVBuffer> inner, const BufferParams& p,
                                               std::shared_ptr<BufferShared> shared);

@@ -31,6 +31,14 @@ class KVBuffer {
     virtual void write(const SlotPlan& plan, const Tensor& k, const Tensor& v) = 0;
     // Full-precision (B, G, T, D) keys and values of slots [0, T) for attention.
     virtual std::pair<Tensor, Tensor> read(int64_t T) = 0;
+    // Buffers that attend over their own storage (KIVI: dequantize-on-read inside SDPA): y =
+    // sdpa(q, slots [0, T)) with the masking of ops::sdpa_ (kpos covers the T slots), weight
+    // sums into wsum when given. read() then serves only other callers.
+    virtual bool fused_attention() const { return false; }
+    virtual void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum) {
+        (void)y, (void)q, (void)T, (void)kpos, (void)qpos, (void)scale, (void)wsum;
+        throw Error(str("the '", name(), "' buffer has no fused attention"));
+    }
     // Quantized buffers: per-token |k - deq(q(k))| + |v - deq(q(v))|, (B, G, n) row-major.
     virtual std::vector<float> quant_errors(const Tensor& k, const Tensor& v) { (void)k, (void)v; return {}; }
     // Persist anything still held elsewhere (dirty working rows, offloaded copies).

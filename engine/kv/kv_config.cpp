@@ -164,8 +164,9 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     split_name(c.name, &p, &b);
     const PolicyInfo& info = *find_policy(p);  // check_kv_cache_name found it
     const bool quantized = b == "q8" || b == "q4" || b == "nf4" || b == "q8_0" || b == "q4_0";
-    if (info.needs_quantized_buffer && !quantized)
-        throw Error(str("--kv_cache.name: policy '", p, "' needs a quantized buffer (q8, q4, nf4, q8_0, q4_0), got '", b, "'"));
+    const bool kivi = b == "kivi2" || b == "kivi4";
+    if (info.needs_quantized_buffer && !quantized && !kivi)
+        throw Error(str("--kv_cache.name: policy '", p, "' needs a quantized buffer (q8, q4, nf4, q8_0, q4_0, kivi2, kivi4), got '", b, "'"));
     if (!info.buffers.empty() && std::find(info.buffers.begin(), info.buffers.end(), b) == info.buffers.end())
         throw Error(str("--kv_cache.name: policy '", p, "' runs on the buffers ", join(info.buffers), ", not '", b, "'"));
     for (const auto& [name, v] : c.policy_options) {
@@ -219,6 +220,21 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
         throw Error(str("--kv_cache.snapkv_kernel: ", c.snapkv_kernel, " must be an odd number >= 1"));
     if (c.max_num_ranges < 1) throw Error(str("--kv_cache.max_num_ranges: ", c.max_num_ranges, " must be >= 1"));
     if (c.paged_block_size < 0) throw Error(str("--kv_cache.paged_block_size: ", c.paged_block_size, " must be >= 0"));
+    if (kivi) {
+        const int64_t S = c.kivi_group_size;
+        if (S < 8 || S % 8 != 0)
+            throw Error(str("--kv_cache.kivi_group_size: ", S, " is invalid; expected a multiple of 8 (whole bytes of 2- and 4-bit codes)"));
+        if (head_dim % std::min(S, head_dim) != 0)
+            throw Error(str("--kv_cache.kivi_group_size: value groups of ", S, " channels do not divide head size ", head_dim,
+                            "; expected a divisor of ", head_dim, " or a size >= it"));
+        const int bits = b == "kivi2" ? 2 : 4;
+        if ((head_dim * bits) % 8 != 0)
+            throw Error(str("--kv_cache.name: buffer '", b, "' packs a value's ", head_dim, " channels into whole bytes; expected a head size that is a multiple of ", 8 / bits));
+        if (c.kivi_residual < 0) throw Error(str("--kv_cache.kivi_residual: ", c.kivi_residual, " is invalid; expected >= 0"));
+        if (c.paged_block_size > 0)
+            throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b, "' is quantized"));
+        if (c.cpu_offload) throw Error(str("--kv_cache.cpu_offload: the '", b, "' buffer cannot be offloaded (not implemented)"));
+    }
     if (quantized) {
         QuantFormat f = b == "q8" ? QuantFormat::Q8 : b == "q4" ? QuantFormat::Q4 : b == "nf4" ? QuantFormat::NF4
                         : b == "q8_0" ? QuantFormat::Q8_0 : QuantFormat::Q4_0;

@@ -46,6 +46,8 @@ struct KVCacheConfig {
     int64_t paged_block_size = 0;      // > 0: paged storage with blocks of this many slots
     bool cpu_offload = false;          // park each layer's buffers in host memory between uses
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer
+    int64_t kivi_group_size = 32;      // kivi2/kivi4: slots per key group (= channels per value group, at most D)
+    int64_t kivi_residual = 128;       // kivi2/kivi4: most recent tokens kept in full precision (KIVI's R)
 
     // Options of single policies, declared in the policy registry (PolicyInfo::options), by
     // name; an unset option has the registry's default.

@@ -1,6 +1,8 @@
 // One layer's cache step (see layer_cache.h).
 #include "layer_cache.h"
 
+#include <tuple>
+
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
@@ -131,25 +133,31 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     if (logging_) log_.append(plan);
 
     const int64_t T = policy_->current_length();
-    auto [K, V] = buffer_->read(T);
+    Tensor K, V;
+    if (!buffer_->fused_attention()) std::tie(K, V) = buffer_->read(T);
     Tensor kpos = positions_tensor(dev);
     Tensor qpos = position_range(input_pos, n, dev);
+    // KIVI buffers attend over their packed bytes; the others over the K, V just read.
+    auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws) {
+        if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws);
+        else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws);
+    };
     std::vector<float> w;
     const bool want = policy_->needs_attention_weights() && !replay_;
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, want ? "sdpa with weights" : "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
         if (!want) {
-            ops::sdpa_(y, q, K, V, kpos, qpos, scale);
+            sdpa(y, q, qpos, nullptr);
         } else {
             Tensor ws = Tensor::empty({B, policy_->groups(), T}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
             const int64_t win = policy_->weights_query_window();
             if (win <= 0 || win >= n) {
-                ops::sdpa_(y, q, K, V, kpos, qpos, scale, 0, &ws);
+                sdpa(y, q, qpos, &ws);
             } else {  // only the last `win` queries vote (snapkv)
                 Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
-                ops::sdpa_(y0, q.slice(2, 0, n - win), K, V, kpos, qpos.slice(1, 0, n - win), scale);
-                ops::sdpa_(y1, q.slice(2, n - win, n), K, V, kpos, qpos.slice(1, n - win, n), scale, 0, &ws);
+                sdpa(y0, q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
+                sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), &ws);
             }
             w = ws.to_f32_vector();
         }

@@ -19,6 +19,8 @@ enum class MemCategory : uint8_t {
     WORKSPACE,
     KV_OFFLOAD,  // KV buffers parked in host memory (offload strategy), apart from kv_cache
     KV_FIDELITY,  // --fidelity: the uncompressed shadow of K/V the dense comparison attends over
+    KV_QUANT_SCALES,  // KIVI buffers: the f16 scales and minima of the packed codes (codes are kv_cache)
+    KV_RESIDUAL,      // KIVI buffers: the full-precision residual window (groups not yet packed)
     COUNT
 };
 

@@ -15,7 +15,7 @@ namespace kv {
 namespace {
 const char* const kCategoryNames[] = {"weights",     "kv_cache",  "kv_checkpoint", "activation_checkpoint",
                                       "activations", "gradients", "optimizer",     "workspace",
-                                      "kv_offload",  "kv_fidelity"};
+                                      "kv_offload",  "kv_fidelity", "kv_quant_scales", "kv_residual"};
 static_assert(sizeof(kCategoryNames) / sizeof(kCategoryNames[0]) == kNumMemCategories,
               "category name table out of date");
 

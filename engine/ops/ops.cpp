@@ -17,6 +17,8 @@
 
 #include "ops.h"
 
+#include "kernels/common/kivi_op.h"
+
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -490,6 +492,28 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
         KV_REQUIRE(wsum->device() == y.device(), op, "weight sums live on another device");
         c.dst2 = wsum->view();
     }
+    dispatch(c);
+}
+
+void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tensor& kpos, const Tensor& qpos, float scale,
+                int window, Tensor* wsum) {
+    const char* op = "sdpa_kivi";
+    require_same_device(op, {&y, &q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
+    KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
+    OpCall c = make_call(OpKind::SDPA_KIVI, y, {&q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
+    c.p.alpha = scale;
+    c.p.window = window;
+    c.p.kivi_bits = kv.bits;
+    c.p.kivi_group = kv.group;
+    if (wsum) {
+        KV_REQUIRE(wsum->device() == y.device(), op, "weight sums live on another device");
+        c.dst2 = wsum->view();
+    }
+    KV_REQUIRE(kivi_call_ok(c), op,
+               str("inconsistent KIVI cache views for q ", q.shape().str(), " (bits ", kv.bits, ", group ", kv.group, "): codes ",
+                   kv.kcodes->shape().str(), " / ", kv.vcodes->shape().str(), ", scales ", kv.kscales->shape().str(), " / ",
+                   kv.vscales->shape().str(), ", residual ", kv.residual->shape().str(), ", map ", kv.map->shape().str(),
+                   ", kpos ", kpos.shape().str(), "; expected the layout of kernels/common/kivi_math.h"));
     dispatch(c);
 }
 

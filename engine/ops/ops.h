@@ -70,6 +70,21 @@ Tensor cast(const Tensor& x, DType dtype);
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
            int window = 0, Tensor* wsum = nullptr);
 
+// SDPA over a KIVI cache, dequantized on read (SDPA_KIVI in kernels/common/op.h; layout in
+// kernels/common/kivi_math.h): the same masking, GQA and weight sums as sdpa_.
+struct KiviCacheViews {
+    const Tensor* kcodes = nullptr;   // u8 (B, G, NG, D, S*bits/8)
+    const Tensor* kscales = nullptr;  // f16 (B, G, NG, D, 2)
+    const Tensor* vcodes = nullptr;   // u8 (B, G, L, D*bits/8)
+    const Tensor* vscales = nullptr;  // f16 (B, G, L, D/VG, 2)
+    const Tensor* residual = nullptr; // float (P, 2, S, D)
+    const Tensor* map = nullptr;      // int32 (B, G, NG)
+    int bits = 2;
+    int group = 32;
+};
+void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tensor& kpos, const Tensor& qpos, float scale,
+                int window = 0, Tensor* wsum = nullptr);
+
 // ---- quantization (formats in kernels/common/quant_formats.h) ---------------------------
 // Rows of x (..., n) -> bytes (..., quant_row_bytes(f, n)).
 Tensor quantize(const Tensor& x, QuantFormat f);

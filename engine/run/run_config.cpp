@@ -235,6 +235,10 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.max_num_ranges; }));
     o.push_back(int_opt("kv_cache.paged_block_size", "cache", "paged storage block size in slots (0: not paged)", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
+    o.push_back(int_opt("kv_cache.kivi_group_size", "cache", "kivi2/kivi4: slots per key group and channels per value group", 8, 4096,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_group_size; }));
+    o.push_back(int_opt("kv_cache.kivi_residual", "cache", "kivi2/kivi4: most recent tokens kept in full precision", 0, 1 << 20,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_residual; }));
     o.push_back(bool_opt("kv_cache.cpu_offload", "cache", "park each layer's buffers in host memory between uses",
                          [](RunConfig& c) -> bool& { return c.kv_cache.cpu_offload; }));
     o.push_back(bool_opt("fidelity", "cache",

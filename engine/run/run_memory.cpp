@@ -15,7 +15,8 @@ uint64_t kv_pair_bytes(const std::string& cache_name, DType dtype) {
     if (buf == "f32") return 8;
     if (buf == "bf16" || buf == "f16") return 4;
     if (buf == "q8" || buf == "q8_0") return 2;
-    if (buf == "q4" || buf == "nf4" || buf == "q4_0") return 1;
+    if (buf == "q4" || buf == "nf4" || buf == "q4_0" || buf == "kivi4") return 1;
+    if (buf == "kivi2") return 1;  // 0.75 with group 32 (codes + f16 scales): rounded up, not a lower bound
     return dtype == DType::F32 ? 8 : 4;  // default: the model's precision
 }
 }  // namespace

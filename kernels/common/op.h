@@ -56,6 +56,14 @@ namespace kv {
 //          head h using KV group h / (NH / G). A query that sees no slot gets zeros.
 //          dst2 (optional, f32 (B, G, T)): attention-weight sums
 //          w[b,g,j] = (1/R) sum_{h in g} sum_i A[b,h,i,j]  (R = NH / G), so sum_j w = n.
+// SDPA_KIVI  SDPA (same masking, GQA, alpha, window, weight sums dst2) over a KIVI cache,
+//          dequantized on read (layout and arithmetic: kernels/common/kivi_math.h), S =
+//          p.kivi_group slots per group, p.kivi_bits 2 or 4:
+//          src0 q (B, NH, n, HS); src1 kcodes u8 (B, G, NG, HS, S*bits/8); src2 kscales f16
+//          (B, G, NG, HS, 2); src3 vcodes u8 (B, G, L, HS*bits/8); src4 vscales f16
+//          (B, G, L, HS/VG, 2); src5 residual f32 (P, 2, S, HS) (K then V of full-precision
+//          groups); src6 map int32 (B, G, NG): residual block of group j, or -1 = packed;
+//          src7 kpos int32 (B|1, G|1, T); src8 qpos int32 (B|1, n). Slots [0, T) are read.
 // QUANTIZE   dst u8 (..., quant_row_bytes(f, n)) = rows of src0 float (..., n) in format f
 // DEQUANTIZE dst float (..., n) = rows of src0 u8 (..., quant_row_bytes(f, n)) decoded
 //          (formats and layouts: kernels/common/quant_formats.h; f = p.qformat)
@@ -149,6 +157,7 @@ enum class OpKind : uint8_t {
     AXPY,
     OPTIMIZER_STEP,
     GRAD_NORM_SQ,
+    SDPA_KIVI,
     COUNT
 };
 
@@ -158,7 +167,7 @@ inline const char* op_kind_name(OpKind k) {
                                         "copy",   "sum",  "max",       "norm",   "sdpa",    "quantize",  "dequantize",
                                         "rmsnorm_backward", "rope_backward", "silu_backward", "swiglu_backward",
                                         "embedding_backward", "cross_entropy", "cross_entropy_backward",
-                                        "sdpa_backward", "axpy", "optimizer_step", "grad_norm_sq"};
+                                        "sdpa_backward", "axpy", "optimizer_step", "grad_norm_sq", "sdpa_kivi"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::COUNT), "op name table out of date");
     return names[size_t(k)];
 }
@@ -209,10 +218,12 @@ struct OpParams {
     int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits
     int ignore_index = -100;     // CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD: target of rows to skip
     int64_t max_temp_bytes = 0;  // SDPA_BACKWARD: bound on score blocks held at once (0 = 64 MiB)
+    int kivi_bits = 0;           // SDPA_KIVI: 2 or 4
+    int kivi_group = 0;          // SDPA_KIVI: slots per group S
     OptimParams opt{};           // OPTIMIZER_STEP
 };
 
-constexpr int KV_MAX_SRC = 6;
+constexpr int KV_MAX_SRC = 9;  // SDPA_KIVI reads nine sources
 
 // One op invocation. Outputs: dst always; dst2 and dst3 for ops with more than one output
 // (SDPA weight sums; the extra gradients of RMSNORM_BACKWARD, SWIGLU_BACKWARD and

@@ -10,6 +10,7 @@
 
 #include "cpu_common.h"
 #include "kernels/common/quant_formats.h"
+#include "kernels/common/kivi_op.h"
 
 #ifndef KVLAB_CPU_VARIANT_NAME
 #define KVLAB_CPU_VARIANT_NAME "base"
@@ -79,6 +80,8 @@ class CpuBackend final : public KernelBackend {
                 return c.nsrc == 5 && c.dst.ndim == 4 && is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype) &&
                        is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 && c.src[4].dtype == DType::I32 &&
                        (c.dst2.data == nullptr || is_compute_float(c.dst2.dtype));
+            case OpKind::SDPA_KIVI:
+                return kivi_call_ok(c);
             case OpKind::QUANTIZE:
                 return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && c.dst.dtype == DType::U8 &&
                        c.p.qformat < int(QuantFormat::COUNT) && quant_row_ok(QuantFormat(c.p.qformat), c.src[0].last()) &&
@@ -147,6 +150,7 @@ class CpuBackend final : public KernelBackend {
             case OpKind::MAX:
             case OpKind::NORM: cpu::reduce_forward(ctx, c); break;
             case OpKind::SDPA: cpu::sdpa_forward(ctx, c); break;
+            case OpKind::SDPA_KIVI: cpu::sdpa_kivi_forward(ctx, c); break;
             case OpKind::QUANTIZE: cpu::quantize_forward(ctx, c); break;
             case OpKind::DEQUANTIZE: cpu::dequantize_forward(ctx, c); break;
             case OpKind::RMSNORM_BACKWARD: cpu::rmsnorm_backward(ctx, c); break;

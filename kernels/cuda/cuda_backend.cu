@@ -12,6 +12,7 @@
 #include "cuda_common.cuh"
 #include "device_pool.h"
 #include "kernels/common/backend_iface.h"
+#include "kernels/common/kivi_op.h"
 
 namespace kv::cuda {
 
@@ -70,6 +71,7 @@ class CudaBackend final : public KernelBackend {
             case OpKind::SDPA:
                 return c.nsrc == 5 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
                        c.src[4].dtype == DType::I32;
+            case OpKind::SDPA_KIVI: return kivi_call_ok(c) && c.src[0].ne[3] <= 256;
             case OpKind::QUANTIZE:
                 return c.nsrc == 1 && c.dst.dtype == DType::U8 && c.src[0].ne[c.src[0].ndim - 1] <= 4096 &&
                        c.dst.nb[c.dst.ndim - 1] == 1;
@@ -126,6 +128,7 @@ class CudaBackend final : public KernelBackend {
             case OpKind::MAX:
             case OpKind::NORM: reduce_forward(ctx, c); break;
             case OpKind::SDPA: sdpa_forward(ctx, c); break;
+            case OpKind::SDPA_KIVI: sdpa_kivi_forward(ctx, c); break;
             case OpKind::QUANTIZE: quantize_forward(ctx, c); break;
             case OpKind::DEQUANTIZE: dequantize_forward(ctx, c); break;
             case OpKind::RMSNORM_BACKWARD: rmsnorm_backward(ctx, c); break;

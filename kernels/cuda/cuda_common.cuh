@@ -175,6 +175,7 @@ void gather_forward(const OpContext& ctx, const OpCall& c);
 void scatter_forward(const OpContext& ctx, const OpCall& c);
 void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM MAX NORM
 void sdpa_forward(const OpContext& ctx, const OpCall& c);
+void sdpa_kivi_forward(const OpContext& ctx, const OpCall& c);
 void quantize_forward(const OpContext& ctx, const OpCall& c);
 void dequantize_forward(const OpContext& ctx, const OpCall& c);
 void rmsnorm_backward(const OpContext& ctx, const OpCall& c);

@@ -157,6 +157,8 @@ TEST_P(PolicyGradient, MatchesFiniteDifferencesOfTheReplayedForward) {
     kc.grace_period = pc.grace;
     // pyramid: every layer keeps a window of a chunk plus the grace ring on top of its budget
     kc.snapkv_window = chunk + pc.grace;
+    kc.kivi_group_size = 8;  // kivi: groups of 8 slots pack within L = 16
+    kc.kivi_residual = 4;
     apply_required_options(kc);
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, cfg.num_layers));
@@ -189,6 +191,8 @@ std::vector<PolicyCase> policy_cases() {
             out.push_back({p.name, b, 0});
             if (grace) out.push_back({p.name, b, 4});
         }
+        // KIVI: the same replayed full-precision forward; the decisions come from the packed cache.
+        if (p.name == "h2o" || p.name == "lastrec") out.push_back({p.name, p.name == "h2o" ? "kivi2" : "kivi4", 0});
     }
     return out;
 }

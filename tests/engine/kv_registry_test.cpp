@@ -170,7 +170,7 @@ TEST(PolicyRegistry, ValidationReadsTheDescriptors) {
 }
 
 // =========================================================================================
-// [SECTION] the loop: every policy x {default, q8} on the tiny model
+// [SECTION] the loop: every policy x {default, q8, kivi2} on the tiny model
 // =========================================================================================
 
 struct TinyModel {
@@ -190,7 +190,7 @@ struct LoopCase {
 std::vector<LoopCase> loop_cases() {
     std::vector<LoopCase> out;
     for (const PolicyInfo& p : policy_registry())
-        for (const char* b : {"default", "q8"})
+        for (const char* b : {"default", "q8", "kivi2"})
             if (!(p.needs_quantized_buffer && std::string(b) == "default")) out.push_back({p.name, b});
     return out;
 }
@@ -221,6 +221,8 @@ TEST_P(PolicyLoop, ReplaysBitForBitAndKeepsTheBytesOfItsSlots) {
     kc.name = lc.policy + "-" + lc.buffer;
     kc.cache_length = find_policy(lc.policy)->needs_cache_length ? 40 : 0;  // dense: the whole sequence
     kc.snapkv_window = 8;
+    kc.kivi_group_size = 8;  // kivi2: groups really pack (and unpack under eviction) in 136 tokens
+    kc.kivi_residual = 8;
     apply_required_options(kc);
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < nl; ++l) Ls.push_back(kc.length_for_layer(l, T, nl));
@@ -253,6 +255,18 @@ TEST_P(PolicyLoop, ReplaysBitForBitAndKeepsTheBytesOfItsSlots) {
     const size_t row = lc.buffer == "q8" ? size_t(D) + 8 : size_t(D) * 4;
     size_t want = 0;
     for (int64_t L : Ls) want += 2 * size_t(B * G * L) * row;
+    if (lc.buffer == "kivi2") {
+        // kivi2 (kernels/common/kivi_math.h), S = VG = 8: per slot and head 2 D / 4 bytes of
+        // codes, f16 scale + minimum per 8 keys of a channel and per 8 channels of a value; a
+        // group map (int32 per group) and a residual pool of ceil(R/S) + 2 = 3 f32 blocks of S
+        // slots of K and V per (b, g).
+        want = 0;
+        for (int64_t L : Ls) {
+            const size_t NG = size_t((L + 7) / 8);
+            want += size_t(B * G) * (NG * size_t(D) * (2 + 4) + size_t(L) * (size_t(D) / 4 + size_t(D) / 8 * 4) + NG * 4 +
+                                     3 * 2 * 8 * size_t(D) * 4);
+        }
+    }
     EXPECT_EQ(live.buffer_bytes() - live.working_bytes(), want) << kc.name;
     const int64_t maxL = *std::max_element(Ls.begin(), Ls.end());
     EXPECT_EQ(live.working_bytes(), lc.buffer == "q8" ? 2 * size_t(B * G * maxL * D) * 4 : 0) << kc.name;

@@ -215,6 +215,57 @@ void sdpa(const OpCall& c) {
                 for (int64_t j = 0; j < T; ++j) set(c.dst2, Index{b, g, j}, w[size_t((b * G + g) * T + j)]);
 }
 
+// SDPA_KIVI: every slot of [0, T) decoded to f64 from its bytes (written from op.h's layout
+// alone: explicit bit fields, no shared helper), then the dense reference above.
+void sdpa_kivi(const OpCall& c) {
+    const TensorView &q = c.src[0], &kc = c.src[1], &ks = c.src[2], &vc = c.src[3], &vs = c.src[4], &res = c.src[5],
+                     &map = c.src[6];
+    const int64_t B = q.ne[0], D = q.ne[3], G = kc.ne[1], T = c.src[7].ne[2], S = c.p.kivi_group, VG = D / vs.ne[3];
+    const int bits = c.p.kivi_bits;
+    auto code = [&](const TensorView& v, Index idx, int64_t i) {  // code i of the byte run at idx (last index = byte)
+        idx.back() = i * bits / 8;
+        const int byte = int(get(v, idx));
+        return (byte >> int((i * bits) % 8)) & ((1 << bits) - 1);
+    };
+    std::vector<double> K(size_t(B * G * T * D)), V(K.size());
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t t = 0; t < T; ++t) {
+                const int64_t j = t / S, tt = t % S;
+                const int64_t blk = int64_t(get(map, Index{b, g, j}));
+                for (int64_t d = 0; d < D; ++d) {
+                    double k, v;
+                    if (blk >= 0) {
+                        k = get(res, Index{blk, 0, tt, d});
+                        v = get(res, Index{blk, 1, tt, d});
+                    } else {
+                        k = get(ks, Index{b, g, j, d, 1}) + get(ks, Index{b, g, j, d, 0}) * code(kc, Index{b, g, j, d, 0}, tt);
+                        v = get(vs, Index{b, g, t, d / VG, 1}) + get(vs, Index{b, g, t, d / VG, 0}) * code(vc, Index{b, g, t, 0}, d);
+                    }
+                    K[size_t(((b * G + g) * T + t) * D + d)] = k;
+                    V[size_t(((b * G + g) * T + t) * D + d)] = v;
+                }
+            }
+    auto view = [&](std::vector<double>& x) {
+        TensorView v;
+        v.data = x.data();
+        v.dtype = DType::F64;
+        v.ndim = 4;
+        const int64_t ne[4] = {B, G, T, D};
+        int64_t st = 8;
+        for (int i = 3; i >= 0; --i) v.ne[i] = ne[i], v.nb[i] = st, st *= ne[i];
+        return v;
+    };
+    OpCall d = c;
+    d.op = OpKind::SDPA;
+    d.nsrc = 5;
+    d.src[1] = view(K);
+    d.src[2] = view(V);
+    d.src[3] = c.src[7];
+    d.src[4] = c.src[8];
+    sdpa(d);
+}
+
 // Quantization written independently of kernels/common/quant_formats.h: nearbyint (the FPU's
 // round-half-even) instead of hand-made rounding, argmin over the NF4 levels instead of
 // midpoint thresholds, explicit per-nibble packing. Arithmetic is f32 as the formats define.
@@ -394,6 +445,7 @@ void compute(const OpCall& c) {
         case OpKind::MAX:
         case OpKind::NORM: reduce(c); break;
         case OpKind::SDPA: sdpa(c); break;
+        case OpKind::SDPA_KIVI: sdpa_kivi(c); break;
         case OpKind::QUANTIZE: quantize(c); break;
         case OpKind::DEQUANTIZE: dequantize(c); break;
         default:
