@@ -4,8 +4,8 @@
 # Takes the binaries of an existing build (scripts/build.sh with nvcc present: the CUDA and
 # CUPTI plugins built), strips them, adds every shared library they link that is neither glibc
 # nor CUDA (the device machine has its own CUDA 13 and none of our Debian packages), plus
-# libstdc++/libgcc_s as a fallback, into DIR/kvlab-gpukit.tar.xz (xz -6: a sixth smaller than xz -1 and
-# a third smaller than gzip, ~30 s on 2 cores; run.sh unpacks with tar or Python's lzma), and beside it SmolLM2-135M
+# libstdc++/libgcc_s as a fallback, into DIR/kvlab-gpukit.tar.xz (xz -9: 1 MB smaller than
+# xz -6 once kvlab links Open MPI and its libraries, ~60-80 s on 2 cores; run.sh unpacks with tar or Python's lzma), and beside it SmolLM2-135M
 # cut to its first N blocks (default 1) with its Q8_0 embedding re-quantized to Q4_0
 # (incompressible, so not in the tarball). DIR (default .gpukit) is ignored by git: name it in
 # the device tool's `carry`. Fails when the kit would not leave room under the 64 MiB.
@@ -111,7 +111,7 @@ fi
   (cd "$kit" && find . -type f ! -name MANIFEST -printf '%P %s\n' | sort)
 } >"$kit/MANIFEST"
 
-XZ_OPT="-6 -T2" tar -C "$stage" -cJf "$out/kvlab-gpukit.tar.xz.tmp" kit
+XZ_OPT="-9 -T2" tar -C "$stage" -cJf "$out/kvlab-gpukit.tar.xz.tmp" kit
 mv "$out/kvlab-gpukit.tar.xz.tmp" "$out/kvlab-gpukit.tar.xz"
 echo "$layers" >"$out/kvlab-gpukit.layers"
 cp "$kit/MANIFEST" "$out/kvlab-gpukit.manifest"
