@@ -214,12 +214,15 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     void mean_future_rotation(std::vector<double>& c, std::vector<double>& s) const {
         const int64_t half = rope_ ? int64_t(rope_->size()) : 0;
         c.assign(size_t(half), 0.0), s.assign(size_t(half), 0.0);
+        // Closed form of the geometric sum: sum_{p=P}^{P+N-1} e^{i p theta}
+        //   = e^{i (P + (N-1)/2) theta} sin(N theta / 2) / sin(theta / 2)   (N when theta = 0),
+        // two sin/cos per pair instead of N (f64; equal to the loop to rounding).
+        const double N = double(n_future_), center = double(P_) + (N - 1.0) / 2.0;
         for (int64_t i = 0; i < half; ++i) {
-            for (int64_t p = P_; p < P_ + n_future_; ++p) {
-                const double a = double(p) * (*rope_)[size_t(i)];
-                c[size_t(i)] += std::cos(a), s[size_t(i)] += std::sin(a);
-            }
-            c[size_t(i)] /= double(n_future_), s[size_t(i)] /= double(n_future_);
+            const double th = (*rope_)[size_t(i)], sh = std::sin(th / 2.0);
+            const double ratio = sh == 0.0 ? N : std::sin(N * th / 2.0) / sh;
+            c[size_t(i)] = std::cos(center * th) * ratio / N;
+            s[size_t(i)] = std::sin(center * th) * ratio / N;
         }
     }
 
