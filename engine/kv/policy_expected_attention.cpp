@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "policy_math.h"
 #include "policy_score_based.h"
 
 namespace kv {
@@ -70,58 +71,67 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     void accumulate(const std::vector<float>&, int64_t) override {
         if (NH_ == 0 || D_ == 0) return;  // no queries seen (a cache driven without them)
         const int64_t D = D_, R = NH_ / G_, T = T_;
-        // Rbar has one 2x2 block per rotated pair: row d's entries sit in columns d and its partner
+        // Rbar has one 2x2 block per rotated pair (i, i + half): row d's nonzeros sit in
+        // columns d and partner(d), with coefficients diag[d] and off[d].
         std::vector<double> rc, rs;
         mean_future_rotation(rc, rs);
         const int64_t half = int64_t(rc.size());
-        auto partner = [half](int64_t d) { return d < half ? d + half : d < 2 * half ? d - half : d; };
-        auto coef = [&](int64_t d, int64_t col) {  // Rbar[d][col] for col in {d, partner(d)}
-            if (d >= 2 * half) return col == d ? 1.0 : 0.0;
-            const int64_t i = d < half ? d : d - half;
-            if (col == d) return rc[size_t(i)];
-            return d < half ? -rs[size_t(i)] : rs[size_t(i)];
-        };
-        std::vector<double> mu((size_t)D), cov((size_t)(D * D)), mup((size_t)D), covp((size_t)(D * D));
+        std::vector<double> diag((size_t)D, 1.0), off((size_t)D, 0.0);
+        std::vector<int64_t> partner((size_t)D);
+        for (int64_t d = 0; d < D; ++d) {
+            partner[size_t(d)] = d < half ? d + half : d < 2 * half ? d - half : d;
+            if (d < 2 * half) {
+                const int64_t i = d < half ? d : d - half;
+                diag[size_t(d)] = rc[size_t(i)];
+                off[size_t(d)] = d < half ? -rs[size_t(i)] : rs[size_t(i)];
+            }
+        }
+        std::vector<double> mu((size_t)D), cov((size_t)(D * D)), rcov((size_t)(D * D)), mup((size_t)(R * D));
+        // Sigma' of the group's R heads side by side (D x R D, f32): one product K . [Sigma'_h]
+        // gives every key's k^T Sigma'_h for every head; the quadratic forms are then summed in f64.
+        std::vector<float> covp((size_t)(D * R * D)), KS((size_t)(T * R * D));
         std::vector<double> logit((size_t)T), acc((size_t)T);
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t g = 0; g < G_; ++g) {
                 const int64_t r = b * G_ + g;
                 const int32_t* pos = pos_.data() + r * L_;
+                const float* K = keys_.data() + r * L_ * D;
                 std::fill(acc.begin(), acc.end(), 0.0);
-                for (int64_t h = g * R; h < (g + 1) * R; ++h) {
-                    const size_t bh = size_t(b * NH_ + h);
+                for (int64_t hr = 0; hr < R; ++hr) {
+                    const size_t bh = size_t(b * NH_ + g * R + hr);
                     const double c = count_[bh];
                     for (int64_t d = 0; d < D; ++d) mu[size_t(d)] = c > 0 ? sum_[bh * size_t(D) + size_t(d)] / c : 0.0;
+                    // mu' = Rbar mu
+                    for (int64_t d = 0; d < D; ++d)
+                        mup[size_t(hr * D + d)] = diag[size_t(d)] * mu[size_t(d)] + off[size_t(d)] * mu[size_t(partner[size_t(d)])];
+                    if (!use_cov_) continue;
+                    const double* s2 = sum2_.data() + bh * size_t(D * D);
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e) cov[size_t(d * D + e)] = c > 0 ? s2[d * D + e] / c - mu[size_t(d)] * mu[size_t(e)] : 0.0;
+                    // Sigma' = Rbar Sigma Rbar^T: rows first (Rbar Sigma), then columns
+                    for (int64_t d = 0; d < D; ++d) {
+                        const double* c0 = cov.data() + d * D;
+                        const double* c1 = cov.data() + partner[size_t(d)] * D;
+                        const double a0 = diag[size_t(d)], a1 = off[size_t(d)];
+                        for (int64_t e = 0; e < D; ++e) rcov[size_t(d * D + e)] = a0 * c0[e] + a1 * c1[e];
+                    }
                     for (int64_t d = 0; d < D; ++d)
                         for (int64_t e = 0; e < D; ++e)
-                            cov[size_t(d * D + e)] = c > 0 ? sum2_[(bh * size_t(D) + size_t(d)) * size_t(D) + size_t(e)] / c - mu[size_t(d)] * mu[size_t(e)] : 0.0;
-                    // mu' = Rbar mu, Sigma' = Rbar Sigma Rbar^T (two nonzeros per row of Rbar)
-                    for (int64_t d = 0; d < D; ++d) {
-                        const int64_t pd = partner(d);
-                        mup[size_t(d)] = coef(d, d) * mu[size_t(d)] + (pd != d ? coef(d, pd) * mu[size_t(pd)] : 0.0);
-                    }
-                    if (use_cov_)
-                        for (int64_t d = 0; d < D; ++d)
-                            for (int64_t e = 0; e < D; ++e) {
-                                const int64_t pd = partner(d), pe = partner(e);
-                                double v = coef(d, d) * coef(e, e) * cov[size_t(d * D + e)];
-                                if (pe != e) v += coef(d, d) * coef(e, pe) * cov[size_t(d * D + pe)];
-                                if (pd != d) v += coef(d, pd) * coef(e, e) * cov[size_t(pd * D + e)];
-                                if (pd != d && pe != e) v += coef(d, pd) * coef(e, pe) * cov[size_t(pd * D + pe)];
-                                covp[size_t(d * D + e)] = v;
-                            }
+                            covp[size_t(d * R * D + hr * D + e)] =
+                                float(rcov[size_t(d * D + e)] * diag[size_t(e)] + rcov[size_t(d * D + partner[size_t(e)])] * off[size_t(e)]);
+                }
+                if (use_cov_) policy_matmul(T, R * D, D, K, D, covp.data(), R * D, KS.data(), R * D);
+                for (int64_t hr = 0; hr < R; ++hr) {
                     double m = -std::numeric_limits<double>::infinity();
                     for (int64_t j = 0; j < T; ++j) {
                         if (pos[j] < n_sink_) continue;
-                        const float* k = keys_.data() + (r * L_ + j) * D;
+                        const float* k = K + j * D;
                         double lin = 0, quad = 0;
-                        for (int64_t d = 0; d < D; ++d) lin += double(k[d]) * mup[size_t(d)];
-                        if (use_cov_)
-                            for (int64_t d = 0; d < D; ++d) {
-                                double s = 0;
-                                for (int64_t e = 0; e < D; ++e) s += covp[size_t(d * D + e)] * double(k[e]);
-                                quad += double(k[d]) * s;
-                            }
+                        for (int64_t d = 0; d < D; ++d) lin += double(k[d]) * mup[size_t(hr * D + d)];
+                        if (use_cov_) {
+                            const float* ks = KS.data() + j * R * D + hr * D;
+                            for (int64_t d = 0; d < D; ++d) quad += double(k[d]) * double(ks[d]);
+                        }
                         logit[size_t(j)] = scale_ * lin + scale_ * scale_ * quad / 2.0;
                         m = std::max(m, logit[size_t(j)]);
                     }
@@ -163,40 +173,56 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         rope_ = f.rope_inv_freq;
         scale_ = double(f.attn_scale);
         const int64_t D = D_, half = rope_ ? int64_t(rope_->size()) : 0;
-        std::vector<double> x((size_t)D);
+        // cos / sin of every (position, pair) once per chunk, shared by all heads
+        std::vector<double> cs((size_t)(n * half)), sn((size_t)(n * half));
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t i = 0; i < half; ++i) {
+                const double a = double(P0 + t) * (*rope_)[size_t(i)];
+                cs[size_t(t * half + i)] = std::cos(a), sn[size_t(t * half + i)] = std::sin(a);
+            }
+        // one head's rotated queries, as rows (X, m x D) and columns (Xt, D x m): sum2 += Xt X
+        std::vector<double> X((size_t)(n * D)), Xt((size_t)(D * n));
         for (int64_t b = 0; b < B_; ++b)
-            for (int64_t h = 0; h < NH_; ++h)
+            for (int64_t h = 0; h < NH_; ++h) {
+                int64_t m = 0;
                 for (int64_t t = 0; t < n; ++t) {
                     const int64_t p = P0 + t;
                     if (p < n_sink_) continue;
                     const float* q = f.queries.data() + ((b * NH_ + h) * n + t) * D;
-                    for (int64_t d = 0; d < D; ++d) x[size_t(d)] = q[d];
+                    double* x = X.data() + m * D;
+                    for (int64_t d = 0; d < D; ++d) x[d] = q[d];
                     for (int64_t i = 0; i < half; ++i) {  // R(p)^T: rotate pair (i, i + half) by -p theta_i
-                        const double a = double(p) * (*rope_)[size_t(i)], c = std::cos(a), s = std::sin(a);
-                        x[size_t(i)] = double(q[i]) * c + double(q[i + half]) * s;
-                        x[size_t(i + half)] = double(q[i + half]) * c - double(q[i]) * s;
+                        const double c = cs[size_t(t * half + i)], s = sn[size_t(t * half + i)];
+                        x[i] = double(q[i]) * c + double(q[i + half]) * s;
+                        x[i + half] = double(q[i + half]) * c - double(q[i]) * s;
                     }
-                    const size_t bh = size_t(b * NH_ + h);
-                    count_[bh] += 1;
-                    double* s1 = sum_.data() + bh * size_t(D);
-                    double* s2 = sum2_.data() + bh * size_t(D * D);
-                    for (int64_t d = 0; d < D; ++d) {
-                        s1[d] += x[size_t(d)];
-                        for (int64_t e = 0; e < D; ++e) s2[d * D + e] += x[size_t(d)] * x[size_t(e)];
-                    }
+                    ++m;
                 }
+                if (m == 0) continue;
+                for (int64_t t = 0; t < m; ++t)
+                    for (int64_t d = 0; d < D; ++d) Xt[size_t(d * m + t)] = X[size_t(t * D + d)];
+                const size_t bh = size_t(b * NH_ + h);
+                count_[bh] += double(m);
+                double* s1 = sum_.data() + bh * size_t(D);
+                for (int64_t t = 0; t < m; ++t)
+                    for (int64_t d = 0; d < D; ++d) s1[d] += X[size_t(t * D + d)];
+                policy_matmul(D, D, m, Xt.data(), m, X.data(), D, sum2_.data() + bh * size_t(D * D), D, true);
+            }
     }
     // Rbar = mean over p in [P, P + n_future) of R(p): on each rotated pair (i, i + half) the
     // block [[cbar_i, -sbar_i], [sbar_i, cbar_i]]; identity on unrotated dimensions.
     void mean_future_rotation(std::vector<double>& c, std::vector<double>& s) const {
         const int64_t half = rope_ ? int64_t(rope_->size()) : 0;
         c.assign(size_t(half), 0.0), s.assign(size_t(half), 0.0);
+        // Closed form of the geometric sum: sum_{p=P}^{P+N-1} e^{i p theta}
+        //   = e^{i (P + (N-1)/2) theta} sin(N theta / 2) / sin(theta / 2)   (N when theta = 0),
+        // two sin/cos per pair instead of N (f64; equal to the loop to rounding).
+        const double N = double(n_future_), center = double(P_) + (N - 1.0) / 2.0;
         for (int64_t i = 0; i < half; ++i) {
-            for (int64_t p = P_; p < P_ + n_future_; ++p) {
-                const double a = double(p) * (*rope_)[size_t(i)];
-                c[size_t(i)] += std::cos(a), s[size_t(i)] += std::sin(a);
-            }
-            c[size_t(i)] /= double(n_future_), s[size_t(i)] /= double(n_future_);
+            const double th = (*rope_)[size_t(i)], sh = std::sin(th / 2.0);
+            const double ratio = sh == 0.0 ? N : std::sin(N * th / 2.0) / sh;
+            c[size_t(i)] = std::cos(center * th) * ratio / N;
+            s[size_t(i)] = std::sin(center * th) * ratio / N;
         }
     }
 

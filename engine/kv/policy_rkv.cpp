@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "policy_math.h"
 #include "policy_score_based.h"
 
 namespace kv {
@@ -65,6 +66,8 @@ class RKVPolicy final : public ScorePolicy {
         const int64_t T = T_, half = kernel_ / 2, nq = std::min(window_, n);
         std::vector<int32_t> order((size_t)T);
         std::vector<double> imp((size_t)T), red((size_t)T);
+        ut_.resize(size_t(D_ * T));
+        sim_.resize(size_t(kBlock * T));
         for (int64_t r = 0; r < rows(); ++r) {
             const int32_t* pos = pos_.data() + r * L_;
             std::iota(order.begin(), order.end(), 0);
@@ -76,21 +79,28 @@ class RKVPolicy final : public ScorePolicy {
                     m = std::max(m, double(w[size_t(r * T + order[size_t(k)])]) / double(nq));
                 imp[size_t(order[size_t(i)])] = m;
             }
-            // redundancy: mean cosine similarity, the most recent similar key exempt, softmax
+            // redundancy: mean cosine similarity, the most recent similar key exempt, softmax.
+            // The similarities come block by block from one f32 product U U^T (unit keys,
+            // |error| ~ 1e-7); their sums are taken in f64.
             const float* U = unit_.data() + r * L_ * D_;
+            for (int64_t j = 0; j < T; ++j)
+                for (int64_t d = 0; d < D_; ++d) ut_[size_t(d * T + j)] = U[j * D_ + d];
             double zmax = -std::numeric_limits<double>::infinity();
-            for (int64_t i = 0; i < T; ++i) {
-                double sum = 0, exempt = 0;
-                int32_t newest = -1;
-                for (int64_t j = 0; j < T; ++j) {
-                    if (j == i) continue;
-                    double s = 0;
-                    for (int64_t d = 0; d < D_; ++d) s += double(U[i * D_ + d]) * double(U[j * D_ + d]);
-                    sum += s;
-                    if (s > threshold_ && pos[j] > newest) newest = pos[j], exempt = s;
+            for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+                const int64_t m = std::min(kBlock, T - i0);
+                policy_matmul(m, T, D_, U + i0 * D_, D_, ut_.data(), T, sim_.data(), T);
+                for (int64_t i = i0; i < i0 + m; ++i) {
+                    const float* s = sim_.data() + (i - i0) * T;
+                    double sum = 0, exempt = 0;
+                    int32_t newest = -1;
+                    for (int64_t j = 0; j < T; ++j) {
+                        if (j == i) continue;
+                        sum += double(s[j]);
+                        if (double(s[j]) > threshold_ && pos[j] > newest) newest = pos[j], exempt = double(s[j]);
+                    }
+                    red[size_t(i)] = (sum - exempt) / double(T);
+                    zmax = std::max(zmax, red[size_t(i)]);
                 }
-                red[size_t(i)] = (sum - exempt) / double(T);
-                zmax = std::max(zmax, red[size_t(i)]);
             }
             double z = 0;
             for (int64_t i = 0; i < T; ++i) z += std::exp(red[size_t(i)] - zmax);
@@ -117,6 +127,8 @@ class RKVPolicy final : public ScorePolicy {
     int64_t D_ = 0;
     std::vector<float> score_;  // (B*G, L)
     std::vector<float> unit_;   // (B*G, L, D) unit keys
+    static constexpr int64_t kBlock = 32;  // similarity rows per product (32 x T f32 stays in L2)
+    std::vector<float> ut_, sim_;  // scratch: one row's unit keys transposed (D, T); a block of similarities
 };
 }  // namespace
 

@@ -1,0 +1,113 @@
+// Dense products for matrix-scoring policies (see policy_math.h).
+#include "policy_math.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace kv {
+
+namespace {
+
+// GCC vector types of each level's register width (xmm for the default x86-64-v2 build, ymm
+// for v3, zmm for v4); each is used only inside a function built for its level, never passed
+// between functions (a vector argument's ABI depends on the ISA flags).
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef double f64x2 __attribute__((vector_size(16)));
+typedef double f64x4 __attribute__((vector_size(32)));
+typedef double f64x8 __attribute__((vector_size(64)));
+
+// A register tile of 4 rows x 2 vectors of C accumulates over all of k before it is stored
+// (8 accumulators, 2 B vectors and a broadcast fit 16 registers). Rows past the last group
+// of 4 and columns past the last pair of vectors take a plain loop.
+template <class V, class F>
+__attribute__((always_inline)) inline void matmul_body(int64_t m, int64_t n, int64_t k, const F* A, int64_t lda, const F* B, int64_t ldb,
+                                                       F* C, int64_t ldc, bool acc) {
+    constexpr int64_t W = int64_t(sizeof(V) / sizeof(F)), MR = 4;
+    const int64_t m4 = m - m % MR, n2 = n - n % (2 * W);
+    for (int64_t i0 = 0; i0 < m4; i0 += MR)
+        for (int64_t j0 = 0; j0 < n2; j0 += 2 * W) {
+            V t[MR][2] = {};
+            for (int64_t d = 0; d < k; ++d) {
+                V b0, b1;
+                std::memcpy(&b0, B + d * ldb + j0, sizeof(V));
+                std::memcpy(&b1, B + d * ldb + j0 + W, sizeof(V));
+                for (int64_t r = 0; r < MR; ++r) {
+                    const V a = V{} + A[(i0 + r) * lda + d];
+                    t[r][0] += a * b0;
+                    t[r][1] += a * b1;
+                }
+            }
+            for (int64_t r = 0; r < MR; ++r)
+                for (int64_t h = 0; h < 2; ++h) {
+                    F* c = C + (i0 + r) * ldc + j0 + h * W;
+                    V old = V{};
+                    if (acc) std::memcpy(&old, c, sizeof(V));
+                    const V out = old + t[r][h];
+                    std::memcpy(c, &out, sizeof(V));
+                }
+        }
+    auto plain = [&](int64_t i, int64_t j) {
+        F sum = 0;
+        for (int64_t d = 0; d < k; ++d) sum += A[i * lda + d] * B[d * ldb + j];
+        C[i * ldc + j] = (acc ? C[i * ldc + j] : F(0)) + sum;
+    };
+    for (int64_t i = 0; i < m4; ++i)
+        for (int64_t j = n2; j < n; ++j) plain(i, j);
+    for (int64_t i = m4; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) plain(i, j);
+}
+
+#define KV_MATMUL_ARGS(F) int64_t m, int64_t n, int64_t k, const F *A, int64_t lda, const F *B, int64_t ldb, F *C, int64_t ldc, bool acc
+#define KV_MATMUL_PASS m, n, k, A, lda, B, ldb, C, ldc, acc
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void matmul_v4(KV_MATMUL_ARGS(float)) { matmul_body<f32x16>(KV_MATMUL_PASS); }
+__attribute__((target("arch=x86-64-v4"))) void matmul_v4(KV_MATMUL_ARGS(double)) { matmul_body<f64x8>(KV_MATMUL_PASS); }
+__attribute__((target("arch=x86-64-v3"))) void matmul_v3(KV_MATMUL_ARGS(float)) { matmul_body<f32x8>(KV_MATMUL_PASS); }
+__attribute__((target("arch=x86-64-v3"))) void matmul_v3(KV_MATMUL_ARGS(double)) { matmul_body<f64x4>(KV_MATMUL_PASS); }
+
+// 4 = AVX-512 (F, BW, DQ, VL), 3 = AVX2 + FMA, 2 = the build's baseline; asked of the CPU once.
+// KVLAB_CPU_VARIANT=avx2 / base caps it as it does the kernels, so an AVX-512 machine can run
+// (and test) the narrower paths.
+int cpu_level() {
+    static const int level = [] {
+        const char* forced = std::getenv("KVLAB_CPU_VARIANT");
+        const int cap = forced && std::strcmp(forced, "base") == 0 ? 2 : forced && std::strcmp(forced, "avx2") == 0 ? 3 : 4;
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl"))
+            return std::min(cap, 4);
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2")) return std::min(cap, 3);
+        return 2;
+    }();
+    return level;
+}
+#endif
+
+template <class F, class V>
+void matmul_dispatch(int level, KV_MATMUL_ARGS(F)) {
+#if defined(__x86_64__)
+    level = std::min(level, cpu_level());
+    if (level >= 4) return matmul_v4(KV_MATMUL_PASS);
+    if (level >= 3) return matmul_v3(KV_MATMUL_PASS);
+#endif
+    matmul_body<V>(KV_MATMUL_PASS);
+}
+
+}  // namespace
+
+void policy_matmul(KV_MATMUL_ARGS(float)) { matmul_dispatch<float, f32x4>(4, KV_MATMUL_PASS); }
+void policy_matmul(KV_MATMUL_ARGS(double)) { matmul_dispatch<double, f64x2>(4, KV_MATMUL_PASS); }
+void policy_matmul_at(int level, KV_MATMUL_ARGS(float)) { matmul_dispatch<float, f32x4>(level, KV_MATMUL_PASS); }
+void policy_matmul_at(int level, KV_MATMUL_ARGS(double)) { matmul_dispatch<double, f64x2>(level, KV_MATMUL_PASS); }
+int policy_matmul_level() {
+#if defined(__x86_64__)
+    return cpu_level();
+#else
+    return 2;
+#endif
+}
+
+}  // namespace kv

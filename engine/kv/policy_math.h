@@ -1,0 +1,27 @@
+// Dense products for policies that score with matrices (rkv's key similarities, expected
+// attention's quadratic forms and query moments). The engine is built for x86-64-v2; this
+// product is compiled once more for x86-64-v3 and -v4 (GCC target attributes, chosen once by
+// the CPU), so it runs at the CPU's vector width without the kernel-variant plumbing. Every
+// level sums over k in the same order, one product per output: results are identical.
+#pragma once
+
+#include <cstdint>
+
+namespace kv {
+
+// C (m x n, row stride ldc) = A (m x k, row stride lda) . B (k x n, row stride ldb); with
+// accumulate, C += A . B.
+void policy_matmul(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                   bool accumulate = false);
+void policy_matmul(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc,
+                   bool accumulate = false);
+
+// The same product at ISA level `level` or the best below it this CPU runs (2 = baseline,
+// 3 = AVX2, 4 = AVX-512), and the level policy_matmul uses; for tests of every path.
+void policy_matmul_at(int level, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                      int64_t ldc, bool accumulate);
+void policy_matmul_at(int level, int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb, double* C,
+                      int64_t ldc, bool accumulate);
+int policy_matmul_level();
+
+}  // namespace kv
