@@ -225,6 +225,7 @@ TEST_P(PolicyLoop, ReplaysBitForBitAndKeepsTheBytesOfItsSlots) {
     kc.snapkv_window = 8;
     kc.kivi_group_size = 8;  // kivi2: groups really pack (and unpack under eviction) in 136 tokens
     kc.kivi_residual = 8;
+    if (lc.policy == "quest") kc.policy_options = {{"quest_page_size", 8}, {"quest_pages", 2}};  // really select pages
     apply_required_options(kc);
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < nl; ++l) Ls.push_back(kc.length_for_layer(l, T, nl));
