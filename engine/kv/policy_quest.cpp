@@ -175,6 +175,13 @@ bool quest_reads(const KVCacheConfig& cfg, int64_t* page, int64_t* pages) {
     return true;
 }
 
+void quest_plan_lengths(const KVCacheConfig& cfg, std::vector<int64_t>& lengths) {
+    if (cfg.policy() != "quest") return;
+    const int64_t pre = int64_t(cfg.policy_option("quest_prefill"));
+    if (pre > 0)
+        for (int64_t& L : lengths) L = std::min(L, pre);
+}
+
 std::vector<PolicyInfo> quest_policies() {
     return {{.name = "quest",
              .summary = "Quest: never evicts; each query reads only its top pages by a min/max key bound (a read policy)",
@@ -201,6 +208,12 @@ std::vector<PolicyInfo> quest_policies() {
                           .help = "quest: tokens each query reads when quest_pages is 0 (ceil(budget / page size) pages)",
                           .def = 1024,
                           .lo = 1,
+                          .hi = 16777216,
+                          .integer = true},
+                         {.name = "quest_prefill",
+                          .help = "quest: tokens of the dense first chunk in eval_long and fine-tuning (0 = the whole sequence)",
+                          .def = 0,
+                          .lo = 0,
                           .hi = 16777216,
                           .integer = true}},
              .doc_anchor = "docs/POLICIES.md#quest"}};

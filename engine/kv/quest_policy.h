@@ -11,6 +11,10 @@ struct KVCacheConfig;
 
 // When cfg's policy is quest: its page size and pages per query (true); else false, untouched.
 bool quest_reads(const KVCacheConfig& cfg, int64_t* page, int64_t* pages);
+// Chunk plans (eval_long, fine-tuning): the planned cache lengths, with quest's
+// --kv_cache.quest_prefill > 0 capping the first chunk (the dense prefill) so later chunks
+// select pages; the cache itself still holds the whole sequence. Unchanged for other policies.
+void quest_plan_lengths(const KVCacheConfig& cfg, std::vector<int64_t>& lengths);
 
 class QuestSelections {
    public:

@@ -530,12 +530,14 @@ TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
     kc.name = "quest-default";
     kc.cache_length = 0;
     kc.policy_options = {{"quest_page_size", double(page)}, {"quest_pages", double(pages)}};
-    const std::vector<int64_t> Ls(size_t(cfg.num_layers), T);
+    const std::vector<int64_t> Ls(size_t(cfg.num_layers), T);  // quest keeps every token
     ChunkPlanOptions po;
     po.chunk_size = chunk;
     po.cell_factor = cell_factor(cfg);
     po.chunks_per_cell_multiplier = 0.5;
-    const ChunkPlan plan = plan_chunks(T, Ls, po);
+    // A prefill of one chunk, then chunks that select pages (a plan over the whole length
+    // would be one dense prefill).
+    const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
     ASSERT_GT(plan.chunks.size(), 3u);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
