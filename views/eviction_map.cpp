@@ -198,7 +198,7 @@ int EvictionData::resolve_sequence(int sequence) const {
 // [SECTION] images
 // =========================================================================================
 const char* eviction_colour_name(EvictionColour c) {
-    static const char* const kNames[] = {"presence", "score", "age"};
+    static const char* const kNames[] = {"presence", "score", "age", "quest reads"};
     static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(EvictionColour::COUNT), "names out of date");
     return size_t(c) < size_t(EvictionColour::COUNT) ? kNames[size_t(c)] : "unknown";
 }
@@ -342,7 +342,7 @@ EvictionImage build_eviction_image(const EvictionData& data, const EvictionImage
     bin_presence(*ly, ly->tracks[size_t(row)], img, held, age_sum);
     std::vector<double> score_sum;
     std::vector<int32_t> score_n;
-    if (spec.colour == EvictionColour::SCORE) {
+    if (spec.colour == EvictionColour::SCORE || spec.colour == EvictionColour::READS) {
         score_sum.assign(texels, 0.0);
         score_n.assign(texels, 0);
         bin_scores(*ly, find_scores(data, spec.sequence, spec.layer), spec.row, img, score_sum, score_n);
@@ -366,6 +366,7 @@ EvictionImage build_eviction_image(const EvictionData& data, const EvictionImage
                     if (held[i] > 0) v = float(age_sum[i] / held[i]);
                     break;
                 case EvictionColour::SCORE:
+                case EvictionColour::READS:
                     if (score_n[i] > 0) v = float(score_sum[i] / score_n[i]);
                     break;
                 case EvictionColour::COUNT:
@@ -376,6 +377,7 @@ EvictionImage build_eviction_image(const EvictionData& data, const EvictionImage
         }
     }
     if (vmin <= vmax) img.value_min = vmin, img.value_max = vmax;
+    if (spec.colour == EvictionColour::READS) img.value_min = 0, img.value_max = 1;  // shares: one fixed scale for every chunk
     colour_eviction_image(img);
     return img;
 }
@@ -507,7 +509,7 @@ bool refresh_eviction_map(EvictionMapViewState& s, storage::SessionReader& reade
                 break;
             }
         }
-        if (s.colour == EvictionColour::SCORE && !s.all_layers) {
+        if ((s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS) && !s.all_layers) {
             EvictionLayerScores& sc = s.data.scores[s.layer];
             std::vector<storage::ScoreRow> sr = reader.score_snapshots(s.run, s.layer, sc.last_id, true);
             std::sort(sr.begin(), sr.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
@@ -562,7 +564,7 @@ void upload(EvictionMapViewState::Texture& t, TextureHost* host) {
 }  // namespace
 
 void update_eviction_textures(EvictionMapViewState& s, TextureHost* host, float frame_height_px) {
-    const uint64_t sv = s.colour == EvictionColour::SCORE ? s.data.score_version : 0;
+    const uint64_t sv = s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS ? s.data.score_version : 0;
     if (!s.all_layers) {
         const EvictionImageSpec spec = eviction_main_spec(s, frame_height_px);
         if (!s.main.valid || !(s.main.image.spec == spec) || s.main.version != s.data.version || s.main.score_version != sv) {
@@ -592,7 +594,7 @@ void update_eviction_textures(EvictionMapViewState& s, TextureHost* host, float 
         spec.layer = l;
         spec.row = s.head;
         // Scores need one layer's snapshots at a time; small multiples fall back to presence.
-        spec.colour = s.colour == EvictionColour::SCORE ? EvictionColour::PRESENCE : s.colour;
+        spec.colour = s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS ? EvictionColour::PRESENCE : s.colour;
         spec.max_width = s.small_width;
         spec.max_height = s.small_height;
         spec.max_texels = int64_t(s.small_width) * s.small_height;
@@ -624,6 +626,9 @@ EvictionColourKey eviction_colour_key(const EvictionImage& img) {
         case EvictionColour::PRESENCE:
             // colour_eviction_image: a texel's held share f in (0, 1] maps to t = 0.25 + 0.75 f.
             k.title = "share held", k.lo = 0, k.hi = 1, k.t_lo = 0.25f, k.t_hi = 1;
+            break;
+        case EvictionColour::READS:
+            k.title = "share of queries reading the page", k.lo = 0, k.hi = 1;
             break;
         case EvictionColour::AGE:
         case EvictionColour::SCORE:
@@ -793,7 +798,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     else
         ImGui::TextDisabled("%d layers, %d steps x %lld positions (%s); in each: x = chunk step, y = token position", num_layers,
                             steps, (long long)tokens,
-                            s.colour == EvictionColour::SCORE ? "presence: scores show one layer at a time"
+                            s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS ? "presence: scores show one layer at a time"
                                                               : eviction_colour_name(s.colour));
     const float used = ImGui::GetCursorPosY() - top;
     const ImVec2 body(size.x, std::max(40.f, size.y - used - ImGui::GetStyle().ItemSpacing.y));

@@ -103,7 +103,9 @@ struct EvictionData {
 // =========================================================================================
 // [SECTION] images
 // =========================================================================================
-enum class EvictionColour : uint8_t { PRESENCE = 0, SCORE, AGE, COUNT };
+// READS: Quest's selections — the score stream of a read policy holds, per slot and chunk, the
+// share of the chunk's query rows (heads of the KV group x queries) that read the slot's page.
+enum class EvictionColour : uint8_t { PRESENCE = 0, SCORE, AGE, READS, COUNT };
 const char* eviction_colour_name(EvictionColour c);
 
 // What to bin into one image. Binning rule (documented for the textures): one texel covers

@@ -38,12 +38,14 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"sizes", OptKind::STRING, "64KiB,1MiB,16MiB,64MiB", "bench dist: all-reduce message sizes"});
     o.push_back({"backend", OptKind::STRING, "auto", "bench dist: --dist.backend (auto: mpi under mpirun)"});
     o.push_back({"steps", OptKind::INT, "3", "bench dist: fine-tuning steps timed for the communication share"});
+    o.push_back({"page", OptKind::INT, "16", "bench quest: slots per page"});
+    o.push_back({"fraction", OptKind::INT, "8", "bench quest: read 1/fraction of the pages"});
     return o;
 }
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist [options]\n\n"
+        "usage: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest [options]\n\n"
         "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
         "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
         "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
@@ -53,6 +55,8 @@ void print_help() {
         "             --cache (comma list of policies; default all that evict)\n"
         "  kivi       decode SDPA over a KIVI-2 buffer vs the f32 buffer at 8k and 32k: bytes read and time\n"
         "             (target <= 0.5x at 32k); --model PRESET for its attention shapes (default SmolLM2-135M's)\n"
+        "  quest      decode SDPA of Quest reading 1/8 of the pages vs full attention over the same paged cache\n"
+        "             at 8k and 32k (target <= 1/3 the time at 32k); --model PRESET, --page (16), --fraction (8)\n"
         "  telemetry  session writer events/s, span cost, GUI queries, tracing overhead on a small h2o run\n"
         "  grad       gradient step vs forward-only pass, peak memory per phase, offload bytes\n"
         "  fidelity   eval_long with --fidelity true vs without (target <= 2x); --model (default smollm2-135m),\n"
@@ -101,7 +105,7 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
@@ -113,7 +117,8 @@ int cmd_bench(int argc, char** argv, int first) {
     if (what == "fidelity") return bench_fidelity(args);
     if (what == "sweep") return bench_sweep(args);
     if (what == "dist") return bench_dist(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist");
+    if (what == "quest") return bench_quest(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist, quest");
 }
 
 }  // namespace kv::cli

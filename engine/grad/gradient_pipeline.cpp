@@ -20,6 +20,7 @@
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 #include "replay_cache.h"
+#include "engine/kv/quest_policy.h"
 
 namespace kv {
 
@@ -116,12 +117,15 @@ class ReplayAttentionBackward final : public AttentionBackward {
 
 std::vector<std::unique_ptr<ReplayLayerCache>> make_caches(const Transformer& m, int l0, int l1, int64_t B,
                                                            const std::vector<int64_t>& Ls,
-                                                           const std::vector<std::vector<SlotPlan>>& plans) {
+                                                           const std::vector<std::vector<SlotPlan>>& plans,
+                                                           int64_t quest_page = 0, int64_t quest_pages = 0) {
     const ModelConfig& c = m.config();
     std::vector<std::unique_ptr<ReplayLayerCache>> out;
-    for (int l = l0; l < l1; ++l)
+    for (int l = l0; l < l1; ++l) {
         out.push_back(std::make_unique<ReplayLayerCache>(l, B, c.num_kv_heads, Ls[size_t(l)], c.head_dim, m.act_dtype(),
                                                          m.options().device, &plans[size_t(l)]));
+        out.back()->set_quest(quest_page, quest_pages);
+    }
     return out;
 }
 
@@ -167,10 +171,11 @@ std::vector<int64_t> layer_cache_lengths(const KVCache& cache) {
 // [SECTION] loss through the replay (replay_loss)
 // =========================================================================================
 double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>>& plans, const std::vector<int64_t>& Ls,
-                   const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head, double loss_scale, const Tensor* x0) {
+                   const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head, double loss_scale, const Tensor* x0,
+                   int64_t quest_page, int64_t quest_pages) {
     const int nl = int(m.config().num_layers);
     const int64_t B = ids.size(0);
-    auto caches = make_caches(m, 0, nl, B, Ls, plans);
+    auto caches = make_caches(m, 0, nl, B, Ls, plans, quest_page, quest_pages);
     for (auto& c : caches) c->load(nullptr);
     ReplayAttention att(caches, 0, false);
     HeadResult res;
@@ -331,7 +336,7 @@ class GradientRun {
     void replay_checkpoints() {
         // Checkpoints from a full-precision replay of the logged decisions (cell -> layer -> chunk).
         auto phase = trace::span(trace::SpanCategory::RUN, "gradient checkpoints (replay)");
-        auto caches = make_caches(model, 0, nl, B, Ls, st.plans);
+        auto caches = make_caches(model, 0, nl, B, Ls, st.plans, opt.quest_page, opt.quest_pages);
         for (auto& c : caches) c->load(nullptr);
         ReplayAttention att(caches, 0, false);
         for (size_t ci = 0; ci < ncells; ++ci) {
@@ -395,7 +400,7 @@ class GradientRun {
 
         for (int r = int(rows.size()) - 1; r >= 0; --r) {
             const auto [l0, l1] = rows[size_t(r)];
-            auto caches = make_caches(model, l0, l1, B, Ls, st.plans);
+            auto caches = make_caches(model, l0, l1, B, Ls, st.plans, opt.quest_page, opt.quest_pages);
             // KV checkpoints at the start of cells 1.. from a replay of the row (cells 0 .. n-2).
             std::vector<std::vector<ReplayKVState>> kv_cp(ncells);
             if (kv_from_forward) {
@@ -566,7 +571,9 @@ class GradientRun {
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
-    GradientRun run(model, ids, plan, head, loss_scale, opt, targets, cb);
+    GradientOptions o = opt;
+    quest_reads(cache.config(), &o.quest_page, &o.quest_pages);
+    GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);
     const bool quantized_cache = cache.config().buffer() != "default";
     const bool exact = opt.exact_checkpoints == GradientOptions::Exact::ON ||
                        (opt.exact_checkpoints == GradientOptions::Exact::AUTO && quantized_cache);

@@ -38,6 +38,9 @@ struct GradientOptions {
     bool kv_checkpoints_from_forward = true;
     int64_t max_logit_bytes = int64_t(256) << 20;  // head blocks: B x tokens x V logits at most
     Device host{};                                 // where checkpoints live
+    // quest read policy: chunks after the prefill attend over each query's top quest_pages
+    // pages of quest_page slots (gradient_step sets these from the cache's config; 0 = off).
+    int64_t quest_page = 0, quest_pages = 0;
 };
 
 struct GradientTargets {
@@ -81,6 +84,6 @@ GradientStats replay_gradient(const Transformer& model, const std::vector<std::v
 // like gradient_step. What the gradient is the gradient of; finite differences call it.
 double replay_loss(const Transformer& model, const std::vector<std::vector<SlotPlan>>& plans,
                    const std::vector<int64_t>& cache_lengths, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
-                   double loss_scale, const Tensor* input_embeddings = nullptr);
+                   double loss_scale, const Tensor* input_embeddings = nullptr, int64_t quest_page = 0, int64_t quest_pages = 0);
 
 }  // namespace kv

@@ -50,6 +50,10 @@ class ReplayLayerCache {
     // the buffer and its gradient step back to the state before that chunk.
     void backward(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
     size_t recorded_chunks() const { return records_.size(); }
+    // quest (engine/kv/policy_quest.cpp): chunks after the prefill attend over the pages each
+    // query selects, exactly as the live cache did, and the gradient flows through those
+    // pages only. pages >= the page count is dense attention. page 0: off.
+    void set_quest(int64_t page, int64_t pages) { qpage_ = page, qpages_ = pages; }
     // Drop recorded deltas and gradients (end of a cell).
     void clear_records();
 
@@ -61,7 +65,11 @@ class ReplayLayerCache {
         std::vector<int32_t> old_pos;  // (B G, m)
         int64_t length_before = 0;
         int64_t input_pos = 0;
+        std::vector<int32_t> sel;      // quest: (B, NH, n, pages + 1) pages each query read; empty = all
     };
+    bool quest_selects() const { return qpage_ > 0 && qpages_ < (length_ + qpage_ - 1) / qpage_; }
+    void quest_attend(const Tensor& q, const Tensor& qpos, float scale, Tensor& y, std::vector<int32_t>* sel);
+    void quest_backward(const ChunkRecord& rec, const Tensor& q, const Tensor& dy, float scale, Tensor& dq);
     Tensor positions_tensor() const;
     void ensure_grads();
 
@@ -74,6 +82,7 @@ class ReplayLayerCache {
     std::vector<int32_t> pos_;
     int64_t length_ = 0, chunk_ = 0, input_pos_ = 0;
     std::vector<ChunkRecord> records_;
+    int64_t qpage_ = 0, qpages_ = 0;
 };
 
 }  // namespace kv

@@ -85,6 +85,7 @@ void KVCache::reorder_batch(const std::vector<int32_t>& src) {
             throw Error(str("beam search needs a position-only cache policy (dense, lastrec, streaming); '", cfg_.name,
                             "' decides per row"));
         l->buffer().reorder_batch(src);
+        l->policy().reorder_batch(src);
     }
 }
 

@@ -20,6 +20,8 @@
 
 namespace kv {
 
+class Tensor;
+
 // =========================================================================================
 // [SECTION] plans
 // =========================================================================================
@@ -90,6 +92,15 @@ class KVPolicy {
     // ---- telemetry hooks ----------------------------------------------------------------
     // Current eviction scores per slot (B, G, L) (lower = evicted first); empty if none.
     virtual std::vector<float> slot_scores() const { return {}; }
+
+    // ---- read policies (quest) -----------------------------------------------------------
+    // A read policy attends over a selection of the cache instead of all of it: LayerCache
+    // calls attend() in place of ops::sdpa_ (K, V: slots [0, T) read from the buffer).
+    virtual bool selects_reads() const { return false; }
+    virtual void attend(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos,
+                        float scale, Tensor* wsum);
+    // Beam search: batch row b becomes row src[b] (policies with per-row metadata).
+    virtual void reorder_batch(const std::vector<int32_t>& src) { (void)src; }
 
    protected:
     KVPolicy(int64_t L, int64_t groups) : L_(L), G_(groups) {}

@@ -140,6 +140,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     // KIVI buffers attend over their packed bytes; the others over the K, V just read.
     auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws) {
         if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws);
+        else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws);
         else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws);
     };
     std::vector<float> w;

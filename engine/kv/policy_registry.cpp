@@ -21,7 +21,8 @@ namespace kv {
     X(knorm)               \
     X(random)              \
     X(rkv)                 \
-    X(expected_attention)
+    X(expected_attention) \
+    X(quest)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
 KV_POLICY_FILES(KV_DECLARE_POLICY_FILE)
@@ -92,6 +93,10 @@ std::string policy_help_text() {
         s += line + p.summary + "\n";
     }
     return s;
+}
+
+void KVPolicy::attend(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor*) {
+    throw Error(str("the '", name(), "' policy does not select its reads"));
 }
 
 std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text, int64_t layer) {

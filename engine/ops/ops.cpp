@@ -18,6 +18,7 @@
 #include "ops.h"
 
 #include "kernels/common/kivi_op.h"
+#include "kernels/common/quest_op.h"
 
 #include <algorithm>
 #include <mutex>
@@ -514,6 +515,34 @@ void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tens
                    kv.kcodes->shape().str(), " / ", kv.vcodes->shape().str(), ", scales ", kv.kscales->shape().str(), " / ",
                    kv.vscales->shape().str(), ", residual ", kv.residual->shape().str(), ", map ", kv.map->shape().str(),
                    ", kpos ", kpos.shape().str(), "; expected the layout of kernels/common/kivi_math.h"));
+    dispatch(c);
+}
+
+void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos,
+                 const Tensor& kmin, const Tensor& kmax, float scale, int64_t page, int64_t pages, Tensor* wsum, Tensor* sel) {
+    const char* op = "sdpa_quest";
+    require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos, &kmin, &kmax});
+    check_sdpa(op, q, k, v, kpos, qpos, 0);
+    KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
+    KV_REQUIRE(page > 0 && pages >= 0 && page < (int64_t(1) << 30) && pages < (int64_t(1) << 30), op,
+               str("page size must be > 0 and pages >= 0, got ", page, " and ", pages));
+    OpCall c = make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax});
+    c.p.alpha = scale;
+    c.p.quest_page = int(page);
+    c.p.quest_pages = int(pages);
+    if (wsum) {
+        KV_REQUIRE(wsum->device() == y.device(), op, "weight sums live on another device");
+        c.dst2 = wsum->view();
+    }
+    if (sel) {
+        KV_REQUIRE(sel->device() == y.device(), op, "the selection output lives on another device");
+        c.dst3 = sel->view();
+    }
+    KV_REQUIRE(quest_call_ok(c), op,
+               str("inconsistent Quest views for q ", q.shape().str(), ", k ", k.shape().str(), " (page ", page, ", pages ", pages,
+                   "): kmin ", kmin.describe(), ", kmax ", kmax.describe(), ", weight sums ", wsum ? wsum->describe() : "none",
+                   ", selection ", sel ? sel->describe() : "none",
+                   "; expected f32 (B, G, ceil(T / page), HS) page keys and int32 (B, NH, n, pages + 1) selections"));
     dispatch(c);
 }
 

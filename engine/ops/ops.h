@@ -85,6 +85,14 @@ struct KiviCacheViews {
 void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tensor& kpos, const Tensor& qpos, float scale,
                 int window = 0, Tensor* wsum = nullptr);
 
+// SDPA over the pages each query selects by Quest's bound (SDPA_QUEST in kernels/common/op.h;
+// math in kernels/common/quest_math.h): the masking, GQA and weight sums of sdpa_ restricted
+// to the selected pages. kmin/kmax f32 (B, G, >= ceil(T / page), HS); sel (optional, int32
+// (B, NH, n, pages + 1)) receives the selected pages.
+void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos,
+                 const Tensor& kmin, const Tensor& kmax, float scale, int64_t page, int64_t pages, Tensor* wsum = nullptr,
+                 Tensor* sel = nullptr);
+
 // ---- quantization (formats in kernels/common/quant_formats.h) ---------------------------
 // Rows of x (..., n) -> bytes (..., quant_row_bytes(f, n)).
 Tensor quantize(const Tensor& x, QuantFormat f);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
 #include "engine/data/ruler.h"
@@ -117,6 +118,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         const int64_t T = int64_t(it.ids.size());
         std::vector<int64_t> Ls;
         for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
+        quest_plan_lengths(kc, Ls);
         ChunkPlanOptions po;
         po.chunk_size = cfg.driver.chunk_size;
         po.randomize = cfg.driver.randomize_chunk_sizes;

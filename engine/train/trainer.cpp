@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
 #include "grad_clip.h"
@@ -254,6 +255,7 @@ ChunkPlan Trainer::plan_for(int64_t T, uint64_t seed) const {
     const KVCacheConfig kc = cache_config();
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < lm_.config.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, lm_.config.num_layers));
+    quest_plan_lengths(kc, Ls);
     ChunkPlanOptions po;
     po.chunk_size = cfg_.driver.chunk_size;
     po.randomize = cfg_.driver.randomize_chunk_sizes;

@@ -64,6 +64,15 @@ namespace kv {
 //          (B, G, L, HS/VG, 2); src5 residual f32 (P, 2, S, HS) (K then V of full-precision
 //          groups); src6 map int32 (B, G, NG): residual block of group j, or -1 = packed;
 //          src7 kpos int32 (B|1, G|1, T); src8 qpos int32 (B|1, n). Slots [0, T) are read.
+// SDPA_QUEST SDPA (same masking, GQA, alpha, weight sums dst2; window must be 0) over the
+//          pages each query selects (Quest; selection math in kernels/common/quest_math.h):
+//          src0 q (B, NH, n, HS); src1 k, src2 v (B, G, T, HS); src3 kpos int32 (B|1, G|1, T),
+//          nondecreasing along T; src4 qpos int32 (B|1, n); src5 kmin, src6 kmax f32
+//          (B, G, NP, HS), NP = ceil(T / p.quest_page): per page the element-wise min / max of
+//          its keys. Query i of head h reads the p.quest_pages pages of bound order among the
+//          pages whose first slot it may see, plus the last such page; unselected slots get
+//          probability 0 (and weight 0 in dst2). dst3 (optional, int32 (B, NH, n, p.quest_pages + 1)):
+//          the selected pages ascending, -1 after the last.
 // QUANTIZE   dst u8 (..., quant_row_bytes(f, n)) = rows of src0 float (..., n) in format f
 // DEQUANTIZE dst float (..., n) = rows of src0 u8 (..., quant_row_bytes(f, n)) decoded
 //          (formats and layouts: kernels/common/quant_formats.h; f = p.qformat)
@@ -158,6 +167,7 @@ enum class OpKind : uint8_t {
     OPTIMIZER_STEP,
     GRAD_NORM_SQ,
     SDPA_KIVI,
+    SDPA_QUEST,
     COUNT
 };
 
@@ -167,7 +177,8 @@ inline const char* op_kind_name(OpKind k) {
                                         "copy",   "sum",  "max",       "norm",   "sdpa",    "quantize",  "dequantize",
                                         "rmsnorm_backward", "rope_backward", "silu_backward", "swiglu_backward",
                                         "embedding_backward", "cross_entropy", "cross_entropy_backward",
-                                        "sdpa_backward", "axpy", "optimizer_step", "grad_norm_sq", "sdpa_kivi"};
+                                        "sdpa_backward", "axpy", "optimizer_step", "grad_norm_sq", "sdpa_kivi",
+                                        "sdpa_quest"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::COUNT), "op name table out of date");
     return names[size_t(k)];
 }
@@ -220,6 +231,8 @@ struct OpParams {
     int64_t max_temp_bytes = 0;  // SDPA_BACKWARD: bound on score blocks held at once (0 = 64 MiB)
     int kivi_bits = 0;           // SDPA_KIVI: 2 or 4
     int kivi_group = 0;          // SDPA_KIVI: slots per group S
+    int quest_page = 0;          // SDPA_QUEST: slots per page P
+    int quest_pages = 0;         // SDPA_QUEST: pages each query selects by bound (+ its own page)
     OptimParams opt{};           // OPTIMIZER_STEP
 };
 

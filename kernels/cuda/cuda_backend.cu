@@ -13,6 +13,7 @@
 #include "device_pool.h"
 #include "kernels/common/backend_iface.h"
 #include "kernels/common/kivi_op.h"
+#include "kernels/common/quest_op.h"
 
 namespace kv::cuda {
 
@@ -72,6 +73,7 @@ class CudaBackend final : public KernelBackend {
                 return c.nsrc == 5 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
                        c.src[4].dtype == DType::I32;
             case OpKind::SDPA_KIVI: return kivi_call_ok(c) && c.src[0].ne[3] <= 256;
+            case OpKind::SDPA_QUEST: return quest_call_ok(c) && sdpa_quest_fits(c);
             case OpKind::QUANTIZE:
                 return c.nsrc == 1 && c.dst.dtype == DType::U8 && c.src[0].ne[c.src[0].ndim - 1] <= 4096 &&
                        c.dst.nb[c.dst.ndim - 1] == 1;
@@ -129,6 +131,7 @@ class CudaBackend final : public KernelBackend {
             case OpKind::NORM: reduce_forward(ctx, c); break;
             case OpKind::SDPA: sdpa_forward(ctx, c); break;
             case OpKind::SDPA_KIVI: sdpa_kivi_forward(ctx, c); break;
+            case OpKind::SDPA_QUEST: sdpa_quest_forward(ctx, c); break;
             case OpKind::QUANTIZE: quantize_forward(ctx, c); break;
             case OpKind::DEQUANTIZE: dequantize_forward(ctx, c); break;
             case OpKind::RMSNORM_BACKWARD: rmsnorm_backward(ctx, c); break;

@@ -514,3 +514,41 @@ TEST(LoraDropout, OffOutsideTrainingPassesExactly) {
 
 }  // namespace
 }  // namespace kv::test
+
+namespace kv::test {
+namespace {
+
+// quest: gradients flow through the pages each query read (a small budget, so most chunks read
+// a minority of the pages), checked against finite differences of the replayed quest forward.
+TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("quest-grad"));
+    const int64_t B = 2, T = 48, chunk = 8, page = 4, pages = 2;
+    GradData d = grad_test_data(cfg, B, T, 13);
+    KVCacheConfig kc;
+    kc.name = "quest-default";
+    kc.cache_length = 0;
+    kc.policy_options = {{"quest_page_size", double(page)}, {"quest_pages", double(pages)}};
+    const std::vector<int64_t> Ls(size_t(cfg.num_layers), T);  // quest keeps every token
+    ChunkPlanOptions po;
+    po.chunk_size = chunk;
+    po.cell_factor = cell_factor(cfg);
+    po.chunks_per_cell_multiplier = 0.5;
+    // A prefill of one chunk, then chunks that select pages (a plan over the whole length
+    // would be one dense prefill).
+    const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
+    ASSERT_GT(plan.chunks.size(), 3u);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    Tensor x0 = model->embed(d.ids);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x, page, pages); };
+    // The selection matters (the dense loss differs), and phase 2 differentiates phase 1's loss.
+    const double dense = replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, nullptr);
+    EXPECT_GT(std::fabs(loss(nullptr) - dense), 1e-6 * std::fabs(dense));
+    EXPECT_NEAR(r.stats.loss, loss(nullptr), 1e-9 * std::fabs(r.stats.loss));
+    EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name);
+}
+
+}  // namespace
+}  // namespace kv::test

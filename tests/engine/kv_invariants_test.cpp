@@ -32,7 +32,7 @@ std::vector<Combo> combos() {
             if (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), b) != p.buffers.end()) c.push_back({p.name, b, 0});
         if (uses(p, "grace_period")) c.push_back({p.name, p.needs_quantized_buffer ? "q8" : "default", 3});
         // KIVI with its default window (R = 128 > L): the residual path, exact.
-        c.push_back({p.name, "kivi2", 0});
+        if (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), "kivi2") != p.buffers.end()) c.push_back({p.name, "kivi2", 0});
     }
     c.push_back({"h2o", "nf4", 2});
     c.push_back({"h2o", "kivi4", 2});

@@ -439,5 +439,39 @@ TEST(EvictionMap, ScoresJoinTheSequenceTheyWereRecordedIn) {
     }
 }
 
+// Quest's mode: the score stream of a read policy holds each slot's share of queries that read
+// its page; the image shows those shares on the fixed scale [0, 1] (not the chunk's range).
+TEST(EvictionMap, QuestReadsShowTheReadShareOnAFixedScale) {
+    test::ViewsScratchDir dir;
+    test::SyntheticRun run(dir.file("quest.kvlab"));
+    SlotPlan prefill, step;
+    prefill.n = 8, prefill.targets = {0, 1, 2, 3, 4, 5, 6, 7}, prefill.length_after = 8;
+    step.input_pos = 8, step.n = 1, step.targets = {8}, step.length_after = 9;
+    // pages of 3 slots read by 1, 2 and 1 of 3 query heads (slots 9.. are empty)
+    const std::vector<float> shares = {1.f / 3, 1.f / 3, 1.f / 3, 2.f / 3, 2.f / 3, 2.f / 3, 1.f / 3, 1.f / 3, 1.f / 3, 0, 0, 0};
+    run.produce([&] {
+        trace::cache_step(0, 0, 0, 8, 12, encode_plan(prefill));
+        trace::cache_step(0, 1, 8, 1, 12, encode_plan(step));
+        trace::scores(0, 1, shares.data(), 1, 1, 12);
+    });
+    run.finish();
+    storage::SessionReader reader(run.path());
+    EvictionMapViewState s;
+    s.run = run.run();
+    s.colour = EvictionColour::READS;
+    refresh_eviction_map(s, reader);
+    EvictionImageSpec spec;
+    spec.colour = EvictionColour::READS;
+    const EvictionImage img = build_eviction_image(s.data, spec);
+    ASSERT_EQ(img.height, 9);
+    ASSERT_EQ(img.width, 2);
+    EXPECT_EQ(img.value_min, 0.f);  // fixed: the shares themselves span only [1/3, 2/3]
+    EXPECT_EQ(img.value_max, 1.f);
+    for (int y = 0; y < 9; ++y) EXPECT_FLOAT_EQ(img.value[size_t(y) * 2 + 1], shares[size_t(y)]) << "position " << y;
+    const EvictionColourKey k = eviction_colour_key(img);
+    EXPECT_STREQ(k.title, "share of queries reading the page");
+    EXPECT_STREQ(eviction_colour_name(EvictionColour::READS), "quest reads");
+}
+
 }  // namespace
 }  // namespace kv::views

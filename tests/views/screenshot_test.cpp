@@ -132,6 +132,8 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.set_view(ViewKind::EVICTION_MAP);
     canvas.impl().eviction.colour = EvictionColour::SCORE;
     shoot("eviction_map_score", ImVec2(W * 0.7f, H * 0.6f));
+    canvas.impl().eviction.colour = EvictionColour::READS;  // Quest runs: pages read per chunk
+    shoot("eviction_map_quest_reads", ImVec2(W * 0.7f, H * 0.6f));
     canvas.impl().eviction.colour = EvictionColour::AGE;
     canvas.impl().eviction.all_layers = true;
     shoot("eviction_map_all_layers_age", ImVec2(W * 0.3f, H * 0.5f));

@@ -215,6 +215,63 @@ void sdpa(const OpCall& c) {
                 for (int64_t j = 0; j < T; ++j) set(c.dst2, Index{b, g, j}, w[size_t((b * G + g) * T + j)]);
 }
 
+// SDPA_QUEST from op.h alone: per query row, page bounds sum_d max(q_d kmin_d, q_d kmax_d) in
+// f64 over the pages whose first slot it may see, a full sort (larger bound first, lower page
+// on ties), the first `pages` plus the last visible page, then the dense f64 softmax over the
+// visible slots of those pages (the others get probability 0).
+void sdpa_quest(const OpCall& c) {
+    const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4], &mn = c.src[5], &mx = c.src[6];
+    const int64_t B = q.ne[0], NH = q.ne[1], n = q.ne[2], HS = q.ne[3], G = k.ne[1], T = k.ne[2], R = NH / G, P = c.p.quest_page;
+    const int64_t NP = (T + P - 1) / P;
+    std::vector<double> w((size_t)(B * G * T), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < NH; ++h) {
+            const int64_t g = h / R;
+            for (int64_t i = 0; i < n; ++i) {
+                const double qp = get(qpos, Index{b, i});
+                std::vector<std::pair<double, int64_t>> pages;
+                for (int64_t j = 0; j < NP; ++j) {
+                    if (get(kpos, Index{b, g, j * P}) > qp) continue;
+                    double u = 0;
+                    for (int64_t d = 0; d < HS; ++d) {
+                        const double x = get(q, Index{b, h, i, d});
+                        u += std::max(x * get(mn, Index{b, g, j, d}), x * get(mx, Index{b, g, j, d}));
+                    }
+                    pages.push_back({-u, j});
+                }
+                std::sort(pages.begin(), pages.end());
+                std::vector<bool> chosen((size_t)NP, false);
+                for (size_t e = 0; e < pages.size(); ++e)
+                    if (int64_t(e) < c.p.quest_pages) chosen[size_t(pages[e].second)] = true;
+                int64_t last = -1;
+                for (const auto& pg : pages) last = std::max(last, pg.second);
+                if (last >= 0) chosen[size_t(last)] = true;
+                std::vector<double> s((size_t)T, -std::numeric_limits<double>::infinity());
+                double m = -std::numeric_limits<double>::infinity();
+                for (int64_t j = 0; j < T; ++j) {
+                    if (!chosen[size_t(j / P)] || get(kpos, Index{b, g, j}) > qp) continue;
+                    double dot = 0;
+                    for (int64_t d = 0; d < HS; ++d) dot += get(q, Index{b, h, i, d}) * get(k, Index{b, g, j, d});
+                    s[size_t(j)] = double(c.p.alpha) * dot;
+                    m = std::max(m, s[size_t(j)]);
+                }
+                double sum = 0;
+                for (auto& e : s) sum += (e = (m == -std::numeric_limits<double>::infinity()) ? 0.0 : std::exp(e - m));
+                for (int64_t d = 0; d < HS; ++d) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < T; ++j) acc += (sum > 0 ? s[size_t(j)] / sum : 0.0) * get(v, Index{b, g, j, d});
+                    set(c.dst, Index{b, h, i, d}, acc);
+                }
+                if (sum > 0)
+                    for (int64_t j = 0; j < T; ++j) w[size_t((b * G + g) * T + j)] += s[size_t(j)] / sum / double(R);
+            }
+        }
+    if (c.dst2.data)
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t j = 0; j < T; ++j) set(c.dst2, Index{b, g, j}, w[size_t((b * G + g) * T + j)]);
+}
+
 // SDPA_KIVI: every slot of [0, T) decoded to f64 from its bytes (written from op.h's layout
 // alone: explicit bit fields, no shared helper), then the dense reference above.
 void sdpa_kivi(const OpCall& c) {
@@ -446,6 +503,7 @@ void compute(const OpCall& c) {
         case OpKind::NORM: reduce(c); break;
         case OpKind::SDPA: sdpa(c); break;
         case OpKind::SDPA_KIVI: sdpa_kivi(c); break;
+        case OpKind::SDPA_QUEST: sdpa_quest(c); break;
         case OpKind::QUANTIZE: quantize(c); break;
         case OpKind::DEQUANTIZE: dequantize(c); break;
         default:
