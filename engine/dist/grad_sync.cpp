@@ -1,16 +1,11 @@
 // Bucketed gradient all-reduce and replica checksums (see grad_sync.h).
 #include "grad_sync.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "engine/telemetry/trace.h"
 
 namespace kv::dist {
-
-namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-}  // namespace
 
 GradSync::GradSync(Communicator& comm, std::vector<Tensor*> grads, size_t bucket_bytes) : comm_(comm) {
     device_buffers_ = std::string(comm.backend()) == "nccl";
@@ -31,8 +26,9 @@ GradSync::GradSync(Communicator& comm, std::vector<Tensor*> grads, size_t bucket
 GradSyncStats GradSync::allreduce() {
     GradSyncStats st;
     static const trace::Name kAllReduce("allreduce");
-    auto span = trace::SpanScope(trace::SpanCategory::OTHER, kAllReduce);
-    const double t0 = now_s();
+    // The span and the step's all-reduce seconds come from the same two clock reads, so the
+    // reported share is exactly the spans' sum over the step spans' (docs/DISTRIBUTED.md).
+    const uint64_t t0 = kv::now_ns();
     for (auto& b : buckets_) {
         if (b.members.empty()) continue;
         const Device dev = device_buffers_ ? b.members.front()->device() : Device{};
@@ -55,7 +51,9 @@ GradSyncStats GradSync::allreduce() {
         st.bytes += b.buffer.nbytes();
         ++st.buckets;
     }
-    st.seconds = now_s() - t0;
+    const uint64_t t1 = kv::now_ns();
+    trace::span_complete(trace::SpanCategory::OTHER, kAllReduce, t0, t1);
+    st.seconds = double(t1 - t0) * 1e-9;
     return st;
 }
 

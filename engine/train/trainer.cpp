@@ -13,6 +13,7 @@
 
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
+#include "engine/telemetry/trace.h"
 #include "grad_clip.h"
 #include "model_weights.h"
 #include "train_checkpoint.h"
@@ -333,7 +334,7 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
 TrainStepRecord Trainer::step() {
     if (step_ >= total_steps_) throw Error(str("the run has taken all its ", total_steps_, " steps"));
     dist::maybe_injected_death(step_ + 1);
-    const double t0 = now_s();
+    const uint64_t t0_ns = kv::now_ns();
     TrainStepRecord r;
     r.step = step_ + 1;
     // A cancelled step leaves no trace: the data position goes back to the step's start, so a
@@ -358,7 +359,12 @@ TrainStepRecord Trainer::step() {
     losses_.push_back(r.loss);
     r.comm_seconds = last_comm_seconds_;
     if (distributed() && cfg_.dist.check_interval > 0 && step_ % cfg_.dist.check_interval == 0) verify_replicas(str("after step ", step_));
-    r.seconds = now_s() - t0;
+    // One span per optimizer step ("train_step"), timed by the same clock reads as r.seconds,
+    // so the all-reduce share can be checked from the spans alone.
+    static const trace::Name kTrainStep("train_step");
+    const uint64_t t1_ns = kv::now_ns();
+    trace::span_complete(trace::SpanCategory::OTHER, kTrainStep, t0_ns, t1_ns);
+    r.seconds = double(t1_ns - t0_ns) * 1e-9;
     r.tokens_per_s = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
     sum_.steps.push_back(r);
     sum_.tokens += r.tokens;
