@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct GradientOptions {
     bool kv_checkpoints_from_forward = true;
     int64_t max_logit_bytes = int64_t(256) << 20;  // head blocks: B x tokens x V logits at most
     Device host{};                                 // where checkpoints live
+    // Called by phase 2 after each row of layers: the gradients of layers >= first_layer get
+    // nothing more from this backward (data parallelism starts their all-reduce; issue 23).
+    std::function<void(int first_layer)> layers_final;
 };
 
 struct GradientTargets {

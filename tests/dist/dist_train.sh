@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel fine-tuning under Open MPI (issue 23), end to end through the CLI:
-#  1. mpirun -np 2 of finetune_long_lora on `tiny` matches the single-process run with the same
+#  1. mpirun -np 2 of finetune_long_lora on `tiny` (bucket all-reduce overlapped with the
+#     backward, the default) matches the single-process run with the same
 #     global batch, once over shared memory and once over TCP (--mca btl tcp,self): per-step
 #     losses within a relative 1e-5 and the final adapters within 1e-6 absolute. Why these
 #     bounds: every rank computes the same micro-batches the single process does, with the same
@@ -95,6 +96,8 @@ assert d["ranks"] == 2 and d["backend"] == "mpi", d
 assert len(d["rank_allreduce_seconds"]) == 2 and len(d["rank_step_seconds"]) == 2, d
 assert 0 < d["allreduce_share"] < 1, d
 assert d["allreduce_bytes_per_step"] > 0 and d["replica_checks"] >= 2, d
+# overlap (default): LoRA's one bucket holds layers only, so it starts during the backward
+assert d["overlap"] is True and d["allreduce_overlapped_buckets"] == d["allreduce_buckets"] == 1, d
 print("summary.dist:", {k: d[k] for k in ("ranks", "backend", "allreduce_bytes_per_step", "allreduce_share", "replica_checks")})
 PY
 
@@ -119,8 +122,9 @@ for rank, path in ((0, s1), (1, s2)):
     rows = spans(path)
     ar = [int(r["dur_ns"]) for r in rows if r["name"] == "allreduce"]
     st = [int(r["dur_ns"]) for r in rows if r["name"] == "train_step"]
-    # 3 optimizer steps, one gradient all-reduce span and one step span each, on every rank
-    assert len(ar) == 3 and len(st) == 3, (rank, len(ar), len(st))
+    # 3 optimizer steps: one step span each, and all-reduce spans (the bucket launched during
+    # the backward, then the wait at the step's end), on every rank
+    assert len(st) == 3 and len(ar) >= 3, (rank, len(ar), len(st))
     assert any(r["category"] == "attention" for r in rows), rank  # the model's own spans too
     comm += sum(ar); step += sum(st)
     mem = list(csv.DictReader(open((m1, m2)[rank])))
@@ -133,7 +137,7 @@ assert pids == {1, 1001}, pids
 names = {e["pid"]: e["args"]["name"] for e in t if e.get("ph") == "M" and e["name"] == "process_name"}
 assert "rank 0" in names[1] and "rank 1" in names[1001], names
 for pid in (1, 1001):
-    assert sum(1 for e in t if e.get("ph") == "X" and e["pid"] == pid and e["name"] == "allreduce") == 3, pid
+    assert sum(1 for e in t if e.get("ph") == "X" and e["pid"] == pid and e["name"] == "allreduce") >= 3, pid
     assert any(e.get("ph") == "C" and e["pid"] == pid and e["name"].startswith("memory") for e in t), pid
 print("both ranks in the session: all-reduce share %.4f = spans %.4f; trace pids %s" % (share, comm / step, sorted(pids)))
 PY
