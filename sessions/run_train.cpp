@@ -122,6 +122,8 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
         d["ranks"] = s.ranks;
         d["allreduce_bytes_per_step"] = s.allreduce_bytes_per_step;
         d["allreduce_buckets"] = s.allreduce_buckets;
+        d["allreduce_overlapped_buckets"] = s.allreduce_overlapped_buckets;  // started during the backward
+        d["overlap"] = cfg.dist.overlap;
         d["rank_allreduce_seconds"] = s.rank_comm_seconds;
         d["rank_step_seconds"] = s.rank_step_seconds;
         d["replica_checks"] = s.replica_checks;

@@ -3,13 +3,17 @@
 // events, one tid per engine thread, cells on tid 0), memory as one "C" counter per device whose
 // series are the memory categories (so at every event they add up to the allocator's device
 // total), metrics as "C" counters; processes 2+ = GPU devices with one tid per CUDA stream.
+// A data-parallel run has these per rank, rank r's at pid 1 + 1000 r (export_chrome_trace).
 // Written by hand (not through a JSON DOM) so exports of millions of events stream.
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "storage/exports.h"
+#include "storage/rank_runs.h"
 
 namespace kv::storage {
 
@@ -83,14 +87,18 @@ void meta(TraceOut& t, const char* what, int pid, int tid, const std::string& na
 }
 }  // namespace
 
-uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
-                             std::ostream& out) {
-    const RunInfo info = reader.run(run);
-    const int64_t t0 = info.t0_ns;
-    TraceOut t(out);
-    const int host_pid = 1;
-    meta(t, "process_name", host_pid, 0, str("kvlab run ", run, ": ", info.name));
-    t.event(str("\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":", host_pid, ",\"args\":{\"sort_index\":0}"));
+namespace {
+std::string host_name(const RunInfo& r) {
+    const auto j = nlohmann::json::parse(r.host.empty() ? "{}" : r.host, nullptr, false);
+    return j.is_object() && j.contains("hostname") && j["hostname"].is_string() ? j["hostname"].get<std::string>() : "";
+}
+
+// One run's (or one rank's) tracks: host process `host_pid`, GPU devices at host_pid + 1 + device.
+void export_run(TraceOut& t, SessionReader& reader, const RunInfo& info, const std::string& process, int host_pid, int sort_index,
+                int64_t t0, bool spans, bool memory, bool metrics) {
+    const int64_t run = info.id;
+    meta(t, "process_name", host_pid, 0, process);
+    t.event(str("\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":", host_pid, ",\"args\":{\"sort_index\":", sort_index, "}"));
 
     if (spans) {
         std::set<int> threads;
@@ -122,7 +130,7 @@ uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, boo
         // GPU work per device (process) and stream (thread).
         std::set<std::pair<int, int>> streams;
         for (const GpuActivityRow& g : reader.gpu_activity(run)) {
-            const int pid = 2 + g.device;
+            const int pid = host_pid + 1 + g.device;
             streams.insert({g.device, g.stream});
             std::string args = str("\"correlation_id\":", g.correlation_id);
             if (g.external_id) args += str(",\"span_correlation_id\":", g.external_id);
@@ -136,8 +144,8 @@ uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, boo
         }
         std::set<int> devices;
         for (auto [dev, stream] : streams) {
-            if (devices.insert(dev).second) meta(t, "process_name", 2 + dev, 0, str("GPU cuda:", dev, " (CUPTI)"));
-            meta(t, "thread_name", 2 + dev, stream, str("stream ", stream));
+            if (devices.insert(dev).second) meta(t, "process_name", host_pid + 1 + dev, 0, str(process, " GPU cuda:", dev, " (CUPTI)"));
+            meta(t, "thread_name", host_pid + 1 + dev, stream, str("stream ", stream));
         }
     }
 
@@ -161,6 +169,26 @@ uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, boo
             if (std::isfinite(m.value))  // JSON has no NaN/inf
                 t.event(str("\"name\":", json_str("metric " + m.name), ",\"ph\":\"C\",\"ts\":", us(m.t_ns - t0),
                             ",\"pid\":", host_pid, ",\"args\":{", json_str(m.name), ":", num(m.value), "}"));
+    }
+}
+}  // namespace
+
+uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
+                             std::ostream& out) {
+    const RunInfo info = reader.run(run);
+    TraceOut t(out);
+    // A data-parallel run: one process per rank (storage/rank_runs.h), rank r at pid
+    // 1 + 1000 r (its GPUs above it). Ranks on rank 0's host share its engine clock
+    // (CLOCK_MONOTONIC), so they are drawn against rank 0's start; ranks on other hosts against
+    // their own.
+    const std::vector<int64_t> ranks = rank_runs(reader.runs(), run);
+    const std::string host0 = host_name(info);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+        if (ranks[r] == 0) continue;  // that rank's telemetry never arrived
+        const RunInfo ri = r == 0 ? info : reader.run(ranks[r]);
+        const bool same_clock = r == 0 || (!host0.empty() && host_name(ri) == host0);
+        const std::string process = ranks.size() > 1 ? str("kvlab run ", run, " rank ", r, ": ", info.name) : str("kvlab run ", run, ": ", info.name);
+        export_run(t, reader, ri, process, 1 + 1000 * int(r), int(r), same_clock ? info.t0_ns : ri.t0_ns, spans, memory, metrics);
     }
     t.close();
     return t.count();

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "storage/config_fields.h"
+#include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
 
@@ -142,7 +143,12 @@ void Canvas::open_session(const std::string& path) {
     // Something to look at straight away: the newest run (the host may select others).
     const std::vector<storage::RunInfo> runs = c.reader->runs();
     c.session_runs = runs.size();
-    if (!runs.empty()) select_runs({runs.back().id});
+    // (Not a rank run: those show through their run's rank selector.)
+    for (auto it = runs.rbegin(); it != runs.rend(); ++it)
+        if (!storage::is_rank_run(*it)) {
+            select_runs({it->id});
+            break;
+        }
 }
 
 const std::string& Canvas::session_path() const { return impl_->path; }

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/core/error.h"
+#include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
@@ -274,11 +276,32 @@ int MemoryTimelineViewState::active_device() const {
 }
 
 bool memory_timeline_has_requests(const MemoryTimelineViewState& s) {
-    return s.zoom_requested || (s.hover_t0 >= 0 && !s.hover_loaded);
+    return s.reload_requested || s.zoom_requested || (s.hover_t0 >= 0 && !s.hover_loaded);
+}
+
+bool select_memory_rank(MemoryTimelineViewState& s, int rank, TextureHost* host) {
+    if (rank < 0 || size_t(rank) >= s.rank_runs.size() || s.rank_runs[size_t(rank)] == 0) return false;
+    if (rank == s.rank) return true;
+    release_memory_timeline_textures(s, host);
+    MemoryTimelineViewState fresh;
+    // What the user chose stays; what was read from the other rank goes.
+    fresh.device = s.device;
+    fresh.show_spans = s.show_spans, fresh.show_cells = s.show_cells;
+    fresh.refresh_budget_ms = s.refresh_budget_ms, fresh.rows_per_read = s.rows_per_read;
+    fresh.zoom_query_max_events = s.zoom_query_max_events;
+    fresh.rank_runs = std::move(s.rank_runs);
+    fresh.base_run = s.base_run;
+    fresh.ranks_known = true;
+    fresh.rank = rank;
+    fresh.run = fresh.rank_runs[size_t(rank)];
+    fresh.reload_requested = true;
+    s = std::move(fresh);
+    return true;
 }
 
 bool serve_memory_timeline_requests(MemoryTimelineViewState& s, storage::SessionReader& reader) {
     bool served = false;
+    if (s.reload_requested) served |= refresh_memory_timeline(s, reader);
     try {
         if (s.zoom_requested) {
             s.zoom_requested = false;
@@ -314,6 +337,12 @@ bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader&
     auto spent_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); };
     bool any = false;
     try {
+        if (!s.ranks_known) {
+            s.base_run = s.run;
+            s.rank_runs = storage::rank_runs(reader.runs(), s.run);
+            s.ranks_known = true;
+        }
+        if (s.reload_requested) s.reload_requested = false, any = true;
         if (!s.have_t0) {
             const storage::RunInfo info = reader.run(s.run);
             if (info.t0_ns != 0) s.t0_ns = info.t0_ns, s.have_t0 = true;
@@ -549,6 +578,22 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
     ImGui::BeginGroup();
     const float top = ImGui::GetCursorPosY();
     if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
+    s.shown_rank_selector = s.rank_runs.size() > 1;
+    if (s.rank_runs.size() > 1) {
+        // Data-parallel run: one rank's memory and spans at a time (each rank is its own process).
+        ImGui::SetNextItemWidth(150);
+        const std::string current = str("rank ", s.rank, " of ", s.rank_runs.size());
+        if (ImGui::BeginCombo("rank", current.c_str())) {
+            for (size_t r = 0; r < s.rank_runs.size(); ++r) {
+                const bool have = s.rank_runs[r] != 0;
+                const std::string label = have ? str("rank ", r) : str("rank ", r, " (telemetry missing)");
+                if (ImGui::Selectable(label.c_str(), int(r) == s.rank, have ? 0 : ImGuiSelectableFlags_Disabled))
+                    select_memory_rank(s, int(r), host);
+            }
+            ImGui::EndCombo();
+        }
+        if (!s.series.empty() || !s.lanes.empty()) ImGui::SameLine();
+    }
     if (s.series.empty() && s.lanes.empty()) {
         ImGui::Dummy(ImVec2(size.x, 0));
         draw_empty_state("no memory events recorded yet");

@@ -134,6 +134,16 @@ struct MemoryTimelineViewState {
     // holds at most this many (~30 ms at ~1.3M rows/s); wider windows draw from the blocks.
     int zoom_query_max_events = 40000;
 
+    // ---- ranks of a data-parallel run (storage/rank_runs.h) ----
+    // Filled by the first refresh from `run`: the run id of each rank (index = rank; 0 = that
+    // rank's telemetry is missing). With more than one the toolbar shows a rank selector;
+    // select_memory_rank switches `run` to that rank's run (memory and spans reload).
+    std::vector<int64_t> rank_runs;
+    int rank = 0;
+    int64_t base_run = 0;      // the run whose ranks these are (rank 0's run)
+    bool ranks_known = false;
+    bool reload_requested = false;  // a rank was picked: the next refresh reads its rows
+
     // ---- derived data ----
     int64_t t0_ns = 0;  // run start on the engine clock (times are drawn relative to it)
     bool have_t0 = false;
@@ -148,6 +158,7 @@ struct MemoryTimelineViewState {
     uint64_t version = 0;
 
     // What the last draw showed (tests compare these with the raw events).
+    bool shown_rank_selector = false;
     std::vector<storage::MemoryBucket> shown_buckets;
     int64_t shown_peak = 0;  // max total over the shown buckets
     int shown_device = -1;
@@ -208,6 +219,9 @@ bool serve_memory_timeline_requests(MemoryTimelineViewState& s, storage::Session
 std::vector<storage::MemoryBucket> memory_view_buckets(MemoryTimelineViewState& s, storage::SessionReader* reader, int n,
                                                        bool* needs_reader = nullptr);
 void zoom_to_cell(MemoryTimelineViewState& s, size_t cell);
+// Shows rank `rank` of a data-parallel run: drops what was read (textures released) and keeps
+// the selection; false when the run has no such rank or its telemetry is missing.
+bool select_memory_rank(MemoryTimelineViewState& s, int rank, TextureHost* host);
 void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* host);
 // Draws from the state only (no queries: see refresh_memory_timeline); `host` may be null (the
 // plot image is still built in plot_pixels, but not shown).

@@ -107,9 +107,27 @@ int bench_dist(const Args& args) {
     t.train.eval_interval = 0;
     t.telemetry.enabled = false;
     t.dist = cfg.dist;
+    // Overlap of the bucket all-reduces with the backward (grad_sync.h), off and on, alternated
+    // twice so a change in the machine's load hits both alike; the step time is the mean over
+    // ranks and steps.
+    auto step_seconds = [](const nlohmann::json& sum, int64_t steps) {
+        double total = 0;
+        size_t n = 0;
+        if (sum.contains("dist"))
+            for (const auto& v : sum["dist"]["rank_step_seconds"]) total += v.get<double>(), ++n;
+        return n && steps ? total / double(n) / double(steps) : 0.0;
+    };
     sessions::RunHooks hooks;
-    const sessions::RunOutcome out = sessions::execute_run(t, hooks);
-    const nlohmann::json s = nlohmann::json::parse(out.summary_json);
+    double t_off = 0, t_on = 0;
+    nlohmann::json s;
+    for (int round = 0; round < 2; ++round)
+        for (bool overlap : {false, true}) {
+            t.dist.overlap = overlap;
+            const sessions::RunOutcome out = sessions::execute_run(t, hooks);
+            const nlohmann::json sum = nlohmann::json::parse(out.summary_json);
+            (overlap ? t_on : t_off) += step_seconds(sum, t.train.max_steps) / 2;
+            if (overlap) s = sum;
+        }
     if (root) {
         std::printf("%s %s, %lld tokens, global batch %lld (%d per rank), %lld steps: %.1f tokens/s\n", t.mode.c_str(), t.model.c_str(),
                     (long long)t.data.seq_length, (long long)t.train.global_batch_size, 2, (long long)t.train.max_steps,
@@ -124,6 +142,10 @@ int bench_dist(const Args& args) {
             for (size_t r = 0; r < c.size() && r < st.size(); ++r)
                 std::printf(" %zu: %.2f%%", r, st[r].get<double>() > 0 ? 100.0 * c[r].get<double>() / st[r].get<double>() : 0.0);
             std::printf(")\n");
+            std::printf("overlap of the bucket all-reduces with the backward: step %.2f ms without, %.2f ms with (ratio %.3f; "
+                        "%lld of %lld bucket(s) started during the backward)\n",
+                        1e3 * t_off, 1e3 * t_on, t_off > 0 ? t_on / t_off : 0.0, (long long)d.value("allreduce_overlapped_buckets", 0LL),
+                        (long long)d.value("allreduce_buckets", 0LL));
         } else {
             std::printf("gradient all-reduce: none (one process); share of step time 0%%\n");
         }

@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "storage/comparison.h"
 #include "storage/config_fields.h"
+#include "storage/rank_runs.h"
 #include "storage/session.h"
 #include "storage/session_reader.h"
 
@@ -136,13 +137,20 @@ int cmd_runs(int argc, char** argv, int first) {
                              {"chunks_done", r.progress.chunks_done}, {"chunks_total", r.progress.chunks_total},
                              {"steps_done", r.progress.steps_done},   {"steps_total", r.progress.steps_total}};
             if (!r.error.empty()) j["error"] = r.error;
+            // Data parallelism: the run ids of its ranks' telemetry (index = rank; 0: missing).
+            if (const auto rk = storage::rank_runs(runs, r.id); rk.size() > 1) j["rank_runs"] = rk;
             out.push_back(j);
         }
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
+    // Rank runs (other ranks' telemetry of a data-parallel run) are part of their run: not listed.
+    const size_t rank_rows = size_t(std::count_if(runs.begin(), runs.end(), [](const storage::RunInfo& r) { return storage::is_rank_run(r); }));
+    std::erase_if(runs, [](const storage::RunInfo& r) { return storage::is_rank_run(r); });
     std::printf("session %s: %zu run%s%s\n", path.c_str(), runs.size(), runs.size() == 1 ? "" : "s",
                 read_only ? str(" (", why_read_only, "; crashed runs are not marked)").c_str() : "");
+    if (rank_rows)
+        std::printf("(%zu rank run%s of data-parallel runs not listed: kvlab runs --json lists them)\n", rank_rows, rank_rows == 1 ? "" : "s");
     for (int64_t id : crashed)
         std::printf("run %lld was left running by a process that is gone: marked crashed\n", (long long)id);
     if (runs.empty()) return 0;

@@ -19,6 +19,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/mem_category.h"
 #include "progress.h"
+#include "rank_telemetry.h"
 #include "run_options.h"
 #include "sessions/run_manager.h"
 #include "storage/comparison.h"
@@ -70,8 +71,8 @@ void print_generate_stats(const nlohmann::json& s) {
 int run_mode_in_session(const Args& args, const std::string& mode) {
     RunConfig cfg = run_config_from_args(args, mode);
     // Data parallelism (mpirun): rank 0 records into the session and prints; every other rank
-    // runs the same training into a private session removed at exit (its timings reach rank
-    // 0's summary through the communicator; docs/DISTRIBUTED.md).
+    // runs the same training into a private session removed at exit, sent to rank 0 at the end
+    // and imported as that rank's run (rank_telemetry.h; docs/DISTRIBUTED.md).
     const DistSetup ds = setup_dist(cfg, mode, mode.rfind("finetune_", 0) == 0);
     const bool quiet_rank = ds.rank != 0;
     const std::string format = args.str("format", "text");
@@ -156,6 +157,12 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     std::fflush(stdout);
     // What this process knows: the session may not have been able to record it (disk full).
     const std::string why = rm->message(run);
+    if (ds.ranks > 1 && mode.rfind("finetune_", 0) == 0) {
+        // Every rank's spans and memory events into the run's session (rank_telemetry.h); a
+        // rank's file travels closed.
+        if (quiet_rank) rm.reset();
+        share_rank_telemetry(ds, path, run, st);
+    }
     if (st == storage::RunStatus::FAILED) {
         discard_new_session();
         throw Error(why.empty() ? "the run failed" : why);

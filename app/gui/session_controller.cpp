@@ -6,6 +6,7 @@
 #include "engine/core/error.h"
 #include "sessions/run_manager.h"
 #include "storage/session.h"
+#include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 
 namespace kv::gui {
@@ -93,7 +94,8 @@ void SessionController::reload() {
     std::vector<storage::RunInfo> infos = reader_->runs();
     std::vector<RunRow> rows;
     rows.reserve(infos.size());
-    for (const auto& i : infos) rows.push_back(runRowFromInfo(i));
+    for (const auto& i : infos)
+        if (!storage::is_rank_run(i)) rows.push_back(runRowFromInfo(i));  // ranks show in their run's views
     model_->setRuns(std::move(rows));
     const bool active = anyActive();
     if (active != was_active_) {

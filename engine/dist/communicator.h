@@ -52,6 +52,17 @@ class Communicator {
     // In place: data becomes the sum over ranks. Every rank passes the same count and type.
     // `data` may be device memory for the nccl backend (host memory is staged through the GPU).
     virtual void allreduce_sum(void* data, size_t count, ReduceType type, const char* what) = 0;
+    // Non-blocking form of allreduce_sum (the gradient buckets that overlap the backward pass):
+    // starts the sum and returns; `data` must stay untouched until wait_started(). Started sums
+    // complete in the order they were started, and every rank starts the same ones in the same
+    // order with no other collective in between. test_started() lets them progress (MPI moves
+    // a non-blocking collective only inside MPI calls); wait_started() completes them all,
+    // with the deadline of any collective. Default: the blocking sum, done at the start.
+    virtual void start_allreduce_sum(void* data, size_t count, ReduceType type, const char* what) {
+        allreduce_sum(data, count, type, what);
+    }
+    virtual void test_started() {}
+    virtual void wait_started() {}
     // root's bytes to every rank.
     virtual void broadcast(void* data, size_t bytes, int root, const char* what) = 0;
     // Every rank's value, indexed by rank.

@@ -10,6 +10,8 @@
 #include <climits>
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <thread>
 
 #include "backends.h"
@@ -112,28 +114,80 @@ class MpiCommunicator final : public Communicator {
         run("barrier", what, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
     }
 
+    void start_allreduce_sum(void* data, size_t count, ReduceType type, const char* what) override {
+        const size_t piece = size_t(1) << 28;
+        char* p = static_cast<char*>(data);
+        for (size_t off = 0; off < count || (count == 0 && off == 0); off += piece) {
+            const int n = int(std::min(piece, count - off));
+            started_.push_back(post("all-reduce", what, [&](MPI_Request* r) {
+                return MPI_Iallreduce(MPI_IN_PLACE, p + off * reduce_type_size(type), n, mpi_type(type), MPI_SUM, comm_, r);
+            }));
+            if (count == 0) break;
+        }
+    }
+    void test_started() override {
+        for (auto& op : started_) {
+            int all = 0;
+            check(MPI_Testall(int(op->reqs.size()), op->reqs.data(), &all, MPI_STATUSES_IGNORE), op->kind, op->what);
+        }
+    }
+    void wait_started() override {
+        // In start order; a failure leaves the rest (the communicator is broken anyway).
+        std::deque<std::unique_ptr<Op>> ops;
+        ops.swap(started_);
+        for (auto& op : ops) complete(*op);
+    }
+
    private:
-    // One collective: announce arrival to every peer, start the operation, poll all of it
-    // until done or the deadline. On failure the communicator is broken and DistError names
-    // the peers that never arrived.
-    template <class Start>
-    void run(const char* kind, const char* what, Start start) {
-        if (broken_) throw DistError(str("rank ", rank_, ": ", kind, " '", what, "' on a communicator broken by an earlier failure"));
-        ++seq_;
+    // One collective in flight: its arrival messages (N-1 sends of its sequence number, N-1
+    // receives of the peers') and the operation itself, last in `reqs`.
+    struct Op {
+        const char* kind = "";
+        const char* what = "";
+        uint64_t seq = 0;
         std::vector<MPI_Request> reqs;
-        std::vector<uint64_t> arrived(size_t(size_), 0);
+        std::vector<uint64_t> arrived;
         std::vector<int> recv_peer;  // rank of each arrival receive, in reqs order
+    };
+
+    // Announces arrival to every peer and starts the operation.
+    template <class Start>
+    std::unique_ptr<Op> post(const char* kind, const char* what, Start start) {
+        if (broken_) throw DistError(str("rank ", rank_, ": ", kind, " '", what, "' on a communicator broken by an earlier failure"));
+        auto op = std::make_unique<Op>();
+        op->kind = kind, op->what = what, op->seq = ++seq_;
+        op->arrived.assign(size_t(size_), 0);
+        op->reqs.reserve(size_t(2 * size_));  // the send buffers and receives must not move
         for (int p = 0; p < size_; ++p) {
             if (p == rank_) continue;
-            reqs.emplace_back();
-            check(MPI_Isend(&seq_, 1, MPI_UINT64_T, p, kArrivalTag, comm_, &reqs.back()), kind, what);
-            reqs.emplace_back();
-            check(MPI_Irecv(&arrived[size_t(p)], 1, MPI_UINT64_T, p, kArrivalTag, comm_, &reqs.back()), kind, what);
-            recv_peer.push_back(p);
+            op->reqs.emplace_back();
+            check(MPI_Isend(&op->seq, 1, MPI_UINT64_T, p, kArrivalTag, comm_, &op->reqs.back()), kind, what);
+            op->reqs.emplace_back();
+            check(MPI_Irecv(&op->arrived[size_t(p)], 1, MPI_UINT64_T, p, kArrivalTag, comm_, &op->reqs.back()), kind, what);
+            op->recv_peer.push_back(p);
         }
-        reqs.emplace_back();
-        check(start(&reqs.back()), kind, what);
+        op->reqs.emplace_back();
+        check(start(&op->reqs.back()), kind, what);
+        return op;
+    }
 
+    // One blocking collective: post, then complete.
+    template <class Start>
+    void run(const char* kind, const char* what, Start start) {
+        if (!started_.empty()) wait_started();  // collectives complete in the order they started
+        std::unique_ptr<Op> op = post(kind, what, start);
+        complete(*op);
+    }
+
+    // Polls the collective until done or the deadline. On failure the communicator is broken
+    // and DistError names the peers that never arrived.
+    void complete(Op& op) {
+        const char* kind = op.kind;
+        const char* what = op.what;
+        std::vector<MPI_Request>& reqs = op.reqs;
+        const std::vector<int>& recv_peer = op.recv_peer;
+        const std::vector<uint64_t>& arrived = op.arrived;
+        const uint64_t seq = op.seq;
         const double t_start = now_s(), deadline = t_start + timeout_s_;
         for (;;) {
             int all = 0;
@@ -152,9 +206,9 @@ class MpiCommunicator final : public Communicator {
                 for (int m : missing) who += (who.empty() ? "" : ", ") + std::to_string(m);
                 if (!missing.empty())
                     throw DistError(str("rank ", rank_, ": rank", missing.size() > 1 ? "s " : " ", who, " (of ", size_, ") did not reach ", kind,
-                                        " '", what, "' #", seq_, " within ", timeout_s_, " s: dead or stuck; stopping"),
+                                        " '", what, "' #", seq, " within ", timeout_s_, " s: dead or stuck; stopping"),
                                     "check that rank's output; mpirun --enable-recovery lets the other ranks report it (--dist.timeout sets the wait)");
-                throw DistError(str("rank ", rank_, ": ", kind, " '", what, "' #", seq_, " did not complete within ", timeout_s_,
+                throw DistError(str("rank ", rank_, ": ", kind, " '", what, "' #", seq, " did not complete within ", timeout_s_,
                                     " s although every rank reached it (a rank died during it, or the network failed); stopping"));
             }
             // Non-blocking collectives progress only inside MPI_Test*: poll flat out (yielding the
@@ -164,10 +218,10 @@ class MpiCommunicator final : public Communicator {
             else std::this_thread::yield();
         }
         for (size_t i = 0; i < recv_peer.size(); ++i)
-            if (arrived[size_t(recv_peer[i])] != seq_) {
+            if (arrived[size_t(recv_peer[i])] != seq) {
                 broken_ = true;
                 throw DistError(str("rank ", rank_, ": rank ", recv_peer[i], " is at collective #", arrived[size_t(recv_peer[i])], " while this rank is at ",
-                                    kind, " '", what, "' #", seq_, ": the ranks ran different code paths"));
+                                    kind, " '", what, "' #", seq, ": the ranks ran different code paths"));
             }
     }
 
@@ -182,6 +236,7 @@ class MpiCommunicator final : public Communicator {
     int rank_ = 0, size_ = 1;
     std::string host_;
     uint64_t seq_ = 0;
+    std::deque<std::unique_ptr<Op>> started_;  // start_allreduce_sum's, in start order
     bool owns_mpi_ = false;
     bool broken_ = false;
 };

@@ -510,6 +510,7 @@ class GradientRun {
                 merge_peaks(st.phase2_memory, tracker.all_stats());
             }
             layer_cp[size_t(r)].clear();
+            if (opt.layers_final) opt.layers_final(l0);
         }
 
         // ---- embeddings ----

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct GradientOptions {
     // quest read policy: chunks after the prefill attend over each query's top quest_pages
     // pages of quest_page slots (gradient_step sets these from the cache's config; 0 = off).
     int64_t quest_page = 0, quest_pages = 0;
+    // Called by phase 2 after each row of layers: the gradients of layers >= first_layer get
+    // nothing more from this backward (data parallelism starts their all-reduce; issue 23).
+    std::function<void(int first_layer)> layers_final;
 };
 
 struct GradientTargets {

@@ -365,6 +365,8 @@ std::vector<OptionDef> build_options() {
                         0, BIG, [](RunConfig& c) -> int64_t& { return c.dist.check_interval; }));
     o.push_back(int_opt("dist.bucket_mb", "distributed", "gradient all-reduce bucket size in MiB", 1, 1 << 16,
                         [](RunConfig& c) -> int64_t& { return c.dist.bucket_mb; }));
+    o.push_back(bool_opt("dist.overlap", "distributed", "start each gradient bucket's all-reduce during the backward pass, as soon as its layers are done",
+                         [](RunConfig& c) -> bool& { return c.dist.overlap; }));
     return o;
 }
 

@@ -95,6 +95,7 @@ struct DistConfig {
     double timeout = 300;          // seconds a collective waits before naming the missing ranks
     int64_t check_interval = 10;   // steps between replica checksums (0: only at the end)
     int64_t bucket_mb = 25;        // all-reduce bucket size (MiB), as PyTorch DDP's default
+    bool overlap = true;           // start a bucket's all-reduce during the backward once its layers are done
 };
 
 struct TelemetryConfig {

@@ -14,6 +14,7 @@
 #include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
+#include "engine/telemetry/trace.h"
 #include "grad_clip.h"
 #include "model_weights.h"
 #include "train_checkpoint.h"
@@ -171,8 +172,9 @@ Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg
     comm_ = dist::process_communicator();
     if (comm_) {
         std::vector<Tensor*> grads;
-        for (auto& p : params_) grads.push_back(p.grad);
-        gsync_ = std::make_unique<dist::GradSync>(*comm_, grads, size_t(cfg.dist.bucket_mb) << 20);
+        std::vector<int> layers;
+        for (auto& p : params_) grads.push_back(p.grad), layers.push_back(dist::GradSync::layer_of_name(p.name));
+        gsync_ = std::make_unique<dist::GradSync>(*comm_, grads, size_t(cfg.dist.bucket_mb) << 20, layers);
         sum_.ranks = comm_->size();
         sum_.dist_backend = comm_->backend();
         if (cb_.log && comm_->rank() == 0 && accum_ % comm_->size() != 0)
@@ -286,6 +288,11 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
     const KVCacheConfig kc = cache_config();
     double loss = 0;
     int64_t tokens = 0;
+    // Data parallelism: the backward of this rank's last micro-batch finishes the gradients row
+    // by row (top layers first); each finished bucket's all-reduce starts there (grad_sync.h).
+    size_t last_local = micro_batches.size();
+    for (size_t j = 0; j < micro_batches.size(); ++j)
+        if (is_local(j)) last_local = j;
     for (size_t j = 0; j < micro_batches.size(); ++j) {
         if (!is_local(j)) continue;  // another rank's share of the global batch
         MicroBatch b = make_micro_batch(data_, micro_batches[j], pad, m.options().device);
@@ -310,7 +317,9 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
         };
         // Dropout masks are keyed on the micro-batch's index in the run (the same after a resume).
         TrainingPass pass(lora_.get(), uint64_t(step_ * accum_ + int64_t(j)));
-        GradientStats st = gradient_step(m, cache, b.ids, plan, b.head, double(b.ids.size(0)) / double(rows), gopt_, tg, dcb);
+        GradientOptions gopt = gopt_;
+        if (gsync_ && cfg_.dist.overlap && j == last_local) gopt.layers_final = [this](int first) { gsync_->layers_final(first); };
+        GradientStats st = gradient_step(m, cache, b.ids, plan, b.head, double(b.ids.size(0)) / double(rows), gopt, tg, dcb);
         merge_peaks(sum_.memory, st.phase1_memory);
         merge_peaks(sum_.memory, st.phase2_memory);
         loss += st.loss;
@@ -319,7 +328,7 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
     last_comm_seconds_ = 0;
     if (gsync_) {
         // The local sums of every rank add up to the global batch's gradient and loss.
-        const dist::GradSyncStats gs = gsync_->allreduce();
+        const dist::GradSyncStats gs = gsync_->finish();
         double lt[2] = {loss, double(tokens)};
         comm_->allreduce_sum(lt, 2, dist::ReduceType::F64, "loss and tokens");
         loss = lt[0];
@@ -327,6 +336,7 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
         last_comm_seconds_ = gs.seconds;
         sum_.allreduce_bytes_per_step = gs.bytes;
         sum_.allreduce_buckets = gs.buckets;
+        sum_.allreduce_overlapped_buckets = gs.overlapped;
     }
     if (tokens_out) *tokens_out = tokens;
     return loss;
@@ -335,7 +345,7 @@ double Trainer::compute_gradients(const std::vector<std::vector<int64_t>>& micro
 TrainStepRecord Trainer::step() {
     if (step_ >= total_steps_) throw Error(str("the run has taken all its ", total_steps_, " steps"));
     dist::maybe_injected_death(step_ + 1);
-    const double t0 = now_s();
+    const uint64_t t0_ns = kv::now_ns();
     TrainStepRecord r;
     r.step = step_ + 1;
     // A cancelled step leaves no trace: the data position goes back to the step's start, so a
@@ -360,7 +370,12 @@ TrainStepRecord Trainer::step() {
     losses_.push_back(r.loss);
     r.comm_seconds = last_comm_seconds_;
     if (distributed() && cfg_.dist.check_interval > 0 && step_ % cfg_.dist.check_interval == 0) verify_replicas(str("after step ", step_));
-    r.seconds = now_s() - t0;
+    // One span per optimizer step ("train_step"), timed by the same clock reads as r.seconds,
+    // so the all-reduce share can be checked from the spans alone.
+    static const trace::Name kTrainStep("train_step");
+    const uint64_t t1_ns = kv::now_ns();
+    trace::span_complete(trace::SpanCategory::OTHER, kTrainStep, t0_ns, t1_ns);
+    r.seconds = double(t1_ns - t0_ns) * 1e-9;
     r.tokens_per_s = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
     sum_.steps.push_back(r);
     sum_.tokens += r.tokens;

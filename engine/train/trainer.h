@@ -98,6 +98,7 @@ struct TrainSummary {
     std::string dist_backend;                // "" when no communicator was installed
     size_t allreduce_bytes_per_step = 0;     // gradient bytes each rank reduces per step
     int64_t allreduce_buckets = 0;
+    int64_t allreduce_overlapped_buckets = 0;  // of those, started during the backward (last step)
     std::vector<double> rank_comm_seconds;   // all-reduce wall time over the run's steps
     std::vector<double> rank_step_seconds;   // step wall time (compute + all-reduce)
     int64_t replica_checks = 0;              // checksum comparisons passed

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel fine-tuning under Open MPI (issue 23), end to end through the CLI:
-#  1. mpirun -np 2 of finetune_long_lora on `tiny` matches the single-process run with the same
+#  1. mpirun -np 2 of finetune_long_lora on `tiny` (bucket all-reduce overlapped with the
+#     backward, the default) matches the single-process run with the same
 #     global batch, once over shared memory and once over TCP (--mca btl tcp,self): per-step
 #     losses within a relative 1e-5 and the final adapters within 1e-6 absolute. Why these
 #     bounds: every rank computes the same micro-batches the single process does, with the same
@@ -10,9 +11,12 @@
 #  2. finetune_long_full (every weight) over shared memory, same bounds.
 #  3. The checkpoint rank 0 wrote resumes on N=1, and the N=1 checkpoint resumes on N=2, with
 #     matching continuations.
-#  4. `kvlab runs` shows the rank count; the summary has the all-reduce share.
+#  4. `kvlab runs` shows the rank count; the summary has the all-reduce share. Both ranks'
+#     spans and memory events are in the run's session (rank 1's as run 2, a rank run); the
+#     all-reduce share equals the all-reduce spans' sum over the step spans' sum (both ranks);
+#     the Chrome trace has one process per rank, each with its all-reduce spans.
 #  5. A rank killed at step 2 makes the other exit within the collective timeout with a message
-#     naming the rank, and the session marks the run failed; nothing hangs.
+#     naming the rank, and the session marks the run failed and keeps rank 0's records; nothing hangs.
 # Exit 77 (skipped) when this kvlab was built without MPI or mpirun is missing.
 # usage: dist_train.sh KVLAB WORKDIR
 set -u
@@ -92,8 +96,52 @@ assert d["ranks"] == 2 and d["backend"] == "mpi", d
 assert len(d["rank_allreduce_seconds"]) == 2 and len(d["rank_step_seconds"]) == 2, d
 assert 0 < d["allreduce_share"] < 1, d
 assert d["allreduce_bytes_per_step"] > 0 and d["replica_checks"] >= 2, d
+# overlap (default): LoRA's one bucket holds layers only, so it starts during the backward
+assert d["overlap"] is True and d["allreduce_overlapped_buckets"] == d["allreduce_buckets"] == 1, d
 print("summary.dist:", {k: d[k] for k in ("ranks", "backend", "allreduce_bytes_per_step", "allreduce_share", "replica_checks")})
 PY
+
+# ---- 4b. every rank's telemetry is in the run's session (one process per rank in the trace) ----
+"$kvlab" runs shm.kvlab >shm_runs.txt 2>&1 || fail "kvlab runs shm.kvlab"
+grep -q "1 rank run of data-parallel runs not listed" shm_runs.txt || { cat shm_runs.txt; fail "the rank run is listed as a run of its own"; }
+for r in 1 2; do
+  "$kvlab" export shm.kvlab --run $r --what spans --format csv -o spans$r.csv >/dev/null || fail "spans export of run $r"
+  "$kvlab" export shm.kvlab --run $r --what memory --format csv -o memory$r.csv >/dev/null || fail "memory export of run $r"
+done
+"$kvlab" export shm.kvlab --run 1 --what all --format chrome-trace -o trace.json >/dev/null || fail "chrome trace export"
+python3 - runs.json spans1.csv spans2.csv memory1.csv memory2.csv trace.json <<'PY' || fail "the session does not hold both ranks' telemetry"
+import csv, json, sys
+runs_json, s1, s2, m1, m2, trace = sys.argv[1:]
+runs = {r["id"]: r for r in json.load(open(runs_json))}
+assert runs[1]["rank_runs"] == [1, 2], runs[1].get("rank_runs")
+assert runs[2]["config"]["dist"]["rank"] == 1 and runs[2]["config"]["dist"]["rank_of"] == 1, runs[2]["config"]["dist"]
+def spans(path):
+    return list(csv.DictReader(open(path)))
+comm = step = 0
+for rank, path in ((0, s1), (1, s2)):
+    rows = spans(path)
+    ar = [int(r["dur_ns"]) for r in rows if r["name"] == "allreduce"]
+    st = [int(r["dur_ns"]) for r in rows if r["name"] == "train_step"]
+    # 3 optimizer steps: one step span each, and all-reduce spans (the bucket launched during
+    # the backward, then the wait at the step's end), on every rank
+    assert len(st) == 3 and len(ar) >= 3, (rank, len(ar), len(st))
+    assert any(r["category"] == "attention" for r in rows), rank  # the model's own spans too
+    comm += sum(ar); step += sum(st)
+    mem = list(csv.DictReader(open((m1, m2)[rank])))
+    assert len(mem) > 100, (rank, len(mem))
+share = runs[1]["summary"]["dist"]["allreduce_share"]
+assert abs(share - comm / step) <= 1e-9 * max(1.0, share), (share, comm / step)
+t = json.load(open(trace))["traceEvents"]
+pids = {e["pid"] for e in t if e.get("ph") == "X"}
+assert pids == {1, 1001}, pids
+names = {e["pid"]: e["args"]["name"] for e in t if e.get("ph") == "M" and e["name"] == "process_name"}
+assert "rank 0" in names[1] and "rank 1" in names[1001], names
+for pid in (1, 1001):
+    assert sum(1 for e in t if e.get("ph") == "X" and e["pid"] == pid and e["name"] == "allreduce") >= 3, pid
+    assert any(e.get("ph") == "C" and e["pid"] == pid and e["name"].startswith("memory") for e in t), pid
+print("both ranks in the session: all-reduce share %.4f = spans %.4f; trace pids %s" % (share, comm / step, sorted(pids)))
+PY
+grep -q "rank 1's telemetry is run 2 of the session" shm.log || { cat shm.log; fail "rank 0 did not say where rank 1's telemetry went"; }
 
 # ---- 5. a rank dies: the other names it and exits; the run is marked failed ----
 start=$(date +%s)
@@ -106,5 +154,8 @@ cat kill.log | grep -v "^ *step\|^ *validation" | tail -8
 grep -q "rank 1 (of 2) did not reach all-reduce" kill.log || fail "no message naming the dead rank"
 "$kvlab" runs kill.kvlab >kill_runs.txt 2>&1
 grep -Eq "failed" kill_runs.txt && grep -q "rank 1 (of 2) did not reach" kill_runs.txt || { cat kill_runs.txt; fail "the session does not mark the run failed with the reason"; }
+# Rank 0's own records survive the dead rank (its first step ran before rank 1 died).
+"$kvlab" export kill.kvlab --run 1 --what spans --format csv --allow-incomplete -o kill_spans.csv >/dev/null || fail "spans export of the failed run"
+grep -q ",train_step," kill_spans.csv && grep -q ",allreduce," kill_spans.csv || fail "rank 0's spans were lost when rank 1 died"
 echo "killed rank: the survivor stopped after ${elapsed} s"
 echo "PASS"

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "engine/dist/communicator.h"
 #include "engine/dist/grad_sync.h"
@@ -73,6 +75,72 @@ TEST(DistGradSync, EveryElementGetsThePeersSumAcrossBucketsAndDtypes) {
     EXPECT_EQ(st.bytes, size_t((1000 + 3000 + 500) * 4 + 700 * 8));
     ASSERT_EQ(comm.calls.back().second, dist::ReduceType::F64);  // dtypes never share a bucket
     EXPECT_EQ(comm.calls.back().first, 700u);
+}
+
+// A fake whose non-blocking sums are applied only at wait_started (as a real one completes
+// them), recording the order of starts and waits.
+class DeferredComm final : public dist::Communicator {
+   public:
+    const char* backend() const override { return "fake"; }
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    std::string host() const override { return "here"; }
+    void allreduce_sum(void*, size_t, dist::ReduceType, const char*) override { log.push_back("blocking"); }
+    void start_allreduce_sum(void* data, size_t count, dist::ReduceType, const char*) override {
+        log.push_back("start " + std::to_string(count));
+        pending.push_back({static_cast<float*>(data), count});
+    }
+    void wait_started() override {
+        log.push_back("wait");
+        for (auto [p, n] : pending)
+            for (size_t i = 0; i < n; ++i) p[i] += 10.0f;  // the peer's contribution
+        pending.clear();
+    }
+    void broadcast(void*, size_t, int, const char*) override {}
+    std::vector<uint64_t> allgather_u64(uint64_t v, const char*) override { return {v, v}; }
+    void barrier(const char*) override {}
+    std::vector<std::string> log;
+    std::vector<std::pair<float*, size_t>> pending;
+};
+
+TEST(DistGradSync, OverlapStartsBucketsTopLayerFirstAsLayersFinish) {
+    // Gradients of layers 0, 1, 1, (none), 0; 100 floats each; 800-byte buckets hold two.
+    // Buckets top layer first: {layer 1, layer 1}, {layer 0, layer 0}, {layer-less}.
+    std::vector<Tensor> ts;
+    for (int k = 0; k < 5; ++k) ts.push_back(ramp(100, DType::F32, double(k)));
+    std::vector<Tensor*> ptrs;
+    std::vector<std::vector<double>> before;
+    for (auto& t : ts) ptrs.push_back(&t), before.push_back(t.to_f64_vector());
+    DeferredComm comm;
+    dist::GradSync sync(comm, ptrs, 800, {0, 1, 1, -1, 0});
+    sync.layers_final(2);  // nothing is final yet
+    EXPECT_TRUE(comm.log.empty());
+    sync.layers_final(1);  // layer 1 done: its bucket starts
+    EXPECT_EQ(comm.log, (std::vector<std::string>{"start 200"}));
+    sync.layers_final(0);  // layer 0 done: its bucket; the layer-less one waits for finish
+    EXPECT_EQ(comm.log, (std::vector<std::string>{"start 200", "start 200"}));
+    const dist::GradSyncStats st = sync.finish();
+    EXPECT_EQ(comm.log, (std::vector<std::string>{"start 200", "start 200", "start 100", "wait"}));
+    EXPECT_EQ(st.buckets, 3);
+    EXPECT_EQ(st.overlapped, 2);
+    for (size_t k = 0; k < ts.size(); ++k) {
+        const auto after = ts[k].to_f64_vector();
+        for (size_t i = 0; i < after.size(); ++i) ASSERT_EQ(after[i], before[k][i] + 10.0) << "tensor " << k << " element " << i;
+    }
+    // The next step starts over: nothing started until a layer is reported again.
+    comm.log.clear();
+    const dist::GradSyncStats again = sync.finish();
+    EXPECT_EQ(again.overlapped, 0);
+    EXPECT_EQ(comm.log, (std::vector<std::string>{"start 200", "start 200", "start 100", "wait"}));
+}
+
+TEST(DistGradSync, LayerOfAParameterName) {
+    EXPECT_EQ(dist::GradSync::layer_of_name("base_model.model.model.layers.12.self_attn.q_proj.lora_A.weight"), 12);
+    EXPECT_EQ(dist::GradSync::layer_of_name("model.layers.0.mlp.up_proj.weight"), 0);
+    EXPECT_EQ(dist::GradSync::layer_of_name("model.embed_tokens.weight"), -1);
+    EXPECT_EQ(dist::GradSync::layer_of_name("model.norm.weight"), -1);
+    EXPECT_EQ(dist::GradSync::layer_of_name("score.weight"), -1);
+    EXPECT_EQ(dist::GradSync::layer_of_name("layers.x.weight"), -1);
 }
 
 TEST(DistChecksum, OneUlpInOneTensorChangesItAndTheRanksCheckNamesTheRank) {

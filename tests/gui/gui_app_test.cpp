@@ -43,7 +43,10 @@
 #include "app/gui/session_browser.h"
 #include "app/gui/session_controller.h"
 #include "engine/core/error.h"
+#include "engine/run/run_config.h"
+#include "sessions/run_manager.h"
 #include "storage/exports.h"
+#include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
 #include "views/token_text.h"
@@ -751,6 +754,49 @@ class GuiAppTest : public QObject {
         }
         QVERIFY(images >= int(views::ViewKind::COUNT));
         guide->close();
+    }
+
+    void memoryTimelineFiltersByRankOfADataParallelRun() {
+        // A data-parallel run as the CLI leaves it (issue 23): rank 0's run, and rank 1's run
+        // imported from rank 1's own session (a longer sequence, so the ranks differ).
+        const std::string dp = tmp_.filePath("ranks.kvlab").toStdString();
+        const std::string rank1 = tmp_.filePath("rank1.kvlab").toStdString();
+        auto record = [](const std::string& path, int64_t seq) {
+            RunConfig c;
+            c.mode = "eval_long";
+            c.model = "tiny";
+            for (auto [k, v] : {std::pair<const char*, std::string>{"data", "passkey"}, {"data.seq_length", std::to_string(seq)},
+                                {"data.num_samples", "2"}, {"kv_cache.name", "h2o-default"}, {"kv_cache.cache_length", "64"},
+                                {"kv_cache.chunk_size", "16"}})
+                set_run_option(c, k, v);
+            c.threads = 1;
+            sessions::RunManager rm(path);
+            const int64_t id = rm.submit(c);
+            return rm.wait(id) == storage::RunStatus::DONE ? id : int64_t(0);
+        };
+        const int64_t r0 = record(dp, 256), src = record(rank1, 512);
+        QVERIFY(r0 && src);
+        const storage::RankImport imp = storage::import_rank_run(dp, r0, 1, rank1, src);
+        QVERIFY(w_->openSession(QString::fromStdString(dp)));
+        QCOMPARE(w_->runsModel()->rowCount(), 1);  // the rank run is part of its run, not a row
+        w_->selectRuns({r0});
+        w_->setView(views::ViewKind::MEMORY_TIMELINE);
+        QVERIFY(drawFrames(w_->canvas(), 4));
+        views::CanvasImpl& impl = w_->canvas()->canvas().impl();
+        QCOMPARE(impl.memory.rank_runs, (std::vector<int64_t>{r0, imp.run}));
+        QVERIFY(impl.memory.shown_rank_selector);
+        QVERIFY(views::select_memory_rank(impl.memory, 1, impl.textures));
+        QVERIFY(drawFrames(w_->canvas(), 6));
+        storage::SessionReader reader(dp);
+        int64_t peak = 0;
+        for (const auto& e : reader.memory_events(imp.run)) peak = std::max(peak, e.device_total);
+        QCOMPARE(impl.memory.run, imp.run);
+        QCOMPARE(impl.memory.peak_bytes(), peak);
+        QCOMPARE(impl.memory.shown_peak, peak);
+        const QString png = outDir() + "/memory-rank1.png";
+        QVERIFY(w_->saveWindowPng(png));
+        QVERIFY(hasContent(QImage(png)));
+        QVERIFY(w_->openSession(session_));  // the session the next slot expects
     }
 
     void settingsPersistAcrossWindows() {

@@ -52,6 +52,18 @@ class RunsModelTest : public QObject {
         QCOMPARE(b.cacheLength, int64_t(-1));
     }
 
+    void ranksColumnShowsDataParallelRanks() {
+        // config dist.ranks (issue 23); a one-process run (no dist block) shows 1.
+        RunsModel model;
+        RunInfo dp = info(1, "h2o-default", 64, RunStatus::DONE);
+        dp.config = R"({"mode":"finetune_long_lora","dist":{"backend":"mpi","ranks":4}})";
+        model.setRuns({kv::gui::runRowFromInfo(dp), kv::gui::runRowFromInfo(info(2, "h2o-default", 64, RunStatus::DONE))});
+        QCOMPARE(model.headerData(RunsModel::COLUMN_RANKS, Qt::Horizontal).toString(), QString("ranks"));
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_RANKS)).toString(), QString("4"));
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_RANKS), RunsModel::SortRole).toLongLong(), 4LL);
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_RANKS)).toString(), QString("1"));
+    }
+
     void stoppedRunsSayHowTheyStopped() {
         // A cancelled run with every token of its current sample done (the issue's "100%
         // (8191/8191 tok)") reads as cancelled, never as a complete or stuck bar.

@@ -33,7 +33,7 @@ QString fmtNumber(double v, int precision) {
 bool sameRow(const RunRow& a, const RunRow& b) {
     return a.name == b.name && a.mode == b.mode && a.policy == b.policy && a.buffer == b.buffer &&
            a.cacheLength == b.cacheLength && a.chunkSize == b.chunkSize && a.status == b.status && a.done == b.done &&
-           a.total == b.total && a.progressWhat == b.progressWhat && a.peakBytes == b.peakBytes && a.error == b.error &&
+           a.total == b.total && a.progressWhat == b.progressWhat && a.peakBytes == b.peakBytes && a.ranks == b.ranks && a.error == b.error &&
            (a.loss == b.loss || (std::isnan(a.loss) && std::isnan(b.loss))) &&
            (a.accuracy == b.accuracy || (std::isnan(a.accuracy) && std::isnan(b.accuracy))) &&
            (a.tokensPerS == b.tokensPerS || (std::isnan(a.tokensPerS) && std::isnan(b.tokensPerS)));
@@ -68,6 +68,7 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
     r.mode = QString::fromStdString(storage::run_config_value(info.config, "mode"));
     r.cacheLength = integerOr(storage::run_config_value(info.config, "kv_cache.cache_length"), -1);
     r.chunkSize = integerOr(storage::run_config_value(info.config, "kv_cache.chunk_size"), -1);
+    r.ranks = integerOr(storage::run_config_value(info.config, "dist.ranks"), 1);
     const auto& p = info.progress;
     if (p.tokens_total > 0) {
         r.done = p.tokens_done, r.total = p.tokens_total, r.progressWhat = QStringLiteral("tokens");
@@ -110,7 +111,7 @@ int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isVa
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     static const char* const names[] = {"id",     "name",     "mode",     "policy",   "buffer",      "cache",   "chunk",
-                                        "status", "progress", "loss",     "accuracy", "peak memory", "tokens/s"};
+                                        "status", "progress", "loss",     "accuracy", "peak memory", "tokens/s", "ranks"};
     static_assert(sizeof(names) / sizeof(names[0]) == NUM_COLUMNS, "one header per column");
     return section >= 0 && section < NUM_COLUMNS ? QString::fromLatin1(names[section]) : QVariant();
 }
@@ -168,6 +169,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         case COLUMN_LOSS: return sort ? QVariant(std::isnan(r.loss) ? -1e300 : r.loss) : QVariant(fmtNumber(r.loss, 4));
         case COLUMN_ACCURACY: return sort ? QVariant(std::isnan(r.accuracy) ? -1e300 : r.accuracy) : QVariant(fmtNumber(r.accuracy, 3));
         case COLUMN_PEAK_MEMORY: return sort ? QVariant(qint64(r.peakBytes)) : QVariant(formatBytes(r.peakBytes));
+        case COLUMN_RANKS: return sort ? QVariant(qint64(r.ranks)) : QVariant(QString::number(r.ranks));
         case COLUMN_TOKENS_PER_S:
             if (sort) return std::isnan(r.tokensPerS) ? -1e300 : r.tokensPerS;
             return std::isnan(r.tokensPerS) ? QStringLiteral("-") : QString::number(qint64(r.tokensPerS + 0.5));

@@ -25,6 +25,7 @@ struct RunRow {
     bool liveProgress = false;  // progress came from this process's RunManager events
     double loss = NAN, accuracy = NAN, tokensPerS = NAN;
     int64_t peakBytes = -1;
+    int64_t ranks = 1;  // data-parallel ranks (issue 23)
     QString error;
     QString config;  // JSON
 };
@@ -49,6 +50,7 @@ class RunsModel : public QAbstractTableModel {
         COLUMN_ACCURACY,
         COLUMN_PEAK_MEMORY,
         COLUMN_TOKENS_PER_S,
+        COLUMN_RANKS,  // data-parallel processes (config dist.ranks; 1 otherwise)
         NUM_COLUMNS
     };
     enum Roles {
