@@ -191,7 +191,9 @@ std::vector<LoopCase> loop_cases() {
     std::vector<LoopCase> out;
     for (const PolicyInfo& p : policy_registry())
         for (const char* b : {"default", "q8", "kivi2"})
-            if (!(p.needs_quantized_buffer && std::string(b) == "default")) out.push_back({p.name, b});
+            if (!(p.needs_quantized_buffer && std::string(b) == "default") &&
+                (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), b) != p.buffers.end()))
+                out.push_back({p.name, b});
     return out;
 }
 
