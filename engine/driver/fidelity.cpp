@@ -74,7 +74,8 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         const std::vector<float> w = ws.to_f32_vector();
         const KVPolicy& pol = cache_.layer(layer).policy();
         const std::vector<int32_t>& pos = pol.token_positions();
-        const int64_t L = pol.cache_length(), Tc = pol.current_length();
+        // Per-head lengths: a row is the pool (-1 where another head keeps the slot).
+        const int64_t L = pol.pool_slots() ? pol.pool_slots() : pol.cache_length(), Tc = pol.pool_slots() ? L : pol.current_length();
         std::vector<char> held((size_t)end);
         double dropped = 0;
         for (int64_t r = 0; r < B * G; ++r) {

@@ -283,6 +283,8 @@ class GradientRun {
 
     void phase1(Transformer& model_rw, KVCache& cache, bool exact, const std::vector<std::vector<SlotPlan>>* forced_plans) {
         kv_from_forward = !exact && opt.kv_checkpoints_from_forward && cache.config().buffer() == "default" && ncells > 1;
+        for (int l = 0; l < nl; ++l)  // per-head lengths: the replay rebuilds its pooled layout
+            if (cache.layer(l).policy().pool_slots() > 0) kv_from_forward = false;
         if (kv_from_forward) kv_forward.assign(ncells, std::vector<ReplayKVState>(size_t(nl)));
         (void)model_rw;
         Transformer& model = model_rw;
@@ -450,7 +452,8 @@ class GradientRun {
                         ReplayKVState s = kv_cp[size_t(ci)][size_t(l - l0)];
                         const Shape ks = s.K.defined() && !kv_fmt.quantized()
                                              ? s.K.shape()
-                                             : Shape{B, mc.num_kv_heads, Ls[size_t(l)], mc.head_dim};
+                                             : s.pool ? Shape{B, 1, s.pool, mc.head_dim}  // per-head lengths
+                                                      : Shape{B, mc.num_kv_heads, Ls[size_t(l)], mc.head_dim};
                         s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
                         s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
                         rc.load(&s);

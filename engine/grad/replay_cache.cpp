@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/kv/buffer_common.h"
+#include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
 #include "engine/ops/ops.h"
@@ -28,15 +29,20 @@ ReplayLayerCache::ReplayLayerCache(int layer, int64_t B, int64_t G, int64_t L, i
 
 void ReplayLayerCache::load(const ReplayKVState* s) {
     const std::string l = str("layer ", layer_, " replay ");
+    // Per-head lengths: known from the log's first plan, before any gradient is carried in.
+    const int64_t pool = plans_ && !plans_->empty() && plans_->front().length_after > L_ ? plans_->front().length_after : 0;
+    if (pool != pool_) use_pool(pool);
     if (!K_.defined()) {
         K_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::KV_CACHE, l + "keys"});
         V_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::KV_CACHE, l + "values"});
     }
     records_.clear();
+    if (s && s->pool != pool_)
+        throw Error(str("layer ", layer_, " gradient replay: a checkpoint with a pool of ", s->pool, " slots for a layer of ", pool_));
     if (!s) {
         K_.fill(0.0);
         V_.fill(0.0);
-        pos_.assign(size_t(B_ * G_ * L_), -1);
+        pos_.assign(size_t(B_ * G_ * (pool_ ? pool_ : L_)), -1);
         length_ = chunk_ = input_pos_ = 0;
         return;
     }
@@ -55,13 +61,29 @@ ReplayKVState ReplayLayerCache::snapshot(Device device, MemCategory cat) const {
     s.V.copy_from(device == device_ ? V_ : V_.to(device));
     s.pos = pos_;
     s.length = length_, s.chunk = chunk_, s.input_pos = input_pos_;
+    s.pool = pool_;
     return s;
 }
 
+void ReplayLayerCache::use_pool(int64_t S) {
+    const std::string l = str("layer ", layer_, " replay ");
+    pool_ = S;
+    const int64_t Gs = S ? 1 : G_, Ls = S ? S : L_;
+    K_ = Tensor::zeros({B_, Gs, Ls, D_}, dtype_, {device_, MemCategory::KV_CACHE, l + "keys"});
+    V_ = Tensor::zeros({B_, Gs, Ls, D_}, dtype_, {device_, MemCategory::KV_CACHE, l + "values"});
+    dK_ = dV_ = Tensor();
+    pos_.assign(size_t(B_ * G_ * Ls), -1);
+}
+
 Tensor ReplayLayerCache::positions_tensor() const {
+    const int64_t stride = pool_ ? pool_ : L_;
     std::vector<int32_t> p((size_t)(B_ * G_ * length_));
     for (int64_t r = 0; r < B_ * G_; ++r)
-        std::copy(pos_.begin() + r * L_, pos_.begin() + r * L_ + length_, p.begin() + r * length_);
+        std::copy(pos_.begin() + r * stride, pos_.begin() + r * stride + length_, p.begin() + r * length_);
+    // An empty slot below length_ (per-head lengths filling up) is never visible; other
+    // policies have none there.
+    for (int32_t& x : p)
+        if (x < 0) x = std::numeric_limits<int32_t>::max();
     return Tensor::from_i32({B_, G_, length_}, p, {device_, MemCategory::WORKSPACE, "slot positions"});
 }
 
@@ -77,6 +99,11 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
     if (plan.rows != 1 && plan.rows != B_ * G_)
         throw Error(
             str("layer ", layer_, " gradient replay: a plan with ", plan.rows, " rows for batch ", B_, " x ", G_, " groups"));
+    if (chunk_ == 0 && plan.length_after > L_ && pool_ != plan.length_after) use_pool(plan.length_after);
+    if (pool_) {
+        forward_pooled(plan, q, k, v, input_pos, scale, y, record);
+        return;
+    }
     {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache update", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " replay cache update"));
@@ -137,8 +164,97 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
 void ReplayLayerCache::ensure_grads() {
     if (dK_.defined()) return;
     const std::string l = str("layer ", layer_, " cache gradient ");
-    dK_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::GRADIENTS, l + "keys"});
-    dV_ = Tensor::zeros({B_, G_, L_, D_}, dtype_, {device_, MemCategory::GRADIENTS, l + "values"});
+    const Shape sh = pool_ ? Shape{B_, 1, pool_, D_} : Shape{B_, G_, L_, D_};
+    dK_ = Tensor::zeros(sh, dtype_, {device_, MemCategory::GRADIENTS, l + "keys"});
+    dV_ = Tensor::zeros(sh, dtype_, {device_, MemCategory::GRADIENTS, l + "values"});
+}
+
+// Per-head lengths: the plan (rows B G, no moves) over the pool; a slot written for head g
+// is evicted from every other head of its batch row.
+void ReplayLayerCache::forward_pooled(const SlotPlan& plan, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos,
+                                      float scale, Tensor& y, bool record) {
+    const int64_t n = plan.n, S = pool_, m = G_ * n;
+    const SlotPlan pp = to_pool_plan(plan, B_, G_);
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache update", .layer = layer_, .chunk = int(chunk_));
+        MemoryLabelScope label(str("layer ", layer_, " replay cache update"));
+        if (record) {
+            ChunkRecord rec;
+            rec.plan = plan;
+            rec.length_before = length_;
+            rec.input_pos = input_pos;
+            rec.overwritten = slot_index(pp.targets, B_, B_, 1, m, device_);
+            Tensor idx = rec.overwritten.expand({B_, 1, m, D_});
+            rec.old_k = ops::gather(K_, 2, idx);
+            rec.old_v = ops::gather(V_, 2, idx);
+            rec.old_pos.resize(size_t(B_ * G_ * m));
+            for (int64_t b = 0; b < B_; ++b)
+                for (int64_t g = 0; g < G_; ++g)
+                    for (int64_t i = 0; i < m; ++i)
+                        rec.old_pos[size_t((b * G_ + g) * m + i)] = pos_[size_t((b * G_ + g) * S + pp.targets[size_t(b * m + i)])];
+            records_.push_back(std::move(rec));
+        }
+        Tensor kk = k.contiguous().reshape({B_, 1, m, D_}), vv = v.contiguous().reshape({B_, 1, m, D_});
+        apply_plan_to(K_, V_, pp, kk, vv);
+        for (int64_t r = 0; r < B_ * G_; ++r) {
+            const int64_t b = r / G_;
+            for (int64_t t = 0; t < n; ++t) {
+                const int32_t slot = plan.targets[size_t(r * n + t)];
+                for (int64_t g = 0; g < G_; ++g) pos_[size_t((b * G_ + g) * S + slot)] = -1;
+                pos_[size_t(r * S + slot)] = int32_t(input_pos + t);
+            }
+        }
+        length_ = S;
+    }
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
+        MemoryLabelScope label(str("layer ", layer_, " attention"));
+        pooled_attention(y, q, K_, V_, pos_, G_, position_range(input_pos, n, device_), scale, nullptr);
+    }
+    ++chunk_;
+    input_pos_ = input_pos + n;
+}
+
+void ReplayLayerCache::backward_pooled(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+    ChunkRecord rec = std::move(records_.back());
+    records_.pop_back();
+    const SlotPlan& plan = rec.plan;
+    const int64_t n = plan.n, S = pool_, m = G_ * n, R = q.size(1) / G_;
+    MemoryLabelScope label(str("layer ", layer_, " attention backward"));
+    {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa backward", .layer = layer_, .chunk = int(chunk_ - 1));
+        Tensor qpos = position_range(rec.input_pos, n, device_);
+        ops::SdpaBackwardOptions o;
+        o.accumulate_dk = o.accumulate_dv = true;
+        for (int64_t g = 0; g < G_; ++g) {
+            // Other heads' slots are masked, so their gradient from head g is exactly zero.
+            Tensor dqg = Tensor::empty({B_, R, n, D_}, dq.dtype(), {device_, MemCategory::WORKSPACE, "query gradient"});
+            ops::sdpa_backward_(dqg, dK_, dV_, q.slice(1, g * R, (g + 1) * R).contiguous(), K_, V_,
+                                pool_group_positions(pos_, B_, G_, S, g, device_), qpos, dy.slice(1, g * R, (g + 1) * R).contiguous(),
+                                scale, o);
+            Tensor dst = dq.slice(1, g * R, (g + 1) * R);
+            dst.copy_from(dqg);
+        }
+    }
+    KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache backward", .layer = layer_, .chunk = int(chunk_ - 1));
+    // New tokens: their gradient is the pool's at their slots; the old content there got none.
+    Tensor tidx = rec.overwritten.expand({B_, 1, m, D_});
+    Tensor gk = ops::gather(dK_, 2, tidx), gv = ops::gather(dV_, 2, tidx);
+    dk.copy_from(gk.reshape({B_, G_, n, D_}));
+    dv.copy_from(gv.reshape({B_, G_, n, D_}));
+    Tensor zeros = Tensor::zeros({B_, 1, m, D_}, dtype_, {device_, MemCategory::WORKSPACE, "zeros"});
+    ops::scatter_(dK_, 2, tidx, zeros);
+    ops::scatter_(dV_, 2, tidx, zeros);
+    ops::scatter_(K_, 2, tidx, rec.old_k);
+    ops::scatter_(V_, 2, tidx, rec.old_v);
+    const SlotPlan pp = to_pool_plan(plan, B_, G_);
+    for (int64_t b = 0; b < B_; ++b)
+        for (int64_t g = 0; g < G_; ++g)
+            for (int64_t i = 0; i < m; ++i)
+                pos_[size_t((b * G_ + g) * S + pp.targets[size_t(b * m + i)])] = rec.old_pos[size_t((b * G_ + g) * m + i)];
+    length_ = rec.length_before;
+    input_pos_ = rec.input_pos;
+    --chunk_;
 }
 
 void ReplayLayerCache::set_state_grad(const Tensor* dK, const Tensor* dV) {
@@ -156,6 +272,10 @@ void ReplayLayerCache::set_state_grad(const Tensor* dK, const Tensor* dV) {
 void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
     if (records_.empty()) throw Error(str("layer ", layer_, " gradient replay: backward without a recorded chunk"));
     ensure_grads();
+    if (pool_) {
+        backward_pooled(q, dy, scale, dq, dk, dv);
+        return;
+    }
     ChunkRecord rec = std::move(records_.back());
     records_.pop_back();
     const SlotPlan& plan = rec.plan;

@@ -20,6 +20,7 @@ struct ReplayKVState {
     int64_t length = 0;        // valid slots [0, length)
     int64_t chunk = 0;         // index of the next chunk
     int64_t input_pos = 0;     // tokens seen
+    int64_t pool = 0;          // > 0: per-head lengths, K/V (B, 1, pool, D) and pos (B G, pool)
 };
 
 class ReplayLayerCache {
@@ -72,6 +73,13 @@ class ReplayLayerCache {
     void quest_backward(const ChunkRecord& rec, const Tensor& q, const Tensor& dy, float scale, Tensor& dq);
     Tensor positions_tensor() const;
     void ensure_grads();
+    // Per-head lengths (KVPolicy::pool_slots()): the layer's plans target one pool of S slots
+    // per batch row (their length_after is S > L); storage becomes (B, 1, S, D).
+    void use_pool(int64_t S);
+    void forward_pooled(const SlotPlan& plan, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
+                        Tensor& y, bool record);
+    void backward_pooled(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
+    int64_t pool_ = 0;
 
     int layer_;
     int64_t B_, G_, L_, D_;

@@ -23,7 +23,15 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     shared_ = make_buffer_shared(cfg_, max_L, model.num_kv_heads, model.head_dim, device, act_dtype);
     for (int64_t l = 0; l < model.num_layers; ++l) {
         BufferParams bp{l, Ls[size_t(l)], model.num_kv_heads, model.head_dim, device, act_dtype};
-        layers_.push_back(std::make_unique<LayerCache>(int(l), make_policy(cfg_, bp.L, bp.G, text, l), make_buffer(cfg_, bp, shared_)));
+        std::unique_ptr<KVPolicy> policy = make_policy(cfg_, bp.L, bp.G, text, l);
+        if (const int64_t S = policy->pool_slots(); S > 0) {
+            // Per-head lengths: one pool of S slots per batch row, shared by the heads.
+            if (cfg_.paged_block_size > 0 || cfg_.cpu_offload)
+                throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' keeps per-head lengths in a slot pool, which is neither paged nor offloadable"));
+            bp.L = S;
+            bp.G = 1;
+        }
+        layers_.push_back(std::make_unique<LayerCache>(int(l), std::move(policy), make_buffer(cfg_, bp, shared_)));
     }
 }
 

@@ -88,6 +88,13 @@ class KVPolicy {
     // Token position of each slot: (B, G, L) when per_row_positions(), else (L); -1 = empty.
     virtual bool per_row_positions() const = 0;
     virtual const std::vector<int32_t>& token_positions() const = 0;
+    // Variable per-head lengths (ada-*): > 0 when the layer's slots form one pool of this many
+    // per batch row, shared by its G heads, each slot kept by one head (a head may hold more
+    // slots than another; storage is the pool, exactly the slots kept). token_positions() is
+    // then (B, G, pool_slots) with a slot's position in the row of the head keeping it, -1 in
+    // the others; plans target pool slots (rows = B * G, length_after = pool_slots), and
+    // cache_length() / current_length() are the per-head mean (pool_slots / G when full).
+    virtual int64_t pool_slots() const { return 0; }
 
     // ---- telemetry hooks ----------------------------------------------------------------
     // Current eviction scores per slot (B, G, L) (lower = evicted first); empty if none.

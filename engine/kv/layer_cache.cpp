@@ -1,6 +1,7 @@
 // One layer's cache step (see layer_cache.h).
 #include "layer_cache.h"
 
+#include <limits>
 #include <tuple>
 
 #include "engine/core/error.h"
@@ -32,7 +33,7 @@ void LayerCache::prefill_without_attention(const Tensor& k, const Tensor& v) {
 void LayerCache::record_step(const SlotPlan& plan) const {
     if (!trace::active()) return;
     trace::cache_step(layer_, int(chunk_), plan.input_pos, int(plan.n), int(policy_->cache_length()), encode_plan(plan), trace_pass_);
-    if (trace_pass_ != 0) return;
+    if (trace_pass_ != 0 || policy_->pool_slots() > 0) return;  // pooled scores are (B, G, pool), not (B, G, L)
     std::vector<float> s = policy_->slot_scores();
     if (!s.empty())
         trace::scores(layer_, int(chunk_), s.data(), int(policy_->batch()), int(policy_->groups()), int(policy_->cache_length()), 0);
@@ -69,6 +70,65 @@ Tensor LayerCache::positions_tensor(Device device) const {
     return Tensor::from_i32({B, G, T}, p, {device, MemCategory::WORKSPACE, "slot positions"});
 }
 
+SlotPlan LayerCache::pooled_prefill_plan(int64_t B, int64_t n) const {
+    const int64_t G = policy_->groups();
+    SlotPlan p;
+    p.n = n;
+    p.rows = B * G;
+    for (int64_t r = 0; r < B * G; ++r)
+        for (int64_t t = 0; t < n; ++t) p.targets.push_back(int32_t(t * G + r % G));
+    p.length_after = policy_->pool_slots();
+    return p;
+}
+
+SlotPlan to_pool_plan(const SlotPlan& plan, int64_t B, int64_t G) {
+    if (plan.rows != B * G || plan.moves != 0)
+        throw Error(str("a per-head-length plan needs ", B * G, " rows and no moves; it has ", plan.rows, " rows and ", plan.moves, " moves"));
+    // Row (b, g)'s token t is entry g * n + t of batch row b: the (B, G, n, D) keys viewed as
+    // (B, 1, G n, D).
+    SlotPlan p;
+    p.input_pos = plan.input_pos;
+    p.n = G * plan.n;
+    p.rows = B;
+    p.targets = plan.targets;
+    p.length_after = plan.length_after;
+    return p;
+}
+
+Tensor pool_group_positions(const std::vector<int32_t>& pos, int64_t B, int64_t G, int64_t S, int64_t g, Device device) {
+    // Slots another head keeps (or nobody) are never visible: position INT32_MAX > any query.
+    std::vector<int32_t> p((size_t)(B * S));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s) {
+            const int32_t x = pos[size_t((b * G + g) * S + s)];
+            p[size_t(b * S + s)] = x < 0 ? std::numeric_limits<int32_t>::max() : x;
+        }
+    return Tensor::from_i32({B, 1, S}, p, {device, MemCategory::WORKSPACE, "slot positions"});
+}
+
+void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const std::vector<int32_t>& pos, int64_t G,
+                      const Tensor& qpos, float scale, Tensor* wsum) {
+    // One SDPA per head group over the whole pool, the other heads' slots masked: the kernel
+    // is unchanged and each head reads exactly its own slots' weights.
+    const int64_t B = q.size(0), R = q.size(1) / G, S = K.size(2);
+    for (int64_t g = 0; g < G; ++g) {
+        Tensor yg = y.slice(1, g * R, (g + 1) * R);
+        Tensor wg;
+        if (wsum) wg = Tensor::empty({B, 1, S}, DType::F32, {q.device(), MemCategory::WORKSPACE, "attention weight sums"});
+        ops::sdpa_(yg, q.slice(1, g * R, (g + 1) * R), K, V, pool_group_positions(pos, B, G, S, g, q.device()), qpos, scale, 0,
+                   wsum ? &wg : nullptr);
+        if (wsum) {
+            Tensor dst = wsum->slice(1, g, g + 1);
+            dst.copy_from(wg);
+        }
+    }
+}
+
+void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale,
+                             Tensor* wsum) const {
+    pooled_attention(y, q, K, V, policy_->token_positions(), policy_->groups(), qpos, scale, wsum);
+}
+
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
     const int64_t B = q.size(0), n = q.size(2);
     const Device dev = q.device();
@@ -92,7 +152,13 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         {
             KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
             MemoryLabelScope label(str("layer ", layer_, " cache update"));
-            buffer_->prefill(k, v);
+            if (pooled()) {  // head g's token t -> pool slot t * G + g: one contiguous write
+                const int64_t G = k.size(1), D = k.size(3);
+                buffer_->prefill(k.transpose(1, 2).contiguous().reshape({B, 1, n * G, D}),
+                                 v.transpose(1, 2).contiguous().reshape({B, 1, n * G, D}));
+            } else {
+                buffer_->prefill(k, v);
+            }
             policy_->prefill(n, features(q, k, v, scale));
         }
         SlotPlan p;
@@ -100,6 +166,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         p.rows = 1;
         for (int64_t t = 0; t < n; ++t) p.targets.push_back(int32_t(t));
         p.length_after = n;
+        if (pooled()) p = pooled_prefill_plan(B, n);
         if (logging_) log_.append(p);
         // Attention on the raw new k, v (before any quantization), causal by position.
         {
@@ -127,19 +194,25 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " cache update"));
         InsertFeatures f = features(q, k, v, scale);
-        buffer_->write(plan, k, v);
+        if (pooled()) {
+            const int64_t G = k.size(1), D = k.size(3);
+            buffer_->write(to_pool_plan(plan, B, G), k.contiguous().reshape({B, 1, G * n, D}), v.contiguous().reshape({B, 1, G * n, D}));
+        } else {
+            buffer_->write(plan, k, v);
+        }
         policy_->apply(plan, f);
     }
     if (logging_) log_.append(plan);
 
-    const int64_t T = policy_->current_length();
+    const int64_t T = pooled() ? policy_->pool_slots() : policy_->current_length();
     Tensor K, V;
     if (!buffer_->fused_attention()) std::tie(K, V) = buffer_->read(T);
-    Tensor kpos = positions_tensor(dev);
+    Tensor kpos = pooled() ? Tensor() : positions_tensor(dev);
     Tensor qpos = position_range(input_pos, n, dev);
     // KIVI buffers attend over their packed bytes; the others over the K, V just read.
     auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws) {
-        if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws);
+        if (pooled()) pooled_sdpa(yy, qq, K, V, qp, scale, ws);
+        else if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws);
         else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws);
         else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws);
     };

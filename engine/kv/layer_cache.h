@@ -23,6 +23,15 @@ struct LayerStep {
 };
 using LayerStepHook = std::function<void(const LayerStep&)>;
 
+// Per-head lengths (KVPolicy::pool_slots() > 0), shared with the gradient replay cache: a
+// policy plan (rows B * G) as a plan over the (B, 1, S, D) pool (rows B, G n entries each);
+// head g's positions as (B, 1, S) with other heads' slots never visible; attention of q
+// (B, NH, n, D) over the pool, weight sums into wsum (B, G, S).
+SlotPlan to_pool_plan(const SlotPlan& plan, int64_t B, int64_t G);
+Tensor pool_group_positions(const std::vector<int32_t>& pos, int64_t B, int64_t G, int64_t S, int64_t g, Device device);
+void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const std::vector<int32_t>& pos, int64_t G,
+                      const Tensor& qpos, float scale, Tensor* wsum);
+
 class LayerCache {
    public:
     LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer);
@@ -56,6 +65,9 @@ class LayerCache {
     Tensor positions_tensor(Device device) const;
 
    private:
+    bool pooled() const { return policy_->pool_slots() > 0; }
+    SlotPlan pooled_prefill_plan(int64_t B, int64_t n) const;
+    void pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale, Tensor* wsum) const;
     InsertFeatures features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const;
     void record_step(const SlotPlan& plan) const;
 

@@ -21,8 +21,9 @@ namespace kv {
     X(knorm)               \
     X(random)              \
     X(rkv)                 \
-    X(expected_attention) \
-    X(quest)
+    X(expected_attention)  \
+    X(quest)               \
+    X(ada)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
 KV_POLICY_FILES(KV_DECLARE_POLICY_FILE)

@@ -31,6 +31,7 @@ class ScorePolicy : public KVPolicy {
     int64_t max_chunk() const { return max_chunk_; }
 
    protected:
+    friend class AdaKVPolicy;  // drives a scorer's hooks over a per-layer slot pool (policy_ada.cpp)
     // ---- scorer hooks ------------------------------------------------------------------
     // Set score state for slot `slot` of row r that now holds new token t (features index r*n+t).
     virtual void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t feat_index) = 0;

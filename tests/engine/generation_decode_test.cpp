@@ -41,6 +41,7 @@ struct Step {
     std::vector<int32_t> pos_before;    // token_positions() after the previous step
     int64_t T_before = 0, L = 0;
     bool per_row = false;
+    int64_t pool = 0, G = 0;  // per-head lengths (ada-*): pool slots per batch row, heads
 };
 
 struct Recorder {
@@ -54,13 +55,23 @@ struct Recorder {
     void operator()(const LayerStep& s) {
         const size_t l = size_t(s.layer);
         if (s.chunk == 0) last_T[l] = 0, last_scores[l].clear(), last_pos[l].clear();
-        steps[l].push_back({*s.plan, last_scores[l], last_pos[l], last_T[l], s.policy->cache_length(), s.policy->per_row_positions()});
+        steps[l].push_back({*s.plan, last_scores[l], last_pos[l], last_T[l], s.policy->cache_length(), s.policy->per_row_positions(),
+                            s.policy->pool_slots(), s.policy->groups()});
         last_scores[l] = s.policy->slot_scores();
         last_pos[l] = s.policy->token_positions();
         last_T[l] = final_T[l] = s.policy->current_length();
         // slots holding a token, per row (a row is L consecutive entries when per row)
         const int64_t L = s.policy->cache_length(), rows = s.policy->per_row_positions() ? s.policy->batch() * s.policy->groups() : 1;
         int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+        if (const int64_t S = s.policy->pool_slots(); S > 0) {  // a batch row's pool: its G heads' mean
+            const int64_t G = s.policy->groups();
+            for (int64_t b = 0; b < s.policy->batch(); ++b) {
+                const int64_t filled = std::count_if(last_pos[l].begin() + b * G * S, last_pos[l].begin() + (b + 1) * G * S, [](int32_t p) { return p >= 0; });
+                lo = std::min(lo, filled / G), hi = std::max(hi, (filled + G - 1) / G);
+            }
+            final_filled_min[l] = lo, final_filled_max[l] = hi;
+            return;
+        }
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t filled = std::count_if(last_pos[l].begin() + r * L, last_pos[l].begin() + (r + 1) * L, [](int32_t p) { return p >= 0; });
             lo = std::min(lo, filled), hi = std::max(hi, filled);
@@ -138,6 +149,21 @@ TEST_P(DecodeEviction, KeepsCacheLengthSlotsFollowsTheRuleAndEqualsAnEvalFedOneT
             if (s.plan.input_pos < P || s.T_before < s.L) continue;  // prompt chunks, or still filling
             any_full = true;
             ASSERT_EQ(s.plan.n, 1);
+            if (s.pool > 0) {  // Ada-KV: the pool slots the f64 rule evicts over all heads
+                const int64_t S = s.pool, G = s.G;
+                ASSERT_EQ(s.scores_before.size(), s.pos_before.size()) << kc.name << " layer " << l << " step " << c;
+                ASSERT_EQ(s.pos_before.size() % size_t(G * S), 0u) << kc.name;
+                for (int64_t b = 0; b < int64_t(s.pos_before.size()) / (G * S); ++b) {
+                    std::vector<int32_t> pos(s.pos_before.begin() + b * G * S, s.pos_before.begin() + (b + 1) * G * S);
+                    std::vector<double> sc(s.scores_before.begin() + b * G * S, s.scores_before.begin() + (b + 1) * G * S);
+                    std::vector<int32_t> got(s.plan.targets.begin() + b * G, s.plan.targets.begin() + (b + 1) * G);
+                    std::sort(got.begin(), got.end());
+                    ASSERT_EQ(got, ada_reference(G, S, s.L, sc, pos, 1, s.plan.input_pos, kc.grace_period, 0.2))
+                        << kc.name << " layer " << l << " batch row " << b << " at position " << s.plan.input_pos;
+                    ++checked;
+                }
+                continue;
+            }
             const int64_t L = s.L, rows = s.per_row ? int64_t(s.pos_before.size()) / L : 1;
             for (int64_t row = 0; row < rows; ++row) {
                 const int64_t pr = s.plan.rows == 1 ? 0 : row;

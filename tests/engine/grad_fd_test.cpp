@@ -188,6 +188,7 @@ std::vector<PolicyCase> policy_cases() {
         const bool grace = std::find(p.uses.begin(), p.uses.end(), "grace_period") != p.uses.end();
         for (const char* b : {"default", "q8"}) {
             if (p.needs_quantized_buffer && std::string(b) == "default") continue;
+            if (!p.buffers.empty() && std::find(p.buffers.begin(), p.buffers.end(), b) == p.buffers.end()) continue;
             out.push_back({p.name, b, 0});
             if (grace) out.push_back({p.name, b, 4});
         }

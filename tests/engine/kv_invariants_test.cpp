@@ -41,6 +41,51 @@ std::vector<Combo> combos() {
 
 class KVInvariants : public testing::TestWithParam<Combo> {};
 
+// Per-head lengths (ada-*): the (B, 1, S, D) pool holds each kept slot once, for one head, with
+// that head's k/v of the slot's position; a batch row keeps exactly G * min(L, tokens) slots;
+// every head keeps at least floor(ada_alpha * L) (the safeguard, ada_alpha = 0.2), its
+// newest chunk and, with a grace period, its `grace` most recent tokens.
+void pooled_invariants(LayerHarness& h, const Combo& c, int64_t tokens, int64_t last_n) {
+    const KVPolicy& pol = h.layer().policy();
+    const std::string name = c.policy + "-" + c.buffer;
+    const int64_t S = pol.pool_slots(), L = pol.cache_length(), G = h.G, D = h.D;
+    ASSERT_EQ(S, G * L) << name;
+    auto [K, V] = h.layer().buffer().read(S);
+    ASSERT_EQ(K.size(1), 1) << name;
+    ASSERT_EQ(K.size(2), S) << name;
+    std::vector<float> kb = K.contiguous().to_f32_vector(), vb = V.contiguous().to_f32_vector();
+    const auto& pos = pol.token_positions();
+    const int64_t floor_min = int64_t(0.2 * double(L));
+    for (int64_t b = 0; b < h.B; ++b) {
+        std::vector<std::set<int32_t>> seen((size_t)G);
+        int64_t kept = 0;
+        for (int64_t s = 0; s < S; ++s) {
+            int owners = 0;
+            for (int64_t g = 0; g < G; ++g) {
+                const int32_t p = pos[size_t((b * G + g) * S + s)];
+                if (p < 0) continue;
+                ++owners;
+                ASSERT_LT(p, tokens) << name;
+                ASSERT_TRUE(seen[size_t(g)].insert(p).second) << name << ": position " << p << " twice in head " << g;
+                const auto& want = h.history[size_t(b * G + g)].at(p);
+                const double tk = buffer_tolerance(c.buffer, want.first, want.first), tv = buffer_tolerance(c.buffer, want.second, want.second);
+                for (int64_t d = 0; d < D; ++d) {
+                    ASSERT_NEAR(kb[size_t((b * S + s) * D + d)], want.first[size_t(d)], tk) << name << " key of position " << p << " in pool slot " << s;
+                    ASSERT_NEAR(vb[size_t((b * S + s) * D + d)], want.second[size_t(d)], tv) << name << " value of position " << p << " in pool slot " << s;
+                }
+            }
+            ASSERT_LE(owners, 1) << name << ": pool slot " << s << " kept by " << owners << " heads";
+            kept += owners;
+        }
+        ASSERT_EQ(kept, G * std::min(L, tokens)) << name << " after " << tokens << " tokens";
+        for (int64_t g = 0; g < G; ++g) {
+            ASSERT_GE(int64_t(seen[size_t(g)].size()), std::min(tokens, floor_min)) << name << " head " << g;
+            for (int64_t p = tokens - std::max(last_n, c.grace); p < tokens; ++p)
+                ASSERT_TRUE(seen[size_t(g)].count(int32_t(p))) << name << ": head " << g << " lost recent position " << p;
+        }
+    }
+}
+
 TEST_P(KVInvariants, PositionsContentLength) {
     const Combo c = GetParam();
     const std::string name = c.policy + "-" + c.buffer;
@@ -66,6 +111,11 @@ TEST_P(KVInvariants, PositionsContentLength) {
         const KVPolicy& pol = h.layer().policy();
         const int64_t T = pol.current_length();
         ASSERT_EQ(T, std::min(L, tokens)) << name;
+        if (pol.pool_slots() > 0) {
+            pooled_invariants(h, c, tokens, n);
+            if (HasFatalFailure()) return;
+            continue;
+        }
         auto [K, V] = h.layer().buffer().read(T);
         std::vector<float> kb = K.contiguous().to_f32_vector(), vb = V.contiguous().to_f32_vector();
         const auto& pos = pol.token_positions();

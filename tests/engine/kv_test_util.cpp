@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 #include "engine/run/run_config.h"
 
@@ -103,6 +105,34 @@ double buffer_tolerance(const std::string& buffer, const std::vector<float>& all
     if (buffer == "bf16") return a * 0.004 + 1e-6;
     if (buffer == "f16") return a * 0.0005 + 1e-6;
     return 0.0;  // f32 / default: exact
+}
+
+// kvpress AdaKVPress, in f64: every head keeps its n new tokens and its recent tokens
+// (position >= P - grace); of its other slots the floor(alpha L) - n - recent best are lifted
+// to +inf; the G n lowest of all heads' slots together are evicted (ties: head, then slot).
+std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::vector<double>& sc, const std::vector<int32_t>& pos,
+                                   int64_t n, int64_t P, int64_t grace, double alpha) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const int64_t k_safe = int64_t(std::floor(alpha * double(L)));
+    std::vector<std::tuple<double, int64_t, int64_t>> all;  // (score, head, slot)
+    for (int64_t g = 0; g < G; ++g) {
+        std::vector<std::pair<double, int64_t>> own;
+        int64_t recent = 0;
+        for (int64_t s = 0; s < S; ++s) {
+            const int32_t p = pos[size_t(g * S + s)];
+            if (p < 0) continue;
+            if (p >= P - grace) ++recent;
+            else own.push_back({sc[size_t(g * S + s)], s});
+        }
+        std::sort(own.begin(), own.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second > b.second); });
+        const int64_t lift = std::max<int64_t>(0, std::min<int64_t>(k_safe - n - recent, int64_t(own.size())));
+        for (int64_t i = 0; i < int64_t(own.size()); ++i) all.push_back({i < lift ? inf : own[size_t(i)].first, g, own[size_t(i)].second});
+    }
+    std::sort(all.begin(), all.end());
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < G * n; ++i) out.push_back(int32_t(std::get<2>(all[size_t(i)])));
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 }  // namespace kv::test

@@ -41,4 +41,10 @@ std::unique_ptr<KVPolicy> make_test_policy(const std::string& name, int64_t L);
 // Max |k - hist| allowed for a stored row of a buffer format, from the row's own range.
 double buffer_tolerance(const std::string& buffer, const std::vector<float>& row_all_heads, const std::vector<float>& head_row);
 
+// Ada-KV's eviction rule as kvpress' AdaKVPress states it, in f64: the G n pool slots (sorted)
+// of one batch row evicted before tokens P .. P + n - 1, given the heads' scores sc (G, S) and
+// positions pos (G, S) (-1: another head's slot), grace period and safeguard alpha.
+std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::vector<double>& sc, const std::vector<int32_t>& pos,
+                                   int64_t n, int64_t P, int64_t grace, double alpha);
+
 }  // namespace kv::test
