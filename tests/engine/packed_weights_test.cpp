@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -262,7 +263,10 @@ std::string write_kquant_model(const std::string& dir) {
     std::vector<std::string> tokens;
     std::vector<int32_t> types;
     for (int64_t i = 0; i < V; ++i) {
-        tokens.push_back(i < 3 ? std::string("<|s") + char('0' + i) + "|>" : std::string(1, char('a' + i % 26)) + std::to_string(i));
+        char piece[32];
+        if (i < 3) std::snprintf(piece, sizeof piece, "<|s%d|>", int(i));
+        else std::snprintf(piece, sizeof piece, "%c%d", char('a' + i % 26), int(i));
+        tokens.push_back(piece);
         types.push_back(i < 3 ? 3 : 1);
     }
     w.set("tokenizer.ggml.model", GgufValue::of_string("gpt2"));
