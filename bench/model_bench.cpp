@@ -3,10 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <cstdio>
+#include <cstring>
 
 #include "ceilings.h"
 #include "engine/core/error.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
 #include "engine/model/model_loader.h"
 #include "engine/ops/ops.h"
@@ -39,14 +43,39 @@ double decode_bytes(const ModelConfig& c, int64_t T, int dtype_bytes) {
 }
 }  // namespace
 
-std::vector<ModelBenchRow> run_model_bench(const ModelBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
+int64_t process_peak_rss() {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    int64_t kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::atoll(line + 6);
+    std::fclose(f);
+    return kib * 1024;
+}
+
+bool is_gguf_model(const std::string& model) {
+    return model == "smollm2-135m" || (model.size() > 5 && model.compare(model.size() - 5, 5, ".gguf") == 0);
+}
+
+std::vector<ModelBenchRow> run_model_bench(const ModelBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress,
+                                           std::vector<ModelBenchMemory>* memory) {
     std::vector<ModelBenchRow> rows;
     const int total = int(opt.dtypes.size()) * 2;
     int done = 0;
     for (const std::string& dt : opt.dtypes) {
         ModelOptions mo;
         mo.dtype = dt == "bf16" ? DType::BF16 : DType::F32;
-        LoadedModel lm = load_model(opt.model, mo, 0);
+        mo.weights = dt == "packed" ? "packed" : "f32";
+        const Device cpu{};
+        current_memory_tracker().reset_peaks();
+        std::optional<LoadedModel> loaded;
+        loaded.emplace(load_model(opt.model, mo, 0));
+        LoadedModel& lm = *loaded;
+        const bool packed = lm.model->has_packed_weights();
+        ModelBenchMemory mem;
+        mem.dtype = dt;
+        mem.weight_bytes = int64_t(lm.model->weight_bytes());
         const ModelConfig& c = lm.config;
         const int64_t T = opt.prefill_tokens;
         // Matmul ceiling at the model's dominant shape (tokens x width -> MLP width).
@@ -98,9 +127,15 @@ std::vector<ModelBenchRow> run_model_bench(const ModelBenchOptions& opt, const s
                                for (int64_t i = 0; i < opt.decode_tokens; ++i) step(ctx + 1 + pass * opt.decode_tokens + i);
                            }));
         const double bw_dec = std::max(bw_before, triad_gbps(size_t(256) << 20, opt.min_seconds) * 1e9);
-        const double bytes = decode_bytes(c, ctx, mo.dtype == DType::BF16 ? 2 : 4);
+        // Packed: the floor is computed on the bytes actually stored (blocks), plus the cache.
+        const double bytes = packed ? double(mem.weight_bytes) + decode_bytes(c, ctx, 4) - decode_bytes(c, 0, 4)
+                                    : decode_bytes(c, ctx, mo.dtype == DType::BF16 ? 2 : 4);
         rows.push_back({str("decode at ", ctx, " context ", dt), double(opt.decode_tokens) / dec, bw_dec / bytes,
                         str(bytes / 1e9, " GB per token at ", bw_dec / 1e9, " GB/s (triad)"), 0.5});
+        mem.tracked_weights_peak = current_memory_tracker().peak(cpu, MemCategory::WEIGHTS);
+        mem.tracked_peak = current_memory_tracker().peak_total(cpu);
+        mem.rss_peak = process_peak_rss();
+        if (memory) memory->push_back(mem);
     }
     progress(done, total, "");
     return rows;

@@ -31,6 +31,9 @@ ModelOptions model_options(const RunConfig& cfg) {
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
     opt.verify_checksum = cfg.model_verify;
+    // Packed weights are frozen: runs that rewrite the base (full fine-tuning, QLoRA's NF4) dequantize at load.
+    opt.weights = cfg.model_weights;
+    if (opt.weights == "packed" && ((is_train_mode(cfg.mode) && !is_lora_mode(cfg.mode)) || cfg.train.qlora)) opt.weights = "f32";
     opt.device = parse_device(cfg.device);
     return opt;
 }

@@ -15,6 +15,7 @@ int bench_model(const Args& args) {
     opt.prefill_tokens = args.integer("prefill_tokens", opt.prefill_tokens, 1, 1 << 20);
     opt.decode_context = args.integer("decode_context", opt.decode_context, 1, 1 << 22);
     opt.min_seconds = args.real("min_seconds", 0.3, 0.001, 60);
+    if (bench::is_gguf_model(opt.model)) opt.dtypes.push_back("packed");
     if (args.has("dtype")) {
         opt.dtypes.clear();
         const std::string d = args.str("dtype");
@@ -23,13 +24,15 @@ int bench_model(const Args& args) {
             size_t q = d.find(',', p);
             if (q == std::string::npos) q = d.size();
             const std::string one = d.substr(p, q - p);
-            if (one != "f32" && one != "bf16") throw UsageError("--dtype: '" + one + "' is not f32 or bf16");
+            if (one != "f32" && one != "bf16" && one != "packed")
+                throw UsageError("--dtype: '" + one + "' is not f32, bf16 or packed (GGUF blocks kept in memory)");
             opt.dtypes.push_back(one);
             p = q + 1;
         }
     }
     Progress progress("bench model");
-    auto rows = bench::run_model_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    std::vector<bench::ModelBenchMemory> mem;
+    auto rows = bench::run_model_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); }, &mem);
     progress.finish();
     std::printf("%s\n", bench::machine_line().c_str());
     std::printf("model %s\n", opt.model.c_str());
@@ -37,6 +40,12 @@ int bench_model(const Args& args) {
     for (const auto& r : rows)
         std::printf("%-34s %12.1f %12.1f %7.2fx %6.2fx  %s%s\n", r.name.c_str(), r.tokens_per_s, r.floor_tokens_per_s, r.ratio(),
                     r.target, r.floor_basis.c_str(), r.pass() ? "" : "  << below target");
+    // Peaks are cumulative over the configurations run so far (the process's VmHWM never falls).
+    const double MiB = 1024.0 * 1024.0;
+    for (const auto& m : mem)
+        std::printf("memory %-6s weights %.1f MiB; tracked peak: weights %.1f MiB, all %.1f MiB; process peak RSS (VmHWM) %.1f MiB\n",
+                    m.dtype.c_str(), double(m.weight_bytes) / MiB, double(m.tracked_weights_peak) / MiB, double(m.tracked_peak) / MiB,
+                    double(m.rss_peak) / MiB);
     return 0;
 }
 

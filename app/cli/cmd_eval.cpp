@@ -19,6 +19,7 @@ ModelOptions model_options_for(const RunConfig& cfg) {
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
     opt.device = parse_device(cfg.device);
+    opt.weights = cfg.model_weights;
     return opt;
 }
 

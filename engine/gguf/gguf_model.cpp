@@ -2,6 +2,7 @@
 // before any tensor is converted, so a bad file fails fast and allocates nothing.
 #include "engine/gguf/gguf_model.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "engine/gguf/gguf_names.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_rope_permute.h"
+#include "kernels/common/packed_blocks.h"
 
 namespace kv {
 
@@ -63,6 +65,30 @@ void permute_elements(Tensor& t, const std::vector<int64_t>& map) {
     const uint8_t* src = static_cast<const uint8_t*>(t.data_ptr());
     for (size_t r = 0; r < map.size(); ++r) std::memcpy(tmp.data() + size_t(map[r]) * es, src + r * es, es);
     std::memcpy(t.data_ptr(), tmp.data(), tmp.size());
+}
+
+// The finiteness/magnitude check of check_weight_values over packed tensors' dequantized
+// values (block by block; nothing the size of a tensor is allocated).
+void check_packed_values(const TensorMap& tensors, const std::string& source, WeightCheckStats& stats) {
+    for (const auto& [name, t] : tensors) {
+        if (t.dtype() != DType::U8 || t.ndim() != 3) continue;
+        PackedFormat f = PackedFormat::NONE;
+        for (int k = 1; k < int(PackedFormat::COUNT); ++k)
+            if (packed_block_bytes(PackedFormat(k)) == t.size(2)) f = PackedFormat(k);
+        if (f == PackedFormat::NONE) continue;
+        const int64_t blocks = t.size(0) * t.size(1), bb = t.size(2), be = packed_block_elems(f);
+        const uint8_t* p = t.data<uint8_t>();
+        float y[256];
+        for (int64_t b = 0; b < blocks; ++b) {
+            packed_dequant_block(f, p + b * bb, y);
+            for (int64_t i = 0; i < be; ++i)
+                if (!(std::fabs(y[i]) <= kMaxPlausibleWeight))
+                    throw Error(str(source, ": tensor '", name, "' element ", b * be + i, " (of ", blocks * be, ") is ", y[i],
+                                    ", expected a finite weight of magnitude <= ", kMaxPlausibleWeight,
+                                    " (a damaged block scale or a mislabelled type)"));
+        }
+        stats.elements += blocks * be;
+    }
 }
 
 }  // namespace
@@ -162,7 +188,59 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         else
             job.row_map = gguf_unpermute_rows(it.info->n_rows(), heads, what);
     }
+    // ---- stacked groups ------------------------------------------------------------------
+    // The forward pass multiplies by [q; k; v] and [gate; up] as one matrix each: loading the
+    // members straight into one buffer means nothing is copied again (no transient second
+    // copy of the weights; the run's weights peak is the steady state).
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < items.size(); ++i) index[items[i].hf] = i;
+    auto is_matrix = [](const std::string& hf) {
+        return ends_with(hf, "_proj.weight") || hf == "lm_head.weight" || hf == "model.embed_tokens.weight";
+    };
+    auto stack = [&](const std::vector<std::string>& names, const std::string& label) {
+        std::vector<size_t> ids;
+        for (const auto& n : names) ids.push_back(index.at(n));
+        const GgufTensorInfo& first = *items[ids[0]].info;
+        bool same_type = true;
+        for (size_t i : ids) same_type = same_type && items[i].info->type == first.type;
+        const bool packed = opt.packed && is_matrix(items[ids[0]].hf) && same_type &&
+                            gguf_packed_format(first.type) != PackedFormat::NONE;
+        int64_t rows = 0;
+        for (size_t i : ids) rows += items[i].info->n_dims == 1 ? items[i].info->ne[0] : items[i].info->n_rows();
+        TensorOptions to;
+        to.category = MemCategory::WEIGHTS;
+        to.label = label;
+        Tensor all;
+        if (packed) {
+            const PackedFormat pf = gguf_packed_format(first.type);
+            all = Tensor::empty({rows, first.ne[0] / packed_block_elems(pf), packed_block_bytes(pf)}, DType::U8, to);
+        } else if (first.n_dims == 1) {
+            all = Tensor::empty({rows}, opt.dtype, to);
+        } else {
+            all = Tensor::empty({rows, first.ne[0]}, opt.dtype, to);
+        }
+        int64_t r = 0;
+        for (size_t i : ids) {
+            const int64_t n = items[i].info->n_dims == 1 ? items[i].info->ne[0] : items[i].info->n_rows();
+            jobs[i].packed = packed;
+            jobs[i].dst = all.slice(0, r, r + n);
+            r += n;
+        }
+    };
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        stack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, p + "self_attn.qkv");
+        if (c.qkv_bias)
+            stack({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}, p + "self_attn.qkv.bias");
+        stack({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, p + "mlp.gate_up");
+    }
+    if (opt.packed)
+        for (size_t i = 0; i < items.size(); ++i)
+            if (!jobs[i].dst.defined() && is_matrix(items[i].hf) && gguf_packed_format(items[i].info->type) != PackedFormat::NONE)
+                jobs[i].packed = true;
+
     std::vector<Tensor> loaded = reader.load_batch(jobs);
+    jobs.clear();  // drops the jobs' references to the stacked buffers
     for (size_t i = 0; i < items.size(); ++i) {
         if (!bias_maps[i].empty()) permute_elements(loaded[i], bias_maps[i]);
         m.tensors[items[i].hf] = std::move(loaded[i]);
@@ -170,7 +248,9 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     m.qk_unpermuted = unpermute;
     c.validate(f.source);
     // Every block scale went into the dequantized values: a NaN/Inf scale or weight shows here.
+    // Packed tensors are checked through their dequantized values, one row block at a time.
     m.weight_check = check_weight_values(m.tensors, f.source);
+    if (opt.packed) check_packed_values(m.tensors, f.source, m.weight_check);
     return m;
 }
 

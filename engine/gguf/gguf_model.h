@@ -14,11 +14,17 @@ namespace kv {
 struct GgufLoadOptions {
     DType dtype = DType::F32;  // F32 or BF16: every tensor is delivered in this dtype
     bool zero_copy = true;     // F32 (or BF16 with dtype BF16) tensors needing no reordering view the mapping
+    // Keep quantized matrices (q/k/v/o, gate/up/down, embedding, output) in their block format
+    // (u8 [rows, blocks, block bytes], engine/model/packed_weight.h) instead of dequantizing;
+    // a stacked group (q/k/v, gate/up) whose members differ in type is dequantized.
+    bool packed = false;
 };
 
 struct GgufModel {
     ModelConfig config;          // tie_word_embeddings when the file has no output.weight
-    TensorMap tensors;           // HF names; no lm_head.weight when tied
+    // HF names; no lm_head.weight when tied. q/k/v (and their biases) and gate/up are views of
+    // one stacked buffer per layer, in that order, so the Transformer adopts them without a copy.
+    TensorMap tensors;
     GgufTokenizerData tokenizer;
     bool qk_unpermuted = false;  // true when Q/K rows were moved back to rotate-half order
     WeightCheckStats weight_check;  // the finiteness/magnitude check of every loaded weight

@@ -29,6 +29,20 @@ struct Mapping {
 
 }  // namespace
 
+PackedFormat gguf_packed_format(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0: return PackedFormat::Q8_0;
+        case GgmlType::Q4_0: return PackedFormat::Q4_0;
+        case GgmlType::Q4_1: return PackedFormat::Q4_1;
+        case GgmlType::Q5_0: return PackedFormat::Q5_0;
+        case GgmlType::Q5_1: return PackedFormat::Q5_1;
+        case GgmlType::Q4_K: return PackedFormat::Q4_K;
+        case GgmlType::Q5_K: return PackedFormat::Q5_K;
+        case GgmlType::Q6_K: return PackedFormat::Q6_K;
+        default: return PackedFormat::NONE;
+    }
+}
+
 GgufReader::GgufReader(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -104,20 +118,44 @@ std::vector<Tensor> GgufReader::load_batch(const std::vector<GgufLoadJob>& jobs)
             }
             if (!ok) throw Error(str(what, ": row map is not a permutation of its ", n_rows, " rows"));
         }
-        Shape shape(info.torch_shape());
         TensorOptions opt;
         opt.category = MemCategory::WEIGHTS;
         opt.label = info.name;
         const uint8_t* src = data(info);
+        // A preallocated destination must be exactly what would have been allocated.
+        auto take_dst = [&](const Shape& shape, DType dt) {
+            if (!job.dst.defined()) return Tensor::empty(shape, dt, opt);
+            if (job.dst.shape() != shape || job.dst.dtype() != dt || !job.dst.is_contiguous() ||
+                job.dst.device().type != DeviceType::CPU)
+                throw Error(str(what, ": destination ", job.dst.describe(), " does not match dtype ", int(dt), " ", shape.str(),
+                                " (contiguous, on the CPU)"));
+            return job.dst;
+        };
+        if (job.packed) {
+            const PackedFormat pf = gguf_packed_format(info.type);
+            if (pf == PackedFormat::NONE)
+                throw Error(str(what, " has ggml type ", ggml_type_name(info.type), ", which kvlab cannot keep packed"));
+            const int64_t be = packed_block_elems(pf), bb = packed_block_bytes(pf);
+            if (info.ne[0] % be != 0)
+                throw Error(str(what, ": rows of ", info.ne[0], " elements are not whole blocks of ", be));
+            const int64_t row_bytes = info.ne[0] / be * bb;
+            out[j] = take_dst(Shape{n_rows, info.ne[0] / be, bb}, DType::U8);
+            uint8_t* dst = out[j].data<uint8_t>();
+            for (int64_t r = 0; r < n_rows; ++r)
+                std::memcpy(dst + size_t(job.row_map.empty() ? r : job.row_map[size_t(r)]) * size_t(row_bytes),
+                            src + size_t(r) * size_t(row_bytes), size_t(row_bytes));
+            continue;
+        }
+        Shape shape(info.torch_shape());
         const bool same = (info.type == GgmlType::F32 && job.dtype == DType::F32) ||
                           (info.type == GgmlType::BF16 && job.dtype == DType::BF16);
         const bool aligned = reinterpret_cast<uintptr_t>(src) % uintptr_t(dtype_size(job.dtype)) == 0;
-        if (same && job.zero_copy && aligned && job.row_map.empty()) {
+        if (same && job.zero_copy && aligned && job.row_map.empty() && !job.dst.defined()) {
             out[j] = Tensor::from_external(const_cast<uint8_t*>(src), shape, job.dtype, mapping_, opt);
             continue;
         }
         gguf_check_dequantizable(info.type, info.ne[0], job.dtype, what);
-        out[j] = Tensor::empty(shape, job.dtype, opt);
+        out[j] = take_dst(shape, job.dtype);
         total += info.numel();
         const int64_t row_len = info.ne[0];
         const int64_t chunk = row_len > 0 ? std::max<int64_t>(1, (int64_t(1) << 16) / row_len) : n_rows;

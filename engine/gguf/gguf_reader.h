@@ -10,6 +10,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/gguf/gguf_parse.h"
+#include "kernels/common/packed_blocks.h"
 
 namespace kv {
 
@@ -19,7 +20,18 @@ struct GgufLoadJob {
     DType dtype = DType::F32;        // F32 or BF16
     bool zero_copy = true;
     std::vector<int64_t> row_map;    // empty, or a permutation of the ggml rows (see load)
+    // Packed: keep the blocks as stored (u8 [rows, blocks per row, block bytes], see
+    // gguf_packed_format); only for types gguf_packed_format knows. Rows are copied (row_map
+    // applies), never converted.
+    bool packed = false;
+    // When defined: written into this (contiguous, the result's shape and dtype) instead of a
+    // fresh allocation, so callers can load several tensors into one stacked buffer without a
+    // second copy (the result is then a view of it).
+    Tensor dst;
 };
+
+// The packed format a ggml type is kept in by GgufLoadJob::packed; NONE for plain types.
+PackedFormat gguf_packed_format(GgmlType t);
 
 class GgufReader {
    public:

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/model/transformer_backward.h"
+#include "engine/model/packed_weight.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
@@ -32,7 +33,7 @@ namespace {
 
 // dh (B, m, E) and the parameter gradients of logits = lm_head(h, input_pos) given dlogits.
 Tensor lm_head_backward(const Transformer& m, const Tensor& h, int64_t input_pos, const Tensor& dlogits, const HeadGrads& g) {
-    Tensor dh = grad::mm(dlogits, m.lm_head_weight(), h.dtype());
+    Tensor dh = linear_input_grad_any(dlogits, m.lm_head_weight(), h.dtype());
     if (m.adapters() && g.adapters) m.adapters()->backward(-1, LinearSite::HEAD, h, input_pos, dlogits, dh);
     if (g.model) linear_weight_grad(g.model->tied ? g.model->embed : g.model->lm_head, nullptr, h, dlogits);
     return dh;

@@ -1,11 +1,18 @@
 // Model gradients (see model_grads.h).
 #include "model_grads.h"
 
+#include "engine/core/error.h"
+#include "packed_weight.h"
+
 namespace kv {
 
 namespace {
 Tensor like(const Tensor& w, const std::string& name) {
     if (!w.defined()) return {};
+    if (is_packed(w))
+        throw Error(str("full fine-tuning: '", name, "' is a packed ", packed_format_name(packed_format_of(w)),
+                        " weight, which is frozen (LoRA/QLoRA train adapters over it)"),
+                    "load the model with --model.weights f32 to fine-tune every weight");
     return Tensor::zeros(w.shape(), w.dtype(), {w.device(), MemCategory::GRADIENTS, name + " grad"});
 }
 }  // namespace

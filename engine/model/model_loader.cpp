@@ -123,11 +123,18 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
     }
     if (is_file(path) && ends_with(path, ".gguf")) {
 #if KVLAB_HAVE_GGUF
+        if (opt.weights != "packed" && opt.weights != "f32" && opt.weights != "bf16")
+            throw Error(str("--model.weights '", opt.weights, "' is not one of packed, f32, bf16"));
+        ModelOptions mo = opt;
+        if (opt.weights == "bf16") mo.dtype = DType::BF16;
         GgufLoadOptions go;
-        go.dtype = opt.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+        go.dtype = mo.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+        // Packed only where the packed kernels run, so nothing is converted a second time.
+        go.packed = opt.weights == "packed" && mo.device.is_cpu() && mo.dtype == DType::F32;
         GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weight_values)
         lm.config = g.config;
-        lm.model = std::make_unique<Transformer>(g.config, g.tensors, opt);
+        // The map is handed over: the model adopts the loaded buffers instead of copying them.
+        lm.model = std::make_unique<Transformer>(g.config, std::move(g.tensors), mo);
 #if KVLAB_HAVE_TOKENIZER
         const GgufTokenizerData& t = g.tokenizer;
         if (t.model != "gpt2")

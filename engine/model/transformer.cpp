@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
+#include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 
@@ -14,29 +15,71 @@ namespace {
 const Tensor& need(const TensorMap& w, const std::string& name, const Shape& shape) {
     auto it = w.find(name);
     if (it == w.end()) throw Error(str("model weights: missing tensor '", name, "' (expected shape ", shape.str(), ")"));
-    if (it->second.shape() != shape)
-        throw Error(str("model weights: tensor '", name, "' has shape ", it->second.shape().str(), ", expected ", shape.str()));
-    if (!dtype_is_float(it->second.dtype())) throw Error(str("model weights: tensor '", name, "' is not a float tensor"));
+    const bool packed = is_packed(it->second);
+    if (weight_shape(it->second) != shape)
+        throw Error(str("model weights: tensor '", name, "' has shape ", weight_shape(it->second).str(), packed ? " (packed)" : "",
+                        ", expected ", shape.str()));
+    if (!packed && !dtype_is_float(it->second.dtype())) throw Error(str("model weights: tensor '", name, "' is not a float tensor"));
     return it->second;
 }
 
-Tensor convert(const Tensor& t, const ModelOptions& opt, const std::string& label) {
-    Tensor out = Tensor::empty(t.shape(), opt.dtype, {opt.device, MemCategory::WEIGHTS, label});
-    out.copy_from(t.device() == opt.device ? t : t.to(opt.device));
+// Packed weights stay packed where the packed kernels run (f32 activations on the CPU);
+// elsewhere (bf16, f64, CUDA) they are dequantized here, at load.
+bool keeps_packed(const ModelOptions& opt) { return opt.device.is_cpu() && opt.dtype == DType::F32; }
+
+// Whether `t` can be used as the model's own tensor without a copy (adopted from a map the
+// caller handed over): already in the model's storage form, contiguous, counted as weights.
+bool adoptable(const Tensor& t, const ModelOptions& opt) {
+    const bool form = is_packed(t) ? keeps_packed(opt) : t.dtype() == opt.dtype;
+    return form && t.device() == opt.device && t.is_contiguous() && t.category() == MemCategory::WEIGHTS;
+}
+
+// A packed tensor as the float tensor the model stores (for options that do not keep packed).
+Tensor float_of(const Tensor& t) { return is_packed(t) ? packed_to_f32(t, {t.device(), MemCategory::WEIGHTS, "dequantize"}) : t; }
+
+Tensor convert(const Tensor& t, const ModelOptions& opt, const std::string& label, bool adopt) {
+    if (adopt && adoptable(t, opt)) return t;
+    if (is_packed(t) && keeps_packed(opt)) {
+        Tensor out = Tensor::empty(t.shape(), DType::U8, {opt.device, MemCategory::WEIGHTS, label});
+        out.copy_from(t);
+        return out;
+    }
+    const Tensor src = float_of(t);
+    Tensor out = Tensor::empty(src.shape(), opt.dtype, {opt.device, MemCategory::WEIGHTS, label});
+    out.copy_from(src.device() == opt.device ? src : src.to(opt.device));
     return out;
 }
 
-// Rows of several [r_i, E] matrices stacked into one [sum r_i, E] matrix.
-Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& opt, const std::string& label) {
+// Rows of several [r_i, E] matrices stacked into one [sum r_i, E] matrix. Parts that already
+// lie back to back in one buffer (the GGUF loader stacks them so) are adopted as one view.
+Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& opt, const std::string& label, bool adopt) {
     int64_t rows = 0;
     for (auto* p : parts) rows += p->size(0);
     Shape s = parts[0]->shape();
     s.d[0] = rows;
-    Tensor out = Tensor::empty(s, opt.dtype, {opt.device, MemCategory::WEIGHTS, label});
+    bool adjacent = adopt;
+    for (size_t i = 0; adjacent && i < parts.size(); ++i) {
+        const Tensor& p = *parts[i];
+        adjacent = p.storage() == parts[0]->storage() && p.dtype() == parts[0]->dtype() && p.is_contiguous() &&
+                   adoptable(p, opt) && p.ndim() == s.ndim;
+        for (int d = 1; adjacent && d < s.ndim; ++d) adjacent = p.size(d) == s.d[d];
+        if (adjacent && i > 0) adjacent = p.offset() == parts[i - 1]->offset() + parts[i - 1]->numel();
+    }
+    if (adjacent) {
+        std::vector<int64_t> strides(size_t(s.ndim));
+        for (int d = 0; d < s.ndim; ++d) strides[size_t(d)] = parts[0]->stride(d);
+        return parts[0]->as_strided(s, strides, parts[0]->offset());
+    }
+    bool same_packed = keeps_packed(opt) && is_packed(*parts[0]);
+    for (auto* p : parts) same_packed = same_packed && is_packed(*p) && p->size(2) == parts[0]->size(2);
+    const DType dt = same_packed ? DType::U8 : opt.dtype;
+    if (!same_packed && is_packed(*parts[0])) s = Shape{rows, weight_shape(*parts[0]).d[1]};
+    Tensor out = Tensor::empty(s, dt, {opt.device, MemCategory::WEIGHTS, label});
     int64_t r = 0;
     for (auto* p : parts) {
         Tensor dst = out.slice(0, r, r + p->size(0));
-        dst.copy_from(p->device() == opt.device ? *p : p->to(opt.device));
+        const Tensor src = same_packed ? *p : float_of(*p);
+        dst.copy_from(src.device() == opt.device ? src : src.to(opt.device));
         r += p->size(0);
     }
     return out;
@@ -45,38 +88,49 @@ Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& o
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& cfg, const TensorMap& w, const ModelOptions& opt) : cfg_(cfg), opt_(opt) {
-    cfg_.validate(cfg.name.empty() ? "model config" : cfg.name);
+    init(w, false);
+}
+
+Transformer::Transformer(const ModelConfig& cfg, TensorMap&& w, const ModelOptions& opt) : cfg_(cfg), opt_(opt) {
+    TensorMap own = std::move(w);
+    init(own, true);
+    // `own` dies here: adopted tensors live on in the model, everything else is freed.
+}
+
+void Transformer::init(const TensorMap& w, bool adopt) {
+    const ModelOptions& opt = opt_;
+    cfg_.validate(cfg_.name.empty() ? "model config" : cfg_.name);
     if (opt.dtype != DType::F32 && opt.dtype != DType::BF16 && opt.dtype != DType::F64)
         throw Error("model dtype must be f32, bf16 or f64");
     const int64_t E = cfg_.hidden_size, I = cfg_.intermediate_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), V = cfg_.vocab_size;
-    embed_ = convert(need(w, "model.embed_tokens.weight", {V, E}), opt, "model.embed_tokens.weight");
-    norm_ = convert(need(w, "model.norm.weight", {E}), opt, "model.norm.weight");
+    embed_ = convert(need(w, "model.embed_tokens.weight", {V, E}), opt, "model.embed_tokens.weight", adopt);
+    norm_ = convert(need(w, "model.norm.weight", {E}), opt, "model.norm.weight", adopt);
     if (cfg_.tie_word_embeddings && !w.count("lm_head.weight")) lm_head_ = embed_;
-    else lm_head_ = convert(need(w, "lm_head.weight", {V, E}), opt, "lm_head.weight");
+    else lm_head_ = convert(need(w, "lm_head.weight", {V, E}), opt, "lm_head.weight", adopt);
     layers_.resize(size_t(cfg_.num_layers));
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         LayerWeights& L = layers_[size_t(l)];
-        L.attn_norm = convert(need(w, p + "input_layernorm.weight", {E}), opt, p + "input_layernorm.weight");
+        L.attn_norm = convert(need(w, p + "input_layernorm.weight", {E}), opt, p + "input_layernorm.weight", adopt);
         L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
                              &need(w, p + "self_attn.v_proj.weight", {K, E})},
-                            opt, p + "self_attn.qkv");
+                            opt, p + "self_attn.qkv", adopt);
         if (cfg_.qkv_bias) {
             Tensor bq = need(w, p + "self_attn.q_proj.bias", {Q}).unsqueeze(1);
             Tensor bk = need(w, p + "self_attn.k_proj.bias", {K}).unsqueeze(1);
             Tensor bv = need(w, p + "self_attn.v_proj.bias", {K}).unsqueeze(1);
-            L.bqkv = stack_rows({&bq, &bk, &bv}, opt, p + "self_attn.qkv.bias").reshape({Q + 2 * K});
+            L.bqkv = stack_rows({&bq, &bk, &bv}, opt, p + "self_attn.qkv.bias", adopt).reshape({Q + 2 * K});
         }
         if (cfg_.qk_norm) {
-            L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.q_norm.weight");
-            L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.k_norm.weight");
+            L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.q_norm.weight", adopt);
+            L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.k_norm.weight", adopt);
         }
-        L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight");
-        if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias");
-        L.mlp_norm = convert(need(w, p + "post_attention_layernorm.weight", {E}), opt, p + "post_attention_layernorm.weight");
+        L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
+        if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias", adopt);
+        L.mlp_norm = convert(need(w, p + "post_attention_layernorm.weight", {E}), opt, p + "post_attention_layernorm.weight", adopt);
         L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
-                                 p + "mlp.gate_up");
-        L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight");
+                                 p + "mlp.gate_up", adopt);
+        L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
     }
     set_context_width(cfg_.max_position_embeddings);
 }
@@ -88,6 +142,20 @@ void Transformer::set_context_width(int64_t width) {
 
 Tensor Transformer::embed(const Tensor& ids) const {
     MemoryLabelScope label("embedding");
+    if (is_packed(embed_)) {
+        // A packed table: each token's row is dequantized on the host (a few KiB per token).
+        const std::vector<int64_t> id = ids.to_i64_vector();
+        Shape s = ids.shape();
+        s.d[s.ndim++] = cfg_.hidden_size;
+        Tensor out = Tensor::empty(s, DType::F32, {opt_.device, MemCategory::ACTIVATIONS, {}});
+        float* o = out.data<float>();
+        for (size_t i = 0; i < id.size(); ++i) {
+            if (id[i] < 0 || id[i] >= embed_.size(0))
+                throw Error(str("embedding: token id ", id[i], " is outside the vocabulary of ", embed_.size(0)));
+            packed_rows_to_f32(embed_, id[i], id[i] + 1, o + int64_t(i) * cfg_.hidden_size);
+        }
+        return out;
+    }
     return ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
 }
 
@@ -112,7 +180,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
             h = ops::rmsnorm(x, L.attn_norm, eps);
         }
-        Tensor qkv = ops::linear(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
+        Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
         if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
         if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
         if (save) save->h1 = h, save->qkv = qkv;
@@ -140,7 +208,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     {
         MemoryLabelScope label(str("layer ", l, " attention output"));
         Tensor yf = y.reshape({B, n, NH * HS});
-        Tensor o = ops::linear(yf, L.wo, act);
+        Tensor o = linear_any(yf, L.wo, act);
         if (adapters_) adapters_->add(l, LinearSite::O, yf, input_pos, o);
         if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
         out = ops::add(x, o);
@@ -155,10 +223,10 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
             h = ops::rmsnorm(out, L.mlp_norm, eps);
         }
-        Tensor gu = ops::linear(h, L.w_gate_up, act);  // (B, n, 2I)
+        Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
         if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
         Tensor a = ops::swiglu(gu.slice(2, 0, I), gu.slice(2, I, 2 * I));
-        Tensor d = ops::linear(a, L.w_down, act);
+        Tensor d = linear_any(a, L.w_down, act);
         if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
         ops::add_(out, out, d);
         if (save) save->h2 = h, save->gu = gu, save->a = a;
@@ -174,7 +242,7 @@ Tensor Transformer::final_norm(const Tensor& x) const {
 Tensor Transformer::lm_head(const Tensor& h, int64_t input_pos) const {
     KV_TRACE_SPAN(trace::SpanCategory::HEAD, "lm_head");
     MemoryLabelScope label("lm_head");
-    Tensor logits = ops::linear(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
+    Tensor logits = linear_any(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
     if (adapters_) adapters_->add(-1, LinearSite::HEAD, h, input_pos, logits);
     return logits;
 }
@@ -191,14 +259,31 @@ Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention
 }
 
 int64_t Transformer::parameter_count() const {
-    int64_t n = embed_.numel() + norm_.numel() + (lm_head_.storage() == embed_.storage() ? 0 : lm_head_.numel());
+    const bool tied = lm_head_.storage() == embed_.storage();
+    int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.mlp_norm, &L.w_gate_up, &L.w_down})
-            if (t->defined()) n += t->numel();
+            if (t->defined()) n += weight_shape(*t).numel();
     }
     return n;
 }
 
-size_t Transformer::weight_bytes() const { return size_t(parameter_count()) * size_t(dtype_size(opt_.dtype)); }
+bool Transformer::has_packed_weights() const {
+    if (is_packed(embed_) || is_packed(lm_head_)) return true;
+    for (const auto& L : layers_)
+        if (is_packed(L.wqkv) || is_packed(L.wo) || is_packed(L.w_gate_up) || is_packed(L.w_down)) return true;
+    return false;
+}
+
+// Bytes as stored (packed weights count their blocks).
+size_t Transformer::weight_bytes() const {
+    const bool tied = lm_head_.storage() == embed_.storage();
+    size_t n = embed_.nbytes() + norm_.nbytes() + (tied ? 0 : lm_head_.nbytes());
+    for (const auto& L : layers_) {
+        for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.mlp_norm, &L.w_gate_up, &L.w_down})
+            if (t->defined()) n += t->nbytes();
+    }
+    return n;
+}
 
 }  // namespace kv

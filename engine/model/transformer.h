@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "adapters.h"
@@ -27,6 +28,10 @@ struct ModelOptions {
     Device device{};
     RopeMode rope = RopeMode::YARN;
     bool verify_checksum = false;  // load_model: check a model file against FILE.sha256 first
+    // GGUF weights (--model.weights): "packed" keeps quantized matrices in their block format
+    // (CPU with f32 activations; elsewhere it means "f32"), "f32" dequantizes them at load to
+    // the model dtype, "bf16" dequantizes to bf16 (the model then runs in bf16).
+    std::string weights = "packed";
 };
 
 // One layer's weights as the forward pass uses them (PyTorch Linear layout [out, in]).
@@ -66,6 +71,12 @@ class Transformer {
     // Takes weights with HF names (any float dtype; converted to opt.dtype on opt.device).
     // Throws kv::Error naming missing or mis-shaped tensors.
     Transformer(const ModelConfig& cfg, const TensorMap& weights, const ModelOptions& opt);
+    // The same, taking the map over: tensors already in the model's form (dtype or packed
+    // format, device, contiguous, category weights; q/k/v and gate/up back to back in one
+    // buffer) are adopted without a copy, so loading never holds two copies of the weights.
+    // Packed weights (engine/model/packed_weight.h) stay packed on the CPU with f32
+    // activations and are dequantized otherwise (bf16, f64, CUDA).
+    Transformer(const ModelConfig& cfg, TensorMap&& weights, const ModelOptions& opt);
 
     const ModelConfig& config() const { return cfg_; }
     const ModelOptions& options() const { return opt_; }
@@ -106,9 +117,12 @@ class Transformer {
     const Tensor& lm_head_weight() const { return lm_head_; }
     const Tensor& final_norm_weight() const { return norm_; }
     int64_t parameter_count() const;
-    size_t weight_bytes() const;
+    size_t weight_bytes() const;  // as stored: packed weights count their block bytes
+    // Whether any weight is kept packed (engine/model/packed_weight.h): those are frozen.
+    bool has_packed_weights() const;
 
    private:
+    void init(const TensorMap& weights, bool adopt);
     ModelConfig cfg_;
     ModelOptions opt_;
     Tensor embed_;    // (V, E)

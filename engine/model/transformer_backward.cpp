@@ -7,6 +7,7 @@
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 #include "grad_math.h"
+#include "packed_weight.h"
 
 namespace kv {
 
@@ -15,7 +16,7 @@ namespace {
 // dx (B, n, in) = dy (B, n, out) @ W (out, in), plus the adapter's share (tokens at input_pos..).
 Tensor linear_input_grad(const Transformer& m, int layer, LinearSite site, const Tensor& w, const Tensor& x, int64_t input_pos,
                          const Tensor& dy) {
-    Tensor dx = grad::mm(dy, w, x.dtype());
+    Tensor dx = linear_input_grad_any(dy, w, x.dtype());  // packed bases too (never updated)
     if (m.adapters()) m.adapters()->backward(layer, site, x, input_pos, dy, dx);
     return dx;
 }

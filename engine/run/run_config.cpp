@@ -142,6 +142,10 @@ std::vector<OptionDef> build_options() {
                          [](RunConfig& c) -> uint64_t& { return c.model_seed; }));
     o.push_back(bool_opt("model.verify", "model", "check the model file's SHA-256 against FILE.sha256 before loading",
                          [](RunConfig& c) -> bool& { return c.model_verify; }));
+    o.push_back(str_opt("model.weights", "model",
+                        "GGUF weights: packed (kept in their block format, CPU f32 runs; training that updates the base "
+                        "uses f32), f32 or bf16 (dequantized at load)",
+                        {"packed", "f32", "bf16"}, [](RunConfig& c) -> std::string& { return c.model_weights; }));
     // ---- data
     o.push_back(str_opt("data", "data", "data source (niah_*, vt, cwe: RULER-style tasks scored by exact match)",
                         {"passkey", "recall", "needle", "repeat", "niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe", "text",

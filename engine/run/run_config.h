@@ -115,6 +115,7 @@ struct RunConfig {
     std::string rope = "yarn";       // yarn | plain | hf
     uint64_t model_seed = 0;         // preset weights
     bool model_verify = false;       // check the model file against FILE.sha256 before loading
+    std::string model_weights = "packed";  // GGUF weights: packed | f32 | bf16 (ModelOptions::weights)
     int64_t threads = 0;
     std::string device = "cpu";
     std::string memory_budget;       // e.g. 8GiB ("" = none)

@@ -7,6 +7,9 @@
 namespace kv {
 
 TensorMap model_state_dict(const Transformer& m) {
+    if (m.has_packed_weights())
+        throw Error("model weights: the model keeps packed (GGUF block) weights, which have no float state dict to read or write",
+                    "load the model with --model.weights f32");
     const ModelConfig& c = m.config();
     const int64_t Q = c.q_dim(), K = c.kv_dim(), I = c.intermediate_size;
     TensorMap w;

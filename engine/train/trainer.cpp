@@ -81,6 +81,11 @@ Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg
     if (m.act_dtype() != DType::F32 && m.act_dtype() != DType::F64)
         throw Error(str("training needs f32 weights; the model runs in ", cfg.dtype), "use --precision f32");
     const bool lora = is_lora_mode(cfg.mode);
+    if (m.has_packed_weights() && (!lora || cfg.train.qlora))
+        throw Error(str("mode ", cfg.mode, cfg.train.qlora ? " with --lora.qlora" : "",
+                        ": the model's weights are packed (GGUF blocks, frozen and not rewritable); ",
+                        cfg.train.qlora ? "QLoRA rewrites the base as NF4" : "full fine-tuning updates every weight"),
+                    "load the model with --model.weights f32");
     if (cfg.train.qlora && !lora)
         throw Error(str("--lora.qlora: QLoRA trains adapters on a frozen NF4 base; mode ", cfg.mode, " trains every weight"),
                     "use finetune_long_lora or finetune_offload_lora");

@@ -25,6 +25,10 @@ namespace kv {
 //          Batch dims broadcast. Transposes are strided views (e.g. a PyTorch Linear weight
 //          W[out, in] used as x @ W^T is src1 = W viewed as [in, out] with nb swapped).
 //          Inputs f32/f32, bf16/bf16 or f16/f16 (f32 accumulation), or f64/f64.
+//          Packed weight (CPU): src1 u8 (R, row bytes) holds R rows of a weight W (R, C) in
+//          block format p.qformat (a PackedFormat, packed_blocks.h); src0, dst f32 2-D:
+//          p.axis 0: dst (M, R) = alpha src0 (M, C) @ W^T + beta dst   (a Linear's forward)
+//          p.axis 1: dst (M, C) = alpha src0 (M, R) @ W + beta dst     (its input gradient)
 // ADD      dst = src0 + src1             (src0, src1 broadcast to dst)
 // MUL      dst = src0 * src1             (src0, src1 broadcast to dst)
 // SCALE    dst = alpha * src0
@@ -222,10 +226,10 @@ struct OpParams {
     float beta = 0.0f;           // MATMUL accumulate factor
     float eps = 1e-6f;           // RMSNORM, RMSNORM_BACKWARD
     float weight_offset = 0.0f;  // RMSNORM, RMSNORM_BACKWARD (Gemma-style 1 + w)
-    int axis = 0;                // GATHER, SCATTER
+    int axis = 0;                // GATHER, SCATTER; MATMUL with a packed weight: 1 = not transposed
     int n_rot = 0;               // ROPE, ROPE_BACKWARD: rotated channels (0 = all)
     int window = 0;              // SDPA, SDPA_BACKWARD: sliding window in positions (0 = none)
-    int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat
+    int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat; MATMUL: a PackedFormat (u8 weight)
     int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits
     int ignore_index = -100;     // CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD: target of rows to skip
     int64_t max_temp_bytes = 0;  // SDPA_BACKWARD: bound on score blocks held at once (0 = 64 MiB)

@@ -50,6 +50,7 @@ class CpuBackend final : public KernelBackend {
         if (c.dst.device.type != DeviceType::CPU) return false;
         switch (c.op) {
             case OpKind::MATMUL:
+                if (c.nsrc == 2 && c.src[1].dtype == DType::U8) return cpu::matmul_packed_supported(c);  // packed weight
                 return c.nsrc == 2 && is_compute_float(c.src[0].dtype) && c.src[0].dtype == c.src[1].dtype &&
                        is_compute_float(c.dst.dtype) &&
                        ((c.src[0].dtype == DType::F64) == (c.dst.dtype == DType::F64));

@@ -263,6 +263,9 @@ inline bool is_f64_call(const OpCall& c) {
 
 // ---- kernel entry points (one file per op family; forward and backward side by side) ----
 void matmul_forward(const OpContext& ctx, const OpCall& c);
+// MATMUL with a packed u8 weight (packed_matmul.cpp; matmul_forward sends those calls there).
+void matmul_packed(const OpContext& ctx, const OpCall& c);
+bool matmul_packed_supported(const OpCall& c);
 void add_forward(const OpContext& ctx, const OpCall& c);
 void mul_forward(const OpContext& ctx, const OpCall& c);
 void scale_forward(const OpContext& ctx, const OpCall& c);

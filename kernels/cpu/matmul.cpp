@@ -384,6 +384,10 @@ void matmul_forward(const OpContext& ctx, const OpCall& c) {
         scale_forward(ctx, s);
         return;
     }
+    if (b.dtype == DType::U8) {  // a packed weight (packed_matmul.cpp)
+        matmul_packed(ctx, c);
+        return;
+    }
     if (is_f64_call(c)) {
         matmul_rows<double>(ctx, a, b, d, c.p.alpha, c.p.beta);
         return;
