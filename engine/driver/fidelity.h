@@ -43,9 +43,17 @@ class FidelityAttention final : public LayerAttention {
     std::vector<FidelityStep> take_steps() { return std::move(steps_); }
     // Bytes of the shadow K/V (all layers).
     size_t shadow_bytes() const;
+    // True when chunk `chunk` (index within the sequence) and every chunk before it had the
+    // policy's attention output exactly equal to full attention in every layer seen so far:
+    // the policy's residual stream then equals the dense-cache stream bit for bit there.
+    bool prefix_exact(int64_t chunk) const;
+    // The raw K or V the layer received at positions [p0, p1), (B, G, p1 - p0, HS).
+    Tensor shadow_k(int layer, int64_t p0, int64_t p1) const { return k_shadow_[size_t(layer)].slice(2, p0, p1); }
+    Tensor shadow_v(int layer, int64_t p0, int64_t p1) const { return v_shadow_[size_t(layer)].slice(2, p0, p1); }
 
    private:
     KVCache& cache_;
+    std::vector<char> chunk_exact_;            // per chunk of the sequence: error exactly 0 in every layer
     int64_t T_ = 0;
     std::vector<Tensor> k_shadow_, v_shadow_;  // per layer (B, G, T, HS)
     std::vector<int64_t> chunk_;               // per layer: chunks seen in this sequence
@@ -79,9 +87,13 @@ struct FidelityKLStep {
 // dense-cache model exactly, not an approximation from the policy's stream (whose K/V already
 // carry the policy's error from the layers below), and it costs one more forward pass plus two
 // lm_head passes per chunk.
+// Given the policy run's FidelityAttention, the chunks of the exact prefix (policy output equal
+// to full attention in every layer, FidelityAttention::prefix_exact) are not recomputed: the
+// dense stream is the policy's stream there, so their K/V are copied from its shadow and their
+// KL is exactly 0 (no lm_head). Until a policy first drops something, that is every chunk.
 class DenseReference {
    public:
-    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length);
+    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy = nullptr);
     ~DenseReference();
     // The cell's chunks through the dense stream, then the KL of each chunk against the
     // policy's final-layer outputs (before the final norm) of the same chunks.
@@ -93,6 +105,7 @@ class DenseReference {
    private:
     class Shadow;
     const Transformer& model_;
+    const FidelityAttention* policy_;
     std::unique_ptr<Shadow> shadow_;
     std::vector<FidelityKLStep> steps_;
 };
