@@ -167,8 +167,9 @@ class DenseReference::Shadow final : public LayerAttention {
     std::vector<Tensor> k_, v_;
 };
 
-DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy)
-    : model_(model), policy_(policy), shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
+DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy,
+                               int64_t kl_positions)
+    : model_(model), policy_(policy), kl_positions_(kl_positions), shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
 
 DenseReference::~DenseReference() = default;
 
@@ -227,8 +228,17 @@ void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t c
     // lm_head over blocks of positions: 2 x B x 64 x V floats on the host at a time.
     constexpr int64_t kRows = 64;
     for (size_t c = ce; c < c1; ++c) {
-        const Tensor hd = model_.final_norm(xs[c - ce]), hp = model_.final_norm(policy_outputs[c - c0]);
-        const int64_t B = hd.size(0), n = hd.size(1);
+        Tensor hd = model_.final_norm(xs[c - ce]), hp = model_.final_norm(policy_outputs[c - c0]);
+        const int64_t B = hd.size(0), n0 = hd.size(1);
+        if (kl_positions_ > 0 && kl_positions_ < n0) {  // the sampled positions, gathered into one block
+            std::vector<int32_t> at;
+            for (int64_t i = 0; i < kl_positions_; ++i) at.push_back(int32_t((i + 1) * n0 / kl_positions_ - 1));
+            const int64_t m = int64_t(at.size()), E = hd.size(2);
+            const Tensor idx = Tensor::from_i32({1, m, 1}, at, {hd.device(), MemCategory::WORKSPACE, "fidelity KL positions"}).expand({B, m, E});
+            hd = ops::gather(hd, 1, idx);
+            hp = ops::gather(hp, 1, idx);
+        }
+        const int64_t n = hd.size(1);
         double sum = 0;
         for (int64_t a = 0; a < n; a += kRows) {
             const int64_t e = std::min(n, a + kRows);
@@ -238,7 +248,7 @@ void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t c
         FidelityKLStep st;
         st.chunk = int64_t(c);
         st.input_pos = plan.starts[c];
-        st.n = n;
+        st.n = n0;
         st.next_token_kl = n > 0 ? sum / double(B * n) : 0.0;
         steps_.push_back(st);
     }

@@ -77,7 +77,7 @@ struct FidelityKLStep {
     int64_t chunk = 0;      // index in the chunk plan
     int64_t input_pos = 0;  // first position of the chunk
     int64_t n = 0;
-    double next_token_kl = 0;
+    double next_token_kl = 0;  // mean over the positions it was computed at (all n, or a sample)
 };
 
 // The dense reference for the next-token KL: a second residual stream that runs the same
@@ -93,7 +93,11 @@ struct FidelityKLStep {
 // KL is exactly 0 (no lm_head). Until a policy first drops something, that is every chunk.
 class DenseReference {
    public:
-    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy = nullptr);
+    // kl_positions > 0: the KL of a chunk over that many evenly spaced positions (the chunk's
+    // last included; every position when the chunk is no longer), so the two lm_head passes
+    // cover kl_positions rows per chunk instead of all; 0: every position.
+    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy = nullptr,
+                   int64_t kl_positions = 0);
     ~DenseReference();
     // The cell's chunks through the dense stream, then the KL of each chunk against the
     // policy's final-layer outputs (before the final norm) of the same chunks.
@@ -106,6 +110,7 @@ class DenseReference {
     class Shadow;
     const Transformer& model_;
     const FidelityAttention* policy_;
+    int64_t kl_positions_;
     std::unique_ptr<Shadow> shadow_;
     std::vector<FidelityKLStep> steps_;
 };

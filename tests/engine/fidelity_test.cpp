@@ -30,7 +30,7 @@ struct ModelRun {
 
 // share: the dense reference takes the policy's exact prefix from its FidelityAttention (as
 // evaluate does) instead of recomputing it.
-ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk, bool share = true) {
+ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk, bool share = true, int64_t kl_positions = 0) {
     const ModelConfig cfg = preset_config("tiny");
     Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
     KVCacheConfig kc;
@@ -59,7 +59,7 @@ ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t c
     HeadResult res;
     DriverCallbacks cb;
     cb.attention = &fid;
-    DenseReference dense(model, 1, T, share ? &fid : nullptr);
+    DenseReference dense(model, 1, T, share ? &fid : nullptr, kl_positions);
     ModelRun out;
     cb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) {
         dense.run_cell(ids, plan, cell, xs);
@@ -236,11 +236,12 @@ TEST(Fidelity, NextTokenKLEqualsF64RecomputationAgainstAPlainForward) {
     // The dense side recomputed independently: one whole-sequence forward with no cache and no
     // chunks (PlainAttention), against the policy run's own logits; the KL in f64 here.
     // Both ways of running the dense stream: with the policy's exact prefix shared (the first
-    // two chunks: lastrec holds 32 positions) and recomputed.
+    // two chunks: lastrec holds 32 positions) and recomputed; and the KL over 5 of each chunk's
+    // 16 positions (--fidelity_kl_positions: (i + 1) n / 5 - 1, i < 5).
     const int64_t T = 96;
-    for (const bool share : {true, false}) {
-        SCOPED_TRACE(share ? "exact prefix shared" : "dense stream recomputed");
-        const ModelRun r = run_model_full("lastrec-default", 32, T, 16, share);
+    for (const auto& [share, N] : std::vector<std::pair<bool, int64_t>>{{true, 0}, {false, 0}, {true, 5}}) {
+        SCOPED_TRACE(str(share ? "exact prefix shared" : "dense stream recomputed", ", KL positions ", N));
+        const ModelRun r = run_model_full("lastrec-default", 32, T, 16, share, N);
         EXPECT_EQ(r.exact_prefix, 2) << "lastrec with 32 slots and chunks of 16 drops nothing in the first two chunks";
         const ModelConfig cfg = preset_config("tiny");
         Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
@@ -252,11 +253,13 @@ TEST(Fidelity, NextTokenKLEqualsF64RecomputationAgainstAPlainForward) {
         double max_kl = 0;
         for (const FidelityKLStep& k : r.kl) {
             double ref = 0;
-            for (int64_t t = k.input_pos; t < k.input_pos + k.n; ++t) {
+            std::vector<int64_t> at;
+            for (int64_t i = 0; i < (N > 0 ? N : k.n); ++i) at.push_back(N > 0 ? k.input_pos + (i + 1) * k.n / N - 1 : k.input_pos + i);
+            for (int64_t t : at) {
                 const std::vector<double> lp = log_softmax64(&dense[size_t(t * V)], V), lq = log_softmax64(&r.policy_logits[size_t(t * V)], V);
                 for (int64_t i = 0; i < V; ++i) ref += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
             }
-            ref /= double(k.n);
+            ref /= double(at.size());
             // f32 chunked vs whole-sequence forwards differ by rounding only.
             EXPECT_NEAR(k.next_token_kl, ref, 1e-6 + 2e-3 * ref) << "chunk " << k.chunk;
             max_kl = std::max(max_kl, ref);
