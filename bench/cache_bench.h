@@ -37,6 +37,7 @@ struct KiviBenchOptions {
     int bits = 2;
     int64_t group = 32, residual = 128;
     double min_seconds = 0.3;
+    int rounds = 5;  // f32 and kivi timed back to back per round; rows give best times and min/median ratios
 };
 std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 

@@ -73,6 +73,7 @@ int bench_kivi(const Args& args) {
         opt.heads = c.num_heads, opt.kv_heads = c.num_kv_heads, opt.head_dim = c.head_dim;
     }
     opt.min_seconds = args.real("min_seconds", 0.3, 0.001, 60);
+    opt.rounds = int(args.integer("repeats", opt.rounds, 1, 100));
     if (args.flag("quick")) opt.contexts = {1024, 4096};
     Progress progress("bench kivi");
     auto rows = bench::run_kivi_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });

@@ -8,6 +8,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
+#include "kernels/common/element_math.h"
 
 namespace kv {
 
@@ -43,14 +44,33 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     ops::copy_(ks, k);
     ops::copy_(vs, v);
 
+    // Which positions each (b, g) row held when it attended: the kept mass is 1 - the full
+    // attention's share on the others, an empty sum (exactly 1) when nothing was dropped, and
+    // then the full attention's weight sums are not needed at all.
+    const KVPolicy& pol = cache_.layer(layer).policy();
+    const std::vector<int32_t>& pos = pol.token_positions();
+    // Per-head lengths: a row is the pool (-1 where another head keeps the slot).
+    const int64_t L = pol.pool_slots() ? pol.pool_slots() : pol.cache_length(), Tc = pol.pool_slots() ? L : pol.current_length();
+    std::vector<char> held(size_t(B * G * end), 0);
+    bool dropped_any = false;
+    for (int64_t r = 0; r < B * G; ++r) {
+        const int32_t* p = pos.data() + (pol.per_row_positions() ? r * L : 0);
+        char* h = held.data() + r * end;
+        int64_t count = 0;
+        for (int64_t s = 0; s < Tc; ++s)
+            if (p[s] >= 0 && p[s] < end && !h[p[s]]) h[p[s]] = 1, ++count;
+        dropped_any = dropped_any || count < end;
+    }
+
     // Full attention: the same queries over every position so far, masked causally by position.
     MemoryLabelScope label(str("layer ", layer, " fidelity"));
     const Tensor K = k_shadow_[size_t(layer)].slice(2, 0, end), V = v_shadow_[size_t(layer)].slice(2, 0, end);
     Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);  // (1, 1, end)
     Tensor qpos = position_range(input_pos, n, q.device());
     Tensor y_full = Tensor::empty({B, NH, n, q.size(3)}, q.dtype(), {q.device(), MemCategory::WORKSPACE, "fidelity y"});
-    Tensor ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "fidelity weight sums"});
-    ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, 0, &ws);
+    Tensor ws;
+    if (dropped_any) ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "fidelity weight sums"});
+    ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, 0, dropped_any ? &ws : nullptr);
 
     FidelityStep st;
     st.layer = layer;
@@ -67,28 +87,27 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         }
         st.attn_rel_error = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
     }
-    {
+    if (dropped_any) {
         // ws[b, g, t]: weight on position t summed over the chunk's queries, averaged over the
-        // group's heads, so each (b, g) row sums to n. The kept share is 1 - the share on the
-        // positions the row no longer holds: an empty sum when nothing was dropped, so exactly 1.
+        // group's heads, so each (b, g) row sums to n.
         const std::vector<float> w = ws.to_f32_vector();
-        const KVPolicy& pol = cache_.layer(layer).policy();
-        const std::vector<int32_t>& pos = pol.token_positions();
-        // Per-head lengths: a row is the pool (-1 where another head keeps the slot).
-        const int64_t L = pol.pool_slots() ? pol.pool_slots() : pol.cache_length(), Tc = pol.pool_slots() ? L : pol.current_length();
-        std::vector<char> held((size_t)end);
         double dropped = 0;
-        for (int64_t r = 0; r < B * G; ++r) {
-            const int32_t* p = pos.data() + (pol.per_row_positions() ? r * L : 0);
-            std::fill(held.begin(), held.end(), 0);
-            for (int64_t s = 0; s < Tc; ++s)
-                if (p[s] >= 0 && p[s] < end) held[size_t(p[s])] = 1;
+        for (int64_t r = 0; r < B * G; ++r)
             for (int64_t t = 0; t < end; ++t)
-                if (!held[size_t(t)]) dropped += double(w[size_t(r * end + t)]);
-        }
+                if (!held[size_t(r * end + t)]) dropped += double(w[size_t(r * end + t)]);
         st.kept_mass = 1.0 - dropped / double(n * B * G);
     }
+    if (st.chunk == 0 && layer == 0) chunk_exact_.clear();  // a new sequence (layer 0 attends first)
+    if (int64_t(chunk_exact_.size()) <= st.chunk) chunk_exact_.resize(size_t(st.chunk + 1), 1);
+    if (st.attn_rel_error != 0.0) chunk_exact_[size_t(st.chunk)] = 0;
     steps_.push_back(st);
+}
+
+bool FidelityAttention::prefix_exact(int64_t chunk) const {
+    if (chunk < 0 || chunk >= int64_t(chunk_exact_.size())) return false;
+    for (int64_t c = 0; c <= chunk; ++c)
+        if (!chunk_exact_[size_t(c)]) return false;
+    return true;
 }
 
 std::vector<FidelityLayerSummary> summarize_fidelity(const std::vector<FidelityStep>& steps) {
@@ -118,10 +137,9 @@ class DenseReference::Shadow final : public LayerAttention {
             v_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
         }
     }
-    // Causal attention over every position so far: the same op and the same weight-sum output
-    // the full attention of FidelityAttention uses, so with the dense cache both streams agree.
+    // Causal attention over every position so far (no weight sums: nothing reads them).
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
-        const int64_t B = q.size(0), n = q.size(2), G = k.size(1), end = input_pos + n;
+        const int64_t B = q.size(0), n = q.size(2), end = input_pos + n;
         if (size_t(layer) >= k_.size() || end > T_ || B != k_[size_t(layer)].size(0))
             throw Error(str("fidelity: dense reference of layer ", layer, " at positions ", input_pos, "+", n, " (batch ", B,
                             ") is outside the shadow sized for ", k_.size(), " layers, ", T_, " tokens"));
@@ -131,8 +149,13 @@ class DenseReference::Shadow final : public LayerAttention {
         MemoryLabelScope label(str("layer ", layer, " dense reference"));
         Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);
         Tensor qpos = position_range(input_pos, n, q.device());
-        Tensor ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "dense reference weight sums"});
-        ops::sdpa_(y, q, k_[size_t(layer)].slice(2, 0, end), v_[size_t(layer)].slice(2, 0, end), kpos, qpos, scale, 0, &ws);
+        ops::sdpa_(y, q, k_[size_t(layer)].slice(2, 0, end), v_[size_t(layer)].slice(2, 0, end), kpos, qpos, scale, 0, nullptr);
+    }
+    // Positions [p0, p1) of layer l taken as given (the policy's exact prefix).
+    void set(int layer, int64_t p0, int64_t p1, const Tensor& k, const Tensor& v) {
+        Tensor ks = k_[size_t(layer)].slice(2, p0, p1), vs = v_[size_t(layer)].slice(2, p0, p1);
+        ops::copy_(ks, k);
+        ops::copy_(vs, v);
     }
     size_t bytes() const {
         size_t b = 0;
@@ -145,8 +168,9 @@ class DenseReference::Shadow final : public LayerAttention {
     std::vector<Tensor> k_, v_;
 };
 
-DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t seq_length)
-    : model_(model), shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
+DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy,
+                               int64_t kl_positions)
+    : model_(model), policy_(policy), kl_positions_(kl_positions), shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
 
 DenseReference::~DenseReference() = default;
 
@@ -159,19 +183,21 @@ double mean_kl_of_logits(const std::vector<float>& p, const std::vector<float>& 
     for (int64_t r = 0; r < rows; ++r) {
         const float* a = p.data() + r * V;
         const float* b = q.data() + r * V;
-        double ma = -INFINITY, mb = -INFINITY;
-        for (int64_t i = 0; i < V; ++i) ma = std::max(ma, double(a[i])), mb = std::max(mb, double(b[i]));
+        float ma = -INFINITY, mb = -INFINITY;
+        for (int64_t i = 0; i < V; ++i) ma = std::max(ma, a[i]), mb = std::max(mb, b[i]);
         // One pass, two exps per entry: KL = sum_i p_i (a_i - b_i) - lse(a) + lse(b), with
-        // sum_i p_i (a_i - b_i) = S / za, S = sum_i exp(a_i - ma) (a_i - b_i). Identical rows give
-        // S = 0 and equal log-sum-exps: exactly 0.
+        // sum_i p_i (a_i - b_i) = S / za, S = sum_i exp(a_i - ma) (a_i - b_i). The exps in f32
+        // (kv_exp vectorizes; about 1 ulp) and every sum in f64: 20x faster than f64 exps, and
+        // identical rows still give S = 0 and equal log-sum-exps: exactly 0.
         double za = 0, zb = 0, S = 0;
+#pragma omp simd reduction(+ : za, zb, S)
         for (int64_t i = 0; i < V; ++i) {
-            const double ea = std::exp(double(a[i]) - ma);
-            za += ea;
-            zb += std::exp(double(b[i]) - mb);
-            S += ea * (double(a[i]) - double(b[i]));
+            const float ea = kv_exp(a[i] - ma), eb = kv_exp(b[i] - mb);
+            za += double(ea);
+            zb += double(eb);
+            S += double(ea) * (double(a[i]) - double(b[i]));
         }
-        const double kl = S / za - (ma + std::log(za)) + (mb + std::log(zb));
+        const double kl = S / za - (double(ma) + std::log(za)) + (double(mb) + std::log(zb));
         total += std::max(kl, 0.0);  // rounding can leave a tiny negative sum for near-equal rows
     }
     return rows > 0 ? total / double(rows) : 0.0;
@@ -181,16 +207,39 @@ void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t c
     const auto [c0, c1] = plan.cells.at(cell);
     if (policy_outputs.size() != c1 - c0)
         throw Error(str("fidelity: cell ", cell, " has ", policy_outputs.size(), " policy outputs; expected ", c1 - c0));
+    const int nl = int(model_.config().num_layers);
+    // The exact prefix (a prefix of the cell's chunks): the policy's stream is the dense one.
+    size_t ce = c0;
+    while (policy_ && ce < c1 && policy_->prefix_exact(int64_t(ce))) ++ce;
+    for (size_t c = c0; c < ce; ++c) {
+        const int64_t p0 = plan.starts[c], p1 = p0 + plan.chunks[c];
+        for (int l = 0; l < nl; ++l) shadow_->set(l, p0, p1, policy_->shadow_k(l, p0, p1), policy_->shadow_v(l, p0, p1));
+        FidelityKLStep st;
+        st.chunk = int64_t(c);
+        st.input_pos = p0;
+        st.n = plan.chunks[c];
+        st.next_token_kl = 0.0;
+        steps_.push_back(st);
+    }
     std::vector<Tensor> xs;
-    for (size_t c = c0; c < c1; ++c) xs.push_back(model_.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
+    for (size_t c = ce; c < c1; ++c) xs.push_back(model_.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
     // Layer-major like the driver, so the dense stream sees the same chunk boundaries.
-    for (int l = 0; l < int(model_.config().num_layers); ++l)
-        for (size_t c = c0; c < c1; ++c) xs[c - c0] = model_.block(l, xs[c - c0], plan.starts[c], *shadow_);
+    for (int l = 0; l < nl; ++l)
+        for (size_t c = ce; c < c1; ++c) xs[c - ce] = model_.block(l, xs[c - ce], plan.starts[c], *shadow_);
     // lm_head over blocks of positions: 2 x B x 64 x V floats on the host at a time.
     constexpr int64_t kRows = 64;
-    for (size_t c = c0; c < c1; ++c) {
-        const Tensor hd = model_.final_norm(xs[c - c0]), hp = model_.final_norm(policy_outputs[c - c0]);
-        const int64_t B = hd.size(0), n = hd.size(1);
+    for (size_t c = ce; c < c1; ++c) {
+        Tensor hd = model_.final_norm(xs[c - ce]), hp = model_.final_norm(policy_outputs[c - c0]);
+        const int64_t B = hd.size(0), n0 = hd.size(1);
+        if (kl_positions_ > 0 && kl_positions_ < n0) {  // the sampled positions, gathered into one block
+            std::vector<int32_t> at;
+            for (int64_t i = 0; i < kl_positions_; ++i) at.push_back(int32_t((i + 1) * n0 / kl_positions_ - 1));
+            const int64_t m = int64_t(at.size()), E = hd.size(2);
+            const Tensor idx = Tensor::from_i32({1, m, 1}, at, {hd.device(), MemCategory::WORKSPACE, "fidelity KL positions"}).expand({B, m, E});
+            hd = ops::gather(hd, 1, idx);
+            hp = ops::gather(hp, 1, idx);
+        }
+        const int64_t n = hd.size(1);
         double sum = 0;
         for (int64_t a = 0; a < n; a += kRows) {
             const int64_t e = std::min(n, a + kRows);
@@ -200,7 +249,7 @@ void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t c
         FidelityKLStep st;
         st.chunk = int64_t(c);
         st.input_pos = plan.starts[c];
-        st.n = n;
+        st.n = n0;
         st.next_token_kl = n > 0 ? sum / double(B * n) : 0.0;
         steps_.push_back(st);
     }

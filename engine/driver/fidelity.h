@@ -43,9 +43,17 @@ class FidelityAttention final : public LayerAttention {
     std::vector<FidelityStep> take_steps() { return std::move(steps_); }
     // Bytes of the shadow K/V (all layers).
     size_t shadow_bytes() const;
+    // True when chunk `chunk` (index within the sequence) and every chunk before it had the
+    // policy's attention output exactly equal to full attention in every layer seen so far:
+    // the policy's residual stream then equals the dense-cache stream bit for bit there.
+    bool prefix_exact(int64_t chunk) const;
+    // The raw K or V the layer received at positions [p0, p1), (B, G, p1 - p0, HS).
+    Tensor shadow_k(int layer, int64_t p0, int64_t p1) const { return k_shadow_[size_t(layer)].slice(2, p0, p1); }
+    Tensor shadow_v(int layer, int64_t p0, int64_t p1) const { return v_shadow_[size_t(layer)].slice(2, p0, p1); }
 
    private:
     KVCache& cache_;
+    std::vector<char> chunk_exact_;            // per chunk of the sequence: error exactly 0 in every layer
     int64_t T_ = 0;
     std::vector<Tensor> k_shadow_, v_shadow_;  // per layer (B, G, T, HS)
     std::vector<int64_t> chunk_;               // per layer: chunks seen in this sequence
@@ -69,7 +77,7 @@ struct FidelityKLStep {
     int64_t chunk = 0;      // index in the chunk plan
     int64_t input_pos = 0;  // first position of the chunk
     int64_t n = 0;
-    double next_token_kl = 0;
+    double next_token_kl = 0;  // mean over the positions it was computed at (all n, or a sample)
 };
 
 // The dense reference for the next-token KL: a second residual stream that runs the same
@@ -79,9 +87,17 @@ struct FidelityKLStep {
 // dense-cache model exactly, not an approximation from the policy's stream (whose K/V already
 // carry the policy's error from the layers below), and it costs one more forward pass plus two
 // lm_head passes per chunk.
+// Given the policy run's FidelityAttention, the chunks of the exact prefix (policy output equal
+// to full attention in every layer, FidelityAttention::prefix_exact) are not recomputed: the
+// dense stream is the policy's stream there, so their K/V are copied from its shadow and their
+// KL is exactly 0 (no lm_head). Until a policy first drops something, that is every chunk.
 class DenseReference {
    public:
-    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length);
+    // kl_positions > 0: the KL of a chunk over that many evenly spaced positions (the chunk's
+    // last included; every position when the chunk is no longer), so the two lm_head passes
+    // cover kl_positions rows per chunk instead of all; 0: every position.
+    DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy = nullptr,
+                   int64_t kl_positions = 0);
     ~DenseReference();
     // The cell's chunks through the dense stream, then the KL of each chunk against the
     // policy's final-layer outputs (before the final norm) of the same chunks.
@@ -93,6 +109,8 @@ class DenseReference {
    private:
     class Shadow;
     const Transformer& model_;
+    const FidelityAttention* policy_;
+    int64_t kl_positions_;
     std::unique_ptr<Shadow> shadow_;
     std::vector<FidelityKLStep> steps_;
 };

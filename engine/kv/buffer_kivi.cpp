@@ -20,6 +20,7 @@
 // packing; make_kivi_buffer says so).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "buffer_common.h"
 #include "engine/telemetry/trace.h"
@@ -170,6 +171,52 @@ class KiviBuffer final : public KVBuffer {
         return 8.0 * per_slot / double(2 * p_.D);
     }
     int64_t residual_groups() const { return int64_t(res_.defined() ? res_.size(0) : 0) - int64_t(free_.size()); }
+    // Beam search: row b becomes a copy of row src[b] — its codes and scales, its residual
+    // groups (copied into blocks of its own) and its bookkeeping, so it packs as the source
+    // would have.
+    void reorder_batch(const std::vector<int32_t>& src) override {
+        const int64_t G = p_.G;
+        if (int64_t(src.size()) != B_)
+            throw Error(str("layer ", p_.layer, " ", name(), " buffer: beam reorder of ", src.size(), " rows; expected the batch of ", B_));
+        for (int32_t sb : src)
+            if (sb < 0 || sb >= B_) throw Error(str("layer ", p_.layer, " ", name(), " buffer: beam source row ", sb, " is outside [0, ", B_, ")"));
+        const Tensor kc = kc_.clone(), ks = ks_.clone(), vc = vc_.clone(), vs = vs_.clone(), res = res_.clone();
+        const std::vector<int32_t> map(map_.data<int32_t>(), map_.data<int32_t>() + map_.numel());
+        const auto open = open_;
+        const auto stamp = stamp_, filled = filled_, written = written_;
+        const auto slot_filled = slot_filled_;
+        free_.clear();
+        for (int64_t i = res_.size(0) - 1; i >= 0; --i) free_.push_back(int32_t(i));
+        const size_t blk_bytes = size_t(2 * S_ * p_.D) * dtype_size(res_dtype_);
+        for (int64_t b = 0; b < B_; ++b) {
+            const int64_t sb = src[size_t(b)];
+            for (const auto& [dst, from] : {std::pair<Tensor*, const Tensor*>{&kc_, &kc}, {&ks_, &ks}, {&vc_, &vc}, {&vs_, &vs}}) {
+                const size_t row = dst->nbytes() / size_t(dst->size(0));
+                std::memcpy(static_cast<char*>(dst->data_ptr()) + size_t(b) * row, static_cast<const char*>(from->data_ptr()) + size_t(sb) * row, row);
+            }
+            for (int64_t g = 0; g < G; ++g) {
+                const int64_t r = b * G + g, sr = sb * G + g;
+                for (int64_t j = 0; j < NG_; ++j) {
+                    const int32_t blk = map[size_t(sr * NG_ + j)];
+                    int32_t nb = -1;
+                    if (blk >= 0) {
+                        nb = free_.back();
+                        free_.pop_back();
+                        std::memcpy(static_cast<char*>(res_.data_ptr()) + size_t(nb) * blk_bytes,
+                                    static_cast<const char*>(res.data_ptr()) + size_t(blk) * blk_bytes, blk_bytes);
+                    }
+                    *map_at(b, g, j) = nb;
+                }
+                open_[size_t(r)] = open[size_t(sr)];
+                written_[size_t(r)] = written[size_t(sr)];
+                std::copy(stamp.begin() + sr * NG_, stamp.begin() + (sr + 1) * NG_, stamp_.begin() + r * NG_);
+                std::copy(filled.begin() + sr * NG_, filled.begin() + (sr + 1) * NG_, filled_.begin() + r * NG_);
+                std::copy(slot_filled.begin() + sr * p_.L, slot_filled.begin() + (sr + 1) * p_.L, slot_filled_.begin() + r * p_.L);
+            }
+        }
+    }
+    // Offloading parks these (the host-side bookkeeping stays with the buffer).
+    std::vector<Tensor*> storage_tensors() override { return {&kc_, &ks_, &vc_, &vs_, &map_, &res_}; }
 
    private:
     int64_t plan_row(const SlotPlan& plan, int64_t b, int64_t g) const { return plan.rows == 1 ? 0 : b * p_.G + g; }

@@ -9,9 +9,11 @@ std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferPara
     DType dt = b == "f32" ? DType::F32 : b == "bf16" ? DType::BF16 : b == "f16" ? DType::F16 : p.act_dtype;
     const bool quantized = b == "q8" || b == "q4" || b == "nf4" || b == "q8_0" || b == "q4_0";
     if (b == "kivi2" || b == "kivi4") {
-        if (cfg.paged_block_size > 0 || cfg.cpu_offload)
-            throw Error(str("--kv_cache.name: the '", b, "' buffer is neither paged nor offloadable"));
-        return make_kivi_buffer(cfg, p, b == "kivi2" ? 2 : 4);
+        if (cfg.paged_block_size > 0)  // why: docs/PERFORMANCE.md "KIVI decode", placements
+            throw Error(str("--kv_cache.paged_block_size: the '", b, "' buffer is not paged (its packed groups are its blocks)"));
+        out = make_kivi_buffer(cfg, p, b == "kivi2" ? 2 : 4);
+        if (cfg.cpu_offload) out = make_offload_buffer(std::move(out), p, shared);
+        return out;
     }
     if (quantized) {
         if (cfg.paged_block_size > 0)

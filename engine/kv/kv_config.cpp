@@ -232,8 +232,8 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
             throw Error(str("--kv_cache.name: buffer '", b, "' packs a value's ", head_dim, " channels into whole bytes; expected a head size that is a multiple of ", 8 / bits));
         if (c.kivi_residual < 0) throw Error(str("--kv_cache.kivi_residual: ", c.kivi_residual, " is invalid; expected >= 0"));
         if (c.paged_block_size > 0)
-            throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b, "' is quantized"));
-        if (c.cpu_offload) throw Error(str("--kv_cache.cpu_offload: the '", b, "' buffer cannot be offloaded (not implemented)"));
+            throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b,
+                            "' is quantized (its packed groups of kivi_group_size slots are its blocks)"));
     }
     if (quantized) {
         QuantFormat f = b == "q8" ? QuantFormat::Q8 : b == "q4" ? QuantFormat::Q4 : b == "nf4" ? QuantFormat::NF4

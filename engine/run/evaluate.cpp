@@ -166,7 +166,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         if (cfg.fidelity) {
             fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
             dcb.attention = fid.get();
-            dense_ref = std::make_unique<DenseReference>(model, 1, T);
+            dense_ref = std::make_unique<DenseReference>(model, 1, T, fid.get(), cfg.fidelity_kl_positions);
             dcb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) { dense_ref->run_cell(ids, plans[i], cell, xs); };
         }
         const std::string what = it.description;

@@ -249,6 +249,10 @@ std::vector<OptionDef> build_options() {
                          "eval: also attend over the full context per layer and chunk (an uncompressed K/V shadow) and record "
                          "the policy's attention error and the attention mass on the tokens it kept",
                          [](RunConfig& c) -> bool& { return c.fidelity; }));
+    o.push_back(int_opt("fidelity_kl_positions", "cache",
+                        "fidelity: the next-token KL per chunk over this many evenly spaced positions, the chunk's last "
+                        "included (0: every position; fewer positions skip most lm_head work)",
+                        0, 1 << 20, [](RunConfig& c) -> int64_t& { return c.fidelity_kl_positions; }));
     // Options of single policies: one row each, generated from the policy registry.
     for (const PolicyInfo& p : policy_registry())
         for (const PolicyOption& po : p.options) {

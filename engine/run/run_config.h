@@ -120,6 +120,7 @@ struct RunConfig {
     std::string device = "cpu";
     std::string memory_budget;       // e.g. 8GiB ("" = none)
     bool fidelity = false;           // eval: per-(layer, chunk) fidelity against full attention (engine/driver/fidelity.h)
+    int64_t fidelity_kl_positions = 0;  // fidelity: positions per chunk of the next-token KL (0: every position)
     DataConfig data;
     KVCacheConfig kv_cache;
     DriverConfig driver;

@@ -25,9 +25,12 @@ struct ModelRun {
     ChunkPlan plan;
     std::vector<float> policy_logits;  // (T, V): the policy run's own final outputs through the head
     std::vector<int32_t> ids;
+    int64_t exact_prefix = 0;  // chunks the policy's stream shared with dense
 };
 
-ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk) {
+// share: the dense reference takes the policy's exact prefix from its FidelityAttention (as
+// evaluate does) instead of recomputing it.
+ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk, bool share = true, int64_t kl_positions = 0) {
     const ModelConfig cfg = preset_config("tiny");
     Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
     KVCacheConfig kc;
@@ -56,7 +59,7 @@ ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t c
     HeadResult res;
     DriverCallbacks cb;
     cb.attention = &fid;
-    DenseReference dense(model, 1, T);
+    DenseReference dense(model, 1, T, share ? &fid : nullptr, kl_positions);
     ModelRun out;
     cb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) {
         dense.run_cell(ids, plan, cell, xs);
@@ -71,6 +74,7 @@ ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t c
     EXPECT_GT(plan.chunks.size(), 4u);
     out.steps = fid.steps();
     out.kl = dense.steps();
+    for (size_t c = 0; c < plan.chunks.size(); ++c) out.exact_prefix += fid.prefix_exact(int64_t(c)) ? 1 : 0;
     out.plan = plan;
     out.ids = v;
     return out;
@@ -231,28 +235,37 @@ std::vector<double> log_softmax64(const float* z, int64_t V) {
 TEST(Fidelity, NextTokenKLEqualsF64RecomputationAgainstAPlainForward) {
     // The dense side recomputed independently: one whole-sequence forward with no cache and no
     // chunks (PlainAttention), against the policy run's own logits; the KL in f64 here.
+    // Both ways of running the dense stream: with the policy's exact prefix shared (the first
+    // two chunks: lastrec holds 32 positions) and recomputed; and the KL over 5 of each chunk's
+    // 16 positions (--fidelity_kl_positions: (i + 1) n / 5 - 1, i < 5).
     const int64_t T = 96;
-    const ModelRun r = run_model_full("lastrec-default", 32, T, 16);
-    const ModelConfig cfg = preset_config("tiny");
-    Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
-    model.set_context_width(T);
-    const std::vector<float> dense = model.forward(Tensor::from_i32({1, T}, r.ids)).to_f32_vector();
-    const int64_t V = cfg.vocab_size;
-    ASSERT_EQ(int64_t(dense.size()), T * V);
-    ASSERT_EQ(int64_t(r.policy_logits.size()), T * V);
-    double max_kl = 0;
-    for (const FidelityKLStep& k : r.kl) {
-        double ref = 0;
-        for (int64_t t = k.input_pos; t < k.input_pos + k.n; ++t) {
-            const std::vector<double> lp = log_softmax64(&dense[size_t(t * V)], V), lq = log_softmax64(&r.policy_logits[size_t(t * V)], V);
-            for (int64_t i = 0; i < V; ++i) ref += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
+    for (const auto& [share, N] : std::vector<std::pair<bool, int64_t>>{{true, 0}, {false, 0}, {true, 5}}) {
+        SCOPED_TRACE(str(share ? "exact prefix shared" : "dense stream recomputed", ", KL positions ", N));
+        const ModelRun r = run_model_full("lastrec-default", 32, T, 16, share, N);
+        EXPECT_EQ(r.exact_prefix, 2) << "lastrec with 32 slots and chunks of 16 drops nothing in the first two chunks";
+        const ModelConfig cfg = preset_config("tiny");
+        Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
+        model.set_context_width(T);
+        const std::vector<float> dense = model.forward(Tensor::from_i32({1, T}, r.ids)).to_f32_vector();
+        const int64_t V = cfg.vocab_size;
+        ASSERT_EQ(int64_t(dense.size()), T * V);
+        ASSERT_EQ(int64_t(r.policy_logits.size()), T * V);
+        double max_kl = 0;
+        for (const FidelityKLStep& k : r.kl) {
+            double ref = 0;
+            std::vector<int64_t> at;
+            for (int64_t i = 0; i < (N > 0 ? N : k.n); ++i) at.push_back(N > 0 ? k.input_pos + (i + 1) * k.n / N - 1 : k.input_pos + i);
+            for (int64_t t : at) {
+                const std::vector<double> lp = log_softmax64(&dense[size_t(t * V)], V), lq = log_softmax64(&r.policy_logits[size_t(t * V)], V);
+                for (int64_t i = 0; i < V; ++i) ref += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
+            }
+            ref /= double(at.size());
+            // f32 chunked vs whole-sequence forwards differ by rounding only.
+            EXPECT_NEAR(k.next_token_kl, ref, 1e-6 + 2e-3 * ref) << "chunk " << k.chunk;
+            max_kl = std::max(max_kl, ref);
         }
-        ref /= double(k.n);
-        // f32 chunked vs whole-sequence forwards differ by rounding only.
-        EXPECT_NEAR(k.next_token_kl, ref, 1e-6 + 2e-3 * ref) << "chunk " << k.chunk;
-        max_kl = std::max(max_kl, ref);
+        EXPECT_GT(max_kl, 1e-4) << "the case must evict something that changes the output to test anything";
     }
-    EXPECT_GT(max_kl, 1e-4) << "the case must evict something that changes the output to test anything";
 }
 
 TEST(Fidelity, KLOfLogitsMatchesClosedForm) {

@@ -253,6 +253,118 @@ TEST(KiviBuffer, FusedSdpaEqualsF64SdpaOverTheDequantizedCache) {
     }
 }
 
+// Rows (b) of a (B, G, n, D) tensor taken from rows src[b].
+Tensor take_rows(const std::vector<float>& x, int64_t B, int64_t G, int64_t n, int64_t D, const std::vector<int32_t>& src) {
+    std::vector<float> out(size_t(B * G * n * D));
+    const int64_t row = G * n * D;
+    for (int64_t b = 0; b < B; ++b) std::copy(x.begin() + src[size_t(b)] * row, x.begin() + (src[size_t(b)] + 1) * row, out.begin() + b * row);
+    return Tensor::from_f32({B, G, n, D}, out);
+}
+
+// Beam search: after reorder_batch(src) a buffer holds, and goes on to pack and attend, exactly
+// what a buffer fed the same tokens with its rows already in src's order holds: reads and
+// fused attention bit for bit, before and after more tokens are appended (so the copied
+// residual groups are packed later, on their own).
+TEST(KiviBuffer, BeamReorderEqualsABufferFedTheReorderedRows) {
+    for (int bits : {2, 4}) {
+        KiviSetup st;
+        st.bits = bits;
+        st.B = 3;
+        auto a = st.make(), ref = st.make();
+        std::mt19937_64 rng(seed_for(str("kivi beam ", bits)));
+        const int64_t B = st.B, G = st.G, D = st.D;
+        const std::vector<int32_t> ident = {0, 1, 2}, src = {2, 2, 0};
+        std::vector<float> kv, vv;
+        random_kv(B, G, 45, D, rng, &kv);
+        random_kv(B, G, 45, D, rng, &vv);
+        a->prefill(take_rows(kv, B, G, 45, D, ident), take_rows(vv, B, G, 45, D, ident));
+        ref->prefill(take_rows(kv, B, G, 45, D, src), take_rows(vv, B, G, 45, D, src));
+        int64_t T = 45;
+        auto append = [&](int64_t n, const std::vector<int32_t>& ra, const std::vector<int32_t>& rr) {
+            SlotPlan plan;
+            plan.n = n;
+            plan.rows = 1;
+            for (int64_t t = 0; t < n; ++t) plan.targets.push_back(int32_t(T + t));
+            random_kv(B, G, n, D, rng, &kv);
+            random_kv(B, G, n, D, rng, &vv);
+            a->write(plan, take_rows(kv, B, G, n, D, ra), take_rows(vv, B, G, n, D, ra));
+            ref->write(plan, take_rows(kv, B, G, n, D, rr), take_rows(vv, B, G, n, D, rr));
+            T += n;
+        };
+        append(7, ident, src);
+        a->reorder_batch(src);
+        auto compare = [&](const char* when) {
+            auto [Ka, Va] = a->read(T);
+            auto [Kr, Vr] = ref->read(T);
+            EXPECT_EQ(Ka.to_f32_vector(), Kr.to_f32_vector()) << bits << "-bit keys " << when;
+            EXPECT_EQ(Va.to_f32_vector(), Vr.to_f32_vector()) << bits << "-bit values " << when;
+            std::vector<int32_t> kp(static_cast<size_t>(T));
+            std::iota(kp.begin(), kp.end(), 0);
+            std::vector<float> qv;
+            Tensor q = random_kv(B, 2 * G, 1, D, rng, &qv), kpos = Tensor::from_i32({1, 1, T}, kp), qpos = Tensor::from_i32({1, 1}, {int32_t(T)});
+            Tensor ya = Tensor::empty({B, 2 * G, 1, D}, DType::F32), yr = Tensor::empty({B, 2 * G, 1, D}, DType::F32);
+            a->attend(ya, q, T, kpos, qpos, 0.25f, nullptr);
+            ref->attend(yr, q, T, kpos, qpos, 0.25f, nullptr);
+            EXPECT_EQ(ya.to_f32_vector(), yr.to_f32_vector()) << bits << "-bit attention " << when;
+        };
+        compare("right after the reorder");
+        for (int64_t n : {16, 1, 30, 9}) append(n, ident, ident);
+        compare("after appends that pack the copied groups");
+    }
+}
+
+// Offloaded (--kv_cache.cpu_offload): two layers' KIVI buffers share one resident slot, so every
+// switch parks one and restores the other; writes and fused attention give exactly what
+// resident buffers give.
+TEST(KiviBuffer, OffloadedEqualsResident) {
+    KiviSetup st;
+    KVCacheConfig oc = st.cfg();
+    oc.cpu_offload = true;
+    auto sh = make_buffer_shared(oc, st.L, st.G, st.D, Device{}, DType::F32);
+    BufferParams p;
+    p.L = st.L, p.G = st.G, p.D = st.D;
+    std::vector<std::unique_ptr<KVBuffer>> off, res;
+    for (int64_t l = 0; l < 2; ++l) {
+        p.layer = l;
+        off.push_back(make_buffer(oc, p, sh));
+        res.push_back(make_buffer(st.cfg(), p, nullptr));
+    }
+    EXPECT_EQ(off[0]->name(), "kivi2+offload");
+    std::mt19937_64 rng(seed_for("kivi offload"));
+    const int64_t B = st.B, G = st.G, D = st.D;
+    std::vector<float> kv, vv, qv;
+    int64_t T = 0;
+    for (int64_t n : {40, 1, 25, 16, 1}) {
+        for (int64_t l = 0; l < 2; ++l) {
+            Tensor k = random_kv(B, G, n, D, rng, &kv), v = random_kv(B, G, n, D, rng, &vv);
+            if (T == 0) {
+                off[size_t(l)]->prefill(k, v);
+                res[size_t(l)]->prefill(k, v);
+            } else {
+                SlotPlan plan;
+                plan.n = n;
+                plan.rows = 1;
+                for (int64_t t = 0; t < n; ++t) plan.targets.push_back(int32_t(T + t));
+                off[size_t(l)]->write(plan, k, v);
+                res[size_t(l)]->write(plan, k, v);
+            }
+        }
+        T += n;
+        std::vector<int32_t> kp(static_cast<size_t>(T));
+        std::iota(kp.begin(), kp.end(), 0);
+        Tensor kpos = Tensor::from_i32({1, 1, T}, kp), qpos = Tensor::from_i32({1, 1}, {int32_t(T)});
+        for (int64_t l = 0; l < 2; ++l) {
+            Tensor q = random_kv(B, 2 * G, 1, D, rng, &qv);
+            Tensor yo = Tensor::empty({B, 2 * G, 1, D}, DType::F32), yr = Tensor::empty({B, 2 * G, 1, D}, DType::F32);
+            Tensor wo = Tensor::empty({B, G, T}, DType::F32), wr = Tensor::empty({B, G, T}, DType::F32);
+            off[size_t(l)]->attend(yo, q, T, kpos, qpos, 0.25f, &wo);
+            res[size_t(l)]->attend(yr, q, T, kpos, qpos, 0.25f, &wr);
+            EXPECT_EQ(yo.to_f32_vector(), yr.to_f32_vector()) << "layer " << l << " T " << T;
+            EXPECT_EQ(wo.to_f32_vector(), wr.to_f32_vector()) << "layer " << l << " T " << T;
+        }
+    }
+}
+
 TEST(KiviBuffer, BadOptionsGiveOneClearMessage) {
     auto msg = [](const std::function<void(KVCacheConfig&)>& f, int64_t D) {
         KVCacheConfig c;
