@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/core/error.h"
 #include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
@@ -582,11 +581,11 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
     if (s.rank_runs.size() > 1) {
         // Data-parallel run: one rank's memory and spans at a time (each rank is its own process).
         ImGui::SetNextItemWidth(150);
-        const std::string current = str("rank ", s.rank, " of ", s.rank_runs.size());
+        const std::string current = "rank " + std::to_string(s.rank) + " of " + std::to_string(s.rank_runs.size());
         if (ImGui::BeginCombo("rank", current.c_str())) {
             for (size_t r = 0; r < s.rank_runs.size(); ++r) {
                 const bool have = s.rank_runs[r] != 0;
-                const std::string label = have ? str("rank ", r) : str("rank ", r, " (telemetry missing)");
+                const std::string label = "rank " + std::to_string(r) + (have ? "" : " (telemetry missing)");
                 if (ImGui::Selectable(label.c_str(), int(r) == s.rank, have ? 0 : ImGuiSelectableFlags_Disabled))
                     select_memory_rank(s, int(r), host);
             }
