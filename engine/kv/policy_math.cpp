@@ -22,8 +22,15 @@ typedef double f64x8 __attribute__((vector_size(64)));
 // A register tile of 4 rows x 2 vectors of C accumulates over all of k before it is stored
 // (8 accumulators, 2 B vectors and a broadcast fit 16 registers). Rows past the last group
 // of 4 and columns past the last pair of vectors take a plain loop.
+// always_inline puts the body into each target-specific caller (compiled for that ISA); ASan builds
+// refuse always_inline across target attributes, so there it is a plain inline (slower, same math).
+#if defined(__SANITIZE_ADDRESS__)
+#define KV_MATMUL_BODY_INLINE inline
+#else
+#define KV_MATMUL_BODY_INLINE __attribute__((always_inline)) inline
+#endif
 template <class V, class F>
-__attribute__((always_inline)) inline void matmul_body(int64_t m, int64_t n, int64_t k, const F* A, int64_t lda, const F* B, int64_t ldb,
+KV_MATMUL_BODY_INLINE void matmul_body(int64_t m, int64_t n, int64_t k, const F* A, int64_t lda, const F* B, int64_t ldb,
                                                        F* C, int64_t ldc, bool acc) {
     constexpr int64_t W = int64_t(sizeof(V) / sizeof(F)), MR = 4;
     const int64_t m4 = m - m % MR, n2 = n - n % (2 * W);
