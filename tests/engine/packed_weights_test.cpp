@@ -183,7 +183,7 @@ TEST(PackedKernel, RejectsMismatchedFormatAndShapes) {
     OpCall ok = c;
     ok.p.qformat = int(PackedFormat::Q4_1);
     KernelBackend* be = cpu_variant_backend("base");
-    ASSERT_NE(be, nullptr);
+    if (!be) GTEST_SKIP() << "this build has no base variant (the sanitizer and KVLAB_NATIVE=ON builds build none)";
     EXPECT_TRUE(be->supports_op(ok));
     EXPECT_FALSE(be->supports_op(c));
     EXPECT_THROW(ops::dispatch(c), Error);
