@@ -4,6 +4,8 @@
 # recorded in one session file by kvlab sweep, which also writes every table (Markdown, under
 # results/); kvlab plot draws the figures.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
+#   RESULTS_BLOCKS="ruler zoo" scripts/results.sh   runs only the named blocks (default: all of
+#   ppl qh2o passkey repeat ruler zoo fidelity)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,8 @@ SESSION=${1:-results/results.kvlab}
 mkdir -p "$(dirname "$SESSION")"
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
+BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo fidelity} "
+want() { [[ "$BLOCKS" == *" $1 "* ]]; }
 POLICIES="lastrec h2o h2o-orig h2o-vlen streaming tova snapkv knorm"
 QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
 
@@ -21,20 +25,23 @@ QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
 # so they run on the quantized buffers only, in a second sweep sharing the same reference.
 ppl=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 8192 --data.num_samples 1 --kv_cache.chunk_size 128
      --kv_cache.cache_length 512,1024,2048 --telemetry.enabled false --session "$SESSION" --metric perplexity --format md)
-"$KVLAB" sweep "${ppl[@]}" --kv_cache.name "${POLICIES// /,}" --kv_cache.buffer default,q8,q4 \
+want ppl && "$KVLAB" sweep "${ppl[@]}" --kv_cache.name "${POLICIES// /,}" --kv_cache.buffer default,q8,q4 \
   --figure docs/figures/ppl_smollm2.svg > results/ppl.md
-"$KVLAB" sweep "${ppl[@]}" --kv_cache.name "${QPOLICIES// /,}" --kv_cache.buffer q8,q4 --figure none > results/ppl.qh2o.md
+want qh2o && "$KVLAB" sweep "${ppl[@]}" --kv_cache.name "${QPOLICIES// /,}" --kv_cache.buffer q8,q4 --figure none > results/ppl.qh2o.md
 
 # Passkey retrieval: 4 samples per length, cache 1024 (dense: the whole sequence); accuracy and
 # the loss over the four answer letters (the second call only prints: every cell is done).
 passkey=(smollm2-135m --data passkey --data.seq_length 2048,8192 --data.num_samples 4 --kv_cache.name lastrec,h2o,snapkv
          --kv_cache.cache_length 1024 --kv_cache.chunk_size 128 --telemetry.enabled false --session "$SESSION" --format md --figure none)
+if want passkey; then
 "$KVLAB" sweep "${passkey[@]}" --metric accuracy > results/passkey.accuracy.md
 "$KVLAB" sweep "${passkey[@]}" --metric mean_loss > results/passkey.loss.md
 echo "results: perplexity in results/ppl.md, results/ppl.qh2o.md (figure docs/figures/ppl_smollm2.svg); passkey in results/passkey.accuracy.md, results/passkey.loss.md"
+fi
 
 # Repeat task (docs/RESULTS.md, "Repeat task"): one kvlab sweep into the same session (cells it
 # already holds are skipped), its tables as Markdown and the figure.
+if want repeat; then
 repeat=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 --data.repeat_length 64
         --data.repeat_distance 384,896 --kv_cache.name h2o,lastrec,tova,snapkv --kv_cache.cache_length 256,512
         --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION")
@@ -49,11 +56,46 @@ repeat=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 2 -
 "$KVLAB" plot "$SESSION" --y copy_token_accuracy --facet data.repeat_distance --where "data.seed=1234;data.seq_length=1024;data.repeat_distance=384|896" \
   --title "SmolLM2-135M, repeat task (1024 tokens, 64-token passage)" -o docs/figures/repeat_smollm2.svg
 echo "results: repeat tables in results/repeat.copy.md, results/repeat.loss.md, results/repeat.seeds.md, results/repeat.dense_lengths.md; figure docs/figures/repeat_smollm2.svg"
+fi
 
 
 # Fidelity against dense (docs/RESULTS.md, "Fidelity against dense"): the repeat task with
 # --fidelity true; tables of the kept mass, the attention error and the next-token KL, and the
 # figure of the KL against cache length.
+# RULER-style tasks (docs/RESULTS.md, "RULER-style tasks"): which tasks the model does with the dense
+# cache at 1k/2k/4k tokens (exact match of the greedy answer, 2 samples), then the needle tasks it
+# does, swept over policies and cache sizes.
+if want ruler; then
+ruler=(smollm2-135m --data.num_samples 2 --kv_cache.chunk_size 128 --telemetry.enabled false --session "$SESSION" --figure none)
+"$KVLAB" sweep "${ruler[@]}" --data niah_single,niah_multikey,niah_multivalue,vt,cwe --data.seq_length 1024,2048,4096 \
+  --kv_cache.name dense --format md --metric accuracy > results/ruler.dense.md
+"$KVLAB" sweep "${ruler[@]}" --data niah_single,niah_multikey,niah_multivalue,vt,cwe --data.seq_length 1024,2048,4096 \
+  --kv_cache.name dense --format md --metric answer_token_accuracy > results/ruler.dense.tokens.md
+"$KVLAB" sweep "${ruler[@]}" --data niah_single,niah_multikey --data.seq_length 2048 --kv_cache.name h2o,lastrec,tova,snapkv \
+  --kv_cache.cache_length 512,1024,1536 --format md --metric answer_token_accuracy > results/ruler.policies.tokens.md
+"$KVLAB" sweep "${ruler[@]}" --data niah_single,niah_multikey --data.seq_length 2048 --kv_cache.name h2o,lastrec,tova,snapkv \
+  --kv_cache.cache_length 512,1024,1536 --format md --metric accuracy > results/ruler.policies.md
+"$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y answer_token_accuracy --by kv_cache.policy --facet data \
+  --where "data=niah_single|niah_multikey;data.seq_length=2048" \
+  --title "SmolLM2-135M, RULER needles at 2048 tokens: answer tokens right" -o docs/figures/ruler_smollm2.svg
+echo "results: RULER tables in results/ruler.*.md; figure docs/figures/ruler_smollm2.svg"
+fi
+
+# The policies added by issue 19 (default buffer: the per-head policies need full-precision slots)
+# on the perplexity text and on the repeat task, next to the recency and score baselines.
+if want zoo; then
+ZOO="${RESULTS_ZOO:-pyramidkv rkv expected-attention ada-snapkv ada-expected-attention random}"
+"$KVLAB" sweep "${ppl[@]}" --kv_cache.name "${ZOO// /,}" --kv_cache.buffer default --figure none > results/ppl.zoo.md
+zrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --data.repeat_length 64 --data.repeat_distance 896
+      --kv_cache.cache_length 256,512,1024 --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --figure none --format md)
+"$KVLAB" sweep "${zrep[@]}" --kv_cache.name "lastrec,h2o,tova,snapkv,streaming,knorm,${ZOO// /,}" > results/repeat.zoo.md
+"$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
+  --where "data=repeat;data.seq_length=2048;data.repeat_distance=896" \
+  --title "SmolLM2-135M, repeat task (2048 tokens, passage at the start): every policy" -o docs/figures/repeat_zoo_smollm2.svg
+echo "results: results/ppl.zoo.md, results/repeat.zoo.md; figure docs/figures/repeat_zoo_smollm2.svg"
+fi
+
+if want fidelity; then
 fid=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 1 --data.repeat_length 64 --data.repeat_distance 384
      --kv_cache.name h2o,lastrec,tova,snapkv --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --fidelity true
      --telemetry.enabled false --session "$SESSION" --format md --figure none)
@@ -66,3 +108,4 @@ fid=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 1 --da
 "$KVLAB" plot "$SESSION" --y fidelity_kept_mass --where "data=repeat;data.num_samples=1;fidelity=true" \
   --title "SmolLM2-135M, repeat task: attention mass kept" -o docs/figures/fidelity_smollm2.svg
 echo "results: fidelity tables in results/fidelity.{mass,error,kl,copy}.md; figures docs/figures/fidelity_{kl_,}smollm2.svg"
+fi
