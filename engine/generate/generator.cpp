@@ -152,7 +152,7 @@ GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const s
             Beam nb = beams[size_t(c.beam)];
             nb.toks.push_back(c.tok);
             nb.logp = c.logp;
-            if (is_eos(tok, c.tok)) {
+            if (!g.ignore_eos && is_eos(tok, c.tok)) {
                 finished.push_back({norm_score(nb), nb});
                 continue;
             }
@@ -180,7 +180,7 @@ GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const s
     for (const Beam& b : beams) finished.push_back({norm_score(b), b});
     auto best = std::max_element(finished.begin(), finished.end(), [](auto& a, auto& c) { return a.first < c.first; });
     r.tokens = best->second.toks;
-    while (!r.tokens.empty() && is_eos(tok, r.tokens.back())) r.tokens.pop_back();
+    while (!g.ignore_eos && !r.tokens.empty() && is_eos(tok, r.tokens.back())) r.tokens.pop_back();
     r.text = tok.decode(r.tokens, true);
     if (cb.on_text) cb.on_text(r.text);
     r.decode_seconds = now_s() - t0;
@@ -219,7 +219,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
         }
         std::vector<float> z = logits.to_f32_vector();
         const int32_t next = sample_token(z.data(), int64_t(z.size()), sp, rng);
-        if (is_eos(tok, next)) {
+        if (!g.ignore_eos && is_eos(tok, next)) {
             r.stop_reason = "eos";
             break;
         }

@@ -88,9 +88,11 @@ const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo
 
 std::string policy_help_text() {
     std::string s;
+    size_t width = 0;  // names line up in one column, the longest one included
+    for (const PolicyInfo& p : policy_registry()) width = std::max(width, p.name.size());
     for (const PolicyInfo& p : policy_registry()) {
         std::string line = "    " + p.name;
-        if (line.size() < 18) line.resize(18, ' ');
+        line.resize(4 + width + 2, ' ');
         s += line + p.summary + "\n";
     }
     return s;

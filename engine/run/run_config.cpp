@@ -352,6 +352,8 @@ std::vector<OptionDef> build_options() {
                          [](RunConfig& c) -> std::vector<std::string>& { return c.generate.stop; }));
     o.push_back(bool_opt("chat", "generation", "wrap the prompt in the model's chat template",
                          [](RunConfig& c) -> bool& { return c.generate.chat; }));
+    o.push_back(bool_opt("ignore_eos", "generation", "keep generating past end-of-sequence (exactly max_new_tokens, as benchmarks need)",
+                         [](RunConfig& c) -> bool& { return c.generate.ignore_eos; }));
     // ---- telemetry
     o.push_back(bool_opt("telemetry.enabled", "telemetry", "record spans, memory and cache events",
                          [](RunConfig& c) -> bool& { return c.telemetry.enabled; }));

@@ -85,6 +85,7 @@ struct GenerateConfig {
     uint64_t seed = 42;
     std::vector<std::string> stop;   // stop strings
     bool chat = false;               // wrap the prompt in the tokenizer's chat template
+    bool ignore_eos = false;         // keep generating past end-of-sequence (fixed-length benchmarks)
 };
 
 // Data parallelism (engine/dist, docs/DISTRIBUTED.md): the training step's micro-batches split
