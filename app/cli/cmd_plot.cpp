@@ -94,7 +94,7 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
                             const std::string& by, const std::string& facet,
                             const std::vector<std::pair<std::string, std::string>>& where) {
     plot::Figure fig;
-    fig.x_title = axis_title(x);
+    fig.x_title = x == "kv_bytes" ? "KV cache held (MiB, the runs' kv_bytes)" : axis_title(x);
     fig.y_title = axis_title(y);
     // x may also be a number of the runs' summaries (kv_bytes: the cache's real bytes, so
     // buffers of different bits per element compare by memory, not slots).
@@ -151,6 +151,7 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         if (x_summary) {
             if (!s.contains(x) || !s[x].is_number()) continue;  // a run that does not record it
             xv = s[x].get<double>();
+            if (x == "kv_bytes") xv /= 1048576.0;  // MiB: byte counts make unreadable tick labels
             ++x_found;
         } else {
             const std::string xs = sessions::run_option_value(cfg, x);
