@@ -5,7 +5,7 @@
 # results/); kvlab plot draws the figures.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
 #   RESULTS_BLOCKS="ruler zoo" scripts/results.sh   runs only the named blocks (default: all of
-#   ppl qh2o passkey repeat ruler zoo fidelity)
+#   ppl qh2o passkey repeat ruler zoo fidelity bytes)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ SESSION=${1:-results/results.kvlab}
 mkdir -p "$(dirname "$SESSION")"
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
-BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo fidelity} "
+BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo fidelity bytes} "
 want() { [[ "$BLOCKS" == *" $1 "* ]]; }
 POLICIES="lastrec h2o h2o-orig h2o-vlen streaming tova snapkv knorm"
 QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
@@ -108,4 +108,27 @@ fid=(smollm2-135m --data repeat --data.seq_length 1024 --data.num_samples 1 --da
 "$KVLAB" plot "$SESSION" --y fidelity_kept_mass --where "data=repeat;data.num_samples=1;fidelity=true" \
   --title "SmolLM2-135M, repeat task: attention mass kept" -o docs/figures/fidelity_smollm2.svg
 echo "results: fidelity tables in results/fidelity.{mass,error,kl,copy}.md; figures docs/figures/fidelity_{kl_,}smollm2.svg"
+fi
+
+# KIVI and Quest vs eviction, by bytes (docs/RESULTS.md, "KIVI and Quest vs eviction, by bytes"):
+# 4096 tokens of the licence text (8192 did not fit the shared machine's time), chunk 128;
+# eviction with f32 slots at 256/384/512/1024, KIVI buffers at cache lengths whose packed bytes match
+# (the summary's kv_bytes: codes + scales + residual pool), quest at token budgets of 256/512
+# (it saves reads, not memory).
+if want bytes; then
+bytes=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 4096 --data.num_samples 1 --kv_cache.chunk_size 128
+       --telemetry.enabled false --session "$SESSION" --format md --figure none)
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,h2o --kv_cache.buffer kivi2 --kv_cache.cache_length 1024,2048 > results/bytes.kivi2.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name quest --kv_cache.quest_token_budget 256,512 --kv_cache.quest_prefill 512 > results/bytes.quest.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,h2o --kv_cache.buffer kivi4 --kv_cache.cache_length 1024,2048 > results/bytes.kivi4.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,tova,snapkv,h2o --kv_cache.cache_length 512,256 > results/bytes.evict.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,h2o --kv_cache.cache_length 384,1024 > results/bytes.evict384.md
+# The KV bytes of every cell: the same cells again (all done: only printed) with the kv_bytes metric.
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,h2o --kv_cache.buffer kivi2 --kv_cache.cache_length 1024,2048 --metric kv_bytes > results/bytes.kivi2.kv_bytes.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,h2o --kv_cache.buffer kivi4 --kv_cache.cache_length 1024,2048 --metric kv_bytes > results/bytes.kivi4.kv_bytes.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,tova,snapkv,h2o --kv_cache.cache_length 512,256 --metric kv_bytes > results/bytes.evict.kv_bytes.md
+"$KVLAB" sweep "${bytes[@]}" --kv_cache.name lastrec,h2o --kv_cache.cache_length 384,1024 --metric kv_bytes > results/bytes.evict384.kv_bytes.md
+"$KVLAB" plot "$SESSION" --x kv_bytes --y perplexity --by kv_cache.name --where "data=text;data.seq_length=4096" \
+  --title "SmolLM2-135M, 4096 tokens of licence text: perplexity vs KV bytes held" -o docs/figures/bytes_smollm2.svg
+echo "results: results/bytes.*.md; figure docs/figures/bytes_smollm2.svg"
 fi

@@ -509,12 +509,28 @@ bool refresh_eviction_map(EvictionMapViewState& s, storage::SessionReader& reade
                 break;
             }
         }
-        if ((s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS) && !s.all_layers) {
-            EvictionLayerScores& sc = s.data.scores[s.layer];
-            std::vector<storage::ScoreRow> sr = reader.score_snapshots(s.run, s.layer, sc.last_id, true);
+        auto read_scores = [&](int layer) {
+            EvictionLayerScores& sc = s.data.scores[layer];
+            std::vector<storage::ScoreRow> sr = reader.score_snapshots(s.run, layer, sc.last_id, true);
             std::sort(sr.begin(), sr.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
             for (const auto& r : sr) s.data.ingest_scores(r);
             any |= !sr.empty();
+        };
+        if ((s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS) && !s.all_layers) {
+            read_scores(s.layer);
+        } else if (s.colour == EvictionColour::READS && s.all_layers) {
+            // Quest's reads in every thumbnail need every layer's score stream (one share per
+            // position and chunk): read layer after layer within the budget, like the cache steps.
+            for (int layer = d.next_score_layer; layer < d.num_layers(); ++layer) {
+                read_scores(layer);
+                d.next_score_layer = layer + 1;
+                if (std::chrono::duration<double, std::milli>(Clock::now() - start).count() > s.refresh_budget_ms &&
+                    layer + 1 < d.num_layers()) {
+                    any = true;  // more layers wait: the host should refresh again
+                    break;
+                }
+            }
+            if (d.next_score_layer >= d.num_layers()) d.next_score_layer = 0;
         }
         s.error.clear();
     } catch (const std::exception& e) {
@@ -593,18 +609,20 @@ void update_eviction_textures(EvictionMapViewState& s, TextureHost* host, float 
         spec.sequence = seq;
         spec.layer = l;
         spec.row = s.head;
-        // Scores need one layer's snapshots at a time; small multiples fall back to presence.
-        spec.colour = s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS ? EvictionColour::PRESENCE : s.colour;
+        // Scores need one layer's snapshots at a time: small multiples fall back to presence.
+        // Quest's reads are a share on a fixed 0..1 scale, comparable across layers: kept.
+        spec.colour = s.colour == EvictionColour::SCORE ? EvictionColour::PRESENCE : s.colour;
         spec.max_width = s.small_width;
         spec.max_height = s.small_height;
         spec.max_texels = int64_t(s.small_width) * s.small_height;
         auto& t = s.layer_textures[size_t(l)];
-        if (t.valid && t.image.spec == spec && t.version == s.data.version) continue;
+        if (t.valid && t.image.spec == spec && t.version == s.data.version && t.score_version == sv) continue;
         if (built > 0 && std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() > s.build_budget_ms)
             break;
         ++built;
         t.image = build_eviction_image(s.data, spec);
         t.version = s.data.version;
+        t.score_version = sv;
         t.valid = true;
         upload(t, host);
     }
@@ -798,7 +816,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     else
         ImGui::TextDisabled("%d layers, %d steps x %lld positions (%s); in each: x = chunk step, y = token position", num_layers,
                             steps, (long long)tokens,
-                            s.colour == EvictionColour::SCORE || s.colour == EvictionColour::READS ? "presence: scores show one layer at a time"
+                            s.colour == EvictionColour::SCORE ? "presence: scores show one layer at a time"
                                                               : eviction_colour_name(s.colour));
     const float used = ImGui::GetCursorPosY() - top;
     const ImVec2 body(size.x, std::max(40.f, size.y - used - ImGui::GetStyle().ItemSpacing.y));

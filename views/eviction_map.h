@@ -86,6 +86,7 @@ struct EvictionData {
     int64_t last_step_id = 0;          // newest cache step id ingested (any layer)
     std::vector<int64_t> layer_cursor;  // per layer: rows with id <= this are ingested
     int next_layer = 0;                 // where a budgeted refresh continues its pass over the layers
+    int next_score_layer = 0;           // the same for every layer's scores (all layers, quest reads)
     uint64_t version = 0;              // bumped by every ingested step (images rebuild on change)
     std::map<int, EvictionLayerScores> scores;  // layers whose scores were requested
     uint64_t score_version = 0;
@@ -190,7 +191,7 @@ struct EvictionMapViewState {
     int layer = 0;
     int head = 0;       // cache row (b * G + g); runs with shared slots have one row
     EvictionColour colour = EvictionColour::PRESENCE;
-    bool all_layers = false;  // small multiples of every layer (presence or age)
+    bool all_layers = false;  // small multiples of every layer (presence, age or quest reads)
     bool toolbar = true;      // draw the selectors (the compare view draws one shared toolbar)
     AxisRange steps_range{0, 1}, tokens_range{0, 1};  // visible window (data units)
     bool follow = true;       // fit the window to the data as it grows (cleared by zoom/pan)

@@ -55,6 +55,23 @@ bool parse_number(const std::string& s, double* out) {
     return !s.empty() && !*end && errno != ERANGE && std::isfinite(*out);
 }
 
+// A summary key as the runs write them (kv_bytes, seconds): lower-case letters, digits, '_'.
+bool is_plain_key(const std::string& name) {
+    if (name.empty()) return false;
+    for (char c : name)
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    return true;
+}
+
+bool is_run_option(const std::string& name) {
+    try {
+        sessions::run_option_value(RunConfig{}, name);
+        return true;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
 std::vector<int64_t> parse_ids(const std::string& v) {
     std::vector<int64_t> ids;
     size_t p = 0;
@@ -77,12 +94,16 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
                             const std::string& by, const std::string& facet,
                             const std::vector<std::pair<std::string, std::string>>& where) {
     plot::Figure fig;
-    fig.x_title = axis_title(x);
+    fig.x_title = x == "kv_bytes" ? "KV cache held (MiB, the runs' kv_bytes)" : axis_title(x);
     fig.y_title = axis_title(y);
-    const bool x_is_cache = sessions::is_cache_option(x);
-    fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size";
+    // x may also be a number of the runs' summaries (kv_bytes: the cache's real bytes, so
+    // buffers of different bits per element compare by memory, not slots).
+    const bool x_summary = !is_run_option(x);
+    const bool x_is_cache = sessions::is_cache_option(x) || x == "kv_bytes";
+    fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size" ||
+                 x == "kv_bytes";
     std::map<std::string, size_t> panel_of;
-    int used = 0;
+    int used = 0, x_found = 0;
     for (const auto& r : session.runs()) {
         if (r.status != storage::RunStatus::DONE) continue;
         if (!runs.empty() && std::find(runs.begin(), runs.end(), r.id) == runs.end()) continue;
@@ -127,8 +148,15 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
             continue;
         }
         double xv;
-        const std::string xs = sessions::run_option_value(cfg, x);
-        if (!parse_number(xs, &xv)) throw Error(str("--x ", x, ": run ", r.id, " has '", xs, "', not a number; expected a numeric option"));
+        if (x_summary) {
+            if (!s.contains(x) || !s[x].is_number()) continue;  // a run that does not record it
+            xv = s[x].get<double>();
+            if (x == "kv_bytes") xv /= 1048576.0;  // MiB: byte counts make unreadable tick labels
+            ++x_found;
+        } else {
+            const std::string xs = sessions::run_option_value(cfg, x);
+            if (!parse_number(xs, &xv)) throw Error(str("--x ", x, ": run ", r.id, " has '", xs, "', not a number; expected a numeric option"));
+        }
         const std::string label = by.empty() ? y : sessions::run_option_value(cfg, by);
         plot::Series* series = nullptr;
         for (auto& se : panel.series)
@@ -150,6 +178,8 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
     }
     if (!used) throw Error(str("no done run", runs.empty() ? "" : " of those selected", " in ", session.path(), " records '", y,
                                "'; expected a metric of the runs' summaries (kvlab runs ", session.path(), " --json)"));
+    if (x_summary && !x_found)
+        throw Error(str("--x ", x, ": no done run that records '", y, "' has it; expected a run option or a number of the runs' summaries (e.g. kv_bytes)"));
     bool any_point = false;
     for (const auto& p : fig.panels) any_point = any_point || !p.series.empty();
     if (!any_point) throw Error(str("only dense runs record '", y, "'; nothing to draw against ", x));
@@ -169,7 +199,8 @@ bool write_session_figure(storage::Session& session, const std::vector<int64_t>&
 
 int cmd_plot(int argc, char** argv, int first) {
     auto specs = global_options();
-    specs.push_back({"x", OptKind::STRING, "kv_cache.cache_length", "run option on the x axis (log2 scale for sizes and lengths)"});
+    specs.push_back({"x", OptKind::STRING, "kv_cache.cache_length",
+                     "run option on the x axis, or a number of the runs' summaries such as kv_bytes (log2 scale for sizes and lengths)"});
     specs.push_back({"y", OptKind::STRING, "perplexity", "metric from the runs' summaries on the y axis"});
     specs.push_back({"by", OptKind::STRING, "kv_cache.name", "one line per value of this option"});
     specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
@@ -197,7 +228,7 @@ int cmd_plot(int argc, char** argv, int first) {
     if (plot::figure_format(out).empty()) throw UsageError("-o: '" + out + "' is not a figure file; expected a name ending in .svg, .png or .pdf");
     const std::string x = args.str("x", "kv_cache.cache_length"), by = args.str("by", "kv_cache.name"), facet = args.str("facet", "");
     for (const auto& [flag, opt] : {std::pair<std::string, std::string>{"x", x}, {"by", by}, {"facet", facet}}) {
-        if (opt.empty()) continue;
+        if (opt.empty() || (flag == "x" && !is_run_option(opt) && is_plain_key(opt))) continue;  // x: a summary number
         try {
             sessions::run_option_value(RunConfig{}, opt);
         } catch (const Error& e) {

@@ -473,5 +473,46 @@ TEST(EvictionMap, QuestReadsShowTheReadShareOnAFixedScale) {
     EXPECT_STREQ(eviction_colour_name(EvictionColour::READS), "quest reads");
 }
 
+// The all-layers small multiples show Quest's reads too: every layer's score stream is read and
+// each thumbnail holds its own layer's shares (layers select different pages).
+TEST(EvictionMap, QuestReadsInEveryLayersThumbnail) {
+    test::ViewsScratchDir dir;
+    test::SyntheticRun run(dir.file("quest_layers.kvlab"));
+    SlotPlan prefill, step;
+    prefill.n = 4, prefill.targets = {0, 1, 2, 3}, prefill.length_after = 4;
+    step.input_pos = 4, step.n = 1, step.targets = {4}, step.length_after = 5;
+    // pages of 2 slots: layer 0 reads page 0 with every head, layer 1 page 1 with half of them
+    const std::vector<float> shares0 = {1, 1, 0, 0, 1, 0}, shares1 = {0, 0, 0.5f, 0.5f, 1, 0};
+    run.produce([&] {
+        for (int layer = 0; layer < 2; ++layer) {
+            trace::cache_step(layer, 0, 0, 4, 6, encode_plan(prefill));
+            trace::cache_step(layer, 1, 4, 1, 6, encode_plan(step));
+            trace::scores(layer, 1, (layer ? shares1 : shares0).data(), 1, 1, 6);
+        }
+    });
+    run.finish();
+    storage::SessionReader reader(run.path());
+    EvictionMapViewState s;
+    s.run = run.run();
+    s.colour = EvictionColour::READS;
+    s.all_layers = true;
+    while (refresh_eviction_map(s, reader)) {
+    }
+    update_eviction_textures(s, nullptr, 100);
+    ASSERT_EQ(s.layer_textures.size(), 2u);
+    for (int layer = 0; layer < 2; ++layer) {
+        const EvictionImage& img = s.layer_textures[size_t(layer)].image;
+        ASSERT_EQ(img.spec.colour, EvictionColour::READS) << "layer " << layer;
+        ASSERT_EQ(img.height, 5) << "layer " << layer;
+        ASSERT_EQ(img.width, 2) << "layer " << layer;
+        const std::vector<float>& want = layer ? shares1 : shares0;
+        for (int y = 0; y < 5; ++y) EXPECT_FLOAT_EQ(img.value[size_t(y) * 2 + 1], want[size_t(y)]) << "layer " << layer << " position " << y;
+    }
+    // Scores still show one layer at a time: their thumbnails fall back to presence.
+    s.colour = EvictionColour::SCORE;
+    update_eviction_textures(s, nullptr, 100);
+    EXPECT_EQ(s.layer_textures[0].image.spec.colour, EvictionColour::PRESENCE);
+}
+
 }  // namespace
 }  // namespace kv::views

@@ -134,6 +134,9 @@ TEST(Screenshots, DISABLED_EveryView) {
     shoot("eviction_map_score", ImVec2(W * 0.7f, H * 0.6f));
     canvas.impl().eviction.colour = EvictionColour::READS;  // Quest runs: pages read per chunk
     shoot("eviction_map_quest_reads", ImVec2(W * 0.7f, H * 0.6f));
+    canvas.impl().eviction.all_layers = true;  // every layer's reads as small multiples
+    shoot("eviction_map_all_layers_quest_reads", ImVec2(W * 0.3f, H * 0.5f));
+    canvas.impl().eviction.all_layers = false;
     canvas.impl().eviction.colour = EvictionColour::AGE;
     canvas.impl().eviction.all_layers = true;
     shoot("eviction_map_all_layers_age", ImVec2(W * 0.3f, H * 0.5f));
@@ -148,6 +151,9 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.impl().compare.difference_a = 1;
     canvas.impl().compare.difference_run = 2;
     shoot("compare_difference", ImVec2(W * 0.5f, H * 0.62f));
+    canvas.impl().compare.show_difference = false;
+    canvas.impl().compare.colour = EvictionColour::READS;  // quest runs: their reads side by side
+    shoot("compare_quest_reads", ImVec2(W * 0.3f, H * 0.6f));
     std::printf("screenshots in %s\n", out_dir.c_str());
 }
 
