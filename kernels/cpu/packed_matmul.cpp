@@ -1,9 +1,10 @@
 // MATMUL with a packed weight (op.h): the weight stays in its ggml block format
 // (kernels/common/packed_blocks.h) and is dequantized where it is used, never as a whole.
-//   Decode (M <= kPackedSmallM rows): each weight row is streamed once; every block is turned
-//     into its 32/256 floats in an L1-resident buffer by the loader's own block function and
-//     multiplied into f32 vector accumulators at once (gemv_tile.h's vectors, one width per
-//     ISA variant). Bound by reading the packed bytes, not the f32 bytes.
+//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0 and Q4_1
+//     on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd below); the
+//     other formats (and the base variant) turn every block into its 32/256 floats in an
+//     L1-resident buffer by the loader's own block function and multiply them into f32 vector
+//     accumulators at once (gemv_tile.h's vectors, one width per ISA variant).
 //   Prefill (more rows): panels of kPanelRows weight rows are dequantized into a per-thread
 //     f32 panel (L2-resident) and multiplied by the f32 matmul path (oneDNN) with one thread
 //     per panel; the panels' columns of the output are disjoint, so no reduction is needed.
