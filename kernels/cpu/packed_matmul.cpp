@@ -1,9 +1,10 @@
 // MATMUL with a packed weight (op.h): the weight stays in its ggml block format
 // (kernels/common/packed_blocks.h) and is dequantized where it is used, never as a whole.
-//   Decode (M <= kPackedSmallM rows): each weight row is streamed once; every block is turned
-//     into its 32/256 floats in an L1-resident buffer by the loader's own block function and
-//     multiplied into f32 vector accumulators at once (gemv_tile.h's vectors, one width per
-//     ISA variant). Bound by reading the packed bytes, not the f32 bytes.
+//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0 and Q4_1
+//     on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd below); the
+//     other formats (and the base variant) turn every block into its 32/256 floats in an
+//     L1-resident buffer by the loader's own block function and multiply them into f32 vector
+//     accumulators at once (gemv_tile.h's vectors, one width per ISA variant).
 //   Prefill (more rows): panels of kPanelRows weight rows are dequantized into a per-thread
 //     f32 panel (L2-resident) and multiplied by the f32 matmul path (oneDNN) with one thread
 //     per panel; the panels' columns of the output are disjoint, so no reduction is needed.
@@ -12,6 +13,13 @@
 // Every weight value used equals the dequantize-at-load value bit for bit (this file is
 // compiled with -ffp-contract=off, like the loader); only the summation order differs.
 #include <omp.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX512F__)
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -93,9 +101,169 @@ void gemv_packed_rows(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_
     }
 }
 
+// ---- register-widened kernels for the 32-element formats (Q8_0, Q4_0, Q4_1) ---------------
+// RB consecutive weight rows per pass (they are adjacent in memory: one address stream of
+// RB * row_bytes), each x vector loaded once for all RB rows, every block widened in registers
+// (no buffer). The weight values are the loader's bit for bit: Q8_0 d * float(q), Q4_0
+// float(q - 8) * d, Q4_1 float(q) * d + m, each one f32 operation in that order (this file is
+// compiled with -ffp-contract=off, so the mul and add of Q4_1 stay two roundings).
+// AVX-512: the 16 possible values of a 4-bit block are built once per block (a 16-lane table,
+// the same f32 operations on iota) and picked with vpermps, whose index is the low 4 bits of each
+// 32-bit lane: the byte -> dword widening serves the low nibble as is, a shift gives the high.
+// That is 1 widening + 1 shift + 2 permutes per 32 weights against 2 widenings, 2 masks,
+// 2 conversions, 2 multiplies and 2 adds. AVX2 widens directly (8-lane permutes cannot index 16).
+#if defined(__AVX512F__) || defined(__AVX2__)
+#define KV_PACKED_SIMD 1
+#if defined(__AVX512F__)
+typedef __m512 pv;
+typedef __m512i pvi;
+constexpr int kPW = 16;
+inline pv p_zero() { return _mm512_setzero_ps(); }
+inline pv p_set1(float a) { return _mm512_set1_ps(a); }
+inline pv p_load(const float* p) { return _mm512_loadu_ps(p); }
+inline pv p_fma(pv a, pv b, pv c) { return _mm512_fmadd_ps(a, b, c); }
+inline pv p_add(pv a, pv b) { return _mm512_add_ps(a, b); }
+#else
+typedef __m256 pv;
+typedef __m256i pvi;
+constexpr int kPW = 8;
+inline pv p_zero() { return _mm256_setzero_ps(); }
+inline pv p_set1(float a) { return _mm256_set1_ps(a); }
+inline pv p_load(const float* p) { return _mm256_loadu_ps(p); }
+inline pv p_fma(pv a, pv b, pv c) { return _mm256_fmadd_ps(a, b, c); }
+inline pv p_add(pv a, pv b) { return _mm256_add_ps(a, b); }
+#endif
+constexpr int kPV = 32 / kPW;  // vectors per 32-element block
+static_assert(kPW == kW, "pv and gemv_tile.h's vf32 are the same register");
+inline float p_hsum(pv a) { return hsum(vf32(a)); }
+
+// The block's 32 weights as kPV vectors, element order; s = {d, m} as f32 (the scale pass below).
+template <PackedFormat F>
+inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
+    if constexpr (F == PackedFormat::Q8_0) {
+        const pv d = p_set1(s[0]);
+#if defined(__AVX512F__)
+        for (int v = 0; v < 2; ++v)
+            wv[v] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * v)))));
+#else
+        for (int v = 0; v < 4; ++v)
+            wv[v] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)))));
+#endif
+    } else {
+        constexpr int off = F == PackedFormat::Q4_1 ? 4 : 2;
+#if defined(__AVX512F__)
+        const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512 t;
+        if constexpr (F == PackedFormat::Q4_1)
+            t = _mm512_add_ps(_mm512_mul_ps(iota, _mm512_set1_ps(s[0])), _mm512_set1_ps(s[1]));
+        else
+            t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(s[0]));  // float(q - 8) exactly
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + off)));
+        wv[0] = _mm512_permutexvar_ps(q, t);
+        wv[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), t);
+#else
+        const __m256 dv = _mm256_set1_ps(s[0]);
+        const __m256i m15 = _mm256_set1_epi32(15);
+        for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h + 7: elements 8h + j (low), 16 + 8h + j (high)
+            const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off + 8 * h)));
+            __m256i lo = _mm256_and_si256(q, m15), hi = _mm256_srli_epi32(q, 4);
+            if constexpr (F == PackedFormat::Q4_1) {
+                const __m256 mv = _mm256_set1_ps(s[1]);
+                wv[h] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), dv), mv);
+                wv[2 + h] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), dv), mv);
+            } else {
+                const __m256i m8 = _mm256_set1_epi32(8);
+                wv[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, m8)), dv);
+                wv[2 + h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, m8)), dv);
+            }
+        }
+#endif
+    }
+}
+
+// Rows [0, RB) of w (row stride row_bytes) times the M rows of x; A accumulators per (row, x row)
+// so that RB * M * A >= 8 independent FMA chains hide the FMA latency.
+// The f16 scales of a segment of blocks are converted first, into a small L1 buffer: vcvtph2ps
+// from memory takes 4 halves (d, m and 4 quant bytes we ignore) without the shuffle port, and
+// the main loop then broadcasts d and m straight from L1. Converting them inside the loop
+// (insert, convert, broadcast) put 9 shuffle-port uops on each row-block of Q4_1 where the
+// permutes need 3: the loop ran at ~9 cycles per block, bound by that port.
+constexpr int64_t kSegBlocks = 64;
+template <PackedFormat F, int M, int RB>
+inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    constexpr int BB = packed_block_bytes(F);
+    constexpr int A = RB * M >= 8 ? 1 : (8 + RB * M - 1) / (RB * M) < kPV ? (8 + RB * M - 1) / (RB * M) : kPV;
+    alignas(64) float sc[RB * kSegBlocks * 2 + 2];
+    pv acc[RB][M][A];
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+            for (int a = 0; a < A; ++a) acc[r][m][a] = p_zero();
+    for (int64_t b0 = 0; b0 < nblocks; b0 += kSegBlocks) {
+        const int64_t nb = std::min(kSegBlocks, nblocks - b0);
+        for (int r = 0; r < RB; ++r) {
+            const uint8_t* blk = w + r * row_bytes + b0 * BB;
+            float* o = sc + r * kSegBlocks * 2;
+            // 8 bytes from the block start (every format here has >= 18): halves d, m (Q4_1), then quants.
+            for (int64_t b = 0; b < nb; ++b)
+                _mm_storeu_ps(o + 2 * b, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + b * BB))));
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            // The next group of rows (one address stream, RB * row_bytes long) into L2, at the
+            // pace this group is read: about one line per block step (gemv_tile.h: t1 measured best).
+            __builtin_prefetch(w + RB * row_bytes + (b0 + b) * RB * BB, 0, 2);
+            const float* xb = x + (b0 + b) * 32;
+            pv xv[M][kPV];
+#pragma GCC unroll 4
+            for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+                for (int v = 0; v < kPV; ++v) xv[m][v] = p_load(xb + m * ldx + v * kPW);
+#pragma GCC unroll 8
+            for (int r = 0; r < RB; ++r) {
+                pv wv[kPV];
+                widen_block<F>(w + r * row_bytes + (b0 + b) * BB, sc + r * kSegBlocks * 2 + 2 * b, wv);
+#pragma GCC unroll 4
+                for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+                    for (int v = 0; v < kPV; ++v) acc[r][m][v % A] = p_fma(xv[m][v], wv[v], acc[r][m][v % A]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) {
+            pv t = acc[r][m][0];
+#pragma GCC unroll 4
+            for (int a = 1; a < A; ++a) t = p_add(t, acc[r][m][a]);
+            y[m * ldy + r] = p_hsum(t);
+        }
+}
+
+template <PackedFormat F, int M>
+void gemv_simd(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    constexpr int RB = M <= 2 ? 4 : (kPW == 16 ? 4 : 2);
+    int64_t r = 0;
+    for (; r + RB <= n; r += RB) gemv_rows_simd<F, M, RB>(nblocks, w + r * row_bytes, row_bytes, x, ldx, y + r, ldy);
+    for (; r < n; ++r) gemv_rows_simd<F, M, 1>(nblocks, w + r * row_bytes, row_bytes, x, ldx, y + r, ldy);
+}
+#endif
+
 template <PackedFormat F>
 void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y,
                  int64_t ldy) {
+#if defined(KV_PACKED_SIMD)
+    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1) {
+        switch (M) {
+            case 1: gemv_simd<F, 1>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            case 2: gemv_simd<F, 2>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            case 3: gemv_simd<F, 3>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            default: gemv_simd<F, 4>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+        }
+    }
+#endif
     switch (M) {
         case 1: gemv_packed_rows<F, 1>(n, nblocks, w, row_bytes, x, ldx, y, ldy); break;
         case 2: gemv_packed_rows<F, 2>(n, nblocks, w, row_bytes, x, ldx, y, ldy); break;
@@ -221,7 +389,8 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
 
     if (M <= kPackedSmallM) {
         GemvFn fn = gemv_fn(f);
-        const int64_t chunk = std::clamp<int64_t>(kChunkBytes / row_bytes, 1, R);
+        // Whole groups of 8 rows per unit, so the multi-row kernels run no single-row tail mid-matrix.
+        const int64_t chunk = std::clamp<int64_t>(kChunkBytes / row_bytes / 8 * 8, 8, std::max<int64_t>(R, 8));
         const int64_t units = (R + chunk - 1) / chunk;
         const bool acc = beta != 0.0f;
         auto run_unit = [&](int64_t u) {

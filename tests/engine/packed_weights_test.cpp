@@ -157,6 +157,48 @@ TEST_P(PackedKernel, MatchesF64ProductOfDequantizedWeights) {
         }
 }
 
+// Decode shapes large enough to be split over threads in several work units, with a row count
+// that is neither a multiple of a unit nor of the multi-row kernels' row groups (1003 = 8k + 3).
+TEST_P(PackedKernel, ThreadedDecodeMatchesF64ProductOfDequantizedWeights) {
+    const auto& prm = GetParam();
+    KernelBackend* be = cpu_variant_backend(prm.variant);
+    if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
+    std::mt19937 rng(29 + int(prm.format));
+    const int64_t K = packed_block_elems(prm.format) == 32 ? 576 : 512, R = 1003;
+    PackedCase pc = make_packed(prm.format, R, K, rng);
+    const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
+    ASSERT_GE(R * row_bytes, 256 << 10) << "the case must be large enough to run on several threads";
+    for (int64_t M : {1, 2, 4}) {
+        std::vector<float> xv = randn(size_t(M * K), rng), old = randn(size_t(M * R), rng);
+        Tensor x = Tensor::from_f32({M, K}, xv), y = Tensor::from_f32({M, R}, old);
+        OpCall c;
+        c.op = OpKind::MATMUL;
+        c.p.alpha = 0.75f;
+        c.p.beta = 0.5f;
+        c.p.qformat = int(prm.format);
+        c.dst = y.view();
+        c.src[0] = x.view();
+        c.src[1] = pc.w.reshape({R, row_bytes}).view();
+        c.nsrc = 2;
+        OpContext ctx;
+        ctx.threads = 3;  // more threads than this machine's cores: units are claimed, not assigned
+        be->compute(ctx, c);
+        const std::vector<float> got = y.to_f32_vector();
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t o = 0; o < R; ++o) {
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; i < K; ++i) {
+                    const double p = double(xv[size_t(m * K + i)]) * pc.deq[size_t(o * K + i)];
+                    ref += p, mag += std::fabs(p);
+                }
+                const double prev = double(old[size_t(m * R + o)]);
+                ref = 0.75 * ref + 0.5 * prev, mag = 0.75 * mag + std::fabs(0.5 * prev);
+                ASSERT_NEAR(got[size_t(m * R + o)], ref, 1e-5 * mag + 1e-30)
+                    << packed_format_name(prm.format) << " M " << M << " at (" << m << ", " << o << ")";
+            }
+    }
+}
+
 std::vector<KernelParam> kernel_params() {
     std::vector<KernelParam> p;
     for (const char* v : {"avx512bf16", "avx512", "avx2", "base"})
