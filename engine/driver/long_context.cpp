@@ -8,6 +8,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
+#include "reconstruction.h"
 
 namespace kv {
 
@@ -181,7 +182,12 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                           HeadResult& out, const DriverCallbacks& cb, bool keep_context_width) {
     const int64_t B = ids.size(0), T = ids.size(1);
     const int nl = int(model.config().num_layers);
-    if (!keep_context_width) model.set_context_width(std::max<int64_t>(T, 1));
+    // Reconstruction-scored policies (kvzip): after chunk c went through layer l, its
+    // reconstruction pieces go through layer l too (reconstruction.h), so layer l's scores are
+    // final before chunk c + 1 evicts; the pieces sit past the sequence, hence the wider RoPE.
+    std::unique_ptr<ContextReconstruction> rec = make_context_reconstruction(model, cache);
+    const int64_t rec_tokens = rec ? rec->max_piece_tokens(*std::max_element(plan.chunks.begin(), plan.chunks.end())) : 0;
+    if (!keep_context_width) model.set_context_width(std::max<int64_t>(T + rec_tokens, 1));
     cache.reset();
     out.init(B);
     if (head.record_token_loss) out.token_loss.assign(size_t(B * T), std::numeric_limits<float>::quiet_NaN());
@@ -193,6 +199,8 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
         auto cell_span = trace::span(trace::SpanCategory::CELL, kCell, {.cell_row = 0, .cell_col = int(ci)});
         std::vector<Tensor> xs;
         for (size_t c = c0; c < c1; ++c) xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
+        std::vector<ReconstructionChunk> rxs;
+        for (size_t c = c0; c < c1 && rec; ++c) rxs.push_back(rec->prepare(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]), plan.starts[c]));
         for (int l = 0; l < nl; ++l) {
             if (cb.layer_input) cb.layer_input(l, ci, xs);
             auto layer_span = trace::span(trace::SpanCategory::LAYER, kLayer, {.layer = l, .cell_col = int(ci)});
@@ -203,6 +211,7 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                 xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cb.attention ? *cb.attention : cache);
                 if (int64_t bad = first_nonfinite(xs[c - c0]); bad >= 0)
                     nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
+                if (rec) rec->run_layer(l, rxs[c - c0]);
                 ++done;
                 if (cb.progress) cb.progress(done, total);
                 if (trace::active()) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/driver/reconstruction.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/tokenizer/stream_decoder.h"
 #include "sampler.h"
@@ -19,7 +20,8 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 // Logits (B, V) of the last position after feeding ids (B, n) at input_pos. Prompts longer
 // than what the cache accepts in one call are fed in pieces it does accept (their sizes are
 // appended to `chunks` when given).
-Tensor feed(Transformer& model, KVCache& cache, const Tensor& ids, int64_t input_pos, std::vector<int64_t>* chunks = nullptr) {
+Tensor feed(Transformer& model, KVCache& cache, const Tensor& ids, int64_t input_pos, ContextReconstruction* rec,
+           std::vector<int64_t>* chunks = nullptr) {
     const int64_t n = ids.size(1);
     int64_t done = 0;
     Tensor last;
@@ -31,6 +33,10 @@ Tensor feed(Transformer& model, KVCache& cache, const Tensor& ids, int64_t input
         cache.set_chunk_tokens(ids.slice(1, done, done + take).contiguous());
         Tensor x = model.embed(ids.slice(1, done, done + take));
         for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, input_pos + done, cache);
+        if (rec) {  // kvzip: the chunk's reconstruction through every layer before the next chunk plans
+            ReconstructionChunk rc = rec->prepare(ids.slice(1, done, done + take).contiguous(), input_pos + done);
+            for (int l = 0; l < int(model.config().num_layers); ++l) rec->run_layer(l, rc);
+        }
         last = x.slice(1, take - 1, take);
         done += take;
     }
@@ -104,12 +110,13 @@ GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const s
     const TextCodec codec = text_codec(tok);
     KVCache cache(kc, model.config(), model.options().device, model.act_dtype(), maxT, &codec);
     if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
+    const std::unique_ptr<ContextReconstruction> rec = make_context_reconstruction(model, cache);
     std::vector<int32_t> rows;
     for (int64_t b = 0; b < W; ++b) rows.insert(rows.end(), prompt.begin(), prompt.end());
     GenerationResult r;
     r.prompt_tokens = P;
     double t0 = now_s();
-    Tensor logits = feed(model, cache, Tensor::from_i32({W, P}, rows), 0, &r.prompt_chunks);
+    Tensor logits = feed(model, cache, Tensor::from_i32({W, P}, rows), 0, rec.get(), &r.prompt_chunks);
     r.prefill_seconds = now_s() - t0;
     t0 = now_s();
     struct Beam {
@@ -173,7 +180,7 @@ GenerationResult generate_beam(Transformer& model, const Tokenizer& tok, const s
         beams = next;
         cache.reorder_batch(src);
         r.evicting_forwards += cache_full(cache) ? 1 : 0;
-        logits = feed(model, cache, Tensor::from_i32({W, 1}, toks), P + step);
+        logits = feed(model, cache, Tensor::from_i32({W, 1}, toks), P + step, rec.get());
         ++r.decode_forwards;
         if (step + 1 == g.max_new_tokens) r.stop_reason = "max_new_tokens";
     }
@@ -201,6 +208,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
     const TextCodec codec = text_codec(tok);
     KVCache cache(kc, model.config(), model.options().device, model.act_dtype(), maxT, &codec);
     if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
+    const std::unique_ptr<ContextReconstruction> rec = make_context_reconstruction(model, cache);
     GenerationResult r;
     r.prompt_tokens = P;
     std::mt19937_64 rng(g.seed);
@@ -208,7 +216,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
     StreamDecoder stream(tok, true, std::vector<int32_t>(prompt.end() - std::min<int64_t>(P, 8), prompt.end()));
     StopMatcher stop{g.stop, {}, {}, false};
     double t0 = now_s();
-    Tensor logits = feed(model, cache, Tensor::from_i32({1, P}, prompt), 0, &r.prompt_chunks);
+    Tensor logits = feed(model, cache, Tensor::from_i32({1, P}, prompt), 0, rec.get(), &r.prompt_chunks);
     r.prefill_seconds = now_s() - t0;
     t0 = now_s();
     r.stop_reason = "max_new_tokens";
@@ -232,7 +240,7 @@ GenerationResult generate(Transformer& model, const Tokenizer& tok, const std::v
         }
         if (i + 1 == g.max_new_tokens) break;
         r.evicting_forwards += cache_full(cache) ? 1 : 0;
-        logits = feed(model, cache, Tensor::from_i32({1, 1}, {next}), P + i);
+        logits = feed(model, cache, Tensor::from_i32({1, 1}, {next}), P + i, rec.get());
         ++r.decode_forwards;
     }
     if (!stop.hit) {

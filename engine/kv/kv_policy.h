@@ -44,6 +44,28 @@ struct InsertFeatures {
     float attn_scale = 0.0f;
 };
 
+// One piece of a context-reconstruction pass (kvzip; engine/driver/reconstruction.h): m
+// queries at positions [query_pos, query_pos + m) that re-read the tokens at positions
+// [chunk_begin, chunk_end), attending to the cache and causally to their own keys. Row-major
+// host copies; cache_keys are slots [0, T) as the buffer stores them (T = current_length()).
+struct ReconstructionInput {
+    std::vector<float> queries;     // (B, NH, m, D), rotated
+    std::vector<float> own_keys;    // (B, G, m, D), rotated
+    std::vector<float> cache_keys;  // (B, G, T, D)
+    int64_t query_heads = 0, m = 0, head_dim = 0;
+    int64_t query_pos = 0, chunk_begin = 0, chunk_end = 0;
+    float scale = 0.0f;
+};
+
+// The token ids a reconstruction piece starts with: `first` for the sequence's first piece,
+// else `later` followed by the `quoted` tokens before the piece; then `suffix`, then the piece
+// (at most `piece` tokens of the chunk).
+struct ReconstructionPrompt {
+    std::vector<int32_t> first, later, suffix;
+    int64_t quoted = 0;
+    int64_t piece = 0;
+};
+
 // =========================================================================================
 // [SECTION] policy interface
 // =========================================================================================
@@ -108,6 +130,14 @@ class KVPolicy {
                         float scale, Tensor* wsum);
     // Beam search: batch row b becomes row src[b] (policies with per-row metadata).
     virtual void reorder_batch(const std::vector<int32_t>& src) { (void)src; }
+
+    // ---- context reconstruction (kvzip) --------------------------------------------------
+    // A policy that scores by reconstruction: after each chunk the driver runs a prompt and the
+    // chunk's tokens again through the model without caching them, and hands each layer's
+    // piece to observe_reconstruction() before the next chunk is planned.
+    virtual bool needs_reconstruction() const { return false; }
+    virtual ReconstructionPrompt reconstruction_prompt() const { return {}; }
+    virtual void observe_reconstruction(const ReconstructionInput& in) { (void)in; }
 
    protected:
     KVPolicy(int64_t L, int64_t groups) : L_(L), G_(groups) {}

@@ -16,6 +16,7 @@ LayerCache::LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_
     : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)) {}
 
 void LayerCache::reset() {
+    finish_reconstruction();
     policy_->reset(0);
     log_.clear();
     chunk_ = 0;
@@ -130,6 +131,7 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
 }
 
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+    finish_reconstruction();  // a chunk whose reconstruction never came still reports
     const int64_t B = q.size(0), n = q.size(2);
     const Device dev = q.device();
     if (input_pos == 0) {
@@ -174,9 +176,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             PlainAttention plain;
             plain.attend(layer_, q, k, v, 0, scale, y);
         }
-        record_step(p);
-        if (hook_) hook_({layer_, chunk_, &p, policy_.get(), nullptr});
-        ++chunk_;
+        finish_step(p, nullptr);
         return;
     }
 
@@ -241,8 +241,30 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         MemoryLabelScope label(str("layer ", layer_, " scoring"));
         policy_->update(w, n);
     }
+    finish_step(plan, want ? &w : nullptr);
+}
+
+void LayerCache::finish_step(const SlotPlan& plan, const std::vector<float>* w) {
+    if (rec_armed_ && !replay_ && !w) {  // telemetry after the reconstruction pass (set_reconstruction_armed)
+        rec_plan_ = plan;
+        rec_pending_ = true;
+        return;
+    }
     record_step(plan);
-    if (hook_) hook_({layer_, chunk_, &plan, policy_.get(), want ? &w : nullptr});
+    if (hook_) hook_({layer_, chunk_, &plan, policy_.get(), w});
+    ++chunk_;
+}
+
+void LayerCache::set_reconstruction_armed(bool on) {
+    if (!on) finish_reconstruction();
+    rec_armed_ = on;
+}
+
+void LayerCache::finish_reconstruction() {
+    if (!rec_pending_) return;
+    rec_pending_ = false;
+    record_step(rec_plan_);
+    if (hook_) hook_({layer_, chunk_, &rec_plan_, policy_.get(), nullptr});
     ++chunk_;
 }
 

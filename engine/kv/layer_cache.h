@@ -64,12 +64,19 @@ class LayerCache {
     // The (B|1, G|1, T) int32 positions tensor of the current state (for attention).
     Tensor positions_tensor(Device device) const;
 
+    // Context reconstruction (kvzip, engine/driver/reconstruction.*): while armed, a chunk's
+    // telemetry (trace step, step hook) waits until finish_reconstruction(), so both show the
+    // scores the reconstruction left, which the next chunk evicts by.
+    void set_reconstruction_armed(bool on);
+    void finish_reconstruction();
+
    private:
     bool pooled() const { return policy_->pool_slots() > 0; }
     SlotPlan pooled_prefill_plan(int64_t B, int64_t n) const;
     void pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale, Tensor* wsum) const;
     InsertFeatures features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const;
     void record_step(const SlotPlan& plan) const;
+    void finish_step(const SlotPlan& plan, const std::vector<float>* w);
 
     int layer_;
     std::unique_ptr<KVPolicy> policy_;
@@ -83,6 +90,9 @@ class LayerCache {
     const std::vector<SlotPlan>* replay_ = nullptr;
     int64_t chunk_ = 0;
     int trace_pass_ = 0;
+    bool rec_armed_ = false;
+    bool rec_pending_ = false;
+    SlotPlan rec_plan_;
 };
 
 }  // namespace kv

@@ -23,7 +23,8 @@ namespace kv {
     X(rkv)                 \
     X(expected_attention)  \
     X(quest)               \
-    X(ada)
+    X(ada)                 \
+    X(kvzip)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
 KV_POLICY_FILES(KV_DECLARE_POLICY_FILE)

@@ -130,6 +130,9 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     }
     sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
 
+    // The tokenizer for policies that encode text (kvzip's reconstruction prompt).
+    const TextCodec codec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                          [&tok](const std::string& s) { return tok.encode(s, false); }};
     int64_t done_units = 0;
     std::vector<FidelityStep> fidelity_steps;
     std::vector<FidelityKLStep> fidelity_kl;
@@ -140,7 +143,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         const Item& it = items[i];
         const int64_t T = int64_t(it.ids.size());
         // One cache per sample (dense caches are sized to the sample).
-        KVCache cache(kc, mc, model.options().device, model.act_dtype(), T, nullptr);
+        KVCache cache(kc, mc, model.options().device, model.act_dtype(), T, &codec);
         if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
         HeadSpec hs;
         hs.kind = head;

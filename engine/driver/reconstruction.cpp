@@ -1,0 +1,142 @@
+// Context reconstruction pass (see reconstruction.h).
+#include "reconstruction.h"
+
+#include <algorithm>
+
+#include "engine/core/error.h"
+#include "engine/memory/memory_tracker.h"
+#include "engine/ops/ops.h"
+#include "engine/telemetry/trace.h"
+
+namespace kv {
+
+namespace {
+
+// The attention a reconstruction piece runs at one layer: over the cache's slots [0, T) and the
+// piece's own keys (causal), which are never written to the cache; the policy then scores.
+class ReconstructionAttention final : public LayerAttention {
+   public:
+    ReconstructionAttention(KVCache& cache, int64_t begin, int64_t end) : cache_(cache), begin_(begin), end_(end) {}
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
+        LayerCache& lc = cache_.layer(layer);
+        KVPolicy& pol = lc.policy();
+        const int64_t B = q.size(0), G = k.size(1), m = k.size(2), D = k.size(3), T = pol.current_length();
+        if (input_pos != pol.input_pos())
+            throw Error(str("layer ", layer, " reconstruction: its queries start at position ", input_pos, " but the cache has seen ",
+                            pol.input_pos(), " tokens"),
+                        "a chunk's reconstruction runs right after the chunk");
+        if (pol.pool_slots() > 0) throw Error(str("the '", pol.name(), "' policy keeps per-head lengths; reconstruction needs one slot row per head"));
+        const Device dev = q.device();
+        MemoryLabelScope label(str("layer ", layer, " reconstruction"));
+        auto [K, V] = lc.buffer().read(T);
+        const TensorOptions wo{dev, MemCategory::WORKSPACE, "reconstruction keys and values"};
+        Tensor Kc = Tensor::empty({B, G, T + m, D}, K.dtype(), wo), Vc = Tensor::empty({B, G, T + m, D}, V.dtype(), wo);
+        Kc.slice(2, 0, T).copy_from(K);
+        Kc.slice(2, T, T + m).copy_from(k);
+        Vc.slice(2, 0, T).copy_from(V);
+        Vc.slice(2, T, T + m).copy_from(v);
+        const std::vector<int32_t>& pos = pol.token_positions();
+        const int64_t rows = pol.per_row_positions() ? B * G : 1, L = pol.cache_length();
+        std::vector<int32_t> kp((size_t)(rows * (T + m)));
+        for (int64_t r = 0; r < rows; ++r) {
+            std::copy(pos.begin() + r * L, pos.begin() + r * L + T, kp.begin() + r * (T + m));
+            for (int64_t i = 0; i < m; ++i) kp[size_t(r * (T + m) + T + i)] = int32_t(input_pos + i);
+        }
+        const Tensor kpos = pol.per_row_positions() ? Tensor::from_i32({B, G, T + m}, kp, {dev, MemCategory::WORKSPACE, "slot positions"})
+                                                    : Tensor::from_i32({1, 1, T + m}, kp, {dev, MemCategory::WORKSPACE, "slot positions"});
+        {
+            KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "reconstruction sdpa", .layer = layer);
+            ops::sdpa_(y, q, Kc, Vc, kpos, position_range(input_pos, m, dev), scale, 0, nullptr);
+        }
+        KV_TRACE_SPAN(trace::SpanCategory::SCORING, "reconstruction scoring", .layer = layer);
+        ReconstructionInput in;
+        in.queries = q.contiguous().to_f32_vector();
+        in.own_keys = k.contiguous().to_f32_vector();
+        in.cache_keys = K.contiguous().to_f32_vector();
+        in.query_heads = q.size(1);
+        in.m = m;
+        in.head_dim = D;
+        in.query_pos = input_pos;
+        in.chunk_begin = begin_;
+        in.chunk_end = end_;
+        in.scale = scale;
+        pol.observe_reconstruction(in);
+    }
+
+   private:
+    KVCache& cache_;
+    int64_t begin_, end_;
+};
+
+}  // namespace
+
+std::unique_ptr<ContextReconstruction> make_context_reconstruction(Transformer& model, KVCache& cache) {
+    if (cache.num_layers() == 0 || !cache.layer(0).policy().needs_reconstruction()) return nullptr;
+    return std::make_unique<ContextReconstruction>(model, cache);
+}
+
+ContextReconstruction::ContextReconstruction(Transformer& model, KVCache& cache)
+    : model_(model), cache_(cache), prompt_(cache.layer(0).policy().reconstruction_prompt()) {
+    if (prompt_.piece < 1) throw Error("reconstruction: the policy's piece length must be at least 1");
+    for (int l = 0; l < cache_.num_layers(); ++l) cache_.layer(l).set_reconstruction_armed(true);
+}
+
+ContextReconstruction::~ContextReconstruction() {
+    for (int l = 0; l < cache_.num_layers(); ++l) cache_.layer(l).set_reconstruction_armed(false);
+}
+
+int64_t ContextReconstruction::max_piece_tokens(int64_t max_chunk) const {
+    const int64_t head = std::max<int64_t>(int64_t(prompt_.first.size()), int64_t(prompt_.later.size()) + prompt_.quoted);
+    return head + int64_t(prompt_.suffix.size()) + std::min(max_chunk, prompt_.piece);
+}
+
+ReconstructionChunk ContextReconstruction::prepare(const Tensor& ids, int64_t start) {
+    const int64_t B = ids.size(0), n = ids.size(1), V = model_.config().vocab_size;
+    const std::vector<int64_t> tok = ids.contiguous().to_i64_vector();
+    if (start == 0) recent_.assign(size_t(B), {});
+    if (int64_t(recent_.size()) != B) throw Error(str("reconstruction: chunk at position ", start, " has ", B, " rows, the sequence ", recent_.size()));
+    auto check = [&](const std::vector<int32_t>& p) {
+        for (int32_t id : p)
+            if (id < 0 || id >= V)
+                throw Error(str("reconstruction prompt: token id ", id, " is outside the model's vocabulary of ", V),
+                            "the cache's tokenizer does not belong to this model");
+    };
+    check(prompt_.first), check(prompt_.later), check(prompt_.suffix);
+    ReconstructionChunk c;
+    c.query_pos = start + n;
+    for (int64_t s = 0; s < n; s += prompt_.piece) {
+        const int64_t e = std::min(n, s + prompt_.piece);
+        std::vector<int32_t> all;
+        for (int64_t b = 0; b < B; ++b) {
+            std::vector<int32_t> row = start + s == 0 ? prompt_.first : prompt_.later;
+            if (start + s > 0) {
+                // the `quoted` tokens before the piece: the end of earlier chunks, then this chunk's
+                std::vector<int32_t> before = recent_[size_t(b)];
+                for (int64_t t = 0; t < s; ++t) before.push_back(int32_t(tok[size_t(b * n + t)]));
+                const int64_t q = std::min<int64_t>(prompt_.quoted, int64_t(before.size()));
+                row.insert(row.end(), before.end() - q, before.end());
+            }
+            row.insert(row.end(), prompt_.suffix.begin(), prompt_.suffix.end());
+            for (int64_t t = s; t < e; ++t) row.push_back(int32_t(tok[size_t(b * n + t)]));
+            all.insert(all.end(), row.begin(), row.end());
+        }
+        const int64_t m = int64_t(all.size()) / B;
+        c.pieces.push_back({model_.embed(Tensor::from_i32({B, m}, all)), start + s, start + e});
+    }
+    for (int64_t b = 0; b < B; ++b) {
+        std::vector<int32_t>& r = recent_[size_t(b)];
+        for (int64_t t = 0; t < n; ++t) r.push_back(int32_t(tok[size_t(b * n + t)]));
+        if (int64_t(r.size()) > prompt_.quoted) r.erase(r.begin(), r.end() - prompt_.quoted);
+    }
+    return c;
+}
+
+void ContextReconstruction::run_layer(int l, ReconstructionChunk& chunk) {
+    for (auto& p : chunk.pieces) {
+        ReconstructionAttention att(cache_, p.begin, p.end);
+        p.x = model_.block(l, p.x, chunk.query_pos, att);
+    }
+    cache_.layer(l).finish_reconstruction();
+}
+
+}  // namespace kv

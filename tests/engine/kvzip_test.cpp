@@ -1,0 +1,295 @@
+// KVzip (engine/kv/policy_kvzip.cpp, engine/driver/reconstruction.*): the score of a slot is
+// the largest softmax weight the reconstruction queries of its chunk pay it, over the KV
+// group's heads and the piece's queries, normalised over the sinks, the chunk's slots and the
+// piece's own keys (causal). Checked against naive f64 softmaxes: on hand-built keys and queries
+// (scores and chosen slots), and on the tiny model against a plain forward of the context
+// followed by its reconstruction prompt (the pass's queries, positions and masking).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "engine/driver/long_context.h"
+#include "engine/driver/reconstruction.h"
+#include "engine/kv/policy_registry.h"
+#include "engine/model/byte_tokenizer.h"
+#include "engine/model/presets.h"
+#include "kv_test_util.h"
+
+namespace kv::test {
+namespace {
+
+struct HandCase {
+    int64_t G = 2, R = 2, D = 4, m = 0;
+    std::vector<float> q, own;  // (1, G R, m, D), (1, G, m, D)
+};
+
+std::vector<float> randn(std::mt19937_64& rng, size_t n, double sd) {
+    std::normal_distribution<double> N(0.0, sd);
+    std::vector<float> v(n);
+    for (auto& x : v) x = float(N(rng));
+    return v;
+}
+
+// f64 KVzip scores of the slots of one piece: cache keys K (G, T, D) at positions pos (G, T),
+// the piece re-reading positions [c0, c1), sinks < n_sink. Returns best (G, T), NaN where the
+// piece scores nothing.
+std::vector<double> reference_scores(const std::vector<float>& K, const std::vector<int32_t>& pos, int64_t T, const HandCase& h,
+                                     int64_t c0, int64_t c1, int64_t n_sink, double scale) {
+    std::vector<double> best(size_t(h.G * T), std::nan(""));
+    for (int64_t g = 0; g < h.G; ++g) {
+        std::vector<int64_t> keys;  // cache slots in the softmax
+        for (int64_t j = 0; j < T; ++j) {
+            const int32_t p = pos[size_t(g * T + j)];
+            if (p < n_sink || (p >= c0 && p < c1)) keys.push_back(j);
+        }
+        for (int64_t j : keys) {
+            const int32_t p = pos[size_t(g * T + j)];
+            if (p >= c0 && p < c1 && p >= n_sink) best[size_t(g * T + j)] = 0.0;
+        }
+        for (int64_t r = 0; r < h.R; ++r)
+            for (int64_t t = 0; t < h.m; ++t) {
+                const float* q = h.q.data() + ((g * h.R + r) * h.m + t) * h.D;
+                auto dot = [&](const float* k) {
+                    double s = 0;
+                    for (int64_t d = 0; d < h.D; ++d) s += double(q[d]) * double(k[d]);
+                    return scale * s;
+                };
+                std::vector<double> z;
+                for (int64_t j : keys) z.push_back(dot(K.data() + (g * T + j) * h.D));
+                for (int64_t u = 0; u <= t; ++u) z.push_back(dot(h.own.data() + (g * h.m + u) * h.D));
+                double den = 0;
+                for (double x : z) den += std::exp(x);
+                for (size_t i = 0; i < keys.size(); ++i) {
+                    double& b = best[size_t(g * T + keys[i])];
+                    if (!std::isnan(b)) b = std::max(b, std::exp(z[i]) / den);
+                }
+            }
+    }
+    return best;
+}
+
+// Scores and the slots the next chunk takes, on a 12-slot layer with 2 KV heads of 2 query
+// heads: a prefill of 8 tokens and its piece, a chunk of 4 that fills the cache and its piece,
+// then a chunk of 3 must take the 3 lowest reference scores of each row (ties: lower slot).
+TEST(KVzip, ScoresAndChoicesEqualTheF64Reference) {
+    const int64_t L = 12, G = 2, D = 4, n_sink = 2;
+    const double scale = 0.5;
+    KVCacheConfig cfg;
+    cfg.name = "kvzip-default";
+    cfg.cache_length = L;
+    cfg.policy_options = {{"kvzip_n_sink", double(n_sink)}};
+    auto pol = make_policy(cfg, L, G, &byte_codec(), 0);
+    ASSERT_TRUE(pol->needs_reconstruction());
+    pol->reset(1);
+    std::mt19937_64 rng(seed_for("kvzip hand case"));
+    std::vector<float> K = randn(rng, size_t(G * L * D), 1.0);  // keys by slot; slot j holds position j here
+    std::vector<double> ref(size_t(G * L), std::nan(""));
+    auto piece = [&](int64_t T, int64_t c0, int64_t c1, int64_t m) {
+        HandCase h;
+        h.G = G, h.D = D, h.m = m;
+        h.q = randn(rng, size_t(G * h.R * m * D), 1.5);
+        h.own = randn(rng, size_t(G * m * D), 1.0);
+        std::vector<float> KT(size_t(G * T * D));
+        std::vector<int32_t> pos(size_t(G * T));
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = 0; j < T; ++j) {
+                pos[size_t(g * T + j)] = int32_t(j);
+                std::copy_n(K.data() + (g * L + j) * D, D, KT.data() + (g * T + j) * D);
+            }
+        ReconstructionInput in;
+        in.queries = h.q, in.own_keys = h.own, in.cache_keys = KT;
+        in.query_heads = G * h.R, in.m = m, in.head_dim = D, in.query_pos = T, in.chunk_begin = c0, in.chunk_end = c1;
+        in.scale = float(scale);
+        pol->observe_reconstruction(in);
+        const std::vector<double> b = reference_scores(KT, pos, T, h, c0, c1, n_sink, scale);
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = 0; j < T; ++j)
+                if (!std::isnan(b[size_t(g * T + j)])) ref[size_t(g * L + j)] = b[size_t(g * T + j)];
+    };
+    pol->prefill(8, InsertFeatures{});
+    piece(8, 0, 8, 5);
+    SlotPlan p = pol->prepare(4);
+    ASSERT_EQ(p.targets, (std::vector<int32_t>{8, 9, 10, 11}));
+    pol->apply(p, InsertFeatures{});
+    pol->update({}, 4);  // what LayerCache does after the chunk's attention (no weights)
+    piece(12, 8, 12, 7);
+    for (int64_t g = 0; g < G; ++g)
+        for (int64_t j = 0; j < n_sink; ++j) ref[size_t(g * L + j)] = 1.0;  // sinks: kept
+    const std::vector<float> got = pol->slot_scores();
+    ASSERT_EQ(got.size(), size_t(G * L));
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_FALSE(std::isnan(ref[i])) << "slot " << i << " was never scored by the reference";
+        EXPECT_NEAR(got[i], ref[i], 1e-6 * std::max(1.0, ref[i])) << "row " << i / L << " slot " << i % L;
+    }
+    // Both pieces really weighed something besides their chunk: scores are not all equal.
+    EXPECT_GT(*std::max_element(ref.begin() + n_sink, ref.begin() + L), 1.5 * *std::min_element(ref.begin() + n_sink, ref.begin() + L));
+    const SlotPlan next = pol->prepare(3);
+    ASSERT_EQ(next.rows, G);
+    for (int64_t g = 0; g < G; ++g) {
+        std::vector<int32_t> idx((size_t)L);
+        std::iota(idx.begin(), idx.end(), 0);
+        const double* s = ref.data() + g * L;
+        std::stable_sort(idx.begin(), idx.end(), [s](int32_t a, int32_t b) { return s[a] < s[b]; });
+        std::vector<int32_t> want(idx.begin(), idx.begin() + 3), have(next.targets.begin() + g * 3, next.targets.begin() + (g + 1) * 3);
+        std::sort(want.begin(), want.end()), std::sort(have.begin(), have.end());
+        EXPECT_EQ(have, want) << "row " << g;
+    }
+}
+
+// A cache without a tokenizer cannot build its prompt: one clear message.
+TEST(KVzip, WithoutATokenizerThePassSaysWhy) {
+    KVCacheConfig cfg;
+    cfg.name = "kvzip-default";
+    cfg.cache_length = 8;
+    auto pol = make_policy(cfg, 8, 2, nullptr, 0);
+    try {
+        (void)pol->reconstruction_prompt();
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("kvzip needs the model's tokenizer"), std::string::npos) << e.what();
+    }
+}
+
+struct Tiny {
+    ModelConfig cfg = preset_config("tiny");
+    Transformer model{cfg, random_weights(cfg, 29, DType::F32), ModelOptions{}};
+    std::unique_ptr<Tokenizer> tok = make_byte_tokenizer();
+};
+
+// Records every layer's rotated q (B, NH, n, D) and k (B, G, n, D) of a plain forward.
+struct RecordingAttention final : LayerAttention {
+    std::vector<std::vector<float>> q, k;
+    void attend(int layer, const Tensor& qq, const Tensor& kk, const Tensor& v, int64_t pos, float scale, Tensor& y) override {
+        q.resize(size_t(layer + 1)), k.resize(size_t(layer + 1));
+        q[size_t(layer)] = qq.contiguous().to_f32_vector();
+        k[size_t(layer)] = kk.contiguous().to_f32_vector();
+        PlainAttention().attend(layer, qq, kk, v, pos, scale, y);
+    }
+};
+
+// Through the model: the first chunk fills the cache (L = 24 tokens), so its piece attends to
+// exactly the context; the scores the pass leaves must equal the f64 softmax weights of a plain
+// causal forward of [context ; "Repeat..." prompt ; "\n" ; context] — the largest a piece query
+// pays each context key — in every layer and head. The step hook (deferred while the pass is
+// armed) reports them.
+TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
+    Tiny t;
+    const int64_t L = 24, T = 40, n_sink = 4;
+    const int nl = int(t.cfg.num_layers);
+    const int64_t G = t.cfg.num_kv_heads, NH = t.cfg.num_heads, D = t.cfg.head_dim, R = NH / G;
+    std::mt19937_64 rng(seed_for("kvzip tiny"));
+    std::vector<int32_t> ids((size_t)T);
+    for (auto& x : ids) x = int32_t(rng() % 90 + 32);
+    KVCacheConfig kc;
+    kc.name = "kvzip-default";
+    kc.cache_length = L;
+    kc.dtype = DType::F32;
+    const TextCodec codec{[&t](const std::vector<int32_t>& v) { return t.tok->decode(v, true); },
+                          [&t](const std::string& s) { return t.tok->encode(s, false); }};
+    KVCache cache(kc, t.cfg, Device{}, DType::F32, T, &codec);
+    std::vector<std::vector<float>> first_scores((size_t)nl);
+    cache.set_step_hook([&](const LayerStep& s) {
+        if (s.chunk == 0) first_scores[size_t(s.layer)] = s.policy->slot_scores();
+    });
+    ChunkPlan plan;
+    plan.chunks = {L, 8, 8};
+    plan.starts = {0, L, L + 8};
+    plan.cells = {{0, 3}};
+    HeadSpec hs;
+    hs.T = T;
+    hs.token_targets.assign(size_t(T), -100);
+    HeadResult res;
+    long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res);
+
+    // The reference sequence: the context, then its piece exactly as the pass builds it.
+    std::vector<int32_t> seq(ids.begin(), ids.begin() + L);
+    const std::vector<int32_t> head = t.tok->encode("\n\nRepeat the previous context exactly.", false), nlid = t.tok->encode("\n", false);
+    seq.insert(seq.end(), head.begin(), head.end());
+    seq.insert(seq.end(), nlid.begin(), nlid.end());
+    seq.insert(seq.end(), ids.begin(), ids.begin() + L);
+    const int64_t S = int64_t(seq.size()), m = S - L;
+    t.model.set_context_width(S);
+    RecordingAttention rec;
+    Tensor x = t.model.embed(Tensor::from_i32({1, S}, seq));
+    for (int l = 0; l < nl; ++l) x = t.model.block(l, x, 0, rec);
+    const double scale = 1.0 / std::sqrt(double(D));
+    double worst = 0, top = 0, low = 1;
+    for (int l = 0; l < nl; ++l) {
+        ASSERT_EQ(first_scores[size_t(l)].size(), size_t(G * L)) << "layer " << l << ": no scores after the first chunk";
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = n_sink; j < L; ++j) {
+                double best = 0;
+                for (int64_t h = g * R; h < (g + 1) * R; ++h)
+                    for (int64_t i = L; i < S; ++i) {  // the piece's queries; keys 0..i (causal)
+                        const float* q = rec.q[size_t(l)].data() + (h * S + i) * D;
+                        std::vector<double> z((size_t)(i + 1));
+                        double mx = -INFINITY, den = 0;
+                        for (int64_t u = 0; u <= i; ++u) {
+                            const float* k = rec.k[size_t(l)].data() + (g * S + u) * D;
+                            double s = 0;
+                            for (int64_t d = 0; d < D; ++d) s += double(q[d]) * double(k[d]);
+                            mx = std::max(mx, z[size_t(u)] = scale * s);
+                        }
+                        for (double v : z) den += std::exp(v - mx);
+                        best = std::max(best, std::exp(z[size_t(j)] - mx) / den);
+                    }
+                const double got = first_scores[size_t(l)][size_t(g * L + j)];
+                worst = std::max(worst, std::fabs(got - best));
+                top = std::max(top, best), low = std::min(low, best);
+                EXPECT_NEAR(got, best, 2e-5) << "layer " << l << " head " << g << " slot " << j;
+            }
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = 0; j < n_sink; ++j) EXPECT_EQ(first_scores[size_t(l)][size_t(g * L + j)], 1.0f);
+    }
+    // The random tiny model attends almost uniformly, but the weights still spread far beyond
+    // the tolerance, so a score landing on the wrong slot or a wrong mask fails.
+    EXPECT_GT(top - low, 100 * 2e-5) << "the reference weights are all alike: the case cannot tell slots apart";
+    (void)m;
+    (void)worst;
+}
+
+// The pass never writes the cache: with room for the whole sequence nothing is evicted, so
+// kvzip's losses equal dense's bit for bit although the reconstruction ran.
+TEST(KVzip, WithoutEvictionTheLossesAreDenseBitForBit) {
+    Tiny t;
+    const int64_t T = 48;
+    std::mt19937_64 rng(seed_for("kvzip dense"));
+    std::vector<int32_t> ids((size_t)T);
+    for (auto& x : ids) x = int32_t(rng() % 90 + 32);
+    const TextCodec codec{[&t](const std::vector<int32_t>& v) { return t.tok->decode(v, true); },
+                          [&t](const std::string& s) { return t.tok->encode(s, false); }};
+    auto run = [&](const std::string& name, int64_t* steps) {
+        KVCacheConfig kc;
+        kc.name = name;
+        kc.cache_length = T;
+        kc.dtype = DType::F32;
+        KVCache cache(kc, t.cfg, Device{}, DType::F32, T, &codec);
+        int64_t n = 0;
+        cache.set_step_hook([&](const LayerStep&) { ++n; });
+        ChunkPlan plan;
+        plan.chunks = {16, 16, 16};
+        plan.starts = {0, 16, 32};
+        plan.cells = {{0, 2}, {2, 3}};
+        HeadSpec hs;
+        hs.T = T;
+        hs.token_targets.assign(size_t(T), -100);
+        hs.record_token_loss = true;
+        for (int64_t i = 0; i + 1 < T; ++i) hs.token_targets[size_t(i)] = ids[size_t(i + 1)];
+        HeadResult res;
+        long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res, {}, /*keep_context_width=*/true);
+        *steps = n;
+        return res.token_loss;
+    };
+    t.model.set_context_width(256);
+    int64_t sd = 0, sz = 0;
+    const std::vector<float> dense = run("dense-default", &sd), kvzip = run("kvzip-default", &sz);
+    ASSERT_EQ(dense.size(), kvzip.size());
+    for (size_t i = 0; i + 1 < dense.size(); ++i) ASSERT_EQ(dense[i], kvzip[i]) << "position " << i;
+    EXPECT_EQ(sz, sd) << "every chunk of every layer reports once";
+}
+
+}  // namespace
+}  // namespace kv::test
