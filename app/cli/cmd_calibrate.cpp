@@ -19,7 +19,7 @@ namespace {
 std::vector<OptionSpec> calibrate_options() {
     std::vector<OptionSpec> o = {
         {"data", OptKind::STRING, "passkey", "synthetic retrieval task: passkey, recall or needle"},
-        {"seq_length", OptKind::INT, "1024", "tokens per calibration sample"},
+        {"data.seq_length", OptKind::INT, "1024", "tokens per calibration sample"},
         {"samples", OptKind::INT, "8", "distinct samples (one per step, cycling)"},
         {"steps", OptKind::INT, "100", "optimisation steps"},
         {"lr", OptKind::FLOAT, "0.02", "Adam learning rate of the gates (the paper's)"},
@@ -70,7 +70,7 @@ int cmd_calibrate(int argc, char** argv, int first) {
     if (task != "passkey" && task != "recall" && task != "needle")
         throw UsageError(str("--data: '", task, "' is not a calibration task; expected passkey, recall or needle"));
     DuoCalibrationConfig cfg;
-    const int64_t seq = args.integer("seq_length", 1024, 16, 1 << 20);
+    const int64_t seq = args.integer("data.seq_length", 1024, 16, 1 << 20);
     const int64_t count = args.integer("samples", 8, 1, 100000);
     cfg.steps = args.integer("steps", 100, 1, 1000000);
     cfg.lr = args.real("lr", 0.02, 0.0, 100.0);
