@@ -21,5 +21,6 @@ int cmd_generate(int argc, char** argv, int first);
 int cmd_compare(int argc, char** argv, int first);
 int cmd_sweep(int argc, char** argv, int first);  // cmd_sweep.cpp
 int cmd_plot(int argc, char** argv, int first);   // cmd_plot.cpp
+int cmd_calibrate(int argc, char** argv, int first);  // cmd_calibrate.cpp: calibrate duo
 
 }  // namespace kv::cli

@@ -24,6 +24,8 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     for (int64_t l = 0; l < model.num_layers; ++l) {
         BufferParams bp{l, Ls[size_t(l)], model.num_kv_heads, model.head_dim, device, act_dtype};
         std::unique_ptr<KVPolicy> policy = make_policy(cfg_, bp.L, bp.G, text, l);
+        // A policy may keep fewer slots than the layer's length (duo's streaming layers).
+        bp.L = std::min(bp.L, policy->cache_length());
         if (const int64_t S = policy->pool_slots(); S > 0) {
             // Per-head lengths: one pool of S slots per batch row, shared by the heads.
             if (cfg_.paged_block_size > 0 || cfg_.cpu_offload)

@@ -235,6 +235,7 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b,
                             "' is quantized (its packed groups of kivi_group_size slots are its blocks)"));
     }
+    if (info.validate) info.validate(c, num_layers, num_kv_heads);
     if (quantized) {
         QuantFormat f = b == "q8" ? QuantFormat::Q8 : b == "q4" ? QuantFormat::Q4 : b == "nf4" ? QuantFormat::NF4
                         : b == "q8_0" ? QuantFormat::Q8_0 : QuantFormat::Q4_0;

@@ -40,6 +40,7 @@ struct KVCacheConfig {
     bool include_end_string = true;    // smart-lastrec
     int32_t pad_id = 0;                // smart-lastrec
     bool range_is_prefix = true;       // smart-lastrec
+    std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/duo_gates.h
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back

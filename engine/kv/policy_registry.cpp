@@ -24,7 +24,8 @@ namespace kv {
     X(expected_attention)  \
     X(quest)               \
     X(ada)                 \
-    X(kvzip)
+    X(kvzip)               \
+    X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
 KV_POLICY_FILES(KV_DECLARE_POLICY_FILE)
@@ -85,6 +86,11 @@ const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo
                 return &o;
             }
     return nullptr;
+}
+
+void policy_plan_lengths(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths) {
+    const PolicyInfo* p = find_policy(cfg.policy());
+    if (p && p->plan_lengths) p->plan_lengths(cfg, num_kv_heads, lengths);
 }
 
 std::string policy_help_text() {

@@ -57,6 +57,11 @@ struct PolicyInfo {
     // option's rule text; empty = cache_length for every layer.
     std::string default_layer_rule = {};
     std::string doc_anchor = {};  // section of docs/POLICIES.md, e.g. "docs/POLICIES.md#random"
+    // Checks needing the model's shape (duo: its gate file); throws kv::Error naming the option.
+    void (*validate)(const KVCacheConfig& cfg, int64_t num_layers, int64_t num_kv_heads) = nullptr;
+    // The lengths the chunk planner must respect when the policy keeps fewer slots than the
+    // layer's length (duo's streaming heads): lengths[l] in, the layer's cache_length() out.
+    void (*plan_lengths)(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths) = nullptr;
 };
 
 // Every policy, in display order.
@@ -67,6 +72,9 @@ const PolicyInfo* find_policy(const std::string& name);
 const std::vector<std::string>& kv_policy_names();
 // The own option `name` of any policy (nullptr when none declares it), and its owner.
 const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo** owner = nullptr);
+
+// PolicyInfo::plan_lengths of cfg's policy, if it has one (drivers call it before planning chunks).
+void policy_plan_lengths(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths);
 
 // "The policies: dense (never evicts), ..." — one line per policy, for help texts.
 std::string policy_help_text();

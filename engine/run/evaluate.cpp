@@ -119,6 +119,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::vector<int64_t> Ls;
         for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
         quest_plan_lengths(kc, Ls);
+        policy_plan_lengths(kc, mc.num_kv_heads, Ls);
         ChunkPlanOptions po;
         po.chunk_size = cfg.driver.chunk_size;
         po.randomize = cfg.driver.randomize_chunk_sizes;

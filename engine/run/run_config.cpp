@@ -233,6 +233,8 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.snapkv_kernel; }));
     o.push_back(str_opt("kv_cache.end_initial_regex", "cache", "smart-lastrec: regex ending the protected prompt prefix", {},
                         [](RunConfig& c) -> std::string& { return c.kv_cache.end_initial_regex; }));
+    o.push_back(str_opt("kv_cache.duo_gates", "cache", "duo: gate file from `kvlab calibrate duo` (or pattern:BITS, e.g. pattern:10)", {},
+                        [](RunConfig& c) -> std::string& { return c.kv_cache.duo_gates; }));
     o.push_back(float_opt("kv_cache.max_initial_fraction", "cache", "smart-lastrec: largest protected fraction of L", 0.001, 0.999,
                           [](RunConfig& c) -> double& { return c.kv_cache.max_initial_fraction; }));
     o.push_back(int_opt("kv_cache.max_num_ranges", "cache", "quantized buffers: dirty ranges re-quantized per write-back", 1, 1024,

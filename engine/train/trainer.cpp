@@ -263,6 +263,7 @@ ChunkPlan Trainer::plan_for(int64_t T, uint64_t seed) const {
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < lm_.config.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, lm_.config.num_layers));
     quest_plan_lengths(kc, Ls);
+    policy_plan_lengths(kc, lm_.config.num_kv_heads, Ls);
     ChunkPlanOptions po;
     po.chunk_size = cfg_.driver.chunk_size;
     po.randomize = cfg_.driver.randomize_chunk_sizes;

@@ -525,6 +525,37 @@ TEST(LoraDropout, OffOutsideTrainingPassesExactly) {
     model->set_adapters(nullptr);
 }
 
+// duo (docs/POLICIES.md#duo) is not in PolicyGradient's loop (cache_length 0 means the whole
+// sequence for it): mixed layers, a pool of one 16-slot retrieval head and one 8-slot streaming
+// head, evicting by overwriting; the replayed forward's gradients match finite differences.
+TEST(DuoGradient, MixedLayersMatchFiniteDifferencesOfTheReplayedForward) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("duo-grad"));
+    const int64_t B = 2, T = 48;
+    GradData d = grad_test_data(cfg, B, T, 12);
+    KVCacheConfig kc;
+    kc.name = "duo-default";
+    kc.cache_length = 16;
+    kc.duo_gates = "pattern:10";
+    kc.policy_options = {{"duo_sinks", 2}, {"duo_recent", 6}};
+    std::vector<int64_t> Ls;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, cfg.num_layers));
+    policy_plan_lengths(kc, cfg.num_kv_heads, Ls);
+    ASSERT_EQ(Ls, std::vector<int64_t>(size_t(cfg.num_layers), 8));  // the streaming heads' capacity
+    ChunkPlanOptions po;
+    po.chunk_size = 4;
+    po.cell_factor = cell_factor(cfg);
+    po.chunks_per_cell_multiplier = 0.5;
+    const ChunkPlan plan = plan_chunks(T, Ls, po);
+    ASSERT_GT(plan.cells.size(), 2u);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    Tensor x0 = model->embed(d.ids);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
+    EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name);
+}
+
 }  // namespace
 }  // namespace kv::test
 
