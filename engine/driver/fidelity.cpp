@@ -302,10 +302,17 @@ double DenseReference::chunk_kl(Tensor hd, Tensor hp, int64_t input_pos) const {
         ops::copy_(hi, hp.slice(1, a, e));
         const Tensor z = model_.lm_head(both, input_pos + a);
         const int64_t V = z.size(2);
-        const std::vector<float> zv = z.to_f32_vector();
+        // Host f32 logits are read in place (a copy would be another 2 x B x 64 x V floats).
+        std::vector<float> host;
+        const float* zv = nullptr;
+        if (z.device().type == DeviceType::CPU && z.dtype() == DType::F32 && z.is_contiguous()) {
+            zv = static_cast<const float*>(z.data_ptr());
+        } else {
+            host = z.to_f32_vector();
+            zv = host.data();
+        }
         for (int64_t bb = 0; bb < B; ++bb)
-            for (int64_t i = 0; i < r; ++i)
-                sum += kl_row(zv.data() + (bb * 2 * r + i) * V, zv.data() + (bb * 2 * r + r + i) * V, V);
+            for (int64_t i = 0; i < r; ++i) sum += kl_row(zv + (bb * 2 * r + i) * V, zv + (bb * 2 * r + r + i) * V, V);
     }
     return sum / double(B * n);
 }
