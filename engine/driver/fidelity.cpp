@@ -252,13 +252,12 @@ void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
     const int64_t pe = plan.starts[ce];
     if (pe > 0)
         for (int l = 0; l < nl; ++l) shadow_->set(l, 0, pe, policy_->shadow_k(l, 0, pe), policy_->shadow_v(l, 0, pe));
-    // The rest of the sequence in blocks of up to kBlockTokens (whole chunks): a block is one
-    // prefill, whose matmuls cost far less per token than the policy's chunk-sized ones, and
-    // whose activations stay bounded on long sequences.
-    constexpr int64_t kBlockTokens = 1024;
+    // The rest of the sequence in blocks of up to block_tokens_ (whole chunks): a block is one
+    // prefill, with larger matmuls than the policy's chunk-sized steps, and activations that
+    // stay bounded on long sequences.
     for (size_t a = ce; a < nc;) {
         size_t b = a + 1;
-        while (b < nc && plan.starts[b] + plan.chunks[b] - plan.starts[a] <= kBlockTokens) ++b;
+        while (b < nc && plan.starts[b] + plan.chunks[b] - plan.starts[a] <= block_tokens_) ++b;
         const int64_t q0 = plan.starts[a], q1 = plan.starts[b - 1] + plan.chunks[b - 1];
         Tensor x = model_.embed(ids.slice(1, q0, q1));
         for (int l = 0; l < nl; ++l) x = model_.block(l, x, q0, *shadow_);

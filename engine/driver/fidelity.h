@@ -108,6 +108,8 @@ class DenseReference {
     const std::vector<FidelityKLStep>& steps() const { return steps_; }
     std::vector<FidelityKLStep> take_steps() { return std::move(steps_); }
     size_t shadow_bytes() const;
+    // Tokens per prefill of the dense stream (whole chunks, at least one; default 1024).
+    void set_block_tokens(int64_t n) { block_tokens_ = n; }
 
    private:
     class Shadow;
@@ -120,6 +122,7 @@ class DenseReference {
     std::unique_ptr<Shadow> shadow_;
     Tensor policy_out_;       // (B, T, E): the policy's final-layer outputs past the exact prefix
     int64_t exact_end_ = 0;   // chunks [0, exact_end_) are the exact prefix
+    int64_t block_tokens_ = 1024;
     std::vector<FidelityKLStep> steps_;
 };
 
