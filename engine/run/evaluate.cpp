@@ -177,8 +177,6 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         // The live progress counts the whole run (all samples), not this sample alone.
         dcb.run_tokens_before = done_tokens;
         dcb.run_tokens_total = total_tokens;
-        dcb.run_steps_before = done_units;
-        dcb.run_steps_total = total_units;
         const double t0 = now_s();
         long_context_forward(model, cache, ids, plans[i], hs, res, dcb);
         done_units += int64_t(plans[i].chunks.size()) * mc.num_layers;
