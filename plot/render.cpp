@@ -41,6 +41,38 @@ void text_at(cairo_t* cr, const std::string& s, double x, double y, double align
 
 void set_rgb(cairo_t* cr, Rgb c) { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
 
+// One marker as a closed sub-path centred on (x, y), about the same area for every shape.
+void marker_path(cairo_t* cr, Marker m, double x, double y) {
+    constexpr double r = 2.8;
+    cairo_new_sub_path(cr);
+    switch (m) {
+        case Marker::CIRCLE: cairo_arc(cr, x, y, r, 0, 2 * M_PI); break;
+        case Marker::SQUARE: cairo_rectangle(cr, x - r * 0.9, y - r * 0.9, r * 1.8, r * 1.8); break;
+        case Marker::DIAMOND:
+            cairo_move_to(cr, x, y - r * 1.25);
+            cairo_line_to(cr, x + r * 1.25, y);
+            cairo_line_to(cr, x, y + r * 1.25);
+            cairo_line_to(cr, x - r * 1.25, y);
+            break;
+        case Marker::TRIANGLE_UP:
+        case Marker::TRIANGLE_DOWN: {
+            const double d = m == Marker::TRIANGLE_UP ? 1 : -1, h = r * 1.4;
+            cairo_move_to(cr, x, y - d * h);
+            cairo_line_to(cr, x + h, y + d * h * 0.75);
+            cairo_line_to(cr, x - h, y + d * h * 0.75);
+            break;
+        }
+    }
+    cairo_close_path(cr);
+}
+
+// A series' line style: colour, width and dash (the caller strokes, then resets the dash).
+void set_line_style(cairo_t* cr, const SeriesStyle& st) {
+    set_rgb(cr, st.color);
+    cairo_set_line_width(cr, 1.8);
+    cairo_set_dash(cr, st.dash.data(), int(st.dash.size()), 0);
+}
+
 void draw(cairo_t* cr, const Figure& fig, double width, double height, const Scale& xs0, const Ticks& xt, const Ticks& yt,
           const std::vector<std::string>& labels) {
     cairo_set_source_rgb(cr, 1, 1, 1);
@@ -93,24 +125,22 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
             cairo_stroke(cr);
             cairo_set_dash(cr, nullptr, 0, 0);
         }
-        // series: one polyline each, then round markers
+        // series: one polyline each, then its markers (style by legend position, so a label
+        // looks the same in every panel)
         for (const auto& s : panel.series) {
-            const size_t colour = size_t(std::find(labels.begin(), labels.end(), s.label) - labels.begin());
+            const SeriesStyle style = series_style(size_t(std::find(labels.begin(), labels.end(), s.label) - labels.begin()));
             std::vector<size_t> order(s.x.size());
             for (size_t i = 0; i < order.size(); ++i) order[i] = i;
             std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.x[a] < s.x[b]; });
-            set_rgb(cr, series_color(colour));
-            cairo_set_line_width(cr, 1.8);
+            set_line_style(cr, style);
             for (size_t k = 0; k < order.size(); ++k) {
                 const double px = xs(s.x[order[k]]), py = ys(s.y[order[k]]);
                 if (k == 0) cairo_move_to(cr, px, py);
                 else cairo_line_to(cr, px, py);
             }
             cairo_stroke(cr);
-            for (size_t i : order) {
-                cairo_new_sub_path(cr);
-                cairo_arc(cr, xs(s.x[i]), ys(s.y[i]), 2.6, 0, 2 * M_PI);
-            }
+            cairo_set_dash(cr, nullptr, 0, 0);
+            for (size_t i : order) marker_path(cr, style.marker, xs(s.x[i]), ys(s.y[i]));
             cairo_fill(cr);
         }
     }
@@ -123,15 +153,18 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
     cairo_rotate(cr, -M_PI / 2);
     text_at(cr, fig.y_title, 0, 0, 0.5, 0.5);
     cairo_restore(cr);
-    // legend: series colours, then the reference lines
+    // legend: series styles (line, dash and marker), then the reference lines
     double ly = kTop + 8;
     const double lx = kLeft + plots_w + 16;
     for (size_t i = 0; i < labels.size(); ++i, ly += 17) {
-        set_rgb(cr, series_color(i));
-        cairo_set_line_width(cr, 1.8);
+        const SeriesStyle style = series_style(i);
+        set_line_style(cr, style);
         cairo_move_to(cr, lx, ly);
         cairo_line_to(cr, lx + 22, ly);
         cairo_stroke(cr);
+        cairo_set_dash(cr, nullptr, 0, 0);
+        marker_path(cr, style.marker, lx + 11, ly);
+        cairo_fill(cr);
         cairo_set_source_rgb(cr, 0, 0, 0);
         text_at(cr, labels[i], lx + 28, ly, 0, 0.5);
     }
@@ -199,7 +232,10 @@ void render_figure(const Figure& fig, const std::string& path) {
     }
     const Ticks yt = linear_ticks(yr.lo, yr.hi);
     const double width = kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + kLegend;
-    const double height = top_margin(fig) + fig.panel_height + kBottom;
+    size_t refs = 0;
+    for (const auto& p : fig.panels) refs += p.references.size();
+    // Tall enough for the legend too (17 points an entry), however many series there are.
+    const double height = std::max(top_margin(fig) + fig.panel_height + kBottom, top_margin(fig) + 8 + 17 * double(labels.size() + refs) + 8);
 
     cairo_surface_t* surface = nullptr;
     if (fmt == "svg") surface = cairo_svg_surface_create(path.c_str(), width, height);

@@ -170,36 +170,46 @@ class DenseReference::Shadow final : public LayerAttention {
 
 DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy,
                                int64_t kl_positions)
-    : model_(model), policy_(policy), kl_positions_(kl_positions), shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
+    : model_(model),
+      policy_(policy),
+      kl_positions_(kl_positions),
+      B_(batch),
+      T_(seq_length),
+      shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
 
 DenseReference::~DenseReference() = default;
 
-size_t DenseReference::shadow_bytes() const { return shadow_->bytes(); }
+size_t DenseReference::shadow_bytes() const { return shadow_->bytes() + (policy_out_.defined() ? policy_out_.nbytes() : 0); }
+
+namespace {
+
+// KL(softmax(a) || softmax(b)) of one row of V logits, in nats.
+double kl_row(const float* a, const float* b, int64_t V) {
+    float ma = -INFINITY, mb = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) ma = std::max(ma, a[i]), mb = std::max(mb, b[i]);
+    // One pass, two exps per entry: KL = sum_i p_i (a_i - b_i) - lse(a) + lse(b), with
+    // sum_i p_i (a_i - b_i) = S / za, S = sum_i exp(a_i - ma) (a_i - b_i). The exps in f32
+    // (kv_exp vectorizes; about 1 ulp) and every sum in f64: 20x faster than f64 exps, and
+    // identical rows still give S = 0 and equal log-sum-exps: exactly 0.
+    double za = 0, zb = 0, S = 0;
+#pragma omp simd reduction(+ : za, zb, S)
+    for (int64_t i = 0; i < V; ++i) {
+        const float ea = kv_exp(a[i] - ma), eb = kv_exp(b[i] - mb);
+        za += double(ea);
+        zb += double(eb);
+        S += double(ea) * (double(a[i]) - double(b[i]));
+    }
+    const double kl = S / za - (double(ma) + std::log(za)) + (double(mb) + std::log(zb));
+    return std::max(kl, 0.0);  // rounding can leave a tiny negative sum for near-equal rows
+}
+
+}  // namespace
 
 double mean_kl_of_logits(const std::vector<float>& p, const std::vector<float>& q, int64_t rows, int64_t V) {
     if (int64_t(p.size()) != rows * V || int64_t(q.size()) != rows * V)
         throw Error(str("fidelity: KL of ", p.size(), " and ", q.size(), " logits; expected ", rows, " rows of ", V));
     double total = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* a = p.data() + r * V;
-        const float* b = q.data() + r * V;
-        float ma = -INFINITY, mb = -INFINITY;
-        for (int64_t i = 0; i < V; ++i) ma = std::max(ma, a[i]), mb = std::max(mb, b[i]);
-        // One pass, two exps per entry: KL = sum_i p_i (a_i - b_i) - lse(a) + lse(b), with
-        // sum_i p_i (a_i - b_i) = S / za, S = sum_i exp(a_i - ma) (a_i - b_i). The exps in f32
-        // (kv_exp vectorizes; about 1 ulp) and every sum in f64: 20x faster than f64 exps, and
-        // identical rows still give S = 0 and equal log-sum-exps: exactly 0.
-        double za = 0, zb = 0, S = 0;
-#pragma omp simd reduction(+ : za, zb, S)
-        for (int64_t i = 0; i < V; ++i) {
-            const float ea = kv_exp(a[i] - ma), eb = kv_exp(b[i] - mb);
-            za += double(ea);
-            zb += double(eb);
-            S += double(ea) * (double(a[i]) - double(b[i]));
-        }
-        const double kl = S / za - (double(ma) + std::log(za)) + (double(mb) + std::log(zb));
-        total += std::max(kl, 0.0);  // rounding can leave a tiny negative sum for near-equal rows
-    }
+    for (int64_t r = 0; r < rows; ++r) total += kl_row(p.data() + r * V, q.data() + r * V, V);
     return rows > 0 ? total / double(rows) : 0.0;
 }
 
@@ -207,52 +217,103 @@ void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t c
     const auto [c0, c1] = plan.cells.at(cell);
     if (policy_outputs.size() != c1 - c0)
         throw Error(str("fidelity: cell ", cell, " has ", policy_outputs.size(), " policy outputs; expected ", c1 - c0));
+    if (cell == 0) exact_end_ = 0, steps_.clear();  // a new sequence
+    for (size_t c = c0; c < c1; ++c) {
+        const int64_t p0 = plan.starts[c], n = plan.chunks[c];
+        // The exact prefix: the policy's stream is the dense one there, so its KL is exactly 0.
+        if (exact_end_ == int64_t(c) && policy_ && policy_->prefix_exact(int64_t(c))) {
+            exact_end_ = int64_t(c) + 1;
+            FidelityKLStep st;
+            st.chunk = int64_t(c);
+            st.input_pos = p0;
+            st.n = n;
+            st.next_token_kl = 0.0;
+            steps_.push_back(st);
+            continue;
+        }
+        // Past it, the policy's final-layer outputs wait for the dense stream (after the last cell).
+        const Tensor& x = policy_outputs[c - c0];
+        if (p0 + n > T_ || x.size(0) != B_)
+            throw Error(str("fidelity: chunk at positions ", p0, "+", n, " (batch ", x.size(0), ") is outside the dense reference sized for ",
+                            T_, " tokens, batch ", B_));
+        if (!policy_out_.defined())
+            policy_out_ = Tensor::empty({B_, T_, x.size(2)}, x.dtype(), {x.device(), MemCategory::KV_FIDELITY, "fidelity policy outputs"});
+        Tensor dst = policy_out_.slice(1, p0, p0 + n);
+        ops::copy_(dst, x);
+    }
+    if (cell + 1 == plan.cells.size()) finish(ids, plan);
+}
+
+void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
+    const size_t nc = plan.chunks.size(), ce = size_t(exact_end_);
+    if (ce >= nc) return;
     const int nl = int(model_.config().num_layers);
-    // The exact prefix (a prefix of the cell's chunks): the policy's stream is the dense one.
-    size_t ce = c0;
-    while (policy_ && ce < c1 && policy_->prefix_exact(int64_t(ce))) ++ce;
-    for (size_t c = c0; c < ce; ++c) {
-        const int64_t p0 = plan.starts[c], p1 = p0 + plan.chunks[c];
-        for (int l = 0; l < nl; ++l) shadow_->set(l, p0, p1, policy_->shadow_k(l, p0, p1), policy_->shadow_v(l, p0, p1));
-        FidelityKLStep st;
-        st.chunk = int64_t(c);
-        st.input_pos = p0;
-        st.n = plan.chunks[c];
-        st.next_token_kl = 0.0;
-        steps_.push_back(st);
+    // The exact prefix's K/V are the policy's (its shadow); the dense stream starts after it.
+    const int64_t pe = plan.starts[ce];
+    if (pe > 0)
+        for (int l = 0; l < nl; ++l) shadow_->set(l, 0, pe, policy_->shadow_k(l, 0, pe), policy_->shadow_v(l, 0, pe));
+    // The rest of the sequence in blocks of up to block_tokens_ (whole chunks): a block is one
+    // prefill, with larger matmuls than the policy's chunk-sized steps, and activations that
+    // stay bounded on long sequences.
+    for (size_t a = ce; a < nc;) {
+        size_t b = a + 1;
+        while (b < nc && plan.starts[b] + plan.chunks[b] - plan.starts[a] <= block_tokens_) ++b;
+        const int64_t q0 = plan.starts[a], q1 = plan.starts[b - 1] + plan.chunks[b - 1];
+        Tensor x = model_.embed(ids.slice(1, q0, q1));
+        for (int l = 0; l < nl; ++l) x = model_.block(l, x, q0, *shadow_);
+        const Tensor hd = model_.final_norm(x), hp = model_.final_norm(policy_out_.slice(1, q0, q1));
+        for (size_t c = a; c < b; ++c) {
+            const int64_t o = plan.starts[c] - q0, n = plan.chunks[c];
+            FidelityKLStep st;
+            st.chunk = int64_t(c);
+            st.input_pos = plan.starts[c];
+            st.n = n;
+            st.next_token_kl = chunk_kl(hd.slice(1, o, o + n), hp.slice(1, o, o + n), plan.starts[c]);
+            steps_.push_back(st);
+        }
+        a = b;
     }
-    std::vector<Tensor> xs;
-    for (size_t c = ce; c < c1; ++c) xs.push_back(model_.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
-    // Layer-major like the driver, so the dense stream sees the same chunk boundaries.
-    for (int l = 0; l < nl; ++l)
-        for (size_t c = ce; c < c1; ++c) xs[c - ce] = model_.block(l, xs[c - ce], plan.starts[c], *shadow_);
-    // lm_head over blocks of positions: 2 x B x 64 x V floats on the host at a time.
+    policy_out_ = Tensor{};
+}
+
+double DenseReference::chunk_kl(Tensor hd, Tensor hp, int64_t input_pos) const {
+    const int64_t B = hd.size(0), n0 = hd.size(1), E = hd.size(2);
+    if (kl_positions_ > 0 && kl_positions_ < n0) {  // the sampled positions, gathered into one block
+        std::vector<int32_t> at;
+        for (int64_t i = 0; i < kl_positions_; ++i) at.push_back(int32_t((i + 1) * n0 / kl_positions_ - 1));
+        const int64_t m = int64_t(at.size());
+        const Tensor idx = Tensor::from_i32({1, m, 1}, at, {hd.device(), MemCategory::WORKSPACE, "fidelity KL positions"}).expand({B, m, E});
+        hd = ops::gather(hd, 1, idx);
+        hp = ops::gather(hp, 1, idx);
+    }
+    const int64_t n = hd.size(1);
+    if (n == 0) return 0.0;
+    // Both streams' rows through one lm_head call ([dense rows, policy rows] per batch row), 64
+    // positions at a time: one pass over the vocabulary matrix instead of two, and 2 x B x 64 x V
+    // logits on the host at a time.
     constexpr int64_t kRows = 64;
-    for (size_t c = ce; c < c1; ++c) {
-        Tensor hd = model_.final_norm(xs[c - ce]), hp = model_.final_norm(policy_outputs[c - c0]);
-        const int64_t B = hd.size(0), n0 = hd.size(1);
-        if (kl_positions_ > 0 && kl_positions_ < n0) {  // the sampled positions, gathered into one block
-            std::vector<int32_t> at;
-            for (int64_t i = 0; i < kl_positions_; ++i) at.push_back(int32_t((i + 1) * n0 / kl_positions_ - 1));
-            const int64_t m = int64_t(at.size()), E = hd.size(2);
-            const Tensor idx = Tensor::from_i32({1, m, 1}, at, {hd.device(), MemCategory::WORKSPACE, "fidelity KL positions"}).expand({B, m, E});
-            hd = ops::gather(hd, 1, idx);
-            hp = ops::gather(hp, 1, idx);
+    double sum = 0;
+    for (int64_t a = 0; a < n; a += kRows) {
+        const int64_t e = std::min(n, a + kRows), r = e - a;
+        Tensor both = Tensor::empty({B, 2 * r, E}, hd.dtype(), {hd.device(), MemCategory::WORKSPACE, "fidelity KL rows"});
+        Tensor lo = both.slice(1, 0, r), hi = both.slice(1, r, 2 * r);
+        ops::copy_(lo, hd.slice(1, a, e));
+        ops::copy_(hi, hp.slice(1, a, e));
+        const Tensor z = model_.lm_head(both, input_pos + a);
+        const int64_t V = z.size(2);
+        // Host f32 logits are read in place (a copy would be another 2 x B x 64 x V floats).
+        std::vector<float> host;
+        const float* zv = nullptr;
+        if (z.device().type == DeviceType::CPU && z.dtype() == DType::F32 && z.is_contiguous()) {
+            zv = static_cast<const float*>(z.data_ptr());
+        } else {
+            host = z.to_f32_vector();
+            zv = host.data();
         }
-        const int64_t n = hd.size(1);
-        double sum = 0;
-        for (int64_t a = 0; a < n; a += kRows) {
-            const int64_t e = std::min(n, a + kRows);
-            const Tensor zd = model_.lm_head(hd.slice(1, a, e), plan.starts[c] + a), zp = model_.lm_head(hp.slice(1, a, e), plan.starts[c] + a);
-            sum += mean_kl_of_logits(zd.to_f32_vector(), zp.to_f32_vector(), B * (e - a), zd.size(2)) * double(B * (e - a));
-        }
-        FidelityKLStep st;
-        st.chunk = int64_t(c);
-        st.input_pos = plan.starts[c];
-        st.n = n0;
-        st.next_token_kl = n > 0 ? sum / double(B * n) : 0.0;
-        steps_.push_back(st);
+        for (int64_t bb = 0; bb < B; ++bb)
+            for (int64_t i = 0; i < r; ++i) sum += kl_row(zv + (bb * 2 * r + i) * V, zv + (bb * 2 * r + r + i) * V, V);
     }
+    return sum / double(B * n);
 }
 
 double mean_next_token_kl(const std::vector<FidelityKLStep>& steps) {

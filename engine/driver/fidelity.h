@@ -82,36 +82,47 @@ struct FidelityKLStep {
 
 // The dense reference for the next-token KL: a second residual stream that runs the same
 // tokens through every layer with attention over its own uncompressed K/V (memory category
-// kv_fidelity), cell by cell in lockstep with the policy's run (DriverCallbacks::final_output),
-// so only one cell of each stream is live and no (T, V) logits are ever kept. It is the
-// dense-cache model exactly, not an approximation from the policy's stream (whose K/V already
-// carry the policy's error from the layers below), and it costs one more forward pass plus two
-// lm_head passes per chunk.
+// kv_fidelity). It is the dense-cache model exactly, not an approximation from the policy's
+// stream (whose K/V already carry the policy's error from the layers below).
 // Given the policy run's FidelityAttention, the chunks of the exact prefix (policy output equal
 // to full attention in every layer, FidelityAttention::prefix_exact) are not recomputed: the
 // dense stream is the policy's stream there, so their K/V are copied from its shadow and their
 // KL is exactly 0 (no lm_head). Until a policy first drops something, that is every chunk.
+// The dense stream does not depend on the policy, so it runs after the policy's last cell, from
+// the first chunk past the exact prefix, as prefills of up to 1024 tokens (large matmuls: far
+// cheaper per token than the policy's chunk-sized steps); until then the policy's final-layer
+// outputs of those chunks wait in a (B, T, E) buffer (kv_fidelity). Each chunk's KL then takes
+// both streams' rows through one lm_head call.
 class DenseReference {
    public:
     // kl_positions > 0: the KL of a chunk over that many evenly spaced positions (the chunk's
-    // last included; every position when the chunk is no longer), so the two lm_head passes
-    // cover kl_positions rows per chunk instead of all; 0: every position.
+    // last included; every position when the chunk is no longer), so the lm_head covers
+    // 2 x kl_positions rows per chunk instead of 2 x n; 0: every position.
     DenseReference(const Transformer& model, int64_t batch, int64_t seq_length, const FidelityAttention* policy = nullptr,
                    int64_t kl_positions = 0);
     ~DenseReference();
-    // The cell's chunks through the dense stream, then the KL of each chunk against the
-    // policy's final-layer outputs (before the final norm) of the same chunks.
+    // Takes the cell's policy final-layer outputs (before the final norm, DriverCallbacks::
+    // final_output); after the plan's last cell, runs the dense stream and the KL of every chunk.
     void run_cell(const Tensor& ids, const ChunkPlan& plan, size_t cell, const std::vector<Tensor>& policy_outputs);
+    // In chunk order, complete once run_cell has seen the plan's last cell.
     const std::vector<FidelityKLStep>& steps() const { return steps_; }
     std::vector<FidelityKLStep> take_steps() { return std::move(steps_); }
     size_t shadow_bytes() const;
+    // Tokens per prefill of the dense stream (whole chunks, at least one; default 1024).
+    void set_block_tokens(int64_t n) { block_tokens_ = n; }
 
    private:
     class Shadow;
+    void finish(const Tensor& ids, const ChunkPlan& plan);
+    double chunk_kl(Tensor hd, Tensor hp, int64_t input_pos) const;
     const Transformer& model_;
     const FidelityAttention* policy_;
     int64_t kl_positions_;
+    int64_t B_, T_;
     std::unique_ptr<Shadow> shadow_;
+    Tensor policy_out_;       // (B, T, E): the policy's final-layer outputs past the exact prefix
+    int64_t exact_end_ = 0;   // chunks [0, exact_end_) are the exact prefix
+    int64_t block_tokens_ = 1024;
     std::vector<FidelityKLStep> steps_;
 };
 

@@ -216,10 +216,12 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                 if (cb.progress) cb.progress(done, total);
                 if (trace::active()) {
                     trace::ProgressInfo pi;
+                    // (layer, chunk) steps stay per sample: the cell-grid view draws one grid per sample from them.
                     pi.chunks_done = int32_t(done);
                     pi.chunks_total = int32_t(total);
-                    pi.tokens_done = T * done / total;  // monotonic across the cell -> layer -> chunk order
-                    pi.tokens_total = T;
+                    // monotonic across the cell -> layer -> chunk order
+                    pi.tokens_done = cb.run_tokens_before + T * done / total;
+                    pi.tokens_total = cb.run_tokens_total > 0 ? cb.run_tokens_total : T;
                     trace::progress(pi);
                 }
             }

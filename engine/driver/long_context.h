@@ -25,6 +25,11 @@ struct DriverCallbacks {
     // The attention the blocks call instead of `cache` itself: a wrapper around the same cache
     // that observes it (FidelityAttention). nullptr = the cache.
     LayerAttention* attention = nullptr;
+    // The live token progress (trace::progress) of a run of several calls (eval_long's samples):
+    // the tokens of the calls before this one and the run's total, so done stays below total
+    // until the last call ends. Total 0: this call is the whole run. (Its (layer, chunk) steps
+    // stay per call: the cell-grid view reads them per sample.)
+    int64_t run_tokens_before = 0, run_tokens_total = 0;
 };
 
 // Thrown when the cancel flag is seen (the run stops within one chunk).

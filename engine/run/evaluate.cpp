@@ -112,7 +112,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     sum.cache_name = cfg.kv_cache.name;
     sum.text_bos = text_bos;
     const KVCacheConfig kc = cache_config_for(cfg, lm);
-    int64_t total_units = 0;
+    int64_t total_units = 0, total_tokens = 0, done_tokens = 0;
     std::vector<ChunkPlan> plans;
     for (const auto& it : items) {
         const int64_t T = int64_t(it.ids.size());
@@ -128,6 +128,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         po.chunks_per_cell_multiplier = cfg.grad.chunks_per_cell_multiplier;
         plans.push_back(plan_chunks(T, Ls, po));
         total_units += int64_t(plans.back().chunks.size()) * mc.num_layers;
+        total_tokens += T;
     }
     sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
 
@@ -177,9 +178,13 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         dcb.progress = [&](int64_t d, int64_t) {
             if (cb.progress) cb.progress(done_units + d, total_units, what);
         };
+        // The live progress counts the whole run (all samples), not this sample alone.
+        dcb.run_tokens_before = done_tokens;
+        dcb.run_tokens_total = total_tokens;
         const double t0 = now_s();
         long_context_forward(model, cache, ids, plans[i], hs, res, dcb);
         done_units += int64_t(plans[i].chunks.size()) * mc.num_layers;
+        done_tokens += T;
         EvalSampleResult r;
         r.index = int64_t(i);
         r.seconds = now_s() - t0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "engine/driver/fidelity.h"
 #include "engine/driver/long_context.h"
@@ -30,7 +31,8 @@ struct ModelRun {
 
 // share: the dense reference takes the policy's exact prefix from its FidelityAttention (as
 // evaluate does) instead of recomputing it.
-ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk, bool share = true, int64_t kl_positions = 0) {
+ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t chunk, bool share = true, int64_t kl_positions = 0,
+                        int64_t dense_block = 0) {
     const ModelConfig cfg = preset_config("tiny");
     Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
     KVCacheConfig kc;
@@ -60,6 +62,7 @@ ModelRun run_model_full(const std::string& name, int64_t L, int64_t T, int64_t c
     DriverCallbacks cb;
     cb.attention = &fid;
     DenseReference dense(model, 1, T, share ? &fid : nullptr, kl_positions);
+    if (dense_block > 0) dense.set_block_tokens(dense_block);
     ModelRun out;
     cb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) {
         dense.run_cell(ids, plan, cell, xs);
@@ -237,11 +240,12 @@ TEST(Fidelity, NextTokenKLEqualsF64RecomputationAgainstAPlainForward) {
     // chunks (PlainAttention), against the policy run's own logits; the KL in f64 here.
     // Both ways of running the dense stream: with the policy's exact prefix shared (the first
     // two chunks: lastrec holds 32 positions) and recomputed; and the KL over 5 of each chunk's
-    // 16 positions (--fidelity_kl_positions: (i + 1) n / 5 - 1, i < 5).
+    // 16 positions (--fidelity_kl_positions: (i + 1) n / 5 - 1, i < 5); and the dense stream
+    // in prefills of 40 tokens (whole chunks: 32), so blocks start past the prefix.
     const int64_t T = 96;
-    for (const auto& [share, N] : std::vector<std::pair<bool, int64_t>>{{true, 0}, {false, 0}, {true, 5}}) {
-        SCOPED_TRACE(str(share ? "exact prefix shared" : "dense stream recomputed", ", KL positions ", N));
-        const ModelRun r = run_model_full("lastrec-default", 32, T, 16, share, N);
+    for (const auto& [share, N, block] : std::vector<std::tuple<bool, int64_t, int64_t>>{{true, 0, 0}, {false, 0, 0}, {true, 5, 0}, {true, 0, 40}, {false, 5, 40}}) {
+        SCOPED_TRACE(str(share ? "exact prefix shared" : "dense stream recomputed", ", KL positions ", N, ", dense block ", block));
+        const ModelRun r = run_model_full("lastrec-default", 32, T, 16, share, N, block);
         EXPECT_EQ(r.exact_prefix, 2) << "lastrec with 32 slots and chunks of 16 drops nothing in the first two chunks";
         const ModelConfig cfg = preset_config("tiny");
         Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};

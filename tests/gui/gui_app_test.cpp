@@ -583,13 +583,14 @@ class GuiAppTest : public QObject {
         const RunRow* r = w_->runsModel()->run(run);
         QCOMPARE(int(r->status), int(storage::RunStatus::CANCELLED));
         QVERIFY2(t.elapsed() < 5000, qPrintable(QString("took %1 ms").arg(t.elapsed())));
-        // eval_long's live progress is per sample (tokens of the current sample, see
-        // long_context.cpp), so a cancel that lands on a sample boundary reads done == total.
-        QVERIFY(r->done <= r->total);
+        // eval_long's live progress counts the whole run (every sample's tokens), so a run
+        // cancelled early stopped short of its total.
+        QVERIFY2(r->done > 0 && r->done < r->total, qPrintable(QString("done %1 of %2").arg(r->done).arg(r->total)));
+        QVERIFY2(r->total > int64_t(200) * 4096, qPrintable(QString("total %1: not 200 samples of about 8192 tokens").arg(r->total)));
         // The table says where it stopped, not a bar that looks stuck (nor 100%).
         const int row = w_->runsModel()->rowOfRun(run);
         const QString progress = w_->runsModel()->data(w_->runsModel()->index(row, RunsModel::COLUMN_PROGRESS)).toString();
-        QVERIFY2(progress.startsWith("cancelled at ") && (r->done == r->total || !progress.contains("100%")), qPrintable(progress));
+        QVERIFY2(progress.startsWith("cancelled at ") && !progress.contains("100%"), qPrintable(progress));
         QVERIFY(!form()->cancelButton()->isEnabled());
         QVERIFY(!w_->canvas()->live());
     }

@@ -8,9 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <tuple>
 #include <sstream>
 #include <stdexcept>
 
+#include "plot/palette.h"
 #include "plot/render.h"
 #include "plot/ticks.h"
 
@@ -111,6 +114,75 @@ TEST(PlotRender, SvgPolylinesAreTheSeriesUnderOneAffineLog2Map) {
             EXPECT_NEAR(four[k][i].second, c * s.y[order[i]] + e, 0.01) << s.label << " point " << i;
         }
     }
+}
+
+TEST(PlotStyle, FourteenSeriesGetFourteenDistinctStyles) {
+    std::set<std::tuple<double, double, double, std::vector<double>, int>> seen;
+    std::set<std::pair<std::tuple<double, double, double>, int>> colour_marker;
+    for (size_t i = 0; i < 14; ++i) {
+        const SeriesStyle s = series_style(i);
+        seen.insert({s.color.r, s.color.g, s.color.b, s.dash, int(s.marker)});
+        colour_marker.insert({{s.color.r, s.color.g, s.color.b}, int(s.marker)});
+        for (double d : s.dash) EXPECT_GT(d, 0) << "series " << i;
+        EXPECT_NE(s.dash, (std::vector<double>{6, 3})) << "series " << i << " dashed like the reference lines";
+    }
+    EXPECT_EQ(seen.size(), 14u);
+    EXPECT_EQ(colour_marker.size(), 14u);  // apart even where dashes do not show (short segments)
+}
+
+// The rendered SVG draws 14 series as 14 polylines of pairwise different (stroke colour, dash
+// pattern), and each polyline's points are still its series' values under one mapping.
+TEST(PlotRender, FourteenSeriesAreDrawnInDistinctStrokes) {
+    Figure f;
+    f.x_title = "cache length";
+    f.y_title = "perplexity";
+    f.log2_x = true;
+    Panel p;
+    for (int i = 0; i < 14; ++i) p.series.push_back({"policy" + std::to_string(i), {256, 512, 1024}, {30.0 - i, 20.0 - i * 0.5, 16.0 - i * 0.1}});
+    p.references.push_back({"dense", 15.59});
+    f.panels.push_back(p);
+    const std::string path = tmp("svg");
+    render_figure(f, path);
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::filesystem::remove(path);
+    const std::string text = ss.str();
+    std::regex path_re(R"re(<path([^>]*)>)re"), d_re(R"re(\bd="([^"]*)")re"), stroke_re(R"re([;" ]stroke:([^;"]*))re"),
+        dash_re(R"re(stroke-dasharray:([^;"]*))re");  // cairo writes the style as CSS
+    std::vector<std::pair<std::string, std::string>> strokes;  // (colour, dash) of the 3-point polylines
+    std::vector<std::vector<std::pair<double, double>>> lines;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re); it != std::sregex_iterator(); ++it) {
+        const std::string attrs = (*it)[1];
+        std::smatch d, st, da;
+        if (!std::regex_search(attrs, d, d_re) || !std::regex_search(attrs, st, stroke_re)) continue;
+        const std::string ds = d[1];
+        if (ds.find_first_of("CcZzQqAaHhVv") != std::string::npos) continue;
+        std::istringstream ps(ds);
+        std::string cmd;
+        std::vector<std::pair<double, double>> pts;
+        int moves = 0;
+        while (ps >> cmd) {
+            double x, y;
+            ps >> x >> y;
+            moves += cmd == "M";
+            pts.push_back({x, y});
+        }
+        if (moves != 1 || pts.size() != 3) continue;
+        strokes.push_back({st[1], std::regex_search(attrs, da, dash_re) ? std::string(da[1]) : std::string("solid")});
+        lines.push_back(pts);
+    }
+    ASSERT_EQ(strokes.size(), 14u);
+    const std::set<std::pair<std::string, std::string>> distinct(strokes.begin(), strokes.end());
+    EXPECT_EQ(distinct.size(), 14u);
+    // Same affine map for every series: fit on series 0, check the rest.
+    const double a = (lines[0][2].first - lines[0][0].first) / 2.0, b = lines[0][0].first - a * 8;
+    const double c = (lines[0][2].second - lines[0][0].second) / (16.0 - 30.0), e = lines[0][0].second - c * 30.0;
+    for (size_t k = 0; k < 14; ++k)
+        for (size_t i = 0; i < 3; ++i) {
+            EXPECT_NEAR(lines[k][i].first, a * std::log2(p.series[k].x[i]) + b, 0.01) << "series " << k;
+            EXPECT_NEAR(lines[k][i].second, c * p.series[k].y[i] + e, 0.01) << "series " << k;
+        }
 }
 
 TEST(PlotRender, PngAndPdfAreWritten) {
