@@ -300,6 +300,9 @@ TEST(Cake, LayersKeepTheirBudgetsAndTheTrackerCountsExactlyThoseSlots) {
     kc.name = "cake-default";
     kc.cache_length = L;
     kc.snapkv_window = 4;
+    // small temperatures sharpen the preference: two layers of a random model measure similar
+    // statistics, and equal shares would hide whether budgets can differ
+    kc.policy_options = {{"cake_tau1", 0.2}, {"cake_tau2", 0.2}};
     const int64_t F = kc.length_for_layer(0, T, nl);
     ASSERT_EQ(F, 6);  // ceil(0.25 * 24) = 6 > snapkv_window + 1 = 5
     MemoryTracker tr;
@@ -326,7 +329,8 @@ TEST(Cake, LayersKeepTheirBudgetsAndTheTrackerCountsExactlyThoseSlots) {
         sum += p.cache_length(), lo = std::min(lo, p.cache_length()), hi = std::max(hi, p.cache_length());
     }
     EXPECT_EQ(sum, nl * L);
-    EXPECT_LT(lo, hi) << "budgets should differ between layers";
+    EXPECT_LT(lo, hi) << "budgets should differ between layers; preferences " << cake_preference(cache.layer(0).policy()) << ", "
+                      << cake_preference(cache.layer(1).policy());
     EXPECT_EQ(tr.current(Device{}, MemCategory::KV_CACHE), sum * 2 * B * G * D * 4);
     EXPECT_EQ(cache.buffer_bytes(), size_t(sum * 2 * B * G * D * 4));
 }
