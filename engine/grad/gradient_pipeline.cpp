@@ -285,6 +285,8 @@ class GradientRun {
         kv_from_forward = !exact && opt.kv_checkpoints_from_forward && cache.config().buffer() == "default" && ncells > 1;
         for (int l = 0; l < nl; ++l)  // per-head lengths: the replay rebuilds its pooled layout
             if (cache.layer(l).policy().pool_slots() > 0) kv_from_forward = false;
+        // layer lengths decided during the run (cake): a snapshot from before the decision is shorter
+        if (const PolicyInfo* info = find_policy(cache.config().policy()); info && info->initial_layer_length) kv_from_forward = false;
         if (kv_from_forward) kv_forward.assign(ncells, std::vector<ReplayKVState>(size_t(nl)));
         (void)model_rw;
         Transformer& model = model_rw;

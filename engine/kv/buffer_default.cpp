@@ -1,5 +1,7 @@
 // Full-precision buffers: K and V as (B, G, L, D) tensors in f32, bf16 or f16; plans become
 // one gather/scatter for grace-ring moves and one scatter for the new tokens.
+#include <algorithm>
+
 #include "buffer_common.h"
 
 namespace kv {
@@ -58,6 +60,18 @@ class DefaultBuffer final : public KVBuffer {
     size_t bytes() const override { return K_.defined() ? K_.nbytes() + V_.nbytes() : 0; }
     double bits_per_element() const override { return 8.0 * dtype_size(dtype_); }
     std::vector<Tensor*> storage_tensors() override { return {&K_, &V_}; }
+    int64_t slots() const override { return p_.L; }
+    void resize_slots(int64_t L) override {
+        // New storage of exactly L slots (memory = the slots kept), the kept slots copied over.
+        const int64_t keep = std::min(L, p_.L);
+        p_.L = L;
+        if (!K_.defined()) return;
+        Tensor K = std::move(K_), V = std::move(V_);
+        allocate(K.size(0));
+        Tensor kd = K_.slice(2, 0, keep), vd = V_.slice(2, 0, keep);
+        kd.copy_from(K.slice(2, 0, keep));
+        vd.copy_from(V.slice(2, 0, keep));
+    }
     void reorder_batch(const std::vector<int32_t>& src) override {
         const int64_t B = int64_t(src.size());
         Tensor idx = Tensor::from_i32({B, 1, 1, 1}, src, {p_.device, MemCategory::WORKSPACE, "beam index"})

@@ -53,6 +53,13 @@ class KVBuffer {
     virtual void prefetch() {}
     // The tensors holding this layer's persistent state (for offloading); empty if none.
     virtual std::vector<Tensor*> storage_tensors() { return {}; }
+    // Policies that change a layer's length during the sequence (cake): the buffer's slots per
+    // (b, g) row (-1: cannot change), and a new count keeping slots [0, min(old, new)).
+    virtual int64_t slots() const { return -1; }
+    virtual void resize_slots(int64_t L) {
+        (void)L;
+        throw Error(str("the '", name(), "' buffer cannot change a layer's length (full-precision buffers can)"));
+    }
     // Exact storage bytes of K and V (scales and zero points included), and per element.
     virtual size_t bytes() const = 0;
     virtual double bits_per_element() const = 0;

@@ -35,6 +35,11 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
         }
         layers_.push_back(std::make_unique<LayerCache>(int(l), std::move(policy), make_buffer(cfg_, bp, shared_)));
     }
+    if (const PolicyInfo* info = find_policy(cfg_.policy()); info && info->initial_layer_length && (cfg_.paged_block_size > 0 || cfg_.cpu_offload))
+        throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' changes a layer's length during the sequence, which paged and offloaded storage do not support"));
+    std::vector<KVPolicy*> all;
+    for (auto& l : layers_) all.push_back(&l->policy());
+    for (KVPolicy* p : all) p->link_layers(all);
 }
 
 KVCache::~KVCache() {

@@ -73,6 +73,8 @@ int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length, int64
                                  : info && cache_length > 0 ? info->default_layer_rule
                                                             : std::string();
         if (!rule.empty()) L = layer_lengths_from_rule(rule, cache_length, num_layers, snapkv_window)[size_t(layer)];
+        // cake: every layer starts at one length and gets its budget during the sequence
+        if (rule.empty() && info && info->initial_layer_length && cache_length > 0) L = info->initial_layer_length(*this, num_layers);
     }
     return L > 0 ? L : seq_length;
 }

@@ -117,6 +117,13 @@ class KVPolicy {
     // the others; plans target pool slots (rows = B * G, length_after = pool_slots), and
     // cache_length() / current_length() are the per-head mean (pool_slots / G when full).
     virtual int64_t pool_slots() const { return 0; }
+    // Layer lengths decided during the sequence (cake): called before every call of the layer
+    // (prefill and chunks, live and replayed alike) with its position and n; returns the slots
+    // the layer has from now on (the buffer follows), 0 = unchanged (every other policy).
+    virtual int64_t begin_call(int64_t input_pos, int64_t n) { (void)input_pos, (void)n; return 0; }
+    // Called once by the model-level cache with every layer's policy (index = layer), so that
+    // policies deciding across layers (cake's budgets) can share their state.
+    virtual void link_layers(const std::vector<KVPolicy*>& layers) { (void)layers; }
 
     // ---- telemetry hooks ----------------------------------------------------------------
     // Current eviction scores per slot (B, G, L) (lower = evicted first); empty if none.

@@ -146,6 +146,8 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         throw Error(str("layer ", layer_, " cache: batch size ", B, " differs from the prefill's ", policy_->batch()));
     }
     if (ids_ && ids_n_ == n) policy_->observe_tokens(*ids_, n);
+    // A length decided during the sequence (cake): the buffer follows the policy.
+    if (const int64_t L = policy_->begin_call(input_pos, n); L > 0 && L != buffer_->slots()) buffer_->resize_slots(L);
 
     if (input_pos == 0) {
         if (n > policy_->cache_length())

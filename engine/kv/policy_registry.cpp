@@ -22,6 +22,7 @@ namespace kv {
     X(random)              \
     X(rkv)                 \
     X(expected_attention)  \
+    X(cake)                \
     X(quest)               \
     X(ada)                 \
     X(kvzip)               \

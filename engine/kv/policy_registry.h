@@ -56,6 +56,9 @@ struct PolicyInfo {
     // Per-layer budgets when --kv_cache.layer_cache_lengths is not given (PyramidKV), as that
     // option's rule text; empty = cache_length for every layer.
     std::string default_layer_rule = {};
+    // Policies that decide each layer's length during the sequence (cake): every layer's length
+    // until then (its prefill), from the config and the layer count; null = fixed lengths.
+    int64_t (*initial_layer_length)(const KVCacheConfig& cfg, int64_t num_layers) = nullptr;
     std::string doc_anchor = {};  // section of docs/POLICIES.md, e.g. "docs/POLICIES.md#random"
     // Checks needing the model's shape (duo: its gate file); throws kv::Error naming the option.
     void (*validate)(const KVCacheConfig& cfg, int64_t num_layers, int64_t num_kv_heads) = nullptr;

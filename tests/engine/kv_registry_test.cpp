@@ -241,6 +241,14 @@ TEST_P(PolicyLoop, ReplaysBitForBitAndKeepsTheBytesOfItsSlots) {
     KVCache live(kc, t.cfg, Device{}, DType::F32, T, &byte_codec());
     live.set_replay_logging(true);
     auto a = run_chunks(t.model, live, ids, chunks);
+    if (find_policy(lc.policy)->initial_layer_length) {  // cake: layer lengths decided in the run, summing to nl x L
+        int64_t sum = 0;
+        for (int l = 0; l < nl; ++l) {
+            ASSERT_GE(live.layer(l).policy().cache_length(), Ls[size_t(l)]) << kc.name << " layer " << l << " below its prefill";
+            sum += Ls[size_t(l)] = live.layer(l).policy().cache_length();
+        }
+        EXPECT_EQ(sum, nl * kc.cache_length) << kc.name;
+    }
     for (int l = 0; l < nl; ++l) ASSERT_EQ(live.layer(l).policy().cache_length(), Ls[size_t(l)]) << kc.name << " layer " << l;
     for (int l = 0; l < nl; ++l)  // every layer filled up (and, but for dense, evicted)
         ASSERT_EQ(live.layer(l).policy().current_length(), Ls[size_t(l)]) << kc.name;
