@@ -37,8 +37,9 @@ def child_llama(a):
     out["prefill_s"] = time.perf_counter() - t0
     if a.new_tokens > 0:
         t0 = time.perf_counter()
-        for _ in range(a.new_tokens):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        n_vocab = llm.n_vocab()
+        for _ in range(a.new_tokens):  # greedy on the last position's logits (the only ones computed)
+            nxt = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))))
             llm.eval([nxt])
         out["decode_s"] = time.perf_counter() - t0
         out["n_decode"] = a.new_tokens
