@@ -19,6 +19,7 @@ TEST(CellGrid, ForwardRunGivesOneGridPerSampleWithCellsAndPeaks) {
     const int64_t run = test::record_tiny_runs(path, {test::tiny_eval_config("lastrec-default", 64)}).front();
     storage::SessionReader reader(path);
     CellGridViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run;
     ASSERT_TRUE(refresh_cell_grid(s, reader));
     while (refresh_cell_grid(s, reader)) {  // budgeted: cell peaks may take further refreshes
@@ -87,6 +88,7 @@ TEST(CellGrid, GradientCellsFromTheCellsTableArriveIncrementally) {
     test::SyntheticRun run(dir.file("cells.kvlab"));
     storage::SessionReader reader(run.path());
     CellGridViewState live;
+    live.refresh_budget_ms = test::kWholeRefresh;
     live.run = run.run();
     auto cell = [&](int row, int col, int64_t peak) {
         run.produce([&] {
@@ -114,6 +116,7 @@ TEST(CellGrid, GradientCellsFromTheCellsTableArriveIncrementally) {
     run.finish();
     refresh_cell_grid(live, reader);
     CellGridViewState fresh;
+    fresh.refresh_budget_ms = test::kWholeRefresh;
     fresh.run = run.run();
     refresh_cell_grid(fresh, reader);
     ASSERT_EQ(live.sequences.size(), fresh.sequences.size());

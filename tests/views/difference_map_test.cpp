@@ -45,6 +45,7 @@ std::vector<std::set<int64_t>> held_after_each_step(const std::vector<SlotPlan>&
 EvictionData load(const std::string& path, int64_t run) {
     storage::SessionReader reader(path);
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run;
     for (int i = 0; i < 100 && refresh_eviction_map(s, reader); ++i) {
     }

@@ -61,6 +61,7 @@ int64_t EvictionMapRun::run_ = 0;
 TEST_F(EvictionMapRun, PresenceImageMatchesHandReplayOfTheLog) {
     storage::SessionReader reader(path_);
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     ASSERT_TRUE(refresh_eviction_map(s, reader));
     ASSERT_EQ(s.data.sequences.size(), 2u);  // two samples, each cached from scratch
@@ -104,6 +105,7 @@ TEST_F(EvictionMapRun, PresenceImageMatchesHandReplayOfTheLog) {
 TEST_F(EvictionMapRun, BinnedTexelsHoldTheFractionOfCachedTokenSteps) {
     storage::SessionReader reader(path_);
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     refresh_eviction_map(s, reader);
     const std::vector<SlotPlan> plans = test::layer_plans(reader, run_, 1, 0);
@@ -148,6 +150,7 @@ TEST_F(EvictionMapRun, BinnedTexelsHoldTheFractionOfCachedTokenSteps) {
 TEST_F(EvictionMapRun, HitTestAndHoverDetailsMatchTheReplay) {
     storage::SessionReader reader(path_);
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     s.colour = EvictionColour::SCORE;
     s.layer = 0;
@@ -231,6 +234,8 @@ TEST_F(EvictionMapRun, IncrementalRefreshEqualsFullReload) {
         }
     // And through the reader, with the view's own refresh (state refreshed twice == fresh).
     EvictionMapViewState s1, s2;
+    s1.refresh_budget_ms = test::kWholeRefresh;
+    s2.refresh_budget_ms = test::kWholeRefresh;
     s1.run = s2.run = run_;
     refresh_eviction_map(s1, reader);
     EXPECT_FALSE(refresh_eviction_map(s1, reader)) << "nothing new: refresh reads nothing";
@@ -274,6 +279,7 @@ TEST(EvictionMap, GraceRingMovesKeepTheMovedToken) {
     run.finish();
     storage::SessionReader reader(run.path());
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run.run();
     refresh_eviction_map(s, reader);
     const EvictionLayer& ly = s.data.sequences.at(0).layers.at(0);
@@ -315,6 +321,7 @@ TEST(EvictionMap, DamagedBlobMarksTheLayerAndKeepsTheRest) {
     run.finish();
     storage::SessionReader reader(run.path());
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run.run();
     refresh_eviction_map(s, reader);
     ASSERT_EQ(s.data.sequences.size(), 1u);
@@ -359,6 +366,7 @@ TEST(EvictionMap, TexelBudgetBinsTokensFirst) {
 TEST_F(EvictionMapRun, DrawsTexturesForOneLayerAndForAllLayers) {
     storage::SessionReader reader(path_);
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     refresh_eviction_map(s, reader);
     ImGuiHarness h;
@@ -410,6 +418,7 @@ TEST(EvictionMap, ScoresJoinTheSequenceTheyWereRecordedIn) {
     run.finish();
     storage::SessionReader reader(run.path());
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run.run();
     s.colour = EvictionColour::SCORE;
     refresh_eviction_map(s, reader);
@@ -457,6 +466,7 @@ TEST(EvictionMap, QuestReadsShowTheReadShareOnAFixedScale) {
     run.finish();
     storage::SessionReader reader(run.path());
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run.run();
     s.colour = EvictionColour::READS;
     refresh_eviction_map(s, reader);
@@ -493,6 +503,7 @@ TEST(EvictionMap, QuestReadsInEveryLayersThumbnail) {
     run.finish();
     storage::SessionReader reader(run.path());
     EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run.run();
     s.colour = EvictionColour::READS;
     s.all_layers = true;

@@ -49,6 +49,7 @@ void expect_same_buckets(const std::vector<storage::MemoryBucket>& a, const std:
 TEST_F(MemoryRun, ShownPeakIsTheAllocatorsPeakRunningTotal) {
     storage::SessionReader reader(path_);
     MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     ASSERT_TRUE(refresh_memory_timeline(s, reader));
     ASSERT_TRUE(s.caught_up);
@@ -99,6 +100,7 @@ TEST_F(MemoryRun, ShownPeakIsTheAllocatorsPeakRunningTotal) {
 TEST_F(MemoryRun, BucketsAgreeWithTheReadersDecimation) {
     storage::SessionReader reader(path_);
     MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     refresh_memory_timeline(s, reader);
     const MemorySeries& ser = s.series.at(-1);
@@ -116,6 +118,7 @@ TEST_F(MemoryRun, BucketsAgreeWithTheReadersDecimation) {
 TEST_F(MemoryRun, BlockFallbackKeepsThePeakAndZoomQueriesTheReader) {
     storage::SessionReader reader(path_);
     MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     // Force the huge-run path: no raw events kept beyond 64.
     s.series[-1].device = -1;
@@ -156,6 +159,7 @@ TEST_F(MemoryRun, BlockFallbackKeepsThePeakAndZoomQueriesTheReader) {
 TEST_F(MemoryRun, BudgetedRefreshesCatchUpToTheSameState) {
     storage::SessionReader reader(path_);
     MemoryTimelineViewState slow, full;
+    full.refresh_budget_ms = test::kWholeRefresh;
     slow.run = full.run = run_;
     slow.rows_per_read = 97;
     slow.refresh_budget_ms = 0;  // one slice per refresh
@@ -182,6 +186,7 @@ TEST(MemoryTimeline, IncrementalRefreshWhileARunWritesEqualsFullReload) {
     test::SyntheticRun run(dir.file("mem.kvlab"));
     storage::SessionReader reader(run.path());
     MemoryTimelineViewState live;
+    live.refresh_budget_ms = test::kWholeRefresh;
     live.run = run.run();
     std::array<int64_t, kNumMemCategories> cat{};
     int64_t total = 0;
@@ -221,6 +226,7 @@ TEST(MemoryTimeline, IncrementalRefreshWhileARunWritesEqualsFullReload) {
     run.finish();
     refresh_memory_timeline(live, reader);
     MemoryTimelineViewState fresh;
+    fresh.refresh_budget_ms = test::kWholeRefresh;
     fresh.run = run.run();
     refresh_memory_timeline(fresh, reader);
     ASSERT_EQ(live.series.size(), fresh.series.size());
@@ -266,6 +272,7 @@ TEST(MemoryTimeline, LaneOverlapRangeCoversEveryOverlappingSpan) {
 TEST_F(MemoryRun, DrawsLanesAndCellBandsAndZoomsToACell) {
     storage::SessionReader reader(path_);
     MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run_;
     refresh_memory_timeline(s, reader);
     ASSERT_FALSE(s.cells.empty()) << "the forward pass records its cells as spans";

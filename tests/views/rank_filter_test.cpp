@@ -137,6 +137,7 @@ TEST_F(RankRuns, MemoryTimelineFiltersByRank) {
 
     // A one-process run: no selector.
     MemoryTimelineViewState one;
+    one.refresh_budget_ms = test::kWholeRefresh;
     one.run = single_;
     ASSERT_TRUE(refresh_memory_timeline(one, reader));
     EXPECT_EQ(one.rank_runs.size(), 1u);
@@ -144,6 +145,7 @@ TEST_F(RankRuns, MemoryTimelineFiltersByRank) {
     EXPECT_FALSE(one.shown_rank_selector);
 
     MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
     s.run = run0_;
     ASSERT_TRUE(refresh_memory_timeline(s, reader));
     while (!s.caught_up) refresh_memory_timeline(s, reader);

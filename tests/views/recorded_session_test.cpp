@@ -246,6 +246,7 @@ TEST_F(RecordedSession, EveryPeakPrinterReportsTheSameNumber) {
 
         // The memory timeline's legend.
         MemoryTimelineViewState tl;
+        tl.refresh_budget_ms = test::kWholeRefresh;
         tl.run = run;
         while (refresh_memory_timeline(tl, reader)) {
         }
