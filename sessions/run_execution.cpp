@@ -2,6 +2,7 @@
 #include "run_execution.h"
 
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -51,6 +52,10 @@ nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
         d["peak_total"] = s.peak_total;
         for (size_t c = 0; c < kNumMemCategories; ++c)
             if (s.peak[c]) d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
+        // Next to the tracked peak, what the OS counted (libraries, mapped files, heap slack):
+        // the process's peak resident set so far (ru_maxrss, KiB on Linux).
+        rusage ru{};
+        if (s.device.is_cpu() && getrusage(RUSAGE_SELF, &ru) == 0) d["process_peak_rss"] = int64_t(ru.ru_maxrss) * 1024;
         j[s.device.is_cpu() ? "cpu" : str("cuda:", s.device.index)] = d;
     }
     return j;

@@ -246,7 +246,8 @@ void RunManager::execute(Job& job) {
     build["version"] = KVLAB_VERSION;
     build["cpu"] = cpu_backend().build_info();
     build["cpu_kernels"] = cpu_variant_status();
-    build["cuda"] = cuda_status();
+    // A CPU run does not load the CUDA plugin just to describe it (its libraries are ~60 MiB of RSS).
+    build["cuda"] = cfg.device.rfind("cuda", 0) == 0 ? cuda_status() : cuda_status_if_loaded();
     build["threads"] = num_threads();
     try {
         session_->start_run(job.run, build.dump());

@@ -43,6 +43,8 @@ void print_memory(const nlohmann::json& summary) {
         if (d.contains("peak"))
             for (auto c = d["peak"].begin(); c != d["peak"].end(); ++c)
                 std::printf(" %s %s", c.key().c_str(), format_bytes(c.value().get<long long>()).c_str());
+        if (d.contains("process_peak_rss"))
+            std::printf(" | process peak RSS %s", format_bytes(d["process_peak_rss"].get<long long>()).c_str());
         std::printf("\n");
     }
 }

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@ struct CudaPlugin {
     std::unique_ptr<KernelBackend> backend;
     std::string status;
     std::string detail;
+    std::atomic<bool> probed{false};  // set once load_cuda_plugin has finished
 };
 CudaPlugin& plugin() {
     static CudaPlugin p;
@@ -95,7 +97,10 @@ std::string cpu_variant_status() {
 
 KernelBackend* cuda_backend() {
     CudaPlugin& p = plugin();
-    std::call_once(p.once, [&] { load_cuda_plugin(p); });
+    std::call_once(p.once, [&] {
+        load_cuda_plugin(p);
+        p.probed.store(true);
+    });
     return p.backend.get();
 }
 
@@ -107,6 +112,10 @@ bool cuda_available() {
 std::string cuda_status() {
     cuda_backend();
     return plugin().status;
+}
+
+std::string cuda_status_if_loaded() {
+    return plugin().probed.load() ? plugin().status : "not loaded (no CUDA device used by this process)";
 }
 
 std::string cuda_status_detail() {

@@ -35,6 +35,9 @@ KernelBackend* cuda_backend();
 bool cuda_available();
 // One line: "built, 1 device", "not built (KVLAB_CUDA=OFF)", "built, no usable device: ...".
 std::string cuda_status();
+// cuda_status() if the plugin was already loaded, else a line saying so. Loading it maps the
+// CUDA libraries (~60 MiB resident for cuBLASLt alone), which a CPU run must not pay for.
+std::string cuda_status_if_loaded();
 // The raw CUDA error behind a "built, no ..." status (empty otherwise).
 std::string cuda_status_detail();
 

@@ -97,6 +97,7 @@ std::vector<Tensor> GgufReader::load_batch(const std::vector<GgufLoadJob>& jobs)
     };
     std::vector<Tensor> out(jobs.size());
     std::vector<Work> work;
+    std::vector<std::pair<const uint8_t*, size_t>> release;  // source bytes to drop after the copy
     int64_t total = 0;  // elements to convert
     for (size_t j = 0; j < jobs.size(); ++j) {
         const GgufLoadJob& job = jobs[j];
@@ -144,6 +145,7 @@ std::vector<Tensor> GgufReader::load_batch(const std::vector<GgufLoadJob>& jobs)
             for (int64_t r = 0; r < n_rows; ++r)
                 std::memcpy(dst + size_t(job.row_map.empty() ? r : job.row_map[size_t(r)]) * size_t(row_bytes),
                             src + size_t(r) * size_t(row_bytes), size_t(row_bytes));
+            if (job.release_source) release.emplace_back(src, size_t(info.nbytes));
             continue;
         }
         Shape shape(info.torch_shape());
@@ -162,6 +164,7 @@ std::vector<Tensor> GgufReader::load_batch(const std::vector<GgufLoadJob>& jobs)
         for (int64_t r = 0; r < n_rows; r += chunk)
             work.push_back({info.type, src, r, std::min(n_rows, r + chunk), row_len, job.dtype, out[j].data_ptr(),
                             job.row_map.empty() ? nullptr : job.row_map.data()});
+        if (job.release_source) release.emplace_back(src, size_t(info.nbytes));
     }
     // Dynamic scheduling: chunks are ~64K elements, and a busy core just takes fewer of them.
     // Small batches stay on this thread (see gguf_dequantize_rows).
@@ -169,6 +172,14 @@ std::vector<Tensor> GgufReader::load_batch(const std::vector<GgufLoadJob>& jobs)
     for (size_t w = 0; w < work.size(); ++w) {
         const Work& k = work[w];
         gguf_dequantize_row_range(k.type, k.src, k.r0, k.r1, k.row_len, k.dtype, k.dst, k.row_map);
+    }
+    // Whole pages inside a copied tensor's bytes only: a page shared with a neighbouring
+    // (possibly zero-copy) tensor stays. Advice only, so a failure changes nothing but RSS.
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    for (const auto& [p, n] : release) {
+        const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+        const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+        if (b > a) madvise(reinterpret_cast<void*>(a), size_t(b - a), MADV_DONTNEED);
     }
     return out;
 }
