@@ -74,7 +74,7 @@ void set_line_style(cairo_t* cr, const SeriesStyle& st) {
 }
 
 void draw(cairo_t* cr, const Figure& fig, double width, double height, const Scale& xs0, const Ticks& xt, const Ticks& yt,
-          const std::vector<std::string>& labels) {
+          double ylo, double yhi, const std::vector<std::string>& labels) {
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
@@ -92,7 +92,7 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
         Scale xs = xs0;
         xs.px0 = x0;
         xs.px1 = x0 + pw;
-        const Scale ys{yt.lo, yt.hi, y0 + ph, y0, false};
+        const Scale ys{ylo, yhi, y0 + ph, y0, false};
         // grid
         cairo_set_line_width(cr, 0.5);
         cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
@@ -110,7 +110,18 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
         cairo_set_line_width(cr, 1);
         cairo_rectangle(cr, x0, y0, pw, ph);
         cairo_stroke(cr);
-        for (double v : xt.values) text_at(cr, tick_label(v), xs(v), y0 + ph + 5, 0.5, 0);
+        // x labels left to right; one that would touch the last drawn label is left out (its
+        // grid line stays), so close data values never print over each other.
+        double last_right = -HUGE_VAL;
+        for (double v : xt.values) {
+            const std::string s = tick_label(v);
+            cairo_text_extents_t e;
+            cairo_text_extents(cr, s.c_str(), &e);
+            const double left = xs(v) - e.width / 2;
+            if (left < last_right + 4) continue;
+            text_at(cr, s, xs(v), y0 + ph + 5, 0.5, 0);
+            last_right = left + e.width;
+        }
         if (p == 0)
             for (double v : yt.values) text_at(cr, tick_label(v), x0 - 5, ys(v), 1, 0.5);
         if (!panel.title.empty()) text_at(cr, panel.title, x0 + pw / 2, y0 - 5, 0.5, 1);
@@ -202,6 +213,7 @@ void render_figure(const Figure& fig, const std::string& path) {
     if (fmt.empty()) throw std::invalid_argument("figure '" + path + "': unknown file type; expected a name ending in .svg, .png or .pdf");
     if (fig.panels.empty()) throw std::invalid_argument("figure '" + path + "': nothing to draw (no panels)");
     Range xr, yr;
+    std::vector<double> xdata;
     std::vector<std::string> labels;  // legend order = first appearance
     for (const auto& p : fig.panels) {
         for (const auto& s : p.series) {
@@ -212,6 +224,7 @@ void render_figure(const Figure& fig, const std::string& path) {
                                                 " is not finite (or x <= 0 on a log2 axis)");
                 xr.add(s.x[i]);
                 yr.add(s.y[i]);
+                xdata.push_back(s.x[i]);
             }
             if (std::find(labels.begin(), labels.end(), s.label) == labels.end()) labels.push_back(s.label);
         }
@@ -224,13 +237,16 @@ void render_figure(const Figure& fig, const std::string& path) {
     if (fig.log2_x) {
         xs.lo = xr.lo / std::sqrt(std::sqrt(2.0));  // a quarter octave of air on each side
         xs.hi = xr.hi * std::sqrt(std::sqrt(2.0));
-        xt = log2_ticks(xs.lo, xs.hi);
+        xt = log2_data_ticks(xdata, xs.lo, xs.hi);
     } else {
         xt = linear_ticks(xr.lo, xr.hi);
         xs.lo = xt.lo;
         xs.hi = xt.hi;
     }
     const Ticks yt = linear_ticks(yr.lo, yr.hi);
+    // Air between the data and the frame: a line at the data's extreme (dense at 1.0 on a kept
+    // mass axis whose top tick is 1) would otherwise lie on the frame's edge and vanish.
+    const double ypad = 0.04 * (yt.hi - yt.lo), ylo = std::min(yt.lo, yr.lo - ypad), yhi = std::max(yt.hi, yr.hi + ypad);
     const double width = kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + kLegend;
     size_t refs = 0;
     for (const auto& p : fig.panels) refs += p.references.size();
@@ -246,7 +262,7 @@ void render_figure(const Figure& fig, const std::string& path) {
         throw std::runtime_error("figure '" + path + "': cannot create it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
     cairo_t* cr = cairo_create(surface);
     if (fmt == "png") cairo_scale(cr, 2, 2);  // 144 dpi: sharp in documents
-    draw(cr, fig, width, height, xs, xt, yt, labels);
+    draw(cr, fig, width, height, xs, xt, yt, ylo, yhi, labels);
     const cairo_status_t st = cairo_status(cr);
     cairo_destroy(cr);
     if (st != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': drawing failed (" + cairo_status_to_string(st) + ")");

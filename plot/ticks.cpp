@@ -1,6 +1,7 @@
 // Round tick values (see ticks.h).
 #include "ticks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -38,6 +39,18 @@ Ticks log2_ticks(double lo, double hi, int max_ticks) {
     while ((e1 - e0) / every + 1 > max_ticks) every *= 2;
     for (int e = e0; e <= e1; ++e)
         if ((e - e0) % every == 0) t.values.push_back(std::ldexp(1.0, e));
+    return t;
+}
+
+Ticks log2_data_ticks(std::vector<double> data, double lo, double hi, size_t max_values) {
+    std::sort(data.begin(), data.end());
+    data.erase(std::unique(data.begin(), data.end()), data.end());
+    if (data.empty() || data.size() > max_values) return log2_ticks(lo, hi);
+    Ticks t;
+    t.lo = std::min(lo, hi);
+    t.hi = std::max(lo, hi);
+    for (double v : data)
+        if (v >= t.lo && v <= t.hi) t.values.push_back(v);
     return t;
 }
 

@@ -16,6 +16,9 @@ struct Ticks {
 Ticks linear_ticks(double lo, double hi, int max_ticks = 6);
 // Powers of two within [lo, hi] (lo > 0); the range is kept as given.
 Ticks log2_ticks(double lo, double hi, int max_ticks = 8);
+// A log2 axis' ticks: every distinct value in `data` when there are at most `max_values` of them
+// (so 768 or 1536 get a label), else the powers of two in [lo, hi]; the range is [lo, hi].
+Ticks log2_data_ticks(std::vector<double> data, double lo, double hi, size_t max_values = 10);
 // Short label: "0.25", "512", "1.5e+06", "4096".
 std::string tick_label(double v);
 

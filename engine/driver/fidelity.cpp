@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include "engine/core/error.h"
@@ -25,7 +27,7 @@ FidelityAttention::FidelityAttention(KVCache& cache, const ModelConfig& model, i
 }
 
 size_t FidelityAttention::shadow_bytes() const {
-    size_t b = 0;
+    size_t b = y0_.defined() ? y0_.nbytes() : 0;
     for (size_t l = 0; l < k_shadow_.size(); ++l) b += k_shadow_[l].nbytes() + v_shadow_[l].nbytes();
     return b;
 }
@@ -71,6 +73,12 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     Tensor ws;
     if (dropped_any) ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "fidelity weight sums"});
     ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, 0, dropped_any ? &ws : nullptr);
+    if (layer == 0) {
+        if (!y0_.defined())
+            y0_ = Tensor::empty({B, NH, T_, q.size(3)}, q.dtype(), {q.device(), MemCategory::KV_FIDELITY, "layer 0 fidelity full attention"});
+        Tensor dst = y0_.slice(2, input_pos, end);
+        ops::copy_(dst, y_full);
+    }
 
     FidelityStep st;
     st.layer = layer;
@@ -130,7 +138,8 @@ std::vector<FidelityLayerSummary> summarize_fidelity(const std::vector<FidelityS
 
 class DenseReference::Shadow final : public LayerAttention {
    public:
-    Shadow(const ModelConfig& mc, int64_t B, int64_t T, Device device, DType dtype) : T_(T) {
+    Shadow(const ModelConfig& mc, int64_t B, int64_t T, Device device, DType dtype, const FidelityAttention* policy)
+        : T_(T), policy_(policy) {
         for (int l = 0; l < int(mc.num_layers); ++l) {
             const std::string lbl = str("layer ", l, " dense reference");
             k_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " k"}));
@@ -143,6 +152,10 @@ class DenseReference::Shadow final : public LayerAttention {
         if (size_t(layer) >= k_.size() || end > T_ || B != k_[size_t(layer)].size(0))
             throw Error(str("fidelity: dense reference of layer ", layer, " at positions ", input_pos, "+", n, " (batch ", B,
                             ") is outside the shadow sized for ", k_.size(), " layers, ", T_, " tokens"));
+        if (layer == 0 && policy_) {  // the embeddings are the policy's: so is layer 0's full attention
+            ops::copy_(y, policy_->full_output0(input_pos, end));
+            return;
+        }
         Tensor ks = k_[size_t(layer)].slice(2, input_pos, end), vs = v_[size_t(layer)].slice(2, input_pos, end);
         ops::copy_(ks, k);
         ops::copy_(vs, v);
@@ -165,6 +178,7 @@ class DenseReference::Shadow final : public LayerAttention {
 
    private:
     int64_t T_;
+    const FidelityAttention* policy_;  // layer 0's attention comes from it, when given
     std::vector<Tensor> k_, v_;
 };
 
@@ -175,7 +189,7 @@ DenseReference::DenseReference(const Transformer& model, int64_t batch, int64_t 
       kl_positions_(kl_positions),
       B_(batch),
       T_(seq_length),
-      shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype())) {}
+      shadow_(std::make_unique<Shadow>(model.config(), batch, seq_length, model.options().device, model.act_dtype(), policy)) {}
 
 DenseReference::~DenseReference() = default;
 
@@ -184,8 +198,17 @@ size_t DenseReference::shadow_bytes() const { return shadow_->bytes() + (policy_
 namespace {
 
 // KL(softmax(a) || softmax(b)) of one row of V logits, in nats.
-double kl_row(const float* a, const float* b, int64_t V) {
+// always_inline puts the body into each ISA-specific caller below (this file is built for the
+// x86-64-v2 baseline, where it runs 4 lanes wide); ASan builds refuse always_inline across
+// target attributes, so they keep the baseline only (as engine/kv/policy_math.cpp).
+#if defined(__SANITIZE_ADDRESS__)
+#define KV_KL_INLINE inline
+#else
+#define KV_KL_INLINE __attribute__((always_inline)) inline
+#endif
+KV_KL_INLINE double kl_row_body(const float* a, const float* b, int64_t V) {
     float ma = -INFINITY, mb = -INFINITY;
+#pragma omp simd reduction(max : ma, mb)
     for (int64_t i = 0; i < V; ++i) ma = std::max(ma, a[i]), mb = std::max(mb, b[i]);
     // One pass, two exps per entry: KL = sum_i p_i (a_i - b_i) - lse(a) + lse(b), with
     // sum_i p_i (a_i - b_i) = S / za, S = sum_i exp(a_i - ma) (a_i - b_i). The exps in f32
@@ -201,6 +224,34 @@ double kl_row(const float* a, const float* b, int64_t V) {
     }
     const double kl = S / za - (double(ma) + std::log(za)) + (double(mb) + std::log(zb));
     return std::max(kl, 0.0);  // rounding can leave a tiny negative sum for near-equal rows
+}
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target("arch=x86-64-v4"))) double kl_row_v4(const float* a, const float* b, int64_t V) { return kl_row_body(a, b, V); }
+__attribute__((target("arch=x86-64-v3"))) double kl_row_v3(const float* a, const float* b, int64_t V) { return kl_row_body(a, b, V); }
+// 4 = AVX-512, 3 = AVX2, 2 = baseline; KVLAB_CPU_VARIANT=avx2 / base caps it as it does the kernels.
+int kl_level() {
+    static const int level = [] {
+        const char* forced = std::getenv("KVLAB_CPU_VARIANT");
+        const int cap = forced && std::strcmp(forced, "base") == 0 ? 2 : forced && std::strcmp(forced, "avx2") == 0 ? 3 : 4;
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl"))
+            return std::min(cap, 4);
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2")) return std::min(cap, 3);
+        return 2;
+    }();
+    return level;
+}
+#endif
+
+double kl_row(const float* a, const float* b, int64_t V) {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+    const int level = kl_level();
+    if (level >= 4) return kl_row_v4(a, b, V);
+    if (level >= 3) return kl_row_v3(a, b, V);
+#endif
+    return kl_row_body(a, b, V);
 }
 
 }  // namespace

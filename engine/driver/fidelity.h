@@ -50,12 +50,17 @@ class FidelityAttention final : public LayerAttention {
     // The raw K or V the layer received at positions [p0, p1), (B, G, p1 - p0, HS).
     Tensor shadow_k(int layer, int64_t p0, int64_t p1) const { return k_shadow_[size_t(layer)].slice(2, p0, p1); }
     Tensor shadow_v(int layer, int64_t p0, int64_t p1) const { return v_shadow_[size_t(layer)].slice(2, p0, p1); }
+    // Layer 0's full-attention output at positions [p0, p1), (B, NH, p1 - p0, HS). Layer 0 sees
+    // the embeddings, the same in every stream, so this is also the dense stream's layer 0
+    // attention (DenseReference takes it instead of attending again).
+    Tensor full_output0(int64_t p0, int64_t p1) const { return y0_.slice(2, p0, p1); }
 
    private:
     KVCache& cache_;
     std::vector<char> chunk_exact_;            // per chunk of the sequence: error exactly 0 in every layer
     int64_t T_ = 0;
     std::vector<Tensor> k_shadow_, v_shadow_;  // per layer (B, G, T, HS)
+    Tensor y0_;                                // layer 0's full attention (B, NH, T, HS)
     std::vector<int64_t> chunk_;               // per layer: chunks seen in this sequence
     std::vector<FidelityStep> steps_;
 };

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -114,6 +116,160 @@ TEST(PlotRender, SvgPolylinesAreTheSeriesUnderOneAffineLog2Map) {
             EXPECT_NEAR(four[k][i].second, c * s.y[order[i]] + e, 0.01) << s.label << " point " << i;
         }
     }
+}
+
+std::string render_svg(const Figure& f) {
+    const std::string path = tmp("svg");
+    render_figure(f, path);
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::filesystem::remove(path);
+    return ss.str();
+}
+
+// (style, points) of every stroked path whose d is only M/L/Z commands.
+struct SvgPath {
+    std::string style;
+    std::vector<std::pair<double, double>> pts;
+    bool closed = false;
+};
+std::vector<SvgPath> stroked_paths(const std::string& text) {
+    std::vector<SvgPath> out;
+    std::regex path_re(R"re(<path style="([^"]*)" d="([^"]*)")re");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re); it != std::sregex_iterator(); ++it) {
+        const std::string style = (*it)[1], d = (*it)[2];
+        if (style.find("stroke:none") != std::string::npos || d.find_first_of("CcQqAaHhVv") != std::string::npos) continue;
+        SvgPath p;
+        p.style = style;
+        std::istringstream ps(d);
+        std::string cmd;
+        while (ps >> cmd) {
+            if (cmd == "Z") {
+                p.closed = true;
+                continue;
+            }
+            double x, y;
+            ps >> x >> y;
+            p.pts.push_back({x, y});
+        }
+        out.push_back(p);
+    }
+    return out;
+}
+
+// A reference line at the data's maximum (dense kept mass 1.0, the top tick) is drawn strictly
+// inside the frame, not on its top edge; the frame is the closed rectangle of the panel's size.
+TEST(PlotRender, ReferenceLineAtTheDataMaximumIsInsideTheFrame) {
+    Figure f;
+    f.x_title = "cache length";
+    f.y_title = "kept mass";
+    f.log2_x = true;
+    Panel p;
+    p.series.push_back({"h2o", {192, 256, 384, 768}, {0.37, 0.45, 0.58, 0.86}});
+    p.references.push_back({"dense", 1.0});
+    f.panels.push_back(p);
+    const std::vector<SvgPath> paths = stroked_paths(render_svg(f));
+    const SvgPath* frame = nullptr;
+    const SvgPath* dense = nullptr;
+    for (const SvgPath& q : paths) {
+        if (q.closed && q.pts.size() >= 4 && std::fabs(q.pts[1].first - q.pts[0].first - f.panel_width) < 1e-6) frame = &q;
+        // the panel's dashed line starts at the frame's left edge (the legend's sample is further right)
+        if (q.style.find("stroke-dasharray:6,3") != std::string::npos && q.pts.size() == 2 && (!dense || q.pts[0].first < dense->pts[0].first))
+            dense = &q;
+    }
+    ASSERT_NE(frame, nullptr);
+    ASSERT_NE(dense, nullptr);
+    const double top = std::min(frame->pts[0].second, frame->pts[2].second), bottom = std::max(frame->pts[0].second, frame->pts[2].second);
+    EXPECT_NEAR(bottom - top, f.panel_height, 1e-6);
+    EXPECT_EQ(dense->pts[0].second, dense->pts[1].second);  // horizontal
+    EXPECT_GT(dense->pts[0].second, top + 2) << "the dense line lies on (or above) the frame's top edge";
+    EXPECT_LT(dense->pts[0].second, bottom);
+    // every series point is inside too
+    for (const SvgPath& q : paths)
+        if (q.style.find("stroke-width:1.8") != std::string::npos && q.pts.size() == 4)
+            for (auto [x, y] : q.pts) {
+                EXPECT_TRUE(y > top && y < bottom) << y;
+            }
+}
+
+// Tick labels under the frame, read back from cairo's glyph placements (<use> elements on one
+// baseline): clusters of glyphs 1 advance apart, as (first x, last x, glyph ids).
+struct GlyphLabel {
+    double x0, x1;
+    std::vector<std::string> glyphs;
+};
+std::vector<GlyphLabel> x_tick_labels(const std::string& text, double frame_left, double frame_bottom) {
+    std::regex use_re(R"re(<use xlink:href="#([^"]*)" x="([^"]*)" y="([^"]*)")re");
+    std::vector<std::tuple<double, double, std::string>> row;  // (y, x, glyph)
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), use_re); it != std::sregex_iterator(); ++it) {
+        const double x = std::stod((*it)[2]), y = std::stod((*it)[3]);
+        // below the frame (the y labels sit left of it, the x title further down)
+        if (y > frame_bottom && y < frame_bottom + 25 && x > frame_left) row.push_back({y, x, (*it)[1]});
+    }
+    std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return std::get<1>(a) < std::get<1>(b); });
+    std::vector<GlyphLabel> out;
+    for (const auto& [y, x, g] : row) {
+        EXPECT_NEAR(y, std::get<0>(row[0]), 1e-6) << "tick labels on different baselines";
+        if (out.empty() || x - out.back().x1 > 9) out.push_back({x, x, {}});  // a digit advances 7 points at this size
+        out.back().x1 = x;
+        out.back().glyphs.push_back(g);
+    }
+    return out;
+}
+
+// On the log2 x axis every x value of the data gets a label when there are few (768 and 1536
+// too, not only powers of two); labels never overlap; their centres sit on the series' points.
+TEST(PlotRender, Log2AxisLabelsEveryDataValueWithoutOverlap) {
+    Figure f;
+    f.x_title = "cache length";
+    f.y_title = "perplexity";
+    f.log2_x = true;
+    Panel p;
+    const std::vector<double> xs = {256, 512, 768, 1024, 1536, 2048};
+    p.series.push_back({"h2o", xs, {30, 25, 22, 20, 18, 17}});
+    f.panels.push_back(p);
+    const std::string text = render_svg(f);
+    const std::vector<SvgPath> paths = stroked_paths(text);
+    const SvgPath* frame = nullptr;
+    const SvgPath* line = nullptr;
+    for (const SvgPath& q : paths) {
+        if (q.closed && q.pts.size() >= 4) frame = &q;
+        if (q.style.find("stroke-width:1.8") != std::string::npos && q.pts.size() == xs.size() && !line) line = &q;
+    }
+    ASSERT_NE(frame, nullptr);
+    ASSERT_NE(line, nullptr);
+    const std::vector<GlyphLabel> labels = x_tick_labels(text, frame->pts[0].first, std::max(frame->pts[0].second, frame->pts[2].second));
+    ASSERT_EQ(labels.size(), xs.size());
+    // Same glyph for the same digit across labels, different glyphs for different digits.
+    std::map<char, std::string> glyph_of;
+    std::map<std::string, char> digit_of;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const std::string want = std::to_string(int(xs[i]));
+        ASSERT_EQ(labels[i].glyphs.size(), want.size()) << "label " << i << " should read " << want;
+        for (size_t k = 0; k < want.size(); ++k) {
+            auto [g, fresh] = glyph_of.insert({want[k], labels[i].glyphs[k]});
+            EXPECT_EQ(g->second, labels[i].glyphs[k]) << "digit " << want[k] << " in label " << want;
+            auto [d, fresh2] = digit_of.insert({labels[i].glyphs[k], want[k]});
+            EXPECT_EQ(d->second, want[k]) << "glyph " << labels[i].glyphs[k] << " in label " << want;
+        }
+        // centred on the point (a digit is 7 points wide: the centre is 3.5 past the middle glyph origins)
+        const double centre = (labels[i].x0 + labels[i].x1 + 7) / 2;
+        EXPECT_NEAR(centre, line->pts[i].first, 2.0) << "label " << want;
+        if (i > 0) {
+            EXPECT_GT(labels[i].x0, labels[i - 1].x1 + 7) << "labels " << i - 1 << " and " << i << " overlap";
+        }
+    }
+    // Values too close to label both: the later one is left out, nothing overlaps.
+    f.panels[0].series[0] = {"h2o", {256, 1000, 1024, 2048}, {30, 25, 22, 20}};
+    const std::vector<GlyphLabel> close = x_tick_labels(render_svg(f), frame->pts[0].first, std::max(frame->pts[0].second, frame->pts[2].second));
+    ASSERT_EQ(close.size(), 3u);
+    EXPECT_EQ(close[1].glyphs.size(), 4u);  // "1000"
+    for (size_t i = 1; i < close.size(); ++i) EXPECT_GT(close[i].x0, close[i - 1].x1 + 7);
+    // More than ten values: powers of two only.
+    Ticks many = log2_data_ticks({100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100}, 64, 2048);
+    for (double v : many.values) EXPECT_EQ(std::exp2(std::round(std::log2(v))), v);
+    EXPECT_EQ(log2_data_ticks({768, 1536, 768}, 512, 2048).values, (std::vector<double>{768, 1536}));
 }
 
 TEST(PlotStyle, FourteenSeriesGetFourteenDistinctStyles) {
