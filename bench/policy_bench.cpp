@@ -92,23 +92,25 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         codec = TextCodec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
                           [&tok](const std::string& s) { return tok.encode(s, false); }};
     }
-    // The chunk a policy runs with: per-layer budgets (pyramidkv) or streaming heads (duo) may
-    // leave a layer shorter than the chunk; the planner clamps there, and lastrec gets the same.
-    auto chunk_for = [&](const KVCacheConfig& kc) {
+    // The chunk plan a policy runs with, and lastrec with it: the plain plan (chunks of
+    // o.chunk) unless the policy's layers (pyramidkv's budgets, duo's streaming heads) are
+    // shorter than a chunk — then chunks of the shortest length — or of several lengths: a
+    // score policy's layer must fill exactly (no chunk may straddle the point where it becomes
+    // full), so the planner cuts a chunk at every distinct length. lastrec runs the same plan,
+    // so the ratio is the policy's own cost, not that of more, smaller chunks.
+    auto plan_for = [&](const KVCacheConfig& kc) {
         std::vector<int64_t> Ls;
         for (int64_t l = 0; l < c.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, o.tokens, c.num_layers));
         policy_plan_lengths(kc, c.num_kv_heads, Ls);
-        return std::min(o.chunk, *std::min_element(Ls.begin(), Ls.end()) - kc.grace_period);
-    };
-    auto run = [&](const KVCacheConfig& kc, int64_t chunk) {
-        KVCache cache(kc, c, Device{}, m.act_dtype(), o.tokens, &codec);
-        std::vector<int64_t> Ls;
-        for (int64_t l = 0; l < c.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, o.tokens, c.num_layers));
-        policy_plan_lengths(kc, c.num_kv_heads, Ls);
+        const int64_t chunk = std::min(o.chunk, *std::min_element(Ls.begin(), Ls.end()) - kc.grace_period);
+        Ls.push_back(o.cache_length);  // lastrec's length is a cut too: it must fill exactly as well
         ChunkPlanOptions po;
         po.chunk_size = chunk;
         po.cell_factor = cell_factor(c);
-        const ChunkPlan plan = plan_chunks(o.tokens, Ls, po);
+        return plan_chunks(o.tokens, Ls, po);
+    };
+    auto run = [&](const KVCacheConfig& kc, const ChunkPlan& plan) {
+        KVCache cache(kc, c, Device{}, m.act_dtype(), o.tokens, &codec);
         HeadResult hr;
         Timing t;
         const double c0 = process_cpu_seconds();
@@ -130,14 +132,19 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
     const int total = 1 + 2 * rounds * int(cfgs.size());
     int done = 0;
     progress(done++, total, "warm-up (lastrec)");
-    run(baseline_of(cfgs[0]), o.chunk);  // oneDNN's kernels are built on first use: not in any round
+    run(baseline_of(cfgs[0]), plan_for(baseline_of(cfgs[0])));  // oneDNN's kernels are built on first use: not in any round
+    const size_t plain_chunks = plan_for(baseline_of(cfgs[0])).chunks.size();
     for (const KVCacheConfig& kc : cfgs) {
         PolicyBenchRow row;
         const KVCacheConfig base = baseline_of(kc);
         row.policy = kc.name;
         row.baseline = base.name;
-        row.chunk = chunk_for(kc);
-        if (row.chunk < o.chunk) row.note += str(" [chunk ", row.chunk, ", lastrec too]");
+        const ChunkPlan plan = plan_for(kc);
+        row.chunks = int64_t(plan.chunks.size());
+        if (plan.chunks.size() != plain_chunks) {
+            const auto [lo, hi] = std::minmax_element(plan.chunks.begin() + 1, plan.chunks.end());
+            row.note += str(" [", plan.chunks.size(), " chunks of ", *lo, "-", *hi, " (first ", plan.chunks[0], "), lastrec too]");
+        }
         if (kc.policy() == "duo") row.note += str(" [gates pattern:10, streaming heads ", int64_t(kc.policy_option("duo_sinks")), "+",
                                                   int64_t(kc.policy_option("duo_recent")), "]");
         // A reconstruction-scored policy (kvzip) runs a second pass over every chunk: it reports
@@ -148,9 +155,9 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         std::vector<double> ratios, wall_ratios;
         for (int r = 0; r < rounds; ++r) {
             progress(done++, total, base.name + " (for " + kc.name + ")");
-            const Timing tb = run(base, row.chunk);
+            const Timing tb = run(base, plan);
             progress(done++, total, kc.name);
-            const Timing tp = run(kc, row.chunk);
+            const Timing tp = run(kc, plan);
             row.base_cpu.push_back(tb.cpu), row.policy_cpu.push_back(tp.cpu);
             row.base_wall.push_back(tb.wall), row.policy_wall.push_back(tp.wall);
             ratios.push_back(tb.cpu / tp.cpu);

@@ -6,7 +6,8 @@
 // forward (with one kernel thread it is the work, not the wait for a core), in interleaved
 // rounds (lastrec, p, lastrec, p, ...) so that drifting load hits both alike; per policy the
 // median of the per-round ratios baseline CPU / policy CPU and their min-max, plus the
-// wall-clock columns. A lastrec-vs-lastrec row is the noise control. Target >= 0.9x (CPU) for
+// wall-clock columns. A lastrec-vs-lastrec row is the noise control. lastrec runs each policy's
+// own chunk plan (pyramidkv's and duo's plans are cut at their layers' lengths). Target >= 0.9x (CPU) for
 // single-pass policies; a two-pass policy (kvzip) reports its own factor.
 #pragma once
 
@@ -31,8 +32,8 @@ struct PolicyBenchOptions {
 struct PolicyBenchRow {
     std::string policy;    // cache name, e.g. "h2o-default"
     std::string baseline;  // e.g. "lastrec-default"
-    std::string note;      // e.g. " [chunk 63, lastrec too]", " [+ reconstruction pass]"
-    int64_t chunk = 0;     // the chunk size both ran with
+    std::string note;      // e.g. " [44 chunks of 14-63 (first 63), lastrec too]", " [+ reconstruction pass]"
+    int64_t chunks = 0;    // chunks of the plan both ran with
     std::vector<double> base_cpu, policy_cpu;    // seconds of process CPU time per round
     std::vector<double> base_wall, policy_wall;  // seconds of wall time per round
     double cpu_ratio_median = 0, cpu_ratio_min = 0, cpu_ratio_max = 0;  // base / policy per round
