@@ -56,7 +56,8 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
     std::vector<std::string> names = o.policies;
     if (names.empty())
         for (const PolicyInfo& p : policy_registry())
-            if (p.needs_cache_length || p.name == "duo") names.push_back(p.name);  // dense, quest keep everything: another shape
+            // dense, quest keep everything: another shape; lastrec is the noise control below
+            if ((p.needs_cache_length || p.name == "duo") && p.name != "lastrec") names.push_back(p.name);
     names.insert(names.begin(), "lastrec");  // the noise control: lastrec against itself
     std::vector<KVCacheConfig> cfgs;
     for (const std::string& n : names) {
