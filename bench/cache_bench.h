@@ -43,23 +43,6 @@ std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& opt, const std
 
 std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 
-// `kvlab bench policies`: eval throughput (the eval driver's chunked forward with the
-// next-token loss, the run shape of `kvlab eval_long`) of every registered policy relative to
-// lastrec on the same buffer, model, sequence, cache length and chunk size. Policies and the
-// baseline alternate within each repeat and the best time of each counts, so load on a shared
-// machine hits both alike. Row a: the policy's tokens/s, b: lastrec's; target >= 0.9x for
-// single-pass policies (every registered one today). A policy with per-layer budgets
-// (pyramidkv) whose shortest layer is below the chunk runs with chunks of that length (noted
-// in its row).
-struct PolicyBenchOptions {
-    std::string model = "smollm2-135m";
-    int64_t tokens = 2048;
-    int64_t cache_length = 512;
-    int64_t chunk = 128;
-    int repeats = 2;
-    std::vector<std::string> policies;  // empty = every registered policy but dense
-};
-
-std::vector<CacheBenchRow> run_policy_bench(const PolicyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
+// `kvlab bench policies`: bench/policy_bench.h.
 
 }  // namespace kv::bench

@@ -3,6 +3,8 @@
 
 #include "bench_commands.h"
 #include "bench/cache_bench.h"
+#include "bench/policy_bench.h"
+#include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/model/presets.h"
 #include "progress.h"
@@ -32,7 +34,8 @@ int bench_cache(const Args& args) {
     return 0;
 }
 
-// `kvlab bench policies`: every policy's eval throughput relative to lastrec (cache_bench.h).
+// `kvlab bench policies`: every policy's eval throughput relative to lastrec, in process CPU
+// time with one kernel thread unless --threads says otherwise (bench/policy_bench.h).
 int bench_policies(const Args& args) {
     bench::PolicyBenchOptions opt;
     if (args.has("model")) opt.model = args.str("model");  // the option table's default is the other benches'
@@ -51,17 +54,13 @@ int bench_policies(const Args& args) {
     }
     if (opt.chunk > opt.cache_length || opt.cache_length >= opt.tokens)
         throw UsageError("bench policies: expected --chunk <= --cache_length < --tokens (the cache must evict)");
+    // One kernel thread: the process CPU time of a run is then its work, whatever the load.
+    if (!args.has("threads")) set_num_threads(1);
     Progress progress("bench policies");
-    auto rows = bench::run_policy_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
+    const bench::PolicyBenchResult res =
+        bench::run_policy_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("model %s, %lld tokens, cache %lld, chunk %lld, best of %d\n", opt.model.c_str(), (long long)opt.tokens,
-                (long long)opt.cache_length, (long long)opt.chunk, opt.repeats);
-    std::printf("%-42s %12s %12s %9s %9s\n", "eval throughput", "policy", "lastrec", "ratio", "target");
-    for (const auto& r : rows) {
-        const std::string tgt = r.target > 0 ? str(">= ", r.target) : "";
-        std::printf("%-42s %12.1f %12.1f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
-                    r.pass() ? "" : "  << misses target");
-    }
+    std::fputs(bench::format_policy_bench(res).c_str(), stdout);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 // One layer's cache step (see layer_cache.h).
 #include "layer_cache.h"
 
+#include <algorithm>
 #include <limits>
 #include <tuple>
 
@@ -109,18 +110,42 @@ Tensor pool_group_positions(const std::vector<int32_t>& pos, int64_t B, int64_t 
 
 void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const std::vector<int32_t>& pos, int64_t G,
                       const Tensor& qpos, float scale, Tensor* wsum) {
-    // One SDPA per head group over the whole pool, the other heads' slots masked: the kernel
-    // is unchanged and each head reads exactly its own slots' weights.
-    const int64_t B = q.size(0), R = q.size(1) / G, S = K.size(2);
+    // One SDPA per head group over the slots that group keeps, gathered out of the pool: a
+    // masked SDPA over the whole pool would score and skip the G - 1 other heads' slots too
+    // (3x the attention work of one head's cache for SmolLM2's 3 KV heads). Kept slots stay in
+    // pool order; a batch row keeping fewer than another is padded with slots it cannot see.
+    const int64_t B = q.size(0), R = q.size(1) / G, S = K.size(2), D = K.size(3);
+    const Device dev = q.device();
+    std::vector<int32_t> idx, kp;
     for (int64_t g = 0; g < G; ++g) {
+        int64_t Tg = 0;
+        for (int64_t b = 0; b < B; ++b) {
+            int64_t c = 0;
+            for (int64_t s = 0; s < S; ++s) c += pos[size_t((b * G + g) * S + s)] >= 0;
+            Tg = std::max(Tg, c);
+        }
+        Tg = std::max<int64_t>(Tg, 1);
+        idx.assign(size_t(B * Tg), 0), kp.assign(size_t(B * Tg), 0);
+        for (int64_t b = 0; b < B; ++b) {
+            const int32_t* p = pos.data() + (b * G + g) * S;
+            int64_t t = 0;
+            for (int64_t s = 0; s < S && t < Tg; ++s)
+                if (p[s] >= 0) idx[size_t(b * Tg + t)] = int32_t(s), kp[size_t(b * Tg + t++)] = p[s];
+            for (int64_t s = 0; s < S && t < Tg; ++s)  // padding: distinct slots, never visible
+                if (p[s] < 0) idx[size_t(b * Tg + t)] = int32_t(s), kp[size_t(b * Tg + t++)] = std::numeric_limits<int32_t>::max();
+        }
+        const Tensor index = Tensor::from_i32({B, 1, Tg, 1}, idx, {dev, MemCategory::WORKSPACE, "pool slots of a head"});
+        const Tensor Kg = ops::gather(K, 2, index.expand({B, 1, Tg, D})), Vg = ops::gather(V, 2, index.expand({B, 1, Tg, D}));
+        const Tensor kpos = Tensor::from_i32({B, 1, Tg}, kp, {dev, MemCategory::WORKSPACE, "slot positions"});
         Tensor yg = y.slice(1, g * R, (g + 1) * R);
         Tensor wg;
-        if (wsum) wg = Tensor::empty({B, 1, S}, DType::F32, {q.device(), MemCategory::WORKSPACE, "attention weight sums"});
-        ops::sdpa_(yg, q.slice(1, g * R, (g + 1) * R), K, V, pool_group_positions(pos, B, G, S, g, q.device()), qpos, scale, 0,
-                   wsum ? &wg : nullptr);
-        if (wsum) {
+        if (wsum) wg = Tensor::empty({B, 1, Tg}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
+        ops::sdpa_(yg, q.slice(1, g * R, (g + 1) * R), Kg, Vg, kpos, qpos, scale, 0, wsum ? &wg : nullptr);
+        if (wsum) {  // slots the group does not keep got no weight
+            Tensor full = Tensor::zeros({B, 1, S}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
+            ops::scatter_(full, 2, index.reshape({B, 1, Tg}), wg);
             Tensor dst = wsum->slice(1, g, g + 1);
-            dst.copy_from(wg);
+            dst.copy_from(full);
         }
     }
 }

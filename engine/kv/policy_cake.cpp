@@ -308,7 +308,7 @@ class CakePolicy final : public KVPolicy {
             return;
         }
         std::vector<float> logits(size_t(R * q * T));
-        std::vector<double> a(size_t(R * q * T)), u((size_t)T);
+        std::vector<double> a(size_t(R * q * T)), u((size_t)T), s1((size_t)T), s2((size_t)T), mean((size_t)T);
         std::vector<int32_t> order((size_t)T);
         double H = 0, V = 0;
         for (int64_t r = 0; r < rows(); ++r) {
@@ -332,18 +332,27 @@ class CakePolicy final : public KVPolicy {
             }
             // mean + gamma var over the window's queries (unbiased variance; none for one query),
             // averaged over the group's heads
+            // Sums over the queries i run along rows of a (i outer, every j at once): each
+            // token's sums still add i = 0, 1, ... in order, as a column walk would.
             std::fill(u.begin(), u.end(), 0.0);
-            for (int64_t h = 0; h < R; ++h)
-                for (int64_t j = 0; j < T; ++j) {
-                    double s1 = 0, s2 = 0;
-                    for (int64_t i = 0; i < q; ++i) s1 += a[size_t((h * q + i) * T + j)];
-                    const double mean = s1 / double(q);
-                    for (int64_t i = 0; i < q; ++i) {
-                        const double d = a[size_t((h * q + i) * T + j)] - mean;
-                        s2 += d * d;
+            for (int64_t h = 0; h < R; ++h) {
+                std::fill(s1.begin(), s1.end(), 0.0), std::fill(s2.begin(), s2.end(), 0.0);
+                for (int64_t i = 0; i < q; ++i) {
+                    const double* ai = a.data() + (h * q + i) * T;
+                    for (int64_t j = 0; j < T; ++j) s1[size_t(j)] += ai[j];
+                }
+                for (int64_t j = 0; j < T; ++j) mean[size_t(j)] = s1[size_t(j)] / double(q);
+                for (int64_t i = 0; i < q; ++i) {
+                    const double* ai = a.data() + (h * q + i) * T;
+                    for (int64_t j = 0; j < T; ++j) {
+                        const double d = ai[j] - mean[size_t(j)];
+                        s2[size_t(j)] += d * d;
                     }
-                    const double var = q > 1 ? s2 / double(q - 1) : 0.0;
-                    u[size_t(j)] += (mean + gamma_ * var) / double(R);
+                }
+                for (int64_t j = 0; j < T; ++j) {
+                    const double var = q > 1 ? s2[size_t(j)] / double(q - 1) : 0.0;
+                    const double mean_j = mean[size_t(j)];
+                    u[size_t(j)] += (mean_j + gamma_ * var) / double(R);
                     if (preference && pos[j] < q0_) {  // tokens before the window
                         V += var;
                         for (int64_t i = 0; i < q; ++i) {
@@ -352,6 +361,7 @@ class CakePolicy final : public KVPolicy {
                         }
                     }
                 }
+            }
             // average-pooled over neighbours in token-position order (zero padding counted)
             std::iota(order.begin(), order.end(), 0);
             std::sort(order.begin(), order.end(), [pos](int32_t x, int32_t y) { return pos[x] < pos[y]; });

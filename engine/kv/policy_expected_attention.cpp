@@ -123,17 +123,24 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                 if (use_cov_) policy_matmul(T, R * D, D, K, D, covp.data(), R * D, KS.data(), R * D);
                 for (int64_t hr = 0; hr < R; ++hr) {
                     double m = -std::numeric_limits<double>::infinity();
-                    for (int64_t j = 0; j < T; ++j) {
-                        if (pos[j] < n_sink_) continue;
-                        const float* k = K + j * D;
-                        double lin = 0, quad = 0;
-                        for (int64_t d = 0; d < D; ++d) lin += double(k[d]) * mup[size_t(hr * D + d)];
-                        if (use_cov_) {
-                            const float* ks = KS.data() + j * R * D + hr * D;
-                            for (int64_t d = 0; d < D; ++d) quad += double(k[d]) * double(ks[d]);
+                    const double* mh = mup.data() + hr * D;
+                    // kJ keys at a time: independent f64 sums side by side (one chain per key was
+                    // bound by the add latency); each key's sum still runs d = 0, 1, ... in order.
+                    for (int64_t j0 = 0; j0 < T; j0 += kJ) {
+                        const int64_t nj = std::min(kJ, T - j0);
+                        double lin[kJ] = {}, quad[kJ] = {};
+                        for (int64_t d = 0; d < D; ++d)
+                            for (int64_t jj = 0; jj < nj; ++jj) lin[jj] += double(K[(j0 + jj) * D + d]) * mh[d];
+                        if (use_cov_)
+                            for (int64_t d = 0; d < D; ++d)
+                                for (int64_t jj = 0; jj < nj; ++jj)
+                                    quad[jj] += double(K[(j0 + jj) * D + d]) * double(KS[size_t((j0 + jj) * R * D + hr * D + d)]);
+                        for (int64_t jj = 0; jj < nj; ++jj) {
+                            const int64_t j = j0 + jj;
+                            if (pos[j] < n_sink_) continue;
+                            logit[size_t(j)] = scale_ * lin[jj] + scale_ * scale_ * quad[jj] / 2.0;
+                            m = std::max(m, logit[size_t(j)]);
                         }
-                        logit[size_t(j)] = scale_ * lin + scale_ * scale_ * quad / 2.0;
-                        m = std::max(m, logit[size_t(j)]);
                     }
                     double z = 0;
                     for (int64_t j = 0; j < T; ++j)
@@ -234,6 +241,7 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     std::vector<float> score_, vnorm_;  // (B*G, L)
     std::vector<float> keys_;           // (B*G, L, D) keys as cached (rotated)
     std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T, count (pre-RoPE queries)
+    static constexpr int64_t kJ = 8;          // keys scored side by side
 };
 }  // namespace
 

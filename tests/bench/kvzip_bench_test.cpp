@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "bench/cache_bench.h"
+#include "bench/policy_bench.h"
 
 namespace kv::bench {
 namespace {
@@ -17,13 +17,16 @@ TEST(PolicyBench, KVzipRowReportsItsOwnFactorWithoutTheSinglePassTarget) {
     o.chunk = 16;
     o.repeats = 1;
     o.policies = {"kvzip", "h2o"};
-    const std::vector<CacheBenchRow> rows = run_policy_bench(o, [](int, int, const std::string&) {});
-    ASSERT_EQ(rows.size(), 3u);  // lastrec-default baseline, kvzip, h2o
-    EXPECT_EQ(rows[1].name, "kvzip-default / lastrec-default [+ reconstruction pass]");
-    EXPECT_EQ(rows[1].target, 0.0);
-    EXPECT_NEAR(rows[1].ratio, rows[1].a / rows[1].b, 1e-9 * rows[1].ratio);
-    EXPECT_EQ(rows[2].name, "h2o-default / lastrec-default");
-    EXPECT_EQ(rows[2].target, 0.9);
+    const PolicyBenchResult res = run_policy_bench(o, [](int, int, const std::string&) {});
+    ASSERT_EQ(res.rows.size(), 3u);  // the lastrec noise control, kvzip, h2o
+    EXPECT_EQ(res.rows[1].policy, "kvzip-default");
+    EXPECT_EQ(res.rows[1].note, " [+ reconstruction pass]");
+    EXPECT_EQ(res.rows[1].target, 0.0);
+    EXPECT_TRUE(res.rows[1].pass());
+    EXPECT_EQ(res.rows[1].cpu_ratio_median, res.rows[1].base_cpu[0] / res.rows[1].policy_cpu[0]);
+    EXPECT_EQ(res.rows[2].policy, "h2o-default");
+    EXPECT_EQ(res.rows[2].note, "");
+    EXPECT_EQ(res.rows[2].target, 0.9);
 }
 
 }  // namespace
