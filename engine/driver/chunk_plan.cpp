@@ -8,10 +8,6 @@
 
 namespace kv {
 
-namespace {
-constexpr int64_t kCloseByThreshold = 4;  // keys_values CLOSEBY_THRESHOLD
-}
-
 int64_t ChunkPlan::max_chunk() const {
     int64_t m = 0;
     for (size_t i = 1; i < chunks.size(); ++i) m = std::max(m, chunks[i]);
@@ -72,8 +68,10 @@ ChunkPlan plan_chunks(int64_t seq, const std::vector<int64_t>& cache_lengths, co
         while (done < seq) {
             int64_t c = opt.chunk_size;
             if (opt.randomize) c = choices[std::uniform_int_distribution<size_t>(0, choices.size() - 1)(rng)];
-            c = std::min(c, seq - done);
-            if (!pts.empty() && done + c >= pts.front() - kCloseByThreshold) {
+            // No chunk longer than the smallest cache: a full layer of that length could not
+            // take it (with per-layer lengths the chunk size can exceed the shortest layer).
+            c = std::min({c, mpl, seq - done});
+            if (!pts.empty() && done + c >= pts.front() - kChunkSnapTokens) {
                 c = pts.front() - done;
                 pts.erase(pts.begin());
             }

@@ -13,6 +13,11 @@
 
 namespace kv {
 
+// A chunk ending within this many tokens of a cache length is stretched to end on it
+// (keys_values' CLOSEBY_THRESHOLD), so with several cache lengths a chunk can be this much
+// longer than the chunk size.
+inline constexpr int64_t kChunkSnapTokens = 4;
+
 struct ChunkPlan {
     std::vector<int64_t> chunks;  // sizes, summing to the sequence length
     std::vector<int64_t> starts;  // start position of each chunk

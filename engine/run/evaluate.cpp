@@ -22,8 +22,18 @@ KVCacheConfig cache_config_for(const RunConfig& cfg, const LoadedModel& lm) {
     KVCacheConfig kc = cfg.kv_cache;
     kc.dtype = lm.model->act_dtype();
     // keys_values' CLI: max_chunk_size = chunk_size (1.5x with randomized chunks).
-    if (kc.max_chunk_size == 0)
+    if (kc.max_chunk_size == 0) {
         kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+        // With layers of different lengths (pyramidkv, a layer length rule) the plan stretches a
+        // chunk ending just short of one of them by up to kChunkSnapTokens; a top-k of the bare
+        // chunk size would refuse that chunk in every full layer.
+        const int64_t nl = lm.config.num_layers;
+        for (int64_t l = 1; l < nl; ++l)
+            if (kc.length_for_layer(l, 0, nl) != kc.length_for_layer(0, 0, nl)) {
+                kc.max_chunk_size += kChunkSnapTokens;
+                break;
+            }
+    }
     return kc;
 }
 }  // namespace
