@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 
 #include "engine/core/error.h"
+#include "engine/kv/policy_math.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "kernels/common/element_math.h"
@@ -229,25 +229,11 @@ KV_KL_INLINE double kl_row_body(const float* a, const float* b, int64_t V) {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target("arch=x86-64-v4"))) double kl_row_v4(const float* a, const float* b, int64_t V) { return kl_row_body(a, b, V); }
 __attribute__((target("arch=x86-64-v3"))) double kl_row_v3(const float* a, const float* b, int64_t V) { return kl_row_body(a, b, V); }
-// 4 = AVX-512, 3 = AVX2, 2 = baseline; KVLAB_CPU_VARIANT=avx2 / base caps it as it does the kernels.
-int kl_level() {
-    static const int level = [] {
-        const char* forced = std::getenv("KVLAB_CPU_VARIANT");
-        const int cap = forced && std::strcmp(forced, "base") == 0 ? 2 : forced && std::strcmp(forced, "avx2") == 0 ? 3 : 4;
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vl"))
-            return std::min(cap, 4);
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2")) return std::min(cap, 3);
-        return 2;
-    }();
-    return level;
-}
 #endif
 
 double kl_row(const float* a, const float* b, int64_t V) {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-    const int level = kl_level();
+    const int level = policy_matmul_level();  // the CPU level the policies' products use (KVLAB_CPU_VARIANT caps it)
     if (level >= 4) return kl_row_v4(a, b, V);
     if (level >= 3) return kl_row_v3(a, b, V);
 #endif

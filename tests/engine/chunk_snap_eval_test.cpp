@@ -16,9 +16,8 @@
 namespace kv::test {
 namespace {
 
-TEST(ChunkSnapEval, PyramidLayersRunAChunkStretchedOntoALayerLength) {
-    LoadedModel lm = load_model("tiny", ModelOptions{}, 0);
-    const int64_t nl = lm.config.num_layers;
+// One repeat-task sample of 256 tokens on tiny, pyramidkv at cache 96: layer lengths {184, 8}.
+RunConfig pyramid_repeat_config() {
     RunConfig cfg;
     cfg.mode = "eval_long";
     cfg.model = "tiny";
@@ -27,15 +26,22 @@ TEST(ChunkSnapEval, PyramidLayersRunAChunkStretchedOntoALayerLength) {
     cfg.data.num_samples = 1;
     cfg.data.repeat_length = 24;
     cfg.data.repeat_distance = 100;
+    cfg.kv_cache.name = "pyramidkv-default";
+    cfg.kv_cache.cache_length = 96;
+    cfg.kv_cache.snapkv_window = 4;
+    return cfg;
+}
+
+TEST(ChunkSnapEval, PyramidLayersRunAChunkStretchedOntoALayerLength) {
+    LoadedModel lm = load_model("tiny", ModelOptions{}, 0);
+    const int64_t nl = lm.config.num_layers;
+    RunConfig cfg = pyramid_repeat_config();
     RepeatSpec spec;
     spec.seq_length = 256;
     spec.passage_length = 24;
     spec.distance = 100;
     spec.seed = cfg.data.seed;
     const int64_t T = int64_t(make_repeat_sample(spec, 0, *lm.tokenizer).ids.size());  // the sequence the driver plans
-    cfg.kv_cache.name = "pyramidkv-default";
-    cfg.kv_cache.cache_length = 96;
-    cfg.kv_cache.snapkv_window = 4;
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < nl; ++l) Ls.push_back(cfg.kv_cache.length_for_layer(l, T, nl));
     ASSERT_GE(Ls.size(), 2u);
@@ -74,17 +80,7 @@ TEST(ChunkSnapEval, ChunksLongerThanTheShortestLayerAreCutToIt) {
     EXPECT_EQ(p.chunks.front(), 8) << "the prefill fills the shortest cache";
 
     LoadedModel lm = load_model("tiny", ModelOptions{}, 0);
-    RunConfig cfg;
-    cfg.mode = "eval_long";
-    cfg.model = "tiny";
-    cfg.data.name = "repeat";
-    cfg.data.seq_length = 256;
-    cfg.data.num_samples = 1;
-    cfg.data.repeat_length = 24;
-    cfg.data.repeat_distance = 100;
-    cfg.kv_cache.name = "pyramidkv-default";
-    cfg.kv_cache.cache_length = 96;
-    cfg.kv_cache.snapkv_window = 4;
+    RunConfig cfg = pyramid_repeat_config();
     cfg.driver.chunk_size = 25;
     EvalSummary s;
     ASSERT_NO_THROW(s = run_eval(cfg, lm));
