@@ -18,7 +18,21 @@ namespace kv::plot {
 
 namespace {
 
-constexpr double kLeft = 70, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11;
+constexpr double kLeft = 70, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11, kMargin = 8;
+
+// Width of `s` in the figure's font at `size` points, measured before the canvas exists (the
+// canvas's width depends on it: the legend's longest label, the title).
+double text_width(const std::string& s, double size) {
+    cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_A8, 1, 1);
+    cairo_t* cr = cairo_create(surface);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, size);
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, s.c_str(), &e);
+    cairo_destroy(cr);
+    cairo_surface_destroy(surface);
+    return e.x_advance;
+}
 
 // Room above the panels: their titles, plus the figure's title when it has one.
 double top_margin(const Figure& f) { return f.title.empty() ? 34 : 54; }
@@ -81,9 +95,15 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
     cairo_set_font_size(cr, kFont);
     const double pw = fig.panel_width, ph = fig.panel_height, kTop = top_margin(fig);
     if (!fig.title.empty()) {
+        // Centred over the panels, slid sideways as far as it must to stay on the canvas (the
+        // canvas is made at least as wide as the title).
         cairo_set_source_rgb(cr, 0, 0, 0);
         cairo_set_font_size(cr, kFont + 2);
-        text_at(cr, fig.title, kLeft + (width - kLeft - kLegend) / 2, 6, 0.5, 0);
+        cairo_text_extents_t e;
+        cairo_text_extents(cr, fig.title.c_str(), &e);
+        const double plots_w = double(fig.panels.size()) * pw + double(fig.panels.size() - 1) * kGap;
+        const double left = std::clamp(kLeft + plots_w / 2 - e.width / 2, kMargin, std::max(kMargin, width - kMargin - e.width));
+        text_at(cr, fig.title, left, 6, 0, 0);
         cairo_set_font_size(cr, kFont);
     }
     for (size_t p = 0; p < fig.panels.size(); ++p) {
@@ -247,9 +267,17 @@ void render_figure(const Figure& fig, const std::string& path) {
     // Air between the data and the frame: a line at the data's extreme (dense at 1.0 on a kept
     // mass axis whose top tick is 1) would otherwise lie on the frame's edge and vanish.
     const double ypad = 0.04 * (yt.hi - yt.lo), ylo = std::min(yt.lo, yr.lo - ypad), yhi = std::max(yt.hi, yr.hi + ypad);
-    const double width = kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + kLegend;
     size_t refs = 0;
-    for (const auto& p : fig.panels) refs += p.references.size();
+    double label_w = 0;  // the legend's longest entry (series and reference lines)
+    for (const auto& l : labels) label_w = std::max(label_w, text_width(l, kFont));
+    for (const auto& p : fig.panels) {
+        refs += p.references.size();
+        for (const auto& r : p.references) label_w = std::max(label_w, text_width(r.label, kFont));
+    }
+    // The legend sits 16 points right of the panels, its text 28 points into it.
+    const double legend_w = std::max(kLegend, 16 + 28 + label_w + kMargin);
+    const double width = std::max(kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + legend_w,
+                                  fig.title.empty() ? 0.0 : text_width(fig.title, kFont + 2) + 2 * kMargin);
     // Tall enough for the legend too (17 points an entry), however many series there are.
     const double height = std::max(top_margin(fig) + fig.panel_height + kBottom, top_margin(fig) + 8 + 17 * double(labels.size() + refs) + 8);
 

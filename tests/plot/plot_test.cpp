@@ -363,5 +363,36 @@ TEST(PlotRender, BadInputIsRefused) {
     EXPECT_THROW(render_figure(sample(), "/nonexistent-dir/x.svg"), std::runtime_error);
 }
 
+// A title wider than the panels and legend labels longer than the legend's default room stay on
+// the canvas: every glyph cairo places (its <use> origin) lies inside the SVG's width, the
+// longest label's glyphs included.
+TEST(PlotRender, LongTitleAndLegendLabelsStayOnTheCanvas) {
+    Figure f;
+    f.title = "SmolLM2-135M, repeat task (2048 tokens, passage at the start, two samples per cell): every policy";
+    f.x_title = "cache length";
+    f.y_title = "copied tokens";
+    f.log2_x = true;
+    Panel p;
+    p.series.push_back({"ada-expected-attention-default", {256, 512, 1024}, {0.02, 0.1, 0.03}});
+    p.series.push_back({"h2o", {256, 512, 1024}, {0.14, 0.22, 0.41}});
+    p.references.push_back({"dense", 0.86});
+    f.panels.push_back(p);
+    const std::string text = render_svg(f);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, std::regex(R"re(<svg[^>]*width="([0-9.]+)(pt)?")re")));
+    const double width = std::stod(m[1]);
+    std::regex use_re(R"re(<use xlink:href="#[^"]*" x="([^"]*)" y="([^"]*)")re");
+    int glyphs = 0;
+    double rightmost = 0;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), use_re); it != std::sregex_iterator(); ++it, ++glyphs) {
+        const double x = std::stod((*it)[1]);
+        EXPECT_GE(x, 0.0) << "a glyph left of the canvas";
+        EXPECT_LE(x + 6, width) << "a glyph past the canvas's right edge (width " << width << ")";
+        rightmost = std::max(rightmost, x);
+    }
+    EXPECT_GT(glyphs, 100) << "the title and labels should be drawn as glyphs";
+    EXPECT_GT(rightmost, width - 60) << "the longest legend label should reach near the right edge, not be cut";
+}
+
 }  // namespace
 }  // namespace kv::plot
