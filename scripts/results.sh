@@ -84,15 +84,19 @@ fi
 # The policies added by issue 19 (default buffer: the per-head policies need full-precision slots)
 # on the perplexity text and on the repeat task, next to the recency and score baselines.
 if want zoo; then
-ZOO="${RESULTS_ZOO:-pyramidkv rkv expected-attention ada-snapkv ada-expected-attention random}"
+ZOO="${RESULTS_ZOO:-pyramidkv rkv expected-attention ada-snapkv ada-expected-attention random cake kvzip}"
+DUO_GATES=assets/duo/smollm2-135m.duo  # kvlab calibrate duo smollm2-135m -o "$DUO_GATES" --steps 30
 "$KVLAB" sweep "${ppl[@]}" --kv_cache.name "${ZOO// /,}" --kv_cache.buffer default --figure none > results/ppl.zoo.md
+# duo's gate file is part of its configuration: its own sweep, so the other cells keep theirs
+"$KVLAB" sweep "${ppl[@]}" --kv_cache.name duo --kv_cache.buffer default --kv_cache.duo_gates "$DUO_GATES" --figure none > results/ppl.duo.md
 zrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --data.repeat_length 64 --data.repeat_distance 896
       --kv_cache.cache_length 256,512,1024 --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --figure none --format md)
 "$KVLAB" sweep "${zrep[@]}" --kv_cache.name "lastrec,h2o,tova,snapkv,streaming,knorm,${ZOO// /,}" > results/repeat.zoo.md
+"$KVLAB" sweep "${zrep[@]}" --kv_cache.name duo --kv_cache.duo_gates "$DUO_GATES" > results/repeat.duo.md
 "$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
   --where "data=repeat;data.seq_length=2048;data.repeat_distance=896" \
   --title "SmolLM2-135M, repeat task (2048 tokens, passage at the start): every policy" -o docs/figures/repeat_zoo_smollm2.svg
-echo "results: results/ppl.zoo.md, results/repeat.zoo.md; figure docs/figures/repeat_zoo_smollm2.svg"
+echo "results: results/{ppl,repeat}.{zoo,duo}.md; figure docs/figures/repeat_zoo_smollm2.svg"
 fi
 
 if want fidelity; then
