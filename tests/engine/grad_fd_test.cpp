@@ -570,7 +570,12 @@ namespace {
 TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
     SingleThread st1;
     const ModelConfig cfg = grad_test_config("llama", 2);
-    auto model = grad_test_model(cfg, DType::F64, seed_for("quest-grad"));
+    // A fixed model, not a per-run draw: the loss is piecewise smooth in the weights (each query
+    // reads its top pages), and for about 1 in 12 random models a central difference (h = 1e-5)
+    // straddles a point where a page swaps in, so the difference measures the jump, not the
+    // derivative (seen as 2.0 vs 2e-6 on one CI run). This model's selections have no swap within
+    // h of any sampled weight (checked under the avx512, avx2 and base kernels).
+    auto model = grad_test_model(cfg, DType::F64, 0x9e57);
     const int64_t B = 2, T = 48, chunk = 8, page = 4, pages = 2;
     GradData d = grad_test_data(cfg, B, T, 13);
     KVCacheConfig kc;
