@@ -2,14 +2,15 @@
 #include "model_weights.h"
 
 #include "engine/core/error.h"
+#include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
 
 namespace kv {
 
-TensorMap model_state_dict(const Transformer& m) {
-    if (m.has_packed_weights())
-        throw Error("model weights: the model keeps packed (GGUF block) weights, which have no float state dict to read or write",
-                    "load the model with --model.weights f32");
+namespace {
+// Views of the live tensors under HF names; packed weights (GGUF blocks, a QLoRA NF4 base) are
+// row slices of their blocks, readable only through packed_to_f32.
+TensorMap state_dict_views(const Transformer& m) {
     const ModelConfig& c = m.config();
     const int64_t Q = c.q_dim(), K = c.kv_dim(), I = c.intermediate_size;
     TensorMap w;
@@ -41,6 +42,14 @@ TensorMap model_state_dict(const Transformer& m) {
     }
     return w;
 }
+}  // namespace
+
+TensorMap model_state_dict(const Transformer& m) {
+    if (m.has_packed_weights())
+        throw Error("model weights: the model keeps packed (GGUF block or QLoRA NF4) weights, which have no float state dict to read or write",
+                    "load the model with --model.weights f32 (QLoRA: merge into a saved model with save_merged)");
+    return state_dict_views(m);
+}
 
 void load_model_state_dict(Transformer& m, const TensorMap& weights) {
     TensorMap dst = model_state_dict(m);  // views into the live tensors
@@ -55,7 +64,10 @@ void load_model_state_dict(Transformer& m, const TensorMap& weights) {
 
 TensorMap merged_lora_state_dict(const Transformer& m, const Lora& lora) {
     TensorMap out;
-    for (const auto& [name, t] : model_state_dict(m)) out[name] = t.clone();
+    // a fresh f32 copy of every weight; a packed base (QLoRA's NF4) is dequantized: the merged
+    // model is the NF4 base plus the adapters, as with bitsandbytes' merge_and_unload
+    for (const auto& [name, t] : state_dict_views(m))
+        out[name] = is_packed(t) ? packed_to_f32(t, {t.device(), MemCategory::WORKSPACE, name}) : t.clone();
     if (m.tied_embeddings()) {
         for (const auto& a : lora.adapters())
             if (a.layer < 0)

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
+#include "kernels/common/quant_formats.h"
 #include "model_weights.h"
 
 namespace kv {
@@ -22,11 +24,59 @@ bool is_block_linear(const std::string& name) {
     return false;
 }
 
+constexpr int64_t kNf4Block = 64;
+
+// Whether the base can be kept packed: the packed matmuls run on the CPU with f32 activations,
+// and row blocks equal bitsandbytes' flat blocks only when each row is whole blocks.
+bool packs_nf4(const Transformer& model) {
+    if (!model.options().device.is_cpu() || model.act_dtype() != DType::F32) return false;
+    for (int l = 0; l < int(model.config().num_layers); ++l) {
+        const LayerWeights& L = model.layer(l);
+        for (const Tensor* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+            if (is_packed(*w) || w->dtype() != DType::F32 || w->ndim() != 2 || w->size(1) % kNf4Block != 0) return false;
+    }
+    return true;
+}
+
+// W (out, in) f32 -> NF4 blocks u8 (out, in / 64, 36); the stats count `parts` HF tensors.
+Tensor pack_nf4(const Tensor& w, int parts, const std::string& name, QloraStats& st) {
+    const int64_t out = w.size(0), in = w.size(1), nb = in / kNf4Block, bb = packed_block_bytes(PackedFormat::NF4);
+    const std::vector<float> v = w.to_f32_vector();
+    std::vector<uint8_t> bytes(size_t(out * nb * bb));
+    float back[kNf4Block];
+    for (int64_t r = 0; r < out; ++r)
+        for (int64_t b = 0; b < nb; ++b) {
+            const float* x = v.data() + r * in + b * kNf4Block;
+            uint8_t* q = bytes.data() + (r * nb + b) * bb;
+            quantize_block_nf4(x, kNf4Block, q);
+            dequantize_block_nf4(q, kNf4Block, back);
+            for (int64_t i = 0; i < kNf4Block; ++i) st.max_abs_error = std::max(st.max_abs_error, double(std::fabs(back[i] - x[i])));
+        }
+    Tensor p = Tensor::empty({out, nb, bb}, DType::U8, {w.device(), MemCategory::WEIGHTS, name + " (nf4)"});
+    std::copy(bytes.begin(), bytes.end(), static_cast<uint8_t*>(p.data_ptr()));
+    st.tensors += parts;
+    st.dense_bytes += w.nbytes();
+    st.nf4_bytes += bytes.size();
+    return p;
+}
+
 }  // namespace
 
-QloraStats qlora_quantize_base(Transformer& model) {
+QloraStats qlora_quantize_base(Transformer& model, bool keep_packed) {
     QloraStats st;
-    constexpr int64_t kBlock = 64;
+    if (keep_packed && packs_nf4(model)) {
+        st.packed = true;
+        for (int l = 0; l < int(model.config().num_layers); ++l) {
+            LayerWeights& L = model.mutable_layer(l);
+            const std::string p = str("model.layers.", l, ".");
+            L.wqkv = pack_nf4(L.wqkv, 3, p + "self_attn.qkv_proj", st);
+            L.wo = pack_nf4(L.wo, 1, p + "self_attn.o_proj", st);
+            L.w_gate_up = pack_nf4(L.w_gate_up, 2, p + "mlp.gate_up_proj", st);
+            L.w_down = pack_nf4(L.w_down, 1, p + "mlp.down_proj", st);
+        }
+        return st;
+    }
+    constexpr int64_t kBlock = kNf4Block;
     for (auto& [name, w] : model_state_dict(model)) {
         if (!is_block_linear(name)) continue;
         // The tensor flattened (bitsandbytes quantizes the flat weight in blocks of 64); a

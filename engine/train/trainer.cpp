@@ -496,6 +496,13 @@ TrainSummary Trainer::run() {
                     " validation), ", total_steps_, " steps of ", accum_, " micro-batch(es) of ", cfg_.train.micro_batch_size,
                     ", ", sum_.trainable_parameters, " trainable parameters"));
         if (data_.split.val.empty()) cb_.log("no validation examples (raise --data.num_samples or --data.val_split_fraction)");
+        if (sum_.qlora) {
+            const QloraStats& q = sum_.qlora_stats;
+            cb_.log(str("QLoRA: ", q.tensors, " base weights as NF4, ", q.nf4_bytes >> 10, " KiB for ", q.dense_bytes >> 10,
+                        " KiB of floats, max |w - nf4(w)| ", q.max_abs_error,
+                        q.packed ? " (kept packed: the matmuls read the NF4 blocks)"
+                                 : " (round-tripped in place: packed NF4 needs the CPU, f32 activations and widths that are multiples of 64)"));
+        }
     }
     const std::string& out = cfg_.train.out_dir;
     if (distributed()) verify_replicas("at the start (same model, seed and checkpoint on every rank?)");

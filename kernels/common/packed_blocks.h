@@ -175,7 +175,9 @@ namespace kv {
 
 // Block formats a packed weight (MATMUL with a u8 weight, op.h) can have. Values are kvlab's
 // own (not ggml type ids); 0 means "not packed".
-enum class PackedFormat : uint8_t { NONE = 0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, COUNT };
+// NF4 is bitsandbytes' format (quant_formats.h: 64 values, 32 bytes of nibbles, then the f32
+// absmax), the packed base of a QLoRA run; every other format is a ggml block.
+enum class PackedFormat : uint8_t { NONE = 0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, NF4, COUNT };
 
 KV_HD constexpr int packed_block_elems(PackedFormat f) {
     switch (f) {
@@ -187,6 +189,7 @@ KV_HD constexpr int packed_block_elems(PackedFormat f) {
         case PackedFormat::Q4_K:
         case PackedFormat::Q5_K:
         case PackedFormat::Q6_K: return 256;
+        case PackedFormat::NF4: return 64;
         default: return 0;
     }
 }
@@ -201,12 +204,13 @@ KV_HD constexpr int packed_block_bytes(PackedFormat f) {
         case PackedFormat::Q4_K: return 144;
         case PackedFormat::Q5_K: return 176;
         case PackedFormat::Q6_K: return 210;
+        case PackedFormat::NF4: return 36;
         default: return 0;
     }
 }
 
 inline const char* packed_format_name(PackedFormat f) {
-    static const char* const names[] = {"none", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+    static const char* const names[] = {"none", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "NF4"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(PackedFormat::COUNT), "packed format names out of date");
     return size_t(f) < size_t(PackedFormat::COUNT) ? names[size_t(f)] : "?";
 }
@@ -239,6 +243,7 @@ inline void packed_dequant_block(PackedFormat f, const uint8_t* b, float* y) {
         case PackedFormat::Q4_K: B::dequant_q4_k(b, y); break;
         case PackedFormat::Q5_K: B::dequant_q5_k(b, y); break;
         case PackedFormat::Q6_K: B::dequant_q6_k(b, y); break;
+        case PackedFormat::NF4: dequantize_block_nf4(b, 64, y); break;
         default: break;
     }
 }

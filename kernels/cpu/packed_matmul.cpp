@@ -52,6 +52,7 @@ inline void dequant(const uint8_t* b, float* y) {
     else if constexpr (F == PackedFormat::Q5_1) B::dequant_q5_1(b, y);
     else if constexpr (F == PackedFormat::Q4_K) B::dequant_q4_k(b, y);
     else if constexpr (F == PackedFormat::Q5_K) B::dequant_q5_k(b, y);
+    else if constexpr (F == PackedFormat::NF4) dequantize_block_nf4(b, 64, y);
     else B::dequant_q6_k(b, y);
 }
 
@@ -285,6 +286,7 @@ GemvFn gemv_fn(PackedFormat f) {
         case PackedFormat::Q4_K: return gemv_packed<PackedFormat::Q4_K>;
         case PackedFormat::Q5_K: return gemv_packed<PackedFormat::Q5_K>;
         case PackedFormat::Q6_K: return gemv_packed<PackedFormat::Q6_K>;
+        case PackedFormat::NF4: return gemv_packed<PackedFormat::NF4>;
         default: return nullptr;
     }
 }
@@ -299,6 +301,7 @@ DequantFn dequant_fn(PackedFormat f) {
         case PackedFormat::Q4_K: return dequant<PackedFormat::Q4_K>;
         case PackedFormat::Q5_K: return dequant<PackedFormat::Q5_K>;
         case PackedFormat::Q6_K: return dequant<PackedFormat::Q6_K>;
+        case PackedFormat::NF4: return dequant<PackedFormat::NF4>;
         default: return nullptr;
     }
 }

@@ -78,11 +78,40 @@ struct PackedCase {
     Tensor w;
     std::vector<float> deq;
 };
+// bitsandbytes' 16 NF4 levels (its NF4 code table), written out here as the test's own reference.
+constexpr double kNf4Levels[16] = {-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+                                   -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+                                   0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+                                   0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0};
+
+// NF4 blocks: 32 bytes of nibbles (high nibble first) and an f32 absmax; values level * absmax.
+void nf4_blocks(int64_t blocks, std::mt19937& rng, std::vector<uint8_t>& bytes, std::vector<float>& deq) {
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> amax(0.01f, 0.2f);
+    bytes.assign(size_t(blocks * 36), 0), deq.assign(size_t(blocks * 64), 0.0f);
+    for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* p = bytes.data() + b * 36;
+        const float a = amax(rng);
+        for (int i = 0; i < 32; ++i) p[i] = uint8_t(byte(rng));
+        std::memcpy(p + 32, &a, 4);
+        for (int i = 0; i < 32; ++i) {
+            deq[size_t(b * 64 + 2 * i)] = float(float(kNf4Levels[p[i] >> 4]) * a);
+            deq[size_t(b * 64 + 2 * i + 1)] = float(float(kNf4Levels[p[i] & 15]) * a);
+        }
+    }
+}
+
 PackedCase make_packed(PackedFormat f, int64_t rows, int64_t k, std::mt19937& rng) {
     const int64_t nb = k / packed_block_elems(f);
-    std::vector<uint8_t> bytes = random_blocks(f, rows * nb, rng);
     PackedCase c;
     c.w = Tensor::empty({rows, nb, packed_block_bytes(f)}, DType::U8);
+    if (f == PackedFormat::NF4) {
+        std::vector<uint8_t> bytes;
+        nf4_blocks(rows * nb, rng, bytes, c.deq);
+        std::memcpy(c.w.data_ptr(), bytes.data(), bytes.size());
+        return c;
+    }
+    std::vector<uint8_t> bytes = random_blocks(f, rows * nb, rng);
     std::memcpy(c.w.data_ptr(), bytes.data(), bytes.size());
     c.deq.resize(size_t(rows * k));
     gguf_dequantize_f32(ggml_of(f), bytes.data(), rows * k, c.deq.data());
@@ -117,7 +146,7 @@ TEST_P(PackedKernel, MatchesF64ProductOfDequantizedWeights) {
     }
     std::mt19937 rng(17 + int(prm.format));
     const int64_t be_elems = packed_block_elems(prm.format);
-    const int64_t K = be_elems == 32 ? 96 : 512, R = 70;  // R not a multiple of any chunk or panel
+    const int64_t K = be_elems == 32 ? 96 : be_elems == 64 ? 192 : 512, R = 70;  // R not a multiple of any chunk or panel
     PackedCase pc = make_packed(prm.format, R, K, rng);
     const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
     for (int transposed = 0; transposed < 2; ++transposed)
@@ -166,7 +195,7 @@ TEST_P(PackedKernel, ThreadedDecodeMatchesF64ProductOfDequantizedWeights) {
     KernelBackend* be = cpu_variant_backend(prm.variant);
     if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
     std::mt19937 rng(29 + int(prm.format));
-    const int64_t K = packed_block_elems(prm.format) == 32 ? 576 : 512, R = 1003;
+    const int64_t K = packed_block_elems(prm.format) == 256 ? 512 : 576, R = 1003;
     PackedCase pc = make_packed(prm.format, R, K, rng);
     const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
     ASSERT_GE(R * row_bytes, 256 << 10) << "the case must be large enough to run on several threads";

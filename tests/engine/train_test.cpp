@@ -20,10 +20,12 @@
 
 #include "engine/backend/backend_registry.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/packed_weight.h"
 #include "engine/train/grad_clip.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/model_weights.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/qlora.h"
 #include "engine/train/train_checkpoint.h"
 #include "engine/train/trainer.h"
 #include "tests/support/test_support.h"
@@ -621,15 +623,49 @@ TEST(TrainLoop, QloraTrainsAdaptersOnAnNf4Base) {
     EXPECT_EQ(s.qlora_stats.nf4_bytes, s.qlora_stats.dense_bytes / 4 / 2 + s.qlora_stats.dense_bytes / 4 / 64 * 4);
     EXPECT_GT(s.qlora_stats.max_abs_error, 0.0);
     EXPECT_LT(s.steps.back().loss, s.steps.front().loss);
-    // the base changed (quantized), the embedding did not
-    const Comparison q = compare(lm.model->layer(0).wqkv, ref.model->layer(0).wqkv);
+    // on the CPU with f32 activations the base is kept as packed NF4 blocks: it changed
+    // (quantized) by at most the reported error, the embedding did not
+    ASSERT_TRUE(s.qlora_stats.packed);
+    ASSERT_TRUE(is_packed(lm.model->layer(0).wqkv));
+    const Comparison q = compare(packed_to_f32(lm.model->layer(0).wqkv), ref.model->layer(0).wqkv);
     EXPECT_GT(q.max_abs_err, 0.0);
     EXPECT_LE(q.max_abs_err, s.qlora_stats.max_abs_error);
     EXPECT_EQ(compare(lm.model->embedding(), ref.model->embedding()).max_abs_err, 0.0);
+    // and the model holds the NF4 size, not the floats
+    EXPECT_EQ(ref.model->weight_bytes() - lm.model->weight_bytes(), s.qlora_stats.dense_bytes - s.qlora_stats.nf4_bytes);
     RunConfig bad = c;
     bad.mode = "finetune_long_full";
     LoadedModel m2 = tiny_model();
     EXPECT_THROW(Trainer(bad, m2), Error);
+}
+
+// The packed NF4 base and the in-place round trip hold the same weight values (level * absmax,
+// one f32 multiply each), so a forward differs only in the matmuls' summation order.
+TEST(TrainLoop, QloraPackedBaseEqualsTheRoundTrippedBase) {
+    SingleThread st;
+    LoadedModel packed = tiny_model(), trip = tiny_model();
+    const QloraStats a = qlora_quantize_base(*packed.model);
+    const QloraStats b = qlora_quantize_base(*trip.model, /*keep_packed=*/false);
+    ASSERT_TRUE(a.packed);
+    ASSERT_FALSE(b.packed);
+    EXPECT_EQ(a.tensors, b.tensors);
+    EXPECT_EQ(a.nf4_bytes, b.nf4_bytes);
+    EXPECT_EQ(a.max_abs_error, b.max_abs_error);
+    for (int l = 0; l < int(packed.model->config().num_layers); ++l) {
+        const LayerWeights &P = packed.model->layer(l), &T = trip.model->layer(l);
+        for (auto [p, t] : {std::pair{&P.wqkv, &T.wqkv}, {&P.wo, &T.wo}, {&P.w_gate_up, &T.w_gate_up}, {&P.w_down, &T.w_down}})
+            EXPECT_EQ(compare(packed_to_f32(*p), *t).max_abs_err, 0.0) << "layer " << l;
+    }
+    std::mt19937 rng(uint32_t(seed_for("QloraPackedBaseEqualsTheRoundTrippedBase")));
+    std::uniform_int_distribution<int> tok(0, int(packed.config.vocab_size) - 1);
+    std::vector<int32_t> ids(40);
+    for (auto& i : ids) i = tok(rng);
+    const Tensor x = Tensor::from_i32({1, int64_t(ids.size())}, ids);
+    const std::vector<float> lp = packed.model->forward(x).to_f32_vector(), lt = trip.model->forward(x).to_f32_vector();
+    ASSERT_EQ(lp.size(), lt.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < lt.size(); ++i) worst = std::max(worst, double(std::fabs(lp[i] - lt[i]))), scale = std::max(scale, double(std::fabs(lt[i])));
+    EXPECT_LE(worst, 1e-5 * scale) << "logits of the packed and round-tripped NF4 bases";
 }
 
 TEST(TrainCheckpoint, AdaptersAndWeightsLoadBackUnderPeftAndHfNames) {
