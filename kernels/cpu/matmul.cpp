@@ -90,7 +90,7 @@ std::unordered_map<std::string, std::shared_ptr<Cached>>& cache() {
 }
 
 // Returns false when oneDNN cannot take this call as is.
-bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta) {
+bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta, int threads) {
     const int nd = d.ndim;
     if (nd < 2 || nd > 6) return false;
     if (!((a.dtype == DType::F32 && d.dtype == DType::F32) ||
@@ -136,18 +136,24 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
     }
     // Waking a thread team costs ~10 us (up to a 4 ms scheduler tick when the other core is
     // busy); below ~1M multiply-adds one thread finishes sooner. oneDNN's OpenMP runtime reads
-    // the calling thread's max-threads at execution.
+    // the calling thread's max-threads at execution, and that is a per-thread setting: a run on
+    // a worker thread (the CLI's run manager) has the OpenMP default, not --threads. So the
+    // call's own thread count is set here every time. It also keeps a oneDNN call made inside
+    // one thread of our own parallel region (packed prefill panels, threads = 1) from starting
+    // a nested team: libgomp creates and destroys the threads of a nested team on every call
+    // (37k thread creations in one 1024-token eval, seconds of system time).
     const int64_t madds = d.numel() * a.ne[nd - 1];
     const int saved_threads = omp_get_max_threads();
-    const bool single = madds < (int64_t(1) << 20) && saved_threads > 1;
-    if (single) omp_set_num_threads(1);
+    const int want = madds < (int64_t(1) << 20) ? 1 : std::max(1, threads);
+    const bool change = want != saved_threads;
+    if (change) omp_set_num_threads(want);
     struct Restore {
         bool on;
         int n;
         ~Restore() {
             if (on) omp_set_num_threads(n);
         }
-    } restore{single, saved_threads};
+    } restore{change, saved_threads};
     try {
         dnnl::stream s(cpu_engine());
         dnnl::memory am(entry->a, cpu_engine(), a.data), bm(entry->b, cpu_engine(), b.data), dm(entry->d, cpu_engine(), d.data);
@@ -393,12 +399,12 @@ void matmul_forward(const OpContext& ctx, const OpCall& c) {
         return;
     }
     if (matmul_small_m(ctx, a, b, d, c.p.alpha, c.p.beta)) return;
-    if (matmul_onednn(a, b, d, c.p.alpha, c.p.beta)) return;
+    if (matmul_onednn(a, b, d, c.p.alpha, c.p.beta, kernel_threads(ctx))) return;
     // Repack inputs oneDNN cannot read directly (f16, odd strides) as contiguous f32 and retry.
     if (d.dtype == DType::F32) {
         WsBuf pa(ctx, size_t(a.numel()) * 4), pb(ctx, size_t(b.numel()) * 4);
         TensorView a2 = pack(a, DType::F32, pa.p), b2 = pack(b, DType::F32, pb.p);
-        if (matmul_onednn(a2, b2, d, c.p.alpha, c.p.beta)) return;
+        if (matmul_onednn(a2, b2, d, c.p.alpha, c.p.beta, kernel_threads(ctx))) return;
         matmul_rows<float>(ctx, a2, b2, d, c.p.alpha, c.p.beta);
         return;
     }
