@@ -204,6 +204,12 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     // copy of the weights; the run's weights peak is the steady state).
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < items.size(); ++i) index[items[i].hf] = i;
+    // A matrix stays packed when its type has a packed format and its rows are whole blocks (F16
+    // and BF16 rows are cut into blocks of 32 / 64 values; other widths are dequantized).
+    auto packable = [](const GgufTensorInfo& t) {
+        const PackedFormat pf = gguf_packed_format(t.type);
+        return pf != PackedFormat::NONE && t.n_dims == 2 && t.ne[0] % packed_block_elems(pf) == 0;
+    };
     auto is_matrix = [](const std::string& hf) {
         return ends_with(hf, "_proj.weight") || hf == "lm_head.weight" || hf == "model.embed_tokens.weight";
     };
@@ -213,8 +219,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         const GgufTensorInfo& first = *items[ids[0]].info;
         bool same_type = true;
         for (size_t i : ids) same_type = same_type && items[i].info->type == first.type;
-        const bool packed = opt.packed && is_matrix(items[ids[0]].hf) && same_type &&
-                            gguf_packed_format(first.type) != PackedFormat::NONE;
+        const bool packed = opt.packed && is_matrix(items[ids[0]].hf) && same_type && packable(first);
         int64_t rows = 0;
         for (size_t i : ids) rows += items[i].info->n_dims == 1 ? items[i].info->ne[0] : items[i].info->n_rows();
         TensorOptions to;
@@ -246,7 +251,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     }
     if (opt.packed)
         for (size_t i = 0; i < items.size(); ++i)
-            if (!jobs[i].dst.defined() && is_matrix(items[i].hf) && gguf_packed_format(items[i].info->type) != PackedFormat::NONE)
+            if (!jobs[i].dst.defined() && is_matrix(items[i].hf) && packable(*items[i].info))
                 jobs[i].packed = true;
 
     std::vector<Tensor> loaded = reader.load_batch(jobs);

@@ -39,6 +39,8 @@ PackedFormat gguf_packed_format(GgmlType t) {
         case GgmlType::Q4_K: return PackedFormat::Q4_K;
         case GgmlType::Q5_K: return PackedFormat::Q5_K;
         case GgmlType::Q6_K: return PackedFormat::Q6_K;
+        case GgmlType::F16: return PackedFormat::F16;
+        case GgmlType::BF16: return PackedFormat::BF16;
         default: return PackedFormat::NONE;
     }
 }

@@ -29,6 +29,15 @@ inline float half_at(const uint8_t* p) { return f16_to_f32(uint16_t(uint16_t(p[0
 // Q8_0 and Q4_0 are also KV buffer formats: their one definition is kernels/common/quant_formats.h.
 inline void dequant_q8_0(const uint8_t* b, float* y) { dequantize_block_q8_0(b, y); }
 
+// ---- F16 / BF16 kept as stored: 32 f16 in 64 bytes, 64 bf16 in 128 bytes (little-endian) ---
+// Exact conversions, as the loader's dequantize-at-load path.
+inline void dequant_f16(const uint8_t* b, float* y) {
+    for (int i = 0; i < 32; ++i) y[i] = f16_to_f32(uint16_t(b[2 * i] | (b[2 * i + 1] << 8)));
+}
+inline void dequant_bf16(const uint8_t* b, float* y) {
+    for (int i = 0; i < 64; ++i) y[i] = bf16_to_f32(uint16_t(b[2 * i] | (b[2 * i + 1] << 8)));
+}
+
 // ---- Q4_0: 32 elements in 18 bytes --------------------------------------------------------
 // [0,2) d f16 | [2,18) qs[16]: byte j = element j in the low nibble, element j+16 in the high.
 // x = (q - 8) * d
@@ -176,8 +185,11 @@ namespace kv {
 // Block formats a packed weight (MATMUL with a u8 weight, op.h) can have. Values are kvlab's
 // own (not ggml type ids); 0 means "not packed".
 // NF4 is bitsandbytes' format (quant_formats.h: 64 values, 32 bytes of nibbles, then the f32
-// absmax), the packed base of a QLoRA run; every other format is a ggml block.
-enum class PackedFormat : uint8_t { NONE = 0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, NF4, COUNT };
+// absmax), the packed base of a QLoRA run. F16 and BF16 are GGUF's half-precision tensors kept
+// as stored: a "block" is just 32 f16 (64 bytes) or 64 bf16 (128 bytes) values in row order —
+// the two sizes differ only so that the block size in bytes names the format. Every other
+// format is a ggml block.
+enum class PackedFormat : uint8_t { NONE = 0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, NF4, F16, BF16, COUNT };
 
 KV_HD constexpr int packed_block_elems(PackedFormat f) {
     switch (f) {
@@ -185,11 +197,13 @@ KV_HD constexpr int packed_block_elems(PackedFormat f) {
         case PackedFormat::Q4_0:
         case PackedFormat::Q4_1:
         case PackedFormat::Q5_0:
-        case PackedFormat::Q5_1: return 32;
+        case PackedFormat::Q5_1:
+        case PackedFormat::F16: return 32;
         case PackedFormat::Q4_K:
         case PackedFormat::Q5_K:
         case PackedFormat::Q6_K: return 256;
-        case PackedFormat::NF4: return 64;
+        case PackedFormat::NF4:
+        case PackedFormat::BF16: return 64;
         default: return 0;
     }
 }
@@ -205,12 +219,14 @@ KV_HD constexpr int packed_block_bytes(PackedFormat f) {
         case PackedFormat::Q5_K: return 176;
         case PackedFormat::Q6_K: return 210;
         case PackedFormat::NF4: return 36;
+        case PackedFormat::F16: return 64;
+        case PackedFormat::BF16: return 128;
         default: return 0;
     }
 }
 
 inline const char* packed_format_name(PackedFormat f) {
-    static const char* const names[] = {"none", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "NF4"};
+    static const char* const names[] = {"none", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "NF4", "F16", "BF16"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(PackedFormat::COUNT), "packed format names out of date");
     return size_t(f) < size_t(PackedFormat::COUNT) ? names[size_t(f)] : "?";
 }
@@ -244,6 +260,8 @@ inline void packed_dequant_block(PackedFormat f, const uint8_t* b, float* y) {
         case PackedFormat::Q5_K: B::dequant_q5_k(b, y); break;
         case PackedFormat::Q6_K: B::dequant_q6_k(b, y); break;
         case PackedFormat::NF4: dequantize_block_nf4(b, 64, y); break;
+        case PackedFormat::F16: B::dequant_f16(b, y); break;
+        case PackedFormat::BF16: B::dequant_bf16(b, y); break;
         default: break;
     }
 }

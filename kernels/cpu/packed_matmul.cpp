@@ -53,6 +53,8 @@ inline void dequant(const uint8_t* b, float* y) {
     else if constexpr (F == PackedFormat::Q4_K) B::dequant_q4_k(b, y);
     else if constexpr (F == PackedFormat::Q5_K) B::dequant_q5_k(b, y);
     else if constexpr (F == PackedFormat::NF4) dequantize_block_nf4(b, 64, y);
+    else if constexpr (F == PackedFormat::F16) B::dequant_f16(b, y);
+    else if constexpr (F == PackedFormat::BF16) B::dequant_bf16(b, y);
     else B::dequant_q6_k(b, y);
 }
 
@@ -287,6 +289,8 @@ GemvFn gemv_fn(PackedFormat f) {
         case PackedFormat::Q5_K: return gemv_packed<PackedFormat::Q5_K>;
         case PackedFormat::Q6_K: return gemv_packed<PackedFormat::Q6_K>;
         case PackedFormat::NF4: return gemv_packed<PackedFormat::NF4>;
+        case PackedFormat::F16: return gemv_packed<PackedFormat::F16>;
+        case PackedFormat::BF16: return gemv_packed<PackedFormat::BF16>;
         default: return nullptr;
     }
 }
@@ -302,6 +306,8 @@ DequantFn dequant_fn(PackedFormat f) {
         case PackedFormat::Q5_K: return dequant<PackedFormat::Q5_K>;
         case PackedFormat::Q6_K: return dequant<PackedFormat::Q6_K>;
         case PackedFormat::NF4: return dequant<PackedFormat::NF4>;
+        case PackedFormat::F16: return dequant<PackedFormat::F16>;
+        case PackedFormat::BF16: return dequant<PackedFormat::BF16>;
         default: return nullptr;
     }
 }

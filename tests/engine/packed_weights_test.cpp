@@ -43,6 +43,8 @@ GgmlType ggml_of(PackedFormat f) {
         case PackedFormat::Q5_1: return GgmlType::Q5_1;
         case PackedFormat::Q4_K: return GgmlType::Q4_K;
         case PackedFormat::Q5_K: return GgmlType::Q5_K;
+        case PackedFormat::F16: return GgmlType::F16;
+        case PackedFormat::BF16: return GgmlType::BF16;
         default: return GgmlType::Q6_K;
     }
 }
@@ -59,6 +61,14 @@ std::vector<uint8_t> random_blocks(PackedFormat f, int64_t blocks, std::mt19937&
         const uint16_t h = f32_to_f16(v);
         p[0] = uint8_t(h), p[1] = uint8_t(h >> 8);
     };
+    if (f == PackedFormat::F16 || f == PackedFormat::BF16) {  // every value a modest half / bfloat
+        std::normal_distribution<float> nd(0.0f, 0.05f);
+        for (size_t i = 0; i + 1 < b.size(); i += 2) {
+            const uint16_t h = f == PackedFormat::F16 ? f32_to_f16(nd(rng)) : f32_to_bf16(nd(rng));
+            b[i] = uint8_t(h), b[i + 1] = uint8_t(h >> 8);
+        }
+        return b;
+    }
     for (int64_t i = 0; i < blocks; ++i) {
         uint8_t* p = b.data() + i * bb;
         switch (f) {
@@ -316,8 +326,9 @@ TEST(KQuantQuantizer, RoundTripsWithinItsStepSize) {
 
 // ---- whole models ------------------------------------------------------------------------
 // A small Llama GGUF: q/k/v Q4_K, o Q5_K, gate/up Q4_K, down and the (untied) output Q6_K,
-// embedding Q8_0-free f32, norms f32.
-std::string write_kquant_model(const std::string& dir) {
+// embedding Q8_0-free f32, norms f32. With `half`, the same matrices as F16 (q/k/v, gate/up)
+// and BF16 (o, down, output) instead, the types of unquantized published GGUF files.
+std::string write_kquant_model(const std::string& dir, bool half = false) {
     const int64_t E = 256, NH = 4, G = 2, HD = 64, I = 512, V = 300, L = 2;
     std::mt19937 rng(5);
     GgufWriter w;
@@ -353,6 +364,16 @@ std::string write_kquant_model(const std::string& dir) {
     auto mat = [&](const std::string& name, int64_t rows, int64_t cols, int bits, float scale) {
         std::vector<float> v = randn(size_t(rows * cols), rng);
         for (auto& x : v) x *= scale;
+        if (half) {
+            const bool f16 = bits == 4;
+            std::vector<uint8_t> bytes(v.size() * 2);
+            for (size_t i = 0; i < v.size(); ++i) {
+                const uint16_t h = f16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+                bytes[2 * i] = uint8_t(h), bytes[2 * i + 1] = uint8_t(h >> 8);
+            }
+            w.add_tensor(name, f16 ? GgmlType::F16 : GgmlType::BF16, {cols, rows}, bytes);
+            return;
+        }
         const GgmlType t = bits == 4 ? GgmlType::Q4_K : bits == 5 ? GgmlType::Q5_K : GgmlType::Q6_K;
         w.add_tensor(name, t, {cols, rows}, kquant_test::quantize_k(v, bits));
     };
@@ -377,7 +398,7 @@ std::string write_kquant_model(const std::string& dir) {
         mat(p + "ffn_up.weight", I, E, 4, 0.06f);
         mat(p + "ffn_down.weight", E, I, 6, 0.04f);
     }
-    const std::string path = dir + "/kquant_tiny.gguf";
+    const std::string path = dir + (half ? "/half_tiny.gguf" : "/kquant_tiny.gguf");
     w.write(path);
     return path;
 }
@@ -427,6 +448,29 @@ TEST(PackedModel, KQuantFileLogitsMatchDequantizeAtLoad) {
     EXPECT_LT(p.model->weight_bytes() * 2, f.model->weight_bytes());
     std::vector<int32_t> ids;
     for (int i = 0; i < 23; ++i) ids.push_back(int32_t((i * 37 + 5) % 300));
+    expect_same_logits(p, f, ids, 1e-5);
+    std::filesystem::remove_all(dir);
+}
+
+// F16 and BF16 matrices stay as stored (half the bytes of f32) and give the dequantize-at-load
+// logits: every value converts exactly, so only the summation order differs.
+TEST(PackedModel, HalfPrecisionFileStaysAsStoredAndMatchesDequantizeAtLoad) {
+    const std::string dir = testing::TempDir() + "/kvlab_packed_half";
+    std::filesystem::create_directories(dir);
+    const std::string path = write_kquant_model(dir, /*half=*/true);
+    LoadedModel p = load_with(path, "packed"), f = load_with(path, "f32");
+    EXPECT_EQ(packed_format_of(p.model->layer(0).wqkv), PackedFormat::F16);
+    EXPECT_EQ(packed_format_of(p.model->layer(0).w_gate_up), PackedFormat::F16);
+    EXPECT_EQ(packed_format_of(p.model->layer(0).wo), PackedFormat::BF16);
+    EXPECT_EQ(packed_format_of(p.model->layer(1).w_down), PackedFormat::BF16);
+    EXPECT_EQ(packed_format_of(p.model->lm_head_weight()), PackedFormat::BF16);
+    EXPECT_EQ(p.model->parameter_count(), f.model->parameter_count());
+    // the matrices at 2 bytes per value instead of 4 (the f32 embedding and norms are the same)
+    const int64_t E = 256, NH = 4, G = 2, HD = 64, I = 512, V = 300, L = 2;
+    const int64_t matrix_values = L * ((NH + 2 * G) * HD * E + E * NH * HD + 3 * I * E) + V * E;
+    EXPECT_EQ(f.model->weight_bytes() - p.model->weight_bytes(), size_t(matrix_values * 2));
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 23; ++i) ids.push_back(int32_t((i * 41 + 7) % 300));
     expect_same_logits(p, f, ids, 1e-5);
     std::filesystem::remove_all(dir);
 }
