@@ -73,11 +73,15 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         const int64_t D = D_, R = NH_ / G_, T = T_;
         // Rbar has one 2x2 block per rotated pair (i, i + half): row d's nonzeros sit in
         // columns d and partner(d), with coefficients diag[d] and off[d].
-        std::vector<double> rc, rs;
+        // scratch kept across calls: KS alone is T x R D floats (245 KiB for SmolLM2), and a
+        // fresh allocation of that size is an mmap with page faults on every chunk and layer
+        std::vector<double>&rc = s_rc_, &rs = s_rs_;
         mean_future_rotation(rc, rs);
         const int64_t half = int64_t(rc.size());
-        std::vector<double> diag((size_t)D, 1.0), off((size_t)D, 0.0);
-        std::vector<int64_t> partner((size_t)D);
+        std::vector<double>&diag = s_diag_, &off = s_off_;
+        diag.assign((size_t)D, 1.0), off.assign((size_t)D, 0.0);
+        std::vector<int64_t>& partner = s_partner_;
+        partner.resize((size_t)D);
         for (int64_t d = 0; d < D; ++d) {
             partner[size_t(d)] = d < half ? d + half : d < 2 * half ? d - half : d;
             if (d < 2 * half) {
@@ -86,11 +90,14 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                 off[size_t(d)] = d < half ? -rs[size_t(i)] : rs[size_t(i)];
             }
         }
-        std::vector<double> mu((size_t)D), cov((size_t)(D * D)), rcov((size_t)(D * D)), mup((size_t)(R * D));
+        std::vector<double>&mu = s_mu_, &cov = s_cov_, &rcov = s_rcov_, &mup = s_mup_;
+        mu.resize((size_t)D), cov.resize((size_t)(D * D)), rcov.resize((size_t)(D * D)), mup.resize((size_t)(R * D));
         // Sigma' of the group's R heads side by side (D x R D, f32): one product K . [Sigma'_h]
         // gives every key's k^T Sigma'_h for every head; the quadratic forms are then summed in f64.
-        std::vector<float> covp((size_t)(D * R * D)), KS((size_t)(T * R * D));
-        std::vector<double> logit((size_t)T), acc((size_t)T);
+        std::vector<float>&covp = s_covp_, &KS = s_ks_;
+        covp.resize((size_t)(D * R * D)), KS.resize((size_t)(T * R * D));
+        std::vector<double>&logit = s_logit_, &acc = s_acc_;
+        logit.resize((size_t)T), acc.resize((size_t)T);
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t g = 0; g < G_; ++g) {
                 const int64_t r = b * G_ + g;
@@ -181,14 +188,16 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         scale_ = double(f.attn_scale);
         const int64_t D = D_, half = rope_ ? int64_t(rope_->size()) : 0;
         // cos / sin of every (position, pair) once per chunk, shared by all heads
-        std::vector<double> cs((size_t)(n * half)), sn((size_t)(n * half));
+        std::vector<double>&cs = s_cs_, &sn = s_sn_;
+        cs.resize((size_t)(n * half)), sn.resize((size_t)(n * half));
         for (int64_t t = 0; t < n; ++t)
             for (int64_t i = 0; i < half; ++i) {
                 const double a = double(P0 + t) * (*rope_)[size_t(i)];
                 cs[size_t(t * half + i)] = std::cos(a), sn[size_t(t * half + i)] = std::sin(a);
             }
         // one head's rotated queries, as rows (X, m x D) and columns (Xt, D x m): sum2 += Xt X
-        std::vector<double> X((size_t)(n * D)), Xt((size_t)(D * n));
+        std::vector<double>&X = s_x_, &Xt = s_xt_;
+        X.resize((size_t)(n * D)), Xt.resize((size_t)(D * n));
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t h = 0; h < NH_; ++h) {
                 int64_t m = 0;
@@ -242,6 +251,10 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     std::vector<float> keys_;           // (B*G, L, D) keys as cached (rotated)
     std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T, count (pre-RoPE queries)
     static constexpr int64_t kJ = 8;          // keys scored side by side
+    // scratch of accumulate() and absorb(), reused across calls (sized on use)
+    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_logit_, s_acc_, s_cs_, s_sn_, s_x_, s_xt_;
+    std::vector<int64_t> s_partner_;
+    std::vector<float> s_covp_, s_ks_;
 };
 }  // namespace
 
