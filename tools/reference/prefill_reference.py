@@ -304,7 +304,8 @@ def main():
     for a in attentions:
         print(f"PyTorch attention '{a}': {ATTENTION[a].replace('BLOCK', str(args.block))}")
     print(f"model folder {args.folder}; {args.tokens} tokens, one sequence, one chunk; kvlab: {args.kvlab or '(not timed)'}")
-    scratch = tempfile.mkdtemp(prefix="kvlab_prefill_")
+    scratch_dir = tempfile.TemporaryDirectory(prefix="kvlab_prefill_")  # kvlab's sessions, removed at exit
+    scratch = scratch_dir.name
     if args.kvlab and args.check:
         check_losses(args.kvlab, args.folder, cfg, W, args.tokens, args.check_text, scratch)
 
