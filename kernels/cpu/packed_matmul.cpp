@@ -158,7 +158,7 @@ inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
         const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         __m512 t;
         if constexpr (F == PackedFormat::Q4_1)
-            t = _mm512_add_ps(_mm512_mul_ps(iota, _mm512_set1_ps(s[0])), _mm512_set1_ps(s[1]));
+            t = _mm512_fmadd_ps(iota, _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));  // iota * d is exact: one rounding either way
         else
             t = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(s[0]));  // float(q - 8) exactly
         const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + off)));
@@ -172,8 +172,8 @@ inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
             __m256i lo = _mm256_and_si256(q, m15), hi = _mm256_srli_epi32(q, 4);
             if constexpr (F == PackedFormat::Q4_1) {
                 const __m256 mv = _mm256_set1_ps(s[1]);
-                wv[h] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), dv), mv);
-                wv[2 + h] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), dv), mv);
+                wv[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), dv, mv);  // q * d is exact: one rounding either way
+                wv[2 + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), dv, mv);
             } else {
                 const __m256i m8 = _mm256_set1_epi32(8);
                 wv[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, m8)), dv);
@@ -191,7 +191,16 @@ inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
 // the main loop then broadcasts d and m straight from L1. Converting them inside the loop
 // (insert, convert, broadcast) put 9 shuffle-port uops on each row-block of Q4_1 where the
 // permutes need 3: the loop ran at ~9 cycles per block, bound by that port.
+// Prefetch: the RB rows of a pass and the passes after it are one contiguous stream; every
+// cache line of it is prefetched into L2 kPrefetchAhead bytes ahead of what the pass has
+// consumed, by a line cursor. The previous form (one prefetch per block step, one row group
+// ahead) skipped every 4th-5th line of Q4_1's 80-byte steps and was ~1440 bytes ahead; the lab
+// (kvlab_lab_packed_gemv, one thread, AVX-512) measured one decode token's matmuls at 0.65x of
+// the read rate with it, 0.71x with every line one group ahead, 0.79-0.81x at 4-8 KiB ahead
+// (2 KiB: 0.72x). Two blocks per step, 1 or 2 rows per pass and, for Q8_0, x . q summed per
+// block then scaled by d were measured too and were no faster (docs/PERFORMANCE.md).
 constexpr int64_t kSegBlocks = 64;
+constexpr int64_t kPrefetchAhead = 4096;
 template <PackedFormat F, int M, int RB>
 inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
     constexpr int BB = packed_block_bytes(F);
@@ -204,6 +213,8 @@ inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes,
         for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
             for (int a = 0; a < A; ++a) acc[r][m][a] = p_zero();
+    const uint8_t* pf_base = w + kPrefetchAhead;
+    int64_t pf = 0;  // bytes of the stream prefetched so far, from pf_base
     for (int64_t b0 = 0; b0 < nblocks; b0 += kSegBlocks) {
         const int64_t nb = std::min(kSegBlocks, nblocks - b0);
         for (int r = 0; r < RB; ++r) {
@@ -214,9 +225,7 @@ inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes,
                 _mm_storeu_ps(o + 2 * b, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + b * BB))));
         }
         for (int64_t b = 0; b < nb; ++b) {
-            // The next group of rows (one address stream, RB * row_bytes long) into L2, at the
-            // pace this group is read: about one line per block step (gemv_tile.h: t1 measured best).
-            __builtin_prefetch(w + RB * row_bytes + (b0 + b) * RB * BB, 0, 2);
+            for (const int64_t upto = (b0 + b + 1) * RB * BB; pf < upto; pf += 64) __builtin_prefetch(pf_base + pf, 0, 2);
             const float* xb = x + (b0 + b) * 32;
             pv xv[M][kPV];
 #pragma GCC unroll 4

@@ -59,10 +59,11 @@ uint64_t read_all(const uint8_t* p, size_t bytes, int threads) {
     return total;
 }
 
-// The fastest single call of fn(i) over at least min_s seconds: on a shared machine most calls
-// of a few hundred microseconds run without being preempted, and the fastest of them is the
-// kernel's own speed (a mean would measure the other processes too).
-double best_call(const std::function<void(size_t)>& fn, double min_s) {
+// The fastest single call of fn(i) over at least min_s seconds, and every call's time (for the
+// median): on a shared machine most calls of a few hundred microseconds run without being
+// preempted, and the fastest of them is the kernel's own speed (a mean would measure the other
+// processes too); the median says how typical that is.
+double best_call(const std::function<void(size_t)>& fn, double min_s, std::vector<double>& all) {
     using clk = std::chrono::steady_clock;
     fn(0);
     double best = 1e30;
@@ -71,10 +72,17 @@ double best_call(const std::function<void(size_t)>& fn, double min_s) {
         const auto t0 = clk::now();
         fn(i);
         const auto t1 = clk::now();
-        best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+        const double t = std::chrono::duration<double>(t1 - t0).count();
+        all.push_back(t);
+        best = std::min(best, t);
         if (std::chrono::duration<double>(t1 - start).count() >= min_s && i >= 8) break;
     }
     return best;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
 }
 
 int main_impl(int argc, char** argv) {
@@ -97,8 +105,9 @@ int main_impl(int argc, char** argv) {
     const double min_s = args.quick ? 0.05 : 0.3;
     std::printf("threads %d; M = 1; microseconds of the fastest call in 3 interleaved rounds (weights rotate through >= %zu MiB)\n",
                 args.threads, min_bytes >> 20);
-    std::printf("%-24s %9s %10s %10s %8s %9s\n", "shape", "KiB", "kernel", "read", "ratio", "GB/s");
-    double tok_kernel = 0, tok_read = 0, tok_bytes = 0;
+    std::printf("%-24s %9s %10s %10s %8s %9s %10s %10s %8s\n", "shape", "KiB", "kernel", "read", "ratio", "GB/s", "kernel med",
+                "read med", "med ratio");
+    double tok_kernel = 0, tok_read = 0, tok_bytes = 0, tok_kmed = 0, tok_rmed = 0;
     volatile uint64_t sink = 0;
     for (const Shape& s : shapes) {
         const int64_t row_bytes = packed_row_bytes(s.f, s.K);
@@ -140,16 +149,21 @@ int main_impl(int argc, char** argv) {
             }
         }
         double tk = 1e30, tr = 1e30;
+        std::vector<double> all_k, all_r;
         for (int rep = 0; rep < 3; ++rep) {
-            tk = std::min(tk, best_call(call, min_s));
-            tr = std::min(tr, best_call([&](size_t i) { sink = sink + read_all(w[i % copies].data(), bytes, args.threads); }, min_s));
+            tk = std::min(tk, best_call(call, min_s, all_k));
+            tr = std::min(tr, best_call([&](size_t i) { sink = sink + read_all(w[i % copies].data(), bytes, args.threads); }, min_s, all_r));
         }
-        std::printf("%-24s %9.1f %10.1f %10.1f %7.2fx %9.2f\n", s.name, double(bytes) / 1024, tk * 1e6, tr * 1e6, tr / tk, double(bytes) / tk / 1e9);
+        const double mk = median(all_k), mr = median(all_r);
+        std::printf("%-24s %9.1f %10.1f %10.1f %7.2fx %9.2f %10.1f %10.1f %7.2fx\n", s.name, double(bytes) / 1024, tk * 1e6, tr * 1e6,
+                    tr / tk, double(bytes) / tk / 1e9, mk * 1e6, mr * 1e6, mr / mk);
         tok_kernel += s.per_token * tk, tok_read += s.per_token * tr, tok_bytes += double(s.per_token) * double(bytes);
+        tok_kmed += s.per_token * mk, tok_rmed += s.per_token * mr;
     }
     if (shapes.size() > 1)
-        std::printf("%-24s %9.1f %10.1f %10.1f %7.2fx %9.2f   (one SmolLM2 decode token's matmuls)\n", "token", tok_bytes / 1024,
-                    tok_kernel * 1e6, tok_read * 1e6, tok_read / tok_kernel, tok_bytes / tok_kernel / 1e9);
+        std::printf("%-24s %9.1f %10.1f %10.1f %7.2fx %9.2f %10.1f %10.1f %7.2fx   (one SmolLM2 decode token's matmuls)\n", "token",
+                    tok_bytes / 1024, tok_kernel * 1e6, tok_read * 1e6, tok_read / tok_kernel, tok_bytes / tok_kernel / 1e9, tok_kmed * 1e6,
+                    tok_rmed * 1e6, tok_rmed / tok_kmed);
     return 0;
 }
 

@@ -240,6 +240,63 @@ TEST_P(PackedKernel, ThreadedDecodeMatchesF64ProductOfDequantizedWeights) {
     }
 }
 
+// Every weight the decode kernel multiplies is the loader's value bit for bit: with a one-hot x
+// the product is 0 * w for every other weight plus 1 * w_k, exact in any summation order, so y
+// must equal the dequantize-at-load weight exactly. Scales are random finite f16 bit patterns
+// (subnormal to 65504), where a rounding in forming w (e.g. an FMA that is not exact) shows.
+TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
+    const auto& prm = GetParam();
+    KernelBackend* be = cpu_variant_backend(prm.variant);
+    if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
+    std::mt19937 rng(41 + int(prm.format));
+    const int64_t K = packed_block_elems(prm.format) == 32 ? 96 : 512, R = 37;  // R: not a multiple of the row groups
+    const int64_t nb = K / packed_block_elems(prm.format), bb = packed_block_bytes(prm.format);
+    std::vector<uint8_t> bytes = random_blocks(prm.format, R * nb, rng);
+    std::uniform_int_distribution<int> half_bits(0, 0x7BFF);  // magnitude bits with exponent < 31: finite
+    for (int64_t i = 0; i < R * nb; ++i) {
+        uint8_t* p = bytes.data() + i * bb;
+        auto put = [&](uint8_t* q) {
+            const int h = half_bits(rng) | (rng() & 1 ? 0x8000 : 0);
+            q[0] = uint8_t(h), q[1] = uint8_t(h >> 8);
+        };
+        if (prm.format == PackedFormat::Q6_K) put(p + 208);
+        else if (prm.format == PackedFormat::Q8_0 || prm.format == PackedFormat::Q4_0 || prm.format == PackedFormat::Q4_1 ||
+                 prm.format == PackedFormat::Q5_0 || prm.format == PackedFormat::Q5_1) {
+            put(p);
+            if (prm.format == PackedFormat::Q4_1 || prm.format == PackedFormat::Q5_1) put(p + 2);
+        }
+    }
+    std::vector<float> deq(size_t(R * K));
+    gguf_dequantize_f32(ggml_of(prm.format), bytes.data(), R * K, deq.data());
+    Tensor w = Tensor::empty({R, nb * bb}, DType::U8);
+    std::memcpy(w.data_ptr(), bytes.data(), bytes.size());
+    for (int64_t M : {1, 4}) {
+        for (int64_t k0 = 0; k0 < K; k0 += M) {
+            std::vector<float> xv(size_t(M * K), 0.0f);
+            for (int64_t m = 0; m < M; ++m) xv[size_t(m * K + (k0 + m) % K)] = 1.0f;
+            Tensor x = Tensor::from_f32({M, K}, xv), y = Tensor::from_f32({M, R}, std::vector<float>(size_t(M * R), 7.0f));
+            OpCall c;
+            c.op = OpKind::MATMUL;
+            c.p.alpha = 1.0f;
+            c.p.beta = 0.0f;
+            c.p.qformat = int(prm.format);
+            c.dst = y.view();
+            c.src[0] = x.view();
+            c.src[1] = w.view();
+            c.nsrc = 2;
+            OpContext ctx;
+            be->compute(ctx, c);
+            const std::vector<float> got = y.to_f32_vector();
+            for (int64_t m = 0; m < M; ++m)
+                for (int64_t o = 0; o < R; ++o) {
+                    const int64_t k = (k0 + m) % K;
+                    ASSERT_EQ(got[size_t(m * R + o)], deq[size_t(o * K + k)])
+                        << packed_format_name(prm.format) << " M " << M << " row " << o << " element " << k;
+                }
+        }
+    }
+}
+
 std::vector<KernelParam> kernel_params() {
     std::vector<KernelParam> p;
     for (const char* v : {"avx512bf16", "avx512", "avx2", "base"})
