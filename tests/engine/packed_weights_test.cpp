@@ -251,9 +251,12 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
     std::mt19937 rng(41 + int(prm.format));
     const int64_t K = packed_block_elems(prm.format) == 32 ? 96 : 512, R = 37;  // R: not a multiple of the row groups
     const int64_t nb = K / packed_block_elems(prm.format), bb = packed_block_bytes(prm.format);
-    std::vector<uint8_t> bytes = random_blocks(prm.format, R * nb, rng);
+    std::vector<uint8_t> bytes;
+    std::vector<float> deq(size_t(R * K));
+    if (prm.format == PackedFormat::NF4) nf4_blocks(R * nb, rng, bytes, deq);  // NF4 is not a GGUF type
+    else bytes = random_blocks(prm.format, R * nb, rng);
     std::uniform_int_distribution<int> half_bits(0, 0x7BFF);  // magnitude bits with exponent < 31: finite
-    for (int64_t i = 0; i < R * nb; ++i) {
+    for (int64_t i = 0; i < R * nb && prm.format != PackedFormat::NF4; ++i) {
         uint8_t* p = bytes.data() + i * bb;
         auto put = [&](uint8_t* q) {
             const int h = half_bits(rng) | (rng() & 1 ? 0x8000 : 0);
@@ -266,8 +269,7 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
             if (prm.format == PackedFormat::Q4_1 || prm.format == PackedFormat::Q5_1) put(p + 2);
         }
     }
-    std::vector<float> deq(size_t(R * K));
-    gguf_dequantize_f32(ggml_of(prm.format), bytes.data(), R * K, deq.data());
+    if (prm.format != PackedFormat::NF4) gguf_dequantize_f32(ggml_of(prm.format), bytes.data(), R * K, deq.data());
     Tensor w = Tensor::empty({R, nb * bb}, DType::U8);
     std::memcpy(w.data_ptr(), bytes.data(), bytes.size());
     for (int64_t M : {1, 4}) {
