@@ -67,7 +67,7 @@ TEST(FidelityMerge, SdpaLogSumExpEqualsF64) {
             for (int64_t i = 0; i < n; ++i) qp[size_t(b * n + i)] = int32_t(b == 1 && i == 0 ? 5 : 20 + rng() % 150);
         const Tensor kpos = Tensor::from_i32({B, G, T}, kp), qpos = Tensor::from_i32({B, n}, qp);
         Tensor y = Tensor::empty({B, NH, n, D}, dt), lse = Tensor::empty({B, NH, n}, DType::F64);
-        const double scale = 1.0 / std::sqrt(double(D));
+        const double scale = double(float(1.0 / std::sqrt(double(D))));  // the op's scale is an f32
         ops::sdpa_(y, q, k, v, kpos, qpos, float(scale), window, nullptr, &lse);
         const std::vector<double> Q = q.to_f64_vector(), Kv = k.to_f64_vector(), Vv = v.to_f64_vector(), got = lse.to_f64_vector();
         int64_t blind = 0;
