@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "engine/core/error.h"
@@ -34,13 +35,70 @@ size_t FidelityAttention::shadow_bytes() const {
 
 void FidelityAttention::set_rope_frequencies(const std::vector<double>* inv_freq) { cache_.set_rope_frequencies(inv_freq); }
 
-void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
-    cache_.attend(layer, q, k, v, input_pos, scale, y);
+namespace {
 
-    const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), G = k.size(1), end = input_pos + n;
+// Whether a buffer holds the raw K/V it was given: full precision in the activations' dtype (the
+// buffers name themselves by it). Quantized, KIVI, paged and offloaded buffers do not qualify.
+bool stores_raw(const KVBuffer& b, DType act) {
+    const std::string nm = b.name();
+    return (act == DType::F32 && nm == "f32") || (act == DType::BF16 && nm == "bf16") || (act == DType::F16 && nm == "f16") ||
+           (act == DType::F64 && nm == "f64");
+}
+
+// Asks the layer's cache for its attention's log-sum-exp for one call (cleared on every exit).
+struct LseRequest {
+    LayerCache& lc;
+    LseRequest(LayerCache& c, Tensor* lse) : lc(c) { lc.set_lse_output(lse); }
+    ~LseRequest() { lc.set_lse_output(nullptr); }
+};
+
+}  // namespace
+
+AttentionMerge merge_attention(const double* ya, const double* lse_a, const double* ye, const double* lse_e, int64_t rows, int64_t HS,
+                               double* y_out, double* mass_out) {
+    AttentionMerge m;
+    for (int64_t r = 0; r < rows; ++r) {
+        const double la = lse_a[r], le = lse_e[r];
+        // Shares of the union's softmax mass; a side a row cannot see gets exactly 0.
+        double wa = 1, we = 0;
+        if (le == -INFINITY) {
+            wa = la == -INFINITY ? 0.0 : 1.0;
+        } else if (la == -INFINITY) {
+            wa = 0, we = 1;
+        } else {
+            const double mx = std::max(la, le), ea = std::exp(la - mx), ee = std::exp(le - mx);
+            wa = ea / (ea + ee), we = ee / (ea + ee);
+        }
+        const double *a = ya + r * HS, *e = ye + r * HS;
+        for (int64_t d = 0; d < HS; ++d) {
+            const double full = wa * a[d] + we * e[d];
+            const double diff = we * (a[d] - e[d]);  // a - full, without the cancellation
+            m.diff_sq += diff * diff;
+            m.full_sq += full * full;
+            if (y_out) y_out[r * HS + d] = full;
+        }
+        m.mass_a += wa;
+        if (mass_out) mass_out[r] = wa;
+    }
+    return m;
+}
+
+void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+    const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), G = k.size(1), HS = q.size(3), end = input_pos + n;
     if (size_t(layer) >= k_shadow_.size() || end > T_ || B != k_shadow_[size_t(layer)].size(0))
         throw Error(str("fidelity: layer ", layer, " chunk at positions ", input_pos, "+", n, " (batch ", B,
                         ") is outside the shadow sized for ", k_shadow_.size(), " layers, ", T_, " tokens"));
+    LayerCache& lc = cache_.layer(layer);
+    // The merge path needs the policy's attention as the plain SDPA over raw K/V, with its
+    // per-row log-sum-exp (see fidelity.h).
+    const bool want_lse = merge_ && input_pos > 0 && stores_raw(lc.buffer(), q.dtype()) && ops::sdpa_lse_supported(q.device());
+    Tensor lse_kept;
+    if (want_lse) lse_kept = Tensor::empty({B, NH, n}, DType::F64, {q.device(), MemCategory::WORKSPACE, "fidelity kept log-sum-exp"});
+    {
+        LseRequest req(lc, want_lse ? &lse_kept : nullptr);
+        cache_.attend(layer, q, k, v, input_pos, scale, y);
+    }
+
     if (input_pos == 0) chunk_[size_t(layer)] = 0;
     Tensor ks = k_shadow_[size_t(layer)].slice(2, input_pos, end), vs = v_shadow_[size_t(layer)].slice(2, input_pos, end);
     ops::copy_(ks, k);
@@ -49,12 +107,13 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     // Which positions each (b, g) row held when it attended: the kept mass is 1 - the full
     // attention's share on the others, an empty sum (exactly 1) when nothing was dropped, and
     // then the full attention's weight sums are not needed at all.
-    const KVPolicy& pol = cache_.layer(layer).policy();
+    const KVPolicy& pol = lc.policy();
     const std::vector<int32_t>& pos = pol.token_positions();
     // Per-head lengths: a row is the pool (-1 where another head keeps the slot).
     const int64_t L = pol.pool_slots() ? pol.pool_slots() : pol.cache_length(), Tc = pol.pool_slots() ? L : pol.current_length();
     std::vector<char> held(size_t(B * G * end), 0);
-    bool dropped_any = false;
+    std::vector<int64_t> evicted(size_t(B * G), 0);
+    bool dropped_any = false, slots_distinct = true;
     for (int64_t r = 0; r < B * G; ++r) {
         const int32_t* p = pos.data() + (pol.per_row_positions() ? r * L : 0);
         char* h = held.data() + r * end;
@@ -62,30 +121,61 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         for (int64_t s = 0; s < Tc; ++s)
             if (p[s] >= 0 && p[s] < end && !h[p[s]]) h[p[s]] = 1, ++count;
         dropped_any = dropped_any || count < end;
+        slots_distinct = slots_distinct && count == Tc;  // every slot the SDPA read is one held position
+        evicted[size_t(r)] = end - count;
     }
-
-    // Full attention: the same queries over every position so far, masked causally by position.
-    MemoryLabelScope label(str("layer ", layer, " fidelity"));
-    const Tensor K = k_shadow_[size_t(layer)].slice(2, 0, end), V = v_shadow_[size_t(layer)].slice(2, 0, end);
-    Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);  // (1, 1, end)
-    Tensor qpos = position_range(input_pos, n, q.device());
-    Tensor y_full = Tensor::empty({B, NH, n, q.size(3)}, q.dtype(), {q.device(), MemCategory::WORKSPACE, "fidelity y"});
-    Tensor ws;
-    if (dropped_any) ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "fidelity weight sums"});
-    ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, 0, dropped_any ? &ws : nullptr);
-    if (layer == 0) {
-        if (!y0_.defined())
-            y0_ = Tensor::empty({B, NH, T_, q.size(3)}, q.dtype(), {q.device(), MemCategory::KV_FIDELITY, "layer 0 fidelity full attention"});
-        Tensor dst = y0_.slice(2, input_pos, end);
-        ops::copy_(dst, y_full);
-    }
+    // The policy attended over exactly the held positions' raw K/V: its output and log-sum-exp
+    // are the held half of full attention.
+    const bool merge = want_lse && lc.lse_written() && slots_distinct;
 
     FidelityStep st;
     st.layer = layer;
     st.chunk = chunk_[size_t(layer)]++;
     st.input_pos = input_pos;
     st.n = n;
-    {
+    MemoryLabelScope label(str("layer ", layer, " fidelity"));
+    Tensor y_full;  // layer 0 only (the dense stream's layer 0 takes it)
+    if (!dropped_any && (input_pos == 0 || merge)) {
+        // Nothing dropped and the attention ran on raw K/V (the prefill attends over the chunk's
+        // own k, v): y is full attention, with error 0 and mass 1 exactly.
+        y_full = y;
+    } else if (merge) {
+        // Full attention = the policy's (held positions) merged with attention over the evicted
+        // positions alone, gathered out of the shadow, by the two log-sum-exps: no second pass
+        // over the held positions, no weight sums.
+        int64_t E = 0;
+        for (int64_t e : evicted) E = std::max(E, e);
+        std::vector<int32_t> idx(size_t(B * G * E), 0), kp(size_t(B * G * E), std::numeric_limits<int32_t>::max());
+        for (int64_t r = 0; r < B * G; ++r) {
+            const char* h = held.data() + r * end;
+            int64_t j = 0;
+            for (int64_t t = 0; t < end; ++t)
+                if (!h[t]) idx[size_t(r * E + j)] = int32_t(t), kp[size_t(r * E + j++)] = int32_t(t);
+        }  // rows with fewer pad with slot 0 at a position no query sees
+        const Device dev = q.device();
+        const Tensor index = Tensor::from_i32({B, G, E, 1}, idx, {dev, MemCategory::WORKSPACE, "fidelity evicted slots"}).expand({B, G, E, HS});
+        const Tensor Ke = ops::gather(k_shadow_[size_t(layer)].slice(2, 0, end), 2, index);
+        const Tensor Ve = ops::gather(v_shadow_[size_t(layer)].slice(2, 0, end), 2, index);
+        const Tensor kpos = Tensor::from_i32({B, G, E}, kp, {dev, MemCategory::WORKSPACE, "fidelity evicted positions"});
+        Tensor ye = Tensor::empty({B, NH, n, HS}, q.dtype(), {dev, MemCategory::WORKSPACE, "fidelity evicted y"});
+        Tensor lse_e = Tensor::empty({B, NH, n}, DType::F64, {dev, MemCategory::WORKSPACE, "fidelity evicted log-sum-exp"});
+        ops::sdpa_(ye, q, Ke, Ve, kpos, position_range(input_pos, n, dev), scale, 0, nullptr, &lse_e);
+        const std::vector<double> ya = y.to_f64_vector(), yev = ye.to_f64_vector(), la = lse_kept.to_f64_vector(), le = lse_e.to_f64_vector();
+        std::vector<double> full(layer == 0 ? ya.size() : 0);
+        const AttentionMerge m = merge_attention(ya.data(), la.data(), yev.data(), le.data(), B * NH * n, HS, layer == 0 ? full.data() : nullptr, nullptr);
+        st.attn_rel_error = m.full_sq > 0 ? std::sqrt(m.diff_sq / m.full_sq) : (m.diff_sq > 0 ? INFINITY : 0.0);
+        st.kept_mass = m.mass_a / double(B * NH * n);
+        if (layer == 0) y_full = Tensor::from_f64({B, NH, n, HS}, full, q.dtype(), {dev, MemCategory::WORKSPACE, "fidelity y"});
+        ++merged_steps_;
+    } else {
+        // Full attention: the same queries over every position so far, masked causally by position.
+        const Tensor K = k_shadow_[size_t(layer)].slice(2, 0, end), V = v_shadow_[size_t(layer)].slice(2, 0, end);
+        Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);  // (1, 1, end)
+        Tensor qpos = position_range(input_pos, n, q.device());
+        y_full = Tensor::empty({B, NH, n, HS}, q.dtype(), {q.device(), MemCategory::WORKSPACE, "fidelity y"});
+        Tensor ws;
+        if (dropped_any) ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "fidelity weight sums"});
+        ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, 0, dropped_any ? &ws : nullptr);
         const std::vector<double> a = y.to_f64_vector(), b = y_full.to_f64_vector();
         double num = 0, den = 0;
         for (size_t i = 0; i < a.size(); ++i) {
@@ -94,16 +184,22 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
             den += b[i] * b[i];
         }
         st.attn_rel_error = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+        if (dropped_any) {
+            // ws[b, g, t]: weight on position t summed over the chunk's queries, averaged over the
+            // group's heads, so each (b, g) row sums to n.
+            const std::vector<float> w = ws.to_f32_vector();
+            double dropped = 0;
+            for (int64_t r = 0; r < B * G; ++r)
+                for (int64_t t = 0; t < end; ++t)
+                    if (!held[size_t(r * end + t)]) dropped += double(w[size_t(r * end + t)]);
+            st.kept_mass = 1.0 - dropped / double(n * B * G);
+        }
     }
-    if (dropped_any) {
-        // ws[b, g, t]: weight on position t summed over the chunk's queries, averaged over the
-        // group's heads, so each (b, g) row sums to n.
-        const std::vector<float> w = ws.to_f32_vector();
-        double dropped = 0;
-        for (int64_t r = 0; r < B * G; ++r)
-            for (int64_t t = 0; t < end; ++t)
-                if (!held[size_t(r * end + t)]) dropped += double(w[size_t(r * end + t)]);
-        st.kept_mass = 1.0 - dropped / double(n * B * G);
+    if (layer == 0) {
+        if (!y0_.defined())
+            y0_ = Tensor::empty({B, NH, T_, HS}, q.dtype(), {q.device(), MemCategory::KV_FIDELITY, "layer 0 fidelity full attention"});
+        Tensor dst = y0_.slice(2, input_pos, end);
+        ops::copy_(dst, y_full);
     }
     if (st.chunk == 0 && layer == 0) chunk_exact_.clear();  // a new sequence (layer 0 attends first)
     if (int64_t(chunk_exact_.size()) <= st.chunk) chunk_exact_.resize(size_t(st.chunk + 1), 1);

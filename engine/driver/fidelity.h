@@ -4,6 +4,13 @@
 // with the same queries. It records how far the policy's attention output is from the full
 // one and how much of the full attention mass falls on the tokens the policy kept.
 // It only observes: the policy's output y is what the model continues with.
+// Where the policy's attention is the plain SDPA over a buffer that stores the raw K/V (a
+// full-precision buffer of the activations' dtype, e.g. `default` on an f32 model; not pooled
+// per-head lengths (ada, duo), KIVI, quest's page reads or quantized buffers) and the device
+// gives SDPA's log-sum-exp (CPU), full attention is not recomputed: the policy's output and
+// log-sum-exp over the held positions are merged with attention over the evicted positions
+// alone (merge_attention), and the kept mass is the held share of that merge. Elsewhere full
+// attention runs over the shadow with attention-weight sums for the mass.
 #pragma once
 
 #include <memory>
@@ -45,7 +52,8 @@ class FidelityAttention final : public LayerAttention {
     size_t shadow_bytes() const;
     // True when chunk `chunk` (index within the sequence) and every chunk before it had the
     // policy's attention output exactly equal to full attention in every layer seen so far:
-    // the policy's residual stream then equals the dense-cache stream bit for bit there.
+    // the policy's residual stream then equals the dense-cache stream there (bit for bit, or to
+    // the rounding of another slot order where the policy held every position on raw K/V).
     bool prefix_exact(int64_t chunk) const;
     // The raw K or V the layer received at positions [p0, p1), (B, G, p1 - p0, HS).
     Tensor shadow_k(int layer, int64_t p0, int64_t p1) const { return k_shadow_[size_t(layer)].slice(2, p0, p1); }
@@ -54,6 +62,10 @@ class FidelityAttention final : public LayerAttention {
     // the embeddings, the same in every stream, so this is also the dense stream's layer 0
     // attention (DenseReference takes it instead of attending again).
     Tensor full_output0(int64_t p0, int64_t p1) const { return y0_.slice(2, p0, p1); }
+    // Tests: false makes every step take the full-attention path (default true).
+    void set_merge(bool on) { merge_ = on; }
+    // Steps that took the merge path so far (tests check that a case exercised it).
+    int64_t merged_steps() const { return merged_steps_; }
 
    private:
     KVCache& cache_;
@@ -63,7 +75,22 @@ class FidelityAttention final : public LayerAttention {
     Tensor y0_;                                // layer 0's full attention (B, NH, T, HS)
     std::vector<int64_t> chunk_;               // per layer: chunks seen in this sequence
     std::vector<FidelityStep> steps_;
+    bool merge_ = true;
+    int64_t merged_steps_ = 0;
 };
+
+// Online-softmax merge of two attentions of the same query rows over disjoint key sets A and
+// E, each given with its per-row log-sum-exp (-inf where a row sees no key of the set): the
+// attention over A and E together is wa y_a + we y_e with wa = exp(lse_a - lse), we =
+// exp(lse_e - lse), lse = log(exp(lse_a) + exp(lse_e)), and wa is the share of its softmax
+// mass on A. rows x HS values; y_out (rows x HS) and mass_out (rows) may be null.
+struct AttentionMerge {
+    double diff_sq = 0;  // sum over rows of |y_a - y_merged|^2 (= we^2 |y_a - y_e|^2)
+    double full_sq = 0;  // sum over rows of |y_merged|^2
+    double mass_a = 0;   // sum over rows of wa
+};
+AttentionMerge merge_attention(const double* ya, const double* lse_a, const double* ye, const double* lse_e, int64_t rows, int64_t HS,
+                               double* y_out = nullptr, double* mass_out = nullptr);
 
 // Per-layer means over chunks of a set of steps (layers with no step are absent: index by
 // .layer). Chunk 0 (the prefill attends over its raw K/V) is included.

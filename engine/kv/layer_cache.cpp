@@ -157,6 +157,7 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
 
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
+    lse_written_ = false;
     const int64_t B = q.size(0), n = q.size(2);
     const Device dev = q.device();
     if (input_pos == 0) {
@@ -237,11 +238,17 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     Tensor kpos = pooled() ? Tensor() : positions_tensor(dev);
     Tensor qpos = position_range(input_pos, n, dev);
     // KIVI buffers attend over their packed bytes; the others over the K, V just read.
-    auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws) {
+    Tensor* lse = lse_out_ && !pooled() && !buffer_->fused_attention() && !policy_->selects_reads() && ops::sdpa_lse_supported(dev)
+                      ? lse_out_
+                      : nullptr;
+    auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws, int64_t q0 = 0) {  // qq: queries [q0, q0 + n')
         if (pooled()) pooled_sdpa(yy, qq, K, V, qp, scale, ws);
         else if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws);
         else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws);
-        else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws);
+        else if (lse) {
+            Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
+            ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws, &ls);
+        } else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws);
     };
     std::vector<float> w;
     const bool want = policy_->needs_attention_weights() && !replay_;
@@ -258,7 +265,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             } else {  // only the last `win` queries vote (snapkv)
                 Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
                 sdpa(y0, q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
-                sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), &ws);
+                sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), &ws, n - win);
             }
             w = ws.to_f32_vector();
         }
@@ -268,6 +275,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         MemoryLabelScope label(str("layer ", layer_, " scoring"));
         policy_->update(w, n);
     }
+    lse_written_ = lse != nullptr;
     finish_step(plan, want ? &w : nullptr);
 }
 

@@ -60,6 +60,12 @@ class LayerCache {
     void set_replay_source(const std::vector<SlotPlan>* plans) { replay_ = plans; }
     // Telemetry pass number of this cache's steps (0 = the first forward; replays 1, 2, ...).
     void set_trace_pass(int pass) { trace_pass_ = pass; }
+    // Fidelity (engine/driver/fidelity.*): while set, a chunk whose attention is the plain SDPA
+    // over the buffer's slots also writes each query row's log-sum-exp there ((B, NH, n) f32|f64,
+    // ops::sdpa_); lse_written() says whether the last attend() did (not for a prefill, pooled,
+    // fused or policy-read attention, nor where ops::sdpa_lse_supported is false).
+    void set_lse_output(Tensor* lse) { lse_out_ = lse; }
+    bool lse_written() const { return lse_written_; }
 
     // The (B|1, G|1, T) int32 positions tensor of the current state (for attention).
     Tensor positions_tensor(Device device) const;
@@ -93,6 +99,8 @@ class LayerCache {
     bool rec_armed_ = false;
     bool rec_pending_ = false;
     SlotPlan rec_plan_;
+    Tensor* lse_out_ = nullptr;
+    bool lse_written_ = false;
 };
 
 }  // namespace kv

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 
@@ -477,8 +478,10 @@ void check_sdpa(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 }
 }  // namespace
 
+bool sdpa_lse_supported(const Device& device) { return device.type == DeviceType::CPU; }  // the CUDA kernel has no lse output yet
+
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
-           int window, Tensor* wsum) {
+           int window, Tensor* wsum, Tensor* lse) {
     const char* op = "sdpa";
     require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos});
     check_sdpa(op, q, k, v, kpos, qpos, window);
@@ -492,6 +495,15 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
                 op, str("weight sums must be float (", B, ", ", G, ", ", T, "), got ", wsum->describe()));
         KV_REQUIRE(wsum->device() == y.device(), op, "weight sums live on another device");
         c.dst2 = wsum->view();
+    }
+    if (lse) {
+        KV_REQUIRE(lse->ndim() == 3 && lse->size(0) == B && lse->size(1) == q.size(1) && lse->size(2) == q.size(2) &&
+                       (lse->dtype() == DType::F32 || lse->dtype() == DType::F64),
+                   op, str("log-sum-exp output must be f32 or f64 (", B, ", ", q.size(1), ", ", q.size(2), "), got ", lse->describe()));
+        KV_REQUIRE(lse->device() == y.device(), op, "log-sum-exp output lives on another device");
+        KV_REQUIRE(sdpa_lse_supported(y.device()), op,
+                   str("the log-sum-exp output is computed by the CPU backend only, not on ", device_name(y.device())));
+        c.dst3 = lse->view();
     }
     dispatch(c);
 }

@@ -67,8 +67,12 @@ Tensor cast(const Tensor& x, DType dtype);
 // kpos[j] <= qpos[i] (and kpos[j] > qpos[i] - window when window > 0).
 // wsum (optional, f32 (B, G, T)) receives attention-weight sums (summed over queries,
 // averaged over the heads of a group).
+// lse (optional, f32|f64 (B, NH, n)) receives each query row's log-sum-exp of its scaled
+// scores over the slots it sees (-inf if none): two attentions over disjoint slot sets merge
+// exactly by it (engine/driver/fidelity.cpp). Only where sdpa_lse_supported(device).
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
-           int window = 0, Tensor* wsum = nullptr);
+           int window = 0, Tensor* wsum = nullptr, Tensor* lse = nullptr);
+bool sdpa_lse_supported(const Device& device);
 
 // SDPA over a KIVI cache, dequantized on read (SDPA_KIVI in kernels/common/op.h; layout in
 // kernels/common/kivi_math.h): the same masking, GQA and weight sums as sdpa_.

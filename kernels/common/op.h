@@ -60,6 +60,8 @@ namespace kv {
 //          head h using KV group h / (NH / G). A query that sees no slot gets zeros.
 //          dst2 (optional, f32 (B, G, T)): attention-weight sums
 //          w[b,g,j] = (1/R) sum_{h in g} sum_i A[b,h,i,j]  (R = NH / G), so sum_j w = n.
+//          dst3 (optional, f32|f64 (B, NH, n); CPU backend only): per query row, the
+//          log-sum-exp log sum_j exp(alpha q.k_j) over the slots it sees (-inf if none).
 // SDPA_KIVI  SDPA (same masking, GQA, alpha, window, weight sums dst2) over a KIVI cache,
 //          dequantized on read (layout and arithmetic: kernels/common/kivi_math.h), S =
 //          p.kivi_group slots per group, p.kivi_bits 2 or 4:

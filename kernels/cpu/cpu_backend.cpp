@@ -81,7 +81,8 @@ class CpuBackend final : public KernelBackend {
             case OpKind::SDPA:
                 return c.nsrc == 5 && c.dst.ndim == 4 && is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype) &&
                        is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 && c.src[4].dtype == DType::I32 &&
-                       (c.dst2.data == nullptr || is_compute_float(c.dst2.dtype));
+                       (c.dst2.data == nullptr || is_compute_float(c.dst2.dtype)) &&
+                       (c.dst3.data == nullptr || c.dst3.dtype == DType::F32 || c.dst3.dtype == DType::F64);
             case OpKind::SDPA_KIVI:
                 return kivi_call_ok(c);
             case OpKind::SDPA_QUEST:

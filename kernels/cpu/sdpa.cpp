@@ -284,6 +284,17 @@ void load_queries(const TensorView& q, const SdpaShape<A>& s, int64_t b, int64_t
 // =========================================================================================
 // [SECTION] forward: online softmax, attention-weight sums
 // =========================================================================================
+// SDPA's optional dst3: one query row's log-sum-exp of its scaled scores, m + log l of the
+// online softmax, formed in f64 (fidelity merges two attentions by it); -inf when the row sees
+// nothing.
+template <class A>
+inline void store_lse(const TensorView& o, int64_t b, int64_t h, int64_t i, A m, A l) {
+    const double x = l > A(0) ? double(m) + std::log(double(l)) : -std::numeric_limits<double>::infinity();
+    char* p = o.bytes() + b * o.nb[0] + h * o.nb[1] + i * o.nb[2];
+    if (o.dtype == DType::F64) *reinterpret_cast<double*>(p) = x;
+    else *reinterpret_cast<float*>(p) = float(x);
+}
+
 // Per-thread buffers of the forward (elements of A).
 template <class A>
 struct FwdBufs {
@@ -375,6 +386,7 @@ void fwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
             const A inv = tb.l[row] > A(0) ? A(1) / tb.l[row] : A(0);
             for (int64_t d = 0; d < s.HS; ++d) ar[d] *= inv;
             store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + (i0 + i) * y.nb[2], y.nb[3], y.dtype, s.HS, ar);
+            if (c.dst3.data) store_lse(c.dst3, b, g * s.R + r, i0 + i, tb.m[row], tb.l[row]);
         }
     if (!weights) return;
     const A inv_r = A(1) / A(s.R);
@@ -580,6 +592,7 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
             inv_l[size_t(row)] = il;
             const int64_t r = row / n, i = row % n;
             store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, HS, out.data());
+            if (c.dst3.data) store_lse(c.dst3, b, g * s.R + r, i, mx, l);
         }
         if (!weights) continue;
         std::fill(wsum.begin(), wsum.end(), 0.0f);

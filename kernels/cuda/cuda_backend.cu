@@ -71,7 +71,7 @@ class CudaBackend final : public KernelBackend {
             case OpKind::NORM: return c.nsrc == 1 && is_float(c.src[0].dtype);
             case OpKind::SDPA:
                 return c.nsrc == 5 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
-                       c.src[4].dtype == DType::I32;
+                       c.src[4].dtype == DType::I32 && c.dst3.data == nullptr;  // no log-sum-exp output (CPU only)
             case OpKind::SDPA_KIVI: return kivi_call_ok(c) && c.src[0].ne[3] <= 256;
             case OpKind::SDPA_QUEST: return quest_call_ok(c) && sdpa_quest_fits(c);
             case OpKind::QUANTIZE:

@@ -143,8 +143,11 @@ struct RefAttention {
 
 TEST(Fidelity, EqualsF64RecomputationFromReplayLog) {
     const int64_t B = 2, G = 2, NH = 4, D = 16, L = 24, T = 72, n = 8;
-    for (const std::string name : {"h2o-default", "lastrec-default", "tova-default"}) {
-        SCOPED_TRACE(name);
+    // Both ways to full attention: merged from the policy's own (merge, the default for raw
+    // f32 storage) and recomputed over the shadow.
+    for (const auto& [name, merge] : std::vector<std::pair<std::string, bool>>{
+             {"h2o-default", true}, {"lastrec-default", true}, {"tova-default", true}, {"h2o-default", false}, {"tova-default", false}}) {
+        SCOPED_TRACE(name + (merge ? ", merged" : ", full attention"));
         ModelConfig mc;
         mc.vocab_size = 16;
         mc.hidden_size = NH * D;
@@ -161,6 +164,7 @@ TEST(Fidelity, EqualsF64RecomputationFromReplayLog) {
         KVCache cache(kc, mc, Device{}, DType::F32, 0);
         cache.set_replay_logging(true);
         FidelityAttention fid(cache, mc, B, T, Device{}, DType::F32);
+        fid.set_merge(merge);
         std::mt19937_64 rng(7);
         std::vector<double> K((size_t)(B * G * T * D)), V(K.size());
         std::vector<std::vector<double>> Q;
@@ -214,6 +218,8 @@ TEST(Fidelity, EqualsF64RecomputationFromReplayLog) {
             EXPECT_NEAR(steps[c].kept_mass, mass_ref, 2e-6) << "chunk " << c;
         }
         EXPECT_TRUE(evicted) << "the case must evict to test anything";
+        if (merge) EXPECT_GT(fid.merged_steps(), 0) << "the merge path must have run";
+        else EXPECT_EQ(fid.merged_steps(), 0);
     }
 }
 
