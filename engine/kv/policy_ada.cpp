@@ -3,7 +3,8 @@
 // each. When the pool is full and a chunk of n tokens arrives (n new slots per head), the
 // G * n evicted slots are the lowest-scoring ones over all heads together (top-k over the
 // concatenated scores), with the paper's safeguard: every head keeps at least
-// floor(ada_alpha * L) slots (its own best ones), alpha = 0.2 as kvpress' AdaKVPress.
+// floor(ada_alpha * L) of its old slots (its own best ones) besides the chunk's new tokens,
+// alpha = 0.2 as kvpress' AdaKVPress.
 // The scores are those of any per-slot score policy (snapkv, expected-attention): the wrapped
 // scorer runs over the pool (its rows are the (b, g) heads, its slots the pool's slots).
 // Storage is the pool itself — exactly the kept slots (KVPolicy::pool_slots()).
@@ -106,6 +107,9 @@ class AdaKVPolicy final : public KVPolicy {
         P_ = p.input_pos + p.n;
         T_ = std::min(P_, L_);
         sync();
+        // The scorer's own per-chunk state (expected-attention's query statistics): without it
+        // its scores stayed 0 and every eviction was a tie, broken toward head 0's lowest slots.
+        inner_->observe_chunk(f, p.input_pos, p.n);
     }
     void update(const std::vector<float>& w, int64_t n) override { inner_->accumulate(w, n); }
     // The scorer's score of every pool slot (B, G, S), +inf where the head keeps nothing;
@@ -139,9 +143,13 @@ class AdaKVPolicy final : public KVPolicy {
                 if (ps >= P - grace_) ++kept;
                 else own.push_back({sc[g * S_ + s], int32_t(g), int32_t(s)});
             }
-            // Safeguard: the head's n new tokens and its recent slots count toward its minimum;
-            // its best remaining slots make up the rest and are not candidates.
-            const int64_t reserve = std::clamp<int64_t>(min_ - n - kept, 0, int64_t(own.size()));
+            // Safeguard over the slots being compressed, as kvpress' AdaKVPress lifts a head's
+            // best floor(alpha L) scored tokens: the head's recent slots count toward its minimum,
+            // its best other old slots make up the rest and are not candidates. The n new tokens
+            // do not count (they are not scored yet): counting them let a head keep nothing older
+            // than the chunk whenever n >= alpha L (L = 512, chunks of 128), so its queries saw
+            // no past at all, not even the first token.
+            const int64_t reserve = std::clamp<int64_t>(min_ - kept, 0, int64_t(own.size()));
             std::sort(own.begin(), own.end(), lower);
             pool.insert(pool.end(), own.begin(), own.end() - reserve);
         }

@@ -46,11 +46,11 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
         ScorePolicy::prefill(n, f);
-        absorb(f, 0, n);
+        observe_chunk(f, 0, n);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
         ScorePolicy::apply(plan, f);
-        absorb(f, plan.input_pos, plan.n);
+        observe_chunk(f, plan.input_pos, plan.n);
     }
 
    protected:
@@ -172,10 +172,9 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
             for (int64_t j = 0; j < cand; ++j) S[size_t(r * cand + j)] = score_[size_t(r * L_ + j)];
     }
 
-   private:
     // Add the chunk's queries at positions >= n_sink, rotated back to before RoPE, to the
     // running sums of every (b, query head).
-    void absorb(const InsertFeatures& f, int64_t P0, int64_t n) {
+    void observe_chunk(const InsertFeatures& f, int64_t P0, int64_t n) override {
         if (f.queries.empty()) return;
         if (NH_ == 0) {
             NH_ = f.query_heads;
@@ -225,6 +224,7 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                 policy_matmul(D, D, m, Xt.data(), m, X.data(), D, sum2_.data() + bh * size_t(D * D), D, true);
             }
     }
+   private:
     // Rbar = mean over p in [P, P + n_future) of R(p): on each rotated pair (i, i + half) the
     // block [[cbar_i, -sbar_i], [sbar_i, cbar_i]]; identity on unrotated dimensions.
     void mean_future_rotation(std::vector<double>& c, std::vector<double>& s) const {

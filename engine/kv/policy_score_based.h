@@ -41,6 +41,10 @@ class ScorePolicy : public KVPolicy {
     virtual void accumulate(const std::vector<float>& w, int64_t n) = 0;
     // Eviction score of slots [0, L - grace) for every row into S (rows * (L - grace)).
     virtual void eviction_scores(std::vector<float>& S) const = 0;
+    // State a scorer keeps beyond its slots (expected-attention: the query statistics), fed
+    // with every chunk after its tokens are placed. A scorer calls it from its own prefill() /
+    // apply(); ada-* bypasses those and calls it directly (else that state never fills).
+    virtual void observe_chunk(const InsertFeatures& f, int64_t input_pos, int64_t n) { (void)f, (void)input_pos, (void)n; }
 
     int64_t rows() const { return B_ * G_; }
     std::vector<int32_t> pos_;  // (B*G, L) token position per slot, -1 empty

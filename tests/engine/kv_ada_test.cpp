@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -54,9 +55,13 @@ TEST(AdaKV, HandCaseEvictsTheLowestOverAllHeadsAboveTheSafeguard) {
     // alpha 0: plain top-k over both heads -> all four of head 0 (it keeps only its 2 new tokens).
     EXPECT_EQ(sorted(ada_choose_evictions_for_test(*ada("ada-snapkv-default", 4, 2, 0.0, 0), sc, pos, 2, 8)),
               (std::vector<int32_t>{0, 2, 4, 6}));
-    // alpha 0.75: floor(0.75 * 4) = 3 per head; head 0 keeps its best old slot (0.4, slot 6),
-    // so the 4th eviction is head 1's lowest (5, slot 1).
-    EXPECT_EQ(sorted(ada_choose_evictions_for_test(*ada("ada-snapkv-default", 4, 2, 0.75, 0), sc, pos, 2, 8)),
+    // alpha 0.5: floor(0.5 * 4) = 2 old slots per head besides its 2 new tokens; head 0 keeps
+    // its best two (0.3, 0.4: slots 4, 6), so evictions 3 and 4 are head 1's lowest (5, 6:
+    // slots 1, 3). (Counting the new tokens toward the 2, head 0 lost every old slot: 0, 2, 4, 6.)
+    EXPECT_EQ(sorted(ada_choose_evictions_for_test(*ada("ada-snapkv-default", 4, 2, 0.5, 0), sc, pos, 2, 8)),
+              (std::vector<int32_t>{0, 1, 2, 3}));
+    // alpha 0.25: one old slot per head; head 0 keeps slot 6 (0.4), head 1 gives slot 1 (5).
+    EXPECT_EQ(sorted(ada_choose_evictions_for_test(*ada("ada-snapkv-default", 4, 2, 0.25, 0), sc, pos, 2, 8)),
               (std::vector<int32_t>{0, 1, 2, 4}));
     // A grace period of 2 protects positions 6, 7 (head 1's slots 13, 15): nothing changes
     // at alpha 0, since they are not among the lowest.
@@ -152,6 +157,216 @@ TEST(AdaKV, MemoryTrackerCountsExactlyThePoolAndHeadsHoldDifferentCounts) {
         }
     }
     EXPECT_TRUE(uneven) << "every head kept exactly L slots: the allocation never adapted";
+}
+
+// ---- the wrapped scorers over the pool ---------------------------------------------------
+// An ada-* layer of 2 heads x L = 6 (pool S = 12, 2 batch rows) through chunks of several sizes:
+// once the pool is full, after every chunk each head's score of every slot it keeps must equal
+// the f64 reference of its scorer computed over that head's own slots alone (slot_scores() is
+// +inf on the others), and the next chunk must evict the G n slots Ada's rule (ada_reference,
+// alpha 0.2) picks on those scores.
+using PoolRef = std::function<std::vector<double>(const LayerHarness&, int64_t n)>;
+
+void check_pool_scores(const std::string& name, const std::function<void(KVCacheConfig&)>& setup, const PoolRef& ref_of,
+                       const std::function<void(KVCache&)>& prepare = {}) {
+    LayerHarness h(name, 6, seed_for(name + " pool scores"));
+    setup(h.cfg);
+    h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0);
+    if (prepare) prepare(*h.cache);
+    h.cache->set_replay_logging(true);
+    const int64_t G = h.G, L = h.L, S = G * L;
+    h.step(4);
+    std::vector<float> scores;  // after the last chunk, (B, G, S); empty before the pool is full
+    std::vector<int32_t> pos_then;
+    int checked = 0, compared = 0;
+    for (int64_t n : {2, 3, 1, 5, 2, 4, 3, 1, 2, 5}) {
+        const int64_t P = h.P;
+        h.step(n);
+        if (!scores.empty()) {
+            const SlotPlan& plan = h.layer().replay_log().plans().back();
+            for (int64_t b = 0; b < h.B; ++b) {
+                const std::vector<double> sc(scores.begin() + b * G * S, scores.begin() + (b + 1) * G * S);
+                const std::vector<int32_t> pb(pos_then.begin() + b * G * S, pos_then.begin() + (b + 1) * G * S);
+                const std::vector<int32_t> got(plan.targets.begin() + b * G * n, plan.targets.begin() + (b + 1) * G * n);
+                EXPECT_EQ(sorted(got), ada_reference(G, S, L, sc, pb, n, P, 0, 0.2)) << name << ": evictions of batch row " << b << " at " << P;
+            }
+            ++compared;
+        }
+        scores.clear();
+        if (h.P < L) continue;
+        const std::vector<double> ref = ref_of(h, n);
+        const std::vector<float> got = h.layer().policy().slot_scores();
+        const std::vector<int32_t>& pos = h.layer().policy().token_positions();
+        ASSERT_EQ(got.size(), size_t(h.B * G * S)) << name;
+        ASSERT_EQ(ref.size(), got.size()) << name;
+        for (size_t i = 0; i < got.size(); ++i) {
+            if (pos[i] < 0) {
+                EXPECT_EQ(got[i], std::numeric_limits<float>::infinity()) << name << ": entry " << i << ", a slot its head does not keep";
+                continue;
+            }
+            ASSERT_NEAR(got[i], ref[i], 2e-6 * std::max(1.0, std::fabs(ref[i])))
+                << name << " after position " << h.P << ": row " << i / size_t(S) << " slot " << i % size_t(S) << " (position " << pos[i] << ")";
+        }
+        scores = got, pos_then = pos;
+        ++checked;
+    }
+    EXPECT_GE(checked, 9) << name;
+    EXPECT_GE(compared, 8) << name;
+}
+
+// The pool slots head row r keeps, in token-position order.
+std::vector<int64_t> own_slots(const std::vector<int32_t>& pos, int64_t r, int64_t S) {
+    std::vector<int64_t> o;
+    for (int64_t s = 0; s < S; ++s)
+        if (pos[size_t(r * S + s)] >= 0) o.push_back(s);
+    std::sort(o.begin(), o.end(), [&](int64_t a, int64_t b) { return pos[size_t(r * S + a)] < pos[size_t(r * S + b)]; });
+    return o;
+}
+
+// SnapKV (docs/POLICIES.md#score-policies-decisions-per-b-g-row) in f64 over each head's own
+// slots: the chunk's last `win` queries of the group's heads, softmax over the head's slots they
+// can see (position <= theirs), averaged over the group, summed over the queries; then a
+// width-k mean over the head's slots in position order (zero padding).
+std::vector<double> pooled_snapkv_reference(const LayerHarness& h, int64_t n, int64_t win, int64_t k) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t S = pol.pool_slots(), R = h.NH / h.G, P0 = h.P - n;
+    const auto& pos = pol.token_positions();
+    const std::vector<double> qv = h.last_q[0].to_f64_vector();
+    std::vector<double> out((size_t)(h.B * h.G * S), std::numeric_limits<double>::infinity());
+    for (int64_t b = 0; b < h.B; ++b)
+        for (int64_t g = 0; g < h.G; ++g) {
+            const int64_t r = b * h.G + g;
+            const std::vector<int64_t> own = own_slots(pos, r, S);
+            std::vector<double> w(own.size(), 0.0);
+            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
+                for (int64_t i = n - std::min(win, n); i < n; ++i) {
+                    std::vector<double> e(own.size(), -INFINITY);
+                    double m = -INFINITY, z = 0;
+                    for (size_t j = 0; j < own.size(); ++j) {
+                        const int32_t p = pos[size_t(r * S + own[j])];
+                        if (p > P0 + i) continue;
+                        const auto& key = h.history[size_t(r)].at(p).first;
+                        double dot = 0;
+                        for (int64_t d = 0; d < h.D; ++d) dot += qv[size_t(((b * h.NH + hh) * n + i) * h.D + d)] * double(key[size_t(d)]);
+                        m = std::max(m, e[j] = dot / std::sqrt(double(h.D)));
+                    }
+                    for (double& x : e) z += (x = std::exp(x - m));
+                    for (size_t j = 0; j < own.size(); ++j) w[j] += e[j] / z / double(R);
+                }
+            for (int64_t i = 0; i < int64_t(own.size()); ++i) {
+                double acc = 0;
+                for (int64_t o = i - k / 2; o <= i + k / 2; ++o)
+                    if (o >= 0 && o < int64_t(own.size())) acc += w[size_t(o)];
+                out[size_t(r * S + own[size_t(i)])] = acc / double(k);
+            }
+        }
+    return out;
+}
+
+// Expected Attention (docs/POLICIES.md#expected-attention) in f64 over each head's own slots:
+// every query seen at positions >= sink, rotated back by -p theta_i on pairs (i, i + D/2); per
+// (b, query head) mean and population covariance, moved by the mean rotation over the next F
+// positions; exponent s k.mu' + s^2 k^T Sigma' k / 2 over the head's non-sink keys, softmax,
+// mean over the group's heads, times |v|; the head's sinks take its maximum.
+std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t S = pol.pool_slots(), D = h.D, R = h.NH / h.G, half = D / 2, Pa = h.P;
+    const auto& pos = pol.token_positions();
+    const double s = 1.0 / std::sqrt(double(D));
+    std::vector<std::vector<std::vector<double>>> qs((size_t)(h.B * h.NH));
+    for (const auto& [P0, q] : h.all_q) {
+        const int64_t n = q.size(2);
+        const std::vector<double> qv = q.to_f64_vector();
+        for (int64_t b = 0; b < h.B; ++b)
+            for (int64_t hh = 0; hh < h.NH; ++hh)
+                for (int64_t t = 0; t < n; ++t) {
+                    if (P0 + t < sink) continue;
+                    const double* x = qv.data() + ((b * h.NH + hh) * n + t) * D;
+                    std::vector<double> u(x, x + D);
+                    for (int64_t i = 0; i < half; ++i) {
+                        const double a = -double(P0 + t) * theta[size_t(i)];
+                        u[size_t(i)] = x[i] * std::cos(a) - x[i + half] * std::sin(a);
+                        u[size_t(i + half)] = x[i + half] * std::cos(a) + x[i] * std::sin(a);
+                    }
+                    qs[size_t(b * h.NH + hh)].push_back(u);
+                }
+    }
+    std::vector<double> out((size_t)(h.B * h.G * S), std::numeric_limits<double>::infinity());
+    for (int64_t b = 0; b < h.B; ++b)
+        for (int64_t g = 0; g < h.G; ++g) {
+            const int64_t r = b * h.G + g;
+            const std::vector<int64_t> own = own_slots(pos, r, S);
+            std::vector<double> a(own.size(), 0.0);
+            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh) {
+                const auto& Q = qs[size_t(b * h.NH + hh)];
+                std::vector<double> mu((size_t)D, 0.0), C((size_t)(D * D), 0.0);
+                for (const auto& u : Q)
+                    for (int64_t d = 0; d < D; ++d) mu[size_t(d)] += u[size_t(d)] / double(Q.size());
+                for (const auto& u : Q)
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e) C[size_t(d * D + e)] += (u[size_t(d)] - mu[size_t(d)]) * (u[size_t(e)] - mu[size_t(e)]) / double(Q.size());
+                std::vector<double> Rb((size_t)(D * D), 0.0);
+                for (int64_t p = Pa; p < Pa + F; ++p)
+                    for (int64_t i = 0; i < half; ++i) {
+                        const double an = double(p) * theta[size_t(i)];
+                        Rb[size_t(i * D + i)] += std::cos(an) / double(F);
+                        Rb[size_t(i * D + i + half)] -= std::sin(an) / double(F);
+                        Rb[size_t((i + half) * D + i)] += std::sin(an) / double(F);
+                        Rb[size_t((i + half) * D + i + half)] += std::cos(an) / double(F);
+                    }
+                std::vector<double> m2((size_t)D, 0.0), RC((size_t)(D * D), 0.0), C2((size_t)(D * D), 0.0);
+                for (int64_t d = 0; d < D; ++d)
+                    for (int64_t e = 0; e < D; ++e) m2[size_t(d)] += Rb[size_t(d * D + e)] * mu[size_t(e)];
+                for (int64_t d = 0; d < D; ++d)
+                    for (int64_t e = 0; e < D; ++e)
+                        for (int64_t f = 0; f < D; ++f) RC[size_t(d * D + e)] += Rb[size_t(d * D + f)] * C[size_t(f * D + e)];
+                for (int64_t d = 0; d < D; ++d)
+                    for (int64_t e = 0; e < D; ++e)
+                        for (int64_t f = 0; f < D; ++f) C2[size_t(d * D + e)] += RC[size_t(d * D + f)] * Rb[size_t(e * D + f)];
+                std::vector<double> z(own.size(), 0.0);
+                double zs = 0;
+                for (size_t j = 0; j < own.size(); ++j) {
+                    const int32_t p = pos[size_t(r * S + own[j])];
+                    if (p < sink) continue;
+                    const auto& k = h.history[size_t(r)].at(p).first;
+                    double lin = 0, quad = 0;
+                    for (int64_t d = 0; d < D; ++d) lin += double(k[size_t(d)]) * m2[size_t(d)];
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e) quad += double(k[size_t(d)]) * C2[size_t(d * D + e)] * double(k[size_t(e)]);
+                    zs += (z[j] = std::exp(s * lin + s * s * quad / 2));
+                }
+                for (size_t j = 0; j < own.size(); ++j) a[j] += z[j] / zs / double(R);
+            }
+            double top = -INFINITY;
+            for (size_t j = 0; j < own.size(); ++j) {
+                const int32_t p = pos[size_t(r * S + own[j])];
+                if (p < sink) continue;
+                double vn = 0;
+                for (float x : h.history[size_t(r)].at(p).second) vn += double(x) * double(x);
+                top = std::max(top, out[size_t(r * S + own[j])] = a[j] * std::sqrt(vn));
+            }
+            for (size_t j = 0; j < own.size(); ++j)
+                if (pos[size_t(r * S + own[j])] < sink) out[size_t(r * S + own[j])] = top;
+        }
+    return out;
+}
+
+TEST(AdaKV, SnapKVScoresEachHeadOverItsOwnSlotsAsTheF64Reference) {
+    // window 3 of each chunk's queries, pooling width 3
+    check_pool_scores(
+        "ada-snapkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3; },
+        [](const LayerHarness& h, int64_t n) { return pooled_snapkv_reference(h, n, 3, 3); });
+}
+
+TEST(AdaKV, ExpectedAttentionScoresEachHeadOverItsOwnSlotsAsTheF64Reference) {
+    // D = 16 fully rotated with base 10000, 6 future positions, 2 sinks. Before the fix the
+    // wrapped scorer never saw a query (ada bypassed its apply()), so every score stayed 0.
+    std::vector<double> theta(8);
+    for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
+    check_pool_scores(
+        "ada-expected-attention-default", [](KVCacheConfig& c) { c.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}}; },
+        [&theta](const LayerHarness& h, int64_t) { return pooled_expected_attention_reference(h, theta, 6, 2); },
+        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
 }
 
 TEST(AdaKV, RefusesBuffersWithoutThePoolLayout) {

@@ -108,8 +108,9 @@ double buffer_tolerance(const std::string& buffer, const std::vector<float>& all
 }
 
 // kvpress AdaKVPress, in f64: every head keeps its n new tokens and its recent tokens
-// (position >= P - grace); of its other slots the floor(alpha L) - n - recent best are lifted
-// to +inf; the G n lowest of all heads' slots together are evicted (ties: head, then slot).
+// (position >= P - grace); of its other slots the floor(alpha L) - recent best are lifted
+// to +inf (the new tokens, not scored yet, do not count); the G n lowest of all heads' slots
+// together are evicted (ties: head, then slot).
 std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::vector<double>& sc, const std::vector<int32_t>& pos,
                                    int64_t n, int64_t P, int64_t grace, double alpha) {
     const double inf = std::numeric_limits<double>::infinity();
@@ -125,7 +126,7 @@ std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::v
             else own.push_back({sc[size_t(g * S + s)], s});
         }
         std::sort(own.begin(), own.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second > b.second); });
-        const int64_t lift = std::max<int64_t>(0, std::min<int64_t>(k_safe - n - recent, int64_t(own.size())));
+        const int64_t lift = std::max<int64_t>(0, std::min<int64_t>(k_safe - recent, int64_t(own.size())));
         for (int64_t i = 0; i < int64_t(own.size()); ++i) all.push_back({i < lift ? inf : own[size_t(i)].first, g, own[size_t(i)].second});
     }
     std::sort(all.begin(), all.end());
