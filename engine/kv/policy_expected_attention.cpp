@@ -98,6 +98,7 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         covp.resize((size_t)(D * R * D)), KS.resize((size_t)(T * R * D));
         std::vector<double>&logit = s_logit_, &acc = s_acc_;
         logit.resize((size_t)T), acc.resize((size_t)T);
+        float top = -std::numeric_limits<float>::infinity();  // over the whole layer (sinks, below)
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t g = 0; g < G_; ++g) {
                 const int64_t r = b * G_ + g;
@@ -155,16 +156,19 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                     for (int64_t j = 0; j < T; ++j)
                         if (pos[j] >= n_sink_) acc[size_t(j)] += std::exp(logit[size_t(j)] - m) / z / double(R);
                 }
-                float top = -std::numeric_limits<float>::infinity();
                 for (int64_t j = 0; j < T; ++j) {
                     if (pos[j] < n_sink_) continue;
                     const float s = float(acc[size_t(j)] * (use_vnorm_ ? double(vnorm_[size_t(r * L_ + j)]) : 1.0));
                     score_[size_t(r * L_ + j)] = s;
                     top = std::max(top, s);
                 }
-                for (int64_t j = 0; j < T; ++j)  // sinks are kept (kvpress pads them with the max)
-                    if (pos[j] < n_sink_) score_[size_t(r * L_ + j)] = std::isfinite(top) ? top : 0.0f;
             }
+        // Sinks are kept: kvpress pads them with the maximum over the whole layer (every batch
+        // row and head), not a row's own maximum — under ada-*'s top-k over all heads' slots a
+        // row maximum does not keep a low-scoring head's sinks.
+        for (int64_t r = 0; r < B_ * G_; ++r)
+            for (int64_t j = 0; j < T; ++j)
+                if (pos_[size_t(r * L_ + j)] < n_sink_) score_[size_t(r * L_ + j)] = std::isfinite(top) ? top : 0.0f;
     }
     void eviction_scores(std::vector<float>& S) const override {
         const int64_t cand = L_ - grace();

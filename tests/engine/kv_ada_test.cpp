@@ -291,6 +291,7 @@ std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, c
                     qs[size_t(b * h.NH + hh)].push_back(u);
                 }
     }
+    double top = -INFINITY;  // over every head of the layer
     std::vector<double> out((size_t)(h.B * h.G * S), std::numeric_limits<double>::infinity());
     for (int64_t b = 0; b < h.B; ++b)
         for (int64_t g = 0; g < h.G; ++g) {
@@ -337,7 +338,6 @@ std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, c
                 }
                 for (size_t j = 0; j < own.size(); ++j) a[j] += z[j] / zs / double(R);
             }
-            double top = -INFINITY;
             for (size_t j = 0; j < own.size(); ++j) {
                 const int32_t p = pos[size_t(r * S + own[j])];
                 if (p < sink) continue;
@@ -345,9 +345,12 @@ std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, c
                 for (float x : h.history[size_t(r)].at(p).second) vn += double(x) * double(x);
                 top = std::max(top, out[size_t(r * S + own[j])] = a[j] * std::sqrt(vn));
             }
-            for (size_t j = 0; j < own.size(); ++j)
-                if (pos[size_t(r * S + own[j])] < sink) out[size_t(r * S + own[j])] = top;
         }
+    // a head's sinks take the maximum over the whole layer (kvpress pads them with scores.max()),
+    // so they survive the top-k over all heads' slots
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int64_t j : own_slots(pos, r, S))
+            if (pos[size_t(r * S + j)] < sink) out[size_t(r * S + j)] = top;
     return out;
 }
 

@@ -595,6 +595,7 @@ std::vector<double> expected_attention_reference(const LayerHarness& h, const st
                 }
     }
     std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    double top = -INFINITY;  // over every row of the layer
     for (int64_t b = 0; b < h.B; ++b)
         for (int64_t g = 0; g < h.G; ++g) {
             const int64_t r = b * h.G + g;
@@ -637,7 +638,6 @@ std::vector<double> expected_attention_reference(const LayerHarness& h, const st
                 }
                 for (int64_t j = 0; j < T; ++j) a[size_t(j)] += z[size_t(j)] / zs / double(R);
             }
-            double top = -INFINITY;
             for (int64_t j = 0; j < T; ++j) {
                 if (pos[size_t(r * L + j)] < sink) continue;
                 const auto& v = h.history[size_t(r)].at(pos[size_t(r * L + j)]).second;
@@ -645,9 +645,11 @@ std::vector<double> expected_attention_reference(const LayerHarness& h, const st
                 for (float x : v) vn += double(x) * double(x);
                 top = std::max(top, out[size_t(r * L + j)] = a[size_t(j)] * (use_vnorm ? std::sqrt(vn) : 1.0));
             }
-            for (int64_t j = 0; j < T; ++j)
-                if (pos[size_t(r * L + j)] < sink) out[size_t(r * L + j)] = top;
         }
+    // sinks take the maximum over the whole layer (kvpress pads them with scores.max())
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(r * L + j)] < sink) out[size_t(r * L + j)] = top;
     return out;
 }
 
