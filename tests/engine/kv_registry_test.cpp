@@ -568,32 +568,14 @@ TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
 // (i, i + D/2) with theta_i = 10000^(-2i/D); per (b, head) mean and population covariance;
 // mean rotation over positions [P_after, P_after + F); exponent s k.mu' + s^2 k^T Sigma' k / 2
 // over the non-sink cached keys, softmax, mean over the group's heads, times |v|; sinks take
-// the row's maximum.
+// the maximum over the whole layer.
 std::vector<double> expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink,
                                                  bool use_cov = true, bool use_vnorm = true) {
     const KVPolicy& pol = h.cache->layer(0).policy();
     const int64_t T = pol.current_length(), L = h.L, D = h.D, R = h.NH / h.G, half = D / 2, Pa = h.P;
     const auto& pos = pol.token_positions();
     const double s = 1.0 / std::sqrt(double(D));
-    // per (b, head): the pre-RoPE queries
-    std::vector<std::vector<std::vector<double>>> qs((size_t)(h.B * h.NH));
-    for (const auto& [P0, q] : h.all_q) {
-        const int64_t n = q.size(2);
-        const std::vector<double> qv = q.to_f64_vector();
-        for (int64_t b = 0; b < h.B; ++b)
-            for (int64_t hh = 0; hh < h.NH; ++hh)
-                for (int64_t t = 0; t < n; ++t) {
-                    if (P0 + t < sink) continue;
-                    const double* x = qv.data() + ((b * h.NH + hh) * n + t) * D;
-                    std::vector<double> u(x, x + D);
-                    for (int64_t i = 0; i < half; ++i) {
-                        const double a = -double(P0 + t) * theta[size_t(i)];
-                        u[size_t(i)] = x[i] * std::cos(a) - x[i + half] * std::sin(a);
-                        u[size_t(i + half)] = x[i + half] * std::cos(a) + x[i] * std::sin(a);
-                    }
-                    qs[size_t(b * h.NH + hh)].push_back(u);
-                }
-    }
+    const auto qs = prerope_queries(h, theta, sink);  // per (b, head)
     std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
     double top = -INFINITY;  // over every row of the layer
     for (int64_t b = 0; b < h.B; ++b)

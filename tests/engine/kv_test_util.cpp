@@ -136,4 +136,27 @@ std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::v
     return out;
 }
 
+std::vector<std::vector<std::vector<double>>> prerope_queries(const LayerHarness& h, const std::vector<double>& theta, int64_t sink) {
+    const int64_t D = h.D, half = D / 2;
+    std::vector<std::vector<std::vector<double>>> qs((size_t)(h.B * h.NH));
+    for (const auto& [P0, q] : h.all_q) {
+        const int64_t n = q.size(2);
+        const std::vector<double> qv = q.to_f64_vector();
+        for (int64_t b = 0; b < h.B; ++b)
+            for (int64_t hh = 0; hh < h.NH; ++hh)
+                for (int64_t t = 0; t < n; ++t) {
+                    if (P0 + t < sink) continue;
+                    const double* x = qv.data() + ((b * h.NH + hh) * n + t) * D;
+                    std::vector<double> u(x, x + D);
+                    for (int64_t i = 0; i < half; ++i) {
+                        const double a = -double(P0 + t) * theta[size_t(i)];
+                        u[size_t(i)] = x[i] * std::cos(a) - x[i + half] * std::sin(a);
+                        u[size_t(i + half)] = x[i + half] * std::cos(a) + x[i] * std::sin(a);
+                    }
+                    qs[size_t(b * h.NH + hh)].push_back(u);
+                }
+    }
+    return qs;
+}
+
 }  // namespace kv::test

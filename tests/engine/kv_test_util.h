@@ -47,4 +47,9 @@ double buffer_tolerance(const std::string& buffer, const std::vector<float>& row
 std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::vector<double>& sc, const std::vector<int32_t>& pos,
                                    int64_t n, int64_t P, int64_t grace, double alpha);
 
+// Every query the harness fed at positions >= sink, per (b, query head) (index b * NH + h), rotated
+// back to before RoPE (angle -p theta_i on the pairs (i, i + D/2)), in f64: what expected-attention
+// keeps statistics of.
+std::vector<std::vector<std::vector<double>>> prerope_queries(const LayerHarness& h, const std::vector<double>& theta, int64_t sink);
+
 }  // namespace kv::test
