@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <condition_variable>
 #include <mutex>
@@ -35,11 +36,40 @@ struct Job {
 // A helper that finished a job polls for the next one this long before it sleeps on the
 // condition variable, and the caller polls this long for joined helpers to leave: a decode
 // step issues ~120 jobs per token microseconds apart, and a futex sleep + wake per job can
-// cost more than the job's work on a small model. Only while the machine has idle cores (the
-// 1-minute load average below the CPU count, re-read every 100 ms): on a loaded machine a
-// polling helper only takes the core from a runnable thread, which measured slower (2-thread
-// generate at load 11-23: 23-50 tokens/s polling 50 us against 42-65 sleeping at once).
+// cost more than the job's work on a small model. Only while no thread waits for a CPU: the
+// kernel's count of runnable threads (/proc/loadavg's fourth field, which counts our own
+// running and polling threads, plus our sleeping helpers) at most the CPU count, re-read every 100 ms. On a loaded
+// machine a polling helper only takes the core from a runnable thread (2-thread generate at
+// load 11-23: 23-50 tokens/s polling 50 us against 42-65 sleeping at once). The 1-minute
+// load average was the gate before: it lags by a minute, so right after another busy process
+// (a benchmark's other side) it kept helpers sleeping on idle cores — 2-thread SmolLM2 decode
+// 57-74 tokens/s sleeping against 67-99 polling, paired on idle cores.
 // KVLAB_POOL_SPIN_US overrides the window (0: always sleep at once).
+constexpr int64_t kSpinNs = int64_t(200) * 1000;
+
+// Runnable threads on the machine now (/proc/loadavg: "1.0 0.9 0.8 3/345 12345"), or -1.
+int runnable_threads() {
+    FILE* f = std::fopen("/proc/loadavg", "r");
+    if (!f) return -1;
+    double l1, l5, l15;
+    int running = -1, total = 0;
+    if (std::fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) != 5) running = -1;
+    std::fclose(f);
+    return running;
+}
+
+// Pool helpers blocked on the condition variable: they are not in the runnable count, but
+// would be once polling.
+std::atomic<int> sleeping_helpers{0};
+
+bool cores_idle() {
+    const int cpus = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int running = runnable_threads();
+    if (running >= 0) return running + sleeping_helpers.load(std::memory_order_relaxed) <= cpus;
+    double load = 0;  // no /proc: the load average, the older and laggier measure
+    return getloadavg(&load, 1) == 1 && load < double(cpus) - 0.5;
+}
+
 int64_t spin_ns() {
     static const int64_t forced = [] {
         const char* e = std::getenv("KVLAB_POOL_SPIN_US");
@@ -49,13 +79,11 @@ int64_t spin_ns() {
     static std::atomic<int64_t> checked_ns{0};
     static std::atomic<bool> idle_cores{false};
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    if (now - checked_ns.load(std::memory_order_relaxed) > 100'000'000) {
-        checked_ns.store(now, std::memory_order_relaxed);
-        double load = 0;
-        const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-        idle_cores.store(getloadavg(&load, 1) == 1 && load < double(cpus) - 0.5, std::memory_order_relaxed);
-    }
-    return idle_cores.load(std::memory_order_relaxed) ? int64_t(50) * 1000 : 0;
+    int64_t last = checked_ns.load(std::memory_order_relaxed);
+    // One thread re-reads (the others keep the last answer meanwhile).
+    if (now - last > 100'000'000 && checked_ns.compare_exchange_strong(last, now, std::memory_order_relaxed))
+        idle_cores.store(cores_idle(), std::memory_order_relaxed);
+    return idle_cores.load(std::memory_order_relaxed) ? kSpinNs : 0;
 }
 
 // Polls done() with pause instructions for up to spin_ns(); true when it became true.
@@ -121,7 +149,9 @@ class Pool {
                 spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
                 lk.lock();
             }
+            sleeping_helpers.fetch_add(1, std::memory_order_relaxed);
             wake_.wait(lk, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+            sleeping_helpers.fetch_sub(1, std::memory_order_relaxed);
             seen = generation_.load(std::memory_order_relaxed);
             if (!job_ || index >= wanted_) continue;
             Job* j = job_;

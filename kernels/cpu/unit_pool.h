@@ -4,8 +4,8 @@
 // every unit is done; a helper that wakes late finds no unit left and never touches the
 // call. An OpenMP team instead waits at its closing barrier for every member to arrive,
 // which on a loaded machine (the other core busy) costs up to a scheduler tick per call.
-// Helpers sleep on a condition variable between calls (no spinning). Results must not
-// depend on which thread ran a unit.
+// Helpers poll briefly for the next call while no thread waits for a CPU, then sleep on a
+// condition variable (unit_pool.cpp). Results must not depend on which thread ran a unit.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 //  - loading without transient copies: the tracked weights peak equals the steady state.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -606,6 +607,33 @@ TEST(PackedModel, WeightsPeakEqualsSteadyStateAfterLoading) {
             const auto& r = lm.model->rope();
             EXPECT_EQ(steady, int64_t(lm.model->weight_bytes() + r.cos.nbytes() + r.sin.nbytes())) << m << " weights " << weights;
         }
+    std::filesystem::remove_all(dir);
+}
+
+// The layers' packed matrices lie back to back in one allocation (the CPU backend backs
+// allocations over 2 MiB with transparent huge pages; one matrix of a few hundred KiB would
+// stay in 4 KiB pages), and that allocation holds exactly their bytes.
+TEST(PackedModel, LayerMatricesShareOneAllocationOfExactlyTheirBytes) {
+    const std::string dir = testing::TempDir() + "/kvlab_packed_arena";
+    std::filesystem::create_directories(dir);
+    const std::string path = write_kquant_model(dir);
+    LoadedModel p = load_with(path, "packed");
+    const auto& arena = p.model->layer(0).wqkv.storage();
+    size_t matrices = 0;
+    std::vector<std::pair<const uint8_t*, size_t>> spans;
+    for (int64_t l = 0; l < p.config.num_layers; ++l) {
+        const auto& L = p.model->layer(int(l));
+        for (const Tensor* t : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
+            ASSERT_TRUE(is_packed(*t));
+            EXPECT_EQ(t->storage(), arena) << "layer " << l;
+            matrices += t->nbytes();
+            spans.emplace_back(t->data<uint8_t>(), t->nbytes());
+        }
+    }
+    EXPECT_EQ(arena->bytes, matrices);
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].first + spans[i - 1].second, spans[i].first) << "overlap";
+    EXPECT_NE(p.model->lm_head_weight().storage(), arena);  // large already: an allocation of its own
     std::filesystem::remove_all(dir);
 }
 
