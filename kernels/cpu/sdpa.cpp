@@ -476,7 +476,7 @@ void sdpa_forward_run(const OpContext& ctx, const OpCall& c) {
 // [SECTION] forward, decode: key ranges in place, merged partial softmax
 // =========================================================================================
 // For n <= kDecodeQueries the R * n query rows of a (b, g) pair are few, so the forward is
-// bound by reading K and V once. A unit is (pair, range of kDecodeKeys keys): scores
+// bound by reading K and V once. A unit is (pair, range of up to kDecodeKeys keys): scores
 // S = (alpha q) . k_j straight from K's rows (f32 or bf16), the range's own max m_u, sum l_u
 // and acc_u = sum_j exp(S - m_u) v_j; the partials of a pair are merged in range order
 // (m = max m_u, scale exp(m_u - m)), so results do not depend on the thread count. Units
@@ -499,7 +499,10 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
     const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4], &y = c.dst;
     const bool weights = c.dst2.data != nullptr;
     const int64_t HS = s.HS, T = s.T, n = s.n, rows = s.R * n;
+    // Ranges of equal length (at most kDecodeKeys): 600 keys as 300 + 300, not 512 + 88, so
+    // two threads finish a layer's three pairs together.
     const int64_t nsplit = (T + kDecodeKeys - 1) / kDecodeKeys, units = s.pairs * nsplit;
+    const int64_t range = (T + nsplit - 1) / nsplit;
     const int64_t ldk = k.nb[2] / int64_t(sizeof(W)), ldv = v.nb[2] / int64_t(sizeof(W));
     const float neg_inf = -std::numeric_limits<float>::infinity();
     // Per unit: m (rows), l (rows), acc (rows, HS); with weights also P (rows, kDecodeKeys).
@@ -507,7 +510,7 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
     KernelScratch mem(ctx, size_t(std::max<int64_t>(1, units * per_unit)) * sizeof(float));
 
     auto run_unit = [&](int64_t u) {
-        const int64_t p = u / nsplit, j0 = (u % nsplit) * kDecodeKeys, nk = std::min(kDecodeKeys, T - j0);
+        const int64_t p = u / nsplit, j0 = (u % nsplit) * range, nk = std::min(range, T - j0);
         const int64_t b = p / s.G, g = p % s.G;
         float* um = mem.as<float>() + u * per_unit;
         float* ul = um + rows;
@@ -600,7 +603,7 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
         for (int64_t sp = 0; sp < nsplit; ++sp) {
             const float* um = base + sp * per_unit;
             const float* P = um + rows * (2 + HS);
-            const int64_t j0 = sp * kDecodeKeys, nk = std::min(kDecodeKeys, T - j0);
+            const int64_t j0 = sp * range, nk = std::min(range, T - j0);
             for (int64_t row = 0; row < rows; ++row) {
                 if (um[row] == neg_inf || inv_l[size_t(row)] == 0.0f) continue;
                 const float f = kv_exp(um[row] - m[size_t(row)]) * inv_l[size_t(row)] * inv_r;

@@ -41,7 +41,7 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
         {"prefill_window_150_n400", 1, 2, 1, 400, 400, 16, DType::F32, true, 150, false, false},
         {"chunk_n40_T700_HS128_per_row", 1, 2, 2, 40, 700, 128, DType::F32, true, 0, true, true},
         {"prefill_n200_no_weights", 1, 3, 1, 200, 200, 32, DType::BF16, false, 0, false, false},
-        // Decode path (n <= 4, HS % 16 == 0, f32/bf16 K/V): several 512-key ranges merged,
+        // Decode path (n <= 4, HS % 16 == 0, f32/bf16 K/V): several key ranges (up to 512 keys, equal lengths) merged,
         // ranges split across threads, windows, per-row positions, up to 4 query rows per pass.
         {"decode_n1_T1500_R7_split", 1, 14, 2, 1, 1500, 64, DType::BF16, true, 0, true, true},
         {"decode_n1_T1500_R7_split", 1, 14, 2, 1, 1500, 64, DType::F32, false, 0, true, false},
