@@ -1,7 +1,7 @@
 // MATMUL with a packed weight (op.h): the weight stays in its ggml block format
 // (kernels/common/packed_blocks.h) and is dequantized where it is used, never as a whole.
-//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0 and Q4_1
-//     on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd below); the
+//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0, Q4_1 and
+//     F16 on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd below); the
 //     other formats (and the base variant) turn every block into its 32/256 floats in an
 //     L1-resident buffer by the loader's own block function and multiply them into f32 vector
 //     accumulators at once (gemv_tile.h's vectors, one width per ISA variant).
@@ -15,13 +15,15 @@
 #include <omp.h>
 #if defined(__AVX2__) || defined(__AVX512F__)
 #if defined(__AVX512F__)
-// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as maybe-uninitialized.
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as (maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -44,6 +46,41 @@ constexpr int64_t kChunkBytes = int64_t(32) << 10;     // packed bytes per decod
 constexpr int64_t kParallelBytes = int64_t(128) << 10;
 constexpr int64_t kPanelBytes = int64_t(192) << 10;    // f32 bytes of one prefill panel (L2)
 
+// NF4 (QLoRA's base) by a 16-entry table of level * absmax per block: the same single f32
+// product as dequantize_block_nf4, bit for bit, where that shared function's switch per value
+// ran decode at 0.04x of a plain read (kvlab_lab_packed_gemv, gate+up shape) and is also what
+// every prefill panel of a QLoRA step dequantizes through. AVX-512 picks 16 values per vpermps
+// and interleaves high (even) and low (odd) nibbles with vpermt2ps.
+const std::array<float, 16> kNf4Levels = [] {
+    std::array<float, 16> t{};
+    for (int q = 0; q < 16; ++q) t[size_t(q)] = nf4_level(q);
+    return t;
+}();
+
+inline void dequant_nf4(const uint8_t* b, float* y) {
+    float amax;
+    std::memcpy(&amax, b + 32, 4);
+#if defined(__AVX512F__)
+    const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(kNf4Levels.data()), _mm512_set1_ps(amax));
+    const __m512i even = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i odd = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int h = 0; h < 2; ++h) {  // bytes 16h .. 16h + 15: values 32h .. 32h + 31
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * h)));
+        const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), t);                  // even values
+        const __m512 lo = _mm512_permutexvar_ps(_mm512_and_si512(q, _mm512_set1_epi32(15)), t);  // odd values
+        _mm512_storeu_ps(y + 32 * h, _mm512_permutex2var_ps(hi, even, lo));
+        _mm512_storeu_ps(y + 32 * h + 16, _mm512_permutex2var_ps(hi, odd, lo));
+    }
+#else
+    float t[16];
+    for (int q = 0; q < 16; ++q) t[q] = kNf4Levels[size_t(q)] * amax;
+    for (int i = 0; i < 32; ++i) {
+        y[2 * i] = t[b[i] >> 4];
+        y[2 * i + 1] = t[b[i] & 15];
+    }
+#endif
+}
+
 template <PackedFormat F>
 inline void dequant(const uint8_t* b, float* y) {
     namespace B = gguf_blocks;
@@ -54,7 +91,7 @@ inline void dequant(const uint8_t* b, float* y) {
     else if constexpr (F == PackedFormat::Q5_1) B::dequant_q5_1(b, y);
     else if constexpr (F == PackedFormat::Q4_K) B::dequant_q4_k(b, y);
     else if constexpr (F == PackedFormat::Q5_K) B::dequant_q5_k(b, y);
-    else if constexpr (F == PackedFormat::NF4) dequantize_block_nf4(b, 64, y);
+    else if constexpr (F == PackedFormat::NF4) dequant_nf4(b, y);
     else if constexpr (F == PackedFormat::F16) B::dequant_f16(b, y);
     else if constexpr (F == PackedFormat::BF16) B::dequant_bf16(b, y);
     else B::dequant_q6_k(b, y);
@@ -106,7 +143,7 @@ void gemv_packed_rows(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_
     }
 }
 
-// ---- register-widened kernels for the 32-element formats (Q8_0, Q4_0, Q4_1) ---------------
+// ---- register-widened kernels for the 32-element formats (Q8_0, Q4_0, Q4_1, F16) ----------
 // RB consecutive weight rows per pass (they are adjacent in memory: one address stream of
 // RB * row_bytes), each x vector loaded once for all RB rows, every block widened in registers
 // (no buffer). The weight values are the loader's bit for bit: Q8_0 d * float(q), Q4_0
@@ -145,7 +182,14 @@ inline float p_hsum(pv a) { return hsum(vf32(a)); }
 // The block's 32 weights as kPV vectors, element order; s = {d, m} as f32 (the scale pass below).
 template <PackedFormat F>
 inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
-    if constexpr (F == PackedFormat::Q8_0) {
+    if constexpr (F == PackedFormat::F16) {  // 32 halves, converted exactly (vcvtph2ps)
+        (void)s;
+#if defined(__AVX512F__)
+        for (int v = 0; v < 2; ++v) wv[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v)));
+#else
+        for (int v = 0; v < 4; ++v) wv[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * v)));
+#endif
+    } else if constexpr (F == PackedFormat::Q8_0) {
         const pv d = p_set1(s[0]);
 #if defined(__AVX512F__)
         for (int v = 0; v < 2; ++v)
@@ -219,7 +263,7 @@ inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes,
     int64_t pf = 0;  // bytes of the stream prefetched so far, from pf_base
     for (int64_t b0 = 0; b0 < nblocks; b0 += kSegBlocks) {
         const int64_t nb = std::min(kSegBlocks, nblocks - b0);
-        for (int r = 0; r < RB; ++r) {
+        for (int r = 0; r < RB && F != PackedFormat::F16; ++r) {  // F16 blocks have no scales
             const uint8_t* blk = w + r * row_bytes + b0 * BB;
             float* o = sc + r * kSegBlocks * 2;
             // 8 bytes from the block start (every format here has >= 18): halves d, m (Q4_1), then quants.
@@ -269,7 +313,7 @@ template <PackedFormat F>
 void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y,
                  int64_t ldy) {
 #if defined(KV_PACKED_SIMD)
-    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1) {
+    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1 || F == PackedFormat::F16) {
         switch (M) {
             case 1: gemv_simd<F, 1>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
             case 2: gemv_simd<F, 2>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;

@@ -37,6 +37,21 @@ std::vector<uint8_t> random_packed(PackedFormat f, int64_t N, int64_t K, std::mt
     const int64_t bb = packed_block_bytes(f), nb = N * K / packed_block_elems(f);
     std::vector<uint8_t> b(size_t(nb * bb));
     for (auto& v : b) v = uint8_t(rng());
+    if (f == PackedFormat::F16 || f == PackedFormat::BF16) {  // every half a finite value in [-1, 1)
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        for (size_t i = 0; i + 1 < b.size(); i += 2) {
+            const uint16_t h = f == PackedFormat::F16 ? f32_to_f16(u(rng)) : f32_to_bf16(u(rng));
+            std::memcpy(b.data() + i, &h, 2);
+        }
+        return b;
+    }
+    if (f == PackedFormat::NF4) {  // 32 bytes of nibbles, then the block's f32 absmax
+        for (int64_t i = 0; i < nb; ++i) {
+            const float amax = 0.05f + 0.001f * float(i % 7);
+            std::memcpy(b.data() + i * bb + 32, &amax, 4);
+        }
+        return b;
+    }
     for (int64_t i = 0; i < nb; ++i) {
         uint8_t* p = b.data() + i * bb;
         const uint16_t d = f32_to_f16(0.01f + 0.001f * float(i % 7)), m = f32_to_f16(-0.05f);
@@ -100,6 +115,12 @@ int main_impl(int argc, char** argv) {
                                  // The 49152-row lm_head in 16 slices: one 28 MiB call lasts long enough to
                                  // be preempted on a shared machine, and its rows are independent.
                                  {"lm_head/16 3072x576 q8_0", PackedFormat::Q8_0, 3072, 576, 16}};
+    // The other formats kept packed (issue 21: F16/BF16 GGUF files, QLoRA's NF4 base), at the
+    // gate+up shape; not part of the token line.
+    shapes.push_back({"gate+up 3072x576 q8_0", PackedFormat::Q8_0, 3072, 576, 0});
+    shapes.push_back({"gate+up 3072x576 f16", PackedFormat::F16, 3072, 576, 0});
+    shapes.push_back({"gate+up 3072x576 bf16", PackedFormat::BF16, 3072, 576, 0});
+    shapes.push_back({"gate+up 3072x576 nf4", PackedFormat::NF4, 3072, 576, 0});
     if (args.quick) shapes.resize(1);
     const size_t min_bytes = args.quick ? size_t(64) << 20 : size_t(256) << 20;
     const double min_s = args.quick ? 0.05 : 0.3;
@@ -160,7 +181,7 @@ int main_impl(int argc, char** argv) {
         tok_kernel += s.per_token * tk, tok_read += s.per_token * tr, tok_bytes += double(s.per_token) * double(bytes);
         tok_kmed += s.per_token * mk, tok_rmed += s.per_token * mr;
     }
-    if (shapes.size() > 1)
+    if (shapes.size() > 1 && tok_bytes > 0)
         std::printf("%-24s %9.1f %10.1f %10.1f %7.2fx %9.2f %10.1f %10.1f %7.2fx   (one SmolLM2 decode token's matmuls)\n", "token",
                     tok_bytes / 1024, tok_kernel * 1e6, tok_read * 1e6, tok_read / tok_kernel, tok_bytes / tok_kernel / 1e9, tok_kmed * 1e6,
                     tok_rmed * 1e6, tok_rmed / tok_kmed);
