@@ -71,6 +71,22 @@ inline void dequant_nf4(const uint8_t* b, float* y) {
         _mm512_storeu_ps(y + 32 * h, _mm512_permutex2var_ps(hi, even, lo));
         _mm512_storeu_ps(y + 32 * h + 16, _mm512_permutex2var_ps(hi, odd, lo));
     }
+#elif defined(__AVX2__)
+    // 8-lane permutes index 8 entries: both table halves are permuted, bit 3 picks one.
+    const __m256 av = _mm256_set1_ps(amax);
+    const __m256 t0 = _mm256_mul_ps(_mm256_loadu_ps(kNf4Levels.data()), av), t1 = _mm256_mul_ps(_mm256_loadu_ps(kNf4Levels.data() + 8), av);
+    const __m256i seven = _mm256_set1_epi32(7), m15 = _mm256_set1_epi32(15);
+    auto pick = [&](__m256i q) {
+        return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, q), _mm256_permutevar8x32_ps(t1, q),
+                                _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, seven)));
+    };
+    for (int h = 0; h < 4; ++h) {  // bytes 8h .. 8h + 7: values 16h .. 16h + 15
+        const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * h)));
+        const __m256 hi = pick(_mm256_srli_epi32(q, 4)), lo = pick(_mm256_and_si256(q, m15));
+        const __m256 a = _mm256_unpacklo_ps(hi, lo), c = _mm256_unpackhi_ps(hi, lo);  // per 128-bit lane: h0 l0 h1 l1 | h2 l2 h3 l3
+        _mm256_storeu_ps(y + 16 * h, _mm256_permute2f128_ps(a, c, 0x20));
+        _mm256_storeu_ps(y + 16 * h + 8, _mm256_permute2f128_ps(a, c, 0x31));
+    }
 #else
     float t[16];
     for (int q = 0; q < 16; ++q) t[q] = kNf4Levels[size_t(q)] * amax;
