@@ -148,11 +148,13 @@ class AdaKVPolicy final : public KVPolicy {
                 inner_->init_slot(r, slot, f, r * p.n + t);
             }
         }
+        const bool was_initial_rule = initial_rule_;
         if (p.input_pos >= L_) initial_rule_ = false;
         P_ = p.input_pos + p.n;
         T_ = std::min(P_, L_);
         sync();
-        if (variant_ == AdaVariant::FIXED && target_.empty() && p.input_pos >= L_) {  // the first full eviction decided
+        // FIXED: the budgets the first top-k over all heads left (the keep-initial eviction before it is equal per head)
+        if (variant_ == AdaVariant::FIXED && target_.empty() && p.input_pos >= L_ && !was_initial_rule) {
             target_.assign(size_t(B_ * G_), 0);
             for (int64_t r = 0; r < B_ * G_; ++r)
                 for (int64_t s = 0; s < S_; ++s) target_[size_t(r)] += pos[size_t(r * S_ + s)] >= 0;

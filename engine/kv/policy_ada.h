@@ -10,7 +10,7 @@ namespace kv {
 enum class AdaVariant {
     PAPER,  // every chunk: the layer's G n evictions by top-k over all heads (the default)
     EQUAL,  // every head evicts its own n lowest: budgets stay L (= the base scorer's allocation)
-    FIXED,  // top-k over all heads at the first full eviction only; then each head keeps its budget
+    FIXED,  // top-k over all heads at the first scored eviction only; then each head keeps its budget
     EMA,    // the paper's rule on scores averaged over chunks: s <- (s + new) / 2 per kept token
 };
 
