@@ -15,14 +15,34 @@
 
 #include "engine/core/error.h"
 #include "kv_config.h"
+#include "policy_ada.h"
 #include "policy_score_based.h"
 
 namespace kv {
 
+namespace {
+AdaVariant g_variant = AdaVariant::PAPER;
+}  // namespace
+
+void set_ada_variant(AdaVariant v) { g_variant = v; }
+AdaVariant ada_variant() { return g_variant; }
+AdaVariant parse_ada_variant(const std::string& name) {
+    if (name == "paper") return AdaVariant::PAPER;
+    if (name == "equal") return AdaVariant::EQUAL;
+    if (name == "fixed") return AdaVariant::FIXED;
+    if (name == "ema") return AdaVariant::EMA;
+    throw Error(str("ada variant '", name, "' is unknown; expected paper, equal, fixed or ema"));
+}
+
 class AdaKVPolicy final : public KVPolicy {
    public:
     AdaKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer, const std::string& inner_name, std::string name)
-        : KVPolicy(L, G), name_(std::move(name)), S_(L * G), grace_(cfg.grace_period) {
+        : KVPolicy(L, G),
+          name_(std::move(name)),
+          S_(L * G),
+          grace_(cfg.grace_period),
+          keep_initial_fraction_(cfg.keep_initial_fraction),
+          variant_(ada_variant()) {
         const double alpha = cfg.policy_option("ada_alpha");
         min_ = int64_t(std::floor(alpha * double(L)));
         if (grace_ >= L) throw Error(str("grace_period ", grace_, " must be smaller than the cache length ", L));
@@ -53,7 +73,12 @@ class AdaKVPolicy final : public KVPolicy {
     void reset(int64_t batch) override {
         B_ = batch;
         T_ = P_ = 0;
+        initial_rule_ = false;
         inner_->reset(batch);
+        target_.clear();
+        if (variant_ == AdaVariant::EQUAL) target_.assign(size_t(B_ * G_), L_);
+        ema_.assign(size_t(B_ * G_ * S_), 0.0f);
+        ema_pos_.assign(size_t(B_ * G_ * S_), -1);
         sync();
     }
     int64_t max_forward_length() const override {
@@ -66,6 +91,7 @@ class AdaKVPolicy final : public KVPolicy {
         if (n < 1 || n > L_) throw_chunk_error(name(), n, L_, 0, L_, "a prefill must fit the cache");
         SlotPlan p = fill_plan(0, n);
         apply(p, f);
+        initial_rule_ = n == L_;
     }
     SlotPlan prepare(int64_t n) const override {
         if (P_ == 0) throw Error(str(name(), " cache: the first call of a sequence must be a prefill"));
@@ -80,10 +106,28 @@ class AdaKVPolicy final : public KVPolicy {
         p.rows = B_ * G_;
         p.length_after = S_;
         p.targets.resize(size_t(p.rows * n));
+        if (initial_rule_) {
+            // The first chunk after a full prefill: the base scorers' keep-initial rule
+            // (ScorePolicy, docs/POLICIES.md), per head: every head drops its tokens at positions
+            // [keep, keep + n). A prefill records no attention weights, so snapkv's scores are
+            // all 0 here (expected-attention's too until a chunk scores them); a top-k over those
+            // ties evicted head 0's first 384 of 512 tokens, sink included, in every layer.
+            int64_t keep = std::min<int64_t>(int64_t(keep_initial_fraction_ * double(L_)), L_ - grace_ - n);
+            keep = std::max<int64_t>(keep, 0);
+            const std::vector<int32_t>& pos = inner_->pos_;
+            for (int64_t r = 0; r < B_ * G_; ++r)
+                for (int64_t s = 0; s < S_; ++s) {
+                    const int32_t ps = pos[size_t(r * S_ + s)];
+                    if (ps >= keep && ps < keep + n) p.targets[size_t(r * n + (ps - keep))] = int32_t(s);
+                }
+            return p;
+        }
         std::vector<float> sc((size_t)(B_ * G_ * S_));
         inner_->eviction_scores(sc);
+        if (variant_ == AdaVariant::EMA) sc = ema_;
         for (int64_t b = 0; b < B_; ++b) {
-            std::vector<int32_t> freed = choose_evictions(sc.data() + b * G_ * S_, inner_->pos_.data() + b * G_ * S_, n, P_);
+            const int64_t* target = target_.empty() ? nullptr : target_.data() + b * G_;
+            std::vector<int32_t> freed = choose_evictions(sc.data() + b * G_ * S_, inner_->pos_.data() + b * G_ * S_, n, P_, target);
             std::sort(freed.begin(), freed.end());
             for (int64_t g = 0; g < G_; ++g)
                 for (int64_t t = 0; t < n; ++t) p.targets[size_t((b * G_ + g) * n + t)] = freed[size_t(g * n + t)];
@@ -104,14 +148,33 @@ class AdaKVPolicy final : public KVPolicy {
                 inner_->init_slot(r, slot, f, r * p.n + t);
             }
         }
+        const bool was_initial_rule = initial_rule_;
+        if (p.input_pos >= L_) initial_rule_ = false;
         P_ = p.input_pos + p.n;
         T_ = std::min(P_, L_);
         sync();
+        // FIXED: the budgets the first top-k over all heads left (the keep-initial eviction before it is equal per head)
+        if (variant_ == AdaVariant::FIXED && target_.empty() && p.input_pos >= L_ && !was_initial_rule) {
+            target_.assign(size_t(B_ * G_), 0);
+            for (int64_t r = 0; r < B_ * G_; ++r)
+                for (int64_t s = 0; s < S_; ++s) target_[size_t(r)] += pos[size_t(r * S_ + s)] >= 0;
+        }
         // The scorer's own per-chunk state (expected-attention's query statistics): without it
         // its scores stayed 0 and every eviction was a tie, broken toward head 0's lowest slots.
         inner_->observe_chunk(f, p.input_pos, p.n);
     }
-    void update(const std::vector<float>& w, int64_t n) override { inner_->accumulate(w, n); }
+    void update(const std::vector<float>& w, int64_t n) override {
+        inner_->accumulate(w, n);
+        if (variant_ != AdaVariant::EMA) return;
+        std::vector<float> sc((size_t)(B_ * G_ * S_));
+        inner_->eviction_scores(sc);
+        for (size_t i = 0; i < sc.size(); ++i) {
+            const int32_t ps = inner_->pos_[i];
+            if (ps < 0) continue;
+            ema_[i] = ema_pos_[i] == ps ? 0.5f * (ema_[i] + sc[i]) : sc[i];  // a new token starts at its first score
+            ema_pos_[i] = ps;
+        }
+    }
     // The scorer's score of every pool slot (B, G, S), +inf where the head keeps nothing;
     // empty until the pool is full (as ScorePolicy).
     std::vector<float> slot_scores() const override {
@@ -125,7 +188,9 @@ class AdaKVPolicy final : public KVPolicy {
 
     // The testable core: the G * n pool slots of one batch row to evict before tokens P ..
     // P + n - 1 arrive, given the scores sc (G, S) and positions pos (G, S) of its heads.
-    std::vector<int32_t> choose_evictions(const float* sc, const int32_t* pos, int64_t n, int64_t P) const {
+    // target (G) (exploratory variants EQUAL / FIXED, else null): head g evicts exactly its own
+    // count + n - target[g] lowest, no top-k over heads.
+    std::vector<int32_t> choose_evictions(const float* sc, const int32_t* pos, int64_t n, int64_t P, const int64_t* target = nullptr) const {
         struct Cand {
             float s;
             int32_t g, slot;
@@ -151,9 +216,22 @@ class AdaKVPolicy final : public KVPolicy {
             // no past at all, not even the first token.
             const int64_t reserve = std::clamp<int64_t>(min_ - kept, 0, int64_t(own.size()));
             std::sort(own.begin(), own.end(), lower);
+            if (target) {
+                const int64_t quota = kept + int64_t(own.size()) + n - target[g];
+                if (quota < 0 || quota > int64_t(own.size()))
+                    throw Error(str(name(), " cache: head ", g, " must evict ", quota, " of ", own.size(), " evictable slots"));
+                pool.insert(pool.end(), own.begin(), own.begin() + quota);
+                continue;
+            }
             pool.insert(pool.end(), own.begin(), own.end() - reserve);
         }
         const int64_t e = G_ * n;
+        if (target) {
+            if (int64_t(pool.size()) != e) throw Error(str(name(), " cache: the heads' quotas free ", pool.size(), " slots, not ", e));
+            std::vector<int32_t> out;
+            for (const Cand& c : pool) out.push_back(c.slot);
+            return out;
+        }
         if (int64_t(pool.size()) < e)
             throw Error(str(name(), " cache: only ", pool.size(), " evictable slots for a chunk needing ", e));
         std::partial_sort(pool.begin(), pool.begin() + e, pool.end(), lower);
@@ -184,7 +262,13 @@ class AdaKVPolicy final : public KVPolicy {
 
     std::string name_;
     int64_t S_, grace_, min_ = 0;
+    double keep_initial_fraction_;
+    bool initial_rule_ = false;  // the next eviction is the first after a full prefill
     std::unique_ptr<ScorePolicy> inner_;
+    AdaVariant variant_;
+    std::vector<int64_t> target_;  // (B, G) fixed budgets (EQUAL, FIXED), empty = the paper's top-k
+    std::vector<float> ema_;        // (B, G, S) EMA's averaged scores
+    std::vector<int32_t> ema_pos_;  // the position each ema_ entry belongs to
 };
 
 // For the formula test (tests/engine/kv_registry_test.cpp): the evictions of one batch row.
@@ -209,7 +293,7 @@ std::vector<PolicyInfo> ada_policies() {
                    },
                    .needs_attention_weights = true,
                    .buffers = {"default", "f32", "bf16", "f16"},
-                   .uses = {"snapkv_window", "snapkv_kernel", "grace_period"},
+                   .uses = {"snapkv_window", "snapkv_kernel", "grace_period", "keep_initial_fraction"},
                    .options = opts,
                    .doc_anchor = "docs/POLICIES.md#ada-kv"});
     out.push_back({.name = "ada-expected-attention",
@@ -218,7 +302,7 @@ std::vector<PolicyInfo> ada_policies() {
                        return std::make_unique<AdaKVPolicy>(a.cfg, a.L, a.G, a.layer, "expected-attention", "ada-expected-attention");
                    },
                    .buffers = {"default", "f32", "bf16", "f16"},
-                   .uses = {"grace_period"},
+                   .uses = {"grace_period", "keep_initial_fraction"},
                    .doc_anchor = "docs/POLICIES.md#ada-kv"});
     return out;
 }

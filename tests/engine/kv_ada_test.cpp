@@ -355,6 +355,70 @@ TEST(AdaKV, ExpectedAttentionScoresEachHeadOverItsOwnSlotsAsTheF64Reference) {
         [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
 }
 
+// The positions each head row keeps (sorted), -1 slots left out.
+std::vector<std::vector<int32_t>> kept_positions(const KVPolicy& p) {
+    const int64_t S = p.pool_slots() > 0 ? p.pool_slots() : p.cache_length();
+    const auto& pos = p.token_positions();
+    std::vector<std::vector<int32_t>> out(pos.size() / size_t(S));
+    for (size_t r = 0; r < out.size(); ++r) {
+        for (int64_t s = 0; s < S; ++s)
+            if (pos[r * size_t(S) + size_t(s)] >= 0) out[r].push_back(pos[r * size_t(S) + size_t(s)]);
+        std::sort(out[r].begin(), out[r].end());
+    }
+    return out;
+}
+
+TEST(AdaKV, FirstEvictionAfterAFullPrefillDropsTheSamePositionsInEveryHeadAsTheBaseScorer) {
+    // A prefill records no attention weights, so before the first eviction after a full prefill
+    // every score is 0. The base scorers then apply the keep-initial rule (drop positions
+    // [keep, keep + n), keep = min(int(f L), L - n)); ada-* ran its top-k over the ties and
+    // evicted head 0's first G n tokens (sink included) in every layer. L = 20, f = 0.25: keep 5;
+    // the chunk of 3 drops positions 5, 6, 7 in every head. The next chunk goes by Ada's rule.
+    std::vector<double> theta(8);
+    for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
+    for (const auto& [ada_name, base_name] : {std::pair<std::string, std::string>{"ada-snapkv-default", "snapkv-default"},
+                                              {"ada-expected-attention-default", "expected-attention-default"}}) {
+        std::vector<std::vector<int32_t>> kept;
+        for (const std::string& name : {ada_name, base_name}) {
+            LayerHarness h(name, 20, seed_for("ada initial rule"));
+            h.cfg.keep_initial_fraction = 0.25;
+            h.cfg.snapkv_window = 3;
+            if (name.find("expected-attention") != std::string::npos) h.cfg.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}};
+            h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0);
+            h.cache->set_rope_frequencies(&theta);
+            h.cache->set_replay_logging(true);
+            h.step(20);
+            h.step(3);
+            const std::vector<std::vector<int32_t>> got = kept_positions(h.layer().policy());
+            ASSERT_EQ(got.size(), size_t(h.B * h.G)) << name;
+            for (size_t r = 0; r < got.size(); ++r) {
+                std::vector<int32_t> want;
+                for (int32_t p = 0; p < 23; ++p)
+                    if (p < 5 || p >= 8) want.push_back(p);
+                EXPECT_EQ(got[r], want) << name << ": head row " << r << " after the first eviction";
+            }
+            if (name == base_name) {
+                EXPECT_EQ(kept, got) << ada_name << " and " << base_name << " keep different positions after the first eviction";
+                continue;
+            }
+            kept = got;
+            // The rule holds once: the next chunk evicts by top-k over all heads' scores.
+            const int64_t G = h.G, S = G * h.L;
+            const std::vector<float> sc = h.layer().policy().slot_scores();
+            const std::vector<int32_t> pos = h.layer().policy().token_positions();
+            ASSERT_EQ(sc.size(), size_t(h.B * G * S)) << name;
+            h.step(2);
+            const SlotPlan& plan = h.layer().replay_log().plans().back();
+            for (int64_t b = 0; b < h.B; ++b) {
+                const std::vector<double> scb(sc.begin() + b * G * S, sc.begin() + (b + 1) * G * S);
+                const std::vector<int32_t> pb(pos.begin() + b * G * S, pos.begin() + (b + 1) * G * S);
+                const std::vector<int32_t> ev(plan.targets.begin() + b * G * 2, plan.targets.begin() + (b + 1) * G * 2);
+                EXPECT_EQ(sorted(ev), ada_reference(G, S, h.L, scb, pb, 2, 23, 0, 0.2)) << name << ": second eviction, batch row " << b;
+            }
+        }
+    }
+}
+
 TEST(AdaKV, RefusesBuffersWithoutThePoolLayout) {
     for (const char* name : {"ada-snapkv-q8", "ada-expected-attention-kivi2"}) {
         KVCacheConfig kc;
