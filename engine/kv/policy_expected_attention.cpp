@@ -17,7 +17,6 @@
 
 #include "engine/core/error.h"
 #include "policy_expected_attention_math.h"
-#include "policy_math.h"
 #include "policy_score_based.h"
 
 namespace kv {
@@ -118,9 +117,18 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                     // sum2 holds the upper triangle (observe_chunk); Sigma is symmetric, so the
                     // lower half is its mirror (bit for bit what the full sums gave)
                     const double* s2 = sum2_.data() + bh * size_t(D * D);
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = d; e < D; ++e)
-                            cov[size_t(d * D + e)] = cov[size_t(e * D + d)] = c > 0 ? s2[d * D + e] / c - mu[size_t(d)] * mu[size_t(e)] : 0.0;
+                    if (c > 0) {
+                        for (int64_t d = 0; d < D; ++d) {  // rows of the upper triangle (contiguous), then the mirror
+                            const double md = mu[size_t(d)];
+                            const double* s2r = s2 + d * D;
+                            double* cr = cov.data() + d * D;
+                            for (int64_t e = d; e < D; ++e) cr[e] = s2r[e] / c - md * mu[size_t(e)];
+                        }
+                        for (int64_t d = 0; d < D; ++d)
+                            for (int64_t e = d + 1; e < D; ++e) cov[size_t(e * D + d)] = cov[size_t(d * D + e)];
+                    } else {
+                        std::fill(cov.begin(), cov.end(), 0.0);
+                    }
                     // Sigma' = Rbar Sigma Rbar^T: rows first (Rbar Sigma), then columns
                     for (int64_t d = 0; d < D; ++d) {
                         const double* c0 = cov.data() + d * D;
@@ -128,10 +136,15 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                         const double a0 = diag[size_t(d)], a1 = off[size_t(d)];
                         for (int64_t e = 0; e < D; ++e) rcov[size_t(d * D + e)] = a0 * c0[e] + a1 * c1[e];
                     }
+                    // columns: e's partner is e + half, e - half or e itself by range, so each
+                    // range is one contiguous loop
                     for (int64_t d = 0; d < D; ++d) {
                         float* u = U.data() + d * R * D + hr * D;
                         const double* rc0 = rcov.data() + d * D;
-                        for (int64_t e = d; e < D; ++e) u[e] = float(rc0[e] * diag[size_t(e)] + rc0[partner[size_t(e)]] * off[size_t(e)]);
+                        const double *dg = diag.data(), *of = off.data();
+                        for (int64_t e = d; e < half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e + half] * of[e]);
+                        for (int64_t e = std::max(d, half); e < 2 * half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e - half] * of[e]);
+                        for (int64_t e = std::max(d, 2 * half); e < D; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e] * of[e]);
                         u[d] /= 2.0f;
                     }
                 }
@@ -188,11 +201,13 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         // cos / sin of every (position, pair) once per chunk, shared by all heads and layers
         const ChunkRotation& cr = chunk_rotation(rope_, P0, n);
         const std::vector<double>&cs = cr.cs, &sn = cr.sn;
-        // one head's rotated queries, as rows (X, m x D) and columns (Xt, D x m): sum2 += Xt X
-        std::vector<double>&X = s_x_, &Xt = s_xt_;
-        X.resize((size_t)(n * D)), Xt.resize((size_t)(D * n));
+        // one head's rotated queries as rows (X, m x D): sum += x per row, sum2 += X^T X
+        std::vector<double>& X = s_x_;
+        X.resize((size_t)(n * D));
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t h = 0; h < NH_; ++h) {
+                const size_t bh = size_t(b * NH_ + h);
+                double* s1 = sum_.data() + bh * size_t(D);
                 int64_t m = 0;
                 for (int64_t t = 0; t < n; ++t) {
                     const int64_t p = P0 + t;
@@ -205,24 +220,14 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                         x[i] = double(q[i]) * c + double(q[i + half]) * s;
                         x[i + half] = double(q[i + half]) * c - double(q[i]) * s;
                     }
+                    for (int64_t d = 0; d < D; ++d) s1[d] += x[d];
                     ++m;
                 }
                 if (m == 0) continue;
-                for (int64_t t = 0; t < m; ++t)
-                    for (int64_t d = 0; d < D; ++d) Xt[size_t(d * m + t)] = X[size_t(t * D + d)];
-                const size_t bh = size_t(b * NH_ + h);
                 count_[bh] += double(m);
-                double* s1 = sum_.data() + bh * size_t(D);
-                for (int64_t t = 0; t < m; ++t)
-                    for (int64_t d = 0; d < D; ++d) s1[d] += X[size_t(t * D + d)];
-                // sum2 += Xt X, upper triangle only (the sums are symmetric; accumulate() mirrors
-                // them): column blocks [c0, c0 + 16) down to their last row, 62.5% of the square
-                // for D = 64. Every entry is the same ordered sum as in the full product.
-                double* S2 = sum2_.data() + bh * size_t(D * D);
-                for (int64_t c0 = 0; c0 < D; c0 += kMomentBlock) {
-                    const int64_t nc = std::min(kMomentBlock, D - c0);
-                    policy_matmul(c0 + nc, nc, m, Xt.data(), m, X.data() + c0, D, S2 + c0, D, true);
-                }
+                // upper triangle only (the sums are symmetric; accumulate() mirrors them), each
+                // entry the same ordered sum as the full product's
+                ea_moments_upper(m, D, X.data(), sum2_.data() + bh * size_t(D * D));
             }
     }
    private:
@@ -278,10 +283,8 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     std::vector<float> score_, vnorm_;  // (B*G, L)
     std::vector<float> keys_;           // (B*G, L, D) keys as cached (rotated)
     std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T (upper triangle), count (pre-RoPE queries)
-    // columns of sum2 per product: a multiple of every level's 4-row, 2-vector f64 tile
-    static constexpr int64_t kMomentBlock = 16;
     // scratch of accumulate() and absorb(), reused across calls (sized on use)
-    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_lin_, s_quad_, s_ex_, s_acc_, s_x_, s_xt_;
+    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_lin_, s_quad_, s_ex_, s_acc_, s_x_;
     std::vector<int64_t> s_partner_;
     std::vector<float> s_u_;
 };

@@ -146,11 +146,58 @@ KV_EA_INLINE void key_forms_body(KV_EA_ARGS) {
     q ? key_forms_nc<V, H, VD, 1, true>(KV_EA_PASS) : key_forms_nc<V, H, VD, 1, false>(KV_EA_PASS);
 }
 
+// S2 += X^T X on the blocks of 2 vectors of columns [c0, c0 + 2W) down to their last row, in
+// register tiles of 4 rows x 2 vectors: each entry one sum over t ascending (mul, then add), then
+// added to S2, as policy_matmul gives it.
+void moments_plain(int64_t m, int64_t D, const double* X, double* S2) {
+    for (int64_t d = 0; d < D; ++d)
+        for (int64_t e = d; e < D; ++e) {
+            double sum = 0;
+            for (int64_t t = 0; t < m; ++t) sum += X[t * D + d] * X[t * D + e];
+            S2[d * D + e] = S2[d * D + e] + sum;
+        }
+}
+
+template <class VD>
+KV_EA_INLINE void moments_body(int64_t m, int64_t D, const double* X, double* S2) {
+    constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double)), MR = 4;
+    if (D % (2 * W) != 0) return moments_plain(m, D, X, S2);
+    constexpr VD kOne = VD{} + 1.0;  // a broadcast as x * 1 (see key_forms_rows)
+    for (int64_t c0 = 0; c0 < D; c0 += 2 * W)
+        for (int64_t d0 = 0; d0 < c0 + 2 * W; d0 += MR) {
+            VD t[MR][2] = {};
+            for (int64_t i = 0; i < m; ++i) {
+                const double* x = X + i * D;
+                VD b0, b1;
+                std::memcpy(&b0, x + c0, sizeof(VD));
+                std::memcpy(&b1, x + c0 + W, sizeof(VD));
+                for (int64_t r = 0; r < MR; ++r) {
+                    const VD a = x[d0 + r] * kOne;
+                    t[r][0] += a * b0;
+                    t[r][1] += a * b1;
+                }
+            }
+            for (int64_t r = 0; r < MR; ++r)
+                for (int64_t h = 0; h < 2; ++h) {
+                    double* c = S2 + (d0 + r) * D + c0 + h * W;
+                    VD old;
+                    std::memcpy(&old, c, sizeof(VD));
+                    const VD out = old + t[r][h];
+                    std::memcpy(c, &out, sizeof(VD));
+                }
+        }
+}
+
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) void key_forms_v4(KV_EA_ARGS) { key_forms_body<f32x16, f32x8, f64x8, 4>(KV_EA_PASS); }
 __attribute__((target("arch=x86-64-v3"))) void key_forms_v3(KV_EA_ARGS) { key_forms_body<f32x8, f32x4, f64x4, 2>(KV_EA_PASS); }
 #endif
 void key_forms_v2(KV_EA_ARGS) { key_forms_body<f32x4, f32x2, f64x2, 2>(KV_EA_PASS); }
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void moments_v4(int64_t m, int64_t D, const double* X, double* S2) { moments_body<f64x8>(m, D, X, S2); }
+__attribute__((target("arch=x86-64-v3"))) void moments_v3(int64_t m, int64_t D, const double* X, double* S2) { moments_body<f64x4>(m, D, X, S2); }
+#endif
+void moments_v2(int64_t m, int64_t D, const double* X, double* S2) { moments_body<f64x2>(m, D, X, S2); }
 
 }  // namespace
 
@@ -165,5 +212,17 @@ void ea_key_forms_at(int level, KV_EA_ARGS) {
 }
 
 void ea_key_forms(KV_EA_ARGS) { ea_key_forms_at(4, KV_EA_PASS); }
+
+void ea_moments_upper_at(int level, int64_t m, int64_t D, const double* X, double* S2) {
+    if (level <= 0) return moments_plain(m, D, X, S2);
+#if defined(__x86_64__)
+    level = std::min(level, policy_matmul_level());
+    if (level >= 4) return moments_v4(m, D, X, S2);
+    if (level >= 3) return moments_v3(m, D, X, S2);
+#endif
+    moments_v2(m, D, X, S2);
+}
+
+void ea_moments_upper(int64_t m, int64_t D, const double* X, double* S2) { ea_moments_upper_at(4, m, D, X, S2); }
 
 }  // namespace kv

@@ -26,4 +26,11 @@ void ea_key_forms(int64_t T, int64_t D, int64_t R, const float* K, int64_t ldk, 
 void ea_key_forms_at(int level, int64_t T, int64_t D, int64_t R, const float* K, int64_t ldk, const float* U, int64_t ldu,
                      const double* M, double* lin, double* quad);
 
+// The query second moments: S2 (D x D, row stride D) += X^T X for X the m x D rows of queries,
+// on the upper triangle (e >= d; entries below it may be written too, never read). Each entry
+// is one sum over the rows in order (mul, then add) added to S2: bit for bit what the full
+// product policy_matmul(D, D, m, X^T, m, X, D, S2, D, true) gives there, at every level.
+void ea_moments_upper(int64_t m, int64_t D, const double* X, double* S2);
+void ea_moments_upper_at(int level, int64_t m, int64_t D, const double* X, double* S2);
+
 }  // namespace kv

@@ -140,5 +140,33 @@ TEST(ExpectedAttentionKeyForms, HalfFormEqualsTheFullProductItReplaced) {
         }
 }
 
+TEST(ExpectedAttentionMoments, UpperTriangleEqualsTheOrderedSumsAndTheFullProduct) {
+    // every upper entry (e >= d) must be S2 + (the sum over rows in order) bit for bit, at every
+    // level, and what the full product the policy used before gives there
+    std::mt19937_64 rng(seed_for("ExpectedAttentionMoments.Upper"));
+    std::uniform_real_distribution<double> u(-2.0, 2.0);
+    for (auto [m, D] : {std::array<int64_t, 2>{64, 64}, {5, 16}, {13, 24}, {1, 12}, {7, 40}, {3, 128}}) {
+        std::vector<double> X(size_t(m * D)), S0(size_t(D * D)), Xt(size_t(D * m));
+        for (double& x : X) x = u(rng);
+        for (double& x : S0) x = u(rng);
+        for (int64_t t = 0; t < m; ++t)
+            for (int64_t d = 0; d < D; ++d) Xt[size_t(d * m + t)] = X[size_t(t * D + d)];
+        std::vector<double> full = S0;
+        policy_matmul(D, D, m, Xt.data(), m, X.data(), D, full.data(), D, true);
+        for (int level : levels()) {
+            std::vector<double> S = S0;
+            ea_moments_upper_at(level, m, D, X.data(), S.data());
+            for (int64_t d = 0; d < D; ++d)
+                for (int64_t e = d; e < D; ++e) {
+                    double sum = 0;
+                    for (int64_t t = 0; t < m; ++t) sum += X[size_t(t * D + d)] * X[size_t(t * D + e)];
+                    const size_t at = size_t(d * D + e);
+                    ASSERT_EQ(S[at], S0[at] + sum) << "level " << level << " m " << m << " D " << D << " at (" << d << ", " << e << ")";
+                    ASSERT_EQ(S[at], full[at]) << "level " << level << " m " << m << " D " << D << " at (" << d << ", " << e << ")";
+                }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace kv::test
