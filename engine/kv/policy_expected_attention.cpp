@@ -16,7 +16,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
-#include "policy_math.h"
+#include "policy_expected_attention_math.h"
 #include "policy_score_based.h"
 
 namespace kv {
@@ -92,12 +92,13 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         }
         std::vector<double>&mu = s_mu_, &cov = s_cov_, &rcov = s_rcov_, &mup = s_mup_;
         mu.resize((size_t)D), cov.resize((size_t)(D * D)), rcov.resize((size_t)(D * D)), mup.resize((size_t)(R * D));
-        // Sigma' of the group's R heads side by side (D x R D, f32): one product K . [Sigma'_h]
-        // gives every key's k^T Sigma'_h for every head; the quadratic forms are then summed in f64.
-        std::vector<float>&covp = s_covp_, &KS = s_ks_;
-        covp.resize((size_t)(D * R * D)), KS.resize((size_t)(T * R * D));
-        std::vector<double>&logit = s_logit_, &acc = s_acc_;
-        logit.resize((size_t)T), acc.resize((size_t)T);
+        // U: the upper triangles of the group's R Sigma'_h side by side (D x R D, f32, diagonal
+        // halved, zeros below): k^T Sigma'_h k = 2 k^T U_h k, half the products of K . Sigma'
+        // (policy_expected_attention_math.h). The zeros are written once per shape.
+        std::vector<float>& U = s_u_;
+        if (U.size() != size_t(D * R * D)) U.assign(size_t(D * R * D), 0.0f);
+        std::vector<double>&lin = s_lin_, &quad = s_quad_, &ex = s_ex_, &acc = s_acc_;
+        lin.resize((size_t)(R * T)), quad.resize((size_t)(R * T)), ex.resize((size_t)T), acc.resize((size_t)T);
         float top = -std::numeric_limits<float>::infinity();  // over the whole layer (sinks, below)
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t g = 0; g < G_; ++g) {
@@ -113,9 +114,21 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                     for (int64_t d = 0; d < D; ++d)
                         mup[size_t(hr * D + d)] = diag[size_t(d)] * mu[size_t(d)] + off[size_t(d)] * mu[size_t(partner[size_t(d)])];
                     if (!use_cov_) continue;
+                    // sum2 holds the upper triangle (observe_chunk); Sigma is symmetric, so the
+                    // lower half is its mirror (bit for bit what the full sums gave)
                     const double* s2 = sum2_.data() + bh * size_t(D * D);
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = 0; e < D; ++e) cov[size_t(d * D + e)] = c > 0 ? s2[d * D + e] / c - mu[size_t(d)] * mu[size_t(e)] : 0.0;
+                    if (c > 0) {
+                        for (int64_t d = 0; d < D; ++d) {  // rows of the upper triangle (contiguous), then the mirror
+                            const double md = mu[size_t(d)];
+                            const double* s2r = s2 + d * D;
+                            double* cr = cov.data() + d * D;
+                            for (int64_t e = d; e < D; ++e) cr[e] = s2r[e] / c - md * mu[size_t(e)];
+                        }
+                        for (int64_t d = 0; d < D; ++d)
+                            for (int64_t e = d + 1; e < D; ++e) cov[size_t(e * D + d)] = cov[size_t(d * D + e)];
+                    } else {
+                        std::fill(cov.begin(), cov.end(), 0.0);
+                    }
                     // Sigma' = Rbar Sigma Rbar^T: rows first (Rbar Sigma), then columns
                     for (int64_t d = 0; d < D; ++d) {
                         const double* c0 = cov.data() + d * D;
@@ -123,38 +136,33 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                         const double a0 = diag[size_t(d)], a1 = off[size_t(d)];
                         for (int64_t e = 0; e < D; ++e) rcov[size_t(d * D + e)] = a0 * c0[e] + a1 * c1[e];
                     }
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = 0; e < D; ++e)
-                            covp[size_t(d * R * D + hr * D + e)] =
-                                float(rcov[size_t(d * D + e)] * diag[size_t(e)] + rcov[size_t(d * D + partner[size_t(e)])] * off[size_t(e)]);
+                    // columns: e's partner is e + half, e - half or e itself by range, so each
+                    // range is one contiguous loop
+                    for (int64_t d = 0; d < D; ++d) {
+                        float* u = U.data() + d * R * D + hr * D;
+                        const double* rc0 = rcov.data() + d * D;
+                        const double *dg = diag.data(), *of = off.data();
+                        for (int64_t e = d; e < half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e + half] * of[e]);
+                        for (int64_t e = std::max(d, half); e < 2 * half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e - half] * of[e]);
+                        for (int64_t e = std::max(d, 2 * half); e < D; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e] * of[e]);
+                        u[d] /= 2.0f;
+                    }
                 }
-                if (use_cov_) policy_matmul(T, R * D, D, K, D, covp.data(), R * D, KS.data(), R * D);
+                ea_key_forms(T, D, R, K, D, U.data(), R * D, mup.data(), lin.data(), use_cov_ ? quad.data() : nullptr);
                 for (int64_t hr = 0; hr < R; ++hr) {
                     double m = -std::numeric_limits<double>::infinity();
-                    const double* mh = mup.data() + hr * D;
-                    // kJ keys at a time: independent f64 sums side by side (one chain per key was
-                    // bound by the add latency); each key's sum still runs d = 0, 1, ... in order.
-                    for (int64_t j0 = 0; j0 < T; j0 += kJ) {
-                        const int64_t nj = std::min(kJ, T - j0);
-                        double lin[kJ] = {}, quad[kJ] = {};
-                        for (int64_t d = 0; d < D; ++d)
-                            for (int64_t jj = 0; jj < nj; ++jj) lin[jj] += double(K[(j0 + jj) * D + d]) * mh[d];
-                        if (use_cov_)
-                            for (int64_t d = 0; d < D; ++d)
-                                for (int64_t jj = 0; jj < nj; ++jj)
-                                    quad[jj] += double(K[(j0 + jj) * D + d]) * double(KS[size_t((j0 + jj) * R * D + hr * D + d)]);
-                        for (int64_t jj = 0; jj < nj; ++jj) {
-                            const int64_t j = j0 + jj;
-                            if (pos[j] < n_sink_) continue;
-                            logit[size_t(j)] = scale_ * lin[jj] + scale_ * scale_ * quad[jj] / 2.0;
-                            m = std::max(m, logit[size_t(j)]);
-                        }
+                    double* lg = lin.data() + hr * T;  // becomes the logit
+                    const double* qd = quad.data() + hr * T;
+                    for (int64_t j = 0; j < T; ++j) {
+                        if (pos[j] < n_sink_) continue;
+                        lg[j] = scale_ * lg[j] + (use_cov_ ? scale_ * scale_ * qd[j] / 2.0 : 0.0);
+                        m = std::max(m, lg[j]);
                     }
                     double z = 0;
                     for (int64_t j = 0; j < T; ++j)
-                        if (pos[j] >= n_sink_) z += std::exp(logit[size_t(j)] - m);
+                        if (pos[j] >= n_sink_) z += (ex[size_t(j)] = std::exp(lg[j] - m));
                     for (int64_t j = 0; j < T; ++j)
-                        if (pos[j] >= n_sink_) acc[size_t(j)] += std::exp(logit[size_t(j)] - m) / z / double(R);
+                        if (pos[j] >= n_sink_) acc[size_t(j)] += ex[size_t(j)] / z / double(R);
                 }
                 for (int64_t j = 0; j < T; ++j) {
                     if (pos[j] < n_sink_) continue;
@@ -190,19 +198,16 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         rope_ = f.rope_inv_freq;
         scale_ = double(f.attn_scale);
         const int64_t D = D_, half = rope_ ? int64_t(rope_->size()) : 0;
-        // cos / sin of every (position, pair) once per chunk, shared by all heads
-        std::vector<double>&cs = s_cs_, &sn = s_sn_;
-        cs.resize((size_t)(n * half)), sn.resize((size_t)(n * half));
-        for (int64_t t = 0; t < n; ++t)
-            for (int64_t i = 0; i < half; ++i) {
-                const double a = double(P0 + t) * (*rope_)[size_t(i)];
-                cs[size_t(t * half + i)] = std::cos(a), sn[size_t(t * half + i)] = std::sin(a);
-            }
-        // one head's rotated queries, as rows (X, m x D) and columns (Xt, D x m): sum2 += Xt X
-        std::vector<double>&X = s_x_, &Xt = s_xt_;
-        X.resize((size_t)(n * D)), Xt.resize((size_t)(D * n));
+        // cos / sin of every (position, pair) once per chunk, shared by all heads and layers
+        const ChunkRotation& cr = chunk_rotation(rope_, P0, n);
+        const std::vector<double>&cs = cr.cs, &sn = cr.sn;
+        // one head's rotated queries as rows (X, m x D): sum += x per row, sum2 += X^T X
+        std::vector<double>& X = s_x_;
+        X.resize((size_t)(n * D));
         for (int64_t b = 0; b < B_; ++b)
             for (int64_t h = 0; h < NH_; ++h) {
+                const size_t bh = size_t(b * NH_ + h);
+                double* s1 = sum_.data() + bh * size_t(D);
                 int64_t m = 0;
                 for (int64_t t = 0; t < n; ++t) {
                     const int64_t p = P0 + t;
@@ -215,20 +220,44 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                         x[i] = double(q[i]) * c + double(q[i + half]) * s;
                         x[i + half] = double(q[i + half]) * c - double(q[i]) * s;
                     }
+                    for (int64_t d = 0; d < D; ++d) s1[d] += x[d];
                     ++m;
                 }
                 if (m == 0) continue;
-                for (int64_t t = 0; t < m; ++t)
-                    for (int64_t d = 0; d < D; ++d) Xt[size_t(d * m + t)] = X[size_t(t * D + d)];
-                const size_t bh = size_t(b * NH_ + h);
                 count_[bh] += double(m);
-                double* s1 = sum_.data() + bh * size_t(D);
-                for (int64_t t = 0; t < m; ++t)
-                    for (int64_t d = 0; d < D; ++d) s1[d] += X[size_t(t * D + d)];
-                policy_matmul(D, D, m, Xt.data(), m, X.data(), D, sum2_.data() + bh * size_t(D * D), D, true);
+                // upper triangle only (the sums are symmetric; accumulate() mirrors them), each
+                // entry the same ordered sum as the full product's
+                ea_moments_upper(m, D, X.data(), sum2_.data() + bh * size_t(D * D));
             }
     }
    private:
+    // cos / sin of (P0 + t) theta_i for t < n, i < half. Every layer's policy asks for the same
+    // chunks in turn (the eval driver runs a layer over a few chunks before the next layer), so
+    // the last few are kept per thread, all values as computed the first time.
+    struct ChunkRotation {
+        std::vector<double> freq, cs, sn;
+        int64_t P0 = -1, n = 0;
+    };
+    static const ChunkRotation& chunk_rotation(const std::vector<double>* rope, int64_t P0, int64_t n) {
+        constexpr size_t kKept = 8;
+        thread_local ChunkRotation kept[kKept];
+        thread_local size_t next = 0;
+        static const std::vector<double> none;
+        const std::vector<double>& f = rope ? *rope : none;
+        for (const ChunkRotation& c : kept)
+            if (c.P0 == P0 && c.n == n && c.freq == f) return c;
+        ChunkRotation& c = kept[next];
+        next = (next + 1) % kKept;
+        const int64_t half = int64_t(f.size());
+        c.freq = f, c.P0 = P0, c.n = n;
+        c.cs.resize((size_t)(n * half)), c.sn.resize((size_t)(n * half));
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t i = 0; i < half; ++i) {
+                const double a = double(P0 + t) * f[size_t(i)];
+                c.cs[size_t(t * half + i)] = std::cos(a), c.sn[size_t(t * half + i)] = std::sin(a);
+            }
+        return c;
+    }
     // Rbar = mean over p in [P, P + n_future) of R(p): on each rotated pair (i, i + half) the
     // block [[cbar_i, -sbar_i], [sbar_i, cbar_i]]; identity on unrotated dimensions.
     void mean_future_rotation(std::vector<double>& c, std::vector<double>& s) const {
@@ -253,12 +282,11 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     double scale_ = 0;
     std::vector<float> score_, vnorm_;  // (B*G, L)
     std::vector<float> keys_;           // (B*G, L, D) keys as cached (rotated)
-    std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T, count (pre-RoPE queries)
-    static constexpr int64_t kJ = 8;          // keys scored side by side
+    std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T (upper triangle), count (pre-RoPE queries)
     // scratch of accumulate() and absorb(), reused across calls (sized on use)
-    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_logit_, s_acc_, s_cs_, s_sn_, s_x_, s_xt_;
+    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_lin_, s_quad_, s_ex_, s_acc_, s_x_;
     std::vector<int64_t> s_partner_;
-    std::vector<float> s_covp_, s_ks_;
+    std::vector<float> s_u_;
 };
 }  // namespace
 
