@@ -551,7 +551,7 @@ constexpr size_t kBusyThreshold = 1024;
 // a 2 ms period woke the writer ~480 times a second during `generate --telemetry.enabled
 // false` (1100 involuntary switches of the compute threads in 3 s). 32 ms of the fastest
 // producer (~120k events/s, decode with every span and allocation) is ~4k events, far inside
-// a queue's 64k, and a run's commit_interval_ms (50) still holds.
+// a queue's 64k; a row waits at most commit_interval_ms (50) plus one such sleep.
 constexpr int kMaxIdleSleepMs = 32;
 }  // namespace
 

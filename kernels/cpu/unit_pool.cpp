@@ -38,12 +38,12 @@ struct Job {
 // step issues ~120 jobs per token microseconds apart, and a futex sleep + wake per job can
 // cost more than the job's work on a small model. Only while no thread waits for a CPU: the
 // kernel's count of runnable threads (/proc/loadavg's fourth field, which counts our own
-// running and polling threads, plus our sleeping helpers) at most the CPU count, re-read every 100 ms. On a loaded
-// machine a polling helper only takes the core from a runnable thread (2-thread generate at
-// load 11-23: 23-50 tokens/s polling 50 us against 42-65 sleeping at once). The 1-minute
-// load average was the gate before: it lags by a minute, so right after another busy process
-// (a benchmark's other side) it kept helpers sleeping on idle cores — 2-thread SmolLM2 decode
-// 57-74 tokens/s sleeping against 67-99 polling, paired on idle cores.
+// running and polling threads) plus our sleeping helpers at most the CPU count, re-read every
+// 100 ms. On a loaded machine a polling helper only takes the core from a runnable thread
+// (2-thread generate at load 11-23: 23-50 tokens/s polling 50 us against 42-65 sleeping at
+// once). The 1-minute load average was the gate before: it lags by a minute, so right after
+// another busy process (a benchmark's other side) it kept helpers sleeping on idle cores —
+// 2-thread SmolLM2 decode 57-74 tokens/s sleeping against 67-99 polling, paired on idle cores.
 // KVLAB_POOL_SPIN_US overrides the window (0: always sleep at once).
 constexpr int64_t kSpinNs = int64_t(200) * 1000;
 
