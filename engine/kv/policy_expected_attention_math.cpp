@@ -5,30 +5,17 @@
 #include <cstring>
 
 #include "policy_math.h"
+#include "policy_vec.h"
 
 namespace kv {
 
 namespace {
 
-// GCC vectors per level (as policy_math.cpp): an f32 vector V, its half H, and the f64 vector
-// VD of V's byte width (half of V's lanes). Used only inside functions built for their level.
-typedef float f32x2 __attribute__((vector_size(8)));
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef double f64x2 __attribute__((vector_size(16)));
-typedef double f64x4 __attribute__((vector_size(32)));
-typedef double f64x8 __attribute__((vector_size(64)));
+// GCC vectors per level (policy_vec.h): an f32 vector V, its half H, and the f64 vector VD of
+// V's byte width (half of V's lanes). Used only inside functions built for their level; bodies
+// are KV_POLICY_VEC_INLINE.
 
-// always_inline puts the bodies into each target-specific caller; ASan builds refuse it across
-// target attributes (policy_math.cpp), so there they are plain inline (slower, same math).
-#if defined(__SANITIZE_ADDRESS__)
-#define KV_EA_INLINE inline
-#else
-#define KV_EA_INLINE __attribute__((always_inline)) inline
-#endif
-
-KV_EA_INLINE double lane_tree(const double l[8]) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+KV_POLICY_VEC_INLINE double lane_tree(const double l[8]) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
 
 #define KV_EA_ARGS                                                                                                                    \
     int64_t T, int64_t D, int64_t R, const float *K, int64_t ldk, const float *U, int64_t ldu, const double *M, double *lin, \
@@ -63,7 +50,7 @@ void key_forms_plain(KV_EA_ARGS) {
 // in f64, lane e mod 8. Extra rows d > e that a vector does take add k_d * 0 = +-0 to t_e: the
 // same value as the plain loop's.
 template <class V, class H, class VD, int MR, int NC, bool Q>
-KV_EA_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
+KV_POLICY_VEC_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
     constexpr int W = int(sizeof(V) / sizeof(float)), WD = W / 2, NL = 8 / WD;
     static_assert(2 * sizeof(H) == sizeof(V) && sizeof(VD) == sizeof(V) && NL * WD == 8, "vector types of one level");
     // a broadcast as x * 1 (exact; folds to the broadcast alone): V{} + x would keep a scalar
@@ -126,7 +113,7 @@ KV_EA_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
 }
 
 template <class V, class H, class VD, int NC, bool Q>
-KV_EA_INLINE void key_forms_nc(KV_EA_ARGS) {
+KV_POLICY_VEC_INLINE void key_forms_nc(KV_EA_ARGS) {
     constexpr int64_t MR = 4;
     const int64_t T4 = T - T % MR;
     for (int64_t i0 = 0; i0 < T4; i0 += MR) key_forms_rows<V, H, VD, MR, NC, Q>(i0, KV_EA_PASS);
@@ -136,7 +123,7 @@ KV_EA_INLINE void key_forms_nc(KV_EA_ARGS) {
 // NCMAX vectors per group where D allows it (AVX-512: 4 x 4 accumulators of 32 registers; the
 // 16-register levels: 4 x 2), else fewer.
 template <class V, class H, class VD, int NCMAX>
-KV_EA_INLINE void key_forms_body(KV_EA_ARGS) {
+KV_POLICY_VEC_INLINE void key_forms_body(KV_EA_ARGS) {
     constexpr int64_t W = int64_t(sizeof(V) / sizeof(float));
     if (D % W != 0) return key_forms_plain(KV_EA_PASS);
     const bool q = quad != nullptr;
@@ -159,7 +146,7 @@ void moments_plain(int64_t m, int64_t D, const double* X, double* S2) {
 }
 
 template <class VD>
-KV_EA_INLINE void moments_body(int64_t m, int64_t D, const double* X, double* S2) {
+KV_POLICY_VEC_INLINE void moments_body(int64_t m, int64_t D, const double* X, double* S2) {
     constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double)), MR = 4;
     if (D % (2 * W) != 0) return moments_plain(m, D, X, S2);
     constexpr VD kOne = VD{} + 1.0;  // a broadcast as x * 1 (see key_forms_rows)

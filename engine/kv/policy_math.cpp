@@ -1,5 +1,6 @@
 // Dense products for matrix-scoring policies (see policy_math.h).
 #include "policy_math.h"
+#include "policy_vec.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,28 +10,15 @@ namespace kv {
 
 namespace {
 
-// GCC vector types of each level's register width (xmm for the default x86-64-v2 build, ymm
-// for v3, zmm for v4); each is used only inside a function built for its level, never passed
-// between functions (a vector argument's ABI depends on the ISA flags).
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef double f64x2 __attribute__((vector_size(16)));
-typedef double f64x4 __attribute__((vector_size(32)));
-typedef double f64x8 __attribute__((vector_size(64)));
+// GCC vector types of each level's register width (policy_vec.h: xmm for the default x86-64-v2
+// build, ymm for v3, zmm for v4).
 
 // A register tile of 4 rows x 2 vectors of C accumulates over all of k before it is stored
 // (8 accumulators, 2 B vectors and a broadcast fit 16 registers). Rows past the last group
 // of 4 and columns past the last pair of vectors take a plain loop.
-// always_inline puts the body into each target-specific caller (compiled for that ISA); ASan builds
-// refuse always_inline across target attributes, so there it is a plain inline (slower, same math).
-#if defined(__SANITIZE_ADDRESS__)
-#define KV_MATMUL_BODY_INLINE inline
-#else
-#define KV_MATMUL_BODY_INLINE __attribute__((always_inline)) inline
-#endif
+// Bodies are KV_POLICY_VEC_INLINE (policy_vec.h): inlined into each target-specific caller.
 template <class V, class F>
-KV_MATMUL_BODY_INLINE void matmul_body(int64_t m, int64_t n, int64_t k, const F* A, int64_t lda, const F* B, int64_t ldb,
+KV_POLICY_VEC_INLINE void matmul_body(int64_t m, int64_t n, int64_t k, const F* A, int64_t lda, const F* B, int64_t ldb,
                                                        F* C, int64_t ldc, bool acc) {
     constexpr int64_t W = int64_t(sizeof(V) / sizeof(F)), MR = 4;
     const int64_t m4 = m - m % MR, n2 = n - n % (2 * W);
