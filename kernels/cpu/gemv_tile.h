@@ -67,8 +67,12 @@ inline float hsum(const vf32& a) {
 // 16-register ISA levels.
 // A software prefetch into L2 (prefetcht1, locality 2) kPrefetchBytes ahead gained 10-20% on
 // weight rows; into L1 (t0) or non-temporal it lost ~20% against none (the lab's
-// measurements). Short rows (SDPA keys, <= kShortRowBytes) go without: there it cost ~20%
-// of the score pass.
+// measurements). Rows up to kShortRowBytes go without. It was 512 (every SDPA key row of 64
+// f32 went without: the lab once measured ~20% lost on the score pass); SmolLM2 decode's SDPA
+// over ~600 keys, f32 rows of 256 bytes, then took 127-138 us per layer without the prefetch
+// and 118-125 us with it at one thread, 81-121 against 80-98 us at two (paired runs, idle
+// cores, 2026-11-26), so 256-byte rows are prefetched now; bf16 rows of 64 (128 bytes) still
+// go without.
 // Without AVX-512 the prefetch is issued for bf16 rows only: on the AVX2 machine measured (a
 // 2-vCPU AMD EPYC, kvlab_lab_gemv, M = 1, eight model shapes, each interleaved with a plain
 // read) f32 rows ran at 0.73-0.84x of the read with it and 0.76-1.00x without, bf16 rows at
@@ -85,7 +89,7 @@ constexpr bool prefetch_rows() {
 }
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int kPrefetchLocality = 2;  // prefetcht1
-constexpr int64_t kShortRowBytes = 512;
+constexpr int64_t kShortRowBytes = 128;
 template <int M>
 constexpr int dot_unroll() {
     constexpr int u16 = M >= 4 ? 1 : M >= 2 ? 2 : 4;  // in 16-float steps (the AVX-512 choice)
