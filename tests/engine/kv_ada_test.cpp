@@ -270,7 +270,7 @@ std::vector<double> pooled_snapkv_reference(const LayerHarness& h, int64_t n, in
 // mean over the group's heads, times |v|; the head's sinks take the layer's maximum.
 std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink) {
     const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t S = pol.pool_slots(), D = h.D, R = h.NH / h.G, half = D / 2, Pa = h.P;
+    const int64_t S = pol.pool_slots(), D = h.D, R = h.NH / h.G, Pa = h.P;
     const auto& pos = pol.token_positions();
     const double s = 1.0 / std::sqrt(double(D));
     const auto qs = prerope_queries(h, theta, sink);  // per (b, head)
@@ -283,30 +283,8 @@ std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, c
             std::vector<double> a(own.size(), 0.0);
             for (int64_t hh = g * R; hh < (g + 1) * R; ++hh) {
                 const auto& Q = qs[size_t(b * h.NH + hh)];
-                std::vector<double> mu((size_t)D, 0.0), C((size_t)(D * D), 0.0);
-                for (const auto& u : Q)
-                    for (int64_t d = 0; d < D; ++d) mu[size_t(d)] += u[size_t(d)] / double(Q.size());
-                for (const auto& u : Q)
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = 0; e < D; ++e) C[size_t(d * D + e)] += (u[size_t(d)] - mu[size_t(d)]) * (u[size_t(e)] - mu[size_t(e)]) / double(Q.size());
-                std::vector<double> Rb((size_t)(D * D), 0.0);
-                for (int64_t p = Pa; p < Pa + F; ++p)
-                    for (int64_t i = 0; i < half; ++i) {
-                        const double an = double(p) * theta[size_t(i)];
-                        Rb[size_t(i * D + i)] += std::cos(an) / double(F);
-                        Rb[size_t(i * D + i + half)] -= std::sin(an) / double(F);
-                        Rb[size_t((i + half) * D + i)] += std::sin(an) / double(F);
-                        Rb[size_t((i + half) * D + i + half)] += std::cos(an) / double(F);
-                    }
-                std::vector<double> m2((size_t)D, 0.0), RC((size_t)(D * D), 0.0), C2((size_t)(D * D), 0.0);
-                for (int64_t d = 0; d < D; ++d)
-                    for (int64_t e = 0; e < D; ++e) m2[size_t(d)] += Rb[size_t(d * D + e)] * mu[size_t(e)];
-                for (int64_t d = 0; d < D; ++d)
-                    for (int64_t e = 0; e < D; ++e)
-                        for (int64_t f = 0; f < D; ++f) RC[size_t(d * D + e)] += Rb[size_t(d * D + f)] * C[size_t(f * D + e)];
-                for (int64_t d = 0; d < D; ++d)
-                    for (int64_t e = 0; e < D; ++e)
-                        for (int64_t f = 0; f < D; ++f) C2[size_t(d * D + e)] += RC[size_t(d * D + f)] * Rb[size_t(e * D + f)];
+                const FutureQueryMoments fm = future_query_moments(Q, theta, Pa, F, D);
+                const std::vector<double>&m2 = fm.mean, &C2 = fm.cov;
                 std::vector<double> z(own.size(), 0.0);
                 double zs = 0;
                 for (size_t j = 0; j < own.size(); ++j) {

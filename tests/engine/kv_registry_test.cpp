@@ -572,7 +572,7 @@ TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
 std::vector<double> expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink,
                                                  bool use_cov = true, bool use_vnorm = true) {
     const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, D = h.D, R = h.NH / h.G, half = D / 2, Pa = h.P;
+    const int64_t T = pol.current_length(), L = h.L, D = h.D, R = h.NH / h.G, Pa = h.P;
     const auto& pos = pol.token_positions();
     const double s = 1.0 / std::sqrt(double(D));
     const auto qs = prerope_queries(h, theta, sink);  // per (b, head)
@@ -584,29 +584,8 @@ std::vector<double> expected_attention_reference(const LayerHarness& h, const st
             std::vector<double> a((size_t)T, 0.0);
             for (int64_t hh = g * R; hh < (g + 1) * R; ++hh) {
                 const auto& Q = qs[size_t(b * h.NH + hh)];
-                std::vector<double> mu((size_t)D, 0.0), C((size_t)(D * D), 0.0);
-                for (const auto& u : Q)
-                    for (int64_t d = 0; d < D; ++d) mu[size_t(d)] += u[size_t(d)] / double(Q.size());
-                for (const auto& u : Q)
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = 0; e < D; ++e) C[size_t(d * D + e)] += (u[size_t(d)] - mu[size_t(d)]) * (u[size_t(e)] - mu[size_t(e)]) / double(Q.size());
-                // future query of position p: R(p) u; averaged over p, applied to the moments
-                std::vector<double> Rb((size_t)(D * D), 0.0);
-                for (int64_t p = Pa; p < Pa + F; ++p)
-                    for (int64_t i = 0; i < half; ++i) {
-                        const double an = double(p) * theta[size_t(i)];
-                        Rb[size_t(i * D + i)] += std::cos(an) / double(F);
-                        Rb[size_t(i * D + i + half)] -= std::sin(an) / double(F);
-                        Rb[size_t((i + half) * D + i)] += std::sin(an) / double(F);
-                        Rb[size_t((i + half) * D + i + half)] += std::cos(an) / double(F);
-                    }
-                std::vector<double> m2((size_t)D, 0.0), C2((size_t)(D * D), 0.0);
-                for (int64_t d = 0; d < D; ++d)
-                    for (int64_t e = 0; e < D; ++e) m2[size_t(d)] += Rb[size_t(d * D + e)] * mu[size_t(e)];
-                for (int64_t d = 0; d < D; ++d)
-                    for (int64_t e = 0; e < D; ++e)
-                        for (int64_t f = 0; f < D; ++f)
-                            for (int64_t g2 = 0; g2 < D; ++g2) C2[size_t(d * D + e)] += Rb[size_t(d * D + f)] * C[size_t(f * D + g2)] * Rb[size_t(e * D + g2)];
+                const FutureQueryMoments fm = future_query_moments(Q, theta, Pa, F, D);
+                const std::vector<double>&m2 = fm.mean, &C2 = fm.cov;
                 std::vector<double> z((size_t)T, 0.0);
                 double zs = 0;
                 for (int64_t j = 0; j < T; ++j) {

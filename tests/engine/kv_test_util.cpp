@@ -159,4 +159,36 @@ std::vector<std::vector<std::vector<double>>> prerope_queries(const LayerHarness
     return qs;
 }
 
+FutureQueryMoments future_query_moments(const std::vector<std::vector<double>>& Q, const std::vector<double>& theta, int64_t Pa, int64_t F,
+                                        int64_t D) {
+    const int64_t half = D / 2;
+    std::vector<double> mu((size_t)D, 0.0), C((size_t)(D * D), 0.0);
+    for (const auto& u : Q)
+        for (int64_t d = 0; d < D; ++d) mu[size_t(d)] += u[size_t(d)] / double(Q.size());
+    for (const auto& u : Q)
+        for (int64_t d = 0; d < D; ++d)
+            for (int64_t e = 0; e < D; ++e) C[size_t(d * D + e)] += (u[size_t(d)] - mu[size_t(d)]) * (u[size_t(e)] - mu[size_t(e)]) / double(Q.size());
+    // future query of position p: R(p) u; averaged over p, applied to the moments
+    std::vector<double> Rb((size_t)(D * D), 0.0);
+    for (int64_t p = Pa; p < Pa + F; ++p)
+        for (int64_t i = 0; i < half; ++i) {
+            const double an = double(p) * theta[size_t(i)];
+            Rb[size_t(i * D + i)] += std::cos(an) / double(F);
+            Rb[size_t(i * D + i + half)] -= std::sin(an) / double(F);
+            Rb[size_t((i + half) * D + i)] += std::sin(an) / double(F);
+            Rb[size_t((i + half) * D + i + half)] += std::cos(an) / double(F);
+        }
+    FutureQueryMoments m{std::vector<double>((size_t)D, 0.0), std::vector<double>((size_t)(D * D), 0.0)};
+    std::vector<double> RC((size_t)(D * D), 0.0);
+    for (int64_t d = 0; d < D; ++d)
+        for (int64_t e = 0; e < D; ++e) m.mean[size_t(d)] += Rb[size_t(d * D + e)] * mu[size_t(e)];
+    for (int64_t d = 0; d < D; ++d)
+        for (int64_t e = 0; e < D; ++e)
+            for (int64_t f = 0; f < D; ++f) RC[size_t(d * D + e)] += Rb[size_t(d * D + f)] * C[size_t(f * D + e)];
+    for (int64_t d = 0; d < D; ++d)
+        for (int64_t e = 0; e < D; ++e)
+            for (int64_t f = 0; f < D; ++f) m.cov[size_t(d * D + e)] += RC[size_t(d * D + f)] * Rb[size_t(e * D + f)];
+    return m;
+}
+
 }  // namespace kv::test

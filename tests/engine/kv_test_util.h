@@ -52,4 +52,14 @@ std::vector<int32_t> ada_reference(int64_t G, int64_t S, int64_t L, const std::v
 // keeps statistics of.
 std::vector<std::vector<std::vector<double>>> prerope_queries(const LayerHarness& h, const std::vector<double>& theta, int64_t sink);
 
+// Expected-attention's moments of a future query, in f64: the mean mu and population covariance C
+// of one head's pre-RoPE queries Q (each of D values), moved by the mean rotation Rb over the next F
+// positions from Pa (angle p theta_i on the pairs (i, i + D/2)): mean' = Rb mu, cov' = Rb C Rb^T
+// (row-major D x D).
+struct FutureQueryMoments {
+    std::vector<double> mean, cov;
+};
+FutureQueryMoments future_query_moments(const std::vector<std::vector<double>>& Q, const std::vector<double>& theta, int64_t Pa, int64_t F,
+                                        int64_t D);
+
 }  // namespace kv::test
