@@ -136,6 +136,22 @@ std::vector<float> randn(size_t n, std::mt19937& rng) {
     return v;
 }
 
+// dst = alpha x @ W^T + beta dst (axis 1: alpha x @ W + beta dst) with W packed in `format`,
+// its rows given as [rows, row bytes].
+OpCall packed_matmul_call(const Tensor& x, const Tensor& w_rows, Tensor& y, PackedFormat format, float alpha, float beta, int axis = 0) {
+    OpCall c;
+    c.op = OpKind::MATMUL;
+    c.p.alpha = alpha;
+    c.p.beta = beta;
+    c.p.qformat = int(format);
+    c.p.axis = axis;
+    c.dst = y.view();
+    c.src[0] = x.view();
+    c.src[1] = w_rows.view();
+    c.nsrc = 2;
+    return c;
+}
+
 // ---- the kernel on every variant ---------------------------------------------------------
 struct KernelParam {
     std::string variant;
@@ -167,16 +183,7 @@ TEST_P(PackedKernel, MatchesF64ProductOfDequantizedWeights) {
             Tensor x = Tensor::from_f32({M, in}, xv);
             for (float beta : {0.0f, 0.5f}) {
                 Tensor y = Tensor::from_f32({M, out}, old);
-                OpCall c;
-                c.op = OpKind::MATMUL;
-                c.p.alpha = 1.5f;
-                c.p.beta = beta;
-                c.p.qformat = int(prm.format);
-                c.p.axis = transposed;
-                c.dst = y.view();
-                c.src[0] = x.view();
-                c.src[1] = pc.w.reshape({R, row_bytes}).view();
-                c.nsrc = 2;
+                const OpCall c = packed_matmul_call(x, pc.w.reshape({R, row_bytes}), y, prm.format, 1.5f, beta, transposed);
                 ASSERT_TRUE(be->supports_op(c));
                 OpContext ctx;
                 be->compute(ctx, c);
@@ -213,15 +220,7 @@ TEST_P(PackedKernel, ThreadedDecodeMatchesF64ProductOfDequantizedWeights) {
     for (int64_t M : {1, 2, 4}) {
         std::vector<float> xv = randn(size_t(M * K), rng), old = randn(size_t(M * R), rng);
         Tensor x = Tensor::from_f32({M, K}, xv), y = Tensor::from_f32({M, R}, old);
-        OpCall c;
-        c.op = OpKind::MATMUL;
-        c.p.alpha = 0.75f;
-        c.p.beta = 0.5f;
-        c.p.qformat = int(prm.format);
-        c.dst = y.view();
-        c.src[0] = x.view();
-        c.src[1] = pc.w.reshape({R, row_bytes}).view();
-        c.nsrc = 2;
+        const OpCall c = packed_matmul_call(x, pc.w.reshape({R, row_bytes}), y, prm.format, 0.75f, 0.5f);
         OpContext ctx;
         ctx.threads = 3;  // more threads than this machine's cores: units are claimed, not assigned
         be->compute(ctx, c);
@@ -278,15 +277,7 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
             std::vector<float> xv(size_t(M * K), 0.0f);
             for (int64_t m = 0; m < M; ++m) xv[size_t(m * K + (k0 + m) % K)] = 1.0f;
             Tensor x = Tensor::from_f32({M, K}, xv), y = Tensor::from_f32({M, R}, std::vector<float>(size_t(M * R), 7.0f));
-            OpCall c;
-            c.op = OpKind::MATMUL;
-            c.p.alpha = 1.0f;
-            c.p.beta = 0.0f;
-            c.p.qformat = int(prm.format);
-            c.dst = y.view();
-            c.src[0] = x.view();
-            c.src[1] = w.view();
-            c.nsrc = 2;
+            const OpCall c = packed_matmul_call(x, w, y, prm.format, 1.0f, 0.0f);
             OpContext ctx;
             be->compute(ctx, c);
             const std::vector<float> got = y.to_f32_vector();
