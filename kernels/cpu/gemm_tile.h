@@ -57,7 +57,7 @@ constexpr int64_t vec_width() {
 constexpr int kTileMR = 8;
 constexpr int kTileNV = 2;
 #else
-constexpr int kTileMR = 4;
+constexpr int kTileMR = 6;
 constexpr int kTileNV = 2;
 #endif
 

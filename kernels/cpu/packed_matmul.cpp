@@ -45,6 +45,8 @@ constexpr int64_t kChunkBytes = int64_t(32) << 10;     // packed bytes per decod
 // 39 -> 25-31 us per call at 2 threads (helpers polling, idle cores, interleaved runs).
 constexpr int64_t kParallelBytes = int64_t(128) << 10;
 constexpr int64_t kPanelBytes = int64_t(192) << 10;    // f32 bytes of one prefill panel (L2)
+constexpr int64_t kLargePanelM = 64;                   // rows of x from which a prefill panel is per thread
+constexpr int64_t kLargePanelBytes = int64_t(16) << 20;  // f32 bytes of such a panel, at most
 
 // NF4 (QLoRA's base) by a 16-entry table of level * absmax per block: the same single f32
 // product as dequantize_block_nf4, bit for bit, where that shared function's switch per value
@@ -492,7 +494,11 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
     }
 
     // Prefill: per-thread panels of weight rows; each panel's output columns are its own.
-    const int64_t prow = std::clamp<int64_t>(kPanelBytes / (C * 4) / 16 * 16, 16, R);
+    // Many rows of x: one panel per thread (up to kLargePanelBytes), as few oneDNN calls as
+    // possible, since every call packs all of x again; a few rows: L2-sized panels.
+    const int64_t prow = M >= kLargePanelM ? std::clamp<int64_t>(((R + threads - 1) / threads + 15) / 16 * 16, 16,
+                                                                  std::max<int64_t>(16, kLargePanelBytes / (C * 4) / 16 * 16))
+                                           : std::clamp<int64_t>(kPanelBytes / (C * 4) / 16 * 16, 16, R);
     const int64_t panels = (R + prow - 1) / prow;
     const int nt = int(std::min<int64_t>(threads, panels));
     KernelScratch buf(ctx, size_t(nt) * size_t(prow * C) * 4);
