@@ -5,9 +5,12 @@
 //     other formats (and the base variant) turn every block into its 32/256 floats in an
 //     L1-resident buffer by the loader's own block function and multiply them into f32 vector
 //     accumulators at once (gemv_tile.h's vectors, one width per ISA variant).
-//   Prefill (more rows): panels of kPanelRows weight rows are dequantized into a per-thread
-//     f32 panel (L2-resident) and multiplied by the f32 matmul path (oneDNN) with one thread
-//     per panel; the panels' columns of the output are disjoint, so no reduction is needed.
+//   Prefill (more rows): panels of weight rows are dequantized into a per-thread f32 panel
+//     and multiplied by the f32 matmul path (oneDNN) with one thread per panel; the panels'
+//     columns of the output are disjoint, so no reduction is needed. Up to kLargePanelM rows
+//     of x a panel fits L2 (kPanelBytes); from there on each thread takes one panel of up to
+//     kLargePanelBytes, because every oneDNN call packs all of x again: SmolLM2's 2048-token
+//     prefill called it ~20 times per matrix with 80-row panels.
 //   Transposed (p.axis = 1, gradients w.r.t. activations): dst = x @ W, panel by panel of
 //     weight rows, accumulating into dst through the f32 matmul path (multi-threaded there).
 // Every weight value used equals the dequantize-at-load value bit for bit (this file is
