@@ -7,7 +7,13 @@
 # - the numbers differ from the full-precision run where they should: eval_long and infer read
 #   the packed cache and the quest-selected pages (different loss); fine-tuning's first loss
 #   comes from the same packed cache / selected pages (different first loss);
-# - quest with every page selected is dense bit for bit (same mean loss as dense-default);
+# - quest with every page selected is dense (its attention is the dense kernel's): the same mean
+#   loss as dense-default to 1e-6 relative, not bit for bit, because the two runs are chunked
+#   differently (quest: a 64-token prefill, then 16-token chunks; dense: the whole sequence at
+#   once), so every matmul and attention call sees other row counts, and a summation order
+#   (oneDNN's blocking, a vector loop's remainder) may depend on them: on an AVX2-only AMD EPYC
+#   the two differ in the 8th digit (1.316545009613037 vs 1.3165450692176819, already before
+#   this session's kernel changes); on the AVX-512 Xeons they were equal;
 # - kvlab plot draws the runs against their KV bytes (--x kv_bytes, a summary number).
 # usage: kivi_quest_modes.sh KVLAB WORKDIR
 set -u
@@ -95,7 +101,7 @@ for mode in ("eval_long", "infer"):
     assert k2["kv_bits_per_element"] < k4["kv_bits_per_element"] < 32, (k2["kv_bits_per_element"], k4["kv_bits_per_element"])
     assert k2["mean_loss"] != h2o["mean_loss"], (mode, "h2o-kivi2 reads the packed cache yet equals h2o-default", k2["mean_loss"])
     assert q["mean_loss"] != dense["mean_loss"], (mode, "quest with 2 pages per query equals dense", q["mean_loss"])
-    assert qall["mean_loss"] == dense["mean_loss"], (mode, "quest reading every page is not dense", qall["mean_loss"], dense["mean_loss"])
+    assert abs(qall["mean_loss"] - dense["mean_loss"]) <= 1e-6 * abs(dense["mean_loss"]), (mode, "quest reading every page is not dense", qall["mean_loss"], dense["mean_loss"])
     # quest evicts nothing: it keeps every token (plus page minima/maxima), as dense keeps them.
     assert q["kv_bytes"] >= dense["kv_bytes"], (mode, q["kv_bytes"], dense["kv_bytes"])
     print(f"{mode}: h2o {h2o['mean_loss']:.6f} h2o-kivi2 {k2['mean_loss']:.6f} lastrec-kivi4 {k4['mean_loss']:.6f} "
