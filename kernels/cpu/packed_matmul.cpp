@@ -498,10 +498,11 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
 
     // Prefill: per-thread panels of weight rows; each panel's output columns are its own.
     // Many rows of x: one panel per thread (up to kLargePanelBytes), as few oneDNN calls as
-    // possible, since every call packs all of x again; a few rows: L2-sized panels.
-    const int64_t prow = M >= kLargePanelM ? std::clamp<int64_t>(((R + threads - 1) / threads + 15) / 16 * 16, 16,
-                                                                  std::max<int64_t>(16, kLargePanelBytes / (C * 4) / 16 * 16))
-                                           : std::clamp<int64_t>(kPanelBytes / (C * 4) / 16 * 16, 16, R);
+    // possible, since every call packs all of x again; a few rows: L2-sized panels. Rows per
+    // panel: a multiple of 16, or all R.
+    auto rows_in = [C](int64_t bytes) { return std::max<int64_t>(16, bytes / (C * 4) / 16 * 16); };
+    const int64_t per_thread = ((R + threads - 1) / threads + 15) / 16 * 16;
+    const int64_t prow = M >= kLargePanelM ? std::min(per_thread, rows_in(kLargePanelBytes)) : std::clamp<int64_t>(rows_in(kPanelBytes), 16, R);
     const int64_t panels = (R + prow - 1) / prow;
     const int nt = int(std::min<int64_t>(threads, panels));
     KernelScratch buf(ctx, size_t(nt) * size_t(prow * C) * 4);

@@ -567,14 +567,12 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
         // of HS = 64 columns) per row in registers: four passes each read one 64-byte line of every
         // 256-byte V row, down the rows at that stride. One row per pass keeps all 8 vectors: each
         // pass reads whole rows in order (the later ones from L2). Same sums, same order.
-        if constexpr (kW == 8) {
-            if (HS == 8 * kW) {
-                for (int64_t r = 0; r < rows; ++r) gemv_axpy_tile<W, 1, 8>(nk, sc + r * kDecodeKeys, kDecodeKeys, vb, ldv, acc + r * HS, HS);
-                return;
-            }
+        if (kW == 8 && HS == 8 * kW) {
+            for (int64_t r = 0; r < rows; ++r) gemv_axpy_tile<W, 1, 8>(nk, sc + r * kDecodeKeys, kDecodeKeys, vb, ldv, acc + r * HS, HS);
+        } else {
+            for (int64_t r0 = 0; r0 < rows; r0 += 4)
+                gemv_axpy<W>(int(std::min<int64_t>(4, rows - r0)), HS, nk, sc + r0 * kDecodeKeys, kDecodeKeys, vb, ldv, acc + r0 * HS, HS);
         }
-        for (int64_t r0 = 0; r0 < rows; r0 += 4)
-            gemv_axpy<W>(int(std::min<int64_t>(4, rows - r0)), HS, nk, sc + r0 * kDecodeKeys, kDecodeKeys, vb, ldv, acc + r0 * HS, HS);
     };
     const int64_t bytes = s.pairs * T * HS * 2 * int64_t(sizeof(W));
     const int nt = bytes >= kDecodeParallelBytes ? int(std::min<int64_t>(std::max(1, kernel_threads(ctx)), units)) : 1;
