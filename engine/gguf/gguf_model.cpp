@@ -3,10 +3,12 @@
 #include "engine/gguf/gguf_model.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <vector>
 
+#include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/core/weight_check.h"
 #include "engine/gguf/gguf_config.h"
@@ -14,6 +16,7 @@
 #include "engine/gguf/gguf_names.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_rope_permute.h"
+#include "engine/gguf/packed_regroup.h"
 #include "kernels/common/packed_blocks.h"
 
 namespace kv {
@@ -306,6 +309,23 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     // Packed tensors are checked through their dequantized values, one row block at a time.
     m.weight_check = check_weight_values(m.tensors, f.source);
     if (opt.packed) check_packed_values(m.tensors, f.source, m.weight_check);
+    // Q4_1 matrices of the layers regrouped by 8 rows in place where the CPU kernels multiply
+    // that layout faster (KernelBackend::preferred_packed_format), after the checks above (their
+    // messages count elements in the file's order); a stacked group all or none, so [q; k; v]
+    // and [gate; up] stay one matrix of one format. KVLAB_PACKED_REGROUP=0 keeps the file's
+    // layout (A/B measurements, docs/PERFORMANCE.md).
+    const char* regroup_env = std::getenv("KVLAB_PACKED_REGROUP");
+    const bool regroup = !(regroup_env && std::string(regroup_env) == "0");
+    if (regroup && opt.packed && cpu_backend().preferred_packed_format(int(PackedFormat::Q4_1)) == int(PackedFormat::Q4_1_R8))
+        for (const Group& g : groups) {
+            bool ok = g.packed;
+            for (size_t i : g.ids) {
+                const Tensor& t = m.tensors[items[i].hf];
+                ok = ok && t.ndim() == 3 && t.size(2) == packed_block_bytes(PackedFormat::Q4_1) && t.size(0) % gguf_blocks::kQ41Rows == 0;
+            }
+            if (ok)
+                for (size_t i : g.ids) m.tensors[items[i].hf] = regroup_q4_1_rows(m.tensors[items[i].hf]);
+        }
     return m;
 }
 

@@ -12,16 +12,26 @@ void packed_rows_to_f32(const Tensor& w, int64_t r0, int64_t r1, float* dst) {
     if (f == PackedFormat::NONE) throw Error(str("packed weight: ", w.describe(), " is not a packed weight"));
     if (!w.device().is_cpu()) throw Error(str("packed weight: ", w.describe(), " is not in host memory"));
     if (!w.is_contiguous()) throw Error(str("packed weight: ", w.describe(), " is not contiguous"));
-    if (r0 < 0 || r1 > w.size(0) || r0 > r1) throw Error(str("packed weight: rows [", r0, ", ", r1, ") outside ", w.size(0)));
+    const int64_t rows = weight_shape(w)[0];
+    if (r0 < 0 || r1 > rows || r0 > r1) throw Error(str("packed weight: rows [", r0, ", ", r1, ") outside ", rows));
     const int64_t nb = w.size(1), bb = w.size(2), be = packed_block_elems(f);
     const uint8_t* base = w.data<uint8_t>();
+    if (f == PackedFormat::Q4_1_R8) {  // row r is row r % 8 of group r / 8
+        uint8_t blk[20];
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t b = 0; b < nb; ++b) {
+                gguf_blocks::q4_1_r8_row_block(base + (r / 8 * nb + b) * bb, int(r % 8), blk);
+                gguf_blocks::dequant_q4_1(blk, dst + ((r - r0) * nb + b) * gguf_blocks::QK);
+            }
+        return;
+    }
     for (int64_t r = r0; r < r1; ++r)
         for (int64_t b = 0; b < nb; ++b) packed_dequant_block(f, base + (r * nb + b) * bb, dst + ((r - r0) * nb + b) * be);
 }
 
 Tensor packed_to_f32(const Tensor& w, const TensorOptions& opt) {
     Tensor out = Tensor::empty(weight_shape(w), DType::F32, opt);
-    packed_rows_to_f32(w, 0, w.size(0), out.data<float>());
+    packed_rows_to_f32(w, 0, weight_shape(w)[0], out.data<float>());
     return out;
 }
 

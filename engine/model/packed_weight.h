@@ -19,11 +19,11 @@ inline PackedFormat packed_format_of(const Tensor& w) {
 }
 inline bool is_packed(const Tensor& w) { return packed_format_of(w) != PackedFormat::NONE; }
 
-// Logical [out, in] of a weight, packed or not.
+// Logical [out, in] of a weight, packed or not (a row-grouped format's size(0) counts groups).
 inline Shape weight_shape(const Tensor& w) {
     const PackedFormat f = packed_format_of(w);
     if (f == PackedFormat::NONE) return w.shape();
-    return Shape{w.size(0), w.size(1) * packed_block_elems(f)};
+    return Shape{w.size(0) * packed_block_rows(f), w.size(1) * packed_block_cols(f)};
 }
 
 // Rows [r0, r1) of a packed weight dequantized to f32 into dst (row-major, (r1 - r0) x in).

@@ -73,14 +73,20 @@ Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& o
     bool same_packed = keeps_packed(opt) && is_packed(*parts[0]);
     for (auto* p : parts) same_packed = same_packed && is_packed(*p) && p->size(2) == parts[0]->size(2);
     const DType dt = same_packed ? DType::U8 : opt.dtype;
-    if (!same_packed && is_packed(*parts[0])) s = Shape{rows, weight_shape(*parts[0]).d[1]};
+    // Rows of the stored tensors: a row-grouped packed part counts groups, its floats rows.
+    auto stored_rows = [&](const Tensor& p) { return same_packed ? p.size(0) : weight_shape(p).d[0]; };
+    if (!same_packed && is_packed(*parts[0])) {
+        int64_t logical = 0;
+        for (auto* p : parts) logical += stored_rows(*p);
+        s = Shape{logical, weight_shape(*parts[0]).d[1]};
+    }
     Tensor out = Tensor::empty(s, dt, {opt.device, MemCategory::WEIGHTS, label});
     int64_t r = 0;
     for (auto* p : parts) {
-        Tensor dst = out.slice(0, r, r + p->size(0));
+        Tensor dst = out.slice(0, r, r + stored_rows(*p));
         const Tensor src = same_packed ? *p : float_of(*p);
         dst.copy_from(src.device() == opt.device ? src : src.to(opt.device));
-        r += p->size(0);
+        r += stored_rows(*p);
     }
     return out;
 }
@@ -150,8 +156,8 @@ Tensor Transformer::embed(const Tensor& ids) const {
         Tensor out = Tensor::empty(s, DType::F32, {opt_.device, MemCategory::ACTIVATIONS, {}});
         float* o = out.data<float>();
         for (size_t i = 0; i < id.size(); ++i) {
-            if (id[i] < 0 || id[i] >= embed_.size(0))
-                throw Error(str("embedding: token id ", id[i], " is outside the vocabulary of ", embed_.size(0)));
+            if (id[i] < 0 || id[i] >= weight_shape(embed_)[0])
+                throw Error(str("embedding: token id ", id[i], " is outside the vocabulary of ", weight_shape(embed_)[0]));
             packed_rows_to_f32(embed_, id[i], id[i] + 1, o + int64_t(i) * cfg_.hidden_size);
         }
         return out;

@@ -45,6 +45,10 @@ class KernelBackend {
     // CPU: the kernel variant this instance was compiled for ("avx512bf16", "avx512",
     // "avx2", "base"); empty for other backends (optional).
     virtual std::string kernel_variant() const { return {}; }
+    // The packed layout (a PackedFormat value, packed_blocks.h) this backend multiplies
+    // fastest for weights stored as `format`; the GGUF loader regroups them in place when it
+    // differs (optional; default: as stored).
+    virtual int preferred_packed_format(int format) const { return format; }
     // Library implementations used so far, for benchmark reports, e.g. oneDNN's
     // "brg:avx512_core" (optional).
     virtual std::string impl_info() const { return {}; }

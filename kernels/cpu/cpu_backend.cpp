@@ -11,6 +11,7 @@
 #include "cpu_common.h"
 #include "kernels/common/quant_formats.h"
 #include "kernels/common/kivi_op.h"
+#include "kernels/common/packed_blocks.h"
 #include "kernels/common/quest_op.h"
 
 #ifndef KVLAB_CPU_VARIANT_NAME
@@ -201,6 +202,14 @@ class CpuBackend final : public KernelBackend {
                " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime") + "), kernels " + KVLAB_CPU_VARIANT_NAME;
     }
     std::string kernel_variant() const override { return KVLAB_CPU_VARIANT_NAME; }
+    int preferred_packed_format(int format) const override {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+        // AVX2 decode reads Q4_1 as a column of 8 rows per vector (packed_matmul.cpp): ~2x the
+        // row-by-row kernel's rate (docs/PERFORMANCE.md). AVX-512 keeps its 16-lane table kernel.
+        if (format == int(PackedFormat::Q4_1)) return int(PackedFormat::Q4_1_R8);
+#endif
+        return format;
+    }
     std::string impl_info() const override { return cpu::matmul_impl_info(); }
 };
 

@@ -330,6 +330,122 @@ void gemv_simd(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, 
 }
 #endif
 
+// ---- Q4_1_R8: one column of 8 rows per vector ------------------------------------------------
+// A group block holds 8 rows x 32 columns (packed_blocks.h), so a vector's 8 lanes are 8 rows
+// and every x value is one broadcast: no per-row scale pass, no horizontal sums. The block's
+// dot product is factored, sum_j (q_j d + m) x_j = d sum_j q_j x_j + m sum_j x_j, with the
+// column sums of x (xs) formed once per call: 2 FMAs per weight vector become 1, and d and m of
+// the 8 rows are one conversion each. The weight values are not formed, so the result equals
+// the dequantized path to f32 rounding rather than term by term (tests: PackedKernel.*R8*).
+// Measured in kvlab_lab_packed_gemv (docs/PERFORMANCE.md): ~2x the row-by-row AVX2 kernel.
+// xs[m * nblocks + b] = sum of x's column block b of row m (once per call, for every unit).
+void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float* xs) {
+    static_assert(32 % kW == 0, "a block is whole vectors");
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const float* xb = x + m * ldx + b * 32;
+            vf32 t, u;
+            vload(t, xb);
+            for (int v = 1; v < 32 / kW; ++v) {
+                vload(u, xb + v * kW);
+                t += u;
+            }
+            xs[m * nblocks + b] = hsum(t);
+        }
+}
+
+#if defined(KV_PACKED_SIMD)
+template <int M>
+void gemv_r8_simd(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx,
+                  const float* xs, float* y, int64_t ldy) {
+    namespace B = gguf_blocks;
+    constexpr int NC = M == 1 ? 4 : M == 2 ? 2 : 1;  // independent chains per x row over a block's 32 columns
+    const __m256i m15 = _mm256_set1_epi32(15);
+    for (int64_t g = 0; g < ngroups; ++g) {
+        const uint8_t* wg = w + g * group_bytes;
+        __m256 acc[M], accm[M];
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) acc[m] = accm[m] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const uint8_t* t = wg + b * B::kQ41GroupBytes;
+            const float* xb = x + b * 32;
+            __m256 sq[M][NC];
+#pragma GCC unroll 16
+            for (int p = 0; p < 16; ++p) {  // quant bytes p of the 8 rows: columns p (low nibble) and p + 16 (high)
+                const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 32 + 8 * p)));
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, m15)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+#pragma GCC unroll 4
+                for (int m = 0; m < M; ++m) {
+                    const __m256 xl = _mm256_broadcast_ss(xb + m * ldx + p), xh = _mm256_broadcast_ss(xb + m * ldx + p + 16);
+                    const int cl = (2 * p) % NC, ch = (2 * p + 1) % NC;
+                    sq[m][cl] = 2 * p < NC ? _mm256_mul_ps(lo, xl) : _mm256_fmadd_ps(lo, xl, sq[m][cl]);
+                    sq[m][ch] = 2 * p + 1 < NC ? _mm256_mul_ps(hi, xh) : _mm256_fmadd_ps(hi, xh, sq[m][ch]);
+                }
+            }
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16)));
+#pragma GCC unroll 4
+            for (int m = 0; m < M; ++m) {
+                __m256 sm = sq[m][0];
+                if constexpr (NC == 2) sm = _mm256_add_ps(sq[m][0], sq[m][1]);
+                if constexpr (NC == 4) sm = _mm256_add_ps(_mm256_add_ps(sq[m][0], sq[m][2]), _mm256_add_ps(sq[m][1], sq[m][3]));
+                acc[m] = _mm256_fmadd_ps(dv, sm, acc[m]);
+                accm[m] = _mm256_fmadd_ps(mv, _mm256_broadcast_ss(xs + m * nblocks + b), accm[m]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) _mm256_storeu_ps(y + m * ldy + 8 * g, _mm256_add_ps(acc[m], accm[m]));
+    }
+}
+#endif
+
+// Portable form (the base variant): the same factored sums, one row at a time.
+template <int M>
+void gemv_r8_rows(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx,
+                  const float* xs, float* y, int64_t ldy) {
+    namespace B = gguf_blocks;
+    for (int64_t g = 0; g < ngroups; ++g)
+        for (int r = 0; r < B::kQ41Rows; ++r) {
+            float acc[M] = {}, accm[M] = {};
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const uint8_t* t = w + g * group_bytes + b * B::kQ41GroupBytes;
+                const float d = B::half_at(t + 2 * r), mn = B::half_at(t + 16 + 2 * r);
+                for (int m = 0; m < M; ++m) {
+                    const float* xb = x + m * ldx + b * 32;
+                    float s[4] = {};
+                    for (int p = 0; p < 16; ++p) {
+                        const uint8_t q = t[32 + 8 * p + r];
+                        s[(2 * p) % 4] += float(q & 15) * xb[p];
+                        s[(2 * p + 1) % 4] += float(q >> 4) * xb[p + 16];
+                    }
+                    acc[m] += d * ((s[0] + s[2]) + (s[1] + s[3]));
+                    accm[m] += mn * xs[m * nblocks + b];
+                }
+            }
+            for (int m = 0; m < M; ++m) y[m * ldy + 8 * g + r] = acc[m] + accm[m];
+        }
+}
+
+// y[m * ldy + j] for the 8 * ngroups rows j of a Q4_1_R8 weight; xs from x_block_sums.
+void gemv_r8(int M, int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx, const float* xs,
+             float* y, int64_t ldy) {
+#if defined(KV_PACKED_SIMD)
+    switch (M) {
+        case 1: gemv_r8_simd<1>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 2: gemv_r8_simd<2>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 3: gemv_r8_simd<3>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        default: gemv_r8_simd<4>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+    }
+#else
+    switch (M) {
+        case 1: gemv_r8_rows<1>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 2: gemv_r8_rows<2>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 3: gemv_r8_rows<3>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        default: gemv_r8_rows<4>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+    }
+#endif
+}
+
 template <PackedFormat F>
 void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y,
                  int64_t ldy) {
@@ -388,9 +504,22 @@ DequantFn dequant_fn(PackedFormat f) {
     }
 }
 
-// Rows [r0, r1) of packed W to f32, row-major with leading dimension C.
-void dequant_rows(DequantFn fn, int be, int bb, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, int64_t nblocks,
-                  float* out) {
+// Rows [r0, r1) of packed W to f32, row-major with leading dimension C. Row-grouped Q4_1_R8:
+// r0 a multiple of 8 and row_bytes those of a group; each block fills 8 rows of 32.
+void dequant_rows(PackedFormat f, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, int64_t nblocks, float* out) {
+    const int bb = packed_block_bytes(f);
+    if (f == PackedFormat::Q4_1_R8) {
+        const int64_t C = nblocks * 32;
+        alignas(64) float t[256];
+        for (int64_t g = r0 / 8; g * 8 < r1; ++g)
+            for (int64_t b = 0; b < nblocks; ++b) {
+                gguf_blocks::dequant_q4_1_r8(w + g * row_bytes + b * bb, t);
+                for (int r = 0; r < 8 && g * 8 + r < r1; ++r) std::memcpy(out + (g * 8 + r - r0) * C + b * 32, t + r * 32, 32 * sizeof(float));
+            }
+        return;
+    }
+    const DequantFn fn = dequant_fn(f);
+    const int be = packed_block_elems(f);
     for (int64_t r = r0; r < r1; ++r)
         for (int64_t b = 0; b < nblocks; ++b) fn(w + r * row_bytes + b * bb, out + (r - r0) * nblocks * be + b * be);
 }
@@ -434,8 +563,10 @@ bool matmul_packed_supported(const OpCall& c) {
     if (x.nb[1] != 4 || w.nb[1] != 1 || w.nb[0] != w.ne[1] || d.nb[1] != 4 || x.ne[0] != d.ne[0]) return false;
     const bool tr = c.p.axis == 1;
     const int64_t k = tr ? d.ne[1] : x.ne[1];  // elements per packed row
-    if (packed_format_checked(c.p.qformat, k, w.ne[1]) == PackedFormat::NONE) return false;
-    return tr ? x.ne[1] == w.ne[0] : d.ne[1] == w.ne[0];
+    const PackedFormat f = packed_format_checked(c.p.qformat, k, w.ne[1]);
+    if (f == PackedFormat::NONE) return false;
+    const int64_t rows = w.ne[0] * packed_block_rows(f);  // a row-grouped weight's ne[0] counts groups
+    return tr ? x.ne[1] == rows : d.ne[1] == rows;
 }
 
 void matmul_packed(const OpContext& ctx, const OpCall& c) {
@@ -445,11 +576,12 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
     const TensorView &x = c.src[0], &w = c.src[1], &d = c.dst;
     const float alpha = c.p.alpha, beta = c.p.beta;
     const bool tr = c.p.axis == 1;
-    const int64_t M = d.ne[0], R = w.ne[0], row_bytes = w.ne[1];
+    const int64_t M = d.ne[0], row_bytes = w.ne[1];
     const int64_t C = tr ? d.ne[1] : x.ne[1];
     const PackedFormat f = packed_format_checked(c.p.qformat, C, row_bytes);
-    const int be = packed_block_elems(f), bb = packed_block_bytes(f);
-    const int64_t nblocks = C / be;
+    const int64_t rb = packed_block_rows(f);  // weight rows per stored row (8: Q4_1_R8 groups)
+    const int64_t Rw = w.ne[0], R = Rw * rb;  // stored rows, weight rows
+    const int64_t nblocks = C / packed_block_cols(f);
     const uint8_t* wp = static_cast<const uint8_t*>(w.data);
     const float* xp = static_cast<const float*>(x.data);
     const int64_t ldx = x.nb[0] / 4, ldd = d.nb[0] / 4;
@@ -459,12 +591,11 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
 
     if (tr) {
         // dst (M, C) = alpha x (M, R) @ W (R, C) + beta dst: weight-row panels, accumulated.
-        const int64_t rows = std::clamp<int64_t>((int64_t(1) << 20) / (C * 4), 1, R);
+        const int64_t rows = std::clamp<int64_t>((int64_t(1) << 20) / (C * 4) / rb * rb, rb, R);
         KernelScratch panel(ctx, size_t(rows * C) * 4);
-        DequantFn fn = dequant_fn(f);
         for (int64_t r0 = 0; r0 < R; r0 += rows) {
             const int64_t r1 = std::min(R, r0 + rows);
-            dequant_rows(fn, be, bb, wp, row_bytes, r0, r1, nblocks, panel.as<float>());
+            dequant_rows(f, wp, row_bytes, r0, r1, nblocks, panel.as<float>());
             const TensorView a = f32_view(const_cast<float*>(xp) + r0, M, r1 - r0, ldx, false);
             const TensorView b = f32_view(panel.as<float>(), r1 - r0, C, C, false);
             matmul_forward(ctx, f32_matmul(a, b, d, alpha, r0 == 0 ? beta : 1.0f));
@@ -474,14 +605,22 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
 
     if (M <= kPackedSmallM) {
         GemvFn fn = gemv_fn(f);
-        // Whole groups of 8 rows per unit, so the multi-row kernels run no single-row tail mid-matrix.
-        const int64_t chunk = std::clamp<int64_t>(kChunkBytes / row_bytes / 8 * 8, 8, std::max<int64_t>(R, 8));
+        // Q4_1_R8: x's block sums, formed once by this thread and read by every unit.
+        float* xs = f == PackedFormat::Q4_1_R8 ? scratch<float>(5, M * nblocks) : nullptr;
+        if (xs) x_block_sums(M, nblocks, xp, ldx, xs);
+        // Whole groups of 8 weight rows per unit, so the multi-row kernels run no single-row
+        // tail mid-matrix (a Q4_1_R8 stored row is such a group). chunk, r0: weight rows.
+        const int64_t chunk = rb > 1 ? std::max<int64_t>(1, kChunkBytes / row_bytes) * rb
+                                     : std::clamp<int64_t>(kChunkBytes / row_bytes / 8 * 8, 8, std::max<int64_t>(R, 8));
         const int64_t units = (R + chunk - 1) / chunk;
         const bool acc = beta != 0.0f;
         auto run_unit = [&](int64_t u) {
             const int64_t r0 = u * chunk, n = std::min(chunk, R - r0);
             float* y = scratch<float>(4, M * chunk);
-            fn(int(M), n, nblocks, wp + r0 * row_bytes, row_bytes, xp, ldx, y, chunk);
+            if (f == PackedFormat::Q4_1_R8)
+                gemv_r8(int(M), n / rb, nblocks, wp + r0 / rb * row_bytes, row_bytes, xp, ldx, xs, y, chunk);
+            else
+                fn(int(M), n, nblocks, wp + r0 * row_bytes, row_bytes, xp, ldx, y, chunk);
             for (int64_t m = 0; m < M; ++m) {
                 float* dr = dp + m * ldd + r0;
                 const float* yr = y + m * chunk;
@@ -491,7 +630,7 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
                     for (int64_t j = 0; j < n; ++j) dr[j] = alpha * yr[j];
             }
         };
-        const int nt = R * row_bytes >= kParallelBytes ? int(std::min<int64_t>(threads, units)) : 1;
+        const int nt = Rw * row_bytes >= kParallelBytes ? int(std::min<int64_t>(threads, units)) : 1;
         run_units(nt, units, run_unit);
         return;
     }
@@ -506,14 +645,13 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
     const int64_t panels = (R + prow - 1) / prow;
     const int nt = int(std::min<int64_t>(threads, panels));
     KernelScratch buf(ctx, size_t(nt) * size_t(prow * C) * 4);
-    DequantFn fn = dequant_fn(f);
     OpContext one = ctx;
     one.threads = 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
     for (int64_t pi = 0; pi < panels; ++pi) {
         float* panel = buf.as<float>() + size_t(omp_get_thread_num()) * size_t(prow * C);
         const int64_t r0 = pi * prow, r1 = std::min(R, r0 + prow);
-        dequant_rows(fn, be, bb, wp, row_bytes, r0, r1, nblocks, panel);
+        dequant_rows(f, wp, row_bytes, r0, r1, nblocks, panel);
         const TensorView b = f32_view(panel, r1 - r0, C, C, true);  // W_panel^T (C, rows)
         const TensorView dd = f32_view(dp + r0, M, r1 - r0, ldd, false);
         matmul_forward(one, f32_matmul(x, b, dd, alpha, beta));

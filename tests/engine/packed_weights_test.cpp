@@ -24,6 +24,7 @@
 #include "engine/gguf/gguf_dequant.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/gguf/packed_regroup.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/packed_weight.h"
@@ -39,7 +40,8 @@ GgmlType ggml_of(PackedFormat f) {
     switch (f) {
         case PackedFormat::Q8_0: return GgmlType::Q8_0;
         case PackedFormat::Q4_0: return GgmlType::Q4_0;
-        case PackedFormat::Q4_1: return GgmlType::Q4_1;
+        case PackedFormat::Q4_1:
+        case PackedFormat::Q4_1_R8: return GgmlType::Q4_1;  // regrouped after the file's layout is generated
         case PackedFormat::Q5_0: return GgmlType::Q5_0;
         case PackedFormat::Q5_1: return GgmlType::Q5_1;
         case PackedFormat::Q4_K: return GgmlType::Q4_K;
@@ -112,20 +114,37 @@ void nf4_blocks(int64_t blocks, std::mt19937& rng, std::vector<uint8_t>& bytes, 
     }
 }
 
+// The format a case's bytes are generated (and dequantized for the reference) in: Q4_1_R8 is
+// written as the file's Q4_1 blocks, then regrouped.
+PackedFormat file_format(PackedFormat f) { return f == PackedFormat::Q4_1_R8 ? PackedFormat::Q4_1 : f; }
+
+// Q4_1 rows [rows, nb blocks] regrouped into Q4_1_R8 groups [rows / 8, nb, 160].
+std::vector<uint8_t> regroup_bytes(const std::vector<uint8_t>& q41, int64_t rows, int64_t nb) {
+    std::vector<uint8_t> out(q41.size());
+    for (int64_t g = 0; g < rows / 8; ++g)
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* src[8];
+            for (int r = 0; r < 8; ++r) src[r] = q41.data() + ((g * 8 + r) * nb + b) * 20;
+            gguf_blocks::q4_1_r8_group_block(src, out.data() + (g * nb + b) * 160);
+        }
+    return out;
+}
+
 PackedCase make_packed(PackedFormat f, int64_t rows, int64_t k, std::mt19937& rng) {
-    const int64_t nb = k / packed_block_elems(f);
+    const int64_t nb = k / packed_block_cols(f);
     PackedCase c;
-    c.w = Tensor::empty({rows, nb, packed_block_bytes(f)}, DType::U8);
+    c.w = Tensor::empty({rows / packed_block_rows(f), nb, packed_block_bytes(f)}, DType::U8);
     if (f == PackedFormat::NF4) {
         std::vector<uint8_t> bytes;
         nf4_blocks(rows * nb, rng, bytes, c.deq);
         std::memcpy(c.w.data_ptr(), bytes.data(), bytes.size());
         return c;
     }
-    std::vector<uint8_t> bytes = random_blocks(f, rows * nb, rng);
-    std::memcpy(c.w.data_ptr(), bytes.data(), bytes.size());
+    std::vector<uint8_t> bytes = random_blocks(file_format(f), rows * nb, rng);
     c.deq.resize(size_t(rows * k));
     gguf_dequantize_f32(ggml_of(f), bytes.data(), rows * k, c.deq.data());
+    if (f == PackedFormat::Q4_1_R8) bytes = regroup_bytes(bytes, rows, nb);
+    std::memcpy(c.w.data_ptr(), bytes.data(), bytes.size());
     return c;
 }
 
@@ -172,8 +191,9 @@ TEST_P(PackedKernel, MatchesF64ProductOfDequantizedWeights) {
         GTEST_SKIP() << "this build has no " << prm.variant << " variant (KVLAB_NATIVE=ON builds none)";
     }
     std::mt19937 rng(17 + int(prm.format));
-    const int64_t be_elems = packed_block_elems(prm.format);
-    const int64_t K = be_elems == 32 ? 96 : be_elems == 64 ? 192 : 512, R = 70;  // R not a multiple of any chunk or panel
+    const int64_t be_cols = packed_block_cols(prm.format), rb = packed_block_rows(prm.format);
+    // R not a multiple of any chunk or panel (Q4_1_R8: whole groups of 8 rows)
+    const int64_t K = be_cols == 32 ? 96 : be_cols == 64 ? 192 : 512, R = rb > 1 ? 72 : 70;
     PackedCase pc = make_packed(prm.format, R, K, rng);
     const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
     for (int transposed = 0; transposed < 2; ++transposed)
@@ -183,7 +203,7 @@ TEST_P(PackedKernel, MatchesF64ProductOfDequantizedWeights) {
             Tensor x = Tensor::from_f32({M, in}, xv);
             for (float beta : {0.0f, 0.5f}) {
                 Tensor y = Tensor::from_f32({M, out}, old);
-                const OpCall c = packed_matmul_call(x, pc.w.reshape({R, row_bytes}), y, prm.format, 1.5f, beta, transposed);
+                const OpCall c = packed_matmul_call(x, pc.w.reshape({R / rb, row_bytes}), y, prm.format, 1.5f, beta, transposed);
                 ASSERT_TRUE(be->supports_op(c));
                 OpContext ctx;
                 be->compute(ctx, c);
@@ -213,14 +233,15 @@ TEST_P(PackedKernel, ThreadedDecodeMatchesF64ProductOfDequantizedWeights) {
     KernelBackend* be = cpu_variant_backend(prm.variant);
     if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
     std::mt19937 rng(29 + int(prm.format));
-    const int64_t K = packed_block_elems(prm.format) == 256 ? 512 : 576, R = 1003;
+    const int64_t rb = packed_block_rows(prm.format);
+    const int64_t K = packed_block_cols(prm.format) == 256 ? 512 : 576, R = rb > 1 ? 1000 : 1003;  // Q4_1_R8: whole groups
     PackedCase pc = make_packed(prm.format, R, K, rng);
     const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
     ASSERT_GE(R * row_bytes, 256 << 10) << "the case must be large enough to run on several threads";
     for (int64_t M : {1, 2, 4}) {
         std::vector<float> xv = randn(size_t(M * K), rng), old = randn(size_t(M * R), rng);
         Tensor x = Tensor::from_f32({M, K}, xv), y = Tensor::from_f32({M, R}, old);
-        const OpCall c = packed_matmul_call(x, pc.w.reshape({R, row_bytes}), y, prm.format, 0.75f, 0.5f);
+        const OpCall c = packed_matmul_call(x, pc.w.reshape({R / rb, row_bytes}), y, prm.format, 0.75f, 0.5f);
         OpContext ctx;
         ctx.threads = 3;  // more threads than this machine's cores: units are claimed, not assigned
         be->compute(ctx, c);
@@ -249,12 +270,16 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
     KernelBackend* be = cpu_variant_backend(prm.variant);
     if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
     std::mt19937 rng(41 + int(prm.format));
-    const int64_t K = packed_block_elems(prm.format) == 32 ? 96 : 512, R = 37;  // R: not a multiple of the row groups
-    const int64_t nb = K / packed_block_elems(prm.format), bb = packed_block_bytes(prm.format);
+    // Q4_1_R8 (8-row groups, a factored dot product): d q + m still forms with one rounding
+    // when x is one-hot, so its weights must come out bit for bit too.
+    const PackedFormat ff = file_format(prm.format);
+    const int64_t rb = packed_block_rows(prm.format);
+    const int64_t K = packed_block_cols(prm.format) == 32 ? 96 : 512, R = rb > 1 ? 40 : 37;  // R: not a multiple of the row groups
+    const int64_t nb = K / packed_block_cols(prm.format), bb = packed_block_bytes(ff);
     std::vector<uint8_t> bytes;
     std::vector<float> deq(size_t(R * K));
     if (prm.format == PackedFormat::NF4) nf4_blocks(R * nb, rng, bytes, deq);  // NF4 is not a GGUF type
-    else bytes = random_blocks(prm.format, R * nb, rng);
+    else bytes = random_blocks(ff, R * nb, rng);
     std::uniform_int_distribution<int> half_bits(0, 0x7BFF);  // magnitude bits with exponent < 31: finite
     for (int64_t i = 0; i < R * nb && prm.format != PackedFormat::NF4; ++i) {
         uint8_t* p = bytes.data() + i * bb;
@@ -262,15 +287,16 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
             const int h = half_bits(rng) | (rng() & 1 ? 0x8000 : 0);
             q[0] = uint8_t(h), q[1] = uint8_t(h >> 8);
         };
-        if (prm.format == PackedFormat::Q6_K) put(p + 208);
-        else if (prm.format == PackedFormat::Q8_0 || prm.format == PackedFormat::Q4_0 || prm.format == PackedFormat::Q4_1 ||
-                 prm.format == PackedFormat::Q5_0 || prm.format == PackedFormat::Q5_1) {
+        if (ff == PackedFormat::Q6_K) put(p + 208);
+        else if (ff == PackedFormat::Q8_0 || ff == PackedFormat::Q4_0 || ff == PackedFormat::Q4_1 || ff == PackedFormat::Q5_0 ||
+                 ff == PackedFormat::Q5_1) {
             put(p);
-            if (prm.format == PackedFormat::Q4_1 || prm.format == PackedFormat::Q5_1) put(p + 2);
+            if (ff == PackedFormat::Q4_1 || ff == PackedFormat::Q5_1) put(p + 2);
         }
     }
     if (prm.format != PackedFormat::NF4) gguf_dequantize_f32(ggml_of(prm.format), bytes.data(), R * K, deq.data());
-    Tensor w = Tensor::empty({R, nb * bb}, DType::U8);
+    if (prm.format == PackedFormat::Q4_1_R8) bytes = regroup_bytes(bytes, R, nb);
+    Tensor w = Tensor::empty({R / rb, nb * packed_block_bytes(prm.format)}, DType::U8);
     std::memcpy(w.data_ptr(), bytes.data(), bytes.size());
     for (int64_t M : {1, 4}) {
         for (int64_t k0 = 0; k0 < K; k0 += M) {
@@ -329,6 +355,31 @@ TEST(PackedKernel, RejectsMismatchedFormatAndShapes) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("(8, 64)"), std::string::npos) << e.what();
     }
+}
+
+// Regrouping a Q4_1 matrix by 8 rows (in place) keeps its logical shape and every weight bit
+// for bit, and its products equal the row layout's to rounding.
+TEST(PackedKernel, RegroupedQ4_1KeepsEveryWeightAndProduct) {
+    std::mt19937 rng(5);
+    const int64_t R = 48, K = 160;
+    PackedCase pc = make_packed(PackedFormat::Q4_1, R, K, rng);
+    Tensor rows = pc.w.clone();
+    Tensor x = Tensor::from_f32({3, K}, randn(size_t(3 * K), rng));
+    const std::vector<float> y_rows = linear_any(x, rows).to_f32_vector();
+    Tensor g = regroup_q4_1_rows(pc.w);
+    EXPECT_EQ(packed_format_of(g), PackedFormat::Q4_1_R8);
+    EXPECT_EQ(g.data_ptr(), pc.w.data_ptr()) << "regrouped in place";
+    EXPECT_EQ(weight_shape(g), (Shape{R, K}));
+    const std::vector<float> deq = packed_to_f32(g).to_f32_vector();
+    ASSERT_EQ(deq.size(), pc.deq.size());
+    for (size_t i = 0; i < deq.size(); ++i) ASSERT_EQ(deq[i], pc.deq[i]) << "element " << i;
+    std::vector<float> part(size_t(5 * K));  // rows 11..15: inside one group
+    packed_rows_to_f32(g, 11, 16, part.data());
+    for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], pc.deq[size_t(11 * K) + i]);
+    const std::vector<float> y_groups = linear_any(x, g).to_f32_vector();
+    for (size_t i = 0; i < y_rows.size(); ++i) EXPECT_NEAR(y_groups[i], y_rows[i], 1e-5 * (1 + std::fabs(y_rows[i]))) << i;
+    Tensor odd = make_packed(PackedFormat::Q4_1, 12, K, rng).w;
+    EXPECT_THROW(regroup_q4_1_rows(odd), Error);  // 12 rows are not whole groups of 8
 }
 
 // ---- the test quantizer against the loader's dequantizer --------------------------------
@@ -553,6 +604,11 @@ TEST(PackedModel, SmolLM2LogitsAndNllMatchDequantizeAtLoad) {
     const size_t n = env ? size_t(std::atoll(env)) : 256;
     ASSERT_GE(ids.size(), n);
     ids.resize(n);
+    // The layers' Q4_1 matrices are in the layout the CPU kernels prefer (AVX2: regrouped by
+    // 8 rows, Q4_1_R8), so what follows measures that path.
+    const PackedFormat want = PackedFormat(cpu_backend().preferred_packed_format(int(PackedFormat::Q4_1)));
+    EXPECT_EQ(packed_format_of(p.model->layer(0).wqkv), want);
+    EXPECT_EQ(packed_format_of(p.model->layer(0).w_down), want);
     expect_same_logits(p, f, std::vector<int32_t>(ids.begin(), ids.begin() + 24), 1e-5);
     // Mean NLL of next-token prediction, computed here in f64 from the logits.
     auto nll = [&](LoadedModel& lm) {
