@@ -81,7 +81,7 @@ void check_packed_values(const TensorMap& tensors, const std::string& source, We
         if (f == PackedFormat::NONE) continue;
         const int64_t blocks = t.size(0) * t.size(1), bb = t.size(2), be = packed_block_elems(f);
         const uint8_t* p = t.data<uint8_t>();
-        float y[256];
+        float y[512];  // the largest block (Q4_1_R16)
         for (int64_t b = 0; b < blocks; ++b) {
             packed_dequant_block(f, p + b * bb, y);
             for (int64_t i = 0; i < be; ++i)
@@ -309,14 +309,14 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     // Packed tensors are checked through their dequantized values, one row block at a time.
     m.weight_check = check_weight_values(m.tensors, f.source);
     if (opt.packed) check_packed_values(m.tensors, f.source, m.weight_check);
-    // Q4_1 matrices of the layers regrouped by 8 rows in place where the CPU kernels multiply
+    // Q4_1 matrices of the layers regrouped by 16 rows in place where the CPU kernels multiply
     // that layout faster (KernelBackend::preferred_packed_format), after the checks above (their
     // messages count elements in the file's order); a stacked group all or none, so [q; k; v]
     // and [gate; up] stay one matrix of one format. KVLAB_PACKED_REGROUP=0 keeps the file's
     // layout (A/B measurements, docs/PERFORMANCE.md).
     const char* regroup_env = std::getenv("KVLAB_PACKED_REGROUP");
     const bool regroup = !(regroup_env && std::string(regroup_env) == "0");
-    if (regroup && opt.packed && cpu_backend().preferred_packed_format(int(PackedFormat::Q4_1)) == int(PackedFormat::Q4_1_R8))
+    if (regroup && opt.packed && cpu_backend().preferred_packed_format(int(PackedFormat::Q4_1)) == int(PackedFormat::Q4_1_R16))
         for (const Group& g : groups) {
             bool ok = g.packed;
             for (size_t i : g.ids) {

@@ -14,8 +14,8 @@ Tensor regroup_q4_1_rows(const Tensor& w) {
     constexpr int64_t kBlock = 20;  // bytes of one Q4_1 block
     if (w.dtype() != DType::U8 || w.ndim() != 3 || w.size(2) != kBlock || !w.device().is_cpu() || !w.is_contiguous() ||
         w.size(0) % B::kQ41Rows != 0)
-        throw Error(str("packed weight: ", w.describe(), " is not a contiguous host Q4_1 weight [rows, blocks, 20] with a multiple of 8 rows"));
-    // Rows 8g .. 8g + 7 occupy the same bytes in both layouts: one group at a time through a
+        throw Error(str("packed weight: ", w.describe(), " is not a contiguous host Q4_1 weight [rows, blocks, 20] with a multiple of 16 rows"));
+    // Rows 16g .. 16g + 15 occupy the same bytes in both layouts: one group at a time through a
     // small copy.
     const int64_t nb = w.size(1), group = B::kQ41Rows * nb * kBlock;
     uint8_t* base = static_cast<uint8_t*>(w.data_ptr());
@@ -26,7 +26,7 @@ Tensor regroup_q4_1_rows(const Tensor& w) {
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* rows[B::kQ41Rows];
             for (int r = 0; r < B::kQ41Rows; ++r) rows[r] = tmp.data() + (r * nb + b) * kBlock;
-            B::q4_1_r8_group_block(rows, p + b * B::kQ41GroupBytes);
+            B::q4_1_r16_group_block(rows, p + b * B::kQ41GroupBytes);
         }
     }
     return w.as_strided({w.size(0) / B::kQ41Rows, nb, B::kQ41GroupBytes}, {nb * B::kQ41GroupBytes, B::kQ41GroupBytes, 1}, w.offset());

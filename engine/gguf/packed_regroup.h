@@ -6,10 +6,10 @@
 
 namespace kv {
 
-// A contiguous host Q4_1 weight [rows, blocks, 20] regrouped in place into Q4_1_R8
-// [rows / 8, blocks, 160] (packed_blocks.h: the same bytes per 8 rows, only reordered); returns
-// the regrouped view of the same storage. Requires rows % 8 == 0. Every weight value stays bit
-// for bit what it was.
+// A contiguous host Q4_1 weight [rows, blocks, 20] regrouped in place into Q4_1_R16
+// [rows / 16, blocks, 320] (packed_blocks.h: the same bytes per 16 rows, only reordered);
+// returns the regrouped view of the same storage. Requires rows % 16 == 0. Every weight value
+// stays bit for bit what it was.
 Tensor regroup_q4_1_rows(const Tensor& w);
 
 }  // namespace kv

@@ -54,31 +54,37 @@ inline void dequant_q4_1(const uint8_t* b, float* y) {
     }
 }
 
-// ---- Q4_1 in row groups of 8 (kvlab's own layout, not a ggml type): 8 rows x 32 in 160 bytes
-// The same bytes as the 8 rows' Q4_1 blocks at one column block, regrouped so that a vector
-// of 8 lanes holds one column of 8 rows (the CPU decode GEMV, packed_matmul.cpp):
-// [0,16) d of rows 0..7 (f16) | [16,32) m of rows 0..7 | [32,160) quant byte j of row r at
-// 32 + 8j + r (byte j holds elements j and j + 16, as in Q4_1). Rows 8g .. 8g + 7 of a Q4_1
-// matrix occupy the same bytes in both layouts, so a matrix is regrouped in place.
-constexpr int kQ41Rows = 8, kQ41GroupBytes = 160;
+// ---- Q4_1 in row groups of 16 (kvlab's own layout, not a ggml type): 16 rows x 32 in 320 bytes
+// The same bytes as the 16 rows' Q4_1 blocks at one column block, regrouped so that a vector
+// of 8 lanes holds one column of 8 rows (the CPU decode GEMV, packed_matmul.cpp). Two 160-byte
+// halves, rows 0..7 then 8..15, each: [0,16) d of its 8 rows (f16) | [16,32) m of its 8 rows |
+// [32,160) quant byte j of its row r at 32 + 8j + r (byte j holds elements j and j + 16, as in
+// Q4_1). Rows 16g .. 16g + 15 of a Q4_1 matrix occupy the same bytes in both layouts, so a
+// matrix is regrouped in place; the two halves side by side keep one address stream.
+constexpr int kQ41Rows = 16, kQ41GroupBytes = 320;  // a block
+constexpr int kQ41HalfRows = 8, kQ41HalfBytes = 160;  // one half of it
 // Row r's Q4_1 block (20 bytes) from a group block: the original bytes exactly.
-inline void q4_1_r8_row_block(const uint8_t* g, int r, uint8_t* b) {
-    b[0] = g[2 * r], b[1] = g[2 * r + 1], b[2] = g[16 + 2 * r], b[3] = g[16 + 2 * r + 1];
-    for (int j = 0; j < QK / 2; ++j) b[4 + j] = g[32 + 8 * j + r];
+inline void q4_1_r16_row_block(const uint8_t* g, int r, uint8_t* b) {
+    const uint8_t* h = g + (r / kQ41HalfRows) * kQ41HalfBytes;
+    r %= kQ41HalfRows;
+    b[0] = h[2 * r], b[1] = h[2 * r + 1], b[2] = h[16 + 2 * r], b[3] = h[16 + 2 * r + 1];
+    for (int j = 0; j < QK / 2; ++j) b[4 + j] = h[32 + 8 * j + r];
 }
-// The group block of 8 rows' Q4_1 blocks (rows[r]: row r's block).
-inline void q4_1_r8_group_block(const uint8_t* const rows[8], uint8_t* g) {
+// The group block of 16 rows' Q4_1 blocks (rows[r]: row r's block).
+inline void q4_1_r16_group_block(const uint8_t* const rows[16], uint8_t* g) {
     for (int r = 0; r < kQ41Rows; ++r) {
         const uint8_t* b = rows[r];
-        g[2 * r] = b[0], g[2 * r + 1] = b[1], g[16 + 2 * r] = b[2], g[16 + 2 * r + 1] = b[3];
-        for (int j = 0; j < QK / 2; ++j) g[32 + 8 * j + r] = b[4 + j];
+        uint8_t* h = g + (r / kQ41HalfRows) * kQ41HalfBytes;
+        const int i = r % kQ41HalfRows;
+        h[2 * i] = b[0], h[2 * i + 1] = b[1], h[16 + 2 * i] = b[2], h[16 + 2 * i + 1] = b[3];
+        for (int j = 0; j < QK / 2; ++j) h[32 + 8 * j + i] = b[4 + j];
     }
 }
-// The 8 x 32 values of a group block, row-major: bit for bit dequant_q4_1 of each row's block.
-inline void dequant_q4_1_r8(const uint8_t* g, float* y) {
+// The 16 x 32 values of a group block, row-major: bit for bit dequant_q4_1 of each row's block.
+inline void dequant_q4_1_r16(const uint8_t* g, float* y) {
     uint8_t b[20];
     for (int r = 0; r < kQ41Rows; ++r) {
-        q4_1_r8_row_block(g, r, b);
+        q4_1_r16_row_block(g, r, b);
         dequant_q4_1(b, y + r * QK);
     }
 }
@@ -217,9 +223,9 @@ namespace kv {
 // absmax), the packed base of a QLoRA run. F16 and BF16 are GGUF's half-precision tensors kept
 // as stored: a "block" is just 32 f16 (64 bytes) or 64 bf16 (128 bytes) values in row order —
 // the two sizes differ only so that the block size in bytes names the format. Every other
-// format is a ggml block. Q4_1_R8 is Q4_1 regrouped by 8 rows (gguf_blocks::dequant_q4_1_r8):
-// its block covers 8 rows x 32 columns, so its tensors are [rows / 8, blocks per row, 160].
-enum class PackedFormat : uint8_t { NONE = 0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, NF4, F16, BF16, Q4_1_R8, COUNT };
+// format is a ggml block. Q4_1_R16 is Q4_1 regrouped by 16 rows (gguf_blocks::dequant_q4_1_r16):
+// its block covers 16 rows x 32 columns, so its tensors are [rows / 16, blocks per row, 320].
+enum class PackedFormat : uint8_t { NONE = 0, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, NF4, F16, BF16, Q4_1_R16, COUNT };
 
 KV_HD constexpr int packed_block_elems(PackedFormat f) {
     switch (f) {
@@ -234,13 +240,13 @@ KV_HD constexpr int packed_block_elems(PackedFormat f) {
         case PackedFormat::Q6_K: return 256;
         case PackedFormat::NF4:
         case PackedFormat::BF16: return 64;
-        case PackedFormat::Q4_1_R8: return 256;
+        case PackedFormat::Q4_1_R16: return 512;
         default: return 0;
     }
 }
 
-// Weight rows one block covers: 8 for the row-grouped layout, 1 for every ggml format.
-KV_HD constexpr int packed_block_rows(PackedFormat f) { return f == PackedFormat::Q4_1_R8 ? 8 : 1; }
+// Weight rows one block covers: 16 for the row-grouped layout, 1 for every ggml format.
+KV_HD constexpr int packed_block_rows(PackedFormat f) { return f == PackedFormat::Q4_1_R16 ? 16 : 1; }
 // Columns (input elements) one block covers.
 KV_HD constexpr int packed_block_cols(PackedFormat f) { return packed_block_elems(f) / packed_block_rows(f); }
 
@@ -257,13 +263,13 @@ KV_HD constexpr int packed_block_bytes(PackedFormat f) {
         case PackedFormat::NF4: return 36;
         case PackedFormat::F16: return 64;
         case PackedFormat::BF16: return 128;
-        case PackedFormat::Q4_1_R8: return 160;
+        case PackedFormat::Q4_1_R16: return 320;
         default: return 0;
     }
 }
 
 inline const char* packed_format_name(PackedFormat f) {
-    static const char* const names[] = {"none", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "NF4", "F16", "BF16", "Q4_1x8"};
+    static const char* const names[] = {"none", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "NF4", "F16", "BF16", "Q4_1x16"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(PackedFormat::COUNT), "packed format names out of date");
     return size_t(f) < size_t(PackedFormat::COUNT) ? names[size_t(f)] : "?";
 }
@@ -300,7 +306,7 @@ inline void packed_dequant_block(PackedFormat f, const uint8_t* b, float* y) {
         case PackedFormat::NF4: dequantize_block_nf4(b, 64, y); break;
         case PackedFormat::F16: B::dequant_f16(b, y); break;
         case PackedFormat::BF16: B::dequant_bf16(b, y); break;
-        case PackedFormat::Q4_1_R8: B::dequant_q4_1_r8(b, y); break;
+        case PackedFormat::Q4_1_R16: B::dequant_q4_1_r16(b, y); break;
         default: break;
     }
 }

@@ -330,14 +330,17 @@ void gemv_simd(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, 
 }
 #endif
 
-// ---- Q4_1_R8: one column of 8 rows per vector ------------------------------------------------
-// A group block holds 8 rows x 32 columns (packed_blocks.h), so a vector's 8 lanes are 8 rows
-// and every x value is one broadcast: no per-row scale pass, no horizontal sums. The block's
-// dot product is factored, sum_j (q_j d + m) x_j = d sum_j q_j x_j + m sum_j x_j, with the
-// column sums of x (xs) formed once per call: 2 FMAs per weight vector become 1, and d and m of
-// the 8 rows are one conversion each. The weight values are not formed, so the result equals
-// the dequantized path to f32 rounding rather than term by term (tests: PackedKernel.*R8*).
-// Measured in kvlab_lab_packed_gemv (docs/PERFORMANCE.md): ~2x the row-by-row AVX2 kernel.
+// ---- Q4_1_R16: one column of 8 rows per vector ------------------------------------------------
+// A group block holds 16 rows x 32 columns as two halves of 8 rows (packed_blocks.h), so a
+// vector's 8 lanes are 8 rows and every x value is one broadcast: no per-row scale pass, no
+// horizontal sums. The block's dot product is factored, sum_j (q_j d + m) x_j =
+// d sum_j q_j x_j + m sum_j x_j, with the column sums of x (xs) formed once per call: 2 FMAs per
+// weight vector become 1, and d and m of 8 rows are one conversion each. The weight values are
+// not formed, so the result equals the dequantized path to f32 rounding rather than term by
+// term (tests: PackedKernel.*Q4_1x16*; a one-hot x still reads every weight bit for bit).
+// One x row takes both halves per pass: each x broadcast serves 16 rows, and the halves' 2 + 2
+// chains of 16 FMAs per block overlap where one half's 4 chains of 8 left the FMA latency exposed
+// at every block's end (kvlab_lab_packed_gemv and docs/PERFORMANCE.md have the rates).
 // xs[m * nblocks + b] = sum of x's column block b of row m (once per call, for every unit).
 void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float* xs) {
     static_assert(32 % kW == 0, "a block is whole vectors");
@@ -355,66 +358,103 @@ void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float
 }
 
 #if defined(KV_PACKED_SIMD)
-template <int M>
-void gemv_r8_simd(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx,
-                  const float* xs, float* y, int64_t ldy) {
+// One x row: y[16 g .. 16 g + 15] for each group.
+void gemv_r16_one(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, const float* xs, float* y) {
     namespace B = gguf_blocks;
-    constexpr int NC = M == 1 ? 4 : M == 2 ? 2 : 1;  // independent chains per x row over a block's 32 columns
     const __m256i m15 = _mm256_set1_epi32(15);
     for (int64_t g = 0; g < ngroups; ++g) {
         const uint8_t* wg = w + g * group_bytes;
-        __m256 acc[M], accm[M];
-#pragma GCC unroll 4
-        for (int m = 0; m < M; ++m) acc[m] = accm[m] = _mm256_setzero_ps();
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, accm0 = acc0, accm1 = acc0;
         for (int64_t b = 0; b < nblocks; ++b) {
-            const uint8_t* t = wg + b * B::kQ41GroupBytes;
+            const uint8_t* t0 = wg + b * B::kQ41GroupBytes;
+            const uint8_t* t1 = t0 + B::kQ41HalfBytes;
             const float* xb = x + b * 32;
-            __m256 sq[M][NC];
+            __m256 s0[2], s1[2];
 #pragma GCC unroll 16
-            for (int p = 0; p < 16; ++p) {  // quant bytes p of the 8 rows: columns p (low nibble) and p + 16 (high)
-                const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 32 + 8 * p)));
-                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, m15)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+            for (int p = 0; p < 16; ++p) {  // quant bytes p of 8 rows: columns p (low nibble) and p + 16 (high)
+                const __m256 xl = _mm256_broadcast_ss(xb + p), xh = _mm256_broadcast_ss(xb + p + 16);
+                const __m256i q0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t0 + 32 + 8 * p)));
+                const __m256i q1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t1 + 32 + 8 * p)));
+                const __m256 l0 = _mm256_cvtepi32_ps(_mm256_and_si256(q0, m15)), l1 = _mm256_cvtepi32_ps(_mm256_and_si256(q1, m15));
+                const __m256 h0 = _mm256_cvtepi32_ps(_mm256_srli_epi32(q0, 4)), h1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(q1, 4));
+                const int c = p % 2;
+                s0[c] = p < 2 ? _mm256_mul_ps(l0, xl) : _mm256_fmadd_ps(l0, xl, s0[c]);
+                s1[c] = p < 2 ? _mm256_mul_ps(l1, xl) : _mm256_fmadd_ps(l1, xl, s1[c]);
+                s0[c] = _mm256_fmadd_ps(h0, xh, s0[c]);
+                s1[c] = _mm256_fmadd_ps(h1, xh, s1[c]);
+            }
+            const __m256 xsb = _mm256_broadcast_ss(xs + b);
+            acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t0))), _mm256_add_ps(s0[0], s0[1]), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t1))), _mm256_add_ps(s1[0], s1[1]), acc1);
+            accm0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t0 + 16))), xsb, accm0);
+            accm1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t1 + 16))), xsb, accm1);
+        }
+        _mm256_storeu_ps(y + 16 * g, _mm256_add_ps(acc0, accm0));
+        _mm256_storeu_ps(y + 16 * g + 8, _mm256_add_ps(acc1, accm1));
+    }
+}
+
+// M x rows (2..4): one half (8 rows) per pass, every half's block read once for all M rows.
+template <int M>
+void gemv_r16_rows_of_x(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx,
+                        const float* xs, float* y, int64_t ldy) {
+    namespace B = gguf_blocks;
+    constexpr int NC = M == 2 ? 2 : 1;  // independent chains per x row over a block's 32 columns
+    const __m256i m15 = _mm256_set1_epi32(15);
+    for (int64_t g = 0; g < ngroups; ++g)
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* wh = w + g * group_bytes + h * B::kQ41HalfBytes;
+            __m256 acc[M], accm[M];
+#pragma GCC unroll 4
+            for (int m = 0; m < M; ++m) acc[m] = accm[m] = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const uint8_t* t = wh + b * B::kQ41GroupBytes;
+                const float* xb = x + b * 32;
+                __m256 sq[M][NC];
+#pragma GCC unroll 16
+                for (int p = 0; p < 16; ++p) {
+                    const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 32 + 8 * p)));
+                    const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, m15)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+#pragma GCC unroll 4
+                    for (int m = 0; m < M; ++m) {
+                        const __m256 xl = _mm256_broadcast_ss(xb + m * ldx + p), xh = _mm256_broadcast_ss(xb + m * ldx + p + 16);
+                        const int cl = (2 * p) % NC, ch = (2 * p + 1) % NC;
+                        sq[m][cl] = 2 * p < NC ? _mm256_mul_ps(lo, xl) : _mm256_fmadd_ps(lo, xl, sq[m][cl]);
+                        sq[m][ch] = 2 * p + 1 < NC ? _mm256_mul_ps(hi, xh) : _mm256_fmadd_ps(hi, xh, sq[m][ch]);
+                    }
+                }
+                const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+                const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16)));
 #pragma GCC unroll 4
                 for (int m = 0; m < M; ++m) {
-                    const __m256 xl = _mm256_broadcast_ss(xb + m * ldx + p), xh = _mm256_broadcast_ss(xb + m * ldx + p + 16);
-                    const int cl = (2 * p) % NC, ch = (2 * p + 1) % NC;
-                    sq[m][cl] = 2 * p < NC ? _mm256_mul_ps(lo, xl) : _mm256_fmadd_ps(lo, xl, sq[m][cl]);
-                    sq[m][ch] = 2 * p + 1 < NC ? _mm256_mul_ps(hi, xh) : _mm256_fmadd_ps(hi, xh, sq[m][ch]);
+                    const __m256 sm = NC == 2 ? _mm256_add_ps(sq[m][0], sq[m][NC - 1]) : sq[m][0];
+                    acc[m] = _mm256_fmadd_ps(dv, sm, acc[m]);
+                    accm[m] = _mm256_fmadd_ps(mv, _mm256_broadcast_ss(xs + m * nblocks + b), accm[m]);
                 }
             }
-            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
-            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16)));
 #pragma GCC unroll 4
-            for (int m = 0; m < M; ++m) {
-                __m256 sm = sq[m][0];
-                if constexpr (NC == 2) sm = _mm256_add_ps(sq[m][0], sq[m][1]);
-                if constexpr (NC == 4) sm = _mm256_add_ps(_mm256_add_ps(sq[m][0], sq[m][2]), _mm256_add_ps(sq[m][1], sq[m][3]));
-                acc[m] = _mm256_fmadd_ps(dv, sm, acc[m]);
-                accm[m] = _mm256_fmadd_ps(mv, _mm256_broadcast_ss(xs + m * nblocks + b), accm[m]);
-            }
+            for (int m = 0; m < M; ++m) _mm256_storeu_ps(y + m * ldy + 16 * g + 8 * h, _mm256_add_ps(acc[m], accm[m]));
         }
-#pragma GCC unroll 4
-        for (int m = 0; m < M; ++m) _mm256_storeu_ps(y + m * ldy + 8 * g, _mm256_add_ps(acc[m], accm[m]));
-    }
 }
 #endif
 
 // Portable form (the base variant): the same factored sums, one row at a time.
 template <int M>
-void gemv_r8_rows(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx,
-                  const float* xs, float* y, int64_t ldy) {
+void gemv_r16_portable(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx,
+                       const float* xs, float* y, int64_t ldy) {
     namespace B = gguf_blocks;
     for (int64_t g = 0; g < ngroups; ++g)
         for (int r = 0; r < B::kQ41Rows; ++r) {
+            const int i = r % B::kQ41HalfRows;  // row i of half r / 8
             float acc[M] = {}, accm[M] = {};
             for (int64_t b = 0; b < nblocks; ++b) {
-                const uint8_t* t = w + g * group_bytes + b * B::kQ41GroupBytes;
-                const float d = B::half_at(t + 2 * r), mn = B::half_at(t + 16 + 2 * r);
+                const uint8_t* t = w + g * group_bytes + b * B::kQ41GroupBytes + r / B::kQ41HalfRows * B::kQ41HalfBytes;
+                const float d = B::half_at(t + 2 * i), mn = B::half_at(t + 16 + 2 * i);
                 for (int m = 0; m < M; ++m) {
                     const float* xb = x + m * ldx + b * 32;
                     float s[4] = {};
                     for (int p = 0; p < 16; ++p) {
-                        const uint8_t q = t[32 + 8 * p + r];
+                        const uint8_t q = t[32 + 8 * p + i];
                         s[(2 * p) % 4] += float(q & 15) * xb[p];
                         s[(2 * p + 1) % 4] += float(q >> 4) * xb[p + 16];
                     }
@@ -422,26 +462,26 @@ void gemv_r8_rows(int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t gr
                     accm[m] += mn * xs[m * nblocks + b];
                 }
             }
-            for (int m = 0; m < M; ++m) y[m * ldy + 8 * g + r] = acc[m] + accm[m];
+            for (int m = 0; m < M; ++m) y[m * ldy + 16 * g + r] = acc[m] + accm[m];
         }
 }
 
-// y[m * ldy + j] for the 8 * ngroups rows j of a Q4_1_R8 weight; xs from x_block_sums.
-void gemv_r8(int M, int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx, const float* xs,
-             float* y, int64_t ldy) {
+// y[m * ldy + j] for the 16 * ngroups rows j of a Q4_1_R16 weight; xs from x_block_sums.
+void gemv_r16(int M, int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t group_bytes, const float* x, int64_t ldx, const float* xs,
+              float* y, int64_t ldy) {
 #if defined(KV_PACKED_SIMD)
     switch (M) {
-        case 1: gemv_r8_simd<1>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
-        case 2: gemv_r8_simd<2>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
-        case 3: gemv_r8_simd<3>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
-        default: gemv_r8_simd<4>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 1: gemv_r16_one(ngroups, nblocks, w, group_bytes, x, xs, y); return;
+        case 2: gemv_r16_rows_of_x<2>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 3: gemv_r16_rows_of_x<3>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        default: gemv_r16_rows_of_x<4>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
     }
 #else
     switch (M) {
-        case 1: gemv_r8_rows<1>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
-        case 2: gemv_r8_rows<2>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
-        case 3: gemv_r8_rows<3>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
-        default: gemv_r8_rows<4>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 1: gemv_r16_portable<1>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 2: gemv_r16_portable<2>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        case 3: gemv_r16_portable<3>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
+        default: gemv_r16_portable<4>(ngroups, nblocks, w, group_bytes, x, ldx, xs, y, ldy); return;
     }
 #endif
 }
@@ -504,17 +544,18 @@ DequantFn dequant_fn(PackedFormat f) {
     }
 }
 
-// Rows [r0, r1) of packed W to f32, row-major with leading dimension C. Row-grouped Q4_1_R8:
-// r0 a multiple of 8 and row_bytes those of a group; each block fills 8 rows of 32.
+// Rows [r0, r1) of packed W to f32, row-major with leading dimension C. Row-grouped Q4_1_R16:
+// r0 a multiple of 16 and row_bytes those of a group; each block fills 16 rows of 32.
 void dequant_rows(PackedFormat f, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, int64_t nblocks, float* out) {
     const int bb = packed_block_bytes(f);
-    if (f == PackedFormat::Q4_1_R8) {
+    if (f == PackedFormat::Q4_1_R16) {
         const int64_t C = nblocks * 32;
-        alignas(64) float t[256];
-        for (int64_t g = r0 / 8; g * 8 < r1; ++g)
+        alignas(64) float t[512];
+        for (int64_t g = r0 / 16; g * 16 < r1; ++g)
             for (int64_t b = 0; b < nblocks; ++b) {
-                gguf_blocks::dequant_q4_1_r8(w + g * row_bytes + b * bb, t);
-                for (int r = 0; r < 8 && g * 8 + r < r1; ++r) std::memcpy(out + (g * 8 + r - r0) * C + b * 32, t + r * 32, 32 * sizeof(float));
+                gguf_blocks::dequant_q4_1_r16(w + g * row_bytes + b * bb, t);
+                for (int r = 0; r < 16 && g * 16 + r < r1; ++r)
+                    std::memcpy(out + (g * 16 + r - r0) * C + b * 32, t + r * 32, 32 * sizeof(float));
             }
         return;
     }
@@ -579,7 +620,7 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
     const int64_t M = d.ne[0], row_bytes = w.ne[1];
     const int64_t C = tr ? d.ne[1] : x.ne[1];
     const PackedFormat f = packed_format_checked(c.p.qformat, C, row_bytes);
-    const int64_t rb = packed_block_rows(f);  // weight rows per stored row (8: Q4_1_R8 groups)
+    const int64_t rb = packed_block_rows(f);  // weight rows per stored row (16: Q4_1_R16 groups)
     const int64_t Rw = w.ne[0], R = Rw * rb;  // stored rows, weight rows
     const int64_t nblocks = C / packed_block_cols(f);
     const uint8_t* wp = static_cast<const uint8_t*>(w.data);
@@ -605,11 +646,11 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
 
     if (M <= kPackedSmallM) {
         GemvFn fn = gemv_fn(f);
-        // Q4_1_R8: x's block sums, formed once by this thread and read by every unit.
-        float* xs = f == PackedFormat::Q4_1_R8 ? scratch<float>(5, M * nblocks) : nullptr;
+        // Q4_1_R16: x's block sums, formed once by this thread and read by every unit.
+        float* xs = f == PackedFormat::Q4_1_R16 ? scratch<float>(5, M * nblocks) : nullptr;
         if (xs) x_block_sums(M, nblocks, xp, ldx, xs);
         // Whole groups of 8 weight rows per unit, so the multi-row kernels run no single-row
-        // tail mid-matrix (a Q4_1_R8 stored row is such a group). chunk, r0: weight rows.
+        // tail mid-matrix (a Q4_1_R16 stored row is two). chunk, r0: weight rows.
         const int64_t chunk = rb > 1 ? std::max<int64_t>(1, kChunkBytes / row_bytes) * rb
                                      : std::clamp<int64_t>(kChunkBytes / row_bytes / 8 * 8, 8, std::max<int64_t>(R, 8));
         const int64_t units = (R + chunk - 1) / chunk;
@@ -617,8 +658,8 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
         auto run_unit = [&](int64_t u) {
             const int64_t r0 = u * chunk, n = std::min(chunk, R - r0);
             float* y = scratch<float>(4, M * chunk);
-            if (f == PackedFormat::Q4_1_R8)
-                gemv_r8(int(M), n / rb, nblocks, wp + r0 / rb * row_bytes, row_bytes, xp, ldx, xs, y, chunk);
+            if (f == PackedFormat::Q4_1_R16)
+                gemv_r16(int(M), n / rb, nblocks, wp + r0 / rb * row_bytes, row_bytes, xp, ldx, xs, y, chunk);
             else
                 fn(int(M), n, nblocks, wp + r0 * row_bytes, row_bytes, xp, ldx, y, chunk);
             for (int64_t m = 0; m < M; ++m) {

@@ -61,6 +61,19 @@ std::vector<uint8_t> random_packed(PackedFormat f, int64_t N, int64_t K, std::mt
     return b;
 }
 
+// Q4_1 rows [N, nb blocks] regrouped into Q4_1_R16 groups [N / 16, nb, 320] (packed_blocks.h).
+std::vector<uint8_t> regroup_rows(const std::vector<uint8_t>& q41, int64_t N, int64_t nb) {
+    namespace B = gguf_blocks;
+    std::vector<uint8_t> out(q41.size());
+    for (int64_t g = 0; g < N / B::kQ41Rows; ++g)
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* rows[B::kQ41Rows];
+            for (int r = 0; r < B::kQ41Rows; ++r) rows[r] = q41.data() + ((g * B::kQ41Rows + r) * nb + b) * 20;
+            B::q4_1_r16_group_block(rows, out.data() + (g * nb + b) * B::kQ41GroupBytes);
+        }
+    return out;
+}
+
 // The floor: read every byte once (64-bit lanes summed, so the loads cannot be elided).
 uint64_t read_all(const uint8_t* p, size_t bytes, int threads) {
     const size_t n = bytes / 8;
@@ -108,15 +121,19 @@ int main_impl(int argc, char** argv) {
     OpContext ctx;
     ctx.threads = args.threads;
     std::mt19937 rng(3);
-    std::vector<Shape> shapes = {{"qkv 960x576 q4_1", PackedFormat::Q4_1, 960, 576, 30},
-                                 {"o 576x576 q4_1", PackedFormat::Q4_1, 576, 576, 30},
-                                 {"gate+up 3072x576 q4_1", PackedFormat::Q4_1, 3072, 576, 30},
-                                 {"down 576x1536 q4_1", PackedFormat::Q4_1, 576, 1536, 30},
+    // Q4_1 in the layout the model loader gives this variant (KernelBackend::preferred_packed_format).
+    const PackedFormat q41 = PackedFormat(be->preferred_packed_format(int(PackedFormat::Q4_1)));
+    const bool regrouped = q41 != PackedFormat::Q4_1;
+    std::vector<Shape> shapes = {{regrouped ? "qkv 960x576 q4_1x16" : "qkv 960x576 q4_1", q41, 960, 576, 30},
+                                 {regrouped ? "o 576x576 q4_1x16" : "o 576x576 q4_1", q41, 576, 576, 30},
+                                 {regrouped ? "gate+up 3072x576 q4_1x16" : "gate+up 3072x576 q4_1", q41, 3072, 576, 30},
+                                 {regrouped ? "down 576x1536 q4_1x16" : "down 576x1536 q4_1", q41, 576, 1536, 30},
                                  // The 49152-row lm_head in 16 slices: one 28 MiB call lasts long enough to
                                  // be preempted on a shared machine, and its rows are independent.
                                  {"lm_head/16 3072x576 q8_0", PackedFormat::Q8_0, 3072, 576, 16}};
     // The other formats kept packed (issue 21: F16/BF16 GGUF files, QLoRA's NF4 base), at the
     // gate+up shape; not part of the token line.
+    if (regrouped) shapes.push_back({"gate+up 3072x576 q4_1 rows", PackedFormat::Q4_1, 3072, 576, 0});  // the file's layout
     shapes.push_back({"gate+up 3072x576 q8_0", PackedFormat::Q8_0, 3072, 576, 0});
     shapes.push_back({"gate+up 3072x576 f16", PackedFormat::F16, 3072, 576, 0});
     shapes.push_back({"gate+up 3072x576 bf16", PackedFormat::BF16, 3072, 576, 0});
@@ -132,9 +149,12 @@ int main_impl(int argc, char** argv) {
     volatile uint64_t sink = 0;
     for (const Shape& s : shapes) {
         const int64_t row_bytes = packed_row_bytes(s.f, s.K);
-        const size_t bytes = size_t(s.N * row_bytes);
+        const size_t bytes = size_t(s.N / packed_block_rows(s.f) * row_bytes);
         const size_t copies = std::max<size_t>(2, (min_bytes + bytes - 1) / bytes);
-        std::vector<std::vector<uint8_t>> w(copies, random_packed(s.f, s.N, s.K, rng));
+        // Q4_1_R16: generated as the file's Q4_1 rows (the reference below reads those), then regrouped.
+        const PackedFormat ff = s.f == PackedFormat::Q4_1_R16 ? PackedFormat::Q4_1 : s.f;
+        const std::vector<uint8_t> file = random_packed(ff, s.N, s.K, rng);
+        std::vector<std::vector<uint8_t>> w(copies, ff == s.f ? file : regroup_rows(file, s.N, s.K / 32));
         std::vector<float> x(size_t(s.K)), y(size_t(s.N));
         std::normal_distribution<float> nd;
         for (float& v : x) v = nd(rng);
@@ -146,7 +166,7 @@ int main_impl(int argc, char** argv) {
             c.p.qformat = int(s.f);
             TensorView a{}, b{}, d{};
             a.data = x.data(), a.dtype = DType::F32, a.ndim = 2, a.ne[0] = 1, a.ne[1] = s.K, a.nb[0] = s.K * 4, a.nb[1] = 4;
-            b.data = w[i % copies].data(), b.dtype = DType::U8, b.ndim = 2, b.ne[0] = s.N, b.ne[1] = row_bytes, b.nb[0] = row_bytes, b.nb[1] = 1;
+            b.data = w[i % copies].data(), b.dtype = DType::U8, b.ndim = 2, b.ne[0] = s.N / packed_block_rows(s.f), b.ne[1] = row_bytes, b.nb[0] = row_bytes, b.nb[1] = 1;
             d.data = y.data(), d.dtype = DType::F32, d.ndim = 2, d.ne[0] = 1, d.ne[1] = s.N, d.nb[0] = s.N * 4, d.nb[1] = 4;
             c.dst = d, c.src[0] = a, c.src[1] = b, c.nsrc = 2;
             be->compute(ctx, c);
@@ -156,10 +176,11 @@ int main_impl(int argc, char** argv) {
         {
             std::vector<float> deq(size_t(s.K));
             double worst = 0;
+            const int64_t file_row_bytes = packed_row_bytes(ff, s.K);
             for (int64_t n = 0; n < s.N; n += std::max<int64_t>(1, s.N / 97)) {
-                const int be_elems = packed_block_elems(s.f);
+                const int be_elems = packed_block_elems(ff);
                 for (int64_t k = 0; k < s.K; k += be_elems)
-                    packed_dequant_block(s.f, w[0].data() + n * row_bytes + k / be_elems * packed_block_bytes(s.f), deq.data() + k);
+                    packed_dequant_block(ff, file.data() + n * file_row_bytes + k / be_elems * packed_block_bytes(ff), deq.data() + k);
                 double ref = 0, mag = 0;
                 for (int64_t k = 0; k < s.K; ++k) ref += double(deq[size_t(k)]) * x[size_t(k)], mag += std::fabs(double(deq[size_t(k)]) * x[size_t(k)]);
                 worst = std::max(worst, std::fabs(ref - y[size_t(n)]) / mag);

@@ -41,7 +41,7 @@ GgmlType ggml_of(PackedFormat f) {
         case PackedFormat::Q8_0: return GgmlType::Q8_0;
         case PackedFormat::Q4_0: return GgmlType::Q4_0;
         case PackedFormat::Q4_1:
-        case PackedFormat::Q4_1_R8: return GgmlType::Q4_1;  // regrouped after the file's layout is generated
+        case PackedFormat::Q4_1_R16: return GgmlType::Q4_1;  // regrouped after the file's layout is generated
         case PackedFormat::Q5_0: return GgmlType::Q5_0;
         case PackedFormat::Q5_1: return GgmlType::Q5_1;
         case PackedFormat::Q4_K: return GgmlType::Q4_K;
@@ -114,18 +114,18 @@ void nf4_blocks(int64_t blocks, std::mt19937& rng, std::vector<uint8_t>& bytes, 
     }
 }
 
-// The format a case's bytes are generated (and dequantized for the reference) in: Q4_1_R8 is
+// The format a case's bytes are generated (and dequantized for the reference) in: Q4_1_R16 is
 // written as the file's Q4_1 blocks, then regrouped.
-PackedFormat file_format(PackedFormat f) { return f == PackedFormat::Q4_1_R8 ? PackedFormat::Q4_1 : f; }
+PackedFormat file_format(PackedFormat f) { return f == PackedFormat::Q4_1_R16 ? PackedFormat::Q4_1 : f; }
 
-// Q4_1 rows [rows, nb blocks] regrouped into Q4_1_R8 groups [rows / 8, nb, 160].
+// Q4_1 rows [rows, nb blocks] regrouped into Q4_1_R16 groups [rows / 16, nb, 320].
 std::vector<uint8_t> regroup_bytes(const std::vector<uint8_t>& q41, int64_t rows, int64_t nb) {
     std::vector<uint8_t> out(q41.size());
-    for (int64_t g = 0; g < rows / 8; ++g)
+    for (int64_t g = 0; g < rows / 16; ++g)
         for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* src[8];
-            for (int r = 0; r < 8; ++r) src[r] = q41.data() + ((g * 8 + r) * nb + b) * 20;
-            gguf_blocks::q4_1_r8_group_block(src, out.data() + (g * nb + b) * 160);
+            const uint8_t* src[16];
+            for (int r = 0; r < 16; ++r) src[r] = q41.data() + ((g * 16 + r) * nb + b) * 20;
+            gguf_blocks::q4_1_r16_group_block(src, out.data() + (g * nb + b) * 320);
         }
     return out;
 }
@@ -143,7 +143,7 @@ PackedCase make_packed(PackedFormat f, int64_t rows, int64_t k, std::mt19937& rn
     std::vector<uint8_t> bytes = random_blocks(file_format(f), rows * nb, rng);
     c.deq.resize(size_t(rows * k));
     gguf_dequantize_f32(ggml_of(f), bytes.data(), rows * k, c.deq.data());
-    if (f == PackedFormat::Q4_1_R8) bytes = regroup_bytes(bytes, rows, nb);
+    if (f == PackedFormat::Q4_1_R16) bytes = regroup_bytes(bytes, rows, nb);
     std::memcpy(c.w.data_ptr(), bytes.data(), bytes.size());
     return c;
 }
@@ -192,8 +192,8 @@ TEST_P(PackedKernel, MatchesF64ProductOfDequantizedWeights) {
     }
     std::mt19937 rng(17 + int(prm.format));
     const int64_t be_cols = packed_block_cols(prm.format), rb = packed_block_rows(prm.format);
-    // R not a multiple of any chunk or panel (Q4_1_R8: whole groups of 8 rows)
-    const int64_t K = be_cols == 32 ? 96 : be_cols == 64 ? 192 : 512, R = rb > 1 ? 72 : 70;
+    // R not a multiple of any chunk or panel (Q4_1_R16: whole groups of 16 rows)
+    const int64_t K = be_cols == 32 ? 96 : be_cols == 64 ? 192 : 512, R = rb > 1 ? 80 : 70;
     PackedCase pc = make_packed(prm.format, R, K, rng);
     const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
     for (int transposed = 0; transposed < 2; ++transposed)
@@ -234,7 +234,7 @@ TEST_P(PackedKernel, ThreadedDecodeMatchesF64ProductOfDequantizedWeights) {
     if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
     std::mt19937 rng(29 + int(prm.format));
     const int64_t rb = packed_block_rows(prm.format);
-    const int64_t K = packed_block_cols(prm.format) == 256 ? 512 : 576, R = rb > 1 ? 1000 : 1003;  // Q4_1_R8: whole groups
+    const int64_t K = packed_block_cols(prm.format) == 256 ? 512 : 576, R = rb > 1 ? 1008 : 1003;  // Q4_1_R16: whole groups
     PackedCase pc = make_packed(prm.format, R, K, rng);
     const int64_t row_bytes = pc.w.size(1) * pc.w.size(2);
     ASSERT_GE(R * row_bytes, 256 << 10) << "the case must be large enough to run on several threads";
@@ -270,11 +270,11 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
     KernelBackend* be = cpu_variant_backend(prm.variant);
     if (!be) GTEST_SKIP() << "the " << prm.variant << " variant is not available here (MatchesF64ProductOfDequantizedWeights says why)";
     std::mt19937 rng(41 + int(prm.format));
-    // Q4_1_R8 (8-row groups, a factored dot product): d q + m still forms with one rounding
+    // Q4_1_R16 (16-row groups, a factored dot product): d q + m still forms with one rounding
     // when x is one-hot, so its weights must come out bit for bit too.
     const PackedFormat ff = file_format(prm.format);
     const int64_t rb = packed_block_rows(prm.format);
-    const int64_t K = packed_block_cols(prm.format) == 32 ? 96 : 512, R = rb > 1 ? 40 : 37;  // R: not a multiple of the row groups
+    const int64_t K = packed_block_cols(prm.format) == 32 ? 96 : 512, R = rb > 1 ? 48 : 37;  // R: not a multiple of the row groups
     const int64_t nb = K / packed_block_cols(prm.format), bb = packed_block_bytes(ff);
     std::vector<uint8_t> bytes;
     std::vector<float> deq(size_t(R * K));
@@ -295,7 +295,7 @@ TEST_P(PackedKernel, OneHotDecodeReadsEveryWeightBitIdentical) {
         }
     }
     if (prm.format != PackedFormat::NF4) gguf_dequantize_f32(ggml_of(prm.format), bytes.data(), R * K, deq.data());
-    if (prm.format == PackedFormat::Q4_1_R8) bytes = regroup_bytes(bytes, R, nb);
+    if (prm.format == PackedFormat::Q4_1_R16) bytes = regroup_bytes(bytes, R, nb);
     Tensor w = Tensor::empty({R / rb, nb * packed_block_bytes(prm.format)}, DType::U8);
     std::memcpy(w.data_ptr(), bytes.data(), bytes.size());
     for (int64_t M : {1, 4}) {
@@ -357,7 +357,7 @@ TEST(PackedKernel, RejectsMismatchedFormatAndShapes) {
     }
 }
 
-// Regrouping a Q4_1 matrix by 8 rows (in place) keeps its logical shape and every weight bit
+// Regrouping a Q4_1 matrix by 16 rows (in place) keeps its logical shape and every weight bit
 // for bit, and its products equal the row layout's to rounding.
 TEST(PackedKernel, RegroupedQ4_1KeepsEveryWeightAndProduct) {
     std::mt19937 rng(5);
@@ -367,19 +367,19 @@ TEST(PackedKernel, RegroupedQ4_1KeepsEveryWeightAndProduct) {
     Tensor x = Tensor::from_f32({3, K}, randn(size_t(3 * K), rng));
     const std::vector<float> y_rows = linear_any(x, rows).to_f32_vector();
     Tensor g = regroup_q4_1_rows(pc.w);
-    EXPECT_EQ(packed_format_of(g), PackedFormat::Q4_1_R8);
+    EXPECT_EQ(packed_format_of(g), PackedFormat::Q4_1_R16);
     EXPECT_EQ(g.data_ptr(), pc.w.data_ptr()) << "regrouped in place";
     EXPECT_EQ(weight_shape(g), (Shape{R, K}));
     const std::vector<float> deq = packed_to_f32(g).to_f32_vector();
     ASSERT_EQ(deq.size(), pc.deq.size());
     for (size_t i = 0; i < deq.size(); ++i) ASSERT_EQ(deq[i], pc.deq[i]) << "element " << i;
-    std::vector<float> part(size_t(5 * K));  // rows 11..15: inside one group
-    packed_rows_to_f32(g, 11, 16, part.data());
-    for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], pc.deq[size_t(11 * K) + i]);
+    std::vector<float> part(size_t(9 * K));  // rows 5..13: both halves of the first group
+    packed_rows_to_f32(g, 5, 14, part.data());
+    for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], pc.deq[size_t(5 * K) + i]);
     const std::vector<float> y_groups = linear_any(x, g).to_f32_vector();
     for (size_t i = 0; i < y_rows.size(); ++i) EXPECT_NEAR(y_groups[i], y_rows[i], 1e-5 * (1 + std::fabs(y_rows[i]))) << i;
     Tensor odd = make_packed(PackedFormat::Q4_1, 12, K, rng).w;
-    EXPECT_THROW(regroup_q4_1_rows(odd), Error);  // 12 rows are not whole groups of 8
+    EXPECT_THROW(regroup_q4_1_rows(odd), Error);  // 12 rows are not whole groups of 16
 }
 
 // ---- the test quantizer against the loader's dequantizer --------------------------------
@@ -605,7 +605,7 @@ TEST(PackedModel, SmolLM2LogitsAndNllMatchDequantizeAtLoad) {
     ASSERT_GE(ids.size(), n);
     ids.resize(n);
     // The layers' Q4_1 matrices are in the layout the CPU kernels prefer (AVX2: regrouped by
-    // 8 rows, Q4_1_R8), so what follows measures that path.
+    // 16 rows, Q4_1_R16), so what follows measures that path.
     const PackedFormat want = PackedFormat(cpu_backend().preferred_packed_format(int(PackedFormat::Q4_1)));
     EXPECT_EQ(packed_format_of(p.model->layer(0).wqkv), want);
     EXPECT_EQ(packed_format_of(p.model->layer(0).w_down), want);
