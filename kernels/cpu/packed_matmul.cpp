@@ -13,8 +13,11 @@
 //     prefill called it ~20 times per matrix with 80-row panels.
 //   Transposed (p.axis = 1, gradients w.r.t. activations): dst = x @ W, panel by panel of
 //     weight rows, accumulating into dst through the f32 matmul path (multi-threaded there).
+//   Q4_1 regrouped by 16 rows (Q4_1_R16, where the backend prefers it: AVX2) has its own
+//     decode GEMV below, a column of 8 rows per vector.
 // Every weight value used equals the dequantize-at-load value bit for bit (this file is
-// compiled with -ffp-contract=off, like the loader); only the summation order differs.
+// compiled with -ffp-contract=off, like the loader); only the summation order differs. The one
+// exception is Q4_1_R16's decode GEMV, which factors d and m out of each block's dot product.
 #include <omp.h>
 #if defined(__AVX2__) || defined(__AVX512F__)
 #if defined(__AVX512F__)
