@@ -320,11 +320,14 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         for (const Group& g : groups) {
             bool ok = g.packed;
             for (size_t i : g.ids) {
-                const Tensor& t = m.tensors[items[i].hf];
+                const Tensor& t = m.tensors.at(items[i].hf);
                 ok = ok && t.ndim() == 3 && t.size(2) == packed_block_bytes(PackedFormat::Q4_1) && t.size(0) % gguf_blocks::kQ41Rows == 0;
             }
             if (ok)
-                for (size_t i : g.ids) m.tensors[items[i].hf] = regroup_q4_1_rows(m.tensors[items[i].hf]);
+                for (size_t i : g.ids) {
+                    Tensor& t = m.tensors.at(items[i].hf);
+                    t = regroup_q4_1_rows(t);
+                }
         }
     return m;
 }

@@ -23,11 +23,7 @@ Tensor regroup_q4_1_rows(const Tensor& w) {
     for (int64_t g = 0; g < w.size(0) / B::kQ41Rows; ++g) {
         uint8_t* p = base + g * group;
         std::memcpy(tmp.data(), p, size_t(group));
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* rows[B::kQ41Rows];
-            for (int r = 0; r < B::kQ41Rows; ++r) rows[r] = tmp.data() + (r * nb + b) * kBlock;
-            B::q4_1_r16_group_block(rows, p + b * B::kQ41GroupBytes);
-        }
+        B::q4_1_r16_from_rows(tmp.data(), nb, p);
     }
     return w.as_strided({w.size(0) / B::kQ41Rows, nb, B::kQ41GroupBytes}, {nb * B::kQ41GroupBytes, B::kQ41GroupBytes, 1}, w.offset());
 }

@@ -17,10 +17,11 @@ void packed_rows_to_f32(const Tensor& w, int64_t r0, int64_t r1, float* dst) {
     const int64_t nb = w.size(1), bb = w.size(2), be = packed_block_elems(f);
     const uint8_t* base = w.data<uint8_t>();
     if (f == PackedFormat::Q4_1_R16) {  // row r is row r % 16 of group r / 16
+        constexpr int G = gguf_blocks::kQ41Rows;
         uint8_t blk[20];
         for (int64_t r = r0; r < r1; ++r)
             for (int64_t b = 0; b < nb; ++b) {
-                gguf_blocks::q4_1_r16_row_block(base + (r / 16 * nb + b) * bb, int(r % 16), blk);
+                gguf_blocks::q4_1_r16_row_block(base + (r / G * nb + b) * bb, int(r % G), blk);
                 gguf_blocks::dequant_q4_1(blk, dst + ((r - r0) * nb + b) * gguf_blocks::QK);
             }
         return;

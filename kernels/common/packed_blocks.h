@@ -80,6 +80,14 @@ inline void q4_1_r16_group_block(const uint8_t* const rows[16], uint8_t* g) {
         for (int j = 0; j < QK / 2; ++j) h[32 + 8 * j + i] = b[4 + j];
     }
 }
+// 16 consecutive Q4_1 rows of nb blocks each (the file's layout) as their nb group blocks.
+inline void q4_1_r16_from_rows(const uint8_t* rows, int64_t nb, uint8_t* out) {
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* r16[kQ41Rows];
+        for (int r = 0; r < kQ41Rows; ++r) r16[r] = rows + (r * nb + b) * 20;
+        q4_1_r16_group_block(r16, out + b * kQ41GroupBytes);
+    }
+}
 // The 16 x 32 values of a group block, row-major: bit for bit dequant_q4_1 of each row's block.
 inline void dequant_q4_1_r16(const uint8_t* g, float* y) {
     uint8_t b[20];

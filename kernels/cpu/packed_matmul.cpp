@@ -436,7 +436,8 @@ void gemv_r16_rows_of_x(int64_t ngroups, int64_t nblocks, const uint8_t* w, int6
                 const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16)));
 #pragma GCC unroll 4
                 for (int m = 0; m < M; ++m) {
-                    const __m256 sm = NC == 2 ? _mm256_add_ps(sq[m][0], sq[m][NC - 1]) : sq[m][0];
+                    __m256 sm = sq[m][0];
+                    if constexpr (NC == 2) sm = _mm256_add_ps(sq[m][0], sq[m][1]);
                     acc[m] = _mm256_fmadd_ps(dv, sm, acc[m]);
                     accm[m] = _mm256_fmadd_ps(mv, _mm256_broadcast_ss(xs + m * nblocks + b), accm[m]);
                 }
@@ -558,13 +559,15 @@ DequantFn dequant_fn(PackedFormat f) {
 void dequant_rows(PackedFormat f, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, int64_t nblocks, float* out) {
     const int bb = packed_block_bytes(f);
     if (f == PackedFormat::Q4_1_R16) {
-        const int64_t C = nblocks * 32;
-        alignas(64) float t[512];
-        for (int64_t g = r0 / 16; g * 16 < r1; ++g)
+        namespace B = gguf_blocks;
+        constexpr int G = B::kQ41Rows;
+        const int64_t C = nblocks * B::QK;
+        alignas(64) float t[G * B::QK];
+        for (int64_t g = r0 / G; g * G < r1; ++g)
             for (int64_t b = 0; b < nblocks; ++b) {
-                gguf_blocks::dequant_q4_1_r16(w + g * row_bytes + b * bb, t);
-                for (int r = 0; r < 16 && g * 16 + r < r1; ++r)
-                    std::memcpy(out + (g * 16 + r - r0) * C + b * 32, t + r * 32, 32 * sizeof(float));
+                B::dequant_q4_1_r16(w + g * row_bytes + b * bb, t);
+                for (int r = 0; r < G && g * G + r < r1; ++r)
+                    std::memcpy(out + (g * G + r - r0) * C + b * B::QK, t + r * B::QK, B::QK * sizeof(float));
             }
         return;
     }

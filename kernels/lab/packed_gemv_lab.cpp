@@ -66,11 +66,7 @@ std::vector<uint8_t> regroup_rows(const std::vector<uint8_t>& q41, int64_t N, in
     namespace B = gguf_blocks;
     std::vector<uint8_t> out(q41.size());
     for (int64_t g = 0; g < N / B::kQ41Rows; ++g)
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* rows[B::kQ41Rows];
-            for (int r = 0; r < B::kQ41Rows; ++r) rows[r] = q41.data() + ((g * B::kQ41Rows + r) * nb + b) * 20;
-            B::q4_1_r16_group_block(rows, out.data() + (g * nb + b) * B::kQ41GroupBytes);
-        }
+        B::q4_1_r16_from_rows(q41.data() + g * B::kQ41Rows * nb * 20, nb, out.data() + g * nb * B::kQ41GroupBytes);
     return out;
 }
 
