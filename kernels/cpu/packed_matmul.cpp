@@ -1,7 +1,7 @@
 // MATMUL with a packed weight (op.h): the weight stays in its ggml block format
 // (kernels/common/packed_blocks.h) and is dequantized where it is used, never as a whole.
-//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0, Q4_1 and
-//     F16 on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd below); the
+//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0, Q4_1, F16
+//     and BF16 on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd); the
 //     other formats (and the base variant) turn every block into its 32/256 floats in an
 //     L1-resident buffer by the loader's own block function and multiply them into f32 vector
 //     accumulators at once (gemv_tile.h's vectors, one width per ISA variant).
@@ -167,7 +167,7 @@ void gemv_packed_rows(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_
     }
 }
 
-// ---- register-widened kernels for the 32-element formats (Q8_0, Q4_0, Q4_1, F16) ----------
+// ---- register-widened kernels for Q8_0, Q4_0, Q4_1, F16 and BF16 ------------------------------
 // RB consecutive weight rows per pass (they are adjacent in memory: one address stream of
 // RB * row_bytes), each x vector loaded once for all RB rows, every block widened in registers
 // (no buffer). The weight values are the loader's bit for bit: Q8_0 d * float(q), Q4_0
@@ -203,7 +203,18 @@ constexpr int kPV = 32 / kPW;  // vectors per 32-element block
 static_assert(kPW == kW, "pv and gemv_tile.h's vf32 are the same register");
 inline float p_hsum(pv a) { return hsum(vf32(a)); }
 
-// The block's 32 weights as kPV vectors, element order; s = {d, m} as f32 (the scale pass below).
+// The kernels below step through a row 32 elements at a time: one block of the 32-element
+// formats, half a BF16 block (64 bfloat16, 128 bytes). Formats without scales skip the scale pass.
+template <PackedFormat F>
+constexpr int simd_step_bytes() {
+    return F == PackedFormat::BF16 ? packed_block_bytes(F) / 2 : packed_block_bytes(F);
+}
+template <PackedFormat F>
+constexpr bool simd_has_scales() {
+    return F != PackedFormat::F16 && F != PackedFormat::BF16;
+}
+
+// The step's 32 weights as kPV vectors, element order; s = {d, m} as f32 (the scale pass below).
 template <PackedFormat F>
 inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
     if constexpr (F == PackedFormat::F16) {  // 32 halves, converted exactly (vcvtph2ps)
@@ -212,6 +223,15 @@ inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
         for (int v = 0; v < 2; ++v) wv[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v)));
 #else
         for (int v = 0; v < 4; ++v) wv[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * v)));
+#endif
+    } else if constexpr (F == PackedFormat::BF16) {  // 32 bfloat16: the f32 bits are the half's bits << 16, exactly
+        (void)s;
+#if defined(__AVX512F__)
+        for (int v = 0; v < 2; ++v)
+            wv[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v))), 16));
+#else
+        for (int v = 0; v < 4; ++v)
+            wv[v] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * v))), 16));
 #endif
     } else if constexpr (F == PackedFormat::Q8_0) {
         const pv d = p_set1(s[0]);
@@ -273,7 +293,7 @@ constexpr int64_t kSegBlocks = 64;
 constexpr int64_t kPrefetchAhead = 4096;
 template <PackedFormat F, int M, int RB>
 inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
-    constexpr int BB = packed_block_bytes(F);
+    constexpr int BB = simd_step_bytes<F>();
     constexpr int A = RB * M >= 8 ? 1 : (8 + RB * M - 1) / (RB * M) < kPV ? (8 + RB * M - 1) / (RB * M) : kPV;
     alignas(64) float sc[RB * kSegBlocks * 2 + 2];
     pv acc[RB][M][A];
@@ -287,7 +307,7 @@ inline void gemv_rows_simd(int64_t nblocks, const uint8_t* w, int64_t row_bytes,
     int64_t pf = 0;  // bytes of the stream prefetched so far, from pf_base
     for (int64_t b0 = 0; b0 < nblocks; b0 += kSegBlocks) {
         const int64_t nb = std::min(kSegBlocks, nblocks - b0);
-        for (int r = 0; r < RB && F != PackedFormat::F16; ++r) {  // F16 blocks have no scales
+        for (int r = 0; r < RB && simd_has_scales<F>(); ++r) {
             const uint8_t* blk = w + r * row_bytes + b0 * BB;
             float* o = sc + r * kSegBlocks * 2;
             // 8 bytes from the block start (every format here has >= 18): halves d, m (Q4_1), then quants.
@@ -500,12 +520,14 @@ template <PackedFormat F>
 void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y,
                  int64_t ldy) {
 #if defined(KV_PACKED_SIMD)
-    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1 || F == PackedFormat::F16) {
+    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1 || F == PackedFormat::F16 ||
+                  F == PackedFormat::BF16) {
+        const int64_t steps = nblocks * packed_block_elems(F) / 32;
         switch (M) {
-            case 1: gemv_simd<F, 1>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
-            case 2: gemv_simd<F, 2>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
-            case 3: gemv_simd<F, 3>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
-            default: gemv_simd<F, 4>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            case 1: gemv_simd<F, 1>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
+            case 2: gemv_simd<F, 2>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
+            case 3: gemv_simd<F, 3>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
+            default: gemv_simd<F, 4>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
         }
     }
 #endif
