@@ -188,6 +188,7 @@ inline pv p_zero() { return _mm512_setzero_ps(); }
 inline pv p_set1(float a) { return _mm512_set1_ps(a); }
 inline pv p_load(const float* p) { return _mm512_loadu_ps(p); }
 inline pv p_fma(pv a, pv b, pv c) { return _mm512_fmadd_ps(a, b, c); }
+inline pv p_mul(pv a, pv b) { return _mm512_mul_ps(a, b); }
 inline pv p_add(pv a, pv b) { return _mm512_add_ps(a, b); }
 #else
 typedef __m256 pv;
@@ -197,6 +198,7 @@ inline pv p_zero() { return _mm256_setzero_ps(); }
 inline pv p_set1(float a) { return _mm256_set1_ps(a); }
 inline pv p_load(const float* p) { return _mm256_loadu_ps(p); }
 inline pv p_fma(pv a, pv b, pv c) { return _mm256_fmadd_ps(a, b, c); }
+inline pv p_mul(pv a, pv b) { return _mm256_mul_ps(a, b); }
 inline pv p_add(pv a, pv b) { return _mm256_add_ps(a, b); }
 #endif
 constexpr int kPV = 32 / kPW;  // vectors per 32-element block
@@ -350,6 +352,207 @@ void gemv_simd(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, 
     int64_t r = 0;
     for (; r + RB <= n; r += RB) gemv_rows_simd<F, M, RB>(nblocks, w + r * row_bytes, row_bytes, x, ldx, y + r, ldy);
     for (; r < n; ++r) gemv_rows_simd<F, M, 1>(nblocks, w + r * row_bytes, row_bytes, x, ldx, y + r, ldy);
+}
+
+// ---- k-quants (Q4_K, Q5_K, Q6_K): 256-element super-blocks ------------------------------------
+// The published GGUF files' formats. Through the block functions (packed_blocks.h: 256 floats
+// per super-block, one value at a time, into a buffer) decode ran at 0.03x (Q6_K) to 0.10x
+// (Q4_K, Q5_K) of a plain read of the bytes (kvlab_lab_packed_gemv). Here the scales and mins
+// come from the block function's own f32 operations once per super-block and row, and the
+// quants are widened in registers.
+void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float* xs);  // below
+
+constexpr bool is_kquant(PackedFormat f) { return f == PackedFormat::Q4_K || f == PackedFormat::Q5_K || f == PackedFormat::Q6_K; }
+
+// ds: Q4_K/Q5_K d * sc[s] per step s; Q6_K d * scales[i] per 16 elements (two per step).
+// ms: Q4_K/Q5_K dmin * mn[s] per step (Q6_K has no mins). The same f32 products as the block
+// functions (exact int -> float, one rounding each); Q4_K/Q5_K's 6-bit fields are unpacked 8 at a
+// time (k_scale_min's rule per lane: j < 4 from bytes j and j + 4, j >= 4 from bytes j + 4 and the
+// top bits of bytes j - 4 and j).
+template <PackedFormat F>
+inline void kquant_scales(const uint8_t* b, float* ds, float* ms) {
+    namespace B = gguf_blocks;
+    if constexpr (F == PackedFormat::Q6_K) {
+        const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+        const float d = B::half_at(b + 208);
+        for (int i = 0; i < 16; ++i) ds[i] = d * float(sc[i]);
+    } else {
+        const __m256 d = _mm256_set1_ps(B::half_at(b)), dmin = _mm256_set1_ps(B::half_at(b + 2));
+        const uint8_t* s6 = b + 4;
+        const __m256i A = _mm256_setr_epi32(s6[0], s6[1], s6[2], s6[3], s6[8], s6[9], s6[10], s6[11]);
+        const __m256i C = _mm256_setr_epi32(s6[0], s6[1], s6[2], s6[3], s6[0], s6[1], s6[2], s6[3]);
+        const __m256i D = _mm256_setr_epi32(s6[4], s6[5], s6[6], s6[7], s6[4], s6[5], s6[6], s6[7]);
+        const __m256i upper = _mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1);
+        const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15);
+        auto top2 = [](__m256i v) { return _mm256_slli_epi32(_mm256_srli_epi32(v, 6), 4); };
+        const __m256i sc = _mm256_blendv_epi8(_mm256_and_si256(A, m63), _mm256_or_si256(_mm256_and_si256(A, m15), top2(C)), upper);
+        const __m256i mn = _mm256_blendv_epi8(_mm256_and_si256(D, m63), _mm256_or_si256(_mm256_srli_epi32(A, 4), top2(D)), upper);
+        _mm256_storeu_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+        _mm256_storeu_ps(ms, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)));
+    }
+}
+
+inline float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
+// Each row is its own stream; every line of it is prefetched this far ahead.
+constexpr int64_t kKquantAhead = 1024;
+
+// Vector helpers over the variant's register (kPW lanes of 32 bits).
+#if defined(__AVX512F__)
+inline pvi k_widen(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline pvi k_srl(pvi a, int n) { return _mm512_srli_epi32(a, unsigned(n)); }
+inline pvi k_sll(pvi a, int n) { return _mm512_slli_epi32(a, unsigned(n)); }
+inline pvi k_and(pvi a, int m) { return _mm512_and_si512(a, _mm512_set1_epi32(m)); }
+inline pvi k_or(pvi a, pvi c) { return _mm512_or_si512(a, c); }
+inline pvi k_sub(pvi a, int c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
+inline pv k_float(pvi a) { return _mm512_cvtepi32_ps(a); }
+#else
+inline pvi k_widen(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+inline pvi k_srl(pvi a, int n) { return _mm256_srli_epi32(a, n); }
+inline pvi k_sll(pvi a, int n) { return _mm256_slli_epi32(a, n); }
+inline pvi k_and(pvi a, int m) { return _mm256_and_si256(a, _mm256_set1_epi32(m)); }
+inline pvi k_or(pvi a, pvi c) { return _mm256_or_si256(a, c); }
+inline pvi k_sub(pvi a, int c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
+inline pv k_float(pvi a) { return _mm256_cvtepi32_ps(a); }
+#endif
+// (v >> n) & (mask >> 4) moved to bit 4: one shift (left or right) and one mask.
+inline pvi k_to_bit4(pvi v, int n, int mask) { return k_and(n < 4 ? k_sll(v, 4 - n) : n > 4 ? k_srl(v, n - 4) : v, mask); }
+
+// The dot products are factored per 32-element step (Q4_K, Q5_K) or 16-element scale group
+// (Q6_K): sum_l (d_s q_l - m_s) x_l = d_s sum_l q_l x_l - m_s sum_l x_l, so each weight costs a
+// conversion and one FMA, the step's scale one FMA per row, and the mins one scalar product of
+// the 8 step sums of x per super-block (formed once for all rows of a pass). As with
+// Q4_1_R16 the result equals the dequantized path to f32 rounding, not term by term; a one-hot
+// x still reads every weight bit for bit (d_s q rounded once, then less m_s).
+// Q4_K / Q5_K, rows [0, RB) of w: step pair g = 0..3 is the 32 bytes qs[32g ..], low nibbles
+// step 2g, high nibbles step 2g + 1, each byte widened once for both; Q5_K's 5th bits are bits
+// 2g and 2g + 1 of qh[l].
+// xs[m * nsuper * 8 + s]: x_block_sums of the M rows of x (32-element steps).
+template <PackedFormat F, int M, int RB>
+void gemv_k45_rows(int64_t nsuper, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, const float* xs, float* y,
+                   int64_t ldy) {
+    constexpr int SB = packed_block_bytes(F), QS = F == PackedFormat::Q4_K ? 16 : 48;
+    pv acc[RB][M];
+    __m256 mins[RB][M];  // lane s: the min terms of step s, summed over super-blocks
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) {
+            acc[r][m] = p_zero();
+            mins[r][m] = _mm256_setzero_ps();
+        }
+    for (int64_t b = 0; b < nsuper; ++b) {
+        alignas(32) float ds[RB][16], ms[RB][8];
+        for (int r = 0; r < RB; ++r) {
+            const uint8_t* blk = w + r * row_bytes + b * SB;
+            for (int o = 0; o < SB; o += 64) __builtin_prefetch(blk + kKquantAhead + o, 0, 2);
+            kquant_scales<F>(blk, ds[r], ms[r]);
+#pragma GCC unroll 4
+            for (int m = 0; m < M; ++m)
+                mins[r][m] = _mm256_fmadd_ps(_mm256_load_ps(ms[r]), _mm256_loadu_ps(xs + (m * nsuper + b) * 8), mins[r][m]);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+            pv slo[RB][M], shi[RB][M];
+#pragma GCC unroll 4
+            for (int v = 0; v < kPV; ++v) {
+                const int o = v * kPW;
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; ++r) {
+                    const uint8_t* blk = w + r * row_bytes + b * SB;
+                    const pvi raw = k_widen(blk + QS + 32 * g + o);
+                    pvi lo = k_and(raw, 15), hi = k_srl(raw, 4);
+                    if constexpr (F == PackedFormat::Q5_K) {
+                        const pvi qh = k_widen(blk + 16 + o);
+                        lo = k_or(lo, k_to_bit4(qh, 2 * g, 16));
+                        hi = k_or(hi, k_to_bit4(qh, 2 * g + 1, 16));
+                    }
+                    const pv flo = k_float(lo), fhi = k_float(hi);
+#pragma GCC unroll 4
+                    for (int m = 0; m < M; ++m) {
+                        const float* xb = x + m * ldx + b * 256 + 64 * g + o;
+                        slo[r][m] = v == 0 ? p_mul(flo, p_load(xb)) : p_fma(flo, p_load(xb), slo[r][m]);
+                        shi[r][m] = v == 0 ? p_mul(fhi, p_load(xb + 32)) : p_fma(fhi, p_load(xb + 32), shi[r][m]);
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
+                for (int m = 0; m < M; ++m) {
+                    acc[r][m] = p_fma(p_set1(ds[r][2 * g]), slo[r][m], acc[r][m]);
+                    acc[r][m] = p_fma(p_set1(ds[r][2 * g + 1]), shi[r][m], acc[r][m]);
+                }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) y[m * ldy + r] = p_hsum(acc[r][m]) - hsum8(mins[r][m]);
+}
+
+// Q6_K, one row: half h = 0..1 is 128 elements; ql[64h + l] holds elements 32k + l of k = 0
+// (low nibble) and k = 2 (high), ql[64h + 32 + l] those of k = 1 and 3, qh[32h + l] the 2 high
+// bits of all four (bits 2k); scale i = 8h + 2k + l / 16. Each byte is widened once for its
+// elements.
+template <int M>
+void gemv_k6_row(int64_t nsuper, const uint8_t* w, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    constexpr int SB = packed_block_bytes(PackedFormat::Q6_K);
+    constexpr int VH = 16 / kPW;  // vectors per 16-element scale group
+    pv acc[M];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) acc[m] = p_zero();
+    for (int64_t b = 0; b < nsuper; ++b) {
+        const uint8_t* blk = w + b * SB;
+        for (int o = 0; o < SB; o += 64) __builtin_prefetch(blk + kKquantAhead + o, 0, 2);
+        float ds[16], unused[8];
+        kquant_scales<PackedFormat::Q6_K>(blk, ds, unused);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {  // l < 16, l >= 16: scales 8h + 2k, 8h + 2k + 1
+                pv s[4][M];
+#pragma GCC unroll 2
+                for (int u = 0; u < VH; ++u) {
+                    const int o = 16 * half + u * kPW;
+                    const pvi l0 = k_widen(blk + 64 * h + o), l1 = k_widen(blk + 64 * h + 32 + o), hb = k_widen(blk + 128 + 32 * h + o);
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; ++k) {
+                        const pvi low = k < 2 ? k_and(k & 1 ? l1 : l0, 15) : k_srl(k & 1 ? l1 : l0, 4);
+                        const pv q = k_float(k_sub(k_or(low, k_to_bit4(hb, 2 * k, 48)), 32));
+#pragma GCC unroll 4
+                        for (int m = 0; m < M; ++m) {
+                            const float* xb = x + m * ldx + b * 256 + 128 * h + 32 * k + o;
+                            s[k][m] = u == 0 ? p_mul(q, p_load(xb)) : p_fma(q, p_load(xb), s[k][m]);
+                        }
+                    }
+                }
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 4
+                    for (int m = 0; m < M; ++m) acc[m] = p_fma(p_set1(ds[8 * h + 2 * k + half]), s[k][m], acc[m]);
+            }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) y[m * ldy] = p_hsum(acc[m]);
+}
+
+template <PackedFormat F, int M>
+void gemv_kquant(int64_t n, int64_t nsuper, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    if constexpr (F == PackedFormat::Q6_K) {
+        for (int64_t r = 0; r < n; ++r) gemv_k6_row<M>(nsuper, w + r * row_bytes, x, ldx, y + r, ldy);
+    } else {
+        constexpr int RB = M == 1 ? 2 : 1;
+        float* xs = scratch<float>(3, M * nsuper * 8);  // this unit's copy (a few hundred sums)
+        x_block_sums(M, nsuper * 8, x, ldx, xs);
+        int64_t r = 0;
+        for (; r + RB <= n; r += RB) gemv_k45_rows<F, M, RB>(nsuper, w + r * row_bytes, row_bytes, x, ldx, xs, y + r, ldy);
+        for (; r < n; ++r) gemv_k45_rows<F, M, 1>(nsuper, w + r * row_bytes, row_bytes, x, ldx, xs, y + r, ldy);
+    }
 }
 #endif
 
@@ -528,6 +731,14 @@ void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t ro
             case 2: gemv_simd<F, 2>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
             case 3: gemv_simd<F, 3>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
             default: gemv_simd<F, 4>(n, steps, w, row_bytes, x, ldx, y, ldy); return;
+        }
+    }
+    if constexpr (is_kquant(F)) {
+        switch (M) {
+            case 1: gemv_kquant<F, 1>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            case 2: gemv_kquant<F, 2>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            case 3: gemv_kquant<F, 3>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            default: gemv_kquant<F, 4>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
         }
     }
 #endif

@@ -55,8 +55,16 @@ std::vector<uint8_t> random_packed(PackedFormat f, int64_t N, int64_t K, std::mt
     for (int64_t i = 0; i < nb; ++i) {
         uint8_t* p = b.data() + i * bb;
         const uint16_t d = f32_to_f16(0.01f + 0.001f * float(i % 7)), m = f32_to_f16(-0.05f);
+        if (f == PackedFormat::Q6_K) {  // d is the block's last half
+            std::memcpy(p + bb - 2, &d, 2);
+            continue;
+        }
         std::memcpy(p, &d, 2);
         if (f == PackedFormat::Q4_1) std::memcpy(p + 2, &m, 2);
+        if (f == PackedFormat::Q4_K || f == PackedFormat::Q5_K) {  // dmin
+            const uint16_t dmin = f32_to_f16(0.002f);
+            std::memcpy(p + 2, &dmin, 2);
+        }
     }
     return b;
 }
@@ -134,6 +142,11 @@ int main_impl(int argc, char** argv) {
     shapes.push_back({"gate+up 3072x576 f16", PackedFormat::F16, 3072, 576, 0});
     shapes.push_back({"gate+up 3072x576 bf16", PackedFormat::BF16, 3072, 576, 0});
     shapes.push_back({"gate+up 3072x576 nf4", PackedFormat::NF4, 3072, 576, 0});
+    // The k-quants of published GGUF files (Q4_K_M: Q4_K and Q6_K), 256-element blocks: a
+    // down_proj-like shape whose rows are whole blocks.
+    shapes.push_back({"down 576x1536 q4_k", PackedFormat::Q4_K, 576, 1536, 0});
+    shapes.push_back({"down 576x1536 q5_k", PackedFormat::Q5_K, 576, 1536, 0});
+    shapes.push_back({"down 576x1536 q6_k", PackedFormat::Q6_K, 576, 1536, 0});
     if (args.quick) shapes.resize(1);
     const size_t min_bytes = args.quick ? size_t(64) << 20 : size_t(256) << 20;
     const double min_s = args.quick ? 0.05 : 0.3;
