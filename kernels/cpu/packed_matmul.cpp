@@ -1,10 +1,11 @@
 // MATMUL with a packed weight (op.h): the weight stays in its ggml block format
 // (kernels/common/packed_blocks.h) and is dequantized where it is used, never as a whole.
 //   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0, Q4_1, F16
-//     and BF16 on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd); the
-//     other formats (and the base variant) turn every block into its 32/256 floats in an
-//     L1-resident buffer by the loader's own block function and multiply them into f32 vector
-//     accumulators at once (gemv_tile.h's vectors, one width per ISA variant).
+//     and BF16 on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd), the
+//     k-quants Q4_K, Q5_K, Q6_K too (gemv_kquant), the avx2 variant's Q4_1_R16 8 rows per
+//     vector (gemv_r16); the other formats (and the base variant) turn every block into its
+//     32/256 floats in an L1-resident buffer by the loader's own block function and multiply
+//     them into f32 vector accumulators at once (gemv_tile.h's vectors, one width per variant).
 //   Prefill (more rows): panels of weight rows are dequantized into a per-thread f32 panel
 //     and multiplied by the f32 matmul path (oneDNN) with one thread per panel; the panels'
 //     columns of the output are disjoint, so no reduction is needed. Up to kLargePanelM rows
