@@ -1,11 +1,11 @@
 // MATMUL with a packed weight (op.h): the weight stays in its ggml block format
 // (kernels/common/packed_blocks.h) and is dequantized where it is used, never as a whole.
-//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0, Q4_1, F16
-//     and BF16 on AVX2/AVX-512 are widened in registers, 4 rows per pass (gemv_rows_simd), the
-//     k-quants Q4_K, Q5_K, Q6_K too (gemv_kquant), the avx2 variant's Q4_1_R16 8 rows per
-//     vector (gemv_r16); the other formats (and the base variant) turn every block into its
-//     32/256 floats in an L1-resident buffer by the loader's own block function and multiply
-//     them into f32 vector accumulators at once (gemv_tile.h's vectors, one width per variant).
+//   Decode (M <= kPackedSmallM rows): each weight row is streamed once. Q8_0, Q4_0, Q4_1,
+//     Q5_0, Q5_1, F16 and BF16 on AVX2/AVX-512 are widened in registers, 4 rows per pass
+//     (gemv_rows_simd), the k-quants Q4_K, Q5_K, Q6_K too (gemv_kquant), the avx2 variant's
+//     Q4_1_R16 8 rows per vector (gemv_r16); NF4 (and every format on the base variant) turns
+//     each block into its floats in an L1-resident buffer by the loader's own block function and
+//     multiplies them into f32 vector accumulators (gemv_tile.h's vectors, one width per variant).
 //   Prefill (more rows): panels of weight rows are dequantized into a per-thread f32 panel
 //     and multiplied by the f32 matmul path (oneDNN) with one thread per panel; the panels'
 //     columns of the output are disjoint, so no reduction is needed. Up to kLargePanelM rows
@@ -168,7 +168,7 @@ void gemv_packed_rows(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_
     }
 }
 
-// ---- register-widened kernels for Q8_0, Q4_0, Q4_1, F16 and BF16 ------------------------------
+// ---- register-widened kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16 and BF16 ------------------
 // RB consecutive weight rows per pass (they are adjacent in memory: one address stream of
 // RB * row_bytes), each x vector loaded once for all RB rows, every block widened in registers
 // (no buffer). The weight values are the loader's bit for bit: Q8_0 d * float(q), Q4_0
@@ -244,6 +244,52 @@ inline void widen_block(const uint8_t* blk, const float* s, pv* wv) {
 #else
         for (int v = 0; v < 4; ++v)
             wv[v] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)))));
+#endif
+    } else if constexpr (F == PackedFormat::Q5_0 || F == PackedFormat::Q5_1) {
+        // Nibbles as Q4_0/Q4_1; the 5th bit of element j is bit j of the u32 qh, moved to bit 4
+        // per lane by a variable shift. Q5_0: float(q - 16) * d; Q5_1: float(q) * d + m, with
+        // q * d exact (5 by 11 significant bits), so the FMA rounds once like the block function.
+        constexpr int qh_at = F == PackedFormat::Q5_1 ? 4 : 2, qs_at = qh_at + 4;
+        uint32_t qh;
+        std::memcpy(&qh, blk + qh_at, 4);
+#if defined(__AVX512F__)
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs_at)));
+        const __m512i hb = _mm512_set1_epi32(int(qh)), one = _mm512_set1_epi32(1), m15 = _mm512_set1_epi32(15);
+        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        auto bit4 = [&](__m512i shift) { return _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(hb, shift), one), 4); };
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m15), bit4(iota));
+        const __m512i hi = _mm512_or_si512(_mm512_srli_epi32(q, 4), bit4(_mm512_add_epi32(iota, _mm512_set1_epi32(16))));
+        const __m512 dv = _mm512_set1_ps(s[0]);
+        if constexpr (F == PackedFormat::Q5_0) {
+            const __m512i m16 = _mm512_set1_epi32(16);
+            wv[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, m16)), dv);
+            wv[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, m16)), dv);
+        } else {
+            const __m512 mv = _mm512_set1_ps(s[1]);
+            wv[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), dv, mv);
+            wv[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), dv, mv);
+        }
+#else
+        const __m256i hb = _mm256_set1_epi32(int(qh)), one = _mm256_set1_epi32(1), m15 = _mm256_set1_epi32(15);
+        const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        auto bit4 = [&](int first) {  // bits first .. first + 7 of qh, at bit 4 of each lane
+            return _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(hb, _mm256_add_epi32(iota, _mm256_set1_epi32(first))), one), 4);
+        };
+        const __m256 dv = _mm256_set1_ps(s[0]);
+        for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h + 7: elements 8h + j (low nibble), 16 + 8h + j (high)
+            const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + qs_at + 8 * h)));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m15), bit4(8 * h));
+            const __m256i hi = _mm256_or_si256(_mm256_srli_epi32(q, 4), bit4(16 + 8 * h));
+            if constexpr (F == PackedFormat::Q5_0) {
+                const __m256i m16 = _mm256_set1_epi32(16);
+                wv[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, m16)), dv);
+                wv[2 + h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, m16)), dv);
+            } else {
+                const __m256 mv = _mm256_set1_ps(s[1]);
+                wv[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), dv, mv);
+                wv[2 + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), dv, mv);
+            }
+        }
 #endif
     } else {
         constexpr int off = F == PackedFormat::Q4_1 ? 4 : 2;
@@ -724,8 +770,8 @@ template <PackedFormat F>
 void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y,
                  int64_t ldy) {
 #if defined(KV_PACKED_SIMD)
-    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1 || F == PackedFormat::F16 ||
-                  F == PackedFormat::BF16) {
+    if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1 || F == PackedFormat::Q5_0 ||
+                  F == PackedFormat::Q5_1 || F == PackedFormat::F16 || F == PackedFormat::BF16) {
         const int64_t steps = nblocks * packed_block_elems(F) / 32;
         switch (M) {
             case 1: gemv_simd<F, 1>(n, steps, w, row_bytes, x, ldx, y, ldy); return;

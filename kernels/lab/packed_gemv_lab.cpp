@@ -60,7 +60,7 @@ std::vector<uint8_t> random_packed(PackedFormat f, int64_t N, int64_t K, std::mt
             continue;
         }
         std::memcpy(p, &d, 2);
-        if (f == PackedFormat::Q4_1) std::memcpy(p + 2, &m, 2);
+        if (f == PackedFormat::Q4_1 || f == PackedFormat::Q5_1) std::memcpy(p + 2, &m, 2);
         if (f == PackedFormat::Q4_K || f == PackedFormat::Q5_K) {  // dmin
             const uint16_t dmin = f32_to_f16(0.002f);
             std::memcpy(p + 2, &dmin, 2);
@@ -142,6 +142,10 @@ int main_impl(int argc, char** argv) {
     shapes.push_back({"gate+up 3072x576 f16", PackedFormat::F16, 3072, 576, 0});
     shapes.push_back({"gate+up 3072x576 bf16", PackedFormat::BF16, 3072, 576, 0});
     shapes.push_back({"gate+up 3072x576 nf4", PackedFormat::NF4, 3072, 576, 0});
+    // Q5_0: most layers of a Q4_K_M file whose rows are not whole 256-element super-blocks
+    // (llama.cpp's fallback, SmolLM2's 576 columns among them).
+    shapes.push_back({"gate+up 3072x576 q5_0", PackedFormat::Q5_0, 3072, 576, 0});
+    shapes.push_back({"gate+up 3072x576 q5_1", PackedFormat::Q5_1, 3072, 576, 0});
     // The k-quants of published GGUF files (Q4_K_M: Q4_K and Q6_K), 256-element blocks: a
     // down_proj-like shape whose rows are whole blocks.
     shapes.push_back({"down 576x1536 q4_k", PackedFormat::Q4_K, 576, 1536, 0});
