@@ -88,6 +88,10 @@ inline void q4_1_r16_from_rows(const uint8_t* rows, int64_t nb, uint8_t* out) {
         q4_1_r16_group_block(r16, out + b * kQ41GroupBytes);
     }
 }
+// A whole Q4_1 matrix of `rows` rows (a multiple of 16), nb blocks each, regrouped into out.
+inline void q4_1_r16_from_matrix(const uint8_t* q41, int64_t rows, int64_t nb, uint8_t* out) {
+    for (int64_t g = 0; g < rows / kQ41Rows; ++g) q4_1_r16_from_rows(q41 + g * kQ41Rows * nb * 20, nb, out + g * nb * kQ41GroupBytes);
+}
 // The 16 x 32 values of a group block, row-major: bit for bit dequant_q4_1 of each row's block.
 inline void dequant_q4_1_r16(const uint8_t* g, float* y) {
     uint8_t b[20];

@@ -168,6 +168,23 @@ void gemv_packed_rows(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_
     }
 }
 
+// xs[m * nblocks + b] = sum of x's 32-element block b of row m: formed once per call by
+// matmul_packed for the kernels that factor their blocks' dot products (Q4_1_R16, Q4_K, Q5_K).
+void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float* xs) {
+    static_assert(32 % kW == 0, "a block is whole vectors");
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const float* xb = x + m * ldx + b * 32;
+            vf32 t, u;
+            vload(t, xb);
+            for (int v = 1; v < 32 / kW; ++v) {
+                vload(u, xb + v * kW);
+                t += u;
+            }
+            xs[m * nblocks + b] = hsum(t);
+        }
+}
+
 // ---- register-widened kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16 and BF16 ------------------
 // RB consecutive weight rows per pass (they are adjacent in memory: one address stream of
 // RB * row_bytes), each x vector loaded once for all RB rows, every block widened in registers
@@ -407,7 +424,6 @@ void gemv_simd(int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, 
 // (Q4_K, Q5_K) of a plain read of the bytes (kvlab_lab_packed_gemv). Here the scales and mins
 // come from the block function's own f32 operations once per super-block and row, and the
 // quants are widened in registers.
-void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float* xs);  // below
 
 constexpr bool is_kquant(PackedFormat f) { return f == PackedFormat::Q4_K || f == PackedFormat::Q5_K || f == PackedFormat::Q6_K; }
 
@@ -588,14 +604,15 @@ void gemv_k6_row(int64_t nsuper, const uint8_t* w, const float* x, int64_t ldx, 
     for (int m = 0; m < M; ++m) y[m * ldy] = p_hsum(acc[m]);
 }
 
+// xs: x_block_sums of x (Q4_K, Q5_K; matmul_packed forms them once per call, see
+// gemv_reads_step_sums).
 template <PackedFormat F, int M>
-void gemv_kquant(int64_t n, int64_t nsuper, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
+void gemv_kquant(int64_t n, int64_t nsuper, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, const float* xs,
+                 float* y, int64_t ldy) {
     if constexpr (F == PackedFormat::Q6_K) {
         for (int64_t r = 0; r < n; ++r) gemv_k6_row<M>(nsuper, w + r * row_bytes, x, ldx, y + r, ldy);
     } else {
         constexpr int RB = M == 1 ? 2 : 1;
-        float* xs = scratch<float>(3, M * nsuper * 8);  // this unit's copy (a few hundred sums)
-        x_block_sums(M, nsuper * 8, x, ldx, xs);
         int64_t r = 0;
         for (; r + RB <= n; r += RB) gemv_k45_rows<F, M, RB>(nsuper, w + r * row_bytes, row_bytes, x, ldx, xs, y + r, ldy);
         for (; r < n; ++r) gemv_k45_rows<F, M, 1>(nsuper, w + r * row_bytes, row_bytes, x, ldx, xs, y + r, ldy);
@@ -614,21 +631,6 @@ void gemv_kquant(int64_t n, int64_t nsuper, const uint8_t* w, int64_t row_bytes,
 // One x row takes both halves per pass: each x broadcast serves 16 rows, and the halves' 2 + 2
 // chains of 16 FMAs per block overlap where one half's 4 chains of 8 left the FMA latency exposed
 // at every block's end (kvlab_lab_packed_gemv and docs/PERFORMANCE.md have the rates).
-// xs[m * nblocks + b] = sum of x's column block b of row m (once per call, for every unit).
-void x_block_sums(int64_t M, int64_t nblocks, const float* x, int64_t ldx, float* xs) {
-    static_assert(32 % kW == 0, "a block is whole vectors");
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t b = 0; b < nblocks; ++b) {
-            const float* xb = x + m * ldx + b * 32;
-            vf32 t, u;
-            vload(t, xb);
-            for (int v = 1; v < 32 / kW; ++v) {
-                vload(u, xb + v * kW);
-                t += u;
-            }
-            xs[m * nblocks + b] = hsum(t);
-        }
-}
 
 #if defined(KV_PACKED_SIMD)
 // Every line of the stream is also asked for (into L2) this far ahead: the lab's Q4_1x16 shapes
@@ -767,8 +769,8 @@ void gemv_r16(int M, int64_t ngroups, int64_t nblocks, const uint8_t* w, int64_t
 }
 
 template <PackedFormat F>
-void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx, float* y,
-                 int64_t ldy) {
+void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t row_bytes, const float* x, int64_t ldx,
+                 [[maybe_unused]] const float* xs, float* y, int64_t ldy) {
 #if defined(KV_PACKED_SIMD)
     if constexpr (F == PackedFormat::Q8_0 || F == PackedFormat::Q4_0 || F == PackedFormat::Q4_1 || F == PackedFormat::Q5_0 ||
                   F == PackedFormat::Q5_1 || F == PackedFormat::F16 || F == PackedFormat::BF16) {
@@ -782,10 +784,10 @@ void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t ro
     }
     if constexpr (is_kquant(F)) {
         switch (M) {
-            case 1: gemv_kquant<F, 1>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
-            case 2: gemv_kquant<F, 2>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
-            case 3: gemv_kquant<F, 3>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
-            default: gemv_kquant<F, 4>(n, nblocks, w, row_bytes, x, ldx, y, ldy); return;
+            case 1: gemv_kquant<F, 1>(n, nblocks, w, row_bytes, x, ldx, xs, y, ldy); return;
+            case 2: gemv_kquant<F, 2>(n, nblocks, w, row_bytes, x, ldx, xs, y, ldy); return;
+            case 3: gemv_kquant<F, 3>(n, nblocks, w, row_bytes, x, ldx, xs, y, ldy); return;
+            default: gemv_kquant<F, 4>(n, nblocks, w, row_bytes, x, ldx, xs, y, ldy); return;
         }
     }
 #endif
@@ -797,7 +799,15 @@ void gemv_packed(int M, int64_t n, int64_t nblocks, const uint8_t* w, int64_t ro
     }
 }
 
-using GemvFn = void (*)(int, int64_t, int64_t, const uint8_t*, int64_t, const float*, int64_t, float*, int64_t);
+using GemvFn = void (*)(int, int64_t, int64_t, const uint8_t*, int64_t, const float*, int64_t, const float*, float*, int64_t);
+
+// Whether the decode kernel of f reads x_block_sums (its blocks' dot products factored).
+bool gemv_reads_step_sums(PackedFormat f) {
+#if defined(KV_PACKED_SIMD)
+    if (f == PackedFormat::Q4_K || f == PackedFormat::Q5_K) return true;
+#endif
+    return f == PackedFormat::Q4_1_R16;
+}
 using DequantFn = void (*)(const uint8_t*, float*);
 
 GemvFn gemv_fn(PackedFormat f) {
@@ -938,9 +948,9 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
 
     if (M <= kPackedSmallM) {
         GemvFn fn = gemv_fn(f);
-        // Q4_1_R16: x's block sums, formed once by this thread and read by every unit.
-        float* xs = f == PackedFormat::Q4_1_R16 ? scratch<float>(5, M * nblocks) : nullptr;
-        if (xs) x_block_sums(M, nblocks, xp, ldx, xs);
+        // x's 32-element block sums, formed once by this thread and read by every unit.
+        float* xs = gemv_reads_step_sums(f) ? scratch<float>(5, M * (C / 32)) : nullptr;
+        if (xs) x_block_sums(M, C / 32, xp, ldx, xs);
         // Whole groups of 8 weight rows per unit, so the multi-row kernels run no single-row
         // tail mid-matrix (a Q4_1_R16 stored row is two). chunk, r0: weight rows.
         const int64_t chunk = rb > 1 ? std::max<int64_t>(1, kChunkBytes / row_bytes) * rb
@@ -953,7 +963,7 @@ void matmul_packed(const OpContext& ctx, const OpCall& c) {
             if (f == PackedFormat::Q4_1_R16)
                 gemv_r16(int(M), n / rb, nblocks, wp + r0 / rb * row_bytes, row_bytes, xp, ldx, xs, y, chunk);
             else
-                fn(int(M), n, nblocks, wp + r0 * row_bytes, row_bytes, xp, ldx, y, chunk);
+                fn(int(M), n, nblocks, wp + r0 * row_bytes, row_bytes, xp, ldx, xs, y, chunk);
             for (int64_t m = 0; m < M; ++m) {
                 float* dr = dp + m * ldd + r0;
                 const float* yr = y + m * chunk;

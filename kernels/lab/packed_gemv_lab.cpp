@@ -71,10 +71,8 @@ std::vector<uint8_t> random_packed(PackedFormat f, int64_t N, int64_t K, std::mt
 
 // Q4_1 rows [N, nb blocks] regrouped into Q4_1_R16 groups [N / 16, nb, 320] (packed_blocks.h).
 std::vector<uint8_t> regroup_rows(const std::vector<uint8_t>& q41, int64_t N, int64_t nb) {
-    namespace B = gguf_blocks;
     std::vector<uint8_t> out(q41.size());
-    for (int64_t g = 0; g < N / B::kQ41Rows; ++g)
-        B::q4_1_r16_from_rows(q41.data() + g * B::kQ41Rows * nb * 20, nb, out.data() + g * nb * B::kQ41GroupBytes);
+    gguf_blocks::q4_1_r16_from_matrix(q41.data(), N, nb, out.data());
     return out;
 }
 

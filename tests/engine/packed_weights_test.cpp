@@ -121,7 +121,7 @@ PackedFormat file_format(PackedFormat f) { return f == PackedFormat::Q4_1_R16 ? 
 // Q4_1 rows [rows, nb blocks] regrouped into Q4_1_R16 groups [rows / 16, nb, 320].
 std::vector<uint8_t> regroup_bytes(const std::vector<uint8_t>& q41, int64_t rows, int64_t nb) {
     std::vector<uint8_t> out(q41.size());
-    for (int64_t g = 0; g < rows / 16; ++g) gguf_blocks::q4_1_r16_from_rows(q41.data() + g * 16 * nb * 20, nb, out.data() + g * nb * 320);
+    gguf_blocks::q4_1_r16_from_matrix(q41.data(), rows, nb, out.data());
     return out;
 }
 
