@@ -3,13 +3,17 @@
 # or $KVLAB_ASAN_BUILD) of the CLI and the engine, storage, sessions and CLI-unit suites, then
 # those suites and CLI runs under the sanitizers: a recorded tiny-model session round trip
 # (eval, paged eval, generate, runs, compare, export) and the full-disk fault script
-# (tests/cli/faults.sh). CI (.ci/run) runs all of it. Lean on purpose, to fit CI: one native
-# kernel variant, no CUDA, no GUI, -O1 -g1 (line tables: enough for the reports' stack traces),
-# only the five targets it runs; the engine suite leaves out the cases that load the 135M model,
-# time themselves or check gradients by finite differences (ENGINE_SKIP). The fuzz targets are
-# sanitized builds of their own (scripts/fuzz.sh: clang, ASan + UBSan + libFuzzer) and run in
-# the main suite (ctest -L fuzz).
-# KVLAB_SANITIZE_SUITES picks parts (default "storage sessions engine cli").
+# (tests/cli/faults.sh). CI (.ci/run) runs all of it. Portable, like a release build, so the
+# code under test is the same on every CPU and every kernel path the CPU runs is exercised: the
+# x86-64-v2 baseline, the avx2 / avx512 / avx512bf16 kernel variant libraries (each op case of
+# each variant the CPU runs against the f64 reference), the policies' ISA levels, and their
+# products compiled as one AVX-512 unit (what -march=native makes on an AVX-512 CPU; issue 45).
+# The kernels part prints which paths ran. Lean otherwise, to fit CI: no CUDA, no GUI, -O1 -g1
+# (line tables: enough for the reports' stack traces), only the targets it runs; the engine
+# suite leaves out the cases that load the 135M model, time themselves or check gradients by
+# finite differences (ENGINE_SKIP). The fuzz targets are sanitized builds of their own
+# (scripts/fuzz.sh: clang, ASan + UBSan + libFuzzer) and run in the main suite (ctest -L fuzz).
+# KVLAB_SANITIZE_SUITES picks parts (default "storage sessions kernels engine cli").
 # usage: scripts/sanitize.sh [GTEST_FILTER]. Exit 0 when clean; any sanitizer report fails it
 # (halt_on_error, and ctest's FAIL_REGULAR_EXPRESSION when run as sanitize.asan_ubsan). The last
 # line is a summary with the build and test times.
@@ -18,18 +22,23 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bdir="${KVLAB_ASAN_BUILD:-$root/build/asan}"
 filter="${1:-*}"
 start=$(date +%s)
-if [ ! -f "$bdir/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$bdir" -DKVLAB_SANITIZE=ON -DKVLAB_NATIVE=ON -DKVLAB_CUDA=OFF -DKVLAB_GUI=OFF \
+# A tree configured by an earlier version of this script (-DKVLAB_NATIVE=ON) is reconfigured.
+if [ ! -f "$bdir/CMakeCache.txt" ] || grep -q '^KVLAB_NATIVE:BOOL=ON' "$bdir/CMakeCache.txt"; then
+  cmake -S "$root" -B "$bdir" -DKVLAB_SANITIZE=ON -DKVLAB_NATIVE=OFF -DKVLAB_CUDA=OFF -DKVLAB_GUI=OFF \
     -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-sanitize-recover=undefined" >/dev/null
 fi
-suites=" ${KVLAB_SANITIZE_SUITES:-storage sessions engine cli} "
+suites=" ${KVLAB_SANITIZE_SUITES:-storage sessions kernels engine cli} "
 want() { [[ "$suites" == *" $1 "* ]]; }
 targets=()
 want storage && targets+=(kvlab_storage_tests)
 want sessions && targets+=(kvlab_sessions_tests kvlab)  # its sweep and fidelity cases run the CLI
-want engine && targets+=(kvlab_engine_tests)
-want cli && targets+=(kvlab kvlab_cli_unit_tests)
-[ ${#targets[@]} -gt 0 ] || { echo "sanitize: KVLAB_SANITIZE_SUITES='$suites' names no suite; expected storage, sessions, engine or cli" >&2; exit 2; }
+# The kernel variant libraries are loaded at run time by every suite that computes.
+variants=(kvlab_cpu_avx512bf16 kvlab_cpu_avx512 kvlab_cpu_avx2)
+want kernels && targets+=(kvlab_kernel_tests kvlab kvlab_policy_math_v4_tests "${variants[@]}")
+want engine && targets+=(kvlab_engine_tests "${variants[@]}")
+want cli && targets+=(kvlab kvlab_cli_unit_tests "${variants[@]}")
+[ ${#targets[@]} -gt 0 ] || { echo "sanitize: KVLAB_SANITIZE_SUITES='$suites' names no suite; expected storage, sessions, kernels, engine or cli" >&2; exit 2; }
+mapfile -t targets < <(printf '%s\n' "${targets[@]}" | awk '!seen[$0]++')
 if ! cmake --build "$bdir" -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}" >"$bdir/build.log" 2>&1; then
   grep -E "error|Error" "$bdir/build.log" | head -40 >&2
   echo "sanitize: the sanitized build failed (log: $bdir/build.log)" >&2
@@ -76,6 +85,31 @@ fi
 # loaders), self-timing benchmarks, and gradient checks by finite differences (pure arithmetic
 # over many full passes, already covered by the release suite, and slow under ASan).
 ENGINE_SKIP="SmolLM2*:*Speed*:*Gradient*:GradFixture*:GradLossNormalisation*:TrainLoop*"
+cpu_has() {  # FLAG...: the CPU reports every flag
+  local f; for f in "$@"; do grep -qw "$f" /proc/cpuinfo 2>/dev/null || return 1; done
+}
+if want kernels; then
+  current="the kernels suite"
+  # Each op case of every kernel variant the CPU runs against the f64 reference, the variants'
+  # bit-identity where the ops promise it, and the start-up choice (finite-difference checks
+  # left out, as in the engine suite).
+  "$bdir/bin/kvlab_kernel_tests" --gtest_filter="$filter:-BackwardFd*" --gtest_brief=1
+  # The policies' products as one AVX-512 unit: only a CPU with AVX-512 can run it.
+  if cpu_has avx512f avx512bw avx512cd avx512dq avx512vl; then
+    current="the policy products as one AVX-512 unit"
+    "$bdir/bin/kvlab_policy_math_v4_tests" --gtest_filter="$filter" --gtest_brief=1
+    whole_v4="and as one AVX-512 unit"
+  else
+    whole_v4="(not as one AVX-512 unit: this CPU lacks AVX-512)"
+  fi
+  level=2
+  if cpu_has avx512f avx512bw avx512dq avx512vl; then level=4; elif cpu_has avx2 fma bmi2; then level=3; fi
+  info=$("$bdir/bin/kvlab" version)
+  ran=$(sed -n 's/^cpu variants: //p' <<<"$info" | tr ',' '\n' | grep -v 'not this CPU\|not built' | tr -d ' ' | paste -sd, -)
+  chosen=$(sed -n 's/^cpu kernels: \([a-z0-9]*\).*/\1/p' <<<"$info")
+  echo "sanitize: kernel paths exercised: variants ${ran//,/, } (every op case against the f64 reference; the other suites run $chosen); policy products at ISA levels plain, 2 to $level $whole_v4"
+  phase kernels
+fi
 if want engine; then
   current="the engine suite"
   "$bdir/bin/kvlab_engine_tests" --gtest_filter="$filter:-$ENGINE_SKIP" --gtest_brief=1

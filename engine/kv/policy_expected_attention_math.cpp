@@ -59,12 +59,13 @@ KV_POLICY_VEC_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
     for (int64_t h = 0; h < R; ++h) {
         const float* Uh = U + h * D;
         const double* Mh = M + h * D;
-        VD ql[MR][NL] = {}, qq[MR][NL] = {};
+        KV_VEC_LOCAL VD ql[MR][NL] = {};
+        KV_VEC_LOCAL VD qq[MR][NL] = {};
         for (int64_t c0 = 0; c0 < D; c0 += NC * W) {
-            V t[MR][NC] = {};
+            KV_VEC_LOCAL V t[MR][NC] = {};
             if constexpr (Q) {
                 for (int64_t d = 0; d < c0; ++d) {  // rows above the group: every column of it
-                    V b[NC];
+                    KV_VEC_LOCAL V b[NC];
                     for (int v = 0; v < NC; ++v) std::memcpy(&b[v], Uh + d * ldu + c0 + v * W, sizeof(V));
                     for (int r = 0; r < MR; ++r) {
                         const V a = K[(i0 + r) * ldk + d] * kOne;
@@ -74,7 +75,7 @@ KV_POLICY_VEC_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
 #pragma GCC unroll 4
                 for (int s = 0; s < NC; ++s)
                     for (int64_t d = c0 + s * W; d < c0 + (s + 1) * W; ++d) {
-                        V b[NC];
+                        KV_VEC_LOCAL V b[NC];
                         for (int v = s; v < NC; ++v) std::memcpy(&b[v], Uh + d * ldu + c0 + v * W, sizeof(V));
                         for (int r = 0; r < MR; ++r) {
                             const V a = K[(i0 + r) * ldk + d] * kOne;
@@ -87,7 +88,8 @@ KV_POLICY_VEC_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
             const int64_t cm = (NC * W) % 8 == 0 ? 0 : c0 % 8;
             for (int r = 0; r < MR; ++r)
                 for (int v = 0; v < NC; ++v) {
-                    H kh[2], th[2];
+                    KV_VEC_LOCAL H kh[2];
+                    KV_VEC_LOCAL H th[2];
                     std::memcpy(kh, K + (i0 + r) * ldk + c0 + v * W, sizeof(V));
                     std::memcpy(th, &t[r][v], sizeof(V));
                     for (int i = 0; i < 2; ++i) {
@@ -101,7 +103,7 @@ KV_POLICY_VEC_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
                 }
         }
         for (int r = 0; r < MR; ++r) {
-            double l[8];
+            KV_VEC_LOCAL double l[8];
             std::memcpy(l, ql[r], sizeof(l));
             lin[h * T + i0 + r] = lane_tree(l);
             if constexpr (Q) {
@@ -152,7 +154,7 @@ KV_POLICY_VEC_INLINE void moments_body(int64_t m, int64_t D, const double* X, do
     constexpr VD kOne = VD{} + 1.0;  // a broadcast as x * 1 (see key_forms_rows)
     for (int64_t c0 = 0; c0 < D; c0 += 2 * W)
         for (int64_t d0 = 0; d0 < c0 + 2 * W; d0 += MR) {
-            VD t[MR][2] = {};
+            KV_VEC_LOCAL VD t[MR][2] = {};
             for (int64_t i = 0; i < m; ++i) {
                 const double* x = X + i * D;
                 VD b0, b1;

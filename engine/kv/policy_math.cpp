@@ -24,7 +24,7 @@ KV_POLICY_VEC_INLINE void matmul_body(int64_t m, int64_t n, int64_t k, const F* 
     const int64_t m4 = m - m % MR, n2 = n - n % (2 * W);
     for (int64_t i0 = 0; i0 < m4; i0 += MR)
         for (int64_t j0 = 0; j0 < n2; j0 += 2 * W) {
-            V t[MR][2] = {};
+            KV_VEC_LOCAL V t[MR][2] = {};
             for (int64_t d = 0; d < k; ++d) {
                 V b0, b1;
                 std::memcpy(&b0, B + d * ldb + j0, sizeof(V));
