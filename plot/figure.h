@@ -11,6 +11,7 @@ namespace kv::plot {
 struct Series {
     std::string label;          // legend entry
     std::vector<double> x, y;   // same length; drawn in increasing x
+    std::vector<double> se = {};  // empty, or per point a standard error, drawn as a bar of +-se where > 0
 };
 
 struct ReferenceLine {
@@ -28,6 +29,7 @@ struct Figure {
     std::string title;
     std::string x_title, y_title;  // with units, e.g. "cache length (slots per layer)"
     bool log2_x = false;           // x on a log2 scale (x must be > 0)
+    std::vector<std::string> notes;  // lines under the x title: what splits the lines, what bars mean
     std::vector<Panel> panels;
     double panel_width = 360, panel_height = 270;  // points (1/72 inch)
 };

@@ -18,7 +18,7 @@ namespace kv::plot {
 
 namespace {
 
-constexpr double kLeft = 70, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11, kMargin = 8;
+constexpr double kLeft = 70, kBottom = 50, kGap = 28, kLegend = 170, kFont = 11, kMargin = 8, kNoteLine = 15;
 
 // Width of `s` in the figure's font at `size` points, measured before the canvas exists (the
 // canvas's width depends on it: the legend's longest label, the title).
@@ -155,6 +155,8 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
             cairo_line_to(cr, x0 + pw, ys(r.y));
             cairo_stroke(cr);
             cairo_set_dash(cr, nullptr, 0, 0);
+            // several references share one style: each says which it is
+            if (panel.references.size() > 1) text_at(cr, r.label, x0 + 4, ys(r.y) - 2, 0, 1);
         }
         // series: one polyline each, then its markers (style by legend position, so a label
         // looks the same in every panel)
@@ -173,12 +175,26 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
             cairo_set_dash(cr, nullptr, 0, 0);
             for (size_t i : order) marker_path(cr, style.marker, xs(s.x[i]), ys(s.y[i]));
             cairo_fill(cr);
+            // standard-error bars with caps, in the series' colour, solid
+            set_line_style(cr, style);
+            cairo_set_dash(cr, nullptr, 0, 0);
+            cairo_set_line_width(cr, 1.0);
+            for (size_t i = 0; i < s.se.size(); ++i) {
+                if (!(s.se[i] > 0)) continue;
+                const double px = xs(s.x[i]), lo = ys(s.y[i] - s.se[i]), hi = ys(s.y[i] + s.se[i]);
+                cairo_move_to(cr, px, lo), cairo_line_to(cr, px, hi);
+                cairo_move_to(cr, px - 3, lo), cairo_line_to(cr, px + 3, lo);
+                cairo_move_to(cr, px - 3, hi), cairo_line_to(cr, px + 3, hi);
+            }
+            cairo_stroke(cr);
         }
     }
     // axis titles
     cairo_set_source_rgb(cr, 0, 0, 0);
     const double plots_w = double(fig.panels.size()) * pw + double(fig.panels.size() - 1) * kGap;
-    text_at(cr, fig.x_title, kLeft + plots_w / 2, height - 8, 0.5, 1);
+    const double notes_h = kNoteLine * double(fig.notes.size());
+    text_at(cr, fig.x_title, kLeft + plots_w / 2, height - 8 - notes_h, 0.5, 1);
+    for (size_t i = 0; i < fig.notes.size(); ++i) text_at(cr, fig.notes[i], kMargin, height - 8 - kNoteLine * double(fig.notes.size() - 1 - i), 0, 1);
     cairo_save(cr);
     cairo_translate(cr, 14, kTop + ph / 2);
     cairo_rotate(cr, -M_PI / 2);
@@ -238,12 +254,17 @@ void render_figure(const Figure& fig, const std::string& path) {
     for (const auto& p : fig.panels) {
         for (const auto& s : p.series) {
             if (s.x.size() != s.y.size()) throw std::invalid_argument("series '" + s.label + "': x and y differ in length");
+            if (!s.se.empty() && s.se.size() != s.y.size())
+                throw std::invalid_argument("series '" + s.label + "': se has " + std::to_string(s.se.size()) + " values for " +
+                                            std::to_string(s.y.size()) + " points; expected none or one per point");
             for (size_t i = 0; i < s.x.size(); ++i) {
-                if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i]) || (fig.log2_x && s.x[i] <= 0))
+                const double se = s.se.empty() ? 0.0 : s.se[i];
+                if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i]) || (fig.log2_x && s.x[i] <= 0) || !(se >= 0) || !std::isfinite(se))
                     throw std::invalid_argument("series '" + s.label + "': point " + std::to_string(i) +
-                                                " is not finite (or x <= 0 on a log2 axis)");
+                                                " is not finite (or x <= 0 on a log2 axis, or a negative standard error)");
                 xr.add(s.x[i]);
-                yr.add(s.y[i]);
+                yr.add(s.y[i] - se);
+                yr.add(s.y[i] + se);
                 xdata.push_back(s.x[i]);
             }
             if (std::find(labels.begin(), labels.end(), s.label) == labels.end()) labels.push_back(s.label);
@@ -276,10 +297,12 @@ void render_figure(const Figure& fig, const std::string& path) {
     }
     // The legend sits 16 points right of the panels, its text 28 points into it.
     const double legend_w = std::max(kLegend, 16 + 28 + label_w + kMargin);
-    const double width = std::max(kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + legend_w,
-                                  fig.title.empty() ? 0.0 : text_width(fig.title, kFont + 2) + 2 * kMargin);
+    double width = std::max(kLeft + double(fig.panels.size()) * fig.panel_width + double(fig.panels.size() - 1) * kGap + legend_w,
+                            fig.title.empty() ? 0.0 : text_width(fig.title, kFont + 2) + 2 * kMargin);
+    for (const std::string& n : fig.notes) width = std::max(width, text_width(n, kFont) + 2 * kMargin);
     // Tall enough for the legend too (17 points an entry), however many series there are.
-    const double height = std::max(top_margin(fig) + fig.panel_height + kBottom, top_margin(fig) + 8 + 17 * double(labels.size() + refs) + 8);
+    const double notes_h = kNoteLine * double(fig.notes.size());
+    const double height = std::max(top_margin(fig) + fig.panel_height + kBottom, top_margin(fig) + 8 + 17 * double(labels.size() + refs) + 8) + notes_h;
 
     cairo_surface_t* surface = nullptr;
     if (fmt == "svg") surface = cairo_svg_surface_create(path.c_str(), width, height);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "storage/run_experiment.h"
 #include "storage/session.h"
 
 namespace kv::sessions {
@@ -48,6 +49,19 @@ bool summary_number(const std::string& summary, const std::string& key, double* 
 }
 
 }  // namespace
+
+std::map<std::string, std::vector<int64_t>> all_done_runs_by_identity(storage::Session& session) {
+    std::map<std::string, std::vector<int64_t>> out;
+    for (const auto& r : session.runs()) {
+        if (r.status != storage::RunStatus::DONE) continue;
+        try {
+            out[sweep_identity(run_config_from_json(r.config, "run"))].push_back(r.id);
+        } catch (const Error&) {
+        }
+    }
+    for (auto& [k, ids] : out) std::sort(ids.begin(), ids.end());
+    return out;
+}
 
 std::map<std::string, int64_t> done_runs_by_identity(storage::Session& session) {
     std::map<std::string, int64_t> out;
@@ -107,11 +121,23 @@ SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vect
             }
         }
     }
+    // The metric of a cell: the mean over all its done runs that record it.
+    const auto all_done = all_done_runs_by_identity(session);
+    auto cell_metric = [&](const std::string& identity) {
+        std::vector<double> vs;
+        auto it = all_done.find(identity);
+        if (it != all_done.end())
+            for (int64_t id : it->second) {
+                double v;
+                if (summary_number(info[id].summary, t.metric, &v)) vs.push_back(v);
+            }
+        return storage::mean_and_se(vs);
+    };
     std::map<std::string, double> ref_value;  // reference_key -> metric
     for (const auto& c : cells) {
-        auto it = done.find(c.identity);
-        double v;
-        if (c.reference && it != done.end() && summary_number(info[it->second].summary, t.metric, &v)) ref_value[c.reference_key] = v;
+        if (!c.reference) continue;
+        const storage::MeanSe m = cell_metric(c.identity);
+        if (m.n > 0) ref_value[c.reference_key] = m.mean;
     }
     for (const auto& c : cells) {
         SweepTableRow row;
@@ -125,7 +151,10 @@ SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vect
         if (it != done.end()) {
             row.run = it->second;
             row.status = "done";
-            row.has_value = summary_number(info[it->second].summary, t.metric, &row.value);
+            row.runs = all_done.at(c.identity);
+            const storage::MeanSe m = cell_metric(c.identity);
+            row.has_value = m.n > 0;
+            row.value = m.mean, row.se = m.se, row.n = m.n;
         }
         auto rv = ref_value.find(c.reference_key);
         if (rv != ref_value.end()) {
@@ -141,14 +170,22 @@ std::string format_sweep_table(const SweepTable& t, const std::string& format) {
     if (format != "table" && format != "csv" && format != "json" && format != "md")
         throw Error(str("--format: '", format, "' is not a table format; expected table, csv, json or md"));
     const std::string dname = "delta_vs_dense", pname = "delta_percent";
-    // Every row as text: the columns, run, metric, delta, delta %.
+    // Every row as text: the columns, run, metric, [n, s.e. when a cell ran twice], delta, delta %.
+    int repeated = 0;
+    for (const auto& r : t.rows) repeated += r.n > 1;
     std::vector<std::string> head = t.columns;
-    head.insert(head.end(), {"run", t.metric, dname, pname});
+    head.insert(head.end(), {"run", t.metric});
+    if (repeated) head.insert(head.end(), {"n", "se"});
+    head.insert(head.end(), {dname, pname});
     std::vector<std::vector<std::string>> body;
     for (const auto& r : t.rows) {
         std::vector<std::string> line = r.cells;
         line.push_back(r.run ? std::to_string(r.run) : "-");
         line.push_back(r.has_value ? num(r.value) : r.status);
+        if (repeated) {
+            line.push_back(r.n ? std::to_string(r.n) : "");
+            line.push_back(r.n > 1 ? num(r.se, 3) : "");
+        }
         const bool delta = r.has_value && r.has_reference;
         line.push_back(delta ? signed_num(r.value - r.reference, 4) : "");
         line.push_back(delta && r.reference != 0 ? percent(100.0 * (r.value / r.reference - 1.0)) : "");
@@ -172,6 +209,9 @@ std::string format_sweep_table(const SweepTable& t, const std::string& format) {
             o["status"] = r.status;
             o[t.metric] = r.has_value ? nlohmann::json(r.value) : nlohmann::json(nullptr);
             o[dname] = r.has_value && r.has_reference ? nlohmann::json(r.value - r.reference) : nlohmann::json(nullptr);
+            o["n"] = r.n;
+            o["se"] = r.n > 1 ? nlohmann::json(r.se) : nlohmann::json(nullptr);
+            o["runs"] = r.runs;
             j.push_back(o);
         }
         os << j.dump(2) << "\n";
@@ -207,6 +247,9 @@ std::string format_sweep_table(const SweepTable& t, const std::string& format) {
         };
         emit(head);
         for (const auto& line : body) emit(line);
+        if (repeated)
+            os << repeated << (repeated == 1 ? " cell was" : " cells were") << " run more than once: " << t.metric
+               << " is the mean of its n runs, se its standard error\n";
     }
     return os.str();
 }

@@ -19,6 +19,8 @@ namespace kv::sessions {
 
 // Identity -> id of the newest done run with that configuration.
 std::map<std::string, int64_t> done_runs_by_identity(storage::Session& session);
+// Identity -> ids of every done run with that configuration, ascending.
+std::map<std::string, std::vector<int64_t>> all_done_runs_by_identity(storage::Session& session);
 
 // An option's value for a run as text: any run option, plus kv_cache.buffer, kv_cache.policy
 // and kv_cache.ratio (cache_length / data.seq_length; 1 for dense). Throws kv::Error for an
@@ -27,10 +29,15 @@ std::string run_option_value(const RunConfig& cfg, const std::string& option);
 
 struct SweepTableRow {
     std::vector<std::string> cells;  // one per column before the numbers
-    int64_t run = 0;                 // 0: not run (yet)
+    int64_t run = 0;                 // 0: not run (yet); else the newest done run of the cell
     std::string status;              // done; else the newest run's status (failed, ...) or missing
-    double value = 0, reference = 0; // metric of the run and of its dense reference
+    // Metric of the cell and of its dense reference: the mean over every done run of the
+    // configuration (a cell run twice is not two cells, nor its newest run alone).
+    double value = 0, reference = 0;
     bool has_value = false, has_reference = false;
+    int n = 0;      // done runs whose metric is in `value`
+    double se = 0;  // their standard error of the mean (0 for one run)
+    std::vector<int64_t> runs;  // all done runs of the cell, ascending
 };
 
 struct SweepTable {
@@ -44,7 +51,9 @@ struct SweepTable {
 SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vector<SweepAxis>& axes,
                             storage::Session& session, const std::string& metric = "auto");
 
-// format: table | csv | json | md. Throws kv::Error for another format.
+// format: table | csv | json | md. When a cell was run more than once, n and the standard
+// error follow the metric (JSON: n, se and runs always), and the aligned table says so below.
+// Throws kv::Error for another format.
 std::string format_sweep_table(const SweepTable& t, const std::string& format);
 
 }  // namespace kv::sessions

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "storage/config_fields.h"
+#include "storage/run_experiment.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
@@ -53,8 +54,13 @@ std::vector<std::string> sweep_metrics(const std::vector<storage::RunInfo>& runs
 }
 
 std::vector<SweepPanel> sweep_panels(const std::vector<storage::RunInfo>& runs, const std::string& metric) {
+    struct Row {
+        const storage::RunInfo* run;
+        nlohmann::json summary;
+        storage::FlatConfig config;
+    };
     // Group by task first (each panel picks its own auto metric).
-    std::map<std::string, std::vector<std::pair<const storage::RunInfo*, nlohmann::json>>> by_task;
+    std::map<std::string, std::vector<Row>> by_task;
     std::vector<std::string> task_order;
     for (const storage::RunInfo& r : runs) {
         if (!is_sweep_run(r)) continue;
@@ -62,7 +68,7 @@ std::vector<SweepPanel> sweep_panels(const std::vector<storage::RunInfo>& runs, 
         if (!s.is_object()) continue;
         const std::string task = config_text(r, "data.name");
         if (!by_task.count(task)) task_order.push_back(task);
-        by_task[task].push_back({&r, std::move(s)});
+        by_task[task].push_back({&r, std::move(s), storage::flat_run_config(r.config)});
     }
     std::vector<SweepPanel> panels;
     for (const std::string& task : task_order) {
@@ -70,32 +76,63 @@ std::vector<SweepPanel> sweep_panels(const std::vector<storage::RunInfo>& runs, 
         SweepPanel p;
         p.task = task;
         std::vector<const nlohmann::json*> sums;
-        for (auto& [r, s] : rows) sums.push_back(&s);
+        for (const Row& row : rows) sums.push_back(&row.summary);
         p.metric = metric == "auto" || metric.empty() ? auto_metric(sums) : metric;
-        for (auto& [r, s] : rows) {  // runs come in id order: a later run of the same cell wins
+        // The runs drawn: those that record the metric, dense or with a cache length.
+        struct Drawn {
+            const Row* row;
+            double y, x;  // x 0: a dense reference
+        };
+        std::vector<Drawn> drawn;
+        std::vector<storage::FlatConfig> configs;
+        for (const Row& row : rows) {
             double y = 0;
-            if (!summary_number(s, p.metric, &y)) continue;
-            const std::string name = config_text(*r, "kv_cache.name");
-            if (storage::split_cache_name(name).policy == "dense") {
-                const std::string label = name == "dense-default" ? "dense" : name;
-                auto it = std::find_if(p.references.begin(), p.references.end(), [&](const SweepReference& x) { return x.label == label; });
-                if (it == p.references.end()) p.references.push_back({label, y, r->id});
-                else it->y = y, it->run = r->id;
+            if (!summary_number(row.summary, p.metric, &y)) continue;
+            const std::string name = config_text(*row.run, "kv_cache.name");
+            double x = 0;
+            if (storage::split_cache_name(name).policy != "dense") {
+                x = std::atof(config_text(*row.run, "kv_cache.cache_length").c_str());
+                if (!(x > 0)) continue;  // a ratio or token budget: not on this axis
+            }
+            drawn.push_back({&row, y, x});
+            configs.push_back(row.config);
+        }
+        p.experiment_fields = storage::differing_fields(configs, {"mode", "data.name", "kv_cache.name", "kv_cache.cache_length"});
+        // (label, x) -> the runs of that configuration, in id order
+        std::map<std::pair<std::string, double>, std::vector<const Drawn*>> cells;
+        std::vector<std::pair<std::string, double>> order;
+        for (const Drawn& d : drawn) {
+            const std::string name = config_text(*d.row->run, "kv_cache.name");
+            const std::string exp = storage::experiment_label(d.row->config, p.experiment_fields);
+            const std::string base = d.x == 0 && name == "dense-default" ? "dense" : name;
+            const auto key = std::make_pair(exp.empty() ? base : base + " | " + exp, d.x);
+            if (!cells.count(key)) order.push_back(key);
+            cells[key].push_back(&d);
+        }
+        for (const auto& key : order) {
+            const std::vector<const Drawn*>& c = cells[key];
+            std::vector<double> ys;
+            std::vector<int64_t> ids;
+            for (const Drawn* d : c) ys.push_back(d->y), ids.push_back(d->row->run->id);
+            std::sort(ids.begin(), ids.end());
+            const storage::MeanSe m = storage::mean_and_se(ys);
+            const Drawn& newest = **std::max_element(c.begin(), c.end(), [](const Drawn* a, const Drawn* b) { return a->row->run->id < b->row->run->id; });
+            const std::string exp = storage::experiment_label(newest.row->config, p.experiment_fields);
+            if (m.n > 1) ++p.repeated;
+            if (key.second == 0) {
+                p.references.push_back({key.first, exp, m.mean, ids.back(), m.se, m.n});
                 continue;
             }
-            const double L = std::atof(config_text(*r, "kv_cache.cache_length").c_str());
-            if (!(L > 0)) continue;  // a ratio or token budget: not on this axis
-            auto it = std::find_if(p.lines.begin(), p.lines.end(), [&](const SweepLine& l) { return l.label == name; });
+            auto it = std::find_if(p.lines.begin(), p.lines.end(), [&](const SweepLine& l) { return l.label == key.first; });
             if (it == p.lines.end()) {
-                p.lines.push_back({name, {}});
+                p.lines.push_back({key.first, config_text(*newest.row->run, "kv_cache.name"), exp, {}});
                 it = p.lines.end() - 1;
             }
-            auto pt = std::find_if(it->points.begin(), it->points.end(), [&](const SweepPoint& q) { return q.x == L; });
-            if (pt == it->points.end()) it->points.push_back({L, y, r->id});
-            else *pt = {L, y, r->id};
+            it->points.push_back({key.second, m.mean, ids.back(), m.se, m.n, ids, config_text(*newest.row->run, "data.num_samples")});
         }
         for (SweepLine& l : p.lines) std::sort(l.points.begin(), l.points.end(), [](const SweepPoint& a, const SweepPoint& b) { return a.x < b.x; });
         std::sort(p.lines.begin(), p.lines.end(), [](const SweepLine& a, const SweepLine& b) { return a.label < b.label; });
+        std::sort(p.references.begin(), p.references.end(), [](const SweepReference& a, const SweepReference& b) { return a.label < b.label; });
         if (!p.lines.empty() || !p.references.empty()) panels.push_back(std::move(p));
     }
     return panels;
@@ -146,6 +183,21 @@ void DrawSweepView(SweepViewState& s, ImVec2 size) {
         draw_empty_state("no finished eval_long runs with a cache length yet (kvlab sweep, or Compare policies... with cache sizes)");
         return;
     }
+    // What keeps experiments apart, and which points stand for several runs.
+    std::set<std::string> fields;
+    int repeated = 0;
+    for (const SweepPanel& p : s.panels) {
+        fields.insert(p.experiment_fields.begin(), p.experiment_fields.end());
+        repeated += p.repeated;
+    }
+    if (!fields.empty()) {
+        std::string f;
+        for (const std::string& x : fields) f += (f.empty() ? "" : ", ") + x;
+        ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.45f, 1), "Runs differ in %s: each combination is its own line (after \"|\").", f.c_str());
+    }
+    if (repeated > 0)
+        ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.45f, 1), "%d point%s for repeated runs of one configuration: the mean, a bar of +-1 standard error, and n.",
+                           repeated, repeated == 1 ? " stands" : "s stand");
     // One label per cache across panels, same colour everywhere.
     std::vector<std::string> labels;
     for (const SweepPanel& p : s.panels)
@@ -172,8 +224,9 @@ void DrawSweepView(SweepViewState& s, ImVec2 size) {
         SweepPanel& p = s.panels[size_t(i)];
         double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
         for (const SweepLine& l : p.lines)
-            for (const SweepPoint& q : l.points) xlo = std::min(xlo, q.x), xhi = std::max(xhi, q.x), ylo = std::min(ylo, q.y), yhi = std::max(yhi, q.y);
-        for (const SweepReference& r : p.references) ylo = std::min(ylo, r.y), yhi = std::max(yhi, r.y);
+            for (const SweepPoint& q : l.points)
+                xlo = std::min(xlo, q.x), xhi = std::max(xhi, q.x), ylo = std::min(ylo, q.y - q.se), yhi = std::max(yhi, q.y + q.se);
+        for (const SweepReference& r : p.references) ylo = std::min(ylo, r.y - r.se), yhi = std::max(yhi, r.y + r.se);
         if (!(xlo <= xhi)) xlo = 1, xhi = 2;
         if (!(ylo <= yhi)) ylo = 0, yhi = 1;
         const double lx0 = std::log2(xlo) - 0.3, lx1 = std::log2(xhi) + 0.3;
@@ -188,10 +241,16 @@ void DrawSweepView(SweepViewState& s, ImVec2 size) {
         dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
         auto px = [&](double x) { return float(axis_to_pixel(xr, std::log2(x), f.p0.x, f.p1.x)); };
         auto py = [&](double y) { return float(axis_to_pixel(yr, y, f.p1.y, f.p0.y)); };
+        std::vector<float> label_ys;  // reference labels already placed: equal levels stack, never overprint
         for (const SweepReference& r : p.references) {
             const float y = py(r.y);
+            float ty = y - ImGui::GetTextLineHeight() - 1;
+            while (std::any_of(label_ys.begin(), label_ys.end(), [&](float o) { return std::fabs(o - ty) < ImGui::GetTextLineHeight(); }))
+                ty -= ImGui::GetTextLineHeight();
+            label_ys.push_back(ty);
             for (float x = f.p0.x; x < f.p1.x; x += 10) dl->AddLine(ImVec2(x, y), ImVec2(std::min(x + 6, f.p1.x), y), IM_COL32(200, 200, 205, 220), 1.5f);
-            dl->AddText(ImVec2(f.p0.x + 4, y - ImGui::GetTextLineHeight() - 1), IM_COL32(200, 200, 205, 220), r.label.c_str());
+            const std::string text = r.n > 1 ? r.label + " (mean of " + std::to_string(r.n) + " runs)" : r.label;
+            dl->AddText(ImVec2(f.p0.x + 4, ty), IM_COL32(200, 200, 205, 220), text.c_str());
         }
         // The nearest point under the mouse (within 10 px): tooltip, and a click selects its run.
         const SweepPoint* hit = nullptr;
@@ -202,6 +261,15 @@ void DrawSweepView(SweepViewState& s, ImVec2 size) {
             for (const SweepPoint& q : l.points) pts.push_back(ImVec2(px(q.x), py(q.y)));
             if (pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), colour_of(l.label), 0, 2.f);
             for (size_t k = 0; k < pts.size(); ++k) {
+                const SweepPoint& q = l.points[k];
+                if (q.n > 1) {  // error bar (+-1 s.e.) and n
+                    const float y0 = py(q.y - q.se), y1 = py(q.y + q.se);
+                    dl->AddLine(ImVec2(pts[k].x, y0), ImVec2(pts[k].x, y1), colour_of(l.label), 1.5f);
+                    dl->AddLine(ImVec2(pts[k].x - 4, y0), ImVec2(pts[k].x + 4, y0), colour_of(l.label), 1.5f);
+                    dl->AddLine(ImVec2(pts[k].x - 4, y1), ImVec2(pts[k].x + 4, y1), colour_of(l.label), 1.5f);
+                    const std::string n = "n=" + std::to_string(q.n);
+                    dl->AddText(ImVec2(pts[k].x + 6, pts[k].y - ImGui::GetTextLineHeight()), colour_of(l.label), n.c_str());
+                }
                 dl->AddCircleFilled(pts[k], 3.5f, colour_of(l.label));
                 if (l.points[k].run == s.selected_run) dl->AddCircle(pts[k], 7.f, IM_COL32(255, 255, 255, 255), 0, 2.f);
                 const float dx = pts[k].x - f.mouse.x, dy = pts[k].y - f.mouse.y;
@@ -224,15 +292,25 @@ void DrawSweepView(SweepViewState& s, ImVec2 size) {
                     IM_COL32(200, 200, 205, 255), "cache length L (slots per layer)");
         if (hit) {
             dl->AddCircle(ImVec2(px(hit->x), py(hit->y)), 6.f, IM_COL32(255, 255, 255, 230));
-            std::string tip = hit_line->label + "\nL = " + std::to_string(int64_t(hit->x)) + "\n" + p.metric + " = ";
-            char v[64];
-            std::snprintf(v, sizeof v, "%.6g", hit->y);
+            std::string tip = hit_line->cache + (hit_line->experiment.empty() ? "" : "\n" + hit_line->experiment) + "\nL = " +
+                              std::to_string(int64_t(hit->x)) + "\n" + p.metric + " = ";
+            char v[96];
+            if (hit->n > 1) std::snprintf(v, sizeof v, "%.6g +- %.3g (mean +- s.e. of %d runs)", hit->y, hit->se, hit->n);
+            else std::snprintf(v, sizeof v, "%.6g (one run)", hit->y);
             tip += v;
-            for (const SweepReference& r : p.references) {
-                std::snprintf(v, sizeof v, "\n%s: %.6g (difference %+.4g)", r.label.c_str(), r.y, hit->y - r.y);
-                tip += v;
+            if (!hit->samples.empty()) tip += "\n" + hit->samples + " sample" + (hit->samples == "1" ? "" : "s") + " per run";
+            for (const SweepReference& r : p.references) {  // the dense runs of the same experiment only
+                if (r.experiment != hit_line->experiment) continue;
+                std::snprintf(v, sizeof v, ": %.6g (difference %+.4g)", r.y, hit->y - r.y);
+                tip += "\n" + r.label + v;
             }
-            tip += "\nrun " + std::to_string(hit->run) + " (click to select)";
+            if (hit->n > 1) {
+                tip += "\nruns";
+                for (int64_t id : hit->runs) tip += " " + std::to_string(id);
+                tip += "; click selects the newest, run " + std::to_string(hit->run);
+            } else {
+                tip += "\nrun " + std::to_string(hit->run) + " (click to select)";
+            }
             ImGui::SetTooltip("%s", tip.c_str());
             if (ImGui::IsItemClicked(ImGuiMouseButton_Left)) s.requested_run = s.selected_run = hit->run;
         }

@@ -1,6 +1,9 @@
 // Sweep: the session's quality-vs-cache-size curves (the data `kvlab plot` draws by default):
-// one panel per task (data.name), one line per cache (kv_cache.name) over kv_cache.cache_length
-// on a log2 axis, the dense run of the task as a horizontal reference. Any summary metric on y
+// one panel per task (data.name), one line per cache (kv_cache.name) and experiment over
+// kv_cache.cache_length on a log2 axis, the dense runs of the task as horizontal references.
+// Runs whose configurations differ in anything else (sequence length, samples, chunking, model,
+// fidelity, ...) are separate lines; repeated runs of one configuration are one point, their
+// mean with a standard-error bar and n. Any summary metric on y
 // (auto: perplexity, else copy_token_accuracy, else accuracy, else mean_loss, per panel).
 // Updates while a sweep runs (each refresh re-reads the runs table, new done runs appear);
 // clicking a point asks the host to select that run.
@@ -19,24 +22,39 @@ class SessionReader;
 
 namespace kv::views {
 
+// A point or a reference is every done run of one configuration: their mean, with the
+// standard error of the mean when a cell was run more than once.
 struct SweepPoint {
-    double x = 0, y = 0;  // cache length (slots), metric value
-    int64_t run = 0;
+    double x = 0, y = 0;  // cache length (slots), mean of the metric over the runs
+    int64_t run = 0;      // the newest of them (a click selects it)
+    double se = 0;        // standard error of the mean (0 for one run)
+    int n = 1;            // runs of this configuration
+    std::vector<int64_t> runs;  // all of them, ascending
+    std::string samples;        // data.num_samples of the newest run (samples behind each run)
 };
 struct SweepLine {
-    std::string label;  // kv_cache.name
-    std::vector<SweepPoint> points;  // sorted by x; a repeated x keeps the newest run
+    std::string label;       // kv_cache.name, then the experiment when the panel holds several
+    std::string cache;       // kv_cache.name
+    std::string experiment;  // "data.seq_length=1024, fidelity=true"; "" when the panel holds one
+    std::vector<SweepPoint> points;  // sorted by x, one per cache length
 };
 struct SweepReference {
-    std::string label;
-    double y = 0;
+    std::string label;  // "dense", then the experiment as for lines
+    std::string experiment;
+    double y = 0;  // mean over the runs
     int64_t run = 0;
+    double se = 0;
+    int n = 1;
 };
 struct SweepPanel {
     std::string task;    // data.name
     std::string metric;  // what y shows in this panel
+    // Configuration fields that differ among the panel's runs besides the cache and its
+    // length: each combination is its own line (and reference), never merged into one.
+    std::vector<std::string> experiment_fields;
     std::vector<SweepLine> lines;
     std::vector<SweepReference> references;  // dense runs
+    int repeated = 0;  // points and references standing for more than one run
 };
 
 // The panels of `runs` (done runs of mode eval_long only) for `metric` ("auto" or a summary

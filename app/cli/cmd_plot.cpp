@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "commands.h"
 #include "engine/core/error.h"
@@ -15,6 +16,7 @@
 #include "plot_commands.h"
 #include "sessions/sweep_grid.h"
 #include "sessions/sweep_results.h"
+#include "storage/run_experiment.h"
 #include "storage/session.h"
 
 namespace kv::cli {
@@ -102,7 +104,17 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
     const bool x_is_cache = sessions::is_cache_option(x) || x == "kv_bytes";
     fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size" ||
                  x == "kv_bytes";
-    std::map<std::string, size_t> panel_of;
+    // First the runs that can be drawn, then what tells them apart: runs whose configurations
+    // differ in anything but the figure's own axes are separate lines (and references), never
+    // one; repeated runs of one configuration are one point, their mean and standard error.
+    struct Row {
+        int64_t id;
+        storage::FlatConfig config;
+        std::string panel, series;
+        bool reference;
+        double x, y;
+    };
+    std::vector<Row> rows;
     int used = 0, x_found = 0;
     for (const auto& r : session.runs()) {
         if (r.status != storage::RunStatus::DONE) continue;
@@ -128,54 +140,79 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         if (!match) continue;
         nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
-        const double yv = s[y].get<double>();
-        const std::string fv = facet.empty() ? "" : sessions::run_option_value(cfg, facet);
+        Row row{r.id, storage::flat_run_config(r.config), facet.empty() ? "" : sessions::run_option_value(cfg, facet), "", false, 0,
+                s[y].get<double>()};
+        ++used;
+        if (x_is_cache && cfg.kv_cache.policy() == "dense") {  // the full cache: a level, not a point
+            row.reference = true;
+            row.series = cfg.kv_cache.name == "dense-default" ? "dense" : cfg.kv_cache.name;
+            rows.push_back(std::move(row));
+            continue;
+        }
+        if (x_summary) {
+            if (!s.contains(x) || !s[x].is_number()) continue;  // a run that does not record it
+            row.x = s[x].get<double>();
+            if (x == "kv_bytes") row.x /= 1048576.0;  // MiB: byte counts make unreadable tick labels
+            ++x_found;
+        } else {
+            const std::string xs = sessions::run_option_value(cfg, x);
+            if (!parse_number(xs, &row.x)) throw Error(str("--x ", x, ": run ", r.id, " has '", xs, "', not a number; expected a numeric option"));
+        }
+        row.series = by.empty() ? y : sessions::run_option_value(cfg, by);
+        rows.push_back(std::move(row));
+    }
+    // The figure's axes as stored fields: derived options stand for what they are made of.
+    std::vector<std::string> axes = {"mode"};
+    for (const std::string& o : {x, by, facet}) {
+        if (o.empty()) continue;
+        axes.push_back(o);
+        if (o == "data" || o == "model") axes.push_back(o + ".name");
+        if (o == "kv_cache.ratio" || o == "kv_bytes") axes.push_back("kv_cache.cache_length");
+    }
+    if (x_is_cache) axes.push_back("kv_cache.name");  // dense runs are references whatever the line option
+    std::vector<storage::FlatConfig> configs;
+    for (const Row& row : rows) configs.push_back(row.config);
+    const std::vector<std::string> fields = storage::differing_fields(configs, axes);
+    // (panel, series label, reference?, x) -> runs' values, in first-seen order
+    std::map<std::tuple<std::string, std::string, bool, double>, std::vector<double>> cells;
+    std::vector<std::tuple<std::string, std::string, bool, double>> order;
+    for (const Row& row : rows) {
+        const std::string exp = storage::experiment_label(row.config, fields);
+        const auto key = std::make_tuple(row.panel, exp.empty() ? row.series : row.series + " | " + exp, row.reference, row.x);
+        if (!cells.count(key)) order.push_back(key);
+        cells[key].push_back(row.y);
+    }
+    std::map<std::string, size_t> panel_of;
+    int repeated = 0;
+    for (const auto& key : order) {
+        const auto& [fv, label, reference, xv] = key;
         if (!panel_of.count(fv)) {
             panel_of[fv] = fig.panels.size();
             fig.panels.push_back({facet.empty() ? "" : facet + " = " + fv, {}, {}});
         }
         plot::Panel& panel = fig.panels[panel_of[fv]];
-        ++used;
-        if (x_is_cache && cfg.kv_cache.policy() == "dense") {  // the full cache: a level, not a point
-            const std::string label = cfg.kv_cache.name == "dense-default" ? "dense" : cfg.kv_cache.name;
-            bool seen = false;
-            for (auto& ref : panel.references)
-                if (ref.label == label) {
-                    ref.y = yv;  // newest run wins
-                    seen = true;
-                }
-            if (!seen) panel.references.push_back({label, yv});
+        const storage::MeanSe m = storage::mean_and_se(cells[key]);
+        repeated += m.n > 1;
+        if (reference) {
+            panel.references.push_back({m.n > 1 ? label + " (mean of " + std::to_string(m.n) + ")" : label, m.mean});
             continue;
         }
-        double xv;
-        if (x_summary) {
-            if (!s.contains(x) || !s[x].is_number()) continue;  // a run that does not record it
-            xv = s[x].get<double>();
-            if (x == "kv_bytes") xv /= 1048576.0;  // MiB: byte counts make unreadable tick labels
-            ++x_found;
-        } else {
-            const std::string xs = sessions::run_option_value(cfg, x);
-            if (!parse_number(xs, &xv)) throw Error(str("--x ", x, ": run ", r.id, " has '", xs, "', not a number; expected a numeric option"));
+        auto it = std::find_if(panel.series.begin(), panel.series.end(), [&](const plot::Series& se) { return se.label == label; });
+        if (it == panel.series.end()) {
+            panel.series.push_back({label, {}, {}, {}});
+            it = panel.series.end() - 1;
         }
-        const std::string label = by.empty() ? y : sessions::run_option_value(cfg, by);
-        plot::Series* series = nullptr;
-        for (auto& se : panel.series)
-            if (se.label == label) series = &se;
-        if (!series) {
-            panel.series.push_back({label, {}, {}});
-            series = &panel.series.back();
-        }
-        bool replaced = false;  // a repeated configuration: the newest run wins
-        for (size_t i = 0; i < series->x.size(); ++i)
-            if (series->x[i] == xv) {
-                series->y[i] = yv;
-                replaced = true;
-            }
-        if (!replaced) {
-            series->x.push_back(xv);
-            series->y.push_back(yv);
-        }
+        it->x.push_back(xv);
+        it->y.push_back(m.mean);
+        it->se.push_back(m.se);
     }
+    if (!fields.empty()) {
+        std::string f;
+        for (const std::string& s : fields) f += (f.empty() ? "" : ", ") + s;
+        fig.notes.push_back("runs differ in " + f + ": one line each (after \"|\")");
+    }
+    if (repeated) fig.notes.push_back(std::to_string(repeated) + " point" + (repeated == 1 ? " is the mean" : "s are means") +
+                                      " of repeated runs; bars: +-1 standard error");
     if (!used) throw Error(str("no done run", runs.empty() ? "" : " of those selected", " in ", session.path(), " records '", y,
                                "'; expected a metric of the runs' summaries (kvlab runs ", session.path(), " --json)"));
     if (x_summary && !x_found)
@@ -198,7 +235,8 @@ bool write_session_figure(storage::Session& session, const std::vector<int64_t>&
 }
 
 int cmd_plot(int argc, char** argv, int first) {
-    auto specs = global_options();
+    // A figure of recorded runs: no threads, memory budget or device to choose.
+    std::vector<OptionSpec> specs = {{"help", OptKind::FLAG, "", "show help for this command"}};
     specs.push_back({"x", OptKind::STRING, "kv_cache.cache_length",
                      "run option on the x axis, or a number of the runs' summaries such as kv_bytes (log2 scale for sizes and lengths)"});
     specs.push_back({"y", OptKind::STRING, "perplexity", "metric from the runs' summaries on the y axis"});
@@ -218,7 +256,9 @@ int cmd_plot(int argc, char** argv, int first) {
     if (args.flag("help") || args.positional().empty()) {
         std::printf("usage: kvlab plot FILE --x OPTION --y METRIC [--by OPTION] [--facet OPTION] -o fig.svg|png|pdf\n\n"
                     "Draws a metric of a session's done runs against a run option, one line per --by value; with a\n"
-                    "cache option on x, dense runs are a dashed reference line.\n\n%s",
+                    "cache option on x, dense runs are a dashed reference line. Runs whose configurations differ in\n"
+                    "anything else (sequence length, samples, chunking, model, fidelity, ...) are separate lines;\n"
+                    "repeated runs of one configuration are one point: their mean, with a bar of +-1 standard error.\n\n%s",
                     format_options(specs).c_str());
         return args.flag("help") ? 0 : 2;
     }
@@ -255,6 +295,7 @@ int cmd_plot(int argc, char** argv, int first) {
     plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet, where);
     fig.title = args.str("title", "");
     plot::render_figure(fig, out);
+    for (const std::string& n : fig.notes) std::fprintf(stderr, "kvlab plot: %s\n", n.c_str());
     std::fprintf(stderr, "kvlab plot: wrote %s\n", out.c_str());
     return 0;
 }

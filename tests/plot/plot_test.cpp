@@ -396,3 +396,72 @@ TEST(PlotRender, LongTitleAndLegendLabelsStayOnTheCanvas) {
 
 }  // namespace
 }  // namespace kv::plot
+
+namespace kv::plot {
+namespace {
+
+// Every "M x y L x y ..." path of an SVG as its list of (command, x, y).
+std::vector<std::vector<std::tuple<char, double, double>>> svg_move_line_paths(const std::string& text) {
+    std::vector<std::vector<std::tuple<char, double, double>>> out;
+    std::regex path_re(R"re(<path[^>]*d="([^"]*)")re");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re); it != std::sregex_iterator(); ++it) {
+        const std::string d = (*it)[1];
+        if (d.find_first_of("CcZzQqAaHhVv") != std::string::npos) continue;
+        std::istringstream ps(d);
+        std::string cmd;
+        std::vector<std::tuple<char, double, double>> p;
+        while (ps >> cmd) {
+            double x, y;
+            ps >> x >> y;
+            p.push_back({cmd[0], x, y});
+        }
+        out.push_back(p);
+    }
+    return out;
+}
+
+TEST(PlotRender, StandardErrorBarsSpanTheMeanPlusMinusSe) {
+    // One series of three points, the middle one with s.e. 0.5: one bar path (vertical line and
+    // two caps, three moves), its ends at y +- se under the same affine map as the polyline.
+    Figure f;
+    f.x_title = "x";
+    f.y_title = "y";
+    Panel p;
+    p.series.push_back({"a", {1, 2, 3}, {1.0, 2.0, 4.0}, {0.0, 0.5, 0.0}});
+    f.panels.push_back(p);
+    f.notes = {"1 point is the mean of repeated runs; bars: +-1 standard error"};
+    const std::string path = tmp("svg");
+    render_figure(f, path);
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::filesystem::remove(path);
+    const auto paths = svg_move_line_paths(ss.str());
+    const std::vector<std::tuple<char, double, double>>* line = nullptr;
+    const std::vector<std::tuple<char, double, double>>* bar = nullptr;
+    for (const auto& q : paths) {
+        int moves = 0;
+        for (const auto& c : q) moves += std::get<0>(c) == 'M';
+        if (moves == 1 && q.size() == 3) line = &q;
+        if (moves == 3 && q.size() == 6) bar = &q;
+    }
+    ASSERT_TRUE(line) << "the series' polyline";
+    ASSERT_TRUE(bar) << "one error bar: a vertical line and two caps";
+    // y pixel = a * y + b from the polyline's first and last points (y 1 and 4); cairo keeps
+    // coordinates in 24.8 fixed point, so each is within 1/256 of a point
+    const double tol = 4.0 / 256.0;
+    const double a = (std::get<2>((*line)[2]) - std::get<2>((*line)[0])) / 3.0, b = std::get<2>((*line)[0]) - a;
+    EXPECT_NEAR(std::get<1>((*bar)[0]), std::get<1>((*line)[1]), 1e-6) << "the bar stands at the middle point's x";
+    EXPECT_NEAR(std::get<1>((*bar)[1]), std::get<1>((*line)[1]), 1e-6);
+    EXPECT_NEAR(std::get<2>((*bar)[0]), a * 1.5 + b, tol) << "lower end at mean - se";
+    EXPECT_NEAR(std::get<2>((*bar)[1]), a * 2.5 + b, tol) << "upper end at mean + se";
+    // One s.e. per point or none; never negative.
+    Figure bad = f;
+    bad.panels[0].series[0].se = {0.5};
+    EXPECT_THROW(render_figure(bad, tmp("svg")), std::invalid_argument);
+    bad.panels[0].series[0].se = {0.0, -0.5, 0.0};
+    EXPECT_THROW(render_figure(bad, tmp("svg")), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kv::plot

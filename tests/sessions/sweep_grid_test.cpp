@@ -232,5 +232,43 @@ TEST(SweepTable, NumbersAreTheRunsSummariesAndDifferencesToTheirReference) {
     EXPECT_DOUBLE_EQ(ta.rows[2].value - ta.rows[2].reference, 0.0);
 }
 
+TEST(SweepTable, ACellRunTwiceIsItsMeanWithNAndStandardError) {
+    sessions::SweepSpec spec;
+    auto cells = expand({{"kv_cache.name", "h2o"}, {"kv_cache.cache_length", "32"}}, &spec);
+    ASSERT_EQ(cells.size(), 2u);  // the dense reference and the h2o cell
+    TempFile f;
+    auto session = storage::Session::create(f.path);
+    auto record = [&](const sessions::SweepCell& c, double ppl) {
+        const int64_t id = session->create_run(c.cfg.name, run_config_to_json(c.cfg));
+        session->start_run(id);
+        session->merge_summary(id, nlohmann::json{{"perplexity", ppl}}.dump());
+        session->finish_run(id, storage::RunStatus::DONE);
+        return id;
+    };
+    const size_t ref = cells[0].reference ? 0 : 1, h2o = 1 - ref;
+    record(cells[ref], 8.0);
+    const int64_t a = record(cells[h2o], 10.0), b = record(cells[h2o], 12.0);
+    const auto t = sessions::make_sweep_table(cells, spec.axes, *session);
+    const sessions::SweepTableRow& r = t.rows[h2o];
+    // runs of 10 and 12: mean 11; sample s.d. sqrt(2), standard error sqrt(2) / sqrt(2) = 1
+    EXPECT_DOUBLE_EQ(r.value, 11.0);
+    EXPECT_EQ(r.n, 2);
+    EXPECT_DOUBLE_EQ(r.se, 1.0);
+    EXPECT_EQ(r.runs, (std::vector<int64_t>{a, b}));
+    EXPECT_EQ(r.run, b) << "the newest run names the cell";
+    EXPECT_EQ(t.rows[ref].n, 1);
+    const auto rows = parse_csv(sessions::format_sweep_table(t, "csv"));
+    // (one cache length: not a column)
+    EXPECT_EQ(rows[0], (std::vector<std::string>{"kv_cache.name", "run", "perplexity", "n", "se", "delta_vs_dense", "delta_percent"}));
+    EXPECT_EQ(rows[h2o + 1][3], "2");
+    EXPECT_EQ(rows[h2o + 1][4], "1");
+    EXPECT_DOUBLE_EQ(std::stod(rows[h2o + 1][5]), 3.0) << "mean 11 against the dense 8";
+    const std::string text = sessions::format_sweep_table(t, "table");
+    EXPECT_NE(text.find("1 cell was run more than once: perplexity is the mean of its n runs, se its standard error"), std::string::npos) << text;
+    const auto j = nlohmann::json::parse(sessions::format_sweep_table(t, "json"));
+    EXPECT_EQ(j[h2o]["n"], 2);
+    EXPECT_EQ(j[h2o]["runs"].size(), 2u);
+}
+
 }  // namespace
 }  // namespace kv

@@ -122,7 +122,7 @@ TEST(SweepView, PanelsHoldEveryDoneRunAtItsCacheLength) {
         fake_run(5, "text", "h2o-default", 256, R"({"perplexity": 20.0, "mean_loss": 3.0})"),
         fake_run(6, "text", "dense-default", 0, R"({"perplexity": 15.0})"),
         fake_run(7, "repeat", "tova-default", 256, R"({"copy_token_accuracy": 0.9})", storage::RunStatus::RUNNING),
-        fake_run(8, "repeat", "h2o-default", 512, R"({"copy_token_accuracy": 0.625})"),  // newer run of a cell wins
+        fake_run(8, "repeat", "h2o-default", 512, R"({"copy_token_accuracy": 0.625})"),  // a cell run twice: mean, s.e., n
     };
     const auto panels = sweep_panels(runs, "auto");
     ASSERT_EQ(panels.size(), 2u);
@@ -138,8 +138,16 @@ TEST(SweepView, PanelsHoldEveryDoneRunAtItsCacheLength) {
     EXPECT_EQ(rp.lines[0].points[0].x, 256);
     EXPECT_EQ(rp.lines[0].points[0].y, 0.25);
     EXPECT_EQ(rp.lines[0].points[1].x, 512);
-    EXPECT_EQ(rp.lines[0].points[1].y, 0.625);
-    EXPECT_EQ(rp.lines[0].points[1].run, 8);
+    // runs 3 and 8: mean (0.5 + 0.625) / 2; sample s.d. |0.625 - 0.5| / sqrt(2), over sqrt(2)
+    EXPECT_DOUBLE_EQ(rp.lines[0].points[1].y, 0.5625);
+    EXPECT_DOUBLE_EQ(rp.lines[0].points[1].se, 0.0625);
+    EXPECT_EQ(rp.lines[0].points[1].n, 2);
+    EXPECT_EQ(rp.lines[0].points[1].runs, (std::vector<int64_t>{3, 8}));
+    EXPECT_EQ(rp.lines[0].points[1].run, 8) << "a click selects the newest";
+    EXPECT_EQ(rp.lines[0].points[0].n, 1);
+    EXPECT_EQ(rp.lines[0].points[0].se, 0.0);
+    EXPECT_EQ(rp.repeated, 1);
+    EXPECT_TRUE(rp.experiment_fields.empty()) << "one experiment: cache and length only";
     EXPECT_EQ(rp.lines[1].label, "lastrec-default");
     EXPECT_EQ(panels[1].task, "text");
     EXPECT_EQ(panels[1].metric, "perplexity");
@@ -150,9 +158,70 @@ TEST(SweepView, PanelsHoldEveryDoneRunAtItsCacheLength) {
     ASSERT_EQ(loss[0].lines.size(), 1u);
     EXPECT_EQ(loss[0].lines[0].points.size(), 2u);
     EXPECT_EQ(loss[0].lines[0].points[1].y, 1.5) << "run 8 records no mean_loss: run 3's stands";
+    EXPECT_EQ(loss[0].lines[0].points[1].n, 1);
     const auto names = sweep_metrics(runs);
     for (const char* m : {"copy_token_accuracy", "mean_loss", "perplexity"})
         EXPECT_NE(std::find(names.begin(), names.end(), m), names.end()) << m;
+}
+
+storage::RunInfo run_with(int64_t id, const std::string& cache, int64_t L, nlohmann::json extra, double y) {
+    storage::RunInfo r;
+    r.id = id;
+    r.status = storage::RunStatus::DONE;
+    nlohmann::json c = {{"mode", "eval_long"},
+                        {"name", "run " + std::to_string(id)},  // names never split lines
+                        {"telemetry", {{"score_interval", id}}},  // nor does what is recorded
+                        {"data", {{"name", "repeat"}, {"seq_length", 1024}, {"num_samples", 4}}},
+                        {"kv_cache", {{"name", cache}, {"cache_length", L}, {"chunk_size", 64}}},
+                        {"fidelity", false}};
+    if (extra.is_object()) c.merge_patch(extra);  // (a null patch would replace the whole object)
+    r.config = c.dump();
+    r.summary = nlohmann::json{{"copy_token_accuracy", y}}.dump();
+    return r;
+}
+
+TEST(SweepView, ExperimentsThatDifferAreNeverOneLine) {
+    // Two sequence lengths and a fidelity run of one task: three experiments, each with its own
+    // h2o line and its own dense reference; nothing averaged across them.
+    const nlohmann::json l2048 = {{"data", {{"seq_length", 2048}}}}, fid = {{"fidelity", true}};
+    const std::vector<storage::RunInfo> runs = {
+        run_with(1, "dense-default", 0, {}, 0.9),           run_with(2, "h2o-default", 256, {}, 0.3),
+        run_with(3, "h2o-default", 512, {}, 0.5),           run_with(4, "dense-default", 0, l2048, 0.8),
+        run_with(5, "h2o-default", 256, l2048, 0.1),        run_with(6, "h2o-default", 512, l2048, 0.2),
+        run_with(7, "h2o-default", 256, fid, 0.3),          run_with(8, "h2o-default", 256, {}, 0.4),
+    };
+    const auto panels = sweep_panels(runs, "auto");
+    ASSERT_EQ(panels.size(), 1u);
+    const SweepPanel& p = panels[0];
+    EXPECT_EQ(p.experiment_fields, (std::vector<std::string>{"data.seq_length", "fidelity"}));
+    ASSERT_EQ(p.lines.size(), 3u);
+    std::map<std::string, const SweepLine*> by;
+    for (const SweepLine& l : p.lines) {
+        EXPECT_EQ(l.cache, "h2o-default");
+        by[l.experiment] = &l;
+    }
+    const SweepLine* a = by["data.seq_length=1024, fidelity=false"];
+    const SweepLine* b = by["data.seq_length=2048, fidelity=false"];
+    const SweepLine* c = by["data.seq_length=1024, fidelity=true"];
+    ASSERT_TRUE(a && b && c);
+    EXPECT_EQ(a->label, "h2o-default | data.seq_length=1024, fidelity=false");
+    ASSERT_EQ(a->points.size(), 2u);
+    EXPECT_DOUBLE_EQ(a->points[0].y, 0.35) << "runs 2 and 8: the same configuration, averaged";
+    EXPECT_EQ(a->points[0].n, 2);
+    EXPECT_EQ(a->points[1].y, 0.5);
+    ASSERT_EQ(b->points.size(), 2u);
+    EXPECT_EQ(b->points[0].y, 0.1) << "2048 tokens never mix with 1024";
+    EXPECT_EQ(b->points[1].y, 0.2);
+    ASSERT_EQ(c->points.size(), 1u);
+    EXPECT_EQ(c->points[0].y, 0.3);
+    EXPECT_EQ(c->points[0].run, 7);
+    ASSERT_EQ(p.references.size(), 2u);
+    EXPECT_EQ(p.references[0].label, "dense | data.seq_length=1024, fidelity=false");
+    EXPECT_EQ(p.references[0].y, 0.9);
+    EXPECT_EQ(p.references[1].label, "dense | data.seq_length=2048, fidelity=false");
+    EXPECT_EQ(p.references[1].y, 0.8);
+    EXPECT_EQ(p.repeated, 1);
+    EXPECT_EQ(a->points[0].samples, "4");
 }
 
 TEST(SweepView, RecordedRunsDrawAndAClickRequestsThatRun) {

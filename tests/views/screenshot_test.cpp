@@ -144,6 +144,8 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.set_view(ViewKind::SCORES);
     canvas.impl().scores.image_options.rank = true;
     shoot("scores_rank", ImVec2(-100, -100));
+    canvas.set_view(ViewKind::SWEEP);  // every done eval_long run of the session
+    shoot("sweep", ImVec2(W * 0.3f, H * 0.6f));
     if (runs.size() < 3) return;
     canvas.select_runs(runs);
     shoot("compare", ImVec2(W * 0.3f, H * 0.6f));
