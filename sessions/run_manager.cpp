@@ -77,6 +77,11 @@ RunManager::~RunManager() {
     if (worker_.joinable()) worker_.join();
     // Before the members its fault callback uses (mu_, faults_) are destroyed.
     writer_.reset();
+    // Fold the WAL back and truncate it. SQLite deletes the WAL when the last connection closes,
+    // but the GUI's read-only connections may outlive this one and cannot: without this, the
+    // runs' megabytes of WAL would stay beside the session after quitting. Idle readers do not
+    // block it; one mid-read leaves the WAL as it is (recorded data is safe either way).
+    if (session_) session_->checkpoint();
 }
 
 const std::vector<int64_t>& RunManager::crashed_at_open() const { return session_->crashed_at_open(); }

@@ -105,6 +105,7 @@ std::vector<PolicyInfo> positional_policies() {
              .summary = "never evicts (cache_length 0: the whole sequence)",
              .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> { return std::make_unique<DensePolicy>(a.L, a.G); },
              .needs_cache_length = false,
+             .evicts = false,
              .doc_anchor = anchor},
             {.name = "lastrec",
              .summary = "the first init_grace_tokens tokens plus the most recent ones (a ring)",

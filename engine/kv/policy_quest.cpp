@@ -191,6 +191,7 @@ std::vector<PolicyInfo> quest_policies() {
                  return std::make_unique<QuestPolicy>(a.L, a.G, page, pages);
              },
              .needs_cache_length = false,
+             .evicts = false,
              .buffers = {"default", "f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0"},
              .options = {{.name = "quest_page_size",
                           .help = "quest: slots per page (the unit of selection; Quest uses 16)",

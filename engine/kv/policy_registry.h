@@ -46,6 +46,7 @@ struct PolicyInfo {
     bool needs_attention_weights = false;  // update() needs the chunk's weight sums
     bool needs_quantized_buffer = false;   // scores read the quantization error
     bool needs_cache_length = true;        // false: cache_length 0 = the whole sequence (dense)
+    bool evicts = true;                    // false: never drops a token, so a cache shorter than a sample cannot run (dense, quest)
     bool needs_text = false;               // reads the prompt through a TextCodec (tokenizer)
     std::vector<std::string> buffers = {};   // allowed buffers; empty = every buffer
     std::vector<std::string> uses = {};      // shared kv_cache.* options it reads (KVCacheConfig fields)

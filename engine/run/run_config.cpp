@@ -486,6 +486,13 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
     const bool evicts = info && info->needs_cache_length;
     if (evicts && L == 0 && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
         p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
+    // A policy that never drops a token fills its cache and then has nowhere to put the next
+    // chunk: refuse before the run, with the numbers, rather than fail at that chunk.
+    const bool sequence_modes = c.mode == "eval_long" || c.mode == "infer" || c.mode.rfind("finetune", 0) == 0;
+    if (info && !info->evicts && sequence_modes && L > 0 && L < c.data.seq_length && c.kv_cache.layer_cache_lengths.empty())
+        p.push_back(str("--kv_cache.cache_length: ", L, " slots cannot hold a sample of ", c.data.seq_length, " tokens (--data.seq_length) with policy '",
+                        policy, "', which never evicts; expected 0 (the whole sequence) or at least ", c.data.seq_length,
+                        ", or a policy that evicts (e.g. h2o, lastrec)"));
     if (L > 0 && c.driver.chunk_size > L)
         p.push_back(str("--kv_cache.chunk_size: ", c.driver.chunk_size, " is larger than the cache length ", L,
                         "; expected at most cache_length"));

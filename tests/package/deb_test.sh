@@ -60,7 +60,7 @@ out="$(KVLAB_CPU_VARIANT=base "$kvlab" eval_long tiny --data.seq_length 256 --kv
 echo "$out" | grep -q "run 2 done" || fail "eval_long with the base variant did not finish"
 
 set +e
-out="$("$kvlab" eval_long smollm2-135m --data.seq_length 64 --kv_cache.cache_length 32 --kv_cache.chunk_size 16 2>&1)"
+out="$("$kvlab" eval_long smollm2-135m --data.seq_length 64 --kv_cache.name h2o-default --kv_cache.cache_length 32 --kv_cache.chunk_size 16 2>&1)"
 rc=$?
 set -e
 echo "$out"

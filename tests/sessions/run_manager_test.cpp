@@ -125,6 +125,31 @@ TEST(RunManager, TelemetryOffRecordsNoEvents) {
     EXPECT_EQ(rd.count_rows("memory_events", id), 0);
 }
 
+// The GUI keeps read-only connections open beside its RunManager; SQLite deletes the WAL only
+// when the last connection closes and a read-only one cannot. Closing the manager folds the WAL
+// back and truncates it, so quitting never leaves the run's megabytes beside the session.
+TEST(RunManager, ClosingLeavesNoLargeWalBesideOpenReaders) {
+    Scratch s;
+    const std::string path = s.file("a.kvlab");
+    auto rm = std::make_unique<sessions::RunManager>(path);
+    storage::SessionReader rd(path);  // the views' and the runs table's connection
+    RunConfig cfg = tiny_eval(1024, 2);
+    cfg.telemetry.score_interval = 1;  // scores every chunk: megabytes of WAL
+    const int64_t id = rm->submit(cfg);
+    ASSERT_EQ(rm->wait(id), RunStatus::DONE);
+    EXPECT_GT(rd.runs().size(), 0u);
+    const auto wal_bytes = [&] {
+        std::error_code ec;
+        const auto n = std::filesystem::file_size(path + "-wal", ec);
+        return ec ? std::uintmax_t(0) : n;
+    };
+    const std::uintmax_t during = wal_bytes();
+    EXPECT_GT(during, std::uintmax_t(1) << 20) << "the run should have written more than 1 MiB of WAL, or this test proves nothing";
+    rm.reset();  // quitting: the reader is still open
+    EXPECT_LE(wal_bytes(), std::uintmax_t(1) << 20) << "WAL left at " << wal_bytes() << " bytes (was " << during << ")";
+    EXPECT_EQ(rd.run(id).status, RunStatus::DONE) << "nothing recorded is lost";
+}
+
 TEST(RunManager, CancelQueuedRunNeverStarts) {
     Scratch s;
     sessions::RunManager rm(s.file("a.kvlab"));
