@@ -50,6 +50,9 @@ nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
     for (const auto& s : stats) {
         nlohmann::json d;
         d["peak_total"] = s.peak_total;
+        // The run's own peak, apart from instrumentation (fidelity's shadow cache and passes).
+        d["peak_total_without_instrumentation"] = s.peak_without_instrumentation;
+        if (s.peak_instrumentation > 0) d["peak_instrumentation"] = s.peak_instrumentation;
         for (size_t c = 0; c < kNumMemCategories; ++c)
             if (s.peak[c]) d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
         // Next to the tracked peak, what the OS counted (libraries, mapped files, heap slack):
@@ -136,7 +139,11 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["scored_tokens"] = s.scored_tokens;
     if (s.text_bos >= 0) j["bos"] = s.text_bos == 1;
     j["seconds"] = s.seconds;
-    j["tokens_per_s"] = s.tokens_per_s;
+    j["tokens_per_s"] = s.tokens_per_s;  // the run's own speed (without what measured it)
+    if (s.instrumentation_seconds > 0) {
+        j["instrumentation_seconds"] = s.instrumentation_seconds;
+        j["tokens_per_s_with_instrumentation"] = s.tokens_per_s_with_instrumentation;
+    }
     j["kv_bytes"] = s.kv_bytes;
     j["kv_bits_per_element"] = s.kv_bits_per_element;
     j["chunks_per_sample"] = s.chunks_per_sample;
@@ -162,8 +169,10 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.perplexity >= 0) text << "perplexity " << s.perplexity << " | ";
     if (s.copy_token_accuracy >= 0)
         text << (is_ruler_task(cfg.data.name) ? "answer tokens right " : "copied tokens ") << s.copy_token_accuracy << " | ";
-    text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s | KV " << format_bytes((long long)s.kv_bytes) << " ("
-         << s.kv_bits_per_element << " bits/element)";
+    text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s";
+    if (s.instrumentation_seconds > 0)
+        text << " (" << s.tokens_per_s_with_instrumentation << " with fidelity's " << s.instrumentation_seconds << " s of measuring)";
+    text << " | KV " << format_bytes((long long)s.kv_bytes) << " (" << s.kv_bits_per_element << " bits/element)";
     if (s.fidelity_attn_rel_error >= 0)
         text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass
              << ", next-token KL " << s.fidelity_next_token_kl << " nats";

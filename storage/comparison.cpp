@@ -63,6 +63,21 @@ int64_t run_peak_bytes(const std::string& summary_json) {
     return peak;
 }
 
+int64_t run_own_peak_bytes(const std::string& summary_json) {
+    const Json s = Json::parse(summary_json.empty() ? "{}" : summary_json, nullptr, false);
+    if (!s.is_object()) return -1;
+    int64_t peak = -1;
+    bool split = false;  // recorded with instrumentation told apart
+    if (s.contains("peak_bytes_without_instrumentation") && s["peak_bytes_without_instrumentation"].is_object())
+        for (const auto& [dev, v] : s["peak_bytes_without_instrumentation"].items())
+            if (v.is_number_integer()) peak = std::max<int64_t>(peak, v.get<int64_t>()), split = true;
+    if (s.contains("memory") && s["memory"].is_object())
+        for (const auto& [dev, d] : s["memory"].items())
+            if (d.is_object() && d.contains("peak_total_without_instrumentation") && d["peak_total_without_instrumentation"].is_number_integer())
+                peak = std::max<int64_t>(peak, d["peak_total_without_instrumentation"].get<int64_t>()), split = true;
+    return split ? peak : run_peak_bytes(summary_json);
+}
+
 Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids, int64_t reference) {
     if (ids.empty()) throw Error("compare: no runs selected; expected --runs 1,2,3");
     Comparison c;
@@ -92,7 +107,10 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.tokens_per_s = num(s, "tokens_per_s");
         cr.kv_bytes = num(s, "kv_bytes");
         cr.seconds = num(s, "seconds");
-        if (const int64_t peak = run_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
+        if (const int64_t peak = run_own_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
+        if (const int64_t all = run_peak_bytes(r.summary); all >= 0 && double(all) != cr.peak_bytes) cr.peak_bytes_with_instrumentation = double(all);
+        cr.tokens_per_s_with_instrumentation = num(s, "tokens_per_s_with_instrumentation");
+        cr.instrumentation_seconds = num(s, "instrumentation_seconds");
         // Each category's own peak over the whole run (the writer's, from every allocation
         // event), like the total; the evaluation phase's peaks only when events are missing.
         const Json* cats = nullptr;
@@ -169,6 +187,32 @@ std::string format_comparison(const Comparison& c) {
                       fmt(r.peak_ratio, 3).c_str());
         out += line;
     }
+    // What measuring cost, apart from the headline numbers above (which are the runs' own).
+    bool instrumented = false;
+    for (const auto& r : c.runs) instrumented |= !std::isnan(r.instrumentation_seconds) || !std::isnan(r.peak_bytes_with_instrumentation);
+    if (instrumented) {
+        out += "instrumentation (fidelity: measuring the runs, not their cost; left out of the numbers above):\n";
+        std::snprintf(line, sizeof line, "  %-26s", "");
+        out += line;
+        for (const auto& r : c.runs) {
+            std::snprintf(line, sizeof line, " %12s", ("run " + std::to_string(r.id)).c_str());
+            out += line;
+        }
+        out += "\n";
+        const std::pair<const char*, double ComparedRun::*> rows[] = {{"seconds measuring", &ComparedRun::instrumentation_seconds},
+                                                                    {"tokens/s with it", &ComparedRun::tokens_per_s_with_instrumentation},
+                                                                    {"peak with it", &ComparedRun::peak_bytes_with_instrumentation}};
+        for (const auto& [label, field] : rows) {
+            std::snprintf(line, sizeof line, "  %-26s", label);
+            out += line;
+            for (const auto& r : c.runs) {
+                const double v = r.*field;
+                std::snprintf(line, sizeof line, " %12s", field == &ComparedRun::peak_bytes_with_instrumentation ? fmt_bytes(v).c_str() : fmt(v, 4).c_str());
+                out += line;
+            }
+            out += "\n";
+        }
+    }
     // Peak memory by category: each category's own peak over the whole run (they need not
     // coincide, so they do not add up to the total, which is the run's one peak).
     std::vector<std::string> cats;
@@ -200,7 +244,7 @@ std::string format_comparison(const Comparison& c) {
                     if (k == cat) return v;
                 return double(NAN);
             });
-        row("total (run peak)", [](const ComparedRun& r) { return r.peak_bytes; });
+        row("total (run's own peak)", [](const ComparedRun& r) { return r.peak_bytes; });
     }
     // A degraded or failed run's numbers come with the reason (e.g. telemetry lost to a full disk).
     for (const auto& r : c.runs)

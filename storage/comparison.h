@@ -18,8 +18,10 @@ struct ComparedRun {
     std::string name, status;
     std::string error;  // why it failed / crashed / degraded ("" otherwise)
     std::vector<std::pair<std::string, std::string>> config_diff;  // fields differing from the reference
-    double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;
-    double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;
+    double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;  // tokens/s: the run's own speed
+    double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;                   // peak: the run's own (run_own_peak_bytes)
+    // With what measured the run (fidelity): NaN when the run had no instrumentation.
+    double peak_bytes_with_instrumentation = NAN, tokens_per_s_with_instrumentation = NAN, instrumentation_seconds = NAN;
     std::vector<std::pair<std::string, double>> peak_by_category;  // bytes, from the run's summary (cpu device)
     // relative to the reference (NaN when either side is missing)
     double d_loss = NAN, d_accuracy = NAN, ppl_ratio = NAN, speed_ratio = NAN, kv_ratio = NAN, peak_ratio = NAN;
@@ -39,6 +41,11 @@ struct Comparison {
 // run summary, raised to the largest per-phase allocator peak ("memory") should dropped events
 // have hidden the top (or a run was recorded without events). -1 when neither is known.
 int64_t run_peak_bytes(const std::string& summary_json);
+// The run's own peak: as run_peak_bytes, without instrumentation (fidelity's shadow cache and its
+// dense reference and KL passes, AllocEvent::instrumentation) -- the headline every printer
+// shows, with run_peak_bytes beside it when they differ. Runs recorded before instrumentation
+// was told apart: run_peak_bytes.
+int64_t run_own_peak_bytes(const std::string& summary_json);
 
 Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& runs, int64_t reference);
 // A text table (what `kvlab compare` prints).

@@ -61,6 +61,9 @@ struct RunSlot {
     std::array<uint64_t, trace::kNumEventTypes> pending{};  // in the open transaction
     uint64_t rows = 0, pending_rows = 0, lost = 0;
     std::map<int, int64_t> peak_device;                                   // device code -> bytes
+    // The same without instrumentation (events flagged ALLOC_FLAGS_INSTRUMENTATION): the run's
+    // own peak, and the instrumentation's.
+    std::map<int, int64_t> instrumentation_now, peak_device_own, peak_instrumentation;
     std::map<int, std::array<int64_t, kNumMemCategories>> peak_category;  // device code -> bytes
     bool progress_dirty = false;
     trace::ProgressRecord progress{};
@@ -223,6 +226,12 @@ struct SessionWriter::Impl : trace::EventSink {
         r.blocks.add_memory(id, int64_t(a.t_ns), a.device, int(a.category), a.category_total, a.device_total);
         int64_t& peak = r.peak_device[a.device];
         peak = std::max(peak, a.device_total);
+        int64_t& instr = r.instrumentation_now[a.device];
+        if (a.flags & trace::ALLOC_FLAGS_INSTRUMENTATION) instr += a.bytes;
+        int64_t& own = r.peak_device_own[a.device];
+        own = std::max(own, a.device_total - instr);
+        int64_t& ipeak = r.peak_instrumentation[a.device];
+        ipeak = std::max(ipeak, instr);
         auto& pc = r.peak_category[a.device];
         if (size_t(a.category) < kNumMemCategories)
             pc[size_t(a.category)] = std::max(pc[size_t(a.category)], a.category_total);
@@ -357,6 +366,12 @@ struct SessionWriter::Impl : trace::EventSink {
         }
         j["peak_bytes"] = peaks;
         j["peak_bytes_by_category"] = by_cat;
+        nlohmann::json own = nlohmann::json::object(), instr = nlohmann::json::object();
+        for (const auto& [dev, bytes] : r.peak_device_own) own[trace::device_code_name(dev)] = bytes;
+        for (const auto& [dev, bytes] : r.peak_instrumentation)
+            if (bytes > 0) instr[trace::device_code_name(dev)] = bytes;
+        j["peak_bytes_without_instrumentation"] = own;
+        if (!instr.empty()) j["peak_bytes_instrumentation"] = instr;
         if (r.progress.tokens_done > 0 && r.t0_ns > 0 && r.progress.t_ns > uint64_t(r.t0_ns))
             j["tokens_per_s"] = double(r.progress.tokens_done) / (double(r.progress.t_ns - uint64_t(r.t0_ns)) * 1e-9);
         if (!last_error.empty()) j["writer_error"] = last_error;

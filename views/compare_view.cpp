@@ -25,6 +25,11 @@ std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) 
         {"KV bytes", &storage::ComparedRun::kv_bytes, &storage::ComparedRun::kv_ratio, false},
         {"peak bytes", &storage::ComparedRun::peak_bytes, &storage::ComparedRun::peak_ratio, false},
         {"seconds", &storage::ComparedRun::seconds, nullptr, false},
+        // What measuring cost (fidelity), apart from the runs' own numbers above; rows with no
+        // value in any run are left out.
+        {"instrumentation seconds", &storage::ComparedRun::instrumentation_seconds, nullptr, false},
+        {"tokens/s with instrumentation", &storage::ComparedRun::tokens_per_s_with_instrumentation, nullptr, false},
+        {"peak bytes with instrumentation", &storage::ComparedRun::peak_bytes_with_instrumentation, nullptr, false},
     };
     std::vector<CompareMetricRow> out;
     for (const Field& f : kFields) {

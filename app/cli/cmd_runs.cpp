@@ -63,7 +63,7 @@ SummaryNumbers summary_numbers(const std::string& summary) {
     SummaryNumbers s;
     nlohmann::json j = nlohmann::json::parse(summary, nullptr, false);
     if (!j.is_object()) return s;
-    s.peak_bytes = storage::run_peak_bytes(summary);
+    s.peak_bytes = storage::run_own_peak_bytes(summary);  // the run's own (no instrumentation), as the app shows it
     if (j.contains("tokens_per_s") && j["tokens_per_s"].is_number()) s.tokens_per_s = j["tokens_per_s"].get<double>();
     for (const char* key : {"mean_loss", "final_loss"})
         if (std::isnan(s.loss) && j.contains(key) && j[key].is_number()) s.loss = j[key].get<double>();

@@ -32,10 +32,15 @@ std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted.store(true); }
 
 void print_memory(const nlohmann::json& summary) {
-    // The run's one peak (storage::run_peak_bytes, as kvlab runs / compare / the app show it),
-    // then the evaluation phase's own allocator peaks, named as such (they exclude model loading).
-    if (const int64_t peak = storage::run_peak_bytes(summary.dump()); peak >= 0)
-        std::printf("peak memory: %s (whole run, every category)\n", format_bytes(peak).c_str());
+    // The run's own peak (storage::run_own_peak_bytes, as kvlab runs / compare / the app show it),
+    // with what measuring it added beside it (fidelity), then the evaluation phase's own
+    // allocator peaks, named as such (they exclude model loading).
+    const int64_t own = storage::run_own_peak_bytes(summary.dump()), all = storage::run_peak_bytes(summary.dump());
+    if (own >= 0 && all > own)
+        std::printf("peak memory: %s (whole run, every category; %s with the instrumentation that measured it)\n",
+                    format_bytes(own).c_str(), format_bytes(all).c_str());
+    else if (own >= 0)
+        std::printf("peak memory: %s (whole run, every category)\n", format_bytes(own).c_str());
     if (!summary.contains("memory")) return;
     for (auto it = summary["memory"].begin(); it != summary["memory"].end(); ++it) {
         const auto& d = it.value();

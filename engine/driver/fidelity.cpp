@@ -98,6 +98,8 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         LseRequest req(lc, want_lse ? &lse_kept : nullptr);
         cache_.attend(layer, q, k, v, input_pos, scale, y);
     }
+    // The policy's attention is done; the rest measures it (memory and time apart from the run's).
+    InstrumentationScope instrumentation;
 
     if (input_pos == 0) chunk_[size_t(layer)] = 0;
     Tensor ks = k_shadow_[size_t(layer)].slice(2, input_pos, end), vs = v_shadow_[size_t(layer)].slice(2, input_pos, end);

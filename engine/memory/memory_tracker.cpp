@@ -20,6 +20,7 @@ static_assert(sizeof(kCategoryNames) / sizeof(kCategoryNames[0]) == kNumMemCateg
               "category name table out of date");
 
 thread_local MemoryTracker* t_current = nullptr;
+thread_local int t_instrumentation = 0;  // InstrumentationScope depth
 
 }  // namespace
 
@@ -136,7 +137,23 @@ void MemoryTracker::record(Device device, int64_t delta, MemCategory category, c
         if (!total_reserved) s.s.current_total += delta;
         s.s.peak[c] = std::max(s.s.peak[c], s.s.current[c]);
         s.s.peak_total = std::max(s.s.peak_total, s.s.current_total);
+        // Instrumentation: kv_fidelity always; other categories when allocated in a scope (the
+        // release, maybe on another thread or after the scope, finds the id).
+        bool instr = category == MemCategory::KV_FIDELITY;
+        if (!instr && delta > 0 && t_instrumentation > 0) {
+            instr = true;
+            instrumentation_ids_.insert(id);
+        } else if (!instr && delta < 0 && !instrumentation_ids_.empty()) {
+            instr = instrumentation_ids_.erase(id) > 0;
+        }
+        if (instr) {
+            s.s.current_instrumentation += delta;
+            s.s.peak_instrumentation = std::max(s.s.peak_instrumentation, s.s.current_instrumentation);
+        }
+        s.s.peak_without_instrumentation = std::max(s.s.peak_without_instrumentation, s.s.current_total - s.s.current_instrumentation);
         if (sinks_.empty()) return;
+        ev.instrumentation = instr;
+        ev.instrumentation_total = s.s.current_instrumentation;
         ev.id = id;
         ev.bytes = delta;
         ev.category = category;
@@ -191,6 +208,8 @@ void MemoryTracker::reset_peaks() {
     for (auto& s : slots_) {
         s.s.peak = s.s.current;
         s.s.peak_total = s.s.current_total;
+        s.s.peak_instrumentation = s.s.current_instrumentation;
+        s.s.peak_without_instrumentation = s.s.current_total - s.s.current_instrumentation;
     }
 }
 void MemoryTracker::set_budget(Device device, int64_t bytes) {
@@ -223,6 +242,18 @@ thread_local std::string t_label;
 MemoryLabelScope::MemoryLabelScope(std::string label) : prev_(std::move(t_label)) { t_label = std::move(label); }
 MemoryLabelScope::~MemoryLabelScope() { t_label = std::move(prev_); }
 const std::string& MemoryLabelScope::current() { return t_label; }
+
+namespace {
+thread_local uint64_t t_instrumentation_ns = 0;
+}
+InstrumentationScope::InstrumentationScope() {
+    if (t_instrumentation++ == 0) t0_ns_ = now_ns();
+}
+InstrumentationScope::~InstrumentationScope() {
+    if (--t_instrumentation == 0) t_instrumentation_ns += now_ns() - t0_ns_;
+}
+bool InstrumentationScope::active() { return t_instrumentation > 0; }
+double InstrumentationScope::thread_seconds() { return double(t_instrumentation_ns) * 1e-9; }
 
 MemoryTrackerScope::MemoryTrackerScope(MemoryTracker& tracker) : prev_(t_current) { t_current = &tracker; }
 MemoryTrackerScope::~MemoryTrackerScope() { t_current = prev_; }

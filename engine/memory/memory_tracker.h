@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kernels/common/tensor_view.h"
@@ -25,6 +26,11 @@ struct AllocEvent {
     uint64_t t_ns = 0;           // steady clock, see now_ns()
     int64_t category_total = 0;  // bytes of (device, category) after this event
     int64_t device_total = 0;    // bytes on the device after this event
+    // Instrumentation (InstrumentationScope): memory that measures the run, not memory the run
+    // needs -- fidelity's shadow cache (category kv_fidelity) and the dense reference and KL
+    // passes' temporaries. Set on the allocation and on its release.
+    bool instrumentation = false;
+    int64_t instrumentation_total = 0;  // instrumentation bytes on the device after this event
     const std::string* label = nullptr;  // valid only during the callback
 };
 
@@ -44,6 +50,11 @@ struct DeviceMemoryStats {
     int64_t current_total = 0;
     int64_t peak_total = 0;
     int64_t budget = -1;  // -1: none
+    // The run's own memory apart from what measures it (see AllocEvent::instrumentation):
+    // instrumentation bytes now and at their peak, and the peak of everything else.
+    int64_t current_instrumentation = 0;
+    int64_t peak_instrumentation = 0;
+    int64_t peak_without_instrumentation = 0;
 };
 
 class MemoryTracker {
@@ -97,6 +108,7 @@ class MemoryTracker {
 
     mutable std::mutex mu_;
     std::array<DeviceSlot, kMaxDevices> slots_{};
+    std::unordered_set<uint64_t> instrumentation_ids_;  // live instrumentation allocations outside kv_fidelity
     std::vector<AllocSink*> sinks_;
     std::atomic<uint64_t> next_id_{1};
 };
@@ -116,6 +128,25 @@ class MemoryTrackerScope {
 
    private:
     MemoryTracker* prev_;
+};
+
+// Work that measures the run rather than being the run (fidelity's comparison with full
+// attention, its dense reference pass and KL heads): for the lifetime of the scope this thread's
+// allocations are instrumentation (category kv_fidelity is, always), and the scope's time is
+// added to the thread's instrumentation seconds, so a run can report its own memory and speed
+// apart from what measuring them cost. Nests (time counts once, in the outermost scope).
+class InstrumentationScope {
+   public:
+    InstrumentationScope();
+    ~InstrumentationScope();
+    InstrumentationScope(const InstrumentationScope&) = delete;
+    InstrumentationScope& operator=(const InstrumentationScope&) = delete;
+    static bool active();
+    // Seconds this thread has spent in outermost scopes so far (monotonic; take differences).
+    static double thread_seconds();
+
+   private:
+    uint64_t t0_ns_ = 0;
 };
 
 // Default label for allocations made on this thread without an explicit label (e.g. the

@@ -150,7 +150,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     std::vector<FidelityKLStep> fidelity_kl;
     double loss_tokens = 0, loss_total = 0;
     int64_t correct = 0;
-    const double t_start = now_s();
+    const double t_start = now_s(), instr_start = InstrumentationScope::thread_seconds();
     for (size_t i = 0; i < items.size(); ++i) {
         const Item& it = items[i];
         const int64_t T = int64_t(it.ids.size());
@@ -179,10 +179,14 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::unique_ptr<FidelityAttention> fid;
         std::unique_ptr<DenseReference> dense_ref;
         if (cfg.fidelity) {
+            InstrumentationScope instrumentation;  // the shadow cache and its setup
             fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
             dcb.attention = fid.get();
             dense_ref = std::make_unique<DenseReference>(model, 1, T, fid.get(), cfg.fidelity_kl_positions);
-            dcb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) { dense_ref->run_cell(ids, plans[i], cell, xs); };
+            dcb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) {
+                InstrumentationScope instrumentation;  // the dense reference and KL heads measure the run
+                dense_ref->run_cell(ids, plans[i], cell, xs);
+            };
         }
         const std::string what = it.description;
         dcb.progress = [&](int64_t d, int64_t) {
@@ -222,6 +226,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         sum.kv_bits_per_element = cache.bits_per_element();
         sum.tokens += T;
         if (fid) {
+            InstrumentationScope instrumentation;  // handing the measurements on (telemetry) is measuring too
             std::vector<FidelityStep> st = fid->take_steps();
             if (cb.on_fidelity) cb.on_fidelity(int64_t(i), st);
             fidelity_steps.insert(fidelity_steps.end(), st.begin(), st.end());
@@ -233,7 +238,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         if (cb.on_sample) cb.on_sample(r);
     }
     sum.seconds = now_s() - t_start;
-    sum.tokens_per_s = sum.seconds > 0 ? double(sum.tokens) / sum.seconds : 0;
+    sum.instrumentation_seconds = std::min(sum.seconds, InstrumentationScope::thread_seconds() - instr_start);
+    const double own = sum.seconds - sum.instrumentation_seconds;
+    sum.tokens_per_s = own > 0 ? double(sum.tokens) / own : 0;
+    sum.tokens_per_s_with_instrumentation = sum.seconds > 0 ? double(sum.tokens) / sum.seconds : 0;
     double ml = 0;
     for (const auto& s : sum.samples) ml += s.loss;
     sum.mean_loss = sum.samples.empty() ? 0 : ml / double(sum.samples.size());

@@ -40,8 +40,12 @@ struct EvalSummary {
     double copy_token_accuracy = -1, copy_prefix = -1;
     int64_t tokens = 0;         // tokens fed through the model (all samples)
     int64_t scored_tokens = 0;  // of those, positions whose loss counts (targets, or 1 per sample for a class head)
-    double seconds = 0;
-    double tokens_per_s = 0;
+    double seconds = 0;       // wall time of the evaluation, instrumentation included
+    // Of those, the time spent measuring the run rather than running it (--fidelity: the
+    // comparison with full attention, the dense reference pass, the KL heads; 0 without).
+    double instrumentation_seconds = 0;
+    double tokens_per_s = 0;  // the run's own speed: tokens / (seconds - instrumentation_seconds)
+    double tokens_per_s_with_instrumentation = 0;  // tokens / seconds
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;

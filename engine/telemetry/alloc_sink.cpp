@@ -38,7 +38,7 @@ void RecorderAllocSink::on_alloc_event(const AllocEvent& a) {
     ev.alloc.type = EventType::ALLOC;
     ev.alloc.category = a.category;
     ev.alloc.device = device_code(a.device);
-    ev.alloc.flags = ALLOC_FLAGS_NONE;
+    ev.alloc.flags = a.instrumentation ? ALLOC_FLAGS_INSTRUMENTATION : ALLOC_FLAGS_NONE;
     ev.alloc.label_id = a.label ? intern(*a.label) : 0;
     ev.alloc.t_ns = a.t_ns;
     ev.alloc.bytes = a.bytes;

@@ -129,6 +129,9 @@ enum AllocFlags : uint8_t {
     // Synthetic record emitted when a sink attaches: bytes = 0, totals = what the tracker held
     // already, so exports that sum categories match the allocator from the first event on.
     ALLOC_FLAGS_BASELINE = 1,
+    // The allocation (or its release) is instrumentation: it measures the run (fidelity's
+    // shadow cache, dense reference and KL passes), apart from the run's own memory.
+    ALLOC_FLAGS_INSTRUMENTATION = 2,
 };
 
 struct AllocRecord {

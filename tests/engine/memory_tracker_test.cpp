@@ -5,6 +5,7 @@
 #include "engine/core/tensor.h"
 #include "engine/memory/memory_tracker.h"
 
+#include <chrono>
 #include <thread>
 
 namespace kv {
@@ -72,6 +73,63 @@ TEST(MemoryTracker, SinkSeesEveryAllocAndFreeWithRunningTotals) {
     EXPECT_EQ(sum, 0);
     for (size_t i = 1; i < sink.events.size(); ++i) EXPECT_GE(sink.events[i].t_ns, sink.events[i - 1].t_ns);
     tr.remove_sink(&sink);
+}
+
+TEST(MemoryTracker, InstrumentationIsCountedApartFromTheRunsOwnMemory) {
+    // Timeline: run 4000 B; shadow (kv_fidelity) 1000 B; in a scope 2000 B of activations (freed
+    // after the scope closed: still instrumentation); run 500 B more. Own peak: 4500 B (the run's
+    // allocations alone at their highest); total peak 4000 + 1000 + 2000 = 7000 B.
+    MemoryTracker tr;
+    RecordingSink sink;
+    tr.add_sink(&sink);
+    MemoryTrackerScope scope(tr);
+    Tensor run = Tensor::empty({1000}, DType::F32, {kCpu, MemCategory::KV_CACHE, "cache"});
+    Tensor shadow = Tensor::empty({250}, DType::F32, {kCpu, MemCategory::KV_FIDELITY, "shadow"});
+    Tensor measured;
+    {
+        InstrumentationScope instr;
+        EXPECT_TRUE(InstrumentationScope::active());
+        measured = Tensor::empty({500}, DType::F32, {kCpu, MemCategory::ACTIVATIONS, "dense reference"});
+    }
+    EXPECT_FALSE(InstrumentationScope::active());
+    EXPECT_EQ(tr.stats(kCpu).current_instrumentation, 3000);
+    measured = Tensor();  // released outside the scope: found by its id
+    EXPECT_EQ(tr.stats(kCpu).current_instrumentation, 1000);
+    Tensor more = Tensor::empty({125}, DType::F32, {kCpu, MemCategory::ACTIVATIONS, "run activations"});
+    const DeviceMemoryStats st = tr.stats(kCpu);
+    EXPECT_EQ(st.peak_total, 7000);
+    EXPECT_EQ(st.peak_instrumentation, 3000);
+    EXPECT_EQ(st.peak_without_instrumentation, 4500);
+    // The events carry the flag and the running instrumentation total, on allocation and release.
+    ASSERT_EQ(sink.events.size(), 5u);
+    const bool want[] = {false, true, true, true, false};
+    const int64_t total[] = {0, 1000, 3000, 1000, 1000};
+    for (size_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(sink.events[i].instrumentation, want[i]) << "event " << i;
+        EXPECT_EQ(sink.events[i].instrumentation_total, total[i]) << "event " << i;
+    }
+    tr.remove_sink(&sink);
+}
+
+TEST(MemoryTracker, InstrumentationScopeTimeCountsOnceWhenNested) {
+    // The counted time lies within the outer scope's own wall time, measured around it here;
+    // counted twice it would be about twice that.
+    const double t0 = InstrumentationScope::thread_seconds();
+    const auto w0 = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point w1, w2;
+    {
+        InstrumentationScope outer;
+        w1 = std::chrono::steady_clock::now();
+        {
+            InstrumentationScope inner;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        w2 = std::chrono::steady_clock::now();
+    }
+    const auto w3 = std::chrono::steady_clock::now();
+    const double dt = InstrumentationScope::thread_seconds() - t0;
+    EXPECT_GE(dt, std::chrono::duration<double>(w2 - w1).count());
+    EXPECT_LE(dt, std::chrono::duration<double>(w3 - w0).count()) << "nested scopes count their time once";
 }
 
 TEST(MemoryTracker, BudgetRefusalNamesCategoryRequestAndBudget) {

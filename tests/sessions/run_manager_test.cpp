@@ -150,6 +150,56 @@ TEST(RunManager, ClosingLeavesNoLargeWalBesideOpenReaders) {
     EXPECT_EQ(rd.run(id).status, RunStatus::DONE) << "nothing recorded is lost";
 }
 
+// --fidelity measures a run; it must not be counted as the run's cost (issue 37). The same
+// configuration with and without fidelity, alternated in one process: the run's own peak is the
+// same within 1% and its own speed within 15% (best of three each, so one slow moment of a
+// shared machine does not decide it); the instrumented totals are larger and reported apart.
+TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
+    Scratch s;
+    sessions::RunManager rm(s.file("f.kvlab"));
+    RunConfig cfg = tiny_eval(2048, 2);
+    cfg.data.name = "repeat";
+    cfg.data.repeat_length = 32;
+    cfg.data.repeat_distance = 1024;
+    cfg.kv_cache.cache_length = 512;
+    cfg.driver.chunk_size = 128;
+    // Telemetry off for the speed: its writer thread shares two cores with the run and its
+    // back-pressure lands wherever the queue fills, in or out of the fidelity code.
+    cfg.telemetry.enabled = false;
+    double best_plain = 0, best_fid = 0;
+    int64_t own_plain = -1, own_fid = -1, all_fid = -1;
+    for (int rep = 0; rep < 3; ++rep)
+        for (bool fidelity : {true, false}) {
+            cfg.fidelity = fidelity;
+            const int64_t id = rm.submit(cfg);
+            ASSERT_EQ(rm.wait(id), RunStatus::DONE);
+            const std::string summary = rm.session().run(id).summary;
+            const nlohmann::json j = nlohmann::json::parse(summary);
+            const double tps = j.at("tokens_per_s").get<double>();
+            if (fidelity) {
+                best_fid = std::max(best_fid, tps);
+                own_fid = storage::run_own_peak_bytes(summary);
+                all_fid = storage::run_peak_bytes(summary);
+                ASSERT_TRUE(j.contains("instrumentation_seconds")) << summary;
+                EXPECT_GT(j["instrumentation_seconds"].get<double>(), 0.0);
+                EXPECT_LT(j["tokens_per_s_with_instrumentation"].get<double>(), tps) << "measuring costs time";
+            } else {
+                best_plain = std::max(best_plain, tps);
+                own_plain = storage::run_own_peak_bytes(summary);
+                EXPECT_FALSE(j.contains("instrumentation_seconds")) << "nothing measured: nothing apart";
+                EXPECT_EQ(own_plain, storage::run_peak_bytes(summary)) << "without instrumentation the two peaks are one";
+            }
+        }
+    ASSERT_GT(own_plain, 0);
+    EXPECT_NEAR(double(own_fid), double(own_plain), 0.01 * double(own_plain)) << "fidelity's memory left out of the run's own peak";
+    EXPECT_GT(all_fid, own_fid) << "the shadow cache is in the instrumented total";
+    const double ratio = best_fid / best_plain;
+    EXPECT_GT(ratio, 0.85) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
+    EXPECT_LT(ratio, 1.15) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
+    std::printf("[ info ] own tokens/s with / without fidelity: %.4g / %.4g = %.3f; own peak %lld / %lld bytes, with instrumentation %lld\n",
+                best_fid, best_plain, ratio, (long long)own_fid, (long long)own_plain, (long long)all_fid);
+}
+
 TEST(RunManager, CancelQueuedRunNeverStarts) {
     Scratch s;
     sessions::RunManager rm(s.file("a.kvlab"));

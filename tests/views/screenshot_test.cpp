@@ -146,6 +146,7 @@ TEST(Screenshots, DISABLED_EveryView) {
     shoot("scores_rank", ImVec2(-100, -100));
     canvas.set_view(ViewKind::SWEEP);  // every done eval_long run of the session
     shoot("sweep", ImVec2(W * 0.3f, H * 0.6f));
+    canvas.set_view(ViewKind::EVICTION_MAP);  // a one-run view: selecting several opens compare
     if (runs.size() < 3) return;
     canvas.select_runs(runs);
     shoot("compare", ImVec2(W * 0.3f, H * 0.6f));

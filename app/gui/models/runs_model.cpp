@@ -82,7 +82,7 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
         r.loss = number(s, "mean_loss");
         r.accuracy = number(s, "accuracy");
         r.tokensPerS = number(s, "tokens_per_s");
-        r.peakBytes = storage::run_peak_bytes(info.summary);  // the one whole-run peak
+        r.peakBytes = storage::run_own_peak_bytes(info.summary);  // the run's own whole-run peak (no instrumentation)
     }
     if (storage::run_status_final(info.status) && info.status == storage::RunStatus::DONE && r.total == 0) r.done = r.total = 1;
     return r;
