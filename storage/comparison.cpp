@@ -187,31 +187,34 @@ std::string format_comparison(const Comparison& c) {
                       fmt(r.peak_ratio, 3).c_str());
         out += line;
     }
-    // What measuring cost, apart from the headline numbers above (which are the runs' own).
-    bool instrumented = false;
-    for (const auto& r : c.runs) instrumented |= !std::isnan(r.instrumentation_seconds) || !std::isnan(r.peak_bytes_with_instrumentation);
-    if (instrumented) {
-        out += "instrumentation (fidelity: measuring the runs, not their cost; left out of the numbers above):\n";
-        std::snprintf(line, sizeof line, "  %-26s", "");
+    // A table of one column per run: a header row, then one row per label.
+    auto run_header = [&](const char* first, int width) {
+        std::snprintf(line, sizeof line, "  %-*s", width, first);
         out += line;
         for (const auto& r : c.runs) {
             std::snprintf(line, sizeof line, " %12s", ("run " + std::to_string(r.id)).c_str());
             out += line;
         }
         out += "\n";
-        const std::pair<const char*, double ComparedRun::*> rows[] = {{"seconds measuring", &ComparedRun::instrumentation_seconds},
-                                                                    {"tokens/s with it", &ComparedRun::tokens_per_s_with_instrumentation},
-                                                                    {"peak with it", &ComparedRun::peak_bytes_with_instrumentation}};
-        for (const auto& [label, field] : rows) {
-            std::snprintf(line, sizeof line, "  %-26s", label);
+    };
+    auto run_row = [&](const std::string& label, int width, auto cell) {
+        std::snprintf(line, sizeof line, "  %-*s", width, label.c_str());
+        out += line;
+        for (const auto& r : c.runs) {
+            std::snprintf(line, sizeof line, " %12s", cell(r).c_str());
             out += line;
-            for (const auto& r : c.runs) {
-                const double v = r.*field;
-                std::snprintf(line, sizeof line, " %12s", field == &ComparedRun::peak_bytes_with_instrumentation ? fmt_bytes(v).c_str() : fmt(v, 4).c_str());
-                out += line;
-            }
-            out += "\n";
         }
+        out += "\n";
+    };
+    // What measuring cost, apart from the headline numbers above (which are the runs' own).
+    bool instrumented = false;
+    for (const auto& r : c.runs) instrumented |= !std::isnan(r.instrumentation_seconds) || !std::isnan(r.peak_bytes_with_instrumentation);
+    if (instrumented) {
+        out += "instrumentation (fidelity: measuring the runs, not their cost; left out of the numbers above):\n";
+        run_header("", 26);
+        run_row("seconds measuring", 26, [](const ComparedRun& r) { return fmt(r.instrumentation_seconds, 4); });
+        run_row("tokens/s with it", 26, [](const ComparedRun& r) { return fmt(r.tokens_per_s_with_instrumentation, 4); });
+        run_row("peak with it", 26, [](const ComparedRun& r) { return fmt_bytes(r.peak_bytes_with_instrumentation); });
     }
     // Peak memory by category: each category's own peak over the whole run (they need not
     // coincide, so they do not add up to the total, which is the run's one peak).
@@ -222,29 +225,14 @@ std::string format_comparison(const Comparison& c) {
     std::sort(cats.begin(), cats.end());
     if (!cats.empty()) {
         out += "peak memory by category (whole run, each category's own peak):\n";
-        std::snprintf(line, sizeof line, "  %-22s", "category");
-        out += line;
-        for (const auto& r : c.runs) {
-            std::snprintf(line, sizeof line, " %12s", ("run " + std::to_string(r.id)).c_str());
-            out += line;
-        }
-        out += "\n";
-        auto row = [&](const std::string& label, auto value) {
-            std::snprintf(line, sizeof line, "  %-22s", label.c_str());
-            out += line;
-            for (const auto& r : c.runs) {
-                std::snprintf(line, sizeof line, " %12s", fmt_bytes(value(r)).c_str());
-                out += line;
-            }
-            out += "\n";
-        };
+        run_header("category", 22);
         for (const auto& cat : cats)
-            row(cat, [&](const ComparedRun& r) {
+            run_row(cat, 22, [&](const ComparedRun& r) {
                 for (const auto& [k, v] : r.peak_by_category)
-                    if (k == cat) return v;
-                return double(NAN);
+                    if (k == cat) return fmt_bytes(v);
+                return fmt_bytes(double(NAN));
             });
-        row("total (run's own peak)", [](const ComparedRun& r) { return r.peak_bytes; });
+        run_row("total (run's own peak)", 22, [](const ComparedRun& r) { return fmt_bytes(r.peak_bytes); });
     }
     // A degraded or failed run's numbers come with the reason (e.g. telemetry lost to a full disk).
     for (const auto& r : c.runs)

@@ -71,29 +71,46 @@ Figure sample() {
     return f;
 }
 
-TEST(PlotRender, SvgPolylinesAreTheSeriesUnderOneAffineLog2Map) {
-    const std::string path = tmp("svg");
-    Figure f = sample();
-    render_figure(f, path);
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::filesystem::remove(path);
-    const std::string text = ss.str();
-    ASSERT_NE(text.find("<svg"), std::string::npos);
+// Every "M x y L x y ..." path of an SVG as its list of (command, x, y).
+std::vector<std::vector<std::tuple<char, double, double>>> svg_move_line_paths(const std::string& text) {
+    std::vector<std::vector<std::tuple<char, double, double>>> out;
     std::regex path_re(R"re(<path[^>]*d="([^"]*)")re");
-    std::vector<std::vector<std::pair<double, double>>> four;  // 4-point polylines = the series
     for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re); it != std::sregex_iterator(); ++it) {
         const std::string d = (*it)[1];
         if (d.find_first_of("CcZzQqAaHhVv") != std::string::npos) continue;
         std::istringstream ps(d);
         std::string cmd;
-        std::vector<std::pair<double, double>> pts;
-        int moves = 0;
+        std::vector<std::tuple<char, double, double>> p;
         while (ps >> cmd) {
             double x, y;
             ps >> x >> y;
-            moves += cmd == "M";
+            p.push_back({cmd[0], x, y});
+        }
+        out.push_back(p);
+    }
+    return out;
+}
+
+std::string read_and_remove(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::filesystem::remove(path);
+    return ss.str();
+}
+
+TEST(PlotRender, SvgPolylinesAreTheSeriesUnderOneAffineLog2Map) {
+    const std::string path = tmp("svg");
+    Figure f = sample();
+    render_figure(f, path);
+    const std::string text = read_and_remove(path);
+    ASSERT_NE(text.find("<svg"), std::string::npos);
+    std::vector<std::vector<std::pair<double, double>>> four;  // 4-point polylines = the series
+    for (const auto& q : svg_move_line_paths(text)) {
+        std::vector<std::pair<double, double>> pts;
+        int moves = 0;
+        for (const auto& [cmd, x, y] : q) {
+            moves += cmd == 'M';
             pts.push_back({x, y});
         }
         if (moves == 1 && pts.size() == 4) four.push_back(pts);
@@ -400,26 +417,6 @@ TEST(PlotRender, LongTitleAndLegendLabelsStayOnTheCanvas) {
 namespace kv::plot {
 namespace {
 
-// Every "M x y L x y ..." path of an SVG as its list of (command, x, y).
-std::vector<std::vector<std::tuple<char, double, double>>> svg_move_line_paths(const std::string& text) {
-    std::vector<std::vector<std::tuple<char, double, double>>> out;
-    std::regex path_re(R"re(<path[^>]*d="([^"]*)")re");
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re); it != std::sregex_iterator(); ++it) {
-        const std::string d = (*it)[1];
-        if (d.find_first_of("CcZzQqAaHhVv") != std::string::npos) continue;
-        std::istringstream ps(d);
-        std::string cmd;
-        std::vector<std::tuple<char, double, double>> p;
-        while (ps >> cmd) {
-            double x, y;
-            ps >> x >> y;
-            p.push_back({cmd[0], x, y});
-        }
-        out.push_back(p);
-    }
-    return out;
-}
-
 TEST(PlotRender, StandardErrorBarsSpanTheMeanPlusMinusSe) {
     // One series of three points, the middle one with s.e. 0.5: one bar path (vertical line and
     // two caps, three moves), its ends at y +- se under the same affine map as the polyline.
@@ -432,11 +429,7 @@ TEST(PlotRender, StandardErrorBarsSpanTheMeanPlusMinusSe) {
     f.notes = {"1 point is the mean of repeated runs; bars: +-1 standard error"};
     const std::string path = tmp("svg");
     render_figure(f, path);
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::filesystem::remove(path);
-    const auto paths = svg_move_line_paths(ss.str());
+    const auto paths = svg_move_line_paths(read_and_remove(path));
     const std::vector<std::tuple<char, double, double>>* line = nullptr;
     const std::vector<std::tuple<char, double, double>>* bar = nullptr;
     for (const auto& q : paths) {
