@@ -163,21 +163,26 @@ int cmd_runs(int argc, char** argv, int first) {
         const std::string n = storage::run_config_value(r.config, "dist.ranks");
         any_ranks = any_ranks || (!n.empty() && n != "1");
     }
-    std::printf("%4s  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s%s\n", "id", name_w, "name", "status", "mode",
-                "policy", "buffer", "cache", "chunk", "progress", "loss", "peak mem", "tokens/s", "created", any_ranks ? "  ranks" : "");
+    // task and tokens per sample tell apart runs of one policy; cache 0 is the whole sequence
+    // ("all", as the app shows it); peak mem is the run's own (run_own_peak_bytes).
+    std::printf("%4s  %-*s %-10s %-18s %-12s %7s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s%s\n", "id", name_w, "name", "status", "mode",
+                "task", "tokens", "policy", "buffer", "cache", "chunk", "progress", "loss", "peak mem", "tokens/s", "created",
+                any_ranks ? "  ranks" : "");
     for (const auto& r : runs) {
         const std::string cache_name = storage::run_config_value(r.config, "kv_cache.name");
         storage::CacheName cn = storage::split_cache_name(cache_name);
         const std::string mode = storage::run_config_value(r.config, "mode");
         const std::string cache_length = storage::run_config_value(r.config, "kv_cache.cache_length");
+        const std::string task = storage::run_config_value(r.config, "data.name"), tokens = storage::run_config_value(r.config, "data.seq_length");
         const std::string chunk_size = storage::run_config_value(r.config, "kv_cache.chunk_size");
         SummaryNumbers s = summary_numbers(r.summary);
         char loss[32] = "-";
         if (!std::isnan(s.loss)) std::snprintf(loss, sizeof loss, "%.4f", s.loss);
-        std::printf("%4lld  %-*s %-10s %-18s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s", (long long)r.id, name_w,
+        std::printf("%4lld  %-*s %-10s %-18s %-12s %7s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s", (long long)r.id, name_w,
                     fit(r.name, size_t(name_w)).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
+                    fit(task.empty() ? "-" : task, 12).c_str(), tokens.empty() ? "-" : tokens.c_str(),
                     fit(cache_name.empty() ? "-" : cn.policy, 14).c_str(), cache_name.empty() ? "-" : cn.buffer.c_str(),
-                    cache_length.empty() ? "-" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
+                    cache_length.empty() ? "-" : cache_length == "0" ? "all" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
                     progress_text(r.progress, r.status).c_str(), loss, s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
                     s.tokens_per_s >= 0 ? str(int64_t(s.tokens_per_s + 0.5)).c_str() : "-", when(r.created_ms).c_str());
         const std::string ranks = storage::run_config_value(r.config, "dist.ranks");

@@ -64,6 +64,23 @@ class RunsModelTest : public QObject {
         QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_RANKS)).toString(), QString("1"));
     }
 
+    void taskAndTokensColumnsTellRunsApart() {
+        // Two runs of one policy and cache length differ in task and sequence length: the table
+        // shows both (issue 37); a config without them shows "-".
+        RunsModel model;
+        RunInfo a = info(1, "h2o-default", 256, RunStatus::DONE), b = info(2, "h2o-default", 256, RunStatus::DONE);
+        a.config = R"({"mode":"eval_long","data":{"name":"repeat","seq_length":1024},"kv_cache":{"name":"h2o-default","cache_length":256}})";
+        b.config = R"({"mode":"eval_long","data":{"name":"text","seq_length":4096},"kv_cache":{"name":"h2o-default","cache_length":256}})";
+        model.setRuns({kv::gui::runRowFromInfo(a), kv::gui::runRowFromInfo(b), kv::gui::runRowFromInfo(info(3, "h2o-default", 64, RunStatus::DONE))});
+        QCOMPARE(model.headerData(RunsModel::COLUMN_TASK, Qt::Horizontal).toString(), QString("task"));
+        QCOMPARE(model.headerData(RunsModel::COLUMN_TOKENS, Qt::Horizontal).toString(), QString("tokens"));
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_TASK)).toString(), QString("repeat"));
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_TASK)).toString(), QString("text"));
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_TOKENS)).toString(), QString("1024"));
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_TOKENS), RunsModel::SortRole).toLongLong(), 4096LL);
+        QCOMPARE(model.data(model.index(2, RunsModel::COLUMN_TOKENS)).toString(), QString("-"));
+    }
+
     void stoppedRunsSayHowTheyStopped() {
         // A cancelled run with every token of its current sample done (the issue's "100%
         // (8191/8191 tok)") reads as cancelled, never as a complete or stuck bar.

@@ -66,6 +66,8 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
         r.buffer = QString::fromStdString(cn.buffer);
     }
     r.mode = QString::fromStdString(storage::run_config_value(info.config, "mode"));
+    r.task = QString::fromStdString(storage::run_config_value(info.config, "data.name"));
+    r.tokens = integerOr(storage::run_config_value(info.config, "data.seq_length"), -1);
     r.cacheLength = integerOr(storage::run_config_value(info.config, "kv_cache.cache_length"), -1);
     r.chunkSize = integerOr(storage::run_config_value(info.config, "kv_cache.chunk_size"), -1);
     r.ranks = integerOr(storage::run_config_value(info.config, "dist.ranks"), 1);
@@ -110,8 +112,8 @@ int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isVa
 
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* const names[] = {"id",     "name",     "mode",     "policy",   "buffer",      "cache",   "chunk",
-                                        "status", "progress", "loss",     "accuracy", "peak memory", "tokens/s", "ranks"};
+    static const char* const names[] = {"id",    "name",   "mode",     "task", "tokens",   "policy",      "buffer",   "cache",
+                                        "chunk", "status", "progress", "loss", "accuracy", "peak memory", "tokens/s", "ranks"};
     static_assert(sizeof(names) / sizeof(names[0]) == NUM_COLUMNS, "one header per column");
     return section >= 0 && section < NUM_COLUMNS ? QString::fromLatin1(names[section]) : QVariant();
 }
@@ -136,6 +138,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         switch (index.column()) {
             case COLUMN_NAME:
             case COLUMN_MODE:
+            case COLUMN_TASK:
             case COLUMN_POLICY:
             case COLUMN_BUFFER:
             case COLUMN_STATUS: return int(Qt::AlignLeft | Qt::AlignVCenter);
@@ -148,6 +151,8 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         case COLUMN_ID: return qint64(r.id);
         case COLUMN_NAME: return r.name;
         case COLUMN_MODE: return r.mode;
+        case COLUMN_TASK: return r.task;
+        case COLUMN_TOKENS: return sort ? QVariant(qint64(r.tokens)) : QVariant(r.tokens < 0 ? QStringLiteral("-") : QString::number(r.tokens));
         case COLUMN_POLICY: return r.policy;
         case COLUMN_BUFFER: return r.buffer;
         case COLUMN_CACHE_LENGTH:

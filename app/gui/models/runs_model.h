@@ -1,4 +1,5 @@
-// The session browser's table model: one row per run (name, mode, policy, buffer, cache length,
+// The session browser's table model: one row per run (name, mode, task, tokens per sample,
+// policy, buffer, cache length,
 // chunk size, status, progress, loss/accuracy, peak memory, tokens/s). Rows are value types
 // built from storage::RunInfo; the model is fed by the session controller (bulk merges from
 // the database plus live status/progress from RunManager events). No widgets, no engine.
@@ -18,6 +19,8 @@ namespace kv::gui {
 struct RunRow {
     int64_t id = 0;
     QString name, mode, policy, buffer;
+    QString task;                              // data.name: what was evaluated
+    int64_t tokens = -1;                       // data.seq_length (-1: not in the config)
     int64_t cacheLength = -1, chunkSize = -1;  // -1: not in the config
     storage::RunStatus status = storage::RunStatus::QUEUED;
     int64_t done = 0, total = 0;  // progress units (tokens / chunks / steps)
@@ -40,6 +43,8 @@ class RunsModel : public QAbstractTableModel {
         COLUMN_ID,
         COLUMN_NAME,
         COLUMN_MODE,
+        COLUMN_TASK,    // data.name: runs of different tasks told apart at a glance
+        COLUMN_TOKENS,  // data.seq_length
         COLUMN_POLICY,
         COLUMN_BUFFER,
         COLUMN_CACHE_LENGTH,
