@@ -14,6 +14,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QScrollBar>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabBar>
@@ -271,7 +272,11 @@ void MainWindow::updateStatus() {
 }
 
 void MainWindow::log(const QString& line) {
+    // Follow the newest line unless the reader scrolled up to read older ones.
+    QScrollBar* bar = log_->verticalScrollBar();
+    const bool follow = bar->value() >= bar->maximum() - 1;
     log_->appendPlainText(QDateTime::currentDateTime().toString("hh:mm:ss  ") + line);
+    if (follow) bar->setValue(bar->maximum());
 }
 
 QString MainWindow::logText() const { return log_->toPlainText(); }

@@ -15,8 +15,10 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenuBar>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScrollBar>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabBar>
@@ -711,6 +713,28 @@ class GuiAppTest : public QObject {
             }
         }
         w_->openSession(session_);  // the next cases work on the first session
+    }
+
+    void logFollowsTheNewestLineUnlessScrolledUp() {
+        // A run's output streams into the log dock: it follows the newest line, stays where the
+        // reader scrolled up to, and follows again once they are back at the bottom (issue 37).
+        auto* log = w_->findChild<QPlainTextEdit*>("logPanel");
+        QVERIFY(log);
+        QScrollBar* bar = log->verticalScrollBar();
+        auto emit_lines = [&](int n) {
+            for (int i = 0; i < n; ++i) Q_EMIT w_->controller()->runOutput(1, QStringLiteral("output line %1 of a long run").arg(i));
+            QCoreApplication::processEvents();
+        };
+        emit_lines(300);
+        QTRY_VERIFY(bar->maximum() > 0);
+        QCOMPARE(bar->value(), bar->maximum());
+        bar->setValue(bar->maximum() / 2);
+        const int held = bar->value();
+        emit_lines(50);
+        QCOMPARE(bar->value(), held);
+        bar->setValue(bar->maximum());
+        emit_lines(50);
+        QCOMPARE(bar->value(), bar->maximum());
     }
 
     void helpListsEveryShortcutAndOpensTheGuide() {
