@@ -151,6 +151,8 @@ void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&New session…"), QKeySequence::New, this, &MainWindow::newSessionDialog);
     file->addAction(tr("&Open session…"), QKeySequence::Open, this, &MainWindow::openSessionDialog);
+    recent_menu_ = file->addMenu(tr("Open &Recent"));
+    rebuildRecentMenu();
     file->addAction(tr("&Reload runs"), QKeySequence::Refresh, this, [this] {
         controller_->reload();
         canvas_->refresh();  // the selected runs' rows too, live or not

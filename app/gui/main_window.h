@@ -71,6 +71,10 @@ class MainWindow : public QMainWindow {
     CanvasWidget* canvas() const { return canvas_; }
     QTabBar* viewTabs() const { return view_tabs_; }
     QString logText() const;
+    // Sessions opened before, newest first (File > Open Recent; at most kMaxRecent, files that
+    // still exist). Kept in QSettings "session/recent".
+    QStringList recentSessions() const;
+    static constexpr int kMaxRecent = 8;
 
    protected:
     void closeEvent(QCloseEvent* e) override;
@@ -87,6 +91,8 @@ class MainWindow : public QMainWindow {
     void updateStatus();
     void newSessionDialog();
     void openSessionDialog();
+    void rememberSession(const QString& path);  // front of the recent list
+    void rebuildRecentMenu();
     void compareDialog(const RunConfig& base);
     void exportDialog(const ExportChoice& choice);
     void exportPngDialog(bool window);
@@ -99,6 +105,7 @@ class MainWindow : public QMainWindow {
     CanvasWidget* canvas_;
     QTabBar* view_tabs_;
     QPlainTextEdit* log_;
+    QMenu* recent_menu_ = nullptr;
     QLabel* status_session_;
     QLabel* status_runs_;
     QLabel* status_frame_;

@@ -1,5 +1,9 @@
 // Main window actions: sessions, launching, comparisons, exports, help, about.
 #include <QDialog>
+#include <QAction>
+#include <QMenu>
+#include <QSettings>
+#include <QDir>
 #include <QFileDialog>
 #include <algorithm>
 #include <QFileInfo>
@@ -50,6 +54,7 @@ void MainWindow::onSessionChanged(const QString& path) {
         showProblem(tr("The views cannot read the session"), QString::fromStdString(e.what()));
     }
     if (!path.isEmpty()) log(tr("session %1: %n run(s)", nullptr, model_->rowCount()).arg(path));
+    if (!path.isEmpty()) rememberSession(path);
     canvas_->setLive(controller_->anyActive());
     form_->setSessionBusy(controller_->anyActive());
     updateStatus();
@@ -196,8 +201,47 @@ void MainWindow::newSessionDialog() {
 }
 
 void MainWindow::openSessionDialog() {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open session"), QString(), tr("kvlab sessions (*.kvlab);;All files (*)"));
+    // Start where sessions are: the open one's folder, else the last one's, else where kvlab
+    // writes new sessions (~/.local/share/kvlab), else home.
+    QString dir;
+    const QStringList recent = recentSessions();
+    if (!controller_->path().isEmpty()) dir = QFileInfo(controller_->path()).absolutePath();
+    else if (!recent.isEmpty()) dir = QFileInfo(recent.front()).absolutePath();
+    else if (const QString d = QDir::homePath() + QStringLiteral("/.local/share/kvlab"); QFileInfo(d).isDir()) dir = d;
+    else dir = QDir::homePath();
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open session"), dir, tr("kvlab sessions (*.kvlab);;All files (*)"));
     if (!path.isEmpty()) openSession(path);
+}
+
+QStringList MainWindow::recentSessions() const {
+    QStringList out;
+    for (const QString& p : QSettings().value("session/recent").toStringList())
+        if (QFileInfo::exists(p) && !out.contains(p) && out.size() < kMaxRecent) out.push_back(p);
+    return out;
+}
+
+void MainWindow::rememberSession(const QString& path) {
+    QStringList list = recentSessions();
+    const QString abs = QFileInfo(path).absoluteFilePath();
+    list.removeAll(abs);
+    list.prepend(abs);
+    while (list.size() > kMaxRecent) list.removeLast();
+    QSettings().setValue("session/recent", list);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+    if (!recent_menu_) return;
+    recent_menu_->clear();
+    const QStringList list = recentSessions();
+    for (int i = 0; i < list.size(); ++i) {
+        const QString p = list[i];
+        // "&1 name.kvlab — /its/folder": a number to press, the name first, the folder to tell equal names apart
+        QAction* a = recent_menu_->addAction(QStringLiteral("&%1 %2 — %3").arg(i + 1).arg(QFileInfo(p).fileName(), QFileInfo(p).absolutePath()));
+        a->setData(p);
+        connect(a, &QAction::triggered, this, [this, p] { openSession(p); });
+    }
+    recent_menu_->setEnabled(!list.isEmpty());
 }
 
 void MainWindow::compareDialog(const RunConfig& base) {

@@ -715,6 +715,30 @@ class GuiAppTest : public QObject {
         w_->openSession(session_);  // the next cases work on the first session
     }
 
+    void openRecentListsOpenedSessionsNewestFirst() {
+        // File > Open Recent (issue 37): sessions opened before, newest first, one click away.
+        const QString other = tmp_.filePath("recent-other.kvlab");
+        QVERIFY(w_->openSession(other));
+        QVERIFY(w_->openSession(session_));
+        const QStringList recent = w_->recentSessions();
+        QVERIFY(recent.size() >= 2);
+        QCOMPARE(recent[0], QFileInfo(session_).absoluteFilePath());
+        QCOMPARE(recent[1], QFileInfo(other).absoluteFilePath());
+        QMenu* menu = nullptr;
+        for (QAction* a : w_->menuBar()->actions())
+            if (a->menu() && a->text().remove('&') == "File")
+                for (QAction* b : a->menu()->actions())
+                    if (b->menu() && b->text().remove('&') == "Open Recent") menu = b->menu();
+        QVERIFY(menu);
+        QVERIFY(menu->isEnabled());
+        QCOMPARE(menu->actions().size(), recent.size());
+        QCOMPARE(menu->actions()[1]->data().toString(), recent[1]);
+        menu->actions()[1]->trigger();  // reopens the other session
+        QCOMPARE(QFileInfo(w_->controller()->path()).absoluteFilePath(), recent[1]);
+        QCOMPARE(w_->recentSessions().front(), recent[1]);
+        QVERIFY(w_->openSession(session_));  // the next cases work on the first session
+    }
+
     void logFollowsTheNewestLineUnlessScrolledUp() {
         // A run's output streams into the log dock: it follows the newest line, stays where the
         // reader scrolled up to, and follows again once they are back at the bottom (issue 37).
