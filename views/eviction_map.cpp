@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
+#include "storage/config_fields.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
 
@@ -482,6 +484,15 @@ bool refresh_eviction_map(EvictionMapViewState& s, storage::SessionReader& reade
         const auto start = Clock::now();
         s.tokens.run = s.run;
         any |= refresh_run_tokens(s.tokens, reader);
+        int64_t live = 0;
+        try {  // a run the session does not (yet) hold has no known length: the axis fits the data
+            const storage::RunInfo info = reader.run(s.run);
+            const int64_t planned = std::atoll(storage::run_config_value(info.config, "data.seq_length").c_str());
+            live = storage::run_status_final(info.status) ? 0 : std::max<int64_t>(0, planned);
+        } catch (const std::exception&) {
+        }
+        any |= live != s.live_sample_tokens;
+        s.live_sample_tokens = live;
         EvictionData& d = s.data;
         // Layers 0 .. known (one past the known ones, to discover the next); a layer's rows come
         // whole, so its cursor stays exact; the pass resumes where the budget stopped it.
@@ -803,7 +814,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     const int64_t tokens = s.all_layers ? sq.tokens() : (ly ? ly->tokens : 0);
     if (s.follow) {
         s.steps_range = {0, double(std::max(1, steps))};
-        s.tokens_range = {0, double(std::max<int64_t>(1, tokens))};
+        s.tokens_range = {0, double(std::max<int64_t>({1, tokens, s.live_sample_tokens}))};
     }
     const EvictionImage& mi = s.main.image;
     // The compact form (compare's small maps) must fit the map's width.

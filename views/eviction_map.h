@@ -195,6 +195,10 @@ struct EvictionMapViewState {
     bool toolbar = true;      // draw the selectors (the compare view draws one shared toolbar)
     AxisRange steps_range{0, 1}, tokens_range{0, 1};  // visible window (data units)
     bool follow = true;       // fit the window to the data as it grows (cleared by zoom/pan)
+    // While the run is live: its tokens per sample (data.seq_length), so the fitted y axis
+    // spans the whole sample from the first step instead of rescaling as positions arrive.
+    // 0 once the run has ended (or when unknown): the axis fits the positions written.
+    int64_t live_sample_tokens = 0;
     // ---- limits of the main image and of each small multiple ----
     int max_texture_width = 4096, max_texture_height = 2048;
     int64_t max_texels = int64_t(1) << 22;

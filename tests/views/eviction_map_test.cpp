@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
+
+#include <sqlite3.h>
 
 #include "views/colormap.h"
 #include "views/eviction_map.h"
@@ -57,6 +60,45 @@ class EvictionMapRun : public ::testing::Test {
 test::ViewsScratchDir* EvictionMapRun::dir_ = nullptr;
 std::string EvictionMapRun::path_;
 int64_t EvictionMapRun::run_ = 0;
+
+// A live run's map spans its whole sample on y from the first step (issue 37: it rescaled on
+// every refresh as positions arrived); once the run has ended it fits the positions written.
+// The recorded run is made "running" with a longer configured sample in a copy of its session.
+TEST_F(EvictionMapRun, LiveMapKeepsItsAxisAtTheSampleLength) {
+    const std::string copy = dir_->file("live.kvlab");
+    std::filesystem::copy_file(path_, copy, std::filesystem::copy_options::overwrite_existing);
+    auto set_status = [&](const char* status, int64_t seq_length) {
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open(copy.c_str(), &db), SQLITE_OK);
+        const std::string sql = "UPDATE runs SET status = '" + std::string(status) + "', config = json_set(config, '$.data.seq_length', " +
+                                std::to_string(seq_length) + ") WHERE id = " + std::to_string(run_);
+        ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+        sqlite3_close(db);
+    };
+    set_status("running", 4096);
+    test::ImGuiHarness h;
+    test::RecordingTextureHost host;
+    EvictionMapViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
+    s.run = run_;
+    {
+        storage::SessionReader reader(copy);
+        ASSERT_TRUE(refresh_eviction_map(s, reader));
+    }
+    EXPECT_EQ(s.live_sample_tokens, 4096);
+    h.window_frame([&] { DrawEvictionMapView(s, &host); });
+    const int64_t written = s.data.sequences.back().layers.front().tokens;
+    ASSERT_LT(written, 4096);
+    EXPECT_EQ(s.tokens_range.hi, 4096.0) << "the live axis spans the sample, not the " << written << " positions written";
+    set_status("done", 4096);
+    {
+        storage::SessionReader reader(copy);
+        refresh_eviction_map(s, reader);
+    }
+    EXPECT_EQ(s.live_sample_tokens, 0);
+    h.window_frame([&] { DrawEvictionMapView(s, &host); });
+    EXPECT_EQ(s.tokens_range.hi, double(written)) << "an ended run fits what it wrote";
+}
 
 TEST_F(EvictionMapRun, PresenceImageMatchesHandReplayOfTheLog) {
     storage::SessionReader reader(path_);
