@@ -71,6 +71,9 @@ int64_t MainWindow::launch(const RunConfig& cfg) {
         const RunRow* r = model_->run(run);
         log(tr("run %1 queued: %2").arg(run).arg(r ? r->name : QString()));
         canvas_->setLive(true);
+        // The launched run is the one to watch: select it, so every view follows it live with no
+        // click (a comparison selects its whole set once all are queued).
+        selectRuns({run});
         return run;
     } catch (const Error& e) {
         showProblem(tr("Cannot launch"), QString::fromStdString(e.what()));

@@ -325,6 +325,9 @@ class GuiAppTest : public QObject {
         QTRY_COMPARE_WITH_TIMEOUT(w_->runsModel()->rowCount(), rows + 1, 5000);
         run_ = w_->runsModel()->rows().back().id;
         QCOMPARE(w_->runsModel()->run(run_)->name, QString("gui test run"));
+        // Launch shows the run: it is selected and the views follow it, with no click (issue 37).
+        QCOMPARE(w_->browser()->selectedRuns(), std::vector<int64_t>{run_});
+        QCOMPARE(w_->canvas()->canvas().impl().runs, std::vector<int64_t>{run_});
         QVERIFY(waitFinal(run_, 120000));
         const RunRow* r = w_->runsModel()->run(run_);
         QCOMPARE(int(r->status), int(storage::RunStatus::DONE));
