@@ -110,6 +110,11 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         if (const int64_t peak = run_own_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
         if (const int64_t all = run_peak_bytes(r.summary); all >= 0 && double(all) != cr.peak_bytes) cr.peak_bytes_with_instrumentation = double(all);
         cr.tokens_per_s_with_instrumentation = num(s, "tokens_per_s_with_instrumentation");
+        cr.copy_token_accuracy = num(s, "copy_token_accuracy");
+        cr.answer_token_accuracy = num(s, "answer_token_accuracy");
+        cr.fidelity_kl = num(s, "fidelity_next_token_kl");
+        cr.fidelity_kept_mass = num(s, "fidelity_kept_mass");
+        cr.fidelity_attn_error = num(s, "fidelity_attn_rel_error");
         cr.instrumentation_seconds = num(s, "instrumentation_seconds");
         // Each category's own peak over the whole run (the writer's, from every allocation
         // event), like the total; the evaluation phase's peaks only when events are missing.
@@ -206,6 +211,25 @@ std::string format_comparison(const Comparison& c) {
         }
         out += "\n";
     };
+    // What the study is about, where the runs record it: the task's own score and how far each
+    // run is from the dense model (fidelity means).
+    const std::pair<const char*, double ComparedRun::*> study[] = {{"copied tokens", &ComparedRun::copy_token_accuracy},
+                                                                  {"answer tokens right", &ComparedRun::answer_token_accuracy},
+                                                                  {"next-token KL vs dense", &ComparedRun::fidelity_kl},
+                                                                  {"kept attention mass", &ComparedRun::fidelity_kept_mass},
+                                                                  {"attention error vs dense", &ComparedRun::fidelity_attn_error}};
+    bool any_study = false;
+    for (const auto& [label, field] : study)
+        for (const auto& r : c.runs) any_study |= !std::isnan(r.*field);
+    if (any_study) {
+        out += "task and fidelity:\n";
+        run_header("", 26);
+        for (const auto& [label, field] : study) {
+            bool any = false;
+            for (const auto& r : c.runs) any |= !std::isnan(r.*field);
+            if (any) run_row(label, 26, [field = field](const ComparedRun& r) { return fmt(r.*field, 4); });
+        }
+    }
     // What measuring cost, apart from the headline numbers above (which are the runs' own).
     bool instrumented = false;
     for (const auto& r : c.runs) instrumented |= !std::isnan(r.instrumentation_seconds) || !std::isnan(r.peak_bytes_with_instrumentation);

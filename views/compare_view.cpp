@@ -18,6 +18,11 @@ std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) 
         bool difference;
     };
     static const Field kFields[] = {
+        // The study's numbers first: the task's own score and the distance to the dense model.
+        {"copied tokens", &storage::ComparedRun::copy_token_accuracy, nullptr, true},
+        {"answer tokens right", &storage::ComparedRun::answer_token_accuracy, nullptr, true},
+        {"next-token KL vs dense", &storage::ComparedRun::fidelity_kl, nullptr, false},
+        {"kept attention mass", &storage::ComparedRun::fidelity_kept_mass, nullptr, true},
         {"loss", &storage::ComparedRun::loss, &storage::ComparedRun::d_loss, true},
         {"accuracy", &storage::ComparedRun::accuracy, &storage::ComparedRun::d_accuracy, true},
         {"perplexity", &storage::ComparedRun::perplexity, &storage::ComparedRun::ppl_ratio, false},
@@ -41,7 +46,8 @@ std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) 
             const double v = run.*f.value;
             any |= !std::isnan(v);
             r.values.push_back(v);
-            r.relative.push_back(f.relative ? run.*f.relative : v / (c.runs.front().*f.value));
+            const double ref = c.runs.front().*f.value;
+            r.relative.push_back(f.relative ? run.*f.relative : f.difference ? v - ref : v / ref);
         }
         if (any) out.push_back(std::move(r));
     }
