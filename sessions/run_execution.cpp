@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "engine/core/device.h"
@@ -19,6 +20,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/run/evaluate.h"
 #include "engine/run/run_memory.h"
+#include "engine/telemetry/run_phase.h"
 #include "engine/telemetry/trace.h"
 #include "engine/train/trainer.h"
 #include "run_train.h"
@@ -54,7 +56,11 @@ nlohmann::json memory_json(const std::vector<DeviceMemoryStats>& stats) {
         d["peak_total_without_instrumentation"] = s.peak_without_instrumentation;
         if (s.peak_instrumentation > 0) d["peak_instrumentation"] = s.peak_instrumentation;
         for (size_t c = 0; c < kNumMemCategories; ++c)
-            if (s.peak[c]) d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
+            if (s.peak[c]) {
+                d["peak"][mem_category_name(MemCategory(c))] = s.peak[c];
+                // The category's own peak, apart from what instrumentation allocated in it.
+                d["peak_without_instrumentation"][mem_category_name(MemCategory(c))] = s.peak_without_instrumentation_by_category[c];
+            }
         // Next to the tracked peak, what the OS counted (libraries, mapped files, heap slack):
         // the process's peak resident set so far (ru_maxrss, KiB on Linux).
         rusage ru{};
@@ -171,7 +177,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         text << (is_ruler_task(cfg.data.name) ? "answer tokens right " : "copied tokens ") << s.copy_token_accuracy << " | ";
     text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s";
     if (s.instrumentation_seconds > 0)
-        text << " (" << s.tokens_per_s_with_instrumentation << " with fidelity's " << s.instrumentation_seconds << " s of measuring)";
+        text << " (" << s.tokens_per_s_with_instrumentation << " with the " << s.instrumentation_seconds << " s that measured it)";
     text << " | KV " << format_bytes((long long)s.kv_bytes) << " (" << s.kv_bits_per_element << " bits/element)";
     if (s.fidelity_attn_rel_error >= 0)
         text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass
@@ -218,15 +224,40 @@ RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHoo
 
 }  // namespace
 
-RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
-    validate_run_config(cfg);
-    LoadedModel lm = load_model(cfg.model, model_options(cfg), cfg.model_seed);
-    // Everything sized by the user's numbers is refused here, before any of it is allocated.
-    check_run_memory(cfg, lm.config);
+namespace {
+
+RunOutcome run_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
     if (cfg.mode == "eval_long" || cfg.mode == "infer") return run_eval_mode(cfg, lm, hooks);
     if (cfg.mode == "generate") return run_generate_mode(cfg, lm, hooks);
     if (is_train_mode(cfg.mode)) return run_train_mode(cfg, lm, hooks);
     throw Error(str("mode '", cfg.mode, "' cannot run in this build yet"));
+}
+
+nlohmann::json phase_seconds_json(const PhaseSeconds& s) {
+    nlohmann::json j = nlohmann::json::object();
+    for (size_t p = 0; p < kNumRunPhases; ++p)
+        if (s[p] > 0) j[run_phase_name(RunPhase(p))] = s[p];
+    return j;
+}
+
+}  // namespace
+
+RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
+    validate_run_config(cfg);
+    const PhaseSeconds phases_start = PhaseScope::thread_seconds();
+    std::optional<PhaseScope> load_phase(std::in_place, RunPhase::LOAD);
+    LoadedModel lm = load_model(cfg.model, model_options(cfg), cfg.model_seed);
+    // Everything sized by the user's numbers is refused here, before any of it is allocated.
+    check_run_memory(cfg, lm.config);
+    load_phase.reset();
+    RunOutcome out = run_mode(cfg, lm, hooks);
+    // Where the run's time went, phase by phase (the timeline's RUN spans, summed).
+    nlohmann::json j = nlohmann::json::parse(out.summary_json, nullptr, false);
+    if (j.is_object()) {
+        j["phase_seconds"] = phase_seconds_json(phase_seconds_since(phases_start, PhaseScope::thread_seconds()));
+        out.summary_json = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    return out;
 }
 
 }  // namespace kv::sessions

@@ -116,16 +116,23 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.fidelity_kept_mass = num(s, "fidelity_kept_mass");
         cr.fidelity_attn_error = num(s, "fidelity_attn_rel_error");
         cr.instrumentation_seconds = num(s, "instrumentation_seconds");
+        if (s.contains("phase_seconds") && s["phase_seconds"].is_object())
+            for (const auto& [phase, v] : s["phase_seconds"].items())
+                if (v.is_number()) cr.phase_seconds.emplace_back(phase, v.get<double>());
         // Each category's own peak over the whole run (the writer's, from every allocation
         // event), like the total; the evaluation phase's peaks only when events are missing.
+        // Apart from instrumentation where the writer split it (fidelity's passes allocate
+        // activations and workspace too; kv_fidelity is all instrumentation and drops out).
         const Json* cats = nullptr;
-        if (s.contains("peak_bytes_by_category") && s["peak_bytes_by_category"].contains("cpu"))
+        if (s.contains("peak_bytes_by_category_without_instrumentation") && s["peak_bytes_by_category_without_instrumentation"].contains("cpu"))
+            cats = &s["peak_bytes_by_category_without_instrumentation"]["cpu"];
+        else if (s.contains("peak_bytes_by_category") && s["peak_bytes_by_category"].contains("cpu"))
             cats = &s["peak_bytes_by_category"]["cpu"];
         else if (s.contains("memory") && s["memory"].contains("cpu") && s["memory"]["cpu"].contains("peak"))
             cats = &s["memory"]["cpu"]["peak"];
         if (cats && cats->is_object())
             for (const auto& [cat, v] : cats->items())
-                if (v.is_number()) cr.peak_by_category.emplace_back(cat, v.get<double>());
+                if (v.is_number() && v.get<double>() > 0) cr.peak_by_category.emplace_back(cat, v.get<double>());
         c.runs.push_back(cr);
     }
     std::set<std::string> keys;
@@ -234,9 +241,21 @@ std::string format_comparison(const Comparison& c) {
     bool instrumented = false;
     for (const auto& r : c.runs) instrumented |= !std::isnan(r.instrumentation_seconds) || !std::isnan(r.peak_bytes_with_instrumentation);
     if (instrumented) {
-        out += "instrumentation (fidelity: measuring the runs, not their cost; left out of the numbers above):\n";
+        out += "instrumentation (measuring the runs, not their cost; left out of the numbers above):\n";
         run_header("", 26);
         run_row("seconds measuring", 26, [](const ComparedRun& r) { return fmt(r.instrumentation_seconds, 4); });
+        // Labelled by phase: fidelity's comparison per layer, the dense reference, KL heads, telemetry.
+        for (const char* phase : {"fidelity attention", "fidelity reference", "KL heads", "telemetry"}) {
+            bool any = false;
+            for (const auto& r : c.runs)
+                for (const auto& [k, v] : r.phase_seconds) any |= k == phase;
+            if (!any) continue;
+            run_row(str("  s ", phase), 26, [phase](const ComparedRun& r) {
+                for (const auto& [k, v] : r.phase_seconds)
+                    if (k == phase) return fmt(v, 4);
+                return fmt(double(NAN), 4);
+            });
+        }
         run_row("tokens/s with it", 26, [](const ComparedRun& r) { return fmt(r.tokens_per_s_with_instrumentation, 4); });
         run_row("peak with it", 26, [](const ComparedRun& r) { return fmt_bytes(r.peak_bytes_with_instrumentation); });
     }
@@ -248,7 +267,7 @@ std::string format_comparison(const Comparison& c) {
             if (std::find(cats.begin(), cats.end(), cat) == cats.end()) cats.push_back(cat);
     std::sort(cats.begin(), cats.end());
     if (!cats.empty()) {
-        out += "peak memory by category (whole run, each category's own peak):\n";
+        out += "peak memory by category (whole run, each category's own peak, instrumentation left out):\n";
         run_header("category", 22);
         for (const auto& cat : cats)
             run_row(cat, 22, [&](const ComparedRun& r) {

@@ -27,6 +27,7 @@ struct ComparedRun {
     // With what measured the run (fidelity): NaN when the run had no instrumentation.
     double peak_bytes_with_instrumentation = NAN, tokens_per_s_with_instrumentation = NAN, instrumentation_seconds = NAN;
     std::vector<std::pair<std::string, double>> peak_by_category;  // bytes, from the run's summary (cpu device)
+    std::vector<std::pair<std::string, double>> phase_seconds;     // the summary's phase_seconds (run_phase.h names)
     // relative to the reference (NaN when either side is missing)
     double d_loss = NAN, d_accuracy = NAN, ppl_ratio = NAN, speed_ratio = NAN, kv_ratio = NAN, peak_ratio = NAN;
 };

@@ -65,6 +65,8 @@ struct RunSlot {
     // own peak, and the instrumentation's.
     std::map<int, int64_t> instrumentation_now, peak_device_own, peak_instrumentation;
     std::map<int, std::array<int64_t, kNumMemCategories>> peak_category;  // device code -> bytes
+    // Per category apart from instrumentation: its bytes in the category now, and the rest's peak.
+    std::map<int, std::array<int64_t, kNumMemCategories>> instrumentation_category_now, peak_category_own;
     bool progress_dirty = false;
     trace::ProgressRecord progress{};
     Clock::time_point last_summary = Clock::now();
@@ -233,8 +235,14 @@ struct SessionWriter::Impl : trace::EventSink {
         int64_t& ipeak = r.peak_instrumentation[a.device];
         ipeak = std::max(ipeak, instr);
         auto& pc = r.peak_category[a.device];
-        if (size_t(a.category) < kNumMemCategories)
-            pc[size_t(a.category)] = std::max(pc[size_t(a.category)], a.category_total);
+        if (size_t(a.category) < kNumMemCategories) {
+            const size_t c = size_t(a.category);
+            pc[c] = std::max(pc[c], a.category_total);
+            int64_t& ic = r.instrumentation_category_now[a.device][c];
+            if (a.flags & trace::ALLOC_FLAGS_INSTRUMENTATION) ic += a.bytes;
+            int64_t& oc = r.peak_category_own[a.device][c];
+            oc = std::max(oc, a.category_total - ic);
+        }
         return 1;
     }
 
@@ -366,6 +374,14 @@ struct SessionWriter::Impl : trace::EventSink {
         }
         j["peak_bytes"] = peaks;
         j["peak_bytes_by_category"] = by_cat;
+        nlohmann::json own_cat = nlohmann::json::object();
+        for (const auto& [dev, cats] : r.peak_category_own) {
+            nlohmann::json c = nlohmann::json::object();
+            for (size_t i = 0; i < kNumMemCategories; ++i)
+                if (r.peak_category[dev][i]) c[mem_category_name(MemCategory(i))] = cats[i];
+            own_cat[trace::device_code_name(dev)] = c;
+        }
+        j["peak_bytes_by_category_without_instrumentation"] = own_cat;
         nlohmann::json own = nlohmann::json::object(), instr = nlohmann::json::object();
         for (const auto& [dev, bytes] : r.peak_device_own) own[trace::device_code_name(dev)] = bytes;
         for (const auto& [dev, bytes] : r.peak_instrumentation)

@@ -50,8 +50,11 @@ std::vector<RunConfig> compareConfigs(const RunConfig& base, const QStringList& 
         ref.kv_cache.cache_length = base.data.seq_length;
         ref.name = str(ref.kv_cache.name, " L=", ref.kv_cache.cache_length, " (reference)");
     }
-    out.push_back(ref);
     const std::vector<int64_t> lengths = cache_lengths.empty() ? std::vector<int64_t>{base.kv_cache.cache_length} : cache_lengths;
+    // The reference steps through the sequence in the compared runs' chunks (their prefill is
+    // their cache length), so its speed and its per-chunk numbers compare step for step.
+    ref.driver.prefill_length = *std::min_element(lengths.begin(), lengths.end());
+    out.push_back(ref);
     for (const auto& p : policies)
         for (const auto& b : buffers)
             for (int64_t L : lengths) {

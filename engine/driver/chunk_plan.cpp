@@ -48,12 +48,14 @@ ChunkPlan plan_chunks(int64_t seq, const std::vector<int64_t>& cache_lengths, co
     std::sort(pts.begin(), pts.end());
     pts.erase(std::unique(pts.begin(), pts.end()), pts.end());
 
+    if (opt.prefill < 0) throw Error(str("--kv_cache.prefill_length: ", opt.prefill, " must be >= 0"));
+    const int64_t prefill = opt.prefill > 0 ? std::min({opt.prefill, mpl, seq}) : mpl;
     ChunkPlan p;
     if (pts.empty()) {
-        p.chunks = seq <= mpl ? std::vector<int64_t>{seq} : std::vector<int64_t>{mpl, seq - mpl};
+        p.chunks = seq <= prefill ? std::vector<int64_t>{seq} : std::vector<int64_t>{prefill, seq - prefill};
     } else {
-        int64_t done = mpl;
-        p.chunks.push_back(mpl);
+        int64_t done = prefill;
+        p.chunks.push_back(prefill);
         while (!pts.empty() && pts.front() <= done) pts.erase(pts.begin());
         // Randomized sizes: five draws in [cs - cs/2, cs + cs/2] (capped at the first cache
         // length), each chunk picks one of them.

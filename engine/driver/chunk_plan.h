@@ -28,6 +28,9 @@ struct ChunkPlan {
 
 struct ChunkPlanOptions {
     int64_t chunk_size = 16;
+    // Tokens of the first chunk; 0: the smallest cache length (keys_values' prefill). A dense
+    // cache given the compared policies' cache length steps through the sequence as they do.
+    int64_t prefill = 0;
     bool randomize = false;
     uint64_t seed = 0;
     double cell_factor = 1.0;       // 2 G D / E of the model

@@ -1,6 +1,8 @@
 // Fidelity against the dense cache (see fidelity.h).
 #include "fidelity.h"
 
+#include "engine/telemetry/run_phase.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "engine/kv/policy_math.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/run_phase.h"
 #include "kernels/common/element_math.h"
 
 namespace kv {
@@ -93,13 +96,17 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     // per-row log-sum-exp (see fidelity.h).
     const bool want_lse = merge_ && input_pos > 0 && stores_raw(lc.buffer(), q.dtype()) && ops::sdpa_lse_supported(q.device());
     Tensor lse_kept;
-    if (want_lse) lse_kept = Tensor::empty({B, NH, n}, DType::F64, {q.device(), MemCategory::WORKSPACE, "fidelity kept log-sum-exp"});
+    if (want_lse) {
+        InstrumentationScope instrumentation;  // only measuring asks for it
+        lse_kept = Tensor::empty({B, NH, n}, DType::F64, {q.device(), MemCategory::WORKSPACE, "fidelity kept log-sum-exp"});
+    }
     {
         LseRequest req(lc, want_lse ? &lse_kept : nullptr);
         cache_.attend(layer, q, k, v, input_pos, scale, y);
     }
     // The policy's attention is done; the rest measures it (memory and time apart from the run's).
     InstrumentationScope instrumentation;
+    PhaseScope phase(RunPhase::FIDELITY_ATTENTION);
 
     if (input_pos == 0) chunk_[size_t(layer)] = 0;
     Tensor ks = k_shadow_[size_t(layer)].slice(2, input_pos, end), vs = v_shadow_[size_t(layer)].slice(2, input_pos, end);
@@ -379,10 +386,18 @@ void DenseReference::run_cell(const Tensor& ids, const ChunkPlan& plan, size_t c
     if (cell + 1 == plan.cells.size()) finish(ids, plan);
 }
 
+int64_t DenseReference::progress_units(const ChunkPlan& plan) const {
+    return int64_t(plan.chunks.size()) * (model_.config().num_layers + 1);
+}
+
 void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
     const size_t nc = plan.chunks.size(), ce = size_t(exact_end_);
-    if (ce >= nc) return;
     const int nl = int(model_.config().num_layers);
+    auto report = [&](int64_t units, const char* phase) {
+        if (progress_ && units > 0) progress_(units, phase);
+    };
+    report(int64_t(std::min(ce, nc)) * (nl + 1), run_phase_name(RunPhase::FIDELITY_REFERENCE));  // the exact prefix: nothing to run
+    if (ce >= nc) return;
     // The exact prefix's K/V are the policy's (its shadow); the dense stream starts after it.
     const int64_t pe = plan.starts[ce];
     if (pe > 0)
@@ -395,7 +410,11 @@ void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
         while (b < nc && plan.starts[b] + plan.chunks[b] - plan.starts[a] <= block_tokens_) ++b;
         const int64_t q0 = plan.starts[a], q1 = plan.starts[b - 1] + plan.chunks[b - 1];
         Tensor x = model_.embed(ids.slice(1, q0, q1));
-        for (int l = 0; l < nl; ++l) x = model_.block(l, x, q0, *shadow_);
+        for (int l = 0; l < nl; ++l) {
+            x = model_.block(l, x, q0, *shadow_);
+            report(int64_t(b - a), run_phase_name(RunPhase::FIDELITY_REFERENCE));
+        }
+        PhaseScope kl_heads(RunPhase::KL_HEADS);  // both streams' final norm, lm_head and the KL
         const Tensor hd = model_.final_norm(x), hp = model_.final_norm(policy_out_.slice(1, q0, q1));
         for (size_t c = a; c < b; ++c) {
             const int64_t o = plan.starts[c] - q0, n = plan.chunks[c];
@@ -405,6 +424,7 @@ void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
             st.n = n;
             st.next_token_kl = chunk_kl(hd.slice(1, o, o + n), hp.slice(1, o, o + n), plan.starts[c]);
             steps_.push_back(st);
+            report(1, run_phase_name(RunPhase::KL_HEADS));
         }
         a = b;
     }

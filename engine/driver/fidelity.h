@@ -13,6 +13,7 @@
 // attention runs over the shadow with attention-weight sums for the mass.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -142,6 +143,12 @@ class DenseReference {
     size_t shadow_bytes() const;
     // Tokens per prefill of the dense stream (whole chunks, at least one; default 1024).
     void set_block_tokens(int64_t n) { block_tokens_ = n; }
+    // Progress of the work after the last cell, in units of (layer, chunk) of the dense stream
+    // and one per chunk's KL: progress_units(plan) in all, reported as they are done (the exact
+    // prefix's at once), with the phase's name ("fidelity reference", "KL heads").
+    using Progress = std::function<void(int64_t units, const char* phase)>;
+    void set_progress(Progress p) { progress_ = std::move(p); }
+    int64_t progress_units(const ChunkPlan& plan) const;
 
    private:
     class Shadow;
@@ -156,6 +163,7 @@ class DenseReference {
     int64_t exact_end_ = 0;   // chunks [0, exact_end_) are the exact prefix
     int64_t block_tokens_ = 1024;
     std::vector<FidelityKLStep> steps_;
+    Progress progress_;
 };
 
 // Mean over rows of KL(softmax(p) || softmax(q)) in nats, both (rows, V) logits, in f64.

@@ -220,7 +220,7 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
                     pi.chunks_done = int32_t(done);
                     pi.chunks_total = int32_t(total);
                     // monotonic across the cell -> layer -> chunk order
-                    pi.tokens_done = cb.run_tokens_before + T * done / total;
+                    pi.tokens_done = cb.run_tokens_before + T * done / (total + cb.units_after);
                     pi.tokens_total = cb.run_tokens_total > 0 ? cb.run_tokens_total : T;
                     trace::progress(pi);
                 }

@@ -30,6 +30,10 @@ struct DriverCallbacks {
     // until the last call ends. Total 0: this call is the whole run. (Its (layer, chunk) steps
     // stay per call: the cell-grid view reads them per sample.)
     int64_t run_tokens_before = 0, run_tokens_total = 0;
+    // Work the caller does after this call's last step and counts in the same sample's token
+    // progress (fidelity's dense reference and KL heads), in (layer, chunk) step units: the
+    // tokens reach the sample's end only when that work is done too.
+    int64_t units_after = 0;
 };
 
 // Thrown when the cancel flag is seen (the run stops within one chunk).

@@ -6,6 +6,7 @@
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/run_phase.h"
 #include "engine/telemetry/trace.h"
 
 namespace kv {
@@ -91,6 +92,7 @@ int64_t ContextReconstruction::max_piece_tokens(int64_t max_chunk) const {
 }
 
 ReconstructionChunk ContextReconstruction::prepare(const Tensor& ids, int64_t start) {
+    PhaseScope phase(RunPhase::RECONSTRUCTION);
     const int64_t B = ids.size(0), n = ids.size(1), V = model_.config().vocab_size;
     const std::vector<int64_t> tok = ids.contiguous().to_i64_vector();
     if (start == 0) recent_.assign(size_t(B), {});
@@ -132,6 +134,7 @@ ReconstructionChunk ContextReconstruction::prepare(const Tensor& ids, int64_t st
 }
 
 void ContextReconstruction::run_layer(int l, ReconstructionChunk& chunk) {
+    PhaseScope phase(RunPhase::RECONSTRUCTION);
     for (auto& p : chunk.pieces) {
         ReconstructionAttention att(cache_, p.begin, p.end);
         p.x = model_.block(l, p.x, chunk.query_pos, att);

@@ -18,6 +18,7 @@
 #include "engine/kv/kv_config.h"
 #include "engine/model/transformer_backward.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/run_phase.h"
 #include "engine/telemetry/trace.h"
 #include "replay_cache.h"
 #include "engine/kv/quest_policy.h"
@@ -293,6 +294,7 @@ class GradientRun {
         // ---- phase 1: the real forward, decisions logged, checkpoints at row starts ----------
         {
             auto phase = trace::span(trace::SpanCategory::RUN, "gradient phase 1 (forward)");
+            PhaseScope forward_phase(RunPhase::POLICY_PASS);
             DriverCallbacks cb1;
             cb1.cancel = cb.cancel;
             cb1.progress = [&](int64_t d, int64_t) {
@@ -340,6 +342,7 @@ class GradientRun {
     void replay_checkpoints() {
         // Checkpoints from a full-precision replay of the logged decisions (cell -> layer -> chunk).
         auto phase = trace::span(trace::SpanCategory::RUN, "gradient checkpoints (replay)");
+        PhaseScope replay_phase(RunPhase::POLICY_PASS);  // the forward again, from checkpoints
         auto caches = make_caches(model, 0, nl, B, Ls, st.plans, opt.quest_page, opt.quest_pages);
         for (auto& c : caches) c->load(nullptr);
         ReplayAttention att(caches, 0, false);
@@ -373,6 +376,7 @@ class GradientRun {
         const auto t0 = Clock::now();
         tracker.reset_peaks();
         auto phase2 = trace::span(trace::SpanCategory::BACKWARD, "gradient phase 2 (backward)");
+        PhaseScope backward_phase(RunPhase::BACKWARD);
         auto load_cp = [&](const Tensor& stored, const CellRange& cr, const char* what) {
             return layer_fmt.load(stored, {B, cr.len, E}, act, dev, MemCategory::ACTIVATIONS, what);
         };

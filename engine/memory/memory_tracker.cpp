@@ -147,10 +147,13 @@ void MemoryTracker::record(Device device, int64_t delta, MemCategory category, c
             instr = instrumentation_ids_.erase(id) > 0;
         }
         if (instr) {
+            s.s.current_instrumentation_by_category[c] += delta;
             s.s.current_instrumentation += delta;
             s.s.peak_instrumentation = std::max(s.s.peak_instrumentation, s.s.current_instrumentation);
         }
         s.s.peak_without_instrumentation = std::max(s.s.peak_without_instrumentation, s.s.current_total - s.s.current_instrumentation);
+        s.s.peak_without_instrumentation_by_category[c] =
+            std::max(s.s.peak_without_instrumentation_by_category[c], s.s.current[c] - s.s.current_instrumentation_by_category[c]);
         if (sinks_.empty()) return;
         ev.instrumentation = instr;
         ev.instrumentation_total = s.s.current_instrumentation;
@@ -210,6 +213,8 @@ void MemoryTracker::reset_peaks() {
         s.s.peak_total = s.s.current_total;
         s.s.peak_instrumentation = s.s.current_instrumentation;
         s.s.peak_without_instrumentation = s.s.current_total - s.s.current_instrumentation;
+        for (size_t c = 0; c < kNumMemCategories; ++c)
+            s.s.peak_without_instrumentation_by_category[c] = s.s.current[c] - s.s.current_instrumentation_by_category[c];
     }
 }
 void MemoryTracker::set_budget(Device device, int64_t bytes) {

@@ -55,6 +55,10 @@ struct DeviceMemoryStats {
     int64_t current_instrumentation = 0;
     int64_t peak_instrumentation = 0;
     int64_t peak_without_instrumentation = 0;
+    // Per category: the instrumentation bytes in it now, and the peak of the rest (the run's
+    // own bytes of that category; equal to `peak` in categories instrumentation never uses).
+    std::array<int64_t, kNumMemCategories> current_instrumentation_by_category{};
+    std::array<int64_t, kNumMemCategories> peak_without_instrumentation_by_category{};
 };
 
 class MemoryTracker {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
@@ -12,30 +13,15 @@
 #include "engine/data/synthetic.h"
 #include "engine/data/text_windows.h"
 #include "engine/driver/long_context.h"
+#include "engine/telemetry/run_phase.h"
+#include "engine/telemetry/trace.h"
+#include "run_plan.h"
 
 namespace kv {
 
 namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-KVCacheConfig cache_config_for(const RunConfig& cfg, const LoadedModel& lm) {
-    KVCacheConfig kc = cfg.kv_cache;
-    kc.dtype = lm.model->act_dtype();
-    // keys_values' CLI: max_chunk_size = chunk_size (1.5x with randomized chunks).
-    if (kc.max_chunk_size == 0) {
-        kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
-        // With layers of different lengths (pyramidkv, a layer length rule) the plan stretches a
-        // chunk ending just short of one of them by up to kChunkSnapTokens; a top-k of the bare
-        // chunk size would refuse that chunk in every full layer.
-        const int64_t nl = lm.config.num_layers;
-        for (int64_t l = 1; l < nl; ++l)
-            if (kc.length_for_layer(l, 0, nl) != kc.length_for_layer(0, 0, nl)) {
-                kc.max_chunk_size += kChunkSnapTokens;
-                break;
-            }
-    }
-    return kc;
-}
 }  // namespace
 
 EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks& cb) {
@@ -47,6 +33,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     tracker.reset_peaks();
 
     // ---- data ----
+    std::optional<PhaseScope> data_phase(std::in_place, RunPhase::DATA);
     struct Item {
         std::vector<int32_t> ids;
         int32_t label = -1;
@@ -121,26 +108,19 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     EvalSummary sum;
     sum.cache_name = cfg.kv_cache.name;
     sum.text_bos = text_bos;
-    const KVCacheConfig kc = cache_config_for(cfg, lm);
+    const KVCacheConfig kc = run_cache_config(cfg, mc, lm.model->act_dtype());
     int64_t total_units = 0, total_tokens = 0, done_tokens = 0;
     std::vector<ChunkPlan> plans;
     for (const auto& it : items) {
         const int64_t T = int64_t(it.ids.size());
-        std::vector<int64_t> Ls;
-        for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
-        quest_plan_lengths(kc, Ls);
-        policy_plan_lengths(kc, mc.num_kv_heads, Ls);
-        ChunkPlanOptions po;
-        po.chunk_size = cfg.driver.chunk_size;
-        po.randomize = cfg.driver.randomize_chunk_sizes;
-        po.seed = cfg.data.seed;
-        po.cell_factor = cell_factor(mc);
-        po.chunks_per_cell_multiplier = cfg.grad.chunks_per_cell_multiplier;
-        plans.push_back(plan_chunks(T, Ls, po));
-        total_units += int64_t(plans.back().chunks.size()) * mc.num_layers;
+        plans.push_back(run_chunk_plan(cfg, kc, mc, T, cfg.data.seed));
+        // Progress counts every phase: the policy's (layer, chunk) steps, and with fidelity the
+        // dense reference's and one KL per chunk after them (DenseReference::progress_units).
+        total_units += int64_t(plans.back().chunks.size()) * (mc.num_layers + (cfg.fidelity ? mc.num_layers + 1 : 0));
         total_tokens += T;
     }
     sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
+    data_phase.reset();
 
     // The tokenizer for policies that encode text (kvzip's reconstruction prompt).
     const TextCodec codec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
@@ -150,10 +130,12 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     std::vector<FidelityKLStep> fidelity_kl;
     double loss_tokens = 0, loss_total = 0;
     int64_t correct = 0;
-    const double t_start = now_s(), instr_start = InstrumentationScope::thread_seconds();
+    const double t_start = now_s();
+    const PhaseSeconds phases_start = PhaseScope::thread_seconds();
     for (size_t i = 0; i < items.size(); ++i) {
         const Item& it = items[i];
         const int64_t T = int64_t(it.ids.size());
+        std::optional<PhaseScope> policy_phase(std::in_place, RunPhase::POLICY_PASS);
         // One cache per sample (dense caches are sized to the sample).
         KVCache cache(kc, mc, model.options().device, model.act_dtype(), T, &codec);
         if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);
@@ -179,25 +161,46 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::unique_ptr<FidelityAttention> fid;
         std::unique_ptr<DenseReference> dense_ref;
         if (cfg.fidelity) {
-            InstrumentationScope instrumentation;  // the shadow cache and its setup
-            fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
+            InstrumentationScope instrumentation;  // the shadow caches and their setup
+            {
+                PhaseScope phase(RunPhase::FIDELITY_ATTENTION);
+                fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
+            }
             dcb.attention = fid.get();
+            PhaseScope phase(RunPhase::FIDELITY_REFERENCE);
             dense_ref = std::make_unique<DenseReference>(model, 1, T, fid.get(), cfg.fidelity_kl_positions);
             dcb.final_output = [&](size_t cell, const std::vector<Tensor>& xs) {
                 InstrumentationScope instrumentation;  // the dense reference and KL heads measure the run
+                PhaseScope phase(RunPhase::FIDELITY_REFERENCE);  // KL heads inside (DenseReference)
                 dense_ref->run_cell(ids, plans[i], cell, xs);
             };
         }
         const std::string what = it.description;
+        const int64_t policy_units = int64_t(plans[i].chunks.size()) * mc.num_layers;
         dcb.progress = [&](int64_t d, int64_t) {
             if (cb.progress) cb.progress(done_units + d, total_units, what);
         };
+        int64_t fidelity_units = 0;
+        if (dense_ref) {
+            dcb.units_after = dense_ref->progress_units(plans[i]);
+            dense_ref->set_progress([&](int64_t units, const char* phase) {
+                fidelity_units += units;
+                if (cb.progress) cb.progress(done_units + policy_units + fidelity_units, total_units, str(what, " (", phase, ")"));
+                if (trace::active()) {  // the token progress moves on through the measuring too
+                    trace::ProgressInfo pi;
+                    pi.chunks_done = pi.chunks_total = int32_t(policy_units);
+                    pi.tokens_done = done_tokens + T * (policy_units + fidelity_units) / (policy_units + dcb.units_after);
+                    pi.tokens_total = total_tokens;
+                    trace::progress(pi);
+                }
+            });
+        }
         // The live progress counts the whole run (all samples), not this sample alone.
         dcb.run_tokens_before = done_tokens;
         dcb.run_tokens_total = total_tokens;
         const double t0 = now_s();
         long_context_forward(model, cache, ids, plans[i], hs, res, dcb);
-        done_units += int64_t(plans[i].chunks.size()) * mc.num_layers;
+        done_units += policy_units + (dense_ref ? dense_ref->progress_units(plans[i]) : 0);
         done_tokens += T;
         EvalSampleResult r;
         r.index = int64_t(i);
@@ -225,6 +228,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         sum.kv_bytes = cache.buffer_bytes();
         sum.kv_bits_per_element = cache.bits_per_element();
         sum.tokens += T;
+        policy_phase.reset();
+        // Handing the measurements on (the sample's log line alone is too small to count).
+        std::optional<PhaseScope> telemetry_phase;
+        if (fid || cb.on_sample_tokens) telemetry_phase.emplace(RunPhase::TELEMETRY);
         if (fid) {
             InstrumentationScope instrumentation;  // handing the measurements on (telemetry) is measuring too
             std::vector<FidelityStep> st = fid->take_steps();
@@ -235,11 +242,17 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             fidelity_kl.insert(fidelity_kl.end(), kl.begin(), kl.end());
         }
         if (cb.on_sample_tokens) cb.on_sample_tokens(r, it.ids, res.token_loss);
+        telemetry_phase.reset();
         if (cb.on_sample) cb.on_sample(r);
     }
     sum.seconds = now_s() - t_start;
-    sum.instrumentation_seconds = std::min(sum.seconds, InstrumentationScope::thread_seconds() - instr_start);
-    const double own = sum.seconds - sum.instrumentation_seconds;
+    // The run's own time is its policy passes (reconstruction included); what measured it, the
+    // instrumentation phases, is reported apart (issue 37).
+    sum.phase_seconds = phase_seconds_since(phases_start, PhaseScope::thread_seconds());
+    sum.instrumentation_seconds = 0;
+    for (size_t p = 0; p < kNumRunPhases; ++p)
+        if (run_phase_is_instrumentation(RunPhase(p))) sum.instrumentation_seconds += sum.phase_seconds[p];
+    const double own = sum.phase_seconds[size_t(RunPhase::POLICY_PASS)] + sum.phase_seconds[size_t(RunPhase::RECONSTRUCTION)];
     sum.tokens_per_s = own > 0 ? double(sum.tokens) / own : 0;
     sum.tokens_per_s_with_instrumentation = sum.seconds > 0 ? double(sum.tokens) / sum.seconds : 0;
     double ml = 0;

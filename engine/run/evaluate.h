@@ -12,6 +12,7 @@
 #include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/model_loader.h"
+#include "engine/telemetry/run_phase.h"
 #include "run_config.h"
 
 namespace kv {
@@ -43,8 +44,9 @@ struct EvalSummary {
     double seconds = 0;       // wall time of the evaluation, instrumentation included
     // Of those, the time spent measuring the run rather than running it (--fidelity: the
     // comparison with full attention, the dense reference pass, the KL heads; 0 without).
-    double instrumentation_seconds = 0;
-    double tokens_per_s = 0;  // the run's own speed: tokens / (seconds - instrumentation_seconds)
+    double instrumentation_seconds = 0;  // the instrumentation phases' seconds (run_phase.h)
+    PhaseSeconds phase_seconds{};         // exclusive seconds per phase over the samples
+    double tokens_per_s = 0;  // the run's own speed: tokens / the policy passes' seconds
     double tokens_per_s_with_instrumentation = 0;  // tokens / seconds
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
     double kv_bits_per_element = 0;

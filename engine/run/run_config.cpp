@@ -212,6 +212,10 @@ std::vector<OptionDef> build_options() {
     }
     o.push_back(int_opt("kv_cache.chunk_size", "cache", "tokens per chunk after the prefill", 1, BIG,
                         [](RunConfig& c) -> int64_t& { return c.driver.chunk_size; }));
+    o.push_back(int_opt("kv_cache.prefill_length", "cache",
+                        "tokens of the first chunk (0: the cache length; a dense reference given the compared runs' cache "
+                        "length steps through the sequence in their chunks)",
+                        0, BIG, [](RunConfig& c) -> int64_t& { return c.driver.prefill_length; }));
     o.push_back(bool_opt("kv_cache.randomize_chunk_sizes", "cache", "draw chunk sizes around chunk_size (up to 1.5x)",
                          [](RunConfig& c) -> bool& { return c.driver.randomize_chunk_sizes; }));
     o.push_back(int_opt("kv_cache.grace_period", "cache", "most recent tokens that can never be evicted", 0, BIG,
@@ -493,6 +497,9 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         p.push_back(str("--kv_cache.cache_length: ", L, " slots cannot hold a sample of ", c.data.seq_length, " tokens (--data.seq_length) with policy '",
                         policy, "', which never evicts; expected 0 (the whole sequence) or at least ", c.data.seq_length,
                         ", or a policy that evicts (e.g. h2o, lastrec)"));
+    if (L > 0 && c.driver.prefill_length > L)
+        p.push_back(str("--kv_cache.prefill_length: ", c.driver.prefill_length, " is larger than the cache length ", L,
+                        "; expected at most cache_length (or 0: the cache length)"));
     if (L > 0 && c.driver.chunk_size > L)
         p.push_back(str("--kv_cache.chunk_size: ", c.driver.chunk_size, " is larger than the cache length ", L,
                         "; expected at most cache_length"));

@@ -33,6 +33,7 @@ struct DataConfig {
 struct DriverConfig {
     int64_t chunk_size = 16;        // keys_values default (scripts use 1024)
     bool randomize_chunk_sizes = false;
+    int64_t prefill_length = 0;     // tokens of the first chunk (0: the smallest cache length)
     int64_t micro_batch_size = 1;
 };
 

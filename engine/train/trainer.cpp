@@ -14,6 +14,7 @@
 #include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
+#include "engine/run/run_plan.h"
 #include "engine/telemetry/trace.h"
 #include "grad_clip.h"
 #include "model_weights.h"
@@ -249,29 +250,9 @@ void Trainer::resume(const std::string& path) {
 
 // ==== [SECTION] gradients and steps ==========================================================
 
-KVCacheConfig Trainer::cache_config() const {
-    KVCacheConfig kc = cfg_.kv_cache;
-    kc.dtype = lm_.model->act_dtype();
-    // As evaluation (and keys_values' CLI): max_chunk_size = chunk_size (1.5x when randomized).
-    if (kc.max_chunk_size == 0)
-        kc.max_chunk_size = cfg_.driver.randomize_chunk_sizes ? cfg_.driver.chunk_size + cfg_.driver.chunk_size / 2 : cfg_.driver.chunk_size;
-    return kc;
-}
+KVCacheConfig Trainer::cache_config() const { return run_cache_config(cfg_, lm_.config, lm_.model->act_dtype()); }
 
-ChunkPlan Trainer::plan_for(int64_t T, uint64_t seed) const {
-    const KVCacheConfig kc = cache_config();
-    std::vector<int64_t> Ls;
-    for (int64_t l = 0; l < lm_.config.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, lm_.config.num_layers));
-    quest_plan_lengths(kc, Ls);
-    policy_plan_lengths(kc, lm_.config.num_kv_heads, Ls);
-    ChunkPlanOptions po;
-    po.chunk_size = cfg_.driver.chunk_size;
-    po.randomize = cfg_.driver.randomize_chunk_sizes;
-    po.seed = seed;
-    po.cell_factor = cell_factor(lm_.config);
-    po.chunks_per_cell_multiplier = cfg_.grad.chunks_per_cell_multiplier;
-    return plan_chunks(T, Ls, po);
-}
+ChunkPlan Trainer::plan_for(int64_t T, uint64_t seed) const { return run_chunk_plan(cfg_, cache_config(), lm_.config, T, seed); }
 
 std::vector<std::vector<int64_t>> Trainer::next_global_batch() {
     std::vector<std::vector<int64_t>> out;

@@ -100,6 +100,13 @@ TEST(MemoryTracker, InstrumentationIsCountedApartFromTheRunsOwnMemory) {
     EXPECT_EQ(st.peak_total, 7000);
     EXPECT_EQ(st.peak_instrumentation, 3000);
     EXPECT_EQ(st.peak_without_instrumentation, 4500);
+    // By category: activations peaked at 2000 B with the dense reference's 2000 B in them, the
+    // run's own activations at 500 B; the cache is the run's alone; kv_fidelity is all instrumentation.
+    EXPECT_EQ(st.peak[size_t(MemCategory::ACTIVATIONS)], 2000);
+    EXPECT_EQ(st.peak_without_instrumentation_by_category[size_t(MemCategory::ACTIVATIONS)], 500);
+    EXPECT_EQ(st.peak_without_instrumentation_by_category[size_t(MemCategory::KV_CACHE)], 4000);
+    EXPECT_EQ(st.peak_without_instrumentation_by_category[size_t(MemCategory::KV_FIDELITY)], 0);
+    EXPECT_EQ(st.current_instrumentation_by_category[size_t(MemCategory::KV_FIDELITY)], 1000);
     // The events carry the flag and the running instrumentation total, on allocation and release.
     ASSERT_EQ(sink.events.size(), 5u);
     const bool want[] = {false, true, true, true, false};

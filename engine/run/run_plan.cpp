@@ -1,0 +1,45 @@
+// The run's cache configuration and chunk plan (see run_plan.h).
+#include "run_plan.h"
+
+#include <vector>
+
+#include "engine/driver/long_context.h"
+#include "engine/kv/policy_registry.h"
+#include "engine/kv/quest_policy.h"
+
+namespace kv {
+
+KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DType act_dtype) {
+    KVCacheConfig kc = cfg.kv_cache;
+    kc.dtype = act_dtype;
+    if (kc.max_chunk_size == 0) {
+        kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+        // With layers of different lengths (pyramidkv, a layer length rule) the plan stretches a
+        // chunk ending just short of one of them by up to kChunkSnapTokens; a top-k of the bare
+        // chunk size would refuse that chunk in every full layer.
+        const int64_t nl = mc.num_layers;
+        for (int64_t l = 1; l < nl; ++l)
+            if (kc.length_for_layer(l, 0, nl) != kc.length_for_layer(0, 0, nl)) {
+                kc.max_chunk_size += kChunkSnapTokens;
+                break;
+            }
+    }
+    return kc;
+}
+
+ChunkPlan run_chunk_plan(const RunConfig& cfg, const KVCacheConfig& kc, const ModelConfig& mc, int64_t T, uint64_t seed) {
+    std::vector<int64_t> Ls;
+    for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
+    quest_plan_lengths(kc, Ls);
+    policy_plan_lengths(kc, mc.num_kv_heads, Ls);
+    ChunkPlanOptions po;
+    po.chunk_size = cfg.driver.chunk_size;
+    po.prefill = cfg.driver.prefill_length;
+    po.randomize = cfg.driver.randomize_chunk_sizes;
+    po.seed = seed;
+    po.cell_factor = cell_factor(mc);
+    po.chunks_per_cell_multiplier = cfg.grad.chunks_per_cell_multiplier;
+    return plan_chunks(T, Ls, po);
+}
+
+}  // namespace kv
