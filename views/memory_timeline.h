@@ -227,7 +227,26 @@ void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* h
 // plot image is still built in plot_pixels, but not shown).
 void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
-// Overlay for the compare view: each state's total over time since its run started.
-void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size);
+// ---- compare overlay ----
+// A run's progress over engine time: knots (t_ns, tokens processed), both non-decreasing.
+// Memory is put on this axis instead of wall-clock time, so runs of different speeds line up
+// chunk by chunk.
+struct ProgressKnot {
+    int64_t t_ns = 0;
+    double x = 0;
+};
+// x at engine time t: linear between knots; the first knot's x before it; NaN after the last
+// (the run has not got there).
+double progress_at(const std::vector<ProgressKnot>& knots, int64_t t_ns);
+// The device total of `s` on the progress axis: per column of [0, x_hi) cut into n, the highest
+// total held while the run's progress was in the column; NaN for the columns past the run's last
+// knot, so a line ends where its run ends.
+std::vector<double> memory_over_progress(const MemorySeries& s, const std::vector<ProgressKnot>& knots, double x_hi, int n);
+
+// Overlay for the compare view: each state's total over its run's progress (knots[i]; a run
+// with no knots is listed in the legend but not drawn). Returns where each line ends (x, data
+// units; NaN when not drawn), for tests.
+std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names,
+                                      const std::vector<std::vector<ProgressKnot>>& knots, ImVec2 size);
 
 }  // namespace kv::views
