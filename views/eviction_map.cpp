@@ -827,7 +827,8 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     const EvictionImage& mi = s.main.image;
     // The compact form (compare's small maps) must fit the map's width.
     if (!s.all_layers && ly && !s.toolbar)
-        ImGui::TextDisabled("%d steps, %lld slots%s", steps, (long long)ly->slots, ly->error.empty() ? "" : " (log damaged)");
+        ImGui::TextDisabled("%d step%s, %lld slots%s", steps, steps == 1 ? "" : "s", (long long)ly->slots,
+                            ly->error.empty() ? "" : " (log damaged)");
     else if (!s.all_layers && ly)
         ImGui::TextDisabled("%d steps x %lld positions, %lld slots; texel = %lld positions x %d steps%s", steps,
                             (long long)tokens, (long long)ly->slots, (long long)mi.tokens_per_texel, mi.steps_per_texel,

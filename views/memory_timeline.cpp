@@ -789,32 +789,24 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
     ImGui::PopID();
 }
 
-double progress_at(const std::vector<ProgressKnot>& knots, int64_t t) {
-    if (knots.empty() || t > knots.back().t_ns) return std::nan("");
-    if (t <= knots.front().t_ns) return knots.front().x;
-    const auto it = std::upper_bound(knots.begin(), knots.end(), t, [](int64_t v, const ProgressKnot& k) { return v < k.t_ns; });
-    const ProgressKnot &b = *it, &a = *(it - 1);  // a.t <= t < b.t (t <= the last knot's time)
-    return a.x + (b.x - a.x) * double(t - a.t_ns) / double(std::max<int64_t>(1, b.t_ns - a.t_ns));
-}
-
 std::vector<double> memory_over_progress(const MemorySeries& s, const std::vector<ProgressKnot>& knots, double x_hi, int n) {
     std::vector<double> out(size_t(std::max(0, n)), std::nan(""));
-    if (knots.empty() || n < 1 || x_hi <= 0) return out;
-    const auto column = [&](double x) { return std::clamp(int(x / x_hi * double(n)), 0, n - 1); };
-    // Columns up to the one holding the run's last position are reached (a run ending exactly
-    // on a column edge does not reach the next one).
-    const int reached = std::clamp(int(std::ceil(knots.back().x / x_hi * double(n) - 1e-9)), 1, n);
+    if (knots.size() < 2 || n < 1 || x_hi <= 0) return out;
+    const size_t chunks = knots.size() - 1;
+    // Each chunk's peak: the total it started with, raised by the events during it.
+    std::vector<double> peak(chunks, std::nan(""));
     int64_t total = 0;
-    int col = 0;
-    out[0] = 0;
-    // Each event raises its column to the total it reached; the columns it skipped over held
-    // the total before it.
+    size_t k = 0;  // chunk of the current event (events arrive in time order)
     const auto event = [&](int64_t t, int64_t max_total, int64_t last_total) {
-        const double x = progress_at(knots, t);
-        if (std::isnan(x)) return false;
-        const int c = std::min(column(x), reached - 1);
-        for (; col < c; ++col) out[size_t(col + 1)] = double(total);
-        out[size_t(c)] = std::max(out[size_t(c)], double(max_total));
+        if (t > knots.back().t_ns) return false;
+        if (t < knots.front().t_ns) {
+            total = last_total;
+            return true;
+        }
+        // Chunks passed start from the total of that moment (no event fell between).
+        if (std::isnan(peak[k])) peak[k] = double(total);
+        for (; k + 1 < chunks && t >= knots[k + 1].t_ns; ++k) peak[k + 1] = double(total);
+        peak[k] = std::max(peak[k], double(max_total));
         total = last_total;
         return true;
     };
@@ -825,7 +817,16 @@ std::vector<double> memory_over_progress(const MemorySeries& s, const std::vecto
         for (const MemoryBlock& b : s.blocks)
             if (!event(b.t_first, b.total_max, b.total_last)) break;
     }
-    for (; col < reached - 1; ++col) out[size_t(col + 1)] = double(total);
+    for (size_t c = 0; c < chunks; ++c)  // chunks after the last event hold what it left
+        if (std::isnan(peak[c])) peak[c] = double(total);
+    const double per = double(n) / x_hi;
+    for (size_t c = 0; c < chunks; ++c) {
+        const double x0 = knots[c].x, x1 = knots[c + 1].x;
+        if (x1 <= x0) continue;
+        const int c0 = std::clamp(int(std::floor(x0 * per)), 0, n - 1), c1 = std::clamp(int(std::ceil(x1 * per - 1e-9)) - 1, c0, n - 1);
+        for (int col = c0; col <= c1; ++col)
+            out[size_t(col)] = std::isnan(out[size_t(col)]) ? peak[c] : std::max(out[size_t(col)], peak[c]);
+    }
     return out;
 }
 

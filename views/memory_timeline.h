@@ -228,19 +228,19 @@ void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* h
 void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
 // ---- compare overlay ----
-// A run's progress over engine time: knots (t_ns, tokens processed), both non-decreasing.
-// Memory is put on this axis instead of wall-clock time, so runs of different speeds line up
-// chunk by chunk.
+// A run's progress over engine time: knot k (t_ns, x) starts chunk k, which runs until knot
+// k + 1 and processes the tokens [x_k, x_k+1); the last knot is the run's end. Both fields are
+// non-decreasing. Memory is put on this axis instead of wall-clock time, so runs of different
+// speeds line up chunk by chunk.
 struct ProgressKnot {
     int64_t t_ns = 0;
     double x = 0;
 };
-// x at engine time t: linear between knots; the first knot's x before it; NaN after the last
-// (the run has not got there).
-double progress_at(const std::vector<ProgressKnot>& knots, int64_t t_ns);
-// The device total of `s` on the progress axis: per column of [0, x_hi) cut into n, the highest
-// total held while the run's progress was in the column; NaN for the columns past the run's last
-// knot, so a line ends where its run ends.
+// The device total of `s` on the progress axis, per column of [0, x_hi) cut into n: the highest
+// total held during any chunk whose tokens overlap the column (a chunk's tokens are processed
+// together, so its peak belongs to all of them); NaN for the columns past the run's last knot,
+// so a line ends where its run ends. Events before the first knot (loading) only set the total
+// the first chunk starts from.
 std::vector<double> memory_over_progress(const MemorySeries& s, const std::vector<ProgressKnot>& knots, double x_hi, int n);
 
 // Overlay for the compare view: each state's total over its run's progress (knots[i]; a run

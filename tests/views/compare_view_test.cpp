@@ -213,19 +213,25 @@ TEST_F(FiveRuns, MemoryLinesEndAtTheirRunsLastToken) {
     EXPECT_LT(c.shown.memory_ends.front(), c.shown.memory_ends.back());
 }
 
-TEST(MemoryOverProgress, ColumnsHoldTheHighestTotalAndStopAtTheRunsEnd) {
+TEST(MemoryOverProgress, EachChunksPeakSpansItsTokensAndTheLineStopsAtTheRunsEnd) {
     MemorySeries s;
-    const int64_t totals[][2] = {{0, 100}, {50, 300}, {100, 0}};  // (t, device total after the event)
+    // (t, device total after the event): a loading transient, then two chunks' allocations
+    // and the final free.
+    const int64_t totals[][2] = {{-10, 1000}, {-5, 50}, {10, 150}, {50, 300}, {60, 120}, {100, 0}};
     for (const auto& e : totals) s.raw.push_back({e[0], e[1], 0, 0, 0});
-    // Progress: 10 tokens over t 0..100; the axis spans 20 tokens in 20 columns.
-    const std::vector<ProgressKnot> knots = {{0, 0}, {100, 10}};
-    EXPECT_DOUBLE_EQ(progress_at(knots, 50), 5.0);
-    EXPECT_TRUE(std::isnan(progress_at(knots, 101)));
+    // Chunk 0: t 0..40, tokens 0..4; chunk 1: t 40..100, tokens 4..10. The axis spans 20
+    // tokens in 20 columns.
+    const std::vector<ProgressKnot> knots = {{0, 0}, {40, 4}, {100, 10}};
     const std::vector<double> cols = memory_over_progress(s, knots, 20, 20);
     ASSERT_EQ(cols.size(), 20u);
-    for (int c = 0; c < 5; ++c) EXPECT_EQ(cols[size_t(c)], 100) << c;
-    for (int c = 5; c < 10; ++c) EXPECT_EQ(cols[size_t(c)], 300) << c << ": the free at the end does not lower its column's high";
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(cols[size_t(c)], 150) << c << ": chunk 0's peak, not the loading transient";
+    for (int c = 4; c < 10; ++c) EXPECT_EQ(cols[size_t(c)], 300) << c << ": chunk 1's peak over all its tokens";
     for (int c = 10; c < 20; ++c) EXPECT_TRUE(std::isnan(cols[size_t(c)])) << c << ": past the run's end";
+    // Chunk edges inside a column: the column shows the higher chunk.
+    const std::vector<double> coarse = memory_over_progress(s, knots, 20, 4);  // 5 tokens a column
+    EXPECT_EQ(coarse[0], 300);
+    EXPECT_EQ(coarse[1], 300);
+    EXPECT_TRUE(std::isnan(coarse[2]));
 }
 
 TEST_F(FiveRuns, TheDefaultDifferencePairCanBeDiffedOrTheViewSaysWhy) {
