@@ -186,9 +186,10 @@ DifferencePair default_difference_pair(const std::vector<const EvictionData*>& d
     for (const EvictionData* d : data)  // still loading: no verdict yet
         if (steps_text(*d, sequence, layer) == "no cache steps yet") return p;
     const auto name = [&](int i) { return size_t(i) < names.size() ? names[size_t(i)] : "run " + std::to_string(i + 1); };
-    p.why = "No two of these runs cut the sample the same way, so none can be diffed: " + name(0) + " has " +
-            steps_text(*data[0], sequence, layer) + " in layer " + std::to_string(layer) + " and " + name(1) + " has " +
-            steps_text(*data[1], sequence, layer) + " (a difference map needs the same data and chunk size).";
+    p.why = std::string(n == 2 ? "These two runs cannot be diffed" : "No two of these runs cut the sample the same way") +
+            ": in layer " + std::to_string(layer) + ", " + name(0) + " has " + steps_text(*data[0], sequence, layer) + " and " +
+            name(1) + " has " + steps_text(*data[1], sequence, layer) +
+            " (a difference map needs the same data and chunk size; the maps are shown instead).";
     return p;
 }
 
@@ -337,13 +338,6 @@ void draw_difference(CompareViewState& s, TextureHost* host, ImVec2 size) {
         return i < s.infos.size() ? "run " + std::to_string(s.infos[i].id) + ": " + s.infos[i].name : std::string("run");
     };
     const size_t ai = size_t(s.difference_a), bi = size_t(s.difference_run);
-    if (!s.difference_why.empty()) {
-        ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);
-        ImGui::TextColored(ImVec4(1, 0.7f, 0.4f, 1), "%s", s.difference_why.c_str());
-        ImGui::PopTextWrapPos();
-        ImGui::Dummy(ImVec2(size.x, std::max(0.f, size.y - 2 * ImGui::GetTextLineHeightWithSpacing())));
-        return;
-    }
     if (!d.error.empty() || d.width == 0) {
         ImGui::TextColored(ImVec4(1, 0.7f, 0.4f, 1), "difference map: %s", d.error.empty() ? "no cache steps yet" : d.error.c_str());
         ImGui::Dummy(ImVec2(size.x, std::max(0.f, size.y - ImGui::GetTextLineHeightWithSpacing())));
@@ -481,11 +475,21 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
             }
         }
     }
+    // The difference map's pair (default or chosen); when no pair can be diffed, one sentence
+    // says why and the maps stay in its place.
+    if (s.show_maps && s.show_difference && s.maps.size() >= 2) {
+        update_compare_difference(s, host);
+        if (!s.difference_why.empty()) {
+            ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);
+            ImGui::TextColored(ImVec4(1, 0.7f, 0.4f, 1), "%s", s.difference_why.c_str());
+            ImGui::PopTextWrapPos();
+        }
+    }
     const float used = ImGui::GetCursorPosY() - top;
     const float avail_h = std::max(120.f, size.y - used);
     const ImGuiStyle& style = ImGui::GetStyle();
     const int n = int(s.maps.size());
-    const bool maps = s.show_maps && n > 0, difference = maps && s.show_difference && n >= 2;
+    const bool maps = s.show_maps && n > 0, difference = maps && s.show_difference && n >= 2 && s.difference_why.empty();
 
     // One colour bar for every map: presence and reads are shares on a fixed 0..1 scale; age and
     // score span every map's values, and each map is coloured over that same range.

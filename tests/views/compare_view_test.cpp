@@ -249,6 +249,7 @@ TEST_F(FiveRuns, TheDefaultDifferencePairCanBeDiffedOrTheViewSaysWhy) {
     EXPECT_EQ(c.difference_why, "");
     EXPECT_EQ(c.difference.error, "");
     EXPECT_GT(c.difference.counts.both + c.difference.counts.only_a + c.difference.counts.only_b, 0);
+    EXPECT_TRUE(c.shown.maps.empty()) << "the difference map replaces the maps";
     // A pair the user picks stays, even one that cannot be diffed.
     c.difference_a = 0, c.difference_run = 3, c.difference_chosen = true;
     for (int f = 0; f < 2; ++f) h.frame([&] { canvas.draw(1600, 1000); });
@@ -268,6 +269,7 @@ TEST_F(FiveRuns, TheDefaultDifferencePairCanBeDiffedOrTheViewSaysWhy) {
     EXPECT_NE(d.difference_why.find(" chunk steps over 383 positions"), std::string::npos) << d.difference_why;
     EXPECT_EQ(std::count(d.difference_why.begin(), d.difference_why.end(), '.'), 1) << "one sentence: " << d.difference_why;
     EXPECT_EQ(d.difference_why.back(), '.');
+    EXPECT_EQ(d.shown.maps.size(), 2u) << "the maps in the difference map's place, not an empty view";
 }
 
 }  // namespace
