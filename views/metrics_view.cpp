@@ -532,7 +532,7 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     for (const MetricSeries* m : all)
         if (!per_layer_metric(m->name)) label_w = std::max(label_w, ImGui::CalcTextSize(m->name.c_str()).x);
     for (const auto& [family, list] : families)
-        label_w = std::max(label_w, ImGui::CalcTextSize((family + " per layer (000)").c_str()).x);
+        label_w = std::max(label_w, ImGui::CalcTextSize((family + " per layer (000 of 000 shown)").c_str()).x);
     const ImGuiStyle& style = ImGui::GetStyle();
     const float list_w = std::clamp(label_w + ImGui::GetFrameHeight() + 2 * style.WindowPadding.x + style.ItemInnerSpacing.x +
                                         style.ScrollbarSize + 4,
@@ -544,8 +544,11 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         if (!per_layer_metric(m->name)) checkbox(m, m->name.c_str());
     for (const auto& [family, list] : families) {
         ImGui::PushID(family.c_str());
-        char label[160];
-        std::snprintf(label, sizeof label, "%s per layer (%zu)", family.c_str(), list.size());
+        // The count shown says which families hold checked curves while their node is closed.
+        size_t on = 0;
+        for (const MetricSeries* m : list) on += metric_shown(s, m->name);
+        char label[200];
+        std::snprintf(label, sizeof label, "%s per layer (%zu of %zu shown)###%s", family.c_str(), on, list.size(), family.c_str());
         if (ImGui::TreeNode(label)) {
             if (ImGui::SmallButton("all"))
                 for (const MetricSeries* m : list) toggle(m, true);
@@ -573,7 +576,7 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     if (visible.empty()) ImGui::TextDisabled("no curve checked: choose some in the list on the left");
     // Plots share the height down to a readable minimum, then the region scrolls.
     const float inner_w = plots_w - ImGui::GetStyle().ScrollbarSize;
-    const float each = std::max(150.f, rest_h / float(std::max<size_t>(1, visible.size())) - ImGui::GetStyle().ItemSpacing.y);
+    const float each = std::max(170.f, rest_h / float(std::max<size_t>(1, visible.size())) - ImGui::GetStyle().ItemSpacing.y);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     for (size_t vi = 0; vi < visible.size(); ++vi) {
         const MetricSeries& m = *visible[vi];
