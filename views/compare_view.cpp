@@ -64,6 +64,7 @@ void compare_select(CompareViewState& s, const std::vector<int64_t>& runs, int64
     s.infos.clear();
     s.maps.clear();
     s.memories.clear();
+    s.difference_chosen = false;  // a pair picked among other runs means nothing here
     ++s.version;
 }
 
