@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "storage/session_reader.h"
 #include "views/colormap.h"
@@ -63,6 +64,7 @@ void compare_select(CompareViewState& s, const std::vector<int64_t>& runs, int64
     s.infos.clear();
     s.maps.clear();
     s.memories.clear();
+    s.difference_chosen = false;  // a pair picked among other runs means nothing here
     ++s.version;
 }
 
@@ -76,6 +78,18 @@ void release_compare_textures(CompareViewState& s, TextureHost* host) {
 void update_compare_difference(CompareViewState& s, TextureHost* host) {
     if (s.maps.size() < 2) return;
     const int n = int(s.maps.size());
+    s.difference_why.clear();
+    if (!s.difference_chosen) {
+        std::vector<const EvictionData*> data;
+        std::vector<std::string> names;
+        for (size_t i = 0; i < s.maps.size(); ++i) {
+            data.push_back(&s.maps[i].data);
+            names.push_back(i < s.infos.size() ? "run " + std::to_string(s.infos[i].id) + " (" + s.infos[i].name + ")"
+                                               : "run " + std::to_string(s.maps[i].run));
+        }
+        const DifferencePair p = default_difference_pair(data, names, s.sequence, s.layer);
+        s.difference_a = p.a, s.difference_run = p.b, s.difference_why = p.why;
+    }
     s.difference_a = std::clamp(s.difference_a, 0, n - 1);
     s.difference_run = std::clamp(s.difference_run, 0, n - 1);
     if (s.difference_run == s.difference_a) s.difference_run = (s.difference_a + 1) % n;
@@ -94,20 +108,90 @@ void update_compare_difference(CompareViewState& s, TextureHost* host) {
         host->release(s.difference_texture), s.difference_texture = 0;
 }
 
-CompareGrid compare_grid(int n, float width, float height, float gap) {
+CompareGrid compare_grid(int n, float width, float height, float gap, float min_w, float min_h) {
     CompareGrid best;
     if (n <= 0) return best;
+    const int max_cols = std::clamp(int((width + gap) / (min_w + gap)), 1, n);
+    bool best_fits = false;
     double best_score = -1;
-    for (int cols = 1; cols <= n; ++cols) {
+    for (int cols = 1; cols <= max_cols; ++cols) {
         const int rows = (n + cols - 1) / cols;
-        const float w = (width - gap * float(cols - 1)) / float(cols), h = (height - gap * float(rows - 1)) / float(rows);
-        if (w <= 0 || h <= 0) continue;
-        // A map reads best about 1.5x as wide as tall (steps across, positions down): score the
-        // largest such rectangle that fits the cell.
-        const double score = std::min(double(w), 1.5 * double(h));
-        if (score > best_score) best_score = score, best = {cols, rows, w, h};
+        const float w = std::max(min_w, (width - gap * float(cols - 1)) / float(cols));
+        const float h = std::max(min_h, (height - gap * float(rows - 1)) / float(rows));
+        const bool fits = float(rows) * h + gap * float(rows - 1) <= height + 0.5f;
+        // Score the largest square that fits the cell (a map needs height for its positions as
+        // much as width for its steps). Layouts that scroll: fewer rows first.
+        const double score = std::min(double(w), double(h));
+        const bool better = fits ? score > best_score : rows < best.rows || (rows == best.rows && score > best_score);
+        if (best.cols == 0 || (fits && !best_fits) || (fits == best_fits && better))
+            best_fits = fits, best_score = score, best = {cols, rows, w, h};
     }
     return best;
+}
+
+std::vector<ProgressKnot> run_progress_knots(const EvictionData& d, int64_t t_end_ns) {
+    std::vector<ProgressKnot> knots;
+    double offset = 0;
+    int64_t t_last = std::numeric_limits<int64_t>::min();
+    for (const EvictionSequence& sq : d.sequences) {
+        const EvictionLayer* first = nullptr;
+        for (const EvictionLayer& l : sq.layers) {
+            if (!first && l.steps() > 0) first = &l;
+            if (!l.step_t_ns.empty()) t_last = std::max(t_last, l.step_t_ns.back());
+        }
+        if (!first) continue;
+        for (int k = 0; k < first->steps() && size_t(k) < first->step_t_ns.size(); ++k) {
+            // Out-of-order times (clock skew between threads) must not make x go back.
+            const int64_t t = knots.empty() ? first->step_t_ns[size_t(k)] : std::max(knots.back().t_ns, first->step_t_ns[size_t(k)]);
+            knots.push_back({t, offset + double(first->plans[size_t(k)].input_pos)});
+        }
+        offset += double(sq.tokens());
+    }
+    if (knots.empty()) return knots;
+    knots.push_back({std::max({t_end_ns, t_last, knots.back().t_ns}), offset});
+    return knots;
+}
+
+namespace {
+// Why layer `layer` of a and b cannot be diffed ("" when it can): what build_difference_image requires.
+std::string difference_problem(const EvictionData& a, const EvictionData& b, int sequence, int layer) {
+    const auto layer_of = [&](const EvictionData& d) -> const EvictionLayer* {
+        const int seq = d.resolve_sequence(sequence);
+        if (seq < 0 || layer < 0 || size_t(layer) >= d.sequences[size_t(seq)].layers.size()) return nullptr;
+        const EvictionLayer& l = d.sequences[size_t(seq)].layers[size_t(layer)];
+        return l.steps() > 0 ? &l : nullptr;
+    };
+    const EvictionLayer *la = layer_of(a), *lb = layer_of(b);
+    if (!la || !lb) return "no cache steps";
+    if (la->steps() != lb->steps() || la->tokens != lb->tokens) return "different steps";
+    return "";
+}
+std::string steps_text(const EvictionData& d, int sequence, int layer) {
+    const int seq = d.resolve_sequence(sequence);
+    if (seq < 0 || layer < 0 || size_t(layer) >= d.sequences[size_t(seq)].layers.size()) return "no cache steps yet";
+    const EvictionLayer& l = d.sequences[size_t(seq)].layers[size_t(layer)];
+    if (l.steps() == 0) return "no cache steps yet";
+    return std::to_string(l.steps()) + (l.steps() == 1 ? " chunk step" : " chunk steps") + " over " + std::to_string(l.tokens) +
+           " positions";
+}
+}  // namespace
+
+DifferencePair default_difference_pair(const std::vector<const EvictionData*>& data, const std::vector<std::string>& names,
+                                       int sequence, int layer) {
+    DifferencePair p;
+    const int n = int(data.size());
+    for (int a = 0; a < n; ++a)
+        for (int b = a + 1; b < n; ++b)
+            if (difference_problem(*data[size_t(a)], *data[size_t(b)], sequence, layer).empty()) return {a, b, ""};
+    if (n < 2) return p;
+    for (const EvictionData* d : data)  // still loading: no verdict yet
+        if (steps_text(*d, sequence, layer) == "no cache steps yet") return p;
+    const auto name = [&](int i) { return size_t(i) < names.size() ? names[size_t(i)] : "run " + std::to_string(i + 1); };
+    p.why = std::string(n == 2 ? "These two runs cannot be diffed" : "No two of these runs cut the sample the same way") +
+            ": in layer " + std::to_string(layer) + ", " + name(0) + " has " + steps_text(*data[0], sequence, layer) + " and " +
+            name(1) + " has " + steps_text(*data[1], sequence, layer) +
+            " (a difference map needs the same data and chunk size; the maps are shown instead).";
+    return p;
 }
 
 namespace {
@@ -374,7 +458,7 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
         next(ImGui::CalcTextSize("difference map").x + label_pad);
         ImGui::Checkbox("difference map", &s.show_difference);
         if (s.show_difference && s.infos.size() > 2) {
-            // Which two runs: A (default the reference) and B.
+            // Which two runs: A and B (by default the first pair that can be diffed).
             for (int* which : {&s.difference_a, &s.difference_run}) {
                 const bool is_a = which == &s.difference_a;
                 next(20 + 110);
@@ -386,52 +470,120 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
                 if (ImGui::BeginCombo(is_a ? "##a" : "##b", label.c_str())) {
                     for (size_t i = 0; i < s.infos.size(); ++i)
                         if (ImGui::Selectable(("run " + std::to_string(s.infos[i].id) + ": " + s.infos[i].name).c_str(), int(i) == cur))
-                            *which = int(i);
+                            *which = int(i), s.difference_chosen = true;
                     ImGui::EndCombo();
                 }
             }
         }
     }
-    const float used = ImGui::GetCursorPosY() - top;
-    const float rest = std::max(120.f, size.y - used);
-    // Tables as tall as their rows (headers, differing fields, metrics), at most 40% of the view.
-    const float row_h = ImGui::GetTextLineHeight() + 2 * ImGui::GetStyle().CellPadding.y;
-    // header + rows of each table (or the "identical" line), the gap between them and borders
-    const float table_rows = float(std::max<size_t>(1, s.comparison.differing_fields.size() + 1) + compare_metric_rows(s.comparison).size() + 1);
-    const float table_h = s.have_comparison ? std::min(rest * 0.4f, (row_h + 1) * table_rows + 2 * ImGui::GetStyle().ItemSpacing.y + 4) : 0.f;
-    const float maps_h = s.show_maps ? (rest - table_h) * (s.show_memory ? 0.58f : 1.f) : 0.f;
-    const float mem_h = s.show_memory ? rest - table_h - maps_h - 3 * ImGui::GetStyle().ItemSpacing.y : 0.f;
-    if (s.have_comparison) draw_tables(s, table_h);
-
+    // The difference map's pair (default or chosen); when no pair can be diffed, one sentence
+    // says why and the maps stay in its place.
     if (s.show_maps && s.show_difference && s.maps.size() >= 2) {
-        draw_difference(s, host, ImVec2(size.x, maps_h));
-    } else if (s.show_maps && !s.maps.empty()) {
+        update_compare_difference(s, host);
+        if (!s.difference_why.empty()) {
+            ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);
+            ImGui::TextColored(ImVec4(1, 0.7f, 0.4f, 1), "%s", s.difference_why.c_str());
+            ImGui::PopTextWrapPos();
+        }
+    }
+    const float used = ImGui::GetCursorPosY() - top;
+    const float avail_h = std::max(120.f, size.y - used);
+    const ImGuiStyle& style = ImGui::GetStyle();
+    const int n = int(s.maps.size());
+    const bool maps = s.show_maps && n > 0, difference = maps && s.show_difference && n >= 2 && s.difference_why.empty();
+
+    // One colour bar for every map: presence and reads are shares on a fixed 0..1 scale; age and
+    // score span every map's values, and each map is coloured over that same range.
+    EvictionColourKey key;
+    bool have_key = false;
+    float lo = std::numeric_limits<float>::max(), hi = std::numeric_limits<float>::lowest();
+    for (const auto& m : s.maps)
+        if (m.main.valid && m.main.image.width > 0) {
+            if (!have_key) key = eviction_colour_key(m.main.image), have_key = true;
+            // The images' own values (value_min/max), not the shared range they were coloured with.
+            const EvictionImage& im = m.main.image;
+            if (im.value_min <= im.value_max) lo = std::min(lo, im.value_min), hi = std::max(hi, im.value_max);
+        }
+    const bool ranged = s.colour == EvictionColour::AGE || s.colour == EvictionColour::SCORE;
+    if (have_key && ranged && lo <= hi) key.lo = lo, key.hi = hi;
+    for (auto& m : s.maps) m.fixed_range = ranged && lo <= hi, m.range_lo = lo, m.range_hi = hi, m.colour_key = false;
+    if (!have_key) key = eviction_colour_key(EvictionImage{});
+    const float key_w = maps && !difference ? eviction_colour_key_width(key) + kCompareGap : 0.f;
+
+    // Heights below the toolbar: the maps at least their minimum grid, the memory overlay a real
+    // share (legend, plot and axis: at least ~160 px), the tables what is left up to their rows.
+    // When the minimums do not fit, the region scrolls instead of shrinking them.
+    const float row_h = ImGui::GetTextLineHeight() + 2 * style.CellPadding.y + 1;
+    const float table_rows = float(std::max<size_t>(1, s.comparison.differing_fields.size() + 1) + compare_metric_rows(s.comparison).size() + 1);
+    const float tables_natural = s.have_comparison ? row_h * table_rows + 2 * style.ItemSpacing.y + 4 : 0.f;
+    struct Layout {
+        CompareGrid grid;
+        float tables = 0, maps = 0, memory = 0, total = 0;
+    };
+    const auto layout = [&](float width) {
+        Layout l;
+        const float spacing = style.ItemSpacing.y;
+        const float mem_min = s.show_memory ? std::max(160.f, 0.25f * avail_h) : 0.f;
+        const float grid_min = maps && !difference ? compare_grid(n, width - key_w, 0).height() : maps ? kCompareMinPanel + 3 * ImGui::GetTextLineHeightWithSpacing() : 0.f;
+        const float tables_min = std::min(tables_natural, 4 * row_h);
+        l.tables = std::clamp(avail_h - grid_min - mem_min - 3 * spacing, tables_min, std::min(tables_natural, 0.35f * avail_h));
+        const float rest = avail_h - l.tables - 3 * spacing;
+        l.memory = !s.show_memory ? 0.f : maps ? std::max(mem_min, 0.38f * rest) : std::max(mem_min, rest);
+        l.maps = maps ? std::max(grid_min, rest - l.memory) : 0.f;
+        if (maps && !difference) {
+            l.grid = compare_grid(n, width - key_w, l.maps);
+            l.maps = l.grid.height();
+        }
+        l.total = l.tables + l.maps + l.memory + 3 * spacing;
+        return l;
+    };
+    Layout l = layout(size.x);
+    const bool scrolls = l.total > avail_h + 0.5f;
+    if (scrolls) l = layout(size.x - style.ScrollbarSize);  // the scrollbar takes its width
+    const float inner_w = scrolls ? size.x - style.ScrollbarSize : size.x;
+
+    s.shown = {};
+    ImGui::BeginChild("##compare_body", ImVec2(size.x, avail_h), false, ImGuiWindowFlags_HorizontalScrollbar);
+    const ImVec2 body0 = ImGui::GetWindowPos();
+    s.shown.body = ImVec4(body0.x, body0.y, body0.x + ImGui::GetWindowSize().x, body0.y + ImGui::GetWindowSize().y);
+    if (s.have_comparison) draw_tables(s, l.tables);
+
+    if (difference) {
+        draw_difference(s, host, ImVec2(inner_w, l.maps));
+    } else if (maps) {
         // Every map shows the shared selection; whichever the user zoomed becomes the shared window.
-        const int n = int(s.maps.size());
-        const CompareGrid grid = compare_grid(n, size.x, maps_h);
-        const int cols = grid.cols;
+        const CompareGrid& grid = l.grid;
         const float w = grid.cell_w, h = grid.cell_h - ImGui::GetTextLineHeightWithSpacing();
+        const ImVec2 grid0 = ImGui::GetCursorScreenPos();
         for (int i = 0; i < n; ++i) {
             EvictionMapViewState& m = s.maps[size_t(i)];
             m.layer = s.layer, m.head = s.head, m.colour = s.colour, m.sequence = s.sequence;
             m.steps_range = s.steps_range, m.tokens_range = s.tokens_range, m.follow = s.follow;
-            if (i % cols) ImGui::SameLine(0, kCompareGap);
+            if (i % grid.cols) ImGui::SameLine(0, kCompareGap);
             ImGui::BeginGroup();
             ImGui::PushID(i);
+            const ImVec2 p0 = ImGui::GetCursorScreenPos();
             const std::string name = size_t(i) < s.infos.size()
                                          ? "run " + std::to_string(s.infos[size_t(i)].id) + ": " + s.infos[size_t(i)].name
                                          : std::string("run");
             ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(i)), "%s",
-                               fit_text((i == 0 ? "reference " : "") + name, std::max(40.f, w)).c_str());
-            DrawEvictionMapView(m, host, ImVec2(std::max(40.f, w), std::max(40.f, h)));
+                               fit_text((i == 0 ? "reference " : "") + name, w).c_str());
+            DrawEvictionMapView(m, host, ImVec2(w, h));
             ImGui::PopID();
             ImGui::EndGroup();
+            s.shown.maps.push_back(ImVec4(p0.x, p0.y, p0.x + w, ImGui::GetItemRectMax().y));
             if (!(m.steps_range == s.steps_range) || !(m.tokens_range == s.tokens_range) || m.follow != s.follow) {
                 s.steps_range = m.steps_range, s.tokens_range = m.tokens_range, s.follow = m.follow;
             }
         }
+        // The shared colour bar right of the grid, as tall as a row's plot (at least a panel).
+        const float line = ImGui::GetTextLineHeightWithSpacing();
+        const ImVec2 k0(grid0.x + grid.width() + kCompareGap, grid0.y + 2 * line);
+        draw_eviction_colour_key(ImGui::GetWindowDrawList(), key, k0,
+                                 ImVec2(k0.x + key_w - kCompareGap, k0.y + std::max(kCompareMinPanel, grid.cell_h) - 4 * line));
+        s.shown.colour_keys = 1;
         // The first map fitted the shared window to its data; with follow the others take it too.
-        if (s.follow && !s.maps.empty()) {
+        if (s.follow) {
             double steps = 1, tokens = 1;
             for (const auto& m : s.maps) steps = std::max(steps, m.steps_range.hi), tokens = std::max(tokens, m.tokens_range.hi);
             s.steps_range = {0, steps}, s.tokens_range = {0, tokens};
@@ -440,12 +592,20 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
     if (s.show_memory && !s.memories.empty()) {
         std::vector<MemoryTimelineViewState*> states;
         std::vector<std::string> names;
+        std::vector<std::vector<ProgressKnot>> knots;
         for (size_t i = 0; i < s.memories.size(); ++i) {
             states.push_back(&s.memories[i]);
-            names.push_back(i < s.infos.size() ? "run " + std::to_string(s.infos[i].id) + ": " + s.infos[i].name : "run");
+            names.push_back(i < s.infos.size() ? "run " + std::to_string(s.infos[i].id) : "run");
+            const auto it = s.memories[i].series.find(s.memories[i].active_device());
+            const int64_t t_end = it == s.memories[i].series.end() ? 0 : it->second.t_max;
+            knots.push_back(i < s.maps.size() ? run_progress_knots(s.maps[i].data, t_end) : std::vector<ProgressKnot>{});
         }
-        DrawMemoryOverlay(states, names, ImVec2(size.x, std::max(40.f, mem_h)));
+        s.shown.memory_height = std::max(40.f, l.memory);
+        s.shown.memory_ends = DrawMemoryOverlay(states, names, knots, ImVec2(inner_w, s.shown.memory_height));
     }
+    s.shown.scroll_max_x = ImGui::GetScrollMaxX();
+    s.shown.scroll_max_y = ImGui::GetScrollMaxY();
+    ImGui::EndChild();
     ImGui::EndGroup();
     ImGui::PopID();
 }

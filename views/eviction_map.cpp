@@ -389,7 +389,9 @@ void colour_eviction_image(EvictionImage& img) {
     img.rgba.resize(texels * 4);
     const Colour* lut = colormap_table();
     const Colour held_no_value = pack_rgba(80, 80, 90);
-    const float lo = img.value_min, span = img.value_max - img.value_min;
+    // A shared range (compare) colours by it; value_min/value_max stay this image's own values.
+    const bool shared = img.spec.fixed_range && img.spec.colour != EvictionColour::READS;
+    const float lo = shared ? img.spec.range_lo : img.value_min, span = (shared ? img.spec.range_hi : img.value_max) - lo;
     for (size_t i = 0; i < texels; ++i) {
         Colour c = kNoDataColour;
         const float f = img.presence[i];
@@ -559,6 +561,8 @@ EvictionImageSpec eviction_main_spec(const EvictionMapViewState& s, float frame_
     spec.max_width = s.max_texture_width;
     spec.max_height = s.max_texture_height;
     spec.max_texels = s.max_texels;
+    if (s.fixed_range && (s.colour == EvictionColour::AGE || s.colour == EvictionColour::SCORE))
+        spec.fixed_range = true, spec.range_lo = s.range_lo, spec.range_hi = s.range_hi;
     const EvictionLayer* ly = find_layer(s.data, spec.sequence, s.layer);
     if (!ly || s.follow) return spec;
     // Zoomed in: when the full image's texels would be taller than ~2 pixels, bin only a
@@ -665,6 +669,7 @@ EvictionColourKey eviction_colour_key(const EvictionImage& img) {
             k.title = img.spec.colour == EvictionColour::SCORE ? "score" : "age (steps)";
             k.lo = img.value_max >= img.value_min ? img.value_min : 0;
             k.hi = img.value_max >= img.value_min ? img.value_max : 1;
+            if (img.spec.fixed_range) k.lo = img.spec.range_lo, k.hi = img.spec.range_hi;
             break;
     }
     return k;
@@ -674,8 +679,9 @@ EvictionColourKey eviction_colour_key(const EvictionImage& img) {
 // [SECTION] drawing
 // =========================================================================================
 namespace {
-
 constexpr const char* kNotCachedLabel = "not cached";
+}  // namespace
+
 float eviction_colour_key_width(const EvictionColourKey& k) {
     return std::max(colour_bar_width(k.lo, k.hi, AxisUnit::NUMBER, k.title), 26 + ImGui::CalcTextSize(kNotCachedLabel).x + 8);
 }
@@ -691,6 +697,8 @@ void draw_eviction_colour_key(ImDrawList* dl, const EvictionColourKey& k, ImVec2
     dl->AddRect(ImVec2(p0.x + 7, sy + 1), ImVec2(p0.x + 21, sy + line - 1), IM_COL32(200, 200, 200, 120));
     dl->AddText(ImVec2(p0.x + 26, sy), IM_COL32(210, 210, 210, 235), kNotCachedLabel);
 }
+
+namespace {
 
 // Draws one image into `f` for the state's visible window; returns the screen rectangle of the data.
 void draw_image(ImDrawList* dl, const PlotFrame& f, const EvictionMapViewState::Texture& t, const AxisRange& xs,
@@ -819,7 +827,8 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     const EvictionImage& mi = s.main.image;
     // The compact form (compare's small maps) must fit the map's width.
     if (!s.all_layers && ly && !s.toolbar)
-        ImGui::TextDisabled("%d steps, %lld slots%s", steps, (long long)ly->slots, ly->error.empty() ? "" : " (log damaged)");
+        ImGui::TextDisabled("%d step%s, %lld slots%s", steps, steps == 1 ? "" : "s", (long long)ly->slots,
+                            ly->error.empty() ? "" : " (log damaged)");
     else if (!s.all_layers && ly)
         ImGui::TextDisabled("%d steps x %lld positions, %lld slots; texel = %lld positions x %d steps%s", steps,
                             (long long)tokens, (long long)ly->slots, (long long)mi.tokens_per_texel, mi.steps_per_texel,
@@ -836,7 +845,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     if (!s.all_layers) {
         update_eviction_textures(s, host, body.y);
         const EvictionColourKey key = eviction_colour_key(s.main.image);
-        const float bar_w = eviction_colour_key_width(key);
+        const float bar_w = s.colour_key ? eviction_colour_key_width(key) : 0.f;
         const AxisSpec xs{AxisUnit::INTEGER, "chunk step"}, ys{AxisUnit::INTEGER, "token position"};
         const PlotMargins m = plot_margins(&xs, &ys, &s.tokens_range, body.y, bar_w);
         const PlotFrame f = begin_plot_frame("##map", body, m);
@@ -848,7 +857,7 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
         draw_search_marks(dl, f, s.search, s.tokens_range);
         draw_x_axis(dl, f, s.steps_range, xs);
         draw_y_axis(dl, f, s.tokens_range, ys, true);
-        draw_eviction_colour_key(dl, key, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y));
+        if (s.colour_key) draw_eviction_colour_key(dl, key, ImVec2(f.p1.x, f.p0.y), ImVec2(f.outer1.x, f.p1.y));
         if (f.hovered) {
             const EvictionHit h = eviction_hit_test(s.steps_range, s.tokens_range, f.p0, f.p1, f.mouse, steps, tokens);
             if (h.valid) hover_tooltip(s, seq, s.layer, h);

@@ -121,6 +121,10 @@ struct EvictionImageSpec {
     int step_lo = 0, step_hi = -1;        // [lo, hi) steps; hi < 0: all so far
     int max_width = 4096, max_height = 2048;
     int64_t max_texels = int64_t(1) << 22;
+    // Age/score colours span [range_lo, range_hi] instead of the image's own values, so maps
+    // drawn side by side (compare) can share one colour bar.
+    bool fixed_range = false;
+    float range_lo = 0, range_hi = 1;
     bool operator==(const EvictionImageSpec&) const = default;
 };
 
@@ -151,6 +155,9 @@ struct EvictionColourKey {
     float t_lo = 0, t_hi = 1;
 };
 EvictionColourKey eviction_colour_key(const EvictionImage& img);
+// Width of the colour bar with its "not cached" swatch, and drawing it into [p0, p1).
+float eviction_colour_key_width(const EvictionColourKey& k);
+void draw_eviction_colour_key(ImDrawList* dl, const EvictionColourKey& k, ImVec2 p0, ImVec2 p1);
 
 // =========================================================================================
 // [SECTION] hit testing and hover details
@@ -193,6 +200,11 @@ struct EvictionMapViewState {
     EvictionColour colour = EvictionColour::PRESENCE;
     bool all_layers = false;  // small multiples of every layer (presence, age or quest reads)
     bool toolbar = true;      // draw the selectors (the compare view draws one shared toolbar)
+    bool colour_key = true;   // draw the colour bar (the compare view draws one for all maps)
+    // Colour age/score over this range (compare: the union of every map's values); see
+    // EvictionImageSpec::fixed_range.
+    bool fixed_range = false;
+    float range_lo = 0, range_hi = 1;
     AxisRange steps_range{0, 1}, tokens_range{0, 1};  // visible window (data units)
     bool follow = true;       // fit the window to the data as it grows (cleared by zoom/pan)
     // While the run is live: its tokens per sample (data.seq_length), so the fitted y axis

@@ -789,57 +789,112 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
     ImGui::PopID();
 }
 
-void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size) {
-    ImGui::PushID("memory_overlay");
-    double span = 1;
-    int64_t peak = 1;
-    for (auto* s : states) {
-        const auto it = s->series.find(s->active_device());
-        if (it == s->series.end()) continue;
-        span = std::max(span, double(it->second.t_max - s->t0_ns));
-        peak = std::max(peak, it->second.peak);
+std::vector<double> memory_over_progress(const MemorySeries& s, const std::vector<ProgressKnot>& knots, double x_hi, int n) {
+    std::vector<double> out(size_t(std::max(0, n)), std::nan(""));
+    if (knots.size() < 2 || n < 1 || x_hi <= 0) return out;
+    const size_t chunks = knots.size() - 1;
+    // Each chunk's peak: the total it started with, raised by the events during it.
+    std::vector<double> peak(chunks, std::nan(""));
+    int64_t total = 0;
+    size_t k = 0;  // chunk of the current event (events arrive in time order)
+    const auto event = [&](int64_t t, int64_t max_total, int64_t last_total) {
+        if (t > knots.back().t_ns) return false;
+        if (t < knots.front().t_ns) {
+            total = last_total;
+            return true;
+        }
+        // Chunks passed start from the total of that moment (no event fell between).
+        if (std::isnan(peak[k])) peak[k] = double(total);
+        for (; k + 1 < chunks && t >= knots[k + 1].t_ns; ++k) peak[k + 1] = double(total);
+        peak[k] = std::max(peak[k], double(max_total));
+        total = last_total;
+        return true;
+    };
+    if (s.raw_complete) {
+        for (const MemoryPoint& p : s.raw)
+            if (!event(p.t_ns, p.device_total, p.device_total)) break;
+    } else {
+        for (const MemoryBlock& b : s.blocks)
+            if (!event(b.t_first, b.total_max, b.total_last)) break;
     }
-    // Legend in its own row above the plot: it never covers a curve.
+    for (size_t c = 0; c < chunks; ++c)  // chunks after the last event hold what it left
+        if (std::isnan(peak[c])) peak[c] = double(total);
+    const double per = double(n) / x_hi;
+    for (size_t c = 0; c < chunks; ++c) {
+        const double x0 = knots[c].x, x1 = knots[c + 1].x;
+        if (x1 <= x0) continue;
+        const int c0 = std::clamp(int(std::floor(x0 * per)), 0, n - 1), c1 = std::clamp(int(std::ceil(x1 * per - 1e-9)) - 1, c0, n - 1);
+        for (int col = c0; col <= c1; ++col)
+            out[size_t(col)] = std::isnan(out[size_t(col)]) ? peak[c] : std::max(out[size_t(col)], peak[c]);
+    }
+    return out;
+}
+
+std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names,
+                                      const std::vector<std::vector<ProgressKnot>>& knots, ImVec2 size) {
+    ImGui::PushID("memory_overlay");
+    std::vector<double> ends(states.size(), std::nan(""));
+    double x_hi = 1;
+    int64_t peak = 1;
+    for (size_t i = 0; i < states.size(); ++i) {
+        const auto it = states[i]->series.find(states[i]->active_device());
+        if (it == states[i]->series.end()) continue;
+        peak = std::max(peak, it->second.peak);
+        if (i < knots.size() && !knots[i].empty()) x_hi = std::max(x_hi, knots[i].back().x);
+    }
+    // Legend in its own row above the plot: it never covers a curve. Short entries (the maps'
+    // captions carry the names in the same colours) keep it to one row.
     std::vector<LegendEntry> legend;
-    for (size_t i = 0; i < states.size(); ++i)
+    for (size_t i = 0; i < states.size(); ++i) {
+        const bool placed = i < knots.size() && !knots[i].empty();
         legend.push_back({series_colour(int(i)), (i < names.size() ? names[i] : std::string("run")) + "  peak " +
-                                                     format_bytes(double(states[i]->peak_bytes(states[i]->active_device())))});
+                                                     format_bytes(double(states[i]->peak_bytes(states[i]->active_device()))) +
+                                                     (placed ? "" : " (no cache steps: not placed)")});
+    }
     ImDrawList* dl = ImGui::GetWindowDrawList();
     const ImVec2 at = ImGui::GetCursorScreenPos();
     const float lh = legend_height(size.x, legend);
     draw_legend(dl, at, at.x + size.x, legend);
     ImGui::Dummy(ImVec2(size.x, lh));
-    const AxisRange xr{0, span}, yr{0, double(peak) * 1.08};
-    const AxisSpec xs{AxisUnit::NANOSECONDS, "time since run start"}, ys{AxisUnit::BYTES, "bytes held"};
+    const AxisRange xr{0, x_hi}, yr{0, double(peak) * 1.08};
+    const AxisSpec xs{AxisUnit::NUMBER, "tokens processed, all samples (runs aligned chunk by chunk, not by time)"},
+        ys{AxisUnit::BYTES, "bytes held"};
     const float plot_h = std::max(40.f, size.y - lh - ImGui::GetStyle().ItemSpacing.y);
     const PlotFrame f = begin_plot_frame("##overlay", ImVec2(size.x, plot_h), plot_margins(&xs, &ys, &yr, plot_h));
     dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));
     const int n = std::max(1, int(f.width() / 2));
-    std::vector<std::vector<storage::MemoryBucket>> all(states.size());
+    std::vector<std::vector<double>> all(states.size());
     for (size_t i = 0; i < states.size(); ++i) {
         MemoryTimelineViewState* s = states[i];
         const auto it = s->series.find(s->active_device());
-        if (it == s->series.end()) continue;
-        all[i] = memory_series_buckets(it->second, s->t0_ns, s->t0_ns + int64_t(span) + 1, n);
+        if (it == s->series.end() || i >= knots.size() || knots[i].empty()) continue;
+        all[i] = memory_over_progress(it->second, knots[i], x_hi, n);
         std::vector<ImVec2> pts;
-        for (size_t b = 0; b < all[i].size(); ++b)
-            pts.push_back(ImVec2(f.p0.x + (float(b) + 0.5f) * f.width() / n,
-                                 float(axis_to_pixel(yr, double(all[i][b].total_max), f.p1.y, f.p0.y))));
-        dl->AddPolyline(pts.data(), int(pts.size()), series_colour(int(i)), 0, 1.5f);
+        for (size_t b = 0; b < all[i].size() && !std::isnan(all[i][b]); ++b) {
+            // Each column as a step from its left to its right edge (the last one ends at the run's end).
+            const double x0 = double(b) * x_hi / n, x1 = std::min(double(b + 1) * x_hi / n, knots[i].back().x);
+            const float y = float(axis_to_pixel(yr, all[i][b], f.p1.y, f.p0.y));
+            pts.push_back(ImVec2(float(axis_to_pixel(xr, x0, f.p0.x, f.p1.x)), y));
+            pts.push_back(ImVec2(float(axis_to_pixel(xr, x1, f.p0.x, f.p1.x)), y));
+            ends[i] = x1;
+        }
+        if (pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), series_colour(int(i)), 0, 1.5f);
     }
     draw_x_axis(dl, f, xr, xs);
     draw_y_axis(dl, f, yr, ys, false);
     if (f.hovered) {
-        const int b = std::clamp(int((f.mouse.x - f.p0.x) / f.width() * n), 0, n - 1);
+        const int b = std::clamp(int((f.mouse.x - f.p0.x) / f.width() * float(n)), 0, n - 1);
         ImGui::BeginTooltip();
-        ImGui::Text("%s since start", format_duration_ns(double(b) * span / n).c_str());
-        for (size_t i = 0; i < states.size(); ++i)
-            if (size_t(b) < all[i].size())
-                ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(int(i))), "%s: %s",
-                                   i < names.size() ? names[i].c_str() : "run", format_bytes(double(all[i][size_t(b)].total_max)).c_str());
+        ImGui::Text("tokens %.0f to %.0f", double(b) * x_hi / n, double(b + 1) * x_hi / n);
+        for (size_t i = 0; i < states.size(); ++i) {
+            const double v = size_t(b) < all[i].size() ? all[i][size_t(b)] : std::nan("");
+            ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(int(i))), "%s: %s",
+                               i < names.size() ? names[i].c_str() : "run", std::isnan(v) ? "ended before" : format_bytes(v).c_str());
+        }
         ImGui::EndTooltip();
     }
     ImGui::PopID();
+    return ends;
 }
 
 }  // namespace kv::views

@@ -227,7 +227,26 @@ void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* h
 // plot image is still built in plot_pixels, but not shown).
 void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
-// Overlay for the compare view: each state's total over time since its run started.
-void DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names, ImVec2 size);
+// ---- compare overlay ----
+// A run's progress over engine time: knot k (t_ns, x) starts chunk k, which runs until knot
+// k + 1 and processes the tokens [x_k, x_k+1); the last knot is the run's end. Both fields are
+// non-decreasing. Memory is put on this axis instead of wall-clock time, so runs of different
+// speeds line up chunk by chunk.
+struct ProgressKnot {
+    int64_t t_ns = 0;
+    double x = 0;
+};
+// The device total of `s` on the progress axis, per column of [0, x_hi) cut into n: the highest
+// total held during any chunk whose tokens overlap the column (a chunk's tokens are processed
+// together, so its peak belongs to all of them); NaN for the columns past the run's last knot,
+// so a line ends where its run ends. Events before the first knot (loading) only set the total
+// the first chunk starts from.
+std::vector<double> memory_over_progress(const MemorySeries& s, const std::vector<ProgressKnot>& knots, double x_hi, int n);
+
+// Overlay for the compare view: each state's total over its run's progress (knots[i]; a run
+// with no knots is listed in the legend but not drawn). Returns where each line ends (x, data
+// units; NaN when not drawn), for tests.
+std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& states, const std::vector<std::string>& names,
+                                      const std::vector<std::vector<ProgressKnot>>& knots, ImVec2 size);
 
 }  // namespace kv::views

@@ -102,6 +102,49 @@ int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t 
     return best;
 }
 
+bool per_layer_metric(const std::string& name, std::string* family, int* layer) {
+    const size_t at = name.rfind(".layer");
+    if (at == std::string::npos || at + 6 >= name.size()) return false;
+    for (size_t i = at + 6; i < name.size(); ++i)
+        if (name[i] < '0' || name[i] > '9') return false;
+    if (family) *family = name.substr(0, at);
+    if (layer) *layer = std::stoi(name.substr(at + 6));
+    return true;
+}
+
+std::vector<MetricSeries> layer_mean_series(const std::vector<MetricSeries>& series) {
+    struct Acc {
+        double sum = 0;
+        int n = 0;
+        int64_t t_ns = 0, id = 0;
+    };
+    std::map<std::string, std::map<int64_t, Acc>> by_family;  // family -> step -> sum
+    for (const MetricSeries& m : series) {
+        std::string family;
+        if (!per_layer_metric(m.name, &family)) continue;
+        auto& steps = by_family[family];
+        for (size_t i = 0; i < m.values.size(); ++i) {
+            if (!std::isfinite(m.values[i])) continue;
+            Acc& a = steps[m.steps[i]];
+            a.sum += m.values[i], ++a.n, a.t_ns = std::max(a.t_ns, m.t_ns[i]), a.id = std::max(a.id, m.ids[i]);
+        }
+    }
+    std::vector<MetricSeries> out;
+    for (const auto& [family, steps] : by_family) {
+        MetricSeries m;
+        m.name = family + ".mean_over_layers";
+        for (const auto& [step, a] : steps)
+            m.ids.push_back(a.id), m.steps.push_back(step), m.t_ns.push_back(a.t_ns), m.values.push_back(a.sum / a.n);
+        out.push_back(std::move(m));
+    }
+    return out;
+}
+
+bool metric_shown(const MetricsViewState& s, const std::string& name) {
+    if (per_layer_metric(name)) return std::find(s.shown_layers.begin(), s.shown_layers.end(), name) != s.shown_layers.end();
+    return std::find(s.hidden.begin(), s.hidden.end(), name) == s.hidden.end();
+}
+
 bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
     try {
         bool any_reference = false;
@@ -138,7 +181,14 @@ bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
                 m.ids.push_back(r.id), m.steps.push_back(r.step), m.t_ns.push_back(r.t_ns), m.values.push_back(r.value);
                 any_reference = true;
             }
-            if (any_reference) ++s.version;
+            if (any_reference) {
+                // The dense run's means over layers, under the same names as this run's.
+                std::vector<MetricSeries> ref;
+                for (const auto& [name, m] : s.reference)
+                    if (per_layer_metric(name)) ref.push_back(m);
+                for (MetricSeries& m : layer_mean_series(ref)) s.reference[m.name] = std::move(m);
+                ++s.version;
+            }
         }
         if (s.t0_ns == 0) s.t0_ns = reader.run(s.run).t0_ns;
         std::vector<storage::MetricRow> rows = reader.metrics(s.run, "", s.last_id);
@@ -152,7 +202,10 @@ bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
             m.t_ns.push_back(r.t_ns);
             m.values.push_back(r.value);
         }
-        if (!rows.empty()) ++s.version;
+        if (!rows.empty()) {
+            s.layer_means = layer_mean_series(s.series);
+            ++s.version;
+        }
         s.error.clear();
         return !rows.empty() || any_reference;
     } catch (const std::exception& e) {
@@ -441,28 +494,94 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         ImGui::PopID();
         return;
     }
-    ImGui::Checkbox("over time", &s.over_time);
+    // Every curve: the run's own series (per-layer ones apart), then the means over layers.
+    std::vector<const MetricSeries*> all;
+    std::map<std::string, std::vector<const MetricSeries*>> families;  // per-layer series by family
     for (size_t i : curves) {
-        ImGui::SameLine();
-        if (ImGui::GetCursorPosX() + ImGui::CalcTextSize(s.series[i].name.c_str()).x + 40 > size.x) ImGui::NewLine();
-        bool shown = std::find(s.hidden.begin(), s.hidden.end(), s.series[i].name) == s.hidden.end();
-        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(series_colour(int(i))));
-        if (ImGui::Checkbox(s.series[i].name.c_str(), &shown)) {
-            if (shown) s.hidden.erase(std::remove(s.hidden.begin(), s.hidden.end(), s.series[i].name), s.hidden.end());
-            else s.hidden.push_back(s.series[i].name);
-        }
-        ImGui::PopStyleColor();
+        std::string family;
+        if (per_layer_metric(s.series[i].name, &family)) families[family].push_back(&s.series[i]);
+        else all.push_back(&s.series[i]);
     }
-    std::vector<size_t> visible;
-    for (size_t i : curves)
-        if (std::find(s.hidden.begin(), s.hidden.end(), s.series[i].name) == s.hidden.end()) visible.push_back(i);
-    const float used = ImGui::GetCursorPosY() - top;
-    const float each = std::max(70.f, (size.y - used) / std::max<size_t>(1, visible.size()) - ImGui::GetStyle().ItemSpacing.y);
+    for (const MetricSeries& m : s.layer_means) all.push_back(&m);
+    for (auto& [family, list] : families) {
+        std::sort(list.begin(), list.end(), [](const MetricSeries* a, const MetricSeries* b) {
+            int la = 0, lb = 0;
+            per_layer_metric(a->name, nullptr, &la), per_layer_metric(b->name, nullptr, &lb);
+            return la < lb;
+        });
+        all.insert(all.end(), list.begin(), list.end());
+    }
+    auto colour_of = [&](const MetricSeries* m) { return series_colour(int(std::find(all.begin(), all.end(), m) - all.begin())); };
+    auto toggle = [&](const MetricSeries* m, bool show) {
+        auto& list = per_layer_metric(m->name) ? s.shown_layers : s.hidden;
+        const bool listed_means_shown = per_layer_metric(m->name);
+        list.erase(std::remove(list.begin(), list.end(), m->name), list.end());
+        if (show == listed_means_shown) list.push_back(m->name);
+    };
+    auto checkbox = [&](const MetricSeries* m, const char* label) {
+        bool shown = metric_shown(s, m->name);
+        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(colour_of(m)));
+        if (ImGui::Checkbox(label, &shown)) toggle(m, shown);
+        ImGui::PopStyleColor();
+    };
+    // The choice of curves in a list of its own beside the plots, scrolling by itself: however
+    // many series a run records, the plots stay in view.
+    const float rest_h = std::max(120.f, size.y - (ImGui::GetCursorPosY() - top));
+    // As wide as its longest entry (checkbox, tree arrow and indent included), within reason.
+    float label_w = ImGui::CalcTextSize("over time").x;
+    for (const MetricSeries* m : all)
+        if (!per_layer_metric(m->name)) label_w = std::max(label_w, ImGui::CalcTextSize(m->name.c_str()).x);
+    for (const auto& [family, list] : families)
+        label_w = std::max(label_w, ImGui::CalcTextSize((family + " per layer (000 of 000 shown)").c_str()).x);
+    const ImGuiStyle& style = ImGui::GetStyle();
+    const float list_w = std::clamp(label_w + ImGui::GetFrameHeight() + 2 * style.WindowPadding.x + style.ItemInnerSpacing.x +
+                                        style.ScrollbarSize + 4,
+                                    180.f, std::max(180.f, size.x * 0.35f));
+    ImGui::BeginChild("##curves", ImVec2(list_w, rest_h), true);
+    ImGui::Checkbox("over time", &s.over_time);
+    ImGui::Separator();
+    for (const MetricSeries* m : all)
+        if (!per_layer_metric(m->name)) checkbox(m, m->name.c_str());
+    for (const auto& [family, list] : families) {
+        ImGui::PushID(family.c_str());
+        // The count shown says which families hold checked curves while their node is closed.
+        size_t on = 0;
+        for (const MetricSeries* m : list) on += metric_shown(s, m->name);
+        char label[200];
+        std::snprintf(label, sizeof label, "%s per layer (%zu of %zu shown)###%s", family.c_str(), on, list.size(), family.c_str());
+        if (ImGui::TreeNode(label)) {
+            if (ImGui::SmallButton("all"))
+                for (const MetricSeries* m : list) toggle(m, true);
+            ImGui::SameLine();
+            if (ImGui::SmallButton("none"))
+                for (const MetricSeries* m : list) toggle(m, false);
+            for (const MetricSeries* m : list) {
+                int layer = 0;
+                per_layer_metric(m->name, nullptr, &layer);
+                checkbox(m, ("layer " + std::to_string(layer)).c_str());
+            }
+            ImGui::TreePop();
+        }
+        ImGui::PopID();
+    }
+    ImGui::EndChild();
+    ImGui::SameLine();
+    std::vector<const MetricSeries*> visible;
+    for (const MetricSeries* m : all)
+        if (metric_shown(s, m->name)) visible.push_back(m);
+    const float plots_w = std::max(120.f, size.x - list_w - ImGui::GetStyle().ItemSpacing.x);
+    ImGui::BeginChild("##plots", ImVec2(plots_w, rest_h), false);
+    s.shown_plots.clear();
+    s.shown_plots_top = ImGui::GetWindowPos().y;
+    if (visible.empty()) ImGui::TextDisabled("no curve checked: choose some in the list on the left");
+    // Plots share the height down to a readable minimum, then the region scrolls.
+    const float inner_w = plots_w - ImGui::GetStyle().ScrollbarSize;
+    const float each = std::max(170.f, rest_h / float(std::max<size_t>(1, visible.size())) - ImGui::GetStyle().ItemSpacing.y);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     for (size_t vi = 0; vi < visible.size(); ++vi) {
-        const size_t i = visible[vi];
-        const MetricSeries& m = s.series[i];
-        ImGui::PushID(int(i));
+        const MetricSeries& m = *visible[vi];
+        s.shown_plots.push_back(m.name);
+        ImGui::PushID(m.name.c_str());
         MetricCurve c = metric_curve(m, s.over_time, s.t0_ns);
         // The dense run's curve of the same metric, by step (its times are its own run's).
         const auto ref_it = s.over_time ? s.reference.end() : s.reference.find(m.name);
@@ -480,7 +599,7 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         if (!rc.x.empty()) std::snprintf(title + std::strlen(title), sizeof title - std::strlen(title), " (run %lld)", (long long)s.reference_run);
         const AxisSpec xs{s.over_time ? AxisUnit::SECONDS : AxisUnit::INTEGER, metric_x_title(m, s.over_time)};
         const AxisSpec ys{AxisUnit::NUMBER, title};
-        const PlotFrame f = begin_plot_frame("##plot", ImVec2(size.x, each), plot_margins(&xs, &ys, &yr, each));
+        const PlotFrame f = begin_plot_frame("##plot", ImVec2(inner_w, each), plot_margins(&xs, &ys, &yr, each));
         dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
         std::vector<ImVec2> pts;
         pts.reserve(c.x.size());
@@ -497,7 +616,7 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
             if (rp.size() < 200)
                 for (const auto& p : rp) dl->AddCircleFilled(p, 2.f, grey);
         }
-        const Colour col = series_colour(int(i));
+        const Colour col = colour_of(&m);
         if (pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), col, 0, 1.5f);
         if (pts.size() < 200)
             for (const auto& p : pts) dl->AddCircleFilled(p, 2.5f, col);
@@ -522,6 +641,8 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
         }
         ImGui::PopID();
     }
+    s.shown_plots_scroll_max = ImGui::GetScrollMaxY();
+    ImGui::EndChild();
     ImGui::EndGroup();
     ImGui::PopID();
 }

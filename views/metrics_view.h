@@ -66,8 +66,12 @@ struct MetricsViewState {
     std::vector<TokenLossRun> loss_runs;  // this run, the overlay runs, then the dense reference
     bool over_time = false;  // x = seconds since the run started instead of steps
     std::vector<std::string> hidden;  // metric names the user hid
+    // Per-layer series ("<family>.layer<N>", e.g. fidelity's 2 x 30 of SmolLM2-135M) start
+    // hidden behind their mean over layers: the ones the user showed.
+    std::vector<std::string> shown_layers;
     // ---- derived data ----
     std::vector<MetricSeries> series;  // by first appearance
+    std::vector<MetricSeries> layer_means;  // per family of per-layer series: "<family>.mean_over_layers"
     std::map<std::string, size_t> index;
     int64_t last_id = 0;
     int64_t t0_ns = 0;
@@ -80,7 +84,20 @@ struct MetricsViewState {
     bool reference_searched = false;
     std::map<std::string, MetricSeries> reference;
     int64_t reference_last_id = 0;
+    // What the last draw showed (tests): the plots' names in order, the top of the scrolling
+    // region that holds them, and how far it scrolls.
+    std::vector<std::string> shown_plots;
+    float shown_plots_top = 0, shown_plots_scroll_max = 0;
 };
+
+// "<family>.layer<N>": true, with the family and N.
+bool per_layer_metric(const std::string& name, std::string* family = nullptr, int* layer = nullptr);
+// Per family of per-layer series, the mean over the layers recorded at each step, named
+// "<family>.mean_over_layers" (steps in order; time: the step's latest row).
+std::vector<MetricSeries> layer_mean_series(const std::vector<MetricSeries>& series);
+// Whether a curve is drawn: per-layer series only when the user showed them, the others
+// (means over layers included) unless the user hid them.
+bool metric_shown(const MetricsViewState& s, const std::string& name);
 // The newest dense run in `runs` other than `run` whose model and data options equal run's
 // (0 when there is none, or when `run` is dense itself).
 int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t run);

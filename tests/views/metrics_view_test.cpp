@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "views/metrics_view.h"
 #include "views_test_util.h"
@@ -111,6 +112,55 @@ TEST(Metrics, IncrementalRefreshEqualsFullReload) {
     }
     EXPECT_EQ(live.series[live.index.at("loss")].values.size(), 30u);
     EXPECT_EQ(live.series[live.index.at("accuracy")].values.size(), 12u);
+}
+
+// A fidelity run of a 30-layer model records 2 x 30 per-layer series and the next-token KL:
+// by default the plots show the KL and the two means over layers, the 60 per-layer curves wait
+// behind their family's node, and the plots stay reachable however many are checked.
+TEST(Metrics, PerLayerSeriesStartHiddenBehindTheirMeanAndThePlotsScroll) {
+    MetricsViewState s;
+    const int kLayers = 30, kSteps = 8;
+    auto add = [&](const std::string& name, auto value) {
+        MetricSeries m;
+        m.name = name;
+        for (int k = 0; k < kSteps; ++k)
+            m.ids.push_back(int64_t(s.series.size()) * 100 + k), m.steps.push_back(k), m.t_ns.push_back(1000 * k), m.values.push_back(value(k));
+        s.index[name] = s.series.size();
+        s.series.push_back(std::move(m));
+    };
+    for (int l = 0; l < kLayers; ++l)
+        for (const char* q : {"attn_rel_error", "kept_mass"})
+            add(std::string("fidelity.") + q + ".layer" + std::to_string(l), [&](int k) { return k + 0.01 * l; });
+    add("fidelity.next_token_kl", [](int k) { return 0.5 * k; });
+    s.layer_means = layer_mean_series(s.series);
+    ASSERT_EQ(s.layer_means.size(), 2u);
+    for (const MetricSeries& m : s.layer_means) {
+        ASSERT_EQ(m.values.size(), size_t(kSteps)) << m.name;
+        // mean of k + 0.01 l over l = 0..29: k + 0.145
+        for (int k = 0; k < kSteps; ++k) EXPECT_NEAR(m.values[size_t(k)], k + 0.145, 1e-12) << m.name;
+    }
+    int layer = -1;
+    std::string family;
+    EXPECT_TRUE(per_layer_metric("fidelity.kept_mass.layer12", &family, &layer));
+    EXPECT_EQ(family, "fidelity.kept_mass");
+    EXPECT_EQ(layer, 12);
+    EXPECT_FALSE(per_layer_metric("fidelity.next_token_kl"));
+    EXPECT_FALSE(per_layer_metric("fidelity.layerwise"));
+
+    test::ImGuiHarness h(1280, 800);
+    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMetricsView(s); });
+    const std::set<std::string> shown(s.shown_plots.begin(), s.shown_plots.end());
+    EXPECT_EQ(shown, (std::set<std::string>{"fidelity.next_token_kl", "fidelity.attn_rel_error.mean_over_layers",
+                                            "fidelity.kept_mass.mean_over_layers"}));
+    EXPECT_EQ(s.shown_plots.size(), 3u);
+    EXPECT_EQ(s.shown_plots_scroll_max, 0.f) << "three plots share the height";
+    // Every per-layer curve of one family checked: 33 plots, still starting at the top, the
+    // region scrolling to the rest.
+    for (int l = 0; l < kLayers; ++l) s.shown_layers.push_back("fidelity.kept_mass.layer" + std::to_string(l));
+    for (int f = 0; f < 2; ++f) h.window_frame([&] { DrawMetricsView(s); });
+    EXPECT_EQ(s.shown_plots.size(), 33u);
+    EXPECT_LT(s.shown_plots_top, 0.2f * 800) << "the list of curves does not push the plots down";
+    EXPECT_GT(s.shown_plots_scroll_max, 0.f);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "views/canvas_impl.h"
+#include "views/metrics_view.h"
 #include "views_test_util.h"
 
 extern "C" int stbi_write_png(const char* filename, int w, int h, int comp, const void* data, int stride_in_bytes);
@@ -153,11 +154,102 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.impl().compare.show_difference = true;  // h2o (display 1) against lastrec (2)
     canvas.impl().compare.difference_a = 1;
     canvas.impl().compare.difference_run = 2;
+    canvas.impl().compare.difference_chosen = true;
     shoot("compare_difference", ImVec2(W * 0.5f, H * 0.62f));
     canvas.impl().compare.show_difference = false;
     canvas.impl().compare.colour = EvictionColour::READS;  // quest runs: their reads side by side
     shoot("compare_quest_reads", ImVec2(W * 0.3f, H * 0.6f));
     std::printf("screenshots in %s\n", out_dir.c_str());
+}
+
+// Compare as a person meets it: five runs (the KVLAB_VIEW_SHOTS_SESSION's first five, or tiny
+// runs) on a 1600x1000 canvas and on the canvas the GUI's 1600x1000 window leaves (~1180x620),
+// maps, difference map and the memory overlay.
+TEST(Screenshots, DISABLED_CompareSizes) {
+    const char* env = std::getenv("KVLAB_VIEW_SHOTS");
+    const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
+    std::filesystem::create_directories(out_dir);
+    test::ViewsScratchDir dir;
+    const char* session = std::getenv("KVLAB_VIEW_SHOTS_SESSION");
+    const std::string path = session ? session : dir.file("runs.kvlab");
+    std::vector<int64_t> runs;
+    if (session) {
+        for (const auto& r : storage::SessionReader(path).runs()) runs.push_back(r.id);
+    } else {
+        runs = test::record_tiny_runs(path, {test::tiny_eval_config("dense-default", 0, 512, 2, 16),
+                                             test::tiny_eval_config("h2o-default", 128, 512, 2, 16),
+                                             test::tiny_eval_config("lastrec-default", 128, 512, 2, 16),
+                                             test::tiny_eval_config("tova-default", 128, 512, 2, 16),
+                                             test::tiny_eval_config("streaming-default", 128, 512, 2, 16)});
+    }
+    if (runs.size() > 5) runs.resize(5);
+    for (const ImVec2 size : {ImVec2(1600, 1000), ImVec2(1180, 620), ImVec2(1020, 560)}) {
+        const float W = size.x, H = size.y;
+        test::ImGuiHarness h(W, H);
+        test::RecordingTextureHost host;
+        unsigned char* font_px = nullptr;
+        int fw = 0, fh = 0;
+        ImGui::GetIO().Fonts->GetTexDataAsRGBA32(&font_px, &fw, &fh);
+        const ImTextureID font_id = reinterpret_cast<ImTextureID>(uintptr_t(0xF0F0));
+        ImGui::GetIO().Fonts->SetTexID(font_id);
+        const Sampler font{font_px, fw, fh};
+        Canvas canvas(&host);
+        canvas.open_session(path);
+        canvas.select_runs(runs);
+        auto shoot = [&](const std::string& name, ImVec2 mouse) {
+            for (int i = 0; i < 200 && (canvas.refresh() || canvas.has_draw_requests()); ++i) canvas.serve_draw_requests();
+            for (int f = 0; f < 3; ++f) h.frame([&] { canvas.draw(W, H); }, mouse);
+            Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.1f)};
+            raster(img, ImGui::GetDrawData(), host, font, font_id);
+            save(img, out_dir + "/" + name + "_" + std::to_string(int(W)) + "x" + std::to_string(int(H)) + ".png");
+        };
+        shoot("compare5", ImVec2(-100, -100));
+        canvas.impl().compare.colour = EvictionColour::AGE;
+        shoot("compare5_age", ImVec2(-100, -100));
+        canvas.impl().compare.colour = EvictionColour::PRESENCE;
+        canvas.impl().compare.show_difference = true;
+        shoot("compare5_difference", ImVec2(-100, -100));
+    }
+    std::printf("screenshots in %s\n", out_dir.c_str());
+}
+
+// The metrics view of a fidelity run of a 30-layer model (SmolLM2-135M's 2 x 30 per-layer
+// series and the next-token KL), synthetic: by default, then with one family's layers checked.
+TEST(Screenshots, DISABLED_MetricsManyLayers) {
+    const char* env = std::getenv("KVLAB_VIEW_SHOTS");
+    const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
+    std::filesystem::create_directories(out_dir);
+    MetricsViewState s;
+    auto add = [&](const std::string& name, int layer) {
+        MetricSeries m;
+        m.name = name;
+        for (int k = 0; k < 64; ++k)
+            m.ids.push_back(k), m.steps.push_back(k), m.t_ns.push_back(1000000 * k), m.values.push_back(0.1 + 0.002 * layer + 0.05 * std::sin(k * 0.2 + layer));
+        s.index[name] = s.series.size();
+        s.series.push_back(std::move(m));
+    };
+    for (int l = 0; l < 30; ++l)
+        for (const char* q : {"attn_rel_error", "kept_mass"}) add(std::string("fidelity.") + q + ".layer" + std::to_string(l), l);
+    add("fidelity.next_token_kl", 0);
+    s.layer_means = layer_mean_series(s.series);
+    const float W = 1180, H = 620;
+    test::ImGuiHarness h(W, H);
+    test::RecordingTextureHost host;
+    unsigned char* font_px = nullptr;
+    int fw = 0, fh = 0;
+    ImGui::GetIO().Fonts->GetTexDataAsRGBA32(&font_px, &fw, &fh);
+    const ImTextureID font_id = reinterpret_cast<ImTextureID>(uintptr_t(0xF0F0));
+    ImGui::GetIO().Fonts->SetTexID(font_id);
+    const Sampler font{font_px, fw, fh};
+    auto shoot = [&](const std::string& name) {
+        for (int f = 0; f < 3; ++f) h.window_frame([&] { DrawMetricsView(s); }, ImVec2(W * 0.6f, H * 0.3f));
+        Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.1f)};
+        raster(img, ImGui::GetDrawData(), host, font, font_id);
+        save(img, out_dir + "/" + name + ".png");
+    };
+    shoot("metrics_30_layers");
+    for (int l = 0; l < 30; ++l) s.shown_layers.push_back("fidelity.kept_mass.layer" + std::to_string(l));
+    shoot("metrics_30_layers_kept_mass_checked");
 }
 
 }  // namespace
