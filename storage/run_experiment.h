@@ -24,7 +24,8 @@ bool is_experiment_field(const std::string& dotted);
 
 // The experiment fields whose values differ among `configs` (a field absent from some reads
 // as ""), sorted, leaving out `axes` -- the fields a figure already shows (its x, its lines,
-// its panels) -- and every field under one of them ("data" leaves out "data.seq_length").
+// its panels) -- and every field under one of them ("data" leaves out "data.seq_length"), and
+// with kv_cache.cache_length its companion kv_cache.prefill_length.
 std::vector<std::string> differing_fields(const std::vector<FlatConfig>& configs, const std::vector<std::string>& axes);
 
 // "data.seq_length=1024, fidelity=true": the values of `fields` in `config`; "" for none.

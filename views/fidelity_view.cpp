@@ -103,6 +103,11 @@ bool refresh_fidelity(FidelityViewState& s, storage::SessionReader& reader) {
     s.error.clear();
     for (FidelityGrid& g : s.grids) {
         try {
+            if (g.empty() && !g.run_final) {  // a live run's first rows come when its first sample ends
+                const storage::RunInfo info = reader.run(g.run);
+                g.fidelity_configured = storage::run_config_value(info.config, "fidelity") == "true";
+                g.run_final = storage::run_status_final(info.status);
+            }
             if (g.last_id == 0) {
                 const storage::RunInfo info = reader.run(g.run);
                 const std::string name = storage::run_config_value(info.config, "kv_cache.name");
@@ -223,13 +228,23 @@ void draw_profile(ImDrawList* dl, const FidelityViewState& s, ImVec2 size) {
 
 }  // namespace
 
+std::string fidelity_empty_message(const FidelityViewState& s) {
+    for (const FidelityGrid& g : s.grids)
+        if (g.fidelity_configured && !g.run_final)
+            return "recording fidelity: run " + std::to_string(g.run) +
+                   " measures against the dense cache; its numbers appear as each sample ends";
+    for (const FidelityGrid& g : s.grids)
+        if (g.fidelity_configured) return "run " + std::to_string(g.run) + " had fidelity on but ended before its first sample did: nothing recorded";
+    return "no fidelity recorded: launch the run with --fidelity true (eval_long)";
+}
+
 void DrawFidelityView(FidelityViewState& s, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) size = ImGui::GetContentRegionAvail();
     if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
     bool any = false;
     for (const FidelityGrid& g : s.grids) any = any || !g.empty();
     if (!any) {
-        draw_empty_state("no fidelity recorded: launch the run with --fidelity true (eval_long)");
+        draw_empty_state(fidelity_empty_message(s).c_str());
         return;
     }
     ImDrawList* dl = ImGui::GetWindowDrawList();

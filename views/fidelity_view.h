@@ -34,6 +34,9 @@ struct FidelityGrid {
     int64_t steps = 0;
     std::vector<double> values[size_t(FidelityQuantity::COUNT)];  // row-major: [layer * steps + step]
     int64_t last_id = 0;
+    // From the run's row, read again while nothing is recorded: whether the run measures
+    // fidelity at all, and whether it can still record (a live run's rows arrive per sample).
+    bool fidelity_configured = false, run_final = false;
     double at(FidelityQuantity q, int layer, int64_t step) const;
     // Adds one metric row (grows the grid; a repeated (layer, step) keeps the newest value).
     void add(FidelityQuantity q, int layer, int64_t step, double value);
@@ -52,5 +55,8 @@ struct FidelityViewState {
 void fidelity_select(FidelityViewState& s, const std::vector<int64_t>& runs);
 bool refresh_fidelity(FidelityViewState& s, storage::SessionReader& reader);
 void DrawFidelityView(FidelityViewState& s, ImVec2 size = ImVec2(0, 0));
+// What the view says when no selected run has fidelity rows yet: recording (a live run launched
+// with fidelity), nothing recorded (a run with fidelity that ended first), or how to get some.
+std::string fidelity_empty_message(const FidelityViewState& s);
 
 }  // namespace kv::views

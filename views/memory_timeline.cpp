@@ -368,7 +368,9 @@ bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader&
             std::vector<storage::SpanRow> rows = reader.spans(s.run, {}, s.last_span_id, s.rows_per_read);
             for (const auto& r : rows) {
                 s.last_span_id = std::max(s.last_span_id, r.id);
-                if (r.category == trace::SpanCategory::RUN) continue;
+                // The run's phases (engine/telemetry/run_phase.h) are a lane of their own; the
+                // span of the whole run is the time axis itself.
+                if (r.category == trace::SpanCategory::RUN && r.name == "run") continue;
                 if (r.category == trace::SpanCategory::CELL) {
                     s.cells.push_back({r.cell_row, r.cell_col, r.start_ns, r.end_ns, -1});
                     continue;
@@ -498,6 +500,9 @@ void zoom_to_cell(MemoryTimelineViewState& s, size_t cell) {
 // =========================================================================================
 namespace {
 
+// A lane's name: its span category's, but "phase" for the run's phases (category run).
+const char* lane_label(trace::SpanCategory c) { return c == trace::SpanCategory::RUN ? "phase" : trace::span_category_name(c); }
+
 // Span labels start right of `label_min_x` (the lane's name) and never on another label
 // (spans of one category overlap when several threads run them).
 void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewState& s, float x0, float x1, float y0,
@@ -536,7 +541,8 @@ void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewSta
             continue;
         }
         flush();
-        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), col);
+        // Phases nest (fidelity's reference inside the policy pass): a colour per phase tells them apart.
+        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), lane.category == trace::SpanCategory::RUN ? series_colour(int(sp.name)) : col);
         dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 80));
         const std::string& name = s.span_names[sp.name];
         const float tw = ImGui::CalcTextSize(name.c_str()).x;
@@ -762,7 +768,7 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         const int shown = std::max(1, int(lanes_h / lane_h));
         for (int li = 0; li < int(s.lanes.size()) && li < shown; ++li) {
             const float y0 = lf.p0.y + li * lane_h, y1 = y0 + lane_h - 2;
-            const char* label = trace::span_category_name(s.lanes[size_t(li)].category);
+            const char* label = lane_label(s.lanes[size_t(li)].category);
             draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1, lf.p0.x + ImGui::CalcTextSize(label).x + 6);
             // a backing box keeps the lane's name legible over its spans' own labels
             dl->AddRectFilled(ImVec2(lf.p0.x, y0), ImVec2(lf.p0.x + ImGui::CalcTextSize(label).x + 4, y1), IM_COL32(20, 20, 24, 220));
@@ -776,7 +782,7 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
                 const int64_t slack = int64_t(s.time.span() / std::max(1.f, lf.width()));
                 if (const SpanBox* sp = span_at(s.lanes[size_t(li)], t, slack)) {
                     ImGui::BeginTooltip();
-                    ImGui::Text("%s (%s)", s.span_names[sp->name].c_str(), trace::span_category_name(s.lanes[size_t(li)].category));
+                    ImGui::Text("%s (%s)", s.span_names[sp->name].c_str(), lane_label(s.lanes[size_t(li)].category));
                     ImGui::Text("%s, from %s", format_duration_ns(double(sp->end_ns - sp->start_ns)).c_str(),
                                 format_duration_ns(double(sp->start_ns - s.t0_ns)).c_str());
                     if (sp->layer >= 0 || sp->chunk >= 0) ImGui::Text("layer %d  chunk %d  thread %d", sp->layer, sp->chunk, sp->thread);

@@ -34,6 +34,14 @@ TEST(RunExperiment, DifferingFieldsLeaveOutAxesAndWhatIsOnlyRecorded) {
         << "name, out_dir and telemetry never split; a field one run lacks differs";
     EXPECT_EQ(differing_fields(c, {"kv_cache", "data"}), (std::vector<std::string>{"precision"})) << "an axis leaves out its subtree";
     EXPECT_EQ(differing_fields({c[0]}, {}), std::vector<std::string>{}) << "one run differs from nothing";
+    // A dense reference that steps in the compared runs' chunks (prefill = their cache length)
+    // is in their experiment when the cache length is an axis, and apart when it is not.
+    const std::vector<FlatConfig> ref = {
+        flat_run_config(R"({"kv_cache": {"name": "dense-default", "cache_length": 0, "prefill_length": 256}})"),
+        flat_run_config(R"({"kv_cache": {"name": "h2o-default", "cache_length": 256, "prefill_length": 0}})"),
+    };
+    EXPECT_EQ(differing_fields(ref, {"kv_cache.name", "kv_cache.cache_length"}), std::vector<std::string>{});
+    EXPECT_EQ(differing_fields(ref, {"kv_cache.name"}), (std::vector<std::string>{"kv_cache.cache_length", "kv_cache.prefill_length"}));
     EXPECT_FALSE(is_experiment_field("telemetry.score_interval"));
     EXPECT_FALSE(is_experiment_field("name"));
     EXPECT_TRUE(is_experiment_field("names")) << "a prefix of a word is not its subtree";

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "storage/config_fields.h"
+#include "storage/session.h"
+#include "storage/session_reader.h"
 #include "views/canvas_impl.h"
 #include "views/fidelity_view.h"
 #include "views/sweep_view.h"
@@ -82,6 +84,38 @@ TEST(FidelityView, GridHoldsEveryRowOfARecordedFidelityRun) {
     test::ImGuiHarness h(900, 600);
     // With the mouse over the maps (the hover path draws its outline and tooltip).
     for (int f = 0; f < 3; ++f) EXPECT_GT(h.window_frame([&] { DrawFidelityView(s); }, ImVec2(200, 120)), 0);
+}
+
+// A run launched with fidelity has no rows until its first sample ends: the view says it is
+// recording, not "launch with --fidelity true" (issue 37); once the run ends with none, it says
+// so; a run without fidelity gets the how-to.
+TEST(FidelityView, ALiveFidelityRunIsRecordingNotMissing) {
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("live.kvlab");
+    int64_t live = 0, plain = 0;
+    {
+        auto session = storage::Session::create(path);
+        RunConfig cfg = test::tiny_eval_config("h2o-default", 64, 256, 1, 32);
+        cfg.fidelity = true;
+        live = session->create_run("live", run_config_to_json(cfg));
+        session->start_run(live);
+        cfg.fidelity = false;
+        plain = session->create_run("plain", run_config_to_json(cfg));
+        session->start_run(plain);
+    }
+    auto message = [&](int64_t run) {
+        storage::SessionReader reader(path);
+        FidelityViewState s;
+        fidelity_select(s, {run});
+        refresh_fidelity(s, reader);
+        return fidelity_empty_message(s);
+    };
+    EXPECT_NE(message(live).find("recording fidelity"), std::string::npos) << message(live);
+    EXPECT_NE(message(plain).find("launch the run with --fidelity true"), std::string::npos) << message(plain);
+    {
+        storage::Session::open(path)->finish_run(live, storage::RunStatus::CANCELLED, "cancelled");
+    }
+    EXPECT_NE(message(live).find("ended before its first sample"), std::string::npos) << message(live);
 }
 
 TEST(FidelityView, GridGrowsAndKeepsValues) {

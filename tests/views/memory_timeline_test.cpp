@@ -4,6 +4,8 @@
 // view draws headless (including zoom to a cell).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -179,6 +181,27 @@ TEST_F(MemoryRun, BudgetedRefreshesCatchUpToTheSameState) {
         for (size_t i = 0; i < slow.lanes[l].spans.size(); ++i) EXPECT_EQ(slow.lanes[l].spans[i].id, full.lanes[l].spans[i].id);
     }
     EXPECT_EQ(slow.cells.size(), full.cells.size());
+}
+
+// The timeline names every phase (issue 37): a "phase" lane holds the run's RUN-category spans
+// but the whole-run span, with the phases this run went through, each as the reader stores it.
+TEST_F(MemoryRun, ThePhaseLaneHoldsEveryPhaseOfTheRun) {
+    storage::SessionReader reader(path_);
+    MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
+    s.run = run_;
+    refresh_memory_timeline(s, reader);
+    std::multiset<std::string> stored;
+    for (const auto& r : reader.spans(run_))
+        if (r.category == trace::SpanCategory::RUN && r.name != "run") stored.insert(r.name);
+    for (const char* want : {"load", "data", "policy pass"}) EXPECT_TRUE(stored.count(want)) << want;
+    const SpanLane* phases = nullptr;
+    for (const auto& l : s.lanes)
+        if (l.category == trace::SpanCategory::RUN) phases = &l;
+    ASSERT_NE(phases, nullptr) << "no phase lane";
+    std::multiset<std::string> shown;
+    for (const auto& b : phases->spans) shown.insert(s.span_names[b.name]);
+    EXPECT_EQ(shown, stored);
 }
 
 TEST(MemoryTimeline, IncrementalRefreshWhileARunWritesEqualsFullReload) {
