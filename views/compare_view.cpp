@@ -22,7 +22,8 @@ std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) 
         // The study's numbers first: the task's own score and the distance to the dense model.
         {"copied tokens", &storage::ComparedRun::copy_token_accuracy, nullptr, true},
         {"answer tokens right", &storage::ComparedRun::answer_token_accuracy, nullptr, true},
-        {"next-token KL vs dense", &storage::ComparedRun::fidelity_kl, nullptr, false},
+        // A divergence from dense is 0 for the dense run itself: a difference, never a ratio to 0.
+        {"next-token KL vs dense", &storage::ComparedRun::fidelity_kl, nullptr, true},
         {"kept attention mass", &storage::ComparedRun::fidelity_kept_mass, nullptr, true},
         {"loss", &storage::ComparedRun::loss, &storage::ComparedRun::d_loss, true},
         {"accuracy", &storage::ComparedRun::accuracy, &storage::ComparedRun::d_accuracy, true},

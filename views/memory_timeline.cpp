@@ -32,6 +32,9 @@ void MemorySeries::add(const storage::MemoryEventRow& e) {
     current[c] = e.category_total;
     category_peak[c] = std::max(category_peak[c], e.category_total);
     total = e.device_total;
+    if (e.flags & trace::ALLOC_FLAGS_INSTRUMENTATION) instrumentation += e.bytes;
+    const int64_t own = total - instrumentation;
+    own_peak = std::max(own_peak, own);
     if (events == 0 || total > peak) {
         peak = total;
         peak_t_ns = e.t_ns;
@@ -49,12 +52,15 @@ void MemorySeries::add(const storage::MemoryEventRow& e) {
     MemoryBlock& b = blocks.back();
     if (b.events == 0) {
         b.total_min = b.total_max = total;
+        b.own_max = own;
         b.at_max = current;
     } else {
         b.total_min = std::min(b.total_min, total);
+        b.own_max = std::max(b.own_max, own);
         if (total > b.total_max) b.total_max = total, b.at_max = current;
     }
     b.total_last = total;
+    b.own_last = own;
     b.t_first = std::min(b.t_first, e.t_ns);
     b.t_last = std::max(b.t_last, e.t_ns);
     ++b.events;
@@ -70,7 +76,7 @@ void MemorySeries::add(const storage::MemoryEventRow& e) {
         raw_complete = false;
         return;
     }
-    const MemoryPoint p{e.t_ns, e.device_total, e.category_total, e.id, uint8_t(c)};
+    const MemoryPoint p{e.t_ns, e.device_total, e.category_total, e.id, uint8_t(c), instrumentation};
     auto before = [](const MemoryPoint& a, const MemoryPoint& b) { return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.id < b.id; };
     if (raw.empty() || !before(p, raw.back())) raw.push_back(p);
     else raw.insert(std::upper_bound(raw.begin(), raw.end(), p, before), p);  // another thread's older event
@@ -816,12 +822,14 @@ std::vector<double> memory_over_progress(const MemorySeries& s, const std::vecto
         total = last_total;
         return true;
     };
+    // The run's own bytes: instrumentation (fidelity) measures the run and is left out, as in
+    // the peak the runs table and compare's tables report.
     if (s.raw_complete) {
         for (const MemoryPoint& p : s.raw)
-            if (!event(p.t_ns, p.device_total, p.device_total)) break;
+            if (!event(p.t_ns, p.device_total - p.instrumentation_total, p.device_total - p.instrumentation_total)) break;
     } else {
         for (const MemoryBlock& b : s.blocks)
-            if (!event(b.t_first, b.total_max, b.total_last)) break;
+            if (!event(b.t_first, b.own_max, b.own_last)) break;
     }
     for (size_t c = 0; c < chunks; ++c)  // chunks after the last event hold what it left
         if (std::isnan(peak[c])) peak[c] = double(total);
@@ -845,7 +853,7 @@ std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& sta
     for (size_t i = 0; i < states.size(); ++i) {
         const auto it = states[i]->series.find(states[i]->active_device());
         if (it == states[i]->series.end()) continue;
-        peak = std::max(peak, it->second.peak);
+        peak = std::max(peak, it->second.own_peak);
         if (i < knots.size() && !knots[i].empty()) x_hi = std::max(x_hi, knots[i].back().x);
     }
     // Legend in its own row above the plot: it never covers a curve. Short entries (the maps'
@@ -853,8 +861,12 @@ std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& sta
     std::vector<LegendEntry> legend;
     for (size_t i = 0; i < states.size(); ++i) {
         const bool placed = i < knots.size() && !knots[i].empty();
-        legend.push_back({series_colour(int(i)), (i < names.size() ? names[i] : std::string("run")) + "  peak " +
-                                                     format_bytes(double(states[i]->peak_bytes(states[i]->active_device()))) +
+        // The run's own peak (what the tables say), with instrumentation's apart when there was some.
+        const auto it = states[i]->series.find(states[i]->active_device());
+        const int64_t own = it == states[i]->series.end() ? 0 : it->second.own_peak;
+        const int64_t all = it == states[i]->series.end() ? 0 : it->second.peak;
+        legend.push_back({series_colour(int(i)), (i < names.size() ? names[i] : std::string("run")) + "  peak " + format_bytes(double(own)) +
+                                                     (all > own ? " (" + format_bytes(double(all)) + " measured)" : "") +
                                                      (placed ? "" : " (no cache steps: not placed)")});
     }
     ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -864,7 +876,7 @@ std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& sta
     ImGui::Dummy(ImVec2(size.x, lh));
     const AxisRange xr{0, x_hi}, yr{0, double(peak) * 1.08};
     const AxisSpec xs{AxisUnit::NUMBER, "tokens processed, all samples (runs aligned chunk by chunk, not by time)"},
-        ys{AxisUnit::BYTES, "bytes held"};
+        ys{AxisUnit::BYTES, "bytes held by the run (instrumentation left out)"};
     const float plot_h = std::max(40.f, size.y - lh - ImGui::GetStyle().ItemSpacing.y);
     const PlotFrame f = begin_plot_frame("##overlay", ImVec2(size.x, plot_h), plot_margins(&xs, &ys, &yr, plot_h));
     dl->AddRectFilled(f.p0, f.p1, IM_COL32(24, 24, 28, 255));

@@ -41,6 +41,7 @@ struct MemoryPoint {  // one event, compact
     int64_t category_total = 0;
     int64_t id = 0;
     uint8_t category = 0;
+    int64_t instrumentation_total = 0;  // of device_total, bytes that measure the run (fidelity)
 };
 
 struct MemoryBlock {
@@ -48,6 +49,7 @@ struct MemoryBlock {
     int64_t first_id = 0;  // id of its first event
     int32_t events = 0;
     int64_t total_min = 0, total_max = 0, total_last = 0;
+    int64_t own_max = 0, own_last = 0;  // the same without instrumentation
     std::array<int64_t, kNumMemCategories> at_max{};  // per-category bytes when the total peaked
     // State just before its first event, so a reader query from t_first on can be bucketed exactly.
     int64_t total_before = 0;
@@ -62,6 +64,9 @@ struct MemorySeries {
     std::array<int64_t, kNumMemCategories> current{};   // category totals after the newest event
     std::array<int64_t, kNumMemCategories> category_peak{};  // highest total of each category
     int64_t total = 0;                                  // device total after the newest event
+    // Instrumentation bytes (events flagged ALLOC_FLAGS_INSTRUMENTATION: fidelity's shadow cache and
+    // passes) after the newest event, and the highest total without them: the run's own peak.
+    int64_t instrumentation = 0, own_peak = 0;
     int64_t t_min = 0, t_max = 0;
     std::vector<MemoryBlock> blocks;
     // Running maxima of blocks[0..i].t_first / .t_last: blocks arrive nearly in time order, so a

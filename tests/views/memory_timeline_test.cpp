@@ -204,6 +204,33 @@ TEST_F(MemoryRun, ThePhaseLaneHoldsEveryPhaseOfTheRun) {
     EXPECT_EQ(shown, stored);
 }
 
+// Compare's memory overlay draws a run's own bytes: for a fidelity run its highest column is the
+// run's own peak as the session writer summarised it, not the peak with the shadow cache.
+TEST(MemoryTimeline, TheOverlayOfAFidelityRunLeavesInstrumentationOut) {
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("fid.kvlab");
+    RunConfig cfg = test::tiny_eval_config("h2o-default", 64);
+    cfg.fidelity = true;
+    const int64_t run = test::record_tiny_runs(path, {cfg}).front();
+    storage::SessionReader reader(path);
+    MemoryTimelineViewState s;
+    s.refresh_budget_ms = test::kWholeRefresh;
+    s.run = run;
+    refresh_memory_timeline(s, reader);
+    const MemorySeries& ser = s.series.at(-1);
+    const nlohmann::json sum = nlohmann::json::parse(reader.run(run).summary);
+    const int64_t own = sum.at("peak_bytes_without_instrumentation").at("cpu").get<int64_t>();
+    EXPECT_EQ(ser.own_peak, own);
+    EXPECT_GT(ser.peak, own) << "the shadow cache is in the total";
+    // One chunk spanning every event: its column is the run's own peak.
+    std::vector<ProgressKnot> knots(2);
+    knots[0].t_ns = ser.t_min, knots[0].x = 0;
+    knots[1].t_ns = ser.t_max, knots[1].x = 1;
+    const std::vector<double> col = memory_over_progress(ser, knots, 1, 1);
+    ASSERT_EQ(col.size(), 1u);
+    EXPECT_DOUBLE_EQ(col[0], double(own));
+}
+
 TEST(MemoryTimeline, IncrementalRefreshWhileARunWritesEqualsFullReload) {
     test::ViewsScratchDir dir;
     test::SyntheticRun run(dir.file("mem.kvlab"));
