@@ -205,8 +205,27 @@ std::vector<SweepCell> expand_sweep(const SweepSpec& spec) {
             c.reference = !with_cache;
             return c;
         };
+        const size_t first = cells.size();
         if (spec.add_reference) add(build({}, false));
         walk(cache_axes, [&](const std::vector<size_t>& ci) { add(build(ci, true)); });
+        // The dense reference steps through the sequence in the compared runs' chunks: its first
+        // chunk is the smallest of their cache lengths (theirs is their cache length), unless
+        // the sweep sets the prefill itself. Its speed and per-chunk numbers then compare step
+        // for step; alone it would take the whole sequence in one step.
+        if (spec.add_reference && first < cells.size() && cells[first].reference && cells[first].cfg.driver.prefill_length == 0) {
+            int64_t smallest = 0;
+            for (size_t i = first + 1; i < cells.size(); ++i) {
+                const int64_t L = cells[i].cfg.kv_cache.cache_length;
+                if (L > 0 && L < cells[first].cfg.data.seq_length && (smallest == 0 || L < smallest)) smallest = L;
+            }
+            if (smallest > 0) {
+                SweepCell& ref = cells[first];
+                seen.erase(std::find(seen.begin(), seen.end(), ref.identity));
+                ref.cfg.driver.prefill_length = smallest;
+                ref.identity = sweep_identity(ref.cfg);
+                seen.push_back(ref.identity);
+            }
+        }
     });
     return cells;
 }

@@ -861,12 +861,12 @@ std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& sta
     std::vector<LegendEntry> legend;
     for (size_t i = 0; i < states.size(); ++i) {
         const bool placed = i < knots.size() && !knots[i].empty();
-        // The run's own peak (what the tables say), with instrumentation's apart when there was some.
+        // The run's own peak (what the tables say), and with fidelity's shadow cache and passes when it had them.
         const auto it = states[i]->series.find(states[i]->active_device());
         const int64_t own = it == states[i]->series.end() ? 0 : it->second.own_peak;
         const int64_t all = it == states[i]->series.end() ? 0 : it->second.peak;
         legend.push_back({series_colour(int(i)), (i < names.size() ? names[i] : std::string("run")) + "  peak " + format_bytes(double(own)) +
-                                                     (all > own ? " (" + format_bytes(double(all)) + " measured)" : "") +
+                                                     (all > own ? " (" + format_bytes(double(all)) + " with fidelity)" : "") +
                                                      (placed ? "" : " (no cache steps: not placed)")});
     }
     ImDrawList* dl = ImGui::GetWindowDrawList();

@@ -40,9 +40,9 @@ TEST(FidelityCli, SweepRecordsPerLayerPerChunkFidelity) {
         const nlohmann::json s = nlohmann::json::parse(r.summary);
         ASSERT_TRUE(s.contains("fidelity_kept_mass")) << r.summary;
         const bool dense = r.name.rfind("dense", 0) == 0;
-        // The chunk plan: lastrec prefills its 64 slots, then 16-token chunks (13 chunks);
-        // dense prefills the whole 256 in one.
-        const int64_t chunks = dense ? 1 : 1 + (256 - 64) / 16;
+        // The chunk plan: lastrec prefills its 64 slots, then 16-token chunks (13 chunks); the
+        // sweep's dense reference steps in the same chunks (its prefill is the smallest cache).
+        const int64_t chunks = 1 + (256 - 64) / 16;
         EXPECT_EQ(s["chunks_per_sample"].get<int64_t>(), chunks);
         int layers = 0;
         double sum_mass = 0, sum_err = 0, n = 0, min_mass = 1;

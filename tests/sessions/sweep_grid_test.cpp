@@ -47,6 +47,8 @@ TEST(SweepGrid, EveryCombinationOnceWithOneDenseReferencePerDataConfiguration) {
         if (c.reference) {
             EXPECT_EQ(c.cfg.kv_cache.name, "dense-default");
             EXPECT_EQ(c.cfg.kv_cache.cache_length, 0);
+            // It steps in the compared runs' chunks: its first chunk is their smallest cache (32).
+            EXPECT_EQ(c.cfg.driver.prefill_length, 32);
             ++refs[c.cfg.data.seq_length];
         }
         EXPECT_TRUE(run_config_problems(c.cfg).empty()) << c.cfg.name;
