@@ -176,10 +176,13 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
         int n;
         ~Restore() { set_num_threads(n); }
     } restore{threads};
+    // Best of many short runs, alternated: the minimum time of each comes from moments when
+    // nothing else ran, which on a machine shared with other tests a handful of runs misses.
+    constexpr int kReps = 25;
     double best_plain = 0, best_fid = 0;
     int64_t own_plain = -1, own_fid = -1, all_fid = -1;
     nlohmann::json cat_plain, cat_fid;  // each category's own peak (the evaluation phase's)
-    for (int rep = 0; rep < 7; ++rep)
+    for (int rep = 0; rep < kReps; ++rep)
         for (bool fidelity : {true, false}) {
             cfg.fidelity = fidelity;
             const int64_t id = rm.submit(cfg);
@@ -212,13 +215,12 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
         EXPECT_NEAR(cat_fid[cat].get<double>(), v.get<double>(), 0.01 * v.get<double>() + 1) << cat;
     }
     EXPECT_GT(all_fid, own_fid) << "the shadow cache is in the instrumented total";
-    // Idle, the ratio is 0.95-0.96 on a 2-core Xeon (docs/CHANGES.md); a machine loaded by other
-    // processes (CI runs two tests at a time) drives it down to about 0.65, since the fidelity
-    // run's own steps share caches with its measuring. The suite asserts what holds under load:
-    // the run's own speed is of the plain run's order, not the instrumented total's half.
+    // The run's own speed is its tokens over its policy pass (run_phase.h). Idle, the ratio is
+    // 0.94-0.95 on a 2-core Xeon: the fidelity run's own steps share caches with the measuring
+    // between them. Within 15% (issue 37's bound).
     const double ratio = best_fid / best_plain;
-    EXPECT_GT(ratio, 0.5) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
-    EXPECT_LT(ratio, 1.5) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
+    EXPECT_GT(ratio, 0.85) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
+    EXPECT_LT(ratio, 1.15) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
     std::printf("[ info ] own tokens/s with / without fidelity: %.4g / %.4g = %.3f; own peak %lld / %lld bytes, with instrumentation %lld\n",
                 best_fid, best_plain, ratio, (long long)own_fid, (long long)own_plain, (long long)all_fid);
     // kvlab compare leads with the study's numbers: the task's copied tokens and the fidelity
