@@ -5,6 +5,7 @@
 #include <QApplication>
 #include <QHeaderView>
 #include <QItemSelectionModel>
+#include <QKeyEvent>
 #include <QLineEdit>
 #include <QMenu>
 #include <QPainter>
@@ -131,6 +132,7 @@ SessionBrowser::SessionBrowser(RunsModel* model, QWidget* parent) : QWidget(pare
     layout->addWidget(filter_);
     layout->addWidget(table_);
 
+    table_->installEventFilter(this);  // Del deletes the selected runs (asks first)
     connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
             [this] { Q_EMIT selectionChanged(selectedRuns()); });
     connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& i) {
@@ -181,6 +183,16 @@ void SessionBrowser::showHeaderMenu(const QPoint& pos) {
         connect(a, &QAction::toggled, this, [this, c](bool on) { setColumnShown(c, on); });
     }
     menu.exec(table_->horizontalHeader()->mapToGlobal(pos));
+}
+
+bool SessionBrowser::eventFilter(QObject* watched, QEvent* event) {
+    // The table's own keys: a cell being edited has its own editor widget, so Del there edits text.
+    if (watched == table_ && event->type() == QEvent::KeyPress && static_cast<QKeyEvent*>(event)->key() == Qt::Key_Delete) {
+        const auto runs = selectedRuns();
+        if (!runs.empty()) Q_EMIT deleteRequested(runs);
+        return true;
+    }
+    return QWidget::eventFilter(watched, event);
 }
 
 void SessionBrowser::applyColumnChoice() {

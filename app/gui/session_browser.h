@@ -46,6 +46,9 @@ class SessionBrowser : public QWidget {
     void deleteRequested(const std::vector<int64_t>& runs);
     void rerunRequested(const std::vector<int64_t>& runs);  // launch the same configurations again
 
+   protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
    private:
     void showHeaderMenu(const QPoint& pos);
     void applyColumnChoice();  // hides what the person hid (or has not asked to see)
