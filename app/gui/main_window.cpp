@@ -351,6 +351,8 @@ void MainWindow::updateFirstScreen() {
     }
     // As tall as its entries (at most kMaxRecent), not a box of blank lines.
     recent_list_->setFixedHeight(recent_list_->sizeHintForRow(0) * recent_list_->count() + 2 * recent_list_->frameWidth() + 4);
+    if (auto* title = first_screen_->findChild<QLabel*>("firstScreenTitle"))
+        title->setText(controller_->isOpen() ? tr("<h2>This session has no runs yet</h2>") : tr("<h2>Start here</h2>"));
     first_screen_->setVisible(model_->rowCount() == 0);
     first_screen_->adjustSize();
     const QRect area = canvas_->geometry();

@@ -12,7 +12,9 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QResizeEvent>
+#include <QAbstractItemView>
 #include <QScrollArea>
+#include <QStylePainter>
 #include <QTabBar>
 #include <QTabWidget>
 #include <QToolButton>
@@ -154,6 +156,21 @@ class FieldCell : public QWidget {
     }
 };
 
+// The policy drop-down: its entries carry the policy's summary, longer than the dock is wide;
+// the closed box ends the text with "…" instead of cutting it mid-word.
+class ElidingComboBox : public QComboBox {
+   protected:
+    void paintEvent(QPaintEvent*) override {
+        QStylePainter p(this);
+        QStyleOptionComboBox opt;
+        initStyleOption(&opt);
+        p.drawComplexControl(QStyle::CC_ComboBox, opt);
+        const QRect text = style()->subControlRect(QStyle::CC_ComboBox, &opt, QStyle::SC_ComboBoxEditField, this);
+        opt.currentText = fontMetrics().elidedText(opt.currentText, Qt::ElideRight, text.width());
+        p.drawControl(QStyle::CE_ComboBoxLabel, opt);
+    }
+};
+
 // Shown above the sections: what a first run needs.
 bool onTop(const QString& option) {
     return option == QLatin1String("model") || option == QLatin1String("kv_cache.name") || option == QLatin1String("fidelity");
@@ -247,6 +264,7 @@ RunForm::RunForm(QWidget* parent) : QWidget(parent) {
                 advanced_form_->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
                 advanced_form_->setRowWrapPolicy(QFormLayout::WrapLongRows);
                 pageLayout->addLayout(advanced_form_);
+                connect(advanced_toggle_, &QToolButton::clicked, this, [this] { advanced_opened_for_problem_ = false; });
                 connect(advanced_toggle_, &QToolButton::toggled, this, [this](bool open) {
                     advanced_toggle_->setArrowType(open ? Qt::DownArrow : Qt::RightArrow);
                     for (int r = 0; r < advanced_form_->rowCount(); ++r) advanced_form_->setRowVisible(r, open);
@@ -266,7 +284,7 @@ RunForm::RunForm(QWidget* parent) : QWidget(parent) {
         if (f.policyOwn && policy_form_ && !onTop(f.name)) layout = policy_form_;  // placePolicyKnobs sorts them
         if (f.name == QLatin1String("kv_cache.name")) {
             // The policy drop-down: the registry's names, each with its one-line summary.
-            policy_ = new QComboBox;
+            policy_ = new ElidingComboBox;
             policy_->setObjectName("policyCombo");
             policy_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
             policy_->setMinimumContentsLength(14);
@@ -276,6 +294,8 @@ RunForm::RunForm(QWidget* parent) : QWidget(parent) {
                                  QString::fromStdString(p.name));
                 policy_->setItemData(policy_->count() - 1, QString::fromStdString(p.summary), Qt::ToolTipRole);
             }
+            // The list shows each summary whole (up to a wide screen's worth).
+            policy_->view()->setMinimumWidth(std::min(900, policy_->view()->sizeHintForColumn(0) + 24));
             policy_->setToolTip(tr("The eviction policy; sets the policy part of kv_cache.name (its buffer stays when the policy allows it)"));
             connect(policy_, qOverload<int>(&QComboBox::activated), this, [this](int i) {
                 const std::string name = policy_->itemData(i).toString().toStdString();
@@ -581,10 +601,20 @@ void RunForm::revalidate() {
         tabs_->setTabText(i, tabTitle(g) + (groupBad[g] ? QStringLiteral(" ⚠") : QString()));
         if (auto* b = sections_->button(i)) b->setText(tabs_->tabText(i));
     }
-    // A message on a folded knob unfolds it: a problem is never hidden.
-    if (advanced_toggle_ && !advanced_toggle_->isChecked())
+    // A message on a folded knob unfolds it, so a problem is never hidden; the fold closes again
+    // once the problems there are fixed, unless the person opened it.
+    if (advanced_toggle_) {
+        bool folded = false;
         for (const auto& f : fields_)
-            if (messages.count(f.name) && advanced_form_->indexOf(f.cell) >= 0) advanced_toggle_->setChecked(true);
+            folded |= messages.count(f.name) && advanced_form_->indexOf(f.cell) >= 0;
+        if (folded && !advanced_toggle_->isChecked()) {
+            advanced_toggle_->setChecked(true);
+            advanced_opened_for_problem_ = true;
+        } else if (!folded && advanced_opened_for_problem_) {
+            advanced_toggle_->setChecked(false);
+            advanced_opened_for_problem_ = false;
+        }
+    }
     const bool wasValid = problems_.isEmpty();
     problems_ = problems;
     if (problems.isEmpty()) config_ = cfg;

@@ -108,6 +108,7 @@ class RunForm : public QWidget {
     QWidget* advanced_box_ = nullptr;
     QToolButton* advanced_toggle_ = nullptr;
     QLabel* policy_heading_ = nullptr;
+    bool advanced_opened_for_problem_ = false;  // opened by revalidate, not by the person
     QString placed_for_;  // the policy the knobs were last placed for
     QComboBox* presets_ = nullptr;
     QLabel* summary_ = nullptr;

@@ -168,7 +168,7 @@ QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int rol
     }
     if (role != Qt::DisplayRole) return {};
     static const char* const names[] = {"id",     "name",     "notes",      "mode",    "task",      "tokens", "policy",
-                                        "buffer", "cache",    "chunk",      "status",  "progress",  "score",  "KL vs dense",
+                                        "buffer", "cache",    "chunk",      "status",  "progress",  "task score", "KL vs dense",
                                         "kept mass", "loss",  "accuracy",   "peak memory", "tokens/s", "ranks"};
     static_assert(sizeof(names) / sizeof(names[0]) == NUM_COLUMNS, "one header per column");
     return section >= 0 && section < NUM_COLUMNS ? QString::fromLatin1(names[section]) : QVariant();
