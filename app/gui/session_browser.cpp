@@ -9,6 +9,7 @@
 #include <QLineEdit>
 #include <QMenu>
 #include <QPainter>
+#include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QStyle>
 #include <QStyledItemDelegate>
@@ -113,6 +114,15 @@ SessionBrowser::SessionBrowser(RunsModel* model, QWidget* parent) : QWidget(pare
     table_->setColumnWidth(RunsModel::COLUMN_NAME, table_->fontMetrics().horizontalAdvance(QStringLiteral("repeat: lastrec-default L=512 #2")) + 12);
     table_->setColumnWidth(RunsModel::COLUMN_NOTES, 140);
     hidden_fixed_ = {int(RunsModel::COLUMN_MODE), int(RunsModel::COLUMN_CHUNK_SIZE), int(RunsModel::COLUMN_RANKS)};
+    // The person's last choice of columns, by header name (column numbers change between builds).
+    QSettings settings;
+    if (settings.contains("runs/hiddenColumns")) {
+        hidden_fixed_.clear();
+        const QStringList hidden = settings.value("runs/hiddenColumns").toStringList();
+        for (int c = 0; c < RunsModel::NUM_COLUMNS; ++c)
+            if (hidden.contains(model_->headerData(c, Qt::Horizontal).toString())) hidden_fixed_.insert(c);
+    }
+    for (const QString& m : settings.value("runs/shownMetrics").toStringList()) shown_metrics_.insert(m);
     proxy->columnShown = [this](int c) { return !table_->isColumnHidden(c); };
     filter_ = new QLineEdit;
     filter_->setObjectName("runsFilter");
@@ -218,6 +228,11 @@ void SessionBrowser::setColumnShown(int column, bool shown) {
     }
     table_->setColumnHidden(column, !shown);
     static_cast<RunsProxy*>(proxy_)->setText(filter_->text());  // the filter reads the shown columns
+    QStringList hidden, metrics(shown_metrics_.begin(), shown_metrics_.end());
+    for (int c : hidden_fixed_) hidden << model_->headerData(c, Qt::Horizontal).toString();
+    QSettings settings;
+    settings.setValue("runs/hiddenColumns", hidden);
+    settings.setValue("runs/shownMetrics", metrics);
     if (shown && table_->columnWidth(column) < 40) table_->resizeColumnToContents(column);
 }
 
@@ -226,6 +241,7 @@ bool SessionBrowser::columnShown(int column) const { return !table_->isColumnHid
 void SessionBrowser::editCell(int64_t run, int column) {
     const int row = model_->rowOfRun(run);
     if (row < 0) return;
+    if (table_->isColumnHidden(column)) setColumnShown(column, true);  // notes hidden by the person: shown to edit
     const QModelIndex i = proxy_->mapFromSource(model_->index(row, column));
     if (!i.isValid()) return;  // filtered out
     table_->scrollTo(i);

@@ -936,6 +936,18 @@ class GuiAppTest : public QObject {
         w_->browser()->setFilterText("");
         QCOMPARE(shown->rowCount(), 3);
 
+        // Every summary number has a column, hidden until asked for (the header menu); the
+        // choice holds for the next browser too.
+        const auto& metrics = m->metricNames();
+        const auto seconds = std::find(metrics.begin(), metrics.end(), QString("seconds"));
+        QVERIFY(seconds != metrics.end());
+        const int col = RunsModel::NUM_COLUMNS + int(seconds - metrics.begin());
+        QVERIFY(!w_->browser()->columnShown(col));
+        w_->browser()->setColumnShown(col, true);
+        QVERIFY(SessionBrowser(m).columnShown(col));
+        w_->browser()->setColumnShown(col, false);
+        QVERIFY(!SessionBrowser(m).columnShown(col));
+
         // Delete asks first; declined, nothing goes.
         auto spansOf = [&](int64_t run) {
             storage::Db db(manage.toStdString(), SQLITE_OPEN_READONLY);
