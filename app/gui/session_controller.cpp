@@ -117,8 +117,10 @@ int64_t SessionController::submit(const RunConfig& cfg) {
     const int64_t run = manager_->submit(cfg);
     // A second run of the same configuration gets "… #2": names tell runs apart in every view.
     // The manager names the run (its default name); only a name already taken is changed.
+    // The file's names, not the table's: another process may have added runs since the last reload.
     std::vector<QString> taken;
-    for (const auto& r : model_->rows()) taken.push_back(r.name);
+    for (const auto& r : reader_->runs())
+        if (r.id != run) taken.push_back(QString::fromStdString(r.name));
     const QString name = QString::fromStdString(manager_->session().run(run).name);
     if (const QString unique = uniqueRunName(name, taken); unique != name) manager_->session().rename_run(run, unique.toStdString());
     reload();  // shows the queued row at once
@@ -136,8 +138,8 @@ QString SessionController::renameRun(int64_t run, const QString& name) {
     const QString wanted = name.trimmed();
     if (wanted.isEmpty()) throw Error(str("run ", run, ": a run name cannot be empty"));
     std::vector<QString> taken;
-    for (const auto& r : model_->rows())
-        if (r.id != run) taken.push_back(r.name);
+    for (const auto& r : reader_->runs())
+        if (r.id != run) taken.push_back(QString::fromStdString(r.name));
     const QString unique = uniqueRunName(wanted, taken);
     manager_->session().rename_run(run, unique.toStdString());
     reload();
