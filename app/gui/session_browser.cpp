@@ -107,7 +107,7 @@ SessionBrowser::SessionBrowser(RunsModel* model, QWidget* parent) : QWidget(pare
     table_->setContextMenuPolicy(Qt::CustomContextMenu);
     // F2 edits a name or notes; a double click keeps loading the run's configuration.
     table_->setEditTriggers(QAbstractItemView::EditKeyPressed);
-    // Twenty columns share the dock: the name gets room, numbers get what their text needs,
+    // Twenty columns share the dock: the name gets room (more as longer names arrive), numbers get what their text needs,
     // and the columns a comparison rarely varies start hidden (the header menu shows them).
     table_->horizontalHeader()->setDefaultSectionSize(table_->fontMetrics().horizontalAdvance(QStringLiteral("KL vs dense")) + 16);
     table_->horizontalHeader()->setSectionResizeMode(RunsModel::COLUMN_NAME, QHeaderView::Interactive);
@@ -133,6 +133,14 @@ SessionBrowser::SessionBrowser(RunsModel* model, QWidget* parent) : QWidget(pare
     connect(table_->horizontalHeader(), &QHeaderView::customContextMenuRequested, this, &SessionBrowser::showHeaderMenu);
     // Every summary number has a column; they start hidden (the fixed columns lead with the
     // study's numbers), and the header menu shows any of them.
+    // Names as long as the CLI's defaults ("eval_long smollm2-135m h2o-default L=256") fit, up to a
+    // third of the table; a name edited by hand (renamed) keeps what the person set.
+    connect(proxy_, &QAbstractItemModel::rowsInserted, this, [this] {
+        const int before = table_->columnWidth(RunsModel::COLUMN_NAME);
+        table_->resizeColumnToContents(RunsModel::COLUMN_NAME);
+        const int fits = table_->columnWidth(RunsModel::COLUMN_NAME);
+        table_->setColumnWidth(RunsModel::COLUMN_NAME, std::max(before, std::min(fits, std::max(200, table_->viewport()->width() / 3))));
+    });
     connect(proxy_, &QAbstractItemModel::columnsInserted, this, &SessionBrowser::applyColumnChoice);
     connect(proxy_, &QAbstractItemModel::modelReset, this, &SessionBrowser::applyColumnChoice);
     applyColumnChoice();
