@@ -34,6 +34,9 @@ namespace kv::storage {
 // into StringIds, so nsys SQL recipes run unchanged.
 // Block-range indexes of spans and memory_events (storage/event_blocks.h): a time window of
 // one run is an id range per block, not a per-row B-tree entry.
+// A person's notes on a run (the GUI's runs table): a table of its own, so the runs table's
+// columns and every reader of them stay as they were. No row: no notes.
+#define KVLAB_RUN_NOTES_SQL "CREATE TABLE IF NOT EXISTS run_notes(run_id INTEGER PRIMARY KEY, notes TEXT NOT NULL);\n"
 #define KVLAB_EVENT_BLOCKS_SQL                                                                             \
     "CREATE TABLE span_blocks(run_id INTEGER, first_id INTEGER, last_id INTEGER, rows INTEGER, "        \
     "start_min INTEGER, end_max INTEGER);\n"                                                           \
@@ -47,7 +50,7 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT NOT NULL UNIQUE);
 
-)SQL" KVLAB_EVENT_BLOCKS_SQL KVLAB_SAMPLE_TOKENS_SQL R"SQL(
+)SQL" KVLAB_EVENT_BLOCKS_SQL KVLAB_SAMPLE_TOKENS_SQL KVLAB_RUN_NOTES_SQL R"SQL(
 
 CREATE INDEX cache_steps_layer ON cache_steps(run_id, layer, chunk);
 
@@ -263,6 +266,8 @@ const std::vector<Migration>& schema_migrations() {
          nullptr},
         // 3 -> 4: each evaluated sample's token ids, pieces and per-position loss.
         {3, KVLAB_SAMPLE_TOKENS_SQL, nullptr},
+        // 4 -> 5: notes on runs (an empty table: older files had none).
+        {4, KVLAB_RUN_NOTES_SQL, nullptr},
     };
     return migrations;
 }

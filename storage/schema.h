@@ -16,7 +16,7 @@ namespace kv::storage {
 constexpr int kApplicationId = 0x4B564C42;
 constexpr const char* kMagic = "kvlab-session";
 // Version of the schema this build writes. Bump it and add a Migration for every change.
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 constexpr int kPageSize = 16384;
 
 // One forward step turning a version-`from` file into version `from + 1`: SQL, then (when set)

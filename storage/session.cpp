@@ -11,6 +11,7 @@
 
 #include "engine/memory/memory_tracker.h"
 #include "storage/liveness.h"
+#include "storage/rank_runs.h"
 #include "storage/record_tables.h"
 #include "storage/sample_tokens.h"
 
@@ -267,6 +268,79 @@ void Session::rename_run(int64_t run, const std::string& name) {
     s.run();
     if (sqlite3_changes(db_->handle()) == 0)
         throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "' has no run ", run));
+}
+
+void Session::set_run_notes(int64_t run, const std::string& notes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    run_locked(run);  // an unknown run is an error, not a silent orphan row
+    if (notes.empty()) {
+        Stmt s = db_->prepare("DELETE FROM run_notes WHERE run_id=?");
+        s.bind(1, run);
+        s.run();
+        return;
+    }
+    Stmt s = db_->prepare("INSERT INTO run_notes(run_id, notes) VALUES(?, ?) ON CONFLICT(run_id) DO UPDATE SET notes=excluded.notes");
+    s.bind(1, run).bind(2, std::string_view(notes));
+    s.run();
+}
+
+namespace {
+std::map<int64_t, std::string> notes_of(Db& db) {
+    std::map<int64_t, std::string> out;
+    Stmt s = db.prepare("SELECT run_id, notes FROM run_notes ORDER BY run_id");
+    while (s.step()) out[s.i64(0)] = s.text(1);
+    return out;
+}
+}  // namespace
+
+std::map<int64_t, std::string> Session::run_notes() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return notes_of(*db_);
+}
+
+std::map<int64_t, std::string> read_run_notes(const std::string& path) {
+    std::unique_ptr<Db> db = open_session_db(path, OpenMode::READ_ONLY);
+    return notes_of(*db);
+}
+
+void Session::delete_run(int64_t run) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const RunInfo r = run_locked(run);
+    if (is_rank_run(r))
+        throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "': run ", run, " is rank ", run_rank(r), " of run ",
+                                                          rank_run_parent(r), "; delete run ", rank_run_parent(r), " instead"));
+    if (!run_status_final(r.status))
+        throw SessionError(SessionErrorKind::INVALID, str("session '", path_, "': run ", run, " is ", run_status_name(r.status),
+                                                          "; cancel it and wait for it to stop before deleting it"));
+    std::vector<RunInfo> all;
+    {
+        Stmt s = db_->prepare(str("SELECT ", kRunColumns, " FROM runs ORDER BY id"));
+        while (s.step()) all.push_back(run_from_row(s));
+    }
+    std::vector<int64_t> ids;
+    for (int64_t id : rank_runs(all, run))
+        if (id != 0) ids.push_back(id);
+    // Every table with a run_id column, found in the file itself: a table added by a later
+    // schema is covered without a list kept here.
+    std::vector<std::string> tables;
+    {
+        Stmt s = db_->prepare(
+            "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c WHERE m.type='table' AND c.name='run_id' "
+            "ORDER BY m.name");
+        while (s.step()) tables.push_back(s.text(0));
+    }
+    Transaction tx(*db_);
+    for (int64_t id : ids) {
+        for (const std::string& t : tables) {
+            Stmt d = db_->prepare(str("DELETE FROM \"", t, "\" WHERE run_id=?"));
+            d.bind(1, id);
+            d.run();
+        }
+        Stmt d = db_->prepare("DELETE FROM runs WHERE id=?");
+        d.bind(1, id);
+        d.run();
+    }
+    tx.commit();
 }
 
 void Session::write_sample_tokens(int64_t run, const SampleTokensRow& row) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +48,13 @@ class Session {
     // Merges a JSON object into the run's summary (RFC 7396 merge patch).
     void merge_summary(int64_t run, const std::string& json_patch);
     void rename_run(int64_t run, const std::string& name);
+    // A person's notes on a run (any status); "" removes them. Throws SessionError (INVALID)
+    // for an unknown run.
+    void set_run_notes(int64_t run, const std::string& notes);
+    // Deletes a finished run with everything recorded for it (its rows in every table that has
+    // a run_id, its notes, its rank runs), in one transaction; other runs' rows are untouched.
+    // Throws SessionError (INVALID) for an unknown run, a rank run, or one still queued/running.
+    void delete_run(int64_t run);
     // One evaluated sample's token ids, pieces and per-position loss (storage/sample_tokens.h):
     // one INSERT in its own transaction. Throws SessionError (full disk, bad lengths).
     void write_sample_tokens(int64_t run, const SampleTokensRow& row);
@@ -54,6 +62,8 @@ class Session {
     // ---- queries ------------------------------------------------------------------------
     RunInfo run(int64_t id);  // throws SessionError (INVALID) for an unknown id
     std::vector<RunInfo> runs();
+    // Every run's notes, by run id (runs without notes are absent).
+    std::map<int64_t, std::string> run_notes();
     // Marks unfinished runs (queued or running) whose owner process is gone as `crashed`, with
     // the state they were in; returns their ids.
     std::vector<int64_t> recover_crashed_runs();
@@ -74,6 +84,10 @@ class Session {
     std::string path_;
     std::vector<int64_t> crashed_at_open_;
 };
+
+// The notes of every run of the session at `path`, read through a read-only connection. Throws
+// SessionError as SessionReader does (an older file must be opened read-write once first).
+std::map<int64_t, std::string> read_run_notes(const std::string& path);
 
 // SELECT list and row decoding shared with SessionReader.
 extern const std::string kRunColumns;

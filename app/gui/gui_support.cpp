@@ -1,12 +1,14 @@
 // Exports and build information for the app (see gui_support.h).
 #include "gui_support.h"
 
+#include <QFileInfo>
 #include <QStringList>
 #include <QtGlobal>
 
 #include <imgui.h>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/model/model_loader.h"
 #include "storage/session_reader.h"
 
 namespace kv::gui {
@@ -30,6 +32,10 @@ storage::ExportResult exportRun(const QString& session, int64_t run, const Expor
     storage::SessionReader reader(session.toStdString());
     return storage::export_run(reader, run, choice.what, choice.format, outPath.toStdString());
 }
+
+QString smolLm2AssetPath() { return QString::fromStdString(asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"); }
+
+bool smolLm2Installed() { return QFileInfo(smolLm2AssetPath()).isFile(); }
 
 QString versionText() { return QStringLiteral("kvlab %1").arg(QStringLiteral(KVLAB_VERSION)); }
 

@@ -47,6 +47,15 @@ QString shortcutSheetHtml(const QMenuBar* menus) {
     QString html = QStringLiteral("<h3>Keyboard</h3><table cellspacing=0 cellpadding=3>");
     for (const auto& [what, keys] : rows)
         html += QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(keys.toHtmlEscaped(), what.toHtmlEscaped());
+    // The runs table's keys and clicks live on the table, not in a menu.
+    html += QStringLiteral("</table><h3>In the runs table</h3><table cellspacing=0 cellpadding=3>");
+    const char* const table[][2] = {{"F2", "edit the name or notes of the current cell's run"},
+                                    {"Del", "delete the selected runs (asks first; other runs are untouched)"},
+                                    {"double click", "load the run's configuration into the Run form"},
+                                    {"right click", "run again, rename, notes, cancel, delete"},
+                                    {"right click on the header", "show or hide any column, every summary number included"}};
+    for (const auto& [keys, what] : table)
+        html += QStringLiteral("<tr><td><b>%1</b></td><td>%2</td></tr>").arg(QString::fromLatin1(keys), QString::fromLatin1(what));
     html += QStringLiteral("</table><h3>Mouse, in the views</h3><table cellspacing=0 cellpadding=3>");
     for (const auto& g : views::canvas_gestures())
         html += QStringLiteral("<tr><td><b>%1</b></td><td>%2</td><td><i>%3</i></td></tr>")

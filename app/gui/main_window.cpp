@@ -9,9 +9,12 @@
 #include <QDateTime>
 #include <QDockWidget>
 #include <QFileInfo>
+#include <QFrame>
 #include <QKeySequence>
 #include <QLabel>
+#include <QListWidget>
 #include <QMenuBar>
+#include <QPushButton>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QScrollBar>
@@ -56,6 +59,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     v->addWidget(view_tabs_);
     v->addWidget(canvas_, 1);
     setCentralWidget(central);
+    // The first screen floats over the canvas (which keeps drawing underneath: hiding it would
+    // stop its frames) and follows its size.
+    first_screen_ = buildFirstScreen();
+    first_screen_->setParent(central);
+    canvas_->installEventFilter(this);
     connect(view_tabs_, &QTabBar::currentChanged, this, [this](int i) {
         if (i >= 0 && i < kNumViews) canvas_->setView(view_at(i));
     });
@@ -121,6 +129,23 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     });
     connect(model_, &QAbstractItemModel::dataChanged, this, &MainWindow::updateStatus);
     connect(model_, &QAbstractItemModel::rowsInserted, this, &MainWindow::updateStatus);
+    connect(model_, &QAbstractItemModel::rowsRemoved, this, &MainWindow::updateStatus);
+    connect(model_, &QAbstractItemModel::modelReset, this, &MainWindow::updateStatus);
+    connect(model_, &RunsModel::editRequested, this, [this](qint64 run, int column, const QString& text) {
+        try {
+            if (column == RunsModel::COLUMN_NAME) {
+                const QString got = controller_->renameRun(run, text);
+                log(tr("run %1 renamed to %2").arg(run).arg(got));
+            } else {
+                controller_->setRunNotes(run, text);
+                log(tr("run %1: notes saved").arg(run));
+            }
+        } catch (const Error& e) {
+            showProblem(column == RunsModel::COLUMN_NAME ? tr("Cannot rename") : tr("Cannot save notes"), QString::fromStdString(e.what()));
+        }
+    });
+    connect(browser_, &SessionBrowser::deleteRequested, this, [this](const std::vector<int64_t>& runs) { deleteRuns(runs); });
+    connect(browser_, &SessionBrowser::rerunRequested, this, [this](const std::vector<int64_t>& runs) { rerunRuns(runs); });
     connect(canvas_, &CanvasWidget::viewChanged, this, [this](int v) { setView(views::ViewKind(v)); });
     // A sweep point: select its run in the table (the canvas follows the table's selection) and
     // stay on the sweep, so the next point is one click away; the other views show that run.
@@ -265,7 +290,84 @@ void MainWindow::closeEvent(QCloseEvent* e) {
     QMainWindow::closeEvent(e);
 }
 
+QWidget* MainWindow::buildFirstScreen() {
+    auto* card = new QFrame;
+    card->setObjectName("firstScreen");
+    card->setFrameShape(QFrame::StyledPanel);
+    card->setAutoFillBackground(true);
+    auto* v = new QVBoxLayout(card);
+    v->setContentsMargins(24, 20, 24, 20);
+    v->setSpacing(8);
+    auto* title = new QLabel(tr("<h2>Start here</h2>"));
+    title->setObjectName("firstScreenTitle");
+    v->addWidget(title);
+    auto* demo = new QPushButton(tr("Run the demo comparison"));
+    demo->setObjectName("firstScreenDemo");
+    demo->setDefault(true);
+    demo->setToolTip(tr("What kvlab-gui --demo runs"));
+    connect(demo, &QPushButton::clicked, this, [this] { startDemo(); });
+    v->addWidget(demo);
+    auto* demoText = new QLabel(tr("Dense and h2o, lastrec, tova at 256 and 512 slots, on the repeat task and on licence "
+                                   "text (1024 tokens, fidelity on), on SmolLM2-135M (the random tiny model when it is not "
+                                   "installed). The sweep view draws the runs as they finish."));
+    demoText->setWordWrap(true);
+    v->addWidget(demoText);
+    auto* open = new QPushButton(tr("Open a session…"));
+    open->setObjectName("firstScreenOpen");
+    connect(open, &QPushButton::clicked, this, &MainWindow::openSessionDialog);
+    v->addSpacing(6);
+    v->addWidget(open);
+    v->addSpacing(6);
+    v->addWidget(new QLabel(tr("<b>Recent sessions</b> (click to open)")));
+    recent_list_ = new QListWidget;
+    recent_list_->setObjectName("firstScreenRecent");
+    recent_list_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    connect(recent_list_, &QListWidget::itemClicked, this, [this](QListWidgetItem* item) {
+        const QString p = item->data(Qt::UserRole).toString();
+        if (!p.isEmpty() && p != controller_->path()) openSession(p);
+    });
+    v->addWidget(recent_list_);
+    auto* hint = new QLabel(tr("Or set up a run in the Run panel on the right and press Launch (Ctrl+R)."));
+    hint->setWordWrap(true);
+    v->addWidget(hint);
+    card->setFixedWidth(520);
+    return card;
+}
+
+void MainWindow::updateFirstScreen() {
+    if (!first_screen_) return;
+    recent_list_->clear();
+    for (const QString& p : recentSessions()) {
+        if (p == QFileInfo(controller_->path()).absoluteFilePath()) continue;  // the open one
+        auto* item = new QListWidgetItem(QStringLiteral("%1 — %2").arg(QFileInfo(p).fileName(), QFileInfo(p).absolutePath()));
+        item->setData(Qt::UserRole, p);
+        item->setToolTip(p);
+        recent_list_->addItem(item);
+    }
+    if (recent_list_->count() == 0) {
+        auto* none = new QListWidgetItem(tr("(none yet: sessions you open are listed here)"));
+        none->setFlags(Qt::NoItemFlags);
+        recent_list_->addItem(none);
+    }
+    // As tall as its entries (at most kMaxRecent), not a box of blank lines.
+    recent_list_->setFixedHeight(recent_list_->sizeHintForRow(0) * recent_list_->count() + 2 * recent_list_->frameWidth() + 4);
+    if (auto* title = first_screen_->findChild<QLabel*>("firstScreenTitle"))
+        title->setText(controller_->isOpen() ? tr("<h2>This session has no runs yet</h2>") : tr("<h2>Start here</h2>"));
+    first_screen_->setVisible(model_->rowCount() == 0);
+    first_screen_->adjustSize();
+    const QRect area = canvas_->geometry();
+    first_screen_->move(area.x() + std::max(0, (area.width() - first_screen_->width()) / 2),
+                        area.y() + std::max(0, (area.height() - first_screen_->height()) / 3));
+    first_screen_->raise();
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+    if (watched == canvas_ && (event->type() == QEvent::Resize || event->type() == QEvent::Move)) updateFirstScreen();
+    return QMainWindow::eventFilter(watched, event);
+}
+
 void MainWindow::updateStatus() {
+    updateFirstScreen();
     status_session_->setText(controller_->path().isEmpty()
                                  ? tr("no session — File > New session or Open session")
                                  : tr("session %1%2").arg(controller_->path(), controller_->readOnly() ? tr(" (read-only)") : QString()));

@@ -16,6 +16,7 @@
 
 class QDialog;
 class QLabel;
+class QListWidget;
 class QPlainTextEdit;
 class QTabBar;
 
@@ -39,6 +40,10 @@ class MainWindow : public QMainWindow {
     // runs are cancelled, what they recorded stays). Default: a dialog; quiet windows quit.
     using QuitConfirmation = std::function<bool(int activeRuns)>;
     void setQuitConfirmation(QuitConfirmation confirm) { confirm_quit_ = std::move(confirm); }
+    // Asked before runs are deleted, with their names: true deletes. Default: a dialog; quiet
+    // windows delete.
+    using DeleteConfirmation = std::function<bool(const QStringList& names)>;
+    void setDeleteConfirmation(DeleteConfirmation confirm) { confirm_delete_ = std::move(confirm); }
     // Help: the shortcut sheet and the user guide (nullptr when the guide cannot be found;
     // the reason is shown/logged).
     QDialog* showShortcuts();
@@ -49,6 +54,14 @@ class MainWindow : public QMainWindow {
     void restoreLastSession();
     // Validates and queues one run; -1 with the reason shown/logged.
     int64_t launch(const RunConfig& cfg);
+    // Deletes finished runs (after the confirmation) with what they recorded; false when
+    // declined or refused (the reason is shown/logged).
+    bool deleteRuns(const std::vector<int64_t>& runs);
+    // Launches the runs' configurations again (each gets "… #2" and so on); the new run ids.
+    std::vector<int64_t> rerunRuns(const std::vector<int64_t>& runs);
+    // The centre's first screen while the session has no runs: the demo, open a session, and
+    // the recent sessions (File > Open Recent's list).
+    QWidget* firstScreen() const { return first_screen_; }
     // Queues the configurations (reference first), selects them and shows the compare view.
     std::vector<int64_t> launchComparison(const std::vector<RunConfig>& cfgs);
     // The demo (demoConfigs): a small sweep on SmolLM2-135M (tiny without the asset), opened
@@ -97,6 +110,9 @@ class MainWindow : public QMainWindow {
     void exportDialog(const ExportChoice& choice);
     void exportPngDialog(bool window);
     void aboutDialog();
+    QWidget* buildFirstScreen();
+    void updateFirstScreen();  // shown while the session has no runs; lists the recent sessions
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
     RunsModel* model_;
     SessionController* controller_;
@@ -111,6 +127,9 @@ class MainWindow : public QMainWindow {
     QLabel* status_frame_;
     bool quiet_ = false;
     QuitConfirmation confirm_quit_;
+    DeleteConfirmation confirm_delete_;
+    QWidget* first_screen_ = nullptr;
+    QListWidget* recent_list_ = nullptr;
     int64_t pending_reference_ = 0;  // reference of the last comparison launched
     std::string demo_model_;         // what the last demo ran on ("smollm2-135m" or "tiny")
 };

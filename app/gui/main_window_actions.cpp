@@ -10,6 +10,7 @@
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPointer>
+#include <QRegularExpression>
 #include <QStatusBar>
 #include <QTabBar>
 #include <QThread>
@@ -17,7 +18,6 @@
 #include "canvas_widget.h"
 #include "compare_dialog.h"
 #include "engine/core/error.h"
-#include "engine/model/model_loader.h"
 #include "help.h"
 #include "main_window.h"
 #include "models/runs_model.h"
@@ -105,6 +105,62 @@ std::vector<int64_t> MainWindow::launchComparison(const std::vector<RunConfig>& 
 
 void MainWindow::selectRuns(const std::vector<int64_t>& runs) { browser_->selectRuns(runs); }
 
+bool MainWindow::deleteRuns(const std::vector<int64_t>& runs) {
+    if (runs.empty()) return false;
+    QStringList names;
+    for (int64_t id : runs) {
+        const RunRow* r = model_->run(id);
+        names << tr("run %1 (%2)").arg(id).arg(r ? r->name : QString());
+    }
+    const bool yes = confirm_delete_ ? confirm_delete_(names)
+                     : quiet_        ? true
+                                     : QMessageBox::question(this, tr("Delete runs?"),
+                                                             tr("Delete %n run(s) and everything recorded for them from the session? "
+                                                                "Other runs are not touched. This cannot be undone.\n\n%1",
+                                                                nullptr, int(runs.size()))
+                                                                 .arg(names.join('\n')),
+                                                             QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel) == QMessageBox::Yes;
+    if (!yes) {
+        log(tr("delete cancelled"));
+        return false;
+    }
+    try {
+        controller_->deleteRuns(runs);
+    } catch (const Error& e) {
+        showProblem(tr("Cannot delete"), QString::fromStdString(e.what()));
+        canvas_->refresh();
+        return false;
+    }
+    log(tr("deleted %1").arg(names.join(", ")));
+    canvas_->refresh();
+    return true;
+}
+
+std::vector<int64_t> MainWindow::rerunRuns(const std::vector<int64_t>& runs) {
+    std::vector<RunConfig> cfgs;
+    for (int64_t id : runs) {
+        const RunRow* r = model_->run(id);
+        if (!r) continue;
+        try {
+            cfgs.push_back(run_config_from_json(r->config.toStdString(), str("run ", id)));
+            // Under the run's current name (it may have been renamed), without its "#N": the
+            // controller numbers the new run.
+            cfgs.back().name = QString(r->name).remove(QRegularExpression(QStringLiteral(" #\\d+$"))).toStdString();
+        } catch (const Error& e) {
+            showProblem(tr("Cannot run again"), QString::fromStdString(e.what()));
+            return {};
+        }
+    }
+    std::vector<int64_t> ids;
+    for (const RunConfig& c : cfgs) {
+        const int64_t id = launch(c);
+        if (id < 0) break;  // the reason is shown; runs already queued keep going
+        ids.push_back(id);
+    }
+    if (ids.size() > 1) selectRuns(ids);
+    return ids;
+}
+
 void MainWindow::onSelectionChanged(const std::vector<int64_t>& runs) {
     std::vector<int64_t> shown = runs;
     if (shown.size() > 8) {
@@ -145,7 +201,7 @@ void MainWindow::startDemo() {
     if (demo_model_ == "tiny")
         log(tr("demo: %1 is missing (scripts/fetch_assets.sh fetches it); falling back to the random tiny model, whose "
                "numbers do not rank the policies")
-                .arg(QString::fromStdString(asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf")));
+                .arg(smolLm2AssetPath()));
     std::vector<int64_t> ids;
     for (const auto& c : cfgs) {
         const int64_t id = launch(c);
@@ -165,7 +221,7 @@ void MainWindow::startDemo() {
 
 std::vector<RunConfig> demoConfigs(std::string* model_used) {
     // SmolLM2-135M when its asset is there (a real model: the policies differ), else tiny.
-    const bool real = QFileInfo(QString::fromStdString(asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf")).isFile();
+    const bool real = smolLm2Installed();
     const std::string model = real ? "smollm2-135m" : "tiny";
     if (model_used) *model_used = model;
     auto base = [&](const std::string& task) {
@@ -245,6 +301,7 @@ void MainWindow::rebuildRecentMenu() {
         connect(a, &QAction::triggered, this, [this, p] { openSession(p); });
     }
     recent_menu_->setEnabled(!list.isEmpty());
+    updateFirstScreen();
 }
 
 void MainWindow::compareDialog(const RunConfig& base) {

@@ -35,6 +35,7 @@ void SessionController::closeSession() {
         progress_posted_ = false;
     }
     crashed_.clear();
+    notes_.clear();
     reload_timer_.stop();
     was_active_ = false;
     if (!path_.isEmpty()) {
@@ -81,6 +82,8 @@ void SessionController::openSession(const QString& path) {
     }
     // The table reads through its own read-only connection (WAL: never blocks the run's writer).
     reader_ = std::make_unique<storage::SessionReader>(p);
+    for (auto& [run, text] : manager_ ? manager_->session().run_notes() : storage::read_run_notes(p))
+        notes_[run] = QString::fromStdString(text);
     path_ = path;
     reload();
     Q_EMIT sessionChanged(path_);
@@ -95,7 +98,10 @@ void SessionController::reload() {
     std::vector<RunRow> rows;
     rows.reserve(infos.size());
     for (const auto& i : infos)
-        if (!storage::is_rank_run(i)) rows.push_back(runRowFromInfo(i));  // ranks show in their run's views
+        if (!storage::is_rank_run(i)) {  // ranks show in their run's views
+            rows.push_back(runRowFromInfo(i));
+            if (auto it = notes_.find(i.id); it != notes_.end()) rows.back().notes = it->second;
+        }
     model_->setRuns(std::move(rows));
     const bool active = anyActive();
     if (active != was_active_) {
@@ -109,8 +115,59 @@ int64_t SessionController::submit(const RunConfig& cfg) {
         throw Error(path_.isEmpty() ? "no session is open; expected File > New session or Open session first"
                                     : str("session '", path_.toStdString(), "' is read-only; open a writable copy to launch runs"));
     const int64_t run = manager_->submit(cfg);
+    // A second run of the same configuration gets "… #2": names tell runs apart in every view.
+    // The manager names the run (its default name); only a name already taken is changed.
+    // The file's names, not the table's: another process may have added runs since the last reload.
+    std::vector<QString> taken;
+    for (const auto& r : reader_->runs())
+        if (r.id != run) taken.push_back(QString::fromStdString(r.name));
+    const QString name = QString::fromStdString(manager_->session().run(run).name);
+    if (const QString unique = uniqueRunName(name, taken); unique != name) manager_->session().rename_run(run, unique.toStdString());
     reload();  // shows the queued row at once
     return run;
+}
+
+void SessionController::requireWritable(const char* what) const {
+    if (!manager_)
+        throw Error(path_.isEmpty() ? str("no session is open; nothing to ", what)
+                                    : str("session '", path_.toStdString(), "' is read-only; cannot ", what, " (open a writable copy)"));
+}
+
+QString SessionController::renameRun(int64_t run, const QString& name) {
+    requireWritable("rename runs");
+    const QString wanted = name.trimmed();
+    if (wanted.isEmpty()) throw Error(str("run ", run, ": a run name cannot be empty"));
+    std::vector<QString> taken;
+    for (const auto& r : reader_->runs())
+        if (r.id != run) taken.push_back(QString::fromStdString(r.name));
+    const QString unique = uniqueRunName(wanted, taken);
+    manager_->session().rename_run(run, unique.toStdString());
+    reload();
+    return unique;
+}
+
+void SessionController::setRunNotes(int64_t run, const QString& notes) {
+    requireWritable("edit notes");
+    manager_->session().set_run_notes(run, notes.toStdString());
+    if (notes.isEmpty()) notes_.erase(run);
+    else notes_[run] = notes;
+    reload();
+}
+
+void SessionController::deleteRuns(const std::vector<int64_t>& runs) {
+    requireWritable("delete runs");
+    // One at a time: a run that cannot go (still running) stops the rest with its reason, and
+    // the runs deleted before it stay deleted (each deletion is its own transaction).
+    try {
+        for (int64_t run : runs) {
+            manager_->session().delete_run(run);
+            notes_.erase(run);
+        }
+    } catch (...) {
+        reload();
+        throw;
+    }
+    reload();
 }
 
 void SessionController::cancel(int64_t run) {

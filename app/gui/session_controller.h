@@ -47,6 +47,14 @@ class SessionController : public QObject {
     // Re-reads every run's row from the session file.
     void reload();
 
+    // Run management (writable sessions; each throws kv::Error / storage::SessionError with the
+    // reason, e.g. a read-only file or a run still running). The table follows at once.
+    // A new name: trimmed, not empty, unique in the session ("… #2" is added when taken).
+    QString renameRun(int64_t run, const QString& name);
+    void setRunNotes(int64_t run, const QString& notes);
+    // Deletes finished runs with everything recorded for them; other runs are untouched.
+    void deleteRuns(const std::vector<int64_t>& runs);
+
    Q_SIGNALS:
     void sessionChanged(const QString& path);
     void runStatusChanged(qint64 run, int status, const QString& message);
@@ -73,6 +81,8 @@ class SessionController : public QObject {
     std::mutex progress_mu_;
     std::map<int64_t, PendingProgress> progress_;
     bool progress_posted_ = false;
+    void requireWritable(const char* what) const;
+    std::map<int64_t, QString> notes_;  // run notes: read at open, then kept with each edit
     QTimer reload_timer_;  // picks up runs written by other processes while any run is active
     bool was_active_ = false;
 };

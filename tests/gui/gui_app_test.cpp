@@ -14,17 +14,21 @@
 #include <QIcon>
 #include <QLabel>
 #include <QLineEdit>
+#include <QListWidget>
 #include <QMenuBar>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
+#include <QSortFilterProxyModel>
 #include <QStatusBar>
 #include <QTabBar>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTextBrowser>
+#include <QToolButton>
 #include <QWheelEvent>
 #include <QtTest>
 
@@ -33,6 +37,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "app/gui/canvas_widget.h"
@@ -45,10 +50,14 @@
 #include "app/gui/session_browser.h"
 #include "app/gui/session_controller.h"
 #include "engine/core/error.h"
+#include "engine/kv/policy_registry.h"
+#include "engine/model/model_loader.h"
 #include "engine/run/run_config.h"
 #include "sessions/run_manager.h"
 #include "storage/exports.h"
 #include "storage/rank_runs.h"
+#include "storage/session.h"
+#include "storage/sqlite_util.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
 #include "views/token_text.h"
@@ -146,6 +155,38 @@ class GuiAppTest : public QObject {
         Q_UNUSED(tester);
     }
 
+    // Issue 37: an empty session's centre offers the demo, opening a session and the recent
+    // sessions (File > Open Recent's list), over the canvas and inside it.
+    void firstScreenOfAnEmptySessionOffersItsThreeActions() {
+        const QString empty = tmp_.filePath("empty.kvlab");
+        QVERIFY(w_->openSession(empty));  // session_ (empty too) is now a recent one
+        QWidget* first = w_->firstScreen();
+        QVERIFY(first);
+        QTRY_VERIFY(first->isVisible());
+        auto* demo = first->findChild<QPushButton*>("firstScreenDemo");
+        auto* open = first->findChild<QPushButton*>("firstScreenOpen");
+        auto* recent = first->findChild<QListWidget*>("firstScreenRecent");
+        QVERIFY(demo && open && recent);
+        QVERIFY(demo->isVisible() && demo->isEnabled());
+        QVERIFY(open->isVisible() && open->isEnabled());
+        QVERIFY(recent->isVisible());
+        // The card lies inside the canvas area, not clipped by the window.
+        const QRect card(first->mapTo(w_.get(), QPoint(0, 0)), first->size());
+        const QRect canvas(w_->canvas()->mapTo(w_.get(), QPoint(0, 0)), w_->canvas()->size());
+        QVERIFY2(canvas.contains(card), qPrintable(QString("card %1,%2 %3x%4 outside the canvas").arg(card.x()).arg(card.y()).arg(card.width()).arg(card.height())));
+        // The recent sessions are Open Recent's, less the open one; a click opens one.
+        QListWidgetItem* item = nullptr;
+        for (int i = 0; i < recent->count(); ++i) {
+            QCOMPARE(recent->item(i)->data(Qt::UserRole).toString() == QFileInfo(empty).absoluteFilePath(), false);
+            if (recent->item(i)->data(Qt::UserRole).toString() == QFileInfo(session_).absoluteFilePath()) item = recent->item(i);
+        }
+        QVERIFY2(item, "the previous session is not listed");
+        QTest::mouseClick(recent->viewport(), Qt::LeftButton, {}, recent->visualItemRect(item).center());
+        QCOMPARE(w_->controller()->path(), session_);
+        QVERIFY(first->isVisible());  // still no runs
+        QVERIFY(w_->saveWindowPng(outDir() + "/first-screen.png"));
+    }
+
     void formIsGeneratedFromTheOptionTable() {
         const RunConfig defaults;
         const QStringList names = form()->optionNames();
@@ -229,6 +270,110 @@ class GuiAppTest : public QObject {
         form()->setValue("kv_cache.chunk_size", "16");
         QVERIFY(form()->isValid());
         form()->resetToDefaults();
+    }
+
+    // Day one (issue 37): the model drop-down lists the installed real model first. It is the
+    // file the name smollm2-135m loads (engine/model/model_loader.cpp); without it there is
+    // nothing to list first, so the case skips and says where the file was looked for.
+    void modelDropDownListsSmolLm2FirstWhenInstalled() {
+        auto* combo = qobject_cast<QComboBox*>(form()->editor("model"));
+        QVERIFY(combo);
+        QVERIFY(combo->isEditable());  // a folder or .gguf path may still be typed
+        QVERIFY(combo->findText("tiny") >= 0 && combo->findText("small") >= 0);
+        QVERIFY(combo->toolTip().contains("smollm2-135m"));
+        const QString asset = QString::fromStdString(asset_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf");
+        if (!QFileInfo(asset).isFile())
+            QSKIP(qPrintable("SmolLM2-135M is not installed (" + asset + "; scripts/setup.sh fetches it): no real model to list"));
+        QCOMPARE(combo->itemText(0), QString("smollm2-135m"));
+        // The presets lead with it too.
+        bool presetOnSmol = false;
+        for (const auto& [opt, v] : runPresets().front().values) presetOnSmol |= opt == "model" && v == "smollm2-135m";
+        QVERIFY2(presetOnSmol, qPrintable(runPresets().front().name));
+    }
+
+    // The policy drop-down is the registry with its one-line summaries; the Cache section shows
+    // the chosen policy's knobs and folds every other policy's away; fidelity is a switch near
+    // the top that states its cost; the sections fit the dock and never scroll sideways.
+    void choosingAPolicyShowsItsOptionsAndHidesTheOthers() {
+        form()->resetToDefaults();
+        QComboBox* policy = form()->policyCombo();
+        QVERIFY(policy);
+        QCOMPARE(policy->count(), int(policy_registry().size()));
+        for (const PolicyInfo& p : policy_registry()) {
+            const int i = policy->findData(QString::fromStdString(p.name));
+            QVERIFY2(i >= 0, p.name.c_str());
+            QVERIFY2(policy->itemText(i).contains(QString::fromStdString(p.summary)), p.name.c_str());
+        }
+        auto* cacheSection = form()->findChild<QToolButton*>("section:cache");
+        QVERIFY(cacheSection);
+        cacheSection->click();
+        auto choose = [&](const char* name) {
+            const int i = policy->findData(QString(name));
+            QVERIFY(i >= 0);
+            policy->setCurrentIndex(i);
+            Q_EMIT policy->activated(i);  // what a pick in the list sends
+        };
+        auto knobs = [](const char* name) {
+            std::set<QString> k;
+            const PolicyInfo* p = find_policy(name);
+            for (const auto& u : p->uses) k.insert(QString::fromStdString("kv_cache." + u));
+            for (const auto& o : p->options) k.insert(QString::fromStdString("kv_cache." + o.name));
+            return k;
+        };
+        const std::set<QString> h2o = knobs("h2o"), streaming = knobs("streaming");
+        QVERIFY(!h2o.empty() && !streaming.empty());
+        choose("h2o");
+        QCOMPARE(form()->value("kv_cache.name"), QString("h2o-default"));
+        // From dense (cache_length 0: everything) the pick gets a budget and can launch at once.
+        QCOMPARE(form()->value("kv_cache.cache_length").toLongLong(), form()->value("data.seq_length").toLongLong() / 4);
+        QVERIFY2(form()->isValid(), qPrintable(form()->problems().join("; ")));
+        QVERIFY(!form()->advancedToggle()->isChecked());
+        for (const QString& k : h2o) QVERIFY2(form()->editor(k)->isVisibleTo(form()), qPrintable(k));
+        for (const QString& k : streaming)
+            if (!h2o.count(k)) QVERIFY2(!form()->editor(k)->isVisibleTo(form()), qPrintable(k + " shown for h2o"));
+        QTest::qWait(50);  // the moved rows are laid out before the picture
+        QVERIFY(w_->saveWindowPng(outDir() + "/form-cache.png"));
+        // The fold opens on request and shows the others' knobs.
+        form()->advancedToggle()->click();
+        for (const QString& k : streaming) QVERIFY2(form()->editor(k)->isVisibleTo(form()), qPrintable(k));
+        form()->advancedToggle()->click();
+        choose("streaming");
+        QCOMPARE(form()->value("kv_cache.name"), QString("streaming-default"));
+        for (const QString& k : streaming) QVERIFY2(form()->editor(k)->isVisibleTo(form()), qPrintable(k));
+        for (const QString& k : h2o)
+            if (!streaming.count(k)) QVERIFY2(!form()->editor(k)->isVisibleTo(form()), qPrintable(k + " shown for streaming"));
+        // Typing a cache name moves the drop-down with it.
+        form()->setValue("kv_cache.name", "lastrec-q8");
+        QCOMPARE(policy->currentData().toString(), QString("lastrec"));
+        // A problem on a folded knob unfolds it.
+        form()->setValue("kv_cache.snapkv_kernel", "0");
+        QVERIFY(!form()->isValid());
+        QVERIFY(form()->advancedToggle()->isChecked());
+        QLabel* msg = form()->findChild<QLabel*>("message:kv_cache.snapkv_kernel");
+        QVERIFY(msg && msg->isVisibleTo(form()));
+        QVERIFY(msg->wordWrap());
+        // Nothing in the Cache section is wider than its view: no sideways scrolling, no cut message.
+        auto* scroll = qobject_cast<QScrollArea*>(form()->findChild<QTabWidget*>("formTabs")->currentWidget());
+        QVERIFY(scroll);
+        QTRY_VERIFY(scroll->widget()->width() <= scroll->viewport()->width());
+        QVERIFY(scroll->widget()->minimumSizeHint().width() <= scroll->viewport()->width());
+        QVERIFY(msg->mapTo(scroll->viewport(), QPoint(msg->width(), 0)).x() <= scroll->viewport()->width());
+        form()->resetToDefaults();
+        QVERIFY(form()->isValid());
+        QVERIFY(!form()->advancedToggle()->isChecked());  // fixed: the fold it opened closes again
+        // Fidelity: above the sections, with its cost.
+        QVERIFY(form()->editor("fidelity")->isVisibleTo(form()));
+        auto* cost = form()->findChild<QLabel*>("fidelityCost");
+        QVERIFY(cost && cost->isVisibleTo(form()));
+        QVERIFY(cost->text().contains("dense shadow cache") && cost->text().contains("reference pass"));
+        // Every section's button shows its whole title inside the form at 1600x1000.
+        const auto buttons = form()->findChildren<QToolButton*>(QRegularExpression("^section:"));
+        QCOMPARE(buttons.size(), form()->groupNames().size() - 1);  // "mode" sits above them
+        for (QToolButton* b : buttons) {
+            QVERIFY2(b->isVisibleTo(form()), qPrintable(b->objectName()));
+            QVERIFY2(b->mapTo(form(), QPoint(b->width(), 0)).x() <= form()->width(), qPrintable(b->objectName() + " overflows"));
+            QVERIFY2(b->width() >= b->fontMetrics().horizontalAdvance(b->text()), qPrintable(b->objectName() + " is cut"));
+        }
     }
 
     void presetsAreValidAndApplyTheirValues() {
@@ -739,6 +884,109 @@ class GuiAppTest : public QObject {
         menu->actions()[1]->trigger();  // reopens the other session
         QCOMPARE(QFileInfo(w_->controller()->path()).absoluteFilePath(), recent[1]);
         QCOMPARE(w_->recentSessions().front(), recent[1]);
+        QVERIFY(w_->openSession(session_));  // the next cases work on the first session
+    }
+
+    // Run management (issue 37): unique default names, rename, notes, filter, re-run and delete,
+    // each stored in the session file: reopening it shows the same, and a deleted run's rows
+    // are gone from the file while the other runs' stay.
+    void runManagementRoundTripsThroughTheSessionFile() {
+        const QString manage = tmp_.filePath("manage.kvlab");
+        QVERIFY(w_->openSession(manage));
+        RunConfig cfg;
+        cfg.mode = "eval_long";
+        cfg.model = "tiny";
+        for (const auto& [o, v] : std::vector<std::pair<std::string, std::string>>{
+                 {"data", "repeat"}, {"data.seq_length", "256"}, {"data.repeat_length", "16"}, {"data.repeat_distance", "64"},
+                 {"data.num_samples", "1"}, {"kv_cache.name", "h2o-default"}, {"kv_cache.cache_length", "64"},
+                 {"kv_cache.chunk_size", "16"}})
+            set_run_option(cfg, o, v);
+        cfg.threads = 1;
+        const int64_t a = w_->launch(cfg), b = w_->launch(cfg);
+        QVERIFY(a > 0 && b > 0);
+        const std::vector<int64_t> again = w_->rerunRuns({a});
+        QCOMPARE(again.size(), size_t(1));
+        const int64_t c = again.front();
+        for (int64_t r : {a, b, c}) QVERIFY(waitFinal(r, 120000));
+        RunsModel* m = w_->runsModel();
+        const QString base = m->run(a)->name;
+        QCOMPARE(m->run(b)->name, base + " #2");
+        QCOMPARE(m->run(c)->name, base + " #3");
+        // The repeat task's own score leads: copied tokens.
+        QCOMPARE(m->data(m->index(m->rowOfRun(a), RunsModel::COLUMN_SCORE), Qt::ToolTipRole).toString(), QString("copied tokens"));
+
+        // Rename and notes as the table's editor stores them; a taken name is numbered.
+        QVERIFY(m->setData(m->index(m->rowOfRun(a), RunsModel::COLUMN_NAME), "baseline"));
+        QVERIFY(m->setData(m->index(m->rowOfRun(b), RunsModel::COLUMN_NAME), "baseline"));
+        QVERIFY(m->setData(m->index(m->rowOfRun(a), RunsModel::COLUMN_NOTES), "first try\nwith h2o"));
+        QCOMPARE(m->run(a)->name, QString("baseline"));
+        QCOMPARE(m->run(b)->name, QString("baseline #2"));
+        QCOMPARE(m->run(a)->notes, QString("first try\nwith h2o"));
+
+        // The filter box hides the rows that do not match.
+        QSortFilterProxyModel* shown = w_->browser()->proxy();
+        w_->browser()->filterEdit()->setText("BASELINE #2");
+        QCOMPARE(shown->rowCount(), 1);
+        QCOMPARE(shown->index(0, 0).data(RunsModel::RunIdRole).toLongLong(), qint64(b));
+        w_->browser()->setFilterText("first try");
+        QCOMPARE(shown->rowCount(), 1);
+        QCOMPARE(shown->index(0, 0).data(RunsModel::RunIdRole).toLongLong(), qint64(a));
+        w_->browser()->setFilterText("no run has this");
+        QCOMPARE(shown->rowCount(), 0);
+        w_->browser()->setFilterText("");
+        QCOMPARE(shown->rowCount(), 3);
+
+        // Every summary number has a column, hidden until asked for (the header menu); the
+        // choice holds for the next browser too.
+        const auto& metrics = m->metricNames();
+        const auto seconds = std::find(metrics.begin(), metrics.end(), QString("seconds"));
+        QVERIFY(seconds != metrics.end());
+        const int col = RunsModel::NUM_COLUMNS + int(seconds - metrics.begin());
+        QVERIFY(!w_->browser()->columnShown(col));
+        w_->browser()->setColumnShown(col, true);
+        QVERIFY(SessionBrowser(m).columnShown(col));
+        w_->browser()->setColumnShown(col, false);
+        QVERIFY(!SessionBrowser(m).columnShown(col));
+
+        // Delete asks first; declined, nothing goes.
+        auto spansOf = [&](int64_t run) {
+            storage::Db db(manage.toStdString(), SQLITE_OPEN_READONLY);
+            return db.query_int(str("SELECT count(*) FROM spans WHERE run_id=", run), -1, "test");
+        };
+        const int64_t spansA = spansOf(a), spansB = spansOf(b);
+        QVERIFY(spansA > 0 && spansOf(c) > 0);
+        QStringList asked;
+        w_->setDeleteConfirmation([&](const QStringList& names) {
+            asked = names;
+            return false;
+        });
+        QVERIFY(!w_->deleteRuns({c}));
+        QCOMPARE(asked.size(), 1);
+        QVERIFY(asked.front().contains(base + " #3"));
+        QCOMPARE(m->rowCount(), 3);
+        // Accepted, from the table's Del key on the selected run.
+        w_->setDeleteConfirmation([](const QStringList&) { return true; });
+        w_->selectRuns({c});
+        w_->browser()->table()->setFocus();
+        QTest::keyClick(w_->browser()->table(), Qt::Key_Delete);
+        QTRY_COMPARE(m->rowCount(), 2);
+        QVERIFY(!m->run(c));
+        QVERIFY(w_->saveWindowPng(outDir() + "/runs-managed.png"));
+
+        // Reopened: the names, the notes and the deletion are in the file.
+        QVERIFY(w_->openSession(session_));
+        QVERIFY(w_->openSession(manage));
+        QCOMPARE(m->rowCount(), 2);
+        QCOMPARE(m->run(a)->name, QString("baseline"));
+        QCOMPARE(m->run(a)->notes, QString("first try\nwith h2o"));
+        QCOMPARE(m->run(b)->name, QString("baseline #2"));
+        QVERIFY(m->run(b)->notes.isEmpty());
+        QVERIFY(!m->run(c));
+        QCOMPARE(QString::fromStdString(storage::read_run_notes(manage.toStdString()).at(a)), QString("first try\nwith h2o"));
+        QCOMPARE(spansOf(c), 0);
+        QCOMPARE(spansOf(a), spansA);
+        QCOMPARE(spansOf(b), spansB);
+        w_->setDeleteConfirmation({});
         QVERIFY(w_->openSession(session_));  // the next cases work on the first session
     }
 

@@ -2,6 +2,7 @@
 // change while rows are merged, updated live and removed; decoding of config/summary JSON and
 // the sort role are checked against the values written into the RunInfo.
 #include <QAbstractItemModelTester>
+#include <QSignalSpy>
 #include <QSortFilterProxyModel>
 #include <QtTest>
 
@@ -182,6 +183,87 @@ class RunsModelTest : public QObject {
             QCOMPARE(model.data(st, RunsModel::WarningRole).toBool(), expected[row]);
             if (expected[row]) QCOMPARE(model.data(st, Qt::ToolTipRole).toString(), QString("disk full: 720 telemetry events lost"));
         }
+    }
+
+    void scoreIsTheTasksOwnNumber() {
+        // The first the summary records of: copied tokens, answer tokens right, accuracy, perplexity.
+        struct Case {
+            const char* summary;
+            double score;
+            const char* name;
+        } cases[] = {
+            {R"({"copy_token_accuracy":0.75,"accuracy":0.2,"perplexity":9})", 0.75, "copied tokens"},
+            {R"({"answer_token_accuracy":0.5,"accuracy":0.1})", 0.5, "answer tokens right"},
+            {R"({"accuracy":0.25,"perplexity":12})", 0.25, "accuracy"},
+            {R"({"perplexity":12.5})", 12.5, "perplexity"},
+        };
+        RunsModel model;
+        std::vector<RunRow> rows;
+        for (size_t k = 0; k < std::size(cases); ++k) rows.push_back(kv::gui::runRowFromInfo(info(int64_t(k + 1), "h2o-default", 64, RunStatus::DONE, cases[k].summary)));
+        model.setRuns(rows);
+        for (int k = 0; k < int(std::size(cases)); ++k) {
+            const QModelIndex i = model.index(k, RunsModel::COLUMN_SCORE);
+            QCOMPARE(model.data(i, RunsModel::SortRole).toDouble(), cases[k].score);
+            QCOMPARE(model.data(i, Qt::ToolTipRole).toString(), QString(cases[k].name));
+        }
+        // No score and no fidelity: "-", sorted below every number.
+        RunRow none = kv::gui::runRowFromInfo(info(9, "h2o-default", 64, RunStatus::DONE, R"({"mean_loss":2})"));
+        QVERIFY(std::isnan(none.score));
+        QVERIFY(none.scoreName.isEmpty());
+        RunRow fid = kv::gui::runRowFromInfo(
+            info(10, "h2o-default", 64, RunStatus::DONE, R"({"fidelity_next_token_kl":0.125,"fidelity_kept_mass":0.875})"));
+        model.setRuns({none, fid});
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_SCORE)).toString(), QString("-"));
+        QCOMPARE(model.data(model.index(0, RunsModel::COLUMN_FIDELITY_KL)).toString(), QString("-"));
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_FIDELITY_KL)).toString(), QString("0.125"));
+        QCOMPARE(model.data(model.index(1, RunsModel::COLUMN_KEPT_MASS), RunsModel::SortRole).toDouble(), 0.875);
+    }
+
+    void everySummaryNumberHasAColumn() {
+        RunsModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        model.setRuns({kv::gui::runRowFromInfo(info(1, "h2o-default", 64, RunStatus::DONE, R"({"seconds":2.5,"peak_bytes":{"cpu":1000},"mode":"eval_long","flag":true})"))});
+        // Numbers only (text and booleans are no metric), nested ones by dotted path.
+        QCOMPARE(model.metricNames(), (std::vector<QString>{"peak_bytes.cpu", "seconds"}));
+        QCOMPARE(model.columnCount(), int(RunsModel::NUM_COLUMNS) + 2);
+        QCOMPARE(model.headerData(RunsModel::NUM_COLUMNS + 1, Qt::Horizontal).toString(), QString("seconds"));
+        QCOMPARE(model.data(model.index(0, RunsModel::NUM_COLUMNS + 1)).toString(), QString("2.5"));
+        // A second run with a new number appends its column; the first run has none there.
+        model.setRuns({kv::gui::runRowFromInfo(info(1, "h2o-default", 64, RunStatus::DONE, R"({"seconds":2.5,"peak_bytes":{"cpu":1000}})")),
+                       kv::gui::runRowFromInfo(info(2, "h2o-default", 64, RunStatus::DONE, R"({"copy_token_accuracy":0.5})"))});
+        QCOMPARE(model.columnCount(), int(RunsModel::NUM_COLUMNS) + 3);
+        QCOMPARE(model.headerData(RunsModel::NUM_COLUMNS + 2, Qt::Horizontal).toString(), QString("copy_token_accuracy"));
+        QCOMPARE(model.data(model.index(0, RunsModel::NUM_COLUMNS + 2)).toString(), QString("-"));
+        QCOMPARE(model.data(model.index(1, RunsModel::NUM_COLUMNS + 2)).toString(), QString("0.5"));
+        model.clear();
+        QCOMPARE(model.columnCount(), int(RunsModel::NUM_COLUMNS));
+    }
+
+    void defaultNamesAreMadeUnique() {
+        QCOMPARE(kv::gui::uniqueRunName("h2o L=64", {}), QString("h2o L=64"));
+        QCOMPARE(kv::gui::uniqueRunName("h2o L=64", {"h2o L=64"}), QString("h2o L=64 #2"));
+        QCOMPARE(kv::gui::uniqueRunName("h2o L=64", {"h2o L=64", "h2o L=64 #2", "h2o L=64 #4"}), QString("h2o L=64 #3"));
+        QCOMPARE(kv::gui::uniqueRunName("h2o", {"h2o L=64"}), QString("h2o"));
+    }
+
+    void nameAndNotesEditsAreRequestedNotApplied() {
+        // The model asks its owner to store an edit; the row changes when the stored value returns.
+        RunsModel model;
+        model.setRuns({kv::gui::runRowFromInfo(info(7, "h2o-default", 64, RunStatus::DONE))});
+        QSignalSpy spy(&model, &RunsModel::editRequested);
+        QVERIFY(model.flags(model.index(0, RunsModel::COLUMN_NAME)) & Qt::ItemIsEditable);
+        QVERIFY(model.flags(model.index(0, RunsModel::COLUMN_NOTES)) & Qt::ItemIsEditable);
+        QVERIFY(!(model.flags(model.index(0, RunsModel::COLUMN_POLICY)) & Qt::ItemIsEditable));
+        QVERIFY(model.setData(model.index(0, RunsModel::COLUMN_NAME), "  baseline  "));
+        QVERIFY(model.setData(model.index(0, RunsModel::COLUMN_NOTES), "first try"));
+        QVERIFY(!model.setData(model.index(0, RunsModel::COLUMN_POLICY), "lastrec"));
+        QVERIFY(!model.setData(model.index(0, RunsModel::COLUMN_NAME), "run 7"));  // unchanged: nothing to store
+        QCOMPARE(spy.count(), 2);
+        QCOMPARE(spy[0][0].toLongLong(), 7LL);
+        QCOMPARE(spy[0][1].toInt(), int(RunsModel::COLUMN_NAME));
+        QCOMPARE(spy[0][2].toString(), QString("baseline"));
+        QCOMPARE(spy[1][2].toString(), QString("first try"));
+        QCOMPARE(model.rows()[0].name, QString("run 7"));
     }
 
     void headersCoverEveryColumn() {

@@ -125,7 +125,7 @@ TEST(SampleTokens, ColumnsAreTheDocumentedOnes) {
     while (s.step()) got.emplace_back(s.text(0), s.text(1));
     EXPECT_EQ(got, want);
     EXPECT_EQ(db.query_int("SELECT count(*) FROM sqlite_schema WHERE type='index' AND name='sample_tokens_run'", 0, "t"), 1);
-    EXPECT_EQ(db.query_int("PRAGMA user_version", 0, "t"), 4);
+    EXPECT_EQ(db.query_int("PRAGMA user_version", 0, "t"), 5);  // version 5 added run_notes
 }
 
 TEST(SampleTokens, AVersion3FileGainsTheTableOnItsFirstReadWriteOpen) {

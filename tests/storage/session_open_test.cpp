@@ -291,5 +291,81 @@ TEST(SessionFile, ReadOnlyDirectoryGivesClearErrorsAndStillReads) {
     EXPECT_FALSE(std::filesystem::exists(dir.file("new.kvlab")));
 }
 
+// Notes and deletion (the GUI's run management): notes survive a reopen; deleting a run removes
+// its rows from every run_id table and its notes, and nothing of any other run.
+TEST(SessionFile, RunNotesAndDeletionTouchOnlyTheirRun) {
+    test::ScratchDir dir;
+    const std::string path = dir.file("notes.kvlab");
+    int64_t keep = 0, drop = 0, live = 0;
+    {
+        auto s = Session::create(path);
+        keep = s->create_run("keep");
+        drop = s->create_run("drop");
+        live = s->create_run("live");
+        for (int64_t r : {keep, drop}) {
+            s->start_run(r);
+            s->finish_run(r, RunStatus::DONE);
+        }
+        s->set_run_notes(keep, "baseline; rerun after the fix");
+        s->set_run_notes(drop, "to go");
+        expect_session_error([&] { s->set_run_notes(999, "x"); }, SessionErrorKind::INVALID, "has no run 999");
+    }
+    {
+        storage::Db db(path, SQLITE_OPEN_READWRITE);
+        for (int64_t r : {keep, drop, keep})
+            db.exec(str("INSERT INTO logs(run_id) VALUES(", r, "); INSERT INTO metrics(run_id) VALUES(", r, ");"), "test");
+    }
+    auto count = [&](const std::string& sql) {
+        storage::Db db(path, SQLITE_OPEN_READONLY);
+        return db.query_int(sql, -1, "test");
+    };
+    auto s = Session::open(path);
+    EXPECT_EQ(s->run_notes().at(keep), "baseline; rerun after the fix");
+    EXPECT_EQ(storage::read_run_notes(path).at(drop), "to go");
+    // A live run (queued by this process) cannot be deleted; an unknown one is named.
+    expect_session_error([&] { s->delete_run(live); }, SessionErrorKind::INVALID, "is queued; cancel it");
+    expect_session_error([&] { s->delete_run(4242); }, SessionErrorKind::INVALID, "has no run 4242");
+    s->delete_run(drop);
+    const auto left = s->runs();
+    ASSERT_EQ(left.size(), 2u);
+    EXPECT_EQ(left[0].id, keep);
+    EXPECT_EQ(left[1].id, live);
+    EXPECT_EQ(count(str("SELECT count(*) FROM logs WHERE run_id=", drop)), 0);
+    EXPECT_EQ(count(str("SELECT count(*) FROM metrics WHERE run_id=", drop)), 0);
+    EXPECT_EQ(count(str("SELECT count(*) FROM logs WHERE run_id=", keep)), 2);
+    EXPECT_EQ(count(str("SELECT count(*) FROM metrics WHERE run_id=", keep)), 2);
+    const auto notes = s->run_notes();
+    EXPECT_EQ(notes.count(drop), 0u);
+    EXPECT_EQ(notes.at(keep), "baseline; rerun after the fix");
+    s->set_run_notes(keep, "");  // "" removes them
+    EXPECT_TRUE(s->run_notes().empty());
+    EXPECT_EQ(s->integrity_check(), "ok");
+}
+
+// A version-4 file (before notes) opens read-write, migrates to notes, and keeps its runs; read
+// only, it is refused as every older file is (nothing written to it).
+TEST(SessionFile, Version4FilesGainNotesKeepingTheirRuns) {
+    test::ScratchDir dir;
+    const std::string path = dir.file("v4.kvlab");
+    {
+        auto s = Session::create(path);
+        const int64_t r = s->create_run("old run", R"({"mode":"eval_long"})");
+        s->start_run(r);
+        s->finish_run(r, RunStatus::DONE);
+    }
+    {
+        storage::Db db(path, SQLITE_OPEN_READWRITE);
+        db.exec("DROP TABLE run_notes; PRAGMA user_version=4; UPDATE meta SET value='4' WHERE key='schema_version';", "test");
+    }
+    expect_session_error([&] { storage::read_run_notes(path); }, SessionErrorKind::INVALID, "must upgrade it first");
+    auto s = Session::open(path);
+    ASSERT_EQ(s->runs().size(), 1u);
+    EXPECT_EQ(s->runs()[0].name, "old run");
+    s->set_run_notes(s->runs()[0].id, "kept");
+    EXPECT_EQ(storage::read_run_notes(path).at(s->runs()[0].id), "kept");
+    storage::Db db(path, SQLITE_OPEN_READONLY);
+    EXPECT_EQ(db.query_int("PRAGMA user_version", 0, "test"), storage::kSchemaVersion);
+}
+
 }  // namespace
 }  // namespace kv

@@ -30,13 +30,26 @@ QString fmtNumber(double v, int precision) {
     return std::isnan(v) ? QStringLiteral("-") : QString::number(v, 'g', precision);
 }
 
+bool sameNumber(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+// Every number of a JSON object, by dotted path ("peak_bytes.cpu"); booleans and text are left out.
+void collectNumbers(const Json& j, const std::string& prefix, std::map<QString, double>& out) {
+    for (const auto& [k, v] : j.items()) {
+        const std::string path = prefix.empty() ? k : prefix + "." + k;
+        if (v.is_number()) out[QString::fromStdString(path)] = v.get<double>();
+        else if (v.is_object()) collectNumbers(v, path, out);
+    }
+}
+
 bool sameRow(const RunRow& a, const RunRow& b) {
     return a.name == b.name && a.mode == b.mode && a.policy == b.policy && a.buffer == b.buffer &&
            a.cacheLength == b.cacheLength && a.chunkSize == b.chunkSize && a.status == b.status && a.done == b.done &&
            a.total == b.total && a.progressWhat == b.progressWhat && a.peakBytes == b.peakBytes && a.ranks == b.ranks && a.error == b.error &&
            (a.loss == b.loss || (std::isnan(a.loss) && std::isnan(b.loss))) &&
            (a.accuracy == b.accuracy || (std::isnan(a.accuracy) && std::isnan(b.accuracy))) &&
-           (a.tokensPerS == b.tokensPerS || (std::isnan(a.tokensPerS) && std::isnan(b.tokensPerS)));
+           (a.tokensPerS == b.tokensPerS || (std::isnan(a.tokensPerS) && std::isnan(b.tokensPerS))) && a.notes == b.notes &&
+           a.task == b.task && a.tokens == b.tokens && a.scoreName == b.scoreName && sameNumber(a.score, b.score) &&
+           sameNumber(a.fidelityKl, b.fidelityKl) && sameNumber(a.fidelityKeptMass, b.fidelityKeptMass) && a.metrics == b.metrics;
 }
 }  // namespace
 
@@ -85,9 +98,35 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
         r.accuracy = number(s, "accuracy");
         r.tokensPerS = number(s, "tokens_per_s");
         r.peakBytes = storage::run_own_peak_bytes(info.summary);  // the run's own whole-run peak (no instrumentation)
+        for (const auto& [key, label] : taskScoreMetrics()) {
+            const double v = number(s, key);
+            if (std::isnan(v)) continue;
+            r.score = v;
+            r.scoreName = QString::fromLatin1(label);
+            break;
+        }
+        r.fidelityKl = number(s, "fidelity_next_token_kl");
+        r.fidelityKeptMass = number(s, "fidelity_kept_mass");
+        collectNumbers(s, "", r.metrics);
     }
     if (storage::run_status_final(info.status) && info.status == storage::RunStatus::DONE && r.total == 0) r.done = r.total = 1;
     return r;
+}
+
+const std::vector<std::pair<const char*, const char*>>& taskScoreMetrics() {
+    // The task's own numbers first (the same summary keys compare leads with), then the general ones.
+    static const std::vector<std::pair<const char*, const char*>> metrics = {{"copy_token_accuracy", "copied tokens"},
+                                                                             {"answer_token_accuracy", "answer tokens right"},
+                                                                             {"accuracy", "accuracy"},
+                                                                             {"perplexity", "perplexity"}};
+    return metrics;
+}
+
+QString uniqueRunName(const QString& base, const std::vector<QString>& taken) {
+    auto used = [&](const QString& n) { return std::find(taken.begin(), taken.end(), n) != taken.end(); };
+    if (!used(base)) return base;
+    for (int k = 2;; ++k)
+        if (const QString n = QStringLiteral("%1 #%2").arg(base).arg(k); !used(n)) return n;
 }
 
 QString progressText(storage::RunStatus status, double fraction) {
@@ -108,14 +147,47 @@ QString progressText(storage::RunStatus status, double fraction) {
 RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 int RunsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : int(rows_.size()); }
-int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : NUM_COLUMNS; }
+int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : NUM_COLUMNS + int(metric_names_.size()); }
 
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
-    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* const names[] = {"id",    "name",   "mode",     "task", "tokens",   "policy",      "buffer",   "cache",
-                                        "chunk", "status", "progress", "loss", "accuracy", "peak memory", "tokens/s", "ranks"};
+    if (orientation != Qt::Horizontal) return {};
+    if (section >= NUM_COLUMNS && section < columnCount()) {
+        const QString& m = metric_names_[size_t(section - NUM_COLUMNS)];
+        if (role == Qt::DisplayRole) return m;
+        if (role == Qt::ToolTipRole) return tr("%1, as the run's summary records it").arg(m);
+        return {};
+    }
+    if (role == Qt::ToolTipRole) {
+        switch (section) {
+            case COLUMN_SCORE: return tr("The task's own score: copied tokens (repeat), answer tokens right (RULER tasks), else accuracy, else perplexity");
+            case COLUMN_FIDELITY_KL: return tr("Fidelity: mean next-token KL divergence from the dense model (0: identical)");
+            case COLUMN_KEPT_MASS: return tr("Fidelity: mean attention mass on the tokens the policy kept (1: all of it)");
+            case COLUMN_NOTES: return tr("Your notes on the run (F2 or right click to edit; stored in the session)");
+            default: return {};
+        }
+    }
+    if (role != Qt::DisplayRole) return {};
+    static const char* const names[] = {"id",     "name",     "notes",      "mode",    "task",      "tokens", "policy",
+                                        "buffer", "cache",    "chunk",      "status",  "progress",  "task score", "KL vs dense",
+                                        "kept mass", "loss",  "accuracy",   "peak memory", "tokens/s", "ranks"};
     static_assert(sizeof(names) / sizeof(names[0]) == NUM_COLUMNS, "one header per column");
     return section >= 0 && section < NUM_COLUMNS ? QString::fromLatin1(names[section]) : QVariant();
+}
+
+Qt::ItemFlags RunsModel::flags(const QModelIndex& index) const {
+    Qt::ItemFlags f = QAbstractTableModel::flags(index);
+    if (index.isValid() && (index.column() == COLUMN_NAME || index.column() == COLUMN_NOTES)) f |= Qt::ItemIsEditable;
+    return f;
+}
+
+bool RunsModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+    if (role != Qt::EditRole || !index.isValid() || index.row() >= int(rows_.size())) return false;
+    if (index.column() != COLUMN_NAME && index.column() != COLUMN_NOTES) return false;
+    const RunRow& r = rows_[size_t(index.row())];
+    const QString text = index.column() == COLUMN_NAME ? value.toString().trimmed() : value.toString();
+    if (text == (index.column() == COLUMN_NAME ? r.name : r.notes)) return false;
+    Q_EMIT editRequested(qint64(r.id), index.column(), text);
+    return true;
 }
 
 QVariant RunsModel::data(const QModelIndex& index, int role) const {
@@ -128,7 +200,11 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
                       r.status == storage::RunStatus::CRASHED;
     if (role == WarningRole) return warn;
     if (role == ProgressRole) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
+    if (role == Qt::EditRole && (index.column() == COLUMN_NAME || index.column() == COLUMN_NOTES))
+        return index.column() == COLUMN_NAME ? r.name : r.notes;
     if (role == Qt::ToolTipRole) {
+        if (index.column() == COLUMN_SCORE && !r.scoreName.isEmpty()) return r.scoreName;
+        if (index.column() == COLUMN_NOTES && !r.notes.isEmpty()) return r.notes;
         if (!r.error.isEmpty()) return r.error;
         if (index.column() == COLUMN_PROGRESS && r.total > 0)
             return QStringLiteral("%1 / %2 %3").arg(r.done).arg(r.total).arg(r.progressWhat);
@@ -137,6 +213,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     if (role == Qt::TextAlignmentRole) {
         switch (index.column()) {
             case COLUMN_NAME:
+            case COLUMN_NOTES:
             case COLUMN_MODE:
             case COLUMN_TASK:
             case COLUMN_POLICY:
@@ -147,9 +224,19 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     }
     const bool sort = role == SortRole;
     if (role != Qt::DisplayRole && !sort) return {};
+    auto numberCell = [sort](double v, int precision) {
+        return sort ? QVariant(std::isnan(v) ? -1e300 : v) : QVariant(fmtNumber(v, precision));
+    };
+    if (index.column() >= NUM_COLUMNS) {
+        const size_t m = size_t(index.column() - NUM_COLUMNS);
+        if (m >= metric_names_.size()) return {};
+        auto it = r.metrics.find(metric_names_[m]);
+        return numberCell(it == r.metrics.end() ? NAN : it->second, 6);
+    }
     switch (index.column()) {
         case COLUMN_ID: return qint64(r.id);
         case COLUMN_NAME: return r.name;
+        case COLUMN_NOTES: return sort ? r.notes : QString(r.notes).replace('\n', ' ');
         case COLUMN_MODE: return r.mode;
         case COLUMN_TASK: return r.task;
         case COLUMN_TOKENS: return sort ? QVariant(qint64(r.tokens)) : QVariant(r.tokens < 0 ? QStringLiteral("-") : QString::number(r.tokens));
@@ -171,6 +258,9 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
             if (sort) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
             if (r.status == storage::RunStatus::DONE) return QStringLiteral("100%");
             return progressText(r.status, fraction);
+        case COLUMN_SCORE: return numberCell(r.score, 3);
+        case COLUMN_FIDELITY_KL: return numberCell(r.fidelityKl, 3);
+        case COLUMN_KEPT_MASS: return numberCell(r.fidelityKeptMass, 3);
         case COLUMN_LOSS: return sort ? QVariant(std::isnan(r.loss) ? -1e300 : r.loss) : QVariant(fmtNumber(r.loss, 4));
         case COLUMN_ACCURACY: return sort ? QVariant(std::isnan(r.accuracy) ? -1e300 : r.accuracy) : QVariant(fmtNumber(r.accuracy, 3));
         case COLUMN_PEAK_MEMORY: return sort ? QVariant(qint64(r.peakBytes)) : QVariant(formatBytes(r.peakBytes));
@@ -182,7 +272,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     }
 }
 
-void RunsModel::emitRowChanged(int row) { Q_EMIT dataChanged(index(row, 0), index(row, NUM_COLUMNS - 1)); }
+void RunsModel::emitRowChanged(int row) { Q_EMIT dataChanged(index(row, 0), index(row, columnCount() - 1)); }
 
 void RunsModel::setRuns(std::vector<RunRow> rows) {
     std::sort(rows.begin(), rows.end(), [](const RunRow& a, const RunRow& b) { return a.id < b.id; });
@@ -218,11 +308,27 @@ void RunsModel::setRuns(std::vector<RunRow> rows) {
         }
         ++i;
     }
+    // New summary numbers get columns of their own, appended (existing columns keep their place,
+    // so hidden/shown state and widths in the browser stay with their metric). After the rows:
+    // a sorting proxy loses its sort column when columns arrive while it has no rows.
+    std::vector<QString> added;
+    for (const auto& r : rows)
+        for (const auto& [name, v] : r.metrics)
+            if (std::find(metric_names_.begin(), metric_names_.end(), name) == metric_names_.end() &&
+                std::find(added.begin(), added.end(), name) == added.end())
+                added.push_back(name);
+    if (!added.empty()) {
+        std::sort(added.begin(), added.end());
+        beginInsertColumns({}, columnCount(), columnCount() + int(added.size()) - 1);
+        metric_names_.insert(metric_names_.end(), added.begin(), added.end());
+        endInsertColumns();
+    }
 }
 
 void RunsModel::clear() {
     beginResetModel();
     rows_.clear();
+    metric_names_.clear();
     endResetModel();
 }
 
