@@ -43,6 +43,8 @@
 #include "app/gui/canvas_widget.h"
 #include "app/gui/compare_dialog.h"
 #include "app/gui/gui_support.h"
+#include "engine/model/presets.h"
+#include "engine/run/run_plan.h"
 #include "app/gui/help.h"
 #include "app/gui/main_window.h"
 #include "app/gui/models/runs_model.h"
@@ -424,6 +426,16 @@ class GuiAppTest : public QObject {
         QCOMPARE(cfgs.size(), size_t(7));
         QCOMPARE(QString::fromStdString(cfgs[0].kv_cache.name), QString("dense-default"));
         QCOMPARE(cfgs[0].kv_cache.cache_length, int64_t(0));
+        // The dense reference steps in the compared runs' chunks (issue 37): the same chunk plan.
+        QCOMPARE(cfgs[0].driver.prefill_length, base.kv_cache.cache_length);
+        {
+            const ModelConfig mc = preset_config("tiny");
+            auto chunks = [&](const RunConfig& c) {
+                return run_chunk_plan(c, run_cache_config(c, mc, DType::F32), mc, c.data.seq_length, 0).chunks;
+            };
+            QVERIFY(chunks(cfgs[0]).size() > 1);
+            QVERIFY(chunks(cfgs[0]) == chunks(cfgs[1]));
+        }
         // Everything but the cache name (and run name) equals the form's configuration.
         for (size_t i = 1; i < cfgs.size(); ++i) {
             RunConfig c = cfgs[i];

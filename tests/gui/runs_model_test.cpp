@@ -101,6 +101,21 @@ class RunsModelTest : public QObject {
         QCOMPARE(text(2), QString("77%"));
         QCOMPARE(kv::gui::progressText(RunStatus::CRASHED, -1), QString("crashed"));
         QCOMPARE(kv::gui::progressText(RunStatus::QUEUED, -1), QString("-"));
+        // The time left: 100 s in at a quarter done leaves 300 s; a run just started, under 2%
+        // done or not running has none.
+        RunRow live;
+        live.status = RunStatus::RUNNING;
+        live.startedMs = 1'000'000;
+        live.done = 25, live.total = 100;
+        QCOMPARE(kv::gui::runSecondsLeft(live, 1'100'000), 300.0);
+        QCOMPARE(kv::gui::progressText(RunStatus::RUNNING, 0.25, 300.0), QString::fromUtf8("25% \u00b7 5 min 0 s left"));
+        QCOMPARE(kv::gui::progressText(RunStatus::RUNNING, 0.9, 12.4), QString::fromUtf8("90% \u00b7 12 s left"));
+        QCOMPARE(kv::gui::runSecondsLeft(live, 1'001'000), -1.0);
+        live.done = 1;
+        QCOMPARE(kv::gui::runSecondsLeft(live, 1'100'000), -1.0);
+        live.done = 25, live.status = RunStatus::DONE;
+        QCOMPARE(kv::gui::runSecondsLeft(live, 1'100'000), -1.0);
+        QCOMPARE(kv::gui::progressText(RunStatus::CANCELLED, 0.5, 10.0), QString("cancelled at 50%"));
     }
 
     void mergesUnderModelTester() {

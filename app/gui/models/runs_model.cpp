@@ -1,6 +1,8 @@
 // Runs table model (see runs_model.h).
 #include "runs_model.h"
 
+#include <QDateTime>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -71,6 +73,7 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
     r.name = QString::fromStdString(info.name);
     r.config = QString::fromStdString(info.config);
     r.status = info.status;
+    r.startedMs = info.started_ms;
     r.error = QString::fromStdString(info.error);
     const std::string cache = storage::run_config_value(info.config, "kv_cache.name");
     if (!cache.empty()) {
@@ -129,9 +132,20 @@ QString uniqueRunName(const QString& base, const std::vector<QString>& taken) {
         if (const QString n = QStringLiteral("%1 #%2").arg(base).arg(k); !used(n)) return n;
 }
 
-QString progressText(storage::RunStatus status, double fraction) {
+double runSecondsLeft(const RunRow& r, int64_t now_ms) {
+    if (r.status != storage::RunStatus::RUNNING || r.startedMs <= 0 || r.total <= 0 || r.done <= 0 || r.done >= r.total) return -1;
+    const double f = double(r.done) / double(r.total), elapsed = double(now_ms - r.startedMs) * 1e-3;
+    if (f < 0.02 || elapsed < 2.0) return -1;
+    return elapsed * (1.0 - f) / f;
+}
+
+QString progressText(storage::RunStatus status, double fraction, double eta_seconds) {
     // Floor, not round: 99.6% of a cancelled run is not "100%".
-    const QString pct = fraction < 0 ? QString() : QStringLiteral("%1%").arg(int(std::floor(100.0 * fraction)));
+    QString pct = fraction < 0 ? QString() : QStringLiteral("%1%").arg(int(std::floor(100.0 * fraction)));
+    if (status == storage::RunStatus::RUNNING && eta_seconds >= 0 && !pct.isEmpty()) {
+        const long s = std::lround(eta_seconds);
+        pct += s < 60 ? QString::fromUtf8(" · %1 s left").arg(s) : QString::fromUtf8(" · %1 min %2 s left").arg(s / 60).arg(s % 60);
+    }
     switch (status) {
         case storage::RunStatus::CANCELLED:
         case storage::RunStatus::FAILED:
@@ -257,7 +271,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         case COLUMN_PROGRESS:
             if (sort) return r.status == storage::RunStatus::DONE ? 1.0 : fraction;
             if (r.status == storage::RunStatus::DONE) return QStringLiteral("100%");
-            return progressText(r.status, fraction);
+            return progressText(r.status, fraction, runSecondsLeft(r, QDateTime::currentMSecsSinceEpoch()));
         case COLUMN_SCORE: return numberCell(r.score, 3);
         case COLUMN_FIDELITY_KL: return numberCell(r.fidelityKl, 3);
         case COLUMN_KEPT_MASS: return numberCell(r.fidelityKeptMass, 3);

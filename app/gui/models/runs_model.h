@@ -28,6 +28,7 @@ struct RunRow {
     int64_t done = 0, total = 0;  // progress units (tokens / chunks / steps)
     QString progressWhat;
     bool liveProgress = false;  // progress came from this process's RunManager events
+    int64_t startedMs = 0;      // wall clock the run started (0: not yet), for the time left
     double loss = NAN, accuracy = NAN, tokensPerS = NAN;
     int64_t peakBytes = -1;
     int64_t ranks = 1;  // data-parallel ranks (issue 23)
@@ -122,8 +123,13 @@ QString uniqueRunName(const QString& base, const std::vector<QString>& taken);
 const std::vector<std::pair<const char*, const char*>>& taskScoreMetrics();
 
 QString formatBytes(int64_t bytes);
-// The progress column's text: "42%" while running; a stopped run names how it stopped and where
-// ("cancelled at 77%"), so it never reads as a run that is stuck; fraction < 0: unknown.
-QString progressText(storage::RunStatus status, double fraction);
+// The progress column's text: "42%" while running, "42% · 1 min 20 s left" once the time left is
+// known (eta_seconds >= 0); a stopped run names how it stopped and where ("cancelled at 77%"),
+// so it never reads as a run that is stuck; fraction < 0: unknown.
+QString progressText(storage::RunStatus status, double fraction, double eta_seconds = -1);
+// Seconds a running run has left at `now_ms`, from its elapsed time and the share done (its
+// progress counts every phase of the run); -1 while unknown: not running, under 2% done or
+// under 2 s in.
+double runSecondsLeft(const RunRow& r, int64_t now_ms);
 
 }  // namespace kv::gui
