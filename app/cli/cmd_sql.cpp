@@ -16,6 +16,7 @@ std::vector<OptionSpec> sql_options() {
     auto o = global_options();
     o.push_back({"format", OptKind::STRING, "table", "output: table, md, csv or json"});
     o.push_back({"list", OptKind::FLAG, "", "list the named queries"});
+    o.push_back({"show", OptKind::STRING, "", "print a named query's SQL (to run it in any SQLite client)"});
     o.push_back({"run", OptKind::INT, "", "run id (the :run parameter)"});
     o.push_back({"limit", OptKind::INT, "", "at most this many rows (the :limit parameter)"});
     return o;
@@ -38,6 +39,12 @@ int cmd_sql(int argc, char** argv, int first) {
     Args args(argc, argv, first, specs);
     if (args.flag("list")) {
         print_list();
+        return 0;
+    }
+    if (args.has("show")) {
+        const storage::NamedQuery* q = storage::find_named_query(args.str("show"));
+        if (!q) throw UsageError(str("--show: no named query '", args.str("show"), "'; expected a name from kvlab sql --list"));
+        std::printf("%s;\n", q->sql.c_str());
         return 0;
     }
     if (args.flag("help") || args.positional().size() != 2) {
