@@ -77,15 +77,19 @@ const char* const kMemorySql =
     "WHERE :run IS NULL OR m.run_id = :run\n"
     "GROUP BY m.run_id, m.device, m.category ORDER BY run, m.device, peak_bytes DESC, category";
 
+// Chunk numbers restart with every sample and cache_steps has no sample column: the k-th row of
+// a (pass, layer, chunk) in write order belongs to sample k.
 const char* const kEvictionsSql =
-    "SELECT pass, chunk, min(input_pos) AS input_pos, max(num_tokens) AS tokens, max(cache_length) AS cache_length,\n"
-    "       count(*) AS layers, sum(evicted) AS evicted, max(evicted) AS evicted_max_layer\n"
-    "FROM (SELECT pass, chunk, input_pos, num_tokens, cache_length,\n"
+    "SELECT sample, pass, chunk, min(input_pos) AS input_pos, max(num_tokens) AS tokens,\n"
+    "       max(cache_length) AS cache_length, count(*) AS layers, sum(evicted) AS evicted,\n"
+    "       max(evicted) AS evicted_max_layer\n"
+    "FROM (SELECT row_number() OVER (PARTITION BY pass, layer, chunk ORDER BY id) - 1 AS sample,\n"
+    "             pass, chunk, input_pos, num_tokens, cache_length,\n"
     "             CASE WHEN cache_length <= 0 THEN 0\n"
     "                  ELSE min(input_pos, cache_length) + num_tokens - min(input_pos + num_tokens, cache_length) END\n"
     "             AS evicted\n"
     "      FROM cache_steps WHERE run_id = :run)\n"
-    "GROUP BY pass, chunk ORDER BY pass, chunk";
+    "GROUP BY sample, pass, chunk ORDER BY sample, pass, chunk";
 
 const char* const kMetricsSql =
     "SELECT m.name, count(*) AS count, min(m.value) AS min, max(m.value) AS max,\n"
@@ -105,7 +109,7 @@ const std::vector<NamedQuery>& named_queries() {
          {kRun}, phases_sql()},
         {"memory-by-category", "peak bytes per memory category and device of each run (or of --run)",
          {{"run", false, "only this run"}}, kMemorySql},
-        {"evictions-per-chunk", "tokens each chunk evicted per layer: occupancy before + new tokens - cache length",
+        {"evictions-per-chunk", "tokens each chunk of each sample evicted: occupancy before + new tokens - cache length, per layer",
          {kRun}, kEvictionsSql},
         {"metrics", "a run's metric names with count, min, max and the last value (by step)", {kRun}, kMetricsSql},
     };

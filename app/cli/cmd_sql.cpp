@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "engine/core/error.h"
 #include "storage/named_queries.h"
+#include "storage/session_reader.h"
 #include "storage/sql_query.h"
 
 namespace kv::cli {
@@ -83,6 +84,8 @@ int cmd_sql(int argc, char** argv, int first) {
                 throw UsageError(str("sql ", q->name, ": --", p.name, " is required (", p.help, ")"));
             if (p.required) required.push_back(p.name);
         }
+        // A run that is not there would be an empty table, which reads like "nothing recorded".
+        if (args.has("run")) storage::SessionReader(path).run(args.integer("run", 0, 1, INT64_MAX));
     }
     const storage::QueryResult r = storage::session_query(path, sql, params, required);
     std::fputs(storage::format_query_result(r, format).c_str(), stdout);

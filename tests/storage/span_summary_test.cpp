@@ -346,7 +346,7 @@ class RecordedSweep : public ::testing::Test {
         if (!std::filesystem::exists(kvlab)) return;
         const std::string cmd = kvlab +
                                 " sweep tiny --data repeat --data.repeat_length 16 --data.repeat_distance 64 "
-                                "--data.seq_length 256 --data.num_samples 1 --kv_cache.name h2o --kv_cache.cache_length 64,128 "
+                                "--data.seq_length 256 --data.num_samples 2 --kv_cache.name h2o --kv_cache.cache_length 64,128 "
                                 "--kv_cache.chunk_size 16 --threads 1 --figure none --session " +
                                 path_ + " > " + dir_->file("sweep.out") + " 2>&1";
         recorded_ = std::system(cmd.c_str()) == 0;
@@ -411,14 +411,15 @@ TEST_F(RecordedSweep, EveryNamedQueryRunsAndReadsWhatTheTablesHold) {
     const auto mem = storage::session_query(path_, storage::find_named_query("memory-by-category")->sql, {{"run", "2"}});
     ASSERT_EQ(mem.rows.size(), peak.size());
     for (const auto& row : mem.rows) EXPECT_EQ(cell(row[col(mem, "peak_bytes")]), double(peak.at(text(row[col(mem, "category")]))));
-    // Evictions: a cache of 64 slots takes 256 tokens, so each layer evicts 256 - 64 of them.
+    // Evictions: a cache of 64 slots takes each sample's 256 tokens, so every layer evicts
+    // 256 - 64 of them per sample; the tiny model has 2 layers.
     const auto ev = storage::session_query(path_, storage::find_named_query("evictions-per-chunk")->sql, {{"run", "2"}});
-    double evicted = 0, layers = 0;
+    std::map<double, double> evicted_by_sample;
     for (const auto& row : ev.rows) {
-        evicted += cell(row[col(ev, "evicted")]);
-        layers = std::max(layers, cell(row[col(ev, "layers")]));
+        evicted_by_sample[cell(row[col(ev, "sample")])] += cell(row[col(ev, "evicted")]);
+        EXPECT_EQ(cell(row[col(ev, "layers")]), 2);
     }
-    EXPECT_EQ(evicted, (256 - 64) * layers);
+    EXPECT_EQ(evicted_by_sample, (std::map<double, double>{{0, (256 - 64) * 2}, {1, (256 - 64) * 2}}));
     // Metrics: count and last value per name as stored.
     const auto m = storage::session_query(path_, storage::find_named_query("metrics")->sql, {{"run", "2"}});
     for (const auto& row : m.rows) {
