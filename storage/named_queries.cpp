@@ -15,7 +15,9 @@ namespace {
 // hold no time, so they are left out of the nesting.
 std::string children_ctes(const std::string& filter) {
     return "WITH s AS (SELECT id, thread, start_ns AS b, end_ns AS e FROM spans\n"
-           "           WHERE run_id = :run AND end_ns > start_ns" + filter + "),\n"
+           "           WHERE run_id = :run AND end_ns > start_ns" +
+           filter +
+           "),\n"
            "ev AS (SELECT id, thread, b AS t, 1 AS phase, -e AS k1, -id AS k2, 1 AS delta FROM s\n"
            "       UNION ALL SELECT id, thread, e, 0, -b, id, -1 FROM s),\n"
            "lv AS (SELECT id, thread, delta, row_number() OVER w AS seq, sum(delta) OVER w AS depth FROM ev\n"
@@ -50,7 +52,9 @@ std::string phases_sql() {
            ", t AS (SELECT n.value AS phase, count(*) AS count, sum(a.end_ns - a.start_ns) AS total_ns,\n"
            "              sum(a.end_ns - a.start_ns) - sum(coalesce(k.ns, 0)) AS self_ns\n"
            "       FROM spans a LEFT JOIN kids k ON k.parent = a.id JOIN StringIds n ON n.id = a.name_id\n"
-           "       WHERE a.run_id = :run" + std::string(kRunCategory) + " GROUP BY a.name_id)\n"
+           "       WHERE a.run_id = :run" +
+           std::string(kRunCategory) +
+           " GROUP BY a.name_id)\n"
            "SELECT phase, count, total_ns / 1e6 AS total_ms, self_ns / 1e6 AS self_ms,\n"
            "       100.0 * self_ns / (SELECT total_ns FROM t WHERE phase = 'run') AS self_pct_of_run\n"
            "FROM t ORDER BY self_ms DESC, phase";
@@ -103,14 +107,22 @@ const NamedQueryParam kRun{"run", true, "run id"};
 const std::vector<NamedQuery>& named_queries() {
     static const std::vector<NamedQuery> queries = {
         {"runs", "every run: id, name, status, mode, policy, cache length, task, tokens/s, peak bytes", {}, kRunsSql},
-        {"top-spans", "time per span name and category in a run, by self time (total minus child spans)",
-         {kRun, {"limit", false, "at most this many rows"}}, top_spans_sql()},
-        {"phases", "a run's phases (RUN-category spans): self time each; the 'run' row's self time is unattributed time",
-         {kRun}, phases_sql()},
-        {"memory-by-category", "peak bytes per memory category and device of each run (or of --run)",
-         {{"run", false, "only this run"}}, kMemorySql},
-        {"evictions-per-chunk", "tokens each chunk of each sample evicted: occupancy before + new tokens - cache length, per layer",
-         {kRun}, kEvictionsSql},
+        {"top-spans",
+         "time per span name and category in a run, by self time (total minus child spans)",
+         {kRun, {"limit", false, "at most this many rows"}},
+         top_spans_sql()},
+        {"phases",
+         "a run's phases (RUN-category spans): self time each; the 'run' row's self time is unattributed time",
+         {kRun},
+         phases_sql()},
+        {"memory-by-category",
+         "peak bytes per memory category and device of each run (or of --run)",
+         {{"run", false, "only this run"}},
+         kMemorySql},
+        {"evictions-per-chunk",
+         "tokens each chunk of each sample evicted: occupancy before + new tokens - cache length, per layer",
+         {kRun},
+         kEvictionsSql},
         {"metrics", "a run's metric names with count, min, max and the last value (by step)", {kRun}, kMetricsSql},
     };
     return queries;

@@ -9,11 +9,16 @@
 namespace kv::storage {
 
 bool result_format_from_name(const std::string& name, ResultFormat& out) {
-    if (name == "table") out = ResultFormat::TABLE;
-    else if (name == "md") out = ResultFormat::MARKDOWN;
-    else if (name == "csv") out = ResultFormat::CSV;
-    else if (name == "json") out = ResultFormat::JSON;
-    else return false;
+    if (name == "table")
+        out = ResultFormat::TABLE;
+    else if (name == "md")
+        out = ResultFormat::MARKDOWN;
+    else if (name == "csv")
+        out = ResultFormat::CSV;
+    else if (name == "json")
+        out = ResultFormat::JSON;
+    else
+        return false;
     return true;
 }
 
@@ -39,7 +44,9 @@ std::string csv_field(const std::string& s) {
     return out + "\"";
 }
 
-bool numeric(const QueryValue& v) { return std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v); }
+bool numeric(const QueryValue& v) {
+    return std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v);
+}
 }  // namespace
 
 std::string query_value_text(const QueryValue& v) {
@@ -58,10 +65,15 @@ std::string format_query_result(const QueryResult& r, ResultFormat f) {
             nlohmann::ordered_json j = nlohmann::ordered_json::object();
             for (size_t c = 0; c < n; ++c) {
                 const QueryValue& v = row[c];
-                if (const int64_t* i = std::get_if<int64_t>(&v)) j[r.columns[c]] = *i;
-                else if (const double* d = std::get_if<double>(&v)) j[r.columns[c]] = std::isfinite(*d) ? nlohmann::ordered_json(*d) : nlohmann::ordered_json(real_text(*d, "%g"));
-                else if (const std::string* s = std::get_if<std::string>(&v)) j[r.columns[c]] = *s;
-                else j[r.columns[c]] = nullptr;
+                if (const int64_t* i = std::get_if<int64_t>(&v))
+                    j[r.columns[c]] = *i;
+                else if (const double* d = std::get_if<double>(&v))
+                    j[r.columns[c]] =
+                        std::isfinite(*d) ? nlohmann::ordered_json(*d) : nlohmann::ordered_json(real_text(*d, "%g"));
+                else if (const std::string* s = std::get_if<std::string>(&v))
+                    j[r.columns[c]] = *s;
+                else
+                    j[r.columns[c]] = nullptr;
             }
             rows.push_back(std::move(j));
         }
@@ -107,8 +119,10 @@ std::string format_query_result(const QueryResult& r, ResultFormat f) {
     }
     auto pad = [&](const std::string& s, size_t c) {
         std::string out(width[c] - std::min(width[c], s.size()), ' ');
-        if (right[c]) out += s;
-        else out.insert(0, s);
+        if (right[c])
+            out += s;
+        else
+            out.insert(0, s);
         return out;
     };
     const char* sep = f == ResultFormat::MARKDOWN ? " | " : "  ";

@@ -22,8 +22,10 @@ void numeric_leaves(const Json& j, const std::string& prefix, std::map<std::stri
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
         if (prefix.empty() && key.rfind("peak_bytes", 0) == 0) continue;
-        if (it->is_object()) numeric_leaves(*it, key, out);
-        else if (it->is_number()) out[key] = it->get<double>();
+        if (it->is_object())
+            numeric_leaves(*it, key, out);
+        else if (it->is_number())
+            out[key] = it->get<double>();
     }
 }
 
@@ -39,7 +41,9 @@ std::map<std::pair<std::string, std::string>, double> memory_map(const Json& s, 
     return out;
 }
 
-double ms(int64_t ns) { return double(ns) / 1e6; }
+double ms(int64_t ns) {
+    return double(ns) / 1e6;
+}
 }  // namespace
 
 RunDiff run_diff(const SpanSummary& a, const SpanSummary& b, const std::string& summary_a, const std::string& summary_b) {

@@ -17,10 +17,10 @@
 namespace kv::storage {
 
 struct RunDiffRow {
-    std::string section;   // "spans", "phases", "memory", "summary"
-    std::string name;      // span / phase name, memory category, summary key
-    std::string detail;    // span category; memory: device, "+ instrumentation" when with it
-    std::string measure;   // "total_ms", "self_ms", "bytes", "value"
+    std::string section;               // "spans", "phases", "memory", "summary"
+    std::string name;                  // span / phase name, memory category, summary key
+    std::string detail;                // span category; memory: device, "+ instrumentation" when with it
+    std::string measure;               // "total_ms", "self_ms", "bytes", "value"
     int64_t count_a = 0, count_b = 0;  // spans and phases; 0 elsewhere
     double a = NAN, b = NAN;           // NaN: absent in that run
     double b_minus_a() const { return b - a; }

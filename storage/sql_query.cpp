@@ -10,7 +10,9 @@
 namespace kv::storage {
 
 namespace {
-[[noreturn]] void invalid(const std::string& what) { throw SessionError(SessionErrorKind::INVALID, what); }
+[[noreturn]] void invalid(const std::string& what) {
+    throw SessionError(SessionErrorKind::INVALID, what);
+}
 
 std::string first_words(const std::string& sql) {
     std::string s;
@@ -46,7 +48,8 @@ QueryResult session_query(const std::string& path, const std::string& sql, const
     // Owned from here, whatever happens next.
     std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> st(raw, sqlite3_finalize);
     if (rc != SQLITE_OK)
-        invalid(str("the query does not compile: ", sqlite3_errmsg(db->handle()), "; expected one SQL statement "
+        invalid(str("the query does not compile: ", sqlite3_errmsg(db->handle()),
+                    "; expected one SQL statement "
                     "over the session's tables (docs/SESSIONS.md)"));
     if (!raw) invalid("the query is empty; expected one SQL statement, e.g. \"SELECT id, name FROM runs\"");
     for (const char* p = tail; p && *p; ++p)
@@ -54,7 +57,8 @@ QueryResult session_query(const std::string& path, const std::string& sql, const
             invalid(str("the query holds more than one statement (the second starts '", first_words(p),
                         "'); expected one statement"));
     if (!sqlite3_stmt_readonly(raw))
-        invalid(str("the statement '", first_words(sql), "' would change the session; kvlab sql only reads: "
+        invalid(str("the statement '", first_words(sql),
+                    "' would change the session; kvlab sql only reads: "
                     "expected a SELECT, WITH, EXPLAIN or a reading PRAGMA"));
     for (int i = 1; i <= sqlite3_bind_parameter_count(raw); ++i) {
         const char* name = sqlite3_bind_parameter_name(raw, i);
@@ -77,19 +81,27 @@ QueryResult session_query(const std::string& path, const std::string& sql, const
         const int s = sqlite3_step(raw);
         if (s == SQLITE_DONE) break;
         if (s != SQLITE_ROW)
-            throw SessionError(session_error_kind_for(s), str("session '", path, "': the query failed: ",
-                                                               sqlite3_errmsg(db->handle())));
+            throw SessionError(session_error_kind_for(s),
+                               str("session '", path, "': the query failed: ", sqlite3_errmsg(db->handle())));
         auto& row = out.rows.emplace_back();
         for (int c = 0; c < n; ++c) {
             switch (sqlite3_column_type(raw, c)) {
-                case SQLITE_INTEGER: row.emplace_back(int64_t(sqlite3_column_int64(raw, c))); break;
-                case SQLITE_FLOAT: row.emplace_back(sqlite3_column_double(raw, c)); break;
+                case SQLITE_INTEGER:
+                    row.emplace_back(int64_t(sqlite3_column_int64(raw, c)));
+                    break;
+                case SQLITE_FLOAT:
+                    row.emplace_back(sqlite3_column_double(raw, c));
+                    break;
                 case SQLITE_TEXT:
                     row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(raw, c)),
                                                  size_t(sqlite3_column_bytes(raw, c))));
                     break;
-                case SQLITE_BLOB: row.emplace_back(str("<", sqlite3_column_bytes(raw, c), " bytes>")); break;
-                default: row.emplace_back(std::monostate{}); break;
+                case SQLITE_BLOB:
+                    row.emplace_back(str("<", sqlite3_column_bytes(raw, c), " bytes>"));
+                    break;
+                default:
+                    row.emplace_back(std::monostate{});
+                    break;
             }
         }
     }

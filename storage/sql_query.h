@@ -5,8 +5,8 @@
 #pragma once
 
 #include <map>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "storage/query_result.h"
 

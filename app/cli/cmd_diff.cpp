@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "commands_storage.h"
 #include "commands.h"
+#include "commands_storage.h"
 #include "engine/core/error.h"
 #include "storage/run_diff.h"
 
@@ -15,7 +15,8 @@ namespace {
 int64_t run_id(const std::string& s, const char* which) {
     char* end = nullptr;
     const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end || v <= 0) throw UsageError(str("diff: ", which, " '", s, "' is not a run id; expected a positive number"));
+    if (s.empty() || *end || v <= 0)
+        throw UsageError(str("diff: ", which, " '", s, "' is not a run id; expected a positive number"));
     return v;
 }
 }  // namespace
@@ -25,13 +26,14 @@ int cmd_diff(int argc, char** argv, int first) {
     specs.push_back({"format", OptKind::STRING, "table", "output: table, md, csv or json"});
     Args args(argc, argv, first, specs);
     if (args.flag("help") || args.positional().size() != 3) {
-        std::printf("usage: kvlab diff FILE RUN_A RUN_B [--format table|md|csv|json]\n\n"
-                    "Where two runs' time and memory differ: total time and count per span name (by |B-A|), self time\n"
-                    "per phase, peak bytes per memory category and the summary numbers that differ.\n\noptions:\n%s",
-                    format_options(specs).c_str());
+        std::printf(
+            "usage: kvlab diff FILE RUN_A RUN_B [--format table|md|csv|json]\n\n"
+            "Where two runs' time and memory differ: total time and count per span name (by |B-A|), self time\n"
+            "per phase, peak bytes per memory category and the summary numbers that differ.\n\noptions:\n%s",
+            format_options(specs).c_str());
         if (args.flag("help")) return 0;
-        throw UsageError(str("diff: expected a session file and two run ids, got ", args.positional().size(),
-                             " argument", args.positional().size() == 1 ? "" : "s"));
+        throw UsageError(str("diff: expected a session file and two run ids, got ", args.positional().size(), " argument",
+                             args.positional().size() == 1 ? "" : "s"));
     }
     apply_global_options(args);
     storage::ResultFormat format;

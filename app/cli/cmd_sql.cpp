@@ -3,8 +3,8 @@
 // `kvlab sql --list` names the library.
 #include <cstdio>
 
-#include "commands_storage.h"
 #include "commands.h"
+#include "commands_storage.h"
 #include "engine/core/error.h"
 #include "storage/named_queries.h"
 #include "storage/session_reader.h"
@@ -29,8 +29,7 @@ void print_list() {
     for (const auto& q : storage::named_queries()) {
         std::string params;
         for (const auto& p : q.params) params += str(" ", p.required ? "" : "[", "--", p.name, p.required ? "" : "]");
-        std::printf("%-*s  %s%s%s\n", int(w), q.name.c_str(), q.description.c_str(), params.empty() ? "" : ";",
-                    params.c_str());
+        std::printf("%-*s  %s%s%s\n", int(w), q.name.c_str(), q.description.c_str(), params.empty() ? "" : ";", params.c_str());
     }
 }
 }  // namespace
@@ -49,20 +48,24 @@ int cmd_sql(int argc, char** argv, int first) {
         return 0;
     }
     if (args.flag("help") || args.positional().size() != 2) {
-        std::printf("usage: kvlab sql FILE \"SELECT ...\" [options]\n"
-                    "       kvlab sql FILE NAME [--run N] [--limit N]   (a named query; kvlab sql --list)\n\n"
-                    "Runs one read-only SQL statement on a session (tables: docs/SESSIONS.md).\n\noptions:\n%s",
-                    format_options(specs).c_str());
+        std::printf(
+            "usage: kvlab sql FILE \"SELECT ...\" [options]\n"
+            "       kvlab sql FILE NAME [--run N] [--limit N]   (a named query; kvlab sql --list)\n\n"
+            "Runs one read-only SQL statement on a session (tables: docs/SESSIONS.md).\n\noptions:\n%s",
+            format_options(specs).c_str());
         if (args.flag("help")) return 0;
-        throw UsageError(args.positional().empty() ? "sql: missing the session file and the query; expected: kvlab sql FILE QUERY"
-                         : args.positional().size() == 1 ? "sql: missing the query; expected: kvlab sql FILE \"SELECT ...\" or a name from kvlab sql --list"
-                                                         : str("sql: expected a session file and one query, got ",
-                                                               args.positional().size(), " arguments (quote the SQL)"));
+        throw UsageError(args.positional().empty()
+                             ? "sql: missing the session file and the query; expected: kvlab sql FILE QUERY"
+                         : args.positional().size() == 1
+                             ? "sql: missing the query; expected: kvlab sql FILE \"SELECT ...\" or a name from kvlab sql --list"
+                             : str("sql: expected a session file and one query, got ", args.positional().size(),
+                                   " arguments (quote the SQL)"));
     }
     apply_global_options(args);
     storage::ResultFormat format;
     if (!storage::result_format_from_name(args.str("format", "table"), format))
-        throw UsageError(str("--format: '", args.str("format"), "' is not a query output format; expected table, md, csv or json"));
+        throw UsageError(
+            str("--format: '", args.str("format"), "' is not a query output format; expected table, md, csv or json"));
     const std::string& path = args.positional()[0];
     const std::string& query = args.positional()[1];
     storage::QueryParams params;

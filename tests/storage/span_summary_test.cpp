@@ -3,6 +3,8 @@
 // preorder stack; totals by plain SQL sums; memory peaks straight from the summary JSON. On
 // random span trees written through the recorder and the session writer, and on a real tiny
 // run recorded by the kvlab CLI.
+#include "storage/span_summary.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +24,6 @@
 #include "storage/session.h"
 #include "storage/session_reader.h"
 #include "storage/session_writer.h"
-#include "storage/span_summary.h"
 #include "storage/sql_query.h"
 #include "storage_test_util.h"
 
@@ -109,11 +110,10 @@ struct Pool {
     const char* name;
     SpanCategory category;
 };
-const Pool kOps[] = {{"chunk", SpanCategory::CHUNK},        {"attention", SpanCategory::ATTENTION},
-                     {"mlp", SpanCategory::MLP},            {"rmsnorm", SpanCategory::NORM},
-                     {"policy pass", SpanCategory::RUN},    {"telemetry", SpanCategory::RUN},
-                     {"load", SpanCategory::RUN},           {"attention", SpanCategory::OTHER},
-                     {"cache update", SpanCategory::CACHE_UPDATE}};
+const Pool kOps[] = {
+    {"chunk", SpanCategory::CHUNK},  {"attention", SpanCategory::ATTENTION}, {"mlp", SpanCategory::MLP},
+    {"rmsnorm", SpanCategory::NORM}, {"policy pass", SpanCategory::RUN},     {"telemetry", SpanCategory::RUN},
+    {"load", SpanCategory::RUN},     {"attention", SpanCategory::OTHER},     {"cache update", SpanCategory::CACHE_UPDATE}};
 
 // Emits a tree inside [b, e] in post-order (children written before their parent, as scopes
 // close): children are disjoint, may touch, may be empty, may fill the parent exactly.
@@ -126,7 +126,7 @@ void emit_tree(std::mt19937_64& rng, int64_t b, int64_t e, int depth, const Pool
         const int c = coin(rng);
         int64_t cb = c < 3 ? at : at + gap(rng);  // often touching the previous sibling
         int64_t ce = std::min(e, cb + (c == 0 ? 0 : gap(rng) + 1));
-        if (c == 9 && k == 0) cb = b, ce = e;      // the same interval as its parent
+        if (c == 9 && k == 0) cb = b, ce = e;  // the same interval as its parent
         if (cb > e) break;
         emit_tree(rng, cb, ce, depth + 1, kOps[pick(rng)]);
         at = ce;
@@ -153,7 +153,8 @@ struct RandomSession {
                     trace::RecorderScope scope(rec);
                     std::mt19937_64 rng(seed * 31 + uint64_t(t));
                     // Thread 0 holds the run span over phases; the others only ops.
-                    if (t == 0) emit_tree(rng, base, base + 5'000'000, 0, {"run", SpanCategory::RUN});
+                    if (t == 0)
+                        emit_tree(rng, base, base + 5'000'000, 0, {"run", SpanCategory::RUN});
                     else
                         for (int r = 0; r < 4; ++r)
                             emit_tree(rng, base + r * 1'000'000, base + r * 1'000'000 + 900'000, 1, kOps[r]);
@@ -216,7 +217,9 @@ double cell(const storage::QueryValue& v) {
     if (const auto* d = std::get_if<double>(&v)) return *d;
     return NAN;
 }
-std::string text(const storage::QueryValue& v) { return storage::query_value_text(v); }
+std::string text(const storage::QueryValue& v) {
+    return storage::query_value_text(v);
+}
 size_t col(const storage::QueryResult& r, const std::string& name) {
     const auto it = std::find(r.columns.begin(), r.columns.end(), name);
     EXPECT_NE(it, r.columns.end()) << name;
@@ -278,9 +281,9 @@ TEST(SqlQuery, StatementsThatWriteAreRefusedAndTheFileIsUntouched) {
     RandomSession s(3);
     storage::Session::open(s.path)->checkpoint();
     const std::string before = test::read_file_bytes(s.path);
-    for (const char* sql : {"DELETE FROM runs", "UPDATE runs SET name = 'x'", "CREATE TABLE x(a)", "DROP TABLE spans",
-                            "INSERT INTO metrics(run_id, name) VALUES(1, 'x')", "PRAGMA user_version = 9",
-                            "CREATE TEMP TABLE t(a)"}) {
+    for (const char* sql :
+         {"DELETE FROM runs", "UPDATE runs SET name = 'x'", "CREATE TABLE x(a)", "DROP TABLE spans",
+          "INSERT INTO metrics(run_id, name) VALUES(1, 'x')", "PRAGMA user_version = 9", "CREATE TEMP TABLE t(a)"}) {
         try {
             storage::session_query(s.path, sql);
             ADD_FAILURE() << sql << " was not refused";
@@ -290,8 +293,10 @@ TEST(SqlQuery, StatementsThatWriteAreRefusedAndTheFileIsUntouched) {
         }
     }
     EXPECT_EQ(test::read_file_bytes(s.path), before);
-    EXPECT_EQ(storage::session_query(s.path, "SELECT count(*) AS n FROM runs").rows.at(0).at(0), storage::QueryValue{int64_t(1)});
-    for (const char* bad : {"SELECT 1; SELECT 2", "SELEC 1", "", "SELECT ?"}) EXPECT_THROW(storage::session_query(s.path, bad), storage::SessionError) << bad;
+    EXPECT_EQ(storage::session_query(s.path, "SELECT count(*) AS n FROM runs").rows.at(0).at(0),
+              storage::QueryValue{int64_t(1)});
+    for (const char* bad : {"SELECT 1; SELECT 2", "SELEC 1", "", "SELECT ?"})
+        EXPECT_THROW(storage::session_query(s.path, bad), storage::SessionError) << bad;
     try {
         storage::session_query(s.path, storage::find_named_query("metrics")->sql, {}, {"run"});
         ADD_FAILURE() << "a missing required parameter was accepted";
@@ -338,7 +343,7 @@ TEST(RunDiff, ARunAgainstItselfIsAllZeros) {
 
 // ---- a real tiny run ----------------------------------------------------------------------
 class RecordedSweep : public ::testing::Test {
-   protected:
+ protected:
     static void SetUpTestSuite() {
         dir_ = new test::ScratchDir;
         path_ = dir_->file("sweep.kvlab");
@@ -380,7 +385,8 @@ TEST_F(RecordedSweep, SummariesMatchTheBruteForceAndThePhaseClocks) {
         const auto summary = nlohmann::json::parse(r.summary);
         ASSERT_TRUE(summary.contains("phase_seconds"));
         for (auto it = summary["phase_seconds"].begin(); it != summary["phase_seconds"].end(); ++it) {
-            const auto p = std::find_if(sum.phases.begin(), sum.phases.end(), [&](const SpanStats& g) { return g.name == it.key(); });
+            const auto p =
+                std::find_if(sum.phases.begin(), sum.phases.end(), [&](const SpanStats& g) { return g.name == it.key(); });
             ASSERT_NE(p, sum.phases.end()) << it.key();
             EXPECT_NEAR(double(p->self_ns) / 1e9, it->get<double>(), 1e-5 + 0.01 * it->get<double>()) << it.key();
         }
@@ -401,6 +407,11 @@ TEST_F(RecordedSweep, EveryNamedQueryRunsAndReadsWhatTheTablesHold) {
     EXPECT_EQ(text(runs.rows[1][col(runs, "policy")]), "h2o-default");
     EXPECT_EQ(cell(runs.rows[1][col(runs, "cache_length")]), 64);
     EXPECT_EQ(text(runs.rows[1][col(runs, "task")]), "repeat");
+    for (const auto& row : runs.rows) {
+        const auto summary = nlohmann::json::parse(storage::SessionReader(path_).run(int64_t(cell(row[0]))).summary);
+        EXPECT_EQ(cell(row[col(runs, "peak_bytes")]), summary["peak_bytes_without_instrumentation"]["cpu"].get<double>());
+        EXPECT_EQ(cell(row[col(runs, "tokens_per_s")]), summary["tokens_per_s"].get<double>());
+    }
     // Memory: the peak of each category equals the largest running total among its events.
     storage::SessionReader reader(path_);
     std::map<std::string, int64_t> peak;
@@ -410,7 +421,8 @@ TEST_F(RecordedSweep, EveryNamedQueryRunsAndReadsWhatTheTablesHold) {
     }
     const auto mem = storage::session_query(path_, storage::find_named_query("memory-by-category")->sql, {{"run", "2"}});
     ASSERT_EQ(mem.rows.size(), peak.size());
-    for (const auto& row : mem.rows) EXPECT_EQ(cell(row[col(mem, "peak_bytes")]), double(peak.at(text(row[col(mem, "category")]))));
+    for (const auto& row : mem.rows)
+        EXPECT_EQ(cell(row[col(mem, "peak_bytes")]), double(peak.at(text(row[col(mem, "category")]))));
     // Evictions: a cache of 64 slots takes each sample's 256 tokens, so every layer evicts
     // 256 - 64 of them per sample; the tiny model has 2 layers.
     const auto ev = storage::session_query(path_, storage::find_named_query("evictions-per-chunk")->sql, {{"run", "2"}});
@@ -437,8 +449,9 @@ TEST_F(RecordedSweep, DiffIsTheDifferenceOfIndependentSums) {
     auto totals = [&](int64_t run) {
         std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> out;
         const auto r = storage::session_query(
-            path_, "SELECT n.value, c.name, count(*), sum(end_ns - start_ns) FROM spans s JOIN StringIds n ON n.id = s.name_id "
-                   "JOIN ENUM_KVLAB_SPAN_CATEGORY c ON c.id = s.category WHERE run_id = :run GROUP BY 1, 2",
+            path_,
+            "SELECT n.value, c.name, count(*), sum(end_ns - start_ns) FROM spans s JOIN StringIds n ON n.id = s.name_id "
+            "JOIN ENUM_KVLAB_SPAN_CATEGORY c ON c.id = s.category WHERE run_id = :run GROUP BY 1, 2",
             {{"run", std::to_string(run)}});
         for (const auto& row : r.rows) out[{text(row[0]), text(row[1])}] = {int64_t(cell(row[2])), int64_t(cell(row[3]))};
         return out;
@@ -488,14 +501,16 @@ TEST_F(RecordedSweep, NamedQueriesAnswerTheSameOnAMigratedSchemaOneFile) {
     std::filesystem::copy_file(path_, old);
     std::map<std::string, std::string> before;
     for (const auto& q : storage::named_queries())
-        before[q.name] = storage::format_query_result(storage::session_query(path_, q.sql, {{"run", "3"}}), storage::ResultFormat::CSV);
+        before[q.name] =
+            storage::format_query_result(storage::session_query(path_, q.sql, {{"run", "3"}}), storage::ResultFormat::CSV);
     {
         storage::Db db(old, SQLITE_OPEN_READWRITE);
-        db.exec("DROP TABLE span_blocks; DROP TABLE memory_blocks; DROP TABLE sample_tokens;"
-                "CREATE INDEX spans_window ON spans(run_id, dur_class, start_ns);"
-                "CREATE INDEX memory_events_time ON memory_events(run_id, t_ns);"
-                "PRAGMA user_version=1; UPDATE meta SET value='1' WHERE key='schema_version';",
-                "t");
+        db.exec(
+            "DROP TABLE span_blocks; DROP TABLE memory_blocks; DROP TABLE sample_tokens;"
+            "CREATE INDEX spans_window ON spans(run_id, dur_class, start_ns);"
+            "CREATE INDEX memory_events_time ON memory_events(run_id, t_ns);"
+            "PRAGMA user_version=1; UPDATE meta SET value='1' WHERE key='schema_version';",
+            "t");
     }
     try {
         storage::session_query(old, "SELECT 1");
