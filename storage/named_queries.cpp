@@ -47,6 +47,14 @@ std::string top_spans_sql() {
            "ORDER BY self_ms DESC, name, category LIMIT coalesce(:limit, -1)";
 }
 
+std::string span_categories_sql() {
+    return children_ctes("") +
+           "SELECT c.name AS category, count(*) AS count, sum(a.end_ns - a.start_ns) / 1e6 AS total_ms,\n"
+           "       (sum(a.end_ns - a.start_ns) - sum(coalesce(k.ns, 0))) / 1e6 AS self_ms\n"
+           "FROM spans a LEFT JOIN kids k ON k.parent = a.id LEFT JOIN ENUM_KVLAB_SPAN_CATEGORY c ON c.id = a.category\n"
+           "WHERE a.run_id = :run GROUP BY a.category ORDER BY self_ms DESC, category";
+}
+
 std::string phases_sql() {
     return children_ctes(kRunCategory) +
            ", t AS (SELECT n.value AS phase, count(*) AS count, sum(a.end_ns - a.start_ns) AS total_ns,\n"
@@ -111,6 +119,10 @@ const std::vector<NamedQuery>& named_queries() {
          "time per span name and category in a run, by self time (total minus child spans)",
          {kRun, {"limit", false, "at most this many rows"}},
          top_spans_sql()},
+        {"span-categories",
+         "time per span category in a run, by self time (total minus child spans)",
+         {kRun},
+         span_categories_sql()},
         {"phases",
          "a run's phases (RUN-category spans): self time each; the 'run' row's self time is unattributed time",
          {kRun},

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <string_view>
 #include <tuple>
 
 namespace kv::storage {
@@ -71,6 +72,27 @@ SpanSummary span_summary(const std::vector<SpanRow>& all, const TimeWindow& w) {
     }
     SpanSummary out;
     out.spans = group_stats(spans);
+    std::map<int, SpanStats> by_category;
+    for (const SpanStats& g : out.spans) {
+        SpanStats& c = by_category[int(g.category)];
+        if (c.count == 0) {
+            c.category = g.category;
+            c.min_ns = g.min_ns;
+            c.max_ns = g.max_ns;
+        }
+        c.count += g.count;
+        c.total_ns += g.total_ns;
+        c.self_ns += g.self_ns;
+        c.min_ns = std::min(c.min_ns, g.min_ns);
+        c.max_ns = std::max(c.max_ns, g.max_ns);
+    }
+    for (auto& [k, c] : by_category) out.categories.push_back(c);
+    // Ties by name, as the span-categories query orders them.
+    std::sort(out.categories.begin(), out.categories.end(), [](const SpanStats& a, const SpanStats& b) {
+        return a.self_ns != b.self_ns ? a.self_ns > b.self_ns
+                                      : std::string_view(trace::span_category_name(a.category)) <
+                                            std::string_view(trace::span_category_name(b.category));
+    });
     std::vector<SpanRow> run_spans;
     for (const SpanRow& s : spans)
         if (s.category == trace::SpanCategory::RUN) run_spans.push_back(s);

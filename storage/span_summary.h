@@ -33,6 +33,9 @@ struct SpanStats {
 struct SpanSummary {
     // One entry per (name, category), self time descending (then name, category).
     std::vector<SpanStats> spans;
+    // One entry per category (name ""): the sums of the entries above; self time descending, ties
+    // by category name.
+    std::vector<SpanStats> categories;
     // RUN-category spans nested among themselves only: "run" and the phases. A phase's self
     // time leaves out the phases opened inside it (as the summary's phase_seconds does), not
     // its ops. Self time descending.

@@ -174,6 +174,18 @@ TEST(SpanSummary, RandomTreesMatchABruteForceParentSearch) {
         ASSERT_GT(spans.size(), 8u);
         const SpanSummary sum = storage::span_summary(reader, s.run);
         expect_matches(sum.spans, spans, "seed " + std::to_string(seed));
+        // Per category: the brute-force self times summed by category.
+        std::map<int, std::pair<int64_t, int64_t>> by_category;  // total, self
+        const auto self_each = brute_force_self(spans);
+        for (size_t i = 0; i < spans.size(); ++i) {
+            by_category[int(spans[i].category)].first += spans[i].end_ns - spans[i].start_ns;
+            by_category[int(spans[i].category)].second += self_each[i];
+        }
+        ASSERT_EQ(sum.categories.size(), by_category.size());
+        for (const auto& c : sum.categories) {
+            EXPECT_EQ(c.total_ns, by_category.at(int(c.category)).first) << trace::span_category_name(c.category);
+            EXPECT_EQ(c.self_ns, by_category.at(int(c.category)).second) << trace::span_category_name(c.category);
+        }
         // Phases: RUN spans nested among themselves only.
         const auto run_spans = of_category(spans, SpanCategory::RUN);
         expect_matches(sum.phases, run_spans, "phases, seed " + std::to_string(seed));
@@ -244,6 +256,15 @@ void expect_sql_equals_summary(const std::string& path, int64_t run) {
         EXPECT_EQ(cell(row[col(top, "min_ms")]), double(g.min_ns) / 1e6) << g.name;
         EXPECT_EQ(cell(row[col(top, "max_ms")]), double(g.max_ns) / 1e6) << g.name;
         EXPECT_NEAR(cell(row[col(top, "mean_ms")]), g.mean_ns() / 1e6, 1e-9 * (1 + g.mean_ns() / 1e6)) << g.name;
+    }
+    const auto cats =
+        storage::session_query(path, storage::find_named_query("span-categories")->sql, {{"run", std::to_string(run)}});
+    ASSERT_EQ(cats.rows.size(), sum.categories.size());
+    for (size_t i = 0; i < cats.rows.size(); ++i) {
+        EXPECT_EQ(text(cats.rows[i][col(cats, "category")]), trace::span_category_name(sum.categories[i].category));
+        EXPECT_EQ(cell(cats.rows[i][col(cats, "count")]), double(sum.categories[i].count));
+        EXPECT_EQ(cell(cats.rows[i][col(cats, "total_ms")]), double(sum.categories[i].total_ns) / 1e6);
+        EXPECT_EQ(cell(cats.rows[i][col(cats, "self_ms")]), double(sum.categories[i].self_ns) / 1e6);
     }
     const auto limited = storage::session_query(path, storage::find_named_query("top-spans")->sql,
                                                 {{"run", std::to_string(run)}, {"limit", "3"}});
