@@ -65,6 +65,8 @@ void print_usage(FILE* out) {
                  "  sweep MODEL      a grid of eval_long runs (comma lists of options) with a dense reference, table and figure\n"
                  "  plot FILE        a metric of a session's runs against an option, as SVG, PNG or PDF\n"
                  "  export FILE      a run's memory / spans / metrics as CSV, Chrome trace or PyTorch snapshot\n"
+                 "  sql FILE QUERY   a read-only SQL query or a named one (kvlab sql --list) on a session\n"
+                 "  diff FILE A B    where two runs' time and memory differ: spans, phases, peak per category\n"
                  "  calibrate duo MODEL -o FILE  DuoAttention's per-head gates (retrieval vs streaming heads)\n"
                  "  bench ops|model|cache|telemetry   ratios of our speed to this machine's ceilings\n"
                  "  version          version, build options and available backends\n"
@@ -88,12 +90,14 @@ int run(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(argc, argv, 2);
     if (cmd == "runs") return cmd_runs(argc, argv, 2);
     if (cmd == "export") return cmd_export(argc, argv, 2);
+    if (cmd == "sql") return cmd_sql(argc, argv, 2);
+    if (cmd == "diff") return cmd_diff(argc, argv, 2);
     if (cmd == "compare") return cmd_compare(argc, argv, 2);
     if (cmd == "sweep") return cmd_sweep(argc, argv, 2);
     if (cmd == "plot") return cmd_plot(argc, argv, 2);
     if (cmd == "calibrate") return cmd_calibrate(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
-    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, finetune_long_lora, finetune_long_full, finetune_offload_lora, finetune_offload_full, runs, compare, sweep, plot, export, calibrate, bench, version, help\n", cmd.c_str());
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, finetune_long_lora, finetune_long_full, finetune_offload_lora, finetune_offload_full, runs, compare, sweep, plot, export, sql, diff, calibrate, bench, version, help\n", cmd.c_str());
     return 2;
 }
 
