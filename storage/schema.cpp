@@ -276,6 +276,10 @@ void schema_migrate(Db& db, int target, const std::vector<Migration>& migrations
     int version = int(db.query_int("PRAGMA user_version", 0, "reading the schema version"));
     if (version >= target) return;
     Transaction tx(db);
+    // Read again under the write lock: another process opening the same old file may have
+    // migrated it while this one waited for the lock (its CREATE TABLEs would then fail here).
+    version = int(db.query_int("PRAGMA user_version", 0, "reading the schema version"));
+    if (version >= target) return;
     while (version < target) {
         const Migration* m = nullptr;
         for (const auto& x : migrations)

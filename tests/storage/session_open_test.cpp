@@ -3,6 +3,11 @@
 // read-only directory. Each must give one clear SessionError, never crash, never write a byte
 // to the file. Also the forward-migration machinery.
 #include <gtest/gtest.h>
+#include <chrono>
+#include <vector>
+#include <thread>
+#include <mutex>
+#include <atomic>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -365,6 +370,39 @@ TEST(SessionFile, Version4FilesGainNotesKeepingTheirRuns) {
     EXPECT_EQ(storage::read_run_notes(path).at(s->runs()[0].id), "kept");
     storage::Db db(path, SQLITE_OPEN_READONLY);
     EXPECT_EQ(db.query_int("PRAGMA user_version", 0, "test"), storage::kSchemaVersion);
+}
+
+// Two connections (two processes opening one old file at once) both see the old version; the
+// first takes the write lock and migrates, the second waits for the lock. It must find the file
+// migrated then, not run the (non-idempotent) step again and fail.
+TEST(SessionFile, AMigrationWaitingForTheLockFindsItDone) {
+    test::ScratchDir dir;
+    const std::string path = dir.file("race.kvlab");
+    Session::create(path);
+    const int v = storage::kSchemaVersion;
+    std::atomic<int> steps{0};
+    std::atomic<bool> in_step{false};
+    const std::vector<storage::Migration> chain = {
+        {v, "CREATE TABLE annotations(run_id INTEGER, text TEXT)", [&](storage::Db&) {
+             ++steps;
+             in_step = true;
+             std::this_thread::sleep_for(std::chrono::milliseconds(300));  // hold the lock
+         }}};
+    storage::Db a(path, SQLITE_OPEN_READWRITE), b(path, SQLITE_OPEN_READWRITE);
+    sqlite3_busy_timeout(a.handle(), 5000);
+    sqlite3_busy_timeout(b.handle(), 5000);
+    std::string error;
+    std::thread first([&] { storage::schema_migrate(a, v + 1, chain); });
+    while (!in_step) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    try {
+        storage::schema_migrate(b, v + 1, chain);  // read v before the lock, then waits for it
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    first.join();
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(steps.load(), 1) << "the step ran once";
+    EXPECT_EQ(b.query_int("PRAGMA user_version", 0, "test"), v + 1);
 }
 
 }  // namespace
