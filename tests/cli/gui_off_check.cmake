@@ -1,0 +1,25 @@
+# `cmake -DKVLAB_GUI=OFF -DKVLAB_CUDA=OFF` (a documented configuration) configures, and its
+# suites are only those of modules that are built: no views or GUI suite including imgui.h or
+# Qt headers (they failed to compile before). -DSRC=source dir -DOUT=scratch build dir.
+file(REMOVE_RECURSE ${OUT})
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${OUT} -DKVLAB_GUI=OFF -DKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "configuring with the GUI and CUDA off failed (${rc}):\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${OUT} --target help RESULT_VARIABLE rc OUTPUT_VARIABLE targets)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "listing the targets of the GUI-off build failed (${rc})")
+endif()
+foreach(absent kvlab_views kvlab_views_tests kvlab-gui kvlab_gui_tests)
+  if(targets MATCHES "\\.\\.\\. ${absent}\n")
+    message(FATAL_ERROR "the GUI-off build has target ${absent}")
+  endif()
+endforeach()
+foreach(present kvlab kvlab_engine_tests kvlab_storage_tests kvlab_sessions_tests)
+  if(NOT targets MATCHES "\\.\\.\\. ${present}\n")
+    message(FATAL_ERROR "the GUI-off build lacks target ${present}:\n${targets}")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${OUT})
+message("ok: GUI-off configuration without views or GUI suites")
