@@ -86,17 +86,30 @@ void save(const Image& img, const std::string& path) {
     ASSERT_NE(stbi_write_png(path.c_str(), img.w, img.h, 3, out.data(), img.w * 3), 0) << path;
 }
 
-TEST(Screenshots, DISABLED_EveryView) {
+// Where the pictures go: $KVLAB_VIEW_SHOTS, else /tmp/kvlab-view-shots (made if missing).
+std::string shots_dir() {
     const char* env = std::getenv("KVLAB_VIEW_SHOTS");
     const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
     std::filesystem::create_directories(out_dir);
+    return out_dir;
+}
+
+// Every run of a recorded session, in id order.
+std::vector<int64_t> session_runs(const std::string& path) {
+    std::vector<int64_t> runs;
+    for (const auto& r : storage::SessionReader(path).runs()) runs.push_back(r.id);
+    return runs;
+}
+
+TEST(Screenshots, DISABLED_EveryView) {
+    const std::string out_dir = shots_dir();
     test::ViewsScratchDir dir;
     // $KVLAB_VIEW_SHOTS_SESSION: draw that session's runs instead (its first run alone, then all).
     const char* session = std::getenv("KVLAB_VIEW_SHOTS_SESSION");
     const std::string path = session ? session : dir.file("runs.kvlab");
     std::vector<int64_t> runs;
     if (session) {
-        for (const auto& r : storage::SessionReader(path).runs()) runs.push_back(r.id);
+        runs = session_runs(path);
         ASSERT_FALSE(runs.empty()) << path;
     } else {
         runs = test::record_tiny_runs(path, {test::tiny_eval_config("h2o-default", 128, 1024, 2, 16),
@@ -166,15 +179,13 @@ TEST(Screenshots, DISABLED_EveryView) {
 // runs) on a 1600x1000 canvas and on the canvas the GUI's 1600x1000 window leaves (~1180x620),
 // maps, difference map and the memory overlay.
 TEST(Screenshots, DISABLED_CompareSizes) {
-    const char* env = std::getenv("KVLAB_VIEW_SHOTS");
-    const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
-    std::filesystem::create_directories(out_dir);
+    const std::string out_dir = shots_dir();
     test::ViewsScratchDir dir;
     const char* session = std::getenv("KVLAB_VIEW_SHOTS_SESSION");
     const std::string path = session ? session : dir.file("runs.kvlab");
     std::vector<int64_t> runs;
     if (session) {
-        for (const auto& r : storage::SessionReader(path).runs()) runs.push_back(r.id);
+        runs = session_runs(path);
     } else {
         runs = test::record_tiny_runs(path, {test::tiny_eval_config("dense-default", 0, 512, 2, 16),
                                              test::tiny_eval_config("h2o-default", 128, 512, 2, 16),
@@ -216,9 +227,7 @@ TEST(Screenshots, DISABLED_CompareSizes) {
 // The metrics view of a fidelity run of a 30-layer model (SmolLM2-135M's 2 x 30 per-layer
 // series and the next-token KL), synthetic: by default, then with one family's layers checked.
 TEST(Screenshots, DISABLED_MetricsManyLayers) {
-    const char* env = std::getenv("KVLAB_VIEW_SHOTS");
-    const std::string out_dir = env ? env : "/tmp/kvlab-view-shots";
-    std::filesystem::create_directories(out_dir);
+    const std::string out_dir = shots_dir();
     MetricsViewState s;
     auto add = [&](const std::string& name, int layer) {
         MetricSeries m;
