@@ -44,10 +44,15 @@ void print_memory(const nlohmann::json& summary) {
     if (!summary.contains("memory")) return;
     for (auto it = summary["memory"].begin(); it != summary["memory"].end(); ++it) {
         const auto& d = it.value();
-        std::printf("evaluation-phase peak on %s: total %s |", it.key().c_str(), format_bytes(d.value("peak_total", 0LL)).c_str());
-        if (d.contains("peak"))
-            for (auto c = d["peak"].begin(); c != d["peak"].end(); ++c)
-                std::printf(" %s %s", c.key().c_str(), format_bytes(c.value().get<long long>()).c_str());
+        // The run's own numbers, as the headline; what instrumentation added after them.
+        const bool split = d.contains("peak_total_without_instrumentation") && d.contains("peak_without_instrumentation");
+        const auto& cats = split ? d["peak_without_instrumentation"] : d.value("peak", nlohmann::json::object());
+        std::printf("evaluation-phase peak on %s%s: total %s |", it.key().c_str(), split ? " (the run's own)" : "",
+                    format_bytes(split ? d["peak_total_without_instrumentation"].get<long long>() : d.value("peak_total", 0LL)).c_str());
+        for (auto c = cats.begin(); c != cats.end(); ++c)
+            if (c.value().get<long long>() > 0) std::printf(" %s %s", c.key().c_str(), format_bytes(c.value().get<long long>()).c_str());
+        if (d.value("peak_instrumentation", 0LL) > 0)
+            std::printf(" | instrumentation %s", format_bytes(d["peak_instrumentation"].get<long long>()).c_str());
         if (d.contains("process_peak_rss"))
             std::printf(" | process peak RSS %s", format_bytes(d["process_peak_rss"].get<long long>()).c_str());
         std::printf("\n");

@@ -284,6 +284,7 @@ TEST(RunManager, EveryPhaseOfAFidelityRunIsOnTheTimeline) {
     }
     const double run_s = double(run1 - run0) * 1e-9, frac = double(covered) * 1e-9 / run_s;
     EXPECT_GT(frac, 0.98) << "unattributed: " << (1 - frac) * run_s << " s of " << run_s << " s";
+    std::printf("[ info ] phases cover %.4f of the %.4f s run span\n", frac, run_s);
     const nlohmann::json j = nlohmann::json::parse(rm.session().run(id).summary);
     ASSERT_TRUE(j.contains("phase_seconds")) << j.dump();
     double total = 0, instrumentation = 0;
