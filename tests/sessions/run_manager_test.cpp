@@ -176,10 +176,12 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
         int n;
         ~Restore() { set_num_threads(n); }
     } restore{threads};
-    // Best of many short runs, alternated: the minimum time of each comes from moments when
-    // nothing else ran, which on a machine shared with other tests a handful of runs misses.
+    // Many short runs, alternated in pairs (fidelity, then plain): each pair's ratio compares
+    // two runs under the same load, and the median of the pairs ignores the pairs a burst of
+    // other work split. (Best-of per side compares moments apart and drifted to 1.8 under load.)
     constexpr int kReps = 25;
-    double best_plain = 0, best_fid = 0;
+    double best_plain = 0, best_fid = 0, pair_fid = 0;
+    std::vector<double> pair_ratios;
     int64_t own_plain = -1, own_fid = -1, all_fid = -1;
     nlohmann::json cat_plain, cat_fid;  // each category's own peak (the evaluation phase's)
     for (int rep = 0; rep < kReps; ++rep)
@@ -192,6 +194,7 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
             const double tps = j.at("tokens_per_s").get<double>();
             if (fidelity) {
                 best_fid = std::max(best_fid, tps);
+                pair_fid = tps;
                 own_fid = storage::run_own_peak_bytes(summary);
                 cat_fid = j.at("memory").at("cpu").at("peak_without_instrumentation");
                 all_fid = storage::run_peak_bytes(summary);
@@ -200,6 +203,7 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
                 EXPECT_LT(j["tokens_per_s_with_instrumentation"].get<double>(), tps) << "measuring costs time";
             } else {
                 best_plain = std::max(best_plain, tps);
+                pair_ratios.push_back(pair_fid / tps);
                 own_plain = storage::run_own_peak_bytes(summary);
                 cat_plain = j.at("memory").at("cpu").at("peak_without_instrumentation");
                 EXPECT_FALSE(j.contains("instrumentation_seconds")) << "nothing measured: nothing apart";
@@ -216,13 +220,15 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
     }
     EXPECT_GT(all_fid, own_fid) << "the shadow cache is in the instrumented total";
     // The run's own speed is its tokens over its policy pass (run_phase.h). Idle, the ratio is
-    // 0.94-0.95 on a 2-core Xeon: the fidelity run's own steps share caches with the measuring
+    // 0.93-0.95 on a 2-core Xeon: the fidelity run's own steps share caches with the measuring
     // between them. Within 15% (issue 37's bound).
-    const double ratio = best_fid / best_plain;
-    EXPECT_GT(ratio, 0.85) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
-    EXPECT_LT(ratio, 1.15) << "own speed with fidelity " << best_fid << " tokens/s vs " << best_plain << " without";
-    std::printf("[ info ] own tokens/s with / without fidelity: %.4g / %.4g = %.3f; own peak %lld / %lld bytes, with instrumentation %lld\n",
-                best_fid, best_plain, ratio, (long long)own_fid, (long long)own_plain, (long long)all_fid);
+    std::sort(pair_ratios.begin(), pair_ratios.end());
+    const double ratio = pair_ratios[pair_ratios.size() / 2];
+    EXPECT_GT(ratio, 0.85) << "own speed with fidelity / without, median of " << pair_ratios.size() << " pairs";
+    EXPECT_LT(ratio, 1.15) << "own speed with fidelity / without, median of " << pair_ratios.size() << " pairs";
+    std::printf("[ info ] own tokens/s with / without fidelity: median pair ratio %.3f (best %.4g / %.4g = %.3f); own peak %lld / %lld bytes, "
+                "with instrumentation %lld\n",
+                ratio, best_fid, best_plain, best_fid / best_plain, (long long)own_fid, (long long)own_plain, (long long)all_fid);
     // kvlab compare leads with the study's numbers: the task's copied tokens and the fidelity
     // means as the summaries hold them, the instrumented totals apart.
     storage::SessionReader rd(s.file("f.kvlab"));
