@@ -215,6 +215,25 @@ TEST(ModelFixtureWindow, H2oCacheNeverAttendsOutsideTheWindow) {
     EXPECT_TRUE(std::isfinite(res.loss_sum[0]) && res.count[0] == double(T - 1));
 }
 
+// Quest's page kernel has no window: on a windowed layer it must refuse, never attend beyond.
+TEST(ModelFixtureWindow, QuestPageSelectionRefusesAWindow) {
+    Fixture f = load_fixture("mistral_window");
+    Transformer model(f.model.config, f.model.weights, ModelOptions{});
+    const Tensor& ids = f.expected.tensors.at("input_ids.1");  // (1, 23)
+    KVCacheConfig kc;
+    kc.name = "quest-default";
+    kc.cache_length = 23;
+    kc.policy_options = {{"quest_page_size", 2}, {"quest_pages", 2}};  // 2 of >= 4 pages: a real selection
+    KVCache cache(kc, f.model.config, Device{}, DType::F32, 23);
+    model.forward(ids.slice(1, 0, 8).contiguous(), 0, &cache);
+    try {
+        model.forward(ids.slice(1, 8, 9).contiguous(), 8, &cache);
+        ADD_FAILURE() << "quest attended a windowed layer";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("sliding window of 5 tokens"), std::string::npos) << e.what();
+    }
+}
+
 TEST(ModelFixtureMeta, YarnFixtureReallyUsesYarn) {
     // The YaRN fixture's context (256) exceeds the training length (64): s = 4, so the
     // frequencies and the attention scale differ from plain RoPE.
