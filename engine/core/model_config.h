@@ -62,7 +62,9 @@ struct ModelConfig {
     bool o_bias = false;
     bool mlp_bias = false;
     bool qk_norm = false;        // Qwen3: per-head RMSNorm on q and k before RoPE
-    int64_t sliding_window = 0;  // 0 = none
+    int64_t sliding_window = 0;     // 0 = none; else keys older than the window are masked
+    int64_t window_from_layer = 0;  // first windowed layer: layers >= it use sliding_window
+                                    // (Qwen2/3's max_window_layers; 0 for Mistral = all layers)
 
     int64_t bos_token_id = -1;
     std::vector<int64_t> eos_token_ids;
@@ -74,6 +76,10 @@ struct ModelConfig {
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
     int64_t rope_dims() const { return int64_t(double(head_dim) * partial_rotary_factor) / 2 * 2; }
     int64_t group_size() const { return num_kv_heads ? num_heads / num_kv_heads : 0; }  // R
+    // Layer l's attention window for ops::sdpa_ (0 = full causal attention). transformers'
+    // Qwen2Config builds layer_types as "sliding_attention" iff sliding_window is set and
+    // i >= max_window_layers; Mistral windows every layer.
+    int layer_window(int64_t l) const { return sliding_window > 0 && l >= window_from_layer ? int(sliding_window) : 0; }
 
     // Throws kv::Error naming the field and what was expected.
     void validate(const std::string& source) const {
@@ -102,6 +108,10 @@ struct ModelConfig {
         need(hidden_size <= (int64_t(1) << 17), str("hidden_size ", hidden_size, " is implausible; expected at most 131072"));
         need(num_layers <= 1024, str("num_hidden_layers ", num_layers, " is implausible; expected at most 1024"));
         need(vocab_size <= (int64_t(1) << 24), str("vocab_size ", vocab_size, " is implausible; expected at most 2^24"));
+        // ops::sdpa_ takes the window as an int.
+        need(sliding_window >= 0 && sliding_window <= INT32_MAX,
+             str("sliding_window must be in [0, 2^31), got ", sliding_window));
+        need(window_from_layer >= 0, str("max_window_layers must be >= 0, got ", window_from_layer));
     }
 };
 

@@ -86,7 +86,8 @@ AttentionMerge merge_attention(const double* ya, const double* lse_a, const doub
     return m;
 }
 
-void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                               Tensor& y) {
     const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), G = k.size(1), HS = q.size(3), end = input_pos + n;
     if (size_t(layer) >= k_shadow_.size() || end > T_ || B != k_shadow_[size_t(layer)].size(0))
         throw Error(str("fidelity: layer ", layer, " chunk at positions ", input_pos, "+", n, " (batch ", B,
@@ -102,7 +103,7 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     }
     {
         LseRequest req(lc, want_lse ? &lse_kept : nullptr);
-        cache_.attend(layer, q, k, v, input_pos, scale, y);
+        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
     }
     // The policy's attention is done; the rest measures it (memory and time apart from the run's).
     InstrumentationScope instrumentation;
@@ -168,7 +169,7 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         const Tensor kpos = Tensor::from_i32({B, G, E}, kp, {dev, MemCategory::WORKSPACE, "fidelity evicted positions"});
         Tensor ye = Tensor::empty({B, NH, n, HS}, q.dtype(), {dev, MemCategory::WORKSPACE, "fidelity evicted y"});
         Tensor lse_e = Tensor::empty({B, NH, n}, DType::F64, {dev, MemCategory::WORKSPACE, "fidelity evicted log-sum-exp"});
-        ops::sdpa_(ye, q, Ke, Ve, kpos, position_range(input_pos, n, dev), scale, 0, nullptr, &lse_e);
+        ops::sdpa_(ye, q, Ke, Ve, kpos, position_range(input_pos, n, dev), scale, window, nullptr, &lse_e);
         const std::vector<double> ya = y.to_f64_vector(), yev = ye.to_f64_vector(), la = lse_kept.to_f64_vector(), le = lse_e.to_f64_vector();
         std::vector<double> full(layer == 0 ? ya.size() : 0);
         const AttentionMerge m = merge_attention(ya.data(), la.data(), yev.data(), le.data(), B * NH * n, HS, layer == 0 ? full.data() : nullptr, nullptr);
@@ -177,14 +178,15 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         if (layer == 0) y_full = Tensor::from_f64({B, NH, n, HS}, full, q.dtype(), {dev, MemCategory::WORKSPACE, "fidelity y"});
         ++merged_steps_;
     } else {
-        // Full attention: the same queries over every position so far, masked causally by position.
+        // Full attention: the same queries over every position so far, masked causally by position
+        // (and by the layer's window: keys it hides are no loss of the policy's).
         const Tensor K = k_shadow_[size_t(layer)].slice(2, 0, end), V = v_shadow_[size_t(layer)].slice(2, 0, end);
         Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);  // (1, 1, end)
         Tensor qpos = position_range(input_pos, n, q.device());
         y_full = Tensor::empty({B, NH, n, HS}, q.dtype(), {q.device(), MemCategory::WORKSPACE, "fidelity y"});
         Tensor ws;
         if (dropped_any) ws = Tensor::empty({B, G, end}, DType::F32, {q.device(), MemCategory::WORKSPACE, "fidelity weight sums"});
-        ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, 0, dropped_any ? &ws : nullptr);
+        ops::sdpa_(y_full, q, K, V, kpos, qpos, scale, window, dropped_any ? &ws : nullptr);
         const std::vector<double> a = y.to_f64_vector(), b = y_full.to_f64_vector();
         double num = 0, den = 0;
         for (size_t i = 0; i < a.size(); ++i) {
@@ -251,8 +253,10 @@ class DenseReference::Shadow final : public LayerAttention {
             v_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
         }
     }
-    // Causal attention over every position so far (no weight sums: nothing reads them).
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
+    // Causal attention over every position so far, within the layer's window (no weight sums:
+    // nothing reads them).
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override {
         const int64_t B = q.size(0), n = q.size(2), end = input_pos + n;
         if (size_t(layer) >= k_.size() || end > T_ || B != k_[size_t(layer)].size(0))
             throw Error(str("fidelity: dense reference of layer ", layer, " at positions ", input_pos, "+", n, " (batch ", B,
@@ -267,7 +271,7 @@ class DenseReference::Shadow final : public LayerAttention {
         MemoryLabelScope label(str("layer ", layer, " dense reference"));
         Tensor kpos = position_range(0, end, q.device()).unsqueeze(0);
         Tensor qpos = position_range(input_pos, n, q.device());
-        ops::sdpa_(y, q, k_[size_t(layer)].slice(2, 0, end), v_[size_t(layer)].slice(2, 0, end), kpos, qpos, scale, 0, nullptr);
+        ops::sdpa_(y, q, k_[size_t(layer)].slice(2, 0, end), v_[size_t(layer)].slice(2, 0, end), kpos, qpos, scale, window, nullptr);
     }
     // Positions [p0, p1) of layer l taken as given (the policy's exact prefix).
     void set(int layer, int64_t p0, int64_t p1, const Tensor& k, const Tensor& v) {

@@ -43,7 +43,8 @@ class FidelityAttention final : public LayerAttention {
     // seq_length: the longest sequence to be fed (sizes the shadow); batch B.
     FidelityAttention(KVCache& cache, const ModelConfig& model, int64_t batch, int64_t seq_length, Device device, DType dtype);
 
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override;
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override;
     void set_rope_frequencies(const std::vector<double>* inv_freq) override;
 
     // Steps recorded since construction (or the last take_steps), in call order.

@@ -18,7 +18,8 @@ namespace {
 class ReconstructionAttention final : public LayerAttention {
    public:
     ReconstructionAttention(KVCache& cache, int64_t begin, int64_t end) : cache_(cache), begin_(begin), end_(end) {}
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override {
         LayerCache& lc = cache_.layer(layer);
         KVPolicy& pol = lc.policy();
         const int64_t B = q.size(0), G = k.size(1), m = k.size(2), D = k.size(3), T = pol.current_length();
@@ -47,7 +48,7 @@ class ReconstructionAttention final : public LayerAttention {
                                                     : Tensor::from_i32({1, 1, T + m}, kp, {dev, MemCategory::WORKSPACE, "slot positions"});
         {
             KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "reconstruction sdpa", .layer = layer);
-            ops::sdpa_(y, q, Kc, Vc, kpos, position_range(input_pos, m, dev), scale, 0, nullptr);
+            ops::sdpa_(y, q, Kc, Vc, kpos, position_range(input_pos, m, dev), scale, window, nullptr);
         }
         KV_TRACE_SPAN(trace::SpanCategory::SCORING, "reconstruction scoring", .layer = layer);
         ReconstructionInput in;

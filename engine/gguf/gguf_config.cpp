@@ -82,6 +82,11 @@ ModelConfig gguf_model_config(const GgufFile& f, const GgufTokenizerData& tok) {
     c.rms_norm_eps = k.real_or("attention.layer_norm_rms_epsilon", -1.0, false);
     if (c.rms_norm_eps < 0) throw Error(str(f.what(k.key("attention.layer_norm_rms_epsilon")), " is missing"));
     c.rope_theta = k.real_or("rope.freq_base", 10000.0, true);
+    // llama.cpp's key for a sliding window (LLM_KV_ATTENTION_SLIDING_WINDOW). As far as we
+    // know its converters write it only for architectures with windowed layers, not for llama
+    // or qwen2; if a file has one, every layer gets it, as in Mistral's config.json, rather
+    // than dropping it silently. 0 = none.
+    c.sliding_window = k.dim_or("attention.sliding_window", 0, 0);
 
     // RoPE scaling: newer keys first, then the older linear-only key.
     if (const GgufValue* v = f.find(k.key("rope.scaling.type"))) {

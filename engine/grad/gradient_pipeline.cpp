@@ -93,8 +93,13 @@ class ReplayAttention final : public LayerAttention {
  public:
     ReplayAttention(std::vector<std::unique_ptr<ReplayLayerCache>>& caches, int l0, bool record)
         : caches_(caches), l0_(l0), record_(record) {}
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override {
+        // The replay caches' forward and backward SDPA take no window yet: refuse rather than
+        // train against attention the model never computes.
+        if (window > 0)
+            throw Error(str("layer ", layer, " has a sliding window of ", window,
+                            " tokens; gradients through a cache do not support sliding-window attention yet"));
         caches_[size_t(layer - l0_)]->forward(q, k, v, input_pos, scale, y, record_);
     }
 

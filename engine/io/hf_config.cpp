@@ -185,7 +185,35 @@ RopeScaling parse_rope_scaling(const json& v, const std::string& source, const s
 // =========================================================================================
 // [SECTION] Reading
 // =========================================================================================
-void read_llama_family(const JsonFields& f, const std::string& source, ModelConfig& c) {
+// Qwen2/Qwen3 (transformers' Qwen2Config/Qwen3Config): sliding_window counts only with
+// use_sliding_window, and then only in layers i >= max_window_layers (default 28) -- their
+// layer_types default is "sliding_attention" iff sliding_window is set and i >= max_window_layers.
+// An explicit layer_types list wins; we take it when it has that shape (full layers, then
+// windowed ones) and refuse any other pattern rather than misread it.
+void read_qwen_window(const JsonFields& f, ModelConfig& c) {
+    if (!f.get_bool("use_sliding_window", false)) return;
+    c.sliding_window = size_field(f, "sliding_window", 4096);  // the configs' default when absent
+    c.window_from_layer = size_field(f, "max_window_layers", 28);
+    const json* lt = f.find("layer_types");
+    if (!lt) return;
+    if (!lt->is_array() || int64_t(lt->size()) != c.num_layers)
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    int64_t first = c.num_layers;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const json& t = (*lt)[size_t(i)];
+        const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+        const bool windowed = t.is_string() && t.get<std::string>() == "sliding_attention";
+        if (!full && !windowed)
+            f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+        if (windowed && first == c.num_layers) first = i;
+        if (full && first < i)
+            f.fail("layer_types", str("has a full_attention layer ", i, " after sliding_attention layer ", first,
+                                      "; expected full layers first, then windowed ones (max_window_layers)"));
+    }
+    c.window_from_layer = first;
+}
+
+void read_llama_family(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
     c.vocab_size = size_field(f, "vocab_size");
     c.hidden_size = size_field(f, "hidden_size");
     c.intermediate_size = size_field(f, "intermediate_size");
@@ -222,17 +250,18 @@ void read_llama_family(const JsonFields& f, const std::string& source, ModelConf
             c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
             c.mlp_bias = f.get_bool("mlp_bias", false);
             break;
-        case Arch::MISTRAL:  // no biases; sliding_window is an int or null
-            c.sliding_window = size_field(f, "sliding_window", 0);
+        case Arch::MISTRAL:  // no biases; sliding_window (every layer) is an int, or null for none
+            // MistralConfig's default is 4096 when the key is absent (Mistral 7B v0.1's window).
+            c.sliding_window = root.contains("sliding_window") ? size_field(f, "sliding_window", 0) : 4096;
             break;
         case Arch::QWEN2:  // q/k/v always carry biases, o_proj never does
             c.qkv_bias = true;
-            if (f.get_bool("use_sliding_window", false)) c.sliding_window = size_field(f, "sliding_window", 0);
+            read_qwen_window(f, c);
             break;
         case Arch::QWEN3:
             c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
             c.qk_norm = true;
-            if (f.get_bool("use_sliding_window", false)) c.sliding_window = size_field(f, "sliding_window", 0);
+            read_qwen_window(f, c);
             break;
         case Arch::GPT2: break;
     }
@@ -272,7 +301,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (c.arch == Arch::GPT2)
         read_gpt2(f, c);
     else
-        read_llama_family(f, source, c);
+        read_llama_family(f, root, source, c);
     c.dtype = parse_torch_dtype(f);
     read_token_ids(f, c);
     c.validate(source);
@@ -312,7 +341,10 @@ void check_expressible(const ModelConfig& c) {
             need(c.qkv_bias == c.o_bias, "attention_bias covers q/k/v and o_proj together; qkv_bias and o_bias must match");
             need(c.sliding_window == 0, "llama has no sliding window; sliding_window must be 0");
             break;
-        case Arch::MISTRAL: need(!c.qkv_bias && !c.o_bias && !c.mlp_bias, "mistral has no biases"); break;
+        case Arch::MISTRAL:
+            need(!c.qkv_bias && !c.o_bias && !c.mlp_bias, "mistral has no biases");
+            need(c.window_from_layer == 0, "mistral windows every layer; window_from_layer must be 0");
+            break;
         case Arch::QWEN2:
             need(c.qkv_bias && !c.o_bias && !c.mlp_bias, "qwen2 always has q/k/v biases and no other biases");
             break;
@@ -388,6 +420,7 @@ std::string model_config_to_json(const ModelConfig& c) {
             j["use_sliding_window"] = c.sliding_window > 0;
             if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
             else j["sliding_window"] = nullptr;
+            if (c.sliding_window > 0) j["max_window_layers"] = c.window_from_layer;
         }
     }
     j["tie_word_embeddings"] = c.tie_word_embeddings;

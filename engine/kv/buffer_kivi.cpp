@@ -119,12 +119,13 @@ class KiviBuffer final : public KVBuffer {
         return {K, V};
     }
     bool fused_attention() const override { return true; }
-    void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum) override {
+    void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum,
+                int window) override {
         (void)T;  // kpos holds T slots
         Tensor kc = kc_.slice(0, 0, B_), ks = ks_.slice(0, 0, B_), vc = vc_.slice(0, 0, B_), vs = vs_.slice(0, 0, B_),
                map = map_.slice(0, 0, B_);
         ops::KiviCacheViews views{&kc, &ks, &vc, &vs, &res_, &map, bits_, int(S_)};
-        ops::sdpa_kivi_(y, q, views, kpos, qpos, scale, 0, wsum);
+        ops::sdpa_kivi_(y, q, views, kpos, qpos, scale, window, wsum);
     }
     // |k - deq(q(k))| + |v - deq(q(v))| per token: values exactly as they will be stored; keys
     // per channel over groups of S tokens of this chunk (a decode step's single key has none:

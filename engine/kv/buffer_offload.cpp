@@ -58,9 +58,10 @@ class OffloadBuffer final : public KVBuffer, public WorkingBufferUser {
     }
     // Buffers that attend over their own storage (KIVI) do it resident.
     bool fused_attention() const override { return inner_->fused_attention(); }
-    void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum) override {
+    void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum,
+                int window) override {
         make_resident();
-        inner_->attend(y, q, T, kpos, qpos, scale, wsum);
+        inner_->attend(y, q, T, kpos, qpos, scale, wsum, window);
     }
     std::vector<float> quant_errors(const Tensor& k, const Tensor& v) override { return inner_->quant_errors(k, v); }
     void flush() override {

@@ -35,8 +35,10 @@ class KVBuffer {
     // sdpa(q, slots [0, T)) with the masking of ops::sdpa_ (kpos covers the T slots), weight
     // sums into wsum when given. read() then serves only other callers.
     virtual bool fused_attention() const { return false; }
-    virtual void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum) {
-        (void)y, (void)q, (void)T, (void)kpos, (void)qpos, (void)scale, (void)wsum;
+    // window: the layer's sliding window, masking as ops::sdpa_ does.
+    virtual void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum,
+                        int window = 0) {
+        (void)y, (void)q, (void)T, (void)kpos, (void)qpos, (void)scale, (void)wsum, (void)window;
         throw Error(str("the '", name(), "' buffer has no fused attention"));
     }
     // Quantized buffers: per-token |k - deq(q(k))| + |v - deq(q(v))|, (B, G, n) row-major.

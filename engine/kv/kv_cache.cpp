@@ -47,12 +47,13 @@ KVCache::~KVCache() {
     layers_.clear();
 }
 
-void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                     Tensor& y) {
     if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
     // Offload: whichever layer comes next (the next cell or decode step after the last) is
     // prefetched while this one computes.
     if (cfg_.cpu_offload && num_layers() > 1) shared_->next = &layers_[size_t((layer + 1) % num_layers())]->buffer();
-    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, y);
+    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y);
 }
 
 std::pair<int64_t, int64_t> KVCache::offload_restores() const {

@@ -22,7 +22,8 @@ class KVCache final : public LayerAttention {
             const TextCodec* text = nullptr);
     ~KVCache() override;
 
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override;
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override;
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
     }

@@ -133,8 +133,9 @@ class KVPolicy {
     // A read policy attends over a selection of the cache instead of all of it: LayerCache
     // calls attend() in place of ops::sdpa_ (K, V: slots [0, T) read from the buffer).
     virtual bool selects_reads() const { return false; }
+    // window: the layer's sliding window, masking as ops::sdpa_ does.
     virtual void attend(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos,
-                        float scale, Tensor* wsum);
+                        float scale, Tensor* wsum, int window = 0);
     // Beam search: batch row b becomes row src[b] (policies with per-row metadata).
     virtual void reorder_batch(const std::vector<int32_t>& src) { (void)src; }
 

@@ -109,7 +109,7 @@ Tensor pool_group_positions(const std::vector<int32_t>& pos, int64_t B, int64_t 
 }
 
 void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const std::vector<int32_t>& pos, int64_t G,
-                      const Tensor& qpos, float scale, Tensor* wsum) {
+                      const Tensor& qpos, float scale, Tensor* wsum, int window) {
     // One SDPA per head group over the slots that group keeps, gathered out of the pool: a
     // masked SDPA over the whole pool would score and skip the G - 1 other heads' slots too
     // (3x the attention work of one head's cache for SmolLM2's 3 KV heads). Kept slots stay in
@@ -140,7 +140,7 @@ void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor&
         Tensor yg = y.slice(1, g * R, (g + 1) * R);
         Tensor wg;
         if (wsum) wg = Tensor::empty({B, 1, Tg}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
-        ops::sdpa_(yg, q.slice(1, g * R, (g + 1) * R), Kg, Vg, kpos, qpos, scale, 0, wsum ? &wg : nullptr);
+        ops::sdpa_(yg, q.slice(1, g * R, (g + 1) * R), Kg, Vg, kpos, qpos, scale, window, wsum ? &wg : nullptr);
         if (wsum) {  // slots the group does not keep got no weight
             Tensor full = Tensor::zeros({B, 1, S}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
             ops::scatter_(full, 2, index.reshape({B, 1, Tg}), wg);
@@ -151,11 +151,11 @@ void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor&
 }
 
 void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale,
-                             Tensor* wsum) const {
-    pooled_attention(y, q, K, V, policy_->token_positions(), policy_->groups(), qpos, scale, wsum);
+                             Tensor* wsum, int window) const {
+    pooled_attention(y, q, K, V, policy_->token_positions(), policy_->groups(), qpos, scale, wsum, window);
 }
 
-void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y) {
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
     lse_written_ = false;
     const int64_t B = q.size(0), n = q.size(2);
@@ -202,7 +202,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         {
             KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
             PlainAttention plain;
-            plain.attend(layer_, q, k, v, 0, scale, y);
+            plain.attend(layer_, q, k, v, 0, scale, window, y);
         }
         finish_step(p, nullptr);
         return;
@@ -242,13 +242,15 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
                       ? lse_out_
                       : nullptr;
     auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws, int64_t q0 = 0) {  // qq: queries [q0, q0 + n')
-        if (pooled()) pooled_sdpa(yy, qq, K, V, qp, scale, ws);
-        else if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws);
-        else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws);
+        // The window masks by slot position, so it holds over any set of kept slots: an
+        // evicting policy may drop keys inside the window but never adds one outside it.
+        if (pooled()) pooled_sdpa(yy, qq, K, V, qp, scale, ws, window);
+        else if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws, window);
+        else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws, window);
         else if (lse) {
             Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
-            ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws, &ls);
-        } else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, 0, ws);
+            ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws, &ls);
+        } else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws);
     };
     std::vector<float> w;
     const bool want = policy_->needs_attention_weights() && !replay_;

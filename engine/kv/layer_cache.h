@@ -30,13 +30,15 @@ using LayerStepHook = std::function<void(const LayerStep&)>;
 SlotPlan to_pool_plan(const SlotPlan& plan, int64_t B, int64_t G);
 Tensor pool_group_positions(const std::vector<int32_t>& pos, int64_t B, int64_t G, int64_t S, int64_t g, Device device);
 void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const std::vector<int32_t>& pos, int64_t G,
-                      const Tensor& qpos, float scale, Tensor* wsum);
+                      const Tensor& qpos, float scale, Tensor* wsum, int window = 0);
 
 class LayerCache {
    public:
     LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer);
 
-    void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y);
+    // window: the layer's sliding window (LayerAttention::attend), applied by slot position to
+    // whatever the policy kept.
+    void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y);
     // Benchmarks only: a prefill of k, v (B, G, n, D) without computing attention, so a
     // decode or chunk step can be timed at a large context without paying for the prefill.
     void prefill_without_attention(const Tensor& k, const Tensor& v);
@@ -79,7 +81,8 @@ class LayerCache {
    private:
     bool pooled() const { return policy_->pool_slots() > 0; }
     SlotPlan pooled_prefill_plan(int64_t B, int64_t n) const;
-    void pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale, Tensor* wsum) const;
+    void pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale, Tensor* wsum,
+                     int window) const;
     InsertFeatures features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const;
     void record_step(const SlotPlan& plan) const;
     void finish_step(const SlotPlan& plan, const std::vector<float>* w);

@@ -67,17 +67,21 @@ class QuestPolicy final : public KVPolicy, public QuestSelections {
 
     bool selects_reads() const override { return true; }
     void attend(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos, float scale,
-                Tensor* wsum) override {
+                Tensor* wsum, int window) override {
         const int64_t T = K.size(2), NP = (T + page_ - 1) / page_;
         const int64_t B = q.size(0), NH = q.size(1), n = q.size(2);
         last_n_ = n, last_heads_ = NH;
         if (pages_ >= NP) {  // every page is read: this is dense attention, computed by the dense kernel
-            ops::sdpa_(y, q, K, V, kpos, qpos, scale, 0, wsum);
+            ops::sdpa_(y, q, K, V, kpos, qpos, scale, window, wsum);
             last_.assign(size_t(B * NH * n * (pages_ + 1)), -1);
             for (int64_t r = 0; r < B * NH * n; ++r)
                 for (int64_t j = 0; j < NP; ++j) last_[size_t(r * (pages_ + 1) + j)] = int32_t(j);
             return;
         }
+        // SDPA_QUEST has no window; a page bound over keys the window hides would be wrong anyway.
+        if (window > 0)
+            throw Error(str("quest: this layer has a sliding window of ", window, " tokens, which page selection does not support"),
+                        "use quest on a model without a sliding window, or another policy");
         refresh(K, T);
         Tensor sel = Tensor::empty({B, NH, n, pages_ + 1}, DType::I32, {q.device(), MemCategory::WORKSPACE, "quest selection"});
         ops::sdpa_quest_(y, q, K, V, kpos, qpos, kmin_, kmax_, scale, page_, pages_, wsum, &sel);

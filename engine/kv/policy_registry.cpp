@@ -106,7 +106,7 @@ std::string policy_help_text() {
     return s;
 }
 
-void KVPolicy::attend(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor*) {
+void KVPolicy::attend(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor*, int) {
     throw Error(str("the '", name(), "' policy does not select its reads"));
 }
 

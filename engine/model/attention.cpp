@@ -13,11 +13,12 @@ Tensor position_range(int64_t start, int64_t n, Device device) {
     return Tensor::from_i32({1, n}, p, {device, MemCategory::ACTIVATIONS, "positions"});
 }
 
-void PlainAttention::attend(int, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) {
+void PlainAttention::attend(int, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                            Tensor& y) {
     const int64_t n = q.size(2);
     Tensor pos = position_range(input_pos, n, q.device());
     Tensor kpos = pos.unsqueeze(0);  // (1, 1, n)
-    ops::sdpa_(y, q, k, v, kpos, pos, scale);
+    ops::sdpa_(y, q, k, v, kpos, pos, scale, window);
 }
 
 }  // namespace kv

@@ -14,7 +14,10 @@ class LayerAttention {
     virtual ~LayerAttention() = default;
     // q (B, NH, n, HS); k, v (B, G, n, HS) for the n new tokens at positions
     // input_pos .. input_pos + n - 1 (k already rotated). Writes y (B, NH, n, HS) (any strides).
-    virtual void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
+    // window > 0 (the layer's sliding window, ModelConfig::layer_window): a query at position p
+    // sees only keys at positions > p - window, whatever the cache still holds; an
+    // implementation that cannot mask so must refuse window > 0 rather than ignore it.
+    virtual void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                         Tensor& y) = 0;
     // The RoPE frequencies theta'_d that rotated q and k (n_rot = 2 * size), set before every
     // attend(); caches whose policy reasons about future queries (expected-attention) use them.
@@ -25,7 +28,8 @@ class LayerAttention {
 // sequence with input_pos 0, or a test reference).
 class PlainAttention final : public LayerAttention {
    public:
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override;
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override;
 };
 
 // int32 (1, n) tensor holding start, start + 1, ..., start + n - 1 on `device`.

@@ -207,7 +207,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         y = Tensor::empty({B, n, NH, HS}, act, ao);
         Tensor yv = y.permute({0, 2, 1, 3});
         attention.set_rope_frequencies(&rope_.inv_freq);
-        attention.attend(l, qr, kr, vv, input_pos, rope_.attn_scale, yv);
+        attention.attend(l, qr, kr, vv, input_pos, rope_.attn_scale, cfg_.layer_window(l), yv);
         if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
     Tensor out;

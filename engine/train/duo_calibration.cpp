@@ -173,8 +173,12 @@ class MixedLayers final : public LayerAttention, public AttentionBackward {
    public:
     MixedLayers(const std::vector<double>& alpha, int64_t layers, int64_t G, const DuoCalibrationConfig& cfg)
         : alpha_(alpha), G_(G), cfg_(cfg), k_(size_t(layers)), v_(size_t(layers)), saved_(size_t(layers)), dalpha_(alpha.size(), 0.0) {}
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, Tensor& y) override {
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override {
         if (input_pos != 0) throw Error("duo calibration: a sample is one chunk from position 0");
+        // The mixed (full + streaming) attention has no window term: refuse, never ignore it.
+        if (window > 0)
+            throw Error(str("duo calibration: layer ", layer, " has a sliding window of ", window, " tokens, which calibration does not support"));
         k_[size_t(layer)] = k.contiguous().clone();
         v_[size_t(layer)] = v.contiguous().clone();
         mixed_attention_forward(y, q, k, v, gates(layer), scale, cfg_.sink, cfg_.recent, &saved_[size_t(layer)]);

@@ -215,7 +215,7 @@ std::vector<FidelityStep> run_layer(const std::string& cache_name, bool merge, u
         Tensor k = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
         Tensor v = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
         Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
-        fid.attend(0, q, k, v, p0, 0.25f, y);
+        fid.attend(0, q, k, v, p0, 0.25f, 0, y);
     }
     *merged = fid.merged_steps();
     return fid.steps();

@@ -182,7 +182,7 @@ TEST(Fidelity, EqualsF64RecomputationFromReplayLog) {
                     }
             Q.push_back(q.to_f64_vector());
             Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
-            fid.attend(0, q, k, v, p0, float(scale), y);
+            fid.attend(0, q, k, v, p0, float(scale), 0, y);
         }
         const auto& plans = cache.layer(0).replay_log().plans();
         const auto& steps = fid.steps();
@@ -299,7 +299,7 @@ TEST(Fidelity, ShadowOutsideItsSizeIsRefused) {
     Tensor k = random_tensor({1, mc.num_kv_heads, 16, mc.head_dim}, DType::F32, rng);
     Tensor y = Tensor::empty(q.shape(), DType::F32);
     try {
-        fid.attend(0, q, k, k, 0, 0.125f, y);
+        fid.attend(0, q, k, k, 0, 0.125f, 0, y);
         FAIL() << "a chunk past the shadow must be refused";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("outside the shadow sized for"), std::string::npos) << e.what();

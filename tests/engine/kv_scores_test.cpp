@@ -170,11 +170,11 @@ TEST(KVScores, TiesAreBrokenByTheLowerSlot) {
     LayerHarness h("knorm-default", 16, 7);
     Tensor q = Tensor::zeros({h.B, h.NH, 16, h.D}, DType::F32), k = Tensor::full({h.B, h.G, 16, h.D}, DType::F32, 0.5);
     Tensor v = Tensor::zeros({h.B, h.G, 16, h.D}, DType::F32), y = Tensor::empty({h.B, h.NH, 16, h.D}, DType::F32);
-    h.cache->attend(0, q, k, v, 0, 1.0f, y);
+    h.cache->attend(0, q, k, v, 0, 1.0f, 0, y);
     Tensor q2 = Tensor::zeros({h.B, h.NH, 3, h.D}, DType::F32), k2 = Tensor::full({h.B, h.G, 3, h.D}, DType::F32, 0.5);
     Tensor v2 = Tensor::zeros({h.B, h.G, 3, h.D}, DType::F32), y2 = Tensor::empty({h.B, h.NH, 3, h.D}, DType::F32);
-    h.cache->attend(0, q2, k2, v2, 16, 1.0f, y2);  // initial rule: keep = min(int(0.05*16), 16-3) = 0
-    h.cache->attend(0, q2, k2, v2, 19, 1.0f, y2);  // now by score: all equal -> slots 0, 1, 2
+    h.cache->attend(0, q2, k2, v2, 16, 1.0f, 0, y2);  // initial rule: keep = min(int(0.05*16), 16-3) = 0
+    h.cache->attend(0, q2, k2, v2, 19, 1.0f, 0, y2);  // now by score: all equal -> slots 0, 1, 2
     const SlotPlan& p = h.layer().replay_log().plans().back();
     for (int64_t r = 0; r < h.B * h.G; ++r)
         for (int t = 0; t < 3; ++t) EXPECT_EQ(p.targets[size_t(r * 3 + t)], t) << "row " << r;

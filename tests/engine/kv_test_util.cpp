@@ -72,7 +72,7 @@ Tensor LayerHarness::step(int64_t n) {
             history[size_t(r)][P + t] = {kr, vr};
         }
     Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
-    cache->attend(0, q, k, v, P, 1.0f / std::sqrt(float(D)), y);
+    cache->attend(0, q, k, v, P, 1.0f / std::sqrt(float(D)), 0, y);
     last_q = {q};
     all_q.push_back({P, q});
     last_k = {k};

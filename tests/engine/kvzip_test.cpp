@@ -162,11 +162,12 @@ struct Tiny {
 // Records every layer's rotated q (B, NH, n, D) and k (B, G, n, D) of a plain forward.
 struct RecordingAttention final : LayerAttention {
     std::vector<std::vector<float>> q, k;
-    void attend(int layer, const Tensor& qq, const Tensor& kk, const Tensor& v, int64_t pos, float scale, Tensor& y) override {
+    void attend(int layer, const Tensor& qq, const Tensor& kk, const Tensor& v, int64_t pos, float scale, int window,
+                Tensor& y) override {
         q.resize(size_t(layer + 1)), k.resize(size_t(layer + 1));
         q[size_t(layer)] = qq.contiguous().to_f32_vector();
         k[size_t(layer)] = kk.contiguous().to_f32_vector();
-        PlainAttention().attend(layer, qq, kk, v, pos, scale, y);
+        PlainAttention().attend(layer, qq, kk, v, pos, scale, window, y);
     }
 };
 

@@ -1,13 +1,19 @@
 // The transformer against the independent PyTorch reference (tools/reference/model_reference.py):
 // tiny Llama (GQA), Llama with YaRN (context 4x the training length), Qwen2 (q/k/v bias, MQA,
-// tied), Qwen3 (q/k norm, head_dim != hidden/heads) and a bf16 checkpoint. Logits must match
-// within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
+// tied), Qwen3 (q/k norm, head_dim != hidden/heads), a bf16 checkpoint, and sliding windows
+// shorter than the sequence: Mistral (window 5, every layer) and Qwen2 (window 4 in layers >=
+// max_window_layers = 1). Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
+#include "engine/driver/long_context.h"
 #include "engine/io/hf_folder.h"
 #include "engine/io/safetensors_file.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/kv/kv_config.h"
+#include "engine/kv/layer_cache.h"
 #include "engine/model/transformer.h"
 #include "tests/support/test_support.h"
 
@@ -62,7 +68,171 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
-                         testing::Values("llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "llama_bf16"));
+                         testing::Values("llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "llama_bf16",
+                                         "mistral_window", "qwen2_window"));
+
+// The windowed fixtures fed through a dense KV cache in chunks shorter than the window, longer
+// than it, and one token at a time (the decode path): the window must mask keys the cache
+// still holds, so the logits equal the one-chunk reference.
+TEST(ModelFixtureWindow, ChunkedThroughDenseCacheMatchesReference) {
+    for (const std::string name : {"mistral_window", "qwen2_window"}) {
+        Fixture f = load_fixture(name);
+        ASSERT_GT(f.model.config.sliding_window, 0) << name;
+        ModelOptions opt;
+        opt.rope = RopeMode::YARN;
+        Transformer model(f.model.config, f.model.weights, opt);
+        model.set_context_width(f.context_width);
+        for (int j = 0; j < f.inputs; ++j) {
+            const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
+            const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
+            const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+            ASSERT_GT(T, f.model.config.sliding_window) << name;
+            for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(7)}) {
+                SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
+                KVCacheConfig kc;  // dense-default: keeps every position
+                KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
+                std::vector<double> got(size_t(B * T * V));
+                for (int64_t s = 0; s < T; s += chunk) {
+                    const int64_t e = std::min(T, s + chunk);
+                    const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
+                    for (int64_t b = 0; b < B; ++b)
+                        for (int64_t t = s; t < e; ++t)
+                            for (int64_t v = 0; v < V; ++v)
+                                got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
+                }
+                test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+                EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
+                EXPECT_LE(c.rel_err, 1e-5) << c.report;
+            }
+        }
+    }
+}
+
+// Observes every attention call of a windowed model run through an evicting cache: after the
+// cache attends, recomputes each query's attention in f64 over the slots the cache holds,
+// restricted to keys inside the expected window (position p sees kpos in (p - window, p];
+// the window is the test's, not the one the model passes), and records the largest difference
+// from the cache's output. It also counts held keys the window hides, so a test can confirm
+// the cache really kept keys outside the window.
+class WindowCheck final : public LayerAttention {
+   public:
+    WindowCheck(KVCache& cache, int expected_window) : cache_(cache), expected_(expected_window) {}
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override { cache_.set_rope_frequencies(inv_freq); }
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override {
+        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
+        windows.push_back(window);
+        window = expected_;
+        LayerCache& lc = cache_.layer(layer);
+        const KVPolicy& pol = lc.policy();
+        const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), D = q.size(3), G = k.size(1), R = NH / G;
+        const int64_t T = pol.current_length(), L = pol.cache_length();
+        auto [K, V] = lc.buffer().read(T);
+        const std::vector<double> qv = q.contiguous().to_f64_vector(), yv = y.contiguous().to_f64_vector();
+        const std::vector<double> Kv = K.contiguous().to_f64_vector(), Vv = V.contiguous().to_f64_vector();
+        const std::vector<int32_t>& pos = pol.token_positions();
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < NH; ++h) {
+                const int64_t g = h / R;
+                const int32_t* p = pos.data() + (pol.per_row_positions() ? (b * G + g) * L : 0);
+                for (int64_t i = 0; i < n; ++i) {
+                    const int64_t qp = input_pos + i;
+                    const double* qi = qv.data() + ((b * NH + h) * n + i) * D;
+                    std::vector<double> s(size_t(T), -INFINITY);
+                    double m = -INFINITY;
+                    for (int64_t t = 0; t < T; ++t) {
+                        if (p[t] < 0 || p[t] > qp) continue;
+                        if (window > 0 && p[t] <= qp - window) {
+                            hidden_held += input_pos > 0;  // kept past a prefill: the policy's choice
+                            continue;
+                        }
+                        const double* kt = Kv.data() + ((b * G + g) * T + t) * D;
+                        double dot = 0;
+                        for (int64_t d = 0; d < D; ++d) dot += qi[d] * kt[d];
+                        s[size_t(t)] = dot * double(scale);
+                        m = std::max(m, s[size_t(t)]);
+                    }
+                    double den = 0;
+                    std::vector<double> out(size_t(D), 0.0);
+                    for (int64_t t = 0; t < T; ++t) {
+                        if (s[size_t(t)] == -INFINITY) continue;
+                        const double w = std::exp(s[size_t(t)] - m);
+                        den += w;
+                        for (int64_t d = 0; d < D; ++d) out[size_t(d)] += w * Vv[size_t(((b * G + g) * T + t) * D + d)];
+                    }
+                    for (int64_t d = 0; d < D; ++d) {
+                        const double want = out[size_t(d)] / den, got = yv[size_t(((b * NH + h) * n + i) * D + d)];
+                        max_err = std::max(max_err, std::fabs(got - want));
+                        max_ref = std::max(max_ref, std::fabs(want));
+                    }
+                }
+            }
+    }
+    std::vector<int> windows;  // the window of every call, in call order
+    int64_t hidden_held = 0;   // (query, held key) pairs the window hid
+    double max_err = 0, max_ref = 0;
+
+   private:
+    KVCache& cache_;
+    int expected_;
+};
+
+// eval_long's driver with h2o on the windowed Mistral: the cache (8 slots) keeps heavy hitters
+// older than the window (5), and every layer's attention must still see only the window.
+TEST(ModelFixtureWindow, H2oCacheNeverAttendsOutsideTheWindow) {
+    Fixture f = load_fixture("mistral_window");
+    const ModelConfig& mc = f.model.config;
+    Transformer model(f.model.config, f.model.weights, ModelOptions{});
+    const Tensor& ids = f.expected.tensors.at("input_ids.1");  // (1, 23)
+    const int64_t T = ids.size(1);
+    KVCacheConfig kc;
+    kc.name = "h2o-default";
+    kc.cache_length = 8;
+    KVCache cache(kc, mc, Device{}, DType::F32, T);
+    ASSERT_EQ(mc.sliding_window, 5);  // the fixture's config.json
+    WindowCheck check(cache, 5);
+    ChunkPlan plan;  // a prefill of 6 tokens, then chunks of 2 and single tokens
+    for (int64_t s = 0; s < T;) {
+        const int64_t n = s == 0 ? 6 : (s < 14 ? 2 : 1);
+        plan.starts.push_back(s), plan.chunks.push_back(std::min(n, T - s));
+        s += n;
+    }
+    plan.cells.push_back({0, plan.chunks.size()});
+    HeadSpec hs;
+    hs.kind = HeadKind::NEXT_TOKEN;
+    hs.T = T;
+    const std::vector<int64_t> iv = ids.to_i64_vector();
+    hs.token_targets.assign(size_t(T), -100);
+    for (int64_t p = 0; p + 1 < T; ++p) hs.token_targets[size_t(p)] = int32_t(iv[size_t(p + 1)]);
+    HeadResult res;
+    DriverCallbacks cb;
+    cb.attention = &check;
+    long_context_forward(model, cache, ids, plan, hs, res, cb);
+    ASSERT_EQ(check.windows.size(), plan.chunks.size() * size_t(mc.num_layers));
+    for (int w : check.windows) EXPECT_EQ(w, 5);
+    EXPECT_GT(check.hidden_held, 0) << "the cache never held a key outside the window: the test would not bite";
+    EXPECT_LE(check.max_err, 1e-5 * check.max_ref) << "max |y - windowed f64 attention| " << check.max_err;
+    EXPECT_TRUE(std::isfinite(res.loss_sum[0]) && res.count[0] == double(T - 1));
+}
+
+// Quest's page kernel has no window: on a windowed layer it must refuse, never attend beyond.
+TEST(ModelFixtureWindow, QuestPageSelectionRefusesAWindow) {
+    Fixture f = load_fixture("mistral_window");
+    Transformer model(f.model.config, f.model.weights, ModelOptions{});
+    const Tensor& ids = f.expected.tensors.at("input_ids.1");  // (1, 23)
+    KVCacheConfig kc;
+    kc.name = "quest-default";
+    kc.cache_length = 23;
+    kc.policy_options = {{"quest_page_size", 2}, {"quest_pages", 2}};  // 2 of >= 4 pages: a real selection
+    KVCache cache(kc, f.model.config, Device{}, DType::F32, 23);
+    model.forward(ids.slice(1, 0, 8).contiguous(), 0, &cache);
+    try {
+        model.forward(ids.slice(1, 8, 9).contiguous(), 8, &cache);
+        ADD_FAILURE() << "quest attended a windowed layer";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("sliding window of 5 tokens"), std::string::npos) << e.what();
+    }
+}
 
 TEST(ModelFixtureMeta, YarnFixtureReallyUsesYarn) {
     // The YaRN fixture's context (256) exceeds the training length (64): s = 4, so the

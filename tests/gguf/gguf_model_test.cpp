@@ -524,6 +524,15 @@ TEST(GgufConfig, OptionalKeysAndScaling) {
     f = gguf_parse(b.data(), b.size(), "v.gguf");
     EXPECT_EQ(gguf_model_config(f).rope_scaling.type, "linear");
     EXPECT_EQ(gguf_model_config(f).rope_scaling.factor, 2.0);
+    // No {arch}.attention.sliding_window: full attention; with one, every layer is windowed.
+    EXPECT_EQ(gguf_model_config(f).sliding_window, 0);
+    v.set("llama.attention.sliding_window", GgufValue::of_u32(4096));
+    b = v.bytes();
+    f = gguf_parse(b.data(), b.size(), "v.gguf");
+    c = gguf_model_config(f);
+    EXPECT_EQ(c.sliding_window, 4096);
+    EXPECT_EQ(c.layer_window(0), 4096);
+    EXPECT_EQ(c.layer_window(c.num_layers - 1), 4096);
 }
 
 }  // namespace

@@ -142,6 +142,12 @@ TEST(HfConfig, MistralSlidingWindow) {
     EXPECT_FALSE(c.qkv_bias);
     ModelConfig v2 = parse_model_config(edit(kMistral7B, "\"sliding_window\": 4096", "\"sliding_window\": null"), "config.json");
     EXPECT_EQ(v2.sliding_window, 0);
+    // Absent is MistralConfig's default (4096), not "no window"; every layer is windowed.
+    ModelConfig absent = parse_model_config(edit(kMistral7B, "\"sliding_window\": 4096,", ""), "config.json");
+    EXPECT_EQ(absent.sliding_window, 4096);
+    EXPECT_EQ(c.layer_window(0), 4096);
+    EXPECT_EQ(c.layer_window(31), 4096);
+    EXPECT_EQ(v2.layer_window(0), 0);
 }
 
 TEST(HfConfig, Qwen25HasQkvBiasAndIgnoresUnusedSlidingWindow) {
@@ -157,6 +163,32 @@ TEST(HfConfig, Qwen25HasQkvBiasAndIgnoresUnusedSlidingWindow) {
     EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
     ModelConfig sw = parse_model_config(edit(kQwen25_05B, "\"use_sliding_window\": false", "\"use_sliding_window\": true"), "c");
     EXPECT_EQ(sw.sliding_window, 32768);
+    // transformers' Qwen2Config: layer i is "sliding_attention" iff i >= max_window_layers (24
+    // here, = num_hidden_layers, so no layer windows).
+    EXPECT_EQ(sw.window_from_layer, 24);
+    EXPECT_EQ(sw.layer_window(23), 0);
+    std::string on = edit(kQwen25_05B, "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    ModelConfig half = parse_model_config(edit(on, "\"max_window_layers\": 24", "\"max_window_layers\": 10"), "c");
+    EXPECT_EQ(half.layer_window(9), 0);
+    EXPECT_EQ(half.layer_window(10), 32768);
+    EXPECT_EQ(half.layer_window(23), 32768);
+    // Absent max_window_layers is Qwen2Config's default, 28.
+    EXPECT_EQ(parse_model_config(edit(on, "\"max_window_layers\": 24,", ""), "c").window_from_layer, 28);
+    // An explicit layer_types list of that shape gives the first windowed layer ...
+    std::string types = "\"layer_types\": [";
+    for (int i = 0; i < 24; ++i) types += str(i ? ", " : "", i < 3 ? "\"full_attention\"" : "\"sliding_attention\"");
+    types += "], \"max_window_layers\": 24";
+    EXPECT_EQ(parse_model_config(edit(on, "\"max_window_layers\": 24", types), "c").window_from_layer, 3);
+    // ... and any other pattern is refused by name, not misread.
+    std::string alternating = "\"layer_types\": [";
+    for (int i = 0; i < 24; ++i) alternating += str(i ? ", " : "", i % 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+    alternating += "], \"max_window_layers\": 24";
+    try {
+        parse_model_config(edit(on, "\"max_window_layers\": 24", alternating), "c");
+        ADD_FAILURE() << "alternating layer_types accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("layer_types"), std::string::npos) << e.what();
+    }
 }
 
 TEST(HfConfig, Qwen3ExplicitHeadDimAndQkNorm) {

@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for kvlab's transformer forward pass.
 
-Builds tiny Llama / Qwen2 / Qwen3 models with seeded random weights, writes each as a Hugging
+Builds tiny Llama / Mistral / Qwen2 / Qwen3 models with seeded random weights, writes each as a Hugging
 Face folder (config.json + model.safetensors, written by the small writer below, not by
 kvlab), and computes in float64 the logits for a few inputs plus greedy continuations. The
 C++ tests (tests/engine/model_fixture_test.cpp) load the same folders with kvlab's loaders and
 compare. Attention is written out (torch 1.13 has no fused SDPA); RoPE/YaRN follow
-shared/reference/keys_values.md section 6 literally.
+shared/reference/keys_values.md section 6 literally. Sliding windows follow transformers'
+masking_utils.sliding_window_overlay (query i sees key j iff j <= i and j > i - window) and the
+layer choice of its Qwen2Config (windowed iff use_sliding_window and i >= max_window_layers;
+Mistral: every layer).
 
 Regenerate (Debian's python3-torch, never needed by the build or CI):
     /usr/bin/python3 tools/reference/model_reference.py --out tests/fixtures/models
+(--only NAME ... regenerates just those fixtures.)
 """
 
 import argparse
@@ -96,6 +100,26 @@ def apply_rope(x, pos, inv_freq):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def layer_window(cfg, layer):
+    """The sliding window of a layer (0 = full causal attention), read from the config the way
+    transformers does."""
+    if cfg["model_type"] == "mistral":
+        return cfg.get("sliding_window") or 0
+    if cfg["model_type"] in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+        return cfg["sliding_window"] if layer >= cfg["max_window_layers"] else 0
+    return 0
+
+
+def attention_mask(T, window):
+    """(T, T) bool, True where query i may attend key j."""
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    m = j <= i
+    if window > 0:
+        m = m & (i - j < window)
+    return m
+
+
 def forward(cfg, W, ids, context_width, mode):
     """Logits (B, T, V) in float64 for ids (B, T) starting at position 0."""
     B, T = ids.shape
@@ -104,9 +128,9 @@ def forward(cfg, W, ids, context_width, mode):
     inv_freq, scale = rope_inv_freq(cfg, context_width, mode)
     pos = torch.arange(T)
     x = W["model.embed_tokens.weight"][ids]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
+        mask = attention_mask(T, layer_window(cfg, l))
         h = rms_norm(x, W[p + "input_layernorm.weight"], eps)
         q = h @ W[p + "self_attn.q_proj.weight"].T
         k = h @ W[p + "self_attn.k_proj.weight"].T
@@ -221,15 +245,26 @@ FIXTURES = [
                                tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
      torch.float32, "yarn", 64, [(2, 10)]),
     ("llama_bf16", llama_cfg(torch_dtype="bfloat16"), torch.bfloat16, "yarn", 64, [(1, 13)]),
+    # Windows shorter than the sequences, so the mask changes the logits of every later position.
+    ("mistral_window", llama_cfg(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=5),
+     torch.float32, "yarn", 64, [(2, 13), (1, 23)]),
+    # Layer 0 full, layers 1 and 2 windowed (max_window_layers 1).
+    ("qwen2_window", llama_cfg(model_type="qwen2", architectures=["Qwen2ForCausalLM"], num_hidden_layers=3,
+                               use_sliding_window=True, sliding_window=4, max_window_layers=1,
+                               tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6, _qkv_bias=True),
+     torch.float32, "yarn", 64, [(1, 17)]),
 ]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="*", help="fixture names to regenerate (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     for i, (name, cfg, store_dtype, mode, width, shapes) in enumerate(FIXTURES):
+        if args.only and name not in args.only:
+            continue  # seeds depend on the index i, so skipping leaves the others unchanged
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)
         stored, W = make_weights(cfg, 1000 + i, store_dtype)
