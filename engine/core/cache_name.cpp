@@ -21,15 +21,16 @@ std::optional<CacheName> read_cache_name(const std::string& text) {
     // as a suffix and keep the longest, so an alias wins over a shorter name it ends with.
     const BufferInfo* best = nullptr;
     size_t best_len = 0;
+    auto consider = [&](const BufferInfo& b, const std::string& s) {
+        if (text.size() > s.size() + 1 && s.size() > best_len && text.compare(text.size() - s.size(), s.size(), s) == 0 &&
+            text[text.size() - s.size() - 1] == '-') {
+            best = &b;
+            best_len = s.size();
+        }
+    };
     for (const BufferInfo& b : kv_buffer_registry()) {
-        std::vector<std::string> spellings = b.aliases;
-        spellings.push_back(b.name);
-        for (const std::string& s : spellings)
-            if (text.size() > s.size() + 1 && s.size() > best_len && text.compare(text.size() - s.size(), s.size(), s) == 0 &&
-                text[text.size() - s.size() - 1] == '-') {
-                best = &b;
-                best_len = s.size();
-            }
+        consider(b, b.name);
+        for (const std::string& a : b.aliases) consider(b, a);
     }
     if (!best) return std::nullopt;
     return CacheName{text.substr(0, text.size() - best_len - 1), best->name};
