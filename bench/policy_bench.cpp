@@ -64,7 +64,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         const PolicyInfo* info = find_policy(n);
         if (!info) throw Error(str("bench policies: unknown policy '", n, "'; expected one of the registered policies"));
         RunConfig rc;
-        rc.kv_cache.name = n + (info->needs_quantized_buffer ? "-q8" : "-default");
+        rc.kv_cache.name = CacheName{n, info->needs_quantized_buffer ? "q8" : "default"}.text();
         rc.kv_cache.cache_length = o.cache_length;
         rc.kv_cache.max_chunk_size = o.chunk;  // as the CLI sets it
         for (const auto& [opt, value] : info->required) set_run_option(rc, opt, value);
@@ -123,7 +123,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
     };
     auto baseline_of = [&](const KVCacheConfig& kc) {
         KVCacheConfig b;
-        b.name = "lastrec-" + kc.buffer();
+        b.name = CacheName{"lastrec", kc.buffer()}.text();
         b.cache_length = o.cache_length;
         b.max_chunk_size = o.chunk;
         b.dtype = m.act_dtype();

@@ -62,7 +62,7 @@ struct CellBuilder {
             parse_ratio(value);
             ratio = value;
         } else if (name == "kv_cache.name" && is_policy_name(value)) {
-            cfg.kv_cache.name = value + "-default";  // the buffer is joined in finish()
+            cfg.kv_cache.name = CacheName{value, "default"}.text();  // the buffer is joined in finish()
         } else {
             set_run_option(cfg, name, value);
             if (name == "kv_cache.cache_length") cache_length_given = true;
@@ -71,9 +71,7 @@ struct CellBuilder {
 
     void finish() {
         if (!buffer.empty()) {
-            const std::string policy = cfg.kv_cache.policy();
-            cfg.kv_cache.name = policy + "-" + buffer;
-            check_kv_cache_name(cfg.kv_cache.name);
+            cfg.kv_cache.name = parse_kv_cache_name(CacheName{cfg.kv_cache.policy(), buffer}.text()).text();  // an alias too
         }
         if (!ratio.empty()) {
             if (cache_length_given)

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "config_fields.h"
 #include "engine/core/error.h"
 
 namespace kv::storage {
@@ -97,6 +98,7 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         std::map<std::string, std::string> flat;
         Json cj = Json::parse(r.config.empty() ? "{}" : r.config, nullptr, false);
         if (!cj.is_discarded()) flatten(cj, "", flat);
+        if (auto it = flat.find("kv_cache.name"); it != flat.end()) it->second = canonical_cache_name(it->second);  // one spelling per cache
         configs.push_back(flat);
         Json s = Json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded()) s = Json::object();

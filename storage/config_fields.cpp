@@ -1,10 +1,9 @@
-// Run configuration lookups (see run_config.h). Parses without exceptions: a malformed config
+// Run configuration lookups (see config_fields.h). Parses without exceptions: a malformed config
 // reads as empty, it never stops a listing or an export.
 #include "config_fields.h"
 
 #include <nlohmann/json.hpp>
 
-#include "engine/core/kv_names.h"
 
 namespace kv::storage {
 
@@ -16,7 +15,8 @@ std::string as_text(const nlohmann::json& v) {
 }
 }  // namespace
 
-std::string run_config_value(const std::string& config_json, const std::string& dotted) {
+namespace {
+std::string raw_config_value(const std::string& config_json, const std::string& dotted) {
     nlohmann::json j = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return "";
     if (j.contains(dotted)) return as_text(j[dotted]);
@@ -31,15 +31,27 @@ std::string run_config_value(const std::string& config_json, const std::string& 
         start = dot + 1;
     }
 }
+}  // namespace
 
-CacheName split_cache_name(const std::string& name) {
-    auto dash = name.rfind('-');
-    if (dash != std::string::npos) {
-        std::string tail = name.substr(dash + 1);
-        for (const std::string& b : kv_buffer_names())
-            if (tail == b) return {name.substr(0, dash), tail};
-    }
-    return {name, "default"};
+std::string run_config_value(const std::string& config_json, const std::string& dotted) {
+    const std::string v = raw_config_value(config_json, dotted);
+    return dotted == "kv_cache.name" ? canonical_cache_name(v) : v;
+}
+
+std::string canonical_cache_name(const std::string& stored) {
+    const std::optional<CacheName> n = read_cache_name(stored);
+    return n ? n->text() : stored;
+}
+
+std::optional<CacheName> run_cache_name(const std::string& config_json) {
+    const std::string name = raw_config_value(config_json, "kv_cache.name");
+    if (name.empty()) return std::nullopt;
+    return read_cache_name(name).value_or(CacheName{name, "default"});
+}
+
+std::string run_policy(const std::string& config_json) {
+    const std::optional<CacheName> n = run_cache_name(config_json);
+    return n ? n->policy : "";
 }
 
 }  // namespace kv::storage

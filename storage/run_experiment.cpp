@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_fields.h"
+
 namespace kv::storage {
 
 namespace {
@@ -29,6 +31,7 @@ FlatConfig flat_run_config(const std::string& config_json) {
     FlatConfig out;
     const nlohmann::json j = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) flatten(j, "", out);
+    if (auto it = out.find("kv_cache.name"); it != out.end()) it->second = canonical_cache_name(it->second);
     return out;
 }
 

@@ -48,7 +48,7 @@ int64_t default_reference(storage::SessionReader* reader, const std::vector<int6
     if (runs.empty()) return 0;
     if (reader) {
         for (int64_t r : runs) try {
-                if (storage::split_cache_name(storage::run_config_value(reader->run(r).config, "kv_cache.name")).policy == "dense")
+                if (storage::run_policy(reader->run(r).config) == "dense")
                     return r;
             } catch (const std::exception&) {
                 // an unreadable run is no reference; the next one may be

@@ -85,7 +85,7 @@ int64_t find_dense_reference(const std::vector<storage::RunInfo>& runs, int64_t 
     const auto it = std::find_if(runs.begin(), runs.end(), [&](const storage::RunInfo& r) { return r.id == run; });
     if (it == runs.end()) return 0;
     auto policy = [](const storage::RunInfo& r) {
-        return storage::split_cache_name(storage::run_config_value(r.config, "kv_cache.name")).policy;
+        return storage::run_policy(r.config);
     };
     if (policy(*it) == "dense") return 0;
     // Same model and the same samples: every data option and the mode agree.
@@ -165,7 +165,7 @@ bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader) {
                 for (const auto& r : runs)
                     if (r.id == ids[i]) {
                         const std::string cache = storage::run_config_value(r.config, "kv_cache.name");
-                        lr.dense = storage::split_cache_name(cache).policy == "dense";
+                        lr.dense = storage::run_policy(r.config) == "dense";
                         lr.label = "run " + std::to_string(r.id) + " " + (cache.empty() ? r.name : cache);
                     }
                 s.loss_runs.push_back(std::move(lr));

@@ -90,7 +90,7 @@ std::vector<SweepPanel> sweep_panels(const std::vector<storage::RunInfo>& runs, 
             if (!summary_number(row.summary, p.metric, &y)) continue;
             const std::string name = config_text(*row.run, "kv_cache.name");
             double x = 0;
-            if (storage::split_cache_name(name).policy != "dense") {
+            if (storage::run_policy(row.run->config) != "dense") {
                 x = std::atof(config_text(*row.run, "kv_cache.cache_length").c_str());
                 if (!(x > 0)) continue;  // a ratio or token budget: not on this axis
             }

@@ -126,6 +126,15 @@ int cmd_runs(int argc, char** argv, int first) {
             j["name"] = r.name;
             j["status"] = storage::run_status_name(r.status);
             j["config"] = nlohmann::json::parse(r.config, nullptr, false);
+            // The cache as the table shows it: canonical, also for sessions that stored an alias.
+            if (const std::optional<storage::CacheName> cn = storage::run_cache_name(r.config)) {
+                j["policy"] = cn->policy;
+                j["buffer"] = cn->buffer;
+                nlohmann::json& c = j["config"];
+                if (c.is_object() && c.contains("kv_cache") && c["kv_cache"].is_object() && c["kv_cache"].contains("name"))
+                    c["kv_cache"]["name"] = storage::run_config_value(r.config, "kv_cache.name");
+                if (c.is_object() && c.contains("kv_cache.name")) c["kv_cache.name"] = storage::run_config_value(r.config, "kv_cache.name");
+            }
             j["summary"] = nlohmann::json::parse(r.summary, nullptr, false);
             // Where it ran: host (cpus, os) and build (version, CPU kernel variant, backends).
             j["host"] = nlohmann::json::parse(r.host.empty() ? "{}" : r.host, nullptr, false);
@@ -169,8 +178,8 @@ int cmd_runs(int argc, char** argv, int first) {
                 "task", "tokens", "policy", "buffer", "cache", "chunk", "progress", "loss", "peak mem", "tokens/s", "created",
                 any_ranks ? "  ranks" : "");
     for (const auto& r : runs) {
-        const std::string cache_name = storage::run_config_value(r.config, "kv_cache.name");
-        storage::CacheName cn = storage::split_cache_name(cache_name);
+        const std::optional<storage::CacheName> cache = storage::run_cache_name(r.config);  // canonical, aliases too
+        const storage::CacheName cn = cache.value_or(storage::CacheName{});
         const std::string mode = storage::run_config_value(r.config, "mode");
         const std::string cache_length = storage::run_config_value(r.config, "kv_cache.cache_length");
         const std::string task = storage::run_config_value(r.config, "data.name"), tokens = storage::run_config_value(r.config, "data.seq_length");
@@ -181,7 +190,7 @@ int cmd_runs(int argc, char** argv, int first) {
         std::printf("%4lld  %-*s %-10s %-18s %-12s %7s %-14s %-8s %7s %6s  %-34s %9s %11s %10s  %s", (long long)r.id, name_w,
                     fit(r.name, size_t(name_w)).c_str(), status_text(r).c_str(), fit(mode.empty() ? "-" : mode, 18).c_str(),
                     fit(task.empty() ? "-" : task, 12).c_str(), tokens.empty() ? "-" : tokens.c_str(),
-                    fit(cache_name.empty() ? "-" : cn.policy, 14).c_str(), cache_name.empty() ? "-" : cn.buffer.c_str(),
+                    fit(!cache ? "-" : cn.policy, 14).c_str(), !cache ? "-" : cn.buffer.c_str(),
                     cache_length.empty() ? "-" : cache_length == "0" ? "all" : cache_length.c_str(), chunk_size.empty() ? "-" : chunk_size.c_str(),
                     progress_text(r.progress, r.status).c_str(), loss, s.peak_bytes >= 0 ? format_bytes(s.peak_bytes).c_str() : "-",
                     s.tokens_per_s >= 0 ? str(int64_t(s.tokens_per_s + 0.5)).c_str() : "-", when(r.created_ms).c_str());

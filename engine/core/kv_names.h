@@ -1,18 +1,43 @@
-// The names of KV cache buffers ("{policy}-{buffer}", keys_values' naming), in one place for
-// every layer that reads or validates them: engine/kv validates and builds caches, storage
-// splits recorded names into labels, the run form and compare dialog list them. Policy names
-// come from the policy registry (engine/kv/policy_registry.h: kv_policy_names()).
+// The one table of KV cache buffers (the {buffer} half of "{policy}-{buffer}", keys_values'
+// naming): one entry per buffer, read by every layer that builds, validates, splits or lists
+// them (engine/kv builds caches, engine/core/cache_name.h parses names, the run form and
+// compare dialog list them). It lives in the core, not beside the policy registry in
+// engine/kv, because storage (core only) splits stored names by it. Policy names come from the
+// policy registry (engine/kv/policy_registry.h: kv_policy_names()).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/common/dtype.h"
+
 namespace kv {
 
-// Buffer names never contain '-', so a cache name splits at its last dash.
-inline const std::vector<std::string>& kv_buffer_names() {
-    static const std::vector<std::string> v = {"default", "f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0", "kivi2", "kivi4"};
-    return v;
-}
+enum class BufferKind {
+    FULL,       // plain K/V tensors (paged and offloadable)
+    QUANTIZED,  // rows in a kernels/common/quant_formats.h format, named like the buffer
+    KIVI,       // KIVI's per-channel keys / per-token values, `bits` per code
+};
+
+struct BufferInfo {
+    std::string name = {};  // canonical spelling; never contains '-' (aliases may)
+    BufferKind kind = BufferKind::FULL;
+    std::optional<DType> dtype = {};        // FULL: its element type; none = the run's activation dtype
+    int bits = 0;                           // QUANTIZED, KIVI: bits per code
+    std::vector<std::string> aliases = {};  // other accepted spellings (keys_values'), stored canonically
+
+    // K/V exactly as the model computed them (full precision in the activation dtype: "default").
+    bool same_as_activations() const { return kind == BufferKind::FULL && !dtype; }
+};
+
+// Every buffer, in display order ("default" first).
+const std::vector<BufferInfo>& kv_buffer_registry();
+// The buffer named `name` or one of its aliases; nullptr when unknown.
+const BufferInfo* find_buffer(const std::string& name);
+// The canonical names of kv_buffer_registry(), in order.
+const std::vector<std::string>& kv_buffer_names();
+// "torch-quantized8 = q8, torch-quantized4 = q4": the aliases, for messages and help.
+std::string kv_buffer_aliases_text();
 
 }  // namespace kv

@@ -288,7 +288,7 @@ class GradientRun {
     }
 
     void phase1(Transformer& model_rw, KVCache& cache, bool exact, const std::vector<std::vector<SlotPlan>>* forced_plans) {
-        kv_from_forward = !exact && opt.kv_checkpoints_from_forward && cache.config().buffer() == "default" && ncells > 1;
+        kv_from_forward = !exact && opt.kv_checkpoints_from_forward && find_buffer(cache.config().buffer())->same_as_activations() && ncells > 1;
         for (int l = 0; l < nl; ++l)  // per-head lengths: the replay rebuilds its pooled layout
             if (cache.layer(l).policy().pool_slots() > 0) kv_from_forward = false;
         // layer lengths decided during the run (cake): a snapshot from before the decision is shorter
@@ -589,7 +589,7 @@ GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& id
     GradientOptions o = opt;
     quest_reads(cache.config(), &o.quest_page, &o.quest_pages);
     GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);
-    const bool quantized_cache = cache.config().buffer() != "default";
+    const bool quantized_cache = !find_buffer(cache.config().buffer())->same_as_activations();
     const bool exact = opt.exact_checkpoints == GradientOptions::Exact::ON ||
                        (opt.exact_checkpoints == GradientOptions::Exact::AUTO && quantized_cache);
     const auto t0 = Clock::now();

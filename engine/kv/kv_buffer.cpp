@@ -5,13 +5,14 @@ namespace kv {
 
 std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferParams& p, std::shared_ptr<BufferShared> shared) {
     const std::string b = cfg.buffer();
+    const BufferInfo* info = find_buffer(b);  // never null: cache_name() reads known buffers only
     std::unique_ptr<KVBuffer> out;
-    DType dt = b == "f32" ? DType::F32 : b == "bf16" ? DType::BF16 : b == "f16" ? DType::F16 : p.act_dtype;
-    const bool quantized = b == "q8" || b == "q4" || b == "nf4" || b == "q8_0" || b == "q4_0";
-    if (b == "kivi2" || b == "kivi4") {
+    const DType dt = info->dtype.value_or(p.act_dtype);
+    const bool quantized = info->kind == BufferKind::QUANTIZED;
+    if (info->kind == BufferKind::KIVI) {
         if (cfg.paged_block_size > 0)  // why: docs/PERFORMANCE.md "KIVI decode", placements
             throw Error(str("--kv_cache.paged_block_size: the '", b, "' buffer is not paged (its packed groups are its blocks)"));
-        out = make_kivi_buffer(cfg, p, b == "kivi2" ? 2 : 4);
+        out = make_kivi_buffer(cfg, p, info->bits);
         if (cfg.cpu_offload) out = make_offload_buffer(std::move(out), p, shared);
         return out;
     }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "engine/core/error.h"
+#include "engine/ops/ops.h"  // quant_format_from_name
 #include "kernels/common/quant_formats.h"
 
 namespace kv {
@@ -24,43 +25,22 @@ double KVCacheConfig::policy_option(const std::string& name) const {
 }
 
 namespace {
-// keys_values buffer names map onto ours.
-std::string canonical_buffer(const std::string& b) {
-    if (b == "torch-quantized8") return "q8";
-    if (b == "torch-quantized4") return "q4";
-    return b;
-}
-
 std::string join(const std::vector<std::string>& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
     return s;
 }
-
-// Longest policy name that prefixes `name` followed by '-'.
-bool split_name(const std::string& name, std::string* policy, std::string* buffer) {
-    size_t best = 0;
-    for (const auto& p : kv_policy_names())
-        if (name.size() > p.size() + 1 && name.compare(0, p.size(), p) == 0 && name[p.size()] == '-' && p.size() > best)
-            best = p.size();
-    if (!best) return false;
-    *policy = name.substr(0, best);
-    *buffer = canonical_buffer(name.substr(best + 1));
-    return true;
-}
 }  // namespace
 
-std::string KVCacheConfig::policy() const {
-    std::string p, b;
-    if (!split_name(name, &p, &b)) return name;
-    return p;
+CacheName KVCacheConfig::cache_name() const {
+    // A name that was never checked (set directly, not as a run option) reads as itself with the
+    // default buffer, so lookups by policy() fail cleanly instead of throwing here.
+    return read_cache_name(name).value_or(CacheName{name, "default"});
 }
 
-std::string KVCacheConfig::buffer() const {
-    std::string p, b;
-    if (!split_name(name, &p, &b)) return "default";
-    return b;
-}
+std::string KVCacheConfig::policy() const { return cache_name().policy; }
+
+std::string KVCacheConfig::buffer() const { return cache_name().buffer; }
 
 int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length, int64_t num_layers) const {
     int64_t L = cache_length;
@@ -150,25 +130,24 @@ std::string layer_cache_lengths_text(const KVCacheConfig& c) {
     return s;
 }
 
-void check_kv_cache_name(const std::string& name) {
-    std::string p, b;
-    if (!split_name(name, &p, &b))
-        throw Error(str("--kv_cache.name: '", name, "' is not {policy}-{buffer}; policies: ", join(kv_policy_names()),
-                        "; buffers: ", join(kv_buffer_names())));
-    if (std::find(kv_buffer_names().begin(), kv_buffer_names().end(), b) == kv_buffer_names().end())
-        throw Error(str("--kv_cache.name: unknown buffer '", b, "' in '", name, "'; expected one of: ", join(kv_buffer_names()),
-                        " (or torch-quantized8/4)"));
-}
+CacheName parse_kv_cache_name(const std::string& name) { return parse_cache_name(name, kv_policy_names()); }
+
+void check_kv_cache_name(const std::string& name) { parse_kv_cache_name(name); }
 
 void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads) {
-    check_kv_cache_name(c.name);
-    std::string p, b;
-    split_name(c.name, &p, &b);
-    const PolicyInfo& info = *find_policy(p);  // check_kv_cache_name found it
-    const bool quantized = b == "q8" || b == "q4" || b == "nf4" || b == "q8_0" || b == "q4_0";
-    const bool kivi = b == "kivi2" || b == "kivi4";
-    if (info.needs_quantized_buffer && !quantized && !kivi)
-        throw Error(str("--kv_cache.name: policy '", p, "' needs a quantized buffer (q8, q4, nf4, q8_0, q4_0, kivi2, kivi4), got '", b, "'"));
+    const CacheName cn = parse_kv_cache_name(c.name);
+    const std::string& p = cn.policy;
+    const std::string& b = cn.buffer;
+    const PolicyInfo& info = *find_policy(p);  // parse_kv_cache_name found it
+    const BufferInfo& buf = *find_buffer(b);
+    const bool quantized = buf.kind == BufferKind::QUANTIZED;
+    const bool kivi = buf.kind == BufferKind::KIVI;
+    if (info.needs_quantized_buffer && !quantized && !kivi) {
+        std::vector<std::string> q;
+        for (const BufferInfo& x : kv_buffer_registry())
+            if (x.kind != BufferKind::FULL) q.push_back(x.name);
+        throw Error(str("--kv_cache.name: policy '", p, "' needs a quantized buffer (", join(q), "), got '", b, "'"));
+    }
     if (!info.buffers.empty() && std::find(info.buffers.begin(), info.buffers.end(), b) == info.buffers.end())
         throw Error(str("--kv_cache.name: policy '", p, "' runs on the buffers ", join(info.buffers), ", not '", b, "'"));
     for (const auto& [name, v] : c.policy_options) {
@@ -229,7 +208,7 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
         if (head_dim % std::min(S, head_dim) != 0)
             throw Error(str("--kv_cache.kivi_group_size: value groups of ", S, " channels do not divide head size ", head_dim,
                             "; expected a divisor of ", head_dim, " or a size >= it"));
-        const int bits = b == "kivi2" ? 2 : 4;
+        const int bits = buf.bits;
         if ((head_dim * bits) % 8 != 0)
             throw Error(str("--kv_cache.name: buffer '", b, "' packs a value's ", head_dim, " channels into whole bytes; expected a head size that is a multiple of ", 8 / bits));
         if (c.kivi_residual < 0) throw Error(str("--kv_cache.kivi_residual: ", c.kivi_residual, " is invalid; expected >= 0"));
@@ -239,8 +218,7 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     }
     if (info.validate) info.validate(c, num_layers, num_kv_heads);
     if (quantized) {
-        QuantFormat f = b == "q8" ? QuantFormat::Q8 : b == "q4" ? QuantFormat::Q4 : b == "nf4" ? QuantFormat::NF4
-                        : b == "q8_0" ? QuantFormat::Q8_0 : QuantFormat::Q4_0;
+        const QuantFormat f = ops::quant_format_from_name(b);  // quantized buffers are named like their format
         // Blocks span all heads of a token when a head alone is too small (keys_values: D < 16).
         const int64_t per_head = head_dim, over_heads = head_dim * num_kv_heads;
         const bool ok = (head_dim >= 16 && quant_row_ok(f, per_head)) || quant_row_ok(f, over_heads);

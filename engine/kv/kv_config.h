@@ -1,6 +1,6 @@
 // Every option of a KV cache, with keys_values' names and defaults (reference §4, §11). The
-// cache name is "{policy}-{buffer}" (e.g. h2o-q8, lastrec-default). parse() splits and checks
-// it; validate() turns impossible settings into one message naming the option.
+// cache name is "{policy}-{buffer}" (e.g. h2o-q8, lastrec-default), parsed by the one parser of
+// engine/core/cache_name.h; validate() turns impossible settings into one message naming the option.
 #pragma once
 
 #include <cstdint>
@@ -8,14 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/kv_names.h"  // kv_buffer_names()
+#include "engine/core/cache_name.h"  // CacheName, the one parser
+#include "engine/core/kv_names.h"    // kv_buffer_names(), find_buffer()
 #include "kernels/common/dtype.h"
 #include "policy_registry.h"       // kv_policy_names(), find_policy()
 
 namespace kv {
 
 struct KVCacheConfig {
-    std::string name = "dense-default";  // {policy}-{buffer}
+    std::string name = "dense-default";  // {policy}-{buffer}, canonical once set as a run option
     int64_t cache_length = 0;            // L (slots); 0 = the sequence length (dense only)
     std::vector<int64_t> layer_cache_lengths;  // optional per-layer L (overrides cache_length)
     // A rule for per-layer L instead of a list (resolved with the model's layer count):
@@ -55,9 +56,10 @@ struct KVCacheConfig {
     std::map<std::string, double> policy_options;
     double policy_option(const std::string& name) const;
 
-    // derived by parse()
-    std::string policy() const;   // "h2o"
-    std::string buffer() const;   // "q8"
+    // derived from name by the one parser (read_cache_name: aliases read canonically)
+    CacheName cache_name() const;  // {"h2o", "q8"}; {name, "default"} when name has no buffer
+    std::string policy() const;    // "h2o"
+    std::string buffer() const;    // "q8"
     // Slots of layer `layer` of `num_layers`: the list, else the rule (given, or the policy's
     // default rule), else cache_length; 0 = seq_length.
     int64_t length_for_layer(int64_t layer, int64_t seq_length, int64_t num_layers) const;
@@ -74,8 +76,10 @@ std::string layer_cache_lengths_text(const KVCacheConfig& cfg);
 // observation window every layer keeps on top of its budget. Throws on a bad rule.
 std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L, int64_t num_layers, int64_t window);
 
-// Throws kv::Error when `name` is not "{policy}-{buffer}" with known parts.
-void check_kv_cache_name(const std::string& name);
+// parse_cache_name against the policy registry: the boundary's parser (run options store its
+// text()). Throws kv::Error when `name` is not "{policy}-{buffer}" with known parts.
+CacheName parse_kv_cache_name(const std::string& name);
+void check_kv_cache_name(const std::string& name);  // parse_kv_cache_name, result unused
 
 // Throws kv::Error naming the option and what was expected.
 void validate_kv_config(const KVCacheConfig& cfg, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads);

@@ -51,7 +51,7 @@ class AdaKVPolicy final : public KVPolicy {
         KVCacheConfig c = cfg;
         c.grace_period = 0;
         c.max_chunk_size = 0;
-        c.name = inner_name + "-" + cfg.buffer();
+        c.name = CacheName{inner_name, cfg.buffer()}.text();
         const PolicyInfo* info = find_policy(inner_name);
         std::unique_ptr<KVPolicy> p = info->make(PolicyArgs{c, S_, G, layer, nullptr});
         inner_.reset(dynamic_cast<ScorePolicy*>(p.get()));

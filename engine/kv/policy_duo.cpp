@@ -67,7 +67,7 @@ class DuoPolicy final : public KVPolicy {
             // One capacity for every head: StreamingLLM's ring of that length, shared by the heads.
             KVCacheConfig c = cfg;
             c.sinks = sink_[0];
-            c.name = "streaming-" + cfg.buffer();
+            c.name = CacheName{"streaming", cfg.buffer()}.text();
             inner_ = find_policy("streaming")->make(PolicyArgs{c, cmin, G, layer, nullptr});
             L_ = cmin;
             return;

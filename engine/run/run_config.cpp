@@ -127,7 +127,7 @@ std::vector<OptionDef> build_options() {
     const int64_t BIG = int64_t(1) << 40;
     std::vector<std::string> caches;
     for (const auto& p : kv_policy_names())
-        for (const auto& b : kv_buffer_names()) caches.push_back(p + "-" + b);
+        for (const auto& b : kv_buffer_names()) caches.push_back(CacheName{p, b}.text());
     std::vector<OptionDef> o;
     // ---- model
     o.push_back(str_opt("mode", "mode", "what the run does", run_modes(), [](RunConfig& c) -> std::string& { return c.mode; }));
@@ -192,13 +192,12 @@ std::vector<OptionDef> build_options() {
     // ---- cache
     o.push_back(str_opt("kv_cache.name", "cache",
                         "{policy}-{buffer}, e.g. h2o-q8, lastrec-default; policies (docs/POLICIES.md):\n" + policy_help_text() +
-                            "    buffers: " + join_list(kv_buffer_names()),
+                            "    buffers: " + join_list(kv_buffer_names()) + " (aliases: " + kv_buffer_aliases_text() + ")",
                         {}, [](RunConfig& c) -> std::string& { return c.kv_cache.name; }));
     o.back().choices = caches;  // offered by the GUI; checked by structure, not by list
-    o.back().set = [](RunConfig& c, const std::string& v) {
-        check_kv_cache_name(v);
-        c.kv_cache.name = v;
-    };
+    // Parsed once here and stored canonically (an alias becomes its buffer's name), so the
+    // stored config, the sessions and every table show one spelling.
+    o.back().set = [](RunConfig& c, const std::string& v) { c.kv_cache.name = parse_kv_cache_name(v).text(); };
     o.push_back(int_opt("kv_cache.cache_length", "cache", "slots per layer (0: the whole sequence, dense only)", 0, BIG,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.cache_length; }));
     {

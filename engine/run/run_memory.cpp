@@ -10,14 +10,11 @@ namespace kv {
 
 namespace {
 // Bytes of one cached K element plus its V element (so q4 = 1): a lower bound for each buffer kind.
-uint64_t kv_pair_bytes(const std::string& cache_name, DType dtype) {
-    const std::string buf = cache_name.substr(cache_name.rfind('-') + 1);
-    if (buf == "f32") return 8;
-    if (buf == "bf16" || buf == "f16") return 4;
-    if (buf == "q8" || buf == "q8_0") return 2;
-    if (buf == "q4" || buf == "nf4" || buf == "q4_0" || buf == "kivi4") return 1;
-    if (buf == "kivi2") return 1;  // 0.75 with group 32 (codes + f16 scales): rounded up, not a lower bound
-    return dtype == DType::F32 ? 8 : 4;  // default: the model's precision
+uint64_t kv_pair_bytes(const KVCacheConfig& kc, DType dtype) {
+    const BufferInfo& b = *find_buffer(kc.buffer());  // buffer() reads known buffers only
+    if (b.kind == BufferKind::FULL) return 2 * uint64_t(dtype_size(b.dtype.value_or(dtype)));  // default: the model's precision
+    // codes of K and V; kivi2's 0.75 byte with group 32 (codes + f16 scales) rounds up to 1, not a lower bound
+    return std::max<uint64_t>(1, 2 * uint64_t(b.bits) / 8);
 }
 }  // namespace
 
@@ -46,7 +43,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     for (uint64_t l = 0; l < nl; ++l) slots = checked_add(slots, layer_slots(l), "the KV cache size");
     const std::string kv_cause = cfg.kv_cache.cache_length > 0 ? str("cache_length ", cfg.kv_cache.cache_length) : t_cause;
     const uint64_t cells = checked_mul({slots, B, G}, "the KV cache size");
-    const uint64_t pair = kv_pair_bytes(cfg.kv_cache.name, dt);
+    const uint64_t pair = kv_pair_bytes(cfg.kv_cache, dt);
     const uint64_t bs = uint64_t(std::max<int64_t>(cfg.kv_cache.paged_block_size, 0));
     if (bs == 0) {
         items.push_back({kv_cause, "KV", checked_mul({cells, D, pair}, "the KV cache size")});
@@ -69,8 +66,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
         items.push_back({bs_cause, "block tables", checked_mul({blocks, B, 4}, "the block tables")});
         items.push_back({kv_cause, "paged gather", checked_mul({widest, B, G, D, pair}, "the paged gather")});
     }
-    const std::string policy = cfg.kv_cache.name.substr(0, cfg.kv_cache.name.rfind('-'));
-    if (policy != "dense") items.push_back({kv_cause, "scores and slot positions", checked_mul({cells, 4}, "the KV cache size")});
+    if (cfg.kv_cache.policy() != "dense") items.push_back({kv_cause, "scores and slot positions", checked_mul({cells, 4}, "the KV cache size")});
 
     // The samples' token ids and targets, and the RoPE tables as wide as the sequence.
     items.push_back({t_cause, "token ids", checked_mul({T, B, 8}, "the token buffers")});

@@ -53,6 +53,22 @@ class RunsModelTest : public QObject {
         QCOMPARE(b.cacheLength, int64_t(-1));
     }
 
+    void aliasesShowTheirCanonicalPolicyAndBuffer() {
+        // A session written before names were stored canonically holds keys_values' alias: the
+        // table shows the same policy and buffer as for a run stored as "h2o-q8" (issue 36).
+        RunsModel model;
+        model.setRuns({kv::gui::runRowFromInfo(info(1, "h2o-torch-quantized8", 64, RunStatus::DONE)),
+                       kv::gui::runRowFromInfo(info(2, "h2o-orig-torch-quantized4", 64, RunStatus::DONE)),
+                       kv::gui::runRowFromInfo(info(3, "h2o-q8", 64, RunStatus::DONE))});
+        const QString want[4][2] = {{}, {"h2o", "q8"}, {"h2o-orig", "q4"}, {"h2o", "q8"}};  // by run id
+        QCOMPARE(model.rowCount(), 3);
+        for (int row = 0; row < 3; ++row) {
+            const int64_t id = model.rows()[size_t(row)].id;
+            QCOMPARE(model.data(model.index(row, RunsModel::COLUMN_POLICY)).toString(), want[id][0]);
+            QCOMPARE(model.data(model.index(row, RunsModel::COLUMN_BUFFER)).toString(), want[id][1]);
+        }
+    }
+
     void ranksColumnShowsDataParallelRanks() {
         // config dist.ranks (issue 23); a one-process run (no dist block) shows 1.
         RunsModel model;

@@ -268,7 +268,7 @@ TEST(CompareGrid, NoMapBelowTheMinimumAndTheLargestThatFits) {
 TEST_F(Readability, TheDenseRunIsTheCompareReference) {
     storage::SessionReader reader(path_);
     // runs_[1] is the dense one, selected second.
-    ASSERT_EQ(storage::split_cache_name(storage::run_config_value(reader.run(runs_[1]).config, "kv_cache.name")).policy, "dense");
+    ASSERT_EQ(storage::run_policy(reader.run(runs_[1]).config), "dense");
     test::RecordingTextureHost host;
     Canvas canvas(&host);
     canvas.open_session(path_);

@@ -75,11 +75,9 @@ RunRow runRowFromInfo(const storage::RunInfo& info) {
     r.status = info.status;
     r.startedMs = info.started_ms;
     r.error = QString::fromStdString(info.error);
-    const std::string cache = storage::run_config_value(info.config, "kv_cache.name");
-    if (!cache.empty()) {
-        storage::CacheName cn = storage::split_cache_name(cache);
-        r.policy = QString::fromStdString(cn.policy);
-        r.buffer = QString::fromStdString(cn.buffer);
+    if (const std::optional<storage::CacheName> cn = storage::run_cache_name(info.config)) {  // canonical, aliases too
+        r.policy = QString::fromStdString(cn->policy);
+        r.buffer = QString::fromStdString(cn->buffer);
     }
     r.mode = QString::fromStdString(storage::run_config_value(info.config, "mode"));
     r.task = QString::fromStdString(storage::run_config_value(info.config, "data.name"));

@@ -1,0 +1,49 @@
+// The buffer table (see kv_names.h).
+#include "kv_names.h"
+
+namespace kv {
+
+const std::vector<BufferInfo>& kv_buffer_registry() {
+    using K = BufferKind;
+    static const std::vector<BufferInfo> r = {
+        {.name = "default"},
+        {.name = "f32", .dtype = DType::F32},
+        {.name = "bf16", .dtype = DType::BF16},
+        {.name = "f16", .dtype = DType::F16},
+        {.name = "q8", .kind = K::QUANTIZED, .bits = 8, .aliases = {"torch-quantized8"}},
+        {.name = "q4", .kind = K::QUANTIZED, .bits = 4, .aliases = {"torch-quantized4"}},
+        {.name = "nf4", .kind = K::QUANTIZED, .bits = 4},
+        {.name = "q8_0", .kind = K::QUANTIZED, .bits = 8},
+        {.name = "q4_0", .kind = K::QUANTIZED, .bits = 4},
+        {.name = "kivi2", .kind = K::KIVI, .bits = 2},
+        {.name = "kivi4", .kind = K::KIVI, .bits = 4},
+    };
+    return r;
+}
+
+const BufferInfo* find_buffer(const std::string& name) {
+    for (const BufferInfo& b : kv_buffer_registry()) {
+        if (b.name == name) return &b;
+        for (const std::string& a : b.aliases)
+            if (a == name) return &b;
+    }
+    return nullptr;
+}
+
+const std::vector<std::string>& kv_buffer_names() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const BufferInfo& b : kv_buffer_registry()) v.push_back(b.name);
+        return v;
+    }();
+    return names;
+}
+
+std::string kv_buffer_aliases_text() {
+    std::string s;
+    for (const BufferInfo& b : kv_buffer_registry())
+        for (const std::string& a : b.aliases) s += (s.empty() ? "" : ", ") + a + " = " + b.name;
+    return s;
+}
+
+}  // namespace kv
