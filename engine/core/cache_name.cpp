@@ -4,17 +4,10 @@
 #include <algorithm>
 
 #include "error.h"
+#include "join.h"
 #include "kv_names.h"
 
 namespace kv {
-
-namespace {
-std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-}
-}  // namespace
 
 std::optional<CacheName> read_cache_name(const std::string& text) {
     // Canonical buffer names have no '-', aliases may ("torch-quantized8"): try every spelling

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/core/join.h"
 
 namespace kv {
 
@@ -16,11 +17,6 @@ using json = nlohmann::json;
 const char* kWhat = "--data helmet";
 const char* kMetadataFile = "helmet_metadata.json";
 
-std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-}
 
 std::string task_dir(const HelmetOptions& opt) {
     return (std::filesystem::path(opt.path) / (opt.dataset_key + "_" + opt.max_length)).string();

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "engine/core/error.h"
+#include "engine/core/join.h"
 #include "engine/ops/ops.h"  // quant_format_from_name
 #include "kernels/common/quant_formats.h"
 
@@ -23,14 +24,6 @@ double KVCacheConfig::policy_option(const std::string& name) const {
     if (!o) throw Error(str("KV cache: no policy declares the option '", name, "'"));
     return o->def;
 }
-
-namespace {
-std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-}
-}  // namespace
 
 CacheName KVCacheConfig::cache_name() const {
     // A name that was never checked (set directly, not as a run option) reads as itself with the

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/join.h"
 
 namespace kv {
 
@@ -65,11 +66,6 @@ std::vector<std::string> split_list(const std::string& v) {
     return out;
 }
 
-std::string join_list(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-    return s;
-}
 
 template <class Acc>
 OptionDef int_opt(std::string name, std::string group, std::string help, int64_t lo, int64_t hi, Acc acc) {
@@ -108,7 +104,7 @@ OptionDef str_opt(std::string name, std::string group, std::string help, std::ve
     OptionDef d{name, OptionType::STRING, std::move(group), std::move(help), choices, {}, {}};
     d.set = [name, choices, acc](RunConfig& c, const std::string& v) {
         if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
-            throw Error(str("--", name, ": '", v, "' is not allowed; expected one of: ", join_list(choices)));
+            throw Error(str("--", name, ": '", v, "' is not allowed; expected one of: ", join(choices, ",")));
         acc(c) = v;
     };
     d.get = [acc](const RunConfig& c) { return acc(const_cast<RunConfig&>(c)); };
@@ -119,7 +115,7 @@ template <class Acc>
 OptionDef list_opt(std::string name, std::string group, std::string help, Acc acc) {
     OptionDef d{name, OptionType::LIST, std::move(group), std::move(help), {}, {}, {}};
     d.set = [acc](RunConfig& c, const std::string& v) { acc(c) = split_list(v); };
-    d.get = [acc](const RunConfig& c) { return join_list(acc(const_cast<RunConfig&>(c))); };
+    d.get = [acc](const RunConfig& c) { return join(acc(const_cast<RunConfig&>(c)), ","); };
     return d;
 }
 
@@ -165,7 +161,7 @@ std::vector<OptionDef> build_options() {
         d.get = [](const RunConfig& c) {
             std::vector<std::string> s;
             for (double x : c.data.depths) s.push_back(fmt_double(x));
-            return join_list(s);
+            return join(s, ",");
         };
         o.push_back(d);
     }
@@ -192,7 +188,7 @@ std::vector<OptionDef> build_options() {
     // ---- cache
     o.push_back(str_opt("kv_cache.name", "cache",
                         "{policy}-{buffer}, e.g. h2o-q8, lastrec-default; policies (docs/POLICIES.md):\n" + policy_help_text() +
-                            "    buffers: " + join_list(kv_buffer_names()) + " (aliases: " + kv_buffer_aliases_text() + ")",
+                            "    buffers: " + join(kv_buffer_names(), ",") + " (aliases: " + kv_buffer_aliases_text() + ")",
                         {}, [](RunConfig& c) -> std::string& { return c.kv_cache.name; }));
     o.back().choices = caches;  // offered by the GUI; checked by structure, not by list
     // Parsed once here and stored canonically (an alias becomes its buffer's name), so the
@@ -466,7 +462,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
             else if (it->is_array()) {
                 std::vector<std::string> parts;
                 for (const auto& e : *it) parts.push_back(e.is_string() ? e.get<std::string>() : e.dump());
-                v = join_list(parts);
+                v = join(parts, ",");
             } else {
                 throw Error(str(source, ": option '", name, "' has an unsupported JSON type"));
             }
