@@ -12,6 +12,7 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/core/run_mode.h"
 #include "engine/data/ruler.h"
 #include "engine/driver/long_context.h"
 #include "engine/generate/chat_format.h"
@@ -226,10 +227,15 @@ RunOutcome run_generate_mode(const RunConfig& cfg, LoadedModel& lm, const RunHoo
 
 namespace {
 
-RunOutcome run_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
-    if (cfg.mode == "eval_long" || cfg.mode == "infer") return run_eval_mode(cfg, lm, hooks);
-    if (cfg.mode == "generate") return run_generate_mode(cfg, lm, hooks);
-    if (is_train_mode(cfg.mode)) return run_train_mode(cfg, lm, hooks);
+RunOutcome execute_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& hooks) {
+    switch (kv::run_mode(cfg.mode).kind) {
+        case RunKind::EVALUATE:
+            return run_eval_mode(cfg, lm, hooks);
+        case RunKind::GENERATE:
+            return run_generate_mode(cfg, lm, hooks);
+        case RunKind::TRAIN:
+            return run_train_mode(cfg, lm, hooks);
+    }
     throw Error(str("mode '", cfg.mode, "' cannot run in this build yet"));
 }
 
@@ -250,7 +256,7 @@ RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
     // Everything sized by the user's numbers is refused here, before any of it is allocated.
     check_run_memory(cfg, lm.config);
     load_phase.reset();
-    RunOutcome out = run_mode(cfg, lm, hooks);
+    RunOutcome out = execute_mode(cfg, lm, hooks);
     // Where the run's time went, phase by phase (the timeline's RUN spans, summed).
     nlohmann::json j = nlohmann::json::parse(out.summary_json, nullptr, false);
     if (j.is_object()) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/run_mode.h"
 
 namespace kv::storage {
 
@@ -52,6 +53,11 @@ std::optional<CacheName> run_cache_name(const std::string& config_json) {
 std::string run_policy(const std::string& config_json) {
     const std::optional<CacheName> n = run_cache_name(config_json);
     return n ? n->policy : "";
+}
+
+bool run_evaluates_quality(const std::string& config_json) {
+    const RunModeInfo* m = find_run_mode(run_config_value(config_json, "mode"));
+    return m && m->kind == RunKind::EVALUATE && m->reports_loss;
 }
 
 }  // namespace kv::storage

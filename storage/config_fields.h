@@ -29,5 +29,8 @@ std::string canonical_cache_name(const std::string& stored);
 std::optional<CacheName> run_cache_name(const std::string& config_json);
 // Its policy part ("" when the config has no cache name).
 std::string run_policy(const std::string& config_json);
+// The run evaluates with losses and task metrics (its mode's entry in the run-mode table,
+// engine/core/run_mode.h: eval_long), the runs a sweep's quality curves are made of.
+bool run_evaluates_quality(const std::string& config_json);
 
 }  // namespace kv::storage

@@ -21,7 +21,7 @@ namespace kv::views {
 namespace {
 
 bool is_sweep_run(const storage::RunInfo& r) {
-    return r.status == storage::RunStatus::DONE && storage::run_config_value(r.config, "mode") == "eval_long";
+    return r.status == storage::RunStatus::DONE && storage::run_evaluates_quality(r.config);
 }
 
 std::string config_text(const storage::RunInfo& r, const char* key) { return storage::run_config_value(r.config, key); }

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "commands_storage.h"
+#include "engine/core/run_mode.h"
 #include "engine/backend/backend_registry.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
@@ -84,10 +85,8 @@ int run(int argc, char** argv) {
     }
     std::string cmd = argv[1];
     if (cmd == "bench") return cmd_bench(argc, argv, 2);
-    if (cmd == "eval_long" || cmd == "infer" || cmd == "finetune_long_lora" || cmd == "finetune_long_full" ||
-        cmd == "finetune_offload_lora" || cmd == "finetune_offload_full")
-        return cmd_eval(argc, argv, 2, cmd);
-    if (cmd == "generate") return cmd_generate(argc, argv, 2);
+    if (const RunModeInfo* m = find_run_mode(cmd))
+        return m->kind == RunKind::GENERATE ? cmd_generate(argc, argv, 2) : cmd_eval(argc, argv, 2, cmd);
     if (cmd == "runs") return cmd_runs(argc, argv, 2);
     if (cmd == "export") return cmd_export(argc, argv, 2);
     if (cmd == "sql") return cmd_sql(argc, argv, 2);

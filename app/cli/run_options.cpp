@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "engine/core/run_mode.h"
 #include "engine/core/error.h"
 
 namespace kv::cli {
@@ -55,8 +56,9 @@ RunConfig run_config_from_args(const Args& args, const std::string& mode) {
 }
 
 bool run_option_applies(const std::string& mode, const std::string& group, const std::string& name) {
-    const bool generation = mode == "generate";
-    const bool training = mode.rfind("finetune_", 0) == 0;
+    const RunModeInfo* info = find_run_mode(mode);
+    const bool generation = info && info->kind == RunKind::GENERATE;
+    const bool training = info && info->kind == RunKind::TRAIN;
     if (group == "generation") return generation;
     // Evaluation and generation run no backward pass: gradient and optimizer options do nothing,
     // except the cell size, which also tiles an evaluation's cell grid.

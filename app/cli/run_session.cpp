@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "dist_setup.h"
+#include "engine/core/run_mode.h"
 #include "engine/core/error.h"
 #include "engine/memory/mem_category.h"
 #include "progress.h"
@@ -85,7 +86,9 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     // Data parallelism (mpirun): rank 0 records into the session and prints; every other rank
     // runs the same training into a private session removed at exit, sent to rank 0 at the end
     // and imported as that rank's run (rank_telemetry.h; docs/DISTRIBUTED.md).
-    const DistSetup ds = setup_dist(cfg, mode, mode.rfind("finetune_", 0) == 0);
+    const RunModeInfo& mode_info = run_mode(mode);
+    const bool generates = mode_info.kind == RunKind::GENERATE, trains = mode_info.kind == RunKind::TRAIN;
+    const DistSetup ds = setup_dist(cfg, mode, trains);
     const bool quiet_rank = ds.rank != 0;
     const std::string format = args.str("format", "text");
     if (format != "text" && format != "json")
@@ -93,7 +96,7 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     const bool json = format == "json";
     // generate without --session: the text is the product, so the run goes into a temporary
     // session removed on exit rather than a new file per call under ~/.local/share/kvlab.
-    const bool ephemeral = (mode == "generate" && !args.has("session")) || quiet_rank;
+    const bool ephemeral = (generates && !args.has("session")) || quiet_rank;
     const std::string path = quiet_rank ? (std::filesystem::temp_directory_path() / str("kvlab-rank", ds.rank, "-", getpid(), ".kvlab")).string()
                              : args.has("session") ? args.str("session")
                              : ephemeral ? (std::filesystem::temp_directory_path() / str("kvlab-generate-", getpid(), ".kvlab")).string()
@@ -112,7 +115,7 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     // A command refused before its run computed anything leaves no new file behind.
     const bool existed = std::filesystem::exists(path, ec);
     if (!ephemeral) std::fprintf(stderr, "kvlab %s: recording into session %s\n", mode.c_str(), path.c_str());
-    Progress progress(mode, stderr, mode == "eval_long" || mode == "infer" ? "layer × chunk steps" : "");
+    Progress progress(mode, stderr, mode_info.kind == RunKind::EVALUATE ? "layer × chunk steps" : "");
     std::atomic<bool> started{false};
     bool ends_with_newline = true;
     sessions::RunEvents ev;
@@ -123,12 +126,12 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     ev.output = [&](int64_t, const std::string& text) {
         started.store(true);
         if (quiet_rank) return;
-        if (mode == "generate") {
+        if (generates) {
             if (json || text.empty()) return;  // the text is in the JSON summary
             std::fwrite(text.data(), 1, text.size(), stdout);
             std::fflush(stdout);
             ends_with_newline = text.back() == '\n';
-        } else if (mode == "infer" || mode.rfind("finetune_", 0) == 0) {
+        } else if (!mode_info.reports_loss || trains) {
             progress.finish();
             std::fprintf(json ? stderr : stdout, "  %s\n", text.c_str());
         }
@@ -165,11 +168,11 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
     std::signal(SIGINT, SIG_DFL);
     progress.finish();
     // The statistics go on their own line after the text (stdout is flushed before stderr speaks).
-    if (mode == "generate" && !json && !ends_with_newline) std::printf("\n");
+    if (generates && !json && !ends_with_newline) std::printf("\n");
     std::fflush(stdout);
     // What this process knows: the session may not have been able to record it (disk full).
     const std::string why = rm->message(run);
-    if (ds.ranks > 1 && mode.rfind("finetune_", 0) == 0) {
+    if (ds.ranks > 1 && trains) {
         // Every rank's spans and memory events into the run's session (rank_telemetry.h); a
         // rank's file travels closed.
         if (quiet_rank) rm.reset();
@@ -191,7 +194,7 @@ int run_mode_in_session(const Args& args, const std::string& mode) {
         out["status"] = storage::run_status_name(st);
         out["summary"] = summary;
         std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    } else if (mode != "generate") {
+    } else if (!generates) {
         std::printf("result: %s\n", rm->result_text(run).c_str());
         print_memory(summary);
     } else {

@@ -12,6 +12,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/join.h"
+#include "engine/core/run_mode.h"
 
 namespace kv {
 
@@ -383,11 +384,7 @@ std::vector<OptionDef> build_options() {
 
 }  // namespace
 
-const std::vector<std::string>& run_modes() {
-    static const std::vector<std::string> m = {"eval_long", "infer", "generate", "finetune_long_lora", "finetune_long_full",
-                                               "finetune_offload_lora", "finetune_offload_full"};
-    return m;
-}
+const std::vector<std::string>& run_modes() { return run_mode_names(); }
 
 const std::vector<OptionDef>& run_options() {
     static const std::vector<OptionDef> opts = build_options();
@@ -487,7 +484,8 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
     // A policy that never drops a token fills its cache and then has nowhere to put the next
     // chunk: refuse before the run, with the numbers, rather than fail at that chunk.
-    const bool sequence_modes = c.mode == "eval_long" || c.mode == "infer" || c.mode.rfind("finetune", 0) == 0;
+    const RunModeInfo* mode = find_run_mode(c.mode);
+    const bool sequence_modes = mode && mode->reads_dataset();
     if (info && !info->evicts && sequence_modes && L > 0 && L < c.data.seq_length && c.kv_cache.layer_cache_lengths.empty())
         p.push_back(str("--kv_cache.cache_length: ", L, " slots cannot hold a sample of ", c.data.seq_length, " tokens (--data.seq_length) with policy '",
                         policy, "', which never evicts; expected 0 (the whole sequence) or at least ", c.data.seq_length,
@@ -506,9 +504,13 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
     if ((c.data.name == "longbench" || c.data.name == "helmet") && c.data.path.empty())
         p.push_back(str("--data.path is required for --data ", c.data.name, " (the dataset JSON file)"));
     if (c.data.name == "text" && c.data.files.empty()) p.push_back("--data.files is required for --data text");
-    if (c.mode == "generate" && c.generate.prompt.empty()) p.push_back("--prompt is required for generate");
-    if (c.fidelity && c.mode != "eval_long" && c.mode != "infer")
-        p.push_back(str("--fidelity: mode '", c.mode, "' does not support it; expected mode eval_long or infer"));
+    if (mode && mode->kind == RunKind::GENERATE && c.generate.prompt.empty()) p.push_back("--prompt is required for generate");
+    if (c.fidelity && mode && !mode->supports_fidelity) {
+        std::vector<std::string> with;
+        for (const RunModeInfo& m : run_mode_registry())
+            if (m.supports_fidelity) with.push_back(m.name);
+        p.push_back(str("--fidelity: mode '", c.mode, "' does not support it; expected mode ", join(with, " or ")));
+    }
     if (c.train.global_batch_size % c.train.micro_batch_size != 0)
         p.push_back(str("--train.global_batch_size: ", c.train.global_batch_size, " is not a multiple of the micro batch size ",
                         c.train.micro_batch_size));

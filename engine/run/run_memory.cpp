@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
+#include "engine/core/run_mode.h"
 
 namespace kv {
 
@@ -21,10 +22,11 @@ uint64_t kv_pair_bytes(const KVCacheConfig& kc, DType dtype) {
 std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig& m) {
     std::vector<SizedItem> items;
     const DType dt = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
-    const bool train = cfg.mode.rfind("finetune_", 0) == 0;
+    const RunModeInfo& mode = run_mode(cfg.mode);
+    const bool train = mode.kind == RunKind::TRAIN;
     const uint64_t B = uint64_t(std::max<int64_t>(1, train ? cfg.train.micro_batch_size : cfg.driver.micro_batch_size));
     const uint64_t G = uint64_t(m.num_kv_heads), D = uint64_t(m.head_dim), nl = uint64_t(m.num_layers);
-    const bool gen = cfg.mode == "generate";
+    const bool gen = mode.kind == RunKind::GENERATE;
     // Tokens a sample can reach: the sequence, or for generation the new tokens (the prompt is
     // not tokenized yet; it only adds).
     const uint64_t T = uint64_t(std::max<int64_t>(1, gen ? cfg.generate.max_new_tokens : cfg.data.seq_length));

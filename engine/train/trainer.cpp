@@ -19,6 +19,8 @@
 #include "grad_clip.h"
 #include "model_weights.h"
 #include "train_checkpoint.h"
+#include "engine/core/join.h"
+#include "engine/core/run_mode.h"
 
 namespace kv {
 
@@ -63,20 +65,22 @@ void merge_peaks(std::vector<DeviceMemoryStats>& into, const std::vector<DeviceM
 
 }  // namespace
 
-bool is_train_mode(const std::string& mode) { return mode.rfind("finetune_", 0) == 0; }
-bool is_lora_mode(const std::string& mode) {
-    return is_train_mode(mode) && mode.size() > 5 && mode.compare(mode.size() - 5, 5, "_lora") == 0;
+bool is_train_mode(const std::string& mode) {
+    const RunModeInfo* m = find_run_mode(mode);
+    return m && m->kind == RunKind::TRAIN;
 }
-bool is_offload_mode(const std::string& mode) { return mode.rfind("finetune_offload_", 0) == 0; }
+bool is_lora_mode(const std::string& mode) { return is_train_mode(mode) && find_run_mode(mode)->lora; }
+bool is_offload_mode(const std::string& mode) { return is_train_mode(mode) && find_run_mode(mode)->offload; }
 
 // ==== [SECTION] construction and resume ======================================================
 
 Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg_(cfg), lm_(lm), cb_(std::move(cb)) {
-    static const std::vector<std::string> modes = {"finetune_long_lora", "finetune_long_full", "finetune_offload_lora",
-                                                   "finetune_offload_full"};
-    if (std::find(modes.begin(), modes.end(), cfg.mode) == modes.end())
-        throw Error(str("mode '", cfg.mode, "' is not a training mode; expected one of finetune_long_lora, finetune_long_full, "
-                        "finetune_offload_lora, finetune_offload_full"));
+    if (!is_train_mode(cfg.mode)) {
+        std::vector<std::string> modes;
+        for (const RunModeInfo& m : run_mode_registry())
+            if (m.kind == RunKind::TRAIN) modes.push_back(m.name);
+        throw Error(str("mode '", cfg.mode, "' is not a training mode; expected one of ", join(modes, ", ")));
+    }
     validate_run_config(cfg);
     Transformer& m = *lm.model;
     if (m.act_dtype() != DType::F32 && m.act_dtype() != DType::F64)
