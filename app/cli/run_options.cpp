@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "engine/core/run_mode.h"
+#include "engine/model/presets.h"
 #include "engine/core/error.h"
 
 namespace kv::cli {
@@ -71,8 +72,11 @@ bool run_option_applies(const std::string& mode, const std::string& group, const
 
 void print_run_help(const std::string& mode) {
     std::printf("usage: kvlab %s MODEL [--dotted.options ...] [--config run.json] [--session FILE]\n\n", mode.c_str());
-    std::printf("MODEL: a preset (tiny, small, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b), smollm2-135m,\n");
-    std::printf("       a Hugging Face model folder, or a .gguf file\n\noptions (default in parentheses):\n");
+    std::string presets;
+    for (const PresetInfo& p : list_presets()) presets += p.name + ", ";
+    std::printf("MODEL: a preset (%ssmollm2-135m),\n", presets.c_str());
+    std::printf("       a Hugging Face model folder, a repo id in the local Hugging Face cache (org/name[@revision]),\n");
+    std::printf("       or a .gguf file\n\noptions (default in parentheses):\n");
     std::string group;
     RunConfig defaults;
     // Per group: options listed and left out (a wholly left-out group is named as a group).

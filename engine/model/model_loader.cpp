@@ -17,6 +17,7 @@
 #include "model_verify.h"
 #if KVLAB_HAVE_MODELIO
 #include "engine/io/hf_folder.h"
+#include "engine/io/hf_hub_cache.h"
 #endif
 #if KVLAB_HAVE_GGUF
 #include "engine/gguf/gguf_model.h"
@@ -97,6 +98,11 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
         if (!is_file(path))
             throw Error(str("model 'smollm2-135m': ", path, " is missing"), asset_fetch_hint());
     }
+#if KVLAB_HAVE_MODELIO
+    // A Hugging Face repo id ("Qwen/Qwen3-0.6B") that is no path here: its snapshot folder in
+    // the local hub cache (engine/io/hf_hub_cache.h; never a download).
+    if (!is_dir(path) && !is_file(path) && looks_like_hf_repo_id(path)) path = resolve_hf_repo_id(path);
+#endif
     if (opt.verify_checksum) {
         // Before parsing: a damaged file may still parse and only give wrong numbers.
         if (is_dir(path))
@@ -157,7 +163,8 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
         known.push_back(p.name);
     }
     known.push_back("smollm2-135m");
-    std::string msg = str("model '", name, "' is not a preset (", presets, ", smollm2-135m), a model folder with config.json, or a .gguf file");
+    std::string msg = str("model '", name, "' is not a preset (", presets,
+                          ", smollm2-135m), a model folder with config.json, a .gguf file, or a Hugging Face repo id (org/name) in the local hub cache");
     const auto close = near_model_names(name, known);
     if (!close.empty()) {
         msg += "; did you mean ";
