@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -296,11 +297,13 @@ class SessionData {
 
     // The kept slots of one layer and pass after each of its cache steps, replayed from the
     // replay logs: int32 (steps, rows, slots), the token position in each slot (-1 empty), plus
-    // the cache_steps ids of the steps. A step with input_pos 0 starts a new sample.
+    // the cache_steps ids of the steps, in write order. A step with input_pos 0 starts a new sample.
     py::tuple kept_slots(int64_t run, int layer, int pass) {
         std::vector<storage::CacheStepRow> steps;
         for (storage::CacheStepRow& r : reader_.cache_steps(run, layer))
             if (r.pass == pass) steps.push_back(std::move(r));
+        // The reader orders by chunk, so samples interleave; the replay needs write order.
+        std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
         std::vector<SlotPlan> plans(steps.size());
         int64_t rows = 1, slots = 0;
         for (size_t i = 0; i < steps.size(); ++i) {
