@@ -34,13 +34,25 @@ def _options(options, kwargs):
     return [(k, _text(v)) for k, v in merged.items()]
 
 
+class RunFailed(RuntimeError):
+    """A run ended `failed`; .result is run()'s dict (run id, message, session)."""
+
+    def __init__(self, result):
+        super().__init__("run %d of session %s failed: %s" % (result["run"], result["session"], result["message"]))
+        self.result = result
+
+
 def run(mode, model, session, options=None, progress=None, **kwargs):
     """Runs `mode` (eval_long, infer, generate, finetune_*) of `model` into `session`.
 
     Returns a dict: run (id), status, message, result, summary (JSON text), session.
     progress(run, done, total, what) is called on this thread while the run works.
-    Ctrl-C (KeyboardInterrupt) cancels the run (status cancelled) and propagates."""
-    return _kvlab.run(str(session), mode, str(model), _options(options, kwargs), progress)
+    Ctrl-C (KeyboardInterrupt) cancels the run (status cancelled) and propagates; a run that
+    fails raises RunFailed (it stays in the session, status failed, with its error)."""
+    r = _kvlab.run(str(session), mode, str(model), _options(options, kwargs), progress)
+    if r["status"] == "failed":
+        raise RunFailed(r)
+    return r
 
 
 def eval_long(model, session, options=None, progress=None, **kwargs):
