@@ -7,5 +7,6 @@ namespace kv::python {
 
 void bind_sessions(pybind11::module_& m);  // session_data.cpp: read-only session -> columns
 void bind_runs(pybind11::module_& m);      // runs.cpp: eval_long / sweep through RunManager
+void bind_policies(pybind11::module_& m);  // policies.cpp: Python classes as KV-cache policies
 
 }  // namespace kv::python

@@ -18,4 +18,5 @@ PYBIND11_MODULE(_kvlab, m) {
     });
     kv::python::bind_sessions(m);
     kv::python::bind_runs(m);
+    kv::python::bind_policies(m);
 }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -114,6 +115,27 @@ storage::RunStatus wait_run(sessions::RunManager& rm, int64_t run, ProgressState
     return rm.wait(run);
 }
 
+// The manager joins its worker when it ends, and the worker may need the GIL to finish (a
+// Python policy's scorers are released there): end it with the GIL released, also when an
+// exception (KeyboardInterrupt) unwinds through.
+struct Manager {
+    std::unique_ptr<sessions::RunManager> rm;
+    Manager(const std::string& path, sessions::RunEvents ev) {
+        py::gil_scoped_release nogil;
+        rm = std::make_unique<sessions::RunManager>(path, std::move(ev));
+    }
+    ~Manager() {
+        py::gil_scoped_release nogil;
+        rm.reset();
+    }
+    sessions::RunManager& operator*() { return *rm; }
+};
+
+int64_t submit(sessions::RunManager& rm, const RunConfig& cfg) {
+    py::gil_scoped_release nogil;  // the worker of an earlier run may still be ending in Python
+    return rm.submit(cfg);
+}
+
 py::dict run_result(sessions::RunManager& rm, int64_t run, storage::RunStatus st) {
     py::dict d;
     d["run"] = run;
@@ -129,8 +151,9 @@ py::dict run(const std::string& session, const std::string& mode, const std::str
              const py::object& progress) {
     const RunConfig cfg = make_config(mode, model, options);
     ProgressState ps;
-    sessions::RunManager rm(session, progress_events(ps));
-    const int64_t id = rm.submit(cfg);
+    Manager manager(session, progress_events(ps));
+    sessions::RunManager& rm = *manager;
+    const int64_t id = submit(rm, cfg);
     const storage::RunStatus st = wait_run(rm, id, ps, progress);
     return run_result(rm, id, st);
 }
@@ -147,7 +170,8 @@ py::list sweep(const std::string& session, const std::string& model, const Optio
     const sessions::SweepSpec spec = sessions::make_sweep_spec(base, table_options);
     const std::vector<sessions::SweepCell> cells = sessions::expand_sweep(spec);
     ProgressState ps;
-    sessions::RunManager rm(session, progress_events(ps));
+    Manager manager(session, progress_events(ps));
+    sessions::RunManager& rm = *manager;
     const auto done = sessions::done_runs_by_identity(rm.session());
     py::list out;
     for (const sessions::SweepCell& cell : cells) {
@@ -158,7 +182,7 @@ py::list sweep(const std::string& session, const std::string& model, const Optio
             r = run_result(rm, it->second, rm.session().run(it->second).status);
             r["skipped"] = true;
         } else {
-            const int64_t id = rm.submit(cell.cfg);
+            const int64_t id = submit(rm, cell.cfg);
             r = run_result(rm, id, wait_run(rm, id, ps, progress));
             r["skipped"] = false;
         }
