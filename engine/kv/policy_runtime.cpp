@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "engine/core/error.h"
+#include "engine/telemetry/trace.h"
 #include "kv_config.h"
 #include "policy_score_based.h"
 
@@ -67,7 +68,7 @@ class ExternalScorePolicy final : public SlotScorePolicy {
         x.length = T_;
         x.weights = w.data();
         x.scores = &score(0, 0);
-        scorer_->update(x);
+        logged([&] { scorer_->update(x); });
     }
 
    private:
@@ -93,7 +94,18 @@ class ExternalScorePolicy final : public SlotScorePolicy {
         if (needs_.keys && f.head_dim > 0 && f.keys.size() == want * size_t(f.head_dim)) x.keys = f.keys.data(), x.head_dim = f.head_dim;
         if (needs_.queries && !f.queries.empty()) x.queries = f.queries.data(), x.query_heads = f.query_heads, x.head_dim = f.head_dim;
         new_scores_.assign(want, 0.0f);
-        scorer_->score_new(x, new_scores_.data());
+        logged([&] { scorer_->score_new(x, new_scores_.data()); });
+    }
+
+    // A scorer's failure (a Python traceback) goes into the run's log as well as its error.
+    template <class F>
+    static void logged(F&& call) {
+        try {
+            call();
+        } catch (const std::exception& e) {
+            trace::log(trace::LogLevel::ERROR, e.what());
+            throw;
+        }
     }
 
     std::string name_;

@@ -380,13 +380,19 @@ class SessionData {
 
     // The full (B, G, T) float32 scores of one snapshot row, without a copy of the stored array.
     py::array_t<float> score_values(int64_t run, int64_t snapshot_id) {
-        for (storage::ScoreRow& r : reader_.score_snapshots(run, -1, snapshot_id - 1, true, 1)) {
-            if (r.id != snapshot_id) break;
-            if (!r.has_values)
-                throw Error(str("score snapshot ", snapshot_id, " of run ", run,
-                                " stored statistics only; expected a row with has_values (every --telemetry.score_interval chunks)"));
-            return numpy_owning(std::move(r.values), {r.B, r.G, r.T});
-        }
+        // The reader orders by chunk: find the row's layer without values, then read that
+        // layer's rows from the id on and keep the one.
+        int layer = -1;
+        for (const storage::ScoreRow& r : reader_.score_snapshots(run, -1, snapshot_id - 1, false))
+            if (r.id == snapshot_id) layer = r.layer;
+        if (layer >= 0)
+            for (storage::ScoreRow& r : reader_.score_snapshots(run, layer, snapshot_id - 1, true)) {
+                if (r.id != snapshot_id) continue;
+                if (!r.has_values)
+                    throw Error(str("score snapshot ", snapshot_id, " of run ", run,
+                                    " stored statistics only; expected a row with has_values (every --telemetry.score_interval chunks)"));
+                return numpy_owning(std::move(r.values), {r.B, r.G, r.T});
+            }
         throw Error(str("run ", run, " has no score snapshot ", snapshot_id, "; expected an id from Session.scores(run)"));
     }
 
