@@ -14,6 +14,7 @@ import json
 import pandas as pd
 
 from . import _kvlab
+from . import policy_loading as _policy_loading
 
 __version__ = _kvlab.__version__
 
@@ -74,55 +75,16 @@ def sweep(model, session, options=None, progress=None, **kwargs):
 
 
 def register_policy(name, cls, options=None, summary=None):
-    """Registers the class `cls` as the KV-cache policy `name` (cache names "{name}-{buffer}",
-    e.g. kv_cache.name "knorm_py-default") for runs started afterwards in this process.
-
-    One instance per layer cache, made as cls(**options). The class declares what it reads:
-      needs             some of "key_norm", "value_norm", "keys", "queries", "token_ids",
-                        "attention" (positions and the layer index always come)
-      attention_window  with "attention": only the chunk's last queries vote (0: all)
-    and scores slots, lower = evicted first (the built-in score policies' machinery: grace
-    ring, keep-initial rule, ties to the lower slot):
-      score(f)   the new tokens' scores, float32 (rows, n); rows = batch x KV heads
-      update(f)  with "attention": after a chunk attended, rescore from f.weights (rows,
-                 length): write f.scores (rows, slots) in place (return None) or return
-                 (rows, length) scores.
-    f holds layer, input_pos, n, rows, groups, slots, length and the declared features as
-    NumPy views of the engine's arrays (no copies; read-only except f.scores; valid during
-    the call only: copy what you keep). An exception fails the run with its traceback."""
-    opts = dict(options or {})
-    probe = cls(**opts)
-    needs = [str(x) for x in getattr(probe, "needs", ())]
-    window = int(getattr(probe, "attention_window", 0))
-    has_update = callable(getattr(probe, "update", None))
-    if not callable(getattr(probe, "score", None)):
-        raise TypeError("policy %r: %s has no score(f) method; expected one returning (rows, n) scores" % (name, cls.__name__))
-    if summary is None:
-        doc = (cls.__doc__ or "").strip()
-        summary = doc.splitlines()[0] if doc else "Python policy %s" % cls.__name__
-    _kvlab.register_policy(str(name), summary, needs, window, has_update, lambda layer: cls(**opts))
+    """Registers the class `cls` as the KV-cache policy `name` for runs started afterwards in
+    this process (cache names "{name}-{buffer}", e.g. kv_cache.name "knorm_py-default").
+    The class contract is in kvlab/policy_loading.py and docs/PYTHON.md."""
+    _policy_loading.register_class(_kvlab, name, cls, options, summary)
 
 
 def load_policy_file(path, name=None, options=None):
-    """Registers the policy class a Python file defines: the class named by `name`, else its
-    only class with a score method, as the policy of the file's stem (my_policy.py ->
-    "my_policy") or of its POLICY_NAME. Returns the policy name."""
-    import importlib.util
-    import os
-
-    stem = os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location("kvlab_policy_" + stem, path)
-    if spec is None:
-        raise ValueError("policy file %r is not a Python file; expected a .py file defining a policy class" % path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    classes = [v for v in vars(mod).values()
-               if isinstance(v, type) and v.__module__ == mod.__name__ and callable(getattr(v, "score", None))]
-    if len(classes) != 1:
-        raise ValueError("policy file %r defines %d classes with a score method; expected exactly one" % (path, len(classes)))
-    policy = name or getattr(mod, "POLICY_NAME", stem)
-    register_policy(policy, classes[0], options)
-    return policy
+    """Registers the one policy class a Python file defines, as `name`, else the file's
+    POLICY_NAME, else its stem (my_policy.py -> "my_policy"). Returns the policy name."""
+    return _policy_loading.load_file(_kvlab, path, name, options)
 
 
 def policy_names():

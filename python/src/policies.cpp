@@ -141,10 +141,11 @@ void register_policy(const std::string& name, const std::string& summary, const 
     spec.name = name;
     spec.summary = summary;
     spec.needs = n;
-    // The module owns every factory ever registered (a replaced one may still be making a
-    // running run's scorers); the engine's table, a static destroyed after the interpreter,
-    // holds a borrowed handle, so its destruction never touches Python.
-    py::module_::import("kvlab._kvlab").attr("_factories").attr("append")(factory);
+    // Every factory ever registered stays alive (a replaced one may still be making a running
+    // run's scorers) in a list never freed; the engine's table, a static destroyed after the
+    // interpreter, holds a borrowed handle, so its destruction never touches Python.
+    static py::list* factories = new py::list();
+    factories->append(factory);
     py::handle borrowed = factory;
     spec.make = [borrowed, name, has_update](const PolicyArgs& a) -> std::unique_ptr<ExternalScorer> {
         py::gil_scoped_acquire gil;
@@ -160,7 +161,6 @@ void register_policy(const std::string& name, const std::string& summary, const 
 }  // namespace
 
 void bind_policies(py::module_& m) {
-    m.attr("_factories") = py::list();
     m.def("register_policy", &register_policy, py::arg("name"), py::arg("summary"), py::arg("needs"), py::arg("attention_window"),
           py::arg("has_update"), py::arg("factory"));
     m.def("policy_names", [] { return kv_policy_names(); });

@@ -9,6 +9,7 @@ Usage: policies_test.py KVLAB_BINARY WORK_DIR   (PYTHONPATH holds build/python)"
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import unittest
 
@@ -18,6 +19,7 @@ import kvlab
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "python", "examples")
+KVLAB = sys.argv[1] if len(sys.argv) > 1 else "build/bin/kvlab"
 WORK = sys.argv[2] if len(sys.argv) > 2 else "/tmp/kvlab-python-policies"
 CHUNK = 32
 BASE = {"data.seq_length": 512, "data.num_samples": 2, "kv_cache.cache_length": 64, "kv_cache.chunk_size": CHUNK,
@@ -110,6 +112,27 @@ class Decisions(unittest.TestCase):
 
     def test_snapkv_in_python_equals_the_builtin(self):
         self.check_same("snapkv", "snapkv_py")
+
+
+class Cli(unittest.TestCase):
+    def cli(self, *args):
+        return subprocess.run([KVLAB] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def test_policy_file_runs_in_the_cli_with_the_builtins_decisions(self):
+        path = os.path.join(WORK, "cli.kvlab")
+        common = ["--kv_cache.cache_length", "64", "--data.seq_length", "512", "--kv_cache.chunk_size", str(CHUNK),
+                  "--session", path]
+        r = self.cli("eval_long", "tiny", "--kv_cache.policy_file", os.path.join(EXAMPLES, "knorm.py"),
+                     "--kv_cache.name", "knorm_py-default", *common)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(self.cli("eval_long", "tiny", "--kv_cache.name", "knorm-default", *common).returncode, 0)
+        self.assertEqual(replay_rows(path, 1), replay_rows(path, 2))
+
+    def test_a_missing_policy_file_is_named(self):
+        r = self.cli("eval_long", "tiny", "--kv_cache.policy_file", os.path.join(WORK, "nope.py"),
+                     "--kv_cache.name", "nope-default", "--session", os.path.join(WORK, "nope.kvlab"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("nope.py' does not exist; expected a .py file", r.stdout)
 
 
 class Contract(unittest.TestCase):
