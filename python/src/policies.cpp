@@ -7,7 +7,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -158,9 +161,40 @@ void register_policy(const std::string& name, const std::string& summary, const 
     register_external_policy(std::move(spec));
 }
 
+// The boundary's own cost (bench/python_policy_bench.py): `calls` score() calls of `obj` as
+// the engine makes them (from another thread, taking the GIL, key norms of rows x n as views),
+// in seconds per call.
+double time_score_calls(py::object obj, int64_t rows, int64_t n, int64_t calls) {
+    std::vector<float> key_norm(size_t(rows * n), 1.0f), out(size_t(rows * n));
+    std::vector<int32_t> pos(size_t(rows * n), 0);
+    auto scorer = std::make_unique<PyScorer>(std::move(obj), "bench", false);
+    ExternalFeatures f;
+    f.rows = rows, f.groups = 1, f.n = n, f.slots = n, f.length = n;
+    f.key_norm = key_norm.data();
+    f.positions = pos.data();
+    std::string error;
+    double seconds = 0;
+    {
+        py::gil_scoped_release nogil;
+        std::thread t([&] {
+            const auto t0 = std::chrono::steady_clock::now();
+            try {
+                for (int64_t i = 0; i < calls; ++i) scorer->score_new(f, out.data());
+            } catch (const std::exception& e) {
+                error = e.what();
+            }
+            seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        });
+        t.join();
+    }
+    if (!error.empty()) throw Error(error);
+    return seconds / double(std::max<int64_t>(calls, 1));
+}
+
 }  // namespace
 
 void bind_policies(py::module_& m) {
+    m.def("_time_score_calls", &time_score_calls, py::arg("scorer"), py::arg("rows"), py::arg("n"), py::arg("calls"));
     m.def("register_policy", &register_policy, py::arg("name"), py::arg("summary"), py::arg("needs"), py::arg("attention_window"),
           py::arg("has_update"), py::arg("factory"));
     m.def("policy_names", [] { return kv_policy_names(); });
