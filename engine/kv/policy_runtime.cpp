@@ -137,7 +137,7 @@ PolicyInfo info_of(const ExternalPolicySpec& s) {
             .make = &make_external_policy,
             .needs_attention_weights = s.needs.attention,
             .uses = {"grace_period", "keep_initial_fraction", "max_chunk_size"},
-            .doc_anchor = "docs/PYTHON.md#policies-in-python"};
+            .doc_anchor = "docs/POLICIES.md#policies-registered-at-run-time"};
 }
 
 }  // namespace
