@@ -10,10 +10,18 @@ dict (``**{"kv_cache.cache_length": 64}``) or with "__" for the dot (``kv_cache_
 Lists become comma lists (sweep axes). See docs/PYTHON.md.
 """
 import json
+import os
 
 import pandas as pd
 
-from . import _kvlab
+# In a build tree the CPU kernel variants and plugins are in build/bin, not beside python3:
+# name that folder before the engine looks (installed, they are in /usr/lib/kvlab, found from
+# /usr/bin, python3's own folder).
+_bin = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bin"))
+if os.path.isfile(os.path.join(_bin, "kvlab")):
+    os.environ.setdefault("KVLAB_BIN_DIR", _bin)
+
+from . import _kvlab  # noqa: E402
 from . import policy_loading as _policy_loading
 
 __version__ = _kvlab.__version__

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "kernels/cpu/cpu_variants.h"
 #include "engine/run/run_config.h"
 #include "python/src/bindings.h"
 #include "sessions/run_manager.h"
@@ -217,6 +218,8 @@ void bind_runs(py::module_& m) {
           "Run a sweep's cells into a session; comma lists make axes");
     m.def("run_options", &option_table, "The run option table: name, group, help, choices, default");
     m.def("modes", [] { return run_modes(); });
+    // Which CPU kernel variant this process runs (as `kvlab version` says it).
+    m.def("cpu_variant", [] { return cpu::chosen_variant().status; });
 }
 
 }  // namespace kv::python

@@ -98,6 +98,10 @@ class Runs(unittest.TestCase):
         self.assertEqual(runs.loc[ctx.exception.result["run"], "status"], "failed")
         self.assertIn("seq_length", runs.loc[ctx.exception.result["run"], "error"])
 
+    def test_the_kernel_variants_of_the_build_are_found(self):
+        # python3 is not in build/bin: the package names the folder so the variants load.
+        self.assertNotIn("not found", kvlab._kvlab.cpu_variant())
+
     def test_bad_options_are_refused_with_the_cli_message(self):
         path = os.path.join(WORK, "bad.kvlab")
         with self.assertRaisesRegex(ValueError, "kv_cache.cache_length"):
