@@ -137,13 +137,20 @@ int64_t submit(sessions::RunManager& rm, const RunConfig& cfg) {
     return rm.submit(cfg);
 }
 
+// Generated text may end inside a UTF-8 sequence (a tiny model's tokens are any bytes).
+py::str text(const std::string& s) {
+    PyObject* o = PyUnicode_DecodeUTF8(s.data(), py::ssize_t(s.size()), "replace");
+    if (!o) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(o);
+}
+
 py::dict run_result(sessions::RunManager& rm, int64_t run, storage::RunStatus st) {
     py::dict d;
     d["run"] = run;
     d["status"] = storage::run_status_name(st);
-    d["message"] = rm.message(run);
-    d["result"] = rm.result_text(run);
-    d["summary"] = rm.summary(run);
+    d["message"] = text(rm.message(run));
+    d["result"] = text(rm.result_text(run));
+    d["summary"] = text(rm.summary(run));
     d["session"] = rm.path();
     return d;
 }
@@ -187,7 +194,7 @@ py::list sweep(const std::string& session, const std::string& model, const Optio
             r = run_result(rm, id, wait_run(rm, id, ps, progress));
             r["skipped"] = false;
         }
-        r["name"] = cell.cfg.name;
+        r["name"] = text(cell.cfg.name);
         r["reference"] = cell.reference;
         r["coords"] = coords;
         out.append(r);

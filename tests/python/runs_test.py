@@ -98,6 +98,13 @@ class Runs(unittest.TestCase):
         self.assertEqual(runs.loc[ctx.exception.result["run"], "status"], "failed")
         self.assertIn("seq_length", runs.loc[ctx.exception.result["run"], "error"])
 
+    def test_generate_returns_its_text_even_when_it_is_not_utf8(self):
+        # tiny's random weights produce arbitrary bytes: invalid sequences are replaced, not fatal.
+        r = kvlab.generate("tiny", session=os.path.join(WORK, "gen.kvlab"), prompt="hello", max_new_tokens=8)
+        self.assertEqual(r["status"], "done")
+        self.assertIsInstance(r["result"], str)
+        self.assertEqual(json.loads(r["summary"])["generated_tokens"], 8)
+
     def test_the_kernel_variants_of_the_build_are_found(self):
         # python3 is not in build/bin: the package names the folder so the variants load.
         self.assertNotIn("not found", kvlab._kvlab.cpu_variant())
