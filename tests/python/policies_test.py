@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """python.policies: policies written in Python (python/examples) make the same decisions as
 their built-in counterparts bit for bit on `tiny` (the stored replay-log rows of the two runs
-are identical, and so are the stored score arrays), a deliberately different scorer does not
+are identical, and so are the stored score arrays; in eval, decode-time eviction and a LoRA
+fine-tuning run's losses and gradient norms), a deliberately different scorer does not
 (the comparison can fail), features arrive as read-only NumPy views without copies, and an
 exception in Python fails the run with its traceback while earlier runs stay intact.
 
 Usage: policies_test.py KVLAB_BINARY WORK_DIR   (PYTHONPATH holds build/python)"""
+import json
 import os
 import shutil
 import sqlite3
@@ -112,6 +114,31 @@ class Decisions(unittest.TestCase):
 
     def test_snapkv_in_python_equals_the_builtin(self):
         self.check_same("snapkv", "snapkv_py")
+
+    def test_decode_time_eviction_is_the_same(self):
+        path = os.path.join(WORK, "generate.kvlab")
+        opts = {"kv_cache.cache_length": 16, "prompt": "hello world, this is a test", "max_new_tokens": 40}
+        a = kvlab.generate("tiny", session=path, options=dict(opts, **{"kv_cache.name": "knorm-default"}))
+        b = kvlab.generate("tiny", session=path, options=dict(opts, **{"kv_cache.name": "knorm_py-default"}))
+        self.assertGreater(json.loads(a["summary"])["decode_evicting_forwards"], 0)  # the cache evicted while decoding
+        self.assertEqual(a["result"], b["result"])
+        self.assertEqual(replay_rows(path, a["run"]), replay_rows(path, b["run"]))
+
+    def test_a_lora_steps_gradients_are_the_same(self):
+        # Gradients flow through the evicting cache: equal plans give equal losses and gradient
+        # norms, step for step (step 2's loss follows step 1's update).
+        path = os.path.join(WORK, "lora.kvlab")
+        opts = {"kv_cache.cache_length": 64, "kv_cache.chunk_size": CHUNK, "data.seq_length": 256, "data.num_samples": 4,
+                "train.max_steps": 2}
+        runs = [kvlab.run("finetune_long_lora", "tiny", session=path, options=dict(opts, **{"kv_cache.name": c}))["run"]
+                for c in ("knorm-default", "knorm_py-default")]
+        self.assertEqual(replay_rows(path, runs[0]), replay_rows(path, runs[1]))
+        s = kvlab.Session(path)
+        for name in ("loss", "grad_norm"):
+            va = s.metrics(runs[0]).query("name == @name")["value"].to_numpy()
+            vb = s.metrics(runs[1]).query("name == @name")["value"].to_numpy()
+            self.assertEqual(len(va), 2, name)
+            np.testing.assert_array_equal(va, vb, err_msg=name)
 
 
 class Cli(unittest.TestCase):
