@@ -96,6 +96,10 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)   # Depends: from dpkg-shlibdeps, not typ
 # them up there, and they add no dependency (the plugins are optional).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${kvlab_cuda_lib_dirs}")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-pip")  # share/kvlab/fetch_assets.sh
+if(TARGET kvlab_python)
+  # import kvlab needs them at import (not a shared library dpkg-shlibdeps could see).
+  set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-pip, python3-numpy, python3-pandas")
+endif()
 set(CPACK_STRIP_FILES ON)
 set(CPACK_OUTPUT_FILE_PREFIX ${CMAKE_BINARY_DIR}/package)
 include(CPack)
