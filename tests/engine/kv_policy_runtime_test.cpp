@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "engine/kv/kv_config.h"
@@ -86,15 +87,33 @@ void expect_same_decisions(const std::string& builtin, const std::string& extern
     }
 }
 
-TEST(PolicyRuntime, AnExternalKnormMakesKnormsDecisions) {
-    g_knorm_calls = 0;
-    expect_same_decisions("knorm-default", "ext_knorm-default");
-    EXPECT_EQ(g_knorm_calls, 3 * 7);  // one call per chunk
+// A registration lasts as long as the process: each case runs in a child process (a death test
+// that must exit 0), so the registry-loop tests of this binary never see these policies,
+// whatever order the cases run in.
+template <class F>
+void isolated(F&& body) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            body();
+            std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+        },
+        ::testing::ExitedWithCode(0), "");
 }
 
-TEST(PolicyRuntime, AnExternalSnapkvMakesSnapkvsDecisions) { expect_same_decisions("snapkv-default", "ext_snapkv-default"); }
+TEST(PolicyRuntime, AnExternalKnormMakesKnormsDecisions) {
+    isolated([] {
+        g_knorm_calls = 0;
+        expect_same_decisions("knorm-default", "ext_knorm-default");
+        EXPECT_EQ(g_knorm_calls, 3 * 7);  // one call per chunk
+    });
+}
 
-TEST(PolicyRuntime, RegisteredNamesJoinTheRegistry) {
+TEST(PolicyRuntime, AnExternalSnapkvMakesSnapkvsDecisions) {
+    isolated([] { expect_same_decisions("snapkv-default", "ext_snapkv-default"); });
+}
+
+TEST(PolicyRuntime, RegisteredNamesJoinTheRegistry) { isolated([] {
     register_test_policies();
     const auto& names = kv_policy_names();
     EXPECT_NE(std::find(names.begin(), names.end(), "ext_knorm"), names.end());
@@ -102,9 +121,9 @@ TEST(PolicyRuntime, RegisteredNamesJoinTheRegistry) {
     ASSERT_NE(find_policy("ext_snapkv"), nullptr);
     EXPECT_TRUE(find_policy("ext_snapkv")->needs_attention_weights);
     EXPECT_EQ(parse_kv_cache_name("ext_knorm-q8").policy, "ext_knorm");
-}
+}); }
 
-TEST(PolicyRuntime, BadNamesAreRefused) {
+TEST(PolicyRuntime, BadNamesAreRefused) { isolated([] {
     ExternalPolicySpec s;
     s.make = [](const PolicyArgs&) { return std::make_unique<KnormScorer>(&g_knorm_calls); };
     s.name = "knorm";
@@ -116,7 +135,7 @@ TEST(PolicyRuntime, BadNamesAreRefused) {
     s.name = "no_factory";
     s.make = nullptr;
     EXPECT_THROW(register_external_policy(s), Error);
-}
+}); }
 
 }  // namespace
 }  // namespace kv::test
