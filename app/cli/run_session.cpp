@@ -19,6 +19,7 @@
 #include "engine/core/run_mode.h"
 #include "engine/core/error.h"
 #include "engine/memory/mem_category.h"
+#include "policy_file.h"
 #include "progress.h"
 #include "rank_telemetry.h"
 #include "run_options.h"
@@ -82,6 +83,7 @@ void print_generate_stats(const nlohmann::json& s) {
 }  // namespace
 
 int run_mode_in_session(const Args& args, const std::string& mode) {
+    if (args.has("kv_cache.policy_file")) load_policy_file(args.str("kv_cache.policy_file"));  // before kv_cache.name is parsed
     RunConfig cfg = run_config_from_args(args, mode);
     // Data parallelism (mpirun): rank 0 records into the session and prints; every other rank
     // runs the same training into a private session removed at exit, sent to rank 0 at the end

@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "kv_config.h"
 #include "kv_policy.h"
+#include "policy_runtime.h"
 
 namespace kv {
 
@@ -61,7 +62,7 @@ std::vector<PolicyInfo> build_registry() {
 
 const std::vector<PolicyInfo>& policy_registry() {
     static const std::vector<PolicyInfo> r = build_registry();
-    return r;
+    return with_runtime_policies(r);  // plus policies registered at run time (policy_runtime.h)
 }
 
 const PolicyInfo* find_policy(const std::string& name) {
@@ -76,7 +77,7 @@ const std::vector<std::string>& kv_policy_names() {
         for (const PolicyInfo& p : policy_registry()) v.push_back(p.name);
         return v;
     }();
-    return names;
+    return with_runtime_policy_names(names);
 }
 
 const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo** owner) {

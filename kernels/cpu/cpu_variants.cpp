@@ -16,6 +16,9 @@
 namespace kv::cpu {
 
 std::string executable_dir() {
+    // A host program that is not kvlab (python3 importing the kvlab module) names the folder
+    // of kvlab's binaries, so the kernel variants and plugins are found beside them.
+    if (const char* d = std::getenv("KVLAB_BIN_DIR"); d && *d) return d;
     char buf[4096];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n <= 0) return {};

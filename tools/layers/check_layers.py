@@ -15,7 +15,7 @@ headers (<...>) are not checked.
     sessions         sessions/       over engine and storage
     views            views/          over storage only (no engine, no sessions)
     bench            bench/          over everything but app/
-    app, tests, fuzz, tools          over everything
+    app, python, tests, fuzz, tools  over everything
 
 Usage: check_layers.py SOURCE_ROOT [build/compile_commands.json]
        check_layers.py --self-test   (the check reports each kind of violation, passes a clean tree)
@@ -59,6 +59,7 @@ LAYERS = [
     ("plot", ("plot/",), ("plot/",)),
     ("bench", ("bench/",), ("kernels/", "engine/", "storage/", "sessions/", "views/", "bench/")),
     ("app", ("app/",), None),
+    ("python", ("python/",), None),
     ("tests", ("tests/",), None),
     ("fuzz", ("fuzz/",), None),
     ("tools", ("tools/",), None),

@@ -1,0 +1,141 @@
+// Policies registered at run time (engine/kv/policy_runtime.h) without Python: an external
+// scorer computing knorm's score (minus the key's L2 norm, from the paper's definition) and one
+// computing snapkv's window-vote score make the built-ins' decisions plan for plan on a real
+// layer cache with random keys; the registry's lookups see registered names; bad names are
+// refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+#include "engine/kv/kv_config.h"
+#include "engine/kv/policy_runtime.h"
+#include "kv_test_util.h"
+
+namespace kv::test {
+namespace {
+
+struct KnormScorer final : ExternalScorer {
+    int* calls;
+    explicit KnormScorer(int* c) : calls(c) {}
+    void score_new(const ExternalFeatures& f, float* out) override {
+        ++*calls;
+        EXPECT_NE(f.key_norm, nullptr);
+        EXPECT_EQ(f.value_norm, nullptr);  // not declared
+        for (int64_t i = 0; i < f.rows * f.n; ++i) out[i] = -f.key_norm[i];
+    }
+    void update(const ExternalFeatures&) override { ADD_FAILURE() << "update without declaring attention"; }
+};
+
+// snapkv as POLICIES.md states it: votes sorted by token position, summed over a window of
+// `kernel` neighbours (zero padding), divided by kernel; new tokens start at 0.
+struct SnapScorer final : ExternalScorer {
+    int64_t kernel;
+    explicit SnapScorer(int64_t k) : kernel(k) {}
+    void score_new(const ExternalFeatures& f, float* out) override { std::fill(out, out + f.rows * f.n, 0.0f); }
+    void update(const ExternalFeatures& f) override {
+        const int64_t T = f.length, half = kernel / 2;
+        for (int64_t r = 0; r < f.rows; ++r) {
+            std::vector<int32_t> order(static_cast<size_t>(T));
+            std::iota(order.begin(), order.end(), 0);
+            const int32_t* pos = f.positions + r * f.slots;
+            std::sort(order.begin(), order.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+            for (int64_t i = 0; i < T; ++i) {
+                float s = 0;
+                for (int64_t k = i - half; k <= i + half; ++k)
+                    if (k >= 0 && k < T) s += f.weights[r * T + order[size_t(k)]];
+                f.scores[r * f.slots + order[size_t(i)]] = s / float(kernel);
+            }
+        }
+    }
+};
+
+int g_knorm_calls = 0;
+
+void register_test_policies() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    ExternalPolicySpec k;
+    k.name = "ext_knorm";
+    k.needs.key_norm = true;
+    k.make = [](const PolicyArgs&) { return std::make_unique<KnormScorer>(&g_knorm_calls); };
+    register_external_policy(k);
+    ExternalPolicySpec s;
+    s.name = "ext_snapkv";
+    s.needs.attention = true;
+    s.needs.attention_window = KVCacheConfig{}.snapkv_window;
+    s.make = [](const PolicyArgs& a) { return std::make_unique<SnapScorer>(a.cfg.snapkv_kernel); };
+    register_external_policy(s);
+}
+
+void expect_same_decisions(const std::string& builtin, const std::string& external) {
+    register_test_policies();
+    for (uint64_t seed : {1u, 2u, 3u}) {
+        LayerHarness a(builtin, 24, seed, 4), b(external, 24, seed, 4);
+        for (int64_t n : {16, 5, 3, 7, 9, 4, 8}) {
+            a.step(n);
+            b.step(n);
+            const auto& pa = a.layer().replay_log().plans().back();
+            const auto& pb = b.layer().replay_log().plans().back();
+            ASSERT_EQ(pa.targets, pb.targets) << builtin << " seed " << seed << " at position " << a.P;
+            ASSERT_EQ(pa.move_from, pb.move_from);
+            ASSERT_EQ(pa.move_to, pb.move_to);
+            ASSERT_EQ(a.layer().policy().token_positions(), b.layer().policy().token_positions());
+        }
+    }
+}
+
+// A registration lasts as long as the process: each case runs in a child process (a death test
+// that must exit 0), so the registry-loop tests of this binary never see these policies,
+// whatever order the cases run in.
+template <class F>
+void isolated(F&& body) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            body();
+            std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+TEST(PolicyRuntime, AnExternalKnormMakesKnormsDecisions) {
+    isolated([] {
+        g_knorm_calls = 0;
+        expect_same_decisions("knorm-default", "ext_knorm-default");
+        EXPECT_EQ(g_knorm_calls, 3 * 7);  // one call per chunk
+    });
+}
+
+TEST(PolicyRuntime, AnExternalSnapkvMakesSnapkvsDecisions) {
+    isolated([] { expect_same_decisions("snapkv-default", "ext_snapkv-default"); });
+}
+
+TEST(PolicyRuntime, RegisteredNamesJoinTheRegistry) { isolated([] {
+    register_test_policies();
+    const auto& names = kv_policy_names();
+    EXPECT_NE(std::find(names.begin(), names.end(), "ext_knorm"), names.end());
+    EXPECT_NE(std::find(names.begin(), names.end(), "knorm"), names.end());  // built-ins stay
+    ASSERT_NE(find_policy("ext_snapkv"), nullptr);
+    EXPECT_TRUE(find_policy("ext_snapkv")->needs_attention_weights);
+    EXPECT_EQ(parse_kv_cache_name("ext_knorm-q8").policy, "ext_knorm");
+}); }
+
+TEST(PolicyRuntime, BadNamesAreRefused) { isolated([] {
+    ExternalPolicySpec s;
+    s.make = [](const PolicyArgs&) { return std::make_unique<KnormScorer>(&g_knorm_calls); };
+    s.name = "knorm";
+    EXPECT_THROW(register_external_policy(s), Error);
+    s.name = "my-policy";
+    EXPECT_THROW(register_external_policy(s), Error);
+    s.name = "";
+    EXPECT_THROW(register_external_policy(s), Error);
+    s.name = "no_factory";
+    s.make = nullptr;
+    EXPECT_THROW(register_external_policy(s), Error);
+}); }
+
+}  // namespace
+}  // namespace kv::test
