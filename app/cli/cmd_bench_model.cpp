@@ -36,7 +36,7 @@ int bench_model(const Args& args) {
     auto rows = bench::run_model_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); }, &mem);
     progress.finish();
     bench::BenchTable t;
-    t.title = "Model prefill and decode (`kvlab bench model`)";
+    t.title = "Model prefill and decode: " + opt.model + " (`kvlab bench model`)";
     t.measures = "Prefill and decode tokens/s of a model against the floors its matmuls (raw oneDNN) and its weight and KV "
                  "bytes (streaming triad) allow on this machine; the ratio is ours / floor.";
     t.context = {bench::machine_line(), "model " + opt.model};
