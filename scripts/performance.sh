@@ -8,10 +8,8 @@
 #     --out FILE  write there instead of docs/PERFORMANCE.md
 # KVLAB (default build/bin/kvlab) names the binary; KVLAB_ASSETS where the model file is.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-KVLAB=${KVLAB:-build/bin/kvlab}
 QUICK=0
-OUT=docs/PERFORMANCE.md
+OUT=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -20,6 +18,12 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# Paths given by the caller are relative to where it ran; the rest to the repository.
+[ -n "${KVLAB:-}" ] && KVLAB=$(realpath -m "$KVLAB")
+[ -n "$OUT" ] && OUT=$(realpath -m "$OUT")
+cd "$(dirname "$0")/.."
+KVLAB=${KVLAB:-build/bin/kvlab}
+OUT=${OUT:-docs/PERFORMANCE.md}
 [ -x "$KVLAB" ] || { echo "performance.sh: $KVLAB is not an executable; build kvlab first or set KVLAB" >&2; exit 2; }
 # The caption's commit: the tree measured, even if the build was configured at an older one.
 KVLAB_COMMIT=$(git describe --always --dirty 2>/dev/null || echo unknown)
@@ -107,6 +111,8 @@ else
   ROOT_OK=(); [ "$(id -u)" = 0 ] && ROOT_OK=(--allow-run-as-root)
   bench "Data-parallel communication" mpirun "${ROOT_OK[@]}" --oversubscribe -np 2 "$KVLAB" bench dist "${DIST[@]}"
 fi
+not_here "GUI frames (\`kvlab-gui --bench-frames\`)" \
+  "the frame benchmark (target <= 33 ms per frame) needs a display and writes no Markdown table; run \`xvfb-run -a kvlab-gui --bench-frames\` by hand."
 if "$KVLAB" version | grep -q '^cuda backend: built, [0-9]'; then
   not_here "GPU kernels" "the CUDA benchmark (kvlab_gpu_bench) writes no Markdown table; run it by hand."
 else
