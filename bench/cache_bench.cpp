@@ -178,4 +178,11 @@ std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::
     return rows;
 }
 
+void fill_ab_table(BenchTable& t, const std::vector<CacheBenchRow>& rows) {
+    t.columns = {{"measurement", true}, {"a"}, {"b"}, {"a/b"}, {"target"}, {"unit", true}, {"", true}};
+    for (const auto& r : rows)
+        t.add_row({r.name, cell(r.a, 3), cell(r.b, 3), cell(r.ratio, 3) + "x", r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "",
+                   r.unit, r.pass() ? "" : "<< misses target"});
+}
+
 }  // namespace kv::bench

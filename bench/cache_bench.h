@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_table.h"
+
 namespace kv::bench {
 
 struct CacheBenchRow {
@@ -39,6 +41,9 @@ struct KiviBenchOptions {
     double min_seconds = 0.3;
     int rounds = 5;  // f32 and kivi timed back to back per round; rows give best times and min/median ratios
 };
+// The a / b table of `kvlab bench cache`, `kivi` and `quest`: measurement, a, b, a/b, target, unit.
+void fill_ab_table(BenchTable& t, const std::vector<CacheBenchRow>& rows);
+
 std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 
 std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);

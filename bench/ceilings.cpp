@@ -14,6 +14,7 @@
 
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
+#include "bench_table.h"
 
 namespace kv::bench {
 
@@ -83,21 +84,7 @@ std::string RawMatmul::impl() const { return impl_->impl; }
 std::string RawMatmul::note() const { return impl_->note; }
 
 std::string machine_line() {
-    std::string model = "unknown CPU";
-    if (std::FILE* f = std::fopen("/proc/cpuinfo", "r")) {
-        char line[512];
-        while (std::fgets(line, sizeof line, f)) {
-            if (std::strncmp(line, "model name", 10) != 0) continue;
-            const char* colon = std::strchr(line, ':');
-            if (!colon) continue;
-            model = colon + 1;
-            while (!model.empty() && (model.front() == ' ' || model.front() == '\t')) model.erase(0, 1);
-            while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
-            break;
-        }
-        std::fclose(f);
-    }
-    return str("cpu: ", model, ", ", hardware_threads(), " hardware threads, ", num_threads(), " used; kernels ", cpu_variant_status());
+    return str("cpu: ", cpu_model(), ", ", hardware_threads(), " hardware threads, ", num_threads(), " used; kernels ", cpu_variant_status());
 }
 
 double triad_gbps(size_t bytes_per_array, double min_seconds) {

@@ -175,39 +175,56 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
     return res;
 }
 
-std::string format_policy_bench(const PolicyBenchResult& r) {
-    std::string s;
-    char buf[512];
-    auto add = [&](const char* fmt, auto... a) {
-        std::snprintf(buf, sizeof buf, fmt, a...);
-        s += buf;
-    };
-    add("model %s, %lld tokens, cache %lld, chunk %lld, %d kernel thread(s), rounds of (lastrec, policy) interleaved\n",
-        r.model.c_str(), (long long)r.tokens, (long long)r.cache_length, (long long)r.chunk, r.threads);
-    add("load average at start %.2f %.2f %.2f, at end %.2f %.2f %.2f\n", r.load_start[0], r.load_start[1], r.load_start[2], r.load_end[0],
-        r.load_end[1], r.load_end[2]);
-    add("cpu: process CPU time of the measured forward, median over rounds; ratio = lastrec cpu / policy cpu per round,\n"
-        "median [min-max]; wall: best tokens/s, ratio = median of lastrec wall / policy wall per round\n");
-    add("%-52s %12s %12s %22s %11s %11s %8s %7s\n", "policy / baseline", "cpu ms", "lastrec ms", "cpu ratio [min-max]", "wall tok/s",
-        "lastrec", "wall", "target");
+BenchTable policy_bench_table(const PolicyBenchResult& r) {
+    BenchTable t;
+    t.title = "KV policies (`kvlab bench policies`)";
+    t.measures = "Eval throughput of every policy that evicts vs lastrec on the same buffer, model, sequence and chunk plan, in "
+                 "process CPU time with one kernel thread; target >= 0.9x (a two-pass policy reports its own factor).";
+    t.context = {str("model ", r.model, ", ", r.tokens, " tokens, cache ", r.cache_length, ", chunk ", r.chunk, ", ", r.threads,
+                     " kernel thread(s), rounds of (lastrec, policy) interleaved"),
+                 "cpu: process CPU time of the measured forward, median over rounds; ratio = lastrec cpu / policy cpu per round, "
+                 "median [min-max]; wall: best tokens/s, ratio = median of lastrec wall / policy wall per round"};
+    t.columns = {{"policy / baseline", true}, {"cpu ms"}, {"lastrec ms"}, {"cpu ratio [min-max]"}, {"wall tok/s"}, {"lastrec"},
+                 {"wall"}, {"target"}, {"", true}};
     for (const PolicyBenchRow& w : r.rows) {
         const std::string name = w.policy + " / " + w.baseline + (w.policy == w.baseline ? " (noise control)" : "");
         const double bw = *std::min_element(w.base_wall.begin(), w.base_wall.end());
         const double pw = *std::min_element(w.policy_wall.begin(), w.policy_wall.end());
-        char range[64];
-        std::snprintf(range, sizeof range, "%.3fx [%.3f-%.3f]", w.cpu_ratio_median, w.cpu_ratio_min, w.cpu_ratio_max);
-        const std::string tgt = w.target > 0 ? str(">= ", w.target) : "own";
-        add("%-52s %12.3f %12.3f %22s %11.1f %11.1f %7.3fx %7s%s%s\n", name.c_str(), 1e3 * median_of(w.policy_cpu),
-            1e3 * median_of(w.base_cpu), range, double(r.tokens) / pw, double(r.tokens) / bw, w.wall_ratio_median, tgt.c_str(),
-            w.note.c_str(), w.pass() ? "" : "  << misses target");
+        std::string note = w.note;
+        while (!note.empty() && note.front() == ' ') note.erase(0, 1);
+        if (!w.pass()) note += note.empty() ? "<< misses target" : "  << misses target";
+        t.add_row({name, cell(1e3 * median_of(w.policy_cpu), 3), cell(1e3 * median_of(w.base_cpu), 3),
+                   str(cell(w.cpu_ratio_median, 3), "x [", cell(w.cpu_ratio_min, 3), "-", cell(w.cpu_ratio_max, 3), "]"),
+                   cell(double(r.tokens) / pw, 1), cell(double(r.tokens) / bw, 1), cell(w.wall_ratio_median, 3) + "x",
+                   w.target > 0 ? str(">= ", w.target) : "own", note});
     }
-    add("per-round cpu ms (lastrec | policy):\n");
+    return t;
+}
+
+std::string format_policy_load(const PolicyBenchResult& r) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "load average at start %.2f %.2f %.2f, at end %.2f %.2f %.2f\n", r.load_start[0], r.load_start[1],
+                  r.load_start[2], r.load_end[0], r.load_end[1], r.load_end[2]);
+    return buf;
+}
+
+std::string format_policy_rounds(const PolicyBenchResult& r) {
+    std::string s = "per-round cpu ms (lastrec | policy):\n";
+    char buf[64];
     for (const PolicyBenchRow& w : r.rows) {
-        add("  %-50s", w.policy.c_str());
-        for (size_t i = 0; i < w.base_cpu.size(); ++i) add(" %.3f|%.3f", 1e3 * w.base_cpu[i], 1e3 * w.policy_cpu[i]);
-        add("\n");
+        std::snprintf(buf, sizeof buf, "  %-50s", w.policy.c_str());
+        s += buf;
+        for (size_t i = 0; i < w.base_cpu.size(); ++i) {
+            std::snprintf(buf, sizeof buf, " %.3f|%.3f", 1e3 * w.base_cpu[i], 1e3 * w.policy_cpu[i]);
+            s += buf;
+        }
+        s += "\n";
     }
     return s;
+}
+
+std::string format_policy_bench(const PolicyBenchResult& r) {
+    return format_policy_load(r) + policy_bench_table(r).text() + format_policy_rounds(r);
 }
 
 }  // namespace kv::bench

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_table.h"
+
 namespace kv::bench {
 
 struct PolicyBenchOptions {
@@ -56,6 +58,11 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& opt, const std::fun
 // end), one row per policy (CPU ms medians, CPU ratio median [min-max], wall tokens/s and wall
 // ratio, target), then the per-round CPU times every ratio is computed from.
 std::string format_policy_bench(const PolicyBenchResult& r);
+// Its parts: the load line (console only: it describes the run, not the result), the table
+// (also --csv / --md) and the per-round CPU times.
+std::string format_policy_load(const PolicyBenchResult& r);
+BenchTable policy_bench_table(const PolicyBenchResult& r);
+std::string format_policy_rounds(const PolicyBenchResult& r);
 
 // Median of v (the mean of the two middle values for an even count); v must not be empty.
 double median_of(std::vector<double> v);

@@ -1,6 +1,7 @@
 // The `kvlab bench` sub-benchmarks, one file each (cmd_bench_*.cpp); cmd_bench.cpp dispatches.
 #pragma once
 
+#include "bench/bench_table.h"
 #include "cli_args.h"
 
 namespace kv::cli {
@@ -15,5 +16,9 @@ int bench_fidelity(const Args& args);  // cmd_bench_research.cpp
 int bench_sweep(const Args& args);     // cmd_bench_research.cpp (runs kvlab itself)
 int bench_dist(const Args& args);      // cmd_bench_dist.cpp (under mpirun)
 int bench_quest(const Args& args);     // cmd_bench_quest.cpp
+
+// Prints the table, writes it as CSV to --csv and appends its Markdown section to --md
+// (bench_output.cpp).
+void emit_bench_table(const Args& args, const bench::BenchTable& t);
 
 }  // namespace kv::cli

@@ -1,6 +1,5 @@
 // `kvlab bench`: dispatch, and `bench ops`: ratios of our ops to this machine's ceilings, measured in one run.
 #include <cstdio>
-#include <fstream>
 
 #include "bench_commands.h"
 #include "commands.h"
@@ -19,6 +18,7 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"quick", OptKind::FLAG, "", "small shapes and short timings (smoke test)"});
     o.push_back({"min_seconds", OptKind::FLOAT, "0.3", "minimum timing per measurement"});
     o.push_back({"csv", OptKind::STRING, "", "also write the rows to this CSV file"});
+    o.push_back({"md", OptKind::STRING, "", "also append the table as a Markdown section to this file (scripts/performance.sh)"});
     o.push_back({"model", OptKind::STRING, "qwen2.5-0.5b", "bench model/cache: model preset, folder or .gguf"});
     o.push_back({"dtype", OptKind::STRING, "f32,bf16", "bench model: precisions to measure"});
     o.push_back({"prefill_tokens", OptKind::INT, "2048", "bench model: prompt length"});
@@ -76,24 +76,21 @@ int bench_ops(const Args& args) {
     Progress progress("bench ops");
     auto rows = bench::run_op_bench(opt, [&](int done, int total, const std::string& what) { progress.update(done, total, what); });
     progress.finish();
-    std::printf("%s\n", bench::machine_line().c_str());
-    std::printf("%-32s %10s %10s %8s %7s  %s\n", "op", "ours", "ceiling", "ratio", "target", "ceiling measured by");
+    bench::BenchTable t;
+    t.title = "Ops vs this machine's ceilings (`kvlab bench ops`)";
+    t.measures = "Our matmul against a raw oneDNN matmul of the same shape, memory-bound ops against a streaming triad; "
+                 "targets: matmul >= 0.9x, memory-bound ops >= 0.6x.";
+    t.context = {bench::machine_line()};
+    t.columns = {{"op", true}, {"ours"}, {"ceiling"}, {"ratio"}, {"target"}, {"ceiling measured by", true}, {"", true}};
     int failed = 0;
     for (const auto& r : rows) {
-        std::printf("%-32s %10.1f %10.1f %7.2fx %6.2fx  %s %s\n", r.name.c_str(), r.ours, r.ceiling, r.ratio(), r.target,
-                    r.ceiling_name.c_str(), r.pass() ? "" : "  << below target");
+        t.add_row({r.name, bench::cell(r.ours, 1), bench::cell(r.ceiling, 1), bench::cell(r.ratio(), 2) + "x",
+                   bench::cell(r.target, 2) + "x", r.ceiling_name, r.pass() ? "" : "<< below target"});
         failed += !r.pass();
     }
-    std::printf("units: GFLOP/s for matmul, GB/s for memory-bound ops; %d of %zu rows meet their target\n",
-                int(rows.size()) - failed, rows.size());
-    if (args.has("csv")) {
-        std::ofstream f(args.str("csv"));
-        if (!f) throw Error("--csv: cannot write '" + args.str("csv") + "'");
-        f << "op,unit,ours,ceiling,ratio,target,ceiling_name\n";
-        for (const auto& r : rows)
-            f << '"' << r.name << "\"," << r.unit << ',' << r.ours << ',' << r.ceiling << ',' << r.ratio() << ',' << r.target
-              << ",\"" << r.ceiling_name << "\"\n";
-    }
+    t.notes = {str("units: GFLOP/s for matmul, GB/s for memory-bound ops; ", int(rows.size()) - failed, " of ", rows.size(),
+                   " rows meet their target")};
+    emit_bench_table(args, t);
     return 0;
 }
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include "bench_commands.h"
 #include "bench/cache_bench.h"
+#include "bench/ceilings.h"
 #include "bench/policy_bench.h"
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
@@ -23,14 +24,13 @@ int bench_cache(const Args& args) {
     Progress progress("bench cache");
     auto rows = bench::run_cache_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("model %s, context %lld, cache %lld, chunk %lld\n", opt.model.c_str(), (long long)opt.context,
-                (long long)opt.cache_length, (long long)opt.chunk);
-    std::printf("%-50s %12s %12s %9s %9s\n", "measurement", "a", "b", "a/b", "target");
-    for (const auto& r : rows) {
-        const std::string tgt = r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "";
-        std::printf("%-50s %12.3f %12.3f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
-                    r.pass() ? "" : "  << misses target");
-    }
+    bench::BenchTable t;
+    t.title = "Cache: attention weights, policies, buffers, KV bytes (`kvlab bench cache`)";
+    t.measures = "Each row is a ratio a/b of two measurements taken in the same run (SDPA with weights vs without, a policy's "
+                 "or buffer's chunk throughput vs the default's, KV bytes per token); a target where the row has one.";
+    t.context = {bench::machine_line(), str("model ", opt.model, ", context ", opt.context, ", cache ", opt.cache_length, ", chunk ", opt.chunk)};
+    bench::fill_ab_table(t, rows);
+    emit_bench_table(args, t);
     return 0;
 }
 
@@ -60,7 +60,9 @@ int bench_policies(const Args& args) {
     const bench::PolicyBenchResult res =
         bench::run_policy_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::fputs(bench::format_policy_bench(res).c_str(), stdout);
+    std::fputs(bench::format_policy_load(res).c_str(), stdout);
+    emit_bench_table(args, bench::policy_bench_table(res));
+    std::fputs(bench::format_policy_rounds(res).c_str(), stdout);
     return 0;
 }
 
@@ -77,14 +79,14 @@ int bench_kivi(const Args& args) {
     Progress progress("bench kivi");
     auto rows = bench::run_kivi_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("decode SDPA, %lld heads / %lld KV heads of %lld, one layer; kivi%d group %lld, residual %lld\n", (long long)opt.heads,
-                (long long)opt.kv_heads, (long long)opt.head_dim, opt.bits, (long long)opt.group, (long long)opt.residual);
-    std::printf("%-50s %12s %12s %9s %9s\n", "measurement", "a", "b", "a/b", "target");
-    for (const auto& r : rows) {
-        const std::string tgt = r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "";
-        std::printf("%-50s %12.3f %12.3f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
-                    r.pass() ? "" : "  << misses target");
-    }
+    bench::BenchTable t;
+    t.title = "KIVI decode attention (`kvlab bench kivi`)";
+    t.measures = "Decode SDPA over a KIVI-2 buffer vs the f32 buffer at the same context: bytes read and time; target <= 0.5x "
+                 "the time at 32k.";
+    t.context = {bench::machine_line(), str("decode SDPA, ", opt.heads, " heads / ", opt.kv_heads, " KV heads of ", opt.head_dim,
+                                            ", one layer; kivi", opt.bits, " group ", opt.group, ", residual ", opt.residual)};
+    bench::fill_ab_table(t, rows);
+    emit_bench_table(args, t);
     return 0;
 }
 

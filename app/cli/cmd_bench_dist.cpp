@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -54,16 +53,18 @@ int bench_dist(const Args& args) {
     dist::Communicator* comm = dist::process_communicator();
     const int N = ds.ranks;
     const bool root = ds.rank == 0;
-    if (root)
-        std::printf("bench dist: %d rank%s, backend %s%s\n", N, N > 1 ? "s" : "", ds.backend.c_str(),
-                    ds.active ? "" : " (one process: nothing to reduce; run under mpirun -np N)");
+    bench::BenchTable table;
+    table.title = "Data-parallel communication (`kvlab bench dist`)";
+    table.measures = "All-reduce bandwidth per message size (algbw = bytes / time, busbw = algbw x 2(N-1)/N), then the all-reduce "
+                     "share of a data-parallel fine-tuning step and the overlap of the bucket all-reduces with the backward.";
+    table.context = {str("bench dist: ", N, " rank", N > 1 ? "s" : "", ", backend ", ds.backend,
+                         ds.active ? "" : " (one process: nothing to reduce; run under mpirun -np N)")};
+    table.columns = {{"bytes"}, {"iters"}, {"time (us)"}, {"algbw (GB/s)"}, {"busbw (GB/s)"}};
 
     // ---- all-reduce bandwidth ----
     std::vector<int64_t> sizes;
     for (const auto& s : split_comma(args.str("sizes", "64KiB,1MiB,16MiB,64MiB"))) sizes.push_back(parse_bytes(s));
     const double min_s = args.real("min_seconds", 0.3, 0.001, 60);
-    nlohmann::json rows = nlohmann::json::array();
-    if (root) std::printf("%12s %8s %12s %14s %14s\n", "bytes", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
     for (int64_t bytes : sizes) {
         std::vector<float> buf(size_t(std::max<int64_t>(1, bytes / 4)));
         if (!comm) break;
@@ -86,8 +87,7 @@ int bench_dist(const Args& args) {
         const double t = (now_s() - t0) / double(iters);
         const double nbytes = double(buf.size() * 4);
         const double alg = nbytes / t / 1e9, bus = alg * 2.0 * (N - 1) / std::max(N, 1);
-        if (root) std::printf("%12.0f %8llu %12.1f %14.3f %14.3f\n", nbytes, (unsigned long long)iters, t * 1e6, alg, bus);
-        rows.push_back({{"bytes", nbytes}, {"iters", iters}, {"seconds", t}, {"algbw_GBps", alg}, {"busbw_GBps", bus}});
+        table.add_row({bench::cell(nbytes, 0), str(iters), bench::cell(t * 1e6, 1), bench::cell(alg, 3), bench::cell(bus, 3)});
     }
 
     // ---- communication share of a data-parallel fine-tuning step ----
@@ -129,34 +129,26 @@ int bench_dist(const Args& args) {
             if (overlap) s = sum;
         }
     if (root) {
-        std::printf("%s %s, %lld tokens, global batch %lld (%d per rank), %lld steps: %.1f tokens/s\n", t.mode.c_str(), t.model.c_str(),
-                    (long long)t.data.seq_length, (long long)t.train.global_batch_size, 2, (long long)t.train.max_steps,
-                    s.value("tokens_per_s", 0.0));
+        table.notes.push_back(str(t.mode, " ", t.model, ", ", t.data.seq_length, " tokens, global batch ", t.train.global_batch_size,
+                                  " (2 per rank), ", t.train.max_steps, " steps: ", bench::cell(s.value("tokens_per_s", 0.0), 1), " tokens/s"));
         if (s.contains("dist")) {
             const auto& d = s["dist"];
-            std::printf("gradient all-reduce: %.3f MiB per step in %lld bucket(s); share of step time %.2f%% (per rank:",
-                        double(d.value("allreduce_bytes_per_step", 0LL)) / 1048576.0, (long long)d.value("allreduce_buckets", 0LL),
-                        100.0 * d.value("allreduce_share", 0.0));
+            std::string per_rank;
             const auto& c = d["rank_allreduce_seconds"];
             const auto& st = d["rank_step_seconds"];
             for (size_t r = 0; r < c.size() && r < st.size(); ++r)
-                std::printf(" %zu: %.2f%%", r, st[r].get<double>() > 0 ? 100.0 * c[r].get<double>() / st[r].get<double>() : 0.0);
-            std::printf(")\n");
-            std::printf("overlap of the bucket all-reduces with the backward: step %.2f ms without, %.2f ms with (ratio %.3f; "
-                        "%lld of %lld bucket(s) started during the backward)\n",
-                        1e3 * t_off, 1e3 * t_on, t_off > 0 ? t_on / t_off : 0.0, (long long)d.value("allreduce_overlapped_buckets", 0LL),
-                        (long long)d.value("allreduce_buckets", 0LL));
+                per_rank += str(" ", r, ": ", bench::cell(st[r].get<double>() > 0 ? 100.0 * c[r].get<double>() / st[r].get<double>() : 0.0, 2), "%");
+            table.notes.push_back(str("gradient all-reduce: ", bench::cell(double(d.value("allreduce_bytes_per_step", 0LL)) / 1048576.0, 3),
+                                      " MiB per step in ", d.value("allreduce_buckets", 0LL), " bucket(s); share of step time ",
+                                      bench::cell(100.0 * d.value("allreduce_share", 0.0), 2), "% (per rank:", per_rank, ")"));
+            table.notes.push_back(str("overlap of the bucket all-reduces with the backward: step ", bench::cell(1e3 * t_off, 2), " ms without, ",
+                                      bench::cell(1e3 * t_on, 2), " ms with (ratio ", bench::cell(t_off > 0 ? t_on / t_off : 0.0, 3), "; ",
+                                      d.value("allreduce_overlapped_buckets", 0LL), " of ", d.value("allreduce_buckets", 0LL),
+                                      " bucket(s) started during the backward)"));
         } else {
-            std::printf("gradient all-reduce: none (one process); share of step time 0%%\n");
+            table.notes.push_back("gradient all-reduce: none (one process); share of step time 0%");
         }
-        if (args.has("csv")) {
-            std::ofstream f(args.str("csv"));
-            if (!f) throw Error("--csv: cannot write '" + args.str("csv") + "'");
-            f << "ranks,backend,bytes,iters,seconds,algbw_GBps,busbw_GBps\n";
-            for (const auto& r : rows)
-                f << N << ',' << ds.backend << ',' << r["bytes"] << ',' << r["iters"] << ',' << r["seconds"] << ',' << r["algbw_GBps"] << ','
-                  << r["busbw_GBps"] << "\n";
-        }
+        emit_bench_table(args, table);
     }
     return 0;
 }

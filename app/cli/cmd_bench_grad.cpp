@@ -9,12 +9,12 @@
 namespace kv::cli {
 
 namespace {
-void print_memory(const char* what, const std::vector<DeviceMemoryStats>& stats) {
+void memory_rows(bench::BenchTable& t, const char* what, const std::vector<DeviceMemoryStats>& stats) {
     for (const auto& s : stats) {
-        std::printf("  %-22s peak %9.2f MiB:", what, double(s.peak_total) / (1 << 20));
+        std::string parts;
         for (size_t k = 0; k < s.peak.size(); ++k)
-            if (s.peak[k] > 0) std::printf(" %s %.2f", mem_category_name(MemCategory(k)), double(s.peak[k]) / (1 << 20));
-        std::printf("\n");
+            if (s.peak[k] > 0) parts += str(parts.empty() ? "" : ", ", mem_category_name(MemCategory(k)), " ", bench::cell(double(s.peak[k]) / (1 << 20), 2));
+        t.add_row({str("peak memory, ", what), bench::cell(double(s.peak_total) / (1 << 20), 2), "MiB", parts});
     }
 }
 }  // namespace
@@ -37,19 +37,24 @@ int bench_grad(const Args& args) {
     Progress progress("bench grad");
     const auto r = bench::run_grad_bench(o, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("model %s, %s, %s, %lld tokens, cache %lld, chunk %lld: %lld rows x %lld cells\n", r.model.c_str(),
-                r.cache.c_str(), r.mode.c_str(), (long long)r.tokens, (long long)o.cache_length, (long long)o.chunk,
-                (long long)r.rows, (long long)r.cells);
-    std::printf("  forward-only pass      %9.3f s\n", r.forward_s);
-    std::printf("  gradient step          %9.3f s (phase 1 %.3f s, phase 2 %.3f s)\n", r.step_s, r.phase1_s, r.phase2_s);
-    std::printf("  ratio step / forward   %9.2fx (target <= 4)%s\n", r.ratio(), r.ratio() <= 4.0 ? "" : "  << above target");
-    print_memory("forward-only", r.forward_memory);
-    print_memory("gradient phase 1", r.phase1_memory);
-    print_memory("gradient phase 2", r.phase2_memory);
-    std::printf("  checkpoints on host    %9.2f MiB layer inputs, %.2f MiB KV states\n",
-                double(r.layer_checkpoint_bytes) / (1 << 20), double(r.kv_checkpoint_bytes) / (1 << 20));
-    std::printf("  offload modes move     %9.2f MiB host->device, %.2f MiB device->host per step\n",
-                double(r.offload_h2d) / (1 << 20), double(r.offload_d2h) / (1 << 20));
+    bench::BenchTable t;
+    t.title = "Gradient step (`kvlab bench grad`)";
+    t.measures = "A gradient step (both phases) vs a forward-only pass over the same sequence and cache; target <= 4x. "
+                 "Peak memory per phase, checkpoint and offload bytes.";
+    t.context = {str("model ", r.model, ", ", r.cache, ", ", r.mode, ", ", r.tokens, " tokens, cache ", o.cache_length, ", chunk ", o.chunk,
+                     ": ", r.rows, " rows x ", r.cells, " cells")};
+    t.columns = {{"measurement", true}, {"value"}, {"unit", true}, {"detail", true}};
+    t.add_row({"forward-only pass", bench::cell(r.forward_s, 3), "s", ""});
+    t.add_row({"gradient step", bench::cell(r.step_s, 3), "s", str("phase 1 ", bench::cell(r.phase1_s, 3), " s, phase 2 ", bench::cell(r.phase2_s, 3), " s")});
+    t.add_row({"ratio step / forward", bench::cell(r.ratio(), 2), "x", str("target <= 4", r.ratio() <= 4.0 ? "" : "  << above target")});
+    memory_rows(t, "forward-only", r.forward_memory);
+    memory_rows(t, "gradient phase 1", r.phase1_memory);
+    memory_rows(t, "gradient phase 2", r.phase2_memory);
+    t.add_row({"checkpoints on host", bench::cell(double(r.layer_checkpoint_bytes) / (1 << 20), 2), "MiB",
+               str("layer inputs; ", bench::cell(double(r.kv_checkpoint_bytes) / (1 << 20), 2), " MiB KV states")});
+    t.add_row({"offload modes move", bench::cell(double(r.offload_h2d) / (1 << 20), 2), "MiB",
+               str("host->device per step; ", bench::cell(double(r.offload_d2h) / (1 << 20), 2), " MiB device->host")});
+    emit_bench_table(args, t);
     return 0;
 }
 

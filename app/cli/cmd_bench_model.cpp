@@ -4,6 +4,7 @@
 #include "bench_commands.h"
 #include "bench/ceilings.h"
 #include "bench/model_bench.h"
+#include "engine/core/error.h"
 #include "progress.h"
 
 namespace kv::cli {
@@ -34,18 +35,22 @@ int bench_model(const Args& args) {
     std::vector<bench::ModelBenchMemory> mem;
     auto rows = bench::run_model_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); }, &mem);
     progress.finish();
-    std::printf("%s\n", bench::machine_line().c_str());
-    std::printf("model %s\n", opt.model.c_str());
-    std::printf("%-34s %12s %12s %8s %7s  %s\n", "measurement", "tokens/s", "floor", "ratio", "target", "floor from");
+    bench::BenchTable t;
+    t.title = "Model prefill and decode: " + opt.model + " (`kvlab bench model`)";
+    t.measures = "Prefill and decode tokens/s of a model against the floors its matmuls (raw oneDNN) and its weight and KV "
+                 "bytes (streaming triad) allow on this machine; the ratio is ours / floor.";
+    t.context = {bench::machine_line(), "model " + opt.model};
+    t.columns = {{"measurement", true}, {"tokens/s"}, {"floor"}, {"ratio"}, {"target"}, {"floor from", true}, {"", true}};
     for (const auto& r : rows)
-        std::printf("%-34s %12.1f %12.1f %7.2fx %6.2fx  %s%s\n", r.name.c_str(), r.tokens_per_s, r.floor_tokens_per_s, r.ratio(),
-                    r.target, r.floor_basis.c_str(), r.pass() ? "" : "  << below target");
+        t.add_row({r.name, bench::cell(r.tokens_per_s, 1), bench::cell(r.floor_tokens_per_s, 1), bench::cell(r.ratio(), 2) + "x",
+                   bench::cell(r.target, 2) + "x", r.floor_basis, r.pass() ? "" : "<< below target"});
     // Peaks are cumulative over the configurations run so far (the process's VmHWM never falls).
     const double MiB = 1024.0 * 1024.0;
     for (const auto& m : mem)
-        std::printf("memory %-6s weights %.1f MiB; tracked peak: weights %.1f MiB, all %.1f MiB; process peak RSS (VmHWM) %.1f MiB\n",
-                    m.dtype.c_str(), double(m.weight_bytes) / MiB, double(m.tracked_weights_peak) / MiB, double(m.tracked_peak) / MiB,
-                    double(m.rss_peak) / MiB);
+        t.notes.push_back(str("memory ", m.dtype, ": weights ", bench::cell(double(m.weight_bytes) / MiB, 1), " MiB; tracked peak: weights ",
+                              bench::cell(double(m.tracked_weights_peak) / MiB, 1), " MiB, all ", bench::cell(double(m.tracked_peak) / MiB, 1),
+                              " MiB; process peak RSS (VmHWM) ", bench::cell(double(m.rss_peak) / MiB, 1), " MiB"));
+    emit_bench_table(args, t);
     return 0;
 }
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "bench_commands.h"
+#include "bench/ceilings.h"
 #include "bench/quest_bench.h"
 #include "engine/core/error.h"
 #include "engine/model/presets.h"
@@ -22,14 +23,14 @@ int bench_quest(const Args& args) {
     Progress progress("bench quest");
     auto rows = bench::run_quest_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("decode SDPA, %lld heads / %lld KV heads of %lld, one layer; Quest pages of %lld slots, 1/%lld of them read\n",
-                (long long)opt.heads, (long long)opt.kv_heads, (long long)opt.head_dim, (long long)opt.page, (long long)opt.fraction);
-    std::printf("%-58s %12s %12s %9s %9s\n", "measurement", "a", "b", "a/b", "target");
-    for (const auto& r : rows) {
-        const std::string tgt = r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "";
-        std::printf("%-58s %12.3f %12.3f %8.3fx %9s  %s%s\n", r.name.c_str(), r.a, r.b, r.ratio, tgt.c_str(), r.unit.c_str(),
-                    r.pass() ? "" : "  << misses target");
-    }
+    bench::BenchTable t;
+    t.title = "Quest decode attention (`kvlab bench quest`)";
+    t.measures = str("Decode SDPA of Quest reading 1/", opt.fraction, " of the pages vs full attention over the same paged cache; "
+                     "target <= 1/3 the time at 32k.");
+    t.context = {bench::machine_line(), str("decode SDPA, ", opt.heads, " heads / ", opt.kv_heads, " KV heads of ", opt.head_dim,
+                                            ", one layer; Quest pages of ", opt.page, " slots, 1/", opt.fraction, " of them read")};
+    bench::fill_ab_table(t, rows);
+    emit_bench_table(args, t);
     return 0;
 }
 

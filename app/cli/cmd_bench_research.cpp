@@ -56,13 +56,14 @@ bench::ResearchBenchOptions research_options(const Args& args) {
     return opt;
 }
 
-int print_rows(const std::vector<bench::ResearchBenchRow>& rows, const bench::ResearchBenchOptions& opt) {
-    std::printf("%s\n", bench::machine_line().c_str());
-    std::printf("model %s, best of %d\n", opt.model.c_str(), opt.repeats);
-    std::printf("%-64s %10s %10s %8s %7s\n", "measurement", "with s", "without s", "ratio", "target");
+int print_rows(const Args& args, bench::BenchTable t, const std::vector<bench::ResearchBenchRow>& rows,
+               const bench::ResearchBenchOptions& opt) {
+    t.context = {bench::machine_line(), str("model ", opt.model, ", best of ", opt.repeats)};
+    t.columns = {{"measurement", true}, {"with s"}, {"without s"}, {"ratio"}, {"target"}, {"", true}};
     for (const auto& r : rows)
-        std::printf("%-64s %10.2f %10.2f %7.3fx <=%4.2fx%s\n", r.name.c_str(), r.with, r.without, r.ratio(), r.target,
-                    r.pass() ? "" : "  << above target");
+        t.add_row({r.name, bench::cell(r.with, 2), bench::cell(r.without, 2), bench::cell(r.ratio(), 3) + "x",
+                   "<= " + bench::cell(r.target, 2) + "x", r.pass() ? "" : "<< above target"});
+    emit_bench_table(args, t);
     return 0;
 }
 
@@ -73,8 +74,11 @@ int bench_fidelity(const Args& args) {
     Progress progress("bench fidelity");
     auto rows = bench::run_fidelity_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("--fidelity true (full attention over a K/V shadow per layer and chunk) vs the same eval_long run without\n");
-    return print_rows(rows, opt);
+    bench::BenchTable t;
+    t.title = "Fidelity tracking (`kvlab bench fidelity`)";
+    t.measures = "eval_long with --fidelity true (full attention over a K/V shadow per layer and chunk) vs the same run without; "
+                 "target <= 2x.";
+    return print_rows(args, t, rows, opt);
 }
 
 int bench_sweep(const Args& args) {
@@ -84,8 +88,11 @@ int bench_sweep(const Args& args) {
     Progress progress("bench sweep");
     auto rows = bench::run_sweep_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();
-    std::printf("kvlab sweep (one process, one session) vs the same cells as single kvlab eval_long processes\n");
-    return print_rows(rows, opt);
+    bench::BenchTable t;
+    t.title = "Sweep (`kvlab bench sweep`)";
+    t.measures = "kvlab sweep over cells (one process, one session) vs the same cells as single kvlab eval_long processes; "
+                 "target <= 1.05x.";
+    return print_rows(args, t, rows, opt);
 }
 
 }  // namespace kv::cli

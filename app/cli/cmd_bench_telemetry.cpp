@@ -107,39 +107,43 @@ int bench_telemetry(const Args& args) {
     const double eval_plain = best(plain, &TracedRunTimes::eval_s), eval_traced = best(traced, &TracedRunTimes::eval_s);
     const double wall_plain = best(plain, &TracedRunTimes::wall_s), wall_traced = best(traced, &TracedRunTimes::wall_s);
 
-    std::printf("session writer (every index on: block-range indexes of spans and memory events, %zu rows per commit)\n", wo.batch_rows);
-    std::printf("  %-44s %12.0f events/s   (wall clock; target >= 1,000,000)%s\n", "sustained, wall clock", w.events_per_s,
-                w.events_per_s >= 1e6 ? "" : "  << below target");
-    std::printf("  %-44s %12.0f events/s\n", "per writer-thread CPU second", w.events_per_cpu_s);
-    std::printf("  %-44s %12.0f rows/s     (ratio ours/baseline %.2fx per CPU second)\n",
-                "baseline: plain SQLite 5-int rows, 1 index", w.baseline_rows_per_s,
-                w.baseline_rows_per_cpu_s > 0 ? w.events_per_cpu_s / w.baseline_rows_per_cpu_s : 0.0);
-    std::printf("  %-44s %12.1f bytes/event, %llu events, %llu dropped by design while saturated\n", "file size",
-                w.bytes_per_event, (unsigned long long)w.events_written, (unsigned long long)w.events_dropped);
-    std::printf("span cost (CPU time of the recording thread)\n");
-    std::printf("  %-44s %8.1f ns\n", "clock read (scale)", sc.ns_clock_read);
-    std::printf("  %-44s %8.1f ns\n", "span, tracing off", sc.ns_no_recorder);
-    std::printf("  %-44s %8.1f ns  (%.1fx a clock read)\n", "span, recording", sc.ns_recorder,
-                sc.ns_clock_read > 0 ? sc.ns_recorder / sc.ns_clock_read : 0.0);
-    std::printf("  %-44s %8.1f ns  (%llu dropped)\n", "span, recording while the writer drains", sc.ns_recorder_with_writer,
-                (unsigned long long)sc.dropped_with_writer);
-    std::printf("GUI queries on %llu rows (%.0f MB file, written in %.1f s)\n", (unsigned long long)q.rows,
-                q.file_bytes / 1e6, q.write_seconds);
-    std::printf("  %-44s %8.2f ms (%zu rows)\n", "memory events, 1% time window", q.memory_window_ms, q.memory_window_rows);
-    std::printf("  %-44s %8.2f ms (%zu rows)\n", "spans overlapping a 1% window", q.spans_window_ms, q.spans_window_rows);
-    std::printf("  %-44s %8.2f ms\n", "newest 10k spans (live refresh)", q.new_rows_ms);
-    std::printf("  %-44s %8.2f ms (%zu rows)\n", "one layer's cache steps", q.cache_layer_ms, q.cache_layer_rows);
-    std::printf("  %-44s %8.2f ms\n", "memory timeline, 1000 buckets", q.timeline_ms);
-    std::printf("tracing overhead: %s, %s, %lld tokens x %lld samples, cache %lld, chunk %lld; best of %d\n",
-                cfg.model.c_str(), cfg.kv_cache.name.c_str(), (long long)cfg.data.seq_length,
-                (long long)cfg.data.num_samples, (long long)cfg.kv_cache.cache_length, (long long)cfg.driver.chunk_size,
-                repeats);
     const double eval_ratio = eval_traced / eval_plain, wall_ratio = wall_traced / wall_plain;
-    std::printf("  %-44s %8.3f s traced vs %8.3f s untraced: %.3fx (target <= 1.05)%s\n", "evaluation time", eval_traced,
-                eval_plain, eval_ratio, eval_ratio <= 1.05 ? "" : "  << above target");
-    std::printf("  %-44s %8.3f s traced vs %8.3f s untraced: %.3fx (incl. writer drain, model load)\n",
-                "wall time per run", wall_traced, wall_plain, wall_ratio);
-    std::printf("  %-44s %lld rows\n", "events recorded per traced run", (long long)traced.back().events);
+    bench::BenchTable t;
+    t.title = "Telemetry (`kvlab bench telemetry`)";
+    t.measures = "What recording costs, each against a baseline from the same run: the session writer's throughput (target >= "
+                 "1,000,000 events/s), one traced span vs a clock read, GUI queries, and full tracing on a chunked h2o run vs "
+                 "telemetry off (target <= 1.05x).";
+    t.context = {str("session writer: every index on (block-range indexes of spans and memory events), ", wo.batch_rows, " rows per commit"),
+                 str("GUI queries on ", q.rows, " rows (", bench::cell(q.file_bytes / 1e6, 0), " MB file, written in ", bench::cell(q.write_seconds, 1), " s)"),
+};
+    t.columns = {{"measurement", true}, {"value"}, {"unit", true}, {"detail", true}};
+    t.add_row({"writer: sustained, wall clock", bench::cell(w.events_per_s, 0), "events/s",
+               str("target >= 1,000,000", w.events_per_s >= 1e6 ? "" : "  << below target")});
+    t.add_row({"writer: per writer-thread CPU second", bench::cell(w.events_per_cpu_s, 0), "events/s", ""});
+    t.add_row({"writer baseline: plain SQLite 5-int rows, 1 index", bench::cell(w.baseline_rows_per_s, 0), "rows/s",
+               str("ratio ours/baseline ", bench::cell(w.baseline_rows_per_cpu_s > 0 ? w.events_per_cpu_s / w.baseline_rows_per_cpu_s : 0.0, 2),
+                   "x per CPU second")});
+    t.add_row({"writer: file size", bench::cell(w.bytes_per_event, 1), "bytes/event",
+               str(w.events_written, " events, ", w.events_dropped, " dropped by design while saturated")});
+    t.add_row({"span cost: clock read (scale)", bench::cell(sc.ns_clock_read, 1), "ns", ""});
+    t.add_row({"span cost: span, tracing off", bench::cell(sc.ns_no_recorder, 1), "ns", ""});
+    t.add_row({"span cost: span, recording", bench::cell(sc.ns_recorder, 1), "ns",
+               str(bench::cell(sc.ns_clock_read > 0 ? sc.ns_recorder / sc.ns_clock_read : 0.0, 1), "x a clock read")});
+    t.add_row({"span cost: span, recording while the writer drains", bench::cell(sc.ns_recorder_with_writer, 1), "ns",
+               str(sc.dropped_with_writer, " dropped")});
+    t.add_row({"query: memory events, 1% time window", bench::cell(q.memory_window_ms, 2), "ms", str(q.memory_window_rows, " rows")});
+    t.add_row({"query: spans overlapping a 1% window", bench::cell(q.spans_window_ms, 2), "ms", str(q.spans_window_rows, " rows")});
+    t.add_row({"query: newest 10k spans (live refresh)", bench::cell(q.new_rows_ms, 2), "ms", ""});
+    t.add_row({"query: one layer's cache steps", bench::cell(q.cache_layer_ms, 2), "ms", str(q.cache_layer_rows, " rows")});
+    t.add_row({"query: memory timeline, 1000 buckets", bench::cell(q.timeline_ms, 2), "ms", ""});
+    t.add_row({"tracing: evaluation time, traced / untraced", bench::cell(eval_ratio, 3), "x",
+               str(bench::cell(eval_traced, 3), " s vs ", bench::cell(eval_plain, 3), " s; target <= 1.05", eval_ratio <= 1.05 ? "" : "  << above target")});
+    t.add_row({"tracing: wall time per run, traced / untraced", bench::cell(wall_ratio, 3), "x",
+               str(bench::cell(wall_traced, 3), " s vs ", bench::cell(wall_plain, 3), " s; incl. writer drain, model load")});
+    t.add_row({"tracing: events recorded per traced run", str(traced.back().events), "rows", ""});
+    t.notes = {str("tracing overhead: ", cfg.model, ", ", cfg.kv_cache.name, ", ", cfg.data.seq_length, " tokens x ", cfg.data.num_samples,
+                   " samples, cache ", cfg.kv_cache.cache_length, ", chunk ", cfg.driver.chunk_size, "; best of ", repeats)};
+    emit_bench_table(args, t);
     return 0;
 }
 
