@@ -254,6 +254,11 @@ std::vector<OptionDef> build_options() {
                         "fidelity: the next-token KL per chunk over this many evenly spaced positions, the chunk's last "
                         "included (0: every position; fewer positions skip most lm_head work)",
                         0, 1 << 20, [](RunConfig& c) -> int64_t& { return c.fidelity_kl_positions; }));
+    o.push_back(bool_opt("fidelity_oracle", "cache",
+                         "fidelity: also the oracle's kept mass per layer and chunk (the same number of positions, those the "
+                         "chunk's queries attend to most, known in hindsight) and the policy's efficiency = kept / oracle; "
+                         "steps that drop something then recompute full attention instead of merging",
+                         [](RunConfig& c) -> bool& { return c.fidelity_oracle; }));
     // Options of single policies: one row each, generated from the policy registry.
     for (const PolicyInfo& p : policy_registry())
         for (const PolicyOption& po : p.options) {
