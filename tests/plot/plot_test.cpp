@@ -44,6 +44,20 @@ TEST(PlotTicks, LinearTicksAreRoundAndCoverTheRange) {
     }
 }
 
+TEST(PlotTicks, IntegerTicksAreWholeNumbersCoveringTheRange) {
+    EXPECT_EQ(integer_ticks(0, 1).values, (std::vector<double>{0, 1}));  // linear_ticks would step by 0.2
+    EXPECT_EQ(integer_ticks(0, 3).values, (std::vector<double>{0, 1, 2, 3}));
+    const Ticks many = integer_ticks(0, 29);  // 30 layers: a round step of whole numbers
+    ASSERT_GE(many.values.size(), 2u);
+    for (double v : many.values) EXPECT_EQ(v, std::floor(v)) << v;
+    EXPECT_LE(many.lo, 0);
+    EXPECT_GE(many.hi, 29);
+    const Ticks one = integer_ticks(4, 4);  // one layer: whole ticks around it
+    for (double v : one.values) EXPECT_EQ(v, std::floor(v)) << v;
+    EXPECT_LE(one.lo, 4);
+    EXPECT_GE(one.hi, 4);
+}
+
 TEST(PlotTicks, Log2TicksArePowersOfTwoInRange) {
     Ticks t = log2_ticks(200, 5000);
     EXPECT_EQ(t.values, (std::vector<double>{256, 512, 1024, 2048, 4096}));
