@@ -9,6 +9,7 @@
 #include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
+#include "engine/core/join.h"
 #include "engine/data/ruler.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_windows.h"
@@ -99,7 +100,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++), {}});
     } else {
         throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle, repeat, ",
-                        "niah_single, niah_multikey, niah_multivalue, vt, cwe or text"));
+                        join(ruler_task_names(), ", "), " or text"));
     }
     for (const auto& it : items)
         if (int64_t(it.ids.size()) > mc.max_position_embeddings * 64)
