@@ -285,6 +285,9 @@ int cmd_plot(int argc, char** argv, int first) {
     specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
     specs.push_back({"runs", OptKind::STRING, "all done runs", "comma-separated run ids"});
     specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=V1[|V2...][;OPTION=...]"});
+    specs.push_back({"heatmap", OptKind::STRING, "",
+                     "a heat map instead of lines: 'needle' (needle depth x sequence length, colour = needles found; done runs of "
+                     "--data needle or passkey with --data.depths), one panel per --by value"});
     specs.push_back({"title", OptKind::STRING, "", "figure title"});
     specs.push_back({"output", OptKind::STRING, "", "output file: .svg, .png or .pdf (also -o PATH)"});
     // "-o PATH" is the conventional spelling; the option parser only knows "--name".
@@ -295,7 +298,8 @@ int cmd_plot(int argc, char** argv, int first) {
     for (auto& s : plot_args) av.push_back(s.data());
     Args args(int(av.size()), av.data(), first, specs);
     if (args.flag("help") || args.positional().empty()) {
-        std::printf("usage: kvlab plot FILE --x OPTION --y METRIC [--by OPTION] [--facet OPTION] -o fig.svg|png|pdf\n\n"
+        std::printf("usage: kvlab plot FILE --x OPTION --y METRIC [--by OPTION] [--facet OPTION] -o fig.svg|png|pdf\n"
+                    "       kvlab plot FILE --heatmap needle [--by OPTION] -o map.svg|png|pdf\n\n"
                     "Draws a metric of a session's done runs against a run option, one line per --by value; with a\n"
                     "cache option on x, dense runs are a dashed reference line. Runs whose configurations differ in\n"
                     "anything else (sequence length, samples, chunking, model, fidelity, ...) are separate lines;\n"
@@ -331,6 +335,14 @@ int cmd_plot(int argc, char** argv, int first) {
         } catch (const Error& e) {
             throw UsageError(std::string("--where: ") + e.what());
         }
+    }
+    if (const std::string hm = args.str("heatmap", ""); !hm.empty()) {
+        if (hm != "needle") throw UsageError("--heatmap: '" + hm + "' is not a heat map; expected needle");
+        plot::Heatmap h = needle_heatmap(args.positional()[0], ids, by, where);
+        h.title = args.str("title", "");
+        plot::render_heatmap(h, out);
+        std::fprintf(stderr, "kvlab plot: wrote %s\n", out.c_str());
+        return 0;
     }
     auto session = storage::Session::open(args.positional()[0]);
     plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet, where);
