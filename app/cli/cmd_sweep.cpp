@@ -46,7 +46,7 @@ std::vector<OptionSpec> sweep_option_specs() {
     specs.push_back({"format", OptKind::STRING, "table",
                      "result table: table, csv, json, md, or leaderboard (method x kv_cache.ratio, the mean over tasks with standard errors)"});
     specs.push_back({"metric", OptKind::STRING, "auto", "summary metric in the table (auto: perplexity, else copy_token_accuracy, else accuracy, else mean_loss; "
-                     "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error, fidelity_next_token_kl)"});
+                     "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error, fidelity_next_token_kl, fidelity_efficiency)"});
     specs.push_back({"figure", OptKind::STRING, "SESSION.svg", "figure of the metric vs cache length (none: no figure)"});
     return specs;
 }
