@@ -281,8 +281,9 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         };
         auto year = [&rng]() { return std::to_string(1200 + rng() % 700); };
         static const char* const kGoods[] = {"pottery", "cheese", "glass", "wool", "clocks", "paper", "salt", "bells"};
-        auto town_doc = [&rng](const std::string& town, const std::string& founded) {
-            return str(town, " is a town in the province of ", pseudo_name(rng), ". It was founded in ", founded, " and is known for its ",
+        // Provinces are names too (drawn through name()): none equals the town asked about.
+        auto town_doc = [&rng](const std::string& town, const std::string& province, const std::string& founded) {
+            return str(town, " is a town in the province of ", province, ". It was founded in ", founded, " and is known for its ",
                        kGoods[rng() % 8], ".");
         };
         p.instruction = " Answer the question based on the given documents. Only give me the answer and do not output any other words.\n The following are given documents.\n";
@@ -291,9 +292,12 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         if (spec.task == "qa_1") {
             const std::string town = name();
             p.answer = year();
-            p.gold.push_back(town_doc(town, p.answer));
+            p.gold.push_back(town_doc(town, name(), p.answer));
             p.question = str("\n Question: In which year was ", town, " founded?");
-            p.distractor = [name, year, town_doc]() mutable { return town_doc(name(), year()); };
+            p.distractor = [name, year, town_doc]() mutable {
+                const std::string t = name();
+                return town_doc(t, name(), year());
+            };
             p.description = str("qa_1 town '", town, "'");
         } else {
             const std::string person = name(), town = name();
