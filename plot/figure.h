@@ -29,6 +29,7 @@ struct Figure {
     std::string title;
     std::string x_title, y_title;  // with units, e.g. "cache length (slots per layer)"
     bool log2_x = false;           // x on a log2 scale (x must be > 0)
+    bool integer_x = false;        // x counts whole things (layers): ticks on whole numbers only
     std::vector<std::string> notes;  // lines under the x title: what splits the lines, what bars mean
     std::vector<Panel> panels;
     double panel_width = 360, panel_height = 270;  // points (1/72 inch)

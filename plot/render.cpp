@@ -280,7 +280,7 @@ void render_figure(const Figure& fig, const std::string& path) {
         xs.hi = xr.hi * std::sqrt(std::sqrt(2.0));
         xt = log2_data_ticks(xdata, xs.lo, xs.hi);
     } else {
-        xt = linear_ticks(xr.lo, xr.hi);
+        xt = fig.integer_x ? integer_ticks(xr.lo, xr.hi) : linear_ticks(xr.lo, xr.hi);
         xs.lo = xt.lo;
         xs.hi = xt.hi;
     }

@@ -29,6 +29,16 @@ Ticks linear_ticks(double lo, double hi, int max_ticks) {
     return t;
 }
 
+Ticks integer_ticks(double lo, double hi, int max_ticks) {
+    Ticks t = linear_ticks(lo, hi, max_ticks);
+    if (t.values.size() >= 2 && t.values[1] - t.values[0] >= 1) return t;  // 1, 2, 5 x 10^k: whole already
+    Ticks u;
+    u.lo = std::floor(t.lo + 1e-9);
+    u.hi = std::ceil(t.hi - 1e-9);
+    for (double v = u.lo; v <= u.hi; v += 1) u.values.push_back(v);
+    return u;
+}
+
 Ticks log2_ticks(double lo, double hi, int max_ticks) {
     if (hi < lo) std::swap(lo, hi);
     Ticks t;

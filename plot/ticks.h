@@ -14,6 +14,8 @@ struct Ticks {
 
 // At most about `max_ticks` ticks covering [lo, hi] (lo == hi is widened around the value).
 Ticks linear_ticks(double lo, double hi, int max_ticks = 6);
+// As linear_ticks, on an axis of whole numbers (layers): a step below 1 becomes 1.
+Ticks integer_ticks(double lo, double hi, int max_ticks = 6);
 // Powers of two within [lo, hi] (lo > 0); the range is kept as given.
 Ticks log2_ticks(double lo, double hi, int max_ticks = 8);
 // A log2 axis' ticks: every distinct value in `data` when there are at most `max_values` of them

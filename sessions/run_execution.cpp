@@ -100,6 +100,10 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             const int64_t step = sample * chunks + f.chunk;
             trace::metric(fidelity_metric_name("attn_rel_error", f.layer), step, f.attn_rel_error);
             trace::metric(fidelity_metric_name("kept_mass", f.layer), step, f.kept_mass);
+            if (cfg.fidelity_oracle) {
+                trace::metric(fidelity_metric_name("oracle_mass", f.layer), step, f.oracle_mass);
+                trace::metric(fidelity_metric_name("efficiency", f.layer), step, f.efficiency);
+            }
         }
     };
     // The next-token KL is one number per chunk (not per layer): fidelity.next_token_kl, same steps.
@@ -160,9 +164,16 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         j["fidelity_attn_rel_error"] = s.fidelity_attn_rel_error;
         j["fidelity_kept_mass"] = s.fidelity_kept_mass;
         if (s.fidelity_next_token_kl >= 0) j["fidelity_next_token_kl"] = s.fidelity_next_token_kl;
+        if (s.fidelity_oracle_mass >= 0) {
+            j["fidelity_oracle_mass"] = s.fidelity_oracle_mass;
+            j["fidelity_efficiency"] = s.fidelity_efficiency;
+        }
         nlohmann::json layers = nlohmann::json::array();
-        for (const FidelityLayerSummary& f : s.fidelity_layers)
-            layers.push_back({{"layer", f.layer}, {"attn_rel_error", f.attn_rel_error}, {"kept_mass", f.kept_mass}});
+        for (const FidelityLayerSummary& f : s.fidelity_layers) {
+            nlohmann::json l = {{"layer", f.layer}, {"attn_rel_error", f.attn_rel_error}, {"kept_mass", f.kept_mass}};
+            if (s.fidelity_oracle_mass >= 0) l["oracle_mass"] = f.oracle_mass, l["efficiency"] = f.efficiency;
+            layers.push_back(l);
+        }
         j["fidelity_layers"] = layers;
     }
     trace::metric("mean_loss", 0, s.mean_loss);
@@ -183,6 +194,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.fidelity_attn_rel_error >= 0)
         text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass
              << ", next-token KL " << s.fidelity_next_token_kl << " nats";
+    if (s.fidelity_efficiency >= 0)
+        text << " | oracle: kept mass " << s.fidelity_oracle_mass << ", policy efficiency " << s.fidelity_efficiency;
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;

@@ -30,7 +30,8 @@ struct RunOutcome {
 };
 
 // The metric a --fidelity run records per (layer, chunk): "fidelity.<quantity>.layer<l>",
-// quantity attn_rel_error or kept_mass (engine/driver/fidelity.h).
+// quantity attn_rel_error, kept_mass, and with fidelity_oracle oracle_mass and efficiency
+// (engine/driver/fidelity.h).
 std::string fidelity_metric_name(const std::string& quantity, int layer);
 // ... and per chunk (no layer: it compares the model's final distributions), at the same steps.
 inline constexpr const char* kFidelityKLMetric = "fidelity.next_token_kl";

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -250,6 +252,66 @@ std::string format_sweep_table(const SweepTable& t, const std::string& format) {
         if (repeated)
             os << repeated << (repeated == 1 ? " cell was" : " cells were") << " run more than once: " << t.metric
                << " is the mean of its n runs, se its standard error\n";
+    }
+    return os.str();
+}
+
+std::string format_sweep_leaderboard(const SweepTable& t) {
+    const auto col = [&](const std::string& name) -> int {
+        const auto it = std::find(t.columns.begin(), t.columns.end(), name);
+        return it == t.columns.end() ? -1 : int(it - t.columns.begin());
+    };
+    const int mcol = col("kv_cache.name");
+    int rcol = col("kv_cache.ratio");
+    if (rcol < 0) rcol = col("kv_cache.cache_length");
+    if (mcol < 0 || rcol < 0)
+        throw Error("--format leaderboard: the sweep has no kv_cache.name or cache-size axis; expected a sweep over --kv_cache.name and "
+                    "--kv_cache.ratio (or --kv_cache.cache_length)");
+    // (method, size) -> task -> value; a task is every other column's value.
+    std::vector<std::string> methods, sizes;
+    std::map<std::string, std::map<std::string, std::map<std::string, double>>> at;
+    std::map<std::string, std::map<std::string, double>> dense;  // method -> task -> value (no size)
+    std::vector<std::string> tasks;
+    for (const auto& r : t.rows) {
+        if (!r.has_value) continue;
+        std::string task;
+        for (size_t c = 0; c < r.cells.size(); ++c)
+            if (int(c) != mcol && int(c) != rcol) task += (task.empty() ? "" : " ") + r.cells[c];
+        const std::string& m = r.cells[size_t(mcol)];
+        const std::string& z = r.cells[size_t(rcol)];
+        if (std::find(methods.begin(), methods.end(), m) == methods.end()) methods.push_back(m);
+        if (std::find(tasks.begin(), tasks.end(), task) == tasks.end()) tasks.push_back(task);
+        if (z == "-" || z.empty()) {
+            dense[m][task] = r.value;
+            continue;
+        }
+        if (std::find(sizes.begin(), sizes.end(), z) == sizes.end()) sizes.push_back(z);
+        at[m][z][task] = r.value;
+    }
+    std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::atof(a.c_str()) < std::atof(b.c_str()); });
+    const bool ratio = t.columns[size_t(rcol)] == "kv_cache.ratio";
+    std::ostringstream os;
+    os << t.metric << ": mean +- standard error over tasks (n = tasks), " << tasks.size() << " task" << (tasks.size() == 1 ? "" : "s");
+    if (ratio) os << "; columns: kv_cache.ratio, the kept fraction of each sequence (kvpress's compression ratio is 1 - it)";
+    os << "\n\n| method |";
+    for (const auto& z : sizes) os << " " << (ratio ? "kept " : "L = ") << z << " |";
+    os << "\n|---|";
+    for (size_t i = 0; i < sizes.size(); ++i) os << "---|";
+    os << "\n";
+    auto cell = [&](const std::map<std::string, double>& by_task) {
+        std::vector<double> v;
+        for (const auto& [task, x] : by_task) v.push_back(x);
+        if (v.empty()) return std::string("-");
+        const storage::MeanSe m = storage::mean_and_se(v);
+        return num(m.mean, 4) + " +- " + num(m.se, 2) + " (" + std::to_string(m.n) + ")";
+    };
+    for (const auto& m : methods) {
+        os << "| " << m << " |";
+        for (const auto& z : sizes) {
+            if (dense.count(m)) os << " " << cell(dense[m]) << " |";
+            else os << " " << (at[m].count(z) ? cell(at[m][z]) : "-") << " |";
+        }
+        os << "\n";
     }
     return os.str();
 }

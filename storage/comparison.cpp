@@ -117,6 +117,7 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.fidelity_kl = num(s, "fidelity_next_token_kl");
         cr.fidelity_kept_mass = num(s, "fidelity_kept_mass");
         cr.fidelity_attn_error = num(s, "fidelity_attn_rel_error");
+        cr.fidelity_efficiency = num(s, "fidelity_efficiency");
         cr.instrumentation_seconds = num(s, "instrumentation_seconds");
         if (s.contains("phase_seconds") && s["phase_seconds"].is_object())
             for (const auto& [phase, v] : s["phase_seconds"].items())
@@ -226,6 +227,7 @@ std::string format_comparison(const Comparison& c) {
                                                                   {"answer tokens right", &ComparedRun::answer_token_accuracy},
                                                                   {"next-token KL vs dense", &ComparedRun::fidelity_kl},
                                                                   {"kept attention mass", &ComparedRun::fidelity_kept_mass},
+                                                                  {"efficiency vs oracle", &ComparedRun::fidelity_efficiency},
                                                                   {"attention error vs dense", &ComparedRun::fidelity_attn_error}};
     bool any_study = false;
     for (const auto& [label, field] : study)

@@ -21,9 +21,10 @@ struct ComparedRun {
     double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;  // tokens/s: the run's own speed
     double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;                   // peak: the run's own (run_own_peak_bytes)
     // The task's own numbers and the fidelity means, where the run records them (NaN otherwise):
-    // copied tokens (repeat), answer tokens right (RULER), next-token KL and kept attention mass.
+    // copied tokens (repeat), answer tokens right (RULER), next-token KL, kept attention mass and
+    // its efficiency against the oracle (the best set of the same size).
     double copy_token_accuracy = NAN, answer_token_accuracy = NAN, fidelity_kl = NAN, fidelity_kept_mass = NAN,
-           fidelity_attn_error = NAN;
+           fidelity_attn_error = NAN, fidelity_efficiency = NAN;
     // With what measured the run (fidelity): NaN when the run had no instrumentation.
     double peak_bytes_with_instrumentation = NAN, tokens_per_s_with_instrumentation = NAN, instrumentation_seconds = NAN;
     std::vector<std::pair<std::string, double>> peak_by_category;  // bytes, from the run's summary (cpu device)

@@ -26,6 +26,7 @@ std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) 
         // A divergence from dense is 0 for the dense run itself: a difference, never a ratio to 0.
         {"next-token KL vs dense", &storage::ComparedRun::fidelity_kl, nullptr, true},
         {"kept attention mass", &storage::ComparedRun::fidelity_kept_mass, nullptr, true},
+        {"efficiency vs oracle", &storage::ComparedRun::fidelity_efficiency, nullptr, true},
         {"loss", &storage::ComparedRun::loss, &storage::ComparedRun::d_loss, true},
         {"accuracy", &storage::ComparedRun::accuracy, &storage::ComparedRun::d_accuracy, true},
         {"perplexity", &storage::ComparedRun::perplexity, &storage::ComparedRun::ppl_ratio, false},

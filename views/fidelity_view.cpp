@@ -15,13 +15,18 @@ namespace kv::views {
 
 namespace {
 constexpr size_t kNumQ = size_t(FidelityQuantity::COUNT);
-const char* const kMetricQuantity[kNumQ] = {"attn_rel_error", "kept_mass", "next_token_kl"};
+const char* const kMetricQuantity[kNumQ] = {"attn_rel_error", "kept_mass", "next_token_kl", "efficiency", "oracle_mass"};
 }  // namespace
 
 const char* fidelity_quantity_title(FidelityQuantity q) {
     static const char* const kTitles[kNumQ] = {"attention error vs dense (relative L2)", "kept attention mass",
-                                               "next-token KL vs dense (nats)"};
+                                               "next-token KL vs dense (nats)", "efficiency: kept mass / oracle's",
+                                               "oracle's kept mass (best set of the same size)"};
     return size_t(q) < kNumQ ? kTitles[size_t(q)] : "?";
+}
+
+bool fidelity_quantity_is_mass(FidelityQuantity q) {
+    return q == FidelityQuantity::KEPT_MASS || q == FidelityQuantity::EFFICIENCY || q == FidelityQuantity::ORACLE_MASS;
 }
 
 bool parse_fidelity_metric(const std::string& name, FidelityQuantity* q, int* layer) {
@@ -142,9 +147,10 @@ bool quantity_range(const FidelityViewState& s, FidelityQuantity q, double* lo, 
     if (!(*lo <= *hi)) return false;
     // Mass reads against its ideal 1, error and KL against 0: anchor the scale there so an exact
     // run is one flat colour at the scale's end, not a stretched noise pattern.
-    if (q == FidelityQuantity::KEPT_MASS) *hi = 1;
+    const bool mass = fidelity_quantity_is_mass(q);
+    if (mass) *hi = 1;
     else *lo = 0;
-    if (*hi <= *lo) *hi = *lo + (q == FidelityQuantity::KEPT_MASS ? 0 : 1e-9), *lo = std::min(*lo, *hi - 1e-9);
+    if (*hi <= *lo) *hi = *lo + (mass ? 0 : 1e-9), *lo = std::min(*lo, *hi - 1e-9);
     return true;
 }
 
@@ -154,7 +160,7 @@ void draw_heatmap(ImDrawList* dl, const FidelityGrid& g, FidelityQuantity q, ImV
     const int rows = q == FidelityQuantity::NEXT_TOKEN_KL ? 1 : g.layers;
     if (rows <= 0 || g.steps <= 0) return;
     const float cw = (p1.x - p0.x) / float(g.steps), ch = (p1.y - p0.y) / float(rows);
-    const bool reverse = q == FidelityQuantity::KEPT_MASS;
+    const bool reverse = fidelity_quantity_is_mass(q);
     for (int l = 0; l < rows; ++l)
         for (int64_t t = 0; t < g.steps; ++t) {
             const double v = g.at(q, l, t);
@@ -180,10 +186,16 @@ void draw_heatmap(ImDrawList* dl, const FidelityGrid& g, FidelityQuantity q, ImV
 }
 
 void draw_profile(ImDrawList* dl, const FidelityViewState& s, ImVec2 size) {
-    // Per-layer means of the error and of the lost mass (1 - kept), one line per run.
-    const FidelityQuantity qs[2] = {FidelityQuantity::ATTN_ERROR, FidelityQuantity::KEPT_MASS};
-    const char* titles[2] = {"per layer: attention error (mean over chunks)", "per layer: lost attention mass 1 - kept (mean over chunks)"};
-    for (int k = 0; k < 2; ++k) {
+    // Per-layer means of the error, of the lost mass (1 - kept) and of the efficiency against
+    // the oracle (where recorded), one line per run.
+    const FidelityQuantity qs[3] = {FidelityQuantity::ATTN_ERROR, FidelityQuantity::KEPT_MASS, FidelityQuantity::EFFICIENCY};
+    const char* titles[3] = {"per layer: attention error (mean over chunks)", "per layer: lost attention mass 1 - kept (mean over chunks)",
+                             "per layer: efficiency kept / oracle (mean over chunks)"};
+    bool any_efficiency = false;
+    for (const FidelityGrid& g : s.grids)
+        for (double v : g.values[size_t(FidelityQuantity::EFFICIENCY)]) any_efficiency = any_efficiency || std::isfinite(v);
+    const int panels = any_efficiency ? 3 : 2;
+    for (int k = 0; k < panels; ++k) {
         int layers = 0;
         double hi = 0;
         std::vector<std::vector<double>> prof;
@@ -197,10 +209,11 @@ void draw_profile(ImDrawList* dl, const FidelityViewState& s, ImVec2 size) {
             prof.push_back(std::move(p));
         }
         if (layers == 0) return;
-        const AxisRange xr{-0.5, double(layers) - 0.5}, yr{0, hi > 0 ? hi * 1.08 : 1};
+        const AxisRange xr{-0.5, double(layers) - 0.5}, yr{0, k == 2 ? 1.04 : (hi > 0 ? hi * 1.08 : 1)};
         const AxisSpec xs{AxisUnit::INTEGER, "layer"}, ys{AxisUnit::NUMBER, titles[k]};
         ImGui::PushID(k);
-        const PlotFrame f = begin_plot_frame("##profile", ImVec2(size.x * 0.5f - 4, size.y), plot_margins(&xs, &ys, &yr, size.y));
+        const PlotFrame f =
+            begin_plot_frame("##profile", ImVec2(size.x / float(panels) - 4, size.y), plot_margins(&xs, &ys, &yr, size.y));
         dl->AddRectFilled(f.p0, f.p1, IM_COL32(26, 26, 30, 255));
         for (size_t r = 0; r < prof.size(); ++r) {
             std::vector<ImVec2> pts;
@@ -223,7 +236,7 @@ void draw_profile(ImDrawList* dl, const FidelityViewState& s, ImVec2 size) {
             ImGui::SetTooltip("%s", tip.c_str());
         }
         ImGui::PopID();
-        if (k == 0) ImGui::SameLine();
+        if (k + 1 < panels) ImGui::SameLine();
     }
 }
 
@@ -264,21 +277,24 @@ void DrawFidelityView(FidelityViewState& s, ImVec2 size) {
     const float label_h = ImGui::GetTextLineHeightWithSpacing();
     const float avail_h = size.y - (ImGui::GetCursorPosY() - top) - profile_h - 2 * label_h - 16;
     const float kl_h = 16.f;
-    const float map_h = std::max(40.f, (avail_h - kl_h - 4 * label_h - 12) / 2.f);
+    constexpr int kRows = 4;  // error, kept mass, efficiency maps and the KL strip
+    const float map_h = std::max(40.f, (avail_h - kl_h - (kRows + 1) * label_h - 16) / float(kRows - 1));
     const int n = int(s.grids.size());
     const float gap = 10.f, left = 40.f;
     const float col_w = std::max(60.f, (size.x - bar_w - left - gap * float(n)) / float(std::max(n, 1)));
     const ImVec2 origin = ImGui::GetCursorScreenPos();
-    const FidelityQuantity order[3] = {FidelityQuantity::ATTN_ERROR, FidelityQuantity::KEPT_MASS, FidelityQuantity::NEXT_TOKEN_KL};
+    const FidelityQuantity order[kRows] = {FidelityQuantity::ATTN_ERROR, FidelityQuantity::KEPT_MASS, FidelityQuantity::EFFICIENCY,
+                                           FidelityQuantity::NEXT_TOKEN_KL};
     // A row with each run's label, then per quantity a short title row and its map.
     float y = origin.y + label_h;
-    float rows_y[3], rows_h[3];
-    for (int k = 0; k < 3; ++k) {
+    float rows_y[kRows], rows_h[kRows];
+    for (int k = 0; k < kRows; ++k) {
         rows_y[k] = y + label_h;
         rows_h[k] = order[k] == FidelityQuantity::NEXT_TOKEN_KL ? kl_h : map_h;
         y = rows_y[k] + rows_h[k] + 4;
     }
-    static const char* const kShort[kNumQ] = {"attention error (relative L2)", "kept attention mass", "next-token KL (nats)"};
+    static const char* const kShort[kNumQ] = {"attention error (relative L2)", "kept attention mass", "next-token KL (nats)",
+                                              "efficiency: kept / oracle (best set of the same size)", "oracle's kept mass"};
     ImFont* font = ImGui::GetFont();
     const float fs = ImGui::GetFontSize();
     auto clipped_text = [&](ImVec2 at, float width, Colour c, const char* text) {
@@ -289,11 +305,12 @@ void DrawFidelityView(FidelityViewState& s, ImVec2 size) {
         const FidelityGrid& g = s.grids[size_t(r)];
         const float x0 = origin.x + left + float(r) * (col_w + gap);
         clipped_text(ImVec2(x0, origin.y + 2), col_w, series_colour(r), g.label.c_str());
-        for (int k = 0; k < 3; ++k) {
+        for (int k = 0; k < kRows; ++k) {
             const FidelityQuantity q = order[k];
             clipped_text(ImVec2(x0, rows_y[k] - label_h + 2), col_w, IM_COL32(200, 200, 205, 255), kShort[size_t(q)]);
             const ImVec2 p0(x0, rows_y[k]), p1(x0 + col_w, rows_y[k] + rows_h[k]);
-            if (!have[size_t(q)] || g.values[size_t(q)].empty()) {
+            const std::vector<double>& vals = g.values[size_t(q)];
+            if (!have[size_t(q)] || std::none_of(vals.begin(), vals.end(), [](double v) { return std::isfinite(v); })) {
                 dl->AddRectFilled(p0, p1, kNoDataColour);
                 dl->AddText(ImVec2(p0.x + 4, p0.y + 1), IM_COL32(150, 150, 155, 255), "not recorded");
                 continue;
@@ -315,10 +332,10 @@ void DrawFidelityView(FidelityViewState& s, ImVec2 size) {
     }
     // Colour bars: error and mass beside their rows (mass reversed, as drawn), KL beside the maps' foot.
     const float bx = origin.x + left + float(n) * (col_w + gap);
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kRows - 1; ++k) {
         const FidelityQuantity q = order[k];
         if (!have[size_t(q)]) continue;
-        const bool rev = q == FidelityQuantity::KEPT_MASS;
+        const bool rev = fidelity_quantity_is_mass(q);
         draw_colour_bar(dl, ImVec2(bx, rows_y[k]), ImVec2(bx + bar_w, rows_y[k] + rows_h[k]), lo[size_t(q)], hi[size_t(q)], AxisUnit::NUMBER,
                         nullptr, false, rev ? 1.f : 0.f, rev ? 0.f : 1.f);  // the row's label names it
     }
@@ -326,7 +343,7 @@ void DrawFidelityView(FidelityViewState& s, ImVec2 size) {
         // The KL strip is too thin for a bar: its range as text beside it.
         char kl[64];
         std::snprintf(kl, sizeof kl, "0 .. %.3g", hi[size_t(FidelityQuantity::NEXT_TOKEN_KL)]);
-        clipped_text(ImVec2(bx + 4, rows_y[2]), bar_w, IM_COL32(200, 200, 205, 255), kl);
+        clipped_text(ImVec2(bx + 4, rows_y[kRows - 1]), bar_w, IM_COL32(200, 200, 205, 255), kl);
     }
     ImGui::Dummy(ImVec2(size.x, y - origin.y + label_h + 6));
     draw_profile(dl, s, ImVec2(size.x, profile_h));

@@ -1,5 +1,5 @@
 // Fidelity: what a --fidelity run recorded against the dense cache, as layer x chunk heatmaps
-// (attention output error, kept attention mass) with a chunk strip of the next-token KL, hover
+// (attention output error, kept attention mass, efficiency against the oracle) with a chunk strip of the next-token KL, hover
 // values and colour bars, and a per-layer profile (means over chunks). Several selected runs
 // are drawn side by side on shared colour scales. Reads the fidelity.* metric rows
 // (sessions/run_execution.h names them); live: refresh reads only rows newer than its cursor.
@@ -18,7 +18,11 @@ class SessionReader;
 
 namespace kv::views {
 
-enum class FidelityQuantity : uint8_t { ATTN_ERROR = 0, KEPT_MASS, NEXT_TOKEN_KL, COUNT };
+// EFFICIENCY and ORACLE_MASS: the policy's kept mass over the oracle's (the best set of the same
+// size, in hindsight) and the oracle's own, where the run recorded them (fidelity_oracle).
+enum class FidelityQuantity : uint8_t { ATTN_ERROR = 0, KEPT_MASS, NEXT_TOKEN_KL, EFFICIENCY, ORACLE_MASS, COUNT };
+// Masses and efficiencies read against their ideal 1 (higher is better), error and KL against 0.
+bool fidelity_quantity_is_mass(FidelityQuantity q);
 const char* fidelity_quantity_title(FidelityQuantity q);
 
 // "fidelity.attn_rel_error.layer3" -> (ATTN_ERROR, 3); "fidelity.next_token_kl" -> (KL, -1).

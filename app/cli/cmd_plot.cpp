@@ -45,9 +45,21 @@ std::string axis_title(const std::string& name) {
         {"fidelity_kept_mass", "kept attention mass (mean over layers and chunks)"},
         {"fidelity_attn_rel_error", "attention output error vs dense (relative L2)"},
         {"fidelity_next_token_kl", "next-token KL vs dense (nats per token)"},
+        {"fidelity_oracle_mass", "oracle's kept mass (best set, same size)"},
+        {"fidelity_efficiency", "efficiency: kept mass / the oracle's"},
+        {"layer", "layer"},
     };
     auto it = titles.find(name);
     return it == titles.end() ? name : it->second;
+}
+
+// --x layer: per-layer fidelity means, from the fidelity_layers list of the runs' summaries
+// (sessions/run_execution.cpp writes it), keyed by the quantity without "fidelity_".
+constexpr const char* kLayerAxis = "layer";
+const char* const kPerLayerMetrics[] = {"fidelity_attn_rel_error", "fidelity_kept_mass", "fidelity_oracle_mass", "fidelity_efficiency"};
+
+bool is_per_layer_metric(const std::string& y) {
+    return std::find(std::begin(kPerLayerMetrics), std::end(kPerLayerMetrics), y) != std::end(kPerLayerMetrics);
 }
 
 bool parse_number(const std::string& s, double* out) {
@@ -100,7 +112,13 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
     fig.y_title = axis_title(y);
     // x may also be a number of the runs' summaries (kv_bytes: the cache's real bytes, so
     // buffers of different bits per element compare by memory, not slots).
-    const bool x_summary = !is_run_option(x);
+    if (x == kLayerAxis && !is_per_layer_metric(y)) {
+        std::string names;
+        for (const char* m : kPerLayerMetrics) names += (names.empty() ? "" : ", ") + std::string(m);
+        throw UsageError("--x layer: '" + y + "' has no per-layer values; expected --y one of " + names);
+    }
+    if (x == kLayerAxis) fig.integer_x = true;
+    const bool x_summary = !is_run_option(x) && x != kLayerAxis;
     const bool x_is_cache = sessions::is_cache_option(x) || x == "kv_bytes";
     fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size" ||
                  x == "kv_bytes";
@@ -140,6 +158,26 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         if (!match) continue;
         nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
+        if (x == kLayerAxis && cfg.kv_cache.policy() == "dense") {  // exact in every layer: a level, not a line
+            rows.push_back({r.id, storage::flat_run_config(r.config), facet.empty() ? "" : sessions::run_option_value(cfg, facet),
+                            cfg.kv_cache.name == "dense-default" ? "dense" : cfg.kv_cache.name, true, 0, s[y].get<double>()});
+            ++used;
+            continue;
+        }
+        if (x == kLayerAxis) {  // one point per layer of the run's per-layer means
+            const std::string key = y.substr(std::string("fidelity_").size());
+            if (!s.contains("fidelity_layers") || !s["fidelity_layers"].is_array()) continue;
+            bool any = false;
+            for (const auto& l : s["fidelity_layers"]) {
+                if (!l.contains(key) || !l[key].is_number() || !l.contains("layer")) continue;
+                rows.push_back({r.id, storage::flat_run_config(r.config), facet.empty() ? "" : sessions::run_option_value(cfg, facet),
+                                by.empty() ? y : sessions::run_option_value(cfg, by), false, l["layer"].get<double>(), l[key].get<double>()});
+                any = true;
+            }
+            used += any;
+            x_found += any;
+            continue;
+        }
         Row row{r.id, storage::flat_run_config(r.config), facet.empty() ? "" : sessions::run_option_value(cfg, facet), "", false, 0,
                 s[y].get<double>()};
         ++used;
@@ -169,7 +207,8 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         if (o == "data" || o == "model") axes.push_back(o + ".name");
         if (o == "kv_cache.ratio" || o == "kv_bytes") axes.push_back("kv_cache.cache_length");
     }
-    if (x_is_cache) axes.push_back("kv_cache.name");  // dense runs are references whatever the line option
+    if (x == kLayerAxis) axes.push_back("kv_cache.cache_length");  // dense runs are references there too
+    if (x_is_cache || x == kLayerAxis) axes.push_back("kv_cache.name");  // dense runs are references whatever the line option
     std::vector<storage::FlatConfig> configs;
     for (const Row& row : rows) configs.push_back(row.config);
     const std::vector<std::string> fields = storage::differing_fields(configs, axes);
@@ -238,12 +277,17 @@ int cmd_plot(int argc, char** argv, int first) {
     // A figure of recorded runs: no threads, memory budget or device to choose.
     std::vector<OptionSpec> specs = {{"help", OptKind::FLAG, "", "show help for this command"}};
     specs.push_back({"x", OptKind::STRING, "kv_cache.cache_length",
-                     "run option on the x axis, or a number of the runs' summaries such as kv_bytes (log2 scale for sizes and lengths)"});
+                     "run option on the x axis, or a number of the runs' summaries such as kv_bytes (log2 scale for sizes and lengths); "
+                     "'layer': the per-layer means of a --fidelity run (--y fidelity_efficiency, fidelity_kept_mass, "
+                     "fidelity_oracle_mass or fidelity_attn_rel_error)"});
     specs.push_back({"y", OptKind::STRING, "perplexity", "metric from the runs' summaries on the y axis"});
     specs.push_back({"by", OptKind::STRING, "kv_cache.name", "one line per value of this option"});
     specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
     specs.push_back({"runs", OptKind::STRING, "all done runs", "comma-separated run ids"});
     specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=V1[|V2...][;OPTION=...]"});
+    specs.push_back({"heatmap", OptKind::STRING, "",
+                     "a heat map instead of lines: 'needle' (needle depth x sequence length, colour = needles found; done runs of "
+                     "--data needle or passkey with --data.depths), one panel per --by value"});
     specs.push_back({"title", OptKind::STRING, "", "figure title"});
     specs.push_back({"output", OptKind::STRING, "", "output file: .svg, .png or .pdf (also -o PATH)"});
     // "-o PATH" is the conventional spelling; the option parser only knows "--name".
@@ -254,7 +298,8 @@ int cmd_plot(int argc, char** argv, int first) {
     for (auto& s : plot_args) av.push_back(s.data());
     Args args(int(av.size()), av.data(), first, specs);
     if (args.flag("help") || args.positional().empty()) {
-        std::printf("usage: kvlab plot FILE --x OPTION --y METRIC [--by OPTION] [--facet OPTION] -o fig.svg|png|pdf\n\n"
+        std::printf("usage: kvlab plot FILE --x OPTION --y METRIC [--by OPTION] [--facet OPTION] -o fig.svg|png|pdf\n"
+                    "       kvlab plot FILE --heatmap needle [--by OPTION] -o map.svg|png|pdf\n\n"
                     "Draws a metric of a session's done runs against a run option, one line per --by value; with a\n"
                     "cache option on x, dense runs are a dashed reference line. Runs whose configurations differ in\n"
                     "anything else (sequence length, samples, chunking, model, fidelity, ...) are separate lines;\n"
@@ -290,6 +335,14 @@ int cmd_plot(int argc, char** argv, int first) {
         } catch (const Error& e) {
             throw UsageError(std::string("--where: ") + e.what());
         }
+    }
+    if (const std::string hm = args.str("heatmap", ""); !hm.empty()) {
+        if (hm != "needle") throw UsageError("--heatmap: '" + hm + "' is not a heat map; expected needle");
+        plot::Heatmap h = needle_heatmap(args.positional()[0], ids, by, where);
+        h.title = args.str("title", "");
+        plot::render_heatmap(h, out);
+        std::fprintf(stderr, "kvlab plot: wrote %s\n", out.c_str());
+        return 0;
     }
     auto session = storage::Session::open(args.positional()[0]);
     plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet, where);

@@ -45,9 +45,10 @@ std::vector<OptionSpec> sweep_option_specs() {
     }
     specs.push_back({"kv_cache.buffer", OptKind::STRING, "", "sweep: buffers joined to policy names given without one (default,q8,...)"});
     specs.push_back({"kv_cache.ratio", OptKind::STRING, "", "sweep: cache length as a fraction of data.seq_length (0.25,0.5); instead of cache_length"});
-    specs.push_back({"format", OptKind::STRING, "table", "result table: table, csv, json or md"});
+    specs.push_back({"format", OptKind::STRING, "table",
+                     "result table: table, csv, json, md, or leaderboard (method x kv_cache.ratio, the mean over tasks with standard errors)"});
     specs.push_back({"metric", OptKind::STRING, "auto", "summary metric in the table (auto: perplexity, else copy_token_accuracy, else accuracy, else mean_loss; "
-                     "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error, fidelity_next_token_kl)"});
+                     "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error, fidelity_next_token_kl, fidelity_efficiency)"});
     specs.push_back({"figure", OptKind::STRING, "SESSION.svg", "figure of the metric vs cache length (none: no figure)"});
     return specs;
 }
@@ -62,7 +63,7 @@ void print_sweep_help() {
     const auto all = sweep_option_specs();
     const std::vector<OptionSpec> own(all.end() - 5, all.end());
     std::printf(
-        "usage: kvlab sweep MODEL --OPTION v1,v2,... [--OPTION v ...] --session FILE [--format table|csv|json|md]\n\n"
+        "usage: kvlab sweep MODEL --OPTION v1,v2,... [--OPTION v ...] --session FILE [--format table|csv|json|md|leaderboard]\n\n"
         "Runs eval_long for every combination of the options given as comma lists (the grid), plus one\n"
         "dense reference per data configuration, all recorded into one session. Cells the session already\n"
         "holds with the same configuration are skipped: rerun the same command to continue a stopped sweep\n"
@@ -124,8 +125,8 @@ int cmd_sweep(int argc, char** argv, int first) {
     if (args.positional().size() > 1)
         throw UsageError(str("sweep: unexpected argument '", args.positional()[1], "'; options start with --"));
     const std::string format = args.str("format", "table");
-    if (format != "table" && format != "csv" && format != "json" && format != "md")
-        throw UsageError(str("--format: '", format, "' is not a table format; expected table, csv, json or md"));
+    if (format != "table" && format != "csv" && format != "json" && format != "md" && format != "leaderboard")
+        throw UsageError(str("--format: '", format, "' is not a table format; expected table, csv, json, md or leaderboard"));
 
     sessions::SweepSpec spec;
     std::vector<sessions::SweepCell> cells;
@@ -225,7 +226,15 @@ int cmd_sweep(int argc, char** argv, int first) {
     }
 
     const sessions::SweepTable table = sessions::make_sweep_table(cells, spec.axes, rm.session(), args.str("metric", "auto"));
-    std::printf("%s", sessions::format_sweep_table(table, format).c_str());
+    if (format == "leaderboard") {
+        try {
+            std::printf("%s", sessions::format_sweep_leaderboard(table).c_str());
+        } catch (const Error& e) {
+            throw UsageError(e.what());
+        }
+    } else {
+        std::printf("%s", sessions::format_sweep_table(table, format).c_str());
+    }
     std::fflush(stdout);
     if (interrupted) return 130;
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "plot/figure.h"
+#include "plot/heatmap.h"
 
 namespace kv::storage {
 class Session;
@@ -25,6 +26,14 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
 // session_figure + render; false with the reason in *message instead of throwing.
 bool write_session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,
                           const std::string& by, const std::string& facet, const std::string& path, std::string* message);
+
+// The needle-in-a-haystack map of a session (`kvlab plot --heatmap needle`): done runs of a
+// depth task (--data needle or passkey) with --data.depths; sample i sits at depth
+// depths[i % n] (engine/run/evaluate.cpp), so each cell (depth, data.seq_length) is the mean of
+// the samples' sample_correct there, over every matching run; one panel per value of `by`.
+// Throws kv::Error when no run qualifies.
+plot::Heatmap needle_heatmap(const std::string& session_path, const std::vector<int64_t>& runs, const std::string& by,
+                             const std::vector<std::pair<std::string, std::string>>& where = {});
 
 int cmd_plot(int argc, char** argv, int first);
 

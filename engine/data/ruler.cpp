@@ -3,15 +3,21 @@
 #include "ruler.h"
 
 #include <algorithm>
+#include <cctype>
+#include <functional>
+#include <memory>
 #include <random>
+#include <set>
 
 #include "engine/core/error.h"
+#include "engine/core/join.h"
 #include "filler_text.h"
 
 namespace kv {
 
 const std::vector<std::string>& ruler_task_names() {
-    static const std::vector<std::string> n = {"niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe"};
+    static const std::vector<std::string> n = {"niah_single", "niah_single_2", "niah_single_3", "niah_multikey", "niah_multikey_2",
+                                               "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2"};
     return n;
 }
 
@@ -45,8 +51,38 @@ const std::vector<std::string>& filler_sentences() {
     return s;
 }
 
+// The essay haystack (niah_single_2/3, niah_multiquery): RULER fills these with Paul Graham's
+// essays, an external set that kvlab does not download; essay-like prose of its own stands in,
+// a different register from the noise haystack's repeated plain sentences.
+const std::vector<std::string>& essay_sentences() {
+    static const std::vector<std::string> s = {
+        " Most good ideas look at first like bad ones, which is why so few people work on them.",
+        " When you write something down, you find out how much of it you did not really understand.",
+        " A small group that ships every week learns faster than a large one that plans every quarter.",
+        " The hardest part of a new project is not the work itself but deciding what to leave out.",
+        " People tend to overrate what they can do in a year and underrate what they can do in ten.",
+        " Good tools disappear while you use them; bad ones keep reminding you that they are there.",
+        " It is easier to make something people want than to convince people to want what you made.",
+        " Reading old letters shows how little the questions that worry each generation change.",
+        " Cities differ less in what they have than in what they quietly encourage you to become.",
+        " An essay is an attempt, and the best ones change the writer's mind before the reader's.",
+    };
+    return s;
+}
+
 std::vector<int32_t> filler(std::mt19937_64& rng, const Tokenizer& tok, int64_t n) {
     return filler_tokens(rng, tok, n, filler_sentences(), "");
+}
+
+// "3f2a9c1e-07b4-4d2e-9a61-5c0e8b7d4f13": RULER's uuid keys and values, from the sample's stream.
+std::string uuid(std::mt19937_64& rng) {
+    static const char* hex = "0123456789abcdef";
+    std::string u;
+    for (int i = 0; i < 32; ++i) {
+        if (i == 8 || i == 12 || i == 16 || i == 20) u += '-';
+        u += hex[rng() % 16];
+    }
+    return u;
 }
 
 std::string number(std::mt19937_64& rng) { return std::to_string(1000000 + rng() % 9000000); }
@@ -66,7 +102,30 @@ std::string pseudo_word(int64_t i) {
     return s;
 }
 
+// fwe's coded words: four syllables from a per-sample base, distinct for ranks < 65536.
+std::string coded_word(uint64_t base, int64_t rank) {
+    static const char* syl[] = {"ka", "lo", "mi", "nu", "pe", "ri", "so", "ta", "ve", "zo", "bi", "du", "fa", "ge", "ho", "ju"};
+    uint64_t i = (base + uint64_t(rank)) % 65536;
+    std::string s;
+    for (int k = 0; k < 4; ++k, i /= 16) s += syl[i % 16];
+    return s;
+}
+
+// Capitalized pseudo-words of two or three syllables (qa's towns, people, rivers): names no
+// model knows facts about, so only the documents can answer.
+std::string pseudo_name(std::mt19937_64& rng) {
+    std::string s = pseudo_word(int64_t(rng() % 4096)).substr(0, 4) + pseudo_word(int64_t(rng() % 4096)).substr(0, rng() % 2 ? 2 : 4);
+    s[0] = char(s[0] - 'a' + 'A');
+    return s;
+}
+
+// Which haystack the needles hide in (RULER's type_haystack).
+enum class Haystack { NOISE, ESSAY, NEEDLES };
+
 struct Parts {
+    Haystack haystack = Haystack::NOISE;
+    std::function<std::string()> distractor;  // NEEDLES, qa: the next haystack sentence or document (each whole, never cut)
+    std::vector<std::string> gold;            // qa: the documents that answer the question
     std::string instruction;               // before the context
     std::vector<std::string> inserts;      // sentences placed into the filler, in order
     std::vector<int32_t> context;          // a fixed context instead of filler (cwe), else empty
@@ -78,31 +137,106 @@ struct Parts {
 
 }  // namespace
 
+double ruler_text_score(const std::string& task, const std::string& prediction, const std::string& answer) {
+    if (!is_ruler_task(task)) throw Error(str("--data: '", task, "' is not a RULER task; expected one of ", join(ruler_task_names(), ", ")));
+    auto lower = [](std::string x) {
+        for (char& c : x) c = char(std::tolower(static_cast<unsigned char>(c)));
+        return x;
+    };
+    const std::string pred = lower(prediction), ans = lower(answer);
+    if (task == "qa_1" || task == "qa_2") return pred.find(ans) != std::string::npos ? 1.0 : 0.0;
+    const std::string sep = task == "vt" ? " " : ", ";
+    std::vector<std::string> items;
+    for (size_t a = 0;;) {
+        const size_t b = ans.find(sep, a);
+        items.push_back(ans.substr(a, b == std::string::npos ? std::string::npos : b - a));
+        if (b == std::string::npos) break;
+        a = b + sep.size();
+    }
+    int64_t found = 0;
+    for (const auto& it : items) found += !it.empty() && pred.find(it) != std::string::npos;
+    return double(found) / double(items.size());
+}
+
 RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokenizer& tok) {
     if (!is_ruler_task(spec.task))
-        throw Error(str("--data: '", spec.task, "' is not a RULER task; expected niah_single, niah_multikey, niah_multivalue, vt or cwe"));
+        throw Error(str("--data: '", spec.task, "' is not a RULER task; expected one of ", join(ruler_task_names(), ", ")));
     std::seed_seq seq{uint64_t(spec.seed), uint64_t(index), uint64_t(0x72756c6572ULL)};  // "ruler"
     std::mt19937_64 rng(seq);
     const int64_t K = std::max<int64_t>(spec.num_keys, 1);
     Parts p;
+    const uint64_t fwe_base = spec.task == "fwe" ? rng() % 65536 : 0;
     auto shuffled_keys = [&](int64_t n) {
         std::vector<std::string> k = key_words();
         std::shuffle(k.begin(), k.end(), rng);
         k.resize(size_t(std::min<int64_t>(n, int64_t(k.size()))));
         return k;
     };
-    if (spec.task == "niah_single" || spec.task == "niah_multikey") {
-        const int64_t nk = spec.task == "niah_single" ? 1 : std::max<int64_t>(K, 2);
+    const bool uuid_values = spec.task == "niah_single_3" || spec.task == "niah_multikey_3";
+    const std::string what = uuid_values ? "uuid" : "number";
+    const std::string magic_instruction = str(" Some special magic ", what,
+                                              "s are hidden within the following text. Make sure to memorize them. I will quiz you about the ",
+                                              what, "s afterwards.\n");
+    if (spec.task == "niah_single" || spec.task == "niah_single_2" || spec.task == "niah_single_3" || spec.task == "niah_multikey") {
+        // niah_single (RULER's niah_single_1) and niah_multikey (niah_multikey_1) hide in the noise
+        // haystack, niah_single_2/3 in the essay one; _3's value is a uuid.
+        const int64_t nk = spec.task == "niah_multikey" ? std::max<int64_t>(K, 2) : 1;
         const auto keys = shuffled_keys(nk);
         std::vector<std::string> nums;
-        for (size_t i = 0; i < keys.size(); ++i) nums.push_back(number(rng));
+        for (size_t i = 0; i < keys.size(); ++i) nums.push_back(uuid_values ? uuid(rng) : number(rng));
         const size_t q = rng() % keys.size();
-        p.instruction = " Some special magic numbers are hidden within the following text. Make sure to memorize them. I will quiz you about the numbers afterwards.\n";
-        for (size_t i = 0; i < keys.size(); ++i) p.inserts.push_back(str(" One of the special magic numbers for ", keys[i], " is: ", nums[i], "."));
-        p.question = str("\n What is the special magic number for ", keys[q], " mentioned in the provided text?");
+        p.haystack = spec.task == "niah_single_2" || spec.task == "niah_single_3" ? Haystack::ESSAY : Haystack::NOISE;
+        p.instruction = magic_instruction;
+        for (size_t i = 0; i < keys.size(); ++i) p.inserts.push_back(str(" One of the special magic ", what, "s for ", keys[i], " is: ", nums[i], "."));
+        p.question = str("\n What is the special magic ", what, " for ", keys[q], " mentioned in the provided text?");
         p.answer = nums[q];
-        p.answer_prefix = str("The special magic number for ", keys[q], " mentioned in the provided text is");
+        p.answer_prefix = str("The special magic ", what, " for ", keys[q], " mentioned in the provided text is");
         p.description = str(spec.task, " key '", keys[q], "' of ", keys.size());
+    } else if (spec.task == "niah_multikey_2" || spec.task == "niah_multikey_3") {
+        // The haystack is other needles (RULER's type_haystack: needle): _2 with adjective-noun
+        // word keys and numbers, _3 with uuid keys and uuid values. Every key is distinct.
+        auto used = std::make_shared<std::set<std::string>>();
+        auto fresh_key = [&rng, used, uuid_values]() {
+            const auto& w = key_words();
+            for (int tries = 0;; ++tries) {
+                // adjective-noun style pairs as RULER's keys; a third word once pairs run short
+                std::string k = uuid_values ? uuid(rng) : w[rng() % w.size()] + "-" + w[rng() % w.size()];
+                if (!uuid_values && tries >= 16) k += "-" + w[rng() % w.size()];
+                if (used->insert(k).second) return k;
+            }
+        };
+        const std::string key = fresh_key(), value = uuid_values ? uuid(rng) : number(rng);
+        p.haystack = Haystack::NEEDLES;
+        p.distractor = [&rng, fresh_key, what, uuid_values]() mutable {
+            return str(" One of the special magic ", what, "s for ", fresh_key(), " is: ", uuid_values ? uuid(rng) : number(rng), ".");
+        };
+        p.instruction = magic_instruction;
+        p.inserts.push_back(str(" One of the special magic ", what, "s for ", key, " is: ", value, "."));
+        p.question = str("\n What is the special magic ", what, " for ", key, " mentioned in the provided text?");
+        p.answer = value;
+        p.answer_prefix = str("The special magic ", what, " for ", key, " mentioned in the provided text is");
+        p.description = str(spec.task, " key '", key, "' among needles");
+    } else if (spec.task == "niah_multiquery") {
+        // K keys with a number each in the essay haystack; asked for up to 4 of them at once
+        // (RULER's num_needle_q = 4), answered in the question's order.
+        const auto keys = shuffled_keys(std::max<int64_t>(K, 2));
+        std::vector<std::string> nums;
+        for (size_t i = 0; i < keys.size(); ++i) nums.push_back(number(rng));
+        std::vector<size_t> asked(keys.size());
+        for (size_t i = 0; i < asked.size(); ++i) asked[i] = i;
+        std::shuffle(asked.begin(), asked.end(), rng);
+        asked.resize(std::min<size_t>(asked.size(), 4));
+        p.haystack = Haystack::ESSAY;
+        p.instruction = magic_instruction;
+        for (size_t i = 0; i < keys.size(); ++i) p.inserts.push_back(str(" One of the special magic numbers for ", keys[i], " is: ", nums[i], "."));
+        std::string list;
+        for (size_t i = 0; i < asked.size(); ++i) {
+            list += (i == 0 ? "" : i + 1 == asked.size() ? " and " : ", ") + keys[asked[i]];
+            p.answer += (i ? ", " : "") + nums[asked[i]];
+        }
+        p.question = str("\n What are all the special magic numbers for ", list, " mentioned in the provided text? Answer in this order, separated by commas.");
+        p.answer_prefix = str("The special magic numbers for ", list, " mentioned in the provided text are");
+        p.description = str("niah_multiquery ", asked.size(), " of ", keys.size(), " keys");
     } else if (spec.task == "niah_multivalue") {
         const auto key = shuffled_keys(1)[0];
         std::vector<std::string> nums;
@@ -129,6 +263,55 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         p.answer_prefix = str("According to the chain of variable assignments in the text above, ", vars.size(),
                               " variables are assigned the value ", value, ", they are:");
         p.description = str("vt chain of ", vars.size(), " variables");
+    } else if (spec.task == "fwe") {
+        p.answer = str(coded_word(fwe_base, 0), ", ", coded_word(fwe_base, 1), ", ", coded_word(fwe_base, 2));
+        p.instruction = " Read the following coded text and track the frequency of each coded word. Find the three most frequently appeared coded words.\n";
+        p.question = "\n Question: What are the three most frequently appeared coded words in the above coded text? List them from the most frequent, separated by commas.";
+        p.answer_prefix = "According to the coded text above, the three most frequently appeared words are:";
+        p.description = "fwe";
+    } else if (spec.task == "qa_1" || spec.task == "qa_2") {
+        // RULER reads SQuAD (qa_1) and HotpotQA (qa_2), external sets; here the documents state
+        // facts about invented towns, people and rivers, so no model knows the answer beforehand:
+        // qa_1 asks one document's fact, qa_2 needs two (where a person was born, then the river
+        // of that town). The other documents are distractors of the same form about other names.
+        auto used = std::make_shared<std::set<std::string>>();
+        auto name = [&rng, used]() {
+            while (true)
+                if (std::string n = pseudo_name(rng); used->insert(n).second) return n;
+        };
+        auto year = [&rng]() { return std::to_string(1200 + rng() % 700); };
+        static const char* const kGoods[] = {"pottery", "cheese", "glass", "wool", "clocks", "paper", "salt", "bells"};
+        // Provinces are names too (drawn through name()): none equals the town asked about.
+        auto town_doc = [&rng](const std::string& town, const std::string& province, const std::string& founded) {
+            return str(town, " is a town in the province of ", province, ". It was founded in ", founded, " and is known for its ",
+                       kGoods[rng() % 8], ".");
+        };
+        p.instruction = " Answer the question based on the given documents. Only give me the answer and do not output any other words.\n The following are given documents.\n";
+        p.answer_prefix = "The answer is";
+        p.haystack = Haystack::NEEDLES;
+        if (spec.task == "qa_1") {
+            const std::string town = name();
+            p.answer = year();
+            p.gold.push_back(town_doc(town, name(), p.answer));
+            p.question = str("\n Question: In which year was ", town, " founded?");
+            p.distractor = [name, year, town_doc]() mutable {
+                const std::string t = name();
+                return town_doc(t, name(), year());
+            };
+            p.description = str("qa_1 town '", town, "'");
+        } else {
+            const std::string person = name(), town = name();
+            p.answer = name();
+            p.gold.push_back(str(person, " was born in ", town, " and later worked there as a teacher."));
+            p.gold.push_back(str(town, " lies on the river ", p.answer, ", about a day's walk from the coast."));
+            p.question = str("\n Question: On which river lies the town where ", person, " was born?");
+            p.distractor = [&rng, name]() mutable {
+                const std::string a = name(), b = name();
+                return rng() % 2 ? str(a, " was born in ", b, " and later worked there as a teacher.")
+                                 : str(a, " lies on the river ", b, ", about a day's walk from the coast.");
+            };
+            p.description = str("qa_2 person '", person, "'");
+        }
     } else {  // cwe
         const auto common = shuffled_keys(std::max<int64_t>(K, 2));
         p.instruction = " Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones that appear most often.\n";
@@ -171,6 +354,74 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
                         " tokens without context); expected at least ", fixed + 16));
 
     std::vector<int32_t> context;
+    // Prompt, context and answer into one sample (every task whose answer is known by now).
+    auto finish = [&](const std::string& description) {
+        ids.insert(ids.end(), head.begin(), head.end());
+        ids.insert(ids.end(), context.begin(), context.end());
+        ids.insert(ids.end(), tail.begin(), tail.end());
+        RulerSample s;
+        s.answer_start = int64_t(ids.size());
+        ids.insert(ids.end(), ans.begin(), ans.end());
+        s.answer_length = int64_t(ans.size());
+        s.ids = std::move(ids);
+        s.answer = p.answer;
+        s.description = description;
+        return s;
+    };
+    if (spec.task == "fwe") {
+        // Coded words with Zipf frequencies (RULER's alpha = 2): rank r (from 0) occurs
+        // floor(c0 / (r + 1)^2) times, at least once, until the list is full; the three most
+        // frequent are the answer, strictly ahead of the fourth. Shrunk until its tokens fit.
+        int64_t per_word = 1;
+        for (int64_t r = 0; r < 16; ++r) per_word = std::max(per_word, int64_t(tok.encode(" " + coded_word(fwe_base, r), false).size()));
+        for (int64_t items = room / per_word;; items = items * 9 / 10) {
+            const int64_t c0 = std::max<int64_t>(18, items * 45 / 100);
+            if (items < c0 + c0 / 4 + c0 / 9 + 1)
+                throw Error(str("--data.seq_length: ", spec.seq_length, " tokens are too few for fwe's coded text; expected more room"));
+            std::vector<int64_t> words;
+            for (int64_t r = 0; int64_t(words.size()) < items; ++r)
+                for (int64_t c = std::max<int64_t>(1, c0 / ((r + 1) * (r + 1))); c > 0 && int64_t(words.size()) < items; --c) words.push_back(r);
+            std::shuffle(words.begin(), words.end(), rng);
+            std::string text;
+            for (int64_t r : words) text += " " + coded_word(fwe_base, r);
+            context = tok.encode(text, false);
+            if (int64_t(context.size()) <= room) break;
+        }
+        const auto f = filler(rng, tok, room - int64_t(context.size()));
+        context.insert(context.end(), f.begin(), f.end());
+        return finish(p.description);
+    }
+    if (spec.task == "qa_1" || spec.task == "qa_2") {
+        // The gold documents and as many distractors as fit, in random order and numbered; the
+        // rest of the room is filler after the last document.
+        std::vector<std::string> docs = p.gold;
+        int64_t estimate = 0;
+        for (const auto& d : docs) estimate += int64_t(tok.encode(d, false).size()) + 8;
+        while (true) {
+            std::string d = p.distractor();
+            const int64_t n = int64_t(tok.encode(d, false).size()) + 8;  // + "\n Document 12:"
+            if (estimate + n > room) break;
+            estimate += n;
+            docs.push_back(std::move(d));
+        }
+        std::shuffle(docs.begin(), docs.end(), rng);
+        while (true) {
+            std::string text;
+            for (size_t i = 0; i < docs.size(); ++i) text += str("\n Document ", i + 1, ": ", docs[i]);
+            context = tok.encode(text, false);
+            if (int64_t(context.size()) <= room) break;
+            // Over by the numbering's tokens: drop the last distractor.
+            auto it = std::find_if(docs.rbegin(), docs.rend(), [&](const std::string& d) {
+                return std::find(p.gold.begin(), p.gold.end(), d) == p.gold.end();
+            });
+            if (it == docs.rend())
+                throw Error(str("--data.seq_length: ", spec.seq_length, " tokens cannot hold the ", spec.task, " documents; expected more"));
+            docs.erase(std::next(it).base());
+        }
+        const auto f = filler(rng, tok, room - int64_t(context.size()));
+        context.insert(context.end(), f.begin(), f.end());
+        return finish(str(p.description, ", ", docs.size(), " documents"));
+    }
     if (spec.task == "cwe") {
         // Common words each occur `freq` times, rare words once, in random order; the list grows
         // until it fills the room. The answer is the common words by first appearance.
@@ -228,10 +479,28 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         return s;
     }
 
-    // Needles at sorted random depths in [0.05, 0.95] of the filler.
-    const std::vector<int32_t> hay = filler(rng, tok, room);
+    // Needles at sorted random depths in [0.05, 0.95] of the haystack: anywhere in prose, between
+    // two whole sentences in a haystack of other needles (padded with noise after the last).
+    std::vector<int32_t> hay;
+    std::vector<int64_t> cuts;  // where a needle may go (NEEDLES); empty: anywhere
+    if (p.haystack == Haystack::NEEDLES) {
+        while (true) {
+            const std::vector<int32_t> t = tok.encode(p.distractor(), false);
+            if (int64_t(hay.size() + t.size()) > room) break;
+            cuts.push_back(int64_t(hay.size()));
+            hay.insert(hay.end(), t.begin(), t.end());
+        }
+        cuts.push_back(int64_t(hay.size()));
+        const auto f = filler(rng, tok, room - int64_t(hay.size()));
+        hay.insert(hay.end(), f.begin(), f.end());
+    } else {
+        hay = filler_tokens(rng, tok, room, p.haystack == Haystack::ESSAY ? essay_sentences() : filler_sentences(), "");
+    }
     std::vector<int64_t> at;
-    for (size_t i = 0; i < inserts.size(); ++i) at.push_back(int64_t((0.05 + 0.9 * double(rng() % 10000) / 10000.0) * double(room)));
+    for (size_t i = 0; i < inserts.size(); ++i) {
+        const double depth = 0.05 + 0.9 * double(rng() % 10000) / 10000.0;
+        at.push_back(cuts.empty() ? int64_t(depth * double(room)) : cuts[size_t(depth * double(cuts.size() - 1))]);
+    }
     std::sort(at.begin(), at.end());
     int64_t prev = 0;
     for (size_t i = 0; i < inserts.size(); ++i) {

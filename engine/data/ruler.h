@@ -1,12 +1,22 @@
-// RULER-style synthetic tasks (Hsieh et al. 2024), generated locally from a seed (no
+// RULER's 13 synthetic tasks (Hsieh et al. 2024), generated locally from a seed (no
 // downloads), each scored by exact match of the generated answer:
-//   niah_single      one "special magic number" for a key hidden in filler; asked for it
-//   niah_multikey    several keys with numbers; asked for one key's number
+//   niah_single      one "special magic number" for a key hidden in noise (RULER's niah_single_1)
+//   niah_single_2    the same in essay-like prose (RULER: Paul Graham essays, an external set)
+//   niah_single_3    essay prose, the value a uuid
+//   niah_multikey    several keys with numbers in noise; asked for one key's number (niah_multikey_1)
+//   niah_multikey_2  one needle in a haystack of other needles (word-word keys, numbers)
+//   niah_multikey_3  the same with uuid keys and uuid values
 //   niah_multivalue  one key with several numbers scattered in the filler; asked for all of them
+//   niah_multiquery  several keys with numbers in essay prose; asked for up to 4 at once
 //   vt               variable tracking: VAR X = n, then chains VAR Y = VAR X; asked which
 //                    variables hold n (answer in order of assignment)
 //   cwe              common words extraction: a list of words where a few occur far more often;
 //                    asked for the most common ones (in order of first appearance)
+//   fwe              frequent words extraction: coded words with Zipf (alpha 2) frequencies;
+//                    asked for the three most frequent (most frequent first)
+//   qa_1, qa_2       documents about invented towns, people and rivers (RULER reads SQuAD and
+//                    HotpotQA, external sets whose facts a model may also know by heart); qa_1
+//                    asks one document's fact, qa_2 a fact two documents give together
 // The prompt is wrapped in the model's chat template when the caller gives one and the
 // tokenizer has it (ChatML, Llama 3), else ends with "Answer:"; either way the answer's first
 // words follow (RULER's answer prefix, e.g. "The special magic number for walnut mentioned in
@@ -32,7 +42,7 @@ struct RulerSpec {
     std::string task = "niah_single";
     int64_t seq_length = 2048;  // total tokens including the answer
     uint64_t seed = 1234;
-    int64_t num_keys = 4;       // niah_multikey: keys in the context; niah_multivalue: values; vt: chain length; cwe: common words
+    int64_t num_keys = 4;       // niah_multikey/multiquery: keys in the context; niah_multivalue: values; vt: chain length; cwe: common words
     // The model's chat template around a user message (engine/generate's chat_prompt, passed
     // down by the caller: data sits below generate). Empty, or throwing kv::Error for a
     // tokenizer without one: the plain frame ending in "Answer:".
@@ -48,6 +58,11 @@ struct RulerSample {
     // Positions t whose next token ids[t + 1] is scored: answer_start - 1 .. answer_start + answer_length - 2.
     int64_t first_scored_input() const { return answer_start - 1; }
 };
+
+// RULER's metric of a generated answer text against the sample's answer: the share of the
+// answer's items (split at ", ", at " " for vt) found in the prediction, case-insensitively
+// (string_match_all); qa_1 and qa_2: 1 when the answer occurs in it at all (string_match_part).
+double ruler_text_score(const std::string& task, const std::string& prediction, const std::string& answer);
 
 // Throws kv::Error naming --data.seq_length when the task does not fit, or --data for an
 // unknown task. Deterministic per (spec, index).

@@ -57,6 +57,20 @@ struct LseRequest {
 
 }  // namespace
 
+double dropped_weight(const float* w, const char* held, int64_t end, double* oracle_lost) {
+    std::vector<float> all(w, w + end), gone;
+    for (int64_t t = 0; t < end; ++t)
+        if (!held[t]) gone.push_back(w[t]);
+    std::sort(all.begin(), all.end());
+    std::sort(gone.begin(), gone.end());
+    // The i-th lightest of all positions weighs at most the i-th lightest dropped one: summed
+    // in this order, term by term, the oracle's loss cannot round above the policy's.
+    double dropped = 0, lost = 0;
+    for (size_t i = 0; i < gone.size(); ++i) dropped += double(gone[i]), lost += double(all[i]);
+    if (oracle_lost) *oracle_lost = lost;
+    return dropped;
+}
+
 AttentionMerge merge_attention(const double* ya, const double* lse_a, const double* ye, const double* lse_e, int64_t rows, int64_t HS,
                                double* y_out, double* mass_out) {
     AttentionMerge m;
@@ -135,8 +149,9 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         evicted[size_t(r)] = end - count;
     }
     // The policy attended over exactly the held positions' raw K/V: its output and log-sum-exp
-    // are the held half of full attention.
-    const bool merge = want_lse && lc.lse_written() && slots_distinct;
+    // are the held half of full attention. The oracle needs the weight on every position, which
+    // the merge does not compute: where something was dropped it takes the full path.
+    const bool merge = want_lse && lc.lse_written() && slots_distinct && !(oracle_ && dropped_any);
 
     FidelityStep st;
     st.layer = layer;
@@ -199,11 +214,17 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
             // ws[b, g, t]: weight on position t summed over the chunk's queries, averaged over the
             // group's heads, so each (b, g) row sums to n.
             const std::vector<float> w = ws.to_f32_vector();
-            double dropped = 0;
-            for (int64_t r = 0; r < B * G; ++r)
-                for (int64_t t = 0; t < end; ++t)
-                    if (!held[size_t(r * end + t)]) dropped += double(w[size_t(r * end + t)]);
+            double dropped = 0, oracle_lost = 0;
+            for (int64_t r = 0; r < B * G; ++r) {
+                double lost = 0;
+                dropped += dropped_weight(w.data() + r * end, held.data() + r * end, end, &lost);
+                oracle_lost += lost;
+            }
             st.kept_mass = 1.0 - dropped / double(n * B * G);
+            if (oracle_) {
+                st.oracle_mass = 1.0 - oracle_lost / double(n * B * G);
+                st.efficiency = st.oracle_mass > 0 ? st.kept_mass / st.oracle_mass : 1.0;
+            }
         }
     }
     if (layer == 0) {
@@ -233,11 +254,15 @@ std::vector<FidelityLayerSummary> summarize_fidelity(const std::vector<FidelityS
         o.steps += 1;
         o.attn_rel_error += s.attn_rel_error;
         o.kept_mass += s.kept_mass;
+        o.oracle_mass += s.oracle_mass;
+        o.efficiency += s.efficiency;
     }
     std::vector<FidelityLayerSummary> out;
     for (auto& [l, o] : m) {
         o.attn_rel_error /= double(o.steps);
         o.kept_mass /= double(o.steps);
+        o.oracle_mass /= double(o.steps);
+        o.efficiency /= double(o.steps);
         out.push_back(o);
     }
     return out;

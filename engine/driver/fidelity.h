@@ -11,6 +11,10 @@
 // log-sum-exp over the held positions are merged with attention over the evicted positions
 // alone (merge_attention), and the kept mass is the held share of that merge. Elsewhere full
 // attention runs over the shadow with attention-weight sums for the mass.
+// With the oracle (set_oracle) a step also records the kept mass of the best set of the same size
+// (the positions the chunk's queries weigh most, known in hindsight) and the policy's efficiency
+// against it; it reads the weight on every position, so steps that dropped something take the
+// full-attention path.
 #pragma once
 
 #include <functional>
@@ -36,6 +40,12 @@ struct FidelityStep {
     // Mean over (b, head, query) of the full attention's weight on the positions the policy
     // held when it attended (1 when it kept everything).
     double kept_mass = 1;
+    // The oracle (set_oracle): the kept mass of the best set of the same size per (b, KV head)
+    // row, known in hindsight: the positions the chunk's queries give the most full-attention
+    // weight. Always >= kept_mass (both sum the same f32 weights in ascending order), 1 when
+    // nothing was dropped. efficiency = kept_mass / oracle_mass (1 when the oracle keeps 0).
+    double oracle_mass = 1;
+    double efficiency = 1;
 };
 
 class FidelityAttention final : public LayerAttention {
@@ -66,6 +76,10 @@ class FidelityAttention final : public LayerAttention {
     Tensor full_output0(int64_t p0, int64_t p1) const { return y0_.slice(2, p0, p1); }
     // Tests: false makes every step take the full-attention path (default true).
     void set_merge(bool on) { merge_ = on; }
+    // Also the oracle's kept mass per step (FidelityStep::oracle_mass; default false). It needs
+    // the full attention's weight on every position, so steps that dropped something take the
+    // full-attention path instead of the merge.
+    void set_oracle(bool on) { oracle_ = on; }
     // Steps that took the merge path so far (tests check that a case exercised it).
     int64_t merged_steps() const { return merged_steps_; }
 
@@ -78,6 +92,7 @@ class FidelityAttention final : public LayerAttention {
     std::vector<int64_t> chunk_;               // per layer: chunks seen in this sequence
     std::vector<FidelityStep> steps_;
     bool merge_ = true;
+    bool oracle_ = false;
     int64_t merged_steps_ = 0;
 };
 
@@ -91,6 +106,14 @@ struct AttentionMerge {
     double full_sq = 0;  // sum over rows of |y_merged|^2
     double mass_a = 0;   // sum over rows of wa
 };
+// The kept mass of one (b, KV head) row and of its oracle: w[t] the full attention's weight on
+// position t (summed over the chunk's queries, averaged over the group's heads), held[t] whether
+// the policy kept t. Returns the weight on the dropped positions and (oracle_lost) on the
+// end - kept lightest positions, each summed in f64 in ascending order: with the same values
+// summed the same way, oracle_lost <= dropped exactly (rounding is monotone), so the oracle's
+// kept mass is never below the policy's.
+double dropped_weight(const float* w, const char* held, int64_t end, double* oracle_lost);
+
 AttentionMerge merge_attention(const double* ya, const double* lse_a, const double* ye, const double* lse_e, int64_t rows, int64_t HS,
                                double* y_out = nullptr, double* mass_out = nullptr);
 
@@ -99,7 +122,7 @@ AttentionMerge merge_attention(const double* ya, const double* lse_a, const doub
 struct FidelityLayerSummary {
     int layer = 0;
     int64_t steps = 0;
-    double attn_rel_error = 0, kept_mass = 0;
+    double attn_rel_error = 0, kept_mass = 0, oracle_mass = 0, efficiency = 0;
 };
 std::vector<FidelityLayerSummary> summarize_fidelity(const std::vector<FidelityStep>& steps);
 

@@ -9,6 +9,7 @@
 #include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
+#include "engine/core/join.h"
 #include "engine/data/ruler.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_windows.h"
@@ -99,7 +100,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         for (auto& win : w.windows) items.push_back({std::move(win), -1, str("text window ", i++), {}});
     } else {
         throw Error(str("--data ", cfg.data.name, " is not available for evaluation yet; use passkey, recall, needle, repeat, ",
-                        "niah_single, niah_multikey, niah_multivalue, vt, cwe or text"));
+                        join(ruler_task_names(), ", "), " or text"));
     }
     for (const auto& it : items)
         if (int64_t(it.ids.size()) > mc.max_position_embeddings * 64)
@@ -165,6 +166,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             {
                 PhaseScope phase(RunPhase::FIDELITY_ATTENTION);
                 fid = std::make_unique<FidelityAttention>(cache, mc, 1, T, model.options().device, model.act_dtype());
+                fid->set_oracle(cfg.fidelity_oracle);
             }
             dcb.attention = fid.get();
             PhaseScope phase(RunPhase::FIDELITY_REFERENCE);
@@ -272,9 +274,14 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     if (cfg.fidelity && !fidelity_steps.empty()) {
         sum.fidelity_layers = summarize_fidelity(fidelity_steps);
         sum.fidelity_attn_rel_error = sum.fidelity_kept_mass = 0;
+        if (cfg.fidelity_oracle) sum.fidelity_oracle_mass = sum.fidelity_efficiency = 0;
         for (const FidelityStep& f : fidelity_steps) {
             sum.fidelity_attn_rel_error += f.attn_rel_error / double(fidelity_steps.size());
             sum.fidelity_kept_mass += f.kept_mass / double(fidelity_steps.size());
+            if (cfg.fidelity_oracle) {
+                sum.fidelity_oracle_mass += f.oracle_mass / double(fidelity_steps.size());
+                sum.fidelity_efficiency += f.efficiency / double(fidelity_steps.size());
+            }
         }
         sum.fidelity_next_token_kl = mean_next_token_kl(fidelity_kl);
     }

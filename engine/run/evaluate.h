@@ -57,6 +57,9 @@ struct EvalSummary {
     // (-1 without fidelity).
     std::vector<FidelityLayerSummary> fidelity_layers;
     double fidelity_attn_rel_error = -1, fidelity_kept_mass = -1;
+    // --fidelity_oracle: the oracle's kept mass and the efficiency kept / oracle, means over
+    // every (sample, layer, chunk) step (-1 without the oracle).
+    double fidelity_oracle_mass = -1, fidelity_efficiency = -1;
     // --fidelity: mean over every (sample, chunk) of the next-token KL against the dense
     // reference stream (DenseReference), -1 without fidelity.
     double fidelity_next_token_kl = -1;

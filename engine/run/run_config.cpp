@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/core/join.h"
 #include "engine/core/run_mode.h"
+#include "engine/data/ruler.h"
 
 namespace kv {
 
@@ -144,9 +145,10 @@ std::vector<OptionDef> build_options() {
                         "uses f32), f32 or bf16 (dequantized at load)",
                         {"packed", "f32", "bf16"}, [](RunConfig& c) -> std::string& { return c.model_weights; }));
     // ---- data
-    o.push_back(str_opt("data", "data", "data source (niah_*, vt, cwe: RULER-style tasks scored by exact match)",
-                        {"passkey", "recall", "needle", "repeat", "niah_single", "niah_multikey", "niah_multivalue", "vt", "cwe", "text",
-                         "longbench", "helmet"},
+    std::vector<std::string> data_names = {"passkey", "recall", "needle", "repeat"};
+    for (const std::string& t : ruler_task_names()) data_names.push_back(t);  // engine/data/ruler.h: the one list
+    for (const char* t : {"text", "longbench", "helmet"}) data_names.push_back(t);
+    o.push_back(str_opt("data", "data", "data source (niah_*, vt, cwe, fwe, qa_*: RULER's 13 tasks, scored by exact match)", data_names,
                         [](RunConfig& c) -> std::string& { return c.data.name; }));
     o.push_back(int_opt("data.seq_length", "data", "tokens per sample / text window", 8, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.seq_length; }));
@@ -168,7 +170,7 @@ std::vector<OptionDef> build_options() {
     }
     o.push_back(int_opt("data.num_keys", "data", "recall: key-value pairs in the context", 2, 100000,
                         [](RunConfig& c) -> int64_t& { return c.data.num_keys; }));
-    o.push_back(int_opt("data.ruler_keys", "data", "RULER: keys (niah_multikey), values (niah_multivalue), chain length (vt), common words (cwe)",
+    o.push_back(int_opt("data.ruler_keys", "data", "RULER: keys (niah_multikey, niah_multiquery: up to 4 asked), values (niah_multivalue), chain length (vt), common words (cwe)",
                         1, 30, [](RunConfig& c) -> int64_t& { return c.data.ruler_keys; }));
     o.push_back(int_opt("data.repeat_length", "data", "repeat: tokens of the passage that is copied", 5, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.repeat_length; }));
@@ -255,6 +257,11 @@ std::vector<OptionDef> build_options() {
                         "fidelity: the next-token KL per chunk over this many evenly spaced positions, the chunk's last "
                         "included (0: every position; fewer positions skip most lm_head work)",
                         0, 1 << 20, [](RunConfig& c) -> int64_t& { return c.fidelity_kl_positions; }));
+    o.push_back(bool_opt("fidelity_oracle", "cache",
+                         "fidelity: also the oracle's kept mass per layer and chunk (the same number of positions, those the "
+                         "chunk's queries attend to most, known in hindsight) and the policy's efficiency = kept / oracle; "
+                         "steps that drop something then recompute full attention instead of merging",
+                         [](RunConfig& c) -> bool& { return c.fidelity_oracle; }));
     // Options of single policies: one row each, generated from the policy registry.
     for (const PolicyInfo& p : policy_registry())
         for (const PolicyOption& po : p.options) {

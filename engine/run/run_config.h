@@ -123,6 +123,7 @@ struct RunConfig {
     std::string memory_budget;       // e.g. 8GiB ("" = none)
     bool fidelity = false;           // eval: per-(layer, chunk) fidelity against full attention (engine/driver/fidelity.h)
     int64_t fidelity_kl_positions = 0;  // fidelity: positions per chunk of the next-token KL (0: every position)
+    bool fidelity_oracle = true;        // fidelity: also the oracle's kept mass and the policy's efficiency against it
     DataConfig data;
     KVCacheConfig kv_cache;
     DriverConfig driver;

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "plot/heatmap.h"
 #include "plot/palette.h"
 #include "plot/render.h"
 #include "plot/ticks.h"
@@ -42,6 +43,20 @@ TEST(PlotTicks, LinearTicksAreRoundAndCoverTheRange) {
         for (size_t i = 1; i < t.values.size(); ++i) EXPECT_NEAR(t.values[i] - t.values[i - 1], step, 1e-9 * std::fabs(step));
         for (double v : t.values) EXPECT_NEAR(std::remainder(v, step), 0.0, 1e-9 * std::max(1.0, std::fabs(v)));
     }
+}
+
+TEST(PlotTicks, IntegerTicksAreWholeNumbersCoveringTheRange) {
+    EXPECT_EQ(integer_ticks(0, 1).values, (std::vector<double>{0, 1}));  // linear_ticks would step by 0.2
+    EXPECT_EQ(integer_ticks(0, 3).values, (std::vector<double>{0, 1, 2, 3}));
+    const Ticks many = integer_ticks(0, 29);  // 30 layers: a round step of whole numbers
+    ASSERT_GE(many.values.size(), 2u);
+    for (double v : many.values) EXPECT_EQ(v, std::floor(v)) << v;
+    EXPECT_LE(many.lo, 0);
+    EXPECT_GE(many.hi, 29);
+    const Ticks one = integer_ticks(4, 4);  // one layer: whole ticks around it
+    for (double v : one.values) EXPECT_EQ(v, std::floor(v)) << v;
+    EXPECT_LE(one.lo, 4);
+    EXPECT_GE(one.hi, 4);
 }
 
 TEST(PlotTicks, Log2TicksArePowersOfTwoInRange) {
@@ -356,6 +371,43 @@ TEST(PlotRender, FourteenSeriesAreDrawnInDistinctStrokes) {
             EXPECT_NEAR(lines[k][i].first, a * std::log2(p.series[k].x[i]) + b, 0.01) << "series " << k;
             EXPECT_NEAR(lines[k][i].second, c * p.series[k].y[i] + e, 0.01) << "series " << k;
         }
+}
+
+TEST(PlotHeatmap, ColourRunsRedYellowGreenAndClamps) {
+    double lo[3], mid[3], hi[3], below[3], above[3];
+    heatmap_colour(0, 0, 1, lo);
+    heatmap_colour(0.5, 0, 1, mid);
+    heatmap_colour(1, 0, 1, hi);
+    heatmap_colour(-3, 0, 1, below);
+    heatmap_colour(7, 0, 1, above);
+    EXPECT_GT(lo[0], lo[1]);   // red: lost
+    EXPECT_GT(hi[1], hi[0]);   // green: found
+    EXPECT_GT(mid[0], 0.9);    // yellow between
+    EXPECT_GT(mid[1], 0.8);
+    for (int c = 0; c < 3; ++c) {
+        EXPECT_EQ(below[c], lo[c]);
+        EXPECT_EQ(above[c], hi[c]);
+    }
+}
+
+TEST(PlotHeatmap, WritesEveryFormatAndRefusesAGridThatDoesNotMatchItsLabels) {
+    Heatmap h;
+    h.x_labels = {"1024", "2048"};
+    h.y_labels = {"0", "0.5", "1"};
+    h.panels.push_back({"h2o", {{1, 0.5}, {NAN, 0}, {1, 1}}});
+    for (const char* ext : {"svg", "png", "pdf"}) {
+        const std::string path = tmp(ext);
+        render_heatmap(h, path);
+        EXPECT_GT(std::filesystem::file_size(path), 200u) << ext;
+        std::filesystem::remove(path);
+    }
+    Heatmap bad = h;
+    bad.panels[0].values.pop_back();  // 2 rows for 3 labels
+    EXPECT_THROW(render_heatmap(bad, tmp("svg")), std::invalid_argument);
+    bad = h;
+    bad.panels[0].values[1].push_back(1);  // a row of 3 cells for 2 columns
+    EXPECT_THROW(render_heatmap(bad, tmp("svg")), std::invalid_argument);
+    EXPECT_THROW(render_heatmap(h, "map.txt"), std::invalid_argument);
 }
 
 TEST(PlotRender, PngAndPdfAreWritten) {

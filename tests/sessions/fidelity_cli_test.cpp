@@ -134,5 +134,67 @@ TEST(FidelityCli, SweepRecordsPerLayerPerChunkFidelity) {
     std::filesystem::remove_all(dir, ec);
 }
 
+// The oracle (--fidelity_oracle, on by default): per layer and chunk the oracle's mass is at least
+// the policy's and the efficiency their ratio, the summary's means are the rows' means, and
+// `kvlab plot --x layer` draws the per-layer efficiency (and refuses a metric without layers).
+TEST(FidelityCli, OracleEfficiencyIsRecordedAndPlottedPerLayer) {
+    ASSERT_TRUE(std::filesystem::exists(kExe)) << kExe;
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kvlab-oracle-cli-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string session = (dir / "o.kvlab").string();
+    const std::string cmd = kExe + " sweep tiny --data passkey --data.seq_length 256 --data.num_samples 1 --kv_cache.name h2o" +
+                            " --kv_cache.cache_length 64 --kv_cache.chunk_size 16 --fidelity true --figure none --session " + session +
+                            " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    storage::SessionReader rd(session);
+    int policies = 0;
+    for (const auto& r : rd.runs()) {
+        SCOPED_TRACE(r.name);
+        const nlohmann::json s = nlohmann::json::parse(r.summary);
+        ASSERT_TRUE(s.contains("fidelity_efficiency") && s.contains("fidelity_oracle_mass")) << r.summary;
+        double sum_eff = 0, sum_oracle = 0, n = 0, min_eff = 1;
+        for (int l = 0;; ++l) {
+            const auto kept = rd.metrics(r.id, "fidelity.kept_mass.layer" + std::to_string(l));
+            const auto oracle = rd.metrics(r.id, "fidelity.oracle_mass.layer" + std::to_string(l));
+            const auto eff = rd.metrics(r.id, "fidelity.efficiency.layer" + std::to_string(l));
+            if (kept.empty()) break;
+            ASSERT_EQ(oracle.size(), kept.size());
+            ASSERT_EQ(eff.size(), kept.size());
+            double layer_eff = 0;
+            for (size_t i = 0; i < kept.size(); ++i) {
+                ASSERT_EQ(oracle[i].step, kept[i].step);
+                EXPECT_GE(oracle[i].value, kept[i].value) << "layer " << l << " step " << kept[i].step;
+                EXPECT_NEAR(eff[i].value, kept[i].value / oracle[i].value, 1e-12);
+                sum_eff += eff[i].value, sum_oracle += oracle[i].value, n += 1, layer_eff += eff[i].value;
+                min_eff = std::min(min_eff, eff[i].value);
+            }
+            EXPECT_NEAR(s["fidelity_layers"][size_t(l)]["efficiency"].get<double>(), layer_eff / double(kept.size()), 1e-12);
+        }
+        ASSERT_GT(n, 0);
+        EXPECT_NEAR(s["fidelity_efficiency"].get<double>(), sum_eff / n, 1e-12);
+        EXPECT_NEAR(s["fidelity_oracle_mass"].get<double>(), sum_oracle / n, 1e-12);
+        if (r.name.rfind("dense", 0) == 0) {
+            EXPECT_EQ(min_eff, 1.0);
+        } else {
+            ++policies;
+            EXPECT_LT(min_eff, 1.0) << "h2o keeping 64 of 256 misses the best set somewhere";
+        }
+    }
+    EXPECT_EQ(policies, 1);
+    const std::string svg = (dir / "eff.svg").string();
+    const std::string plot = kExe + " plot " + session + " --x layer --y fidelity_efficiency -o " + svg + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(plot.c_str()), 0) << plot;
+    EXPECT_GT(std::filesystem::file_size(svg), 1000u);
+    const std::string err = (dir / "bad.err").string();
+    const std::string bad = kExe + " plot " + session + " --x layer --y mean_loss -o " + (dir / "bad.svg").string() + " >" + err + " 2>&1";
+    EXPECT_NE(std::system(bad.c_str()), 0) << bad;
+    std::ifstream in(err);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_NE(ss.str().find("--x layer: 'mean_loss' has no per-layer values; expected --y one of"), std::string::npos) << ss.str();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
+
 }  // namespace
 }  // namespace kv

@@ -241,9 +241,12 @@ TEST(RunManager, FidelityIsReportedApartFromTheRunsOwnPeakAndSpeed) {
     EXPECT_TRUE(std::isnan(c.runs[0].fidelity_kl)) << "a run without fidelity has no KL";
     EXPECT_EQ(c.runs[1].fidelity_kl, fid.at("fidelity_next_token_kl").get<double>());
     EXPECT_EQ(c.runs[1].fidelity_kept_mass, fid.at("fidelity_kept_mass").get<double>());
+    EXPECT_EQ(c.runs[1].fidelity_efficiency, fid.at("fidelity_efficiency").get<double>());
+    EXPECT_TRUE(std::isnan(c.runs[0].fidelity_efficiency)) << "a run without fidelity has no oracle";
     EXPECT_EQ(c.runs[1].instrumentation_seconds, fid.at("instrumentation_seconds").get<double>());
     const std::string text = storage::format_comparison(c);
-    for (const char* want : {"task and fidelity:", "copied tokens", "next-token KL vs dense", "kept attention mass", "instrumentation (measuring",
+    for (const char* want : {"task and fidelity:", "copied tokens", "next-token KL vs dense", "kept attention mass", "efficiency vs oracle",
+                             "instrumentation (measuring",
                              "  s fidelity reference", "  s KL heads"})
         EXPECT_NE(text.find(want), std::string::npos) << want << " missing from:\n" << text;
 }

@@ -32,8 +32,14 @@ TEST(FidelityView, ParsesTheMetricNames) {
     ASSERT_TRUE(parse_fidelity_metric("fidelity.next_token_kl", &q, &layer));
     EXPECT_EQ(q, FidelityQuantity::NEXT_TOKEN_KL);
     EXPECT_EQ(layer, -1);
+    ASSERT_TRUE(parse_fidelity_metric("fidelity.efficiency.layer3", &q, &layer));
+    EXPECT_EQ(q, FidelityQuantity::EFFICIENCY);
+    EXPECT_EQ(layer, 3);
+    ASSERT_TRUE(parse_fidelity_metric("fidelity.oracle_mass.layer1", &q, &layer));
+    EXPECT_EQ(q, FidelityQuantity::ORACLE_MASS);
+    EXPECT_EQ(layer, 1);
     for (const char* bad : {"sample_loss", "fidelity.kept_mass", "fidelity.kept_mass.layer", "fidelity.kept_mass.layerx",
-                            "fidelity.next_token_kl.layer3", "fidelity.other.layer1"})
+                            "fidelity.next_token_kl.layer3", "fidelity.other.layer1", "fidelity.efficiency"})
         EXPECT_FALSE(parse_fidelity_metric(bad, &q, &layer)) << bad;
 }
 
@@ -81,6 +87,18 @@ TEST(FidelityView, GridHoldsEveryRowOfARecordedFidelityRun) {
     for (int l = 0; l < g.layers; ++l)
         for (int64_t t = 0; t < g.steps; ++t) min_mass = std::min(min_mass, g.at(FidelityQuantity::KEPT_MASS, l, t));
     EXPECT_LT(min_mass, 1.0);
+    // The oracle (on by default with fidelity): in every cell at least the policy's mass, and the
+    // efficiency is their ratio; somewhere the policy missed the best set.
+    double min_eff = 1;
+    for (int l = 0; l < g.layers; ++l)
+        for (int64_t t = 0; t < g.steps; ++t) {
+            const double kept = g.at(FidelityQuantity::KEPT_MASS, l, t), oracle = g.at(FidelityQuantity::ORACLE_MASS, l, t);
+            ASSERT_TRUE(std::isfinite(oracle)) << "layer " << l << " step " << t;
+            EXPECT_GE(oracle, kept) << "layer " << l << " step " << t;
+            EXPECT_DOUBLE_EQ(g.at(FidelityQuantity::EFFICIENCY, l, t), kept / oracle) << "layer " << l << " step " << t;
+            min_eff = std::min(min_eff, g.at(FidelityQuantity::EFFICIENCY, l, t));
+        }
+    EXPECT_LT(min_eff, 1.0);
     test::ImGuiHarness h(900, 600);
     // With the mouse over the maps (the hover path draws its outline and tooltip).
     for (int f = 0; f < 3; ++f) EXPECT_GT(h.window_frame([&] { DrawFidelityView(s); }, ImVec2(200, 120)), 0);
