@@ -26,6 +26,7 @@ namespace kv {
     X(quest)               \
     X(ada)                 \
     X(kvzip)               \
+    X(keydiff)             \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
