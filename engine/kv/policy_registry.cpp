@@ -27,6 +27,7 @@ namespace kv {
     X(ada)                 \
     X(kvzip)               \
     X(keydiff)             \
+    X(chunkkv)             \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

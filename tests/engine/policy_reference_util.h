@@ -46,6 +46,44 @@ inline std::vector<double> ref_attention_row(const LayerHarness& h, const std::v
     return s;
 }
 
+// SnapKV's published rule in f64 (SnapKV's code, kvpress' SnapKVPress): the last `win` queries'
+// softmax weights (averaged over the group's query heads, summed over the queries) on the
+// positions before the window, average-pooled in position order over `k` neighbours with zero
+// padding counted (avg_pool1d, count_include_pad); the window's tokens take the maximum over the
+// layer (kvpress pads them with scores.max()). Scores per (row, slot) after the chunk [P, P + n).
+inline std::vector<double> published_snapkv_reference(const LayerHarness& h, int64_t P, int64_t n, int64_t win, int64_t k) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G, nq = std::min(win, n), first = P + n - nq;
+    const auto& pos = pol.token_positions();
+    const std::vector<double> qv = h.last_q[0].to_f64_vector();
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    double top = -INFINITY;
+    for (int64_t r = 0; r < h.B * h.G; ++r) {
+        std::vector<double> w((size_t)T, 0.0);
+        for (int64_t hh = (r % h.G) * R; hh < (r % h.G + 1) * R; ++hh)
+            for (int64_t i = n - nq; i < n; ++i) {
+                const std::vector<double> a = ref_attention_row(h, qv, n, P, r, hh, i);
+                for (int64_t j = 0; j < T; ++j) w[size_t(j)] += a[size_t(j)] / double(R);
+            }
+        // the positions before the window, in order; the pooling sees nothing past them
+        std::vector<std::pair<int32_t, int64_t>> before;
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(r * L + j)] < first) before.push_back({pos[size_t(r * L + j)], j});
+        std::sort(before.begin(), before.end());
+        const int64_t m = int64_t(before.size());
+        for (int64_t i = 0; i < m; ++i) {
+            double acc = 0;
+            for (int64_t o = i - k / 2; o <= i + k / 2; ++o)
+                if (o >= 0 && o < m) acc += w[size_t(before[size_t(o)].second)];
+            top = std::max(top, out[size_t(r * L + before[size_t(i)].second)] = acc / double(k));
+        }
+    }
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(r * L + j)] >= first) out[size_t(r * L + j)] = top;
+    return out;
+}
+
 inline void check_policy_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
                                            const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
                                            const std::vector<int64_t>& chunks = {4, 3, 4, 2, 4, 1, 5, 1}, double tol = 2e-6) {
