@@ -28,6 +28,7 @@ namespace kv {
     X(kvzip)               \
     X(keydiff)             \
     X(chunkkv)             \
+    X(observed_attention)  \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
