@@ -29,6 +29,7 @@ namespace kv {
     X(keydiff)             \
     X(chunkkv)             \
     X(observed_attention)  \
+    X(cur)                 \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
