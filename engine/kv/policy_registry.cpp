@@ -30,6 +30,7 @@ namespace kv {
     X(chunkkv)             \
     X(observed_attention)  \
     X(cur)                 \
+    X(non_causal_attn)     \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
