@@ -31,6 +31,7 @@ namespace kv {
     X(observed_attention)  \
     X(cur)                 \
     X(non_causal_attn)     \
+    X(leverage)            \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
