@@ -9,6 +9,8 @@
 // Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot. Phi's
 // entries are a documented pure function of (layer, head, index) (docs/POLICIES.md#leverage),
 // where kvpress draws a fresh torch.randn per call.
+#include "policy_leverage.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -23,11 +25,90 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer (as random's draws)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+}  // namespace
 
+void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
+    phi.clear();
+    if (k == 0) return;
+    // Phi[g][d][c] = N(0, 1) / sqrt(k) by Box-Muller from two splitmix64 draws
+    phi.assign(size_t(G * D * k), 0.0);
+    for (int64_t g = 0; g < G; ++g)
+        for (int64_t e = 0; e < D * k; ++e) {
+            const uint64_t h = mix(mix(mix(uint64_t(layer)) ^ uint64_t(g)) ^ uint64_t(e)), h2 = mix(h);
+            const double u1 = double((h >> 11) + 1) * 0x1p-53, u2 = double(h2 >> 11) * 0x1p-53;
+            phi[size_t(g * D * k + e)] = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) / std::sqrt(double(k));
+        }
+}
+
+void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, double p, double* x) {
+    for (int64_t d = 0; d < D; ++d) x[d] = double(key[d]);
+    if (!rope) return;
+    const int64_t half = int64_t(rope->size());
+    for (int64_t j = 0; j < half; ++j) {  // R(p)^T: rotate pair (j, j + half) by -p theta_j
+        const double a = p * (*rope)[size_t(j)], c = std::cos(a), s = std::sin(a);
+        const double u = double(key[j]), v = double(key[j + half]);
+        x[j] = u * c + v * s;
+        x[j + half] = v * c - u * s;
+    }
+}
+
+void LeverageSketch::leverage(const double* keys, const int32_t* idx, int64_t m, int64_t D, int64_t g, double* out) const {
+    const int64_t K = k > 0 ? k : D;
+    std::vector<double> mean((size_t)D, 0.0), Y((size_t)(m * K)), Gm((size_t)(K * K)), z((size_t)K);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += keys[idx[i] * D + d] / double(m);
+    const double* Phi = phi.data() + g * D * K;
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < K; ++c) {
+            double s = 0;
+            if (k > 0)
+                for (int64_t d = 0; d < D; ++d) s += (keys[idx[i] * D + d] - mean[size_t(d)]) * Phi[d * K + c];
+            else
+                s = keys[idx[i] * D + c] - mean[size_t(c)];
+            Y[size_t(i * K + c)] = s;
+        }
+    // G = Y^T Y + 0.01 I, then its Cholesky factor in place (lower triangle)
+    for (int64_t a = 0; a < K; ++a)
+        for (int64_t b = 0; b <= a; ++b) {
+            double s = a == b ? 1e-2 : 0.0;
+            for (int64_t i = 0; i < m; ++i) s += Y[size_t(i * K + a)] * Y[size_t(i * K + b)];
+            Gm[size_t(a * K + b)] = s;
+        }
+    for (int64_t a = 0; a < K; ++a)
+        for (int64_t b = 0; b <= a; ++b) {
+            double s = Gm[size_t(a * K + b)];
+            for (int64_t c = 0; c < b; ++c) s -= Gm[size_t(a * K + c)] * Gm[size_t(b * K + c)];
+            Gm[size_t(a * K + b)] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[size_t(b * K + b)];
+        }
+    for (int64_t i = 0; i < m; ++i) {  // y^T G^-1 y = |L^-1 y|^2
+        double l = 0;
+        for (int64_t a = 0; a < K; ++a) {
+            double s = Y[size_t(i * K + a)];
+            for (int64_t c = 0; c < a; ++c) s -= Gm[size_t(a * K + c)] * z[size_t(c)];
+            z[size_t(a)] = s / Gm[size_t(a * K + a)];
+            l += z[size_t(a)] * z[size_t(a)];
+        }
+        out[i] = std::max(l, 0.0);
+    }
+}
+
+void z_normalise(std::vector<double>& v) {
+    if (v.empty()) return;
+    double sum = 0;
+    for (double x : v) sum += x;
+    const double N = double(v.size()), mu = sum / N;
+    double var = 0;
+    for (double x : v) var += (x - mu) * (x - mu);
+    const double sd = std::max(N > 1 ? std::sqrt(var / (N - 1)) : 0.0, 1e-6);
+    for (double& x : v) x = (x - mu) / sd;
+}
+
+namespace {
 class LeveragePolicy final : public ScorePolicy {
    public:
-    LeveragePolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer)
-        : ScorePolicy(cfg, L, G), k_(int64_t(cfg.policy_option("leverage_sketch"))), layer_(layer) {}
+    LeveragePolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer) : ScorePolicy(cfg, L, G), layer_(layer) {
+        sketch_.k = int64_t(cfg.policy_option("leverage_sketch"));
+    }
     const char* name() const override { return "leverage"; }
     bool needs_key_vectors() const override { return true; }
     bool needs_query_vectors() const override { return true; }  // for the RoPE frequencies that rotated the keys
@@ -40,76 +121,28 @@ class LeveragePolicy final : public ScorePolicy {
 
    protected:
     void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
-        if (D_ == 0) init(f.head_dim);
-        score_[size_t(r * L_ + slot)] = 0.0f;
-        const float* k = f.keys.data() + i * D_;
-        double* x = keys_.data() + (r * L_ + slot) * D_;
-        for (int64_t d = 0; d < D_; ++d) x[d] = double(k[d]);
-        if (!f.rope_inv_freq) return;
-        const int64_t half = int64_t(f.rope_inv_freq->size());
-        const double p = double(pos_[size_t(r * L_ + slot)]);
-        for (int64_t j = 0; j < half; ++j) {  // R(p)^T: rotate pair (j, j + half) by -p theta_j
-            const double a = p * (*f.rope_inv_freq)[size_t(j)], c = std::cos(a), s = std::sin(a);
-            const double u = double(k[j]), v = double(k[j + half]);
-            x[j] = u * c + v * s;
-            x[j + half] = v * c - u * s;
+        if (D_ == 0) {
+            D_ = f.head_dim;
+            keys_.assign(size_t(rows() * L_ * D_), 0.0);
+            sketch_.init(layer_, G_, D_);
         }
+        score_[size_t(r * L_ + slot)] = 0.0f;
+        LeverageSketch::unrotate(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]),
+                                 keys_.data() + (r * L_ + slot) * D_);
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
         std::copy_n(keys_.begin() + (r * L_ + from) * D_, D_, keys_.begin() + (r * L_ + to) * D_);
     }
     void accumulate(const std::vector<float>&, int64_t) override {
-        const int64_t T = T_, K = k_ > 0 ? k_ : D_;
-        std::vector<double> mean((size_t)D_), Y((size_t)(T * K)), Gm((size_t)(K * K)), z((size_t)K), lev((size_t)(rows() * T));
-        for (int64_t r = 0; r < rows(); ++r) {
-            const double* X = keys_.data() + r * L_ * D_;
-            std::fill(mean.begin(), mean.end(), 0.0);
-            for (int64_t j = 0; j < T; ++j)
-                for (int64_t d = 0; d < D_; ++d) mean[size_t(d)] += X[j * D_ + d] / double(T);
-            const double* Phi = phi_.data() + (r % G_) * D_ * K;
-            for (int64_t j = 0; j < T; ++j)
-                for (int64_t c = 0; c < K; ++c) {
-                    double s = 0;
-                    if (k_ > 0)
-                        for (int64_t d = 0; d < D_; ++d) s += (X[j * D_ + d] - mean[size_t(d)]) * Phi[d * K + c];
-                    else
-                        s = X[j * D_ + c] - mean[size_t(c)];
-                    Y[size_t(j * K + c)] = s;
-                }
-            // G = Y^T Y + 0.01 I, then its Cholesky factor in place (lower triangle)
-            for (int64_t a = 0; a < K; ++a)
-                for (int64_t b = 0; b <= a; ++b) {
-                    double s = a == b ? 1e-2 : 0.0;
-                    for (int64_t j = 0; j < T; ++j) s += Y[size_t(j * K + a)] * Y[size_t(j * K + b)];
-                    Gm[size_t(a * K + b)] = s;
-                }
-            for (int64_t a = 0; a < K; ++a) {
-                for (int64_t b = 0; b <= a; ++b) {
-                    double s = Gm[size_t(a * K + b)];
-                    for (int64_t c = 0; c < b; ++c) s -= Gm[size_t(a * K + c)] * Gm[size_t(b * K + c)];
-                    Gm[size_t(a * K + b)] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[size_t(b * K + b)];
-                }
-            }
-            for (int64_t j = 0; j < T; ++j) {  // y^T G^-1 y = |L^-1 y|^2
-                double l = 0;
-                for (int64_t a = 0; a < K; ++a) {
-                    double s = Y[size_t(j * K + a)];
-                    for (int64_t c = 0; c < a; ++c) s -= Gm[size_t(a * K + c)] * z[size_t(c)];
-                    z[size_t(a)] = s / Gm[size_t(a * K + a)];
-                    l += z[size_t(a)] * z[size_t(a)];
-                }
-                lev[size_t(r * T + j)] = std::max(l, 0.0);
-            }
-        }
-        double sum = 0;
-        for (double x : lev) sum += x;
-        const double N = double(lev.size()), mu = sum / N;
-        double var = 0;
-        for (double x : lev) var += (x - mu) * (x - mu);
-        const double sd = std::max(N > 1 ? std::sqrt(var / (N - 1)) : 0.0, 1e-6);  // torch's unbiased std
+        const int64_t T = T_;
+        std::vector<int32_t> idx((size_t)T);
+        for (int64_t j = 0; j < T; ++j) idx[size_t(j)] = int32_t(j);
+        std::vector<double> lev((size_t)(rows() * T));
+        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(keys_.data() + r * L_ * D_, idx.data(), T, D_, r % G_, lev.data() + r * T);
+        z_normalise(lev);
         for (int64_t r = 0; r < rows(); ++r)
-            for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float((lev[size_t(r * T + j)] - mu) / sd);
+            for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float(lev[size_t(r * T + j)]);
     }
     void eviction_scores(std::vector<float>& S) const override {
         const int64_t cand = L_ - grace();
@@ -118,24 +151,10 @@ class LeveragePolicy final : public ScorePolicy {
     }
 
    private:
-    void init(int64_t D) {
-        D_ = D;
-        keys_.assign(size_t(rows() * L_ * D_), 0.0);
-        if (k_ == 0) return;
-        // Phi[g][d][c] = N(0, 1) / sqrt(k) by Box-Muller from two splitmix64 draws
-        phi_.assign(size_t(G_ * D_ * k_), 0.0);
-        for (int64_t g = 0; g < G_; ++g)
-            for (int64_t e = 0; e < D_ * k_; ++e) {
-                const uint64_t h = mix(mix(mix(uint64_t(layer_)) ^ uint64_t(g)) ^ uint64_t(e)), h2 = mix(h);
-                const double u1 = double((h >> 11) + 1) * 0x1p-53, u2 = double(h2 >> 11) * 0x1p-53;
-                phi_[size_t(g * D_ * k_ + e)] = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) / std::sqrt(double(k_));
-            }
-    }
-
-    int64_t k_, layer_, D_ = 0;
-    std::vector<float> score_;   // (B*G, L)
-    std::vector<double> keys_;   // (B*G, L, D) pre-RoPE keys
-    std::vector<double> phi_;    // (G, D, k) the sketch
+    int64_t layer_, D_ = 0;
+    LeverageSketch sketch_;
+    std::vector<float> score_;  // (B*G, L)
+    std::vector<double> keys_;  // (B*G, L, D) pre-RoPE keys
 };
 }  // namespace
 
