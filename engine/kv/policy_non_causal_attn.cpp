@@ -10,18 +10,97 @@
 // Tiles fill as the sequence arrives: the newest tile is rescored over its queries and keys
 // so far at every call (its queries and keys are kept until it is complete); a complete tile's
 // A is final. Needs the chunk's queries and keys, not the attention weights.
+#include "policy_non_causal_attn.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "policy_leverage.h"  // z_normalise
 #include "policy_score_based.h"
 
 namespace kv {
 
+void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int64_t B, int64_t G, const std::vector<int32_t>& pos,
+                             int64_t L, int64_t T, std::vector<double>& raw) {
+    const int64_t rows = B * G;
+    if (D_ == 0) {
+        D_ = f.head_dim;
+        NH_ = f.query_heads > 0 ? f.query_heads : G;
+        q_.assign(size_t(B * NH_ * C_ * D_), 0.0f);
+        k_.assign(size_t(rows * C_ * D_), 0.0f);
+        vn_.assign(size_t(rows * C_), 0.0f);
+        hasq_.assign(size_t(C_), 0);
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        const int64_t p = P + t;
+        if (p >= tile_start_ + C_) {  // the open tile is complete: its scores are final
+            tile_start_ += C_ * ((p - tile_start_) / C_);
+            m_ = 0;
+            std::fill(hasq_.begin(), hasq_.end(), 0);
+        }
+        const int64_t i = p - tile_start_;
+        for (int64_t r = 0; r < rows; ++r) {
+            std::copy_n(f.keys.begin() + (r * n + t) * D_, D_, k_.begin() + (r * C_ + i) * D_);
+            vn_[size_t(r * C_ + i)] = f.value_norm.empty() ? 0.0f : f.value_norm[size_t(r * n + t)];
+        }
+        if (!f.queries.empty()) {
+            for (int64_t bh = 0; bh < B * NH_; ++bh)
+                std::copy_n(f.queries.begin() + (bh * n + t) * D_, D_, q_.begin() + (bh * C_ + i) * D_);
+            hasq_[size_t(i)] = 1;
+        }
+        m_ = i + 1;
+        if (p + 1 == P + n || p + 1 == tile_start_ + C_) score_tile(B, G, pos, L, T, raw);
+    }
+}
+
+void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T,
+                                std::vector<double>& raw) const {
+    const int64_t R = NH_ / G, m = m_;
+    std::vector<double> A((size_t)m), e((size_t)m);
+    for (int64_t r = 0; r < B * G; ++r) {
+        const int64_t b = r / G, g = r % G;
+        std::fill(A.begin(), A.end(), 0.0);
+        for (int64_t h = g * R; h < (g + 1) * R; ++h)
+            for (int64_t i = 0; i < m; ++i) {
+                if (!hasq_[size_t(i)]) continue;  // a prefill without attention has no queries
+                const float* q = q_.data() + ((b * NH_ + h) * C_ + i) * D_;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < m; ++j) {
+                    const float* k = k_.data() + (r * C_ + j) * D_;
+                    double d = 0;
+                    for (int64_t x = 0; x < D_; ++x) d += double(q[x]) * double(k[x]);
+                    mx = std::max(mx, e[size_t(j)] = d);
+                }
+                double z = 0;
+                for (double& x : e) z += (x = std::exp(x - mx));
+                for (int64_t j = 0; j < m; ++j) A[size_t(j)] += e[size_t(j)] / z / double(R);
+            }
+        for (int64_t s = 0; s < T; ++s) {
+            const int64_t i = pos[size_t(r * L + s)] - tile_start_;
+            if (i >= 0 && i < m) raw[size_t(r * L + s)] = A[size_t(i)] * double(vn_[size_t(r * C_ + i)]);
+        }
+    }
+}
+
+void pool3(const std::vector<double>& v, int64_t L, const std::vector<std::vector<int32_t>>& idx, std::vector<double>& out) {
+    out.clear();
+    for (size_t r = 0; r < idx.size(); ++r) {
+        const std::vector<int32_t>& o = idx[r];
+        const int64_t m = int64_t(o.size());
+        for (int64_t i = 0; i < m; ++i) {
+            double acc = 0;
+            for (int64_t k = std::max<int64_t>(0, i - 1); k <= std::min(m - 1, i + 1); ++k) acc += v[size_t(int64_t(r) * L + o[size_t(k)])];
+            out.push_back(acc / 3.0);
+        }
+    }
+}
+
 namespace {
 class NonCausalAttnPolicy final : public ScorePolicy {
    public:
-    NonCausalAttnPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G) : ScorePolicy(cfg, L, G), C_(int64_t(cfg.policy_option("nca_chunk_size"))) {}
+    NonCausalAttnPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
+        : ScorePolicy(cfg, L, G), tiles_(int64_t(cfg.policy_option("nca_chunk_size"))) {}
     const char* name() const override { return "non-causal-attn"; }
     bool needs_query_vectors() const override { return true; }
     bool needs_key_vectors() const override { return true; }
@@ -30,15 +109,15 @@ class NonCausalAttnPolicy final : public ScorePolicy {
         ScorePolicy::reset(batch);
         raw_.assign(size_t(rows() * L_), 0.0);
         score_.assign(size_t(rows() * L_), 0.0f);
-        tile_start_ = 0, m_ = 0, D_ = 0, NH_ = 0;
+        tiles_.reset();
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
         ScorePolicy::prefill(n, f);
-        observe(f, 0, n);
+        tiles_.observe(f, 0, n, B_, G_, pos_, L_, T_, raw_);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
         ScorePolicy::apply(plan, f);
-        observe(f, plan.input_pos, plan.n);
+        tiles_.observe(f, plan.input_pos, plan.n, B_, G_, pos_, L_, T_, raw_);
     }
 
    protected:
@@ -49,26 +128,18 @@ class NonCausalAttnPolicy final : public ScorePolicy {
     }
     void accumulate(const std::vector<float>&, int64_t) override {
         // pool a in position order per row, then z-normalise over every cached token of the layer
-        const int64_t T = T_;
-        std::vector<int32_t> order((size_t)T);
-        std::vector<double> s((size_t)(rows() * T));
-        double sum = 0;
+        std::vector<std::vector<int32_t>> idx((size_t)rows());
         for (int64_t r = 0; r < rows(); ++r) {
             const int32_t* pos = pos_.data() + r * L_;
-            std::iota(order.begin(), order.end(), 0);
-            std::sort(order.begin(), order.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
-            for (int64_t i = 0; i < T; ++i) {
-                double acc = 0;
-                for (int64_t k = std::max<int64_t>(0, i - 1); k <= std::min(T - 1, i + 1); ++k) acc += raw_[size_t(r * L_ + order[size_t(k)])];
-                sum += s[size_t(r * T + order[size_t(i)])] = acc / 3.0;
-            }
+            idx[size_t(r)].resize(size_t(T_));
+            std::iota(idx[size_t(r)].begin(), idx[size_t(r)].end(), 0);
+            std::sort(idx[size_t(r)].begin(), idx[size_t(r)].end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
         }
-        const double N = double(rows() * T), mean = sum / N;
-        double var = 0;
-        for (double x : s) var += (x - mean) * (x - mean);
-        const double sd = std::max(N > 1 ? std::sqrt(var / (N - 1)) : 0.0, 1e-6);  // torch's unbiased std
+        std::vector<double> s;
+        pool3(raw_, L_, idx, s);
+        z_normalise(s);
         for (int64_t r = 0; r < rows(); ++r)
-            for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float((s[size_t(r * T + j)] - mean) / sd);
+            for (int64_t i = 0; i < T_; ++i) score_[size_t(r * L_ + idx[size_t(r)][size_t(i)])] = float(s[size_t(r * T_ + i)]);
     }
     void eviction_scores(std::vector<float>& S) const override {
         const int64_t cand = L_ - grace();
@@ -77,72 +148,9 @@ class NonCausalAttnPolicy final : public ScorePolicy {
     }
 
    private:
-    // Append the chunk's queries, keys and value norms to the open tile(s); rescore every tile
-    // the chunk touched and hand its tokens' a_j to the slots holding them.
-    void observe(const InsertFeatures& f, int64_t P, int64_t n) {
-        if (D_ == 0) {
-            D_ = f.head_dim;
-            NH_ = f.query_heads > 0 ? f.query_heads : G_;
-            q_.assign(size_t(B_ * NH_ * C_ * D_), 0.0f);
-            k_.assign(size_t(rows() * C_ * D_), 0.0f);
-            vn_.assign(size_t(rows() * C_), 0.0f);
-            hasq_.assign(size_t(C_), 0);
-        }
-        for (int64_t t = 0; t < n; ++t) {
-            const int64_t p = P + t;
-            if (p >= tile_start_ + C_) {  // the open tile is complete: its scores are final
-                tile_start_ += C_ * ((p - tile_start_) / C_);
-                m_ = 0;
-                std::fill(hasq_.begin(), hasq_.end(), 0);
-            }
-            const int64_t i = p - tile_start_;
-            for (int64_t r = 0; r < rows(); ++r) {
-                std::copy_n(f.keys.begin() + (r * n + t) * D_, D_, k_.begin() + (r * C_ + i) * D_);
-                vn_[size_t(r * C_ + i)] = f.value_norm.empty() ? 0.0f : f.value_norm[size_t(r * n + t)];
-            }
-            if (!f.queries.empty()) {
-                for (int64_t bh = 0; bh < B_ * NH_; ++bh) std::copy_n(f.queries.begin() + (bh * n + t) * D_, D_, q_.begin() + (bh * C_ + i) * D_);
-                hasq_[size_t(i)] = 1;
-            }
-            m_ = i + 1;
-            if (p + 1 == P + n || p + 1 == tile_start_ + C_) score_tile();
-        }
-    }
-    void score_tile() {
-        const int64_t R = NH_ / G_, m = m_;
-        std::vector<double> A((size_t)m), e((size_t)m);
-        for (int64_t r = 0; r < rows(); ++r) {
-            const int64_t b = r / G_, g = r % G_;
-            std::fill(A.begin(), A.end(), 0.0);
-            for (int64_t h = g * R; h < (g + 1) * R; ++h)
-                for (int64_t i = 0; i < m; ++i) {
-                    if (!hasq_[size_t(i)]) continue;  // a prefill without attention has no queries
-                    const float* q = q_.data() + ((b * NH_ + h) * C_ + i) * D_;
-                    double mx = -INFINITY;
-                    for (int64_t j = 0; j < m; ++j) {
-                        const float* k = k_.data() + (r * C_ + j) * D_;
-                        double d = 0;
-                        for (int64_t x = 0; x < D_; ++x) d += double(q[x]) * double(k[x]);
-                        mx = std::max(mx, e[size_t(j)] = d);
-                    }
-                    double z = 0;
-                    for (double& x : e) z += (x = std::exp(x - mx));
-                    for (int64_t j = 0; j < m; ++j) A[size_t(j)] += e[size_t(j)] / z / double(R);
-                }
-            for (int64_t s = 0; s < T_; ++s) {
-                const int64_t i = pos_[size_t(r * L_ + s)] - tile_start_;
-                if (i >= 0 && i < m) raw_[size_t(r * L_ + s)] = A[size_t(i)] * double(vn_[size_t(r * C_ + i)]);
-            }
-        }
-    }
-
-    int64_t C_;
+    NonCausalTiles tiles_;
     std::vector<double> raw_;   // (B*G, L) a_j
     std::vector<float> score_;  // (B*G, L)
-    // the open tile: positions [tile_start_, tile_start_ + m_)
-    int64_t tile_start_ = 0, m_ = 0, D_ = 0, NH_ = 0;
-    std::vector<float> q_, k_, vn_;  // (B, NH, C, D), (B*G, C, D), (B*G, C)
-    std::vector<uint8_t> hasq_;      // (C) whether the tile's query i was seen
 };
 }  // namespace
 
