@@ -32,6 +32,7 @@ namespace kv {
     X(cur)                 \
     X(non_causal_attn)     \
     X(leverage)            \
+    X(compactor)           \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

@@ -85,6 +85,154 @@ inline std::vector<double> published_snapkv_reference(const LayerHarness& h, int
     return out;
 }
 
+// (x - mean) / max(unbiased std, 1e-6) over all of v.
+inline void ref_z_normalise(std::vector<double>& v) {
+    double mu = 0, var = 0;
+    for (double x : v) mu += x / double(v.size());
+    for (double x : v) var += (x - mu) * (x - mu);
+    const double sd = std::max(v.size() > 1 ? std::sqrt(var / double(v.size() - 1)) : 0.0, 1e-6);
+    for (double& x : v) x = (x - mu) / sd;
+}
+
+inline uint64_t splitmix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Gauss-Jordan inverse of the n x n matrix A (partial pivoting).
+inline std::vector<double> inverse(std::vector<double> A, int64_t n) {
+    std::vector<double> I((size_t)(n * n), 0.0);
+    for (int64_t i = 0; i < n; ++i) I[size_t(i * n + i)] = 1;
+    for (int64_t c = 0; c < n; ++c) {
+        int64_t p = c;
+        for (int64_t r = c + 1; r < n; ++r)
+            if (std::fabs(A[size_t(r * n + c)]) > std::fabs(A[size_t(p * n + c)])) p = r;
+        for (int64_t k = 0; k < n; ++k) std::swap(A[size_t(c * n + k)], A[size_t(p * n + k)]), std::swap(I[size_t(c * n + k)], I[size_t(p * n + k)]);
+        const double d = A[size_t(c * n + c)];
+        for (int64_t k = 0; k < n; ++k) A[size_t(c * n + k)] /= d, I[size_t(c * n + k)] /= d;
+        for (int64_t r = 0; r < n; ++r)
+            if (r != c) {
+                const double f = A[size_t(r * n + c)];
+                for (int64_t k = 0; k < n; ++k) A[size_t(r * n + k)] -= f * A[size_t(c * n + k)], I[size_t(r * n + k)] -= f * I[size_t(c * n + k)];
+            }
+    }
+    return I;
+}
+
+// Leverage in f64 (docs/POLICIES.md#leverage) of the keys in `slots` of row r (layer 0): centred
+// over those keys, sketched by the documented Gaussian Phi (k 0: none), y^T (Y^T Y + 0.01 I)^-1 y
+// by an explicit inverse, clamped at 0. The harness's keys are unrotated.
+inline std::vector<double> ref_leverage(const LayerHarness& h, int64_t r, const std::vector<int64_t>& slots, int64_t k) {
+    const int64_t T = int64_t(slots.size()), D = h.D, K = k > 0 ? k : D, g = r % h.G;
+    std::vector<double> mean((size_t)D, 0.0), out;
+    for (int64_t j : slots)
+        for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += double(slot_key(h, r, j)[size_t(d)]) / double(T);
+    std::vector<double> Y((size_t)(T * K), 0.0);
+    for (int64_t i = 0; i < T; ++i)
+        for (int64_t c = 0; c < K; ++c)
+            for (int64_t d = 0; d < D; ++d) {
+                const double x = double(slot_key(h, r, slots[size_t(i)])[size_t(d)]) - mean[size_t(d)];
+                if (k == 0) {
+                    if (d == c) Y[size_t(i * K + c)] = x;
+                    continue;
+                }
+                const uint64_t e = uint64_t(d * K + c), hh = splitmix(splitmix(splitmix(0) ^ uint64_t(g)) ^ e), h2 = splitmix(hh);
+                const double u1 = double((hh >> 11) + 1) / 9007199254740992.0, u2 = double(h2 >> 11) / 9007199254740992.0;
+                Y[size_t(i * K + c)] += x * std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2) / std::sqrt(double(k));
+            }
+    std::vector<double> G((size_t)(K * K), 0.0);
+    for (int64_t a = 0; a < K; ++a)
+        for (int64_t b = 0; b < K; ++b) {
+            for (int64_t i = 0; i < T; ++i) G[size_t(a * K + b)] += Y[size_t(i * K + a)] * Y[size_t(i * K + b)];
+            if (a == b) G[size_t(a * K + b)] += 1e-2;
+        }
+    const std::vector<double> Gi = inverse(G, K);
+    for (int64_t i = 0; i < T; ++i) {
+        double l = 0;
+        for (int64_t a = 0; a < K; ++a)
+            for (int64_t b = 0; b < K; ++b) l += Y[size_t(i * K + a)] * Gi[size_t(a * K + b)] * Y[size_t(i * K + b)];
+        out.push_back(std::max(l, 0.0));
+    }
+    return out;
+}
+
+// Non-causal tile attention in f64 (docs/POLICIES.md#non-causal-attn) of every cached slot:
+// A_j |v_j| with A_j the unscaled softmax weight the queries of j's tile of C positions pay j
+// over the tile's keys (every query and key ever fed), summed over queries, averaged over the
+// group's heads. (rows, L), 0 past the cached slots.
+inline std::vector<double> ref_tile_attention(const LayerHarness& h, int64_t C) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G, D = h.D, Pa = h.P;
+    const auto& pos = pol.token_positions();
+    auto query = [&](int64_t b, int64_t hh, int64_t p) {
+        for (const auto& [P0, q] : h.all_q)
+            if (p >= P0 && p < P0 + q.size(2)) {
+                const std::vector<double> qv = q.to_f64_vector();
+                const int64_t n = q.size(2), at = ((b * h.NH + hh) * n + (p - P0)) * D;
+                return std::vector<double>(qv.begin() + at, qv.begin() + at + D);
+            }
+        ADD_FAILURE() << "no query at position " << p;
+        return std::vector<double>((size_t)D, 0.0);
+    };
+    std::vector<double> a((size_t)(h.B * h.G * L), 0.0);
+    for (int64_t r = 0; r < h.B * h.G; ++r) {
+        const int64_t b = r / h.G, g = r % h.G;
+        for (int64_t j = 0; j < T; ++j) {
+            const int64_t p = pos[size_t(r * L + j)], t0 = p / C * C, t1 = std::min(t0 + C, Pa);
+            double A = 0;
+            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
+                for (int64_t i = t0; i < t1; ++i) {
+                    const std::vector<double> q = query(b, hh, i);
+                    std::vector<double> s;
+                    for (int64_t kp = t0; kp < t1; ++kp) {
+                        const auto& k = h.history[size_t(r)].at(kp).first;
+                        double d = 0;
+                        for (int64_t x = 0; x < D; ++x) d += q[size_t(x)] * double(k[size_t(x)]);
+                        s.push_back(d);
+                    }
+                    const double m = *std::max_element(s.begin(), s.end());
+                    double z = 0;
+                    for (double x : s) z += std::exp(x - m);
+                    A += std::exp(s[size_t(p - t0)] - m) / z / double(R);
+                }
+            const auto& v = h.history[size_t(r)].at(p).second;
+            double vn = 0;
+            for (float x : v) vn += double(x) * double(x);
+            a[size_t(r * L + j)] = A * std::sqrt(vn);
+        }
+    }
+    return a;
+}
+
+// avg_pool1d(3) with zero padding of v (rows, L) along `slots` (in position order) of row r.
+inline std::vector<double> ref_pool3(const std::vector<double>& v, int64_t L, int64_t r, const std::vector<int64_t>& slots) {
+    std::vector<double> out;
+    const int64_t m = int64_t(slots.size());
+    for (int64_t i = 0; i < m; ++i) {
+        double acc = 0;
+        for (int64_t o = i - 1; o <= i + 1; ++o)
+            if (o >= 0 && o < m) acc += v[size_t(r * L + slots[size_t(o)])];
+        out.push_back(acc / 3);
+    }
+    return out;
+}
+
+// The cached slots of row r whose positions satisfy keep, in position order.
+template <class Keep>
+std::vector<int64_t> ref_slots_by_position(const LayerHarness& h, int64_t r, Keep keep) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const auto& pos = pol.token_positions();
+    std::vector<std::pair<int32_t, int64_t>> o;
+    for (int64_t j = 0; j < pol.current_length(); ++j)
+        if (keep(pos[size_t(r * h.L + j)])) o.push_back({pos[size_t(r * h.L + j)], j});
+    std::sort(o.begin(), o.end());
+    std::vector<int64_t> out;
+    for (auto& x : o) out.push_back(x.second);
+    return out;
+}
+
 inline void check_policy_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
                                            const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
                                            const std::vector<int64_t>& chunks = {4, 3, 4, 2, 4, 1, 5, 1}, double tol = 2e-6) {
