@@ -17,6 +17,7 @@
 #include <numeric>
 
 #include "policy_leverage.h"  // z_normalise
+#include "policy_math.h"
 #include "policy_score_based.h"
 
 namespace kv {
@@ -58,24 +59,25 @@ void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>
                                 std::vector<double>& raw) const {
     const int64_t R = NH_ / G, m = m_;
     std::vector<double> A((size_t)m), e((size_t)m);
+    std::vector<float> kt((size_t)(D_ * m)), dots((size_t)(m * m));
     for (int64_t r = 0; r < B * G; ++r) {
         const int64_t b = r / G, g = r % G;
         std::fill(A.begin(), A.end(), 0.0);
-        for (int64_t h = g * R; h < (g + 1) * R; ++h)
+        for (int64_t j = 0; j < m; ++j)
+            for (int64_t x = 0; x < D_; ++x) kt[size_t(x * m + j)] = k_[size_t((r * C_ + j) * D_ + x)];
+        for (int64_t h = g * R; h < (g + 1) * R; ++h) {
+            // every query of the tile against every key: one f32 product at the CPU's vector width
+            policy_matmul(m, m, D_, q_.data() + (b * NH_ + h) * C_ * D_, D_, kt.data(), m, dots.data(), m);
             for (int64_t i = 0; i < m; ++i) {
                 if (!hasq_[size_t(i)]) continue;  // a prefill without attention has no queries
-                const float* q = q_.data() + ((b * NH_ + h) * C_ + i) * D_;
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < m; ++j) {
-                    const float* k = k_.data() + (r * C_ + j) * D_;
-                    double d = 0;
-                    for (int64_t x = 0; x < D_; ++x) d += double(q[x]) * double(k[x]);
-                    mx = std::max(mx, e[size_t(j)] = d);
-                }
-                double z = 0;
-                for (double& x : e) z += (x = std::exp(x - mx));
-                for (int64_t j = 0; j < m; ++j) A[size_t(j)] += e[size_t(j)] / z / double(R);
+                const float* d = dots.data() + i * m;
+                double mx = -INFINITY, z = 0;
+                for (int64_t j = 0; j < m; ++j) mx = std::max(mx, double(d[j]));
+                for (int64_t j = 0; j < m; ++j) z += (e[size_t(j)] = std::exp(double(d[j]) - mx));
+                const double w = 1.0 / (z * double(R));
+                for (int64_t j = 0; j < m; ++j) A[size_t(j)] += e[size_t(j)] * w;
             }
+        }
         for (int64_t s = 0; s < T; ++s) {
             const int64_t i = pos[size_t(r * L + s)] - tile_start_;
             if (i >= 0 && i < m) raw[size_t(r * L + s)] = A[size_t(i)] * double(vn_[size_t(r * C_ + i)]);
