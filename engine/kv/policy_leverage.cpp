@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "policy_math.h"
 #include "policy_score_based.h"
 
 namespace kv {
@@ -54,40 +55,42 @@ void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<dou
 
 void LeverageSketch::leverage(const double* keys, const int32_t* idx, int64_t m, int64_t D, int64_t g, double* out) const {
     const int64_t K = k > 0 ? k : D;
-    std::vector<double> mean((size_t)D, 0.0), Y((size_t)(m * K)), Gm((size_t)(K * K)), z((size_t)K);
+    std::vector<double> mean((size_t)D, 0.0), X((size_t)(m * D)), Y((size_t)(m * K)), Yt((size_t)(K * m)), Gm((size_t)(K * K)),
+        Li((size_t)(K * K), 0.0), Z((size_t)(m * K));
     for (int64_t i = 0; i < m; ++i)
         for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += keys[idx[i] * D + d] / double(m);
-    const double* Phi = phi.data() + g * D * K;
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) {
-            double s = 0;
-            if (k > 0)
-                for (int64_t d = 0; d < D; ++d) s += (keys[idx[i] * D + d] - mean[size_t(d)]) * Phi[d * K + c];
-            else
-                s = keys[idx[i] * D + c] - mean[size_t(c)];
-            Y[size_t(i * K + c)] = s;
-        }
-    // G = Y^T Y + 0.01 I, then its Cholesky factor in place (lower triangle)
-    for (int64_t a = 0; a < K; ++a)
-        for (int64_t b = 0; b <= a; ++b) {
-            double s = a == b ? 1e-2 : 0.0;
-            for (int64_t i = 0; i < m; ++i) s += Y[size_t(i * K + a)] * Y[size_t(i * K + b)];
-            Gm[size_t(a * K + b)] = s;
-        }
+        for (int64_t d = 0; d < D; ++d) X[size_t(i * D + d)] = keys[idx[i] * D + d] - mean[size_t(d)];
+    // the products as policy_matmul (f64, at the CPU's vector width)
+    if (k > 0)
+        policy_matmul(m, K, D, X.data(), D, phi.data() + g * D * K, K, Y.data(), K);
+    else
+        Y = X;
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < K; ++c) Yt[size_t(c * m + i)] = Y[size_t(i * K + c)];
+    policy_matmul(K, K, m, Yt.data(), m, Y.data(), K, Gm.data(), K);  // Y^T Y
+    for (int64_t a = 0; a < K; ++a) Gm[size_t(a * K + a)] += 1e-2;
+    // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
     for (int64_t a = 0; a < K; ++a)
         for (int64_t b = 0; b <= a; ++b) {
             double s = Gm[size_t(a * K + b)];
             for (int64_t c = 0; c < b; ++c) s -= Gm[size_t(a * K + c)] * Gm[size_t(b * K + c)];
             Gm[size_t(a * K + b)] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[size_t(b * K + b)];
         }
-    for (int64_t i = 0; i < m; ++i) {  // y^T G^-1 y = |L^-1 y|^2
-        double l = 0;
-        for (int64_t a = 0; a < K; ++a) {
-            double s = Y[size_t(i * K + a)];
-            for (int64_t c = 0; c < a; ++c) s -= Gm[size_t(a * K + c)] * z[size_t(c)];
-            z[size_t(a)] = s / Gm[size_t(a * K + a)];
-            l += z[size_t(a)] * z[size_t(a)];
+    for (int64_t c = 0; c < K; ++c)
+        for (int64_t a = c; a < K; ++a) {
+            double s = a == c ? 1.0 : 0.0;
+            for (int64_t b = c; b < a; ++b) s -= Gm[size_t(a * K + b)] * Li[size_t(b * K + c)];
+            Li[size_t(a * K + c)] = s / Gm[size_t(a * K + a)];
         }
+    // y^T G^-1 y = |L^-1 y|^2: Z = Y L^-T, one row per token
+    std::vector<double> LiT((size_t)(K * K));
+    for (int64_t a = 0; a < K; ++a)
+        for (int64_t b = 0; b < K; ++b) LiT[size_t(b * K + a)] = Li[size_t(a * K + b)];
+    policy_matmul(m, K, K, Y.data(), K, LiT.data(), K, Z.data(), K);
+    for (int64_t i = 0; i < m; ++i) {
+        double l = 0;
+        for (int64_t a = 0; a < K; ++a) l += Z[size_t(i * K + a)] * Z[size_t(i * K + a)];
         out[i] = std::max(l, 0.0);
     }
 }
