@@ -27,6 +27,13 @@ namespace kv {
     X(quest)               \
     X(ada)                 \
     X(kvzip)               \
+    X(keydiff)             \
+    X(chunkkv)             \
+    X(observed_attention)  \
+    X(cur)                 \
+    X(non_causal_attn)     \
+    X(leverage)            \
+    X(compactor)           \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

@@ -316,9 +316,10 @@ std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, c
 }
 
 TEST(AdaKV, SnapKVScoresEachHeadOverItsOwnSlotsAsTheF64Reference) {
-    // window 3 of each chunk's queries, pooling width 3
+    // window 3 of each chunk's queries, pooling width 3; the reference pools the window's own
+    // tokens too (kvlab's earlier rule, snapkv_pool_window 1; the published rule: SnapKV.*)
     check_pool_scores(
-        "ada-snapkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3; },
+        "ada-snapkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3, c.policy_options = {{"snapkv_pool_window", 1}}; },
         [](const LayerHarness& h, int64_t n) { return pooled_snapkv_reference(h, n, 3, 3); });
 }
 

@@ -493,9 +493,10 @@ void check_against_reference(const std::string& name, const std::function<void(K
 }
 
 TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
-    // window 3 of each chunk's queries, pooling width 3
+    // window 3 of each chunk's queries, pooling width 3; the reference pools the window's own
+    // tokens too (kvlab's earlier rule, snapkv_pool_window 1; the published rule: SnapKV.*)
     check_against_reference(
-        "pyramidkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3; },
+        "pyramidkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3, c.policy_options = {{"snapkv_pool_window", 1}}; },
         [](const LayerHarness& h, int64_t P, int64_t n) { return snapkv_reference(h, h.last_q[0], P, n, 3, 3); });
 }
 

@@ -1,0 +1,25 @@
+// The leverage computation of policy_leverage.cpp (docs/POLICIES.md#leverage), shared with
+// compactor, which blends it with non-causal attention.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kv {
+
+struct LeverageSketch {
+    int64_t k = 48;           // sketch columns; 0: the keys themselves
+    std::vector<double> phi;  // (G, D, k), a pure function of (layer, head, index)
+
+    void init(int64_t layer, int64_t G, int64_t D);
+    // The pre-RoPE key of a token at position p (rope: the layer's frequencies, null: a copy).
+    static void unrotate(const float* key, int64_t D, const std::vector<double>* rope, double p, double* out);
+    // The leverage of the m keys keys[idx[i] * D ...] of KV head g, centred over those m,
+    // clamped at 0, into out[i].
+    void leverage(const double* keys, const int32_t* idx, int64_t m, int64_t D, int64_t g, double* out) const;
+};
+
+// (x - mean) / max(std, 1e-6) in place over all of v (torch's unbiased std).
+void z_normalise(std::vector<double>& v);
+
+}  // namespace kv
