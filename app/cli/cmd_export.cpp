@@ -36,6 +36,8 @@ void print_help() {
         "  csv             one table (memory events, spans or metrics) with integer nanoseconds\n"
         "  chrome-trace    JSON for chrome://tracing and ui.perfetto.dev: spans per thread, GPU work per\n"
         "                  stream, memory per category as counters\n"
+        "  perfetto        the same JSON shaped for ui.perfetto.dev: spans nested per thread, and a flow\n"
+        "                  arrow from each launching span to its GPU kernels (CUPTI correlation)\n"
         "  torch-snapshot  PyTorch memory snapshot pickle for pytorch.org/memory_viz\n\n"
         "options:\n%s",
         format_options(export_options()).c_str());
