@@ -28,6 +28,8 @@
 #include "storage/session_reader.h"
 #include "storage/session_writer.h"
 #include "views/canvas_impl.h"
+#include "views/eviction_map.h"
+#include "views/memory_timeline.h"
 
 namespace kv::views {
 
@@ -390,7 +392,7 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
                 l.max_refresh_ms =
                     std::max(l.max_refresh_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count());
                 ++l.refreshes;
-                if (!more && (k != ViewKind::MEMORY_TIMELINE || c.memory.caught_up)) break;
+                if (!more && (k != view_named("memory timeline") || c.state<MemoryTimelineViewState>().caught_up)) break;
             }
             l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             res.loads.push_back(l);
@@ -404,39 +406,39 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
         };
         // ---- eviction map ----
         if (want("eviction map")) {
-        res.eviction_load_ms = load(ViewKind::EVICTION_MAP).seconds * 1e3;
+        res.eviction_load_ms = load(view_named("eviction map")).seconds * 1e3;
         d.warm();
         run_scenario("eviction map: presence, one layer, hover", true, [&](int, ImGuiIO& io) { hover(io); });
         run_scenario("eviction map: layer scrub (texture rebuilt every frame)", true, [&](int f, ImGuiIO& io) {
             hover(io);
-            c.eviction.layer = f % std::max(1, o.layers);
+            c.state<EvictionMapViewState>().layer = f % std::max(1, o.layers);
         });
-        c.eviction.colour = EvictionColour::SCORE;
+        c.state<EvictionMapViewState>().colour = EvictionColour::SCORE;
         run_scenario("eviction map: score colour, layer scrub (scores read + rebuilt)", true, [&](int f, ImGuiIO& io) {
             hover(io);
-            c.eviction.layer = f % std::max(1, o.layers);
+            c.state<EvictionMapViewState>().layer = f % std::max(1, o.layers);
         });
-        c.eviction.colour = EvictionColour::AGE;
-        c.eviction.layer = 0;
+        c.state<EvictionMapViewState>().colour = EvictionColour::AGE;
+        c.state<EvictionMapViewState>().layer = 0;
         run_scenario("eviction map: age colour, wheel zoom in/out + drag", true, [&](int f, ImGuiIO& io) {
             io.MousePos = ImVec2(cx + float(f % 10) * 3, cy);
             io.MouseWheel = (f / 5) % 2 ? -1.f : 1.f;
             io.MouseDown[0] = (f % 10) >= 5;
         });
-        c.eviction.colour = EvictionColour::PRESENCE;
-        c.eviction.all_layers = true;
-        c.eviction.follow = true;
+        c.state<EvictionMapViewState>().colour = EvictionColour::PRESENCE;
+        c.state<EvictionMapViewState>().all_layers = true;
+        c.state<EvictionMapViewState>().follow = true;
         run_scenario(str("eviction map: all ", o.layers, " layers (small multiples)"), true, [&](int, ImGuiIO& io) {
             hover(io);
             io.MouseDown[0] = false;
         });
-        c.eviction.all_layers = false;
+        c.state<EvictionMapViewState>().all_layers = false;
         }
 
         // ---- memory timeline: load in budgeted refreshes, then frames ----
         if (want("memory timeline")) {
         {
-            const ViewBenchLoad l = load(ViewKind::MEMORY_TIMELINE);
+            const ViewBenchLoad l = load(view_named("memory timeline"));
             res.memory_load_seconds = l.seconds;
             res.memory_load_refreshes = l.refreshes;
             res.memory_load_max_refresh_ms = l.max_refresh_ms;
@@ -448,9 +450,9 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
             io.MouseWheel = (f / 8) % 2 ? -2.f : 2.f;
         });
         {  // deep zoom (0.5% of the run) and drag: exact buckets from the reader
-            c.memory.follow = false;
-            const double span = c.memory.time.span();
-            c.memory.time = {c.memory.time.lo + span * 0.5, c.memory.time.lo + span * 0.505};
+            c.state<MemoryTimelineViewState>().follow = false;
+            const double span = c.state<MemoryTimelineViewState>().time.span();
+            c.state<MemoryTimelineViewState>().time = {c.state<MemoryTimelineViewState>().time.lo + span * 0.5, c.state<MemoryTimelineViewState>().time.lo + span * 0.505};
         }
         run_scenario("memory timeline: 0.5% window, drag pan", true, [&](int f, ImGuiIO& io) {
             io.MousePos = ImVec2(cx + float(f % 8) * 6, o.height * 0.3f);
@@ -458,7 +460,7 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
         });
         }
         // ---- the other views, steady ----
-        for (ViewKind k : {ViewKind::CELL_GRID, ViewKind::SCORES, ViewKind::METRICS}) {
+        for (ViewKind k : {view_named("cell grid"), view_named("scores"), view_named("metrics")}) {
             if (!want(view_name(k))) continue;
             load(k);
             d.warm();
@@ -492,7 +494,7 @@ ViewBenchResult run_view_bench(TextureHost& host_in, const ViewBenchOptions& o) 
             int f = 0;
             while (rm.status(run) == storage::RunStatus::QUEUED || rm.status(run) == storage::RunStatus::RUNNING) {
                 const bool mem = (f / 15) % 2 == 1;
-                canvas.set_view(mem ? ViewKind::MEMORY_TIMELINE : ViewKind::EVICTION_MAP);
+                canvas.set_view(mem ? view_named("memory timeline") : view_named("eviction map"));
                 d.frame(mem ? mem_t : ev_t, true);
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a ~30 fps host
                 if (++f > 20000) break;

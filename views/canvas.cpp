@@ -4,19 +4,26 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 #include "storage/config_fields.h"
 #include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
+#include "views/plot_util.h"
+#include "views/view_table.h"
 
 namespace kv::views {
 
-const char* view_name(ViewKind k) {
-    static const char* const kNames[] = {"eviction map", "scores", "memory timeline", "cell grid", "metrics", "compare", "fidelity", "sweep"};
-    static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(ViewKind::COUNT), "view names out of date with ViewKind");
-    return size_t(k) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[size_t(k)] : "unknown";
-}
+size_t view_count() { return view_table().size(); }
+
+const ViewEntry& view_entry(ViewKind k) { return view_table().at(k.index()); }
+
+const char* view_name(ViewKind k) { return k.index() < view_count() ? view_entry(k).name : "unknown"; }
+
+bool view_shows_several(ViewKind k) { return view_entry(k).several_runs; }
+
+bool view_keeps_several(ViewKind k) { return view_entry(k).keeps_several; }
 
 const std::vector<CanvasGesture>& canvas_gestures() {
     // What plot_zoom_pan and the views' click handlers do (keep in step with them).
@@ -36,12 +43,18 @@ const std::vector<CanvasGesture>& canvas_gestures() {
 }
 
 bool view_from_name(const std::string& name, ViewKind* out) {
-    for (size_t k = 0; k < size_t(ViewKind::COUNT); ++k)
+    for (size_t k = 0; k < view_count(); ++k)
         if (name == view_name(ViewKind(k))) {
             if (out) *out = ViewKind(k);
             return true;
         }
     return false;
+}
+
+ViewKind view_named(const char* name) {
+    ViewKind k;
+    if (!view_from_name(name, &k)) throw std::logic_error(std::string("no view named \"") + name + "\" in the view table");
+    return k;
 }
 
 int64_t default_reference(storage::SessionReader* reader, const std::vector<int64_t>& runs) {
@@ -58,81 +71,53 @@ int64_t default_reference(storage::SessionReader* reader, const std::vector<int6
 }
 
 namespace {
-constexpr size_t kNumViews = size_t(ViewKind::COUNT);
 constexpr size_t kMaxCompared = 8;
+
+// The view shown when several runs are selected and the active view shows one.
+ViewKind comparison_view() {
+    for (size_t k = 0; k < view_count(); ++k)
+        if (view_entry(ViewKind(k)).min_runs >= 2) return ViewKind(k);
+    return ViewKind(0);
+}
 }  // namespace
 
+CanvasImpl::CanvasImpl() {
+    for (const ViewEntry& e : view_table()) slots.push_back(e.make());
+}
+
 void CanvasImpl::reset_views() {
-    release_eviction_textures(eviction, textures);
-    release_scores_textures(scores, textures);
-    release_cell_grid_textures(cells, textures);
-    release_compare_textures(compare, textures);
-    release_memory_timeline_textures(memory, textures);
-    const int64_t run = runs.empty() ? 0 : runs.front();
-    eviction = {};
-    scores = {};
-    memory = {};
-    cells = {};
-    metrics = {};
-    eviction.run = scores.run = memory.run = cells.run = metrics.run = run;
-    // Metrics overlays the per-token loss of every selected run.
-    if (runs.size() >= 2) metrics.overlay_runs.assign(runs.begin() + 1, runs.end());
-    compare = {};
-    compare_select(compare, runs.size() >= 2 ? runs : std::vector<int64_t>{}, reference, textures);
-    fidelity_select(fidelity, runs);
-    sweep.selected_run = run;
+    const ViewSelection sel{runs, reference, textures};
+    for (auto& s : slots) s->select(sel);
 }
 
 std::string CanvasImpl::empty_state() const {
     if (!reader) return "no session open";
     if (runs.empty()) return session_runs ? "select a run in the runs table" : "this session has no runs yet";
     // Single-run views show one run; saying "nothing recorded" here would be false.
-    if (runs.size() >= 2 && view != ViewKind::COMPARE && view != ViewKind::FIDELITY && view != ViewKind::SWEEP &&
-        view != ViewKind::METRICS)
+    if (runs.size() >= 2 && !view_shows_several(view))
         return std::to_string(runs.size()) + " runs selected: the " + view_name(view) +
                " shows one run (select one run, or use compare)";
     return "";
 }
 
 bool CanvasImpl::refresh_view(ViewKind k) {
-    if (!reader || runs.empty()) return false;
-    switch (k) {
-        case ViewKind::EVICTION_MAP:
-            return refresh_eviction_map(eviction, *reader);
-        case ViewKind::SCORES:
-            return refresh_scores(scores, *reader);
-        case ViewKind::MEMORY_TIMELINE:
-            return refresh_memory_timeline(memory, *reader);
-        case ViewKind::CELL_GRID:
-            return refresh_cell_grid(cells, *reader);
-        case ViewKind::METRICS:
-            return refresh_metrics(metrics, *reader);
-        case ViewKind::COMPARE:
-            if (runs.size() < 2) return false;
-            return refresh_compare(compare, *reader);
-        case ViewKind::FIDELITY:
-            return refresh_fidelity(fidelity, *reader);
-        case ViewKind::SWEEP:
-            return refresh_sweep(sweep, *reader);
-        case ViewKind::COUNT:
-            break;
-    }
-    return false;
+    if (!reader || runs.empty() || runs.size() < size_t(view_entry(k).min_runs)) return false;
+    return slot(k).refresh(*reader);
 }
 
 Canvas::Canvas(TextureHost* textures) : impl_(std::make_unique<CanvasImpl>()) { impl_->textures = textures; }
 
 Canvas::~Canvas() {
     // Textures go back to the host (whose GL context must still be usable, as for any release).
-    impl_->reset_views();
+    for (auto& slot : impl_->slots) slot->release(impl_->textures);
 }
 
 void Canvas::open_session(const std::string& path) {
     CanvasImpl& c = *impl_;
     c.runs.clear();
     c.reference = 0;
+    for (auto& slot : c.slots) slot->clear(c.textures);
     c.reset_views();
-    c.sweep = {};
     c.reader.reset();
     c.infos.clear();
     c.path.clear();
@@ -163,17 +148,17 @@ void Canvas::select_runs(const std::vector<int64_t>& runs) {
     c.reset_views();
     c.infos.clear();
     c.needs_refresh = true;
-    // The fidelity and sweep views show several runs themselves.
-    if (sel.size() >= 2 && c.view != ViewKind::FIDELITY && c.view != ViewKind::SWEEP) c.view = ViewKind::COMPARE;
-    else if (c.view == ViewKind::COMPARE && sel.size() < 2) c.view = ViewKind::EVICTION_MAP;
+    // Views that keep several runs (fidelity, sweep) stay; the others give way to compare.
+    if (sel.size() >= 2 && !view_keeps_several(c.view)) c.view = comparison_view();
+    else if (sel.size() < size_t(view_entry(c.view).min_runs)) c.view = ViewKind(0);
 }
 
 const std::vector<int64_t>& Canvas::selected_runs() const { return impl_->runs; }
 
 int64_t Canvas::take_requested_run() {
-    const int64_t r = impl_->sweep.requested_run;
-    impl_->sweep.requested_run = 0;
-    return r;
+    for (auto& slot : impl_->slots)
+        if (const int64_t r = slot->take_requested_run()) return r;
+    return 0;
 }
 
 void Canvas::set_reference(int64_t run) {
@@ -181,7 +166,8 @@ void Canvas::set_reference(int64_t run) {
     if (std::find(c.runs.begin(), c.runs.end(), run) == c.runs.end()) return;
     c.reference = run;
     c.needs_refresh = true;
-    compare_select(c.compare, c.runs.size() >= 2 ? c.runs : std::vector<int64_t>{}, run, c.textures);
+    const ViewSelection sel{c.runs, run, c.textures};
+    for (auto& slot : c.slots) slot->set_reference(sel);
 }
 
 void Canvas::set_view(ViewKind k) {
@@ -221,8 +207,7 @@ bool Canvas::refresh() {
 bool Canvas::has_draw_requests() const {
     const CanvasImpl& c = *impl_;
     if (!c.reader) return false;
-    return c.needs_refresh || (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory)) ||
-           (c.view == ViewKind::SCORES && scores_has_requests(c.scores));
+    return c.needs_refresh || c.slots[c.view.index()]->has_requests();
 }
 
 bool Canvas::serve_draw_requests() {
@@ -230,9 +215,8 @@ bool Canvas::serve_draw_requests() {
     if (!has_draw_requests()) return false;
     bool any = false;
     if (c.needs_refresh) any |= refresh();
-    if (c.view == ViewKind::MEMORY_TIMELINE && memory_timeline_has_requests(c.memory))
-        any |= serve_memory_timeline_requests(c.memory, *c.reader);
-    if (c.view == ViewKind::SCORES && scores_has_requests(c.scores)) any |= serve_scores_requests(c.scores, *c.reader);
+    ViewSlot& active = c.slot(c.view);
+    if (active.has_requests()) any |= active.serve_requests(*c.reader);
     return any;
 }
 
@@ -272,8 +256,8 @@ void Canvas::draw(float width, float height) {
         ImGui::Text("comparing %zu runs", c.runs.size());
     }
     if (c.show_view_tabs) {
-        for (size_t k = 0; k < kNumViews; ++k) {
-            if (ViewKind(k) == ViewKind::COMPARE && c.runs.size() < 2) continue;
+        for (size_t k = 0; k < view_count(); ++k) {
+            if (c.runs.size() < size_t(view_entry(ViewKind(k)).min_runs)) continue;
             if (k) ImGui::SameLine();
             if (ImGui::RadioButton(view_name(ViewKind(k)), c.view == ViewKind(k))) c.view = ViewKind(k);
         }
@@ -286,34 +270,7 @@ void Canvas::draw(float width, float height) {
         ImGui::End();
         return;
     }
-    switch (c.view) {
-        case ViewKind::EVICTION_MAP:
-            DrawEvictionMapView(c.eviction, c.textures, body);
-            break;
-        case ViewKind::SCORES:
-            DrawScoresView(c.scores, c.textures, body);
-            break;
-        case ViewKind::MEMORY_TIMELINE:
-            DrawMemoryTimelineView(c.memory, c.textures, body);
-            break;
-        case ViewKind::CELL_GRID:
-            DrawCellGridView(c.cells, c.textures, body);
-            break;
-        case ViewKind::METRICS:
-            DrawMetricsView(c.metrics, body);
-            break;
-        case ViewKind::COMPARE:
-            DrawCompareView(c.compare, c.textures, body);
-            break;
-        case ViewKind::FIDELITY:
-            DrawFidelityView(c.fidelity, body);
-            break;
-        case ViewKind::SWEEP:
-            DrawSweepView(c.sweep, body);
-            break;
-        case ViewKind::COUNT:
-            break;
-    }
+    c.slot(c.view).draw(c.textures, body);
     // A click may have changed what the view shows (layer, colour, a compare link): rows it
     // needs are read after the frame.
     if (c.view != before || ImGui::IsMouseReleased(0)) c.needs_refresh = true;

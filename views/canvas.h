@@ -13,6 +13,7 @@
 //     timer (>= 10 Hz) on the GUI thread while a run writes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,11 +21,30 @@
 
 namespace kv::views {
 
-// COUNT is the number of views (not a view): hosts list views by iterating up to it.
-enum class ViewKind : uint8_t { EVICTION_MAP, SCORES, MEMORY_TIMELINE, CELL_GRID, METRICS, COMPARE, FIDELITY, SWEEP, COUNT };
+// A view: its index in the view table (views/view_table.h), which lists every view once.
+// Hosts list views with view_count() / ViewKind(i) and name the few they act on with
+// view_named("compare").
+class ViewKind {
+   public:
+    constexpr explicit ViewKind(size_t index = 0) : index_(uint8_t(index)) {}
+    constexpr size_t index() const { return index_; }
+    friend constexpr bool operator==(ViewKind a, ViewKind b) { return a.index_ == b.index_; }
+
+   private:
+    uint8_t index_;
+};
+size_t view_count();
 const char* view_name(ViewKind k);
 // The view called `name` (view_name's text); false when there is none.
 bool view_from_name(const std::string& name, ViewKind* out);
+// The view called `name`; throws std::logic_error when the table has none (a host naming a
+// view that does not exist is a programming error).
+ViewKind view_named(const char* name);
+// The view shows every selected run (compare, metrics, fidelity, sweep); else one run.
+bool view_shows_several(ViewKind k);
+// Selecting several runs keeps this view (fidelity, sweep); from the others the canvas moves
+// to the comparison view.
+bool view_keeps_several(ViewKind k);
 
 // Mouse gestures the views understand, for the host's shortcut sheet (Help > Keyboard shortcuts).
 struct CanvasGesture {

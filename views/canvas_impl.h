@@ -1,23 +1,17 @@
-// What a Canvas holds: the session reader, the selection and one state struct per view (the
-// flat registry of views: "if active, refresh and draw"). Exposed so tests, exports and the
-// bench can read what the views derived and set view options directly; the host normally uses
-// only canvas.h.
+// What a Canvas holds: the session reader, the selection and one slot per entry of the view
+// table (views/view_table.h: "if active, refresh and draw"). Exposed so tests, exports and the
+// bench can read what the views derived (state<CompareViewState>()) and set view options
+// directly; the host normally uses only canvas.h.
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "storage/run_info.h"
 #include "views/canvas.h"
-#include "views/cell_grid.h"
-#include "views/compare_view.h"
-#include "views/eviction_map.h"
-#include "views/fidelity_view.h"
-#include "views/memory_timeline.h"
-#include "views/metrics_view.h"
-#include "views/scores_view.h"
-#include "views/sweep_view.h"
+#include "views/view_table.h"
 
 namespace kv::storage {
 class SessionReader;
@@ -34,7 +28,7 @@ struct CanvasImpl {
     std::unique_ptr<storage::SessionReader> reader;
     std::vector<int64_t> runs;
     int64_t reference = 0;
-    ViewKind view = ViewKind::EVICTION_MAP;
+    ViewKind view{};  // the table's first view
     bool show_view_tabs = true;  // the canvas draws its own view switcher (the host may hide it)
     std::vector<storage::RunInfo> infos;  // of the selected runs, refreshed every refresh()
     std::string error;
@@ -44,14 +38,17 @@ struct CanvasImpl {
     bool needs_refresh = false;
     size_t session_runs = 0;  // runs in the session at open/refresh (empty-state wording)
 
-    EvictionMapViewState eviction;
-    ScoresViewState scores;
-    MemoryTimelineViewState memory;
-    CellGridViewState cells;
-    MetricsViewState metrics;
-    CompareViewState compare;
-    FidelityViewState fidelity;  // every selected run, side by side
-    SweepViewState sweep;        // the whole session, whatever is selected
+    std::vector<std::unique_ptr<ViewSlot>> slots;  // one per view_table() entry, in its order
+
+    CanvasImpl();
+    // The state of the view whose slot holds a State (each view's state type is its own).
+    template <class State>
+    State& state() {
+        for (auto& slot : slots)
+            if (auto* s = dynamic_cast<StateSlot<State>*>(slot.get())) return s->state;
+        throw std::logic_error("no view in the view table holds this state type");
+    }
+    ViewSlot& slot(ViewKind k) { return *slots[k.index()]; }
 
     // What the canvas shows instead of a view ("" when a view draws): no session, no run
     // selected, or several runs in a single-run view. Never "nothing recorded" for a selection.

@@ -1,4 +1,5 @@
 // Cell grid (see cell_grid.h).
+#include "views/view_table.h"
 #include "views/cell_grid.h"
 
 #include <algorithm>
@@ -317,6 +318,28 @@ void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size) {
     }
     ImGui::EndGroup();
     ImGui::PopID();
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class CellGridSlot final : public StateSlot<CellGridViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        release(sel.textures);
+        state = {};
+        state.run = sel.runs.empty() ? 0 : sel.runs.front();
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_cell_grid(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        DrawCellGridView(state, t, size);
+    }
+    void release(TextureHost* t) override { release_cell_grid_textures(state, t); }
+};
+}  // namespace
+
+ViewEntry cell_grid_view_entry() {
+    return {.name = "cell grid", .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<CellGridSlot>(); }};
 }
 
 }  // namespace kv::views

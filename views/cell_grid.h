@@ -100,4 +100,8 @@ bool refresh_cell_grid(CellGridViewState& s, storage::SessionReader& reader);
 void release_cell_grid_textures(CellGridViewState& s, TextureHost* host);
 void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry cell_grid_view_entry();
+
 }  // namespace kv::views

@@ -1,4 +1,5 @@
 // Compare view (see compare_view.h).
+#include "views/view_table.h"
 #include "views/compare_view.h"
 
 #include <algorithm>
@@ -609,6 +610,31 @@ void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size) {
     ImGui::EndChild();
     ImGui::EndGroup();
     ImGui::PopID();
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class CompareSlot final : public StateSlot<CompareViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        release(sel.textures);
+        state = {};
+        set_reference(sel);
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_compare(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        DrawCompareView(state, t, size);
+    }
+    void release(TextureHost* t) override { release_compare_textures(state, t); }
+    void set_reference(const ViewSelection& sel) override {
+        compare_select(state, sel.runs.size() >= 2 ? sel.runs : std::vector<int64_t>{}, sel.reference, sel.textures);
+    }
+};
+}  // namespace
+
+ViewEntry compare_view_entry() {
+    return {.name = "compare", .min_runs = 2, .several_runs = true, .keeps_several = true, .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<CompareSlot>(); }};
 }
 
 }  // namespace kv::views

@@ -116,4 +116,8 @@ void release_compare_textures(CompareViewState& s, TextureHost* host);
 // Draws from the state only (no queries; refresh_compare reads).
 void DrawCompareView(CompareViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry compare_view_entry();
+
 }  // namespace kv::views

@@ -6,6 +6,7 @@
 //   [SECTION] hit testing and hover details
 //   [SECTION] refresh and textures
 //   [SECTION] drawing
+#include "views/view_table.h"
 #include "views/eviction_map.h"
 
 #include <algorithm>
@@ -911,6 +912,28 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     }
     ImGui::EndGroup();
     ImGui::PopID();
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class EvictionMapSlot final : public StateSlot<EvictionMapViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        release(sel.textures);
+        state = {};
+        state.run = sel.runs.empty() ? 0 : sel.runs.front();
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_eviction_map(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        DrawEvictionMapView(state, t, size);
+    }
+    void release(TextureHost* t) override { release_eviction_textures(state, t); }
+};
+}  // namespace
+
+ViewEntry eviction_map_view_entry() {
+    return {.name = "eviction map", .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<EvictionMapSlot>(); }};
 }
 
 }  // namespace kv::views

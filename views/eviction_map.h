@@ -251,4 +251,8 @@ void release_eviction_textures(EvictionMapViewState& s, TextureHost* host);
 // The view body inside the current window: toolbar, map(s), hover tooltip. `size` 0 = fill.
 void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry eviction_map_view_entry();
+
 }  // namespace kv::views

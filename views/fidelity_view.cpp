@@ -1,4 +1,5 @@
 // Fidelity view (see fidelity_view.h).
+#include "views/view_table.h"
 #include "views/fidelity_view.h"
 
 #include <algorithm>
@@ -329,6 +330,26 @@ void DrawFidelityView(FidelityViewState& s, ImVec2 size) {
     }
     ImGui::Dummy(ImVec2(size.x, y - origin.y + label_h + 6));
     draw_profile(dl, s, ImVec2(size.x, profile_h));
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class FidelitySlot final : public StateSlot<FidelityViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        fidelity_select(state, sel.runs);  // every selected run, side by side
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_fidelity(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        (void)t;
+        DrawFidelityView(state, size);
+    }
+};
+}  // namespace
+
+ViewEntry fidelity_view_entry() {
+    return {.name = "fidelity", .several_runs = true, .keeps_several = true, .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<FidelitySlot>(); }};
 }
 
 }  // namespace kv::views

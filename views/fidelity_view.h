@@ -55,6 +55,10 @@ struct FidelityViewState {
 void fidelity_select(FidelityViewState& s, const std::vector<int64_t>& runs);
 bool refresh_fidelity(FidelityViewState& s, storage::SessionReader& reader);
 void DrawFidelityView(FidelityViewState& s, ImVec2 size = ImVec2(0, 0));
+
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry fidelity_view_entry();
 // What the view says when no selected run has fidelity rows yet: recording (a live run launched
 // with fidelity), nothing recorded (a run with fidelity that ended first), or how to get some.
 std::string fidelity_empty_message(const FidelityViewState& s);

@@ -5,6 +5,7 @@
 //   [SECTION] span lanes
 //   [SECTION] refresh
 //   [SECTION] drawing
+#include "views/view_table.h"
 #include "views/memory_timeline.h"
 #include "views/memory_raster.h"
 
@@ -947,6 +948,30 @@ std::vector<double> DrawMemoryOverlay(std::vector<MemoryTimelineViewState*>& sta
     }
     ImGui::PopID();
     return ends;
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class MemoryTimelineSlot final : public StateSlot<MemoryTimelineViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        release(sel.textures);
+        state = {};
+        state.run = sel.runs.empty() ? 0 : sel.runs.front();
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_memory_timeline(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        DrawMemoryTimelineView(state, t, size);
+    }
+    void release(TextureHost* t) override { release_memory_timeline_textures(state, t); }
+    bool has_requests() const override { return memory_timeline_has_requests(state); }
+    bool serve_requests(storage::SessionReader& r) override { return serve_memory_timeline_requests(state, r); }
+};
+}  // namespace
+
+ViewEntry memory_timeline_view_entry() {
+    return {.name = "memory timeline", .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<MemoryTimelineSlot>(); }};
 }
 
 }  // namespace kv::views

@@ -240,6 +240,10 @@ void release_memory_timeline_textures(MemoryTimelineViewState& s, TextureHost* h
 // plot image is still built in plot_pixels, but not shown).
 void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry memory_timeline_view_entry();
+
 // ---- compare overlay ----
 // A run's progress over engine time: knot k (t_ns, x) starts chunk k, which runs until knot
 // k + 1 and processes the tokens [x_k, x_k+1); the last knot is the run's end. Both fields are

@@ -1,4 +1,5 @@
 // Metrics view (see metrics_view.h).
+#include "views/view_table.h"
 #include "views/metrics_view.h"
 
 #include <algorithm>
@@ -645,6 +646,29 @@ void DrawMetricsView(MetricsViewState& s, ImVec2 size) {
     ImGui::EndChild();
     ImGui::EndGroup();
     ImGui::PopID();
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class MetricsSlot final : public StateSlot<MetricsViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        state = {};
+        state.run = sel.runs.empty() ? 0 : sel.runs.front();
+        // Metrics overlays the per-token loss of every selected run.
+        if (sel.runs.size() >= 2) state.overlay_runs.assign(sel.runs.begin() + 1, sel.runs.end());
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_metrics(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        (void)t;
+        DrawMetricsView(state, size);
+    }
+};
+}  // namespace
+
+ViewEntry metrics_view_entry() {
+    return {.name = "metrics", .several_runs = true, .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<MetricsSlot>(); }};
 }
 
 }  // namespace kv::views

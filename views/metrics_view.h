@@ -110,4 +110,8 @@ const char* metric_x_title(const MetricSeries& m, bool over_time);
 bool refresh_metrics(MetricsViewState& s, storage::SessionReader& reader);
 void DrawMetricsView(MetricsViewState& s, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry metrics_view_entry();
+
 }  // namespace kv::views

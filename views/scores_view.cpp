@@ -1,4 +1,5 @@
 // Scores view (see scores_view.h).
+#include "views/view_table.h"
 #include "views/scores_view.h"
 
 #include <algorithm>
@@ -501,6 +502,30 @@ void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size) {
     }
     ImGui::EndGroup();
     ImGui::PopID();
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class ScoresSlot final : public StateSlot<ScoresViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        release(sel.textures);
+        state = {};
+        state.run = sel.runs.empty() ? 0 : sel.runs.front();
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_scores(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        DrawScoresView(state, t, size);
+    }
+    void release(TextureHost* t) override { release_scores_textures(state, t); }
+    bool has_requests() const override { return scores_has_requests(state); }
+    bool serve_requests(storage::SessionReader& r) override { return serve_scores_requests(state, r); }
+};
+}  // namespace
+
+ViewEntry scores_view_entry() {
+    return {.name = "scores", .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<ScoresSlot>(); }};
 }
 
 }  // namespace kv::views

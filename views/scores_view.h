@@ -122,4 +122,8 @@ const std::vector<int32_t>* scores_slot_tokens(ScoresViewState& s, int layer, in
 void release_scores_textures(ScoresViewState& s, TextureHost* host);
 void DrawScoresView(ScoresViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry scores_view_entry();
+
 }  // namespace kv::views

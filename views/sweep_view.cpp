@@ -1,4 +1,5 @@
 // Sweep view (see sweep_view.h).
+#include "views/view_table.h"
 #include "views/sweep_view.h"
 
 #include <algorithm>
@@ -316,6 +317,36 @@ void DrawSweepView(SweepViewState& s, ImVec2 size) {
         }
         ImGui::PopID();
     }
+}
+
+// ---- its entry in the view table -----------------------------------------------------------
+
+namespace {
+class SweepSlot final : public StateSlot<SweepViewState> {
+   public:
+    void select(const ViewSelection& sel) override {
+        // The whole session, whatever is selected; the selection only marks its points.
+        state.selected_run = sel.runs.empty() ? 0 : sel.runs.front();
+    }
+    bool refresh(storage::SessionReader& r) override { return refresh_sweep(state, r); }
+    void draw(TextureHost* t, ImVec2 size) override {
+        (void)t;
+        DrawSweepView(state, size);
+    }
+    void clear(TextureHost* t) override {
+        (void)t;
+        state = {};
+    }
+    int64_t take_requested_run() override {
+        const int64_t r = state.requested_run;
+        state.requested_run = 0;
+        return r;
+    }
+};
+}  // namespace
+
+ViewEntry sweep_view_entry() {
+    return {.name = "sweep", .several_runs = true, .keeps_several = true, .make = []() -> std::unique_ptr<ViewSlot> { return std::make_unique<SweepSlot>(); }};
 }
 
 }  // namespace kv::views

@@ -80,4 +80,8 @@ struct SweepViewState {
 bool refresh_sweep(SweepViewState& s, storage::SessionReader& reader);
 void DrawSweepView(SweepViewState& s, ImVec2 size = ImVec2(0, 0));
 
+// Its entry in the view table (views/view_table.h).
+struct ViewEntry;
+ViewEntry sweep_view_entry();
+
 }  // namespace kv::views

@@ -203,7 +203,7 @@ void CanvasWidget::paintGL() {
     ImGui::Render();
     if (canvas_->view() != drawn_view_) {  // a view may switch itself (e.g. a compare link)
         drawn_view_ = canvas_->view();
-        Q_EMIT viewChanged(int(drawn_view_));
+        Q_EMIT viewChanged(int(drawn_view_.index()));
     }
     // A point clicked in the sweep view: the window selects that run (after this frame).
     if (const int64_t run = canvas_->take_requested_run(); run > 0)

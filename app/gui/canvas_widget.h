@@ -92,7 +92,7 @@ class CanvasWidget : public QOpenGLWidget, public views::TextureHost, protected 
     qint64 last_ns_ = 0;
     double last_frame_ms_ = 0;
     double last_refresh_ms_ = 0, max_refresh_ms_ = 0;
-    views::ViewKind drawn_view_ = views::ViewKind::EVICTION_MAP;
+    views::ViewKind drawn_view_ = views::view_named("eviction map");
     uint64_t frames_ = 0;
     int frames_pending_ = 0;  // ImGui settles hover/clicks over a couple of frames
     QTimer live_timer_;

@@ -126,8 +126,8 @@ int appLiveBench() {
                 qPrintable(win.runsModel()->run(run) ? win.runsModel()->run(run)->name : QString()));
     std::printf("  %-22s %7s %6s %8s %8s %8s %8s  %s\n", "view", "frames", "fps", "p50 ms", "p95 ms", "max ms", "refresh",
                 "(max + refresh) / 100 ms");
-    const views::ViewKind kinds[] = {views::ViewKind::EVICTION_MAP, views::ViewKind::MEMORY_TIMELINE, views::ViewKind::CELL_GRID,
-                                     views::ViewKind::SCORES, views::ViewKind::METRICS};
+    const views::ViewKind kinds[] = {views::view_named("eviction map"), views::view_named("memory timeline"), views::view_named("cell grid"),
+                                     views::view_named("scores"), views::view_named("metrics")};
     std::vector<double> all;
     double worstRefresh = 0;
     for (auto k : kinds) {

@@ -34,7 +34,7 @@ namespace kv::gui {
 
 namespace {
 // One tab per view, in ViewKind order (a new view needs no change here).
-constexpr int kNumViews = int(views::ViewKind::COUNT);
+const int kNumViews = int(views::view_count());
 views::ViewKind view_at(int i) { return views::ViewKind(i); }
 }  // namespace
 
@@ -242,8 +242,8 @@ void MainWindow::restoreSettings() {
     restoreGeometry(s.value("window/geometry").toByteArray());
     restoreState(s.value("window/state").toByteArray());
     // Stored by name, so reordering or adding views keeps the user's choice.
-    views::ViewKind v = views::ViewKind::EVICTION_MAP;
-    if (views::view_from_name(s.value("view/name").toString().toStdString(), &v)) view_tabs_->setCurrentIndex(int(v));
+    views::ViewKind v = views::view_named("eviction map");
+    if (views::view_from_name(s.value("view/name").toString().toStdString(), &v)) view_tabs_->setCurrentIndex(int(v.index()));
     const QString form = s.value("form/config").toString();
     if (!form.isEmpty()) {
         try {

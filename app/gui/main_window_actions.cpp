@@ -96,9 +96,9 @@ std::vector<int64_t> MainWindow::launchComparison(const std::vector<RunConfig>& 
         if (c.kv_cache.policy() != "dense" && std::find(lengths.begin(), lengths.end(), c.kv_cache.cache_length) == lengths.end())
             lengths.push_back(c.kv_cache.cache_length);
     const bool sweep = lengths.size() > 1;
-    if (sweep) setView(views::ViewKind::SWEEP);
+    if (sweep) setView(views::view_named("sweep"));
     selectRuns(sweep ? std::vector<int64_t>{ids.front()} : ids);
-    if (ids.size() >= 2 && !sweep) setView(views::ViewKind::COMPARE);
+    if (ids.size() >= 2 && !sweep) setView(views::view_named("compare"));
     log(tr("comparison of %n run(s) launched; reference: run %1", nullptr, int(ids.size())).arg(ids.front()));
     return ids;
 }
@@ -171,11 +171,10 @@ void MainWindow::onSelectionChanged(const std::vector<int64_t>& runs) {
     if (shown.size() >= 2) {
         const bool refSelected = std::find(shown.begin(), shown.end(), pending_reference_) != shown.end();
         canvas_->setReference(refSelected ? pending_reference_ : shown.front());
-        // The fidelity and sweep views show several runs side by side themselves.
-        if (view() != views::ViewKind::FIDELITY && view() != views::ViewKind::SWEEP) setView(views::ViewKind::COMPARE);
-    } else if (shown.size() == 1 && view() == views::ViewKind::COMPARE) {
-        setView(views::ViewKind::EVICTION_MAP);
     }
+    // The canvas chose the view for the selection (fidelity and sweep keep several runs, the
+    // others give way to compare, compare to the default for one run): the tab bar follows.
+    setView(canvas_->view());
 }
 
 void MainWindow::onRunStatus(qint64 run, int status, const QString& message) {
@@ -211,7 +210,7 @@ void MainWindow::startDemo() {
     if (ids.empty()) return;
     pending_reference_ = ids.front();
     // The first screen: the curves of the sweep, filling in as its runs finish.
-    setView(views::ViewKind::SWEEP);
+    setView(views::view_named("sweep"));
     selectRuns({ids.front()});
     log(tr("demo: %n run(s) of %1 launched (dense and h2o, lastrec, tova at 256 and 512 slots on the repeat task and on "
            "licence text, fidelity on); the sweep view draws them as they finish",

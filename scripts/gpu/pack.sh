@@ -121,7 +121,11 @@ cp "$kit/MANIFEST" "$out/kvlab-gpukit.manifest"
 else
   smollm2=$(sed -n 's/^smollm2: //p' "$out/kvlab-gpukit.manifest")
 fi
-kit_bytes=$(cat "$out"/kvlab-gpukit.tar.xz "$out"/smollm2-135m-*.gguf 2>/dev/null | wc -c)
+# The kit's files: the archive, and the model only when it was packed (an unmatched glob must
+# not reach cat, whose failure would end the script silently under pipefail).
+kit_files=("$out/kvlab-gpukit.tar.xz")
+for f in "$out"/smollm2-135m-*.gguf; do if [ -f "$f" ]; then kit_files+=("$f"); fi; done
+kit_bytes=$(stat -c %s "${kit_files[@]}" | awk '{s += $1} END {print s + 0}')
 unpacked=$(xz -l --robot "$out/kvlab-gpukit.tar.xz" 2>/dev/null | awk '$1 == "totals" {print $5}')
 # What travels besides the kit: tracked and untracked-not-ignored files.
 tree_bytes=$(git ls-files -z -co --exclude-standard 2>/dev/null | xargs -0 -r stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')

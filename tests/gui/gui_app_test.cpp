@@ -62,6 +62,14 @@
 #include "storage/sqlite_util.h"
 #include "storage/session_reader.h"
 #include "views/canvas_impl.h"
+#include "views/eviction_map.h"
+#include "views/scores_view.h"
+#include "views/memory_timeline.h"
+#include "views/cell_grid.h"
+#include "views/metrics_view.h"
+#include "views/compare_view.h"
+#include "views/sweep_view.h"
+#include "views/fidelity_view.h"
 #include "views/token_text.h"
 
 using namespace kv;
@@ -507,10 +515,10 @@ class GuiAppTest : public QObject {
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
         QCOMPARE(impl.runs, std::vector<int64_t>{run_});
         QTabBar* tabs = w_->viewTabs();
-        QCOMPARE(tabs->count(), int(views::ViewKind::COUNT));
+        QCOMPARE(tabs->count(), int(views::view_count()));
         for (int i = 0; i < tabs->count(); ++i) {
             tabs->setCurrentIndex(i);
-            QCOMPARE(int(w_->view()), i);
+            QCOMPARE(int(w_->view().index()), i);
             QVERIFY(drawFrames(w_->canvas(), 4));
             const QString png = outDir() + QStringLiteral("/view-%1.png").arg(i);
             QVERIFY(w_->saveViewPng(png));
@@ -522,8 +530,8 @@ class GuiAppTest : public QObject {
             // pictures come from the demo sweep below. Metrics: its picture is the per-token loss of
             // real CLI runs, below.)
             const views::ViewKind vk = views::ViewKind(i);
-            if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS") && vk != views::ViewKind::COMPARE && vk != views::ViewKind::FIDELITY &&
-                vk != views::ViewKind::SWEEP && vk != views::ViewKind::METRICS) {
+            if (qEnvironmentVariableIsSet("KVLAB_UPDATE_SCREENSHOTS") && vk != views::view_named("compare") && vk != views::view_named("fidelity") &&
+                vk != views::view_named("sweep") && vk != views::view_named("metrics")) {
                 QString name = QString::fromLatin1(views::view_name(views::ViewKind(i))).replace(' ', '_');
                 const QString guide = QStringLiteral(KVLAB_SOURCE_DIR "/assets/screenshots/guide-%1.png").arg(name);
                 QFile::remove(guide);
@@ -532,34 +540,34 @@ class GuiAppTest : public QObject {
             }
         }
         // Eviction map: x = chunk step, so the texture is one texel per chunk of a sample.
-        QCOMPARE(impl.eviction.run, run_);
-        QVERIFY(impl.eviction.main.valid);
-        QCOMPARE(impl.eviction.main.image.width, chunks);
-        QCOMPARE(impl.eviction.main.image.steps_per_texel, 1);
-        QVERIFY(w_->canvas()->textures().count(impl.eviction.main.id));
-        QCOMPARE(w_->canvas()->textures().at(impl.eviction.main.id).width, chunks);
+        QCOMPARE(impl.state<views::EvictionMapViewState>().run, run_);
+        QVERIFY(impl.state<views::EvictionMapViewState>().main.valid);
+        QCOMPARE(impl.state<views::EvictionMapViewState>().main.image.width, chunks);
+        QCOMPARE(impl.state<views::EvictionMapViewState>().main.image.steps_per_texel, 1);
+        QVERIFY(w_->canvas()->textures().count(impl.state<views::EvictionMapViewState>().main.id));
+        QCOMPARE(w_->canvas()->textures().at(impl.state<views::EvictionMapViewState>().main.id).width, chunks);
         // Qt input reaches ImGui: hovering the map names a token, the wheel zooms (stops following).
-        w_->setView(views::ViewKind::EVICTION_MAP);
+        w_->setView(views::view_named("eviction map"));
         CanvasWidget* canvas = w_->canvas();
         const QPoint mid(canvas->width() / 2, canvas->height() / 2);
         QTest::mouseMove(canvas, mid);
         QVERIFY(drawFrames(canvas, 3));
-        QVERIFY(impl.eviction.hovered);
-        QVERIFY(impl.eviction.hover.token >= 0);
-        QVERIFY(impl.eviction.follow);
+        QVERIFY(impl.state<views::EvictionMapViewState>().hovered);
+        QVERIFY(impl.state<views::EvictionMapViewState>().hover.token >= 0);
+        QVERIFY(impl.state<views::EvictionMapViewState>().follow);
         QWheelEvent wheel(QPointF(mid), canvas->mapToGlobal(QPointF(mid)), QPoint(), QPoint(0, 120), Qt::NoButton,
                           Qt::NoModifier, Qt::NoScrollPhase, false);
         QApplication::sendEvent(canvas, &wheel);
         QVERIFY(drawFrames(canvas, 3));
-        QVERIFY(!impl.eviction.follow);
+        QVERIFY(!impl.state<views::EvictionMapViewState>().follow);
         // Memory timeline: its peak is the run's allocator peak (every event recorded).
-        QCOMPARE(impl.memory.run, run_);
-        QCOMPARE(impl.memory.peak_bytes(), allocatorPeak);
-        QCOMPARE(impl.memory.shown_peak, allocatorPeak);
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().run, run_);
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().peak_bytes(), allocatorPeak);
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().shown_peak, allocatorPeak);
         // Scores: one heatmap row per layer of the tiny model (2); metrics: the sample losses.
-        QCOMPARE(impl.scores.layers.size(), size_t(2));
-        QVERIFY(impl.metrics.index.count("sample_loss"));
-        QVERIFY(!impl.cells.sequences.empty());
+        QCOMPARE(impl.state<views::ScoresViewState>().layers.size(), size_t(2));
+        QVERIFY(impl.state<views::MetricsViewState>().index.count("sample_loss"));
+        QVERIFY(!impl.state<views::CellGridViewState>().sequences.empty());
         QVERIFY(w_->saveWindowPng(outDir() + "/window.png"));
         QVERIFY(hasContent(QImage(outDir() + "/window.png")));
     }
@@ -570,23 +578,23 @@ class GuiAppTest : public QObject {
     void evictionMapHoverShowsTokenTextAndSearchMarks() {
         QVERIFY(run_ > 0);
         w_->selectRuns({run_});
-        w_->setView(views::ViewKind::EVICTION_MAP);
+        w_->setView(views::view_named("eviction map"));
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
         CanvasWidget* canvas = w_->canvas();
         QVERIFY(drawFrames(canvas, 4));
         storage::SessionReader reader(session_.toStdString());
         const auto samples = reader.sample_tokens(run_);
         QVERIFY(!samples.empty());
-        const int seq = impl.eviction.data.resolve_sequence(impl.eviction.sequence);
+        const int seq = impl.state<views::EvictionMapViewState>().data.resolve_sequence(impl.state<views::EvictionMapViewState>().sequence);
         QVERIFY(seq >= 0 && size_t(seq) < samples.size());
         const storage::SampleTokensRow& sample = samples[size_t(seq)];
-        QCOMPARE(impl.eviction.tokens.samples.size(), samples.size());
+        QCOMPARE(impl.state<views::EvictionMapViewState>().tokens.samples.size(), samples.size());
         QTest::mouseMove(canvas, QPoint(canvas->width() / 2, canvas->height() / 2));
         QVERIFY(drawFrames(canvas, 3));
-        QVERIFY(impl.eviction.hovered);
-        const int64_t pos = impl.eviction.hover.token;
+        QVERIFY(impl.state<views::EvictionMapViewState>().hovered);
+        const int64_t pos = impl.state<views::EvictionMapViewState>().hover.token;
         QVERIFY(pos >= 0 && size_t(pos) < sample.ids.size());
-        QCOMPARE(QString::fromStdString(views::token_label(impl.eviction.tokens.sample(seq), pos)),
+        QCOMPARE(QString::fromStdString(views::token_label(impl.state<views::EvictionMapViewState>().tokens.sample(seq), pos)),
                  QString::fromStdString(views::printable_piece(sample.pieces[size_t(pos)]) + " (id " +
                                         std::to_string(sample.ids[size_t(pos)]) + ")"));
         // Search by id: the box's text set directly (the widget's position is ImGui's), then drawn.
@@ -594,40 +602,40 @@ class GuiAppTest : public QObject {
         std::vector<int64_t> scan;
         for (size_t p = 0; p < sample.ids.size(); ++p)
             if (sample.ids[p] == id) scan.push_back(int64_t(p));
-        impl.eviction.search = {};
+        impl.state<views::EvictionMapViewState>().search = {};
         const std::string query = "#" + std::to_string(id);
-        std::snprintf(impl.eviction.search.query, sizeof impl.eviction.search.query, "%s", query.c_str());
+        std::snprintf(impl.state<views::EvictionMapViewState>().search.query, sizeof impl.state<views::EvictionMapViewState>().search.query, "%s", query.c_str());
         QVERIFY(drawFrames(canvas, 3));
-        QCOMPARE(impl.eviction.search.result.positions, scan);
-        QCOMPARE(impl.eviction.search.result.matches, int64_t(scan.size()));
+        QCOMPARE(impl.state<views::EvictionMapViewState>().search.result.positions, scan);
+        QCOMPARE(impl.state<views::EvictionMapViewState>().search.result.matches, int64_t(scan.size()));
         // Two neighbouring tokens' text: both marked.
         const size_t a = std::min(sample.ids.size() - 2, size_t(pos));
         const std::string two = sample.pieces[a] + sample.pieces[a + 1];
-        std::snprintf(impl.eviction.search.query, sizeof impl.eviction.search.query, "%s", two.c_str());
+        std::snprintf(impl.state<views::EvictionMapViewState>().search.query, sizeof impl.state<views::EvictionMapViewState>().search.query, "%s", two.c_str());
         QVERIFY(drawFrames(canvas, 3));
-        QVERIFY(impl.eviction.search.marked(int64_t(a)));
-        QVERIFY(impl.eviction.search.marked(int64_t(a + 1)));
-        QVERIFY(impl.eviction.search.result.matches >= 1);
+        QVERIFY(impl.state<views::EvictionMapViewState>().search.marked(int64_t(a)));
+        QVERIFY(impl.state<views::EvictionMapViewState>().search.marked(int64_t(a + 1)));
+        QVERIFY(impl.state<views::EvictionMapViewState>().search.result.matches >= 1);
         QVERIFY(w_->saveViewPng(outDir() + "/eviction-search.png"));
-        impl.eviction.search = {};
+        impl.state<views::EvictionMapViewState>().search = {};
         // Scores: hovering a slot reads which token it holds at that chunk.
-        w_->setView(views::ViewKind::SCORES);
+        w_->setView(views::view_named("scores"));
         QVERIFY(drawFrames(canvas, 3));
         QTest::mouseMove(canvas, QPoint(canvas->width() / 3, canvas->height() / 5));
         QVERIFY(drawFrames(canvas, 4));
-        QVERIFY(impl.scores.want_positions);
-        QVERIFY(impl.scores.positions_loaded);
-        QVERIFY(impl.scores.positions.resolve_sequence(-1) >= 0);
-        QVERIFY(views::scores_slot_tokens(impl.scores, 0, 0) != nullptr);
+        QVERIFY(impl.state<views::ScoresViewState>().want_positions);
+        QVERIFY(impl.state<views::ScoresViewState>().positions_loaded);
+        QVERIFY(impl.state<views::ScoresViewState>().positions.resolve_sequence(-1) >= 0);
+        QVERIFY(views::scores_slot_tokens(impl.state<views::ScoresViewState>(), 0, 0) != nullptr);
         // The scores view's search looks in the newest sample (whose snapshots it shows).
         std::vector<int64_t> newest_scan;
         for (size_t p = 0; p < samples.back().ids.size(); ++p)
             if (samples.back().ids[p] == id) newest_scan.push_back(int64_t(p));
-        std::snprintf(impl.scores.search.query, sizeof impl.scores.search.query, "%s", query.c_str());
+        std::snprintf(impl.state<views::ScoresViewState>().search.query, sizeof impl.state<views::ScoresViewState>().search.query, "%s", query.c_str());
         QVERIFY(drawFrames(canvas, 3));
-        QCOMPARE(impl.scores.search.result.positions, newest_scan);
+        QCOMPARE(impl.state<views::ScoresViewState>().search.result.positions, newest_scan);
         QVERIFY(w_->saveViewPng(outDir() + "/scores-search.png"));
-        impl.scores.search = {};
+        impl.state<views::ScoresViewState>().search = {};
     }
 
     // Per-token loss (issue 16): two runs the CLI records in another process into the open
@@ -652,16 +660,16 @@ class GuiAppTest : public QObject {
         const int64_t h2o = rows[rows.size() - 2].id, dense = rows.back().id;
         QCOMPARE(w_->runsModel()->run(h2o)->policy, QString("h2o"));
         w_->selectRuns({h2o});
-        w_->setView(views::ViewKind::METRICS);
+        w_->setView(views::view_named("metrics"));
         CanvasWidget* canvas = w_->canvas();
         QVERIFY(drawFrames(canvas, 6));
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
-        QCOMPARE(impl.metrics.reference_run, dense);
-        QCOMPARE(impl.metrics.loss_runs.size(), size_t(2));
-        QVERIFY(impl.metrics.loss_runs[1].dense);
+        QCOMPARE(impl.state<views::MetricsViewState>().reference_run, dense);
+        QCOMPARE(impl.state<views::MetricsViewState>().loss_runs.size(), size_t(2));
+        QVERIFY(impl.state<views::MetricsViewState>().loss_runs[1].dense);
         storage::SessionReader reader(session_.toStdString());
         const auto stored = reader.sample_tokens(h2o);
-        QCOMPARE(impl.metrics.loss_runs[0].tokens.samples.size(), stored.size());
+        QCOMPARE(impl.state<views::MetricsViewState>().loss_runs[0].tokens.samples.size(), stored.size());
         // Hover the curve: the view's state and the drawn frame come from the stored losses.
         QTest::mouseMove(canvas, QPoint(canvas->width() / 2, canvas->height() / 4));
         QVERIFY(drawFrames(canvas, 3));
@@ -676,9 +684,9 @@ class GuiAppTest : public QObject {
         }
         // Both runs selected: the metrics view overlays them (not the one-run empty state).
         w_->selectRuns({h2o, dense});
-        w_->setView(views::ViewKind::METRICS);
+        w_->setView(views::view_named("metrics"));
         QVERIFY(drawFrames(canvas, 4));
-        QCOMPARE(impl.metrics.overlay_runs, std::vector<int64_t>{dense});
+        QCOMPARE(impl.state<views::MetricsViewState>().overlay_runs, std::vector<int64_t>{dense});
         QVERIFY(impl.empty_state().empty());
     }
 
@@ -762,19 +770,19 @@ class GuiAppTest : public QObject {
         const auto cfgs = compareConfigs(form()->config(), {"h2o", "lastrec", "streaming"}, {"default"}, CompareReference::DENSE);
         const std::vector<int64_t> ids = w_->launchComparison(cfgs);
         QCOMPARE(ids.size(), size_t(4));
-        QCOMPARE(w_->view(), views::ViewKind::COMPARE);
+        QCOMPARE(w_->view(), views::view_named("compare"));
         QCOMPARE(w_->browser()->selectedRuns(), ids);
         for (int64_t id : ids) QVERIFY(waitFinal(id, 180000));
         for (int64_t id : ids) QCOMPARE(int(w_->runsModel()->run(id)->status), int(storage::RunStatus::DONE));
         QVERIFY(drawFrames(w_->canvas(), 6));
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
-        QCOMPARE(impl.compare.runs, ids);
-        QVERIFY2(impl.compare.have_comparison, impl.compare.comparison_error.c_str());
-        QCOMPARE(impl.compare.comparison.reference, ids.front());
-        QCOMPARE(impl.compare.comparison.runs.size(), size_t(4));
+        QCOMPARE(impl.state<views::CompareViewState>().runs, ids);
+        QVERIFY2(impl.state<views::CompareViewState>().have_comparison, impl.state<views::CompareViewState>().comparison_error.c_str());
+        QCOMPARE(impl.state<views::CompareViewState>().comparison.reference, ids.front());
+        QCOMPARE(impl.state<views::CompareViewState>().comparison.runs.size(), size_t(4));
         const int chunks = summaryOf(w_->controller(), ids[1])["chunks_per_sample"].get<int>();
-        QCOMPARE(impl.compare.maps.size(), size_t(4));
-        QCOMPARE(impl.compare.maps[1].main.image.width, chunks);
+        QCOMPARE(impl.state<views::CompareViewState>().maps.size(), size_t(4));
+        QCOMPARE(impl.state<views::CompareViewState>().maps[1].main.image.width, chunks);
         w_->statusBar()->clearMessage();  // leftovers of earlier cases do not belong in the README
         const QString png = outDir() + "/compare.png";
         QVERIFY(w_->saveWindowPng(png));
@@ -808,18 +816,18 @@ class GuiAppTest : public QObject {
         std::vector<int64_t> ids;
         for (const auto& c : cfgs) ids.push_back(w_->launch(c));
         for (int64_t id : ids) QVERIFY(id > 0);
-        w_->setView(views::ViewKind::SWEEP);
+        w_->setView(views::view_named("sweep"));
         w_->selectRuns({ids.front()});
         for (int64_t id : ids) QVERIFY(waitFinal(id, update ? 1800000 : 300000));
         for (int64_t id : ids) QCOMPARE(int(w_->runsModel()->run(id)->status), int(storage::RunStatus::DONE));
         QVERIFY(drawFrames(w_->canvas(), 6));
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
-        QCOMPARE(w_->view(), views::ViewKind::SWEEP);
+        QCOMPARE(w_->view(), views::view_named("sweep"));
         // Two panels (repeat, text), three lines of two points each, and the dense reference,
         // every point the value its run's summary holds.
-        QCOMPARE(impl.sweep.panels.size(), size_t(2));
+        QCOMPARE(impl.state<views::SweepViewState>().panels.size(), size_t(2));
         storage::SessionReader reader(demoSession.toStdString());
-        for (const views::SweepPanel& p : impl.sweep.panels) {
+        for (const views::SweepPanel& p : impl.state<views::SweepViewState>().panels) {
             QCOMPARE(p.lines.size(), size_t(3));
             QCOMPARE(p.references.size(), size_t(1));
             for (const views::SweepLine& l : p.lines) {
@@ -833,29 +841,29 @@ class GuiAppTest : public QObject {
         QVERIFY(w_->saveWindowPng(sweepPng));
         QVERIFY(hasContent(QImage(sweepPng)));
         // A click on a point (the view's request) selects that run in the table, on the sweep.
-        const int64_t picked = impl.sweep.panels[0].lines[0].points[0].run;
-        impl.sweep.requested_run = picked;
+        const int64_t picked = impl.state<views::SweepViewState>().panels[0].lines[0].points[0].run;
+        impl.state<views::SweepViewState>().requested_run = picked;
         QVERIFY(drawFrames(w_->canvas(), 3));
         QTRY_COMPARE_WITH_TIMEOUT(w_->browser()->selectedRuns(), std::vector<int64_t>{picked}, 3000);
-        QCOMPARE(w_->view(), views::ViewKind::SWEEP);
+        QCOMPARE(w_->view(), views::view_named("sweep"));
         // Fidelity of the repeat task's runs at the small cache, side by side with dense.
         std::vector<int64_t> small = {ids[0]};
         for (size_t i = 1; i < 7; ++i)
             if (cfgs[i].kv_cache.cache_length == cfgs[1].kv_cache.cache_length) small.push_back(ids[i]);
         QCOMPARE(small.size(), size_t(4));
-        w_->setView(views::ViewKind::FIDELITY);
+        w_->setView(views::view_named("fidelity"));
         w_->selectRuns(small);
         QVERIFY(drawFrames(w_->canvas(), 6));
-        QCOMPARE(w_->view(), views::ViewKind::FIDELITY);
-        QCOMPARE(impl.fidelity.grids.size(), size_t(4));
-        for (const auto& g : impl.fidelity.grids) QVERIFY(!g.empty() && g.layers > 0);
+        QCOMPARE(w_->view(), views::view_named("fidelity"));
+        QCOMPARE(impl.state<views::FidelityViewState>().grids.size(), size_t(4));
+        for (const auto& g : impl.state<views::FidelityViewState>().grids) QVERIFY(!g.empty() && g.layers > 0);
         const QString fidPng = outDir() + "/demo-fidelity.png";
         QVERIFY(w_->saveWindowPng(fidPng));
         QVERIFY(hasContent(QImage(fidPng)));
         // And the classic compare of the same runs.
-        w_->setView(views::ViewKind::COMPARE);
+        w_->setView(views::view_named("compare"));
         QVERIFY(drawFrames(w_->canvas(), 6));
-        QVERIFY2(impl.compare.have_comparison, impl.compare.comparison_error.c_str());
+        QVERIFY2(impl.state<views::CompareViewState>().have_comparison, impl.state<views::CompareViewState>().comparison_error.c_str());
         const QString cmpPng = outDir() + "/demo-compare.png";
         QVERIFY(w_->saveWindowPng(cmpPng));
         if (update) {
@@ -1052,7 +1060,7 @@ class GuiAppTest : public QObject {
         auto* gt = guide->findChild<QTextBrowser*>("guideText");
         QVERIFY(gt);
         const QString guideText = gt->toPlainText();
-        for (int i = 0; i < int(views::ViewKind::COUNT); ++i) {
+        for (int i = 0; i < int(views::view_count()); ++i) {
             const QString view = QString::fromLatin1(views::view_name(views::ViewKind(i)));
             QVERIFY2(guideText.contains(view, Qt::CaseInsensitive), qPrintable(view));
         }
@@ -1066,7 +1074,7 @@ class GuiAppTest : public QObject {
             QVERIFY2(QFileInfo(QFileInfo(md.fileName()).dir().filePath(rel)).isFile(), qPrintable(rel));
             ++images;
         }
-        QVERIFY(images >= int(views::ViewKind::COUNT));
+        QVERIFY(images >= int(views::view_count()));
         guide->close();
     }
 
@@ -1094,19 +1102,19 @@ class GuiAppTest : public QObject {
         QVERIFY(w_->openSession(QString::fromStdString(dp)));
         QCOMPARE(w_->runsModel()->rowCount(), 1);  // the rank run is part of its run, not a row
         w_->selectRuns({r0});
-        w_->setView(views::ViewKind::MEMORY_TIMELINE);
+        w_->setView(views::view_named("memory timeline"));
         QVERIFY(drawFrames(w_->canvas(), 4));
         views::CanvasImpl& impl = w_->canvas()->canvas().impl();
-        QCOMPARE(impl.memory.rank_runs, (std::vector<int64_t>{r0, imp.run}));
-        QVERIFY(impl.memory.shown_rank_selector);
-        QVERIFY(views::select_memory_rank(impl.memory, 1, impl.textures));
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().rank_runs, (std::vector<int64_t>{r0, imp.run}));
+        QVERIFY(impl.state<views::MemoryTimelineViewState>().shown_rank_selector);
+        QVERIFY(views::select_memory_rank(impl.state<views::MemoryTimelineViewState>(), 1, impl.textures));
         QVERIFY(drawFrames(w_->canvas(), 6));
         storage::SessionReader reader(dp);
         int64_t peak = 0;
         for (const auto& e : reader.memory_events(imp.run)) peak = std::max(peak, e.device_total);
-        QCOMPARE(impl.memory.run, imp.run);
-        QCOMPARE(impl.memory.peak_bytes(), peak);
-        QCOMPARE(impl.memory.shown_peak, peak);
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().run, imp.run);
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().peak_bytes(), peak);
+        QCOMPARE(impl.state<views::MemoryTimelineViewState>().shown_peak, peak);
         const QString png = outDir() + "/memory-rank1.png";
         QVERIFY(w_->saveWindowPng(png));
         QVERIFY(hasContent(QImage(png)));
@@ -1114,12 +1122,12 @@ class GuiAppTest : public QObject {
     }
 
     void settingsPersistAcrossWindows() {
-        w_->setView(views::ViewKind::MEMORY_TIMELINE);
+        w_->setView(views::view_named("memory timeline"));
         w_->close();
         QSettings s;
         QCOMPARE(s.value("session/last").toString(), session_);
         QVERIFY(!s.value("window/geometry").toByteArray().isEmpty());
-        QCOMPARE(s.value("view/name").toString(), QString::fromLatin1(views::view_name(views::ViewKind::MEMORY_TIMELINE)));
+        QCOMPARE(s.value("view/name").toString(), QString::fromLatin1(views::view_name(views::view_named("memory timeline"))));
         w_.reset();  // stops its session
         // Quitting folds the runs' WAL back into the session: no -wal over 1 MiB is left beside it
         // (the window's read-only connections close last and could not delete it themselves).
@@ -1129,7 +1137,7 @@ class GuiAppTest : public QObject {
         again.setQuiet(true);
         again.restoreLastSession();
         QCOMPARE(again.controller()->path(), session_);
-        QCOMPARE(again.view(), views::ViewKind::MEMORY_TIMELINE);
+        QCOMPARE(again.view(), views::view_named("memory timeline"));
         QVERIFY(again.runsModel()->rowCount() >= 6);
         QVERIFY(again.form()->isValid());  // the last form came back
     }

@@ -9,6 +9,9 @@
 #include "storage/session_file.h"
 #include "views/canvas.h"
 #include "views/canvas_impl.h"
+#include "views/eviction_map.h"
+#include "views/memory_timeline.h"
+#include "views/compare_view.h"
 #include "views_test_util.h"
 
 namespace kv::views {
@@ -39,8 +42,8 @@ TEST_F(CanvasRuns, EveryViewDrawsTwoFramesWithCommands) {
         EXPECT_EQ(canvas.session_path(), path_);
         ASSERT_EQ(canvas.selected_runs(), std::vector<int64_t>{runs_.back()}) << "opening shows the newest run";
         canvas.select_runs({runs_[0]});
-        for (ViewKind k : {ViewKind::EVICTION_MAP, ViewKind::SCORES, ViewKind::MEMORY_TIMELINE, ViewKind::CELL_GRID,
-                           ViewKind::METRICS}) {
+        for (ViewKind k : {view_named("eviction map"), view_named("scores"), view_named("memory timeline"), view_named("cell grid"),
+                           view_named("metrics")}) {
             canvas.set_view(k);
             EXPECT_EQ(canvas.view(), k);
             EXPECT_TRUE(canvas.refresh()) << view_name(k);
@@ -61,18 +64,18 @@ TEST_F(CanvasRuns, EveryViewDrawsTwoFramesWithCommands) {
         }
         // Two runs: the compare view, with the comparison computed.
         canvas.select_runs(runs_);
-        EXPECT_EQ(canvas.view(), ViewKind::COMPARE);
+        EXPECT_EQ(canvas.view(), view_named("compare"));
         canvas.set_reference(runs_[1]);
         canvas.refresh();
-        EXPECT_TRUE(canvas.impl().compare.have_comparison) << canvas.impl().compare.comparison_error;
-        EXPECT_EQ(canvas.impl().compare.comparison.reference, runs_[1]);
+        EXPECT_TRUE(canvas.impl().state<CompareViewState>().have_comparison) << canvas.impl().state<CompareViewState>().comparison_error;
+        EXPECT_EQ(canvas.impl().state<CompareViewState>().comparison.reference, runs_[1]);
         int vtx = 0;
         for (int f = 0; f < 2; ++f) vtx = h.frame([&] { canvas.draw(1280, 800); }, ImVec2(300, 500));
         EXPECT_GT(vtx, 500);
         EXPECT_FALSE(host.live.empty());
         // Back to one run: single-run views again.
         canvas.select_runs({runs_[1]});
-        EXPECT_EQ(canvas.view(), ViewKind::EVICTION_MAP);
+        EXPECT_EQ(canvas.view(), view_named("eviction map"));
     }
     EXPECT_TRUE(host.live.empty()) << "the canvas hands every texture back";
 }
@@ -115,7 +118,7 @@ TEST(Canvas, FollowsALiveRunAndEndsEqualToAFreshLoad) {
     while (std::chrono::steady_clock::now() < deadline) {
         const bool running = rm.status(run) == storage::RunStatus::RUNNING || rm.status(run) == storage::RunStatus::QUEUED;
         // Alternate views so each follows the run in slices.
-        live.set_view(frames % 2 ? ViewKind::MEMORY_TIMELINE : ViewKind::EVICTION_MAP);
+        live.set_view(frames % 2 ? view_named("memory timeline") : view_named("eviction map"));
         refreshes_with_data += live.refresh();
         h.frame([&] { live.draw(1000, 700); });
         ++frames;
@@ -123,7 +126,7 @@ TEST(Canvas, FollowsALiveRunAndEndsEqualToAFreshLoad) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     ASSERT_EQ(rm.wait(run), storage::RunStatus::DONE);
-    for (ViewKind k : {ViewKind::EVICTION_MAP, ViewKind::MEMORY_TIMELINE}) {
+    for (ViewKind k : {view_named("eviction map"), view_named("memory timeline")}) {
         live.set_view(k);
         while (live.refresh()) {
         }
@@ -132,13 +135,13 @@ TEST(Canvas, FollowsALiveRunAndEndsEqualToAFreshLoad) {
     Canvas fresh(&host);
     fresh.open_session(path);
     fresh.select_runs({run});
-    for (ViewKind k : {ViewKind::EVICTION_MAP, ViewKind::MEMORY_TIMELINE}) {
+    for (ViewKind k : {view_named("eviction map"), view_named("memory timeline")}) {
         fresh.set_view(k);
         while (fresh.refresh()) {  // reading is budgeted per refresh: slices until caught up
         }
     }
-    EXPECT_TRUE(fresh.impl().memory.caught_up);
-    const EvictionData &a = live.impl().eviction.data, &b = fresh.impl().eviction.data;
+    EXPECT_TRUE(fresh.impl().state<MemoryTimelineViewState>().caught_up);
+    const EvictionData &a = live.impl().state<EvictionMapViewState>().data, &b = fresh.impl().state<EvictionMapViewState>().data;
     ASSERT_EQ(a.sequences.size(), b.sequences.size());
     for (size_t q = 0; q < a.sequences.size(); ++q) {
         ASSERT_EQ(a.sequences[q].layers.size(), b.sequences[q].layers.size());
@@ -148,7 +151,7 @@ TEST(Canvas, FollowsALiveRunAndEndsEqualToAFreshLoad) {
             for (size_t r = 0; r < x.tracks.size(); ++r) EXPECT_EQ(x.tracks[r].evicted_at, y.tracks[r].evicted_at);
         }
     }
-    const auto &ma = live.impl().memory, &mb = fresh.impl().memory;
+    const auto &ma = live.impl().state<MemoryTimelineViewState>(), &mb = fresh.impl().state<MemoryTimelineViewState>();
     EXPECT_EQ(ma.peak_bytes(), mb.peak_bytes());
     EXPECT_EQ(ma.series.at(-1).events, mb.series.at(-1).events);
     EXPECT_EQ(ma.last_span_id, mb.last_span_id);

@@ -148,7 +148,7 @@ class FiveRuns : public ::testing::Test {
     static void draw_compare(test::ImGuiHarness& h, Canvas& canvas, const std::vector<int64_t>& runs) {
         canvas.open_session(path_);
         canvas.select_runs(runs);
-        EXPECT_EQ(canvas.view(), ViewKind::COMPARE);
+        EXPECT_EQ(canvas.view(), view_named("compare"));
         for (int i = 0; i < 200 && (canvas.refresh() || canvas.has_draw_requests()); ++i) canvas.serve_draw_requests();
         for (int f = 0; f < 3; ++f) h.frame([&] { canvas.draw(h.width(), h.height()); });
     }
@@ -166,7 +166,7 @@ TEST_F(FiveRuns, EveryMapAtLeastTheMinimumAndReachableOnA1600x1000Canvas) {
         test::RecordingTextureHost host;
         Canvas canvas(&host);
         draw_compare(h, canvas, runs_);
-        const CompareViewState& c = canvas.impl().compare;
+        const CompareViewState& c = canvas.impl().state<CompareViewState>();
         ASSERT_EQ(c.shown.maps.size(), 5u) << size.x << "x" << size.y;
         for (size_t i = 0; i < c.shown.maps.size(); ++i) {
             const ImVec4& r = c.shown.maps[i];
@@ -199,7 +199,7 @@ TEST_F(FiveRuns, MemoryLinesEndAtTheirRunsLastToken) {
     test::RecordingTextureHost host;
     Canvas canvas(&host);
     draw_compare(h, canvas, runs_);
-    const CompareViewState& c = canvas.impl().compare;
+    const CompareViewState& c = canvas.impl().state<CompareViewState>();
     storage::SessionReader reader(path_);
     ASSERT_EQ(c.shown.memory_ends.size(), 5u);
     for (size_t i = 0; i < c.infos.size(); ++i) {
@@ -239,7 +239,7 @@ TEST_F(FiveRuns, TheDefaultDifferencePairCanBeDiffedOrTheViewSaysWhy) {
     test::RecordingTextureHost host;
     Canvas canvas(&host);
     draw_compare(h, canvas, runs_);
-    CompareViewState& c = canvas.impl().compare;
+    CompareViewState& c = canvas.impl().state<CompareViewState>();
     c.show_difference = true;
     for (int f = 0; f < 2; ++f) h.frame([&] { canvas.draw(1600, 1000); });
     // The dense reference (display 0) is one step; h2o and lastrec (1 and 2) share a plan.
@@ -260,7 +260,7 @@ TEST_F(FiveRuns, TheDefaultDifferencePairCanBeDiffedOrTheViewSaysWhy) {
     test::RecordingTextureHost host2;
     Canvas two(&host2);
     draw_compare(h, two, {runs_[0], runs_[4]});
-    CompareViewState& d = two.impl().compare;
+    CompareViewState& d = two.impl().state<CompareViewState>();
     d.show_difference = true;
     for (int f = 0; f < 2; ++f) h.frame([&] { two.draw(1600, 1000); });
     EXPECT_NE(d.difference_why.find("run " + std::to_string(runs_[0]) + " ("), std::string::npos) << d.difference_why;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "views/canvas_impl.h"
+#include "views/compare_view.h"
 #include "views/difference_map.h"
 #include "views_test_util.h"
 
@@ -112,7 +113,7 @@ TEST(DifferenceMap, CountsAndTexelsMatchTheReplayedSlotTables) {
     canvas.open_session(path);
     canvas.select_runs({runs[0], runs[1]});
     for (int i = 0; i < 50 && (canvas.refresh() || canvas.has_draw_requests()); ++i) canvas.serve_draw_requests();
-    CompareViewState& c = canvas.impl().compare;
+    CompareViewState& c = canvas.impl().state<CompareViewState>();
     c.show_difference = true;
     c.sequence = 0;
     for (int f = 0; f < 2; ++f) h.frame([&] { canvas.draw(1280, 800); });

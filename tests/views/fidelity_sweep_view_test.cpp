@@ -281,12 +281,12 @@ TEST(SweepView, RecordedRunsDrawAndAClickRequestsThatRun) {
     // becomes the host's request for that run.
     views::Canvas canvas(nullptr);
     canvas.open_session(path);
-    canvas.set_view(ViewKind::SWEEP);
+    canvas.set_view(view_named("sweep"));
     canvas.refresh();
     test::ImGuiHarness h(1000, 700);
     for (int f = 0; f < 2; ++f) EXPECT_GT(h.frame([&] { canvas.draw(1000, 700); }, ImVec2(500, 350)), 0);
     EXPECT_EQ(canvas.take_requested_run(), 0);
-    canvas.impl().sweep.requested_run = runs[2];  // what a click sets (DrawSweepView)
+    canvas.impl().state<SweepViewState>().requested_run = runs[2];  // what a click sets (DrawSweepView)
     EXPECT_EQ(canvas.take_requested_run(), runs[2]);
     EXPECT_EQ(canvas.take_requested_run(), 0);
 }

@@ -13,6 +13,8 @@
 
 #include "storage/config_fields.h"
 #include "views/canvas_impl.h"
+#include "views/eviction_map.h"
+#include "views/compare_view.h"
 #include "views/plot_util.h"
 #include "views_test_util.h"
 
@@ -122,19 +124,19 @@ TEST_F(Readability, EverySingleRunViewHasNoClippedOrOverlappingText) {
         Canvas canvas(&host);
         canvas.open_session(path_);
         canvas.select_runs({runs_[0]});
-        for (ViewKind k : {ViewKind::EVICTION_MAP, ViewKind::SCORES, ViewKind::MEMORY_TIMELINE, ViewKind::CELL_GRID, ViewKind::METRICS}) {
+        for (ViewKind k : {view_named("eviction map"), view_named("scores"), view_named("memory timeline"), view_named("cell grid"), view_named("metrics")}) {
             canvas.set_view(k);
             const auto glyphs = settle_and_draw(h, canvas);
             EXPECT_GT(glyphs.size(), 60u) << view_name(k) << ": the frame should hold labels";
             EXPECT_EQ(text_problems(glyphs), "") << view_name(k) << " at " << size.x << "x" << size.y;
         }
-        canvas.set_view(ViewKind::EVICTION_MAP);
+        canvas.set_view(view_named("eviction map"));
         for (EvictionColour c : {EvictionColour::SCORE, EvictionColour::AGE}) {
-            canvas.impl().eviction.colour = c;
+            canvas.impl().state<EvictionMapViewState>().colour = c;
             canvas.impl().needs_refresh = true;
             EXPECT_EQ(text_problems(settle_and_draw(h, canvas)), "") << eviction_colour_name(c);
         }
-        canvas.impl().eviction.all_layers = true;
+        canvas.impl().state<EvictionMapViewState>().all_layers = true;
         EXPECT_EQ(text_problems(settle_and_draw(h, canvas)), "") << "all layers";
     }
 }
@@ -146,11 +148,11 @@ TEST_F(Readability, CompareShowsEveryMapWithoutClippedOrOverlappingText) {
         Canvas canvas(&host);
         canvas.open_session(path_);
         canvas.select_runs(runs_);
-        ASSERT_EQ(canvas.view(), ViewKind::COMPARE);
+        ASSERT_EQ(canvas.view(), view_named("compare"));
         // Where the minimum sizes do not fit, the region below the toolbar scrolls: a label cut
         // by its bottom edge is scrolled to, not lost. Every other cut or overlap is a fault.
         const auto scrolled_off = [&](std::vector<Glyph> glyphs) {
-            const CompareViewState& c = canvas.impl().compare;
+            const CompareViewState& c = canvas.impl().state<CompareViewState>();
             if (c.shown.scroll_max_y > 0)
                 std::erase_if(glyphs, [&](const Glyph& g) { return g.clipped && g.y0 < c.shown.body.w && g.y1 > c.shown.body.w - 0.5f; });
             return glyphs;
@@ -158,7 +160,7 @@ TEST_F(Readability, CompareShowsEveryMapWithoutClippedOrOverlappingText) {
         const auto glyphs = scrolled_off(settle_and_draw(h, canvas));
         EXPECT_EQ(text_problems(glyphs), "") << "compare at " << size.x << "x" << size.y;
         // Every map was drawn inside the canvas: its texture's full extent is on screen.
-        const CompareViewState& c = canvas.impl().compare;
+        const CompareViewState& c = canvas.impl().state<CompareViewState>();
         ASSERT_EQ(c.maps.size(), runs_.size());
         for (const auto& m : c.maps) {
             EXPECT_TRUE(m.main.valid);
@@ -166,13 +168,13 @@ TEST_F(Readability, CompareShowsEveryMapWithoutClippedOrOverlappingText) {
         }
         // The difference map of two policies (h2o and lastrec: display order 1 and 2) in place
         // of the maps, with its legend and counts.
-        canvas.impl().compare.show_difference = true;
-        canvas.impl().compare.difference_a = 1;
-        canvas.impl().compare.difference_run = 2;
-        canvas.impl().compare.difference_chosen = true;
+        canvas.impl().state<CompareViewState>().show_difference = true;
+        canvas.impl().state<CompareViewState>().difference_a = 1;
+        canvas.impl().state<CompareViewState>().difference_run = 2;
+        canvas.impl().state<CompareViewState>().difference_chosen = true;
         EXPECT_EQ(text_problems(scrolled_off(settle_and_draw(h, canvas))), "") << "difference map at " << size.x << "x" << size.y;
-        EXPECT_EQ(canvas.impl().compare.difference.error, "");
-        EXPECT_GT(canvas.impl().compare.difference.counts.both, 0);
+        EXPECT_EQ(canvas.impl().state<CompareViewState>().difference.error, "");
+        EXPECT_GT(canvas.impl().state<CompareViewState>().difference.counts.both, 0);
     }
 }
 
@@ -275,8 +277,8 @@ TEST_F(Readability, TheDenseRunIsTheCompareReference) {
     canvas.select_runs(runs_);
     EXPECT_EQ(canvas.impl().reference, runs_[1]);
     canvas.refresh();
-    EXPECT_EQ(canvas.impl().compare.comparison.reference, runs_[1]);
-    EXPECT_EQ(canvas.impl().compare.infos.front().id, runs_[1]);
+    EXPECT_EQ(canvas.impl().state<CompareViewState>().comparison.reference, runs_[1]);
+    EXPECT_EQ(canvas.impl().state<CompareViewState>().infos.front().id, runs_[1]);
     // Without a dense run, the first selected is the reference.
     canvas.select_runs({runs_[2], runs_[0]});
     EXPECT_EQ(canvas.impl().reference, runs_[2]);

@@ -16,6 +16,12 @@
 #include "storage/session_reader.h"
 #include "views/canvas.h"
 #include "views/canvas_impl.h"
+#include "views/eviction_map.h"
+#include "views/scores_view.h"
+#include "views/memory_timeline.h"
+#include "views/cell_grid.h"
+#include "views/metrics_view.h"
+#include "views/compare_view.h"
 #include "engine/core/error.h"
 #include "views_test_util.h"
 
@@ -94,39 +100,39 @@ TEST_F(RecordedSession, EveryViewDrawsAFinishedRunOpenedFromDisk) {
         ASSERT_GT(steps, 1);
         ASSERT_GT(positions, kSeq / 2);
 
-        canvas.set_view(ViewKind::EVICTION_MAP);
+        canvas.set_view(view_named("eviction map"));
         host_frames(h, canvas);
-        ASSERT_TRUE(c.eviction.main.valid) << "the eviction map drew no image of a finished run";
-        EXPECT_EQ(c.eviction.main.image.width, steps) << "one texel column per chunk step";
-        EXPECT_EQ(c.eviction.main.image.height, positions) << "one texel row per token position";
-        ASSERT_EQ(host.live.count(c.eviction.main.id), 1u);
-        EXPECT_EQ(host.live[c.eviction.main.id].width, steps);
-        EXPECT_EQ(host.live[c.eviction.main.id].height, positions);
+        ASSERT_TRUE(c.state<EvictionMapViewState>().main.valid) << "the eviction map drew no image of a finished run";
+        EXPECT_EQ(c.state<EvictionMapViewState>().main.image.width, steps) << "one texel column per chunk step";
+        EXPECT_EQ(c.state<EvictionMapViewState>().main.image.height, positions) << "one texel row per token position";
+        ASSERT_EQ(host.live.count(c.state<EvictionMapViewState>().main.id), 1u);
+        EXPECT_EQ(host.live[c.state<EvictionMapViewState>().main.id].width, steps);
+        EXPECT_EQ(host.live[c.state<EvictionMapViewState>().main.id].height, positions);
 
-        canvas.set_view(ViewKind::SCORES);
+        canvas.set_view(view_named("scores"));
         host_frames(h, canvas);
-        EXPECT_FALSE(c.scores.layers.empty()) << "h2o records scores";
-        EXPECT_NE(c.scores.texture_id, 0u) << "the scores view uploaded nothing";
+        EXPECT_FALSE(c.state<ScoresViewState>().layers.empty()) << "h2o records scores";
+        EXPECT_NE(c.state<ScoresViewState>().texture_id, 0u) << "the scores view uploaded nothing";
 
-        canvas.set_view(ViewKind::MEMORY_TIMELINE);
+        canvas.set_view(view_named("memory timeline"));
         host_frames(h, canvas);
-        EXPECT_EQ(c.memory.peak_bytes(-2), peak) << "timeline peak vs the run summary's peak";
+        EXPECT_EQ(c.state<MemoryTimelineViewState>().peak_bytes(-2), peak) << "timeline peak vs the run summary's peak";
 
-        canvas.set_view(ViewKind::CELL_GRID);
+        canvas.set_view(view_named("cell grid"));
         host_frames(h, canvas);
-        EXPECT_FALSE(c.cells.sequences.empty());
-        EXPECT_NE(c.cells.texture_id, 0u);
+        EXPECT_FALSE(c.state<CellGridViewState>().sequences.empty());
+        EXPECT_NE(c.state<CellGridViewState>().texture_id, 0u);
 
-        canvas.set_view(ViewKind::METRICS);
+        canvas.set_view(view_named("metrics"));
         host_frames(h, canvas);
-        EXPECT_FALSE(c.metrics.series.empty());
+        EXPECT_FALSE(c.state<MetricsViewState>().series.empty());
 
         canvas.select_runs(runs_);
-        ASSERT_EQ(canvas.view(), ViewKind::COMPARE);
+        ASSERT_EQ(canvas.view(), view_named("compare"));
         host_frames(h, canvas);
-        ASSERT_TRUE(c.compare.have_comparison) << c.compare.comparison_error;
-        ASSERT_EQ(c.compare.maps.size(), runs_.size());
-        for (const auto& m : c.compare.maps) {
+        ASSERT_TRUE(c.state<CompareViewState>().have_comparison) << c.state<CompareViewState>().comparison_error;
+        ASSERT_EQ(c.state<CompareViewState>().maps.size(), runs_.size());
+        for (const auto& m : c.state<CompareViewState>().maps) {
             EXPECT_FALSE(m.data.sequences.empty()) << "compare map of run " << m.run << " is empty";
         }
     }
@@ -144,14 +150,14 @@ TEST_F(RecordedSession, PerTokenLossAndTokenTextOfACliRunDraw) {
     canvas.open_session(path_);
     canvas.select_runs({runs_.front()});
     CanvasImpl& c = canvas.impl();
-    canvas.set_view(ViewKind::METRICS);
+    canvas.set_view(view_named("metrics"));
     host_frames(h, canvas);
     const auto rows = reader.sample_tokens(runs_.front());
     ASSERT_EQ(rows.size(), 1u);  // one passkey sample
     const nlohmann::json summary = nlohmann::json::parse(reader.run(runs_.front()).summary);
     ASSERT_EQ(int64_t(rows[0].ids.size()), summary["tokens"].get<int64_t>());
-    ASSERT_FALSE(c.metrics.loss_runs.empty());
-    const auto& shown = c.metrics.loss_runs.front().tokens.samples;
+    ASSERT_FALSE(c.state<MetricsViewState>().loss_runs.empty());
+    const auto& shown = c.state<MetricsViewState>().loss_runs.front().tokens.samples;
     ASSERT_EQ(shown.size(), 1u);
     EXPECT_EQ(shown[0].ids, rows[0].ids);
     // passkey scores the answer at the last position only: the curve is that one value.
@@ -161,19 +167,19 @@ TEST_F(RecordedSession, PerTokenLossAndTokenTextOfACliRunDraw) {
     EXPECT_NEAR(curve.back(), reader.metrics(runs_.front(), "sample_loss").at(0).value, 1e-5);
     // Both runs: the metrics view overlays them instead of asking for one run.
     canvas.select_runs(runs_);
-    canvas.set_view(ViewKind::METRICS);
+    canvas.set_view(view_named("metrics"));
     host_frames(h, canvas);
     EXPECT_EQ(c.empty_state(), "");
-    ASSERT_EQ(c.metrics.loss_runs.size(), 2u);
-    EXPECT_EQ(c.metrics.loss_runs[1].run, runs_[1]);
-    EXPECT_EQ(c.metrics.loss_runs[1].tokens.samples.size(), 1u);
+    ASSERT_EQ(c.state<MetricsViewState>().loss_runs.size(), 2u);
+    EXPECT_EQ(c.state<MetricsViewState>().loss_runs[1].run, runs_[1]);
+    EXPECT_EQ(c.state<MetricsViewState>().loss_runs[1].tokens.samples.size(), 1u);
     // The eviction map's tooltips: the stored pieces of the shown sample.
     canvas.select_runs({runs_.front()});
-    canvas.set_view(ViewKind::EVICTION_MAP);
+    canvas.set_view(view_named("eviction map"));
     host_frames(h, canvas);
-    ASSERT_EQ(c.eviction.tokens.samples.size(), 1u);
-    EXPECT_EQ(c.eviction.tokens.sample(0)->pieces, rows[0].pieces);
-    EXPECT_EQ(token_label(c.eviction.tokens.sample(0), 3), printable_piece(rows[0].pieces[3]) + " (id " + std::to_string(rows[0].ids[3]) + ")");
+    ASSERT_EQ(c.state<EvictionMapViewState>().tokens.samples.size(), 1u);
+    EXPECT_EQ(c.state<EvictionMapViewState>().tokens.sample(0)->pieces, rows[0].pieces);
+    EXPECT_EQ(token_label(c.state<EvictionMapViewState>().tokens.sample(0), 3), printable_piece(rows[0].pieces[3]) + " (id " + std::to_string(rows[0].ids[3]) + ")");
 }
 
 TEST_F(RecordedSession, EmptyStatesSayWhatIsSelected) {
@@ -185,7 +191,7 @@ TEST_F(RecordedSession, EmptyStatesSayWhatIsSelected) {
     host_frames(h, canvas);
     EXPECT_EQ(canvas.impl().empty_state(), "select a run in the runs table");
     canvas.select_runs(runs_);
-    canvas.set_view(ViewKind::EVICTION_MAP);
+    canvas.set_view(view_named("eviction map"));
     host_frames(h, canvas);
     const std::string two = canvas.impl().empty_state();
     EXPECT_NE(two.find("2 runs selected"), std::string::npos) << two;

@@ -10,6 +10,9 @@
 #include <filesystem>
 
 #include "views/canvas_impl.h"
+#include "views/eviction_map.h"
+#include "views/scores_view.h"
+#include "views/compare_view.h"
 #include "views/metrics_view.h"
 #include "views_test_util.h"
 
@@ -137,40 +140,40 @@ TEST(Screenshots, DISABLED_EveryView) {
         save(img, out_dir + "/" + name + ".png");
     };
     canvas.select_runs({runs[0]});
-    for (ViewKind k : {ViewKind::EVICTION_MAP, ViewKind::SCORES, ViewKind::MEMORY_TIMELINE, ViewKind::CELL_GRID, ViewKind::METRICS}) {
+    for (ViewKind k : {view_named("eviction map"), view_named("scores"), view_named("memory timeline"), view_named("cell grid"), view_named("metrics")}) {
         canvas.set_view(k);
         std::string name = view_name(k);
         std::replace(name.begin(), name.end(), ' ', '_');
         shoot(name, ImVec2(W * 0.55f, H * 0.45f));
     }
-    canvas.set_view(ViewKind::EVICTION_MAP);
-    canvas.impl().eviction.colour = EvictionColour::SCORE;
+    canvas.set_view(view_named("eviction map"));
+    canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::SCORE;
     shoot("eviction_map_score", ImVec2(W * 0.7f, H * 0.6f));
-    canvas.impl().eviction.colour = EvictionColour::READS;  // Quest runs: pages read per chunk
+    canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::READS;  // Quest runs: pages read per chunk
     shoot("eviction_map_quest_reads", ImVec2(W * 0.7f, H * 0.6f));
-    canvas.impl().eviction.all_layers = true;  // every layer's reads as small multiples
+    canvas.impl().state<EvictionMapViewState>().all_layers = true;  // every layer's reads as small multiples
     shoot("eviction_map_all_layers_quest_reads", ImVec2(W * 0.3f, H * 0.5f));
-    canvas.impl().eviction.all_layers = false;
-    canvas.impl().eviction.colour = EvictionColour::AGE;
-    canvas.impl().eviction.all_layers = true;
+    canvas.impl().state<EvictionMapViewState>().all_layers = false;
+    canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::AGE;
+    canvas.impl().state<EvictionMapViewState>().all_layers = true;
     shoot("eviction_map_all_layers_age", ImVec2(W * 0.3f, H * 0.5f));
-    canvas.impl().eviction.all_layers = false;
-    canvas.set_view(ViewKind::SCORES);
-    canvas.impl().scores.image_options.rank = true;
+    canvas.impl().state<EvictionMapViewState>().all_layers = false;
+    canvas.set_view(view_named("scores"));
+    canvas.impl().state<ScoresViewState>().image_options.rank = true;
     shoot("scores_rank", ImVec2(-100, -100));
-    canvas.set_view(ViewKind::SWEEP);  // every done eval_long run of the session
+    canvas.set_view(view_named("sweep"));  // every done eval_long run of the session
     shoot("sweep", ImVec2(W * 0.3f, H * 0.6f));
-    canvas.set_view(ViewKind::EVICTION_MAP);  // a one-run view: selecting several opens compare
+    canvas.set_view(view_named("eviction map"));  // a one-run view: selecting several opens compare
     if (runs.size() < 3) return;
     canvas.select_runs(runs);
     shoot("compare", ImVec2(W * 0.3f, H * 0.6f));
-    canvas.impl().compare.show_difference = true;  // h2o (display 1) against lastrec (2)
-    canvas.impl().compare.difference_a = 1;
-    canvas.impl().compare.difference_run = 2;
-    canvas.impl().compare.difference_chosen = true;
+    canvas.impl().state<CompareViewState>().show_difference = true;  // h2o (display 1) against lastrec (2)
+    canvas.impl().state<CompareViewState>().difference_a = 1;
+    canvas.impl().state<CompareViewState>().difference_run = 2;
+    canvas.impl().state<CompareViewState>().difference_chosen = true;
     shoot("compare_difference", ImVec2(W * 0.5f, H * 0.62f));
-    canvas.impl().compare.show_difference = false;
-    canvas.impl().compare.colour = EvictionColour::READS;  // quest runs: their reads side by side
+    canvas.impl().state<CompareViewState>().show_difference = false;
+    canvas.impl().state<CompareViewState>().colour = EvictionColour::READS;  // quest runs: their reads side by side
     shoot("compare_quest_reads", ImVec2(W * 0.3f, H * 0.6f));
     std::printf("screenshots in %s\n", out_dir.c_str());
 }
@@ -215,10 +218,10 @@ TEST(Screenshots, DISABLED_CompareSizes) {
             save(img, out_dir + "/" + name + "_" + std::to_string(int(W)) + "x" + std::to_string(int(H)) + ".png");
         };
         shoot("compare5", ImVec2(-100, -100));
-        canvas.impl().compare.colour = EvictionColour::AGE;
+        canvas.impl().state<CompareViewState>().colour = EvictionColour::AGE;
         shoot("compare5_age", ImVec2(-100, -100));
-        canvas.impl().compare.colour = EvictionColour::PRESENCE;
-        canvas.impl().compare.show_difference = true;
+        canvas.impl().state<CompareViewState>().colour = EvictionColour::PRESENCE;
+        canvas.impl().state<CompareViewState>().show_difference = true;
         shoot("compare5_difference", ImVec2(-100, -100));
     }
     std::printf("screenshots in %s\n", out_dir.c_str());
