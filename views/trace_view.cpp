@@ -104,10 +104,11 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
         if (pend0 >= 0) dl->AddRectFilled(ImVec2(pend0, y0), ImVec2(std::max(pend1, pend0 + 1), y1), pend_col);
         pend0 = -1;
     };
-    auto box = [&](int64_t a_ns, int64_t b_ns, trace::SpanCategory c, const char* label) {
+    auto box = [&](int64_t a_ns, int64_t b_ns, trace::SpanCategory c, const char* label, uint32_t name) {
         if (span_category_hidden(s.hidden_categories, c)) return;
         const float a = std::max(x0, mp.px(a_ns)), b = std::min(x1, mp.px(b_ns));
-        const Colour col = span_category_colour(c);
+        // Phases (RUN spans below the run) a shade each, as in the memory timeline.
+        const Colour col = c == trace::SpanCategory::RUN && depth > 0 && name != UINT32_MAX ? phase_colour(int(name)) : span_category_colour(c);
         if (b - a < 3.f) {  // sub-pixel boxes coalesce into one
             if (pend0 >= 0 && (a - pend1 > 1 || col != pend_col)) flush();
             if (pend0 < 0) pend0 = a, pend_col = col;
@@ -116,22 +117,25 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
         }
         flush();
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), col);
-        dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 90));
+        if (b - a >= 6) dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 90));  // outlines only where they show
         if (label) {
             const float tw = ImGui::CalcTextSize(label).x;
             if (b - a > tw + 4) dl->AddText(ImVec2(a + 2, y0), text_on(col), label);
         }
     };
-    if (level < 0 || size_t(level) >= row.levels.size()) {
-        const auto [lo, hi] = row_window(m, row, w0, w1);
+    // Spans one by one while the window holds no more of them than pixels (each keeps its
+    // label and colour); beyond that the merged level, at most a few boxes per pixel.
+    const auto [lo, hi] = row_window(m, row, w0, w1);
+    // (Levels stop once a row merges into one box: coarser ones would repeat it.)
+    if (level < 0 || row.levels.empty() || double(hi - lo) <= double(x1 - x0)) {
         for (size_t k = lo; k < hi; ++k) {
             const TraceSpan& sp = m.spans[row.spans[k]];
-            box(sp.start_ns, sp.end_ns, sp.category, m.names[sp.name].c_str());
+            box(sp.start_ns, sp.end_ns, sp.category, m.names[sp.name].c_str(), sp.name);
         }
     } else {
-        const auto& lv = row.levels[size_t(level)];
-        const auto [lo, hi] = merged_window(lv, w0, w1);
-        for (size_t k = lo; k < hi; ++k) box(lv[k].start_ns, lv[k].end_ns, lv[k].category, lv[k].count == 1 ? nullptr : nullptr);
+        const auto& lv = row.levels[std::min(size_t(level), row.levels.size() - 1)];
+        const auto [mlo, mhi] = merged_window(lv, w0, w1);
+        for (size_t k = mlo; k < mhi; ++k) box(lv[k].start_ns, lv[k].end_ns, lv[k].category, nullptr, UINT32_MAX);
     }
     flush();
 }
@@ -147,7 +151,12 @@ void draw_stats_table(const storage::SpanSummary& sum, float height) {
             ImGui::TableNextColumn();
             ImGui::TextUnformatted(g.name.c_str());
             ImGui::TableNextColumn();
-            ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(span_category_colour(g.category)), "%s", trace::span_category_name(g.category));
+            // The category in its colour where that is legible on the dark table (not the greys of run, cell).
+            const Colour cc = span_category_colour(g.category);
+            if (colour_luminance(cc) > 0.2)
+                ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(cc), "%s", trace::span_category_name(g.category));
+            else
+                ImGui::TextUnformatted(trace::span_category_name(g.category));
             ImGui::TableNextColumn();
             ImGui::Text("%lld", (long long)g.count);
             ImGui::TableNextColumn();
@@ -326,8 +335,9 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
             const float y0 = y + float(d) * kRowH, y1 = y0 + kRowH - 1;
             if (y0 > f.p1.y) break;
             if (d == 1) {  // unattributed time of the run, under the phases
-                const bool raw = level < 0 || size_t(level) >= lane.unattributed_levels.size();
-                const auto& boxes = raw ? lane.unattributed : lane.unattributed_levels[size_t(level)];
+                const bool raw = level < 0 || lane.unattributed_levels.empty();
+                const auto& boxes = raw ? lane.unattributed
+                                        : lane.unattributed_levels[std::min(size_t(level), lane.unattributed_levels.size() - 1)];
                 const auto [lo, hi] = merged_window(boxes, w0, w1);
                 for (size_t k = lo; k < hi; ++k) {
                     const float a = std::max(f.p0.x, mp.px(boxes[k].start_ns)), b = std::min(f.p1.x, mp.px(boxes[k].end_ns));

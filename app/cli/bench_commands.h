@@ -15,5 +15,6 @@ int bench_fidelity(const Args& args);  // cmd_bench_research.cpp
 int bench_sweep(const Args& args);     // cmd_bench_research.cpp (runs kvlab itself)
 int bench_dist(const Args& args);      // cmd_bench_dist.cpp (under mpirun)
 int bench_quest(const Args& args);     // cmd_bench_quest.cpp
+int bench_trace(const Args& args);     // cmd_bench_trace.cpp (needs the views)
 
 }  // namespace kv::cli

@@ -12,6 +12,7 @@
 #include "views/canvas_impl.h"
 #include "views/eviction_map.h"
 #include "views/scores_view.h"
+#include "views/trace_view.h"
 #include "views/compare_view.h"
 #include "views/metrics_view.h"
 #include "views_test_util.h"
@@ -145,6 +146,21 @@ TEST(Screenshots, DISABLED_EveryView) {
         std::string name = view_name(k);
         std::replace(name.begin(), name.end(), ' ', '_');
         shoot(name, ImVec2(W * 0.55f, H * 0.45f));
+    }
+    canvas.set_view(view_named("trace"));  // whole run, then the icicle and a search
+    shoot("trace", ImVec2(W * 0.45f, H * 0.2f));
+    {
+        auto& ts = canvas.impl().state<TraceViewState>();
+        ts.panel = TracePanel::ICICLE;
+        shoot("trace_icicle", ImVec2(W * 0.3f, H * 0.75f));
+        ts.panel = TracePanel::SEARCH;
+        std::snprintf(ts.search_text, sizeof ts.search_text, "attention");
+        ts.search = search_spans(ts.model, ts.search_text);
+        shoot("trace_search", ImVec2(-100, -100));
+        ts.panel = TracePanel::RANGE;
+        const int64_t a = ts.model.t_min, b = ts.model.t_max;
+        select_trace_range(ts, a + (b - a) / 3, a + (b - a) / 2);
+        shoot("trace_range", ImVec2(-100, -100));
     }
     canvas.set_view(view_named("eviction map"));
     canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::SCORE;
