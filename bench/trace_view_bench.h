@@ -35,7 +35,8 @@ struct TraceBenchResult {
     int threads = 0, depth = 0;
     double generate_seconds = 0;  // synthetic spans
     double build_seconds = 0;     // build_trace_model: sort, nesting, rows, levels
-    double summary_seconds = 0;   // whole-run trace_range_summary
+    double summary_seconds = 0;   // whole-run trace_range_summary (wall)
+    double summary_cpu_seconds = 0;  // the same in this thread's CPU time (the machine may be shared)
     double icicle_seconds = 0;    // build_icicle
     std::vector<TraceBenchScenario> scenarios;
 };

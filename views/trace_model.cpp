@@ -161,13 +161,13 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
     const size_t n = m.spans.size();
     // Clipped durations; -1 marks a span outside the range (storage's rule: a zero-length span
     // counts where it lies).
-    std::vector<int64_t> dur(n), self(n), run_self(n);
+    std::vector<int64_t> dur(n), self(n);
+    std::unordered_map<uint32_t, int64_t> run_self;  // RUN spans only: phases nest among themselves
     for (size_t i = 0; i < n; ++i) {
         const TraceSpan& s = m.spans[i];
         const int64_t a = std::max(s.start_ns, t0), b = std::min(s.end_ns, t1);
         const bool inside = a < b || (s.start_ns == s.end_ns && s.start_ns >= t0 && s.start_ns < t1);
-        dur[i] = inside ? b - a : -1;
-        if (inside && dur[i] < 0) dur[i] = 0;
+        dur[i] = inside ? std::max<int64_t>(0, b - a) : -1;
     }
     // Self: minus the clipped children (a child inside the range has its parent inside too).
     for (size_t i = 0; i < n; ++i) {
@@ -175,31 +175,30 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
         self[i] += dur[i];
         if (m.parent[i] != kNoParent) self[m.parent[i]] -= dur[i];
         if (m.spans[i].category == trace::SpanCategory::RUN) {
-            run_self[i] += dur[i];
-            uint32_t p = m.parent[i];  // phases nest among RUN spans only
+            run_self[uint32_t(i)] += dur[i];
+            uint32_t p = m.parent[i];
             while (p != kNoParent && m.spans[p].category != trace::SpanCategory::RUN) p = m.parent[p];
             if (p != kNoParent) run_self[p] -= dur[i];
         }
     }
-    std::map<std::pair<std::string_view, int>, storage::SpanStats> by_key, phases;
-    std::map<int32_t, storage::SpanStats> layers;
-    std::map<int, storage::SpanStats> categories;
-    // Group per name id first (cheap), then by (name, category).
-    std::unordered_map<uint64_t, storage::SpanStats> by_id;
+    // Flat tables indexed by (name, category) and by layer: no hashing per span.
+    const size_t kCats = trace::kNumSpanCategories;
+    std::vector<storage::SpanStats> by_id(m.names.size() * kCats);
+    std::vector<storage::SpanStats> layers;
+    std::map<std::pair<std::string_view, int>, storage::SpanStats> phases;
     for (size_t i = 0; i < n; ++i) {
         if (dur[i] < 0) continue;
         const TraceSpan& s = m.spans[i];
-        add_stat(by_id[uint64_t(s.name) << 8 | uint64_t(s.category)], dur[i], self[i]);
+        add_stat(by_id[size_t(s.name) * kCats + size_t(s.category) % kCats], dur[i], self[i]);
         if (s.layer >= 0) {
-            auto& l = layers[s.layer];
-            l.layer = s.layer;
-            add_stat(l, dur[i], self[i]);
+            if (size_t(s.layer) >= layers.size()) layers.resize(size_t(s.layer) + 1);
+            add_stat(layers[size_t(s.layer)], dur[i], self[i]);
         }
         if (s.category == trace::SpanCategory::RUN) {
             auto& p = phases[{m.names[s.name], int(s.category)}];
             p.name = m.names[s.name];
             p.category = s.category;
-            add_stat(p, dur[i], run_self[i]);
+            add_stat(p, dur[i], run_self[uint32_t(i)]);
         }
     }
     auto merge = [](storage::SpanStats& into, const storage::SpanStats& g) {
@@ -210,29 +209,36 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
         into.min_ns = std::min(into.min_ns, g.min_ns);
         into.max_ns = std::max(into.max_ns, g.max_ns);
     };
-    for (const auto& [key, g] : by_id) {
-        const auto cat = trace::SpanCategory(key & 0xFF);
-        auto& e = by_key[{m.names[key >> 8], int(cat)}];  // two ids may share a name
-        e.name = m.names[key >> 8];
+    std::map<std::pair<std::string_view, int>, storage::SpanStats> by_key;
+    for (size_t k = 0; k < by_id.size(); ++k) {
+        if (by_id[k].count == 0) continue;
+        const auto cat = trace::SpanCategory(k % kCats);
+        auto& e = by_key[{m.names[k / kCats], int(cat)}];  // two ids may share a name
+        e.name = m.names[k / kCats];
         e.category = cat;
-        merge(e, g);
+        merge(e, by_id[k]);
     }
     storage::SpanSummary out;
-    for (auto& [k, g] : by_key) {
+    std::map<int, storage::SpanStats> categories;
+    for (auto& [key, g] : by_key) {
         auto& c = categories[int(g.category)];
         c.category = g.category;
         merge(c, g);
         out.spans.push_back(std::move(g));
     }
     std::stable_sort(out.spans.begin(), out.spans.end(), by_self_desc);
-    for (auto& [k, c] : categories) out.categories.push_back(c);
+    for (auto& [key, c] : categories) out.categories.push_back(c);
     std::sort(out.categories.begin(), out.categories.end(), [](const storage::SpanStats& a, const storage::SpanStats& b) {
         return a.self_ns != b.self_ns ? a.self_ns > b.self_ns
                                       : std::string_view(trace::span_category_name(a.category)) <
                                             std::string_view(trace::span_category_name(b.category));
     });
-    for (auto& [k, l] : layers) out.layers.push_back(l);
-    for (auto& [k, p] : phases) out.phases.push_back(std::move(p));
+    for (size_t l = 0; l < layers.size(); ++l)
+        if (layers[l].count) {
+            layers[l].layer = int32_t(l);
+            out.layers.push_back(layers[l]);
+        }
+    for (auto& [key, p] : phases) out.phases.push_back(std::move(p));
     std::stable_sort(out.phases.begin(), out.phases.end(), by_self_desc);
     for (const auto& p : out.phases)
         if (p.name == "run") out.run_ns += p.total_ns, out.unattributed_ns += p.self_ns;
