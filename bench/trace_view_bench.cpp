@@ -151,7 +151,7 @@ TraceBenchResult run_trace_view_bench(const TraceBenchOptions& o) {
         ImGui::NewFrame();
         ImGui::SetNextWindowPos(ImVec2(0, 0));
         ImGui::SetNextWindowSize(ImVec2(o.width, o.height));
-        ImGui::Begin("trace bench", nullptr, ImGuiWindowFlags_NoDecoration);
+        ImGui::Begin("trace bench", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoBackground);  // as the canvas: the host clears
         DrawTraceView(s, nullptr, ImVec2(o.width, o.height - 16));
         ImGui::End();
         ImGui::Render();

@@ -667,6 +667,8 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
     if (s.show_spans && !s.lanes.empty()) {
         std::vector<trace::SpanCategory> present;
         for (const SpanLane& l : s.lanes) present.push_back(l.category);
+        ImGui::TextDisabled("spans:");  // apart from the memory legend above: other colours, other things
+        ImGui::SameLine();
         draw_span_legend(s.hidden_span_categories, present);
         for (size_t i = 0; i < s.lanes.size(); ++i)
             if (!span_category_hidden(s.hidden_span_categories, s.lanes[i].category)) shown_lanes.push_back(i);
