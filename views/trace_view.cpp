@@ -295,7 +295,8 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     ImGui::SameLine();
     if (s.has_selection && ImGui::Button("clear range")) s.has_selection = false;
     if (s.has_selection) ImGui::SameLine();
-    ImGui::TextDisabled("%zu spans on %zu threads | wheel: zoom, drag: pan, right-drag: select a range", m.spans.size(), m.lanes.size());
+    ImGui::TextDisabled("%zu spans on %zu thread%s | wheel: zoom, drag: pan, right-drag: select a range", m.spans.size(), m.lanes.size(),
+                        m.lanes.size() == 1 ? "" : "s");
     {
         std::vector<trace::SpanCategory> present;
         for (const auto& c : s.whole.categories) present.push_back(c.category);

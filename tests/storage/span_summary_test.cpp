@@ -294,6 +294,14 @@ void expect_sql_equals_summary(const std::string& path, int64_t run) {
         EXPECT_EQ(cell(cats.rows[i][col(cats, "total_ms")]), double(sum.categories[i].total_ns) / 1e6);
         EXPECT_EQ(cell(cats.rows[i][col(cats, "self_ms")]), double(sum.categories[i].self_ns) / 1e6);
     }
+    const auto lay = storage::session_query(path, storage::find_named_query("span-layers")->sql, {{"run", std::to_string(run)}});
+    ASSERT_EQ(lay.rows.size(), sum.layers.size());
+    for (size_t i = 0; i < lay.rows.size(); ++i) {
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "layer")]), double(sum.layers[i].layer));
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "count")]), double(sum.layers[i].count));
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "total_ms")]), double(sum.layers[i].total_ns) / 1e6);
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "self_ms")]), double(sum.layers[i].self_ns) / 1e6) << "layer " << sum.layers[i].layer;
+    }
     const auto limited = storage::session_query(path, storage::find_named_query("top-spans")->sql,
                                                 {{"run", std::to_string(run)}, {"limit", "3"}});
     EXPECT_EQ(limited.rows.size(), std::min<size_t>(3, sum.spans.size()));
