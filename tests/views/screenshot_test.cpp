@@ -158,9 +158,17 @@ TEST(Screenshots, DISABLED_EveryView) {
         ts.search = search_spans(ts.model, ts.search_text);
         shoot("trace_search", ImVec2(-100, -100));
         ts.panel = TracePanel::RANGE;
-        const int64_t a = ts.model.t_min, b = ts.model.t_max;
-        select_trace_range(ts, a + (b - a) / 3, a + (b - a) / 2);
-        shoot("trace_range", ImVec2(-100, -100));
+        // The policy pass selected and zoomed to (a third of the run when there is none).
+        int64_t a = ts.model.t_min + (ts.model.t_max - ts.model.t_min) / 3, b = ts.model.t_min + (ts.model.t_max - ts.model.t_min) / 2;
+        for (const TraceSpan& sp : ts.model.spans)
+            if (ts.model.names[sp.name] == "policy pass") {
+                a = sp.start_ns, b = sp.end_ns;
+                break;
+            }
+        select_trace_range(ts, a, b);
+        ts.follow = false;
+        ts.time = {double(a - ts.t0_ns) - double(b - a) * 0.05, double(b - ts.t0_ns) + double(b - a) * 0.05};
+        shoot("trace_range", ImVec2(W * 0.4f, H * 0.22f));
     }
     canvas.set_view(view_named("eviction map"));
     canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::SCORE;
