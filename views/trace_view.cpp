@@ -295,8 +295,8 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     ImGui::SameLine();
     if (s.has_selection && ImGui::Button("clear range")) s.has_selection = false;
     if (s.has_selection) ImGui::SameLine();
-    ImGui::TextDisabled("%zu spans on %zu thread%s | wheel: zoom, drag: pan, right-drag: select a range", m.spans.size(), m.lanes.size(),
-                        m.lanes.size() == 1 ? "" : "s");
+    ImGui::TextDisabled("%zu spans on %zu thread%s | wheel: zoom, drag: pan, right-drag: select a range, shift+wheel: scroll lanes",
+                        m.spans.size(), m.lanes.size(), m.lanes.size() == 1 ? "" : "s");
     {
         std::vector<trace::SpanCategory> present;
         for (const auto& c : s.whole.categories) present.push_back(c.category);
@@ -316,6 +316,13 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     margins.left = kLabelW;
     const float timeline_h = std::min(rest * 0.6f, lanes_h + margins.bottom + 4);
     const PlotFrame f = begin_plot_frame("##timeline", ImVec2(size.x, timeline_h), margins);
+    // Lanes taller than the frame scroll with Shift+wheel (the plain wheel zooms time).
+    const float overflow = std::max(0.f, lanes_h - f.height());
+    if (f.hovered && ImGui::GetIO().KeyShift && ImGui::GetIO().MouseWheel != 0) {
+        s.scroll_y -= ImGui::GetIO().MouseWheel * kRowH * 3;
+        ImGui::GetIO().MouseWheel = 0;
+    }
+    s.scroll_y = std::clamp(s.scroll_y, 0.f, overflow);
     if (plot_zoom_pan(f, s.time, ext_lo, ext_hi)) s.follow = false;
     ImDrawList* dl = ImGui::GetWindowDrawList();
     dl->AddRectFilled(f.p0, f.p1, IM_COL32(20, 20, 24, 255));
@@ -323,7 +330,7 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     const Mapper mp{double(f.p0.x), double(f.width()) / std::max(1.0, s.time.span()), w0};
     const int level = pick_lod_level(s.time.span() / std::max(1.f, f.width()));
     dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
-    float y = f.p0.y;
+    float y = f.p0.y - s.scroll_y;
     const TraceSpan* hover = nullptr;
     const TraceLane* hover_lane = nullptr;
     size_t hover_depth = 0;
@@ -335,6 +342,7 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
         for (size_t d = 0; d < lane.rows.size(); ++d) {
             const float y0 = y + float(d) * kRowH, y1 = y0 + kRowH - 1;
             if (y0 > f.p1.y) break;
+            if (y1 < f.p0.y) continue;  // scrolled above the frame
             if (d == 1) {  // unattributed time of the run, under the phases
                 const bool raw = level < 0 || lane.unattributed_levels.empty();
                 const auto& boxes = raw ? lane.unattributed
@@ -383,6 +391,11 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
         }
     }
     dl->PopClipRect();
+    if (overflow > 0) {  // where the shown lanes sit among all of them
+        const float h = f.height(), thumb = std::max(12.f, h * h / lanes_h), top_y = f.p0.y + (h - thumb) * (s.scroll_y / overflow);
+        dl->AddRectFilled(ImVec2(f.p1.x - 4, f.p0.y), ImVec2(f.p1.x, f.p1.y), IM_COL32(40, 40, 46, 255));
+        dl->AddRectFilled(ImVec2(f.p1.x - 4, top_y), ImVec2(f.p1.x, top_y + thumb), IM_COL32(150, 150, 160, 255));
+    }
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {
         ImGui::BeginTooltip();

@@ -49,6 +49,7 @@ struct TraceViewState {
     int64_t sel_t0 = 0, sel_t1 = 0;  // absolute engine ns
     storage::SpanSummary selection;  // summary of [sel_t0, sel_t1)
     float drag_from_x = -1;          // screen x where a right-drag began
+    float scroll_y = 0;              // lanes scrolled up by this many pixels (shift+wheel)
     char search_text[96] = {0};
     SpanSearch search;
     std::string error;

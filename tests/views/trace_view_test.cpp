@@ -283,6 +283,23 @@ TEST(TraceView, RefreshesFromASessionAndDraws) {
     s.follow = false;
     s.time = {0, 5000};
     EXPECT_GT(h.window_frame([&] { DrawTraceView(s, nullptr, ImVec2(1200, 700)); }, ImVec2(600, 120)), 0);
+    // Many threads: more rows than the frame holds; scrolled to the bottom, the last lane's rows draw.
+    {
+        std::vector<TraceSpan> many;
+        for (int32_t t = 0; t < 40; ++t)
+            for (int d = 0; d < 4; ++d) many.push_back({1000 + d * 10, 100000 - d * 10, uint32_t(d), SpanCategory::CHUNK, t, -1, -1, t * 10 + 4 - d});
+        TraceViewState tall;
+        tall.run = 1;
+        set_trace_model(tall, build_trace_model(many, {"a", "b", "c", "d"}));
+        ASSERT_EQ(tall.model.lanes.size(), 40u);
+        const int top = h.window_frame([&] { DrawTraceView(tall, nullptr, ImVec2(1200, 700)); });
+        tall.scroll_y = 1e6f;  // clamped to the overflow
+        const int bottom = h.window_frame([&] { DrawTraceView(tall, nullptr, ImVec2(1200, 700)); });
+        EXPECT_GT(tall.scroll_y, 0.f);
+        EXPECT_LT(tall.scroll_y, 40 * 4 * 16.f);
+        EXPECT_GT(top, 0);
+        EXPECT_GT(bottom, 0);
+    }
     // It is in the view table.
     bool listed = false;
     for (const auto& e : view_table()) listed |= std::string(e.name) == "trace";
