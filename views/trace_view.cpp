@@ -37,17 +37,28 @@ bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
     if (s.run == 0) return false;
     try {
         if (s.t0_ns == 0) s.t0_ns = reader.run(s.run).t0_ns;
-        // Every span newer than the last one read (one query; ids grow as spans are written).
-        const auto rows = reader.spans(s.run, {}, s.last_span_id, size_t(-1));
-        for (const storage::SpanRow& r : rows) {
-            s.last_span_id = std::max(s.last_span_id, r.id);
-            auto [it, fresh] = s.name_ids.emplace(r.name, uint32_t(s.names.size()));
-            if (fresh) s.names.push_back(r.name);
-            s.raw.push_back({r.start_ns, r.end_ns, it->second, r.category, r.thread, r.layer, r.chunk, r.id});
+        // Spans newer than the last one read, a page (in id order) at a time within the
+        // frame's budget; the model is rebuilt once the reader has nothing more.
+        constexpr size_t kPage = 200'000;
+        const auto start = std::chrono::steady_clock::now();
+        bool any = false, full_page = true;
+        while (full_page) {
+            const auto rows = reader.spans(s.run, {}, s.last_span_id, kPage);
+            for (const storage::SpanRow& r : rows) {
+                s.last_span_id = std::max(s.last_span_id, r.id);
+                auto [it, fresh] = s.name_ids.emplace(r.name, uint32_t(s.names.size()));
+                if (fresh) s.names.push_back(r.name);
+                s.raw.push_back({r.start_ns, r.end_ns, it->second, r.category, r.thread, r.layer, r.chunk, r.id});
+            }
+            any |= !rows.empty();
+            full_page = rows.size() == kPage;
+            if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() > s.refresh_budget_ms) break;
         }
-        if (!rows.empty()) s.model_stale = true;
+        if (any) s.model_stale = true;
+        s.caught_up = !full_page;
+        if (!s.caught_up) return true;  // more to read on the next refresh
         const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.built_at).count();
-        if (!s.model_stale || (s.version > 0 && since < s.rebuild_interval_s && !rows.empty())) return false;
+        if (!s.model_stale || (s.version > 0 && since < s.rebuild_interval_s && any)) return false;
         set_trace_model(s, build_trace_model(s.raw, s.names));
         s.error.clear();
         return true;

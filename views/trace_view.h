@@ -54,10 +54,13 @@ struct TraceViewState {
     SpanSearch search;
     std::string error;
     double rebuild_interval_s = 1.0;  // a live run's model is rebuilt at most this often
+    double refresh_budget_ms = 30;    // reading stops after this long (a frame's share); the rest next refresh
+    bool caught_up = false;           // the last refresh read every span there was
 };
 
-// Reads spans newer than the state holds and rebuilds the model (at most every
-// rebuild_interval_s while spans keep arriving). True when the model changed.
+// Reads spans newer than the state holds (pages within refresh_budget_ms) and, once caught up,
+// rebuilds the model (at most every rebuild_interval_s while spans keep arriving). True when
+// the model changed or more spans wait to be read.
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader);
 // Replaces the model directly (benchmarks, tests): as refresh does after reading.
 void set_trace_model(TraceViewState& s, TraceModel model);
