@@ -32,7 +32,7 @@ struct Synth {
     int64_t id = 0;
     std::mt19937_64 rng{42};
     void add(int64_t b, int64_t e, uint32_t name, trace::SpanCategory c, int32_t thread, int32_t layer = -1, int32_t chunk = -1) {
-        spans.push_back({b, e, name, c, thread, layer, chunk, ++id});
+        spans.push_back({b, e, name, c, thread, layer, chunk, ++id, 0});
     }
     int64_t dur(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
 };

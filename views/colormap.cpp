@@ -152,6 +152,11 @@ Colour phase_colour(int i) {
     return kPhaseColours[((i % n) + n) % n];
 }
 
+Colour gpu_work_colour(bool kernel) {
+    // Teal-grey and rose: apart from the span palette and from every memory colour (tested).
+    return kernel ? pack_rgba(96, 150, 140) : pack_rgba(180, 120, 150);
+}
+
 Colour series_colour(int i) {
     const int n = int(sizeof(kSeriesColours) / sizeof(kSeriesColours[0]));
     return kSeriesColours[((i % n) + n) % n];

@@ -38,6 +38,8 @@ Colour mem_category_colour(MemCategory c);
 // means one thing in every view); phases (RUN spans) are told apart by phase_colour (cycles).
 Colour span_category_colour(trace::SpanCategory c);
 Colour phase_colour(int i);
+// GPU work on the trace view's device lanes: kernels, and copies or sets.
+Colour gpu_work_colour(bool kernel);
 // Series i of a plot or of compared runs (cycles after 8).
 Colour series_colour(int i);
 

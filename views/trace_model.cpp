@@ -78,6 +78,7 @@ TraceModel build_trace_model(std::vector<TraceSpan> spans, std::vector<std::stri
         while (!stack.empty() && m.spans[stack.back()].end_ns < s.end_ns) stack.pop_back();
         if (!stack.empty()) m.parent[i] = stack.back();
         TraceLane& lane = m.lanes.back();
+        if (s.correlation && !is_gpu_lane(s.thread)) m.launchers.emplace(s.correlation, i);
         if (lane.rows.size() <= stack.size()) lane.rows.resize(stack.size() + 1);
         lane.rows[stack.size()].spans.push_back(i);
         stack.push_back(i);
@@ -114,6 +115,12 @@ TraceModel build_trace_model(std::vector<TraceSpan> spans, std::vector<std::stri
     return m;
 }
 
+uint32_t find_launcher(const TraceModel& m, uint32_t i) {
+    if (i >= m.spans.size() || !is_gpu_lane(m.spans[i].thread) || !m.spans[i].correlation) return kNoParent;
+    const auto it = m.launchers.find(m.spans[i].correlation);
+    return it == m.launchers.end() ? kNoParent : it->second;
+}
+
 std::pair<size_t, size_t> row_window(const TraceModel& m, const TraceRow& row, int64_t t0, int64_t t1) {
     // A row's spans are disjoint, so ends ascend with starts.
     const auto lo = std::partition_point(row.spans.begin(), row.spans.end(), [&](uint32_t i) { return m.spans[i].end_ns < t0; });
@@ -131,6 +138,7 @@ std::vector<storage::SpanRow> trace_span_rows(const TraceModel& m) {
     std::vector<storage::SpanRow> out;
     out.reserve(m.spans.size());
     for (const TraceSpan& s : m.spans) {
+        if (is_gpu_lane(s.thread)) continue;
         storage::SpanRow r;
         r.id = s.id;
         r.start_ns = s.start_ns;
@@ -140,6 +148,7 @@ std::vector<storage::SpanRow> trace_span_rows(const TraceModel& m) {
         r.layer = s.layer;
         r.chunk = s.chunk;
         r.thread = s.thread;
+        r.correlation_id = s.correlation;
         out.push_back(std::move(r));
     }
     return out;
@@ -166,7 +175,7 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
     for (size_t i = 0; i < n; ++i) {
         const TraceSpan& s = m.spans[i];
         const int64_t a = std::max(s.start_ns, t0), b = std::min(s.end_ns, t1);
-        const bool inside = a < b || (s.start_ns == s.end_ns && s.start_ns >= t0 && s.start_ns < t1);
+        const bool inside = (a < b || (s.start_ns == s.end_ns && s.start_ns >= t0 && s.start_ns < t1)) && !is_gpu_lane(s.thread);
         dur[i] = inside ? std::max<int64_t>(0, b - a) : -1;
     }
     // Self: minus the clipped children (a child inside the range has its parent inside too).
@@ -255,6 +264,7 @@ Icicle build_icicle(const TraceModel& m) {
     // Preorder: a span's parent has its node before it.
     for (size_t i = 0; i < m.spans.size(); ++i) {
         const TraceSpan& s = m.spans[i];
+        if (is_gpu_lane(s.thread)) continue;  // GPU work is not a span: its lanes are drawn, not summed
         const int32_t pn = m.parent[i] == kNoParent ? 0 : node_of[m.parent[i]];
         const uint64_t key = uint64_t(uint32_t(pn)) << 32 | uint64_t(s.name) << 8 | uint64_t(s.category);
         auto [it, fresh] = child.emplace(key, int32_t(ic.nodes.size()));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "storage/rows.h"
@@ -24,7 +25,16 @@ struct TraceSpan {
     int32_t thread = 0;
     int32_t layer = -1, chunk = -1;
     int64_t id = 0;  // the span row's id (ties of identical intervals: the later-written is outer)
+    // Host spans: the CUPTI external correlation id they pushed (0: none). GPU work: the id of
+    // the span that launched it.
+    int64_t correlation = 0;
 };
+
+// GPU work (CUPTI kernels, memcpys, memsets) sits in lanes of its own, one per device and
+// stream, on pseudo-threads from here up; kernels have category OTHER, copies and sets IO.
+constexpr int32_t kGpuLaneBase = 1 << 20;
+inline int32_t gpu_lane_thread(int32_t device, int32_t stream) { return kGpuLaneBase + device * 4096 + (stream & 4095); }
+inline bool is_gpu_lane(int32_t thread) { return thread >= kGpuLaneBase; }
 
 // A run of neighbouring spans drawn as one box at a level of detail.
 struct TraceMerged {
@@ -59,9 +69,13 @@ struct TraceModel {
     std::vector<TraceSpan> spans;
     std::vector<uint32_t> parent;  // per span: its enclosing span on its thread (kNoParent: a root)
     std::vector<std::string> names;
-    std::vector<TraceLane> lanes;  // by thread
+    std::vector<TraceLane> lanes;  // by thread; GPU lanes (is_gpu_lane) last
     int64_t t_min = 0, t_max = 0;
+    // Host span index by correlation id: the launch of a GPU span (find_launcher).
+    std::unordered_map<int64_t, uint32_t> launchers;
 };
+// The host span that launched GPU span `i` (kNoParent when unknown).
+uint32_t find_launcher(const TraceModel& m, uint32_t i);
 
 // Builds lanes, rows, levels and unattributed time. `spans` may be in any order.
 TraceModel build_trace_model(std::vector<TraceSpan> spans, std::vector<std::string> names);
@@ -76,12 +90,12 @@ int pick_lod_level(double ns_per_px);
 // ---- statistics over the model --------------------------------------------------------------
 // The span rows (names resolved) of every span, for storage functions and tests.
 std::vector<storage::SpanRow> trace_span_rows(const TraceModel& m);
-// The summary of [t0, t1) (spans clipped to it) with storage::span_summary's definitions, from
+// The summary of [t0, t1) (host spans clipped to it; GPU lanes are not spans) with storage::span_summary's definitions, from
 // the model's parent links instead of a re-sort and without copying names: fast enough to
 // follow a range selection on ten million spans.
 storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_t t1);
 
-// The icicle: spans merged by path of (name, category) from their thread's root; roots of all
+// The icicle: host spans merged by path of (name, category) from their thread's root; roots of all
 // threads merged by name too. nodes[0] is a synthetic root whose total is the roots' sum.
 struct IcicleNode {
     uint32_t name = 0;

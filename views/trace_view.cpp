@@ -48,7 +48,7 @@ bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
                 s.last_span_id = std::max(s.last_span_id, r.id);
                 auto [it, fresh] = s.name_ids.emplace(r.name, uint32_t(s.names.size()));
                 if (fresh) s.names.push_back(r.name);
-                s.raw.push_back({r.start_ns, r.end_ns, it->second, r.category, r.thread, r.layer, r.chunk, r.id});
+                s.raw.push_back({r.start_ns, r.end_ns, it->second, r.category, r.thread, r.layer, r.chunk, r.id, r.correlation_id});
             }
             any |= !rows.empty();
             full_page = rows.size() == kPage;
@@ -59,7 +59,15 @@ bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
         if (!s.caught_up) return true;  // more to read on the next refresh
         const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.built_at).count();
         if (!s.model_stale || (s.version > 0 && since < s.rebuild_interval_s && any)) return false;
-        set_trace_model(s, build_trace_model(s.raw, s.names));
+        // GPU work (CUPTI) on lanes per device and stream, each record pointing at its launch.
+        std::vector<TraceSpan> all = s.raw;
+        for (const storage::GpuActivityRow& g : reader.gpu_activity(s.run)) {
+            auto [it, fresh] = s.name_ids.emplace(g.name, uint32_t(s.names.size()));
+            if (fresh) s.names.push_back(g.name);
+            const trace::SpanCategory c = g.kind == storage::GpuActivityRow::KERNEL ? trace::SpanCategory::OTHER : trace::SpanCategory::IO;
+            all.push_back({g.start_ns, g.end_ns, it->second, c, gpu_lane_thread(g.device, g.stream), -1, -1, 0, g.external_id});
+        }
+        set_trace_model(s, build_trace_model(std::move(all), s.names));
         s.error.clear();
         return true;
     } catch (const std::exception& e) {
@@ -116,10 +124,12 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
         pend0 = -1;
     };
     auto box = [&](int64_t a_ns, int64_t b_ns, trace::SpanCategory c, const char* label, uint32_t name) {
-        if (span_category_hidden(s.hidden_categories, c)) return;
+        if (!is_gpu_lane(lane.thread) && span_category_hidden(s.hidden_categories, c)) return;  // the legend toggles spans
         const float a = std::max(x0, mp.px(a_ns)), b = std::min(x1, mp.px(b_ns));
-        // Phases (RUN spans below the run) a shade each, as in the memory timeline.
-        const Colour col = c == trace::SpanCategory::RUN && depth > 0 && name != UINT32_MAX ? phase_colour(int(name)) : span_category_colour(c);
+        // Phases (RUN spans below the run) a shade each, as in the memory timeline; GPU work its own colours.
+        const Colour col = is_gpu_lane(lane.thread) ? gpu_work_colour(c == trace::SpanCategory::OTHER)
+                           : c == trace::SpanCategory::RUN && depth > 0 && name != UINT32_MAX ? phase_colour(int(name))
+                                                                                              : span_category_colour(c);
         if (b - a < 3.f) {  // sub-pixel boxes coalesce into one
             if (pend0 >= 0 && (a - pend1 > 1 || col != pend_col)) flush();
             if (pend0 < 0) pend0 = a, pend_col = col;
@@ -347,8 +357,11 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     size_t hover_depth = 0;
     bool hover_unattributed = false;
     for (const TraceLane& lane : m.lanes) {
-        char label[32];
-        std::snprintf(label, sizeof label, "thread %d", lane.thread);
+        char label[40];
+        if (is_gpu_lane(lane.thread))
+            std::snprintf(label, sizeof label, "cuda:%d s%d", (lane.thread - kGpuLaneBase) / 4096, (lane.thread - kGpuLaneBase) % 4096);
+        else
+            std::snprintf(label, sizeof label, "thread %d", lane.thread);
         dl->AddText(ImVec2(f.outer0.x + 4, y), IM_COL32(220, 220, 220, 255), label);
         for (size_t d = 0; d < lane.rows.size(); ++d) {
             const float y0 = y + float(d) * kRowH, y1 = y0 + kRowH - 1;
@@ -410,12 +423,23 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {
         ImGui::BeginTooltip();
-        ImGui::Text("%s (%s)", m.names[hover->name].c_str(), trace::span_category_name(hover->category));
+        ImGui::Text("%s (%s)", m.names[hover->name].c_str(),
+                    is_gpu_lane(hover->thread) ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
+                                               : trace::span_category_name(hover->category));
         const uint32_t idx = uint32_t(hover - m.spans.data());
         ImGui::Text("%s, self %s, from %s", format_duration_ns(double(hover->end_ns - hover->start_ns)).c_str(),
                     format_duration_ns(double(span_self(m, *hover_lane, hover_depth, idx))).c_str(),
                     format_duration_ns(double(hover->start_ns - s.t0_ns)).c_str());
-        if (hover->layer >= 0 || hover->chunk >= 0) ImGui::Text("layer %d  chunk %d  thread %d", hover->layer, hover->chunk, hover->thread);
+        if (is_gpu_lane(hover->thread)) {
+            const uint32_t launch = find_launcher(m, idx);
+            if (launch != kNoParent)
+                ImGui::Text("launched by %s at %s (thread %d)", m.names[m.spans[launch].name].c_str(),
+                            format_duration_ns(double(m.spans[launch].start_ns - s.t0_ns)).c_str(), m.spans[launch].thread);
+            else
+                ImGui::TextDisabled("launch not recorded");
+        } else if (hover->layer >= 0 || hover->chunk >= 0) {
+            ImGui::Text("layer %d  chunk %d  thread %d", hover->layer, hover->chunk, hover->thread);
+        }
         ImGui::EndTooltip();
     } else if (hover_unattributed) {
         ImGui::SetTooltip("unattributed: time in the run that no phase span covers");

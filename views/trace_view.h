@@ -1,5 +1,6 @@
 // Trace view: where a run's time went. One lane per thread with its spans nested by depth
-// (run > phase > cell > layer > chunk > op), time inside the run that no phase covers drawn
+// (run > phase > cell > layer > chunk > op), GPU lanes per device and stream whose kernels name
+// the span that launched them (CUPTI correlation), time inside the run that no phase covers drawn
 // hatched as unattributed, zoom (wheel) and pan (drag) with merged levels of detail, a range
 // selected by right-drag with its statistics (the span summary of that range), span search with
 // a duration histogram, an icicle (aggregated flame graph) and a legend that toggles categories.

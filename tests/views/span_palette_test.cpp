@@ -39,6 +39,10 @@ TEST(SpanPalette, NoSpanColourIsAMemoryColour) {
             EXPECT_GE(delta_e(sc, mc), 20.0) << trace::span_category_name(trace::SpanCategory(s)) << " looks like "
                                              << mem_category_name(MemCategory(m));
         }
+    for (bool kernel : {true, false})
+        for (size_t m = 0; m < kNumMemCategories; ++m)
+            EXPECT_GE(delta_e(gpu_work_colour(kernel), mem_category_colour(MemCategory(m))), 20.0) << (kernel ? "kernel" : "copy")
+                                                                                                 << " looks like " << mem_category_name(MemCategory(m));
     for (int p = 0; p < 6; ++p)
         for (size_t m = 0; m < kNumMemCategories; ++m)
             EXPECT_GE(delta_e(phase_colour(p), mem_category_colour(MemCategory(m))), 20.0) << "phase " << p << " looks like "

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "engine/telemetry/gpu_records.h"
 #include "storage/span_summary.h"
 #include "views/trace_model.h"
 #include "views/trace_view.h"
@@ -45,7 +46,7 @@ struct Gen {
             at = ce;
         }
         std::uniform_int_distribution<int32_t> layer(-1, 3);
-        spans.push_back({b, e, name, cat, thread, layer(rng), -1, next_id++});
+        spans.push_back({b, e, name, cat, thread, layer(rng), -1, next_id++, 0});
     }
 };
 
@@ -297,7 +298,7 @@ TEST(TraceView, RefreshesFromASessionAndDraws) {
     {
         std::vector<TraceSpan> many;
         for (int32_t t = 0; t < 40; ++t)
-            for (int d = 0; d < 4; ++d) many.push_back({1000 + d * 10, 100000 - d * 10, uint32_t(d), SpanCategory::CHUNK, t, -1, -1, t * 10 + 4 - d});
+            for (int d = 0; d < 4; ++d) many.push_back({1000 + d * 10, 100000 - d * 10, uint32_t(d), SpanCategory::CHUNK, t, -1, -1, t * 10 + 4 - d, 0});
         TraceViewState tall;
         tall.run = 1;
         set_trace_model(tall, build_trace_model(many, {"a", "b", "c", "d"}));
@@ -314,6 +315,82 @@ TEST(TraceView, RefreshesFromASessionAndDraws) {
     bool listed = false;
     for (const auto& e : view_table()) listed |= std::string(e.name) == "trace";
     EXPECT_TRUE(listed);
+}
+
+// GPU work: lanes per device and stream, each record pointing at the span that launched it
+// (CUPTI external correlation), kept out of the span statistics.
+TEST(TraceView, GpuWorkGetsLanesAndItsLaunchingSpan) {
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("gpu.kvlab");
+    auto session = storage::Session::create(path);
+    const int64_t run = session->create_run("gpu", R"({"mode":"eval_long"})");
+    session->start_run(run);
+    trace::Recorder rec;
+    {
+        storage::SessionWriter writer(path);
+        writer.attach(run, rec);
+        auto span = [&](const char* name, uint64_t b, uint64_t e, uint64_t corr) {
+            trace::Event ev;
+            ev.span = trace::SpanRecord{};
+            ev.span.type = trace::EventType::SPAN;
+            ev.span.category = SpanCategory::ATTENTION;
+            ev.span.device = 0;
+            ev.span.name_id = trace::intern(name);
+            ev.span.start_ns = b;
+            ev.span.end_ns = e;
+            ev.span.layer = ev.span.chunk = ev.span.cell_row = ev.span.cell_col = -1;
+            ev.span.correlation_id = corr;
+            rec.push(ev);
+        };
+        span("sdpa", 1000, 2000, 501);
+        span("mlp", 3000, 4000, 502);
+        auto* p = new trace::GpuBatchPayload();
+        const std::pair<uint64_t, uint32_t> launches[] = {{501, 1}, {502, 2}, {0, 3}};
+        for (const auto& [ext, cupti] : launches) {
+            GpuKernel k{};
+            k.start = 1500 + cupti * 1000;
+            k.end = k.start + 300;
+            k.stream_id = 7 + cupti % 2;
+            k.correlation_id = cupti;
+            k.short_name_id = k.demangled_name_id = trace::intern(cupti == 1 ? "sdpa_kernel" : cupti == 2 ? "gemm_kernel" : "orphan");
+            p->kernels.push_back(k);
+            if (ext) p->correlations.push_back({ext, cupti, 3});
+        }
+        trace::Event ev;
+        ev.gpu = trace::GpuBatchRecord{};
+        ev.gpu.type = trace::EventType::GPU_BATCH;
+        ev.gpu.payload = p;
+        rec.push(ev);
+        writer.detach(run);
+    }
+    session->finish_run(run, storage::RunStatus::DONE);
+    storage::SessionReader reader(path);
+    TraceViewState s;
+    s.run = run;
+    ASSERT_TRUE(refresh_trace_view(s, reader));
+    const auto gpu = reader.gpu_activity(run);
+    ASSERT_EQ(gpu.size(), 3u);
+    size_t gpu_lanes = 0, gpu_spans = 0;
+    for (const TraceLane& l : s.model.lanes) gpu_lanes += is_gpu_lane(l.thread);
+    EXPECT_EQ(gpu_lanes, 2u);  // streams 7 and 8
+    for (uint32_t i = 0; i < s.model.spans.size(); ++i) {
+        const TraceSpan& sp = s.model.spans[i];
+        if (!is_gpu_lane(sp.thread)) continue;
+        ++gpu_spans;
+        const std::string& name = s.model.names[sp.name];
+        const uint32_t launch = find_launcher(s.model, i);
+        if (name == "orphan") {
+            EXPECT_EQ(launch, kNoParent);
+            continue;
+        }
+        ASSERT_NE(launch, kNoParent) << name;
+        EXPECT_EQ(s.model.names[s.model.spans[launch].name], name == "sdpa_kernel" ? "sdpa" : "mlp");
+    }
+    EXPECT_EQ(gpu_spans, 3u);
+    // The statistics hold the two host spans only.
+    expect_same(s.whole.spans, storage::span_summary(reader.spans(run)).spans, "host spans only");
+    test::ImGuiHarness h(1200, 700);
+    EXPECT_GT(h.window_frame([&] { DrawTraceView(s, nullptr, ImVec2(1200, 700)); }, ImVec2(600, 120)), 0);
 }
 
 }  // namespace
