@@ -5,10 +5,20 @@
 // total), metrics as "C" counters; processes 2+ = GPU devices with one tid per CUDA stream.
 // A data-parallel run has these per rank, rank r's at pid 1 + 1000 r (export_chrome_trace).
 // Written by hand (not through a JSON DOM) so exports of millions of events stream.
+//
+// The Perfetto flavour (export_perfetto_trace) is the same JSON trace event format, shaped for
+// Perfetto's importer: each thread's spans in preorder (start ascending, end descending, the
+// outer of two identical intervals first) so they nest into one track per thread without
+// relying on the importer's tie-breaking; tids unique across processes (Perfetto keys threads
+// by tid alone); cells on a track of their own; and a flow (v1 "s"/"f" pair, "bp":"e") from
+// each launching span to every GPU kernel, memcpy or memset its CUPTI correlation names.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -94,13 +104,95 @@ std::string host_name(const RunInfo& r) {
 }
 
 // One run's (or one rank's) tracks: host process `host_pid`, GPU devices at host_pid + 1 + device.
+const char* gpu_kind_name(GpuActivityRow::Kind k) {
+    return k == GpuActivityRow::KERNEL ? "kernel" : k == GpuActivityRow::MEMCPY ? "memcpy" : "memset";
+}
+
+// Perfetto tids: unique across processes, the host's threads and cells under its pid, each GPU
+// stream under its device's.
+int64_t host_tid(int host_pid, int thread) { return int64_t(host_pid) * 100000 + 1 + thread; }
+int64_t cells_tid(int host_pid) { return int64_t(host_pid) * 100000; }
+int64_t stream_tid(int gpu_pid, int stream) { return int64_t(gpu_pid) * 100000 + stream; }
+
+void export_spans_perfetto(TraceOut& t, SessionReader& reader, int64_t run, int host_pid, int64_t t0) {
+    std::vector<SpanRow> spans = reader.spans(run, {}, 0, size_t(-1));
+    std::sort(spans.begin(), spans.end(), [](const SpanRow& x, const SpanRow& y) {
+        return std::make_tuple(x.thread, x.start_ns, -x.end_ns, -x.id) < std::make_tuple(y.thread, y.start_ns, -y.end_ns, -y.id);
+    });
+    std::unordered_map<int64_t, const SpanRow*> launcher;  // span correlation id -> span
+    std::set<int> threads;
+    for (const SpanRow& s : spans) {
+        threads.insert(s.thread);
+        if (s.correlation_id) launcher.emplace(s.correlation_id, &s);
+        std::string args;
+        auto arg = [&](const char* k, int64_t v) {
+            if (v >= 0) args += str(args.empty() ? "" : ",", "\"", k, "\":", v);
+        };
+        arg("layer", s.layer);
+        arg("chunk", s.chunk);
+        arg("cell_row", s.cell_row);
+        arg("cell_col", s.cell_col);
+        if (s.correlation_id) arg("correlation_id", s.correlation_id);
+        if (s.device >= 0) args += str(args.empty() ? "" : ",", "\"device\":\"cuda:", s.device, "\"");
+        t.event(str("\"name\":", json_str(s.name), ",\"cat\":\"", trace::span_category_name(s.category),
+                    "\",\"ph\":\"X\",\"ts\":", us(s.start_ns - t0), ",\"dur\":", us(s.end_ns - s.start_ns),
+                    ",\"pid\":", host_pid, ",\"tid\":", host_tid(host_pid, s.thread), ",\"args\":{", args, "}"));
+    }
+    for (int th : threads) {
+        meta(t, "thread_name", host_pid, int(host_tid(host_pid, th)), str("thread ", th));
+        t.event(str("\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":", host_pid, ",\"tid\":", host_tid(host_pid, th),
+                    ",\"args\":{\"sort_index\":", 1 + th, "}"));
+    }
+    const auto cells = reader.cells(run);
+    if (!cells.empty()) meta(t, "thread_name", host_pid, int(cells_tid(host_pid)), "cells");
+    for (const CellRow& c : cells)
+        t.event(str("\"name\":\"cell ", c.row, ",", c.col, "\",\"cat\":\"cell\",\"ph\":\"X\",\"ts\":", us(c.start_ns - t0),
+                    ",\"dur\":", us(c.end_ns - c.start_ns), ",\"pid\":", host_pid, ",\"tid\":", cells_tid(host_pid),
+                    ",\"args\":{\"layers\":\"", c.layer_begin, "-", c.layer_end, "\",\"chunks\":\"", c.chunk_begin, "-",
+                    c.chunk_end, "\",\"peak_bytes\":", c.peak_bytes, "}"));
+    std::vector<GpuActivityRow> gpu = reader.gpu_activity(run);
+    std::stable_sort(gpu.begin(), gpu.end(), [](const GpuActivityRow& x, const GpuActivityRow& y) {
+        return std::make_tuple(x.device, x.stream, x.start_ns, -x.end_ns) < std::make_tuple(y.device, y.stream, y.start_ns, -y.end_ns);
+    });
+    std::set<std::pair<int, int>> streams;
+    int64_t flow = 0;
+    for (const GpuActivityRow& g : gpu) {
+        const int pid = host_pid + 1 + g.device;
+        const int64_t tid = stream_tid(pid, g.stream);
+        streams.insert({g.device, g.stream});
+        std::string args = str("\"correlation_id\":", g.correlation_id);
+        if (g.external_id) args += str(",\"span_correlation_id\":", g.external_id);
+        if (g.bytes) args += str(",\"bytes\":", g.bytes);
+        t.event(str("\"name\":", json_str(g.name), ",\"cat\":\"", gpu_kind_name(g.kind), "\",\"ph\":\"X\",\"ts\":",
+                    us(g.start_ns - t0), ",\"dur\":", us(g.end_ns - g.start_ns), ",\"pid\":", pid, ",\"tid\":", tid,
+                    ",\"args\":{", args, "}"));
+        // The flow starts at the launching span's start (its own slice, before any child opens)
+        // and ends bound to the GPU slice that starts at the kernel's start.
+        const auto it = g.external_id ? launcher.find(g.external_id) : launcher.end();
+        if (it == launcher.end()) continue;
+        const SpanRow& s = *it->second;
+        ++flow;
+        t.event(str("\"name\":\"launch\",\"cat\":\"launch\",\"ph\":\"s\",\"id\":", flow, ",\"ts\":", us(s.start_ns - t0),
+                    ",\"pid\":", host_pid, ",\"tid\":", host_tid(host_pid, s.thread)));
+        t.event(str("\"name\":\"launch\",\"cat\":\"launch\",\"ph\":\"f\",\"bp\":\"e\",\"id\":", flow,
+                    ",\"ts\":", us(g.start_ns - t0), ",\"pid\":", pid, ",\"tid\":", tid));
+    }
+    std::set<int> devices;
+    for (auto [dev, stream] : streams) {
+        const int pid = host_pid + 1 + dev;
+        if (devices.insert(dev).second) meta(t, "process_name", pid, 0, str("GPU cuda:", dev, " (CUPTI)"));
+        meta(t, "thread_name", pid, int(stream_tid(pid, stream)), str("stream ", stream));
+    }
+}
+
 void export_run(TraceOut& t, SessionReader& reader, const RunInfo& info, const std::string& process, int host_pid, int sort_index,
-                int64_t t0, bool spans, bool memory, bool metrics) {
+                int64_t t0, bool spans, bool memory, bool metrics, bool perfetto) {
     const int64_t run = info.id;
     meta(t, "process_name", host_pid, 0, process);
     t.event(str("\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":", host_pid, ",\"args\":{\"sort_index\":", sort_index, "}"));
 
-    if (spans) {
+    if (spans && perfetto) export_spans_perfetto(t, reader, run, host_pid, t0);
+    if (spans && !perfetto) {
         std::set<int> threads;
         reader.for_each_span(run, [&](const SpanRow& s) {
             threads.insert(s.thread);
@@ -173,8 +265,8 @@ void export_run(TraceOut& t, SessionReader& reader, const RunInfo& info, const s
 }
 }  // namespace
 
-uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
-                             std::ostream& out) {
+namespace {
+uint64_t export_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics, bool perfetto, std::ostream& out) {
     const RunInfo info = reader.run(run);
     TraceOut t(out);
     // A data-parallel run: one process per rank (storage/rank_runs.h), rank r at pid
@@ -188,10 +280,20 @@ uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, boo
         const RunInfo ri = r == 0 ? info : reader.run(ranks[r]);
         const bool same_clock = r == 0 || (!host0.empty() && host_name(ri) == host0);
         const std::string process = ranks.size() > 1 ? str("kvlab run ", run, " rank ", r, ": ", info.name) : str("kvlab run ", run, ": ", info.name);
-        export_run(t, reader, ri, process, 1 + 1000 * int(r), int(r), same_clock ? info.t0_ns : ri.t0_ns, spans, memory, metrics);
+        export_run(t, reader, ri, process, 1 + 1000 * int(r), int(r), same_clock ? info.t0_ns : ri.t0_ns, spans, memory, metrics, perfetto);
     }
     t.close();
     return t.count();
+}
+
+}  // namespace
+
+uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics, std::ostream& out) {
+    return export_trace(reader, run, spans, memory, metrics, false, out);
+}
+
+uint64_t export_perfetto_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics, std::ostream& out) {
+    return export_trace(reader, run, spans, memory, metrics, true, out);
 }
 
 }  // namespace kv::storage

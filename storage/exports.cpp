@@ -25,8 +25,9 @@ ExportWhat export_what_from_name(const std::string& name) {
 ExportFormat export_format_from_name(const std::string& name) {
     if (name == "csv") return ExportFormat::CSV;
     if (name == "chrome-trace" || name == "chrome") return ExportFormat::CHROME_TRACE;
+    if (name == "perfetto") return ExportFormat::PERFETTO;
     if (name == "torch-snapshot" || name == "torch") return ExportFormat::TORCH_SNAPSHOT;
-    throw Error(str("--format: '", name, "' is not an export format; expected csv, chrome-trace or torch-snapshot"));
+    throw Error(str("--format: '", name, "' is not an export format; expected csv, chrome-trace, perfetto or torch-snapshot"));
 }
 
 namespace {
@@ -45,7 +46,7 @@ ExportResult export_run(SessionReader& reader, int64_t run, ExportWhat what, Exp
         throw Error(
             "--what all cannot be one CSV file (memory events, spans and metrics have different columns); "
             "expected --what memory, spans or metrics");
-    if (format == ExportFormat::CHROME_TRACE && what == ExportWhat::TOKENS)
+    if ((format == ExportFormat::CHROME_TRACE || format == ExportFormat::PERFETTO) && what == ExportWhat::TOKENS)
         throw Error("--what tokens is a table, not a trace; expected --format csv");
     if (format == ExportFormat::TORCH_SNAPSHOT && what != ExportWhat::MEMORY)
         throw Error("--format torch-snapshot holds memory only; expected --what memory");
@@ -72,6 +73,11 @@ ExportResult export_run(SessionReader& reader, int64_t run, ExportWhat what, Exp
                     res.records = export_chrome_trace(reader, run, what == ExportWhat::SPANS || what == ExportWhat::ALL,
                                                       what == ExportWhat::MEMORY || what == ExportWhat::ALL,
                                                       what == ExportWhat::METRICS || what == ExportWhat::ALL, out);
+                    break;
+                case ExportFormat::PERFETTO:
+                    res.records = export_perfetto_trace(reader, run, what == ExportWhat::SPANS || what == ExportWhat::ALL,
+                                                        what == ExportWhat::MEMORY || what == ExportWhat::ALL,
+                                                        what == ExportWhat::METRICS || what == ExportWhat::ALL, out);
                     break;
                 case ExportFormat::TORCH_SNAPSHOT:
                     res.records = export_torch_snapshot(reader, run, out);

@@ -15,8 +15,8 @@ namespace kv::storage {
 
 // TOKENS: each evaluated sample's tokens (id, text, loss per position), CSV only.
 enum class ExportWhat { MEMORY, SPANS, METRICS, ALL, TOKENS };
-enum class ExportFormat { CSV, CHROME_TRACE, TORCH_SNAPSHOT };
-// Parse "memory|spans|metrics|tokens|all" and "csv|chrome-trace|torch-snapshot"; throw kv::Error naming
+enum class ExportFormat { CSV, CHROME_TRACE, PERFETTO, TORCH_SNAPSHOT };
+// Parse "memory|spans|metrics|tokens|all" and "csv|chrome-trace|perfetto|torch-snapshot"; throw kv::Error naming
 // the valid values.
 ExportWhat export_what_from_name(const std::string& name);
 ExportFormat export_format_from_name(const std::string& name);
@@ -40,6 +40,10 @@ uint64_t export_metrics_csv(SessionReader& reader, int64_t run, std::ostream& ou
 uint64_t export_tokens_csv(SessionReader& reader, int64_t run, std::ostream& out);
 uint64_t export_chrome_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
                              std::ostream& out);
+// Perfetto's JSON trace event format (ui.perfetto.dev opens it): nested tracks per thread, GPU
+// streams per device, and a flow from each launching span to its GPU work (CUPTI correlation).
+uint64_t export_perfetto_trace(SessionReader& reader, int64_t run, bool spans, bool memory, bool metrics,
+                               std::ostream& out);
 uint64_t export_torch_snapshot(SessionReader& reader, int64_t run, std::ostream& out);
 
 // CSV field quoting (RFC 4180): quoted when it holds a comma, quote, CR or LF.

@@ -55,6 +55,14 @@ std::string span_categories_sql() {
            "WHERE a.run_id = :run GROUP BY a.category ORDER BY self_ms DESC, category";
 }
 
+std::string span_layers_sql() {
+    return children_ctes("") +
+           "SELECT a.layer AS layer, count(*) AS count, sum(a.end_ns - a.start_ns) / 1e6 AS total_ms,\n"
+           "       (sum(a.end_ns - a.start_ns) - sum(coalesce(k.ns, 0))) / 1e6 AS self_ms\n"
+           "FROM spans a LEFT JOIN kids k ON k.parent = a.id\n"
+           "WHERE a.run_id = :run AND a.layer >= 0 GROUP BY a.layer ORDER BY a.layer";
+}
+
 std::string phases_sql() {
     return children_ctes(kRunCategory) +
            ", t AS (SELECT n.value AS phase, count(*) AS count, sum(a.end_ns - a.start_ns) AS total_ns,\n"
@@ -123,6 +131,10 @@ const std::vector<NamedQuery>& named_queries() {
          "time per span category in a run, by self time (total minus child spans)",
          {kRun},
          span_categories_sql()},
+        {"span-layers",
+         "time per model layer in a run: the spans tagged with each layer, total and self time",
+         {kRun},
+         span_layers_sql()},
         {"phases",
          "a run's phases (RUN-category spans): self time each; the 'run' row's self time is unattributed time",
          {kRun},

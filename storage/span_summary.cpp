@@ -33,24 +33,40 @@ std::vector<int64_t> span_self_times(const std::vector<SpanRow>& spans) {
 }
 
 namespace {
+void add_to(SpanStats& g, int64_t d, int64_t self) {
+    if (g.count == 0) g.min_ns = g.max_ns = d;
+    ++g.count;
+    g.total_ns += d;
+    g.self_ns += self;
+    g.min_ns = std::min(g.min_ns, d);
+    g.max_ns = std::max(g.max_ns, d);
+}
+
+// Groups spans by layer (tagged spans only); layer ascending.
+std::vector<SpanStats> layer_stats(const std::vector<SpanRow>& spans, const std::vector<int64_t>& self) {
+    std::map<int32_t, SpanStats> by_layer;
+    for (size_t i = 0; i < spans.size(); ++i) {
+        if (spans[i].layer < 0) continue;
+        SpanStats& g = by_layer[spans[i].layer];
+        g.layer = spans[i].layer;
+        add_to(g, spans[i].end_ns - spans[i].start_ns, self[i]);
+    }
+    std::vector<SpanStats> out;
+    for (auto& [layer, g] : by_layer) out.push_back(std::move(g));
+    return out;
+}
+
 // Groups spans by (name, category) with their self times; self time descending.
-std::vector<SpanStats> group_stats(const std::vector<SpanRow>& spans) {
-    const std::vector<int64_t> self = span_self_times(spans);
+std::vector<SpanStats> group_stats(const std::vector<SpanRow>& spans, const std::vector<int64_t>& self) {
     std::map<std::pair<std::string, int>, SpanStats> by_key;
     for (size_t i = 0; i < spans.size(); ++i) {
         const SpanRow& s = spans[i];
         SpanStats& g = by_key[{s.name, int(s.category)}];
-        const int64_t d = s.end_ns - s.start_ns;
         if (g.count == 0) {
             g.name = s.name;
             g.category = s.category;
-            g.min_ns = g.max_ns = d;
         }
-        ++g.count;
-        g.total_ns += d;
-        g.self_ns += self[i];
-        g.min_ns = std::min(g.min_ns, d);
-        g.max_ns = std::max(g.max_ns, d);
+        add_to(g, s.end_ns - s.start_ns, self[i]);
     }
     std::vector<SpanStats> out;
     for (auto& [key, g] : by_key) out.push_back(std::move(g));
@@ -71,7 +87,9 @@ SpanSummary span_summary(const std::vector<SpanRow>& all, const TimeWindow& w) {
         if (inside) spans.push_back(std::move(c));
     }
     SpanSummary out;
-    out.spans = group_stats(spans);
+    const std::vector<int64_t> self = span_self_times(spans);
+    out.spans = group_stats(spans, self);
+    out.layers = layer_stats(spans, self);
     std::map<int, SpanStats> by_category;
     for (const SpanStats& g : out.spans) {
         SpanStats& c = by_category[int(g.category)];
@@ -96,7 +114,7 @@ SpanSummary span_summary(const std::vector<SpanRow>& all, const TimeWindow& w) {
     std::vector<SpanRow> run_spans;
     for (const SpanRow& s : spans)
         if (s.category == trace::SpanCategory::RUN) run_spans.push_back(s);
-    out.phases = group_stats(run_spans);
+    out.phases = group_stats(run_spans, span_self_times(run_spans));
     for (const SpanStats& p : out.phases)
         if (p.name == "run") {
             out.run_ns += p.total_ns;

@@ -27,6 +27,7 @@ struct SpanStats {
     int64_t total_ns = 0;  // sum of durations
     int64_t self_ns = 0;   // total minus the durations of direct children
     int64_t min_ns = 0, max_ns = 0;
+    int32_t layer = -1;  // the model layer (entries of SpanSummary::layers only)
     double mean_ns() const { return count ? double(total_ns) / double(count) : 0.0; }
 };
 
@@ -36,6 +37,9 @@ struct SpanSummary {
     // One entry per category (name ""): the sums of the entries above; self time descending, ties
     // by category name.
     std::vector<SpanStats> categories;
+    // One entry per model layer (spans tagged with a layer >= 0; name ""): the count, total and
+    // self time of the spans tagged with it, under the nesting of all spans. Layer ascending.
+    std::vector<SpanStats> layers;
     // RUN-category spans nested among themselves only: "run" and the phases. A phase's self
     // time leaves out the phases opened inside it (as the summary's phase_seconds does), not
     // its ops. Self time descending.

@@ -91,27 +91,38 @@ constexpr Colour kMemColours[] = {
 static_assert(sizeof(kMemColours) / sizeof(kMemColours[0]) == kNumMemCategories,
               "memory category colours out of date with MemCategory");
 
+// One colour per SpanCategory, in enum order. A palette of its own so a colour means one thing
+// across views: none is near a memory category's (CIE76 distance >= 20, checked by a test), the
+// structure (run > cell > layer > chunk) in warm greys lightening with depth, the ops in light
+// tints (dark labels on them) or deep earth tones, never the saturated mid tones memory uses.
 constexpr Colour kSpanColours[] = {
-    pack_rgba(90, 90, 100),    // run
-    pack_rgba(120, 120, 140),  // cell
-    pack_rgba(100, 130, 170),  // layer
-    pack_rgba(110, 150, 190),  // chunk
-    pack_rgba(66, 146, 235),   // attention
-    pack_rgba(240, 150, 50),   // mlp
-    pack_rgba(160, 160, 90),   // norm
-    pack_rgba(90, 190, 110),   // cache_update
-    pack_rgba(200, 110, 220),  // scoring
-    pack_rgba(220, 90, 90),    // quantize
-    pack_rgba(230, 130, 130),  // dequantize
-    pack_rgba(140, 100, 230),  // checkpoint_copy
-    pack_rgba(200, 190, 80),   // head
-    pack_rgba(220, 70, 70),    // backward
-    pack_rgba(70, 200, 200),   // optimizer
-    pack_rgba(150, 150, 150),  // io
-    pack_rgba(130, 130, 130),  // other
+    pack_rgba(62, 58, 54),     // run: darkest warm grey
+    pack_rgba(92, 84, 76),     // cell
+    pack_rgba(124, 112, 100),  // layer
+    pack_rgba(158, 146, 132),  // chunk
+    pack_rgba(255, 200, 120),  // attention: apricot
+    pack_rgba(178, 222, 140),  // mlp: pistachio
+    pack_rgba(240, 228, 170),  // norm: cream
+    pack_rgba(250, 170, 150),  // cache_update: salmon
+    pack_rgba(232, 196, 250),  // scoring: lilac
+    pack_rgba(160, 110, 60),   // quantize: brown
+    pack_rgba(200, 150, 100),  // dequantize: tan
+    pack_rgba(110, 70, 120),   // checkpoint_copy: plum
+    pack_rgba(196, 236, 226),  // head: mint
+    pack_rgba(140, 40, 60),    // backward: burgundy
+    pack_rgba(40, 110, 90),    // optimizer: pine
+    pack_rgba(205, 205, 195),  // io: stone
+    pack_rgba(120, 130, 100),  // other: moss
 };
 static_assert(sizeof(kSpanColours) / sizeof(kSpanColours[0]) == trace::kNumSpanCategories,
               "span category colours out of date with SpanCategory");
+
+// The run's phases (RUN spans nest: fidelity's reference pass inside the policy pass), told
+// apart by shade within the span palette's sand family, away from memory and series colours.
+constexpr Colour kPhaseColours[] = {
+    pack_rgba(214, 196, 160), pack_rgba(176, 150, 112), pack_rgba(236, 222, 196), pack_rgba(140, 120, 90),
+    pack_rgba(196, 176, 140), pack_rgba(104, 92, 72),
+};
 
 constexpr Colour kSeriesColours[] = {
     pack_rgba(66, 146, 235), pack_rgba(240, 150, 50),  pack_rgba(90, 190, 110), pack_rgba(220, 70, 70),
@@ -134,6 +145,16 @@ Colour mem_category_colour(MemCategory c) {
 
 Colour span_category_colour(trace::SpanCategory c) {
     return size_t(c) < trace::kNumSpanCategories ? kSpanColours[size_t(c)] : pack_rgba(128, 128, 128);
+}
+
+Colour phase_colour(int i) {
+    const int n = int(sizeof(kPhaseColours) / sizeof(kPhaseColours[0]));
+    return kPhaseColours[((i % n) + n) % n];
+}
+
+Colour gpu_work_colour(bool kernel) {
+    // Teal-grey and rose: apart from the span palette and from every memory colour (tested).
+    return kernel ? pack_rgba(96, 150, 140) : pack_rgba(180, 120, 150);
 }
 
 Colour series_colour(int i) {

@@ -34,7 +34,12 @@ constexpr Colour kNoDataColour = pack_rgba(24, 24, 28, 255);
 
 // Fixed, distinguishable colours (tables static_assert'ed against the enums' COUNT).
 Colour mem_category_colour(MemCategory c);
+// Span categories have a palette of their own, apart from the memory categories' (a colour
+// means one thing in every view); phases (RUN spans) are told apart by phase_colour (cycles).
 Colour span_category_colour(trace::SpanCategory c);
+Colour phase_colour(int i);
+// GPU work on the trace view's device lanes: kernels, and copies or sets.
+Colour gpu_work_colour(bool kernel);
 // Series i of a plot or of compared runs (cycles after 8).
 Colour series_colour(int i);
 

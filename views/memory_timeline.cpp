@@ -17,6 +17,7 @@
 #include "storage/rank_runs.h"
 #include "storage/session_reader.h"
 #include "views/colormap.h"
+#include "views/span_legend.h"
 
 namespace kv::views {
 
@@ -293,6 +294,7 @@ bool select_memory_rank(MemoryTimelineViewState& s, int rank, TextureHost* host)
     // What the user chose stays; what was read from the other rank goes.
     fresh.device = s.device;
     fresh.show_spans = s.show_spans, fresh.show_cells = s.show_cells;
+    fresh.hidden_span_categories = s.hidden_span_categories;
     fresh.refresh_budget_ms = s.refresh_budget_ms, fresh.rows_per_read = s.rows_per_read;
     fresh.zoom_query_max_events = s.zoom_query_max_events;
     fresh.rank_runs = std::move(s.rank_runs);
@@ -409,7 +411,10 @@ bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader&
             any = true;
         }
         // Cells finish (and arrive) in end order; bands are drawn and zoomed in start order.
-        if (any) std::stable_sort(s.cells.begin(), s.cells.end(), [](const CellBand& a, const CellBand& b) { return a.start_ns < b.start_ns; });
+        if (any) {
+            std::stable_sort(s.cells.begin(), s.cells.end(), [](const CellBand& a, const CellBand& b) { return a.start_ns < b.start_ns; });
+            s.cell_slots = assign_cell_slots(s.cells);
+        }
         s.caught_up = memory_done && spans_done;
         if (!s.have_t0 && !s.series.empty()) {  // not started per the runs table: start at the first event
             int64_t t = s.series.begin()->second.t_min;
@@ -422,6 +427,18 @@ bool refresh_memory_timeline(MemoryTimelineViewState& s, storage::SessionReader&
         s.error = e.what();
     }
     return any;
+}
+
+int assign_cell_slots(std::vector<CellBand>& cells) {
+    std::vector<int64_t> row_end;  // last end per row
+    for (CellBand& c : cells) {
+        size_t r = 0;
+        while (r < row_end.size() && row_end[r] > c.start_ns) ++r;
+        if (r == row_end.size()) row_end.push_back(c.end_ns);
+        row_end[r] = c.end_ns;
+        c.slot = int32_t(r);
+    }
+    return std::max<int>(1, int(row_end.size()));
 }
 
 namespace {
@@ -549,7 +566,7 @@ void draw_lane(ImDrawList* dl, const SpanLane& lane, const MemoryTimelineViewSta
         }
         flush();
         // Phases nest (fidelity's reference inside the policy pass): a colour per phase tells them apart.
-        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), lane.category == trace::SpanCategory::RUN ? series_colour(int(sp.name)) : col);
+        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), lane.category == trace::SpanCategory::RUN ? phase_colour(int(sp.name)) : col);
         dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 80));
         const std::string& name = s.span_names[sp.name];
         const float tw = ImGui::CalcTextSize(name.c_str()).x;
@@ -645,13 +662,26 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         ImGui::SameLine();
     }
     ImGui::NewLine();
+    // Span lanes: a legend that hides or shows a category's lane.
+    std::vector<size_t> shown_lanes;
+    if (s.show_spans && !s.lanes.empty()) {
+        std::vector<trace::SpanCategory> present;
+        for (const SpanLane& l : s.lanes) present.push_back(l.category);
+        ImGui::TextDisabled("spans:");  // apart from the memory legend above: other colours, other things
+        ImGui::SameLine();
+        draw_span_legend(s.hidden_span_categories, present);
+        for (size_t i = 0; i < s.lanes.size(); ++i)
+            if (!span_category_hidden(s.hidden_span_categories, s.lanes[i].category)) shown_lanes.push_back(i);
+    }
 
     const auto [ext_lo, ext_hi] = data_extent(s);
     if (s.follow) s.time = {ext_lo, ext_hi};
     const float used = ImGui::GetCursorPosY() - top;
     const float rest = std::max(80.f, size.y - used - ImGui::GetStyle().ItemSpacing.y);
-    const float lane_h = 16, band_h = s.show_cells && !s.cells.empty() ? 18.f : 0.f;
-    const float lanes_h = s.show_spans ? std::min(rest * 0.45f, float(s.lanes.size()) * lane_h) : 0.f;
+    constexpr int kMaxCellRows = 3;  // deeper overlaps share the last row
+    const int cell_rows = std::min(s.cell_slots, kMaxCellRows);
+    const float lane_h = 16, band_row_h = 18.f, band_h = s.show_cells && !s.cells.empty() ? band_row_h * float(cell_rows) : 0.f;
+    const float lanes_h = s.show_spans ? std::min(rest * 0.45f, float(shown_lanes.size()) * lane_h) : 0.f;
     const float plot_h = std::max(40.f, rest - lanes_h - band_h - 4);
     ImDrawList* dl = ImGui::GetWindowDrawList();
 
@@ -738,21 +768,25 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         if (plot_zoom_pan(bf, s.time, ext_lo, ext_hi)) s.follow = false;
         dl->AddRectFilled(bf.p0, bf.p1, IM_COL32(30, 30, 36, 255));
         dl->PushClipRect(bf.p0, bf.p1, true);
-        float cell_label_end = -1e30f;
+        float cell_label_end[kMaxCellRows] = {-1e30f, -1e30f, -1e30f};
         for (size_t i = 0; i < s.cells.size(); ++i) {
             const CellBand& c = s.cells[i];
             if (c.end_ns < t0 || c.start_ns >= t1) continue;
-            const float a = tpx(c.start_ns), b = tpx(c.end_ns);
-            dl->AddRectFilled(ImVec2(a, bf.p0.y + 1), ImVec2(std::max(a + 1, b), bf.p1.y - 1),
-                              (c.col & 1) ? IM_COL32(110, 110, 140, 255) : IM_COL32(80, 110, 170, 255));
+            const int row = std::min(int(c.slot), cell_rows - 1);
+            const float a = tpx(c.start_ns), b = tpx(c.end_ns), y0 = bf.p0.y + band_row_h * float(row), y1 = y0 + band_row_h;
+            // Cell colours: the span palette's cell grey, alternating shade by column.
+            const Colour band = span_category_colour(trace::SpanCategory::CELL);
+            dl->AddRectFilled(ImVec2(a, y0 + 1), ImVec2(std::max(a + 1, b), y1 - 1), (c.col & 1) ? band : with_alpha(band, 170));
+            dl->AddRect(ImVec2(a, y0 + 1), ImVec2(std::max(a + 1, b), y1 - 1), IM_COL32(0, 0, 0, 90));
             char label[40];
             std::snprintf(label, sizeof label, "cell %d,%d", c.row, c.col);
             const float tw = ImGui::CalcTextSize(label).x;
-            if (b - a > tw + 4 && a + 2 >= cell_label_end) {  // cells may overlap (forward and backward ones)
-                dl->AddText(ImVec2(a + 2, bf.p0.y + 1), IM_COL32(240, 240, 240, 255), label);
-                cell_label_end = a + 2 + tw + 2;
+            // Labels of one row never overlap: its bands are disjoint and each label stays inside its band.
+            if (b - a > tw + 4 && a + 2 >= cell_label_end[row]) {
+                dl->AddText(ImVec2(a + 2, y0 + 1), IM_COL32(240, 240, 240, 255), label);
+                cell_label_end[row] = a + 2 + tw + 2;
             }
-            if (bf.hovered && bf.mouse.x >= a && bf.mouse.x < std::max(a + 1, b)) {
+            if (bf.hovered && bf.mouse.y >= y0 && bf.mouse.y < y1 && bf.mouse.x >= a && bf.mouse.x < std::max(a + 1, b)) {
                 ImGui::BeginTooltip();
                 ImGui::Text("cell row %d, column %d", c.row, c.col);
                 ImGui::Text("%s (from %s)", format_duration_ns(double(c.end_ns - c.start_ns)).c_str(),
@@ -773,10 +807,11 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         dl->AddRectFilled(lf.p0, lf.p1, IM_COL32(20, 20, 24, 255));
         dl->PushClipRect(lf.p0, lf.p1, true);
         const int shown = std::max(1, int(lanes_h / lane_h));
-        for (int li = 0; li < int(s.lanes.size()) && li < shown; ++li) {
+        for (int li = 0; li < int(shown_lanes.size()) && li < shown; ++li) {
             const float y0 = lf.p0.y + li * lane_h, y1 = y0 + lane_h - 2;
-            const char* label = lane_label(s.lanes[size_t(li)].category);
-            draw_lane(dl, s.lanes[size_t(li)], s, lf.p0.x, lf.p1.x, y0, y1, t0, t1, lf.p0.x + ImGui::CalcTextSize(label).x + 6);
+            const SpanLane& lane = s.lanes[shown_lanes[size_t(li)]];
+            const char* label = lane_label(lane.category);
+            draw_lane(dl, lane, s, lf.p0.x, lf.p1.x, y0, y1, t0, t1, lf.p0.x + ImGui::CalcTextSize(label).x + 6);
             // a backing box keeps the lane's name legible over its spans' own labels
             dl->AddRectFilled(ImVec2(lf.p0.x, y0), ImVec2(lf.p0.x + ImGui::CalcTextSize(label).x + 4, y1), IM_COL32(20, 20, 24, 220));
             dl->AddText(ImVec2(lf.p0.x + 2, y0), IM_COL32(255, 255, 255, 170), label);
@@ -784,12 +819,13 @@ void DrawMemoryTimelineView(MemoryTimelineViewState& s, TextureHost* host, ImVec
         dl->PopClipRect();
         if (lf.hovered) {
             const int li = int((lf.mouse.y - lf.p0.y) / lane_h);
-            if (li >= 0 && li < int(s.lanes.size()) && li < shown) {
+            if (li >= 0 && li < int(shown_lanes.size()) && li < shown) {
+                const SpanLane& lane = s.lanes[shown_lanes[size_t(li)]];
                 const int64_t t = s.t0_ns + int64_t(pixel_to_axis(s.time, lf.mouse.x, lf.p0.x, lf.p1.x));
                 const int64_t slack = int64_t(s.time.span() / std::max(1.f, lf.width()));
-                if (const SpanBox* sp = span_at(s.lanes[size_t(li)], t, slack)) {
+                if (const SpanBox* sp = span_at(lane, t, slack)) {
                     ImGui::BeginTooltip();
-                    ImGui::Text("%s (%s)", s.span_names[sp->name].c_str(), lane_label(s.lanes[size_t(li)].category));
+                    ImGui::Text("%s (%s)", s.span_names[sp->name].c_str(), lane_label(lane.category));
                     ImGui::Text("%s, from %s", format_duration_ns(double(sp->end_ns - sp->start_ns)).c_str(),
                                 format_duration_ns(double(sp->start_ns - s.t0_ns)).c_str());
                     if (sp->layer >= 0 || sp->chunk >= 0) ImGui::Text("layer %d  chunk %d  thread %d", sp->layer, sp->chunk, sp->thread);

@@ -121,7 +121,13 @@ struct CellBand {
     int32_t row = -1, col = -1;
     int64_t start_ns = 0, end_ns = 0;
     int64_t peak_bytes = -1;  // from the cells table (-1: not recorded)
+    // Row of the band strip: overlapping cells (the forward's CELL spans and the backward's
+    // cells) go to different rows so neither covers the other's label.
+    int32_t slot = 0;
 };
+// Assigns each band (sorted by start) the first row whose last band ended by its start;
+// returns the number of rows used (1 when none overlap).
+int assign_cell_slots(std::vector<CellBand>& cells);
 
 // =========================================================================================
 // [SECTION] view state, refresh, draw
@@ -133,6 +139,7 @@ struct MemoryTimelineViewState {
     AxisRange time{0, 1};  // visible window, ns relative to the run's t0
     bool follow = true;    // fit the window to the data as it grows
     bool show_spans = true, show_cells = true;
+    uint32_t hidden_span_categories = 0;  // span_legend.h mask: lanes of these categories are not drawn
     double refresh_budget_ms = 20;   // reading stops after this long per refresh (resumes next time)
     size_t rows_per_read = 8192;
     // Zoomed windows of huge runs read their events from the reader when the (padded) window
@@ -160,6 +167,7 @@ struct MemoryTimelineViewState {
     std::vector<std::string> span_names;
     std::map<std::string, uint32_t> span_name_ids;
     std::vector<CellBand> cells;  // by start time
+    int cell_slots = 1;           // rows of the cell strip (assign_cell_slots)
     uint64_t version = 0;
 
     // What the last draw showed (tests compare these with the raw events).

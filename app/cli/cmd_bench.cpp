@@ -45,7 +45,7 @@ std::vector<OptionSpec> bench_options() {
 
 void print_help() {
     std::printf(
-        "usage: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest [options]\n\n"
+        "usage: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest|trace [options]\n\n"
         "  ops        matmul (f32, bf16) vs raw oneDNN; RMSNorm, RoPE, SwiGLU vs a streaming triad\n"
         "             (targets: matmul >= 0.9x, memory-bound ops >= 0.6x)\n"
         "  model      prefill and decode of a model vs its matmul and bandwidth floors\n"
@@ -64,6 +64,9 @@ void print_help() {
         "  sweep      kvlab sweep over cells vs the same cells as single kvlab eval_long runs (target <= 1.05x)\n"
         "  dist       under mpirun: all-reduce bandwidth (--sizes) and the all-reduce share of a data-parallel\n"
         "             fine-tuning step (--model tiny, --mode lora|full, --tokens, --steps; docs/DISTRIBUTED.md)\n"
+        "  trace      the trace view on 10M synthetic spans: model build, whole-run summary (target <= 1 s),\n"
+        "             frame p95 while zooming (target <= 16 ms; CPU side here, GL in kvlab-gui --bench-frames\n"
+        "             --bench-only trace); --query_rows N spans, --quick 200k\n"
         "Every ratio is measured against its baseline in the same run.\n\n"
         "options:\n%s",
         format_options(bench_options()).c_str());
@@ -102,7 +105,7 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest|trace");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
@@ -110,12 +113,13 @@ int cmd_bench(int argc, char** argv, int first) {
     if (what == "policies") return bench_policies(args);
     if (what == "kivi") return bench_kivi(args);
     if (what == "telemetry") return bench_telemetry(args);
+    if (what == "trace") return bench_trace(args);
     if (what == "grad") return bench_grad(args);
     if (what == "fidelity") return bench_fidelity(args);
     if (what == "sweep") return bench_sweep(args);
     if (what == "dist") return bench_dist(args);
     if (what == "quest") return bench_quest(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist, quest");
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist, quest, trace");
 }
 
 }  // namespace kv::cli

@@ -1,4 +1,4 @@
-// `kvlab export FILE --run N --what memory|spans|metrics|tokens|all --format csv|chrome-trace|torch-snapshot
+// `kvlab export FILE --run N --what memory|spans|metrics|tokens|all --format csv|chrome-trace|perfetto|torch-snapshot
 // -o PATH`: writes one run's recording for other tools (spreadsheets, chrome://tracing and
 // ui.perfetto.dev, pytorch.org/memory_viz). Reads the session read-only; never overwrites it.
 #include <nlohmann/json.hpp>
@@ -20,8 +20,8 @@ namespace {
 std::vector<OptionSpec> export_options() {
     auto o = global_options();
     o.push_back({"run", OptKind::INT, "the only run", "run id to export (see kvlab runs FILE)"});
-    o.push_back({"what", OptKind::STRING, "memory", "memory, spans, metrics, tokens (csv only: each sample's token ids, text and loss), or all (chrome-trace only)"});
-    o.push_back({"format", OptKind::STRING, "csv", "csv, chrome-trace or torch-snapshot (memory only)"});
+    o.push_back({"what", OptKind::STRING, "memory", "memory, spans, metrics, tokens (csv only: each sample's token ids, text and loss), or all (chrome-trace and perfetto only)"});
+    o.push_back({"format", OptKind::STRING, "csv", "csv, chrome-trace, perfetto or torch-snapshot (memory only)"});
     o.push_back({"output", OptKind::STRING, "", "output file (also -o PATH)"});
     o.push_back({"allow-incomplete", OptKind::FLAG, "",
                  "export a run whose telemetry is incomplete (events lost to a full disk, crashed, failed)"});
@@ -30,12 +30,14 @@ std::vector<OptionSpec> export_options() {
 
 void print_help() {
     std::printf(
-        "usage: kvlab export FILE --run N --what memory|spans|metrics|tokens|all --format csv|chrome-trace|torch-snapshot -o "
+        "usage: kvlab export FILE --run N --what memory|spans|metrics|tokens|all --format csv|chrome-trace|perfetto|torch-snapshot -o "
         "PATH\n\n"
         "Exports one run of a session file:\n"
         "  csv             one table (memory events, spans or metrics) with integer nanoseconds\n"
         "  chrome-trace    JSON for chrome://tracing and ui.perfetto.dev: spans per thread, GPU work per\n"
         "                  stream, memory per category as counters\n"
+        "  perfetto        the same JSON shaped for ui.perfetto.dev: spans nested per thread, and a flow\n"
+        "                  arrow from each launching span to its GPU kernels (CUPTI correlation)\n"
         "  torch-snapshot  PyTorch memory snapshot pickle for pytorch.org/memory_viz\n\n"
         "options:\n%s",
         format_options(export_options()).c_str());

@@ -27,6 +27,7 @@
 #include "models/runs_model.h"
 #include "run_form.h"
 #include "session_controller.h"
+#include "bench/trace_view_bench.h"
 #include "bench/view_bench.h"
 
 namespace kv::gui {
@@ -100,6 +101,17 @@ int viewBench(const FrameBenchOptions& fo) {
     std::printf("renderer: %s, max texture %d, frame %dx%d\n", renderer ? renderer : "?", w.maxTextureSize(), w.width(),
                 w.height());
     std::fflush(stdout);
+    if (fo.only == "trace") {  // the trace view on ten million spans (in memory: see trace_view_bench.h)
+        views::TraceBenchOptions t;
+        t.frames = fo.frames;
+        t.width = o.width;
+        t.height = o.height;
+        t.before_frame = o.before_frame;
+        t.after_frame = o.after_frame;
+        std::printf("%s", views::format_trace_bench(views::run_trace_view_bench(t)).c_str());
+        w.doneCurrent();
+        return 0;
+    }
     views::ViewBenchResult r = views::run_view_bench(w, o);
     std::printf("%s", views::format_view_bench(r).c_str());
     w.doneCurrent();

@@ -131,7 +131,9 @@ void emit_tree(std::mt19937_64& rng, int64_t b, int64_t e, int depth, const Pool
         emit_tree(rng, cb, ce, depth + 1, kOps[pick(rng)]);
         at = ce;
     }
-    trace::span_complete(self.category, trace::Name(self.name), uint64_t(b), uint64_t(e));
+    // Layers as the driver tags them, or none (-1): the per-layer summary groups by this tag.
+    std::uniform_int_distribution<int32_t> layer(-1, 3);
+    trace::span_complete(self.category, trace::Name(self.name), uint64_t(b), uint64_t(e), {.layer = layer(rng)});
 }
 
 struct RandomSession {
@@ -185,6 +187,32 @@ TEST(SpanSummary, RandomTreesMatchABruteForceParentSearch) {
         for (const auto& c : sum.categories) {
             EXPECT_EQ(c.total_ns, by_category.at(int(c.category)).first) << trace::span_category_name(c.category);
             EXPECT_EQ(c.self_ns, by_category.at(int(c.category)).second) << trace::span_category_name(c.category);
+        }
+        // Per layer: the brute-force self times of the spans tagged with it, summed.
+        std::map<int32_t, Ref> by_layer;
+        for (size_t i = 0; i < spans.size(); ++i) {
+            if (spans[i].layer < 0) continue;
+            Ref& r = by_layer[spans[i].layer];
+            const int64_t d = spans[i].end_ns - spans[i].start_ns;
+            ++r.count;
+            r.total += d;
+            r.self += self_each[i];
+            r.min = std::min(r.min, d);
+            r.max = std::max(r.max, d);
+        }
+        ASSERT_EQ(sum.layers.size(), by_layer.size());
+        ASSERT_GE(sum.layers.size(), 2u);
+        for (size_t i = 0; i < sum.layers.size(); ++i) {
+            const auto& l = sum.layers[i];
+            if (i > 0) {
+                EXPECT_LT(sum.layers[i - 1].layer, l.layer);
+            }
+            const Ref& r = by_layer.at(l.layer);
+            EXPECT_EQ(l.count, r.count) << "layer " << l.layer;
+            EXPECT_EQ(l.total_ns, r.total) << "layer " << l.layer;
+            EXPECT_EQ(l.self_ns, r.self) << "layer " << l.layer;
+            EXPECT_EQ(l.min_ns, r.min) << "layer " << l.layer;
+            EXPECT_EQ(l.max_ns, r.max) << "layer " << l.layer;
         }
         // Phases: RUN spans nested among themselves only.
         const auto run_spans = of_category(spans, SpanCategory::RUN);
@@ -265,6 +293,14 @@ void expect_sql_equals_summary(const std::string& path, int64_t run) {
         EXPECT_EQ(cell(cats.rows[i][col(cats, "count")]), double(sum.categories[i].count));
         EXPECT_EQ(cell(cats.rows[i][col(cats, "total_ms")]), double(sum.categories[i].total_ns) / 1e6);
         EXPECT_EQ(cell(cats.rows[i][col(cats, "self_ms")]), double(sum.categories[i].self_ns) / 1e6);
+    }
+    const auto lay = storage::session_query(path, storage::find_named_query("span-layers")->sql, {{"run", std::to_string(run)}});
+    ASSERT_EQ(lay.rows.size(), sum.layers.size());
+    for (size_t i = 0; i < lay.rows.size(); ++i) {
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "layer")]), double(sum.layers[i].layer));
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "count")]), double(sum.layers[i].count));
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "total_ms")]), double(sum.layers[i].total_ns) / 1e6);
+        EXPECT_EQ(cell(lay.rows[i][col(lay, "self_ms")]), double(sum.layers[i].self_ns) / 1e6) << "layer " << sum.layers[i].layer;
     }
     const auto limited = storage::session_query(path, storage::find_named_query("top-spans")->sql,
                                                 {{"run", std::to_string(run)}, {"limit", "3"}});

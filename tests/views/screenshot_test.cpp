@@ -12,6 +12,7 @@
 #include "views/canvas_impl.h"
 #include "views/eviction_map.h"
 #include "views/scores_view.h"
+#include "views/trace_view.h"
 #include "views/compare_view.h"
 #include "views/metrics_view.h"
 #include "views_test_util.h"
@@ -145,6 +146,29 @@ TEST(Screenshots, DISABLED_EveryView) {
         std::string name = view_name(k);
         std::replace(name.begin(), name.end(), ' ', '_');
         shoot(name, ImVec2(W * 0.55f, H * 0.45f));
+    }
+    canvas.set_view(view_named("trace"));  // whole run, then the icicle and a search
+    shoot("trace", ImVec2(W * 0.45f, H * 0.2f));
+    {
+        auto& ts = canvas.impl().state<TraceViewState>();
+        ts.panel = TracePanel::ICICLE;
+        shoot("trace_icicle", ImVec2(W * 0.3f, H * 0.75f));
+        ts.panel = TracePanel::SEARCH;
+        std::snprintf(ts.search_text, sizeof ts.search_text, "attention");
+        ts.search = search_spans(ts.model, ts.search_text);
+        shoot("trace_search", ImVec2(-100, -100));
+        ts.panel = TracePanel::RANGE;
+        // The policy pass selected and zoomed to (a third of the run when there is none).
+        int64_t a = ts.model.t_min + (ts.model.t_max - ts.model.t_min) / 3, b = ts.model.t_min + (ts.model.t_max - ts.model.t_min) / 2;
+        for (const TraceSpan& sp : ts.model.spans)
+            if (ts.model.names[sp.name] == "policy pass") {
+                a = sp.start_ns, b = sp.end_ns;
+                break;
+            }
+        select_trace_range(ts, a, b);
+        ts.follow = false;
+        ts.time = {double(a - ts.t0_ns) - double(b - a) * 0.05, double(b - ts.t0_ns) + double(b - a) * 0.05};
+        shoot("trace_range", ImVec2(W * 0.4f, H * 0.22f));
     }
     canvas.set_view(view_named("eviction map"));
     canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::SCORE;
