@@ -47,6 +47,7 @@ if [ $QUICK = 1 ]; then
   FIDELITY=(--model tiny --tokens 128 --chunk 16 --cache h2o-default --cache_length 32 --repeats 1 --dir "$WORK")
   SWEEP=(--model tiny --tokens 128 --chunk 16 --cache_length 32 --repeats 1 --dir "$WORK")
   DIST=(--model tiny --tokens 256 --steps 1 --sizes 64KiB --min_seconds 0.01)
+  TRACE=(--quick)
   GGUF_MODEL=(--dtype packed --prefill_tokens 32 --decode_context 64 --min_seconds 0.01)
 else
   OPS=(--min_seconds 0.3)
@@ -60,6 +61,7 @@ else
   FIDELITY=(--model small --tokens 2048 --chunk 128 --cache h2o-default --cache_length 512 --repeats 2 --dir "$WORK")
   SWEEP=(--model small --tokens 2048 --chunk 128 --cache_length 512 --repeats 2 --dir "$WORK")
   DIST=(--model tiny --tokens 256 --steps 3 --sizes 64KiB,1MiB,16MiB)
+  TRACE=()
   GGUF_MODEL=(--dtype f32,packed --prefill_tokens 512 --decode_context 2048)
 fi
 
@@ -102,6 +104,12 @@ bench "Telemetry" "$KVLAB" bench telemetry "${TELEMETRY[@]}"
 bench "Gradient step" "$KVLAB" bench grad "${GRAD[@]}"
 bench "Fidelity tracking" "$KVLAB" bench fidelity "${FIDELITY[@]}"
 bench "Sweep" "$KVLAB" bench sweep "${SWEEP[@]}"
+# The views (and so the trace benchmark) are built with the GUI.
+if [ -x "$(dirname "$KVLAB")/kvlab-gui" ]; then
+  bench "Trace view" "$KVLAB" bench trace "${TRACE[@]}"
+else
+  not_here "Trace view (\`kvlab bench trace\`)" "this build has no views (built without Dear ImGui)."
+fi
 if ! command -v mpirun > /dev/null; then
   not_here "Data-parallel communication (\`kvlab bench dist\`)" "no mpirun on this machine (docs/DISTRIBUTED.md)."
 elif ! "$KVLAB" version | grep -q '^dist backends:.*\bmpi\b'; then
