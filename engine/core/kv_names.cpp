@@ -15,6 +15,11 @@ const std::vector<BufferInfo>& kv_buffer_registry() {
         {.name = "nf4", .kind = K::QUANTIZED, .bits = 4},
         {.name = "q8_0", .kind = K::QUANTIZED, .bits = 8},
         {.name = "q4_0", .kind = K::QUANTIZED, .bits = 4},
+        // vLLM's --kv-cache-dtype spellings; "fp8" is E4M3 there too
+        {.name = "fp8_e4m3", .kind = K::QUANTIZED, .bits = 8, .aliases = {"fp8-e4m3", "fp8"}},
+        {.name = "fp8_e5m2", .kind = K::QUANTIZED, .bits = 8, .aliases = {"fp8-e5m2"}},
+        {.name = "nvfp4", .kind = K::QUANTIZED, .bits = 4},
+        {.name = "mxfp4", .kind = K::QUANTIZED, .bits = 4},
         {.name = "kivi2", .kind = K::KIVI, .bits = 2},
         {.name = "kivi4", .kind = K::KIVI, .bits = 4},
     };

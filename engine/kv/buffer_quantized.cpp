@@ -37,8 +37,8 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     QuantizedBuffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat f, std::shared_ptr<BufferShared> sh)
         : p_(p), f_(f), sh_(std::move(sh)), max_ranges_(int(cfg.max_num_ranges)) {
         // Blocks span all heads of a token when one head is too small (keys_values: D < 16)
-        // or does not fit the format's block size.
-        over_heads_ = !(p.D >= 16 && quant_row_ok(f, p.D));
+        // or does not fit the format's block size, or when asked for one scale per token.
+        over_heads_ = cfg.scale_granularity == "token" || !(p.D >= 16 && quant_row_ok(f, p.D));
         row_ = over_heads_ ? p.G * p.D : p.D;
         gq_ = over_heads_ ? 1 : p.G;
         rb_ = quant_row_bytes(f, row_);

@@ -193,6 +193,8 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     if (c.snapkv_kernel < 1 || c.snapkv_kernel % 2 == 0)
         throw Error(str("--kv_cache.snapkv_kernel: ", c.snapkv_kernel, " must be an odd number >= 1"));
     if (c.max_num_ranges < 1) throw Error(str("--kv_cache.max_num_ranges: ", c.max_num_ranges, " must be >= 1"));
+    if (c.scale_granularity != "head" && c.scale_granularity != "token")
+        throw Error(str("--kv_cache.scale_granularity: '", c.scale_granularity, "' is invalid; expected head or token"));
     if (c.paged_block_size < 0) throw Error(str("--kv_cache.paged_block_size: ", c.paged_block_size, " must be >= 0"));
     if (kivi) {
         const int64_t S = c.kivi_group_size;
@@ -214,7 +216,7 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
         const QuantFormat f = ops::quant_format_from_name(b);  // quantized buffers are named like their format
         // Blocks span all heads of a token when a head alone is too small (keys_values: D < 16).
         const int64_t per_head = head_dim, over_heads = head_dim * num_kv_heads;
-        const bool ok = (head_dim >= 16 && quant_row_ok(f, per_head)) || quant_row_ok(f, over_heads);
+        const bool ok = (c.scale_granularity != "token" && head_dim >= 16 && quant_row_ok(f, per_head)) || quant_row_ok(f, over_heads);
         if (!ok)
             throw Error(str("--kv_cache.name: buffer '", b, "' cannot store head size ", head_dim, " with ", num_kv_heads,
                             " KV heads: ", quant_block_elems(f) ? str("blocks of ", quant_block_elems(f), " values")

@@ -45,6 +45,9 @@ struct KVCacheConfig {
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back
+    // quantized buffers: rows of one head ("head": a scale per token and head) or of all heads of
+    // a token ("token": one scale per token, vLLM's per-tensor scale taken per written token)
+    std::string scale_granularity = "head";
     int64_t paged_block_size = 0;      // > 0: paged storage with blocks of this many slots
     bool cpu_offload = false;          // park each layer's buffers in host memory between uses
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer

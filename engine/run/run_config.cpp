@@ -238,6 +238,9 @@ std::vector<OptionDef> build_options() {
                           [](RunConfig& c) -> double& { return c.kv_cache.max_initial_fraction; }));
     o.push_back(int_opt("kv_cache.max_num_ranges", "cache", "quantized buffers: dirty ranges re-quantized per write-back", 1, 1024,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.max_num_ranges; }));
+    o.push_back(str_opt("kv_cache.scale_granularity", "cache",
+                        "quantized buffers: a scale per token and head (head) or per token over all heads (token)", {"head", "token"},
+                        [](RunConfig& c) -> std::string& { return c.kv_cache.scale_granularity; }));
     o.push_back(int_opt("kv_cache.paged_block_size", "cache", "paged storage block size in slots (0: not paged)", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
     o.push_back(int_opt("kv_cache.kivi_group_size", "cache", "kivi2/kivi4: slots per key group and channels per value group", 8, 4096,

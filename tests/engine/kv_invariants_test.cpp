@@ -26,8 +26,10 @@ bool uses(const PolicyInfo& p, const char* option) { return std::find(p.uses.beg
 std::vector<Combo> combos() {
     std::vector<Combo> c;
     for (const PolicyInfo& p : policy_registry()) {
-        const std::vector<std::string> bufs = p.needs_quantized_buffer ? std::vector<std::string>{"q8", "q4", "nf4", "q8_0", "q4_0"}
-                                                                       : std::vector<std::string>{"default", "bf16", "q8", "q4", "q8_0", "q4_0"};
+        const std::vector<std::string> bufs =
+            p.needs_quantized_buffer
+                ? std::vector<std::string>{"q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4"}
+                : std::vector<std::string>{"default", "bf16", "q8", "q4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4"};
         for (const std::string& b : bufs)
             if (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), b) != p.buffers.end()) c.push_back({p.name, b, 0});
         if (uses(p, "grace_period")) c.push_back({p.name, p.needs_quantized_buffer ? "q8" : "default", 3});
@@ -92,12 +94,13 @@ TEST_P(KVInvariants, PositionsContentLength) {
     const PolicyInfo& info = *find_policy(c.policy);
     const bool dense = !info.needs_cache_length;
     const int64_t L = dense ? 64 : 24;
-    // nf4 blocks are 64 values: head size 64 (per-head rows). q8_0/q4_0 blocks are 32: with
+    // nf4 blocks are 64 values: head size 64 (per-head rows). q8_0/q4_0/mxfp4 blocks are 32: with
     // head size 16 a block spans both heads, which is checked here with position-only policies;
     // per-row policies put different tokens of the two heads in one block, so a re-quantized
     // block drifts beyond the single-quantization bound — those use head size 32.
     const bool positional = !make_test_policy(name, L)->per_row_positions();
-    const int64_t D = c.buffer == "nf4" ? 64 : ((c.buffer == "q8_0" || c.buffer == "q4_0") && !positional) ? 32 : 16;
+    const bool block32 = c.buffer == "q8_0" || c.buffer == "q4_0" || c.buffer == "mxfp4";
+    const int64_t D = c.buffer == "nf4" ? 64 : (block32 && !positional) ? 32 : 16;
     LayerHarness h(name, L, seed_for(name + std::to_string(c.grace)), c.grace, D);
     std::vector<int64_t> chunks = dense ? std::vector<int64_t>{16, 8, 8, 8, 8, 8, 8}
                                         : std::vector<int64_t>{24, 4, 5, 3, 6, 4, 2, 5, 4, 6, 3, 4, 1, 1, 4};
