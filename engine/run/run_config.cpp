@@ -241,6 +241,12 @@ std::vector<OptionDef> build_options() {
     o.push_back(str_opt("kv_cache.scale_granularity", "cache",
                         "quantized buffers: a scale per token and head (head) or per token over all heads (token)", {"head", "token"},
                         [](RunConfig& c) -> std::string& { return c.kv_cache.scale_granularity; }));
+    o.push_back(int_opt("kv_cache.budget_bytes", "cache",
+                        "sets cache_length: all layers' stored K/V bytes per sequence (codes and scales) for this policy x buffer (0: off)",
+                        0, int64_t(1) << 50, [](RunConfig& c) -> int64_t& { return c.kv_cache.budget_bytes; }));
+    o.push_back(float_opt("kv_cache.budget_ratio", "cache",
+                          "sets cache_length: this fraction of the dense cache's bytes (seq_length tokens in the activation dtype; 0: off)",
+                          0.0, 1000.0, [](RunConfig& c) -> double& { return c.kv_cache.budget_ratio; }));
     o.push_back(int_opt("kv_cache.paged_block_size", "cache", "paged storage block size in slots (0: not paged)", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
     o.push_back(int_opt("kv_cache.kivi_group_size", "cache", "kivi2/kivi4: slots per key group and channels per value group", 8, 4096,
