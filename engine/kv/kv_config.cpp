@@ -164,6 +164,8 @@ KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int6
         throw Error(str(opt, ": ", budget, " bytes hold no slot of '", cfg.name, "'; one slot in all ", num_layers, " layers takes ",
                         per_slot, " bytes; expected at least that"));
     KVCacheConfig out = cfg;
+    out.budget_bytes = 0;  // consumed: the result is a plain length (applying it again changes nothing)
+    out.budget_ratio = 0.0;
     const PolicyInfo* info = find_policy(cfg.policy());
     if (info && !info->needs_cache_length) {  // keeps every token: the budget must hold the sequence
         if (seq_length > 0 && L < seq_length)
@@ -200,7 +202,9 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
                             " in [", o->lo, ", ", o->hi, "]"));
     }
     if (c.cache_length < 0) throw Error(str("--kv_cache.cache_length: ", c.cache_length, " is invalid; expected >= 1"));
-    if (c.cache_length == 0 && c.layer_cache_lengths.empty() && c.layer_cache_rule.rfind("linear:", 0) != 0 && info.needs_cache_length)
+    // A byte budget sets the length once the model is known (apply_kv_budget).
+    const bool budget = c.budget_bytes != 0 || c.budget_ratio != 0.0;
+    if (c.cache_length == 0 && !budget && c.layer_cache_lengths.empty() && c.layer_cache_rule.rfind("linear:", 0) != 0 && info.needs_cache_length)
         throw Error(str("--kv_cache.cache_length is required for policy '", p, "'; expected a number of slots >= 1"));
     if (!c.layer_cache_lengths.empty() && !c.layer_cache_rule.empty())
         throw Error("--kv_cache.layer_cache_lengths: give a list or a rule, not both");

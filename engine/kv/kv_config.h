@@ -98,7 +98,8 @@ bool quant_rows_over_heads(const KVCacheConfig& cfg, QuantFormat keys, QuantForm
 // Throws for KIVI, whose residual pool is fixed besides its codes.
 int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act);
 // cfg with cache_length set from budget_bytes / budget_ratio (unchanged without a budget):
-// floor(budget / (num_layers * kv_slot_bytes)). Throws kv::Error naming the option when no slot
+// floor(budget / (num_layers * kv_slot_bytes)), the budget fields cleared (consumed). Throws
+// kv::Error naming the option when no slot
 // fits, when a keep-everything policy's seq_length tokens do not fit, or with a length given too.
 KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length);
 

@@ -492,8 +492,9 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
     const int64_t L = c.kv_cache.cache_length;
     const PolicyInfo* info = find_policy(policy);
     const bool evicts = info && info->needs_cache_length;
-    if (evicts && L == 0 && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
-        p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
+    const bool budget = c.kv_cache.budget_bytes != 0 || c.kv_cache.budget_ratio != 0.0;  // sets the length with the model
+    if (evicts && L == 0 && !budget && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
+        p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "' (or a --kv_cache.budget_bytes / budget_ratio)"));
     // A policy that never drops a token fills its cache and then has nowhere to put the next
     // chunk: refuse before the run, with the numbers, rather than fail at that chunk.
     const bool sequence_modes = c.mode == "eval_long" || c.mode == "infer" || c.mode.rfind("finetune", 0) == 0;

@@ -12,6 +12,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/presets.h"
+#include "engine/run/run_plan.h"
 #include "kv_test_util.h"
 #include "tests/support/test_support.h"
 
@@ -68,6 +69,8 @@ TEST(KVBudget, LengthIsTheBudgetOverTheExactSlotBytes) {
             EXPECT_EQ(kv_slot_bytes(budget_cfg(name, budget), G, D, DType::F32), w.slot) << name;
             const KVCacheConfig c = apply_kv_budget(budget_cfg(name, budget), N, G, D, DType::F32, 0);
             EXPECT_EQ(c.cache_length, budget / (N * w.slot)) << name << " budget " << budget;
+            EXPECT_EQ(c.budget_bytes, 0) << "the budget is consumed";
+            EXPECT_EQ(apply_kv_budget(c, N, G, D, DType::F32, 0).cache_length, c.cache_length) << "applying twice";
             // The cache built from the budget has that length in every layer.
             KVCache cache(budget_cfg(name, budget), m, Device{}, DType::F32, 0);
             EXPECT_EQ(cache.min_cache_length(), c.cache_length) << name;
@@ -106,6 +109,26 @@ TEST(KVBudget, RefusalsNameTheOptionAndWhatFits) {
     ratio.budget_ratio = 0.5;
     msg = error_of([&] { apply_kv_budget(ratio, N, G, D, DType::F32, 0); });
     EXPECT_NE(msg.find("--kv_cache.budget_ratio"), std::string::npos) << msg;
+}
+
+// A run's cache configuration takes the budgeted length, so its chunk plan fills exactly that
+// many slots first (h2o-q8 at a quarter of the dense f32 bytes of 512 tokens).
+TEST(KVBudget, RunPlanUsesTheBudgetedLength) {
+    const ModelConfig m = model32();
+    const int64_t N = m.num_layers, G = m.num_kv_heads, D = m.head_dim;
+    RunConfig c;
+    c.mode = "eval_long";
+    c.data.seq_length = 512;
+    c.kv_cache.name = "h2o-q8";
+    c.kv_cache.budget_ratio = 0.25;
+    c.driver.chunk_size = 32;
+    const KVCacheConfig kc = run_cache_config(c, m, DType::F32);
+    const int64_t L = (N * 512 * 2 * G * D * 4 / 4) / (N * 2 * G * (D + 8));
+    EXPECT_EQ(kc.cache_length, L);
+    const std::vector<int64_t> chunks = run_chunk_plan(c, kc, m, 512, 0).chunks;
+    ASSERT_FALSE(chunks.empty());
+    EXPECT_EQ(chunks[0], L) << "the first chunk fills the budgeted cache";
+    EXPECT_TRUE(run_config_problems(c).empty()) << "a budget stands for the cache length";
 }
 
 Tensor random_kv(int64_t B, int64_t G, int64_t n, int64_t D, std::mt19937_64& rng) {
