@@ -136,7 +136,7 @@ int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
     const BufferInfo& b = *find_buffer(c.buffer());  // buffer() reads known buffers only
     if (b.kind == BufferKind::FULL) return 2 * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
     if (b.kind == BufferKind::KIVI)
-        throw Error(str("--kv_cache.budget_bytes: the '", b.name,
+        throw Error(str("--kv_cache.budget_bytes / budget_ratio: the '", b.name,
                         "' buffer keeps a fixed full-precision residual pool besides its codes; budgets are for full-precision and "
                         "quantized-row buffers"));
     const QuantFormat kf = ops::quant_format_from_name(b.keys_format()), vf = ops::quant_format_from_name(b.values_format());
