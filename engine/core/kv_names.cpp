@@ -15,6 +15,16 @@ const std::vector<BufferInfo>& kv_buffer_registry() {
         {.name = "nf4", .kind = K::QUANTIZED, .bits = 4},
         {.name = "q8_0", .kind = K::QUANTIZED, .bits = 8},
         {.name = "q4_0", .kind = K::QUANTIZED, .bits = 4},
+        // vLLM's --kv-cache-dtype spellings; "fp8" is E4M3 there too
+        {.name = "fp8_e4m3", .kind = K::QUANTIZED, .bits = 8, .aliases = {"fp8-e4m3", "fp8"}},
+        {.name = "fp8_e5m2", .kind = K::QUANTIZED, .bits = 8, .aliases = {"fp8-e5m2"}},
+        {.name = "nvfp4", .kind = K::QUANTIZED, .bits = 4},
+        {.name = "mxfp4", .kind = K::QUANTIZED, .bits = 4},
+        // asymmetric K/V widths: keys keep more bits than values (errors in keys move every
+        // attention weight; a value's error stays in its own token's share)
+        {.name = "k8v4", .kind = K::QUANTIZED, .bits = 6, .key_format = "q8", .value_format = "q4"},
+        {.name = "k8v4_0", .kind = K::QUANTIZED, .bits = 6, .key_format = "q8_0", .value_format = "q4_0"},
+        {.name = "kfp8vfp4", .kind = K::QUANTIZED, .bits = 6, .key_format = "fp8_e4m3", .value_format = "nvfp4"},
         {.name = "kivi2", .kind = K::KIVI, .bits = 2},
         {.name = "kivi4", .kind = K::KIVI, .bits = 4},
     };

@@ -26,6 +26,12 @@ struct BufferInfo {
     std::optional<DType> dtype = {};        // FULL: its element type; none = the run's activation dtype
     int bits = 0;                           // QUANTIZED, KIVI: bits per code
     std::vector<std::string> aliases = {};  // other accepted spellings (keys_values'), stored canonically
+    // QUANTIZED with different key and value widths (llama.cpp's -ctk/-ctv): the quant formats of
+    // keys and values; empty: both are the buffer's own name.
+    std::string key_format = {}, value_format = {};
+
+    const std::string& keys_format() const { return key_format.empty() ? name : key_format; }
+    const std::string& values_format() const { return value_format.empty() ? name : value_format; }
 
     // K/V exactly as the model computed them (full precision in the activation dtype: "default").
     bool same_as_activations() const { return kind == BufferKind::FULL && !dtype; }

@@ -36,8 +36,9 @@ struct BufferShared {
 void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, const Tensor& v);
 
 std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype);
-std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat f,
-                                                std::shared_ptr<BufferShared> shared);
+// kf, vf: the formats of keys and values (equal unless the buffer has asymmetric widths).
+std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf,
+                                                std::string name, std::shared_ptr<BufferShared> shared);
 std::unique_ptr<KVBuffer> make_kivi_buffer(const KVCacheConfig& cfg, const BufferParams& p, int bits);
 std::unique_ptr<KVBuffer> make_paged_buffer(const BufferParams& p, DType dtype, int64_t block_size);
 std::unique_ptr<KVBuffer> make_offload_buffer(std::unique_ptr<KVBuffer> inner, const BufferParams& p,

@@ -34,25 +34,27 @@ constexpr double kMaxTrackedFraction = 0.2;   // keys_values MAX_SLOTS_TRACKED_F
 
 class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
    public:
-    QuantizedBuffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat f, std::shared_ptr<BufferShared> sh)
-        : p_(p), f_(f), sh_(std::move(sh)), max_ranges_(int(cfg.max_num_ranges)) {
+    QuantizedBuffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf, std::string name,
+                    std::shared_ptr<BufferShared> sh)
+        : p_(p), kf_(kf), vf_(vf), name_(std::move(name)), sh_(std::move(sh)), max_ranges_(int(cfg.max_num_ranges)) {
         // Blocks span all heads of a token when one head is too small (keys_values: D < 16)
-        // or does not fit the format's block size.
-        over_heads_ = !(p.D >= 16 && quant_row_ok(f, p.D));
+        // or does not fit a format's block size, or when asked for one scale per token.
+        over_heads_ = quant_rows_over_heads(cfg, kf, vf, p.D);
         row_ = over_heads_ ? p.G * p.D : p.D;
         gq_ = over_heads_ ? 1 : p.G;
-        rb_ = quant_row_bytes(f, row_);
+        rbk_ = quant_row_bytes(kf, row_);
+        rbv_ = quant_row_bytes(vf, row_);
         max_tracked_ = int64_t(kMaxTrackedFraction * double(p.L));
     }
     ~QuantizedBuffer() override {
         if (sh_ && sh_->owner == this) sh_->owner = nullptr;
     }
-    std::string name() const override { return ops::quant_format_name(f_); }
+    std::string name() const override { return name_; }
     void allocate(int64_t B) override {
         if (Kq_.defined() && Kq_.size(0) >= B) return;
         const std::string l = str("layer ", p_.layer, " ");
-        Kq_ = Tensor::zeros({B, gq_, p_.L, rb_}, DType::U8, {p_.device, MemCategory::KV_CACHE, l + "keys (" + name() + ")"});
-        Vq_ = Tensor::zeros({B, gq_, p_.L, rb_}, DType::U8, {p_.device, MemCategory::KV_CACHE, l + "values (" + name() + ")"});
+        Kq_ = Tensor::zeros({B, gq_, p_.L, rbk_}, DType::U8, {p_.device, MemCategory::KV_CACHE, l + "keys (" + name() + ")"});
+        Vq_ = Tensor::zeros({B, gq_, p_.L, rbv_}, DType::U8, {p_.device, MemCategory::KV_CACHE, l + "values (" + name() + ")"});
     }
     bool allocated() const override { return Kq_.defined(); }
     void release() override {
@@ -87,7 +89,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         return {sh_->Kw.slice(0, 0, B_).slice(2, 0, T), sh_->Vw.slice(0, 0, B_).slice(2, 0, T)};
     }
     std::vector<float> quant_errors(const Tensor& k, const Tensor& v) override {
-        std::vector<float> ek = row_errors(k), ev = row_errors(v);
+        std::vector<float> ek = row_errors(k, kf_, rbk_), ev = row_errors(v, vf_, rbv_);
         for (size_t i = 0; i < ek.size(); ++i) ek[i] += ev[i];
         return ek;
     }
@@ -99,7 +101,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     }
     size_t bytes() const override { return Kq_.defined() ? Kq_.nbytes() + Vq_.nbytes() : 0; }
     std::vector<Tensor*> storage_tensors() override { return {&Kq_, &Vq_}; }
-    double bits_per_element() const override { return 8.0 * double(rb_) / double(row_); }
+    double bits_per_element() const override { return 8.0 * double(rbk_ + rbv_) / double(2 * row_); }
 
     // Re-quantize the dirty rows of the working buffer into this layer's storage.
     void write_back() override {
@@ -112,8 +114,8 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
             ranges = covering_ranges(std::vector<int32_t>(dirty_.begin(), dirty_.end()), max_ranges_);
         }
         for (auto [s, e] : ranges) {
-            quantize_rows(working_k().slice(2, s, e), Kq_.slice(0, 0, B_).slice(2, s, e));
-            quantize_rows(working_v().slice(2, s, e), Vq_.slice(0, 0, B_).slice(2, s, e));
+            quantize_rows(working_k().slice(2, s, e), Kq_.slice(0, 0, B_).slice(2, s, e), kf_);
+            quantize_rows(working_v().slice(2, s, e), Vq_.slice(0, 0, B_).slice(2, s, e), vf_);
         }
         dirty_.clear();
         track_ = true;
@@ -148,8 +150,8 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         if (sh_->owner) sh_->owner->write_back();
         KV_TRACE_SPAN(trace::SpanCategory::DEQUANTIZE, "dequantize (associate)", .layer = int(p_.layer));
         sh_->ensure(B_);
-        dequantize_rows(Kq_.slice(0, 0, B_), working_k());
-        dequantize_rows(Vq_.slice(0, 0, B_), working_v());
+        dequantize_rows(Kq_.slice(0, 0, B_), working_k(), kf_);
+        dequantize_rows(Vq_.slice(0, 0, B_), working_v(), vf_);
         sh_->owner = this;
         dirty_.clear();
         track_ = true;
@@ -173,45 +175,46 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         if (int64_t(dirty_.size()) > max_tracked_) track_ = false;
     }
     // (B, G, r, D) full precision -> (B, gq, r, rb) bytes.
-    void quantize_rows(const Tensor& w, Tensor q) const {
+    void quantize_rows(const Tensor& w, Tensor q, QuantFormat f) const {
         if (!over_heads_) {
-            ops::quantize_(q, w, f_);
+            ops::quantize_(q, w, f);
             return;
         }
         const int64_t B = w.size(0), r = w.size(2);
         Tensor rows = w.permute({0, 2, 1, 3}).contiguous().reshape({B, r, row_});
         Tensor dst = q.select(1, 0);
-        ops::quantize_(dst, rows, f_);
+        ops::quantize_(dst, rows, f);
     }
-    void dequantize_rows(const Tensor& q, Tensor w) const {
+    void dequantize_rows(const Tensor& q, Tensor w, QuantFormat f) const {
         if (!over_heads_) {
-            ops::dequantize_(w, q, f_);
+            ops::dequantize_(w, q, f);
             return;
         }
         const int64_t B = w.size(0), r = w.size(2);
         Tensor rows = Tensor::empty({B, r, row_}, w.dtype(), {w.device(), MemCategory::WORKSPACE, "dequantize staging"});
-        ops::dequantize_(rows, q.select(1, 0), f_);
+        ops::dequantize_(rows, q.select(1, 0), f);
         w.copy_from(rows.reshape({B, r, p_.G, p_.D}).permute({0, 2, 1, 3}));
     }
     // |x - deq(q(x))| per token and head for new rows x (B, G, n, D).
-    std::vector<float> row_errors(const Tensor& x) const {
+    std::vector<float> row_errors(const Tensor& x, QuantFormat f, int64_t rb) const {
         const int64_t B = x.size(0), G = x.size(1), n = x.size(2);
         Tensor xf = Tensor::empty({B, G, n, p_.D}, DType::F32, {x.device(), MemCategory::WORKSPACE, "quant error"});
         xf.copy_from(x);
-        Tensor q = Tensor::empty({B, gq_, n, rb_}, DType::U8, {x.device(), MemCategory::WORKSPACE, "quant error"});
-        quantize_rows(xf, q);
+        Tensor q = Tensor::empty({B, gq_, n, rb}, DType::U8, {x.device(), MemCategory::WORKSPACE, "quant error"});
+        quantize_rows(xf, q, f);
         Tensor d = Tensor::empty(xf.shape(), DType::F32, {x.device(), MemCategory::WORKSPACE, "quant error"});
-        dequantize_rows(q, d);
+        dequantize_rows(q, d, f);
         Tensor diff = ops::add(d, ops::scale(xf, -1.0f));
         return ops::norm_last(diff).to_f32_vector();
     }
 
     BufferParams p_;
-    QuantFormat f_;
+    QuantFormat kf_, vf_;
+    std::string name_;
     std::shared_ptr<BufferShared> sh_;
     int max_ranges_;
     bool over_heads_ = false;
-    int64_t row_ = 0, gq_ = 0, rb_ = 0, max_tracked_ = 0, B_ = 0;
+    int64_t row_ = 0, gq_ = 0, rbk_ = 0, rbv_ = 0, max_tracked_ = 0, B_ = 0;
     Tensor Kq_, Vq_;
     bool track_ = true;
     std::set<int32_t> dirty_;
@@ -223,9 +226,9 @@ std::vector<std::pair<int64_t, int64_t>> quantized_covering_ranges(const std::ve
     return QuantizedBuffer::covering_ranges(slots, m);
 }
 
-std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat f,
-                                                std::shared_ptr<BufferShared> shared) {
-    return std::make_unique<QuantizedBuffer>(cfg, p, f, std::move(shared));
+std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf,
+                                                std::string name, std::shared_ptr<BufferShared> shared) {
+    return std::make_unique<QuantizedBuffer>(cfg, p, kf, vf, std::move(name), std::move(shared));
 }
 
 }  // namespace kv

@@ -19,7 +19,8 @@ std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferPara
     if (quantized) {
         if (cfg.paged_block_size > 0)
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b, "' is quantized"));
-        out = make_quantized_buffer(cfg, p, ops::quant_format_from_name(b), shared);
+        out = make_quantized_buffer(cfg, p, ops::quant_format_from_name(info->keys_format()),
+                                    ops::quant_format_from_name(info->values_format()), info->name, shared);
     } else if (cfg.paged_block_size > 0) {
         out = make_paged_buffer(p, dt, cfg.paged_block_size);
     } else {

@@ -10,7 +10,7 @@ namespace kv {
 
 KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device device, DType act_dtype, int64_t seq_length,
                  const TextCodec* text)
-    : cfg_(cfg) {
+    : cfg_(apply_kv_budget(cfg, model.num_layers, model.num_kv_heads, model.head_dim, act_dtype, seq_length)) {
     validate_kv_config(cfg_, model.num_layers, model.head_dim, model.num_kv_heads);
     int64_t max_L = 0;
     std::vector<int64_t> Ls;

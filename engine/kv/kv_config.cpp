@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "engine/core/error.h"
@@ -127,6 +128,55 @@ CacheName parse_kv_cache_name(const std::string& name) { return parse_cache_name
 
 void check_kv_cache_name(const std::string& name) { parse_kv_cache_name(name); }
 
+bool quant_rows_over_heads(const KVCacheConfig& c, QuantFormat kf, QuantFormat vf, int64_t D) {
+    return c.scale_granularity == "token" || !(D >= 16 && quant_row_ok(kf, D) && quant_row_ok(vf, D));
+}
+
+int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
+    const BufferInfo& b = *find_buffer(c.buffer());  // buffer() reads known buffers only
+    if (b.kind == BufferKind::FULL) return 2 * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
+    if (b.kind == BufferKind::KIVI)
+        throw Error(str("--kv_cache.budget_bytes / budget_ratio: the '", b.name,
+                        "' buffer keeps a fixed full-precision residual pool besides its codes; budgets are for full-precision and "
+                        "quantized-row buffers"));
+    const QuantFormat kf = ops::quant_format_from_name(b.keys_format()), vf = ops::quant_format_from_name(b.values_format());
+    const bool over = quant_rows_over_heads(c, kf, vf, D);
+    const int64_t row = over ? G * D : D, rows = over ? 1 : G;
+    return rows * (quant_row_bytes(kf, row) + quant_row_bytes(vf, row));
+}
+
+KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length) {
+    if (cfg.budget_bytes == 0 && cfg.budget_ratio == 0.0) return cfg;
+    const char* opt = cfg.budget_bytes ? "--kv_cache.budget_bytes" : "--kv_cache.budget_ratio";
+    if (cfg.budget_bytes < 0) throw Error(str("--kv_cache.budget_bytes: ", cfg.budget_bytes, " is invalid; expected a byte count >= 1"));
+    if (!(cfg.budget_ratio >= 0.0)) throw Error(str("--kv_cache.budget_ratio: ", cfg.budget_ratio, " is invalid; expected a fraction > 0"));
+    if (cfg.budget_bytes && cfg.budget_ratio > 0.0) throw Error("--kv_cache.budget_bytes: give a byte budget or a ratio (budget_ratio), not both");
+    if (cfg.cache_length > 0 || !cfg.layer_cache_lengths.empty())
+        throw Error(str(opt, ": the budget sets the cache length; give no --kv_cache.cache_length or layer_cache_lengths list with it"));
+    const int64_t dense_slot = 2 * G * D * int64_t(dtype_size(act));
+    if (cfg.budget_ratio > 0.0 && seq_length < 1)
+        throw Error("--kv_cache.budget_ratio: the dense cache's bytes need a known sequence length; give --kv_cache.budget_bytes instead");
+    const int64_t budget = cfg.budget_bytes ? cfg.budget_bytes
+                                            : int64_t(std::floor(cfg.budget_ratio * double(num_layers) * double(seq_length) * double(dense_slot)));
+    const int64_t per_slot = num_layers * kv_slot_bytes(cfg, G, D, act);  // one slot in every layer
+    const int64_t L = budget / per_slot;
+    if (L < 1)
+        throw Error(str(opt, ": ", budget, " bytes hold no slot of '", cfg.name, "'; one slot in all ", num_layers, " layers takes ",
+                        per_slot, " bytes; expected at least that"));
+    KVCacheConfig out = cfg;
+    out.budget_bytes = 0;  // consumed: the result is a plain length (applying it again changes nothing)
+    out.budget_ratio = 0.0;
+    const PolicyInfo* info = find_policy(cfg.policy());
+    if (info && !info->needs_cache_length) {  // keeps every token: the budget must hold the sequence
+        if (seq_length > 0 && L < seq_length)
+            throw Error(str(opt, ": policy '", cfg.policy(), "' keeps every token; ", seq_length, " tokens of '", cfg.name, "' take ",
+                            seq_length * per_slot, " bytes, more than the budget of ", budget, "; expected an evicting policy or a larger budget"));
+        return out;
+    }
+    out.cache_length = L;
+    return out;
+}
+
 void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads) {
     const CacheName cn = parse_kv_cache_name(c.name);
     const std::string& p = cn.policy;
@@ -152,7 +202,9 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
                             " in [", o->lo, ", ", o->hi, "]"));
     }
     if (c.cache_length < 0) throw Error(str("--kv_cache.cache_length: ", c.cache_length, " is invalid; expected >= 1"));
-    if (c.cache_length == 0 && c.layer_cache_lengths.empty() && c.layer_cache_rule.rfind("linear:", 0) != 0 && info.needs_cache_length)
+    // A byte budget sets the length once the model is known (apply_kv_budget).
+    const bool budget = c.budget_bytes != 0 || c.budget_ratio != 0.0;
+    if (c.cache_length == 0 && !budget && c.layer_cache_lengths.empty() && c.layer_cache_rule.rfind("linear:", 0) != 0 && info.needs_cache_length)
         throw Error(str("--kv_cache.cache_length is required for policy '", p, "'; expected a number of slots >= 1"));
     if (!c.layer_cache_lengths.empty() && !c.layer_cache_rule.empty())
         throw Error("--kv_cache.layer_cache_lengths: give a list or a rule, not both");
@@ -193,6 +245,8 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     if (c.snapkv_kernel < 1 || c.snapkv_kernel % 2 == 0)
         throw Error(str("--kv_cache.snapkv_kernel: ", c.snapkv_kernel, " must be an odd number >= 1"));
     if (c.max_num_ranges < 1) throw Error(str("--kv_cache.max_num_ranges: ", c.max_num_ranges, " must be >= 1"));
+    if (c.scale_granularity != "head" && c.scale_granularity != "token")
+        throw Error(str("--kv_cache.scale_granularity: '", c.scale_granularity, "' is invalid; expected head or token"));
     if (c.paged_block_size < 0) throw Error(str("--kv_cache.paged_block_size: ", c.paged_block_size, " must be >= 0"));
     if (kivi) {
         const int64_t S = c.kivi_group_size;
@@ -211,15 +265,17 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     }
     if (info.validate) info.validate(c, num_layers, num_kv_heads);
     if (quantized) {
-        const QuantFormat f = ops::quant_format_from_name(b);  // quantized buffers are named like their format
+        // Quantized buffers are named like their format, or name one format for keys and one for values.
+        const QuantFormat kf = ops::quant_format_from_name(buf.keys_format()), vf = ops::quant_format_from_name(buf.values_format());
         // Blocks span all heads of a token when a head alone is too small (keys_values: D < 16).
-        const int64_t per_head = head_dim, over_heads = head_dim * num_kv_heads;
-        const bool ok = (head_dim >= 16 && quant_row_ok(f, per_head)) || quant_row_ok(f, over_heads);
-        if (!ok)
-            throw Error(str("--kv_cache.name: buffer '", b, "' cannot store head size ", head_dim, " with ", num_kv_heads,
-                            " KV heads: ", quant_block_elems(f) ? str("blocks of ", quant_block_elems(f), " values")
-                                                                 : std::string("an even number of values (4-bit)"),
-                            " do not divide ", head_dim, " or ", over_heads));
+        const int64_t over_heads = head_dim * num_kv_heads;
+        const int64_t row = quant_rows_over_heads(c, kf, vf, head_dim) ? over_heads : head_dim;
+        for (QuantFormat f : {kf, vf})
+            if (!quant_row_ok(f, row))
+                throw Error(str("--kv_cache.name: buffer '", b, "' cannot store head size ", head_dim, " with ", num_kv_heads, " KV heads: ",
+                                quant_block_elems(f) ? str("blocks of ", quant_block_elems(f), " values")
+                                                     : std::string("an even number of values (4-bit)"),
+                                " (", ops::quant_format_name(f), ") do not divide ", head_dim, " or ", over_heads));
     }
 }
 

@@ -11,6 +11,7 @@
 #include "engine/core/cache_name.h"  // CacheName, the one parser
 #include "engine/core/kv_names.h"    // kv_buffer_names(), find_buffer()
 #include "kernels/common/dtype.h"
+#include "kernels/common/quant_formats.h"
 #include "policy_registry.h"       // kv_policy_names(), find_policy()
 
 namespace kv {
@@ -45,6 +46,14 @@ struct KVCacheConfig {
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back
+    // quantized buffers: rows of one head ("head": a scale per token and head) or of all heads of
+    // a token ("token": one scale per token, vLLM's per-tensor scale taken per written token)
+    std::string scale_granularity = "head";
+    // An equal-byte budget instead of a length: all layers' stored K/V bytes per sequence
+    // (codes and scales; not the shared dequantized working buffer), or a fraction of the
+    // dense cache's bytes (seq_length tokens in the activation dtype). It sets cache_length.
+    int64_t budget_bytes = 0;
+    double budget_ratio = 0.0;
     int64_t paged_block_size = 0;      // > 0: paged storage with blocks of this many slots
     bool cpu_offload = false;          // park each layer's buffers in host memory between uses
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer
@@ -80,6 +89,19 @@ std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L,
 // text()). Throws kv::Error when `name` is not "{policy}-{buffer}" with known parts.
 CacheName parse_kv_cache_name(const std::string& name);
 void check_kv_cache_name(const std::string& name);  // parse_kv_cache_name, result unused
+
+// Quantized rows span all heads of a token (one row of G*D values) when asked for one scale per
+// token, or when a head of D values is too small for either format (keys_values: D < 16).
+bool quant_rows_over_heads(const KVCacheConfig& cfg, QuantFormat keys, QuantFormat values, int64_t D);
+// Exact bytes one slot of one layer stores for the keys and values of all G heads (scales and
+// zero points included), for buffers that grow by whole slots (full precision, quantized rows).
+// Throws for KIVI, whose residual pool is fixed besides its codes.
+int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act);
+// cfg with cache_length set from budget_bytes / budget_ratio (unchanged without a budget):
+// floor(budget / (num_layers * kv_slot_bytes)), the budget fields cleared (consumed). Throws
+// kv::Error naming the option when no slot
+// fits, when a keep-everything policy's seq_length tokens do not fit, or with a length given too.
+KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length);
 
 // Throws kv::Error naming the option and what was expected.
 void validate_kv_config(const KVCacheConfig& cfg, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads);

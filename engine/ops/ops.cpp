@@ -560,7 +560,7 @@ void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, c
 
 // ---- [SECTION] quantization ---------------------------------------------------------------------
 const char* quant_format_name(QuantFormat f) {
-    static const char* names[] = {"q8", "q4", "nf4", "q8_0", "q4_0"};
+    static const char* names[] = {"q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(QuantFormat::COUNT), "format names out of date");
     return size_t(f) < size_t(QuantFormat::COUNT) ? names[size_t(f)] : "?";
 }
@@ -568,7 +568,9 @@ const char* quant_format_name(QuantFormat f) {
 QuantFormat quant_format_from_name(const std::string& name) {
     for (size_t i = 0; i < size_t(QuantFormat::COUNT); ++i)
         if (name == quant_format_name(QuantFormat(i))) return QuantFormat(i);
-    throw Error(str("unknown quantization format '", name, "'; expected q8, q4, nf4, q8_0 or q4_0"));
+    std::string all;
+    for (size_t i = 0; i < size_t(QuantFormat::COUNT); ++i) all += str(i ? ", " : "", quant_format_name(QuantFormat(i)));
+    throw Error(str("unknown quantization format '", name, "'; expected one of ", all));
 }
 
 namespace {

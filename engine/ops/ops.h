@@ -103,7 +103,7 @@ Tensor quantize(const Tensor& x, QuantFormat f);
 void quantize_(Tensor& dst, const Tensor& x, QuantFormat f);
 // Bytes (..., row_bytes) -> values (..., n) in out's dtype.
 void dequantize_(Tensor& out, const Tensor& q, QuantFormat f);
-const char* quant_format_name(QuantFormat f);  // "q8", "q4", "nf4", "q8_0", "q4_0"
+const char* quant_format_name(QuantFormat f);  // "q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", ...
 QuantFormat quant_format_from_name(const std::string& name);  // throws kv::Error listing names
 
 // ---- gradients (the *_BACKWARD ops of kernels/common/op.h) -------------------------------

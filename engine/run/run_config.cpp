@@ -241,6 +241,15 @@ std::vector<OptionDef> build_options() {
                           [](RunConfig& c) -> double& { return c.kv_cache.max_initial_fraction; }));
     o.push_back(int_opt("kv_cache.max_num_ranges", "cache", "quantized buffers: dirty ranges re-quantized per write-back", 1, 1024,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.max_num_ranges; }));
+    o.push_back(str_opt("kv_cache.scale_granularity", "cache",
+                        "quantized buffers: a scale per token and head (head) or per token over all heads (token)", {"head", "token"},
+                        [](RunConfig& c) -> std::string& { return c.kv_cache.scale_granularity; }));
+    o.push_back(int_opt("kv_cache.budget_bytes", "cache",
+                        "sets cache_length: all layers' stored K/V bytes per sequence (codes and scales) for this policy x buffer (0: off)",
+                        0, int64_t(1) << 50, [](RunConfig& c) -> int64_t& { return c.kv_cache.budget_bytes; }));
+    o.push_back(float_opt("kv_cache.budget_ratio", "cache",
+                          "sets cache_length: this fraction of the dense cache's bytes (seq_length tokens in the activation dtype; 0: off)",
+                          0.0, 1000.0, [](RunConfig& c) -> double& { return c.kv_cache.budget_ratio; }));
     o.push_back(int_opt("kv_cache.paged_block_size", "cache", "paged storage block size in slots (0: not paged)", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
     o.push_back(int_opt("kv_cache.kivi_group_size", "cache", "kivi2/kivi4: slots per key group and channels per value group", 8, 4096,
@@ -487,8 +496,9 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
     const int64_t L = c.kv_cache.cache_length;
     const PolicyInfo* info = find_policy(policy);
     const bool evicts = info && info->needs_cache_length;
-    if (evicts && L == 0 && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
-        p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "'"));
+    const bool budget = c.kv_cache.budget_bytes != 0 || c.kv_cache.budget_ratio != 0.0;  // sets the length with the model
+    if (evicts && L == 0 && !budget && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
+        p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "' (or a --kv_cache.budget_bytes / budget_ratio)"));
     // A policy that never drops a token fills its cache and then has nowhere to put the next
     // chunk: refuse before the run, with the numbers, rather than fail at that chunk.
     const RunModeInfo* mode = find_run_mode(c.mode);

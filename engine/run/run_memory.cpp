@@ -31,22 +31,24 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     // not tokenized yet; it only adds).
     const uint64_t T = uint64_t(std::max<int64_t>(1, gen ? cfg.generate.max_new_tokens : cfg.data.seq_length));
     const std::string t_cause = gen ? str("max_new_tokens ", T) : str("seq_length ", T);
+    // A byte budget sets the cache length here as in the cache itself (engine/kv/kv_cache.cpp).
+    const KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, int64_t(nl), int64_t(G), int64_t(D), dt, int64_t(T));
     const uint64_t chunk = uint64_t(std::max<int64_t>(1, std::min<int64_t>(cfg.driver.chunk_size, int64_t(T))));
 
     // KV cache: K and V of every layer, (B, G, L, D) each (both counted: `pair` bytes per
     // element), plus one int32 position per slot.
     auto layer_slots = [&](uint64_t l) {  // L of layer l
         int64_t L = int64_t(T);
-        if (cfg.kv_cache.layer_cache_lengths.empty() || l < cfg.kv_cache.layer_cache_lengths.size())
-            L = cfg.kv_cache.length_for_layer(int64_t(l), int64_t(T), int64_t(nl));
+        if (kc.layer_cache_lengths.empty() || l < kc.layer_cache_lengths.size())
+            L = kc.length_for_layer(int64_t(l), int64_t(T), int64_t(nl));
         return uint64_t(std::max<int64_t>(L, 0));
     };
     uint64_t slots = 0;  // sum over layers of L
     for (uint64_t l = 0; l < nl; ++l) slots = checked_add(slots, layer_slots(l), "the KV cache size");
-    const std::string kv_cause = cfg.kv_cache.cache_length > 0 ? str("cache_length ", cfg.kv_cache.cache_length) : t_cause;
+    const std::string kv_cause = kc.cache_length > 0 ? str("cache_length ", kc.cache_length) : t_cause;
     const uint64_t cells = checked_mul({slots, B, G}, "the KV cache size");
-    const uint64_t pair = kv_pair_bytes(cfg.kv_cache, dt);
-    const uint64_t bs = uint64_t(std::max<int64_t>(cfg.kv_cache.paged_block_size, 0));
+    const uint64_t pair = kv_pair_bytes(kc, dt);
+    const uint64_t bs = uint64_t(std::max<int64_t>(kc.paged_block_size, 0));
     if (bs == 0) {
         items.push_back({kv_cause, "KV", checked_mul({cells, D, pair}, "the KV cache size")});
     } else {
@@ -68,7 +70,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
         items.push_back({bs_cause, "block tables", checked_mul({blocks, B, 4}, "the block tables")});
         items.push_back({kv_cause, "paged gather", checked_mul({widest, B, G, D, pair}, "the paged gather")});
     }
-    if (cfg.kv_cache.policy() != "dense") items.push_back({kv_cause, "scores and slot positions", checked_mul({cells, 4}, "the KV cache size")});
+    if (kc.policy() != "dense") items.push_back({kv_cause, "scores and slot positions", checked_mul({cells, 4}, "the KV cache size")});
 
     // The samples' token ids and targets, and the RoPE tables as wide as the sequence.
     items.push_back({t_cause, "token ids", checked_mul({T, B, 8}, "the token buffers")});

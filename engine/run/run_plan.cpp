@@ -10,7 +10,8 @@
 namespace kv {
 
 KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DType act_dtype) {
-    KVCacheConfig kc = cfg.kv_cache;
+    // A byte budget becomes the cache length here, so the chunk plan and the cache agree on it.
+    KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, mc.num_layers, mc.num_kv_heads, mc.head_dim, act_dtype, cfg.data.seq_length);
     kc.dtype = act_dtype;
     if (kc.max_chunk_size == 0) {
         kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;

@@ -15,6 +15,19 @@
 //   Q4_0  llama.cpp: blocks of 32, f16 d = m / -8 (m = value of largest magnitude),
 //         q = min(15, trunc(x/d + 8.5)); byte j = q[j] (low nibble) | q[j+16] (high nibble).
 //         Block: f16 d + 16 bytes.                                 bits/elem = 4.5
+//   FP8_E4M3 / FP8_E5M2  OCP 8-bit floating point (E4M3: bias 7, no inf, max 448, NaN
+//         S.1111.111; E5M2: bias 15, IEEE-like, max 57344), round to nearest even, saturating.
+//         One dynamic scale per row, s = amax / max: a row of one head (per-head scales) or of
+//         all heads of a token. Row: n codes, f32 s; x = decode(code) * s.  bits/elem = 8 + 32/n
+//   NVFP4 NVIDIA's FP4: E2M1 codes {0, 0.5, 1, 1.5, 2, 3, 4, 6}, blocks of 16 with an E4M3
+//         block scale, one f32 scale per row sg = amax / (448 * 6). Block scale code
+//         e4m3((bamax / 6) / sg); x = e2m1(q) * (e4m3(code) * sg). Row: n/2 bytes (element 2j
+//         in the low nibble, 2j + 1 in the high), n/16 E4M3 codes, f32 sg.
+//                                                                  bits/elem = 4.5 + 32/n
+//   MXFP4 OCP MX v1.0: blocks of 32 E2M1 codes sharing an E8M0 scale X = 2^(floor(log2
+//         amax) - 2) (2: E2M1's largest exponent), elements e2m1(x / X), saturating at 6.
+//         Block (ggml's block_mxfp4): E8M0 byte, 16 bytes (element j in the low nibble,
+//         j + 16 in the high).                                     bits/elem = 4.25
 #pragma once
 
 #include <cstdint>
@@ -24,7 +37,7 @@
 
 namespace kv {
 
-enum class QuantFormat : uint8_t { Q8 = 0, Q4, NF4, Q8_0, Q4_0, COUNT };
+enum class QuantFormat : uint8_t { Q8 = 0, Q4, NF4, Q8_0, Q4_0, FP8_E4M3, FP8_E5M2, NVFP4, MXFP4, COUNT };
 
 // ---- traits ------------------------------------------------------------------------------
 // Elements per block (0: the whole row is one block).
@@ -32,7 +45,9 @@ KV_HD int quant_block_elems(QuantFormat f) {
     switch (f) {
         case QuantFormat::NF4: return 64;
         case QuantFormat::Q8_0:
-        case QuantFormat::Q4_0: return 32;
+        case QuantFormat::Q4_0:
+        case QuantFormat::MXFP4: return 32;
+        case QuantFormat::NVFP4: return 16;
         default: return 0;
     }
 }
@@ -41,7 +56,9 @@ KV_HD int quant_block_elems(QuantFormat f) {
 KV_HD bool quant_row_ok(QuantFormat f, int64_t n) {
     if (n <= 0) return false;
     switch (f) {
-        case QuantFormat::Q8: return true;
+        case QuantFormat::Q8:
+        case QuantFormat::FP8_E4M3:
+        case QuantFormat::FP8_E5M2: return true;
         case QuantFormat::Q4: return n % 2 == 0;
         default: return n % quant_block_elems(f) == 0;
     }
@@ -55,6 +72,10 @@ KV_HD int64_t quant_row_bytes(QuantFormat f, int64_t n) {
         case QuantFormat::NF4: return n / 64 * (32 + 4);
         case QuantFormat::Q8_0: return n / 32 * (2 + 32);
         case QuantFormat::Q4_0: return n / 32 * (2 + 16);
+        case QuantFormat::FP8_E4M3:
+        case QuantFormat::FP8_E5M2: return n + 4;
+        case QuantFormat::NVFP4: return n / 2 + n / 16 + 4;
+        case QuantFormat::MXFP4: return n / 32 * (1 + 16);
         default: return 0;
     }
 }
@@ -250,6 +271,141 @@ KV_HD void dequantize_block_q4_0(const uint8_t* in, float* y) {
     }
 }
 
+// ---- minifloats: OCP FP8 (E4M3, E5M2), E2M1 (FP4) and E8M0 scales --------------------------
+// f32 -> a sign-magnitude minifloat with M mantissa bits and exponent bias `bias`: round to
+// nearest, ties to the even code, |x| > maxv (inf included) saturates to max_code; the sign bit
+// (bit sign_bit) follows x, so -0 and tiny negatives give negative zero. NaN gives nan_code.
+// All steps are exact in f32: the scaling by 2^-(e - M) is a power of two.
+KV_HD uint8_t minifloat_encode(float x, int M, int bias, float maxv, uint8_t max_code, uint8_t nan_code, int sign_bit) {
+    if (x != x) return nan_code;
+    const uint32_t xb = f32_bits(x);
+    const uint8_t s = uint8_t((xb >> 31) << sign_bit);
+    const float a = bits_f32(xb & 0x7fffffffu);
+    if (a > maxv) return uint8_t(s | max_code);
+    int e = int((xb >> 23) & 0xffu) - 127;  // floor(log2 a) for a normal f32
+    const int emin = 1 - bias;
+    if (e < emin) e = emin;  // the target's subnormal range (f32 subnormals and 0 included)
+    const float inv_q = bits_f32(uint32_t(127 - (e - M)) << 23);  // 2^-(e - M): the code step's inverse
+    int n = int(round_half_even(a * inv_q));  // in [0, 2^(M+1)]; never past maxv (a <= maxv is representable)
+    if (n == (2 << M)) e += 1, n = 1 << M;    // rounded up into the next binade
+    const int field = n >= (1 << M) ? e + bias : 0;
+    const int mant = n >= (1 << M) ? n - (1 << M) : n;
+    return uint8_t(s | (field << M) | mant);
+}
+
+// The magnitude of a finite code (no specials): subnormal m * 2^(1-bias-M), normal (2^M + m) * 2^(E-bias-M).
+KV_HD float minifloat_decode(uint8_t c, int M, int bias, int sign_bit) {
+    const int field = (c >> M) & ((1 << (sign_bit - M)) - 1), mant = c & ((1 << M) - 1);
+    const int e = (field == 0 ? 1 : field) - bias - M;
+    const float v = float(field == 0 ? mant : (1 << M) + mant) * bits_f32(uint32_t(127 + e) << 23);
+    return (c >> sign_bit) & 1 ? -v : v;
+}
+
+constexpr float kE4M3Max = 448.0f, kE5M2Max = 57344.0f, kE2M1Max = 6.0f;
+
+KV_HD uint8_t f32_to_e4m3(float x) { return minifloat_encode(x, 3, 7, kE4M3Max, 0x7e, 0x7f, 7); }
+KV_HD float e4m3_to_f32(uint8_t c) { return (c & 0x7f) == 0x7f ? bits_f32(0x7fc00000u) : minifloat_decode(c, 3, 7, 7); }
+KV_HD uint8_t f32_to_e5m2(float x) { return minifloat_encode(x, 2, 15, kE5M2Max, 0x7b, 0x7f, 7); }
+KV_HD float e5m2_to_f32(uint8_t c) {
+    if ((c & 0x7c) != 0x7c) return minifloat_decode(c, 2, 15, 7);
+    if (c & 0x03) return bits_f32(0x7fc00000u);  // S.11111.mm, mm != 0: NaN
+    return bits_f32(c & 0x80 ? 0xff800000u : 0x7f800000u);
+}
+// E2M1 has no NaN: NaN encodes as 0.
+KV_HD uint8_t f32_to_e2m1(float x) { return minifloat_encode(x, 1, 1, kE2M1Max, 0x7, 0x0, 3); }
+KV_HD float e2m1_to_f32(uint8_t c) { return minifloat_decode(uint8_t(c & 0xf), 1, 1, 3); }
+// E8M0 (OCP MX scale): 2^(c - 127), 0xff NaN; code 0 is 2^-127, an f32 subnormal.
+KV_HD float e8m0_to_f32(uint8_t c) {
+    if (c == 0xff) return bits_f32(0x7fc00000u);
+    return c == 0 ? bits_f32(0x00400000u) : bits_f32(uint32_t(c) << 23);
+}
+// floor(log2 a) for finite a > 0 (f32 subnormals included).
+KV_HD int floor_log2_f32(float a) {
+    const uint32_t b = f32_bits(a) & 0x7fffffffu;
+    if (b >> 23) return int(b >> 23) - 127;
+    int e = -127;
+    for (uint32_t m = b; m < (1u << 22); m <<= 1) --e;  // subnormal: m * 2^-149
+    return e;
+}
+
+// ---- FP8 rows -----------------------------------------------------------------------------
+KV_HD void quantize_row_fp8(const float* x, int64_t n, bool e5m2, uint8_t* out) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    const float s = amax / (e5m2 ? kE5M2Max : kE4M3Max);
+    for (int64_t i = 0; i < n; ++i) out[i] = s > 0.0f ? (e5m2 ? f32_to_e5m2(x[i] / s) : f32_to_e4m3(x[i] / s)) : uint8_t(0);
+    put_f32(out + n, s);
+}
+
+KV_HD void dequantize_row_fp8(const uint8_t* in, int64_t n, bool e5m2, float* y) {
+    const float s = get_f32(in + n);
+    for (int64_t i = 0; i < n; ++i) y[i] = (e5m2 ? e5m2_to_f32(in[i]) : e4m3_to_f32(in[i])) * s;
+}
+
+// ---- NVFP4 rows ---------------------------------------------------------------------------
+KV_HD void quantize_row_nvfp4(const float* x, int64_t n, uint8_t* out) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    const float sg = amax / (kE4M3Max * kE2M1Max);
+    uint8_t* scales = out + n / 2;
+    for (int64_t b = 0; b < n / 16; ++b) {
+        const float* xb = x + b * 16;
+        float bamax = 0.0f;
+        for (int i = 0; i < 16; ++i) {
+            const float a = xb[i] < 0.0f ? -xb[i] : xb[i];
+            bamax = a > bamax ? a : bamax;
+        }
+        const uint8_t sc = sg > 0.0f ? f32_to_e4m3((bamax / kE2M1Max) / sg) : uint8_t(0);
+        const float d = e4m3_to_f32(sc) * sg;
+        scales[b] = sc;
+        for (int i = 0; i < 16; i += 2) {
+            const uint8_t lo = d > 0.0f ? f32_to_e2m1(xb[i] / d) : uint8_t(0), hi = d > 0.0f ? f32_to_e2m1(xb[i + 1] / d) : uint8_t(0);
+            out[b * 8 + i / 2] = uint8_t(lo | (hi << 4));
+        }
+    }
+    put_f32(out + n / 2 + n / 16, sg);
+}
+
+KV_HD void dequantize_row_nvfp4(const uint8_t* in, int64_t n, float* y) {
+    const float sg = get_f32(in + n / 2 + n / 16);
+    for (int64_t b = 0; b < n / 16; ++b) {
+        const float d = e4m3_to_f32(in[n / 2 + b]) * sg;
+        for (int i = 0; i < 16; i += 2) {
+            const uint8_t byte = in[b * 8 + i / 2];
+            y[b * 16 + i] = e2m1_to_f32(byte & 0xf) * d;
+            y[b * 16 + i + 1] = e2m1_to_f32(byte >> 4) * d;
+        }
+    }
+}
+
+// ---- MXFP4 blocks -------------------------------------------------------------------------
+KV_HD void quantize_block_mxfp4(const float* x, uint8_t* out) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+        const float a = x[i] < 0.0f ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    int se = amax > 0.0f && amax <= 3.4028234663852886e38f ? floor_log2_f32(amax) - 2 : -127;
+    se = se < -127 ? -127 : (se > 127 ? 127 : se);
+    out[0] = uint8_t(se + 127);
+    const float X = e8m0_to_f32(out[0]);
+    for (int j = 0; j < 16; ++j) out[1 + j] = uint8_t(f32_to_e2m1(x[j] / X) | (f32_to_e2m1(x[j + 16] / X) << 4));
+}
+
+KV_HD void dequantize_block_mxfp4(const uint8_t* in, float* y) {
+    const float X = e8m0_to_f32(in[0]);
+    for (int j = 0; j < 16; ++j) {
+        y[j] = e2m1_to_f32(in[1 + j] & 0xf) * X;
+        y[j + 16] = e2m1_to_f32(in[1 + j] >> 4) * X;
+    }
+}
+
 // ---- rows ---------------------------------------------------------------------------------
 // Quantize one row of n elements (quant_row_ok(f, n) must hold) into quant_row_bytes(f, n) bytes.
 KV_HD void quantize_row(QuantFormat f, const float* x, int64_t n, uint8_t* out) {
@@ -264,6 +420,12 @@ KV_HD void quantize_row(QuantFormat f, const float* x, int64_t n, uint8_t* out) 
             break;
         case QuantFormat::Q4_0:
             for (int64_t b = 0; b < n / 32; ++b) quantize_block_q4_0(x + b * 32, out + b * 18);
+            break;
+        case QuantFormat::FP8_E4M3: quantize_row_fp8(x, n, false, out); break;
+        case QuantFormat::FP8_E5M2: quantize_row_fp8(x, n, true, out); break;
+        case QuantFormat::NVFP4: quantize_row_nvfp4(x, n, out); break;
+        case QuantFormat::MXFP4:
+            for (int64_t b = 0; b < n / 32; ++b) quantize_block_mxfp4(x + b * 32, out + b * 17);
             break;
         default: break;
     }
@@ -281,6 +443,12 @@ KV_HD void dequantize_row(QuantFormat f, const uint8_t* in, int64_t n, float* y)
             break;
         case QuantFormat::Q4_0:
             for (int64_t b = 0; b < n / 32; ++b) dequantize_block_q4_0(in + b * 18, y + b * 32);
+            break;
+        case QuantFormat::FP8_E4M3: dequantize_row_fp8(in, n, false, y); break;
+        case QuantFormat::FP8_E5M2: dequantize_row_fp8(in, n, true, y); break;
+        case QuantFormat::NVFP4: dequantize_row_nvfp4(in, n, y); break;
+        case QuantFormat::MXFP4:
+            for (int64_t b = 0; b < n / 32; ++b) dequantize_block_mxfp4(in + b * 17, y + b * 32);
             break;
         default: break;
     }

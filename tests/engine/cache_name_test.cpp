@@ -68,7 +68,10 @@ TEST(CacheName, AliasesMapToTheirCanonicalNames) {
                 EXPECT_EQ(read_cache_name(p + "-" + a), (CacheName{p, b.name})) << p << "-" << a;
             }
         }
-    EXPECT_EQ(aliases, 2);  // torch-quantized8, torch-quantized4
+    EXPECT_EQ(aliases, 5);  // torch-quantized8, torch-quantized4; vLLM's fp8-e4m3, fp8, fp8-e5m2
+    EXPECT_EQ(parse_kv_cache_name("h2o-fp8-e4m3"), (CacheName{"h2o", "fp8_e4m3"}));
+    EXPECT_EQ(parse_kv_cache_name("h2o-orig-fp8"), (CacheName{"h2o-orig", "fp8_e4m3"}));
+    EXPECT_EQ(parse_kv_cache_name("h2o-fp8-e5m2").text(), "h2o-fp8_e5m2");
 }
 
 TEST(CacheName, BadNamesListThePoliciesAndBuffers) {

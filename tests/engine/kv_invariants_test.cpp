@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 
+#include "engine/core/kv_names.h"
 #include "engine/kv/policy_registry.h"
 #include "kv_test_util.h"
 
@@ -19,6 +20,11 @@ struct Combo {
     int64_t grace;
 };
 
+// The format of keys / values of a buffer (asymmetric buffers such as k8v4 differ): the bound
+// of each comes from its own format.
+std::string keys_of(const std::string& b) { return find_buffer(b)->keys_format(); }
+std::string values_of(const std::string& b) { return find_buffer(b)->values_format(); }
+
 bool uses(const PolicyInfo& p, const char* option) { return std::find(p.uses.begin(), p.uses.end(), option) != p.uses.end(); }
 
 // Every registered policy on every buffer it allows (nf4 needs head size 64: the quantized-only
@@ -26,8 +32,12 @@ bool uses(const PolicyInfo& p, const char* option) { return std::find(p.uses.beg
 std::vector<Combo> combos() {
     std::vector<Combo> c;
     for (const PolicyInfo& p : policy_registry()) {
-        const std::vector<std::string> bufs = p.needs_quantized_buffer ? std::vector<std::string>{"q8", "q4", "nf4", "q8_0", "q4_0"}
-                                                                       : std::vector<std::string>{"default", "bf16", "q8", "q4", "q8_0", "q4_0"};
+        const std::vector<std::string> bufs =
+            p.needs_quantized_buffer
+                ? std::vector<std::string>{"q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4",
+                                           "k8v4", "k8v4_0", "kfp8vfp4"}
+                : std::vector<std::string>{"default", "bf16", "q8", "q4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4",
+                                           "k8v4", "k8v4_0", "kfp8vfp4"};
         for (const std::string& b : bufs)
             if (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), b) != p.buffers.end()) c.push_back({p.name, b, 0});
         if (uses(p, "grace_period")) c.push_back({p.name, p.needs_quantized_buffer ? "q8" : "default", 3});
@@ -68,7 +78,7 @@ void pooled_invariants(LayerHarness& h, const Combo& c, int64_t tokens, int64_t 
                 ASSERT_LT(p, tokens) << name;
                 ASSERT_TRUE(seen[size_t(g)].insert(p).second) << name << ": position " << p << " twice in head " << g;
                 const auto& want = h.history[size_t(b * G + g)].at(p);
-                const double tk = buffer_tolerance(c.buffer, want.first, want.first), tv = buffer_tolerance(c.buffer, want.second, want.second);
+                const double tk = buffer_tolerance(keys_of(c.buffer), want.first, want.first), tv = buffer_tolerance(values_of(c.buffer), want.second, want.second);
                 for (int64_t d = 0; d < D; ++d) {
                     ASSERT_NEAR(kb[size_t((b * S + s) * D + d)], want.first[size_t(d)], tk) << name << " key of position " << p << " in pool slot " << s;
                     ASSERT_NEAR(vb[size_t((b * S + s) * D + d)], want.second[size_t(d)], tv) << name << " value of position " << p << " in pool slot " << s;
@@ -92,12 +102,13 @@ TEST_P(KVInvariants, PositionsContentLength) {
     const PolicyInfo& info = *find_policy(c.policy);
     const bool dense = !info.needs_cache_length;
     const int64_t L = dense ? 64 : 24;
-    // nf4 blocks are 64 values: head size 64 (per-head rows). q8_0/q4_0 blocks are 32: with
+    // nf4 blocks are 64 values: head size 64 (per-head rows). q8_0/q4_0/mxfp4 blocks are 32: with
     // head size 16 a block spans both heads, which is checked here with position-only policies;
     // per-row policies put different tokens of the two heads in one block, so a re-quantized
     // block drifts beyond the single-quantization bound — those use head size 32.
     const bool positional = !make_test_policy(name, L)->per_row_positions();
-    const int64_t D = c.buffer == "nf4" ? 64 : ((c.buffer == "q8_0" || c.buffer == "q4_0") && !positional) ? 32 : 16;
+    const bool block32 = c.buffer == "q8_0" || c.buffer == "q4_0" || c.buffer == "mxfp4" || c.buffer == "k8v4_0";
+    const int64_t D = c.buffer == "nf4" ? 64 : (block32 && !positional) ? 32 : 16;
     LayerHarness h(name, L, seed_for(name + std::to_string(c.grace)), c.grace, D);
     std::vector<int64_t> chunks = dense ? std::vector<int64_t>{16, 8, 8, 8, 8, 8, 8}
                                         : std::vector<int64_t>{24, 4, 5, 3, 6, 4, 2, 5, 4, 6, 3, 4, 1, 1, 4};
@@ -139,7 +150,7 @@ TEST_P(KVInvariants, PositionsContentLength) {
                         all_k.insert(all_k.end(), o.first.begin(), o.first.end());
                         all_v.insert(all_v.end(), o.second.begin(), o.second.end());
                     }
-                    const double tk = buffer_tolerance(c.buffer, all_k, want.first), tv = buffer_tolerance(c.buffer, all_v, want.second);
+                    const double tk = buffer_tolerance(keys_of(c.buffer), all_k, want.first), tv = buffer_tolerance(values_of(c.buffer), all_v, want.second);
                     for (int64_t d = 0; d < h.D; ++d) {
                         ASSERT_NEAR(kb[size_t(((b * h.G + g) * T + j) * h.D + d)], want.first[size_t(d)], tk)
                             << name << " key of position " << p << " in slot " << j;

@@ -102,6 +102,12 @@ double buffer_tolerance(const std::string& buffer, const std::vector<float>& all
     if (buffer == "nf4") return a * 0.16 + 1e-5;
     if (buffer == "q8_0") return a / 127.0 * 0.57 + 1e-5;
     if (buffer == "q4_0") return a / 8.0 * 1.01 + 1e-5;
+    // FP8: half a code step, relative 2^-4 (E4M3) / 2^-3 (E5M2) of the row's largest value.
+    // NVFP4: at most the block scale bamax / 6 (+ 1/16 for its E4M3 rounding); MXFP4: 2 X <= amax / 2.
+    if (buffer == "fp8_e4m3") return a / 16.0 + 1e-5;
+    if (buffer == "fp8_e5m2") return a / 8.0 + 1e-5;
+    if (buffer == "nvfp4") return a / 6.0 * 1.07 + 1e-5;
+    if (buffer == "mxfp4") return a / 2.0 + 1e-5;
     if (buffer == "bf16") return a * 0.004 + 1e-6;
     if (buffer == "f16") return a * 0.0005 + 1e-6;
     return 0.0;  // f32 / default: exact

@@ -8,23 +8,23 @@ namespace kv::test {
 namespace {
 
 RegisterOpCases reg([](std::vector<OpCase>& cases) {
-    const char* names[] = {"q8", "q4", "nf4", "q8_0", "q4_0"};
     for (int f = 0; f < int(QuantFormat::COUNT); ++f) {
+        const std::string name = ops::quant_format_name(QuantFormat(f));
         const int64_t n = f >= int(QuantFormat::NF4) ? 128 : 24;
         const int64_t rb = quant_row_bytes(QuantFormat(f), n);
-        cases.push_back({std::string("quantize/f32->") + names[f] + "/3x5xrow", 0.0, [f, n, rb](CaseBuilder& b) {
+        cases.push_back({std::string("quantize/f32->") + name + "/3x5xrow", 0.0, [f, n, rb](CaseBuilder& b) {
                              b.call.op = OpKind::QUANTIZE;
                              b.call.p.qformat = f;
                              b.src(b.input({3, 5, n}, DType::F32, Layout::STRIDED, -3.0, 2.0));
                              b.output({3, 5, rb}, DType::U8);
                          }});
-        cases.push_back({std::string("quantize/bf16->") + names[f] + "/7xrow", 0.0, [f, n, rb](CaseBuilder& b) {
+        cases.push_back({std::string("quantize/bf16->") + name + "/7xrow", 0.0, [f, n, rb](CaseBuilder& b) {
                              b.call.op = OpKind::QUANTIZE;
                              b.call.p.qformat = f;
                              b.src(b.input({7, n}, DType::BF16));
                              b.output({7, rb}, DType::U8);
                          }});
-        cases.push_back({std::string("dequantize/") + names[f] + "->f32/4xrow", 0.0, [f, n, rb](CaseBuilder& b) {
+        cases.push_back({std::string("dequantize/") + name + "->f32/4xrow", 0.0, [f, n, rb](CaseBuilder& b) {
                              b.call.op = OpKind::DEQUANTIZE;
                              b.call.p.qformat = f;
                              // Bytes from quantizing random values (any byte pattern would do for

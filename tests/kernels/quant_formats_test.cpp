@@ -83,6 +83,12 @@ TEST(QuantFormats, ErrorBoundsPerFormat) {
                     // d is rounded to f16 (relative 2^-11), which moves the grid by up to 127 * d * 2^-11.
                     case QuantFormat::Q8_0: bound = amax / 127.0 * (0.5 + 127.0 / 2048.0) + 1e-6; break;
                     case QuantFormat::Q4_0: bound = amax / 8.0 * (1.0 + 8.0 / 2048.0) + 1e-6; break;
+                    // half a code step relative to the row's largest value (fp_formats_test: per element)
+                    case QuantFormat::FP8_E4M3: bound = amax / 16.0 + 1e-6; break;
+                    case QuantFormat::FP8_E5M2: bound = amax / 8.0 + 1e-6; break;
+                    // the block scale bamax / 6, rounded to E4M3 (1/16); MXFP4: 2 X <= amax / 2
+                    case QuantFormat::NVFP4: bound = amax / 6.0 * (1.0 + 1.0 / 16.0) + 1e-6; break;
+                    case QuantFormat::MXFP4: bound = amax / 2.0 + 1e-6; break;
                     default: break;
                 }
                 for (int64_t i = b0; i < b0 + blk; ++i)

@@ -331,6 +331,36 @@ const float kNf4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39
                         0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
                         0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
 
+// Minifloats from their definition: the value of every magnitude code in f64, and the encoder
+// as the nearest of them (ties to the even code, beyond the largest: the largest), instead of
+// the kernels' bit arithmetic.
+struct RefMini {
+    int M, bias, max_code;  // mantissa bits, exponent bias, largest finite magnitude code
+    double value(int c) const {
+        const int field = c >> M, mant = c & ((1 << M) - 1);
+        return field == 0 ? std::ldexp(double(mant), 1 - bias - M) : std::ldexp(1.0 + std::ldexp(double(mant), -M), field - bias);
+    }
+    int encode(double x) const {  // magnitude code of |x| (finite x)
+        const double a = std::fabs(x);
+        if (a >= value(max_code)) return max_code;
+        int best = 0;
+        double bd = a;
+        for (int c = 1; c <= max_code; ++c) {
+            const double d = std::fabs(a - value(c));
+            if (d < bd || (d == bd && c % 2 == 0)) best = c, bd = d;
+        }
+        return best;
+    }
+};
+const RefMini kRefE4M3{3, 7, 0x7e}, kRefE5M2{2, 15, 0x7b}, kRefE2M1{1, 1, 7};
+uint8_t ref_fp8(const RefMini& m, float x) {
+    if (std::isnan(x)) return 0x7f;
+    return uint8_t((std::signbit(x) ? 0x80 : 0) | m.encode(x));
+}
+uint8_t ref_fp4(float x) { return std::isnan(x) ? 0 : uint8_t((std::signbit(x) ? 8 : 0) | kRefE2M1.encode(x)); }
+float ref_fp8_value(const RefMini& m, uint8_t c) { return float((c & 0x80 ? -1.0 : 1.0) * m.value(c & 0x7f)); }
+float ref_fp4_value(uint8_t c) { return float((c & 8 ? -1.0 : 1.0) * kRefE2M1.value(c & 7)); }
+
 void ref_quantize_row(int fmt, const std::vector<float>& x, std::vector<uint8_t>& out) {
     const size_t n = x.size();
     auto put32 = [&](size_t at, uint32_t v) {
@@ -401,6 +431,48 @@ void ref_quantize_row(int fmt, const std::vector<float>& x, std::vector<uint8_t>
                 out[b * 18 + 2 + j] = uint8_t(q0 + 16 * q1);
             }
         }
+    } else if (fmt == int(QuantFormat::FP8_E4M3) || fmt == int(QuantFormat::FP8_E5M2)) {
+        const bool e5 = fmt == int(QuantFormat::FP8_E5M2);
+        out.assign(n + 4, 0);
+        float amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        const float s = amax / float((e5 ? kRefE5M2 : kRefE4M3).value((e5 ? kRefE5M2 : kRefE4M3).max_code));
+        for (size_t i = 0; i < n; ++i) out[i] = s > 0 ? ref_fp8(e5 ? kRefE5M2 : kRefE4M3, x[i] / s) : 0;
+        uint32_t u;
+        std::memcpy(&u, &s, 4);
+        put32(n, u);
+    } else if (fmt == int(QuantFormat::NVFP4)) {
+        out.assign(n / 2 + n / 16 + 4, 0);
+        float amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        const float sg = amax / (448.0f * 6.0f);
+        for (size_t b = 0; b < n / 16; ++b) {
+            float bamax = 0;
+            for (size_t i = 0; i < 16; ++i) bamax = std::max(bamax, std::fabs(x[b * 16 + i]));
+            const uint8_t sc = sg > 0 ? ref_fp8(kRefE4M3, (bamax / 6.0f) / sg) : 0;
+            const float d = ref_fp8_value(kRefE4M3, sc) * sg;
+            out[n / 2 + b] = sc;
+            for (size_t i = 0; i < 16; ++i) {
+                const uint8_t q = d > 0 ? ref_fp4(x[b * 16 + i] / d) : 0;
+                out[(b * 16 + i) / 2] |= uint8_t(i % 2 == 0 ? q : q << 4);
+            }
+        }
+        uint32_t u;
+        std::memcpy(&u, &sg, 4);
+        put32(n / 2 + n / 16, u);
+    } else if (fmt == int(QuantFormat::MXFP4)) {
+        out.assign(n / 32 * 17, 0);
+        for (size_t b = 0; b < n / 32; ++b) {
+            double amax = 0;
+            for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(x[b * 32 + i])));
+            const int se = amax > 0 ? std::clamp(int(std::floor(std::log2(amax))) - 2, -127, 127) : -127;
+            out[b * 17] = uint8_t(se + 127);
+            const float X = float(std::ldexp(1.0, se));
+            for (size_t i = 0; i < 32; ++i) {
+                const uint8_t q = ref_fp4(x[b * 32 + i] / X);
+                out[b * 17 + 1 + i % 16] |= uint8_t(i < 16 ? q : q << 4);
+            }
+        }
     }
 }
 
@@ -441,6 +513,22 @@ void ref_dequantize_row(int fmt, const uint8_t* in, size_t n, std::vector<float>
                 y[b * 32 + j] = float(in[b * 18 + 2 + j] % 16 - 8) * d;
                 y[b * 32 + j + 16] = float(in[b * 18 + 2 + j] / 16 - 8) * d;
             }
+        }
+    } else if (fmt == int(QuantFormat::FP8_E4M3) || fmt == int(QuantFormat::FP8_E5M2)) {
+        const RefMini& m = fmt == int(QuantFormat::FP8_E5M2) ? kRefE5M2 : kRefE4M3;
+        const float s = getf(n);
+        for (size_t i = 0; i < n; ++i) y[i] = ref_fp8_value(m, in[i]) * s;
+    } else if (fmt == int(QuantFormat::NVFP4)) {
+        const float sg = getf(n / 2 + n / 16);
+        for (size_t i = 0; i < n; ++i) {
+            const float d = ref_fp8_value(kRefE4M3, in[n / 2 + i / 16]) * sg;
+            y[i] = ref_fp4_value(uint8_t(i % 2 == 0 ? in[i / 2] % 16 : in[i / 2] / 16)) * d;
+        }
+    } else if (fmt == int(QuantFormat::MXFP4)) {
+        for (size_t i = 0; i < n; ++i) {
+            const size_t b = i / 32, j = i % 32;
+            const uint8_t byte = in[b * 17 + 1 + j % 16];
+            y[i] = ref_fp4_value(uint8_t(j < 16 ? byte % 16 : byte / 16)) * float(std::ldexp(1.0, int(in[b * 17]) - 127));
         }
     }
 }
