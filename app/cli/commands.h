@@ -16,6 +16,7 @@ void apply_global_options(const Args& args);
 
 int cmd_bench(int argc, char** argv, int first);
 int cmd_version(int argc, char** argv, int first);
+int cmd_list(int argc, char** argv, int first);  // cmd_list.cpp: kvlab list policies|buffers|modes|presets
 int cmd_eval(int argc, char** argv, int first, const std::string& mode);  // eval_long, infer, finetune_*
 int cmd_generate(int argc, char** argv, int first);
 int cmd_compare(int argc, char** argv, int first);

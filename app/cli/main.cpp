@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "commands_storage.h"
+#include "engine/core/join.h"
 #include "engine/core/run_mode.h"
 #include "engine/backend/backend_registry.h"
 #include "engine/core/device.h"
@@ -70,6 +71,7 @@ void print_usage(FILE* out) {
                  "  diff FILE A B    where two runs' time and memory differ: spans, phases, peak per category\n"
                  "  calibrate duo MODEL -o FILE  DuoAttention's per-head gates (retrieval vs streaming heads)\n"
                  "  bench ops|model|cache|telemetry   ratios of our speed to this machine's ceilings\n"
+                 "  list WHAT        policies, buffers, modes or presets of this build (--format tsv|json for scripts)\n"
                  "  version          version, build options and available backends\n"
                  "  help             this text\n\n"
                  "global options:\n%s\n"
@@ -96,7 +98,9 @@ int run(int argc, char** argv) {
     if (cmd == "plot") return cmd_plot(argc, argv, 2);
     if (cmd == "calibrate") return cmd_calibrate(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") return cmd_version(argc, argv, 2);
-    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: eval_long, infer, generate, finetune_long_lora, finetune_long_full, finetune_offload_lora, finetune_offload_full, runs, compare, sweep, plot, export, sql, diff, calibrate, bench, version, help\n", cmd.c_str());
+    if (cmd == "list") return cmd_list(argc, argv, 2);
+    std::fprintf(stderr, "kvlab: unknown command '%s'; expected one of: %s, runs, compare, sweep, plot, export, sql, diff, calibrate, bench, list, version, help\n",
+                 cmd.c_str(), join(run_mode_names(), ", ").c_str());
     return 2;
 }
 

@@ -1,5 +1,7 @@
-"""snapkv in Python: the chunk's last `window` queries vote with their attention, pooled over
-`kernel` neighbouring positions (zero padding counted) — the built-in snapkv, in NumPy.
+"""snapkv in Python: the chunk's last `window` queries vote with their attention, average-pooled
+over `kernel` neighbouring positions (zero padding counted) before the window, and the window
+itself is kept (its tokens take the layer's highest score) — SnapKV's published rule, as the
+built-in snapkv, in NumPy.
 
     kvlab.register_policy("snapkv_py", SnapKV)   # then kv_cache.name "snapkv_py-default"
 """
@@ -9,7 +11,7 @@ POLICY_NAME = "snapkv_py"
 
 
 class SnapKV:
-    """snapkv in Python: last-window attention votes, average-pooled over neighbours"""
+    """snapkv in Python: last-window attention votes pooled before the window; the window kept"""
 
     needs = ("attention",)
 
@@ -22,12 +24,27 @@ class SnapKV:
 
     def update(self, f):
         T, half = f.length, self.kernel // 2
-        order = np.argsort(f.positions[:, :T], axis=1, kind="stable")  # neighbours in the sequence
-        votes = np.take_along_axis(f.weights, order, axis=1)
-        padded = np.zeros((f.rows, T + 2 * half), np.float32)
-        padded[:, half:half + T] = votes
-        pooled = np.zeros((f.rows, T), np.float32)
-        for k in range(2 * half + 1):  # left to right, as the built-in sums
-            pooled += padded[:, k:k + T]
-        pooled /= np.float32(self.kernel)
-        np.put_along_axis(f.scores[:, :T], order, pooled, axis=1)
+        first = f.input_pos - min(self.attention_window, f.n)  # the window: positions [first, input_pos)
+        top = np.float32(-np.inf)
+        for r in range(f.rows):
+            pos = f.positions[r, :T]
+            order = np.argsort(pos, kind="stable")  # neighbours in the sequence
+            sorted_pos = pos[order]
+            lo = int(np.searchsorted(sorted_pos, 0))      # empty slots (-1) first
+            m = int(np.searchsorted(sorted_pos, first))   # pooled: the positions before the window
+            f.scores[r, order[:lo]] = 0
+            if m == lo:
+                continue
+            votes = f.weights[r, order[lo:m]]
+            padded = np.zeros(m - lo + 2 * half, np.float32)
+            padded[half:half + m - lo] = votes
+            pooled = np.zeros(m - lo, np.float32)
+            for k in range(2 * half + 1):  # left to right, as the built-in sums
+                pooled += padded[k:k + m - lo]
+            pooled /= np.float32(self.kernel)
+            f.scores[r, order[lo:m]] = pooled
+            top = max(top, pooled.max())
+        if top == -np.inf:
+            top = np.float32(0)
+        window = f.positions[:, :T] >= first
+        f.scores[:, :T][window] = top

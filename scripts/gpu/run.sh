@@ -153,28 +153,52 @@ elif [ "$gdev" != cpu ]; then
   sed -i "1a # device: $(tail -1 "$logs/gpu.device.log")" "$summary"
 fi
 
-# ---- the eval_long matrix: every policy x buffer, CPU and GPU ------------------------------
-policies="dense lastrec smart-lastrec streaming h2o h2o-orig h2o-vlen qh2o qh2o-vlen tova snapkv knorm random pyramidkv rkv expected-attention"  # engine/kv/policy_registry.cpp
-buffers="default f32 bf16 f16 q8 q4 nf4 q8_0 q4_0"
-matrix() {  # every valid {policy}-{buffer} (qh2o needs a quantized buffer)
-  for p in $policies; do
-    for b in $buffers; do
-      case "$p-$b" in qh2o-default|qh2o-f32|qh2o-bf16|qh2o-f16|qh2o-vlen-default|qh2o-vlen-f32|qh2o-vlen-bf16|qh2o-vlen-f16) continue ;; esac
-      echo "$p-$b"
-    done
-  done
+# ---- the eval_long matrix: every registered policy and buffer, CPU and GPU -----------------
+# From the registries of the kit's own kvlab (`kvlab list`), so a new policy or buffer joins
+# without an edit here: every policy on default and q8 (where its descriptor allows them), and
+# every buffer under h2o (attention-weight scores) and lastrec (positions only).
+"$bin/kvlab" list policies --format tsv | tail -n +2 >"$work/policies.tsv"
+buffers=$("$bin/kvlab" list buffers)
+export work
+buffer_allowed() {  # ALLOWED BUFFER: the descriptor's list ("all" or a comma list) holds it
+  [ "$1" = all ] || [[ ",$1," == *",$2,"* ]]
+}
+matrix() {
+  {
+    while IFS=$'\t' read -r name allowed _; do
+      for b in default q8; do buffer_allowed "$allowed" "$b" && echo "$name-$b"; done
+    done <"$work/policies.tsv"
+    for b in $buffers; do for p in h2o lastrec; do echo "$p-$b"; done; done
+  } | sort -u
+}
+# The registry's required options and cache length of the cache's policy (its longest name
+# prefix), one argument per line: smart-lastrec's regex, duo's gate pattern, 0 for dense.
+policy_args() {
+  local cache=$1 best="" req="" len=128 name allowed r text needs_len _rest
+  while IFS=$'\t' read -r name allowed r text needs_len _rest; do
+    if [[ "$cache" == "$name-"* ]] && [ ${#name} -gt ${#best} ]; then
+      best=$name req=$r
+      [ "$needs_len" = 0 ] && len=0 || len=128
+    fi
+  done <"$work/policies.tsv"
+  printf -- '--kv_cache.cache_length\n%s\n' "$len"
+  local kv
+  IFS=';' read -ra kv <<<"$req"
+  for x in "${kv[@]}"; do [ -n "$x" ] && printf -- '--%s\n%s\n' "${x%%=*}" "${x#*=}"; done
+  return 0
 }
 # eval_one MODEL DEVICE CACHE DIR THREADS: one eval_long run into DIR/CACHE.kvlab.
 eval_one() {  # every chunk's scores are kept (--telemetry.score_interval 1): the tie check reads them
-  local model=$1 dev=$2 cache=$3 dir=$4 threads=$5 len=128 extra=()
+  local model=$1 dev=$2 cache=$3 dir=$4 threads=$5 extra=()
+  mapfile -t extra < <(policy_args "$cache")
   case "$cache" in
-    dense-*) len=0 ;;
-    smart-lastrec-*) extra=(--kv_cache.end_initial_regex 'memorize it\.') ;;  # the end of the passkey task's instruction
+    smart-lastrec-*) extra+=(--kv_cache.end_initial_regex 'memorize it\.') ;;  # the end of the passkey task's instruction
   esac
   "$bin/kvlab" eval_long "$model" --device "$dev" --threads "$threads" --data passkey --data.seq_length 512 \
-    --data.num_samples 1 --kv_cache.name "$cache" --kv_cache.cache_length "$len" --kv_cache.chunk_size 32 \
+    --data.num_samples 1 --kv_cache.name "$cache" --kv_cache.chunk_size 32 \
     --telemetry.cupti false --telemetry.score_interval 1 "${extra[@]}" --session "$dir/$cache.kvlab" >"$dir/$cache.log" 2>&1 || echo "exit $?" >>"$dir/$cache.log"
 }
+export -f buffer_allowed policy_args
 export -f eval_one
 export bin
 # eval_matrix NAME MODEL DEVICE_B CACHES...: runs every cache on cpu and DEVICE_B, compares each pair.
