@@ -146,23 +146,33 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
     lin("model.embed_tokens.weight", {c.vocab_size, E});
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        norm(p + "input_layernorm.weight", E);
-        lin(p + "self_attn.q_proj.weight", {Q, E});
-        lin(p + "self_attn.k_proj.weight", {K, E});
-        lin(p + "self_attn.v_proj.weight", {K, E});
+        if (c.norm_placement != NormPlacement::POST) norm(p + "input_layernorm.weight", E);
+        if (c.norm_placement == NormPlacement::BOTH) norm(p + "pre_feedforward_layernorm.weight", E);
+        if (c.norm_placement != NormPlacement::PRE) norm(p + "post_feedforward_layernorm.weight", E);
+        if (c.fused_projections) {
+            lin(p + "self_attn.qkv_proj.weight", {Q + 2 * K, E});
+        } else {
+            lin(p + "self_attn.q_proj.weight", {Q, E});
+            lin(p + "self_attn.k_proj.weight", {K, E});
+            lin(p + "self_attn.v_proj.weight", {K, E});
+        }
         if (c.qkv_bias) {
             lin(p + "self_attn.q_proj.bias", {Q});
             lin(p + "self_attn.k_proj.bias", {K});
             lin(p + "self_attn.v_proj.bias", {K});
         }
         if (c.qk_norm) {
-            norm(p + "self_attn.q_norm.weight", c.head_dim);
-            norm(p + "self_attn.k_norm.weight", c.head_dim);
+            norm(p + "self_attn.q_norm.weight", c.qk_norm_whole ? Q : c.head_dim);
+            norm(p + "self_attn.k_norm.weight", c.qk_norm_whole ? K : c.head_dim);
         }
         lin(p + "self_attn.o_proj.weight", {E, Q});
         norm(p + "post_attention_layernorm.weight", E);
-        lin(p + "mlp.gate_proj.weight", {I, E});
-        lin(p + "mlp.up_proj.weight", {I, E});
+        if (c.fused_projections) {
+            lin(p + "mlp.gate_up_proj.weight", {2 * I, E});
+        } else {
+            lin(p + "mlp.gate_proj.weight", {I, E});
+            lin(p + "mlp.up_proj.weight", {I, E});
+        }
         lin(p + "mlp.down_proj.weight", {E, I});
     }
     norm("model.norm.weight", E);

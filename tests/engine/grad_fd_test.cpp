@@ -135,7 +135,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 5, {0, 3, T / 2, T - 2}, 1e-6, GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient, ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -447,6 +447,47 @@ TEST(LoraDropoutGradient, MatchesFiniteDifferencesOfTheSamePass) {
     EXPECT_GT(std::fabs(loss(nullptr) - l0), 1e-6 * std::fabs(l0));
     model->set_adapters(nullptr);
 }
+
+// One LoRA step through each newer layer type (NoPE, partial rotary with fused projections,
+// GELU-tanh MLP, Gemma 3 blocks: four (1 + w) norms, q/k norm, scaled embeddings, a RoPE base
+// per layer; OLMo 2 blocks: output norms, q/k norm over the projection), adapters on every
+// site, through a dense cache: every adapter's gradient equals finite differences of the
+// replayed loss.
+class LoraLayerTypeGradient : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config(GetParam(), 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("lora-layer-grad-" + GetParam()));
+    const int64_t B = 1, T = 16;
+    GradData d = grad_test_data(cfg, B, T, 21);
+    auto lora = dropout_test_lora(*model, 0.0, 3);
+    model->set_adapters(lora.get());
+    KVCacheConfig kc;
+    kc.name = "dense-default";
+    kc.cache_length = T;
+    const ChunkPlan plan = grad_test_plan(cfg, T, T, 8);
+    lora->begin_training_pass(1);
+    KVCache cache(kc, cfg, Device{}, DType::F64, T);
+    Tensor x0_grad = Tensor::zeros({B, T, cfg.hidden_size}, DType::F64);
+    GradientTargets tg;
+    tg.input_embedding_grad = &x0_grad;
+    const GradientStats st = gradient_step(*model, cache, d.ids, plan, d.head, 1.0, GradientOptions{}, tg);
+    const std::vector<int64_t> Ls(size_t(cfg.num_layers), T);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, st.plans, Ls, d.ids, plan, d.head, 1.0, x); };
+    const double l0 = loss(nullptr);
+    EXPECT_NEAR(st.replay_loss, l0, 1e-12 * std::fabs(l0));
+    int checked = 0;
+    for (auto& a : lora->adapters()) {
+        checked += check_tensor_against_fd(a.module + ".lora_A", a.A, a.dA, [&] { return loss(nullptr); }, 3, 1e-6, GetParam()) > 0;
+        checked += check_tensor_against_fd(a.module + ".lora_B", a.B, a.dB, [&] { return loss(nullptr); }, 3, 1e-6, GetParam()) > 0;
+    }
+    EXPECT_EQ(checked, int(2 * lora->adapters().size()));
+    lora->end_training_pass();
+    model->set_adapters(nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient, ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2"));
 
 // The draws are uniform: the dropped fraction is p within 5 standard deviations, pairs of
 // neighbouring columns, positions and rows are dropped together with probability p^2, and the
