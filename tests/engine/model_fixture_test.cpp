@@ -19,6 +19,7 @@
 #include "engine/kv/kv_config.h"
 #include "engine/kv/layer_cache.h"
 #include "engine/model/transformer.h"
+#include "engine/train/model_weights.h"
 #include "tests/support/test_support.h"
 
 namespace kv {
@@ -133,6 +134,23 @@ TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
     for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(g2.layer_window(l), l % 2 == 0 ? 4 : 0) << l;
     EXPECT_FALSE(g2.qk_norm);
     EXPECT_EQ(g2.attn_logit_softcap, 0.0);  // null in the fixture
+}
+
+// The model's state dict (checkpoints, saving) names every tensor as the family's checkpoint
+// does: the fixture's model.safetensors, tensor for tensor (Gemma's four norms, OLMo 2's output
+// norms, Phi-3's fused projections).
+TEST(ModelFixtureLayers, StateDictHasTheCheckpointsNamesAndValues) {
+    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm"}) {
+        Fixture f = load_fixture(name);
+        Transformer model(f.model.config, f.model.weights, ModelOptions{});
+        const TensorMap sd = model_state_dict(model);
+        EXPECT_EQ(sd.size(), f.model.weights.size()) << name;
+        for (const auto& [n, t] : f.model.weights) {
+            auto it = sd.find(n);
+            ASSERT_NE(it, sd.end()) << name << ": " << n;
+            EXPECT_EQ(it->second.to_f64_vector(), t.to_f64_vector()) << name << ": " << n;
+        }
+    }
 }
 
 // SmolLM3Config: no_rope_layers[i] = int((i + 1) % 4 != 0) by default, 1 = the layer rotates.
