@@ -64,7 +64,8 @@ enum class NormPlacement : uint8_t { PRE, POST, BOTH };
 enum class MlpAct : uint8_t { SILU, GELU_TANH };
 
 // One layer's attention and position encoding. Loaders fill ModelConfig::layer_specs for
-// families whose layers differ (Gemma); others leave it empty and layer_spec() derives it.
+// families whose layers differ (Gemma, SmolLM3); others leave it empty and layer_spec()
+// derives it from sliding_window / window_from_layer.
 struct LayerSpec {
     AttnKind attention = AttnKind::GLOBAL;
     int64_t window = 0;           // SLIDING: a query at p sees keys at positions > p - window
