@@ -535,7 +535,7 @@ class GradientRun {
             if (targets.model) {
                 Tensor gx = gslot[ci].device() == dev ? gslot[ci] : gslot[ci].to(dev);
                 // x0 = scale * table[ids] (Gemma's sqrt(hidden)): the table's share is scale * dx0
-                if (model.config().embedding_scale != 1.0) gx = ops::scale(gx, float(model.config().embedding_scale));
+                if (model.config().embedding_scale != 1.0) gx = ops::scale(gx, model.embedding_multiplier());
                 Tensor idc = ids.slice(1, cr.start, cr.start + cr.len).contiguous();
                 ops::embedding_backward_(targets.model->embed, idc.device() == dev ? idc : idc.to(dev), gx, true);
             }

@@ -93,11 +93,6 @@ Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& o
 
 GateAct gate_act_of(MlpAct a) { return a == MlpAct::GELU_TANH ? GateAct::GELU_TANH : GateAct::SILU; }
 
-// transformers multiplies Gemma's embeddings by the scale cast to the weights' dtype: in bf16,
-// sqrt(1152) = 33.94 becomes 34. The same rounding for bf16 activations.
-float embedding_scale_for(DType act, double scale) {
-    return act == DType::BF16 ? bf16_to_f32(f32_to_bf16(float(scale))) : float(scale);
-}
 
 }  // namespace
 
@@ -211,12 +206,17 @@ Tensor Transformer::embed(const Tensor& ids) const {
                 throw Error(str("embedding: token id ", id[i], " is outside the vocabulary of ", weight_shape(embed_)[0]));
             packed_rows_to_f32(embed_, id[i], id[i] + 1, o + int64_t(i) * cfg_.hidden_size);
         }
-        if (cfg_.embedding_scale != 1.0) ops::scale_(out, out, embedding_scale_for(out.dtype(), cfg_.embedding_scale));
+        if (cfg_.embedding_scale != 1.0) ops::scale_(out, out, embedding_multiplier());
         return out;
     }
     Tensor x = ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
-    if (cfg_.embedding_scale != 1.0) ops::scale_(x, x, embedding_scale_for(x.dtype(), cfg_.embedding_scale));
+    if (cfg_.embedding_scale != 1.0) ops::scale_(x, x, embedding_multiplier());
     return x;
+}
+
+float Transformer::embedding_multiplier() const {
+    const float s = float(cfg_.embedding_scale);
+    return opt_.dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
 }
 
 Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {

@@ -97,8 +97,12 @@ class Transformer {
     const RopeTables& rope(int layer) const { return ropes_[layer_rope_[size_t(layer)]]; }
     const RopeTables& rope() const { return rope(0); }
 
-    // ids int32/int64 (B, T) -> x (B, T, E) in the activation dtype.
+    // ids int32/int64 (B, T) -> x (B, T, E) in the activation dtype: the table's rows times
+    // embedding_multiplier().
     Tensor embed(const Tensor& ids) const;
+    // ModelConfig::embedding_scale as applied: rounded to bf16 for bf16 activations, as
+    // transformers casts Gemma's sqrt(hidden) to the weights' dtype (33.94 -> 34).
+    float embedding_multiplier() const;
     // One block over n new tokens at positions input_pos.. ; x (B, n, E) -> (B, n, E).
     // With `save`, keeps what the block's backward needs.
     Tensor block(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention,
