@@ -16,7 +16,7 @@
 
 namespace kv {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2 };
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2 };
 
 inline const char* arch_name(Arch a) {
     switch (a) {
@@ -25,6 +25,11 @@ inline const char* arch_name(Arch a) {
         case Arch::QWEN2: return "qwen2";
         case Arch::QWEN3: return "qwen3";
         case Arch::GPT2: return "gpt2";
+        case Arch::GEMMA2: return "gemma2";
+        case Arch::GEMMA3: return "gemma3_text";
+        case Arch::SMOLLM3: return "smollm3";
+        case Arch::PHI3: return "phi3";
+        case Arch::OLMO2: return "olmo2";
     }
     return "?";
 }
@@ -36,6 +41,37 @@ struct RopeScaling {
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     int64_t original_max_position_embeddings = 0;
+};
+
+// How a layer attends (transformers' layer_types): every earlier key, a sliding window of
+// them, or not at all (a layer kvlab's forward refuses: no family it loads has one).
+enum class AttnKind : uint8_t { GLOBAL, SLIDING, NONE };
+
+inline const char* attn_kind_name(AttnKind k) {
+    switch (k) {
+        case AttnKind::GLOBAL: return "global";
+        case AttnKind::SLIDING: return "sliding";
+        case AttnKind::NONE: return "none";
+    }
+    return "?";
+}
+
+// Where a block's RMSNorms sit: before attention and MLP (Llama), after them on their outputs
+// before the residual add (OLMo 2), or both (Gemma 2/3: four norms per block).
+enum class NormPlacement : uint8_t { PRE, POST, BOTH };
+
+// The gated MLP's activation: down(act(gate x) * up x).
+enum class MlpAct : uint8_t { SILU, GELU_TANH };
+
+// One layer's attention and position encoding. Loaders fill ModelConfig::layer_specs for
+// families whose layers differ (Gemma, SmolLM3); others leave it empty and layer_spec()
+// derives it from sliding_window / window_from_layer.
+struct LayerSpec {
+    AttnKind attention = AttnKind::GLOBAL;
+    int64_t window = 0;           // SLIDING: a query at p sees keys at positions > p - window
+    double rope_theta = 10000.0;  // RoPE base of this layer
+    double rotary_fraction = 1.0; // rotated fraction of head_dim; 0 = NoPE (no rotation)
+    bool rope_scaled = true;      // whether the model's rope_scaling applies (Gemma 3: global layers only)
 };
 
 struct ModelConfig {
@@ -62,9 +98,22 @@ struct ModelConfig {
     bool o_bias = false;
     bool mlp_bias = false;
     bool qk_norm = false;        // Qwen3: per-head RMSNorm on q and k before RoPE
+    bool qk_norm_whole = false;  // OLMo 2: that norm spans the whole projection (all heads at once)
+    bool fused_projections = false;  // Phi-3: checkpoints store qkv_proj and gate_up_proj fused
     int64_t sliding_window = 0;     // 0 = none; else keys older than the window are masked
     int64_t window_from_layer = 0;  // first windowed layer: layers >= it use sliding_window
                                     // (Qwen2/3's max_window_layers; 0 for Mistral = all layers)
+
+    // Per-layer attention and RoPE (size num_layers), or empty: every layer as layer_spec() derives.
+    std::vector<LayerSpec> layer_specs;
+    NormPlacement norm_placement = NormPlacement::PRE;
+    double norm_weight_offset = 0.0;    // RMSNorm multiplies by (offset + w): Gemma stores w - 1
+    double attn_logit_softcap = 0.0;    // > 0: scores s -> cap tanh(s / cap) before the softmax (Gemma 2)
+    double final_logit_softcap = 0.0;   // > 0: logits z -> cap tanh(z / cap) (Gemma 2)
+    double query_pre_attn_scalar = 0.0; // > 0: scores scaled by 1/sqrt(this) instead of 1/sqrt(head_dim)
+    double embedding_scale = 1.0;       // embeddings multiplied by this (Gemma: sqrt(hidden_size))
+    bool attention_sinks = false;       // a learned logit per head joins every softmax denominator (gpt-oss)
+    MlpAct mlp_act = MlpAct::SILU;
 
     int64_t bos_token_id = -1;
     std::vector<int64_t> eos_token_ids;
@@ -79,7 +128,23 @@ struct ModelConfig {
     // Layer l's attention window for ops::sdpa_ (0 = full causal attention). transformers'
     // Qwen2Config builds layer_types as "sliding_attention" iff sliding_window is set and
     // i >= max_window_layers; Mistral windows every layer.
-    int layer_window(int64_t l) const { return sliding_window > 0 && l >= window_from_layer ? int(sliding_window) : 0; }
+    // An explicit layer_specs entry wins.
+    LayerSpec layer_spec(int64_t l) const {
+        if (!layer_specs.empty()) return layer_specs[size_t(l)];
+        LayerSpec s;
+        s.rope_theta = rope_theta;
+        s.rotary_fraction = partial_rotary_factor;
+        if (sliding_window > 0 && l >= window_from_layer) s.attention = AttnKind::SLIDING, s.window = sliding_window;
+        return s;
+    }
+    int layer_window(int64_t l) const {
+        const LayerSpec s = layer_spec(l);
+        return s.attention == AttnKind::SLIDING ? int(s.window) : 0;
+    }
+    // Rotated channels of layer l (0 for a NoPE layer).
+    int64_t layer_rope_dims(int64_t l) const { return int64_t(double(head_dim) * layer_spec(l).rotary_fraction) / 2 * 2; }
+    // The multiplier of q.k before any context-extension factor.
+    double query_scale() const { return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : double(head_dim)); }
 
     // Throws kv::Error naming the field and what was expected.
     void validate(const std::string& source) const {
@@ -112,6 +177,24 @@ struct ModelConfig {
         need(sliding_window >= 0 && sliding_window <= INT32_MAX,
              str("sliding_window must be in [0, 2^31), got ", sliding_window));
         need(window_from_layer >= 0, str("max_window_layers must be >= 0, got ", window_from_layer));
+        need(layer_specs.empty() || int64_t(layer_specs.size()) == num_layers,
+             str("layer_types lists ", layer_specs.size(), " layers; expected num_hidden_layers = ", num_layers));
+        for (size_t l = 0; l < layer_specs.size(); ++l) {
+            const LayerSpec& s = layer_specs[l];
+            need(s.attention != AttnKind::SLIDING || (s.window > 0 && s.window <= INT32_MAX),
+                 str("layer ", l, " is sliding_attention but its window is ", s.window, "; expected sliding_window in [1, 2^31)"));
+            need(std::isfinite(s.rope_theta) && s.rope_theta >= 1 && s.rope_theta <= 1e10,
+                 str("layer ", l, ": RoPE base ", s.rope_theta, " is implausible; expected [1, 1e10]"));
+            need(s.rotary_fraction >= 0 && s.rotary_fraction <= 1,
+                 str("layer ", l, ": rotary fraction ", s.rotary_fraction, " must be in [0, 1]"));
+        }
+        need(std::isfinite(attn_logit_softcap) && attn_logit_softcap >= 0,
+             str("attn_logit_softcapping must be >= 0 (0 or null = none), got ", attn_logit_softcap));
+        need(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0,
+             str("final_logit_softcapping must be >= 0 (0 or null = none), got ", final_logit_softcap));
+        need(std::isfinite(query_pre_attn_scalar) && query_pre_attn_scalar >= 0,
+             str("query_pre_attn_scalar must be > 0, got ", query_pre_attn_scalar));
+        need(std::isfinite(embedding_scale) && embedding_scale > 0, str("embedding scale must be > 0, got ", embedding_scale));
     }
 };
 

@@ -95,12 +95,13 @@ class ReplayAttention final : public LayerAttention {
         : caches_(caches), l0_(l0), record_(record) {}
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override {
-        // The replay caches' forward and backward SDPA take no window yet: refuse rather than
-        // train against attention the model never computes.
-        if (window > 0)
-            throw Error(str("layer ", layer, " has a sliding window of ", window,
-                            " tokens; gradients through a cache do not support sliding-window attention yet"));
-        caches_[size_t(layer - l0_)]->forward(q, k, v, input_pos, scale, y, record_);
+        // The caches were given each layer's window from the config (make_caches); a call with
+        // another one would train against attention the model never computes.
+        ReplayLayerCache& c = *caches_[size_t(layer - l0_)];
+        if (window != c.window())
+            throw Error(str("layer ", layer, ": the model attends with a window of ", window, " tokens, the gradient replay with ",
+                            c.window()));
+        c.forward(q, k, v, input_pos, scale, y, record_);
     }
 
  private:
@@ -131,6 +132,7 @@ std::vector<std::unique_ptr<ReplayLayerCache>> make_caches(const Transformer& m,
         out.push_back(std::make_unique<ReplayLayerCache>(l, B, c.num_kv_heads, Ls[size_t(l)], c.head_dim, m.act_dtype(),
                                                          m.options().device, &plans[size_t(l)]));
         out.back()->set_quest(quest_page, quest_pages);
+        out.back()->set_window(c.layer_window(l));
     }
     return out;
 }
@@ -532,6 +534,8 @@ class GradientRun {
             const CellRange& cr = crs[ci];
             if (targets.model) {
                 Tensor gx = gslot[ci].device() == dev ? gslot[ci] : gslot[ci].to(dev);
+                // x0 = scale * table[ids] (Gemma's sqrt(hidden)): the table's share is scale * dx0
+                if (model.config().embedding_scale != 1.0) gx = ops::scale(gx, model.embedding_multiplier());
                 Tensor idc = ids.slice(1, cr.start, cr.start + cr.len).contiguous();
                 ops::embedding_backward_(targets.model->embed, idc.device() == dev ? idc : idc.to(dev), gx, true);
             }

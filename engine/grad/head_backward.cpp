@@ -42,7 +42,7 @@ Tensor lm_head_backward(const Transformer& m, const Tensor& h, int64_t input_pos
 // dx of h = final_norm(x) given dh (written into dx).
 void final_norm_backward(const Transformer& m, const Tensor& x, const Tensor& dh, Tensor& dx, const HeadGrads& g) {
     ops::rmsnorm_backward_(dx, g.model ? &g.model->norm : nullptr, x, m.final_norm_weight(), dh,
-                           float(m.config().rms_norm_eps));
+                           float(m.config().rms_norm_eps), float(m.config().norm_weight_offset));
 }
 
 double weighted_sum(const Tensor& loss, const std::vector<double>& wrow, int64_t per_row) {

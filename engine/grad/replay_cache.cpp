@@ -100,6 +100,9 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
         throw Error(
             str("layer ", layer_, " gradient replay: a plan with ", plan.rows, " rows for batch ", B_, " x ", G_, " groups"));
     if (chunk_ == 0 && plan.length_after > L_ && pool_ != plan.length_after) use_pool(plan.length_after);
+    if (window_ > 0 && pool_)
+        throw Error(str("layer ", layer_, " has a sliding window of ", window_,
+                        " tokens; gradients through per-head cache lengths do not support sliding-window attention yet"));
     if (pool_) {
         forward_pooled(plan, q, k, v, input_pos, scale, y, record);
         return;
@@ -149,12 +152,15 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
         if (input_pos > 0 && quest_selects()) {  // the prefill attends densely, as in the live cache
+            if (window_ > 0)
+                throw Error(str("layer ", layer_, " has a sliding window of ", window_,
+                                " tokens; gradients through quest's page selection do not support sliding-window attention"));
             std::vector<int32_t> sel;
             quest_attend(q, position_range(input_pos, n, device_), scale, y, &sel);
             if (record) records_.back().sel = std::move(sel);
         } else {
             ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
-                       position_range(input_pos, n, device_), scale);
+                       position_range(input_pos, n, device_), scale, window_);
         }
     }
     ++chunk_;
@@ -287,6 +293,7 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
         Tensor dKs = dK_.slice(2, 0, length_), dVs = dV_.slice(2, 0, length_);
         ops::SdpaBackwardOptions o;
         o.accumulate_dk = o.accumulate_dv = true;
+        o.window = window_;
         if (!rec.sel.empty())
             quest_backward(rec, q, dy, scale, dq);
         else

@@ -55,6 +55,11 @@ class ReplayLayerCache {
     // query selects, exactly as the live cache did, and the gradient flows through those
     // pages only. pages >= the page count is dense attention. page 0: off.
     void set_quest(int64_t page, int64_t pages) { qpage_ = page, qpages_ = pages; }
+    // The layer's sliding window (ModelConfig::layer_window; 0 = none): forward and backward
+    // SDPA mask keys at positions <= p - window, as the live cache did. Per-head pools and
+    // quest's page selection have no window and refuse one.
+    void set_window(int window) { window_ = window; }
+    int window() const { return window_; }
     // Drop recorded deltas and gradients (end of a cell).
     void clear_records();
 
@@ -91,6 +96,7 @@ class ReplayLayerCache {
     int64_t length_ = 0, chunk_ = 0, input_pos_ = 0;
     std::vector<ChunkRecord> records_;
     int64_t qpage_ = 0, qpages_ = 0;
+    int window_ = 0;
 };
 
 }  // namespace kv

@@ -1,6 +1,8 @@
 // config.json / generation_config.json parsing and writing (see hf_config.h).
 // Defaults follow the transformers config classes (LlamaConfig, MistralConfig, Qwen2Config,
-// Qwen3Config, GPT2Config) so a config that HF loads means the same thing here.
+// Qwen3Config, GPT2Config, Gemma2Config, Gemma3TextConfig, SmolLM3Config, Phi3Config,
+// Olmo2Config) so a config that HF loads means the
+// same thing here.
 //
 // Index
 //   [SECTION] Helpers: architecture names, bounded sizes, dtype names, token ids
@@ -37,7 +39,9 @@ struct ArchNames {
 constexpr ArchNames kArchNames[] = {
     {Arch::LLAMA, "llama", "LlamaForCausalLM"},       {Arch::MISTRAL, "mistral", "MistralForCausalLM"},
     {Arch::QWEN2, "qwen2", "Qwen2ForCausalLM"},       {Arch::QWEN3, "qwen3", "Qwen3ForCausalLM"},
-    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
+    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},         {Arch::GEMMA2, "gemma2", "Gemma2ForCausalLM"},
+    {Arch::GEMMA3, "gemma3_text", "Gemma3ForCausalLM"}, {Arch::SMOLLM3, "smollm3", "SmolLM3ForCausalLM"},
+    {Arch::PHI3, "phi3", "Phi3ForCausalLM"},             {Arch::OLMO2, "olmo2", "Olmo2ForCausalLM"},
 };
 
 const ArchNames& names_of(Arch a) {
@@ -213,6 +217,108 @@ void read_qwen_window(const JsonFields& f, ModelConfig& c) {
     c.window_from_layer = first;
 }
 
+// Gemma 2 / Gemma 3 text (transformers' Gemma2Config, Gemma3TextConfig): four (1 + w) RMSNorms
+// per block, embeddings times sqrt(hidden), queries scaled by query_pre_attn_scalar^-1/2, and
+// layers alternating sliding and full attention. Without layer_types, layer i is sliding iff
+// (i + 1) % pattern != 0 (pattern 2 for Gemma 2, sliding_window_pattern (6) for Gemma 3). Gemma 3
+// rotates sliding layers with rope_local_base_freq and full ones with rope_theta, rope_scaling
+// applying to full layers only (transformers v5 nests both under rope_parameters by layer type).
+void read_gemma(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
+    const bool g3 = c.arch == Arch::GEMMA3;
+    c.norm_placement = NormPlacement::BOTH;
+    c.norm_weight_offset = 1.0;
+    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+    c.qk_norm = g3;
+    c.query_pre_attn_scalar = f.get_number("query_pre_attn_scalar", 256);
+    if (!(c.query_pre_attn_scalar > 0))
+        f.fail("query_pre_attn_scalar", str("is ", c.query_pre_attn_scalar, "; expected a number > 0"));
+    // Absent: the class default (Gemma 2 caps, Gemma 3 does not); null: no cap.
+    auto cap = [&](const char* key, double absent) {
+        const double v = root.contains(key) ? f.get_number(key, 0.0) : absent;
+        if (!(v >= 0)) f.fail(key, str("is ", v, "; expected a number > 0 or null"));
+        return v;
+    };
+    c.attn_logit_softcap = cap("attn_logit_softcapping", g3 ? 0.0 : 50.0);
+    c.final_logit_softcap = cap("final_logit_softcapping", g3 ? 0.0 : 30.0);
+    const int64_t window = root.contains("sliding_window") ? size_field(f, "sliding_window", 0) : 4096;
+    double global_theta = c.rope_theta, local_theta = c.rope_theta;
+    if (g3) {
+        global_theta = f.get_number("rope_theta", 1000000.0);
+        local_theta = f.get_number("rope_local_base_freq", 10000.0);
+        if (const json* rp = f.find("rope_parameters"); rp && rp->is_object()) {
+            JsonFields rf(*rp, source, "rope_parameters.");
+            if (const json* full = rf.find("full_attention")) {
+                c.rope_scaling = parse_rope_scaling(*full, source, "rope_parameters.full_attention");
+                if (full->is_object())
+                    global_theta = JsonFields(*full, source, "rope_parameters.full_attention.").get_number("rope_theta", global_theta);
+            }
+            if (const json* local = rf.find("sliding_attention"); local && local->is_object())
+                local_theta = JsonFields(*local, source, "rope_parameters.sliding_attention.").get_number("rope_theta", local_theta);
+        }
+        c.rope_theta = global_theta;
+    }
+    const int64_t pattern = g3 ? f.get_int("sliding_window_pattern", 6) : 2;
+    if (pattern <= 0) f.fail("sliding_window_pattern", str("is ", pattern, "; expected a number > 0"));
+    const json* lt = f.find("layer_types");
+    if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        bool sliding = (i + 1) % pattern != 0;
+        if (lt) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+            if (!full && !sliding)
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+        }
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rotary_fraction = c.partial_rotary_factor;
+        s.rope_theta = sliding ? local_theta : global_theta;
+        s.rope_scaled = !(g3 && sliding);
+        if (sliding && window > 0) s.attention = AttnKind::SLIDING, s.window = window;
+    }
+}
+
+// SmolLM3 (transformers' SmolLM3Config): no_rope_layers[i] = 1 where layer i uses RoPE, by
+// default int((i + 1) % no_rope_layer_interval != 0) (interval 4: every 4th layer is NoPE); with
+// use_sliding_window, the NoPE layers are the windowed ones. An explicit layer_types list wins.
+void read_smollm3(const JsonFields& f, ModelConfig& c) {
+    c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+    c.mlp_bias = f.get_bool("mlp_bias", false);
+    std::vector<int64_t> uses_rope;
+    if (f.has("no_rope_layers")) {
+        uses_rope = f.get_int_list("no_rope_layers");
+        if (int64_t(uses_rope.size()) != c.num_layers)
+            f.fail("no_rope_layers", str("lists ", uses_rope.size(), " layers; expected num_hidden_layers = ", c.num_layers));
+    } else {
+        const int64_t interval = f.get_int("no_rope_layer_interval", 4);
+        if (interval <= 0) f.fail("no_rope_layer_interval", str("is ", interval, "; expected a number > 0"));
+        for (int64_t i = 0; i < c.num_layers; ++i) uses_rope.push_back((i + 1) % interval != 0);
+    }
+    const int64_t window = f.get_bool("use_sliding_window", false) ? size_field(f, "sliding_window", 0) : 0;
+    const json* lt = f.find("layer_types");
+    if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        bool sliding = window > 0 && !uses_rope[size_t(i)];
+        if (lt) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+            if (!full && !sliding)
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+            if (sliding && window <= 0) f.fail("layer_types", str("entry ", i, " is sliding_attention but there is no sliding_window"));
+        }
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rope_theta = c.rope_theta;
+        s.rotary_fraction = uses_rope[size_t(i)] ? c.partial_rotary_factor : 0.0;
+        if (sliding) s.attention = AttnKind::SLIDING, s.window = window;
+    }
+}
+
 void read_llama_family(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
     c.vocab_size = size_field(f, "vocab_size");
     c.hidden_size = size_field(f, "hidden_size");
@@ -225,6 +331,8 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
         c.head_dim = size_field(f, "head_dim");
     } else if (c.arch == Arch::QWEN3) {
         c.head_dim = 128;  // Qwen3Config's default, independent of hidden_size / heads
+    } else if (c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3) {
+        c.head_dim = 256;  // Gemma2Config's and Gemma3TextConfig's default
     } else if (c.num_heads > 0) {
         if (c.hidden_size % c.num_heads != 0)
             f.fail("head_dim", str("is missing and hidden_size (", c.hidden_size, ") is not divisible by num_attention_heads (",
@@ -241,9 +349,19 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
         c.rope_scaling = parse_rope_scaling(*rp, source, "rope_parameters");
         if (rp->is_object()) c.rope_theta = JsonFields(*rp, source, "rope_parameters.").get_number("rope_theta", c.rope_theta);
     }
-    std::string act = f.get_string("hidden_act", "silu");
-    if (act != "silu") f.fail("hidden_act", str("is '", act, "'; expected 'silu' (SwiGLU MLP)"));
-    c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
+    const bool gemma = c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3;
+    if (gemma) {
+        // Gemma's key is hidden_activation; both its configs default to the tanh GELU.
+        const char* key = f.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+        std::string act = f.get_string(key, "gelu_pytorch_tanh");
+        if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+            f.fail(key, str("is '", act, "'; expected 'gelu_pytorch_tanh' (GELU-tanh gated MLP)"));
+        c.mlp_act = MlpAct::GELU_TANH;
+    } else {
+        std::string act = f.get_string("hidden_act", "silu");
+        if (act != "silu") f.fail("hidden_act", str("is '", act, "'; expected 'silu' (SwiGLU MLP)"));
+    }
+    c.tie_word_embeddings = f.get_bool("tie_word_embeddings", gemma);
 
     switch (c.arch) {
         case Arch::LLAMA:
@@ -262,6 +380,18 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
             c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
             c.qk_norm = true;
             read_qwen_window(f, c);
+            break;
+        case Arch::GEMMA2:
+        case Arch::GEMMA3: read_gemma(f, root, source, c); break;
+        case Arch::SMOLLM3: read_smollm3(f, c); break;
+        case Arch::PHI3:  // fused qkv_proj / gate_up_proj; sliding_window (null = none) in every layer
+            c.fused_projections = true;
+            c.sliding_window = size_field(f, "sliding_window", 0);
+            break;
+        case Arch::OLMO2:  // norms on the attention and MLP outputs, q/k norm over the whole projection
+            c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+            c.norm_placement = NormPlacement::POST;
+            c.qk_norm = c.qk_norm_whole = true;
             break;
         case Arch::GPT2: break;
     }
@@ -352,6 +482,11 @@ void check_expressible(const ModelConfig& c) {
             need(c.qkv_bias == c.o_bias, "attention_bias covers q/k/v and o_proj together; qkv_bias and o_bias must match");
             need(!c.mlp_bias, "qwen3 has no MLP biases");
             break;
+        case Arch::GEMMA2:
+        case Arch::GEMMA3:
+        case Arch::SMOLLM3:
+        case Arch::PHI3:
+        case Arch::OLMO2: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
         case Arch::GPT2:
             need(c.qkv_bias && c.o_bias && c.mlp_bias, "gpt2 always has biases");
             need(c.num_kv_heads == c.num_heads && c.head_dim * c.num_heads == c.hidden_size,

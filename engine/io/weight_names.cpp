@@ -16,24 +16,36 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
     w.push_back({"model.embed_tokens.weight", {V, E}});
     for (int64_t i = 0; i < c.num_layers; ++i) {
         const std::string p = str("model.layers.", i, ".");
-        w.push_back({p + "input_layernorm.weight", {E}});
-        w.push_back({p + "self_attn.q_proj.weight", {Q, E}});
-        if (c.qkv_bias) w.push_back({p + "self_attn.q_proj.bias", {Q}});
-        w.push_back({p + "self_attn.k_proj.weight", {KV, E}});
-        if (c.qkv_bias) w.push_back({p + "self_attn.k_proj.bias", {KV}});
-        w.push_back({p + "self_attn.v_proj.weight", {KV, E}});
-        if (c.qkv_bias) w.push_back({p + "self_attn.v_proj.bias", {KV}});
+        // Norms by placement (ModelConfig::norm_placement): post_attention_layernorm is Llama's
+        // pre-MLP norm and Gemma's / OLMo 2's norm on the attention output.
+        if (c.norm_placement != NormPlacement::POST) w.push_back({p + "input_layernorm.weight", {E}});
+        if (c.norm_placement == NormPlacement::BOTH) w.push_back({p + "pre_feedforward_layernorm.weight", {E}});
+        if (c.norm_placement != NormPlacement::PRE) w.push_back({p + "post_feedforward_layernorm.weight", {E}});
+        if (c.fused_projections) {  // Phi-3: q, k, v rows in one matrix
+            w.push_back({p + "self_attn.qkv_proj.weight", {Q + 2 * KV, E}});
+        } else {
+            w.push_back({p + "self_attn.q_proj.weight", {Q, E}});
+            if (c.qkv_bias) w.push_back({p + "self_attn.q_proj.bias", {Q}});
+            w.push_back({p + "self_attn.k_proj.weight", {KV, E}});
+            if (c.qkv_bias) w.push_back({p + "self_attn.k_proj.bias", {KV}});
+            w.push_back({p + "self_attn.v_proj.weight", {KV, E}});
+            if (c.qkv_bias) w.push_back({p + "self_attn.v_proj.bias", {KV}});
+        }
         w.push_back({p + "self_attn.o_proj.weight", {E, Q}});
         if (c.o_bias) w.push_back({p + "self_attn.o_proj.bias", {E}});
         if (c.qk_norm) {
-            w.push_back({p + "self_attn.q_norm.weight", {HS}});
-            w.push_back({p + "self_attn.k_norm.weight", {HS}});
+            w.push_back({p + "self_attn.q_norm.weight", {c.qk_norm_whole ? Q : HS}});
+            w.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_whole ? KV : HS}});
         }
         w.push_back({p + "post_attention_layernorm.weight", {E}});
-        w.push_back({p + "mlp.gate_proj.weight", {I, E}});
-        if (c.mlp_bias) w.push_back({p + "mlp.gate_proj.bias", {I}});
-        w.push_back({p + "mlp.up_proj.weight", {I, E}});
-        if (c.mlp_bias) w.push_back({p + "mlp.up_proj.bias", {I}});
+        if (c.fused_projections) {  // Phi-3: gate rows, then up rows
+            w.push_back({p + "mlp.gate_up_proj.weight", {2 * I, E}});
+        } else {
+            w.push_back({p + "mlp.gate_proj.weight", {I, E}});
+            if (c.mlp_bias) w.push_back({p + "mlp.gate_proj.bias", {I}});
+            w.push_back({p + "mlp.up_proj.weight", {I, E}});
+            if (c.mlp_bias) w.push_back({p + "mlp.up_proj.bias", {I}});
+        }
         w.push_back({p + "mlp.down_proj.weight", {E, I}});
         if (c.mlp_bias) w.push_back({p + "mlp.down_proj.bias", {E}});
     }

@@ -7,6 +7,18 @@
 namespace kv {
 
 namespace {
+// Checkpoint names of a layer's norms: Llama's post_attention_layernorm is the pre-MLP norm,
+// Gemma's and OLMo 2's the norm on the attention output.
+struct NormNames {
+    const char *attn, *attn_post, *mlp, *mlp_post;
+};
+NormNames norm_names(const ModelConfig& c) {
+    if (c.norm_placement == NormPlacement::PRE)
+        return {"input_layernorm.weight", "", "post_attention_layernorm.weight", ""};
+    return {"input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+            "post_feedforward_layernorm.weight"};
+}
+
 Tensor like(const Tensor& w, const std::string& name) {
     if (!w.defined()) return {};
     if (is_packed(w))
@@ -27,14 +39,17 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         const LayerWeights& w = m.layer(l);
         const std::string p = str("model.layers.", l, ".");
         LayerGrads lg;
-        lg.attn_norm = like(w.attn_norm, p + "input_layernorm.weight");
+        const NormNames nn = norm_names(m.config());
+        lg.attn_norm = like(w.attn_norm, p + nn.attn);
+        lg.attn_post_norm = like(w.attn_post_norm, p + nn.attn_post);
+        lg.mlp_post_norm = like(w.mlp_post_norm, p + nn.mlp_post);
         lg.wqkv = like(w.wqkv, p + "self_attn.qkv");
         lg.bqkv = like(w.bqkv, p + "self_attn.qkv.bias");
         lg.q_norm = like(w.q_norm, p + "self_attn.q_norm.weight");
         lg.k_norm = like(w.k_norm, p + "self_attn.k_norm.weight");
         lg.wo = like(w.wo, p + "self_attn.o_proj.weight");
         lg.bo = like(w.bo, p + "self_attn.o_proj.bias");
-        lg.mlp_norm = like(w.mlp_norm, p + "post_attention_layernorm.weight");
+        lg.mlp_norm = like(w.mlp_norm, p + nn.mlp);
         lg.w_gate_up = like(w.w_gate_up, p + "mlp.gate_up");
         lg.w_down = like(w.w_down, p + "mlp.down_proj.weight");
         g.layers.push_back(std::move(lg));
@@ -47,7 +62,8 @@ void ModelGrads::zero() {
         if (t->defined()) t->fill(0.0);
     for (auto& l : layers)
         for (Tensor* t :
-             {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.mlp_norm, &l.w_gate_up, &l.w_down})
+             {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm, &l.mlp_post_norm,
+              &l.w_gate_up, &l.w_down})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -60,15 +76,18 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
         LayerWeights& w = m.mutable_layer(l);
         LayerGrads& g = layers[size_t(l)];
         const std::string p = str("model.layers.", l, ".");
+        const NormNames nn = norm_names(m.config());
         const std::pair<const char*, std::pair<Tensor*, Tensor*>> items[] = {
-            {"input_layernorm.weight", {&w.attn_norm, &g.attn_norm}},
+            {nn.attn, {&w.attn_norm, &g.attn_norm}},
+            {nn.attn_post, {&w.attn_post_norm, &g.attn_post_norm}},
+            {nn.mlp_post, {&w.mlp_post_norm, &g.mlp_post_norm}},
             {"self_attn.qkv", {&w.wqkv, &g.wqkv}},
             {"self_attn.qkv.bias", {&w.bqkv, &g.bqkv}},
             {"self_attn.q_norm.weight", {&w.q_norm, &g.q_norm}},
             {"self_attn.k_norm.weight", {&w.k_norm, &g.k_norm}},
             {"self_attn.o_proj.weight", {&w.wo, &g.wo}},
             {"self_attn.o_proj.bias", {&w.bo, &g.bo}},
-            {"post_attention_layernorm.weight", {&w.mlp_norm, &g.mlp_norm}},
+            {nn.mlp, {&w.mlp_norm, &g.mlp_norm}},
             {"mlp.gate_up", {&w.w_gate_up, &g.w_gate_up}},
             {"mlp.down_proj.weight", {&w.w_down, &g.w_down}}};
         for (const auto& [name, wg] : items)

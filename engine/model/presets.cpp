@@ -49,6 +49,29 @@ const std::vector<Entry>& entries() {
              c.pad_token_id = kBytePad;
              return c;
          }},
+        {{"tiny-gemma3", "Gemma 3 layout in miniature: 6 layers (sliding window 64 in 4, full in 2), width 64, 4 heads / 1 KV head, byte vocabulary"},
+         [] {
+             ModelConfig c = base("tiny-gemma3", Arch::GEMMA3, kByteVocab, 64, 128, 6, 4, 1, 16, 2048, 1000000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             c.norm_placement = NormPlacement::BOTH;
+             c.norm_weight_offset = 1.0;
+             c.embedding_scale = std::sqrt(64.0);
+             c.qk_norm = true;
+             c.query_pre_attn_scalar = 16;
+             c.mlp_act = MlpAct::GELU_TANH;
+             c.tie_word_embeddings = true;
+             c.layer_specs.resize(6);
+             for (int64_t l = 0; l < 6; ++l) {  // Gemma3TextConfig's rule with sliding_window_pattern 3
+                 LayerSpec& s = c.layer_specs[size_t(l)];
+                 const bool sliding = (l + 1) % 3 != 0;
+                 s.rope_theta = sliding ? 10000.0 : 1000000.0;
+                 s.rope_scaled = !sliding;
+                 if (sliding) s.attention = AttnKind::SLIDING, s.window = 64;
+             }
+             return c;
+         }},
         {{"qwen2.5-0.5b", "Qwen2.5-0.5B shapes (24 layers, width 896, 14/2 heads, q/k/v bias, tied), random weights"},
          [] {
              ModelConfig c = base("qwen2.5-0.5b", Arch::QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0);
@@ -146,23 +169,33 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
     lin("model.embed_tokens.weight", {c.vocab_size, E});
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        norm(p + "input_layernorm.weight", E);
-        lin(p + "self_attn.q_proj.weight", {Q, E});
-        lin(p + "self_attn.k_proj.weight", {K, E});
-        lin(p + "self_attn.v_proj.weight", {K, E});
+        if (c.norm_placement != NormPlacement::POST) norm(p + "input_layernorm.weight", E);
+        if (c.norm_placement == NormPlacement::BOTH) norm(p + "pre_feedforward_layernorm.weight", E);
+        if (c.norm_placement != NormPlacement::PRE) norm(p + "post_feedforward_layernorm.weight", E);
+        if (c.fused_projections) {
+            lin(p + "self_attn.qkv_proj.weight", {Q + 2 * K, E});
+        } else {
+            lin(p + "self_attn.q_proj.weight", {Q, E});
+            lin(p + "self_attn.k_proj.weight", {K, E});
+            lin(p + "self_attn.v_proj.weight", {K, E});
+        }
         if (c.qkv_bias) {
             lin(p + "self_attn.q_proj.bias", {Q});
             lin(p + "self_attn.k_proj.bias", {K});
             lin(p + "self_attn.v_proj.bias", {K});
         }
         if (c.qk_norm) {
-            norm(p + "self_attn.q_norm.weight", c.head_dim);
-            norm(p + "self_attn.k_norm.weight", c.head_dim);
+            norm(p + "self_attn.q_norm.weight", c.qk_norm_whole ? Q : c.head_dim);
+            norm(p + "self_attn.k_norm.weight", c.qk_norm_whole ? K : c.head_dim);
         }
         lin(p + "self_attn.o_proj.weight", {E, Q});
         norm(p + "post_attention_layernorm.weight", E);
-        lin(p + "mlp.gate_proj.weight", {I, E});
-        lin(p + "mlp.up_proj.weight", {I, E});
+        if (c.fused_projections) {
+            lin(p + "mlp.gate_up_proj.weight", {2 * I, E});
+        } else {
+            lin(p + "mlp.gate_proj.weight", {I, E});
+            lin(p + "mlp.up_proj.weight", {I, E});
+        }
         lin(p + "mlp.down_proj.weight", {E, I});
     }
     norm("model.norm.weight", E);

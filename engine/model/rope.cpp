@@ -24,14 +24,25 @@ RopeMode rope_mode_from_name(const std::string& name) {
 
 RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, RopeMode mode, double yarn_alpha,
                                  double yarn_beta) {
-    const int64_t m = cfg.rope_dims();
+    LayerSpec s;
+    s.rope_theta = cfg.rope_theta;
+    s.rotary_fraction = cfg.partial_rotary_factor;
+    return rope_frequencies(cfg, s, context_width, mode, yarn_alpha, yarn_beta);
+}
+
+RopeFrequencies rope_frequencies(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
+                                 double yarn_alpha, double yarn_beta) {
+    const int64_t m = int64_t(double(cfg.head_dim) * layer.rotary_fraction) / 2 * 2;
     const int64_t half = m / 2;
     RopeFrequencies f;
     f.inv_freq.resize((size_t)half);
-    for (int64_t d = 0; d < half; ++d) f.inv_freq[size_t(d)] = std::pow(cfg.rope_theta, -2.0 * double(d) / double(m));
-    const double sqrt_d = std::sqrt(double(cfg.head_dim));
-    f.attn_scale = 1.0 / sqrt_d;
-    if (mode == RopeMode::PLAIN) return f;
+    for (int64_t d = 0; d < half; ++d) f.inv_freq[size_t(d)] = std::pow(layer.rope_theta, -2.0 * double(d) / double(m));
+    // query_pre_attn_scalar (Gemma) replaces head_dim in 1/sqrt(.); YaRN multiplies its factor in.
+    const double base_scale = cfg.query_scale();
+    f.attn_scale = base_scale;
+    // A NoPE layer has nothing to interpolate; layers outside rope_scaling (Gemma 3's local
+    // ones, whose window is far below the training length) keep their base frequencies.
+    if (mode == RopeMode::PLAIN || m == 0 || !layer.rope_scaled) return f;
 
     if (mode == RopeMode::YARN) {
         if (!(yarn_alpha > 0 && yarn_alpha < yarn_beta))
@@ -51,7 +62,7 @@ RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, 
             }
         }
         const double a = 0.1 * std::log(s) + 1.0;
-        f.attn_scale = a * a / sqrt_d;
+        f.attn_scale = a * a * base_scale;
         return f;
     }
 
@@ -78,8 +89,16 @@ RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, 
 }
 
 RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, RopeMode mode, Device device) {
+    LayerSpec s;
+    s.rope_theta = cfg.rope_theta;
+    s.rotary_fraction = cfg.partial_rotary_factor;
+    return build_rope_tables(cfg, s, context_width, mode, device);
+}
+
+RopeTables build_rope_tables(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
+                             Device device) {
     if (context_width <= 0) throw Error(str("RoPE context width must be > 0, got ", context_width));
-    RopeFrequencies f = rope_frequencies(cfg, context_width, mode);
+    RopeFrequencies f = rope_frequencies(cfg, layer, context_width, mode);
     const int64_t half = int64_t(f.inv_freq.size());
     std::vector<float> c((size_t)(context_width * half)), s((size_t)(context_width * half));
     for (int64_t p = 0; p < context_width; ++p)
@@ -90,8 +109,10 @@ RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, Rope
         }
     RopeTables t;
     TensorOptions o{device, MemCategory::WEIGHTS, "rope tables"};
-    t.cos = Tensor::from_f32({context_width, half}, c, DType::F32, o);
-    t.sin = Tensor::from_f32({context_width, half}, s, DType::F32, o);
+    if (half > 0) {  // a NoPE layer has no tables (n_rot 0)
+        t.cos = Tensor::from_f32({context_width, half}, c, DType::F32, o);
+        t.sin = Tensor::from_f32({context_width, half}, s, DType::F32, o);
+    }
     t.attn_scale = float(f.attn_scale);
     t.context_width = context_width;
     t.n_rot = int(2 * half);

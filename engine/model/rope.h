@@ -26,7 +26,12 @@ struct RopeFrequencies {
     double yarn_s = 1.0;           // YaRN scale factor s (1 = no interpolation)
 };
 
+// The model-level RoPE (rope_theta, partial_rotary_factor), and one layer's (LayerSpec: its
+// base, rotated fraction, whether rope_scaling applies; no rotated channels = NoPE: no
+// frequencies, plain scale). The attention scale is ModelConfig::query_scale() times YaRN's factor.
 RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, RopeMode mode,
+                                 double yarn_alpha = 1.0, double yarn_beta = 32.0);
+RopeFrequencies rope_frequencies(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
                                  double yarn_alpha = 1.0, double yarn_beta = 32.0);
 
 // cos/sin tables (context_width, n_rot/2) f32 on `device`, angle = p * theta'_d.
@@ -40,5 +45,7 @@ struct RopeTables {
 };
 
 RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, RopeMode mode, Device device);
+RopeTables build_rope_tables(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
+                             Device device);
 
 }  // namespace kv

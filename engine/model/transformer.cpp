@@ -91,6 +91,9 @@ Tensor stack_rows(const std::vector<const Tensor*>& parts, const ModelOptions& o
     return out;
 }
 
+GateAct gate_act_of(MlpAct a) { return a == MlpAct::GELU_TANH ? GateAct::GELU_TANH : GateAct::SILU; }
+
+
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& cfg, const TensorMap& w, const ModelOptions& opt) : cfg_(cfg), opt_(opt) {
@@ -113,14 +116,40 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     norm_ = convert(need(w, "model.norm.weight", {E}), opt, "model.norm.weight", adopt);
     if (cfg_.tie_word_embeddings && !w.count("lm_head.weight")) lm_head_ = embed_;
     else lm_head_ = convert(need(w, "lm_head.weight", {V, E}), opt, "lm_head.weight", adopt);
+    // What the forward pass cannot compute yet is refused here, not approximated.
+    if (cfg_.attention_sinks)
+        throw Error(str(cfg_.name, ": attention sinks (a learned logit per head in the softmax) are not supported by the forward pass"));
+    if (cfg_.attn_logit_softcap > 0)
+        throw Error(str(cfg_.name, ": attention logit soft-capping (attn_logit_softcapping ", cfg_.attn_logit_softcap,
+                        ") is not supported by the forward pass; expected null"));
+    if (cfg_.final_logit_softcap > 0)
+        throw Error(str(cfg_.name, ": final logit soft-capping (final_logit_softcapping ", cfg_.final_logit_softcap,
+                        ") is not supported by the forward pass; expected null"));
+    for (int64_t l = 0; l < cfg_.num_layers; ++l)
+        if (cfg_.layer_spec(l).attention == AttnKind::NONE)
+            throw Error(str(cfg_.name, ": layer ", l, " has no attention, which the forward pass does not support"));
+    // Norm tensors by placement: Llama's post_attention_layernorm is the pre-MLP norm; Gemma
+    // and OLMo 2 apply it to the attention output and name the MLP's norms *_feedforward_*.
+    const NormPlacement np = cfg_.norm_placement;
+    const bool pre = np != NormPlacement::POST, post = np != NormPlacement::PRE;
+    auto norm = [&](const std::string& name) { return convert(need(w, name, {E}), opt, name, adopt); };
     layers_.resize(size_t(cfg_.num_layers));
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         LayerWeights& L = layers_[size_t(l)];
-        L.attn_norm = convert(need(w, p + "input_layernorm.weight", {E}), opt, p + "input_layernorm.weight", adopt);
-        L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
-                             &need(w, p + "self_attn.v_proj.weight", {K, E})},
-                            opt, p + "self_attn.qkv", adopt);
+        if (pre) L.attn_norm = norm(p + "input_layernorm.weight");
+        if (post) {
+            L.attn_post_norm = norm(p + "post_attention_layernorm.weight");
+            L.mlp_post_norm = norm(p + "post_feedforward_layernorm.weight");
+        }
+        if (np == NormPlacement::PRE) L.mlp_norm = norm(p + "post_attention_layernorm.weight");
+        if (np == NormPlacement::BOTH) L.mlp_norm = norm(p + "pre_feedforward_layernorm.weight");
+        if (cfg_.fused_projections)
+            L.wqkv = convert(need(w, p + "self_attn.qkv_proj.weight", {Q + 2 * K, E}), opt, p + "self_attn.qkv_proj.weight", adopt);
+        else
+            L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
+                                 &need(w, p + "self_attn.v_proj.weight", {K, E})},
+                                opt, p + "self_attn.qkv", adopt);
         if (cfg_.qkv_bias) {
             Tensor bq = need(w, p + "self_attn.q_proj.bias", {Q}).unsqueeze(1);
             Tensor bk = need(w, p + "self_attn.k_proj.bias", {K}).unsqueeze(1);
@@ -128,22 +157,39 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             L.bqkv = stack_rows({&bq, &bk, &bv}, opt, p + "self_attn.qkv.bias", adopt).reshape({Q + 2 * K});
         }
         if (cfg_.qk_norm) {
-            L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.q_norm.weight", adopt);
-            L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {cfg_.head_dim}), opt, p + "self_attn.k_norm.weight", adopt);
+            const int64_t nq = cfg_.qk_norm_whole ? Q : cfg_.head_dim, nk = cfg_.qk_norm_whole ? K : cfg_.head_dim;
+            L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {nq}), opt, p + "self_attn.q_norm.weight", adopt);
+            L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {nk}), opt, p + "self_attn.k_norm.weight", adopt);
         }
         L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
         if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias", adopt);
-        L.mlp_norm = convert(need(w, p + "post_attention_layernorm.weight", {E}), opt, p + "post_attention_layernorm.weight", adopt);
-        L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
-                                 p + "mlp.gate_up", adopt);
+        if (cfg_.fused_projections)
+            L.w_gate_up = convert(need(w, p + "mlp.gate_up_proj.weight", {2 * I, E}), opt, p + "mlp.gate_up_proj.weight", adopt);
+        else
+            L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
+                                     p + "mlp.gate_up", adopt);
         L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
     }
     set_context_width(cfg_.max_position_embeddings);
 }
 
 void Transformer::set_context_width(int64_t width) {
-    if (rope_.context_width == width && rope_.cos.defined()) return;
-    rope_ = build_rope_tables(cfg_, width, opt_.rope, opt_.device);
+    if (!ropes_.empty() && ropes_[0].context_width == width) return;
+    ropes_.clear();
+    layer_rope_.assign(size_t(cfg_.num_layers), 0);
+    std::vector<LayerSpec> seen;
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+        const LayerSpec s = cfg_.layer_spec(l);
+        size_t i = 0;
+        while (i < seen.size() && !(seen[i].rope_theta == s.rope_theta && seen[i].rotary_fraction == s.rotary_fraction &&
+                                     seen[i].rope_scaled == s.rope_scaled))
+            ++i;
+        if (i == seen.size()) {
+            seen.push_back(s);
+            ropes_.push_back(build_rope_tables(cfg_, s, width, opt_.rope, opt_.device));
+        }
+        layer_rope_[size_t(l)] = i;
+    }
 }
 
 Tensor Transformer::embed(const Tensor& ids) const {
@@ -160,9 +206,17 @@ Tensor Transformer::embed(const Tensor& ids) const {
                 throw Error(str("embedding: token id ", id[i], " is outside the vocabulary of ", weight_shape(embed_)[0]));
             packed_rows_to_f32(embed_, id[i], id[i] + 1, o + int64_t(i) * cfg_.hidden_size);
         }
+        if (cfg_.embedding_scale != 1.0) ops::scale_(out, out, embedding_multiplier());
         return out;
     }
-    return ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
+    Tensor x = ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
+    if (cfg_.embedding_scale != 1.0) ops::scale_(x, x, embedding_multiplier());
+    return x;
+}
+
+float Transformer::embedding_multiplier() const {
+    const float s = float(cfg_.embedding_scale);
+    return opt_.dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
 }
 
 Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
@@ -170,8 +224,10 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
                   HS = cfg_.head_dim, I = cfg_.intermediate_size;
     const float eps = float(cfg_.rms_norm_eps);
-    if (input_pos + n > rope_.context_width)
-        throw Error(str("positions up to ", input_pos + n, " exceed the RoPE context width ", rope_.context_width),
+    const RopeTables& rt = this->rope(l);
+    const float off = float(cfg_.norm_weight_offset);
+    if (input_pos + n > rt.context_width)
+        throw Error(str("positions up to ", input_pos + n, " exceed the RoPE context width ", rt.context_width),
                     "set the context width (sequence length) before running the sequence");
     const DType act = opt_.dtype;
     const TensorOptions ao{opt_.device, MemCategory::ACTIVATIONS, {}};
@@ -184,7 +240,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         Tensor h;
         {
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
-            h = ops::rmsnorm(x, L.attn_norm, eps);
+            h = L.attn_norm.defined() ? ops::rmsnorm(x, L.attn_norm, eps, off) : x;
         }
         Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
         if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
@@ -194,20 +250,31 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
         Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
         Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
-        if (L.q_norm.defined()) {
-            q = ops::rmsnorm(q, L.q_norm, eps);
-            k = ops::rmsnorm(k, L.k_norm, eps);
+        if (L.q_norm.defined() && cfg_.qk_norm_whole) {
+            // OLMo 2: one RMSNorm over all heads of the projection
+            Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
+            Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
+            q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
+            k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+        } else if (L.q_norm.defined()) {
+            q = ops::rmsnorm(q, L.q_norm, eps, off);
+            k = ops::rmsnorm(k, L.k_norm, eps, off);
         }
         Tensor pos = position_range(input_pos, n, opt_.device);
         Tensor qr = Tensor::empty({B, NH, n, HS}, act, ao);
         Tensor kr = Tensor::empty({B, G, n, HS}, act, ao);
-        ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rope_.cos, rope_.sin, rope_.n_rot);
-        ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rope_.cos, rope_.sin, rope_.n_rot);
+        if (rt.n_rot > 0) {
+            ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+            ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+        } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
+            ops::copy_(qr, q.permute({0, 2, 1, 3}));
+            ops::copy_(kr, k.permute({0, 2, 1, 3}));
+        }
         Tensor vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
         y = Tensor::empty({B, n, NH, HS}, act, ao);
         Tensor yv = y.permute({0, 2, 1, 3});
-        attention.set_rope_frequencies(&rope_.inv_freq);
-        attention.attend(l, qr, kr, vv, input_pos, rope_.attn_scale, cfg_.layer_window(l), yv);
+        attention.set_rope_frequencies(&rt.inv_freq);
+        attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
         if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
     Tensor out;
@@ -217,6 +284,10 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         Tensor o = linear_any(yf, L.wo, act);
         if (adapters_) adapters_->add(l, LinearSite::O, yf, input_pos, o);
         if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
+        if (L.attn_post_norm.defined()) {
+            if (save) save->o = o;
+            o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
+        }
         out = ops::add(x, o);
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
     }
@@ -227,22 +298,27 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         Tensor h;
         {
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
-            h = ops::rmsnorm(out, L.mlp_norm, eps);
+            h = L.mlp_norm.defined() ? ops::rmsnorm(out, L.mlp_norm, eps, off) : out;
         }
         Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
         if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
-        Tensor a = ops::swiglu(gu.slice(2, 0, I), gu.slice(2, I, 2 * I));
+        Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
         Tensor d = linear_any(a, L.w_down, act);
         if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
+        if (L.mlp_post_norm.defined()) {
+            if (save) save->d = d;
+            d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
+        }
         ops::add_(out, out, d);
-        if (save) save->h2 = h, save->gu = gu, save->a = a;
+        // Without a pre-MLP norm h is `out`, which just received d: the saved input is out1.
+        if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1, save->gu = gu, save->a = a;
     }
     return out;
 }
 
 Tensor Transformer::final_norm(const Tensor& x) const {
     MemoryLabelScope label("final norm");
-    return ops::rmsnorm(x, norm_, float(cfg_.rms_norm_eps));
+    return ops::rmsnorm(x, norm_, float(cfg_.rms_norm_eps), float(cfg_.norm_weight_offset));
 }
 
 Tensor Transformer::lm_head(const Tensor& h, int64_t input_pos) const {
@@ -268,7 +344,8 @@ int64_t Transformer::parameter_count() const {
     const bool tied = lm_head_.storage() == embed_.storage();
     int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
-        for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.mlp_norm, &L.w_gate_up, &L.w_down})
+        for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down})
             if (t->defined()) n += weight_shape(*t).numel();
     }
     return n;
@@ -286,7 +363,8 @@ size_t Transformer::weight_bytes() const {
     const bool tied = lm_head_.storage() == embed_.storage();
     size_t n = embed_.nbytes() + norm_.nbytes() + (tied ? 0 : lm_head_.nbytes());
     for (const auto& L : layers_) {
-        for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.mlp_norm, &L.w_gate_up, &L.w_down})
+        for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down})
             if (t->defined()) n += t->nbytes();
     }
     return n;

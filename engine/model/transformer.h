@@ -1,6 +1,8 @@
-// The decoder-only transformer forward pass (Llama, Mistral, Qwen2/2.5, Qwen3): pre-norm
-// blocks with RMSNorm, fused q/k/v projection (+ bias), optional per-head q/k RMSNorm, RoPE or
-// YaRN, grouped-query attention through a LayerAttention, SwiGLU MLP, final norm, lm_head.
+// The decoder-only transformer forward pass (Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3): blocks
+// with RMSNorm before and/or after attention and MLP (ModelConfig::norm_placement), fused q/k/v
+// projection (+ bias), optional per-head q/k RMSNorm, RoPE or YaRN with each layer's base and
+// rotated fraction (LayerSpec), grouped-query attention through a LayerAttention with each
+// layer's window, gated MLP (SiLU or GELU-tanh), final norm, lm_head.
 // Weights arrive with Hugging Face names; f32 or bf16 storage (bf16: activations bf16,
 // accumulation f32). The driver calls embed / block / head so it can loop cell -> layer -> chunk.
 //
@@ -36,14 +38,16 @@ struct ModelOptions {
 
 // One layer's weights as the forward pass uses them (PyTorch Linear layout [out, in]).
 struct LayerWeights {
-    Tensor attn_norm;  // (E)
+    Tensor attn_norm;  // (E) before attention; undefined for NormPlacement::POST
     Tensor wqkv;       // ((NH + 2G) HS, E): q_proj, k_proj, v_proj stacked
     Tensor bqkv;       // ((NH + 2G) HS) or undefined
     Tensor q_norm;     // (HS) Qwen3, else undefined
     Tensor k_norm;     // (HS)
     Tensor wo;         // (E, NH HS)
     Tensor bo;         // (E) or undefined
-    Tensor mlp_norm;   // (E)
+    Tensor attn_post_norm;  // (E) on the attention output (NormPlacement POST, BOTH), else undefined
+    Tensor mlp_norm;   // (E) before the MLP; undefined for NormPlacement::POST
+    Tensor mlp_post_norm;   // (E) on the MLP output (POST, BOTH), else undefined
     Tensor w_gate_up;  // (2 I, E): gate_proj then up_proj
     Tensor w_down;     // (E, I)
 };
@@ -57,10 +61,12 @@ struct BlockActivations {
     Tensor kr;    // rotated keys (B, G, n, HS)
     Tensor v;     // values (B, G, n, HS)
     Tensor y;     // attention output (B, n, NH, HS)
+    Tensor o;     // attention projection before its post-norm (B, n, E); only with attn_post_norm
     Tensor out1;  // x + attention projection (B, n, E)
     Tensor h2;    // MLP-norm output (B, n, E)
     Tensor gu;    // gate and up projections (B, n, 2I)
-    Tensor a;     // swiglu(gate, up) (B, n, I)
+    Tensor a;     // act(gate) * up (B, n, I)
+    Tensor d;     // MLP output before its post-norm (B, n, E); only with mlp_post_norm
 };
 
 // =========================================================================================
@@ -85,11 +91,18 @@ class Transformer {
     // The context width drives YaRN (scale s = width / training length). Keys are cached
     // rotated, so the driver sets it once per sequence (e.g. to the sequence length).
     void set_context_width(int64_t width);
-    int64_t context_width() const { return rope_.context_width; }
-    const RopeTables& rope() const { return rope_; }
+    int64_t context_width() const { return ropes_[0].context_width; }
+    // Layer l's RoPE tables and attention scale (layers with the same LayerSpec share them);
+    // rope() is layer 0's.
+    const RopeTables& rope(int layer) const { return ropes_[layer_rope_[size_t(layer)]]; }
+    const RopeTables& rope() const { return rope(0); }
 
-    // ids int32/int64 (B, T) -> x (B, T, E) in the activation dtype.
+    // ids int32/int64 (B, T) -> x (B, T, E) in the activation dtype: the table's rows times
+    // embedding_multiplier().
     Tensor embed(const Tensor& ids) const;
+    // ModelConfig::embedding_scale as applied: rounded to bf16 for bf16 activations, as
+    // transformers casts Gemma's sqrt(hidden) to the weights' dtype (33.94 -> 34).
+    float embedding_multiplier() const;
     // One block over n new tokens at positions input_pos.. ; x (B, n, E) -> (B, n, E).
     // With `save`, keeps what the block's backward needs.
     Tensor block(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention,
@@ -129,7 +142,8 @@ class Transformer {
     Tensor norm_;     // (E)
     Tensor lm_head_;  // (V, E) (the embedding when tied)
     std::vector<LayerWeights> layers_;
-    RopeTables rope_;
+    std::vector<RopeTables> ropes_;   // one per distinct layer RoPE (theta, fraction, scaled)
+    std::vector<size_t> layer_rope_;  // layer -> index into ropes_
     const LinearAdapters* adapters_ = nullptr;
 };
 

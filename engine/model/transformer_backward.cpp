@@ -44,21 +44,32 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     const Device dev = x.device();
     const TensorOptions go{dev, MemCategory::ACTIVATIONS, {}};
     MemoryLabelScope label(str("layer ", l, " backward"));
+    const float off = float(c.norm_weight_offset);
 
-    // ---- MLP: out = out1 + down(swiglu(gate_up(norm(out1)))) ----
+    // ---- MLP: out = out1 + post(down(act(gate) up(pre(out1)))), pre/post optional norms ----
     Tensor dout1;
     {
         KV_TRACE_SPAN(trace::SpanCategory::MLP, "mlp backward", .layer = l);
-        Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, input_pos, dout);  // (B, n, I)
-        if (g && g->w_down.defined()) linear_weight_grad(g->w_down, nullptr, a.a, dout);
+        Tensor dd = dout;
+        if (L.mlp_post_norm.defined()) {  // Gemma, OLMo 2: norm on the MLP output
+            dd = Tensor::empty(dout.shape(), dt, go);
+            ops::rmsnorm_backward_(dd, g && g->mlp_post_norm.defined() ? &g->mlp_post_norm : nullptr, a.d, L.mlp_post_norm, dout, eps,
+                                   off);
+        }
+        Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, input_pos, dd);  // (B, n, I)
+        if (g && g->w_down.defined()) linear_weight_grad(g->w_down, nullptr, a.a, dd);
         Tensor dgu = Tensor::empty({B, n, 2 * I}, dt, go);
         Tensor dgate = dgu.slice(2, 0, I), dup = dgu.slice(2, I, 2 * I);
-        ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da);
+        ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da, false,
+                              c.mlp_act == MlpAct::GELU_TANH ? GateAct::GELU_TANH : GateAct::SILU);
         Tensor dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, input_pos, dgu);
         if (g && g->w_gate_up.defined()) linear_weight_grad(g->w_gate_up, nullptr, a.h2, dgu);
         dout1 = dout.clone();
-        ops::rmsnorm_backward_(dout1, g && g->mlp_norm.defined() ? &g->mlp_norm : nullptr, a.out1, L.mlp_norm, dh2, eps, 0.0f,
-                               /*accumulate_dx=*/true);
+        if (L.mlp_norm.defined())
+            ops::rmsnorm_backward_(dout1, g && g->mlp_norm.defined() ? &g->mlp_norm : nullptr, a.out1, L.mlp_norm, dh2, eps, off,
+                                   /*accumulate_dx=*/true);
+        else
+            ops::add_(dout1, dout1, dh2);
     }
 
     // ---- attention: out1 = x + o_proj(attention(rope(q), rope(k), v)) ----
@@ -66,32 +77,57 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention backward", .layer = l);
         Tensor yf = a.y.reshape({B, n, NH * HS});
-        Tensor dyf = linear_input_grad(m, l, LinearSite::O, L.wo, yf, input_pos, dout1);  // (B, n, NH HS)
-        if (g && g->wo.defined()) linear_weight_grad(g->wo, g->bo.defined() ? &g->bo : nullptr, yf, dout1);
+        Tensor dob = dout1;
+        if (L.attn_post_norm.defined()) {  // Gemma, OLMo 2: norm on the attention output
+            dob = Tensor::empty(dout1.shape(), dt, go);
+            ops::rmsnorm_backward_(dob, g && g->attn_post_norm.defined() ? &g->attn_post_norm : nullptr, a.o, L.attn_post_norm, dout1,
+                                   eps, off);
+        }
+        Tensor dyf = linear_input_grad(m, l, LinearSite::O, L.wo, yf, input_pos, dob);  // (B, n, NH HS)
+        if (g && g->wo.defined()) linear_weight_grad(g->wo, g->bo.defined() ? &g->bo : nullptr, yf, dob);
         Tensor dy = dyf.reshape({B, n, NH, HS}).permute({0, 2, 1, 3});  // (B, NH, n, HS) view
         Tensor dqr = Tensor::empty({B, NH, n, HS}, dt, go);
         Tensor dkr = Tensor::empty({B, G, n, HS}, dt, go);
         Tensor dv = Tensor::empty({B, G, n, HS}, dt, go);
-        attention.backward(l, a.qr, dy, m.rope().attn_scale, dqr, dkr, dv);
+        const auto& r = m.rope(l);
+        attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
 
         // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
         const Tensor pos = position_range(input_pos, n, dev);
         Tensor dq = dqkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, dqkv.offset());
         Tensor dk = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + NH * HS);
         Tensor dvv = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + (NH + G) * HS);
-        const auto& r = m.rope();
+        // A NoPE layer's "rotation" is the identity.
+        auto unrotate = [&](Tensor& dst, const Tensor& src) {
+            if (r.n_rot > 0) ops::rope_backward_(dst, src, pos, r.cos, r.sin, r.n_rot);
+            else ops::copy_(dst, src);
+        };
         if (!L.q_norm.defined()) {
-            ops::rope_backward_(dq, dqr, pos, r.cos, r.sin, r.n_rot);
-            ops::rope_backward_(dk, dkr, pos, r.cos, r.sin, r.n_rot);
+            unrotate(dq, dqr);
+            unrotate(dk, dkr);
+        } else if (c.qk_norm_whole) {
+            // OLMo 2: one RMSNorm over all heads of the projection, before the head split
+            Tensor tq = Tensor::empty({B, n, NH, HS}, dt, go), tk = Tensor::empty({B, n, G, HS}, dt, go);
+            Tensor tqv = tq.permute({0, 2, 1, 3}), tkv = tk.permute({0, 2, 1, 3});
+            unrotate(tqv, dqr);
+            unrotate(tkv, dkr);
+            Tensor q_pre = a.qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, a.qkv.offset());
+            Tensor k_pre = a.qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, a.qkv.offset() + NH * HS);
+            Tensor dqf = dqkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, dqkv.offset());
+            Tensor dkf = dqkv.as_strided({B, n, G * HS}, {n * W, W, 1}, dqkv.offset() + NH * HS);
+            ops::rmsnorm_backward_(dqf, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq.reshape({B, n, NH * HS}),
+                                   eps, off);
+            ops::rmsnorm_backward_(dkf, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk.reshape({B, n, G * HS}),
+                                   eps, off);
         } else {
             // q/k RMSNorm over HS sat between the projection and RoPE
             Tensor tq = Tensor::empty({B, NH, n, HS}, dt, go), tk = Tensor::empty({B, G, n, HS}, dt, go);
-            ops::rope_backward_(tq, dqr, pos, r.cos, r.sin, r.n_rot);
-            ops::rope_backward_(tk, dkr, pos, r.cos, r.sin, r.n_rot);
+            unrotate(tq, dqr);
+            unrotate(tk, dkr);
             Tensor q_pre = a.qkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, a.qkv.offset());
             Tensor k_pre = a.qkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, a.qkv.offset() + NH * HS);
-            ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps);
-            ops::rmsnorm_backward_(dk, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk, eps);
+            ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps, off);
+            ops::rmsnorm_backward_(dk, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk, eps, off);
         }
         ops::copy_(dvv, dv);
     }
@@ -103,7 +139,10 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
         Tensor dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, input_pos, dqkv);
         if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);
         dx = dout1.clone();
-        ops::rmsnorm_backward_(dx, g && g->attn_norm.defined() ? &g->attn_norm : nullptr, x, L.attn_norm, dh1, eps, 0.0f, true);
+        if (L.attn_norm.defined())
+            ops::rmsnorm_backward_(dx, g && g->attn_norm.defined() ? &g->attn_norm : nullptr, x, L.attn_norm, dh1, eps, off, true);
+        else
+            ops::add_(dx, dx, dh1);
     }
     return dx;
 }

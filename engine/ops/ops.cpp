@@ -261,20 +261,24 @@ Tensor silu(const Tensor& x) {
     return out;
 }
 
-void swiglu_(Tensor& out, const Tensor& gate, const Tensor& up) {
+void gated_(Tensor& out, const Tensor& gate, const Tensor& up, GateAct act) {
     require_same_device("swiglu", {&out, &gate, &up});
     require_float("swiglu", gate, "gate");
     require_float("swiglu", up, "up");
     KV_REQUIRE(gate.shape() == up.shape() && gate.shape() == out.shape(), "swiglu",
             str("gate ", gate.shape().str(), ", up ", up.shape().str(), " and output ", out.shape().str(), " must match"));
+    KV_REQUIRE(act < GateAct::COUNT, "swiglu", str("unknown gate activation ", int(act)));
     OpCall c = make_call(OpKind::SWIGLU, out, {&gate, &up});
+    c.p.act = int(act);
     dispatch(c);
 }
-Tensor swiglu(const Tensor& gate, const Tensor& up) {
+Tensor gated(const Tensor& gate, const Tensor& up, GateAct act) {
     Tensor out = Tensor::empty(gate.shape(), gate.dtype(), like(gate));
-    swiglu_(out, gate, up);
+    gated_(out, gate, up, act);
     return out;
 }
+void swiglu_(Tensor& out, const Tensor& gate, const Tensor& up) { gated_(out, gate, up, GateAct::SILU); }
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return gated(gate, up, GateAct::SILU); }
 
 // ---- [SECTION] normalisation and softmax --------------------------------------------------------
 void rmsnorm_(Tensor& out, const Tensor& x, const Tensor& weight, float eps, float weight_offset) {
@@ -682,7 +686,8 @@ void silu_backward_(Tensor& dx, const Tensor& x, const Tensor& dy, bool accumula
     dispatch(c);
 }
 
-void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up, const Tensor& dy, bool accumulate) {
+void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up, const Tensor& dy, bool accumulate,
+                      GateAct act) {
     const char* op = "swiglu_backward";
     require_same_device(op, {&dgate, &dup, &gate, &up, &dy});
     for (const Tensor* t : {&gate, &up, &dy, (const Tensor*)&dgate, (const Tensor*)&dup}) require_float(op, *t, "every operand");
@@ -690,7 +695,9 @@ void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tens
     require_same_shape(op, gate, "gate", dy, "dy");
     require_same_shape(op, gate, "gate", dgate, "dgate");
     require_same_shape(op, gate, "gate", dup, "dup");
+    KV_REQUIRE(act < GateAct::COUNT, op, str("unknown gate activation ", int(act)));
     OpCall c = make_call(OpKind::SWIGLU_BACKWARD, dgate, {&gate, &up, &dy});
+    c.p.act = int(act);
     c.dst2 = dup.view();
     c.p.accumulate = acc_bits(accumulate, accumulate);
     dispatch(c);

@@ -34,6 +34,9 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& a, float s);
 Tensor silu(const Tensor& x);
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+// act(gate) * up: the gated MLP with SiLU (= swiglu) or GELU-tanh (Gemma's GEGLU).
+void gated_(Tensor& out, const Tensor& gate, const Tensor& up, GateAct act);
+Tensor gated(const Tensor& gate, const Tensor& up, GateAct act);
 
 // ---- normalisation and softmax ----------------------------------------------------------
 // weight may be undefined (no weight). weight_offset = 1 gives Gemma's (1 + w).
@@ -120,8 +123,9 @@ void rope_backward_(Tensor& dx, const Tensor& dy, const Tensor& pos, const Tenso
                     bool accumulate = false);
 // dx = dy * silu'(x)
 void silu_backward_(Tensor& dx, const Tensor& x, const Tensor& dy, bool accumulate = false);
-// y = silu(gate) * up:  dgate = dy * up * silu'(gate), dup = dy * silu(gate)
-void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up, const Tensor& dy, bool accumulate = false);
+// y = act(gate) * up:  dgate = dy * up * act'(gate), dup = dy * act(gate)
+void swiglu_backward_(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up, const Tensor& dy, bool accumulate = false,
+                      GateAct act = GateAct::SILU);
 // dtable (V, C) [ids[i], :] += dy[i, :] (dy = ids' shape + (C,)); without `accumulate` dtable
 // is zeroed first. Duplicate ids add up in token order on the CPU (deterministic).
 void embedding_backward_(Tensor& dtable, const Tensor& ids, const Tensor& dy, bool accumulate = true);

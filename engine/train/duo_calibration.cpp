@@ -248,7 +248,7 @@ double duo_calibration_loss(const Transformer& model, const std::vector<int32_t>
     if (dalpha) {
         Tensor dht = Tensor::from_f64(x.shape(), dh, x.dtype(), {x.device(), MemCategory::ACTIVATIONS, "hidden state gradient"});
         Tensor dx = Tensor::empty(x.shape(), x.dtype(), {x.device(), MemCategory::ACTIVATIONS, "hidden state gradient"});
-        ops::rmsnorm_backward_(dx, nullptr, x, model.final_norm_weight(), dht, float(c.rms_norm_eps));
+        ops::rmsnorm_backward_(dx, nullptr, x, model.final_norm_weight(), dht, float(c.rms_norm_eps), float(c.norm_weight_offset));
         for (int l = int(nl) - 1; l >= 0; --l) dx = block_backward(model, l, xin[size_t(l)], acts[size_t(l)], dx, 0, mixed, nullptr);
         dalpha->assign(alpha.size(), 0.0);
         for (size_t i = 0; i < alpha.size(); ++i) (*dalpha)[i] = mixed.dalpha()[i] + cfg.reg * (alpha[i] < 0 ? -1.0 : 1.0) / N;

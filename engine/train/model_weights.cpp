@@ -20,10 +20,16 @@ TensorMap state_dict_views(const Transformer& m) {
     for (int l = 0; l < int(c.num_layers); ++l) {
         const LayerWeights& L = m.layer(l);
         const std::string p = str("model.layers.", l, ".");
-        w[p + "input_layernorm.weight"] = L.attn_norm;
-        w[p + "self_attn.q_proj.weight"] = L.wqkv.slice(0, 0, Q);
-        w[p + "self_attn.k_proj.weight"] = L.wqkv.slice(0, Q, Q + K);
-        w[p + "self_attn.v_proj.weight"] = L.wqkv.slice(0, Q + K, Q + 2 * K);
+        // Names by the family's layout (as engine/io/weight_names.cpp lists them): norms by
+        // placement, q/k/v and gate/up fused where the checkpoint stores them so (Phi-3).
+        if (L.attn_norm.defined()) w[p + "input_layernorm.weight"] = L.attn_norm;
+        if (c.fused_projections) {
+            w[p + "self_attn.qkv_proj.weight"] = L.wqkv;
+        } else {
+            w[p + "self_attn.q_proj.weight"] = L.wqkv.slice(0, 0, Q);
+            w[p + "self_attn.k_proj.weight"] = L.wqkv.slice(0, Q, Q + K);
+            w[p + "self_attn.v_proj.weight"] = L.wqkv.slice(0, Q + K, Q + 2 * K);
+        }
         if (L.bqkv.defined()) {
             w[p + "self_attn.q_proj.bias"] = L.bqkv.slice(0, 0, Q);
             w[p + "self_attn.k_proj.bias"] = L.bqkv.slice(0, Q, Q + K);
@@ -35,9 +41,19 @@ TensorMap state_dict_views(const Transformer& m) {
         }
         w[p + "self_attn.o_proj.weight"] = L.wo;
         if (L.bo.defined()) w[p + "self_attn.o_proj.bias"] = L.bo;
-        w[p + "post_attention_layernorm.weight"] = L.mlp_norm;
-        w[p + "mlp.gate_proj.weight"] = L.w_gate_up.slice(0, 0, I);
-        w[p + "mlp.up_proj.weight"] = L.w_gate_up.slice(0, I, 2 * I);
+        if (c.norm_placement == NormPlacement::PRE) {
+            w[p + "post_attention_layernorm.weight"] = L.mlp_norm;
+        } else {
+            w[p + "post_attention_layernorm.weight"] = L.attn_post_norm;
+            w[p + "post_feedforward_layernorm.weight"] = L.mlp_post_norm;
+            if (L.mlp_norm.defined()) w[p + "pre_feedforward_layernorm.weight"] = L.mlp_norm;
+        }
+        if (c.fused_projections) {
+            w[p + "mlp.gate_up_proj.weight"] = L.w_gate_up;
+        } else {
+            w[p + "mlp.gate_proj.weight"] = L.w_gate_up.slice(0, 0, I);
+            w[p + "mlp.up_proj.weight"] = L.w_gate_up.slice(0, I, 2 * I);
+        }
         w[p + "mlp.down_proj.weight"] = L.w_down;
     }
     return w;

@@ -97,6 +97,23 @@ KV_HD void kv_swiglu_grad(F g, F u, F dy, F* dg, F* du) {
     *du = dy * g * s;
 }
 
+// GELU, tanh form: 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+template <class F>
+KV_HD F kv_gelu_tanh(F x) {
+    const F u2 = F(2 * 0.7978845608028654) * (x + F(0.044715) * x * x * x);
+    return x * kv_sigmoid(u2);
+}
+
+// GEGLU y = gelu_tanh(g) u: dg = dy u gelu'(g), du = dy gelu(g), with
+// gelu'(x) = s + x s (1 - s) du2/dx, s = sigmoid(u2), du2/dx = 2 sqrt(2/pi) (1 + 3 0.044715 x^2).
+template <class F>
+KV_HD void kv_geglu_grad(F g, F u, F dy, F* dg, F* du) {
+    const F k2 = F(2 * 0.7978845608028654);
+    const F s = kv_sigmoid(k2 * (g + F(0.044715) * g * g * g));
+    *dg = dy * u * (s + g * s * (F(1) - s) * k2 * (F(1) + F(3 * 0.044715) * g * g));
+    *du = dy * g * s;
+}
+
 // RMSNorm scale factor for a row with sum of squares `ss` over `n` elements.
 template <class F>
 KV_HD F kv_rms_inv(F ss, long long n, F eps) {

@@ -36,7 +36,8 @@ namespace kv {
 //          src1 = weight[last] (optional: nsrc == 1 means no weight)
 // SOFTMAX  dst = softmax(alpha * src0) over the last dim
 // SILU     dst = src0 * sigmoid(src0)
-// SWIGLU   dst = silu(src0) * src1       (src0 = gate, src1 = up)
+// SWIGLU   dst = act(src0) * src1        (src0 = gate, src1 = up; act = p.act, a GateAct:
+//          silu, or GELU's tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma))
 // ROPE     dst[b,h,t,:] = rotate_half(src0[b,h,t,:]) with angle table rows src1[b|0, t]
 //          src0 x (B, NH, T, HS); src1 pos int32 (B|1, T); src2 cos f32 (P, n_rot/2);
 //          src3 sin f32 (P, n_rot/2). Channels [0, n_rot) are rotated (pairs i, i + n_rot/2),
@@ -96,8 +97,8 @@ namespace kv {
 //          dx1 = dy1 cos + dy2 sin,  dx2 = dy2 cos - dy1 sin;  channels >= n_rot copied.
 //          src1 pos, src2 cos, src3 sin exactly as ROPE (so YaRN-scaled tables work too).
 // SILU_BACKWARD  src0 x, src1 dy: dst dx = dy * silu'(x),  silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
-// SWIGLU_BACKWARD  src0 gate, src1 up, src2 dy (all one shape):
-//          dst dgate = dy * up * silu'(gate);  dst2 dup = dy * silu(gate)
+// SWIGLU_BACKWARD  src0 gate, src1 up, src2 dy (all one shape), act = p.act:
+//          dst dgate = dy * up * act'(gate);  dst2 dup = dy * act(gate)
 // EMBEDDING_BACKWARD  src0 dy (ids..., C); src1 ids int32/int64 (ids...):
 //          dst dtable (V, C): dtable[ids[i], :] += dy[i, :] (duplicate ids add up; on the CPU
 //          in the order of i, so results do not depend on the thread count; CUDA adds with
@@ -192,6 +193,9 @@ inline const char* op_kind_name(OpKind k) {
 // =========================================================================================
 // [SECTION] parameters, call record, context
 // =========================================================================================
+// Activations of the gated MLP ops SWIGLU and SWIGLU_BACKWARD (p.act).
+enum class GateAct : uint8_t { SILU = 0, GELU_TANH, COUNT };
+
 // Optimizers of OPTIMIZER_STEP (PyTorch's torch.optim classes of the same names).
 enum class OptimKind : uint8_t { ADAMW = 0, ADAM, ADAMAX, SGD, RMSPROP, ADADELTA, COUNT };
 
@@ -231,6 +235,7 @@ struct OpParams {
     int axis = 0;                // GATHER, SCATTER; MATMUL with a packed weight: 1 = not transposed
     int n_rot = 0;               // ROPE, ROPE_BACKWARD: rotated channels (0 = all)
     int window = 0;              // SDPA, SDPA_BACKWARD: sliding window in positions (0 = none)
+    int act = 0;                 // SWIGLU, SWIGLU_BACKWARD: a GateAct
     int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat; MATMUL: a PackedFormat (u8 weight)
     int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits
     int ignore_index = -100;     // CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD: target of rows to skip

@@ -67,11 +67,13 @@ void silu_backward_rows(const OpContext& ctx, const OpCall& c) {
 
 template <class A>
 void swiglu_backward_rows(const OpContext& ctx, const OpCall& c) {
-    grad_rows<A>(ctx, c, 3, 2, [](const A* const* in, A* dgate, A* dup, int64_t n, bool acc1, bool acc2) {
+    const bool gelu = c.p.act == int(GateAct::GELU_TANH);
+    grad_rows<A>(ctx, c, 3, 2, [gelu](const A* const* in, A* dgate, A* dup, int64_t n, bool acc1, bool acc2) {
         const A *gate = in[0], *up = in[1], *dy = in[2];
         for (int64_t i = 0; i < n; ++i) {
             A dg, du;
-            kv_swiglu_grad(gate[i], up[i], dy[i], &dg, &du);
+            if (gelu) kv_geglu_grad(gate[i], up[i], dy[i], &dg, &du);
+            else kv_swiglu_grad(gate[i], up[i], dy[i], &dg, &du);
             dgate[i] = (acc1 ? dgate[i] : A(0)) + dg;
             dup[i] = (acc2 ? dup[i] : A(0)) + du;
         }
@@ -117,6 +119,11 @@ void mul_forward(const OpContext& ctx, const OpCall& c) {
 }
 
 void swiglu_forward(const OpContext& ctx, const OpCall& c) {
+    if (c.p.act == int(GateAct::GELU_TANH)) {
+        if (is_f64_call(c)) binary<double>(ctx, c, [](double g, double u) { return kv_gelu_tanh(g) * u; });
+        else binary<float>(ctx, c, [](float g, float u) { return kv_gelu_tanh(g) * u; });
+        return;
+    }
     if (is_f64_call(c)) binary<double>(ctx, c, [](double g, double u) { return kv_silu(g) * u; });
     else binary<float>(ctx, c, [](float g, float u) { return kv_silu(g) * u; });
 }

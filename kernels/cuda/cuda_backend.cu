@@ -56,7 +56,7 @@ class CudaBackend final : public KernelBackend {
                        ((c.src[0].dtype == DType::F64) == (c.dst.dtype == DType::F64));
             case OpKind::ADD:
             case OpKind::MUL:
-            case OpKind::SWIGLU: return c.nsrc == 2 && is_float(c.dst.dtype);
+            case OpKind::SWIGLU: return c.nsrc == 2 && is_float(c.dst.dtype) && c.p.act == int(GateAct::SILU);  // no GELU-tanh kernel yet
             case OpKind::SCALE:
             case OpKind::SILU:
             case OpKind::SOFTMAX: return c.nsrc == 1 && is_float(c.dst.dtype);
@@ -85,7 +85,8 @@ class CudaBackend final : public KernelBackend {
                        (c.dst2.data == nullptr || (has_src(c, 2) && is_float(c.dst2.dtype)));
             case OpKind::ROPE_BACKWARD: return c.nsrc == 4 && c.dst.ndim == 4 && c.src[1].dtype == DType::I32 && is_float(c.dst.dtype);
             case OpKind::SILU_BACKWARD: return c.nsrc == 2 && is_float(c.dst.dtype);
-            case OpKind::SWIGLU_BACKWARD: return c.nsrc == 3 && is_float(c.dst.dtype) && c.dst2.data && is_float(c.dst2.dtype);
+            case OpKind::SWIGLU_BACKWARD:
+                return c.nsrc == 3 && is_float(c.dst.dtype) && c.dst2.data && is_float(c.dst2.dtype) && c.p.act == int(GateAct::SILU);
             case OpKind::AXPY: return c.nsrc == 1 && is_float(c.dst.dtype) && is_float(c.src[0].dtype);
             case OpKind::EMBEDDING_BACKWARD:  // atomics: f32/f64 tables only
                 return c.nsrc == 2 && c.dst.ndim == 2 && (c.dst.dtype == DType::F32 || c.dst.dtype == DType::F64) &&

@@ -168,7 +168,8 @@ TEST(Generation, StopStringsEndTheText) {
 TEST(Generation, GreedyMatchesPyTorchReferenceOnFixtures) {
     // The windowed fixtures generate past their window (prompt 5 + 8 tokens > 5 and 4), so the
     // decode steps must mask keys the cache still holds.
-    for (std::string name : {"llama_gqa", "qwen2_bias_mqa", "qwen3_qknorm", "mistral_window", "qwen2_window"}) {
+    for (std::string name : {"llama_gqa", "qwen2_bias_mqa", "qwen3_qknorm", "mistral_window", "qwen2_window", "gemma3_interleaved",
+                             "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm"}) {
         const std::string dir = std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/" + name;
         HfModelFolder f = load_hf_model_folder(dir);
         SafetensorsContents e = load_safetensors(dir + "/expected.safetensors");

@@ -24,6 +24,45 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c.arch = Arch::QWEN3;
         c.model_type = arch_name(c.arch);
         c.qk_norm = true;
+    } else if (arch == "smollm3") {  // every second layer NoPE (SmolLM3 has every fourth)
+        c.arch = Arch::SMOLLM3;
+        c.model_type = arch_name(c.arch);
+        c.layer_specs.resize(size_t(layers));
+        for (int64_t l = 0; l < layers; ++l) c.layer_specs[size_t(l)].rotary_fraction = (l + 1) % 2 != 0 ? 1.0 : 0.0;
+    } else if (arch == "phi3") {  // fused projections, half the channels rotated
+        c.arch = Arch::PHI3;
+        c.model_type = arch_name(c.arch);
+        c.fused_projections = true;
+        c.partial_rotary_factor = 0.5;
+    } else if (arch == "geglu") {  // Gemma's GELU-tanh gated MLP in Llama blocks
+        c.mlp_act = MlpAct::GELU_TANH;
+    } else if (arch == "gemma3") {  // Gemma 3 blocks without windows (gradients refuse windows), RoPE base per layer
+        c.arch = Arch::GEMMA3;
+        c.model_type = arch_name(c.arch);
+        c.norm_placement = NormPlacement::BOTH;
+        c.norm_weight_offset = 1.0;
+        // Gemma's factor is sqrt(hidden) (5.7 here); 2 tests the same path while keeping the
+        // finite differences' truncation error at an embedding entry below the tolerance.
+        c.embedding_scale = 2.0;
+        c.qk_norm = true;
+        c.query_pre_attn_scalar = 12;
+        c.mlp_act = MlpAct::GELU_TANH;
+        c.tie_word_embeddings = true;
+        c.layer_specs.resize(size_t(layers));
+        for (int64_t l = 0; l < layers; ++l) c.layer_specs[size_t(l)].rope_theta = l % 2 == 0 ? 10000.0 : 1000000.0;
+    } else if (arch == "gemma3_window") {  // as "gemma3", layer 0 sliding with a window of 5
+        c = grad_test_config("gemma3", layers);
+        c.layer_specs[0].attention = AttnKind::SLIDING;
+        c.layer_specs[0].window = 5;
+    } else if (arch == "mistral") {  // every layer windowed
+        c.arch = Arch::MISTRAL;
+        c.model_type = arch_name(c.arch);
+        c.sliding_window = 6;
+    } else if (arch == "olmo2") {  // output norms, q/k norm over the whole projection
+        c.arch = Arch::OLMO2;
+        c.model_type = arch_name(c.arch);
+        c.norm_placement = NormPlacement::POST;
+        c.qk_norm = c.qk_norm_whole = true;
     }
     return c;
 }

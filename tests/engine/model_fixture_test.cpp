@@ -2,7 +2,11 @@
 // tiny Llama (GQA), Llama with YaRN (context 4x the training length), Qwen2 (q/k/v bias, MQA,
 // tied), Qwen3 (q/k norm, head_dim != hidden/heads), a bf16 checkpoint, and sliding windows
 // shorter than the sequence: Mistral (window 5, every layer) and Qwen2 (window 4 in layers >=
-// max_window_layers = 1). Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
+// max_window_layers = 1), Gemma 3 (sliding and full layers interleaved, per-layer RoPE base,
+// q/k norm, query_pre_attn_scalar, (1 + w) norms on both sides of attention and MLP, GELU-tanh,
+// scaled tied embeddings), Gemma 2 (alternating layers), SmolLM3 (a NoPE layer), Phi-3 (partial
+// rotary, fused projections, window) and OLMo 2 (output norms, q/k norm over the projection).
+// Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +19,7 @@
 #include "engine/kv/kv_config.h"
 #include "engine/kv/layer_cache.h"
 #include "engine/model/transformer.h"
+#include "engine/train/model_weights.h"
 #include "tests/support/test_support.h"
 
 namespace kv {
@@ -69,7 +74,100 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                          testing::Values("llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "llama_bf16",
-                                         "mistral_window", "qwen2_window"));
+                                         "mistral_window", "qwen2_window", "gemma3_interleaved", "gemma2_alternating",
+                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm"));
+
+// Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
+// 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
+// one-pass reference, so each layer masks with its own window and rotates with its own base.
+TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
+    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm"}) {
+        Fixture f = load_fixture(name);
+        ModelOptions opt;
+        opt.rope = RopeMode::YARN;
+        Transformer model(f.model.config, f.model.weights, opt);
+        model.set_context_width(f.context_width);
+        for (int j = 0; j < f.inputs; ++j) {
+            const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
+            const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
+            const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+            for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(32)}) {
+                SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
+                KVCacheConfig kc;  // dense-default: keeps every position
+                KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
+                std::vector<double> got(size_t(B * T * V));
+                for (int64_t s = 0; s < T; s += chunk) {
+                    const int64_t e = std::min(T, s + chunk);
+                    const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
+                    for (int64_t b = 0; b < B; ++b)
+                        for (int64_t t = s; t < e; ++t)
+                            for (int64_t v = 0; v < V; ++v)
+                                got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
+                }
+                test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+                EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
+                EXPECT_LE(c.rel_err, 1e-5) << c.report;
+            }
+        }
+    }
+}
+
+// The layer description read from the fixtures' config.json against transformers' rule,
+// written out here: layer i is sliding iff (i + 1) % pattern != 0 (Gemma 3: sliding_window_pattern,
+// Gemma 2: 2); Gemma 3 rotates sliding layers with rope_local_base_freq.
+TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
+    const ModelConfig g3 = load_fixture("gemma3_interleaved").model.config;
+    ASSERT_EQ(g3.num_layers, 4);
+    for (int64_t l = 0; l < 4; ++l) {
+        const bool sliding = (l + 1) % 3 != 0;
+        const LayerSpec s = g3.layer_spec(l);
+        EXPECT_EQ(s.attention, sliding ? AttnKind::SLIDING : AttnKind::GLOBAL) << l;
+        EXPECT_EQ(g3.layer_window(l), sliding ? 5 : 0) << l;
+        EXPECT_EQ(s.rope_theta, sliding ? 10000.0 : 1000000.0) << l;
+    }
+    EXPECT_EQ(g3.norm_placement, NormPlacement::BOTH);
+    EXPECT_EQ(g3.norm_weight_offset, 1.0);
+    EXPECT_DOUBLE_EQ(g3.embedding_scale, std::sqrt(32.0));
+    EXPECT_TRUE(g3.qk_norm);
+    EXPECT_DOUBLE_EQ(g3.query_scale(), 1.0 / std::sqrt(24.0));
+    const ModelConfig g2 = load_fixture("gemma2_alternating").model.config;
+    for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(g2.layer_window(l), l % 2 == 0 ? 4 : 0) << l;
+    EXPECT_FALSE(g2.qk_norm);
+    EXPECT_EQ(g2.attn_logit_softcap, 0.0);  // null in the fixture
+}
+
+// The model's state dict (checkpoints, saving) names every tensor as the family's checkpoint
+// does: the fixture's model.safetensors, tensor for tensor (Gemma's four norms, OLMo 2's output
+// norms, Phi-3's fused projections).
+TEST(ModelFixtureLayers, StateDictHasTheCheckpointsNamesAndValues) {
+    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm"}) {
+        Fixture f = load_fixture(name);
+        Transformer model(f.model.config, f.model.weights, ModelOptions{});
+        const TensorMap sd = model_state_dict(model);
+        EXPECT_EQ(sd.size(), f.model.weights.size()) << name;
+        for (const auto& [n, t] : f.model.weights) {
+            auto it = sd.find(n);
+            ASSERT_NE(it, sd.end()) << name << ": " << n;
+            EXPECT_EQ(it->second.to_f64_vector(), t.to_f64_vector()) << name << ": " << n;
+        }
+    }
+}
+
+// SmolLM3Config: no_rope_layers[i] = int((i + 1) % 4 != 0) by default, 1 = the layer rotates.
+// Phi-3: half of the 16 channels rotated, every layer windowed.
+TEST(ModelFixtureLayers, NoPeAndPartialRotaryFollowTransformers) {
+    const ModelConfig s = load_fixture("smollm3_nope").model.config;
+    for (int64_t l = 0; l < s.num_layers; ++l) EXPECT_EQ(s.layer_rope_dims(l), (l + 1) % 4 != 0 ? 8 : 0) << l;
+    const ModelConfig p = load_fixture("phi3_partial").model.config;
+    EXPECT_TRUE(p.fused_projections);
+    for (int64_t l = 0; l < p.num_layers; ++l) {
+        EXPECT_EQ(p.layer_rope_dims(l), 8) << l;
+        EXPECT_EQ(p.layer_window(l), 6) << l;
+    }
+    const ModelConfig o = load_fixture("olmo2_postnorm").model.config;
+    EXPECT_EQ(o.norm_placement, NormPlacement::POST);
+    EXPECT_TRUE(o.qk_norm && o.qk_norm_whole);
+}
 
 // The windowed fixtures fed through a dense KV cache in chunks shorter than the window, longer
 // than it, and one token at a time (the decode path): the window must mask keys the cache

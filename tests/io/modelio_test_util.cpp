@@ -2,6 +2,7 @@
 #include "modelio_test_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,21 @@ ModelConfig tiny_config(Arch arch) {
             c.num_kv_heads = c.num_heads;
             c.qkv_bias = c.o_bias = c.mlp_bias = true;
             c.tie_word_embeddings = true;
+            break;
+        case Arch::GEMMA2:
+        case Arch::GEMMA3:
+            c.norm_placement = NormPlacement::BOTH;
+            c.norm_weight_offset = 1.0;
+            c.embedding_scale = std::sqrt(double(c.hidden_size));
+            c.mlp_act = MlpAct::GELU_TANH;
+            c.qk_norm = arch == Arch::GEMMA3;
+            c.tie_word_embeddings = true;
+            break;
+        case Arch::SMOLLM3: break;
+        case Arch::PHI3: c.fused_projections = true; break;
+        case Arch::OLMO2:
+            c.norm_placement = NormPlacement::POST;
+            c.qk_norm = c.qk_norm_whole = true;
             break;
     }
     return c;

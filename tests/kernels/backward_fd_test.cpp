@@ -166,6 +166,36 @@ TEST(BackwardFd, SiluAndSwiglu) {
     expect_grad(du32, fdu, kTolF32, "swiglu dup f32");
 }
 
+// The GELU-tanh gate (Gemma): the loss is the f64 reference, whose forward is transformers'
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); the kernels use the sigmoid form.
+TEST(BackwardFd, GeluTanhGate) {
+    auto rng = rng_for("geglu");
+    Tensor x = random_tensor({3, 17}, DType::F64, rng, -8.0, 8.0);
+    Tensor up = random_tensor({3, 17}, DType::F64, rng, -2.0, 2.0);
+    Tensor R = random_tensor({3, 17}, DType::F64, rng);
+    OpParams p;
+    p.act = int(GateAct::GELU_TANH);
+    auto loss = [&] { return dot(ref_run(OpKind::SWIGLU, p, {x, up}, x.shape()), R); };
+    // the reference forward against the formula written here
+    const std::vector<double> xv = x.to_f64_vector(), uv = up.to_f64_vector(), y = ref_run(OpKind::SWIGLU, p, {x, up}, x.shape()).to_f64_vector();
+    for (size_t i = 0; i < xv.size(); ++i) {
+        const double g = xv[i], want = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * uv[i];
+        ASSERT_NEAR(y[i], want, 1e-12 * (1.0 + std::fabs(want))) << i;
+    }
+    Tensor fdg = fd_grad(x, loss), fdu = fd_grad(up, loss);
+    Tensor dg = Tensor::zeros(x.shape(), DType::F64), du = Tensor::zeros(x.shape(), DType::F64);
+    ops::swiglu_backward_(dg, du, x, up, R, false, GateAct::GELU_TANH);
+    expect_grad(dg, fdg, kTolF64, "geglu dgate f64");
+    expect_grad(du, fdu, kTolF64, "geglu dup f64");
+    Tensor dg32 = Tensor::zeros(x.shape(), DType::F32), du32 = Tensor::zeros(x.shape(), DType::F32);
+    ops::swiglu_backward_(dg32, du32, f32(x), f32(up), f32(R), false, GateAct::GELU_TANH);
+    expect_grad(dg32, fdg, kTolF32, "geglu dgate f32");
+    expect_grad(du32, fdu, kTolF32, "geglu dup f32");
+    Tensor gout = ops::gated(x, up, GateAct::GELU_TANH);
+    const std::vector<double> gv = gout.to_f64_vector();
+    for (size_t i = 0; i < gv.size(); ++i) EXPECT_NEAR(gv[i], y[i], 1e-12 * (1.0 + std::fabs(y[i]))) << i;
+}
+
 TEST(BackwardFd, EmbeddingWithDuplicateIds) {
     auto rng = rng_for("embedding");
     Tensor table = random_tensor({10, 6}, DType::F64, rng);

@@ -63,6 +63,16 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
                              b.output({7, 19}, dt);
                              b.output2({7, 19}, dt);
                          }});
+        cases.push_back({"swiglu_backward/gelu_tanh/" + d + "/fused_projection_slices", tol, [dt](CaseBuilder& b) {
+                             b.call.op = OpKind::SWIGLU_BACKWARD;
+                             b.call.p.act = int(GateAct::GELU_TANH);
+                             Tensor gu = b.input({7, 2 * 19}, dt, Layout::CONTIG, -6.0, 6.0);
+                             b.src(gu.slice(1, 0, 19));
+                             b.src(gu.slice(1, 19, 38));
+                             b.src(b.input({7, 19}, dt));
+                             b.output({7, 19}, dt);
+                             b.output2({7, 19}, dt);
+                         }});
         cases.push_back({"embedding_backward/" + d + "->" + dn(wide(dt)) + "/dup_ids_3x9_V12", tol_for(wide(dt)), [dt](CaseBuilder& b) {
                              b.call.op = OpKind::EMBEDDING_BACKWARD;
                              b.src(b.input({3, 9, 16}, dt));

@@ -67,6 +67,15 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
                              b.src(gu.slice(1, 19, 38));
                              b.output({7, 19}, dt);
                          }});
+        // Gemma's GEGLU: the reference is transformers' tanh formula, the kernels a sigmoid form.
+        cases.push_back({std::string("swiglu/gelu_tanh/") + dn(dt) + "/fused_projection_slices_wide_range", tol_for(dt), [dt](CaseBuilder& b) {
+                             b.call.op = OpKind::SWIGLU;
+                             b.call.p.act = int(GateAct::GELU_TANH);
+                             Tensor gu = b.input({7, 2 * 19}, dt, Layout::CONTIG, -12.0, 12.0);
+                             b.src(gu.slice(1, 0, 19));
+                             b.src(gu.slice(1, 19, 38));
+                             b.output({7, 19}, dt);
+                         }});
     }
     cases.push_back({"swiglu/f32/large_4096x40", tol_for(DType::F32), [](CaseBuilder& b) {
                          b.call.op = OpKind::SWIGLU;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for kvlab's transformer forward pass.
 
-Builds tiny Llama / Mistral / Qwen2 / Qwen3 models with seeded random weights, writes each as a Hugging
+Builds tiny Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / Gemma 3 / SmolLM3 / Phi-3 / OLMo 2 models with seeded random weights, writes each as a Hugging
 Face folder (config.json + model.safetensors, written by the small writer below, not by
 kvlab), and computes in float64 the logits for a few inputs plus greedy continuations. The
 C++ tests (tests/engine/model_fixture_test.cpp) load the same folders with kvlab's loaders and
@@ -9,7 +9,14 @@ compare. Attention is written out (torch 1.13 has no fused SDPA); RoPE/YaRN foll
 shared/reference/keys_values.md section 6 literally. Sliding windows follow transformers'
 masking_utils.sliding_window_overlay (query i sees key j iff j <= i and j > i - window) and the
 layer choice of its Qwen2Config (windowed iff use_sliding_window and i >= max_window_layers;
-Mistral: every layer).
+Mistral: every layer). Gemma follows transformers' modeling_gemma2.py / modeling_gemma3.py:
+(1 + w) RMSNorms before and after attention and MLP, GELU-tanh gated MLP, embeddings times
+sqrt(hidden), scores times query_pre_attn_scalar^-1/2, layer i sliding iff (i + 1) % pattern != 0
+(Gemma 3: local layers rotated with rope_local_base_freq), q/k norm (Gemma 3), soft-capping.
+SmolLM3: no RoPE in layers with no_rope_layers[i] = 0 (default int((i + 1) % 4 != 0)). Phi-3:
+partial_rotary_factor (rotate-half on the first head_dim * factor channels), fused qkv_proj and
+gate_up_proj in the checkpoint, sliding_window in every layer. OLMo 2: RMSNorm on the attention
+and MLP outputs (no input norms), q/k RMSNorm over the whole projection before the head split.
 
 Regenerate (Debian's python3-torch, never needed by the build or CI):
     /usr/bin/python3 tools/reference/model_reference.py --out tests/fixtures/models
@@ -65,13 +72,18 @@ def write_safetensors(path, tensors, metadata=None):
 # ---------------------------------------------------------------------------------------------
 # The model, in float64
 # ---------------------------------------------------------------------------------------------
-def rope_inv_freq(cfg, context_width, mode):
+def is_gemma(cfg):
+    return cfg["model_type"] in ("gemma2", "gemma3_text")
+
+
+def rope_inv_freq(cfg, context_width, mode, theta=None, scaled=True):
     """theta'_d and the attention scale (keys_values section 6)."""
     head_dim = cfg["head_dim"]
-    m = head_dim  # partial_rotary_factor 1
-    inv = [cfg["rope_theta"] ** (-2.0 * d / m) for d in range(m // 2)]
-    scale = 1.0 / math.sqrt(head_dim)
-    if mode == "yarn":
+    m = int(head_dim * cfg.get("partial_rotary_factor", 1.0)) // 2 * 2  # rotated channels
+    theta = cfg["rope_theta"] if theta is None else theta
+    inv = [theta ** (-2.0 * d / m) for d in range(m // 2)]
+    scale = 1.0 / math.sqrt(cfg.get("query_pre_attn_scalar", head_dim))
+    if mode == "yarn" and scaled:
         L_train = cfg["max_position_embeddings"]
         s = max(1.0, context_width / L_train)
         alpha, beta = 1.0, 32.0
@@ -83,31 +95,64 @@ def rope_inv_freq(cfg, context_width, mode):
                 gamma = min(max((r - alpha) / (beta - alpha), 0.0), 1.0)
                 out.append((1.0 - gamma) * th / s + gamma * th)
             inv = out
-        scale = (0.1 * math.log(s) + 1.0) ** 2 / math.sqrt(head_dim)
+        scale = (0.1 * math.log(s) + 1.0) ** 2 * scale
     return torch.tensor(inv, dtype=torch.float64), scale
 
 
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
+def rms_norm(x, w, eps, offset=0.0):
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * (offset + w)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, cap):
+    return cap * torch.tanh(x / cap) if cap else x
 
 
 def apply_rope(x, pos, inv_freq):
-    # x (B, H, T, D); rotate-half: pairs (i, i + D/2)
-    ang = pos[:, None].double() * inv_freq[None, :]  # (T, D/2)
+    # x (B, H, T, D); rotate-half over the first m = 2 len(inv_freq) channels: pairs (i, i + m/2);
+    # channels from m on pass through (Phi-3's partial rotary)
+    ang = pos[:, None].double() * inv_freq[None, :]  # (T, m/2)
     cos, sin = torch.cos(ang), torch.sin(ang)
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    half = inv_freq.shape[0]
+    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+
+
+def uses_rope(cfg, layer):
+    """SmolLM3Config.no_rope_layers: 1 where the layer rotates."""
+    if cfg["model_type"] != "smollm3":
+        return True
+    rope = cfg.get("no_rope_layers") or [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0)
+                                          for i in range(cfg["num_hidden_layers"])]
+    return bool(rope[layer])
 
 
 def layer_window(cfg, layer):
     """The sliding window of a layer (0 = full causal attention), read from the config the way
     transformers does."""
-    if cfg["model_type"] == "mistral":
+    if cfg["model_type"] in ("mistral", "phi3"):
         return cfg.get("sliding_window") or 0
     if cfg["model_type"] in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         return cfg["sliding_window"] if layer >= cfg["max_window_layers"] else 0
+    if is_gemma(cfg):
+        return cfg["sliding_window"] if gemma_sliding(cfg, layer) else 0
     return 0
+
+
+def gemma_sliding(cfg, layer):
+    """Gemma2Config / Gemma3TextConfig layer_types: sliding iff (i + 1) % pattern."""
+    pattern = cfg.get("sliding_window_pattern", 6) if cfg["model_type"] == "gemma3_text" else 2
+    return (layer + 1) % pattern != 0
+
+
+def layer_rope(cfg, layer, context_width, mode):
+    """Gemma 3 rotates local (sliding) layers with rope_local_base_freq, unscaled."""
+    if cfg["model_type"] == "gemma3_text" and gemma_sliding(cfg, layer):
+        return rope_inv_freq(cfg, context_width, mode, cfg["rope_local_base_freq"], scaled=False)
+    return rope_inv_freq(cfg, context_width, mode)
 
 
 def attention_mask(T, window):
@@ -125,16 +170,24 @@ def forward(cfg, W, ids, context_width, mode):
     B, T = ids.shape
     E, NH, G, HS = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps = cfg["rms_norm_eps"]
-    inv_freq, scale = rope_inv_freq(cfg, context_width, mode)
+    gemma = is_gemma(cfg)
+    off = 1.0 if gemma else 0.0  # Gemma's RMSNorm multiplies by (1 + w)
     pos = torch.arange(T)
     x = W["model.embed_tokens.weight"][ids]
+    if gemma:
+        x = x * math.sqrt(E)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
+        inv_freq, scale = layer_rope(cfg, l, context_width, mode)
         mask = attention_mask(T, layer_window(cfg, l))
-        h = rms_norm(x, W[p + "input_layernorm.weight"], eps)
+        olmo = cfg["model_type"] == "olmo2"
+        h = x if olmo else rms_norm(x, W[p + "input_layernorm.weight"], eps, off)
         q = h @ W[p + "self_attn.q_proj.weight"].T
         k = h @ W[p + "self_attn.k_proj.weight"].T
         v = h @ W[p + "self_attn.v_proj.weight"].T
+        if olmo:  # over the whole projection, before the head split
+            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
         if p + "self_attn.q_proj.bias" in W:
             q = q + W[p + "self_attn.q_proj.bias"]
             k = k + W[p + "self_attn.k_proj.bias"]
@@ -142,27 +195,39 @@ def forward(cfg, W, ids, context_width, mode):
         q = q.view(B, T, NH, HS)
         k = k.view(B, T, G, HS)
         v = v.view(B, T, G, HS)
-        if p + "self_attn.q_norm.weight" in W:
-            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
-        q = apply_rope(q.transpose(1, 2), pos, inv_freq)  # (B, NH, T, HS)
-        k = apply_rope(k.transpose(1, 2), pos, inv_freq)  # (B, G, T, HS)
+        if p + "self_attn.q_norm.weight" in W and not olmo:
+            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps, off)
+            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps, off)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, NH, T, HS), (B, G, T, HS)
+        if uses_rope(cfg, l):
+            q, k = apply_rope(q, pos, inv_freq), apply_rope(k, pos, inv_freq)
         v = v.transpose(1, 2)
         R = NH // G
         k = k.repeat_interleave(R, dim=1)
         v = v.repeat_interleave(R, dim=1)
         s = (q @ k.transpose(-1, -2)) * scale
+        s = softcap(s, cfg.get("attn_logit_softcapping"))
         s = s.masked_fill(~mask, float("-inf"))
         a = torch.softmax(s, dim=-1) @ v  # (B, NH, T, HS)
         a = a.transpose(1, 2).reshape(B, T, NH * HS)
-        x = x + a @ W[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+        o = a @ W[p + "self_attn.o_proj.weight"].T
+        if gemma:  # norms on both sides of attention and MLP
+            x = x + rms_norm(o, W[p + "post_attention_layernorm.weight"], eps, off)
+            h = rms_norm(x, W[p + "pre_feedforward_layernorm.weight"], eps, off)
+        elif olmo:  # norms on the outputs only
+            x = x + rms_norm(o, W[p + "post_attention_layernorm.weight"], eps)
+            h = x
+        else:
+            x = x + o
+            h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
         g = h @ W[p + "mlp.gate_proj.weight"].T
         u = h @ W[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, W["model.norm.weight"], eps)
+        act = gelu_tanh(g) if gemma else torch.nn.functional.silu(g)
+        d = (act * u) @ W[p + "mlp.down_proj.weight"].T
+        x = x + (rms_norm(d, W[p + "post_feedforward_layernorm.weight"], eps, off) if gemma or olmo else d)
+    x = rms_norm(x, W["model.norm.weight"], eps, off)
     head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
-    return x @ head.T
+    return softcap(x @ head.T, cfg.get("final_logit_softcapping"))
 
 
 def greedy(cfg, W, prompt, steps, context_width, mode):
@@ -195,12 +260,14 @@ def make_weights(cfg, seed, store_dtype):
         W[name] = torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.2
 
     def norm(name, n):
-        W[name] = 1.0 + 0.2 * torch.randn(n, generator=gen, dtype=torch.float64)
+        # Gemma stores w of (1 + w): its weights scatter around 0, the others' around 1
+        W[name] = (0.0 if is_gemma(cfg) else 1.0) + 0.2 * torch.randn(n, generator=gen, dtype=torch.float64)
 
     lin("model.embed_tokens.weight", V, E)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        norm(p + "input_layernorm.weight", E)
+        if cfg["model_type"] != "olmo2":
+            norm(p + "input_layernorm.weight", E)
         lin(p + "self_attn.q_proj.weight", Q, E)
         lin(p + "self_attn.k_proj.weight", K, E)
         lin(p + "self_attn.v_proj.weight", K, E)
@@ -208,11 +275,18 @@ def make_weights(cfg, seed, store_dtype):
             lin(p + "self_attn.q_proj.bias", Q)
             lin(p + "self_attn.k_proj.bias", K)
             lin(p + "self_attn.v_proj.bias", K)
-        if cfg["model_type"] == "qwen3":
+        if cfg["model_type"] in ("qwen3", "gemma3_text"):
             norm(p + "self_attn.q_norm.weight", cfg["head_dim"])
             norm(p + "self_attn.k_norm.weight", cfg["head_dim"])
+        if cfg["model_type"] == "olmo2":
+            norm(p + "self_attn.q_norm.weight", Q)
+            norm(p + "self_attn.k_norm.weight", K)
         lin(p + "self_attn.o_proj.weight", E, Q)
         norm(p + "post_attention_layernorm.weight", E)
+        if is_gemma(cfg):
+            norm(p + "pre_feedforward_layernorm.weight", E)
+        if is_gemma(cfg) or cfg["model_type"] == "olmo2":
+            norm(p + "post_feedforward_layernorm.weight", E)
         lin(p + "mlp.gate_proj.weight", I, E)
         lin(p + "mlp.up_proj.weight", I, E)
         lin(p + "mlp.down_proj.weight", E, I)
@@ -221,7 +295,13 @@ def make_weights(cfg, seed, store_dtype):
         lin("lm_head.weight", V, E)
     # Round to the storage dtype; the reference computes from exactly the stored values.
     stored = {k: v.to(store_dtype) for k, v in W.items()}
-    return stored, {k: v.double() for k, v in stored.items()}
+    reference = {k: v.double() for k, v in stored.items()}
+    if cfg["model_type"] == "phi3":  # the checkpoint stores the projections fused (rows q|k|v, gate|up)
+        for l in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{l}."
+            stored[p + "self_attn.qkv_proj.weight"] = torch.cat([stored.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+            stored[p + "mlp.gate_up_proj.weight"] = torch.cat([stored.pop(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")])
+    return stored, reference
 
 
 def llama_cfg(**kw):
@@ -253,6 +333,34 @@ FIXTURES = [
                                use_sliding_window=True, sliding_window=4, max_window_layers=1,
                                tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6, _qkv_bias=True),
      torch.float32, "yarn", 64, [(1, 17)]),
+    # Gemma 3: pattern 3 over 4 layers (0, 1, 3 sliding with window 5 and base 1e4; 2 full with
+    # base 1e6), query_pre_attn_scalar 24 != head_dim 16, q/k norm, tied; sequences > window.
+    ("gemma3_interleaved", llama_cfg(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], num_hidden_layers=4,
+                                     head_dim=16, sliding_window=5, sliding_window_pattern=3, query_pre_attn_scalar=24,
+                                     rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+                                     tie_word_embeddings=True, hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                     final_logit_softcapping=None, attn_logit_softcapping=None),
+     torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
+    # Gemma 2 without soft-capping: layers alternate sliding (0, 2; window 4) and full (1),
+    # no q/k norm, query_pre_attn_scalar 12 != head_dim 8.
+    ("gemma2_alternating", llama_cfg(model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=3,
+                                     sliding_window=4, query_pre_attn_scalar=12, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                     hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                     final_logit_softcapping=None, attn_logit_softcapping=None),
+     torch.float32, "yarn", 64, [(1, 37)]),
+    # SmolLM3: default no_rope_layer_interval 4 over 5 layers: layer 3 has no RoPE.
+    ("smollm3_nope", llama_cfg(model_type="smollm3", architectures=["SmolLM3ForCausalLM"], num_hidden_layers=5,
+                               rope_theta=5000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+     torch.float32, "yarn", 64, [(2, 19)]),
+    # Phi-3 / Phi-4-mini: partial_rotary_factor 0.5 (8 of 16 channels rotated), fused
+    # projections, a window of 6 in every layer.
+    ("phi3_partial", llama_cfg(model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=16, hidden_size=64,
+                               partial_rotary_factor=0.5, sliding_window=6),
+     torch.float32, "yarn", 64, [(1, 21)]),
+    # OLMo 2: output norms, q/k norm over the whole projection, MHA.
+    ("olmo2_postnorm", llama_cfg(model_type="olmo2", architectures=["Olmo2ForCausalLM"], num_key_value_heads=4,
+                                 rope_theta=500000.0, rms_norm_eps=1e-6),
+     torch.float32, "yarn", 64, [(2, 15)]),
 ]
 
 
@@ -269,7 +377,7 @@ def main():
         os.makedirs(d, exist_ok=True)
         stored, W = make_weights(cfg, 1000 + i, store_dtype)
         write_safetensors(os.path.join(d, "model.safetensors"), stored, {"format": "pt"})
-        public = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        public = {k: v for k, v in cfg.items() if not k.startswith("_") and not (k == "hidden_act" and v is None)}
         if cfg.get("_qkv_bias") and cfg["model_type"] == "llama":
             public["attention_bias"] = True
         with open(os.path.join(d, "config.json"), "w") as f:

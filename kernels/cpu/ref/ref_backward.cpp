@@ -103,6 +103,14 @@ void silu_swiglu_backward(const OpCall& c) {
             return;
         }
         const double up = get(c.src[1], idx), g = get(c.src[2], idx);
+        if (c.p.act == int(GateAct::GELU_TANH)) {
+            // d/dx 0.5 x (1 + tanh(u)) = 0.5 (1 + t) + 0.5 x (1 - t^2) u', u = k (x + 0.044715 x^3)
+            const double k = std::sqrt(2.0 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+            const double gelu = 0.5 * x * (1.0 + t), dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x);
+            put(d, idx, g * up * dgelu, acc_bit(c, KV_ACC_DST));
+            put(c.dst2, idx, g * gelu, acc_bit(c, KV_ACC_DST2));
+            return;
+        }
         put(d, idx, g * up * dsilu, acc_bit(c, KV_ACC_DST));
         put(c.dst2, idx, g * silu, acc_bit(c, KV_ACC_DST2));
     });

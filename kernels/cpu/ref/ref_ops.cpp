@@ -18,6 +18,8 @@ namespace {
 using namespace detail;
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
+// transformers' gelu_pytorch_tanh, literally
+double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 void matmul(const OpCall& c) {
     const TensorView& d = c.dst;
@@ -49,7 +51,7 @@ void elementwise(const OpCall& c) {
             case OpKind::MUL: r = x * y; break;
             case OpKind::SCALE: r = double(c.p.alpha) * x; break;
             case OpKind::SILU: r = silu(x); break;
-            case OpKind::SWIGLU: r = silu(x) * y; break;
+            case OpKind::SWIGLU: r = (c.p.act == int(GateAct::GELU_TANH) ? gelu_tanh(x) : silu(x)) * y; break;
             case OpKind::COPY: r = x; break;
             default: break;
         }
