@@ -46,6 +46,10 @@ if(TARGET kvlab_python)
   install(TARGETS kvlab_python LIBRARY DESTINATION lib/python3/dist-packages/kvlab)
   install(FILES ${KVLAB_PYTHON_PACKAGE} DESTINATION lib/python3/dist-packages/kvlab)
 endif()
+# kvlab's --kv_cache.policy_file opens it from lib/kvlab (app/cli/python_plugin_api.h).
+if(TARGET kvlab_python_cli)
+  install(TARGETS kvlab_python_cli LIBRARY DESTINATION lib/kvlab)
+endif()
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/fetch_assets.sh DESTINATION ${CMAKE_INSTALL_DATADIR}/kvlab)
 
 # Man pages rendered from --help by help2man (Debian package help2man), when it is there.

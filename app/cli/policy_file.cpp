@@ -1,73 +1,50 @@
-// --kv_cache.policy_file (see policy_file.h). The interpreter starts once and is never
-// finalized: the registered scorers live until the process exits, and the GIL is released
-// after loading so the run's worker thread can take it for every call.
+// --kv_cache.policy_file (see policy_file.h): opens the Python plugin (python_plugin_api.h) and
+// hands it the file; kvlab itself never links the interpreter.
 #include "policy_file.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
-
-#include "commands.h"
-#include "engine/core/error.h"
-
-#if KVLAB_HAVE_PYTHON
-#include <pybind11/embed.h>
-
-#include <filesystem>
 #include <vector>
 
+#include "app/cli/python_plugin_api.h"
+#include "commands.h"
+#include "engine/core/error.h"
+#include "engine/kv/policy_registry.h"
 #include "kernels/cpu/cpu_variants.h"
-#include "python/src/bindings.h"
-
-// The policies half of kvlab._kvlab, over this executable's engine.
-PYBIND11_EMBEDDED_MODULE(kvlab_cli_policies, m) { kv::python::bind_policies(m); }
-#endif
 
 namespace kv::cli {
-
-#if KVLAB_HAVE_PYTHON
-namespace py = pybind11;
-
-namespace {
-// kvlab/policy_loading.py of the build tree (bin/../python) or of the installed package.
-std::string policy_loader_path() {
-    const std::string exe = cpu::executable_dir();
-    std::vector<std::string> tried;
-    for (const std::string& p : {exe + "/../python/kvlab/policy_loading.py", exe + "/../lib/python3/dist-packages/kvlab/policy_loading.py"}) {
-        if (std::filesystem::exists(p)) return p;
-        tried.push_back(p);
-    }
-    throw UsageError(str("--kv_cache.policy_file: the kvlab Python package was not found (looked for ", tried[0], " and ", tried[1],
-                         "); expected the build tree's python/ folder or the installed package"));
-}
-}  // namespace
 
 std::string load_policy_file(const std::string& path) {
     static bool loaded = false;
     if (loaded) throw UsageError("--kv_cache.policy_file: given twice; expected one policy file per command");
     loaded = true;
-    const std::string loader = policy_loader_path();
-    py::initialize_interpreter(false);  // the CLI keeps its own Ctrl-C handling
-    std::string name;
-    try {
-        py::object util = py::module_::import("importlib.util");
-        py::object spec = util.attr("spec_from_file_location")("kvlab_policy_loading", loader);
-        py::object mod = util.attr("module_from_spec")(spec);
-        spec.attr("loader").attr("exec_module")(mod);
-        name = mod.attr("load_file")(py::module_::import("kvlab_cli_policies"), path).cast<std::string>();
-    } catch (py::error_already_set& e) {
-        // Our own refusals (no such file, no class) are one line; anything else keeps its traceback.
-        const std::string text = e.matches(PyExc_ValueError) || e.matches(PyExc_TypeError) ? py::str(e.value()).cast<std::string>() : e.what();
-        throw UsageError(str("--kv_cache.policy_file: '", path, "' did not load: ", text));
+    const std::string dir = cpu::executable_dir();
+    // Beside the executable in a build tree, in lib/kvlab when installed (as the kernel plugins).
+    const std::vector<std::string> candidates = {dir + "/" + kPythonPluginFile, dir + "/../lib/kvlab/" + kPythonPluginFile};
+    void* lib = nullptr;
+    std::string why;
+    for (const std::string& p : candidates) {
+        if (lib) break;
+        lib = dlopen(p.c_str(), RTLD_NOW | RTLD_GLOBAL);  // global: numpy's extensions resolve libpython through it
+        if (!lib) why += str("\n  ", p, ": ", dlerror());
     }
-    PyEval_SaveThread();  // the GIL is free from here on; scorers take it per call
+    if (!lib)
+        throw UsageError(str("--kv_cache.policy_file '", path, "': the Python plugin ", kPythonPluginFile,
+                             " is not there or does not load (this kvlab may be built without the Python module, KVLAB_PYTHON off: "
+                             "pybind11-dev, python3-dev, python3-numpy, python3-pandas); kvlab looked for:",
+                             why, "\nexpected a build with the module (scripts/setup.sh, then cmake), or a built-in policy"));
+    auto load = reinterpret_cast<LoadPolicyFileFn>(dlsym(lib, kLoadPolicyFileSymbol));
+    if (!load) throw UsageError(str("--kv_cache.policy_file: ", kPythonPluginFile, " has no ", kLoadPolicyFileSymbol, "; expected the plugin of this kvlab"));
+    static PythonPluginHost host;
+    host.register_policy = &register_external_policy;
+    host.policy_names = &kv_policy_names;
+    host.external_policy_names = &external_policy_names;
+    host.exe_dir = dir;
+    std::string name, error;
+    if (!load(&host, path, &name, &error)) throw UsageError(str("--kv_cache.policy_file: '", path, "' did not load: ", error));
     std::fprintf(stderr, "kvlab: policy '%s' from %s\n", name.c_str(), path.c_str());
     return name;
 }
-#else
-std::string load_policy_file(const std::string& path) {
-    throw UsageError(str("--kv_cache.policy_file '", path,
-                         "': this kvlab was built without the Python module (KVLAB_PYTHON off: pybind11-dev, python3-dev, "
-                         "python3-numpy, python3-pandas); expected a build with it (scripts/setup.sh, then cmake), or a built-in policy"));
-}
-#endif
 
 }  // namespace kv::cli

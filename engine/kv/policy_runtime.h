@@ -22,7 +22,7 @@ struct ExternalFeatures {
     int64_t layer = 0;
     int64_t rows = 0, groups = 0;  // B * G, G
     int64_t n = 0;                 // new tokens (score_new) or the chunk's queries (update)
-    int64_t input_pos = 0;         // tokens seen before this chunk
+    int64_t input_pos = 0;         // score_new: tokens seen before the chunk; update: after it (the chunk included)
     int64_t slots = 0;             // L: the layer's cache length
     int64_t length = 0;            // T: slots filled (update)
     int64_t head_dim = 0, query_heads = 0;

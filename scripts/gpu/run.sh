@@ -157,7 +157,9 @@ fi
 # From the registries of the kit's own kvlab (`kvlab list`), so a new policy or buffer joins
 # without an edit here: every policy on default and q8 (where its descriptor allows them), and
 # every buffer under h2o (attention-weight scores) and lastrec (positions only).
-"$bin/kvlab" list policies --format tsv | tail -n +2 >"$work/policies.tsv"
+# Fields separated by \037 (unit separator): a tab is IFS white space, so `read` would merge the
+# empty "required" fields of most policies with their neighbours.
+"$bin/kvlab" list policies --format tsv | tail -n +2 | tr '\t' '\037' >"$work/policies.tsv"
 buffers=$("$bin/kvlab" list buffers)
 export work
 buffer_allowed() {  # ALLOWED BUFFER: the descriptor's list ("all" or a comma list) holds it
@@ -165,7 +167,7 @@ buffer_allowed() {  # ALLOWED BUFFER: the descriptor's list ("all" or a comma li
 }
 matrix() {
   {
-    while IFS=$'\t' read -r name allowed _; do
+    while IFS=$'\037' read -r name allowed _; do
       for b in default q8; do buffer_allowed "$allowed" "$b" && echo "$name-$b"; done
     done <"$work/policies.tsv"
     for b in $buffers; do for p in h2o lastrec; do echo "$p-$b"; done; done
@@ -175,7 +177,7 @@ matrix() {
 # prefix), one argument per line: smart-lastrec's regex, duo's gate pattern, 0 for dense.
 policy_args() {
   local cache=$1 best="" req="" len=128 name allowed r text needs_len _rest
-  while IFS=$'\t' read -r name allowed r text needs_len _rest; do
+  while IFS=$'\037' read -r name allowed r text needs_len _rest; do
     if [[ "$cache" == "$name-"* ]] && [ ${#name} -gt ${#best} ]; then
       best=$name req=$r
       [ "$needs_len" = 0 ] && len=0 || len=128

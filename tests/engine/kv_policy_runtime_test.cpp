@@ -28,26 +28,41 @@ struct KnormScorer final : ExternalScorer {
     void update(const ExternalFeatures&) override { ADD_FAILURE() << "update without declaring attention"; }
 };
 
-// snapkv as POLICIES.md states it: votes sorted by token position, summed over a window of
-// `kernel` neighbours (zero padding), divided by kernel; new tokens start at 0.
+// snapkv as POLICIES.md states it (SnapKV's published rule): the last `window` queries vote;
+// votes sorted by token position are summed over `kernel` neighbours (zero padding) among the
+// positions before the window and divided by kernel; the window's tokens take the highest
+// score of the layer; empty slots 0; new tokens start at 0.
 struct SnapScorer final : ExternalScorer {
-    int64_t kernel;
-    explicit SnapScorer(int64_t k) : kernel(k) {}
+    int64_t kernel, window;
+    SnapScorer(int64_t k, int64_t w) : kernel(k), window(w) {}
     void score_new(const ExternalFeatures& f, float* out) override { std::fill(out, out + f.rows * f.n, 0.0f); }
     void update(const ExternalFeatures& f) override {
         const int64_t T = f.length, half = kernel / 2;
+        const int64_t first = f.input_pos - std::min(window, f.n);  // the window: positions [first, input_pos)
+        float top = -1e30f;
+        bool any = false;
         for (int64_t r = 0; r < f.rows; ++r) {
-            std::vector<int32_t> order(static_cast<size_t>(T));
-            std::iota(order.begin(), order.end(), 0);
             const int32_t* pos = f.positions + r * f.slots;
-            std::sort(order.begin(), order.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
-            for (int64_t i = 0; i < T; ++i) {
+            std::vector<int32_t> before;  // the pooled slots, in position order
+            for (int32_t j = 0; j < int32_t(T); ++j) {
+                if (pos[j] < 0) f.scores[r * f.slots + j] = 0.0f;
+                else if (pos[j] < first) before.push_back(j);
+            }
+            std::sort(before.begin(), before.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+            const int64_t m = int64_t(before.size());
+            for (int64_t i = 0; i < m; ++i) {
                 float s = 0;
-                for (int64_t k = i - half; k <= i + half; ++k)
-                    if (k >= 0 && k < T) s += f.weights[r * T + order[size_t(k)]];
-                f.scores[r * f.slots + order[size_t(i)]] = s / float(kernel);
+                for (int64_t k = std::max<int64_t>(0, i - half); k <= std::min(m - 1, i + half); ++k)
+                    s += f.weights[r * T + before[size_t(k)]];
+                const float v = s / float(kernel);
+                f.scores[r * f.slots + before[size_t(i)]] = v;
+                top = any ? std::max(top, v) : v;
+                any = true;
             }
         }
+        for (int64_t r = 0; r < f.rows; ++r)
+            for (int64_t j = 0; j < T; ++j)
+                if (f.positions[r * f.slots + j] >= first) f.scores[r * f.slots + j] = any ? top : 0.0f;
     }
 };
 
@@ -66,7 +81,7 @@ void register_test_policies() {
     s.name = "ext_snapkv";
     s.needs.attention = true;
     s.needs.attention_window = KVCacheConfig{}.snapkv_window;
-    s.make = [](const PolicyArgs& a) { return std::make_unique<SnapScorer>(a.cfg.snapkv_kernel); };
+    s.make = [](const PolicyArgs& a) { return std::make_unique<SnapScorer>(a.cfg.snapkv_kernel, a.cfg.snapkv_window); };
     register_external_policy(s);
 }
 
