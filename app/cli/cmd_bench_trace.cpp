@@ -27,7 +27,7 @@ int bench_trace(const Args& args) {
     t.measures = "the trace view on a synthetic run: whole-run summary (target <= 1 s) and frame times while zooming and "
                  "panning (target p95 <= 16 ms; ImGui's CPU work, no renderer)";
     t.context = {bench::machine_line(),
-                 str(r.spans, " spans on ", r.threads, " threads, ", r.depth, " rows deep; generate ", bench::cell(r.generate_seconds, 2),
+                 str("trace view: ", r.spans, " spans on ", r.threads, " threads, ", r.depth, " rows deep; generate ", bench::cell(r.generate_seconds, 2),
                      " s, build model ", bench::cell(r.build_seconds, 2), " s, whole-run summary ", bench::cell(r.summary_seconds, 3),
                      " s (CPU ", bench::cell(r.summary_cpu_seconds, 3), " s), icicle ", bench::cell(r.icicle_seconds, 3), " s")};
     t.columns = {{"scenario (per frame, ms)", true}, {"frames"}, {"wall p50"}, {"wall p95"}, {"wall max"}, {"cpu p95"}, {"vertices"}};
