@@ -46,7 +46,7 @@ if(TARGET kvlab_python)
   install(TARGETS kvlab_python LIBRARY DESTINATION lib/python3/dist-packages/kvlab)
   install(FILES ${KVLAB_PYTHON_PACKAGE} DESTINATION lib/python3/dist-packages/kvlab)
 endif()
-# kvlab's --kv_cache.policy_file opens it from lib/kvlab (app/cli/python_plugin_api.h).
+# kvlab's --kv_cache.policy_file opens it from lib/kvlab (app/cli_python/python_plugin_api.h).
 if(TARGET kvlab_python_cli)
   install(TARGETS kvlab_python_cli LIBRARY DESTINATION lib/kvlab)
 endif()

@@ -1,13 +1,13 @@
-// libkvlab_python_cli.so (see app/cli/python_plugin_api.h): embeds the interpreter, runs the kvlab
+// libkvlab_python_cli.so (see python_plugin_api.h): embeds the interpreter, runs the kvlab
 // package's policy loader on a file and registers its class through the host. The interpreter
 // starts once and is never finalized: the registered scorers live until the process exits, and
-// the GIL is released after loading so the run's worker thread can take it for every call.
+// the GIL is released after each load so a run's worker thread can take it for every call.
 #include <pybind11/embed.h>
 
 #include <filesystem>
 #include <vector>
 
-#include "app/cli/python_plugin_api.h"
+#include "app/cli_python/python_plugin_api.h"
 #include "engine/core/error.h"
 #include "engine/kv/policy_registry.h"
 #include "python/src/bindings.h"
@@ -48,7 +48,12 @@ extern "C" __attribute__((visibility("default"))) bool kvlab_python_load_policy_
                  "); expected the build tree's python/ folder or the installed package";
         return false;
     }
-    py::initialize_interpreter(false);  // the CLI keeps its own Ctrl-C handling
+    // The first file starts the interpreter (the host keeps its own Ctrl-C handling) and the
+    // GIL is given up after it; later files (the app loads several) take the GIL back.
+    static bool started = false;
+    PyGILState_STATE gil{};
+    if (!started) py::initialize_interpreter(false);
+    else gil = PyGILState_Ensure();
     bool ok = true;
     try {
         py::object util = py::module_::import("importlib.util");
@@ -64,6 +69,11 @@ extern "C" __attribute__((visibility("default"))) bool kvlab_python_load_policy_
         *error = e.what();
         ok = false;
     }
-    PyEval_SaveThread();  // the GIL is free from here on; scorers take it per call
+    if (!started) {
+        started = true;
+        PyEval_SaveThread();  // the GIL is free from here on; scorers take it per call
+    } else {
+        PyGILState_Release(gil);
+    }
     return ok;
 }

@@ -13,6 +13,7 @@
 #include <QKeySequence>
 #include <QLabel>
 #include <QListWidget>
+#include <QFileDialog>
 #include <QMenuBar>
 #include <QPushButton>
 #include <QMessageBox>
@@ -199,6 +200,12 @@ void MainWindow::buildMenus() {
         for (int64_t r : browser_->selectedRuns()) controller_->cancel(r);
     });
     run->addAction(tr("Cancel &all runs"), this, [this] { controller_->cancelAll(); });
+    run->addSeparator();
+    run->addAction(tr("Load &Python policy…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Load a policy written in Python (docs/PYTHON.md)"), QString(),
+                                                          tr("Python files (*.py)"));
+        if (!path.isEmpty()) loadPolicyFile(path);
+    });
     connect(form_, &RunForm::validityChanged, launchAct, &QAction::setEnabled);
 
     QMenu* exp = menuBar()->addMenu(tr("&Export"));

@@ -54,6 +54,9 @@ class MainWindow : public QMainWindow {
     void restoreLastSession();
     // Validates and queues one run; -1 with the reason shown/logged.
     int64_t launch(const RunConfig& cfg);
+    // Registers the policy class a Python file defines (docs/PYTHON.md) and lists it in the run
+    // form; its name, or "" with the reason (and the traceback) shown/logged.
+    QString loadPolicyFile(const QString& path);
     // Deletes finished runs (after the confirmation) with what they recorded; false when
     // declined or refused (the reason is shown/logged).
     bool deleteRuns(const std::vector<int64_t>& runs);

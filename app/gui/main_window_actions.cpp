@@ -15,6 +15,7 @@
 #include <QTabBar>
 #include <QThread>
 
+#include "app/cli_python/policy_file_loader.h"
 #include "canvas_widget.h"
 #include "compare_dialog.h"
 #include "engine/core/error.h"
@@ -32,6 +33,19 @@ void MainWindow::showProblem(const QString& title, const QString& message) {
     log(title + ": " + message);
     statusBar()->showMessage(message, 10000);
     if (!quiet_) QMessageBox::warning(this, title, message);
+}
+
+QString MainWindow::loadPolicyFile(const QString& path) {
+    std::string name;
+    try {
+        name = load_python_policy_file(path.toStdString());
+    } catch (const Error& e) {
+        showProblem(tr("Cannot load the policy file"), QString::fromStdString(e.what()));
+        return {};
+    }
+    form_->refreshPolicies();
+    log(tr("policy '%1' loaded from %2: choose it in the run form (cache name %1-default)").arg(QString::fromStdString(name), path));
+    return QString::fromStdString(name);
 }
 
 bool MainWindow::openSession(const QString& path) {

@@ -511,6 +511,18 @@ QString RunForm::chosenPolicy() const {
     return QString::fromStdString(best);
 }
 
+void RunForm::refreshPolicies() {
+    if (!policy_) return;
+    for (const PolicyInfo& p : policy_registry()) {
+        const QString name = QString::fromStdString(p.name);
+        if (policy_->findData(name) >= 0) continue;
+        policy_->addItem(QStringLiteral("%1 — %2").arg(name, QString::fromStdString(p.summary)), name);
+        policy_->setItemData(policy_->count() - 1, QString::fromStdString(p.summary), Qt::ToolTipRole);
+    }
+    syncPolicyCombo();
+    revalidate();
+}
+
 void RunForm::syncPolicyCombo() {
     if (!policy_) return;
     const int i = policy_->findData(chosenPolicy());

@@ -62,6 +62,9 @@ class RunForm : public QWidget {
     // Loads a configuration (e.g. a selected run's JSON or the last session's form).
     void setConfig(const RunConfig& cfg);
     void setSessionBusy(bool busy);  // enables Cancel
+    // Adds the registry's policies the drop-down lacks (policies registered at run time: a
+    // Python policy file), after the built-ins.
+    void refreshPolicies();
 
     // The policy drop-down (registry names; choosing one sets kv_cache.name's policy part) and
     // the fold holding the other policies' knobs.
