@@ -35,6 +35,7 @@ struct InsertFeatures {
     std::vector<float> key_norm;
     std::vector<float> quant_error;  // |k - deq(q(k))| + |v - deq(q(v))|
     std::vector<float> keys;         // (B, G, n, D) the new keys themselves (rkv: redundancy)
+    std::vector<float> values;       // (B, G, n, D) the new values (policies written in Python may read them)
     int64_t head_dim = 0;            // D, set with keys
     // expected-attention: the chunk's rotated queries (B, NH, n, D), the RoPE frequencies
     // theta'_d that rotated them (null: unrotated; n_rot = 2 * size) and the attention scale.
@@ -82,6 +83,7 @@ class KVPolicy {
     virtual bool needs_key_norm() const { return false; }
     virtual bool needs_quant_error() const { return false; }
     virtual bool needs_key_vectors() const { return false; }
+    virtual bool needs_value_vectors() const { return false; }
     virtual bool needs_query_vectors() const { return false; }
 
     // ---- planning ----------------------------------------------------------------------

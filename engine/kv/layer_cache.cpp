@@ -56,6 +56,10 @@ InsertFeatures LayerCache::features(const Tensor& q, const Tensor& k, const Tens
         f.keys = k.contiguous().to_f32_vector();
         f.head_dim = k.size(-1);
     }
+    if (policy_->needs_value_vectors()) {
+        f.values = v.contiguous().to_f32_vector();
+        f.head_dim = v.size(-1);
+    }
     return f;
 }
 

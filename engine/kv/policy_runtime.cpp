@@ -45,6 +45,7 @@ class ExternalScorePolicy final : public SlotScorePolicy {
     bool needs_key_norm() const override { return needs_.key_norm; }
     bool needs_value_norm() const override { return needs_.value_norm; }
     bool needs_key_vectors() const override { return needs_.keys; }
+    bool needs_value_vectors() const override { return needs_.values; }
     bool needs_query_vectors() const override { return needs_.queries; }
     void observe_tokens(const std::vector<int32_t>& ids, int64_t n) override {
         ids_ = ids;
@@ -63,10 +64,11 @@ class ExternalScorePolicy final : public SlotScorePolicy {
    protected:
     float initial_score(const InsertFeatures&, int64_t i) const override { return new_scores_[size_t(i)]; }
     void accumulate(const std::vector<float>& w, int64_t n) override {
-        if (!needs_.attention || w.empty()) return;
+        const bool weights = needs_.attention && !w.empty();
+        if (!weights && !needs_.rescore) return;
         ExternalFeatures x = common(n, input_pos());
         x.length = T_;
-        x.weights = w.data();
+        x.weights = weights ? w.data() : nullptr;
         x.scores = &score(0, 0);
         logged([&] { scorer_->update(x); });
     }
@@ -92,6 +94,7 @@ class ExternalScorePolicy final : public SlotScorePolicy {
         if (needs_.key_norm) x.key_norm = view(f.key_norm);
         if (needs_.value_norm) x.value_norm = view(f.value_norm);
         if (needs_.keys && f.head_dim > 0 && f.keys.size() == want * size_t(f.head_dim)) x.keys = f.keys.data(), x.head_dim = f.head_dim;
+        if (needs_.values && f.head_dim > 0 && f.values.size() == want * size_t(f.head_dim)) x.values = f.values.data(), x.head_dim = f.head_dim;
         if (needs_.queries && !f.queries.empty()) x.queries = f.queries.data(), x.query_heads = f.query_heads, x.head_dim = f.head_dim;
         new_scores_.assign(want, 0.0f);
         logged([&] { scorer_->score_new(x, new_scores_.data()); });

@@ -29,6 +29,7 @@ struct ExternalFeatures {
     const float* key_norm = nullptr;    // (rows, n)
     const float* value_norm = nullptr;  // (rows, n)
     const float* keys = nullptr;        // (rows, n, head_dim)
+    const float* values = nullptr;      // (rows, n, head_dim)
     const float* queries = nullptr;     // (B, query_heads, n, head_dim), rotated
     const int32_t* token_ids = nullptr; // (B, n) of the chunk, when the cache was given them
     const int32_t* positions = nullptr; // (rows, slots): token position per slot, -1 empty
@@ -38,8 +39,9 @@ struct ExternalFeatures {
 
 // What a scorer needs (ScorePolicy computes only what someone reads).
 struct ExternalNeeds {
-    bool key_norm = false, value_norm = false, keys = false, queries = false, token_ids = false;
+    bool key_norm = false, value_norm = false, keys = false, values = false, queries = false, token_ids = false;
     bool attention = false;          // update() gets the chunk's weight sums
+    bool rescore = false;            // update() after every chunk even without attention (keydiff: scores of all held keys)
     int64_t attention_window = 0;    // only the chunk's last queries vote (0: all)
 };
 
@@ -48,7 +50,8 @@ class ExternalScorer {
     virtual ~ExternalScorer() = default;
     // Scores of new tokens: out (rows, n) (lower = evicted first).
     virtual void score_new(const ExternalFeatures& f, float* out) = 0;
-    // After a chunk attended (needs.attention): rewrite f.scores from f.weights.
+    // After a chunk attended (needs.attention: rewrite f.scores from f.weights; needs.rescore:
+    // from the scorer's own state, f.weights null).
     virtual void update(const ExternalFeatures& f) = 0;
 };
 

@@ -106,6 +106,7 @@ class PyScorer final : public ExternalScorer {
         d["key_norm"] = f.key_norm ? py::object(view(f.key_norm, {f.rows, f.n}, false)) : none;
         d["value_norm"] = f.value_norm ? py::object(view(f.value_norm, {f.rows, f.n}, false)) : none;
         d["keys"] = f.keys ? py::object(view(f.keys, {f.rows, f.n, f.head_dim}, false)) : none;
+        d["values"] = f.values ? py::object(view(f.values, {f.rows, f.n, f.head_dim}, false)) : none;
         d["queries"] = f.queries ? py::object(view(f.queries, {f.rows / f.groups, f.query_heads, f.n, f.head_dim}, false)) : none;
         d["token_ids"] = f.token_ids ? py::object(view(f.token_ids, {f.rows / f.groups, f.n}, false)) : none;
         d["positions"] = f.positions ? py::object(view(f.positions, {f.rows, f.slots}, false)) : none;
@@ -128,18 +129,22 @@ void register_policy(const std::string& name, const std::string& summary, const 
         if (s == "key_norm") n.key_norm = true;
         else if (s == "value_norm") n.value_norm = true;
         else if (s == "keys") n.keys = true;
+        else if (s == "values") n.values = true;
         else if (s == "queries") n.queries = true;
         else if (s == "token_ids") n.token_ids = true;
         else if (s == "attention") n.attention = true;
         else if (s == "positions" || s == "layer") continue;  // always given
         else
-            throw Error(str("policy '", name, "': needs '", s, "' is not a feature; expected some of key_norm, value_norm, keys, ",
+            throw Error(str("policy '", name, "': needs '", s, "' is not a feature; expected some of key_norm, value_norm, keys, values, ",
                             "queries, token_ids, attention, positions, layer"));
     }
     if (attention_window < 0) throw Error(str("policy '", name, "': attention_window ", attention_window, " is negative; expected >= 0 (0: every query)"));
     n.attention_window = attention_window;
     if (n.attention && !has_update)
         throw Error(str("policy '", name, "' needs attention but has no update(f) method; expected one that rescores from f.weights"));
+    // An update() without attention rescores every held slot after each chunk from the class's
+    // own state (keydiff: every key against the mean key).
+    n.rescore = has_update && !n.attention;
     ExternalPolicySpec spec;
     spec.name = name;
     spec.summary = summary;

@@ -33,6 +33,7 @@ def setUpModule():
     os.makedirs(WORK)
     kvlab.load_policy_file(os.path.join(EXAMPLES, "knorm.py"))
     kvlab.load_policy_file(os.path.join(EXAMPLES, "snapkv.py"))
+    kvlab.load_policy_file(os.path.join(EXAMPLES, "keydiff.py"))
 
 
 def replay_rows(path, run):
@@ -44,8 +45,22 @@ def replay_rows(path, run):
         con.close()
 
 
-def eval_run(path, cache):
-    return kvlab.eval_long("tiny", session=path, options=dict(BASE, **{"kv_cache.name": cache}))["run"]
+# Each example and the built-in it mirrors.
+PAIRS = (("knorm", "knorm_py"), ("snapkv", "snapkv_py"), ("keydiff", "keydiff_py"))
+
+
+def smollm2_path():
+    return os.path.join(os.environ.get("KVLAB_ASSETS", os.path.join(HERE, "..", "..", "assets", "cache")),
+                        "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def models():
+    """tiny always; SmolLM2-135M when its file is there (scripts/fetch_assets.sh, as in CI)."""
+    return ("tiny", "smollm2-135m") if os.path.exists(smollm2_path()) else ("tiny",)
+
+
+def eval_run(path, cache, model="tiny", options=None):
+    return kvlab.eval_long(model, session=path, options=dict(options or BASE, **{"kv_cache.name": cache}))["run"]
 
 
 class WrongKnorm:
@@ -67,6 +82,20 @@ class Probe:
         return -f.key_norm
 
 
+class ValuesProbe:
+    """Reads the new tokens' values and checks them against the engine's own value norms (an
+    independent path: ops::norm_last on the device) while scoring as knorm does."""
+
+    needs = ("values", "value_norm", "key_norm")
+    checked = 0
+
+    def score(self, f):
+        assert f.values.shape == (f.rows, f.n, f.values.shape[2])
+        np.testing.assert_allclose(np.linalg.norm(f.values.astype(np.float64), axis=-1), f.value_norm, rtol=1e-5, atol=1e-6)
+        ValuesProbe.checked += 1
+        return -f.key_norm
+
+
 class FailsAtChunk3:
     """raises in the fourth chunk (64-token prefill, then 32-token chunks)"""
     needs = ("key_norm",)
@@ -85,9 +114,9 @@ class WrongShape:
 
 
 class Decisions(unittest.TestCase):
-    def check_same(self, builtin, python):
-        path = os.path.join(WORK, builtin + ".kvlab")
-        a, b = eval_run(path, builtin + "-default"), eval_run(path, python + "-default")
+    def check_same(self, builtin, python, model="tiny", options=None):
+        path = os.path.join(WORK, builtin + "." + model + ".kvlab")
+        a, b = eval_run(path, builtin + "-default", model, options), eval_run(path, python + "-default", model, options)
         ra, rb = replay_rows(path, a), replay_rows(path, b)
         self.assertGreater(len(ra), 0)
         self.assertEqual(len(ra), len(rb))
@@ -115,30 +144,58 @@ class Decisions(unittest.TestCase):
     def test_snapkv_in_python_equals_the_builtin(self):
         self.check_same("snapkv", "snapkv_py")
 
+    def test_the_examples_equal_the_builtins_on_smollm2(self):
+        # The real model (30 layers, 3 KV heads of 64): real keys and attention, not random ones.
+        gguf = smollm2_path()
+        if not os.path.exists(gguf):
+            self.skipTest(gguf + " is absent (scripts/fetch_assets.sh fetches it)")
+        short = dict(BASE, **{"data.seq_length": 320, "data.num_samples": 1})
+        for builtin, python in PAIRS:
+            with self.subTest(policy=builtin):
+                self.check_same(builtin, python, "smollm2-135m", short)
+
+    def test_values_are_the_new_tokens_values(self):
+        kvlab.register_policy("values_probe", ValuesProbe)
+        path = os.path.join(WORK, "values.kvlab")
+        a, b = eval_run(path, "knorm-default"), eval_run(path, "values_probe-default")
+        self.assertGreater(ValuesProbe.checked, 0)
+        self.assertEqual(replay_rows(path, a), replay_rows(path, b))  # it scores as knorm does
+
+    def test_keydiff_in_python_equals_the_builtin(self):
+        # A class with its own state, rescoring every held slot in update() without attention.
+        self.check_same("keydiff", "keydiff_py")
+
     def test_decode_time_eviction_is_the_same(self):
-        path = os.path.join(WORK, "generate.kvlab")
-        opts = {"kv_cache.cache_length": 16, "prompt": "hello world, this is a test", "max_new_tokens": 40}
-        a = kvlab.generate("tiny", session=path, options=dict(opts, **{"kv_cache.name": "knorm-default"}))
-        b = kvlab.generate("tiny", session=path, options=dict(opts, **{"kv_cache.name": "knorm_py-default"}))
-        self.assertGreater(json.loads(a["summary"])["decode_evicting_forwards"], 0)  # the cache evicted while decoding
-        self.assertEqual(a["result"], b["result"])
-        self.assertEqual(replay_rows(path, a["run"]), replay_rows(path, b["run"]))
+        for model in models():
+            for builtin, python in PAIRS:
+                with self.subTest(model=model, policy=builtin):
+                    path = os.path.join(WORK, "generate." + model + ".kvlab")
+                    opts = {"kv_cache.cache_length": 16, "prompt": "hello world, this is a test", "max_new_tokens": 40}
+                    a = kvlab.generate(model, session=path, options=dict(opts, **{"kv_cache.name": builtin + "-default"}))
+                    b = kvlab.generate(model, session=path, options=dict(opts, **{"kv_cache.name": python + "-default"}))
+                    self.assertGreater(json.loads(a["summary"])["decode_evicting_forwards"], 0)  # the cache evicted while decoding
+                    self.assertEqual(a["result"], b["result"])
+                    self.assertEqual(replay_rows(path, a["run"]), replay_rows(path, b["run"]))
 
     def test_a_lora_steps_gradients_are_the_same(self):
         # Gradients flow through the evicting cache: equal plans give equal losses and gradient
-        # norms, step for step (step 2's loss follows step 1's update).
-        path = os.path.join(WORK, "lora.kvlab")
-        opts = {"kv_cache.cache_length": 64, "kv_cache.chunk_size": CHUNK, "data.seq_length": 256, "data.num_samples": 4,
-                "train.max_steps": 2}
-        runs = [kvlab.run("finetune_long_lora", "tiny", session=path, options=dict(opts, **{"kv_cache.name": c}))["run"]
-                for c in ("knorm-default", "knorm_py-default")]
-        self.assertEqual(replay_rows(path, runs[0]), replay_rows(path, runs[1]))
-        s = kvlab.Session(path)
-        for name in ("loss", "grad_norm"):
-            va = s.metrics(runs[0]).query("name == @name")["value"].to_numpy()
-            vb = s.metrics(runs[1]).query("name == @name")["value"].to_numpy()
-            self.assertEqual(len(va), 2, name)
-            np.testing.assert_array_equal(va, vb, err_msg=name)
+        # norms, step for step (on tiny step 2's loss follows step 1's update).
+        for model in models():
+            for builtin, python in PAIRS:
+                with self.subTest(model=model, policy=builtin):
+                    path = os.path.join(WORK, "lora." + model + ".kvlab")
+                    steps = 2 if model == "tiny" else 1
+                    opts = {"kv_cache.cache_length": 64, "kv_cache.chunk_size": CHUNK, "data.seq_length": 256 if model == "tiny" else 128,
+                            "data.num_samples": 4 if model == "tiny" else 2, "train.max_steps": steps}
+                    runs = [kvlab.run("finetune_long_lora", model, session=path, options=dict(opts, **{"kv_cache.name": c + "-default"}))["run"]
+                            for c in (builtin, python)]
+                    self.assertEqual(replay_rows(path, runs[0]), replay_rows(path, runs[1]))
+                    s = kvlab.Session(path)
+                    for name in ("loss", "grad_norm"):
+                        va = s.metrics(runs[0]).query("name == @name")["value"].to_numpy()
+                        vb = s.metrics(runs[1]).query("name == @name")["value"].to_numpy()
+                        self.assertEqual(len(va), steps, name)
+                        np.testing.assert_array_equal(va, vb, err_msg=name)
 
 
 class Cli(unittest.TestCase):
