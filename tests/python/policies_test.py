@@ -154,6 +154,17 @@ class Decisions(unittest.TestCase):
             with self.subTest(policy=builtin):
                 self.check_same(builtin, python, "smollm2-135m", short)
 
+    def test_fidelity_measures_a_python_policy_as_its_builtin(self):
+        # Fidelity only reads the decisions: the same plans give the same kept mass and
+        # efficiency against the oracle, to the bit.
+        path = os.path.join(WORK, "fidelity.kvlab")
+        opts = dict(BASE, **{"data.num_samples": 1, "data.seq_length": 256, "fidelity": True})
+        a, b = eval_run(path, "knorm-default", options=opts), eval_run(path, "knorm_py-default", options=opts)
+        s = kvlab.Session(path).summaries().set_index("id")
+        for key in ("summary.fidelity_kept_mass", "summary.fidelity_efficiency", "summary.fidelity_next_token_kl"):
+            self.assertTrue(np.isfinite(s.loc[a, key]), key)
+            self.assertEqual(s.loc[a, key], s.loc[b, key], key)
+
     def test_values_are_the_new_tokens_values(self):
         kvlab.register_policy("values_probe", ValuesProbe)
         path = os.path.join(WORK, "values.kvlab")
