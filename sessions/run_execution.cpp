@@ -132,6 +132,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         };
     cb.chat_frame = [&lm](const std::string& user) { return chat_prompt(*lm.tokenizer, user); };
     EvalSummary s = run_eval(cfg, lm, cb);
+    PhaseScope finish(RunPhase::FINISH);  // the summary and text below
     nlohmann::json j;
     j["mode"] = cfg.mode;
     j["samples"] = s.samples.size();
@@ -265,11 +266,13 @@ RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
     validate_run_config(cfg);
     const PhaseSeconds phases_start = PhaseScope::thread_seconds();
     std::optional<PhaseScope> load_phase(std::in_place, RunPhase::LOAD);
-    LoadedModel lm = load_model(cfg.model, model_options(cfg), cfg.model_seed);
+    std::optional<LoadedModel> lm(std::in_place, load_model(cfg.model, model_options(cfg), cfg.model_seed));
     // Everything sized by the user's numbers is refused here, before any of it is allocated.
-    check_run_memory(cfg, lm.config);
+    check_run_memory(cfg, lm->config);
     load_phase.reset();
-    RunOutcome out = execute_mode(cfg, lm, hooks);
+    RunOutcome out = execute_mode(cfg, *lm, hooks);
+    PhaseScope finish(RunPhase::FINISH);  // releasing the weights is the run's time too
+    lm.reset();
     // Where the run's time went, phase by phase (the timeline's RUN spans, summed).
     nlohmann::json j = nlohmann::json::parse(out.summary_json, nullptr, false);
     if (j.is_object()) {

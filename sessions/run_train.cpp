@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/telemetry/run_phase.h"
 #include "engine/telemetry/trace.h"
 #include "engine/dist/communicator.h"
 #include "engine/train/trainer.h"
@@ -50,6 +51,7 @@ RunOutcome run_train_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks&
         }
     };
     TrainSummary s = run_train(cfg, lm, cb);
+    PhaseScope finish(RunPhase::FINISH);  // the summary and text below
 
     nlohmann::json j;
     j["mode"] = cfg.mode;

@@ -244,8 +244,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             fidelity_kl.insert(fidelity_kl.end(), kl.begin(), kl.end());
         }
         if (cb.on_sample_tokens) cb.on_sample_tokens(r, it.ids, res.token_loss);
-        telemetry_phase.reset();
+        // The sample's log line and metrics: telemetry's when that is recorded; alone (no
+        // session, no fidelity) it is the run's output, too small to count apart.
         if (cb.on_sample) cb.on_sample(r);
+        telemetry_phase.reset();
     }
     sum.seconds = now_s() - t_start;
     // The run's own time is its policy passes (reconstruction included); what measured it, the

@@ -22,6 +22,7 @@ constexpr PhaseInfo kPhases[kNumRunPhases] = {
     {"fidelity reference", true},
     {"KL heads", true},
     {"telemetry", true},
+    {"finish", false},
 };
 
 thread_local PhaseScope* t_innermost = nullptr;
@@ -31,7 +32,9 @@ const trace::Name& phase_span_name(RunPhase p) {
     static const trace::Name names[kNumRunPhases] = {
         trace::Name(kPhases[0].name), trace::Name(kPhases[1].name), trace::Name(kPhases[2].name),
         trace::Name(kPhases[3].name), trace::Name(kPhases[4].name), trace::Name(kPhases[5].name),
-        trace::Name(kPhases[6].name), trace::Name(kPhases[7].name), trace::Name(kPhases[8].name)};
+        trace::Name(kPhases[6].name), trace::Name(kPhases[7].name), trace::Name(kPhases[8].name),
+        trace::Name(kPhases[9].name)};
+    static_assert(kNumRunPhases == 10, "one span name per phase");
     return names[size_t(p)];
 }
 
@@ -58,6 +61,8 @@ PhaseScope::~PhaseScope() {
 PhaseSeconds PhaseScope::thread_seconds() {
     PhaseSeconds s{};
     for (size_t i = 0; i < kNumRunPhases; ++i) s[i] = double(t_phase_ns[i]) * 1e-9;
+    // The open phase's clock runs until now (the outer ones are paused behind it).
+    if (t_innermost) s[size_t(t_innermost->phase_)] += double(now_ns() - t_innermost->resumed_ns_) * 1e-9;
     return s;
 }
 

@@ -23,12 +23,13 @@ enum class RunPhase : uint8_t {
     FIDELITY_REFERENCE,  // the dense model's stream for the next-token KL (instrumentation)
     KL_HEADS,            // lm_head over both streams and the KL (instrumentation)
     TELEMETRY,           // handing measurements on to the session (instrumentation)
+    FINISH,              // the run's summary, and releasing the model and cache
     COUNT
 };
 constexpr size_t kNumRunPhases = size_t(RunPhase::COUNT);
 
 // "load", "data", "policy pass", "reconstruction", "backward", "fidelity attention",
-// "fidelity reference", "KL heads", "telemetry".
+// "fidelity reference", "KL heads", "telemetry", "finish".
 const char* run_phase_name(RunPhase p);
 bool run_phase_is_instrumentation(RunPhase p);
 
@@ -40,7 +41,8 @@ class PhaseScope {
     ~PhaseScope();
     PhaseScope(const PhaseScope&) = delete;
     PhaseScope& operator=(const PhaseScope&) = delete;
-    // Exclusive seconds this thread has spent in each phase so far (take differences).
+    // Exclusive seconds this thread has spent in each phase so far, the open one's until now
+    // (take differences).
     static PhaseSeconds thread_seconds();
 
    private:

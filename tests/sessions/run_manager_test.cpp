@@ -285,14 +285,22 @@ TEST(RunManager, EveryPhaseOfAFidelityRunIsOnTheTimeline) {
         EXPECT_TRUE(names.count(want)) << "no '" << want << "' phase on the timeline";
     // Union of the phase spans within the run span, by a sweep over the sorted intervals.
     std::sort(phases.begin(), phases.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+    // Gaps are named by the phases around them, so that a failure says where time went missing.
     int64_t covered = 0, reach = run0;
+    std::string before = "run start", gaps;
+    const auto note_gap = [&](int64_t from, int64_t to, const std::string& after) {
+        if (to - from > 1000000) gaps += "  " + std::to_string(double(to - from) * 1e-6) + " ms between '" + before + "' and '" + after + "'\n";
+    };
     for (const auto& p : phases) {
         const int64_t a = std::max<int64_t>(p.start_ns, reach), b = std::min<int64_t>(p.end_ns, run1);
+        note_gap(reach, p.start_ns, p.name);
         if (b > a) covered += b - a;
-        reach = std::max<int64_t>(reach, p.end_ns);
+        if (p.end_ns > reach) reach = p.end_ns, before = p.name;
     }
+    note_gap(reach, run1, "run end");
+    std::printf("[ info ] gaps over 1 ms:\n%s", gaps.c_str());
     const double run_s = double(run1 - run0) * 1e-9, frac = double(covered) * 1e-9 / run_s;
-    EXPECT_GT(frac, 0.98) << "unattributed: " << (1 - frac) * run_s << " s of " << run_s << " s";
+    EXPECT_GT(frac, 0.98) << "unattributed: " << (1 - frac) * run_s << " s of " << run_s << " s:\n" << gaps;
     std::printf("[ info ] phases cover %.4f of the %.4f s run span\n", frac, run_s);
     const nlohmann::json j = nlohmann::json::parse(rm.session().run(id).summary);
     ASSERT_TRUE(j.contains("phase_seconds")) << j.dump();
