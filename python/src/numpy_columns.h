@@ -5,7 +5,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,6 +47,55 @@ class Columns {
 
    private:
     py::dict d_;
+};
+
+// Columns filled row by row from records of one type: each column is declared once, with its
+// name, its element type and what it reads from a row, in the order the DataFrame shows them.
+//   RowColumns<storage::LogRow> c;
+//   c.field("id", &storage::LogRow::id).col<std::string>("level", [](const auto& r) { return r.level; });
+//   for (const auto& r : rows) c.append(r);
+//   return c.release();
+template <class Row>
+class RowColumns {
+   public:
+    template <class T, class Get>
+    RowColumns& col(const char* name, Get get) {
+        cols_.push_back(std::make_unique<Typed<T, Get>>(name, std::move(get)));
+        return *this;
+    }
+    // A member read as it is stored.
+    template <class T>
+    RowColumns& field(const char* name, T Row::*member) {
+        return col<T>(name, [member](const Row& r) { return r.*member; });
+    }
+    void append(const Row& r) {
+        for (auto& c : cols_) c->append(r);
+    }
+    py::dict release() {
+        Columns out;
+        for (auto& c : cols_) c->move_into(out);
+        return out.release();
+    }
+
+   private:
+    struct Column {
+        virtual ~Column() = default;
+        virtual void append(const Row& r) = 0;
+        virtual void move_into(Columns& out) = 0;
+    };
+    template <class T, class Get>
+    struct Typed final : Column {
+        Typed(const char* n, Get g) : name(n), get(std::move(g)) {}
+        void append(const Row& r) override { values.push_back(T(get(r))); }
+        void move_into(Columns& out) override {
+            if constexpr (std::is_same_v<T, std::string>) out.add(name, values);
+            else out.add(name, std::move(values));
+        }
+        const char* name;
+        Get get;
+        std::vector<T> values;
+    };
+    std::vector<std::unique_ptr<Column>> cols_;
 };
 
 }  // namespace kv::python

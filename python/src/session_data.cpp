@@ -29,269 +29,157 @@ class SessionData {
     const std::string& path() const { return reader_.path(); }
 
     py::dict runs() {
-        std::vector<int64_t> id, created, started, finished, t0, tok_done, tok_total, owner_pid;
-        std::vector<int32_t> ch_done, ch_total, st_done, st_total;
-        std::vector<std::string> name, status, config, summary, host, build, error, owner_host;
-        for (const storage::RunInfo& r : reader_.runs()) {
-            id.push_back(r.id);
-            name.push_back(r.name);
-            status.push_back(storage::run_status_name(r.status));
-            created.push_back(r.created_ms);
-            started.push_back(r.started_ms);
-            finished.push_back(r.finished_ms);
-            t0.push_back(r.t0_ns);
-            tok_done.push_back(r.progress.tokens_done);
-            tok_total.push_back(r.progress.tokens_total);
-            ch_done.push_back(r.progress.chunks_done);
-            ch_total.push_back(r.progress.chunks_total);
-            st_done.push_back(r.progress.steps_done);
-            st_total.push_back(r.progress.steps_total);
-            error.push_back(r.error);
-            owner_pid.push_back(r.owner_pid);
-            owner_host.push_back(r.owner_host);
-            config.push_back(r.config);
-            summary.push_back(r.summary);
-            host.push_back(r.host);
-            build.push_back(r.build);
-        }
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("name", name);
-        c.add("status", status);
-        c.add("created_ms", std::move(created));
-        c.add("started_ms", std::move(started));
-        c.add("finished_ms", std::move(finished));
-        c.add("t0_ns", std::move(t0));
-        c.add("tokens_done", std::move(tok_done));
-        c.add("tokens_total", std::move(tok_total));
-        c.add("chunks_done", std::move(ch_done));
-        c.add("chunks_total", std::move(ch_total));
-        c.add("steps_done", std::move(st_done));
-        c.add("steps_total", std::move(st_total));
-        c.add("error", error);
-        c.add("owner_pid", std::move(owner_pid));
-        c.add("owner_host", owner_host);
-        c.add("host", host);
-        c.add("build", build);
-        c.add("config", config);
-        c.add("summary", summary);
+        using R = storage::RunInfo;
+        RowColumns<R> c;
+        c.field("id", &R::id)
+            .field("name", &R::name)
+            .col<std::string>("status", [](const R& r) { return storage::run_status_name(r.status); })
+            .col<int64_t>("created_ms", [](const R& r) { return r.created_ms; })
+            .col<int64_t>("started_ms", [](const R& r) { return r.started_ms; })
+            .col<int64_t>("finished_ms", [](const R& r) { return r.finished_ms; })
+            .col<int64_t>("t0_ns", [](const R& r) { return r.t0_ns; })
+            .col<int64_t>("tokens_done", [](const R& r) { return r.progress.tokens_done; })
+            .col<int64_t>("tokens_total", [](const R& r) { return r.progress.tokens_total; })
+            .col<int32_t>("chunks_done", [](const R& r) { return r.progress.chunks_done; })
+            .col<int32_t>("chunks_total", [](const R& r) { return r.progress.chunks_total; })
+            .col<int32_t>("steps_done", [](const R& r) { return r.progress.steps_done; })
+            .col<int32_t>("steps_total", [](const R& r) { return r.progress.steps_total; })
+            .field("error", &R::error)
+            .col<int64_t>("owner_pid", [](const R& r) { return r.owner_pid; })
+            .field("owner_host", &R::owner_host)
+            .field("host", &R::host)
+            .field("build", &R::build)
+            .field("config", &R::config)
+            .field("summary", &R::summary);
+        for (const R& r : reader_.runs()) c.append(r);
         return c.release();
     }
 
     // Columns of export_metrics_csv.
     py::dict metrics(int64_t run) {
+        using R = storage::MetricRow;
         const int64_t t0 = reader_.run(run).t0_ns;
-        std::vector<int64_t> id, step, t, trel;
-        std::vector<double> value;
-        std::vector<std::string> name;
-        for (const storage::MetricRow& m : reader_.metrics(run)) {
-            id.push_back(m.id);
-            name.push_back(m.name);
-            step.push_back(m.step);
-            value.push_back(m.value);
-            t.push_back(m.t_ns);
-            trel.push_back(m.t_ns - t0);
-        }
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("name", name);
-        c.add("step", std::move(step));
-        c.add("value", std::move(value));
-        c.add("t_ns", std::move(t));
-        c.add("t_rel_ns", std::move(trel));
+        RowColumns<R> c;
+        c.field("id", &R::id).field("name", &R::name).field("step", &R::step).field("value", &R::value).field("t_ns", &R::t_ns);
+        c.col<int64_t>("t_rel_ns", [t0](const R& r) { return r.t_ns - t0; });
+        for (const R& m : reader_.metrics(run)) c.append(m);
         return c.release();
     }
 
     // Columns of export_spans_csv.
     py::dict spans(int64_t run) {
+        using R = storage::SpanRow;
         const int64_t t0 = reader_.run(run).t0_ns;
-        std::vector<int64_t> id, start, end, start_rel, dur, corr;
-        std::vector<int32_t> layer, chunk, cell_row, cell_col, thread, stream;
-        std::vector<std::string> name, category, device;
-        reader_.for_each_span(run, [&](const storage::SpanRow& s) {
-            id.push_back(s.id);
-            start.push_back(s.start_ns);
-            end.push_back(s.end_ns);
-            start_rel.push_back(s.start_ns - t0);
-            dur.push_back(s.end_ns - s.start_ns);
-            name.push_back(s.name);
-            category.push_back(trace::span_category_name(s.category));
-            layer.push_back(s.layer);
-            chunk.push_back(s.chunk);
-            cell_row.push_back(s.cell_row);
-            cell_col.push_back(s.cell_col);
-            thread.push_back(s.thread);
-            device.push_back(trace::device_code_name(s.device));
-            stream.push_back(s.stream);
-            corr.push_back(s.correlation_id);
-        });
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("start_ns", std::move(start));
-        c.add("end_ns", std::move(end));
-        c.add("start_rel_ns", std::move(start_rel));
-        c.add("dur_ns", std::move(dur));
-        c.add("name", name);
-        c.add("category", category);
-        c.add("layer", std::move(layer));
-        c.add("chunk", std::move(chunk));
-        c.add("cell_row", std::move(cell_row));
-        c.add("cell_col", std::move(cell_col));
-        c.add("thread", std::move(thread));
-        c.add("device", device);
-        c.add("stream", std::move(stream));
-        c.add("correlation_id", std::move(corr));
+        RowColumns<R> c;
+        c.field("id", &R::id)
+            .field("start_ns", &R::start_ns)
+            .field("end_ns", &R::end_ns)
+            .col<int64_t>("start_rel_ns", [t0](const R& r) { return r.start_ns - t0; })
+            .col<int64_t>("dur_ns", [](const R& r) { return r.end_ns - r.start_ns; })
+            .field("name", &R::name)
+            .col<std::string>("category", [](const R& r) { return trace::span_category_name(r.category); })
+            .field("layer", &R::layer)
+            .field("chunk", &R::chunk)
+            .field("cell_row", &R::cell_row)
+            .field("cell_col", &R::cell_col)
+            .field("thread", &R::thread)
+            .col<std::string>("device", [](const R& r) { return trace::device_code_name(r.device); })
+            .field("stream", &R::stream)
+            .field("correlation_id", &R::correlation_id);
+        reader_.for_each_span(run, [&](const R& s) { c.append(s); });
         return c.release();
     }
 
     // Columns of export_memory_csv.
     py::dict memory(int64_t run) {
+        using R = storage::MemoryEventRow;
         const int64_t t0 = reader_.run(run).t0_ns;
-        std::vector<int64_t> id, t, trel, bytes, cat_total, dev_total, alloc_id;
-        std::vector<uint64_t> address;
-        std::vector<int32_t> layer, chunk;
-        std::vector<uint8_t> flags;
-        std::vector<std::string> device, category, label;
-        reader_.for_each_memory_event(run, {}, [&](const storage::MemoryEventRow& r) {
-            id.push_back(r.id);
-            t.push_back(r.t_ns);
-            trel.push_back(r.t_ns - t0);
-            device.push_back(trace::device_code_name(r.device));
-            category.push_back(mem_category_name(r.category));
-            bytes.push_back(r.bytes);
-            cat_total.push_back(r.category_total);
-            dev_total.push_back(r.device_total);
-            label.push_back(r.label);
-            alloc_id.push_back(r.alloc_id);
-            address.push_back(r.address);
-            layer.push_back(r.layer);
-            chunk.push_back(r.chunk);
-            flags.push_back(r.flags);
-        });
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("t_ns", std::move(t));
-        c.add("t_rel_ns", std::move(trel));
-        c.add("device", device);
-        c.add("category", category);
-        c.add("bytes", std::move(bytes));
-        c.add("category_total", std::move(cat_total));
-        c.add("device_total", std::move(dev_total));
-        c.add("label", label);
-        c.add("alloc_id", std::move(alloc_id));
-        c.add("address", std::move(address));
-        c.add("layer", std::move(layer));
-        c.add("chunk", std::move(chunk));
-        c.add("flags", std::move(flags));
+        RowColumns<R> c;
+        c.field("id", &R::id)
+            .field("t_ns", &R::t_ns)
+            .col<int64_t>("t_rel_ns", [t0](const R& r) { return r.t_ns - t0; })
+            .col<std::string>("device", [](const R& r) { return trace::device_code_name(r.device); })
+            .col<std::string>("category", [](const R& r) { return mem_category_name(r.category); })
+            .field("bytes", &R::bytes)
+            .field("category_total", &R::category_total)
+            .field("device_total", &R::device_total)
+            .field("label", &R::label)
+            .field("alloc_id", &R::alloc_id)
+            .field("address", &R::address)
+            .field("layer", &R::layer)
+            .field("chunk", &R::chunk)
+            .field("flags", &R::flags);
+        reader_.for_each_memory_event(run, {}, [&](const R& r) { c.append(r); });
         return c.release();
     }
 
     // Columns of export_tokens_csv: one row per (sample, position); loss NaN where unscored.
     py::dict tokens(int64_t run) {
-        std::vector<int64_t> sample, position;
-        std::vector<int32_t> token_id;
-        std::vector<float> loss;
-        std::vector<std::string> piece;
-        for (const storage::SampleTokensRow& r : reader_.sample_tokens(run)) {
-            for (size_t i = 0; i < r.ids.size(); ++i) {
-                sample.push_back(r.sample);
-                position.push_back(int64_t(i));
-                token_id.push_back(r.ids[i]);
-                piece.push_back(i < r.pieces.size() ? r.pieces[i] : std::string());
-                loss.push_back(i < r.loss.size() ? r.loss[i] : std::numeric_limits<float>::quiet_NaN());
-            }
-        }
-        Columns c;
-        c.add("sample", std::move(sample));
-        c.add("position", std::move(position));
-        c.add("token_id", std::move(token_id));
-        c.add("piece", piece);
-        c.add("loss", std::move(loss));
+        struct At {
+            const storage::SampleTokensRow& r;
+            size_t i;
+        };
+        RowColumns<At> c;
+        c.col<int64_t>("sample", [](const At& a) { return a.r.sample; })
+            .col<int64_t>("position", [](const At& a) { return int64_t(a.i); })
+            .col<int32_t>("token_id", [](const At& a) { return a.r.ids[a.i]; })
+            .col<std::string>("piece", [](const At& a) { return a.i < a.r.pieces.size() ? a.r.pieces[a.i] : std::string(); })
+            .col<float>("loss", [](const At& a) { return a.i < a.r.loss.size() ? a.r.loss[a.i] : std::numeric_limits<float>::quiet_NaN(); });
+        for (const storage::SampleTokensRow& r : reader_.sample_tokens(run))
+            for (size_t i = 0; i < r.ids.size(); ++i) c.append(At{r, i});
         return c.release();
     }
 
     // sample_tokens rows without their arrays: one row per evaluated sample.
     py::dict samples(int64_t run) {
-        std::vector<int64_t> id, sample, tokens, scored;
-        std::vector<double> mean_loss, token_accuracy;
-        std::vector<int32_t> correct;
-        std::vector<std::string> description;
-        for (const storage::SampleTokensRow& r : reader_.sample_tokens(run, 0, false)) {
-            id.push_back(r.id);
-            sample.push_back(r.sample);
-            description.push_back(r.description);
-            tokens.push_back(int64_t(r.ids.size()));
-            mean_loss.push_back(r.mean_loss);
-            scored.push_back(r.scored);
-            correct.push_back(r.correct);
-            token_accuracy.push_back(r.token_accuracy);
-        }
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("sample", std::move(sample));
-        c.add("description", description);
-        c.add("tokens", std::move(tokens));
-        c.add("mean_loss", std::move(mean_loss));
-        c.add("scored", std::move(scored));
-        c.add("correct", std::move(correct));
-        c.add("token_accuracy", std::move(token_accuracy));
+        using R = storage::SampleTokensRow;
+        RowColumns<R> c;
+        c.field("id", &R::id)
+            .field("sample", &R::sample)
+            .field("description", &R::description)
+            .col<int64_t>("tokens", [](const R& r) { return int64_t(r.ids.size()); })
+            .field("mean_loss", &R::mean_loss)
+            .field("scored", &R::scored)
+            .field("correct", &R::correct)
+            .field("token_accuracy", &R::token_accuracy);
+        for (const R& r : reader_.sample_tokens(run, 0, false)) c.append(r);
         return c.release();
     }
 
     py::dict logs(int64_t run) {
-        std::vector<int64_t> id, t;
-        std::vector<int32_t> thread;
-        std::vector<std::string> level, text;
-        for (const storage::LogRow& r : reader_.logs(run)) {
-            id.push_back(r.id);
-            t.push_back(r.t_ns);
-            level.push_back(r.level);
-            thread.push_back(r.thread);
-            text.push_back(r.text);
-        }
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("t_ns", std::move(t));
-        c.add("level", level);
-        c.add("thread", std::move(thread));
-        c.add("text", text);
+        using R = storage::LogRow;
+        RowColumns<R> c;
+        c.field("id", &R::id).field("t_ns", &R::t_ns).field("level", &R::level).field("thread", &R::thread).field("text", &R::text);
+        for (const R& r : reader_.logs(run)) c.append(r);
         return c.release();
     }
 
     // cache_steps rows (every layer), the replay log decoded to its plan's shape.
     py::dict cache_steps(int64_t run) {
-        std::vector<int64_t> id, t, input_pos, rows, moves, length_after;
-        std::vector<int32_t> layer, chunk, pass, num_tokens, cache_length;
+        struct Step {
+            const storage::CacheStepRow& r;
+            const SlotPlan& p;
+        };
+        RowColumns<Step> c;
+        c.col<int64_t>("id", [](const Step& s) { return s.r.id; })
+            .col<int32_t>("layer", [](const Step& s) { return s.r.layer; })
+            .col<int32_t>("chunk", [](const Step& s) { return s.r.chunk; })
+            .col<int32_t>("pass", [](const Step& s) { return s.r.pass; })
+            .col<int64_t>("t_ns", [](const Step& s) { return s.r.t_ns; })
+            .col<int64_t>("input_pos", [](const Step& s) { return s.r.input_pos; })
+            .col<int32_t>("num_tokens", [](const Step& s) { return s.r.num_tokens; })
+            .col<int32_t>("cache_length", [](const Step& s) { return s.r.cache_length; })
+            .col<int64_t>("rows", [](const Step& s) { return s.p.rows; })
+            .col<int64_t>("moves", [](const Step& s) { return s.p.moves; })
+            .col<int64_t>("length_after", [](const Step& s) { return s.p.length_after; });
         for (const storage::CacheStepRow& r : reader_.cache_steps(run, -1)) {
             SlotPlan p;
             std::string why;
             if (!storage::decode_cache_step(r, p, why))
                 throw Error(str("session '", path(), "' run ", run, ": cache step ", r.id, " (layer ", r.layer,
                                 ", chunk ", r.chunk, ") has a damaged replay log: ", why));
-            id.push_back(r.id);
-            layer.push_back(r.layer);
-            chunk.push_back(r.chunk);
-            pass.push_back(r.pass);
-            t.push_back(r.t_ns);
-            input_pos.push_back(r.input_pos);
-            num_tokens.push_back(r.num_tokens);
-            cache_length.push_back(r.cache_length);
-            rows.push_back(p.rows);
-            moves.push_back(p.moves);
-            length_after.push_back(p.length_after);
+            c.append(Step{r, p});
         }
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("layer", std::move(layer));
-        c.add("chunk", std::move(chunk));
-        c.add("pass", std::move(pass));
-        c.add("t_ns", std::move(t));
-        c.add("input_pos", std::move(input_pos));
-        c.add("num_tokens", std::move(num_tokens));
-        c.add("cache_length", std::move(cache_length));
-        c.add("rows", std::move(rows));
-        c.add("moves", std::move(moves));
-        c.add("length_after", std::move(length_after));
         return c.release();
     }
 
@@ -329,52 +217,28 @@ class SessionData {
 
     // score_snapshots rows (every layer): summary statistics, has_values where the full array was stored.
     py::dict scores(int64_t run) {
-        std::vector<int64_t> id, t;
-        std::vector<int32_t> layer, chunk, pass, B, G, T;
-        std::vector<uint8_t> has_values;
-        std::vector<int64_t> count, nonfinite;
-        std::vector<float> mn, mx, mean, sd, p10, p50, p90, p99;
-        for (const storage::ScoreRow& r : reader_.score_snapshots(run, -1, 0, false)) {
-            count.push_back(r.stats.count);
-            nonfinite.push_back(r.stats.nonfinite);
-            mn.push_back(r.stats.min);
-            mx.push_back(r.stats.max);
-            mean.push_back(r.stats.mean);
-            sd.push_back(r.stats.stddev);
-            p10.push_back(r.stats.p10);
-            p50.push_back(r.stats.p50);
-            p90.push_back(r.stats.p90);
-            p99.push_back(r.stats.p99);
-            id.push_back(r.id);
-            layer.push_back(r.layer);
-            chunk.push_back(r.chunk);
-            pass.push_back(r.pass);
-            t.push_back(r.t_ns);
-            B.push_back(r.B);
-            G.push_back(r.G);
-            T.push_back(r.T);
-            has_values.push_back(r.has_values);
-        }
-        Columns c;
-        c.add("id", std::move(id));
-        c.add("layer", std::move(layer));
-        c.add("chunk", std::move(chunk));
-        c.add("pass", std::move(pass));
-        c.add("t_ns", std::move(t));
-        c.add("B", std::move(B));
-        c.add("G", std::move(G));
-        c.add("T", std::move(T));
-        c.add("count", std::move(count));
-        c.add("nonfinite", std::move(nonfinite));
-        c.add("min", std::move(mn));
-        c.add("max", std::move(mx));
-        c.add("mean", std::move(mean));
-        c.add("stddev", std::move(sd));
-        c.add("p10", std::move(p10));
-        c.add("p50", std::move(p50));
-        c.add("p90", std::move(p90));
-        c.add("p99", std::move(p99));
-        c.add("has_values", std::move(has_values));
+        using R = storage::ScoreRow;
+        RowColumns<R> c;
+        c.field("id", &R::id)
+            .field("layer", &R::layer)
+            .field("chunk", &R::chunk)
+            .field("pass", &R::pass)
+            .field("t_ns", &R::t_ns)
+            .field("B", &R::B)
+            .field("G", &R::G)
+            .field("T", &R::T)
+            .col<int64_t>("count", [](const R& r) { return r.stats.count; })
+            .col<int64_t>("nonfinite", [](const R& r) { return r.stats.nonfinite; })
+            .col<float>("min", [](const R& r) { return r.stats.min; })
+            .col<float>("max", [](const R& r) { return r.stats.max; })
+            .col<float>("mean", [](const R& r) { return r.stats.mean; })
+            .col<float>("stddev", [](const R& r) { return r.stats.stddev; })
+            .col<float>("p10", [](const R& r) { return r.stats.p10; })
+            .col<float>("p50", [](const R& r) { return r.stats.p50; })
+            .col<float>("p90", [](const R& r) { return r.stats.p90; })
+            .col<float>("p99", [](const R& r) { return r.stats.p99; })
+            .col<uint8_t>("has_values", [](const R& r) { return r.has_values; });
+        for (const R& r : reader_.score_snapshots(run, -1, 0, false)) c.append(r);
         return c.release();
     }
 
