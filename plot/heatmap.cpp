@@ -1,30 +1,20 @@
 // Cairo rendering of a Heatmap (see heatmap.h).
 #include "heatmap.h"
 
-#include <cairo-pdf.h>
-#include <cairo-svg.h>
 #include <cairo.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <memory>
 #include <stdexcept>
 
-#include "render.h"
+#include "figure_file.h"
 
 namespace kv::plot {
 
 namespace {
 
 constexpr double kLeft = 70, kTop = 54, kBottom = 50, kGap = 24, kBar = 70, kFont = 11, kCell = 34;
-
-void text_at(cairo_t* cr, const std::string& s, double x, double y, double align_x, double align_y) {
-    cairo_text_extents_t e;
-    cairo_text_extents(cr, s.c_str(), &e);
-    cairo_move_to(cr, x - e.x_bearing - align_x * e.width, y - e.y_bearing - align_y * e.height);
-    cairo_show_text(cr, s.c_str());
-}
 
 }  // namespace
 
@@ -55,93 +45,76 @@ void render_heatmap(const Heatmap& h, const std::string& path) {
     const double cw = std::max(kCell, 300.0 / cols), ch = std::max(18.0, 220.0 / rows);
     const double pw = cw * cols, ph = ch * rows;
     const double width = kLeft + np * pw + (np - 1) * kGap + kBar + 16, height = kTop + ph + kBottom;
-    cairo_surface_t* surface = nullptr;
-    if (fmt == "svg") surface = cairo_svg_surface_create(path.c_str(), width, height);
-    else if (fmt == "pdf") surface = cairo_pdf_surface_create(path.c_str(), width, height);
-    else surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, int(std::ceil(width * 2)), int(std::ceil(height * 2)));
-    std::unique_ptr<cairo_surface_t, void (*)(cairo_surface_t*)> keep(surface, cairo_surface_destroy);
-    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
-        throw std::runtime_error("figure '" + path + "': cannot create it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
-    cairo_t* cr = cairo_create(surface);
-    if (fmt == "png") cairo_scale(cr, 2, 2);
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_paint(cr);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    cairo_set_font_size(cr, kFont);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    if (!h.title.empty()) {
-        cairo_set_font_size(cr, kFont + 2);
-        text_at(cr, h.title, width / 2, 8, 0.5, 0);
+    write_figure_file(path, width, height, [&](cairo_t* cr) {
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        cairo_paint(cr);
+        cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
         cairo_set_font_size(cr, kFont);
-    }
-    for (size_t k = 0; k < h.panels.size(); ++k) {
-        const HeatmapPanel& p = h.panels[k];
-        const double x0 = kLeft + double(k) * (pw + kGap), y0 = kTop;
         cairo_set_source_rgb(cr, 0, 0, 0);
-        text_at(cr, p.title, x0 + pw / 2, y0 - 6, 0.5, 1);
-        for (size_t r = 0; r < p.values.size(); ++r)
-            for (size_t c = 0; c < p.values[r].size(); ++c) {
-                const double v = p.values[r][c], x = x0 + double(c) * cw, y = y0 + double(r) * ch;
-                double rgb[3] = {0.85, 0.85, 0.85};
-                if (std::isfinite(v)) heatmap_colour(v, h.lo, h.hi, rgb);
-                cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
-                cairo_rectangle(cr, x, y, cw, ch);
-                cairo_fill(cr);
-                if (std::isfinite(v) && cw >= 26 && ch >= 14) {
-                    char t[16];
-                    std::snprintf(t, sizeof t, "%.2g", v);
-                    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-                    cairo_set_font_size(cr, kFont - 2);
-                    text_at(cr, t, x + cw / 2, y + ch / 2, 0.5, 0.5);
-                    cairo_set_font_size(cr, kFont);
+        if (!h.title.empty()) {
+            cairo_set_font_size(cr, kFont + 2);
+            text_at(cr, h.title, width / 2, 8, 0.5, 0);
+            cairo_set_font_size(cr, kFont);
+        }
+        for (size_t k = 0; k < h.panels.size(); ++k) {
+            const HeatmapPanel& p = h.panels[k];
+            const double x0 = kLeft + double(k) * (pw + kGap), y0 = kTop;
+            cairo_set_source_rgb(cr, 0, 0, 0);
+            text_at(cr, p.title, x0 + pw / 2, y0 - 6, 0.5, 1);
+            for (size_t r = 0; r < p.values.size(); ++r)
+                for (size_t c = 0; c < p.values[r].size(); ++c) {
+                    const double v = p.values[r][c], x = x0 + double(c) * cw, y = y0 + double(r) * ch;
+                    double rgb[3] = {0.85, 0.85, 0.85};
+                    if (std::isfinite(v)) heatmap_colour(v, h.lo, h.hi, rgb);
+                    cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
+                    cairo_rectangle(cr, x, y, cw, ch);
+                    cairo_fill(cr);
+                    if (std::isfinite(v) && cw >= 26 && ch >= 14) {
+                        char t[16];
+                        std::snprintf(t, sizeof t, "%.2g", v);
+                        cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+                        cairo_set_font_size(cr, kFont - 2);
+                        text_at(cr, t, x + cw / 2, y + ch / 2, 0.5, 0.5);
+                        cairo_set_font_size(cr, kFont);
+                    }
                 }
-            }
+            cairo_set_source_rgb(cr, 0, 0, 0);
+            cairo_set_line_width(cr, 0.8);
+            cairo_rectangle(cr, x0, y0, pw, ph);
+            cairo_stroke(cr);
+            for (size_t c = 0; c < h.x_labels.size(); ++c) text_at(cr, h.x_labels[c], x0 + (double(c) + 0.5) * cw, y0 + ph + 5, 0.5, 0);
+            if (k == 0)
+                for (size_t r = 0; r < h.y_labels.size(); ++r) text_at(cr, h.y_labels[r], x0 - 5, y0 + (double(r) + 0.5) * ch, 1, 0.5);
+            text_at(cr, h.x_title, x0 + pw / 2, y0 + ph + 24, 0.5, 0);
+        }
+        // The y title, turned, left of the first panel.
+        cairo_save(cr);
+        cairo_translate(cr, 14, kTop + ph / 2);
+        cairo_rotate(cr, -M_PI / 2);
+        text_at(cr, h.y_title, 0, 0, 0.5, 0.5);
+        cairo_restore(cr);
+        // The colour bar: hi at the top.
+        const double bx = kLeft + np * pw + (np - 1) * kGap + 16, bw = 14;
+        for (int i = 0; i < 64; ++i) {
+            double rgb[3];
+            heatmap_colour(h.hi - (h.hi - h.lo) * (double(i) + 0.5) / 64.0, h.lo, h.hi, rgb);
+            cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
+            cairo_rectangle(cr, bx, kTop + ph * double(i) / 64.0, bw, ph / 64.0 + 0.5);
+            cairo_fill(cr);
+        }
         cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_set_line_width(cr, 0.8);
-        cairo_rectangle(cr, x0, y0, pw, ph);
-        cairo_stroke(cr);
-        for (size_t c = 0; c < h.x_labels.size(); ++c) text_at(cr, h.x_labels[c], x0 + (double(c) + 0.5) * cw, y0 + ph + 5, 0.5, 0);
-        if (k == 0)
-            for (size_t r = 0; r < h.y_labels.size(); ++r) text_at(cr, h.y_labels[r], x0 - 5, y0 + (double(r) + 0.5) * ch, 1, 0.5);
-        text_at(cr, h.x_title, x0 + pw / 2, y0 + ph + 24, 0.5, 0);
-    }
-    // The y title, turned, left of the first panel.
-    cairo_save(cr);
-    cairo_translate(cr, 14, kTop + ph / 2);
-    cairo_rotate(cr, -M_PI / 2);
-    text_at(cr, h.y_title, 0, 0, 0.5, 0.5);
-    cairo_restore(cr);
-    // The colour bar: hi at the top.
-    const double bx = kLeft + np * pw + (np - 1) * kGap + 16, bw = 14;
-    for (int i = 0; i < 64; ++i) {
-        double rgb[3];
-        heatmap_colour(h.hi - (h.hi - h.lo) * (double(i) + 0.5) / 64.0, h.lo, h.hi, rgb);
-        cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
-        cairo_rectangle(cr, bx, kTop + ph * double(i) / 64.0, bw, ph / 64.0 + 0.5);
-        cairo_fill(cr);
-    }
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    char lo[32], hi[32];
-    std::snprintf(lo, sizeof lo, "%g", h.lo);
-    std::snprintf(hi, sizeof hi, "%g", h.hi);
-    text_at(cr, hi, bx + bw + 4, kTop, 0, 0);
-    text_at(cr, lo, bx + bw + 4, kTop + ph, 0, 1);
-    // Its title turned along the bar's right side (a long title would not fit below it).
-    cairo_save(cr);
-    cairo_translate(cr, bx + bw + 34, kTop + ph / 2);
-    cairo_rotate(cr, -M_PI / 2);
-    text_at(cr, h.value_title, 0, 0, 0.5, 0.5);
-    cairo_restore(cr);
-    const cairo_status_t st = cairo_status(cr);
-    cairo_destroy(cr);
-    if (st != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': drawing failed (" + cairo_status_to_string(st) + ")");
-    if (fmt == "png") {
-        const cairo_status_t w = cairo_surface_write_to_png(surface, path.c_str());
-        if (w != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': cannot write it (" + cairo_status_to_string(w) + ")");
-    }
-    cairo_surface_finish(surface);
-    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
-        throw std::runtime_error("figure '" + path + "': cannot write it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
+        char lo[32], hi[32];
+        std::snprintf(lo, sizeof lo, "%g", h.lo);
+        std::snprintf(hi, sizeof hi, "%g", h.hi);
+        text_at(cr, hi, bx + bw + 4, kTop, 0, 0);
+        text_at(cr, lo, bx + bw + 4, kTop + ph, 0, 1);
+        // Its title turned along the bar's right side (a long title would not fit below it).
+        cairo_save(cr);
+        cairo_translate(cr, bx + bw + 34, kTop + ph / 2);
+        cairo_rotate(cr, -M_PI / 2);
+        text_at(cr, h.value_title, 0, 0, 0.5, 0.5);
+        cairo_restore(cr);
+    });
 }
 
 }  // namespace kv::plot

@@ -1,15 +1,13 @@
 // Cairo rendering of a Figure (see render.h).
 #include "render.h"
 
-#include <cairo-pdf.h>
-#include <cairo-svg.h>
 #include <cairo.h>
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <stdexcept>
 
+#include "figure_file.h"
 #include "palette.h"
 #include "scale.h"
 #include "ticks.h"
@@ -45,13 +43,6 @@ struct Range {
     }
     bool empty() const { return lo > hi; }
 };
-
-void text_at(cairo_t* cr, const std::string& s, double x, double y, double align_x, double align_y) {
-    cairo_text_extents_t e;
-    cairo_text_extents(cr, s.c_str(), &e);
-    cairo_move_to(cr, x - e.x_bearing - align_x * e.width, y - e.y_bearing - align_y * e.height);
-    cairo_show_text(cr, s.c_str());
-}
 
 void set_rgb(cairo_t* cr, Rgb c) { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
 
@@ -236,14 +227,6 @@ void draw(cairo_t* cr, const Figure& fig, double width, double height, const Sca
 
 }  // namespace
 
-std::string figure_format(const std::string& path) {
-    const size_t dot = path.rfind('.');
-    if (dot == std::string::npos) return "";
-    std::string ext = path.substr(dot + 1);
-    for (char& c : ext) c = char(std::tolower((unsigned char)c));
-    return ext == "svg" || ext == "png" || ext == "pdf" ? ext : "";
-}
-
 void render_figure(const Figure& fig, const std::string& path) {
     const std::string fmt = figure_format(path);
     if (fmt.empty()) throw std::invalid_argument("figure '" + path + "': unknown file type; expected a name ending in .svg, .png or .pdf");
@@ -304,26 +287,8 @@ void render_figure(const Figure& fig, const std::string& path) {
     const double notes_h = kNoteLine * double(fig.notes.size());
     const double height = std::max(top_margin(fig) + fig.panel_height + kBottom, top_margin(fig) + 8 + 17 * double(labels.size() + refs) + 8) + notes_h;
 
-    cairo_surface_t* surface = nullptr;
-    if (fmt == "svg") surface = cairo_svg_surface_create(path.c_str(), width, height);
-    else if (fmt == "pdf") surface = cairo_pdf_surface_create(path.c_str(), width, height);
-    else surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, int(std::ceil(width * 2)), int(std::ceil(height * 2)));
-    std::unique_ptr<cairo_surface_t, void (*)(cairo_surface_t*)> s(surface, cairo_surface_destroy);
-    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
-        throw std::runtime_error("figure '" + path + "': cannot create it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
-    cairo_t* cr = cairo_create(surface);
-    if (fmt == "png") cairo_scale(cr, 2, 2);  // 144 dpi: sharp in documents
-    draw(cr, fig, width, height, xs, xt, yt, ylo, yhi, labels);
-    const cairo_status_t st = cairo_status(cr);
-    cairo_destroy(cr);
-    if (st != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': drawing failed (" + cairo_status_to_string(st) + ")");
-    if (fmt == "png") {
-        const cairo_status_t w = cairo_surface_write_to_png(surface, path.c_str());
-        if (w != CAIRO_STATUS_SUCCESS) throw std::runtime_error("figure '" + path + "': cannot write it (" + cairo_status_to_string(w) + ")");
-    }
-    cairo_surface_finish(surface);
-    if (cairo_surface_status(surface) != CAIRO_STATUS_SUCCESS)
-        throw std::runtime_error("figure '" + path + "': cannot write it (" + cairo_status_to_string(cairo_surface_status(surface)) + ")");
+    write_figure_file(path, width, height,
+                      [&](cairo_t* cr) { draw(cr, fig, width, height, xs, xt, yt, ylo, yhi, labels); });
 }
 
 }  // namespace kv::plot

@@ -6,14 +6,12 @@
 #include <string>
 
 #include "figure.h"
+#include "figure_file.h"  // figure_format
 
 namespace kv::plot {
 
 // Throws std::invalid_argument for an unknown extension or an empty / inconsistent figure,
 // std::runtime_error when the file cannot be written.
 void render_figure(const Figure& fig, const std::string& path);
-
-// "svg", "png", "pdf" or "" for a path with another extension.
-std::string figure_format(const std::string& path);
 
 }  // namespace kv::plot
