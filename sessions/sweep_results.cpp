@@ -90,6 +90,21 @@ std::string run_option_value(const RunConfig& cfg, const std::string& option) {
     return o->get(cfg);
 }
 
+bool run_matches_where(const RunConfig& cfg, const std::vector<std::pair<std::string, std::string>>& where) {
+    for (const auto& [opt, values] : where) {
+        const std::string v = run_option_value(cfg, opt);
+        bool any = false;
+        for (size_t p = 0; p <= values.size();) {
+            size_t q = values.find('|', p);
+            if (q == std::string::npos) q = values.size();
+            any = any || values.compare(p, q - p, v) == 0;
+            p = q + 1;
+        }
+        if (!any) return false;
+    }
+    return true;
+}
+
 SweepTable make_sweep_table(const std::vector<SweepCell>& cells, const std::vector<SweepAxis>& axes, storage::Session& session,
                             const std::string& metric) {
     SweepTable t;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sweep_grid.h"
@@ -26,6 +27,10 @@ std::map<std::string, std::vector<int64_t>> all_done_runs_by_identity(storage::S
 // and kv_cache.ratio (cache_length / data.seq_length; 1 for dense). Throws kv::Error for an
 // unknown name.
 std::string run_option_value(const RunConfig& cfg, const std::string& option);
+
+// Whether the run's value of every option in `where` is one of its alternatives ("V1|V2|..."),
+// as `kvlab plot --where` selects runs.
+bool run_matches_where(const RunConfig& cfg, const std::vector<std::pair<std::string, std::string>>& where);
 
 struct SweepTableRow {
     std::vector<std::string> cells;  // one per column before the numbers

@@ -143,19 +143,7 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         } catch (const Error&) {
             continue;
         }
-        bool match = true;
-        for (const auto& [opt, values] : where) {  // values: V1|V2|...
-            const std::string v = sessions::run_option_value(cfg, opt);
-            bool any = false;
-            for (size_t p = 0; p <= values.size();) {
-                size_t q = values.find('|', p);
-                if (q == std::string::npos) q = values.size();
-                any = any || values.compare(p, q - p, v) == 0;
-                p = q + 1;
-            }
-            match = match && any;
-        }
-        if (!match) continue;
+        if (!sessions::run_matches_where(cfg, where)) continue;
         nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
         if (x == kLayerAxis && cfg.kv_cache.policy() == "dense") {  // exact in every layer: a level, not a line

@@ -14,21 +14,6 @@ namespace kv::cli {
 
 namespace {
 
-bool matches_where(const RunConfig& cfg, const std::vector<std::pair<std::string, std::string>>& where) {
-    for (const auto& [opt, values] : where) {  // values: V1|V2|...
-        const std::string v = sessions::run_option_value(cfg, opt);
-        bool any = false;
-        for (size_t p = 0; p <= values.size();) {
-            size_t q = values.find('|', p);
-            if (q == std::string::npos) q = values.size();
-            any = any || values.compare(p, q - p, v) == 0;
-            p = q + 1;
-        }
-        if (!any) return false;
-    }
-    return true;
-}
-
 std::string label(double v) {
     char b[32];
     std::snprintf(b, sizeof b, "%g", v);
@@ -57,7 +42,7 @@ plot::Heatmap needle_heatmap(const std::string& session_path, const std::vector<
         } catch (const Error&) {
             continue;
         }
-        if ((cfg.data.name != "needle" && cfg.data.name != "passkey") || cfg.data.depths.empty() || !matches_where(cfg, where)) continue;
+        if ((cfg.data.name != "needle" && cfg.data.name != "passkey") || cfg.data.depths.empty() || !sessions::run_matches_where(cfg, where)) continue;
         const std::string panel = by.empty() ? "" : sessions::run_option_value(cfg, by);
         for (const auto& m : rd.metrics(r.id, "sample_correct")) {
             if (m.step < 0) continue;

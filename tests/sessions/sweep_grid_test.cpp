@@ -274,3 +274,27 @@ TEST(SweepTable, ACellRunTwiceIsItsMeanWithNAndStandardError) {
 
 }  // namespace
 }  // namespace kv
+
+namespace kv {
+namespace {
+
+// `kvlab plot --where` (line figures and needle maps): every condition must hold, and a
+// condition holds when the run's value is one of its '|'-separated alternatives, compared whole.
+TEST(SweepResults, WhereKeepsRunsWhoseValueIsOneOfTheAlternatives) {
+    RunConfig c = base();
+    c.kv_cache.name = "h2o-default";
+    c.kv_cache.cache_length = 64;
+    using W = std::vector<std::pair<std::string, std::string>>;
+    EXPECT_TRUE(sessions::run_matches_where(c, W{}));
+    EXPECT_TRUE(sessions::run_matches_where(c, W{{"kv_cache.policy", "h2o"}}));
+    EXPECT_TRUE(sessions::run_matches_where(c, W{{"kv_cache.policy", "lastrec|h2o|tova"}}));
+    EXPECT_FALSE(sessions::run_matches_where(c, W{{"kv_cache.policy", "lastrec|tova"}}));
+    EXPECT_FALSE(sessions::run_matches_where(c, W{{"kv_cache.policy", "h2"}})) << "values compare whole, not as prefixes";
+    EXPECT_FALSE(sessions::run_matches_where(c, W{{"kv_cache.policy", "h2o2|xh2o"}}));
+    EXPECT_TRUE(sessions::run_matches_where(c, W{{"kv_cache.policy", "h2o"}, {"data.seq_length", "128|256"}}));
+    EXPECT_FALSE(sessions::run_matches_where(c, W{{"kv_cache.policy", "h2o"}, {"data.seq_length", "512"}})) << "every condition must hold";
+    EXPECT_THROW(sessions::run_matches_where(c, W{{"no.such.option", "1"}}), Error);
+}
+
+}  // namespace
+}  // namespace kv
