@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "views/canvas_impl.h"
+#include "views/diff_view.h"
 #include "views/eviction_map.h"
 #include "views/scores_view.h"
 #include "views/trace_view.h"
@@ -199,6 +200,8 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.impl().state<CompareViewState>().show_difference = false;
     canvas.impl().state<CompareViewState>().colour = EvictionColour::READS;  // quest runs: their reads side by side
     shoot("compare_quest_reads", ImVec2(W * 0.3f, H * 0.6f));
+    canvas.set_view(view_named("diff"));  // the reference against the next selected run
+    shoot("diff", ImVec2(W * 0.5f, H * 0.3f));
     std::printf("screenshots in %s\n", out_dir.c_str());
 }
 
