@@ -17,8 +17,10 @@ namespace kv::views {
 void set_trace_model(TraceViewState& s, TraceModel model) {
     s.model = std::move(model);
     s.whole = trace_range_summary(s.model, s.model.t_min, s.model.t_max + 1);
+    s.gpu_whole = trace_gpu_summary(s.model, s.model.t_min, s.model.t_max + 1);
     s.icicle = build_icicle(s.model);
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
+    if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
@@ -31,6 +33,7 @@ void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
     s.has_selection = t1 > t0;
     s.sel_t0 = t0, s.sel_t1 = t1;
     if (s.has_selection) s.selection = trace_range_summary(s.model, t0, t1);
+    if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, t0, t1);
 }
 
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
@@ -207,7 +210,50 @@ void draw_range_panel(TraceViewState& s, float height) {
         if (p.name != "run") phases += p.name + " " + format_duration_ns(double(p.self_ns)) + "  ";
     if (sum.run_ns > 0) phases += "unattributed " + format_duration_ns(double(sum.unattributed_ns));
     ImGui::TextDisabled("| %s", phases.c_str());
-    draw_stats_table(sum, std::max(40.f, height - ImGui::GetTextLineHeightWithSpacing() - 4));
+    const GpuSummary& gpu = s.has_selection ? s.gpu_selection : s.gpu_whole;
+    const float line = ImGui::GetTextLineHeightWithSpacing();
+    if (gpu.empty()) {
+        draw_stats_table(sum, std::max(40.f, height - line - 4));
+        return;
+    }
+    const float rest = std::max(80.f, height - line * float(2 + gpu.devices.size()) - 8);
+    draw_stats_table(sum, rest * 0.5f);
+    // GPU runs: how busy each device was, how long launches took to reach it, and each kernel,
+    // memcpy and memset under the host span that launched it.
+    for (const GpuDeviceBusy& d : gpu.devices)
+        ImGui::Text("cuda:%d busy %.1f%% of the %s (%s), %lld kernels, copies and sets", d.device, 100 * d.busy_share(),
+                    s.has_selection ? "range" : "run", format_duration_ns(double(d.busy_ns)).c_str(), (long long)d.records);
+    if (gpu.launched)
+        ImGui::Text("launch overhead (device start - launching span's start): mean %s, max %s, total %s over %lld launches",
+                    format_duration_ns(gpu.delay_mean_ns()).c_str(), format_duration_ns(double(gpu.delay_max_ns)).c_str(),
+                    format_duration_ns(double(gpu.delay_total_ns)).c_str(), (long long)gpu.launched);
+    else
+        ImGui::TextDisabled("no launch recorded (no CUPTI correlation ids): no launch overhead");
+    if (ImGui::BeginTable("##gpu", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+                          ImVec2(0, rest * 0.5f))) {
+        ImGui::TableSetupScrollFreeze(0, 1);
+        for (const char* h : {"launched by", "GPU work", "count", "device time", "mean launch delay", "max launch delay"})
+            ImGui::TableSetupColumn(h);
+        ImGui::TableHeadersRow();
+        for (const GpuLaunchGroup& g : gpu.launches) {
+            const bool known = g.launcher_name != UINT32_MAX;
+            ImGui::TableNextRow();
+            ImGui::TableNextColumn();
+            if (known) ImGui::TextUnformatted(s.model.names[g.launcher_name].c_str());
+            else ImGui::TextDisabled("(launch not recorded)");
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(s.model.names[g.name].c_str());
+            ImGui::TableNextColumn();
+            ImGui::Text("%lld", (long long)g.count);
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(format_duration_ns(double(g.device_ns)).c_str());
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(known ? format_duration_ns(g.delay_mean_ns()).c_str() : "-");
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(known ? format_duration_ns(double(g.delay_max_ns)).c_str() : "-");
+        }
+        ImGui::EndTable();
+    }
 }
 
 void draw_search_panel(TraceViewState& s, float height) {
