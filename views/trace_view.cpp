@@ -217,7 +217,7 @@ void draw_range_panel(TraceViewState& s, float height) {
         return;
     }
     const float rest = std::max(80.f, height - line * float(2 + gpu.devices.size()) - 8);
-    draw_stats_table(sum, rest * 0.5f);
+    draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 2) * line));  // no gap under a short table
     // GPU runs: how busy each device was, how long launches took to reach it, and each kernel,
     // memcpy and memset under the host span that launched it.
     for (const GpuDeviceBusy& d : gpu.devices)
@@ -230,7 +230,7 @@ void draw_range_panel(TraceViewState& s, float height) {
     else
         ImGui::TextDisabled("no launch recorded (no CUPTI correlation ids): no launch overhead");
     if (ImGui::BeginTable("##gpu", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
-                          ImVec2(0, rest * 0.5f))) {
+                          ImVec2(0, std::max(line * 3, ImGui::GetContentRegionAvail().y - 4)))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"launched by", "GPU work", "count", "device time", "mean launch delay", "max launch delay"})
             ImGui::TableSetupColumn(h);
@@ -405,7 +405,10 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     const TraceLane* hover_lane = nullptr;
     size_t hover_depth = 0;
     bool hover_unattributed = false;
+    std::vector<float> lane_top;  // screen y of each lane's first row (the launch arrow's ends)
+    lane_top.reserve(m.lanes.size());
     for (const TraceLane& lane : m.lanes) {
+        lane_top.push_back(y);
         char label[40];
         if (is_gpu_lane(lane.thread))
             std::snprintf(label, sizeof label, "cuda:%d s%d", (lane.thread - kGpuLaneBase) / 4096, (lane.thread - kGpuLaneBase) % 4096);
@@ -468,6 +471,32 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
         const float h = f.height(), thumb = std::max(12.f, h * h / lanes_h), top_y = f.p0.y + (h - thumb) * (s.scroll_y / overflow);
         dl->AddRectFilled(ImVec2(f.p1.x - 4, f.p0.y), ImVec2(f.p1.x, f.p1.y), IM_COL32(40, 40, 46, 255));
         dl->AddRectFilled(ImVec2(f.p1.x - 4, top_y), ImVec2(f.p1.x, top_y + thumb), IM_COL32(150, 150, 160, 255));
+    }
+    // A hovered GPU record: an arrow from the host span that launched it (CUPTI correlation),
+    // both outlined, so the kernel reads as nested under its launch.
+    if (hover && is_gpu_lane(hover->thread)) {
+        const uint32_t launch = find_launcher(m, uint32_t(hover - m.spans.data()));
+        for (size_t li = 0; launch != kNoParent && li < m.lanes.size(); ++li) {
+            if (m.lanes[li].thread != m.spans[launch].thread) continue;
+            for (size_t d = 0; d < m.lanes[li].rows.size(); ++d) {
+                const TraceRow& row = m.lanes[li].rows[d];
+                const auto [lo, hi] = row_window(m, row, m.spans[launch].start_ns, m.spans[launch].start_ns + 1);
+                if (std::find(row.spans.begin() + long(lo), row.spans.begin() + long(hi), launch) == row.spans.begin() + long(hi)) continue;
+                const TraceSpan& ls = m.spans[launch];
+                const float hy = lane_top[li] + float(d) * kRowH, ky = lane_top[size_t(hover_lane - m.lanes.data())] + float(hover_depth) * kRowH;
+                const float hx = std::clamp(mp.px(ls.start_ns), f.p0.x, f.p1.x), kx = std::clamp(mp.px(hover->start_ns), f.p0.x, f.p1.x);
+                const ImU32 c = IM_COL32(255, 255, 255, 220);
+                dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
+                dl->AddRect(ImVec2(std::max(f.p0.x, mp.px(ls.start_ns)), hy), ImVec2(std::min(f.p1.x, std::max(mp.px(ls.end_ns), hx + 2)), hy + kRowH - 1), c);
+                dl->AddRect(ImVec2(kx, ky), ImVec2(std::min(f.p1.x, std::max(mp.px(hover->end_ns), kx + 2)), ky + kRowH - 1), c);
+                const ImVec2 from(hx, hy + kRowH - 1), to(kx, ky);
+                dl->AddLine(from, to, c, 1.5f);
+                dl->AddTriangleFilled(to, ImVec2(to.x - 4, to.y - 7), ImVec2(to.x + 4, to.y - 7), c);
+                dl->PopClipRect();
+                break;
+            }
+            break;
+        }
     }
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {
