@@ -21,11 +21,19 @@ struct Replay {
     std::vector<std::vector<int32_t>> rows;
     size_t next = 0;
     int64_t slots = 0;
+    int64_t sample = -1;  // samples started so far, minus one
+
+    // (sample, tokens processed) after the next plan: where the two runs' steps line up.
+    std::pair<int64_t, int64_t> next_key() const {
+        const SlotPlan& p = plans[next];
+        return {sample + (p.input_pos == 0 ? 1 : 0), p.input_pos + p.n};
+    }
 
     // Applies the next plan; false when there is none.
     bool step() {
         if (next >= plans.size()) return false;
         const SlotPlan& p = plans[next++];
+        if (p.input_pos == 0) ++sample;
         if (p.input_pos == 0) rows.assign(rows.empty() ? 1 : rows.size(), std::vector<int32_t>(size_t(slots), -1));
         if (rows.empty()) rows.assign(1, std::vector<int32_t>(size_t(slots), -1));
         // Slots were shared until now: every row starts from row 0's state.
@@ -74,10 +82,12 @@ std::vector<KeptOverlap> kept_slot_overlap(const std::vector<CacheStepRow>& a, c
         if (!ra.count(layer) || !rb.count(layer)) continue;
         Replay &x = ra[layer], &y = rb[layer];
         while (x.next < x.plans.size() && y.next < y.plans.size()) {
-            const SlotPlan &px = x.plans[x.next], &py = y.plans[y.next];
-            if (px.input_pos != py.input_pos || px.n != py.n) {
-                o.cut_differently = true;
-                break;
+            // A step whose end the other run's steps skip (a different chunking) is replayed alone.
+            const auto kx = x.next_key(), ky = y.next_key();
+            if (kx != ky) {
+                (kx < ky ? x : y).step();
+                ++o.unmatched_steps;
+                continue;
             }
             x.step(), y.step();
             ++o.steps;
@@ -104,6 +114,8 @@ std::vector<KeptOverlap> kept_slot_overlap(const std::vector<CacheStepRow>& a, c
                     if (pos >= 0) mark[size_t(pos)] = 0;
             }
         }
+        // Steps left over once either run ran out are unmatched too.
+        o.unmatched_steps += int64_t(x.plans.size() - x.next) + int64_t(y.plans.size() - y.next);
     }
     std::vector<KeptOverlap> v;
     for (auto& [layer, o] : out) v.push_back(o);

@@ -198,7 +198,8 @@ RunDiff run_diff(const RunDiffInput& in_a, const RunDiffInput& in_b) {
             held.name = "layer " + std::to_string(o.layer);
             held.measure = "held";
             held.count_a = held.count_b = o.steps;
-            if (o.cut_differently) held.detail = "chunks differ after step " + std::to_string(o.steps);
+            if (o.unmatched_steps)
+                held.detail = std::to_string(o.unmatched_steps) + " steps end where the other run has none";
             held.a = double(o.held_a), held.b = double(o.held_b);
             d.rows.push_back(held);
             RunDiffRow both = held;

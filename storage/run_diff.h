@@ -23,7 +23,7 @@ struct RunDiffRow {
     std::string section;  // "spans", "kernels", "phases", "memory", "memory_chunks", "kept_slots", "summary"
     std::string name;     // span / kernel / phase name, memory category, "layer N", summary key
     // span category; kernel, memcpy or memset; memory: device, "+ instrumentation" when with it;
-    // memory_chunks: "<device> chunk N"; kept_slots: why the comparison stopped early ("chunks differ after step K")
+    // memory_chunks: "<device> chunk N"; kept_slots: "N steps end where the other run has none" when the runs chunk differently
     std::string detail;
     // "total_ms", "self_ms", "bytes", "peak_bytes" (the largest category total among the chunk's
     // allocation events), "held" (kept_slots: (step, row, position) triples each run held) and

@@ -26,15 +26,19 @@ using storage::RunDiffRow;
 // A new sample (input_pos 0) starts empty; a plan with one row applies to every row.
 struct Held {
     std::vector<std::vector<std::set<int64_t>>> steps;  // [step][row] -> positions
+    std::vector<std::pair<int64_t, int64_t>> ends;       // [step] -> (sample, tokens processed)
 };
 std::map<int, Held> held_per_layer(storage::SessionReader& r, int64_t run) {
     auto rows = r.cache_steps(run, -1);
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
     std::map<int, std::vector<std::map<int32_t, int64_t>>> tables;  // layer -> row -> slot -> position
     std::map<int, Held> out;
+    std::map<int, int64_t> sample;
     for (const auto& row : rows) {
         if (row.pass != 0) continue;
         const SlotPlan p = test::hand_decode(row.replay_log);
+        if (!sample.count(row.layer)) sample[row.layer] = -1;
+        if (p.input_pos == 0) ++sample[row.layer];
         auto& t = tables[row.layer];
         if (p.input_pos == 0) t.assign(std::max<size_t>(t.size(), 1), {});
         if (int64_t(t.size()) < p.rows) t.resize(size_t(p.rows), t[0]);
@@ -55,25 +59,34 @@ std::map<int, Held> held_per_layer(storage::SessionReader& r, int64_t run) {
             now.push_back(pos);
         }
         out[row.layer].steps.push_back(now);
+        out[row.layer].ends.emplace_back(sample[row.layer], p.input_pos + p.n);
     }
     return out;
 }
 
 struct KeptRef {
-    int64_t steps = 0, a = 0, b = 0, both = 0;
+    int64_t steps = 0, a = 0, b = 0, both = 0, unmatched = 0;
 };
+// Steps of the two runs compared where they end at the same token of the same sample.
 KeptRef kept_reference(const Held& a, const Held& b) {
     KeptRef k;
-    for (size_t s = 0; s < std::min(a.steps.size(), b.steps.size()); ++s) {
+    for (size_t i = 0; i < a.steps.size(); ++i) {
+        size_t j = 0;
+        while (j < b.ends.size() && b.ends[j] != a.ends[i]) ++j;
+        if (j == b.ends.size()) {
+            ++k.unmatched;
+            continue;
+        }
         ++k.steps;
-        const size_t rows = std::max(a.steps[s].size(), b.steps[s].size());
+        const size_t rows = std::max(a.steps[i].size(), b.steps[j].size());
         for (size_t r = 0; r < rows; ++r) {
-            const auto& x = a.steps[s][std::min(r, a.steps[s].size() - 1)];
-            const auto& y = b.steps[s][std::min(r, b.steps[s].size() - 1)];
+            const auto& x = a.steps[i][std::min(r, a.steps[i].size() - 1)];
+            const auto& y = b.steps[j][std::min(r, b.steps[j].size() - 1)];
             k.a += int64_t(x.size()), k.b += int64_t(y.size());
             for (int64_t p : x) k.both += y.count(p);
         }
     }
+    k.unmatched += int64_t(b.steps.size()) - k.steps;
     return k;
 }
 
@@ -94,7 +107,8 @@ class DiffViewRecorded : public ::testing::Test {
         dir_ = new test::ViewsScratchDir;
         path_ = dir_->file("diff.kvlab");
         runs_ = test::record_tiny_runs(path_, {test::tiny_eval_config("h2o-default", 64, 256, 2, 16),
-                                               test::tiny_eval_config("lastrec-default", 64, 256, 2, 16)});
+                                               test::tiny_eval_config("lastrec-default", 64, 256, 2, 16),
+                                               test::tiny_eval_config("lastrec-default", 64, 256, 2, 48)});
     }
     static void TearDownTestSuite() {
         delete dir_;
@@ -106,7 +120,7 @@ class DiffViewRecorded : public ::testing::Test {
 };
 
 TEST_F(DiffViewRecorded, EqualsTheDifferenceOfTheRunsSummaries) {
-    ASSERT_EQ(runs_.size(), 2u);
+    ASSERT_EQ(runs_.size(), 3u);
     test::ImGuiHarness h(1280, 800);
     Canvas canvas(nullptr);
     canvas.open_session(path_);
@@ -164,6 +178,8 @@ TEST_F(DiffViewRecorded, EqualsTheDifferenceOfTheRunsSummaries) {
             const int layer = std::stoi(r.name.substr(6));
             const KeptRef k = kept_reference(held_a.at(layer), held_b.at(layer));
             EXPECT_EQ(r.count_a, k.steps);
+            EXPECT_EQ(k.unmatched, 0) << "same chunks";
+            EXPECT_EQ(r.detail, "");
             ASSERT_GT(k.steps, 4);
             if (r.measure == "held") {
                 EXPECT_EQ(r.a, double(k.a));
@@ -214,6 +230,36 @@ TEST_F(DiffViewRecorded, EqualsTheDifferenceOfTheRunsSummaries) {
     int vertices = 0;
     for (int f = 0; f < 2; ++f) vertices = h.frame([&] { canvas.draw(1280, 800); });
     EXPECT_GT(vertices, 1000);
+}
+
+// Chunks of 48 against 16: the steps line up at every third chunk of 16 (48, 96, ... tokens of
+// each sample); the others are replayed alone and counted as unmatched.
+TEST_F(DiffViewRecorded, KeptSlotsOfDifferentChunkingsCompareWhereTheStepsLineUp) {
+    storage::SessionReader reader(path_);
+    DiffViewState s;
+    diff_select(s, runs_[0], runs_[2]);
+    ASSERT_TRUE(refresh_diff_view(s, reader));
+    ASSERT_EQ(s.error, "");
+    const auto held_a = held_per_layer(reader, runs_[0]), held_b = held_per_layer(reader, runs_[2]);
+    size_t kept = 0;
+    for (const RunDiffRow& r : s.diff.rows) {
+        if (r.section != "kept_slots") continue;
+        ++kept;
+        SCOPED_TRACE(r.name + " " + r.measure);
+        const KeptRef k = kept_reference(held_a.at(std::stoi(r.name.substr(6))), held_b.at(std::stoi(r.name.substr(6))));
+        EXPECT_GT(k.steps, 2);
+        EXPECT_GT(k.unmatched, 0);
+        EXPECT_EQ(r.count_a, k.steps);
+        if (r.measure == "held") {
+            EXPECT_EQ(r.a, double(k.a));
+            EXPECT_EQ(r.b, double(k.b));
+            EXPECT_EQ(r.detail, std::to_string(k.unmatched) + " steps end where the other run has none");
+        } else {
+            EXPECT_DOUBLE_EQ(r.a, double(k.both) / double(k.a));
+            EXPECT_DOUBLE_EQ(r.b, double(k.both) / double(k.b));
+        }
+    }
+    EXPECT_EQ(kept, 4u);
 }
 
 TEST_F(DiffViewRecorded, ARunAgainstItselfIsAllZeros) {
