@@ -228,7 +228,8 @@ RunDiff run_diff(const RunDiffInput& in_a, const RunDiffInput& in_b) {
 }
 
 RunDiff run_diff(SessionReader& session, int64_t run_a, int64_t run_b) {
-    RunDiff d = run_diff(read_run_diff_input(session, run_a), read_run_diff_input(session, run_b));
+    const RunDiffInput a = read_run_diff_input(session, run_a);
+    RunDiff d = run_diff(a, run_b == run_a ? a : read_run_diff_input(session, run_b));
     d.run_a = run_a;
     d.run_b = run_b;
     return d;
