@@ -69,17 +69,22 @@ const char* gpu_kind_name(GpuActivityRow::Kind k) {
 }
 }  // namespace
 
-std::vector<ChunkMemoryPeak> chunk_memory_peaks(const std::vector<MemoryEventRow>& events) {
-    std::map<std::tuple<int32_t, int, int32_t>, int64_t> peak;
-    for (const auto& e : events) {
-        if (e.chunk < 0) continue;
-        int64_t& p = peak[{e.device, int(e.category), e.chunk}];
-        p = std::max(p, e.category_total);
-    }
+void ChunkPeakAccumulator::add(const MemoryEventRow& e) {
+    if (e.chunk < 0) return;
+    int64_t& p = peak_[{e.device, int(e.category), e.chunk}];
+    p = std::max(p, e.category_total);
+}
+
+std::vector<ChunkMemoryPeak> ChunkPeakAccumulator::peaks() const {
     std::vector<ChunkMemoryPeak> out;
-    for (const auto& [k, v] : peak)
-        out.push_back({std::get<0>(k), MemCategory(std::get<1>(k)), std::get<2>(k), v});
+    for (const auto& [k, v] : peak_) out.push_back({std::get<0>(k), MemCategory(std::get<1>(k)), std::get<2>(k), v});
     return out;
+}
+
+std::vector<ChunkMemoryPeak> chunk_memory_peaks(const std::vector<MemoryEventRow>& events) {
+    ChunkPeakAccumulator acc;
+    for (const auto& e : events) acc.add(e);
+    return acc.peaks();
 }
 
 RunDiffInput read_run_diff_input(SessionReader& session, int64_t run) {
@@ -87,11 +92,9 @@ RunDiffInput read_run_diff_input(SessionReader& session, int64_t run) {
     in.summary = session.run(run).summary;
     in.spans = span_summary(session, run);
     in.gpu = session.gpu_activity(run);
-    std::vector<MemoryEventRow> events;
-    session.for_each_memory_event(run, {}, [&](const MemoryEventRow& e) {
-        if (e.chunk >= 0) events.push_back(e);
-    });
-    in.chunk_memory = chunk_memory_peaks(events);
+    ChunkPeakAccumulator peaks;  // streamed: a long run has millions of events
+    session.for_each_memory_event(run, {}, [&](const MemoryEventRow& e) { peaks.add(e); });
+    in.chunk_memory = peaks.peaks();
     in.cache_steps = session.cache_steps(run, -1, 0, size_t(1) << 26);
     return in;
 }

@@ -9,7 +9,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "storage/kept_overlap.h"
@@ -50,6 +52,15 @@ struct ChunkMemoryPeak {
 };
 // Device, category, chunk ascending. Events without a chunk tag are left out.
 std::vector<ChunkMemoryPeak> chunk_memory_peaks(const std::vector<MemoryEventRow>& events);
+// The same, fed one event at a time.
+class ChunkPeakAccumulator {
+   public:
+    void add(const MemoryEventRow& e);
+    std::vector<ChunkMemoryPeak> peaks() const;
+
+   private:
+    std::map<std::tuple<int32_t, int, int32_t>, int64_t> peak_;  // (device, category, chunk) -> bytes
+};
 
 // What the diff reads of one run.
 struct RunDiffInput {
