@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -17,6 +18,29 @@ namespace kv::views {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since_s(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Pixels the draw data's triangles cover (overdraw counted, clip rectangles applied to each
+// triangle's bounding box when the triangle is axis-aligned, as ImGui's rectangles are).
+double covered_pixels(const ImDrawData* dd) {
+    double px = 0;
+    for (int l = 0; l < dd->CmdListsCount; ++l) {
+        const ImDrawList* list = dd->CmdLists[l];
+        for (const ImDrawCmd& cmd : list->CmdBuffer) {
+            for (unsigned i = 0; i + 2 < cmd.ElemCount; i += 3) {
+                const ImVec2 a = list->VtxBuffer[int(cmd.VtxOffset + list->IdxBuffer[int(cmd.IdxOffset + i)])].pos;
+                const ImVec2 b = list->VtxBuffer[int(cmd.VtxOffset + list->IdxBuffer[int(cmd.IdxOffset + i + 1)])].pos;
+                const ImVec2 c = list->VtxBuffer[int(cmd.VtxOffset + list->IdxBuffer[int(cmd.IdxOffset + i + 2)])].pos;
+                const double area = std::fabs(double(b.x - a.x) * double(c.y - a.y) - double(c.x - a.x) * double(b.y - a.y)) / 2;
+                const float x0 = std::min({a.x, b.x, c.x}), x1 = std::max({a.x, b.x, c.x});
+                const float y0 = std::min({a.y, b.y, c.y}), y1 = std::max({a.y, b.y, c.y});
+                const double box = double(x1 - x0) * double(y1 - y0);
+                const double cw = std::max(0.f, std::min(x1, cmd.ClipRect.z) - std::max(x0, cmd.ClipRect.x));
+                const double ch = std::max(0.f, std::min(y1, cmd.ClipRect.w) - std::max(y0, cmd.ClipRect.y));
+                px += box > 0 ? area * (cw * ch / box) : 0;
+            }
+        }
+    }
+    return px;
+}
 double thread_cpu_ms() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -137,6 +161,7 @@ TraceBenchResult run_trace_view_bench(const TraceBenchOptions& o) {
         ImGui::GetIO().Fonts->GetTexDataAsRGBA32(&px, &w, &h);
     }
     int64_t max_vertices = 0;
+    double max_pixels = 0;
     auto frame = [&](std::vector<double>& wall, std::vector<double>& cpu, const std::function<void(ImGuiIO&)>& input) {
         const auto w0 = Clock::now();
         const double c0 = thread_cpu_ms();
@@ -156,15 +181,18 @@ TraceBenchResult run_trace_view_bench(const TraceBenchOptions& o) {
         ImGui::End();
         ImGui::Render();
         if (o.after_frame) o.after_frame(ImGui::GetDrawData());
-        if (const ImDrawData* dd = ImGui::GetDrawData()) max_vertices = std::max<int64_t>(max_vertices, dd->TotalVtxCount);
         wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - w0).count());
         cpu.push_back(thread_cpu_ms() - c0);
+        if (const ImDrawData* dd = ImGui::GetDrawData()) {  // after the clock stopped
+            max_vertices = std::max<int64_t>(max_vertices, dd->TotalVtxCount);
+            max_pixels = std::max(max_pixels, covered_pixels(dd));
+        }
     };
     auto scenario = [&](const std::string& name, const std::function<void(int, ImGuiIO&)>& input) {
         std::vector<double> wall, cpu;
         for (int f = 0; f < 3; ++f) frame(wall, cpu, [&](ImGuiIO& io) { input(0, io); });  // warm
         wall.clear(), cpu.clear();
-        max_vertices = 0;
+        max_vertices = 0, max_pixels = 0;
         for (int f = 0; f < o.frames; ++f) frame(wall, cpu, [&](ImGuiIO& io) { input(f, io); });
         TraceBenchScenario sc;
         sc.name = name;
@@ -178,6 +206,7 @@ TraceBenchResult run_trace_view_bench(const TraceBenchOptions& o) {
         sc.wall_ms_max = pct(wall, 1.0);
         sc.cpu_ms_p95 = pct(cpu, 0.95);
         sc.max_vertices = max_vertices;
+        sc.max_pixels = max_pixels;
         res.scenarios.push_back(sc);
     };
     scenario("trace: whole run, hover", [](int, ImGuiIO&) {});
@@ -210,12 +239,12 @@ std::string format_trace_bench(const TraceBenchResult& r) {
                   (long long)r.spans, r.threads, r.depth, r.generate_seconds, r.build_seconds, r.summary_seconds, r.summary_cpu_seconds,
                   r.icicle_seconds);
     out += line;
-    std::snprintf(line, sizeof line, "  %-48s %6s %9s %9s %9s %9s %9s\n", "scenario (per frame, ms)", "frames", "wall p50", "wall p95",
-                  "wall max", "cpu p95", "vertices");
+    std::snprintf(line, sizeof line, "  %-48s %6s %9s %9s %9s %9s %9s %9s\n", "scenario (per frame, ms)", "frames", "wall p50", "wall p95",
+                  "wall max", "cpu p95", "vertices", "Mpixels");
     out += line;
     for (const auto& s : r.scenarios) {
-        std::snprintf(line, sizeof line, "  %-48s %6d %9.2f %9.2f %9.2f %9.2f %9lld\n", s.name.c_str(), s.frames, s.wall_ms_p50,
-                      s.wall_ms_p95, s.wall_ms_max, s.cpu_ms_p95, (long long)s.max_vertices);
+        std::snprintf(line, sizeof line, "  %-48s %6d %9.2f %9.2f %9.2f %9.2f %9lld %9.2f\n", s.name.c_str(), s.frames, s.wall_ms_p50,
+                      s.wall_ms_p95, s.wall_ms_max, s.cpu_ms_p95, (long long)s.max_vertices, s.max_pixels / 1e6);
         out += line;
     }
     return out;

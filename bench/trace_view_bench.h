@@ -28,6 +28,9 @@ struct TraceBenchScenario {
     double wall_ms_p50 = 0, wall_ms_p95 = 0, wall_ms_max = 0;
     double cpu_ms_p95 = 0;
     int64_t max_vertices = 0;  // most vertices one frame drew (proves the frames drew)
+    // Most pixels one frame's triangles cover, overdraw counted (a software rasterizer's cost
+    // grows with it: llvmpipe shades and blends every covered pixel).
+    double max_pixels = 0;
 };
 
 struct TraceBenchResult {

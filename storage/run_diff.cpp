@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 namespace kv::storage {
 
@@ -44,9 +45,70 @@ std::map<std::pair<std::string, std::string>, double> memory_map(const Json& s, 
 double ms(int64_t ns) {
     return double(ns) / 1e6;
 }
+// Rows only one run has count as 0 in the other (the difference is all of it); by |B - A|.
+std::vector<RunDiffRow> by_difference(std::map<std::pair<std::string, int>, RunDiffRow>& rows) {
+    std::vector<RunDiffRow> out;
+    for (auto& [k, r] : rows) {
+        if (std::isnan(r.a)) r.a = 0;
+        if (std::isnan(r.b)) r.b = 0;
+        out.push_back(r);
+    }
+    std::stable_sort(out.begin(), out.end(), [](const RunDiffRow& x, const RunDiffRow& y) {
+        return std::fabs(x.b_minus_a()) > std::fabs(y.b_minus_a());
+    });
+    return out;
+}
+
+const char* gpu_kind_name(GpuActivityRow::Kind k) {
+    switch (k) {
+        case GpuActivityRow::KERNEL: return "kernel";
+        case GpuActivityRow::MEMCPY: return "memcpy";
+        case GpuActivityRow::MEMSET: return "memset";
+    }
+    return "gpu";
+}
 }  // namespace
 
+void ChunkPeakAccumulator::add(const MemoryEventRow& e) {
+    if (e.chunk < 0) return;
+    int64_t& p = peak_[{e.device, int(e.category), e.chunk}];
+    p = std::max(p, e.category_total);
+}
+
+std::vector<ChunkMemoryPeak> ChunkPeakAccumulator::peaks() const {
+    std::vector<ChunkMemoryPeak> out;
+    for (const auto& [k, v] : peak_) out.push_back({std::get<0>(k), MemCategory(std::get<1>(k)), std::get<2>(k), v});
+    return out;
+}
+
+std::vector<ChunkMemoryPeak> chunk_memory_peaks(const std::vector<MemoryEventRow>& events) {
+    ChunkPeakAccumulator acc;
+    for (const auto& e : events) acc.add(e);
+    return acc.peaks();
+}
+
+RunDiffInput read_run_diff_input(SessionReader& session, int64_t run) {
+    RunDiffInput in;
+    in.summary = session.run(run).summary;
+    in.spans = span_summary(session, run);
+    in.gpu = session.gpu_activity(run);
+    ChunkPeakAccumulator peaks;  // streamed: a long run has millions of events
+    session.for_each_memory_event(run, {}, [&](const MemoryEventRow& e) { peaks.add(e); });
+    in.chunk_memory = peaks.peaks();
+    in.cache_steps = session.cache_steps(run, -1, 0, size_t(1) << 26);
+    return in;
+}
+
 RunDiff run_diff(const SpanSummary& a, const SpanSummary& b, const std::string& summary_a, const std::string& summary_b) {
+    RunDiffInput ia, ib;
+    ia.spans = a, ib.spans = b;
+    ia.summary = summary_a, ib.summary = summary_b;
+    return run_diff(ia, ib);
+}
+
+RunDiff run_diff(const RunDiffInput& in_a, const RunDiffInput& in_b) {
+    const SpanSummary &a = in_a.spans, &b = in_b.spans;
+    const std::string &summary_a = in_a.summary, &summary_b = in_b.summary;
     RunDiff d;
     // ---- spans: total time and count per (name, category), by |B - A| ----
     std::map<std::pair<std::string, int>, RunDiffRow> spans;
@@ -61,17 +123,22 @@ RunDiff run_diff(const SpanSummary& a, const SpanSummary& b, const std::string& 
     };
     for (const auto& s : a.spans) add_span(s, false);
     for (const auto& s : b.spans) add_span(s, true);
-    std::vector<RunDiffRow> span_rows;
-    for (auto& [k, r] : spans) {
-        // A span only one run has counts as 0 ms in the other: the difference is all of it.
-        if (std::isnan(r.a)) r.a = 0;
-        if (std::isnan(r.b)) r.b = 0;
-        span_rows.push_back(r);
-    }
-    std::stable_sort(span_rows.begin(), span_rows.end(), [](const RunDiffRow& x, const RunDiffRow& y) {
-        return std::fabs(x.b_minus_a()) > std::fabs(y.b_minus_a());
-    });
-    d.rows = span_rows;
+    d.rows = by_difference(spans);
+    // ---- kernels, memcpys and memsets: total time and count per (name, kind), by |B - A| ----
+    std::map<std::pair<std::string, int>, RunDiffRow> kernels;
+    auto add_gpu = [&](const GpuActivityRow& g, bool is_b) {
+        RunDiffRow& r = kernels[{g.name, int(g.kind)}];
+        r.section = "kernels";
+        r.name = g.name;
+        r.detail = gpu_kind_name(g.kind);
+        r.measure = "total_ms";
+        ++(is_b ? r.count_b : r.count_a);
+        double& v = is_b ? r.b : r.a;
+        v = (std::isnan(v) ? 0.0 : v) + ms(g.end_ns - g.start_ns);
+    };
+    for (const auto& g : in_a.gpu) add_gpu(g, false);
+    for (const auto& g : in_b.gpu) add_gpu(g, true);
+    for (auto& r : by_difference(kernels)) d.rows.push_back(r);
     // ---- phases: self time per phase; the run span's self time is the unattributed time ----
     std::map<std::string, RunDiffRow> phases;
     std::vector<std::string> order;
@@ -113,6 +180,36 @@ RunDiff run_diff(const SpanSummary& a, const SpanSummary& b, const std::string& 
             d.rows.push_back(r);
         }
     }
+    // ---- memory per category over chunks ----
+    std::map<std::tuple<int32_t, int, int32_t>, RunDiffRow> chunks;
+    auto add_chunk = [&](const ChunkMemoryPeak& c, bool is_b) {
+        RunDiffRow& r = chunks[{c.device, int(c.category), c.chunk}];
+        r.section = "memory_chunks";
+        r.name = mem_category_name(c.category);
+        r.detail = trace::device_code_name(c.device) + " chunk " + std::to_string(c.chunk);
+        r.measure = "peak_bytes";
+        (is_b ? r.b : r.a) = double(c.peak_bytes);
+    };
+    for (const auto& c : in_a.chunk_memory) add_chunk(c, false);
+    for (const auto& c : in_b.chunk_memory) add_chunk(c, true);
+    for (const auto& [k, r] : chunks) d.rows.push_back(r);
+    // ---- kept-slot overlap per layer ----
+    if (!in_a.cache_steps.empty() || !in_b.cache_steps.empty())
+        for (const auto& o : kept_slot_overlap(in_a.cache_steps, in_b.cache_steps)) {
+            RunDiffRow held;
+            held.section = "kept_slots";
+            held.name = "layer " + std::to_string(o.layer);
+            held.measure = "held";
+            held.count_a = held.count_b = o.steps;
+            if (o.unmatched_steps)
+                held.detail = std::to_string(o.unmatched_steps) + " steps end where the other run has none";
+            held.a = double(o.held_a), held.b = double(o.held_b);
+            d.rows.push_back(held);
+            RunDiffRow both = held;
+            both.measure = "kept_by_both";
+            both.a = o.share_of_a(), both.b = o.share_of_b();
+            d.rows.push_back(both);
+        }
     // ---- summary numbers that differ (present in one run only counts as differing) ----
     std::map<std::string, double> la, lb;
     numeric_leaves(ja, "", la);
@@ -134,8 +231,8 @@ RunDiff run_diff(const SpanSummary& a, const SpanSummary& b, const std::string& 
 }
 
 RunDiff run_diff(SessionReader& session, int64_t run_a, int64_t run_b) {
-    const RunInfo a = session.run(run_a), b = session.run(run_b);
-    RunDiff d = run_diff(span_summary(session, run_a), span_summary(session, run_b), a.summary, b.summary);
+    const RunDiffInput a = read_run_diff_input(session, run_a);
+    RunDiff d = run_diff(a, run_b == run_a ? a : read_run_diff_input(session, run_b));
     d.run_a = run_a;
     d.run_b = run_b;
     return d;
@@ -146,7 +243,7 @@ QueryResult run_diff_table(const RunDiff& d) {
     t.columns = {"section", "name", "detail", "measure", "count_a", "count_b", "a", "b", "b_minus_a", "b_over_a"};
     auto num = [](double v) { return std::isnan(v) ? QueryValue{} : QueryValue{v}; };
     for (const auto& r : d.rows) {
-        const bool counted = r.section == "spans" || r.section == "phases";
+        const bool counted = r.section == "spans" || r.section == "kernels" || r.section == "phases" || r.section == "kept_slots";
         t.rows.push_back({r.section, r.name, r.detail, r.measure, counted ? QueryValue{r.count_a} : QueryValue{},
                           counted ? QueryValue{r.count_b} : QueryValue{}, num(r.a), num(r.b), num(r.b_minus_a()),
                           num(r.b_over_a())});

@@ -17,8 +17,10 @@ namespace kv::views {
 void set_trace_model(TraceViewState& s, TraceModel model) {
     s.model = std::move(model);
     s.whole = trace_range_summary(s.model, s.model.t_min, s.model.t_max + 1);
+    s.gpu_whole = trace_gpu_summary(s.model, s.model.t_min, s.model.t_max + 1);
     s.icicle = build_icicle(s.model);
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
+    if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
@@ -31,6 +33,7 @@ void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
     s.has_selection = t1 > t0;
     s.sel_t0 = t0, s.sel_t1 = t1;
     if (s.has_selection) s.selection = trace_range_summary(s.model, t0, t1);
+    if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, t0, t1);
 }
 
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
@@ -137,8 +140,10 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
             return;
         }
         flush();
-        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), col);
-        if (b - a >= 6) dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 90));  // outlines only where they show
+        // Neighbours wide enough to tell apart are separated by a 1-pixel gap, not an outline: an
+        // outline is four anti-aliased strokes, which a software rasterizer (llvmpipe) pays for
+        // per 4x4 block they touch -- most of a frame's cost at ten million spans.
+        dl->AddRectFilled(ImVec2(a, y0), ImVec2(b - (b - a >= 6 ? 1.f : 0.f), y1), col);
         if (label) {
             const float tw = ImGui::CalcTextSize(label).x;
             if (b - a > tw + 4) dl->AddText(ImVec2(a + 2, y0), text_on(col), label);
@@ -205,7 +210,50 @@ void draw_range_panel(TraceViewState& s, float height) {
         if (p.name != "run") phases += p.name + " " + format_duration_ns(double(p.self_ns)) + "  ";
     if (sum.run_ns > 0) phases += "unattributed " + format_duration_ns(double(sum.unattributed_ns));
     ImGui::TextDisabled("| %s", phases.c_str());
-    draw_stats_table(sum, std::max(40.f, height - ImGui::GetTextLineHeightWithSpacing() - 4));
+    const GpuSummary& gpu = s.has_selection ? s.gpu_selection : s.gpu_whole;
+    const float line = ImGui::GetTextLineHeightWithSpacing();
+    if (gpu.empty()) {
+        draw_stats_table(sum, std::max(40.f, height - line - 4));
+        return;
+    }
+    const float rest = std::max(80.f, height - line * float(2 + gpu.devices.size()) - 8);
+    draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 2) * line));  // no gap under a short table
+    // GPU runs: how busy each device was, how long launches took to reach it, and each kernel,
+    // memcpy and memset under the host span that launched it.
+    for (const GpuDeviceBusy& d : gpu.devices)
+        ImGui::Text("cuda:%d busy %.1f%% of the %s (%s), %lld kernels, copies and sets", d.device, 100 * d.busy_share(),
+                    s.has_selection ? "range" : "run", format_duration_ns(double(d.busy_ns)).c_str(), (long long)d.records);
+    if (gpu.launched)
+        ImGui::Text("launch overhead (device start - launching span's start): mean %s, max %s, total %s over %lld launches",
+                    format_duration_ns(gpu.delay_mean_ns()).c_str(), format_duration_ns(double(gpu.delay_max_ns)).c_str(),
+                    format_duration_ns(double(gpu.delay_total_ns)).c_str(), (long long)gpu.launched);
+    else
+        ImGui::TextDisabled("no launch recorded (no CUPTI correlation ids): no launch overhead");
+    if (ImGui::BeginTable("##gpu", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+                          ImVec2(0, std::max(line * 3, ImGui::GetContentRegionAvail().y - 4)))) {
+        ImGui::TableSetupScrollFreeze(0, 1);
+        for (const char* h : {"launched by", "GPU work", "count", "device time", "mean launch delay", "max launch delay"})
+            ImGui::TableSetupColumn(h);
+        ImGui::TableHeadersRow();
+        for (const GpuLaunchGroup& g : gpu.launches) {
+            const bool known = g.launcher_name != UINT32_MAX;
+            ImGui::TableNextRow();
+            ImGui::TableNextColumn();
+            if (known) ImGui::TextUnformatted(s.model.names[g.launcher_name].c_str());
+            else ImGui::TextDisabled("(launch not recorded)");
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(s.model.names[g.name].c_str());
+            ImGui::TableNextColumn();
+            ImGui::Text("%lld", (long long)g.count);
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(format_duration_ns(double(g.device_ns)).c_str());
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(known ? format_duration_ns(g.delay_mean_ns()).c_str() : "-");
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(known ? format_duration_ns(double(g.delay_max_ns)).c_str() : "-");
+        }
+        ImGui::EndTable();
+    }
 }
 
 void draw_search_panel(TraceViewState& s, float height) {
@@ -346,7 +394,8 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     s.scroll_y = std::clamp(s.scroll_y, 0.f, overflow);
     if (plot_zoom_pan(f, s.time, ext_lo, ext_hi)) s.follow = false;
     ImDrawList* dl = ImGui::GetWindowDrawList();
-    dl->AddRectFilled(f.p0, f.p1, IM_COL32(20, 20, 24, 255));
+    // No background fill of its own: the host clears to the same dark grey, and a frame-sized
+    // blended rectangle is a large share of what a software rasterizer shades per frame.
     const int64_t w0 = s.t0_ns + int64_t(s.time.lo), w1 = s.t0_ns + int64_t(s.time.hi) + 1;
     const Mapper mp{double(f.p0.x), double(f.width()) / std::max(1.0, s.time.span()), w0};
     const int level = pick_lod_level(s.time.span() / std::max(1.f, f.width()));
@@ -356,7 +405,10 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     const TraceLane* hover_lane = nullptr;
     size_t hover_depth = 0;
     bool hover_unattributed = false;
+    std::vector<float> lane_top;  // screen y of each lane's first row (the launch arrow's ends)
+    lane_top.reserve(m.lanes.size());
     for (const TraceLane& lane : m.lanes) {
+        lane_top.push_back(y);
         char label[40];
         if (is_gpu_lane(lane.thread))
             std::snprintf(label, sizeof label, "cuda:%d s%d", (lane.thread - kGpuLaneBase) / 4096, (lane.thread - kGpuLaneBase) % 4096);
@@ -419,6 +471,32 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
         const float h = f.height(), thumb = std::max(12.f, h * h / lanes_h), top_y = f.p0.y + (h - thumb) * (s.scroll_y / overflow);
         dl->AddRectFilled(ImVec2(f.p1.x - 4, f.p0.y), ImVec2(f.p1.x, f.p1.y), IM_COL32(40, 40, 46, 255));
         dl->AddRectFilled(ImVec2(f.p1.x - 4, top_y), ImVec2(f.p1.x, top_y + thumb), IM_COL32(150, 150, 160, 255));
+    }
+    // A hovered GPU record: an arrow from the host span that launched it (CUPTI correlation),
+    // both outlined, so the kernel reads as nested under its launch.
+    if (hover && is_gpu_lane(hover->thread)) {
+        const uint32_t launch = find_launcher(m, uint32_t(hover - m.spans.data()));
+        for (size_t li = 0; launch != kNoParent && li < m.lanes.size(); ++li) {
+            if (m.lanes[li].thread != m.spans[launch].thread) continue;
+            for (size_t d = 0; d < m.lanes[li].rows.size(); ++d) {
+                const TraceRow& row = m.lanes[li].rows[d];
+                const auto [lo, hi] = row_window(m, row, m.spans[launch].start_ns, m.spans[launch].start_ns + 1);
+                if (std::find(row.spans.begin() + long(lo), row.spans.begin() + long(hi), launch) == row.spans.begin() + long(hi)) continue;
+                const TraceSpan& ls = m.spans[launch];
+                const float hy = lane_top[li] + float(d) * kRowH, ky = lane_top[size_t(hover_lane - m.lanes.data())] + float(hover_depth) * kRowH;
+                const float hx = std::clamp(mp.px(ls.start_ns), f.p0.x, f.p1.x), kx = std::clamp(mp.px(hover->start_ns), f.p0.x, f.p1.x);
+                const ImU32 c = IM_COL32(255, 255, 255, 220);
+                dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
+                dl->AddRect(ImVec2(std::max(f.p0.x, mp.px(ls.start_ns)), hy), ImVec2(std::min(f.p1.x, std::max(mp.px(ls.end_ns), hx + 2)), hy + kRowH - 1), c);
+                dl->AddRect(ImVec2(kx, ky), ImVec2(std::min(f.p1.x, std::max(mp.px(hover->end_ns), kx + 2)), ky + kRowH - 1), c);
+                const ImVec2 from(hx, hy + kRowH - 1), to(kx, ky);
+                dl->AddLine(from, to, c, 1.5f);
+                dl->AddTriangleFilled(to, ImVec2(to.x - 4, to.y - 7), ImVec2(to.x + 4, to.y - 7), c);
+                dl->PopClipRect();
+                break;
+            }
+            break;
+        }
     }
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {

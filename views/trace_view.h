@@ -2,7 +2,8 @@
 // (run > phase > cell > layer > chunk > op), GPU lanes per device and stream whose kernels name
 // the span that launched them (CUPTI correlation), time inside the run that no phase covers drawn
 // hatched as unattributed, zoom (wheel) and pan (drag) with merged levels of detail, a range
-// selected by right-drag with its statistics (the span summary of that range), span search with
+// selected by right-drag with its statistics (the span summary of that range; for GPU runs the
+// device's busy share, the launch delays and each kernel under the span that launched it), span search with
 // a duration histogram, an icicle (aggregated flame graph) and a legend that toggles categories.
 // The model (views/trace_model.h) is rebuilt from the reader's rows in refresh; drawing reads it only.
 #pragma once
@@ -16,6 +17,7 @@
 #include "storage/span_summary.h"
 #include "views/canvas.h"
 #include "views/plot_util.h"
+#include "views/trace_gpu_summary.h"
 #include "views/trace_model.h"
 
 namespace kv::storage {
@@ -38,6 +40,7 @@ struct TraceViewState {
     std::chrono::steady_clock::time_point built_at{};
     TraceModel model;
     storage::SpanSummary whole;  // the whole run's summary (rebuilt with the model)
+    GpuSummary gpu_whole;        // GPU runs: busy share, launch delays, work per launching span
     Icicle icicle;               // built with the model
     uint64_t version = 0;        // bumps when the model is rebuilt
     // ---- interaction (host/tests may set) ----
@@ -49,6 +52,7 @@ struct TraceViewState {
     bool has_selection = false;
     int64_t sel_t0 = 0, sel_t1 = 0;  // absolute engine ns
     storage::SpanSummary selection;  // summary of [sel_t0, sel_t1)
+    GpuSummary gpu_selection;        // its GPU work
     float drag_from_x = -1;          // screen x where a right-drag began
     float scroll_y = 0;              // lanes scrolled up by this many pixels (shift+wheel)
     char search_text[96] = {0};

@@ -3,6 +3,7 @@
 
 #include "views/cell_grid.h"
 #include "views/compare_view.h"
+#include "views/diff_view.h"
 #include "views/eviction_map.h"
 #include "views/fidelity_view.h"
 #include "views/memory_timeline.h"
@@ -16,8 +17,8 @@ namespace kv::views {
 const std::vector<ViewEntry>& view_table() {
     static const std::vector<ViewEntry> kViews = {
         eviction_map_view_entry(), scores_view_entry(),  memory_timeline_view_entry(), trace_view_entry(),
-        cell_grid_view_entry(),    metrics_view_entry(), compare_view_entry(),         fidelity_view_entry(),
-        sweep_view_entry(),
+        cell_grid_view_entry(),    metrics_view_entry(), compare_view_entry(),         diff_view_entry(),
+        fidelity_view_entry(),     sweep_view_entry(),
     };
     return kViews;
 }

@@ -1,6 +1,6 @@
 // `kvlab diff FILE RUN_A RUN_B [--format table|md|csv|json]`: where the time and memory of two
-// runs differ -- time per span name, phases, peak bytes per category, differing summary numbers
-// (storage/run_diff.h). Read-only.
+// runs differ -- time per span name and GPU kernel, phases, peak bytes per category (whole run and
+// per chunk), kept-slot overlap per layer, differing summary numbers (storage/run_diff.h). Read-only.
 #include <cstdio>
 #include <cstdlib>
 
@@ -28,8 +28,9 @@ int cmd_diff(int argc, char** argv, int first) {
     if (args.flag("help") || args.positional().size() != 3) {
         std::printf(
             "usage: kvlab diff FILE RUN_A RUN_B [--format table|md|csv|json]\n\n"
-            "Where two runs' time and memory differ: total time and count per span name (by |B-A|), self time\n"
-            "per phase, peak bytes per memory category and the summary numbers that differ.\n\noptions:\n%s",
+            "Where two runs' time and memory differ: total time and count per span name and per GPU kernel,\n"
+            "memcpy and memset (by |B-A|), self time per phase, peak bytes per memory category (whole run and\n"
+            "per chunk), per layer the cache slots both runs kept, and the summary numbers that differ.\n\noptions:\n%s",
             format_options(specs).c_str());
         if (args.flag("help")) return 0;
         throw UsageError(str("diff: expected a session file and two run ids, got ", args.positional().size(), " argument",

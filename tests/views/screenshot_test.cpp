@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "views/canvas_impl.h"
+#include "views/diff_view.h"
 #include "views/eviction_map.h"
 #include "views/scores_view.h"
 #include "views/trace_view.h"
@@ -199,6 +200,8 @@ TEST(Screenshots, DISABLED_EveryView) {
     canvas.impl().state<CompareViewState>().show_difference = false;
     canvas.impl().state<CompareViewState>().colour = EvictionColour::READS;  // quest runs: their reads side by side
     shoot("compare_quest_reads", ImVec2(W * 0.3f, H * 0.6f));
+    canvas.set_view(view_named("diff"));  // the reference against the next selected run
+    shoot("diff", ImVec2(W * 0.5f, H * 0.3f));
     std::printf("screenshots in %s\n", out_dir.c_str());
 }
 
@@ -286,6 +289,76 @@ TEST(Screenshots, DISABLED_MetricsManyLayers) {
     shoot("metrics_30_layers");
     for (int l = 0; l < 30; ++l) s.shown_layers.push_back("fidelity.kept_mass.layer" + std::to_string(l));
     shoot("metrics_30_layers_kept_mass_checked");
+}
+
+}  // namespace
+}  // namespace kv::views
+
+namespace kv::views {
+namespace {
+
+// The trace view of a GPU run (synthetic: no GPU here): host ops launching kernels and copies on
+// two streams, the statistics panel with the busy share, launch overhead and the kernels under
+// their launching spans, and a hovered kernel with the arrow from its launch.
+TEST(Screenshots, DISABLED_TraceGpu) {
+    const std::string out_dir = shots_dir();
+    std::vector<TraceSpan> spans;
+    std::vector<std::string> names{"run", "policy pass", "attention", "mlp", "cache update", "sdpa_kernel", "gemm_q8", "memcpy HtoD"};
+    int64_t id = 0;
+    spans.push_back({0, 2'300'000, 0, trace::SpanCategory::RUN, 0, -1, -1, ++id, 0});
+    spans.push_back({20'000, 2'280'000, 1, trace::SpanCategory::RUN, 0, -1, -1, ++id, 0});
+    int64_t t = 40'000, corr = 1;
+    for (int k = 0; k < 24; ++k) {
+        const uint32_t op = uint32_t(2 + k % 3);
+        const int64_t d = 30'000 + (k % 5) * 9'000;
+        spans.push_back({t, t + d, op, op == 2 ? trace::SpanCategory::ATTENTION : op == 3 ? trace::SpanCategory::MLP : trace::SpanCategory::CACHE_UPDATE,
+                         0, -1, -1, ++id, corr});
+        const uint32_t kernel = op == 2 ? 5 : op == 3 ? 6 : 7;
+        const int64_t g = t + 12'000 + (k % 4) * 3'000;
+        spans.push_back({g, g + d + 20'000, kernel, kernel == 7 ? trace::SpanCategory::IO : trace::SpanCategory::OTHER,
+                         gpu_lane_thread(0, kernel == 7 ? 14 : 7), -1, -1, 0, corr});
+        ++corr;
+        t += d + 42'000;
+    }
+    const float W = 1280, H = 800;
+    test::ImGuiHarness h(W, H);
+    test::RecordingTextureHost host;
+    unsigned char* font_px = nullptr;
+    int fw = 0, fh = 0;
+    ImGui::GetIO().Fonts->GetTexDataAsRGBA32(&font_px, &fw, &fh);
+    const ImTextureID font_id = reinterpret_cast<ImTextureID>(uintptr_t(0xF0F0));
+    ImGui::GetIO().Fonts->SetTexID(font_id);
+    const Sampler font{font_px, fw, fh};
+    TraceViewState s;
+    s.run = 1;
+    set_trace_model(s, build_trace_model(spans, names));
+    // Hover the fifth kernel (sdpa_kernel of the 4th attention op) on the stream-7 lane.
+    const TraceSpan* k5 = nullptr;
+    int seen = 0;
+    for (const TraceSpan& sp : s.model.spans)
+        if (is_gpu_lane(sp.thread) && sp.name == 5 && ++seen == 3) k5 = &sp;
+    ASSERT_NE(k5, nullptr);
+    for (int f = 0; f < 3; ++f) h.frame([&] {
+        ImGui::SetNextWindowPos(ImVec2(0, 0));
+        ImGui::SetNextWindowSize(ImVec2(W, H));
+        ImGui::Begin("shot", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoBackground);
+        DrawTraceView(s, &host, ImVec2(W, H - 16));
+        ImGui::End();
+    }, ImVec2(-100, -100));
+    // The kernel's middle on the stream-7 lane (first GPU lane, below thread 0's three rows):
+    // the timeline starts after the 70-pixel lane labels.
+    const double frac = double((k5->start_ns + k5->end_ns) / 2 - s.model.t_min) / double(s.model.t_max + 1 - s.model.t_min);
+    const ImVec2 mouse(float(70 + frac * (W - 70 - 4)), 110);
+    for (int f = 0; f < 2; ++f) h.frame([&] {
+        ImGui::SetNextWindowPos(ImVec2(0, 0));
+        ImGui::SetNextWindowSize(ImVec2(W, H));
+        ImGui::Begin("shot", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoBackground);
+        DrawTraceView(s, &host, ImVec2(W, H - 16));
+        ImGui::End();
+    }, mouse);
+    Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.09f)};
+    raster(img, ImGui::GetDrawData(), host, font, font_id);
+    save(img, out_dir + "/trace_gpu.png");
 }
 
 }  // namespace

@@ -389,6 +389,16 @@ TEST(TraceView, GpuWorkGetsLanesAndItsLaunchingSpan) {
     EXPECT_EQ(gpu_spans, 3u);
     // The statistics hold the two host spans only.
     expect_same(s.whole.spans, storage::span_summary(reader.spans(run)).spans, "host spans only");
+    // The GPU summary, by hand: three 300 ns kernels on device 0 (2500, 3500, 4500), the first
+    // launched 1500 ns after sdpa began (1000), the second 500 ns after mlp (3000), the orphan
+    // unlaunched.
+    ASSERT_EQ(s.gpu_whole.devices.size(), 1u);
+    EXPECT_EQ(s.gpu_whole.devices[0].busy_ns, 900);
+    EXPECT_EQ(s.gpu_whole.devices[0].records, 3);
+    EXPECT_EQ(s.gpu_whole.launched, 2);
+    EXPECT_EQ(s.gpu_whole.delay_total_ns, 2000);
+    EXPECT_EQ(s.gpu_whole.delay_max_ns, 1500);
+    EXPECT_EQ(s.gpu_whole.launches.size(), 3u);
     test::ImGuiHarness h(1200, 700);
     EXPECT_GT(h.window_frame([&] { DrawTraceView(s, nullptr, ImVec2(1200, 700)); }, ImVec2(600, 120)), 0);
 }
