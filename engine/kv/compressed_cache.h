@@ -1,0 +1,71 @@
+// A compressed context: kvpress's protocol (compress-then-ask). A context runs through a
+// KVCache large enough to hold all of it (no eviction, the policy scoring as it goes), then
+// compress_cache() keeps `keep` slots per layer, once, by the policy's own scores; the
+// questions asked of the context are appended after the kept slots and never evicted, and
+// rewind() drops what a question appended, so every question of a context is answered from the
+// same compressed cache. The cache also saves to and loads from a file (compressed_cache_file.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/attention.h"
+#include "kv_cache.h"
+
+namespace kv {
+
+// One layer of a compressed cache: what the compression kept, per (b, g) row.
+struct CompressedLayer {
+    // (B * G, kept) token positions of the kept slots, ascending per row. Identical rows when
+    // the policy keeps one set per layer (positions shared by all heads).
+    std::vector<int32_t> positions;
+    // (B * G, kept) the policy's score of each kept slot when it was compressed (the policy's
+    // state the choice was made from); empty for policies that choose by position alone.
+    std::vector<float> scores;
+    Tensor K, V;  // (B, G, kept, D) in the cache's activation dtype
+};
+
+class CompressedCache final : public LayerAttention {
+   public:
+    // context_length: tokens of the compressed context (the first appended token's position).
+    CompressedCache(std::string cache_name, int64_t context_length, std::vector<CompressedLayer> layers);
+
+    // Appends k, v of positions input_pos.. (the next unseen position) and attends over the
+    // kept slots plus everything appended since the last rewind().
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override;
+    // Back to the compressed context: drops every appended token of every layer.
+    void rewind();
+
+    const std::string& cache_name() const { return name_; }  // the policy-buffer that chose the slots
+    int64_t context_length() const { return context_length_; }
+    int num_layers() const { return int(layers_.size()); }
+    const CompressedLayer& layer(int l) const { return layers_[size_t(l)]; }
+    int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row
+    int64_t appended(int l) const { return appended_[size_t(l)]; }
+    // Exact bytes of the kept K/V of all layers.
+    size_t kept_bytes() const;
+
+   private:
+    std::string name_;
+    int64_t context_length_;
+    std::vector<CompressedLayer> layers_;
+    // Per layer: the kept slots followed by the appended tokens (reallocated per append; a
+    // question is a few chunks at most), their positions, and how many were appended.
+    std::vector<Tensor> K_, V_;
+    std::vector<std::vector<int32_t>> pos_;
+    std::vector<int64_t> appended_;
+};
+
+// Keeps `keep` slots per row of every layer of `cache`, which has just run a whole context of
+// T tokens without evicting (every layer holds T slots). Policies that score slots keep their
+// `keep` highest-scoring slots (ties: the later slot), per (b, g) row when their positions are
+// per head, else one set per layer from the scores summed over heads; policies that choose by
+// position alone keep what their own eviction keeps of T tokens in `keep` slots. `cfg` is the
+// cache's configuration (the positional policies' eviction is replayed from it). Throws
+// kv::Error naming the policy when it cannot compress this way (per-head pools, length-changing
+// policies, a policy that never evicts) or when keep is not in [1, T].
+CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep);
+
+}  // namespace kv
