@@ -2,15 +2,19 @@
 #include "compressed_cache.h"
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "compressed_cache_codec.h"
 #include "engine/ops/ops.h"
 
 namespace kv {
 
-CompressedCache::CompressedCache(std::string cache_name, int64_t context_length, std::vector<CompressedLayer> layers)
-    : name_(std::move(cache_name)), context_length_(context_length), layers_(std::move(layers)) {
+CompressedCache::CompressedCache(std::string cache_name, int64_t context_length, int64_t rope_width, std::vector<CompressedLayer> layers)
+    : name_(std::move(cache_name)), context_length_(context_length), rope_width_(rope_width), layers_(std::move(layers)) {
     for (size_t l = 0; l < layers_.size(); ++l) {
         const CompressedLayer& c = layers_[l];
         const int64_t rows = c.K.size(0) * c.K.size(1), kept = c.K.size(2);
@@ -143,7 +147,7 @@ std::vector<int32_t> positional_keep(const KVCacheConfig& cfg, int layer, int64_
 
 }  // namespace
 
-CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep) {
+CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
     const std::string policy = cfg.policy();
     const PolicyInfo* info = find_policy(policy);
     std::vector<CompressedLayer> layers;
@@ -160,6 +164,10 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
             throw Error(str("--protocol compress-then-ask: layer ", l, " of policy '", policy, "' holds ", T, " of the context's ", context,
                             " tokens before compressing; expected all of them (a policy that changes layer lengths cannot be "
                             "compressed once)"));
+        if (L != T)
+            throw Error(str("--protocol compress-then-ask: policy '", policy, "' sizes layer ", l, " to ", L, " slots for a context of ", T,
+                            " (a per-layer budget rule), which one compression of every layer to the same count does not express; "
+                            "expected a policy with one budget for all layers"));
         if (keep < 1 || keep > T) throw Error(str("compress-then-ask: keeping ", keep, " slots of a context of ", T, " tokens; expected 1 to ", T));
         // The context cache evicted nothing, so slot j of every row holds token position j.
         const std::vector<int32_t>& tp = p.token_positions();
@@ -171,7 +179,20 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
         CompressedLayer out;
         const std::vector<float> scores = p.slot_scores();
         std::vector<int32_t> slots;
-        if (!scores.empty()) {
+        if (keep < T && info && !info->evicts)
+            throw Error(str("--protocol compress-then-ask: policy '", policy, "' never evicts, so it cannot drop ", T - keep,
+                            " of the context's ", T, " tokens; expected a policy that evicts (h2o, snapkv, knorm, lastrec, ...)"));
+        if (keep == T) {  // nothing to drop (a dense reference, ratio 0): every policy keeps all
+            slots.resize(size_t(B * G * T));
+            for (int64_t r = 0; r < B * G; ++r) std::iota(slots.begin() + r * T, slots.begin() + (r + 1) * T, 0);
+            if (!scores.empty())
+                for (int64_t r = 0; r < B * G; ++r)
+                    for (int64_t j = 0; j < T; ++j) out.scores.push_back(scores[size_t(r * L + j)]);
+        } else if (!scores.empty()) {
+            for (float x : scores)
+                if (std::isnan(x))
+                    throw Error(str("--protocol compress-then-ask: policy '", policy, "' has no score for some slots of layer ", l,
+                                    " (NaN), so it cannot rank them; expected a policy that scores every slot"));
             slots = top_slots(scores, B * G, L, T, keep, p.per_row_positions());
             for (int64_t r = 0; r < B * G; ++r)
                 for (int64_t i = 0; i < keep; ++i) out.scores.push_back(scores[size_t(r * L + slots[size_t(r * keep + i)])]);
@@ -180,7 +201,12 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
                 throw Error(str("--protocol compress-then-ask: policy '", policy, "' ",
                                 info && !info->evicts ? "never evicts" : "has no slot scores after the context",
                                 ", so it cannot choose what to keep; expected a policy that evicts (h2o, snapkv, knorm, lastrec, ...)"));
-            slots = positional_keep(cfg, l, B, G, T, keep);
+            try {
+                slots = positional_keep(cfg, l, B, G, T, keep);
+            } catch (const Error& e) {
+                throw Error(str("--protocol compress-then-ask: policy '", policy, "' cannot replay its eviction over the context's positions: ",
+                                e.what()));
+            }
         }
         out.positions = slots;  // slot j holds position j
         lc.buffer().flush();
@@ -192,7 +218,60 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
         out.V = ops::gather(Vf, 2, index);
         layers.push_back(std::move(out));
     }
-    return CompressedCache(cache.name(), std::max<int64_t>(context, 0), std::move(layers));
+    return CompressedCache(cache.name(), std::max<int64_t>(context, 0), rope_width, std::move(layers));
+}
+
+void save_compressed_cache(const CompressedCache& cache, const std::vector<int32_t>& context, const std::string& path) {
+    if (int64_t(context.size()) != cache.context_length())
+        throw Error(str("--kv_cache.save: a context of ", context.size(), " tokens for a cache compressed from ", cache.context_length()));
+    CompressedCacheImage img;
+    img.cache_name = cache.cache_name();
+    img.context_length = cache.context_length();
+    img.context_fingerprint = token_fingerprint(context);
+    img.rope_width = cache.rope_width();
+    for (int l = 0; l < cache.num_layers(); ++l) {
+        const CompressedLayer& c = cache.layer(l);
+        img.B = c.K.size(0), img.G = c.K.size(1), img.D = c.K.size(3);
+        img.dtype = uint32_t(c.K.dtype());
+        img.layers.push_back({c.K.size(2), c.positions, c.scores, c.K.to_f32_vector(), c.V.to_f32_vector()});
+    }
+    const std::vector<uint8_t> bytes = encode_compressed_cache(img);
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    f.close();
+    if (!f) throw Error(str("--kv_cache.save: cannot write '", path, "'"), "expected a writable file path");
+}
+
+CompressedCache load_compressed_cache(const std::string& path, Device device, const std::vector<int32_t>* expect_context) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(str("--kv_cache.load: cannot open '", path, "'"), "expected a file written by --kv_cache.save");
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    CompressedCacheImage img;
+    try {
+        img = decode_compressed_cache(bytes.data(), bytes.size());
+    } catch (const Error& e) {
+        throw Error(str("--kv_cache.load '", path, "': ", e.what()));
+    }
+    const DType dt = DType(img.dtype);
+    if (dt != DType::F32 && dt != DType::BF16 && dt != DType::F16)
+        throw Error(str("--kv_cache.load '", path, "': K/V dtype code ", img.dtype, "; expected f32, bf16 or f16"));
+    if (expect_context) {
+        if (int64_t(expect_context->size()) != img.context_length || token_fingerprint(*expect_context) != img.context_fingerprint)
+            throw Error(str("--kv_cache.load '", path, "': the file holds a compressed context of ", img.context_length,
+                            " tokens that is not this sample's context (", expect_context->size(), " tokens)"),
+                        "expected the file --kv_cache.save wrote for the same data and seed");
+    }
+    std::vector<CompressedLayer> layers;
+    const TensorOptions opt{device, MemCategory::KV_CACHE, "compressed cache"};
+    for (auto& L : img.layers) {
+        CompressedLayer c;
+        c.positions = std::move(L.positions);
+        c.scores = std::move(L.scores);
+        c.K = Tensor::from_f32({img.B, img.G, L.kept, img.D}, L.K, dt, opt);
+        c.V = Tensor::from_f32({img.B, img.G, L.kept, img.D}, L.V, dt, opt);
+        layers.push_back(std::move(c));
+    }
+    return CompressedCache(img.cache_name, img.context_length, img.rope_width, std::move(layers));
 }
 
 }  // namespace kv

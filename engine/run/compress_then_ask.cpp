@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/driver/reconstruction.h"
 #include "engine/ops/ops.h"
 #include "run_plan.h"
 
@@ -17,6 +18,7 @@ KVCacheConfig context_cache_config(const KVCacheConfig& run_cache, int64_t T) {
     c.layer_cache_rule.clear();
     c.budget_bytes = 0;
     c.budget_ratio = 0.0;
+    c.max_chunk_size = 0;  // a top-k size bounds evicting chunks; this cache never evicts, so any chunk fits
     return c;
 }
 
@@ -38,10 +40,15 @@ CompressedCache compress_context(Transformer& model, const KVCacheConfig& contex
     hs.T = T;
     hs.token_targets.assign(size_t(T), -100);  // the context is not scored
     HeadResult res;
-    model.set_context_width(std::max(width, T));
+    // Wide enough for the questions after the context and for reconstruction pieces (kvzip),
+    // which sit past the chunk they re-read.
+    const std::unique_ptr<ContextReconstruction> rec = make_context_reconstruction(model, cache);
+    const int64_t rec_tokens = rec ? rec->max_piece_tokens(*std::max_element(plan.chunks.begin(), plan.chunks.end())) : 0;
+    const int64_t rope_width = std::max(width, T + rec_tokens);
+    model.set_context_width(rope_width);
     const Tensor ids = Tensor::from_i32({1, T}, context, {model.options().device, MemCategory::ACTIVATIONS, "context ids"});
     long_context_forward(model, cache, ids, plan, hs, res, cb, /*keep_context_width=*/true);
-    return compress_cache(cache, context_cache, keep);
+    return compress_cache(cache, context_cache, keep, rope_width);
 }
 
 AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
@@ -49,6 +56,7 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     if (ids.empty() || targets.size() != ids.size())
         throw Error(str("compress-then-ask: a question of ", ids.size(), " tokens with ", targets.size(), " targets; expected one per token"));
     cache.rewind();
+    if (cache.rope_width() > 0) model.set_context_width(cache.rope_width());  // the keys' rotation
     const int64_t n = int64_t(ids.size()), P = cache.context_length();
     const Device dev = model.options().device;
     Tensor x = model.embed(Tensor::from_i32({1, n}, ids, {dev, MemCategory::ACTIVATIONS, "question ids"}));

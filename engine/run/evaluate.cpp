@@ -24,6 +24,22 @@
 namespace kv {
 
 namespace {
+// A loaded compressed cache must be what this run would have compressed: the same policy, the
+// model's layers and heads, the run's kept slots.
+void check_loaded_cache(const CompressedCache& c, const std::string& path, const std::string& cache_name, const ModelConfig& mc, int64_t keep) {
+    auto bad = [&](const std::string& what) {
+        throw Error(str("--kv_cache.load '", path, "': ", what), "expected a file saved by a run of the same model, cache and budget");
+    };
+    if (c.cache_name() != cache_name) bad(str("compressed by '", c.cache_name(), "', this run's cache is '", cache_name, "'"));
+    if (c.num_layers() != int(mc.num_layers)) bad(str(c.num_layers(), " layers, the model has ", mc.num_layers));
+    for (int l = 0; l < c.num_layers(); ++l) {
+        const Tensor& K = c.layer(l).K;
+        if (K.size(1) != mc.num_kv_heads || K.size(3) != mc.head_dim)
+            bad(str("layer ", l, " has ", K.size(1), " KV heads of ", K.size(3), "; the model ", mc.num_kv_heads, " of ", mc.head_dim));
+        if (c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
+    }
+}
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
@@ -170,7 +186,16 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             dcb.run_tokens_total = total_tokens;
             const double t0 = now_s();
             const std::vector<int32_t> context(it.ids.begin(), it.ids.begin() + split);
-            CompressedCache cc = compress_context(model, context_caches[i], plans[i], context, compress_keep(cfg.protocol, split), T, &codec, dcb);
+            const int64_t keep = compress_keep(cfg.protocol, split);
+            std::optional<CompressedCache> loaded;
+            if (!cfg.protocol.load_path.empty()) {
+                const std::string path = compressed_cache_path(cfg.protocol.load_path, int64_t(i));
+                loaded.emplace(load_compressed_cache(path, model.options().device, &context));
+                check_loaded_cache(*loaded, path, cfg.kv_cache.name, mc, keep);
+            }
+            CompressedCache cc = loaded ? std::move(*loaded)
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, T, &codec, dcb);
+            if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             const AskResult a = ask_compressed(model, cc, std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
                                                std::vector<int32_t>(it.targets.begin() + split, it.targets.end()));
             done_units += policy_units;

@@ -30,6 +30,10 @@ Protocol parse_protocol(const std::string& name) {
     throw Error(str("--protocol: '", name, "' is not a protocol; expected one of: ", join(protocol_names(), ", ")));
 }
 
+std::string compressed_cache_path(const std::string& path, int64_t index) {
+    return index == 0 ? path : str(path, ".", index);
+}
+
 int64_t compress_keep(const ProtocolConfig& p, int64_t T) {
     const int64_t keep = p.keep_tokens > 0 ? std::min(p.keep_tokens, T) : int64_t(double(T) * (1.0 - p.compression_ratio));
     if (keep < 1)

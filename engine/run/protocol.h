@@ -35,7 +35,14 @@ struct ProtocolConfig {
     // compress-then-ask: the question is part of the context the policy scores and compresses
     // (kvpress's query_aware); only the last prompt token before the answer stays outside.
     bool query_aware = false;
+    // compress-then-ask: save each sample's compressed cache to this file (sample 0; sample i > 0
+    // to PATH.i), or load it from there instead of running and compressing the context.
+    std::string save_path, load_path;
 };
+
+// The file of sample `index` under a --kv_cache.save / load path: the path itself for sample 0,
+// "PATH.index" after it.
+std::string compressed_cache_path(const std::string& path, int64_t index);
 
 // Slots a compressed context of T tokens keeps: keep_tokens if set (at most T), else
 // floor((1 - r) T) as kvpress computes it (int(T * (1 - r))). Throws kv::Error when it is 0.

@@ -272,6 +272,14 @@ std::vector<OptionDef> build_options() {
     o.push_back(bool_opt("kv_cache.query_aware", "cache",
                          "compress-then-ask: the question is part of what the policy scores and compresses (kvpress's query_aware)",
                          [](RunConfig& c) -> bool& { return c.protocol.query_aware; }));
+    o.push_back(str_opt("kv_cache.save", "cache",
+                        "compress-then-ask: save each sample's compressed cache (kept K/V, positions, scores) to this file "
+                        "(sample i > 0: FILE.i)",
+                        {}, [](RunConfig& c) -> std::string& { return c.protocol.save_path; }));
+    o.push_back(str_opt("kv_cache.load", "cache",
+                        "compress-then-ask: load each sample's compressed cache from this file (as kv_cache.save wrote it) "
+                        "instead of running the context",
+                        {}, [](RunConfig& c) -> std::string& { return c.protocol.load_path; }));
     o.push_back(bool_opt("fidelity", "cache",
                          "eval: also attend over the full context per layer and chunk (an uncompressed K/V shadow) and record "
                          "the policy's attention error and the attention mass on the tokens it kept",
@@ -523,12 +531,17 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         if (L != 0 || !c.kv_cache.layer_cache_lengths.empty() || !c.kv_cache.layer_cache_rule.empty() || budget)
             p.push_back("--protocol compress-then-ask: the budget is --kv_cache.compression_ratio or --kv_cache.keep_tokens; expected no "
                         "cache_length, layer_cache_lengths or budget_bytes / budget_ratio");
-        if (info && !info->evicts)
-            p.push_back(str("--protocol compress-then-ask: policy '", policy, "' never evicts; expected a policy that does (h2o, snapkv, lastrec, ...)"));
+        if (info && !info->evicts && (c.protocol.compression_ratio > 0.0 || c.protocol.keep_tokens > 0))
+            p.push_back(str("--protocol compress-then-ask: policy '", policy, "' never evicts, so it compresses nothing; expected a policy that "
+                            "does (h2o, snapkv, lastrec, ...), or no compression_ratio / keep_tokens (the uncompressed reference)"));
+        if (info && !info->default_layer_rule.empty())
+            p.push_back(str("--protocol compress-then-ask: policy '", policy, "' sizes each layer by its own rule (", info->default_layer_rule,
+                            "); one compression keeps the same count in every layer; expected a policy with one budget for all layers"));
         if (c.fidelity) p.push_back("--fidelity: not measured under --protocol compress-then-ask; expected the chunked protocol");
-    } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware) {
-        p.push_back("--kv_cache.compression_ratio, keep_tokens and query_aware belong to --protocol compress-then-ask; expected that protocol "
-                    "or none of them");
+    } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
+               !c.protocol.load_path.empty()) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, query_aware, save and load belong to --protocol compress-then-ask; expected "
+                    "that protocol or none of them");
     }
     if (evicts && L == 0 && !budget && !ask && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
         p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "' (or a --kv_cache.budget_bytes / budget_ratio)"));
