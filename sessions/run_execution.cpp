@@ -159,6 +159,10 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["kv_bytes"] = s.kv_bytes;
     j["kv_bits_per_element"] = s.kv_bits_per_element;
     j["chunks_per_sample"] = s.chunks_per_sample;
+    if (!s.kept_slots.empty()) {  // compress-then-ask: the last sample's context and what its compression kept
+        j["context_tokens"] = s.context_tokens;
+        j["kept_slots"] = s.kept_slots;
+    }
     if (hooks.sample_tokens) j["sample_tokens_seconds"] = sample_tokens_seconds;
     j["memory"] = memory_json(s.memory);
     if (s.fidelity_attn_rel_error >= 0) {
@@ -197,6 +201,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
              << ", next-token KL " << s.fidelity_next_token_kl << " nats";
     if (s.fidelity_efficiency >= 0)
         text << " | oracle: kept mass " << s.fidelity_oracle_mass << ", policy efficiency " << s.fidelity_efficiency;
+    if (!s.kept_slots.empty())
+        text << " | compressed once: " << s.kept_slots.front() << " of " << s.context_tokens << " context slots kept (layer 0)";
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;

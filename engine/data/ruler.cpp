@@ -361,6 +361,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         ids.insert(ids.end(), tail.begin(), tail.end());
         RulerSample s;
         s.answer_start = int64_t(ids.size());
+        s.question_start = s.answer_start - int64_t(tail.size());
         ids.insert(ids.end(), ans.begin(), ans.end());
         s.answer_length = int64_t(ans.size());
         s.ids = std::move(ids);
@@ -471,6 +472,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         ids.insert(ids.end(), tail.begin(), tail.end());
         RulerSample s;
         s.answer_start = int64_t(ids.size());
+        s.question_start = s.answer_start - int64_t(tail.size());
         ids.insert(ids.end(), ans2.begin(), ans2.end());
         s.answer_length = int64_t(ans2.size());
         s.ids = std::move(ids);
@@ -514,6 +516,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     ids.insert(ids.end(), tail.begin(), tail.end());
     RulerSample s;
     s.answer_start = int64_t(ids.size());
+    s.question_start = s.answer_start - int64_t(tail.size());
     ids.insert(ids.end(), ans.begin(), ans.end());
     s.answer_length = int64_t(ans.size());
     s.ids = std::move(ids);

@@ -52,6 +52,11 @@ struct RulerSpec {
 struct RulerSample {
     std::vector<int32_t> ids;        // prompt then answer tokens
     int64_t answer_start = 0;        // position of the answer's first token
+    // Position of the question's first token: [0, question_start) is the context (BOS, the
+    // frame's opening, instruction and haystack), [question_start, answer_start) the question
+    // with the frame's close and the answer's first words (compress-then-ask compresses only
+    // the context).
+    int64_t question_start = 0;
     int64_t answer_length = 0;       // tokens of the answer (the last ones of ids)
     std::string answer;              // the answer text
     std::string description;         // e.g. "niah_single key 'walnut' at depth 0.37"

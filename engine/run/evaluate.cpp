@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -16,11 +17,29 @@
 #include "engine/driver/long_context.h"
 #include "engine/telemetry/run_phase.h"
 #include "engine/telemetry/trace.h"
+#include "compress_then_ask.h"
+#include "protocol.h"
 #include "run_plan.h"
 
 namespace kv {
 
 namespace {
+// A loaded compressed cache must be what this run would have compressed: the same policy, the
+// model's layers and heads, the run's kept slots.
+void check_loaded_cache(const CompressedCache& c, const std::string& path, const std::string& cache_name, const ModelConfig& mc, int64_t keep) {
+    auto bad = [&](const std::string& what) {
+        throw Error(str("--kv_cache.load '", path, "': ", what), "expected a file saved by a run of the same model, cache and budget");
+    };
+    if (c.cache_name() != cache_name) bad(str("compressed by '", c.cache_name(), "', this run's cache is '", cache_name, "'"));
+    if (c.num_layers() != int(mc.num_layers)) bad(str(c.num_layers(), " layers, the model has ", mc.num_layers));
+    for (int l = 0; l < c.num_layers(); ++l) {
+        const Tensor& K = c.layer(l).K;
+        if (K.size(1) != mc.num_kv_heads || K.size(3) != mc.head_dim)
+            bad(str("layer ", l, " has ", K.size(1), " KV heads of ", K.size(3), "; the model ", mc.num_kv_heads, " of ", mc.head_dim));
+        if (c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
+    }
+}
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
@@ -40,6 +59,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         int32_t label = -1;
         std::string description;
         std::vector<int32_t> targets;  // NEXT_TOKEN targets when only a span is scored (repeat)
+        int64_t question_start = -1;   // RULER: where the question starts (compress-then-ask splits there)
     };
     std::vector<Item> items;
     // An item whose next-token loss covers only [first, first + count) of its inputs (the
@@ -91,6 +111,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             RulerSample s = make_ruler_sample(spec, i, tok);
             items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.answer_length));
+            items.back().question_start = s.question_start;
         }
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
@@ -110,11 +131,27 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     sum.cache_name = cfg.kv_cache.name;
     sum.text_bos = text_bos;
     const KVCacheConfig kc = run_cache_config(cfg, mc, lm.model->act_dtype());
+    // compress-then-ask (protocol.h): the context [0, split) is compressed, [split, T) asked;
+    // query_aware moves the question into the context, all but the last prompt token.
+    const bool ask = parse_protocol(cfg.protocol.name) == Protocol::COMPRESS_THEN_ASK;
+    auto split_of = [&](const Item& it) {
+        if (it.question_start < 0) throw Error(str("--protocol compress-then-ask: sample '", it.description, "' has no question apart from its context"));
+        int64_t first_scored = 0;
+        while (first_scored < int64_t(it.targets.size()) && it.targets[size_t(first_scored)] < 0) ++first_scored;
+        return cfg.protocol.query_aware ? first_scored : it.question_start;
+    };
     int64_t total_units = 0, total_tokens = 0, done_tokens = 0;
     std::vector<ChunkPlan> plans;
+    std::vector<KVCacheConfig> context_caches;
     for (const auto& it : items) {
         const int64_t T = int64_t(it.ids.size());
-        plans.push_back(run_chunk_plan(cfg, kc, mc, T, cfg.data.seed));
+        if (ask) {
+            const int64_t split = split_of(it);
+            context_caches.push_back(context_cache_config(kc, split));
+            plans.push_back(context_chunk_plan(cfg, context_caches.back(), mc, split));
+        } else {
+            plans.push_back(run_chunk_plan(cfg, kc, mc, T, cfg.data.seed));
+        }
         // Progress counts every phase: the policy's (layer, chunk) steps, and with fidelity the
         // dense reference's and one KL per chunk after them (DenseReference::progress_units).
         total_units += int64_t(plans.back().chunks.size()) * (mc.num_layers + (cfg.fidelity ? mc.num_layers + 1 : 0));
@@ -137,6 +174,66 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         const Item& it = items[i];
         const int64_t T = int64_t(it.ids.size());
         std::optional<PhaseScope> policy_phase(std::in_place, RunPhase::POLICY_PASS);
+        if (ask) {
+            const int64_t split = split_of(it);
+            DriverCallbacks dcb;
+            dcb.cancel = cb.cancel;
+            const int64_t policy_units = int64_t(plans[i].chunks.size()) * mc.num_layers;
+            dcb.progress = [&](int64_t d, int64_t) {
+                if (cb.progress) cb.progress(done_units + d, total_units, it.description);
+            };
+            dcb.run_tokens_before = done_tokens;
+            dcb.run_tokens_total = total_tokens;
+            const double t0 = now_s();
+            const std::vector<int32_t> context(it.ids.begin(), it.ids.begin() + split);
+            const int64_t keep = compress_keep(cfg.protocol, split);
+            std::optional<CompressedCache> loaded;
+            if (!cfg.protocol.load_path.empty()) {
+                const std::string path = compressed_cache_path(cfg.protocol.load_path, int64_t(i));
+                loaded.emplace(load_compressed_cache(path, model.options().device, &context));
+                check_loaded_cache(*loaded, path, cfg.kv_cache.name, mc, keep);
+            }
+            CompressedCache cc = loaded ? std::move(*loaded)
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, T, &codec, dcb);
+            if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
+            const AskResult a = ask_compressed(model, cc, std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
+                                               std::vector<int32_t>(it.targets.begin() + split, it.targets.end()));
+            done_units += policy_units;
+            done_tokens += T;
+            EvalSampleResult r;
+            r.index = int64_t(i);
+            r.seconds = now_s() - t0;
+            r.tokens = T;
+            r.description = it.description;
+            r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
+            std::vector<int32_t> expected;
+            for (int32_t y : it.targets)
+                if (y >= 0) expected.push_back(y);
+            const CopyScore cs = score_copy(expected, a.argmax);
+            r.correct = cs.exact;
+            r.copy_token_accuracy = cs.token_accuracy();
+            r.copy_prefix = cs.prefix_fraction();
+            r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
+            loss_total += a.loss_sum;
+            loss_tokens += double(a.count);
+            sum.scored_tokens += a.count;
+            correct += r.correct ? 1 : 0;
+            sum.samples.push_back(r);
+            sum.kv_bytes = cc.kept_bytes();
+            sum.kv_bits_per_element = 8.0 * double(dtype_size(model.act_dtype()));
+            sum.context_tokens = split;
+            sum.kept_slots.clear();
+            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l));
+            sum.tokens += T;
+            policy_phase.reset();
+            if (cb.on_sample_tokens) {
+                std::vector<float> token_loss(size_t(split), std::numeric_limits<float>::quiet_NaN());
+                token_loss.insert(token_loss.end(), a.token_loss.begin(), a.token_loss.end());
+                cb.on_sample_tokens(r, it.ids, token_loss);
+            }
+            if (cb.on_sample) cb.on_sample(r);
+            continue;
+        }
         // One cache per sample (dense caches are sized to the sample).
         KVCache cache(kc, mc, model.options().device, model.act_dtype(), T, &codec);
         if (cb.on_layer_step) cache.set_step_hook(cb.on_layer_step);

@@ -51,6 +51,10 @@ struct EvalSummary {
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
+    // --protocol compress-then-ask: the last sample's context tokens and the slots its
+    // compression kept per layer (per head where the policy keeps per head); 0 / empty otherwise.
+    int64_t context_tokens = 0;
+    std::vector<int64_t> kept_slots;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
     // --fidelity: per-layer means over every (sample, chunk), and the means over all steps

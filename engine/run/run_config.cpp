@@ -258,6 +258,28 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_residual; }));
     o.push_back(bool_opt("kv_cache.cpu_offload", "cache", "park each layer's buffers in host memory between uses",
                          [](RunConfig& c) -> bool& { return c.kv_cache.cpu_offload; }));
+    o.push_back(str_opt("protocol", "cache",
+                        "eval: chunked (keys_values: the sample streamed through cache_length slots) or compress-then-ask "
+                        "(kvpress: the context compressed once by kv_cache.compression_ratio or keep_tokens, then the question "
+                        "answered from it, never evicted)",
+                        protocol_names(), [](RunConfig& c) -> std::string& { return c.protocol.name; }));
+    o.push_back(float_opt("kv_cache.compression_ratio", "cache",
+                          "compress-then-ask: fraction of the context's T tokens dropped; floor((1 - r) T) slots kept per layer "
+                          "(per head for per-head policies)",
+                          0.0, 0.999, [](RunConfig& c) -> double& { return c.protocol.compression_ratio; }));
+    o.push_back(int_opt("kv_cache.keep_tokens", "cache", "compress-then-ask: slots kept of the context instead of a ratio (0: the ratio)",
+                        0, BIG, [](RunConfig& c) -> int64_t& { return c.protocol.keep_tokens; }));
+    o.push_back(bool_opt("kv_cache.query_aware", "cache",
+                         "compress-then-ask: the question is part of what the policy scores and compresses (kvpress's query_aware)",
+                         [](RunConfig& c) -> bool& { return c.protocol.query_aware; }));
+    o.push_back(str_opt("kv_cache.save", "cache",
+                        "compress-then-ask: save each sample's compressed cache (kept K/V, positions, scores) to this file "
+                        "(sample i > 0: FILE.i)",
+                        {}, [](RunConfig& c) -> std::string& { return c.protocol.save_path; }));
+    o.push_back(str_opt("kv_cache.load", "cache",
+                        "compress-then-ask: load each sample's compressed cache from this file (as kv_cache.save wrote it) "
+                        "instead of running the context",
+                        {}, [](RunConfig& c) -> std::string& { return c.protocol.load_path; }));
     o.push_back(bool_opt("fidelity", "cache",
                          "eval: also attend over the full context per layer and chunk (an uncompressed K/V shadow) and record "
                          "the policy's attention error and the attention mass on the tokens it kept",
@@ -497,7 +519,31 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
     const PolicyInfo* info = find_policy(policy);
     const bool evicts = info && info->needs_cache_length;
     const bool budget = c.kv_cache.budget_bytes != 0 || c.kv_cache.budget_ratio != 0.0;  // sets the length with the model
-    if (evicts && L == 0 && !budget && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
+    const bool ask = parse_protocol(c.protocol.name) == Protocol::COMPRESS_THEN_ASK;
+    const RunModeInfo* run_mode = find_run_mode(c.mode);
+    if (ask) {
+        // The budget is the compression's; the chunked protocol's length options do not apply.
+        if (!is_ruler_task(c.data.name))
+            p.push_back(str("--protocol compress-then-ask: --data ", c.data.name, " has no question apart from its context; expected a RULER task (",
+                            join(ruler_task_names(), ", "), ")"));
+        if (!run_mode || run_mode->kind != RunKind::EVALUATE)
+            p.push_back(str("--protocol compress-then-ask: mode '", c.mode, "' does not support it; expected an evaluation mode (eval_long)"));
+        if (L != 0 || !c.kv_cache.layer_cache_lengths.empty() || !c.kv_cache.layer_cache_rule.empty() || budget)
+            p.push_back("--protocol compress-then-ask: the budget is --kv_cache.compression_ratio or --kv_cache.keep_tokens; expected no "
+                        "cache_length, layer_cache_lengths or budget_bytes / budget_ratio");
+        if (info && !info->evicts && (c.protocol.compression_ratio > 0.0 || c.protocol.keep_tokens > 0))
+            p.push_back(str("--protocol compress-then-ask: policy '", policy, "' never evicts, so it compresses nothing; expected a policy that "
+                            "does (h2o, snapkv, lastrec, ...), or no compression_ratio / keep_tokens (the uncompressed reference)"));
+        if (info && !info->default_layer_rule.empty())
+            p.push_back(str("--protocol compress-then-ask: policy '", policy, "' sizes each layer by its own rule (", info->default_layer_rule,
+                            "); one compression keeps the same count in every layer; expected a policy with one budget for all layers"));
+        if (c.fidelity) p.push_back("--fidelity: not measured under --protocol compress-then-ask; expected the chunked protocol");
+    } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
+               !c.protocol.load_path.empty()) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, query_aware, save and load belong to --protocol compress-then-ask; expected "
+                    "that protocol or none of them");
+    }
+    if (evicts && L == 0 && !budget && !ask && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
         p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "' (or a --kv_cache.budget_bytes / budget_ratio)"));
     // A policy that never drops a token fills its cache and then has nowhere to put the next
     // chunk: refuse before the run, with the numbers, rather than fail at that chunk.

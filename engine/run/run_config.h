@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kv/kv_config.h"
+#include "protocol.h"
 
 namespace kv {
 
@@ -124,6 +125,7 @@ struct RunConfig {
     bool fidelity = false;           // eval: per-(layer, chunk) fidelity against full attention (engine/driver/fidelity.h)
     int64_t fidelity_kl_positions = 0;  // fidelity: positions per chunk of the next-token KL (0: every position)
     bool fidelity_oracle = true;        // fidelity: also the oracle's kept mass and the policy's efficiency against it
+    ProtocolConfig protocol;          // eval: how a sample meets the cache (protocol.h)
     DataConfig data;
     KVCacheConfig kv_cache;
     DriverConfig driver;

@@ -1,0 +1,85 @@
+// A compressed context: kvpress's protocol (compress-then-ask). A context runs through a
+// KVCache large enough to hold all of it (no eviction, the policy scoring as it goes), then
+// compress_cache() keeps `keep` slots per layer, once, by the policy's own scores; the
+// questions asked of the context are appended after the kept slots and never evicted, and
+// rewind() drops what a question appended, so every question of a context is answered from the
+// same compressed cache. The cache also saves to and loads from a file (compressed_cache_file.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/attention.h"
+#include "kv_cache.h"
+
+namespace kv {
+
+// One layer of a compressed cache: what the compression kept, per (b, g) row.
+struct CompressedLayer {
+    // (B * G, kept) token positions of the kept slots, ascending per row. Identical rows when
+    // the policy keeps one set per layer (positions shared by all heads).
+    std::vector<int32_t> positions;
+    // (B * G, kept) the policy's score of each kept slot when it was compressed (the policy's
+    // state the choice was made from); empty for policies that choose by position alone.
+    std::vector<float> scores;
+    Tensor K, V;  // (B, G, kept, D) in the cache's activation dtype
+};
+
+class CompressedCache final : public LayerAttention {
+   public:
+    // context_length: tokens of the compressed context (the first appended token's position);
+    // rope_width: the model's RoPE context width its keys were rotated with (YaRN), which the
+    // questions must be run with too (0: unknown).
+    CompressedCache(std::string cache_name, int64_t context_length, int64_t rope_width, std::vector<CompressedLayer> layers);
+
+    // Appends k, v of positions input_pos.. (the next unseen position) and attends over the
+    // kept slots plus everything appended since the last rewind().
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override;
+    // Back to the compressed context: drops every appended token of every layer.
+    void rewind();
+
+    const std::string& cache_name() const { return name_; }  // the policy-buffer that chose the slots
+    int64_t context_length() const { return context_length_; }
+    int64_t rope_width() const { return rope_width_; }
+    int num_layers() const { return int(layers_.size()); }
+    const CompressedLayer& layer(int l) const { return layers_[size_t(l)]; }
+    int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row
+    int64_t appended(int l) const { return appended_[size_t(l)]; }
+    // Exact bytes of the kept K/V of all layers.
+    size_t kept_bytes() const;
+
+   private:
+    std::string name_;
+    int64_t context_length_;
+    int64_t rope_width_;
+    std::vector<CompressedLayer> layers_;
+    // Per layer: the kept slots followed by the appended tokens (reallocated per append; a
+    // question is a few chunks at most), their positions, and how many were appended.
+    std::vector<Tensor> K_, V_;
+    std::vector<std::vector<int32_t>> pos_;
+    std::vector<int64_t> appended_;
+};
+
+// Saves the cache's kept state (compressed_cache_codec.h: kept K/V, positions, the policy's
+// scores; versioned, checksummed) to `path`, fingerprinting `context` (the context's token ids).
+// Throws kv::Error naming the path when it cannot be written.
+void save_compressed_cache(const CompressedCache& cache, const std::vector<int32_t>& context, const std::string& path);
+// Loads a saved cache onto `device`. Throws kv::Error naming the path and what is wrong (missing,
+// damaged, another version, another context than `expect_context` when given).
+CompressedCache load_compressed_cache(const std::string& path, Device device, const std::vector<int32_t>* expect_context = nullptr);
+
+// Keeps `keep` slots per row of every layer of `cache`, which has just run a whole context of
+// T tokens without evicting (every layer holds T slots). Policies that score slots keep their
+// `keep` highest-scoring slots (ties: the later slot), per (b, g) row when their positions are
+// per head, else one set per layer from the scores summed over heads; policies that choose by
+// position alone keep what their own eviction keeps of T tokens in `keep` slots (a NaN score or
+// a per-layer length rule is refused). rope_width: as the constructor's. `cfg` is the
+// cache's configuration (the positional policies' eviction is replayed from it). Throws
+// kv::Error naming the policy when it cannot compress this way (per-head pools, length-changing
+// policies, a policy that never evicts, unless keep = T: then every policy keeps all) or when
+// keep is not in [1, T].
+CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width = 0);
+
+}  // namespace kv

@@ -1,0 +1,86 @@
+// Compress-then-ask for one sample (see compress_then_ask.h).
+#include "compress_then_ask.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "engine/core/error.h"
+#include "engine/driver/reconstruction.h"
+#include "engine/ops/ops.h"
+#include "run_plan.h"
+
+namespace kv {
+
+KVCacheConfig context_cache_config(const KVCacheConfig& run_cache, int64_t T) {
+    KVCacheConfig c = run_cache;
+    c.cache_length = T;
+    c.layer_cache_lengths.clear();
+    c.layer_cache_rule.clear();
+    c.budget_bytes = 0;
+    c.budget_ratio = 0.0;
+    c.max_chunk_size = 0;  // a top-k size bounds evicting chunks; this cache never evicts, so any chunk fits
+    return c;
+}
+
+ChunkPlan context_chunk_plan(const RunConfig& cfg, const KVCacheConfig& context_cache, const ModelConfig& mc, int64_t T) {
+    RunConfig c = cfg;
+    c.kv_cache = context_cache;
+    if (c.driver.prefill_length <= 0) c.driver.prefill_length = std::min(cfg.driver.chunk_size, T);
+    return run_chunk_plan(c, context_cache, mc, T, cfg.data.seed);
+}
+
+CompressedCache compress_context(Transformer& model, const KVCacheConfig& context_cache, const ChunkPlan& plan,
+                                 const std::vector<int32_t>& context, int64_t keep, int64_t width, const TextCodec* codec,
+                                 const DriverCallbacks& cb) {
+    const int64_t T = int64_t(context.size());
+    KVCache cache(context_cache, model.config(), model.options().device, model.act_dtype(), T, codec);
+    HeadSpec hs;
+    hs.kind = HeadKind::NEXT_TOKEN;
+    hs.B = 1;
+    hs.T = T;
+    hs.token_targets.assign(size_t(T), -100);  // the context is not scored
+    HeadResult res;
+    // Wide enough for the questions after the context and for reconstruction pieces (kvzip),
+    // which sit past the chunk they re-read.
+    const std::unique_ptr<ContextReconstruction> rec = make_context_reconstruction(model, cache);
+    const int64_t rec_tokens = rec ? rec->max_piece_tokens(*std::max_element(plan.chunks.begin(), plan.chunks.end())) : 0;
+    const int64_t rope_width = std::max(width, T + rec_tokens);
+    model.set_context_width(rope_width);
+    const Tensor ids = Tensor::from_i32({1, T}, context, {model.options().device, MemCategory::ACTIVATIONS, "context ids"});
+    long_context_forward(model, cache, ids, plan, hs, res, cb, /*keep_context_width=*/true);
+    return compress_cache(cache, context_cache, keep, rope_width);
+}
+
+AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
+                         bool keep_logits) {
+    if (ids.empty() || targets.size() != ids.size())
+        throw Error(str("compress-then-ask: a question of ", ids.size(), " tokens with ", targets.size(), " targets; expected one per token"));
+    cache.rewind();
+    if (cache.rope_width() > 0) model.set_context_width(cache.rope_width());  // the keys' rotation
+    const int64_t n = int64_t(ids.size()), P = cache.context_length();
+    const Device dev = model.options().device;
+    Tensor x = model.embed(Tensor::from_i32({1, n}, ids, {dev, MemCategory::ACTIVATIONS, "question ids"}));
+    for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, P, cache);
+    const Tensor logits = model.lm_head(model.final_norm(x), P);  // (1, n, V) f32
+    const int64_t V = logits.size(2);
+    const std::vector<float> z = logits.to_f32_vector();
+    AskResult r;
+    r.token_loss.assign(size_t(n), std::numeric_limits<float>::quiet_NaN());
+    std::vector<int32_t> tg(targets);
+    for (int32_t& y : tg)
+        if (y < 0) y = -100;
+    const std::vector<double> ce =
+        ops::cross_entropy(logits, Tensor::from_i32({1, n}, tg, {logits.device(), MemCategory::WORKSPACE, "targets"})).to_f64_vector();
+    for (int64_t t = 0; t < n; ++t) {
+        if (targets[size_t(t)] < 0) continue;
+        const float* zr = z.data() + t * V;
+        r.argmax.push_back(int32_t(std::max_element(zr, zr + V) - zr));
+        r.loss_sum += ce[size_t(t)];
+        r.token_loss[size_t(t)] = float(ce[size_t(t)]);
+        ++r.count;
+    }
+    if (keep_logits) r.logits = z;
+    return r;
+}
+
+}  // namespace kv

@@ -1,0 +1,51 @@
+// Evaluation protocols: how a sample meets the cache. "chunked" is keys_values' (the whole
+// sample streamed in chunks through a fixed number of slots, evicting as it goes; the
+// default); "compress-then-ask" is kvpress's (the context run without eviction, compressed
+// once to a ratio of its length or a token count, then each question answered from the
+// compressed cache, never evicted). The table names each protocol once, for the option, the
+// stored configuration and the help texts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kv {
+
+enum class Protocol { CHUNKED, COMPRESS_THEN_ASK };
+
+struct ProtocolInfo {
+    Protocol id;
+    const char* name;
+    const char* summary;
+};
+
+const std::vector<ProtocolInfo>& protocol_registry();
+std::vector<std::string> protocol_names();
+// Throws kv::Error naming --protocol and the known names.
+Protocol parse_protocol(const std::string& name);
+
+// The protocol's options as a run records them (RunConfig::protocol).
+struct ProtocolConfig {
+    std::string name = "chunked";
+    // compress-then-ask: the fraction of the context's T tokens dropped (floor((1 - r) T)
+    // slots kept per layer, or per head for policies with per-head slots), or, when
+    // keep_tokens > 0, that many slots kept instead.
+    double compression_ratio = 0.0;
+    int64_t keep_tokens = 0;
+    // compress-then-ask: the question is part of the context the policy scores and compresses
+    // (kvpress's query_aware); only the last prompt token before the answer stays outside.
+    bool query_aware = false;
+    // compress-then-ask: save each sample's compressed cache to this file (sample 0; sample i > 0
+    // to PATH.i), or load it from there instead of running and compressing the context.
+    std::string save_path, load_path;
+};
+
+// The file of sample `index` under a --kv_cache.save / load path: the path itself for sample 0,
+// "PATH.index" after it.
+std::string compressed_cache_path(const std::string& path, int64_t index);
+
+// Slots a compressed context of T tokens keeps: keep_tokens if set (at most T), else
+// floor((1 - r) T) as kvpress computes it (int(T * (1 - r))). Throws kv::Error when it is 0.
+int64_t compress_keep(const ProtocolConfig& p, int64_t T);
+
+}  // namespace kv
