@@ -6,7 +6,9 @@
 //   X = K - mean_j k_j (T x D),  Y = X Phi (T x k, Phi a fixed Gaussian sketch, 0: Y = X)
 //   l_j = max(0, y_j^T (Y^T Y + 0.01 I)^-1 y_j)      (Cholesky; kvpress' first jitter)
 //   score_j = (l_j - mean l) / max(std l, 1e-6)        over every cached token of the layer
-// Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot. Phi's
+// Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot as their
+// projection k Phi (Y = K Phi - mean_j k_j Phi: the same Y, without a T x D x k product per
+// chunk); a cache still filling is not scored (nothing reads it). Phi's
 // entries are a documented pure function of (layer, head, index) (docs/POLICIES.md#leverage),
 // where kvpress draws a fresh torch.randn per call.
 #include "policy_leverage.h"
@@ -53,21 +55,27 @@ void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<dou
     }
 }
 
-void LeverageSketch::leverage(const double* keys, const int32_t* idx, int64_t m, int64_t D, int64_t g, double* out) const {
-    const int64_t K = k > 0 ? k : D;
-    std::vector<double> mean((size_t)D, 0.0), X((size_t)(m * D)), Y((size_t)(m * K)), Yt((size_t)(K * m)), Gm((size_t)(K * K)),
-        Li((size_t)(K * K), 0.0), Z((size_t)(m * K));
+void LeverageSketch::project(const double* x, int64_t D, int64_t g, double* y) const {
+    if (k == 0) {
+        std::copy_n(x, D, y);
+        return;
+    }
+    const double* P = phi.data() + g * D * k;
+    for (int64_t c = 0; c < k; ++c) y[c] = 0.0;
+    for (int64_t d = 0; d < D; ++d)
+        for (int64_t c = 0; c < k; ++c) y[c] += x[d] * P[d * k + c];
+}
+
+void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) const {
+    std::vector<double> mean((size_t)K, 0.0), Y((size_t)(m * K)), Yt((size_t)(K * m)), Gm((size_t)(K * K)), Li((size_t)(K * K), 0.0),
+        Z((size_t)(m * K));
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += keys[idx[i] * D + d] / double(m);
+        for (int64_t c = 0; c < K; ++c) mean[size_t(c)] += proj[idx[i] * K + c] / double(m);
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t d = 0; d < D; ++d) X[size_t(i * D + d)] = keys[idx[i] * D + d] - mean[size_t(d)];
-    // the products as policy_matmul (f64, at the CPU's vector width)
-    if (k > 0)
-        policy_matmul(m, K, D, X.data(), D, phi.data() + g * D * K, K, Y.data(), K);
-    else
-        Y = X;
+        for (int64_t c = 0; c < K; ++c) Y[size_t(i * K + c)] = proj[idx[i] * K + c] - mean[size_t(c)];
     for (int64_t i = 0; i < m; ++i)
         for (int64_t c = 0; c < K; ++c) Yt[size_t(c * m + i)] = Y[size_t(i * K + c)];
+    // the products as policy_matmul (f64, at the CPU's vector width)
     policy_matmul(K, K, m, Yt.data(), m, Y.data(), K, Gm.data(), K);  // Y^T Y
     for (int64_t a = 0; a < K; ++a) Gm[size_t(a * K + a)] += 1e-2;
     // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
@@ -118,7 +126,7 @@ class LeveragePolicy final : public ScorePolicy {
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);
-        keys_.clear();
+        proj_.clear();
         D_ = 0;
     }
 
@@ -126,23 +134,26 @@ class LeveragePolicy final : public ScorePolicy {
     void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
         if (D_ == 0) {
             D_ = f.head_dim;
-            keys_.assign(size_t(rows() * L_ * D_), 0.0);
+            K_ = sketch_.width(D_);
+            proj_.assign(size_t(rows() * L_ * K_), 0.0);
+            x_.resize(size_t(D_));
             sketch_.init(layer_, G_, D_);
         }
         score_[size_t(r * L_ + slot)] = 0.0f;
-        LeverageSketch::unrotate(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]),
-                                 keys_.data() + (r * L_ + slot) * D_);
+        LeverageSketch::unrotate(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), x_.data());
+        sketch_.project(x_.data(), D_, r % G_, proj_.data() + (r * L_ + slot) * K_);
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
-        std::copy_n(keys_.begin() + (r * L_ + from) * D_, D_, keys_.begin() + (r * L_ + to) * D_);
+        std::copy_n(proj_.begin() + (r * L_ + from) * K_, K_, proj_.begin() + (r * L_ + to) * K_);
     }
     void accumulate(const std::vector<float>&, int64_t) override {
+        if (T_ < L_) return;  // scores are read only from a full cache (choose_next, slot_scores), each time recomputed
         const int64_t T = T_;
         std::vector<int32_t> idx((size_t)T);
         for (int64_t j = 0; j < T; ++j) idx[size_t(j)] = int32_t(j);
         std::vector<double> lev((size_t)(rows() * T));
-        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(keys_.data() + r * L_ * D_, idx.data(), T, D_, r % G_, lev.data() + r * T);
+        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(proj_.data() + r * L_ * K_, idx.data(), T, K_, lev.data() + r * T);
         z_normalise(lev);
         for (int64_t r = 0; r < rows(); ++r)
             for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float(lev[size_t(r * T + j)]);
@@ -154,10 +165,11 @@ class LeveragePolicy final : public ScorePolicy {
     }
 
    private:
-    int64_t layer_, D_ = 0;
+    int64_t layer_, D_ = 0, K_ = 0;
     LeverageSketch sketch_;
     std::vector<float> score_;  // (B*G, L)
-    std::vector<double> keys_;  // (B*G, L, D) pre-RoPE keys
+    std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch
+    std::vector<double> x_;     // scratch: one pre-RoPE key
 };
 }  // namespace
 
