@@ -66,39 +66,40 @@ void LeverageSketch::project(const double* x, int64_t D, int64_t g, double* y) c
         for (int64_t c = 0; c < k; ++c) y[c] += x[d] * P[d * k + c];
 }
 
-void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) const {
-    std::vector<double> mean((size_t)K, 0.0), Y((size_t)(m * K)), Yt((size_t)(K * m)), Gm((size_t)(K * K)), Li((size_t)(K * K), 0.0),
-        Z((size_t)(m * K));
+void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {
+    mean_.assign((size_t)K, 0.0);
+    Y_.resize(size_t(m * K)), Yt_.resize(size_t(K * m)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
+    Li_.assign(size_t(K * K), 0.0);
+    double *mean = mean_.data(), *Y = Y_.data(), *Yt = Yt_.data(), *Gm = G_.data(), *Li = Li_.data(), *Z = Z_.data(), *LiT = LiT_.data();
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) mean[size_t(c)] += proj[idx[i] * K + c] / double(m);
+        for (int64_t c = 0; c < K; ++c) mean[c] += proj[idx[i] * K + c] / double(m);
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) Y[size_t(i * K + c)] = proj[idx[i] * K + c] - mean[size_t(c)];
+        for (int64_t c = 0; c < K; ++c) Y[i * K + c] = proj[idx[i] * K + c] - mean[c];
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) Yt[size_t(c * m + i)] = Y[size_t(i * K + c)];
+        for (int64_t c = 0; c < K; ++c) Yt[c * m + i] = Y[i * K + c];
     // the products as policy_matmul (f64, at the CPU's vector width)
-    policy_matmul(K, K, m, Yt.data(), m, Y.data(), K, Gm.data(), K);  // Y^T Y
-    for (int64_t a = 0; a < K; ++a) Gm[size_t(a * K + a)] += 1e-2;
+    policy_matmul(K, K, m, Yt, m, Y, K, Gm, K);  // Y^T Y
+    for (int64_t a = 0; a < K; ++a) Gm[a * K + a] += 1e-2;
     // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
     for (int64_t a = 0; a < K; ++a)
         for (int64_t b = 0; b <= a; ++b) {
-            double s = Gm[size_t(a * K + b)];
-            for (int64_t c = 0; c < b; ++c) s -= Gm[size_t(a * K + c)] * Gm[size_t(b * K + c)];
-            Gm[size_t(a * K + b)] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[size_t(b * K + b)];
+            double s = Gm[a * K + b];
+            for (int64_t c = 0; c < b; ++c) s -= Gm[a * K + c] * Gm[b * K + c];
+            Gm[a * K + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[b * K + b];
         }
     for (int64_t c = 0; c < K; ++c)
         for (int64_t a = c; a < K; ++a) {
             double s = a == c ? 1.0 : 0.0;
-            for (int64_t b = c; b < a; ++b) s -= Gm[size_t(a * K + b)] * Li[size_t(b * K + c)];
-            Li[size_t(a * K + c)] = s / Gm[size_t(a * K + a)];
+            for (int64_t b = c; b < a; ++b) s -= Gm[a * K + b] * Li[b * K + c];
+            Li[a * K + c] = s / Gm[a * K + a];
         }
     // y^T G^-1 y = |L^-1 y|^2: Z = Y L^-T, one row per token
-    std::vector<double> LiT((size_t)(K * K));
     for (int64_t a = 0; a < K; ++a)
-        for (int64_t b = 0; b < K; ++b) LiT[size_t(b * K + a)] = Li[size_t(a * K + b)];
-    policy_matmul(m, K, K, Y.data(), K, LiT.data(), K, Z.data(), K);
+        for (int64_t b = 0; b < K; ++b) LiT[b * K + a] = Li[a * K + b];
+    policy_matmul(m, K, K, Y, K, LiT, K, Z, K);
     for (int64_t i = 0; i < m; ++i) {
         double l = 0;
-        for (int64_t a = 0; a < K; ++a) l += Z[size_t(i * K + a)] * Z[size_t(i * K + a)];
+        for (int64_t a = 0; a < K; ++a) l += Z[i * K + a] * Z[i * K + a];
         out[i] = std::max(l, 0.0);
     }
 }

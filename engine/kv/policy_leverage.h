@@ -22,7 +22,10 @@ struct LeverageSketch {
     void project(const double* x, int64_t D, int64_t g, double* y) const;
     // The leverage of the m keys whose projections are proj[idx[i] * K ...] (K = width(D)),
     // centred over those m, clamped at 0, into out[i].
-    void leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) const;
+    void leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out);
+
+   private:
+    std::vector<double> mean_, Y_, Yt_, G_, Li_, LiT_, Z_;  // scratch, kept between calls (no allocation per chunk)
 };
 
 // (x - mean) / max(std, 1e-6) in place over all of v (torch's unbiased std).
