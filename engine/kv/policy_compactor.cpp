@@ -43,10 +43,12 @@ class CompactorPolicy final : public ScorePolicy {
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
         ScorePolicy::prefill(n, f);
+        sketch_.flush(D_, G_, L_, proj_.data());  // the chunk's keys projected together (LeverageSketch::flush)
         tiles_.observe(f, 0, n, B_, G_, pos_, L_, T_, raw_, T_ == L_);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
         ScorePolicy::apply(plan, f);
+        sketch_.flush(D_, G_, L_, proj_.data());
         tiles_.observe(f, plan.input_pos, plan.n, B_, G_, pos_, L_, T_, raw_, T_ == L_);
     }
 
@@ -56,13 +58,11 @@ class CompactorPolicy final : public ScorePolicy {
             D_ = f.head_dim;
             K_ = sketch_.width(D_);
             proj_.assign(size_t(rows() * L_ * K_), 0.0);
-            x_.resize(size_t(D_));
             sketch_.init(layer_, G_, D_);
         }
         raw_[size_t(r * L_ + slot)] = 0.0;
         score_[size_t(r * L_ + slot)] = 0.0f;
-        LeverageSketch::unrotate(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), x_.data());
-        sketch_.project(x_.data(), D_, r % G_, proj_.data() + (r * L_ + slot) * K_);
+        sketch_.stage(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), r, slot);
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         raw_[size_t(r * L_ + to)] = raw_[size_t(r * L_ + from)];
@@ -114,8 +114,7 @@ class CompactorPolicy final : public ScorePolicy {
     int64_t first_, last_;
     std::vector<double> raw_;   // (B*G, L) A_j |v_j|
     std::vector<float> score_;  // (B*G, L)
-    std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch (LeverageSketch::project)
-    std::vector<double> x_;     // scratch: one pre-RoPE key
+    std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch (LeverageSketch::flush)
 };
 }  // namespace
 

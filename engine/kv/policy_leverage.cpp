@@ -55,15 +55,31 @@ void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<dou
     }
 }
 
-void LeverageSketch::project(const double* x, int64_t D, int64_t g, double* y) const {
-    if (k == 0) {
-        std::copy_n(x, D, y);
-        return;
+void LeverageSketch::stage(const float* key, int64_t D, const std::vector<double>* rope, double p, int64_t r, int64_t slot) {
+    staged_.resize(staged_.size() + size_t(D));
+    unrotate(key, D, rope, p, staged_.data() + staged_.size() - size_t(D));
+    staged_at_.push_back(r), staged_at_.push_back(slot);
+}
+
+void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
+    const int64_t n = int64_t(staged_at_.size() / 2), K = width(D);
+    for (int64_t g = 0; g < G; ++g) {
+        int64_t m = 0;
+        X_.resize(size_t(n * D));
+        for (int64_t i = 0; i < n; ++i)
+            if (staged_at_[size_t(2 * i)] % G == g) std::copy_n(staged_.begin() + i * D, D, X_.begin() + (m++) * D);
+        if (m == 0) continue;
+        P_.resize(size_t(m * K));
+        if (k > 0)
+            policy_matmul(m, K, D, X_.data(), D, phi.data() + g * D * K, K, P_.data(), K);
+        else
+            std::copy_n(X_.begin(), m * D, P_.begin());
+        for (int64_t i = 0, j = 0; i < n; ++i)
+            if (staged_at_[size_t(2 * i)] % G == g)
+                std::copy_n(P_.begin() + (j++) * K, K, proj + (staged_at_[size_t(2 * i)] * L + staged_at_[size_t(2 * i + 1)]) * K);
     }
-    const double* P = phi.data() + g * D * k;
-    for (int64_t c = 0; c < k; ++c) y[c] = 0.0;
-    for (int64_t d = 0; d < D; ++d)
-        for (int64_t c = 0; c < k; ++c) y[c] += x[d] * P[d * k + c];
+    staged_.clear();
+    staged_at_.clear();
 }
 
 void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {
@@ -130,6 +146,15 @@ class LeveragePolicy final : public ScorePolicy {
         proj_.clear();
         D_ = 0;
     }
+    // the chunk's keys are projected together once placed (LeverageSketch::flush)
+    void prefill(int64_t n, const InsertFeatures& f) override {
+        ScorePolicy::prefill(n, f);
+        sketch_.flush(D_, G_, L_, proj_.data());
+    }
+    void apply(const SlotPlan& plan, const InsertFeatures& f) override {
+        ScorePolicy::apply(plan, f);
+        sketch_.flush(D_, G_, L_, proj_.data());
+    }
 
    protected:
     void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
@@ -137,12 +162,10 @@ class LeveragePolicy final : public ScorePolicy {
             D_ = f.head_dim;
             K_ = sketch_.width(D_);
             proj_.assign(size_t(rows() * L_ * K_), 0.0);
-            x_.resize(size_t(D_));
             sketch_.init(layer_, G_, D_);
         }
         score_[size_t(r * L_ + slot)] = 0.0f;
-        LeverageSketch::unrotate(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), x_.data());
-        sketch_.project(x_.data(), D_, r % G_, proj_.data() + (r * L_ + slot) * K_);
+        sketch_.stage(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), r, slot);
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
@@ -170,7 +193,6 @@ class LeveragePolicy final : public ScorePolicy {
     LeverageSketch sketch_;
     std::vector<float> score_;  // (B*G, L)
     std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch
-    std::vector<double> x_;     // scratch: one pre-RoPE key
 };
 }  // namespace
 
