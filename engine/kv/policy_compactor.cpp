@@ -37,37 +37,40 @@ class CompactorPolicy final : public ScorePolicy {
         ScorePolicy::reset(batch);
         raw_.assign(size_t(rows() * L_), 0.0);
         score_.assign(size_t(rows() * L_), 0.0f);
-        keys_.clear();
+        proj_.clear();
         D_ = 0;
         tiles_.reset();
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
         ScorePolicy::prefill(n, f);
-        tiles_.observe(f, 0, n, B_, G_, pos_, L_, T_, raw_);
+        sketch_.flush(D_, G_, L_, proj_.data());  // the chunk's keys projected together (LeverageSketch::flush)
+        tiles_.observe(f, 0, n, B_, G_, pos_, L_, T_, raw_, T_ == L_);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
         ScorePolicy::apply(plan, f);
-        tiles_.observe(f, plan.input_pos, plan.n, B_, G_, pos_, L_, T_, raw_);
+        sketch_.flush(D_, G_, L_, proj_.data());
+        tiles_.observe(f, plan.input_pos, plan.n, B_, G_, pos_, L_, T_, raw_, T_ == L_);
     }
 
    protected:
     void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
         if (D_ == 0) {
             D_ = f.head_dim;
-            keys_.assign(size_t(rows() * L_ * D_), 0.0);
+            K_ = sketch_.width(D_);
+            proj_.assign(size_t(rows() * L_ * K_), 0.0);
             sketch_.init(layer_, G_, D_);
         }
         raw_[size_t(r * L_ + slot)] = 0.0;
         score_[size_t(r * L_ + slot)] = 0.0f;
-        LeverageSketch::unrotate(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]),
-                                 keys_.data() + (r * L_ + slot) * D_);
+        sketch_.stage(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), r, slot);
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         raw_[size_t(r * L_ + to)] = raw_[size_t(r * L_ + from)];
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
-        std::copy_n(keys_.begin() + (r * L_ + from) * D_, D_, keys_.begin() + (r * L_ + to) * D_);
+        std::copy_n(proj_.begin() + (r * L_ + from) * K_, K_, proj_.begin() + (r * L_ + to) * K_);
     }
     void accumulate(const std::vector<float>&, int64_t) override {
+        if (T_ < L_) return;  // scores are read only from a full cache (choose_next, slot_scores), each time recomputed
         // kvpress keeps min(first, S) sinks and min(last, S - sinks) newest tokens out of both scores
         const int64_t left = std::min(first_, P_), right = std::min(last_, std::max<int64_t>(0, P_ - left));
         std::vector<std::vector<int32_t>> idx((size_t)rows());
@@ -84,8 +87,7 @@ class CompactorPolicy final : public ScorePolicy {
             const size_t at = lev.size();
             lev.resize(at + idx[size_t(r)].size());
             if (!idx[size_t(r)].empty())
-                sketch_.leverage(keys_.data() + r * L_ * D_, idx[size_t(r)].data(), int64_t(idx[size_t(r)].size()), D_, r % G_,
-                                 lev.data() + at);
+                sketch_.leverage(proj_.data() + r * L_ * K_, idx[size_t(r)].data(), int64_t(idx[size_t(r)].size()), K_, lev.data() + at);
         }
         z_normalise(lev);
         const double b = blending_ >= 0 ? blending_ : std::max(0.0, 1.0 - double(T_) / double(P_));
@@ -107,12 +109,12 @@ class CompactorPolicy final : public ScorePolicy {
    private:
     NonCausalTiles tiles_;
     LeverageSketch sketch_;
-    int64_t layer_, D_ = 0;
+    int64_t layer_, D_ = 0, K_ = 0;
     double blending_;
     int64_t first_, last_;
     std::vector<double> raw_;   // (B*G, L) A_j |v_j|
     std::vector<float> score_;  // (B*G, L)
-    std::vector<double> keys_;  // (B*G, L, D) pre-RoPE keys
+    std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch (LeverageSketch::flush)
 };
 }  // namespace
 

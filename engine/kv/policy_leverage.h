@@ -14,9 +14,23 @@ struct LeverageSketch {
     void init(int64_t layer, int64_t G, int64_t D);
     // The pre-RoPE key of a token at position p (rope: the layer's frequencies, null: a copy).
     static void unrotate(const float* key, int64_t D, const std::vector<double>* rope, double p, double* out);
-    // The leverage of the m keys keys[idx[i] * D ...] of KV head g, centred over those m,
-    // clamped at 0, into out[i].
-    void leverage(const double* keys, const int32_t* idx, int64_t m, int64_t D, int64_t g, double* out) const;
+    // Columns of a projection: k, or D when there is no sketch.
+    int64_t width(int64_t D) const { return k > 0 ? k : D; }
+    // A key's projection y = x Phi_g (width(D) values; no sketch: x itself), taken once when the
+    // key is written: Phi is fixed, so centring after projecting, (x - mean) Phi = x Phi - mean(x
+    // Phi), leaves a chunk only the products over the cached rows. stage() un-rotates the key of
+    // row r written into `slot`; flush() projects every staged key, a chunk's keys of a head at
+    // once (policy_matmul: the same sums as one key at a time), into proj[(r * L + slot) * K].
+    void stage(const float* key, int64_t D, const std::vector<double>* rope, double p, int64_t r, int64_t slot);
+    void flush(int64_t D, int64_t G, int64_t L, double* proj);
+    // The leverage of the m keys whose projections are proj[idx[i] * K ...] (K = width(D)),
+    // centred over those m, clamped at 0, into out[i].
+    void leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out);
+
+   private:
+    std::vector<double> mean_, Y_, Yt_, G_, Li_, LiT_, Z_;  // scratch, kept between calls (no allocation per chunk)
+    std::vector<double> staged_, X_, P_;                    // staged pre-RoPE keys (count, D); one head's keys and projections
+    std::vector<int64_t> staged_at_;                        // (r, slot) of each staged key
 };
 
 // (x - mean) / max(std, 1e-6) in place over all of v (torch's unbiased std).

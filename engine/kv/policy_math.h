@@ -24,4 +24,12 @@ void policy_matmul_at(int level, int64_t m, int64_t n, int64_t k, const double* 
                       int64_t ldc, bool accumulate);
 int policy_matmul_level();
 
+// y[i] = exp(x[i]) for x <= 709 (about 1 ulp from std::exp; 0 below -708, where std::exp is
+// subnormal), returning sum_i y[i] added in 8 interleaved partial sums (element i to sum i % 8,
+// each in order, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))): the same polynomial and
+// the same sums at every ISA level, so results are identical on every CPU. For softmaxes over
+// many scores (non-causal-attn's tiles), where std::exp one value at a time dominated.
+double policy_exp_sum(const double* x, double* y, int64_t n);
+double policy_exp_sum_at(int level, const double* x, double* y, int64_t n);
+
 }  // namespace kv

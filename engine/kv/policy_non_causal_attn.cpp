@@ -23,7 +23,7 @@
 namespace kv {
 
 void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int64_t B, int64_t G, const std::vector<int32_t>& pos,
-                             int64_t L, int64_t T, std::vector<double>& raw) {
+                             int64_t L, int64_t T, std::vector<double>& raw, bool read) {
     const int64_t rows = B * G;
     if (D_ == 0) {
         D_ = f.head_dim;
@@ -51,14 +51,15 @@ void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int6
             hasq_[size_t(i)] = 1;
         }
         m_ = i + 1;
-        if (p + 1 == P + n || p + 1 == tile_start_ + C_) score_tile(B, G, pos, L, T, raw);
+        // a complete tile is scored once, for good; the open one only when its scores are read
+        if (p + 1 == tile_start_ + C_ || (p + 1 == P + n && read)) score_tile(B, G, pos, L, T, raw);
     }
 }
 
 void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T,
                                 std::vector<double>& raw) const {
     const int64_t R = NH_ / G, m = m_;
-    std::vector<double> A((size_t)m), e((size_t)m);
+    std::vector<double> A((size_t)m), e((size_t)m), x((size_t)m);
     std::vector<float> kt((size_t)(D_ * m)), dots((size_t)(m * m));
     for (int64_t r = 0; r < B * G; ++r) {
         const int64_t b = r / G, g = r % G;
@@ -71,9 +72,11 @@ void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>
             for (int64_t i = 0; i < m; ++i) {
                 if (!hasq_[size_t(i)]) continue;  // a prefill without attention has no queries
                 const float* d = dots.data() + i * m;
-                double mx = -INFINITY, z = 0;
-                for (int64_t j = 0; j < m; ++j) mx = std::max(mx, double(d[j]));
-                for (int64_t j = 0; j < m; ++j) z += (e[size_t(j)] = std::exp(double(d[j]) - mx));
+                float mx = -INFINITY;  // the max of floats is exact: the same shift as in f64
+                for (int64_t j = 0; j < m; ++j) mx = std::max(mx, d[j]);
+                for (int64_t j = 0; j < m; ++j) x[size_t(j)] = double(d[j]) - double(mx);
+                // the m^2 exponentials per head dominate the policy: vectorised (policy_math.h)
+                const double z = policy_exp_sum(x.data(), e.data(), m);
                 const double w = 1.0 / (z * double(R));
                 for (int64_t j = 0; j < m; ++j) A[size_t(j)] += e[size_t(j)] * w;
             }
@@ -115,11 +118,11 @@ class NonCausalAttnPolicy final : public ScorePolicy {
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
         ScorePolicy::prefill(n, f);
-        tiles_.observe(f, 0, n, B_, G_, pos_, L_, T_, raw_);
+        tiles_.observe(f, 0, n, B_, G_, pos_, L_, T_, raw_, T_ == L_);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
         ScorePolicy::apply(plan, f);
-        tiles_.observe(f, plan.input_pos, plan.n, B_, G_, pos_, L_, T_, raw_);
+        tiles_.observe(f, plan.input_pos, plan.n, B_, G_, pos_, L_, T_, raw_, T_ == L_);
     }
 
    protected:
@@ -129,6 +132,7 @@ class NonCausalAttnPolicy final : public ScorePolicy {
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
     }
     void accumulate(const std::vector<float>&, int64_t) override {
+        if (T_ < L_) return;  // scores are read only from a full cache (choose_next, slot_scores), each time recomputed
         // pool a in position order per row, then z-normalise over every cached token of the layer
         std::vector<std::vector<int32_t>> idx((size_t)rows());
         for (int64_t r = 0; r < rows(); ++r) {

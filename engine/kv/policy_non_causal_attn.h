@@ -15,10 +15,12 @@ class NonCausalTiles {
     explicit NonCausalTiles(int64_t C) : C_(C) {}
     void reset() { tile_start_ = m_ = D_ = NH_ = 0; }
     // After the chunk [P, P + n) is placed: append its queries, keys and value norms to the
-    // open tile(s) and rescore every tile it touched; raw[r * L + s] = A_j |v_j| for the slots
-    // s (of T, positions pos (rows, L)) that hold those tiles' tokens.
+    // open tile(s) and score every tile it completed, and the open one when `read` (the scores
+    // are read after this chunk: the cache is full; a later call rescores the open tile anyway);
+    // raw[r * L + s] = A_j |v_j| for the slots s (of T, positions pos (rows, L)) that hold those
+    // tiles' tokens.
     void observe(const InsertFeatures& f, int64_t P, int64_t n, int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L,
-                 int64_t T, std::vector<double>& raw);
+                 int64_t T, std::vector<double>& raw, bool read);
 
    private:
     void score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T, std::vector<double>& raw) const;

@@ -34,6 +34,7 @@ namespace kv {
     X(non_causal_attn)     \
     X(leverage)            \
     X(compactor)           \
+    X(lagkv)               \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

@@ -74,5 +74,38 @@ TEST(PolicyMatmul, EveryIsaPathGivesBitIdenticalProducts) {
     }
 }
 
+TEST(PolicyExpSum, EveryIsaPathIsWithinTwoUlpsOfStdExpAndSumsInItsDocumentedOrder) {
+    // std::exp is the reference (correctly rounded within 1 ulp in glibc); the sum is the
+    // documented grouping of 8 interleaved partial sums, written out here
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(-60.0, 5.0);
+    for (int64_t n : {1, 7, 8, 13, 64, 255}) {
+        std::vector<double> x((size_t)n), y((size_t)n);
+        for (double& v : x) v = u(rng);
+        x[0] = 0.0;
+        if (n > 3) x[1] = -707.5, x[2] = -720.0, x[3] = 700.0;  // near the normal range's ends
+        for (int level = 2; level <= policy_matmul_level(); ++level) {
+            const double sum = policy_exp_sum_at(level, x.data(), y.data(), n);
+            double s[8] = {};
+            for (int64_t i = 0; i < n; ++i) {
+                const double want = x[size_t(i)] < -708.0 ? 0.0 : std::exp(x[size_t(i)]);
+                EXPECT_LE(std::fabs(y[size_t(i)] - want), 4.5e-16 * want) << "x " << x[size_t(i)] << " level " << level;
+                s[i % 8] += y[size_t(i)];
+            }
+            EXPECT_EQ(sum, ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) << "n " << n << " level " << level;
+        }
+    }
+}
+
+TEST(PolicyExpSum, EveryIsaPathGivesBitIdenticalValues) {
+    std::vector<double> x(77), y2(77), y(77);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = -0.37 * double(i) + 0.01;
+    const double s2 = policy_exp_sum_at(2, x.data(), y2.data(), 77);
+    for (int level = 3; level <= policy_matmul_level(); ++level) {
+        EXPECT_EQ(policy_exp_sum_at(level, x.data(), y.data(), 77), s2) << "level " << level;
+        EXPECT_EQ(y, y2) << "level " << level;
+    }
+}
+
 }  // namespace
 }  // namespace kv::test
