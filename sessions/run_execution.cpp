@@ -158,6 +158,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     }
     j["kv_bytes"] = s.kv_bytes;
     j["kv_bits_per_element"] = s.kv_bits_per_element;
+    j["kv_logical_bytes"] = s.kv_logical_bytes;
+    j["kv_physical_bytes"] = s.kv_physical_bytes;
     j["chunks_per_sample"] = s.chunks_per_sample;
     if (!s.kept_slots.empty()) {  // compress-then-ask: the last sample's context and what its compression kept
         j["context_tokens"] = s.context_tokens;
@@ -195,7 +197,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     text << "mean loss " << s.mean_loss << " over " << s.scored_tokens << " scored of " << s.tokens << " tokens | " << s.tokens_per_s << " tokens/s";
     if (s.instrumentation_seconds > 0)
         text << " (" << s.tokens_per_s_with_instrumentation << " with the " << s.instrumentation_seconds << " s that measured it)";
-    text << " | KV " << format_bytes((long long)s.kv_bytes) << " (" << s.kv_bits_per_element << " bits/element)";
+    text << " | KV " << format_bytes((long long)s.kv_bytes) << " (" << s.kv_bits_per_element << " bits/element; kept "
+         << format_bytes((long long)s.kv_logical_bytes) << ", held " << format_bytes((long long)s.kv_physical_bytes) << ")";
     if (s.fidelity_attn_rel_error >= 0)
         text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass
              << ", next-token KL " << s.fidelity_next_token_kl << " nats";

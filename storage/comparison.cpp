@@ -108,6 +108,8 @@ Comparison compare_runs(SessionReader& session, const std::vector<int64_t>& ids,
         cr.perplexity = num(s, "perplexity");
         cr.tokens_per_s = num(s, "tokens_per_s");
         cr.kv_bytes = num(s, "kv_bytes");
+        cr.kv_logical_bytes = num(s, "kv_logical_bytes");
+        cr.kv_physical_bytes = num(s, "kv_physical_bytes");
         cr.seconds = num(s, "seconds");
         if (const int64_t peak = run_own_peak_bytes(r.summary); peak >= 0) cr.peak_bytes = double(peak);
         if (const int64_t all = run_peak_bytes(r.summary); all >= 0 && double(all) != cr.peak_bytes) cr.peak_bytes_with_instrumentation = double(all);
@@ -240,6 +242,16 @@ std::string format_comparison(const Comparison& c) {
             for (const auto& r : c.runs) any |= !std::isnan(r.*field);
             if (any) run_row(label, 26, [field = field](const ComparedRun& r) { return fmt(r.*field, 4); });
         }
+    }
+    // Logical (slots kept) beside physical (blocks or pools held) bytes: what eviction saved
+    // against what the allocator could give back.
+    bool any_bytes = false;
+    for (const auto& r : c.runs) any_bytes |= !std::isnan(r.kv_logical_bytes);
+    if (any_bytes) {
+        out += "KV memory (logical: slots kept; physical: blocks held):\n";
+        run_header("", 26);
+        run_row("logical bytes", 26, [](const ComparedRun& r) { return fmt_bytes(r.kv_logical_bytes); });
+        run_row("physical bytes", 26, [](const ComparedRun& r) { return fmt_bytes(r.kv_physical_bytes); });
     }
     // What measuring cost, apart from the headline numbers above (which are the runs' own).
     bool instrumented = false;

@@ -20,6 +20,9 @@ struct ComparedRun {
     std::vector<std::pair<std::string, std::string>> config_diff;  // fields differing from the reference
     double loss = NAN, accuracy = NAN, perplexity = NAN, tokens_per_s = NAN;  // tokens/s: the run's own speed
     double kv_bytes = NAN, peak_bytes = NAN, seconds = NAN;                   // peak: the run's own (run_own_peak_bytes)
+    // The bytes of the slots kept (logical) and what the buffers hold for them (physical: whole
+    // paged blocks, whole per-head pools), where the run records them.
+    double kv_logical_bytes = NAN, kv_physical_bytes = NAN;
     // The task's own numbers and the fidelity means, where the run records them (NaN otherwise):
     // copied tokens (repeat), answer tokens right (RULER), next-token KL, kept attention mass and
     // its efficiency against the oracle (the best set of the same size).

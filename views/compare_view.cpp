@@ -32,6 +32,9 @@ std::vector<CompareMetricRow> compare_metric_rows(const storage::Comparison& c) 
         {"perplexity", &storage::ComparedRun::perplexity, &storage::ComparedRun::ppl_ratio, false},
         {"tokens/s", &storage::ComparedRun::tokens_per_s, &storage::ComparedRun::speed_ratio, false},
         {"KV bytes", &storage::ComparedRun::kv_bytes, &storage::ComparedRun::kv_ratio, false},
+        // What eviction kept against what the buffers hold for it (whole paged blocks, pools).
+        {"KV bytes kept (logical)", &storage::ComparedRun::kv_logical_bytes, nullptr, false},
+        {"KV bytes held (physical)", &storage::ComparedRun::kv_physical_bytes, nullptr, false},
         {"peak bytes", &storage::ComparedRun::peak_bytes, &storage::ComparedRun::peak_ratio, false},
         {"seconds", &storage::ComparedRun::seconds, nullptr, false},
         // What measuring cost (fidelity), apart from the runs' own numbers above; rows with no

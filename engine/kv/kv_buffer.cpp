@@ -19,10 +19,10 @@ std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferPara
     if (quantized) {
         if (cfg.paged_block_size > 0)
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b, "' is quantized"));
-        out = make_quantized_buffer(cfg, p, ops::quant_format_from_name(info->keys_format()),
-                                    ops::quant_format_from_name(info->values_format()), info->name, shared);
+        const auto [kf, vf] = kv_quant_formats(cfg);
+        out = make_quantized_buffer(cfg, p, kf, vf, info->name, shared);
     } else if (cfg.paged_block_size > 0) {
-        out = make_paged_buffer(p, dt, cfg.paged_block_size);
+        out = make_paged_buffer(p, dt, cfg.paged_block_size, cfg.compact);
     } else {
         out = make_default_buffer(p, dt);
     }

@@ -62,7 +62,14 @@ class KVBuffer {
         (void)L;
         throw Error(str("the '", name(), "' buffer cannot change a layer's length (full-precision buffers can)"));
     }
-    // Exact storage bytes of K and V (scales and zero points included), and per element.
+    // Paged storage with --kv_cache.compact: after a chunk, kept (B, L) row-major says which
+    // slots some head of the row still keeps; the others are unmapped and kept slots move so
+    // whole blocks are freed (slot numbers stay). Returns the slots moved.
+    virtual bool compacts() const { return false; }
+    virtual int64_t compact(const std::vector<uint8_t>& kept) { (void)kept; return 0; }
+    // Exact storage bytes of K and V (scales and zero points included): what the buffer holds
+    // (physical: whole blocks of a paged buffer, the whole pool of per-head lengths), and per
+    // element. The bytes of the slots kept (logical) are LayerCache::logical_bytes().
     virtual size_t bytes() const = 0;
     virtual double bits_per_element() const = 0;
 };

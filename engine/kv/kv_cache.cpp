@@ -123,6 +123,18 @@ size_t KVCache::working_bytes() const {
     return (shared_->Kw.defined() ? shared_->Kw.nbytes() : 0) + (shared_->Vw.defined() ? shared_->Vw.nbytes() : 0);
 }
 
+size_t KVCache::logical_bytes() const {
+    size_t n = 0;
+    for (const auto& l : layers_) n += l->logical_bytes();
+    return n;
+}
+
+size_t KVCache::physical_bytes() const {
+    size_t n = 0;
+    for (const auto& l : layers_) n += l->buffer().bytes();
+    return n;
+}
+
 double KVCache::bits_per_element() const { return layers_.empty() ? 0.0 : layers_[0]->buffer().bits_per_element(); }
 
 }  // namespace kv

@@ -54,6 +54,10 @@ class KVCache final : public LayerAttention {
     // Exact bytes of all K/V storage (+ the shared working buffer), and bits per element.
     size_t buffer_bytes() const;
     size_t working_bytes() const;
+    // All layers' bytes of the slots kept (logical) and of what their buffers hold for them
+    // (physical: whole paged blocks, whole pools; no working buffer).
+    size_t logical_bytes() const;
+    size_t physical_bytes() const;
     double bits_per_element() const;
     // cpu_offload: restores of a parked layer served by a prefetch, and copied on demand.
     std::pair<int64_t, int64_t> offload_restores() const;

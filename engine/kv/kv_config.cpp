@@ -128,6 +128,57 @@ CacheName parse_kv_cache_name(const std::string& name) { return parse_cache_name
 
 void check_kv_cache_name(const std::string& name) { parse_kv_cache_name(name); }
 
+namespace {
+// A format's family: the formats of each width that share its coding (scales, blocks).
+struct QuantFamily {
+    const char* format;
+    std::vector<std::pair<int64_t, const char*>> widths;  // bits -> format
+};
+const std::vector<QuantFamily>& quant_families() {
+    static const std::vector<QuantFamily> f = {
+        {"q8", {{8, "q8"}, {4, "q4"}}},                 // keys_values' min-max rows
+        {"q4", {{8, "q8"}, {4, "q4"}}},
+        {"q8_0", {{8, "q8_0"}, {4, "q4_0"}}},           // llama.cpp blocks of 32
+        {"q4_0", {{8, "q8_0"}, {4, "q4_0"}}},
+        {"fp8_e4m3", {{8, "fp8_e4m3"}, {4, "nvfp4"}}},  // vLLM / SGLang floats
+        {"fp8_e5m2", {{8, "fp8_e5m2"}, {4, "nvfp4"}}},
+        {"nvfp4", {{8, "fp8_e4m3"}, {4, "nvfp4"}}},
+        {"mxfp4", {{8, "fp8_e4m3"}, {4, "mxfp4"}}},
+        {"nf4", {{4, "nf4"}}},                          // NF4 has 4-bit levels only
+    };
+    return f;
+}
+
+QuantFormat with_bits(const std::string& buffer, const std::string& format, int64_t bits, const char* opt) {
+    if (bits == 0) return ops::quant_format_from_name(format);
+    for (const QuantFamily& f : quant_families()) {
+        if (format != f.format) continue;
+        std::string have;
+        for (const auto& [w, name] : f.widths) {
+            if (w == bits) return ops::quant_format_from_name(name);
+            have += (have.empty() ? "" : " or ") + std::to_string(w);
+        }
+        throw Error(str(opt, ": ", bits, " bits is not a width of the '", buffer, "' buffer's ", format, " codes; expected ", have));
+    }
+    throw Error(str(opt, ": the '", buffer, "' buffer's ", format, " codes have no other width"));
+}
+}  // namespace
+
+std::pair<QuantFormat, QuantFormat> kv_quant_formats(const KVCacheConfig& c) {
+    const BufferInfo& b = *find_buffer(c.buffer());
+    if ((c.key_bits || c.value_bits) && b.kind != BufferKind::QUANTIZED) {
+        std::vector<std::string> q;
+        for (const BufferInfo& x : kv_buffer_registry())
+            if (x.kind == BufferKind::QUANTIZED) q.push_back(x.name);
+        const char* opt = c.key_bits ? "--kv_cache.key_bits" : "--kv_cache.value_bits";
+        throw Error(str(opt, ": the '", b.name, "' buffer ",
+                        b.kind == BufferKind::KIVI ? "packs keys and values with one width (kivi2, kivi4)" : "stores full precision",
+                        "; expected a quantized-row buffer (", join(q), ")"));
+    }
+    return {with_bits(b.name, b.keys_format(), c.key_bits, "--kv_cache.key_bits"),
+            with_bits(b.name, b.values_format(), c.value_bits, "--kv_cache.value_bits")};
+}
+
 bool quant_rows_over_heads(const KVCacheConfig& c, QuantFormat kf, QuantFormat vf, int64_t D) {
     return c.scale_granularity == "token" || !(D >= 16 && quant_row_ok(kf, D) && quant_row_ok(vf, D));
 }
@@ -139,7 +190,7 @@ int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
         throw Error(str("--kv_cache.budget_bytes / budget_ratio: the '", b.name,
                         "' buffer keeps a fixed full-precision residual pool besides its codes; budgets are for full-precision and "
                         "quantized-row buffers"));
-    const QuantFormat kf = ops::quant_format_from_name(b.keys_format()), vf = ops::quant_format_from_name(b.values_format());
+    const auto [kf, vf] = kv_quant_formats(c);
     const bool over = quant_rows_over_heads(c, kf, vf, D);
     const int64_t row = over ? G * D : D, rows = over ? 1 : G;
     return rows * (quant_row_bytes(kf, row) + quant_row_bytes(vf, row));
@@ -248,6 +299,11 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     if (c.scale_granularity != "head" && c.scale_granularity != "token")
         throw Error(str("--kv_cache.scale_granularity: '", c.scale_granularity, "' is invalid; expected head or token"));
     if (c.paged_block_size < 0) throw Error(str("--kv_cache.paged_block_size: ", c.paged_block_size, " must be >= 0"));
+    if (c.compact && (c.paged_block_size == 0 || quantized || kivi))
+        throw Error(str("--kv_cache.compact: compaction frees whole blocks of paged storage; expected --kv_cache.paged_block_size > 0 "
+                        "with a full-precision buffer, got paged_block_size ", c.paged_block_size, " and buffer '", b, "'"));
+    if (c.compact && c.cpu_offload)
+        throw Error("--kv_cache.compact: compaction acts on device blocks; expected no --kv_cache.cpu_offload with it");
     if (kivi) {
         const int64_t S = c.kivi_group_size;
         if (S < 8 || S % 8 != 0)
@@ -263,10 +319,14 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b,
                             "' is quantized (its packed groups of kivi_group_size slots are its blocks)"));
     }
+    if (c.key_bits < 0 || c.value_bits < 0)
+        throw Error(str(c.key_bits < 0 ? "--kv_cache.key_bits: " : "--kv_cache.value_bits: ", std::min(c.key_bits, c.value_bits),
+                        " is invalid; expected 0 (the buffer's own) or a width of its codes"));
+    if (c.key_bits || c.value_bits) kv_quant_formats(c);  // refuses a buffer without widths, a width its family lacks
     if (info.validate) info.validate(c, num_layers, num_kv_heads);
     if (quantized) {
         // Quantized buffers are named like their format, or name one format for keys and one for values.
-        const QuantFormat kf = ops::quant_format_from_name(buf.keys_format()), vf = ops::quant_format_from_name(buf.values_format());
+        const auto [kf, vf] = kv_quant_formats(c);
         // Blocks span all heads of a token when a head alone is too small (keys_values: D < 16).
         const int64_t over_heads = head_dim * num_kv_heads;
         const int64_t row = quant_rows_over_heads(c, kf, vf, head_dim) ? over_heads : head_dim;

@@ -54,7 +54,11 @@ struct KVCacheConfig {
     // dense cache's bytes (seq_length tokens in the activation dtype). It sets cache_length.
     int64_t budget_bytes = 0;
     double budget_ratio = 0.0;
+    // Quantized buffers: bits of the key and value codes (0: the buffer's own), each choosing the
+    // format of its width in the buffer's family (q8/q4, q8_0/q4_0, fp8/fp4; kv_quant_formats).
+    int64_t key_bits = 0, value_bits = 0;
     int64_t paged_block_size = 0;      // > 0: paged storage with blocks of this many slots
+    bool compact = false;              // paged: after each chunk move kept slots so whole blocks are freed
     bool cpu_offload = false;          // park each layer's buffers in host memory between uses
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer
     int64_t kivi_group_size = 32;      // kivi2/kivi4: slots per key group (= channels per value group, at most D)
@@ -93,6 +97,11 @@ void check_kv_cache_name(const std::string& name);  // parse_kv_cache_name, resu
 // Quantized rows span all heads of a token (one row of G*D values) when asked for one scale per
 // token, or when a head of D values is too small for either format (keys_values: D < 16).
 bool quant_rows_over_heads(const KVCacheConfig& cfg, QuantFormat keys, QuantFormat values, int64_t D);
+// The quant formats of keys and values of a quantized buffer: the buffer's own, or with
+// key_bits / value_bits the format of that width in the family of the buffer's format (k8v4 is
+// q8 keys, q4 values: "q8" with value_bits 4 is the same buffer). Throws kv::Error naming the
+// option for a width the family lacks or a buffer without widths.
+std::pair<QuantFormat, QuantFormat> kv_quant_formats(const KVCacheConfig& cfg);
 // Exact bytes one slot of one layer stores for the keys and values of all G heads (scales and
 // zero points included), for buffers that grow by whole slots (full precision, quantized rows).
 // Throws for KIVI, whose residual pool is fixed besides its codes.

@@ -27,6 +27,7 @@ void LayerCache::prefill_without_attention(const Tensor& k, const Tensor& v) {
     policy_->reset(k.size(0));
     log_.clear();
     chunk_ = 0;
+    head_dim_ = k.size(-1);
     buffer_->prefill(k, v);
     policy_->prefill(k.size(2), features(Tensor(), k, v, 0.0f));
     chunk_ = 1;
@@ -162,6 +163,7 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y) {
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
     lse_written_ = false;
+    head_dim_ = k.size(-1);
     const int64_t B = q.size(0), n = q.size(2);
     const Device dev = q.device();
     if (input_pos == 0) {
@@ -235,6 +237,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         policy_->apply(plan, f);
     }
     if (logging_) log_.append(plan);
+    if (buffer_->compacts()) compact_buffer();
 
     const int64_t T = pooled() ? policy_->pool_slots() : policy_->current_length();
     Tensor K, V;
@@ -283,6 +286,33 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     }
     lse_written_ = lse != nullptr;
     finish_step(plan, want ? &w : nullptr);
+}
+
+size_t LayerCache::logical_bytes() const {
+    if (!buffer_->allocated() || policy_->batch() == 0) return 0;
+    const std::vector<int32_t>& pos = policy_->token_positions();
+    int64_t kept = 0;  // (b, head, slot) entries with a token
+    for (int32_t p : pos) kept += p >= 0;
+    // Positions shared by all rows (L) stand for every (b, head) row.
+    if (!policy_->per_row_positions() && !pooled()) kept *= policy_->batch() * policy_->groups();
+    const int64_t D = policy_->batch() > 0 && !pos.empty() ? head_dim_ : 0;
+    return size_t(double(kept) * 2.0 * double(D) * buffer_->bits_per_element() / 8.0);
+}
+
+void LayerCache::compact_buffer() {
+    KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "compact blocks", .layer = layer_, .chunk = int(chunk_));
+    const int64_t B = policy_->batch(), G = policy_->groups(), L = policy_->cache_length();
+    const std::vector<int32_t>& pos = policy_->token_positions();
+    std::vector<uint8_t> kept(size_t(B * L), 0);  // a slot is kept while any head of its row keeps it
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < L; ++s) {
+            if (!policy_->per_row_positions()) {
+                kept[size_t(b * L + s)] = pos[size_t(s)] >= 0;
+                continue;
+            }
+            for (int64_t g = 0; g < G && !kept[size_t(b * L + s)]; ++g) kept[size_t(b * L + s)] = pos[size_t((b * G + g) * L + s)] >= 0;
+        }
+    buffer_->compact(kept);
 }
 
 void LayerCache::finish_step(const SlotPlan& plan, const std::vector<float>* w) {

@@ -50,6 +50,9 @@ class LayerCache {
     KVBuffer& buffer() { return *buffer_; }
     const KVBuffer& buffer() const { return *buffer_; }
     ReplayLog& replay_log() { return log_; }
+    // Bytes of K and V of the (b, head, slot) entries a head keeps (logical bytes), beside
+    // buffer().bytes(), what the buffer holds for them (physical: whole blocks, the whole pool).
+    size_t logical_bytes() const;
     int64_t input_pos() const { return policy_->input_pos(); }
     int64_t chunks() const { return chunk_; }
 
@@ -86,8 +89,10 @@ class LayerCache {
     InsertFeatures features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const;
     void record_step(const SlotPlan& plan) const;
     void finish_step(const SlotPlan& plan, const std::vector<float>* w);
+    void compact_buffer();
 
     int layer_;
+    int64_t head_dim_ = 0;  // D of the last call's keys (logical bytes)
     std::unique_ptr<KVPolicy> policy_;
     std::unique_ptr<KVBuffer> buffer_;
     ReplayLog log_;

@@ -325,6 +325,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         correct += r.correct ? 1 : 0;
         sum.samples.push_back(r);
         sum.kv_bytes = cache.buffer_bytes();
+        sum.kv_logical_bytes = cache.logical_bytes();
+        sum.kv_physical_bytes = cache.physical_bytes();
         sum.kv_bits_per_element = cache.bits_per_element();
         sum.tokens += T;
         policy_phase.reset();

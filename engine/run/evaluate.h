@@ -49,6 +49,9 @@ struct EvalSummary {
     double tokens_per_s = 0;  // the run's own speed: tokens / the policy passes' seconds
     double tokens_per_s_with_instrumentation = 0;  // tokens / seconds
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
+    // Of it: the bytes of the slots kept (logical) and what the buffers hold for them (physical:
+    // whole paged blocks, whole per-head pools; without the shared dequantized working buffer).
+    size_t kv_logical_bytes = 0, kv_physical_bytes = 0;
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
     // --protocol compress-then-ask: the last sample's context tokens and the slots its

@@ -250,8 +250,16 @@ std::vector<OptionDef> build_options() {
     o.push_back(float_opt("kv_cache.budget_ratio", "cache",
                           "sets cache_length: this fraction of the dense cache's bytes (seq_length tokens in the activation dtype; 0: off)",
                           0.0, 1000.0, [](RunConfig& c) -> double& { return c.kv_cache.budget_ratio; }));
+    o.push_back(int_opt("kv_cache.key_bits", "cache",
+                        "quantized buffers: bits of the key codes, the format of that width in the buffer's family (0: the buffer's own)", 0, 8,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.key_bits; }));
+    o.push_back(int_opt("kv_cache.value_bits", "cache",
+                        "quantized buffers: bits of the value codes, the format of that width in the buffer's family (0: the buffer's own)", 0, 8,
+                        [](RunConfig& c) -> int64_t& { return c.kv_cache.value_bits; }));
     o.push_back(int_opt("kv_cache.paged_block_size", "cache", "paged storage block size in slots (0: not paged)", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.paged_block_size; }));
+    o.push_back(bool_opt("kv_cache.compact", "cache", "paged storage: after each chunk move kept slots so whole blocks are freed",
+                         [](RunConfig& c) -> bool& { return c.kv_cache.compact; }));
     o.push_back(int_opt("kv_cache.kivi_group_size", "cache", "kivi2/kivi4: slots per key group and channels per value group", 8, 4096,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_group_size; }));
     o.push_back(int_opt("kv_cache.kivi_residual", "cache", "kivi2/kivi4: most recent tokens kept in full precision", 0, 1 << 20,
