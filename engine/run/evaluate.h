@@ -49,6 +49,10 @@ struct EvalSummary {
     double tokens_per_s = 0;  // the run's own speed: tokens / the policy passes' seconds
     double tokens_per_s_with_instrumentation = 0;  // tokens / seconds
     size_t kv_bytes = 0;      // all layers' K/V storage at the end of the last sample
+    // Layers whose sliding window the cache keeps by rule (a ring, no policy), and their slots.
+    std::vector<int> windowed_layers;
+    std::vector<int64_t> windowed_slots;
+    size_t kv_bytes_windowed = 0;  // of kv_bytes, the windowed layers' storage
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
