@@ -146,7 +146,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient, ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                                                "gemma3_window", "mistral"));
+                                                                "gemma3_window", "mistral", "gemma2_softcap"));
 
 struct PolicyCase {
     std::string policy, buffer;
