@@ -160,6 +160,12 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     j["kv_bits_per_element"] = s.kv_bits_per_element;
     j["kv_logical_bytes"] = s.kv_logical_bytes;
     j["kv_physical_bytes"] = s.kv_physical_bytes;
+    if (!s.windowed_layers.empty()) {
+        // Layers whose window the cache keeps by rule: the policy ran on the others only.
+        j["windowed_layers"] = s.windowed_layers;
+        j["windowed_layer_slots"] = s.windowed_slots;
+        j["kv_bytes_windowed"] = s.kv_bytes_windowed;
+    }
     j["chunks_per_sample"] = s.chunks_per_sample;
     if (!s.kept_slots.empty()) {  // compress-then-ask: the last sample's context and what its compression kept
         j["context_tokens"] = s.context_tokens;
@@ -199,6 +205,12 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         text << " (" << s.tokens_per_s_with_instrumentation << " with the " << s.instrumentation_seconds << " s that measured it)";
     text << " | KV " << format_bytes((long long)s.kv_bytes) << " (" << s.kv_bits_per_element << " bits/element; kept "
          << format_bytes((long long)s.kv_logical_bytes) << ", held " << format_bytes((long long)s.kv_physical_bytes) << ")";
+    if (!s.windowed_layers.empty()) {
+        text << " | windowed layers";
+        for (size_t i = 0; i < s.windowed_layers.size(); ++i) text << (i ? "," : " ") << s.windowed_layers[i];
+        text << " keep their window by rule (up to " << *std::max_element(s.windowed_slots.begin(), s.windowed_slots.end())
+             << " slots each, " << format_bytes((long long)s.kv_bytes_windowed) << "); the policy ran on the other layers";
+    }
     if (s.fidelity_attn_rel_error >= 0)
         text << " | fidelity: attention error " << s.fidelity_attn_rel_error << ", kept attention mass " << s.fidelity_kept_mass
              << ", next-token KL " << s.fidelity_next_token_kl << " nats";

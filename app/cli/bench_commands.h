@@ -16,6 +16,7 @@ int bench_fidelity(const Args& args);  // cmd_bench_research.cpp
 int bench_sweep(const Args& args);     // cmd_bench_research.cpp (runs kvlab itself)
 int bench_dist(const Args& args);      // cmd_bench_dist.cpp (under mpirun)
 int bench_quest(const Args& args);     // cmd_bench_quest.cpp
+int bench_families(const Args& args);  // cmd_bench_families.cpp
 int bench_trace(const Args& args);     // cmd_bench_trace.cpp (needs the views)
 
 // Prints the table, writes it as CSV to --csv and appends its Markdown section to --md

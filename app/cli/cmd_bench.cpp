@@ -64,6 +64,8 @@ void print_help() {
         "  sweep      kvlab sweep over cells vs the same cells as single kvlab eval_long runs (target <= 1.05x)\n"
         "  dist       under mpirun: all-reduce bandwidth (--sizes) and the all-reduce share of a data-parallel\n"
         "             fine-tuning step (--model tiny, --mode lora|full, --tokens, --steps; docs/DISTRIBUTED.md)\n"
+        "  families   prefill of Gemma 3, Gemma 2 (soft-capped), SmolLM3, Phi-3 and OLMo 2 on a Llama preset's shapes vs\n"
+        "             the Llama (target >= 1/1.2 of its tokens/s); --model (default small), --tokens (512), --repeats (3)\n"
         "  trace      the trace view on 10M synthetic spans: model build, whole-run summary (target <= 1 s),\n"
         "             frame p95 while zooming (target <= 16 ms; CPU side here, GL in kvlab-gui --bench-frames\n"
         "             --bench-only trace); --query_rows N spans, --quick 200k\n"
@@ -105,7 +107,7 @@ int cmd_bench(int argc, char** argv, int first) {
         return 0;
     }
     apply_global_options(args);
-    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest|trace");
+    if (args.positional().empty()) throw UsageError("bench: missing what to benchmark; expected: kvlab bench ops|model|cache|policies|kivi|telemetry|grad|fidelity|sweep|dist|quest|trace|families");
     const std::string what = args.positional()[0];
     if (what == "ops") return bench_ops(args);
     if (what == "model") return bench_model(args);
@@ -119,7 +121,8 @@ int cmd_bench(int argc, char** argv, int first) {
     if (what == "sweep") return bench_sweep(args);
     if (what == "dist") return bench_dist(args);
     if (what == "quest") return bench_quest(args);
-    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist, quest, trace");
+    if (what == "families") return bench_families(args);
+    throw UsageError("bench: unknown benchmark '" + what + "'; expected: ops, model, cache, policies, kivi, telemetry, grad, fidelity, sweep, dist, quest, trace, families");
 }
 
 }  // namespace kv::cli

@@ -131,7 +131,10 @@ std::vector<std::unique_ptr<ReplayLayerCache>> make_caches(const Transformer& m,
     for (int l = l0; l < l1; ++l) {
         out.push_back(std::make_unique<ReplayLayerCache>(l, B, c.num_kv_heads, Ls[size_t(l)], c.head_dim, m.act_dtype(),
                                                          m.options().device, &plans[size_t(l)]));
-        out.back()->set_quest(quest_page, quest_pages);
+        // A windowed layer kept its window by rule in the live cache (engine/kv/window_layer.h):
+        // quest read only the full-attention layers.
+        const bool windowed = c.layer_window(l) > 0;
+        out.back()->set_quest(windowed ? 0 : quest_page, windowed ? 0 : quest_pages);
         out.back()->set_window(c.layer_window(l));
     }
     return out;

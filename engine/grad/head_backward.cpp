@@ -91,6 +91,7 @@ double head_backward(const Transformer& m, const Tensor& x, int64_t start, const
                 Tensor dloss = Tensor::from_f64({B, len}, wt, ldt, {dev, MemCategory::WORKSPACE, "loss weights"});
                 Tensor dlogits = Tensor::empty(logits.shape(), ldt, {dev, MemCategory::ACTIVATIONS, "dlogits"});
                 ops::cross_entropy_backward_(dlogits, logits, targets, 1.0f, dloss);
+                m.final_softcap_backward_(dlogits, logits);
                 Tensor dh = lm_head_backward(m, h, start + s, dlogits, g);
                 Tensor dxs = dx.slice(1, s, e);
                 final_norm_backward(m, xs, dh, dxs, g);
@@ -111,6 +112,7 @@ double head_backward(const Transformer& m, const Tensor& x, int64_t start, const
             Tensor dloss = Tensor::from_f64({B, 1}, wrow, ldt, {dev, MemCategory::WORKSPACE, "loss weights"});
             Tensor dlogits = Tensor::empty(logits.shape(), ldt, {dev, MemCategory::ACTIVATIONS, "dlogits"});
             ops::cross_entropy_backward_(dlogits, logits, targets, 1.0f, dloss, subset);
+            m.final_softcap_backward_(dlogits, logits);
             Tensor dh = lm_head_backward(m, h, start + n - 1, dlogits, g);
             Tensor dxs = dx.slice(1, n - 1, n);
             final_norm_backward(m, xs, dh, dxs, g);

@@ -5,6 +5,7 @@
 
 #include "buffer_common.h"
 #include "engine/core/error.h"
+#include "window_layer.h"
 
 namespace kv {
 
@@ -13,17 +14,18 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     : cfg_(apply_kv_budget(cfg, model.num_layers, model.num_kv_heads, model.head_dim, act_dtype, seq_length)) {
     validate_kv_config(cfg_, model.num_layers, model.head_dim, model.num_kv_heads);
     int64_t max_L = 0;
-    std::vector<int64_t> Ls;
-    for (int64_t l = 0; l < model.num_layers; ++l) {
-        const int64_t L = cfg_.length_for_layer(l, seq_length, model.num_layers);
+    const std::vector<int64_t> Ls = layer_lengths(cfg_, model, seq_length);
+    for (int64_t L : Ls) {
         if (L < 1) throw Error("--kv_cache.cache_length is 0 and no sequence length is known; give a cache length");
-        Ls.push_back(L);
         max_L = std::max(max_L, L);
     }
     shared_ = make_buffer_shared(cfg_, max_L, model.num_kv_heads, model.head_dim, device, act_dtype);
     for (int64_t l = 0; l < model.num_layers; ++l) {
         BufferParams bp{l, Ls[size_t(l)], model.num_kv_heads, model.head_dim, device, act_dtype};
-        std::unique_ptr<KVPolicy> policy = make_policy(cfg_, bp.L, bp.G, text, l);
+        // A windowed layer keeps its window by rule; the policy runs on the other layers.
+        const int window = model.layer_window(l);
+        std::unique_ptr<KVPolicy> policy =
+            window > 0 ? make_window_policy(bp.L, bp.G, window) : make_policy(cfg_, bp.L, bp.G, text, l);
         // A policy may keep fewer slots than the layer's length (duo's streaming layers).
         bp.L = std::min(bp.L, policy->cache_length());
         if (const int64_t S = policy->pool_slots(); S > 0) {
@@ -37,8 +39,10 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     }
     if (const PolicyInfo* info = find_policy(cfg_.policy()); info && info->initial_layer_length && (cfg_.paged_block_size > 0 || cfg_.cpu_offload))
         throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' changes a layer's length during the sequence, which paged and offloaded storage do not support"));
+    // Policies deciding across layers (cake) see only the layers they run on.
     std::vector<KVPolicy*> all;
-    for (auto& l : layers_) all.push_back(&l->policy());
+    for (auto& l : layers_)
+        if (!is_window_policy(l->policy())) all.push_back(&l->policy());
     for (KVPolicy* p : all) p->link_layers(all);
 }
 

@@ -119,12 +119,9 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     // What the forward pass cannot compute yet is refused here, not approximated.
     if (cfg_.attention_sinks)
         throw Error(str(cfg_.name, ": attention sinks (a learned logit per head in the softmax) are not supported by the forward pass"));
-    if (cfg_.attn_logit_softcap > 0)
-        throw Error(str(cfg_.name, ": attention logit soft-capping (attn_logit_softcapping ", cfg_.attn_logit_softcap,
-                        ") is not supported by the forward pass; expected null"));
-    if (cfg_.final_logit_softcap > 0)
-        throw Error(str(cfg_.name, ": final logit soft-capping (final_logit_softcapping ", cfg_.final_logit_softcap,
-                        ") is not supported by the forward pass; expected null"));
+    if ((cfg_.attn_logit_softcap > 0 || cfg_.final_logit_softcap > 0) && opt.device.type != DeviceType::CPU)
+        throw Error(str(cfg_.name, ": logit soft-capping (attn_logit_softcapping ", cfg_.attn_logit_softcap, ", final_logit_softcapping ",
+                        cfg_.final_logit_softcap, ") is computed on the CPU only; expected --device cpu"));
     for (int64_t l = 0; l < cfg_.num_layers; ++l)
         if (cfg_.layer_spec(l).attention == AttnKind::NONE)
             throw Error(str(cfg_.name, ": layer ", l, " has no attention, which the forward pass does not support"));
@@ -274,6 +271,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         y = Tensor::empty({B, n, NH, HS}, act, ao);
         Tensor yv = y.permute({0, 2, 1, 3});
         attention.set_rope_frequencies(&rt.inv_freq);
+        const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
         attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
         if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
@@ -326,7 +324,30 @@ Tensor Transformer::lm_head(const Tensor& h, int64_t input_pos) const {
     MemoryLabelScope label("lm_head");
     Tensor logits = linear_any(h, lm_head_, opt_.dtype == DType::F64 ? DType::F64 : DType::F32);
     if (adapters_) adapters_->add(-1, LinearSite::HEAD, h, input_pos, logits);
+    if (cfg_.final_logit_softcap > 0) {  // Gemma 2: z -> c tanh(z / c) (host loop: CPU logits)
+        const double c = cfg_.final_logit_softcap;
+        if (logits.dtype() == DType::F64)
+            for (double* z = logits.data<double>(), *e = z + logits.numel(); z < e; ++z) *z = c * std::tanh(*z / c);
+        else
+            for (float* z = logits.data<float>(), *e = z + logits.numel(); z < e; ++z) *z = float(c * std::tanh(double(*z) / c));
+    }
     return logits;
+}
+
+void Transformer::final_softcap_backward_(Tensor& dlogits, const Tensor& logits) const {
+    if (!(cfg_.final_logit_softcap > 0)) return;
+    // d/dz c tanh(z / c) = 1 - tanh^2 = 1 - (capped / c)^2, from the capped logits lm_head returned.
+    const double c = cfg_.final_logit_softcap;
+    const Tensor z = logits.contiguous();
+    if (dlogits.dtype() == DType::F64) {
+        const std::vector<double> zv = z.to_f64_vector();
+        double* d = dlogits.data<double>();
+        for (size_t i = 0; i < zv.size(); ++i) d[i] *= 1.0 - (zv[i] / c) * (zv[i] / c);
+    } else {
+        const std::vector<float> zv = z.to_f32_vector();
+        float* d = dlogits.data<float>();
+        for (size_t i = 0; i < zv.size(); ++i) d[i] = float(double(d[i]) * (1.0 - (double(zv[i]) / c) * (double(zv[i]) / c)));
+    }
 }
 
 Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention* attention) const {

@@ -112,6 +112,9 @@ class Transformer {
     // lm_head on normalised states (B, n, E) of positions input_pos.. -> logits f32 (B, n, V).
     // The positions matter only to adapters (LoRA dropout in a training pass).
     Tensor lm_head(const Tensor& h, int64_t input_pos = 0) const;
+    // Final-logit soft-capping's share of the backward (Gemma 2; nothing without a cap):
+    // dlogits (contiguous, as lm_head's logits) *= 1 - (logits / cap)^2.
+    void final_softcap_backward_(Tensor& dlogits, const Tensor& logits) const;
     // Whole forward of ids at input_pos through every layer -> logits f32 (B, T, V).
     // With attention = nullptr, PlainAttention (no cache; input_pos must be 0).
     Tensor forward(const Tensor& ids, int64_t input_pos = 0, LayerAttention* attention = nullptr) const;

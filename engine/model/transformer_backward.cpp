@@ -90,7 +90,10 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
         Tensor dkr = Tensor::empty({B, G, n, HS}, dt, go);
         Tensor dv = Tensor::empty({B, G, n, HS}, dt, go);
         const auto& r = m.rope(l);
-        attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
+        {
+            const ops::AttentionSoftcap cap(c.attn_logit_softcap);  // as the forward capped the scores
+            attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
+        }
 
         // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
         const Tensor pos = position_range(input_pos, n, dev);

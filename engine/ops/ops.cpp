@@ -484,6 +484,21 @@ void check_sdpa(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 
 bool sdpa_lse_supported(const Device& device) { return device.type == DeviceType::CPU; }  // the CUDA kernel has no lse output yet
 
+namespace {
+thread_local float t_softcap = 0.0f;
+
+float sdpa_softcap(const char* op, const Tensor& y) {
+    if (t_softcap > 0.0f)
+        KV_REQUIRE(y.device().type == DeviceType::CPU, op,
+                   str("attention logit soft-capping (", t_softcap, ") is computed by the CPU backend only, not on ", device_name(y.device())));
+    return t_softcap;
+}
+}  // namespace
+
+AttentionSoftcap::AttentionSoftcap(double cap) : prev_(t_softcap) { t_softcap = float(cap); }
+AttentionSoftcap::~AttentionSoftcap() { t_softcap = prev_; }
+float AttentionSoftcap::current() { return t_softcap; }
+
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
            int window, Tensor* wsum, Tensor* lse) {
     const char* op = "sdpa";
@@ -494,6 +509,7 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
     OpCall c = make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos});
     c.p.alpha = scale;
     c.p.window = window;
+    c.p.softcap = sdpa_softcap(op, y);
     if (wsum) {
         KV_REQUIRE(wsum->ndim() == 3 && wsum->size(0) == B && wsum->size(1) == G && wsum->size(2) == T && dtype_is_float(wsum->dtype()),
                 op, str("weight sums must be float (", B, ", ", G, ", ", T, "), got ", wsum->describe()));
@@ -517,6 +533,7 @@ void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tens
     const char* op = "sdpa_kivi";
     require_same_device(op, {&y, &q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
     KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
+    KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented for KIVI caches; use another buffer");
     OpCall c = make_call(OpKind::SDPA_KIVI, y, {&q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
     c.p.alpha = scale;
     c.p.window = window;
@@ -542,6 +559,7 @@ void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, c
     KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
     KV_REQUIRE(page > 0 && pages >= 0 && page < (int64_t(1) << 30) && pages < (int64_t(1) << 30), op,
                str("page size must be > 0 and pages >= 0, got ", page, " and ", pages));
+    KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented for quest's page selection; use another policy");
     OpCall c = make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax});
     c.p.alpha = scale;
     c.p.quest_page = int(page);
@@ -737,6 +755,7 @@ void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const T
     c.dst3 = dv.view();
     c.p.alpha = scale;
     c.p.window = opt.window;
+    c.p.softcap = opt.softcap > 0 ? opt.softcap : sdpa_softcap(op, dq);
     c.p.max_temp_bytes = opt.max_temp_bytes;
     c.p.accumulate = acc_bits(opt.accumulate_dq, opt.accumulate_dk, opt.accumulate_dv);
     dispatch(c);

@@ -73,9 +73,29 @@ Tensor cast(const Tensor& x, DType dtype);
 // lse (optional, f32|f64 (B, NH, n)) receives each query row's log-sum-exp of its scaled
 // scores over the slots it sees (-inf if none): two attentions over disjoint slot sets merge
 // exactly by it (engine/driver/fidelity.cpp). Only where sdpa_lse_supported(device).
+// Scores are soft-capped (c tanh(s / c), Gemma 2) while an AttentionSoftcap scope of c > 0 is
+// open on the calling thread (CPU backend only).
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
            int window = 0, Tensor* wsum = nullptr, Tensor* lse = nullptr);
 bool sdpa_lse_supported(const Device& device);
+
+// The model's attention-logit soft-capping for every SDPA (and SDPA backward) the calling
+// thread runs while the scope is open. The cap belongs to the model, not to the cache: the
+// transformer opens it around a layer's attention, so each attention implementation (the KV
+// cache with its policy, the gradient replay, fidelity's reference) applies it without
+// carrying it through its interface. Attention kernels without a cap (KIVI, Quest) refuse
+// while it is open.
+class AttentionSoftcap {
+   public:
+    explicit AttentionSoftcap(double cap);
+    ~AttentionSoftcap();
+    AttentionSoftcap(const AttentionSoftcap&) = delete;
+    AttentionSoftcap& operator=(const AttentionSoftcap&) = delete;
+    static float current();  // 0 when none is open
+
+   private:
+    float prev_;
+};
 
 // SDPA over a KIVI cache, dequantized on read (SDPA_KIVI in kernels/common/op.h; layout in
 // kernels/common/kivi_math.h): the same masking, GQA and weight sums as sdpa_.
@@ -138,6 +158,7 @@ struct SdpaBackwardOptions {
     bool accumulate_dk = false;
     bool accumulate_dv = false;
     int64_t max_temp_bytes = 0;  // 0: 64 MiB
+    float softcap = 0.0f;        // > 0: as sdpa_'s soft-capping (0: the open AttentionSoftcap scope, if any)
 };
 void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos,
                     const Tensor& qpos, const Tensor& dy, float scale, const SdpaBackwardOptions& opt = {});

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/kv/quest_policy.h"
+#include "engine/kv/window_layer.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
 #include "engine/core/join.h"
@@ -327,6 +328,13 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         sum.kv_bytes = cache.buffer_bytes();
         sum.kv_logical_bytes = cache.logical_bytes();
         sum.kv_physical_bytes = cache.physical_bytes();
+        sum.windowed_layers.clear(), sum.windowed_slots.clear(), sum.kv_bytes_windowed = 0;
+        for (int l = 0; l < cache.num_layers(); ++l)
+            if (is_window_policy(cache.layer(l).policy())) {
+                sum.windowed_layers.push_back(l);
+                sum.windowed_slots.push_back(cache.layer(l).policy().cache_length());
+                sum.kv_bytes_windowed += cache.layer(l).buffer().bytes();
+            }
         sum.kv_bits_per_element = cache.bits_per_element();
         sum.tokens += T;
         policy_phase.reset();

@@ -52,6 +52,10 @@ struct EvalSummary {
     // Of it: the bytes of the slots kept (logical) and what the buffers hold for them (physical:
     // whole paged blocks, whole per-head pools; without the shared dequantized working buffer).
     size_t kv_logical_bytes = 0, kv_physical_bytes = 0;
+    // Layers whose sliding window the cache keeps by rule (a ring, no policy), and their slots.
+    std::vector<int> windowed_layers;
+    std::vector<int64_t> windowed_slots;
+    size_t kv_bytes_windowed = 0;  // of kv_bytes, the windowed layers' storage
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
     // --protocol compress-then-ask: the last sample's context tokens and the slots its

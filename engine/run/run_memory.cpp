@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
+#include "engine/kv/window_layer.h"
 #include "engine/core/run_mode.h"
 
 namespace kv {
@@ -37,20 +38,37 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
 
     // KV cache: K and V of every layer, (B, G, L, D) each (both counted: `pair` bytes per
     // element), plus one int32 position per slot.
+    // Windowed layers keep a ring of window - 1 + the largest chunk (engine/kv/window_layer.h).
+    KVCacheConfig ring = kc;
+    if (ring.max_chunk_size == 0) ring.max_chunk_size = int64_t(chunk);
     auto layer_slots = [&](uint64_t l) {  // L of layer l
+        if (const int w = m.layer_window(int64_t(l)); w > 0) return uint64_t(window_layer_length(ring, w, int64_t(T)));
         int64_t L = int64_t(T);
         if (kc.layer_cache_lengths.empty() || l < kc.layer_cache_lengths.size())
             L = kc.length_for_layer(int64_t(l), int64_t(T), int64_t(nl));
         return uint64_t(std::max<int64_t>(L, 0));
     };
-    uint64_t slots = 0;  // sum over layers of L
-    for (uint64_t l = 0; l < nl; ++l) slots = checked_add(slots, layer_slots(l), "the KV cache size");
+    uint64_t slots = 0, window_slots = 0, windowed = 0;  // sum over layers of L; of windowed layers
+    int64_t widest_window = 0;
+    for (uint64_t l = 0; l < nl; ++l) {
+        slots = checked_add(slots, layer_slots(l), "the KV cache size");
+        if (const int w = m.layer_window(int64_t(l)); w > 0) {
+            window_slots += layer_slots(l), ++windowed;
+            widest_window = std::max<int64_t>(widest_window, w);
+        }
+    }
     const std::string kv_cause = kc.cache_length > 0 ? str("cache_length ", kc.cache_length) : t_cause;
     const uint64_t cells = checked_mul({slots, B, G}, "the KV cache size");
     const uint64_t pair = kv_pair_bytes(kc, dt);
     const uint64_t bs = uint64_t(std::max<int64_t>(kc.paged_block_size, 0));
     if (bs == 0) {
-        items.push_back({kv_cause, "KV", checked_mul({cells, D, pair}, "the KV cache size")});
+        // Each layer type its own line: the policy's layers, and the windows kept by rule.
+        if (slots > window_slots)
+            items.push_back({kv_cause, windowed ? "KV, full-attention layers" : "KV",
+                             checked_mul({slots - window_slots, B, G, D, pair}, "the KV cache size")});
+        if (windowed)
+            items.push_back({str("sliding_window ", widest_window, " in ", windowed, " of ", nl, " layers"), "KV, windowed layers",
+                             checked_mul({window_slots, B, G, D, pair}, "the KV cache size")});
     } else {
         // Paged storage (engine/kv/buffer_paged.cpp) allocates whole blocks of `bs` slots per
         // batch row as tokens arrive, up to min(L, T) slots a layer, plus a block table (int32

@@ -6,6 +6,7 @@
 #include "engine/driver/long_context.h"
 #include "engine/kv/policy_registry.h"
 #include "engine/kv/quest_policy.h"
+#include "engine/kv/window_layer.h"
 
 namespace kv {
 
@@ -20,7 +21,7 @@ KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DTyp
         // chunk size would refuse that chunk in every full layer.
         const int64_t nl = mc.num_layers;
         for (int64_t l = 1; l < nl; ++l)
-            if (kc.length_for_layer(l, 0, nl) != kc.length_for_layer(0, 0, nl)) {
+            if (kc.length_for_layer(l, 0, nl) != kc.length_for_layer(0, 0, nl) || mc.layer_window(l) != mc.layer_window(0)) {
                 kc.max_chunk_size += kChunkSnapTokens;
                 break;
             }
@@ -33,6 +34,10 @@ ChunkPlan run_chunk_plan(const RunConfig& cfg, const KVCacheConfig& kc, const Mo
     for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
     quest_plan_lengths(kc, Ls);
     policy_plan_lengths(kc, mc.num_kv_heads, Ls);
+    // Windowed layers keep their ring whatever the policy (engine/kv/window_layer.h).
+    const std::vector<int64_t> rings = layer_lengths(kc, mc, T);
+    for (int64_t l = 0; l < mc.num_layers; ++l)
+        if (mc.layer_window(l) > 0) Ls[size_t(l)] = rings[size_t(l)];
     ChunkPlanOptions po;
     po.chunk_size = cfg.driver.chunk_size;
     po.prefill = cfg.driver.prefill_length;

@@ -59,6 +59,8 @@ namespace kv {
 //          Query i may attend slot j iff kpos[j] <= qpos[i] (and, with window w > 0,
 //          kpos[j] > qpos[i] - w). dst y (B, NH, n, HS) = softmax(alpha q k^T) v per head,
 //          head h using KV group h / (NH / G). A query that sees no slot gets zeros.
+//          With softcap c > 0 each score s = alpha q.k becomes c tanh(s / c) before the
+//          mask and softmax (weights, log-sum-exp and SDPA_BACKWARD follow; CPU only).
 //          dst2 (optional, f32 (B, G, T)): attention-weight sums
 //          w[b,g,j] = (1/R) sum_{h in g} sum_i A[b,h,i,j]  (R = NH / G), so sum_j w = n.
 //          dst3 (optional, f32|f64 (B, NH, n); CPU backend only): per query row, the
@@ -235,6 +237,7 @@ struct OpParams {
     int axis = 0;                // GATHER, SCATTER; MATMUL with a packed weight: 1 = not transposed
     int n_rot = 0;               // ROPE, ROPE_BACKWARD: rotated channels (0 = all)
     int window = 0;              // SDPA, SDPA_BACKWARD: sliding window in positions (0 = none)
+    float softcap = 0.0f;        // SDPA, SDPA_BACKWARD: scores s -> softcap tanh(s / softcap) (0 = none; Gemma 2)
     int act = 0;                 // SWIGLU, SWIGLU_BACKWARD: a GateAct
     int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat; MATMUL: a PackedFormat (u8 weight)
     int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits

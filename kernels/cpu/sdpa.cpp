@@ -50,6 +50,7 @@ struct SdpaShape {
     int64_t Bq, nqb, pairs, tasks;
     A alpha;
     int window;
+    A cap;  // soft-capping of the scores (0 = none)
 };
 
 template <class A>
@@ -63,6 +64,7 @@ SdpaShape<A> sdpa_shape(const OpCall& c) {
     s.nkb = (s.T + kKeyBlock - 1) / kKeyBlock;
     s.alpha = A(c.p.alpha);
     s.window = c.p.window;
+    s.cap = A(c.p.softcap);
     s.pairs = s.B * s.G;
     s.Bq = kMaxQueryBlock;
     return s;
@@ -261,6 +263,22 @@ inline void mask_row(A* sr, const A* kp, int64_t nk, A qp, int window) {
     for (int64_t j = 0; j < nk; ++j) sr[j] = (kp[j] <= qp && kp[j] > lo) ? sr[j] : neg_inf;
 }
 
+// Soft-capping of one score row: s -> cap tanh(s / cap); with dfac, also its derivative
+// 1 - tanh^2 per entry (the backward's factor on dS).
+// tanh as 1 - 2 / (exp(2x) + 1) through the kernel's exp, so the row vectorizes (std::tanh
+// per score cost Gemma 2 half its prefill speed); saturates to +-1 where exp overflows.
+template <class A>
+inline void cap_row(A* sr, int64_t nk, A cap, A* dfac = nullptr) {
+    const A two_over_cap = A(2) / cap;
+#pragma omp simd
+    for (int64_t j = 0; j < nk; ++j) {
+        const A t = A(1) - A(2) / (kv_exp(sr[j] * two_over_cap) + A(1));
+        sr[j] = cap * t;
+    }
+    if (dfac)
+        for (int64_t j = 0; j < nk; ++j) dfac[j] = A(1) - (sr[j] / cap) * (sr[j] / cap);
+}
+
 template <class A>
 inline A row_max(const A* x, int64_t n) {
     A m = -std::numeric_limits<A>::infinity();
@@ -353,6 +371,7 @@ void fwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
         gemm_bcast(rows, nkp, s.HS, tb.qs, HSP, 1, kv.kt + kb * s.HS * kKeyBlock, kKeyBlock, sc, ldsc, false);  // S = (alpha q) K^T
         for (int64_t row = 0; row < rows; ++row) {
             A* sr = sc + row * ldsc;
+            if (s.cap > A(0)) cap_row(sr, nk, s.cap);
             if (st == 1) mask_row(sr, kv.kp + j0, nk, qp[row % nq], s.window);
             const A mb = row_max(sr, nk);
             if (mb == neg_inf) {  // this row sees nothing here: zero probabilities, state unchanged
@@ -527,6 +546,8 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
         const W* vb = reinterpret_cast<const W*>(v.bytes() + b * v.nb[0] + g * v.nb[1]) + j0 * ldv;
         for (int64_t r0 = 0; r0 < rows; r0 += 4)  // S = (alpha q) K^T, four query rows per pass over K
             gemv_dot<W>(int(std::min<int64_t>(4, rows - r0)), nk, HS, qs + r0 * HS, HS, kb, ldk, sc + r0 * kDecodeKeys, kDecodeKeys);
+        if (s.cap > 0.0f)
+            for (int64_t r = 0; r < rows; ++r) cap_row(sc + r * kDecodeKeys, nk, s.cap);
         // Mask by position, then the range's softmax partials.
         const int64_t kpb = kpos.ne[0] == 1 ? 0 : b, kpg = kpos.ne[1] == 1 ? 0 : g, qpb = qpos.ne[0] == 1 ? 0 : b;
         int32_t* kp = reinterpret_cast<int32_t*>(scratch<float>(2, nk));
@@ -633,10 +654,10 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
 // thread over its pairs; the partials are summed in thread order at the end.
 template <class A>
 struct BwdBufs {
-    A *qs, *dy, *dq, *P, *dP;
+    A *qs, *dy, *dq, *P, *dP, *dcap;  // dcap: soft-capping's derivative per score (with a cap)
     static int64_t size(const SdpaShape<A>& s) {
         const int64_t rows = s.R * s.Bq;
-        return rows * s.HSP * 3 + rows * s.nkb * kKeyBlock * 2;
+        return rows * s.HSP * 3 + rows * s.nkb * kKeyBlock * (s.cap > A(0) ? 3 : 2);
     }
     void carve(const SdpaShape<A>& s, A* p) {
         const int64_t rows = s.R * s.Bq;
@@ -644,7 +665,8 @@ struct BwdBufs {
         dy = p, p += rows * s.HSP;
         dq = p, p += rows * s.HSP;
         P = p, p += rows * s.nkb * kKeyBlock;
-        dP = p;
+        dP = p, p += rows * s.nkb * kKeyBlock;
+        dcap = s.cap > A(0) ? p : nullptr;
     }
 };
 
@@ -677,6 +699,8 @@ void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
         const int64_t j0 = kb * KB, nk = std::min(KB, s.T - j0), nkp = round16(nk);
         gemm_bcast(rows, nkp, s.HS, tb.qs, HSP, 1, kv.kt + kb * s.HS * KB, KB, Pp(kb), KB, false);  // S
         gemm_bcast(rows, nkp, s.HS, tb.dy, HSP, 1, kv.vt + kb * s.HS * KB, KB, dPp(kb), KB, false);  // dP = dy V^T
+        if (tb.dcap)
+            for (int64_t row = 0; row < rows; ++row) cap_row(Pp(kb) + row * KB, nk, s.cap, tb.dcap + kb * rows * KB + row * KB);
         if (state[size_t(kb)] == 1)
             for (int64_t row = 0; row < rows; ++row) mask_row(Pp(kb) + row * KB, kv.kp + j0, nk, qp[row % nq], s.window);
     }
@@ -724,6 +748,10 @@ void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
                 A* dpr = dPp(kb) + row * KB;
 #pragma omp simd
                 for (int64_t j = 0; j < nkp; ++j) dpr[j] = pr[j] * (dpr[j] - dsum);  // dS
+                if (tb.dcap) {  // through the cap: dS_raw = dS (1 - tanh^2); P = 0 past nk
+                    const A* fr = tb.dcap + kb * rows * KB + row * KB;
+                    for (int64_t j = 0; j < std::min(KB, s.T - kb * KB); ++j) dpr[j] *= fr[j];
+                }
             }
         }
         for (int64_t kb = 0; kb < s.nkb; ++kb) {

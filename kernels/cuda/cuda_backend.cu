@@ -71,7 +71,8 @@ class CudaBackend final : public KernelBackend {
             case OpKind::NORM: return c.nsrc == 1 && is_float(c.src[0].dtype);
             case OpKind::SDPA:
                 return c.nsrc == 5 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
-                       c.src[4].dtype == DType::I32 && c.dst3.data == nullptr;  // no log-sum-exp output (CPU only)
+                       c.src[4].dtype == DType::I32 && c.dst3.data == nullptr &&  // no log-sum-exp output (CPU only)
+                       c.p.softcap == 0.0f;                                          // no soft-capping (CPU only)
             case OpKind::SDPA_KIVI: return kivi_call_ok(c) && c.src[0].ne[3] <= 256;
             case OpKind::SDPA_QUEST: return quest_call_ok(c) && sdpa_quest_fits(c);
             case OpKind::QUANTIZE:
@@ -99,7 +100,7 @@ class CudaBackend final : public KernelBackend {
                 const DType acc = c.dst.dtype == DType::F64 ? DType::F64 : DType::F32;
                 return c.nsrc == 6 && c.dst.ndim == 4 && c.src[0].ne[3] <= 256 && c.src[3].dtype == DType::I32 &&
                        c.src[4].dtype == DType::I32 && is_float(c.dst.dtype) && c.dst2.data && c.dst3.data && c.dst2.dtype == acc &&
-                       c.dst3.dtype == acc;
+                       c.dst3.dtype == acc && c.p.softcap == 0.0f;
             }
             case OpKind::OPTIMIZER_STEP: {
                 if (c.nsrc != 1 || !is_float(c.dst.dtype) || !is_float(c.src[0].dtype)) return false;

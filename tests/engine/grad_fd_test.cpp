@@ -146,7 +146,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient, ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                                                "gemma3_window", "mistral"));
+                                                                "gemma3_window", "mistral", "gemma2_softcap"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -504,8 +504,8 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient, ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window"));
 
-// Sliding windows through an evicting cache over several cells (h2o keeps heavy hitters older
-// than the window, which the windowed layers must not see): the replay's loss is the live
+// Sliding windows through an evicting cache over several cells (h2o on the full-attention layers,
+// rings holding more than the window on the windowed ones, which must not see it): the replay's loss is the live
 // pass's (the window masks the same keys in both), and every gradient matches finite
 // differences of it.
 TEST(WindowedGradient, ThroughAnEvictingCacheMatchesFiniteDifferences) {
@@ -522,7 +522,10 @@ TEST(WindowedGradient, ThroughAnEvictingCacheMatchesFiniteDifferences) {
         ASSERT_GT(plan.cells.size(), 2u);
         GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
         Tensor x0 = model->embed(d.ids);
-        const std::vector<int64_t> Ls(size_t(cfg.num_layers), L);
+        // h2o's L on full-attention layers; windowed layers keep their window by rule, here (no
+        // largest chunk given) a ring of the whole sequence, which the window still masks.
+        std::vector<int64_t> Ls;
+        for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(cfg.layer_window(l) > 0 ? T : L);
         auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
         const double l0 = loss(nullptr);
         EXPECT_NEAR(r.stats.replay_loss, l0, 1e-12 * std::fabs(l0)) << arch;

@@ -54,6 +54,13 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c = grad_test_config("gemma3", layers);
         c.layer_specs[0].attention = AttnKind::SLIDING;
         c.layer_specs[0].window = 5;
+    } else if (arch == "gemma2_softcap") {  // Gemma 2 blocks with both soft-caps small enough to saturate
+        c = grad_test_config("gemma3", layers);
+        c.arch = Arch::GEMMA2;
+        c.model_type = arch_name(c.arch);
+        c.qk_norm = false;
+        c.attn_logit_softcap = 0.7;
+        c.final_logit_softcap = 1.5;
     } else if (arch == "mistral") {  // every layer windowed
         c.arch = Arch::MISTRAL;
         c.model_type = arch_name(c.arch);

@@ -75,13 +75,14 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                          testing::Values("llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "llama_bf16",
                                          "mistral_window", "qwen2_window", "gemma3_interleaved", "gemma2_alternating",
-                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm"));
+                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap"));
 
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
 // one-pass reference, so each layer masks with its own window and rotates with its own base.
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
-    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm"}) {
+    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
+                                   "gemma2_softcap"}) {
         Fixture f = load_fixture(name);
         ModelOptions opt;
         opt.rope = RopeMode::YARN;
@@ -108,6 +109,41 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
                 EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
                 EXPECT_LE(c.rel_err, 1e-5) << c.report;
             }
+        }
+    }
+}
+
+// Gemma 2's soft-capping (attention 0.5, final logits 2.0: both saturate) against transformers'
+// own Gemma2ForCausalLM, eager attention in float64 (tools/reference/transformers_check.py wrote
+// its logits beside the fixture), one chunk and chunks of 32 through a cache.
+TEST(ModelFixtureSoftcap, MatchesTransformersEagerGemma2) {
+    Fixture f = load_fixture("gemma2_softcap");
+    ASSERT_EQ(f.model.config.attn_logit_softcap, 0.5);
+    ASSERT_EQ(f.model.config.final_logit_softcap, 2.0);
+    const SafetensorsContents hf =
+        load_safetensors(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gemma2_softcap/transformers.safetensors");
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;
+    Transformer model(f.model.config, f.model.weights, opt);
+    model.set_context_width(f.context_width);
+    for (int j = 0; j < f.inputs; ++j) {
+        const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
+        const Tensor& want = hf.tensors.at("logits." + std::to_string(j));
+        const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+        for (int64_t chunk : {T, int64_t(32)}) {
+            SCOPED_TRACE(str("input ", j, " chunk ", chunk));
+            KVCacheConfig kc;
+            KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
+            std::vector<double> got(size_t(B * T * V));
+            for (int64_t s = 0; s < T; s += chunk) {
+                const int64_t e = std::min(T, s + chunk);
+                const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
+                for (int64_t b = 0; b < B; ++b)
+                    for (int64_t t = s; t < e; ++t)
+                        for (int64_t v = 0; v < V; ++v) got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
+            }
+            test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+            EXPECT_LE(c.rel_err, 1e-5) << c.report;
         }
     }
 }
@@ -140,7 +176,8 @@ TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
 // does: the fixture's model.safetensors, tensor for tensor (Gemma's four norms, OLMo 2's output
 // norms, Phi-3's fused projections).
 TEST(ModelFixtureLayers, StateDictHasTheCheckpointsNamesAndValues) {
-    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm"}) {
+    for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
+                                   "gemma2_softcap"}) {
         Fixture f = load_fixture(name);
         Transformer model(f.model.config, f.model.weights, ModelOptions{});
         const TensorMap sd = model_state_dict(model);
@@ -314,21 +351,38 @@ TEST(ModelFixtureWindow, H2oCacheNeverAttendsOutsideTheWindow) {
 }
 
 // Quest's page kernel has no window: on a windowed layer it must refuse, never attend beyond.
-TEST(ModelFixtureWindow, QuestPageSelectionRefusesAWindow) {
-    Fixture f = load_fixture("mistral_window");
-    Transformer model(f.model.config, f.model.weights, ModelOptions{});
-    const Tensor& ids = f.expected.tensors.at("input_ids.1");  // (1, 23)
-    KVCacheConfig kc;
-    kc.name = "quest-default";
-    kc.cache_length = 23;
-    kc.policy_options = {{"quest_page_size", 2}, {"quest_pages", 2}};  // 2 of >= 4 pages: a real selection
-    KVCache cache(kc, f.model.config, Device{}, DType::F32, 23);
-    model.forward(ids.slice(1, 0, 8).contiguous(), 0, &cache);
-    try {
-        model.forward(ids.slice(1, 8, 9).contiguous(), 8, &cache);
-        ADD_FAILURE() << "quest attended a windowed layer";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("sliding window of 5 tokens"), std::string::npos) << e.what();
+// Quest reads pages only on the full-attention layers: windowed layers keep their window by
+// rule (sdpa_quest_ has no window, and a window needs no selection). On the Gemma 3 fixture
+// (layers 0, 1, 3 windowed, 5 tokens) quest runs; with every page selected it equals the
+// PyTorch reference.
+TEST(ModelFixtureWindow, QuestReadsOnlyFullAttentionLayers) {
+    Fixture f = load_fixture("gemma3_interleaved");
+    const ModelConfig& mc = f.model.config;
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;  // as the fixture was written (plain RoPE within its context)
+    Transformer model(mc, f.model.weights, opt);
+    model.set_context_width(f.context_width);
+    const Tensor& ids = f.expected.tensors.at("input_ids.0");
+    const Tensor& want = f.expected.tensors.at("logits.0");
+    const int64_t T = ids.size(1), V = want.size(2);
+    for (int64_t pages : {int64_t(2), int64_t(64)}) {
+        SCOPED_TRACE(str(pages, " pages of 2"));
+        KVCacheConfig kc;
+        kc.name = "quest-default";
+        kc.policy_options = {{"quest_page_size", 2}, {"quest_pages", double(pages)}};
+        KVCache cache(kc, mc, Device{}, DType::F32, T);
+        for (int64_t l = 0; l < mc.num_layers; ++l)
+            EXPECT_EQ(std::string(cache.layer(int(l)).policy().name()), mc.layer_window(l) > 0 ? "window" : "quest") << l;
+        std::vector<double> last;
+        for (int64_t s = 0; s < T; s += (s == 0 ? 8 : 1)) {
+            const int64_t e = s == 0 ? 8 : s + 1;
+            last = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
+        }
+        if (pages < 64) continue;  // a real selection differs from full attention by design
+        const int64_t B = ids.size(0);  // the last row's last token
+        const Tensor got = Tensor::from_f64({1, 1, V}, std::vector<double>(last.end() - V, last.end()));
+        test::Comparison c = test::compare(got, want.slice(0, B - 1, B).slice(1, T - 1, T).contiguous());
+        EXPECT_LE(c.rel_err, 1e-5) << c.report;
     }
 }
 

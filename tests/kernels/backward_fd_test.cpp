@@ -259,6 +259,7 @@ struct SdpaFd {
     int window;
     bool scattered;  // slots hold a shuffled subset of older positions plus the n new ones
     int64_t max_temp_bytes;
+    float softcap;  // > 0: Gemma 2's c tanh(s / c) on the scores
 };
 
 void PrintTo(const SdpaFd& s, std::ostream* os) { *os << s.name; }
@@ -297,12 +298,14 @@ TEST_P(BackwardFdSdpa, MatchesFiniteDifferences) {
     OpParams p;
     p.alpha = scale;
     p.window = sp.window;
+    p.softcap = sp.softcap;
     auto loss = [&] { return dot(ref_run(OpKind::SDPA, p, {q, k, v, kpos, qpos}, q.shape()), R); };
     Tensor fdq = fd_grad(q, loss), fdk = fd_grad(k, loss), fdv = fd_grad(v, loss);
 
     ops::SdpaBackwardOptions opt;
     opt.window = sp.window;
     opt.max_temp_bytes = sp.max_temp_bytes;
+    opt.softcap = sp.softcap;
     Tensor dq = Tensor::zeros(q.shape(), DType::F64), dk = Tensor::zeros(k.shape(), DType::F64), dv = Tensor::zeros(v.shape(), DType::F64);
     ops::sdpa_backward_(dq, dk, dv, q, k, v, kpos, qpos, R, scale, opt);
     expect_grad(dq, fdq, kTolF64, "sdpa dq f64");
@@ -332,11 +335,13 @@ TEST_P(BackwardFdSdpa, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, BackwardFdSdpa,
-    testing::Values(SdpaFd{"gqa_chunk_over_cache_scattered", 2, 4, 2, 5, 24, 4, 0, true, 0},
-                    SdpaFd{"prefill_window_6", 1, 2, 1, 12, 12, 8, 6, false, 0},
-                    SdpaFd{"chunk_scattered_window_30", 1, 6, 3, 4, 36, 4, 30, true, 0},
-                    SdpaFd{"three_key_blocks_one_query_per_block", 1, 2, 1, 3, 300, 2, 0, true, 1},
-                    SdpaFd{"decode_n1", 1, 4, 1, 1, 20, 8, 0, true, 0}),
+    testing::Values(SdpaFd{"gqa_chunk_over_cache_scattered", 2, 4, 2, 5, 24, 4, 0, true, 0, 0.0f},
+                    SdpaFd{"prefill_window_6", 1, 2, 1, 12, 12, 8, 6, false, 0, 0.0f},
+                    SdpaFd{"chunk_scattered_window_30", 1, 6, 3, 4, 36, 4, 30, true, 0, 0.0f},
+                    SdpaFd{"three_key_blocks_one_query_per_block", 1, 2, 1, 3, 300, 2, 0, true, 1, 0.0f},
+                    SdpaFd{"decode_n1", 1, 4, 1, 1, 20, 8, 0, true, 0, 0.0f},
+                    SdpaFd{"softcap_0_5_gqa_scattered", 2, 4, 2, 5, 24, 4, 0, true, 0, 0.5f},
+                    SdpaFd{"softcap_0_8_window_6", 1, 2, 1, 12, 12, 8, 6, false, 0, 0.8f}),
     [](const testing::TestParamInfo<SdpaFd>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -64,6 +64,25 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
                              if (sd.weights) b.output2({sd.B, sd.G, sd.T}, sd.dt == DType::F64 ? DType::F64 : DType::F32);
                          }});
     }
+    // Soft-capping (Gemma 2): scores c tanh(s / c) before the mask; scores up to ~|8| against a
+    // cap of 3 so tanh saturates; tiled, decode and windowed paths, weights and log-sum-exp.
+    struct Cap { std::string tag; int64_t B, NH, G, n, T, HS; int window; };
+    for (const Cap& k : std::vector<Cap>{{"prefill_n40", 1, 4, 2, 40, 40, 16, 0},
+                                         {"chunk_n7_T300_window_100", 1, 6, 2, 7, 300, 32, 100},
+                                         {"decode_n1_T257", 2, 8, 2, 1, 257, 64, 0}}) {
+        cases.push_back({"sdpa/f32/softcap_3_" + k.tag, tol_for(DType::F32) * 3, [k](CaseBuilder& b) {
+                             b.call.op = OpKind::SDPA;
+                             b.call.p.alpha = 4.0f / std::sqrt(float(k.HS));
+                             b.call.p.window = k.window;
+                             b.call.p.softcap = 3.0f;
+                             b.src(b.input({k.B, k.NH, k.n, k.HS}, DType::F32, Layout::CONTIG, -2.0, 2.0));
+                             b.src(b.input({k.B, k.G, k.T, k.HS}, DType::F32, Layout::CONTIG, -2.0, 2.0));
+                             b.src(b.input({k.B, k.G, k.T, k.HS}, DType::F32));
+                             sdpa_positions(b, k.B, k.G, k.n, k.T, false, false);
+                             b.output({k.B, k.NH, k.n, k.HS}, DType::F32);
+                             b.output2({k.B, k.G, k.T}, DType::F32);
+                         }});
+    }
     // Queries older than every slot see nothing: zero output rows and no weight.
     cases.push_back({"sdpa/f32/queries_that_see_nothing", tol_for(DType::F32) * 3, [](CaseBuilder& b) {
                          b.call.op = OpKind::SDPA;

@@ -61,6 +61,25 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
                              b.output3({sb.B, sb.G, sb.T, sb.HS}, out, acc);
                          }});
     }
+    // Soft-capping (Gemma 2): dS through c tanh(s / c), scores large enough to saturate a cap of 3.
+    for (DType dt : {DType::F32, DType::F64}) {
+        const DType out = dt == DType::F64 ? DType::F64 : DType::F32;
+        cases.push_back({std::string("sdpa_backward/") + dn(dt) + "/softcap_3_chunk_n7_T150_window_60", dt == DType::F64 ? 1e-11 : 1e-4,
+                         [dt, out](CaseBuilder& b) {
+                             b.call.op = OpKind::SDPA_BACKWARD;
+                             b.call.p.alpha = 4.0f / std::sqrt(16.0f);
+                             b.call.p.window = 60;
+                             b.call.p.softcap = 3.0f;
+                             b.src(b.input({1, 4, 7, 16}, dt, Layout::CONTIG, -2.0, 2.0));
+                             b.src(b.input({1, 2, 150, 16}, dt, Layout::CONTIG, -2.0, 2.0));
+                             b.src(b.input({1, 2, 150, 16}, dt));
+                             sdpa_positions(b, 1, 2, 7, 150, true, false);
+                             b.src(b.input({1, 4, 7, 16}, dt));
+                             b.output({1, 4, 7, 16}, out);
+                             b.output2({1, 2, 150, 16}, out);
+                             b.output3({1, 2, 150, 16}, out);
+                         }});
+    }
 });
 
 }  // namespace

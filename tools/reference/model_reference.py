@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for kvlab's transformer forward pass.
 
-Builds tiny Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / Gemma 3 / SmolLM3 / Phi-3 / OLMo 2 models with seeded random weights, writes each as a Hugging
+Builds tiny Llama / Mistral / Qwen2 / Qwen3 / Gemma 2 / Gemma 3 / SmolLM3 / Phi-3 / OLMo 2 models (Gemma 2 also soft-capped) with seeded random weights, writes each as a Hugging
 Face folder (config.json + model.safetensors, written by the small writer below, not by
 kvlab), and computes in float64 the logits for a few inputs plus greedy continuations. The
 C++ tests (tests/engine/model_fixture_test.cpp) load the same folders with kvlab's loaders and
@@ -361,6 +361,14 @@ FIXTURES = [
     ("olmo2_postnorm", llama_cfg(model_type="olmo2", architectures=["Olmo2ForCausalLM"], num_key_value_heads=4,
                                  rope_theta=500000.0, rms_norm_eps=1e-6),
      torch.float32, "yarn", 64, [(2, 15)]),
+    # Gemma 2 with soft-capping: caps small enough that tanh saturates for these weights
+    # (attention 0.5, final logits 2.0); checked against transformers' eager Gemma2 by
+    # tools/reference/transformers_check.py (transformers.safetensors beside the fixture).
+    ("gemma2_softcap", llama_cfg(model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=3,
+                                 sliding_window=4, query_pre_attn_scalar=12, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                 hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                 final_logit_softcapping=2.0, attn_logit_softcapping=0.5),
+     torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
 ]
 
 

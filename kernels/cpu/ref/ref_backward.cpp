@@ -192,7 +192,8 @@ void sdpa_backward(const OpCall& c) {
             for (int64_t i = 0; i < n; ++i) {
                 const double qp = get(qpos, Index{b, i});
                 std::vector<char> ok((size_t)T);
-                std::vector<double> a((size_t)T, 0.0), da((size_t)T, 0.0);
+                std::vector<double> a((size_t)T, 0.0), da((size_t)T, 0.0), dcap((size_t)T, 1.0);
+                const double cap = c.p.softcap;
                 double mx = -std::numeric_limits<double>::infinity();
                 for (int64_t j = 0; j < T; ++j) {
                     const double kp = get(kpos, Index{b, g, j});
@@ -201,6 +202,11 @@ void sdpa_backward(const OpCall& c) {
                     double dot = 0;
                     for (int64_t d = 0; d < HS; ++d) dot += get(q, Index{b, h, i, d}) * get(k, Index{b, g, j, d});
                     a[size_t(j)] = alpha * dot;
+                    if (cap > 0) {  // s -> cap tanh(s / cap), d/ds = 1 - tanh^2
+                        const double t = std::tanh(a[size_t(j)] / cap);
+                        a[size_t(j)] = cap * t;
+                        dcap[size_t(j)] = 1 - t * t;
+                    }
                     mx = std::max(mx, a[size_t(j)]);
                 }
                 double sum = 0;
@@ -216,7 +222,7 @@ void sdpa_backward(const OpCall& c) {
                 std::vector<double> dq((size_t)HS, 0.0);
                 for (int64_t j = 0; j < T; ++j) {
                     if (!ok[size_t(j)]) continue;
-                    const double ds = a[size_t(j)] * (da[size_t(j)] - adot);
+                    const double ds = a[size_t(j)] * (da[size_t(j)] - adot) * dcap[size_t(j)];
                     for (int64_t d = 0; d < HS; ++d) {
                         const size_t at = size_t(((b * G + g) * T + j) * HS + d);
                         dq[size_t(d)] += alpha * ds * get(k, Index{b, g, j, d});

@@ -197,7 +197,9 @@ void sdpa(const OpCall& c) {
                     bool ok = kp <= qp && (c.p.window <= 0 || kp > qp - c.p.window);
                     double dot = 0;
                     for (int64_t d = 0; d < HS; ++d) dot += get(q, Index{b, h, i, d}) * get(k, Index{b, g, j, d});
-                    s[size_t(j)] = ok ? double(c.p.alpha) * dot : -std::numeric_limits<double>::infinity();
+                    double sc = double(c.p.alpha) * dot;
+                    if (c.p.softcap > 0) sc = double(c.p.softcap) * std::tanh(sc / double(c.p.softcap));
+                    s[size_t(j)] = ok ? sc : -std::numeric_limits<double>::infinity();
                     mx = std::max(mx, s[size_t(j)]);
                 }
                 double sum = 0;

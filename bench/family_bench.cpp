@@ -1,0 +1,95 @@
+// The architecture families against a Llama of the same shapes (see family_bench.h).
+#include "family_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "engine/model/presets.h"
+#include "engine/model/transformer.h"
+
+namespace kv::bench {
+
+namespace {
+
+// Each family's particulars on the Llama's shapes: the same matrices, so the same parameter
+// count up to the norms (Gemma's four per layer, OLMo 2's q/k norms over the projection).
+ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
+    ModelConfig c = llama;
+    c.name = family;
+    const int64_t L = c.num_layers;
+    if (family == "gemma3" || family == "gemma2") {
+        c.arch = family == "gemma3" ? Arch::GEMMA3 : Arch::GEMMA2;
+        c.norm_placement = NormPlacement::BOTH;
+        c.norm_weight_offset = 1.0;
+        c.embedding_scale = std::sqrt(double(c.hidden_size));
+        c.qk_norm = family == "gemma3";
+        c.query_pre_attn_scalar = double(c.head_dim);
+        c.mlp_act = MlpAct::GELU_TANH;
+        if (family == "gemma2") c.attn_logit_softcap = 50.0, c.final_logit_softcap = 30.0;
+        c.layer_specs.resize(size_t(L));
+        const int pattern = family == "gemma3" ? 6 : 2;
+        for (int64_t l = 0; l < L; ++l) {
+            LayerSpec& s = c.layer_specs[size_t(l)];
+            s.rope_theta = c.rope_theta;
+            if ((l + 1) % pattern != 0) s.attention = AttnKind::SLIDING, s.window = 4096;
+        }
+    } else if (family == "smollm3") {
+        c.arch = Arch::SMOLLM3;
+        c.layer_specs.resize(size_t(L));
+        for (int64_t l = 0; l < L; ++l) {
+            c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
+            c.layer_specs[size_t(l)].rotary_fraction = (l + 1) % 4 != 0 ? 1.0 : 0.0;
+        }
+    } else if (family == "phi3") {
+        c.arch = Arch::PHI3;
+        c.fused_projections = true;
+        c.partial_rotary_factor = 0.75;
+    } else if (family == "olmo2") {
+        c.arch = Arch::OLMO2;
+        c.norm_placement = NormPlacement::POST;
+        c.qk_norm = c.qk_norm_whole = true;
+    }
+    c.model_type = arch_name(c.arch);
+    return c;
+}
+
+}  // namespace
+
+std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
+    const ModelConfig llama = preset_config(opt.model);
+    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2"};
+    std::vector<std::unique_ptr<Transformer>> models;
+    for (const std::string& n : names) {
+        const ModelConfig c = n == "llama" ? llama : family_config(llama, n);
+        models.push_back(std::make_unique<Transformer>(c, random_weights(c, 7, DType::F32), ModelOptions{}));
+    }
+    std::vector<int32_t> ids(size_t(opt.tokens));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919) % size_t(llama.vocab_size));
+    const Tensor x = Tensor::from_i32({1, opt.tokens}, ids);
+    std::vector<double> best(names.size(), 1e300);
+    const int total = opt.repeats * int(names.size());
+    for (int r = 0; r < opt.repeats; ++r)
+        for (size_t m = 0; m < names.size(); ++m) {  // interleaved: load drifts hit every family alike
+            progress(r * int(names.size()) + int(m), total, names[m]);
+            const auto t0 = std::chrono::steady_clock::now();
+            models[m]->forward(x);
+            best[m] = std::min(best[m], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+    std::vector<CacheBenchRow> rows;
+    const double base = double(opt.tokens) / best[0];
+    for (size_t m = 1; m < names.size(); ++m) {
+        CacheBenchRow row;
+        row.name = str(names[m], " (", models[m]->parameter_count() / 1000000.0, " M parameters; llama ",
+                       models[0]->parameter_count() / 1000000.0, " M)");
+        row.a = double(opt.tokens) / best[m];
+        row.b = base;
+        row.unit = "tokens/s";
+        row.ratio = row.a / row.b;
+        row.target = 1.0 / 1.2;
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+}  // namespace kv::bench
