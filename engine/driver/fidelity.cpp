@@ -134,7 +134,7 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     const KVPolicy& pol = lc.policy();
     const std::vector<int32_t>& pos = pol.token_positions();
     // Per-head lengths: a row is the pool (-1 where another head keeps the slot).
-    const int64_t L = pol.pool_slots() ? pol.pool_slots() : pol.cache_length(), Tc = pol.pool_slots() ? L : pol.current_length();
+    const int64_t L = pol.position_row_length(), Tc = pol.position_row_filled();
     std::vector<char> held(size_t(B * G * end), 0);
     std::vector<int64_t> evicted(size_t(B * G), 0);
     bool dropped_any = false, slots_distinct = true;

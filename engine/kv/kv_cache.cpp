@@ -60,6 +60,13 @@ std::pair<int64_t, int64_t> KVCache::offload_restores() const {
     return {shared_->prefetch_hits, shared_->prefetch_misses};
 }
 
+bool KVCache::fixed_slot_layout() const {
+    if (const PolicyInfo* info = find_policy(cfg_.policy()); info && info->initial_layer_length) return false;
+    for (const auto& l : layers_)
+        if (l->policy().pool_slots() > 0) return false;
+    return true;
+}
+
 int64_t KVCache::min_cache_length() const {
     int64_t m = INT64_MAX;
     for (const auto& l : layers_) m = std::min(m, l->policy().cache_length());

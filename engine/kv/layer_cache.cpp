@@ -250,7 +250,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         // evicting policy may drop keys inside the window but never adds one outside it.
         if (pooled()) pooled_sdpa(yy, qq, K, V, qp, scale, ws, window);
         else if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws, window);
-        else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws, window);
+        else if (policy_->selects_reads()) policy_->attend_selection(yy, qq, K, V, kpos, qp, scale, ws, window);
         else if (lse) {
             Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
             ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws, &ls);

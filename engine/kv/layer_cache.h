@@ -72,7 +72,7 @@ class LayerCache {
     // The (B|1, G|1, T) int32 positions tensor of the current state (for attention).
     Tensor positions_tensor(Device device) const;
 
-    // Context reconstruction (kvzip, engine/driver/reconstruction.*): while armed, a chunk's
+    // Context reconstruction (kvzip, engine/kv/context_reconstruction.*): while armed, a chunk's
     // telemetry (trace step, step hook) waits until finish_reconstruction(), so both show the
     // scores the reconstruction left, which the next chunk evicts by.
     void set_reconstruction_armed(bool on);

@@ -6,7 +6,6 @@
 #include <memory>
 #include <optional>
 
-#include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
 #include "engine/core/join.h"
