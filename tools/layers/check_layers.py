@@ -233,39 +233,16 @@ def declared_names(code):
     return set(names) - {"const", "override", "return", "default"}
 
 
+LITERAL_OR_COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/|\bR"([^(\s"]*)\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
 def strip_code(text):
     """text with comments and string/char literals blanked (line numbers kept)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == 'R' and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            m = re.match(r'R"([^(\s]*)\(', text[i:])
-            if not m:
-                out.append(c)
-                i += 1
-                continue
-            end = text.find(")" + m.group(1) + '"', i)
-            j = n if end < 0 else end + len(m.group(1)) + 2
-            out.append('""' + "\n" * text.count("\n", i, j))
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(c + c)
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    def blank(m):
+        t = m.group(0)
+        keep = '""' if t[0] in "R\"" else "''" if t[0] == "'" else ""
+        return keep + "\n" * t.count("\n")
+    return LITERAL_OR_COMMENT.sub(blank, text)
 
 
 def strip_comments(text):
@@ -290,17 +267,22 @@ def policy_violations(root, rel, text, names, caps):
             line = text.count("\n", 0, m.start()) + 1
             found.append(f"{rel}:{line}: includes {target}, a header of one policy ('{hit}'); reach it through engine/kv's generic API")
     code = strip_code(text)
+    checked = {n: nw for n, nw in name_words.items() if n not in ORDINARY_WORDS}
+    verdicts = {}  # identifier -> finding text or None (each identifier is judged once per file)
     for m in IDENT.finditer(code):
         ident = m.group(0)
-        line = code.count("\n", 0, m.start()) + 1
-        if ident in caps:
-            found.append(f"{rel}:{line}: names the capability '{ident}' ({caps[ident]}); only engine/kv may test or call it")
-            continue
-        w = words(ident)
-        for n, nw in name_words.items():
-            if n not in ORDINARY_WORDS and contains(w, nw):
-                found.append(f"{rel}:{line}: identifier '{ident}' names the policy '{n}'; policy code belongs in engine/kv")
-                break
+        if ident not in verdicts:
+            verdict = None
+            if ident in caps:
+                verdict = f"names the capability '{ident}' ({caps[ident]}); only engine/kv may test or call it"
+            else:
+                w = words(ident)
+                hit = next((n for n, nw in checked.items() if contains(w, nw)), None)
+                if hit:
+                    verdict = f"identifier '{ident}' names the policy '{hit}'; policy code belongs in engine/kv"
+            verdicts[ident] = verdict
+        if verdicts[ident]:
+            found.append(f"{rel}:{code.count(chr(10), 0, m.start()) + 1}: {verdicts[ident]}")
     plain = strip_comments(text)
     for m in STRING_COMPARE.finditer(plain):
         lit = next(g for g in m.groups() if g is not None)
