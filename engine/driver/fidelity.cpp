@@ -48,13 +48,6 @@ bool stores_raw(const KVBuffer& b, DType act) {
            (act == DType::F64 && nm == "f64");
 }
 
-// Asks the layer's cache for its attention's log-sum-exp for one call (cleared on every exit).
-struct LseRequest {
-    LayerCache& lc;
-    LseRequest(LayerCache& c, Tensor* lse) : lc(c) { lc.set_lse_output(lse); }
-    ~LseRequest() { lc.set_lse_output(nullptr); }
-};
-
 }  // namespace
 
 double dropped_weight(const float* w, const char* held, int64_t end, double* oracle_lost) {
@@ -115,10 +108,7 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         InstrumentationScope instrumentation;  // only measuring asks for it
         lse_kept = Tensor::empty({B, NH, n}, DType::F64, {q.device(), MemCategory::WORKSPACE, "fidelity kept log-sum-exp"});
     }
-    {
-        LseRequest req(lc, want_lse ? &lse_kept : nullptr);
-        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
-    }
+    cache_.attend(layer, q, k, v, input_pos, scale, window, y, want_lse ? &lse_kept : nullptr);
     // The policy's attention is done; the rest measures it (memory and time apart from the run's).
     InstrumentationScope instrumentation;
     PhaseScope phase(RunPhase::FIDELITY_ATTENTION);

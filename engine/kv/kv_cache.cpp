@@ -49,11 +49,16 @@ KVCache::~KVCache() {
 
 void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                      Tensor& y) {
+    attend(layer, q, k, v, input_pos, scale, window, y, nullptr);
+}
+
+void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                     Tensor& y, Tensor* lse) {
     if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
     // Offload: whichever layer comes next (the next cell or decode step after the last) is
     // prefetched while this one computes.
     if (cfg_.cpu_offload && num_layers() > 1) shared_->next = &layers_[size_t((layer + 1) % num_layers())]->buffer();
-    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y);
+    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y, lse);
 }
 
 std::pair<int64_t, int64_t> KVCache::offload_restores() const {

@@ -24,6 +24,9 @@ class KVCache final : public LayerAttention {
 
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
+    // The same, asking layer `layer` for its attention's log-sum-exp (LayerCache::attend).
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
+                Tensor* lse);
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
     }
