@@ -1,5 +1,5 @@
 // `kvlab calibrate duo MODEL [--data passkey] [--steps N] ... -o gates.txt`: DuoAttention's
-// gate calibration (engine/train/duo_calibration.h) on synthetic retrieval samples, with a
+// gate calibration (engine/kv/duo_calibration.h) on synthetic retrieval samples, with a
 // progress bar; writes the gate file the `duo` policy reads (--kv_cache.duo_gates).
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,8 @@
 #include "engine/core/error.h"
 #include "engine/kv/duo_gates.h"
 #include "engine/model/model_loader.h"
-#include "engine/train/duo_calibration.h"
+#include "engine/data/synthetic_samples.h"
+#include "engine/kv/duo_calibration.h"
 #include "progress.h"
 
 namespace kv::cli {
@@ -85,7 +86,7 @@ int cmd_calibrate(int argc, char** argv, int first) {
     std::fprintf(stderr, "calibrate duo: %s, %lld layers x %lld KV heads, %lld %s samples of %lld tokens, %lld steps\n",
                  lm.source.c_str(), (long long)lm.config.num_layers, (long long)lm.config.num_kv_heads, (long long)count,
                  task.c_str(), (long long)seq, (long long)cfg.steps);
-    const auto samples = duo_calibration_samples(task, seq, count, seed, *lm.tokenizer);
+    const auto samples = synthetic_samples(task, seq, count, seed, *lm.tokenizer);
     Progress progress("calibrate duo", stderr, "steps");
     const std::vector<double> alpha = calibrate_duo(*lm.model, samples, cfg, [&](const DuoCalibrationStep& s) {
         progress.update(s.step, s.steps, str("loss ", s.loss, " (hidden-state distance ", s.distance, ")"));

@@ -48,13 +48,6 @@ bool stores_raw(const KVBuffer& b, DType act) {
            (act == DType::F64 && nm == "f64");
 }
 
-// Asks the layer's cache for its attention's log-sum-exp for one call (cleared on every exit).
-struct LseRequest {
-    LayerCache& lc;
-    LseRequest(LayerCache& c, Tensor* lse) : lc(c) { lc.set_lse_output(lse); }
-    ~LseRequest() { lc.set_lse_output(nullptr); }
-};
-
 }  // namespace
 
 double dropped_weight(const float* w, const char* held, int64_t end, double* oracle_lost) {
@@ -115,10 +108,7 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         InstrumentationScope instrumentation;  // only measuring asks for it
         lse_kept = Tensor::empty({B, NH, n}, DType::F64, {q.device(), MemCategory::WORKSPACE, "fidelity kept log-sum-exp"});
     }
-    {
-        LseRequest req(lc, want_lse ? &lse_kept : nullptr);
-        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
-    }
+    cache_.attend(layer, q, k, v, input_pos, scale, window, y, want_lse ? &lse_kept : nullptr);
     // The policy's attention is done; the rest measures it (memory and time apart from the run's).
     InstrumentationScope instrumentation;
     PhaseScope phase(RunPhase::FIDELITY_ATTENTION);
@@ -134,7 +124,7 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
     const KVPolicy& pol = lc.policy();
     const std::vector<int32_t>& pos = pol.token_positions();
     // Per-head lengths: a row is the pool (-1 where another head keeps the slot).
-    const int64_t L = pol.pool_slots() ? pol.pool_slots() : pol.cache_length(), Tc = pol.pool_slots() ? L : pol.current_length();
+    const int64_t L = pol.position_row_length(), Tc = pol.position_row_filled();
     std::vector<char> held(size_t(B * G * end), 0);
     std::vector<int64_t> evicted(size_t(B * G), 0);
     bool dropped_any = false, slots_distinct = true;

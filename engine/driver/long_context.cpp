@@ -8,7 +8,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
-#include "reconstruction.h"
+#include "engine/kv/context_reconstruction.h"
 
 namespace kv {
 
@@ -183,7 +183,7 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
     const int64_t B = ids.size(0), T = ids.size(1);
     const int nl = int(model.config().num_layers);
     // Reconstruction-scored policies (kvzip): after chunk c went through layer l, its
-    // reconstruction pieces go through layer l too (reconstruction.h), so layer l's scores are
+    // reconstruction pieces go through layer l too (engine/kv/context_reconstruction.h), so layer l's scores are
     // final before chunk c + 1 evicts; the pieces sit past the sequence, hence the wider RoPE.
     std::unique_ptr<ContextReconstruction> rec = make_context_reconstruction(model, cache);
     const int64_t rec_tokens = rec ? rec->max_piece_tokens(*std::max_element(plan.chunks.begin(), plan.chunks.end())) : 0;

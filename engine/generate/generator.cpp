@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
-#include "engine/driver/reconstruction.h"
+#include "engine/kv/context_reconstruction.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/tokenizer/stream_decoder.h"
 #include "sampler.h"

@@ -21,7 +21,6 @@
 #include "engine/telemetry/run_phase.h"
 #include "engine/telemetry/trace.h"
 #include "replay_cache.h"
-#include "engine/kv/quest_policy.h"
 
 namespace kv {
 
@@ -125,16 +124,15 @@ class ReplayAttentionBackward final : public AttentionBackward {
 std::vector<std::unique_ptr<ReplayLayerCache>> make_caches(const Transformer& m, int l0, int l1, int64_t B,
                                                            const std::vector<int64_t>& Ls,
                                                            const std::vector<std::vector<SlotPlan>>& plans,
-                                                           int64_t quest_page = 0, int64_t quest_pages = 0) {
+                                                           std::shared_ptr<const ReadSelection> selection = nullptr) {
     const ModelConfig& c = m.config();
     std::vector<std::unique_ptr<ReplayLayerCache>> out;
     for (int l = l0; l < l1; ++l) {
         out.push_back(std::make_unique<ReplayLayerCache>(l, B, c.num_kv_heads, Ls[size_t(l)], c.head_dim, m.act_dtype(),
                                                          m.options().device, &plans[size_t(l)]));
         // A windowed layer kept its window by rule in the live cache (engine/kv/window_layer.h):
-        // quest read only the full-attention layers.
-        const bool windowed = c.layer_window(l) > 0;
-        out.back()->set_quest(windowed ? 0 : quest_page, windowed ? 0 : quest_pages);
+        // a read selection applies to the full-attention layers only.
+        out.back()->set_read_selection(c.layer_window(l) > 0 ? nullptr : selection);
         out.back()->set_window(c.layer_window(l));
     }
     return out;
@@ -183,10 +181,10 @@ std::vector<int64_t> layer_cache_lengths(const KVCache& cache) {
 // =========================================================================================
 double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>>& plans, const std::vector<int64_t>& Ls,
                    const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head, double loss_scale, const Tensor* x0,
-                   int64_t quest_page, int64_t quest_pages) {
+                   std::shared_ptr<const ReadSelection> selection) {
     const int nl = int(m.config().num_layers);
     const int64_t B = ids.size(0);
-    auto caches = make_caches(m, 0, nl, B, Ls, plans, quest_page, quest_pages);
+    auto caches = make_caches(m, 0, nl, B, Ls, plans, std::move(selection));
     for (auto& c : caches) c->load(nullptr);
     ReplayAttention att(caches, 0, false);
     HeadResult res;
@@ -294,10 +292,8 @@ class GradientRun {
 
     void phase1(Transformer& model_rw, KVCache& cache, bool exact, const std::vector<std::vector<SlotPlan>>* forced_plans) {
         kv_from_forward = !exact && opt.kv_checkpoints_from_forward && find_buffer(cache.config().buffer())->same_as_activations() && ncells > 1;
-        for (int l = 0; l < nl; ++l)  // per-head lengths: the replay rebuilds its pooled layout
-            if (cache.layer(l).policy().pool_slots() > 0) kv_from_forward = false;
-        // layer lengths decided during the run (cake): a snapshot from before the decision is shorter
-        if (const PolicyInfo* info = find_policy(cache.config().policy()); info && info->initial_layer_length) kv_from_forward = false;
+        // the replay rebuilds its own layout when heads share a pool or lengths change in the run
+        if (!cache.fixed_slot_layout()) kv_from_forward = false;
         if (kv_from_forward) kv_forward.assign(ncells, std::vector<ReplayKVState>(size_t(nl)));
         (void)model_rw;
         Transformer& model = model_rw;
@@ -353,7 +349,7 @@ class GradientRun {
         // Checkpoints from a full-precision replay of the logged decisions (cell -> layer -> chunk).
         auto phase = trace::span(trace::SpanCategory::RUN, "gradient checkpoints (replay)");
         PhaseScope replay_phase(RunPhase::POLICY_PASS);  // the forward again, from checkpoints
-        auto caches = make_caches(model, 0, nl, B, Ls, st.plans, opt.quest_page, opt.quest_pages);
+        auto caches = make_caches(model, 0, nl, B, Ls, st.plans, opt.selection);
         for (auto& c : caches) c->load(nullptr);
         ReplayAttention att(caches, 0, false);
         for (size_t ci = 0; ci < ncells; ++ci) {
@@ -418,7 +414,7 @@ class GradientRun {
 
         for (int r = int(rows.size()) - 1; r >= 0; --r) {
             const auto [l0, l1] = rows[size_t(r)];
-            auto caches = make_caches(model, l0, l1, B, Ls, st.plans, opt.quest_page, opt.quest_pages);
+            auto caches = make_caches(model, l0, l1, B, Ls, st.plans, opt.selection);
             // KV checkpoints at the start of cells 1.. from a replay of the row (cells 0 .. n-2).
             std::vector<std::vector<ReplayKVState>> kv_cp(ncells);
             if (kv_from_forward) {
@@ -594,7 +590,7 @@ GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& id
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
     GradientOptions o = opt;
-    quest_reads(cache.config(), &o.quest_page, &o.quest_pages);
+    o.selection = make_read_selection(cache.config());
     GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);
     const bool quantized_cache = !find_buffer(cache.config().buffer())->same_as_activations();
     const bool exact = opt.exact_checkpoints == GradientOptions::Exact::ON ||

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "engine/driver/head_model.h"
 #include "engine/driver/long_context.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/read_selection.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/transformer.h"
 #include "head_backward.h"
@@ -39,9 +41,9 @@ struct GradientOptions {
     bool kv_checkpoints_from_forward = true;
     int64_t max_logit_bytes = int64_t(256) << 20;  // head blocks: B x tokens x V logits at most
     Device host{};                                 // where checkpoints live
-    // quest read policy: chunks after the prefill attend over each query's top quest_pages
-    // pages of quest_page slots (gradient_step sets these from the cache's config; 0 = off).
-    int64_t quest_page = 0, quest_pages = 0;
+    // A policy that reads a selection of the cache (engine/kv/read_selection.h): gradient_step
+    // sets it from the cache's config; null = every slot is read.
+    std::shared_ptr<const ReadSelection> selection;
     // Called by phase 2 after each row of layers: the gradients of layers >= first_layer get
     // nothing more from this backward (data parallelism starts their all-reduce; issue 23).
     std::function<void(int first_layer)> layers_final;
@@ -88,6 +90,7 @@ GradientStats replay_gradient(const Transformer& model, const std::vector<std::v
 // like gradient_step. What the gradient is the gradient of; finite differences call it.
 double replay_loss(const Transformer& model, const std::vector<std::vector<SlotPlan>>& plans,
                    const std::vector<int64_t>& cache_lengths, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
-                   double loss_scale, const Tensor* input_embeddings = nullptr, int64_t quest_page = 0, int64_t quest_pages = 0);
+                   double loss_scale, const Tensor* input_embeddings = nullptr,
+                   std::shared_ptr<const ReadSelection> selection = nullptr);
 
 }  // namespace kv

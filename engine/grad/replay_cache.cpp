@@ -151,12 +151,13 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
-        if (input_pos > 0 && quest_selects()) {  // the prefill attends densely, as in the live cache
+        if (input_pos > 0 && selects()) {  // the prefill attends densely, as in the live cache
             if (window_ > 0)
                 throw Error(str("layer ", layer_, " has a sliding window of ", window_,
-                                " tokens; gradients through quest's page selection do not support sliding-window attention"));
+                                " tokens; gradients through the cache's read selection do not support sliding-window attention"));
             std::vector<int32_t> sel;
-            quest_attend(q, position_range(input_pos, n, device_), scale, y, &sel);
+            selection_->attend(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), position_range(input_pos, n, device_),
+                               scale, &sel);
             if (record) records_.back().sel = std::move(sel);
         } else {
             ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
@@ -295,7 +296,8 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
         o.accumulate_dk = o.accumulate_dv = true;
         o.window = window_;
         if (!rec.sel.empty())
-            quest_backward(rec, q, dy, scale, dq);
+            selection_->backward(dq, dKs, dVs, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), pos_, L_, rec.input_pos, dy, scale,
+                                 rec.sel);
         else
             ops::sdpa_backward_(dq, dKs, dVs, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
                                 position_range(rec.input_pos, n, device_), dy, scale, o);
@@ -340,58 +342,6 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
 
 void ReplayLayerCache::clear_records() {
     records_.clear();
-}
-
-// Page minima / maxima of the keys in slots [0, length_) (as the quest policy computes them:
-// from the stored keys rounded to f32), then SDPA_QUEST.
-void ReplayLayerCache::quest_attend(const Tensor& q, const Tensor& qpos, float scale, Tensor& y, std::vector<int32_t>* sel) {
-    const int64_t P = qpage_, NP = (length_ + P - 1) / P, NH = q.size(1), n = q.size(2);
-    const std::vector<float> k = K_.slice(2, 0, length_).contiguous().to_f32_vector();
-    std::vector<float> mn((size_t)(B_ * G_ * NP * D_), std::numeric_limits<float>::infinity());
-    std::vector<float> mx(mn.size(), -std::numeric_limits<float>::infinity());
-    for (int64_t r = 0; r < B_ * G_; ++r)
-        for (int64_t t = 0; t < length_; ++t)
-            for (int64_t d = 0; d < D_; ++d) {
-                const float x = k[size_t((r * length_ + t) * D_ + d)];
-                const size_t at = size_t((r * NP + t / P) * D_ + d);
-                mn[at] = std::min(mn[at], x), mx[at] = std::max(mx[at], x);
-            }
-    const TensorOptions o{device_, MemCategory::WORKSPACE, "quest page keys"};
-    Tensor kmin = Tensor::from_f32({B_, G_, NP, D_}, mn, DType::F32, o), kmax = Tensor::from_f32({B_, G_, NP, D_}, mx, DType::F32, o);
-    Tensor st = Tensor::empty({B_, NH, n, qpages_ + 1}, DType::I32, {device_, MemCategory::WORKSPACE, "quest selection"});
-    ops::sdpa_quest_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), qpos, kmin, kmax, scale, P, qpages_,
-                     nullptr, &st);
-    const std::vector<int64_t> v = st.to_i64_vector();
-    sel->assign(v.begin(), v.end());
-}
-
-// The gradient of attention over each query's selected pages: per (b, head, query) an SDPA
-// backward whose unselected slots are hidden behind a position no query reaches. (Quadratic in
-// calls, not in memory; the selection itself is piecewise constant and has no gradient.)
-void ReplayLayerCache::quest_backward(const ChunkRecord& rec, const Tensor& q, const Tensor& dy, float scale, Tensor& dq) {
-    const int64_t NH = q.size(1), n = q.size(2), R = NH / G_, K1 = qpages_ + 1, P = qpage_;
-    ops::SdpaBackwardOptions o;
-    o.accumulate_dk = o.accumulate_dv = true;
-    std::vector<int32_t> kp((size_t)length_);
-    for (int64_t b = 0; b < B_; ++b)
-        for (int64_t h = 0; h < NH; ++h) {
-            const int64_t g = h / R;
-            Tensor Kb = K_.slice(0, b, b + 1).slice(1, g, g + 1).slice(2, 0, length_);
-            Tensor Vb = V_.slice(0, b, b + 1).slice(1, g, g + 1).slice(2, 0, length_);
-            Tensor dKb = dK_.slice(0, b, b + 1).slice(1, g, g + 1).slice(2, 0, length_);
-            Tensor dVb = dV_.slice(0, b, b + 1).slice(1, g, g + 1).slice(2, 0, length_);
-            for (int64_t i = 0; i < n; ++i) {
-                std::fill(kp.begin(), kp.end(), std::numeric_limits<int32_t>::max());
-                const int32_t* s = rec.sel.data() + ((b * NH + h) * n + i) * K1;
-                for (int64_t e = 0; e < K1 && s[e] >= 0; ++e)
-                    for (int64_t t = s[e] * P; t < std::min(length_, (s[e] + 1) * P); ++t) kp[size_t(t)] = pos_[size_t((b * G_ + g) * L_ + t)];
-                Tensor kpos = Tensor::from_i32({1, 1, length_}, kp, {device_, MemCategory::WORKSPACE, "quest slot positions"});
-                Tensor qq = q.slice(0, b, b + 1).slice(1, h, h + 1).slice(2, i, i + 1);
-                Tensor dyy = dy.slice(0, b, b + 1).slice(1, h, h + 1).slice(2, i, i + 1);
-                Tensor dqq = dq.slice(0, b, b + 1).slice(1, h, h + 1).slice(2, i, i + 1);
-                ops::sdpa_backward_(dqq, dKb, dVb, qq, Kb, Vb, kpos, position_range(rec.input_pos + i, 1, device_), dyy, scale, o);
-            }
-        }
 }
 
 }  // namespace kv

@@ -6,10 +6,12 @@
 // §5.7, with grace-ring moves). Memory per chunk is O(B G n D), not O(B G L D).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_policy.h"
+#include "engine/kv/read_selection.h"
 
 namespace kv {
 
@@ -51,13 +53,13 @@ class ReplayLayerCache {
     // the buffer and its gradient step back to the state before that chunk.
     void backward(const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
     size_t recorded_chunks() const { return records_.size(); }
-    // quest (engine/kv/policy_quest.cpp): chunks after the prefill attend over the pages each
-    // query selects, exactly as the live cache did, and the gradient flows through those
-    // pages only. pages >= the page count is dense attention. page 0: off.
-    void set_quest(int64_t page, int64_t pages) { qpage_ = page, qpages_ = pages; }
+    // A policy that reads a selection of the cache (engine/kv/read_selection.h; null: every
+    // slot): chunks after the prefill attend over what each query selects, exactly as the live
+    // cache did, and the gradient flows through the selected slots only.
+    void set_read_selection(std::shared_ptr<const ReadSelection> s) { selection_ = std::move(s); }
     // The layer's sliding window (ModelConfig::layer_window; 0 = none): forward and backward
     // SDPA mask keys at positions <= p - window, as the live cache did. Per-head pools and
-    // quest's page selection have no window and refuse one.
+    // read selections have no window and refuse one.
     void set_window(int window) { window_ = window; }
     int window() const { return window_; }
     // Drop recorded deltas and gradients (end of a cell).
@@ -71,11 +73,9 @@ class ReplayLayerCache {
         std::vector<int32_t> old_pos;  // (B G, m)
         int64_t length_before = 0;
         int64_t input_pos = 0;
-        std::vector<int32_t> sel;      // quest: (B, NH, n, pages + 1) pages each query read; empty = all
+        std::vector<int32_t> sel;      // what each query read (ReadSelection::attend); empty = every slot
     };
-    bool quest_selects() const { return qpage_ > 0 && qpages_ < (length_ + qpage_ - 1) / qpage_; }
-    void quest_attend(const Tensor& q, const Tensor& qpos, float scale, Tensor& y, std::vector<int32_t>* sel);
-    void quest_backward(const ChunkRecord& rec, const Tensor& q, const Tensor& dy, float scale, Tensor& dq);
+    bool selects() const { return selection_ && selection_->selects(length_); }
     Tensor positions_tensor() const;
     void ensure_grads();
     // Per-head lengths (KVPolicy::pool_slots()): the layer's plans target one pool of S slots
@@ -95,7 +95,7 @@ class ReplayLayerCache {
     std::vector<int32_t> pos_;
     int64_t length_ = 0, chunk_ = 0, input_pos_ = 0;
     std::vector<ChunkRecord> records_;
-    int64_t qpage_ = 0, qpages_ = 0;
+    std::shared_ptr<const ReadSelection> selection_;
     int window_ = 0;
 };
 

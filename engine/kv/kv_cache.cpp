@@ -53,15 +53,27 @@ KVCache::~KVCache() {
 
 void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                      Tensor& y) {
+    attend(layer, q, k, v, input_pos, scale, window, y, nullptr);
+}
+
+void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                     Tensor& y, Tensor* lse) {
     if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
     // Offload: whichever layer comes next (the next cell or decode step after the last) is
     // prefetched while this one computes.
     if (cfg_.cpu_offload && num_layers() > 1) shared_->next = &layers_[size_t((layer + 1) % num_layers())]->buffer();
-    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y);
+    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y, lse);
 }
 
 std::pair<int64_t, int64_t> KVCache::offload_restores() const {
     return {shared_->prefetch_hits, shared_->prefetch_misses};
+}
+
+bool KVCache::fixed_slot_layout() const {
+    if (const PolicyInfo* info = find_policy(cfg_.policy()); info && info->initial_layer_length) return false;
+    for (const auto& l : layers_)
+        if (l->policy().pool_slots() > 0) return false;
+    return true;
 }
 
 int64_t KVCache::min_cache_length() const {

@@ -24,6 +24,9 @@ class KVCache final : public LayerAttention {
 
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
+    // The same, asking layer `layer` for its attention's log-sum-exp (LayerCache::attend).
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
+                Tensor* lse);
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
     }
@@ -34,6 +37,10 @@ class KVCache final : public LayerAttention {
     LayerCache& layer(int l) { return *layers_[size_t(l)]; }
     const LayerCache& layer(int l) const { return *layers_[size_t(l)]; }
 
+    // Whether every layer keeps one slot row per KV head at a length fixed for the sequence, so
+    // a copy of its buffer is the layout the gradient replay rebuilds (false when heads share a
+    // pool or the policy decides layer lengths during the sequence).
+    bool fixed_slot_layout() const;
     // Smallest cache length over layers, and the largest chunk every layer accepts next.
     int64_t min_cache_length() const;
     int64_t max_forward_length() const;

@@ -339,4 +339,17 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     }
 }
 
+const std::vector<KVFieldOption>& kv_field_options() {
+    static const std::vector<KVFieldOption> t = {
+        {.name = "snapkv_window", .help = "snapkv: voting queries at the end of each chunk", .lo = 1, .hi = int64_t(1) << 40,
+         .integer = &KVCacheConfig::snapkv_window},
+        {.name = "snapkv_kernel", .help = "snapkv: pooling width (odd)", .lo = 1, .hi = 1001, .integer = &KVCacheConfig::snapkv_kernel},
+        {.name = "end_initial_regex", .help = "smart-lastrec: regex ending the protected prompt prefix",
+         .text = &KVCacheConfig::end_initial_regex},
+        {.name = "duo_gates", .help = "duo: gate file from `kvlab calibrate duo` (or pattern:BITS, e.g. pattern:10)",
+         .text = &KVCacheConfig::duo_gates},
+    };
+    return t;
+}
+
 }  // namespace kv

@@ -78,6 +78,18 @@ struct KVCacheConfig {
     int64_t length_for_layer(int64_t layer, int64_t seq_length, int64_t num_layers) const;
 };
 
+// The kv_cache.* options whose fields a policy names (snapkv's window, duo's gate file): their
+// rows in the run option table (engine/run/run_config.cpp) come from here, so no code outside
+// engine/kv names them. One of `integer` / `text` is set.
+struct KVFieldOption {
+    const char* name = "";  // without "kv_cache."
+    const char* help = "";
+    int64_t lo = 0, hi = 0;  // integers: the allowed range, inclusive
+    int64_t KVCacheConfig::*integer = nullptr;
+    std::string KVCacheConfig::*text = nullptr;
+};
+const std::vector<KVFieldOption>& kv_field_options();
+
 // The names kvlab knows: kv_policy_names() (policy_registry.h) / kv_buffer_names() (kv_names.h).
 bool policy_needs_attention_weights(const std::string& policy);
 

@@ -45,7 +45,7 @@ struct InsertFeatures {
     float attn_scale = 0.0f;
 };
 
-// One piece of a context-reconstruction pass (kvzip; engine/driver/reconstruction.h): m
+// One piece of a context-reconstruction pass (kvzip; engine/kv/context_reconstruction.h): m
 // queries at positions [query_pos, query_pos + m) that re-read the tokens at positions
 // [chunk_begin, chunk_end), attending to the cache and causally to their own keys. Row-major
 // host copies; cache_keys are slots [0, T) as the buffer stores them (T = current_length()).
@@ -76,6 +76,8 @@ class KVPolicy {
 
     // ---- identity and needs -----------------------------------------------------------
     virtual const char* name() const = 0;
+    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
+    // What LayerCache computes for the policy (the rest of the engine never asks).
     virtual bool needs_attention_weights() const { return false; }
     // Queries of a chunk whose weights the policy wants: 0 = all (snapkv: the last window).
     virtual int64_t weights_query_window() const { return 0; }
@@ -85,6 +87,7 @@ class KVPolicy {
     virtual bool needs_key_vectors() const { return false; }
     virtual bool needs_value_vectors() const { return false; }
     virtual bool needs_query_vectors() const { return false; }
+    // ---- end of capabilities ----
 
     // ---- planning ----------------------------------------------------------------------
     // The token ids of the coming chunk (B, n) row-major, before prefill()/prepare(); only
@@ -112,6 +115,7 @@ class KVPolicy {
     // Token position of each slot: (B, G, L) when per_row_positions(), else (L); -1 = empty.
     virtual bool per_row_positions() const = 0;
     virtual const std::vector<int32_t>& token_positions() const = 0;
+    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
     // Variable per-head lengths (ada-*): > 0 when the layer's slots form one pool of this many
     // per batch row, shared by its G heads, each slot kept by one head (a head may hold more
     // slots than another; storage is the pool, exactly the slots kept). token_positions() is
@@ -126,28 +130,38 @@ class KVPolicy {
     // Called once by the model-level cache with every layer's policy (index = layer), so that
     // policies deciding across layers (cake's budgets) can share their state.
     virtual void link_layers(const std::vector<KVPolicy*>& layers) { (void)layers; }
+    // ---- end of capabilities ----
+    // Slots per row of token_positions() and how many of them hold tokens: the pool for
+    // per-head lengths (-1 where another head keeps the slot), else cache_length() and
+    // current_length(). What readers of the positions use, whatever the layout.
+    int64_t position_row_length() const { return pool_slots() > 0 ? pool_slots() : L_; }
+    int64_t position_row_filled() const { return pool_slots() > 0 ? pool_slots() : T_; }
 
     // ---- telemetry hooks ----------------------------------------------------------------
     // Current eviction scores per slot (B, G, L) (lower = evicted first); empty if none.
     virtual std::vector<float> slot_scores() const { return {}; }
 
-    // ---- read policies (quest) -----------------------------------------------------------
-    // A read policy attends over a selection of the cache instead of all of it: LayerCache
-    // calls attend() in place of ops::sdpa_ (K, V: slots [0, T) read from the buffer).
-    virtual bool selects_reads() const { return false; }
-    // window: the layer's sliding window, masking as ops::sdpa_ does.
-    virtual void attend(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos,
-                        float scale, Tensor* wsum, int window = 0);
     // Beam search: batch row b becomes row src[b] (policies with per-row metadata).
     virtual void reorder_batch(const std::vector<int32_t>& src) { (void)src; }
 
-    // ---- context reconstruction (kvzip) --------------------------------------------------
-    // A policy that scores by reconstruction: after each chunk the driver runs a prompt and the
-    // chunk's tokens again through the model without caching them, and hands each layer's
-    // piece to observe_reconstruction() before the next chunk is planned.
+    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
+    // A read policy (quest) attends over a selection of the cache instead of all of it:
+    // LayerCache calls attend_selection() in place of ops::sdpa_ (K, V: slots [0, T) read from
+    // the buffer); the gradient replay reaches the same selection through read_selection.h.
+    virtual bool selects_reads() const { return false; }
+    // window: the layer's sliding window, masking as ops::sdpa_ does.
+    virtual void attend_selection(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos,
+                                  float scale, Tensor* wsum, int window = 0);
+
+    // Context reconstruction (kvzip):
+    // a policy that scores by reconstruction: after each chunk the pass
+    // (context_reconstruction.h) runs a prompt and the chunk's tokens again through the model
+    // without caching them, and hands each layer's piece to observe_reconstruction() before
+    // the next chunk is planned.
     virtual bool needs_reconstruction() const { return false; }
     virtual ReconstructionPrompt reconstruction_prompt() const { return {}; }
     virtual void observe_reconstruction(const ReconstructionInput& in) { (void)in; }
+    // ---- end of capabilities ----
 
    protected:
     KVPolicy(int64_t L, int64_t groups) : L_(L), G_(groups) {}

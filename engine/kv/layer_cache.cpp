@@ -13,8 +13,15 @@
 
 namespace kv {
 
+LayerCache::ReadPath LayerCache::choose_read_path(const KVPolicy& policy, const KVBuffer& buffer) {
+    if (policy.pool_slots() > 0) return ReadPath::POOLED;  // a policy's pool is fixed when it is made
+    if (buffer.fused_attention()) return ReadPath::FUSED;
+    if (policy.selects_reads()) return ReadPath::SELECTION;
+    return ReadPath::SDPA;
+}
+
 LayerCache::LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer)
-    : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)) {}
+    : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)), read_path_(choose_read_path(*policy_, *buffer_)) {}
 
 void LayerCache::reset() {
     finish_reconstruction();
@@ -160,7 +167,8 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
     pooled_attention(y, q, K, V, policy_->token_positions(), policy_->groups(), qpos, scale, wsum, window);
 }
 
-void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y) {
+void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
+                        Tensor* lse_out) {
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
     lse_written_ = false;
     head_dim_ = k.size(-1);
@@ -241,23 +249,27 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
 
     const int64_t T = pooled() ? policy_->pool_slots() : policy_->current_length();
     Tensor K, V;
-    if (!buffer_->fused_attention()) std::tie(K, V) = buffer_->read(T);
+    // KIVI buffers attend over their packed bytes; the others over the K, V just read.
+    if (read_path_ != ReadPath::FUSED) std::tie(K, V) = buffer_->read(T);
     Tensor kpos = pooled() ? Tensor() : positions_tensor(dev);
     Tensor qpos = position_range(input_pos, n, dev);
-    // KIVI buffers attend over their packed bytes; the others over the K, V just read.
-    Tensor* lse = lse_out_ && !pooled() && !buffer_->fused_attention() && !policy_->selects_reads() && ops::sdpa_lse_supported(dev)
-                      ? lse_out_
-                      : nullptr;
+    Tensor* lse = lse_out && read_path_ == ReadPath::SDPA && ops::sdpa_lse_supported(dev) ? lse_out : nullptr;
     auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws, int64_t q0 = 0) {  // qq: queries [q0, q0 + n')
         // The window masks by slot position, so it holds over any set of kept slots: an
         // evicting policy may drop keys inside the window but never adds one outside it.
-        if (pooled()) pooled_sdpa(yy, qq, K, V, qp, scale, ws, window);
-        else if (buffer_->fused_attention()) buffer_->attend(yy, qq, T, kpos, qp, scale, ws, window);
-        else if (policy_->selects_reads()) policy_->attend(yy, qq, K, V, kpos, qp, scale, ws, window);
-        else if (lse) {
-            Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
-            ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws, &ls);
-        } else ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws);
+        switch (read_path_) {
+            case ReadPath::POOLED: pooled_sdpa(yy, qq, K, V, qp, scale, ws, window); return;
+            case ReadPath::FUSED: buffer_->attend(yy, qq, T, kpos, qp, scale, ws, window); return;
+            case ReadPath::SELECTION: policy_->attend_selection(yy, qq, K, V, kpos, qp, scale, ws, window); return;
+            case ReadPath::SDPA:
+                if (lse) {
+                    Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
+                    ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws, &ls);
+                } else {
+                    ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws);
+                }
+                return;
+        }
     };
     std::vector<float> w;
     const bool want = policy_->needs_attention_weights() && !replay_;

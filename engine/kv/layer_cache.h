@@ -38,7 +38,12 @@ class LayerCache {
 
     // window: the layer's sliding window (LayerAttention::attend), applied by slot position to
     // whatever the policy kept.
-    void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y);
+    // lse (fidelity, engine/driver/fidelity.*): when the chunk's attention is the plain SDPA over
+    // the buffer's slots, each query row's log-sum-exp is written there as well ((B, NH, n)
+    // f32|f64, ops::sdpa_); lse_written() says whether it was (not for a prefill, pooled, fused
+    // or policy-read attention, nor where ops::sdpa_lse_supported is false).
+    void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
+                Tensor* lse = nullptr);
     // Benchmarks only: a prefill of k, v (B, G, n, D) without computing attention, so a
     // decode or chunk step can be timed at a large context without paying for the prefill.
     void prefill_without_attention(const Tensor& k, const Tensor& v);
@@ -65,24 +70,24 @@ class LayerCache {
     void set_replay_source(const std::vector<SlotPlan>* plans) { replay_ = plans; }
     // Telemetry pass number of this cache's steps (0 = the first forward; replays 1, 2, ...).
     void set_trace_pass(int pass) { trace_pass_ = pass; }
-    // Fidelity (engine/driver/fidelity.*): while set, a chunk whose attention is the plain SDPA
-    // over the buffer's slots also writes each query row's log-sum-exp there ((B, NH, n) f32|f64,
-    // ops::sdpa_); lse_written() says whether the last attend() did (not for a prefill, pooled,
-    // fused or policy-read attention, nor where ops::sdpa_lse_supported is false).
-    void set_lse_output(Tensor* lse) { lse_out_ = lse; }
     bool lse_written() const { return lse_written_; }
 
     // The (B|1, G|1, T) int32 positions tensor of the current state (for attention).
     Tensor positions_tensor(Device device) const;
 
-    // Context reconstruction (kvzip, engine/driver/reconstruction.*): while armed, a chunk's
+    // Context reconstruction (kvzip, engine/kv/context_reconstruction.*): while armed, a chunk's
     // telemetry (trace step, step hook) waits until finish_reconstruction(), so both show the
     // scores the reconstruction left, which the next chunk evicts by.
     void set_reconstruction_armed(bool on);
     void finish_reconstruction();
 
    private:
-    bool pooled() const { return policy_->pool_slots() > 0; }
+    // How a chunk after the prefill attends, fixed by the policy and buffer at construction:
+    // over the per-head pool, the buffer's own packed attention (KIVI), the policy's selection
+    // of the slots (a read policy), or SDPA over every slot.
+    enum class ReadPath { POOLED, FUSED, SELECTION, SDPA };
+    static ReadPath choose_read_path(const KVPolicy& policy, const KVBuffer& buffer);
+    bool pooled() const { return read_path_ == ReadPath::POOLED; }
     SlotPlan pooled_prefill_plan(int64_t B, int64_t n) const;
     void pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& qpos, float scale, Tensor* wsum,
                      int window) const;
@@ -95,6 +100,7 @@ class LayerCache {
     int64_t head_dim_ = 0;  // D of the last call's keys (logical bytes)
     std::unique_ptr<KVPolicy> policy_;
     std::unique_ptr<KVBuffer> buffer_;
+    ReadPath read_path_;
     ReplayLog log_;
     bool logging_ = false;
     LayerStepHook hook_;
@@ -107,7 +113,6 @@ class LayerCache {
     bool rec_armed_ = false;
     bool rec_pending_ = false;
     SlotPlan rec_plan_;
-    Tensor* lse_out_ = nullptr;
     bool lse_written_ = false;
 };
 

@@ -1,6 +1,6 @@
 // duo (DuoAttention, Xiao et al., ICLR 2025, "DuoAttention: Efficient Long-Context LLM
 // Inference with Retrieval and Streaming Heads"): every KV head has a gate from a calibration
-// (`kvlab calibrate duo`, engine/train/duo_calibration.h). Retrieval heads (gate >= threshold,
+// (`kvlab calibrate duo`, engine/kv/duo_calibration.h). Retrieval heads (gate >= threshold,
 // or the top 1 - sparsity fraction of gates over the model) keep the full cache — the whole
 // budget L when a cache length is given, as sinks + a ring — and streaming heads keep
 // duo_sinks attention sinks plus the duo_recent most recent tokens. The rule per head is

@@ -2,7 +2,7 @@
 // Reconstruction"; kvpress' KVzipPress): a KV pair is worth its slot by the most attention it
 // receives while the model repeats the context. After each chunk the driver runs a
 // reconstruction piece ("Repeat the previous context exactly." + the chunk's tokens) through
-// the model without caching it (engine/driver/reconstruction.*); at every layer this policy
+// the model without caching it (engine/kv/context_reconstruction.*); at every layer this policy
 // scores the chunk's slots by the maximum softmax weight over the KV group's query heads and
 // the piece's queries, normalised as kvpress' chunked scoring does: over the sinks, the chunk's
 // own cached keys and the piece's own keys (causal). A token is scored once, by its own chunk's

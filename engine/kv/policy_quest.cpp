@@ -11,11 +11,13 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/model/attention.h"
 #include "engine/ops/ops.h"
 #include "kernels/common/quest_math.h"
 #include "kv_policy.h"
 #include "policy_registry.h"
 #include "quest_policy.h"
+#include "read_selection.h"
 
 namespace kv {
 
@@ -66,8 +68,8 @@ class QuestPolicy final : public KVPolicy, public QuestSelections {
     }
 
     bool selects_reads() const override { return true; }
-    void attend(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos, float scale,
-                Tensor* wsum, int window) override {
+    void attend_selection(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos, float scale,
+                          Tensor* wsum, int window) override {
         const int64_t T = K.size(2), NP = (T + page_ - 1) / page_;
         const int64_t B = q.size(0), NH = q.size(1), n = q.size(2);
         last_n_ = n, last_heads_ = NH;
@@ -170,6 +172,70 @@ class QuestPolicy final : public KVPolicy, public QuestSelections {
     int64_t last_n_ = 0, last_heads_ = 0;
 };
 
+// The gradient replay's side of the selection: page minima / maxima of the keys in slots
+// [0, T) (as the policy computes them: from the stored keys rounded to f32), then SDPA_QUEST.
+class QuestReadSelection final : public ReadSelection {
+   public:
+    QuestReadSelection(int64_t page, int64_t pages) : page_(page), pages_(pages) {}
+    bool selects(int64_t length) const override { return page_ > 0 && pages_ < (length + page_ - 1) / page_; }
+    void attend(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos, float scale,
+                std::vector<int32_t>* sel) const override {
+        const int64_t B = K.size(0), G = K.size(1), T = K.size(2), D = K.size(3);
+        const int64_t P = page_, NP = (T + P - 1) / P, NH = q.size(1), n = q.size(2);
+        const Device device = q.device();
+        const std::vector<float> k = K.contiguous().to_f32_vector();
+        std::vector<float> mn((size_t)(B * G * NP * D), std::numeric_limits<float>::infinity());
+        std::vector<float> mx(mn.size(), -std::numeric_limits<float>::infinity());
+        for (int64_t r = 0; r < B * G; ++r)
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t d = 0; d < D; ++d) {
+                    const float x = k[size_t((r * T + t) * D + d)];
+                    const size_t at = size_t((r * NP + t / P) * D + d);
+                    mn[at] = std::min(mn[at], x), mx[at] = std::max(mx[at], x);
+                }
+        const TensorOptions o{device, MemCategory::WORKSPACE, "quest page keys"};
+        Tensor kmin = Tensor::from_f32({B, G, NP, D}, mn, DType::F32, o), kmax = Tensor::from_f32({B, G, NP, D}, mx, DType::F32, o);
+        Tensor st = Tensor::empty({B, NH, n, pages_ + 1}, DType::I32, {device, MemCategory::WORKSPACE, "quest selection"});
+        ops::sdpa_quest_(y, q, K, V, kpos, qpos, kmin, kmax, scale, P, pages_, nullptr, &st);
+        const std::vector<int64_t> v = st.to_i64_vector();
+        sel->assign(v.begin(), v.end());
+    }
+    // Per (b, head, query) an SDPA backward whose unselected slots are hidden behind a position
+    // no query reaches. (Quadratic in calls, not in memory; the selection itself is piecewise
+    // constant and has no gradient.)
+    void backward(Tensor& dq, Tensor& dK, Tensor& dV, const Tensor& q, const Tensor& K, const Tensor& V, const std::vector<int32_t>& pos,
+                  int64_t stride, int64_t input_pos, const Tensor& dy, float scale, const std::vector<int32_t>& sel) const override {
+        const int64_t B = K.size(0), G = K.size(1), T = K.size(2);
+        const int64_t NH = q.size(1), n = q.size(2), R = NH / G, K1 = pages_ + 1, P = page_;
+        const Device device = q.device();
+        ops::SdpaBackwardOptions o;
+        o.accumulate_dk = o.accumulate_dv = true;
+        std::vector<int32_t> kp((size_t)T);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < NH; ++h) {
+                const int64_t g = h / R;
+                Tensor Kb = K.slice(0, b, b + 1).slice(1, g, g + 1);
+                Tensor Vb = V.slice(0, b, b + 1).slice(1, g, g + 1);
+                Tensor dKb = dK.slice(0, b, b + 1).slice(1, g, g + 1);
+                Tensor dVb = dV.slice(0, b, b + 1).slice(1, g, g + 1);
+                for (int64_t i = 0; i < n; ++i) {
+                    std::fill(kp.begin(), kp.end(), std::numeric_limits<int32_t>::max());
+                    const int32_t* s = sel.data() + ((b * NH + h) * n + i) * K1;
+                    for (int64_t e = 0; e < K1 && s[e] >= 0; ++e)
+                        for (int64_t t = s[e] * P; t < std::min(T, (s[e] + 1) * P); ++t) kp[size_t(t)] = pos[size_t((b * G + g) * stride + t)];
+                    Tensor kpos = Tensor::from_i32({1, 1, T}, kp, {device, MemCategory::WORKSPACE, "quest slot positions"});
+                    Tensor qq = q.slice(0, b, b + 1).slice(1, h, h + 1).slice(2, i, i + 1);
+                    Tensor dyy = dy.slice(0, b, b + 1).slice(1, h, h + 1).slice(2, i, i + 1);
+                    Tensor dqq = dq.slice(0, b, b + 1).slice(1, h, h + 1).slice(2, i, i + 1);
+                    ops::sdpa_backward_(dqq, dKb, dVb, qq, Kb, Vb, kpos, position_range(input_pos + i, 1, device), dyy, scale, o);
+                }
+            }
+    }
+
+   private:
+    int64_t page_, pages_;
+};
+
 }  // namespace
 
 bool quest_reads(const KVCacheConfig& cfg, int64_t* page, int64_t* pages) {
@@ -222,7 +288,13 @@ std::vector<PolicyInfo> quest_policies() {
                           .lo = 0,
                           .hi = 16777216,
                           .integer = true}},
-             .doc_anchor = "docs/POLICIES.md#quest"}};
+             .doc_anchor = "docs/POLICIES.md#quest",
+             .plan_lengths = [](const KVCacheConfig& cfg, int64_t, std::vector<int64_t>& lengths) { quest_plan_lengths(cfg, lengths); },
+             .read_selection = [](const KVCacheConfig& cfg) -> std::unique_ptr<ReadSelection> {
+                 int64_t page = 0, pages = 0;
+                 quest_reads(cfg, &page, &pages);
+                 return std::make_unique<QuestReadSelection>(page, pages);
+             }}};
 }
 
 }  // namespace kv

@@ -8,6 +8,7 @@
 #include "kv_config.h"
 #include "kv_policy.h"
 #include "policy_runtime.h"
+#include "read_selection.h"
 
 namespace kv {
 
@@ -98,6 +99,11 @@ const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo
     return nullptr;
 }
 
+std::unique_ptr<ReadSelection> make_read_selection(const KVCacheConfig& cfg) {
+    const PolicyInfo* p = find_policy(cfg.policy());
+    return p && p->read_selection ? p->read_selection(cfg) : nullptr;
+}
+
 void policy_plan_lengths(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths) {
     const PolicyInfo* p = find_policy(cfg.policy());
     if (p && p->plan_lengths) p->plan_lengths(cfg, num_kv_heads, lengths);
@@ -115,7 +121,7 @@ std::string policy_help_text() {
     return s;
 }
 
-void KVPolicy::attend(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor*, int) {
+void KVPolicy::attend_selection(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor*, int) {
     throw Error(str("the '", name(), "' policy does not select its reads"));
 }
 

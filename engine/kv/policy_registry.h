@@ -14,6 +14,7 @@ namespace kv {
 
 struct KVCacheConfig;
 class KVPolicy;
+class ReadSelection;
 struct TextCodec;
 
 // What a factory gets: the config, this layer's cache length L and KV heads G, the layer
@@ -57,15 +58,23 @@ struct PolicyInfo {
     // Per-layer budgets when --kv_cache.layer_cache_lengths is not given (PyramidKV), as that
     // option's rule text; empty = cache_length for every layer.
     std::string default_layer_rule = {};
+    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
     // Policies that decide each layer's length during the sequence (cake): every layer's length
     // until then (its prefill), from the config and the layer count; null = fixed lengths.
     int64_t (*initial_layer_length)(const KVCacheConfig& cfg, int64_t num_layers) = nullptr;
+    // ---- end of capabilities ----
     std::string doc_anchor = {};  // section of docs/POLICIES.md, e.g. "docs/POLICIES.md#random"
     // Checks needing the model's shape (duo: its gate file); throws kv::Error naming the option.
     void (*validate)(const KVCacheConfig& cfg, int64_t num_layers, int64_t num_kv_heads) = nullptr;
+    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
     // The lengths the chunk planner must respect when the policy keeps fewer slots than the
-    // layer's length (duo's streaming heads): lengths[l] in, the layer's cache_length() out.
+    // layer's length (duo's streaming heads) or reads only its first chunk densely (quest's
+    // quest_prefill): lengths[l] in, the planned length out. Callers use policy_plan_lengths().
     void (*plan_lengths)(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths) = nullptr;
+    // Reading a selection of the cache (quest), for the gradient replay (read_selection.h);
+    // null = every slot is read. Callers use make_read_selection().
+    std::unique_ptr<ReadSelection> (*read_selection)(const KVCacheConfig& cfg) = nullptr;
+    // ---- end of capabilities ----
 };
 
 // Every policy, in display order.
@@ -77,7 +86,8 @@ const std::vector<std::string>& kv_policy_names();
 // The own option `name` of any policy (nullptr when none declares it), and its owner.
 const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo** owner = nullptr);
 
-// PolicyInfo::plan_lengths of cfg's policy, if it has one (drivers call it before planning chunks).
+// The lengths the chunk planner must respect for cfg's policy (PolicyInfo::plan_lengths; the
+// run planner calls it once, for every policy).
 void policy_plan_lengths(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths);
 
 // "The policies: dense (never evicts), ..." — one line per policy, for help texts.

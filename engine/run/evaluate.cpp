@@ -7,7 +7,6 @@
 #include <memory>
 #include <optional>
 
-#include "engine/kv/quest_policy.h"
 #include "engine/kv/window_layer.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"

@@ -229,14 +229,13 @@ std::vector<OptionDef> build_options() {
     o.push_back(int_opt("kv_cache.init_grace_tokens", "cache", "lastrec: protected first tokens (-1: min(16, L/8))", -1, BIG,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.init_grace_tokens; }));
     o.push_back(int_opt("kv_cache.sinks", "cache", "streaming: attention sinks", 0, BIG, [](RunConfig& c) -> int64_t& { return c.kv_cache.sinks; }));
-    o.push_back(int_opt("kv_cache.snapkv_window", "cache", "snapkv: voting queries at the end of each chunk", 1, BIG,
-                        [](RunConfig& c) -> int64_t& { return c.kv_cache.snapkv_window; }));
-    o.push_back(int_opt("kv_cache.snapkv_kernel", "cache", "snapkv: pooling width (odd)", 1, 1001,
-                        [](RunConfig& c) -> int64_t& { return c.kv_cache.snapkv_kernel; }));
-    o.push_back(str_opt("kv_cache.end_initial_regex", "cache", "smart-lastrec: regex ending the protected prompt prefix", {},
-                        [](RunConfig& c) -> std::string& { return c.kv_cache.end_initial_regex; }));
-    o.push_back(str_opt("kv_cache.duo_gates", "cache", "duo: gate file from `kvlab calibrate duo` (or pattern:BITS, e.g. pattern:10)", {},
-                        [](RunConfig& c) -> std::string& { return c.kv_cache.duo_gates; }));
+    for (const KVFieldOption& f : kv_field_options()) {  // the fields a policy names (engine/kv/kv_config.h)
+        const std::string name = str("kv_cache.", f.name);
+        if (f.integer)
+            o.push_back(int_opt(name, "cache", f.help, f.lo, f.hi, [m = f.integer](RunConfig& c) -> int64_t& { return c.kv_cache.*m; }));
+        else
+            o.push_back(str_opt(name, "cache", f.help, {}, [m = f.text](RunConfig& c) -> std::string& { return c.kv_cache.*m; }));
+    }
     o.push_back(float_opt("kv_cache.max_initial_fraction", "cache", "smart-lastrec: largest protected fraction of L", 0.001, 0.999,
                           [](RunConfig& c) -> double& { return c.kv_cache.max_initial_fraction; }));
     o.push_back(int_opt("kv_cache.max_num_ranges", "cache", "quantized buffers: dirty ranges re-quantized per write-back", 1, 1024,

@@ -5,7 +5,6 @@
 
 #include "engine/driver/long_context.h"
 #include "engine/kv/policy_registry.h"
-#include "engine/kv/quest_policy.h"
 #include "engine/kv/window_layer.h"
 
 namespace kv {
@@ -32,7 +31,6 @@ KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DTyp
 ChunkPlan run_chunk_plan(const RunConfig& cfg, const KVCacheConfig& kc, const ModelConfig& mc, int64_t T, uint64_t seed) {
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
-    quest_plan_lengths(kc, Ls);
     policy_plan_lengths(kc, mc.num_kv_heads, Ls);
     // Windowed layers keep their ring whatever the policy (engine/kv/window_layer.h).
     const std::vector<int64_t> rings = layer_lengths(kc, mc, T);

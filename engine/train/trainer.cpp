@@ -11,7 +11,6 @@
 #include <cstring>
 #include <random>
 
-#include "engine/kv/quest_policy.h"
 #include "engine/core/error.h"
 #include "engine/driver/long_context.h"
 #include "engine/run/run_plan.h"

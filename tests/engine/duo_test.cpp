@@ -1,5 +1,5 @@
 // DuoAttention (policy `duo`, engine/kv/policy_duo.cpp) and its calibration
-// (engine/train/duo_calibration.h): the gate file and its errors; the head selection rules;
+// (engine/kv/duo_calibration.h): the gate file and its errors; the head selection rules;
 // all-retrieval = dense and all-streaming = streaming bit for bit; mixed layers keep exactly
 // sinks + recent (streaming heads) and the budget (retrieval heads), replay bit for bit, and the
 // tracker counts exactly the kept slots; the mixed attention op against an f64 masked
@@ -21,7 +21,7 @@
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
-#include "engine/train/duo_calibration.h"
+#include "engine/kv/duo_calibration.h"
 #include "grad_test_util.h"
 #include "kv_test_util.h"
 #include "tests/support/test_support.h"

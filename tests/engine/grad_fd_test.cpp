@@ -679,7 +679,7 @@ TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
     ASSERT_GT(plan.chunks.size(), 3u);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
-    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x, page, pages); };
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x, make_read_selection(kc)); };
     // The selection matters (the dense loss differs), and phase 2 differentiates phase 1's loss.
     const double dense = replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, nullptr);
     EXPECT_GT(std::fabs(loss(nullptr) - dense), 1e-6 * std::fabs(dense));

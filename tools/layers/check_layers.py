@@ -17,6 +17,20 @@ headers (<...>) are not checked.
     bench            bench/          over everything but app/
     app, python, tests, fuzz, tools  over everything
 
+Policy knowledge stays in engine/kv (docs/ARCHITECTURE.md, "Policies stay in engine/kv"). In
+the product folders outside it (POLICY_FREE below) a file may not
+    - include an engine/kv header that belongs to one policy (its file name has a registered
+      policy's name, or the first word of one, as a word: quest_policy.h, policy_cake.h, ...);
+    - use an identifier with a registered policy's name as a word (quest_page, CakeBudgets,
+      set_quest), except names that are ordinary words too (ORDINARY_WORDS);
+    - compare a string with a policy's name or a cache name of it (== "quest", != "h2o-default",
+      find_policy("cake"), .rfind("duo", 0));
+    - name a capability: a member declared in engine/kv headers between the markers
+      "---- capabilities" and "---- end of capabilities" (pool_slots, selects_reads, needs_*, ...).
+The registered names are read from the policy files' descriptors (`.name = "..."` in
+engine/kv/policy_*.cpp), the capabilities from the markers, so neither list is kept here.
+Strings and comments may name policies: the views show them as data.
+
 Usage: check_layers.py SOURCE_ROOT [build/compile_commands.json]
        check_layers.py --self-test   (the check reports each kind of violation, passes a clean tree)
 With a compile database, every translation unit it lists must also be a file this check saw
@@ -90,6 +104,7 @@ def check(root, seen=None):
     """Violations (one line each) among the files under the layers' folders of root."""
     seen = set() if seen is None else seen
     violations = []
+    names, caps = policy_names(root), capability_names(root)
     for top in sorted({owns for _, prefixes, _ in LAYERS for owns in prefixes}):
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames[:] = [d for d in dirnames if d not in ("build", "corpus", "fixtures")]
@@ -101,10 +116,14 @@ def check(root, seen=None):
                     continue
                 seen.add(rel)
                 name, allowed = layer_of(rel)
-                if allowed is None:
+                if allowed is None and not rel.startswith(POLICY_FREE):
                     continue
                 with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
                     text = f.read()
+                if rel.startswith(POLICY_FREE) and rel not in POLICY_TOOLS:
+                    violations += policy_violations(root, rel, text, names, caps)
+                if allowed is None:
+                    continue
                 for m in INCLUDE.finditer(text):
                     target = resolve(root, rel, m.group(1))
                     if target is None or target.startswith(allowed):
@@ -113,6 +132,166 @@ def check(root, seen=None):
                     tname, _ = layer_of(target)
                     violations.append(f"{rel}:{line}: {name} includes {target} ({tname or 'outside every layer'})")
     return violations
+
+
+# Folders whose code must not know which policy runs (tests, benchmarks, tools and fuzzers
+# exercise particular policies on purpose; the engine core and kernels hold ops, not policies).
+POLICY_FREE = ("engine/driver/", "engine/data/", "engine/grad/", "engine/run/", "engine/generate/", "engine/train/",
+               "storage/", "sessions/", "views/", "plot/", "app/", "python/src/")
+# Commands that exist for one policy or op by design, like tests: `kvlab calibrate duo` (the
+# gate file of duo) and `kvlab bench quest` (the SDPA_QUEST op against full attention).
+POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/cli/cmd_bench.cpp", "app/cli/cmd_bench_quest.cpp", "app/cli/bench_commands.h")
+# Registered names that are also ordinary words in identifiers (dense attention, random numbers,
+# streaming text, a cursor): checked in includes and string comparisons only.
+ORDINARY_WORDS = {"dense", "random", "streaming", "cur"}
+# The uncompressed cache every comparison is measured against: the sweep, metrics and plots find
+# the reference run by this name, so comparing with it is not knowledge of a policy.
+REFERENCE = "dense"
+CAP_BEGIN = re.compile(r"//\s*-+\s*capabilities\b")
+CAP_END = re.compile(r"//\s*-+\s*end of capabilities\b")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+STRING_COMPARE = re.compile(r'(?:[=!]=\s*(?:\w+\()?"([^"\\\n]*)"|"([^"\\\n]*)"\)?\s*[=!]=|'
+                            r'(?:find_policy|rfind|starts_with|compare)\(\s*(?:\w+\()?"([^"\\\n]*)")')
+
+
+def words(name):
+    """The words of an identifier or file name: snake_case, camelCase and hyphens split."""
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return [w for w in re.split(r"[_\-.]", name.lower()) if w]
+
+
+def contains(seq, sub):
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+def policy_names(root):
+    """The registered policies (the descriptors' names in engine/kv/policy_*.cpp)."""
+    names = set()
+    kv = os.path.join(root, "engine/kv")
+    if not os.path.isdir(kv):
+        return names
+    for fn in sorted(os.listdir(kv)):
+        if fn.startswith("policy_") and fn.endswith(".cpp"):
+            with open(os.path.join(kv, fn), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            # a policy descriptor names its policy before its summary (options have a help)
+            names.update(re.findall(r'\.name\s*=\s*"([^"]+)",\s*\n?\s*\.summary', text))
+    return names
+
+
+def capability_names(root):
+    """Members declared between the capability markers of engine/kv's headers."""
+    caps = {}
+    kv = os.path.join(root, "engine/kv")
+    if not os.path.isdir(kv):
+        return caps
+    for fn in sorted(os.listdir(kv)):
+        if not fn.endswith(".h"):
+            continue
+        inside, block = False, []
+        with open(os.path.join(kv, fn), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if CAP_END.search(line):
+                    inside = False
+                    for name in declared_names("".join(block)):
+                        caps[name] = "engine/kv/" + fn
+                    block = []
+                elif CAP_BEGIN.search(line):
+                    inside = True
+                elif inside:
+                    block.append(line.split("//")[0])
+    return caps
+
+
+def declared_names(code):
+    """The members a run of C++ declarations declares: the name before each top-level "(" (a
+    function; "(*name)" for a function pointer), or the last name before a top-level "=" or ";"
+    of a declaration without one (a field)."""
+    names, depth, start, has_call = [], 0, 0, False
+    for i, c in enumerate(code):
+        if c in "({":
+            if c == "(" and depth == 0 and not has_call:
+                rest = code[i + 1:].lstrip()
+                m = re.match(r"\*\s*(\w+)", rest) if rest.startswith("*") else re.search(r"(\w+)\s*$", code[start:i])
+                if m:
+                    names.append(m.group(1))
+                has_call = True
+            depth += 1
+        elif c in ")}":
+            depth -= 1
+            if c == "}" and depth == 0:  # the end of a body or of a braced initializer
+                start, has_call = i + 1, False
+        elif depth == 0 and (c == ";" or c == "=" and not has_call):
+            if not has_call:
+                m = re.search(r"(\w+)\s*$", code[start:i])
+                if m:
+                    names.append(m.group(1))
+            if c == ";":
+                start, has_call = i + 1, False
+            else:
+                has_call = True  # what follows "=" is the initializer
+    return set(names) - {"const", "override", "return", "default"}
+
+
+LITERAL_OR_COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/|\bR"([^(\s"]*)\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def strip_code(text):
+    """text with comments and string/char literals blanked (line numbers kept)."""
+    def blank(m):
+        t = m.group(0)
+        keep = '""' if t[0] in "R\"" else "''" if t[0] == "'" else ""
+        return keep + "\n" * t.count("\n")
+    return LITERAL_OR_COMMENT.sub(blank, text)
+
+
+def strip_comments(text):
+    """text with comments blanked, strings kept (for the string comparisons)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    return re.sub(r'//[^\n]*', "", text)  # (a "//" inside a string rarely precedes a comparison)
+
+
+def policy_violations(root, rel, text, names, caps):
+    """Policy knowledge in a POLICY_FREE file: one line per finding."""
+    found = []
+    name_words = {n: words(n) for n in names}
+    heads = {words(n)[0] for n in names}
+    for m in INCLUDE.finditer(text):
+        inc = m.group(1)
+        target = resolve(root, rel, inc) or inc
+        if not target.startswith("engine/kv/"):
+            continue
+        w = words(os.path.basename(target).rsplit(".", 1)[0])
+        hit = next((h for h in sorted(heads) if h in w), None)
+        if hit:
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(f"{rel}:{line}: includes {target}, a header of one policy ('{hit}'); reach it through engine/kv's generic API")
+    code = strip_code(text)
+    checked = {n: nw for n, nw in name_words.items() if n not in ORDINARY_WORDS}
+    verdicts = {}  # identifier -> finding text or None (each identifier is judged once per file)
+    for m in IDENT.finditer(code):
+        ident = m.group(0)
+        if ident not in verdicts:
+            verdict = None
+            if ident in caps:
+                verdict = f"names the capability '{ident}' ({caps[ident]}); only engine/kv may test or call it"
+            else:
+                w = words(ident)
+                hit = next((n for n, nw in checked.items() if contains(w, nw)), None)
+                if hit:
+                    verdict = f"identifier '{ident}' names the policy '{hit}'; policy code belongs in engine/kv"
+            verdicts[ident] = verdict
+        if verdicts[ident]:
+            found.append(f"{rel}:{code.count(chr(10), 0, m.start()) + 1}: {verdicts[ident]}")
+    plain = strip_comments(text)
+    for m in STRING_COMPARE.finditer(plain):
+        lit = next(g for g in m.groups() if g is not None)
+        for n in names - {REFERENCE}:
+            if lit == n or lit.startswith(n + "-") and not any(lit.startswith(o + "-") or lit == o for o in names if len(o) > len(n)):
+                line = plain.count("\n", 0, m.start()) + 1
+                found.append(f"{rel}:{line}: compares a string with the policy '{n}' (\"{lit}\"); branch on the registry instead")
+                break
+    return found
 
 
 def self_test():
@@ -129,15 +308,38 @@ def self_test():
         "engine/kv/g.cpp": ('#include "storage/rows.h"\n', True),
         "engine/model/h.cpp": ('#include "engine/kv/kv_policy.h"\n', True),
         "views/ok.cpp": ('#include "storage/rows.h"\n#include "views/a.h"\n#include <vector>\n', False),
+        # policy knowledge outside engine/kv: a policy's header, identifier, string comparison, capability
+        "engine/driver/p1.cpp": ('#include "engine/kv/quest_policy.h"\n', True),
+        "engine/grad/p2.cpp": ("int quest_page = 0;\n", True),
+        "sessions/p3.cpp": ('bool f(const std::string& s) { return s == "quest-default"; }\n', True),
+        "engine/run/p4.cpp": ("long f(kv::KVPolicy& p) { return p.pool_slots(); }\n", True),
+        "app/p5.cpp": ("auto f = &PolicyInfo::read_selection;\n", True),
+        "views/p6.cpp": ('bool g(const std::string& s) { return QuestThing(s).ok(); }\n', True),
+        # ... but a policy's name as data or in a comment, and the dense reference, are fine
+        "views/ok2.cpp": ('const char* n = "quest";  // quest_page\nbool d(const std::string& s) { return s == "dense"; }\n', False),
+        "engine/run/ok3.cpp": ('#include "engine/kv/kv_policy.h"\nlong f(kv::KVPolicy& p) { return p.position_row_length(); }\n', False),
         "app/ok.cpp": ('#include "sessions/run_manager.h"\n#include "views/a.h"\n', False),
     }
     headers = ["engine/kv/kv_policy.h", "sessions/run_manager.h", "engine/model/transformer.h",
-               "engine/core/tensor.h", "storage/rows.h"]
+               "engine/core/tensor.h", "storage/rows.h", "engine/kv/quest_policy.h"]
+    # a registry of one policy, and capabilities between the markers of engine/kv headers
+    fixtures = {
+        "engine/kv/policy_quest.cpp": '{.name = "quest",\n .summary = "reads pages", .options = {{.name = "quest_page_size", .help = ""}}}\n',
+        "engine/kv/kv_policy.h": ("class KVPolicy {\n    // ---- capabilities (engine/kv only) ----\n"
+                                  "    virtual long pool_slots() const { return 0; }\n    // ---- end of capabilities ----\n"
+                                  "    long position_row_length() const;\n};\n"),
+        "engine/kv/policy_registry.h": ("struct PolicyInfo {\n    // ---- capabilities ----\n"
+                                        "    std::unique_ptr<ReadSelection> (*read_selection)(const KVCacheConfig& cfg) = nullptr;\n"
+                                        "    // ---- end of capabilities ----\n};\n"),
+    }
     failures = 0
     with tempfile.TemporaryDirectory() as d:
         for h in headers:
             os.makedirs(os.path.join(d, os.path.dirname(h)), exist_ok=True)
             open(os.path.join(d, h), "w").close()
+        for path, text in fixtures.items():
+            with open(os.path.join(d, path), "w") as f:
+                f.write(text)
         for path, (text, _) in cases.items():
             os.makedirs(os.path.join(d, os.path.dirname(path)), exist_ok=True)
             with open(os.path.join(d, path), "w") as f:

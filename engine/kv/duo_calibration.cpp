@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "engine/core/error.h"
-#include "engine/data/synthetic.h"
 #include "engine/model/attention.h"
 #include "engine/ops/ops.h"
 
@@ -277,17 +276,6 @@ std::vector<double> calibrate_duo(const Transformer& model, const std::vector<st
         if (progress) progress(st);
     }
     return alpha;
-}
-
-std::vector<std::vector<int32_t>> duo_calibration_samples(const std::string& task, int64_t seq_length, int64_t count, uint64_t seed,
-                                                          const Tokenizer& tok) {
-    SyntheticSpec spec;
-    spec.task = task;
-    spec.seq_length = seq_length;
-    spec.seed = seed;
-    std::vector<std::vector<int32_t>> out;
-    for (int64_t i = 0; i < count; ++i) out.push_back(make_synthetic_sample(spec, i, tok).ids);
-    return out;
 }
 
 }  // namespace kv

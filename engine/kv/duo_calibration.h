@@ -17,7 +17,6 @@
 #include "engine/core/tensor.h"
 #include "engine/model/transformer.h"
 #include "engine/model/transformer_backward.h"
-#include "engine/tokenizer/tokenizer.h"
 
 namespace kv {
 
@@ -62,10 +61,5 @@ std::vector<double> calibrate_duo(const Transformer& model, const std::vector<st
 // FD test's subject).
 double duo_calibration_loss(const Transformer& model, const std::vector<int32_t>& ids, const std::vector<double>& alpha,
                             const DuoCalibrationConfig& cfg, std::vector<double>* dalpha, double* distance = nullptr);
-
-// Synthetic retrieval samples for the calibration: `task` (passkey, recall, needle) prompts of
-// seq_length tokens from engine/data/synthetic.h, distinct per index.
-std::vector<std::vector<int32_t>> duo_calibration_samples(const std::string& task, int64_t seq_length, int64_t count,
-                                                          uint64_t seed, const Tokenizer& tok);
 
 }  // namespace kv

@@ -1,5 +1,5 @@
-// Context reconstruction pass (see reconstruction.h).
-#include "reconstruction.h"
+// Context reconstruction pass (see context_reconstruction.h).
+#include "context_reconstruction.h"
 
 #include <algorithm>
 
