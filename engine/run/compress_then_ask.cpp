@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
-#include "engine/driver/reconstruction.h"
+#include "engine/kv/context_reconstruction.h"
 #include "engine/ops/ops.h"
 #include "run_plan.h"
 
