@@ -292,8 +292,11 @@ RunOutcome execute_run(const RunConfig& cfg, const RunHooks& hooks) {
     check_run_memory(cfg, lm->config);
     load_phase.reset();
     RunOutcome out = execute_mode(cfg, *lm, hooks);
-    PhaseScope finish(RunPhase::FINISH);  // releasing the weights is the run's time too
-    lm.reset();
+    {
+        PhaseScope finish(RunPhase::FINISH);  // releasing the weights is the run's time too
+        lm.reset();
+    }
+    // Closed before its seconds are summed: the span and the phase clock say the same time.
     // Where the run's time went, phase by phase (the timeline's RUN spans, summed).
     nlohmann::json j = nlohmann::json::parse(out.summary_json, nullptr, false);
     if (j.is_object()) {
