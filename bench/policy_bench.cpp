@@ -14,7 +14,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_config.h"
 #include "engine/kv/kv_policy.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/model_loader.h"
 #include "engine/run/run_config.h"
 

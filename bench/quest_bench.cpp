@@ -7,7 +7,7 @@
 
 #include "ceilings.h"
 #include "engine/core/error.h"
-#include "engine/kv/kv_buffer.h"
+#include "engine/kv/buffers/kv_buffer.h"
 #include "engine/ops/ops.h"
 
 namespace kv::bench {

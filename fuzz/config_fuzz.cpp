@@ -1,13 +1,13 @@
 // libFuzzer target for config.json / generation_config.json parsing: any text must give a
 // valid ModelConfig or a kv::Error; an accepted config must survive our writer and reader
-// unchanged. Strings only — no files, no tensors (engine/io/hf_config.h).
-// fuzz-sources: engine/io/hf_config.cpp engine/io/json_strict.cpp engine/core/error.cpp
+// unchanged. Strings only — no files, no tensors (formats/io/hf_config.h).
+// fuzz-sources: formats/io/hf_config.cpp formats/io/json_strict.cpp engine/core/error.cpp
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/io/hf_config.h"
+#include "formats/io/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,19 +1,19 @@
 // libFuzzer target for the GGUF reader's pure layers: container parser, tokenizer metadata,
 // model-config mapping, tensor-name mapping and dequantization of whatever tensors parse.
 // Any input must end in success or kv::Error — never a crash, leak, hang or sanitizer report.
-// fuzz-sources: engine/gguf/gguf_parse.cpp engine/gguf/gguf_value.cpp engine/gguf/gguf_types.cpp engine/gguf/gguf_dequant.cpp engine/gguf/gguf_tokenizer_data.cpp engine/gguf/gguf_config.cpp engine/gguf/gguf_names.cpp engine/gguf/gguf_rope_permute.cpp engine/core/error.cpp
+// fuzz-sources: formats/gguf/gguf_parse.cpp formats/gguf/gguf_value.cpp formats/gguf/gguf_types.cpp formats/gguf/gguf_dequant.cpp formats/gguf/gguf_tokenizer_data.cpp formats/gguf/gguf_config.cpp formats/gguf/gguf_names.cpp formats/gguf/gguf_rope_permute.cpp engine/core/error.cpp
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/gguf/gguf_config.h"
-#include "engine/gguf/gguf_dequant.h"
-#include "engine/gguf/gguf_names.h"
-#include "engine/gguf/gguf_parse.h"
-#include "engine/gguf/gguf_rope_permute.h"
-#include "engine/gguf/gguf_tokenizer_data.h"
+#include "formats/gguf/gguf_config.h"
+#include "formats/gguf/gguf_dequant.h"
+#include "formats/gguf/gguf_names.h"
+#include "formats/gguf/gguf_parse.h"
+#include "formats/gguf/gguf_rope_permute.h"
+#include "formats/gguf/gguf_tokenizer_data.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kv::GgufFile f;

@@ -1,12 +1,12 @@
 // libFuzzer target for the safetensors header parser: any bytes must give a header that
 // satisfies the format's invariants or a kv::Error — never a crash, leak or other exception.
-// No Tensor, no mmap: the parser is pure by design (engine/io/safetensors_parse.h).
-// fuzz-sources: engine/io/safetensors_parse.cpp engine/io/safetensors_dtype.cpp engine/io/json_strict.cpp engine/core/error.cpp
+// No Tensor, no mmap: the parser is pure by design (formats/io/safetensors_parse.h).
+// fuzz-sources: formats/io/safetensors_parse.cpp formats/io/safetensors_dtype.cpp formats/io/json_strict.cpp engine/core/error.cpp
 #include <cstdint>
 #include <cstdlib>
 
 #include "engine/core/error.h"
-#include "engine/io/safetensors_parse.h"
+#include "formats/io/safetensors_parse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "engine/core/error.h"
-#include "engine/kv/duo_gates.h"
+#include "engine/kv/policies/duo_gates.h"
 #include "engine/model/model_loader.h"
 #include "engine/data/synthetic_samples.h"
 #include "engine/kv/duo_calibration.h"

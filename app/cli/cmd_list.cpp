@@ -9,7 +9,7 @@
 #include "engine/core/join.h"
 #include "engine/core/kv_names.h"
 #include "engine/core/run_mode.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/presets.h"
 
 namespace kv::cli {

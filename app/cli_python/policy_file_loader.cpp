@@ -7,7 +7,7 @@
 
 #include "app/cli_python/python_plugin_api.h"
 #include "engine/core/error.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "kernels/cpu/cpu_variants.h"
 
 namespace kv {

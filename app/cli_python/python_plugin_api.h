@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv/policy_runtime.h"
+#include "engine/kv/policies/policy_runtime.h"
 
 namespace kv::cli {
 

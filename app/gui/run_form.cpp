@@ -28,7 +28,7 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/model_loader.h"
 #include "gui_support.h"
 

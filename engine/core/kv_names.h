@@ -3,7 +3,7 @@
 // them (engine/kv builds caches, engine/core/cache_name.h parses names, the run form and
 // compare dialog list them). It lives in the core, not beside the policy registry in
 // engine/kv, because storage (core only) splits stored names by it. Policy names come from the
-// policy registry (engine/kv/policy_registry.h: kv_policy_names()).
+// policy registry (engine/kv/policies/policy_registry.h: kv_policy_names()).
 #pragma once
 
 #include <optional>

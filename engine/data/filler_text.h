@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

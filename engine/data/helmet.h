@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dataset.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

@@ -9,7 +9,7 @@
 
 #include "dataset.h"
 #include "engine/driver/head_model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

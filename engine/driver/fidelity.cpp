@@ -10,7 +10,7 @@
 #include <map>
 
 #include "engine/core/error.h"
-#include "engine/kv/policy_math.h"
+#include "engine/kv/policies/policy_math.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/run_phase.h"
@@ -324,7 +324,7 @@ namespace {
 // KL(softmax(a) || softmax(b)) of one row of V logits, in nats.
 // always_inline puts the body into each ISA-specific caller below (this file is built for the
 // x86-64-v2 baseline, where it runs 4 lanes wide); ASan builds refuse always_inline across
-// target attributes, so they keep the baseline only (as engine/kv/policy_math.cpp).
+// target attributes, so they keep the baseline only (as engine/kv/policies/policy_math.cpp).
 #if defined(__SANITIZE_ADDRESS__)
 #define KV_KL_INLINE inline
 #else

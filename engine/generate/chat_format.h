@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

@@ -8,7 +8,7 @@
 #include "engine/core/error.h"
 #include "engine/kv/context_reconstruction.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/tokenizer/stream_decoder.h"
+#include "formats/tokenizer/stream_decoder.h"
 #include "sampler.h"
 
 namespace kv {

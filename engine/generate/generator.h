@@ -14,7 +14,7 @@
 #include "engine/kv/layer_cache.h"
 #include "engine/model/transformer.h"
 #include "engine/run/run_config.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
-#include "engine/kv/buffer_common.h"
+#include "engine/kv/buffers/buffer_common.h"
 #include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"

@@ -1,5 +1,5 @@
 // Compress-then-ask's compressed context (see compressed_cache.h).
-#include "compressed_cache.h"
+#include "engine/kv/compressed_cache.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
-#include "compressed_cache_codec.h"
+#include "engine/kv/compressed_cache_codec.h"
 #include "engine/ops/ops.h"
 
 namespace kv {

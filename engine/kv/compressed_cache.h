@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/model/attention.h"
-#include "kv_cache.h"
+#include "engine/kv/kv_cache.h"
 
 namespace kv {
 

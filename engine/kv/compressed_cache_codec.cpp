@@ -1,5 +1,5 @@
 // The compressed-cache file codec (see compressed_cache_codec.h).
-#include "compressed_cache_codec.h"
+#include "engine/kv/compressed_cache_codec.h"
 
 #include <cstring>
 

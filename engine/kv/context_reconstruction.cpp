@@ -1,5 +1,5 @@
 // Context reconstruction pass (see context_reconstruction.h).
-#include "context_reconstruction.h"
+#include "engine/kv/context_reconstruction.h"
 
 #include <algorithm>
 

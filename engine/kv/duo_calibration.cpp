@@ -1,5 +1,5 @@
 // DuoAttention calibration (see duo_calibration.h).
-#include "duo_calibration.h"
+#include "engine/kv/duo_calibration.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 //   loss = mean_{b, supervised t, e} (h_mix - h_full)^2 + lambda * mean_g alpha_g
 // The model is frozen; gradients come from the model's own block backward with the mixed
 // attention op below as its attention. The trained alphas are the gates of the `duo` policy
-// (engine/kv/duo_gates.h). docs/POLICIES.md#duo.
+// (engine/kv/policies/duo_gates.h). docs/POLICIES.md#duo.
 #pragma once
 
 #include <cstdint>

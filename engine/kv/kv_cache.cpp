@@ -1,11 +1,11 @@
 // KVCache construction and per-layer dispatch (see kv_cache.h).
-#include "kv_cache.h"
+#include "engine/kv/kv_cache.h"
 
 #include <algorithm>
 
-#include "buffer_common.h"
+#include "engine/kv/buffers/buffer_common.h"
 #include "engine/core/error.h"
-#include "window_layer.h"
+#include "engine/kv/window_layer.h"
 
 namespace kv {
 

@@ -9,7 +9,7 @@
 
 #include "engine/model/attention.h"
 #include "engine/core/model_config.h"
-#include "layer_cache.h"
+#include "engine/kv/layer_cache.h"
 
 namespace kv {
 

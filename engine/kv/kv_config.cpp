@@ -1,5 +1,5 @@
 // KV cache names, defaults and validation (see kv_config.h).
-#include "kv_config.h"
+#include "engine/kv/kv_config.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -12,7 +12,7 @@
 #include "engine/core/kv_names.h"    // kv_buffer_names(), find_buffer()
 #include "kernels/common/dtype.h"
 #include "kernels/common/quant_formats.h"
-#include "policy_registry.h"       // kv_policy_names(), find_policy()
+#include "engine/kv/policies/policy_registry.h"       // kv_policy_names(), find_policy()
 
 namespace kv {
 
@@ -42,7 +42,7 @@ struct KVCacheConfig {
     bool include_end_string = true;    // smart-lastrec
     int32_t pad_id = 0;                // smart-lastrec
     bool range_is_prefix = true;       // smart-lastrec
-    std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/duo_gates.h
+    std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/policies/duo_gates.h
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back

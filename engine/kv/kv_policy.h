@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/telemetry/replay_plan.h"
-#include "kv_config.h"
+#include "engine/kv/kv_config.h"
 
 namespace kv {
 

@@ -1,5 +1,5 @@
 // One layer's cache step (see layer_cache.h).
-#include "layer_cache.h"
+#include "engine/kv/layer_cache.h"
 
 #include <algorithm>
 #include <limits>

@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "kv_buffer.h"
-#include "kv_policy.h"
-#include "replay_log.h"
+#include "engine/kv/buffers/kv_buffer.h"
+#include "engine/kv/kv_policy.h"
+#include "engine/kv/replay_log.h"
 
 namespace kv {
 

@@ -1,5 +1,5 @@
 // Replay log size and position replay (see replay_log.h; the encoding is engine/telemetry/replay_plan.h).
-#include "replay_log.h"
+#include "engine/kv/replay_log.h"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/telemetry/replay_plan.h"
-#include "kv_policy.h"
+#include "engine/kv/kv_policy.h"
 
 namespace kv {
 

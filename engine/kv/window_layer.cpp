@@ -1,5 +1,5 @@
 // The sliding-window layer's ring (see window_layer.h).
-#include "window_layer.h"
+#include "engine/kv/window_layer.h"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/core/model_config.h"
-#include "kv_policy.h"
+#include "engine/kv/kv_policy.h"
 
 namespace kv {
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

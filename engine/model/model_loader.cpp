@@ -16,11 +16,11 @@
 #include "engine/core/weight_check.h"
 #include "model_verify.h"
 #if KVLAB_HAVE_MODELIO
-#include "engine/io/hf_folder.h"
-#include "engine/io/hf_hub_cache.h"
+#include "formats/io/hf_folder.h"
+#include "formats/io/hf_hub_cache.h"
 #endif
 #if KVLAB_HAVE_GGUF
-#include "engine/gguf/gguf_model.h"
+#include "formats/gguf/gguf_model.h"
 #endif
 
 #ifndef KVLAB_SOURCE_ROOT
@@ -100,7 +100,7 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
     }
 #if KVLAB_HAVE_MODELIO
     // A Hugging Face repo id ("Qwen/Qwen3-0.6B") that is no path here: its snapshot folder in
-    // the local hub cache (engine/io/hf_hub_cache.h; never a download).
+    // the local hub cache (formats/io/hf_hub_cache.h; never a download).
     if (!is_dir(path) && !is_file(path) && looks_like_hf_repo_id(path)) path = resolve_hf_repo_id(path);
 #endif
     if (opt.verify_checksum) {

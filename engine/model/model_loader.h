@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 #include "transformer.h"
 
 namespace kv {

@@ -70,7 +70,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
             items.push_back({str("sliding_window ", widest_window, " in ", windowed, " of ", nl, " layers"), "KV, windowed layers",
                              checked_mul({window_slots, B, G, D, pair}, "the KV cache size")});
     } else {
-        // Paged storage (engine/kv/buffer_paged.cpp) allocates whole blocks of `bs` slots per
+        // Paged storage (engine/kv/buffers/buffer_paged.cpp) allocates whole blocks of `bs` slots per
         // batch row as tokens arrive, up to min(L, T) slots a layer, plus a block table (int32
         // per block) and, per read, a contiguous gather of the layer's K and V.
         uint64_t used = 0, blocks = 0, widest = 0;  // slots written, blocks, max slots of one layer

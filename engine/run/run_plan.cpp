@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "engine/driver/long_context.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/kv/window_layer.h"
 
 namespace kv {

@@ -20,7 +20,7 @@ TensorMap state_dict_views(const Transformer& m) {
     for (int l = 0; l < int(c.num_layers); ++l) {
         const LayerWeights& L = m.layer(l);
         const std::string p = str("model.layers.", l, ".");
-        // Names by the family's layout (as engine/io/weight_names.cpp lists them): norms by
+        // Names by the family's layout (as formats/io/weight_names.cpp lists them): norms by
         // placement, q/k/v and gate/up fused where the checkpoint stores them so (Phi-3).
         if (L.attn_norm.defined()) w[p + "input_layernorm.weight"] = L.attn_norm;
         if (c.fused_projections) {

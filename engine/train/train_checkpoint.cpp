@@ -7,10 +7,10 @@
 #include "engine/core/error.h"
 #include "model_weights.h"
 #if KVLAB_HAVE_MODELIO
-#include "engine/io/file_util.h"
-#include "engine/io/hf_folder.h"
-#include "engine/io/safetensors_file.h"
-#include "engine/io/safetensors_write.h"
+#include "formats/io/file_util.h"
+#include "formats/io/hf_folder.h"
+#include "formats/io/safetensors_file.h"
+#include "formats/io/safetensors_write.h"
 #endif
 
 namespace kv {
@@ -19,7 +19,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-[[noreturn, maybe_unused]] void no_modelio() { throw Error("this build has no safetensors support (engine/io was excluded); checkpoints cannot be written"); }
+[[noreturn, maybe_unused]] void no_modelio() { throw Error("this build has no safetensors support (formats/io was excluded); checkpoints cannot be written"); }
 
 void make_dir(const std::string& dir) {
     std::error_code ec;

@@ -17,7 +17,7 @@
 #include "engine/driver/head_model.h"
 #include "engine/core/model_config.h"
 #include "engine/run/run_config.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 

@@ -1,6 +1,6 @@
 // KIVI (Liu et al. 2024) 2- and 4-bit asymmetric quantization of a KV cache: one definition
 // of the packed layout and its arithmetic, compiled for the CPU kernels, the CUDA kernel, the
-// engine's buffer (engine/kv/buffer_kivi.cpp) and the tests alike.
+// engine's buffer (engine/kv/buffers/buffer_kivi.cpp) and the tests alike.
 //
 // Slots are cut into groups of S consecutive slots (S = the group size). Per (batch row, KV
 // head):

@@ -1,5 +1,5 @@
 // ggml block formats: the one definition of each layout and its dequantization to f32, shared
-// by the GGUF loader (engine/gguf), the packed-weight matmul kernels (kernels/cpu/packed_matmul.cpp)
+// by the GGUF loader (formats/gguf), the packed-weight matmul kernels (kernels/cpu/packed_matmul.cpp)
 // and the tests. One small function per format turns one block into its 32 or 256 floats.
 // Layout facts come from ggml-common.h / ggml-quants.c (read for facts, not copied). No loops
 // over tensors, no threads, no I/O here.

@@ -1,5 +1,5 @@
 // kvlab._kvlab.register_policy: a Python class as a KV-cache policy. The engine sees an
-// ExternalScorer (engine/kv/policy_runtime.h); this file implements it by calling the class's
+// ExternalScorer (engine/kv/policies/policy_runtime.h); this file implements it by calling the class's
 // score(f) / update(f) with the GIL held, the features as NumPy views of the engine's own arrays
 // (no copies; valid during the call only). A Python exception becomes a kv::Error carrying the
 // traceback, so the run fails with it as its error and its log line.
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/kv/policy_runtime.h"
+#include "engine/kv/policies/policy_runtime.h"
 #include "python/src/bindings.h"
 
 namespace kv::python {

@@ -12,7 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/core/kv_names.h"
 #include "engine/kv/kv_config.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/run/run_config.h"
 
 namespace kv::test {

@@ -16,7 +16,7 @@
 #include "engine/core/error.h"
 #include "engine/data/ruler.h"
 #include "engine/kv/compressed_cache.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"

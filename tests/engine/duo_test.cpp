@@ -1,4 +1,4 @@
-// DuoAttention (policy `duo`, engine/kv/policy_duo.cpp) and its calibration
+// DuoAttention (policy `duo`, engine/kv/policies/policy_duo.cpp) and its calibration
 // (engine/kv/duo_calibration.h): the gate file and its errors; the head selection rules;
 // all-retrieval = dense and all-streaming = streaming bit for bit; mixed layers keep exactly
 // sinks + recent (streaming heads) and the budget (retrieval heads), replay bit for bit, and the
@@ -16,7 +16,7 @@
 #include <set>
 
 #include "engine/core/error.h"
-#include "engine/kv/duo_gates.h"
+#include "engine/kv/policies/duo_gates.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/presets.h"

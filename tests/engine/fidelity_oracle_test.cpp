@@ -11,7 +11,7 @@
 
 #include "engine/driver/fidelity.h"
 #include "engine/driver/long_context.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/kv/replay_log.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <random>
 
-#include "engine/kv/buffer_common.h"
-#include "engine/kv/kv_buffer.h"
+#include "engine/kv/buffers/buffer_common.h"
+#include "engine/kv/buffers/kv_buffer.h"
 #include "engine/kv/kv_config.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"

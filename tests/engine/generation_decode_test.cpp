@@ -14,7 +14,7 @@
 #include "engine/driver/long_context.h"
 #include "engine/generate/generator.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/byte_tokenizer.h"
 #include "engine/model/presets.h"
 #include "kv_test_util.h"

@@ -11,8 +11,8 @@
 
 #include "engine/generate/generator.h"
 #include "engine/generate/sampler.h"
-#include "engine/io/hf_folder.h"
-#include "engine/io/safetensors_file.h"
+#include "formats/io/hf_folder.h"
+#include "formats/io/safetensors_file.h"
 #include "engine/model/byte_tokenizer.h"
 #include "engine/model/presets.h"
 #include "tests/support/test_support.h"

@@ -8,7 +8,7 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/grad/lora.h"
 #include "engine/model/model_grads.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "grad_test_util.h"
 #include "kv_test_util.h"
 #include "tests/support/test_support.h"

@@ -13,7 +13,7 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/grad/gradient_pipeline.h"
 #include "engine/grad/lora.h"
-#include "engine/io/safetensors_file.h"
+#include "formats/io/safetensors_file.h"
 #include "engine/model/model_loader.h"
 
 namespace kv {

@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "engine/core/error.h"
-#include "engine/io/hf_hub_cache.h"
-#include "engine/io/safetensors_file.h"
+#include "formats/io/hf_hub_cache.h"
+#include "formats/io/safetensors_file.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
 #include "tests/support/test_support.h"

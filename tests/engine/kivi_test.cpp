@@ -1,4 +1,4 @@
-// KIVI buffers (engine/kv/buffer_kivi.cpp, layout kernels/common/kivi_math.h): the packing
+// KIVI buffers (engine/kv/buffers/buffer_kivi.cpp, layout kernels/common/kivi_math.h): the packing
 // against f64 bounds decoded from the bytes here, the buffer's contents against the tokens
 // written (exact inside the residual window, within one group's bound outside it), the exact
 // packed bytes per memory category, and the fused SDPA against the dense f64 SDPA over the
@@ -12,7 +12,7 @@
 #include <numeric>
 #include <random>
 
-#include "engine/kv/kv_buffer.h"
+#include "engine/kv/buffers/kv_buffer.h"
 #include "engine/kv/kv_config.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "engine/core/error.h"
-#include "engine/kv/kv_buffer.h"
+#include "engine/kv/buffers/kv_buffer.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/presets.h"
 #include "engine/ops/ops.h"

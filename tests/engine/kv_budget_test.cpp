@@ -8,7 +8,7 @@
 #include <random>
 
 #include "engine/core/error.h"
-#include "engine/kv/buffer_common.h"
+#include "engine/kv/buffers/buffer_common.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/presets.h"

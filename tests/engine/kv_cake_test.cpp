@@ -12,7 +12,7 @@
 #include <random>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/kv/policy_cake.h"
+#include "engine/kv/policies/policy_cake.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "engine/core/kv_names.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "kv_test_util.h"
 
 namespace kv::test {

@@ -1,4 +1,4 @@
-// Policies registered at run time (engine/kv/policy_runtime.h) without Python: an external
+// Policies registered at run time (engine/kv/policies/policy_runtime.h) without Python: an external
 // scorer computing knorm's score (minus the key's L2 norm, from the paper's definition) and one
 // computing snapkv's window-vote score make the built-ins' decisions plan for plan on a real
 // layer cache with random keys; the registry's lookups see registered names; bad names are
@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "engine/kv/kv_config.h"
-#include "engine/kv/policy_runtime.h"
+#include "engine/kv/policies/policy_runtime.h"
 #include "kv_test_util.h"
 
 namespace kv::test {

@@ -25,7 +25,7 @@
 #include "engine/core/error.h"
 #include "engine/driver/chunk_plan.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
 #include "engine/run/run_config.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "kv_test_util.h"
 
 namespace kv::test {

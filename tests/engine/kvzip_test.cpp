@@ -1,4 +1,4 @@
-// KVzip (engine/kv/policy_kvzip.cpp, engine/kv/context_reconstruction.*): the score of a slot is
+// KVzip (engine/kv/policies/policy_kvzip.cpp, engine/kv/context_reconstruction.*): the score of a slot is
 // the largest softmax weight the reconstruction queries of its chunk pay it, over the KV
 // group's heads and the piece's queries, normalised over the sinks, the chunk's slots and the
 // piece's own keys (causal). Checked against naive f64 softmaxes: on hand-built keys and queries
@@ -13,7 +13,7 @@
 
 #include "engine/driver/long_context.h"
 #include "engine/kv/context_reconstruction.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/byte_tokenizer.h"
 #include "engine/model/presets.h"
 #include "kv_test_util.h"

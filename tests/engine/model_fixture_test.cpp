@@ -13,8 +13,8 @@
 #include <filesystem>
 
 #include "engine/driver/long_context.h"
-#include "engine/io/hf_folder.h"
-#include "engine/io/safetensors_file.h"
+#include "formats/io/hf_folder.h"
+#include "formats/io/safetensors_file.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_config.h"
 #include "engine/kv/layer_cache.h"

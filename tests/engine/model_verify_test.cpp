@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "engine/core/error.h"
-#include "engine/io/hf_folder.h"
+#include "formats/io/hf_folder.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/presets.h"
 #include "engine/model/model_verify.h"

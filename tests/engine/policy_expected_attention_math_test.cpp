@@ -1,4 +1,4 @@
-// ea_key_forms (engine/kv/policy_expected_attention_math.h), expected-attention's per-key terms
+// ea_key_forms (engine/kv/policies/policy_expected_attention_math.h), expected-attention's per-key terms
 // k.mu' and k^T Sigma' k from the upper triangle of Sigma': every ISA path this CPU runs against
 // an f64 reference, bit-identical across paths, and equal to the form it replaced (the full f32
 // product K . Sigma' followed by an f64 dot with each key) to f32 rounding.
@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/kv/policy_expected_attention_math.h"
-#include "engine/kv/policy_math.h"
+#include "engine/kv/policies/policy_expected_attention_math.h"
+#include "engine/kv/policies/policy_math.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {

@@ -1,4 +1,4 @@
-// policy_matmul (engine/kv/policy_math.h), the product under rkv's similarities and expected
+// policy_matmul (engine/kv/policies/policy_math.h), the product under rkv's similarities and expected
 // attention's quadratic forms: every ISA path this CPU runs against an f64 reference, on
 // shapes that hit the register tiles, the row and column tails and strided operands.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/kv/policy_math.h"
+#include "engine/kv/policies/policy_math.h"
 
 namespace kv::test {
 namespace {

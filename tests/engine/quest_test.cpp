@@ -1,4 +1,4 @@
-// Quest (engine/kv/policy_quest.cpp, kernels/common/quest_math.h, SDPA_QUEST): the page bound
+// Quest (engine/kv/policies/policy_quest.cpp, kernels/common/quest_math.h, SDPA_QUEST): the page bound
 // is >= every score of its page (random q and keys of both signs, f32 and f64); SDPA_QUEST
 // with a tiny budget selects exactly the pages an f64 reference written here selects (full
 // sort, not the kernel's partial one) and attends over them as the f64 softmax restricted to
@@ -17,7 +17,7 @@
 
 #include "engine/driver/chunk_plan.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/kv/quest_policy.h"
+#include "engine/kv/policies/quest_policy.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
 #include "engine/ops/ops.h"

@@ -22,7 +22,7 @@
 
 #include "engine/core/error.h"
 #include "engine/generate/generator.h"
-#include "engine/io/safetensors_file.h"
+#include "formats/io/safetensors_file.h"
 #include "engine/model/model_loader.h"
 #include "tests/support/test_support.h"
 

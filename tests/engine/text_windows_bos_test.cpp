@@ -7,7 +7,7 @@
 
 #include "engine/data/text_windows.h"
 #include "engine/model/byte_tokenizer.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv {
 namespace {

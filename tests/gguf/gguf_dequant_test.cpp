@@ -9,7 +9,7 @@
 #include <cmath>
 #include <random>
 
-#include "engine/gguf/gguf_dequant.h"
+#include "formats/gguf/gguf_dequant.h"
 #include "gguf_test_util.h"
 #include "tests/support/test_support.h"
 

@@ -13,13 +13,13 @@
 #include <map>
 #include <random>
 
-#include "engine/gguf/gguf_config.h"
-#include "engine/gguf/gguf_model.h"
-#include "engine/gguf/gguf_names.h"
-#include "engine/gguf/gguf_parse.h"
-#include "engine/gguf/gguf_reader.h"
-#include "engine/gguf/gguf_rope_permute.h"
-#include "engine/gguf/gguf_writer.h"
+#include "formats/gguf/gguf_config.h"
+#include "formats/gguf/gguf_model.h"
+#include "formats/gguf/gguf_names.h"
+#include "formats/gguf/gguf_parse.h"
+#include "formats/gguf/gguf_reader.h"
+#include "formats/gguf/gguf_rope_permute.h"
+#include "formats/gguf/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "tests/support/test_support.h"
 

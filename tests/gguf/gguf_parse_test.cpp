@@ -5,9 +5,9 @@
 
 #include <random>
 
-#include "engine/gguf/gguf_parse.h"
-#include "engine/gguf/gguf_reader.h"
-#include "engine/gguf/gguf_writer.h"
+#include "formats/gguf/gguf_parse.h"
+#include "formats/gguf/gguf_reader.h"
+#include "formats/gguf/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "tests/support/test_support.h"
 

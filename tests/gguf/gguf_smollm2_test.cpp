@@ -11,12 +11,12 @@
 #include <filesystem>
 #include <set>
 
-#include "engine/gguf/gguf_config.h"
-#include "engine/gguf/gguf_dequant.h"
-#include "engine/gguf/gguf_model.h"
-#include "engine/gguf/gguf_names.h"
-#include "engine/gguf/gguf_reader.h"
-#include "engine/gguf/gguf_rope_permute.h"
+#include "formats/gguf/gguf_config.h"
+#include "formats/gguf/gguf_dequant.h"
+#include "formats/gguf/gguf_model.h"
+#include "formats/gguf/gguf_names.h"
+#include "formats/gguf/gguf_reader.h"
+#include "formats/gguf/gguf_rope_permute.h"
 
 namespace kv {
 namespace {

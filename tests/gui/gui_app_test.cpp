@@ -54,7 +54,7 @@
 #include "app/gui/session_browser.h"
 #include "app/gui/session_controller.h"
 #include "engine/core/error.h"
-#include "engine/kv/policy_registry.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/model_loader.h"
 #include "engine/run/run_config.h"
 #include "sessions/run_manager.h"

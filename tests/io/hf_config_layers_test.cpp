@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "engine/io/hf_config.h"
+#include "formats/io/hf_config.h"
 #include "modelio_test_util.h"
 
 namespace kv {

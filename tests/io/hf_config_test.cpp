@@ -3,8 +3,8 @@
 // writer round-trips through the reader.
 #include <gtest/gtest.h>
 
-#include "engine/io/hf_config.h"
-#include "engine/io/hf_folder.h"
+#include "formats/io/hf_config.h"
+#include "formats/io/hf_folder.h"
 #include "modelio_test_util.h"
 
 namespace kv {

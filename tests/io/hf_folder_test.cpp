@@ -5,9 +5,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/io/hf_config.h"
-#include "engine/io/hf_folder.h"
-#include "engine/io/safetensors_write.h"
+#include "formats/io/hf_config.h"
+#include "formats/io/hf_folder.h"
+#include "formats/io/safetensors_write.h"
 #include "modelio_test_util.h"
 
 namespace kv {

@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "engine/io/weight_names.h"
+#include "formats/io/weight_names.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {

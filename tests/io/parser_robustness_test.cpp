@@ -5,10 +5,10 @@
 
 #include <random>
 
-#include "engine/io/hf_config.h"
-#include "engine/io/safetensors_file.h"
-#include "engine/io/safetensors_index.h"
-#include "engine/io/safetensors_parse.h"
+#include "formats/io/hf_config.h"
+#include "formats/io/safetensors_file.h"
+#include "formats/io/safetensors_index.h"
+#include "formats/io/safetensors_parse.h"
 #include "modelio_test_util.h"
 
 namespace kv {

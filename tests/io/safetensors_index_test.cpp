@@ -1,8 +1,8 @@
 // Sharded checkpoints: model.safetensors.index.json must agree exactly with its shards.
 #include <gtest/gtest.h>
 
-#include "engine/io/safetensors_index.h"
-#include "engine/io/safetensors_write.h"
+#include "formats/io/safetensors_index.h"
+#include "formats/io/safetensors_write.h"
 #include "modelio_test_util.h"
 
 namespace kv {

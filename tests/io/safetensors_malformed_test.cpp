@@ -2,8 +2,8 @@
 // test checks that the error names the file and says what was wrong.
 #include <gtest/gtest.h>
 
-#include "engine/io/safetensors_file.h"
-#include "engine/io/safetensors_parse.h"
+#include "formats/io/safetensors_file.h"
+#include "formats/io/safetensors_parse.h"
 #include "modelio_test_util.h"
 
 namespace kv {

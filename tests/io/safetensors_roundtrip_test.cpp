@@ -6,8 +6,8 @@
 #include <cstring>
 #include <random>
 
-#include "engine/io/safetensors_file.h"
-#include "engine/io/safetensors_write.h"
+#include "formats/io/safetensors_file.h"
+#include "formats/io/safetensors_write.h"
 #include "engine/memory/memory_tracker.h"
 #include "modelio_test_util.h"
 #include "tests/support/test_support.h"

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "engine/io/weight_names.h"
+#include "formats/io/weight_names.h"
 #include "modelio_test_util.h"
 
 namespace kv {

@@ -5,8 +5,8 @@
 #include <random>
 #include <set>
 
-#include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/utf8.h"
+#include "formats/tokenizer/byte_level.h"
+#include "formats/tokenizer/utf8.h"
 #include "tests/support/test_support.h"
 
 namespace kv {

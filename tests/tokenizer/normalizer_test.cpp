@@ -2,7 +2,7 @@
 // tokenizer.json (normalizer NFC) gives the single merged token for both spellings.
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/normalizer.h"
+#include "formats/tokenizer/normalizer.h"
 #include "tokenizer_test_util.h"
 
 namespace kv {

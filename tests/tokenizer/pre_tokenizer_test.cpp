@@ -3,9 +3,9 @@
 // backtrack). Also the five delimiter behaviours of Hugging Face's Split.
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/pre_tokenizer.h"
-#include "engine/tokenizer/regex.h"
+#include "formats/tokenizer/byte_level.h"
+#include "formats/tokenizer/pre_tokenizer.h"
+#include "formats/tokenizer/regex.h"
 
 namespace kv {
 namespace {

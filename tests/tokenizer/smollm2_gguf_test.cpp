@@ -12,7 +12,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "engine/tokenizer/utf8.h"
+#include "formats/tokenizer/utf8.h"
 #include "tests/support/test_support.h"
 #include "tokenizer_test_util.h"
 
@@ -22,7 +22,7 @@ namespace {
 const std::string kModel = std::string(KVLAB_SOURCE_DIR) + "/assets/cache/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // Just enough of GGUF v3 to read the tokenizer.ggml.* metadata (test-only; the product reader
-// lives in engine/gguf, which this suite does not link).
+// lives in formats/gguf, which this suite does not link).
 struct GgufMeta {
     std::vector<std::string> tokens, merges;
     std::vector<int32_t> types;

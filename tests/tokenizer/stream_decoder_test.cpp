@@ -5,8 +5,8 @@
 
 #include <random>
 
-#include "engine/tokenizer/stream_decoder.h"
-#include "engine/tokenizer/utf8.h"
+#include "formats/tokenizer/stream_decoder.h"
+#include "formats/tokenizer/utf8.h"
 #include "tests/support/test_support.h"
 #include "tokenizer_test_util.h"
 

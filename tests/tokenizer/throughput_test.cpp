@@ -11,8 +11,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "engine/tokenizer/pre_tokenizer.h"
-#include "engine/tokenizer/regex.h"
+#include "formats/tokenizer/pre_tokenizer.h"
+#include "formats/tokenizer/regex.h"
 #include "tokenizer_test_util.h"
 
 namespace kv {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "formats/tokenizer/byte_level.h"
+#include "formats/tokenizer/tokenizer.h"
 
 namespace kv::test {
 

@@ -10,7 +10,7 @@
 // (min / mean / max in units of L), how often a head sat at the safeguard floor (at most
 // floor(alpha L) slots older than the chunk), held no old token, or had lost the first token,
 // and whether every layer's budgets summed to G L. Works for any per-head policy (snapkv: S = L).
-//   --ada.variant V   an exploratory allocation of ada-* (engine/kv/policy_ada.h): paper (the
+//   --ada.variant V   an exploratory allocation of ada-* (engine/kv/policies/policy_ada.h): paper (the
 //                     default), equal, fixed, ema
 //   --ada.stats FILE  per (layer, head) score statistics of batch row 0 (the header line names
 //                     the columns): are the heads' scores comparable?
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/kv/policy_ada.h"
+#include "engine/kv/policies/policy_ada.h"
 #include "engine/model/model_loader.h"
 #include "engine/run/evaluate.h"
 #include "engine/run/run_config.h"

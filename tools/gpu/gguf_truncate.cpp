@@ -20,9 +20,9 @@
 #include <cstring>
 
 #include "engine/core/error.h"
-#include "engine/gguf/gguf_blocks.h"
-#include "engine/gguf/gguf_parse.h"
-#include "engine/gguf/gguf_writer.h"
+#include "formats/gguf/gguf_blocks.h"
+#include "formats/gguf/gguf_parse.h"
+#include "formats/gguf/gguf_writer.h"
 
 namespace {
 // Q8_0 blocks (34 bytes) -> Q4_0 blocks (18 bytes), as ggml quantizes Q4_0: per 32 values the

@@ -7,7 +7,7 @@ headers (<...>) are not checked.
 
     kernels          kernels/
     engine core      engine/{core,memory,backend,ops,telemetry}      (one library: kvlab_core)
-    engine modules   engine/{tokenizer,io,gguf}                      (kvlab_tokenizer/modelio/gguf)
+    engine modules   formats/{tokenizer,io,gguf}                      (kvlab_tokenizer/modelio/gguf)
     engine dist      engine/dist/  over engine core (kvlab_dist: MPI/NCCL); train stands on it
     engine           the rest of engine/ (kvlab_engine), bottom-up:
                        model < kv < driver < data, grad < run < generate, train
@@ -28,7 +28,7 @@ the product folders outside it (POLICY_FREE below) a file may not
     - name a capability: a member declared in engine/kv headers between the markers
       "---- capabilities" and "---- end of capabilities" (pool_slots, selects_reads, needs_*, ...).
 The registered names are read from the policy files' descriptors (`.name = "..."` in
-engine/kv/policy_*.cpp), the capabilities from the markers, so neither list is kept here.
+engine/kv/policies/policy_*.cpp), the capabilities from the markers, so neither list is kept here.
 Strings and comments may name policies: the views show them as data.
 
 Usage: check_layers.py SOURCE_ROOT [build/compile_commands.json]
@@ -42,7 +42,7 @@ import re
 import sys
 
 CORE = ("engine/core/", "engine/memory/", "engine/backend/", "engine/ops/", "engine/telemetry/")
-MODULES = ("engine/tokenizer/", "engine/io/", "engine/gguf/")
+MODULES = ("formats/tokenizer/", "formats/io/", "formats/gguf/")
 BASE = ("kernels/",) + CORE + MODULES  # what every folder of the engine proper stands on
 
 # (name, path prefixes that belong to it, prefixes it may include)
@@ -50,9 +50,9 @@ LAYERS = [
     ("kernels", ("kernels/",), ("kernels/",)),
     ("engine core", CORE, ("kernels/",) + CORE),
     # Each module stands alone on the core (no module includes another, nor the engine proper).
-    ("engine/tokenizer", ("engine/tokenizer/",), ("kernels/",) + CORE + ("engine/tokenizer/",)),
-    ("engine/io", ("engine/io/",), ("kernels/",) + CORE + ("engine/io/",)),
-    ("engine/gguf", ("engine/gguf/",), ("kernels/",) + CORE + ("engine/gguf/",)),
+    ("formats/tokenizer", ("formats/tokenizer/",), ("kernels/",) + CORE + ("formats/tokenizer/",)),
+    ("formats/io", ("formats/io/",), ("kernels/",) + CORE + ("formats/io/",)),
+    ("formats/gguf", ("formats/gguf/",), ("kernels/",) + CORE + ("formats/gguf/",)),
     # The engine proper, bottom-up: each folder may include the ones listed before it.
     ("engine/model", ("engine/model/",), BASE + ("engine/model/",)),
     ("engine/kv", ("engine/kv/",), BASE + ("engine/model/", "engine/kv/")),
@@ -66,12 +66,12 @@ LAYERS = [
     ("engine/train", ("engine/train/",),
      BASE + ("engine/model/", "engine/kv/", "engine/driver/", "engine/data/", "engine/grad/", "engine/run/", "engine/dist/",
              "engine/train/")),
-    ("engine", ("engine/",), ("kernels/", "engine/")),
+    ("engine", ("engine/",), ("kernels/", "formats/", "engine/")),
     ("storage", ("storage/",), CORE + ("storage/",)),
-    ("sessions", ("sessions/",), ("kernels/", "engine/", "storage/", "sessions/")),
+    ("sessions", ("sessions/",), ("kernels/", "formats/", "engine/", "storage/", "sessions/")),
     ("views", ("views/",), ("storage/", "views/")),
     ("plot", ("plot/",), ("plot/",)),
-    ("bench", ("bench/",), ("kernels/", "engine/", "storage/", "sessions/", "views/", "bench/")),
+    ("bench", ("bench/",), ("kernels/", "formats/", "engine/", "storage/", "sessions/", "views/", "bench/")),
     ("app", ("app/",), None),
     ("python", ("python/",), None),
     ("tests", ("tests/",), None),
@@ -165,7 +165,7 @@ def contains(seq, sub):
 
 
 def policy_names(root):
-    """The registered policies (the descriptors' names in engine/kv/policy_*.cpp)."""
+    """The registered policies (the descriptors' names in engine/kv/policies/policy_*.cpp)."""
     names = set()
     kv = os.path.join(root, "engine/kv")
     if not os.path.isdir(kv):
@@ -302,14 +302,14 @@ def self_test():
         "views/a.h": ('#include "engine/kv/kv_policy.h"\n', True),
         "views/b.cpp": ('#include "sessions/run_manager.h"\n', True),
         "storage/c.cpp": ('#include "engine/kv/kv_policy.h"\n', True),
-        "engine/io/d.h": ('#include "engine/model/transformer.h"\n', True),
+        "formats/io/d.h": ('#include "engine/model/transformer.h"\n', True),
         "engine/core/e.cpp": ('#include "engine/kv/kv_policy.h"\n', True),
         "kernels/f.cpp": ('#include "engine/core/tensor.h"\n', True),
         "engine/kv/g.cpp": ('#include "storage/rows.h"\n', True),
         "engine/model/h.cpp": ('#include "engine/kv/kv_policy.h"\n', True),
         "views/ok.cpp": ('#include "storage/rows.h"\n#include "views/a.h"\n#include <vector>\n', False),
         # policy knowledge outside engine/kv: a policy's header, identifier, string comparison, capability
-        "engine/driver/p1.cpp": ('#include "engine/kv/quest_policy.h"\n', True),
+        "engine/driver/p1.cpp": ('#include "engine/kv/policies/quest_policy.h"\n', True),
         "engine/grad/p2.cpp": ("int quest_page = 0;\n", True),
         "sessions/p3.cpp": ('bool f(const std::string& s) { return s == "quest-default"; }\n', True),
         "engine/run/p4.cpp": ("long f(kv::KVPolicy& p) { return p.pool_slots(); }\n", True),
@@ -321,14 +321,14 @@ def self_test():
         "app/ok.cpp": ('#include "sessions/run_manager.h"\n#include "views/a.h"\n', False),
     }
     headers = ["engine/kv/kv_policy.h", "sessions/run_manager.h", "engine/model/transformer.h",
-               "engine/core/tensor.h", "storage/rows.h", "engine/kv/quest_policy.h"]
+               "engine/core/tensor.h", "storage/rows.h", "engine/kv/policies/quest_policy.h"]
     # a registry of one policy, and capabilities between the markers of engine/kv headers
     fixtures = {
-        "engine/kv/policy_quest.cpp": '{.name = "quest",\n .summary = "reads pages", .options = {{.name = "quest_page_size", .help = ""}}}\n',
+        "engine/kv/policies/policy_quest.cpp": '{.name = "quest",\n .summary = "reads pages", .options = {{.name = "quest_page_size", .help = ""}}}\n',
         "engine/kv/kv_policy.h": ("class KVPolicy {\n    // ---- capabilities (engine/kv only) ----\n"
                                   "    virtual long pool_slots() const { return 0; }\n    // ---- end of capabilities ----\n"
                                   "    long position_row_length() const;\n};\n"),
-        "engine/kv/policy_registry.h": ("struct PolicyInfo {\n    // ---- capabilities ----\n"
+        "engine/kv/policies/policy_registry.h": ("struct PolicyInfo {\n    // ---- capabilities ----\n"
                                         "    std::unique_ptr<ReadSelection> (*read_selection)(const KVCacheConfig& cfg) = nullptr;\n"
                                         "    // ---- end of capabilities ----\n};\n"),
     }

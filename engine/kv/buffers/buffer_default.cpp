@@ -1,0 +1,96 @@
+// Full-precision buffers: K and V as (B, G, L, D) tensors in f32, bf16 or f16; plans become
+// one gather/scatter for grace-ring moves and one scatter for the new tokens.
+#include <algorithm>
+
+#include "engine/kv/buffers/buffer_common.h"
+
+namespace kv {
+
+Tensor slot_index(const std::vector<int32_t>& slots, int64_t rows, int64_t B, int64_t G, int64_t m, Device device) {
+    Tensor idx = Tensor::from_i32({rows == 1 ? 1 : B, rows == 1 ? 1 : G, m, 1}, slots, {device, MemCategory::WORKSPACE, "slot index"});
+    return idx;
+}
+
+void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, const Tensor& v) {
+    const int64_t B = K.size(0), G = K.size(1), D = K.size(3);
+    if (plan.moves > 0) {
+        Tensor from = slot_index(plan.move_from, plan.rows, B, G, plan.moves, K.device()).expand({B, G, plan.moves, D});
+        Tensor to = slot_index(plan.move_to, plan.rows, B, G, plan.moves, K.device()).expand({B, G, plan.moves, D});
+        Tensor kk = ops::gather(K, 2, from), vv = ops::gather(V, 2, from);
+        ops::scatter_(K, 2, to, kk);
+        ops::scatter_(V, 2, to, vv);
+    }
+    Tensor idx = slot_index(plan.targets, plan.rows, B, G, plan.n, K.device()).expand({B, G, plan.n, D});
+    ops::scatter_(K, 2, idx, k);
+    ops::scatter_(V, 2, idx, v);
+}
+
+namespace {
+
+class DefaultBuffer final : public KVBuffer {
+   public:
+    DefaultBuffer(const BufferParams& p, DType dtype) : p_(p), dtype_(dtype) {}
+    std::string name() const override { return std::string(dtype_ == DType::F32 ? "f32" : dtype_ == DType::BF16 ? "bf16" : dtype_ == DType::F16 ? "f16" : "f64"); }
+    void allocate(int64_t B) override {
+        if (K_.defined() && K_.size(0) >= B) return;
+        const std::string l = str("layer ", p_.layer, " ");
+        K_ = Tensor::zeros({B, p_.G, p_.L, p_.D}, dtype_, {p_.device, MemCategory::KV_CACHE, l + "keys"});
+        V_ = Tensor::zeros({B, p_.G, p_.L, p_.D}, dtype_, {p_.device, MemCategory::KV_CACHE, l + "values"});
+    }
+    bool allocated() const override { return K_.defined(); }
+    void release() override {
+        K_ = Tensor();
+        V_ = Tensor();
+    }
+    void prefill(const Tensor& k, const Tensor& v) override {
+        const int64_t B = k.size(0), n = k.size(2);
+        allocate(B);
+        Tensor kd = K_.slice(0, 0, B).slice(2, 0, n), vd = V_.slice(0, 0, B).slice(2, 0, n);
+        kd.copy_from(k);
+        vd.copy_from(v);
+        B_ = B;
+    }
+    void write(const SlotPlan& plan, const Tensor& k, const Tensor& v) override {
+        Tensor K = K_.slice(0, 0, B_), V = V_.slice(0, 0, B_);
+        apply_plan_to(K, V, plan, k, v);
+    }
+    std::pair<Tensor, Tensor> read(int64_t T) override {
+        return {K_.slice(0, 0, B_).slice(2, 0, T), V_.slice(0, 0, B_).slice(2, 0, T)};
+    }
+    size_t bytes() const override { return K_.defined() ? K_.nbytes() + V_.nbytes() : 0; }
+    double bits_per_element() const override { return 8.0 * dtype_size(dtype_); }
+    std::vector<Tensor*> storage_tensors() override { return {&K_, &V_}; }
+    int64_t slots() const override { return p_.L; }
+    void resize_slots(int64_t L) override {
+        // New storage of exactly L slots (memory = the slots kept), the kept slots copied over.
+        const int64_t keep = std::min(L, p_.L);
+        p_.L = L;
+        if (!K_.defined()) return;
+        Tensor K = std::move(K_), V = std::move(V_);
+        allocate(K.size(0));
+        Tensor kd = K_.slice(2, 0, keep), vd = V_.slice(2, 0, keep);
+        kd.copy_from(K.slice(2, 0, keep));
+        vd.copy_from(V.slice(2, 0, keep));
+    }
+    void reorder_batch(const std::vector<int32_t>& src) override {
+        const int64_t B = int64_t(src.size());
+        Tensor idx = Tensor::from_i32({B, 1, 1, 1}, src, {p_.device, MemCategory::WORKSPACE, "beam index"})
+                         .expand({B, p_.G, p_.L, p_.D});
+        Tensor k = ops::gather(K_.slice(0, 0, B), 0, idx), v = ops::gather(V_.slice(0, 0, B), 0, idx);
+        Tensor kd = K_.slice(0, 0, B), vd = V_.slice(0, 0, B);
+        kd.copy_from(k);
+        vd.copy_from(v);
+    }
+
+   private:
+    BufferParams p_;
+    DType dtype_;
+    Tensor K_, V_;
+    int64_t B_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype) { return std::make_unique<DefaultBuffer>(p, dtype); }
+
+}  // namespace kv

@@ -1,0 +1,208 @@
+// leverage (kvpress' LeverageScorePress, the geometric half of Compactor: Chari & Van Durme
+// 2025, "Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate Leverage
+// Scores"): keys that are statistical outliers of their head carry information the others do
+// not, so a token scores its key's approximate leverage. After every chunk, per (b, g) row
+// over the T cached pre-RoPE keys:
+//   X = K - mean_j k_j (T x D),  Y = X Phi (T x k, Phi a fixed Gaussian sketch, 0: Y = X)
+//   l_j = max(0, y_j^T (Y^T Y + 0.01 I)^-1 y_j)      (Cholesky; kvpress' first jitter)
+//   score_j = (l_j - mean l) / max(std l, 1e-6)        over every cached token of the layer
+// Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot as their
+// projection k Phi (Y = K Phi - mean_j k_j Phi: the same Y, without a T x D x k product per
+// chunk); a cache still filling is not scored (nothing reads it). Phi's
+// entries are a documented pure function of (layer, head, index) (docs/POLICIES.md#leverage),
+// where kvpress draws a fresh torch.randn per call.
+#include "engine/kv/policies/policy_leverage.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_score_based.h"
+
+namespace kv {
+
+namespace {
+uint64_t mix(uint64_t z) {  // splitmix64's finalizer (as random's draws)
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+}  // namespace
+
+void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
+    phi.clear();
+    if (k == 0) return;
+    // Phi[g][d][c] = N(0, 1) / sqrt(k) by Box-Muller from two splitmix64 draws
+    phi.assign(size_t(G * D * k), 0.0);
+    for (int64_t g = 0; g < G; ++g)
+        for (int64_t e = 0; e < D * k; ++e) {
+            const uint64_t h = mix(mix(mix(uint64_t(layer)) ^ uint64_t(g)) ^ uint64_t(e)), h2 = mix(h);
+            const double u1 = double((h >> 11) + 1) * 0x1p-53, u2 = double(h2 >> 11) * 0x1p-53;
+            phi[size_t(g * D * k + e)] = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) / std::sqrt(double(k));
+        }
+}
+
+void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, double p, double* x) {
+    for (int64_t d = 0; d < D; ++d) x[d] = double(key[d]);
+    if (!rope) return;
+    const int64_t half = int64_t(rope->size());
+    for (int64_t j = 0; j < half; ++j) {  // R(p)^T: rotate pair (j, j + half) by -p theta_j
+        const double a = p * (*rope)[size_t(j)], c = std::cos(a), s = std::sin(a);
+        const double u = double(key[j]), v = double(key[j + half]);
+        x[j] = u * c + v * s;
+        x[j + half] = v * c - u * s;
+    }
+}
+
+void LeverageSketch::stage(const float* key, int64_t D, const std::vector<double>* rope, double p, int64_t r, int64_t slot) {
+    staged_.resize(staged_.size() + size_t(D));
+    unrotate(key, D, rope, p, staged_.data() + staged_.size() - size_t(D));
+    staged_at_.push_back(r), staged_at_.push_back(slot);
+}
+
+void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
+    const int64_t n = int64_t(staged_at_.size() / 2), K = width(D);
+    for (int64_t g = 0; g < G; ++g) {
+        int64_t m = 0;
+        X_.resize(size_t(n * D));
+        for (int64_t i = 0; i < n; ++i)
+            if (staged_at_[size_t(2 * i)] % G == g) std::copy_n(staged_.begin() + i * D, D, X_.begin() + (m++) * D);
+        if (m == 0) continue;
+        P_.resize(size_t(m * K));
+        if (k > 0)
+            policy_matmul(m, K, D, X_.data(), D, phi.data() + g * D * K, K, P_.data(), K);
+        else
+            std::copy_n(X_.begin(), m * D, P_.begin());
+        for (int64_t i = 0, j = 0; i < n; ++i)
+            if (staged_at_[size_t(2 * i)] % G == g)
+                std::copy_n(P_.begin() + (j++) * K, K, proj + (staged_at_[size_t(2 * i)] * L + staged_at_[size_t(2 * i + 1)]) * K);
+    }
+    staged_.clear();
+    staged_at_.clear();
+}
+
+void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {
+    mean_.assign((size_t)K, 0.0);
+    Y_.resize(size_t(m * K)), Yt_.resize(size_t(K * m)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
+    Li_.assign(size_t(K * K), 0.0);
+    double *mean = mean_.data(), *Y = Y_.data(), *Yt = Yt_.data(), *Gm = G_.data(), *Li = Li_.data(), *Z = Z_.data(), *LiT = LiT_.data();
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < K; ++c) mean[c] += proj[idx[i] * K + c] / double(m);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < K; ++c) Y[i * K + c] = proj[idx[i] * K + c] - mean[c];
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < K; ++c) Yt[c * m + i] = Y[i * K + c];
+    // the products as policy_matmul (f64, at the CPU's vector width)
+    policy_matmul(K, K, m, Yt, m, Y, K, Gm, K);  // Y^T Y
+    for (int64_t a = 0; a < K; ++a) Gm[a * K + a] += 1e-2;
+    // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
+    for (int64_t a = 0; a < K; ++a)
+        for (int64_t b = 0; b <= a; ++b) {
+            double s = Gm[a * K + b];
+            for (int64_t c = 0; c < b; ++c) s -= Gm[a * K + c] * Gm[b * K + c];
+            Gm[a * K + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[b * K + b];
+        }
+    for (int64_t c = 0; c < K; ++c)
+        for (int64_t a = c; a < K; ++a) {
+            double s = a == c ? 1.0 : 0.0;
+            for (int64_t b = c; b < a; ++b) s -= Gm[a * K + b] * Li[b * K + c];
+            Li[a * K + c] = s / Gm[a * K + a];
+        }
+    // y^T G^-1 y = |L^-1 y|^2: Z = Y L^-T, one row per token
+    for (int64_t a = 0; a < K; ++a)
+        for (int64_t b = 0; b < K; ++b) LiT[b * K + a] = Li[a * K + b];
+    policy_matmul(m, K, K, Y, K, LiT, K, Z, K);
+    for (int64_t i = 0; i < m; ++i) {
+        double l = 0;
+        for (int64_t a = 0; a < K; ++a) l += Z[i * K + a] * Z[i * K + a];
+        out[i] = std::max(l, 0.0);
+    }
+}
+
+void z_normalise(std::vector<double>& v) {
+    if (v.empty()) return;
+    double sum = 0;
+    for (double x : v) sum += x;
+    const double N = double(v.size()), mu = sum / N;
+    double var = 0;
+    for (double x : v) var += (x - mu) * (x - mu);
+    const double sd = std::max(N > 1 ? std::sqrt(var / (N - 1)) : 0.0, 1e-6);
+    for (double& x : v) x = (x - mu) / sd;
+}
+
+namespace {
+class LeveragePolicy final : public ScorePolicy {
+   public:
+    LeveragePolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer) : ScorePolicy(cfg, L, G), layer_(layer) {
+        sketch_.k = int64_t(cfg.policy_option("leverage_sketch"));
+    }
+    const char* name() const override { return "leverage"; }
+    bool needs_key_vectors() const override { return true; }
+    bool needs_query_vectors() const override { return true; }  // for the RoPE frequencies that rotated the keys
+    void reset(int64_t batch) override {
+        ScorePolicy::reset(batch);
+        score_.assign(size_t(rows() * L_), 0.0f);
+        proj_.clear();
+        D_ = 0;
+    }
+    // the chunk's keys are projected together once placed (LeverageSketch::flush)
+    void prefill(int64_t n, const InsertFeatures& f) override {
+        ScorePolicy::prefill(n, f);
+        sketch_.flush(D_, G_, L_, proj_.data());
+    }
+    void apply(const SlotPlan& plan, const InsertFeatures& f) override {
+        ScorePolicy::apply(plan, f);
+        sketch_.flush(D_, G_, L_, proj_.data());
+    }
+
+   protected:
+    void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
+        if (D_ == 0) {
+            D_ = f.head_dim;
+            K_ = sketch_.width(D_);
+            proj_.assign(size_t(rows() * L_ * K_), 0.0);
+            sketch_.init(layer_, G_, D_);
+        }
+        score_[size_t(r * L_ + slot)] = 0.0f;
+        sketch_.stage(f.keys.data() + i * D_, D_, f.rope_inv_freq, double(pos_[size_t(r * L_ + slot)]), r, slot);
+    }
+    void move_slot(int64_t r, int64_t from, int64_t to) override {
+        score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
+        std::copy_n(proj_.begin() + (r * L_ + from) * K_, K_, proj_.begin() + (r * L_ + to) * K_);
+    }
+    void accumulate(const std::vector<float>&, int64_t) override {
+        if (T_ < L_) return;  // scores are read only from a full cache (choose_next, slot_scores), each time recomputed
+        const int64_t T = T_;
+        std::vector<int32_t> idx((size_t)T);
+        for (int64_t j = 0; j < T; ++j) idx[size_t(j)] = int32_t(j);
+        std::vector<double> lev((size_t)(rows() * T));
+        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(proj_.data() + r * L_ * K_, idx.data(), T, K_, lev.data() + r * T);
+        z_normalise(lev);
+        for (int64_t r = 0; r < rows(); ++r)
+            for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float(lev[size_t(r * T + j)]);
+    }
+    void eviction_scores(std::vector<float>& S) const override {
+        const int64_t cand = L_ - grace();
+        for (int64_t r = 0; r < rows(); ++r)
+            for (int64_t j = 0; j < cand; ++j) S[size_t(r * cand + j)] = score_[size_t(r * L_ + j)];
+    }
+
+   private:
+    int64_t layer_, D_ = 0, K_ = 0;
+    LeverageSketch sketch_;
+    std::vector<float> score_;  // (B*G, L)
+    std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch
+};
+}  // namespace
+
+std::vector<PolicyInfo> leverage_policies() {
+    return {{.name = "leverage",
+             .summary = "Leverage: approximate statistical leverage of the pre-RoPE keys (Gaussian sketch), z-normalised; no attention weights",
+             .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> { return std::make_unique<LeveragePolicy>(a.cfg, a.L, a.G, a.layer); },
+             .uses = {"grace_period", "keep_initial_fraction", "max_chunk_size"},
+             .options = {{.name = "leverage_sketch", .help = "leverage: Gaussian sketch dimension (0: the keys themselves)", .def = 48, .lo = 0, .hi = 4096, .integer = true}},
+             .doc_anchor = "docs/POLICIES.md#leverage"}};
+}
+
+}  // namespace kv

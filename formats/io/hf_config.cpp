@@ -1,0 +1,573 @@
+// config.json / generation_config.json parsing and writing (see hf_config.h).
+// Defaults follow the transformers config classes (LlamaConfig, MistralConfig, Qwen2Config,
+// Qwen3Config, GPT2Config, Gemma2Config, Gemma3TextConfig, SmolLM3Config, Phi3Config,
+// Olmo2Config) so a config that HF loads means the
+// same thing here.
+//
+// Index
+//   [SECTION] Helpers: architecture names, bounded sizes, dtype names, token ids
+//   [SECTION] rope_scaling
+//   [SECTION] Reading
+//   [SECTION] Writing
+#include "formats/io/hf_config.h"
+
+#include <limits>
+
+#include "formats/io/json_strict.h"
+
+namespace kv {
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// =========================================================================================
+// [SECTION] Helpers
+// =========================================================================================
+// Any real model is far below this; the bound keeps every product of two sizes inside int64.
+constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+// The deepest released models have ~130 layers; the bound keeps per-layer name tables (and the
+// memory a hostile config could demand before any weight is read) small.
+constexpr int64_t kMaxLayers = 65536;
+
+struct ArchNames {
+    Arch arch;
+    const char* model_type;
+    const char* architecture;
+};
+constexpr ArchNames kArchNames[] = {
+    {Arch::LLAMA, "llama", "LlamaForCausalLM"},       {Arch::MISTRAL, "mistral", "MistralForCausalLM"},
+    {Arch::QWEN2, "qwen2", "Qwen2ForCausalLM"},       {Arch::QWEN3, "qwen3", "Qwen3ForCausalLM"},
+    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},         {Arch::GEMMA2, "gemma2", "Gemma2ForCausalLM"},
+    {Arch::GEMMA3, "gemma3_text", "Gemma3ForCausalLM"}, {Arch::SMOLLM3, "smollm3", "SmolLM3ForCausalLM"},
+    {Arch::PHI3, "phi3", "Phi3ForCausalLM"},             {Arch::OLMO2, "olmo2", "Olmo2ForCausalLM"},
+};
+
+const ArchNames& names_of(Arch a) {
+    for (const auto& n : kArchNames)
+        if (n.arch == a) return n;
+    throw Error(str("architecture ", int(a), " has no config.json name"));
+}
+
+std::string model_type_list() {
+    std::string s;
+    for (const auto& n : kArchNames) s += (s.empty() ? "" : ", ") + std::string(n.model_type);
+    return s;
+}
+
+std::string architecture_list() {
+    std::string s;
+    for (const auto& n : kArchNames) s += (s.empty() ? "" : ", ") + std::string(n.architecture);
+    return s;
+}
+
+Arch detect_arch(const JsonFields& f) {
+    std::string model_type = f.get_string("model_type", "");
+    std::string architecture;
+    if (const json* a = f.find("architectures")) {
+        if (!a->is_array()) f.fail("architectures", str("must be a list of strings, got ", json_describe(*a)));
+        if (!a->empty()) {
+            if (!(*a)[0].is_string())
+                f.fail("architectures", str("must be a list of strings, got a list containing ", json_describe((*a)[0])));
+            architecture = (*a)[0].get<std::string>();
+        }
+    }
+    const ArchNames* by_arch = nullptr;
+    for (const auto& n : kArchNames)
+        if (architecture == n.architecture) by_arch = &n;
+    if (!model_type.empty()) {
+        for (const auto& n : kArchNames) {
+            if (model_type != n.model_type) continue;
+            // Heads other than *ForCausalLM (e.g. ...ForSequenceClassification) are fine, but a
+            // known architecture of another family means the file contradicts itself.
+            if (by_arch && by_arch->arch != n.arch)
+                f.fail("architectures", str("names '", architecture, "', which contradicts model_type '", model_type, "'"));
+            return n.arch;
+        }
+        f.fail("model_type", str("is '", model_type, "', which kvlab does not support; expected one of ", model_type_list()));
+    }
+    if (by_arch) return by_arch->arch;
+    if (!architecture.empty())
+        f.fail("architectures", str("names '", architecture, "', which kvlab does not support, and model_type is missing; expected one of ",
+                                    architecture_list()));
+    f.fail("model_type", str("is missing (and so is architectures); expected one of ", model_type_list()));
+}
+
+int64_t bounded(const JsonFields& f, const char* key, int64_t v) {
+    if (v > kMaxSize) f.fail(key, str("is ", v, "; expected at most ", kMaxSize));
+    return v;
+}
+int64_t size_field(const JsonFields& f, const char* key) { return bounded(f, key, f.get_int(key)); }
+int64_t size_field(const JsonFields& f, const char* key, int64_t fallback) { return bounded(f, key, f.get_int(key, fallback)); }
+int64_t layers_field(const JsonFields& f, const char* key) {
+    int64_t v = f.get_int(key);
+    if (v > kMaxLayers) f.fail(key, str("is ", v, "; expected at most ", kMaxLayers));
+    return v;
+}
+
+struct DTypeName {
+    DType dtype;
+    const char* name;
+};
+constexpr DTypeName kTorchDTypes[] = {
+    {DType::F32, "float32"}, {DType::F16, "float16"}, {DType::BF16, "bfloat16"}, {DType::F64, "float64"}};
+
+DType parse_torch_dtype(const JsonFields& f) {
+    // transformers >= 4.56 writes "dtype"; older versions "torch_dtype".
+    const char* key = f.has("dtype") ? "dtype" : "torch_dtype";
+    if (!f.has(key)) return DType::F32;
+    std::string s = f.get_string(key);
+    for (const auto& d : kTorchDTypes)
+        if (s == d.name) return d.dtype;
+    f.fail(key, str("is '", s, "'; expected one of float32, float16, bfloat16, float64"));
+}
+
+const char* torch_dtype_name(DType t) {
+    for (const auto& d : kTorchDTypes)
+        if (t == d.dtype) return d.name;
+    throw Error(str("config.json: the checkpoint dtype must be float32, float16, bfloat16 or float64, got dtype ", int(t)));
+}
+
+// Token ids must index the vocabulary; pad may be negative (some configs use -1 for "none").
+void check_token_ids(const ModelConfig& cfg, const std::string& source) {
+    auto check = [&](const char* field, int64_t id) {
+        if (id < 0 || id >= cfg.vocab_size)
+            throw Error(str(source, ": field '", field, "' is ", id, "; expected a token id in [0, ", cfg.vocab_size, ")"));
+    };
+    if (cfg.bos_token_id != -1) check("bos_token_id", cfg.bos_token_id);
+    for (int64_t id : cfg.eos_token_ids) check("eos_token_id", id);
+    if (cfg.pad_token_id != -1) check("pad_token_id", cfg.pad_token_id);
+}
+
+void read_token_ids(const JsonFields& f, ModelConfig& cfg) {
+    if (f.has("bos_token_id")) cfg.bos_token_id = f.get_int("bos_token_id");
+    if (f.has("eos_token_id")) cfg.eos_token_ids = f.get_int_list("eos_token_id");
+    if (f.has("pad_token_id")) {
+        int64_t pad = f.get_int("pad_token_id");
+        cfg.pad_token_id = pad < 0 ? -1 : pad;
+    }
+}
+
+// =========================================================================================
+// [SECTION] rope_scaling
+// =========================================================================================
+// `field` is "rope_scaling" or "rope_parameters" (transformers v5 moves rope_theta and the
+// scaling parameters there). The scaling types are those the RoPE code can be asked for; the
+// model code decides which it implements.
+RopeScaling parse_rope_scaling(const json& v, const std::string& source, const std::string& field) {
+    RopeScaling r;
+    if (v.is_null()) return r;
+    if (!v.is_object()) throw Error(str(source, ": field '", field, "' must be an object or null, got ", json_describe(v)));
+    JsonFields f(v, source, field + ".");
+    const char* type_key = f.has("rope_type") ? "rope_type" : "type";  // "type" is the legacy spelling
+    std::string type = f.get_string(type_key, "default");
+    if (type == "default") return r;
+    if (type != "linear" && type != "dynamic" && type != "yarn" && type != "llama3")
+        f.fail(type_key, str("is '", type, "'; expected one of default, linear, dynamic, yarn, llama3"));
+    r.type = type;
+    r.factor = f.get_number("factor");
+    if (!(r.factor > 0)) f.fail("factor", str("is ", r.factor, "; expected a number > 0"));
+    if (type == "llama3") {
+        r.low_freq_factor = f.get_number("low_freq_factor");
+        r.high_freq_factor = f.get_number("high_freq_factor");
+        if (!(r.low_freq_factor > 0)) f.fail("low_freq_factor", str("is ", r.low_freq_factor, "; expected a number > 0"));
+        // The llama3 rule interpolates over (high - low): equal factors would divide by zero.
+        if (!(r.high_freq_factor > r.low_freq_factor))
+            f.fail("high_freq_factor", str("is ", r.high_freq_factor, "; expected a number > low_freq_factor (", r.low_freq_factor, ")"));
+        r.original_max_position_embeddings = size_field(f, "original_max_position_embeddings");
+        if (r.original_max_position_embeddings <= 0)
+            f.fail("original_max_position_embeddings", str("is ", r.original_max_position_embeddings, "; expected a number > 0"));
+    } else if (type == "yarn") {
+        r.original_max_position_embeddings = size_field(f, "original_max_position_embeddings", 0);
+        if (r.original_max_position_embeddings < 0)
+            f.fail("original_max_position_embeddings", str("is ", r.original_max_position_embeddings, "; expected a number > 0"));
+    }
+    return r;
+}
+
+// =========================================================================================
+// [SECTION] Reading
+// =========================================================================================
+// Qwen2/Qwen3 (transformers' Qwen2Config/Qwen3Config): sliding_window counts only with
+// use_sliding_window, and then only in layers i >= max_window_layers (default 28) -- their
+// layer_types default is "sliding_attention" iff sliding_window is set and i >= max_window_layers.
+// An explicit layer_types list wins; we take it when it has that shape (full layers, then
+// windowed ones) and refuse any other pattern rather than misread it.
+void read_qwen_window(const JsonFields& f, ModelConfig& c) {
+    if (!f.get_bool("use_sliding_window", false)) return;
+    c.sliding_window = size_field(f, "sliding_window", 4096);  // the configs' default when absent
+    c.window_from_layer = size_field(f, "max_window_layers", 28);
+    const json* lt = f.find("layer_types");
+    if (!lt) return;
+    if (!lt->is_array() || int64_t(lt->size()) != c.num_layers)
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    int64_t first = c.num_layers;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const json& t = (*lt)[size_t(i)];
+        const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+        const bool windowed = t.is_string() && t.get<std::string>() == "sliding_attention";
+        if (!full && !windowed)
+            f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+        if (windowed && first == c.num_layers) first = i;
+        if (full && first < i)
+            f.fail("layer_types", str("has a full_attention layer ", i, " after sliding_attention layer ", first,
+                                      "; expected full layers first, then windowed ones (max_window_layers)"));
+    }
+    c.window_from_layer = first;
+}
+
+// Gemma 2 / Gemma 3 text (transformers' Gemma2Config, Gemma3TextConfig): four (1 + w) RMSNorms
+// per block, embeddings times sqrt(hidden), queries scaled by query_pre_attn_scalar^-1/2, and
+// layers alternating sliding and full attention. Without layer_types, layer i is sliding iff
+// (i + 1) % pattern != 0 (pattern 2 for Gemma 2, sliding_window_pattern (6) for Gemma 3). Gemma 3
+// rotates sliding layers with rope_local_base_freq and full ones with rope_theta, rope_scaling
+// applying to full layers only (transformers v5 nests both under rope_parameters by layer type).
+void read_gemma(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
+    const bool g3 = c.arch == Arch::GEMMA3;
+    c.norm_placement = NormPlacement::BOTH;
+    c.norm_weight_offset = 1.0;
+    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+    c.qk_norm = g3;
+    c.query_pre_attn_scalar = f.get_number("query_pre_attn_scalar", 256);
+    if (!(c.query_pre_attn_scalar > 0))
+        f.fail("query_pre_attn_scalar", str("is ", c.query_pre_attn_scalar, "; expected a number > 0"));
+    // Absent: the class default (Gemma 2 caps, Gemma 3 does not); null: no cap.
+    auto cap = [&](const char* key, double absent) {
+        const double v = root.contains(key) ? f.get_number(key, 0.0) : absent;
+        if (!(v >= 0)) f.fail(key, str("is ", v, "; expected a number > 0 or null"));
+        return v;
+    };
+    c.attn_logit_softcap = cap("attn_logit_softcapping", g3 ? 0.0 : 50.0);
+    c.final_logit_softcap = cap("final_logit_softcapping", g3 ? 0.0 : 30.0);
+    const int64_t window = root.contains("sliding_window") ? size_field(f, "sliding_window", 0) : 4096;
+    double global_theta = c.rope_theta, local_theta = c.rope_theta;
+    if (g3) {
+        global_theta = f.get_number("rope_theta", 1000000.0);
+        local_theta = f.get_number("rope_local_base_freq", 10000.0);
+        if (const json* rp = f.find("rope_parameters"); rp && rp->is_object()) {
+            JsonFields rf(*rp, source, "rope_parameters.");
+            if (const json* full = rf.find("full_attention")) {
+                c.rope_scaling = parse_rope_scaling(*full, source, "rope_parameters.full_attention");
+                if (full->is_object())
+                    global_theta = JsonFields(*full, source, "rope_parameters.full_attention.").get_number("rope_theta", global_theta);
+            }
+            if (const json* local = rf.find("sliding_attention"); local && local->is_object())
+                local_theta = JsonFields(*local, source, "rope_parameters.sliding_attention.").get_number("rope_theta", local_theta);
+        }
+        c.rope_theta = global_theta;
+    }
+    const int64_t pattern = g3 ? f.get_int("sliding_window_pattern", 6) : 2;
+    if (pattern <= 0) f.fail("sliding_window_pattern", str("is ", pattern, "; expected a number > 0"));
+    const json* lt = f.find("layer_types");
+    if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        bool sliding = (i + 1) % pattern != 0;
+        if (lt) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+            if (!full && !sliding)
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+        }
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rotary_fraction = c.partial_rotary_factor;
+        s.rope_theta = sliding ? local_theta : global_theta;
+        s.rope_scaled = !(g3 && sliding);
+        if (sliding && window > 0) s.attention = AttnKind::SLIDING, s.window = window;
+    }
+}
+
+// SmolLM3 (transformers' SmolLM3Config): no_rope_layers[i] = 1 where layer i uses RoPE, by
+// default int((i + 1) % no_rope_layer_interval != 0) (interval 4: every 4th layer is NoPE); with
+// use_sliding_window, the NoPE layers are the windowed ones. An explicit layer_types list wins.
+void read_smollm3(const JsonFields& f, ModelConfig& c) {
+    c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+    c.mlp_bias = f.get_bool("mlp_bias", false);
+    std::vector<int64_t> uses_rope;
+    if (f.has("no_rope_layers")) {
+        uses_rope = f.get_int_list("no_rope_layers");
+        if (int64_t(uses_rope.size()) != c.num_layers)
+            f.fail("no_rope_layers", str("lists ", uses_rope.size(), " layers; expected num_hidden_layers = ", c.num_layers));
+    } else {
+        const int64_t interval = f.get_int("no_rope_layer_interval", 4);
+        if (interval <= 0) f.fail("no_rope_layer_interval", str("is ", interval, "; expected a number > 0"));
+        for (int64_t i = 0; i < c.num_layers; ++i) uses_rope.push_back((i + 1) % interval != 0);
+    }
+    const int64_t window = f.get_bool("use_sliding_window", false) ? size_field(f, "sliding_window", 0) : 0;
+    const json* lt = f.find("layer_types");
+    if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        bool sliding = window > 0 && !uses_rope[size_t(i)];
+        if (lt) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+            if (!full && !sliding)
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+            if (sliding && window <= 0) f.fail("layer_types", str("entry ", i, " is sliding_attention but there is no sliding_window"));
+        }
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rope_theta = c.rope_theta;
+        s.rotary_fraction = uses_rope[size_t(i)] ? c.partial_rotary_factor : 0.0;
+        if (sliding) s.attention = AttnKind::SLIDING, s.window = window;
+    }
+}
+
+void read_llama_family(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
+    c.vocab_size = size_field(f, "vocab_size");
+    c.hidden_size = size_field(f, "hidden_size");
+    c.intermediate_size = size_field(f, "intermediate_size");
+    c.num_layers = layers_field(f, "num_hidden_layers");
+    c.num_heads = size_field(f, "num_attention_heads");
+    c.num_kv_heads = size_field(f, "num_key_value_heads", c.num_heads);  // absent = multi-head attention
+    c.max_position_embeddings = size_field(f, "max_position_embeddings");
+    if (f.has("head_dim")) {
+        c.head_dim = size_field(f, "head_dim");
+    } else if (c.arch == Arch::QWEN3) {
+        c.head_dim = 128;  // Qwen3Config's default, independent of hidden_size / heads
+    } else if (c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3) {
+        c.head_dim = 256;  // Gemma2Config's and Gemma3TextConfig's default
+    } else if (c.num_heads > 0) {
+        if (c.hidden_size % c.num_heads != 0)
+            f.fail("head_dim", str("is missing and hidden_size (", c.hidden_size, ") is not divisible by num_attention_heads (",
+                                   c.num_heads, "); expected an explicit head_dim"));
+        c.head_dim = c.hidden_size / c.num_heads;
+    }
+    c.rms_norm_eps = f.get_number("rms_norm_eps", 1e-6);
+    c.rope_theta = f.get_number("rope_theta", 10000.0);
+    c.partial_rotary_factor = f.get_number("partial_rotary_factor", 1.0);
+    if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1))
+        f.fail("partial_rotary_factor", str("is ", c.partial_rotary_factor, "; expected a number in (0, 1]"));
+    if (const json* rs = f.find("rope_scaling")) c.rope_scaling = parse_rope_scaling(*rs, source, "rope_scaling");
+    if (const json* rp = f.find("rope_parameters")) {
+        c.rope_scaling = parse_rope_scaling(*rp, source, "rope_parameters");
+        if (rp->is_object()) c.rope_theta = JsonFields(*rp, source, "rope_parameters.").get_number("rope_theta", c.rope_theta);
+    }
+    const bool gemma = c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3;
+    if (gemma) {
+        // Gemma's key is hidden_activation; both its configs default to the tanh GELU.
+        const char* key = f.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+        std::string act = f.get_string(key, "gelu_pytorch_tanh");
+        if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+            f.fail(key, str("is '", act, "'; expected 'gelu_pytorch_tanh' (GELU-tanh gated MLP)"));
+        c.mlp_act = MlpAct::GELU_TANH;
+    } else {
+        std::string act = f.get_string("hidden_act", "silu");
+        if (act != "silu") f.fail("hidden_act", str("is '", act, "'; expected 'silu' (SwiGLU MLP)"));
+    }
+    c.tie_word_embeddings = f.get_bool("tie_word_embeddings", gemma);
+
+    switch (c.arch) {
+        case Arch::LLAMA:
+            c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+            c.mlp_bias = f.get_bool("mlp_bias", false);
+            break;
+        case Arch::MISTRAL:  // no biases; sliding_window (every layer) is an int, or null for none
+            // MistralConfig's default is 4096 when the key is absent (Mistral 7B v0.1's window).
+            c.sliding_window = root.contains("sliding_window") ? size_field(f, "sliding_window", 0) : 4096;
+            break;
+        case Arch::QWEN2:  // q/k/v always carry biases, o_proj never does
+            c.qkv_bias = true;
+            read_qwen_window(f, c);
+            break;
+        case Arch::QWEN3:
+            c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+            c.qk_norm = true;
+            read_qwen_window(f, c);
+            break;
+        case Arch::GEMMA2:
+        case Arch::GEMMA3: read_gemma(f, root, source, c); break;
+        case Arch::SMOLLM3: read_smollm3(f, c); break;
+        case Arch::PHI3:  // fused qkv_proj / gate_up_proj; sliding_window (null = none) in every layer
+            c.fused_projections = true;
+            c.sliding_window = size_field(f, "sliding_window", 0);
+            break;
+        case Arch::OLMO2:  // norms on the attention and MLP outputs, q/k norm over the whole projection
+            c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+            c.norm_placement = NormPlacement::POST;
+            c.qk_norm = c.qk_norm_whole = true;
+            break;
+        case Arch::GPT2: break;
+    }
+    if (c.sliding_window < 0) f.fail("sliding_window", str("is ", c.sliding_window, "; expected a number > 0 or null"));
+}
+
+void read_gpt2(const JsonFields& f, ModelConfig& c) {
+    c.vocab_size = size_field(f, "vocab_size");
+    c.hidden_size = size_field(f, "n_embd");
+    c.num_layers = layers_field(f, "n_layer");
+    c.num_heads = size_field(f, "n_head");
+    c.num_kv_heads = c.num_heads;
+    c.max_position_embeddings = size_field(f, "n_positions", 1024);
+    c.intermediate_size = f.has("n_inner") ? size_field(f, "n_inner") : 4 * c.hidden_size;
+    if (c.num_heads > 0) {
+        if (c.hidden_size % c.num_heads != 0)
+            f.fail("n_head", str("is ", c.num_heads, ", which does not divide n_embd (", c.hidden_size, ")"));
+        c.head_dim = c.hidden_size / c.num_heads;
+    }
+    c.rms_norm_eps = f.get_number("layer_norm_epsilon", 1e-5);  // LayerNorm eps for GPT-2
+    std::string act = f.get_string("activation_function", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+        f.fail("activation_function", str("is '", act, "'; expected 'gelu_new' (tanh-approximated GELU)"));
+    c.tie_word_embeddings = f.get_bool("tie_word_embeddings", true);
+    c.qkv_bias = c.o_bias = c.mlp_bias = true;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+    json root = parse_json_strict(json_text, source, "config");
+    if (!root.is_object()) throw Error(str(source, ": config must be a JSON object, got ", json_describe(root)));
+    JsonFields f(root, source);
+    ModelConfig c;
+    c.arch = detect_arch(f);
+    c.model_type = arch_name(c.arch);
+    if (c.arch == Arch::GPT2)
+        read_gpt2(f, c);
+    else
+        read_llama_family(f, root, source, c);
+    c.dtype = parse_torch_dtype(f);
+    read_token_ids(f, c);
+    c.validate(source);
+    check_token_ids(c, source);
+    return c;
+}
+
+void apply_generation_config(const std::string& json_text, const std::string& source, ModelConfig& cfg) {
+    json root = parse_json_strict(json_text, source, "generation config");
+    if (!root.is_object()) throw Error(str(source, ": generation config must be a JSON object, got ", json_describe(root)));
+    ModelConfig updated = cfg;  // all or nothing: a bad id leaves cfg untouched
+    read_token_ids(JsonFields(root, source), updated);
+    check_token_ids(updated, source);
+    cfg = std::move(updated);
+}
+
+// =========================================================================================
+// [SECTION] Writing
+// =========================================================================================
+namespace {
+
+void write_token_ids(const ModelConfig& c, ojson& j) {
+    if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+    if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+    else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+    if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
+}
+
+// Refuses combinations the architecture's config.json cannot carry, so the file we write
+// always reads back as the same ModelConfig.
+void check_expressible(const ModelConfig& c) {
+    auto need = [&](bool ok, const std::string& what) {
+        if (!ok) throw Error(str("config.json for ", arch_name(c.arch), " model '", c.name, "': ", what));
+    };
+    switch (c.arch) {
+        case Arch::LLAMA:
+            need(c.qkv_bias == c.o_bias, "attention_bias covers q/k/v and o_proj together; qkv_bias and o_bias must match");
+            need(c.sliding_window == 0, "llama has no sliding window; sliding_window must be 0");
+            break;
+        case Arch::MISTRAL:
+            need(!c.qkv_bias && !c.o_bias && !c.mlp_bias, "mistral has no biases");
+            need(c.window_from_layer == 0, "mistral windows every layer; window_from_layer must be 0");
+            break;
+        case Arch::QWEN2:
+            need(c.qkv_bias && !c.o_bias && !c.mlp_bias, "qwen2 always has q/k/v biases and no other biases");
+            break;
+        case Arch::QWEN3:
+            need(c.qkv_bias == c.o_bias, "attention_bias covers q/k/v and o_proj together; qkv_bias and o_bias must match");
+            need(!c.mlp_bias, "qwen3 has no MLP biases");
+            break;
+        case Arch::GEMMA2:
+        case Arch::GEMMA3:
+        case Arch::SMOLLM3:
+        case Arch::PHI3:
+        case Arch::OLMO2: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
+        case Arch::GPT2:
+            need(c.qkv_bias && c.o_bias && c.mlp_bias, "gpt2 always has biases");
+            need(c.num_kv_heads == c.num_heads && c.head_dim * c.num_heads == c.hidden_size,
+                 "gpt2 has head_dim = n_embd / n_head and no grouped-query attention");
+            need(c.sliding_window == 0 && c.rope_scaling.type.empty() && c.partial_rotary_factor == 1.0,
+                 "gpt2 has learned positions: no sliding window, rope_scaling or partial_rotary_factor");
+            break;
+    }
+    need(c.qk_norm == (c.arch == Arch::QWEN3), "q/k norm exists exactly in qwen3");
+}
+
+}  // namespace
+
+std::string model_config_to_json(const ModelConfig& c) {
+    c.validate(str("config.json for '", c.name, "'"));
+    check_expressible(c);
+    const ArchNames& n = names_of(c.arch);
+    ojson j;
+    j["architectures"] = ojson::array({n.architecture});
+    j["model_type"] = n.model_type;
+    if (c.arch == Arch::GPT2) {
+        j["vocab_size"] = c.vocab_size;
+        j["n_embd"] = c.hidden_size;
+        j["n_layer"] = c.num_layers;
+        j["n_head"] = c.num_heads;
+        j["n_inner"] = c.intermediate_size;
+        j["n_positions"] = c.max_position_embeddings;
+        j["n_ctx"] = c.max_position_embeddings;
+        j["layer_norm_epsilon"] = c.rms_norm_eps;
+        j["activation_function"] = "gelu_new";
+    } else {
+        j["vocab_size"] = c.vocab_size;
+        j["hidden_size"] = c.hidden_size;
+        j["intermediate_size"] = c.intermediate_size;
+        j["num_hidden_layers"] = c.num_layers;
+        j["num_attention_heads"] = c.num_heads;
+        j["num_key_value_heads"] = c.num_kv_heads;
+        j["head_dim"] = c.head_dim;
+        j["max_position_embeddings"] = c.max_position_embeddings;
+        j["hidden_act"] = "silu";
+        j["rms_norm_eps"] = c.rms_norm_eps;
+        j["rope_theta"] = c.rope_theta;
+        if (c.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.partial_rotary_factor;
+        if (c.rope_scaling.type.empty()) {
+            j["rope_scaling"] = nullptr;
+        } else {
+            const RopeScaling& r = c.rope_scaling;
+            ojson rs;
+            rs["rope_type"] = r.type;
+            rs["factor"] = r.factor;
+            if (r.type == "llama3") {
+                rs["low_freq_factor"] = r.low_freq_factor;
+                rs["high_freq_factor"] = r.high_freq_factor;
+            }
+            if (r.type == "llama3" || (r.type == "yarn" && r.original_max_position_embeddings > 0))
+                rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+            j["rope_scaling"] = rs;
+        }
+        if (c.arch == Arch::LLAMA || c.arch == Arch::QWEN3) j["attention_bias"] = c.qkv_bias;
+        if (c.arch == Arch::LLAMA) j["mlp_bias"] = c.mlp_bias;
+        if (c.arch == Arch::MISTRAL) {
+            if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+            else j["sliding_window"] = nullptr;
+        }
+        if (c.arch == Arch::QWEN2 || c.arch == Arch::QWEN3) {
+            j["use_sliding_window"] = c.sliding_window > 0;
+            if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+            else j["sliding_window"] = nullptr;
+            if (c.sliding_window > 0) j["max_window_layers"] = c.window_from_layer;
+        }
+    }
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    j["torch_dtype"] = torch_dtype_name(c.dtype);
+    write_token_ids(c, j);
+    return j.dump(2) + "\n";
+}
+
+std::string generation_config_to_json(const ModelConfig& c) {
+    ojson j = ojson::object();
+    write_token_ids(c, j);
+    return j.dump(2) + "\n";
+}
+
+}  // namespace kv
