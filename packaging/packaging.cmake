@@ -1,5 +1,5 @@
 # Install layout and the Debian package (scripts/package.sh runs cpack on this).
-#   bin/kvlab, bin/kvlab-gui
+#   bin/kvlab, bin/kvlab-bench (`kvlab bench`), bin/kvlab-gui
 #   lib/kvlab/libkvlab_cpu_<variant>.so   CPU kernel variants (chosen at start-up)
 #   lib/kvlab/libkvlab_cuda.so, libkvlab_cupti.so   CUDA backend and tracer (loaded only when usable)
 #   lib/kvlab/libkvlab_dist_nccl.so   NCCL data-parallel backend (loaded for --dist.backend nccl)
@@ -11,6 +11,9 @@
 include(GNUInstallDirs)
 
 install(TARGETS kvlab RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET kvlab-bench)  # `kvlab bench` runs it from kvlab's folder
+  install(TARGETS kvlab-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 if(TARGET kvlab-gui)
   install(TARGETS kvlab-gui RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   install(FILES ${CMAKE_CURRENT_LIST_DIR}/kvlab.desktop DESTINATION ${CMAKE_INSTALL_DATADIR}/applications)

@@ -14,7 +14,7 @@ std::vector<OptionSpec> global_options();
 // Apply the global options (set threads, install the budget); throws UsageError.
 void apply_global_options(const Args& args);
 
-int cmd_bench(int argc, char** argv, int first);
+int cmd_bench(int argc, char** argv, int first);  // cmd_bench.cpp: runs kvlab-bench (app/bench/)
 int cmd_version(int argc, char** argv, int first);
 int cmd_list(int argc, char** argv, int first);  // cmd_list.cpp: kvlab list policies|buffers|modes|presets
 int cmd_eval(int argc, char** argv, int first, const std::string& mode);  // eval_long, infer, finetune_*

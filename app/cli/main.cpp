@@ -1,53 +1,18 @@
 // `kvlab`: the headless entry point. Everything the GUI does can be done from here; this file
 // only dispatches to commands and turns errors into one message and an exit code
 // (0 ok, 1 run-time error, 2 usage error, 3 run finished degraded: telemetry lost, 130
-// cancelled). Links no Qt.
-#include <malloc.h>
-#include <unistd.h>
-
-#include <csignal>
+// cancelled; process_main.cpp). Links no Qt and no benchmark (`kvlab bench` runs kvlab-bench).
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 
 #include "commands.h"
 #include "commands_storage.h"
+#include "process_main.h"
 #include "engine/core/join.h"
 #include "engine/core/run_mode.h"
-#include "engine/backend/backend_registry.h"
-#include "engine/core/device.h"
-#include "engine/core/error.h"
-#include "engine/memory/memory_tracker.h"
 
 namespace kv::cli {
-
-std::vector<OptionSpec> global_options() {
-    return {
-        {"threads", OptKind::INT, "0 = all cores", "CPU worker threads for kernels"},
-        {"memory.budget", OptKind::SIZE, "", "memory budget for the run's device, e.g. 8GiB; allocations beyond it fail"},
-        {"device", OptKind::STRING, "cpu", "compute device: cpu or cuda:N"},
-        {"help", OptKind::FLAG, "", "show help for this command"},
-    };
-}
-
-void apply_global_options(const Args& args) {
-    int threads = int(args.integer("threads", 0, 0, 1024));
-    try {
-        set_num_threads(threads);
-    } catch (const Error& e) {
-        throw UsageError(e.what());
-    }
-    const long long budget = args.has("memory.budget") ? args.size("memory.budget", -1) : -1;
-    Device d;
-    try {
-        d = parse_device(args.str("device", "cpu"));
-    } catch (const Error& e) {
-        throw UsageError(std::string("--device: ") + e.what());
-    }
-    if (args.has("memory.budget")) default_memory_tracker().set_budget(d, budget);
-}
 
 namespace {
 void print_usage(FILE* out) {
@@ -106,46 +71,4 @@ int run(int argc, char** argv) {
 
 }  // namespace kv::cli
 
-// OpenMP worker threads spin between parallel regions by default. On a machine shared with
-// other work (2 cores here) that spinning steals the time slices the main thread needs: a tiny
-// model ran 5x slower under load. libgomp reads OMP_WAIT_POLICY when it loads, before main(),
-// so when the user has not chosen a policy we set PASSIVE and re-execute once.
-static void prefer_passive_openmp(char** argv) {
-    if (std::getenv("OMP_WAIT_POLICY") || std::getenv("KVLAB_NO_REEXEC")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    setenv("KVLAB_NO_REEXEC", "1", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
-}
-
-// Activations and logits are large, short-lived and re-allocated every chunk. Above glibc's
-// mmap threshold each one would be fresh zeroed pages (page faults cost ~15% of a prefill), so
-// keep freed blocks in the heap for reuse instead.
-static void keep_freed_memory_for_reuse() {
-    mallopt(M_MMAP_THRESHOLD, 1 << 30);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
-
-int main(int argc, char** argv) {
-    // A file-size limit (ulimit -f) must fail the write that crosses it with EFBIG, which
-    // storage reports like a full disk, instead of killing the process.
-    std::signal(SIGXFSZ, SIG_IGN);
-    prefer_passive_openmp(argv);
-    keep_freed_memory_for_reuse();
-    try {
-        return kv::cli::run(argc, argv);
-    } catch (const kv::cli::UsageError& e) {
-        std::fprintf(stderr, "kvlab: %s\n", e.what());
-        return 2;
-    } catch (const std::bad_alloc&) {
-        std::fprintf(stderr, "kvlab: error: out of memory (an allocation failed)\n"
-                             "  hint: lower the cache length, sequence length or batch, or set --memory.budget\n");
-        return 1;
-    } catch (const kv::Error& e) {
-        std::fprintf(stderr, "kvlab: error: %s\n", e.what());
-        if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
-        return 1;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "kvlab: error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return kv::cli::guarded_main(argc, argv, kv::cli::run); }

@@ -12,7 +12,7 @@
 #include "bench_commands.h"
 #include "engine/core/error.h"
 #include "engine/run/run_config.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 #include "sessions/run_manager.h"
 #include "storage/session_reader.h"
 #include "bench/storage_bench.h"

@@ -5,7 +5,7 @@
 #include "bench/ceilings.h"
 #include "bench/model_bench.h"
 #include "engine/core/error.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 
 namespace kv::cli {
 

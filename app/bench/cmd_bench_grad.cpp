@@ -4,7 +4,7 @@
 #include "bench_commands.h"
 #include "bench/grad_bench.h"
 #include "engine/core/error.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 
 namespace kv::cli {
 

@@ -8,7 +8,7 @@
 #include "bench/ceilings.h"
 #include "bench/research_bench.h"
 #include "engine/core/error.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 
 namespace kv::cli {
 
@@ -84,7 +84,8 @@ int bench_fidelity(const Args& args) {
 int bench_sweep(const Args& args) {
     bench::ResearchBenchOptions opt = research_options(args);
     if (!args.has("cache")) opt.caches = {"h2o-default", "lastrec-default"};
-    opt.kvlab = std::filesystem::read_symlink("/proc/self/exe").string();
+    // The kvlab beside this kvlab-bench (both are built and installed into one folder).
+    opt.kvlab = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "kvlab").string();
     Progress progress("bench sweep");
     auto rows = bench::run_sweep_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });
     progress.finish();

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bench_commands.h"
-#include "cli_args.h"
-#include "dist_setup.h"
+#include "app/cli/cli_args.h"
+#include "app/cli/dist_setup.h"
 #include "engine/core/error.h"
 #include "engine/dist/communicator.h"
 #include "sessions/run_execution.h"

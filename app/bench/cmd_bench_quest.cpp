@@ -6,7 +6,7 @@
 #include "bench/quest_bench.h"
 #include "engine/core/error.h"
 #include "engine/model/presets.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 
 namespace kv::cli {
 

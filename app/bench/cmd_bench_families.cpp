@@ -2,9 +2,9 @@
 #include "bench/ceilings.h"
 #include "bench/family_bench.h"
 #include "bench_commands.h"
-#include "commands.h"
+#include "app/cli/commands.h"
 #include "engine/core/error.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 
 namespace kv::cli {
 

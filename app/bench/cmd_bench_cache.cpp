@@ -8,7 +8,7 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/model/presets.h"
-#include "progress.h"
+#include "app/cli/progress.h"
 
 namespace kv::cli {
 

@@ -1,11 +1,14 @@
-// The `kvlab bench` sub-benchmarks, one file each (cmd_bench_*.cpp); cmd_bench.cpp dispatches.
+// The `kvlab bench` sub-benchmarks of the kvlab-bench program (app/bench/: kvlab runs it for
+// `kvlab bench`, app/cli/cmd_bench.cpp), one file each (cmd_bench_*.cpp); cmd_bench.cpp dispatches.
 #pragma once
 
 #include "bench/bench_table.h"
-#include "cli_args.h"
+#include "app/cli/cli_args.h"
 
 namespace kv::cli {
 
+// kvlab-bench's command: argv[first] names the benchmark (cmd_bench.cpp).
+int bench_main(int argc, char** argv, int first);
 int bench_model(const Args& args);
 int bench_cache(const Args& args);
 int bench_policies(const Args& args);  // cmd_bench_cache.cpp
