@@ -22,7 +22,7 @@ done
 if echo "$depends" | grep -qi 'cuda\|cublas\|cupti'; then fail "Depends names a CUDA library; the CUDA plugins are optional: $depends"; fi
 
 contents="$(dpkg-deb -c "$deb")"
-for f in ./usr/bin/kvlab ./usr/share/kvlab/fetch_assets.sh ./usr/share/man/man1/kvlab.1.gz; do
+for f in ./usr/bin/kvlab ./usr/bin/kvlab-bench ./usr/share/kvlab/fetch_assets.sh ./usr/share/man/man1/kvlab.1.gz; do
   grep -q " $f\$" <<<"$contents" || fail "$f is not in the package"
 done
 if grep -q '^KVLAB_HAVE_GUI' "$build/CMakeCache.txt" 2>/dev/null || [ -x "$build/bin/kvlab-gui" ]; then
@@ -61,6 +61,10 @@ echo "$out" | grep -q "run 1 done" || fail "eval_long did not finish its run"
 out="$(KVLAB_CPU_VARIANT=base "$kvlab" eval_long tiny --data.seq_length 256 --kv_cache.name h2o-default --kv_cache.cache_length 64 \
         --kv_cache.chunk_size 16 --threads 1 --session "$scratch/s.kvlab" 2>&1)" || fail "installed eval_long (base variant) failed: $out"
 echo "$out" | grep -q "run 2 done" || fail "eval_long with the base variant did not finish"
+
+# `kvlab bench` runs the installed kvlab-bench beside it (an unknown benchmark reaches its parser).
+out="$("$kvlab" bench frob 2>&1)" && fail "installed kvlab bench frob exited 0: $out"
+echo "$out" | grep -q "bench: unknown benchmark 'frob'" || fail "installed kvlab bench did not reach kvlab-bench: $out"
 
 set +e
 out="$("$kvlab" eval_long smollm2-135m --data.seq_length 64 --kv_cache.name h2o-default --kv_cache.cache_length 32 --kv_cache.chunk_size 16 2>&1)"
