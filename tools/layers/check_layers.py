@@ -105,6 +105,11 @@ def check(root, seen=None):
     seen = set() if seen is None else seen
     violations = []
     names, caps = policy_names(root), capability_names(root)
+    if os.path.isdir(os.path.join(root, "engine/kv")) and not (names and caps):
+        # a check that finds nothing to look for passes vacuously: say so instead
+        violations.append("engine/kv: found %d registered policy names and %d capability members; "
+                          "expected both (policy descriptors in engine/kv/policies/policy_*.cpp, "
+                          "capability markers in engine/kv headers)" % (len(names), len(caps)))
     for top in sorted({owns for _, prefixes, _ in LAYERS for owns in prefixes}):
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames[:] = [d for d in dirnames if d not in ("build", "corpus", "fixtures")]
@@ -120,7 +125,7 @@ def check(root, seen=None):
                     continue
                 with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
                     text = f.read()
-                if rel.startswith(POLICY_FREE) and rel not in POLICY_TOOLS:
+                if rel.startswith(POLICY_FREE) and not rel.startswith(POLICY_TOOLS):
                     violations += policy_violations(root, rel, text, names, caps)
                 if allowed is None:
                     continue
@@ -138,9 +143,10 @@ def check(root, seen=None):
 # exercise particular policies on purpose; the engine core and kernels hold ops, not policies).
 POLICY_FREE = ("engine/driver/", "engine/data/", "engine/grad/", "engine/run/", "engine/generate/", "engine/train/",
                "storage/", "sessions/", "views/", "plot/", "app/", "python/src/")
-# Commands that exist for one policy or op by design, like tests: `kvlab calibrate duo` (the
-# gate file of duo) and `kvlab bench quest` (the SDPA_QUEST op against full attention).
-POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/cli/cmd_bench.cpp", "app/cli/cmd_bench_quest.cpp", "app/cli/bench_commands.h")
+# Code that exists for one policy or op by design, like tests: `kvlab calibrate duo` (the gate
+# file of duo) and the benchmark program kvlab-bench (app/bench/, e.g. `kvlab bench quest`: the
+# SDPA_QUEST op against full attention), a front end of bench/.
+POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/bench/")
 # Registered names that are also ordinary words in identifiers (dense attention, random numbers,
 # streaming text, a cursor): checked in includes and string comparisons only.
 ORDINARY_WORDS = {"dense", "random", "streaming", "cur"}
@@ -164,37 +170,39 @@ def contains(seq, sub):
     return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
 
 
+def kv_files(root, pred):
+    """engine/kv's files (the core, policies/, buffers/) whose name pred accepts, as (rel, path)."""
+    kv = os.path.join(root, "engine/kv")
+    for dirpath, dirnames, filenames in os.walk(kv):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            if pred(fn):
+                path = os.path.join(dirpath, fn)
+                yield os.path.relpath(path, root).replace(os.sep, "/"), path
+
+
 def policy_names(root):
     """The registered policies (the descriptors' names in engine/kv/policies/policy_*.cpp)."""
     names = set()
-    kv = os.path.join(root, "engine/kv")
-    if not os.path.isdir(kv):
-        return names
-    for fn in sorted(os.listdir(kv)):
-        if fn.startswith("policy_") and fn.endswith(".cpp"):
-            with open(os.path.join(kv, fn), encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            # a policy descriptor names its policy before its summary (options have a help)
-            names.update(re.findall(r'\.name\s*=\s*"([^"]+)",\s*\n?\s*\.summary', text))
+    for _, path in kv_files(root, lambda fn: fn.startswith("policy_") and fn.endswith(".cpp")):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        # a policy descriptor names its policy before its summary (options have a help)
+        names.update(re.findall(r'\.name\s*=\s*"([^"]+)",\s*\n?\s*\.summary', text))
     return names
 
 
 def capability_names(root):
     """Members declared between the capability markers of engine/kv's headers."""
     caps = {}
-    kv = os.path.join(root, "engine/kv")
-    if not os.path.isdir(kv):
-        return caps
-    for fn in sorted(os.listdir(kv)):
-        if not fn.endswith(".h"):
-            continue
+    for rel, path in kv_files(root, lambda fn: fn.endswith(".h")):
         inside, block = False, []
-        with open(os.path.join(kv, fn), encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 if CAP_END.search(line):
                     inside = False
                     for name in declared_names("".join(block)):
-                        caps[name] = "engine/kv/" + fn
+                        caps[name] = rel
                     block = []
                 elif CAP_BEGIN.search(line):
                     inside = True
@@ -349,7 +357,12 @@ def self_test():
             if (path in found) != bad:
                 print(f"self-test: {path} {'not reported' if bad else 'reported'} ({cases[path][0].strip()})")
                 failures += 1
-    print(f"check_layers self-test: {len(cases)} cases, {failures} wrong")
+        # the same tree without its policy registry: the check must say it has nothing to look for
+        os.remove(os.path.join(d, "engine/kv/policies/policy_quest.cpp"))
+        if not any(v.startswith("engine/kv: found 0 registered policy names") for v in check(d)):
+            print("self-test: a tree without policy descriptors passed the policy check vacuously")
+            failures += 1
+    print(f"check_layers self-test: {len(cases) + 1} cases, {failures} wrong")
     return 1 if failures else 0
 
 
