@@ -19,6 +19,8 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     s.whole = trace_range_summary(s.model, s.model.t_min, s.model.t_max + 1);
     s.gpu_whole = trace_gpu_summary(s.model, s.model.t_min, s.model.t_max + 1);
     s.icicle = build_icicle(s.model);
+    s.gpu_icicle = build_gpu_icicle(s.model);
+    s.selected = kNoParent;  // indices change with the model
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
@@ -26,6 +28,10 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     s.built_at = std::chrono::steady_clock::now();
     s.model_stale = false;
     ++s.version;
+}
+
+void select_trace_span(TraceViewState& s, uint32_t i) {
+    s.selected = i < s.model.spans.size() ? i : kNoParent;
 }
 
 void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
@@ -311,7 +317,15 @@ void draw_search_panel(TraceViewState& s, float height) {
 }
 
 void draw_icicle_panel(TraceViewState& s, float height) {
-    Icicle& ic = s.icicle;
+    const bool has_gpu = s.gpu_icicle.nodes.size() > 1;
+    if (has_gpu) {  // GPU runs: host time, or device time under the spans that launched it
+        if (ImGui::RadioButton("host time", !s.icicle_gpu)) s.icicle_gpu = false;
+        ImGui::SameLine();
+        if (ImGui::RadioButton("GPU time by launching span", s.icicle_gpu)) s.icicle_gpu = true;
+        height -= ImGui::GetFrameHeightWithSpacing();
+    }
+    const bool gpu = has_gpu && s.icicle_gpu;
+    Icicle& ic = gpu ? s.gpu_icicle : s.icicle;
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
     const float w = ImGui::GetContentRegionAvail().x, h = std::max(30.f, height);
     ImGui::InvisibleButton("##icicle", ImVec2(w, h));
@@ -327,7 +341,9 @@ void draw_icicle_panel(TraceViewState& s, float height) {
         const IcicleNode& n = ic.nodes[i];
         const float a = p0.x + float(n.x0), b = p0.x + float(n.x1), y0 = p0.y + float(n.depth - 1) * kRowH, y1 = y0 + kRowH - 1;
         if (b - a < 0.5f || y0 > p0.y + h) continue;
-        const Colour col = span_category_hidden(s.hidden_categories, n.category) ? IM_COL32(50, 50, 55, 255) : span_category_colour(n.category);
+        const Colour col = n.gpu ? gpu_work_colour(n.category == trace::SpanCategory::OTHER)
+                           : span_category_hidden(s.hidden_categories, n.category) ? IM_COL32(50, 50, 55, 255)
+                                                                                  : span_category_colour(n.category);
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(std::max(a + 1, b), y1), col);
         if (b - a > 3) dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 90));
         const char* name = s.model.names[n.name].c_str();
@@ -337,10 +353,17 @@ void draw_icicle_panel(TraceViewState& s, float height) {
     dl->PopClipRect();
     if (hover) {
         ImGui::BeginTooltip();
-        ImGui::Text("%s (%s)", s.model.names[hover->name].c_str(), trace::span_category_name(hover->category));
-        ImGui::Text("total %s (%.1f%%), self %s, %lld spans", format_duration_ns(double(hover->total_ns)).c_str(),
-                    100.0 * double(hover->total_ns) / double(std::max<int64_t>(1, ic.nodes[0].total_ns)),
-                    format_duration_ns(double(hover->self_ns)).c_str(), (long long)hover->count);
+        ImGui::Text("%s (%s)", s.model.names[hover->name].c_str(),
+                    hover->gpu ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
+                               : trace::span_category_name(hover->category));
+        if (gpu)
+            ImGui::Text("device time %s (%.1f%%), %lld GPU records launched %s", format_duration_ns(double(hover->total_ns)).c_str(),
+                        100.0 * double(hover->total_ns) / double(std::max<int64_t>(1, ic.nodes[0].total_ns)), (long long)hover->count,
+                        hover->gpu ? "by the path above" : "on this path or below");
+        else
+            ImGui::Text("total %s (%.1f%%), self %s, %lld spans", format_duration_ns(double(hover->total_ns)).c_str(),
+                        100.0 * double(hover->total_ns) / double(std::max<int64_t>(1, ic.nodes[0].total_ns)),
+                        format_duration_ns(double(hover->self_ns)).c_str(), (long long)hover->count);
         ImGui::EndTooltip();
     }
 }
@@ -366,6 +389,21 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     if (s.has_selection) ImGui::SameLine();
     ImGui::TextDisabled("%zu spans on %zu thread%s | wheel: zoom, drag: pan, right-drag: select a range, shift+wheel: scroll lanes",
                         m.spans.size(), m.lanes.size(), m.lanes.size() == 1 ? "" : "s");
+    if (s.selected != kNoParent) {  // the clicked span and what its launches link it to
+        const TraceSpan& sp = m.spans[s.selected];
+        std::string linked;
+        if (is_gpu_lane(sp.thread)) {
+            const uint32_t l = find_launcher(m, s.selected);
+            linked = l == kNoParent ? "launch not recorded" : "launched by " + m.names[m.spans[l].name];
+        } else if (const auto recs = find_launched(m, s.selected); !recs.empty()) {
+            linked = "launched " + std::to_string(recs.size()) + " GPU record" + (recs.size() == 1 ? "" : "s");
+        }
+        ImGui::TextColored(ImVec4(1, 0.84f, 0, 1), "selected: %s, %s at %s%s%s", m.names[sp.name].c_str(),
+                           format_duration_ns(double(sp.end_ns - sp.start_ns)).c_str(), format_duration_ns(double(sp.start_ns - s.t0_ns)).c_str(),
+                           linked.empty() ? "" : " | ", linked.c_str());
+        ImGui::SameLine();
+        if (ImGui::SmallButton("clear")) s.selected = kNoParent;
+    }
     {
         std::vector<trace::SpanCategory> present;
         for (const auto& c : s.whole.categories) present.push_back(c.category);
@@ -439,7 +477,7 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
                 const auto [lo, hi] = row_window(m, lane.rows[d], t - slack, t + slack + 1);
                 for (size_t k = lo; k < hi; ++k) {
                     const TraceSpan& sp = m.spans[lane.rows[d].spans[k]];
-                    if (span_category_hidden(s.hidden_categories, sp.category)) continue;
+                    if (!is_gpu_lane(lane.thread) && span_category_hidden(s.hidden_categories, sp.category)) continue;
                     hover = &sp, hover_lane = &lane, hover_depth = d;
                     break;
                 }
@@ -472,32 +510,54 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
         dl->AddRectFilled(ImVec2(f.p1.x - 4, f.p0.y), ImVec2(f.p1.x, f.p1.y), IM_COL32(40, 40, 46, 255));
         dl->AddRectFilled(ImVec2(f.p1.x - 4, top_y), ImVec2(f.p1.x, top_y + thumb), IM_COL32(150, 150, 160, 255));
     }
-    // A hovered GPU record: an arrow from the host span that launched it (CUPTI correlation),
-    // both outlined, so the kernel reads as nested under its launch.
-    if (hover && is_gpu_lane(hover->thread)) {
-        const uint32_t launch = find_launcher(m, uint32_t(hover - m.spans.data()));
-        for (size_t li = 0; launch != kNoParent && li < m.lanes.size(); ++li) {
-            if (m.lanes[li].thread != m.spans[launch].thread) continue;
-            for (size_t d = 0; d < m.lanes[li].rows.size(); ++d) {
-                const TraceRow& row = m.lanes[li].rows[d];
-                const auto [lo, hi] = row_window(m, row, m.spans[launch].start_ns, m.spans[launch].start_ns + 1);
-                if (std::find(row.spans.begin() + long(lo), row.spans.begin() + long(hi), launch) == row.spans.begin() + long(hi)) continue;
-                const TraceSpan& ls = m.spans[launch];
-                const float hy = lane_top[li] + float(d) * kRowH, ky = lane_top[size_t(hover_lane - m.lanes.data())] + float(hover_depth) * kRowH;
-                const float hx = std::clamp(mp.px(ls.start_ns), f.p0.x, f.p1.x), kx = std::clamp(mp.px(hover->start_ns), f.p0.x, f.p1.x);
-                const ImU32 c = IM_COL32(255, 255, 255, 220);
-                dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
-                dl->AddRect(ImVec2(std::max(f.p0.x, mp.px(ls.start_ns)), hy), ImVec2(std::min(f.p1.x, std::max(mp.px(ls.end_ns), hx + 2)), hy + kRowH - 1), c);
-                dl->AddRect(ImVec2(kx, ky), ImVec2(std::min(f.p1.x, std::max(mp.px(hover->end_ns), kx + 2)), ky + kRowH - 1), c);
-                const ImVec2 from(hx, hy + kRowH - 1), to(kx, ky);
-                dl->AddLine(from, to, c, 1.5f);
-                dl->AddTriangleFilled(to, ImVec2(to.x - 4, to.y - 7), ImVec2(to.x + 4, to.y - 7), c);
-                dl->PopClipRect();
-                break;
+    // Launches (CUPTI correlation): the host span and the GPU record it launched outlined, with
+    // an arrow from the launch to the record, so the kernel reads as nested under its launch.
+    // For a hovered GPU record, and for the clicked span: its launcher, or every record it launched.
+    s.drawn_links = 0;
+    {
+        auto lane_of = [&](int32_t thread) -> size_t {
+            for (size_t li = 0; li < m.lanes.size(); ++li)
+                if (m.lanes[li].thread == thread) return li;
+            return m.lanes.size();
+        };
+        auto outline = [&](uint32_t i, ImU32 c) -> ImVec2 {  // the span's box; returns its top-left corner
+            const TraceSpan& sp = m.spans[i];
+            const size_t li = lane_of(sp.thread);
+            const float y0 = lane_top[li] + float(span_depth(m, i)) * kRowH;
+            const float a = std::clamp(mp.px(sp.start_ns), f.p0.x, f.p1.x);
+            dl->AddRect(ImVec2(a, y0), ImVec2(std::min(f.p1.x, std::max(mp.px(sp.end_ns), a + 2)), y0 + kRowH - 1), c, 0, 0, 1.5f);
+            return ImVec2(a, y0);
+        };
+        auto link = [&](uint32_t launch, uint32_t record, ImU32 c) {
+            const ImVec2 h = outline(launch, c), k = outline(record, c);
+            const ImVec2 from(h.x, h.y + kRowH - 1), to(k.x, k.y);
+            dl->AddLine(from, to, c, 1.5f);
+            const float dir = to.y >= from.y ? 1.f : -1.f;  // the head points along the arrow
+            dl->AddTriangleFilled(to, ImVec2(to.x - 4, to.y - 7 * dir), ImVec2(to.x + 4, to.y - 7 * dir), c);
+            ++s.drawn_links;
+        };
+        dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
+        if (s.selected != kNoParent) {
+            const ImU32 c = IM_COL32(255, 214, 0, 255);  // the selection's colour: no span or GPU colour is this yellow
+            outline(s.selected, c);
+            if (is_gpu_lane(m.spans[s.selected].thread)) {
+                const uint32_t launch = find_launcher(m, s.selected);
+                if (launch != kNoParent) link(launch, s.selected, c);
+            } else {
+                // Every record it launched that the window shows (a long span may launch thousands).
+                for (uint32_t r : find_launched(m, s.selected))
+                    if (m.spans[r].end_ns >= w0 && m.spans[r].start_ns < w1) link(s.selected, r, c);
             }
-            break;
         }
+        if (hover && is_gpu_lane(hover->thread)) {
+            const uint32_t idx = uint32_t(hover - m.spans.data()), launch = find_launcher(m, idx);
+            if (launch != kNoParent && idx != s.selected) link(launch, idx, IM_COL32(255, 255, 255, 220));
+        }
+        dl->PopClipRect();
     }
+    // A click (press and release without dragging) selects the span under the mouse, or clears.
+    if (f.hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) && ImGui::GetIO().MouseDragMaxDistanceSqr[0] < 9.f)
+        select_trace_span(s, hover ? uint32_t(hover - m.spans.data()) : kNoParent);
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {
         ImGui::BeginTooltip();
@@ -515,8 +575,15 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
                             format_duration_ns(double(m.spans[launch].start_ns - s.t0_ns)).c_str(), m.spans[launch].thread);
             else
                 ImGui::TextDisabled("launch not recorded");
-        } else if (hover->layer >= 0 || hover->chunk >= 0) {
-            ImGui::Text("layer %d  chunk %d  thread %d", hover->layer, hover->chunk, hover->thread);
+        } else {
+            if (hover->layer >= 0 || hover->chunk >= 0) ImGui::Text("layer %d  chunk %d  thread %d", hover->layer, hover->chunk, hover->thread);
+            const auto recs = find_launched(m, idx);
+            if (!recs.empty()) {
+                int64_t dev = 0;
+                for (uint32_t r : recs) dev += m.spans[r].end_ns - m.spans[r].start_ns;
+                ImGui::Text("launched %zu GPU record%s, device time %s (click: show them)", recs.size(), recs.size() == 1 ? "" : "s",
+                            format_duration_ns(double(dev)).c_str());
+            }
         }
         ImGui::EndTooltip();
     } else if (hover_unattributed) {
