@@ -285,14 +285,14 @@ void DrawDiffView(DiffViewState& s, TextureHost* host, ImVec2 size) {
     if (ImGui::BeginTable("##diff", 10, flags, ImVec2(0, height))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         ImGui::TableSetupColumn("section", ImGuiTableColumnFlags_NoSort, 0.9f);
-        ImGui::TableSetupColumn("name", 0, 2.2f, ImGuiID(DiffColumn::NAME));
-        ImGui::TableSetupColumn("detail", 0, 1.2f, ImGuiID(DiffColumn::DETAIL));
+        ImGui::TableSetupColumn("name", 0, 1.9f, ImGuiID(DiffColumn::NAME));
+        ImGui::TableSetupColumn("detail", 0, 1.5f, ImGuiID(DiffColumn::DETAIL));  // "cpu + instrumentation" whole
         ImGui::TableSetupColumn("measure", ImGuiTableColumnFlags_NoSort, 0.8f);
         ImGui::TableSetupColumn("count A", 0, 0.6f, ImGuiID(DiffColumn::COUNT_A));
         ImGui::TableSetupColumn("count B", 0, 0.6f, ImGuiID(DiffColumn::COUNT_B));
         ImGui::TableSetupColumn("A", 0, 0.8f, ImGuiID(DiffColumn::A));
         ImGui::TableSetupColumn("B", 0, 0.8f, ImGuiID(DiffColumn::B));
-        ImGui::TableSetupColumn("B - A", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending, 1.6f,
+        ImGui::TableSetupColumn("B - A", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending, 1.9f,
                                 ImGuiID(DiffColumn::B_MINUS_A));
         ImGui::TableSetupColumn("B / A", 0, 0.6f, ImGuiID(DiffColumn::B_OVER_A));
         ImGui::TableHeadersRow();
@@ -327,19 +327,25 @@ void DrawDiffView(DiffViewState& s, TextureHost* host, ImVec2 size) {
                 ImGui::TableNextColumn();
                 ImGui::TextUnformatted(value_text(r.measure, r.b).c_str());
                 ImGui::TableNextColumn();
-                // The difference as text over a bar from the cell's middle: right and red when B is
-                // larger, left and green when smaller.
+                // The difference as text, then a bar from the middle of the rest of the cell: right
+                // and red when B is larger, left and green when smaller (beside the text, never
+                // under it, so a long negative bar leaves the number readable).
                 const double d = r.b_minus_a();
                 if (!std::isnan(d)) {
                     const ImVec2 p = ImGui::GetCursorScreenPos();
                     const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetTextLineHeight();
+                    const float text_w = ImGui::CalcTextSize("+999.99 MiB ").x;
+                    const float bx = p.x + text_w, half = std::max(0.f, w - text_w) * 0.5f;
                     auto it = std::find_if(scale.begin(), scale.end(), [&](const auto& q) { return q.first == r.measure; });
                     const double full = it == scale.end() || it->second <= 0 ? 1.0 : it->second;
-                    const float half = w * 0.5f, len = float(std::fabs(d) / full) * half;
-                    if (len > 0.5f) {
-                        const float x0 = d > 0 ? p.x + half : p.x + half - len;
-                        ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(x0, p.y + 2), ImVec2(x0 + len, p.y + h - 1),
-                                                                  (d > 0 ? kMoreColour : kLessColour) & 0x90FFFFFFu);
+                    const float len = float(std::fabs(d) / full) * half;
+                    if (half > 2) {
+                        ImDrawList* dl = ImGui::GetWindowDrawList();
+                        dl->AddLine(ImVec2(bx + half, p.y + 1), ImVec2(bx + half, p.y + h), IM_COL32(110, 110, 120, 255));  // zero
+                        if (len > 0.5f) {
+                            const float x0 = d > 0 ? bx + half : bx + half - len;
+                            dl->AddRectFilled(ImVec2(x0, p.y + 2), ImVec2(x0 + len, p.y + h - 1), (d > 0 ? kMoreColour : kLessColour) & 0x90FFFFFFu);
+                        }
                     }
                     ImGui::Text("%s%s", d > 0 ? "+" : "", value_text(r.measure, d).c_str());
                 } else {

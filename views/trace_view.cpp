@@ -204,25 +204,29 @@ void draw_stats_table(const storage::SpanSummary& sum, float height) {
 
 void draw_range_panel(TraceViewState& s, float height) {
     const storage::SpanSummary& sum = s.has_selection ? s.selection : s.whole;
+    const float y_start = ImGui::GetCursorPosY();
     if (s.has_selection)
         ImGui::Text("range %s .. %s (%s)", format_duration_ns(double(s.sel_t0 - s.t0_ns)).c_str(),
                     format_duration_ns(double(s.sel_t1 - s.t0_ns)).c_str(), format_duration_ns(double(s.sel_t1 - s.sel_t0)).c_str());
     else
         ImGui::TextUnformatted("whole run (right-drag on the timeline to select a range)");
-    ImGui::SameLine();
-    // The phase breakdown on one line: the phases' own time, then the unattributed rest.
-    std::string phases;
+    // The phase breakdown: the phases' own time, then the unattributed rest; wrapped, so a run
+    // with many phases does not run off the panel's right edge.
+    std::string phases = "phases (self time):  ";
     for (const auto& p : sum.phases)
         if (p.name != "run") phases += p.name + " " + format_duration_ns(double(p.self_ns)) + "  ";
     if (sum.run_ns > 0) phases += "unattributed " + format_duration_ns(double(sum.unattributed_ns));
-    ImGui::TextDisabled("| %s", phases.c_str());
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s", phases.c_str());
+    ImGui::PopStyleColor();
+    height -= ImGui::GetCursorPosY() - y_start;  // what the lines above took (the phases may wrap)
     const GpuSummary& gpu = s.has_selection ? s.gpu_selection : s.gpu_whole;
     const float line = ImGui::GetTextLineHeightWithSpacing();
     if (gpu.empty()) {
-        draw_stats_table(sum, std::max(40.f, height - line - 4));
+        draw_stats_table(sum, std::max(40.f, height - 4));
         return;
     }
-    const float rest = std::max(80.f, height - line * float(2 + gpu.devices.size()) - 8);
+    const float rest = std::max(80.f, height - line * float(1 + gpu.devices.size()) - 8);
     draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 2) * line));  // no gap under a short table
     // GPU runs: how busy each device was, how long launches took to reach it, and each kernel,
     // memcpy and memset under the host span that launched it.
@@ -561,9 +565,12 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {
         ImGui::BeginTooltip();
-        ImGui::Text("%s (%s)", m.names[hover->name].c_str(),
-                    is_gpu_lane(hover->thread) ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
-                                               : trace::span_category_name(hover->category));
+        const char* kind = is_gpu_lane(hover->thread) ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
+                                                      : trace::span_category_name(hover->category);
+        if (m.names[hover->name] == kind)  // "layer", "chunk", "cell": the name says the category
+            ImGui::TextUnformatted(kind);
+        else
+            ImGui::Text("%s (%s)", m.names[hover->name].c_str(), kind);
         const uint32_t idx = uint32_t(hover - m.spans.data());
         ImGui::Text("%s, self %s, from %s", format_duration_ns(double(hover->end_ns - hover->start_ns)).c_str(),
                     format_duration_ns(double(span_self(m, *hover_lane, hover_depth, idx))).c_str(),
@@ -576,7 +583,11 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
             else
                 ImGui::TextDisabled("launch not recorded");
         } else {
-            if (hover->layer >= 0 || hover->chunk >= 0) ImGui::Text("layer %d  chunk %d  thread %d", hover->layer, hover->chunk, hover->thread);
+            // Only the tags the span has (a layer's span has no chunk).
+            std::string where;
+            if (hover->layer >= 0) where += "layer " + std::to_string(hover->layer) + "  ";
+            if (hover->chunk >= 0) where += "chunk " + std::to_string(hover->chunk) + "  ";
+            ImGui::Text("%sthread %d", where.c_str(), hover->thread);
             const auto recs = find_launched(m, idx);
             if (!recs.empty()) {
                 int64_t dev = 0;

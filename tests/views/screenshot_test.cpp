@@ -358,9 +358,37 @@ TEST(Screenshots, DISABLED_TraceGpu) {
         DrawTraceView(s, &host, ImVec2(W, H - 16));
         ImGui::End();
     }, mouse);
-    Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.09f)};
-    raster(img, ImGui::GetDrawData(), host, font, font_id);
-    save(img, out_dir + "/trace_gpu.png");
+    auto save_frame = [&](const std::string& name) {
+        Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.09f)};
+        raster(img, ImGui::GetDrawData(), host, font, font_id);
+        save(img, out_dir + "/" + name + ".png");
+    };
+    save_frame("trace_gpu");
+    auto still = [&] {  // frames with the mouse away
+        for (int f = 0; f < 3; ++f) h.frame([&] {
+            ImGui::SetNextWindowPos(ImVec2(0, 0));
+            ImGui::SetNextWindowSize(ImVec2(W, H));
+            ImGui::Begin("shot", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoBackground);
+            DrawTraceView(s, &host, ImVec2(W, H - 16));
+            ImGui::End();
+        }, ImVec2(-100, -100));
+    };
+    // The policy pass clicked: an arrow to every record it launched? It launched none; the
+    // attention op that launched that kernel instead, zoomed to its neighbourhood.
+    const uint32_t launch = find_launcher(s.model, uint32_t(k5 - s.model.spans.data()));
+    ASSERT_NE(launch, kNoParent);
+    select_trace_span(s, launch);
+    s.follow = false;
+    s.time = {double(s.model.spans[launch].start_ns - s.t0_ns) - 150'000, double(s.model.spans[launch].end_ns - s.t0_ns) + 250'000};
+    still();
+    save_frame("trace_gpu_selected");
+    // The icicle of device time under the launching spans' paths.
+    select_trace_span(s, kNoParent);
+    s.follow = true;
+    s.panel = TracePanel::ICICLE;
+    s.icicle_gpu = true;
+    still();
+    save_frame("trace_gpu_icicle");
 }
 
 }  // namespace
