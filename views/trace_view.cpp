@@ -18,11 +18,13 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     s.model = std::move(model);
     s.whole = trace_range_summary(s.model, s.model.t_min, s.model.t_max + 1);
     s.gpu_whole = trace_gpu_summary(s.model, s.model.t_min, s.model.t_max + 1);
+    s.gpu_launched_whole = gpu_time_by_launcher(s.gpu_whole, s.model);
     s.icicle = build_icicle(s.model);
     s.gpu_icicle = build_gpu_icicle(s.model);
     s.selected = kNoParent;  // indices change with the model
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
+    if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
@@ -40,6 +42,7 @@ void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
     s.sel_t0 = t0, s.sel_t1 = t1;
     if (s.has_selection) s.selection = trace_range_summary(s.model, t0, t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, t0, t1);
+    if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
 }
 
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
@@ -172,11 +175,13 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
     flush();
 }
 
-void draw_stats_table(const storage::SpanSummary& sum, float height) {
-    if (ImGui::BeginTable("##stats", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+// `gpu` (GPU runs): device time of the records each span name launched, a column of its own.
+void draw_stats_table(const storage::SpanSummary& sum, float height, const std::unordered_map<std::string, int64_t>* gpu = nullptr) {
+    if (ImGui::BeginTable("##stats", gpu ? 7 : 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
                           ImVec2(0, height))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"span", "category", "count", "total", "self", "mean"}) ImGui::TableSetupColumn(h);
+        if (gpu) ImGui::TableSetupColumn("GPU time launched");
         ImGui::TableHeadersRow();
         for (const auto& g : sum.spans) {
             ImGui::TableNextRow();
@@ -197,6 +202,11 @@ void draw_stats_table(const storage::SpanSummary& sum, float height) {
             ImGui::TextUnformatted(format_duration_ns(double(g.self_ns)).c_str());
             ImGui::TableNextColumn();
             ImGui::TextUnformatted(format_duration_ns(g.mean_ns()).c_str());
+            if (gpu) {
+                ImGui::TableNextColumn();
+                const auto it = gpu->find(g.name);
+                if (it != gpu->end()) ImGui::TextUnformatted(format_duration_ns(double(it->second)).c_str());
+            }
         }
         ImGui::EndTable();
     }
@@ -227,7 +237,8 @@ void draw_range_panel(TraceViewState& s, float height) {
         return;
     }
     const float rest = std::max(80.f, height - line * float(1 + gpu.devices.size()) - 8);
-    draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 2) * line));  // no gap under a short table
+    draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 1) * line + 4),  // header + rows: no gap under a short table
+                     s.has_selection ? &s.gpu_launched_selection : &s.gpu_launched_whole);
     // GPU runs: how busy each device was, how long launches took to reach it, and each kernel,
     // memcpy and memset under the host span that launched it.
     for (const GpuDeviceBusy& d : gpu.devices)

@@ -43,6 +43,7 @@ struct TraceViewState {
     TraceModel model;
     storage::SpanSummary whole;  // the whole run's summary (rebuilt with the model)
     GpuSummary gpu_whole;        // GPU runs: busy share, launch delays, work per launching span
+    std::unordered_map<std::string, int64_t> gpu_launched_whole;  // device time per launching span name
     Icicle icicle;               // built with the model
     Icicle gpu_icicle;           // GPU runs: device time under the launching spans' paths
     uint64_t version = 0;        // bumps when the model is rebuilt
@@ -59,6 +60,7 @@ struct TraceViewState {
     int64_t sel_t0 = 0, sel_t1 = 0;  // absolute engine ns
     storage::SpanSummary selection;  // summary of [sel_t0, sel_t1)
     GpuSummary gpu_selection;        // its GPU work
+    std::unordered_map<std::string, int64_t> gpu_launched_selection;
     float drag_from_x = -1;          // screen x where a right-drag began
     float scroll_y = 0;              // lanes scrolled up by this many pixels (shift+wheel)
     char search_text[96] = {0};

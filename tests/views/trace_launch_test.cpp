@@ -184,6 +184,29 @@ TEST(TraceLaunch, GpuIcicleAttributesDeviceTimeToTheLaunchingPath) {
     }
 }
 
+// The statistics table's GPU column: per launching span name, the device time (clipped to the
+// range) of the records whose correlation id a span of that name pushed, by linear scans.
+TEST(TraceLaunch, GpuTimePerLauncherNameIsTheLaunchedRecordsTime) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+        const GpuRun g = make_gpu_run(seed);
+        const TraceModel m = build_trace_model(g.spans, g.names);
+        for (const auto& [t0, t1] : {std::pair<int64_t, int64_t>{m.t_min, m.t_max + 1}, {20'000, 55'555}, {30'100, 30'900}}) {
+            std::map<std::string, int64_t> want;
+            for (const TraceSpan& r : g.spans) {
+                if (!is_gpu_lane(r.thread)) continue;
+                const long l = brute_launcher(g.spans, r);
+                const int64_t a = std::max(r.start_ns, t0), b = std::min(r.end_ns, t1);
+                if (l < 0 || b <= a) continue;
+                want[g.names[g.spans[size_t(l)].name]] += b - a;
+            }
+            const auto got_u = gpu_time_by_launcher(trace_gpu_summary(m, t0, t1), m);
+            std::map<std::string, int64_t> got(got_u.begin(), got_u.end());
+            std::erase_if(got, [](const auto& kv) { return kv.second == 0; });  // records touching the edge only
+            EXPECT_EQ(got, want) << "seed " << seed << " range " << t0 << ".." << t1;
+        }
+    }
+}
+
 TEST(TraceLaunch, AHostOnlyRunHasNoGpuIcicle) {
     GpuRun g = make_gpu_run(3);
     std::erase_if(g.spans, [](const TraceSpan& s) { return is_gpu_lane(s.thread); });
