@@ -559,9 +559,11 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
                 const uint32_t launch = find_launcher(m, s.selected);
                 if (launch != kNoParent) link(launch, s.selected, c);
             } else {
-                // Every record it launched that the window shows (a long span may launch thousands).
+                // Every record it launched that the window shows, up to a frame's worth of arrows
+                // (a span that launched thousands draws the first 512 in view; zoom in for the rest).
+                constexpr size_t kMaxArrows = 512;
                 for (uint32_t r : find_launched(m, s.selected))
-                    if (m.spans[r].end_ns >= w0 && m.spans[r].start_ns < w1) link(s.selected, r, c);
+                    if (m.spans[r].end_ns >= w0 && m.spans[r].start_ns < w1 && s.drawn_links < kMaxArrows) link(s.selected, r, c);
             }
         }
         if (hover && is_gpu_lane(hover->thread)) {
