@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "storage/session_reader.h"
 #include "views/colormap.h"
@@ -110,6 +112,29 @@ int64_t span_self(const TraceModel& m, const TraceLane& lane, size_t depth, uint
     return self;
 }
 
+// A box's name at its left edge: whole when it fits, else the longest prefix that fits with
+// ".." after it (as profilers do: a box wide enough for a few letters says what it is), nothing
+// in a box narrower than that.
+void draw_label(ImDrawList* dl, float a, float b, float y0, Colour col, const char* label) {
+    const float room = b - a - 4;
+    if (room < 24) return;
+    const char* end = label + std::strlen(label);
+    if (ImGui::CalcTextSize(label, end).x <= room) {
+        dl->AddText(ImVec2(a + 2, y0), col, label, end);
+        return;
+    }
+    const float dots = ImGui::CalcTextSize("..").x;
+    size_t lo = 0, hi = size_t(end - label);  // the longest prefix of width <= room - dots: in [lo, hi)
+    while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        (ImGui::CalcTextSize(label, label + mid).x + dots <= room ? lo : hi) = mid;
+    }
+    if (lo < 2) return;  // a letter and dots say nothing
+    std::string cut(label, lo);
+    cut += "..";
+    dl->AddText(ImVec2(a + 2, y0), col, cut.c_str());
+}
+
 // Diagonal hatching of [a, b) x [y0, y1): unattributed time.
 void hatch(ImDrawList* dl, float a, float b, float y0, float y1) {
     dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(60, 60, 66, 255));
@@ -153,10 +178,7 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
         // outline is four anti-aliased strokes, which a software rasterizer (llvmpipe) pays for
         // per 4x4 block they touch -- most of a frame's cost at ten million spans.
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(b - (b - a >= 6 ? 1.f : 0.f), y1), col);
-        if (label) {
-            const float tw = ImGui::CalcTextSize(label).x;
-            if (b - a > tw + 4) dl->AddText(ImVec2(a + 2, y0), text_on(col), label);
-        }
+        if (label) draw_label(dl, a, b, y0, text_on(col), label);
     };
     // Spans one by one while the window holds no more of them than pixels (each keeps its
     // label and colour); beyond that the merged level, at most a few boxes per pixel.
@@ -362,7 +384,7 @@ void draw_icicle_panel(TraceViewState& s, float height) {
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(std::max(a + 1, b), y1), col);
         if (b - a > 3) dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 90));
         const char* name = s.model.names[n.name].c_str();
-        if (b - a > ImGui::CalcTextSize(name).x + 4) dl->AddText(ImVec2(a + 2, y0), text_on(col), name);
+        draw_label(dl, a, b, y0, text_on(col), name);
         if (hovered && mouse.x >= a && mouse.x < b && mouse.y >= y0 && mouse.y < y1 + 1) hover = &n;
     }
     dl->PopClipRect();

@@ -172,6 +172,16 @@ TEST(Screenshots, DISABLED_EveryView) {
         ts.follow = false;
         ts.time = {double(a - ts.t0_ns) - double(b - a) * 0.05, double(b - ts.t0_ns) + double(b - a) * 0.05};
         shoot("trace_range", ImVec2(W * 0.4f, H * 0.22f));
+        // Zoomed in to one layer of a chunk a quarter into the policy pass: every op with its name.
+        for (uint32_t i = 0; i < ts.model.spans.size(); ++i) {
+            const TraceSpan& sp = ts.model.spans[i];
+            if (ts.model.names[sp.name] != "layer" || sp.start_ns < a + (b - a) / 4) continue;
+            const double pad = double(sp.end_ns - sp.start_ns) * 0.1;
+            ts.time = {double(sp.start_ns - ts.t0_ns) - pad, double(sp.end_ns - ts.t0_ns) + pad};
+            break;
+        }
+        ts.has_selection = false;
+        shoot("trace_zoomed", ImVec2(-100, -100));
     }
     canvas.set_view(view_named("eviction map"));
     canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::SCORE;
