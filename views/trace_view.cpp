@@ -129,7 +129,7 @@ void draw_label(ImDrawList* dl, float a, float b, float y0, Colour col, const ch
         const size_t mid = (lo + hi) / 2;
         (ImGui::CalcTextSize(label, label + mid).x + dots <= room ? lo : hi) = mid;
     }
-    if (lo < 2) return;  // a letter and dots say nothing
+    if (lo < 3) return;  // a letter or two and dots say nothing
     std::string cut(label, lo);
     cut += "..";
     dl->AddText(ImVec2(a + 2, y0), col, cut.c_str());
@@ -440,6 +440,8 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
                            linked.empty() ? "" : " | ", linked.c_str());
         ImGui::SameLine();
         if (ImGui::SmallButton("clear")) s.selected = kNoParent;
+    } else {  // the line stays, so a click does not move the lanes under the mouse
+        ImGui::TextDisabled("click a span to select it: it and what its launches link it to are outlined");
     }
     {
         std::vector<trace::SpanCategory> present;

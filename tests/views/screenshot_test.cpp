@@ -360,7 +360,7 @@ TEST(Screenshots, DISABLED_TraceGpu) {
     // The kernel's middle on the stream-7 lane (first GPU lane, below thread 0's three rows):
     // the timeline starts after the 70-pixel lane labels.
     const double frac = double((k5->start_ns + k5->end_ns) / 2 - s.model.t_min) / double(s.model.t_max + 1 - s.model.t_min);
-    const ImVec2 mouse(float(70 + frac * (W - 70 - 4)), 110);
+    const ImVec2 mouse(float(70 + frac * (W - 70 - 4)), 127);
     for (int f = 0; f < 2; ++f) h.frame([&] {
         ImGui::SetNextWindowPos(ImVec2(0, 0));
         ImGui::SetNextWindowSize(ImVec2(W, H));

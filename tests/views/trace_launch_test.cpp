@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 
 #include "views/trace_model.h"
 #include "views/trace_view.h"
@@ -263,6 +264,70 @@ TEST(TraceLaunch, TheSelectedSpanDrawsAnArrowPerLaunch) {
     EXPECT_GT(draw(), 0);
     draw();
     EXPECT_EQ(s.drawn_panel, TracePanel::ICICLE);
+}
+
+// Clicks as a user makes them: a press and release in place selects the span under the mouse
+// (clicks down the middle of the timeline select host spans and GPU records whose interval holds
+// the middle of the run, within a few pixels), and a press dragged sideways pans instead.
+TEST(TraceLaunch, AClickSelectsTheSpanUnderTheMouseAndADragDoesNot) {
+    const GpuRun g = make_gpu_run(2);
+    TraceViewState s;
+    s.run = 1;
+    set_trace_model(s, build_trace_model(g.spans, g.names));
+    const TraceModel& m = s.model;
+    const float W = 1400, H = 900;
+    test::ImGuiHarness h(W, H);
+    auto frame = [&](ImVec2 mouse, bool down) { h.window_frame([&] { DrawTraceView(s, nullptr, ImVec2(W, H)); }, mouse, down); };
+    frame(ImVec2(-100, -100), false);
+    const int64_t extent = m.t_max - m.t_min, mid = m.t_min + extent / 2;
+    std::set<uint32_t> picked;
+    bool host = false, gpu = false;
+    float first_y = -1;
+    uint32_t first_span = kNoParent;
+    for (float y = 40; y < 500; y += 5) {
+        s.selected = kNoParent;
+        const ImVec2 at(W * 0.5f, y);
+        frame(at, false);
+        frame(at, true);
+        frame(at, false);
+        if (s.selected == kNoParent) continue;
+        const TraceSpan& sp = m.spans[s.selected];
+        // The frame's left margin (lane labels) moves the middle a few percent off the run's.
+        EXPECT_LE(sp.start_ns, mid + extent / 20) << m.names[sp.name];
+        EXPECT_GE(sp.end_ns, mid - extent / 20) << m.names[sp.name];
+        if (first_y < 0) first_y = y, first_span = s.selected;
+        picked.insert(s.selected);
+        (is_gpu_lane(sp.thread) ? gpu : host) = true;
+    }
+    EXPECT_GE(picked.size(), 3u);
+    EXPECT_TRUE(host);
+    EXPECT_TRUE(gpu);
+    // Selecting a span moves nothing: with another span selected, the first point that hit a
+    // span hits the same one.
+    ASSERT_GE(picked.size(), 2u);
+    s.selected = *picked.rbegin() == first_span ? *picked.begin() : *picked.rbegin();
+    frame(ImVec2(W * 0.5f, first_y), false), frame(ImVec2(W * 0.5f, first_y), true), frame(ImVec2(W * 0.5f, first_y), false);
+    EXPECT_EQ(s.selected, first_span);
+    // A drag from a span (zoomed in, so there is room to pan): the window pans, the selection stays.
+    s.follow = false;
+    s.time = {double(extent) * 0.25, double(extent) * 0.75};
+    const uint32_t before = *picked.begin();
+    s.selected = before;
+    float y_of_before = -1;
+    for (float y = 40; y < 500 && y_of_before < 0; y += 5) {  // a row that holds a span at the middle
+        const ImVec2 at(W * 0.5f, y);
+        s.selected = kNoParent;
+        frame(at, false), frame(at, true), frame(at, false);
+        if (s.selected != kNoParent) y_of_before = y;
+        s.selected = before;
+    }
+    ASSERT_GE(y_of_before, 0);
+    const AxisRange window = s.time;
+    frame(ImVec2(W * 0.5f, y_of_before), false);
+    for (int k = 0; k <= 8; ++k) frame(ImVec2(W * 0.5f + float(k) * 10, y_of_before), true);
+    frame(ImVec2(W * 0.5f + 80, y_of_before), false);
+    EXPECT_EQ(s.selected, before);
+    EXPECT_NE(s.time.lo, window.lo) << "the drag panned";
 }
 
 }  // namespace
