@@ -26,11 +26,13 @@ struct TraceBenchScenario {
     std::string name;
     int frames = 0;
     double wall_ms_p50 = 0, wall_ms_p95 = 0, wall_ms_max = 0;
-    double cpu_ms_p95 = 0;
+    double cpu_ms_p95 = 0;          // the drawing thread (with LP_NUM_THREADS=0, llvmpipe rasterizes on it)
+    double process_cpu_ms_p95 = 0;  // every thread (llvmpipe's rasterizers too): the frame's cost to the machine
     int64_t max_vertices = 0;  // most vertices one frame drew (proves the frames drew)
     // Most pixels one frame's triangles cover, overdraw counted (a software rasterizer's cost
     // grows with it: llvmpipe shades and blends every covered pixel).
     double max_pixels = 0;
+    int64_t max_commands = 0;  // most draw commands one frame issued (each a draw call for the GL backend)
 };
 
 struct TraceBenchResult {

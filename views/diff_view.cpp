@@ -8,7 +8,11 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "storage/session_reader.h"
 #include "views/colormap.h"
@@ -25,30 +29,117 @@ void diff_select(DiffViewState& s, int64_t run_a, int64_t run_b) {
     s.run_a = run_a, s.run_b = run_b;
 }
 
+struct DiffJob {
+    static constexpr const char* kStages[] = {"opening the session", "reading run A", "reading run B", "computing the diff"};
+    std::string path;
+    int64_t run_a = 0, run_b = 0;
+    std::function<void()> hook;
+    std::atomic<int> stage{0};
+    std::atomic<bool> cancel{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;  // under mu
+    // The result (written by the worker before done, read after).
+    std::string name_a, name_b, error;
+    storage::RunDiffInput in_a, in_b;
+    storage::RunDiff diff;
+    bool settled = false;
+    std::thread thread;
+
+    void run() {
+        try {
+            if (hook) hook();
+            storage::SessionReader reader(path);
+            const storage::RunInfo a = reader.run(run_a), b = reader.run(run_b);
+            name_a = a.name, name_b = b.name;
+            auto live = [](const storage::RunInfo& r) {
+                return r.status == storage::RunStatus::QUEUED || (r.status == storage::RunStatus::RUNNING && r.owner_alive);
+            };
+            settled = !live(a) && !live(b);
+            stage = 1;
+            if (!cancel) in_a = storage::read_run_diff_input(reader, run_a);
+            stage = 2;
+            // A run against itself reads once (the diff is all zeros).
+            if (!cancel) in_b = run_b == run_a ? in_a : storage::read_run_diff_input(reader, run_b);
+            stage = 3;
+            if (!cancel) {
+                diff = storage::run_diff(in_a, in_b);
+                diff.run_a = run_a, diff.run_b = run_b;
+            }
+        } catch (const std::exception& e) {
+            error = e.what();
+            settled = true;  // an unknown run stays unknown
+        }
+        std::lock_guard lock(mu);
+        done = true;
+        cv.notify_all();
+    }
+    bool wait_for(double seconds) {
+        std::unique_lock lock(mu);
+        return cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done; });
+    }
+    ~DiffJob() {
+        cancel = true;
+        if (thread.joinable()) thread.join();
+    }
+};
+
+namespace {
+// Moves a finished worker's result into the state: true when it did.
+bool take_result(DiffViewState& s) {
+    if (!s.job) return false;
+    {
+        std::lock_guard lock(s.job->mu);
+        if (!s.job->done) return false;
+    }
+    DiffJob& j = *s.job;
+    s.name_a = std::move(j.name_a), s.name_b = std::move(j.name_b);
+    s.error = std::move(j.error);
+    s.settled = j.settled;
+    if (s.error.empty()) {
+        s.in_a = std::move(j.in_a), s.in_b = std::move(j.in_b);
+        s.diff = std::move(j.diff);
+        s.have_diff = true;
+    }
+    s.job.reset();
+    ++s.version;
+    return true;
+}
+}  // namespace
+
+bool diff_pending(const DiffViewState& s) {
+    return s.job != nullptr;
+}
+
+float diff_progress(const DiffViewState& s, std::string* what) {
+    if (!s.job) {
+        if (what) what->clear();
+        return s.have_diff ? 1.f : 0.f;
+    }
+    const int st = std::clamp(s.job->stage.load(), 0, 3);
+    if (what) *what = DiffJob::kStages[st];
+    return float(st) / 4.f;
+}
+
+bool diff_wait(DiffViewState& s, double timeout_s) {
+    if (!s.job || !s.job->wait_for(timeout_s)) return false;
+    return take_result(s);
+}
+
 bool refresh_diff_view(DiffViewState& s, storage::SessionReader& reader) {
-    if (s.run_a == 0 || s.settled) return false;
+    if (s.run_a == 0) return false;
+    if (s.job) return take_result(s);
+    if (s.settled) return false;
     const auto now = std::chrono::steady_clock::now();
     if (s.have_diff && std::chrono::duration<double>(now - s.read_at).count() < s.reread_interval_s) return false;
     s.read_at = now;
-    try {
-        const storage::RunInfo a = reader.run(s.run_a), b = reader.run(s.run_b);
-        s.name_a = a.name, s.name_b = b.name;
-        auto live = [](const storage::RunInfo& r) {
-            return r.status == storage::RunStatus::QUEUED || (r.status == storage::RunStatus::RUNNING && r.owner_alive);
-        };
-        s.in_a = storage::read_run_diff_input(reader, s.run_a);
-        // A run against itself reads once (the diff is all zeros).
-        s.in_b = s.run_b == s.run_a ? s.in_a : storage::read_run_diff_input(reader, s.run_b);
-        s.diff = storage::run_diff(s.in_a, s.in_b);
-        s.diff.run_a = s.run_a, s.diff.run_b = s.run_b;
-        s.have_diff = true;
-        s.settled = !live(a) && !live(b);
-        s.error.clear();
-    } catch (const std::exception& e) {
-        s.error = e.what();
-        s.settled = true;  // an unknown run stays unknown
-    }
-    ++s.version;
+    auto job = std::make_shared<DiffJob>();
+    job->path = reader.path();
+    job->run_a = s.run_a, job->run_b = s.run_b;
+    job->hook = s.worker_hook;
+    // The thread gets the job by pointer: the job outlives it (its destructor joins).
+    job->thread = std::thread([j = job.get()] { j->run(); });
+    s.job = std::move(job);
     return true;
 }
 
@@ -145,10 +236,19 @@ void DrawDiffView(DiffViewState& s, TextureHost* host, ImVec2 size) {
     }
     if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", s.error.c_str());
     ImGui::Text("A: run %lld %s    B: run %lld %s", (long long)s.run_a, s.name_a.c_str(), (long long)s.run_b, s.name_b.c_str());
-    if (!s.have_diff) {
-        ImGui::TextUnformatted("reading both runs...");
+    std::string what;
+    const float progress = diff_progress(s, &what);
+    if (!s.have_diff) {  // the worker reads; frames go on
+        if (s.job) {
+            ImGui::ProgressBar(std::max(progress, 0.02f), ImVec2(std::min(420.f, ImGui::GetContentRegionAvail().x), 0), what.c_str());
+            ImGui::TextDisabled("reading both runs on a worker thread; the table appears when they are read");
+        }
         ImGui::PopID();
         return;
+    }
+    if (s.job) {  // a live run is re-read: the previous diff stays until the new one is ready
+        ImGui::SameLine();
+        ImGui::TextDisabled("(updating: %s)", what.c_str());
     }
     // Sections in the diff's order.
     std::vector<std::string> sections;
@@ -185,14 +285,14 @@ void DrawDiffView(DiffViewState& s, TextureHost* host, ImVec2 size) {
     if (ImGui::BeginTable("##diff", 10, flags, ImVec2(0, height))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         ImGui::TableSetupColumn("section", ImGuiTableColumnFlags_NoSort, 0.9f);
-        ImGui::TableSetupColumn("name", 0, 2.2f, ImGuiID(DiffColumn::NAME));
-        ImGui::TableSetupColumn("detail", 0, 1.2f, ImGuiID(DiffColumn::DETAIL));
+        ImGui::TableSetupColumn("name", 0, 1.9f, ImGuiID(DiffColumn::NAME));
+        ImGui::TableSetupColumn("detail", 0, 1.5f, ImGuiID(DiffColumn::DETAIL));  // "cpu + instrumentation" whole
         ImGui::TableSetupColumn("measure", ImGuiTableColumnFlags_NoSort, 0.8f);
         ImGui::TableSetupColumn("count A", 0, 0.6f, ImGuiID(DiffColumn::COUNT_A));
         ImGui::TableSetupColumn("count B", 0, 0.6f, ImGuiID(DiffColumn::COUNT_B));
         ImGui::TableSetupColumn("A", 0, 0.8f, ImGuiID(DiffColumn::A));
         ImGui::TableSetupColumn("B", 0, 0.8f, ImGuiID(DiffColumn::B));
-        ImGui::TableSetupColumn("B - A", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending, 1.6f,
+        ImGui::TableSetupColumn("B - A", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending, 1.9f,
                                 ImGuiID(DiffColumn::B_MINUS_A));
         ImGui::TableSetupColumn("B / A", 0, 0.6f, ImGuiID(DiffColumn::B_OVER_A));
         ImGui::TableHeadersRow();
@@ -227,19 +327,25 @@ void DrawDiffView(DiffViewState& s, TextureHost* host, ImVec2 size) {
                 ImGui::TableNextColumn();
                 ImGui::TextUnformatted(value_text(r.measure, r.b).c_str());
                 ImGui::TableNextColumn();
-                // The difference as text over a bar from the cell's middle: right and red when B is
-                // larger, left and green when smaller.
+                // The difference as text, then a bar from the middle of the rest of the cell: right
+                // and red when B is larger, left and green when smaller (beside the text, never
+                // under it, so a long negative bar leaves the number readable).
                 const double d = r.b_minus_a();
                 if (!std::isnan(d)) {
                     const ImVec2 p = ImGui::GetCursorScreenPos();
                     const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetTextLineHeight();
+                    const float text_w = ImGui::CalcTextSize("+999.99 MiB ").x;
+                    const float bx = p.x + text_w, half = std::max(0.f, w - text_w) * 0.5f;
                     auto it = std::find_if(scale.begin(), scale.end(), [&](const auto& q) { return q.first == r.measure; });
                     const double full = it == scale.end() || it->second <= 0 ? 1.0 : it->second;
-                    const float half = w * 0.5f, len = float(std::fabs(d) / full) * half;
-                    if (len > 0.5f) {
-                        const float x0 = d > 0 ? p.x + half : p.x + half - len;
-                        ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(x0, p.y + 2), ImVec2(x0 + len, p.y + h - 1),
-                                                                  (d > 0 ? kMoreColour : kLessColour) & 0x90FFFFFFu);
+                    const float len = float(std::fabs(d) / full) * half;
+                    if (half > 2) {
+                        ImDrawList* dl = ImGui::GetWindowDrawList();
+                        dl->AddLine(ImVec2(bx + half, p.y + 1), ImVec2(bx + half, p.y + h), IM_COL32(110, 110, 120, 255));  // zero
+                        if (len > 0.5f) {
+                            const float x0 = d > 0 ? bx + half : bx + half - len;
+                            dl->AddRectFilled(ImVec2(x0, p.y + 2), ImVec2(x0 + len, p.y + h - 1), (d > 0 ? kMoreColour : kLessColour) & 0x90FFFFFFu);
+                        }
                     }
                     ImGui::Text("%s%s", d > 0 ? "+" : "", value_text(r.measure, d).c_str());
                 } else {
@@ -274,6 +380,14 @@ class DiffSlot final : public StateSlot<DiffViewState> {
     }
     bool refresh(storage::SessionReader& r) override { return refresh_diff_view(state, r); }
     void draw(TextureHost* t, ImVec2 size) override { DrawDiffView(state, t, size); }
+    // While the worker runs, the host asks after each frame: wait a little for it (a frame's
+    // share, so the progress bar moves without spinning), then repaint.
+    bool has_requests() const override { return diff_pending(state); }
+    bool serve_requests(storage::SessionReader& r) override {
+        if (state.job) state.job->wait_for(state.poll_ms * 1e-3);
+        refresh_diff_view(state, r);
+        return true;
+    }
 };
 }  // namespace
 

@@ -70,4 +70,11 @@ GpuSummary trace_gpu_summary(const TraceModel& m, int64_t t0, int64_t t1) {
     return g;
 }
 
+std::unordered_map<std::string, int64_t> gpu_time_by_launcher(const GpuSummary& g, const TraceModel& m) {
+    std::unordered_map<std::string, int64_t> out;
+    for (const GpuLaunchGroup& grp : g.launches)
+        if (grp.launcher_name != UINT32_MAX) out[m.names[grp.launcher_name]] += grp.device_ns;
+    return out;
+}
+
 }  // namespace kv::views

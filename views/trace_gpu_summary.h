@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "views/trace_model.h"
@@ -43,5 +45,8 @@ struct GpuSummary {
 // Records overlapping [t0, t1) count; their time is clipped to it. The launch delay of a record
 // is its start minus its launcher's start (clamped at 0).
 GpuSummary trace_gpu_summary(const TraceModel& m, int64_t t0, int64_t t1);
+// The summary's device time per launching span name (the records spans of that name launched
+// themselves, not their children's), for the statistics table's GPU column.
+std::unordered_map<std::string, int64_t> gpu_time_by_launcher(const GpuSummary& g, const TraceModel& m);
 
 }  // namespace kv::views

@@ -112,7 +112,39 @@ TraceModel build_trace_model(std::vector<TraceSpan> spans, std::vector<std::stri
             lane.unattributed_levels = build_levels(lane.unattributed);
         }
     }
+    // Launch links the other way (host span -> its GPU records), counted then filled.
+    if (!m.launchers.empty()) {
+        std::vector<uint32_t> of(m.spans.size(), kNoParent);
+        size_t linked = 0;
+        for (uint32_t i = 0; i < m.spans.size(); ++i)
+            if ((of[i] = find_launcher(m, i)) != kNoParent) ++linked;
+        if (linked) {
+            m.launched_at.assign(m.spans.size() + 1, 0);
+            for (uint32_t l : of)
+                if (l != kNoParent) ++m.launched_at[l + 1];
+            for (size_t i = 0; i < m.spans.size(); ++i) m.launched_at[i + 1] += m.launched_at[i];
+            m.launched.resize(linked);
+            std::vector<uint32_t> at(m.launched_at.begin(), m.launched_at.end() - 1);
+            for (uint32_t i = 0; i < m.spans.size(); ++i)
+                if (of[i] != kNoParent) m.launched[at[of[i]]++] = i;
+            // Spans are in (lane, time) order, so a launcher's records are in lane-major order: sort each by time.
+            for (size_t i = 0; i < m.spans.size(); ++i)
+                std::sort(m.launched.begin() + long(m.launched_at[i]), m.launched.begin() + long(m.launched_at[i + 1]),
+                          [&](uint32_t a, uint32_t b) { return m.spans[a].start_ns < m.spans[b].start_ns; });
+        }
+    }
     return m;
+}
+
+std::span<const uint32_t> find_launched(const TraceModel& m, uint32_t i) {
+    if (m.launched_at.empty() || i >= m.spans.size()) return {};
+    return {m.launched.data() + m.launched_at[i], m.launched.data() + m.launched_at[i + 1]};
+}
+
+size_t span_depth(const TraceModel& m, uint32_t i) {
+    size_t d = 0;
+    for (uint32_t p = i < m.parent.size() ? m.parent[i] : kNoParent; p != kNoParent; p = m.parent[p]) ++d;
+    return d;
 }
 
 uint32_t find_launcher(const TraceModel& m, uint32_t i) {
@@ -254,11 +286,13 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
     return out;
 }
 
-Icicle build_icicle(const TraceModel& m) {
+namespace {
+// The host icicle, and the node of every host span (0 for GPU spans).
+Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
     Icicle ic;
     ic.nodes.push_back({});  // the root
     ic.nodes[0].name = UINT32_MAX;
-    std::vector<int32_t> node_of(m.spans.size(), 0);
+    node_of.assign(m.spans.size(), 0);
     std::unordered_map<uint64_t, int32_t> child;  // (parent node, name, category) -> node
     child.reserve(1024);
     // Preorder: a span's parent has its node before it.
@@ -288,10 +322,79 @@ Icicle build_icicle(const TraceModel& m) {
         if (ic.nodes[i].parent == 0) ic.nodes[0].total_ns += ic.nodes[i].total_ns;
     }
     ic.nodes[0].self_ns = 0;
+    return ic;
+}
+
+void sort_children(Icicle& ic) {
     for (IcicleNode& n : ic.nodes)
         std::stable_sort(n.children.begin(), n.children.end(),
                          [&](int32_t a, int32_t b) { return ic.nodes[size_t(a)].total_ns > ic.nodes[size_t(b)].total_ns; });
+}
+}  // namespace
+
+Icicle build_icicle(const TraceModel& m) {
+    std::vector<int32_t> node_of;
+    Icicle ic = host_icicle(m, node_of);
+    sort_children(ic);
     return ic;
+}
+
+Icicle build_gpu_icicle(const TraceModel& m) {
+    Icicle out;
+    out.nodes.push_back({});
+    out.nodes[0].name = UINT32_MAX;
+    bool any = false;
+    for (const TraceLane& lane : m.lanes) any |= is_gpu_lane(lane.thread);
+    if (!any) return out;
+    std::vector<int32_t> node_of;
+    const Icicle host = host_icicle(m, node_of);
+    // Host node -> its copy in `out`, made (with its ancestors) on the first record under it.
+    std::vector<int32_t> copy(host.nodes.size(), -1);
+    copy[0] = 0;
+    auto ensure = [&](auto&& self, int32_t hn) -> int32_t {
+        if (copy[size_t(hn)] >= 0) return copy[size_t(hn)];
+        const int32_t p = self(self, host.nodes[size_t(hn)].parent);
+        IcicleNode n;
+        n.name = host.nodes[size_t(hn)].name;
+        n.category = host.nodes[size_t(hn)].category;
+        n.parent = p;
+        n.depth = out.nodes[size_t(p)].depth + 1;
+        copy[size_t(hn)] = int32_t(out.nodes.size());
+        out.nodes[size_t(p)].children.push_back(int32_t(out.nodes.size()));
+        out.nodes.push_back(std::move(n));
+        return copy[size_t(hn)];
+    };
+    std::unordered_map<uint64_t, int32_t> leaf;  // (node, name, category) -> leaf
+    for (uint32_t i = 0; i < m.spans.size(); ++i) {
+        const TraceSpan& s = m.spans[i];
+        if (!is_gpu_lane(s.thread)) continue;
+        const uint32_t launch = find_launcher(m, i);
+        const int32_t at = launch == kNoParent ? 0 : ensure(ensure, node_of[launch]);
+        const uint64_t key = uint64_t(uint32_t(at)) << 32 | uint64_t(s.name) << 8 | uint64_t(s.category);
+        auto [it, fresh] = leaf.emplace(key, int32_t(out.nodes.size()));
+        if (fresh) {
+            IcicleNode n;
+            n.name = s.name;
+            n.category = s.category;
+            n.parent = at;
+            n.depth = out.nodes[size_t(at)].depth + 1;
+            n.gpu = true;
+            out.nodes[size_t(at)].children.push_back(it->second);
+            out.nodes.push_back(std::move(n));
+        }
+        IcicleNode& n = out.nodes[size_t(it->second)];
+        n.total_ns += s.end_ns - s.start_ns;
+        n.self_ns += s.end_ns - s.start_ns;
+        ++n.count;
+    }
+    // A parent is made before its children: add totals and counts upwards from the last node.
+    for (size_t i = out.nodes.size(); i-- > 1;) {
+        IcicleNode& p = out.nodes[size_t(out.nodes[i].parent)];
+        p.total_ns += out.nodes[i].total_ns;
+        p.count += out.nodes[i].count;
+    }
+    sort_children(out);
+    return out;
 }
 
 void layout_icicle(Icicle& ic, double width) {

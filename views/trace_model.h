@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -73,9 +74,16 @@ struct TraceModel {
     int64_t t_min = 0, t_max = 0;
     // Host span index by correlation id: the launch of a GPU span (find_launcher).
     std::unordered_map<int64_t, uint32_t> launchers;
+    // The other way: the GPU records host span i launched are launched[launched_at[i] ..
+    // launched_at[i + 1]) in time order (both empty when no record has a known launcher).
+    std::vector<uint32_t> launched_at, launched;
 };
 // The host span that launched GPU span `i` (kNoParent when unknown).
 uint32_t find_launcher(const TraceModel& m, uint32_t i);
+// The GPU records host span `i` launched (empty for a GPU span or a span that launched none).
+std::span<const uint32_t> find_launched(const TraceModel& m, uint32_t i);
+// Span i's row in its lane: how many spans enclose it.
+size_t span_depth(const TraceModel& m, uint32_t i);
 
 // Builds lanes, rows, levels and unattributed time. `spans` may be in any order.
 TraceModel build_trace_model(std::vector<TraceSpan> spans, std::vector<std::string> names);
@@ -105,6 +113,7 @@ struct IcicleNode {
     int64_t total_ns = 0;  // durations of the spans at this path
     int64_t self_ns = 0;   // total minus the children's totals
     int64_t count = 0;
+    bool gpu = false;               // a GPU record's name (GPU icicle leaves)
     std::vector<int32_t> children;  // total descending
     double x0 = 0, x1 = 0;          // layout: [x0, x1) in pixels for the width given to layout
 };
@@ -112,6 +121,12 @@ struct Icicle {
     std::vector<IcicleNode> nodes;
 };
 Icicle build_icicle(const TraceModel& m);
+// The GPU icicle: device time attributed to the launching span's path. A host path's total is
+// the device time of the kernels, copies and sets launched by spans on it or below it (self
+// 0); under it a leaf per record name (gpu = true) holds what spans at that path launched
+// directly. Records with no known launcher are leaves of the root; paths that launched
+// nothing are left out. Counts are records.
+Icicle build_gpu_icicle(const TraceModel& m);
 // Places nodes: the root spans `width` pixels; a child starts where its previous sibling ends,
 // each node's width is total_ns * width / root total.
 void layout_icicle(Icicle& ic, double width);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "storage/session_reader.h"
 #include "views/colormap.h"
@@ -18,14 +20,22 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     s.model = std::move(model);
     s.whole = trace_range_summary(s.model, s.model.t_min, s.model.t_max + 1);
     s.gpu_whole = trace_gpu_summary(s.model, s.model.t_min, s.model.t_max + 1);
+    s.gpu_launched_whole = gpu_time_by_launcher(s.gpu_whole, s.model);
     s.icicle = build_icicle(s.model);
+    s.gpu_icicle = build_gpu_icicle(s.model);
+    s.selected = kNoParent;  // indices change with the model
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
+    if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
     s.model_stale = false;
     ++s.version;
+}
+
+void select_trace_span(TraceViewState& s, uint32_t i) {
+    s.selected = i < s.model.spans.size() ? i : kNoParent;
 }
 
 void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
@@ -34,6 +44,7 @@ void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
     s.sel_t0 = t0, s.sel_t1 = t1;
     if (s.has_selection) s.selection = trace_range_summary(s.model, t0, t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, t0, t1);
+    if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
 }
 
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
@@ -101,6 +112,29 @@ int64_t span_self(const TraceModel& m, const TraceLane& lane, size_t depth, uint
     return self;
 }
 
+// A box's name at its left edge: whole when it fits, else the longest prefix that fits with
+// ".." after it (as profilers do: a box wide enough for a few letters says what it is), nothing
+// in a box narrower than that.
+void draw_label(ImDrawList* dl, float a, float b, float y0, Colour col, const char* label) {
+    const float room = b - a - 4;
+    if (room < 24) return;
+    const char* end = label + std::strlen(label);
+    if (ImGui::CalcTextSize(label, end).x <= room) {
+        dl->AddText(ImVec2(a + 2, y0), col, label, end);
+        return;
+    }
+    const float dots = ImGui::CalcTextSize("..").x;
+    size_t lo = 0, hi = size_t(end - label);  // the longest prefix of width <= room - dots: in [lo, hi)
+    while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        (ImGui::CalcTextSize(label, label + mid).x + dots <= room ? lo : hi) = mid;
+    }
+    if (lo < 3) return;  // a letter or two and dots say nothing
+    std::string cut(label, lo);
+    cut += "..";
+    dl->AddText(ImVec2(a + 2, y0), col, cut.c_str());
+}
+
 // Diagonal hatching of [a, b) x [y0, y1): unattributed time.
 void hatch(ImDrawList* dl, float a, float b, float y0, float y1) {
     dl->AddRectFilled(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(60, 60, 66, 255));
@@ -144,10 +178,7 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
         // outline is four anti-aliased strokes, which a software rasterizer (llvmpipe) pays for
         // per 4x4 block they touch -- most of a frame's cost at ten million spans.
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(b - (b - a >= 6 ? 1.f : 0.f), y1), col);
-        if (label) {
-            const float tw = ImGui::CalcTextSize(label).x;
-            if (b - a > tw + 4) dl->AddText(ImVec2(a + 2, y0), text_on(col), label);
-        }
+        if (label) draw_label(dl, a, b, y0, text_on(col), label);
     };
     // Spans one by one while the window holds no more of them than pixels (each keeps its
     // label and colour); beyond that the merged level, at most a few boxes per pixel.
@@ -166,11 +197,13 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
     flush();
 }
 
-void draw_stats_table(const storage::SpanSummary& sum, float height) {
-    if (ImGui::BeginTable("##stats", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+// `gpu` (GPU runs): device time of the records each span name launched, a column of its own.
+void draw_stats_table(const storage::SpanSummary& sum, float height, const std::unordered_map<std::string, int64_t>* gpu = nullptr) {
+    if (ImGui::BeginTable("##stats", gpu ? 7 : 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
                           ImVec2(0, height))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"span", "category", "count", "total", "self", "mean"}) ImGui::TableSetupColumn(h);
+        if (gpu) ImGui::TableSetupColumn("GPU time launched");
         ImGui::TableHeadersRow();
         for (const auto& g : sum.spans) {
             ImGui::TableNextRow();
@@ -191,6 +224,11 @@ void draw_stats_table(const storage::SpanSummary& sum, float height) {
             ImGui::TextUnformatted(format_duration_ns(double(g.self_ns)).c_str());
             ImGui::TableNextColumn();
             ImGui::TextUnformatted(format_duration_ns(g.mean_ns()).c_str());
+            if (gpu) {
+                ImGui::TableNextColumn();
+                const auto it = gpu->find(g.name);
+                if (it != gpu->end()) ImGui::TextUnformatted(format_duration_ns(double(it->second)).c_str());
+            }
         }
         ImGui::EndTable();
     }
@@ -198,26 +236,31 @@ void draw_stats_table(const storage::SpanSummary& sum, float height) {
 
 void draw_range_panel(TraceViewState& s, float height) {
     const storage::SpanSummary& sum = s.has_selection ? s.selection : s.whole;
+    const float y_start = ImGui::GetCursorPosY();
     if (s.has_selection)
         ImGui::Text("range %s .. %s (%s)", format_duration_ns(double(s.sel_t0 - s.t0_ns)).c_str(),
                     format_duration_ns(double(s.sel_t1 - s.t0_ns)).c_str(), format_duration_ns(double(s.sel_t1 - s.sel_t0)).c_str());
     else
         ImGui::TextUnformatted("whole run (right-drag on the timeline to select a range)");
-    ImGui::SameLine();
-    // The phase breakdown on one line: the phases' own time, then the unattributed rest.
-    std::string phases;
+    // The phase breakdown: the phases' own time, then the unattributed rest; wrapped, so a run
+    // with many phases does not run off the panel's right edge.
+    std::string phases = "phases (self time):  ";
     for (const auto& p : sum.phases)
         if (p.name != "run") phases += p.name + " " + format_duration_ns(double(p.self_ns)) + "  ";
     if (sum.run_ns > 0) phases += "unattributed " + format_duration_ns(double(sum.unattributed_ns));
-    ImGui::TextDisabled("| %s", phases.c_str());
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s", phases.c_str());
+    ImGui::PopStyleColor();
+    height -= ImGui::GetCursorPosY() - y_start;  // what the lines above took (the phases may wrap)
     const GpuSummary& gpu = s.has_selection ? s.gpu_selection : s.gpu_whole;
     const float line = ImGui::GetTextLineHeightWithSpacing();
     if (gpu.empty()) {
-        draw_stats_table(sum, std::max(40.f, height - line - 4));
+        draw_stats_table(sum, std::max(40.f, height - 4));
         return;
     }
-    const float rest = std::max(80.f, height - line * float(2 + gpu.devices.size()) - 8);
-    draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 2) * line));  // no gap under a short table
+    const float rest = std::max(80.f, height - line * float(1 + gpu.devices.size()) - 8);
+    draw_stats_table(sum, std::min(rest * 0.5f, float(sum.spans.size() + 1) * line + 4),  // header + rows: no gap under a short table
+                     s.has_selection ? &s.gpu_launched_selection : &s.gpu_launched_whole);
     // GPU runs: how busy each device was, how long launches took to reach it, and each kernel,
     // memcpy and memset under the host span that launched it.
     for (const GpuDeviceBusy& d : gpu.devices)
@@ -311,7 +354,15 @@ void draw_search_panel(TraceViewState& s, float height) {
 }
 
 void draw_icicle_panel(TraceViewState& s, float height) {
-    Icicle& ic = s.icicle;
+    const bool has_gpu = s.gpu_icicle.nodes.size() > 1;
+    if (has_gpu) {  // GPU runs: host time, or device time under the spans that launched it
+        if (ImGui::RadioButton("host time", !s.icicle_gpu)) s.icicle_gpu = false;
+        ImGui::SameLine();
+        if (ImGui::RadioButton("GPU time by launching span", s.icicle_gpu)) s.icicle_gpu = true;
+        height -= ImGui::GetFrameHeightWithSpacing();
+    }
+    const bool gpu = has_gpu && s.icicle_gpu;
+    Icicle& ic = gpu ? s.gpu_icicle : s.icicle;
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
     const float w = ImGui::GetContentRegionAvail().x, h = std::max(30.f, height);
     ImGui::InvisibleButton("##icicle", ImVec2(w, h));
@@ -327,20 +378,29 @@ void draw_icicle_panel(TraceViewState& s, float height) {
         const IcicleNode& n = ic.nodes[i];
         const float a = p0.x + float(n.x0), b = p0.x + float(n.x1), y0 = p0.y + float(n.depth - 1) * kRowH, y1 = y0 + kRowH - 1;
         if (b - a < 0.5f || y0 > p0.y + h) continue;
-        const Colour col = span_category_hidden(s.hidden_categories, n.category) ? IM_COL32(50, 50, 55, 255) : span_category_colour(n.category);
+        const Colour col = n.gpu ? gpu_work_colour(n.category == trace::SpanCategory::OTHER)
+                           : span_category_hidden(s.hidden_categories, n.category) ? IM_COL32(50, 50, 55, 255)
+                                                                                  : span_category_colour(n.category);
         dl->AddRectFilled(ImVec2(a, y0), ImVec2(std::max(a + 1, b), y1), col);
         if (b - a > 3) dl->AddRect(ImVec2(a, y0), ImVec2(b, y1), IM_COL32(0, 0, 0, 90));
         const char* name = s.model.names[n.name].c_str();
-        if (b - a > ImGui::CalcTextSize(name).x + 4) dl->AddText(ImVec2(a + 2, y0), text_on(col), name);
+        draw_label(dl, a, b, y0, text_on(col), name);
         if (hovered && mouse.x >= a && mouse.x < b && mouse.y >= y0 && mouse.y < y1 + 1) hover = &n;
     }
     dl->PopClipRect();
     if (hover) {
         ImGui::BeginTooltip();
-        ImGui::Text("%s (%s)", s.model.names[hover->name].c_str(), trace::span_category_name(hover->category));
-        ImGui::Text("total %s (%.1f%%), self %s, %lld spans", format_duration_ns(double(hover->total_ns)).c_str(),
-                    100.0 * double(hover->total_ns) / double(std::max<int64_t>(1, ic.nodes[0].total_ns)),
-                    format_duration_ns(double(hover->self_ns)).c_str(), (long long)hover->count);
+        ImGui::Text("%s (%s)", s.model.names[hover->name].c_str(),
+                    hover->gpu ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
+                               : trace::span_category_name(hover->category));
+        if (gpu)
+            ImGui::Text("device time %s (%.1f%%), %lld GPU records launched %s", format_duration_ns(double(hover->total_ns)).c_str(),
+                        100.0 * double(hover->total_ns) / double(std::max<int64_t>(1, ic.nodes[0].total_ns)), (long long)hover->count,
+                        hover->gpu ? "by the path above" : "on this path or below");
+        else
+            ImGui::Text("total %s (%.1f%%), self %s, %lld spans", format_duration_ns(double(hover->total_ns)).c_str(),
+                        100.0 * double(hover->total_ns) / double(std::max<int64_t>(1, ic.nodes[0].total_ns)),
+                        format_duration_ns(double(hover->self_ns)).c_str(), (long long)hover->count);
         ImGui::EndTooltip();
     }
 }
@@ -366,6 +426,23 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
     if (s.has_selection) ImGui::SameLine();
     ImGui::TextDisabled("%zu spans on %zu thread%s | wheel: zoom, drag: pan, right-drag: select a range, shift+wheel: scroll lanes",
                         m.spans.size(), m.lanes.size(), m.lanes.size() == 1 ? "" : "s");
+    if (s.selected != kNoParent) {  // the clicked span and what its launches link it to
+        const TraceSpan& sp = m.spans[s.selected];
+        std::string linked;
+        if (is_gpu_lane(sp.thread)) {
+            const uint32_t l = find_launcher(m, s.selected);
+            linked = l == kNoParent ? "launch not recorded" : "launched by " + m.names[m.spans[l].name];
+        } else if (const auto recs = find_launched(m, s.selected); !recs.empty()) {
+            linked = "launched " + std::to_string(recs.size()) + " GPU record" + (recs.size() == 1 ? "" : "s");
+        }
+        ImGui::TextColored(ImVec4(1, 0.84f, 0, 1), "selected: %s, %s at %s%s%s", m.names[sp.name].c_str(),
+                           format_duration_ns(double(sp.end_ns - sp.start_ns)).c_str(), format_duration_ns(double(sp.start_ns - s.t0_ns)).c_str(),
+                           linked.empty() ? "" : " | ", linked.c_str());
+        ImGui::SameLine();
+        if (ImGui::SmallButton("clear")) s.selected = kNoParent;
+    } else {  // the line stays, so a click does not move the lanes under the mouse
+        ImGui::TextDisabled("click a span to select it: it and what its launches link it to are outlined");
+    }
     {
         std::vector<trace::SpanCategory> present;
         for (const auto& c : s.whole.categories) present.push_back(c.category);
@@ -439,7 +516,7 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
                 const auto [lo, hi] = row_window(m, lane.rows[d], t - slack, t + slack + 1);
                 for (size_t k = lo; k < hi; ++k) {
                     const TraceSpan& sp = m.spans[lane.rows[d].spans[k]];
-                    if (span_category_hidden(s.hidden_categories, sp.category)) continue;
+                    if (!is_gpu_lane(lane.thread) && span_category_hidden(s.hidden_categories, sp.category)) continue;
                     hover = &sp, hover_lane = &lane, hover_depth = d;
                     break;
                 }
@@ -472,38 +549,65 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
         dl->AddRectFilled(ImVec2(f.p1.x - 4, f.p0.y), ImVec2(f.p1.x, f.p1.y), IM_COL32(40, 40, 46, 255));
         dl->AddRectFilled(ImVec2(f.p1.x - 4, top_y), ImVec2(f.p1.x, top_y + thumb), IM_COL32(150, 150, 160, 255));
     }
-    // A hovered GPU record: an arrow from the host span that launched it (CUPTI correlation),
-    // both outlined, so the kernel reads as nested under its launch.
-    if (hover && is_gpu_lane(hover->thread)) {
-        const uint32_t launch = find_launcher(m, uint32_t(hover - m.spans.data()));
-        for (size_t li = 0; launch != kNoParent && li < m.lanes.size(); ++li) {
-            if (m.lanes[li].thread != m.spans[launch].thread) continue;
-            for (size_t d = 0; d < m.lanes[li].rows.size(); ++d) {
-                const TraceRow& row = m.lanes[li].rows[d];
-                const auto [lo, hi] = row_window(m, row, m.spans[launch].start_ns, m.spans[launch].start_ns + 1);
-                if (std::find(row.spans.begin() + long(lo), row.spans.begin() + long(hi), launch) == row.spans.begin() + long(hi)) continue;
-                const TraceSpan& ls = m.spans[launch];
-                const float hy = lane_top[li] + float(d) * kRowH, ky = lane_top[size_t(hover_lane - m.lanes.data())] + float(hover_depth) * kRowH;
-                const float hx = std::clamp(mp.px(ls.start_ns), f.p0.x, f.p1.x), kx = std::clamp(mp.px(hover->start_ns), f.p0.x, f.p1.x);
-                const ImU32 c = IM_COL32(255, 255, 255, 220);
-                dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
-                dl->AddRect(ImVec2(std::max(f.p0.x, mp.px(ls.start_ns)), hy), ImVec2(std::min(f.p1.x, std::max(mp.px(ls.end_ns), hx + 2)), hy + kRowH - 1), c);
-                dl->AddRect(ImVec2(kx, ky), ImVec2(std::min(f.p1.x, std::max(mp.px(hover->end_ns), kx + 2)), ky + kRowH - 1), c);
-                const ImVec2 from(hx, hy + kRowH - 1), to(kx, ky);
-                dl->AddLine(from, to, c, 1.5f);
-                dl->AddTriangleFilled(to, ImVec2(to.x - 4, to.y - 7), ImVec2(to.x + 4, to.y - 7), c);
-                dl->PopClipRect();
-                break;
+    // Launches (CUPTI correlation): the host span and the GPU record it launched outlined, with
+    // an arrow from the launch to the record, so the kernel reads as nested under its launch.
+    // For a hovered GPU record, and for the clicked span: its launcher, or every record it launched.
+    s.drawn_links = 0;
+    {
+        auto lane_of = [&](int32_t thread) -> size_t {
+            for (size_t li = 0; li < m.lanes.size(); ++li)
+                if (m.lanes[li].thread == thread) return li;
+            return m.lanes.size();
+        };
+        auto outline = [&](uint32_t i, ImU32 c) -> ImVec2 {  // the span's box; returns its top-left corner
+            const TraceSpan& sp = m.spans[i];
+            const size_t li = lane_of(sp.thread);
+            const float y0 = lane_top[li] + float(span_depth(m, i)) * kRowH;
+            const float a = std::clamp(mp.px(sp.start_ns), f.p0.x, f.p1.x);
+            dl->AddRect(ImVec2(a, y0), ImVec2(std::min(f.p1.x, std::max(mp.px(sp.end_ns), a + 2)), y0 + kRowH - 1), c, 0, 0, 1.5f);
+            return ImVec2(a, y0);
+        };
+        auto link = [&](uint32_t launch, uint32_t record, ImU32 c) {
+            const ImVec2 h = outline(launch, c), k = outline(record, c);
+            const ImVec2 from(h.x, h.y + kRowH - 1), to(k.x, k.y);
+            dl->AddLine(from, to, c, 1.5f);
+            const float dir = to.y >= from.y ? 1.f : -1.f;  // the head points along the arrow
+            dl->AddTriangleFilled(to, ImVec2(to.x - 4, to.y - 7 * dir), ImVec2(to.x + 4, to.y - 7 * dir), c);
+            ++s.drawn_links;
+        };
+        dl->PushClipRect(ImVec2(f.outer0.x, f.p0.y), f.p1, true);
+        if (s.selected != kNoParent) {
+            const ImU32 c = IM_COL32(255, 214, 0, 255);  // the selection's colour: no span or GPU colour is this yellow
+            outline(s.selected, c);
+            if (is_gpu_lane(m.spans[s.selected].thread)) {
+                const uint32_t launch = find_launcher(m, s.selected);
+                if (launch != kNoParent) link(launch, s.selected, c);
+            } else {
+                // Every record it launched that the window shows, up to a frame's worth of arrows
+                // (a span that launched thousands draws the first 512 in view; zoom in for the rest).
+                constexpr size_t kMaxArrows = 512;
+                for (uint32_t r : find_launched(m, s.selected))
+                    if (m.spans[r].end_ns >= w0 && m.spans[r].start_ns < w1 && s.drawn_links < kMaxArrows) link(s.selected, r, c);
             }
-            break;
         }
+        if (hover && is_gpu_lane(hover->thread)) {
+            const uint32_t idx = uint32_t(hover - m.spans.data()), launch = find_launcher(m, idx);
+            if (launch != kNoParent && idx != s.selected) link(launch, idx, IM_COL32(255, 255, 255, 220));
+        }
+        dl->PopClipRect();
     }
+    // A click (press and release without dragging) selects the span under the mouse, or clears.
+    if (f.hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) && ImGui::GetIO().MouseDragMaxDistanceSqr[0] < 9.f)
+        select_trace_span(s, hover ? uint32_t(hover - m.spans.data()) : kNoParent);
     draw_x_axis(dl, f, s.time, xs);
     if (hover) {
         ImGui::BeginTooltip();
-        ImGui::Text("%s (%s)", m.names[hover->name].c_str(),
-                    is_gpu_lane(hover->thread) ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
-                                               : trace::span_category_name(hover->category));
+        const char* kind = is_gpu_lane(hover->thread) ? (hover->category == trace::SpanCategory::OTHER ? "GPU kernel" : "GPU copy or set")
+                                                      : trace::span_category_name(hover->category);
+        if (m.names[hover->name] == kind)  // "layer", "chunk", "cell": the name says the category
+            ImGui::TextUnformatted(kind);
+        else
+            ImGui::Text("%s (%s)", m.names[hover->name].c_str(), kind);
         const uint32_t idx = uint32_t(hover - m.spans.data());
         ImGui::Text("%s, self %s, from %s", format_duration_ns(double(hover->end_ns - hover->start_ns)).c_str(),
                     format_duration_ns(double(span_self(m, *hover_lane, hover_depth, idx))).c_str(),
@@ -515,8 +619,19 @@ void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size) {
                             format_duration_ns(double(m.spans[launch].start_ns - s.t0_ns)).c_str(), m.spans[launch].thread);
             else
                 ImGui::TextDisabled("launch not recorded");
-        } else if (hover->layer >= 0 || hover->chunk >= 0) {
-            ImGui::Text("layer %d  chunk %d  thread %d", hover->layer, hover->chunk, hover->thread);
+        } else {
+            // Only the tags the span has (a layer's span has no chunk).
+            std::string where;
+            if (hover->layer >= 0) where += "layer " + std::to_string(hover->layer) + "  ";
+            if (hover->chunk >= 0) where += "chunk " + std::to_string(hover->chunk) + "  ";
+            ImGui::Text("%sthread %d", where.c_str(), hover->thread);
+            const auto recs = find_launched(m, idx);
+            if (!recs.empty()) {
+                int64_t dev = 0;
+                for (uint32_t r : recs) dev += m.spans[r].end_ns - m.spans[r].start_ns;
+                ImGui::Text("launched %zu GPU record%s, device time %s (click: show them)", recs.size(), recs.size() == 1 ? "" : "s",
+                            format_duration_ns(double(dev)).c_str());
+            }
         }
         ImGui::EndTooltip();
     } else if (hover_unattributed) {

@@ -1,6 +1,8 @@
 // Trace view: where a run's time went. One lane per thread with its spans nested by depth
 // (run > phase > cell > layer > chunk > op), GPU lanes per device and stream whose kernels name
-// the span that launched them (CUPTI correlation), time inside the run that no phase covers drawn
+// the span that launched them (CUPTI correlation: a click on a kernel outlines its launching
+// span with an arrow, a click on a span its kernels; the icicle can show device time by launch
+// path), time inside the run that no phase covers drawn
 // hatched as unattributed, zoom (wheel) and pan (drag) with merged levels of detail, a range
 // selected by right-drag with its statistics (the span summary of that range; for GPU runs the
 // device's busy share, the launch delays and each kernel under the span that launched it), span search with
@@ -41,7 +43,9 @@ struct TraceViewState {
     TraceModel model;
     storage::SpanSummary whole;  // the whole run's summary (rebuilt with the model)
     GpuSummary gpu_whole;        // GPU runs: busy share, launch delays, work per launching span
+    std::unordered_map<std::string, int64_t> gpu_launched_whole;  // device time per launching span name
     Icicle icicle;               // built with the model
+    Icicle gpu_icicle;           // GPU runs: device time under the launching spans' paths
     uint64_t version = 0;        // bumps when the model is rebuilt
     // ---- interaction (host/tests may set) ----
     AxisRange time{0, 1};  // visible window, ns relative to t0_ns
@@ -49,10 +53,14 @@ struct TraceViewState {
     uint32_t hidden_categories = 0;  // span_legend.h mask
     TracePanel panel = TracePanel::RANGE;        // the panel to show (set it to switch)
     TracePanel drawn_panel = TracePanel::RANGE;  // the panel the last frame showed
+    bool icicle_gpu = false;               // the icicle shows device time by launch path
+    uint32_t selected = kNoParent;         // a clicked span (model index); rebuilding clears it
+    size_t drawn_links = 0;                // launch arrows the last frame drew (tests)
     bool has_selection = false;
     int64_t sel_t0 = 0, sel_t1 = 0;  // absolute engine ns
     storage::SpanSummary selection;  // summary of [sel_t0, sel_t1)
     GpuSummary gpu_selection;        // its GPU work
+    std::unordered_map<std::string, int64_t> gpu_launched_selection;
     float drag_from_x = -1;          // screen x where a right-drag began
     float scroll_y = 0;              // lanes scrolled up by this many pixels (shift+wheel)
     char search_text[96] = {0};
@@ -71,6 +79,9 @@ bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader);
 void set_trace_model(TraceViewState& s, TraceModel model);
 // Selects [t0, t1) (absolute ns) and computes its summary.
 void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1);
+// Selects span `i` (kNoParent: none), as a click does: it and the spans linked to it by a
+// launch (its launcher, or the GPU records it launched) are outlined with an arrow per launch.
+void select_trace_span(TraceViewState& s, uint32_t i);
 // Draws from the state only.
 void DrawTraceView(TraceViewState& s, TextureHost* host, ImVec2 size = ImVec2(0, 0));
 

@@ -2,10 +2,13 @@
 // canvas; every section is checked against a reference computed here from the reader's rows
 // (span totals and counts by plain sums, chunk memory peaks by a scan, kept slots by replaying
 // the hand-decoded plans), so the in-app diff is the difference of the two runs' summaries, and
-// a run against itself is all zeros.
+// a run against itself is all zeros. The diff is computed on a worker: frames drawn while it
+// is held return at once, and what it swaps in equals the diff computed here.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <map>
 #include <set>
 #include <tuple>
@@ -126,8 +129,10 @@ TEST_F(DiffViewRecorded, EqualsTheDifferenceOfTheRunsSummaries) {
     canvas.open_session(path_);
     canvas.select_runs({runs_[0], runs_[1]});
     canvas.set_view(view_named("diff"));
-    for (int i = 0; i < 50 && canvas.refresh(); ++i) {
-    }
+    // The diff is read on a worker: the host serves the view's draw requests after each frame
+    // until it is swapped in.
+    canvas.refresh();
+    for (int i = 0; i < 100'000 && canvas.has_draw_requests(); ++i) canvas.serve_draw_requests();
     DiffViewState& s = canvas.impl().state<DiffViewState>();
     ASSERT_EQ(s.error, "");
     ASSERT_TRUE(s.have_diff);
@@ -239,6 +244,7 @@ TEST_F(DiffViewRecorded, KeptSlotsOfDifferentChunkingsCompareWhereTheStepsLineUp
     DiffViewState s;
     diff_select(s, runs_[0], runs_[2]);
     ASSERT_TRUE(refresh_diff_view(s, reader));
+    ASSERT_TRUE(diff_wait(s));
     ASSERT_EQ(s.error, "");
     const auto held_a = held_per_layer(reader, runs_[0]), held_b = held_per_layer(reader, runs_[2]);
     size_t kept = 0;
@@ -267,6 +273,7 @@ TEST_F(DiffViewRecorded, ARunAgainstItselfIsAllZeros) {
     DiffViewState s;
     diff_select(s, runs_[0], runs_[0]);
     ASSERT_TRUE(refresh_diff_view(s, reader));
+    ASSERT_TRUE(diff_wait(s));
     ASSERT_EQ(s.error, "");
     EXPECT_FALSE(refresh_diff_view(s, reader)) << "a settled diff is not re-read";
     size_t kept = 0;
@@ -288,12 +295,63 @@ TEST_F(DiffViewRecorded, ARunAgainstItselfIsAllZeros) {
     DiffViewState bad;
     diff_select(bad, runs_[0], 999);
     refresh_diff_view(bad, reader);
+    EXPECT_TRUE(diff_wait(bad));
     EXPECT_NE(bad.error.find("999"), std::string::npos) << bad.error;
     // With one run there is nothing to diff: the view asks for a second.
     diff_select(bad, runs_[0], 0);
     EXPECT_FALSE(refresh_diff_view(bad, reader));
     test::ImGuiHarness h(800, 600);
     EXPECT_GT(h.window_frame([&] { DrawDiffView(bad, nullptr, ImVec2(800, 600)); }), 0);
+}
+
+// The worker holds at its start until the test lets it go: frames drawn meanwhile return at
+// once with the progress shown and no table; once released, the swapped-in diff equals
+// storage::run_diff over inputs the test reads itself on this thread.
+TEST_F(DiffViewRecorded, FramesDrawWhileTheDiffIsComputed) {
+    storage::SessionReader reader(path_);
+    DiffViewState s;
+    diff_select(s, runs_[0], runs_[1]);
+    auto gate = std::make_shared<std::promise<void>>();
+    std::shared_future<void> open = gate->get_future().share();
+    s.worker_hook = [open] { open.wait(); };
+    ASSERT_TRUE(refresh_diff_view(s, reader)) << "starting the worker changes what is drawn";
+    EXPECT_TRUE(diff_pending(s));
+    test::ImGuiHarness h(1280, 800);
+    for (int f = 0; f < 5; ++f) {
+        const auto t = std::chrono::steady_clock::now();
+        EXPECT_GT(h.window_frame([&] { DrawDiffView(s, nullptr, ImVec2(1280, 800)); }), 0);
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(), 1.0) << "a frame waited";
+        EXPECT_FALSE(refresh_diff_view(s, reader)) << "nothing to swap in yet";
+    }
+    EXPECT_FALSE(s.have_diff);
+    std::string what;
+    EXPECT_LT(diff_progress(s, &what), 1.f);
+    EXPECT_EQ(what, "opening the session");
+    EXPECT_FALSE(diff_wait(s, 0.05)) << "the worker is held";
+    gate->set_value();
+    ASSERT_TRUE(diff_wait(s));
+    EXPECT_FALSE(diff_pending(s));
+    ASSERT_EQ(s.error, "");
+    ASSERT_TRUE(s.have_diff);
+    const storage::RunDiff want = storage::run_diff(storage::read_run_diff_input(reader, runs_[0]), storage::read_run_diff_input(reader, runs_[1]));
+    ASSERT_EQ(s.diff.rows.size(), want.rows.size());
+    for (size_t i = 0; i < want.rows.size(); ++i) {
+        const RunDiffRow &g = s.diff.rows[i], &w = want.rows[i];
+        EXPECT_EQ(g.section + g.name + g.detail + g.measure, w.section + w.name + w.detail + w.measure) << i;
+        EXPECT_EQ(g.count_a, w.count_a);
+        EXPECT_EQ(g.count_b, w.count_b);
+        EXPECT_TRUE(g.a == w.a || (std::isnan(g.a) && std::isnan(w.a))) << i;
+        EXPECT_TRUE(g.b == w.b || (std::isnan(g.b) && std::isnan(w.b))) << i;
+    }
+    // A new selection while a worker is held: dropping it stops and joins it.
+    diff_select(s, runs_[0], runs_[2]);
+    auto gate2 = std::make_shared<std::promise<void>>();
+    std::shared_future<void> open2 = gate2->get_future().share();
+    s.worker_hook = [open2] { open2.wait(); };
+    ASSERT_TRUE(refresh_diff_view(s, reader));
+    gate2->set_value();
+    diff_select(s, runs_[1], runs_[2]);
+    EXPECT_FALSE(diff_pending(s));
 }
 
 }  // namespace

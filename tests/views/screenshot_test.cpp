@@ -136,6 +136,8 @@ TEST(Screenshots, DISABLED_EveryView) {
     auto shoot = [&](const std::string& name, ImVec2 mouse) {
         while (canvas.refresh()) {
         }
+        // What a view computes off the frame (the diff's worker) arrives through draw requests.
+        for (int i = 0; i < 100'000 && canvas.has_draw_requests(); ++i) canvas.serve_draw_requests();
         for (int f = 0; f < 3; ++f) h.frame([&] { canvas.draw(W, H); }, mouse);
         Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.1f)};
         raster(img, ImGui::GetDrawData(), host, font, font_id);
@@ -170,6 +172,16 @@ TEST(Screenshots, DISABLED_EveryView) {
         ts.follow = false;
         ts.time = {double(a - ts.t0_ns) - double(b - a) * 0.05, double(b - ts.t0_ns) + double(b - a) * 0.05};
         shoot("trace_range", ImVec2(W * 0.4f, H * 0.22f));
+        // Zoomed in to one layer of a chunk a quarter into the policy pass: every op with its name.
+        for (uint32_t i = 0; i < ts.model.spans.size(); ++i) {
+            const TraceSpan& sp = ts.model.spans[i];
+            if (ts.model.names[sp.name] != "layer" || sp.start_ns < a + (b - a) / 4) continue;
+            const double pad = double(sp.end_ns - sp.start_ns) * 0.1;
+            ts.time = {double(sp.start_ns - ts.t0_ns) - pad, double(sp.end_ns - ts.t0_ns) + pad};
+            break;
+        }
+        ts.has_selection = false;
+        shoot("trace_zoomed", ImVec2(-100, -100));
     }
     canvas.set_view(view_named("eviction map"));
     canvas.impl().state<EvictionMapViewState>().colour = EvictionColour::SCORE;
@@ -348,7 +360,7 @@ TEST(Screenshots, DISABLED_TraceGpu) {
     // The kernel's middle on the stream-7 lane (first GPU lane, below thread 0's three rows):
     // the timeline starts after the 70-pixel lane labels.
     const double frac = double((k5->start_ns + k5->end_ns) / 2 - s.model.t_min) / double(s.model.t_max + 1 - s.model.t_min);
-    const ImVec2 mouse(float(70 + frac * (W - 70 - 4)), 110);
+    const ImVec2 mouse(float(70 + frac * (W - 70 - 4)), 127);
     for (int f = 0; f < 2; ++f) h.frame([&] {
         ImGui::SetNextWindowPos(ImVec2(0, 0));
         ImGui::SetNextWindowSize(ImVec2(W, H));
@@ -356,9 +368,37 @@ TEST(Screenshots, DISABLED_TraceGpu) {
         DrawTraceView(s, &host, ImVec2(W, H - 16));
         ImGui::End();
     }, mouse);
-    Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.09f)};
-    raster(img, ImGui::GetDrawData(), host, font, font_id);
-    save(img, out_dir + "/trace_gpu.png");
+    auto save_frame = [&](const std::string& name) {
+        Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.09f)};
+        raster(img, ImGui::GetDrawData(), host, font, font_id);
+        save(img, out_dir + "/" + name + ".png");
+    };
+    save_frame("trace_gpu");
+    auto still = [&] {  // frames with the mouse away
+        for (int f = 0; f < 3; ++f) h.frame([&] {
+            ImGui::SetNextWindowPos(ImVec2(0, 0));
+            ImGui::SetNextWindowSize(ImVec2(W, H));
+            ImGui::Begin("shot", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoBackground);
+            DrawTraceView(s, &host, ImVec2(W, H - 16));
+            ImGui::End();
+        }, ImVec2(-100, -100));
+    };
+    // The policy pass clicked: an arrow to every record it launched? It launched none; the
+    // attention op that launched that kernel instead, zoomed to its neighbourhood.
+    const uint32_t launch = find_launcher(s.model, uint32_t(k5 - s.model.spans.data()));
+    ASSERT_NE(launch, kNoParent);
+    select_trace_span(s, launch);
+    s.follow = false;
+    s.time = {double(s.model.spans[launch].start_ns - s.t0_ns) - 150'000, double(s.model.spans[launch].end_ns - s.t0_ns) + 250'000};
+    still();
+    save_frame("trace_gpu_selected");
+    // The icicle of device time under the launching spans' paths.
+    select_trace_span(s, kNoParent);
+    s.follow = true;
+    s.panel = TracePanel::ICICLE;
+    s.icicle_gpu = true;
+    still();
+    save_frame("trace_gpu_icicle");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <random>
 
 #include "engine/telemetry/gpu_records.h"
@@ -399,6 +400,22 @@ TEST(TraceView, GpuWorkGetsLanesAndItsLaunchingSpan) {
     EXPECT_EQ(s.gpu_whole.delay_total_ns, 2000);
     EXPECT_EQ(s.gpu_whole.delay_max_ns, 1500);
     EXPECT_EQ(s.gpu_whole.launches.size(), 3u);
+    // Read back from the session, the links go both ways and the GPU icicle puts each kernel's
+    // 300 ns under the span that launched it: sdpa > sdpa_kernel, mlp > gemm_kernel, the orphan
+    // at the top.
+    std::map<std::string, std::vector<std::string>> launched;
+    for (uint32_t i = 0; i < s.model.spans.size(); ++i)
+        for (uint32_t r : find_launched(s.model, i)) launched[s.model.names[s.model.spans[i].name]].push_back(s.model.names[s.model.spans[r].name]);
+    EXPECT_EQ(launched, (std::map<std::string, std::vector<std::string>>{{"mlp", {"gemm_kernel"}}, {"sdpa", {"sdpa_kernel"}}}));
+    std::map<std::string, int64_t> icicle;
+    for (size_t i = 1; i < s.gpu_icicle.nodes.size(); ++i) {
+        const IcicleNode& n = s.gpu_icicle.nodes[i];
+        std::string key = n.parent > 0 ? s.model.names[s.gpu_icicle.nodes[size_t(n.parent)].name] : std::string();
+        key.append("/").append(s.model.names[n.name]);
+        icicle[key] = n.total_ns;
+    }
+    EXPECT_EQ(icicle, (std::map<std::string, int64_t>{{"/sdpa", 300}, {"/mlp", 300}, {"/orphan", 300}, {"sdpa/sdpa_kernel", 300}, {"mlp/gemm_kernel", 300}}));
+    EXPECT_EQ(s.gpu_launched_whole, (std::unordered_map<std::string, int64_t>{{"sdpa", 300}, {"mlp", 300}}));
     test::ImGuiHarness h(1200, 700);
     EXPECT_GT(h.window_frame([&] { DrawTraceView(s, nullptr, ImVec2(1200, 700)); }, ImVec2(600, 120)), 0);
 }
