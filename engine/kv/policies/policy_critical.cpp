@@ -19,6 +19,7 @@
 #include "engine/core/cache_name.h"
 #include "engine/core/error.h"
 #include "engine/kv/policies/output_projection.h"
+#include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 #include "engine/model/packed_weight.h"
 
@@ -72,14 +73,17 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
         ScorePolicy::reset(batch);
         inner_->reset(batch);
         norm_.assign(size_t(rows() * L_), 0.0f);
+        staged_.clear();
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
         inner_->prefill(n, f);
         ScorePolicy::prefill(n, f);
+        flush(f);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
         inner_->apply(plan, f);
         ScorePolicy::apply(plan, f);
+        flush(f);
     }
     void update(const std::vector<float>& w, int64_t n) override {
         inner_->update(w, n);
@@ -87,8 +91,8 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
     }
 
    protected:
-    void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
-        norm_[size_t(r * L_ + slot)] = projected_norm(r % G_, f.values.data() + i * f.head_dim, f.head_dim);
+    void init_slot(int64_t r, int64_t slot, const InsertFeatures&, int64_t i) override {
+        staged_.push_back({r, slot, i});  // the norms of a chunk's values are taken together (flush)
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override { norm_[size_t(r * L_ + to)] = norm_[size_t(r * L_ + from)]; }
     void accumulate(const std::vector<float>&, int64_t) override {}  // the wrapped scorer accumulates (update)
@@ -110,31 +114,48 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
     }
 
    private:
-    // (1/R) sum_h ||W_o,h v||_1 over the R query heads of KV head g; ||v||_1 without W_o.
-    float projected_norm(int64_t g, const float* v, int64_t D) const {
+    struct Staged {
+        int64_t r, slot, i;
+    };
+    // n_j of the slots written by this call: (1/R) sum_h ||W_o,h v||_1 over the R query heads of
+    // the KV head, the values of a head's slots times W_o,h in one product (policy_matmul: each
+    // output summed over d in order, as one value at a time); ||v||_1 without W_o.
+    void flush(const InsertFeatures& f) {
+        const int64_t D = f.head_dim;
         if (wt_.empty()) {
-            double a = 0;
-            for (int64_t d = 0; d < D; ++d) a += std::fabs(double(v[d]));
-            return float(a);
+            for (const Staged& s : staged_) {
+                double a = 0;
+                for (int64_t d = 0; d < D; ++d) a += std::fabs(double(f.values[size_t(s.i * D + d)]));
+                norm_[size_t(s.r * L_ + s.slot)] = float(a);
+            }
+            staged_.clear();
+            return;
         }
         if (Q_ % D != 0 || (Q_ / D) % G_ != 0)
             throw Error(str(name_, ": the output projection has ", Q_, " input columns; expected a multiple of ", D, " (head size) x ",
                             G_, " (KV heads)"));
         const int64_t R = Q_ / D / G_;
-        acc_.resize(size_t(E_));
-        double total = 0;
-        for (int64_t h = g * R; h < (g + 1) * R; ++h) {
-            std::fill(acc_.begin(), acc_.end(), 0.0f);
-            for (int64_t d = 0; d < D; ++d) {
-                const float vd = v[d];
-                const float* col = wt_.data() + (h * D + d) * E_;
-                for (int64_t c = 0; c < E_; ++c) acc_[size_t(c)] += vd * col[c];
+        for (int64_t g = 0; g < G_; ++g) {
+            int64_t m = 0;
+            vals_.resize(staged_.size() * size_t(D));
+            for (const Staged& s : staged_)
+                if (s.r % G_ == g) std::copy_n(f.values.begin() + s.i * D, D, vals_.begin() + (m++) * D);
+            if (m == 0) continue;
+            out_.resize(size_t(m * E_));
+            sum_.assign(size_t(m), 0.0);
+            for (int64_t h = g * R; h < (g + 1) * R; ++h) {
+                policy_matmul(m, E_, D, vals_.data(), D, wt_.data() + h * D * E_, E_, out_.data(), E_);
+                for (int64_t t = 0; t < m; ++t) {
+                    double l1 = 0;
+                    for (int64_t c = 0; c < E_; ++c) l1 += std::fabs(double(out_[size_t(t * E_ + c)]));
+                    sum_[size_t(t)] += l1;
+                }
             }
-            double l1 = 0;
-            for (float x : acc_) l1 += std::fabs(double(x));
-            total += l1;
+            int64_t t = 0;
+            for (const Staged& s : staged_)
+                if (s.r % G_ == g) norm_[size_t(s.r * L_ + s.slot)] = float(sum_[size_t(t++)] / double(R));
         }
-        return float(total / double(R));
+        staged_.clear();
     }
 
     const char* name_;
@@ -144,7 +165,9 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
     std::vector<float> wt_;    // W_o transposed (NH D, E); empty: W_o = I
     int64_t E_ = 0, Q_ = 0;
     const void* wo_key_ = nullptr;
-    mutable std::vector<float> acc_;       // scratch: one head's W_o,h v
+    std::vector<Staged> staged_;           // slots written by this call, their values' norms pending
+    std::vector<float> vals_, out_;        // scratch: one KV head's new values; times W_o,h
+    std::vector<double> sum_;              // scratch: their norms summed over the heads
     mutable std::vector<int32_t> order_;   // scratch: a row's candidates by the wrapped score
 };
 
