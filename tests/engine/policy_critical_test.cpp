@@ -4,7 +4,10 @@
 // (s + eps) * mean over the KV head's query heads h of ||W_o,h v||_1, with W_o the output
 // projection [E, NH D] handed to the cache as the transformer does, or W_o = I without one.
 #include <cfloat>
+#include <map>
 
+#include "engine/model/presets.h"
+#include "engine/model/transformer.h"
 #include "policy_reference_util.h"
 
 namespace kv::test {
@@ -108,6 +111,48 @@ TEST(Critical, AMisshapenOutputProjectionIsRefusedByName) {
         FAIL() << "a W_o of 5 columns for 4 heads of 16 was accepted";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("output projection has 5 input columns"), std::string::npos) << e.what();
+    }
+}
+
+
+// Forwards to the cache and records which tensor each layer's output projection was.
+class ProjectionSpy final : public LayerAttention {
+   public:
+    explicit ProjectionSpy(KVCache& cache) : cache_(cache) {}
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override { cache_.set_rope_frequencies(inv_freq); }
+    void set_output_projection(int layer, const Tensor& wo) override {
+        seen[layer] = wo.data_ptr();
+        cache_.set_output_projection(layer, wo);
+    }
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override {
+        attended[layer] += seen.count(layer) > 0;  // handed before the layer attends
+        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
+    }
+    std::map<int, const void*> seen;
+    std::map<int, int> attended;
+
+   private:
+    KVCache& cache_;
+};
+
+TEST(Critical, TheTransformerHandsEachLayerItsOwnOutputProjection) {
+    const ModelConfig cfg = preset_config("tiny");
+    const Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
+    KVCacheConfig kc;
+    kc.name = "critical-snapkv-default";
+    kc.cache_length = 8;
+    KVCache cache(kc, cfg, Device{}, DType::F32, 16);
+    ProjectionSpy spy(cache);
+    std::vector<int32_t> ids(16);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 7 % cfg.vocab_size);
+    const Tensor all = Tensor::from_i32({1, 16}, ids);
+    model.forward(all.slice(1, 0, 8).contiguous(), 0, &spy);
+    for (int64_t s = 8; s < 16; s += 2) model.forward(all.slice(1, s, s + 2).contiguous(), s, &spy);
+    ASSERT_EQ(int64_t(spy.seen.size()), cfg.num_layers);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+        EXPECT_EQ(spy.seen[l], model.layer(l).wo.data_ptr()) << "layer " << l;
+        EXPECT_EQ(spy.attended[l], 5) << "layer " << l;  // the prefill and 4 chunks, each after its W_o
     }
 }
 
