@@ -176,6 +176,7 @@ PolicyInfo critical_of(const std::vector<PolicyInfo>& file, const char* inner, c
     const PolicyInfo* in = nullptr;
     for (const PolicyInfo& p : file)
         if (p.name == inner) in = &p;
+    if (!in) throw Error(str("policy registry: ", name, " wraps '", inner, "', which its file does not describe"));
     return {.name = name,
             .summary = summary,
             .make = nullptr,
