@@ -37,6 +37,7 @@ size_t FidelityAttention::shadow_bytes() const {
 }
 
 void FidelityAttention::set_rope_frequencies(const std::vector<double>* inv_freq) { cache_.set_rope_frequencies(inv_freq); }
+void FidelityAttention::set_output_projection(int layer, const Tensor& wo) { cache_.set_output_projection(layer, wo); }
 
 namespace {
 

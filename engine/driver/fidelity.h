@@ -56,6 +56,7 @@ class FidelityAttention final : public LayerAttention {
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
     void set_rope_frequencies(const std::vector<double>* inv_freq) override;
+    void set_output_projection(int layer, const Tensor& wo) override;
 
     // Steps recorded since construction (or the last take_steps), in call order.
     const std::vector<FidelityStep>& steps() const { return steps_; }

@@ -5,6 +5,7 @@
 
 #include "engine/kv/buffers/buffer_common.h"
 #include "engine/core/error.h"
+#include "engine/kv/policies/output_projection.h"
 #include "engine/kv/window_layer.h"
 
 namespace kv {
@@ -101,6 +102,11 @@ void KVCache::set_chunk_tokens(const Tensor& ids) {
     chunk_ids_.assign(v.begin(), v.end());
     chunk_n_ = ids.size(-1);
     for (auto& l : layers_) l->set_chunk_tokens(&chunk_ids_, chunk_n_);
+}
+
+void KVCache::set_output_projection(int layer, const Tensor& wo) {
+    if (layer < 0 || layer >= num_layers()) return;
+    if (auto* user = dynamic_cast<OutputProjectionUser*>(&layers_[size_t(layer)]->policy())) user->set_output_projection(wo);
 }
 
 void KVCache::reset() {

@@ -30,6 +30,8 @@ class KVCache final : public LayerAttention {
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
     }
+    // Handed to layer `layer`'s policy when it reads W_o (policies/output_projection.h).
+    void set_output_projection(int layer, const Tensor& wo) override;
 
     const std::string& name() const { return cfg_.name; }
     const KVCacheConfig& config() const { return cfg_; }

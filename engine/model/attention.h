@@ -22,6 +22,10 @@ class LayerAttention {
     // The RoPE frequencies theta'_d that rotated q and k (n_rot = 2 * size), set before every
     // attend(); caches whose policy reasons about future queries (expected-attention) use them.
     virtual void set_rope_frequencies(const std::vector<double>* inv_freq) { (void)inv_freq; }
+    // Layer `layer`'s output projection W_o [E, NH * HS] (nn.Linear layout, packed or float),
+    // set before every attend() like the frequencies; caches whose policy weighs a value by what
+    // it adds to the layer's output (||W_o v||) read it.
+    virtual void set_output_projection(int layer, const Tensor& wo) { (void)layer, (void)wo; }
 };
 
 // No cache: causal attention over the n new tokens only (a plain forward over a whole

@@ -3,6 +3,7 @@
 // shapes that hit the register tiles, the row and column tails and strided operands.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
@@ -104,6 +105,36 @@ TEST(PolicyExpSum, EveryIsaPathGivesBitIdenticalValues) {
     for (int level = 3; level <= policy_matmul_level(); ++level) {
         EXPECT_EQ(policy_exp_sum_at(level, x.data(), y.data(), 77), s2) << "level " << level;
         EXPECT_EQ(y, y2) << "level " << level;
+    }
+}
+
+
+TEST(PolicySoftmaxAccumulate, EveryIsaPathGivesTheBitsOfThePlainLoops) {
+    // the loops non-causal-attn ran before: max of floats, shift in f64, policy_exp_sum, A += e w;
+    // tails of every width (m % 16 != 0) and accumulation onto earlier rows
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-9.0f, 9.0f);
+    for (int64_t m : {1, 3, 8, 17, 64, 131}) {
+        std::vector<float> d((size_t)(3 * m));
+        for (float& v : d) v = u(rng);
+        std::vector<double> want((size_t)m, 0.0), x((size_t)m), e((size_t)m);
+        for (int64_t row = 0; row < 3; ++row) {
+            const float* r = d.data() + row * m;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < m; ++j) mx = std::max(mx, r[j]);
+            for (int64_t j = 0; j < m; ++j) x[size_t(j)] = double(r[j]) - double(mx);
+            const double z = policy_exp_sum_at(2, x.data(), e.data(), m);
+            const double w = 1.0 / (z * 3.0);
+            for (int64_t j = 0; j < m; ++j) want[size_t(j)] += e[size_t(j)] * w;
+        }
+        double total = 0;
+        for (double a : want) total += a;
+        EXPECT_NEAR(total, 1.0, 1e-12) << "m " << m;  // three rows of weights averaged: a distribution
+        for (int level = 2; level <= policy_matmul_level(); ++level) {
+            std::vector<double> A((size_t)m, 0.0);
+            for (int64_t row = 0; row < 3; ++row) policy_softmax_accumulate_at(level, d.data() + row * m, m, 3.0, x.data(), e.data(), A.data());
+            EXPECT_EQ(A, want) << "m " << m << " level " << level;
+        }
     }
 }
 

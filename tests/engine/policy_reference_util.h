@@ -235,11 +235,13 @@ std::vector<int64_t> ref_slots_by_position(const LayerHarness& h, int64_t r, Kee
 
 inline void check_policy_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
                                            const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
-                                           const std::vector<int64_t>& chunks = {4, 3, 4, 2, 4, 1, 5, 1}, double tol = 2e-6) {
+                                           const std::vector<int64_t>& chunks = {4, 3, 4, 2, 4, 1, 5, 1}, double tol = 2e-6,
+                                           const std::function<void(LayerHarness&)>& made = {}) {
     constexpr int64_t L = 12;
     LayerHarness h(name, L, seed_for(name + " formula"));
     setup(h.cfg);
     h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0, &byte_codec());
+    if (made) made(h);  // e.g. hand the cache what a model would (an output projection)
     h.cache->set_replay_logging(true);
     h.step(L);
     std::vector<int32_t> expected;

@@ -94,7 +94,12 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
     for (int64_t i = 0; i < m; ++i)
         for (int64_t c = 0; c < K; ++c) Yt[c * m + i] = Y[i * K + c];
     // the products as policy_matmul (f64, at the CPU's vector width)
-    policy_matmul(K, K, m, Yt, m, Y, K, Gm, K);  // Y^T Y
+    // Y^T Y: the Cholesky below reads its lower triangle only, so each block of 16 rows stops at
+    // its diagonal block (each entry is the same sum as in the whole product)
+    for (int64_t a0 = 0; a0 < K; a0 += 16) {
+        const int64_t rb = std::min<int64_t>(16, K - a0);
+        policy_matmul(rb, a0 + rb, m, Yt + a0 * m, m, Y, K, Gm + a0 * K, K);
+    }
     for (int64_t a = 0; a < K; ++a) Gm[a * K + a] += 1e-2;
     // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
     for (int64_t a = 0; a < K; ++a)
@@ -112,7 +117,12 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
     // y^T G^-1 y = |L^-1 y|^2: Z = Y L^-T, one row per token
     for (int64_t a = 0; a < K; ++a)
         for (int64_t b = 0; b < K; ++b) LiT[b * K + a] = Li[a * K + b];
-    policy_matmul(m, K, K, Y, K, LiT, K, Z, K);
+    // L^-T is upper triangular: a block of 16 columns ends its sums at its last row b that is not
+    // 0 (the terms left out are +-0 added last: the same |z|^2)
+    for (int64_t a0 = 0; a0 < K; a0 += 16) {
+        const int64_t cb = std::min<int64_t>(16, K - a0);
+        policy_matmul(m, cb, a0 + cb, Y, K, LiT + a0, K, Z + a0, K);
+    }
     for (int64_t i = 0; i < m; ++i) {
         double l = 0;
         for (int64_t a = 0; a < K; ++a) l += Z[i * K + a] * Z[i * K + a];

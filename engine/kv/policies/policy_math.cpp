@@ -162,6 +162,55 @@ __attribute__((target("arch=x86-64-v4"))) double exp_sum_v4(const double* x, dou
 __attribute__((target("arch=x86-64-v3"))) double exp_sum_v3(const double* x, double* y, int64_t n) { return exp_sum_body<f64x4>(x, y, n); }
 #endif
 
+// f32 lanes and the f64 vectors of the same count (f32x4 -> 2 x f64x2 handled as f64x4 halves
+// would change nothing: every step is elementwise, so lane grouping cannot change a bit).
+template <class VF, class VD>
+KV_POLICY_VEC_INLINE void softmax_accumulate_body(const float* d, int64_t m, double R, double* x, double* e, double* A) {
+    constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double));
+    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
+    const int64_t mw = m - m % W;
+    float mx = -__builtin_inff();
+    if (mw > 0) {
+        VF top;
+        std::memcpy(&top, d, sizeof(VF));
+        for (int64_t j = W; j < mw; j += W) {
+            VF a;
+            std::memcpy(&a, d + j, sizeof(VF));
+            top = top < a ? a : top;
+        }
+        KV_VEC_LOCAL float lanes[W];
+        std::memcpy(lanes, &top, sizeof(VF));
+        for (int64_t l = 0; l < W; ++l) mx = std::max(mx, lanes[l]);
+    }
+    for (int64_t j = mw; j < m; ++j) mx = std::max(mx, d[j]);
+    const double shift = double(mx);
+    for (int64_t j = 0; j < mw; j += W) {
+        VF a;
+        std::memcpy(&a, d + j, sizeof(VF));
+        const VD v = __builtin_convertvector(a, VD) - shift;
+        std::memcpy(x + j, &v, sizeof(VD));
+    }
+    for (int64_t j = mw; j < m; ++j) x[j] = double(d[j]) - shift;
+    const double z = exp_sum_body<VD>(x, e, m);
+    const double w = 1.0 / (z * R);
+    for (int64_t j = 0; j < mw; j += W) {
+        VD a, b;
+        std::memcpy(&a, A + j, sizeof(VD));
+        std::memcpy(&b, e + j, sizeof(VD));
+        a += b * w;
+        std::memcpy(A + j, &a, sizeof(VD));
+    }
+    for (int64_t j = mw; j < m; ++j) A[j] += e[j] * w;
+}
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void softmax_accumulate_v4(const float* d, int64_t m, double R, double* x, double* e, double* A) {
+    softmax_accumulate_body<f32x8, f64x8>(d, m, R, x, e, A);
+}
+__attribute__((target("arch=x86-64-v3"))) void softmax_accumulate_v3(const float* d, int64_t m, double R, double* x, double* e, double* A) {
+    softmax_accumulate_body<f32x4, f64x4>(d, m, R, x, e, A);
+}
+#endif
+
 template <class F, class V>
 void matmul_dispatch(int level, KV_MATMUL_ARGS(F)) {
 #if defined(__x86_64__)
@@ -187,6 +236,18 @@ double policy_exp_sum_at(int level, const double* x, double* y, int64_t n) {
     return exp_sum_body<f64x2>(x, y, n);
 }
 double policy_exp_sum(const double* x, double* y, int64_t n) { return policy_exp_sum_at(4, x, y, n); }
+
+void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A) {
+#if defined(__x86_64__)
+    level = std::min(level, cpu_level());
+    if (level >= 4) return softmax_accumulate_v4(d, m, R, x, e, A);
+    if (level >= 3) return softmax_accumulate_v3(d, m, R, x, e, A);
+#endif
+    softmax_accumulate_body<f32x2, f64x2>(d, m, R, x, e, A);
+}
+void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A) {
+    policy_softmax_accumulate_at(4, d, m, R, x, e, A);
+}
 
 int policy_matmul_level() {
 #if defined(__x86_64__)

@@ -32,4 +32,12 @@ int policy_matmul_level();
 double policy_exp_sum(const double* x, double* y, int64_t n);
 double policy_exp_sum_at(int level, const double* x, double* y, int64_t n);
 
+// One softmax row added into a sum, at the CPU's vector width: with mx = max_j d[j] (floats: exact),
+// e[j] = exp(double(d[j]) - double(mx)) and z = sum_j e[j] as policy_exp_sum computes them,
+// A[j] += e[j] * (1 / (z * R)) for j < m; x, e are scratch of m. Elementwise, so every level gives
+// the bits of the plain loops (non-causal-attn's tiles: a query's weights over its tile, averaged
+// over R heads).
+void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A);
+void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A);
+
 }  // namespace kv

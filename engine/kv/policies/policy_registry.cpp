@@ -36,6 +36,7 @@ namespace kv {
     X(leverage)            \
     X(compactor)           \
     X(lagkv)               \
+    X(critical)            \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

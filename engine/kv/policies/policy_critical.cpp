@@ -1,0 +1,205 @@
+// critical-<scorer> (CriticalKV, Feng et al. 2025, "Identify Critical KV Cache in LLM Inference
+// from an Output Perturbation Perspective"; as kvpress' CriticalKVPress): a scorer's scores are
+// rescaled by how much a slot's value can move the layer's output, with a two-stage selection.
+// With s_j the wrapped scorer's score of slot j (its eviction score) and v_j its value,
+//   stage 1: the k1 = floor(critical_first_stage * L) candidates of highest s_j are kept
+//            outright (score FLT_MAX; ties: the higher slot first, the mirror of eviction's rule)
+//   stage 2: every other candidate scores (s_j + critical_epsilon) * n_j,
+//            n_j = (1/R) sum over the R query heads h of the slot's KV head of ||W_o,h v_j||_1
+// W_o,h: the columns [h D, (h+1) D) of the layer's output projection [E, NH D] (kvpress' vwl1norm).
+// The cache length L is kvpress' budget (1 - compression_ratio) * k_len: what a layer keeps.
+// W_o reaches the policy through the output-projection plumbing (output_projection.h); a layer
+// driven without a model gets none and uses W_o = I (n_j = ||v_j||_1). The wrapped scorer runs
+// beside this policy on the same plans (same slots, same grace ring), so any per-slot scorer fits.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "engine/core/cache_name.h"
+#include "engine/core/error.h"
+#include "engine/kv/policies/output_projection.h"
+#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_score_based.h"
+#include "engine/model/packed_weight.h"
+
+namespace kv {
+
+std::vector<PolicyInfo> snapkv_policies();
+std::vector<PolicyInfo> expected_attention_policies();
+
+namespace {
+class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
+   public:
+    CriticalPolicy(const PolicyArgs& a, const std::string& inner_name, const char* name)
+        : ScorePolicy(a.cfg, a.L, a.G),
+          name_(name),
+          first_stage_(a.cfg.policy_option("critical_first_stage")),
+          eps_(a.cfg.policy_option("critical_epsilon")) {
+        KVCacheConfig c = a.cfg;
+        c.name = CacheName{inner_name, a.cfg.buffer()}.text();
+        // kvpress warns that expected attention's value norm must be off under CriticalKV: the
+        // projected norm replaces it.
+        if (find_policy_option("ea_use_vnorm")) c.policy_options["ea_use_vnorm"] = 0;
+        std::unique_ptr<KVPolicy> p = find_policy(inner_name)->make(PolicyArgs{c, a.L, a.G, a.layer, a.text});
+        inner_.reset(dynamic_cast<ScorePolicy*>(p.get()));
+        if (!inner_) throw Error(str(name_, ": '", inner_name, "' is not a score policy"));
+        (void)p.release();
+    }
+    const char* name() const override { return name_; }
+    bool needs_attention_weights() const override { return inner_->needs_attention_weights(); }
+    int64_t weights_query_window() const override { return inner_->weights_query_window(); }
+    bool needs_value_norm() const override { return inner_->needs_value_norm(); }
+    bool needs_key_norm() const override { return inner_->needs_key_norm(); }
+    bool needs_quant_error() const override { return inner_->needs_quant_error(); }
+    bool needs_key_vectors() const override { return inner_->needs_key_vectors(); }
+    bool needs_value_vectors() const override { return true; }
+    bool needs_query_vectors() const override { return inner_->needs_query_vectors(); }
+
+    void set_output_projection(const Tensor& wo) override {
+        if (!wo.defined() || wo.data_ptr() == wo_key_) return;
+        const Shape s = weight_shape(wo);
+        if (s.ndim != 2) throw Error(str(name_, ": the output projection must be a matrix [E, NH * D]; it is ", wo.describe()));
+        const std::vector<float> w = is_packed(wo) ? packed_to_f32(wo).to_f32_vector() : wo.to_f32_vector();
+        E_ = s[0], Q_ = s[1];
+        wt_.resize(size_t(E_ * Q_));  // transposed: column q of W_o is row q here (the inner loop runs over E)
+        for (int64_t c = 0; c < E_; ++c)
+            for (int64_t q = 0; q < Q_; ++q) wt_[size_t(q * E_ + c)] = w[size_t(c * Q_ + q)];
+        wo_key_ = wo.data_ptr();
+    }
+
+    void observe_tokens(const std::vector<int32_t>& ids, int64_t n) override { inner_->observe_tokens(ids, n); }
+    void reset(int64_t batch) override {
+        ScorePolicy::reset(batch);
+        inner_->reset(batch);
+        norm_.assign(size_t(rows() * L_), 0.0f);
+        staged_.clear();
+    }
+    void prefill(int64_t n, const InsertFeatures& f) override {
+        inner_->prefill(n, f);
+        ScorePolicy::prefill(n, f);
+        flush(f);
+    }
+    void apply(const SlotPlan& plan, const InsertFeatures& f) override {
+        inner_->apply(plan, f);
+        ScorePolicy::apply(plan, f);
+        flush(f);
+    }
+    void update(const std::vector<float>& w, int64_t n) override {
+        inner_->update(w, n);
+        ScorePolicy::update(w, n);
+    }
+
+   protected:
+    void init_slot(int64_t r, int64_t slot, const InsertFeatures&, int64_t i) override {
+        staged_.push_back({r, slot, i});  // the norms of a chunk's values are taken together (flush)
+    }
+    void move_slot(int64_t r, int64_t from, int64_t to) override { norm_[size_t(r * L_ + to)] = norm_[size_t(r * L_ + from)]; }
+    void accumulate(const std::vector<float>&, int64_t) override {}  // the wrapped scorer accumulates (update)
+    void eviction_scores(std::vector<float>& S) const override {
+        const int64_t cand = L_ - grace();
+        const std::vector<float> inner = inner_->slot_scores();  // (rows, L); the ring's +inf never read
+        const int64_t k1 = std::min<int64_t>(cand, int64_t(first_stage_ * double(L_)));
+        order_.resize(size_t(cand));
+        for (int64_t r = 0; r < rows(); ++r) {
+            const float* s = inner.data() + r * L_;
+            float* out = S.data() + r * cand;
+            for (int64_t j = 0; j < cand; ++j) out[j] = float((double(s[j]) + eps_) * double(norm_[size_t(r * L_ + j)]));
+            if (k1 == 0) continue;
+            std::iota(order_.begin(), order_.end(), 0);
+            std::partial_sort(order_.begin(), order_.begin() + k1, order_.end(),
+                              [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a > b); });
+            for (int64_t t = 0; t < k1; ++t) out[order_[size_t(t)]] = std::numeric_limits<float>::max();
+        }
+    }
+
+   private:
+    struct Staged {
+        int64_t r, slot, i;
+    };
+    // n_j of the slots written by this call: (1/R) sum_h ||W_o,h v||_1 over the R query heads of
+    // the KV head, the values of a head's slots times W_o,h in one product (policy_matmul: each
+    // output summed over d in order, as one value at a time); ||v||_1 without W_o.
+    void flush(const InsertFeatures& f) {
+        const int64_t D = f.head_dim;
+        if (wt_.empty()) {
+            for (const Staged& s : staged_) {
+                double a = 0;
+                for (int64_t d = 0; d < D; ++d) a += std::fabs(double(f.values[size_t(s.i * D + d)]));
+                norm_[size_t(s.r * L_ + s.slot)] = float(a);
+            }
+            staged_.clear();
+            return;
+        }
+        if (Q_ % D != 0 || (Q_ / D) % G_ != 0)
+            throw Error(str(name_, ": the output projection has ", Q_, " input columns; expected a multiple of ", D, " (head size) x ",
+                            G_, " (KV heads)"));
+        const int64_t R = Q_ / D / G_;
+        for (int64_t g = 0; g < G_; ++g) {
+            int64_t m = 0;
+            vals_.resize(staged_.size() * size_t(D));
+            for (const Staged& s : staged_)
+                if (s.r % G_ == g) std::copy_n(f.values.begin() + s.i * D, D, vals_.begin() + (m++) * D);
+            if (m == 0) continue;
+            out_.resize(size_t(m * E_));
+            sum_.assign(size_t(m), 0.0);
+            for (int64_t h = g * R; h < (g + 1) * R; ++h) {
+                policy_matmul(m, E_, D, vals_.data(), D, wt_.data() + h * D * E_, E_, out_.data(), E_);
+                for (int64_t t = 0; t < m; ++t) {
+                    double l1 = 0;
+                    for (int64_t c = 0; c < E_; ++c) l1 += std::fabs(double(out_[size_t(t * E_ + c)]));
+                    sum_[size_t(t)] += l1;
+                }
+            }
+            int64_t t = 0;
+            for (const Staged& s : staged_)
+                if (s.r % G_ == g) norm_[size_t(s.r * L_ + s.slot)] = float(sum_[size_t(t++)] / double(R));
+        }
+        staged_.clear();
+    }
+
+    const char* name_;
+    double first_stage_, eps_;
+    std::unique_ptr<ScorePolicy> inner_;
+    std::vector<float> norm_;  // (B*G, L) n_j of each slot
+    std::vector<float> wt_;    // W_o transposed (NH D, E); empty: W_o = I
+    int64_t E_ = 0, Q_ = 0;
+    const void* wo_key_ = nullptr;
+    std::vector<Staged> staged_;           // slots written by this call, their values' norms pending
+    std::vector<float> vals_, out_;        // scratch: one KV head's new values; times W_o,h
+    std::vector<double> sum_;              // scratch: their norms summed over the heads
+    mutable std::vector<int32_t> order_;   // scratch: a row's candidates by the wrapped score
+};
+
+// The descriptor of critical-<inner> from the inner scorer's: the same needs and shared options.
+PolicyInfo critical_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
+    const PolicyInfo* in = nullptr;
+    for (const PolicyInfo& p : file)
+        if (p.name == inner) in = &p;
+    if (!in) throw Error(str("policy registry: ", name, " wraps '", inner, "', which its file does not describe"));
+    return {.name = name,
+            .summary = summary,
+            .make = nullptr,
+            .needs_attention_weights = in->needs_attention_weights,
+            .uses = in->uses,
+            .doc_anchor = "docs/POLICIES.md#critical"};
+}
+}  // namespace
+
+std::vector<PolicyInfo> critical_policies() {
+    std::vector<PolicyInfo> out;
+    out.push_back(critical_of(snapkv_policies(), "snapkv", "critical-snapkv",
+                              "CriticalKV over SnapKV: half the budget by SnapKV, the rest by SnapKV x ||W_o v||_1 (kvpress' criticalkv)"));
+    out.back().make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> { return std::make_unique<CriticalPolicy>(a, "snapkv", "critical-snapkv"); };
+    out.back().options = {
+        {.name = "critical_first_stage", .help = "critical-*: fraction of the cache length kept by the wrapped score alone (stage 1)", .def = 0.5, .lo = 0, .hi = 1},
+        {.name = "critical_epsilon", .help = "critical-*: stage 2 scores (score + epsilon) x ||W_o v||_1", .def = 1e-4, .lo = 0, .hi = 1e6}};
+    out.push_back(critical_of(expected_attention_policies(), "expected-attention", "critical-expected-attention",
+                              "CriticalKV over Expected Attention (its value norm off): stage 2 by expected attention x ||W_o v||_1"));
+    out.back().make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+        return std::make_unique<CriticalPolicy>(a, "expected-attention", "critical-expected-attention");
+    };
+    return out;
+}
+
+}  // namespace kv
