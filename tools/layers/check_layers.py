@@ -140,7 +140,7 @@ POLICY_FREE = ("engine/driver/", "engine/data/", "engine/grad/", "engine/run/", 
                "storage/", "sessions/", "views/", "plot/", "app/", "python/src/")
 # Commands that exist for one policy or op by design, like tests: `kvlab calibrate duo` (the
 # gate file of duo) and `kvlab bench quest` (the SDPA_QUEST op against full attention).
-POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/cli/cmd_bench.cpp", "app/cli/cmd_bench_quest.cpp", "app/cli/bench_commands.h")
+POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/bench/cmd_bench.cpp", "app/bench/cmd_bench_quest.cpp", "app/bench/bench_commands.h")
 # Registered names that are also ordinary words in identifiers (dense attention, random numbers,
 # streaming text, a cursor): checked in includes and string comparisons only.
 ORDINARY_WORDS = {"dense", "random", "streaming", "cur"}
@@ -164,15 +164,23 @@ def contains(seq, sub):
     return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
 
 
+def kv_files(root):
+    """Repository-relative paths of every file under engine/kv (the cache core, policies/,
+    buffers/), sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, "engine/kv")):
+        dirnames.sort()
+        out += [os.path.relpath(os.path.join(dirpath, fn), root) for fn in filenames]
+    return sorted(out)
+
+
 def policy_names(root):
     """The registered policies (the descriptors' names in engine/kv/policies/policy_*.cpp)."""
     names = set()
-    kv = os.path.join(root, "engine/kv")
-    if not os.path.isdir(kv):
-        return names
-    for fn in sorted(os.listdir(kv)):
+    for path in kv_files(root):
+        fn = os.path.basename(path)
         if fn.startswith("policy_") and fn.endswith(".cpp"):
-            with open(os.path.join(kv, fn), encoding="utf-8", errors="replace") as f:
+            with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
                 text = f.read()
             # a policy descriptor names its policy before its summary (options have a help)
             names.update(re.findall(r'\.name\s*=\s*"([^"]+)",\s*\n?\s*\.summary', text))
@@ -182,19 +190,16 @@ def policy_names(root):
 def capability_names(root):
     """Members declared between the capability markers of engine/kv's headers."""
     caps = {}
-    kv = os.path.join(root, "engine/kv")
-    if not os.path.isdir(kv):
-        return caps
-    for fn in sorted(os.listdir(kv)):
+    for fn in kv_files(root):
         if not fn.endswith(".h"):
             continue
         inside, block = False, []
-        with open(os.path.join(kv, fn), encoding="utf-8", errors="replace") as f:
+        with open(os.path.join(root, fn), encoding="utf-8", errors="replace") as f:
             for line in f:
                 if CAP_END.search(line):
                     inside = False
                     for name in declared_names("".join(block)):
-                        caps[name] = "engine/kv/" + fn
+                        caps[name] = fn
                     block = []
                 elif CAP_BEGIN.search(line):
                     inside = True
