@@ -150,7 +150,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
                                                   int64_t(kc.policy_option("duo_recent")), "]");
         // A reconstruction-scored policy (kvzip) runs a second pass over every chunk: it reports
         // its own cost factor (about 0.5x), not the single-pass target.
-        const bool two_pass = make_policy(kc, 8, 1, &codec)->needs_reconstruction();
+        const bool two_pass = make_policy(kc, 8, 1, &codec)->capabilities().reconstructs_context != nullptr;
         if (two_pass) row.note += " [+ reconstruction pass]";
         row.target = two_pass ? 0.0 : 0.9;
         std::vector<double> ratios, wall_ratios;

@@ -95,7 +95,7 @@ AttentionMerge merge_attention(const double* ya, const double* lse_a, const doub
 }
 
 void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                               Tensor& y) {
+                               Tensor& y, const ChunkInput& in) {
     const int64_t B = q.size(0), NH = q.size(1), n = q.size(2), G = k.size(1), HS = q.size(3), end = input_pos + n;
     if (size_t(layer) >= k_shadow_.size() || end > T_ || B != k_shadow_[size_t(layer)].size(0))
         throw Error(str("fidelity: layer ", layer, " chunk at positions ", input_pos, "+", n, " (batch ", B,
@@ -109,7 +109,9 @@ void FidelityAttention::attend(int layer, const Tensor& q, const Tensor& k, cons
         InstrumentationScope instrumentation;  // only measuring asks for it
         lse_kept = Tensor::empty({B, NH, n}, DType::F64, {q.device(), MemCategory::WORKSPACE, "fidelity kept log-sum-exp"});
     }
-    cache_.attend(layer, q, k, v, input_pos, scale, window, y, want_lse ? &lse_kept : nullptr);
+    ChunkInput call = in;
+    call.lse = want_lse ? &lse_kept : nullptr;
+    cache_.attend(layer, q, k, v, input_pos, scale, window, y, call);
     // The policy's attention is done; the rest measures it (memory and time apart from the run's).
     InstrumentationScope instrumentation;
     PhaseScope phase(RunPhase::FIDELITY_ATTENTION);

@@ -48,13 +48,15 @@ struct FidelityStep {
     double efficiency = 1;
 };
 
-class FidelityAttention final : public LayerAttention {
+class FidelityAttention final : public CacheAttention {
    public:
     // seq_length: the longest sequence to be fed (sizes the shadow); batch B.
     FidelityAttention(KVCache& cache, const ModelConfig& model, int64_t batch, int64_t seq_length, Device device, DType dtype);
 
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                Tensor& y) override;
+    // The cache's call with the chunk's inputs (its lse is this observer's own).
+    using CacheAttention::attend;
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
+                const ChunkInput& in) override;
     void set_rope_frequencies(const std::vector<double>* inv_freq) override;
     void set_output_projection(int layer, const Tensor& wo) override;
 

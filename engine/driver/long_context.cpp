@@ -207,8 +207,10 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
             for (size_t c = c0; c < c1; ++c) {
                 auto chunk_span = trace::span(trace::SpanCategory::CHUNK, kChunk, {.layer = l, .chunk = int(c), .cell_col = int(ci)});
                 if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
-                cache.set_chunk_tokens(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
-                xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], cb.attention ? *cb.attention : cache);
+                // The chunk's inputs go with its calls (policies that read the text, forced plans).
+                const std::vector<int32_t> tok = chunk_ids(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
+                ChunkCall call(cb.attention ? *cb.attention : cache, ChunkInput{.ids = &tok, .replay = cb.replay});
+                xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], call);
                 if (int64_t bad = first_nonfinite(xs[c - c0]); bad >= 0)
                     nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
                 if (rec) rec->run_layer(l, rxs[c - c0]);

@@ -24,7 +24,10 @@ struct DriverCallbacks {
     const std::atomic<bool>* cancel = nullptr;
     // The attention the blocks call instead of `cache` itself: a wrapper around the same cache
     // that observes it (FidelityAttention). nullptr = the cache.
-    LayerAttention* attention = nullptr;
+    CacheAttention* attention = nullptr;
+    // Forced plans (the gradient pipeline): per layer, the plans every chunk commits instead of
+    // the policy's (ChunkInput::replay). nullptr = the policies plan.
+    const std::vector<std::vector<SlotPlan>>* replay = nullptr;
     // The live token progress (trace::progress) of a run of several calls (eval_long's samples):
     // the tokens of the calls before this one and the run's total, so done stays below total
     // until the last call ends. Total 0: this call is the whole run. (Its (layer, chunk) steps

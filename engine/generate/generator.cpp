@@ -30,9 +30,10 @@ Tensor feed(Transformer& model, KVCache& cache, const Tensor& ids, int64_t input
         if (take < 1) throw Error("generation: the cache accepts no more tokens (a dense cache is full)");
         if (chunks) chunks->push_back(take);
         // Policies that read the text (smart-lastrec) see every chunk, decoded tokens included.
-        cache.set_chunk_tokens(ids.slice(1, done, done + take).contiguous());
+        const std::vector<int32_t> tok = chunk_ids(ids.slice(1, done, done + take).contiguous());
+        ChunkCall call(cache, ChunkInput{.ids = &tok});
         Tensor x = model.embed(ids.slice(1, done, done + take));
-        for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, input_pos + done, cache);
+        for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, input_pos + done, call);
         if (rec) {  // kvzip: the chunk's reconstruction through every layer before the next chunk plans
             ReconstructionChunk rc = rec->prepare(ids.slice(1, done, done + take).contiguous(), input_pos + done);
             for (int l = 0; l < int(model.config().num_layers); ++l) rec->run_layer(l, rc);

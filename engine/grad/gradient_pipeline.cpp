@@ -325,15 +325,12 @@ class GradientRun {
             if (forced_plans) {
                 if (int(forced_plans->size()) != nl)
                     throw Error(str("forced plans: ", forced_plans->size(), " layers, the model has ", nl));
-                for (int l = 0; l < nl; ++l) cache.layer(l).set_replay_source(&(*forced_plans)[size_t(l)]);
+                cb1.replay = forced_plans;
             }
             cache.set_replay_logging(true);
             long_context_forward(model, cache, ids, plan, head, st.head, cb1, false);
             st.plans.resize(size_t(nl));
-            for (int l = 0; l < nl; ++l) {
-                st.plans[size_t(l)] = cache.layer(l).replay_log().plans();
-                cache.layer(l).set_replay_source(nullptr);
-            }
+            for (int l = 0; l < nl; ++l) st.plans[size_t(l)] = cache.layer(l).replay_log().plans();
             cache.set_replay_logging(false);
             cache.release_buffers();
             st.loss = (head.kind == HeadKind::NEXT_TOKEN && head.average_loss_per_batch ? st.head.token_mean_loss() : st.head.mean_loss()) *

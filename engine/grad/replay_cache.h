@@ -78,7 +78,7 @@ class ReplayLayerCache {
     bool selects() const { return selection_ && selection_->selects(length_); }
     Tensor positions_tensor() const;
     void ensure_grads();
-    // Per-head lengths (KVPolicy::pool_slots()): the layer's plans target one pool of S slots
+    // Per-head lengths (PooledSlots, engine/kv/policy_capabilities.h): the layer's plans target one pool of S slots
     // per batch row (their length_after is S > L); storage becomes (B, 1, S, D).
     void use_pool(int64_t S);
     void forward_pooled(const SlotPlan& plan, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,

@@ -155,7 +155,7 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
     for (int l = 0; l < cache.num_layers(); ++l) {
         LayerCache& lc = cache.layer(l);
         const KVPolicy& p = lc.policy();
-        if (p.pool_slots() > 0)
+        if (pool_slots(p) > 0)
             throw Error(str("--protocol compress-then-ask: policy '", policy, "' shares one slot pool among a layer's heads, which "
                             "one compression to a per-head count does not express; expected a policy with per-layer or per-head slots"));
         const int64_t T = p.current_length(), B = p.batch(), G = p.groups(), L = p.cache_length();

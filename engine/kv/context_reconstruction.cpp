@@ -27,7 +27,7 @@ class ReconstructionAttention final : public LayerAttention {
             throw Error(str("layer ", layer, " reconstruction: its queries start at position ", input_pos, " but the cache has seen ",
                             pol.input_pos(), " tokens"),
                         "a chunk's reconstruction runs right after the chunk");
-        if (pol.pool_slots() > 0) throw Error(str("the '", pol.name(), "' policy keeps per-head lengths; reconstruction needs one slot row per head"));
+        if (pool_slots(pol) > 0) throw Error(str("the '", pol.name(), "' policy keeps per-head lengths; reconstruction needs one slot row per head"));
         const Device dev = q.device();
         MemoryLabelScope label(str("layer ", layer, " reconstruction"));
         auto [K, V] = lc.buffer().read(T);
@@ -62,7 +62,8 @@ class ReconstructionAttention final : public LayerAttention {
         in.chunk_begin = begin_;
         in.chunk_end = end_;
         in.scale = scale;
-        pol.observe_reconstruction(in);
+        // A windowed layer keeps its ring by rule and scores nothing.
+        if (ReconstructsContext* r = pol.capabilities().reconstructs_context) r->observe_reconstruction(in);
     }
 
    private:
@@ -73,12 +74,12 @@ class ReconstructionAttention final : public LayerAttention {
 }  // namespace
 
 std::unique_ptr<ContextReconstruction> make_context_reconstruction(Transformer& model, KVCache& cache) {
-    if (cache.num_layers() == 0 || !cache.layer(0).policy().needs_reconstruction()) return nullptr;
+    if (cache.num_layers() == 0 || !cache.layer(0).policy().capabilities().reconstructs_context) return nullptr;
     return std::make_unique<ContextReconstruction>(model, cache);
 }
 
 ContextReconstruction::ContextReconstruction(Transformer& model, KVCache& cache)
-    : model_(model), cache_(cache), prompt_(cache.layer(0).policy().reconstruction_prompt()) {
+    : model_(model), cache_(cache), prompt_(cache.layer(0).policy().capabilities().reconstructs_context->reconstruction_prompt()) {
     if (prompt_.piece < 1) throw Error("reconstruction: the policy's piece length must be at least 1");
     for (int l = 0; l < cache_.num_layers(); ++l) cache_.layer(l).set_reconstruction_armed(true);
 }

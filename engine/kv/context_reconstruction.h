@@ -1,9 +1,9 @@
-// Context reconstruction (KVzip's scoring pass). A policy that declares needs_reconstruction()
+// Context reconstruction (KVzip's scoring pass). A policy with the ReconstructsContext capability
 // scores the cache by the attention a "repeat the context" prompt pays it: after each chunk has
 // gone through layer l, the chunk's reconstruction pieces (the policy's prompt, then the chunk's
 // tokens again) go through layer l too, attending to the whole cache and causally to themselves
 // without being written to it; the policy sees each piece's queries and keys
-// (KVPolicy::observe_reconstruction) before the next chunk is planned. Pieces sit at the
+// (ReconstructsContext::observe_reconstruction, policy_capabilities.h) before the next chunk is planned. Pieces sit at the
 // positions right after their chunk, so each costs about one more forward of its tokens:
 // about 2x the prefill. The long-context driver runs the pieces per (layer, chunk), generation
 // after each fed chunk through all layers; the cache state each layer sees is the same.

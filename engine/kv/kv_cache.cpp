@@ -29,7 +29,7 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
             window > 0 ? make_window_policy(bp.L, bp.G, window) : make_policy(cfg_, bp.L, bp.G, text, l);
         // A policy may keep fewer slots than the layer's length (duo's streaming layers).
         bp.L = std::min(bp.L, policy->cache_length());
-        if (const int64_t S = policy->pool_slots(); S > 0) {
+        if (const int64_t S = pool_slots(*policy); S > 0) {
             // Per-head lengths: one pool of S slots per batch row, shared by the heads.
             if (cfg_.paged_block_size > 0 || cfg_.cpu_offload)
                 throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' keeps per-head lengths in a slot pool, which is neither paged nor offloadable"));
@@ -44,7 +44,8 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     std::vector<KVPolicy*> all;
     for (auto& l : layers_)
         if (!is_window_policy(l->policy())) all.push_back(&l->policy());
-    for (KVPolicy* p : all) p->link_layers(all);
+    for (KVPolicy* p : all)
+        if (CrossLayerLengths* x = p->capabilities().cross_layer_lengths) x->link_layers(all);
 }
 
 KVCache::~KVCache() {
@@ -53,17 +54,12 @@ KVCache::~KVCache() {
 }
 
 void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                     Tensor& y) {
-    attend(layer, q, k, v, input_pos, scale, window, y, nullptr);
-}
-
-void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                     Tensor& y, Tensor* lse) {
+                     Tensor& y, const ChunkInput& in) {
     if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
     // Offload: whichever layer comes next (the next cell or decode step after the last) is
     // prefetched while this one computes.
     if (cfg_.cpu_offload && num_layers() > 1) shared_->next = &layers_[size_t((layer + 1) % num_layers())]->buffer();
-    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y, lse);
+    layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y, in);
 }
 
 std::pair<int64_t, int64_t> KVCache::offload_restores() const {
@@ -73,7 +69,7 @@ std::pair<int64_t, int64_t> KVCache::offload_restores() const {
 bool KVCache::fixed_slot_layout() const {
     if (const PolicyInfo* info = find_policy(cfg_.policy()); info && info->initial_layer_length) return false;
     for (const auto& l : layers_)
-        if (l->policy().pool_slots() > 0) return false;
+        if (pool_slots(l->policy()) > 0) return false;
     return true;
 }
 
@@ -97,11 +93,9 @@ void KVCache::set_step_hook(const LayerStepHook& hook) {
     for (auto& l : layers_) l->set_step_hook(hook);
 }
 
-void KVCache::set_chunk_tokens(const Tensor& ids) {
-    std::vector<int64_t> v = ids.to_i64_vector();
-    chunk_ids_.assign(v.begin(), v.end());
-    chunk_n_ = ids.size(-1);
-    for (auto& l : layers_) l->set_chunk_tokens(&chunk_ids_, chunk_n_);
+std::vector<int32_t> chunk_ids(const Tensor& ids) {
+    const std::vector<int64_t> v = ids.to_i64_vector();
+    return std::vector<int32_t>(v.begin(), v.end());
 }
 
 void KVCache::set_output_projection(int layer, const Tensor& wo) {
@@ -123,7 +117,7 @@ void KVCache::reorder_batch(const std::vector<int32_t>& src) {
             throw Error(str("beam search needs a position-only cache policy (dense, lastrec, streaming); '", cfg_.name,
                             "' decides per row"));
         l->buffer().reorder_batch(src);
-        l->policy().reorder_batch(src);
+        if (ReordersBatch* r = l->policy().capabilities().reorders_batch) r->reorder_batch(src);
     }
 }
 

@@ -9,24 +9,25 @@
 
 #include "engine/model/attention.h"
 #include "engine/core/model_config.h"
+#include "engine/kv/chunk_input.h"
 #include "engine/kv/layer_cache.h"
 
 namespace kv {
 
 struct BufferShared;
 
-class KVCache final : public LayerAttention {
+class KVCache final : public CacheAttention {
    public:
     // seq_length sizes dense caches whose cache_length is 0 (= the whole sequence).
     KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device device, DType act_dtype, int64_t seq_length = 0,
             const TextCodec* text = nullptr);
     ~KVCache() override;
 
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                Tensor& y) override;
-    // The same, asking layer `layer` for its attention's log-sum-exp (LayerCache::attend).
+    // Layer `layer`'s call with the chunk's inputs (LayerCache::attend); without them through
+    // LayerAttention, or for one chunk of the model through ChunkCall (chunk_input.h).
+    using CacheAttention::attend;
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
-                Tensor* lse);
+                const ChunkInput& in) override;
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
     }
@@ -49,8 +50,6 @@ class KVCache final : public LayerAttention {
 
     void set_replay_logging(bool on);
     void set_step_hook(const LayerStepHook& hook);
-    // The token ids of the chunk about to run (B, n), for policies that read the prompt.
-    void set_chunk_tokens(const Tensor& ids);
     // Make the next call of every layer a prefill (new sequence).
     void reset();
     // Persist dirty working rows and offloaded layers (end of a pass).
@@ -75,8 +74,6 @@ class KVCache final : public LayerAttention {
     KVCacheConfig cfg_;
     std::shared_ptr<BufferShared> shared_;
     std::vector<std::unique_ptr<LayerCache>> layers_;
-    std::vector<int32_t> chunk_ids_;
-    int64_t chunk_n_ = 0;
 };
 
 }  // namespace kv

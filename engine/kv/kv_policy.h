@@ -17,10 +17,13 @@
 
 #include "engine/telemetry/replay_plan.h"
 #include "engine/kv/kv_config.h"
+#include "engine/kv/policy_capabilities.h"
 
 namespace kv {
 
 class Tensor;
+struct PolicyInfo;
+struct PolicyArgs;
 
 // =========================================================================================
 // [SECTION] plans
@@ -43,28 +46,6 @@ struct InsertFeatures {
     int64_t query_heads = 0;
     const std::vector<double>* rope_inv_freq = nullptr;
     float attn_scale = 0.0f;
-};
-
-// One piece of a context-reconstruction pass (kvzip; engine/kv/context_reconstruction.h): m
-// queries at positions [query_pos, query_pos + m) that re-read the tokens at positions
-// [chunk_begin, chunk_end), attending to the cache and causally to their own keys. Row-major
-// host copies; cache_keys are slots [0, T) as the buffer stores them (T = current_length()).
-struct ReconstructionInput {
-    std::vector<float> queries;     // (B, NH, m, D), rotated
-    std::vector<float> own_keys;    // (B, G, m, D), rotated
-    std::vector<float> cache_keys;  // (B, G, T, D)
-    int64_t query_heads = 0, m = 0, head_dim = 0;
-    int64_t query_pos = 0, chunk_begin = 0, chunk_end = 0;
-    float scale = 0.0f;
-};
-
-// The token ids a reconstruction piece starts with: `first` for the sequence's first piece,
-// else `later` followed by the `quoted` tokens before the piece; then `suffix`, then the piece
-// (at most `piece` tokens of the chunk).
-struct ReconstructionPrompt {
-    std::vector<int32_t> first, later, suffix;
-    int64_t quoted = 0;
-    int64_t piece = 0;
 };
 
 // =========================================================================================
@@ -90,9 +71,6 @@ class KVPolicy {
     // ---- end of capabilities ----
 
     // ---- planning ----------------------------------------------------------------------
-    // The token ids of the coming chunk (B, n) row-major, before prefill()/prepare(); only
-    // policies that read the text (smart-lastrec) care.
-    virtual void observe_tokens(const std::vector<int32_t>& ids, int64_t n) { (void)ids, (void)n; }
     // Start a new sequence with batch size B.
     virtual void reset(int64_t batch) = 0;
     // Longest chunk the next call may have (after prefill).
@@ -115,52 +93,20 @@ class KVPolicy {
     // Token position of each slot: (B, G, L) when per_row_positions(), else (L); -1 = empty.
     virtual bool per_row_positions() const = 0;
     virtual const std::vector<int32_t>& token_positions() const = 0;
-    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
-    // Variable per-head lengths (ada-*): > 0 when the layer's slots form one pool of this many
-    // per batch row, shared by its G heads, each slot kept by one head (a head may hold more
-    // slots than another; storage is the pool, exactly the slots kept). token_positions() is
-    // then (B, G, pool_slots) with a slot's position in the row of the head keeping it, -1 in
-    // the others; plans target pool slots (rows = B * G, length_after = pool_slots), and
-    // cache_length() / current_length() are the per-head mean (pool_slots / G when full).
-    virtual int64_t pool_slots() const { return 0; }
-    // Layer lengths decided during the sequence (cake): called before every call of the layer
-    // (prefill and chunks, live and replayed alike) with its position and n; returns the slots
-    // the layer has from now on (the buffer follows), 0 = unchanged (every other policy).
-    virtual int64_t begin_call(int64_t input_pos, int64_t n) { (void)input_pos, (void)n; return 0; }
-    // Called once by the model-level cache with every layer's policy (index = layer), so that
-    // policies deciding across layers (cake's budgets) can share their state.
-    virtual void link_layers(const std::vector<KVPolicy*>& layers) { (void)layers; }
-    // ---- end of capabilities ----
     // Slots per row of token_positions() and how many of them hold tokens: the pool for
     // per-head lengths (-1 where another head keeps the slot), else cache_length() and
     // current_length(). What readers of the positions use, whatever the layout.
-    int64_t position_row_length() const { return pool_slots() > 0 ? pool_slots() : L_; }
-    int64_t position_row_filled() const { return pool_slots() > 0 ? pool_slots() : T_; }
+    int64_t position_row_length() const { return pool() > 0 ? pool() : L_; }
+    int64_t position_row_filled() const { return pool() > 0 ? pool() : T_; }
 
     // ---- telemetry hooks ----------------------------------------------------------------
     // Current eviction scores per slot (B, G, L) (lower = evicted first); empty if none.
     virtual std::vector<float> slot_scores() const { return {}; }
 
-    // Beam search: batch row b becomes row src[b] (policies with per-row metadata).
-    virtual void reorder_batch(const std::vector<int32_t>& src) { (void)src; }
-
     // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
-    // A read policy (quest) attends over a selection of the cache instead of all of it:
-    // LayerCache calls attend_selection() in place of ops::sdpa_ (K, V: slots [0, T) read from
-    // the buffer); the gradient replay reaches the same selection through read_selection.h.
-    virtual bool selects_reads() const { return false; }
-    // window: the layer's sliding window, masking as ops::sdpa_ does.
-    virtual void attend_selection(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos,
-                                  float scale, Tensor* wsum, int window = 0);
-
-    // Context reconstruction (kvzip):
-    // a policy that scores by reconstruction: after each chunk the pass
-    // (context_reconstruction.h) runs a prompt and the chunk's tokens again through the model
-    // without caching them, and hands each layer's piece to observe_reconstruction() before
-    // the next chunk is planned.
-    virtual bool needs_reconstruction() const { return false; }
-    virtual ReconstructionPrompt reconstruction_prompt() const { return {}; }
-    virtual void observe_reconstruction(const ReconstructionInput& in) { (void)in; }
+    // What the policy does beyond this core (policy_capabilities.h), attached by the registry
+    // when it builds the policy (build_policy); fixed from then on.
+    const PolicyCapabilities& capabilities() const { return caps_; }
     // ---- end of capabilities ----
 
    protected:
@@ -170,7 +116,19 @@ class KVPolicy {
     int64_t B_ = 0;
     int64_t T_ = 0;
     int64_t P_ = 0;
+
+   private:
+    int64_t pool() const { return caps_.pooled_slots ? caps_.pooled_slots->pool_slots() : 0; }
+    friend std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs& args);
+    PolicyCapabilities caps_;
 };
+
+// ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
+// Slots of the per-head pool of p (PooledSlots), 0 when its heads keep one slot row each.
+inline int64_t pool_slots(const KVPolicy& p) {
+    return p.capabilities().pooled_slots ? p.capabilities().pooled_slots->pool_slots() : 0;
+}
+// ---- end of capabilities ----
 
 // Text access for policies that look at the prompt (smart-lastrec): decode ids (skipping
 // special tokens) and encode text (no special tokens added).

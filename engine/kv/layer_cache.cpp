@@ -14,9 +14,9 @@
 namespace kv {
 
 LayerCache::ReadPath LayerCache::choose_read_path(const KVPolicy& policy, const KVBuffer& buffer) {
-    if (policy.pool_slots() > 0) return ReadPath::POOLED;  // a policy's pool is fixed when it is made
+    if (pool_slots(policy) > 0) return ReadPath::POOLED;  // a policy's pool is fixed when it is made
     if (buffer.fused_attention()) return ReadPath::FUSED;
-    if (policy.selects_reads()) return ReadPath::SELECTION;
+    if (policy.capabilities().selects_reads) return ReadPath::SELECTION;
     return ReadPath::SDPA;
 }
 
@@ -43,7 +43,7 @@ void LayerCache::prefill_without_attention(const Tensor& k, const Tensor& v) {
 void LayerCache::record_step(const SlotPlan& plan) const {
     if (!trace::active()) return;
     trace::cache_step(layer_, int(chunk_), plan.input_pos, int(plan.n), int(policy_->cache_length()), encode_plan(plan), trace_pass_);
-    if (trace_pass_ != 0 || policy_->pool_slots() > 0) return;  // pooled scores are (B, G, pool), not (B, G, L)
+    if (trace_pass_ != 0 || pooled()) return;  // pooled scores are (B, G, pool), not (B, G, L)
     std::vector<float> s = policy_->slot_scores();
     if (!s.empty())
         trace::scores(layer_, int(chunk_), s.data(), int(policy_->batch()), int(policy_->groups()), int(policy_->cache_length()), 0);
@@ -91,7 +91,7 @@ SlotPlan LayerCache::pooled_prefill_plan(int64_t B, int64_t n) const {
     p.rows = B * G;
     for (int64_t r = 0; r < B * G; ++r)
         for (int64_t t = 0; t < n; ++t) p.targets.push_back(int32_t(t * G + r % G));
-    p.length_after = policy_->pool_slots();
+    p.length_after = pool_slots(*policy_);
     return p;
 }
 
@@ -168,7 +168,8 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
 }
 
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
-                        Tensor* lse_out) {
+                        const ChunkInput& in) {
+    Tensor* lse_out = in.lse;
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
     lse_written_ = false;
     head_dim_ = k.size(-1);
@@ -185,9 +186,16 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     } else if (B != policy_->batch()) {
         throw Error(str("layer ", layer_, " cache: batch size ", B, " differs from the prefill's ", policy_->batch()));
     }
-    if (ids_ && ids_n_ == n) policy_->observe_tokens(*ids_, n);
+    const PolicyCapabilities& caps = policy_->capabilities();
+    if (caps.reads_tokens && in.ids) {
+        if (int64_t(in.ids->size()) != B * n)
+            throw Error(str("layer ", layer_, " cache: the chunk's token ids hold ", in.ids->size(), " values; the call has ", B, " x ", n, " tokens"),
+                        "pass the ids of exactly the chunk being attended");
+        caps.reads_tokens->observe_tokens(*in.ids, n);
+    }
     // A length decided during the sequence (cake): the buffer follows the policy.
-    if (const int64_t L = policy_->begin_call(input_pos, n); L > 0 && L != buffer_->slots()) buffer_->resize_slots(L);
+    if (caps.cross_layer_lengths)
+        if (const int64_t L = caps.cross_layer_lengths->begin_call(input_pos, n); L > 0 && L != buffer_->slots()) buffer_->resize_slots(L);
 
     if (input_pos == 0) {
         if (n > policy_->cache_length())
@@ -218,14 +226,17 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             PlainAttention plain;
             plain.attend(layer_, q, k, v, 0, scale, window, y);
         }
-        finish_step(p, nullptr);
+        finish_step(p, nullptr, in.replay != nullptr);
         return;
     }
 
     SlotPlan plan;
-    if (replay_) {
-        if (size_t(chunk_) >= replay_->size()) throw Error(str("layer ", layer_, " replay: the log has no chunk ", chunk_));
-        plan = (*replay_)[size_t(chunk_)];
+    const bool replayed = in.replay != nullptr;
+    if (replayed) {
+        if (size_t(layer_) >= in.replay->size()) throw Error(str("layer ", layer_, " replay: the plans cover ", in.replay->size(), " layers"));
+        const std::vector<SlotPlan>& log = (*in.replay)[size_t(layer_)];
+        if (size_t(chunk_) >= log.size()) throw Error(str("layer ", layer_, " replay: the log has no chunk ", chunk_));
+        plan = log[size_t(chunk_)];
         if (plan.input_pos != input_pos || plan.n != n)
             throw Error(str("layer ", layer_, " replay: log chunk ", chunk_, " covers positions ", plan.input_pos, "+", plan.n,
                             ", the call ", input_pos, "+", n));
@@ -247,7 +258,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     if (logging_) log_.append(plan);
     if (buffer_->compacts()) compact_buffer();
 
-    const int64_t T = pooled() ? policy_->pool_slots() : policy_->current_length();
+    const int64_t T = pooled() ? pool_slots(*policy_) : policy_->current_length();
     Tensor K, V;
     // KIVI buffers attend over their packed bytes; the others over the K, V just read.
     if (read_path_ != ReadPath::FUSED) std::tie(K, V) = buffer_->read(T);
@@ -260,7 +271,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         switch (read_path_) {
             case ReadPath::POOLED: pooled_sdpa(yy, qq, K, V, qp, scale, ws, window); return;
             case ReadPath::FUSED: buffer_->attend(yy, qq, T, kpos, qp, scale, ws, window); return;
-            case ReadPath::SELECTION: policy_->attend_selection(yy, qq, K, V, kpos, qp, scale, ws, window); return;
+            case ReadPath::SELECTION: caps.selects_reads->attend_selection(yy, qq, K, V, kpos, qp, scale, ws, window); return;
             case ReadPath::SDPA:
                 if (lse) {
                     Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
@@ -272,7 +283,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         }
     };
     std::vector<float> w;
-    const bool want = policy_->needs_attention_weights() && !replay_;
+    const bool want = policy_->needs_attention_weights() && !replayed;
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, want ? "sdpa with weights" : "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
@@ -291,13 +302,13 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             w = ws.to_f32_vector();
         }
     }
-    if (!replay_) {
+    if (!replayed) {
         KV_TRACE_SPAN(trace::SpanCategory::SCORING, "scoring", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " scoring"));
         policy_->update(w, n);
     }
     lse_written_ = lse != nullptr;
-    finish_step(plan, want ? &w : nullptr);
+    finish_step(plan, want ? &w : nullptr, replayed);
 }
 
 size_t LayerCache::logical_bytes() const {
@@ -327,8 +338,8 @@ void LayerCache::compact_buffer() {
     buffer_->compact(kept);
 }
 
-void LayerCache::finish_step(const SlotPlan& plan, const std::vector<float>* w) {
-    if (rec_armed_ && !replay_ && !w) {  // telemetry after the reconstruction pass (set_reconstruction_armed)
+void LayerCache::finish_step(const SlotPlan& plan, const std::vector<float>* w, bool replayed) {
+    if (rec_armed_ && !replayed && !w) {  // telemetry after the reconstruction pass (set_reconstruction_armed)
         rec_plan_ = plan;
         rec_pending_ = true;
         return;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kv/buffers/kv_buffer.h"
+#include "engine/kv/chunk_input.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/replay_log.h"
 
@@ -23,7 +24,7 @@ struct LayerStep {
 };
 using LayerStepHook = std::function<void(const LayerStep&)>;
 
-// Per-head lengths (KVPolicy::pool_slots() > 0), shared with the gradient replay cache: a
+// Per-head lengths (pool_slots(policy) > 0, PooledSlots), shared with the gradient replay cache: a
 // policy plan (rows B * G) as a plan over the (B, 1, S, D) pool (rows B, G n entries each);
 // head g's positions as (B, 1, S) with other heads' slots never visible; attention of q
 // (B, NH, n, D) over the pool, weight sums into wsum (B, G, S).
@@ -37,13 +38,17 @@ class LayerCache {
     LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer);
 
     // window: the layer's sliding window (LayerAttention::attend), applied by slot position to
-    // whatever the policy kept.
-    // lse (fidelity, engine/driver/fidelity.*): when the chunk's attention is the plain SDPA over
-    // the buffer's slots, each query row's log-sum-exp is written there as well ((B, NH, n)
-    // f32|f64, ops::sdpa_); lse_written() says whether it was (not for a prefill, pooled, fused
-    // or policy-read attention, nor where ops::sdpa_lse_supported is false).
+    // whatever the policy kept. in: the chunk's inputs (chunk_input.h):
+    //   ids     handed to a policy that reads tokens before it plans; (B, n) or an error.
+    //   replay  this layer's plan for the call is (*replay)[layer][chunks()] instead of the
+    //           policy's (prefills place their tokens as always); the policy is not updated.
+    //   lse     (fidelity, engine/driver/fidelity.*): when the chunk's attention is the plain
+    //           SDPA over the buffer's slots, each query row's log-sum-exp is written there as
+    //           well ((B, NH, n) f32|f64, ops::sdpa_); lse_written() says whether it was (not
+    //           for a prefill, pooled, fused or policy-read attention, nor where
+    //           ops::sdpa_lse_supported is false).
     void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
-                Tensor* lse = nullptr);
+                const ChunkInput& in = {});
     // Benchmarks only: a prefill of k, v (B, G, n, D) without computing attention, so a
     // decode or chunk step can be timed at a large context without paying for the prefill.
     void prefill_without_attention(const Tensor& k, const Tensor& v);
@@ -63,11 +68,8 @@ class LayerCache {
 
     void set_replay_logging(bool on) { logging_ = on; }
     void set_step_hook(LayerStepHook h) { hook_ = std::move(h); }
-    void set_chunk_tokens(const std::vector<int32_t>* ids, int64_t n) { ids_ = ids, ids_n_ = n; }
     // The RoPE frequencies of q and k (null: unrotated), for policies that read queries.
     void set_rope_frequencies(const std::vector<double>* inv_freq) { rope_ = inv_freq; }
-    // Replay mode: plans come from this log instead of the policy (gradient replay).
-    void set_replay_source(const std::vector<SlotPlan>* plans) { replay_ = plans; }
     // Telemetry pass number of this cache's steps (0 = the first forward; replays 1, 2, ...).
     void set_trace_pass(int pass) { trace_pass_ = pass; }
     bool lse_written() const { return lse_written_; }
@@ -83,8 +85,8 @@ class LayerCache {
 
    private:
     // How a chunk after the prefill attends, fixed by the policy and buffer at construction:
-    // over the per-head pool, the buffer's own packed attention (KIVI), the policy's selection
-    // of the slots (a read policy), or SDPA over every slot.
+    // over the per-head pool (PooledSlots), the buffer's own packed attention (KIVI), the
+    // policy's selection of the slots (SelectsReads), or SDPA over every slot.
     enum class ReadPath { POOLED, FUSED, SELECTION, SDPA };
     static ReadPath choose_read_path(const KVPolicy& policy, const KVBuffer& buffer);
     bool pooled() const { return read_path_ == ReadPath::POOLED; }
@@ -93,7 +95,7 @@ class LayerCache {
                      int window) const;
     InsertFeatures features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const;
     void record_step(const SlotPlan& plan) const;
-    void finish_step(const SlotPlan& plan, const std::vector<float>* w);
+    void finish_step(const SlotPlan& plan, const std::vector<float>* w, bool replayed);
     void compact_buffer();
 
     int layer_;
@@ -104,10 +106,7 @@ class LayerCache {
     ReplayLog log_;
     bool logging_ = false;
     LayerStepHook hook_;
-    const std::vector<int32_t>* ids_ = nullptr;
     const std::vector<double>* rope_ = nullptr;
-    int64_t ids_n_ = 0;
-    const std::vector<SlotPlan>* replay_ = nullptr;
     int64_t chunk_ = 0;
     int trace_pass_ = 0;
     bool rec_armed_ = false;

@@ -1,8 +1,9 @@
 // Capability: reading a selection of the cache. A read policy (quest) attends over the slots each
-// query selects instead of all of them. The live cache runs it through KVPolicy; the gradient
-// replay (engine/grad/replay_cache.*) runs it forward and backward over its own full-precision
-// K/V through this interface, without knowing which policy selects. The registry attaches it
-// (PolicyInfo::read_selection); policies that read every slot have none.
+// query selects instead of all of them. The live cache runs it through the policy's SelectsReads
+// capability (policy_capabilities.h); the gradient replay (engine/grad/replay_cache.*) runs it
+// forward and backward over its own full-precision K/V through this interface, without knowing
+// which policy selects. The registry attaches it (PolicyInfo::read_selection); policies that
+// read every slot have none.
 #pragma once
 
 #include <cstdint>

@@ -42,6 +42,18 @@ void check_loaded_cache(const CompressedCache& c, const std::string& path, const
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// A copy answer's score: the sample's targets (positions < 0 are not scored) against the argmax
+// predicted at the scored positions, in order.
+void score_answer(EvalSampleResult& r, const std::vector<int32_t>& targets, const std::vector<int32_t>& argmax) {
+    std::vector<int32_t> expected;
+    for (int32_t y : targets)
+        if (y >= 0) expected.push_back(y);
+    const CopyScore cs = score_copy(expected, argmax);
+    r.correct = cs.exact;
+    r.copy_token_accuracy = cs.token_accuracy();
+    r.copy_prefix = cs.prefix_fraction();
+}
+
 }  // namespace
 
 EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks& cb) {
@@ -206,13 +218,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             r.tokens = T;
             r.description = it.description;
             r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
-            std::vector<int32_t> expected;
-            for (int32_t y : it.targets)
-                if (y >= 0) expected.push_back(y);
-            const CopyScore cs = score_copy(expected, a.argmax);
-            r.correct = cs.exact;
-            r.copy_token_accuracy = cs.token_accuracy();
-            r.copy_prefix = cs.prefix_fraction();
+            score_answer(r, it.targets, a.argmax);
             r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
             loss_total += a.loss_sum;
             loss_tokens += double(a.count);
@@ -309,15 +315,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         r.prediction = res.prediction[0];
         r.label = it.label;
         r.correct = head != HeadKind::NEXT_TOKEN && r.prediction == it.label;
-        if (!it.targets.empty()) {
-            std::vector<int32_t> expected;
-            for (int32_t y : it.targets)
-                if (y >= 0) expected.push_back(y);
-            const CopyScore cs = score_copy(expected, res.target_argmax);
-            r.correct = cs.exact;
-            r.copy_token_accuracy = cs.token_accuracy();
-            r.copy_prefix = cs.prefix_fraction();
-        }
+        if (!it.targets.empty()) score_answer(r, it.targets, res.target_argmax);
         r.loss = res.count[0] > 0 ? res.loss_sum[0] / res.count[0] : 0.0;
         loss_total += res.loss_sum[0];
         loss_tokens += res.count[0];

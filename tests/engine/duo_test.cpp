@@ -53,13 +53,16 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 // Every layer's output for every chunk.
-std::vector<std::vector<float>> run_chunks(Transformer& m, KVCache& cache, const Tensor& ids, const std::vector<int64_t>& chunks) {
+// replay: per layer, the plans to commit instead of the policy's (ChunkInput::replay).
+std::vector<std::vector<float>> run_chunks(Transformer& m, KVCache& cache, const Tensor& ids, const std::vector<int64_t>& chunks,
+                                           const std::vector<std::vector<SlotPlan>>* replay = nullptr) {
     std::vector<std::vector<float>> outs;
     int64_t P = 0;
     for (int64_t n : chunks) {
         Tensor x = m.embed(ids.slice(1, P, P + n));
+        ChunkCall call(cache, ChunkInput{.replay = replay});
         for (int l = 0; l < int(m.config().num_layers); ++l) {
-            x = m.block(l, x, P, cache);
+            x = m.block(l, x, P, call);
             outs.push_back(x.to_f32_vector());
         }
         P += n;
@@ -208,7 +211,7 @@ TEST(DuoPolicy, MixedLayersKeepSinksPlusRecentAndTheBudgetReplayAndCountExactlyT
         EXPECT_FALSE(duo_head_is_retrieval_for_test(p, 1));
         EXPECT_EQ(duo_head_capacity_for_test(p, 0), L);
         EXPECT_EQ(duo_head_capacity_for_test(p, 1), sinks + recent);
-        EXPECT_EQ(p.pool_slots(), S);
+        EXPECT_EQ(pool_slots(p), S);
     }
 
     // The positions each head holds after every chunk: StreamingLLM's rule with its capacity.
@@ -245,8 +248,9 @@ TEST(DuoPolicy, MixedLayersKeepSinksPlusRecentAndTheBudgetReplayAndCountExactlyT
     EXPECT_EQ(tr.current(Device{}, MemCategory::KV_CACHE), int64_t(nl) * 2 * B * S * D * 4);
     EXPECT_EQ(live.buffer_bytes(), size_t(nl) * 2 * size_t(B * S * D) * 4);
     KVCache replay(kc, t.cfg, Device{}, DType::F32, T);
-    for (int l = 0; l < int(nl); ++l) replay.layer(l).set_replay_source(&live.layer(l).replay_log().plans());
-    EXPECT_EQ(run_chunks(t.model, replay, ids, chunks), outs);
+    std::vector<std::vector<SlotPlan>> plans;
+    for (int l = 0; l < int(nl); ++l) plans.push_back(live.layer(l).replay_log().plans());
+    EXPECT_EQ(run_chunks(t.model, replay, ids, chunks, &plans), outs);
 }
 
 // =========================================================================================

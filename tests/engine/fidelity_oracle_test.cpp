@@ -24,7 +24,7 @@ namespace {
 
 // Records what each layer's attention was given (q and k in f64, in call order) and passes the
 // call on to the fidelity measurement.
-struct Recording final : LayerAttention {
+struct Recording final : CacheAttention {
     FidelityAttention& fid;
     struct Call {
         int layer;
@@ -35,10 +35,11 @@ struct Recording final : LayerAttention {
     };
     std::vector<Call> calls;
     explicit Recording(FidelityAttention& f) : fid(f) {}
+    using CacheAttention::attend;
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                Tensor& y) override {
+                Tensor& y, const ChunkInput& in) override {
         calls.push_back({layer, input_pos, q.size(2), scale, window, q.to_f64_vector(), k.to_f64_vector()});
-        fid.attend(layer, q, k, v, input_pos, scale, window, y);
+        fid.attend(layer, q, k, v, input_pos, scale, window, y, in);
     }
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { fid.set_rope_frequencies(inv_freq); }
 };

@@ -56,14 +56,14 @@ struct Recorder {
         const size_t l = size_t(s.layer);
         if (s.chunk == 0) last_T[l] = 0, last_scores[l].clear(), last_pos[l].clear();
         steps[l].push_back({*s.plan, last_scores[l], last_pos[l], last_T[l], s.policy->cache_length(), s.policy->per_row_positions(),
-                            s.policy->pool_slots(), s.policy->groups()});
+                            pool_slots(*s.policy), s.policy->groups()});
         last_scores[l] = s.policy->slot_scores();
         last_pos[l] = s.policy->token_positions();
         last_T[l] = final_T[l] = s.policy->current_length();
         // slots holding a token, per row (a row is L consecutive entries when per row)
         const int64_t L = s.policy->cache_length(), rows = s.policy->per_row_positions() ? s.policy->batch() * s.policy->groups() : 1;
         int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
-        if (const int64_t S = s.policy->pool_slots(); S > 0) {  // a batch row's pool: its G heads' mean
+        if (const int64_t S = pool_slots(*s.policy); S > 0) {  // a batch row's pool: its G heads' mean
             const int64_t G = s.policy->groups();
             for (int64_t b = 0; b < s.policy->batch(); ++b) {
                 const int64_t filled = std::count_if(last_pos[l].begin() + b * G * S, last_pos[l].begin() + (b + 1) * G * S, [](int32_t p) { return p >= 0; });

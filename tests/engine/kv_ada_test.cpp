@@ -142,7 +142,7 @@ TEST(AdaKV, MemoryTrackerCountsExactlyThePoolAndHeadsHoldDifferentCounts) {
     bool uneven = false;
     for (int l = 0; l < int(nl); ++l) {
         const KVPolicy& p = cache.layer(l).policy();
-        const int64_t S = p.pool_slots();
+        const int64_t S = pool_slots(p);
         ASSERT_EQ(S, G * L);
         for (int64_t b = 0; b < B; ++b) {
             int64_t total = 0;
@@ -229,7 +229,7 @@ std::vector<int64_t> own_slots(const std::vector<int32_t>& pos, int64_t r, int64
 // width-k mean over the head's slots in position order (zero padding).
 std::vector<double> pooled_snapkv_reference(const LayerHarness& h, int64_t n, int64_t win, int64_t k) {
     const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t S = pol.pool_slots(), R = h.NH / h.G, P0 = h.P - n;
+    const int64_t S = pool_slots(pol), R = h.NH / h.G, P0 = h.P - n;
     const auto& pos = pol.token_positions();
     const std::vector<double> qv = h.last_q[0].to_f64_vector();
     std::vector<double> out((size_t)(h.B * h.G * S), std::numeric_limits<double>::infinity());
@@ -270,7 +270,7 @@ std::vector<double> pooled_snapkv_reference(const LayerHarness& h, int64_t n, in
 // mean over the group's heads, times |v|; the head's sinks take the layer's maximum.
 std::vector<double> pooled_expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink) {
     const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t S = pol.pool_slots(), D = h.D, R = h.NH / h.G, Pa = h.P;
+    const int64_t S = pool_slots(pol), D = h.D, R = h.NH / h.G, Pa = h.P;
     const auto& pos = pol.token_positions();
     const double s = 1.0 / std::sqrt(double(D));
     const auto qs = prerope_queries(h, theta, sink);  // per (b, head)
@@ -336,7 +336,7 @@ TEST(AdaKV, ExpectedAttentionScoresEachHeadOverItsOwnSlotsAsTheF64Reference) {
 
 // The positions each head row keeps (sorted), -1 slots left out.
 std::vector<std::vector<int32_t>> kept_positions(const KVPolicy& p) {
-    const int64_t S = p.pool_slots() > 0 ? p.pool_slots() : p.cache_length();
+    const int64_t S = pool_slots(p) > 0 ? pool_slots(p) : p.cache_length();
     const auto& pos = p.token_positions();
     std::vector<std::vector<int32_t>> out(pos.size() / size_t(S));
     for (size_t r = 0; r < out.size(); ++r) {

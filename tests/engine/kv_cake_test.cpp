@@ -149,7 +149,7 @@ TEST(Cake, LayerPreferencesAndBudgetsEqualTheF64Reference) {
     std::vector<std::unique_ptr<KVPolicy>> layers;
     std::vector<KVPolicy*> all;
     for (int64_t l = 0; l < N; ++l) layers.push_back(make_policy(cfg, F, c.G, nullptr, l)), all.push_back(layers.back().get());
-    for (KVPolicy* p : all) p->link_layers(all);
+    for (KVPolicy* p : all) p->capabilities().cross_layer_lengths->link_layers(all);
     const int64_t w = cake_window(*all[0]);
     ASSERT_EQ(w, 4);  // min(snapkv_window, F / 2)
     // Layers differ in how sharp their attention is: queries scaled by 0.5, 2, 4. The draw is
@@ -202,7 +202,7 @@ TEST(Cake, LayerPreferencesAndBudgetsEqualTheF64Reference) {
         const LayerDraw& d = draws[size_t(l)];
         pref.push_back(d.pref);
         all[size_t(l)]->reset(c.B);
-        EXPECT_EQ(all[size_t(l)]->begin_call(0, F), F);
+        EXPECT_EQ(all[size_t(l)]->capabilities().cross_layer_lengths->begin_call(0, F), F);
         all[size_t(l)]->prefill(F, features(c, d.q, d.k));
         EXPECT_NEAR(cake_preference(*all[size_t(l)]), pref.back(), 1e-5 * pref.back()) << "layer " << l;
     }
@@ -219,7 +219,7 @@ TEST(Cake, LayerPreferencesAndBudgetsEqualTheF64Reference) {
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return real[size_t(a)] - std::floor(real[size_t(a)]) > real[size_t(b)] - std::floor(real[size_t(b)]); });
     for (size_t i = 0; sum < N * L; ++i) ++want[size_t(order[i])], ++sum;
     for (int64_t l = 0; l < N; ++l) {
-        EXPECT_EQ(all[size_t(l)]->begin_call(F, 4), want[size_t(l)]) << "layer " << l;
+        EXPECT_EQ(all[size_t(l)]->capabilities().cross_layer_lengths->begin_call(F, 4), want[size_t(l)]) << "layer " << l;
         EXPECT_EQ(all[size_t(l)]->cache_length(), want[size_t(l)]) << "layer " << l;
         EXPECT_EQ(all[size_t(l)]->max_forward_length(), want[size_t(l)]) << "layer " << l;
     }
@@ -295,7 +295,7 @@ TEST(Cake, IndicatorAndChosenSlotsEqualTheF64Reference) {
     std::vector<float> q = c.draw(size_t(c.B * c.NH * L * c.D), 1.5), k = c.draw(size_t(rows * L * c.D));
     add_keys(k, L, 0);
     pol->reset(c.B);
-    ASSERT_EQ(pol->begin_call(0, L), L);
+    ASSERT_EQ(pol->capabilities().cross_layer_lengths->begin_call(0, L), L);
     pol->prefill(L, features(c, q, k));
     Stats st = window_stats(c, q, L, 0, w, keys, gamma);
     check_scores(st, L, "after the prefill");
@@ -303,7 +303,7 @@ TEST(Cake, IndicatorAndChosenSlotsEqualTheF64Reference) {
 
     // a chunk of 3: evicts by the prefill's indicator, then scores with its own 3 queries
     int64_t P = L, n = 3;
-    ASSERT_EQ(pol->begin_call(P, n), L);
+    ASSERT_EQ(pol->capabilities().cross_layer_lengths->begin_call(P, n), L);
     SlotPlan plan = pol->prepare(n);
     check_evictions(plan, st, P, n);
     if (HasFatalFailure()) return;
@@ -319,7 +319,7 @@ TEST(Cake, IndicatorAndChosenSlotsEqualTheF64Reference) {
     if (HasFatalFailure()) return;
 
     // a decode step: one token evicts the lowest of the positions < P + 1 - w
-    ASSERT_EQ(pol->begin_call(P, 1), L);
+    ASSERT_EQ(pol->capabilities().cross_layer_lengths->begin_call(P, 1), L);
     plan = pol->prepare(1);
     check_evictions(plan, st, P, 1);
 }

@@ -58,7 +58,7 @@ class KVInvariants : public testing::TestWithParam<Combo> {};
 void pooled_invariants(LayerHarness& h, const Combo& c, int64_t tokens, int64_t last_n) {
     const KVPolicy& pol = h.layer().policy();
     const std::string name = c.policy + "-" + c.buffer;
-    const int64_t S = pol.pool_slots(), L = pol.cache_length(), G = h.G, D = h.D;
+    const int64_t S = pool_slots(pol), L = pol.cache_length(), G = h.G, D = h.D;
     ASSERT_EQ(S, G * L) << name;
     auto [K, V] = h.layer().buffer().read(S);
     ASSERT_EQ(K.size(1), 1) << name;
@@ -122,7 +122,7 @@ TEST_P(KVInvariants, PositionsContentLength) {
         const KVPolicy& pol = h.layer().policy();
         const int64_t T = pol.current_length();
         ASSERT_EQ(T, std::min(L, tokens)) << name;
-        if (pol.pool_slots() > 0) {
+        if (pool_slots(pol) > 0) {
             pooled_invariants(h, c, tokens, n);
             if (HasFatalFailure()) return;
             continue;

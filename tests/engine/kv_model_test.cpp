@@ -37,13 +37,16 @@ Tensor random_ids(int64_t B, int64_t T, uint64_t seed) {
 }
 
 // Every layer's output for every chunk, chunk by chunk (layer-major within a chunk).
-std::vector<std::vector<float>> run_chunks(Transformer& m, KVCache& cache, const Tensor& ids, const std::vector<int64_t>& chunks) {
+// replay: per layer, the plans to commit instead of the policy's (ChunkInput::replay).
+std::vector<std::vector<float>> run_chunks(Transformer& m, KVCache& cache, const Tensor& ids, const std::vector<int64_t>& chunks,
+                                           const std::vector<std::vector<SlotPlan>>* replay = nullptr) {
     std::vector<std::vector<float>> outs;
     int64_t P = 0;
     for (int64_t n : chunks) {
         Tensor x = m.embed(ids.slice(1, P, P + n));
+        ChunkCall call(cache, ChunkInput{.replay = replay});
         for (int l = 0; l < int(m.config().num_layers); ++l) {
-            x = m.block(l, x, P, cache);
+            x = m.block(l, x, P, call);
             outs.push_back(x.to_f32_vector());
         }
         P += n;
@@ -269,8 +272,9 @@ TEST_P(KVReplay, LogRebuildsEveryLayerOutputBitForBit) {
     live.set_replay_logging(true);
     auto a = run_chunks(t.model, live, ids, chunks);
     KVCache replay(kc, t.cfg, Device{}, DType::F32, 160);
-    for (int l = 0; l < live.num_layers(); ++l) replay.layer(l).set_replay_source(&live.layer(l).replay_log().plans());
-    auto b = run_chunks(t.model, replay, ids, chunks);
+    std::vector<std::vector<SlotPlan>> plans;
+    for (int l = 0; l < live.num_layers(); ++l) plans.push_back(live.layer(l).replay_log().plans());
+    auto b = run_chunks(t.model, replay, ids, chunks, &plans);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << GetParam() << ": output " << i << " differs";
     // And the encoded log round-trips.

@@ -200,14 +200,17 @@ std::vector<LoopCase> loop_cases() {
 class PolicyLoop : public testing::TestWithParam<LoopCase> {};
 
 // Every layer's output for every chunk (layer-major within a chunk).
-std::vector<std::vector<float>> run_chunks(Transformer& m, KVCache& cache, const Tensor& ids, const std::vector<int64_t>& chunks) {
+// replay: per layer, the plans to commit instead of the policy's (ChunkInput::replay).
+std::vector<std::vector<float>> run_chunks(Transformer& m, KVCache& cache, const Tensor& ids, const std::vector<int64_t>& chunks,
+                                           const std::vector<std::vector<SlotPlan>>* replay = nullptr) {
     std::vector<std::vector<float>> outs;
     int64_t P = 0;
     for (int64_t n : chunks) {
         Tensor x = m.embed(ids.slice(1, P, P + n));
-        cache.set_chunk_tokens(ids.slice(1, P, P + n).contiguous());
+        const std::vector<int32_t> tok = chunk_ids(ids.slice(1, P, P + n).contiguous());
+        ChunkCall call(cache, ChunkInput{.ids = &tok, .replay = replay});
         for (int l = 0; l < int(m.config().num_layers); ++l) {
-            x = m.block(l, x, P, cache);
+            x = m.block(l, x, P, call);
             outs.push_back(x.to_f32_vector());
         }
         P += n;
@@ -255,8 +258,9 @@ TEST_P(PolicyLoop, ReplaysBitForBitAndKeepsTheBytesOfItsSlots) {
 
     // Replay: the logged plans rebuild every layer output exactly.
     KVCache replay(kc, t.cfg, Device{}, DType::F32, T, &byte_codec());
-    for (int l = 0; l < nl; ++l) replay.layer(l).set_replay_source(&live.layer(l).replay_log().plans());
-    auto b = run_chunks(t.model, replay, ids, chunks);
+    std::vector<std::vector<SlotPlan>> plans;
+    for (int l = 0; l < nl; ++l) plans.push_back(live.layer(l).replay_log().plans());
+    auto b = run_chunks(t.model, replay, ids, chunks, &plans);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << kc.name << ": output " << i << " differs in the replay";
 

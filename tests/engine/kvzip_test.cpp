@@ -82,7 +82,7 @@ TEST(KVzip, ScoresAndChoicesEqualTheF64Reference) {
     cfg.cache_length = L;
     cfg.policy_options = {{"kvzip_n_sink", double(n_sink)}};
     auto pol = make_policy(cfg, L, G, &byte_codec(), 0);
-    ASSERT_TRUE(pol->needs_reconstruction());
+    ASSERT_TRUE(pol->capabilities().reconstructs_context != nullptr);
     pol->reset(1);
     std::mt19937_64 rng(seed_for("kvzip hand case"));
     std::vector<float> K = randn(rng, size_t(G * L * D), 1.0);  // keys by slot; slot j holds position j here
@@ -103,7 +103,7 @@ TEST(KVzip, ScoresAndChoicesEqualTheF64Reference) {
         in.queries = h.q, in.own_keys = h.own, in.cache_keys = KT;
         in.query_heads = G * h.R, in.m = m, in.head_dim = D, in.query_pos = T, in.chunk_begin = c0, in.chunk_end = c1;
         in.scale = float(scale);
-        pol->observe_reconstruction(in);
+        pol->capabilities().reconstructs_context->observe_reconstruction(in);
         const std::vector<double> b = reference_scores(KT, pos, T, h, c0, c1, n_sink, scale);
         for (int64_t g = 0; g < G; ++g)
             for (int64_t j = 0; j < T; ++j)
@@ -146,7 +146,7 @@ TEST(KVzip, WithoutATokenizerThePassSaysWhy) {
     cfg.cache_length = 8;
     auto pol = make_policy(cfg, 8, 2, nullptr, 0);
     try {
-        (void)pol->reconstruction_prompt();
+        (void)pol->capabilities().reconstructs_context->reconstruction_prompt();
         FAIL() << "no error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("kvzip needs the model's tokenizer"), std::string::npos) << e.what();

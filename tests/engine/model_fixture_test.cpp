@@ -249,13 +249,14 @@ TEST(ModelFixtureWindow, ChunkedThroughDenseCacheMatchesReference) {
 // the window is the test's, not the one the model passes), and records the largest difference
 // from the cache's output. It also counts held keys the window hides, so a test can confirm
 // the cache really kept keys outside the window.
-class WindowCheck final : public LayerAttention {
+class WindowCheck final : public CacheAttention {
    public:
     WindowCheck(KVCache& cache, int expected_window) : cache_(cache), expected_(expected_window) {}
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { cache_.set_rope_frequencies(inv_freq); }
+    using CacheAttention::attend;
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                Tensor& y) override {
-        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
+                Tensor& y, const ChunkInput& in) override {
+        cache_.attend(layer, q, k, v, input_pos, scale, window, y, in);
         windows.push_back(window);
         window = expected_;
         LayerCache& lc = cache_.layer(layer);

@@ -212,11 +212,11 @@ TEST(QuestPolicy, ReadingEveryPageIsDenseBitForBitAndASmallBudgetIsNot) {
     std::vector<std::vector<SlotPlan>> plans;
     for (int l = 0; l < cache->num_layers(); ++l) plans.push_back(cache->layer(l).replay_log().plans());
     KVCache replay(kc, t.cfg, Device{}, DType::F32, T);
-    for (int l = 0; l < replay.num_layers(); ++l) replay.layer(l).set_replay_source(&plans[size_t(l)]);
+    ChunkCall call(replay, ChunkInput{.replay = &plans});
     int64_t P = 0;
     for (size_t c = 0; c < chunks.size(); ++c) {
         Tensor x = t.model.embed(ids.slice(1, P, P + chunks[c]));
-        for (int l = 0; l < int(t.cfg.num_layers); ++l) x = t.model.block(l, x, P, replay);
+        for (int l = 0; l < int(t.cfg.num_layers); ++l) x = t.model.block(l, x, P, call);
         ASSERT_EQ(x.to_f32_vector(), small[c]) << "chunk " << c;
         P += chunks[c];
     }

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         cb.on_layer_step = [&](const LayerStep& s) {
             const KVPolicy& p = *s.policy;
             L = p.cache_length();
-            const int64_t B = p.batch(), G = p.groups(), S = p.pool_slots() > 0 ? p.pool_slots() : L;
+            const int64_t B = p.batch(), G = p.groups(), S = pool_slots(p) > 0 ? pool_slots(p) : L;
             if (!p.per_row_positions() || s.chunk == 0) return;
             const std::vector<int32_t>& pos = p.token_positions();
             const int64_t P = s.plan->input_pos, n = s.plan->n;

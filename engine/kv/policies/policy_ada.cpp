@@ -7,7 +7,7 @@
 // alpha = 0.2 as kvpress' AdaKVPress.
 // The scores are those of any per-slot score policy (snapkv, expected-attention): the wrapped
 // scorer runs over the pool (its rows are the (b, g) heads, its slots the pool's slots).
-// Storage is the pool itself — exactly the kept slots (KVPolicy::pool_slots()).
+// Storage is the pool itself — exactly the kept slots (PooledSlots, policy_capabilities.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -34,7 +34,7 @@ AdaVariant parse_ada_variant(const std::string& name) {
     throw Error(str("ada variant '", name, "' is unknown; expected paper, equal, fixed or ema"));
 }
 
-class AdaKVPolicy final : public KVPolicy {
+class AdaKVPolicy final : public KVPolicy, public PooledSlots {
    public:
     AdaKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer, const std::string& inner_name, std::string name)
         : KVPolicy(L, G),
@@ -53,7 +53,7 @@ class AdaKVPolicy final : public KVPolicy {
         c.max_chunk_size = 0;
         c.name = CacheName{inner_name, cfg.buffer()}.text();
         const PolicyInfo* info = find_policy(inner_name);
-        std::unique_ptr<KVPolicy> p = info->make(PolicyArgs{c, S_, G, layer, nullptr});
+        std::unique_ptr<KVPolicy> p = build_policy(*info, PolicyArgs{c, S_, G, layer, nullptr});
         inner_.reset(dynamic_cast<ScorePolicy*>(p.get()));
         if (!inner_) throw Error(str(name_, ": '", inner_name, "' is not a score policy"));
         (void)p.release();

@@ -105,7 +105,7 @@ int64_t cake_initial_length(const KVCacheConfig& c, int64_t num_layers) {
     return std::min(L, std::max({f + c.max_chunk_size, c.snapkv_window + 1, int64_t(2)}));
 }
 
-class CakePolicy final : public KVPolicy {
+class CakePolicy final : public KVPolicy, public CrossLayerLengths {
    public:
     CakePolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
         : KVPolicy(L, G),

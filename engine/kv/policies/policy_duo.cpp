@@ -9,7 +9,7 @@
 // Storage is what the heads keep: a layer whose heads all have one capacity is a plain
 // position policy of that length (no pool; all retrieval = dense until L is reached, all
 // streaming = `streaming` with L = sinks + recent, bit for bit); a mixed layer keeps one pool
-// of sum_g cap_g slots per batch row (KVPolicy::pool_slots()), each slot owned by one head.
+// of sum_g cap_g slots per batch row (PooledSlots, policy_capabilities.h), each slot owned by one head.
 // docs/POLICIES.md#duo.
 #include <algorithm>
 #include <numeric>
@@ -53,7 +53,7 @@ DuoLayerPlan duo_layer_plan(const KVCacheConfig& cfg, int64_t L, int64_t G, int6
     return p;
 }
 
-class DuoPolicy final : public KVPolicy {
+class DuoPolicy final : public KVPolicy, public PooledSlots {
    public:
     DuoPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer) : KVPolicy(L, G) {
         const DuoLayerPlan lp = duo_layer_plan(cfg, L, G, layer);
@@ -68,7 +68,7 @@ class DuoPolicy final : public KVPolicy {
             KVCacheConfig c = cfg;
             c.sinks = sink_[0];
             c.name = CacheName{"streaming", cfg.buffer()}.text();
-            inner_ = find_policy("streaming")->make(PolicyArgs{c, cmin, G, layer, nullptr});
+            inner_ = build_policy(*find_policy("streaming"), PolicyArgs{c, cmin, G, layer, nullptr});
             L_ = cmin;
             return;
         }
@@ -79,12 +79,9 @@ class DuoPolicy final : public KVPolicy {
     }
 
     const char* name() const override { return "duo"; }
-    int64_t pool_slots() const override { return S_; }
+    int64_t pool_slots() const override { return S_; }  // 0: one capacity, the inner ring's rows
     bool per_row_positions() const override { return inner_ ? inner_->per_row_positions() : true; }
     const std::vector<int32_t>& token_positions() const override { return inner_ ? inner_->token_positions() : pos_; }
-    void reorder_batch(const std::vector<int32_t>& src) override {
-        if (inner_) inner_->reorder_batch(src);
-    }
 
     void reset(int64_t batch) override {
         B_ = batch;

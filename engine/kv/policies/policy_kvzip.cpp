@@ -19,7 +19,7 @@ namespace kv {
 
 namespace {
 
-class KVzipPolicy final : public ScorePolicy {
+class KVzipPolicy final : public ScorePolicy, public ReconstructsContext {
    public:
     KVzipPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text)
         : ScorePolicy(cfg, L, G),
@@ -42,7 +42,6 @@ class KVzipPolicy final : public ScorePolicy {
         score_.assign(size_t(rows() * L_), 0.0f);
     }
 
-    bool needs_reconstruction() const override { return true; }
     ReconstructionPrompt reconstruction_prompt() const override {
         if (!have_prompt_)
             throw Error("kvzip needs the model's tokenizer to encode its reconstruction prompt; this cache was built without one");

@@ -23,7 +23,7 @@ namespace kv {
 
 namespace {
 
-class QuestPolicy final : public KVPolicy, public QuestSelections {
+class QuestPolicy final : public KVPolicy, public QuestSelections, public SelectsReads, public ReordersBatch {
    public:
     QuestPolicy(int64_t L, int64_t G, int64_t page, int64_t pages) : KVPolicy(L, G), page_(page), pages_(pages) {}
     const char* name() const override { return "quest"; }
@@ -67,7 +67,6 @@ class QuestPolicy final : public KVPolicy, public QuestSelections {
         kmax_ = ops::gather(kmax_, 0, ix).contiguous();
     }
 
-    bool selects_reads() const override { return true; }
     void attend_selection(Tensor& y, const Tensor& q, const Tensor& K, const Tensor& V, const Tensor& kpos, const Tensor& qpos, float scale,
                           Tensor* wsum, int window) override {
         const int64_t T = K.size(2), NP = (T + page_ - 1) / page_;

@@ -122,15 +122,25 @@ std::string policy_help_text() {
     return s;
 }
 
-void KVPolicy::attend_selection(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor*, int) {
-    throw Error(str("the '", name(), "' policy does not select its reads"));
+std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs& args) {
+    std::unique_ptr<KVPolicy> p = info.make(args);
+    // The one place a policy's class is asked what it implements: from here on callers read
+    // the attached pointers.
+    PolicyCapabilities& c = p->caps_;
+    c.selects_reads = dynamic_cast<SelectsReads*>(p.get());
+    c.reconstructs_context = dynamic_cast<ReconstructsContext*>(p.get());
+    c.pooled_slots = dynamic_cast<PooledSlots*>(p.get());
+    c.cross_layer_lengths = dynamic_cast<CrossLayerLengths*>(p.get());
+    c.reorders_batch = dynamic_cast<ReordersBatch*>(p.get());
+    c.reads_tokens = dynamic_cast<ReadsTokens*>(p.get());
+    return p;
 }
 
 std::unique_ptr<KVPolicy> make_policy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text, int64_t layer) {
     const std::string p = cfg.policy();
     const PolicyInfo* info = find_policy(p);
     if (!info) throw Error(str("unknown KV cache policy '", p, "'"));
-    return info->make(PolicyArgs{cfg, L, G, layer, text});
+    return build_policy(*info, PolicyArgs{cfg, L, G, layer, text});
 }
 
 }  // namespace kv

@@ -77,6 +77,11 @@ struct PolicyInfo {
     // ---- end of capabilities ----
 };
 
+// Builds a policy from its descriptor and attaches the capabilities its class implements
+// (policy_capabilities.h). make_policy() and policies wrapping another (duo, ada-*) build
+// through it, never through info.make directly.
+std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs& args);
+
 // Every policy, in display order.
 const std::vector<PolicyInfo>& policy_registry();
 // nullptr when unknown.

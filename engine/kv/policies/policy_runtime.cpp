@@ -34,7 +34,7 @@ RuntimeTable& runtime() {
     return t;
 }
 
-class ExternalScorePolicy final : public SlotScorePolicy {
+class ExternalScorePolicy final : public SlotScorePolicy, public ReadsTokens {
    public:
     ExternalScorePolicy(const PolicyArgs& a, std::string name, ExternalNeeds needs, std::unique_ptr<ExternalScorer> scorer)
         : SlotScorePolicy(a.cfg, a.L, a.G), name_(std::move(name)), needs_(needs), scorer_(std::move(scorer)), layer_(a.layer) {}

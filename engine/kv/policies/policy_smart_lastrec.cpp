@@ -13,7 +13,7 @@ namespace kv {
 
 namespace {
 
-class SmartLastRecPolicy final : public KVPolicy {
+class SmartLastRecPolicy final : public KVPolicy, public ReadsTokens {
    public:
     SmartLastRecPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text)
         : KVPolicy(L, G), cfg_(cfg), text_(text ? *text : TextCodec{}) {
