@@ -68,7 +68,6 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
         wo_key_ = wo.data_ptr();
     }
 
-    void observe_tokens(const std::vector<int32_t>& ids, int64_t n) override { inner_->observe_tokens(ids, n); }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         inner_->reset(batch);
