@@ -5,8 +5,9 @@
 // max_window_layers = 1), Gemma 3 (sliding and full layers interleaved, per-layer RoPE base,
 // q/k norm, query_pre_attn_scalar, (1 + w) norms on both sides of attention and MLP, GELU-tanh,
 // scaled tied embeddings), Gemma 2 (alternating layers), SmolLM3 (a NoPE layer), Phi-3 (partial
-// rotary, fused projections, window) and OLMo 2 (output norms, q/k norm over the projection).
-// Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
+// rotary, fused projections, window), OLMo 2 (output norms, q/k norm over the projection),
+// gpt-oss attention (learned sinks, alternating sliding/full layers, biases) and Phi-3 LongRoPE
+// (short and long factors). Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,14 +76,15 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                          testing::Values("llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "llama_bf16",
                                          "mistral_window", "qwen2_window", "gemma3_interleaved", "gemma2_alternating",
-                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap"));
+                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap", "gpt_oss_sinks",
+                                         "phi3_longrope_short", "phi3_longrope_long", "gemma3_gguf_layout", "gemma2_gguf_layout"));
 
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
 // one-pass reference, so each layer masks with its own window and rotates with its own base.
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
-                                   "gemma2_softcap"}) {
+                                   "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long"}) {
         Fixture f = load_fixture(name);
         ModelOptions opt;
         opt.rope = RopeMode::YARN;
@@ -177,7 +179,7 @@ TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
 // norms, Phi-3's fused projections).
 TEST(ModelFixtureLayers, StateDictHasTheCheckpointsNamesAndValues) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
-                                   "gemma2_softcap"}) {
+                                   "gemma2_softcap", "gpt_oss_sinks"}) {
         Fixture f = load_fixture(name);
         Transformer model(f.model.config, f.model.weights, ModelOptions{});
         const TensorMap sd = model_state_dict(model);
