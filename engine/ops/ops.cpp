@@ -494,7 +494,7 @@ const Tensor* sdpa_sinks(const char* op, const Tensor& q) {
                str("attention sinks are computed by the CPU backend only, not on ", device_name(q.device())));
     KV_REQUIRE(t_sinks->ndim() == 1 && t_sinks->size(0) == q.size(1) && dtype_is_float(t_sinks->dtype()), op,
                str("attention sinks must be float (", q.size(1), ") (one logit per query head of q ", q.shape().str(), "), got ",
-                   t_sinks->describe(), "; an attention path that splits the heads (a per-head pool) does not support sinks"));
+                   t_sinks->describe(), "; an attention path that splits the heads (a per-head pool, quest's gradient replay) does not support sinks"));
     KV_REQUIRE(t_sinks->device() == q.device(), op, "attention sinks live on another device");
     return t_sinks;
 }
@@ -585,8 +585,9 @@ void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, c
     KV_REQUIRE(page > 0 && pages >= 0 && page < (int64_t(1) << 30) && pages < (int64_t(1) << 30), op,
                str("page size must be > 0 and pages >= 0, got ", page, " and ", pages));
     KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented for quest's page selection; use another policy");
-    KV_REQUIRE(!t_sinks, op, "attention sinks are not implemented for quest's page selection; use another policy");
-    OpCall c = make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax});
+    const Tensor* sinks = sdpa_sinks(op, q);
+    OpCall c = sinks ? make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax, sinks})
+                     : make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax});
     c.p.alpha = scale;
     c.p.quest_page = int(page);
     c.p.quest_pages = int(pages);

@@ -192,6 +192,69 @@ TEST(SdpaSinksRows, QueryThatSeesNothingGetsZeros) {
         for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(yv[size_t((h * 2 + 0) * 16 + d)], 0.0);
 }
 
+// Quest's page kernel with sinks: each query's softmax over the slots of the pages it selected
+// (the kernel's dst3) plus the sink, from the definition; pages of 8 over 64 scattered-free slots.
+TEST(SdpaSinksRows, QuestSelectionKeepsTheSinkInTheDenominator) {
+    const SinkCase sc{"quest", 1, 4, 2, 3, 64, 16, 0, false};
+    std::mt19937_64 rng(seed_for("SdpaSinksQuest"));
+    const Inputs in = make_inputs(sc, rng);
+    const int64_t P = 8, NP = 8, pages = 2;
+    // Page bounds: element-wise min / max of each page's keys.
+    const std::vector<double> kv = in.k.to_f64_vector();
+    std::vector<float> mn(size_t(sc.B * sc.G * NP * sc.HS)), mx(mn.size());
+    for (int64_t g = 0; g < sc.G; ++g)
+        for (int64_t j = 0; j < NP; ++j)
+            for (int64_t d = 0; d < sc.HS; ++d) {
+                double lo = 1e300, hi = -1e300;
+                for (int64_t t = j * P; t < (j + 1) * P; ++t) lo = std::min(lo, kv[size_t((g * sc.T + t) * sc.HS + d)]), hi = std::max(hi, kv[size_t((g * sc.T + t) * sc.HS + d)]);
+                mn[size_t((g * NP + j) * sc.HS + d)] = float(lo), mx[size_t((g * NP + j) * sc.HS + d)] = float(hi);
+            }
+    Tensor kmin = Tensor::from_f32({sc.B, sc.G, NP, sc.HS}, mn), kmax = Tensor::from_f32({sc.B, sc.G, NP, sc.HS}, mx);
+    Tensor y = Tensor::zeros(in.q.shape(), DType::F64), sel = Tensor::zeros({sc.B, sc.NH, sc.n, pages + 1}, DType::I32);
+    {
+        const ops::AttentionSinks scope(&in.sinks);
+        ops::sdpa_quest_(y, in.q, in.k, in.v, in.kpos, in.qpos, kmin, kmax, in.scale, P, pages, nullptr, &sel);
+    }
+    // The definition over the selected pages' slots: positions outside them hidden.
+    const std::vector<int64_t> sv = sel.to_i64_vector();
+    const std::vector<double> q = in.q.to_f64_vector(), v = in.v.to_f64_vector(), sink = in.sinks.to_f64_vector(), yv = y.to_f64_vector();
+    const std::vector<int64_t> qp = in.qpos.to_i64_vector();
+    double err = 0, scale = 0;
+    int64_t partial = 0;
+    for (int64_t h = 0; h < sc.NH; ++h) {
+        const int64_t g = h / (sc.NH / sc.G);
+        for (int64_t i = 0; i < sc.n; ++i) {
+            std::vector<double> logit;
+            std::vector<int64_t> slot;
+            int64_t chosen = 0;
+            for (int64_t e = 0; e <= pages; ++e) {
+                const int64_t pg = sv[size_t((h * sc.n + i) * (pages + 1) + e)];
+                if (pg < 0) continue;
+                ++chosen;
+                for (int64_t t = pg * P; t < (pg + 1) * P; ++t) {
+                    if (t > qp[size_t(i)]) continue;  // positions are 0..T-1 here
+                    double dot = 0;
+                    for (int64_t d = 0; d < sc.HS; ++d) dot += q[size_t((h * sc.n + i) * sc.HS + d)] * kv[size_t((g * sc.T + t) * sc.HS + d)];
+                    logit.push_back(double(in.scale) * dot), slot.push_back(t);
+                }
+            }
+            partial += chosen < NP;
+            logit.push_back(sink[size_t(h)]);
+            const double m = *std::max_element(logit.begin(), logit.end());
+            double z = 0;
+            for (double x : logit) z += std::exp(x - m);
+            for (int64_t d = 0; d < sc.HS; ++d) {
+                double want = 0;
+                for (size_t e = 0; e < slot.size(); ++e) want += std::exp(logit[e] - m) / z * v[size_t((g * sc.T + slot[e]) * sc.HS + d)];
+                err = std::max(err, std::abs(yv[size_t((h * sc.n + i) * sc.HS + d)] - want));
+                scale = std::max(scale, std::abs(want));
+            }
+        }
+    }
+    EXPECT_GT(partial, 0) << "every query read every page: the selection would not bite";
+    EXPECT_LT(err, 1e-12 * std::max(scale, 1.0));
+}
+
 // Bad input: sinks that do not match q's heads are refused by name.
 TEST(SdpaSinksRows, RefusesSinksOfTheWrongLength) {
     const SinkCase sc{"bad", 1, 4, 2, 3, 8, 16, 0, false};
