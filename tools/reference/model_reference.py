@@ -442,6 +442,13 @@ FIXTURES = [
                                      rope_scaling={"type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.0],
                                                    "long_factor": [1.5, 4.0, 9.0, 17.0]}),
      torch.float32, "yarn", 64, [(1, 37)]),
+    # LongRoPE over every channel (8 pairs), the form transformers 4.44's Phi3 runs, for
+    # transformers_check.py: its sequence of 37 > 32 takes the long factors, as the width 64 does.
+    ("phi3_longrope_full", llama_cfg(model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=16, hidden_size=64, pad_token_id=0,
+                                     sliding_window=None, max_position_embeddings=256, original_max_position_embeddings=32,
+                                     rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.1, 2.5, 3.0, 3.2],
+                                                   "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 17.0, 20.0]}),
+     torch.float32, "yarn", 64, [(1, 37)]),
 ]
 
 
