@@ -45,6 +45,15 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
         c.arch = Arch::PHI3;
         c.fused_projections = true;
         c.partial_rotary_factor = 0.75;
+    } else if (family == "gpt_oss") {  // attention only: sinks, biases, sliding 128 / full alternating; dense MLP
+        c.arch = Arch::GPT_OSS;
+        c.attention_sinks = true;
+        c.qkv_bias = c.o_bias = true;
+        c.layer_specs.resize(size_t(L));
+        for (int64_t l = 0; l < L; ++l) {
+            c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
+            if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 128;
+        }
     } else if (family == "olmo2") {
         c.arch = Arch::OLMO2;
         c.norm_placement = NormPlacement::POST;
@@ -58,7 +67,7 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
 
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
     const ModelConfig llama = preset_config(opt.model);
-    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2"};
+    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2", "gpt_oss"};
     std::vector<std::unique_ptr<Transformer>> models;
     for (const std::string& n : names) {
         const ModelConfig c = n == "llama" ? llama : family_config(llama, n);

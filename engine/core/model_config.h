@@ -16,7 +16,7 @@
 
 namespace kv {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2 };
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS };
 
 inline const char* arch_name(Arch a) {
     switch (a) {
@@ -30,6 +30,7 @@ inline const char* arch_name(Arch a) {
         case Arch::SMOLLM3: return "smollm3";
         case Arch::PHI3: return "phi3";
         case Arch::OLMO2: return "olmo2";
+        case Arch::GPT_OSS: return "gpt_oss";
     }
     return "?";
 }
@@ -41,6 +42,13 @@ struct RopeScaling {
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     int64_t original_max_position_embeddings = 0;
+    // "longrope" (Phi-3 / Phi-4-mini; transformers' _compute_longrope_parameters): rotated pair d
+    // turns at inv_freq_d / factor_d, with the short factors while the context is at most
+    // original_max_position_embeddings and the long ones beyond it, and q and k are multiplied
+    // by attention_factor (0: sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings /
+    // original, 1 when s <= 1).
+    std::vector<double> short_factor, long_factor;
+    double attention_factor = 0.0;
 };
 
 // How a layer attends (transformers' layer_types): every earlier key, a sliding window of
@@ -194,6 +202,14 @@ struct ModelConfig {
              str("final_logit_softcapping must be >= 0 (0 or null = none), got ", final_logit_softcap));
         need(std::isfinite(query_pre_attn_scalar) && query_pre_attn_scalar >= 0,
              str("query_pre_attn_scalar must be > 0, got ", query_pre_attn_scalar));
+        if (rope_scaling.type == "longrope") {
+            const size_t pairs = size_t(rope_dims() / 2);
+            need(rope_scaling.short_factor.size() == pairs && rope_scaling.long_factor.size() == pairs,
+                 str("rope_scaling (longrope) has ", rope_scaling.short_factor.size(), " short_factor and ", rope_scaling.long_factor.size(),
+                     " long_factor entries; expected one per rotated channel pair: ", pairs));
+            need(rope_scaling.original_max_position_embeddings > 0,
+                 str("rope_scaling (longrope) needs original_max_position_embeddings > 0, got ", rope_scaling.original_max_position_embeddings));
+        }
         need(std::isfinite(embedding_scale) && embedding_scale > 0, str("embedding scale must be > 0, got ", embedding_scale));
     }
 };

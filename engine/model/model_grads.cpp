@@ -52,6 +52,7 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.mlp_norm = like(w.mlp_norm, p + nn.mlp);
         lg.w_gate_up = like(w.w_gate_up, p + "mlp.gate_up");
         lg.w_down = like(w.w_down, p + "mlp.down_proj.weight");
+        lg.sinks = like(w.sinks, p + "self_attn.sinks");
         g.layers.push_back(std::move(lg));
     }
     return g;
@@ -63,7 +64,7 @@ void ModelGrads::zero() {
     for (auto& l : layers)
         for (Tensor* t :
              {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm, &l.mlp_post_norm,
-              &l.w_gate_up, &l.w_down})
+              &l.w_gate_up, &l.w_down, &l.sinks})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -89,7 +90,8 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
             {"self_attn.o_proj.bias", {&w.bo, &g.bo}},
             {nn.mlp, {&w.mlp_norm, &g.mlp_norm}},
             {"mlp.gate_up", {&w.w_gate_up, &g.w_gate_up}},
-            {"mlp.down_proj.weight", {&w.w_down, &g.w_down}}};
+            {"mlp.down_proj.weight", {&w.w_down, &g.w_down}},
+            {"self_attn.sinks", {&w.sinks, &g.sinks}}};
         for (const auto& [name, wg] : items)
             if (wg.second->defined()) out.push_back({p + name, wg});
     }

@@ -11,7 +11,8 @@
 namespace kv {
 
 struct LayerGrads {
-    Tensor attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, attn_post_norm, mlp_norm, mlp_post_norm, w_gate_up, w_down;  // undefined = none
+    Tensor attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, attn_post_norm, mlp_norm, mlp_post_norm, w_gate_up, w_down,
+        sinks;  // undefined = none
 };
 
 struct ModelGrads {

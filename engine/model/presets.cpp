@@ -72,6 +72,24 @@ const std::vector<Entry>& entries() {
              }
              return c;
          }},
+        {{"tiny-gpt-oss", "gpt-oss attention in miniature: 4 layers (sliding window 64, full, sliding, full), learned attention sinks, "
+          "q/k/v/o biases, width 64, 4 heads / 2 KV heads, dense SwiGLU MLP, byte vocabulary"},
+         [] {
+             ModelConfig c = base("tiny-gpt-oss", Arch::GPT_OSS, kByteVocab, 64, 128, 4, 4, 2, 16, 2048, 150000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             c.attention_sinks = true;
+             c.qkv_bias = c.o_bias = true;
+             c.rms_norm_eps = 1e-5;
+             c.layer_specs.resize(4);
+             for (int64_t l = 0; l < 4; ++l) {  // GptOssConfig's layer_types: sliding, full, ...
+                 LayerSpec& s = c.layer_specs[size_t(l)];
+                 s.rope_theta = c.rope_theta;
+                 if (l % 2 == 0) s.attention = AttnKind::SLIDING, s.window = 64;
+             }
+             return c;
+         }},
         {{"qwen2.5-0.5b", "Qwen2.5-0.5B shapes (24 layers, width 896, 14/2 heads, q/k/v bias, tied), random weights"},
          [] {
              ModelConfig c = base("qwen2.5-0.5b", Arch::QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0);
@@ -93,7 +111,11 @@ const std::vector<Entry>& entries() {
          [] {
              ModelConfig c = base("llama-3.2-1b", Arch::LLAMA, 128256, 2048, 8192, 16, 32, 8, 64, 131072, 500000.0);
              c.tie_word_embeddings = true;
-             c.rope_scaling = {"llama3", 32.0, 1.0, 4.0, 8192};
+             c.rope_scaling.type = "llama3";
+             c.rope_scaling.factor = 32.0;
+             c.rope_scaling.low_freq_factor = 1.0;
+             c.rope_scaling.high_freq_factor = 4.0;
+             c.rope_scaling.original_max_position_embeddings = 8192;
              c.rms_norm_eps = 1e-5;
              c.bos_token_id = 128000;
              c.eos_token_ids = {128001, 128008, 128009};
@@ -189,6 +211,12 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
             norm(p + "self_attn.k_norm.weight", c.qk_norm_whole ? K : c.head_dim);
         }
         lin(p + "self_attn.o_proj.weight", {E, Q});
+        if (c.o_bias) lin(p + "self_attn.o_proj.bias", {E});
+        // Sink logits in [0, 2]: against the near-zero scores of these weights they take a real
+        // share of each row (gpt-oss's trained sinks are of the scores' size).
+        if (c.attention_sinks)
+            w[p + "self_attn.sinks"] = uniform_tensor({c.num_heads}, seed ^ std::hash<std::string>{}(p + "self_attn.sinks"), 1.0f, 1.0f,
+                                                      dtype, device, p + "self_attn.sinks");
         norm(p + "post_attention_layernorm.weight", E);
         if (c.fused_projections) {
             lin(p + "mlp.gate_up_proj.weight", {2 * I, E});

@@ -44,6 +44,26 @@ RopeFrequencies rope_frequencies(const ModelConfig& cfg, const LayerSpec& layer,
     // ones, whose window is far below the training length) keep their base frequencies.
     if (mode == RopeMode::PLAIN || m == 0 || !layer.rope_scaled) return f;
 
+    // LongRoPE (Phi-3, Phi-4-mini): the factors are the model's own frequencies (it was trained
+    // with the short ones), so they apply in yarn and hf mode alike, in place of kvlab's YaRN.
+    // The context width decides short or long, as transformers' sequence length does for a
+    // forward over the whole sequence.
+    const RopeScaling& lr = cfg.rope_scaling;
+    if (lr.type == "longrope") {
+        const double orig = double(lr.original_max_position_embeddings);
+        const std::vector<double>& fac = double(context_width) > orig ? lr.long_factor : lr.short_factor;
+        if (fac.size() != size_t(half))
+            throw Error(str("rope_scaling (longrope) has ", fac.size(), " factors; this layer rotates ", half, " channel pairs"));
+        for (int64_t d = 0; d < half; ++d) f.inv_freq[size_t(d)] /= fac[size_t(d)];
+        double a = lr.attention_factor;
+        if (!(a > 0)) {
+            const double s = double(cfg.max_position_embeddings) / orig;
+            a = s <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s) / std::log(orig));
+        }
+        f.magnitude = a;
+        return f;
+    }
+
     if (mode == RopeMode::YARN) {
         if (!(yarn_alpha > 0 && yarn_alpha < yarn_beta))
             throw Error(str("YaRN factors must satisfy 0 < low_freq_factor < high_freq_factor, got ", yarn_alpha, " and ", yarn_beta));
@@ -104,8 +124,8 @@ RopeTables build_rope_tables(const ModelConfig& cfg, const LayerSpec& layer, int
     for (int64_t p = 0; p < context_width; ++p)
         for (int64_t d = 0; d < half; ++d) {
             const double ang = double(p) * f.inv_freq[size_t(d)];
-            c[size_t(p * half + d)] = float(std::cos(ang));
-            s[size_t(p * half + d)] = float(std::sin(ang));
+            c[size_t(p * half + d)] = float(f.magnitude * std::cos(ang));
+            s[size_t(p * half + d)] = float(f.magnitude * std::sin(ang));
         }
     RopeTables t;
     TensorOptions o{device, MemCategory::WEIGHTS, "rope tables"};

@@ -24,6 +24,9 @@ struct RopeFrequencies {
     std::vector<double> inv_freq;  // theta'_d
     double attn_scale = 1.0;       // multiplies q.k
     double yarn_s = 1.0;           // YaRN scale factor s (1 = no interpolation)
+    // Multiplies the cos and sin tables (LongRoPE's attention factor): transformers scales cos
+    // and sin, so only the rotated channels of q and k grow, not the pass-through ones.
+    double magnitude = 1.0;
 };
 
 // The model-level RoPE (rope_theta, partial_rotary_factor), and one layer's (LayerSpec: its

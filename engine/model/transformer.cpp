@@ -117,8 +117,9 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     if (cfg_.tie_word_embeddings && !w.count("lm_head.weight")) lm_head_ = embed_;
     else lm_head_ = convert(need(w, "lm_head.weight", {V, E}), opt, "lm_head.weight", adopt);
     // What the forward pass cannot compute yet is refused here, not approximated.
-    if (cfg_.attention_sinks)
-        throw Error(str(cfg_.name, ": attention sinks (a learned logit per head in the softmax) are not supported by the forward pass"));
+    if (cfg_.attention_sinks && opt.device.type != DeviceType::CPU)
+        throw Error(str(cfg_.name, ": attention sinks (a learned logit per head in the softmax, gpt-oss) are computed on the CPU only; "
+                        "expected --device cpu"));
     if ((cfg_.attn_logit_softcap > 0 || cfg_.final_logit_softcap > 0) && opt.device.type != DeviceType::CPU)
         throw Error(str(cfg_.name, ": logit soft-capping (attn_logit_softcapping ", cfg_.attn_logit_softcap, ", final_logit_softcapping ",
                         cfg_.final_logit_softcap, ") is computed on the CPU only; expected --device cpu"));
@@ -166,6 +167,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
                                      p + "mlp.gate_up", adopt);
         L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
+        if (cfg_.attention_sinks)
+            L.sinks = convert(need(w, p + "self_attn.sinks", {cfg_.num_heads}), opt, p + "self_attn.sinks", adopt);
     }
     set_context_width(cfg_.max_position_embeddings);
 }
@@ -273,6 +276,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         attention.set_rope_frequencies(&rt.inv_freq);
         attention.set_output_projection(l, L.wo);
         const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
+        const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
         attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
         if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
@@ -367,7 +371,7 @@ int64_t Transformer::parameter_count() const {
     int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks})
             if (t->defined()) n += weight_shape(*t).numel();
     }
     return n;
@@ -386,7 +390,7 @@ size_t Transformer::weight_bytes() const {
     size_t n = embed_.nbytes() + norm_.nbytes() + (tied ? 0 : lm_head_.nbytes());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks})
             if (t->defined()) n += t->nbytes();
     }
     return n;

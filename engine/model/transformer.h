@@ -50,6 +50,7 @@ struct LayerWeights {
     Tensor mlp_post_norm;   // (E) on the MLP output (POST, BOTH), else undefined
     Tensor w_gate_up;  // (2 I, E): gate_proj then up_proj
     Tensor w_down;     // (E, I)
+    Tensor sinks;      // (NH) learned sink logits (gpt-oss's self_attn.sinks), or undefined
 };
 
 // What a gradient pass keeps from a block's forward over one chunk (engine/grad reads it).

@@ -92,6 +92,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
         const auto& r = m.rope(l);
         {
             const ops::AttentionSoftcap cap(c.attn_logit_softcap);  // as the forward capped the scores
+            const ops::AttentionSinks sinks(&L.sinks, g && g->sinks.defined() ? &g->sinks : nullptr);
             attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
         }
 

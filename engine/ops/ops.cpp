@@ -482,10 +482,22 @@ void check_sdpa(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 }
 }  // namespace
 
-bool sdpa_lse_supported(const Device& device) { return device.type == DeviceType::CPU; }  // the CUDA kernel has no lse output yet
-
 namespace {
 thread_local float t_softcap = 0.0f;
+thread_local const Tensor* t_sinks = nullptr;
+thread_local Tensor* t_dsinks = nullptr;
+
+// The open AttentionSinks scope's logits checked against this call's q, or null.
+const Tensor* sdpa_sinks(const char* op, const Tensor& q) {
+    if (!t_sinks) return nullptr;
+    KV_REQUIRE(q.device().type == DeviceType::CPU, op,
+               str("attention sinks are computed by the CPU backend only, not on ", device_name(q.device())));
+    KV_REQUIRE(t_sinks->ndim() == 1 && t_sinks->size(0) == q.size(1) && dtype_is_float(t_sinks->dtype()), op,
+               str("attention sinks must be float (", q.size(1), ") (one logit per query head of q ", q.shape().str(), "), got ",
+                   t_sinks->describe(), "; an attention path that splits the heads (a per-head pool, quest's gradient replay) does not support sinks"));
+    KV_REQUIRE(t_sinks->device() == q.device(), op, "attention sinks live on another device");
+    return t_sinks;
+}
 
 float sdpa_softcap(const char* op, const Tensor& y) {
     if (t_softcap > 0.0f)
@@ -499,6 +511,16 @@ AttentionSoftcap::AttentionSoftcap(double cap) : prev_(t_softcap) { t_softcap = 
 AttentionSoftcap::~AttentionSoftcap() { t_softcap = prev_; }
 float AttentionSoftcap::current() { return t_softcap; }
 
+AttentionSinks::AttentionSinks(const Tensor* sinks, Tensor* dsinks) : prev_(t_sinks), prev_d_(t_dsinks) {
+    t_sinks = sinks && sinks->defined() ? sinks : nullptr;
+    t_dsinks = t_sinks && dsinks && dsinks->defined() ? dsinks : nullptr;
+}
+AttentionSinks::~AttentionSinks() { t_sinks = prev_, t_dsinks = prev_d_; }
+const Tensor* AttentionSinks::current() { return t_sinks; }
+
+// The CUDA kernel has no lse output yet; with sinks the lse holds the sink's term (see ops.h).
+bool sdpa_lse_supported(const Device& device) { return device.type == DeviceType::CPU && !t_sinks; }
+
 void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kpos, const Tensor& qpos, float scale,
            int window, Tensor* wsum, Tensor* lse) {
     const char* op = "sdpa";
@@ -506,7 +528,8 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
     check_sdpa(op, q, k, v, kpos, qpos, window);
     KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
     const int64_t B = q.size(0), G = k.size(1), T = k.size(2);
-    OpCall c = make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos});
+    const Tensor* sinks = sdpa_sinks(op, q);
+    OpCall c = sinks ? make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos, sinks}) : make_call(OpKind::SDPA, y, {&q, &k, &v, &kpos, &qpos});
     c.p.alpha = scale;
     c.p.window = window;
     c.p.softcap = sdpa_softcap(op, y);
@@ -521,6 +544,7 @@ void sdpa_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, const T
                        (lse->dtype() == DType::F32 || lse->dtype() == DType::F64),
                    op, str("log-sum-exp output must be f32 or f64 (", B, ", ", q.size(1), ", ", q.size(2), "), got ", lse->describe()));
         KV_REQUIRE(lse->device() == y.device(), op, "log-sum-exp output lives on another device");
+        KV_REQUIRE(!sinks, op, "the log-sum-exp output is not available with attention sinks (the sink's term is in every row)");
         KV_REQUIRE(sdpa_lse_supported(y.device()), op,
                    str("the log-sum-exp output is computed by the CPU backend only, not on ", device_name(y.device())));
         c.dst3 = lse->view();
@@ -534,6 +558,7 @@ void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tens
     require_same_device(op, {&y, &q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
     KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
     KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented for KIVI caches; use another buffer");
+    KV_REQUIRE(!t_sinks, op, "attention sinks are not implemented for KIVI caches; use another buffer");
     OpCall c = make_call(OpKind::SDPA_KIVI, y, {&q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
     c.p.alpha = scale;
     c.p.window = window;
@@ -560,7 +585,9 @@ void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, c
     KV_REQUIRE(page > 0 && pages >= 0 && page < (int64_t(1) << 30) && pages < (int64_t(1) << 30), op,
                str("page size must be > 0 and pages >= 0, got ", page, " and ", pages));
     KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented for quest's page selection; use another policy");
-    OpCall c = make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax});
+    const Tensor* sinks = sdpa_sinks(op, q);
+    OpCall c = sinks ? make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax, sinks})
+                     : make_call(OpKind::SDPA_QUEST, y, {&q, &k, &v, &kpos, &qpos, &kmin, &kmax});
     c.p.alpha = scale;
     c.p.quest_page = int(page);
     c.p.quest_pages = int(pages);
@@ -750,7 +777,9 @@ void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const T
     require_same_shape(op, v, "v", dv, "dv");
     for (const Tensor* t : {&dq, &dk, &dv}) require_float(op, *t, "gradient outputs");
     KV_REQUIRE(opt.max_temp_bytes >= 0, op, str("max_temp_bytes must be >= 0, got ", opt.max_temp_bytes));
-    OpCall c = make_call(OpKind::SDPA_BACKWARD, dq, {&q, &k, &v, &kpos, &qpos, &dy});
+    const Tensor* sinks = sdpa_sinks(op, q);
+    OpCall c = sinks ? make_call(OpKind::SDPA_BACKWARD, dq, {&q, &k, &v, &kpos, &qpos, &dy, sinks})
+                     : make_call(OpKind::SDPA_BACKWARD, dq, {&q, &k, &v, &kpos, &qpos, &dy});
     c.dst2 = dk.view();
     c.dst3 = dv.view();
     c.p.alpha = scale;
@@ -758,6 +787,12 @@ void sdpa_backward_(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& q, const T
     c.p.softcap = opt.softcap > 0 ? opt.softcap : sdpa_softcap(op, dq);
     c.p.max_temp_bytes = opt.max_temp_bytes;
     c.p.accumulate = acc_bits(opt.accumulate_dq, opt.accumulate_dk, opt.accumulate_dv);
+    if (sinks && t_dsinks) {  // the scope's sink gradient accumulates over every call
+        KV_REQUIRE(t_dsinks->shape() == sinks->shape() && dtype_is_float(t_dsinks->dtype()) && t_dsinks->device() == q.device(), op,
+                   str("sink gradient must be float ", sinks->shape().str(), " on the attention's device, got ", t_dsinks->describe()));
+        c.dst4 = t_dsinks->view();
+        c.p.accumulate |= KV_ACC_DST4;
+    }
     dispatch(c);
 }
 

@@ -97,6 +97,27 @@ class AttentionSoftcap {
     float prev_;
 };
 
+// The model's learned attention sinks (gpt-oss: a logit per query head in every softmax
+// denominator, SDPA's src5 in kernels/common/op.h) for every SDPA and SDPA backward the calling
+// thread runs while the scope is open, opened by the transformer around a layer's attention as
+// AttentionSoftcap is. sinks: float (NH) on the attention's device; null = none. dsinks (same
+// shape, optional): every sdpa_backward_ in the scope adds the sinks' gradient to it. The CPU
+// backend only; KIVI and Quest's page selection refuse while it is open, and the log-sum-exp
+// output is unavailable (sdpa_lse_supported is false): with the sink's term in every row's
+// denominator, two attentions over disjoint slot sets no longer merge by it.
+class AttentionSinks {
+   public:
+    explicit AttentionSinks(const Tensor* sinks, Tensor* dsinks = nullptr);
+    ~AttentionSinks();
+    AttentionSinks(const AttentionSinks&) = delete;
+    AttentionSinks& operator=(const AttentionSinks&) = delete;
+    static const Tensor* current();  // null when none is open
+
+   private:
+    const Tensor* prev_;
+    Tensor* prev_d_;
+};
+
 // SDPA over a KIVI cache, dequantized on read (SDPA_KIVI in kernels/common/op.h; layout in
 // kernels/common/kivi_math.h): the same masking, GQA and weight sums as sdpa_.
 struct KiviCacheViews {

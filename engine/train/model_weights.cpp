@@ -55,6 +55,7 @@ TensorMap state_dict_views(const Transformer& m) {
             w[p + "mlp.up_proj.weight"] = L.w_gate_up.slice(0, I, 2 * I);
         }
         w[p + "mlp.down_proj.weight"] = L.w_down;
+        if (L.sinks.defined()) w[p + "self_attn.sinks"] = L.sinks;
     }
     return w;
 }

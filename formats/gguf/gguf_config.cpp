@@ -38,6 +38,54 @@ struct Keys {
     }
 };
 
+// llama.cpp's general.architecture values kvlab loads.
+struct ArchName {
+    const char* name;
+    Arch arch;
+};
+constexpr ArchName kArchs[] = {{"llama", Arch::LLAMA}, {"qwen2", Arch::QWEN2}, {"gemma2", Arch::GEMMA2},
+                               {"gemma3", Arch::GEMMA3}, {"phi3", Arch::PHI3},   {"olmo2", Arch::OLMO2}};
+
+std::string arch_list() {
+    std::string s;
+    for (const ArchName& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+}
+
+// Gemma 2 / Gemma 3 as llama.cpp reads them (llama-model.cpp, load_hparams): layer il is
+// sliding iff il % pattern < pattern - 1 (pattern 2 and 6, not stored in the file; the same
+// layers as transformers' (i + 1) % pattern != 0); Gemma 3's sliding layers rotate with base
+// 10000 (not stored) and no rope scaling; queries scaled by head_dim^-1/2, except the 27B
+// models (46 / 62 layers), scaled by (hidden / heads)^-1/2 (their query_pre_attn_scalar);
+// Gemma 2's caps default to 50 and 30 (llama_hparams). The converter stores every Gemma norm
+// weight as 1 + w (convert_hf_to_gguf.py adds the one), so the offset is 0 here.
+void read_gemma(const Keys& k, ModelConfig& c) {
+    const bool g3 = c.arch == Arch::GEMMA3;
+    c.norm_placement = NormPlacement::BOTH;
+    c.norm_weight_offset = 0.0;
+    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    c.mlp_act = MlpAct::GELU_TANH;
+    c.qk_norm = g3;
+    const bool is_27b = c.num_layers == (g3 ? 62 : 46);
+    c.query_pre_attn_scalar = is_27b ? double(c.hidden_size / c.num_heads) : double(c.head_dim);
+    if (!g3) {
+        c.attn_logit_softcap = k.real_or("attn_logit_softcapping", 50.0, false);
+        c.final_logit_softcap = k.real_or("final_logit_softcapping", 30.0, false);
+    }
+    const int64_t window = g3 ? k.dim("attention.sliding_window") : k.dim_or("attention.sliding_window", 4096);
+    c.sliding_window = 0;  // per layer below
+    const int64_t pattern = g3 ? 6 : 2;
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        LayerSpec& s = c.layer_specs[size_t(l)];
+        const bool sliding = l % pattern < pattern - 1;
+        s.rotary_fraction = c.partial_rotary_factor;
+        s.rope_theta = g3 && sliding ? 10000.0 : c.rope_theta;
+        s.rope_scaled = !(g3 && sliding);
+        if (sliding) s.attention = AttnKind::SLIDING, s.window = window;
+    }
+}
+
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f) { return gguf_model_config(f, gguf_tokenizer_data(f)); }
@@ -45,13 +93,11 @@ ModelConfig gguf_model_config(const GgufFile& f) { return gguf_model_config(f, g
 ModelConfig gguf_model_config(const GgufFile& f, const GgufTokenizerData& tok) {
     const std::string arch = f.get("general.architecture").as_string(f.what("general.architecture"));
     ModelConfig c;
-    if (arch == "llama") {
-        c.arch = Arch::LLAMA;
-    } else if (arch == "qwen2") {
-        c.arch = Arch::QWEN2;
-    } else {
-        throw Error(str(f.source, ": architecture '", arch, "' is not supported from GGUF, expected llama or qwen2"));
-    }
+    const ArchName* found = nullptr;
+    for (const ArchName& a : kArchs)
+        if (arch == a.name) found = &a;
+    if (!found) throw Error(str(f.source, ": architecture '", arch, "' is not supported from GGUF, expected one of ", arch_list()));
+    c.arch = found->arch;
     c.model_type = arch;
     Keys k{f, arch};
     if (const GgufValue* v = f.find("general.name")) c.name = v->as_string(f.what("general.name"));
@@ -120,6 +166,27 @@ ModelConfig gguf_model_config(const GgufFile& f, const GgufTokenizerData& tok) {
     c.pad_token_id = tok.pad_id;
     c.qkv_bias = false;  // set from the tensors present (Qwen2 has q/k/v biases)
     c.tie_word_embeddings = false;
+    switch (c.arch) {
+        case Arch::GEMMA2:
+        case Arch::GEMMA3: read_gemma(k, c); break;
+        case Arch::PHI3:  // llama.cpp's Phi-3: attn_qkv and ffn_up (gate then up) fused
+            c.fused_projections = true;
+            if (!f.find_tensor("blk.0.attn_qkv.weight"))
+                throw Error(str(f.source, ": phi3 without blk.0.attn_qkv.weight; expected the fused q/k/v projection llama.cpp's "
+                                "converter writes"));
+            if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight"))
+                throw Error(str(f.source, ": Phi-3 LongRoPE (rope_factors_long / rope_factors_short) is not supported; expected a "
+                                "model without rope scaling (4k context)"));
+            break;
+        case Arch::OLMO2:  // norms on the attention and MLP outputs, q/k norm over the whole projection
+            c.norm_placement = NormPlacement::POST;
+            c.qk_norm = c.qk_norm_whole = true;
+            if (c.sliding_window > 0)
+                throw Error(str(f.what(k.key("attention.sliding_window")), " is ", c.sliding_window,
+                                "; windowed OLMo layers (llama.cpp's pattern of 4) are not supported, expected no window"));
+            break;
+        default: break;
+    }
     c.validate(f.source);
     return c;
 }

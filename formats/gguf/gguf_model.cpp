@@ -43,15 +43,27 @@ std::map<std::string, std::vector<int64_t>> expected_shapes(const ModelConfig& c
     if (!c.tie_word_embeddings) s["lm_head.weight"] = {V, E};
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        s[p + "self_attn.q_proj.weight"] = {Q, E};
-        s[p + "self_attn.k_proj.weight"] = {KV, E};
-        s[p + "self_attn.v_proj.weight"] = {KV, E};
+        if (c.fused_projections) {
+            s[p + "self_attn.qkv_proj.weight"] = {Q + 2 * KV, E};
+            s[p + "mlp.gate_up_proj.weight"] = {2 * I, E};
+        } else {
+            s[p + "self_attn.q_proj.weight"] = {Q, E};
+            s[p + "self_attn.k_proj.weight"] = {KV, E};
+            s[p + "self_attn.v_proj.weight"] = {KV, E};
+            s[p + "mlp.gate_proj.weight"] = {I, E};
+            s[p + "mlp.up_proj.weight"] = {I, E};
+        }
         s[p + "self_attn.o_proj.weight"] = {E, Q};
-        s[p + "mlp.gate_proj.weight"] = {I, E};
-        s[p + "mlp.up_proj.weight"] = {I, E};
         s[p + "mlp.down_proj.weight"] = {E, I};
-        s[p + "input_layernorm.weight"] = {E};
+        // Norms by placement, named as transformer.cpp reads them.
+        if (c.norm_placement != NormPlacement::POST) s[p + "input_layernorm.weight"] = {E};
         s[p + "post_attention_layernorm.weight"] = {E};
+        if (c.norm_placement == NormPlacement::BOTH) s[p + "pre_feedforward_layernorm.weight"] = {E};
+        if (c.norm_placement != NormPlacement::PRE) s[p + "post_feedforward_layernorm.weight"] = {E};
+        if (c.qk_norm) {
+            s[p + "self_attn.q_norm.weight"] = {c.qk_norm_whole ? Q : c.head_dim};
+            s[p + "self_attn.k_norm.weight"] = {c.qk_norm_whole ? KV : c.head_dim};
+        }
         if (c.qkv_bias) {
             s[p + "self_attn.q_proj.bias"] = {Q};
             s[p + "self_attn.k_proj.bias"] = {KV};
@@ -117,12 +129,17 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         std::string hf;
     };
     std::vector<Item> items;
+    const GgufLayout layout{c.norm_placement, c.fused_projections};
     for (const GgufTensorInfo& t : f.tensors) {
-        GgufHfName n = gguf_to_hf_name(t.name);
+        GgufHfName n = gguf_to_hf_name(t.name, layout);
         if (n.hf.empty())
             throw Error(str(f.source, ": tensor '", t.name, "' is not part of the ", c.model_type,
-                            " layout kvlab loads, expected token_embd, output_norm, output or blk.N.{attn_q, attn_k, "
-                            "attn_v, attn_output, ffn_gate, ffn_up, ffn_down, attn_norm, ffn_norm} (.weight/.bias)"));
+                            " layout kvlab loads, expected token_embd, output_norm, output or blk.N.{", layout.fused ? "attn_qkv" : "attn_q, attn_k, attn_v",
+                            ", attn_output, ", layout.fused ? "" : "ffn_gate, ", "ffn_up, ffn_down, ",
+                            layout.norms == NormPlacement::PRE    ? "attn_norm, ffn_norm"
+                            : layout.norms == NormPlacement::BOTH ? "attn_norm, attn_post_norm, ffn_norm, ffn_post_norm"
+                                                                  : "attn_post_norm, ffn_post_norm",
+                            c.qk_norm ? ", attn_q_norm, attn_k_norm" : "", "} (.weight/.bias)"));
         if (n.layer >= c.num_layers)
             throw Error(str(f.source, ": tensor '", t.name, "' belongs to layer ", n.layer, " but ", c.model_type,
                             ".block_count is ", c.num_layers));
@@ -163,7 +180,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         int shown = 0;
         for (const auto& [name, shape] : want) {
             if (shown++ == 3) { missing += ", ..."; break; }
-            missing += str(shown > 1 ? ", " : "", hf_to_gguf_name(name), " (", name, ")");
+            missing += str(shown > 1 ? ", " : "", hf_to_gguf_name(name, layout), " (", name, ")");
         }
         throw Error(str(f.source, ": ", want.size(), " tensor(s) of the ", c.model_type, " layout are missing: ", missing));
     }
@@ -243,7 +260,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         }
         groups.push_back(std::move(g));
     };
-    for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (int64_t l = 0; l < c.num_layers && !c.fused_projections; ++l) {  // fused files hold them stacked already
         const std::string p = "model.layers." + std::to_string(l) + ".";
         stack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, p + "self_attn.qkv");
         if (c.qkv_bias)

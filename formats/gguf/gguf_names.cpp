@@ -3,6 +3,7 @@
 #include "formats/gguf/gguf_names.h"
 
 #include <cstring>
+#include <vector>
 
 namespace kv {
 
@@ -13,14 +14,32 @@ struct Pair {
     const char* hf;
 };
 
-// Per-layer parts (after "blk.N.") and their HF counterparts (after "model.layers.N.").
-constexpr Pair kLayerParts[] = {
-    {"attn_q", "self_attn.q_proj"},     {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},     {"attn_output", "self_attn.o_proj"},
-    {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},      {"attn_norm", "input_layernorm"},
-    {"ffn_norm", "post_attention_layernorm"},
-};
+// Per-layer parts (after "blk.N.") and their HF counterparts (after "model.layers.N."), for
+// one layout: the parts every family shares, then the norms by placement and the fused names.
+std::vector<Pair> layer_parts(const GgufLayout& layout) {
+    std::vector<Pair> p = {
+        {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
+        {"attn_output", "self_attn.o_proj"},  {"ffn_gate", "mlp.gate_proj"},        {"ffn_down", "mlp.down_proj"},
+        {"attn_q_norm", "self_attn.q_norm"},  {"attn_k_norm", "self_attn.k_norm"},
+    };
+    p.push_back(layout.fused ? Pair{"ffn_up", "mlp.gate_up_proj"} : Pair{"ffn_up", "mlp.up_proj"});
+    if (layout.fused) p.push_back({"attn_qkv", "self_attn.qkv_proj"});
+    switch (layout.norms) {
+        case NormPlacement::PRE:
+            p.push_back({"attn_norm", "input_layernorm"});
+            p.push_back({"ffn_norm", "post_attention_layernorm"});
+            break;
+        case NormPlacement::BOTH:
+            p.push_back({"attn_norm", "input_layernorm"});
+            p.push_back({"ffn_norm", "pre_feedforward_layernorm"});
+            [[fallthrough]];
+        case NormPlacement::POST:
+            p.push_back({"attn_post_norm", "post_attention_layernorm"});
+            p.push_back({"ffn_post_norm", "post_feedforward_layernorm"});
+            break;
+    }
+    return p;
+}
 
 constexpr Pair kGlobal[] = {
     {"token_embd", "model.embed_tokens"},
@@ -54,7 +73,7 @@ bool parse_layer(const std::string& s, size_t start, int64_t& layer, size_t& res
 
 }  // namespace
 
-GgufHfName gguf_to_hf_name(const std::string& name) {
+GgufHfName gguf_to_hf_name(const std::string& name, const GgufLayout& layout) {
     GgufHfName out;
     std::string stem, suffix;
     if (!split_suffix(name, stem, suffix)) return out;
@@ -68,7 +87,7 @@ GgufHfName gguf_to_hf_name(const std::string& name) {
     size_t rest = 0;
     if (!parse_layer(stem, 4, layer, rest)) return out;
     const std::string part = stem.substr(rest);
-    for (const Pair& p : kLayerParts)
+    for (const Pair& p : layer_parts(layout))
         if (part == p.gguf) {
             out.hf = "model.layers." + std::to_string(layer) + "." + p.hf + suffix;
             out.layer = layer;
@@ -77,7 +96,7 @@ GgufHfName gguf_to_hf_name(const std::string& name) {
     return out;
 }
 
-std::string hf_to_gguf_name(const std::string& name) {
+std::string hf_to_gguf_name(const std::string& name, const GgufLayout& layout) {
     std::string stem, suffix;
     if (!split_suffix(name, stem, suffix)) return "";
     for (const Pair& p : kGlobal)
@@ -88,7 +107,7 @@ std::string hf_to_gguf_name(const std::string& name) {
     size_t rest = 0;
     if (!parse_layer(stem, prefix.size(), layer, rest)) return "";
     const std::string part = stem.substr(rest);
-    for (const Pair& p : kLayerParts)
+    for (const Pair& p : layer_parts(layout))
         if (part == p.hf) return "blk." + std::to_string(layer) + "." + p.gguf + suffix;
     return "";
 }

@@ -1,7 +1,7 @@
 // config.json / generation_config.json parsing and writing (see hf_config.h).
 // Defaults follow the transformers config classes (LlamaConfig, MistralConfig, Qwen2Config,
 // Qwen3Config, GPT2Config, Gemma2Config, Gemma3TextConfig, SmolLM3Config, Phi3Config,
-// Olmo2Config) so a config that HF loads means the
+// Olmo2Config, GptOssConfig) so a config that HF loads means the
 // same thing here.
 //
 // Index
@@ -42,6 +42,7 @@ constexpr ArchNames kArchNames[] = {
     {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},         {Arch::GEMMA2, "gemma2", "Gemma2ForCausalLM"},
     {Arch::GEMMA3, "gemma3_text", "Gemma3ForCausalLM"}, {Arch::SMOLLM3, "smollm3", "SmolLM3ForCausalLM"},
     {Arch::PHI3, "phi3", "Phi3ForCausalLM"},             {Arch::OLMO2, "olmo2", "Olmo2ForCausalLM"},
+    {Arch::GPT_OSS, "gpt_oss", "GptOssForCausalLM"},
 };
 
 const ArchNames& names_of(Arch a) {
@@ -163,9 +164,28 @@ RopeScaling parse_rope_scaling(const json& v, const std::string& source, const s
     const char* type_key = f.has("rope_type") ? "rope_type" : "type";  // "type" is the legacy spelling
     std::string type = f.get_string(type_key, "default");
     if (type == "default") return r;
-    if (type != "linear" && type != "dynamic" && type != "yarn" && type != "llama3")
-        f.fail(type_key, str("is '", type, "'; expected one of default, linear, dynamic, yarn, llama3"));
+    if (type != "linear" && type != "dynamic" && type != "yarn" && type != "llama3" && type != "longrope")
+        f.fail(type_key, str("is '", type, "'; expected one of default, linear, dynamic, yarn, llama3, longrope"));
     r.type = type;
+    if (type == "longrope") {  // Phi-3's per-pair factors; its `factor` is derived from the lengths
+        auto factors = [&](const char* key) {
+            const json* a = f.find(key);
+            if (!a || !a->is_array() || a->empty()) f.fail(key, "must be a non-empty list of numbers (one per rotated channel pair)");
+            std::vector<double> out;
+            for (const json& x : *a) {
+                if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
+                    f.fail(key, str("contains ", json_describe(x), "; expected numbers > 0"));
+                out.push_back(x.get<double>());
+            }
+            return out;
+        };
+        r.short_factor = factors("short_factor");
+        r.long_factor = factors("long_factor");
+        r.attention_factor = f.get_number("attention_factor", 0.0);
+        if (!(r.attention_factor >= 0)) f.fail("attention_factor", str("is ", r.attention_factor, "; expected a number > 0"));
+        r.original_max_position_embeddings = size_field(f, "original_max_position_embeddings", 0);
+        return r;
+    }
     r.factor = f.get_number("factor");
     if (!(r.factor > 0)) f.fail("factor", str("is ", r.factor, "; expected a number > 0"));
     if (type == "llama3") {
@@ -319,6 +339,40 @@ void read_smollm3(const JsonFields& f, ModelConfig& c) {
     }
 }
 
+// gpt-oss (transformers' GptOssConfig): a learned sink logit per query head in every softmax
+// (self_attn.sinks), biases on q/k/v and o_proj, layer_types alternating sliding_attention
+// (sliding_window, 128) and full_attention, starting with a sliding layer. Its MLP is a
+// mixture of experts, which kvlab does not run: it accepts gpt-oss attention over a dense SwiGLU
+// MLP (mlp.{gate,up,down}_proj, intermediate_size) and says so for num_local_experts > 0.
+void read_gpt_oss(const JsonFields& f, ModelConfig& c) {
+    c.attention_sinks = true;
+    c.qkv_bias = c.o_bias = f.get_bool("attention_bias", true);
+    const int64_t experts = f.get_int("num_local_experts", 32);
+    if (experts != 0)
+        f.fail("num_local_experts", str("is ", experts, "; gpt-oss's mixture-of-experts MLP is not supported (kvlab runs gpt-oss attention "
+                                        "over a dense SwiGLU MLP: num_local_experts 0, mlp.gate_proj / up_proj / down_proj)"));
+    const int64_t window = size_field(f, "sliding_window", 128);
+    const json* lt = f.find("layer_types");
+    if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        bool sliding = i % 2 == 0;  // GptOssConfig's default: sliding, full, sliding, ...
+        if (lt) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+            if (!full && !sliding)
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+        }
+        if (sliding && window <= 0) f.fail("sliding_window", str("is ", window, "; layer ", i, " is sliding_attention, expected a window > 0"));
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rope_theta = c.rope_theta;
+        s.rotary_fraction = c.partial_rotary_factor;
+        if (sliding) s.attention = AttnKind::SLIDING, s.window = window;
+    }
+}
+
 void read_llama_family(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
     c.vocab_size = size_field(f, "vocab_size");
     c.hidden_size = size_field(f, "hidden_size");
@@ -387,12 +441,16 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
         case Arch::PHI3:  // fused qkv_proj / gate_up_proj; sliding_window (null = none) in every layer
             c.fused_projections = true;
             c.sliding_window = size_field(f, "sliding_window", 0);
+            // Phi3Config keeps the pretraining length beside rope_scaling (default 4096).
+            if (c.rope_scaling.type == "longrope" && c.rope_scaling.original_max_position_embeddings == 0)
+                c.rope_scaling.original_max_position_embeddings = size_field(f, "original_max_position_embeddings", 4096);
             break;
         case Arch::OLMO2:  // norms on the attention and MLP outputs, q/k norm over the whole projection
             c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
             c.norm_placement = NormPlacement::POST;
             c.qk_norm = c.qk_norm_whole = true;
             break;
+        case Arch::GPT_OSS: read_gpt_oss(f, c); break;
         case Arch::GPT2: break;
     }
     if (c.sliding_window < 0) f.fail("sliding_window", str("is ", c.sliding_window, "; expected a number > 0 or null"));
@@ -486,7 +544,8 @@ void check_expressible(const ModelConfig& c) {
         case Arch::GEMMA3:
         case Arch::SMOLLM3:
         case Arch::PHI3:
-        case Arch::OLMO2: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
+        case Arch::OLMO2:
+        case Arch::GPT_OSS: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
         case Arch::GPT2:
             need(c.qkv_bias && c.o_bias && c.mlp_bias, "gpt2 always has biases");
             need(c.num_kv_heads == c.num_heads && c.head_dim * c.num_heads == c.hidden_size,
@@ -536,7 +595,14 @@ std::string model_config_to_json(const ModelConfig& c) {
             const RopeScaling& r = c.rope_scaling;
             ojson rs;
             rs["rope_type"] = r.type;
-            rs["factor"] = r.factor;
+            if (r.type == "longrope") {
+                rs["short_factor"] = r.short_factor;
+                rs["long_factor"] = r.long_factor;
+                if (r.attention_factor > 0) rs["attention_factor"] = r.attention_factor;
+                rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+            } else {
+                rs["factor"] = r.factor;
+            }
             if (r.type == "llama3") {
                 rs["low_freq_factor"] = r.low_freq_factor;
                 rs["high_freq_factor"] = r.high_freq_factor;

@@ -33,6 +33,7 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
         }
         w.push_back({p + "self_attn.o_proj.weight", {E, Q}});
         if (c.o_bias) w.push_back({p + "self_attn.o_proj.bias", {E}});
+        if (c.attention_sinks) w.push_back({p + "self_attn.sinks", {c.num_heads}});
         if (c.qk_norm) {
             w.push_back({p + "self_attn.q_norm.weight", {c.qk_norm_whole ? Q : HS}});
             w.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_whole ? KV : HS}});

@@ -65,6 +65,11 @@ namespace kv {
 //          w[b,g,j] = (1/R) sum_{h in g} sum_i A[b,h,i,j]  (R = NH / G), so sum_j w = n.
 //          dst3 (optional, f32|f64 (B, NH, n); CPU backend only): per query row, the
 //          log-sum-exp log sum_j exp(alpha q.k_j) over the slots it sees (-inf if none).
+//          src5 (optional, float (NH); CPU backend only): a learned sink logit per query head
+//          (gpt-oss) that joins every row's softmax denominator with no value:
+//          A[h,i,j] = exp(s_ij) / (sum_j' exp(s_ij') + exp(sink_h)), so each row's weights sum to
+//          less than 1 (the weight sums dst2 too: sum_j w < n); dst3 then includes the sink's
+//          term, and a row that sees no slot still gets zeros.
 // SDPA_KIVI  SDPA (same masking, GQA, alpha, window, weight sums dst2) over a KIVI cache,
 //          dequantized on read (layout and arithmetic: kernels/common/kivi_math.h), S =
 //          p.kivi_group slots per group, p.kivi_bits 2 or 4:
@@ -120,6 +125,9 @@ namespace kv {
 //          dst  dq (B, NH, n, HS) = alpha dS k
 //          dst2 dk (B, G, T, HS)  = alpha sum_{h in g} dS^T q
 //          dst3 dv (B, G, T, HS)  = sum_{h in g} A^T dy
+//          With sinks src6 (float (NH), as SDPA's src5) A is the sink softmax and dst4 (optional,
+//          float (NH)) receives d sink_h = -sum_i A_sink[h,i] rowsum(dP * A)[h,i] (summed over
+//          the batch; KV_ACC_DST4 accumulates), A_sink = exp(sink_h) / the row's denominator.
 //          p.max_temp_bytes bounds the (R * queries, T) f32 score blocks all threads hold at once
 //          (0 = 64 MiB); a block never has less than one query row. No (n, T) matrix is formed.
 //          (CUDA recomputes per query and holds no score blocks; dk/dv are atomic sums there
@@ -228,6 +236,7 @@ struct OptimParams {
 constexpr int KV_ACC_DST = 1;
 constexpr int KV_ACC_DST2 = 2;
 constexpr int KV_ACC_DST3 = 4;
+constexpr int KV_ACC_DST4 = 8;
 
 struct OpParams {
     float alpha = 1.0f;          // MATMUL, SCALE, SOFTMAX, AXPY, CROSS_ENTROPY_BACKWARD
@@ -261,6 +270,7 @@ struct OpCall {
     TensorView dst{};
     TensorView dst2{};  // second output; data null = none
     TensorView dst3{};  // third output; data null = none
+    TensorView dst4{};  // fourth output (SDPA_BACKWARD's sink gradient); data null = none
     TensorView src[KV_MAX_SRC]{};
     int nsrc = 0;
 };

@@ -1,5 +1,7 @@
 // The shape contract of SDPA_QUEST (kernels/common/op.h), checked alike by every backend's
-// supports_op and by the engine before dispatch.
+// supports_op and by the engine before dispatch. Beyond op.h: an optional src7, sink logits
+// float (NH) as SDPA's src5 (gpt-oss), in each query's denominator over its selected slots
+// (CPU backend only).
 #pragma once
 
 #include "op.h"
@@ -8,7 +10,14 @@
 namespace kv {
 
 inline bool quest_call_ok(const OpCall& c) {
-    if (c.nsrc != 7 || c.dst.ndim != 4 || c.p.quest_page <= 0 || c.p.quest_pages < 0 || c.p.window != 0) return false;
+    // Source 7, optional: sink logits float (NH) (CPU only: the CUDA backend asks for nsrc 7).
+    if ((c.nsrc != 7 && c.nsrc != 8) || c.dst.ndim != 4 || c.p.quest_page <= 0 || c.p.quest_pages < 0 || c.p.window != 0) return false;
+    if (c.nsrc == 8) {
+        const TensorView& sk = c.src[7];
+        if (!sk.data || sk.ndim != 1 || sk.ne[0] != c.src[0].ne[1] ||
+            !(sk.dtype == DType::F32 || sk.dtype == DType::F64 || sk.dtype == DType::F16 || sk.dtype == DType::BF16))
+            return false;
+    }
     const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4], &mn = c.src[5], &mx = c.src[6];
     auto flt = [](DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; };
     if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || kpos.ndim != 3 || qpos.ndim != 2 || mn.ndim != 4 || mx.ndim != 4) return false;

@@ -40,6 +40,11 @@ namespace {
 
 bool is_compute_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
 bool is_index(DType t) { return t == DType::I32 || t == DType::I64; }
+// SDPA's / SDPA_BACKWARD's optional sink logits at source i: float (NH), NH = q's heads.
+bool sinks_ok(const OpCall& c, int i) {
+    const TensorView& s = c.src[i];
+    return s.data && s.ndim == 1 && s.ne[0] == c.src[0].ne[1] && is_compute_float(s.dtype);
+}
 
 class CpuBackend final : public KernelBackend {
    public:
@@ -80,7 +85,8 @@ class CpuBackend final : public KernelBackend {
             case OpKind::NORM:
                 return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && is_compute_float(c.dst.dtype);
             case OpKind::SDPA:
-                return c.nsrc == 5 && c.dst.ndim == 4 && is_compute_float(c.src[0].dtype) && is_compute_float(c.src[1].dtype) &&
+                return (c.nsrc == 5 || (c.nsrc == 6 && sinks_ok(c, 5))) && c.dst.ndim == 4 && is_compute_float(c.src[0].dtype) &&
+                       is_compute_float(c.src[1].dtype) &&
                        is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 && c.src[4].dtype == DType::I32 &&
                        (c.dst2.data == nullptr || is_compute_float(c.dst2.dtype)) &&
                        (c.dst3.data == nullptr || c.dst3.dtype == DType::F32 || c.dst3.dtype == DType::F64);
@@ -117,7 +123,10 @@ class CpuBackend final : public KernelBackend {
                        is_compute_float(c.src[0].dtype) && is_index(c.src[1].dtype) && (!has_src(c, 2) || is_index(c.src[2].dtype)) &&
                        (!has_src(c, 3) || is_compute_float(c.src[3].dtype));
             case OpKind::SDPA_BACKWARD:
-                return c.nsrc == 6 && c.dst.ndim == 4 && is_compute_float(c.dst.dtype) && is_compute_float(c.src[0].dtype) &&
+                return (c.nsrc == 6 || (c.nsrc == 7 && sinks_ok(c, 6))) && c.dst.ndim == 4 && is_compute_float(c.dst.dtype) &&
+                       is_compute_float(c.src[0].dtype) &&
+                       (c.dst4.data == nullptr || (c.nsrc == 7 && c.dst4.ndim == 1 && c.dst4.ne[0] == c.src[0].ne[1] &&
+                                                   is_compute_float(c.dst4.dtype))) &&
                        is_compute_float(c.src[1].dtype) && is_compute_float(c.src[2].dtype) && c.src[3].dtype == DType::I32 &&
                        c.src[4].dtype == DType::I32 && is_compute_float(c.src[5].dtype) && c.dst2.data && c.dst3.data &&
                        is_compute_float(c.dst2.dtype) && is_compute_float(c.dst3.dtype);

@@ -51,6 +51,7 @@ struct SdpaShape {
     A alpha;
     int window;
     A cap;  // soft-capping of the scores (0 = none)
+    std::vector<A> sinks;  // per query head: a sink logit in every denominator (gpt-oss); empty = none
 };
 
 template <class A>
@@ -65,6 +66,12 @@ SdpaShape<A> sdpa_shape(const OpCall& c) {
     s.alpha = A(c.p.alpha);
     s.window = c.p.window;
     s.cap = A(c.p.softcap);
+    // The sink source: SDPA's src5, SDPA_BACKWARD's src6 (after dy).
+    const int sink_src = c.op == OpKind::SDPA_BACKWARD ? 6 : 5;
+    if (has_src(c, sink_src)) {
+        s.sinks.resize(size_t(s.NH));
+        load_row(c.src[sink_src].bytes(), c.src[sink_src].nb[0], c.src[sink_src].dtype, s.NH, s.sinks.data());
+    }
     s.pairs = s.B * s.G;
     s.Bq = kMaxQueryBlock;
     return s;
@@ -279,6 +286,18 @@ inline void cap_row(A* sr, int64_t nk, A cap, A* dfac = nullptr) {
         for (int64_t j = 0; j < nk; ++j) dfac[j] = A(1) - (sr[j] / cap) * (sr[j] / cap);
 }
 
+// The sink joins a row's softmax as one more score with no value: the running max and sum
+// (m, l) become those over [scores, sink]. Returns the factor the row's accumulated P V
+// (formed under the old max) must be multiplied by.
+template <class A>
+inline A fold_sink(A& m, A& l, A sink) {
+    const A M = std::max(m, sink);
+    const A f = m == -std::numeric_limits<A>::infinity() ? A(0) : kv_exp(m - M);
+    l = l * f + kv_exp(sink - M);
+    m = M;
+    return f;
+}
+
 template <class A>
 inline A row_max(const A* x, int64_t n) {
     A m = -std::numeric_limits<A>::infinity();
@@ -402,7 +421,8 @@ void fwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
         for (int64_t i = 0; i < nq; ++i) {
             const int64_t row = r * nq + i;
             A* ar = tb.acc + row * HSP;
-            const A inv = tb.l[row] > A(0) ? A(1) / tb.l[row] : A(0);
+            const A f = s.sinks.empty() ? A(1) : fold_sink(tb.m[row], tb.l[row], s.sinks[size_t(g * s.R + r)]);
+            const A inv = tb.l[row] > A(0) ? f / tb.l[row] : A(0);
             for (int64_t d = 0; d < s.HS; ++d) ar[d] *= inv;
             store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + (i0 + i) * y.nb[2], y.nb[3], y.dtype, s.HS, ar);
             if (c.dst3.data) store_lse(c.dst3, b, g * s.R + r, i0 + i, tb.m[row], tb.l[row]);
@@ -609,6 +629,9 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
             for (int64_t sp = 0; sp < nsplit; ++sp) mx = std::max(mx, base[sp * per_unit + row]);
             float l = 0;
             std::fill(out.begin(), out.end(), 0.0f);
+            const int64_t h = g * s.R + row / n;
+            // A sink at or above every score becomes the max before the ranges merge under it.
+            if (!s.sinks.empty()) mx = std::max(mx, s.sinks[size_t(h)]);
             if (mx != neg_inf)
                 for (int64_t sp = 0; sp < nsplit; ++sp) {
                     const float* um = base + sp * per_unit;
@@ -618,6 +641,7 @@ void sdpa_decode(const OpContext& ctx, const OpCall& c, const SdpaShape<float>& 
                     const float* acc = um + 2 * rows + row * HS;
                     for (int64_t d = 0; d < HS; ++d) out[size_t(d)] += f * acc[d];
                 }
+            if (!s.sinks.empty()) l += kv_exp(s.sinks[size_t(h)] - mx);
             const float il = l > 0.0f ? 1.0f / l : 0.0f;
             for (int64_t d = 0; d < HS; ++d) out[size_t(d)] *= il;
             m[size_t(row)] = mx;
@@ -670,9 +694,11 @@ struct BwdBufs {
     }
 };
 
+// With sinks, dsink (NH) receives the task's -A_sink D per row (D = sum_j P dP, the row's
+// dS offset: the sink has no value, so its dP is 0 and its dS is A_sink (0 - D)).
 template <class A>
 void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, const PairKV<A>& kv, int64_t b, int64_t g,
-              int64_t qb, BwdBufs<A>& tb, A* dk, A* dv, std::vector<signed char>& state) {
+              int64_t qb, BwdBufs<A>& tb, A* dk, A* dv, A* dsink, std::vector<signed char>& state) {
     const int64_t i0 = qb * s.Bq, nq = std::min(s.Bq, s.n - i0), rows = s.R * nq, HSP = s.HSP;
     constexpr int64_t KB = kKeyBlock;
     const A neg_inf = -std::numeric_limits<A>::infinity();
@@ -710,6 +736,9 @@ void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
             A m = neg_inf;
             for (int64_t kb = 0; kb < s.nkb; ++kb)
                 if (state[size_t(kb)]) m = std::max(m, row_max(Pp(kb) + row * KB, std::min(KB, s.T - kb * KB)));
+            const bool sink = !s.sinks.empty();
+            const A sink_logit = sink ? s.sinks[size_t(g * s.R + row / nq)] : A(0);
+            if (sink && m != neg_inf) m = std::max(m, sink_logit);
             A l = 0;
             for (int64_t kb = 0; kb < s.nkb; ++kb) {
                 if (!state[size_t(kb)]) continue;
@@ -728,6 +757,8 @@ void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
                 for (int64_t j = nk; j < nkp; ++j) pr[j] = A(0);
                 l += lsum;
             }
+            const A sink_e = sink && m != neg_inf ? kv_exp(sink_logit - m) : A(0);
+            l += sink_e;
             const A inv = l > A(0) ? A(1) / l : A(0);
             A dsum = 0;
             for (int64_t kb = 0; kb < s.nkb; ++kb) {
@@ -741,6 +772,7 @@ void bwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
                     dsum += pr[j] * dpr[j];
                 }
             }
+            if (sink) dsink[g * s.R + row / nq] -= sink_e * inv * dsum;  // a row that sees nothing: dsum = 0
             for (int64_t kb = 0; kb < s.nkb; ++kb) {
                 if (!state[size_t(kb)]) continue;
                 const int64_t nkp = round16(std::min(KB, s.T - kb * KB));
@@ -788,6 +820,18 @@ void store_pair_grad(const TensorView& d, const SdpaShape<A>& s, int64_t p, cons
     }
 }
 
+// dst4 (NH) = (acc ? dst4 : 0) + the per-thread sink partials in thread order.
+template <class A>
+void store_sink_grad(const OpCall& c, const SdpaShape<A>& s, const std::vector<std::vector<A>>& parts) {
+    if (!c.dst4.data) return;
+    std::vector<A> sum((size_t)s.NH, A(0));
+    if (c.p.accumulate & KV_ACC_DST4) load_row(c.dst4.bytes(), c.dst4.nb[0], c.dst4.dtype, s.NH, sum.data());
+    for (const auto& part : parts)
+        if (part.size() == size_t(s.NH))  // empty without sinks: dsink is zero
+            for (int64_t h = 0; h < s.NH; ++h) sum[size_t(h)] += part[size_t(h)];
+    store_row(c.dst4.bytes(), c.dst4.nb[0], c.dst4.dtype, s.NH, sum.data());
+}
+
 template <class A>
 void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
     SdpaShape<A> s = sdpa_shape<A>(c);
@@ -801,6 +845,7 @@ void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
             store_pair_grad<A>(c.dst2, s, p, {}, acc_k);
             store_pair_grad<A>(c.dst3, s, p, {}, acc_v);
         }
+        store_sink_grad<A>(c, s, {});
         return;
     }
     const Visibility vis = visibility(c, s);
@@ -816,6 +861,7 @@ void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
     }
     KernelScratch mem(ctx, size_t(per_thread * nt + gofs[size_t(nt)]) * sizeof(A));
     A* gpart = mem.as<A>() + per_thread * nt;
+    std::vector<std::vector<A>> dsink((size_t)nt, std::vector<A>(s.sinks.empty() ? 0 : size_t(s.NH), A(0)));
 
     auto run = [&](int t) {
         const int64_t t0 = begin[size_t(t)], t1 = begin[size_t(t + 1)];
@@ -836,7 +882,7 @@ void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
                 cur = p;
             }
             A* dk = mine + (p - t0 / s.nqb) * 2 * s.Tp * s.HSP;
-            bwd_task(c, s, vis, kv, b, g, qb, tb, dk, dk + s.Tp * s.HSP, state);
+            bwd_task(c, s, vis, kv, b, g, qb, tb, dk, dk + s.Tp * s.HSP, dsink[size_t(t)].data(), state);
         }
     };
     run_ranges(nt, run);
@@ -852,6 +898,7 @@ void sdpa_backward_run(const OpContext& ctx, const OpCall& c) {
         store_pair_grad<A>(c.dst2, s, p, pk, acc_k);
         store_pair_grad<A>(c.dst3, s, p, pv, acc_v);
     }
+    store_sink_grad<A>(c, s, dsink);
 }
 
 }  // namespace

@@ -55,6 +55,11 @@ void forward(const OpContext& ctx, const OpCall& c) {
     s.B = q.ne[0], s.NH = q.ne[1], s.n = q.ne[2], s.D = q.ne[3], s.G = k.ne[1], s.T = k.ne[2];
     s.R = s.NH / s.G, s.P = c.p.quest_page, s.NP = (s.T + s.P - 1) / s.P, s.K = c.p.quest_pages, s.alpha = c.p.alpha;
     const int64_t rows = s.B * s.NH * s.n, maxsel = s.K + 1;
+    std::vector<A> sinks;  // src7: a sink logit per head in every denominator (gpt-oss), or none
+    if (has_src(c, 7)) {
+        sinks.resize(size_t(s.NH));
+        load_row(c.src[7].bytes(), c.src[7].nb[0], c.src[7].dtype, s.NH, sinks.data());
+    }
 
     // First position of every page per kpos row: a page is visible to a query that may see
     // its first slot (positions are nondecreasing along the slots).
@@ -123,6 +128,12 @@ void forward(const OpContext& ctx, const OpCall& c) {
                 for (int64_t d = 0; d < s.D; ++d) a[d] += p * vrow[d];
             }
             m = mnew;
+        }
+        if (!sinks.empty()) {  // fold the sink into the max and sum (it has no value)
+            const A sink = sinks[size_t(h)], M = std::max(m, sink), f = m == -std::numeric_limits<A>::infinity() ? A(0) : std::exp(m - M);
+            l = l * f + std::exp(sink - M);
+            for (int64_t d = 0; d < s.D; ++d) acc[size_t(d)] *= f;
+            m = M;
         }
         for (int64_t d = 0; d < s.D; ++d) acc[size_t(d)] = l > 0 ? acc[size_t(d)] / l : A(0);
         store_row(y.bytes() + b * y.nb[0] + h * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, s.D, acc.data());

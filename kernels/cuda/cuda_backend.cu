@@ -74,7 +74,7 @@ class CudaBackend final : public KernelBackend {
                        c.src[4].dtype == DType::I32 && c.dst3.data == nullptr &&  // no log-sum-exp output (CPU only)
                        c.p.softcap == 0.0f;                                          // no soft-capping (CPU only)
             case OpKind::SDPA_KIVI: return kivi_call_ok(c) && c.src[0].ne[3] <= 256;
-            case OpKind::SDPA_QUEST: return quest_call_ok(c) && sdpa_quest_fits(c);
+            case OpKind::SDPA_QUEST: return quest_call_ok(c) && c.nsrc == 7 && sdpa_quest_fits(c);  // no sinks (CPU only)
             case OpKind::QUANTIZE:
                 return c.nsrc == 1 && c.dst.dtype == DType::U8 && c.src[0].ne[c.src[0].ndim - 1] <= 4096 &&
                        c.dst.nb[c.dst.ndim - 1] == 1;

@@ -146,7 +146,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient, ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                                                "gemma3_window", "mistral", "gemma2_softcap"));
+                                                                "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -502,7 +502,8 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
     model->set_adapters(nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient, ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window"));
+INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient, ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window",
+                                                                                  "gpt_oss"));
 
 // Sliding windows through an evicting cache over several cells (h2o on the full-attention layers,
 // rings holding more than the window on the windowed ones, which must not see it): the replay's loss is the live

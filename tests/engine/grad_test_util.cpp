@@ -65,6 +65,16 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c.arch = Arch::MISTRAL;
         c.model_type = arch_name(c.arch);
         c.sliding_window = 6;
+    } else if (arch == "gpt_oss") {  // sinks, q/k/v/o biases, layer 0 sliding (window 5), layer 1 full
+        c.arch = Arch::GPT_OSS;
+        c.model_type = arch_name(c.arch);
+        c.attention_sinks = true;
+        c.qkv_bias = c.o_bias = true;
+        c.layer_specs.resize(size_t(layers));
+        for (int64_t l = 0; l < layers; ++l) {
+            c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
+            if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 5;
+        }
     } else if (arch == "olmo2") {  // output norms, q/k norm over the whole projection
         c.arch = Arch::OLMO2;
         c.model_type = arch_name(c.arch);

@@ -5,8 +5,9 @@
 // max_window_layers = 1), Gemma 3 (sliding and full layers interleaved, per-layer RoPE base,
 // q/k norm, query_pre_attn_scalar, (1 + w) norms on both sides of attention and MLP, GELU-tanh,
 // scaled tied embeddings), Gemma 2 (alternating layers), SmolLM3 (a NoPE layer), Phi-3 (partial
-// rotary, fused projections, window) and OLMo 2 (output norms, q/k norm over the projection).
-// Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
+// rotary, fused projections, window), OLMo 2 (output norms, q/k norm over the projection),
+// gpt-oss attention (learned sinks, alternating sliding/full layers, biases) and Phi-3 LongRoPE
+// (short and long factors). Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,14 +76,16 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                          testing::Values("llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "llama_bf16",
                                          "mistral_window", "qwen2_window", "gemma3_interleaved", "gemma2_alternating",
-                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap"));
+                                         "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap", "gpt_oss_sinks",
+                                         "phi3_longrope_short", "phi3_longrope_long", "phi3_longrope_full", "gemma3_gguf_layout",
+                                         "gemma2_gguf_layout"));
 
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
 // one-pass reference, so each layer masks with its own window and rotates with its own base.
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
-                                   "gemma2_softcap"}) {
+                                   "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long"}) {
         Fixture f = load_fixture(name);
         ModelOptions opt;
         opt.rope = RopeMode::YARN;
@@ -151,6 +154,40 @@ TEST(ModelFixtureSoftcap, MatchesTransformersEagerGemma2) {
 // The layer description read from the fixtures' config.json against transformers' rule,
 // written out here: layer i is sliding iff (i + 1) % pattern != 0 (Gemma 3: sliding_window_pattern,
 // Gemma 2: 2); Gemma 3 rotates sliding layers with rope_local_base_freq.
+// Phi-3 LongRoPE (8 pairs, long factors: a 37-token sequence past the original 32) against
+// transformers' own Phi3ForCausalLM (4.44.2, eager, float64 weights; its LongRoPE angles and
+// cos/sin are float32, 1.2e-6 of max |logit| from the float64 reference), one chunk and chunks
+// of 32 through a cache (kvlab keeps the long factors for the whole run, the context width
+// being 64; transformers' one-pass logits are the reference).
+TEST(ModelFixtureLongRope, MatchesTransformersEagerPhi3) {
+    Fixture f = load_fixture("phi3_longrope_full");
+    ASSERT_EQ(f.model.config.rope_scaling.type, "longrope");
+    ASSERT_EQ(f.model.config.rope_scaling.original_max_position_embeddings, 32);
+    const SafetensorsContents hf =
+        load_safetensors(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/phi3_longrope_full/transformers.safetensors");
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;
+    Transformer model(f.model.config, f.model.weights, opt);
+    model.set_context_width(f.context_width);
+    const Tensor& ids = f.expected.tensors.at("input_ids.0");
+    const Tensor& want = hf.tensors.at("logits.0");
+    const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+    for (int64_t chunk : {T, int64_t(32)}) {
+        SCOPED_TRACE(str("chunk ", chunk));
+        KVCacheConfig kc;
+        KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
+        std::vector<double> got(size_t(B * T * V));
+        for (int64_t s = 0; s < T; s += chunk) {
+            const int64_t e = std::min(T, s + chunk);
+            const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
+            for (int64_t t = s; t < e; ++t)
+                for (int64_t v = 0; v < V; ++v) got[size_t(t * V + v)] = z[size_t((t - s) * V + v)];
+        }
+        test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+        EXPECT_LE(c.rel_err, 1e-5) << c.report;
+    }
+}
+
 TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
     const ModelConfig g3 = load_fixture("gemma3_interleaved").model.config;
     ASSERT_EQ(g3.num_layers, 4);
@@ -177,7 +214,7 @@ TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
 // norms, Phi-3's fused projections).
 TEST(ModelFixtureLayers, StateDictHasTheCheckpointsNamesAndValues) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
-                                   "gemma2_softcap"}) {
+                                   "gemma2_softcap", "gpt_oss_sinks"}) {
         Fixture f = load_fixture(name);
         Transformer model(f.model.config, f.model.weights, ModelOptions{});
         const TensorMap sd = model_state_dict(model);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "formats/gguf/gguf_config.h"
 #include "formats/gguf/gguf_model.h"
@@ -207,6 +208,33 @@ TEST(GgufNames, LlamaCppToHuggingFace) {
         EXPECT_EQ(gguf_to_hf_name(bad).hf, "") << bad;
 }
 
+// llama.cpp's names for the families whose norms or projections differ (gguf-py's
+// tensor_mapping.py): Gemma's four norms, OLMo 2's output norms, Phi-3's fused projections.
+TEST(GgufNames, FamilyLayouts) {
+    const GgufLayout gemma{NormPlacement::BOTH, false}, olmo{NormPlacement::POST, false}, phi{NormPlacement::PRE, true};
+    const std::vector<std::tuple<GgufLayout, std::string, std::string>> table = {
+        {gemma, "blk.2.attn_norm.weight", "model.layers.2.input_layernorm.weight"},
+        {gemma, "blk.2.attn_post_norm.weight", "model.layers.2.post_attention_layernorm.weight"},
+        {gemma, "blk.2.ffn_norm.weight", "model.layers.2.pre_feedforward_layernorm.weight"},
+        {gemma, "blk.2.ffn_post_norm.weight", "model.layers.2.post_feedforward_layernorm.weight"},
+        {gemma, "blk.2.attn_q_norm.weight", "model.layers.2.self_attn.q_norm.weight"},
+        {gemma, "blk.2.attn_k_norm.weight", "model.layers.2.self_attn.k_norm.weight"},
+        {olmo, "blk.0.attn_post_norm.weight", "model.layers.0.post_attention_layernorm.weight"},
+        {olmo, "blk.0.ffn_post_norm.weight", "model.layers.0.post_feedforward_layernorm.weight"},
+        {phi, "blk.1.attn_qkv.weight", "model.layers.1.self_attn.qkv_proj.weight"},
+        {phi, "blk.1.ffn_up.weight", "model.layers.1.mlp.gate_up_proj.weight"},
+        {phi, "blk.1.ffn_norm.weight", "model.layers.1.post_attention_layernorm.weight"},
+    };
+    for (const auto& [layout, g, h] : table) {
+        EXPECT_EQ(gguf_to_hf_name(g, layout).hf, h) << g;
+        EXPECT_EQ(hf_to_gguf_name(h, layout), g) << h;
+    }
+    // Names of another layout are not part of this one.
+    EXPECT_EQ(gguf_to_hf_name("blk.0.attn_norm.weight", olmo).hf, "");
+    EXPECT_EQ(gguf_to_hf_name("blk.0.ffn_post_norm.weight", GgufLayout{}).hf, "");
+    EXPECT_EQ(gguf_to_hf_name("blk.0.attn_qkv.weight", GgufLayout{}).hf, "");
+}
+
 TEST(GgufRopePermute, FormulaAndErrors) {
     // D = 4, 1 head: GGUF rows (0,1,2,3) hold HF rows (0,2,1,3).
     EXPECT_EQ(gguf_unpermute_rows(4, 1, "t"), (std::vector<int64_t>{0, 2, 1, 3}));
@@ -360,7 +388,7 @@ TEST(GgufModelErrors, EveryProblemIsNamed) {
         expect_error([&] { load_gguf_model(path); }, parts);
     };
     fails("arch.gguf", [](Tiny& t) { t.w.set("general.architecture", GgufValue::of_string("mamba")); },
-          {"architecture 'mamba' is not supported from GGUF, expected llama or qwen2"});
+          {"architecture 'mamba' is not supported from GGUF, expected one of llama, qwen2, gemma2, gemma3, phi3, olmo2"});
     fails("nokey.gguf", [](Tiny& t) { t.w.set("llama.block_count", GgufValue::of_string("2")); },
           {"metadata key 'llama.block_count': is string '2', expected an integer"});
     fails("zero.gguf", [](Tiny& t) { t.w.set("llama.attention.head_count", GgufValue::of_u32(0)); },

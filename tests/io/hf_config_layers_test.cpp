@@ -49,7 +49,7 @@ const char* kSmolLM3 = R"({
   "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
   "rope_theta": 5000000.0, "tie_word_embeddings": true, "use_sliding_window": false, "vocab_size": 128256})";
 
-// Phi-4-mini's shape (LongRoPE left out: kvlab refuses it).
+// Phi-4-mini's shape (LongRoPE added by the test that reads it).
 const char* kPhi4Mini = R"({
   "architectures": ["Phi3ForCausalLM"], "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 8192,
   "max_position_embeddings": 131072, "model_type": "phi3", "num_attention_heads": 24, "num_hidden_layers": 32,
@@ -152,10 +152,28 @@ TEST(HfConfigLayers, Phi3PartialRotaryFusedAndWindowed) {
     }
     EXPECT_EQ(parse_model_config(edit(kPhi4Mini, "\"sliding_window\": 262144", "\"sliding_window\": null"), "config.json").layer_window(0),
               0);
+    // LongRoPE: one factor per rotated pair (96 / 2 = 48), the pretraining length beside it.
+    std::string f48 = "[";
+    for (int i = 0; i < 48; ++i) f48 += (i ? ", " : "") + std::to_string(1.0 + i / 8.0);
+    f48 += "]";
+    const ModelConfig lr = parse_model_config(
+        edit(kPhi4Mini, "\"rope_theta\": 10000.0",
+             "\"rope_theta\": 10000.0, \"original_max_position_embeddings\": 4096, \"rope_scaling\": {\"type\": \"longrope\", "
+             "\"long_factor\": " + f48 + ", \"short_factor\": " + f48 + "}"),
+        "config.json");
+    EXPECT_EQ(lr.rope_scaling.type, "longrope");
+    EXPECT_EQ(lr.rope_scaling.original_max_position_embeddings, 4096);
+    ASSERT_EQ(lr.rope_scaling.long_factor.size(), 48u);
+    EXPECT_DOUBLE_EQ(lr.rope_scaling.long_factor[8], 2.0);
+    // Bad input: a factor list of the wrong length, a non-positive factor.
     EXPECT_TRUE(contains_all(err(edit(kPhi4Mini, "\"rope_theta\": 10000.0",
                                       "\"rope_theta\": 10000.0, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1.0], "
                                       "\"short_factor\": [1.0]}")),
-                             {"dir/config.json", "rope_scaling.type", "'longrope'", "expected one of"}));
+                             {"dir/config.json", "longrope", "1 short_factor and 1 long_factor", "expected one per rotated channel pair: 48"}));
+    EXPECT_TRUE(contains_all(err(edit(kPhi4Mini, "\"rope_theta\": 10000.0",
+                                      "\"rope_theta\": 10000.0, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [0.0], "
+                                      "\"short_factor\": [1.0]}")),
+                             {"dir/config.json", "rope_scaling.long_factor", "expected numbers > 0"}));
 }
 
 TEST(HfConfigLayers, Olmo2NormsAfterAndQkNormOverTheProjection) {

@@ -295,8 +295,10 @@ TEST(HfConfig, RopeScalingVariantsAndErrors) {
     EXPECT_TRUE(parse_model_config(with_rope(R"({"rope_type": "default"})"), "c").rope_scaling.type.empty());
 
     auto err = [&](const std::string& rope) { return error_of([&] { parse_model_config(with_rope(rope), "config.json"); }); };
+    EXPECT_TRUE(contains_all(err(R"({"rope_type": "su", "factor": 2.0})"),
+                             {"config.json", "field 'rope_scaling.rope_type' is 'su'; expected one of default, linear, dynamic, yarn, llama3, longrope"}));
     EXPECT_TRUE(contains_all(err(R"({"rope_type": "longrope", "factor": 2.0})"),
-                             {"config.json", "field 'rope_scaling.rope_type' is 'longrope'; expected one of default, linear, dynamic, yarn, llama3"}));
+                             {"config.json", "field 'rope_scaling.short_factor' must be a non-empty list of numbers"}));
     EXPECT_TRUE(contains_all(err(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0})"),
                              {"field 'rope_scaling.original_max_position_embeddings' is missing"}));
     EXPECT_TRUE(contains_all(err(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),

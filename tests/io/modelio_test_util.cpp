@@ -113,6 +113,10 @@ ModelConfig tiny_config(Arch arch) {
             c.norm_placement = NormPlacement::POST;
             c.qk_norm = c.qk_norm_whole = true;
             break;
+        case Arch::GPT_OSS:
+            c.attention_sinks = true;
+            c.qkv_bias = c.o_bias = true;
+            break;
     }
     return c;
 }

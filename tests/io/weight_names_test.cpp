@@ -67,6 +67,20 @@ TEST(WeightNames, Qwen2BiasesAndQwen3Norms) {
     EXPECT_EQ(q3.count("model.layers.0.self_attn.q_proj.bias"), 0u);
 }
 
+// gpt-oss attention: a sink logit per query head in every layer, biases on q/k/v and o_proj.
+TEST(WeightNames, GptOssSinksAndBiases) {
+    const ModelConfig c = test::tiny_config(Arch::GPT_OSS);  // NH 4
+    auto m = by_name(c);
+    for (int l = 0; l < 2; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+        EXPECT_EQ(m.at(p + "sinks").shape, Shape({4})) << l;
+        EXPECT_FALSE(m.at(p + "sinks").optional) << l;
+        EXPECT_EQ(m.at(p + "o_proj.bias").shape, Shape({32})) << l;
+        EXPECT_EQ(m.at(p + "q_proj.bias").shape, Shape({32})) << l;
+    }
+    EXPECT_EQ(by_name(test::tiny_config(Arch::LLAMA)).count("model.layers.0.self_attn.sinks"), 0u);
+}
+
 TEST(WeightNames, Gpt2Table) {
     auto g = by_name(test::tiny_config(Arch::GPT2));
     EXPECT_EQ(g.at("wte.weight").shape, Shape({48, 32}));

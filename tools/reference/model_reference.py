@@ -17,6 +17,11 @@ SmolLM3: no RoPE in layers with no_rope_layers[i] = 0 (default int((i + 1) % 4 !
 partial_rotary_factor (rotate-half on the first head_dim * factor channels), fused qkv_proj and
 gate_up_proj in the checkpoint, sliding_window in every layer. OLMo 2: RMSNorm on the attention
 and MLP outputs (no input norms), q/k RMSNorm over the whole projection before the head split.
+gpt-oss attention (transformers' modeling_gpt_oss.py eager_attention_forward): a learned sink
+logit per query head appended to every row's scores before the softmax and dropped after it
+(softmax([scores, sink])[:-1]), q/k/v and o_proj biases, layer_types alternating
+sliding_attention and full_attention; the MLP is dense SwiGLU (num_local_experts 0: kvlab runs
+gpt-oss attention without its mixture of experts).
 
 Regenerate (Debian's python3-torch, never needed by the build or CI):
     /usr/bin/python3 tools/reference/model_reference.py --out tests/fixtures/models
@@ -83,6 +88,12 @@ def rope_inv_freq(cfg, context_width, mode, theta=None, scaled=True):
     theta = cfg["rope_theta"] if theta is None else theta
     inv = [theta ** (-2.0 * d / m) for d in range(m // 2)]
     scale = 1.0 / math.sqrt(cfg.get("query_pre_attn_scalar", head_dim))
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("type", rs.get("rope_type")) == "longrope" and scaled:
+        # per-pair factors: short up to original_max_position_embeddings, long beyond (the
+        # sequence length transformers sees, here the context width)
+        fac = rs["long_factor"] if context_width > cfg["original_max_position_embeddings"] else rs["short_factor"]
+        return torch.tensor([th / f for th, f in zip(inv, fac)], dtype=torch.float64), scale
     if mode == "yarn" and scaled:
         L_train = cfg["max_position_embeddings"]
         s = max(1.0, context_width / L_train)
@@ -111,11 +122,24 @@ def softcap(x, cap):
     return cap * torch.tanh(x / cap) if cap else x
 
 
-def apply_rope(x, pos, inv_freq):
+def longrope_magnitude(cfg):
+    """LongRoPE's attention factor (transformers' _compute_longrope_parameters), which
+    multiplies cos and sin: sqrt(1 + ln(s) / ln(original)), s = max / original (1 if s <= 1)."""
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("type", rs.get("rope_type")) != "longrope":
+        return 1.0
+    if rs.get("attention_factor"):
+        return rs["attention_factor"]
+    orig = cfg["original_max_position_embeddings"]
+    s = cfg["max_position_embeddings"] / orig
+    return 1.0 if s <= 1.0 else math.sqrt(1 + math.log(s) / math.log(orig))
+
+
+def apply_rope(x, pos, inv_freq, magnitude=1.0):
     # x (B, H, T, D); rotate-half over the first m = 2 len(inv_freq) channels: pairs (i, i + m/2);
-    # channels from m on pass through (Phi-3's partial rotary)
+    # channels from m on pass through (Phi-3's partial rotary); LongRoPE scales cos and sin
     ang = pos[:, None].double() * inv_freq[None, :]  # (T, m/2)
-    cos, sin = torch.cos(ang), torch.sin(ang)
+    cos, sin = torch.cos(ang) * magnitude, torch.sin(ang) * magnitude
     half = inv_freq.shape[0]
     x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
@@ -139,6 +163,8 @@ def layer_window(cfg, layer):
         return cfg["sliding_window"] if layer >= cfg["max_window_layers"] else 0
     if is_gemma(cfg):
         return cfg["sliding_window"] if gemma_sliding(cfg, layer) else 0
+    if cfg["model_type"] == "gpt_oss":
+        return cfg["sliding_window"] if cfg["layer_types"][layer] == "sliding_attention" else 0
     return 0
 
 
@@ -200,7 +226,8 @@ def forward(cfg, W, ids, context_width, mode):
             k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps, off)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, NH, T, HS), (B, G, T, HS)
         if uses_rope(cfg, l):
-            q, k = apply_rope(q, pos, inv_freq), apply_rope(k, pos, inv_freq)
+            mag = longrope_magnitude(cfg)
+            q, k = apply_rope(q, pos, inv_freq, mag), apply_rope(k, pos, inv_freq, mag)
         v = v.transpose(1, 2)
         R = NH // G
         k = k.repeat_interleave(R, dim=1)
@@ -208,9 +235,16 @@ def forward(cfg, W, ids, context_width, mode):
         s = (q @ k.transpose(-1, -2)) * scale
         s = softcap(s, cfg.get("attn_logit_softcapping"))
         s = s.masked_fill(~mask, float("-inf"))
-        a = torch.softmax(s, dim=-1) @ v  # (B, NH, T, HS)
+        if p + "self_attn.sinks" in W:  # gpt-oss: the sink joins the softmax, then is dropped
+            sink = W[p + "self_attn.sinks"].reshape(1, NH, 1, 1).expand(B, NH, T, 1)
+            probs = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(s, dim=-1)
+        a = probs @ v  # (B, NH, T, HS)
         a = a.transpose(1, 2).reshape(B, T, NH * HS)
         o = a @ W[p + "self_attn.o_proj.weight"].T
+        if p + "self_attn.o_proj.bias" in W:
+            o = o + W[p + "self_attn.o_proj.bias"]
         if gemma:  # norms on both sides of attention and MLP
             x = x + rms_norm(o, W[p + "post_attention_layernorm.weight"], eps, off)
             h = rms_norm(x, W[p + "pre_feedforward_layernorm.weight"], eps, off)
@@ -282,6 +316,10 @@ def make_weights(cfg, seed, store_dtype):
             norm(p + "self_attn.q_norm.weight", Q)
             norm(p + "self_attn.k_norm.weight", K)
         lin(p + "self_attn.o_proj.weight", E, Q)
+        if cfg["model_type"] == "gpt_oss":
+            lin(p + "self_attn.o_proj.bias", E)
+            # sink logits of the scores' size and above (0.5 + 1.5 N(0, 1)): they take real mass
+            W[p + "self_attn.sinks"] = 0.5 + 1.5 * torch.randn(cfg["num_attention_heads"], generator=gen, dtype=torch.float64)
         norm(p + "post_attention_layernorm.weight", E)
         if is_gemma(cfg):
             norm(p + "pre_feedforward_layernorm.weight", E)
@@ -369,6 +407,48 @@ FIXTURES = [
                                  hidden_act=None, hidden_activation="gelu_pytorch_tanh",
                                  final_logit_softcapping=2.0, attn_logit_softcapping=0.5),
      torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
+    # gpt-oss attention: sinks, q/k/v/o biases, layers sliding (window 5), full, sliding, full;
+    # a dense SwiGLU MLP in place of the experts (num_local_experts 0).
+    ("gpt_oss_sinks", llama_cfg(model_type="gpt_oss", architectures=["GptOssForCausalLM"], num_hidden_layers=4,
+                                sliding_window=5, attention_bias=True, num_local_experts=0, _qkv_bias=True,
+                                layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+     torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
+    # Gemma layouts as llama.cpp runs them (the GGUF tests convert these folders): Gemma 3 with
+    # its fixed pattern 6 over 7 layers (5 and 6 as a full then a sliding layer), Gemma 2 with
+    # caps; both with query_pre_attn_scalar = head_dim (llama.cpp's scale outside the 27B models).
+    ("gemma3_gguf_layout", llama_cfg(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], num_hidden_layers=7,
+                                     head_dim=16, sliding_window=5, sliding_window_pattern=6, query_pre_attn_scalar=16,
+                                     rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+                                     tie_word_embeddings=True, hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                     final_logit_softcapping=None, attn_logit_softcapping=None),
+     torch.float32, "yarn", 64, [(1, 21)]),
+    ("gemma2_gguf_layout", llama_cfg(model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=3,
+                                     sliding_window=4, query_pre_attn_scalar=8, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                     hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                     final_logit_softcapping=3.0, attn_logit_softcapping=1.5),
+     torch.float32, "yarn", 64, [(1, 21)]),
+    # Phi-3 LongRoPE: 4 rotated pairs (head_dim 16, partial 0.5), original length 32 of 256 (so
+    # q and k's rotated channels grow by sqrt(1 + ln 8 / ln 32)); the short factors within a
+    # context of 32, the long ones in a context of 64.
+    ("phi3_longrope_short", llama_cfg(model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=16, hidden_size=64,
+                                      partial_rotary_factor=0.5, sliding_window=None, max_position_embeddings=256,
+                                      original_max_position_embeddings=32,
+                                      rope_scaling={"type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.0],
+                                                    "long_factor": [1.5, 4.0, 9.0, 17.0]}),
+     torch.float32, "yarn", 32, [(1, 21)]),
+    ("phi3_longrope_long", llama_cfg(model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=16, hidden_size=64,
+                                     partial_rotary_factor=0.5, sliding_window=None, max_position_embeddings=256,
+                                     original_max_position_embeddings=32,
+                                     rope_scaling={"type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.0],
+                                                   "long_factor": [1.5, 4.0, 9.0, 17.0]}),
+     torch.float32, "yarn", 64, [(1, 37)]),
+    # LongRoPE over every channel (8 pairs), the form transformers 4.44's Phi3 runs, for
+    # transformers_check.py: its sequence of 37 > 32 takes the long factors, as the width 64 does.
+    ("phi3_longrope_full", llama_cfg(model_type="phi3", architectures=["Phi3ForCausalLM"], head_dim=16, hidden_size=64, pad_token_id=0,
+                                     sliding_window=None, max_position_embeddings=256, original_max_position_embeddings=32,
+                                     rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.1, 2.5, 3.0, 3.2],
+                                                   "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 17.0, 20.0]}),
+     torch.float32, "yarn", 64, [(1, 37)]),
 ]
 
 

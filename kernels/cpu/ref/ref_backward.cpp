@@ -185,7 +185,7 @@ void sdpa_backward(const OpCall& c) {
     const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4], &dy = c.src[5];
     const int64_t B = q.ne[0], NH = q.ne[1], n = q.ne[2], HS = q.ne[3], G = k.ne[1], T = k.ne[2], R = NH / G;
     const double alpha = c.p.alpha;
-    std::vector<double> dk((size_t)(B * G * T * HS), 0.0), dv((size_t)(B * G * T * HS), 0.0);
+    std::vector<double> dk((size_t)(B * G * T * HS), 0.0), dv((size_t)(B * G * T * HS), 0.0), dsink((size_t)NH, 0.0);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < NH; ++h) {
             const int64_t g = h / R;
@@ -212,6 +212,16 @@ void sdpa_backward(const OpCall& c) {
                 double sum = 0;
                 for (int64_t j = 0; j < T; ++j)
                     if (ok[size_t(j)]) sum += (a[size_t(j)] = std::exp(a[size_t(j)] - mx));
+                // Sink (src6): one more softmax term with no value; its probability a_sink.
+                const bool sink = has_src(c, 6) && sum > 0;
+                double a_sink = 0;
+                if (sink) {
+                    const double sl = get(c.src[6], Index{h}), m2 = std::max(mx, sl), f = std::exp(mx - m2);
+                    for (int64_t j = 0; j < T; ++j)
+                        if (ok[size_t(j)]) a[size_t(j)] *= f;
+                    sum = sum * f + std::exp(sl - m2);
+                    a_sink = std::exp(sl - m2) / sum;
+                }
                 double adot = 0;
                 for (int64_t j = 0; j < T; ++j) {
                     if (!ok[size_t(j)]) continue;
@@ -231,8 +241,11 @@ void sdpa_backward(const OpCall& c) {
                     }
                 }
                 for (int64_t d = 0; d < HS; ++d) put(c.dst, Index{b, h, i, d}, dq[size_t(d)], acc_bit(c, KV_ACC_DST));
+                dsink[size_t(h)] += a_sink * (0.0 - adot);  // the sink's dS: its dA is 0
             }
         }
+    if (c.dst4.data)
+        for (int64_t h = 0; h < NH; ++h) put(c.dst4, Index{h}, dsink[size_t(h)], acc_bit(c, KV_ACC_DST4));
     for (int64_t b = 0; b < B; ++b)
         for (int64_t g = 0; g < G; ++g)
             for (int64_t j = 0; j < T; ++j)

@@ -204,6 +204,12 @@ void sdpa(const OpCall& c) {
                 }
                 double sum = 0;
                 for (auto& e : s) sum += (e = (mx == -std::numeric_limits<double>::infinity()) ? 0.0 : std::exp(e - mx));
+                if (has_src(c, 5) && sum > 0) {  // the sink: one more term of the denominator, with no value
+                    const double sink = get(c.src[5], Index{h});
+                    const double m2 = std::max(mx, sink), f = std::exp(mx - m2);
+                    for (auto& e : s) e *= f;
+                    sum = sum * f + std::exp(sink - m2);
+                }
                 for (int64_t d = 0; d < HS; ++d) {
                     double acc = 0;
                     for (int64_t j = 0; j < T; ++j) acc += (sum > 0 ? s[size_t(j)] / sum : 0.0) * get(v, Index{b, g, j, d});
@@ -261,6 +267,12 @@ void sdpa_quest(const OpCall& c) {
                 }
                 double sum = 0;
                 for (auto& e : s) sum += (e = (m == -std::numeric_limits<double>::infinity()) ? 0.0 : std::exp(e - m));
+                if (has_src(c, 7) && sum > 0) {  // the sink (as SDPA's src5): one more term of the denominator
+                    const double sink = get(c.src[7], Index{h});
+                    const double m2 = std::max(m, sink), f = std::exp(m - m2);
+                    for (auto& e : s) e *= f;
+                    sum = sum * f + std::exp(sink - m2);
+                }
                 for (int64_t d = 0; d < HS; ++d) {
                     double acc = 0;
                     for (int64_t j = 0; j < T; ++j) acc += (sum > 0 ? s[size_t(j)] / sum : 0.0) * get(v, Index{b, g, j, d});
