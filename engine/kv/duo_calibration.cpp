@@ -202,11 +202,23 @@ class MixedLayers final : public LayerAttention, public AttentionBackward {
     std::vector<double> dalpha_;
 };
 
+// The mixed attention calibration differentiates is plain softmax attention: a sink logit in the
+// denominator or soft-capped scores would make its gates fit another attention than the model's.
+void refuse_unmodelled_attention(const ModelConfig& c) {
+    if (c.attention_sinks)
+        throw Error(str("duo calibration: ", c.name, " has attention sinks (a learned logit per head in the softmax), "
+                        "which calibration's mixed attention does not model; expected a model without sinks"));
+    if (c.attn_logit_softcap > 0)
+        throw Error(str("duo calibration: ", c.name, " soft-caps attention scores (attn_logit_softcapping ", c.attn_logit_softcap,
+                        "), which calibration's mixed attention does not model; expected a model without soft-capping"));
+}
+
 }  // namespace
 
 double duo_calibration_loss(const Transformer& model, const std::vector<int32_t>& ids, const std::vector<double>& alpha,
                             const DuoCalibrationConfig& cfg, std::vector<double>* dalpha, double* distance) {
     const ModelConfig& c = model.config();
+    refuse_unmodelled_attention(c);
     const int64_t nl = c.num_layers, G = c.num_kv_heads, n = int64_t(ids.size()), E = c.hidden_size;
     if (int64_t(alpha.size()) != nl * G) throw Error(str("duo calibration: ", alpha.size(), " gates for ", nl, " x ", G, " KV heads"));
     const int64_t sup = std::min(cfg.supervised, n);
@@ -260,6 +272,7 @@ std::vector<double> calibrate_duo(const Transformer& model, const std::vector<st
     if (samples.empty()) throw Error("duo calibration: no samples");
     if (cfg.steps < 1) throw Error(str("duo calibration: ", cfg.steps, " steps; expected >= 1"));
     const ModelConfig& c = model.config();
+    refuse_unmodelled_attention(c);
     const size_t N = size_t(c.num_layers * c.num_kv_heads);
     std::vector<double> alpha(N, std::clamp(cfg.init, 0.0, 1.0)), m(N, 0.0), v(N, 0.0), g;
     const double b1 = 0.9, b2 = 0.999, eps = 1e-8;

@@ -441,5 +441,25 @@ TEST(DuoCalibration, RanksThePlantedRetrievalHeadsFirst) {
     }
 }
 
+// Calibration differentiates plain softmax attention; a model whose softmax has a sink logit or
+// soft-capped scores is refused by name instead of calibrated against another attention.
+TEST(DuoCalibration, SinksAndSoftCapsAreRefusedByName) {
+    for (const bool sinks : {true, false}) {
+        ModelConfig cfg = preset_config("tiny-gpt-oss");
+        cfg.layer_specs.clear();  // every layer full: the sliding-window refusal must not be what fires
+        cfg.attention_sinks = sinks;
+        if (!sinks) cfg.attn_logit_softcap = 50.0;
+        Transformer model(cfg, random_weights(cfg, 5, DType::F32), ModelOptions{});
+        DuoCalibrationConfig c;
+        c.sink = 2, c.recent = 4, c.supervised = 8, c.steps = 1;
+        const std::vector<std::vector<int32_t>> samples = {std::vector<int32_t>(16, 40)};
+        int64_t calls = 0;
+        const std::string msg = error_text([&] { calibrate_duo(model, samples, c, [&](const DuoCalibrationStep&) { ++calls; }); });
+        EXPECT_NE(msg.find(sinks ? "attention sinks" : "soft-caps attention scores"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("expected a model without"), std::string::npos) << msg;
+        EXPECT_EQ(calls, 0);
+    }
+}
+
 }  // namespace
 }  // namespace kv::test
