@@ -64,7 +64,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     Transformer& m = *lm.model;
     const ModelConfig& c = lm.config;
     m.set_context_width(std::max(o.context, c.max_position_embeddings));
-    const int total = 11;
+    const int total = 12;
     int done = 0;
 
     // 1. SDPA of one chunk over a full cache, with and without weight sums.
@@ -93,7 +93,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     const double t_h2o = chunk_seconds(m, "h2o-default", o);
     rows.push_back({"chunk throughput h2o / lastrec", double(o.chunk) / t_h2o, double(o.chunk) / t_lastrec, "tokens/s", t_lastrec / t_h2o,
                     0.8, false});
-    for (std::string b : {"q8", "q4", "fp8_e4m3", "nvfp4", "k8v4"}) {
+    for (std::string b : {"q8", "q4", "fp8_e4m3", "nvfp4", "k8v4", "turboquant"}) {
         progress(done++, total, "lastrec-" + b + " chunks");
         const double t = chunk_seconds(m, "lastrec-" + b, o);
         rows.push_back({"chunk throughput " + b + " / default (lastrec)", double(o.chunk) / t, double(o.chunk) / t_lastrec, "tokens/s",
@@ -122,7 +122,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     };
     const double bf16 = bytes_per_token("bf16");
     for (std::string b : {"f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4", "k8v4",
-                          "k8v4_0", "kfp8vfp4"}) {
+                          "k8v4_0", "kfp8vfp4", "turboquant"}) {
         KVCacheConfig probe;  // block formats need a head (or all heads) to be whole blocks
         probe.name = "lastrec-" + b;
         probe.cache_length = 64;
