@@ -64,7 +64,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     Transformer& m = *lm.model;
     const ModelConfig& c = lm.config;
     m.set_context_width(std::max(o.context, c.max_position_embeddings));
-    const int total = 11;
+    const int total = 12;
     int done = 0;
 
     // 1. SDPA of one chunk over a full cache, with and without weight sums.
@@ -93,7 +93,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     const double t_h2o = chunk_seconds(m, "h2o-default", o);
     rows.push_back({"chunk throughput h2o / lastrec", double(o.chunk) / t_h2o, double(o.chunk) / t_lastrec, "tokens/s", t_lastrec / t_h2o,
                     0.8, false});
-    for (std::string b : {"q8", "q4", "fp8_e4m3", "nvfp4", "k8v4"}) {
+    for (std::string b : {"q8", "q4", "fp8_e4m3", "nvfp4", "k8v4", "turboquant"}) {
         progress(done++, total, "lastrec-" + b + " chunks");
         const double t = chunk_seconds(m, "lastrec-" + b, o);
         rows.push_back({"chunk throughput " + b + " / default (lastrec)", double(o.chunk) / t, double(o.chunk) / t_lastrec, "tokens/s",
@@ -122,7 +122,7 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     };
     const double bf16 = bytes_per_token("bf16");
     for (std::string b : {"f32", "bf16", "f16", "q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4", "k8v4",
-                          "k8v4_0", "kfp8vfp4"}) {
+                          "k8v4_0", "kfp8vfp4", "turboquant"}) {
         KVCacheConfig probe;  // block formats need a head (or all heads) to be whole blocks
         probe.name = "lastrec-" + b;
         probe.cache_length = 64;
@@ -181,6 +181,38 @@ std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::
                         T == o.contexts.back() ? 0.5 : 0.0, true});
         rows.push_back({str("decode sdpa kivi", o.bits, " / f32 at ", T, ": ratio per round, min | median of ", ratios.size()), r_min, r_med,
                         "x", r_med, T == o.contexts.back() ? 0.5 : 0.0, true});
+        for (const std::string& f : o.formats) {
+            KVCacheConfig fc;
+            fc.name = "dense-" + f;
+            BufferParams fp;
+            fp.L = T, fp.G = G, fp.D = D;
+            auto sh = make_buffer_shared(fc, T, G, D, Device{}, DType::F32);
+            std::unique_ptr<KVBuffer> a = make_buffer(fc, fp, sh);
+            fp.layer = 1;
+            std::unique_ptr<KVBuffer> b2 = make_buffer(fc, fp, sh);
+            a->prefill(k, v);
+            b2->prefill(k, v);
+            SlotPlan one;
+            one.n = 1;
+            one.rows = 1;
+            one.targets = {int32_t(T - 1)};
+            const Tensor k1 = k.slice(2, T - 1, T).contiguous(), v1 = v.slice(2, T - 1, T).contiguous();
+            auto step = [&](KVBuffer& x) {
+                x.write(one, k1, v1);
+                auto [K, V] = x.read(T);
+                ops::sdpa_(y, q, K, V, kpos, qpos, scale);
+            };
+            double t_f = 1e30, t_d = 1e30;
+            for (int r = 0; r < std::max(1, o.rounds); ++r) {
+                t_d = std::min(t_d, time_best([&] { ops::sdpa_(y, q, k, v, kpos, qpos, scale); }, o.min_seconds));
+                t_f = std::min(t_f, time_best([&] { step(*a), step(*b2); }, o.min_seconds) / 2.0);
+            }
+            // Bytes a step reads: the layer's codes and scales (dequantized whole), then the f32 copy
+            // SDPA reads; the f32 buffer reads its K and V once.
+            const double b_def = double(2 * G * T * D * 4), b_f = double(a->bytes()) + b_def;
+            rows.push_back({str("decode step ", f, " / f32 at ", T, ": KV bytes read"), b_f, b_def, "bytes", b_f / b_def, 0, true});
+            rows.push_back({str("decode step ", f, " / f32 at ", T, ": time"), t_f * 1e3, t_d * 1e3, "ms", t_f / t_d, 0, true});
+        }
     }
     progress(total, total, "");
     return rows;

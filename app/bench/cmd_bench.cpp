@@ -53,7 +53,7 @@ void print_help() {
         "  policies   eval throughput of every policy vs lastrec on the same run (target >= 0.9x in CPU time);\n"
         "             --model (default smollm2-135m), --tokens (2048), --cache_length (512), --chunk (128),\n"
         "             --repeats (3 interleaved rounds), --cache (comma list; default all that evict), --threads (1)\n"
-        "  kivi       decode SDPA over a KIVI-2 buffer vs the f32 buffer at 8k and 32k: bytes read and time\n"
+        "  kivi       decode SDPA over a KIVI-2 buffer, and a decode step of each row format, vs the f32 buffer at 8k and 32k: bytes read and time\n"
         "             (target <= 0.5x at 32k); --model PRESET for its attention shapes (default SmolLM2-135M's)\n"
         "  quest      decode SDPA of Quest reading 1/8 of the pages vs full attention over the same paged cache\n"
         "             at 8k and 32k (target <= 1/3 the time at 32k); --model PRESET, --page (16), --fraction (8)\n"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "commands.h"
@@ -102,13 +103,31 @@ std::vector<int64_t> parse_ids(const std::string& v) {
     return ids;
 }
 
+// Byte counts of the runs' summaries: drawn in MiB, log2 scale; they place every cache
+// (dense runs are references on them).
+bool is_bytes_axis(const std::string& x) { return x == "kv_bytes" || x == "kv_physical_bytes" || x == "kv_logical_bytes"; }
+
 }  // namespace
+
+bool figure_x_is_bytes(const std::vector<RunConfig>& configs) {
+    std::set<std::string> storage;
+    bool budget = false;
+    for (const RunConfig& c : configs) {
+        if (c.kv_cache.policy() == "dense") continue;  // references: on any axis
+        storage.insert(str(c.kv_cache.buffer(), "/", c.kv_cache.key_bits, "/", c.kv_cache.value_bits));
+        budget = budget || c.kv_cache.budget_bytes != 0 || c.kv_cache.budget_ratio != 0.0;
+    }
+    return budget || storage.size() > 1;
+}
 
 plot::Figure session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,
                             const std::string& by, const std::string& facet,
                             const std::vector<std::pair<std::string, std::string>>& where) {
     plot::Figure fig;
-    fig.x_title = x == "kv_bytes" ? "KV cache held (MiB, the runs' kv_bytes)" : axis_title(x);
+    fig.x_title = x == "kv_bytes"            ? "KV cache held (MiB, the runs' kv_bytes)"
+                  : x == "kv_physical_bytes" ? "KV cache stored (MiB: codes and scales of all layers)"
+                  : x == "kv_logical_bytes"  ? "KV slots kept (MiB)"
+                                             : axis_title(x);
     fig.y_title = axis_title(y);
     // x may also be a number of the runs' summaries (kv_bytes: the cache's real bytes, so
     // buffers of different bits per element compare by memory, not slots).
@@ -119,9 +138,9 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
     }
     if (x == kLayerAxis) fig.integer_x = true;
     const bool x_summary = !is_run_option(x) && x != kLayerAxis;
-    const bool x_is_cache = sessions::is_cache_option(x) || x == "kv_bytes";
+    const bool x_is_cache = sessions::is_cache_option(x) || is_bytes_axis(x);
     fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size" ||
-                 x == "kv_bytes";
+                 is_bytes_axis(x);
     // First the runs that can be drawn, then what tells them apart: runs whose configurations
     // differ in anything but the figure's own axes are separate lines (and references), never
     // one; repeated runs of one configuration are one point, their mean and standard error.
@@ -178,13 +197,15 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         if (x_summary) {
             if (!s.contains(x) || !s[x].is_number()) continue;  // a run that does not record it
             row.x = s[x].get<double>();
-            if (x == "kv_bytes") row.x /= 1048576.0;  // MiB: byte counts make unreadable tick labels
+            if (is_bytes_axis(x)) row.x /= 1048576.0;  // MiB: byte counts make unreadable tick labels
             ++x_found;
         } else {
             const std::string xs = sessions::run_option_value(cfg, x);
             if (!parse_number(xs, &row.x)) throw Error(str("--x ", x, ": run ", r.id, " has '", xs, "', not a number; expected a numeric option"));
         }
         row.series = by.empty() ? y : sessions::run_option_value(cfg, by);
+        // on bytes, caches of one series value could meet at one x: never one point
+        if (is_bytes_axis(x) && by != "kv_cache.name") row.series += " | " + cfg.kv_cache.name;
         rows.push_back(std::move(row));
     }
     // The figure's axes as stored fields: derived options stand for what they are made of.
@@ -193,7 +214,9 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         if (o.empty()) continue;
         axes.push_back(o);
         if (o == "data" || o == "model") axes.push_back(o + ".name");
-        if (o == "kv_cache.ratio" || o == "kv_bytes") axes.push_back("kv_cache.cache_length");
+        if (o == "kv_cache.ratio" || is_bytes_axis(o)) axes.push_back("kv_cache.cache_length");
+        // bytes: the budget that chose the length is the x value, not another experiment
+        if (is_bytes_axis(o)) axes.insert(axes.end(), {"kv_cache.budget_bytes", "kv_cache.budget_ratio"});
     }
     if (x == kLayerAxis) axes.push_back("kv_cache.cache_length");  // dense runs are references there too
     if (x_is_cache || x == kLayerAxis) axes.push_back("kv_cache.name");  // dense runs are references whatever the line option
@@ -264,7 +287,7 @@ bool write_session_figure(storage::Session& session, const std::vector<int64_t>&
 int cmd_plot(int argc, char** argv, int first) {
     // A figure of recorded runs: no threads, memory budget or device to choose.
     std::vector<OptionSpec> specs = {{"help", OptKind::FLAG, "", "show help for this command"}};
-    specs.push_back({"x", OptKind::STRING, "kv_cache.cache_length",
+    specs.push_back({"x", OptKind::STRING, "kv_physical_bytes when the runs differ in buffer or use budget_bytes, else kv_cache.cache_length",
                      "run option on the x axis, or a number of the runs' summaries such as kv_bytes (log2 scale for sizes and lengths); "
                      "'layer': the per-layer means of a --fidelity run (--y fidelity_efficiency, fidelity_kept_mass, "
                      "fidelity_oracle_mass or fidelity_attn_rel_error)"});
@@ -299,7 +322,7 @@ int cmd_plot(int argc, char** argv, int first) {
     const std::string out = args.str("output", "");
     if (out.empty()) throw UsageError("plot: missing -o FILE; expected e.g. -o fig.svg (or .png, .pdf)");
     if (plot::figure_format(out).empty()) throw UsageError("-o: '" + out + "' is not a figure file; expected a name ending in .svg, .png or .pdf");
-    const std::string x = args.str("x", "kv_cache.cache_length"), by = args.str("by", "kv_cache.name"), facet = args.str("facet", "");
+    std::string x = args.str("x", ""), by = args.str("by", "kv_cache.name"), facet = args.str("facet", "");
     for (const auto& [flag, opt] : {std::pair<std::string, std::string>{"x", x}, {"by", by}, {"facet", facet}}) {
         if (opt.empty() || (flag == "x" && !is_run_option(opt) && is_plain_key(opt))) continue;  // x: a summary number
         try {
@@ -333,6 +356,19 @@ int cmd_plot(int argc, char** argv, int first) {
         return 0;
     }
     auto session = storage::Session::open(args.positional()[0]);
+    if (x.empty()) {  // by default, bytes when the runs' slots hold different bytes
+        std::vector<RunConfig> configs;
+        for (const auto& r : session->runs()) {
+            if (r.status != storage::RunStatus::DONE || (!ids.empty() && std::find(ids.begin(), ids.end(), r.id) == ids.end())) continue;
+            try {
+                RunConfig c = run_config_from_json(r.config, "run");
+                if (sessions::run_matches_where(c, where)) configs.push_back(std::move(c));
+            } catch (const Error&) {
+            }
+        }
+        x = figure_x_is_bytes(configs) ? "kv_physical_bytes" : "kv_cache.cache_length";
+        std::fprintf(stderr, "kvlab plot: x axis %s\n", x.c_str());
+    }
     plot::Figure fig = session_figure(*session, ids, x, args.str("y", "perplexity"), by, facet, where);
     fig.title = args.str("title", "");
     plot::render_figure(fig, out);

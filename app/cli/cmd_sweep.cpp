@@ -31,6 +31,18 @@ namespace kv::cli {
 
 namespace {
 
+// The figure's x axis: stored KV bytes when the cells' slots hold different bytes (other
+// buffers or widths, byte budgets: figure_x_is_bytes), the ratio when it is an axis, else the
+// cache length.
+std::string sweep_figure_x(const sessions::SweepSpec& spec, const std::vector<sessions::SweepCell>& cells) {
+    std::vector<RunConfig> configs;
+    for (const auto& c : cells) configs.push_back(c.cfg);
+    if (figure_x_is_bytes(configs)) return "kv_physical_bytes";
+    for (const auto& a : spec.axes)
+        if (a.option == "kv_cache.ratio" && a.values.size() > 1) return "kv_cache.ratio";
+    return "kv_cache.cache_length";
+}
+
 std::atomic<bool> g_sweep_interrupted{false};
 extern "C" void on_sweep_sigint(int) { g_sweep_interrupted.store(true); }
 
@@ -49,7 +61,7 @@ std::vector<OptionSpec> sweep_option_specs() {
                      "result table: table, csv, json, md, or leaderboard (method x kv_cache.ratio, the mean over tasks with standard errors)"});
     specs.push_back({"metric", OptKind::STRING, "auto", "summary metric in the table (auto: perplexity, else copy_token_accuracy, else accuracy, else mean_loss; "
                      "with --fidelity true also fidelity_kept_mass, fidelity_attn_rel_error, fidelity_next_token_kl, fidelity_efficiency)"});
-    specs.push_back({"figure", OptKind::STRING, "SESSION.svg", "figure of the metric vs cache length (none: no figure)"});
+    specs.push_back({"figure", OptKind::STRING, "SESSION.svg", "figure of the metric vs cache length, or vs stored KV bytes when the buffers differ or a byte budget is set (none: no figure)"});
     return specs;
 }
 
@@ -244,13 +256,12 @@ int cmd_sweep(int argc, char** argv, int first) {
         if (figure.size() > 6 && figure.compare(figure.size() - 6, 6, ".kvlab") == 0) figure.resize(figure.size() - 6);
         figure += ".svg";
     }
+    std::string x;
     if (figure != "none") {
         std::vector<int64_t> ids;
         for (const auto& r : table.rows)
             if (r.run) ids.push_back(r.run);
-        std::string x = "kv_cache.cache_length";
-        for (const auto& a : spec.axes)
-            if (a.option == "kv_cache.ratio" && a.values.size() > 1) x = "kv_cache.ratio";
+        x = sweep_figure_x(spec, cells);
         std::string by = "kv_cache.name";
         std::string facet;
         for (const auto& a : spec.axes)
@@ -261,8 +272,9 @@ int cmd_sweep(int argc, char** argv, int first) {
         else
             std::fprintf(stderr, "kvlab sweep: no figure: %s\n", message.c_str());
     }
-    std::fprintf(stderr, "kvlab sweep: session %s (kvlab plot %s --x %s --y %s -o fig.pdf)\n", path.c_str(), path.c_str(),
-                 "kv_cache.cache_length", table.metric.c_str());
+    if (x.empty()) x = sweep_figure_x(spec, cells);
+    std::fprintf(stderr, "kvlab sweep: session %s (kvlab plot %s --x %s --y %s -o fig.pdf)\n", path.c_str(), path.c_str(), x.c_str(),
+                 table.metric.c_str());
     return failures ? 1 : 0;
 }
 

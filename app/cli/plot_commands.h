@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/run/run_config.h"
 #include "plot/figure.h"
 #include "plot/heatmap.h"
 
@@ -22,6 +23,13 @@ namespace kv::cli {
 plot::Figure session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x,
                             const std::string& y, const std::string& by, const std::string& facet,
                             const std::vector<std::pair<std::string, std::string>>& where = {});
+
+// Whether a figure of these runs' configurations takes the KV bytes the buffers store
+// (kv_physical_bytes: codes and scales of all layers, without the shared working buffer) as its
+// x axis by default: when the compressing runs differ in their buffer or widths (key_bits,
+// value_bits) or any of them sets its length by a byte budget, since slots of different buffers
+// hold different bytes.
+bool figure_x_is_bytes(const std::vector<RunConfig>& configs);
 
 // session_figure + render; false with the reason in *message instead of throwing.
 bool write_session_figure(storage::Session& session, const std::vector<int64_t>& runs, const std::string& x, const std::string& y,

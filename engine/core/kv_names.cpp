@@ -25,6 +25,9 @@ const std::vector<BufferInfo>& kv_buffer_registry() {
         {.name = "k8v4", .kind = K::QUANTIZED, .bits = 6, .key_format = "q8", .value_format = "q4"},
         {.name = "k8v4_0", .kind = K::QUANTIZED, .bits = 6, .key_format = "q8_0", .value_format = "q4_0"},
         {.name = "kfp8vfp4", .kind = K::QUANTIZED, .bits = 6, .key_format = "fp8_e4m3", .value_format = "nvfp4"},
+        // vLLM's TurboQuant: a seeded Hadamard rotation, then Lloyd-Max codes for keys and uniform
+        // codes for values (kernels/common/quant_formats.h TQK/TQV); widths by key_bits / value_bits
+        {.name = "turboquant", .kind = K::QUANTIZED, .bits = 4, .key_format = "tqk4", .value_format = "tqv4"},
         {.name = "kivi2", .kind = K::KIVI, .bits = 2},
         {.name = "kivi4", .kind = K::KIVI, .bits = 4},
     };

@@ -145,6 +145,14 @@ const std::vector<QuantFamily>& quant_families() {
         {"nvfp4", {{8, "fp8_e4m3"}, {4, "nvfp4"}}},
         {"mxfp4", {{8, "fp8_e4m3"}, {4, "mxfp4"}}},
         {"nf4", {{4, "nf4"}}},                          // NF4 has 4-bit levels only
+        // TurboQuant: Lloyd-Max key codebooks of up to 16 levels; uniform values up to 8 bits
+        {"tqk2", {{2, "tqk2"}, {3, "tqk3"}, {4, "tqk4"}}},
+        {"tqk3", {{2, "tqk2"}, {3, "tqk3"}, {4, "tqk4"}}},
+        {"tqk4", {{2, "tqk2"}, {3, "tqk3"}, {4, "tqk4"}}},
+        {"tqv2", {{2, "tqv2"}, {3, "tqv3"}, {4, "tqv4"}, {8, "tqv8"}}},
+        {"tqv3", {{2, "tqv2"}, {3, "tqv3"}, {4, "tqv4"}, {8, "tqv8"}}},
+        {"tqv4", {{2, "tqv2"}, {3, "tqv3"}, {4, "tqv4"}, {8, "tqv8"}}},
+        {"tqv8", {{2, "tqv2"}, {3, "tqv3"}, {4, "tqv4"}, {8, "tqv8"}}},
     };
     return f;
 }
@@ -330,12 +338,17 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
         // Blocks span all heads of a token when a head alone is too small (keys_values: D < 16).
         const int64_t over_heads = head_dim * num_kv_heads;
         const int64_t row = quant_rows_over_heads(c, kf, vf, head_dim) ? over_heads : head_dim;
-        for (QuantFormat f : {kf, vf})
-            if (!quant_row_ok(f, row))
-                throw Error(str("--kv_cache.name: buffer '", b, "' cannot store head size ", head_dim, " with ", num_kv_heads, " KV heads: ",
-                                quant_block_elems(f) ? str("blocks of ", quant_block_elems(f), " values")
-                                                     : std::string("an even number of values (4-bit)"),
-                                " (", ops::quant_format_name(f), ") do not divide ", head_dim, " or ", over_heads));
+        for (QuantFormat f : {kf, vf}) {
+            if (quant_row_ok(f, row)) continue;
+            if (tq_bits(f))  // the rotation is a fast Walsh-Hadamard transform: no padding, no other sizes
+                throw Error(str("--kv_cache.name: buffer '", b, "' rotates rows with a Hadamard transform; head size ", head_dim,
+                                " (or ", over_heads, " over all ", num_kv_heads, " KV heads) is not a power of two from 16 to ", kTqMaxRow,
+                                " (", ops::quant_format_name(f), "); expected such a head size"));
+            throw Error(str("--kv_cache.name: buffer '", b, "' cannot store head size ", head_dim, " with ", num_kv_heads, " KV heads: ",
+                            quant_block_elems(f) ? str("blocks of ", quant_block_elems(f), " values")
+                                                 : std::string("an even number of values (4-bit)"),
+                            " (", ops::quant_format_name(f), ") do not divide ", head_dim, " or ", over_heads));
+        }
     }
 }
 

@@ -18,9 +18,12 @@
 #include "ops.h"
 
 #include "kernels/common/kivi_op.h"
+#include "kernels/common/lloyd_max.h"
 #include "kernels/common/quest_op.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -609,7 +612,8 @@ void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, c
 
 // ---- [SECTION] quantization ---------------------------------------------------------------------
 const char* quant_format_name(QuantFormat f) {
-    static const char* names[] = {"q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4"};
+    static const char* names[] = {"q8",   "q4",   "nf4",  "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4",
+                                  "mxfp4", "tqk2", "tqk3", "tqk4", "tqv2", "tqv3",     "tqv4",     "tqv8"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(QuantFormat::COUNT), "format names out of date");
     return size_t(f) < size_t(QuantFormat::COUNT) ? names[size_t(f)] : "?";
 }
@@ -627,9 +631,32 @@ void check_quant_row(const char* op, QuantFormat f, int64_t n) {
     if (quant_row_ok(f, n)) return;
     const int blk = quant_block_elems(f);
     throw Error(str(op, ": a row of ", n, " values cannot be stored as ", quant_format_name(f), "; expected ",
-                    blk ? str("a multiple of ", blk) : std::string("an even number of values")));
+                    tq_bits(f) ? str("a power of two from 16 to ", kTqMaxRow, " (the Hadamard rotation)")
+                    : blk      ? str("a multiple of ", blk)
+                               : std::string("an even number of values")));
+}
+
+void set_levels(OpCall& c, QuantFormat f, int64_t n) {
+    const QuantLevels lv = quant_levels(f, n);
+    std::copy(std::begin(lv.v), std::end(lv.v), std::begin(c.p.qlevels));
 }
 }  // namespace
+
+QuantLevels quant_levels(QuantFormat f, int64_t n) {
+    QuantLevels out;
+    if (!tq_codebook(f)) return out;
+    check_quant_row("quant_levels", f, n);
+    // Computed once per (row length, width): a few milliseconds of f64 Lloyd-Max iteration.
+    static std::mutex mu;
+    static std::map<std::pair<int64_t, int>, QuantLevels> cache;
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, fresh] = cache.try_emplace({n, tq_bits(f)});
+    if (fresh) {
+        const std::vector<double> c = lloyd_max_sphere_levels(n, tq_bits(f));
+        for (size_t k = 0; k < c.size(); ++k) it->second.v[k] = float(c[k]);
+    }
+    return it->second;
+}
 
 void quantize_(Tensor& dst, const Tensor& x, QuantFormat f) {
     const char* op = "quantize";
@@ -642,6 +669,7 @@ void quantize_(Tensor& dst, const Tensor& x, QuantFormat f) {
             str("destination must be u8 ", s.str(), " with unit last stride, got ", dst.describe()));
     OpCall c = make_call(OpKind::QUANTIZE, dst, {&x});
     c.p.qformat = int(f);
+    set_levels(c, f, x.size(-1));
     dispatch(c);
 }
 
@@ -665,6 +693,7 @@ void dequantize_(Tensor& out, const Tensor& q, QuantFormat f) {
             str("input must be u8 ", s.str(), " with unit last stride, got ", q.describe()));
     OpCall c = make_call(OpKind::DEQUANTIZE, out, {&q});
     c.p.qformat = int(f);
+    set_levels(c, f, out.size(-1));
     dispatch(c);
 }
 

@@ -149,6 +149,9 @@ void quantize_(Tensor& dst, const Tensor& x, QuantFormat f);
 void dequantize_(Tensor& out, const Tensor& q, QuantFormat f);
 const char* quant_format_name(QuantFormat f);  // "q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", ...
 QuantFormat quant_format_from_name(const std::string& name);  // throws kv::Error listing names
+// The codebook QUANTIZE/DEQUANTIZE of f read for rows of n values: TurboQuant keys' Lloyd-Max
+// levels (kernels/common/lloyd_max.h, computed once per n and width); zeros for other formats.
+QuantLevels quant_levels(QuantFormat f, int64_t n);
 
 // ---- gradients (the *_BACKWARD ops of kernels/common/op.h) -------------------------------
 // Outputs are named d<input>. An `accumulate` flag adds into the existing gradient instead of

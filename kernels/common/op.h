@@ -249,6 +249,7 @@ struct OpParams {
     float softcap = 0.0f;        // SDPA, SDPA_BACKWARD: scores s -> softcap tanh(s / softcap) (0 = none; Gemma 2)
     int act = 0;                 // SWIGLU, SWIGLU_BACKWARD: a GateAct
     int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat; MATMUL: a PackedFormat (u8 weight)
+    float qlevels[16] = {};      // QUANTIZE/DEQUANTIZE of TurboQuant keys: the codebook (QuantLevels)
     int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits
     int ignore_index = -100;     // CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD: target of rows to skip
     int64_t max_temp_bytes = 0;  // SDPA_BACKWARD: bound on score blocks held at once (0 = 64 MiB)

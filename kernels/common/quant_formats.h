@@ -28,16 +28,52 @@
 //         amax) - 2) (2: E2M1's largest exponent), elements e2m1(x / X), saturating at 6.
 //         Block (ggml's block_mxfp4): E8M0 byte, 16 bytes (element j in the low nibble,
 //         j + 16 in the high).                                     bits/elem = 4.25
+//   TQK2/3/4 TurboQuant keys: the row (n a power of two, 16..4096) is rotated by a seeded
+//         random Hadamard transform y = H S x / sqrt(n) (S: +-1 signs from tq_sign, H:
+//         Sylvester's Hadamard matrix, applied as a fast Walsh-Hadamard transform); each
+//         coordinate of y / |y| is coded as the nearest of 2^b levels (ties to the lower), the
+//         Lloyd-Max codebook of one coordinate of a uniform unit vector in R^n (lloyd_max.h,
+//         handed to the kernels as QuantLevels). Row: b-bit codes packed little-endian (code i
+//         at bits [b i, b i + b)), f32 g = |x| / |Q(u)|: decoding keeps the row's norm, so the
+//         working buffer's write-back re-codes a decoded row to the same codes (storing |x|
+//         would shrink it by |Q(u)| at each write-back).             bits/elem = b + 32/n
+//   TQV2/3/4/8 TurboQuant values: the same rotation, then uniform min-max codes over the
+//         rotated row, q = rne((y - lo) / s), s = (hi - lo) / (2^b - 1). Row: packed b-bit
+//         codes, f32 lo, f32 s.                                    bits/elem = b + 64/n
 #pragma once
 
 #include <cstdint>
 
 #include "dtype.h"
+#include "element_math.h"  // kv_sqrt
 #include "hd.h"
 
 namespace kv {
 
-enum class QuantFormat : uint8_t { Q8 = 0, Q4, NF4, Q8_0, Q4_0, FP8_E4M3, FP8_E5M2, NVFP4, MXFP4, COUNT };
+enum class QuantFormat : uint8_t { Q8 = 0, Q4, NF4, Q8_0, Q4_0, FP8_E4M3, FP8_E5M2, NVFP4, MXFP4, TQK2, TQK3, TQK4, TQV2, TQV3, TQV4, TQV8, COUNT };
+
+// The TurboQuant key codebook of one row length and width (2^b <= 16 levels, ascending); the
+// engine computes it (ops::quant_levels) and passes it with every QUANTIZE/DEQUANTIZE call.
+struct QuantLevels {
+    float v[16] = {};
+};
+
+// TurboQuant formats: the rotated codes' width (0 for other formats) and whether the codes
+// are Lloyd-Max levels (keys) rather than uniform steps (values).
+KV_HD int tq_bits(QuantFormat f) {
+    switch (f) {
+        case QuantFormat::TQK2:
+        case QuantFormat::TQV2: return 2;
+        case QuantFormat::TQK3:
+        case QuantFormat::TQV3: return 3;
+        case QuantFormat::TQK4:
+        case QuantFormat::TQV4: return 4;
+        case QuantFormat::TQV8: return 8;
+        default: return 0;
+    }
+}
+KV_HD bool tq_codebook(QuantFormat f) { return f == QuantFormat::TQK2 || f == QuantFormat::TQK3 || f == QuantFormat::TQK4; }
+constexpr int64_t kTqMaxRow = 4096;  // the CUDA kernels' row buffer
 
 // ---- traits ------------------------------------------------------------------------------
 // Elements per block (0: the whole row is one block).
@@ -60,7 +96,10 @@ KV_HD bool quant_row_ok(QuantFormat f, int64_t n) {
         case QuantFormat::FP8_E4M3:
         case QuantFormat::FP8_E5M2: return true;
         case QuantFormat::Q4: return n % 2 == 0;
-        default: return n % quant_block_elems(f) == 0;
+        default:
+            // the Hadamard transform needs a power of two; below 16 rows span heads (keys_values' rule)
+            if (tq_bits(f)) return n >= 16 && n <= kTqMaxRow && (n & (n - 1)) == 0;
+            return n % quant_block_elems(f) == 0;
     }
 }
 
@@ -76,7 +115,7 @@ KV_HD int64_t quant_row_bytes(QuantFormat f, int64_t n) {
         case QuantFormat::FP8_E5M2: return n + 4;
         case QuantFormat::NVFP4: return n / 2 + n / 16 + 4;
         case QuantFormat::MXFP4: return n / 32 * (1 + 16);
-        default: return 0;
+        default: return tq_bits(f) ? (n * tq_bits(f) + 7) / 8 + (tq_codebook(f) ? 4 : 8) : 0;
     }
 }
 
@@ -406,9 +445,115 @@ KV_HD void dequantize_block_mxfp4(const uint8_t* in, float* y) {
     }
 }
 
+// ---- TurboQuant rows ----------------------------------------------------------------------
+// The rotation's seed: one fixed rotation for every row, so stored codes decode anywhere.
+constexpr uint64_t kTurboQuantSeed = 0x7475726271756e74ull;  // "turbqunt"
+
+// Sign i of the rotation's diagonal S: the low bit of splitmix64(seed + i).
+KV_HD float tq_sign(int64_t i) {
+    uint64_t z = kTurboQuantSeed + 0x9e3779b97f4a7c15ull * uint64_t(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (z & 1) ? -1.0f : 1.0f;
+}
+
+// In place y = H y / sqrt(n) (n a power of two; H symmetric with H H = n I, so it is its own inverse).
+KV_HD void tq_hadamard(float* y, int64_t n) {
+    for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+            for (int64_t j = i; j < i + h; ++j) {
+                const float a = y[j], b = y[j + h];
+                y[j] = a + b;
+                y[j + h] = a - b;
+            }
+    int k = 0;
+    while ((int64_t(1) << k) < n) ++k;
+    // 1/sqrt(n) = 2^(-k/2): a power of two, times 1/sqrt(2) when k is odd
+    float s = bits_f32(uint32_t(127 - k / 2) << 23);
+    if (k % 2) s *= 0.7071067811865475244f;
+    for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+KV_HD void tq_put_code(uint8_t* out, int64_t i, int b, uint32_t q) {
+    const int64_t bit = i * b;
+    const uint32_t v = q << (bit & 7);
+    out[bit >> 3] = uint8_t(out[bit >> 3] | (v & 0xffu));
+    if ((bit & 7) + b > 8) out[(bit >> 3) + 1] = uint8_t(out[(bit >> 3) + 1] | (v >> 8));
+}
+KV_HD uint32_t tq_get_code(const uint8_t* in, int64_t i, int b) {
+    const int64_t bit = i * b;
+    uint32_t v = in[bit >> 3];
+    if ((bit & 7) + b > 8) v |= uint32_t(in[(bit >> 3) + 1]) << 8;
+    return (v >> (bit & 7)) & ((1u << b) - 1u);
+}
+
+// Rotates y (n values, overwritten) and codes it into quant_row_bytes(f, n) bytes.
+KV_HD void quantize_row_tq_inplace(QuantFormat f, float* y, int64_t n, uint8_t* out, const float* levels) {
+    const int b = tq_bits(f);
+    for (int64_t i = 0; i < n; ++i) y[i] *= tq_sign(i);
+    tq_hadamard(y, n);
+    const int64_t payload = (n * b + 7) / 8;
+    for (int64_t i = 0; i < payload; ++i) out[i] = 0;
+    if (tq_codebook(f)) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; ++i) ss += y[i] * y[i];
+        const float norm = ss > 0.0f ? kv_sqrt(ss) : 0.0f;
+        const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+        const int K = 1 << b;
+        float cs = 0.0f;  // |Q(u)|^2
+        for (int64_t i = 0; i < n; ++i) {
+            const float u = y[i] * inv;
+            uint32_t q = 0;
+            for (int k = 1; k < K; ++k) q += u > 0.5f * (levels[k - 1] + levels[k]) ? 1u : 0u;
+            tq_put_code(out, i, b, q);
+            cs += levels[q] * levels[q];
+        }
+        put_f32(out + payload, cs > 0.0f ? norm / kv_sqrt(cs) : 0.0f);
+        return;
+    }
+    float lo = y[0], hi = y[0];
+    for (int64_t i = 1; i < n; ++i) {
+        lo = y[i] < lo ? y[i] : lo;
+        hi = y[i] > hi ? y[i] : hi;
+    }
+    const float qmax = float((1 << b) - 1);
+    const float s = (hi - lo) / qmax;
+    for (int64_t i = 0; i < n; ++i) {
+        float q = s > 0.0f ? round_half_even((y[i] - lo) / s) : 0.0f;
+        q = q < 0.0f ? 0.0f : (q > qmax ? qmax : q);  // NaN rows: round_half_even gives 0
+        tq_put_code(out, i, b, uint32_t(q));
+    }
+    put_f32(out + payload, lo);
+    put_f32(out + payload + 4, s);
+}
+
+KV_HD void dequantize_row_tq(QuantFormat f, const uint8_t* in, int64_t n, float* y, const float* levels) {
+    const int b = tq_bits(f);
+    const int64_t payload = (n * b + 7) / 8;
+    if (tq_codebook(f)) {
+        const float norm = get_f32(in + payload);
+        for (int64_t i = 0; i < n; ++i) y[i] = levels[tq_get_code(in, i, b)] * norm;
+    } else {
+        const float lo = get_f32(in + payload), s = get_f32(in + payload + 4);
+        for (int64_t i = 0; i < n; ++i) y[i] = lo + float(tq_get_code(in, i, b)) * s;
+    }
+    tq_hadamard(y, n);  // x = S H y / sqrt(n)
+    for (int64_t i = 0; i < n; ++i) y[i] *= tq_sign(i);
+}
+
 // ---- rows ---------------------------------------------------------------------------------
 // Quantize one row of n elements (quant_row_ok(f, n) must hold) into quant_row_bytes(f, n) bytes.
-KV_HD void quantize_row(QuantFormat f, const float* x, int64_t n, uint8_t* out) {
+// levels: the TurboQuant key codebook (QuantLevels::v), read by TQK formats only.
+KV_HD void quantize_row(QuantFormat f, const float* x, int64_t n, uint8_t* out, const float* levels = nullptr) {
+    if (tq_bits(f)) {
+#if !KV_DEVICE_PASS
+        float y[kTqMaxRow];  // the rotation needs a copy (device kernels use quantize_row_inplace)
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+        quantize_row_tq_inplace(f, y, n, out, levels);
+#endif
+        return;
+    }
     switch (f) {
         case QuantFormat::Q8: quantize_row_minmax(x, n, 8, out); break;
         case QuantFormat::Q4: quantize_row_minmax(x, n, 4, out); break;
@@ -431,7 +576,8 @@ KV_HD void quantize_row(QuantFormat f, const float* x, int64_t n, uint8_t* out) 
     }
 }
 
-KV_HD void dequantize_row(QuantFormat f, const uint8_t* in, int64_t n, float* y) {
+KV_HD void dequantize_row(QuantFormat f, const uint8_t* in, int64_t n, float* y, const float* levels = nullptr) {
+    if (tq_bits(f)) return dequantize_row_tq(f, in, n, y, levels);
     switch (f) {
         case QuantFormat::Q8: dequantize_row_minmax(in, n, 8, y); break;
         case QuantFormat::Q4: dequantize_row_minmax(in, n, 4, y); break;
@@ -452,6 +598,13 @@ KV_HD void dequantize_row(QuantFormat f, const uint8_t* in, int64_t n, float* y)
             break;
         default: break;
     }
+}
+
+// quantize_row for kernels that hold the row in a scratch buffer x, which may be overwritten
+// (TurboQuant rotates in place there instead of in a copy).
+KV_HD void quantize_row_inplace(QuantFormat f, float* x, int64_t n, uint8_t* out, const float* levels) {
+    if (tq_bits(f)) quantize_row_tq_inplace(f, x, n, out, levels);
+    else quantize_row(f, x, n, out);
 }
 
 }  // namespace kv

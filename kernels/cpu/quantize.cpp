@@ -14,7 +14,7 @@ void quantize_forward(const OpContext& ctx, const OpCall& c) {
         float* buf = scratch<float>(0, n);
         for (int64_t r = r0; r < r1; ++r) {
             load_row(x.bytes() + x.row_offset(r), last_stride(x), x.dtype, n, buf);
-            quantize_row(f, buf, n, reinterpret_cast<uint8_t*>(d.bytes() + d.row_offset(r)));
+            quantize_row_inplace(f, buf, n, reinterpret_cast<uint8_t*>(d.bytes() + d.row_offset(r)), c.p.qlevels);
         }
     });
 }
@@ -28,7 +28,7 @@ void dequantize_forward(const OpContext& ctx, const OpCall& c) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t off = d.row_offset(r);
             float* out = row_out<float>(d, off, n, 0);
-            dequantize_row(f, reinterpret_cast<const uint8_t*>(q.bytes() + q.row_offset(r)), n, out);
+            dequantize_row(f, reinterpret_cast<const uint8_t*>(q.bytes() + q.row_offset(r)), n, out, c.p.qlevels);
             row_commit(d, off, n, out);
         }
     });

@@ -220,9 +220,10 @@ std::vector<PolicyCase> policy_cases() {
         }
         // KIVI: the same replayed full-precision forward; the decisions come from the packed cache.
         if (p.name == "h2o" || p.name == "lastrec") out.push_back({p.name, p.name == "h2o" ? "kivi2" : "kivi4", 0});
-        // The deployed floating-point formats and an asymmetric pair, likewise.
+        // The deployed floating-point formats, an asymmetric pair and TurboQuant, likewise.
         if (p.name == "h2o") out.push_back({p.name, "fp8_e4m3", 0}), out.push_back({p.name, "nvfp4", 0});
         if (p.name == "lastrec") out.push_back({p.name, "k8v4", 0});
+        if (p.name == "h2o") out.push_back({p.name, "turboquant", 0});  // rotated codes, scores from decoded keys
     }
     return out;
 }

@@ -35,9 +35,9 @@ std::vector<Combo> combos() {
         const std::vector<std::string> bufs =
             p.needs_quantized_buffer
                 ? std::vector<std::string>{"q8", "q4", "nf4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4",
-                                           "k8v4", "k8v4_0", "kfp8vfp4"}
+                                           "k8v4", "k8v4_0", "kfp8vfp4", "turboquant"}
                 : std::vector<std::string>{"default", "bf16", "q8", "q4", "q8_0", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4",
-                                           "k8v4", "k8v4_0", "kfp8vfp4"};
+                                           "k8v4", "k8v4_0", "kfp8vfp4", "turboquant"};
         for (const std::string& b : bufs)
             if (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), b) != p.buffers.end()) c.push_back({p.name, b, 0});
         if (uses(p, "grace_period")) c.push_back({p.name, p.needs_quantized_buffer ? "q8" : "default", 3});

@@ -108,6 +108,17 @@ double buffer_tolerance(const std::string& buffer, const std::vector<float>& all
     if (buffer == "fp8_e5m2") return a / 8.0 + 1e-5;
     if (buffer == "nvfp4") return a / 6.0 * 1.07 + 1e-5;
     if (buffer == "mxfp4") return a / 2.0 + 1e-5;
+    // TurboQuant (kernels/turboquant_test.cpp has the tight checks): keys decode to a row of the
+    // same norm (|e| <= 2 |x|); values are within half a step s <= 2 |x| / (2^b - 1) per rotated
+    // coordinate, so |e| <= sqrt(n) |x| / (2^b - 1). Bounded with the wider row.
+    if (buffer.rfind("tqk", 0) == 0 || buffer.rfind("tqv", 0) == 0) {
+        double nrm = 0;
+        for (float x : all) nrm += double(x) * double(x);
+        nrm = std::sqrt(nrm);
+        if (buffer[2] == 'k') return 2.0 * nrm * 1.0001 + 1e-5;
+        const int b = buffer[3] - '0';
+        return std::sqrt(double(all.size())) * nrm / double((1 << b) - 1) * 1.0001 + 1e-5;
+    }
     if (buffer == "bf16") return a * 0.004 + 1e-6;
     if (buffer == "f16") return a * 0.0005 + 1e-6;
     return 0.0;  // f32 / default: exact

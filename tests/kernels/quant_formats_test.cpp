@@ -64,8 +64,9 @@ TEST(QuantFormats, ErrorBoundsPerFormat) {
             std::vector<float> x((size_t)n), y((size_t)n);
             for (auto& v : x) v = nd(rng);
             std::vector<uint8_t> q((size_t)quant_row_bytes(fmt, n));
-            quantize_row(fmt, x.data(), n, q.data());
-            dequantize_row(fmt, q.data(), n, y.data());
+            const QuantLevels lv = ops::quant_levels(fmt, n);
+            quantize_row(fmt, x.data(), n, q.data(), lv.v);
+            dequantize_row(fmt, q.data(), n, y.data(), lv.v);
             const int blk = quant_block_elems(fmt) ? quant_block_elems(fmt) : int(n);
             for (int64_t b0 = 0; b0 < n; b0 += blk) {
                 float lo = x[size_t(b0)], hi = lo, amax = 0;
@@ -89,7 +90,18 @@ TEST(QuantFormats, ErrorBoundsPerFormat) {
                     // the block scale bamax / 6, rounded to E4M3 (1/16); MXFP4: 2 X <= amax / 2
                     case QuantFormat::NVFP4: bound = amax / 6.0 * (1.0 + 1.0 / 16.0) + 1e-6; break;
                     case QuantFormat::MXFP4: bound = amax / 2.0 + 1e-6; break;
-                    default: break;
+                    default: {
+                        // TurboQuant (turboquant_test has the tight checks): an element's error is at
+                        // most the row's L2 error. Values: half a step s <= 2 |x| / (2^b - 1) per
+                        // rotated coordinate. Keys decode to a row of norm |x|: |e| <= 2 |x|.
+                        double norm = 0;
+                        for (float v : x) norm += double(v) * double(v);
+                        norm = std::sqrt(norm);
+                        const int b = tq_bits(fmt);
+                        bound = tq_codebook(fmt) ? 2.0 * norm * 1.0001
+                                                 : std::sqrt(double(n)) * norm / double((1 << b) - 1) * 1.0001 + 1e-5;
+                        break;
+                    }
                 }
                 for (int64_t i = b0; i < b0 + blk; ++i)
                     ASSERT_LE(std::fabs(double(y[size_t(i)]) - double(x[size_t(i)])), bound)

@@ -377,6 +377,94 @@ uint8_t ref_fp4(float x) { return std::isnan(x) ? 0 : uint8_t((std::signbit(x) ?
 float ref_fp8_value(const RefMini& m, uint8_t c) { return float((c & 0x80 ? -1.0 : 1.0) * m.value(c & 0x7f)); }
 float ref_fp4_value(uint8_t c) { return float((c & 8 ? -1.0 : 1.0) * kRefE2M1.value(c & 7)); }
 
+// TurboQuant (quant_formats.h, TQK/TQV) from its definition: y = H S x / sqrt(n) with Sylvester's
+// H[i][j] = (-1)^popcount(i & j) and S's signs the low bits of splitmix64, all in f64.
+double ref_tq_sign(size_t i) {
+    uint64_t z = kTurboQuantSeed + 0x9e3779b97f4a7c15ull * uint64_t(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (z & 1) ? -1.0 : 1.0;
+}
+std::vector<double> ref_hadamard(const std::vector<double>& x) {
+    const size_t n = x.size();
+    std::vector<double> y(n, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) y[i] += (__builtin_popcountll(i & j) % 2 ? -1.0 : 1.0) * x[j];
+        y[i] /= std::sqrt(double(n));
+    }
+    return y;
+}
+int ref_tq_bits(int fmt) {
+    switch (QuantFormat(fmt)) {
+        case QuantFormat::TQK2: case QuantFormat::TQV2: return 2;
+        case QuantFormat::TQK3: case QuantFormat::TQV3: return 3;
+        case QuantFormat::TQK4: case QuantFormat::TQV4: return 4;
+        case QuantFormat::TQV8: return 8;
+        default: return 0;
+    }
+}
+bool ref_tq_keys(int fmt) { return fmt == int(QuantFormat::TQK2) || fmt == int(QuantFormat::TQK3) || fmt == int(QuantFormat::TQK4); }
+
+void ref_tq_quantize(int fmt, const float* levels, const std::vector<float>& x, std::vector<uint8_t>& out) {
+    const size_t n = x.size();
+    const int b = ref_tq_bits(fmt);
+    std::vector<double> sx(n);
+    for (size_t i = 0; i < n; ++i) sx[i] = ref_tq_sign(i) * double(x[i]);
+    const std::vector<double> y = ref_hadamard(sx);
+    const size_t payload = (n * size_t(b) + 7) / 8;
+    out.assign(payload + (ref_tq_keys(fmt) ? 4 : 8), 0);
+    auto put_code = [&](size_t i, uint32_t q) {
+        for (int k = 0; k < b; ++k)
+            if ((q >> k) & 1) out[(i * size_t(b) + size_t(k)) / 8] |= uint8_t(1u << ((i * size_t(b) + size_t(k)) % 8));
+    };
+    auto putf = [&](size_t at, float f) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        for (int k = 0; k < 4; ++k) out[at + size_t(k)] = uint8_t(u >> (8 * k));
+    };
+    if (ref_tq_keys(fmt)) {
+        double ss = 0;
+        for (double v : y) ss += v * v;
+        const double norm = std::sqrt(ss);
+        double cs = 0;  // |Q(u)|^2: the stored factor keeps the decoded row's norm
+        for (size_t i = 0; i < n; ++i) {
+            const double u = norm > 0 ? y[i] / norm : 0.0;
+            uint32_t q = 0;  // the nearest level, ties to the lower
+            for (int k = 1; k < (1 << b); ++k) q += u > 0.5 * (double(levels[k - 1]) + double(levels[k])) ? 1 : 0;
+            put_code(i, q);
+            cs += double(levels[q]) * double(levels[q]);
+        }
+        putf(payload, cs > 0 ? float(norm / std::sqrt(cs)) : 0.0f);
+        return;
+    }
+    const double lo = *std::min_element(y.begin(), y.end()), hi = *std::max_element(y.begin(), y.end());
+    const double qmax = double((1 << b) - 1), s = double(float(float(hi - lo) / float(qmax)));
+    for (size_t i = 0; i < n; ++i) put_code(i, s > 0 ? uint32_t(std::clamp(std::nearbyint((y[i] - lo) / s), 0.0, qmax)) : 0u);
+    putf(payload, float(lo));
+    putf(payload + 4, float(s));
+}
+
+void ref_tq_dequantize(int fmt, const float* levels, const uint8_t* in, size_t n, std::vector<float>& out) {
+    const int b = ref_tq_bits(fmt);
+    const size_t payload = (n * size_t(b) + 7) / 8;
+    auto getf = [&](size_t at) {
+        uint32_t u = uint32_t(in[at]) | uint32_t(in[at + 1]) << 8 | uint32_t(in[at + 2]) << 16 | uint32_t(in[at + 3]) << 24;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return double(f);
+    };
+    std::vector<double> y(n);
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t q = 0;
+        for (int k = 0; k < b; ++k) q |= uint32_t((in[(i * size_t(b) + size_t(k)) / 8] >> ((i * size_t(b) + size_t(k)) % 8)) & 1) << k;
+        y[i] = ref_tq_keys(fmt) ? double(levels[q]) * getf(payload) : getf(payload) + double(q) * getf(payload + 4);
+    }
+    const std::vector<double> x = ref_hadamard(y);
+    out.assign(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) out[i] = float(ref_tq_sign(i) * x[i]);
+}
+
 void ref_quantize_row(int fmt, const std::vector<float>& x, std::vector<uint8_t>& out) {
     const size_t n = x.size();
     auto put32 = [&](size_t at, uint32_t v) {
@@ -559,7 +647,8 @@ void quantize(const OpCall& c) {
             row[i] = float(get(x, idx));
         }
         std::vector<uint8_t> bytes;
-        ref_quantize_row(c.p.qformat, row, bytes);
+        if (ref_tq_bits(c.p.qformat)) ref_tq_quantize(c.p.qformat, c.p.qlevels, row, bytes);
+        else ref_quantize_row(c.p.qformat, row, bytes);
         for (size_t i = 0; i < bytes.size(); ++i) {
             idx.back() = int64_t(i);
             set(c.dst, idx, double(bytes[i]));
@@ -577,7 +666,8 @@ void dequantize(const OpCall& c) {
             bytes[i] = uint8_t(get(q, idx));
         }
         std::vector<float> y;
-        ref_dequantize_row(c.p.qformat, bytes.data(), n, y);
+        if (ref_tq_bits(c.p.qformat)) ref_tq_dequantize(c.p.qformat, c.p.qlevels, bytes.data(), n, y);
+        else ref_dequantize_row(c.p.qformat, bytes.data(), n, y);
         for (size_t i = 0; i < n; ++i) {
             idx.back() = int64_t(i);
             set(c.dst, idx, double(y[i]));
