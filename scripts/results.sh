@@ -14,7 +14,7 @@ SESSION=${1:-results/results.kvlab}
 mkdir -p "$(dirname "$SESSION")"
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
-BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo fidelity bytes} "
+BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes} "
 want() { [[ "$BLOCKS" == *" $1 "* ]]; }
 POLICIES="lastrec h2o h2o-orig h2o-vlen streaming tova snapkv knorm"
 QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
@@ -97,6 +97,21 @@ zrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --d
   --where "data=repeat;data.seq_length=2048;data.repeat_distance=896" \
   --title "SmolLM2-135M, repeat task (2048 tokens, passage at the start): every policy" -o docs/figures/repeat_zoo_smollm2.svg
 echo "results: results/{ppl,repeat}.{zoo,duo}.md; figure docs/figures/repeat_zoo_smollm2.svg"
+fi
+# The methods of kvpress's leaderboard added by issue 41, on the same text and repeat task at two
+# cache sizes each, next to the baselines (their cells are already in the session).
+if want methods; then
+METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention}"
+"$KVLAB" sweep smollm2-135m --data text --data.files "$TEXT" --data.seq_length 8192 --data.num_samples 1 --kv_cache.chunk_size 128 \
+  --kv_cache.cache_length 512,1024 --telemetry.enabled false --session "$SESSION" --metric perplexity --format md \
+  --kv_cache.name "lastrec,snapkv,expected-attention,${METHODS// /,}" --kv_cache.buffer default --figure none > results/ppl.methods.md
+mrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --data.repeat_length 64 --data.repeat_distance 896
+      --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --format md)
+"$KVLAB" sweep "${mrep[@]}" --kv_cache.name "lastrec,snapkv,expected-attention,${METHODS// /,}" --figure none > results/repeat.methods.md
+"$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
+  --where "data=repeat;data.seq_length=2048;data.repeat_distance=896;kv_cache.cache_length=256|512;kv_cache.policy=lastrec|snapkv|expected-attention|${METHODS// /|}" \
+  --title "SmolLM2-135M, repeat task (2048 tokens): the methods of kvpress's leaderboard" -o docs/figures/repeat_methods_smollm2.svg
+echo "results: results/{ppl,repeat}.methods.md; figure docs/figures/repeat_methods_smollm2.svg"
 fi
 
 if want fidelity; then
