@@ -170,6 +170,9 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (!s.kept_slots.empty()) {  // compress-then-ask: the last sample's context and what its compression kept
         j["context_tokens"] = s.context_tokens;
         j["kept_slots"] = s.kept_slots;
+        j["contexts_compressed"] = s.contexts_compressed;
+        j["questions_per_context"] = s.questions_per_context;
+        if (s.questions_per_context > 1) j["question_accuracy"] = s.question_accuracy;
     }
     if (hooks.sample_tokens) j["sample_tokens_seconds"] = sample_tokens_seconds;
     j["memory"] = memory_json(s.memory);
@@ -218,6 +221,10 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         text << " | oracle: kept mass " << s.fidelity_oracle_mass << ", policy efficiency " << s.fidelity_efficiency;
     if (!s.kept_slots.empty())
         text << " | compressed once: " << s.kept_slots.front() << " of " << s.context_tokens << " context slots kept (layer 0)";
+    if (s.questions_per_context > 1) {
+        text << " | " << s.questions_per_context << " questions per context, each from the one compressed cache; exact by question:";
+        for (size_t q = 0; q < s.question_accuracy.size(); ++q) text << (q ? ", " : " ") << s.question_accuracy[q];
+    }
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;

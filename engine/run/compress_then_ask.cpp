@@ -83,4 +83,10 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     return r;
 }
 
+std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, bool keep_logits) {
+    std::vector<AskResult> out;
+    for (const Question& q : questions) out.push_back(ask_compressed(model, cache, q.ids, q.targets, keep_logits));
+    return out;
+}
+
 }  // namespace kv

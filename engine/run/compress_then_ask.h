@@ -39,4 +39,11 @@ struct AskResult {
 AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
                          bool keep_logits = false);
 
+// Several questions of one compressed context (SCBench's multi-request), answered in turn:
+// each from the compressed state (ask_compressed rewinds), so no question sees another.
+struct Question {
+    std::vector<int32_t> ids, targets;  // as ask_compressed's
+};
+std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, bool keep_logits = false);
+
 }  // namespace kv

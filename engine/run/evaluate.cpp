@@ -1,6 +1,7 @@
 // Evaluation runs (see evaluate.h).
 #include "evaluate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -60,6 +61,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::string description;
         std::vector<int32_t> targets;  // NEXT_TOKEN targets when only a span is scored (repeat)
         int64_t question_start = -1;   // RULER: where the question starts (compress-then-ask splits there)
+        std::vector<Question> more_questions = {};  // --data.questions: questions 2.. of the context (after question_start)
     };
     std::vector<Item> items;
     // An item whose next-token loss covers only [first, first + count) of its inputs (the
@@ -108,10 +110,18 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.seed = cfg.data.seed;
         spec.num_keys = cfg.data.ruler_keys;
         spec.chat = cb.chat_frame;
+        spec.questions = cfg.data.questions;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             RulerSample s = make_ruler_sample(spec, i, tok);
             items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.answer_length));
             items.back().question_start = s.question_start;
+            for (RulerQuestion& q : s.more_questions) {
+                // The answer's tokens scored as the first question's are.
+                const int64_t n = int64_t(q.ids.size());
+                std::vector<int32_t> tg(size_t(n), -100);
+                for (int64_t t = n - q.answer_length - 1; t + 1 < n; ++t) tg[size_t(t)] = q.ids[size_t(t + 1)];
+                items.back().more_questions.push_back({std::move(q.ids), std::move(tg)});
+            }
         }
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
@@ -156,6 +166,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         // dense reference's and one KL per chunk after them (DenseReference::progress_units).
         total_units += int64_t(plans.back().chunks.size()) * (mc.num_layers + (cfg.fidelity ? mc.num_layers + 1 : 0));
         total_tokens += T;
+        for (const Question& q : it.more_questions) total_tokens += int64_t(q.ids.size());
     }
     sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
     data_phase.reset();
@@ -193,45 +204,64 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 loaded.emplace(load_compressed_cache(path, model.options().device, &context));
                 check_loaded_cache(*loaded, path, cfg.kv_cache.name, mc, keep);
             }
+            std::vector<Question> questions = {{std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
+                                                std::vector<int32_t>(it.targets.begin() + split, it.targets.end())}};
+            questions.insert(questions.end(), it.more_questions.begin(), it.more_questions.end());
+            int64_t width = T;  // RoPE width: the context and its longest question
+            for (const Question& q : questions) width = std::max(width, split + int64_t(q.ids.size()));
             CompressedCache cc = loaded ? std::move(*loaded)
-                                        : compress_context(model, context_caches[i], plans[i], context, keep, T, &codec, dcb);
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
-            const AskResult a = ask_compressed(model, cc, std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
-                                               std::vector<int32_t>(it.targets.begin() + split, it.targets.end()));
+            if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
+            const int64_t nq = int64_t(questions.size());
+            sum.questions_per_context = nq;
+            sum.question_accuracy.resize(size_t(nq), 0.0);
             done_units += policy_units;
             done_tokens += T;
-            EvalSampleResult r;
-            r.index = int64_t(i);
-            r.seconds = now_s() - t0;
-            r.tokens = T;
-            r.description = it.description;
-            r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
-            std::vector<int32_t> expected;
-            for (int32_t y : it.targets)
-                if (y >= 0) expected.push_back(y);
-            const CopyScore cs = score_copy(expected, a.argmax);
-            r.correct = cs.exact;
-            r.copy_token_accuracy = cs.token_accuracy();
-            r.copy_prefix = cs.prefix_fraction();
-            r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
-            loss_total += a.loss_sum;
-            loss_tokens += double(a.count);
-            sum.scored_tokens += a.count;
-            correct += r.correct ? 1 : 0;
-            sum.samples.push_back(r);
+            for (const Question& q : it.more_questions) done_tokens += int64_t(q.ids.size());
             sum.kv_bytes = cc.kept_bytes();
             sum.kv_bits_per_element = 8.0 * double(dtype_size(model.act_dtype()));
             sum.context_tokens = split;
             sum.kept_slots.clear();
             for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l));
-            sum.tokens += T;
             policy_phase.reset();
-            if (cb.on_sample_tokens) {
-                std::vector<float> token_loss(size_t(split), std::numeric_limits<float>::quiet_NaN());
-                token_loss.insert(token_loss.end(), a.token_loss.begin(), a.token_loss.end());
-                cb.on_sample_tokens(r, it.ids, token_loss);
+            // Each question in turn from the same compressed cache, a result of its own.
+            for (int64_t j = 0; j < nq; ++j) {
+                std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
+                const Question& q = questions[size_t(j)];
+                const AskResult a = ask_compressed(model, cc, q.ids, q.targets);
+                EvalSampleResult r;
+                r.index = int64_t(sum.samples.size());
+                if (nq > 1) r.context = int64_t(i), r.question = j;
+                r.seconds = now_s() - t0;  // the first question's includes the compression
+                r.tokens = split + int64_t(q.ids.size());
+                r.description = nq > 1 ? str(it.description, ", question ", j + 1, " of ", nq) : it.description;
+                r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
+                std::vector<int32_t> expected;
+                for (int32_t y : q.targets)
+                    if (y >= 0) expected.push_back(y);
+                const CopyScore cs = score_copy(expected, a.argmax);
+                r.correct = cs.exact;
+                r.copy_token_accuracy = cs.token_accuracy();
+                r.copy_prefix = cs.prefix_fraction();
+                r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
+                loss_total += a.loss_sum;
+                loss_tokens += double(a.count);
+                sum.scored_tokens += a.count;
+                correct += r.correct ? 1 : 0;
+                sum.question_accuracy[size_t(j)] += r.correct ? 1.0 : 0.0;
+                sum.samples.push_back(r);
+                sum.tokens += j == 0 ? r.tokens : int64_t(q.ids.size());
+                ask_phase.reset();
+                if (cb.on_sample_tokens) {
+                    std::vector<int32_t> ids(it.ids.begin(), it.ids.begin() + split);
+                    ids.insert(ids.end(), q.ids.begin(), q.ids.end());
+                    std::vector<float> token_loss(size_t(split), std::numeric_limits<float>::quiet_NaN());
+                    token_loss.insert(token_loss.end(), a.token_loss.begin(), a.token_loss.end());
+                    cb.on_sample_tokens(r, ids, token_loss);
+                }
+                if (cb.on_sample) cb.on_sample(r);
             }
-            if (cb.on_sample) cb.on_sample(r);
             continue;
         }
         // One cache per sample (dense caches are sized to the sample).
@@ -371,7 +401,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     const bool copy_task = cfg.data.name == "repeat";
     const bool answer_task = is_ruler_task(cfg.data.name);  // accuracy = exact answers
     if (head == HeadKind::NEXT_TOKEN && !copy_task && !answer_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
-    else sum.accuracy = items.empty() ? 0 : double(correct) / double(items.size());
+    else sum.accuracy = sum.samples.empty() ? 0 : double(correct) / double(sum.samples.size());
+    for (double& a : sum.question_accuracy) a /= double(std::max<size_t>(items.size(), 1));
     if ((copy_task || answer_task) && !sum.samples.empty()) {
         sum.copy_token_accuracy = sum.copy_prefix = 0;
         for (const auto& s : sum.samples) {

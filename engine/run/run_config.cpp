@@ -172,6 +172,10 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.data.num_keys; }));
     o.push_back(int_opt("data.ruler_keys", "data", "RULER: keys (niah_multikey, niah_multiquery: up to 4 asked), values (niah_multivalue), chain length (vt), common words (cwe)",
                         1, 30, [](RunConfig& c) -> int64_t& { return c.data.ruler_keys; }));
+    o.push_back(int_opt("data.questions", "data",
+                        "RULER niah_multikey / niah_multiquery: questions asked of each context, each answered in turn from the one "
+                        "compressed cache (--protocol compress-then-ask; SCBench's multi-request)",
+                        1, 64, [](RunConfig& c) -> int64_t& { return c.data.questions; }));
     o.push_back(int_opt("data.repeat_length", "data", "repeat: tokens of the passage that is copied", 5, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.repeat_length; }));
     o.push_back(int_opt("data.repeat_distance", "data", "repeat: filler tokens between the two copies (-1: the rest of seq_length)", -1, BIG,
@@ -545,10 +549,22 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
             p.push_back(str("--protocol compress-then-ask: policy '", policy, "' sizes each layer by its own rule (", info->default_layer_rule,
                             "); one compression keeps the same count in every layer; expected a policy with one budget for all layers"));
         if (c.fidelity) p.push_back("--fidelity: not measured under --protocol compress-then-ask; expected the chunked protocol");
+        if (c.data.questions > 1 && c.protocol.query_aware)
+            p.push_back(str("--data.questions: ", c.data.questions, " questions per context with --kv_cache.query_aware, which compresses one "
+                            "question with the context; expected 1 question, or no query_aware"));
     } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
                !c.protocol.load_path.empty()) {
         p.push_back("--kv_cache.compression_ratio, keep_tokens, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
+    }
+    if (c.data.questions > 1) {
+        const auto& multi = ruler_multi_question_tasks();
+        if (!ask)
+            p.push_back(str("--data.questions: ", c.data.questions, " questions per context need --protocol compress-then-ask (the context "
+                            "compressed once, each question answered from it); expected 1 under the chunked protocol"));
+        else if (std::find(multi.begin(), multi.end(), c.data.name) == multi.end())
+            p.push_back(str("--data.questions: --data ", c.data.name, " asks one question of its context; expected 1, or a task with several "
+                            "keys to ask about (", join(multi, ", "), ")"));
     }
     if (evicts && L == 0 && !budget && !ask && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
         p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "' (or a --kv_cache.budget_bytes / budget_ratio)"));
