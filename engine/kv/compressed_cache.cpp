@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <numeric>
 
 #include "engine/core/error.h"
@@ -22,7 +23,7 @@ CompressedCache::CompressedCache(std::string cache_name, int64_t context_length,
             int64_t(c.positions.size()) != rows * kept || (!c.scores.empty() && c.scores.size() != c.positions.size()))
             throw Error(str("compressed cache layer ", l, ": K, V and positions disagree on the kept slots"));
         for (int32_t p : c.positions)
-            if (p < 0 || p >= context_length)
+            if (p != kUnusedSlotPosition && (p < 0 || p >= context_length))
                 throw Error(str("compressed cache layer ", l, ": kept position ", p, " is outside the context [0, ", context_length, ")"));
     }
     rewind();
@@ -36,6 +37,11 @@ void CompressedCache::rewind() {
         pos_.push_back(c.positions);
     }
     appended_.assign(layers_.size(), 0);
+}
+
+int64_t CompressedCache::kept_total(int l) const {
+    const std::vector<int32_t>& pos = layers_[size_t(l)].positions;
+    return int64_t(std::count_if(pos.begin(), pos.end(), [](int32_t p) { return p != kUnusedSlotPosition; }));
 }
 
 size_t CompressedCache::kept_bytes() const {
@@ -145,9 +151,35 @@ std::vector<int32_t> positional_keep(const KVCacheConfig& cfg, int layer, int64_
     return out;
 }
 
-}  // namespace
+// The slots of the threshold budget: per row those whose score is >= t, or one set for all rows
+// by the mean score over rows; rows padded to the longest with -1 (unused). Returns (rows,
+// width) slot indices and sets width.
+std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t T, double t, bool per_row,
+                                     int64_t& width) {
+    std::vector<std::vector<int32_t>> kept((size_t)rows);
+    if (per_row) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < T; ++j)
+                if (double(scores[size_t(r * L + j)]) >= t) kept[size_t(r)].push_back(int32_t(j));
+    } else {
+        std::vector<int32_t> k;
+        for (int64_t j = 0; j < T; ++j) {
+            double m = 0;
+            for (int64_t r = 0; r < rows; ++r) m += double(scores[size_t(r * L + j)]);
+            if (m / double(rows) >= t) k.push_back(int32_t(j));
+        }
+        kept.assign((size_t)rows, k);
+    }
+    width = 0;
+    for (const auto& k : kept) width = std::max(width, int64_t(k.size()));
+    std::vector<int32_t> out((size_t)(rows * width), -1);
+    for (int64_t r = 0; r < rows; ++r) std::copy(kept[size_t(r)].begin(), kept[size_t(r)].end(), out.begin() + r * width);
+    return out;
+}
 
-CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
+// compress_cache and compress_cache_threshold: `keep` slots per row, or (threshold set) the
+// slots scoring at least *threshold.
+CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, const double* threshold, int64_t rope_width) {
     const std::string policy = cfg.policy();
     const PolicyInfo* info = find_policy(policy);
     std::vector<CompressedLayer> layers;
@@ -168,7 +200,7 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
             throw Error(str("--protocol compress-then-ask: policy '", policy, "' sizes layer ", l, " to ", L, " slots for a context of ", T,
                             " (a per-layer budget rule), which one compression of every layer to the same count does not express; "
                             "expected a policy with one budget for all layers"));
-        if (keep < 1 || keep > T) throw Error(str("compress-then-ask: keeping ", keep, " slots of a context of ", T, " tokens; expected 1 to ", T));
+        if (!threshold && (keep < 1 || keep > T)) throw Error(str("compress-then-ask: keeping ", keep, " slots of a context of ", T, " tokens; expected 1 to ", T));
         // The context cache evicted nothing, so slot j of every row holds token position j.
         const std::vector<int32_t>& tp = p.token_positions();
         for (int64_t r = 0; r < (p.per_row_positions() ? B * G : 1); ++r)
@@ -179,10 +211,28 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
         CompressedLayer out;
         const std::vector<float> scores = p.slot_scores();
         std::vector<int32_t> slots;
-        if (keep < T && info && !info->evicts)
+        if (threshold) {
+            if (scores.empty())
+                throw Error(str("--kv_cache.score_threshold: policy '", policy, "' has no slot scores after the context (it chooses by "
+                                "position), so no threshold applies; expected a policy that scores slots (h2o, snapkv, knorm, ...)"));
+            for (float x : scores)
+                if (std::isnan(x))
+                    throw Error(str("--kv_cache.score_threshold: policy '", policy, "' has no score for some slots of layer ", l,
+                                    " (NaN); expected a policy that scores every slot"));
+            int64_t width = 0;
+            const std::vector<int32_t> picked = threshold_slots(scores, B * G, L, T, *threshold, p.per_row_positions(), width);
+            for (int64_t r = 0; r < B * G; ++r)
+                for (int64_t i = 0; i < width; ++i) {
+                    const int32_t j = picked[size_t(r * width + i)];
+                    slots.push_back(j < 0 ? 0 : j);  // an unused slot reads slot 0; its position masks it
+                    out.positions.push_back(j < 0 ? kUnusedSlotPosition : j);
+                    out.scores.push_back(j < 0 ? -std::numeric_limits<float>::infinity() : scores[size_t(r * L + j)]);
+                }
+            keep = width;
+        } else if (keep < T && info && !info->evicts)
             throw Error(str("--protocol compress-then-ask: policy '", policy, "' never evicts, so it cannot drop ", T - keep,
                             " of the context's ", T, " tokens; expected a policy that evicts (h2o, snapkv, knorm, lastrec, ...)"));
-        if (keep == T) {  // nothing to drop (a dense reference, ratio 0): every policy keeps all
+        else if (keep == T) {  // nothing to drop (a dense reference, ratio 0): every policy keeps all
             slots.resize(size_t(B * G * T));
             for (int64_t r = 0; r < B * G; ++r) std::iota(slots.begin() + r * T, slots.begin() + (r + 1) * T, 0);
             if (!scores.empty())
@@ -208,17 +258,33 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
                                 e.what()));
             }
         }
-        out.positions = slots;  // slot j holds position j
+        if (!threshold) out.positions = slots;  // slot j holds position j
         lc.buffer().flush();
         auto [Kf, Vf] = lc.buffer().read(T);
         const int64_t D = Kf.size(3);
         const Device dev = Kf.device();
-        const Tensor index = Tensor::from_i32({B, G, keep, 1}, slots, {dev, MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep, D});
-        out.K = ops::gather(Kf, 2, index);
-        out.V = ops::gather(Vf, 2, index);
+        if (keep == 0) {  // a threshold above every score of the layer
+            const TensorOptions opt{dev, MemCategory::KV_CACHE, "compressed cache"};
+            out.K = Tensor::empty({B, G, 0, D}, Kf.dtype(), opt);
+            out.V = Tensor::empty({B, G, 0, D}, Vf.dtype(), opt);
+        } else {
+            const Tensor index = Tensor::from_i32({B, G, keep, 1}, slots, {dev, MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep, D});
+            out.K = ops::gather(Kf, 2, index);
+            out.V = ops::gather(Vf, 2, index);
+        }
         layers.push_back(std::move(out));
     }
     return CompressedCache(cache.name(), std::max<int64_t>(context, 0), rope_width, std::move(layers));
+}
+
+}  // namespace
+
+CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
+    return compress_impl(cache, cfg, keep, nullptr, rope_width);
+}
+
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width) {
+    return compress_impl(cache, cfg, 0, &threshold, rope_width);
 }
 
 void save_compressed_cache(const CompressedCache& cache, const std::vector<int32_t>& context, const std::string& path) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/model/attention.h"
+#include "engine/kv/compressed_cache_codec.h"
 #include "engine/kv/kv_cache.h"
 
 namespace kv {
@@ -18,7 +19,8 @@ namespace kv {
 // One layer of a compressed cache: what the compression kept, per (b, g) row.
 struct CompressedLayer {
     // (B * G, kept) token positions of the kept slots, ascending per row. Identical rows when
-    // the policy keeps one set per layer (positions shared by all heads).
+    // the policy keeps one set per layer (positions shared by all heads). A score threshold
+    // keeps a count per row: shorter rows end in unused slots (kUnusedSlotPosition, masked).
     std::vector<int32_t> positions;
     // (B * G, kept) the policy's score of each kept slot when it was compressed (the policy's
     // state the choice was made from); empty for policies that choose by position alone.
@@ -45,7 +47,9 @@ class CompressedCache final : public LayerAttention {
     int64_t rope_width() const { return rope_width_; }
     int num_layers() const { return int(layers_.size()); }
     const CompressedLayer& layer(int l) const { return layers_[size_t(l)]; }
-    int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row
+    int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row (the longest row)
+    // Kept context slots of layer l summed over its (b, g) rows, unused slots not counted.
+    int64_t kept_total(int l) const;
     int64_t appended(int l) const { return appended_[size_t(l)]; }
     // Exact bytes of the kept K/V of all layers.
     size_t kept_bytes() const;
@@ -81,5 +85,13 @@ CompressedCache load_compressed_cache(const std::string& path, Device device, co
 // policies, a policy that never evicts, unless keep = T: then every policy keeps all) or when
 // keep is not in [1, T].
 CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width = 0);
+
+// The threshold budget (DMS's kind of budget, a rule of the protocol, not a policy): keeps the
+// slots whose score is >= threshold, per (b, g) row for policies whose positions are per head
+// (each row its own count; the layer stores the longest row, the others padded with unused
+// slots), else one set per layer by the score's mean over the rows. A layer may keep none.
+// Throws kv::Error naming the policy when it has no scores (position-only policies) or when it
+// cannot compress once (as compress_cache).
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width = 0);
 
 }  // namespace kv

@@ -31,7 +31,7 @@ ChunkPlan context_chunk_plan(const RunConfig& cfg, const KVCacheConfig& context_
 
 CompressedCache compress_context(Transformer& model, const KVCacheConfig& context_cache, const ChunkPlan& plan,
                                  const std::vector<int32_t>& context, int64_t keep, int64_t width, const TextCodec* codec,
-                                 const DriverCallbacks& cb) {
+                                 const DriverCallbacks& cb, std::optional<double> threshold) {
     const int64_t T = int64_t(context.size());
     KVCache cache(context_cache, model.config(), model.options().device, model.act_dtype(), T, codec);
     HeadSpec hs;
@@ -48,7 +48,8 @@ CompressedCache compress_context(Transformer& model, const KVCacheConfig& contex
     model.set_context_width(rope_width);
     const Tensor ids = Tensor::from_i32({1, T}, context, {model.options().device, MemCategory::ACTIVATIONS, "context ids"});
     long_context_forward(model, cache, ids, plan, hs, res, cb, /*keep_context_width=*/true);
-    return compress_cache(cache, context_cache, keep, rope_width);
+    return threshold ? compress_cache_threshold(cache, context_cache, *threshold, rope_width)
+                     : compress_cache(cache, context_cache, keep, rope_width);
 }
 
 AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,

@@ -37,7 +37,7 @@ void check_loaded_cache(const CompressedCache& c, const std::string& path, const
         const Tensor& K = c.layer(l).K;
         if (K.size(1) != mc.num_kv_heads || K.size(3) != mc.head_dim)
             bad(str("layer ", l, " has ", K.size(1), " KV heads of ", K.size(3), "; the model ", mc.num_kv_heads, " of ", mc.head_dim));
-        if (c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
+        if (keep >= 0 && c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
     }
 }
 
@@ -197,7 +197,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             dcb.run_tokens_total = total_tokens;
             const double t0 = now_s();
             const std::vector<int32_t> context(it.ids.begin(), it.ids.begin() + split);
-            const int64_t keep = compress_keep(cfg.protocol, split);
+            const std::optional<double> threshold = score_threshold(cfg.protocol);
+            const int64_t keep = threshold ? -1 : compress_keep(cfg.protocol, split);  // -1: the threshold decides
             std::optional<CompressedCache> loaded;
             if (!cfg.protocol.load_path.empty()) {
                 const std::string path = compressed_cache_path(cfg.protocol.load_path, int64_t(i));
@@ -210,7 +211,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             int64_t width = T;  // RoPE width: the context and its longest question
             for (const Question& q : questions) width = std::max(width, split + int64_t(q.ids.size()));
             CompressedCache cc = loaded ? std::move(*loaded)
-                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb);
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
             const int64_t nq = int64_t(questions.size());
@@ -223,7 +224,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             sum.kv_bits_per_element = 8.0 * double(dtype_size(model.act_dtype()));
             sum.context_tokens = split;
             sum.kept_slots.clear();
-            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l));
+            sum.kept_total_slots.clear();
+            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
             policy_phase.reset();
             // Each question in turn from the same compressed cache, a result of its own.
             for (int64_t j = 0; j < nq; ++j) {

@@ -65,6 +65,8 @@ struct EvalSummary {
     // compression kept per layer (per head where the policy keeps per head); 0 / empty otherwise.
     int64_t context_tokens = 0;
     std::vector<int64_t> kept_slots;
+    // The same, summed over each layer's (b, g) rows (a score threshold keeps a count per head).
+    std::vector<int64_t> kept_total_slots;
     // compress-then-ask: contexts run and compressed (loaded ones not counted), questions asked
     // of each, and with several the exact-answer accuracy of question j over the contexts.
     int64_t contexts_compressed = 0, questions_per_context = 0;

@@ -2,6 +2,8 @@
 #include "protocol.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 
 #include "engine/core/error.h"
 #include "engine/core/join.h"
@@ -40,6 +42,15 @@ int64_t compress_keep(const ProtocolConfig& p, int64_t T) {
         throw Error(str("--kv_cache.compression_ratio: ", p.compression_ratio, " keeps no slot of a context of ", T,
                         " tokens; expected a ratio below ", 1.0 - 1.0 / double(std::max<int64_t>(T, 1)), " or --kv_cache.keep_tokens"));
     return keep;
+}
+
+std::optional<double> score_threshold(const ProtocolConfig& p) {
+    if (p.score_threshold.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double t = std::strtod(p.score_threshold.c_str(), &end);
+    if (end == p.score_threshold.c_str() || *end != '\0' || !std::isfinite(t))
+        throw Error(str("--kv_cache.score_threshold: '", p.score_threshold, "' is not a number; expected a finite score (empty: no threshold)"));
+    return t;
 }
 
 }  // namespace kv

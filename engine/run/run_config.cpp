@@ -283,6 +283,10 @@ std::vector<OptionDef> build_options() {
     o.push_back(bool_opt("kv_cache.query_aware", "cache",
                          "compress-then-ask: the question is part of what the policy scores and compresses (kvpress's query_aware)",
                          [](RunConfig& c) -> bool& { return c.protocol.query_aware; }));
+    o.push_back(str_opt("kv_cache.score_threshold", "cache",
+                        "compress-then-ask: keep the context slots whose policy score is >= this number instead of a ratio (a "
+                        "count per layer, per head for per-head policies, recorded as an outcome; empty: no threshold)",
+                        {}, [](RunConfig& c) -> std::string& { return c.protocol.score_threshold; }));
     o.push_back(str_opt("kv_cache.save", "cache",
                         "compress-then-ask: save each sample's compressed cache (kept K/V, positions, scores) to this file "
                         "(sample i > 0: FILE.i)",
@@ -549,12 +553,18 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
             p.push_back(str("--protocol compress-then-ask: policy '", policy, "' sizes each layer by its own rule (", info->default_layer_rule,
                             "); one compression keeps the same count in every layer; expected a policy with one budget for all layers"));
         if (c.fidelity) p.push_back("--fidelity: not measured under --protocol compress-then-ask; expected the chunked protocol");
+        try {
+            if (score_threshold(c.protocol) && (c.protocol.compression_ratio > 0.0 || c.protocol.keep_tokens > 0))
+                p.push_back("--kv_cache.score_threshold: a budget of its own; expected no compression_ratio or keep_tokens with it");
+        } catch (const Error& e) {
+            p.push_back(e.what());
+        }
         if (c.data.questions > 1 && c.protocol.query_aware)
             p.push_back(str("--data.questions: ", c.data.questions, " questions per context with --kv_cache.query_aware, which compresses one "
                             "question with the context; expected 1 question, or no query_aware"));
     } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
-               !c.protocol.load_path.empty()) {
-        p.push_back("--kv_cache.compression_ratio, keep_tokens, query_aware, save and load belong to --protocol compress-then-ask; expected "
+               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty()) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
     }
     if (c.data.questions > 1) {
