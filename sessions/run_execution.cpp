@@ -178,6 +178,10 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             const double rows = double(s.kept_total_slots.size()) * double(lm.config.num_kv_heads);
             j["kept_fraction"] = rows > 0 && s.context_tokens > 0 ? double(kept) / (rows * double(s.context_tokens)) : 0.0;
         }
+        if (!s.decode_final_slots.empty()) {
+            j["decoded_tokens"] = s.decoded_tokens;
+            j["decode_final_slots"] = s.decode_final_slots;
+        }
         j["contexts_compressed"] = s.contexts_compressed;
         j["questions_per_context"] = s.questions_per_context;
         if (s.questions_per_context > 1) j["question_accuracy"] = s.question_accuracy;
@@ -232,6 +236,9 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (j.contains("kept_fraction"))
         text << " | score threshold " << cfg.protocol.score_threshold << ": " << j["kept_fraction"].get<double>()
              << " of the context kept (mean over layers and heads)";
+    if (!s.decode_final_slots.empty())
+        text << " | decoding budget " << cfg.protocol.decode_ratio << ": " << s.decoded_tokens << " tokens decoded, "
+             << s.decode_final_slots.front() << " slots held after the last (layer 0)";
     if (s.questions_per_context > 1) {
         text << " | " << s.questions_per_context << " questions per context, each from the one compressed cache; exact by question:";
         for (size_t q = 0; q < s.question_accuracy.size(); ++q) text << (q ? ", " : " ") << s.question_accuracy[q];

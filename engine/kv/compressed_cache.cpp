@@ -30,13 +30,81 @@ CompressedCache::CompressedCache(std::string cache_name, int64_t context_length,
 }
 
 void CompressedCache::rewind() {
-    K_.clear(), V_.clear(), pos_.clear();
+    K_.clear(), V_.clear(), pos_.clear(), ctx_left_.clear(), ctx_score_.clear(), shared_rows_.clear();
     for (const CompressedLayer& c : layers_) {
         K_.push_back(c.K);
         V_.push_back(c.V);
         pos_.push_back(c.positions);
+        rows_ = c.K.size(0) * c.K.size(1);
+        const int64_t kept = c.K.size(2);
+        ctx_left_.push_back(kept);
+        ctx_score_.push_back(c.scores);
+        bool shared = true;
+        for (int64_t r = 1; r < rows_ && shared; ++r)
+            shared = std::equal(c.positions.begin(), c.positions.begin() + kept, c.positions.begin() + r * kept);
+        shared_rows_.push_back(shared);
     }
     appended_.assign(layers_.size(), 0);
+}
+
+void CompressedCache::set_decode_ratio(double r) {
+    if (!(r >= 0.0 && r < 1.0)) throw Error(str("--kv_cache.decode_ratio: ", r, "; expected a ratio in [0, 1)"));
+    if (r > 0.0)
+        for (size_t l = 0; l < layers_.size(); ++l) {
+            const CompressedLayer& c = layers_[l];
+            if (c.scores.empty())
+                throw Error(str("--kv_cache.decode_ratio: the cache of '", name_, "' holds no scores of its kept slots (a policy that "
+                                "chooses by position), so nothing ranks them while decoding; expected a policy that scores slots"));
+            if (std::find(c.positions.begin(), c.positions.end(), kUnusedSlotPosition) != c.positions.end())
+                throw Error("--kv_cache.decode_ratio: the cache has unused slots (a score threshold); expected a ratio or count budget");
+        }
+    decode_ratio_ = r;
+}
+
+void CompressedCache::evict_to_budget(int layer) {
+    const size_t l = size_t(layer);
+    const int64_t total = slots(layer), ctx = ctx_left_[l], app = total - ctx;
+    const int64_t seen = context_length_ + appended_[l];
+    const int64_t budget = int64_t(double(seen) * (1.0 - decode_ratio_));  // floor, as kvpress's int()
+    const int64_t drop = total - budget;
+    if (drop <= 0) return;
+    if (drop > ctx)
+        throw Error(str("--kv_cache.decode_ratio: ", decode_ratio_, " leaves ", budget, " slots after ", seen, " tokens seen, fewer than the ",
+                        app, " tokens asked, which are never evicted; expected a smaller ratio or a shorter question"));
+    // Per row the context slots to keep: all but the `drop` lowest-scoring (ties: the earlier goes).
+    const std::vector<float>& sc = ctx_score_[l];
+    std::vector<float> summed;
+    if (shared_rows_[l]) {
+        summed.assign(size_t(ctx), 0.0f);
+        for (int64_t r = 0; r < rows_; ++r)
+            for (int64_t j = 0; j < ctx; ++j) summed[size_t(j)] += sc[size_t(r * ctx + j)];
+    }
+    std::vector<int32_t> index;  // (rows, total - drop) slots kept
+    std::vector<int32_t> pos;
+    std::vector<float> score;
+    std::vector<int32_t> order((size_t)ctx);
+    for (int64_t r = 0; r < rows_; ++r) {
+        const float* s = shared_rows_[l] ? summed.data() : sc.data() + r * ctx;
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + drop, order.end(),
+                          [s](int32_t a, int32_t b) { return s[a] < s[b] || (s[a] == s[b] && a < b); });
+        std::vector<bool> gone((size_t)ctx, false);
+        for (int64_t i = 0; i < drop; ++i) gone[size_t(order[size_t(i)])] = true;
+        for (int64_t j = 0; j < total; ++j) {
+            if (j < ctx && gone[size_t(j)]) continue;
+            index.push_back(int32_t(j));
+            pos.push_back(pos_[l][size_t(r * total + j)]);
+            if (j < ctx) score.push_back(sc[size_t(r * ctx + j)]);
+        }
+    }
+    const Tensor& K0 = K_[l];
+    const int64_t B = K0.size(0), G = K0.size(1), D = K0.size(3), keep = total - drop;
+    const Tensor idx = Tensor::from_i32({B, G, keep, 1}, index, {K0.device(), MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep, D});
+    K_[l] = ops::gather(K0, 2, idx);
+    V_[l] = ops::gather(V_[l], 2, idx);
+    pos_[l] = std::move(pos);
+    ctx_score_[l] = std::move(score);
+    ctx_left_[l] = ctx - drop;
 }
 
 int64_t CompressedCache::kept_total(int l) const {
@@ -85,6 +153,7 @@ void CompressedCache::attend(int layer, const Tensor& q, const Tensor& k, const 
     ops::sdpa_(y, q, K, V, kpos, position_range(input_pos, n, dev), scale, window);
     K_[l] = K, V_[l] = V, pos_[l] = std::move(pos);
     appended_[l] += n;
+    if (decode_ratio_ > 0.0) evict_to_budget(layer);  // after the tokens attended, as a decoding press compresses
 }
 
 namespace {

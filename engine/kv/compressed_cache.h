@@ -6,6 +6,7 @@
 // same compressed cache. The cache also saves to and loads from a file (compressed_cache_file.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,8 +40,22 @@ class CompressedCache final : public LayerAttention {
     // kept slots plus everything appended since the last rewind().
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
-    // Back to the compressed context: drops every appended token of every layer.
+    // Back to the compressed context: drops every appended token of every layer and restores
+    // the context slots a decoding budget evicted.
     void rewind();
+    // The decoding-time budget (kvpress's ratio of everything seen; 0 = none): after each
+    // attend() call layer l holds floor((1 - r) * seen) slots per row, seen = context_length()
+    // + appended(l). The appended tokens are never evicted; the context slots go in the order
+    // of the policy's scores from the compression (lowest first, ties: the earlier slot; summed
+    // over rows when every row keeps the same positions), which are not updated while decoding.
+    // Throws kv::Error when the cache holds no scores (a position-only policy) or unused slots,
+    // and attend() throws when the budget falls below the appended tokens.
+    void set_decode_ratio(double r);
+    double decode_ratio() const { return decode_ratio_; }
+    int64_t slots(int l) const { return pos_[size_t(l)].size() / size_t(std::max<int64_t>(rows_, 1)); }  // per row, now
+    int64_t context_slots(int l) const { return ctx_left_[size_t(l)]; }                                    // of them, context
+    // (B * G, slots(l)) the positions held now: the context slots left, then the appended tokens.
+    const std::vector<int32_t>& positions_now(int l) const { return pos_[size_t(l)]; }
 
     const std::string& cache_name() const { return name_; }  // the policy-buffer that chose the slots
     int64_t context_length() const { return context_length_; }
@@ -64,6 +79,14 @@ class CompressedCache final : public LayerAttention {
     std::vector<Tensor> K_, V_;
     std::vector<std::vector<int32_t>> pos_;
     std::vector<int64_t> appended_;
+    // The decoding budget: its ratio, per layer the context slots left per row and their scores
+    // (rows, ctx_left_), and whether all rows keep the same positions.
+    double decode_ratio_ = 0.0;
+    int64_t rows_ = 0;
+    std::vector<int64_t> ctx_left_;
+    std::vector<std::vector<float>> ctx_score_;
+    std::vector<bool> shared_rows_;
+    void evict_to_budget(int layer);
 };
 
 // Saves the cache's kept state (compressed_cache_codec.h: kept K/V, positions, the policy's

@@ -60,11 +60,25 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     if (cache.rope_width() > 0) model.set_context_width(cache.rope_width());  // the keys' rotation
     const int64_t n = int64_t(ids.size()), P = cache.context_length();
     const Device dev = model.options().device;
-    Tensor x = model.embed(Tensor::from_i32({1, n}, ids, {dev, MemCategory::ACTIVATIONS, "question ids"}));
-    for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, P, cache);
-    const Tensor logits = model.lm_head(model.final_norm(x), P);  // (1, n, V) f32
+    auto forward = [&](int64_t first, int64_t count) {  // (1, count, V) f32 logits of ids[first, first + count)
+        const std::vector<int32_t> piece(ids.begin() + first, ids.begin() + first + count);
+        Tensor x = model.embed(Tensor::from_i32({1, count}, piece, {dev, MemCategory::ACTIVATIONS, "question ids"}));
+        for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, P + first, cache);
+        return model.lm_head(model.final_norm(x), P + first);
+    };
+    Tensor logits;
+    std::vector<float> z;
+    if (cache.decode_ratio() > 0.0) {
+        for (int64_t t = 0; t < n; ++t) {
+            const std::vector<float> zt = forward(t, 1).to_f32_vector();
+            z.insert(z.end(), zt.begin(), zt.end());
+        }
+        logits = Tensor::from_f32({1, n, int64_t(z.size()) / n}, z, DType::F32, {dev, MemCategory::ACTIVATIONS, "question logits"});
+    } else {
+        logits = forward(0, n);  // (1, n, V) f32
+        z = logits.to_f32_vector();
+    }
     const int64_t V = logits.size(2);
-    const std::vector<float> z = logits.to_f32_vector();
     AskResult r;
     r.token_loss.assign(size_t(n), std::numeric_limits<float>::quiet_NaN());
     std::vector<int32_t> tg(targets);

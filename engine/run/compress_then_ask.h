@@ -30,7 +30,9 @@ CompressedCache compress_context(Transformer& model, const KVCacheConfig& contex
                                  const DriverCallbacks& cb = {}, std::optional<double> threshold = std::nullopt);
 
 // One question answered from the compressed cache (rewound first): ids at positions
-// cache.context_length().., targets[t] the token scored after ids[t] (-100: none).
+// cache.context_length().., targets[t] the token scored after ids[t] (-100: none). With a
+// decoding budget (CompressedCache::set_decode_ratio) the tokens go one per forward, as decoding
+// feeds them, so the budget holds after each.
 struct AskResult {
     double loss_sum = 0;
     int64_t count = 0;

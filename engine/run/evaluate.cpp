@@ -214,6 +214,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                                         : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
+            cc.set_decode_ratio(cfg.protocol.decode_ratio);
             const int64_t nq = int64_t(questions.size());
             sum.questions_per_context = nq;
             sum.question_accuracy.resize(size_t(nq), 0.0);
@@ -232,6 +233,12 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
                 const Question& q = questions[size_t(j)];
                 const AskResult a = ask_compressed(model, cc, q.ids, q.targets);
+                if (cfg.protocol.decode_ratio > 0.0) {
+                    // The decoding budget's outcome: tokens decoded under it and the slots then held.
+                    sum.decoded_tokens += int64_t(q.ids.size());
+                    sum.decode_final_slots.clear();
+                    for (int l = 0; l < cc.num_layers(); ++l) sum.decode_final_slots.push_back(cc.slots(l));
+                }
                 EvalSampleResult r;
                 r.index = int64_t(sum.samples.size());
                 if (nq > 1) r.context = int64_t(i), r.question = j;

@@ -71,6 +71,10 @@ struct EvalSummary {
     // of each, and with several the exact-answer accuracy of question j over the contexts.
     int64_t contexts_compressed = 0, questions_per_context = 0;
     std::vector<double> question_accuracy;
+    // --kv_cache.decode_ratio: tokens decoded under the decoding budget (every question and
+    // answer token, one per forward) and the slots per row each layer held after the last one.
+    int64_t decoded_tokens = 0;
+    std::vector<int64_t> decode_final_slots;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
     // --fidelity: per-layer means over every (sample, chunk), and the means over all steps

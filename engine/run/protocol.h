@@ -40,6 +40,11 @@ struct ProtocolConfig {
     // slots whose policy score is >= it instead of a ratio or count (the kept count is then an
     // outcome, recorded per layer).
     std::string score_threshold;
+    // compress-then-ask: the decoding-time budget, a ratio of everything seen so far: while the
+    // question and answer are fed (one token per forward) each layer keeps floor((1 - r) seen)
+    // slots, evicting context slots in the policy's order (CompressedCache::set_decode_ratio).
+    // The compression uses the same ratio when compression_ratio is not set.
+    double decode_ratio = 0.0;
     // compress-then-ask: save each sample's compressed cache to this file (sample 0; sample i > 0
     // to PATH.i), or load it from there instead of running and compressing the context.
     std::string save_path, load_path;

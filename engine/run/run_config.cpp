@@ -287,6 +287,11 @@ std::vector<OptionDef> build_options() {
                         "compress-then-ask: keep the context slots whose policy score is >= this number instead of a ratio (a "
                         "count per layer, per head for per-head policies, recorded as an outcome; empty: no threshold)",
                         {}, [](RunConfig& c) -> std::string& { return c.protocol.score_threshold; }));
+    o.push_back(float_opt("kv_cache.decode_ratio", "cache",
+                          "compress-then-ask: while the question and answer are decoded, keep floor((1 - r) seen) slots per layer "
+                          "of everything seen so far, evicting context slots in the policy's order (0: none; the compression's "
+                          "ratio too unless compression_ratio is set)",
+                          0.0, 0.999, [](RunConfig& c) -> double& { return c.protocol.decode_ratio; }));
     o.push_back(str_opt("kv_cache.save", "cache",
                         "compress-then-ask: save each sample's compressed cache (kept K/V, positions, scores) to this file "
                         "(sample i > 0: FILE.i)",
@@ -559,12 +564,16 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         } catch (const Error& e) {
             p.push_back(e.what());
         }
+        if (c.protocol.decode_ratio > 0.0 && (!c.protocol.score_threshold.empty() || c.protocol.keep_tokens > 0 ||
+                                              (c.protocol.compression_ratio > 0.0 && c.protocol.compression_ratio != c.protocol.decode_ratio)))
+            p.push_back(str("--kv_cache.decode_ratio: ", c.protocol.decode_ratio, " is the ratio kept of everything seen, the compressed "
+                            "context included; expected no keep_tokens or score_threshold, and no compression_ratio or the same one"));
         if (c.data.questions > 1 && c.protocol.query_aware)
             p.push_back(str("--data.questions: ", c.data.questions, " questions per context with --kv_cache.query_aware, which compresses one "
                             "question with the context; expected 1 question, or no query_aware"));
     } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
-               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty()) {
-        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, query_aware, save and load belong to --protocol compress-then-ask; expected "
+               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty() || c.protocol.decode_ratio != 0.0) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, decode_ratio, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
     }
     if (c.data.questions > 1) {
