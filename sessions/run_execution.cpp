@@ -182,6 +182,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             j["decoded_tokens"] = s.decoded_tokens;
             j["decode_final_slots"] = s.decode_final_slots;
         }
+        j["generated_tokens"] = s.generated_tokens;
+        j["generated_score"] = s.generated_score;
         j["contexts_compressed"] = s.contexts_compressed;
         j["questions_per_context"] = s.questions_per_context;
         if (s.questions_per_context > 1) j["question_accuracy"] = s.question_accuracy;
@@ -236,6 +238,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (j.contains("kept_fraction"))
         text << " | score threshold " << cfg.protocol.score_threshold << ": " << j["kept_fraction"].get<double>()
              << " of the context kept (mean over layers and heads)";
+    if (s.generated_tokens >= 0)
+        text << " | greedy answers: " << s.generated_tokens << " tokens on average, RULER score " << s.generated_score;
     if (!s.decode_final_slots.empty())
         text << " | decoding budget " << cfg.protocol.decode_ratio << ": " << s.decoded_tokens << " tokens decoded, "
              << s.decode_final_slots.front() << " slots held after the last (layer 0)";

@@ -98,6 +98,36 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     return r;
 }
 
+std::vector<int32_t> generate_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& prompt, int64_t max_new,
+                                         const std::vector<int32_t>& stop_ids) {
+    if (prompt.empty()) throw Error("compress-then-ask: generation from an empty prompt; expected the question's tokens");
+    cache.rewind();
+    if (cache.rope_width() > 0) model.set_context_width(cache.rope_width());
+    const Device dev = model.options().device;
+    int64_t pos = cache.context_length();
+    // The argmax of the last position's logits after feeding `ids`.
+    auto feed = [&](const std::vector<int32_t>& ids) {
+        const int64_t n = int64_t(ids.size());
+        Tensor x = model.embed(Tensor::from_i32({1, n}, ids, {dev, MemCategory::ACTIVATIONS, "generation ids"}));
+        for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, pos, cache);
+        const Tensor logits = model.lm_head(model.final_norm(x.slice(1, n - 1, n).contiguous()), pos + n - 1);
+        pos += n;
+        const std::vector<float> z = logits.to_f32_vector();
+        return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
+    };
+    int32_t next = -1;
+    if (cache.decode_ratio() > 0.0)
+        for (int32_t id : prompt) next = feed({id});
+    else
+        next = feed(prompt);
+    std::vector<int32_t> out;
+    while (int64_t(out.size()) < max_new && std::find(stop_ids.begin(), stop_ids.end(), next) == stop_ids.end()) {
+        out.push_back(next);
+        if (int64_t(out.size()) < max_new) next = feed({next});
+    }
+    return out;
+}
+
 std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, bool keep_logits) {
     std::vector<AskResult> out;
     for (const Question& q : questions) out.push_back(ask_compressed(model, cache, q.ids, q.targets, keep_logits));

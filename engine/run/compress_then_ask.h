@@ -43,6 +43,13 @@ struct AskResult {
 AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
                          bool keep_logits = false);
 
+// Greedy generation from the compressed cache (rewound first): the prompt at positions
+// cache.context_length().., then the argmax of the last logits fed back one token per forward,
+// until one of stop_ids or max_new tokens (under a decoding budget the prompt too goes one token
+// per forward). Returns the generated ids, the stop id not included.
+std::vector<int32_t> generate_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& prompt, int64_t max_new,
+                                         const std::vector<int32_t>& stop_ids);
+
 // Several questions of one compressed context (SCBench's multi-request), answered in turn:
 // each from the compressed state (ask_compressed rewinds), so no question sees another.
 struct Question {

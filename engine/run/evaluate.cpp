@@ -41,6 +41,9 @@ void check_loaded_cache(const CompressedCache& c, const std::string& path, const
     }
 }
 
+// Tokens a greedy answer may run past the expected answer's length before it is cut.
+constexpr int64_t kGenerationSlack = 8;
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
@@ -178,6 +181,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     std::vector<FidelityStep> fidelity_steps;
     std::vector<FidelityKLStep> fidelity_kl;
     double loss_tokens = 0, loss_total = 0;
+    double gen_tokens = 0, gen_score = 0;  // compress-then-ask: sums over questions of the greedy answers
     int64_t correct = 0;
     const double t_start = now_s();
     const PhaseSeconds phases_start = PhaseScope::thread_seconds();
@@ -208,8 +212,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             std::vector<Question> questions = {{std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
                                                 std::vector<int32_t>(it.targets.begin() + split, it.targets.end())}};
             questions.insert(questions.end(), it.more_questions.begin(), it.more_questions.end());
-            int64_t width = T;  // RoPE width: the context and its longest question
-            for (const Question& q : questions) width = std::max(width, split + int64_t(q.ids.size()));
+            // RoPE width: the context and its longest question, with room for a greedy answer
+            // running past the expected one (generate_compressed's max_new below).
+            int64_t width = T + kGenerationSlack;
+            for (const Question& q : questions) width = std::max(width, split + int64_t(q.ids.size()) + kGenerationSlack);
             CompressedCache cc = loaded ? std::move(*loaded)
                                         : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
@@ -234,11 +240,23 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 const Question& q = questions[size_t(j)];
                 const AskResult a = ask_compressed(model, cc, q.ids, q.targets);
                 if (cfg.protocol.decode_ratio > 0.0) {
-                    // The decoding budget's outcome: tokens decoded under it and the slots then held.
+                    // The decoding budget's outcome: the question and answer decoded under it and the slots
+                    // held after them (before the greedy answer below rewinds).
                     sum.decoded_tokens += int64_t(q.ids.size());
                     sum.decode_final_slots.clear();
                     for (int l = 0; l < cc.num_layers(); ++l) sum.decode_final_slots.push_back(cc.slots(l));
                 }
+                // The answer generated greedily from the same compressed state: its length and
+                // RULER score next to the teacher-forced numbers.
+                int64_t first = 0, expected_n = 0;
+                while (first < int64_t(q.targets.size()) && q.targets[size_t(first)] < 0) ++first;
+                std::vector<int32_t> expected_ids;
+                for (int32_t y : q.targets)
+                    if (y >= 0) expected_ids.push_back(y), ++expected_n;
+                const std::vector<int32_t> generated = generate_compressed(
+                    model, cc, std::vector<int32_t>(q.ids.begin(), q.ids.begin() + first + 1), expected_n + kGenerationSlack, tok.eos_ids());
+                std::string answer_text = tok.decode(expected_ids, true);
+                answer_text.erase(0, answer_text.find_first_not_of(' '));
                 EvalSampleResult r;
                 r.index = int64_t(sum.samples.size());
                 if (nq > 1) r.context = int64_t(i), r.question = j;
@@ -254,6 +272,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 r.copy_token_accuracy = cs.token_accuracy();
                 r.copy_prefix = cs.prefix_fraction();
                 r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
+                r.generated_tokens = int64_t(generated.size());
+                r.generated_score = ruler_text_score(cfg.data.name, tok.decode(generated, true), answer_text);
+                gen_tokens += double(r.generated_tokens);
+                gen_score += r.generated_score;
                 loss_total += a.loss_sum;
                 loss_tokens += double(a.count);
                 sum.scored_tokens += a.count;
@@ -412,6 +434,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     if (head == HeadKind::NEXT_TOKEN && !copy_task && !answer_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
     else sum.accuracy = sum.samples.empty() ? 0 : double(correct) / double(sum.samples.size());
     for (double& a : sum.question_accuracy) a /= double(std::max<size_t>(items.size(), 1));
+    if (ask && !sum.samples.empty()) {
+        sum.generated_tokens = gen_tokens / double(sum.samples.size());
+        sum.generated_score = gen_score / double(sum.samples.size());
+    }
     if ((copy_task || answer_task) && !sum.samples.empty()) {
         sum.copy_token_accuracy = sum.copy_prefix = 0;
         for (const auto& s : sum.samples) {

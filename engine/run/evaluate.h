@@ -31,6 +31,11 @@ struct EvalSampleResult {
     // --data.questions > 1: the context (sample) this question was asked of and which question
     // it is (0-based); a result per question, index counting every question of the run.
     int64_t context = -1, question = -1;
+    // compress-then-ask: the greedy answer generated from the compressed cache after the
+    // question (until an end-of-generation token, at most the answer's tokens + 8), its length
+    // in tokens and its RULER score (ruler_text_score); -1 otherwise.
+    int64_t generated_tokens = -1;
+    double generated_score = -1;
 };
 
 struct EvalSummary {
@@ -74,6 +79,9 @@ struct EvalSummary {
     // --kv_cache.decode_ratio: tokens decoded under the decoding budget (every question and
     // answer token, one per forward) and the slots per row each layer held after the last one.
     int64_t decoded_tokens = 0;
+    // compress-then-ask: means over the questions of the greedy answer's length and RULER score
+    // (EvalSampleResult::generated_*); -1 otherwise.
+    double generated_tokens = -1, generated_score = -1;
     std::vector<int64_t> decode_final_slots;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
