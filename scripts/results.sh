@@ -5,7 +5,7 @@
 # results/); kvlab plot draws the figures.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
 #   RESULTS_BLOCKS="ruler zoo" scripts/results.sh   runs only the named blocks (default: all of
-#   ppl qh2o passkey repeat ruler zoo fidelity bytes)
+#   ppl qh2o passkey repeat ruler zoo fidelity bytes leaderboard decoding)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ SESSION=${1:-results/results.kvlab}
 mkdir -p "$(dirname "$SESSION")"
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
-BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes} "
+BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding} "
 want() { [[ "$BLOCKS" == *" $1 "* ]]; }
 POLICIES="lastrec h2o h2o-orig h2o-vlen streaming tova snapkv knorm"
 QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
@@ -150,4 +150,32 @@ bytes=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 4096 --da
 "$KVLAB" plot "$SESSION" --x kv_bytes --y perplexity --by kv_cache.name --where "data=text;data.seq_length=4096" \
   --title "SmolLM2-135M, 4096 tokens of licence text: perplexity vs KV bytes held" -o docs/figures/bytes_smollm2.svg
 echo "results: results/bytes.*.md; figure docs/figures/bytes_smollm2.svg"
+fi
+
+# kvpress's leaderboard under its own protocol (docs/RESULTS.md, "Leaderboard: compress once,
+# then ask"): each RULER context compressed once by --kv_cache.compression_ratio, the question
+# answered from it; method x ratio, the mean over the tasks with standard errors, exact answers
+# and answer tokens right (the second call only prints: every cell is done). 1024 tokens and 2
+# samples per cell keep the block to about 10 minutes on 2 cores.
+if want leaderboard; then
+lb=(smollm2-135m --protocol compress-then-ask --data niah_single,niah_multikey,niah_multivalue --data.seq_length 1024
+    --data.num_samples 2 --kv_cache.name snapkv,h2o,tova,knorm,lastrec --kv_cache.compression_ratio 0.25,0.5,0.75,0.875
+    --kv_cache.chunk_size 128 --telemetry.enabled false --session "$SESSION" --figure none --format leaderboard)
+"$KVLAB" sweep "${lb[@]}" --metric accuracy > results/leaderboard.accuracy.md
+"$KVLAB" sweep "${lb[@]}" --metric answer_token_accuracy > results/leaderboard.tokens.md
+echo "results: results/leaderboard.accuracy.md, results/leaderboard.tokens.md"
+fi
+
+# Decoding-time budgets (docs/RESULTS.md, "Decoding-time budgets: generated length next to
+# quality"): the same needles at 1536 tokens compressed once by a ratio, then the question and
+# the greedy answer decoded with no further eviction (compression_ratio) or keeping that ratio of
+# everything seen (decode_ratio); the greedy answers' RULER score and mean length.
+if want decoding; then
+dec=(smollm2-135m --protocol compress-then-ask --data niah_single,niah_multikey --data.seq_length 1536 --data.num_samples 2
+     --kv_cache.name snapkv,knorm --kv_cache.chunk_size 128 --telemetry.enabled false --session "$SESSION" --figure none --format md)
+for m in generated_score generated_tokens; do
+  "$KVLAB" sweep "${dec[@]}" --kv_cache.compression_ratio 0.5,0.75 --metric $m > results/decoding.compress.$m.md
+  "$KVLAB" sweep "${dec[@]}" --kv_cache.decode_ratio 0.5,0.75 --metric $m > results/decoding.decode.$m.md
+done
+echo "results: results/decoding.{compress,decode}.{generated_score,generated_tokens}.md"
 fi

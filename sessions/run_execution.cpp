@@ -170,6 +170,23 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (!s.kept_slots.empty()) {  // compress-then-ask: the last sample's context and what its compression kept
         j["context_tokens"] = s.context_tokens;
         j["kept_slots"] = s.kept_slots;
+        j["kept_total_slots"] = s.kept_total_slots;
+        if (!cfg.protocol.score_threshold.empty()) {
+            // The threshold's outcome: the mean share of the context kept over the layers' rows.
+            int64_t kept = 0;
+            for (int64_t k : s.kept_total_slots) kept += k;
+            const double rows = double(s.kept_total_slots.size()) * double(lm.config.num_kv_heads);
+            j["kept_fraction"] = rows > 0 && s.context_tokens > 0 ? double(kept) / (rows * double(s.context_tokens)) : 0.0;
+        }
+        if (!s.decode_final_slots.empty()) {
+            j["decoded_tokens"] = s.decoded_tokens;
+            j["decode_final_slots"] = s.decode_final_slots;
+        }
+        j["generated_tokens"] = s.generated_tokens;
+        j["generated_score"] = s.generated_score;
+        j["contexts_compressed"] = s.contexts_compressed;
+        j["questions_per_context"] = s.questions_per_context;
+        if (s.questions_per_context > 1) j["question_accuracy"] = s.question_accuracy;
     }
     if (hooks.sample_tokens) j["sample_tokens_seconds"] = sample_tokens_seconds;
     j["memory"] = memory_json(s.memory);
@@ -218,6 +235,18 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         text << " | oracle: kept mass " << s.fidelity_oracle_mass << ", policy efficiency " << s.fidelity_efficiency;
     if (!s.kept_slots.empty())
         text << " | compressed once: " << s.kept_slots.front() << " of " << s.context_tokens << " context slots kept (layer 0)";
+    if (j.contains("kept_fraction"))
+        text << " | score threshold " << cfg.protocol.score_threshold << ": " << j["kept_fraction"].get<double>()
+             << " of the context kept (mean over layers and heads)";
+    if (s.generated_tokens >= 0)
+        text << " | greedy answers: " << s.generated_tokens << " tokens on average, RULER score " << s.generated_score;
+    if (!s.decode_final_slots.empty())
+        text << " | decoding budget " << cfg.protocol.decode_ratio << ": " << s.decoded_tokens << " tokens decoded, "
+             << s.decode_final_slots.front() << " slots held after the last (layer 0)";
+    if (s.questions_per_context > 1) {
+        text << " | " << s.questions_per_context << " questions per context, each from the one compressed cache; exact by question:";
+        for (size_t q = 0; q < s.question_accuracy.size(); ++q) text << (q ? ", " : " ") << s.question_accuracy[q];
+    }
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();
     return out;

@@ -277,11 +277,14 @@ std::string format_sweep_leaderboard(const SweepTable& t) {
         return it == t.columns.end() ? -1 : int(it - t.columns.begin());
     };
     const int mcol = col("kv_cache.name");
+    // The size axis: the chunked protocol's kept ratio or cache length, or compress-then-ask's
+    // compression ratio (kvpress's leaderboard columns).
     int rcol = col("kv_cache.ratio");
+    if (rcol < 0) rcol = col("kv_cache.compression_ratio");
     if (rcol < 0) rcol = col("kv_cache.cache_length");
     if (mcol < 0 || rcol < 0)
         throw Error("--format leaderboard: the sweep has no kv_cache.name or cache-size axis; expected a sweep over --kv_cache.name and "
-                    "--kv_cache.ratio (or --kv_cache.cache_length)");
+                    "--kv_cache.ratio (or --kv_cache.compression_ratio, --kv_cache.cache_length)");
     // (method, size) -> task -> value; a task is every other column's value.
     std::vector<std::string> methods, sizes;
     std::map<std::string, std::map<std::string, std::map<std::string, double>>> at;
@@ -304,12 +307,13 @@ std::string format_sweep_leaderboard(const SweepTable& t) {
         at[m][z][task] = r.value;
     }
     std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::atof(a.c_str()) < std::atof(b.c_str()); });
-    const bool ratio = t.columns[size_t(rcol)] == "kv_cache.ratio";
+    const bool ratio = t.columns[size_t(rcol)] == "kv_cache.ratio", compression = t.columns[size_t(rcol)] == "kv_cache.compression_ratio";
     std::ostringstream os;
     os << t.metric << ": mean +- standard error over tasks (n = tasks), " << tasks.size() << " task" << (tasks.size() == 1 ? "" : "s");
     if (ratio) os << "; columns: kv_cache.ratio, the kept fraction of each sequence (kvpress's compression ratio is 1 - it)";
+    if (compression) os << "; columns: kv_cache.compression_ratio r, the fraction of each context dropped (floor((1 - r) T) kept)";
     os << "\n\n| method |";
-    for (const auto& z : sizes) os << " " << (ratio ? "kept " : "L = ") << z << " |";
+    for (const auto& z : sizes) os << " " << (ratio ? "kept " : compression ? "r = " : "L = ") << z << " |";
     os << "\n|---|";
     for (size_t i = 0; i < sizes.size(); ++i) os << "---|";
     os << "\n";

@@ -26,6 +26,11 @@ bool is_ruler_task(const std::string& name) {
     return std::find(n.begin(), n.end(), name) != n.end();
 }
 
+const std::vector<std::string>& ruler_multi_question_tasks() {
+    static const std::vector<std::string> n = {"niah_multikey", "niah_multiquery"};
+    return n;
+}
+
 namespace {
 
 const std::vector<std::string>& key_words() {
@@ -133,6 +138,10 @@ struct Parts {
     std::string answer_prefix;             // the answer's first words, given (RULER's answer_prefix)
     std::string answer;
     std::string description;
+    struct Question {
+        std::string question, answer_prefix, answer;
+    };
+    std::vector<Question> more;  // questions 2.. of the context (RulerSpec::questions)
 };
 
 }  // namespace
@@ -164,6 +173,11 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     std::seed_seq seq{uint64_t(spec.seed), uint64_t(index), uint64_t(0x72756c6572ULL)};  // "ruler"
     std::mt19937_64 rng(seq);
     const int64_t K = std::max<int64_t>(spec.num_keys, 1);
+    const auto& multi = ruler_multi_question_tasks();
+    if (spec.questions < 1 || (spec.questions > 1 && std::find(multi.begin(), multi.end(), spec.task) == multi.end()))
+        throw Error(str("--data.questions: ", spec.questions, " questions per context of ", spec.task, "; expected 1, or a task whose context holds "
+                        "several keys to ask about (", join(multi, ", "), ")"));
+    const int64_t NQ = spec.questions;
     Parts p;
     const uint64_t fwe_base = spec.task == "fwe" ? rng() % 65536 : 0;
     auto shuffled_keys = [&](int64_t n) {
@@ -180,11 +194,22 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     if (spec.task == "niah_single" || spec.task == "niah_single_2" || spec.task == "niah_single_3" || spec.task == "niah_multikey") {
         // niah_single (RULER's niah_single_1) and niah_multikey (niah_multikey_1) hide in the noise
         // haystack, niah_single_2/3 in the essay one; _3's value is a uuid.
-        const int64_t nk = spec.task == "niah_multikey" ? std::max<int64_t>(K, 2) : 1;
+        const int64_t nk = spec.task == "niah_multikey" ? std::max({K, int64_t(2), NQ}) : 1;
         const auto keys = shuffled_keys(nk);
         std::vector<std::string> nums;
         for (size_t i = 0; i < keys.size(); ++i) nums.push_back(uuid_values ? uuid(rng) : number(rng));
-        const size_t q = rng() % keys.size();
+        // One question: one key drawn (as before several questions existed, so samples stay the
+        // same); several: distinct keys in random order.
+        std::vector<size_t> asked(keys.size());
+        for (size_t i = 0; i < asked.size(); ++i) asked[i] = i;
+        if (NQ == 1) asked = {size_t(rng() % keys.size())};
+        else std::shuffle(asked.begin(), asked.end(), rng);
+        const size_t q = asked[0];
+        for (int64_t j = 1; j < NQ; ++j) {
+            const std::string& k = keys[asked[size_t(j)]];
+            p.more.push_back({str("\n What is the special magic ", what, " for ", k, " mentioned in the provided text?"),
+                              str("The special magic ", what, " for ", k, " mentioned in the provided text is"), nums[asked[size_t(j)]]});
+        }
         p.haystack = spec.task == "niah_single_2" || spec.task == "niah_single_3" ? Haystack::ESSAY : Haystack::NOISE;
         p.instruction = magic_instruction;
         for (size_t i = 0; i < keys.size(); ++i) p.inserts.push_back(str(" One of the special magic ", what, "s for ", keys[i], " is: ", nums[i], "."));
@@ -222,20 +247,33 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         const auto keys = shuffled_keys(std::max<int64_t>(K, 2));
         std::vector<std::string> nums;
         for (size_t i = 0; i < keys.size(); ++i) nums.push_back(number(rng));
-        std::vector<size_t> asked(keys.size());
-        for (size_t i = 0; i < asked.size(); ++i) asked[i] = i;
-        std::shuffle(asked.begin(), asked.end(), rng);
-        asked.resize(std::min<size_t>(asked.size(), 4));
+        // Each question asks its own draw of up to 4 keys (the first drawn as with one question).
+        std::vector<std::vector<size_t>> draws;
+        for (int64_t j = 0; j < NQ; ++j) {
+            std::vector<size_t> a(keys.size());
+            for (size_t i = 0; i < a.size(); ++i) a[i] = i;
+            std::shuffle(a.begin(), a.end(), rng);
+            a.resize(std::min<size_t>(a.size(), 4));
+            draws.push_back(std::move(a));
+        }
+        const std::vector<size_t>& asked = draws[0];
         p.haystack = Haystack::ESSAY;
         p.instruction = magic_instruction;
         for (size_t i = 0; i < keys.size(); ++i) p.inserts.push_back(str(" One of the special magic numbers for ", keys[i], " is: ", nums[i], "."));
-        std::string list;
-        for (size_t i = 0; i < asked.size(); ++i) {
-            list += (i == 0 ? "" : i + 1 == asked.size() ? " and " : ", ") + keys[asked[i]];
-            p.answer += (i ? ", " : "") + nums[asked[i]];
+        for (const std::vector<size_t>& a : draws) {
+            std::string list, answer;
+            for (size_t i = 0; i < a.size(); ++i) {
+                list += (i == 0 ? "" : i + 1 == a.size() ? " and " : ", ") + keys[a[i]];
+                answer += (i ? ", " : "") + nums[a[i]];
+            }
+            p.more.push_back({str("\n What are all the special magic numbers for ", list,
+                                  " mentioned in the provided text? Answer in this order, separated by commas."),
+                              str("The special magic numbers for ", list, " mentioned in the provided text are"), answer});
         }
-        p.question = str("\n What are all the special magic numbers for ", list, " mentioned in the provided text? Answer in this order, separated by commas.");
-        p.answer_prefix = str("The special magic numbers for ", list, " mentioned in the provided text are");
+        p.question = p.more[0].question;
+        p.answer_prefix = p.more[0].answer_prefix;
+        p.answer = p.more[0].answer;
+        p.more.erase(p.more.begin());
         p.description = str("niah_multiquery ", asked.size(), " of ", keys.size(), " keys");
     } else if (spec.task == "niah_multivalue") {
         const auto key = shuffled_keys(1)[0];
@@ -336,7 +374,8 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
             // no chat template in this tokenizer: the plain frame
         }
     }
-    post += (pre.empty() ? " " : "") + p.answer_prefix;
+    const std::string close = post + (pre.empty() ? " " : "");  // the frame after a question, before the answer's first words
+    post = close + p.answer_prefix;
     const std::string answer_text = " " + p.answer;
     std::vector<int32_t> ids = tok.encode("", true);
     const std::vector<int32_t> head = tok.encode(pre + p.instruction, false);
@@ -522,6 +561,15 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     s.ids = std::move(ids);
     s.answer = p.answer;
     s.description = str(p.description, at.empty() ? std::string() : str(" at depth ", double(at[0]) / double(room)));
+    for (const Parts::Question& q : p.more) {
+        RulerQuestion rq;
+        rq.ids = tok.encode(q.question + close + q.answer_prefix, false);
+        const std::vector<int32_t> a = tok.encode(" " + q.answer, false);
+        rq.ids.insert(rq.ids.end(), a.begin(), a.end());
+        rq.answer_length = int64_t(a.size());
+        rq.answer = q.answer;
+        s.more_questions.push_back(std::move(rq));
+    }
     return s;
 }
 

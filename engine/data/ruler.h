@@ -23,6 +23,9 @@
 // the provided text is"). The sample ends with the answer's tokens, so one
 // teacher-forced pass scores a greedy continuation: it reproduces the answer exactly iff the
 // argmax at every answer position is the answer's token (the repeat task's argument).
+// Several questions of one context (SCBench's multi-request; RulerSpec::questions): the tasks
+// whose context holds several keys ask about different ones (niah_multikey: one key each,
+// niah_multiquery: up to 4 keys each), every question followed by its own answer.
 #pragma once
 
 #include <cstdint>
@@ -37,16 +40,29 @@ namespace kv {
 // The task names, in display order (the --data choices that are RULER tasks).
 const std::vector<std::string>& ruler_task_names();
 bool is_ruler_task(const std::string& name);
+// The tasks that can ask several questions of one context (RulerSpec::questions > 1).
+const std::vector<std::string>& ruler_multi_question_tasks();
 
 struct RulerSpec {
     std::string task = "niah_single";
     int64_t seq_length = 2048;  // total tokens including the answer
     uint64_t seed = 1234;
     int64_t num_keys = 4;       // niah_multikey/multiquery: keys in the context; niah_multivalue: values; vt: chain length; cwe: common words
+    // Questions asked of each context (ruler_multi_question_tasks(); 1 elsewhere). niah_multikey
+    // then hides max(num_keys, questions) keys and asks each question about another one. The
+    // sample's length counts the first question only.
+    int64_t questions = 1;
     // The model's chat template around a user message (engine/generate's chat_prompt, passed
     // down by the caller: data sits below generate). Empty, or throwing kv::Error for a
     // tokenizer without one: the plain frame ending in "Answer:".
     std::function<std::string(const std::string& user)> chat;
+};
+
+// A further question of a sample's context: it replaces ids[question_start, end) of the sample.
+struct RulerQuestion {
+    std::vector<int32_t> ids;   // the question (with the frame's close and the answer's first words), then the answer
+    int64_t answer_length = 0;  // tokens of the answer (the last ones of ids)
+    std::string answer;
 };
 
 struct RulerSample {
@@ -60,6 +76,8 @@ struct RulerSample {
     int64_t answer_length = 0;       // tokens of the answer (the last ones of ids)
     std::string answer;              // the answer text
     std::string description;         // e.g. "niah_single key 'walnut' at depth 0.37"
+    // Questions 2.. of the context (RulerSpec::questions - 1 of them; empty for one question).
+    std::vector<RulerQuestion> more_questions;
     // Positions t whose next token ids[t + 1] is scored: answer_start - 1 .. answer_start + answer_length - 2.
     int64_t first_scored_input() const { return answer_start - 1; }
 };
@@ -69,8 +87,8 @@ struct RulerSample {
 // (string_match_all); qa_1 and qa_2: 1 when the answer occurs in it at all (string_match_part).
 double ruler_text_score(const std::string& task, const std::string& prediction, const std::string& answer);
 
-// Throws kv::Error naming --data.seq_length when the task does not fit, or --data for an
-// unknown task. Deterministic per (spec, index).
+// Throws kv::Error naming --data.seq_length when the task does not fit, --data for an
+// unknown task, or --data.questions when the task asks one question only. Deterministic per (spec, index).
 RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokenizer& tok);
 
 }  // namespace kv

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <numeric>
 
 #include "engine/core/error.h"
@@ -22,20 +23,93 @@ CompressedCache::CompressedCache(std::string cache_name, int64_t context_length,
             int64_t(c.positions.size()) != rows * kept || (!c.scores.empty() && c.scores.size() != c.positions.size()))
             throw Error(str("compressed cache layer ", l, ": K, V and positions disagree on the kept slots"));
         for (int32_t p : c.positions)
-            if (p < 0 || p >= context_length)
+            if (p != kUnusedSlotPosition && (p < 0 || p >= context_length))
                 throw Error(str("compressed cache layer ", l, ": kept position ", p, " is outside the context [0, ", context_length, ")"));
     }
     rewind();
 }
 
 void CompressedCache::rewind() {
-    K_.clear(), V_.clear(), pos_.clear();
+    K_.clear(), V_.clear(), pos_.clear(), ctx_left_.clear(), ctx_score_.clear(), shared_rows_.clear();
     for (const CompressedLayer& c : layers_) {
         K_.push_back(c.K);
         V_.push_back(c.V);
         pos_.push_back(c.positions);
+        rows_ = c.K.size(0) * c.K.size(1);
+        const int64_t kept = c.K.size(2);
+        ctx_left_.push_back(kept);
+        ctx_score_.push_back(c.scores);
+        bool shared = true;
+        for (int64_t r = 1; r < rows_ && shared; ++r)
+            shared = std::equal(c.positions.begin(), c.positions.begin() + kept, c.positions.begin() + r * kept);
+        shared_rows_.push_back(shared);
     }
     appended_.assign(layers_.size(), 0);
+}
+
+void CompressedCache::set_decode_ratio(double r) {
+    if (!(r >= 0.0 && r < 1.0)) throw Error(str("--kv_cache.decode_ratio: ", r, "; expected a ratio in [0, 1)"));
+    if (r > 0.0)
+        for (size_t l = 0; l < layers_.size(); ++l) {
+            const CompressedLayer& c = layers_[l];
+            if (c.scores.empty())
+                throw Error(str("--kv_cache.decode_ratio: the cache of '", name_, "' holds no scores of its kept slots (a policy that "
+                                "chooses by position), so nothing ranks them while decoding; expected a policy that scores slots"));
+            if (std::find(c.positions.begin(), c.positions.end(), kUnusedSlotPosition) != c.positions.end())
+                throw Error("--kv_cache.decode_ratio: the cache has unused slots (a score threshold); expected a ratio or count budget");
+        }
+    decode_ratio_ = r;
+}
+
+void CompressedCache::evict_to_budget(int layer) {
+    const size_t l = size_t(layer);
+    const int64_t total = slots(layer), ctx = ctx_left_[l], app = total - ctx;
+    const int64_t seen = context_length_ + appended_[l];
+    const int64_t budget = int64_t(double(seen) * (1.0 - decode_ratio_));  // floor, as kvpress's int()
+    const int64_t drop = total - budget;
+    if (drop <= 0) return;
+    if (drop > ctx)
+        throw Error(str("--kv_cache.decode_ratio: ", decode_ratio_, " leaves ", budget, " slots after ", seen, " tokens seen, fewer than the ",
+                        app, " tokens asked, which are never evicted; expected a smaller ratio or a shorter question"));
+    // Per row the context slots to keep: all but the `drop` lowest-scoring (ties: the earlier goes).
+    const std::vector<float>& sc = ctx_score_[l];
+    std::vector<float> summed;
+    if (shared_rows_[l]) {
+        summed.assign(size_t(ctx), 0.0f);
+        for (int64_t r = 0; r < rows_; ++r)
+            for (int64_t j = 0; j < ctx; ++j) summed[size_t(j)] += sc[size_t(r * ctx + j)];
+    }
+    std::vector<int32_t> index;  // (rows, total - drop) slots kept
+    std::vector<int32_t> pos;
+    std::vector<float> score;
+    std::vector<int32_t> order((size_t)ctx);
+    for (int64_t r = 0; r < rows_; ++r) {
+        const float* s = shared_rows_[l] ? summed.data() : sc.data() + r * ctx;
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + drop, order.end(),
+                          [s](int32_t a, int32_t b) { return s[a] < s[b] || (s[a] == s[b] && a < b); });
+        std::vector<bool> gone((size_t)ctx, false);
+        for (int64_t i = 0; i < drop; ++i) gone[size_t(order[size_t(i)])] = true;
+        for (int64_t j = 0; j < total; ++j) {
+            if (j < ctx && gone[size_t(j)]) continue;
+            index.push_back(int32_t(j));
+            pos.push_back(pos_[l][size_t(r * total + j)]);
+            if (j < ctx) score.push_back(sc[size_t(r * ctx + j)]);
+        }
+    }
+    const Tensor& K0 = K_[l];
+    const int64_t B = K0.size(0), G = K0.size(1), D = K0.size(3), keep = total - drop;
+    const Tensor idx = Tensor::from_i32({B, G, keep, 1}, index, {K0.device(), MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep, D});
+    K_[l] = ops::gather(K0, 2, idx);
+    V_[l] = ops::gather(V_[l], 2, idx);
+    pos_[l] = std::move(pos);
+    ctx_score_[l] = std::move(score);
+    ctx_left_[l] = ctx - drop;
+}
+
+int64_t CompressedCache::kept_total(int l) const {
+    const std::vector<int32_t>& pos = layers_[size_t(l)].positions;
+    return int64_t(std::count_if(pos.begin(), pos.end(), [](int32_t p) { return p != kUnusedSlotPosition; }));
 }
 
 size_t CompressedCache::kept_bytes() const {
@@ -79,6 +153,7 @@ void CompressedCache::attend(int layer, const Tensor& q, const Tensor& k, const 
     ops::sdpa_(y, q, K, V, kpos, position_range(input_pos, n, dev), scale, window);
     K_[l] = K, V_[l] = V, pos_[l] = std::move(pos);
     appended_[l] += n;
+    if (decode_ratio_ > 0.0) evict_to_budget(layer);  // after the tokens attended, as a decoding press compresses
 }
 
 namespace {
@@ -145,9 +220,35 @@ std::vector<int32_t> positional_keep(const KVCacheConfig& cfg, int layer, int64_
     return out;
 }
 
-}  // namespace
+// The slots of the threshold budget: per row those whose score is >= t, or one set for all rows
+// by the mean score over rows; rows padded to the longest with -1 (unused). Returns (rows,
+// width) slot indices and sets width.
+std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t T, double t, bool per_row,
+                                     int64_t& width) {
+    std::vector<std::vector<int32_t>> kept((size_t)rows);
+    if (per_row) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < T; ++j)
+                if (double(scores[size_t(r * L + j)]) >= t) kept[size_t(r)].push_back(int32_t(j));
+    } else {
+        std::vector<int32_t> k;
+        for (int64_t j = 0; j < T; ++j) {
+            double m = 0;
+            for (int64_t r = 0; r < rows; ++r) m += double(scores[size_t(r * L + j)]);
+            if (m / double(rows) >= t) k.push_back(int32_t(j));
+        }
+        kept.assign((size_t)rows, k);
+    }
+    width = 0;
+    for (const auto& k : kept) width = std::max(width, int64_t(k.size()));
+    std::vector<int32_t> out((size_t)(rows * width), -1);
+    for (int64_t r = 0; r < rows; ++r) std::copy(kept[size_t(r)].begin(), kept[size_t(r)].end(), out.begin() + r * width);
+    return out;
+}
 
-CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
+// compress_cache and compress_cache_threshold: `keep` slots per row, or (threshold set) the
+// slots scoring at least *threshold.
+CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, const double* threshold, int64_t rope_width) {
     const std::string policy = cfg.policy();
     const PolicyInfo* info = find_policy(policy);
     std::vector<CompressedLayer> layers;
@@ -168,7 +269,7 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
             throw Error(str("--protocol compress-then-ask: policy '", policy, "' sizes layer ", l, " to ", L, " slots for a context of ", T,
                             " (a per-layer budget rule), which one compression of every layer to the same count does not express; "
                             "expected a policy with one budget for all layers"));
-        if (keep < 1 || keep > T) throw Error(str("compress-then-ask: keeping ", keep, " slots of a context of ", T, " tokens; expected 1 to ", T));
+        if (!threshold && (keep < 1 || keep > T)) throw Error(str("compress-then-ask: keeping ", keep, " slots of a context of ", T, " tokens; expected 1 to ", T));
         // The context cache evicted nothing, so slot j of every row holds token position j.
         const std::vector<int32_t>& tp = p.token_positions();
         for (int64_t r = 0; r < (p.per_row_positions() ? B * G : 1); ++r)
@@ -179,10 +280,28 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
         CompressedLayer out;
         const std::vector<float> scores = p.slot_scores();
         std::vector<int32_t> slots;
-        if (keep < T && info && !info->evicts)
+        if (threshold) {
+            if (scores.empty())
+                throw Error(str("--kv_cache.score_threshold: policy '", policy, "' has no slot scores after the context (it chooses by "
+                                "position), so no threshold applies; expected a policy that scores slots (h2o, snapkv, knorm, ...)"));
+            for (float x : scores)
+                if (std::isnan(x))
+                    throw Error(str("--kv_cache.score_threshold: policy '", policy, "' has no score for some slots of layer ", l,
+                                    " (NaN); expected a policy that scores every slot"));
+            int64_t width = 0;
+            const std::vector<int32_t> picked = threshold_slots(scores, B * G, L, T, *threshold, p.per_row_positions(), width);
+            for (int64_t r = 0; r < B * G; ++r)
+                for (int64_t i = 0; i < width; ++i) {
+                    const int32_t j = picked[size_t(r * width + i)];
+                    slots.push_back(j < 0 ? 0 : j);  // an unused slot reads slot 0; its position masks it
+                    out.positions.push_back(j < 0 ? kUnusedSlotPosition : j);
+                    out.scores.push_back(j < 0 ? -std::numeric_limits<float>::infinity() : scores[size_t(r * L + j)]);
+                }
+            keep = width;
+        } else if (keep < T && info && !info->evicts)
             throw Error(str("--protocol compress-then-ask: policy '", policy, "' never evicts, so it cannot drop ", T - keep,
                             " of the context's ", T, " tokens; expected a policy that evicts (h2o, snapkv, knorm, lastrec, ...)"));
-        if (keep == T) {  // nothing to drop (a dense reference, ratio 0): every policy keeps all
+        else if (keep == T) {  // nothing to drop (a dense reference, ratio 0): every policy keeps all
             slots.resize(size_t(B * G * T));
             for (int64_t r = 0; r < B * G; ++r) std::iota(slots.begin() + r * T, slots.begin() + (r + 1) * T, 0);
             if (!scores.empty())
@@ -208,17 +327,33 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
                                 e.what()));
             }
         }
-        out.positions = slots;  // slot j holds position j
+        if (!threshold) out.positions = slots;  // slot j holds position j
         lc.buffer().flush();
         auto [Kf, Vf] = lc.buffer().read(T);
         const int64_t D = Kf.size(3);
         const Device dev = Kf.device();
-        const Tensor index = Tensor::from_i32({B, G, keep, 1}, slots, {dev, MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep, D});
-        out.K = ops::gather(Kf, 2, index);
-        out.V = ops::gather(Vf, 2, index);
+        if (keep == 0) {  // a threshold above every score of the layer
+            const TensorOptions opt{dev, MemCategory::KV_CACHE, "compressed cache"};
+            out.K = Tensor::empty({B, G, 0, D}, Kf.dtype(), opt);
+            out.V = Tensor::empty({B, G, 0, D}, Vf.dtype(), opt);
+        } else {
+            const Tensor index = Tensor::from_i32({B, G, keep, 1}, slots, {dev, MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep, D});
+            out.K = ops::gather(Kf, 2, index);
+            out.V = ops::gather(Vf, 2, index);
+        }
         layers.push_back(std::move(out));
     }
     return CompressedCache(cache.name(), std::max<int64_t>(context, 0), rope_width, std::move(layers));
+}
+
+}  // namespace
+
+CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
+    return compress_impl(cache, cfg, keep, nullptr, rope_width);
+}
+
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width) {
+    return compress_impl(cache, cfg, 0, &threshold, rope_width);
 }
 
 void save_compressed_cache(const CompressedCache& cache, const std::vector<int32_t>& context, const std::string& path) {

@@ -6,11 +6,13 @@
 // same compressed cache. The cache also saves to and loads from a file (compressed_cache_file.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/model/attention.h"
+#include "engine/kv/compressed_cache_codec.h"
 #include "engine/kv/kv_cache.h"
 
 namespace kv {
@@ -18,7 +20,8 @@ namespace kv {
 // One layer of a compressed cache: what the compression kept, per (b, g) row.
 struct CompressedLayer {
     // (B * G, kept) token positions of the kept slots, ascending per row. Identical rows when
-    // the policy keeps one set per layer (positions shared by all heads).
+    // the policy keeps one set per layer (positions shared by all heads). A score threshold
+    // keeps a count per row: shorter rows end in unused slots (kUnusedSlotPosition, masked).
     std::vector<int32_t> positions;
     // (B * G, kept) the policy's score of each kept slot when it was compressed (the policy's
     // state the choice was made from); empty for policies that choose by position alone.
@@ -37,15 +40,31 @@ class CompressedCache final : public LayerAttention {
     // kept slots plus everything appended since the last rewind().
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
-    // Back to the compressed context: drops every appended token of every layer.
+    // Back to the compressed context: drops every appended token of every layer and restores
+    // the context slots a decoding budget evicted.
     void rewind();
+    // The decoding-time budget (kvpress's ratio of everything seen; 0 = none): after each
+    // attend() call layer l holds floor((1 - r) * seen) slots per row, seen = context_length()
+    // + appended(l). The appended tokens are never evicted; the context slots go in the order
+    // of the policy's scores from the compression (lowest first, ties: the earlier slot; summed
+    // over rows when every row keeps the same positions), which are not updated while decoding.
+    // Throws kv::Error when the cache holds no scores (a position-only policy) or unused slots,
+    // and attend() throws when the budget falls below the appended tokens.
+    void set_decode_ratio(double r);
+    double decode_ratio() const { return decode_ratio_; }
+    int64_t slots(int l) const { return pos_[size_t(l)].size() / size_t(std::max<int64_t>(rows_, 1)); }  // per row, now
+    int64_t context_slots(int l) const { return ctx_left_[size_t(l)]; }                                    // of them, context
+    // (B * G, slots(l)) the positions held now: the context slots left, then the appended tokens.
+    const std::vector<int32_t>& positions_now(int l) const { return pos_[size_t(l)]; }
 
     const std::string& cache_name() const { return name_; }  // the policy-buffer that chose the slots
     int64_t context_length() const { return context_length_; }
     int64_t rope_width() const { return rope_width_; }
     int num_layers() const { return int(layers_.size()); }
     const CompressedLayer& layer(int l) const { return layers_[size_t(l)]; }
-    int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row
+    int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row (the longest row)
+    // Kept context slots of layer l summed over its (b, g) rows, unused slots not counted.
+    int64_t kept_total(int l) const;
     int64_t appended(int l) const { return appended_[size_t(l)]; }
     // Exact bytes of the kept K/V of all layers.
     size_t kept_bytes() const;
@@ -60,6 +79,14 @@ class CompressedCache final : public LayerAttention {
     std::vector<Tensor> K_, V_;
     std::vector<std::vector<int32_t>> pos_;
     std::vector<int64_t> appended_;
+    // The decoding budget: its ratio, per layer the context slots left per row and their scores
+    // (rows, ctx_left_), and whether all rows keep the same positions.
+    double decode_ratio_ = 0.0;
+    int64_t rows_ = 0;
+    std::vector<int64_t> ctx_left_;
+    std::vector<std::vector<float>> ctx_score_;
+    std::vector<bool> shared_rows_;
+    void evict_to_budget(int layer);
 };
 
 // Saves the cache's kept state (compressed_cache_codec.h: kept K/V, positions, the policy's
@@ -81,5 +108,13 @@ CompressedCache load_compressed_cache(const std::string& path, Device device, co
 // policies, a policy that never evicts, unless keep = T: then every policy keeps all) or when
 // keep is not in [1, T].
 CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width = 0);
+
+// The threshold budget (DMS's kind of budget, a rule of the protocol, not a policy): keeps the
+// slots whose score is >= threshold, per (b, g) row for policies whose positions are per head
+// (each row its own count; the layer stores the longest row, the others padded with unused
+// slots), else one set per layer by the score's mean over the rows. A layer may keep none.
+// Throws kv::Error naming the policy when it has no scores (position-only policies) or when it
+// cannot compress once (as compress_cache).
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width = 0);
 
 }  // namespace kv

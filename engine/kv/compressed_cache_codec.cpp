@@ -129,7 +129,7 @@ CompressedCacheImage decode_compressed_cache(const uint8_t* data, size_t size) {
             throw Error(str("compressed cache file: layer ", l, " of ", kept, " slots exceeds the ", r.left, " bytes left"));
         L.positions = r.array<int32_t>(rows * kept, "positions");
         for (int32_t p : L.positions)
-            if (p < 0 || uint64_t(p) >= ctx) throw Error(str("compressed cache file: layer ", l, " position ", p, " outside the context of ", ctx));
+            if (p != kUnusedSlotPosition && (p < 0 || uint64_t(p) >= ctx)) throw Error(str("compressed cache file: layer ", l, " position ", p, " outside the context of ", ctx));
         if (has_scores) L.scores = r.array<float>(rows * kept, "scores");
         L.K = r.array<float>(rows * kd, "keys");
         L.V = r.array<float>(rows * kd, "values");

@@ -4,7 +4,8 @@
 //   "KVCC" u32 version (1)
 //   u64 context_length, context_fingerprint, rope_width, B, G, D; u32 dtype (kernels/common/dtype.h's
 //   DType value of the saved K/V); u32 name length, the cache name bytes; u32 layers
-//   per layer: u64 kept; u8 has_scores; i32 positions[B G kept]; f32 scores[B G kept] if
+//   per layer: u64 kept; u8 has_scores; i32 positions[B G kept] (kUnusedSlotPosition: an unused
+//   slot, at the end of its row); f32 scores[B G kept] if
 //   has_scores; f32 K[B G kept D], f32 V[B G kept D] (exact for f32, bf16 and f16 values)
 //   u64 FNV-1a 64 of every byte before it
 // The decoder checks magic, version, checksum and every size against the bytes left before
@@ -19,6 +20,10 @@
 namespace kv {
 
 inline constexpr uint32_t kCompressedCacheVersion = 1;
+
+// The position of an unused slot of a row that keeps fewer slots than its layer's longest row
+// (a score threshold keeps a different count per head): beyond every query, so attention masks it.
+inline constexpr int32_t kUnusedSlotPosition = 0x7fffffff;
 
 struct CompressedCacheImage {
     std::string cache_name;            // the {policy}-{buffer} that chose the kept slots

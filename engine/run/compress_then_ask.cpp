@@ -31,7 +31,7 @@ ChunkPlan context_chunk_plan(const RunConfig& cfg, const KVCacheConfig& context_
 
 CompressedCache compress_context(Transformer& model, const KVCacheConfig& context_cache, const ChunkPlan& plan,
                                  const std::vector<int32_t>& context, int64_t keep, int64_t width, const TextCodec* codec,
-                                 const DriverCallbacks& cb) {
+                                 const DriverCallbacks& cb, std::optional<double> threshold) {
     const int64_t T = int64_t(context.size());
     KVCache cache(context_cache, model.config(), model.options().device, model.act_dtype(), T, codec);
     HeadSpec hs;
@@ -48,7 +48,8 @@ CompressedCache compress_context(Transformer& model, const KVCacheConfig& contex
     model.set_context_width(rope_width);
     const Tensor ids = Tensor::from_i32({1, T}, context, {model.options().device, MemCategory::ACTIVATIONS, "context ids"});
     long_context_forward(model, cache, ids, plan, hs, res, cb, /*keep_context_width=*/true);
-    return compress_cache(cache, context_cache, keep, rope_width);
+    return threshold ? compress_cache_threshold(cache, context_cache, *threshold, rope_width)
+                     : compress_cache(cache, context_cache, keep, rope_width);
 }
 
 AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
@@ -59,11 +60,25 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     if (cache.rope_width() > 0) model.set_context_width(cache.rope_width());  // the keys' rotation
     const int64_t n = int64_t(ids.size()), P = cache.context_length();
     const Device dev = model.options().device;
-    Tensor x = model.embed(Tensor::from_i32({1, n}, ids, {dev, MemCategory::ACTIVATIONS, "question ids"}));
-    for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, P, cache);
-    const Tensor logits = model.lm_head(model.final_norm(x), P);  // (1, n, V) f32
+    auto forward = [&](int64_t first, int64_t count) {  // (1, count, V) f32 logits of ids[first, first + count)
+        const std::vector<int32_t> piece(ids.begin() + first, ids.begin() + first + count);
+        Tensor x = model.embed(Tensor::from_i32({1, count}, piece, {dev, MemCategory::ACTIVATIONS, "question ids"}));
+        for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, P + first, cache);
+        return model.lm_head(model.final_norm(x), P + first);
+    };
+    Tensor logits;
+    std::vector<float> z;
+    if (cache.decode_ratio() > 0.0) {
+        for (int64_t t = 0; t < n; ++t) {
+            const std::vector<float> zt = forward(t, 1).to_f32_vector();
+            z.insert(z.end(), zt.begin(), zt.end());
+        }
+        logits = Tensor::from_f32({1, n, int64_t(z.size()) / n}, z, DType::F32, {dev, MemCategory::ACTIVATIONS, "question logits"});
+    } else {
+        logits = forward(0, n);  // (1, n, V) f32
+        z = logits.to_f32_vector();
+    }
     const int64_t V = logits.size(2);
-    const std::vector<float> z = logits.to_f32_vector();
     AskResult r;
     r.token_loss.assign(size_t(n), std::numeric_limits<float>::quiet_NaN());
     std::vector<int32_t> tg(targets);
@@ -81,6 +96,42 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     }
     if (keep_logits) r.logits = z;
     return r;
+}
+
+std::vector<int32_t> generate_compressed(Transformer& model, CompressedCache& cache, const std::vector<int32_t>& prompt, int64_t max_new,
+                                         const std::vector<int32_t>& stop_ids) {
+    if (prompt.empty()) throw Error("compress-then-ask: generation from an empty prompt; expected the question's tokens");
+    cache.rewind();
+    if (cache.rope_width() > 0) model.set_context_width(cache.rope_width());
+    const Device dev = model.options().device;
+    int64_t pos = cache.context_length();
+    // The argmax of the last position's logits after feeding `ids`.
+    auto feed = [&](const std::vector<int32_t>& ids) {
+        const int64_t n = int64_t(ids.size());
+        Tensor x = model.embed(Tensor::from_i32({1, n}, ids, {dev, MemCategory::ACTIVATIONS, "generation ids"}));
+        for (int l = 0; l < int(model.config().num_layers); ++l) x = model.block(l, x, pos, cache);
+        const Tensor logits = model.lm_head(model.final_norm(x.slice(1, n - 1, n).contiguous()), pos + n - 1);
+        pos += n;
+        const std::vector<float> z = logits.to_f32_vector();
+        return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
+    };
+    int32_t next = -1;
+    if (cache.decode_ratio() > 0.0)
+        for (int32_t id : prompt) next = feed({id});
+    else
+        next = feed(prompt);
+    std::vector<int32_t> out;
+    while (int64_t(out.size()) < max_new && std::find(stop_ids.begin(), stop_ids.end(), next) == stop_ids.end()) {
+        out.push_back(next);
+        if (int64_t(out.size()) < max_new) next = feed({next});
+    }
+    return out;
+}
+
+std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, bool keep_logits) {
+    std::vector<AskResult> out;
+    for (const Question& q : questions) out.push_back(ask_compressed(model, cache, q.ids, q.targets, keep_logits));
+    return out;
 }
 
 }  // namespace kv

@@ -1,6 +1,7 @@
 // Evaluation runs (see evaluate.h).
 #include "evaluate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -36,9 +37,12 @@ void check_loaded_cache(const CompressedCache& c, const std::string& path, const
         const Tensor& K = c.layer(l).K;
         if (K.size(1) != mc.num_kv_heads || K.size(3) != mc.head_dim)
             bad(str("layer ", l, " has ", K.size(1), " KV heads of ", K.size(3), "; the model ", mc.num_kv_heads, " of ", mc.head_dim));
-        if (c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
+        if (keep >= 0 && c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
     }
 }
+
+// Tokens a greedy answer may run past the expected answer's length before it is cut.
+constexpr int64_t kGenerationSlack = 8;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -72,6 +76,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         std::string description;
         std::vector<int32_t> targets;  // NEXT_TOKEN targets when only a span is scored (repeat)
         int64_t question_start = -1;   // RULER: where the question starts (compress-then-ask splits there)
+        std::vector<Question> more_questions = {};  // --data.questions: questions 2.. of the context (after question_start)
     };
     std::vector<Item> items;
     // An item whose next-token loss covers only [first, first + count) of its inputs (the
@@ -120,10 +125,18 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.seed = cfg.data.seed;
         spec.num_keys = cfg.data.ruler_keys;
         spec.chat = cb.chat_frame;
+        spec.questions = cfg.data.questions;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             RulerSample s = make_ruler_sample(spec, i, tok);
             items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.answer_length));
             items.back().question_start = s.question_start;
+            for (RulerQuestion& q : s.more_questions) {
+                // The answer's tokens scored as the first question's are.
+                const int64_t n = int64_t(q.ids.size());
+                std::vector<int32_t> tg(size_t(n), -100);
+                for (int64_t t = n - q.answer_length - 1; t + 1 < n; ++t) tg[size_t(t)] = q.ids[size_t(t + 1)];
+                items.back().more_questions.push_back({std::move(q.ids), std::move(tg)});
+            }
         }
     } else if (cfg.data.name == "text") {
         head = HeadKind::NEXT_TOKEN;
@@ -168,6 +181,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         // dense reference's and one KL per chunk after them (DenseReference::progress_units).
         total_units += int64_t(plans.back().chunks.size()) * (mc.num_layers + (cfg.fidelity ? mc.num_layers + 1 : 0));
         total_tokens += T;
+        for (const Question& q : it.more_questions) total_tokens += int64_t(q.ids.size());
     }
     sum.chunks_per_sample = plans.empty() ? 0 : int64_t(plans[0].chunks.size());
     data_phase.reset();
@@ -179,6 +193,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     std::vector<FidelityStep> fidelity_steps;
     std::vector<FidelityKLStep> fidelity_kl;
     double loss_tokens = 0, loss_total = 0;
+    double gen_tokens = 0, gen_score = 0;  // compress-then-ask: sums over questions of the greedy answers
     int64_t correct = 0;
     const double t_start = now_s();
     const PhaseSeconds phases_start = PhaseScope::thread_seconds();
@@ -198,46 +213,92 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             dcb.run_tokens_total = total_tokens;
             const double t0 = now_s();
             const std::vector<int32_t> context(it.ids.begin(), it.ids.begin() + split);
-            const int64_t keep = compress_keep(cfg.protocol, split);
+            const std::optional<double> threshold = score_threshold(cfg.protocol);
+            const int64_t keep = threshold ? -1 : compress_keep(cfg.protocol, split);  // -1: the threshold decides
             std::optional<CompressedCache> loaded;
             if (!cfg.protocol.load_path.empty()) {
                 const std::string path = compressed_cache_path(cfg.protocol.load_path, int64_t(i));
                 loaded.emplace(load_compressed_cache(path, model.options().device, &context));
                 check_loaded_cache(*loaded, path, cfg.kv_cache.name, mc, keep);
             }
+            std::vector<Question> questions = {{std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
+                                                std::vector<int32_t>(it.targets.begin() + split, it.targets.end())}};
+            questions.insert(questions.end(), it.more_questions.begin(), it.more_questions.end());
+            // RoPE width: the context and its longest question, with room for a greedy answer
+            // running past the expected one (generate_compressed's max_new below).
+            int64_t width = T + kGenerationSlack;
+            for (const Question& q : questions) width = std::max(width, split + int64_t(q.ids.size()) + kGenerationSlack);
             CompressedCache cc = loaded ? std::move(*loaded)
-                                        : compress_context(model, context_caches[i], plans[i], context, keep, T, &codec, dcb);
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
-            const AskResult a = ask_compressed(model, cc, std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
-                                               std::vector<int32_t>(it.targets.begin() + split, it.targets.end()));
+            if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
+            cc.set_decode_ratio(cfg.protocol.decode_ratio);
+            const int64_t nq = int64_t(questions.size());
+            sum.questions_per_context = nq;
+            sum.question_accuracy.resize(size_t(nq), 0.0);
             done_units += policy_units;
             done_tokens += T;
-            EvalSampleResult r;
-            r.index = int64_t(i);
-            r.seconds = now_s() - t0;
-            r.tokens = T;
-            r.description = it.description;
-            r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
-            score_answer(r, it.targets, a.argmax);
-            r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
-            loss_total += a.loss_sum;
-            loss_tokens += double(a.count);
-            sum.scored_tokens += a.count;
-            correct += r.correct ? 1 : 0;
-            sum.samples.push_back(r);
+            for (const Question& q : it.more_questions) done_tokens += int64_t(q.ids.size());
             sum.kv_bytes = cc.kept_bytes();
             sum.kv_bits_per_element = 8.0 * double(dtype_size(model.act_dtype()));
             sum.context_tokens = split;
             sum.kept_slots.clear();
-            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l));
-            sum.tokens += T;
+            sum.kept_total_slots.clear();
+            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
             policy_phase.reset();
-            if (cb.on_sample_tokens) {
-                std::vector<float> token_loss(size_t(split), std::numeric_limits<float>::quiet_NaN());
-                token_loss.insert(token_loss.end(), a.token_loss.begin(), a.token_loss.end());
-                cb.on_sample_tokens(r, it.ids, token_loss);
+            // Each question in turn from the same compressed cache, a result of its own.
+            for (int64_t j = 0; j < nq; ++j) {
+                std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
+                const Question& q = questions[size_t(j)];
+                const AskResult a = ask_compressed(model, cc, q.ids, q.targets);
+                if (cfg.protocol.decode_ratio > 0.0) {
+                    // The decoding budget's outcome: the question and answer decoded under it and the slots
+                    // held after them (before the greedy answer below rewinds).
+                    sum.decoded_tokens += int64_t(q.ids.size());
+                    sum.decode_final_slots.clear();
+                    for (int l = 0; l < cc.num_layers(); ++l) sum.decode_final_slots.push_back(cc.slots(l));
+                }
+                // The answer generated greedily from the same compressed state: its length and
+                // RULER score next to the teacher-forced numbers.
+                int64_t first = 0, expected_n = 0;
+                while (first < int64_t(q.targets.size()) && q.targets[size_t(first)] < 0) ++first;
+                std::vector<int32_t> expected_ids;
+                for (int32_t y : q.targets)
+                    if (y >= 0) expected_ids.push_back(y), ++expected_n;
+                const std::vector<int32_t> generated = generate_compressed(
+                    model, cc, std::vector<int32_t>(q.ids.begin(), q.ids.begin() + first + 1), expected_n + kGenerationSlack, tok.eos_ids());
+                std::string answer_text = tok.decode(expected_ids, true);
+                answer_text.erase(0, answer_text.find_first_not_of(' '));
+                EvalSampleResult r;
+                r.index = int64_t(sum.samples.size());
+                if (nq > 1) r.context = int64_t(i), r.question = j;
+                r.seconds = now_s() - t0;  // the first question's includes the compression
+                r.tokens = split + int64_t(q.ids.size());
+                r.description = nq > 1 ? str(it.description, ", question ", j + 1, " of ", nq) : it.description;
+                r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
+                score_answer(r, q.targets, a.argmax);
+                r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
+                r.generated_tokens = int64_t(generated.size());
+                r.generated_score = ruler_text_score(cfg.data.name, tok.decode(generated, true), answer_text);
+                gen_tokens += double(r.generated_tokens);
+                gen_score += r.generated_score;
+                loss_total += a.loss_sum;
+                loss_tokens += double(a.count);
+                sum.scored_tokens += a.count;
+                correct += r.correct ? 1 : 0;
+                sum.question_accuracy[size_t(j)] += r.correct ? 1.0 : 0.0;
+                sum.samples.push_back(r);
+                sum.tokens += j == 0 ? r.tokens : int64_t(q.ids.size());
+                ask_phase.reset();
+                if (cb.on_sample_tokens) {
+                    std::vector<int32_t> ids(it.ids.begin(), it.ids.begin() + split);
+                    ids.insert(ids.end(), q.ids.begin(), q.ids.end());
+                    std::vector<float> token_loss(size_t(split), std::numeric_limits<float>::quiet_NaN());
+                    token_loss.insert(token_loss.end(), a.token_loss.begin(), a.token_loss.end());
+                    cb.on_sample_tokens(r, ids, token_loss);
+                }
+                if (cb.on_sample) cb.on_sample(r);
             }
-            if (cb.on_sample) cb.on_sample(r);
             continue;
         }
         // One cache per sample (dense caches are sized to the sample).
@@ -369,7 +430,12 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     const bool copy_task = cfg.data.name == "repeat";
     const bool answer_task = is_ruler_task(cfg.data.name);  // accuracy = exact answers
     if (head == HeadKind::NEXT_TOKEN && !copy_task && !answer_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
-    else sum.accuracy = items.empty() ? 0 : double(correct) / double(items.size());
+    else sum.accuracy = sum.samples.empty() ? 0 : double(correct) / double(sum.samples.size());
+    for (double& a : sum.question_accuracy) a /= double(std::max<size_t>(items.size(), 1));
+    if (ask && !sum.samples.empty()) {
+        sum.generated_tokens = gen_tokens / double(sum.samples.size());
+        sum.generated_score = gen_score / double(sum.samples.size());
+    }
     if ((copy_task || answer_task) && !sum.samples.empty()) {
         sum.copy_token_accuracy = sum.copy_prefix = 0;
         for (const auto& s : sum.samples) {

@@ -28,13 +28,21 @@ struct EvalSampleResult {
     std::string description;
     double copy_token_accuracy = -1;  // repeat: copied tokens / scored tokens; -1 otherwise
     double copy_prefix = -1;          // repeat: tokens copied before the first error / scored tokens
+    // --data.questions > 1: the context (sample) this question was asked of and which question
+    // it is (0-based); a result per question, index counting every question of the run.
+    int64_t context = -1, question = -1;
+    // compress-then-ask: the greedy answer generated from the compressed cache after the
+    // question (until an end-of-generation token, at most the answer's tokens + 8), its length
+    // in tokens and its RULER score (ruler_text_score); -1 otherwise.
+    int64_t generated_tokens = -1;
+    double generated_score = -1;
 };
 
 struct EvalSummary {
     std::string cache_name;
     std::vector<EvalSampleResult> samples;
     double mean_loss = 0;
-    double accuracy = -1;     // classification tasks; -1 otherwise
+    double accuracy = -1;     // classification tasks, exact answers over every result (question); -1 otherwise
     double perplexity = -1;   // text; -1 otherwise
     // repeat: accuracy is the fraction of samples copied exactly; these are means over samples
     // (RULER tasks: accuracy = exact answers, copy_token_accuracy = answer tokens right)
@@ -62,6 +70,19 @@ struct EvalSummary {
     // compression kept per layer (per head where the policy keeps per head); 0 / empty otherwise.
     int64_t context_tokens = 0;
     std::vector<int64_t> kept_slots;
+    // The same, summed over each layer's (b, g) rows (a score threshold keeps a count per head).
+    std::vector<int64_t> kept_total_slots;
+    // compress-then-ask: contexts run and compressed (loaded ones not counted), questions asked
+    // of each, and with several the exact-answer accuracy of question j over the contexts.
+    int64_t contexts_compressed = 0, questions_per_context = 0;
+    std::vector<double> question_accuracy;
+    // --kv_cache.decode_ratio: tokens decoded under the decoding budget (every question and
+    // answer token, one per forward) and the slots per row each layer held after the last one.
+    int64_t decoded_tokens = 0;
+    // compress-then-ask: means over the questions of the greedy answer's length and RULER score
+    // (EvalSampleResult::generated_*); -1 otherwise.
+    double generated_tokens = -1, generated_score = -1;
+    std::vector<int64_t> decode_final_slots;
     int text_bos = -1;  // text: 1 if a BOS token opened the text, 0 if the tokenizer adds none; -1 other data
     std::vector<DeviceMemoryStats> memory;  // peaks by category during the run
     // --fidelity: per-layer means over every (sample, chunk), and the means over all steps

@@ -2,6 +2,8 @@
 #include "protocol.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 
 #include "engine/core/error.h"
 #include "engine/core/join.h"
@@ -35,11 +37,21 @@ std::string compressed_cache_path(const std::string& path, int64_t index) {
 }
 
 int64_t compress_keep(const ProtocolConfig& p, int64_t T) {
-    const int64_t keep = p.keep_tokens > 0 ? std::min(p.keep_tokens, T) : int64_t(double(T) * (1.0 - p.compression_ratio));
+    const double r = p.compression_ratio > 0.0 ? p.compression_ratio : p.decode_ratio;
+    const int64_t keep = p.keep_tokens > 0 ? std::min(p.keep_tokens, T) : int64_t(double(T) * (1.0 - r));
     if (keep < 1)
-        throw Error(str("--kv_cache.compression_ratio: ", p.compression_ratio, " keeps no slot of a context of ", T,
+        throw Error(str("--kv_cache.compression_ratio: ", r, " keeps no slot of a context of ", T,
                         " tokens; expected a ratio below ", 1.0 - 1.0 / double(std::max<int64_t>(T, 1)), " or --kv_cache.keep_tokens"));
     return keep;
+}
+
+std::optional<double> score_threshold(const ProtocolConfig& p) {
+    if (p.score_threshold.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double t = std::strtod(p.score_threshold.c_str(), &end);
+    if (end == p.score_threshold.c_str() || *end != '\0' || !std::isfinite(t))
+        throw Error(str("--kv_cache.score_threshold: '", p.score_threshold, "' is not a number; expected a finite score (empty: no threshold)"));
+    return t;
 }
 
 }  // namespace kv

@@ -6,6 +6,7 @@
 // stored configuration and the help texts.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ struct ProtocolConfig {
     // compress-then-ask: the question is part of the context the policy scores and compresses
     // (kvpress's query_aware); only the last prompt token before the answer stays outside.
     bool query_aware = false;
+    // compress-then-ask: the threshold budget, a number as text ("" = none): keep the context
+    // slots whose policy score is >= it instead of a ratio or count (the kept count is then an
+    // outcome, recorded per layer).
+    std::string score_threshold;
+    // compress-then-ask: the decoding-time budget, a ratio of everything seen so far: while the
+    // question and answer are fed (one token per forward) each layer keeps floor((1 - r) seen)
+    // slots, evicting context slots in the policy's order (CompressedCache::set_decode_ratio).
+    // The compression uses the same ratio when compression_ratio is not set.
+    double decode_ratio = 0.0;
     // compress-then-ask: save each sample's compressed cache to this file (sample 0; sample i > 0
     // to PATH.i), or load it from there instead of running and compressing the context.
     std::string save_path, load_path;
@@ -47,5 +57,9 @@ std::string compressed_cache_path(const std::string& path, int64_t index);
 // Slots a compressed context of T tokens keeps: keep_tokens if set (at most T), else
 // floor((1 - r) T) as kvpress computes it (int(T * (1 - r))). Throws kv::Error when it is 0.
 int64_t compress_keep(const ProtocolConfig& p, int64_t T);
+
+// The threshold of --kv_cache.score_threshold, none when it is empty. Throws kv::Error naming
+// the option when it is not a finite number.
+std::optional<double> score_threshold(const ProtocolConfig& p);
 
 }  // namespace kv

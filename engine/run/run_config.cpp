@@ -172,6 +172,10 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.data.num_keys; }));
     o.push_back(int_opt("data.ruler_keys", "data", "RULER: keys (niah_multikey, niah_multiquery: up to 4 asked), values (niah_multivalue), chain length (vt), common words (cwe)",
                         1, 30, [](RunConfig& c) -> int64_t& { return c.data.ruler_keys; }));
+    o.push_back(int_opt("data.questions", "data",
+                        "RULER niah_multikey / niah_multiquery: questions asked of each context, each answered in turn from the one "
+                        "compressed cache (--protocol compress-then-ask; SCBench's multi-request)",
+                        1, 64, [](RunConfig& c) -> int64_t& { return c.data.questions; }));
     o.push_back(int_opt("data.repeat_length", "data", "repeat: tokens of the passage that is copied", 5, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.repeat_length; }));
     o.push_back(int_opt("data.repeat_distance", "data", "repeat: filler tokens between the two copies (-1: the rest of seq_length)", -1, BIG,
@@ -279,6 +283,15 @@ std::vector<OptionDef> build_options() {
     o.push_back(bool_opt("kv_cache.query_aware", "cache",
                          "compress-then-ask: the question is part of what the policy scores and compresses (kvpress's query_aware)",
                          [](RunConfig& c) -> bool& { return c.protocol.query_aware; }));
+    o.push_back(str_opt("kv_cache.score_threshold", "cache",
+                        "compress-then-ask: keep the context slots whose policy score is >= this number instead of a ratio (a "
+                        "count per layer, per head for per-head policies, recorded as an outcome; empty: no threshold)",
+                        {}, [](RunConfig& c) -> std::string& { return c.protocol.score_threshold; }));
+    o.push_back(float_opt("kv_cache.decode_ratio", "cache",
+                          "compress-then-ask: while the question and answer are decoded, keep floor((1 - r) seen) slots per layer "
+                          "of everything seen so far, evicting context slots in the policy's order (0: none; the compression's "
+                          "ratio too unless compression_ratio is set)",
+                          0.0, 0.999, [](RunConfig& c) -> double& { return c.protocol.decode_ratio; }));
     o.push_back(str_opt("kv_cache.save", "cache",
                         "compress-then-ask: save each sample's compressed cache (kept K/V, positions, scores) to this file "
                         "(sample i > 0: FILE.i)",
@@ -545,10 +558,32 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
             p.push_back(str("--protocol compress-then-ask: policy '", policy, "' sizes each layer by its own rule (", info->default_layer_rule,
                             "); one compression keeps the same count in every layer; expected a policy with one budget for all layers"));
         if (c.fidelity) p.push_back("--fidelity: not measured under --protocol compress-then-ask; expected the chunked protocol");
+        try {
+            if (score_threshold(c.protocol) && (c.protocol.compression_ratio > 0.0 || c.protocol.keep_tokens > 0))
+                p.push_back("--kv_cache.score_threshold: a budget of its own; expected no compression_ratio or keep_tokens with it");
+        } catch (const Error& e) {
+            p.push_back(e.what());
+        }
+        if (c.protocol.decode_ratio > 0.0 && (!c.protocol.score_threshold.empty() || c.protocol.keep_tokens > 0 ||
+                                              (c.protocol.compression_ratio > 0.0 && c.protocol.compression_ratio != c.protocol.decode_ratio)))
+            p.push_back(str("--kv_cache.decode_ratio: ", c.protocol.decode_ratio, " is the ratio kept of everything seen, the compressed "
+                            "context included; expected no keep_tokens or score_threshold, and no compression_ratio or the same one"));
+        if (c.data.questions > 1 && c.protocol.query_aware)
+            p.push_back(str("--data.questions: ", c.data.questions, " questions per context with --kv_cache.query_aware, which compresses one "
+                            "question with the context; expected 1 question, or no query_aware"));
     } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
-               !c.protocol.load_path.empty()) {
-        p.push_back("--kv_cache.compression_ratio, keep_tokens, query_aware, save and load belong to --protocol compress-then-ask; expected "
+               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty() || c.protocol.decode_ratio != 0.0) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, decode_ratio, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
+    }
+    if (c.data.questions > 1) {
+        const auto& multi = ruler_multi_question_tasks();
+        if (!ask)
+            p.push_back(str("--data.questions: ", c.data.questions, " questions per context need --protocol compress-then-ask (the context "
+                            "compressed once, each question answered from it); expected 1 under the chunked protocol"));
+        else if (std::find(multi.begin(), multi.end(), c.data.name) == multi.end())
+            p.push_back(str("--data.questions: --data ", c.data.name, " asks one question of its context; expected 1, or a task with several "
+                            "keys to ask about (", join(multi, ", "), ")"));
     }
     if (evicts && L == 0 && !budget && !ask && c.kv_cache.layer_cache_lengths.empty() && c.kv_cache.layer_cache_rule.rfind("linear:", 0) != 0)
         p.push_back(str("--kv_cache.cache_length is required for policy '", policy, "' (or a --kv_cache.budget_bytes / budget_ratio)"));

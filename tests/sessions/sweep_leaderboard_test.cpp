@@ -1,7 +1,8 @@
 // `kvlab sweep --format leaderboard` (sessions/sweep_results.h): on a hand-made table of two
 // methods x two ratios x three tasks (plus dense), every cell is the mean over tasks with the
-// sample standard error over sqrt(n), worked out here by hand; dense fills every column; a table
-// without a cache-size axis is refused naming what is expected.
+// sample standard error over sqrt(n), worked out here by hand; dense fills every column; a
+// compress-then-ask sweep's compression ratio is a size axis too; a table without a cache-size
+// axis is refused naming what is expected.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,6 +63,14 @@ TEST(SweepLeaderboard, MeanAndStandardErrorOverTasksPerMethodAndRatio) {
     EXPECT_EQ(cell(b, "dense-default", 2), " 1 +- 0 (3) ") << b;
     EXPECT_EQ(cell(b, "lastrec-default", 1), " 0.125 +- 0 (1) ") << b;
     EXPECT_EQ(cell(b, "lastrec-default", 2), " - ") << b;
+
+    // compress-then-ask's sweep: the compression ratio is the size axis, columns "r = ...".
+    sessions::SweepTable ask = t;
+    ask.columns = {"kv_cache.name", "data", "kv_cache.compression_ratio"};
+    const std::string c = sessions::format_sweep_leaderboard(ask);
+    EXPECT_NE(c.find("| method | r = 0.25 | r = 0.5 |"), std::string::npos) << c;
+    EXPECT_NE(c.find("the fraction of each context dropped"), std::string::npos) << c;
+    EXPECT_EQ(cell(c, "h2o-default", 1), " 0.4 +- 0.1 (3) ") << c;
 
     sessions::SweepTable no_size;
     no_size.columns = {"kv_cache.name", "data"};
