@@ -5,7 +5,7 @@
 # results/); kvlab plot draws the figures.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
 #   RESULTS_BLOCKS="ruler zoo" scripts/results.sh   runs only the named blocks (default: all of
-#   ppl qh2o passkey repeat ruler zoo fidelity bytes leaderboard decoding)
+#   ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
