@@ -46,6 +46,7 @@ class ChunkCall final : public LayerAttention {
         target_.attend(layer, q, k, v, input_pos, scale, window, y, in_);
     }
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { target_.set_rope_frequencies(inv_freq); }
+    void set_output_projection(int layer, const Tensor& wo) override { target_.set_output_projection(layer, wo); }
 
    private:
     CacheAttention& target_;

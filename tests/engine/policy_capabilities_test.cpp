@@ -92,5 +92,40 @@ TEST(ChunkInput, TokenIdsOfAnotherShapeAreRefused) {
     EXPECT_EQ(h.layer().input_pos(), h.P + n);
 }
 
+// What the transformer hands the attention before each layer attends (RoPE frequencies, W_o)
+// reaches the cache through the chunk's binding; critical-* read W_o this way, and a binding
+// that dropped it would leave them scoring with W_o = I without a word.
+class HandedSpy final : public CacheAttention {
+   public:
+    void attend(int, const Tensor&, const Tensor&, const Tensor&, int64_t, float, int, Tensor&, const ChunkInput& in) override {
+        ++attends, last_ids = in.ids;
+    }
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override { freq = inv_freq; }
+    void set_output_projection(int layer, const Tensor& wo) override { wo_layer = layer, wo_ptr = wo.data_ptr(); }
+    int attends = 0, wo_layer = -1;
+    const std::vector<double>* freq = nullptr;
+    const void* wo_ptr = nullptr;
+    const std::vector<int32_t>* last_ids = nullptr;
+};
+
+TEST(ChunkInput, TheChunkBindingForwardsWhatTheModelHandsTheCache) {
+    HandedSpy spy;
+    ChunkInput in;
+    const std::vector<int32_t> ids = {5, 6, 7};
+    in.ids = &ids;
+    ChunkCall call(spy, in);
+    const std::vector<double> inv_freq = {1.0, 0.5};
+    const Tensor wo = Tensor::from_f32({2, 2}, {1, 2, 3, 4});
+    call.set_rope_frequencies(&inv_freq);
+    call.set_output_projection(3, wo);
+    Tensor q, k, v, y;
+    call.attend(3, q, k, v, 0, 1.0f, 0, y);
+    EXPECT_EQ(spy.freq, &inv_freq);
+    EXPECT_EQ(spy.wo_layer, 3);
+    EXPECT_EQ(spy.wo_ptr, wo.data_ptr());
+    EXPECT_EQ(spy.attends, 1);
+    EXPECT_EQ(spy.last_ids, &ids);
+}
+
 }  // namespace
 }  // namespace kv::test

@@ -63,13 +63,13 @@ TEST(GptOssConfig, RefusesTheMixtureOfExpertsByName) {
 // Observes every attention call: after the cache attends, recomputes each query's attention in
 // f64 over the slots the cache holds inside the layer's window, with the layer's sink logit in
 // the denominator, and records the largest difference from the cache's output.
-class SinkCheck final : public LayerAttention {
+class SinkCheck final : public CacheAttention {
    public:
     SinkCheck(KVCache& cache, const Transformer& model) : cache_(cache), model_(model) {}
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { cache_.set_rope_frequencies(inv_freq); }
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
-                Tensor& y) override {
-        cache_.attend(layer, q, k, v, input_pos, scale, window, y);
+                Tensor& y, const ChunkInput& in) override {
+        cache_.attend(layer, q, k, v, input_pos, scale, window, y, in);
         EXPECT_EQ(window, model_.config().layer_window(layer));
         const std::vector<double> sink = model_.layer(layer).sinks.to_f64_vector();
         LayerCache& lc = cache_.layer(layer);
