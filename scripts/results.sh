@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KVLAB=${KVLAB:-build/bin/kvlab}
 SESSION=${1:-results/results.kvlab}
-mkdir -p "$(dirname "$SESSION")"
+mkdir -p results "$(dirname "$SESSION")"  # the tables go to results/ wherever the session is
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
 BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding} "

@@ -20,27 +20,13 @@
 #include "engine/run/compress_then_ask.h"
 #include "engine/run/protocol.h"
 #include "tests/engine/kv_test_util.h"
+#include "tests/engine/tiny_model_util.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
 namespace {
 
-struct TinyModel {
-    ModelConfig cfg = preset_config("tiny");
-    Transformer model{cfg, random_weights(cfg, 5, DType::F32), ModelOptions{}};
-};
-
-TinyModel& tiny() {
-    static TinyModel m;
-    return m;
-}
-
-std::vector<int32_t> random_tokens(int64_t T, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<int32_t> v((size_t)T);
-    for (auto& x : v) x = int32_t(rng() % 256);
-    return v;
-}
+TinyModel& tiny() { return tiny_model<5>(); }
 
 struct ContextRun {
     KVCacheConfig kc;
