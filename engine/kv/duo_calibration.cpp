@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <numeric>
 
 #include "engine/core/error.h"
+#include "engine/kv/policies/duo_gates.h"
 #include "engine/model/attention.h"
 #include "engine/ops/ops.h"
 
@@ -289,6 +292,39 @@ std::vector<double> calibrate_duo(const Transformer& model, const std::vector<st
         if (progress) progress(st);
     }
     return alpha;
+}
+
+std::string run_duo_calibration(const CalibrationRun& run) {
+    DuoCalibrationConfig cfg;
+    cfg.steps = int64_t(run.option("steps"));
+    cfg.lr = run.option("lr");
+    cfg.reg = run.option("reg");
+    cfg.sink = int64_t(run.option("sink"));
+    cfg.recent = int64_t(run.option("recent"));
+    cfg.supervised = int64_t(run.option("supervised"));
+    const std::vector<double> alpha = calibrate_duo(run.model, run.samples, cfg, [&](const DuoCalibrationStep& s) {
+        run.progress(s.step, s.steps, str("loss ", s.loss, " (hidden-state distance ", s.distance, ")"));
+    });
+    DuoGates g;
+    g.model = run.model_name;
+    g.layers = run.layers;
+    g.kv_heads = run.kv_heads;
+    g.sink = cfg.sink;
+    g.recent = cfg.recent;
+    g.gates = alpha;
+    write_duo_gates(run.output, g);
+    // The ranking, highest gate first: what the sparsity option cuts.
+    std::vector<size_t> order(alpha.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return alpha[a] > alpha[b]; });
+    std::string line = str(alpha.size(), " gates; highest first:");
+    char buf[64];
+    for (size_t i = 0; i < std::min<size_t>(order.size(), 8); ++i) {
+        std::snprintf(buf, sizeof buf, " L%zu.H%zu=%.3f", order[i] / size_t(g.kv_heads), order[i] % size_t(g.kv_heads),
+                      alpha[order[i]]);
+        line += buf;
+    }
+    return line;
 }
 
 }  // namespace kv

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/kv/calibration_registry.h"
 #include "engine/model/transformer.h"
 #include "engine/model/transformer_backward.h"
 
@@ -61,5 +62,9 @@ std::vector<double> calibrate_duo(const Transformer& model, const std::vector<st
 // FD test's subject).
 double duo_calibration_loss(const Transformer& model, const std::vector<int32_t>& ids, const std::vector<double>& alpha,
                             const DuoCalibrationConfig& cfg, std::vector<double>* dalpha, double* distance = nullptr);
+
+// `kvlab calibrate duo`: calibrates with the run's options (steps, lr, reg, sink, recent,
+// supervised), writes the gate file and returns the highest gates, highest first.
+std::string run_duo_calibration(const CalibrationRun& run);
 
 }  // namespace kv

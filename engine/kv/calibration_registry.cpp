@@ -1,0 +1,42 @@
+#include "engine/kv/calibration_registry.h"
+
+#include "engine/kv/duo_calibration.h"
+
+namespace kv {
+
+const std::vector<Calibration>& calibrations() {
+    using K = CalibrationOption::Kind;
+    static const std::vector<Calibration> table = {
+        {"duo",
+         "DuoAttention's calibration: every KV head's attention output becomes alpha * full + (1 - alpha) * streaming\n"
+         "(sinks + recent window); the alphas are trained with Adam to keep the final hidden states close to the\n"
+         "full-attention model's on synthetic retrieval samples, plus reg * mean(alpha). The file is read by\n"
+         "--kv_cache.name duo-default --kv_cache.duo_gates FILE (docs/POLICIES.md#duo).",
+         "steps",
+         {"passkey", "recall", "needle"},
+         1024,
+         8,
+         {{"steps", K::INT, 100, 1, 1000000, "optimisation steps"},
+          {"lr", K::REAL, 0.02, 0.0, 100.0, "Adam learning rate of the gates (the paper's)"},
+          {"reg", K::REAL, 0.05, 0.0, 1e6, "lambda of the L1 penalty on the gates (the paper's)"},
+          {"sink", K::INT, 64, 0, 1 << 20, "attention sinks of the streaming mask"},
+          {"recent", K::INT, 256, 1, 1 << 20, "recent window of the streaming mask"},
+          {"supervised", K::INT, 32, 1, 1 << 20, "last positions of a sample whose final hidden states are compared"}},
+         &run_duo_calibration},
+    };
+    return table;
+}
+
+const Calibration* find_calibration(std::string_view name) {
+    for (const Calibration& c : calibrations())
+        if (name == c.name) return &c;
+    return nullptr;
+}
+
+std::string calibration_names(const char* separator) {
+    std::string s;
+    for (const Calibration& c : calibrations()) s += (s.empty() ? "" : separator) + std::string(c.name);
+    return s;
+}
+
+}  // namespace kv
