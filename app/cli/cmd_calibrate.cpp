@@ -57,8 +57,11 @@ int cmd_calibrate(int argc, char** argv, int first) {
     Args args(int(av.size()), av.data(), first, calibrate_options(c));
     if (args.flag("help")) {
         if (!c) {
-            std::printf("usage: %s [options]\n\ncalibrations:\n", expected().c_str());
-            for (const Calibration& e : calibrations()) std::printf("  %s\n", e.name);
+            std::printf("usage: kvlab calibrate NAME MODEL -o FILE [options]\n\ncalibrations (NAME):\n");
+            for (const Calibration& e : calibrations()) {
+                const std::string d = e.description;
+                std::printf("  %-12s %s\n", e.name, d.substr(0, d.find('\n')).c_str());
+            }
             std::printf("\n`kvlab calibrate NAME --help` shows one calibration's options.\n");
         } else {
             std::printf("usage: kvlab calibrate %s MODEL -o FILE [options]\n\n%s\n\noptions:\n%s", c->name, c->description,
