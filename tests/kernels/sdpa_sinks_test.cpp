@@ -329,8 +329,10 @@ TEST_P(SdpaSinksGrad, MatchesFiniteDifferencesOfTheDefinition) {
         EXPECT_LT(max_rel(dk.to_f64_vector(), gk), tol) << "dk";
         EXPECT_LT(max_rel(dv.to_f64_vector(), gv), tol) << "dv";
         // d sink = -sum_i A_sink D_i, with D_i = sum_j A_ij dP_ij a weighted mean of terms of
-        // both signs: in f32 it keeps fewer digits than dq, dk, dv (observed 3e-5 over 300 keys).
-        EXPECT_LT(max_rel(dsv, gs), dt == DType::F64 ? tol : 2e-4) << "dsinks";
+        // both signs, so d sink can be far smaller than its terms while the errors (f32 rounding
+        // here, the differences' eps |L| / h) stay the size of the terms. Over 160 random seeds x
+        // 4 shapes: f32 <= 2.4e-4, f64 <= 1.9e-9 relative (dq, dk, dv: f32 <= 1e-6, f64 <= 5e-11).
+        EXPECT_LT(max_rel(dsv, gs), dt == DType::F64 ? 2e-8 : 2e-3) << "dsinks";
     }
 
     // The f64 operator reference (kernels/cpu/ref: src6 sinks, dst4 dsinks) agrees as well.
@@ -347,7 +349,7 @@ TEST_P(SdpaSinksGrad, MatchesFiniteDifferencesOfTheDefinition) {
     EXPECT_LT(max_rel(rq.to_f64_vector(), gq), 1e-9) << "reference dq";
     EXPECT_LT(max_rel(rk.to_f64_vector(), gk), 1e-9) << "reference dk";
     EXPECT_LT(max_rel(rv.to_f64_vector(), gv), 1e-9) << "reference dv";
-    EXPECT_LT(max_rel(rs.to_f64_vector(), gs), 1e-9) << "reference dsinks";
+    EXPECT_LT(max_rel(rs.to_f64_vector(), gs), 2e-8) << "reference dsinks";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SdpaSinksGrad,
