@@ -25,6 +25,7 @@
 #include "gemv_tile.h"
 #include "unit_pool.h"
 #include "kernels/common/element_math.h"
+#include "kernels/common/online_softmax.h"
 
 namespace kv::cpu {
 
@@ -292,7 +293,7 @@ inline void cap_row(A* sr, int64_t nk, A cap, A* dfac = nullptr) {
 template <class A>
 inline A fold_sink(A& m, A& l, A sink) {
     const A M = std::max(m, sink);
-    const A f = m == -std::numeric_limits<A>::infinity() ? A(0) : kv_exp(m - M);
+    const A f = online_softmax_scale(m, M);
     l = l * f + kv_exp(sink - M);
     m = M;
     return f;
@@ -399,7 +400,7 @@ void fwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
                 continue;
             }
             const A m_old = tb.m[row], m_new = std::max(m_old, mb);
-            const A corr = m_old == neg_inf ? A(0) : kv_exp(m_old - m_new);
+            const A corr = online_softmax_scale(m_old, m_new);
             A lsum = 0;
 #pragma omp simd reduction(+ : lsum)
             for (int64_t j = 0; j < nk; ++j) {

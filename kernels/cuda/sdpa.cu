@@ -13,6 +13,7 @@
 #include <climits>
 
 #include "cuda_common.cuh"
+#include "kernels/common/online_softmax.h"
 
 namespace kv::cuda {
 
@@ -54,27 +55,20 @@ __global__ void sdpa_kernel(TensorView y, TensorView q, TensorView k, TensorView
     for (long long j = warp; j < T; j += kWarps) {
         const int p = *reinterpret_cast<const int*>(kp_base + j * kpos.nb[2]);
         if (p > qp || (window > 0 && p <= qp - window)) continue;
-        const A s = dot_qk(qs, k, kbase, j, HS, lane);
-        const A m_new = s > m ? s : m;
-        const A corr = m == -INFINITY ? A(0) : kv_exp(m - m_new);
-        const A e = kv_exp(s - m_new);
-        l = l * corr + e;
+        const SoftmaxStep<A> st = online_softmax_push(m, l, dot_qk(qs, k, kbase, j, HS, lane));
         for (long long d = lane; d < HS; d += 32)
-            acc[warp][d] = acc[warp][d] * corr + e * load_elem<A>(vbase + j * v.nb[2] + d * v.nb[3], v.dtype);
-        m = m_new;
+            acc[warp][d] = acc[warp][d] * st.corr + st.e * load_elem<A>(vbase + j * v.nb[2] + d * v.nb[3], v.dtype);
     }
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
     __syncthreads();
-    A mt = -INFINITY;
-    for (int u = 0; u < kWarps; ++u) mt = wm[u] > mt ? wm[u] : mt;
-    A lt = 0;
-    for (int u = 0; u < kWarps; ++u) lt += wm[u] == -INFINITY ? A(0) : wl[u] * kv_exp(wm[u] - mt);
+    A mt, lt;
+    online_softmax_merge(wm, wl, kWarps, mt, lt);
     for (long long d = threadIdx.x; d < HS; d += blockDim.x) {
         A o = 0;
-        for (int u = 0; u < kWarps; ++u) o += wm[u] == -INFINITY ? A(0) : acc[u][d] * kv_exp(wm[u] - mt);
+        for (int u = 0; u < kWarps; ++u) o += acc[u][d] * online_softmax_scale(wm[u], mt);
         store_elem<A>(y.bytes() + b * y.nb[0] + h * y.nb[1] + i * y.nb[2] + d * y.nb[3], y.dtype, lt > A(0) ? o / lt : A(0));
     }
     if (!weights || !(lt > A(0))) return;
@@ -111,17 +105,12 @@ __global__ void sdpa_backward_kernel(TensorView dq, TensorView dk, TensorView dv
     for (long long j = warp; j < T; j += kWarps) {
         const int p = *reinterpret_cast<const int*>(kp_base + j * kpos.nb[2]);
         if (p > qp || (window > 0 && p <= qp - window)) continue;
-        const A s = dot_qk(qs, k, kbase, j, HS, lane);
-        const A m_new = s > m ? s : m;
-        l = (m == -INFINITY ? A(0) : l * kv_exp(m - m_new)) + kv_exp(s - m_new);
-        m = m_new;
+        online_softmax_push(m, l, dot_qk(qs, k, kbase, j, HS, lane));
     }
     if (lane == 0) wm[warp] = m, wl[warp] = l;
     __syncthreads();
-    A mt = -INFINITY;
-    for (int u = 0; u < kWarps; ++u) mt = wm[u] > mt ? wm[u] : mt;
-    A lt = 0;
-    for (int u = 0; u < kWarps; ++u) lt += wm[u] == -INFINITY ? A(0) : wl[u] * kv_exp(wm[u] - mt);
+    A mt, lt;
+    online_softmax_merge(wm, wl, kWarps, mt, lt);
     // Pass 2: D = sum_j p_j (dy . v_j).
     A dsum = 0;
     if (lt > A(0))
@@ -344,7 +333,7 @@ __global__ void __launch_bounds__(kFaWarps * 32) fa_partial_kernel(FaArgs a, flo
             const float m_new = fmaxf(m[rr], fa_warp_max(fmaxf(s[rr][0], s[rr][1])));
             float p0 = 0.0f, p1 = 0.0f, corr = 1.0f;
             if (m_new != -INFINITY) {
-                corr = m[rr] == -INFINITY ? 0.0f : kv_exp(m[rr] - m_new);
+                corr = online_softmax_scale(m[rr], m_new);
                 p0 = s[rr][0] == -INFINITY ? 0.0f : kv_exp(s[rr][0] - m_new);
                 p1 = s[rr][1] == -INFINITY ? 0.0f : kv_exp(s[rr][1] - m_new);
             }

@@ -3,6 +3,7 @@
 // share (kernels/common/kivi_math.h) — the cache is never dequantized into a copy. A first,
 // simple kernel (the layout of sdpa_kernel in sdpa.cu): correctness, not speed.
 #include "cuda_common.cuh"
+#include "kernels/common/online_softmax.h"
 #include "kernels/common/kivi_math.h"
 
 namespace kv::cuda {
@@ -65,26 +66,19 @@ __global__ void sdpa_kivi_kernel(KiviArgs a) {
         const int blk = *reinterpret_cast<const int*>(map_base + (j / a.S) * a.map.nb[2]);
         A part = 0;
         for (long long d = lane; d < HS; d += 32) part += qs[d] * kivi_k<A>(a, b, g, j, d, blk);
-        const A s = warp_total(part);
-        const A m_new = s > m ? s : m;
-        const A corr = m == -INFINITY ? A(0) : exp(m - m_new);
-        const A e = exp(s - m_new);
-        l = l * corr + e;
-        for (long long d = lane; d < HS; d += 32) acc[warp][d] = acc[warp][d] * corr + e * kivi_v<A>(a, b, g, j, d, blk);
-        m = m_new;
+        const SoftmaxStep<A> st = online_softmax_push(m, l, warp_total(part));
+        for (long long d = lane; d < HS; d += 32) acc[warp][d] = acc[warp][d] * st.corr + st.e * kivi_v<A>(a, b, g, j, d, blk);
     }
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
     __syncthreads();
-    A mt = -INFINITY;
-    for (int u = 0; u < kKiviWarps; ++u) mt = wm[u] > mt ? wm[u] : mt;
-    A lt = 0;
-    for (int u = 0; u < kKiviWarps; ++u) lt += wm[u] == -INFINITY ? A(0) : wl[u] * exp(wm[u] - mt);
+    A mt, lt;
+    online_softmax_merge(wm, wl, kKiviWarps, mt, lt);
     for (long long d = threadIdx.x; d < HS; d += blockDim.x) {
         A o = 0;
-        for (int u = 0; u < kKiviWarps; ++u) o += wm[u] == -INFINITY ? A(0) : acc[u][d] * exp(wm[u] - mt);
+        for (int u = 0; u < kKiviWarps; ++u) o += acc[u][d] * online_softmax_scale(wm[u], mt);
         store_elem<A>(a.y.bytes() + b * a.y.nb[0] + h * a.y.nb[1] + i * a.y.nb[2] + d * a.y.nb[3], a.y.dtype, lt > A(0) ? o / lt : A(0));
     }
     if (!a.weights || !(lt > A(0))) return;

@@ -5,6 +5,7 @@
 // over the chosen pages' slots with an online softmax (the layout of sdpa_kivi.cu). A first,
 // simple kernel: correctness, not speed (the ranking is quadratic in the visible pages).
 #include "cuda_common.cuh"
+#include "kernels/common/online_softmax.h"
 #include "kernels/common/quest_math.h"
 
 namespace kv::cuda {
@@ -93,27 +94,20 @@ __global__ void sdpa_quest_kernel(QuestArgs a) {
         if (*reinterpret_cast<const int*>(kp_base + j * a.kpos.nb[2]) > qp) continue;
         A part = 0;
         for (long long d = lane; d < HS; d += 32) part += qs[d] * load_elem<A>(kb + j * a.k.nb[2] + d * a.k.nb[3], a.k.dtype);
-        const A s = quest_warp_total(part);
-        const A m_new = s > m ? s : m;
-        const A corr = m == -INFINITY ? A(0) : exp(m - m_new);
-        const A e = exp(s - m_new);
-        l = l * corr + e;
+        const SoftmaxStep<A> st = online_softmax_push(m, l, quest_warp_total(part));
         for (long long d = lane; d < HS; d += 32)
-            acc[warp][d] = acc[warp][d] * corr + e * load_elem<A>(vb + j * a.v.nb[2] + d * a.v.nb[3], a.v.dtype);
-        m = m_new;
+            acc[warp][d] = acc[warp][d] * st.corr + st.e * load_elem<A>(vb + j * a.v.nb[2] + d * a.v.nb[3], a.v.dtype);
     }
     if (lane == 0) {
         wm[warp] = m;
         wl[warp] = l;
     }
     __syncthreads();
-    A mt = -INFINITY;
-    for (int u = 0; u < kQuestWarps; ++u) mt = wm[u] > mt ? wm[u] : mt;
-    A lt = 0;
-    for (int u = 0; u < kQuestWarps; ++u) lt += wm[u] == -INFINITY ? A(0) : wl[u] * exp(wm[u] - mt);
+    A mt, lt;
+    online_softmax_merge(wm, wl, kQuestWarps, mt, lt);
     for (long long d = threadIdx.x; d < HS; d += blockDim.x) {
         A o = 0;
-        for (int u = 0; u < kQuestWarps; ++u) o += wm[u] == -INFINITY ? A(0) : acc[u][d] * exp(wm[u] - mt);
+        for (int u = 0; u < kQuestWarps; ++u) o += acc[u][d] * online_softmax_scale(wm[u], mt);
         store_elem<A>(a.y.bytes() + b * a.y.nb[0] + h * a.y.nb[1] + i * a.y.nb[2] + d * a.y.nb[3], a.y.dtype, lt > A(0) ? o / lt : A(0));
     }
     if (!a.weights || !(lt > A(0))) return;
