@@ -197,9 +197,14 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
     flush();
 }
 
+// Rows separated by 1-pixel lines, not alternating backgrounds: a banded row is a panel-wide
+// blended rectangle, and under a software rasterizer (llvmpipe) the bands of a tall table cost
+// as much as every span box of the timeline above it.
+constexpr ImGuiTableFlags kTableFlags = ImGuiTableFlags_BordersInnerH | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp;
+
 // `gpu` (GPU runs): device time of the records each span name launched, a column of its own.
 void draw_stats_table(const storage::SpanSummary& sum, float height, const std::unordered_map<std::string, int64_t>* gpu = nullptr) {
-    if (ImGui::BeginTable("##stats", gpu ? 7 : 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+    if (ImGui::BeginTable("##stats", gpu ? 7 : 6, kTableFlags,
                           ImVec2(0, height))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"span", "category", "count", "total", "self", "mean"}) ImGui::TableSetupColumn(h);
@@ -272,7 +277,7 @@ void draw_range_panel(TraceViewState& s, float height) {
                     format_duration_ns(double(gpu.delay_total_ns)).c_str(), (long long)gpu.launched);
     else
         ImGui::TextDisabled("no launch recorded (no CUPTI correlation ids): no launch overhead");
-    if (ImGui::BeginTable("##gpu", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+    if (ImGui::BeginTable("##gpu", 6, kTableFlags,
                           ImVec2(0, std::max(line * 3, ImGui::GetContentRegionAvail().y - 4)))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"launched by", "GPU work", "count", "device time", "mean launch delay", "max launch delay"})
