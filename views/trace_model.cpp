@@ -287,8 +287,17 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
 }
 
 namespace {
-// The host icicle, and the node of every host span (0 for GPU spans).
-Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
+// Span i's duration clipped to [t0, t1), or -1 when it lies outside (trace_range_summary's rule:
+// a zero-length span counts where it lies).
+int64_t clipped(const TraceSpan& s, int64_t t0, int64_t t1) {
+    const int64_t a = std::max(s.start_ns, t0), b = std::min(s.end_ns, t1);
+    if (a < b) return b - a;
+    return s.start_ns == s.end_ns && s.start_ns >= t0 && s.start_ns < t1 ? 0 : -1;
+}
+
+// The host icicle of [t0, t1), and the node of every host span (0 for GPU spans; a span outside
+// the range has its nearest counted ancestor's node, so its counted descendants hang there).
+Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of, int64_t t0, int64_t t1) {
     Icicle ic;
     ic.nodes.push_back({});  // the root
     ic.nodes[0].name = UINT32_MAX;
@@ -300,6 +309,11 @@ Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
         const TraceSpan& s = m.spans[i];
         if (is_gpu_lane(s.thread)) continue;  // GPU work is not a span: its lanes are drawn, not summed
         const int32_t pn = m.parent[i] == kNoParent ? 0 : node_of[m.parent[i]];
+        const int64_t d = clipped(s, t0, t1);
+        if (d < 0) {
+            node_of[i] = pn;
+            continue;
+        }
         const uint64_t key = uint64_t(uint32_t(pn)) << 32 | uint64_t(s.name) << 8 | uint64_t(s.category);
         auto [it, fresh] = child.emplace(key, int32_t(ic.nodes.size()));
         if (fresh) {
@@ -312,8 +326,8 @@ Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
             ic.nodes[size_t(pn)].children.push_back(it->second);
         }
         IcicleNode& n = ic.nodes[size_t(it->second)];
-        n.total_ns += s.end_ns - s.start_ns;
-        n.self_ns += s.end_ns - s.start_ns;
+        n.total_ns += d;
+        n.self_ns += d;
         ++n.count;
         node_of[i] = it->second;
     }
@@ -332,22 +346,24 @@ void sort_children(Icicle& ic) {
 }
 }  // namespace
 
-Icicle build_icicle(const TraceModel& m) {
+Icicle build_icicle(const TraceModel& m, int64_t t0, int64_t t1) {
     std::vector<int32_t> node_of;
-    Icicle ic = host_icicle(m, node_of);
+    Icicle ic = host_icicle(m, node_of, t0, t1);
     sort_children(ic);
     return ic;
 }
 
-Icicle build_gpu_icicle(const TraceModel& m) {
+Icicle build_gpu_icicle(const TraceModel& m, int64_t t0, int64_t t1) {
     Icicle out;
     out.nodes.push_back({});
     out.nodes[0].name = UINT32_MAX;
     bool any = false;
     for (const TraceLane& lane : m.lanes) any |= is_gpu_lane(lane.thread);
     if (!any) return out;
+    // The launching paths come from the whole run: a span that launched before the range still
+    // names the path of the work it launched inside it.
     std::vector<int32_t> node_of;
-    const Icicle host = host_icicle(m, node_of);
+    const Icicle host = host_icicle(m, node_of, INT64_MIN, INT64_MAX);
     // Host node -> its copy in `out`, made (with its ancestors) on the first record under it.
     std::vector<int32_t> copy(host.nodes.size(), -1);
     copy[0] = 0;
@@ -368,6 +384,8 @@ Icicle build_gpu_icicle(const TraceModel& m) {
     for (uint32_t i = 0; i < m.spans.size(); ++i) {
         const TraceSpan& s = m.spans[i];
         if (!is_gpu_lane(s.thread)) continue;
+        const int64_t d = clipped(s, t0, t1);
+        if (d < 0) continue;
         const uint32_t launch = find_launcher(m, i);
         const int32_t at = launch == kNoParent ? 0 : ensure(ensure, node_of[launch]);
         const uint64_t key = uint64_t(uint32_t(at)) << 32 | uint64_t(s.name) << 8 | uint64_t(s.category);
@@ -383,8 +401,8 @@ Icicle build_gpu_icicle(const TraceModel& m) {
             out.nodes.push_back(std::move(n));
         }
         IcicleNode& n = out.nodes[size_t(it->second)];
-        n.total_ns += s.end_ns - s.start_ns;
-        n.self_ns += s.end_ns - s.start_ns;
+        n.total_ns += d;
+        n.self_ns += d;
         ++n.count;
     }
     // A parent is made before its children: add totals and counts upwards from the last node.

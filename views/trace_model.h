@@ -120,13 +120,18 @@ struct IcicleNode {
 struct Icicle {
     std::vector<IcicleNode> nodes;
 };
-Icicle build_icicle(const TraceModel& m);
+// The icicle of [t0, t1) (the defaults: the whole run): durations clipped to the range as
+// trace_range_summary clips them; a span outside it is left out, and a counted span whose
+// parent is not counted (a zero-length span at the range's edge) hangs under its nearest
+// counted ancestor.
+Icicle build_icicle(const TraceModel& m, int64_t t0 = INT64_MIN, int64_t t1 = INT64_MAX);
 // The GPU icicle: device time attributed to the launching span's path. A host path's total is
 // the device time of the kernels, copies and sets launched by spans on it or below it (self
 // 0); under it a leaf per record name (gpu = true) holds what spans at that path launched
 // directly. Records with no known launcher are leaves of the root; paths that launched
-// nothing are left out. Counts are records.
-Icicle build_gpu_icicle(const TraceModel& m);
+// nothing are left out. Counts are records. With a range: the records inside it, their device
+// time clipped to it, under their launcher's path even when the launch came before the range.
+Icicle build_gpu_icicle(const TraceModel& m, int64_t t0 = INT64_MIN, int64_t t1 = INT64_MAX);
 // Places nodes: the root spans `width` pixels; a child starts where its previous sibling ends,
 // each node's width is total_ns * width / root total.
 void layout_icicle(Icicle& ic, double width);

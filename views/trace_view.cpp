@@ -27,6 +27,8 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
+    if (s.has_selection) s.range_icicle = build_icicle(s.model, s.sel_t0, s.sel_t1);
+    if (s.has_selection) s.range_gpu_icicle = build_gpu_icicle(s.model, s.sel_t0, s.sel_t1);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
@@ -45,6 +47,8 @@ void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
     if (s.has_selection) s.selection = trace_range_summary(s.model, t0, t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, t0, t1);
     if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
+    if (s.has_selection) s.range_icicle = build_icicle(s.model, t0, t1);
+    if (s.has_selection) s.range_gpu_icicle = build_gpu_icicle(s.model, t0, t1);
 }
 
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
@@ -367,7 +371,13 @@ void draw_icicle_panel(TraceViewState& s, float height) {
         height -= ImGui::GetFrameHeightWithSpacing();
     }
     const bool gpu = has_gpu && s.icicle_gpu;
-    Icicle& ic = gpu ? s.gpu_icicle : s.icicle;
+    // A selected range: its icicle (spans and device time clipped to it), as the statistics tab.
+    Icicle& ic = s.has_selection ? (gpu ? s.range_gpu_icicle : s.range_icicle) : (gpu ? s.gpu_icicle : s.icicle);
+    if (s.has_selection) {
+        ImGui::TextDisabled("range %s .. %s (clear the range for the whole run)", format_duration_ns(double(s.sel_t0 - s.t0_ns)).c_str(),
+                            format_duration_ns(double(s.sel_t1 - s.t0_ns)).c_str());
+        height -= ImGui::GetTextLineHeightWithSpacing();
+    }
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
     const float w = ImGui::GetContentRegionAvail().x, h = std::max(30.f, height);
     ImGui::InvisibleButton("##icicle", ImVec2(w, h));
