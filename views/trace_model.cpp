@@ -440,11 +440,11 @@ SpanSearch search_spans(const TraceModel& m, const std::string& needle, int bins
         return s;
     };
     const std::string want = lower(needle);
-    std::vector<char> match(m.names.size());
-    for (size_t i = 0; i < m.names.size(); ++i) match[i] = !want.empty() && lower(m.names[i]).find(want) != std::string::npos;
+    out.name_matches.resize(m.names.size());
+    for (size_t i = 0; i < m.names.size(); ++i) out.name_matches[i] = !want.empty() && lower(m.names[i]).find(want) != std::string::npos;
     std::vector<int64_t> durations;
     for (uint32_t i = 0; i < m.spans.size(); ++i)
-        if (match[m.spans[i].name]) {
+        if (out.name_matches[m.spans[i].name]) {
             durations.push_back(m.spans[i].end_ns - m.spans[i].start_ns);
             out.matches.push_back(i);
         }
@@ -453,19 +453,44 @@ SpanSearch search_spans(const TraceModel& m, const std::string& needle, int bins
     out.min_ns = *std::min_element(durations.begin(), durations.end());
     out.max_ns = *std::max_element(durations.begin(), durations.end());
     out.total_ns = std::accumulate(durations.begin(), durations.end(), int64_t(0));
+    // Nearest rank: the smallest duration with at least q of the matches at or below it.
+    auto rank = [&](double q) {
+        const size_t k = size_t(std::max<int64_t>(1, int64_t(std::ceil(q * double(durations.size()) - 1e-9)))) - 1;
+        std::nth_element(durations.begin(), durations.begin() + long(k), durations.end());
+        return durations[k];
+    };
+    out.median_ns = rank(0.5);
+    out.p95_ns = rank(0.95);
     // Log-spaced edges from max(min, 1 ns) to max: durations of ops span decades.
-    const double lo = std::log(double(std::max<int64_t>(out.min_ns, 1))), hi = std::log(double(std::max<int64_t>(out.max_ns, 1)) * 1.000001 + 1e-9);
+    out.log_lo = std::log(double(std::max<int64_t>(out.min_ns, 1)));
+    out.log_hi = std::log(double(std::max<int64_t>(out.max_ns, 1)) * 1.000001 + 1e-9);
     out.bins.assign(size_t(bins), 0);
-    for (int b = 0; b <= bins; ++b) out.bin_edges.push_back(std::exp(lo + (hi - lo) * b / bins));
-    for (int64_t d : durations) {
-        const double x = std::log(double(std::max<int64_t>(d, 1)));
-        int b = hi > lo ? int((x - lo) / (hi - lo) * bins) : 0;
-        out.bins[size_t(std::clamp(b, 0, bins - 1))]++;
-    }
+    for (int b = 0; b <= bins; ++b) out.bin_edges.push_back(std::exp(out.log_lo + (out.log_hi - out.log_lo) * b / bins));
+    for (int64_t d : durations) out.bins[size_t(search_bin(out, d))]++;
     std::stable_sort(out.matches.begin(), out.matches.end(), [&](uint32_t a, uint32_t b) {
         return m.spans[a].end_ns - m.spans[a].start_ns > m.spans[b].end_ns - m.spans[b].start_ns;
     });
     if (out.matches.size() > 1000) out.matches.resize(1000);
+    return out;
+}
+
+int search_bin(const SpanSearch& f, int64_t duration_ns) {
+    const int bins = int(f.bins.size());
+    if (bins == 0) return -1;
+    const double x = std::log(double(std::max<int64_t>(duration_ns, 1)));
+    const int b = f.log_hi > f.log_lo ? int((x - f.log_lo) / (f.log_hi - f.log_lo) * bins) : 0;
+    return std::clamp(b, 0, bins - 1);
+}
+
+std::vector<uint32_t> search_bin_spans(const TraceModel& m, const SpanSearch& f, int bin, size_t limit) {
+    std::vector<uint32_t> out;
+    if (bin < 0 || size_t(bin) >= f.bins.size() || f.name_matches.size() != m.names.size()) return out;
+    for (uint32_t i = 0; i < m.spans.size(); ++i)
+        if (f.name_matches[m.spans[i].name] && search_bin(f, m.spans[i].end_ns - m.spans[i].start_ns) == bin) out.push_back(i);
+    std::stable_sort(out.begin(), out.end(), [&](uint32_t a, uint32_t b) {
+        return m.spans[a].end_ns - m.spans[a].start_ns > m.spans[b].end_ns - m.spans[b].start_ns;
+    });
+    if (out.size() > limit) out.resize(limit);
     return out;
 }
 

@@ -30,10 +30,16 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     if (s.has_selection) s.range_icicle = build_icicle(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.range_gpu_icicle = build_gpu_icicle(s.model, s.sel_t0, s.sel_t1);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
+    select_search_bin(s, s.search_bin);  // the same bin of the new model's spans
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
     s.model_stale = false;
     ++s.version;
+}
+
+void select_search_bin(TraceViewState& s, int bin) {
+    s.search_bin = bin >= 0 && size_t(bin) < s.search.bins.size() ? bin : -1;
+    s.search_bin_matches = search_bin_spans(s.model, s.search, s.search_bin);
 }
 
 void select_trace_span(TraceViewState& s, uint32_t i) {
@@ -312,6 +318,7 @@ void draw_search_panel(TraceViewState& s, float height) {
     ImGui::SetNextItemWidth(220);
     if (ImGui::InputTextWithHint("##find", "find spans by name", s.search_text, sizeof s.search_text)) {
         s.search = search_spans(s.model, s.search_text);
+        select_search_bin(s, -1);
     }
     const SpanSearch& f = s.search;
     ImGui::SameLine();
@@ -319,9 +326,10 @@ void draw_search_panel(TraceViewState& s, float height) {
         ImGui::TextDisabled("%s", f.needle.empty() ? "type part of a span name" : "no span matches");
         return;
     }
-    ImGui::Text("%lld spans, total %s, mean %s, min %s, max %s", (long long)f.count, format_duration_ns(double(f.total_ns)).c_str(),
-                format_duration_ns(double(f.total_ns) / double(f.count)).c_str(), format_duration_ns(double(f.min_ns)).c_str(),
-                format_duration_ns(double(f.max_ns)).c_str());
+    ImGui::Text("%lld spans, total %s, mean %s, min %s, median %s, p95 %s, max %s", (long long)f.count,
+                format_duration_ns(double(f.total_ns)).c_str(), format_duration_ns(double(f.total_ns) / double(f.count)).c_str(),
+                format_duration_ns(double(f.min_ns)).c_str(), format_duration_ns(double(f.median_ns)).c_str(),
+                format_duration_ns(double(f.p95_ns)).c_str(), format_duration_ns(double(f.max_ns)).c_str());
     // Histogram of durations (log-spaced bins).
     const float w = ImGui::GetContentRegionAvail().x * 0.55f, h = std::max(40.f, height - 30);
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
@@ -332,22 +340,29 @@ void draw_search_panel(TraceViewState& s, float height) {
     const float bw = w / float(std::max<size_t>(1, f.bins.size())), body = h - 16;
     for (size_t b = 0; b < f.bins.size(); ++b) {
         const float bh = body * float(f.bins[b]) / float(peak);
+        // The clicked bar in the selection's yellow (as a selected span's outline).
         dl->AddRectFilled(ImVec2(p0.x + bw * float(b) + 1, p0.y + body - bh), ImVec2(p0.x + bw * float(b + 1) - 1, p0.y + body),
-                          span_category_colour(trace::SpanCategory::ATTENTION));
+                          int(b) == s.search_bin ? IM_COL32(255, 214, 0, 255) : span_category_colour(trace::SpanCategory::ATTENTION));
     }
     dl->AddText(ImVec2(p0.x + 2, p0.y + body), IM_COL32(200, 200, 200, 255), format_duration_ns(f.bin_edges.front()).c_str());
     const std::string hi = format_duration_ns(f.bin_edges.back());
     dl->AddText(ImVec2(p0.x + w - ImGui::CalcTextSize(hi.c_str()).x - 2, p0.y + body), IM_COL32(200, 200, 200, 255), hi.c_str());
     if (ImGui::IsItemHovered()) {
         const size_t b = std::min(f.bins.size() - 1, size_t(std::max(0.f, (ImGui::GetIO().MousePos.x - p0.x) / bw)));
-        ImGui::SetTooltip("%s .. %s: %lld spans", format_duration_ns(f.bin_edges[b]).c_str(), format_duration_ns(f.bin_edges[b + 1]).c_str(),
-                          (long long)f.bins[b]);
+        ImGui::SetTooltip("%s .. %s: %lld spans (click: list them)", format_duration_ns(f.bin_edges[b]).c_str(),
+                          format_duration_ns(f.bin_edges[b + 1]).c_str(), (long long)f.bins[b]);
+        if (ImGui::IsItemClicked()) select_search_bin(s, int(b) == s.search_bin ? -1 : int(b));  // a second click shows all again
     }
     ImGui::SameLine();
-    // The longest matches: click one to zoom to it.
+    // The longest matches, or the clicked bar's: click one to zoom to it.
+    const std::vector<uint32_t>& list = s.search_bin >= 0 ? s.search_bin_matches : f.matches;
     if (ImGui::BeginChild("##matches", ImVec2(0, h))) {
-        for (size_t k = 0; k < std::min<size_t>(f.matches.size(), 200); ++k) {
-            const TraceSpan& sp = s.model.spans[f.matches[k]];
+        if (s.search_bin >= 0)
+            ImGui::TextDisabled("%lld spans of %s .. %s (click the bar again for all)", (long long)f.bins[size_t(s.search_bin)],
+                                format_duration_ns(f.bin_edges[size_t(s.search_bin)]).c_str(),
+                                format_duration_ns(f.bin_edges[size_t(s.search_bin) + 1]).c_str());
+        for (size_t k = 0; k < std::min<size_t>(list.size(), 200); ++k) {
+            const TraceSpan& sp = s.model.spans[list[k]];
             char label[160];
             std::snprintf(label, sizeof label, "%s  %s  at %s (thread %d)##%zu", s.model.names[sp.name].c_str(),
                           format_duration_ns(double(sp.end_ns - sp.start_ns)).c_str(), format_duration_ns(double(sp.start_ns - s.t0_ns)).c_str(),

@@ -66,6 +66,8 @@ struct TraceViewState {
     float scroll_y = 0;              // lanes scrolled up by this many pixels (shift+wheel)
     char search_text[96] = {0};
     SpanSearch search;
+    int search_bin = -1;                       // the histogram bar clicked (-1: none): the list shows its spans
+    std::vector<uint32_t> search_bin_matches;  // those spans, longest first
     std::string error;
     double rebuild_interval_s = 1.0;  // a live run's model is rebuilt at most this often
     double refresh_budget_ms = 30;    // reading stops after this long (a frame's share); the rest next refresh
@@ -80,6 +82,8 @@ bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader);
 void set_trace_model(TraceViewState& s, TraceModel model);
 // Selects [t0, t1) (absolute ns) and computes its summaries: host spans, GPU work and both icicles.
 void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1);
+// Selects the spans of histogram bin `bin` of the current search (-1: none), as a click on its bar does.
+void select_search_bin(TraceViewState& s, int bin);
 // Selects span `i` (kNoParent: none), as a click does: it and the spans linked to it by a
 // launch (its launcher, or the GPU records it launched) are outlined with an arrow per launch.
 void select_trace_span(TraceViewState& s, uint32_t i);
