@@ -287,8 +287,17 @@ storage::SpanSummary trace_range_summary(const TraceModel& m, int64_t t0, int64_
 }
 
 namespace {
-// The host icicle, and the node of every host span (0 for GPU spans).
-Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
+// Span i's duration clipped to [t0, t1), or -1 when it lies outside (trace_range_summary's rule:
+// a zero-length span counts where it lies).
+int64_t clipped(const TraceSpan& s, int64_t t0, int64_t t1) {
+    const int64_t a = std::max(s.start_ns, t0), b = std::min(s.end_ns, t1);
+    if (a < b) return b - a;
+    return s.start_ns == s.end_ns && s.start_ns >= t0 && s.start_ns < t1 ? 0 : -1;
+}
+
+// The host icicle of [t0, t1), and the node of every host span (0 for GPU spans; a span outside
+// the range has its nearest counted ancestor's node, so its counted descendants hang there).
+Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of, int64_t t0, int64_t t1) {
     Icicle ic;
     ic.nodes.push_back({});  // the root
     ic.nodes[0].name = UINT32_MAX;
@@ -300,6 +309,11 @@ Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
         const TraceSpan& s = m.spans[i];
         if (is_gpu_lane(s.thread)) continue;  // GPU work is not a span: its lanes are drawn, not summed
         const int32_t pn = m.parent[i] == kNoParent ? 0 : node_of[m.parent[i]];
+        const int64_t d = clipped(s, t0, t1);
+        if (d < 0) {
+            node_of[i] = pn;
+            continue;
+        }
         const uint64_t key = uint64_t(uint32_t(pn)) << 32 | uint64_t(s.name) << 8 | uint64_t(s.category);
         auto [it, fresh] = child.emplace(key, int32_t(ic.nodes.size()));
         if (fresh) {
@@ -312,8 +326,8 @@ Icicle host_icicle(const TraceModel& m, std::vector<int32_t>& node_of) {
             ic.nodes[size_t(pn)].children.push_back(it->second);
         }
         IcicleNode& n = ic.nodes[size_t(it->second)];
-        n.total_ns += s.end_ns - s.start_ns;
-        n.self_ns += s.end_ns - s.start_ns;
+        n.total_ns += d;
+        n.self_ns += d;
         ++n.count;
         node_of[i] = it->second;
     }
@@ -332,22 +346,24 @@ void sort_children(Icicle& ic) {
 }
 }  // namespace
 
-Icicle build_icicle(const TraceModel& m) {
+Icicle build_icicle(const TraceModel& m, int64_t t0, int64_t t1) {
     std::vector<int32_t> node_of;
-    Icicle ic = host_icicle(m, node_of);
+    Icicle ic = host_icicle(m, node_of, t0, t1);
     sort_children(ic);
     return ic;
 }
 
-Icicle build_gpu_icicle(const TraceModel& m) {
+Icicle build_gpu_icicle(const TraceModel& m, int64_t t0, int64_t t1) {
     Icicle out;
     out.nodes.push_back({});
     out.nodes[0].name = UINT32_MAX;
     bool any = false;
     for (const TraceLane& lane : m.lanes) any |= is_gpu_lane(lane.thread);
     if (!any) return out;
+    // The launching paths come from the whole run: a span that launched before the range still
+    // names the path of the work it launched inside it.
     std::vector<int32_t> node_of;
-    const Icicle host = host_icicle(m, node_of);
+    const Icicle host = host_icicle(m, node_of, INT64_MIN, INT64_MAX);
     // Host node -> its copy in `out`, made (with its ancestors) on the first record under it.
     std::vector<int32_t> copy(host.nodes.size(), -1);
     copy[0] = 0;
@@ -368,6 +384,8 @@ Icicle build_gpu_icicle(const TraceModel& m) {
     for (uint32_t i = 0; i < m.spans.size(); ++i) {
         const TraceSpan& s = m.spans[i];
         if (!is_gpu_lane(s.thread)) continue;
+        const int64_t d = clipped(s, t0, t1);
+        if (d < 0) continue;
         const uint32_t launch = find_launcher(m, i);
         const int32_t at = launch == kNoParent ? 0 : ensure(ensure, node_of[launch]);
         const uint64_t key = uint64_t(uint32_t(at)) << 32 | uint64_t(s.name) << 8 | uint64_t(s.category);
@@ -383,8 +401,8 @@ Icicle build_gpu_icicle(const TraceModel& m) {
             out.nodes.push_back(std::move(n));
         }
         IcicleNode& n = out.nodes[size_t(it->second)];
-        n.total_ns += s.end_ns - s.start_ns;
-        n.self_ns += s.end_ns - s.start_ns;
+        n.total_ns += d;
+        n.self_ns += d;
         ++n.count;
     }
     // A parent is made before its children: add totals and counts upwards from the last node.
@@ -422,11 +440,11 @@ SpanSearch search_spans(const TraceModel& m, const std::string& needle, int bins
         return s;
     };
     const std::string want = lower(needle);
-    std::vector<char> match(m.names.size());
-    for (size_t i = 0; i < m.names.size(); ++i) match[i] = !want.empty() && lower(m.names[i]).find(want) != std::string::npos;
+    out.name_matches.resize(m.names.size());
+    for (size_t i = 0; i < m.names.size(); ++i) out.name_matches[i] = !want.empty() && lower(m.names[i]).find(want) != std::string::npos;
     std::vector<int64_t> durations;
     for (uint32_t i = 0; i < m.spans.size(); ++i)
-        if (match[m.spans[i].name]) {
+        if (out.name_matches[m.spans[i].name]) {
             durations.push_back(m.spans[i].end_ns - m.spans[i].start_ns);
             out.matches.push_back(i);
         }
@@ -435,19 +453,44 @@ SpanSearch search_spans(const TraceModel& m, const std::string& needle, int bins
     out.min_ns = *std::min_element(durations.begin(), durations.end());
     out.max_ns = *std::max_element(durations.begin(), durations.end());
     out.total_ns = std::accumulate(durations.begin(), durations.end(), int64_t(0));
+    // Nearest rank: the smallest duration with at least q of the matches at or below it.
+    auto rank = [&](double q) {
+        const size_t k = size_t(std::max<int64_t>(1, int64_t(std::ceil(q * double(durations.size()) - 1e-9)))) - 1;
+        std::nth_element(durations.begin(), durations.begin() + long(k), durations.end());
+        return durations[k];
+    };
+    out.median_ns = rank(0.5);
+    out.p95_ns = rank(0.95);
     // Log-spaced edges from max(min, 1 ns) to max: durations of ops span decades.
-    const double lo = std::log(double(std::max<int64_t>(out.min_ns, 1))), hi = std::log(double(std::max<int64_t>(out.max_ns, 1)) * 1.000001 + 1e-9);
+    out.log_lo = std::log(double(std::max<int64_t>(out.min_ns, 1)));
+    out.log_hi = std::log(double(std::max<int64_t>(out.max_ns, 1)) * 1.000001 + 1e-9);
     out.bins.assign(size_t(bins), 0);
-    for (int b = 0; b <= bins; ++b) out.bin_edges.push_back(std::exp(lo + (hi - lo) * b / bins));
-    for (int64_t d : durations) {
-        const double x = std::log(double(std::max<int64_t>(d, 1)));
-        int b = hi > lo ? int((x - lo) / (hi - lo) * bins) : 0;
-        out.bins[size_t(std::clamp(b, 0, bins - 1))]++;
-    }
+    for (int b = 0; b <= bins; ++b) out.bin_edges.push_back(std::exp(out.log_lo + (out.log_hi - out.log_lo) * b / bins));
+    for (int64_t d : durations) out.bins[size_t(search_bin(out, d))]++;
     std::stable_sort(out.matches.begin(), out.matches.end(), [&](uint32_t a, uint32_t b) {
         return m.spans[a].end_ns - m.spans[a].start_ns > m.spans[b].end_ns - m.spans[b].start_ns;
     });
     if (out.matches.size() > 1000) out.matches.resize(1000);
+    return out;
+}
+
+int search_bin(const SpanSearch& f, int64_t duration_ns) {
+    const int bins = int(f.bins.size());
+    if (bins == 0) return -1;
+    const double x = std::log(double(std::max<int64_t>(duration_ns, 1)));
+    const int b = f.log_hi > f.log_lo ? int((x - f.log_lo) / (f.log_hi - f.log_lo) * bins) : 0;
+    return std::clamp(b, 0, bins - 1);
+}
+
+std::vector<uint32_t> search_bin_spans(const TraceModel& m, const SpanSearch& f, int bin, size_t limit) {
+    std::vector<uint32_t> out;
+    if (bin < 0 || size_t(bin) >= f.bins.size() || f.name_matches.size() != m.names.size()) return out;
+    for (uint32_t i = 0; i < m.spans.size(); ++i)
+        if (f.name_matches[m.spans[i].name] && search_bin(f, m.spans[i].end_ns - m.spans[i].start_ns) == bin) out.push_back(i);
+    std::stable_sort(out.begin(), out.end(), [&](uint32_t a, uint32_t b) {
+        return m.spans[a].end_ns - m.spans[a].start_ns > m.spans[b].end_ns - m.spans[b].start_ns;
+    });
+    if (out.size() > limit) out.resize(limit);
     return out;
 }
 

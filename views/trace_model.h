@@ -120,26 +120,40 @@ struct IcicleNode {
 struct Icicle {
     std::vector<IcicleNode> nodes;
 };
-Icicle build_icicle(const TraceModel& m);
+// The icicle of [t0, t1) (the defaults: the whole run): durations clipped to the range as
+// trace_range_summary clips them; a span outside it is left out, and a counted span whose
+// parent is not counted (a zero-length span at the range's edge) hangs under its nearest
+// counted ancestor.
+Icicle build_icicle(const TraceModel& m, int64_t t0 = INT64_MIN, int64_t t1 = INT64_MAX);
 // The GPU icicle: device time attributed to the launching span's path. A host path's total is
 // the device time of the kernels, copies and sets launched by spans on it or below it (self
 // 0); under it a leaf per record name (gpu = true) holds what spans at that path launched
 // directly. Records with no known launcher are leaves of the root; paths that launched
-// nothing are left out. Counts are records.
-Icicle build_gpu_icicle(const TraceModel& m);
+// nothing are left out. Counts are records. With a range: the records inside it, their device
+// time clipped to it, under their launcher's path even when the launch came before the range.
+Icicle build_gpu_icicle(const TraceModel& m, int64_t t0 = INT64_MIN, int64_t t1 = INT64_MAX);
 // Places nodes: the root spans `width` pixels; a child starts where its previous sibling ends,
 // each node's width is total_ns * width / root total.
 void layout_icicle(Icicle& ic, double width);
 
 // Spans whose name contains `needle` (case-insensitive): count, durations and a histogram of
-// `bins` log-spaced bins between the shortest and longest.
+// `bins` log-spaced bins between the shortest and longest (Tracy's Find Zone).
 struct SpanSearch {
     std::string needle;
     int64_t count = 0, total_ns = 0, min_ns = 0, max_ns = 0;
+    // Nearest-rank percentiles of the sorted durations d[0..count): the median is d[ceil(count / 2) - 1],
+    // p95 is d[ceil(0.95 count) - 1].
+    int64_t median_ns = 0, p95_ns = 0;
     std::vector<int64_t> bins;      // counts
     std::vector<double> bin_edges;  // ns, bins + 1 edges
     std::vector<uint32_t> matches;  // span indices, longest first (first 1000)
+    std::vector<char> name_matches;  // per name index: whether it contains the needle
+    double log_lo = 0, log_hi = 0;   // the histogram's range, log ns
 };
 SpanSearch search_spans(const TraceModel& m, const std::string& needle, int bins = 24);
+// The histogram bin a duration falls in (-1 when the search has no bins).
+int search_bin(const SpanSearch& f, int64_t duration_ns);
+// The matching spans of bin `bin` (what a click on its bar selects), longest first, the first `limit`.
+std::vector<uint32_t> search_bin_spans(const TraceModel& m, const SpanSearch& f, int bin, size_t limit = 1000);
 
 }  // namespace kv::views

@@ -27,11 +27,19 @@ void set_trace_model(TraceViewState& s, TraceModel model) {
     if (s.has_selection) s.selection = trace_range_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, s.sel_t0, s.sel_t1);
     if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
+    if (s.has_selection) s.range_icicle = build_icicle(s.model, s.sel_t0, s.sel_t1);
+    if (s.has_selection) s.range_gpu_icicle = build_gpu_icicle(s.model, s.sel_t0, s.sel_t1);
     if (s.search.needle.size()) s.search = search_spans(s.model, s.search.needle);
+    select_search_bin(s, s.search_bin);  // the same bin of the new model's spans
     if (s.t0_ns == 0) s.t0_ns = s.model.t_min;
     s.built_at = std::chrono::steady_clock::now();
     s.model_stale = false;
     ++s.version;
+}
+
+void select_search_bin(TraceViewState& s, int bin) {
+    s.search_bin = bin >= 0 && size_t(bin) < s.search.bins.size() ? bin : -1;
+    s.search_bin_matches = search_bin_spans(s.model, s.search, s.search_bin);
 }
 
 void select_trace_span(TraceViewState& s, uint32_t i) {
@@ -45,6 +53,8 @@ void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1) {
     if (s.has_selection) s.selection = trace_range_summary(s.model, t0, t1);
     if (s.has_selection) s.gpu_selection = trace_gpu_summary(s.model, t0, t1);
     if (s.has_selection) s.gpu_launched_selection = gpu_time_by_launcher(s.gpu_selection, s.model);
+    if (s.has_selection) s.range_icicle = build_icicle(s.model, t0, t1);
+    if (s.has_selection) s.range_gpu_icicle = build_gpu_icicle(s.model, t0, t1);
 }
 
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader) {
@@ -197,9 +207,14 @@ void draw_row(ImDrawList* dl, const TraceViewState& s, const TraceLane& lane, si
     flush();
 }
 
+// Rows separated by 1-pixel lines, not alternating backgrounds: a banded row is a panel-wide
+// blended rectangle, and under a software rasterizer (llvmpipe) the bands of a tall table cost
+// as much as every span box of the timeline above it.
+constexpr ImGuiTableFlags kTableFlags = ImGuiTableFlags_BordersInnerH | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp;
+
 // `gpu` (GPU runs): device time of the records each span name launched, a column of its own.
 void draw_stats_table(const storage::SpanSummary& sum, float height, const std::unordered_map<std::string, int64_t>* gpu = nullptr) {
-    if (ImGui::BeginTable("##stats", gpu ? 7 : 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+    if (ImGui::BeginTable("##stats", gpu ? 7 : 6, kTableFlags,
                           ImVec2(0, height))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"span", "category", "count", "total", "self", "mean"}) ImGui::TableSetupColumn(h);
@@ -272,7 +287,7 @@ void draw_range_panel(TraceViewState& s, float height) {
                     format_duration_ns(double(gpu.delay_total_ns)).c_str(), (long long)gpu.launched);
     else
         ImGui::TextDisabled("no launch recorded (no CUPTI correlation ids): no launch overhead");
-    if (ImGui::BeginTable("##gpu", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp,
+    if (ImGui::BeginTable("##gpu", 6, kTableFlags,
                           ImVec2(0, std::max(line * 3, ImGui::GetContentRegionAvail().y - 4)))) {
         ImGui::TableSetupScrollFreeze(0, 1);
         for (const char* h : {"launched by", "GPU work", "count", "device time", "mean launch delay", "max launch delay"})
@@ -303,6 +318,7 @@ void draw_search_panel(TraceViewState& s, float height) {
     ImGui::SetNextItemWidth(220);
     if (ImGui::InputTextWithHint("##find", "find spans by name", s.search_text, sizeof s.search_text)) {
         s.search = search_spans(s.model, s.search_text);
+        select_search_bin(s, -1);
     }
     const SpanSearch& f = s.search;
     ImGui::SameLine();
@@ -310,9 +326,10 @@ void draw_search_panel(TraceViewState& s, float height) {
         ImGui::TextDisabled("%s", f.needle.empty() ? "type part of a span name" : "no span matches");
         return;
     }
-    ImGui::Text("%lld spans, total %s, mean %s, min %s, max %s", (long long)f.count, format_duration_ns(double(f.total_ns)).c_str(),
-                format_duration_ns(double(f.total_ns) / double(f.count)).c_str(), format_duration_ns(double(f.min_ns)).c_str(),
-                format_duration_ns(double(f.max_ns)).c_str());
+    ImGui::Text("%lld spans, total %s, mean %s, min %s, median %s, p95 %s, max %s", (long long)f.count,
+                format_duration_ns(double(f.total_ns)).c_str(), format_duration_ns(double(f.total_ns) / double(f.count)).c_str(),
+                format_duration_ns(double(f.min_ns)).c_str(), format_duration_ns(double(f.median_ns)).c_str(),
+                format_duration_ns(double(f.p95_ns)).c_str(), format_duration_ns(double(f.max_ns)).c_str());
     // Histogram of durations (log-spaced bins).
     const float w = ImGui::GetContentRegionAvail().x * 0.55f, h = std::max(40.f, height - 30);
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
@@ -323,22 +340,29 @@ void draw_search_panel(TraceViewState& s, float height) {
     const float bw = w / float(std::max<size_t>(1, f.bins.size())), body = h - 16;
     for (size_t b = 0; b < f.bins.size(); ++b) {
         const float bh = body * float(f.bins[b]) / float(peak);
+        // The clicked bar in the selection's yellow (as a selected span's outline).
         dl->AddRectFilled(ImVec2(p0.x + bw * float(b) + 1, p0.y + body - bh), ImVec2(p0.x + bw * float(b + 1) - 1, p0.y + body),
-                          span_category_colour(trace::SpanCategory::ATTENTION));
+                          int(b) == s.search_bin ? IM_COL32(255, 214, 0, 255) : span_category_colour(trace::SpanCategory::ATTENTION));
     }
     dl->AddText(ImVec2(p0.x + 2, p0.y + body), IM_COL32(200, 200, 200, 255), format_duration_ns(f.bin_edges.front()).c_str());
     const std::string hi = format_duration_ns(f.bin_edges.back());
     dl->AddText(ImVec2(p0.x + w - ImGui::CalcTextSize(hi.c_str()).x - 2, p0.y + body), IM_COL32(200, 200, 200, 255), hi.c_str());
     if (ImGui::IsItemHovered()) {
         const size_t b = std::min(f.bins.size() - 1, size_t(std::max(0.f, (ImGui::GetIO().MousePos.x - p0.x) / bw)));
-        ImGui::SetTooltip("%s .. %s: %lld spans", format_duration_ns(f.bin_edges[b]).c_str(), format_duration_ns(f.bin_edges[b + 1]).c_str(),
-                          (long long)f.bins[b]);
+        ImGui::SetTooltip("%s .. %s: %lld spans (click: list them)", format_duration_ns(f.bin_edges[b]).c_str(),
+                          format_duration_ns(f.bin_edges[b + 1]).c_str(), (long long)f.bins[b]);
+        if (ImGui::IsItemClicked()) select_search_bin(s, int(b) == s.search_bin ? -1 : int(b));  // a second click shows all again
     }
     ImGui::SameLine();
-    // The longest matches: click one to zoom to it.
+    // The longest matches, or the clicked bar's: click one to zoom to it.
+    const std::vector<uint32_t>& list = s.search_bin >= 0 ? s.search_bin_matches : f.matches;
     if (ImGui::BeginChild("##matches", ImVec2(0, h))) {
-        for (size_t k = 0; k < std::min<size_t>(f.matches.size(), 200); ++k) {
-            const TraceSpan& sp = s.model.spans[f.matches[k]];
+        if (s.search_bin >= 0)
+            ImGui::TextDisabled("%lld spans of %s .. %s (click the bar again for all)", (long long)f.bins[size_t(s.search_bin)],
+                                format_duration_ns(f.bin_edges[size_t(s.search_bin)]).c_str(),
+                                format_duration_ns(f.bin_edges[size_t(s.search_bin) + 1]).c_str());
+        for (size_t k = 0; k < std::min<size_t>(list.size(), 200); ++k) {
+            const TraceSpan& sp = s.model.spans[list[k]];
             char label[160];
             std::snprintf(label, sizeof label, "%s  %s  at %s (thread %d)##%zu", s.model.names[sp.name].c_str(),
                           format_duration_ns(double(sp.end_ns - sp.start_ns)).c_str(), format_duration_ns(double(sp.start_ns - s.t0_ns)).c_str(),
@@ -362,7 +386,13 @@ void draw_icicle_panel(TraceViewState& s, float height) {
         height -= ImGui::GetFrameHeightWithSpacing();
     }
     const bool gpu = has_gpu && s.icicle_gpu;
-    Icicle& ic = gpu ? s.gpu_icicle : s.icicle;
+    // A selected range: its icicle (spans and device time clipped to it), as the statistics tab.
+    Icicle& ic = s.has_selection ? (gpu ? s.range_gpu_icicle : s.range_icicle) : (gpu ? s.gpu_icicle : s.icicle);
+    if (s.has_selection) {
+        ImGui::TextDisabled("range %s .. %s (clear the range for the whole run)", format_duration_ns(double(s.sel_t0 - s.t0_ns)).c_str(),
+                            format_duration_ns(double(s.sel_t1 - s.t0_ns)).c_str());
+        height -= ImGui::GetTextLineHeightWithSpacing();
+    }
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
     const float w = ImGui::GetContentRegionAvail().x, h = std::max(30.f, height);
     ImGui::InvisibleButton("##icicle", ImVec2(w, h));

@@ -61,10 +61,13 @@ struct TraceViewState {
     storage::SpanSummary selection;  // summary of [sel_t0, sel_t1)
     GpuSummary gpu_selection;        // its GPU work
     std::unordered_map<std::string, int64_t> gpu_launched_selection;
+    Icicle range_icicle, range_gpu_icicle;  // the icicles of [sel_t0, sel_t1): what the icicle panel shows while a range is selected
     float drag_from_x = -1;          // screen x where a right-drag began
     float scroll_y = 0;              // lanes scrolled up by this many pixels (shift+wheel)
     char search_text[96] = {0};
     SpanSearch search;
+    int search_bin = -1;                       // the histogram bar clicked (-1: none): the list shows its spans
+    std::vector<uint32_t> search_bin_matches;  // those spans, longest first
     std::string error;
     double rebuild_interval_s = 1.0;  // a live run's model is rebuilt at most this often
     double refresh_budget_ms = 30;    // reading stops after this long (a frame's share); the rest next refresh
@@ -77,8 +80,10 @@ struct TraceViewState {
 bool refresh_trace_view(TraceViewState& s, storage::SessionReader& reader);
 // Replaces the model directly (benchmarks, tests): as refresh does after reading.
 void set_trace_model(TraceViewState& s, TraceModel model);
-// Selects [t0, t1) (absolute ns) and computes its summary.
+// Selects [t0, t1) (absolute ns) and computes its summaries: host spans, GPU work and both icicles.
 void select_trace_range(TraceViewState& s, int64_t t0, int64_t t1);
+// Selects the spans of histogram bin `bin` of the current search (-1: none), as a click on its bar does.
+void select_search_bin(TraceViewState& s, int bin);
 // Selects span `i` (kNoParent: none), as a click does: it and the spans linked to it by a
 // launch (its launcher, or the GPU records it launched) are outlined with an arrow per launch.
 void select_trace_span(TraceViewState& s, uint32_t i);

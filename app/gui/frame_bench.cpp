@@ -8,6 +8,7 @@
 
 #include <QApplication>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QFileInfo>
 #include <QOpenGLContext>
 #include <QOpenGLFunctions>
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "canvas_widget.h"
@@ -60,6 +62,15 @@ Stats stats(std::vector<double> v) {
     return s;
 }
 
+// The CPU the frames ran on (llvmpipe rasterizes on it): /proc/cpuinfo's model name, "?" elsewhere.
+std::string cpuModel() {
+    QFile f("/proc/cpuinfo");
+    if (!f.open(QIODevice::ReadOnly)) return "?";
+    for (const QByteArray& line : f.readAll().split('\n'))
+        if (line.startsWith("model name")) return line.mid(line.indexOf(':') + 1).trimmed().toStdString();
+    return "?";
+}
+
 // Part 1: the views' own benchmark with this app's GL renderer in the loop.
 int viewBench(const FrameBenchOptions& fo) {
     CanvasWidget w;
@@ -98,8 +109,8 @@ int viewBench(const FrameBenchOptions& fo) {
         gl->glFinish();  // llvmpipe renders on the CPU: count it in the frame
     };
     const char* renderer = reinterpret_cast<const char*>(gl->glGetString(GL_RENDERER));
-    std::printf("renderer: %s, max texture %d, frame %dx%d\n", renderer ? renderer : "?", w.maxTextureSize(), w.width(),
-                w.height());
+    std::printf("renderer: %s, max texture %d, frame %dx%d, cpu: %s\n", renderer ? renderer : "?", w.maxTextureSize(), w.width(),
+                w.height(), cpuModel().c_str());
     std::fflush(stdout);
     if (fo.only == "trace") {  // the trace view on ten million spans (in memory: see trace_view_bench.h)
         views::TraceBenchOptions t;

@@ -160,6 +160,9 @@ TEST(Screenshots, DISABLED_EveryView) {
         std::snprintf(ts.search_text, sizeof ts.search_text, "attention");
         ts.search = search_spans(ts.model, ts.search_text);
         shoot("trace_search", ImVec2(-100, -100));
+        // Its busiest bar clicked: the list holds that bar's spans.
+        select_search_bin(ts, int(std::max_element(ts.search.bins.begin(), ts.search.bins.end()) - ts.search.bins.begin()));
+        shoot("trace_search_bar", ImVec2(-100, -100));
         ts.panel = TracePanel::RANGE;
         // The policy pass selected and zoomed to (a third of the run when there is none).
         int64_t a = ts.model.t_min + (ts.model.t_max - ts.model.t_min) / 3, b = ts.model.t_min + (ts.model.t_max - ts.model.t_min) / 2;
@@ -172,6 +175,9 @@ TEST(Screenshots, DISABLED_EveryView) {
         ts.follow = false;
         ts.time = {double(a - ts.t0_ns) - double(b - a) * 0.05, double(b - ts.t0_ns) + double(b - a) * 0.05};
         shoot("trace_range", ImVec2(W * 0.4f, H * 0.22f));
+        ts.panel = TracePanel::ICICLE;  // the range's icicle
+        shoot("trace_range_icicle", ImVec2(W * 0.3f, H * 0.75f));
+        ts.panel = TracePanel::RANGE;
         // Zoomed in to one layer of a chunk a quarter into the policy pass: every op with its name.
         for (uint32_t i = 0; i < ts.model.spans.size(); ++i) {
             const TraceSpan& sp = ts.model.spans[i];

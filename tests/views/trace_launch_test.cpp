@@ -208,6 +208,101 @@ TEST(TraceLaunch, GpuTimePerLauncherNameIsTheLaunchedRecordsTime) {
     }
 }
 
+// A selected range's icicles: host spans and GPU records clipped to the range, by brute force
+// over the raw spans. Host: each span's clipped duration at its full path (parents by
+// containment search), its self time the clipped duration minus its direct children's. GPU:
+// each record's clipped device time added to every prefix of its launcher's path, the
+// launcher found by correlation id over the whole run (a launch before the range still names
+// the path of the work inside it).
+TEST(TraceLaunch, RangeIciclesClipHostAndDeviceTimeToTheRange) {
+    using Paths = std::map<std::string, std::pair<int64_t, int64_t>>;  // path -> (ns, count)
+    auto path_of = [](const GpuRun& g, long p) {
+        std::vector<std::string> parts;
+        for (; p >= 0; p = brute_parent(g.spans, size_t(p)))
+            parts.insert(parts.begin(), key_of(g.names, g.spans[size_t(p)].name, g.spans[size_t(p)].category, false));
+        std::string at;
+        for (const std::string& part : parts) at.append("/").append(part);
+        return at;
+    };
+    auto nodes_of = [](const Icicle& ic, const std::vector<std::string>& names, Paths& total, std::map<std::string, int64_t>* self) {
+        for (size_t i = 1; i < ic.nodes.size(); ++i) {
+            std::vector<std::string> parts;
+            for (int32_t n = int32_t(i); n > 0; n = ic.nodes[size_t(n)].parent)
+                parts.push_back(key_of(names, ic.nodes[size_t(n)].name, ic.nodes[size_t(n)].category, ic.nodes[size_t(n)].gpu));
+            std::string path;
+            for (auto it = parts.rbegin(); it != parts.rend(); ++it) path.append("/").append(*it);
+            ASSERT_EQ(total.count(path), 0u) << "two nodes for " << path;
+            total[path] = {ic.nodes[i].total_ns, ic.nodes[i].count};
+            if (self) (*self)[path] = ic.nodes[i].self_ns;
+        }
+    };
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+        const GpuRun g = make_gpu_run(seed);
+        const TraceModel m = build_trace_model(g.spans, g.names);
+        std::mt19937_64 rng(seed * 31);
+        std::vector<std::pair<int64_t, int64_t>> ranges{{m.t_min, m.t_max + 1}, {20'000, 55'555}, {30'100, 30'900}};
+        for (int r = 0; r < 4; ++r) {
+            const int64_t a = int64_t(rng() % 90'000);
+            ranges.push_back({a, a + 1 + int64_t(rng() % 30'000)});
+        }
+        for (const auto& [t0, t1] : ranges) {
+            SCOPED_TRACE("seed " + std::to_string(seed) + " range " + std::to_string(t0) + ".." + std::to_string(t1));
+            auto clip = [&](const TraceSpan& x) { return std::min(x.end_ns, t1) - std::max(x.start_ns, t0); };  // <= 0: outside
+            Paths want_host, want_gpu;
+            std::map<std::string, int64_t> want_self;
+            int64_t host_all = 0, gpu_all = 0;
+            for (size_t k = 0; k < g.spans.size(); ++k) {
+                const TraceSpan& x = g.spans[k];
+                const int64_t d = clip(x);
+                if (d <= 0) continue;  // the generator writes no zero-length span
+                if (!is_gpu_lane(x.thread)) {
+                    const std::string at = path_of(g, long(k));
+                    want_host[at].first += d;
+                    want_host[at].second += 1;
+                    int64_t self = d;
+                    for (size_t c = 0; c < g.spans.size(); ++c)
+                        if (!is_gpu_lane(g.spans[c].thread) && brute_parent(g.spans, c) == long(k)) self -= std::max<int64_t>(0, clip(g.spans[c]));
+                    want_self[at] += self;
+                    if (brute_parent(g.spans, k) < 0) host_all += d;
+                    continue;
+                }
+                gpu_all += d;
+                std::string at = path_of(g, brute_launcher(g.spans, x));
+                std::vector<std::string> prefixes;
+                for (size_t cut = at.find('/', 1); cut != std::string::npos; cut = at.find('/', cut + 1)) prefixes.push_back(at.substr(0, cut));
+                if (!at.empty()) prefixes.push_back(at);
+                prefixes.push_back(at + "/" + key_of(g.names, x.name, x.category, true));
+                for (const std::string& pre : prefixes) {
+                    want_gpu[pre].first += d;
+                    want_gpu[pre].second += 1;
+                }
+            }
+            const Icicle host = build_icicle(m, t0, t1), gpu = build_gpu_icicle(m, t0, t1);
+            Paths got_host, got_gpu;
+            std::map<std::string, int64_t> got_self;
+            nodes_of(host, m.names, got_host, &got_self);
+            nodes_of(gpu, m.names, got_gpu, nullptr);
+            EXPECT_EQ(got_host, want_host);
+            EXPECT_EQ(got_self, want_self);
+            EXPECT_EQ(host.nodes[0].total_ns, host_all);
+            EXPECT_EQ(got_gpu, want_gpu);
+            EXPECT_EQ(gpu.nodes[0].total_ns, gpu_all);
+            // The view keeps them with the selection (what the icicle tab draws while a range is selected).
+            TraceViewState s;
+            set_trace_model(s, build_trace_model(g.spans, g.names));
+            select_trace_range(s, t0, t1);
+            Paths view_gpu;
+            nodes_of(s.range_gpu_icicle, s.model.names, view_gpu, nullptr);
+            EXPECT_EQ(view_gpu, want_gpu);
+        }
+        // Without a range, the whole run's icicles are the range [t_min, t_max + 1)'s.
+        Paths whole, ranged;
+        nodes_of(build_gpu_icicle(m), m.names, whole, nullptr);
+        nodes_of(build_gpu_icicle(m, m.t_min, m.t_max + 1), m.names, ranged, nullptr);
+        EXPECT_EQ(whole, ranged);
+    }
+}
+
 TEST(TraceLaunch, AHostOnlyRunHasNoGpuIcicle) {
     GpuRun g = make_gpu_run(3);
     std::erase_if(g.spans, [](const TraceSpan& s) { return is_gpu_lane(s.thread); });

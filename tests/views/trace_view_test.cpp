@@ -4,11 +4,15 @@
 // same rows (itself checked against brute force in tests/storage); the icicle's totals and
 // self times per (name, category) equal the summary's, and its layout widths equal the totals
 // at the drawn scale; unattributed time equals the run span minus its children's time; the
-// search histogram counts every matching span once. Then the view on a synthetic session.
+// search histogram counts every matching span once, and its statistics and bars (what a click
+// selects) equal a brute-force recomputation. Then the view on a synthetic session.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <numeric>
+#include <set>
+#include <cstdint>
 #include <unordered_map>
 #include <random>
 
@@ -235,6 +239,61 @@ TEST(TraceModel, SearchCountsEveryMatchOnce) {
             const auto& a = m.spans[f.matches[k - 1]];
             const auto& b = m.spans[f.matches[k]];
             EXPECT_GE(a.end_ns - a.start_ns, b.end_ns - b.start_ns);
+        }
+    }
+}
+
+// Find Zone's numbers by brute force over the raw spans: count, total, min, max, the
+// nearest-rank median and p95 (sorted durations, d[ceil(q n) - 1]); each histogram bar's spans
+// (what a click selects) lie between the bar's edges, and the bars together hold every match once.
+TEST(TraceModel, SearchStatisticsAndHistogramBarsMatchBruteForce) {
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+        Gen g;
+        const TraceModel m = random_model(seed, &g);
+        for (const char* needle : {"a", "ATT", "n", "layer"}) {
+            SCOPED_TRACE(std::string("seed ") + std::to_string(seed) + " needle " + needle);
+            std::string lower = needle;
+            for (char& c : lower) c = char(std::tolower((unsigned char)c));
+            std::vector<int64_t> d;
+            std::multiset<std::pair<int64_t, int64_t>> want;  // (start, end) of every match
+            for (const TraceSpan& x : g.spans)
+                if (g.names[x.name].find(lower) != std::string::npos) d.push_back(x.end_ns - x.start_ns), want.insert({x.start_ns, x.end_ns});
+            ASSERT_FALSE(d.empty());
+            std::sort(d.begin(), d.end());
+            const int64_t n = int64_t(d.size());
+            const SpanSearch f = search_spans(m, needle, 12);
+            EXPECT_EQ(f.count, n);
+            EXPECT_EQ(f.min_ns, d.front());
+            EXPECT_EQ(f.max_ns, d.back());
+            EXPECT_EQ(f.total_ns, std::accumulate(d.begin(), d.end(), int64_t(0)));
+            EXPECT_EQ(f.median_ns, d[size_t((n + 1) / 2 - 1)]);
+            EXPECT_EQ(f.p95_ns, d[size_t((95 * n + 99) / 100 - 1)]);
+            std::multiset<std::pair<int64_t, int64_t>> got;
+            for (int b = 0; b < int(f.bins.size()); ++b) {
+                const std::vector<uint32_t> bar = search_bin_spans(m, f, b, SIZE_MAX);
+                EXPECT_EQ(int64_t(bar.size()), f.bins[size_t(b)]) << "bar " << b;
+                for (uint32_t i : bar) {
+                    const TraceSpan& x = m.spans[i];
+                    const double dur = double(std::max<int64_t>(1, x.end_ns - x.start_ns));  // the histogram starts at 1 ns
+                    EXPECT_GE(dur, f.bin_edges[size_t(b)] * (1 - 1e-9)) << "bar " << b;
+                    EXPECT_LE(dur, f.bin_edges[size_t(b) + 1] * (1 + 1e-9)) << "bar " << b;
+                    got.insert({x.start_ns, x.end_ns});
+                }
+                for (size_t k = 1; k < bar.size(); ++k)
+                    EXPECT_GE(m.spans[bar[k - 1]].end_ns - m.spans[bar[k - 1]].start_ns, m.spans[bar[k]].end_ns - m.spans[bar[k]].start_ns);
+            }
+            EXPECT_EQ(got, want);
+            // A click on a bar lists its spans; a search with no match has no bars to click.
+            TraceViewState s;
+            set_trace_model(s, build_trace_model(g.spans, g.names));
+            s.search = search_spans(s.model, needle, 12);
+            const int busiest = int(std::max_element(s.search.bins.begin(), s.search.bins.end()) - s.search.bins.begin());
+            select_search_bin(s, busiest);
+            EXPECT_EQ(int64_t(s.search_bin_matches.size()), std::min<int64_t>(1000, s.search.bins[size_t(busiest)]));
+            s.search = search_spans(s.model, "zzz", 12);
+            select_search_bin(s, 0);
+            EXPECT_EQ(s.search_bin, -1);
+            EXPECT_TRUE(s.search_bin_matches.empty());
         }
     }
 }
