@@ -16,7 +16,7 @@
 
 namespace kv {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS };
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS, DEEPSEEK_V2 };
 
 inline const char* arch_name(Arch a) {
     switch (a) {
@@ -31,6 +31,7 @@ inline const char* arch_name(Arch a) {
         case Arch::PHI3: return "phi3";
         case Arch::OLMO2: return "olmo2";
         case Arch::GPT_OSS: return "gpt_oss";
+        case Arch::DEEPSEEK_V2: return "deepseek_v2";
     }
     return "?";
 }
@@ -82,6 +83,23 @@ struct LayerSpec {
     bool rope_scaled = true;      // whether the model's rope_scaling applies (Gemma 3: global layers only)
 };
 
+// How a layer projects its queries, keys and values. SEPARATE: q/k/v projections (or Phi-3's
+// fused one) of head_dim each. LATENT: multi-head latent attention (DeepSeek-V2, MiniCPM3): the
+// keys and values of every head are decompressed from one latent c_kv = RMSNorm(W_kv_a x)
+// of kv_lora_rank values, beside one RoPE key k_pe of qk_rope_head_dim shared by the heads.
+enum class AttnProjection : uint8_t { SEPARATE, LATENT };
+
+// The latent attention's sizes (config.json's names). head_dim is the query/key head,
+// qk_nope_head_dim + qk_rope_head_dim; values are v_head_dim <= head_dim.
+struct LatentAttention {
+    int64_t q_lora_rank = 0;       // 0: q_proj straight from the hidden state; else q_a_proj, its norm, q_b_proj
+    int64_t kv_lora_rank = 0;      // latent width
+    int64_t qk_nope_head_dim = 0;  // per-head key channels from the latent
+    int64_t qk_rope_head_dim = 0;  // rotated channels (k_pe shared by the heads)
+    int64_t v_head_dim = 0;        // per-head value channels
+    double latent_norm_eps = 1e-6;  // q_a_layernorm / kv_a_layernorm: transformers builds them with the default eps
+};
+
 struct ModelConfig {
     Arch arch = Arch::LLAMA;
     std::string model_type;  // as in config.json ("llama", "qwen2", ...)
@@ -122,6 +140,8 @@ struct ModelConfig {
     double embedding_scale = 1.0;       // embeddings multiplied by this (Gemma: sqrt(hidden_size))
     bool attention_sinks = false;       // a learned logit per head joins every softmax denominator (gpt-oss)
     MlpAct mlp_act = MlpAct::SILU;
+    AttnProjection attn_projection = AttnProjection::SEPARATE;
+    LatentAttention latent;             // attn_projection LATENT: its sizes
 
     int64_t bos_token_id = -1;
     std::vector<int64_t> eos_token_ids;
@@ -133,6 +153,9 @@ struct ModelConfig {
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
     int64_t rope_dims() const { return int64_t(double(head_dim) * partial_rotary_factor) / 2 * 2; }
     int64_t group_size() const { return num_kv_heads ? num_heads / num_kv_heads : 0; }  // R
+    bool latent_attention() const { return attn_projection == AttnProjection::LATENT; }
+    // Value channels per head (the cache holds values padded to head_dim with zeros).
+    int64_t v_head_dim() const { return latent_attention() ? latent.v_head_dim : head_dim; }
     // Layer l's attention window for ops::sdpa_ (0 = full causal attention). transformers'
     // Qwen2Config builds layer_types as "sliding_attention" iff sliding_window is set and
     // i >= max_window_layers; Mistral windows every layer.
@@ -211,6 +234,27 @@ struct ModelConfig {
                  str("rope_scaling (longrope) needs original_max_position_embeddings > 0, got ", rope_scaling.original_max_position_embeddings));
         }
         need(std::isfinite(embedding_scale) && embedding_scale > 0, str("embedding scale must be > 0, got ", embedding_scale));
+        if (latent_attention()) {
+            const LatentAttention& a = latent;
+            need(a.kv_lora_rank > 0, str("kv_lora_rank must be > 0, got ", a.kv_lora_rank));
+            need(a.q_lora_rank >= 0, str("q_lora_rank must be > 0 or null, got ", a.q_lora_rank));
+            need(a.qk_nope_head_dim >= 0 && a.qk_rope_head_dim > 0 && a.qk_rope_head_dim % 2 == 0,
+                 str("qk_nope_head_dim (", a.qk_nope_head_dim, ") must be >= 0 and qk_rope_head_dim (", a.qk_rope_head_dim,
+                     ") a positive even number"));
+            need(head_dim == a.qk_nope_head_dim + a.qk_rope_head_dim,
+                 str("latent attention: head_dim ", head_dim, " must equal qk_nope_head_dim + qk_rope_head_dim = ",
+                     a.qk_nope_head_dim + a.qk_rope_head_dim));
+            need(a.v_head_dim > 0 && a.v_head_dim <= head_dim,
+                 str("v_head_dim ", a.v_head_dim, " must be in [1, qk_nope_head_dim + qk_rope_head_dim = ", head_dim,
+                     "] (values are cached padded to the key head)"));
+            need(num_kv_heads == num_heads, str("latent attention decompresses keys and values per query head: num_key_value_heads ",
+                                                num_kv_heads, " must equal num_attention_heads ", num_heads));
+            need(rope_dims() == a.qk_rope_head_dim,
+                 str("latent attention rotates qk_rope_head_dim = ", a.qk_rope_head_dim, " channels, but partial_rotary_factor ",
+                     partial_rotary_factor, " of head_dim ", head_dim, " gives ", rope_dims()));
+            need(!qk_norm && !fused_projections && !qkv_bias && !attention_sinks,
+                 "latent attention has no q/k norm, fused projection, q/k/v bias or sinks");
+        }
     }
 };
 

@@ -128,6 +128,8 @@ void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor&
     // pool order; a batch row keeping fewer than another is padded with slots it cannot see.
     const int64_t B = q.size(0), R = q.size(1) / G, S = K.size(2), D = K.size(3);
     const Device dev = q.device();
+    // Attention sinks (gpt-oss): each group's SDPA takes the sink logits of its own R heads.
+    const Tensor* sinks = ops::AttentionSinks::current();
     std::vector<int32_t> idx, kp;
     for (int64_t g = 0; g < G; ++g) {
         int64_t Tg = 0;
@@ -152,6 +154,8 @@ void pooled_attention(Tensor& y, const Tensor& q, const Tensor& K, const Tensor&
         Tensor yg = y.slice(1, g * R, (g + 1) * R);
         Tensor wg;
         if (wsum) wg = Tensor::empty({B, 1, Tg}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
+        const Tensor group_sinks = sinks ? sinks->slice(0, g * R, (g + 1) * R) : Tensor();
+        const ops::AttentionSinks sink_scope(sinks ? &group_sinks : nullptr);
         ops::sdpa_(yg, q.slice(1, g * R, (g + 1) * R), Kg, Vg, kpos, qpos, scale, window, wsum ? &wg : nullptr);
         if (wsum) {  // slots the group does not keep got no weight
             Tensor full = Tensor::zeros({B, 1, S}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});

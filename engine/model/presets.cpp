@@ -90,6 +90,22 @@ const std::vector<Entry>& entries() {
              }
              return c;
          }},
+        {{"tiny-mla", "DeepSeek-V2 latent attention in miniature: 4 layers, width 64, 4 heads with keys of 16 + 8 rotated channels "
+          "decompressed from a latent of 32, values of 16, query latent 48, dense SwiGLU MLP, byte vocabulary"},
+         [] {
+             ModelConfig c = base("tiny-mla", Arch::DEEPSEEK_V2, kByteVocab, 64, 128, 4, 4, 4, 24, 2048, 10000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             c.attn_projection = AttnProjection::LATENT;
+             c.latent.q_lora_rank = 48;
+             c.latent.kv_lora_rank = 32;
+             c.latent.qk_nope_head_dim = 16;
+             c.latent.qk_rope_head_dim = 8;
+             c.latent.v_head_dim = 16;
+             c.partial_rotary_factor = 8.0 / 24.0;
+             return c;
+         }},
         {{"qwen2.5-0.5b", "Qwen2.5-0.5B shapes (24 layers, width 896, 14/2 heads, q/k/v bias, tied), random weights"},
          [] {
              ModelConfig c = base("qwen2.5-0.5b", Arch::QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0);
@@ -194,7 +210,19 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
         if (c.norm_placement != NormPlacement::POST) norm(p + "input_layernorm.weight", E);
         if (c.norm_placement == NormPlacement::BOTH) norm(p + "pre_feedforward_layernorm.weight", E);
         if (c.norm_placement != NormPlacement::PRE) norm(p + "post_feedforward_layernorm.weight", E);
-        if (c.fused_projections) {
+        if (c.latent_attention()) {
+            const LatentAttention& la = c.latent;
+            if (la.q_lora_rank > 0) {
+                lin(p + "self_attn.q_a_proj.weight", {la.q_lora_rank, E});
+                norm(p + "self_attn.q_a_layernorm.weight", la.q_lora_rank);
+                lin(p + "self_attn.q_b_proj.weight", {Q, la.q_lora_rank});
+            } else {
+                lin(p + "self_attn.q_proj.weight", {Q, E});
+            }
+            lin(p + "self_attn.kv_a_proj_with_mqa.weight", {la.kv_lora_rank + la.qk_rope_head_dim, E});
+            norm(p + "self_attn.kv_a_layernorm.weight", la.kv_lora_rank);
+            lin(p + "self_attn.kv_b_proj.weight", {c.num_heads * (la.qk_nope_head_dim + la.v_head_dim), la.kv_lora_rank});
+        } else if (c.fused_projections) {
             lin(p + "self_attn.qkv_proj.weight", {Q + 2 * K, E});
         } else {
             lin(p + "self_attn.q_proj.weight", {Q, E});
@@ -210,7 +238,7 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
             norm(p + "self_attn.q_norm.weight", c.qk_norm_whole ? Q : c.head_dim);
             norm(p + "self_attn.k_norm.weight", c.qk_norm_whole ? K : c.head_dim);
         }
-        lin(p + "self_attn.o_proj.weight", {E, Q});
+        lin(p + "self_attn.o_proj.weight", {E, c.num_heads * c.v_head_dim()});
         if (c.o_bias) lin(p + "self_attn.o_proj.bias", {E});
         // Sink logits in [0, 2]: against the near-zero scores of these weights they take a real
         // share of each row (gpt-oss's trained sinks are of the scores' size).

@@ -3,6 +3,7 @@
 #include "transformer.h"
 
 #include "engine/core/error.h"
+#include "engine/model/latent_attention.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
@@ -123,6 +124,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     if ((cfg_.attn_logit_softcap > 0 || cfg_.final_logit_softcap > 0) && opt.device.type != DeviceType::CPU)
         throw Error(str(cfg_.name, ": logit soft-capping (attn_logit_softcapping ", cfg_.attn_logit_softcap, ", final_logit_softcapping ",
                         cfg_.final_logit_softcap, ") is computed on the CPU only; expected --device cpu"));
+    if (cfg_.latent_attention() && opt.device.type != DeviceType::CPU)
+        throw Error(str(cfg_.name, ": multi-head latent attention (DeepSeek-V2) is computed on the CPU only; expected --device cpu"));
     for (int64_t l = 0; l < cfg_.num_layers; ++l)
         if (cfg_.layer_spec(l).attention == AttnKind::NONE)
             throw Error(str(cfg_.name, ": layer ", l, " has no attention, which the forward pass does not support"));
@@ -142,7 +145,9 @@ void Transformer::init(const TensorMap& w, bool adopt) {
         }
         if (np == NormPlacement::PRE) L.mlp_norm = norm(p + "post_attention_layernorm.weight");
         if (np == NormPlacement::BOTH) L.mlp_norm = norm(p + "pre_feedforward_layernorm.weight");
-        if (cfg_.fused_projections)
+        if (cfg_.latent_attention())
+            load_latent_attention(cfg_, w, p, opt.dtype, opt.device, L);
+        else if (cfg_.fused_projections)
             L.wqkv = convert(need(w, p + "self_attn.qkv_proj.weight", {Q + 2 * K, E}), opt, p + "self_attn.qkv_proj.weight", adopt);
         else
             L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
@@ -159,7 +164,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {nq}), opt, p + "self_attn.q_norm.weight", adopt);
             L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {nk}), opt, p + "self_attn.k_norm.weight", adopt);
         }
-        L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
+        if (!cfg_.latent_attention())
+            L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
         if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias", adopt);
         if (cfg_.fused_projections)
             L.w_gate_up = convert(need(w, p + "mlp.gate_up_proj.weight", {2 * I, E}), opt, p + "mlp.gate_up_proj.weight", adopt);
@@ -242,35 +248,44 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
             h = L.attn_norm.defined() ? ops::rmsnorm(x, L.attn_norm, eps, off) : x;
         }
-        Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
-        if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
-        if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
-        if (save) save->h1 = h, save->qkv = qkv;
-        const int64_t W = (NH + 2 * G) * HS;
-        Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
-        Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
-        Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
-        if (L.q_norm.defined() && cfg_.qk_norm_whole) {
-            // OLMo 2: one RMSNorm over all heads of the projection
-            Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
-            Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
-            q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
-            k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
-        } else if (L.q_norm.defined()) {
-            q = ops::rmsnorm(q, L.q_norm, eps, off);
-            k = ops::rmsnorm(k, L.k_norm, eps, off);
+        Tensor qr, kr, vv;  // (B, NH, n, HS), (B, G, n, HS) x 2
+        if (cfg_.latent_attention()) {
+            // What the reverse pass and LoRA's sites need is not kept for these projections yet.
+            if (save || adapters_)
+                throw Error(str(cfg_.name, ": gradients and adapters through multi-head latent attention (DeepSeek-V2) are not "
+                                "implemented; it runs forward only (eval_long, generate)"));
+            latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv);
+        } else {
+            Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
+            if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
+            if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
+            if (save) save->h1 = h, save->qkv = qkv;
+            const int64_t W = (NH + 2 * G) * HS;
+            Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
+            Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
+            Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
+            if (L.q_norm.defined() && cfg_.qk_norm_whole) {
+                // OLMo 2: one RMSNorm over all heads of the projection
+                Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
+                Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
+                q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
+                k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+            } else if (L.q_norm.defined()) {
+                q = ops::rmsnorm(q, L.q_norm, eps, off);
+                k = ops::rmsnorm(k, L.k_norm, eps, off);
+            }
+            Tensor pos = position_range(input_pos, n, opt_.device);
+            qr = Tensor::empty({B, NH, n, HS}, act, ao);
+            kr = Tensor::empty({B, G, n, HS}, act, ao);
+            if (rt.n_rot > 0) {
+                ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+            } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
+                ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                ops::copy_(kr, k.permute({0, 2, 1, 3}));
+            }
+            vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
         }
-        Tensor pos = position_range(input_pos, n, opt_.device);
-        Tensor qr = Tensor::empty({B, NH, n, HS}, act, ao);
-        Tensor kr = Tensor::empty({B, G, n, HS}, act, ao);
-        if (rt.n_rot > 0) {
-            ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-            ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-        } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
-            ops::copy_(qr, q.permute({0, 2, 1, 3}));
-            ops::copy_(kr, k.permute({0, 2, 1, 3}));
-        }
-        Tensor vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
         y = Tensor::empty({B, n, NH, HS}, act, ao);
         Tensor yv = y.permute({0, 2, 1, 3});
         attention.set_rope_frequencies(&rt.inv_freq);
@@ -372,7 +387,8 @@ int64_t Transformer::parameter_count() const {
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
                                 &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks})
-            if (t->defined()) n += weight_shape(*t).numel();
+            if (t->defined() && !(t == &L.wo && cfg_.latent_attention())) n += weight_shape(*t).numel();
+        if (cfg_.latent_attention()) n += latent_parameter_count(cfg_, L);
     }
     return n;
 }
@@ -390,7 +406,8 @@ size_t Transformer::weight_bytes() const {
     size_t n = embed_.nbytes() + norm_.nbytes() + (tied ? 0 : lm_head_.nbytes());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.wq_a, &L.q_a_norm, &L.wq, &L.wkv_a,
+                                &L.kv_a_norm, &L.wkv_b})
             if (t->defined()) n += t->nbytes();
     }
     return n;

@@ -1,4 +1,5 @@
-// The decoder-only transformer forward pass (Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3): blocks
+// The decoder-only transformer forward pass (Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3, DeepSeek-V2's
+// latent attention in latent_attention.h): blocks
 // with RMSNorm before and/or after attention and MLP (ModelConfig::norm_placement), fused q/k/v
 // projection (+ bias), optional per-head q/k RMSNorm, RoPE or YaRN with each layer's base and
 // rotated fraction (LayerSpec), grouped-query attention through a LayerAttention with each
@@ -51,6 +52,14 @@ struct LayerWeights {
     Tensor w_gate_up;  // (2 I, E): gate_proj then up_proj
     Tensor w_down;     // (E, I)
     Tensor sinks;      // (NH) learned sink logits (gpt-oss's self_attn.sinks), or undefined
+    // Multi-head latent attention (ModelConfig::latent_attention; wqkv undefined, wo padded to
+    // (E, NH HS); engine/model/latent_attention.h):
+    Tensor wq_a;       // (q_lora_rank, E) or undefined (queries straight from wq)
+    Tensor q_a_norm;   // (q_lora_rank)
+    Tensor wq;         // (NH HS, q_lora_rank or E): each head's rows [rotated ; nope]
+    Tensor wkv_a;      // (kv_lora_rank + qk_rope_head_dim, E): the latent, then k_pe
+    Tensor kv_a_norm;  // (kv_lora_rank)
+    Tensor wkv_b;      // (NH (qk_nope_head_dim + v_head_dim), kv_lora_rank)
 };
 
 // What a gradient pass keeps from a block's forward over one chunk (engine/grad reads it).

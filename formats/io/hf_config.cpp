@@ -1,7 +1,7 @@
 // config.json / generation_config.json parsing and writing (see hf_config.h).
 // Defaults follow the transformers config classes (LlamaConfig, MistralConfig, Qwen2Config,
 // Qwen3Config, GPT2Config, Gemma2Config, Gemma3TextConfig, SmolLM3Config, Phi3Config,
-// Olmo2Config, GptOssConfig) so a config that HF loads means the
+// Olmo2Config, GptOssConfig, DeepseekV2Config) so a config that HF loads means the
 // same thing here.
 //
 // Index
@@ -42,7 +42,7 @@ constexpr ArchNames kArchNames[] = {
     {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},         {Arch::GEMMA2, "gemma2", "Gemma2ForCausalLM"},
     {Arch::GEMMA3, "gemma3_text", "Gemma3ForCausalLM"}, {Arch::SMOLLM3, "smollm3", "SmolLM3ForCausalLM"},
     {Arch::PHI3, "phi3", "Phi3ForCausalLM"},             {Arch::OLMO2, "olmo2", "Olmo2ForCausalLM"},
-    {Arch::GPT_OSS, "gpt_oss", "GptOssForCausalLM"},
+    {Arch::GPT_OSS, "gpt_oss", "GptOssForCausalLM"},     {Arch::DEEPSEEK_V2, "deepseek_v2", "DeepseekV2ForCausalLM"},
 };
 
 const ArchNames& names_of(Arch a) {
@@ -373,6 +373,48 @@ void read_gpt_oss(const JsonFields& f, ModelConfig& c) {
     }
 }
 
+// DeepSeek-V2 (transformers' DeepseekV2Config): multi-head latent attention. head_dim in its
+// config.json is qk_rope_head_dim (the RoPE tables' width); kvlab's head_dim is the query/key
+// head, qk_nope_head_dim + qk_rope_head_dim, whose first qk_rope_head_dim channels it rotates
+// (the loader moves the rotated channels first; the dot product q.k does not change).
+// q_lora_rank null = q_proj. The MoE MLP is not run: every layer must be dense
+// (first_k_dense_replace >= num_hidden_layers). rope_scaling (DeepSeek's YaRN with mscale) and
+// attention_bias are refused.
+void read_deepseek_v2(const JsonFields& f, const json& root, ModelConfig& c) {
+    LatentAttention& a = c.latent;
+    c.attn_projection = AttnProjection::LATENT;
+    a.kv_lora_rank = size_field(f, "kv_lora_rank", 512);
+    // null = no query compression (DeepSeek-V2-Lite); absent = DeepseekV2Config's default 1536
+    a.q_lora_rank = f.has("q_lora_rank") ? size_field(f, "q_lora_rank") : root.contains("q_lora_rank") ? 0 : 1536;
+    a.qk_nope_head_dim = size_field(f, "qk_nope_head_dim", 128);
+    a.qk_rope_head_dim = size_field(f, "qk_rope_head_dim", 64);
+    a.v_head_dim = size_field(f, "v_head_dim", 128);
+    if (a.kv_lora_rank <= 0) f.fail("kv_lora_rank", str("is ", a.kv_lora_rank, "; expected a number > 0"));
+    if (a.q_lora_rank < 0) f.fail("q_lora_rank", str("is ", a.q_lora_rank, "; expected a number > 0 or null"));
+    if (a.qk_rope_head_dim <= 0 || a.qk_rope_head_dim % 2 != 0)
+        f.fail("qk_rope_head_dim", str("is ", a.qk_rope_head_dim, "; expected a positive even number"));
+    if (a.qk_nope_head_dim < 0) f.fail("qk_nope_head_dim", str("is ", a.qk_nope_head_dim, "; expected a number >= 0"));
+    c.head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    if (a.v_head_dim <= 0 || a.v_head_dim > c.head_dim)
+        f.fail("v_head_dim", str("is ", a.v_head_dim, "; expected a number in [1, qk_nope_head_dim + qk_rope_head_dim = ", c.head_dim,
+                                 "] (kvlab caches values padded to the key head)"));
+    c.partial_rotary_factor = double(a.qk_rope_head_dim) / double(c.head_dim);
+    if (c.num_kv_heads != c.num_heads)
+        f.fail("num_key_value_heads", str("is ", c.num_kv_heads, "; latent attention decompresses keys and values per head, expected ",
+                                          "num_attention_heads = ", c.num_heads));
+    const int64_t dense = f.get_int("first_k_dense_replace", 0);
+    if (dense < c.num_layers)
+        f.fail("first_k_dense_replace", str("is ", dense, "; DeepSeek-V2's mixture-of-experts MLP is not supported (kvlab runs its "
+                                            "latent attention over a dense SwiGLU MLP in every layer: first_k_dense_replace >= "
+                                            "num_hidden_layers = ", c.num_layers, ")"));
+    if (f.get_bool("attention_bias", false))
+        f.fail("attention_bias", "is true; biases on q_a_proj / kv_a_proj_with_mqa / o_proj are not supported (expected false)");
+    if (!c.rope_scaling.type.empty() && c.rope_scaling.type != "default")
+        f.fail("rope_scaling", str("has type '", c.rope_scaling.type, "'; DeepSeek's YaRN (with its mscale on the softmax scale) is not ",
+                                   "implemented for latent attention; expected no rope_scaling"));
+    c.mlp_bias = f.get_bool("mlp_bias", false);
+}
+
 void read_llama_family(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
     c.vocab_size = size_field(f, "vocab_size");
     c.hidden_size = size_field(f, "hidden_size");
@@ -451,6 +493,7 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
             c.qk_norm = c.qk_norm_whole = true;
             break;
         case Arch::GPT_OSS: read_gpt_oss(f, c); break;
+        case Arch::DEEPSEEK_V2: read_deepseek_v2(f, root, c); break;
         case Arch::GPT2: break;
     }
     if (c.sliding_window < 0) f.fail("sliding_window", str("is ", c.sliding_window, "; expected a number > 0 or null"));
@@ -545,7 +588,8 @@ void check_expressible(const ModelConfig& c) {
         case Arch::SMOLLM3:
         case Arch::PHI3:
         case Arch::OLMO2:
-        case Arch::GPT_OSS: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
+        case Arch::GPT_OSS:
+        case Arch::DEEPSEEK_V2: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
         case Arch::GPT2:
             need(c.qkv_bias && c.o_bias && c.mlp_bias, "gpt2 always has biases");
             need(c.num_kv_heads == c.num_heads && c.head_dim * c.num_heads == c.hidden_size,

@@ -21,7 +21,19 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
         if (c.norm_placement != NormPlacement::POST) w.push_back({p + "input_layernorm.weight", {E}});
         if (c.norm_placement == NormPlacement::BOTH) w.push_back({p + "pre_feedforward_layernorm.weight", {E}});
         if (c.norm_placement != NormPlacement::PRE) w.push_back({p + "post_feedforward_layernorm.weight", {E}});
-        if (c.fused_projections) {  // Phi-3: q, k, v rows in one matrix
+        if (c.latent_attention()) {  // DeepSeek-V2: queries (optionally through a latent), the KV latent and its expansion
+            const LatentAttention& a = c.latent;
+            if (a.q_lora_rank > 0) {
+                w.push_back({p + "self_attn.q_a_proj.weight", {a.q_lora_rank, E}});
+                w.push_back({p + "self_attn.q_a_layernorm.weight", {a.q_lora_rank}});
+                w.push_back({p + "self_attn.q_b_proj.weight", {Q, a.q_lora_rank}});
+            } else {
+                w.push_back({p + "self_attn.q_proj.weight", {Q, E}});
+            }
+            w.push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.qk_rope_head_dim, E}});
+            w.push_back({p + "self_attn.kv_a_layernorm.weight", {a.kv_lora_rank}});
+            w.push_back({p + "self_attn.kv_b_proj.weight", {c.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank}});
+        } else if (c.fused_projections) {  // Phi-3: q, k, v rows in one matrix
             w.push_back({p + "self_attn.qkv_proj.weight", {Q + 2 * KV, E}});
         } else {
             w.push_back({p + "self_attn.q_proj.weight", {Q, E}});
@@ -31,7 +43,7 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
             w.push_back({p + "self_attn.v_proj.weight", {KV, E}});
             if (c.qkv_bias) w.push_back({p + "self_attn.v_proj.bias", {KV}});
         }
-        w.push_back({p + "self_attn.o_proj.weight", {E, Q}});
+        w.push_back({p + "self_attn.o_proj.weight", {E, c.num_heads * c.v_head_dim()}});
         if (c.o_bias) w.push_back({p + "self_attn.o_proj.bias", {E}});
         if (c.attention_sinks) w.push_back({p + "self_attn.sinks", {c.num_heads}});
         if (c.qk_norm) {

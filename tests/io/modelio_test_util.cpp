@@ -117,6 +117,17 @@ ModelConfig tiny_config(Arch arch) {
             c.attention_sinks = true;
             c.qkv_bias = c.o_bias = true;
             break;
+        case Arch::DEEPSEEK_V2:  // latent attention: keys of 4 + 4 rotated channels, values of 6, latents 12 and 10
+            c.num_kv_heads = c.num_heads;
+            c.attn_projection = AttnProjection::LATENT;
+            c.latent.q_lora_rank = 12;
+            c.latent.kv_lora_rank = 10;
+            c.latent.qk_nope_head_dim = 4;
+            c.latent.qk_rope_head_dim = 4;
+            c.latent.v_head_dim = 6;
+            c.head_dim = 8;
+            c.partial_rotary_factor = 0.5;
+            break;
     }
     return c;
 }

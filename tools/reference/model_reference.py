@@ -22,6 +22,14 @@ logit per query head appended to every row's scores before the softmax and dropp
 (softmax([scores, sink])[:-1]), q/k/v and o_proj biases, layer_types alternating
 sliding_attention and full_attention; the MLP is dense SwiGLU (num_local_experts 0: kvlab runs
 gpt-oss attention without its mixture of experts).
+DeepSeek-V2 multi-head latent attention (transformers' modeling_deepseek_v2.py, 4.57): q from
+q_proj, or q_b_proj(RMSNorm(q_a_proj x)) with q_lora_rank; kv_a_proj_with_mqa x split into the
+latent (kv_lora_rank, RMSNorm'd by kv_a_layernorm, expanded per head by kv_b_proj into k_nope
+and v) and one k_pe shared by the heads; q_pe and k_pe rotated as transformers' apply_rotary_emb
+does (consecutive channel pairs as complex numbers times e^{i p theta_d}, theta_d =
+base^(-2d/qk_rope_head_dim)); q = [q_nope ; q_pe], k = [k_nope ; k_pe], scale
+(qk_nope + qk_rope)^-1/2, v of v_head_dim; the latent norms use DeepseekV2RMSNorm's default eps
+1e-6 whatever rms_norm_eps is. Every layer's MLP is dense (first_k_dense_replace = layers).
 
 Regenerate (Debian's python3-torch, never needed by the build or CI):
     /usr/bin/python3 tools/reference/model_reference.py --out tests/fixtures/models
@@ -191,6 +199,44 @@ def attention_mask(T, window):
     return m
 
 
+def rope_interleaved(x, pos, inv_freq):
+    """transformers' DeepSeek-V2 apply_rotary_emb: channels (2d, 2d + 1) form one complex number
+    turned by p * theta_d."""
+    ang = pos[:, None].double() * inv_freq[None, :]  # (T, R/2)
+    freqs_cis = torch.polar(torch.ones_like(ang), ang)
+    xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+    return torch.view_as_real(xc * freqs_cis).flatten(-2)
+
+
+def mla_attention(cfg, W, p, h, pos, mask):
+    """Multi-head latent attention of one layer: h (B, T, E) -> o (B, T, E)."""
+    B, T, _ = h.shape
+    NH = cfg["num_attention_heads"]
+    D, R, VD, r = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    lat_eps = 1e-6  # DeepseekV2RMSNorm(q_lora_rank) / (kv_lora_rank): the class default
+    if cfg.get("q_lora_rank"):
+        q = rms_norm(h @ W[p + "self_attn.q_a_proj.weight"].T, W[p + "self_attn.q_a_layernorm.weight"], lat_eps)
+        q = q @ W[p + "self_attn.q_b_proj.weight"].T
+    else:
+        q = h @ W[p + "self_attn.q_proj.weight"].T
+    q = q.view(B, T, NH, D + R).transpose(1, 2)
+    q_nope, q_pe = q[..., :D], q[..., D:]
+    ckv = h @ W[p + "self_attn.kv_a_proj_with_mqa.weight"].T
+    c, k_pe = ckv[..., :r], ckv[..., r:]
+    kv = (rms_norm(c, W[p + "self_attn.kv_a_layernorm.weight"], lat_eps) @ W[p + "self_attn.kv_b_proj.weight"].T)
+    kv = kv.view(B, T, NH, D + VD).transpose(1, 2)
+    k_nope, v = kv[..., :D], kv[..., D:]
+    inv = torch.tensor([cfg["rope_theta"] ** (-2.0 * d / R) for d in range(R // 2)], dtype=torch.float64)
+    q_pe = rope_interleaved(q_pe, pos, inv)
+    k_pe = rope_interleaved(k_pe.reshape(B, 1, T, R), pos, inv).expand(B, NH, T, R)
+    q = torch.cat([q_nope, q_pe], dim=-1)
+    k = torch.cat([k_nope, k_pe], dim=-1)
+    s = (q @ k.transpose(-1, -2)) * (D + R) ** -0.5
+    s = s.masked_fill(~mask, float("-inf"))
+    a = torch.softmax(s, dim=-1) @ v  # (B, NH, T, VD)
+    return a.transpose(1, 2).reshape(B, T, NH * VD) @ W[p + "self_attn.o_proj.weight"].T
+
+
 def forward(cfg, W, ids, context_width, mode):
     """Logits (B, T, V) in float64 for ids (B, T) starting at position 0."""
     B, T = ids.shape
@@ -208,6 +254,13 @@ def forward(cfg, W, ids, context_width, mode):
         mask = attention_mask(T, layer_window(cfg, l))
         olmo = cfg["model_type"] == "olmo2"
         h = x if olmo else rms_norm(x, W[p + "input_layernorm.weight"], eps, off)
+        if cfg["model_type"] == "deepseek_v2":
+            x = x + mla_attention(cfg, W, p, h, pos, mask)
+            h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+            g = h @ W[p + "mlp.gate_proj.weight"].T
+            u = h @ W[p + "mlp.up_proj.weight"].T
+            x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+            continue
         q = h @ W[p + "self_attn.q_proj.weight"].T
         k = h @ W[p + "self_attn.k_proj.weight"].T
         v = h @ W[p + "self_attn.v_proj.weight"].T
@@ -302,6 +355,24 @@ def make_weights(cfg, seed, store_dtype):
         p = f"model.layers.{l}."
         if cfg["model_type"] != "olmo2":
             norm(p + "input_layernorm.weight", E)
+        if cfg["model_type"] == "deepseek_v2":
+            NH, D, R, VD, r = (cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"],
+                               cfg["kv_lora_rank"])
+            if cfg.get("q_lora_rank"):
+                lin(p + "self_attn.q_a_proj.weight", cfg["q_lora_rank"], E)
+                norm(p + "self_attn.q_a_layernorm.weight", cfg["q_lora_rank"])
+                lin(p + "self_attn.q_b_proj.weight", NH * (D + R), cfg["q_lora_rank"])
+            else:
+                lin(p + "self_attn.q_proj.weight", NH * (D + R), E)
+            lin(p + "self_attn.kv_a_proj_with_mqa.weight", r + R, E)
+            norm(p + "self_attn.kv_a_layernorm.weight", r)
+            lin(p + "self_attn.kv_b_proj.weight", NH * (D + VD), r)
+            lin(p + "self_attn.o_proj.weight", E, NH * VD)
+            norm(p + "post_attention_layernorm.weight", E)
+            lin(p + "mlp.gate_proj.weight", I, E)
+            lin(p + "mlp.up_proj.weight", I, E)
+            lin(p + "mlp.down_proj.weight", E, I)
+            continue
         lin(p + "self_attn.q_proj.weight", Q, E)
         lin(p + "self_attn.k_proj.weight", K, E)
         lin(p + "self_attn.v_proj.weight", K, E)
@@ -340,6 +411,17 @@ def make_weights(cfg, seed, store_dtype):
             stored[p + "self_attn.qkv_proj.weight"] = torch.cat([stored.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
             stored[p + "mlp.gate_up_proj.weight"] = torch.cat([stored.pop(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")])
     return stored, reference
+
+
+def deepseek_v2_cfg(**kw):
+    """A DeepseekV2Config as transformers writes it: head_dim is qk_rope_head_dim (its RoPE
+    width), every layer dense (first_k_dense_replace = num_hidden_layers: no experts)."""
+    cfg = llama_cfg(model_type="deepseek_v2", architectures=["DeepseekV2ForCausalLM"], num_key_value_heads=4,
+                    hidden_size=32, num_hidden_layers=3, first_k_dense_replace=3, n_routed_experts=4, n_shared_experts=1,
+                    moe_intermediate_size=16, num_experts_per_tok=2, kv_lora_rank=12, q_lora_rank=16, qk_nope_head_dim=8,
+                    qk_rope_head_dim=8, v_head_dim=6, head_dim=8, attention_bias=False, rope_scaling=None)
+    cfg.update(kw)
+    return cfg
 
 
 def llama_cfg(**kw):
@@ -449,6 +531,13 @@ FIXTURES = [
                                      rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.1, 2.5, 3.0, 3.2],
                                                    "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 17.0, 20.0]}),
      torch.float32, "yarn", 64, [(1, 37)]),
+    # DeepSeek-V2 latent attention: query latent 16, KV latent 12, keys of 8 + 8 rotated channels
+    # per head, values of 6 (!= 16), rms_norm_eps 1e-5 beside the latent norms' 1e-6; and the
+    # DeepSeek-V2-Lite form without the query latent (q_lora_rank null).
+    ("deepseek_v2_mla", deepseek_v2_cfg(), torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
+    ("deepseek_v2_lite_mla", deepseek_v2_cfg(q_lora_rank=None, num_hidden_layers=2, first_k_dense_replace=2, qk_nope_head_dim=4,
+                                             qk_rope_head_dim=4, head_dim=4, v_head_dim=8, rope_theta=500.0),
+     torch.float32, "yarn", 64, [(1, 37)]),
 ]
 
 
@@ -466,6 +555,8 @@ def main():
         stored, W = make_weights(cfg, 1000 + i, store_dtype)
         write_safetensors(os.path.join(d, "model.safetensors"), stored, {"format": "pt"})
         public = {k: v for k, v in cfg.items() if not k.startswith("_") and not (k == "hidden_act" and v is None)}
+        if cfg["model_type"] == "deepseek_v2":  # DeepseekV2Config writes null for these
+            public["q_lora_rank"] = cfg.get("q_lora_rank")
         if cfg.get("_qkv_bias") and cfg["model_type"] == "llama":
             public["attention_bias"] = True
         with open(os.path.join(d, "config.json"), "w") as f:

@@ -1,0 +1,121 @@
+// Multi-head latent attention's projections and weights (see latent_attention.h).
+#include "engine/model/latent_attention.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/model/attention.h"
+#include "engine/model/packed_weight.h"
+#include "engine/ops/ops.h"
+
+namespace kv {
+
+namespace {
+
+// The tensor's values (f64 on the host), after checking its name and shape.
+std::vector<double> values_of(const TensorMap& w, const std::string& name, const Shape& shape) {
+    auto it = w.find(name);
+    if (it == w.end()) throw Error(str("model weights: missing tensor '", name, "' (expected shape ", shape.str(), ")"));
+    if (is_packed(it->second))
+        throw Error(str("model weights: tensor '", name, "' is quantized; latent attention loads float weights only (a Hugging Face folder)"));
+    if (it->second.shape() != shape)
+        throw Error(str("model weights: tensor '", name, "' has shape ", it->second.shape().str(), ", expected ", shape.str()));
+    if (!dtype_is_float(it->second.dtype())) throw Error(str("model weights: tensor '", name, "' is not a float tensor"));
+    return it->second.contiguous().to_f64_vector();
+}
+
+Tensor make(const Shape& s, const std::vector<double>& v, DType dtype, Device device, const std::string& label) {
+    return Tensor::from_f64(s, v, dtype, {device, MemCategory::WEIGHTS, label});
+}
+
+// Rows of a (rows, cols) matrix in the order `from` (new row i = old row from[i]).
+std::vector<double> rows_in_order(const std::vector<double>& m, int64_t cols, const std::vector<int64_t>& from) {
+    std::vector<double> out(from.size() * size_t(cols));
+    for (size_t i = 0; i < from.size(); ++i)
+        std::copy_n(m.begin() + from[i] * cols, cols, out.begin() + int64_t(i) * cols);
+    return out;
+}
+
+// Old row of each new row of one head [pe (R, pairs interleaved) after nope (D)] laid out as
+// [pe pairs (d, d + R/2) ; nope], starting at `base`.
+void head_order(int64_t base, int64_t D, int64_t R, std::vector<int64_t>& from) {
+    for (int64_t j = 0; j < R; ++j) from.push_back(base + D + (j < R / 2 ? 2 * j : 2 * (j - R / 2) + 1));
+    for (int64_t j = 0; j < D; ++j) from.push_back(base + j);
+}
+
+}  // namespace
+
+void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std::string& p, DType dtype, Device device,
+                           LayerWeights& L) {
+    const LatentAttention& a = cfg.latent;
+    const int64_t E = cfg.hidden_size, NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim, D = a.qk_nope_head_dim,
+                  VD = a.v_head_dim, r = a.kv_lora_rank;
+    std::vector<int64_t> q_rows;
+    for (int64_t h = 0; h < NH; ++h) head_order(h * HS, D, R, q_rows);
+    if (a.q_lora_rank > 0) {
+        const int64_t qr = a.q_lora_rank;
+        L.wq_a = make({qr, E}, values_of(w, p + "self_attn.q_a_proj.weight", {qr, E}), dtype, device, p + "self_attn.q_a_proj.weight");
+        L.q_a_norm = make({qr}, values_of(w, p + "self_attn.q_a_layernorm.weight", {qr}), dtype, device, p + "self_attn.q_a_layernorm.weight");
+        L.wq = make({NH * HS, qr}, rows_in_order(values_of(w, p + "self_attn.q_b_proj.weight", {NH * HS, qr}), qr, q_rows), dtype, device,
+                    p + "self_attn.q_b_proj.weight");
+    } else {
+        L.wq = make({NH * HS, E}, rows_in_order(values_of(w, p + "self_attn.q_proj.weight", {NH * HS, E}), E, q_rows), dtype, device,
+                    p + "self_attn.q_proj.weight");
+    }
+    // The latent's rows stay; k_pe's rows (after them) are de-interleaved as the queries' are.
+    std::vector<int64_t> kv_rows;
+    for (int64_t j = 0; j < r; ++j) kv_rows.push_back(j);
+    for (int64_t j = 0; j < R; ++j) kv_rows.push_back(r + (j < R / 2 ? 2 * j : 2 * (j - R / 2) + 1));
+    L.wkv_a = make({r + R, E}, rows_in_order(values_of(w, p + "self_attn.kv_a_proj_with_mqa.weight", {r + R, E}), E, kv_rows), dtype,
+                   device, p + "self_attn.kv_a_proj_with_mqa.weight");
+    L.kv_a_norm = make({r}, values_of(w, p + "self_attn.kv_a_layernorm.weight", {r}), dtype, device, p + "self_attn.kv_a_layernorm.weight");
+    L.wkv_b = make({NH * (D + VD), r}, values_of(w, p + "self_attn.kv_b_proj.weight", {NH * (D + VD), r}), dtype, device,
+                   p + "self_attn.kv_b_proj.weight");
+    // W_o (E, NH VD) -> (E, NH HS): head h's VD columns at h HS, zeros after them.
+    const std::vector<double> wo = values_of(w, p + "self_attn.o_proj.weight", {E, NH * VD});
+    std::vector<double> padded(size_t(E * NH * HS), 0.0);
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t h = 0; h < NH; ++h)
+            std::copy_n(wo.begin() + e * NH * VD + h * VD, VD, padded.begin() + e * NH * HS + h * HS);
+    L.wo = make({E, NH * HS}, padded, dtype, device, p + "self_attn.o_proj.weight");
+}
+
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos, DType act,
+                Tensor& qr, Tensor& kr, Tensor& v) {
+    const LatentAttention& a = cfg.latent;
+    const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim,
+                  D = a.qk_nope_head_dim, VD = a.v_head_dim, r = a.kv_lora_rank;
+    const float eps = float(a.latent_norm_eps);
+    const TensorOptions ao{h.device(), MemCategory::ACTIVATIONS, {}};
+    if (rt.n_rot != R)
+        throw Error(str("latent attention rotates ", R, " channels per head, but the layer's RoPE tables rotate ", rt.n_rot));
+    const Tensor qin = L.wq_a.defined() ? ops::rmsnorm(linear_any(h, L.wq_a, act), L.q_a_norm, eps) : h;
+    Tensor q = linear_any(qin, L.wq, act).reshape({B, n, NH, HS});  // each head [pe ; nope]
+    Tensor ckv = linear_any(h, L.wkv_a, act);                       // (B, n, r + R)
+    Tensor c = ops::rmsnorm(ckv.slice(2, 0, r), L.kv_a_norm, eps);
+    Tensor kv = linear_any(c, L.wkv_b, act);  // (B, n, NH (D + VD)): each head [k_nope ; v]
+    const int64_t W = NH * (D + VD);
+    // k (B, n, NH, HS) = [k_pe ; k_nope]: k_pe read once per head through a head stride of 0.
+    Tensor k = Tensor::empty({B, n, NH, HS}, act, ao);
+    Tensor k_pe = k.slice(3, 0, R), k_nope = k.slice(3, R, HS);
+    ops::copy_(k_pe, ckv.as_strided({B, n, NH, R}, {n * (r + R), r + R, 0, 1}, ckv.offset() + r));
+    if (D > 0) ops::copy_(k_nope, kv.as_strided({B, n, NH, D}, {n * W, W, D + VD, 1}, kv.offset()));
+    v = Tensor::zeros({B, NH, n, HS}, act, ao);
+    Tensor v_part = v.slice(3, 0, VD);
+    ops::copy_(v_part, kv.as_strided({B, NH, n, VD}, {n * W, D + VD, W, 1}, kv.offset() + D));
+    Tensor pos = position_range(input_pos, n, h.device());
+    qr = Tensor::empty({B, NH, n, HS}, act, ao);
+    kr = Tensor::empty({B, NH, n, HS}, act, ao);
+    ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+    ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+}
+
+int64_t latent_parameter_count(const ModelConfig& cfg, const LayerWeights& L) {
+    int64_t n = cfg.hidden_size * cfg.num_heads * cfg.latent.v_head_dim;  // W_o without its padding
+    for (const Tensor* t : {&L.wq_a, &L.q_a_norm, &L.wq, &L.wkv_a, &L.kv_a_norm, &L.wkv_b})
+        if (t->defined()) n += t->numel();
+    return n;
+}
+
+}  // namespace kv

@@ -1,0 +1,42 @@
+// Multi-head latent attention (DeepSeek-V2, MiniCPM3; ModelConfig::latent_attention): the
+// projections that turn a normalised hidden state into per-head rotated queries, keys and
+// values, and the loading of their weights. The attention itself is the ordinary one: keys and
+// values decompressed per head go to the LayerAttention (the cache) like any layer's.
+//
+//   c_kv = RMSNorm(W_kv_a x)[:kv_lora_rank]       the latent (kv_a_layernorm)
+//   k_pe = RoPE(W_kv_a x)[kv_lora_rank:]           one rotated key, shared by every head
+//   [k_nope ; v] = W_kv_b c_kv                     per head
+//   k = [k_pe ; k_nope], q = [RoPE(q_pe) ; q_nope]  (rotated channels first, see below)
+//   q = W_q x, or W_q_b RMSNorm(W_q_a x) with q_lora_rank
+//
+// Checkpoints lay each head out [nope ; pe] with pe's pairs interleaved (transformers'
+// DeepSeek-V2 rotates (x_2d, x_2d+1) as one complex number). The loader permutes the rows of
+// W_q and of W_kv_a's k_pe part to [pe pairs (d, d + R/2) ; nope], kvlab's partial rotate-half
+// layout (Phi-3's), applying the same permutation to q and k, so q.k is unchanged. Values are
+// cached padded with zeros to head_dim (the cache holds one head size for K and V), and
+// W_o's columns are padded to match, so y's padding multiplies zeros.
+#pragma once
+
+#include <string>
+
+#include "engine/core/model_config.h"
+#include "engine/model/rope.h"
+#include "engine/model/transformer.h"
+
+namespace kv {
+
+// Layer weights from their checkpoint names (prefix "model.layers.L."): wq_a, q_a_norm, wq,
+// wkv_a, wkv_b, kv_a_norm permuted as above, and wo padded to (E, NH * head_dim). Throws
+// kv::Error naming a missing or mis-shaped tensor.
+void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std::string& prefix, DType dtype, Device device,
+                           LayerWeights& L);
+
+// h (B, n, E) at positions input_pos.. -> qr, kr, v (B, NH, n, head_dim), q and k rotated with
+// rt (n_rot = qk_rope_head_dim), v's channels past v_head_dim zero.
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos, DType act,
+                Tensor& qr, Tensor& kr, Tensor& v);
+
+// Parameters of the checkpoint's latent-attention tensors of one layer (wo without padding).
+int64_t latent_parameter_count(const ModelConfig& cfg, const LayerWeights& L);
+
+}  // namespace kv
