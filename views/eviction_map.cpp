@@ -78,36 +78,19 @@ int64_t plan_slots_needed(const SlotPlan& p, std::string& why) {
     return need;
 }
 
-// One step on one track, tracking copies so a token counts as evicted only when no slot holds
-// it any more (the grace ring copies a token before its old slot is reused).
+// One step on one track through the one replay (replay_plan_row), counting copies so a token
+// counts as evicted only when no slot holds it any more (the grace ring copies a token before
+// its old slot is reused).
 void track_apply(EvictionTrack& tr, const SlotPlan& p, int64_t row, int step, std::vector<int32_t>& touched) {
-    const int64_t pr = p.rows == 1 ? 0 : row;
     touched.clear();
-    auto release = [&](int32_t slot) {
-        const int32_t old = tr.slot_pos[size_t(slot)];
-        if (old >= 0) {
-            --tr.copies[size_t(old)];
-            touched.push_back(old);
+    replay_plan_row(p, row, tr.slot_pos.data(), int64_t(tr.slot_pos.size()), [&](const SlotWrite& w) {
+        if (w.old_pos >= 0) {
+            --tr.copies[size_t(w.old_pos)];
+            touched.push_back(w.old_pos);
         }
-    };
-    if (p.moves > 0) {
-        std::vector<int32_t> moved(size_t(p.moves));
-        for (int64_t m = 0; m < p.moves; ++m) moved[size_t(m)] = tr.slot_pos[size_t(p.move_from[size_t(pr * p.moves + m)])];
-        for (int64_t m = 0; m < p.moves; ++m) {
-            const int32_t to = p.move_to[size_t(pr * p.moves + m)];
-            release(to);
-            tr.slot_pos[size_t(to)] = moved[size_t(m)];
-            if (moved[size_t(m)] >= 0) ++tr.copies[size_t(moved[size_t(m)])];
-        }
-    }
-    for (int64_t t = 0; t < p.n; ++t) {
-        const int32_t slot = p.targets[size_t(pr * p.n + t)];
-        release(slot);
-        const int32_t tok = int32_t(p.input_pos + t);
-        tr.slot_pos[size_t(slot)] = tok;
-        ++tr.copies[size_t(tok)];
-        tr.evicted_at[size_t(tok)] = kStillCached;
-    }
+        if (w.new_pos >= 0) ++tr.copies[size_t(w.new_pos)];
+        if (!w.moved) tr.evicted_at[size_t(w.new_pos)] = kStillCached;
+    });
     for (int32_t old : touched)
         if (tr.copies[size_t(old)] == 0 && tr.evicted_at[size_t(old)] == kStillCached) tr.evicted_at[size_t(old)] = step;
 }

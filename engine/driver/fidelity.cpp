@@ -1,6 +1,8 @@
 // Fidelity against the dense cache (see fidelity.h).
 #include "fidelity.h"
 
+#include "chunk_loop.h"
+
 #include "engine/telemetry/run_phase.h"
 
 #include <algorithm>
@@ -426,18 +428,31 @@ void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
         for (int l = 0; l < nl; ++l) shadow_->set(l, 0, pe, policy_->shadow_k(l, 0, pe), policy_->shadow_v(l, 0, pe));
     // The rest of the sequence in blocks of up to block_tokens_ (whole chunks): a block is one
     // prefill, with larger matmuls than the policy's chunk-sized steps, and activations that
-    // stay bounded on long sequences.
+    // stay bounded on long sequences. The blocks are the chunks (one per cell) of the loop's plan.
+    ChunkPlan blocks;
+    std::vector<std::pair<size_t, size_t>> block_chunks;  // per block: the plan's chunks [a, b)
     for (size_t a = ce; a < nc;) {
         size_t b = a + 1;
         while (b < nc && plan.starts[b] + plan.chunks[b] - plan.starts[a] <= block_tokens_) ++b;
-        const int64_t q0 = plan.starts[a], q1 = plan.starts[b - 1] + plan.chunks[b - 1];
-        Tensor x = model_.embed(ids.slice(1, q0, q1));
-        for (int l = 0; l < nl; ++l) {
-            x = model_.block(l, x, q0, *shadow_);
-            report(int64_t(b - a), run_phase_name(RunPhase::FIDELITY_REFERENCE));
-        }
+        blocks.starts.push_back(plan.starts[a]);
+        blocks.chunks.push_back(plan.starts[b - 1] + plan.chunks[b - 1] - plan.starts[a]);
+        blocks.cells.push_back({block_chunks.size(), block_chunks.size() + 1});
+        block_chunks.push_back({a, b});
+        a = b;
+    }
+    ChunkLoopHooks hooks;
+    hooks.inputs = [&](size_t k) {
+        return std::vector<Tensor>{model_.embed(ids.slice(1, blocks.starts[k], blocks.starts[k] + blocks.chunks[k]))};
+    };
+    hooks.attention = [&](int, size_t) -> LayerAttention& { return *shadow_; };
+    hooks.after_layer = [&](int, size_t k) {
+        report(int64_t(block_chunks[k].second - block_chunks[k].first), run_phase_name(RunPhase::FIDELITY_REFERENCE));
+    };
+    hooks.after_cell = [&](size_t k, std::vector<Tensor>& xs) {
+        const auto [a, b] = block_chunks[k];
+        const int64_t q0 = blocks.starts[k], q1 = q0 + blocks.chunks[k];
         PhaseScope kl_heads(RunPhase::KL_HEADS);  // both streams' final norm, lm_head and the KL
-        const Tensor hd = model_.final_norm(x), hp = model_.final_norm(policy_out_.slice(1, q0, q1));
+        const Tensor hd = model_.final_norm(xs[0]), hp = model_.final_norm(policy_out_.slice(1, q0, q1));
         for (size_t c = a; c < b; ++c) {
             const int64_t o = plan.starts[c] - q0, n = plan.chunks[c];
             FidelityKLStep st;
@@ -448,8 +463,8 @@ void DenseReference::finish(const Tensor& ids, const ChunkPlan& plan) {
             steps_.push_back(st);
             report(1, run_phase_name(RunPhase::KL_HEADS));
         }
-        a = b;
-    }
+    };
+    run_chunk_loop(model_, blocks, hooks);
     policy_out_ = Tensor{};
 }
 

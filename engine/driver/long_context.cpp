@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 #include "engine/kv/context_reconstruction.h"
+#include "chunk_loop.h"
 
 namespace kv {
 
@@ -193,48 +195,60 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
     if (head.record_token_loss) out.token_loss.assign(size_t(B * T), std::numeric_limits<float>::quiet_NaN());
     const int64_t total = int64_t(plan.chunks.size()) * nl;
     int64_t done = 0;
-    static const trace::Name kCell("cell"), kLayer("layer"), kChunk("chunk"), kHead("head");
-    for (size_t ci = 0; ci < plan.cells.size(); ++ci) {
+    static const trace::Name kHead("head");
+    std::vector<ReconstructionChunk> rxs;  // the cell's reconstruction pieces, one per chunk
+    size_t cell_c0 = 0;                    // the cell's first chunk
+    std::vector<int32_t> tok;              // the chunk's token ids, alive for its block's calls
+    std::optional<ChunkCall> call;
+    ChunkLoopHooks hooks;
+    hooks.inputs = [&](size_t ci) {
         const auto [c0, c1] = plan.cells[ci];
-        auto cell_span = trace::span(trace::SpanCategory::CELL, kCell, {.cell_row = 0, .cell_col = int(ci)});
+        cell_c0 = c0;
         std::vector<Tensor> xs;
         for (size_t c = c0; c < c1; ++c) xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
-        std::vector<ReconstructionChunk> rxs;
-        for (size_t c = c0; c < c1 && rec; ++c) rxs.push_back(rec->prepare(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]), plan.starts[c]));
-        for (int l = 0; l < nl; ++l) {
-            if (cb.layer_input) cb.layer_input(l, ci, xs);
-            auto layer_span = trace::span(trace::SpanCategory::LAYER, kLayer, {.layer = l, .cell_col = int(ci)});
+        for (size_t c = c0; c < c1 && rec; ++c)
+            rxs.push_back(rec->prepare(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]), plan.starts[c]));
+        return xs;
+    };
+    hooks.before_layer = cb.layer_input;
+    hooks.before_chunk = [&](int, size_t, const Tensor&) {
+        if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
+    };
+    hooks.attention = [&](int, size_t c) -> LayerAttention& {
+        // The chunk's inputs go with its calls (policies that read the text, forced plans).
+        tok = chunk_ids(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
+        return call.emplace(cb.attention ? *cb.attention : cache, ChunkInput{.ids = &tok, .replay = cb.replay});
+    };
+    hooks.after_chunk = [&](int l, size_t c, const Tensor& y) {
+        if (int64_t bad = first_nonfinite(y); bad >= 0)
+            nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
+        if (rec) rec->run_layer(l, rxs[c - cell_c0]);
+        ++done;
+        if (cb.progress) cb.progress(done, total);
+        if (trace::active()) {
+            trace::ProgressInfo pi;
+            // (layer, chunk) steps stay per sample: the cell-grid view draws one grid per sample from them.
+            pi.chunks_done = int32_t(done);
+            pi.chunks_total = int32_t(total);
+            // monotonic across the cell -> layer -> chunk order
+            pi.tokens_done = cb.run_tokens_before + T * done / (total + cb.units_after);
+            pi.tokens_total = cb.run_tokens_total > 0 ? cb.run_tokens_total : T;
+            trace::progress(pi);
+        }
+    };
+    hooks.after_cell = [&](size_t ci, std::vector<Tensor>& xs) {
+        const auto [c0, c1] = plan.cells[ci];
+        if (cb.final_output) cb.final_output(ci, xs);
+        {
+            auto head_span = trace::span(trace::SpanCategory::HEAD, kHead, {.cell_col = int(ci)});
             for (size_t c = c0; c < c1; ++c) {
-                auto chunk_span = trace::span(trace::SpanCategory::CHUNK, kChunk, {.layer = l, .chunk = int(c), .cell_col = int(ci)});
-                if (cb.cancel && cb.cancel->load(std::memory_order_relaxed)) throw Cancelled();
-                // The chunk's inputs go with its calls (policies that read the text, forced plans).
-                const std::vector<int32_t> tok = chunk_ids(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]));
-                ChunkCall call(cb.attention ? *cb.attention : cache, ChunkInput{.ids = &tok, .replay = cb.replay});
-                xs[c - c0] = model.block(l, xs[c - c0], plan.starts[c], call);
-                if (int64_t bad = first_nonfinite(xs[c - c0]); bad >= 0)
-                    nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
-                if (rec) rec->run_layer(l, rxs[c - c0]);
-                ++done;
-                if (cb.progress) cb.progress(done, total);
-                if (trace::active()) {
-                    trace::ProgressInfo pi;
-                    // (layer, chunk) steps stay per sample: the cell-grid view draws one grid per sample from them.
-                    pi.chunks_done = int32_t(done);
-                    pi.chunks_total = int32_t(total);
-                    // monotonic across the cell -> layer -> chunk order
-                    pi.tokens_done = cb.run_tokens_before + T * done / (total + cb.units_after);
-                    pi.tokens_total = cb.run_tokens_total > 0 ? cb.run_tokens_total : T;
-                    trace::progress(pi);
-                }
+                Tensor h = model.final_norm(xs[c - c0]);
+                head_chunk(model, h, plan.starts[c], c + 1 == plan.chunks.size(), head, out);
             }
         }
-        if (cb.final_output) cb.final_output(ci, xs);
-        auto head_span = trace::span(trace::SpanCategory::HEAD, kHead, {.cell_col = int(ci)});
-        for (size_t c = c0; c < c1; ++c) {
-            Tensor h = model.final_norm(xs[c - c0]);
-            head_chunk(model, h, plan.starts[c], c + 1 == plan.chunks.size(), head, out);
-        }
-    }
+        rxs.clear();  // freed with the cell, before its activations
+    };
+    run_chunk_loop(model, plan, hooks, {.spans = true});
     cache.flush();
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "checkpoint_store.h"
+#include "engine/driver/chunk_loop.h"
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
 #include "engine/model/transformer_backward.h"
@@ -190,18 +191,22 @@ double replay_loss(const Transformer& m, const std::vector<std::vector<SlotPlan>
     HeadResult res;
     res.init(B);
     std::vector<Tensor> finals;
-    for (const CellRange& cr : cell_ranges(plan)) {
+    ChunkLoopHooks hooks;
+    hooks.inputs = [&](size_t ci) {
         std::vector<Tensor> xs;
-        for (size_t c = cr.c0; c < cr.c1; ++c) {
+        for (size_t c = plan.cells[ci].first; c < plan.cells[ci].second; ++c) {
             if (x0)
                 xs.push_back(x0->slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c]).clone());
             else
                 xs.push_back(m.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
         }
-        for (int l = 0; l < nl; ++l)
-            for (size_t c = cr.c0; c < cr.c1; ++c) xs[c - cr.c0] = m.block(l, xs[c - cr.c0], plan.starts[c], att);
+        return xs;
+    };
+    hooks.attention = [&](int, size_t) -> LayerAttention& { return att; };
+    hooks.after_cell = [&](size_t, std::vector<Tensor>& xs) {
         finals.push_back(join_chunks(xs, MemCategory::ACTIVATIONS, "final states"));
-    }
+    };
+    run_chunk_loop(m, plan, hooks);
     // The head's loss through the same code the gradient uses (dx is discarded, and with it
     // the adapters' backward: a loss evaluation must not add to LoRA gradients).
     const std::vector<double> w = head_row_weights(head, loss_scale);
@@ -349,21 +354,25 @@ class GradientRun {
         auto caches = make_caches(model, 0, nl, B, Ls, st.plans, opt.selection);
         for (auto& c : caches) c->load(nullptr);
         ReplayAttention att(caches, 0, false);
-        for (size_t ci = 0; ci < ncells; ++ci) {
-            const CellRange& cr = crs[ci];
+        ChunkLoopHooks hooks;
+        hooks.inputs = [&](size_t ci) {
             std::vector<Tensor> xs;
-            for (size_t c = cr.c0; c < cr.c1; ++c)
+            for (size_t c = crs[ci].c0; c < crs[ci].c1; ++c)
                 xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
-            for (int l = 0; l < nl; ++l) {
-                if (row_at[size_t(l)] >= 0)
-                    layer_cp[size_t(row_at[size_t(l)])][ci] =
-                        layer_fmt.store(join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging"), host,
-                                        MemCategory::ACTIVATION_CHECKPOINT, str("layer ", l, " input checkpoint, cell ", ci));
-                for (size_t c = cr.c0; c < cr.c1; ++c) xs[c - cr.c0] = model.block(l, xs[c - cr.c0], plan.starts[c], att);
-            }
+            return xs;
+        };
+        hooks.attention = [&](int, size_t) -> LayerAttention& { return att; };
+        hooks.before_layer = [&](int l, size_t ci, const std::vector<Tensor>& xs) {
+            if (row_at[size_t(l)] >= 0)
+                layer_cp[size_t(row_at[size_t(l)])][ci] =
+                    layer_fmt.store(join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging"), host,
+                                    MemCategory::ACTIVATION_CHECKPOINT, str("layer ", l, " input checkpoint, cell ", ci));
+        };
+        hooks.after_cell = [&](size_t ci, std::vector<Tensor>& xs) {
             final_cp[ci] = layer_fmt.store(join_chunks(xs, MemCategory::ACTIVATIONS, "checkpoint staging"), host,
                                            MemCategory::ACTIVATION_CHECKPOINT, str("final output checkpoint, cell ", ci));
-        }
+        };
+        run_chunk_loop(model, plan, hooks);
     }
 
     void finish_phase1(Clock::time_point t0) {
@@ -421,15 +430,14 @@ class GradientRun {
                 auto s = trace::span(trace::SpanCategory::CELL, "row replay", {.cell_row = r});
                 for (auto& c : caches) c->load(nullptr);
                 ReplayAttention att(caches, l0, false);
-                for (size_t ci = 0; ci + 1 < ncells; ++ci) {
-                    const CellRange& cr = crs[ci];
-                    std::vector<Tensor> xs =
-                        split_chunks(load_cp(layer_cp[size_t(r)][ci], cr, "row input"), plan, cr, MemCategory::ACTIVATIONS);
-                    for (int l = l0; l < l1; ++l) {
-                        for (size_t c = cr.c0; c < cr.c1; ++c)
-                            xs[c - cr.c0] = model.block(l, xs[c - cr.c0], plan.starts[c], att);
-                        tick(int64_t(cr.c1 - cr.c0));
-                    }
+                ChunkLoopHooks hooks;
+                hooks.inputs = [&](size_t ci) {
+                    return split_chunks(load_cp(layer_cp[size_t(r)][ci], crs[ci], "row input"), plan, crs[ci],
+                                        MemCategory::ACTIVATIONS);
+                };
+                hooks.attention = [&](int, size_t) -> LayerAttention& { return att; };
+                hooks.after_layer = [&](int, size_t ci) { tick(int64_t(crs[ci].c1 - crs[ci].c0)); };
+                hooks.after_cell = [&](size_t ci, std::vector<Tensor>&) {
                     for (int l = l0; l < l1; ++l) {
                         KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "KV checkpoint", .layer = l, .cell_row = r,
                                       .cell_col = int(ci + 1));
@@ -441,7 +449,8 @@ class GradientRun {
                         st.kv_checkpoint_bytes += snap.K.nbytes() + snap.V.nbytes();
                         kv_cp[ci + 1].push_back(std::move(snap));
                     }
-                }
+                };
+                run_chunk_loop(model, plan, hooks, {.cell_end = ncells - 1, .layer_begin = l0, .layer_end = l1});
             }
             // Cells right to left; the gradient w.r.t. each layer's KV state at a cell's start is
             // handed to the cell on its left (straight through quantized checkpoints).
@@ -476,16 +485,17 @@ class GradientRun {
                 std::vector<std::vector<Tensor>> inputs(size_t(l1 - l0), std::vector<Tensor>(nc));
                 std::vector<std::vector<BlockActivations>> acts(size_t(l1 - l0), std::vector<BlockActivations>(nc));
                 {
-                    std::vector<Tensor> xs = split_chunks(load_cp(layer_cp[size_t(r)][size_t(ci)], cr, "row input"), plan, cr,
-                                                          MemCategory::ACTIVATIONS);
-                    for (int l = l0; l < l1; ++l) {
-                        const size_t i = size_t(l - l0);
-                        for (size_t c = 0; c < nc; ++c) {
-                            inputs[i][c] = xs[c];
-                            xs[c] = model.block(l, xs[c], plan.starts[cr.c0 + c], att, &acts[i][c]);
-                        }
-                        tick(int64_t(nc));
-                    }
+                    ChunkLoopHooks hooks;
+                    hooks.inputs = [&](size_t) {
+                        return split_chunks(load_cp(layer_cp[size_t(r)][size_t(ci)], cr, "row input"), plan, cr,
+                                            MemCategory::ACTIVATIONS);
+                    };
+                    hooks.attention = [&](int, size_t) -> LayerAttention& { return att; };
+                    hooks.before_chunk = [&](int l, size_t c, const Tensor& x) { inputs[size_t(l - l0)][c - cr.c0] = x; };
+                    hooks.save = [&](int l, size_t c) { return &acts[size_t(l - l0)][c - cr.c0]; };
+                    hooks.after_layer = [&](int, size_t) { tick(int64_t(nc)); };
+                    run_chunk_loop(model, plan, hooks,
+                                   {.cell_begin = size_t(ci), .cell_end = size_t(ci) + 1, .layer_begin = l0, .layer_end = l1});
                 }
                 // backward: layers top-down, chunks right-to-left
                 std::vector<Tensor> g =

@@ -134,18 +134,8 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
             records_.push_back(std::move(rec));
         }
         apply_plan_to(K_, V_, plan, k, v);
-        for (int64_t r = 0; r < B_ * G_; ++r) {
-            int32_t* p = pos_.data() + r * L_;
-            if (plan.moves) {
-                const int32_t* from = row_ptr(plan.move_from, plan.rows, r, plan.moves);
-                const int32_t* to = row_ptr(plan.move_to, plan.rows, r, plan.moves);
-                std::vector<int32_t> moved((size_t)plan.moves);
-                for (int64_t i = 0; i < plan.moves; ++i) moved[size_t(i)] = p[from[i]];
-                for (int64_t i = 0; i < plan.moves; ++i) p[to[i]] = moved[size_t(i)];
-            }
-            const int32_t* t = row_ptr(plan.targets, plan.rows, r, plan.n);
-            for (int64_t i = 0; i < plan.n; ++i) p[t[i]] = int32_t(input_pos + i);
-        }
+        // The slot positions through the one replay (plan.input_pos == input_pos, checked above).
+        for (int64_t r = 0; r < B_ * G_; ++r) apply_plan_to_row(plan, r, pos_.data() + r * L_, L_);
         length_ = plan.length_after;
     }
     {

@@ -84,24 +84,4 @@ SlotPlan decode_plan(const uint8_t* data, size_t size) {
     return s;
 }
 
-void apply_plan_to_row(const SlotPlan& p, int64_t row, int32_t* slot_pos, int64_t slots) {
-    const int64_t pr = p.rows == 1 ? 0 : row;
-    auto inside = [&](int32_t slot) { return slot >= 0 && int64_t(slot) < slots; };
-    if (p.moves > 0) {
-        std::vector<int32_t> moved(size_t(p.moves));
-        for (int64_t m = 0; m < p.moves; ++m) {
-            const int32_t from = p.move_from[size_t(pr * p.moves + m)];
-            moved[size_t(m)] = inside(from) ? slot_pos[from] : -1;
-        }
-        for (int64_t m = 0; m < p.moves; ++m) {
-            const int32_t to = p.move_to[size_t(pr * p.moves + m)];
-            if (inside(to)) slot_pos[to] = moved[size_t(m)];
-        }
-    }
-    for (int64_t t = 0; t < p.n; ++t) {
-        const int32_t slot = p.targets[size_t(pr * p.n + t)];
-        if (inside(slot)) slot_pos[slot] = int32_t(p.input_pos + t);
-    }
-}
-
 }  // namespace kv

@@ -37,9 +37,52 @@ std::vector<uint8_t> encode_plan(const SlotPlan& p);
 // version, inconsistent sizes).
 SlotPlan decode_plan(const uint8_t* data, size_t size);
 
-// Replays one plan onto one cache row's slot table slot_pos[0 .. slots) (token position per
-// slot, -1 = empty): the moves read the old table first, then the new tokens are written.
-// Slots outside the table are ignored (a damaged plan cannot write out of bounds).
-void apply_plan_to_row(const SlotPlan& p, int64_t row, int32_t* slot_pos, int64_t slots);
+// One slot written by a replay: the token position it held (`old_pos`, -1 = empty) is replaced
+// by `new_pos`. `moved`: a grace-ring move (new_pos is the moved slot's old content, -1 when it
+// was empty); else new_pos is one of the chunk's new tokens.
+struct SlotWrite {
+    int32_t slot = 0;
+    int32_t old_pos = -1;
+    int32_t new_pos = -1;
+    bool moved = false;
+};
+
+// The one slot-plan replay: replays one plan onto one cache row's slot table
+// slot_pos[0 .. slots) (token position per slot, -1 = empty); the moves read the old table
+// first, then the new tokens are written. Slots outside the table are ignored (a damaged plan
+// cannot write out of bounds). on_write(const SlotWrite&) sees every write in order (moves,
+// then new tokens), after the slot took its new value: what a reader counts (the eviction
+// map's copies and eviction steps) it counts there.
+template <class OnWrite>
+void replay_plan_row(const SlotPlan& p, int64_t row, int32_t* slot_pos, int64_t slots, OnWrite&& on_write) {
+    const int64_t pr = p.rows == 1 ? 0 : row;
+    auto inside = [&](int32_t slot) { return slot >= 0 && int64_t(slot) < slots; };
+    auto write = [&](int32_t slot, int32_t pos, bool moved) {
+        const int32_t old = slot_pos[slot];
+        slot_pos[slot] = pos;
+        on_write(SlotWrite{slot, old, pos, moved});
+    };
+    if (p.moves > 0) {
+        std::vector<int32_t> moved(size_t(p.moves));
+        for (int64_t m = 0; m < p.moves; ++m) {
+            const int32_t from = p.move_from[size_t(pr * p.moves + m)];
+            moved[size_t(m)] = inside(from) ? slot_pos[from] : -1;
+        }
+        for (int64_t m = 0; m < p.moves; ++m) {
+            const int32_t to = p.move_to[size_t(pr * p.moves + m)];
+            if (inside(to)) write(to, moved[size_t(m)], true);
+        }
+    }
+    for (int64_t t = 0; t < p.n; ++t) {
+        const int32_t slot = p.targets[size_t(pr * p.n + t)];
+        if (inside(slot)) write(slot, int32_t(p.input_pos + t), false);
+    }
+}
+
+// The replay with nothing counted: the engine's replay log, the gradient replay's positions,
+// storage's kept overlap, the Python module's cache states.
+inline void apply_plan_to_row(const SlotPlan& p, int64_t row, int32_t* slot_pos, int64_t slots) {
+    replay_plan_row(p, row, slot_pos, slots, [](const SlotWrite&) {});
+}
 
 }  // namespace kv
