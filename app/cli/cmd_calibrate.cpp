@@ -1,6 +1,6 @@
-// `kvlab calibrate NAME MODEL [--data TASK] [--samples N] [entry options] -o FILE`: runs one
-// calibration of engine/kv's table (engine/kv/calibration_registry.h) on synthetic samples, with
-// a progress bar. This file knows no calibration by name: the entry brings its options, its
+// `kvlab calibrate NAME MODEL [--data TASK|FILE] [--samples N] [entry options] -o FILE`: runs one
+// calibration of engine/kv's table (engine/kv/calibration_registry.h) on synthetic samples or
+// windows of a text, with a progress bar. This file knows no calibration by name: the entry brings its options, its
 // accepted tasks and what it writes.
 #include <cstdio>
 #include <string>
@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "engine/core/error.h"
 #include "engine/data/synthetic_samples.h"
+#include "engine/data/text_windows.h"
 #include "engine/kv/calibration_registry.h"
 #include "engine/model/model_loader.h"
 #include "progress.h"
@@ -22,6 +23,16 @@ std::string join(const std::vector<const char*>& xs, const char* sep) {
     return s;
 }
 
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t a = 0;;) {
+        const size_t b = s.find(',', a);
+        out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+        if (b == std::string::npos) return out;
+        a = b + 1;
+    }
+}
+
 std::string number(double x, CalibrationOption::Kind kind) {
     return kind == CalibrationOption::Kind::INT ? std::to_string((long long)x) : str(x);
 }
@@ -29,7 +40,10 @@ std::string number(double x, CalibrationOption::Kind kind) {
 std::vector<OptionSpec> calibrate_options(const Calibration* c) {
     std::vector<OptionSpec> o;
     if (c) {
-        o.push_back({"data", OptKind::STRING, c->tasks.front(), "synthetic task of the samples: " + join(c->tasks, ", ")});
+        if (c->tasks.empty())
+            o.push_back({"data", OptKind::STRING, "", "text file(s) the model reads (required; comma-separated)"});
+        else
+            o.push_back({"data", OptKind::STRING, c->tasks.front(), "synthetic task of the samples: " + join(c->tasks, ", ")});
         o.push_back({"data.seq_length", OptKind::INT, std::to_string(c->seq_length), "tokens per calibration sample"});
         o.push_back({"samples", OptKind::INT, std::to_string(c->samples), "distinct samples"});
         for (const CalibrationOption& e : c->options)
@@ -79,8 +93,11 @@ int cmd_calibrate(int argc, char** argv, int first) {
     if (pos.size() > 2) throw UsageError(str(what, ": unexpected argument '", pos[2], "'; expected one MODEL"));
     const std::string out = args.str("output");
     if (out.empty()) throw UsageError(what + ": -o FILE is required (where to write the result)");
-    const std::string task = args.str("data", c->tasks.front());
-    bool known = false;
+    const bool text = c->tasks.empty();
+    const std::string task = args.str("data", text ? "" : c->tasks.front());
+    if (text && task.empty())
+        throw UsageError(what + ": --data FILE is required (the text the model reads; comma-separated files)");
+    bool known = text;
     for (const char* t : c->tasks) known = known || task == t;
     if (!known) throw UsageError(str("--data: '", task, "' is not a task of ", what, "; expected ", join(c->tasks, ", ")));
     const int64_t seq = args.integer("data.seq_length", c->seq_length, 16, 1 << 20);
@@ -94,10 +111,11 @@ int cmd_calibrate(int argc, char** argv, int first) {
 
     LoadedModel lm = load_model(pos[1], ModelOptions{});
     lm.model->set_context_width(seq);
-    std::fprintf(stderr, "%s: %s, %lld layers x %lld KV heads, %lld %s samples of %lld tokens\n", what.c_str(),
-                 lm.source.c_str(), (long long)lm.config.num_layers, (long long)lm.config.num_kv_heads, (long long)count,
-                 task.c_str(), (long long)seq);
-    const auto samples = synthetic_samples(task, seq, count, seed, *lm.tokenizer);
+    const std::vector<std::vector<int32_t>> samples = text ? make_text_windows(split_commas(task), *lm.tokenizer, seq, count).windows
+                                                           : synthetic_samples(task, seq, count, seed, *lm.tokenizer);
+    std::fprintf(stderr, "%s: %s, %lld layers x %lld KV heads, %zu %s samples of %lld tokens\n", what.c_str(), lm.source.c_str(),
+                 (long long)lm.config.num_layers, (long long)lm.config.num_kv_heads, samples.size(), text ? "text" : task.c_str(),
+                 (long long)seq);
     Progress progress(what, stderr, c->unit);
     const CalibrationRun run{*lm.model,
                              pos[1],

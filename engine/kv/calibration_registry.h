@@ -38,8 +38,10 @@ struct CalibrationRun {
 struct Calibration {
     const char* name;
     const char* description;  // a paragraph for --help: what is learned, and which run reads the file
-    const char* unit;         // what the progress bar counts ("steps", "samples")
-    std::vector<const char*> tasks;  // synthetic tasks accepted as --data; the first is the default
+    const char* unit;         // what the progress bar counts ("steps", "windows")
+    // Where the samples come from: synthetic tasks named by --data (the first is the default),
+    // or, with no tasks, windows of text files given as --data FILE[,FILE...] (required).
+    std::vector<const char*> tasks;
     int64_t seq_length = 1024, samples = 8;  // defaults of --data.seq_length and --samples
     std::vector<CalibrationOption> options;
     std::string (*run)(const CalibrationRun&);  // writes run.output; returns the summary line
