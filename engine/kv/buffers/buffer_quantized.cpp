@@ -7,10 +7,19 @@
 // Dirty tracking follows keys_values: at most 32 slots per index write and 0.2 L in total
 // are tracked, then covered by max_num_ranges ranges of minimal total length; otherwise the
 // whole buffer is written back.
+//
+// The deployed formats (fp8, nvfp4, mxfp4, turboquant) on the CPU with f32 activations and a
+// row per head skip the working buffer: writes quantize the new rows straight into the codes,
+// and attention reads the codes (quant_attention.h), as a serving engine's cache does; every
+// token, the newest included, is attended in its stored precision. read() then decodes a
+// copy for the callers that need plain K/V.
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <tuple>
 
 #include "engine/kv/buffers/buffer_common.h"
+#include "engine/kv/buffers/quant_attention.h"
 #include "engine/telemetry/trace.h"
 #include "kernels/common/quant_formats.h"
 
@@ -45,6 +54,9 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         rbk_ = quant_row_bytes(kf, row_);
         rbv_ = quant_row_bytes(vf, row_);
         max_tracked_ = int64_t(kMaxTrackedFraction * double(p.L));
+        direct_ = !over_heads_ && p.device.is_cpu() && p.act_dtype == DType::F32 && quant_attention_format(kf) &&
+                  quant_attention_format(vf);
+        if (direct_ && tq_codebook(kf)) klevels_ = ops::quant_levels(kf, p.D);
     }
     ~QuantizedBuffer() override {
         if (sh_ && sh_->owner == this) sh_->owner = nullptr;
@@ -65,6 +77,14 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     void prefill(const Tensor& k, const Tensor& v) override {
         B_ = k.size(0);
         allocate(B_);
+        if (direct_) {
+            SlotPlan plan;
+            plan.n = k.size(2);
+            plan.rows = 1;
+            for (int64_t t = 0; t < plan.n; ++t) plan.targets.push_back(int32_t(t));
+            write_codes(plan, k, v);
+            return;
+        }
         associate();
         const int64_t n = k.size(2);
         Tensor kw = sh_->Kw.slice(0, 0, B_).slice(2, 0, n), vw = sh_->Vw.slice(0, 0, B_).slice(2, 0, n);
@@ -73,6 +93,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         mark_range(0, n);
     }
     void write(const SlotPlan& plan, const Tensor& k, const Tensor& v) override {
+        if (direct_) return write_codes(plan, k, v);
         associate();
         Tensor K = working_k(), V = working_v();
         apply_plan_to(K, V, plan, k, v);
@@ -85,6 +106,13 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         }
     }
     std::pair<Tensor, Tensor> read(int64_t T) override {
+        if (direct_) {  // a decoded copy for callers that need plain K/V (attention reads the codes)
+            Tensor K = Tensor::empty({B_, p_.G, T, p_.D}, DType::F32, {p_.device, MemCategory::WORKSPACE, "quantized read"});
+            Tensor V = Tensor::empty(K.shape(), DType::F32, {p_.device, MemCategory::WORKSPACE, "quantized read"});
+            ops::dequantize_(K, Kq_.slice(0, 0, B_).slice(2, 0, T), kf_);
+            ops::dequantize_(V, Vq_.slice(0, 0, B_).slice(2, 0, T), vf_);
+            return {K, V};
+        }
         associate();
         return {sh_->Kw.slice(0, 0, B_).slice(2, 0, T), sh_->Vw.slice(0, 0, B_).slice(2, 0, T)};
     }
@@ -92,6 +120,22 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         std::vector<float> ek = row_errors(k, kf_, rbk_), ev = row_errors(v, vf_, rbv_);
         for (size_t i = 0; i < ek.size(); ++i) ek[i] += ev[i];
         return ek;
+    }
+    bool fused_attention() const override { return direct_; }
+    void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum,
+                int window) override {
+        if (ops::AttentionSoftcap::current() != 0.0f || ops::AttentionSinks::current() || q.dtype() != DType::F32 ||
+            y.dtype() != DType::F32) {  // what the code path does not implement: SDPA over a decoded copy
+            auto [K, V] = read(T);
+            ops::sdpa_(y, q, K, V, kpos, qpos, scale, window, wsum);
+            return;
+        }
+        QuantRowsView kv;
+        kv.k = Kq_.data<uint8_t>();
+        kv.v = Vq_.data<uint8_t>();
+        kv.B = Kq_.size(0), kv.G = p_.G, kv.L = p_.L, kv.D = p_.D, kv.rbk = rbk_, kv.rbv = rbv_;
+        kv.kf = kf_, kv.vf = vf_, kv.klevels = klevels_;
+        sdpa_quant_rows(y, q, kv, T, kpos, qpos, scale, window, wsum);
     }
     void flush() override {
         if (sh_->owner == this) {
@@ -142,6 +186,43 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     }
 
    private:
+    // Direct mode: the plan's moves (code rows, read before any is written), then the new
+    // rows quantized into their targets.
+    void write_codes(const SlotPlan& plan, const Tensor& k, const Tensor& v) {
+        KV_TRACE_SPAN(trace::SpanCategory::QUANTIZE, "quantize (direct)", .layer = int(p_.layer));
+        const int64_t G = p_.G, n = plan.n;
+        auto row_of = [&](int64_t b, int64_t g) { return plan.rows == 1 ? 0 : b * G + g; };
+        for (auto [T, rb] : {std::pair<Tensor*, int64_t>{&Kq_, rbk_}, {&Vq_, rbv_}}) {
+            if (!plan.moves) break;
+            uint8_t* base = T->data<uint8_t>();
+            std::vector<uint8_t> tmp(size_t(plan.moves * rb));
+            for (int64_t b = 0; b < B_; ++b)
+                for (int64_t g = 0; g < G; ++g) {
+                    uint8_t* rows = base + (b * G + g) * p_.L * rb;
+                    const int32_t* from = plan.move_from.data() + row_of(b, g) * plan.moves;
+                    const int32_t* to = plan.move_to.data() + row_of(b, g) * plan.moves;
+                    for (int64_t m = 0; m < plan.moves; ++m) std::memcpy(&tmp[size_t(m * rb)], rows + from[m] * rb, size_t(rb));
+                    for (int64_t m = 0; m < plan.moves; ++m) std::memcpy(rows + to[m] * rb, &tmp[size_t(m * rb)], size_t(rb));
+                }
+        }
+        if (!n) return;
+        const Tensor kq = ops::quantize(k.contiguous(), kf_), vq = ops::quantize(v.contiguous(), vf_);  // (B, G, n, rb)
+        for (auto [T, src, rb] : {std::tuple<Tensor*, const Tensor*, int64_t>{&Kq_, &kq, rbk_}, {&Vq_, &vq, rbv_}}) {
+            uint8_t* base = T->data<uint8_t>();
+            const uint8_t* in = src->data<uint8_t>();
+            for (int64_t b = 0; b < B_; ++b)
+                for (int64_t g = 0; g < G; ++g) {
+                    uint8_t* rows = base + (b * G + g) * p_.L * rb;
+                    const int32_t* tg = plan.targets.data() + row_of(b, g) * n;
+                    for (int64_t t = 0; t < n; ++t) {
+                        if (tg[t] < 0 || tg[t] >= p_.L)
+                            throw Error(str("layer ", p_.layer, " ", name_, " buffer: slot ", tg[t], " is outside [0, ", p_.L, ")"));
+                        std::memcpy(rows + tg[t] * rb, in + ((b * G + g) * n + t) * rb, size_t(rb));
+                    }
+                }
+        }
+    }
+
     Tensor working_k() const { return sh_->Kw.slice(0, 0, B_).slice(2, 0, p_.L); }
     Tensor working_v() const { return sh_->Vw.slice(0, 0, B_).slice(2, 0, p_.L); }
 
@@ -214,6 +295,8 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     std::shared_ptr<BufferShared> sh_;
     int max_ranges_;
     bool over_heads_ = false;
+    bool direct_ = false;  // codes written and attended directly (no working buffer)
+    QuantLevels klevels_{};
     int64_t row_ = 0, gq_ = 0, rbk_ = 0, rbv_ = 0, max_tracked_ = 0, B_ = 0;
     Tensor Kq_, Vq_;
     bool track_ = true;
