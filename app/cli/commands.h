@@ -23,5 +23,6 @@ int cmd_compare(int argc, char** argv, int first);
 int cmd_sweep(int argc, char** argv, int first);  // cmd_sweep.cpp
 int cmd_plot(int argc, char** argv, int first);   // cmd_plot.cpp
 int cmd_calibrate(int argc, char** argv, int first);  // cmd_calibrate.cpp: calibrate duo
+int cmd_calibrate_kv_scales(int argc, char** argv, int first);  // cmd_calibrate_kv_scales.cpp: calibrate kv-scales
 
 }  // namespace kv::cli

@@ -20,6 +20,7 @@
 
 #include "engine/kv/buffers/buffer_common.h"
 #include "engine/kv/buffers/quant_attention.h"
+#include "engine/kv/kv_scales.h"
 #include "engine/telemetry/trace.h"
 #include "kernels/common/quant_formats.h"
 
@@ -57,6 +58,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         direct_ = !over_heads_ && p.device.is_cpu() && p.act_dtype == DType::F32 && quant_attention_format(kf) &&
                   quant_attention_format(vf);
         if (direct_ && tq_codebook(kf)) klevels_ = ops::quant_levels(kf, p.D);
+        if (!cfg.kv_scales.empty()) load_static_scales(cfg);
     }
     ~QuantizedBuffer() override {
         if (sh_ && sh_->owner == this) sh_->owner = nullptr;
@@ -206,7 +208,8 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
                 }
         }
         if (!n) return;
-        const Tensor kq = ops::quantize(k.contiguous(), kf_), vq = ops::quantize(v.contiguous(), vf_);  // (B, G, n, rb)
+        const Tensor kq = ks_.empty() ? ops::quantize(k.contiguous(), kf_) : quantize_fp8_static(k, kf_, ks_, rbk_),  // (B, G, n, rb)
+                     vq = vs_.empty() ? ops::quantize(v.contiguous(), vf_) : quantize_fp8_static(v, vf_, vs_, rbv_);
         for (auto [T, src, rb] : {std::tuple<Tensor*, const Tensor*, int64_t>{&Kq_, &kq, rbk_}, {&Vq_, &vq, rbv_}}) {
             uint8_t* base = T->data<uint8_t>();
             const uint8_t* in = src->data<uint8_t>();
@@ -221,6 +224,41 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
                     }
                 }
         }
+    }
+
+    // --kv_cache.kv_scales: this layer's calibrated scale per KV head for the fp8 side(s), as the
+    // format's scale (the file holds E4M3's, max / 448).
+    void load_static_scales(const KVCacheConfig& cfg) {
+        auto is8 = [](QuantFormat f) { return f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2; };
+        if (!is8(kf_) && !is8(vf_))
+            throw Error(str("--kv_cache.kv_scales: the '", name_, "' buffer stores no fp8 rows; expected an fp8 buffer (fp8_e4m3, fp8_e5m2, kfp8vfp4)"));
+        if (!direct_)
+            throw Error(str("--kv_cache.kv_scales: calibrated scales need a row per KV head on the CPU with f32 activations (layer ", p_.layer,
+                            ": ", over_heads_ ? "rows span all heads (scale_granularity token, or a head size the formats cannot hold alone)"
+                                              : "another device or activation dtype", ")"));
+        const KvScales sc = read_kv_scales(cfg.kv_scales);
+        check_kv_scales(sc, cfg.kv_scales, std::max(sc.layers, p_.layer + 1), p_.G, p_.D);
+        for (int64_t g = 0; g < p_.G; ++g) {
+            if (is8(kf_)) ks_.push_back(sc.k_scale(p_.layer, g) * (kf_ == QuantFormat::FP8_E5M2 ? kE4M3Max / kE5M2Max : 1.0f));
+            if (is8(vf_)) vs_.push_back(sc.v_scale(p_.layer, g) * (vf_ == QuantFormat::FP8_E5M2 ? kE4M3Max / kE5M2Max : 1.0f));
+        }
+    }
+    // (B, G, n, D) -> fp8 rows (B, G, n, D + 4) with head g's fixed scale s[g] (saturating past it).
+    static Tensor quantize_fp8_static(const Tensor& x, QuantFormat f, const std::vector<float>& s, int64_t rb) {
+        const int64_t B = x.size(0), G = x.size(1), n = x.size(2), D = x.size(3);
+        const std::vector<float> a = x.contiguous().to_f32_vector();
+        Tensor out = Tensor::empty({B, G, n, rb}, DType::U8, {x.device(), MemCategory::WORKSPACE, "fp8 rows (calibrated scales)"});
+        uint8_t* o = out.data<uint8_t>();
+        const bool e5 = f == QuantFormat::FP8_E5M2;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t t = 0; t < n; ++t) {
+                    const float* r = a.data() + ((b * G + g) * n + t) * D;
+                    uint8_t* row = o + ((b * G + g) * n + t) * rb;
+                    for (int64_t i = 0; i < D; ++i) row[i] = e5 ? f32_to_e5m2(r[i] / s[size_t(g)]) : f32_to_e4m3(r[i] / s[size_t(g)]);
+                    put_f32(row + D, s[size_t(g)]);
+                }
+        return out;
     }
 
     Tensor working_k() const { return sh_->Kw.slice(0, 0, B_).slice(2, 0, p_.L); }
@@ -297,6 +335,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     bool over_heads_ = false;
     bool direct_ = false;  // codes written and attended directly (no working buffer)
     QuantLevels klevels_{};
+    std::vector<float> ks_, vs_;  // calibrated fp8 scales per KV head (--kv_cache.kv_scales); empty: dynamic
     int64_t row_ = 0, gq_ = 0, rbk_ = 0, rbv_ = 0, max_tracked_ = 0, B_ = 0;
     Tensor Kq_, Vq_;
     bool track_ = true;
