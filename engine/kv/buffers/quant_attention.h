@@ -28,7 +28,10 @@ struct QuantRowsView {
 // visible to query i iff kpos[j] <= qpos[i] and, with window w > 0, kpos[j] > qpos[i] - w; a
 // query that sees no slot gets zeros), GQA (head h reads KV head h / (NH / G)) and weight sums
 // wsum (B, G, T) f32 = (1/R) sum over the R heads of a group and the n queries of the weights.
-// q, y: f32. Scratch: O(threads * n * NH / G * D) floats, tracked as WORKSPACE; none is O(T).
+// q, y: f32. Scratch, tracked as WORKSPACE, none of it O(T): per unit of work (a key range of a
+// (batch row, KV head) pair; at most 4 per thread beyond one per pair) a max, a sum and a
+// D-float accumulator per query row; per thread its queries and a 32-key tile of decoded keys
+// and values with their scores.
 void sdpa_quant_rows(Tensor& y, const Tensor& q, const QuantRowsView& kv, int64_t T, const Tensor& kpos, const Tensor& qpos,
                      float scale, int window, Tensor* wsum);
 
