@@ -40,10 +40,12 @@ struct KiviBenchOptions {
     int64_t group = 32, residual = 128;
     double min_seconds = 0.3;
     int rounds = 5;  // f32 and kivi timed back to back per round; rows give best times and min/median ratios
-    // Row formats timed the same way: a decode step of one of two layers that share the
-    // dequantized working buffer (write one token, associate: write back the other layer's row
-    // and dequantize this one, SDPA over the f32 copy), half of a step of both.
-    std::vector<std::string> formats = {"q8", "q4_0", "fp8_e4m3", "nvfp4", "mxfp4", "k8v4", "turboquant"};
+    // Row formats timed the same way: a decode step of one of two layers (write one token, then
+    // attention), half of a step of both. Formats that attend over their codes (fp8, nvfp4,
+    // mxfp4, turboquant) read only those; the others share the dequantized working buffer
+    // (associate: write back the other layer's rows and dequantize this one, SDPA over the f32
+    // copy).
+    std::vector<std::string> formats = {"q8", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4", "k8v4", "kfp8vfp4", "turboquant"};
 };
 // The a / b table of `kvlab bench cache`, `kivi` and `quest`: measurement, a, b, a/b, target, unit.
 void fill_ab_table(BenchTable& t, const std::vector<CacheBenchRow>& rows);

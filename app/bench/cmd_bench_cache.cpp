@@ -82,9 +82,10 @@ int bench_kivi(const Args& args) {
     bench::BenchTable t;
     t.title = "KIVI decode attention (`kvlab bench kivi`)";
     t.measures = "Decode SDPA over a KIVI-2 buffer vs the f32 buffer at the same context: bytes read and time; target <= 0.5x "
-                 "the time at 32k. Row formats (q8 ... turboquant): a decode step of one of two layers sharing the dequantized "
-                 "working buffer (write one token, write back the other layer, dequantize this one, SDPA over the f32 copy) vs "
-                 "SDPA over f32.";
+                 "the time at 32k. Row formats (q8 ... turboquant): a decode step of one of two layers (write one token, attend) vs "
+                 "SDPA over f32; fp8, nvfp4, mxfp4 and turboquant attend over their codes (target <= 1.25x the time at the "
+                 "shortest context), the others share the dequantized working buffer (write back the other layer, dequantize "
+                 "this one, SDPA over the f32 copy).";
     t.context = {bench::machine_line(), str("decode SDPA, ", opt.heads, " heads / ", opt.kv_heads, " KV heads of ", opt.head_dim,
                                             ", one layer; kivi", opt.bits, " group ", opt.group, ", residual ", opt.residual)};
     bench::fill_ab_table(t, rows);

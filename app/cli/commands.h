@@ -22,6 +22,6 @@ int cmd_generate(int argc, char** argv, int first);
 int cmd_compare(int argc, char** argv, int first);
 int cmd_sweep(int argc, char** argv, int first);  // cmd_sweep.cpp
 int cmd_plot(int argc, char** argv, int first);   // cmd_plot.cpp
-int cmd_calibrate(int argc, char** argv, int first);  // cmd_calibrate.cpp: calibrate duo
+int cmd_calibrate(int argc, char** argv, int first);  // cmd_calibrate.cpp: the calibrations of engine/kv/calibration_registry.h
 
 }  // namespace kv::cli

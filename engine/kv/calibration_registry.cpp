@@ -1,6 +1,7 @@
 #include "engine/kv/calibration_registry.h"
 
 #include "engine/kv/duo_calibration.h"
+#include "engine/kv/kv_scales.h"
 
 namespace kv {
 
@@ -23,6 +24,16 @@ const std::vector<Calibration>& calibrations() {
           {"recent", K::INT, 256, 1, 1 << 20, "recent window of the streaming mask"},
           {"supervised", K::INT, 32, 1, 1 << 20, "last positions of a sample whose final hidden states are compared"}},
          &run_duo_calibration},
+        {"kv-scales",
+         "Per-head FP8 scales: max|K| / 448 and max|V| / 448 of every layer's KV heads (keys after RoPE) over forward\n"
+         "passes of the text's windows. Read by --kv_cache.kv_scales FILE with fp8 buffers (fp8_e4m3, fp8_e5m2,\n"
+         "kfp8vfp4): one fixed scale per head instead of a dynamic scale per row (docs/POLICIES.md).",
+         "windows",
+         {},
+         2048,
+         1,
+         {},
+         &run_kv_scales_calibration},
     };
     return table;
 }

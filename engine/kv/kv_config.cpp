@@ -1,5 +1,6 @@
 // KV cache names, defaults and validation (see kv_config.h).
 #include "engine/kv/kv_config.h"
+#include "engine/kv/kv_scales.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -331,6 +332,18 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
         throw Error(str(c.key_bits < 0 ? "--kv_cache.key_bits: " : "--kv_cache.value_bits: ", std::min(c.key_bits, c.value_bits),
                         " is invalid; expected 0 (the buffer's own) or a width of its codes"));
     if (c.key_bits || c.value_bits) kv_quant_formats(c);  // refuses a buffer without widths, a width its family lacks
+    if (!c.kv_scales.empty()) {
+        const bool fp8 = quantized && [&] {
+            const auto [kf, vf] = kv_quant_formats(c);
+            auto is8 = [](QuantFormat f) { return f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2; };
+            return is8(kf) || is8(vf);
+        }();
+        if (!fp8)
+            throw Error(str("--kv_cache.kv_scales: the '", b, "' buffer stores no fp8 rows; expected an fp8 buffer (fp8_e4m3, fp8_e5m2, kfp8vfp4)"));
+        if (c.scale_granularity != "head")
+            throw Error("--kv_cache.kv_scales: calibrated scales are per KV head; expected --kv_cache.scale_granularity head");
+        check_kv_scales(read_kv_scales(c.kv_scales), c.kv_scales, num_layers, num_kv_heads, head_dim);
+    }
     if (info.validate) info.validate(c, num_layers, num_kv_heads);
     if (quantized) {
         // Quantized buffers are named like their format, or name one format for keys and one for values.

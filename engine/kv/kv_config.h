@@ -49,6 +49,9 @@ struct KVCacheConfig {
     // quantized buffers: rows of one head ("head": a scale per token and head) or of all heads of
     // a token ("token": one scale per token, vLLM's per-tensor scale taken per written token)
     std::string scale_granularity = "head";
+    // fp8 buffers: a file of per-head scales from `kvlab calibrate kv-scales` (engine/kv/kv_scales.h),
+    // one fixed scale per layer and KV head instead of a dynamic scale per row; empty: dynamic.
+    std::string kv_scales;
     // An equal-byte budget instead of a length: all layers' stored K/V bytes per sequence
     // (codes and scales; not the shared dequantized working buffer), or a fraction of the
     // dense cache's bytes (seq_length tokens in the activation dtype). It sets cache_length.

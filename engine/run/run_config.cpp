@@ -247,6 +247,9 @@ std::vector<OptionDef> build_options() {
     o.push_back(str_opt("kv_cache.scale_granularity", "cache",
                         "quantized buffers: a scale per token and head (head) or per token over all heads (token)", {"head", "token"},
                         [](RunConfig& c) -> std::string& { return c.kv_cache.scale_granularity; }));
+    o.push_back(str_opt("kv_cache.kv_scales", "cache",
+                        "fp8 buffers: per-head K/V scales from `kvlab calibrate kv-scales` (empty: a dynamic scale per row)", {},
+                        [](RunConfig& c) -> std::string& { return c.kv_cache.kv_scales; }));
     o.push_back(int_opt("kv_cache.budget_bytes", "cache",
                         "sets cache_length: all layers' stored K/V bytes per sequence (codes and scales) for this policy x buffer (0: off)",
                         0, int64_t(1) << 50, [](RunConfig& c) -> int64_t& { return c.kv_cache.budget_bytes; }));

@@ -2,7 +2,8 @@
 // buffer_quantized.cpp over kernels/common/quant_formats.h), with a scale per token and head or
 // per token over all heads: what a layer reads back is the stored bytes decoded here in f64
 // from the format definitions; SDPA over the buffer equals an f64 SDPA written here over that
-// decoded cache; the memory tracker holds exactly the stored rows plus the working buffer.
+// decoded cache; the memory tracker holds exactly the stored rows (plus the working buffer where
+// rows span heads).
 // Invariants with every policy are kv_invariants_test's (its combos include these buffers).
 #include <gtest/gtest.h>
 
@@ -161,7 +162,7 @@ TEST(FpBuffers, ReadsAreTheStoredBytesAndSdpaEqualsF64SdpaOverThem) {
 
 // Exact bytes: the stored K and V rows (codes and scales) are 2 B gq L rb bytes of kv_cache
 // with rb from the definitions (FP8: n + 4; NVFP4: n/2 + n/16 + 4; MXFP4: 17 per 32), plus the
-// shared f32 working buffer 2 B G L D 4; bits_per_element is 8 rb / n.
+// shared f32 working buffer 2 B G L D 4 where rows span heads; bits_per_element is 8 rb / n.
 TEST(FpBuffers, MemoryTrackerHoldsTheExactBytes) {
     for (const FpSetup& st : setups()) {
         const std::string what = st.buffer + "/" + st.granularity;
@@ -179,7 +180,9 @@ TEST(FpBuffers, MemoryTrackerHoldsTheExactBytes) {
         }
         const int64_t n = st.row(), gq = st.over_heads() ? 1 : st.G;
         const int64_t rb = st.buffer.rfind("fp8", 0) == 0 ? n + 4 : st.buffer == "nvfp4" ? n / 2 + n / 16 + 4 : n / 32 * 17;
-        const int64_t stored = 2 * st.B * gq * st.L * rb, working = 2 * st.B * st.G * st.L * st.D * 4;
+        // A row per head is written and attended as codes (no working buffer); rows over all
+        // heads keep the shared f32 working buffer.
+        const int64_t stored = 2 * st.B * gq * st.L * rb, working = st.over_heads() ? 2 * st.B * st.G * st.L * st.D * 4 : 0;
         EXPECT_EQ(int64_t(buf->bytes()), stored) << what;
         EXPECT_EQ(tracker.current(Device{}, MemCategory::KV_CACHE), stored + working) << what;
         EXPECT_DOUBLE_EQ(buf->bits_per_element(), 8.0 * double(rb) / double(n)) << what;

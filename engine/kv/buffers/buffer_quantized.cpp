@@ -7,10 +7,20 @@
 // Dirty tracking follows keys_values: at most 32 slots per index write and 0.2 L in total
 // are tracked, then covered by max_num_ranges ranges of minimal total length; otherwise the
 // whole buffer is written back.
+//
+// The deployed formats (fp8, nvfp4, mxfp4, turboquant) on the CPU with f32 activations and a
+// row per head skip the working buffer: writes quantize the new rows straight into the codes,
+// and attention reads the codes (quant_attention.h), as a serving engine's cache does; every
+// token, the newest included, is attended in its stored precision. read() then decodes a
+// copy for the callers that need plain K/V.
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <tuple>
 
 #include "engine/kv/buffers/buffer_common.h"
+#include "engine/kv/buffers/quant_attention.h"
+#include "engine/kv/kv_scales.h"
 #include "engine/telemetry/trace.h"
 #include "kernels/common/quant_formats.h"
 
@@ -45,6 +55,10 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         rbk_ = quant_row_bytes(kf, row_);
         rbv_ = quant_row_bytes(vf, row_);
         max_tracked_ = int64_t(kMaxTrackedFraction * double(p.L));
+        direct_ = !over_heads_ && p.device.is_cpu() && p.act_dtype == DType::F32 && quant_attention_format(kf) &&
+                  quant_attention_format(vf);
+        if (direct_ && tq_codebook(kf)) klevels_ = ops::quant_levels(kf, p.D);
+        if (!cfg.kv_scales.empty()) load_static_scales(cfg);
     }
     ~QuantizedBuffer() override {
         if (sh_ && sh_->owner == this) sh_->owner = nullptr;
@@ -65,6 +79,14 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     void prefill(const Tensor& k, const Tensor& v) override {
         B_ = k.size(0);
         allocate(B_);
+        if (direct_) {
+            SlotPlan plan;
+            plan.n = k.size(2);
+            plan.rows = 1;
+            for (int64_t t = 0; t < plan.n; ++t) plan.targets.push_back(int32_t(t));
+            write_codes(plan, k, v);
+            return;
+        }
         associate();
         const int64_t n = k.size(2);
         Tensor kw = sh_->Kw.slice(0, 0, B_).slice(2, 0, n), vw = sh_->Vw.slice(0, 0, B_).slice(2, 0, n);
@@ -73,6 +95,7 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         mark_range(0, n);
     }
     void write(const SlotPlan& plan, const Tensor& k, const Tensor& v) override {
+        if (direct_) return write_codes(plan, k, v);
         associate();
         Tensor K = working_k(), V = working_v();
         apply_plan_to(K, V, plan, k, v);
@@ -85,6 +108,13 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         }
     }
     std::pair<Tensor, Tensor> read(int64_t T) override {
+        if (direct_) {  // a decoded copy for callers that need plain K/V (attention reads the codes)
+            Tensor K = Tensor::empty({B_, p_.G, T, p_.D}, DType::F32, {p_.device, MemCategory::WORKSPACE, "quantized read"});
+            Tensor V = Tensor::empty(K.shape(), DType::F32, {p_.device, MemCategory::WORKSPACE, "quantized read"});
+            ops::dequantize_(K, Kq_.slice(0, 0, B_).slice(2, 0, T), kf_);
+            ops::dequantize_(V, Vq_.slice(0, 0, B_).slice(2, 0, T), vf_);
+            return {K, V};
+        }
         associate();
         return {sh_->Kw.slice(0, 0, B_).slice(2, 0, T), sh_->Vw.slice(0, 0, B_).slice(2, 0, T)};
     }
@@ -92,6 +122,22 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
         std::vector<float> ek = row_errors(k, kf_, rbk_), ev = row_errors(v, vf_, rbv_);
         for (size_t i = 0; i < ek.size(); ++i) ek[i] += ev[i];
         return ek;
+    }
+    bool fused_attention() const override { return direct_; }
+    void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum,
+                int window) override {
+        if (ops::AttentionSoftcap::current() != 0.0f || ops::AttentionSinks::current() || q.dtype() != DType::F32 ||
+            y.dtype() != DType::F32) {  // what the code path does not implement: SDPA over a decoded copy
+            auto [K, V] = read(T);
+            ops::sdpa_(y, q, K, V, kpos, qpos, scale, window, wsum);
+            return;
+        }
+        QuantRowsView kv;
+        kv.k = Kq_.data<uint8_t>();
+        kv.v = Vq_.data<uint8_t>();
+        kv.B = Kq_.size(0), kv.G = p_.G, kv.L = p_.L, kv.D = p_.D, kv.rbk = rbk_, kv.rbv = rbv_;
+        kv.kf = kf_, kv.vf = vf_, kv.klevels = klevels_;
+        sdpa_quant_rows(y, q, kv, T, kpos, qpos, scale, window, wsum);
     }
     void flush() override {
         if (sh_->owner == this) {
@@ -142,6 +188,79 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     }
 
    private:
+    // Direct mode: the plan's moves (code rows, read before any is written), then the new
+    // rows quantized into their targets.
+    void write_codes(const SlotPlan& plan, const Tensor& k, const Tensor& v) {
+        KV_TRACE_SPAN(trace::SpanCategory::QUANTIZE, "quantize (direct)", .layer = int(p_.layer));
+        const int64_t G = p_.G, n = plan.n;
+        auto row_of = [&](int64_t b, int64_t g) { return plan.rows == 1 ? 0 : b * G + g; };
+        for (auto [T, rb] : {std::pair<Tensor*, int64_t>{&Kq_, rbk_}, {&Vq_, rbv_}}) {
+            if (!plan.moves) break;
+            uint8_t* base = T->data<uint8_t>();
+            std::vector<uint8_t> tmp(size_t(plan.moves * rb));
+            for (int64_t b = 0; b < B_; ++b)
+                for (int64_t g = 0; g < G; ++g) {
+                    uint8_t* rows = base + (b * G + g) * p_.L * rb;
+                    const int32_t* from = plan.move_from.data() + row_of(b, g) * plan.moves;
+                    const int32_t* to = plan.move_to.data() + row_of(b, g) * plan.moves;
+                    for (int64_t m = 0; m < plan.moves; ++m) std::memcpy(&tmp[size_t(m * rb)], rows + from[m] * rb, size_t(rb));
+                    for (int64_t m = 0; m < plan.moves; ++m) std::memcpy(rows + to[m] * rb, &tmp[size_t(m * rb)], size_t(rb));
+                }
+        }
+        if (!n) return;
+        const Tensor kq = ks_.empty() ? ops::quantize(k.contiguous(), kf_) : quantize_fp8_static(k, kf_, ks_, rbk_),  // (B, G, n, rb)
+                     vq = vs_.empty() ? ops::quantize(v.contiguous(), vf_) : quantize_fp8_static(v, vf_, vs_, rbv_);
+        for (auto [T, src, rb] : {std::tuple<Tensor*, const Tensor*, int64_t>{&Kq_, &kq, rbk_}, {&Vq_, &vq, rbv_}}) {
+            uint8_t* base = T->data<uint8_t>();
+            const uint8_t* in = src->data<uint8_t>();
+            for (int64_t b = 0; b < B_; ++b)
+                for (int64_t g = 0; g < G; ++g) {
+                    uint8_t* rows = base + (b * G + g) * p_.L * rb;
+                    const int32_t* tg = plan.targets.data() + row_of(b, g) * n;
+                    for (int64_t t = 0; t < n; ++t) {
+                        if (tg[t] < 0 || tg[t] >= p_.L)
+                            throw Error(str("layer ", p_.layer, " ", name_, " buffer: slot ", tg[t], " is outside [0, ", p_.L, ")"));
+                        std::memcpy(rows + tg[t] * rb, in + ((b * G + g) * n + t) * rb, size_t(rb));
+                    }
+                }
+        }
+    }
+
+    // --kv_cache.kv_scales: this layer's calibrated scale per KV head for the fp8 side(s), as the
+    // format's scale (the file holds E4M3's, max / 448).
+    void load_static_scales(const KVCacheConfig& cfg) {
+        auto is8 = [](QuantFormat f) { return f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2; };
+        if (!is8(kf_) && !is8(vf_))
+            throw Error(str("--kv_cache.kv_scales: the '", name_, "' buffer stores no fp8 rows; expected an fp8 buffer (fp8_e4m3, fp8_e5m2, kfp8vfp4)"));
+        if (!direct_)
+            throw Error(str("--kv_cache.kv_scales: calibrated scales need a row per KV head on the CPU with f32 activations (layer ", p_.layer,
+                            ": ", over_heads_ ? "rows span all heads (scale_granularity token, or a head size the formats cannot hold alone)"
+                                              : "another device or activation dtype", ")"));
+        const KvScales sc = read_kv_scales(cfg.kv_scales);
+        check_kv_scales(sc, cfg.kv_scales, std::max(sc.layers, p_.layer + 1), p_.G, p_.D);
+        for (int64_t g = 0; g < p_.G; ++g) {
+            if (is8(kf_)) ks_.push_back(sc.k_scale(p_.layer, g) * (kf_ == QuantFormat::FP8_E5M2 ? kE4M3Max / kE5M2Max : 1.0f));
+            if (is8(vf_)) vs_.push_back(sc.v_scale(p_.layer, g) * (vf_ == QuantFormat::FP8_E5M2 ? kE4M3Max / kE5M2Max : 1.0f));
+        }
+    }
+    // (B, G, n, D) -> fp8 rows (B, G, n, D + 4) with head g's fixed scale s[g] (saturating past it).
+    static Tensor quantize_fp8_static(const Tensor& x, QuantFormat f, const std::vector<float>& s, int64_t rb) {
+        const int64_t B = x.size(0), G = x.size(1), n = x.size(2), D = x.size(3);
+        const std::vector<float> a = x.contiguous().to_f32_vector();
+        Tensor out = Tensor::empty({B, G, n, rb}, DType::U8, {x.device(), MemCategory::WORKSPACE, "fp8 rows (calibrated scales)"});
+        uint8_t* o = out.data<uint8_t>();
+        const bool e5 = f == QuantFormat::FP8_E5M2;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t t = 0; t < n; ++t) {
+                    const float* r = a.data() + ((b * G + g) * n + t) * D;
+                    uint8_t* row = o + ((b * G + g) * n + t) * rb;
+                    for (int64_t i = 0; i < D; ++i) row[i] = e5 ? f32_to_e5m2(r[i] / s[size_t(g)]) : f32_to_e4m3(r[i] / s[size_t(g)]);
+                    put_f32(row + D, s[size_t(g)]);
+                }
+        return out;
+    }
+
     Tensor working_k() const { return sh_->Kw.slice(0, 0, B_).slice(2, 0, p_.L); }
     Tensor working_v() const { return sh_->Vw.slice(0, 0, B_).slice(2, 0, p_.L); }
 
@@ -214,6 +333,9 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
     std::shared_ptr<BufferShared> sh_;
     int max_ranges_;
     bool over_heads_ = false;
+    bool direct_ = false;  // codes written and attended directly (no working buffer)
+    QuantLevels klevels_{};
+    std::vector<float> ks_, vs_;  // calibrated fp8 scales per KV head (--kv_cache.kv_scales); empty: dynamic
     int64_t row_ = 0, gq_ = 0, rbk_ = 0, rbv_ = 0, max_tracked_ = 0, B_ = 0;
     Tensor Kq_, Vq_;
     bool track_ = true;
