@@ -15,6 +15,8 @@
 
 namespace kv::cli {
 
+int calibrate_qfilter(int argc, char** argv, int first);  // calibrate_qfilter.cpp
+
 namespace {
 
 std::vector<OptionSpec> calibrate_options() {
@@ -47,6 +49,8 @@ void print_help() {
 }  // namespace
 
 int cmd_calibrate(int argc, char** argv, int first) {
+    // Other calibrations have their own file and options (calibrate_<what>.cpp).
+    if (argc > first && std::string(argv[first]) == "qfilter") return calibrate_qfilter(argc, argv, first);
     // "-o PATH" is the conventional spelling; the option parser only knows "--name".
     std::vector<std::string> av_s(argv, argv + argc);
     for (size_t i = size_t(first); i < av_s.size(); ++i)
@@ -62,7 +66,7 @@ int cmd_calibrate(int argc, char** argv, int first) {
     const auto& pos = args.positional();
     if (pos.empty() || pos[0] != "duo")
         throw UsageError(str("calibrate: ", pos.empty() ? std::string("missing what to calibrate") : "unknown '" + pos[0] + "'",
-                             "; expected: kvlab calibrate duo MODEL -o FILE"));
+                             "; expected: kvlab calibrate duo MODEL -o FILE or kvlab calibrate qfilter MODEL --data FILE -o FILE"));
     if (pos.size() < 2) throw UsageError("calibrate duo: missing MODEL; expected e.g. kvlab calibrate duo tiny -o gates.txt");
     if (pos.size() > 2) throw UsageError(str("calibrate duo: unexpected argument '", pos[2], "'; expected one MODEL"));
     const std::string out = args.str("output");

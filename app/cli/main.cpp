@@ -35,6 +35,7 @@ void print_usage(FILE* out) {
                  "  sql FILE QUERY   a read-only SQL query or a named one (kvlab sql --list) on a session\n"
                  "  diff FILE A B    where two runs' time and memory differ: spans, phases, peak per category\n"
                  "  calibrate duo MODEL -o FILE  DuoAttention's per-head gates (retrieval vs streaming heads)\n"
+                 "  calibrate qfilter MODEL --data FILE -o FILE  Q-Filters: each KV head's main query direction\n"
                  "  bench ops|model|cache|telemetry   ratios of our speed to this machine's ceilings\n"
                  "  list WHAT        policies, buffers, modes or presets of this build (--format tsv|json for scripts)\n"
                  "  version          version, build options and available backends\n"

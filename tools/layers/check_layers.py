@@ -144,9 +144,9 @@ def check(root, seen=None):
 POLICY_FREE = ("engine/driver/", "engine/data/", "engine/grad/", "engine/run/", "engine/generate/", "engine/train/",
                "storage/", "sessions/", "views/", "plot/", "app/", "python/src/")
 # Code that exists for one policy or op by design, like tests: `kvlab calibrate duo` (the gate
-# file of duo) and the benchmark program kvlab-bench (app/bench/, e.g. `kvlab bench quest`: the
+# file of duo), `kvlab calibrate qfilter` (the filter file of qfilter) and the benchmark program kvlab-bench (app/bench/, e.g. `kvlab bench quest`: the
 # SDPA_QUEST op against full attention), a front end of bench/.
-POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/bench/")
+POLICY_TOOLS = ("app/cli/cmd_calibrate.cpp", "app/cli/calibrate_qfilter.cpp", "app/bench/")
 # Registered names that are also ordinary words in identifiers (dense attention, random numbers,
 # streaming text, a cursor): checked in includes and string comparisons only.
 ORDINARY_WORDS = {"dense", "random", "streaming", "cur"}
