@@ -111,8 +111,8 @@ TEST(CriticalAda, EvictionsEqualTheF64ReferenceOnRandomPools) {
 }
 
 TEST(CriticalAda, DifferentScoresForBudgetsAndChoiceChangeTheKeptSet) {
-    // G 2, L 4, one chunk of 2, no safeguard, first stage 0.5: the wrapped scores give head 1
-    // both evictions; within head 1 the rescaled scores pick slots other than the lowest wrapped.
+    // G 2, L 4, one token (G n = 2 evictions), no safeguard, first stage 0.5: the wrapped scores
+    // give head 1 both evictions; within head 1 the rescaled scores pick slots other than the lowest wrapped.
     const int64_t G = 2, L = 4, S = 8, P = 8;
     std::vector<int32_t> pos(size_t(G * S), -1);
     for (int64_t s = 0; s < S; ++s) pos[size_t((s % 2) * S + s)] = int32_t(s);  // head 0: even slots, head 1: odd
@@ -124,7 +124,7 @@ TEST(CriticalAda, DifferentScoresForBudgetsAndChoiceChangeTheKeptSet) {
     kc.cache_length = L;
     kc.policy_options["ada_alpha"] = 0.0;
     std::unique_ptr<KVPolicy> pol = make_policy(kc, L, G);
-    std::vector<int32_t> got = ada_choose_two_stage_for_test(*pol, alloc, sel, pos, 2, P, 0.5);
+    std::vector<int32_t> got = ada_choose_two_stage_for_test(*pol, alloc, sel, pos, 1, P, 0.5);
     std::sort(got.begin(), got.end());
     // head 1 keeps 2 of 4: stage 1 keeps floor(0.5 * 2) = 1 by the wrapped score (slot 7, a = 4);
     // of slots 1, 3, 5 the rescaled scores 0.5, 0.1, 0.2 evict 3 and 5 (not 1 and 3, the wrapped lowest)

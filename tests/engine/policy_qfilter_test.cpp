@@ -25,7 +25,7 @@ class QueryRows final : public LayerAttention {
     explicit QueryRows(int64_t G) : G_(G) {}
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override {
-        const std::vector<double> qv = q.to_f64_vector();
+        const std::vector<double> qv = q.contiguous().to_f64_vector();
         const int64_t NH = q.size(1), n = q.size(2), D = q.size(3), R = NH / G_;
         for (int64_t h = 0; h < NH; ++h)
             for (int64_t t = 0; t < n; ++t)
@@ -96,7 +96,7 @@ TEST(QFilter, TheDirectionIsSignedByTheMeanQuery) {
     // Queries along -e1 mostly: the filter is -e1 (|C| alone cannot tell the sign).
     const int64_t D = 3;
     std::vector<double> C((size_t)(D * D), 0.0), s((size_t)D, 0.0);
-    for (const std::vector<double> q : {std::vector<double>{0.1, -2, 0}, {0, -3, 0.2}, {-0.1, 1, 0}}) {
+    for (const std::vector<double>& q : {std::vector<double>{0.1, -2, 0}, {0, -3, 0.2}, {-0.1, 1, 0}}) {
         for (int64_t a = 0; a < D; ++a) {
             s[size_t(a)] += q[size_t(a)];
             for (int64_t b = 0; b < D; ++b) C[size_t(a * D + b)] += q[size_t(a)] * q[size_t(b)];
@@ -115,7 +115,10 @@ QFilters random_filters(int64_t layers, int64_t G, int64_t D, uint64_t seed) {
     for (int64_t r = 0; r < layers * G; ++r) {
         std::vector<double> v((size_t)D);
         double n = 0;
-        for (double& x : v) n += (x = nd(rng)) * x;
+        for (double& x : v) {
+            x = nd(rng);
+            n += x * x;
+        }
         for (double& x : v) f.filters.push_back(x / std::sqrt(n));
     }
     return f;
@@ -145,7 +148,7 @@ class KeySpy final : public LayerAttention {
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { cache_.set_rope_frequencies(inv_freq); }
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override {
-        const std::vector<double> kv = k.to_f64_vector();  // (1, G, n, D)
+        const std::vector<double> kv = k.contiguous().to_f64_vector();  // (1, G, n, D)
         const int64_t G = k.size(1), n = k.size(2), D = k.size(3);
         for (int64_t g = 0; g < G; ++g)
             for (int64_t t = 0; t < n; ++t)

@@ -197,7 +197,28 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProj
     std::vector<float> slot_scores() const override {
         if (P_ < L_) return {};
         std::vector<float> sc((size_t)(B_ * G_ * S_));
-        inner_->eviction_scores(sc);
+        if (two_stage_) {
+            // Two scores decide (critical-ada): shown as kvpress' final scores of a one-token step,
+            // FLT_MAX where the slot stays, the rescaled score of the G slots that step evicts.
+            const std::vector<float> alloc = two_stage_->allocation_scores(), sel = two_stage_->selection_scores();
+            std::fill(sc.begin(), sc.end(), std::numeric_limits<float>::max());
+            for (int64_t b = 0; b < B_; ++b) {
+                std::vector<int32_t> freed;
+                try {
+                    freed = choose_two_stage(alloc.data() + b * G_ * S_, sel.data() + b * G_ * S_, inner_->pos_.data() + b * G_ * S_, 1, P_,
+                                             two_stage_->first_stage_fraction());
+                } catch (const Error&) {
+                    continue;  // no one-token step possible (too few old slots): nothing shown as evicted
+                }
+                for (int32_t slot : freed)
+                    for (int64_t g = 0; g < G_; ++g) {
+                        const size_t i = size_t((b * G_ + g) * S_ + slot);
+                        if (inner_->pos_[i] >= 0) sc[i] = sel[i];
+                    }
+            }
+        } else {
+            inner_->eviction_scores(sc);
+        }
         for (size_t i = 0; i < sc.size(); ++i)
             if (inner_->pos_[i] < 0) sc[i] = std::numeric_limits<float>::infinity();
         return sc;
