@@ -167,8 +167,9 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         if (kc.policy() == "duo") row.note += str(" [gates pattern:10, streaming heads ", int64_t(kc.policy_option("duo_sinks")), "+",
                                                   int64_t(kc.policy_option("duo_recent")), "]");
         // A reconstruction-scored policy (kvzip) runs a second pass over every chunk: it reports
-        // its own cost factor (about 0.5x), not the single-pass target.
-        const bool two_pass = make_policy(kc, 8, 1, &codec)->capabilities().reconstructs_context != nullptr;
+        // its own cost factor (about 0.5x), not the single-pass target. The probe has the model's
+        // KV heads: a per-head calibration file (qfilter's) must match them.
+        const bool two_pass = make_policy(kc, 8, c.num_kv_heads, &codec)->capabilities().reconstructs_context != nullptr;
         if (two_pass) row.note += " [+ reconstruction pass]";
         row.target = two_pass ? 0.0 : 0.9;
         std::vector<double> ratios, wall_ratios;
