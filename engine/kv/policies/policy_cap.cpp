@@ -5,7 +5,7 @@
 //   mu_h   = mean of the pre-RoPE queries the layer has seen at positions >= cap_n_sink
 //   mu'_h  = Rbar mu_h, Rbar the RoPE rotation averaged over the next cap_n_future_positions
 //   w_j    = exp(tau c_j - max_i tau c_i),  c_j = clamp(cos(k_j, mu'_h), -1, 1)
-//   A      = I + sum_j (w_j + eps) v_j v_j^T            (D x D, f64)
+//   A      = I + sum_j (w_j + eps) v_j v_j^T            (D x D, f64 products, Cholesky)
 //   s_j    = w_j v_j^T A^-1 v_j                           (the weighted leverage; d log det)
 // score_j = mean over the group's query heads of s_j; slots at positions < cap_n_sink take the
 // layer's largest score + 1 (kept). Recomputed after every chunk; keys and values are kept per
@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 
 namespace kv {
@@ -77,13 +78,19 @@ class CapPolicy final : public ScorePolicy {
             cb[size_t(i)] = std::cos(center * th) * ratio / N;
             sb[size_t(i)] = std::sin(center * th) * ratio / N;
         }
-        std::vector<double> mu((size_t)D), w((size_t)T), A((size_t)(D * D)), x((size_t)D), acc((size_t)T);
+        std::vector<double> mu((size_t)D), w((size_t)T), A((size_t)(D * D)), acc((size_t)T);
+        std::vector<double> &X = s_x_, &Xt = s_xt_, &V = s_v_, &Y = s_y_, &Mt = s_mt_;
+        Mt.resize(size_t(D * D));
+        std::vector<int64_t> js;
         float top = -std::numeric_limits<float>::infinity();
         for (int64_t r = 0; r < rows(); ++r) {
             const int64_t b = r / G_, g = r % G_;
             const int32_t* pos = pos_.data() + r * L_;
             const float* KV = kv_.data() + r * L_ * 2 * D;
             std::fill(acc.begin(), acc.end(), 0.0);
+            js.clear();
+            for (int64_t j = 0; j < T; ++j)
+                if (pos[j] >= n_sink_) js.push_back(j);
             for (int64_t hr = 0; hr < R; ++hr) {
                 // mu'_h (0 before any query: every c_j is 0 and w_j 1, the plain leverage)
                 std::fill(mu.begin(), mu.end(), 0.0);
@@ -110,28 +117,37 @@ class CapPolicy final : public ScorePolicy {
                     const double cj = std::clamp(dot / (mn * std::max(std::sqrt(kn), 1e-12)), -1.0, 1.0);
                     lmax = std::max(lmax, w[size_t(j)] = tau_ * cj);
                 }
-                std::fill(A.begin(), A.end(), 0.0);
-                for (int64_t d = 0; d < D; ++d) A[size_t(d * D + d)] = 1.0;
-                for (int64_t j = 0; j < T; ++j) {
-                    if (pos[j] < n_sink_) continue;
+                // A = I + X X^T, X (D x m) the non-sink values scaled by sqrt(w + eps); then
+                // v^T A^-1 v = |M v|^2 with M = L^-1 (A = L L^T): both as f64 products
+                const int64_t m = int64_t(js.size());
+                X.resize(size_t(D * m)), Xt.resize(size_t(m * D)), V.resize(size_t(m * D)), Y.resize(size_t(m * D));
+                for (int64_t i = 0; i < m; ++i) {
+                    const int64_t j = js[size_t(i)];
                     w[size_t(j)] = std::exp(w[size_t(j)] - lmax);
                     const float* v = KV + j * 2 * D + D;
-                    const double a = w[size_t(j)] + eps_;
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = 0; e <= d; ++e) A[size_t(d * D + e)] += a * double(v[d]) * double(v[e]);
-                }
-                cholesky(A, D);  // lower triangle of A = L L^T
-                for (int64_t j = 0; j < T; ++j) {
-                    if (pos[j] < n_sink_) continue;
-                    const float* v = KV + j * 2 * D + D;
-                    // v^T A^-1 v = |L^-1 v|^2 (forward substitution)
-                    double l = 0;
+                    const double a = std::sqrt(w[size_t(j)] + eps_);
                     for (int64_t d = 0; d < D; ++d) {
-                        double s = double(v[d]);
-                        for (int64_t e = 0; e < d; ++e) s -= A[size_t(d * D + e)] * x[size_t(e)];
-                        x[size_t(d)] = s / A[size_t(d * D + d)];
-                        l += x[size_t(d)] * x[size_t(d)];
+                        V[size_t(i * D + d)] = double(v[d]);
+                        Xt[size_t(i * D + d)] = X[size_t(d * m + i)] = a * double(v[d]);
                     }
+                }
+                std::fill(A.begin(), A.end(), 0.0);
+                for (int64_t d = 0; d < D; ++d) A[size_t(d * D + d)] = 1.0;
+                if (m > 0) policy_matmul(D, D, m, X.data(), m, Xt.data(), D, A.data(), D, true);
+                cholesky(A, D);  // lower triangle of A = L L^T
+                // Mt = (L^-1)^T: column c of L^-1 by forward substitution on e_c
+                std::fill(Mt.begin(), Mt.end(), 0.0);
+                for (int64_t c = 0; c < D; ++c)
+                    for (int64_t d = c; d < D; ++d) {
+                        double t = d == c ? 1.0 : 0.0;
+                        for (int64_t e = c; e < d; ++e) t -= A[size_t(d * D + e)] * Mt[size_t(c * D + e)];
+                        Mt[size_t(c * D + d)] = t / A[size_t(d * D + d)];  // (L^-1)[d][c]
+                    }
+                if (m > 0) policy_matmul(m, D, D, V.data(), D, Mt.data(), D, Y.data(), D);  // rows (L^-1 v_j)^T
+                for (int64_t i = 0; i < m; ++i) {
+                    double l = 0;
+                    for (int64_t d = 0; d < D; ++d) l += Y[size_t(i * D + d)] * Y[size_t(i * D + d)];
+                    const int64_t j = js[size_t(i)];
                     acc[size_t(j)] += w[size_t(j)] * l / double(R);
                 }
             }
@@ -203,6 +219,7 @@ class CapPolicy final : public ScorePolicy {
     std::vector<float> score_;           // (B*G, L)
     std::vector<float> kv_;              // (B*G, L, 2, D) key (as cached, rotated) then value of each slot
     std::vector<double> sum_, count_;    // per (b, query head): sum of pre-RoPE queries, their count
+    std::vector<double> s_x_, s_xt_, s_v_, s_y_, s_mt_;  // scratch of accumulate(), reused across calls
 };
 }  // namespace
 
