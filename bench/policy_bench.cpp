@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
@@ -15,6 +16,7 @@
 #include "engine/kv/kv_config.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/policies/policy_registry.h"
+#include "engine/kv/policies/qfilter_calibration.h"
 #include "engine/model/model_loader.h"
 #include "engine/run/run_config.h"
 
@@ -59,6 +61,26 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
             // dense, quest keep everything: another shape; lastrec is the noise control below
             if ((p.needs_cache_length || p.name == "duo") && p.name != "lastrec") names.push_back(p.name);
     names.insert(names.begin(), "lastrec");  // the noise control: lastrec against itself
+    std::vector<int32_t> idv((size_t)o.tokens);
+    uint32_t x = 12345;
+    for (auto& id : idv) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        id = int32_t(x % uint32_t(std::min<int64_t>(c.vocab_size, 30000)));
+    }
+    std::string qfilter_note, qfilter_path;  // qfilter runs with filters calibrated here, on the run's own tokens
+    auto calibrated_qfilter = [&]() {
+        const std::string path = str("/tmp/kvlab_bench_qfilter_", int64_t(getpid()), ".txt");
+        const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = process_cpu_seconds();
+        QFilters f = qfilters_from_moments(collect_query_moments(m, {idv}));
+        const double cpu = process_cpu_seconds() - c0, wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        f.model = o.model;
+        write_qfilters(path, f);
+        qfilter_path = path;
+        qfilter_note = str(" [filters calibrated on the run's ", o.tokens, " tokens: ", cpu, " s CPU, ", wall, " s wall]");
+        res.calibration.push_back({"qfilter", cpu, wall});
+        return path;
+    };
     std::vector<KVCacheConfig> cfgs;
     for (const std::string& n : names) {
         const PolicyInfo* info = find_policy(n);
@@ -68,18 +90,13 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         rc.kv_cache.cache_length = o.cache_length;
         rc.kv_cache.max_chunk_size = o.chunk;  // as the CLI sets it
         for (const auto& [opt, value] : info->required) set_run_option(rc, opt, value);
+        if (n == "qfilter") set_run_option(rc, "kv_cache.qfilter", calibrated_qfilter());
         if (n == "duo") {  // streaming heads keep half the cache, so the layer mixes both kinds
             set_run_option(rc, "kv_cache.duo_sinks", "16");
             set_run_option(rc, "kv_cache.duo_recent", str(std::max<int64_t>(1, o.cache_length / 2 - 16)));
         }
         rc.kv_cache.dtype = m.act_dtype();
         cfgs.push_back(rc.kv_cache);
-    }
-    std::vector<int32_t> idv((size_t)o.tokens);
-    uint32_t x = 12345;
-    for (auto& id : idv) {
-        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-        id = int32_t(x % uint32_t(std::min<int64_t>(c.vocab_size, 30000)));
     }
     Tensor ids = Tensor::from_i32({1, o.tokens}, idv);
     HeadSpec hs;
@@ -146,11 +163,13 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
             const auto [lo, hi] = std::minmax_element(plan.chunks.begin() + 1, plan.chunks.end());
             row.note += str(" [", plan.chunks.size(), " chunks of ", *lo, "-", *hi, " (first ", plan.chunks[0], "), lastrec too]");
         }
+        if (kc.policy() == "qfilter") row.note += qfilter_note;
         if (kc.policy() == "duo") row.note += str(" [gates pattern:10, streaming heads ", int64_t(kc.policy_option("duo_sinks")), "+",
                                                   int64_t(kc.policy_option("duo_recent")), "]");
         // A reconstruction-scored policy (kvzip) runs a second pass over every chunk: it reports
-        // its own cost factor (about 0.5x), not the single-pass target.
-        const bool two_pass = make_policy(kc, 8, 1, &codec)->capabilities().reconstructs_context != nullptr;
+        // its own cost factor (about 0.5x), not the single-pass target. The probe has the model's
+        // KV heads: a per-head calibration file (qfilter's) must match them.
+        const bool two_pass = make_policy(kc, 8, c.num_kv_heads, &codec)->capabilities().reconstructs_context != nullptr;
         if (two_pass) row.note += " [+ reconstruction pass]";
         row.target = two_pass ? 0.0 : 0.9;
         std::vector<double> ratios, wall_ratios;
@@ -171,6 +190,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         res.rows.push_back(std::move(row));
     }
     progress(total, total, "");
+    if (!qfilter_path.empty()) std::remove(qfilter_path.c_str());
     load_average(res.load_end);
     return res;
 }
@@ -219,6 +239,10 @@ std::string format_policy_rounds(const PolicyBenchResult& r) {
             s += buf;
         }
         s += "\n";
+    }
+    for (const CalibrationCost& c : r.calibration) {
+        std::snprintf(buf, sizeof buf, "calibration of %s: %.3f s CPU, %.3f s wall\n", c.policy.c_str(), c.cpu, c.wall);
+        s += buf;
     }
     return s;
 }

@@ -44,8 +44,15 @@ struct PolicyBenchRow {
     bool pass() const { return target <= 0 || cpu_ratio_median >= target; }
 };
 
+// What a calibrated policy needed before it could run (qfilter: its filters), measured once.
+struct CalibrationCost {
+    std::string policy;
+    double cpu = 0, wall = 0;  // seconds
+};
+
 struct PolicyBenchResult {
     std::vector<PolicyBenchRow> rows;  // the noise control (lastrec / lastrec) first
+    std::vector<CalibrationCost> calibration;
     double load_start[3] = {0, 0, 0}, load_end[3] = {0, 0, 0};  // getloadavg, -1 when unknown
     int threads = 0;
     int64_t tokens = 0, cache_length = 0, chunk = 0;

@@ -2,6 +2,7 @@
 
 #include "engine/kv/duo_calibration.h"
 #include "engine/kv/kv_scales.h"
+#include "engine/kv/policies/qfilter_calibration.h"
 
 namespace kv {
 
@@ -24,6 +25,17 @@ const std::vector<Calibration>& calibrations() {
           {"recent", K::INT, 256, 1, 1 << 20, "recent window of the streaming mask"},
           {"supervised", K::INT, 32, 1, 1 << 20, "last positions of a sample whose final hidden states are compared"}},
          &run_duo_calibration},
+        {"qfilter",
+         "Q-Filters: the model reads the text without a cache; each KV head's filter is the main direction (top right\n"
+         "singular vector) of its query heads' post-RoPE queries over every position, signed so that the mean query\n"
+         "projects positively. The file is read by --kv_cache.name qfilter-default --kv_cache.qfilter FILE\n"
+         "(docs/POLICIES.md#qfilter).",
+         "windows",
+         {},
+         1024,
+         4,
+         {},
+         &run_qfilter_calibration},
         {"kv-scales",
          "Per-head FP8 scales: max|K| / 448 and max|V| / 448 of every layer's KV heads (keys after RoPE) over forward\n"
          "passes of the text's windows. Read by --kv_cache.kv_scales FILE with fp8 buffers (fp8_e4m3, fp8_e5m2,\n"

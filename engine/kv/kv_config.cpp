@@ -374,6 +374,8 @@ const std::vector<KVFieldOption>& kv_field_options() {
          .text = &KVCacheConfig::end_initial_regex},
         {.name = "duo_gates", .help = "duo: gate file from `kvlab calibrate duo` (or pattern:BITS, e.g. pattern:10)",
          .text = &KVCacheConfig::duo_gates},
+        {.name = "qfilter", .help = "qfilter: filter file from `kvlab calibrate qfilter` (or axis:C, every filter the unit vector of channel C)",
+         .text = &KVCacheConfig::qfilter},
     };
     return t;
 }

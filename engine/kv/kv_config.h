@@ -43,6 +43,7 @@ struct KVCacheConfig {
     int32_t pad_id = 0;                // smart-lastrec
     bool range_is_prefix = true;       // smart-lastrec
     std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/policies/duo_gates.h
+    std::string qfilter;               // qfilter: filter file (or "axis:C"), engine/kv/policies/qfilter_filters.h
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back

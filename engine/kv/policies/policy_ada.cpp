@@ -15,6 +15,7 @@
 
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
+#include "engine/kv/policies/output_projection.h"
 #include "engine/kv/policies/policy_ada.h"
 #include "engine/kv/policies/policy_score_based.h"
 
@@ -34,7 +35,7 @@ AdaVariant parse_ada_variant(const std::string& name) {
     throw Error(str("ada variant '", name, "' is unknown; expected paper, equal, fixed or ema"));
 }
 
-class AdaKVPolicy final : public KVPolicy, public PooledSlots {
+class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProjectionUser {
    public:
     AdaKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer, const std::string& inner_name, std::string name)
         : KVPolicy(L, G),
@@ -57,6 +58,7 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots {
         inner_.reset(dynamic_cast<ScorePolicy*>(p.get()));
         if (!inner_) throw Error(str(name_, ": '", inner_name, "' is not a score policy"));
         (void)p.release();
+        two_stage_ = dynamic_cast<TwoStageScores*>(inner_.get());
     }
     const char* name() const override { return name_.c_str(); }
     bool needs_attention_weights() const override { return inner_->needs_attention_weights(); }
@@ -66,6 +68,10 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots {
     bool needs_quant_error() const override { return inner_->needs_quant_error(); }
     bool needs_key_vectors() const override { return inner_->needs_key_vectors(); }
     bool needs_query_vectors() const override { return inner_->needs_query_vectors(); }
+    bool needs_value_vectors() const override { return inner_->needs_value_vectors(); }
+    void set_output_projection(const Tensor& wo) override {
+        if (auto* u = dynamic_cast<OutputProjectionUser*>(inner_.get())) u->set_output_projection(wo);
+    }
     int64_t pool_slots() const override { return S_; }
     bool per_row_positions() const override { return true; }
     const std::vector<int32_t>& token_positions() const override { return inner_->pos_; }
@@ -120,6 +126,17 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots {
                     const int32_t ps = pos[size_t(r * S_ + s)];
                     if (ps >= keep && ps < keep + n) p.targets[size_t(r * n + (ps - keep))] = int32_t(s);
                 }
+            return p;
+        }
+        if (two_stage_) {
+            const std::vector<float> alloc = two_stage_->allocation_scores(), sel = two_stage_->selection_scores();
+            for (int64_t b = 0; b < B_; ++b) {
+                std::vector<int32_t> freed = choose_two_stage(alloc.data() + b * G_ * S_, sel.data() + b * G_ * S_,
+                                                              inner_->pos_.data() + b * G_ * S_, n, P_, two_stage_->first_stage_fraction());
+                std::sort(freed.begin(), freed.end());
+                for (int64_t g = 0; g < G_; ++g)
+                    for (int64_t t = 0; t < n; ++t) p.targets[size_t((b * G_ + g) * n + t)] = freed[size_t(g * n + t)];
+            }
             return p;
         }
         std::vector<float> sc((size_t)(B_ * G_ * S_));
@@ -180,7 +197,28 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots {
     std::vector<float> slot_scores() const override {
         if (P_ < L_) return {};
         std::vector<float> sc((size_t)(B_ * G_ * S_));
-        inner_->eviction_scores(sc);
+        if (two_stage_) {
+            // Two scores decide (critical-ada): shown as kvpress' final scores of a one-token step,
+            // FLT_MAX where the slot stays, the rescaled score of the G slots that step evicts.
+            const std::vector<float> alloc = two_stage_->allocation_scores(), sel = two_stage_->selection_scores();
+            std::fill(sc.begin(), sc.end(), std::numeric_limits<float>::max());
+            for (int64_t b = 0; b < B_; ++b) {
+                std::vector<int32_t> freed;
+                try {
+                    freed = choose_two_stage(alloc.data() + b * G_ * S_, sel.data() + b * G_ * S_, inner_->pos_.data() + b * G_ * S_, 1, P_,
+                                             two_stage_->first_stage_fraction());
+                } catch (const Error&) {
+                    continue;  // no one-token step possible (too few old slots): nothing shown as evicted
+                }
+                for (int32_t slot : freed)
+                    for (int64_t g = 0; g < G_; ++g) {
+                        const size_t i = size_t((b * G_ + g) * S_ + slot);
+                        if (inner_->pos_[i] >= 0) sc[i] = sel[i];
+                    }
+            }
+        } else {
+            inner_->eviction_scores(sc);
+        }
         for (size_t i = 0; i < sc.size(); ++i)
             if (inner_->pos_[i] < 0) sc[i] = std::numeric_limits<float>::infinity();
         return sc;
@@ -241,6 +279,44 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots {
     }
     int64_t min_per_head() const { return min_; }
 
+    // CriticalAdaKV (kvpress' CriticalAdaKVPress) for one batch row: the heads' budgets are
+    // Ada-KV's top-k over all heads by the allocation scores (the wrapped scorer's), e_g of the
+    // G n evictions falling to head g; within head g, of its c_g candidates (old, outside the
+    // grace window), the best max(safeguard, floor(fraction (c_g - e_g))) by the allocation
+    // scores stay (the safeguard, then stage 1), and the e_g lowest selection scores among the
+    // rest go (stage 2; equal scores: the lower slot first).
+    std::vector<int32_t> choose_two_stage(const float* alloc, const float* sel, const int32_t* pos, int64_t n, int64_t P, double fraction) const {
+        const std::vector<int32_t> budget = choose_evictions(alloc, pos, n, P);
+        std::vector<int64_t> e((size_t)G_, 0);
+        for (int32_t slot : budget)
+            for (int64_t g = 0; g < G_; ++g)
+                if (pos[g * S_ + slot] >= 0) ++e[size_t(g)];
+        std::vector<int32_t> out;
+        for (int64_t g = 0; g < G_; ++g) {
+            std::vector<int32_t> own;
+            int64_t kept = 0;
+            for (int64_t s = 0; s < S_; ++s) {
+                const int32_t ps = pos[g * S_ + s];
+                if (ps < 0) continue;
+                if (ps >= P - grace_) ++kept;
+                else own.push_back(int32_t(s));
+            }
+            const float* a = alloc + g * S_;
+            const float* z = sel + g * S_;
+            // best first by the allocation score; equal: the higher slot first (eviction's mirror)
+            std::sort(own.begin(), own.end(), [a](int32_t x, int32_t y) { return a[x] > a[y] || (a[x] == a[y] && x > y); });
+            const int64_t c = int64_t(own.size()), eg = e[size_t(g)];
+            const int64_t reserve = std::clamp<int64_t>(min_ - kept, 0, c);
+            const int64_t first = std::max(reserve, int64_t(fraction * double(c - eg)));
+            std::vector<int32_t> rest(own.begin() + std::min(first, c), own.end());
+            std::sort(rest.begin(), rest.end(), [z](int32_t x, int32_t y) { return z[x] < z[y] || (z[x] == z[y] && x < y); });
+            if (int64_t(rest.size()) < eg)
+                throw Error(str(name(), " cache: head ", g, " must evict ", eg, " of ", rest.size(), " slots past its first stage"));
+            out.insert(out.end(), rest.begin(), rest.begin() + eg);
+        }
+        return out;
+    }
+
    private:
     // Filling: token P + t of head g goes to pool slot (P + t) * G + g (interleaved, so the
     // prefill's (B, n, G, D) keys are one contiguous write).
@@ -265,6 +341,7 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots {
     double keep_initial_fraction_;
     bool initial_rule_ = false;  // the next eviction is the first after a full prefill
     std::unique_ptr<ScorePolicy> inner_;
+    TwoStageScores* two_stage_ = nullptr;  // inner_ when it allocates and chooses by different scores (critical-ada)
     AdaVariant variant_;
     std::vector<int64_t> target_;  // (B, G) fixed budgets (EQUAL, FIXED), empty = the paper's top-k
     std::vector<float> ema_;        // (B, G, S) EMA's averaged scores
@@ -277,6 +354,14 @@ std::vector<int32_t> ada_choose_evictions_for_test(const KVPolicy& p, const std:
     auto* a = dynamic_cast<const AdaKVPolicy*>(&p);
     if (!a) throw Error("ada_choose_evictions_for_test: not an ada-* policy");
     return a->choose_evictions(sc.data(), pos.data(), n, P);
+}
+
+// For the CriticalAdaKV test (tests/engine/policy_critical_ada_test.cpp): the evictions of one batch row.
+std::vector<int32_t> ada_choose_two_stage_for_test(const KVPolicy& p, const std::vector<float>& alloc, const std::vector<float>& sel,
+                                                   const std::vector<int32_t>& pos, int64_t n, int64_t P, double fraction) {
+    auto* a = dynamic_cast<const AdaKVPolicy*>(&p);
+    if (!a) throw Error("ada_choose_two_stage_for_test: not an ada-* policy");
+    return a->choose_two_stage(alloc.data(), sel.data(), pos.data(), n, P, fraction);
 }
 
 std::vector<PolicyInfo> ada_policies() {
@@ -304,6 +389,15 @@ std::vector<PolicyInfo> ada_policies() {
                    .buffers = {"default", "f32", "bf16", "f16"},
                    .uses = {"grace_period", "keep_initial_fraction"},
                    .doc_anchor = "docs/POLICIES.md#ada-kv"});
+    out.push_back({.name = "critical-ada",
+                   .summary = "CriticalAdaKV: Ada-KV's head budgets from SnapKV's scores, each head's slots chosen by CriticalKV's two stages",
+                   .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                       return std::make_unique<AdaKVPolicy>(a.cfg, a.L, a.G, a.layer, "critical-snapkv", "critical-ada");
+                   },
+                   .needs_attention_weights = true,
+                   .buffers = {"default", "f32", "bf16", "f16"},
+                   .uses = {"snapkv_window", "snapkv_kernel", "grace_period", "keep_initial_fraction"},
+                   .doc_anchor = "docs/POLICIES.md#critical-ada"});
     return out;
 }
 

@@ -29,7 +29,7 @@ std::vector<PolicyInfo> snapkv_policies();
 std::vector<PolicyInfo> expected_attention_policies();
 
 namespace {
-class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
+class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, public TwoStageScores {
    public:
     CriticalPolicy(const PolicyArgs& a, const std::string& inner_name, const char* name)
         : ScorePolicy(a.cfg, a.L, a.G),
@@ -75,26 +75,54 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
         staged_.clear();
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
+        Own own(this);
         inner_->prefill(n, f);
         ScorePolicy::prefill(n, f);
         flush(f);
     }
     void apply(const SlotPlan& plan, const InsertFeatures& f) override {
+        Own own(this);
         inner_->apply(plan, f);
         ScorePolicy::apply(plan, f);
         flush(f);
     }
     void update(const std::vector<float>& w, int64_t n) override {
+        Own own(this);
         inner_->update(w, n);
         ScorePolicy::update(w, n);
     }
 
+    // ---- TwoStageScores (critical-ada) -------------------------------------------------
+    std::vector<float> allocation_scores() const override { return inner_->slot_scores(); }
+    std::vector<float> selection_scores() const override {
+        const std::vector<float> s = inner_->slot_scores();
+        std::vector<float> out(s.size());
+        for (size_t i = 0; i < s.size(); ++i) out[i] = float((double(s[i]) + eps_) * double(norm_[i]));
+        return out;
+    }
+    double first_stage_fraction() const override { return first_stage_; }
+
    protected:
-    void init_slot(int64_t r, int64_t slot, const InsertFeatures&, int64_t i) override {
+    // Within this policy's own prefill / apply / update the wrapped scorer runs its own calls;
+    // driven through the hooks alone (by ada-*), they are handed on to it here.
+    void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
+        if (!own_call_) wrapped_init_slot(*inner_, r, slot, f, i);
         staged_.push_back({r, slot, i});  // the norms of a chunk's values are taken together (flush)
     }
-    void move_slot(int64_t r, int64_t from, int64_t to) override { norm_[size_t(r * L_ + to)] = norm_[size_t(r * L_ + from)]; }
-    void accumulate(const std::vector<float>&, int64_t) override {}  // the wrapped scorer accumulates (update)
+    void move_slot(int64_t r, int64_t from, int64_t to) override {
+        if (!own_call_) wrapped_move_slot(*inner_, r, from, to);
+        norm_[size_t(r * L_ + to)] = norm_[size_t(r * L_ + from)];
+    }
+    void accumulate(const std::vector<float>& w, int64_t n) override {
+        if (own_call_) return;  // the wrapped scorer accumulated in its own update
+        mirror_state(*inner_, *this);
+        wrapped_accumulate(*inner_, w, n);
+    }
+    void observe_chunk(const InsertFeatures& f, int64_t input_pos, int64_t n) override {
+        mirror_state(*inner_, *this);
+        wrapped_observe_chunk(*inner_, f, input_pos, n);
+        flush(f);
+    }
     void eviction_scores(std::vector<float>& S) const override {
         const int64_t cand = L_ - grace();
         const std::vector<float> inner = inner_->slot_scores();  // (rows, L); the ring's +inf never read
@@ -157,6 +185,12 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser {
         staged_.clear();
     }
 
+    struct Own {  // marks this policy's own prefill / apply / update
+        explicit Own(CriticalPolicy* p) : p_(p) { p_->own_call_ = true; }
+        ~Own() { p_->own_call_ = false; }
+        CriticalPolicy* p_;
+    };
+    bool own_call_ = false;
     const char* name_;
     double first_stage_, eps_;
     std::unique_ptr<ScorePolicy> inner_;

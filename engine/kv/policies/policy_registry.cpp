@@ -37,6 +37,8 @@ namespace kv {
     X(compactor)           \
     X(lagkv)               \
     X(critical)            \
+    X(qfilter)             \
+    X(cap)                 \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

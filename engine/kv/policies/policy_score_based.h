@@ -47,6 +47,21 @@ class ScorePolicy : public KVPolicy {
     virtual void observe_chunk(const InsertFeatures& f, int64_t input_pos, int64_t n) { (void)f, (void)input_pos, (void)n; }
 
     int64_t rows() const { return B_ * G_; }
+
+    // ---- a scorer wrapping another over the same slots (critical-*) ---------------------
+    // ada-* drives its scorer through the hooks above, never through prefill / apply /
+    // update; a wrapper so driven hands them on to the scorer it wraps, whose slot state
+    // (positions, lengths) first mirrors its own.
+    static void wrapped_init_slot(ScorePolicy& p, int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) { p.init_slot(r, slot, f, i); }
+    static void wrapped_move_slot(ScorePolicy& p, int64_t r, int64_t from, int64_t to) { p.move_slot(r, from, to); }
+    static void wrapped_accumulate(ScorePolicy& p, const std::vector<float>& w, int64_t n) { p.accumulate(w, n); }
+    static void wrapped_observe_chunk(ScorePolicy& p, const InsertFeatures& f, int64_t P0, int64_t n) { p.observe_chunk(f, P0, n); }
+    static void mirror_state(ScorePolicy& to, const ScorePolicy& from) {
+        to.pos_ = from.pos_;
+        to.B_ = from.B_, to.T_ = from.T_, to.P_ = from.P_;
+        to.prefill_length_ = from.prefill_length_;
+    }
+
     std::vector<int32_t> pos_;  // (B*G, L) token position per slot, -1 empty
     int64_t prefill_length_ = 0;
 
@@ -59,6 +74,21 @@ class ScorePolicy : public KVPolicy {
     bool use_initial_rule_ = false;
     std::vector<int32_t> next_;        // (B*G, k) next slots, best candidates first
     int64_t next_k_ = 0;
+};
+
+// A scorer whose budget over a layer's heads and choice within a head use different scores
+// (critical-*: the wrapped scorer's scores allocate, the output-rescaled ones choose, after the
+// first stage's share of each head's budget is kept by the wrapped scores). ada-* asks for it
+// (critical-ada); a scorer without it allocates and chooses by its eviction scores.
+class TwoStageScores {
+   public:
+    virtual ~TwoStageScores() = default;
+    // (rows, L): the wrapped scorer's score of every slot (budgets and the first stage).
+    virtual std::vector<float> allocation_scores() const = 0;
+    // (rows, L): the second stage's score of every slot.
+    virtual std::vector<float> selection_scores() const = 0;
+    // Share of a head's kept slots chosen by allocation_scores alone.
+    virtual double first_stage_fraction() const = 0;
 };
 
 // A scorer whose whole state is one float per slot (tova, snapkv, knorm, random, ...): a score
