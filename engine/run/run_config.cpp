@@ -156,7 +156,7 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.data.num_samples; }));
     o.push_back(uint_opt("data.seed", "data", "seed of the synthetic tasks and splits", [](RunConfig& c) -> uint64_t& { return c.data.seed; }));
     {
-        OptionDef d{"data.depths", OptionType::LIST, "data", "needle: insertion depths in [0, 1], comma-separated", {}, {}, {}};
+        OptionDef d{"data.depths", OptionType::LIST, "data", "needle, passkey, RULER one-needle tasks: insertion depths in [0, 1], comma-separated (sample i at depth i mod their count)", {}, {}, {}};
         d.set = [](RunConfig& c, const std::string& v) {
             c.data.depths.clear();
             for (const auto& s : split_list(v)) c.data.depths.push_back(parse_float("data.depths", s, 0.0, 1.0));
