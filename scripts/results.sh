@@ -191,7 +191,7 @@ needles() {
   local methods=snapkv,knorm,streaming
   local cmd=(smollm2-135m --protocol compress-then-ask --data niah_single --data.depths 0,0.25,0.5,0.75,1 --data.num_samples 5
              --data.seq_length 512,1024,2048 --kv_cache.name "$methods" --kv_cache.compression_ratio 0.5 --kv_cache.chunk_size 128
-             --telemetry.enabled false --session "$SESSION" --figure none --format md)
+             --session "$SESSION" --figure none --format md)  # telemetry on: the map reads each sample's sample_correct metric
   "$KVLAB" sweep "${cmd[@]}" --metric accuracy > results/needles.accuracy.md
   "$KVLAB" plot "$SESSION" --heatmap needle --by kv_cache.name \
     --where "data=niah_single;protocol=compress-then-ask" \

@@ -198,6 +198,7 @@ std::vector<SweepCell> expand_sweep(const SweepSpec& spec) {
                 b.cfg.protocol.compression_ratio = 0.0;
                 b.cfg.protocol.keep_tokens = 0;
                 b.cfg.protocol.decode_ratio = 0.0;
+                b.cfg.protocol.decode_rescore_every = 0;
                 b.cfg.protocol.score_threshold.clear();
             }
             try {

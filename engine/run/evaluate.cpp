@@ -234,6 +234,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
             cc.set_decode_ratio(cfg.protocol.decode_ratio);
+            cc.set_decode_rescore(cfg.protocol.decode_rescore_every);
             const int64_t nq = int64_t(questions.size());
             sum.questions_per_context = nq;
             sum.question_accuracy.resize(size_t(nq), 0.0);
