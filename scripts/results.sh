@@ -188,7 +188,8 @@ fi
 # reference): kept attention mass per layer of each method and of the best set of the same size.
 # About 10 minutes on 2 shared cores.
 needles() {
-  local methods=snapkv,knorm,streaming
+  local methods=snapkv,knorm,streaming commit
+  commit=$(git rev-parse --short HEAD)  # the provenance line names the commit the block started at
   local cmd=(smollm2-135m --protocol compress-then-ask --data niah_single --data.depths 0,0.25,0.5,0.75,1 --data.num_samples 5
              --data.seq_length 512,1024,2048 --kv_cache.name "$methods" --kv_cache.compression_ratio 0.5 --kv_cache.chunk_size 128
              --session "$SESSION" --figure none --format md)  # telemetry on: the map reads each sample's sample_correct metric
@@ -212,7 +213,7 @@ needles() {
   local isa=AVX2
   grep -qw avx512f /proc/cpuinfo && isa=AVX-512
   printf '*Block `needles` (`RESULTS_BLOCKS=needles scripts/results.sh`), %s, commit %s, %s-vCPU %s (%s).*\n' \
-    "$(date -u +%F)" "$(git rev-parse --short HEAD)" "$(nproc)" "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$isa" \
+    "$(date -u +%F)" "$commit" "$(nproc)" "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$isa" \
     > results/needles.provenance.md
   echo "results: results/needles.{accuracy,oracle.kept,oracle.mass,oracle.efficiency,provenance}.md; figures docs/figures/needles{,_kept,_oracle,_efficiency}_smollm2.svg"
 }
