@@ -5,7 +5,7 @@
 # results/); kvlab plot draws the figures.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
 #   RESULTS_BLOCKS="ruler zoo" scripts/results.sh   runs only the named blocks (default: all of
-#   ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding)
+#   ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding needles)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ SESSION=${1:-results/results.kvlab}
 mkdir -p results "$(dirname "$SESSION")"  # the tables go to results/ wherever the session is
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
-BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding} "
+BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding needles} "
 want() { [[ "$BLOCKS" == *" $1 "* ]]; }
 POLICIES="lastrec h2o h2o-orig h2o-vlen streaming tova snapkv knorm"
 QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
@@ -179,3 +179,42 @@ for m in generated_score generated_tokens; do
 done
 echo "results: results/decoding.{compress,decode}.{generated_score,generated_tokens}.md"
 fi
+
+# Needle heat maps and the oracle (docs/RESULTS.md, "Needle heat maps and the oracle"): RULER's
+# niah_single with its needle at five set depths (sample i at depth i mod 5) at three context
+# lengths, each context compressed once by ratio 0.5 (compress-then-ask, question kept out),
+# dense and three methods, one heat map panel per method; then the fidelity oracle on the same
+# task streamed in chunks through a quarter of it (the oracle needs the chunked protocol's dense
+# reference): kept attention mass per layer of each method and of the best set of the same size.
+# About 10 minutes on 2 shared cores.
+needles() {
+  local methods=snapkv,knorm,streaming commit
+  commit=$(git rev-parse --short HEAD)  # the provenance line names the commit the block started at
+  local cmd=(smollm2-135m --protocol compress-then-ask --data niah_single --data.depths 0,0.25,0.5,0.75,1 --data.num_samples 5
+             --data.seq_length 512,1024,2048 --kv_cache.name "$methods" --kv_cache.compression_ratio 0.5 --kv_cache.chunk_size 128
+             --session "$SESSION" --figure none --format md)  # telemetry on: the map reads each sample's sample_correct metric
+  "$KVLAB" sweep "${cmd[@]}" --metric accuracy > results/needles.accuracy.md
+  "$KVLAB" plot "$SESSION" --heatmap needle --by kv_cache.name \
+    --where "data=niah_single;protocol=compress-then-ask" \
+    --title "SmolLM2-135M, niah_single compressed once to half (ratio 0.5): needles found" -o docs/figures/needles_smollm2.svg
+  local fid=(smollm2-135m --data niah_single --data.depths 0,0.25,0.5,0.75,1 --data.num_samples 5 --data.seq_length 1024
+             --kv_cache.name "$methods" --kv_cache.cache_length 256 --kv_cache.chunk_size 128 --fidelity true --fidelity_oracle true
+             --fidelity_kl_positions 1 --telemetry.enabled false --session "$SESSION" --figure none --format md)
+  "$KVLAB" sweep "${fid[@]}" --metric fidelity_kept_mass > results/needles.oracle.kept.md
+  "$KVLAB" sweep "${fid[@]}" --metric fidelity_oracle_mass > results/needles.oracle.mass.md
+  "$KVLAB" sweep "${fid[@]}" --metric fidelity_efficiency > results/needles.oracle.efficiency.md
+  local where="data=niah_single;fidelity_oracle=true;data.seq_length=1024"
+  "$KVLAB" plot "$SESSION" --x layer --y fidelity_kept_mass --by kv_cache.name --where "$where" \
+    --title "SmolLM2-135M, niah_single 1024 tokens through 256 slots: attention mass kept per layer" -o docs/figures/needles_kept_smollm2.svg
+  "$KVLAB" plot "$SESSION" --x layer --y fidelity_oracle_mass --by kv_cache.name --where "$where" \
+    --title "The oracle (best 256 slots in hindsight) for the same runs: its kept mass per layer" -o docs/figures/needles_oracle_smollm2.svg
+  "$KVLAB" plot "$SESSION" --x layer --y fidelity_efficiency --by kv_cache.name --where "$where" \
+    --title "Efficiency per layer: each method's kept mass / the oracle's" -o docs/figures/needles_efficiency_smollm2.svg
+  local isa=AVX2
+  grep -qw avx512f /proc/cpuinfo && isa=AVX-512
+  printf '*Block `needles` (`RESULTS_BLOCKS=needles scripts/results.sh`), %s, commit %s, %s-vCPU %s (%s).*\n' \
+    "$(date -u +%F)" "$commit" "$(nproc)" "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$isa" \
+    > results/needles.provenance.md
+  echo "results: results/needles.{accuracy,oracle.kept,oracle.mass,oracle.efficiency,provenance}.md; figures docs/figures/needles{,_kept,_oracle,_efficiency}_smollm2.svg"
+}
+want needles && needles

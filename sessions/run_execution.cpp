@@ -88,7 +88,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         line << " | " << r.seconds << " s";
         if (hooks.output) hooks.output(line.str());
         trace::metric("sample_loss", r.index, r.loss);
-        if (r.label >= 0) trace::metric("sample_correct", r.index, r.correct ? 1.0 : 0.0);
+        // exact answers of classification and of scored answers (RULER, repeat): the needle heat map reads them per sample
+        if (r.label >= 0 || r.copy_token_accuracy >= 0) trace::metric("sample_correct", r.index, r.correct ? 1.0 : 0.0);
     };
     // Fidelity per (layer, chunk) as metrics named per quantity and layer, step = the chunk's
     // index over the run (sample * chunks per sample + chunk): the session's metric table holds

@@ -193,6 +193,13 @@ std::vector<SweepCell> expand_sweep(const SweepSpec& spec) {
                 b.buffer.clear();
                 b.ratio.clear();
                 b.cache_length_given = false;
+                // compress-then-ask's budgets are the compared runs' (one value is applied to every
+                // cell above): the reference is the uncompressed context
+                b.cfg.protocol.compression_ratio = 0.0;
+                b.cfg.protocol.keep_tokens = 0;
+                b.cfg.protocol.decode_ratio = 0.0;
+                b.cfg.protocol.decode_rescore_every = 0;
+                b.cfg.protocol.score_threshold.clear();
             }
             try {
                 b.finish();

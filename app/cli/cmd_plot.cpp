@@ -298,7 +298,7 @@ int cmd_plot(int argc, char** argv, int first) {
     specs.push_back({"where", OptKind::STRING, "", "only runs with these option values: OPTION=V1[|V2...][;OPTION=...]"});
     specs.push_back({"heatmap", OptKind::STRING, "",
                      "a heat map instead of lines: 'needle' (needle depth x sequence length, colour = needles found; done runs of "
-                     "--data needle or passkey with --data.depths), one panel per --by value"});
+                     "--data needle, passkey or a RULER one-needle task (niah_single) with --data.depths), one panel per --by value"});
     specs.push_back({"title", OptKind::STRING, "", "figure title"});
     specs.push_back({"output", OptKind::STRING, "", "output file: .svg, .png or .pdf (also -o PATH)"});
     // "-o PATH" is the conventional spelling; the option parser only knows "--name".

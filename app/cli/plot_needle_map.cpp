@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/core/error.h"
+#include "engine/data/ruler.h"
 #include "plot_commands.h"
 #include "sessions/sweep_results.h"
 #include "storage/session_reader.h"
@@ -42,7 +43,8 @@ plot::Heatmap needle_heatmap(const std::string& session_path, const std::vector<
         } catch (const Error&) {
             continue;
         }
-        if ((cfg.data.name != "needle" && cfg.data.name != "passkey") || cfg.data.depths.empty() || !sessions::run_matches_where(cfg, where)) continue;
+        const bool needle_task = cfg.data.name == "needle" || cfg.data.name == "passkey" || is_ruler_task(cfg.data.name);
+        if (!needle_task || cfg.data.depths.empty() || !sessions::run_matches_where(cfg, where)) continue;
         const std::string panel = by.empty() ? "" : sessions::run_option_value(cfg, by);
         for (const auto& m : rd.metrics(r.id, "sample_correct")) {
             if (m.step < 0) continue;
@@ -57,7 +59,7 @@ plot::Heatmap needle_heatmap(const std::string& session_path, const std::vector<
     }
     if (panels.empty())
         throw Error(str("no done run in ", session_path,
-                        " answers needles at set depths; expected runs of --data needle (or passkey) with --data.depths, e.g. kvlab sweep "
+                        " answers needles at set depths; expected runs of --data needle (passkey, or a RULER one-needle task such as niah_single) with --data.depths, e.g. kvlab sweep "
                         "MODEL --data needle --data.depths 0,0.25,0.5,0.75,1 --data.num_samples 10 --data.seq_length 1024,2048 --session ",
                         session_path));
     plot::Heatmap h;

@@ -387,6 +387,12 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         inserts.push_back(tok.encode(s, false));
         fixed += int64_t(inserts.back().size());
     }
+    // A set depth places the one needle; a task hiding several sentences (or none) has no one depth.
+    if (spec.depth >= 0 && inserts.size() != 1)
+        throw Error(str("--data.depths: ", spec.task, " hides ", inserts.size(),
+                        " sentences; expected a task hiding one needle (niah_single, niah_single_2, niah_single_3, niah_multikey_2, "
+                        "niah_multikey_3)"));
+    if (spec.depth > 1) throw Error(str("--data.depths: ", spec.depth, " is not a depth; expected a number in [0, 1]"));
     const int64_t room = spec.seq_length - fixed;
     if (room < 16)
         throw Error(str("--data.seq_length: ", spec.seq_length, " tokens cannot hold the ", spec.task, " prompt (", fixed,
@@ -539,7 +545,8 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     }
     std::vector<int64_t> at;
     for (size_t i = 0; i < inserts.size(); ++i) {
-        const double depth = 0.05 + 0.9 * double(rng() % 10000) / 10000.0;
+        const double drawn = 0.05 + 0.9 * double(rng() % 10000) / 10000.0;  // drawn either way: the rest of the sample stays the same
+        const double depth = spec.depth >= 0 ? spec.depth : drawn;
         at.push_back(cuts.empty() ? int64_t(depth * double(room)) : cuts[size_t(depth * double(cuts.size() - 1))]);
     }
     std::sort(at.begin(), at.end());

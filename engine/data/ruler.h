@@ -52,6 +52,11 @@ struct RulerSpec {
     // then hides max(num_keys, questions) keys and asks each question about another one. The
     // sample's length counts the first question only.
     int64_t questions = 1;
+    // Where the needle goes, in [0, 1] of the haystack (0: its start, 1: right before the
+    // question), for the needle-in-a-haystack grid of depth x length; < 0: a random depth in
+    // [0.05, 0.95] as RULER draws it. Only for tasks hiding one sentence (niah_single*,
+    // niah_multikey_2/3); make_ruler_sample throws naming --data.depths for the others.
+    double depth = -1;
     // The model's chat template around a user message (engine/generate's chat_prompt, passed
     // down by the caller: data sits below generate). Empty, or throwing kv::Error for a
     // tokenizer without one: the plain frame ending in "Answer:".

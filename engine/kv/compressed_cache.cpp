@@ -45,6 +45,16 @@ void CompressedCache::rewind() {
         shared_rows_.push_back(shared);
     }
     appended_.assign(layers_.size(), 0);
+    pending_.assign(layers_.size(), {});
+    for (size_t l = 0; l < layers_.size(); ++l) pending_[l].assign(ctx_score_[l].size(), 0.0f);
+    rescored_at_.assign(layers_.size(), 0);
+}
+
+void CompressedCache::set_decode_rescore(int64_t every) {
+    if (every < 0) throw Error(str("--kv_cache.decode_rescore_every: ", every, "; expected 0 (never) or a number of decoded tokens"));
+    if (every > 0 && decode_ratio_ <= 0.0)
+        throw Error("--kv_cache.decode_rescore_every: re-scores the slots a decoding budget evicts; expected --kv_cache.decode_ratio with it");
+    rescore_every_ = every;
 }
 
 void CompressedCache::set_decode_ratio(double r) {
@@ -81,7 +91,7 @@ void CompressedCache::evict_to_budget(int layer) {
     }
     std::vector<int32_t> index;  // (rows, total - drop) slots kept
     std::vector<int32_t> pos;
-    std::vector<float> score;
+    std::vector<float> score, pend;
     std::vector<int32_t> order((size_t)ctx);
     for (int64_t r = 0; r < rows_; ++r) {
         const float* s = shared_rows_[l] ? summed.data() : sc.data() + r * ctx;
@@ -94,7 +104,7 @@ void CompressedCache::evict_to_budget(int layer) {
             if (j < ctx && gone[size_t(j)]) continue;
             index.push_back(int32_t(j));
             pos.push_back(pos_[l][size_t(r * total + j)]);
-            if (j < ctx) score.push_back(sc[size_t(r * ctx + j)]);
+            if (j < ctx) score.push_back(sc[size_t(r * ctx + j)]), pend.push_back(pending_[l][size_t(r * ctx + j)]);
         }
     }
     const Tensor& K0 = K_[l];
@@ -104,6 +114,7 @@ void CompressedCache::evict_to_budget(int layer) {
     V_[l] = ops::gather(V_[l], 2, idx);
     pos_[l] = std::move(pos);
     ctx_score_[l] = std::move(score);
+    pending_[l] = std::move(pend);
     ctx_left_[l] = ctx - drop;
 }
 
@@ -150,9 +161,24 @@ void CompressedCache::attend(int layer, const Tensor& q, const Tensor& k, const 
         for (int64_t t = 0; t < n; ++t) pos[size_t(r * (len + n) + len + t)] = int32_t(input_pos + t);
     }
     const Tensor kpos = Tensor::from_i32({B, G, len + n}, pos, {dev, MemCategory::WORKSPACE, "slot positions"});
-    ops::sdpa_(y, q, K, V, kpos, position_range(input_pos, n, dev), scale, window);
+    const bool rescore = decode_ratio_ > 0.0 && rescore_every_ > 0;
+    if (rescore) {
+        // The weight sums of these queries on the context slots, gathered until the next re-score.
+        Tensor ws = Tensor::empty({B, G, len + n}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
+        ops::sdpa_(y, q, K, V, kpos, position_range(input_pos, n, dev), scale, window, &ws);
+        const std::vector<float> w = ws.to_f32_vector();
+        const int64_t ctx = ctx_left_[l];
+        for (int64_t r = 0; r < B * G; ++r)
+            for (int64_t j = 0; j < ctx; ++j) pending_[l][size_t(r * ctx + j)] += w[size_t(r * (len + n) + j)];
+    } else {
+        ops::sdpa_(y, q, K, V, kpos, position_range(input_pos, n, dev), scale, window);
+    }
     K_[l] = K, V_[l] = V, pos_[l] = std::move(pos);
     appended_[l] += n;
+    if (rescore && appended_[l] - rescored_at_[l] >= rescore_every_) {
+        for (size_t i = 0; i < ctx_score_[l].size(); ++i) ctx_score_[l][i] += pending_[l][i], pending_[l][i] = 0.0f;
+        rescored_at_[l] = appended_[l];
+    }
     if (decode_ratio_ > 0.0) evict_to_budget(layer);  // after the tokens attended, as a decoding press compresses
 }
 

@@ -52,6 +52,17 @@ class CompressedCache final : public LayerAttention {
     // and attend() throws when the budget falls below the appended tokens.
     void set_decode_ratio(double r);
     double decode_ratio() const { return decode_ratio_; }
+    // Re-scoring while decoding under the budget (0 = never, the default: the compression's
+    // scores rank the context slots for the whole decode): every `every` appended tokens each
+    // context slot's score grows by the attention the queries appended since the last re-score
+    // paid it (summed over those queries, averaged over the heads of its group: the weight sums
+    // an attention-scored policy accumulates, H2O's rule), so slots the question and the
+    // generated tokens attend to stay. Throws kv::Error for every < 0 or without a budget.
+    void set_decode_rescore(int64_t every);
+    int64_t decode_rescore_every() const { return rescore_every_; }
+    // (rows, context_slots(l)) the context slots' scores now (the compression's, plus what
+    // re-scoring added), in the order of positions_now(l).
+    const std::vector<float>& context_scores(int l) const { return ctx_score_[size_t(l)]; }
     int64_t slots(int l) const { return pos_[size_t(l)].size() / size_t(std::max<int64_t>(rows_, 1)); }  // per row, now
     int64_t context_slots(int l) const { return ctx_left_[size_t(l)]; }                                    // of them, context
     // (B * G, slots(l)) the positions held now: the context slots left, then the appended tokens.
@@ -86,6 +97,11 @@ class CompressedCache final : public LayerAttention {
     std::vector<int64_t> ctx_left_;
     std::vector<std::vector<float>> ctx_score_;
     std::vector<bool> shared_rows_;
+    // Re-scoring: every how many appended tokens, and per layer the weight sums gathered since
+    // the last re-score (rows, ctx_left_) and the appended count at it.
+    int64_t rescore_every_ = 0;
+    std::vector<std::vector<float>> pending_;
+    std::vector<int64_t> rescored_at_;
     void evict_to_budget(int layer);
 };
 

@@ -127,6 +127,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.chat = cb.chat_frame;
         spec.questions = cfg.data.questions;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
+            if (!cfg.data.depths.empty()) spec.depth = cfg.data.depths[size_t(i) % cfg.data.depths.size()];  // the needle grid's depth
             RulerSample s = make_ruler_sample(spec, i, tok);
             items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.answer_length));
             items.back().question_start = s.question_start;
@@ -233,6 +234,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
             cc.set_decode_ratio(cfg.protocol.decode_ratio);
+            cc.set_decode_rescore(cfg.protocol.decode_rescore_every);
             const int64_t nq = int64_t(questions.size());
             sum.questions_per_context = nq;
             sum.question_accuracy.resize(size_t(nq), 0.0);

@@ -45,6 +45,11 @@ struct ProtocolConfig {
     // slots, evicting context slots in the policy's order (CompressedCache::set_decode_ratio).
     // The compression uses the same ratio when compression_ratio is not set.
     double decode_ratio = 0.0;
+    // compress-then-ask with decode_ratio: every this many decoded tokens each context slot's
+    // score grows by the attention the tokens decoded since paid it
+    // (CompressedCache::set_decode_rescore); 0 = never, the compression's scores rank the slots
+    // for the whole decode.
+    int64_t decode_rescore_every = 0;
     // compress-then-ask: save each sample's compressed cache to this file (sample 0; sample i > 0
     // to PATH.i), or load it from there instead of running and compressing the context.
     std::string save_path, load_path;

@@ -156,7 +156,7 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.data.num_samples; }));
     o.push_back(uint_opt("data.seed", "data", "seed of the synthetic tasks and splits", [](RunConfig& c) -> uint64_t& { return c.data.seed; }));
     {
-        OptionDef d{"data.depths", OptionType::LIST, "data", "needle: insertion depths in [0, 1], comma-separated", {}, {}, {}};
+        OptionDef d{"data.depths", OptionType::LIST, "data", "needle, passkey, RULER one-needle tasks: insertion depths in [0, 1], comma-separated (sample i at depth i mod their count)", {}, {}, {}};
         d.set = [](RunConfig& c, const std::string& v) {
             c.data.depths.clear();
             for (const auto& s : split_list(v)) c.data.depths.push_back(parse_float("data.depths", s, 0.0, 1.0));
@@ -295,6 +295,10 @@ std::vector<OptionDef> build_options() {
                           "of everything seen so far, evicting context slots in the policy's order (0: none; the compression's "
                           "ratio too unless compression_ratio is set)",
                           0.0, 0.999, [](RunConfig& c) -> double& { return c.protocol.decode_ratio; }));
+    o.push_back(int_opt("kv_cache.decode_rescore_every", "cache",
+                        "compress-then-ask with decode_ratio: every N decoded tokens each context slot's score grows by the attention "
+                        "the tokens decoded since paid it (0: never; the compression's scores rank the slots for the whole decode)",
+                        0, BIG, [](RunConfig& c) -> int64_t& { return c.protocol.decode_rescore_every; }));
     o.push_back(str_opt("kv_cache.save", "cache",
                         "compress-then-ask: save each sample's compressed cache (kept K/V, positions, scores) to this file "
                         "(sample i > 0: FILE.i)",
@@ -571,12 +575,16 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
                                               (c.protocol.compression_ratio > 0.0 && c.protocol.compression_ratio != c.protocol.decode_ratio)))
             p.push_back(str("--kv_cache.decode_ratio: ", c.protocol.decode_ratio, " is the ratio kept of everything seen, the compressed "
                             "context included; expected no keep_tokens or score_threshold, and no compression_ratio or the same one"));
+        if (c.protocol.decode_rescore_every > 0 && c.protocol.decode_ratio <= 0.0)
+            p.push_back(str("--kv_cache.decode_rescore_every: ", c.protocol.decode_rescore_every,
+                            " re-scores the slots a decoding budget evicts; expected --kv_cache.decode_ratio with it"));
         if (c.data.questions > 1 && c.protocol.query_aware)
             p.push_back(str("--data.questions: ", c.data.questions, " questions per context with --kv_cache.query_aware, which compresses one "
                             "question with the context; expected 1 question, or no query_aware"));
     } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
-               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty() || c.protocol.decode_ratio != 0.0) {
-        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, decode_ratio, query_aware, save and load belong to --protocol compress-then-ask; expected "
+               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty() || c.protocol.decode_ratio != 0.0 ||
+               c.protocol.decode_rescore_every != 0) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, decode_ratio, decode_rescore_every, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
     }
     if (c.data.questions > 1) {

@@ -18,7 +18,7 @@ struct DataConfig {
     int64_t seq_length = 2048;      // tokens per sample (synthetic tasks, text windows)
     int64_t num_samples = 4;        // samples (or text windows) to evaluate
     uint64_t seed = 1234;
-    std::vector<double> depths;     // needle: insertion depths in [0, 1] (empty: 0.5)
+    std::vector<double> depths;     // needle, passkey, RULER one-needle tasks: insertion depths in [0, 1] (empty: 0.5; RULER: random)
     int64_t num_keys = 16;          // recall: key-value pairs in the context
     int64_t ruler_keys = 4;         // RULER: keys (multikey), values (multivalue), chain length (vt), common words (cwe)
     int64_t questions = 1;          // RULER: questions asked of each context (compress-then-ask; ruler_multi_question_tasks())

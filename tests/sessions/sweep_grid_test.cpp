@@ -96,6 +96,25 @@ TEST(SweepGrid, DenseInTheGridIsTheReference) {
     for (size_t i = 1; i < cells.size(); ++i) EXPECT_EQ(cells[i].cfg.kv_cache.name, "h2o-default");
 }
 
+TEST(SweepGrid, OneCompressionBudgetLeavesTheReferenceUncompressed) {
+    // One value of a cache option applies to every cell, but compress-then-ask's budgets are the
+    // compared runs' alone: dense never evicts, and a budget on it is refused.
+    for (const auto& [opt, val] : std::vector<std::pair<std::string, std::string>>{
+             {"kv_cache.compression_ratio", "0.5"}, {"kv_cache.keep_tokens", "100"}, {"kv_cache.decode_ratio", "0.5"}}) {
+        SCOPED_TRACE(opt);
+        auto cells = expand({{"protocol", "compress-then-ask"}, {"data", "niah_single"}, {"kv_cache.name", "snapkv,h2o"}, {opt, val}});
+        ASSERT_EQ(cells.size(), 3u);
+        int refs = 0;
+        for (const auto& c : cells) {
+            EXPECT_TRUE(run_config_problems(c.cfg).empty()) << c.cfg.name;
+            const bool budget = c.cfg.protocol.compression_ratio > 0 || c.cfg.protocol.keep_tokens > 0 || c.cfg.protocol.decode_ratio > 0;
+            EXPECT_EQ(budget, !c.reference) << c.cfg.name;
+            refs += c.reference;
+        }
+        EXPECT_EQ(refs, 1);
+    }
+}
+
 TEST(SweepGrid, BadGridsFailBeforeAnythingRuns) {
     auto msg = [](const std::vector<std::pair<std::string, std::string>>& o) {
         try {
