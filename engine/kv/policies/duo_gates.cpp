@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/kv/calibration_file.h"
 
 namespace kv {
 
@@ -18,20 +19,9 @@ constexpr const char* kExpected = "expected a gate file written by `kvlab calibr
 }  // namespace
 
 DuoGates parse_duo_gates(const std::string& text, const std::string& what) {
-    std::istringstream in(text);
+    CalibrationLines lines(text);
     std::string line;
-    int lineno = 0;
-    auto next = [&](std::string& out) {
-        while (std::getline(in, out)) {
-            ++lineno;
-            const size_t a = out.find_first_not_of(" \t\r");
-            if (a == std::string::npos || out[a] == '#') continue;
-            out = out.substr(a);
-            while (!out.empty() && (out.back() == '\r' || out.back() == ' ' || out.back() == '\t')) out.pop_back();
-            return true;
-        }
-        return false;
-    };
+    auto next = [&](std::string& out) { return lines.next(out); };
     if (!next(line)) throw Error(str(what, " is empty; ", kExpected));
     {
         std::istringstream h(line);
@@ -56,12 +46,12 @@ DuoGates parse_duo_gates(const std::string& text, const std::string& what) {
             continue;
         }
         int64_t v = -1;
-        if (!(kvs >> v) || v < 0) throw Error(str(what, " line ", lineno, ": '", line, "' needs a whole number >= 0"));
+        if (!(kvs >> v) || v < 0) throw Error(str(what, " line ", lines.lineno(), ": '", line, "' needs a whole number >= 0"));
         if (key == "layers") g.layers = v, have_layers = true;
         else if (key == "kv_heads") g.kv_heads = v, have_heads = true;
         else if (key == "sink") g.sink = v;
         else if (key == "recent") g.recent = v;
-        else throw Error(str(what, " line ", lineno, ": unknown key '", key, "'; expected model, layers, kv_heads, sink, recent or gates"));
+        else throw Error(str(what, " line ", lines.lineno(), ": unknown key '", key, "'; expected model, layers, kv_heads, sink, recent or gates"));
     }
     if (!have_layers || !have_heads || g.layers < 1 || g.kv_heads < 1)
         throw Error(str(what, ": 'layers' and 'kv_heads' (>= 1) must come before 'gates'; ", kExpected));
@@ -73,14 +63,14 @@ DuoGates parse_duo_gates(const std::string& text, const std::string& what) {
         int64_t k = 0;
         while (row >> x) {
             if (!std::isfinite(x) || x < 0 || x > 1)
-                throw Error(str(what, " line ", lineno, ": gate ", x, " is out of range; expected a number in [0, 1]"));
+                throw Error(str(what, " line ", lines.lineno(), ": gate ", x, " is out of range; expected a number in [0, 1]"));
             g.gates.push_back(x);
             ++k;
         }
         if (!row.eof() || k != g.kv_heads)
-            throw Error(str(what, " line ", lineno, ": '", line.substr(0, 60), "' is not ", g.kv_heads, " numbers in [0, 1] (layer ", l, ")"));
+            throw Error(str(what, " line ", lines.lineno(), ": '", line.substr(0, 60), "' is not ", g.kv_heads, " numbers in [0, 1] (layer ", l, ")"));
     }
-    if (next(line)) throw Error(str(what, " line ", lineno, ": unexpected '", line.substr(0, 60), "' after ", g.layers, " rows of gates"));
+    if (next(line)) throw Error(str(what, " line ", lines.lineno(), ": unexpected '", line.substr(0, 60), "' after ", g.layers, " rows of gates"));
     return g;
 }
 

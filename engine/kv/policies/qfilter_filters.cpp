@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/kv/calibration_file.h"
 
 namespace kv {
 
@@ -17,20 +18,9 @@ constexpr const char* kExpected = "expected a filter file written by `kvlab cali
 }  // namespace
 
 QFilters parse_qfilters(const std::string& text, const std::string& what) {
-    std::istringstream in(text);
+    CalibrationLines lines(text);
     std::string line;
-    int lineno = 0;
-    auto next = [&](std::string& out) {
-        while (std::getline(in, out)) {
-            ++lineno;
-            const size_t a = out.find_first_not_of(" \t\r");
-            if (a == std::string::npos || out[a] == '#') continue;
-            out = out.substr(a);
-            while (!out.empty() && (out.back() == '\r' || out.back() == ' ' || out.back() == '\t')) out.pop_back();
-            return true;
-        }
-        return false;
-    };
+    auto next = [&](std::string& out) { return lines.next(out); };
     if (!next(line)) throw Error(str(what, " is empty; ", kExpected));
     {
         std::istringstream h(line);
@@ -53,12 +43,12 @@ QFilters parse_qfilters(const std::string& text, const std::string& what) {
             continue;
         }
         int64_t v = -1;
-        if (!(kvs >> v) || v < 0) throw Error(str(what, " line ", lineno, ": '", line, "' needs a whole number >= 0"));
+        if (!(kvs >> v) || v < 0) throw Error(str(what, " line ", lines.lineno(), ": '", line, "' needs a whole number >= 0"));
         if (key == "layers") f.layers = v;
         else if (key == "kv_heads") f.kv_heads = v;
         else if (key == "head_dim") f.head_dim = v;
         else if (key == "tokens") f.tokens = v;
-        else throw Error(str(what, " line ", lineno, ": unknown key '", key, "'; expected model, layers, kv_heads, head_dim, tokens or filters"));
+        else throw Error(str(what, " line ", lines.lineno(), ": unknown key '", key, "'; expected model, layers, kv_heads, head_dim, tokens or filters"));
     }
     if (f.layers < 1 || f.kv_heads < 1 || f.head_dim < 1)
         throw Error(str(what, ": 'layers', 'kv_heads' and 'head_dim' (>= 1) must come before 'filters'; ", kExpected));
@@ -69,19 +59,19 @@ QFilters parse_qfilters(const std::string& text, const std::string& what) {
         double x, n2 = 0;
         int64_t k = 0;
         while (row >> x) {
-            if (!std::isfinite(x)) throw Error(str(what, " line ", lineno, ": a filter value is not finite"));
+            if (!std::isfinite(x)) throw Error(str(what, " line ", lines.lineno(), ": a filter value is not finite"));
             f.filters.push_back(x);
             n2 += x * x;
             ++k;
         }
         if (!row.eof() || k != f.head_dim)
-            throw Error(str(what, " line ", lineno, ": '", line.substr(0, 60), "...' is not ", f.head_dim, " numbers (layer ", r / f.kv_heads,
+            throw Error(str(what, " line ", lines.lineno(), ": '", line.substr(0, 60), "...' is not ", f.head_dim, " numbers (layer ", r / f.kv_heads,
                             ", KV head ", r % f.kv_heads, ")"));
         if (std::fabs(std::sqrt(n2) - 1) > 1e-6)
-            throw Error(str(what, " line ", lineno, ": the filter of layer ", r / f.kv_heads, ", KV head ", r % f.kv_heads, " has norm ",
+            throw Error(str(what, " line ", lines.lineno(), ": the filter of layer ", r / f.kv_heads, ", KV head ", r % f.kv_heads, " has norm ",
                             std::sqrt(n2), "; expected a unit vector"));
     }
-    if (next(line)) throw Error(str(what, " line ", lineno, ": unexpected '", line.substr(0, 60), "' after ", f.layers * f.kv_heads, " filters"));
+    if (next(line)) throw Error(str(what, " line ", lines.lineno(), ": unexpected '", line.substr(0, 60), "' after ", f.layers * f.kv_heads, " filters"));
     return f;
 }
 
