@@ -53,8 +53,10 @@ TEST(KiviFormat, PackingRoundTripsWithinTheGroupBoundOfAnF64Reference) {
                     double lo = 1e30, hi = -1e30;
                     for (int64_t t = 0; t < n; ++t) lo = std::min(lo, double(x[size_t(t * D + d)])), hi = std::max(hi, double(x[size_t(t * D + d)]));
                     const double s = f16_to_f32(sc[size_t(2 * d)]), mn = f16_to_f32(sc[size_t(2 * d + 1)]);
+                    // The range is covered up to the packer's f32 arithmetic: mn + qmax * s may fall
+                    // an f32 rounding short of hi (seen: both -0.0413055), within group_bound's slack.
                     EXPECT_LE(mn, lo) << "channel " << d;
-                    EXPECT_GE(mn + double(qmax) * s, hi) << "channel " << d;
+                    EXPECT_GE(mn + double(qmax) * s, hi - 1e-6) << "channel " << d;
                     for (int64_t t = 0; t < n; ++t) {
                         const double deq = mn + s * code_at(codes.data() + d * S * bits / 8, t, bits);
                         ASSERT_LE(std::fabs(deq - double(x[size_t(t * D + d)])), group_bound(lo, hi, bits))
