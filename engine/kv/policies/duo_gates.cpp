@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <sstream>
 
@@ -14,77 +13,48 @@
 namespace kv {
 
 namespace {
-constexpr const char* kMagic = "kvlab-duo-gates";
-constexpr const char* kExpected = "expected a gate file written by `kvlab calibrate duo` (docs/POLICIES.md#duo)";
+const CalibrationFormat kFormat{"kvlab-duo-gates", kDuoGatesVersion, "a DuoAttention gate file", "gates", "model, layers, kv_heads, sink, recent",
+                                "expected a gate file written by `kvlab calibrate duo` (docs/POLICIES.md#duo)"};
 }  // namespace
 
 DuoGates parse_duo_gates(const std::string& text, const std::string& what) {
     CalibrationLines lines(text);
-    std::string line;
-    auto next = [&](std::string& out) { return lines.next(out); };
-    if (!next(line)) throw Error(str(what, " is empty; ", kExpected));
-    {
-        std::istringstream h(line);
-        std::string magic;
-        int version = 0;
-        if (!(h >> magic >> version) || magic != kMagic)
-            throw Error(str(what, " is not a DuoAttention gate file (first line '", line.substr(0, 60), "'; expected '", kMagic, " ",
-                            kDuoGatesVersion, "'); ", kExpected));
-        if (version != kDuoGatesVersion)
-            throw Error(str(what, " has gate file version ", version, "; this kvlab reads version ", kDuoGatesVersion));
-    }
     DuoGates g;
     bool have_layers = false, have_heads = false;
-    for (;;) {
-        if (!next(line)) throw Error(str(what, " ends before its 'gates' line; ", kExpected));
-        if (line == "gates") break;
-        std::istringstream kvs(line);
-        std::string key;
-        kvs >> key;
-        if (key == "model") {
-            std::getline(kvs >> std::ws, g.model);
-            continue;
-        }
-        int64_t v = -1;
-        if (!(kvs >> v) || v < 0) throw Error(str(what, " line ", lines.lineno(), ": '", line, "' needs a whole number >= 0"));
+    g.model = read_calibration_header(lines, kFormat, what, [&](const std::string& key, int64_t v) {
         if (key == "layers") g.layers = v, have_layers = true;
         else if (key == "kv_heads") g.kv_heads = v, have_heads = true;
         else if (key == "sink") g.sink = v;
         else if (key == "recent") g.recent = v;
-        else throw Error(str(what, " line ", lines.lineno(), ": unknown key '", key, "'; expected model, layers, kv_heads, sink, recent or gates"));
-    }
+        else return false;
+        return true;
+    });
     if (!have_layers || !have_heads || g.layers < 1 || g.kv_heads < 1)
-        throw Error(str(what, ": 'layers' and 'kv_heads' (>= 1) must come before 'gates'; ", kExpected));
+        throw Error(str(what, ": 'layers' and 'kv_heads' (>= 1) must come before 'gates'; ", kFormat.expected));
+    std::string line;
+    std::vector<double> row;
     for (int64_t l = 0; l < g.layers; ++l) {
-        if (!next(line))
+        if (!lines.next(line))
             throw Error(str(what, " has ", l, " rows of gates; expected ", g.layers, " (one per layer, ", g.kv_heads, " numbers each)"));
-        std::istringstream row(line);
-        double x;
-        int64_t k = 0;
-        while (row >> x) {
+        const bool numbers = parse_calibration_row(line, row);
+        for (double x : row)
             if (!std::isfinite(x) || x < 0 || x > 1)
                 throw Error(str(what, " line ", lines.lineno(), ": gate ", x, " is out of range; expected a number in [0, 1]"));
-            g.gates.push_back(x);
-            ++k;
-        }
-        if (!row.eof() || k != g.kv_heads)
+        if (!numbers || int64_t(row.size()) != g.kv_heads)
             throw Error(str(what, " line ", lines.lineno(), ": '", line.substr(0, 60), "' is not ", g.kv_heads, " numbers in [0, 1] (layer ", l, ")"));
+        g.gates.insert(g.gates.end(), row.begin(), row.end());
     }
-    if (next(line)) throw Error(str(what, " line ", lines.lineno(), ": unexpected '", line.substr(0, 60), "' after ", g.layers, " rows of gates"));
+    expect_calibration_end(lines, what, str(g.layers, " rows of gates"));
     return g;
 }
 
 DuoGates read_duo_gates(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error(str("--kv_cache.duo_gates: cannot read '", path, "'; ", kExpected));
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    return parse_duo_gates(ss.str(), str("--kv_cache.duo_gates: '", path, "'"));
+    return parse_duo_gates(read_calibration_file(path, "--kv_cache.duo_gates", kFormat), str("--kv_cache.duo_gates: '", path, "'"));
 }
 
 std::string format_duo_gates(const DuoGates& g) {
     std::ostringstream o;
-    o << kMagic << " " << kDuoGatesVersion << "\n";
+    o << kFormat.magic << " " << kDuoGatesVersion << "\n";
     o << "# DuoAttention gates (docs/POLICIES.md#duo): one row per layer, one value per KV head;\n";
     o << "# 1 = retrieval head (full cache), 0 = streaming head (sinks + recent window)\n";
     if (!g.model.empty()) o << "model " << g.model << "\n";
@@ -100,13 +70,7 @@ std::string format_duo_gates(const DuoGates& g) {
 void write_duo_gates(const std::string& path, const DuoGates& g) {
     if (int64_t(g.gates.size()) != g.layers * g.kv_heads)
         throw Error(str("duo gates: ", g.gates.size(), " values for ", g.layers, " layers x ", g.kv_heads, " KV heads"));
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f << format_duo_gates(g);
-        if (!f.flush()) throw Error(str("cannot write the gate file '", path, "'"));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(str("cannot write the gate file '", path, "'"));
+    write_calibration_file(path, format_duo_gates(g), "gate file");
 }
 
 DuoGates duo_gates_for_model(const std::string& option, int64_t layers, int64_t kv_heads) {

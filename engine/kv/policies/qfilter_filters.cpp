@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -13,79 +12,52 @@
 namespace kv {
 
 namespace {
-constexpr const char* kMagic = "kvlab-qfilter";
-constexpr const char* kExpected = "expected a filter file written by `kvlab calibrate qfilter` (docs/POLICIES.md#qfilter)";
+const CalibrationFormat kFormat{"kvlab-qfilter", kQFilterVersion, "a Q-Filter file", "filters", "model, layers, kv_heads, head_dim, tokens",
+                                "expected a filter file written by `kvlab calibrate qfilter` (docs/POLICIES.md#qfilter)"};
 }  // namespace
 
 QFilters parse_qfilters(const std::string& text, const std::string& what) {
     CalibrationLines lines(text);
-    std::string line;
-    auto next = [&](std::string& out) { return lines.next(out); };
-    if (!next(line)) throw Error(str(what, " is empty; ", kExpected));
-    {
-        std::istringstream h(line);
-        std::string magic;
-        int version = 0;
-        if (!(h >> magic >> version) || magic != kMagic)
-            throw Error(str(what, " is not a Q-Filter file (first line '", line.substr(0, 60), "'; expected '", kMagic, " ", kQFilterVersion,
-                            "'); ", kExpected));
-        if (version != kQFilterVersion) throw Error(str(what, " has Q-Filter file version ", version, "; this kvlab reads version ", kQFilterVersion));
-    }
     QFilters f;
-    for (;;) {
-        if (!next(line)) throw Error(str(what, " ends before its 'filters' line; ", kExpected));
-        if (line == "filters") break;
-        std::istringstream kvs(line);
-        std::string key;
-        kvs >> key;
-        if (key == "model") {
-            std::getline(kvs >> std::ws, f.model);
-            continue;
-        }
-        int64_t v = -1;
-        if (!(kvs >> v) || v < 0) throw Error(str(what, " line ", lines.lineno(), ": '", line, "' needs a whole number >= 0"));
+    f.model = read_calibration_header(lines, kFormat, what, [&](const std::string& key, int64_t v) {
         if (key == "layers") f.layers = v;
         else if (key == "kv_heads") f.kv_heads = v;
         else if (key == "head_dim") f.head_dim = v;
         else if (key == "tokens") f.tokens = v;
-        else throw Error(str(what, " line ", lines.lineno(), ": unknown key '", key, "'; expected model, layers, kv_heads, head_dim, tokens or filters"));
-    }
+        else return false;
+        return true;
+    });
     if (f.layers < 1 || f.kv_heads < 1 || f.head_dim < 1)
-        throw Error(str(what, ": 'layers', 'kv_heads' and 'head_dim' (>= 1) must come before 'filters'; ", kExpected));
+        throw Error(str(what, ": 'layers', 'kv_heads' and 'head_dim' (>= 1) must come before 'filters'; ", kFormat.expected));
+    std::string line;
+    std::vector<double> row;
     for (int64_t r = 0; r < f.layers * f.kv_heads; ++r) {
-        if (!next(line))
+        if (!lines.next(line))
             throw Error(str(what, " has ", r, " filters; expected ", f.layers * f.kv_heads, " (layers x kv_heads rows of ", f.head_dim, " numbers)"));
-        std::istringstream row(line);
-        double x, n2 = 0;
-        int64_t k = 0;
-        while (row >> x) {
-            if (!std::isfinite(x)) throw Error(str(what, " line ", lines.lineno(), ": a filter value is not finite"));
-            f.filters.push_back(x);
-            n2 += x * x;
-            ++k;
-        }
-        if (!row.eof() || k != f.head_dim)
+        if (!parse_calibration_row(line, row) || int64_t(row.size()) != f.head_dim)
             throw Error(str(what, " line ", lines.lineno(), ": '", line.substr(0, 60), "...' is not ", f.head_dim, " numbers (layer ", r / f.kv_heads,
                             ", KV head ", r % f.kv_heads, ")"));
+        double n2 = 0;
+        for (double x : row) {
+            if (!std::isfinite(x)) throw Error(str(what, " line ", lines.lineno(), ": a filter value is not finite"));
+            n2 += x * x;
+        }
         if (std::fabs(std::sqrt(n2) - 1) > 1e-6)
             throw Error(str(what, " line ", lines.lineno(), ": the filter of layer ", r / f.kv_heads, ", KV head ", r % f.kv_heads, " has norm ",
                             std::sqrt(n2), "; expected a unit vector"));
+        f.filters.insert(f.filters.end(), row.begin(), row.end());
     }
-    if (next(line)) throw Error(str(what, " line ", lines.lineno(), ": unexpected '", line.substr(0, 60), "' after ", f.layers * f.kv_heads, " filters"));
+    expect_calibration_end(lines, what, str(f.layers * f.kv_heads, " filters"));
     return f;
 }
 
 QFilters read_qfilters(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(str("--kv_cache.qfilter: cannot read '", path, "'; ", kExpected));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return parse_qfilters(ss.str(), str("--kv_cache.qfilter: '", path, "'"));
+    return parse_qfilters(read_calibration_file(path, "--kv_cache.qfilter", kFormat), str("--kv_cache.qfilter: '", path, "'"));
 }
 
 std::string format_qfilters(const QFilters& f) {
     std::ostringstream o;
-    o << kMagic << " " << kQFilterVersion << "\n";
+    o << kFormat.magic << " " << kQFilterVersion << "\n";
     o << "# Q-Filters (docs/POLICIES.md#qfilter): one row per (layer, KV head), the main direction of the head's\n";
     o << "# post-RoPE queries, signed so that the mean query projects positively; keys scoring <k, f> low are evicted\n";
     if (!f.model.empty()) o << "model " << f.model << "\n";
@@ -104,13 +76,7 @@ std::string format_qfilters(const QFilters& f) {
 void write_qfilters(const std::string& path, const QFilters& f) {
     if (int64_t(f.filters.size()) != f.layers * f.kv_heads * f.head_dim)
         throw Error(str("q-filters: ", f.filters.size(), " values for ", f.layers, " layers x ", f.kv_heads, " KV heads x ", f.head_dim));
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-        o << format_qfilters(f);
-        if (!o.flush()) throw Error(str("cannot write the filter file '", path, "'"));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(str("cannot write the filter file '", path, "'"));
+    write_calibration_file(path, format_qfilters(f), "filter file");
 }
 
 QFilters qfilters_for_model(const std::string& option, int64_t layers, int64_t kv_heads) {
