@@ -208,4 +208,29 @@ FutureQueryMoments future_query_moments(const std::vector<std::vector<double>>& 
     return m;
 }
 
+std::vector<double> sdpa_f64(const std::vector<float>& q, const std::vector<double>& k, const std::vector<double>& v, int64_t B, int64_t NH,
+                             int64_t G, int64_t n, int64_t T, int64_t D, double scale) {
+    std::vector<double> y(size_t(B * NH * n * D)), s(static_cast<size_t>(T));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < NH; ++h)
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t g = h / (NH / G);
+                const float* qi = &q[size_t(((b * NH + h) * n + i) * D)];
+                double mx = -1e300, z = 0;
+                for (int64_t t = 0; t < T; ++t) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * k[size_t(((b * G + g) * T + t) * D + d)];
+                    s[size_t(t)] = dot * scale;
+                    mx = std::max(mx, s[size_t(t)]);
+                }
+                for (double& x : s) z += (x = std::exp(x - mx));
+                for (int64_t d = 0; d < D; ++d) {
+                    double o = 0;
+                    for (int64_t t = 0; t < T; ++t) o += s[size_t(t)] / z * v[size_t(((b * G + g) * T + t) * D + d)];
+                    y[size_t(((b * NH + h) * n + i) * D + d)] = o;
+                }
+            }
+    return y;
+}
+
 }  // namespace kv::test

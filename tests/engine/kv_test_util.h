@@ -62,4 +62,10 @@ struct FutureQueryMoments {
 FutureQueryMoments future_query_moments(const std::vector<std::vector<double>>& Q, const std::vector<double>& theta, int64_t Pa, int64_t F,
                                         int64_t D);
 
+// SDPA in f64 of queries q (B, NH, n, D) over a decoded cache k, v (B, G, T, D), every key
+// visible, query head h reading KV head h / (NH / G): the reference buffer tests hold
+// ops::sdpa_ to. Returns (B, NH, n, D).
+std::vector<double> sdpa_f64(const std::vector<float>& q, const std::vector<double>& k, const std::vector<double>& v, int64_t B, int64_t NH,
+                             int64_t G, int64_t n, int64_t T, int64_t D, double scale);
+
 }  // namespace kv::test

@@ -17,6 +17,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/ops/ops.h"
 #include "engine/run/evaluate.h"
+#include "tests/engine/kv_test_util.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
@@ -128,28 +129,10 @@ TEST(TurboQuantBuffer, ReadsAreTheStoredCodesAndSdpaEqualsF64SdpaOverThem) {
         const float scale = 1.0f / std::sqrt(float(D));
         Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
         ops::sdpa_(y, q, K, V, kpos, qpos, scale);
-        const std::vector<float> qv = q.to_f32_vector(), yv = y.to_f32_vector();
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < NH; ++h)
-                for (int64_t i = 0; i < n; ++i) {
-                    const int64_t g = h / (NH / G);
-                    std::vector<double> s(static_cast<size_t>(T));
-                    double mx = -1e300, z = 0;
-                    for (int64_t t = 0; t < T; ++t) {
-                        double dot = 0;
-                        for (int64_t d = 0; d < D; ++d)
-                            dot += double(qv[size_t(((b * NH + h) * n + i) * D + d)]) * kd[size_t(((b * G + g) * T + t) * D + d)];
-                        s[size_t(t)] = dot * double(scale);
-                        mx = std::max(mx, s[size_t(t)]);
-                    }
-                    for (double& x : s) z += (x = std::exp(x - mx));
-                    for (int64_t d = 0; d < D; ++d) {
-                        double o = 0;
-                        for (int64_t t = 0; t < T; ++t) o += s[size_t(t)] / z * vd[size_t(((b * G + g) * T + t) * D + d)];
-                        ASSERT_NEAR(double(yv[size_t(((b * NH + h) * n + i) * D + d)]), o, 1e-4 * (1.0 + std::fabs(o)))
-                            << what << " output b " << b << " head " << h << " query " << i << " channel " << d;
-                    }
-                }
+        const std::vector<float> yv = y.to_f32_vector();
+        const std::vector<double> ref = sdpa_f64(q.to_f32_vector(), kd, vd, B, NH, G, n, T, D, double(scale));
+        for (size_t e = 0; e < ref.size(); ++e)
+            ASSERT_NEAR(double(yv[e]), ref[e], 1e-4 * (1.0 + std::fabs(ref[e]))) << what << " output element " << e << " of (B, NH, n, D)";
     }
 }
 
