@@ -525,41 +525,29 @@ std::vector<GpuActivityRow> SessionReader::gpu_activity(int64_t run) {
     {
         static const char* const kCopyKinds[] = {"unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
                                                  "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
-        Stmt s = db_->prepare(str("SELECT start, \"end\", deviceId, streamId, correlationId, ", ext,
-                                  ", bytes, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY t WHERE run_id = ?1"));
-        s.bind(1, run);
-        while (s.step()) {
-            GpuActivityRow r;
-            r.kind = GpuActivityRow::MEMCPY;
-            r.start_ns = s.i64(0);
-            r.end_ns = s.i64(1);
-            r.device = s.i32(2);
-            r.stream = s.i32(3);
-            r.correlation_id = s.i64(4);
-            r.external_id = s.is_null(5) ? 0 : s.i64(5);
-            r.bytes = s.i64(6);
-            int k = s.i32(7);
-            r.name = str("memcpy ", k >= 0 && k <= 10 ? kCopyKinds[k] : "unknown");
-            out.push_back(std::move(r));
-        }
-    }
-    {
-        Stmt s = db_->prepare(str("SELECT start, \"end\", deviceId, streamId, correlationId, ", ext,
-                                  ", bytes FROM CUPTI_ACTIVITY_KIND_MEMSET t WHERE run_id = ?1"));
-        s.bind(1, run);
-        while (s.step()) {
-            GpuActivityRow r;
-            r.kind = GpuActivityRow::MEMSET;
-            r.start_ns = s.i64(0);
-            r.end_ns = s.i64(1);
-            r.device = s.i32(2);
-            r.stream = s.i32(3);
-            r.correlation_id = s.i64(4);
-            r.external_id = s.is_null(5) ? 0 : s.i64(5);
-            r.bytes = s.i64(6);
-            r.name = "memset";
-            out.push_back(std::move(r));
-        }
+        // Copies and sets share their columns; a copy also names its direction.
+        auto transfers = [&](const char* table, GpuActivityRow::Kind kind) {
+            const bool copy = kind == GpuActivityRow::MEMCPY;
+            Stmt s = db_->prepare(str("SELECT start, \"end\", deviceId, streamId, correlationId, ", ext, ", bytes", copy ? ", copyKind" : "",
+                                      " FROM ", table, " t WHERE run_id = ?1"));
+            s.bind(1, run);
+            while (s.step()) {
+                GpuActivityRow r;
+                r.kind = kind;
+                r.start_ns = s.i64(0);
+                r.end_ns = s.i64(1);
+                r.device = s.i32(2);
+                r.stream = s.i32(3);
+                r.correlation_id = s.i64(4);
+                r.external_id = s.is_null(5) ? 0 : s.i64(5);
+                r.bytes = s.i64(6);
+                const int k = copy ? s.i32(7) : 0;
+                r.name = copy ? str("memcpy ", k >= 0 && k <= 10 ? kCopyKinds[k] : "unknown") : std::string("memset");
+                out.push_back(std::move(r));
+            }
+        };
+        transfers("CUPTI_ACTIVITY_KIND_MEMCPY", GpuActivityRow::MEMCPY);
+        transfers("CUPTI_ACTIVITY_KIND_MEMSET", GpuActivityRow::MEMSET);
     }
     snapshot.commit();
     std::sort(out.begin(), out.end(),
