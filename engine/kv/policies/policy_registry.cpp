@@ -39,6 +39,7 @@ namespace kv {
     X(critical)            \
     X(qfilter)             \
     X(cap)                 \
+    X(simlayerkv)          \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
