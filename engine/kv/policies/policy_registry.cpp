@@ -40,6 +40,7 @@ namespace kv {
     X(qfilter)             \
     X(cap)                 \
     X(simlayerkv)          \
+    X(finch)               \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
