@@ -291,20 +291,19 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, want ? "sdpa with weights" : "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
-        if (!want) {
-            sdpa(y, q, qpos, nullptr);
+        Tensor ws;
+        if (want) ws = Tensor::empty({B, policy_->groups(), T}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
+        // Only the last `win` queries vote (snapkv). A replay splits the chunk the same way: the
+        // kernels' rounding depends on how many queries a call has, and a replay is bit-exact.
+        const int64_t win = policy_->needs_attention_weights() ? policy_->weights_query_window() : 0;
+        if (win <= 0 || win >= n) {
+            sdpa(y, q, qpos, want ? &ws : nullptr);
         } else {
-            Tensor ws = Tensor::empty({B, policy_->groups(), T}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
-            const int64_t win = policy_->weights_query_window();
-            if (win <= 0 || win >= n) {
-                sdpa(y, q, qpos, &ws);
-            } else {  // only the last `win` queries vote (snapkv)
-                Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
-                sdpa(y0, q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
-                sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), &ws, n - win);
-            }
-            w = ws.to_f32_vector();
+            Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
+            sdpa(y0, q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
+            sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
         }
+        if (want) w = ws.to_f32_vector();
     }
     if (!replayed) {
         KV_TRACE_SPAN(trace::SpanCategory::SCORING, "scoring", .layer = layer_, .chunk = int(chunk_));

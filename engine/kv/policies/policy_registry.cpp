@@ -39,6 +39,8 @@ namespace kv {
     X(critical)            \
     X(qfilter)             \
     X(cap)                 \
+    X(simlayerkv)          \
+    X(finch)               \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();

@@ -1,0 +1,149 @@
+// simlayerkv against SimLayerKV's definition in f64 (kvpress' SimLayerKVPress.is_lazy): the mean
+// over batch rows, query heads and the last `win` queries of the softmax mass on the positions
+// p < sinks or p >= P - recent decides the layer (lazy when it exceeds the threshold); a lazy
+// layer scores by position (sinks kept), a busy one by SnapKV's published votes of the same
+// queries (published_snapkv_reference).
+#include <limits>
+
+#include <set>
+
+#include "policy_reference_util.h"
+#include "tiny_model_util.h"
+
+namespace kv::test {
+namespace {
+
+struct SimLayerRef {
+    double threshold;
+    int64_t sinks, recent, win, kernel;
+    std::vector<int>* decisions;  // 1 lazy, 0 busy, per chunk
+};
+
+std::vector<double> simlayerkv_reference(const LayerHarness& h, int64_t P, int64_t n, const SimLayerRef& c) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G, nq = std::min(c.win, n), Pa = P + n;
+    const auto& pos = pol.token_positions();
+    const std::vector<double> qv = h.last_q[0].to_f64_vector();
+    double near = 0, count = 0;
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int64_t hh = (r % h.G) * R; hh < (r % h.G + 1) * R; ++hh)
+            for (int64_t i = n - nq; i < n; ++i) {
+                const std::vector<double> a = ref_attention_row(h, qv, n, P, r, hh, i);
+                for (int64_t j = 0; j < T; ++j) {
+                    const int32_t p = pos[size_t(r * L + j)];
+                    if (p < c.sinks || p >= Pa - c.recent) near += a[size_t(j)];
+                }
+                count += 1;
+            }
+    const double mass = near / count;
+    EXPECT_GT(std::fabs(mass - c.threshold), 1e-5) << "a near tie: f32 may decide either way";
+    const bool lazy = mass > c.threshold;
+    c.decisions->push_back(lazy ? 1 : 0);
+    if (!lazy) return published_snapkv_reference(h, P, n, c.win, c.kernel);
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int64_t j = 0; j < T; ++j) {
+            const int32_t p = pos[size_t(r * L + j)];
+            out[size_t(r * L + j)] = p < c.sinks ? double(std::numeric_limits<float>::max()) : double(p);
+        }
+    return out;
+}
+
+void check_thresholds(int64_t win) {
+    // 0 makes every layer lazy, 1 none (the test is strict), the others whatever the data says:
+    // both branches are checked whatever the seed.
+    std::vector<int> decisions;
+    for (double th : {0.0, 0.3, 0.5, 0.7, 1.0}) {
+        const SimLayerRef c{th, 2, 4, win, 3, &decisions};
+        check_policy_against_reference(
+            "simlayerkv-default",
+            [&](KVCacheConfig& k) {
+                k.sinks = 2, k.snapkv_kernel = 3;
+                k.policy_options = {{"simlayerkv_threshold", th}, {"simlayerkv_recent", 4}, {"simlayerkv_window", double(win)}};
+            },
+            [&](const LayerHarness& h, int64_t P, int64_t n) { return simlayerkv_reference(h, P, n, c); });
+    }
+    EXPECT_NE(std::count(decisions.begin(), decisions.end(), 1), 0);
+    EXPECT_NE(std::count(decisions.begin(), decisions.end(), 0), 0);
+}
+
+TEST(SimLayerKV, ScoresAndChoicesEqualTheF64ReferenceWithOneQuery) { check_thresholds(1); }
+
+TEST(SimLayerKV, ScoresAndChoicesEqualTheF64ReferenceWithAWindowOfThree) { check_thresholds(3); }
+
+TEST(SimLayerKV, TheDefaultsAreKvpresss) {
+    KVCacheConfig c;
+    EXPECT_EQ(c.policy_option("simlayerkv_window"), 1.0);     // n_last
+    EXPECT_EQ(c.policy_option("simlayerkv_recent"), 1024.0);  // n_recent
+    EXPECT_EQ(c.sinks, 4);                                    // n_initial
+}
+
+TEST(SimLayerKV, ALazyLayerKeepsTheSinksAndTheMostRecentTokens) {
+    // threshold 0: every layer is lazy, so after every call the cache holds positions [0, 3)
+    // and the L - 3 most recent ones, exactly as a streaming cache with 3 sinks.
+    constexpr int64_t L = 16;
+    LayerHarness h("simlayerkv-default", L, seed_for("simlayerkv lazy is streaming"));
+    h.cfg.sinks = 3;
+    h.cfg.policy_options = {{"simlayerkv_threshold", 0.0}, {"simlayerkv_recent", 4}};
+    h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0, &byte_codec());
+    h.step(8);  // not a full prefill: no keep-initial rule
+    for (int64_t n : {4, 4, 3, 5, 1, 2, 4, 4, 6}) {
+        h.step(n);
+        if (h.P < L) continue;
+        std::vector<int32_t> want = {0, 1, 2};
+        for (int64_t x = h.P - (L - 3); x < h.P; ++x) want.push_back(int32_t(x));
+        const auto& pos = h.layer().policy().token_positions();
+        for (int64_t r = 0; r < h.B * h.G; ++r) {
+            std::vector<int32_t> p(pos.begin() + r * L, pos.begin() + (r + 1) * L);
+            std::sort(p.begin(), p.end());
+            EXPECT_EQ(p, want) << "row " << r << " at " << h.P;
+        }
+    }
+}
+
+// The kept positions of every layer and KV head of `tiny` after a prefill of 8, a chunk of 8
+// that fills the 16 slots and chunks of 4 (no keep-initial rule: the prefill is not full).
+std::vector<std::vector<std::set<int32_t>>> tiny_kept_sets(const std::string& name, const std::function<void(KVCacheConfig&)>& setup) {
+    TinyModel& tm = tiny_model<43>();
+    constexpr int64_t L = 16, T = 64;
+    KVCacheConfig kc;
+    kc.name = name;
+    kc.cache_length = L;
+    setup(kc);
+    KVCache cache(kc, tm.cfg, Device{}, DType::F32, T);
+    const std::vector<int32_t> ids = random_tokens(T, 5);
+    const Tensor all = Tensor::from_i32({1, T}, ids);
+    std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 8}, {8, 8}};
+    for (int64_t s = 16; s < T; s += 4) chunks.push_back({s, 4});
+    for (const auto& [s, n] : chunks) (void)tm.model.forward(all.slice(1, s, s + n).contiguous(), s, &cache);
+    std::vector<std::vector<std::set<int32_t>>> out;
+    for (int l = 0; l < tm.cfg.num_layers; ++l) {
+        const KVPolicy& p = cache.layer(l).policy();
+        out.emplace_back();
+        for (int64_t g = 0; g < tm.cfg.num_kv_heads; ++g) {
+            const int64_t at = p.per_row_positions() ? g * L : 0;
+            out.back().emplace_back(p.token_positions().begin() + at, p.token_positions().begin() + at + L);
+        }
+    }
+    return out;
+}
+
+TEST(SimLayerKV, OnTinyEveryLayerLazyIsStreamingAndNoneLazyIsSnapKVOfTheSameQueries) {
+    // threshold 0: every layer of `tiny` is lazy (a softmax share is > 0), so each layer and
+    // head keeps what streaming keeps; threshold 1: none is (the test is strict), so each keeps
+    // what snapkv keeps with the same voting queries and pooling.
+    const auto lazy = tiny_kept_sets("simlayerkv-default", [](KVCacheConfig& c) {
+        c.sinks = 3, c.policy_options = {{"simlayerkv_threshold", 0.0}, {"simlayerkv_recent", 4}};
+    });
+    const auto streaming = tiny_kept_sets("streaming-default", [](KVCacheConfig& c) { c.sinks = 3; });
+    EXPECT_EQ(lazy, streaming);
+    const auto busy = tiny_kept_sets("simlayerkv-default", [](KVCacheConfig& c) {
+        c.snapkv_kernel = 3, c.policy_options = {{"simlayerkv_threshold", 1.0}, {"simlayerkv_window", 2}};
+    });
+    const auto snap = tiny_kept_sets("snapkv-default", [](KVCacheConfig& c) { c.snapkv_kernel = 3, c.snapkv_window = 2; });
+    EXPECT_EQ(busy, snap);
+    EXPECT_NE(busy, lazy);  // the two rules differ on this sequence, so each comparison can fail
+}
+
+}  // namespace
+}  // namespace kv::test
