@@ -134,4 +134,53 @@ std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, c
     return out;
 }
 
+namespace {
+// Index of the first scored target (the answer's first token is predicted there), and the count.
+std::pair<int64_t, int64_t> answer_span(const Question& q) {
+    int64_t first = 0, n = 0;
+    while (first < int64_t(q.targets.size()) && q.targets[size_t(first)] < 0) ++first;
+    for (int32_t y : q.targets) n += y >= 0 ? 1 : 0;
+    if (n == 0) throw Error("compress-then-ask: a question with no scored answer token; expected targets after its prompt");
+    return {first, n};
+}
+}  // namespace
+
+std::vector<TurnAnswer> ask_questions(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, QuestionTurns turns,
+                                      int64_t slack, const std::vector<int32_t>& stop_ids, bool keep_logits) {
+    std::vector<TurnAnswer> out;
+    std::vector<int32_t> transcript;
+    for (const Question& q : questions) {
+        const auto [first, expected] = answer_span(q);
+        TurnAnswer t;
+        t.transcript = transcript;
+        t.prompt.assign(q.ids.begin(), q.ids.begin() + first + 1);
+        std::vector<int32_t> ids = transcript, targets(transcript.size(), -100);
+        ids.insert(ids.end(), q.ids.begin(), q.ids.end());
+        targets.insert(targets.end(), q.targets.begin(), q.targets.end());
+        t.asked = ask_compressed(model, cache, ids, targets, keep_logits);
+        for (int l = 0; l < cache.num_layers(); ++l) t.slots.push_back(cache.slots(l));
+        std::vector<int32_t> prompt = transcript;
+        prompt.insert(prompt.end(), t.prompt.begin(), t.prompt.end());
+        t.answer = generate_compressed(model, cache, prompt, expected + slack, stop_ids);
+        if (turns == QuestionTurns::MULTI_TURN) {
+            transcript = std::move(prompt);
+            transcript.insert(transcript.end(), t.answer.begin(), t.answer.end());
+        }
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+int64_t questions_width(int64_t context_tokens, const std::vector<Question>& questions, QuestionTurns turns, int64_t slack) {
+    int64_t width = context_tokens + slack, conversation = context_tokens;
+    for (const Question& q : questions) {
+        const auto [first, expected] = answer_span(q);
+        width = std::max(width, context_tokens + int64_t(q.ids.size()) + slack);
+        // A turn's transcript: the earlier prompts and answers (each at most expected + slack).
+        const int64_t asked = conversation + std::max(int64_t(q.ids.size()), first + 1 + expected + slack);
+        if (turns == QuestionTurns::MULTI_TURN) width = std::max(width, asked), conversation += first + 1 + expected + slack;
+    }
+    return width;
+}
+
 }  // namespace kv
