@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/kv/context_reconstruction.h"
 #include "engine/ops/ops.h"
+#include "protocol.h"
 #include "run_plan.h"
 
 namespace kv {
@@ -169,6 +170,33 @@ std::vector<TurnAnswer> ask_questions(Transformer& model, CompressedCache& cache
         out.push_back(std::move(t));
     }
     return out;
+}
+
+std::string compression_refusal(const RunConfig& cfg, LoadedModel& lm) {
+    const std::vector<std::string> problems = run_config_problems(cfg);
+    if (!problems.empty()) return problems.front();
+    try {
+        const Tokenizer& tok = *lm.tokenizer;
+        const TextCodec codec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                              [&tok](const std::string& s) { return tok.encode(s, false); }};
+        // As long as the run's samples (refusals such as a per-layer length rule depend on it).
+        const int64_t T = std::max<int64_t>(96, cfg.data.seq_length);
+        std::vector<int32_t> context(static_cast<size_t>(T), 0);
+        for (int64_t t = 0; t < T; ++t) context[size_t(t)] = int32_t((t * 37 + 11) % 200 + 32);  // printable bytes, any vocabulary
+        RunConfig c = cfg;
+        c.driver.prefill_length = 0;
+        if (c.protocol.score_threshold.empty()) {  // the budget's kind, not its size: half of the trial context
+            c.protocol.keep_tokens = 0;
+            if (c.protocol.decode_ratio == 0.0) c.protocol.compression_ratio = 0.5;
+        }
+        const KVCacheConfig kc = context_cache_config(run_cache_config(c, lm.config, lm.model->act_dtype()), T);
+        const std::optional<double> threshold = score_threshold(c.protocol);
+        const int64_t keep = threshold ? -1 : compress_keep(c.protocol, T);
+        compress_context(*lm.model, kc, context_chunk_plan(c, kc, lm.config, T), context, keep, T + 16, &codec, {}, threshold);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
 }
 
 int64_t questions_width(int64_t context_tokens, const std::vector<Question>& questions, QuestionTurns turns, int64_t slack) {

@@ -10,6 +10,7 @@
 
 #include "engine/driver/long_context.h"
 #include "engine/kv/compressed_cache.h"
+#include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
 #include "run_config.h"
 
@@ -78,6 +79,13 @@ struct TurnAnswer {
 // after its expected length (the targets' count) + slack tokens.
 std::vector<TurnAnswer> ask_questions(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, QuestionTurns turns,
                                       int64_t slack, const std::vector<int32_t>& stop_ids, bool keep_logits = false);
+
+// Why `cfg`'s cache cannot run compress-then-ask, or "" when it can: the configuration's
+// problems (run_config_problems), else the refusal of a trial compression of a context of the
+// run's data.seq_length tokens (half kept, or cfg's threshold) on `lm`, the run's model (what only the run finds:
+// per-head pools, lengths decided during the sequence, a calibration file for another model).
+// For choosing a sweep's caches before anything runs.
+std::string compression_refusal(const RunConfig& cfg, LoadedModel& lm);
 
 // The RoPE width the questions of a context of `context_tokens` need under `turns`: the longest
 // question (multi-request) or the whole conversation (multi-turn), each answer allowed its
