@@ -187,7 +187,11 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         j["generated_score"] = s.generated_score;
         j["contexts_compressed"] = s.contexts_compressed;
         j["questions_per_context"] = s.questions_per_context;
-        if (s.questions_per_context > 1) j["question_accuracy"] = s.question_accuracy;
+        if (s.questions_per_context > 1) {
+            j["turns"] = cfg.data.turns;
+            j["question_accuracy"] = s.question_accuracy;
+            j["question_score"] = s.question_score;
+        }
     }
     if (hooks.sample_tokens) j["sample_tokens_seconds"] = sample_tokens_seconds;
     j["memory"] = memory_json(s.memory);
@@ -211,6 +215,13 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.accuracy >= 0) trace::metric("accuracy", 0, s.accuracy);
     if (s.perplexity >= 0) trace::metric("perplexity", 0, s.perplexity);
     trace::metric("tokens_per_s", 0, s.tokens_per_s);
+    // Several questions per context: a metric per question (per turn of a conversation), step =
+    // its index, so the metrics view and a sweep read each turn's score beside the mean.
+    if (s.questions_per_context > 1)
+        for (size_t q = 0; q < s.question_accuracy.size(); ++q) {
+            trace::metric("question_accuracy", int64_t(q), s.question_accuracy[q]);
+            trace::metric("question_score", int64_t(q), s.question_score[q]);
+        }
     RunOutcome out;
     out.summary_json = j.dump();
     text.precision(4);
@@ -245,8 +256,11 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         text << " | decoding budget " << cfg.protocol.decode_ratio << ": " << s.decoded_tokens << " tokens decoded, "
              << s.decode_final_slots.front() << " slots held after the last (layer 0)";
     if (s.questions_per_context > 1) {
-        text << " | " << s.questions_per_context << " questions per context, each from the one compressed cache; exact by question:";
+        text << " | " << s.questions_per_context << " questions per context ("
+             << cfg.data.turns << "), the context compressed once; exact by question:";
         for (size_t q = 0; q < s.question_accuracy.size(); ++q) text << (q ? ", " : " ") << s.question_accuracy[q];
+        text << "; greedy answers' RULER score by question:";
+        for (size_t q = 0; q < s.question_score.size(); ++q) text << (q ? ", " : " ") << s.question_score[q];
     }
     if (s.text_bos >= 0) text << (s.text_bos ? " | BOS first (the tokenizer adds one)" : " | no BOS (the tokenizer adds none)");
     out.text = text.str();

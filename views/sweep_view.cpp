@@ -139,6 +139,11 @@ std::vector<SweepPanel> sweep_panels(const std::vector<storage::RunInfo>& runs, 
     return panels;
 }
 
+storage::NeedleGrid sweep_needle_grid(storage::SessionReader& reader) {
+    return storage::needle_grid(reader, [](const storage::RunInfo& r) { return storage::run_evaluates_quality(r.config); },
+                                [](const storage::RunInfo& r) { return config_text(r, "kv_cache.name"); });
+}
+
 bool refresh_sweep(SweepViewState& s, storage::SessionReader& reader) {
     try {
         std::vector<storage::RunInfo> runs = reader.runs();
@@ -153,6 +158,8 @@ bool refresh_sweep(SweepViewState& s, storage::SessionReader& reader) {
         s.runs = std::move(runs);
         s.panels = sweep_panels(s.runs, s.metric);
         s.metrics = sweep_metrics(s.runs);
+        s.needle = sweep_needle_grid(reader);
+        if (s.needle.panels.empty()) s.needle_map = false;
         ++s.version;
         return true;
     } catch (const std::exception& e) {
@@ -161,10 +168,83 @@ bool refresh_sweep(SweepViewState& s, storage::SessionReader& reader) {
     }
 }
 
+namespace {
+
+// The needle grid: one panel per cache side by side (wrapping), rows = depths top to bottom,
+// columns = sequence lengths, each cell coloured by the share of needles found and labelled
+// with it (grey and blank where no sample), a colour bar under the panels.
+void draw_needle_map(const storage::NeedleGrid& g, ImVec2 size) {
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    const float lh = ImGui::GetTextLineHeight();
+    const int n = int(g.panels.size());
+    const int cols = n <= 3 ? n : (n <= 8 ? 4 : 6);
+    const int rows = (n + cols - 1) / cols;
+    float left = 0;  // room for the depth labels
+    for (double d : g.depths) {
+        char t[32];
+        std::snprintf(t, sizeof t, "%g", d);
+        left = std::max(left, ImGui::CalcTextSize(t).x + 6);
+    }
+    const float bar = 2 * lh + 8;
+    const float pw = (size.x - 12.f * float(cols - 1)) / float(cols);
+    const float ph = std::max(80.f, (size.y - bar) / float(rows) - 8.f);
+    const ImVec2 origin = ImGui::GetCursorScreenPos();
+    const Colour text = pack_rgba(210, 210, 215), dim = pack_rgba(160, 160, 165);
+    for (int i = 0; i < n; ++i) {
+        const storage::NeedleGridPanel& p = g.panels[size_t(i)];
+        const float x0 = origin.x + float(i % cols) * (pw + 12.f), y0 = origin.y + float(i / cols) * (ph + 8.f);
+        dl->AddText(ImVec2(x0 + left, y0), text, p.title.c_str());
+        const float gx0 = x0 + left, gy0 = y0 + lh + 4, gx1 = x0 + pw, gy1 = y0 + ph - lh - 4;
+        const float cw = (gx1 - gx0) / float(std::max<size_t>(g.lengths.size(), 1)), ch = (gy1 - gy0) / float(std::max<size_t>(g.depths.size(), 1));
+        for (size_t r = 0; r < g.depths.size(); ++r) {
+            char t[32];
+            std::snprintf(t, sizeof t, "%g", g.depths[r]);
+            if (i % cols == 0) dl->AddText(ImVec2(x0, gy0 + ch * (float(r) + 0.5f) - lh * 0.5f), dim, t);
+            for (size_t c = 0; c < g.lengths.size(); ++c) {
+                const double v = p.values[r][c];
+                const ImVec2 a(gx0 + cw * float(c), gy0 + ch * float(r)), b(a.x + cw - 1, a.y + ch - 1);
+                dl->AddRectFilled(a, b, std::isnan(v) ? kNoDataColour : colormap(float(v)));
+                if (std::isnan(v)) continue;
+                char vt[16];
+                std::snprintf(vt, sizeof vt, "%.2f", v);
+                const ImVec2 ts = ImGui::CalcTextSize(vt);
+                if (ts.x < cw - 2 && ts.y < ch - 1)
+                    dl->AddText(ImVec2(a.x + (cw - ts.x) * 0.5f, a.y + (ch - ts.y) * 0.5f), v > 0.6 ? pack_rgba(20, 20, 24) : text, vt);
+            }
+        }
+        for (size_t c = 0; c < g.lengths.size(); ++c) {
+            const std::string t = std::to_string(g.lengths[c]);
+            dl->AddText(ImVec2(gx0 + cw * (float(c) + 0.5f) - ImGui::CalcTextSize(t.c_str()).x * 0.5f, gy1 + 2), dim, t.c_str());
+        }
+    }
+    // The colour bar: 0 .. 1 needles found.
+    const float by = origin.y + float(rows) * (ph + 8.f) + 2, bx0 = origin.x + left, bx1 = bx0 + std::min(300.f, size.x - left - 10);
+    for (int k = 0; k < 64; ++k)
+        dl->AddRectFilled(ImVec2(bx0 + (bx1 - bx0) * float(k) / 64.f, by), ImVec2(bx0 + (bx1 - bx0) * float(k + 1) / 64.f, by + lh * 0.8f),
+                          colormap(float(k) / 63.f));
+    dl->AddText(ImVec2(bx0, by + lh), dim, "0");
+    dl->AddText(ImVec2(bx1 - ImGui::CalcTextSize("1").x, by + lh), dim, "1");
+    dl->AddText(ImVec2(bx1 + 8, by), text, "needles found (mean of samples); rows: needle depth, columns: sequence length (tokens)");
+    ImGui::Dummy(ImVec2(size.x, float(rows) * (ph + 8.f) + bar));
+}
+
+}  // namespace
+
 void DrawSweepView(SweepViewState& s, ImVec2 size) {
     if (size.x <= 0 || size.y <= 0) size = ImGui::GetContentRegionAvail();
     const float top = ImGui::GetCursorPosY();
     if (!s.error.empty()) ImGui::TextColored(ImVec4(1, 0.5f, 0.4f, 1), "%s", s.error.c_str());
+    if (!s.needle.panels.empty()) {
+        ImGui::Checkbox("needle heat map (depth x length)", &s.needle_map);
+        if (s.needle_map) {
+            ImGui::SameLine();
+            ImGui::TextDisabled("the grid of kvlab plot --heatmap needle, one panel per cache");
+            const float used = ImGui::GetCursorPosY() - top;
+            draw_needle_map(s.needle, ImVec2(size.x, size.y - used));
+            return;
+        }
+        ImGui::SameLine();
+    }
     // Metric menu: auto and every numeric summary key the done runs record.
     ImGui::SetNextItemWidth(260);
     if (ImGui::BeginCombo("y metric", s.metric.c_str())) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/needle_grid.h"
 #include "storage/run_info.h"
 #include "views/plot_util.h"
 
@@ -74,7 +75,16 @@ struct SweepViewState {
     uint64_t version = 0;
     std::string error;
     std::vector<storage::RunInfo> runs;  // as read by the last refresh (done eval_long runs)
+    // Runs that set their needles' depths (a needle grid, depth x length): the grid of
+    // `kvlab plot --heatmap needle` (storage/needle_grid.h), one panel per cache; the view draws
+    // it instead of the curves when needle_map is set (offered only when the grid has cells).
+    storage::NeedleGrid needle;
+    bool needle_map = false;
 };
+
+// The needle grid of the session's runs, one panel per kv_cache.name (as `kvlab plot --heatmap
+// needle --by kv_cache.name`).
+storage::NeedleGrid sweep_needle_grid(storage::SessionReader& reader);
 
 // Re-reads the runs table; rebuilds the panels when a run finished or the metric changed.
 bool refresh_sweep(SweepViewState& s, storage::SessionReader& reader);

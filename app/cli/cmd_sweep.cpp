@@ -20,6 +20,7 @@
 #include "plot_commands.h"
 #include "policy_file.h"
 #include "progress.h"
+#include "sweep_all_caches.h"
 #include "run_options.h"
 #include "sessions/run_manager.h"
 #include "sessions/sweep_grid.h"
@@ -79,7 +80,10 @@ void print_sweep_help() {
         "Runs eval_long for every combination of the options given as comma lists (the grid), plus one\n"
         "dense reference per data configuration, all recorded into one session. Cells the session already\n"
         "holds with the same configuration are skipped: rerun the same command to continue a stopped sweep\n"
-        "or just to print its table again. Policy names without a buffer take --kv_cache.buffer (default).\n\n"
+        "or just to print its table again. Policy names without a buffer take --kv_cache.buffer (default).\n"
+        "--kv_cache.name all: every registered policy that can run the rest of the command (its protocol,\n"
+        "buffer and first value of each axis; under compress-then-ask a trial compression on MODEL); the\n"
+        "others are listed with the reason before anything runs.\n\n"
         "example: kvlab sweep smollm2-135m --data repeat --kv_cache.name h2o,lastrec,tova \\\n"
         "             --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --session s.kvlab\n\n"
         "sweep options:\n%s\nrun options: every option of `kvlab eval_long --help`, each as a single value or a comma list\n"
@@ -144,7 +148,9 @@ int cmd_sweep(int argc, char** argv, int first) {
     std::vector<sessions::SweepCell> cells;
     try {
         if (args.has("kv_cache.policy_file")) load_policy_file(args.str("kv_cache.policy_file"));  // before the cache names are parsed
-        spec = sessions::make_sweep_spec(base_config(args), ordered_run_options(argc, argv, first, args));
+        std::vector<std::pair<std::string, std::string>> options = ordered_run_options(argc, argv, first, args);
+        expand_all_caches(base_config(args), options);  // --kv_cache.name all
+        spec = sessions::make_sweep_spec(base_config(args), options);
         cells = sessions::expand_sweep(spec);
     } catch (const Error& e) {
         throw UsageError(e.what());

@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/kv/context_reconstruction.h"
 #include "engine/ops/ops.h"
+#include "protocol.h"
 #include "run_plan.h"
 
 namespace kv {
@@ -132,6 +133,82 @@ std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, c
     std::vector<AskResult> out;
     for (const Question& q : questions) out.push_back(ask_compressed(model, cache, q.ids, q.targets, keep_logits));
     return out;
+}
+
+namespace {
+// Index of the first scored target (the answer's first token is predicted there), and the count.
+std::pair<int64_t, int64_t> answer_span(const Question& q) {
+    int64_t first = 0, n = 0;
+    while (first < int64_t(q.targets.size()) && q.targets[size_t(first)] < 0) ++first;
+    for (int32_t y : q.targets) n += y >= 0 ? 1 : 0;
+    if (n == 0) throw Error("compress-then-ask: a question with no scored answer token; expected targets after its prompt");
+    return {first, n};
+}
+}  // namespace
+
+std::vector<TurnAnswer> ask_questions(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, QuestionTurns turns,
+                                      int64_t slack, const std::vector<int32_t>& stop_ids, bool keep_logits) {
+    std::vector<TurnAnswer> out;
+    std::vector<int32_t> transcript;
+    for (const Question& q : questions) {
+        const auto [first, expected] = answer_span(q);
+        TurnAnswer t;
+        t.transcript = transcript;
+        t.prompt.assign(q.ids.begin(), q.ids.begin() + first + 1);
+        std::vector<int32_t> ids = transcript, targets(transcript.size(), -100);
+        ids.insert(ids.end(), q.ids.begin(), q.ids.end());
+        targets.insert(targets.end(), q.targets.begin(), q.targets.end());
+        t.asked = ask_compressed(model, cache, ids, targets, keep_logits);
+        for (int l = 0; l < cache.num_layers(); ++l) t.slots.push_back(cache.slots(l));
+        std::vector<int32_t> prompt = transcript;
+        prompt.insert(prompt.end(), t.prompt.begin(), t.prompt.end());
+        t.answer = generate_compressed(model, cache, prompt, expected + slack, stop_ids);
+        if (turns == QuestionTurns::MULTI_TURN) {
+            transcript = std::move(prompt);
+            transcript.insert(transcript.end(), t.answer.begin(), t.answer.end());
+        }
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+std::string compression_refusal(const RunConfig& cfg, LoadedModel& lm) {
+    const std::vector<std::string> problems = run_config_problems(cfg);
+    if (!problems.empty()) return problems.front();
+    try {
+        const Tokenizer& tok = *lm.tokenizer;
+        const TextCodec codec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                              [&tok](const std::string& s) { return tok.encode(s, false); }};
+        // As long as the run's samples (refusals such as a per-layer length rule depend on it).
+        const int64_t T = std::max<int64_t>(96, cfg.data.seq_length);
+        std::vector<int32_t> context(static_cast<size_t>(T), 0);
+        for (int64_t t = 0; t < T; ++t) context[size_t(t)] = int32_t((t * 37 + 11) % 200 + 32);  // printable bytes, any vocabulary
+        RunConfig c = cfg;
+        c.driver.prefill_length = 0;
+        if (c.protocol.score_threshold.empty()) {  // the budget's kind, not its size: half of the trial context
+            c.protocol.keep_tokens = 0;
+            if (c.protocol.decode_ratio == 0.0) c.protocol.compression_ratio = 0.5;
+        }
+        const KVCacheConfig kc = context_cache_config(run_cache_config(c, lm.config, lm.model->act_dtype()), T);
+        const std::optional<double> threshold = score_threshold(c.protocol);
+        const int64_t keep = threshold ? -1 : compress_keep(c.protocol, T);
+        compress_context(*lm.model, kc, context_chunk_plan(c, kc, lm.config, T), context, keep, T + 16, &codec, {}, threshold);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+int64_t questions_width(int64_t context_tokens, const std::vector<Question>& questions, QuestionTurns turns, int64_t slack) {
+    int64_t width = context_tokens + slack, conversation = context_tokens;
+    for (const Question& q : questions) {
+        const auto [first, expected] = answer_span(q);
+        width = std::max(width, context_tokens + int64_t(q.ids.size()) + slack);
+        // A turn's transcript: the earlier prompts and answers (each at most expected + slack).
+        const int64_t asked = conversation + std::max(int64_t(q.ids.size()), first + 1 + expected + slack);
+        if (turns == QuestionTurns::MULTI_TURN) width = std::max(width, asked), conversation += first + 1 + expected + slack;
+    }
+    return width;
 }
 
 }  // namespace kv

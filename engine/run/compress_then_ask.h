@@ -10,6 +10,7 @@
 
 #include "engine/driver/long_context.h"
 #include "engine/kv/compressed_cache.h"
+#include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
 #include "run_config.h"
 
@@ -56,5 +57,39 @@ struct Question {
     std::vector<int32_t> ids, targets;  // as ask_compressed's
 };
 std::vector<AskResult> ask_in_turn(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, bool keep_logits = false);
+
+// One question's answer in a conversation: the question teacher-forced after the transcript
+// (its scores; `asked` covers transcript + question, token_loss NaN over the transcript), and
+// the greedy answer generated after the transcript and the question's prompt (its ids up to and
+// including the last one before the first scored target).
+struct TurnAnswer {
+    AskResult asked;
+    std::vector<int32_t> transcript;  // the conversation before this question (empty: multi-request)
+    std::vector<int32_t> prompt;      // the question's ids before its answer
+    std::vector<int32_t> answer;      // the greedy answer (stop id not included)
+    std::vector<int64_t> slots;       // per layer, the slots per row after the teacher-forced pass
+};
+
+// The questions of one compressed context, asked as `turns` says (protocol.h): multi-request,
+// each from the compressed state alone; multi-turn, SCBench's conversation, where question j
+// comes after questions 0..j-1's prompts and the model's own greedy answers to them. Each turn
+// starts from the rewound compressed state and feeds the transcript again (one token per forward
+// under a decoding budget, as the live conversation fed it, so the budget acts on the earlier
+// turns too); the context itself is never run again. A greedy answer stops at one of stop_ids or
+// after its expected length (the targets' count) + slack tokens.
+std::vector<TurnAnswer> ask_questions(Transformer& model, CompressedCache& cache, const std::vector<Question>& questions, QuestionTurns turns,
+                                      int64_t slack, const std::vector<int32_t>& stop_ids, bool keep_logits = false);
+
+// Why `cfg`'s cache cannot run compress-then-ask, or "" when it can: the configuration's
+// problems (run_config_problems), else the refusal of a trial compression of a context of the
+// run's data.seq_length tokens (half kept, or cfg's threshold) on `lm`, the run's model (what only the run finds:
+// per-head pools, lengths decided during the sequence, a calibration file for another model).
+// For choosing a sweep's caches before anything runs.
+std::string compression_refusal(const RunConfig& cfg, LoadedModel& lm);
+
+// The RoPE width the questions of a context of `context_tokens` need under `turns`: the longest
+// question (multi-request) or the whole conversation (multi-turn), each answer allowed its
+// expected length + slack.
+int64_t questions_width(int64_t context_tokens, const std::vector<Question>& questions, QuestionTurns turns, int64_t slack);
 
 }  // namespace kv

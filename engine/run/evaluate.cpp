@@ -225,10 +225,14 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             std::vector<Question> questions = {{std::vector<int32_t>(it.ids.begin() + split, it.ids.end()),
                                                 std::vector<int32_t>(it.targets.begin() + split, it.targets.end())}};
             questions.insert(questions.end(), it.more_questions.begin(), it.more_questions.end());
-            // RoPE width: the context and its longest question, with room for a greedy answer
-            // running past the expected one (generate_compressed's max_new below).
-            int64_t width = T + kGenerationSlack;
-            for (const Question& q : questions) width = std::max(width, split + int64_t(q.ids.size()) + kGenerationSlack);
+            // RoPE width: the context and its longest question (multi-turn: the whole conversation),
+            // with room for a greedy answer running past the expected one.
+            const QuestionTurns turns = parse_question_turns(cfg.data.turns);
+            const int64_t width = questions_width(split, questions, turns, kGenerationSlack);
+            if (loaded && loaded->rope_width() > 0 && loaded->rope_width() < width)
+                throw Error(str("--kv_cache.load '", compressed_cache_path(cfg.protocol.load_path, int64_t(i)), "': saved for positions up to ",
+                                loaded->rope_width(), ", these questions (", cfg.data.turns, ") reach ", width),
+                            "expected a file saved by a run asking the same questions the same way");
             CompressedCache cc = loaded ? std::move(*loaded)
                                         : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
@@ -238,6 +242,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             const int64_t nq = int64_t(questions.size());
             sum.questions_per_context = nq;
             sum.question_accuracy.resize(size_t(nq), 0.0);
+            sum.question_score.resize(size_t(nq), 0.0);
             done_units += policy_units;
             done_tokens += T;
             for (const Question& q : it.more_questions) done_tokens += int64_t(q.ids.size());
@@ -248,40 +253,38 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             sum.kept_total_slots.clear();
             for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
             policy_phase.reset();
-            // Each question in turn from the same compressed cache, a result of its own.
+            // Every question of the context, as --data.turns asks them, a result of its own.
+            std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
+            const std::vector<TurnAnswer> answers = ask_questions(model, cc, questions, turns, kGenerationSlack, tok.eos_ids());
+            ask_phase.reset();
             for (int64_t j = 0; j < nq; ++j) {
-                std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
                 const Question& q = questions[size_t(j)];
-                const AskResult a = ask_compressed(model, cc, q.ids, q.targets);
+                const TurnAnswer& ta = answers[size_t(j)];
+                const AskResult& a = ta.asked;
+                const int64_t fed = int64_t(ta.transcript.size() + q.ids.size());  // tokens fed after the context
                 if (cfg.protocol.decode_ratio > 0.0) {
-                    // The decoding budget's outcome: the question and answer decoded under it and the slots
-                    // held after them (before the greedy answer below rewinds).
-                    sum.decoded_tokens += int64_t(q.ids.size());
-                    sum.decode_final_slots.clear();
-                    for (int l = 0; l < cc.num_layers(); ++l) sum.decode_final_slots.push_back(cc.slots(l));
+                    // The decoding budget's outcome: the tokens decoded under it (a turn's transcript
+                    // again) and the slots held after the last question's teacher-forced pass.
+                    sum.decoded_tokens += fed;
+                    sum.decode_final_slots = ta.slots;
                 }
-                // The answer generated greedily from the same compressed state: its length and
-                // RULER score next to the teacher-forced numbers.
-                int64_t first = 0, expected_n = 0;
-                while (first < int64_t(q.targets.size()) && q.targets[size_t(first)] < 0) ++first;
                 std::vector<int32_t> expected_ids;
                 for (int32_t y : q.targets)
-                    if (y >= 0) expected_ids.push_back(y), ++expected_n;
-                const std::vector<int32_t> generated = generate_compressed(
-                    model, cc, std::vector<int32_t>(q.ids.begin(), q.ids.begin() + first + 1), expected_n + kGenerationSlack, tok.eos_ids());
+                    if (y >= 0) expected_ids.push_back(y);
                 std::string answer_text = tok.decode(expected_ids, true);
                 answer_text.erase(0, answer_text.find_first_not_of(' '));
                 EvalSampleResult r;
                 r.index = int64_t(sum.samples.size());
                 if (nq > 1) r.context = int64_t(i), r.question = j;
                 r.seconds = now_s() - t0;  // the first question's includes the compression
-                r.tokens = split + int64_t(q.ids.size());
-                r.description = nq > 1 ? str(it.description, ", question ", j + 1, " of ", nq) : it.description;
+                r.tokens = split + fed;
+                r.description = nq > 1 ? str(it.description, ", ", turns == QuestionTurns::MULTI_TURN ? "turn " : "question ", j + 1, " of ", nq)
+                                       : it.description;
                 r.prediction = a.argmax.empty() ? -1 : a.argmax.back();
                 score_answer(r, q.targets, a.argmax);
                 r.loss = a.count > 0 ? a.loss_sum / double(a.count) : 0.0;
-                r.generated_tokens = int64_t(generated.size());
-                r.generated_score = ruler_text_score(cfg.data.name, tok.decode(generated, true), answer_text);
+                r.generated_tokens = int64_t(ta.answer.size());
+                r.generated_score = ruler_text_score(cfg.data.name, tok.decode(ta.answer, true), answer_text);
                 gen_tokens += double(r.generated_tokens);
                 gen_score += r.generated_score;
                 loss_total += a.loss_sum;
@@ -289,11 +292,12 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 sum.scored_tokens += a.count;
                 correct += r.correct ? 1 : 0;
                 sum.question_accuracy[size_t(j)] += r.correct ? 1.0 : 0.0;
+                sum.question_score[size_t(j)] += r.generated_score;
                 sum.samples.push_back(r);
-                sum.tokens += j == 0 ? r.tokens : int64_t(q.ids.size());
-                ask_phase.reset();
+                sum.tokens += j == 0 ? r.tokens : fed;
                 if (cb.on_sample_tokens) {
                     std::vector<int32_t> ids(it.ids.begin(), it.ids.begin() + split);
+                    ids.insert(ids.end(), ta.transcript.begin(), ta.transcript.end());
                     ids.insert(ids.end(), q.ids.begin(), q.ids.end());
                     std::vector<float> token_loss(size_t(split), std::numeric_limits<float>::quiet_NaN());
                     token_loss.insert(token_loss.end(), a.token_loss.begin(), a.token_loss.end());
@@ -434,6 +438,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
     if (head == HeadKind::NEXT_TOKEN && !copy_task && !answer_task) sum.perplexity = loss_tokens > 0 ? std::exp(loss_total / loss_tokens) : 0;
     else sum.accuracy = sum.samples.empty() ? 0 : double(correct) / double(sum.samples.size());
     for (double& a : sum.question_accuracy) a /= double(std::max<size_t>(items.size(), 1));
+    for (double& a : sum.question_score) a /= double(std::max<size_t>(items.size(), 1));
     if (ask && !sum.samples.empty()) {
         sum.generated_tokens = gen_tokens / double(sum.samples.size());
         sum.generated_score = gen_score / double(sum.samples.size());

@@ -76,6 +76,9 @@ struct EvalSummary {
     // of each, and with several the exact-answer accuracy of question j over the contexts.
     int64_t contexts_compressed = 0, questions_per_context = 0;
     std::vector<double> question_accuracy;
+    // The same per question (per turn under --data.turns multi-turn): the mean RULER score of its
+    // greedy answers over the contexts.
+    std::vector<double> question_score;
     // --kv_cache.decode_ratio: tokens decoded under the decoding budget (every question and
     // answer token, one per forward) and the slots per row each layer held after the last one.
     int64_t decoded_tokens = 0;

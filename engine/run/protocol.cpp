@@ -32,6 +32,27 @@ Protocol parse_protocol(const std::string& name) {
     throw Error(str("--protocol: '", name, "' is not a protocol; expected one of: ", join(protocol_names(), ", ")));
 }
 
+const std::vector<QuestionTurnsInfo>& question_turns_registry() {
+    static const std::vector<QuestionTurnsInfo> t = {
+        {QuestionTurns::MULTI_REQUEST, "multi-request", "each question answered from the compressed context alone"},
+        {QuestionTurns::MULTI_TURN, "multi-turn",
+         "a conversation: each question after the earlier questions and the model's greedy answers to them"},
+    };
+    return t;
+}
+
+std::vector<std::string> question_turns_names() {
+    std::vector<std::string> n;
+    for (const QuestionTurnsInfo& t : question_turns_registry()) n.push_back(t.name);
+    return n;
+}
+
+QuestionTurns parse_question_turns(const std::string& name) {
+    for (const QuestionTurnsInfo& t : question_turns_registry())
+        if (name == t.name) return t.id;
+    throw Error(str("--data.turns: '", name, "' is not a way of asking; expected one of: ", join(question_turns_names(), ", ")));
+}
+
 std::string compressed_cache_path(const std::string& path, int64_t index) {
     return index == 0 ? path : str(path, ".", index);
 }

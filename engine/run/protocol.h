@@ -25,6 +25,22 @@ std::vector<std::string> protocol_names();
 // Throws kv::Error naming --protocol and the known names.
 Protocol parse_protocol(const std::string& name);
 
+// How the questions of one compressed context are asked (SCBench's two shared-context modes):
+// multi-request, each from the compressed context alone; multi-turn, a conversation, each after
+// the earlier questions and the model's greedy answers to them (--data.turns).
+enum class QuestionTurns { MULTI_REQUEST, MULTI_TURN };
+
+struct QuestionTurnsInfo {
+    QuestionTurns id;
+    const char* name;
+    const char* summary;
+};
+
+const std::vector<QuestionTurnsInfo>& question_turns_registry();
+std::vector<std::string> question_turns_names();
+// Throws kv::Error naming --data.turns and the known names.
+QuestionTurns parse_question_turns(const std::string& name);
+
 // The protocol's options as a run records them (RunConfig::protocol).
 struct ProtocolConfig {
     std::string name = "chunked";

@@ -176,6 +176,10 @@ std::vector<OptionDef> build_options() {
                         "RULER niah_multikey / niah_multiquery: questions asked of each context, each answered in turn from the one "
                         "compressed cache (--protocol compress-then-ask; SCBench's multi-request)",
                         1, 64, [](RunConfig& c) -> int64_t& { return c.data.questions; }));
+    o.push_back(str_opt("data.turns", "data",
+                        "compress-then-ask with several questions: multi-request (each from the compressed context alone) or "
+                        "multi-turn (SCBench's conversation: each after the earlier questions and the model's greedy answers)",
+                        question_turns_names(), [](RunConfig& c) -> std::string& { return c.data.turns; }));
     o.push_back(int_opt("data.repeat_length", "data", "repeat: tokens of the passage that is copied", 5, BIG,
                         [](RunConfig& c) -> int64_t& { return c.data.repeat_length; }));
     o.push_back(int_opt("data.repeat_distance", "data", "repeat: filler tokens between the two copies (-1: the rest of seq_length)", -1, BIG,
@@ -586,6 +590,13 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
                c.protocol.decode_rescore_every != 0) {
         p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, decode_ratio, decode_rescore_every, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
+    }
+    try {
+        if (parse_question_turns(c.data.turns) == QuestionTurns::MULTI_TURN && !ask)
+            p.push_back("--data.turns multi-turn: a conversation over one compressed context needs --protocol compress-then-ask; expected that "
+                        "protocol, or multi-request");
+    } catch (const Error& e) {
+        p.push_back(e.what());
     }
     if (c.data.questions > 1) {
         const auto& multi = ruler_multi_question_tasks();

@@ -22,6 +22,7 @@ struct DataConfig {
     int64_t num_keys = 16;          // recall: key-value pairs in the context
     int64_t ruler_keys = 4;         // RULER: keys (multikey), values (multivalue), chain length (vt), common words (cwe)
     int64_t questions = 1;          // RULER: questions asked of each context (compress-then-ask; ruler_multi_question_tasks())
+    std::string turns = "multi-request";  // how those questions are asked (protocol.h: multi-request | multi-turn)
     int64_t repeat_length = 64;     // repeat: tokens of the passage (each copy)
     int64_t repeat_distance = -1;   // repeat: filler tokens between the copies (-1: the rest of seq_length)
     std::vector<std::string> files; // text: input files

@@ -16,6 +16,7 @@
 #include "views/trace_view.h"
 #include "views/compare_view.h"
 #include "views/metrics_view.h"
+#include "views/sweep_view.h"
 #include "views_test_util.h"
 
 extern "C" int stbi_write_png(const char* filename, int w, int h, int comp, const void* data, int stride_in_bytes);
@@ -405,6 +406,46 @@ TEST(Screenshots, DISABLED_TraceGpu) {
     s.icicle_gpu = true;
     still();
     save_frame("trace_gpu_icicle");
+}
+
+}  // namespace
+}  // namespace kv::views
+
+namespace kv::views {
+namespace {
+
+// The sweep view's needle heat map (synthetic: three caches, three lengths, five depths).
+TEST(Screenshots, DISABLED_SweepNeedleMap) {
+    const std::string out_dir = shots_dir();
+    test::ViewsScratchDir dir;
+    const std::string path = dir.file("needles.kvlab");
+    const char* caches[] = {"snapkv-default", "knorm-default", "lastrec-default"};
+    for (int c = 0; c < 3; ++c)
+        for (int64_t T : {1024, 2048, 4096}) {
+            const std::string cfg = std::string(R"({"mode":"eval_long","data":{"name":"niah_single","seq_length":)") + std::to_string(T) +
+                                    R"(,"depths":"0,0.25,0.5,0.75,1","num_samples":10},"kv_cache":{"name":")" + caches[c] + R"("}})";
+            test::SyntheticRun run(path, cfg);
+            run.produce([&] {
+                for (int i = 0; i < 10; ++i) trace::metric("sample_correct", i, ((i * 3 + c + int(T / 1024)) % 4) < 3 - c ? 1.0 : 0.0);
+            });
+        }
+    storage::SessionReader reader(path);
+    SweepViewState s;
+    refresh_sweep(s, reader);
+    s.needle_map = true;
+    const float W = 1180, H = 620;
+    test::ImGuiHarness h(W, H);
+    test::RecordingTextureHost host;
+    unsigned char* font_px = nullptr;
+    int fw = 0, fh = 0;
+    ImGui::GetIO().Fonts->GetTexDataAsRGBA32(&font_px, &fw, &fh);
+    const ImTextureID font_id = reinterpret_cast<ImTextureID>(uintptr_t(0xF0F0));
+    ImGui::GetIO().Fonts->SetTexID(font_id);
+    const Sampler font{font_px, fw, fh};
+    for (int f = 0; f < 3; ++f) h.window_frame([&] { DrawSweepView(s); });
+    Image img{int(W), int(H), std::vector<float>(size_t(W * H * 3), 0.1f)};
+    raster(img, ImGui::GetDrawData(), host, font, font_id);
+    save(img, out_dir + "/sweep_needle_map.png");
 }
 
 }  // namespace
