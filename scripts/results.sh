@@ -15,7 +15,17 @@ mkdir -p results "$(dirname "$SESSION")"  # the tables go to results/ wherever t
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
 BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding needles} "
-want() { [[ "$BLOCKS" == *" $1 "* ]]; }
+# One provenance line per block, written when the block starts (results/BLOCK.provenance.md):
+# the commit of the tree the tables came from, the date and the CPU they ran on.
+COMMIT=${RESULTS_COMMIT:-$(git rev-parse --short HEAD)}
+provenance() {
+  local isa=AVX2
+  grep -qw avx512f /proc/cpuinfo && isa=AVX-512
+  printf '*Block `%s` (`RESULTS_BLOCKS=%s scripts/results.sh`), %s, commit %s, %s-vCPU %s (%s).*\n' \
+    "$1" "$1" "$(date -u +%F)" "$COMMIT" "$(nproc)" "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$isa" \
+    > "results/$1.provenance.md"
+}
+want() { [[ "$BLOCKS" == *" $1 "* ]] && provenance "$1"; }
 POLICIES="lastrec h2o h2o-orig h2o-vlen streaming tova snapkv knorm"
 QPOLICIES="qh2o qh2o-vlen"  # need a quantized buffer
 
@@ -188,8 +198,7 @@ fi
 # reference): kept attention mass per layer of each method and of the best set of the same size.
 # About 10 minutes on 2 shared cores.
 needles() {
-  local methods=snapkv,knorm,streaming commit
-  commit=$(git rev-parse --short HEAD)  # the provenance line names the commit the block started at
+  local methods=snapkv,knorm,streaming
   local cmd=(smollm2-135m --protocol compress-then-ask --data niah_single --data.depths 0,0.25,0.5,0.75,1 --data.num_samples 5
              --data.seq_length 512,1024,2048 --kv_cache.name "$methods" --kv_cache.compression_ratio 0.5 --kv_cache.chunk_size 128
              --session "$SESSION" --figure none --format md)  # telemetry on: the map reads each sample's sample_correct metric
@@ -210,11 +219,6 @@ needles() {
     --title "The oracle (best 256 slots in hindsight) for the same runs: its kept mass per layer" -o docs/figures/needles_oracle_smollm2.svg
   "$KVLAB" plot "$SESSION" --x layer --y fidelity_efficiency --by kv_cache.name --where "$where" \
     --title "Efficiency per layer: each method's kept mass / the oracle's" -o docs/figures/needles_efficiency_smollm2.svg
-  local isa=AVX2
-  grep -qw avx512f /proc/cpuinfo && isa=AVX-512
-  printf '*Block `needles` (`RESULTS_BLOCKS=needles scripts/results.sh`), %s, commit %s, %s-vCPU %s (%s).*\n' \
-    "$(date -u +%F)" "$commit" "$(nproc)" "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$isa" \
-    > results/needles.provenance.md
   echo "results: results/needles.{accuracy,oracle.kept,oracle.mass,oracle.efficiency,provenance}.md; figures docs/figures/needles{,_kept,_oracle,_efficiency}_smollm2.svg"
 }
 want needles && needles
