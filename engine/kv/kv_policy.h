@@ -18,6 +18,7 @@
 #include "engine/telemetry/replay_plan.h"
 #include "engine/kv/kv_config.h"
 #include "engine/kv/policy_capabilities.h"
+#include "engine/kv/policy_features.h"
 
 namespace kv {
 
@@ -62,12 +63,8 @@ class KVPolicy {
     virtual bool needs_attention_weights() const { return false; }
     // Queries of a chunk whose weights the policy wants: 0 = all (snapkv: the last window).
     virtual int64_t weights_query_window() const { return 0; }
-    virtual bool needs_value_norm() const { return false; }
-    virtual bool needs_key_norm() const { return false; }
-    virtual bool needs_quant_error() const { return false; }
-    virtual bool needs_key_vectors() const { return false; }
-    virtual bool needs_value_vectors() const { return false; }
-    virtual bool needs_query_vectors() const { return false; }
+    // The InsertFeatures the policy reads.
+    virtual FeatureSet needs_features() const { return {}; }
     // ---- end of capabilities ----
 
     // ---- planning ----------------------------------------------------------------------

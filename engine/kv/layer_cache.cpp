@@ -51,20 +51,21 @@ void LayerCache::record_step(const SlotPlan& plan) const {
 
 InsertFeatures LayerCache::features(const Tensor& q, const Tensor& k, const Tensor& v, float scale) const {
     InsertFeatures f;
-    if (policy_->needs_query_vectors() && q.defined()) {
+    const FeatureSet need = policy_->needs_features();
+    if (need.has(Feature::QueryVectors) && q.defined()) {
         f.queries = q.contiguous().to_f32_vector();
         f.query_heads = q.size(1);
         f.rope_inv_freq = rope_;
         f.attn_scale = scale;
     }
-    if (policy_->needs_value_norm()) f.value_norm = ops::norm_last(v).to_f32_vector();
-    if (policy_->needs_key_norm()) f.key_norm = ops::norm_last(k).to_f32_vector();
-    if (policy_->needs_quant_error()) f.quant_error = buffer_->quant_errors(k, v);
-    if (policy_->needs_key_vectors()) {
+    if (need.has(Feature::ValueNorm)) f.value_norm = ops::norm_last(v).to_f32_vector();
+    if (need.has(Feature::KeyNorm)) f.key_norm = ops::norm_last(k).to_f32_vector();
+    if (need.has(Feature::QuantError)) f.quant_error = buffer_->quant_errors(k, v);
+    if (need.has(Feature::KeyVectors)) {
         f.keys = k.contiguous().to_f32_vector();
         f.head_dim = k.size(-1);
     }
-    if (policy_->needs_value_vectors()) {
+    if (need.has(Feature::ValueVectors)) {
         f.values = v.contiguous().to_f32_vector();
         f.head_dim = v.size(-1);
     }

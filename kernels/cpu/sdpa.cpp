@@ -287,18 +287,6 @@ inline void cap_row(A* sr, int64_t nk, A cap, A* dfac = nullptr) {
         for (int64_t j = 0; j < nk; ++j) dfac[j] = A(1) - (sr[j] / cap) * (sr[j] / cap);
 }
 
-// The sink joins a row's softmax as one more score with no value: the running max and sum
-// (m, l) become those over [scores, sink]. Returns the factor the row's accumulated P V
-// (formed under the old max) must be multiplied by.
-template <class A>
-inline A fold_sink(A& m, A& l, A sink) {
-    const A M = std::max(m, sink);
-    const A f = online_softmax_scale(m, M);
-    l = l * f + kv_exp(sink - M);
-    m = M;
-    return f;
-}
-
 template <class A>
 inline A row_max(const A* x, int64_t n) {
     A m = -std::numeric_limits<A>::infinity();
@@ -422,7 +410,7 @@ void fwd_task(const OpCall& c, const SdpaShape<A>& s, const Visibility& vis, con
         for (int64_t i = 0; i < nq; ++i) {
             const int64_t row = r * nq + i;
             A* ar = tb.acc + row * HSP;
-            const A f = s.sinks.empty() ? A(1) : fold_sink(tb.m[row], tb.l[row], s.sinks[size_t(g * s.R + r)]);
+            const A f = s.sinks.empty() ? A(1) : online_softmax_sink(tb.m[row], tb.l[row], s.sinks[size_t(g * s.R + r)]);
             const A inv = tb.l[row] > A(0) ? f / tb.l[row] : A(0);
             for (int64_t d = 0; d < s.HS; ++d) ar[d] *= inv;
             store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + (i0 + i) * y.nb[2], y.nb[3], y.dtype, s.HS, ar);

@@ -20,6 +20,7 @@
 #include "cpu_common.h"
 #include "kernels/common/element_math.h"
 #include "kernels/common/kivi_math.h"
+#include "kernels/common/online_softmax.h"
 #include "unit_pool.h"
 
 namespace kv::cpu {
@@ -173,22 +174,20 @@ void forward(const OpContext& ctx, const OpCall& c) {
             for (int64_t row = 0; row < rows; ++row) {
                 const int64_t h = g * s.R + row / s.n, i = row % s.n;
                 tile_scores(s, qbuf.data() + ((b * s.NH + h) * s.n + i) * s.D, K.data(), kp.data(), nt, qp_of(b, i), sc.data());
-                A mx = m[row];
-                for (int64_t t = 0; t < nt; ++t) mx = std::max(mx, sc[size_t(t)]);
-                if (mx == -std::numeric_limits<A>::infinity()) continue;
-                const A corr = std::exp(m[row] - mx);  // exp(-inf) = 0 for the first visible key
+                A mb = -std::numeric_limits<A>::infinity();
+                for (int64_t t = 0; t < nt; ++t) mb = std::max(mb, sc[size_t(t)]);
+                if (mb == -std::numeric_limits<A>::infinity()) continue;
+                const A corr = online_softmax_raise(m[row], l[row], mb, LibmExp{});
                 A* a = acc + row * s.D;
-                l[row] *= corr;
                 for (int64_t d = 0; d < s.D; ++d) a[d] *= corr;
                 for (int64_t t = 0; t < nt; ++t) {
                     if (sc[size_t(t)] == -std::numeric_limits<A>::infinity()) continue;
-                    const A p = std::exp(sc[size_t(t)] - mx);
+                    const A p = std::exp(sc[size_t(t)] - m[row]);
                     l[row] += p;
                     const A* v = V.data() + t * s.D;
 #pragma omp simd
                     for (int64_t d = 0; d < s.D; ++d) a[d] += p * v[d];
                 }
-                m[row] = mx;
             }
         }
     });
@@ -199,19 +198,17 @@ void forward(const OpContext& ctx, const OpCall& c) {
     for (int64_t pair = 0; pair < s.B * s.G; ++pair) {
         const int64_t b = pair / s.G, g = pair % s.G;
         for (int64_t row = 0; row < rows; ++row) {
-            A M = -std::numeric_limits<A>::infinity();
-            for (int64_t r = 0; r < s.ranges; ++r) M = std::max(M, st[size_t((pair * s.ranges + r) * state + row)]);
-            A L = 0;
+            const A* m0 = st.data() + pair * s.ranges * state + row;
+            A M, L;
+            online_softmax_merge(m0, m0 + rows, int(s.ranges), M, L, state, LibmExp{});
             std::fill(out.begin(), out.end(), A(0));
-            if (M != -std::numeric_limits<A>::infinity())
-                for (int64_t r = 0; r < s.ranges; ++r) {
-                    const A* m = st.data() + (pair * s.ranges + r) * state;
-                    if (m[row] == -std::numeric_limits<A>::infinity()) continue;
-                    const A f = std::exp(m[row] - M);
-                    L += m[rows + row] * f;
-                    const A* a = m + 2 * rows + row * s.D;
-                    for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] += a[d] * f;
-                }
+            for (int64_t r = 0; r < s.ranges; ++r) {
+                const A* m = st.data() + (pair * s.ranges + r) * state;
+                if (m[row] == -std::numeric_limits<A>::infinity()) continue;
+                const A f = online_softmax_scale(m[row], M, LibmExp{});
+                const A* a = m + 2 * rows + row * s.D;
+                for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] += a[d] * f;
+            }
             for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] = L > 0 ? out[size_t(d)] / L : A(0);
             const int64_t h = g * s.R + row / s.n, i = row % s.n;
             store_row(y.bytes() + b * y.nb[0] + h * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, s.D, out.data());
@@ -577,19 +574,16 @@ void decode_forward(const OpContext& ctx, const OpCall& c, const KiviCall& s) {
         const int64_t b = p / s.G, g = p % s.G;
         const float* base = mem.as<float>() + p * nsplit * per_unit;
         for (int64_t row = 0; row < rows; ++row) {
-            float mx = neg_inf;
-            for (int64_t sp = 0; sp < nsplit; ++sp) mx = std::max(mx, base[sp * per_unit + row]);
-            float l = 0;
+            float mx, l;
+            online_softmax_merge(base + row, base + rows + row, int(nsplit), mx, l, per_unit);
             std::fill(out, out + D, 0.0f);
-            if (mx != neg_inf)
-                for (int64_t sp = 0; sp < nsplit; ++sp) {
-                    const float* um = base + sp * per_unit;
-                    if (um[row] == neg_inf) continue;
-                    const float f = kv_exp(um[row] - mx);
-                    l += um[rows + row] * f;
-                    const float* a = um + 2 * rows + row * D;
-                    for (int64_t d = 0; d < D; ++d) out[d] += f * a[d];
-                }
+            for (int64_t sp = 0; sp < nsplit; ++sp) {
+                const float* um = base + sp * per_unit;
+                if (um[row] == neg_inf) continue;
+                const float f = online_softmax_scale(um[row], mx);
+                const float* a = um + 2 * rows + row * D;
+                for (int64_t d = 0; d < D; ++d) out[d] += f * a[d];
+            }
             const float il = l > 0.0f ? 1.0f / l : 0.0f;
             for (int64_t d = 0; d < D; ++d) out[d] *= il;
             m[row] = mx;
@@ -606,7 +600,7 @@ void decode_forward(const OpContext& ctx, const OpCall& c, const KiviCall& s) {
             const int64_t t0 = sp * UK, nk = std::min(UK, T - t0);
             for (int64_t row = 0; row < rows; ++row) {
                 if (um[row] == neg_inf || inv_l[row] == 0.0f) continue;
-                const float f = kv_exp(um[row] - m[row]) * inv_l[row] * inv_r;
+                const float f = online_softmax_scale(um[row], m[row]) * inv_l[row] * inv_r;
                 const float* pr = P + row * UK;
 #pragma omp simd
                 for (int64_t t = 0; t < nk; ++t) wsum[t0 + t] += f * pr[t];

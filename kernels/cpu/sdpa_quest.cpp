@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu_common.h"
+#include "kernels/common/online_softmax.h"
 #include "kernels/common/quest_math.h"
 #include "unit_pool.h"
 
@@ -114,12 +115,11 @@ void forward(const OpContext& ctx, const OpCall& c) {
                 pm = std::max(pm, sc[size_t(t)]);
             }
             if (pm == -std::numeric_limits<A>::infinity()) continue;
-            const A mnew = std::max(m, pm), corr = std::exp(m - mnew);  // exp(-inf) = 0 on the first page
-            l *= corr;
+            const A corr = online_softmax_raise(m, l, pm, LibmExp{});
             for (int64_t d = 0; d < s.D; ++d) acc[size_t(d)] *= corr;
             for (int64_t t = 0; t < nt; ++t) {
                 if (sc[size_t(t)] == -std::numeric_limits<A>::infinity()) continue;
-                const A p = std::exp(sc[size_t(t)] - mnew);
+                const A p = std::exp(sc[size_t(t)] - m);
                 l += p;
                 const char* vp = vbase + (t0 + t) * v.nb[2];
                 const A* vrow = vn ? reinterpret_cast<const A*>(vp) : (load_row(vp, v.nb[3], v.dtype, s.D, vr.data()), vr.data());
@@ -127,13 +127,10 @@ void forward(const OpContext& ctx, const OpCall& c) {
 #pragma omp simd
                 for (int64_t d = 0; d < s.D; ++d) a[d] += p * vrow[d];
             }
-            m = mnew;
         }
-        if (!sinks.empty()) {  // fold the sink into the max and sum (it has no value)
-            const A sink = sinks[size_t(h)], M = std::max(m, sink), f = m == -std::numeric_limits<A>::infinity() ? A(0) : std::exp(m - M);
-            l = l * f + std::exp(sink - M);
+        if (!sinks.empty()) {  // the sink joins the max and sum (it has no value)
+            const A f = online_softmax_sink(m, l, sinks[size_t(h)], LibmExp{});
             for (int64_t d = 0; d < s.D; ++d) acc[size_t(d)] *= f;
-            m = M;
         }
         for (int64_t d = 0; d < s.D; ++d) acc[size_t(d)] = l > 0 ? acc[size_t(d)] / l : A(0);
         store_row(y.bytes() + b * y.nb[0] + h * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, s.D, acc.data());

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <thread>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -124,13 +126,14 @@ class PyScorer final : public ExternalScorer {
 // factory(layer) -> the Python scorer object of that layer.
 void register_policy(const std::string& name, const std::string& summary, const std::vector<std::string>& needs,
                      int64_t attention_window, bool has_update, py::object factory) {
+    // The Python names of the features (the fields of f in score_new).
+    static constexpr std::pair<const char*, Feature> kFeatures[] = {
+        {"key_norm", Feature::KeyNorm}, {"value_norm", Feature::ValueNorm}, {"keys", Feature::KeyVectors},
+        {"values", Feature::ValueVectors}, {"queries", Feature::QueryVectors}};
     ExternalNeeds n;
     for (const std::string& s : needs) {
-        if (s == "key_norm") n.key_norm = true;
-        else if (s == "value_norm") n.value_norm = true;
-        else if (s == "keys") n.keys = true;
-        else if (s == "values") n.values = true;
-        else if (s == "queries") n.queries = true;
+        const auto* it = std::find_if(std::begin(kFeatures), std::end(kFeatures), [&](const auto& e) { return s == e.first; });
+        if (it != std::end(kFeatures)) n.features |= it->second;
         else if (s == "token_ids") n.token_ids = true;
         else if (s == "attention") n.attention = true;
         else if (s == "positions" || s == "layer") continue;  // always given

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 
@@ -74,7 +75,7 @@ void register_test_policies() {
     done = true;
     ExternalPolicySpec k;
     k.name = "ext_knorm";
-    k.needs.key_norm = true;
+    k.needs.features = Feature::KeyNorm;
     k.make = [](const PolicyArgs&) { return std::make_unique<KnormScorer>(&g_knorm_calls); };
     register_external_policy(k);
     ExternalPolicySpec s;
@@ -151,6 +152,58 @@ TEST(PolicyRuntime, BadNamesAreRefused) { isolated([] {
     s.make = nullptr;
     EXPECT_THROW(register_external_policy(s), Error);
 }); }
+
+// A scorer sees exactly the features it declared: key norms, keys and queries here, and no
+// value norms or values; the key norms are the L2 norms of the keys it was given (f64 here).
+struct DeclaredFeaturesScorer final : ExternalScorer {
+    int* calls;
+    explicit DeclaredFeaturesScorer(int* c) : calls(c) {}
+    void score_new(const ExternalFeatures& f, float* out) override {
+        ++*calls;
+        EXPECT_EQ(f.value_norm, nullptr);
+        EXPECT_EQ(f.values, nullptr);
+        EXPECT_NE(f.queries, nullptr);
+        EXPECT_GT(f.query_heads, 0);
+        EXPECT_NE(f.key_norm, nullptr);
+        EXPECT_NE(f.keys, nullptr);
+        EXPECT_GT(f.head_dim, 0);
+        if (!f.key_norm || !f.keys) return;
+        for (int64_t i = 0; i < f.rows * f.n; ++i) {
+            double ss = 0;
+            for (int64_t d = 0; d < f.head_dim; ++d) ss += double(f.keys[i * f.head_dim + d]) * double(f.keys[i * f.head_dim + d]);
+            EXPECT_NEAR(f.key_norm[i], std::sqrt(ss), 1e-5 * (1 + std::sqrt(ss))) << i;
+            out[i] = -f.key_norm[i];
+        }
+    }
+    void update(const ExternalFeatures&) override { ADD_FAILURE() << "update without declaring attention"; }
+};
+
+TEST(PolicyRuntime, AScorerGetsExactlyTheFeaturesItDeclares) { isolated([] {
+    static int calls = 0;
+    ExternalPolicySpec s;
+    s.name = "ext_declared";
+    s.needs.features = {Feature::KeyNorm, Feature::KeyVectors, Feature::QueryVectors};
+    s.make = [](const PolicyArgs&) { return std::make_unique<DeclaredFeaturesScorer>(&calls); };
+    register_external_policy(s);
+    LayerHarness h("ext_declared-default", 24, 1, 4);
+    for (int64_t n : {16, 5, 3}) h.step(n);
+    EXPECT_EQ(calls, 3);
+}); }
+
+TEST(PolicyFeatures, EachFeatureIsItsOwnMember) {
+    const Feature all[] = {Feature::ValueNorm, Feature::KeyNorm, Feature::QuantError,
+                           Feature::KeyVectors, Feature::ValueVectors, Feature::QueryVectors};
+    EXPECT_TRUE(FeatureSet().empty());
+    for (Feature a : all) {
+        const FeatureSet one = a;
+        EXPECT_FALSE(one.empty());
+        for (Feature b : all) EXPECT_EQ(one.has(b), a == b);
+        FeatureSet both = {Feature::KeyNorm};
+        both |= a;
+        EXPECT_TRUE(both.has(a) && both.has(Feature::KeyNorm));
+        EXPECT_EQ(both, FeatureSet(Feature::KeyNorm) | a);
+    }
+}
 
 }  // namespace
 }  // namespace kv::test

@@ -72,7 +72,7 @@ TEST(PolicyRegistry, FactoriesBuildWhatTheDescriptorsSay) {
         EXPECT_EQ(std::string(pol->name()), p.name);
         EXPECT_EQ(pol->needs_attention_weights(), p.needs_attention_weights) << p.name;
         EXPECT_EQ(policy_needs_attention_weights(p.name), p.needs_attention_weights) << p.name;
-        EXPECT_EQ(pol->needs_quant_error(), p.needs_quantized_buffer) << p.name;
+        EXPECT_EQ(pol->needs_features().has(Feature::QuantError), p.needs_quantized_buffer) << p.name;
         EXPECT_EQ(pol->cache_length(), 24) << p.name;
     }
 }

@@ -63,12 +63,7 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProj
     const char* name() const override { return name_.c_str(); }
     bool needs_attention_weights() const override { return inner_->needs_attention_weights(); }
     int64_t weights_query_window() const override { return inner_->weights_query_window(); }
-    bool needs_value_norm() const override { return inner_->needs_value_norm(); }
-    bool needs_key_norm() const override { return inner_->needs_key_norm(); }
-    bool needs_quant_error() const override { return inner_->needs_quant_error(); }
-    bool needs_key_vectors() const override { return inner_->needs_key_vectors(); }
-    bool needs_query_vectors() const override { return inner_->needs_query_vectors(); }
-    bool needs_value_vectors() const override { return inner_->needs_value_vectors(); }
+    FeatureSet needs_features() const override { return inner_->needs_features(); }
     void set_output_projection(const Tensor& wo) override {
         if (auto* u = dynamic_cast<OutputProjectionUser*>(inner_.get())) u->set_output_projection(wo);
     }

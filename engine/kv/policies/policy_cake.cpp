@@ -125,8 +125,7 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
         shared_->layers = {this};
     }
     const char* name() const override { return "cake"; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_query_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::QueryVectors}; }
     bool per_row_positions() const override { return true; }
     const std::vector<int32_t>& token_positions() const override { return pos_; }
 

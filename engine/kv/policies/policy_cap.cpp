@@ -30,9 +30,7 @@ class CapPolicy final : public ScorePolicy {
           n_sink_(int64_t(cfg.policy_option("cap_n_sink"))),
           eps_(cfg.policy_option("cap_epsilon")) {}
     const char* name() const override { return "cap"; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_value_vectors() const override { return true; }
-    bool needs_query_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::ValueVectors, Feature::QueryVectors}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

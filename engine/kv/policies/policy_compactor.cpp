@@ -30,9 +30,7 @@ class CompactorPolicy final : public ScorePolicy {
         sketch_.k = int64_t(cfg.policy_option("leverage_sketch"));
     }
     const char* name() const override { return "compactor"; }
-    bool needs_query_vectors() const override { return true; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_value_norm() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::QueryVectors, Feature::KeyVectors, Feature::ValueNorm}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         raw_.assign(size_t(rows() * L_), 0.0);

@@ -49,12 +49,7 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
     const char* name() const override { return name_; }
     bool needs_attention_weights() const override { return inner_->needs_attention_weights(); }
     int64_t weights_query_window() const override { return inner_->weights_query_window(); }
-    bool needs_value_norm() const override { return inner_->needs_value_norm(); }
-    bool needs_key_norm() const override { return inner_->needs_key_norm(); }
-    bool needs_quant_error() const override { return inner_->needs_quant_error(); }
-    bool needs_key_vectors() const override { return inner_->needs_key_vectors(); }
-    bool needs_value_vectors() const override { return true; }
-    bool needs_query_vectors() const override { return inner_->needs_query_vectors(); }
+    FeatureSet needs_features() const override { return inner_->needs_features() | Feature::ValueVectors; }
 
     void set_output_projection(const Tensor& wo) override {
         if (!wo.defined() || wo.data_ptr() == wo_key_) return;

@@ -23,8 +23,7 @@ class CURPolicy final : public ScorePolicy {
           window_(int64_t(cfg.policy_option("cur_window"))),
           kind_(int(cfg.policy_option("cur_leverage"))) {}
     const char* name() const override { return "cur"; }
-    bool needs_key_norm() const override { return true; }
-    bool needs_value_norm() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyNorm, Feature::ValueNorm}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

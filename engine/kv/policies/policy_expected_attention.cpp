@@ -31,9 +31,7 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
           use_cov_(cfg.policy_option("ea_use_covariance") != 0),
           use_vnorm_(cfg.policy_option("ea_use_vnorm") != 0) {}
     const char* name() const override { return "expected-attention"; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_value_norm() const override { return true; }
-    bool needs_query_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::ValueNorm, Feature::QueryVectors}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

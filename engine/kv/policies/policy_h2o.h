@@ -17,7 +17,7 @@ class H2OPolicy : public ScorePolicy {
         : ScorePolicy(cfg, L, G), kind_(kind), normalize_(cfg.normalize_scores && kind != Kind::ORIG) {}
     const char* name() const override { return kind_ == Kind::H2O ? "h2o" : kind_ == Kind::ORIG ? "h2o-orig" : "h2o-vlen"; }
     bool needs_attention_weights() const override { return true; }
-    bool needs_value_norm() const override { return kind_ == Kind::VLEN; }
+    FeatureSet needs_features() const override { return kind_ == Kind::VLEN ? FeatureSet(Feature::ValueNorm) : FeatureSet(); }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

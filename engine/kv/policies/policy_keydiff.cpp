@@ -17,7 +17,7 @@ class KeyDiffPolicy final : public ScorePolicy {
    public:
     KeyDiffPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G) : ScorePolicy(cfg, L, G) {}
     const char* name() const override { return "keydiff"; }
-    bool needs_key_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

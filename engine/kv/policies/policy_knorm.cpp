@@ -10,7 +10,7 @@ class KnormPolicy final : public SlotScorePolicy {
    public:
     KnormPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G) : SlotScorePolicy(cfg, L, G) {}
     const char* name() const override { return "knorm"; }
-    bool needs_key_norm() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyNorm}; }
 
    protected:
     float initial_score(const InsertFeatures& f, int64_t i) const override { return f.key_norm.empty() ? 0.0f : -f.key_norm[size_t(i)]; }

@@ -25,8 +25,7 @@ class LagKVPolicy final : public ScorePolicy {
           lag_(int64_t(cfg.policy_option("lagkv_lag"))),
           cross_(cfg.policy_option("lagkv_cross") != 0) {}
     const char* name() const override { return "lagkv"; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_value_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::ValueVectors}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

@@ -148,8 +148,7 @@ class LeveragePolicy final : public ScorePolicy {
         sketch_.k = int64_t(cfg.policy_option("leverage_sketch"));
     }
     const char* name() const override { return "leverage"; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_query_vectors() const override { return true; }  // for the RoPE frequencies that rotated the keys
+    FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::QueryVectors}; }  // queries: the RoPE frequencies that rotated the keys
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

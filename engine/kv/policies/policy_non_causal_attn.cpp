@@ -102,9 +102,7 @@ class NonCausalAttnPolicy final : public ScorePolicy {
     NonCausalAttnPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
         : ScorePolicy(cfg, L, G), tiles_(int64_t(cfg.policy_option("nca_chunk_size"))) {}
     const char* name() const override { return "non-causal-attn"; }
-    bool needs_query_vectors() const override { return true; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_value_norm() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::QueryVectors, Feature::KeyVectors, Feature::ValueNorm}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         raw_.assign(size_t(rows() * L_), 0.0);

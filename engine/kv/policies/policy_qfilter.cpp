@@ -32,7 +32,7 @@ class QFilterPolicy final : public SlotScorePolicy {
         filter_.assign(f.filter(layer, 0), f.filter(layer, 0) + G * D_);
     }
     const char* name() const override { return "qfilter"; }
-    bool needs_key_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors}; }
 
    protected:
     float initial_score(const InsertFeatures& f, int64_t i) const override {

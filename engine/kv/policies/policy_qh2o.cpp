@@ -18,7 +18,7 @@ class QH2OPolicy final : public H2OPolicy {
     QH2OPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, bool vlen)
         : H2OPolicy(cfg, L, G, vlen ? Kind::VLEN : Kind::H2O), c_(float(cfg.combination_constant)), vlen_(vlen) {}
     const char* name() const override { return vlen_ ? "qh2o-vlen" : "qh2o"; }
-    bool needs_quant_error() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::QuantError}; }
     void reset(int64_t batch) override {
         H2OPolicy::reset(batch);
         qerr_.assign(size_t(rows() * L_), 0.0f);

@@ -35,7 +35,7 @@ class RKVPolicy final : public ScorePolicy {
     const char* name() const override { return "rkv"; }
     bool needs_attention_weights() const override { return true; }
     int64_t weights_query_window() const override { return window_; }
-    bool needs_key_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);

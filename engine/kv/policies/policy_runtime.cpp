@@ -42,11 +42,7 @@ class ExternalScorePolicy final : public SlotScorePolicy, public ReadsTokens {
     const char* name() const override { return name_.c_str(); }
     bool needs_attention_weights() const override { return needs_.attention; }
     int64_t weights_query_window() const override { return needs_.attention_window; }
-    bool needs_key_norm() const override { return needs_.key_norm; }
-    bool needs_value_norm() const override { return needs_.value_norm; }
-    bool needs_key_vectors() const override { return needs_.keys; }
-    bool needs_value_vectors() const override { return needs_.values; }
-    bool needs_query_vectors() const override { return needs_.queries; }
+    FeatureSet needs_features() const override { return needs_.features; }
     void observe_tokens(const std::vector<int32_t>& ids, int64_t n) override {
         ids_ = ids;
         ids_n_ = n;
@@ -91,11 +87,11 @@ class ExternalScorePolicy final : public SlotScorePolicy, public ReadsTokens {
         ExternalFeatures x = common(n, input_pos);
         const size_t want = size_t(rows() * n);
         auto view = [want](const std::vector<float>& v) { return v.size() >= want ? v.data() : nullptr; };
-        if (needs_.key_norm) x.key_norm = view(f.key_norm);
-        if (needs_.value_norm) x.value_norm = view(f.value_norm);
-        if (needs_.keys && f.head_dim > 0 && f.keys.size() == want * size_t(f.head_dim)) x.keys = f.keys.data(), x.head_dim = f.head_dim;
-        if (needs_.values && f.head_dim > 0 && f.values.size() == want * size_t(f.head_dim)) x.values = f.values.data(), x.head_dim = f.head_dim;
-        if (needs_.queries && !f.queries.empty()) x.queries = f.queries.data(), x.query_heads = f.query_heads, x.head_dim = f.head_dim;
+        if (needs_.features.has(Feature::KeyNorm)) x.key_norm = view(f.key_norm);
+        if (needs_.features.has(Feature::ValueNorm)) x.value_norm = view(f.value_norm);
+        if (needs_.features.has(Feature::KeyVectors) && f.head_dim > 0 && f.keys.size() == want * size_t(f.head_dim)) x.keys = f.keys.data(), x.head_dim = f.head_dim;
+        if (needs_.features.has(Feature::ValueVectors) && f.head_dim > 0 && f.values.size() == want * size_t(f.head_dim)) x.values = f.values.data(), x.head_dim = f.head_dim;
+        if (needs_.features.has(Feature::QueryVectors) && !f.queries.empty()) x.queries = f.queries.data(), x.query_heads = f.query_heads, x.head_dim = f.head_dim;
         new_scores_.assign(want, 0.0f);
         logged([&] { scorer_->score_new(x, new_scores_.data()); });
     }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv/policy_features.h"
 #include "engine/kv/policies/policy_registry.h"
 
 namespace kv {
@@ -39,7 +40,8 @@ struct ExternalFeatures {
 
 // What a scorer needs (ScorePolicy computes only what someone reads).
 struct ExternalNeeds {
-    bool key_norm = false, value_norm = false, keys = false, values = false, queries = false, token_ids = false;
+    FeatureSet features;             // the InsertFeatures score_new() reads (ExternalFeatures' fields)
+    bool token_ids = false;
     bool attention = false;          // update() gets the chunk's weight sums
     bool rescore = false;            // update() after every chunk even without attention (keydiff: scores of all held keys)
     int64_t attention_window = 0;    // only the chunk's last queries vote (0: all)
