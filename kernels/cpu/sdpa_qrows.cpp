@@ -42,6 +42,13 @@ namespace kv::cpu {
 
 namespace {
 
+// AddressSanitizer refuses always_inline across target attributes: plain inline there.
+#if defined(__SANITIZE_ADDRESS__)
+#define KV_QR_INLINE inline
+#else
+#define KV_QR_INLINE __attribute__((always_inline)) inline
+#endif
+
 constexpr int64_t kBlock = 128;                         // keys decoded into the tile at once
 constexpr int64_t kParallelBytes = int64_t(64) << 10;  // code bytes below which one thread runs
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -174,26 +181,25 @@ struct RowDecoder {
             tab[i] = f == QuantFormat::NVFP4 || f == QuantFormat::MXFP4 ? e2m1_to_f32(uint8_t(i)) : tq_codebook(f) ? levels[i] : float(i);
     }
 
-    float decode(const uint8_t* r, float* out) const {
-        switch (f) {
-            case QuantFormat::FP8_E4M3:
-            case QuantFormat::FP8_E5M2: {
-                const bool e5 = f == QuantFormat::FP8_E5M2;
-                int64_t i = 0;
-                for (; i + 16 <= D; i += 16) e5 ? fp8_16<true>(r + i, out + i) : fp8_16<false>(r + i, out + i);
-                for (; i < D; ++i) out[i] = e5 ? fp8_scalar<true>(r[i]) : fp8_scalar<false>(r[i]);
-                return get_f32(r + D);
-            }
-            case QuantFormat::NVFP4: {
-                const float sg = get_f32(r + D / 2 + D / 16);
-                for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, fp8_scalar<false>(r[D / 2 + b]) * sg, 0.0f, out + b * 16);
-                return 1.0f;
-            }
-            case QuantFormat::MXFP4:
-                for (int64_t b = 0; b < D / 32; ++b) split32(r + b * 17 + 1, tab, e8m0_to_f32(r[b * 17]), out + b * 32);
-                return 1.0f;
-            default: break;
-        }
+    // One row of each kind; decode_rows picks the kind once per block of rows, so each loop
+    // below is one inlined body.
+    template <bool E5M2>
+    KV_QR_INLINE float fp8_row(const uint8_t* r, float* out) const {
+        int64_t i = 0;
+        for (; i + 16 <= D; i += 16) fp8_16<E5M2>(r + i, out + i);
+        for (; i < D; ++i) out[i] = fp8_scalar<E5M2>(r[i]);
+        return get_f32(r + D);
+    }
+    KV_QR_INLINE float nvfp4_row(const uint8_t* r, float* out) const {
+        const float sg = get_f32(r + D / 2 + D / 16);
+        for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, fp8_scalar<false>(r[D / 2 + b]) * sg, 0.0f, out + b * 16);
+        return 1.0f;
+    }
+    KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
+        for (int64_t b = 0; b < D / 32; ++b) split32(r + b * 17 + 1, tab, e8m0_to_f32(r[b * 17]), out + b * 32);
+        return 1.0f;
+    }
+    KV_QR_INLINE float tq_row(const uint8_t* r, float* out) const {
         const int64_t payload = (D * bits + 7) / 8;
         if (tq_codebook(f)) {  // levels[code] * g
             if (bits == 4) {
@@ -213,6 +219,27 @@ struct RowDecoder {
             for (int64_t i = 0; i < D; ++i) out[i] = lo + float(tq_get_code(r, i, bits)) * s;
         }
         return 1.0f;
+    }
+
+    // nk rows of rb bytes from r into out (nk x D); fac[t] receives row t's factor.
+    void decode_rows(const uint8_t* r, int64_t rb, int64_t nk, float* out, float* fac) const {
+        switch (f) {
+            case QuantFormat::FP8_E4M3:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<false>(r + t * rb, out + t * D);
+                return;
+            case QuantFormat::FP8_E5M2:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<true>(r + t * rb, out + t * D);
+                return;
+            case QuantFormat::NVFP4:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = nvfp4_row(r + t * rb, out + t * D);
+                return;
+            case QuantFormat::MXFP4:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = mxfp4_row(r + t * rb, out + t * D);
+                return;
+            default:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = tq_row(r + t * rb, out + t * D);
+                return;
+        }
     }
 };
 
@@ -282,11 +309,9 @@ bool block_scores(const QCall& s, int64_t b, int64_t g, int64_t t0, int64_t nk, 
     }
     if (!any) return false;
     const uint8_t* rows = reinterpret_cast<const uint8_t*>(k.bytes() + b * k.nb[0] + g * k.nb[1]) + t0 * s.rbk;
+    s.kdec->decode_rows(rows, s.rbk, nk, w.tile, w.fac);
     bool unit_fac = true;
-    for (int64_t t = 0; t < nk; ++t) {
-        w.fac[t] = s.kdec->decode(rows + t * s.rbk, w.tile + t * s.D);
-        unit_fac = unit_fac && w.fac[t] == 1.0f;
-    }
+    for (int64_t t = 0; t < nk; ++t) unit_fac = unit_fac && w.fac[t] == 1.0f;
     for (int64_t r0 = 0; r0 < s.rows; r0 += 4)
         gemv_dot<float>(int(std::min<int64_t>(4, s.rows - r0)), nk, s.D, w.qs + r0 * s.D, s.D, w.tile, s.D, w.sc + r0 * kBlock, kBlock);
     if (!unit_fac)
@@ -356,9 +381,10 @@ void run_unit(const QCall& s, int64_t u) {
         }
         if (!seen) continue;
         const uint8_t* vr = vbase + t0 * s.rbv;
+        s.vdec->decode_rows(vr, s.rbv, nk, w.tile, w.fac);
         for (int64_t t = 0; t < nk; ++t) {
             float* o = w.tile + t * D;
-            const float f = s.vdec->decode(vr + t * s.rbv, o);
+            const float f = w.fac[t];
             if (f != 1.0f)
 #pragma omp simd
                 for (int64_t d = 0; d < D; ++d) o[d] *= f;
