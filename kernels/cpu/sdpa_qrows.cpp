@@ -50,6 +50,7 @@ namespace {
 #endif
 
 constexpr int64_t kBlock = 128;                         // keys decoded into the tile at once
+constexpr int64_t kUnitsPerThread = 16;               // decode units per thread (key ranges of the pairs)
 constexpr int64_t kParallelBytes = int64_t(64) << 10;  // code bytes below which one thread runs
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -435,9 +436,12 @@ void sdpa_qrows_forward(const OpContext& ctx, const OpCall& c) {
     const int threads = std::max(1, kernel_threads(ctx));
     const int64_t pairs = s.B * s.G;
     s.nblk = (s.T + kBlock - 1) / kBlock;
-    // Ranges only for decode-sized calls (a prefill chunk has query rows enough to share); at
-    // most 4 per thread beyond one per pair, so the units' state does not grow with T.
-    s.ranges = s.n <= 4 && s.nblk > 0 ? std::max<int64_t>(1, std::min<int64_t>(s.nblk, (int64_t(threads) * 4 + pairs - 1) / pairs)) : 1;
+    // Ranges only for decode-sized calls (a prefill chunk has query rows enough to share): up
+    // to kUnitsPerThread per thread beyond one per pair, so the units' state does not grow with
+    // T, and units small enough that a helper preempted on a loaded machine holds little work.
+    s.ranges = s.n <= 4 && s.nblk > 0
+                   ? std::max<int64_t>(1, std::min<int64_t>(s.nblk, (int64_t(threads) * kUnitsPerThread + pairs - 1) / pairs))
+                   : 1;
     const int64_t units = pairs * s.ranges;
     s.per_unit = s.rows * (s.D + 2);
     KernelScratch mem(ctx, size_t(std::max<int64_t>(1, units * s.per_unit)) * sizeof(float));
