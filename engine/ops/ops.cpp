@@ -19,6 +19,7 @@
 
 #include "kernels/common/kivi_op.h"
 #include "kernels/common/lloyd_max.h"
+#include "kernels/common/qrows_op.h"
 #include "kernels/common/quest_op.h"
 
 #include <algorithm>
@@ -576,6 +577,30 @@ void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tens
                    kv.kcodes->shape().str(), " / ", kv.vcodes->shape().str(), ", scales ", kv.kscales->shape().str(), " / ",
                    kv.vscales->shape().str(), ", residual ", kv.residual->shape().str(), ", map ", kv.map->shape().str(),
                    ", kpos ", kpos.shape().str(), "; expected the layout of kernels/common/kivi_math.h"));
+    dispatch(c);
+}
+
+void sdpa_qrows_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, QuantFormat kf, QuantFormat vf, const QuantLevels& levels,
+                 const Tensor& kpos, const Tensor& qpos, float scale, int window, Tensor* wsum) {
+    const char* op = "sdpa_qrows";
+    require_same_device(op, {&y, &q, &k, &v, &kpos, &qpos});
+    KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented over quantized rows; use another buffer");
+    KV_REQUIRE(!t_sinks, op, "attention sinks are not implemented over quantized rows; use another buffer");
+    OpCall c = make_call(OpKind::SDPA_QROWS, y, {&q, &k, &v, &kpos, &qpos});
+    c.p.alpha = scale;
+    c.p.window = window;
+    c.p.qformat = int(kf);
+    c.p.qformat_v = int(vf);
+    for (int i = 0; i < 16; ++i) c.p.qlevels[i] = levels.v[i];
+    if (wsum) {
+        KV_REQUIRE(wsum->device() == y.device(), op, "weight sums live on another device");
+        c.dst2 = wsum->view();
+    }
+    KV_REQUIRE(qrows_call_ok(c), op,
+               str("inconsistent quantized rows for q ", q.describe(), " and y ", y.describe(), ": keys ", k.describe(), " (",
+                   quant_format_name(kf), "), values ", v.describe(), " (", quant_format_name(vf), "), kpos ", kpos.describe(),
+                   ", qpos ", qpos.describe(), "; expected f32 q/y (B, NH, n, D), u8 rows (B, G, L, row bytes) of an fp8, fp4 or ",
+                   "TurboQuant format, int32 positions and f32 weight sums (B, G, T)"));
     dispatch(c);
 }
 

@@ -142,6 +142,13 @@ void sdpa_quest_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, c
                  Tensor* sel = nullptr);
 
 // ---- quantization (formats in kernels/common/quant_formats.h) ---------------------------
+// SDPA over rows stored in a deployed KV format, decoded on read (SDPA_QROWS in
+// kernels/common/op.h): the masking, GQA and weight sums (f32 (B, G, T)) of sdpa_. q, y f32
+// (B, NH, n, D); k, v u8 (B, G, L, row bytes of kf / vf at D); slots [0, kpos.size(2)) are read;
+// levels: the TurboQuant key codebook (TQK keys only).
+void sdpa_qrows_(Tensor& y, const Tensor& q, const Tensor& k, const Tensor& v, QuantFormat kf, QuantFormat vf, const QuantLevels& levels,
+                 const Tensor& kpos, const Tensor& qpos, float scale, int window = 0, Tensor* wsum = nullptr);
+
 // Rows of x (..., n) -> bytes (..., quant_row_bytes(f, n)).
 Tensor quantize(const Tensor& x, QuantFormat f);
 void quantize_(Tensor& dst, const Tensor& x, QuantFormat f);

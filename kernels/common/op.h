@@ -87,6 +87,13 @@ namespace kv {
 //          pages whose first slot it may see, plus the last such page; unselected slots get
 //          probability 0 (and weight 0 in dst2). dst3 (optional, int32 (B, NH, n, p.quest_pages + 1)):
 //          the selected pages ascending, -1 after the last.
+// SDPA_QROWS SDPA (same masking, GQA, alpha, window, weight sums dst2) over rows stored in
+//          a QuantFormat (kernels/common/quant_formats.h; p.qformat keys, p.qformat_v values:
+//          FP8_E4M3, FP8_E5M2, NVFP4, MXFP4, TQK*, TQV*), decoded on read:
+//          src0 q f32 (B, NH, n, HS); src1 k u8 (B, G, L, quant_row_bytes(kf, HS)); src2 v u8
+//          (B, G, L, quant_row_bytes(vf, HS)); src3 kpos int32 (B|1, G|1, T); src4 qpos
+//          int32 (B|1, n); p.qlevels: the TQK codebook. Slots [0, T) are read. dst f32; dst2 f32.
+//          TurboQuant rows are rotated: scores use the rotated query, outputs are rotated back.
 // QUANTIZE   dst u8 (..., quant_row_bytes(f, n)) = rows of src0 float (..., n) in format f
 // DEQUANTIZE dst float (..., n) = rows of src0 u8 (..., quant_row_bytes(f, n)) decoded
 //          (formats and layouts: kernels/common/quant_formats.h; f = p.qformat)
@@ -185,6 +192,7 @@ enum class OpKind : uint8_t {
     GRAD_NORM_SQ,
     SDPA_KIVI,
     SDPA_QUEST,
+    SDPA_QROWS,
     COUNT
 };
 
@@ -195,7 +203,7 @@ inline const char* op_kind_name(OpKind k) {
                                         "rmsnorm_backward", "rope_backward", "silu_backward", "swiglu_backward",
                                         "embedding_backward", "cross_entropy", "cross_entropy_backward",
                                         "sdpa_backward", "axpy", "optimizer_step", "grad_norm_sq", "sdpa_kivi",
-                                        "sdpa_quest"};
+                                        "sdpa_quest", "sdpa_qrows"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::COUNT), "op name table out of date");
     return names[size_t(k)];
 }
@@ -248,8 +256,9 @@ struct OpParams {
     int window = 0;              // SDPA, SDPA_BACKWARD: sliding window in positions (0 = none)
     float softcap = 0.0f;        // SDPA, SDPA_BACKWARD: scores s -> softcap tanh(s / softcap) (0 = none; Gemma 2)
     int act = 0;                 // SWIGLU, SWIGLU_BACKWARD: a GateAct
-    int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat; MATMUL: a PackedFormat (u8 weight)
-    float qlevels[16] = {};      // QUANTIZE/DEQUANTIZE of TurboQuant keys: the codebook (QuantLevels)
+    int qformat = 0;             // QUANTIZE/DEQUANTIZE: a QuantFormat; MATMUL: a PackedFormat (u8 weight); SDPA_QROWS: keys'
+    int qformat_v = 0;           // SDPA_QROWS: the values' QuantFormat
+    float qlevels[16] = {};      // QUANTIZE/DEQUANTIZE/SDPA_QROWS of TurboQuant keys: the codebook (QuantLevels)
     int accumulate = 0;          // gradient ops, GRAD_NORM_SQ: KV_ACC_* bits
     int ignore_index = -100;     // CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD: target of rows to skip
     int64_t max_temp_bytes = 0;  // SDPA_BACKWARD: bound on score blocks held at once (0 = 64 MiB)

@@ -12,6 +12,7 @@
 #include "kernels/common/quant_formats.h"
 #include "kernels/common/kivi_op.h"
 #include "kernels/common/packed_blocks.h"
+#include "kernels/common/qrows_op.h"
 #include "kernels/common/quest_op.h"
 
 #ifndef KVLAB_CPU_VARIANT_NAME
@@ -94,6 +95,8 @@ class CpuBackend final : public KernelBackend {
                 return kivi_call_ok(c);
             case OpKind::SDPA_QUEST:
                 return quest_call_ok(c);
+            case OpKind::SDPA_QROWS:
+                return qrows_call_ok(c);
             case OpKind::QUANTIZE:
                 return c.nsrc == 1 && is_compute_float(c.src[0].dtype) && c.dst.dtype == DType::U8 &&
                        c.p.qformat < int(QuantFormat::COUNT) && quant_row_ok(QuantFormat(c.p.qformat), c.src[0].last()) &&
@@ -167,6 +170,7 @@ class CpuBackend final : public KernelBackend {
             case OpKind::SDPA: cpu::sdpa_forward(ctx, c); break;
             case OpKind::SDPA_KIVI: cpu::sdpa_kivi_forward(ctx, c); break;
             case OpKind::SDPA_QUEST: cpu::sdpa_quest_forward(ctx, c); break;
+            case OpKind::SDPA_QROWS: cpu::sdpa_qrows_forward(ctx, c); break;
             case OpKind::QUANTIZE: cpu::quantize_forward(ctx, c); break;
             case OpKind::DEQUANTIZE: cpu::dequantize_forward(ctx, c); break;
             case OpKind::RMSNORM_BACKWARD: cpu::rmsnorm_backward(ctx, c); break;

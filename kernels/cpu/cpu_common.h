@@ -281,6 +281,7 @@ void scatter_forward(const OpContext& ctx, const OpCall& c);
 void reduce_forward(const OpContext& ctx, const OpCall& c);  // SUM, MAX, NORM
 void sdpa_forward(const OpContext& ctx, const OpCall& c);
 void sdpa_kivi_forward(const OpContext& ctx, const OpCall& c);
+void sdpa_qrows_forward(const OpContext& ctx, const OpCall& c);
 void sdpa_quest_forward(const OpContext& ctx, const OpCall& c);
 void quantize_forward(const OpContext& ctx, const OpCall& c);
 void dequantize_forward(const OpContext& ctx, const OpCall& c);

@@ -27,6 +27,24 @@ TEST(OpsValidation, MatmulShapesAndDtypes) {
     EXPECT_NE(message_of([&] { ops::matmul_(out, a, d); }).find("output (3, 7) does not match"), std::string::npos);
 }
 
+// SDPA over quantized rows names the formats and the layout it expects: a row width that does
+// not match the key format, and a format it does not read (q8 keeps the working buffer).
+TEST(OpsValidation, QuantizedRowAttentionLayout) {
+    const int64_t D = 64, T = 10;
+    Tensor q = Tensor::zeros({1, 2, 1, D}, DType::F32), y = Tensor::zeros({1, 2, 1, D}, DType::F32);
+    Tensor k = Tensor::zeros({1, 1, T, quant_row_bytes(QuantFormat::FP8_E4M3, D)}, DType::U8);
+    Tensor v_bad = Tensor::zeros({1, 1, T, quant_row_bytes(QuantFormat::NVFP4, D) + 1}, DType::U8);
+    Tensor kpos = Tensor::zeros({1, 1, T}, DType::I32), qpos = Tensor::zeros({1, 1}, DType::I32);
+    std::string m = message_of([&] {
+        ops::sdpa_qrows_(y, q, k, v_bad, QuantFormat::FP8_E4M3, QuantFormat::NVFP4, QuantLevels{}, kpos, qpos, 0.125f);
+    });
+    EXPECT_NE(m.find("sdpa_qrows: inconsistent quantized rows"), std::string::npos) << m;
+    EXPECT_NE(m.find("nvfp4"), std::string::npos) << m;
+    Tensor kq8 = Tensor::zeros({1, 1, T, quant_row_bytes(QuantFormat::Q8, D)}, DType::U8);
+    m = message_of([&] { ops::sdpa_qrows_(y, q, kq8, kq8, QuantFormat::Q8, QuantFormat::Q8, QuantLevels{}, kpos, qpos, 0.125f); });
+    EXPECT_NE(m.find("an fp8, fp4 or TurboQuant format"), std::string::npos) << m;
+}
+
 TEST(OpsValidation, IndexRangesAreChecked) {
     Tensor table = Tensor::zeros({10, 4}, DType::F32);
     Tensor ids = Tensor::from_i32({3}, {1, 10, 2});

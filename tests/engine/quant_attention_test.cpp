@@ -1,4 +1,4 @@
-// Attention over the codes of the deployed row formats (engine/kv/buffers/quant_attention.cpp,
+// Attention over the codes of the deployed row formats (the SDPA_QROWS op, kernels/cpu/sdpa_qrows.cpp,
 // the quantized buffer's fused attention for fp8_e4m3, fp8_e5m2, nvfp4, mxfp4, kfp8vfp4 and
 // turboquant at several widths): the output and the weight sums equal an f64 SDPA written here
 // over the decoded cache (the buffer's read(), whose decoding fp_buffers_test and
@@ -143,15 +143,14 @@ TEST(QuantAttention, QueriesWithWindowAndWeightSumsEqualF64) {
     }
 }
 
-// A decode step reads the codes: the only f32 scratch is per unit of work (max, sum and an
-// accumulator of the head size per query row; units: a range of keys of a (batch row, KV head)
-// pair, at most 4 per thread beyond one per pair) and per thread (its queries and a tile of 32
-// decoded keys and values with their scores): one bound, whatever the context, and no working
-// buffer is allocated.
+// A decode step reads the codes: the only tracked f32 scratch is per unit of work (max, sum and
+// an accumulator of the head size per query row; units: a range of keys of a (batch row, KV
+// head) pair, at most 16 per thread beyond one per pair; the bound below also leaves room for
+// per-thread tiles): one bound, whatever the context, and no working buffer is allocated.
 TEST(QuantAttention, DecodeScratchDoesNotGrowWithTheContext) {
     for (const FmtCase& st : {FmtCase{"fp8_e4m3"}, FmtCase{"nvfp4"}, FmtCase{"turboquant"}}) {
         const int64_t B = 1, NH = 9, G = 3, D = 64, rows = NH / G;
-        const int64_t units = B * G + 4 * num_threads();
+        const int64_t units = B * G + 16 * num_threads();
         const int64_t tile = 32, bound = (units * rows * (D + 2) + num_threads() * (rows * D + 2 * tile * D + rows * tile + 2 * tile)) * 4;
         for (int k = 0; k < 2; ++k) {
             const int64_t T = k == 0 ? 2048 : 16384;

@@ -132,12 +132,12 @@ class QuantizedBuffer final : public KVBuffer, public WorkingBufferUser {
             ops::sdpa_(y, q, K, V, kpos, qpos, scale, window, wsum);
             return;
         }
-        QuantRowsView kv;
-        kv.k = Kq_.data<uint8_t>();
-        kv.v = Vq_.data<uint8_t>();
-        kv.B = Kq_.size(0), kv.G = p_.G, kv.L = p_.L, kv.D = p_.D, kv.rbk = rbk_, kv.rbv = rbv_;
-        kv.kf = kf_, kv.vf = vf_, kv.klevels = klevels_;
-        sdpa_quant_rows(y, q, kv, T, kpos, qpos, scale, window, wsum);
+        if (!q.device().is_cpu() || q.size(0) > Kq_.size(0) || T > p_.L || kpos.size(2) < T)
+            throw Error(str("quantized-row attention: q ", q.shape().str(), " over ", T, " of ", p_.L, " slots, kpos ", kpos.shape().str(),
+                            "; expected CPU queries of at most ", Kq_.size(0), " batch rows and positions for the slots read"));
+        const int64_t B = q.size(0);
+        ops::sdpa_qrows_(y, q, Kq_.slice(0, 0, B).slice(2, 0, T), Vq_.slice(0, 0, B).slice(2, 0, T), kf_, vf_, klevels_,
+                         kpos.slice(2, 0, T), qpos, scale, window, wsum);
     }
     void flush() override {
         if (sh_->owner == this) {

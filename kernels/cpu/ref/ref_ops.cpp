@@ -675,6 +675,60 @@ void dequantize(const OpCall& c) {
     });
 }
 
+// SDPA_QROWS: every key and value row of [0, T) decoded from its bytes by the reference
+// decoders above (TurboQuant rows back to the unrotated frame), then the dense f64 SDPA of
+// sdpa() over them.
+void sdpa_qrows(const OpCall& c) {
+    const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &qpos = c.src[4];
+    const int64_t B = q.ne[0], NH = q.ne[1], n = q.ne[2], HS = q.ne[3], G = k.ne[1], T = kpos.ne[2], R = NH / G;
+    auto decode = [&](const TensorView& t, int fmt) {
+        std::vector<double> out(size_t(B * G * T * HS));
+        std::vector<uint8_t> bytes(size_t(t.ne[3]));
+        std::vector<float> y;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t j = 0; j < T; ++j) {
+                    for (int64_t i = 0; i < t.ne[3]; ++i) bytes[size_t(i)] = uint8_t(get(t, Index{b, g, j, i}));
+                    if (ref_tq_bits(fmt)) ref_tq_dequantize(fmt, c.p.qlevels, bytes.data(), size_t(HS), y);
+                    else ref_dequantize_row(fmt, bytes.data(), size_t(HS), y);
+                    for (int64_t d = 0; d < HS; ++d) out[size_t(((b * G + g) * T + j) * HS + d)] = double(y[size_t(d)]);
+                }
+        return out;
+    };
+    const std::vector<double> K = decode(k, c.p.qformat), V = decode(v, c.p.qformat_v);
+    std::vector<double> w(size_t(B * G * T), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < NH; ++h) {
+            const int64_t g = h / R;
+            for (int64_t i = 0; i < n; ++i) {
+                const double qp = get(qpos, Index{qpos.ne[0] == 1 ? 0 : b, i});
+                std::vector<double> s(size_t(T), -std::numeric_limits<double>::infinity());
+                double mx = -std::numeric_limits<double>::infinity();
+                for (int64_t j = 0; j < T; ++j) {
+                    const double kp = get(kpos, Index{kpos.ne[0] == 1 ? 0 : b, kpos.ne[1] == 1 ? 0 : g, j});
+                    if (!(kp <= qp && (c.p.window <= 0 || kp > qp - c.p.window))) continue;
+                    double dot = 0;
+                    for (int64_t d = 0; d < HS; ++d) dot += get(q, Index{b, h, i, d}) * K[size_t(((b * G + g) * T + j) * HS + d)];
+                    s[size_t(j)] = double(c.p.alpha) * dot;
+                    mx = std::max(mx, s[size_t(j)]);
+                }
+                double sum = 0;
+                for (auto& e : s) sum += (e = (mx == -std::numeric_limits<double>::infinity()) ? 0.0 : std::exp(e - mx));
+                for (int64_t d = 0; d < HS; ++d) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < T; ++j) acc += (sum > 0 ? s[size_t(j)] / sum : 0.0) * V[size_t(((b * G + g) * T + j) * HS + d)];
+                    set(c.dst, Index{b, h, i, d}, acc);
+                }
+                if (c.dst2.data && sum > 0)
+                    for (int64_t j = 0; j < T; ++j) w[size_t((b * G + g) * T + j)] += s[size_t(j)] / sum / double(R);
+            }
+        }
+    if (c.dst2.data)
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t j = 0; j < T; ++j) set(c.dst2, Index{b, g, j}, w[size_t((b * G + g) * T + j)]);
+}
+
 }  // namespace
 
 void compute(const OpCall& c) {
@@ -698,6 +752,7 @@ void compute(const OpCall& c) {
         case OpKind::SDPA: sdpa(c); break;
         case OpKind::SDPA_KIVI: sdpa_kivi(c); break;
         case OpKind::SDPA_QUEST: sdpa_quest(c); break;
+        case OpKind::SDPA_QROWS: sdpa_qrows(c); break;
         case OpKind::QUANTIZE: quantize(c); break;
         case OpKind::DEQUANTIZE: dequantize(c); break;
         default:

@@ -1,0 +1,494 @@
+// SDPA_QROWS on the CPU: attention over rows stored in a deployed KV format (fp8 E4M3/E5M2,
+// NVFP4, MXFP4, TurboQuant; kernels/common/quant_formats.h), decoded as they are read, so
+// no f32 copy of the cache exists. A unit is one (batch row, KV head) pair and a range of
+// its slots, for all R heads of the group and all n queries; units run on the kernels'
+// persistent pool (unit_pool.h). A unit walks its range in blocks of kBlock keys: the
+// block's key rows are decoded into an L2-resident f32 tile (vectorised per kernel variant:
+// fp8 by bit arithmetic, FP4 codes by a 16-entry table permute times the block scale,
+// TurboQuant codes through its codebook), scored by the decode path's gemv (gemv_tile.h),
+// folded into the unit's online softmax, and the block's value rows decoded into the same
+// tile and accumulated with one gemv. Ranges of a pair merge in range order, so the result
+// does not depend on the thread count. Per-row factors (fp8's s, TurboQuant's key norm)
+// multiply a key's score once; value factors multiply the decoded row.
+//
+// TurboQuant rows are stored rotated (y = R x, R orthogonal): a key's score q.x = (R q).y,
+// so the query is rotated once per unit; values accumulate in the rotated frame and the
+// output is rotated back once per query row.
+//
+// Weight sums take a second pass over the keys with each row's final max and sum.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX512F__)
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as (maybe-)uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#endif
+
+#include "cpu_common.h"
+#include "gemv_tile.h"
+#include "kernels/common/element_math.h"
+#include "kernels/common/online_softmax.h"
+#include "kernels/common/quant_formats.h"
+#include "unit_pool.h"
+
+namespace kv::cpu {
+
+namespace {
+
+// AddressSanitizer refuses always_inline across target attributes: plain inline there.
+#if defined(__SANITIZE_ADDRESS__)
+#define KV_QR_INLINE inline
+#else
+#define KV_QR_INLINE __attribute__((always_inline)) inline
+#endif
+
+constexpr int64_t kBlock = 128;                         // keys decoded into the tile at once
+constexpr int64_t kUnitsPerThread = 16;               // decode units per thread (key ranges of the pairs)
+constexpr int64_t kParallelBytes = int64_t(64) << 10;  // code bytes below which one thread runs
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline int32_t i32_at(const TensorView& v, int64_t off) {
+    int32_t x;
+    std::memcpy(&x, v.bytes() + off, 4);
+    return x;
+}
+
+// ---- decoding primitives, one per ISA level ----------------------------------------------
+// fp8_16: 16 codes -> 16 floats. nib16: 8 bytes -> 16 values, element 2j the low nibble of
+// byte j (NVFP4, TurboQuant 4-bit), tab[code] * s + o. split32: 16 bytes -> 32 values,
+// element j the low and j + 16 the high nibble of byte j (MXFP4), tab[code] * s.
+// Finite fp8 codes: a normal code's exponent and mantissa move into an f32's, rebiased; a
+// subnormal code is its mantissa times the smallest step. E4M3's NaN code (never written:
+// the encoder saturates) decodes as a large finite value.
+template <bool E5M2>
+inline float fp8_scalar(uint8_t c) {
+    const uint32_t mag = c & 0x7fu;
+    const uint32_t bits = E5M2 ? (mag << 21) + (112u << 23) : (mag << 20) + (120u << 23);
+    float normal;
+    std::memcpy(&normal, &bits, 4);
+    const float sub = float(int(mag)) * (E5M2 ? 0x1p-16f : 0x1p-9f);
+    const float v = (E5M2 ? (mag >> 2) : (mag >> 3)) ? normal : sub;
+    return (c & 0x80u) ? -v : v;
+}
+
+#if defined(__AVX512F__)
+template <bool E5M2>
+inline void fp8_16(const uint8_t* p, float* out) {
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+    const __m512 normal = _mm512_castsi512_ps(
+        _mm512_add_epi32(_mm512_slli_epi32(mag, E5M2 ? 21 : 20), _mm512_set1_epi32(int((E5M2 ? 112u : 120u) << 23))));
+    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(E5M2 ? 0x1p-16f : 0x1p-9f));
+    const __mmask16 is_normal = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(E5M2 ? 4 : 8));
+    const __m512 v = _mm512_mask_blend_ps(is_normal, sub, normal);
+    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign)));
+}
+inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));  // b0 b0 b1 b1 ...
+    const __m512i sh = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(x, sh), _mm512_set1_epi32(15));
+    const __m512 v = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab));
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_set1_ps(o)));
+}
+inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512 t = _mm512_loadu_ps(tab), sv = _mm512_set1_ps(s);
+    const __m512i lo = _mm512_and_si512(x, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(x, 4);
+    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(lo, t), sv));
+    _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutexvar_ps(hi, t), sv));
+}
+#elif defined(__AVX2__)
+template <bool E5M2>
+inline __m256 fp8_8(const uint8_t* p) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    const __m256 normal = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_slli_epi32(mag, E5M2 ? 21 : 20), _mm256_set1_epi32(int((E5M2 ? 112u : 120u) << 23))));
+    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(E5M2 ? 0x1p-16f : 0x1p-9f));
+    const __m256 is_normal = _mm256_castsi256_ps(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(E5M2 ? 3 : 7)));
+    const __m256 v = _mm256_blendv_ps(sub, normal, is_normal);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+}
+template <bool E5M2>
+inline void fp8_16(const uint8_t* p, float* out) {
+    _mm256_storeu_ps(out, fp8_8<E5M2>(p));
+    _mm256_storeu_ps(out + 8, fp8_8<E5M2>(p + 8));
+}
+// 8 codes (0..15) through a 16-entry table: two 8-entry permutes, picked by bit 3.
+inline __m256 lookup16(__m256i idx, __m256 t_lo, __m256 t_hi) {
+    const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t_lo, idx), _mm256_permutevar8x32_ps(t_hi, idx), hi);
+}
+inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i d = _mm_unpacklo_epi8(b, b);  // b0 b0 b1 b1 ...
+    const __m256i sh = _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0), m = _mm256_set1_epi32(15);
+    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
+    const __m256i i0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), sh), m);
+    const __m256i i1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(d, 8)), sh), m);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(i0, t_lo, t_hi), sv, ov));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(lookup16(i1, t_lo, t_hi), sv, ov));
+}
+inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s);
+    const __m256i m = _mm256_set1_epi32(15);
+    for (int h = 0; h < 2; ++h) {
+        const __m256i x = _mm256_cvtepu8_epi32(h == 0 ? b : _mm_srli_si128(b, 8));
+        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(lookup16(_mm256_and_si256(x, m), t_lo, t_hi), sv));
+        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(lookup16(_mm256_srli_epi32(x, 4), t_lo, t_hi), sv));
+    }
+}
+#else
+// The baseline variant: plain loops.
+template <bool E5M2>
+inline void fp8_16(const uint8_t* p, float* out) {
+    for (int i = 0; i < 16; ++i) out[i] = fp8_scalar<E5M2>(p[i]);
+}
+inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    for (int j = 0; j < 8; ++j) {
+        out[2 * j] = tab[p[j] & 15] * s + o;
+        out[2 * j + 1] = tab[p[j] >> 4] * s + o;
+    }
+}
+inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
+    for (int j = 0; j < 16; ++j) {
+        out[j] = tab[p[j] & 15] * s;
+        out[j + 16] = tab[p[j] >> 4] * s;
+    }
+}
+#endif
+
+// Decodes one stored row of D elements into out (the rotated frame for TurboQuant); returns
+// the factor its dot products take (1 where the decoded values already carry every scale).
+struct RowDecoder {
+    QuantFormat f = QuantFormat::FP8_E4M3;
+    int64_t D = 0;
+    int bits = 0;
+    float tab[16] = {};  // FP4: E2M1 values; TQK: the codebook; TQV: the codes 0..15
+
+    RowDecoder(QuantFormat fmt, int64_t d, const float* levels) : f(fmt), D(d), bits(tq_bits(fmt)) {
+        for (int i = 0; i < 16; ++i)
+            tab[i] = f == QuantFormat::NVFP4 || f == QuantFormat::MXFP4 ? e2m1_to_f32(uint8_t(i)) : tq_codebook(f) ? levels[i] : float(i);
+    }
+
+    // One row of each kind; decode_rows picks the kind once per block of rows, so each loop
+    // below is one inlined body.
+    template <bool E5M2>
+    KV_QR_INLINE float fp8_row(const uint8_t* r, float* out) const {
+        int64_t i = 0;
+        for (; i + 16 <= D; i += 16) fp8_16<E5M2>(r + i, out + i);
+        for (; i < D; ++i) out[i] = fp8_scalar<E5M2>(r[i]);
+        return get_f32(r + D);
+    }
+    KV_QR_INLINE float nvfp4_row(const uint8_t* r, float* out) const {
+        const float sg = get_f32(r + D / 2 + D / 16);
+        for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, fp8_scalar<false>(r[D / 2 + b]) * sg, 0.0f, out + b * 16);
+        return 1.0f;
+    }
+    KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
+        for (int64_t b = 0; b < D / 32; ++b) split32(r + b * 17 + 1, tab, e8m0_to_f32(r[b * 17]), out + b * 32);
+        return 1.0f;
+    }
+    KV_QR_INLINE float tq_row(const uint8_t* r, float* out) const {
+        const int64_t payload = (D * bits + 7) / 8;
+        if (tq_codebook(f)) {  // levels[code] * g
+            if (bits == 4) {
+                for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, 1.0f, 0.0f, out + b * 16);
+            } else {
+                for (int64_t i = 0; i < D; ++i) out[i] = tab[tq_get_code(r, i, bits)];
+            }
+            return get_f32(r + payload);
+        }
+        const float lo = get_f32(r + payload), s = get_f32(r + payload + 4);  // lo + code * s
+        if (bits == 4) {
+            for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, s, lo, out + b * 16);
+        } else if (bits == 8) {
+#pragma omp simd
+            for (int64_t i = 0; i < D; ++i) out[i] = lo + float(r[i]) * s;
+        } else {
+            for (int64_t i = 0; i < D; ++i) out[i] = lo + float(tq_get_code(r, i, bits)) * s;
+        }
+        return 1.0f;
+    }
+
+    // nk rows of rb bytes from r into out (nk x D); fac[t] receives row t's factor.
+    void decode_rows(const uint8_t* r, int64_t rb, int64_t nk, float* out, float* fac) const {
+        switch (f) {
+            case QuantFormat::FP8_E4M3:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<false>(r + t * rb, out + t * D);
+                return;
+            case QuantFormat::FP8_E5M2:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<true>(r + t * rb, out + t * D);
+                return;
+            case QuantFormat::NVFP4:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = nvfp4_row(r + t * rb, out + t * D);
+                return;
+            case QuantFormat::MXFP4:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = mxfp4_row(r + t * rb, out + t * D);
+                return;
+            default:
+                for (int64_t t = 0; t < nk; ++t) fac[t] = tq_row(r + t * rb, out + t * D);
+                return;
+        }
+    }
+};
+
+// Everything a unit reads.
+struct QCall {
+    const OpCall* c;
+    const RowDecoder *kdec, *vdec;
+    int64_t B, NH, n, D, G, R, rows, T, ranges, nblk, rbk, rbv;
+    float alpha;
+    int window;
+    bool rot_k;
+    int64_t per_unit;
+    float* mem;  // per unit: max, sum, accumulator per row
+};
+
+inline void key_range(const QCall& s, int64_t rr, int64_t* t0, int64_t* t1) {
+    *t0 = std::min(s.T, (s.nblk * rr / s.ranges) * kBlock);
+    *t1 = std::min(s.T, (s.nblk * (rr + 1) / s.ranges) * kBlock);
+}
+
+// Per-thread scratch of a unit: its queries, a block's scores, the decoded tile, row factors.
+struct UnitScratch {
+    float *qs, *sc, *tile, *fac, *tmp;
+    int32_t* kp;
+    UnitScratch(const QCall& s) {
+        qs = scratch<float>(0, s.rows * s.D);
+        sc = scratch<float>(1, s.rows * kBlock);
+        tile = scratch<float>(2, kBlock * s.D);
+        fac = scratch<float>(3, kBlock);
+        tmp = scratch<float>(4, s.rows * s.D);
+        kp = reinterpret_cast<int32_t*>(scratch<float>(5, kBlock));
+    }
+};
+
+void prepare_queries(const QCall& s, int64_t b, int64_t g, float* qs) {
+    const TensorView& q = s.c->src[0];
+    for (int64_t r = 0; r < s.R; ++r)
+        for (int64_t i = 0; i < s.n; ++i) {
+            float* o = qs + (r * s.n + i) * s.D;
+            const float* src = reinterpret_cast<const float*>(q.bytes() + b * q.nb[0] + (g * s.R + r) * q.nb[1] + i * q.nb[2]);
+            for (int64_t d = 0; d < s.D; ++d) o[d] = src[d] * s.alpha;
+            if (s.rot_k) {  // R q: the rotation the keys were stored with
+                for (int64_t d = 0; d < s.D; ++d) o[d] *= tq_sign(d);
+                tq_hadamard(o, s.D);
+            }
+        }
+}
+
+// Masked scores of keys [t0, t0 + nk) for every row: sc[row * kBlock + t], -inf where masked.
+// Returns false (nothing decoded) when no query sees any key of the block.
+bool block_scores(const QCall& s, int64_t b, int64_t g, int64_t t0, int64_t nk, UnitScratch& w) {
+    const OpCall& c = *s.c;
+    const TensorView &k = c.src[1], &kpos = c.src[3], &qpos = c.src[4];
+    const int64_t kpb = kpos.ne[0] == 1 ? 0 : b, kpg = kpos.ne[1] == 1 ? 0 : g, qpb = qpos.ne[0] == 1 ? 0 : b;
+    int64_t kmin = INT64_MAX, kmax = INT64_MIN;
+    for (int64_t t = 0; t < nk; ++t) {
+        w.kp[t] = i32_at(kpos, kpb * kpos.nb[0] + kpg * kpos.nb[1] + (t0 + t) * kpos.nb[2]);
+        kmin = std::min<int64_t>(kmin, w.kp[t]);
+        kmax = std::max<int64_t>(kmax, w.kp[t]);
+    }
+    bool any = false, all = true;
+    for (int64_t i = 0; i < s.n; ++i) {
+        const int64_t qp = i32_at(qpos, qpb * qpos.nb[0] + i * qpos.nb[1]);
+        const int64_t lo = s.window > 0 ? qp - s.window : INT64_MIN;
+        any = any || (kmin <= qp && kmax > lo);
+        all = all && kmax <= qp && kmin > lo;
+    }
+    if (!any) return false;
+    const uint8_t* rows = reinterpret_cast<const uint8_t*>(k.bytes() + b * k.nb[0] + g * k.nb[1]) + t0 * s.rbk;
+    s.kdec->decode_rows(rows, s.rbk, nk, w.tile, w.fac);
+    bool unit_fac = true;
+    for (int64_t t = 0; t < nk; ++t) unit_fac = unit_fac && w.fac[t] == 1.0f;
+    for (int64_t r0 = 0; r0 < s.rows; r0 += 4)
+        gemv_dot<float>(int(std::min<int64_t>(4, s.rows - r0)), nk, s.D, w.qs + r0 * s.D, s.D, w.tile, s.D, w.sc + r0 * kBlock, kBlock);
+    if (!unit_fac)
+        for (int64_t row = 0; row < s.rows; ++row) {
+            float* sr = w.sc + row * kBlock;
+#pragma omp simd
+            for (int64_t t = 0; t < nk; ++t) sr[t] *= w.fac[t];
+        }
+    if (all) return true;
+    for (int64_t i = 0; i < s.n; ++i) {
+        const int64_t qp = i32_at(qpos, qpb * qpos.nb[0] + i * qpos.nb[1]);
+        const int64_t lo = s.window > 0 ? qp - s.window : INT64_MIN;
+        for (int64_t r = 0; r < s.R; ++r) {
+            float* sr = w.sc + (r * s.n + i) * kBlock;
+            for (int64_t t = 0; t < nk; ++t)
+                if (!(w.kp[t] <= qp && w.kp[t] > lo)) sr[t] = kNegInf;
+        }
+    }
+    return true;
+}
+
+void run_unit(const QCall& s, int64_t u) {
+    const OpCall& c = *s.c;
+    const TensorView& v = c.src[2];
+    const int64_t pair = u / s.ranges, rr = u % s.ranges, b = pair / s.G, g = pair % s.G, D = s.D, rows = s.rows;
+    float* m = s.mem + u * s.per_unit;
+    float* l = m + rows;
+    float* acc = l + rows;
+    std::fill(m, m + rows, kNegInf);
+    std::fill(l, l + rows, 0.0f);
+    std::fill(acc, acc + rows * D, 0.0f);
+    UnitScratch w(s);
+    prepare_queries(s, b, g, w.qs);
+    int64_t ta, tb;
+    key_range(s, rr, &ta, &tb);
+    const uint8_t* vbase = reinterpret_cast<const uint8_t*>(v.bytes() + b * v.nb[0] + g * v.nb[1]);
+    for (int64_t t0 = ta; t0 < tb; t0 += kBlock) {
+        const int64_t nk = std::min(kBlock, tb - t0);
+        if (!block_scores(s, b, g, t0, nk, w)) continue;
+        // The block's softmax update per row: a new maximum rescales what was accumulated.
+        bool seen = false;
+        for (int64_t row = 0; row < rows; ++row) {
+            float* sr = w.sc + row * kBlock;
+            float mt = kNegInf;
+#pragma omp simd reduction(max : mt)
+            for (int64_t t = 0; t < nk; ++t) mt = sr[t] > mt ? sr[t] : mt;
+            if (mt == kNegInf) {
+                std::fill(sr, sr + nk, 0.0f);
+                continue;
+            }
+            seen = true;
+            if (mt > m[row]) {
+                const float corr = online_softmax_scale(m[row], mt);
+                l[row] *= corr;
+                float* a = acc + row * D;
+                for (int64_t d = 0; d < D; ++d) a[d] *= corr;
+                m[row] = mt;
+            }
+            const float mx = m[row];
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t t = 0; t < nk; ++t) {
+                sr[t] = kv_exp(sr[t] - mx);  // exp(-inf) = 0
+                sum += sr[t];
+            }
+            l[row] += sum;
+        }
+        if (!seen) continue;
+        const uint8_t* vr = vbase + t0 * s.rbv;
+        s.vdec->decode_rows(vr, s.rbv, nk, w.tile, w.fac);
+        for (int64_t t = 0; t < nk; ++t) {
+            float* o = w.tile + t * D;
+            const float f = w.fac[t];
+            if (f != 1.0f)
+#pragma omp simd
+                for (int64_t d = 0; d < D; ++d) o[d] *= f;
+        }
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)
+            gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, w.sc + r0 * kBlock, kBlock, w.tile, D, w.tmp + r0 * D, D);
+#pragma omp simd
+        for (int64_t i = 0; i < rows * D; ++i) acc[i] += w.tmp[i];
+    }
+}
+
+// Weight sums of a unit's keys with each row's final max and 1 / sum (fin: 2 per row), into
+// the unit's own slots of wv (B, G, T).
+void run_weights(const QCall& s, int64_t u, const float* fin, float* wv) {
+    const int64_t pair = u / s.ranges, rr = u % s.ranges, b = pair / s.G, g = pair % s.G, rows = s.rows;
+    UnitScratch w(s);
+    prepare_queries(s, b, g, w.qs);
+    int64_t ta, tb;
+    key_range(s, rr, &ta, &tb);
+    const float* fr = fin + pair * rows * 2;
+    const float inv_r = 1.0f / float(s.R);
+    for (int64_t t0 = ta; t0 < tb; t0 += kBlock) {
+        const int64_t nk = std::min(kBlock, tb - t0);
+        if (!block_scores(s, b, g, t0, nk, w)) continue;
+        float* out = wv + pair * s.T + t0;
+        for (int64_t row = 0; row < rows; ++row) {
+            if (fr[2 * row + 1] == 0.0f) continue;
+            const float M = fr[2 * row], il = fr[2 * row + 1] * inv_r;
+            const float* sr = w.sc + row * kBlock;
+            for (int64_t t = 0; t < nk; ++t) out[t] += kv_exp(sr[t] - M) * il;
+        }
+    }
+}
+
+}  // namespace
+
+void sdpa_qrows_forward(const OpContext& ctx, const OpCall& c) {
+    const TensorView &q = c.src[0], &k = c.src[1], &v = c.src[2], &kpos = c.src[3], &y = c.dst;
+    QCall s{};
+    s.c = &c;
+    s.B = q.ne[0], s.NH = q.ne[1], s.n = q.ne[2], s.D = q.ne[3], s.G = k.ne[1], s.T = kpos.ne[2];
+    s.R = s.NH / s.G, s.rows = s.R * s.n, s.rbk = k.ne[3], s.rbv = v.ne[3];
+    s.alpha = c.p.alpha, s.window = c.p.window;
+    const QuantFormat kf = QuantFormat(c.p.qformat), vf = QuantFormat(c.p.qformat_v);
+    s.rot_k = tq_bits(kf) != 0;
+    const RowDecoder kdec(kf, s.D, c.p.qlevels), vdec(vf, s.D, c.p.qlevels);
+    s.kdec = &kdec, s.vdec = &vdec;
+    const int threads = std::max(1, kernel_threads(ctx));
+    const int64_t pairs = s.B * s.G;
+    s.nblk = (s.T + kBlock - 1) / kBlock;
+    // Ranges only for decode-sized calls (a prefill chunk has query rows enough to share): up
+    // to kUnitsPerThread per thread beyond one per pair, so the units' state does not grow with
+    // T, and units small enough that a helper preempted on a loaded machine holds little work.
+    s.ranges = s.n <= 4 && s.nblk > 0
+                   ? std::max<int64_t>(1, std::min<int64_t>(s.nblk, (int64_t(threads) * kUnitsPerThread + pairs - 1) / pairs))
+                   : 1;
+    const int64_t units = pairs * s.ranges;
+    s.per_unit = s.rows * (s.D + 2);
+    KernelScratch mem(ctx, size_t(std::max<int64_t>(1, units * s.per_unit)) * sizeof(float));
+    s.mem = mem.as<float>();
+    const int64_t bytes = pairs * s.T * (s.rbk + s.rbv);
+    const int nt = bytes >= kParallelBytes ? int(std::min<int64_t>(threads, units)) : 1;
+    run_units(nt, units, [&](int64_t u) { run_unit(s, u); });
+
+    // Merge each pair's ranges in order; keep each row's final max and 1 / sum for the weights.
+    std::vector<float> fin(size_t(pairs * s.rows * 2)), out(size_t(s.D)), wm(size_t(s.ranges)), wl(size_t(s.ranges));
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+        const int64_t b = pair / s.G, g = pair % s.G;
+        for (int64_t row = 0; row < s.rows; ++row) {
+            for (int64_t rr = 0; rr < s.ranges; ++rr) {
+                const float* um = s.mem + (pair * s.ranges + rr) * s.per_unit;
+                wm[size_t(rr)] = um[row], wl[size_t(rr)] = um[s.rows + row];
+            }
+            float M, Ls;
+            online_softmax_merge(wm.data(), wl.data(), int(s.ranges), M, Ls);
+            std::fill(out.begin(), out.end(), 0.0f);
+            for (int64_t rr = 0; rr < s.ranges; ++rr) {
+                const float f = online_softmax_scale(wm[size_t(rr)], M);
+                if (f == 0.0f) continue;
+                const float* a = s.mem + (pair * s.ranges + rr) * s.per_unit + 2 * s.rows + row * s.D;
+                for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] += f * a[d];
+            }
+            const float il = Ls > 0.0f ? 1.0f / Ls : 0.0f;
+            for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] *= il;
+            if (tq_bits(vf) && il > 0.0f) {  // x = S H y / sqrt(n): back from the rotated frame
+                tq_hadamard(out.data(), s.D);
+                for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] *= tq_sign(d);
+            }
+            const int64_t r = row / s.n, i = row % s.n;
+            store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, s.D, out.data());
+            fin[size_t((pair * s.rows + row) * 2)] = M;
+            fin[size_t((pair * s.rows + row) * 2 + 1)] = il;
+        }
+    }
+    if (!c.dst2.data) return;
+
+    // Weight sums: the scores again, weighted by each row's final softmax.
+    std::vector<float> wv(size_t(pairs * s.T), 0.0f);
+    run_units(nt, units, [&](int64_t u) { run_weights(s, u, fin.data(), wv.data()); });
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+        const int64_t b = pair / s.G, g = pair % s.G;
+        store_row(c.dst2.bytes() + b * c.dst2.nb[0] + g * c.dst2.nb[1], c.dst2.nb[2], c.dst2.dtype, s.T, wv.data() + pair * s.T);
+    }
+}
+
+}  // namespace kv::cpu
