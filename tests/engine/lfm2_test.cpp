@@ -116,6 +116,52 @@ TEST(Lfm2Fixture, ConvLayerWithoutStateRefusesALaterPosition) {
     }
 }
 
+// Evicting policies run on the attention layers only: with 8 slots, h2o and snapkv keep 8
+// positions in layers 1 and 3 while the convolution layers' caches stay empty; layer 0 (before
+// any attention) must carry exactly the dense run's state, and while the sequence fits in the
+// slots (the first two chunks of 4) the logits equal the dense cache's.
+TEST(Lfm2Fixture, EvictingPoliciesActOnAttentionLayersOnly) {
+    const HfModelFolder f = load_hf_model_folder(fixture_dir());
+    const SafetensorsContents expected = load_safetensors(fixture_dir() + "/expected.safetensors");
+    ModelOptions opt;
+    Transformer model(f.config, f.weights, opt);
+    model.set_context_width(128);
+    const Tensor& ids = expected.tensors.at("input_ids.1");  // (1, 37)
+    const Tensor& want = expected.tensors.at("logits.1");
+    const int64_t T = ids.size(1), V = want.size(2);
+    KVCacheConfig dense_cfg;
+    KVCache dense(dense_cfg, f.config, Device{}, DType::F32, T);
+    (void)chunked_logits(model, f.config, ids, 4, V, &dense);
+    for (const char* name : {"h2o-default", "snapkv-default"}) {
+        SCOPED_TRACE(name);
+        KVCacheConfig kc;
+        kc.name = name;
+        kc.cache_length = 8;
+        KVCache cache(kc, f.config, Device{}, DType::F32, T);
+        const Tensor got = chunked_logits(model, f.config, ids, 4, V, &cache);
+        // the first 8 positions (<= 8 slots) saw every key
+        test::Comparison first = test::compare(got.slice(1, 0, 8).contiguous(), want.slice(1, 0, 8).contiguous());
+        EXPECT_LE(first.rel_err, 1e-5) << first.report;
+        // later positions attend over 8 of up to 37 keys: not the reference any more
+        test::Comparison all = test::compare(got, want);
+        EXPECT_GT(all.rel_err, 1e-3) << "eviction changed nothing";
+        for (int l = 0; l < 4; ++l) {
+            const std::vector<int32_t>& pos = cache.layer(l).policy().token_positions();
+            int64_t held = 0;
+            for (int32_t p : pos) held += p >= 0;
+            if (l % 2 == 0) {
+                EXPECT_EQ(held, 0) << "layer " << l;
+                EXPECT_EQ(cache.layer(l).buffer().bytes(), 0u) << "layer " << l;
+            } else {
+                EXPECT_EQ(held, 8 * f.config.num_kv_heads) << "layer " << l;
+            }
+        }
+        const std::vector<double> s0 = cache.layer_state(0)->values.to_f64_vector(), d0 = dense.layer_state(0)->values.to_f64_vector();
+        EXPECT_EQ(s0, d0);
+        EXPECT_NE(cache.layer_state(2)->values.to_f64_vector(), dense.layer_state(2)->values.to_f64_vector());
+    }
+}
+
 std::string lfm2_json(const std::string& extra) {
     return R"({"model_type": "lfm2", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
                "num_key_value_heads": 2, "max_position_embeddings": 128)" + extra + "}";
