@@ -16,7 +16,7 @@
 
 namespace kv {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS, DEEPSEEK_V2 };
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS, DEEPSEEK_V2, LFM2 };
 
 inline const char* arch_name(Arch a) {
     switch (a) {
@@ -32,6 +32,7 @@ inline const char* arch_name(Arch a) {
         case Arch::OLMO2: return "olmo2";
         case Arch::GPT_OSS: return "gpt_oss";
         case Arch::DEEPSEEK_V2: return "deepseek_v2";
+        case Arch::LFM2: return "lfm2";
     }
     return "?";
 }
@@ -53,7 +54,7 @@ struct RopeScaling {
 };
 
 // How a layer attends (transformers' layer_types): every earlier key, a sliding window of
-// them, or not at all (a layer kvlab's forward refuses: no family it loads has one).
+// them, or not at all (a layer whose mixer is not attention: LayerMixer).
 enum class AttnKind : uint8_t { GLOBAL, SLIDING, NONE };
 
 inline const char* attn_kind_name(AttnKind k) {
@@ -64,6 +65,14 @@ inline const char* attn_kind_name(AttnKind k) {
     }
     return "?";
 }
+
+// What mixes tokens in a layer: attention (keys and values in the KV cache), or LFM2's gated
+// short convolution (engine/model/short_conv.h), a causal depthwise convolution over the last
+// ModelConfig::conv_kernel tokens whose only memory is a state of conv_kernel - 1 inputs per
+// channel, not a token cache. A SHORT_CONV layer's attention is AttnKind::NONE.
+enum class LayerMixer : uint8_t { ATTENTION, SHORT_CONV };
+
+inline const char* layer_mixer_name(LayerMixer m) { return m == LayerMixer::SHORT_CONV ? "short_conv" : "attention"; }
 
 // Where a block's RMSNorms sit: before attention and MLP (Llama), after them on their outputs
 // before the residual add (OLMo 2), or both (Gemma 2/3: four norms per block).
@@ -81,6 +90,7 @@ struct LayerSpec {
     double rope_theta = 10000.0;  // RoPE base of this layer
     double rotary_fraction = 1.0; // rotated fraction of head_dim; 0 = NoPE (no rotation)
     bool rope_scaled = true;      // whether the model's rope_scaling applies (Gemma 3: global layers only)
+    LayerMixer mixer = LayerMixer::ATTENTION;
 };
 
 // How a layer projects its queries, keys and values. SEPARATE: q/k/v projections (or Phi-3's
@@ -142,6 +152,7 @@ struct ModelConfig {
     MlpAct mlp_act = MlpAct::SILU;
     AttnProjection attn_projection = AttnProjection::SEPARATE;
     LatentAttention latent;             // attn_projection LATENT: its sizes
+    int64_t conv_kernel = 0;            // SHORT_CONV layers: the convolution's width (LFM2's conv_L_cache)
 
     int64_t bos_token_id = -1;
     std::vector<int64_t> eos_token_ids;
@@ -168,6 +179,9 @@ struct ModelConfig {
         if (sliding_window > 0 && l >= window_from_layer) s.attention = AttnKind::SLIDING, s.window = sliding_window;
         return s;
     }
+    bool short_conv_layer(int64_t l) const { return layer_spec(l).mixer == LayerMixer::SHORT_CONV; }
+    // Whether layer l keeps keys and values in the KV cache (every layer but a short convolution).
+    bool has_kv_cache(int64_t l) const { return !short_conv_layer(l); }
     int layer_window(int64_t l) const {
         const LayerSpec s = layer_spec(l);
         return s.attention == AttnKind::SLIDING ? int(s.window) : 0;
@@ -218,6 +232,11 @@ struct ModelConfig {
                  str("layer ", l, ": RoPE base ", s.rope_theta, " is implausible; expected [1, 1e10]"));
             need(s.rotary_fraction >= 0 && s.rotary_fraction <= 1,
                  str("layer ", l, ": rotary fraction ", s.rotary_fraction, " must be in [0, 1]"));
+            need((s.mixer == LayerMixer::SHORT_CONV) == (s.attention == AttnKind::NONE),
+                 str("layer ", l, " is ", layer_mixer_name(s.mixer), " with attention '", attn_kind_name(s.attention),
+                     "'; expected attention 'none' exactly for a short_conv layer"));
+            need(s.mixer != LayerMixer::SHORT_CONV || (conv_kernel >= 1 && conv_kernel <= 64),
+                 str("layer ", l, " is a short convolution but conv_L_cache is ", conv_kernel, "; expected a width in [1, 64]"));
         }
         need(std::isfinite(attn_logit_softcap) && attn_logit_softcap >= 0,
              str("attn_logit_softcapping must be >= 0 (0 or null = none), got ", attn_logit_softcap));

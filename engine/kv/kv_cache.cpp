@@ -40,10 +40,12 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
     }
     if (const PolicyInfo* info = find_policy(cfg_.policy()); info && info->initial_layer_length && (cfg_.paged_block_size > 0 || cfg_.cpu_offload))
         throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' changes a layer's length during the sequence, which paged and offloaded storage do not support"));
+    states_.resize(size_t(model.num_layers));
+    for (int64_t l = 0; l < model.num_layers; ++l) stateful_.push_back(!model.has_kv_cache(l));
     // Policies deciding across layers (cake) see only the layers they run on.
     std::vector<KVPolicy*> all;
-    for (auto& l : layers_)
-        if (!is_window_policy(l->policy())) all.push_back(&l->policy());
+    for (size_t l = 0; l < layers_.size(); ++l)
+        if (!is_window_policy(layers_[l]->policy()) && !stateful_[l]) all.push_back(&layers_[l]->policy());
     for (KVPolicy* p : all)
         if (CrossLayerLengths* x = p->capabilities().cross_layer_lengths) x->link_layers(all);
 }
@@ -105,6 +107,18 @@ void KVCache::set_output_projection(int layer, const Tensor& wo) {
 
 void KVCache::reset() {
     for (auto& l : layers_) l->reset();
+    for (LayerState& s : states_) s = LayerState{};
+}
+
+LayerState* KVCache::layer_state(int layer) {
+    if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
+    return stateful_[size_t(layer)] ? &states_[size_t(layer)] : nullptr;
+}
+
+size_t KVCache::state_bytes() const {
+    size_t n = 0;
+    for (const LayerState& s : states_) n += s.values.defined() ? s.values.nbytes() : 0;
+    return n;
 }
 
 void KVCache::flush() {
@@ -119,10 +133,23 @@ void KVCache::reorder_batch(const std::vector<int32_t>& src) {
         l->buffer().reorder_batch(src);
         if (ReordersBatch* r = l->policy().capabilities().reorders_batch) r->reorder_batch(src);
     }
+    // Layer states (B, ...) follow their rows like the K/V rows do.
+    for (LayerState& st : states_) {
+        if (!st.values.defined()) continue;
+        const int64_t B = st.values.size(0), row = st.values.numel() / B;
+        const std::vector<double> v = st.values.contiguous().to_f64_vector();
+        std::vector<double> out(v.size());
+        for (size_t b = 0; b < src.size() && int64_t(b) < B; ++b) {
+            if (src[b] < 0 || src[b] >= B) throw Error(str("reorder_batch: source row ", src[b], " outside the batch of ", B));
+            std::copy_n(v.begin() + src[b] * row, row, out.begin() + int64_t(b) * row);
+        }
+        st.values = Tensor::from_f64(st.values.shape(), out, st.values.dtype(), {st.values.device(), MemCategory::KV_CACHE, "short-conv state"});
+    }
 }
 
 void KVCache::release_buffers() {
     for (auto& l : layers_) l->buffer().release();
+    for (LayerState& s : states_) s = LayerState{};
     shared_->Kw = Tensor();
     shared_->Vw = Tensor();
     shared_->owner = nullptr;

@@ -33,6 +33,11 @@ class KVCache final : public CacheAttention {
     }
     // Handed to layer `layer`'s policy when it reads W_o (policies/output_projection.h).
     void set_output_projection(int layer, const Tensor& wo) override;
+    // A layer without a token cache (a short convolution, ModelConfig::has_kv_cache) keeps its
+    // state here; its LayerCache is never called and no policy acts on it. Null for other layers.
+    LayerState* layer_state(int layer) override;
+    // Bytes of those states (a few positions per channel, whatever the sequence length).
+    size_t state_bytes() const;
 
     const std::string& name() const { return cfg_.name; }
     const KVCacheConfig& config() const { return cfg_; }
@@ -74,6 +79,8 @@ class KVCache final : public CacheAttention {
     KVCacheConfig cfg_;
     std::shared_ptr<BufferShared> shared_;
     std::vector<std::unique_ptr<LayerCache>> layers_;
+    std::vector<LayerState> states_;  // per layer; used by the layers without a token cache only
+    std::vector<bool> stateful_;      // layer l has no token cache (its state is states_[l])
 };
 
 }  // namespace kv

@@ -9,6 +9,13 @@
 
 namespace kv {
 
+// What a layer without a token cache (a short convolution, ModelConfig::short_conv_layer)
+// carries from one call to the next: its few last inputs, valid up to position next_pos.
+struct LayerState {
+    Tensor values;         // the mixer's own layout (short convolution: (B, conv_kernel - 1, E)); undefined = empty
+    int64_t next_pos = 0;  // the position the next call must start at
+};
+
 class LayerAttention {
    public:
     virtual ~LayerAttention() = default;
@@ -26,6 +33,10 @@ class LayerAttention {
     // set before every attend() like the frequencies; caches whose policy weighs a value by what
     // it adds to the layer's output (||W_o v||) read it.
     virtual void set_output_projection(int layer, const Tensor& wo) { (void)layer, (void)wo; }
+    // The state of layer `layer` when it mixes tokens without attention (no attend() call is made
+    // for it), kept between the calls of one sequence; null = this attention keeps none, so such a
+    // layer runs only over a whole sequence from position 0.
+    virtual LayerState* layer_state(int layer) { (void)layer; return nullptr; }
 };
 
 // No cache: causal attention over the n new tokens only (a plain forward over a whole

@@ -106,6 +106,25 @@ const std::vector<Entry>& entries() {
              c.partial_rotary_factor = 8.0 / 24.0;
              return c;
          }},
+        {{"tiny-lfm2", "LFM2's hybrid in miniature: 6 layers (gated short convolutions of width 3 in 0, 1, 3, 4; attention with q/k "
+          "norm in 2 and 5), width 64, 4 heads / 2 KV heads, SwiGLU MLP, tied, byte vocabulary"},
+         [] {
+             ModelConfig c = base("tiny-lfm2", Arch::LFM2, kByteVocab, 64, 128, 6, 4, 2, 16, 2048, 1000000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             c.qk_norm = true;
+             c.tie_word_embeddings = true;
+             c.rms_norm_eps = 1e-5;
+             c.conv_kernel = 3;
+             c.layer_specs.resize(6);
+             for (int64_t l = 0; l < 6; ++l) {  // LFM2-350M's pattern (attention every third layer at first) cut to 6
+                 LayerSpec& s = c.layer_specs[size_t(l)];
+                 s.rope_theta = c.rope_theta;
+                 if (l % 3 != 2) s.mixer = LayerMixer::SHORT_CONV, s.attention = AttnKind::NONE;
+             }
+             return c;
+         }},
         {{"qwen2.5-0.5b", "Qwen2.5-0.5B shapes (24 layers, width 896, 14/2 heads, q/k/v bias, tied), random weights"},
          [] {
              ModelConfig c = base("qwen2.5-0.5b", Arch::QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0);
@@ -210,7 +229,13 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
         if (c.norm_placement != NormPlacement::POST) norm(p + "input_layernorm.weight", E);
         if (c.norm_placement == NormPlacement::BOTH) norm(p + "pre_feedforward_layernorm.weight", E);
         if (c.norm_placement != NormPlacement::PRE) norm(p + "post_feedforward_layernorm.weight", E);
-        if (c.latent_attention()) {
+        if (c.short_conv_layer(l)) {
+            lin(p + "conv.in_proj.weight", {3 * E, E});
+            // taps of order 1: each output mixes its last conv_kernel inputs in earnest
+            w[p + "conv.conv.weight"] = uniform_tensor({E, 1, c.conv_kernel}, seed ^ std::hash<std::string>{}(p + "conv.conv.weight"), 0.0f,
+                                                       1.0f, dtype, device, p + "conv.conv.weight");
+            lin(p + "conv.out_proj.weight", {E, E});
+        } else if (c.latent_attention()) {
             const LatentAttention& la = c.latent;
             if (la.q_lora_rank > 0) {
                 lin(p + "self_attn.q_a_proj.weight", {la.q_lora_rank, E});
@@ -234,11 +259,11 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
             lin(p + "self_attn.k_proj.bias", {K});
             lin(p + "self_attn.v_proj.bias", {K});
         }
-        if (c.qk_norm) {
+        if (c.qk_norm && !c.short_conv_layer(l)) {
             norm(p + "self_attn.q_norm.weight", c.qk_norm_whole ? Q : c.head_dim);
             norm(p + "self_attn.k_norm.weight", c.qk_norm_whole ? K : c.head_dim);
         }
-        lin(p + "self_attn.o_proj.weight", {E, c.num_heads * c.v_head_dim()});
+        if (!c.short_conv_layer(l)) lin(p + "self_attn.o_proj.weight", {E, c.num_heads * c.v_head_dim()});
         if (c.o_bias) lin(p + "self_attn.o_proj.bias", {E});
         // Sink logits in [0, 2]: against the near-zero scores of these weights they take a real
         // share of each row (gpt-oss's trained sinks are of the scores' size).

@@ -6,6 +6,7 @@
 #include "engine/model/latent_attention.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/packed_weight.h"
+#include "engine/model/short_conv.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 
@@ -127,8 +128,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     if (cfg_.latent_attention() && opt.device.type != DeviceType::CPU)
         throw Error(str(cfg_.name, ": multi-head latent attention (DeepSeek-V2) is computed on the CPU only; expected --device cpu"));
     for (int64_t l = 0; l < cfg_.num_layers; ++l)
-        if (cfg_.layer_spec(l).attention == AttnKind::NONE)
-            throw Error(str(cfg_.name, ": layer ", l, " has no attention, which the forward pass does not support"));
+        if (cfg_.short_conv_layer(l) && opt.device.type != DeviceType::CPU)
+            throw Error(str(cfg_.name, ": layer ", l, " is a short convolution (LFM2), which is computed on the CPU only; expected --device cpu"));
     // Norm tensors by placement: Llama's post_attention_layernorm is the pre-MLP norm; Gemma
     // and OLMo 2 apply it to the attention output and name the MLP's norms *_feedforward_*.
     const NormPlacement np = cfg_.norm_placement;
@@ -145,7 +146,10 @@ void Transformer::init(const TensorMap& w, bool adopt) {
         }
         if (np == NormPlacement::PRE) L.mlp_norm = norm(p + "post_attention_layernorm.weight");
         if (np == NormPlacement::BOTH) L.mlp_norm = norm(p + "pre_feedforward_layernorm.weight");
-        if (cfg_.latent_attention())
+        const bool conv = cfg_.short_conv_layer(l);
+        if (conv)
+            load_short_conv(cfg_, w, p, opt.dtype, opt.device, L);
+        else if (cfg_.latent_attention())
             load_latent_attention(cfg_, w, p, opt.dtype, opt.device, L);
         else if (cfg_.fused_projections)
             L.wqkv = convert(need(w, p + "self_attn.qkv_proj.weight", {Q + 2 * K, E}), opt, p + "self_attn.qkv_proj.weight", adopt);
@@ -159,12 +163,12 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             Tensor bv = need(w, p + "self_attn.v_proj.bias", {K}).unsqueeze(1);
             L.bqkv = stack_rows({&bq, &bk, &bv}, opt, p + "self_attn.qkv.bias", adopt).reshape({Q + 2 * K});
         }
-        if (cfg_.qk_norm) {
+        if (cfg_.qk_norm && !conv) {
             const int64_t nq = cfg_.qk_norm_whole ? Q : cfg_.head_dim, nk = cfg_.qk_norm_whole ? K : cfg_.head_dim;
             L.q_norm = convert(need(w, p + "self_attn.q_norm.weight", {nq}), opt, p + "self_attn.q_norm.weight", adopt);
             L.k_norm = convert(need(w, p + "self_attn.k_norm.weight", {nk}), opt, p + "self_attn.k_norm.weight", adopt);
         }
-        if (!cfg_.latent_attention())
+        if (!cfg_.latent_attention() && !conv)
             L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
         if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias", adopt);
         if (cfg_.fused_projections)
@@ -238,6 +242,19 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     const DType act = opt_.dtype;
     const TensorOptions ao{opt_.device, MemCategory::ACTIVATIONS, {}};
 
+    Tensor out;
+    if (cfg_.short_conv_layer(l)) {
+        // ---- short convolution in place of attention: no cache call, only the layer's state ----
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "short_conv", .layer = l);
+        MemoryLabelScope label(str("layer ", l, " short conv"));
+        if (save || adapters_)
+            throw Error(str(cfg_.name, ": layer ", l, " is a short convolution (LFM2); gradients and adapters through it are not "
+                            "implemented (it runs forward only: eval_long, generate)"));
+        const Tensor h = L.attn_norm.defined() ? ops::rmsnorm(x, L.attn_norm, eps, off) : x;
+        Tensor o = short_conv(cfg_, L, l, h, input_pos, attention.layer_state(l), act);
+        if (L.attn_post_norm.defined()) o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
+        out = ops::add(x, o);
+    } else {
     // ---- attention ----
     Tensor y;  // (B, n, NH, HS)
     {
@@ -295,7 +312,6 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
         if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
-    Tensor out;
     {
         MemoryLabelScope label(str("layer ", l, " attention output"));
         Tensor yf = y.reshape({B, n, NH * HS});
@@ -308,6 +324,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         }
         out = ops::add(x, o);
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
+    }
     }
     // ---- MLP ----
     {
@@ -386,7 +403,7 @@ int64_t Transformer::parameter_count() const {
     int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out})
             if (t->defined() && !(t == &L.wo && cfg_.latent_attention())) n += weight_shape(*t).numel();
         if (cfg_.latent_attention()) n += latent_parameter_count(cfg_, L);
     }
@@ -407,7 +424,7 @@ size_t Transformer::weight_bytes() const {
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
                                 &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.wq_a, &L.q_a_norm, &L.wq, &L.wkv_a,
-                                &L.kv_a_norm, &L.wkv_b})
+                                &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out})
             if (t->defined()) n += t->nbytes();
     }
     return n;

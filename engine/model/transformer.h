@@ -60,6 +60,11 @@ struct LayerWeights {
     Tensor wkv_a;      // (kv_lora_rank + qk_rope_head_dim, E): the latent, then k_pe
     Tensor kv_a_norm;  // (kv_lora_rank)
     Tensor wkv_b;      // (NH (qk_nope_head_dim + v_head_dim), kv_lora_rank)
+    // Gated short convolution in place of attention (ModelConfig::short_conv_layer; wqkv and wo
+    // undefined; engine/model/short_conv.h):
+    Tensor conv_in;    // (3E, E): b, c, x rows (conv.in_proj)
+    Tensor conv_taps;  // (E, conv_kernel) depthwise taps (conv.conv)
+    Tensor conv_out;   // (E, E) (conv.out_proj)
 };
 
 // What a gradient pass keeps from a block's forward over one chunk (engine/grad reads it).

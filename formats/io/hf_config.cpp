@@ -43,6 +43,7 @@ constexpr ArchNames kArchNames[] = {
     {Arch::GEMMA3, "gemma3_text", "Gemma3ForCausalLM"}, {Arch::SMOLLM3, "smollm3", "SmolLM3ForCausalLM"},
     {Arch::PHI3, "phi3", "Phi3ForCausalLM"},             {Arch::OLMO2, "olmo2", "Olmo2ForCausalLM"},
     {Arch::GPT_OSS, "gpt_oss", "GptOssForCausalLM"},     {Arch::DEEPSEEK_V2, "deepseek_v2", "DeepseekV2ForCausalLM"},
+    {Arch::LFM2, "lfm2", "Lfm2ForCausalLM"},
 };
 
 const ArchNames& names_of(Arch a) {
@@ -415,10 +416,67 @@ void read_deepseek_v2(const JsonFields& f, const json& root, ModelConfig& c) {
     c.mlp_bias = f.get_bool("mlp_bias", false);
 }
 
+// LFM2 (transformers' Lfm2Config): layers are attention ("full_attention": GQA, per-head q/k
+// RMSNorm, RoPE) or gated short convolutions ("conv", conv_L_cache wide), from layer_types or
+// else full_attn_idxs (absent: every layer attends). Liquid's own keys are read where
+// Lfm2Config reads them (norm_eps, theta, block_ff_dim, tie_embedding). The MLP width is
+// int(2 I / 3) with block_auto_adjust_ff_dim, times block_ffn_dim_multiplier, rounded up to
+// block_multiple_of. Biases on the convolution (conv_bias) are refused.
+void read_lfm2(const JsonFields& f, const json& root, ModelConfig& c) {
+    c.qk_norm = true;
+    c.rms_norm_eps = f.get_number("norm_eps", 1e-5);
+    if (!f.has("rope_theta") && !root.contains("rope_parameters")) c.rope_theta = f.get_number("theta", 1000000.0);  // Lfm2Config's default base is 1e6
+    c.tie_word_embeddings = f.has("tie_word_embeddings") ? f.get_bool("tie_word_embeddings", true) : f.get_bool("tie_embedding", true);
+    if (f.get_bool("block_auto_adjust_ff_dim", true)) {
+        int64_t I = 2 * c.intermediate_size / 3;
+        if (f.has("block_ffn_dim_multiplier") || !root.contains("block_ffn_dim_multiplier")) {  // null: no multiplier, no rounding
+            const double mult = f.get_number("block_ffn_dim_multiplier", 1.0);
+            const int64_t m = size_field(f, "block_multiple_of", 256);
+            if (m <= 0) f.fail("block_multiple_of", str("is ", m, "; expected a number > 0"));
+            I = int64_t(mult * double(I));
+            I = m * ((I + m - 1) / m);
+        }
+        c.intermediate_size = I;
+    }
+    if (f.get_bool("conv_bias", false))
+        f.fail("conv_bias", "is true; biases on the short convolution's in_proj, conv and out_proj are not supported (expected false)");
+    c.conv_kernel = size_field(f, "conv_L_cache", 3);
+    if (c.conv_kernel < 1 || c.conv_kernel > 64) f.fail("conv_L_cache", str("is ", c.conv_kernel, "; expected a width in [1, 64]"));
+    std::vector<bool> attn(size_t(c.num_layers), true);
+    if (const json* lt = f.find("layer_types")) {
+        if (!lt->is_array() || int64_t(lt->size()) != c.num_layers)
+            f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+        for (int64_t i = 0; i < c.num_layers; ++i) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            if (!full && !(t.is_string() && t.get<std::string>() == "conv"))
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"conv\""));
+            attn[size_t(i)] = full;
+        }
+    } else if (const json* idx = f.find("full_attn_idxs")) {
+        if (!idx->is_array()) f.fail("full_attn_idxs", str("is ", json_describe(*idx), "; expected a list of layer indices"));
+        attn.assign(size_t(c.num_layers), false);
+        for (const json& i : *idx) {
+            if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= c.num_layers)
+                f.fail("full_attn_idxs", str("has entry ", json_describe(i), "; expected layer indices in [0, ", c.num_layers, ")"));
+            attn[size_t(i.get<int64_t>())] = true;
+        }
+    }
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rope_theta = c.rope_theta;
+        s.rotary_fraction = c.partial_rotary_factor;
+        if (!attn[size_t(i)]) s.mixer = LayerMixer::SHORT_CONV, s.attention = AttnKind::NONE;
+    }
+}
+
 void read_llama_family(const JsonFields& f, const json& root, const std::string& source, ModelConfig& c) {
     c.vocab_size = size_field(f, "vocab_size");
     c.hidden_size = size_field(f, "hidden_size");
-    c.intermediate_size = size_field(f, "intermediate_size");
+    // Lfm2Config takes Liquid's block_ff_dim for intermediate_size
+    c.intermediate_size = c.arch == Arch::LFM2 && !f.has("intermediate_size") ? size_field(f, "block_ff_dim")
+                                                                              : size_field(f, "intermediate_size");
     c.num_layers = layers_field(f, "num_hidden_layers");
     c.num_heads = size_field(f, "num_attention_heads");
     c.num_kv_heads = size_field(f, "num_key_value_heads", c.num_heads);  // absent = multi-head attention
@@ -494,6 +552,7 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
             break;
         case Arch::GPT_OSS: read_gpt_oss(f, c); break;
         case Arch::DEEPSEEK_V2: read_deepseek_v2(f, root, c); break;
+        case Arch::LFM2: read_lfm2(f, root, c); break;
         case Arch::GPT2: break;
     }
     if (c.sliding_window < 0) f.fail("sliding_window", str("is ", c.sliding_window, "; expected a number > 0 or null"));
@@ -589,6 +648,7 @@ void check_expressible(const ModelConfig& c) {
         case Arch::PHI3:
         case Arch::OLMO2:
         case Arch::GPT_OSS:
+        case Arch::LFM2:
         case Arch::DEEPSEEK_V2: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
         case Arch::GPT2:
             need(c.qkv_bias && c.o_bias && c.mlp_bias, "gpt2 always has biases");

@@ -30,6 +30,29 @@ void strip_gpt2_prefix(TensorMap& weights) {
     }
     weights = std::move(out);
 }
+// LFM2 checkpoints name the parts kvlab shares with Llama differently (Lfm2DecoderLayer's
+// operator_norm / ffn_norm, feed_forward.w1/w3/w2, self_attn.out_proj, q_layernorm /
+// k_layernorm, the final model.embedding_norm); they are renamed to the Llama names the weight
+// table and the model use. The convolution's own tensors (conv.*) keep their names.
+void rename_lfm2_weights(TensorMap& weights) {
+    static const std::pair<const char*, const char*> kSuffixes[] = {
+        {".operator_norm.weight", ".input_layernorm.weight"},   {".ffn_norm.weight", ".post_attention_layernorm.weight"},
+        {".feed_forward.w1.weight", ".mlp.gate_proj.weight"},   {".feed_forward.w3.weight", ".mlp.up_proj.weight"},
+        {".feed_forward.w2.weight", ".mlp.down_proj.weight"},   {".self_attn.out_proj.weight", ".self_attn.o_proj.weight"},
+        {".self_attn.q_layernorm.weight", ".self_attn.q_norm.weight"}, {".self_attn.k_layernorm.weight", ".self_attn.k_norm.weight"},
+    };
+    TensorMap out;
+    for (auto& [name, t] : weights) {
+        std::string to = name == "model.embedding_norm.weight" ? "model.norm.weight" : name;
+        for (const auto& [from, repl] : kSuffixes) {
+            const size_t n = std::char_traits<char>::length(from);
+            if (name.size() > n && name.compare(name.size() - n, n, from) == 0) to = name.substr(0, name.size() - n) + repl;
+        }
+        if (out.count(to)) throw Error(str("weights contain both '", to, "' and its LFM2 name '", name, "'"));
+        out[to] = std::move(t);
+    }
+    weights = std::move(out);
+}
 }  // namespace
 
 ModelConfig read_hf_model_config(const std::string& dir) {
@@ -61,9 +84,10 @@ HfModelFolder load_hf_model_folder(const std::string& dir) {
         throw Error(str(dir, ": no model.safetensors or model.safetensors.index.json; expected safetensors weights",
                         " (PyTorch .bin checkpoints are not read)"));
     }
-    if (f.config.arch == Arch::GPT2) {
+    if (f.config.arch == Arch::GPT2 || f.config.arch == Arch::LFM2) {
         try {
-            strip_gpt2_prefix(f.weights);
+            if (f.config.arch == Arch::GPT2) strip_gpt2_prefix(f.weights);
+            else rename_lfm2_weights(f.weights);
         } catch (const Error& e) {
             throw Error(str(source, ": ", e.what()));
         }

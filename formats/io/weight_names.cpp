@@ -21,7 +21,11 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
         if (c.norm_placement != NormPlacement::POST) w.push_back({p + "input_layernorm.weight", {E}});
         if (c.norm_placement == NormPlacement::BOTH) w.push_back({p + "pre_feedforward_layernorm.weight", {E}});
         if (c.norm_placement != NormPlacement::PRE) w.push_back({p + "post_feedforward_layernorm.weight", {E}});
-        if (c.latent_attention()) {  // DeepSeek-V2: queries (optionally through a latent), the KV latent and its expansion
+        if (c.short_conv_layer(i)) {  // LFM2's gated short convolution (B, C, x rows of in_proj; depthwise taps)
+            w.push_back({p + "conv.in_proj.weight", {3 * E, E}});
+            w.push_back({p + "conv.conv.weight", {E, 1, c.conv_kernel}});
+            w.push_back({p + "conv.out_proj.weight", {E, E}});
+        } else if (c.latent_attention()) {  // DeepSeek-V2: queries (optionally through a latent), the KV latent and its expansion
             const LatentAttention& a = c.latent;
             if (a.q_lora_rank > 0) {
                 w.push_back({p + "self_attn.q_a_proj.weight", {a.q_lora_rank, E}});
@@ -43,10 +47,10 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
             w.push_back({p + "self_attn.v_proj.weight", {KV, E}});
             if (c.qkv_bias) w.push_back({p + "self_attn.v_proj.bias", {KV}});
         }
-        w.push_back({p + "self_attn.o_proj.weight", {E, c.num_heads * c.v_head_dim()}});
+        if (!c.short_conv_layer(i)) w.push_back({p + "self_attn.o_proj.weight", {E, c.num_heads * c.v_head_dim()}});
         if (c.o_bias) w.push_back({p + "self_attn.o_proj.bias", {E}});
         if (c.attention_sinks) w.push_back({p + "self_attn.sinks", {c.num_heads}});
-        if (c.qk_norm) {
+        if (c.qk_norm && !c.short_conv_layer(i)) {
             w.push_back({p + "self_attn.q_norm.weight", {c.qk_norm_whole ? Q : HS}});
             w.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_whole ? KV : HS}});
         }

@@ -117,6 +117,14 @@ ModelConfig tiny_config(Arch arch) {
             c.attention_sinks = true;
             c.qkv_bias = c.o_bias = true;
             break;
+        case Arch::LFM2:  // layer 0 a short convolution of width 3, layer 1 attention with q/k norm
+            c.qk_norm = true;
+            c.tie_word_embeddings = true;
+            c.conv_kernel = 3;
+            c.layer_specs.resize(2);
+            c.layer_specs[0].mixer = LayerMixer::SHORT_CONV;
+            c.layer_specs[0].attention = AttnKind::NONE;
+            break;
         case Arch::DEEPSEEK_V2:  // latent attention: keys of 4 + 4 rotated channels, values of 6, latents 12 and 10
             c.num_kv_heads = c.num_heads;
             c.attn_projection = AttnProjection::LATENT;
