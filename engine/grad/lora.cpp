@@ -98,7 +98,8 @@ Lora::Lora(const Transformer& model, const LoraConfig& cfg) : cfg_(cfg) {
             // latent's W_kv_a (latent and k_pe), v the decompression W_kv_b (k_nope and v per head).
             const LatentAttention& la = mc.latent;
             const int64_t qin = la.q_lora_rank > 0 ? la.q_lora_rank : E;
-            if (has("q")) make(l, LinearSite::QKV, 0, Q, qin, p + (la.q_lora_rank > 0 ? "self_attn.q_b_proj" : "self_attn.q_proj"));
+            if (has("q"))
+                make(l, LinearSite::QKV, 0, Q, qin, p + (la.q_lora_rank > 0 ? "self_attn.q_b_proj" : "self_attn.q_proj"));
             if (has("k"))
                 make(l, LinearSite::KV_A, 0, la.kv_lora_rank + la.qk_rope_head_dim, E, p + "self_attn.kv_a_proj_with_mqa");
             if (has("v"))

@@ -82,8 +82,8 @@ void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std
     L.wo = make({E, NH * HS}, padded, dtype, device, p + "self_attn.o_proj.weight");
 }
 
-void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos, DType act,
-                Tensor& qr, Tensor& kr, Tensor& v, int layer, const LinearAdapters* ad, BlockActivations* save) {
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer, const LinearAdapters* ad, BlockActivations* save) {
     const LatentAttention& a = cfg.latent;
     const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim,
                   D = a.qk_nope_head_dim, VD = a.v_head_dim, r = a.kv_lora_rank;
@@ -126,8 +126,8 @@ namespace {
 
 // dx (B, n, in) of a linear map with weight w and input x, its weight gradient into gw (when
 // defined) and the adapter's share at `site`.
-Tensor linear_back(const Tensor& w, Tensor* gw, const Tensor& x, const Tensor& dy, int layer, LinearSite site, int64_t input_pos,
-                   const LinearAdapters* ad) {
+Tensor linear_back(const Tensor& w, Tensor* gw, const Tensor& x, const Tensor& dy, int layer, LinearSite site,
+                   int64_t input_pos, const LinearAdapters* ad) {
     Tensor dx = linear_input_grad_any(dy, w, x.dtype());
     if (ad) ad->backward(layer, site, x, input_pos, dy, dx);
     if (gw && gw->defined()) linear_weight_grad(*gw, nullptr, x, dy);
@@ -155,7 +155,8 @@ Tensor latent_qkv_backward(const ModelConfig& cfg, const LayerWeights& L, const 
     ops::rope_backward_(dkv, dkr, pos, rt.cos, rt.sin, rt.n_rot);
 
     // ---- queries: q = W_q q_in, q_in = RMSNorm(W_q_a h) or h ----
-    Tensor dh = linear_back(L.wq, grad_of(&LayerGrads::wq), a.q_in, dq.reshape({B, n, NH * HS}), layer, LinearSite::QKV, input_pos, ad);
+    Tensor dh =
+        linear_back(L.wq, grad_of(&LayerGrads::wq), a.q_in, dq.reshape({B, n, NH * HS}), layer, LinearSite::QKV, input_pos, ad);
     if (L.wq_a.defined()) {
         Tensor dqa = Tensor::empty(a.q_a.shape(), dt, go);
         ops::rmsnorm_backward_(dqa, grad_of(&LayerGrads::q_a_norm), a.q_a, L.q_a_norm, dh, eps);
@@ -180,7 +181,8 @@ Tensor latent_qkv_backward(const ModelConfig& cfg, const LayerWeights& L, const 
     Tensor dlat = dckv.slice(2, 0, r), dpe = dckv.slice(2, r, r + R);
     ops::rmsnorm_backward_(dlat, grad_of(&LayerGrads::kv_a_norm), a.ckv.slice(2, 0, r), L.kv_a_norm, dc, eps);
     ops::copy_(dpe, dk.as_strided({B, n, R}, {n * NH * HS, NH * HS, 1}, dk.offset()));
-    for (int64_t h = 1; h < NH; ++h) ops::add_(dpe, dpe, dk.as_strided({B, n, R}, {n * NH * HS, NH * HS, 1}, dk.offset() + h * HS));
+    for (int64_t h = 1; h < NH; ++h)
+        ops::add_(dpe, dpe, dk.as_strided({B, n, R}, {n * NH * HS, NH * HS, 1}, dk.offset() + h * HS));
     Tensor dh_kv = linear_back(L.wkv_a, grad_of(&LayerGrads::wkv_a), a.h1, dckv, layer, LinearSite::KV_A, input_pos, ad);
     ops::add_(dh, dh, dh_kv);
     return dh;

@@ -20,8 +20,8 @@
 #include <string>
 
 #include "engine/core/model_config.h"
-#include "engine/model/rope.h"
 #include "engine/model/model_grads.h"
+#include "engine/model/rope.h"
 #include "engine/model/transformer.h"
 
 namespace kv {
@@ -36,8 +36,8 @@ void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std
 // rt (n_rot = qk_rope_head_dim), v's channels past v_head_dim zero. Adapters (LoRA) add to W_q
 // (LinearSite::QKV), W_kv_a (KV_A) and W_kv_b (KV_B) of layer `layer`; with `save`, keeps q_a,
 // q_in, ckv and c for latent_qkv_backward.
-void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos, DType act,
-                Tensor& qr, Tensor& kr, Tensor& v, int layer = 0, const LinearAdapters* adapters = nullptr,
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer = 0, const LinearAdapters* adapters = nullptr,
                 BlockActivations* save = nullptr);
 
 // Reverse of latent_qkv given dqr, dkr, dv (B, NH, n, head_dim; dv's padding is ignored): dh

@@ -69,9 +69,9 @@ void ModelGrads::zero() {
     for (Tensor* t : {&embed, &norm, &lm_head})
         if (t->defined()) t->fill(0.0);
     for (auto& l : layers)
-        for (Tensor* t :
-             {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm, &l.mlp_post_norm,
-              &l.w_gate_up, &l.w_down, &l.sinks, &l.wq_a, &l.q_a_norm, &l.wq, &l.wkv_a, &l.kv_a_norm, &l.wkv_b})
+        for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm,
+                          &l.mlp_post_norm, &l.w_gate_up, &l.w_down, &l.sinks, &l.wq_a, &l.q_a_norm, &l.wq, &l.wkv_a,
+                          &l.kv_a_norm, &l.wkv_b})
             if (t->defined()) t->fill(0.0);
 }
 

@@ -89,8 +89,13 @@ void load_model_state_dict(Transformer& m, const TensorMap& weights) {
             LayerWeights& L = m.mutable_layer(l);
             LayerWeights fresh;
             load_latent_attention(m.config(), weights, str("model.layers.", l, "."), L.wkv_a.dtype(), L.wkv_a.device(), fresh);
-            for (auto [dst, src] : {std::pair{&L.wq_a, &fresh.wq_a}, {&L.q_a_norm, &fresh.q_a_norm}, {&L.wq, &fresh.wq},
-                                    {&L.wkv_a, &fresh.wkv_a}, {&L.kv_a_norm, &fresh.kv_a_norm}, {&L.wkv_b, &fresh.wkv_b}, {&L.wo, &fresh.wo}})
+            for (auto [dst, src] : {std::pair{&L.wq_a, &fresh.wq_a},
+                                    {&L.q_a_norm, &fresh.q_a_norm},
+                                    {&L.wq, &fresh.wq},
+                                    {&L.wkv_a, &fresh.wkv_a},
+                                    {&L.kv_a_norm, &fresh.kv_a_norm},
+                                    {&L.wkv_b, &fresh.wkv_b},
+                                    {&L.wo, &fresh.wo}})
                 if (dst->defined()) dst->copy_from(*src);
         }
 }
@@ -112,16 +117,21 @@ TensorMap merged_lora_state_dict(const Transformer& m, const Lora& lora) {
     // then written out in the checkpoint's.
     auto latent_site = [&](const LoraAdapter& a) {
         return c.latent_attention() && a.layer >= 0 &&
-               (a.site == LinearSite::QKV || a.site == LinearSite::KV_A || a.site == LinearSite::KV_B || a.site == LinearSite::O);
+               (a.site == LinearSite::QKV || a.site == LinearSite::KV_A || a.site == LinearSite::KV_B ||
+                a.site == LinearSite::O);
     };
     for (int l = 0; c.latent_attention() && l < int(c.num_layers); ++l) {
         const auto& ads = lora.adapters();
-        if (std::none_of(ads.begin(), ads.end(), [&](const LoraAdapter& a) { return latent_site(a) && a.layer == l; })) continue;
+        if (std::none_of(ads.begin(), ads.end(), [&](const LoraAdapter& a) { return latent_site(a) && a.layer == l; }))
+            continue;
         LayerWeights L = m.layer(l);
         for (Tensor* t : {&L.wq, &L.wkv_a, &L.wkv_b, &L.wo}) *t = t->clone();  // never the live weights
         for (const auto& a : ads) {
             if (!latent_site(a) || a.layer != l) continue;
-            Tensor& w = a.site == LinearSite::QKV ? L.wq : a.site == LinearSite::KV_A ? L.wkv_a : a.site == LinearSite::KV_B ? L.wkv_b : L.wo;
+            Tensor& w = a.site == LinearSite::QKV    ? L.wq
+                        : a.site == LinearSite::KV_A ? L.wkv_a
+                        : a.site == LinearSite::KV_B ? L.wkv_b
+                                                     : L.wo;
             ops::matmul_(w, a.B, a.A, lora.scale(), 1.0f);  // W += s B A
         }
         for (auto& [name, t] : latent_state_dict(c, L, str("model.layers.", l, "."))) out[name] = t;

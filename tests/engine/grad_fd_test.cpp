@@ -45,7 +45,9 @@ double fd_noise(bool extrapolate) { return extrapolate ? 3 * kFdNoise : kFdNoise
 // The largest |g - fd| / bound of the checks since the last reset: how close a test came to its
 // bound (printed by the tests that measure their margin over seeds).
 double worst_fraction = 0;
-void note_fraction(double err, double bound) { worst_fraction = std::max(worst_fraction, err / bound); }
+void note_fraction(double err, double bound) {
+    worst_fraction = std::max(worst_fraction, err / bound);
+}
 
 // Gradient g of parameter w against finite differences on `per_tensor` entries spread over w.
 // Passes when |g - fd| <= tol * max(|fd| over the samples) + kFdNoise; returns that max.
@@ -156,9 +158,9 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     std::printf("%s: worst |grad - fd| is %.3f of its bound\n", GetParam().c_str(), worst_fraction);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient, ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                                                "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "mla",
-                                                                "mla_qlora"));
+INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient,
+                         ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
+                                           "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "mla", "mla_qlora"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -542,8 +544,9 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
     model->set_adapters(nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient, ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window",
-                                                                                  "gpt_oss", "mla", "mla_qlora"));
+INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient,
+                         ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "gpt_oss", "mla",
+                                           "mla_qlora"));
 
 // Sliding windows through an evicting cache over several cells (h2o on the full-attention layers,
 // rings holding more than the window on the windowed ones, which must not see it): the replay's loss is the live

@@ -65,9 +65,10 @@ TEST(LatentAttentionTrain, LoraAndFullStepsThroughH2oLowerTheLoss) {
         // at B = 0) received a gradient through the cache's replay.
         int latent = 0;
         for (const auto& p : t.params()) {
-            const bool is_latent = p.name.find("kv_a_proj") != std::string::npos || p.name.find("kv_b_proj") != std::string::npos ||
-                                   p.name.find("q_b_proj") != std::string::npos || p.name.find("q_a_proj") != std::string::npos ||
-                                   p.name.find("_a_layernorm") != std::string::npos;
+            const bool is_latent =
+                p.name.find("kv_a_proj") != std::string::npos || p.name.find("kv_b_proj") != std::string::npos ||
+                p.name.find("q_b_proj") != std::string::npos || p.name.find("q_a_proj") != std::string::npos ||
+                p.name.find("_a_layernorm") != std::string::npos;
             const bool lora_b = p.name.find("lora_B") != std::string::npos;
             if (mode == "finetune_long_lora" ? lora_b : is_latent) {
                 EXPECT_TRUE(any_nonzero(*p.grad)) << mode << " " << p.name;
