@@ -8,8 +8,10 @@
 namespace kv {
 
 // The linear maps of a block (and the head) an adapter can attach to. QKV covers the stacked
-// q/k/v projection; GATE_UP the stacked gate/up projection (adapters slice their columns).
-enum class LinearSite : uint8_t { QKV, O, GATE_UP, DOWN, HEAD };
+// q/k/v projection (latent attention: the query projection W_q); GATE_UP the stacked gate/up
+// projection (adapters slice their columns); KV_A and KV_B latent attention's W_kv_a (latent and
+// k_pe) and W_kv_b (per-head k_nope and v from the latent).
+enum class LinearSite : uint8_t { QKV, O, GATE_UP, DOWN, HEAD, KV_A, KV_B };
 
 class LinearAdapters {
    public:

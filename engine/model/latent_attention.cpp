@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/model/attention.h"
 #include "engine/model/packed_weight.h"
+#include "engine/model/transformer_backward.h"
 #include "engine/ops/ops.h"
 
 namespace kv {
@@ -81,8 +82,8 @@ void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std
     L.wo = make({E, NH * HS}, padded, dtype, device, p + "self_attn.o_proj.weight");
 }
 
-void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos, DType act,
-                Tensor& qr, Tensor& kr, Tensor& v) {
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer, const LinearAdapters* ad, BlockActivations* save) {
     const LatentAttention& a = cfg.latent;
     const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim,
                   D = a.qk_nope_head_dim, VD = a.v_head_dim, r = a.kv_lora_rank;
@@ -90,11 +91,21 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
     const TensorOptions ao{h.device(), MemCategory::ACTIVATIONS, {}};
     if (rt.n_rot != R)
         throw Error(str("latent attention rotates ", R, " channels per head, but the layer's RoPE tables rotate ", rt.n_rot));
-    const Tensor qin = L.wq_a.defined() ? ops::rmsnorm(linear_any(h, L.wq_a, act), L.q_a_norm, eps) : h;
-    Tensor q = linear_any(qin, L.wq, act).reshape({B, n, NH, HS});  // each head [pe ; nope]
-    Tensor ckv = linear_any(h, L.wkv_a, act);                       // (B, n, r + R)
+    Tensor qin = h;
+    if (L.wq_a.defined()) {
+        Tensor qa = linear_any(h, L.wq_a, act);
+        if (save) save->q_a = qa;
+        qin = ops::rmsnorm(qa, L.q_a_norm, eps);
+    }
+    Tensor qf = linear_any(qin, L.wq, act);  // (B, n, NH HS): each head [pe ; nope]
+    if (ad) ad->add(layer, LinearSite::QKV, qin, input_pos, qf);
+    Tensor q = qf.reshape({B, n, NH, HS});
+    Tensor ckv = linear_any(h, L.wkv_a, act);  // (B, n, r + R)
+    if (ad) ad->add(layer, LinearSite::KV_A, h, input_pos, ckv);
     Tensor c = ops::rmsnorm(ckv.slice(2, 0, r), L.kv_a_norm, eps);
     Tensor kv = linear_any(c, L.wkv_b, act);  // (B, n, NH (D + VD)): each head [k_nope ; v]
+    if (ad) ad->add(layer, LinearSite::KV_B, c, input_pos, kv);
+    if (save) save->q_in = qin, save->ckv = ckv, save->c = c;
     const int64_t W = NH * (D + VD);
     // k (B, n, NH, HS) = [k_pe ; k_nope]: k_pe read once per head through a head stride of 0.
     Tensor k = Tensor::empty({B, n, NH, HS}, act, ao);
@@ -109,6 +120,112 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
     kr = Tensor::empty({B, NH, n, HS}, act, ao);
     ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
     ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+}
+
+namespace {
+
+// dx (B, n, in) of a linear map with weight w and input x, its weight gradient into gw (when
+// defined) and the adapter's share at `site`.
+Tensor linear_back(const Tensor& w, Tensor* gw, const Tensor& x, const Tensor& dy, int layer, LinearSite site,
+                   int64_t input_pos, const LinearAdapters* ad) {
+    Tensor dx = linear_input_grad_any(dy, w, x.dtype());
+    if (ad) ad->backward(layer, site, x, input_pos, dy, dx);
+    if (gw && gw->defined()) linear_weight_grad(*gw, nullptr, x, dy);
+    return dx;
+}
+
+}  // namespace
+
+Tensor latent_qkv_backward(const ModelConfig& cfg, const LayerWeights& L, const BlockActivations& a, const RopeTables& rt,
+                           int64_t input_pos, const Tensor& dqr, const Tensor& dkr, const Tensor& dv, int layer,
+                           const LinearAdapters* ad, LayerGrads* g) {
+    const LatentAttention& la = cfg.latent;
+    const int64_t B = a.h1.size(0), n = a.h1.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = la.qk_rope_head_dim,
+                  D = la.qk_nope_head_dim, VD = la.v_head_dim, r = la.kv_lora_rank, W = NH * (D + VD);
+    const float eps = float(la.latent_norm_eps);
+    const DType dt = a.h1.dtype();
+    const TensorOptions go{a.h1.device(), MemCategory::ACTIVATIONS, {}};
+    auto grad_of = [&](Tensor LayerGrads::*t) { return g && (g->*t).defined() ? &(g->*t) : nullptr; };
+
+    // Undo RoPE into the projections' (B, n, NH, HS) layout.
+    const Tensor pos = position_range(input_pos, n, a.h1.device());
+    Tensor dq = Tensor::empty({B, n, NH, HS}, dt, go), dk = Tensor::empty({B, n, NH, HS}, dt, go);
+    Tensor dqv = dq.permute({0, 2, 1, 3}), dkv = dk.permute({0, 2, 1, 3});
+    ops::rope_backward_(dqv, dqr, pos, rt.cos, rt.sin, rt.n_rot);
+    ops::rope_backward_(dkv, dkr, pos, rt.cos, rt.sin, rt.n_rot);
+
+    // ---- queries: q = W_q q_in, q_in = RMSNorm(W_q_a h) or h ----
+    Tensor dh =
+        linear_back(L.wq, grad_of(&LayerGrads::wq), a.q_in, dq.reshape({B, n, NH * HS}), layer, LinearSite::QKV, input_pos, ad);
+    if (L.wq_a.defined()) {
+        Tensor dqa = Tensor::empty(a.q_a.shape(), dt, go);
+        ops::rmsnorm_backward_(dqa, grad_of(&LayerGrads::q_a_norm), a.q_a, L.q_a_norm, dh, eps);
+        dh = linear_input_grad_any(dqa, L.wq_a, dt);
+        if (Tensor* gw = grad_of(&LayerGrads::wq_a)) linear_weight_grad(*gw, nullptr, a.h1, dqa);
+    }
+
+    // ---- keys and values: [k_nope ; v] per head = W_kv_b c ----
+    Tensor dkvb = Tensor::empty({B, n, W}, dt, go);
+    if (D > 0) {
+        Tensor dst = dkvb.as_strided({B, n, NH, D}, {n * W, W, D + VD, 1}, dkvb.offset());
+        ops::copy_(dst, dk.slice(3, R, HS));
+    }
+    {
+        Tensor dst = dkvb.as_strided({B, NH, n, VD}, {n * W, D + VD, W, 1}, dkvb.offset() + D);
+        ops::copy_(dst, dv.slice(3, 0, VD));  // the padding channels are constant zeros
+    }
+    const Tensor dc = linear_back(L.wkv_b, grad_of(&LayerGrads::wkv_b), a.c, dkvb, layer, LinearSite::KV_B, input_pos, ad);
+
+    // ---- the latent and k_pe: W_kv_a h = [c_kv before its norm ; k_pe], k_pe shared by every head ----
+    Tensor dckv = Tensor::empty({B, n, r + R}, dt, go);
+    Tensor dlat = dckv.slice(2, 0, r), dpe = dckv.slice(2, r, r + R);
+    ops::rmsnorm_backward_(dlat, grad_of(&LayerGrads::kv_a_norm), a.ckv.slice(2, 0, r), L.kv_a_norm, dc, eps);
+    ops::copy_(dpe, dk.as_strided({B, n, R}, {n * NH * HS, NH * HS, 1}, dk.offset()));
+    for (int64_t h = 1; h < NH; ++h)
+        ops::add_(dpe, dpe, dk.as_strided({B, n, R}, {n * NH * HS, NH * HS, 1}, dk.offset() + h * HS));
+    Tensor dh_kv = linear_back(L.wkv_a, grad_of(&LayerGrads::wkv_a), a.h1, dckv, layer, LinearSite::KV_A, input_pos, ad);
+    ops::add_(dh, dh, dh_kv);
+    return dh;
+}
+
+TensorMap latent_state_dict(const ModelConfig& cfg, const LayerWeights& L, const std::string& p) {
+    const LatentAttention& a = cfg.latent;
+    const int64_t E = cfg.hidden_size, NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim, D = a.qk_nope_head_dim,
+                  VD = a.v_head_dim, r = a.kv_lora_rank;
+    const DType dt = L.wkv_a.dtype();
+    const Device dev = L.wkv_a.device();
+    TensorMap w;
+    auto put = [&](const std::string& name, const Tensor& t) { w[p + name] = t.clone(); };
+    // Rows back in checkpoint order: stored row i is checkpoint row from[i].
+    auto unpermute = [&](const std::string& name, const Tensor& t, const std::vector<int64_t>& from) {
+        const int64_t cols = t.size(1);
+        const std::vector<double> m = t.contiguous().to_f64_vector();
+        std::vector<double> out(m.size());
+        for (size_t i = 0; i < from.size(); ++i) std::copy_n(m.begin() + int64_t(i) * cols, cols, out.begin() + from[i] * cols);
+        w[p + name] = make(t.shape(), out, dt, dev, p + name);
+    };
+    std::vector<int64_t> q_rows;
+    for (int64_t h = 0; h < NH; ++h) head_order(h * HS, D, R, q_rows);
+    if (L.wq_a.defined()) {
+        put("self_attn.q_a_proj.weight", L.wq_a);
+        put("self_attn.q_a_layernorm.weight", L.q_a_norm);
+        unpermute("self_attn.q_b_proj.weight", L.wq, q_rows);
+    } else {
+        unpermute("self_attn.q_proj.weight", L.wq, q_rows);
+    }
+    std::vector<int64_t> kv_rows;
+    for (int64_t j = 0; j < r; ++j) kv_rows.push_back(j);
+    for (int64_t j = 0; j < R; ++j) kv_rows.push_back(r + (j < R / 2 ? 2 * j : 2 * (j - R / 2) + 1));
+    unpermute("self_attn.kv_a_proj_with_mqa.weight", L.wkv_a, kv_rows);
+    put("self_attn.kv_a_layernorm.weight", L.kv_a_norm);
+    put("self_attn.kv_b_proj.weight", L.wkv_b);
+    const std::vector<double> padded = L.wo.contiguous().to_f64_vector();
+    std::vector<double> wo(size_t(E * NH * VD));
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t h = 0; h < NH; ++h)
+            std::copy_n(padded.begin() + e * NH * HS + h * HS, VD, wo.begin() + e * NH * VD + h * VD);
+    w[p + "self_attn.o_proj.weight"] = make({E, NH * VD}, wo, dt, dev, p + "self_attn.o_proj.weight");
+    return w;
 }
 
 int64_t latent_parameter_count(const ModelConfig& cfg, const LayerWeights& L) {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "engine/core/model_config.h"
+#include "engine/model/model_grads.h"
 #include "engine/model/rope.h"
 #include "engine/model/transformer.h"
 
@@ -32,9 +33,24 @@ void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std
                            LayerWeights& L);
 
 // h (B, n, E) at positions input_pos.. -> qr, kr, v (B, NH, n, head_dim), q and k rotated with
-// rt (n_rot = qk_rope_head_dim), v's channels past v_head_dim zero.
-void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos, DType act,
-                Tensor& qr, Tensor& kr, Tensor& v);
+// rt (n_rot = qk_rope_head_dim), v's channels past v_head_dim zero. Adapters (LoRA) add to W_q
+// (LinearSite::QKV), W_kv_a (KV_A) and W_kv_b (KV_B) of layer `layer`; with `save`, keeps q_a,
+// q_in, ckv and c for latent_qkv_backward.
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer = 0, const LinearAdapters* adapters = nullptr,
+                BlockActivations* save = nullptr);
+
+// Reverse of latent_qkv given dqr, dkr, dv (B, NH, n, head_dim; dv's padding is ignored): dh
+// (B, n, E), the gradient w.r.t. latent_qkv's input a.h1. Weight gradients accumulate into g's
+// latent tensors when given; adapter gradients through `adapters`.
+Tensor latent_qkv_backward(const ModelConfig& cfg, const LayerWeights& L, const BlockActivations& a, const RopeTables& rt,
+                           int64_t input_pos, const Tensor& dqr, const Tensor& dkr, const Tensor& dv, int layer,
+                           const LinearAdapters* adapters, LayerGrads* g);
+
+// The layer's latent-attention weights under their checkpoint names (prefix "model.layers.L.")
+// and in the checkpoint's layout (the loader's row permutations undone, W_o without its
+// padding): new tensors in the weights' dtype, what load_latent_attention reads back.
+TensorMap latent_state_dict(const ModelConfig& cfg, const LayerWeights& L, const std::string& prefix);
 
 // Parameters of the checkpoint's latent-attention tensors of one layer (wo without padding).
 int64_t latent_parameter_count(const ModelConfig& cfg, const LayerWeights& L);

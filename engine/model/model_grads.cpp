@@ -53,6 +53,13 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.w_gate_up = like(w.w_gate_up, p + "mlp.gate_up");
         lg.w_down = like(w.w_down, p + "mlp.down_proj.weight");
         lg.sinks = like(w.sinks, p + "self_attn.sinks");
+        const bool qa = w.wq_a.defined();
+        lg.wq_a = like(w.wq_a, p + "self_attn.q_a_proj.weight");
+        lg.q_a_norm = like(w.q_a_norm, p + "self_attn.q_a_layernorm.weight");
+        lg.wq = like(w.wq, p + (qa ? "self_attn.q_b_proj.weight" : "self_attn.q_proj.weight"));
+        lg.wkv_a = like(w.wkv_a, p + "self_attn.kv_a_proj_with_mqa.weight");
+        lg.kv_a_norm = like(w.kv_a_norm, p + "self_attn.kv_a_layernorm.weight");
+        lg.wkv_b = like(w.wkv_b, p + "self_attn.kv_b_proj.weight");
         g.layers.push_back(std::move(lg));
     }
     return g;
@@ -62,9 +69,9 @@ void ModelGrads::zero() {
     for (Tensor* t : {&embed, &norm, &lm_head})
         if (t->defined()) t->fill(0.0);
     for (auto& l : layers)
-        for (Tensor* t :
-             {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm, &l.mlp_post_norm,
-              &l.w_gate_up, &l.w_down, &l.sinks})
+        for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm,
+                          &l.mlp_post_norm, &l.w_gate_up, &l.w_down, &l.sinks, &l.wq_a, &l.q_a_norm, &l.wq, &l.wkv_a,
+                          &l.kv_a_norm, &l.wkv_b})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -91,7 +98,14 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
             {nn.mlp, {&w.mlp_norm, &g.mlp_norm}},
             {"mlp.gate_up", {&w.w_gate_up, &g.w_gate_up}},
             {"mlp.down_proj.weight", {&w.w_down, &g.w_down}},
-            {"self_attn.sinks", {&w.sinks, &g.sinks}}};
+            {"self_attn.sinks", {&w.sinks, &g.sinks}},
+            // latent attention: checkpoint names, rows in the loader's order (latent_attention.h)
+            {"self_attn.q_a_proj.weight", {&w.wq_a, &g.wq_a}},
+            {"self_attn.q_a_layernorm.weight", {&w.q_a_norm, &g.q_a_norm}},
+            {w.wq_a.defined() ? "self_attn.q_b_proj.weight" : "self_attn.q_proj.weight", {&w.wq, &g.wq}},
+            {"self_attn.kv_a_proj_with_mqa.weight", {&w.wkv_a, &g.wkv_a}},
+            {"self_attn.kv_a_layernorm.weight", {&w.kv_a_norm, &g.kv_a_norm}},
+            {"self_attn.kv_b_proj.weight", {&w.wkv_b, &g.wkv_b}}};
         for (const auto& [name, wg] : items)
             if (wg.second->defined()) out.push_back({p + name, wg});
     }

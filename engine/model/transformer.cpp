@@ -267,11 +267,8 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         }
         Tensor qr, kr, vv;  // (B, NH, n, HS), (B, G, n, HS) x 2
         if (cfg_.latent_attention()) {
-            // What the reverse pass and LoRA's sites need is not kept for these projections yet.
-            if (save || adapters_)
-                throw Error(str(cfg_.name, ": gradients and adapters through multi-head latent attention (DeepSeek-V2) are not "
-                                "implemented; it runs forward only (eval_long, generate)"));
-            latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv);
+            if (save) save->h1 = h;
+            latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
         } else {
             Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
             if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);

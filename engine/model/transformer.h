@@ -82,6 +82,11 @@ struct BlockActivations {
     Tensor gu;    // gate and up projections (B, n, 2I)
     Tensor a;     // act(gate) * up (B, n, I)
     Tensor d;     // MLP output before its post-norm (B, n, E); only with mlp_post_norm
+    // Latent attention only (latent_attention.h; qkv stays undefined):
+    Tensor q_a;   // W_q_a h before its norm (B, n, q_lora_rank); only with q_lora_rank
+    Tensor q_in;  // W_q's input: RMSNorm(q_a), or h1 (B, n, q_lora_rank or E)
+    Tensor ckv;   // W_kv_a h (B, n, kv_lora_rank + qk_rope_head_dim): the latent before its norm, then k_pe
+    Tensor c;     // the normalised latent, W_kv_b's input (B, n, kv_lora_rank)
 };
 
 // =========================================================================================

@@ -7,6 +7,7 @@
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
 #include "grad_math.h"
+#include "latent_attention.h"
 #include "packed_weight.h"
 
 namespace kv {
@@ -73,7 +74,9 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     }
 
     // ---- attention: out1 = x + o_proj(attention(rope(q), rope(k), v)) ----
-    Tensor dqkv = Tensor::empty({B, n, W}, dt, go);
+    // dqkv: the q/k/v projection's output gradient; latent attention's projections instead give
+    // the attention norm's output gradient, dh_latent.
+    Tensor dqkv = c.latent_attention() ? Tensor() : Tensor::empty({B, n, W}, dt, go), dh_latent;
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention backward", .layer = l);
         Tensor yf = a.y.reshape({B, n, NH * HS});
@@ -95,53 +98,61 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
             const ops::AttentionSinks sinks(&L.sinks, g && g->sinks.defined() ? &g->sinks : nullptr);
             attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
         }
-
-        // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
-        const Tensor pos = position_range(input_pos, n, dev);
-        Tensor dq = dqkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, dqkv.offset());
-        Tensor dk = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + NH * HS);
-        Tensor dvv = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + (NH + G) * HS);
-        // A NoPE layer's "rotation" is the identity.
-        auto unrotate = [&](Tensor& dst, const Tensor& src) {
-            if (r.n_rot > 0) ops::rope_backward_(dst, src, pos, r.cos, r.sin, r.n_rot);
-            else ops::copy_(dst, src);
-        };
-        if (!L.q_norm.defined()) {
-            unrotate(dq, dqr);
-            unrotate(dk, dkr);
-        } else if (c.qk_norm_whole) {
-            // OLMo 2: one RMSNorm over all heads of the projection, before the head split
-            Tensor tq = Tensor::empty({B, n, NH, HS}, dt, go), tk = Tensor::empty({B, n, G, HS}, dt, go);
-            Tensor tqv = tq.permute({0, 2, 1, 3}), tkv = tk.permute({0, 2, 1, 3});
-            unrotate(tqv, dqr);
-            unrotate(tkv, dkr);
-            Tensor q_pre = a.qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, a.qkv.offset());
-            Tensor k_pre = a.qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, a.qkv.offset() + NH * HS);
-            Tensor dqf = dqkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, dqkv.offset());
-            Tensor dkf = dqkv.as_strided({B, n, G * HS}, {n * W, W, 1}, dqkv.offset() + NH * HS);
-            ops::rmsnorm_backward_(dqf, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq.reshape({B, n, NH * HS}),
-                                   eps, off);
-            ops::rmsnorm_backward_(dkf, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk.reshape({B, n, G * HS}),
-                                   eps, off);
+        if (c.latent_attention()) {
+            dh_latent = latent_qkv_backward(c, L, a, r, input_pos, dqr, dkr, dv, l, m.adapters(), g);
         } else {
-            // q/k RMSNorm over HS sat between the projection and RoPE
-            Tensor tq = Tensor::empty({B, NH, n, HS}, dt, go), tk = Tensor::empty({B, G, n, HS}, dt, go);
-            unrotate(tq, dqr);
-            unrotate(tk, dkr);
-            Tensor q_pre = a.qkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, a.qkv.offset());
-            Tensor k_pre = a.qkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, a.qkv.offset() + NH * HS);
-            ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps, off);
-            ops::rmsnorm_backward_(dk, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk, eps, off);
+            // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
+            const Tensor pos = position_range(input_pos, n, dev);
+            Tensor dq = dqkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, dqkv.offset());
+            Tensor dk = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + NH * HS);
+            Tensor dvv = dqkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, dqkv.offset() + (NH + G) * HS);
+            // A NoPE layer's "rotation" is the identity.
+            auto unrotate = [&](Tensor& dst, const Tensor& src) {
+                if (r.n_rot > 0)
+                    ops::rope_backward_(dst, src, pos, r.cos, r.sin, r.n_rot);
+                else
+                    ops::copy_(dst, src);
+            };
+            if (!L.q_norm.defined()) {
+                unrotate(dq, dqr);
+                unrotate(dk, dkr);
+            } else if (c.qk_norm_whole) {
+                // OLMo 2: one RMSNorm over all heads of the projection, before the head split
+                Tensor tq = Tensor::empty({B, n, NH, HS}, dt, go), tk = Tensor::empty({B, n, G, HS}, dt, go);
+                Tensor tqv = tq.permute({0, 2, 1, 3}), tkv = tk.permute({0, 2, 1, 3});
+                unrotate(tqv, dqr);
+                unrotate(tkv, dkr);
+                Tensor q_pre = a.qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, a.qkv.offset());
+                Tensor k_pre = a.qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, a.qkv.offset() + NH * HS);
+                Tensor dqf = dqkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, dqkv.offset());
+                Tensor dkf = dqkv.as_strided({B, n, G * HS}, {n * W, W, 1}, dqkv.offset() + NH * HS);
+                ops::rmsnorm_backward_(dqf, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm,
+                                       tq.reshape({B, n, NH * HS}), eps, off);
+                ops::rmsnorm_backward_(dkf, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm,
+                                       tk.reshape({B, n, G * HS}), eps, off);
+            } else {
+                // q/k RMSNorm over HS sat between the projection and RoPE
+                Tensor tq = Tensor::empty({B, NH, n, HS}, dt, go), tk = Tensor::empty({B, G, n, HS}, dt, go);
+                unrotate(tq, dqr);
+                unrotate(tk, dkr);
+                Tensor q_pre = a.qkv.as_strided({B, NH, n, HS}, {n * W, HS, W, 1}, a.qkv.offset());
+                Tensor k_pre = a.qkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, a.qkv.offset() + NH * HS);
+                ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps, off);
+                ops::rmsnorm_backward_(dk, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk, eps, off);
+            }
+            ops::copy_(dvv, dv);
         }
-        ops::copy_(dvv, dv);
     }
 
     // ---- q/k/v projection and the attention norm ----
     Tensor dx;
     {
         KV_TRACE_SPAN(trace::SpanCategory::NORM, "qkv backward", .layer = l);
-        Tensor dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, input_pos, dqkv);
-        if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);
+        Tensor dh1 = dh_latent;
+        if (!dh1.defined()) {
+            dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, input_pos, dqkv);
+            if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);
+        }
         dx = dout1.clone();
         if (L.attn_norm.defined())
             ops::rmsnorm_backward_(dx, g && g->attn_norm.defined() ? &g->attn_norm : nullptr, x, L.attn_norm, dh1, eps, off, true);

@@ -1,7 +1,10 @@
 // HF-named model weights (see model_weights.h).
 #include "model_weights.h"
 
+#include <algorithm>
+
 #include "engine/core/error.h"
+#include "engine/model/latent_attention.h"
 #include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
 
@@ -23,7 +26,10 @@ TensorMap state_dict_views(const Transformer& m) {
         // Names by the family's layout (as formats/io/weight_names.cpp lists them): norms by
         // placement, q/k/v and gate/up fused where the checkpoint stores them so (Phi-3).
         if (L.attn_norm.defined()) w[p + "input_layernorm.weight"] = L.attn_norm;
-        if (c.fused_projections) {
+        if (c.latent_attention()) {
+            // copies in the checkpoint's layout (load_model_state_dict loads them through the loader)
+            for (auto& [name, t] : latent_state_dict(c, L, p)) w[name] = t;
+        } else if (c.fused_projections) {
             w[p + "self_attn.qkv_proj.weight"] = L.wqkv;
         } else {
             w[p + "self_attn.q_proj.weight"] = L.wqkv.slice(0, 0, Q);
@@ -39,7 +45,7 @@ TensorMap state_dict_views(const Transformer& m) {
             w[p + "self_attn.q_norm.weight"] = L.q_norm;
             w[p + "self_attn.k_norm.weight"] = L.k_norm;
         }
-        w[p + "self_attn.o_proj.weight"] = L.wo;
+        if (!c.latent_attention()) w[p + "self_attn.o_proj.weight"] = L.wo;
         if (L.bo.defined()) w[p + "self_attn.o_proj.bias"] = L.bo;
         if (c.norm_placement == NormPlacement::PRE) {
             w[p + "post_attention_layernorm.weight"] = L.mlp_norm;
@@ -77,6 +83,21 @@ void load_model_state_dict(Transformer& m, const TensorMap& weights) {
             throw Error(str("model weights: tensor '", name, "' has shape ", it->second.shape().str(), ", expected ", t.shape().str()));
         t.copy_from(it->second.device() == t.device() ? it->second : it->second.to(t.device()));
     }
+    // Latent attention's entries above were copies: its tensors are loaded through the loader's permutations.
+    if (m.config().latent_attention())
+        for (int l = 0; l < int(m.config().num_layers); ++l) {
+            LayerWeights& L = m.mutable_layer(l);
+            LayerWeights fresh;
+            load_latent_attention(m.config(), weights, str("model.layers.", l, "."), L.wkv_a.dtype(), L.wkv_a.device(), fresh);
+            for (auto [dst, src] : {std::pair{&L.wq_a, &fresh.wq_a},
+                                    {&L.q_a_norm, &fresh.q_a_norm},
+                                    {&L.wq, &fresh.wq},
+                                    {&L.wkv_a, &fresh.wkv_a},
+                                    {&L.kv_a_norm, &fresh.kv_a_norm},
+                                    {&L.wkv_b, &fresh.wkv_b},
+                                    {&L.wo, &fresh.wo}})
+                if (dst->defined()) dst->copy_from(*src);
+        }
 }
 
 TensorMap merged_lora_state_dict(const Transformer& m, const Lora& lora) {
@@ -91,7 +112,32 @@ TensorMap merged_lora_state_dict(const Transformer& m, const Lora& lora) {
                 throw Error("merging a LoRA adapter on lm_head into tied embeddings would change the input embeddings too",
                             "save the adapters instead (adapter_model.safetensors)");
     }
+    const ModelConfig& c = m.config();
+    // Latent attention's adapted weights are stored permuted and padded: merged in that layout,
+    // then written out in the checkpoint's.
+    auto latent_site = [&](const LoraAdapter& a) {
+        return c.latent_attention() && a.layer >= 0 &&
+               (a.site == LinearSite::QKV || a.site == LinearSite::KV_A || a.site == LinearSite::KV_B ||
+                a.site == LinearSite::O);
+    };
+    for (int l = 0; c.latent_attention() && l < int(c.num_layers); ++l) {
+        const auto& ads = lora.adapters();
+        if (std::none_of(ads.begin(), ads.end(), [&](const LoraAdapter& a) { return latent_site(a) && a.layer == l; }))
+            continue;
+        LayerWeights L = m.layer(l);
+        for (Tensor* t : {&L.wq, &L.wkv_a, &L.wkv_b, &L.wo}) *t = t->clone();  // never the live weights
+        for (const auto& a : ads) {
+            if (!latent_site(a) || a.layer != l) continue;
+            Tensor& w = a.site == LinearSite::QKV    ? L.wq
+                        : a.site == LinearSite::KV_A ? L.wkv_a
+                        : a.site == LinearSite::KV_B ? L.wkv_b
+                                                     : L.wo;
+            ops::matmul_(w, a.B, a.A, lora.scale(), 1.0f);  // W += s B A
+        }
+        for (auto& [name, t] : latent_state_dict(c, L, str("model.layers.", l, "."))) out[name] = t;
+    }
     for (const auto& a : lora.adapters()) {
+        if (latent_site(a)) continue;
         // a.module is "model.layers.3.self_attn.q_proj" or "lm_head": its weight is (out, in).
         auto it = out.find(a.module + ".weight");
         if (it == out.end()) throw Error(str("LoRA merge: no weight '", a.module, ".weight'"));

@@ -65,8 +65,9 @@ Tensor pack_nf4(const Tensor& w, int parts, const std::string& name, QloraStats&
 QloraStats qlora_quantize_base(Transformer& model, bool keep_packed) {
     QloraStats st;
     if (model.config().latent_attention())  // its projections are not in the four matrices packed here
-        throw Error(str(model.config().name, ": QLoRA through multi-head latent attention (DeepSeek-V2) is not implemented; "
-                        "latent-attention models run forward only (eval_long, generate)"));
+        throw Error(str(model.config().name,
+                        ": QLoRA through multi-head latent attention (DeepSeek-V2) is not implemented; "
+                        "train latent-attention models with finetune_long_lora or finetune_long_full (float base weights)"));
     if (keep_packed && packs_nf4(model)) {
         st.packed = true;
         for (int l = 0; l < int(model.config().num_layers); ++l) {

@@ -75,6 +75,21 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
             c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
             if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 5;
         }
+    } else if (arch == "mla" || arch == "mla_qlora") {
+        // DeepSeek-V2 latent attention: keys of 6 + 4 rotated channels and values of 6 from a
+        // latent of 8 (v_head_dim < head_dim: values padded); "mla_qlora" also compresses the
+        // queries through a normalised latent of 12 (q_lora_rank), "mla" projects them directly.
+        c.arch = Arch::DEEPSEEK_V2;
+        c.model_type = arch_name(c.arch);
+        c.attn_projection = AttnProjection::LATENT;
+        c.num_kv_heads = c.num_heads;
+        c.head_dim = 10;
+        c.latent.q_lora_rank = arch == "mla_qlora" ? 12 : 0;
+        c.latent.kv_lora_rank = 8;
+        c.latent.qk_nope_head_dim = 6;
+        c.latent.qk_rope_head_dim = 4;
+        c.latent.v_head_dim = 6;
+        c.partial_rotary_factor = 0.4;
     } else if (arch == "olmo2") {  // output norms, q/k norm over the whole projection
         c.arch = Arch::OLMO2;
         c.model_type = arch_name(c.arch);
