@@ -26,8 +26,7 @@ class FinchPolicy final : public ScorePolicy {
     FinchPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
         : ScorePolicy(cfg, L, G), window_(cfg.snapkv_window), normalize_(cfg.policy_option("finch_normalize") != 0) {}
     const char* name() const override { return "finch"; }
-    bool needs_key_vectors() const override { return true; }
-    bool needs_query_vectors() const override { return true; }
+    FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::QueryVectors}; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);
