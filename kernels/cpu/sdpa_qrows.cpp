@@ -79,18 +79,21 @@ inline float fp8_scalar(uint8_t c) {
 }
 
 #if defined(__AVX512F__)
+// fp8 through the f16 converter: E5M2 is the top byte of an f16; E4M3's magnitude bits moved
+// into an f16's (the sign to bit 15, exponent and mantissa to bits 7..13) are the value
+// / 2^8, subnormals included, so the row's factor takes the 2^8 (kFp8Unit).
+template <bool E5M2>
+KV_QR_INLINE __m256i fp8_to_f16_16(const uint8_t* p) {
+    const __m256i c = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
+    if (E5M2) return c;
+    return _mm256_and_si256(_mm256_srai_epi16(c, 1), _mm256_set1_epi16(int16_t(0xbfff)));  // s s m.. -> s 0 m..
+}
 template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
-    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
-    const __m512 normal = _mm512_castsi512_ps(
-        _mm512_add_epi32(_mm512_slli_epi32(mag, E5M2 ? 21 : 20), _mm512_set1_epi32(int((E5M2 ? 112u : 120u) << 23))));
-    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(E5M2 ? 0x1p-16f : 0x1p-9f));
-    const __mmask16 is_normal = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(E5M2 ? 4 : 8));
-    const __m512 v = _mm512_mask_blend_ps(is_normal, sub, normal);
-    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign)));
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(fp8_to_f16_16<E5M2>(p)));
 }
+template <bool E5M2>
+constexpr float kFp8Unit = E5M2 ? 1.0f : 256.0f;
 inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));  // b0 b0 b1 b1 ...
@@ -106,24 +109,21 @@ inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(lo, t), sv));
     _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutexvar_ps(hi, t), sv));
 }
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) && defined(__F16C__)
+// fp8 through the f16 converter, as in the AVX-512 branch (8 codes per conversion).
 template <bool E5M2>
-inline __m256 fp8_8(const uint8_t* p) {
-    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
-    const __m256 normal = _mm256_castsi256_ps(
-        _mm256_add_epi32(_mm256_slli_epi32(mag, E5M2 ? 21 : 20), _mm256_set1_epi32(int((E5M2 ? 112u : 120u) << 23))));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(E5M2 ? 0x1p-16f : 0x1p-9f));
-    const __m256 is_normal = _mm256_castsi256_ps(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(E5M2 ? 3 : 7)));
-    const __m256 v = _mm256_blendv_ps(sub, normal, is_normal);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+KV_QR_INLINE __m256 fp8_8(const uint8_t* p) {
+    const __m128i c = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+    if (E5M2) return _mm256_cvtph_ps(c);
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(c, 1), _mm_set1_epi16(int16_t(0xbfff))));
 }
 template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
     _mm256_storeu_ps(out, fp8_8<E5M2>(p));
     _mm256_storeu_ps(out + 8, fp8_8<E5M2>(p + 8));
 }
+template <bool E5M2>
+constexpr float kFp8Unit = E5M2 ? 1.0f : 256.0f;
 // 8 codes (0..15) through a 16-entry table: two 8-entry permutes, picked by bit 3.
 inline __m256 lookup16(__m256i idx, __m256 t_lo, __m256 t_hi) {
     const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
@@ -155,6 +155,8 @@ template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
     for (int i = 0; i < 16; ++i) out[i] = fp8_scalar<E5M2>(p[i]);
 }
+template <bool E5M2>
+constexpr float kFp8Unit = 1.0f;  // a stored value / fp8_16's value of it
 inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
     for (int j = 0; j < 8; ++j) {
         out[2 * j] = tab[p[j] & 15] * s + o;
@@ -176,10 +178,13 @@ struct RowDecoder {
     int64_t D = 0;
     int bits = 0;
     float tab[16] = {};  // FP4: E2M1 values; TQK: the codebook; TQV: the codes 0..15
+    float e4m3[256] = {};  // NVFP4: every E4M3 block scale, so a block's scale is one load
 
     RowDecoder(QuantFormat fmt, int64_t d, const float* levels) : f(fmt), D(d), bits(tq_bits(fmt)) {
         for (int i = 0; i < 16; ++i)
             tab[i] = f == QuantFormat::NVFP4 || f == QuantFormat::MXFP4 ? e2m1_to_f32(uint8_t(i)) : tq_codebook(f) ? levels[i] : float(i);
+        if (f == QuantFormat::NVFP4)
+            for (int i = 0; i < 256; ++i) e4m3[i] = fp8_scalar<false>(uint8_t(i));
     }
 
     // One row of each kind; decode_rows picks the kind once per block of rows, so each loop
@@ -188,12 +193,12 @@ struct RowDecoder {
     KV_QR_INLINE float fp8_row(const uint8_t* r, float* out) const {
         int64_t i = 0;
         for (; i + 16 <= D; i += 16) fp8_16<E5M2>(r + i, out + i);
-        for (; i < D; ++i) out[i] = fp8_scalar<E5M2>(r[i]);
-        return get_f32(r + D);
+        for (; i < D; ++i) out[i] = fp8_scalar<E5M2>(r[i]) * (1.0f / kFp8Unit<E5M2>);  // a power of two: exact
+        return get_f32(r + D) * kFp8Unit<E5M2>;
     }
     KV_QR_INLINE float nvfp4_row(const uint8_t* r, float* out) const {
         const float sg = get_f32(r + D / 2 + D / 16);
-        for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, fp8_scalar<false>(r[D / 2 + b]) * sg, 0.0f, out + b * 16);
+        for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, e4m3[r[D / 2 + b]] * sg, 0.0f, out + b * 16);
         return 1.0f;
     }
     KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
@@ -383,13 +388,15 @@ void run_unit(const QCall& s, int64_t u) {
         if (!seen) continue;
         const uint8_t* vr = vbase + t0 * s.rbv;
         s.vdec->decode_rows(vr, s.rbv, nk, w.tile, w.fac);
-        for (int64_t t = 0; t < nk; ++t) {
-            float* o = w.tile + t * D;
-            const float f = w.fac[t];
-            if (f != 1.0f)
+        // A value row's factor (fp8's s) joins its weight: rows x nk products, not nk x D.
+        bool unit_fac = true;
+        for (int64_t t = 0; t < nk; ++t) unit_fac = unit_fac && w.fac[t] == 1.0f;
+        if (!unit_fac)
+            for (int64_t row = 0; row < rows; ++row) {
+                float* sr = w.sc + row * kBlock;
 #pragma omp simd
-                for (int64_t d = 0; d < D; ++d) o[d] *= f;
-        }
+                for (int64_t t = 0; t < nk; ++t) sr[t] *= w.fac[t];
+            }
         for (int64_t r0 = 0; r0 < rows; r0 += 4)
             gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, w.sc + r0 * kBlock, kBlock, w.tile, D, w.tmp + r0 * D, D);
 #pragma omp simd
