@@ -102,6 +102,17 @@ inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* o
     const __m512 v = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab));
     _mm512_storeu_ps(out, _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_set1_ps(o)));
 }
+// Two nib16 blocks (16 bytes) at once: both nibbles of every byte split with one mask and
+// one shift, put in element order by byte interleaves (scales s0, s1 for the two blocks).
+inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float o, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    const __m512 t = _mm512_loadu_ps(tab), ov = _mm512_set1_ps(o);
+    const __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), t);
+    const __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), t);
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(v0, _mm512_set1_ps(s0), ov));
+    _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(v1, _mm512_set1_ps(s1), ov));
+}
 inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m512 t = _mm512_loadu_ps(tab), sv = _mm512_set1_ps(s);
@@ -170,6 +181,12 @@ inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     }
 }
 #endif
+#if !defined(__AVX512F__)
+inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float o, float* out) {
+    nib16(p, tab, s0, o, out);
+    nib16(p + 8, tab, s1, o, out + 16);
+}
+#endif
 
 // Decodes one stored row of D elements into out (the rotated frame for TurboQuant); returns
 // the factor its dot products take (1 where the decoded values already carry every scale).
@@ -198,18 +215,27 @@ struct RowDecoder {
     }
     KV_QR_INLINE float nvfp4_row(const uint8_t* r, float* out) const {
         const float sg = get_f32(r + D / 2 + D / 16);
-        for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, e4m3[r[D / 2 + b]] * sg, 0.0f, out + b * 16);
+        const uint8_t* sc = r + D / 2;
+        int64_t b = 0;
+        for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, e4m3[sc[b]] * sg, e4m3[sc[b + 1]] * sg, 0.0f, out + b * 16);
+        if (b < D / 16) nib16(r + b * 8, tab, e4m3[sc[b]] * sg, 0.0f, out + b * 16);
         return 1.0f;
     }
     KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
         for (int64_t b = 0; b < D / 32; ++b) split32(r + b * 17 + 1, tab, e8m0_to_f32(r[b * 17]), out + b * 32);
         return 1.0f;
     }
+    // D 4-bit codes (two per byte, low nibble first): tab[code] * s + o.
+    KV_QR_INLINE void nib_row(const uint8_t* r, float s, float o, float* out) const {
+        int64_t b = 0;
+        for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, s, s, o, out + b * 16);
+        if (b < D / 16) nib16(r + b * 8, tab, s, o, out + b * 16);
+    }
     KV_QR_INLINE float tq_row(const uint8_t* r, float* out) const {
         const int64_t payload = (D * bits + 7) / 8;
         if (tq_codebook(f)) {  // levels[code] * g
             if (bits == 4) {
-                for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, 1.0f, 0.0f, out + b * 16);
+                nib_row(r, 1.0f, 0.0f, out);
             } else {
                 for (int64_t i = 0; i < D; ++i) out[i] = tab[tq_get_code(r, i, bits)];
             }
@@ -217,7 +243,7 @@ struct RowDecoder {
         }
         const float lo = get_f32(r + payload), s = get_f32(r + payload + 4);  // lo + code * s
         if (bits == 4) {
-            for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, s, lo, out + b * 16);
+            nib_row(r, s, lo, out);
         } else if (bits == 8) {
 #pragma omp simd
             for (int64_t i = 0; i < D; ++i) out[i] = lo + float(r[i]) * s;
@@ -227,25 +253,25 @@ struct RowDecoder {
         return 1.0f;
     }
 
-    // nk rows of rb bytes from r into out (nk x D); fac[t] receives row t's factor.
+    // nk rows of rb bytes from r into out (nk x D); fac[t] receives row t's factor. Each row
+    // prefetches the bytes kPrefetchBytes ahead (one line per row covers rows of up to 64
+    // bytes; longer rows leave the rest to the hardware prefetcher): without it the decode
+    // waited on its code loads.
     void decode_rows(const uint8_t* r, int64_t rb, int64_t nk, float* out, float* fac) const {
+#define KV_QR_ROWS(call)                                                                      \
+    for (int64_t t = 0; t < nk; ++t) {                                                        \
+        __builtin_prefetch(r + t * rb + kPrefetchBytes, 0, kPrefetchLocality);                \
+        if (rb > 64) __builtin_prefetch(r + t * rb + kPrefetchBytes + 64, 0, kPrefetchLocality); \
+        fac[t] = call(r + t * rb, out + t * D);                                               \
+    }
         switch (f) {
-            case QuantFormat::FP8_E4M3:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<false>(r + t * rb, out + t * D);
-                return;
-            case QuantFormat::FP8_E5M2:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<true>(r + t * rb, out + t * D);
-                return;
-            case QuantFormat::NVFP4:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = nvfp4_row(r + t * rb, out + t * D);
-                return;
-            case QuantFormat::MXFP4:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = mxfp4_row(r + t * rb, out + t * D);
-                return;
-            default:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = tq_row(r + t * rb, out + t * D);
-                return;
+            case QuantFormat::FP8_E4M3: KV_QR_ROWS(fp8_row<false>) return;
+            case QuantFormat::FP8_E5M2: KV_QR_ROWS(fp8_row<true>) return;
+            case QuantFormat::NVFP4: KV_QR_ROWS(nvfp4_row) return;
+            case QuantFormat::MXFP4: KV_QR_ROWS(mxfp4_row) return;
+            default: KV_QR_ROWS(tq_row) return;
         }
+#undef KV_QR_ROWS
     }
 };
 
