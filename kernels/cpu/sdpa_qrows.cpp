@@ -4,12 +4,13 @@
 // its slots, for all R heads of the group and all n queries; units run on the kernels'
 // persistent pool (unit_pool.h). A unit walks its range in blocks of kBlock keys: the
 // block's key rows are decoded into an L2-resident f32 tile (vectorised per kernel variant:
-// fp8 by bit arithmetic, FP4 codes by a 16-entry table permute times the block scale,
-// TurboQuant codes through its codebook), scored by the decode path's gemv (gemv_tile.h),
-// folded into the unit's online softmax, and the block's value rows decoded into the same
-// tile and accumulated with one gemv. Ranges of a pair merge in range order, so the result
-// does not depend on the thread count. Per-row factors (fp8's s, TurboQuant's key norm)
-// multiply a key's score once; value factors multiply the decoded row.
+// fp8 through the f16 converter, FP4 codes by a 16-entry table permute times the block scale,
+// TurboQuant codes through its codebook; each row's codes prefetched ahead), scored (on
+// AVX-512 four keys per step with one transposing reduction, elsewhere by the decode path's
+// gemv, gemv_tile.h), folded into the unit's online softmax, and the block's value rows
+// decoded into the same tile and accumulated with one gemv. Ranges of a pair merge in range
+// order, so the result does not depend on the thread count. Per-row factors (fp8's s,
+// TurboQuant's key norm) multiply a key's score once; value factors multiply its weight.
 //
 // TurboQuant rows are stored rotated (y = R x, R orthogonal): a key's score q.x = (R q).y,
 // so the query is rotated once per unit; values accumulate in the rotated frame and the
@@ -79,18 +80,21 @@ inline float fp8_scalar(uint8_t c) {
 }
 
 #if defined(__AVX512F__)
+// fp8 through the f16 converter: E5M2 is the top byte of an f16; E4M3's magnitude bits moved
+// into an f16's (the sign to bit 15, exponent and mantissa to bits 7..13) are the value
+// / 2^8, subnormals included, so the row's factor takes the 2^8 (kFp8Unit).
+template <bool E5M2>
+KV_QR_INLINE __m256i fp8_to_f16_16(const uint8_t* p) {
+    const __m256i c = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
+    if (E5M2) return c;
+    return _mm256_and_si256(_mm256_srai_epi16(c, 1), _mm256_set1_epi16(int16_t(0xbfff)));  // s s m.. -> s 0 m..
+}
 template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
-    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
-    const __m512 normal = _mm512_castsi512_ps(
-        _mm512_add_epi32(_mm512_slli_epi32(mag, E5M2 ? 21 : 20), _mm512_set1_epi32(int((E5M2 ? 112u : 120u) << 23))));
-    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(E5M2 ? 0x1p-16f : 0x1p-9f));
-    const __mmask16 is_normal = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(E5M2 ? 4 : 8));
-    const __m512 v = _mm512_mask_blend_ps(is_normal, sub, normal);
-    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign)));
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(fp8_to_f16_16<E5M2>(p)));
 }
+template <bool E5M2>
+constexpr float kFp8Unit = E5M2 ? 1.0f : 256.0f;
 inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));  // b0 b0 b1 b1 ...
@@ -99,6 +103,68 @@ inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* o
     const __m512 v = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab));
     _mm512_storeu_ps(out, _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_set1_ps(o)));
 }
+// Four horizontal sums at once (a, b, c, d -> their sums in one 128-bit vector): a
+// transposing add tree, 11 instructions where four separate reductions take about 32.
+KV_QR_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a02 b02 a13 b13 per lane
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+                                   _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));  // a b c d per lane
+    const __m256 w = _mm256_add_ps(_mm512_castps512_ps256(u), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
+}
+// y[m * ldy + t] = x_m . w_t for M query rows and nk tile rows of D (D % 16 == 0): four keys
+// per step, so a row's sums take one hsum4 per four keys instead of one reduction per key.
+template <int M>
+void dot_keys(int64_t nk, int64_t D, const float* x, const float* w, float* y, int64_t ldy) {
+    int64_t t = 0;
+    for (; t + 4 <= nk; t += 4) {
+        __m512 acc[M][4];
+        for (int m = 0; m < M; ++m)
+            for (int k = 0; k < 4; ++k) acc[m][k] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 16) {
+            __m512 kv[4];
+            for (int k = 0; k < 4; ++k) kv[k] = _mm512_loadu_ps(w + (t + k) * D + d);
+            for (int m = 0; m < M; ++m) {
+                const __m512 qv = _mm512_loadu_ps(x + m * D + d);
+                for (int k = 0; k < 4; ++k) acc[m][k] = _mm512_fmadd_ps(qv, kv[k], acc[m][k]);
+            }
+        }
+        for (int m = 0; m < M; ++m) _mm_storeu_ps(y + m * ldy + t, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+    }
+    for (; t < nk; ++t)
+        for (int m = 0; m < M; ++m) {
+            __m512 a = _mm512_setzero_ps();
+            for (int64_t d = 0; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(x + m * D + d), _mm512_loadu_ps(w + t * D + d), a);
+            y[m * ldy + t] = _mm512_reduce_add_ps(a);
+        }
+}
+// Scores of nk decoded keys for every query row (rows of D in x, sc rows of kBlock).
+inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, const float* tile, float* sc) {
+    if (D % 16 != 0) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)
+            gemv_dot<float>(int(std::min<int64_t>(4, rows - r0)), nk, D, x + r0 * D, D, tile, D, sc + r0 * kBlock, kBlock);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {  // 3 rows x 4 keys: 12 accumulators, 4 keys, a query vector
+        switch (std::min<int64_t>(3, rows - r0)) {
+            case 1: dot_keys<1>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+            case 2: dot_keys<2>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+            default: dot_keys<3>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+        }
+    }
+}
+// Two nib16 blocks (16 bytes) at once: both nibbles of every byte split with one mask and
+// one shift, put in element order by byte interleaves (scales s0, s1 for the two blocks).
+inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float o, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    const __m512 t = _mm512_loadu_ps(tab), ov = _mm512_set1_ps(o);
+    const __m512 v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), t);
+    const __m512 v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), t);
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(v0, _mm512_set1_ps(s0), ov));
+    _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(v1, _mm512_set1_ps(s1), ov));
+}
 inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m512 t = _mm512_loadu_ps(tab), sv = _mm512_set1_ps(s);
@@ -106,23 +172,65 @@ inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(lo, t), sv));
     _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutexvar_ps(hi, t), sv));
 }
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) && defined(__F16C__)
+// fp8 through the f16 converter, as in the AVX-512 branch (8 codes per conversion).
 template <bool E5M2>
-inline __m256 fp8_8(const uint8_t* p) {
-    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
-    const __m256 normal = _mm256_castsi256_ps(
-        _mm256_add_epi32(_mm256_slli_epi32(mag, E5M2 ? 21 : 20), _mm256_set1_epi32(int((E5M2 ? 112u : 120u) << 23))));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(E5M2 ? 0x1p-16f : 0x1p-9f));
-    const __m256 is_normal = _mm256_castsi256_ps(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(E5M2 ? 3 : 7)));
-    const __m256 v = _mm256_blendv_ps(sub, normal, is_normal);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+KV_QR_INLINE __m256 fp8_8(const uint8_t* p) {
+    const __m128i c = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+    if (E5M2) return _mm256_cvtph_ps(c);
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(c, 1), _mm_set1_epi16(int16_t(0xbfff))));
 }
 template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
     _mm256_storeu_ps(out, fp8_8<E5M2>(p));
     _mm256_storeu_ps(out + 8, fp8_8<E5M2>(p + 8));
+}
+template <bool E5M2>
+constexpr float kFp8Unit = E5M2 ? 1.0f : 256.0f;
+// Four horizontal sums at once, as on AVX-512 (8 instructions for four 8-float vectors).
+KV_QR_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));  // a02 b02 a13 b13 per lane
+    const __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+    const __m256 u = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))),
+                                   _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));  // a b c d per lane
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+// y[m * ldy + t] = x_m . w_t, four keys per step (D % 8 == 0); M <= 2 keeps the 8
+// accumulators, 4 keys and a query vector within AVX2's 16 registers.
+template <int M>
+void dot_keys(int64_t nk, int64_t D, const float* x, const float* w, float* y, int64_t ldy) {
+    int64_t t = 0;
+    for (; t + 4 <= nk; t += 4) {
+        __m256 acc[M][4];
+        for (int m = 0; m < M; ++m)
+            for (int k = 0; k < 4; ++k) acc[m][k] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 8) {
+            __m256 kv[4];
+            for (int k = 0; k < 4; ++k) kv[k] = _mm256_loadu_ps(w + (t + k) * D + d);
+            for (int m = 0; m < M; ++m) {
+                const __m256 qv = _mm256_loadu_ps(x + m * D + d);
+                for (int k = 0; k < 4; ++k) acc[m][k] = _mm256_fmadd_ps(qv, kv[k], acc[m][k]);
+            }
+        }
+        for (int m = 0; m < M; ++m) _mm_storeu_ps(y + m * ldy + t, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+    }
+    for (; t < nk; ++t)
+        for (int m = 0; m < M; ++m) {
+            float a = 0.0f;
+            for (int64_t d = 0; d < D; ++d) a += x[m * D + d] * w[t * D + d];
+            y[m * ldy + t] = a;
+        }
+}
+inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, const float* tile, float* sc) {
+    if (D % 8 != 0) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)
+            gemv_dot<float>(int(std::min<int64_t>(4, rows - r0)), nk, D, x + r0 * D, D, tile, D, sc + r0 * kBlock, kBlock);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 2) {
+        if (rows - r0 >= 2) dot_keys<2>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock);
+        else dot_keys<1>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock);
+    }
 }
 // 8 codes (0..15) through a 16-entry table: two 8-entry permutes, picked by bit 3.
 inline __m256 lookup16(__m256i idx, __m256 t_lo, __m256 t_hi) {
@@ -155,6 +263,8 @@ template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
     for (int i = 0; i < 16; ++i) out[i] = fp8_scalar<E5M2>(p[i]);
 }
+template <bool E5M2>
+constexpr float kFp8Unit = 1.0f;  // a stored value / fp8_16's value of it
 inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
     for (int j = 0; j < 8; ++j) {
         out[2 * j] = tab[p[j] & 15] * s + o;
@@ -168,6 +278,19 @@ inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     }
 }
 #endif
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__F16C__))
+// Scores of nk decoded keys for every query row: the decode path's gemv.
+inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, const float* tile, float* sc) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 4)
+        gemv_dot<float>(int(std::min<int64_t>(4, rows - r0)), nk, D, x + r0 * D, D, tile, D, sc + r0 * kBlock, kBlock);
+}
+#endif
+#if !defined(__AVX512F__)
+inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float o, float* out) {
+    nib16(p, tab, s0, o, out);
+    nib16(p + 8, tab, s1, o, out + 16);
+}
+#endif
 
 // Decodes one stored row of D elements into out (the rotated frame for TurboQuant); returns
 // the factor its dot products take (1 where the decoded values already carry every scale).
@@ -176,10 +299,13 @@ struct RowDecoder {
     int64_t D = 0;
     int bits = 0;
     float tab[16] = {};  // FP4: E2M1 values; TQK: the codebook; TQV: the codes 0..15
+    float e4m3[256] = {};  // NVFP4: every E4M3 block scale, so a block's scale is one load
 
     RowDecoder(QuantFormat fmt, int64_t d, const float* levels) : f(fmt), D(d), bits(tq_bits(fmt)) {
         for (int i = 0; i < 16; ++i)
             tab[i] = f == QuantFormat::NVFP4 || f == QuantFormat::MXFP4 ? e2m1_to_f32(uint8_t(i)) : tq_codebook(f) ? levels[i] : float(i);
+        if (f == QuantFormat::NVFP4)
+            for (int i = 0; i < 256; ++i) e4m3[i] = fp8_scalar<false>(uint8_t(i));
     }
 
     // One row of each kind; decode_rows picks the kind once per block of rows, so each loop
@@ -188,23 +314,32 @@ struct RowDecoder {
     KV_QR_INLINE float fp8_row(const uint8_t* r, float* out) const {
         int64_t i = 0;
         for (; i + 16 <= D; i += 16) fp8_16<E5M2>(r + i, out + i);
-        for (; i < D; ++i) out[i] = fp8_scalar<E5M2>(r[i]);
-        return get_f32(r + D);
+        for (; i < D; ++i) out[i] = fp8_scalar<E5M2>(r[i]) * (1.0f / kFp8Unit<E5M2>);  // a power of two: exact
+        return get_f32(r + D) * kFp8Unit<E5M2>;
     }
     KV_QR_INLINE float nvfp4_row(const uint8_t* r, float* out) const {
         const float sg = get_f32(r + D / 2 + D / 16);
-        for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, fp8_scalar<false>(r[D / 2 + b]) * sg, 0.0f, out + b * 16);
+        const uint8_t* sc = r + D / 2;
+        int64_t b = 0;
+        for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, e4m3[sc[b]] * sg, e4m3[sc[b + 1]] * sg, 0.0f, out + b * 16);
+        if (b < D / 16) nib16(r + b * 8, tab, e4m3[sc[b]] * sg, 0.0f, out + b * 16);
         return 1.0f;
     }
     KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
         for (int64_t b = 0; b < D / 32; ++b) split32(r + b * 17 + 1, tab, e8m0_to_f32(r[b * 17]), out + b * 32);
         return 1.0f;
     }
+    // D 4-bit codes (two per byte, low nibble first): tab[code] * s + o.
+    KV_QR_INLINE void nib_row(const uint8_t* r, float s, float o, float* out) const {
+        int64_t b = 0;
+        for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, s, s, o, out + b * 16);
+        if (b < D / 16) nib16(r + b * 8, tab, s, o, out + b * 16);
+    }
     KV_QR_INLINE float tq_row(const uint8_t* r, float* out) const {
         const int64_t payload = (D * bits + 7) / 8;
         if (tq_codebook(f)) {  // levels[code] * g
             if (bits == 4) {
-                for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, 1.0f, 0.0f, out + b * 16);
+                nib_row(r, 1.0f, 0.0f, out);
             } else {
                 for (int64_t i = 0; i < D; ++i) out[i] = tab[tq_get_code(r, i, bits)];
             }
@@ -212,7 +347,7 @@ struct RowDecoder {
         }
         const float lo = get_f32(r + payload), s = get_f32(r + payload + 4);  // lo + code * s
         if (bits == 4) {
-            for (int64_t b = 0; b < D / 16; ++b) nib16(r + b * 8, tab, s, lo, out + b * 16);
+            nib_row(r, s, lo, out);
         } else if (bits == 8) {
 #pragma omp simd
             for (int64_t i = 0; i < D; ++i) out[i] = lo + float(r[i]) * s;
@@ -222,25 +357,25 @@ struct RowDecoder {
         return 1.0f;
     }
 
-    // nk rows of rb bytes from r into out (nk x D); fac[t] receives row t's factor.
+    // nk rows of rb bytes from r into out (nk x D); fac[t] receives row t's factor. Each row
+    // prefetches the bytes kPrefetchBytes ahead (one line per row covers rows of up to 64
+    // bytes; longer rows leave the rest to the hardware prefetcher): without it the decode
+    // waited on its code loads.
     void decode_rows(const uint8_t* r, int64_t rb, int64_t nk, float* out, float* fac) const {
+#define KV_QR_ROWS(call)                                                                      \
+    for (int64_t t = 0; t < nk; ++t) {                                                        \
+        __builtin_prefetch(r + t * rb + kPrefetchBytes, 0, kPrefetchLocality);                \
+        if (rb > 64) __builtin_prefetch(r + t * rb + kPrefetchBytes + 64, 0, kPrefetchLocality); \
+        fac[t] = call(r + t * rb, out + t * D);                                               \
+    }
         switch (f) {
-            case QuantFormat::FP8_E4M3:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<false>(r + t * rb, out + t * D);
-                return;
-            case QuantFormat::FP8_E5M2:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = fp8_row<true>(r + t * rb, out + t * D);
-                return;
-            case QuantFormat::NVFP4:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = nvfp4_row(r + t * rb, out + t * D);
-                return;
-            case QuantFormat::MXFP4:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = mxfp4_row(r + t * rb, out + t * D);
-                return;
-            default:
-                for (int64_t t = 0; t < nk; ++t) fac[t] = tq_row(r + t * rb, out + t * D);
-                return;
+            case QuantFormat::FP8_E4M3: KV_QR_ROWS(fp8_row<false>) return;
+            case QuantFormat::FP8_E5M2: KV_QR_ROWS(fp8_row<true>) return;
+            case QuantFormat::NVFP4: KV_QR_ROWS(nvfp4_row) return;
+            case QuantFormat::MXFP4: KV_QR_ROWS(mxfp4_row) return;
+            default: KV_QR_ROWS(tq_row) return;
         }
+#undef KV_QR_ROWS
     }
 };
 
@@ -313,8 +448,7 @@ bool block_scores(const QCall& s, int64_t b, int64_t g, int64_t t0, int64_t nk, 
     s.kdec->decode_rows(rows, s.rbk, nk, w.tile, w.fac);
     bool unit_fac = true;
     for (int64_t t = 0; t < nk; ++t) unit_fac = unit_fac && w.fac[t] == 1.0f;
-    for (int64_t r0 = 0; r0 < s.rows; r0 += 4)
-        gemv_dot<float>(int(std::min<int64_t>(4, s.rows - r0)), nk, s.D, w.qs + r0 * s.D, s.D, w.tile, s.D, w.sc + r0 * kBlock, kBlock);
+    score_tile(s.rows, nk, s.D, w.qs, w.tile, w.sc);
     if (!unit_fac)
         for (int64_t row = 0; row < s.rows; ++row) {
             float* sr = w.sc + row * kBlock;
@@ -383,13 +517,15 @@ void run_unit(const QCall& s, int64_t u) {
         if (!seen) continue;
         const uint8_t* vr = vbase + t0 * s.rbv;
         s.vdec->decode_rows(vr, s.rbv, nk, w.tile, w.fac);
-        for (int64_t t = 0; t < nk; ++t) {
-            float* o = w.tile + t * D;
-            const float f = w.fac[t];
-            if (f != 1.0f)
+        // A value row's factor (fp8's s) joins its weight: rows x nk products, not nk x D.
+        bool unit_fac = true;
+        for (int64_t t = 0; t < nk; ++t) unit_fac = unit_fac && w.fac[t] == 1.0f;
+        if (!unit_fac)
+            for (int64_t row = 0; row < rows; ++row) {
+                float* sr = w.sc + row * kBlock;
 #pragma omp simd
-                for (int64_t d = 0; d < D; ++d) o[d] *= f;
-        }
+                for (int64_t t = 0; t < nk; ++t) sr[t] *= w.fac[t];
+            }
         for (int64_t r0 = 0; r0 < rows; r0 += 4)
             gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, w.sc + r0 * kBlock, kBlock, w.tile, D, w.tmp + r0 * D, D);
 #pragma omp simd
