@@ -197,9 +197,14 @@ class CapPolicy final : public ScorePolicy {
         }
         rope_ = f.rope_inv_freq;
         const int64_t D = D_, half = rope_ ? int64_t(rope_->size()) : 0;
+        std::vector<double> cs((size_t)half), sn((size_t)half);
         for (int64_t t = 0; t < n; ++t) {
             const int64_t p = P0 + t;
             if (p < n_sink_) continue;
+            for (int64_t i = 0; i < half; ++i) {  // R(p), once per position for every (b, query head)
+                const double a = double(p) * (*rope_)[size_t(i)];
+                cs[size_t(i)] = std::cos(a), sn[size_t(i)] = std::sin(a);
+            }
             for (int64_t b = 0; b < B_; ++b)
                 for (int64_t h = 0; h < NH_; ++h) {
                     const size_t bh = size_t(b * NH_ + h);
@@ -207,7 +212,7 @@ class CapPolicy final : public ScorePolicy {
                     double* s1 = sum_.data() + bh * size_t(D);
                     for (int64_t d = 0; d < D; ++d) s1[d] += double(q[d]);
                     for (int64_t i = 0; i < half; ++i) {  // R(p)^T on the rotated pairs, in place of the sums just added
-                        const double a = double(p) * (*rope_)[size_t(i)], c = std::cos(a), s = std::sin(a);
+                        const double c = cs[size_t(i)], s = sn[size_t(i)];
                         s1[i] += double(q[i]) * c + double(q[i + half]) * s - double(q[i]);
                         s1[i + half] += double(q[i + half]) * c - double(q[i]) * s - double(q[i + half]);
                     }
