@@ -80,5 +80,24 @@ TEST(Cap, WithoutSinksAndASharpTemperatureEqualsTheF64Reference) {
         [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
 }
 
+// Head size 64 and 24 slots: four 16-row blocks of A's upper triangle and of L^-1's lower one,
+// and 22 non-sink slots padded to 32 columns in the transposed products.
+TEST(Cap, HeadSize64AndPaddedSlotCountsEqualTheF64Reference) {
+    constexpr int64_t L = 24, D = 64;
+    const std::vector<double> theta = rope_theta(D);
+    LayerHarness h("cap-default", L, seed_for("cap head size 64"), 0, D);
+    h.cfg.policy_options = {{"cap_n_future_positions", 9}, {"cap_n_sink", 2}};
+    h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0, &byte_codec());
+    h.cache->set_rope_frequencies(&theta);
+    h.step(L);
+    for (int64_t n : {5, 3, 7, 1}) {
+        h.step(n);
+        const std::vector<double> ref = cap_reference(h, theta, 5.0, 9, 2, 1e-6);
+        const std::vector<float> got = h.layer().policy().slot_scores();
+        ASSERT_EQ(got.size(), ref.size());
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-6 * std::max(1.0, std::fabs(ref[i]))) << "slot " << i << " at " << h.P;
+    }
+}
+
 }  // namespace
 }  // namespace kv::test

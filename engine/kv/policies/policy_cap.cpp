@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/kv/policies/policy_expected_attention_math.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 
@@ -76,9 +77,15 @@ class CapPolicy final : public ScorePolicy {
             cb[size_t(i)] = std::cos(center * th) * ratio / N;
             sb[size_t(i)] = std::sin(center * th) * ratio / N;
         }
-        std::vector<double> mu((size_t)D), w((size_t)T), A((size_t)(D * D)), acc((size_t)T);
-        std::vector<double> &X = s_x_, &Xt = s_xt_, &V = s_v_, &Y = s_y_, &Mt = s_mt_;
-        Mt.resize(size_t(D * D));
+        // Per (b, g) row: the non-sink keys and values in f64, transposed (D x mp, columns padded
+        // with zeros to a multiple of 16 so the products stay on their vector tiles), shared by
+        // the group's query heads. Every sum below is the one the plain per-slot loops took, term
+        // for term in the same order (padding and the zeros of a triangle add exact +0), so the
+        // scores are bit for bit those of the slot-at-a-time form (docs/POLICIES.md#cap).
+        const int64_t Rp = (R + 3) / 4 * 4;
+        std::vector<double> w((size_t)T), A((size_t)(D * D)), acc((size_t)T), l, kn, col((size_t)D);
+        std::vector<double> &V = s_v_, &Vt = s_vt_, &Kt = s_kt_, &Xt = s_xt_, &Yt = s_y_, &Li = s_li_, &MU = s_mu_, &dots = s_dots_;
+        Li.resize(size_t(D * D)), MU.assign(size_t(Rp * D), 0.0);
         std::vector<int64_t> js;
         float top = -std::numeric_limits<float>::infinity();
         for (int64_t r = 0; r < rows(); ++r) {
@@ -89,64 +96,77 @@ class CapPolicy final : public ScorePolicy {
             js.clear();
             for (int64_t j = 0; j < T; ++j)
                 if (pos[j] >= n_sink_) js.push_back(j);
+            const int64_t m = int64_t(js.size()), mp = (m + 15) / 16 * 16;
+            V.resize(size_t(m * D)), Xt.resize(size_t(m * D));
+            Vt.assign(size_t(D * mp), 0.0), Kt.assign(size_t(D * mp), 0.0), Yt.resize(size_t(D * mp)), dots.resize(size_t(Rp * mp));
+            for (int64_t i = 0; i < m; ++i) {
+                const float* k = KV + js[size_t(i)] * 2 * D;
+                for (int64_t d = 0; d < D; ++d) {
+                    Kt[size_t(d * mp + i)] = double(k[d]);
+                    Vt[size_t(d * mp + i)] = V[size_t(i * D + d)] = double(k[D + d]);
+                }
+            }
+            // |k_j| (sum over d in order), once per row instead of once per query head
+            kn.assign(size_t(mp), 0.0);
+            for (int64_t d = 0; d < D; ++d) {
+                const double* kd = Kt.data() + d * mp;
+                for (int64_t i = 0; i < mp; ++i) kn[size_t(i)] += kd[i] * kd[i];
+            }
+            // mu'_h of every query head of the group (0 before any query: every c_j is 0 and w_j
+            // 1, the plain leverage), then k_j . mu'_h for all of them in one product
             for (int64_t hr = 0; hr < R; ++hr) {
-                // mu'_h (0 before any query: every c_j is 0 and w_j 1, the plain leverage)
-                std::fill(mu.begin(), mu.end(), 0.0);
+                double* mu = MU.data() + hr * D;
+                std::fill(mu, mu + D, 0.0);
                 if (NH_ > 0) {
                     const size_t bh = size_t(b * NH_ + g * R + hr);
                     const double c = count_[bh];
                     std::vector<double> m0((size_t)D, 0.0);
                     for (int64_t d = 0; d < D; ++d) m0[size_t(d)] = c > 0 ? sum_[bh * size_t(D) + size_t(d)] / c : 0.0;
-                    mu = m0;
+                    std::copy(m0.begin(), m0.end(), mu);
                     for (int64_t i = 0; i < half; ++i) {
-                        mu[size_t(i)] = cb[size_t(i)] * m0[size_t(i)] - sb[size_t(i)] * m0[size_t(i + half)];
-                        mu[size_t(i + half)] = sb[size_t(i)] * m0[size_t(i)] + cb[size_t(i)] * m0[size_t(i + half)];
+                        mu[i] = cb[size_t(i)] * m0[size_t(i)] - sb[size_t(i)] * m0[size_t(i + half)];
+                        mu[i + half] = sb[size_t(i)] * m0[size_t(i)] + cb[size_t(i)] * m0[size_t(i + half)];
                     }
                 }
+            }
+            if (m > 0) policy_matmul(Rp, mp, D, MU.data(), D, Kt.data(), mp, dots.data(), mp);
+            for (int64_t hr = 0; hr < R; ++hr) {
+                const double* mu = MU.data() + hr * D;
                 double mn = 0;
-                for (double v : mu) mn += v * v;
+                for (int64_t d = 0; d < D; ++d) mn += mu[d] * mu[d];
                 mn = std::max(std::sqrt(mn), 1e-12);  // F.normalize's eps
                 double lmax = -INFINITY;
-                for (int64_t j = 0; j < T; ++j) {
-                    if (pos[j] < n_sink_) continue;
-                    const float* k = KV + j * 2 * D;
-                    double dot = 0, kn = 0;
-                    for (int64_t d = 0; d < D; ++d) dot += double(k[d]) * mu[size_t(d)], kn += double(k[d]) * double(k[d]);
-                    const double cj = std::clamp(dot / (mn * std::max(std::sqrt(kn), 1e-12)), -1.0, 1.0);
-                    lmax = std::max(lmax, w[size_t(j)] = tau_ * cj);
+                for (int64_t i = 0; i < m; ++i) {
+                    const double cj = std::clamp(dots[size_t(hr * mp + i)] / (mn * std::max(std::sqrt(kn[size_t(i)]), 1e-12)), -1.0, 1.0);
+                    lmax = std::max(lmax, w[size_t(js[size_t(i)])] = tau_ * cj);
                 }
-                // A = I + X X^T, X (D x m) the non-sink values scaled by sqrt(w + eps); then
-                // v^T A^-1 v = |M v|^2 with M = L^-1 (A = L L^T): both as f64 products
-                const int64_t m = int64_t(js.size());
-                X.resize(size_t(D * m)), Xt.resize(size_t(m * D)), V.resize(size_t(m * D)), Y.resize(size_t(m * D));
+                // A = I + X X^T, X^T (m x D) the non-sink values scaled by sqrt(w + eps): its
+                // upper triangle (ea_moments_upper: the sums of the full product); then
+                // v^T A^-1 v = |L^-1 v|^2 (A = L L^T) for every v at once, Y^T = L^-1 V^T
                 for (int64_t i = 0; i < m; ++i) {
                     const int64_t j = js[size_t(i)];
                     w[size_t(j)] = std::exp(w[size_t(j)] - lmax);
-                    const float* v = KV + j * 2 * D + D;
                     const double a = std::sqrt(w[size_t(j)] + eps_);
-                    for (int64_t d = 0; d < D; ++d) {
-                        V[size_t(i * D + d)] = double(v[d]);
-                        Xt[size_t(i * D + d)] = X[size_t(d * m + i)] = a * double(v[d]);
-                    }
+                    for (int64_t d = 0; d < D; ++d) Xt[size_t(i * D + d)] = a * V[size_t(i * D + d)];
                 }
                 std::fill(A.begin(), A.end(), 0.0);
                 for (int64_t d = 0; d < D; ++d) A[size_t(d * D + d)] = 1.0;
-                if (m > 0) policy_matmul(D, D, m, X.data(), m, Xt.data(), D, A.data(), D, true);
-                cholesky(A, D);  // lower triangle of A = L L^T
-                // Mt = (L^-1)^T: column c of L^-1 by forward substitution on e_c
-                std::fill(Mt.begin(), Mt.end(), 0.0);
-                for (int64_t c = 0; c < D; ++c)
-                    for (int64_t d = c; d < D; ++d) {
-                        double t = d == c ? 1.0 : 0.0;
-                        for (int64_t e = c; e < d; ++e) t -= A[size_t(d * D + e)] * Mt[size_t(c * D + e)];
-                        Mt[size_t(c * D + d)] = t / A[size_t(d * D + d)];  // (L^-1)[d][c]
-                    }
-                if (m > 0) policy_matmul(m, D, D, V.data(), D, Mt.data(), D, Y.data(), D);  // rows (L^-1 v_j)^T
+                if (m > 0) ea_moments_upper(m, D, Xt.data(), A.data());
+                cholesky_upper(A.data(), D, col.data());  // A's upper triangle becomes L^T
+                inverse_lower(A.data(), D, Li.data(), col.data());
+                // L^-1 is lower triangular: row block [d0, d0 + 16) of Y^T needs columns < d0 + 16
+                for (int64_t d0 = 0; d0 < D && m > 0; d0 += 16) {
+                    const int64_t rb = std::min<int64_t>(16, D - d0);
+                    policy_matmul(rb, mp, d0 + rb, Li.data() + d0 * D, D, Vt.data(), mp, Yt.data() + d0 * mp, mp);
+                }
+                l.assign(size_t(mp), 0.0);
+                for (int64_t d = 0; d < D; ++d) {
+                    const double* yd = Yt.data() + d * mp;
+                    for (int64_t i = 0; i < mp; ++i) l[size_t(i)] += yd[i] * yd[i];
+                }
                 for (int64_t i = 0; i < m; ++i) {
-                    double l = 0;
-                    for (int64_t d = 0; d < D; ++d) l += Y[size_t(i * D + d)] * Y[size_t(i * D + d)];
                     const int64_t j = js[size_t(i)];
-                    acc[size_t(j)] += w[size_t(j)] * l / double(R);
+                    acc[size_t(j)] += w[size_t(j)] * l[size_t(i)] / double(R);
                 }
             }
             for (int64_t j = 0; j < T; ++j) {
@@ -175,9 +195,14 @@ class CapPolicy final : public ScorePolicy {
         }
         rope_ = f.rope_inv_freq;
         const int64_t D = D_, half = rope_ ? int64_t(rope_->size()) : 0;
+        std::vector<double> cs((size_t)half), sn((size_t)half);
         for (int64_t t = 0; t < n; ++t) {
             const int64_t p = P0 + t;
             if (p < n_sink_) continue;
+            for (int64_t i = 0; i < half; ++i) {  // R(p), once per position for every (b, query head)
+                const double a = double(p) * (*rope_)[size_t(i)];
+                cs[size_t(i)] = std::cos(a), sn[size_t(i)] = std::sin(a);
+            }
             for (int64_t b = 0; b < B_; ++b)
                 for (int64_t h = 0; h < NH_; ++h) {
                     const size_t bh = size_t(b * NH_ + h);
@@ -185,7 +210,7 @@ class CapPolicy final : public ScorePolicy {
                     double* s1 = sum_.data() + bh * size_t(D);
                     for (int64_t d = 0; d < D; ++d) s1[d] += double(q[d]);
                     for (int64_t i = 0; i < half; ++i) {  // R(p)^T on the rotated pairs, in place of the sums just added
-                        const double a = double(p) * (*rope_)[size_t(i)], c = std::cos(a), s = std::sin(a);
+                        const double c = cs[size_t(i)], s = sn[size_t(i)];
                         s1[i] += double(q[i]) * c + double(q[i + half]) * s - double(q[i]);
                         s1[i + half] += double(q[i + half]) * c - double(q[i]) * s - double(q[i + half]);
                     }
@@ -195,17 +220,40 @@ class CapPolicy final : public ScorePolicy {
     }
 
    private:
-    // In-place Cholesky of the symmetric positive definite A (lower triangle read and written).
-    static void cholesky(std::vector<double>& A, int64_t D) {
+    // In-place Cholesky A = L L^T of the symmetric positive definite A given by its upper
+    // triangle U (row-major, U[j][i] = A[i][j], i >= j), which becomes L^T (U[k][i] = L[i][k]).
+    // Column j of L is computed for every i >= j at once (s: scratch of D), each entry with the
+    // subtractions of the textbook loop in the same order (k ascending), so the same bits.
+    static void cholesky_upper(double* U, int64_t D, double* s) {
         for (int64_t j = 0; j < D; ++j) {
-            double d = A[size_t(j * D + j)];
-            for (int64_t k = 0; k < j; ++k) d -= A[size_t(j * D + k)] * A[size_t(j * D + k)];
-            A[size_t(j * D + j)] = std::sqrt(std::max(d, 1e-300));
-            for (int64_t i = j + 1; i < D; ++i) {
-                double s = A[size_t(i * D + j)];
-                for (int64_t k = 0; k < j; ++k) s -= A[size_t(i * D + k)] * A[size_t(j * D + k)];
-                A[size_t(i * D + j)] = s / A[size_t(j * D + j)];
+            double* uj = U + j * D;
+            std::copy(uj + j, uj + D, s + j);
+            for (int64_t k = 0; k < j; ++k) {
+                const double* uk = U + k * D;  // L[i][k] for i >= k
+                const double t = uk[j];
+                for (int64_t i = j; i < D; ++i) s[i] -= uk[i] * t;
             }
+            const double piv = std::sqrt(std::max(s[j], 1e-300));
+            uj[j] = piv;
+            for (int64_t i = j + 1; i < D; ++i) uj[i] = s[i] / piv;
+        }
+    }
+    // Li = L^-1 (row-major, lower triangular, zeros above) from Lt = L^T (cholesky_upper):
+    // forward substitution on the unit vectors, row d for every column c <= d at once, each
+    // entry (L^-1)[d][c] = (delta - sum_{e=c}^{d-1} L[d][e] (L^-1)[e][c]) / L[d][d] with e ascending.
+    static void inverse_lower(const double* Lt, int64_t D, double* Li, double* t) {
+        for (int64_t d = 0; d < D; ++d) {
+            std::fill(t, t + d + 1, 0.0);
+            t[d] = 1.0;
+            for (int64_t e = 0; e < d; ++e) {
+                const double coef = Lt[e * D + d];  // L[d][e]
+                const double* le = Li + e * D;
+                for (int64_t c = 0; c <= e; ++c) t[c] -= coef * le[c];
+            }
+            const double piv = Lt[d * D + d];
+            double* ld = Li + d * D;
+            for (int64_t c = 0; c <= d; ++c) ld[c] = t[c] / piv;
+            std::fill(ld + d + 1, ld + D, 0.0);
         }
     }
 
@@ -217,7 +265,7 @@ class CapPolicy final : public ScorePolicy {
     std::vector<float> score_;           // (B*G, L)
     std::vector<float> kv_;              // (B*G, L, 2, D) key (as cached, rotated) then value of each slot
     std::vector<double> sum_, count_;    // per (b, query head): sum of pre-RoPE queries, their count
-    std::vector<double> s_x_, s_xt_, s_v_, s_y_, s_mt_;  // scratch of accumulate(), reused across calls
+    std::vector<double> s_v_, s_vt_, s_kt_, s_xt_, s_y_, s_li_, s_mu_, s_dots_;  // scratch of accumulate(), reused across calls
 };
 }  // namespace
 

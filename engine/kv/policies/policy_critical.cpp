@@ -57,9 +57,7 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
         if (s.ndim != 2) throw Error(str(name_, ": the output projection must be a matrix [E, NH * D]; it is ", wo.describe()));
         const std::vector<float> w = is_packed(wo) ? packed_to_f32(wo).to_f32_vector() : wo.to_f32_vector();
         E_ = s[0], Q_ = s[1];
-        wt_.resize(size_t(E_ * Q_));  // transposed: column q of W_o is row q here (the inner loop runs over E)
-        for (int64_t c = 0; c < E_; ++c)
-            for (int64_t q = 0; q < Q_; ++q) wt_[size_t(q * E_ + c)] = w[size_t(c * Q_ + q)];
+        wo_ = w;  // [E, NH D] as the model holds it: W_o,h is columns [h D, h D + D) at row stride NH D
         wo_key_ = wo.data_ptr();
     }
 
@@ -140,11 +138,14 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
         int64_t r, slot, i;
     };
     // n_j of the slots written by this call: (1/R) sum_h ||W_o,h v||_1 over the R query heads of
-    // the KV head, the values of a head's slots times W_o,h in one product (policy_matmul: each
-    // output summed over d in order, as one value at a time); ||v||_1 without W_o.
+    // the KV head, ||v||_1 without W_o. A head's new values (transposed, D x mp, zero columns up
+    // to a multiple of 16) are multiplied by each W_o,h in one product, (W_o,h V^T)[c][t] =
+    // sum over d in order of W_o[c][h D + d] v_t[d] (policy_matmul: each output one sum, as one
+    // value at a time), so the L1 sums over c run for all of the chunk's values side by side
+    // (each in c order: the same bits as value by value, without one long chain of dependent adds).
     void flush(const InsertFeatures& f) {
         const int64_t D = f.head_dim;
-        if (wt_.empty()) {
+        if (wo_.empty()) {
             for (const Staged& s : staged_) {
                 double a = 0;
                 for (int64_t d = 0; d < D; ++d) a += std::fabs(double(f.values[size_t(s.i * D + d)]));
@@ -159,21 +160,29 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
         const int64_t R = Q_ / D / G_;
         for (int64_t g = 0; g < G_; ++g) {
             int64_t m = 0;
-            vals_.resize(staged_.size() * size_t(D));
-            for (const Staged& s : staged_)
-                if (s.r % G_ == g) std::copy_n(f.values.begin() + s.i * D, D, vals_.begin() + (m++) * D);
+            for (const Staged& s : staged_) m += s.r % G_ == g;
             if (m == 0) continue;
-            out_.resize(size_t(m * E_));
-            sum_.assign(size_t(m), 0.0);
-            for (int64_t h = g * R; h < (g + 1) * R; ++h) {
-                policy_matmul(m, E_, D, vals_.data(), D, wt_.data() + h * D * E_, E_, out_.data(), E_);
-                for (int64_t t = 0; t < m; ++t) {
-                    double l1 = 0;
-                    for (int64_t c = 0; c < E_; ++c) l1 += std::fabs(double(out_[size_t(t * E_ + c)]));
-                    sum_[size_t(t)] += l1;
-                }
-            }
+            const int64_t mp = (m + 15) / 16 * 16;
+            vals_.assign(size_t(D * mp), 0.0f);
             int64_t t = 0;
+            for (const Staged& s : staged_)
+                if (s.r % G_ == g) {
+                    for (int64_t d = 0; d < D; ++d) vals_[size_t(d * mp + t)] = f.values[size_t(s.i * D + d)];
+                    ++t;
+                }
+            out_.resize(size_t(E_ * mp));
+            sum_.assign(size_t(mp), 0.0);
+            l1_.resize(size_t(mp));
+            for (int64_t h = g * R; h < (g + 1) * R; ++h) {
+                policy_matmul(E_, mp, D, wo_.data() + h * D, Q_, vals_.data(), mp, out_.data(), mp);
+                std::fill(l1_.begin(), l1_.end(), 0.0);
+                for (int64_t c = 0; c < E_; ++c) {
+                    const float* oc = out_.data() + c * mp;
+                    for (int64_t i = 0; i < mp; ++i) l1_[size_t(i)] += std::fabs(double(oc[i]));
+                }
+                for (int64_t i = 0; i < mp; ++i) sum_[size_t(i)] += l1_[size_t(i)];
+            }
+            t = 0;
             for (const Staged& s : staged_)
                 if (s.r % G_ == g) norm_[size_t(s.r * L_ + s.slot)] = float(sum_[size_t(t++)] / double(R));
         }
@@ -190,12 +199,12 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
     double first_stage_, eps_;
     std::unique_ptr<ScorePolicy> inner_;
     std::vector<float> norm_;  // (B*G, L) n_j of each slot
-    std::vector<float> wt_;    // W_o transposed (NH D, E); empty: W_o = I
+    std::vector<float> wo_;    // W_o [E, NH D]; empty: W_o = I
     int64_t E_ = 0, Q_ = 0;
     const void* wo_key_ = nullptr;
     std::vector<Staged> staged_;           // slots written by this call, their values' norms pending
-    std::vector<float> vals_, out_;        // scratch: one KV head's new values; times W_o,h
-    std::vector<double> sum_;              // scratch: their norms summed over the heads
+    std::vector<float> vals_, out_;        // scratch: one KV head's new values (D x mp); W_o,h times them (E x mp)
+    std::vector<double> sum_, l1_;         // scratch: their norms summed over the heads; one head's
     mutable std::vector<int32_t> order_;   // scratch: a row's candidates by the wrapped score
 };
 
