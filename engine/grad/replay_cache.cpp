@@ -223,7 +223,14 @@ void ReplayLayerCache::backward_pooled(const Tensor& q, const Tensor& dy, float 
         Tensor qpos = position_range(rec.input_pos, n, device_);
         ops::SdpaBackwardOptions o;
         o.accumulate_dk = o.accumulate_dv = true;
+        // Attention sinks (gpt-oss): each group's call takes its R heads' sink logits and adds
+        // to their entries of the sink gradient, as pooled_attention does forward.
+        const Tensor* sinks = ops::AttentionSinks::current();
+        Tensor* dsinks = ops::AttentionSinks::current_grad();
         for (int64_t g = 0; g < G_; ++g) {
+            const Tensor group_sinks = sinks ? sinks->slice(0, g * R, (g + 1) * R) : Tensor();
+            Tensor group_dsinks = sinks && dsinks ? dsinks->slice(0, g * R, (g + 1) * R) : Tensor();
+            const ops::AttentionSinks sink_scope(sinks ? &group_sinks : nullptr, sinks && dsinks ? &group_dsinks : nullptr);
             // Other heads' slots are masked, so their gradient from head g is exactly zero.
             Tensor dqg = Tensor::empty({B_, R, n, D_}, dq.dtype(), {device_, MemCategory::WORKSPACE, "query gradient"});
             ops::sdpa_backward_(dqg, dK_, dV_, q.slice(1, g * R, (g + 1) * R).contiguous(), K_, V_,

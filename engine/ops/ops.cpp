@@ -498,7 +498,7 @@ const Tensor* sdpa_sinks(const char* op, const Tensor& q) {
                str("attention sinks are computed by the CPU backend only, not on ", device_name(q.device())));
     KV_REQUIRE(t_sinks->ndim() == 1 && t_sinks->size(0) == q.size(1) && dtype_is_float(t_sinks->dtype()), op,
                str("attention sinks must be float (", q.size(1), ") (one logit per query head of q ", q.shape().str(), "), got ",
-                   t_sinks->describe(), "; an attention path that splits the heads (a per-head pool, quest's gradient replay) does not support sinks"));
+                   t_sinks->describe(), "; an attention path that splits the heads opens a nested AttentionSinks scope over its heads' slice"));
     KV_REQUIRE(t_sinks->device() == q.device(), op, "attention sinks live on another device");
     return t_sinks;
 }
@@ -521,6 +521,7 @@ AttentionSinks::AttentionSinks(const Tensor* sinks, Tensor* dsinks) : prev_(t_si
 }
 AttentionSinks::~AttentionSinks() { t_sinks = prev_, t_dsinks = prev_d_; }
 const Tensor* AttentionSinks::current() { return t_sinks; }
+Tensor* AttentionSinks::current_grad() { return t_dsinks; }
 
 // The CUDA kernel has no lse output yet; with sinks the lse holds the sink's term (see ops.h).
 bool sdpa_lse_supported(const Device& device) { return device.type == DeviceType::CPU && !t_sinks; }
@@ -562,8 +563,9 @@ void sdpa_kivi_(Tensor& y, const Tensor& q, const KiviCacheViews& kv, const Tens
     require_same_device(op, {&y, &q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
     KV_REQUIRE(y.shape() == q.shape(), op, str("output ", y.shape().str(), " must match q ", q.shape().str()));
     KV_REQUIRE(t_softcap == 0.0f, op, "attention logit soft-capping is not implemented for KIVI caches; use another buffer");
-    KV_REQUIRE(!t_sinks, op, "attention sinks are not implemented for KIVI caches; use another buffer");
+    const Tensor* sinks = sdpa_sinks(op, q);
     OpCall c = make_call(OpKind::SDPA_KIVI, y, {&q, kv.kcodes, kv.kscales, kv.vcodes, kv.vscales, kv.residual, kv.map, &kpos, &qpos});
+    if (sinks) c.src[c.nsrc++] = sinks->view();  // source 9 (kernels/common/kivi_op.h)
     c.p.alpha = scale;
     c.p.window = window;
     c.p.kivi_bits = kv.bits;

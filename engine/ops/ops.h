@@ -102,9 +102,10 @@ class AttentionSoftcap {
 // thread runs while the scope is open, opened by the transformer around a layer's attention as
 // AttentionSoftcap is. sinks: float (NH) on the attention's device; null = none. dsinks (same
 // shape, optional): every sdpa_backward_ in the scope adds the sinks' gradient to it. The CPU
-// backend only; KIVI and Quest's page selection refuse while it is open, and the log-sum-exp
-// output is unavailable (sdpa_lse_supported is false): with the sink's term in every row's
-// denominator, two attentions over disjoint slot sets no longer merge by it.
+// backend only (plain, KIVI and Quest attention take the sinks; a caller that splits the heads
+// opens a nested scope over its heads' slice), and the log-sum-exp output is unavailable
+// (sdpa_lse_supported is false): with the sink's term in every row's denominator, two
+// attentions over disjoint slot sets no longer merge by it.
 class AttentionSinks {
    public:
     explicit AttentionSinks(const Tensor* sinks, Tensor* dsinks = nullptr);
@@ -112,6 +113,7 @@ class AttentionSinks {
     AttentionSinks(const AttentionSinks&) = delete;
     AttentionSinks& operator=(const AttentionSinks&) = delete;
     static const Tensor* current();  // null when none is open
+    static Tensor* current_grad();   // the open scope's sink gradient; null when none
 
    private:
     const Tensor* prev_;

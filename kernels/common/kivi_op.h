@@ -1,5 +1,7 @@
 // The shape contract of SDPA_KIVI (kernels/common/op.h), checked alike by every backend's
-// supports_op and by the engine before dispatch.
+// supports_op and by the engine before dispatch. Beyond op.h: an optional src9, sink logits
+// float (NH) as SDPA's src5 (gpt-oss), in every query row's denominator, weight sums included
+// (CPU backend only: the CUDA kernel refuses it).
 #pragma once
 
 #include "kivi_math.h"
@@ -8,7 +10,13 @@
 namespace kv {
 
 inline bool kivi_call_ok(const OpCall& c) {
-    if (c.nsrc != 9 || c.dst.ndim != 4) return false;
+    if ((c.nsrc != 9 && c.nsrc != 10) || c.dst.ndim != 4) return false;
+    if (c.nsrc == 10) {
+        const TensorView& sk = c.src[9];
+        if (!sk.data || sk.ndim != 1 || sk.ne[0] != c.src[0].ne[1] ||
+            !(sk.dtype == DType::F32 || sk.dtype == DType::F64 || sk.dtype == DType::F16 || sk.dtype == DType::BF16))
+            return false;
+    }
     const TensorView &q = c.src[0], &kc = c.src[1], &ks = c.src[2], &vc = c.src[3], &vs = c.src[4], &res = c.src[5],
                      &map = c.src[6], &kpos = c.src[7], &qpos = c.src[8];
     auto flt = [](DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; };

@@ -269,7 +269,7 @@ struct OpParams {
     OptimParams opt{};           // OPTIMIZER_STEP
 };
 
-constexpr int KV_MAX_SRC = 9;  // SDPA_KIVI reads nine sources
+constexpr int KV_MAX_SRC = 10;  // SDPA_KIVI reads ten sources with sinks
 
 // One op invocation. Outputs: dst always; dst2 and dst3 for ops with more than one output
 // (SDPA weight sums; the extra gradients of RMSNORM_BACKWARD, SWIGLU_BACKWARD and

@@ -6,7 +6,9 @@
 // then one FMA per element) into an L1-resident K^T / V tile shared by every query of the unit, so no dequantized copy of the cache is ever
 // formed. Units keep an online softmax (max, sum, weighted V) per query row; the ranges of a
 // pair are merged at the end. Decode splits the keys of a pair into ranges so both cores
-// share even one pair. Weight sums (dst2) take a second pass with the final max and sum.
+// share even one pair. Sink logits (src9, gpt-oss) join each row's max and sum after the
+// merge, as in SDPA. Weight sums (dst2) take a second pass with the final max and sum, so
+// they carry the sink in their denominator too.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,6 +36,17 @@ struct KiviCall {
     int bits, window;
     double alpha;
 };
+
+// The sink logit of each query head (src9), or empty without sinks.
+template <class A>
+std::vector<A> kivi_sinks(const OpCall& c, int64_t NH) {
+    std::vector<A> sinks;
+    if (c.nsrc > 9 && c.src[9].data) {
+        sinks.resize(size_t(NH));
+        load_row(c.src[9].bytes(), c.src[9].nb[0], c.src[9].dtype, NH, sinks.data());
+    }
+    return sinks;
+}
 
 KiviCall kivi_call(const OpCall& c, int threads) {
     const TensorView &q = c.src[0], &kc = c.src[1], &vs = c.src[4], &kpos = c.src[7];
@@ -140,6 +153,7 @@ void forward(const OpContext& ctx, const OpCall& c) {
     const int64_t state = rows * (s.D + 2);            // per unit: max, sum, weighted V
     std::vector<A> st(size_t(units * state));
     std::vector<A> qbuf(size_t(s.B * s.NH * s.n * s.D));
+    const std::vector<A> sinks = kivi_sinks<A>(c, s.NH);
     for (int64_t b = 0; b < s.B; ++b)
         for (int64_t h = 0; h < s.NH; ++h)
             for (int64_t i = 0; i < s.n; ++i)
@@ -209,8 +223,11 @@ void forward(const OpContext& ctx, const OpCall& c) {
                 const A* a = m + 2 * rows + row * s.D;
                 for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] += a[d] * f;
             }
-            for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] = L > 0 ? out[size_t(d)] / L : A(0);
             const int64_t h = g * s.R + row / s.n, i = row % s.n;
+            // The sink joins the merged max and sum (it has no value); a row that sees no slot
+            // keeps zeros.
+            const A f = sinks.empty() ? A(1) : online_softmax_sink(M, L, sinks[size_t(h)], LibmExp{});
+            for (int64_t d = 0; d < s.D; ++d) out[size_t(d)] = L > 0 ? out[size_t(d)] * f / L : A(0);
             store_row(y.bytes() + b * y.nb[0] + h * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, s.D, out.data());
             fin[size_t((pair * rows + row) * 2)] = M;
             fin[size_t((pair * rows + row) * 2 + 1)] = L;
@@ -566,6 +583,7 @@ void decode_forward(const OpContext& ctx, const OpCall& c, const KiviCall& s) {
     run_units(nt, units, run_unit);
 
     // Merge the units of each pair in order; then y and, with weights, the weight sums.
+    const std::vector<float> sinks = kivi_sinks<float>(c, s.NH);
     float* out = scratch<float>(2, D + (weights ? T : 0) + 2 * rows);
     float* wsum = out + D;
     float* m = wsum + (weights ? T : 0);
@@ -584,11 +602,12 @@ void decode_forward(const OpContext& ctx, const OpCall& c, const KiviCall& s) {
                 const float* a = um + 2 * rows + row * D;
                 for (int64_t d = 0; d < D; ++d) out[d] += f * a[d];
             }
-            const float il = l > 0.0f ? 1.0f / l : 0.0f;
+            const int64_t r = row / n, i = row % n;
+            const float f = sinks.empty() ? 1.0f : online_softmax_sink(mx, l, sinks[size_t(g * s.R + r)]);
+            const float il = l > 0.0f ? f / l : 0.0f;
             for (int64_t d = 0; d < D; ++d) out[d] *= il;
             m[row] = mx;
-            inv_l[row] = il;
-            const int64_t r = row / n, i = row % n;
+            inv_l[row] = l > 0.0f ? 1.0f / l : 0.0f;
             store_row(y.bytes() + b * y.nb[0] + (g * s.R + r) * y.nb[1] + i * y.nb[2], y.nb[3], y.dtype, D, out);
         }
         if (!weights) continue;

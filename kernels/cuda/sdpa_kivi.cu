@@ -108,6 +108,8 @@ __global__ void kivi_zero(TensorView w) {
 void sdpa_kivi_forward(const OpContext& ctx, const OpCall& c) {
     const TensorView& q = c.src[0];
     if (q.ne[3] > kKiviMaxHS) throw KernelError("cuda sdpa_kivi: head size above 256 is not supported");
+    if (c.nsrc > 9 && c.src[9].data)
+        throw KernelError("cuda sdpa_kivi: attention sinks (source 9) are computed by the CPU backend only; run the model on the CPU");
     if (q.numel() == 0) return;
     const bool f64 = is_f64_call(c);
     KiviArgs a{c.dst, q, c.src[1], c.src[2], c.src[3], c.src[4], c.src[5], c.src[6], c.src[7], c.src[8], c.dst2,

@@ -732,5 +732,75 @@ TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name);
 }
 
+// Attention sinks (gpt-oss: layer 0 sliding, layer 1 full, a learned sink logit per head) through
+// quest's selection: the gradient replay's one-head SDPA backward per (row, head, query) takes
+// its head's sink and adds to its entry of the sink gradient. Every parameter (self_attn.sinks
+// included) and the input embeddings against finite differences of the replayed quest forward.
+// A fixed model and data, as in QuestGradient (a difference must not straddle a page swap):
+// this one's selections have no swap within h of any sampled weight under the avx512, avx2 and
+// base kernels.
+TEST(QuestGradient, WithAttentionSinksMatchesFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("gpt_oss", 2);
+    ASSERT_TRUE(cfg.attention_sinks);
+    auto model = grad_test_model(cfg, DType::F64, 0x9e57);
+    const int64_t B = 2, T = 48, chunk = 8, page = 4, pages = 2;
+    GradData d = grad_test_data(cfg, B, T, 13);
+    KVCacheConfig kc;
+    kc.name = "quest-default";
+    kc.cache_length = 0;
+    kc.policy_options = {{"quest_page_size", double(page)}, {"quest_pages", double(pages)}};
+    const std::vector<int64_t> Ls(size_t(cfg.num_layers), T);  // quest keeps every token; the window masks layer 0
+    ChunkPlanOptions po;
+    po.chunk_size = chunk;
+    po.cell_factor = cell_factor(cfg);
+    po.chunks_per_cell_multiplier = 0.5;
+    const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
+    ASSERT_GT(plan.chunks.size(), 3u);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    Tensor x0 = model->embed(d.ids);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x, make_read_selection(kc)); };
+    const double dense = replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, nullptr);
+    EXPECT_GT(std::fabs(loss(nullptr) - dense), 1e-6 * std::fabs(dense)) << "the selection must matter";
+    EXPECT_NEAR(r.stats.loss, loss(nullptr), 1e-9 * std::fabs(r.stats.loss));
+    EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
+    // The full layer's sink gradient is not zero (its heads' sinks take mass in every row).
+    const std::vector<double> ds = r.grads.layers[1].sinks.to_f64_vector();
+    double norm = 0;
+    for (double x : ds) norm = std::max(norm, std::fabs(x));
+    EXPECT_GT(norm, 1e-6);
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name + " sinks");
+}
+
+// Attention sinks through a per-head pool (ada-snapkv, evicting: 16 slots over 48 tokens on the
+// full layer): the gradient replay's SDPA backward per KV-head group takes its heads' sinks and
+// adds to their entries of the sink gradient, as pooled_attention does forward.
+TEST(PooledGradient, WithAttentionSinksMatchesFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("gpt_oss", 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("pooled-sinks-grad"));
+    const int64_t B = 2, T = 48, L = 16, chunk = 8;
+    GradData d = grad_test_data(cfg, B, T, 12);
+    KVCacheConfig kc;
+    kc.name = "ada-snapkv-default";
+    kc.cache_length = L;
+    kc.snapkv_window = chunk;
+    apply_required_options(kc);
+    const ChunkPlan plan = grad_test_plan(cfg, T, L, chunk, 0.5);
+    ASSERT_GT(plan.cells.size(), 2u);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    std::vector<int64_t> Ls;  // windowed layers keep their window by rule (a ring of the sequence here)
+    for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(cfg.layer_window(l) > 0 ? T : kc.length_for_layer(l, T, cfg.num_layers));
+    bool evicted = false;
+    for (const auto& p : r.stats.plans[1]) evicted = evicted || (p.input_pos >= Ls[1]);
+    EXPECT_TRUE(evicted);
+    Tensor x0 = model->embed(d.ids);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
+    const double l0 = loss(nullptr);
+    EXPECT_NEAR(r.stats.replay_loss, l0, 1e-12 * std::fabs(l0));
+    EXPECT_NEAR(r.stats.loss, l0, 1e-6 * std::fabs(l0)) << "the replay does not attend as the live cache did";
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name + " sinks");
+}
+
 }  // namespace
 }  // namespace kv::test

@@ -210,9 +210,16 @@ class QuestReadSelection final : public ReadSelection {
         ops::SdpaBackwardOptions o;
         o.accumulate_dk = o.accumulate_dv = true;
         std::vector<int32_t> kp((size_t)T);
+        // Attention sinks (gpt-oss): each one-head call takes its head's sink logit, and its
+        // gradient accumulates into that head's entry of the open scope's sink gradient.
+        const Tensor* sinks = ops::AttentionSinks::current();
+        Tensor* dsinks = ops::AttentionSinks::current_grad();
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < NH; ++h) {
                 const int64_t g = h / R;
+                const Tensor head_sink = sinks ? sinks->slice(0, h, h + 1) : Tensor();
+                Tensor head_dsink = sinks && dsinks ? dsinks->slice(0, h, h + 1) : Tensor();
+                const ops::AttentionSinks sink_scope(sinks ? &head_sink : nullptr, sinks && dsinks ? &head_dsink : nullptr);
                 Tensor Kb = K.slice(0, b, b + 1).slice(1, g, g + 1);
                 Tensor Vb = V.slice(0, b, b + 1).slice(1, g, g + 1);
                 Tensor dKb = dK.slice(0, b, b + 1).slice(1, g, g + 1);
