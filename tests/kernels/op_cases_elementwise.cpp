@@ -83,6 +83,14 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
                          b.src(b.input({4096, 40}, DType::F32));
                          b.output({4096, 40}, DType::F32);
                      }});
+    // Gemma's GEGLU on long rows: the vector loop of every variant, not only its tail.
+    cases.push_back({"swiglu/gelu_tanh/f32/large_4096x40", tol_for(DType::F32), [](CaseBuilder& b) {
+                         b.call.op = OpKind::SWIGLU;
+                         b.call.p.act = int(GateAct::GELU_TANH);
+                         b.src(b.input({4096, 40}, DType::F32, Layout::CONTIG, -20.0, 20.0));
+                         b.src(b.input({4096, 40}, DType::F32));
+                         b.output({4096, 40}, DType::F32);
+                     }});
     struct Cp {
         DType from, to;
         Layout li, lo;

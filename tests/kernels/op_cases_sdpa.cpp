@@ -68,6 +68,7 @@ RegisterOpCases reg([](std::vector<OpCase>& cases) {
     // cap of 3 so tanh saturates; tiled, decode and windowed paths, weights and log-sum-exp.
     struct Cap { std::string tag; int64_t B, NH, G, n, T, HS; int window; };
     for (const Cap& k : std::vector<Cap>{{"prefill_n40", 1, 4, 2, 40, 40, 16, 0},
+                                         {"prefill_n150_key_blocks", 1, 4, 1, 150, 150, 16, 0},
                                          {"chunk_n7_T300_window_100", 1, 6, 2, 7, 300, 32, 100},
                                          {"decode_n1_T257", 2, 8, 2, 1, 257, 64, 0}}) {
         cases.push_back({"sdpa/f32/softcap_3_" + k.tag, tol_for(DType::F32) * 3, [k](CaseBuilder& b) {
