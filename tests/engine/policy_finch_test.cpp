@@ -67,9 +67,13 @@ std::vector<std::vector<std::set<int32_t>>> tiny_kept_sets(const std::string& na
     for (const auto& [s, n] : chunks) (void)tm.model.forward(all.slice(1, s, s + n).contiguous(), s, &cache);
     std::vector<std::vector<std::set<int32_t>>> out;
     for (int l = 0; l < tm.cfg.num_layers; ++l) {
-        const auto& pos = cache.layer(l).policy().token_positions();
+        const KVPolicy& p = cache.layer(l).policy();
+        const auto& pos = p.token_positions();
         out.emplace_back();
-        for (int64_t g = 0; g < tm.cfg.num_kv_heads; ++g) out.back().emplace_back(pos.begin() + g * L, pos.begin() + (g + 1) * L);
+        for (int64_t g = 0; g < tm.cfg.num_kv_heads; ++g) {
+            const int64_t at = p.per_row_positions() ? g * L : 0;  // streaming's heads share one row
+            out.back().emplace_back(pos.begin() + at, pos.begin() + at + L);
+        }
     }
     return out;
 }
