@@ -50,32 +50,8 @@ TEST(Finch, TheDefaultsAreKvpresss) {
     EXPECT_EQ(c.policy_option("finch_normalize"), 1.0);  // normalize_scores=True
 }
 
-// The kept positions of every layer and KV head of `tiny` after a prefill of 8, a chunk of 8
-// that fills the 16 slots and chunks of 4.
 std::vector<std::vector<std::set<int32_t>>> tiny_kept_sets(const std::string& name, const std::function<void(KVCacheConfig&)>& setup) {
-    TinyModel& tm = tiny_model<47>();
-    constexpr int64_t L = 16, T = 64;
-    KVCacheConfig kc;
-    kc.name = name;
-    kc.cache_length = L;
-    setup(kc);
-    KVCache cache(kc, tm.cfg, Device{}, DType::F32, T);
-    const std::vector<int32_t> ids = random_tokens(T, 6);
-    const Tensor all = Tensor::from_i32({1, T}, ids);
-    std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 8}, {8, 8}};
-    for (int64_t s = 16; s < T; s += 4) chunks.push_back({s, 4});
-    for (const auto& [s, n] : chunks) (void)tm.model.forward(all.slice(1, s, s + n).contiguous(), s, &cache);
-    std::vector<std::vector<std::set<int32_t>>> out;
-    for (int l = 0; l < tm.cfg.num_layers; ++l) {
-        const KVPolicy& p = cache.layer(l).policy();
-        const auto& pos = p.token_positions();
-        out.emplace_back();
-        for (int64_t g = 0; g < tm.cfg.num_kv_heads; ++g) {
-            const int64_t at = p.per_row_positions() ? g * L : 0;  // streaming's heads share one row
-            out.back().emplace_back(pos.begin() + at, pos.begin() + at + L);
-        }
-    }
-    return out;
+    return kv::test::tiny_kept_sets(tiny_model<47>(), 6, name, setup);
 }
 
 TEST(Finch, OnTinyWithoutNormalisationEveryLayerAndHeadKeepsWhatSnapKVWithoutPoolingKeeps) {

@@ -101,31 +101,8 @@ TEST(SimLayerKV, ALazyLayerKeepsTheSinksAndTheMostRecentTokens) {
     }
 }
 
-// The kept positions of every layer and KV head of `tiny` after a prefill of 8, a chunk of 8
-// that fills the 16 slots and chunks of 4 (no keep-initial rule: the prefill is not full).
 std::vector<std::vector<std::set<int32_t>>> tiny_kept_sets(const std::string& name, const std::function<void(KVCacheConfig&)>& setup) {
-    TinyModel& tm = tiny_model<43>();
-    constexpr int64_t L = 16, T = 64;
-    KVCacheConfig kc;
-    kc.name = name;
-    kc.cache_length = L;
-    setup(kc);
-    KVCache cache(kc, tm.cfg, Device{}, DType::F32, T);
-    const std::vector<int32_t> ids = random_tokens(T, 5);
-    const Tensor all = Tensor::from_i32({1, T}, ids);
-    std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 8}, {8, 8}};
-    for (int64_t s = 16; s < T; s += 4) chunks.push_back({s, 4});
-    for (const auto& [s, n] : chunks) (void)tm.model.forward(all.slice(1, s, s + n).contiguous(), s, &cache);
-    std::vector<std::vector<std::set<int32_t>>> out;
-    for (int l = 0; l < tm.cfg.num_layers; ++l) {
-        const KVPolicy& p = cache.layer(l).policy();
-        out.emplace_back();
-        for (int64_t g = 0; g < tm.cfg.num_kv_heads; ++g) {
-            const int64_t at = p.per_row_positions() ? g * L : 0;
-            out.back().emplace_back(p.token_positions().begin() + at, p.token_positions().begin() + at + L);
-        }
-    }
-    return out;
+    return kv::test::tiny_kept_sets(tiny_model<43>(), 5, name, setup);
 }
 
 TEST(SimLayerKV, OnTinyEveryLayerLazyIsStreamingAndNoneLazyIsSnapKVOfTheSameQueries) {
