@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_table.h"
+
 struct ImDrawData;
 
 namespace kv::views {
@@ -48,6 +50,9 @@ struct TraceBenchResult {
 
 // Uses the current ImGui context (font atlas built) or makes its own.
 TraceBenchResult run_trace_view_bench(const TraceBenchOptions& o = {});
-std::string format_trace_bench(const TraceBenchResult& r);
+// The result as a bench table (console text, --md section): `renderer` names what drew the frames
+// ("" = none: ImGui's CPU work only, as `kvlab bench trace` measures; else the GL renderer the
+// frames were finished on, as `kvlab-gui --bench-frames --bench-only trace` measures).
+bench::BenchTable trace_bench_table(const TraceBenchResult& r, const std::string& renderer);
 
 }  // namespace kv::views

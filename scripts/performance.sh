@@ -48,6 +48,7 @@ if [ $QUICK = 1 ]; then
   SWEEP=(--model tiny --tokens 128 --chunk 16 --cache_length 32 --repeats 1 --dir "$WORK")
   DIST=(--model tiny --tokens 256 --steps 1 --sizes 64KiB --min_seconds 0.01)
   TRACE=(--quick)
+  GUI_TRACE=(--bench-spans 100000 --frames 5)
   GGUF_MODEL=(--dtype packed --prefill_tokens 32 --decode_context 64 --min_seconds 0.01)
 else
   OPS=(--min_seconds 0.3)
@@ -62,6 +63,7 @@ else
   SWEEP=(--model small --tokens 2048 --chunk 128 --cache_length 512 --repeats 2 --dir "$WORK")
   DIST=(--model tiny --tokens 256 --steps 3 --sizes 64KiB,1MiB,16MiB)
   TRACE=()
+  GUI_TRACE=()
   GGUF_MODEL=(--dtype f32,packed --prefill_tokens 512 --decode_context 2048)
 fi
 
@@ -119,8 +121,17 @@ else
   ROOT_OK=(); [ "$(id -u)" = 0 ] && ROOT_OK=(--allow-run-as-root)
   bench "Data-parallel communication" mpirun "${ROOT_OK[@]}" --oversubscribe -np 2 "$KVLAB" bench dist "${DIST[@]}"
 fi
-not_here "GUI frames (\`kvlab-gui --bench-frames\`)" \
-  "the frame benchmark (target <= 33 ms per frame) needs a display and writes no Markdown table; run \`xvfb-run -a kvlab-gui --bench-frames\` by hand."
+# The same trace frames rendered by OpenGL (llvmpipe under Xvfb): the app's own host in the loop.
+GUI=$(dirname "$KVLAB")/kvlab-gui
+if [ ! -x "$GUI" ]; then
+  not_here "Trace view, rendered (\`kvlab-gui --bench-frames --bench-only trace\`)" "this build has no GUI (KVLAB_GUI off)."
+elif ! command -v xvfb-run > /dev/null; then
+  not_here "Trace view, rendered (\`kvlab-gui --bench-frames --bench-only trace\`)" "no xvfb-run on this machine (scripts/setup.sh installs it)."
+else
+  bench "Trace view, rendered" xvfb-run -a -s "-screen 0 1920x1200x24" "$GUI" --bench-frames --bench-only trace "${GUI_TRACE[@]}"
+fi
+not_here "GUI frames of the other views (\`kvlab-gui --bench-frames\`)" \
+  "the eviction map, memory timeline and live-run frames (target <= 33 ms per frame) print text only; run \`xvfb-run -a kvlab-gui --bench-frames\` by hand."
 if "$KVLAB" version | grep -q '^cuda backend: built, [0-9]'; then
   not_here "GPU kernels" "the CUDA benchmark (kvlab_gpu_bench) writes no Markdown table; run it by hand."
 else

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -19,6 +20,7 @@
 #include "sessions/sweep_results.h"
 #include "storage/run_experiment.h"
 #include "storage/session.h"
+#include "storage/session_reader.h"
 
 namespace kv::cli {
 
@@ -62,6 +64,25 @@ const char* const kPerLayerMetrics[] = {"fidelity_attn_rel_error", "fidelity_kep
 bool is_per_layer_metric(const std::string& y) {
     return std::find(std::begin(kPerLayerMetrics), std::end(kPerLayerMetrics), y) != std::end(kPerLayerMetrics);
 }
+
+// --x step: a metric's values per step from the metrics table (a training run's loss per
+// optimizer step; an evaluation's kv_logical_bytes / kv_physical_bytes per chunk, at the run's
+// tokens through it). --y may name several metrics, one line each.
+constexpr const char* kStepAxis = "step";
+
+std::vector<std::string> split_commas(const std::string& v) {
+    std::vector<std::string> out;
+    size_t p = 0;
+    while (p <= v.size()) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        out.push_back(v.substr(p, q - p));
+        p = q + 1;
+    }
+    return out;
+}
+
+bool is_kv_bytes_metric(const std::string& y) { return y == "kv_logical_bytes" || y == "kv_physical_bytes"; }
 
 bool parse_number(const std::string& s, double* out) {
     char* end = nullptr;
@@ -129,6 +150,17 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
                   : x == "kv_logical_bytes"  ? "KV slots kept (MiB)"
                                              : axis_title(x);
     fig.y_title = axis_title(y);
+    const bool steps = x == kStepAxis;
+    const std::vector<std::string> ys = steps ? split_commas(y) : std::vector<std::string>{y};
+    if (!steps && y.find(',') != std::string::npos)
+        throw UsageError("--y '" + y + "': several metrics need --x step (their values per step); expected one metric");
+    const bool step_bytes = steps && std::all_of(ys.begin(), ys.end(), is_kv_bytes_metric);
+    if (steps) {
+        fig.integer_x = true;
+        fig.x_title = step_bytes ? "tokens through the chunk (the run's, over its samples)" : "step";
+        fig.y_title = step_bytes ? "KV cache (MiB): kept (logical) and held (physical), all layers" : ys.size() == 1 ? axis_title(y) : y;
+    }
+    std::unique_ptr<storage::SessionReader> metrics;  // --x step: the runs' metrics table
     // x may also be a number of the runs' summaries (kv_bytes: the cache's real bytes, so
     // buffers of different bits per element compare by memory, not slots).
     if (x == kLayerAxis && !is_per_layer_metric(y)) {
@@ -137,7 +169,7 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         throw UsageError("--x layer: '" + y + "' has no per-layer values; expected --y one of " + names);
     }
     if (x == kLayerAxis) fig.integer_x = true;
-    const bool x_summary = !is_run_option(x) && x != kLayerAxis;
+    const bool x_summary = !is_run_option(x) && x != kLayerAxis && !steps;
     const bool x_is_cache = sessions::is_cache_option(x) || is_bytes_axis(x);
     fig.log2_x = x == "kv_cache.cache_length" || x == "kv_cache.ratio" || x == "data.seq_length" || x == "kv_cache.chunk_size" ||
                  is_bytes_axis(x);
@@ -163,6 +195,21 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
             continue;
         }
         if (!sessions::run_matches_where(cfg, where)) continue;
+        if (steps) {  // one point per recorded step of each metric
+            if (!metrics) metrics = std::make_unique<storage::SessionReader>(session.path());
+            bool any = false;
+            for (const std::string& name : ys)
+                for (const storage::MetricRow& m : metrics->metrics(r.id, name)) {
+                    std::string series = by.empty() ? name : sessions::run_option_value(cfg, by);
+                    if (ys.size() > 1) series += " | " + name;
+                    rows.push_back({r.id, storage::flat_run_config(r.config), facet.empty() ? "" : sessions::run_option_value(cfg, facet),
+                                    series, false, double(m.step), is_kv_bytes_metric(name) ? m.value / 1048576.0 : m.value});
+                    any = true;
+                }
+            used += any;
+            x_found += any;
+            continue;
+        }
         nlohmann::json s = nlohmann::json::parse(r.summary.empty() ? "{}" : r.summary, nullptr, false);
         if (s.is_discarded() || !s.contains(y) || !s[y].is_number()) continue;
         if (x == kLayerAxis && cfg.kv_cache.policy() == "dense") {  // exact in every layer: a level, not a line
@@ -263,6 +310,9 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
     }
     if (repeated) fig.notes.push_back(std::to_string(repeated) + " point" + (repeated == 1 ? " is the mean" : "s are means") +
                                       " of repeated runs; bars: +-1 standard error");
+    if (!used && steps)
+        throw Error(str("--x step: no done run", runs.empty() ? "" : " of those selected", " in ", session.path(), " records '", y,
+                        "' per step; expected metrics of the runs' metrics table (kvlab sql ", session.path(), " metrics --run N)"));
     if (!used) throw Error(str("no done run", runs.empty() ? "" : " of those selected", " in ", session.path(), " records '", y,
                                "'; expected a metric of the runs' summaries (kvlab runs ", session.path(), " --json)"));
     if (x_summary && !x_found)
@@ -290,8 +340,11 @@ int cmd_plot(int argc, char** argv, int first) {
     specs.push_back({"x", OptKind::STRING, "kv_physical_bytes when the runs differ in buffer or use budget_bytes, else kv_cache.cache_length",
                      "run option on the x axis, or a number of the runs' summaries such as kv_bytes (log2 scale for sizes and lengths); "
                      "'layer': the per-layer means of a --fidelity run (--y fidelity_efficiency, fidelity_kept_mass, "
-                     "fidelity_oracle_mass or fidelity_attn_rel_error)"});
-    specs.push_back({"y", OptKind::STRING, "perplexity", "metric from the runs' summaries on the y axis"});
+                     "fidelity_oracle_mass or fidelity_attn_rel_error); 'step': a metric's values per step from the runs' "
+                     "metrics table (training loss per step; kv_logical_bytes and kv_physical_bytes per chunk, at the tokens "
+                     "through it)"});
+    specs.push_back({"y", OptKind::STRING, "perplexity",
+                     "metric from the runs' summaries on the y axis; with --x step, one or more metrics (comma-separated)"});
     specs.push_back({"by", OptKind::STRING, "kv_cache.name", "one line per value of this option"});
     specs.push_back({"facet", OptKind::STRING, "", "one panel per value of this option (e.g. kv_cache.buffer, data)"});
     specs.push_back({"runs", OptKind::STRING, "all done runs", "comma-separated run ids"});

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -115,12 +116,24 @@ int viewBench(const FrameBenchOptions& fo) {
     if (fo.only == "trace") {  // the trace view on ten million spans (in memory: see trace_view_bench.h)
         views::TraceBenchOptions t;
         t.frames = fo.frames;
+        t.spans = fo.trace_spans;
         t.width = o.width;
         t.height = o.height;
         t.before_frame = o.before_frame;
         t.after_frame = o.after_frame;
-        std::printf("%s", views::format_trace_bench(views::run_trace_view_bench(t)).c_str());
+        char how[300];
+        std::snprintf(how, sizeof how, "%s, frame %dx%d", renderer ? renderer : "?", w.width(), w.height());
+        const bench::BenchTable table = views::trace_bench_table(views::run_trace_view_bench(t), how);
         w.doneCurrent();
+        std::printf("%s", table.text().c_str());
+        if (!fo.md.empty()) {
+            // Appended: scripts/performance.sh collects every benchmark's section in one file.
+            std::ofstream f(fo.md, std::ios::app);
+            if (!(f << table.markdown(bench::table_caption()))) {
+                std::fprintf(stderr, "kvlab-gui: --md: cannot append to '%s'; expected a writable file path\n", fo.md.c_str());
+                return 2;
+            }
+        }
         return 0;
     }
     views::ViewBenchResult r = views::run_view_bench(w, o);

@@ -29,12 +29,14 @@ struct GuiCommandLine {
     QCommandLineOption benchFrames{"frames", "frames per benchmark case", "N", "60"};
     QCommandLineOption benchSession{"bench-session", "with --bench-frames: reuse this synthetic session (written and kept when missing)", "FILE"};
     QCommandLineOption benchOnly{"bench-only", "with --bench-frames: only the scenarios of this view (e.g. memory, eviction) and no live run", "VIEW"};
+    QCommandLineOption benchSpans{"bench-spans", "with --bench-frames --bench-only trace: synthetic spans", "N", "10000000"};
+    QCommandLineOption benchMd{"md", "with --bench-frames --bench-only trace: append the table as Markdown to FILE (scripts/performance.sh)", "FILE"};
     GuiCommandLine() {
         parser.setApplicationDescription("kvlab: a lab for KV-cache policies in large language models");
         parser.addHelpOption();
         parser.addVersionOption();
         parser.addPositionalArgument("SESSION", "session file to open or create (default: the last one)");
-        for (const QCommandLineOption* o : {&demo, &screenshot, &bench, &benchFrames, &benchSession, &benchOnly}) parser.addOption(*o);
+        for (const QCommandLineOption* o : {&demo, &screenshot, &bench, &benchFrames, &benchSession, &benchOnly, &benchSpans, &benchMd}) parser.addOption(*o);
     }
 };
 
@@ -90,6 +92,17 @@ int main(int argc, char** argv) {
         fo.session = cli.value(benchSession).toStdString();
         fo.only = cli.value(benchOnly).toStdString();
         fo.live = fo.only.empty();
+        fo.md = cli.value(cl.benchMd).toStdString();
+        bool spansOk = false;
+        fo.trace_spans = cli.value(cl.benchSpans).toLongLong(&spansOk);
+        if (!spansOk || fo.trace_spans < 1000) {
+            std::fprintf(stderr, "kvlab-gui: --bench-spans '%s': expected a whole number of spans >= 1000\n", qPrintable(cli.value(cl.benchSpans)));
+            return 2;
+        }
+        if ((cli.isSet(cl.benchMd) || cli.isSet(cl.benchSpans)) && fo.only != "trace") {
+            std::fprintf(stderr, "kvlab-gui: --md and --bench-spans apply to the trace view's benchmark only; expected --bench-only trace\n");
+            return 2;
+        }
         return kv::gui::runFrameBench(fo);
     }
 

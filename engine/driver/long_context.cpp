@@ -200,10 +200,16 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
     size_t cell_c0 = 0;                    // the cell's first chunk
     std::vector<int32_t> tok;              // the chunk's token ids, alive for its block's calls
     std::optional<ChunkCall> call;
+    // Per chunk of the cell, the KV bytes every layer keeps (logical) and holds (physical) once it
+    // has taken the chunk; a cell runs layer-major, so the sums are whole when the cell ends and go
+    // out as metrics at step = the run's tokens through the chunk (what a paged buffer frees).
+    static const trace::Name kLogical("kv_logical_bytes"), kPhysical("kv_physical_bytes");
+    std::vector<std::pair<double, double>> chunk_bytes;
     ChunkLoopHooks hooks;
     hooks.inputs = [&](size_t ci) {
         const auto [c0, c1] = plan.cells[ci];
         cell_c0 = c0;
+        chunk_bytes.assign(c1 - c0, {0.0, 0.0});
         std::vector<Tensor> xs;
         for (size_t c = c0; c < c1; ++c) xs.push_back(model.embed(ids.slice(1, plan.starts[c], plan.starts[c] + plan.chunks[c])));
         for (size_t c = c0; c < c1 && rec; ++c)
@@ -223,6 +229,10 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
         if (int64_t bad = first_nonfinite(y); bad >= 0)
             nonfinite_stop(str("the output of layer ", l, " (transformer block) in chunk ", c), bad);
         if (rec) rec->run_layer(l, rxs[c - cell_c0]);
+        if (trace::active() && l < cache.num_layers()) {
+            chunk_bytes[c - cell_c0].first += double(cache.layer(l).logical_bytes());
+            chunk_bytes[c - cell_c0].second += double(cache.layer(l).buffer().bytes());
+        }
         ++done;
         if (cb.progress) cb.progress(done, total);
         if (trace::active()) {
@@ -239,6 +249,12 @@ void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids,
     hooks.after_cell = [&](size_t ci, std::vector<Tensor>& xs) {
         const auto [c0, c1] = plan.cells[ci];
         if (cb.final_output) cb.final_output(ci, xs);
+        if (trace::active())
+            for (size_t c = c0; c < c1; ++c) {
+                const int64_t step = cb.run_tokens_before + plan.starts[c] + plan.chunks[c];
+                trace::metric(kLogical, step, chunk_bytes[c - c0].first);
+                trace::metric(kPhysical, step, chunk_bytes[c - c0].second);
+            }
         {
             auto head_span = trace::span(trace::SpanCategory::HEAD, kHead, {.cell_col = int(ci)});
             for (size_t c = c0; c < c1; ++c) {

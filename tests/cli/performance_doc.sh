@@ -33,5 +33,8 @@ for b in ops model cache policies kivi quest telemetry grad fidelity sweep dist;
     grep -q "not measured here: .*bench $b" "$WORK/PERFORMANCE.md" ||
     { echo "FAIL: no section for kvlab bench $b in $WORK/PERFORMANCE.md"; exit 1; }
 done
+# The trace view rendered by the app's OpenGL host (under Xvfb): a table, or why not here.
+grep -q '^## Trace view, rendered (`kvlab-gui --bench-frames --bench-only trace`)' "$WORK/PERFORMANCE.md" ||
+  { echo "FAIL: no section for kvlab-gui --bench-frames --bench-only trace in $WORK/PERFORMANCE.md"; exit 1; }
 check "$SRC/docs/PERFORMANCE.md"
 echo PASS
