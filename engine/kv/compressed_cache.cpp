@@ -129,6 +129,15 @@ size_t CompressedCache::kept_bytes() const {
     return b;
 }
 
+size_t CompressedCache::logical_bytes() const {
+    size_t b = 0;
+    for (int l = 0; l < num_layers(); ++l) {
+        const Tensor& K = layers_[size_t(l)].K;
+        if (K.defined() && K.ndim() == 4) b += size_t(kept_total(l) * K.size(3)) * 2 * dtype_size(K.dtype());
+    }
+    return b;
+}
+
 void CompressedCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                              Tensor& y) {
     if (layer < 0 || layer >= num_layers()) throw Error(str("compressed cache: layer ", layer, " of ", num_layers()));

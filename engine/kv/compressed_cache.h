@@ -77,8 +77,11 @@ class CompressedCache final : public LayerAttention {
     // Kept context slots of layer l summed over its (b, g) rows, unused slots not counted.
     int64_t kept_total(int l) const;
     int64_t appended(int l) const { return appended_[size_t(l)]; }
-    // Exact bytes of the kept K/V of all layers.
+    // Exact bytes of the kept K/V of all layers (physical: every row as long as the longest).
     size_t kept_bytes() const;
+    // Bytes of the slots that hold a kept token (logical: a threshold's shorter rows end in
+    // unused slots, which kept_bytes() counts and this does not).
+    size_t logical_bytes() const;
 
    private:
     std::string name_;

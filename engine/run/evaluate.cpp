@@ -247,6 +247,10 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             done_tokens += T;
             for (const Question& q : it.more_questions) done_tokens += int64_t(q.ids.size());
             sum.kv_bytes = cc.kept_bytes();
+            // The compressed context's own bytes (a dense block per layer, whatever buffer held
+            // the context before compression): kept tokens (logical) and the block (physical).
+            sum.kv_logical_bytes = cc.logical_bytes();
+            sum.kv_physical_bytes = cc.kept_bytes();
             sum.kv_bits_per_element = 8.0 * double(dtype_size(model.act_dtype()));
             sum.context_tokens = split;
             sum.kept_slots.clear();

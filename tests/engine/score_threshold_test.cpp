@@ -76,6 +76,7 @@ TEST(ScoreThreshold, EachRowKeepsExactlyTheSlotsScoringAtLeastT) {
         const double t = double(s0[s0.size() / 2]);
         CompressedCache cc = compress_cache_threshold(*run.cache, run.kc, t);
         bool uneven = false;
+        size_t logical = 0, physical = 0;
         for (int l = 0; l < cc.num_layers(); ++l) {
             const KVPolicy& p = run.cache->layer(l).policy();
             const std::vector<float> s = p.slot_scores();
@@ -110,6 +111,14 @@ TEST(ScoreThreshold, EachRowKeepsExactlyTheSlotsScoringAtLeastT) {
                 uneven |= int64_t(expect.size()) != width;
             }
             EXPECT_EQ(cc.kept_total(l), total) << "layer " << l;
+            logical += size_t(total * c.K.size(3)) * 2 * sizeof(float);
+            physical += size_t(rows * width * c.K.size(3)) * 2 * sizeof(float);
+        }
+        // Bytes: the kept tokens (logical) and the rows padded to the longest (physical).
+        EXPECT_EQ(cc.logical_bytes(), logical);
+        EXPECT_EQ(cc.kept_bytes(), physical);
+        if (std::string(name) != "h2o-default") {
+            EXPECT_LT(cc.logical_bytes(), cc.kept_bytes());
         }
         // h2o's scores fall with the slot in both heads alike (earlier tokens are attended by
         // more queries), so its rows may keep equal counts; the others' do not.
