@@ -13,7 +13,8 @@ namespace kv::bench {
 namespace {
 
 // Each family's particulars on the Llama's shapes: the same matrices, so the same parameter
-// count up to the norms (Gemma's four per layer, OLMo 2's q/k norms over the projection).
+// count up to the norms (Gemma's four per layer, OLMo 2's q/k norms over the projection);
+// latent attention and LFM2's convolutions have matrices of their own (counts in the rows).
 ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
     ModelConfig c = llama;
     c.name = family;
@@ -54,6 +55,25 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
             c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
             if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 128;
         }
+    } else if (family == "deepseek_v2") {  // latent attention (DeepSeek-V2-Lite's form: q_proj direct, no q latent)
+        c.arch = Arch::DEEPSEEK_V2;
+        c.attn_projection = AttnProjection::LATENT;
+        c.num_kv_heads = c.num_heads;  // MLA decompresses keys and values for every head
+        c.latent.kv_lora_rank = c.hidden_size / 4;
+        c.latent.qk_rope_head_dim = c.head_dim / 4;
+        c.latent.qk_nope_head_dim = c.head_dim - c.latent.qk_rope_head_dim;
+        c.latent.v_head_dim = c.head_dim;
+        c.partial_rotary_factor = double(c.latent.qk_rope_head_dim) / double(c.head_dim);
+    } else if (family == "lfm2") {  // hybrid: gated short convolutions (width 3) in two of every three layers
+        c.arch = Arch::LFM2;
+        c.qk_norm = true;
+        c.conv_kernel = 3;
+        c.layer_specs.resize(size_t(L));
+        for (int64_t l = 0; l < L; ++l) {
+            LayerSpec& s = c.layer_specs[size_t(l)];
+            s.rope_theta = c.rope_theta;
+            if (l % 3 != 2) s.mixer = LayerMixer::SHORT_CONV, s.attention = AttnKind::NONE;
+        }
     } else if (family == "olmo2") {
         c.arch = Arch::OLMO2;
         c.norm_placement = NormPlacement::POST;
@@ -67,7 +87,7 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
 
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
     const ModelConfig llama = preset_config(opt.model);
-    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2", "gpt_oss"};
+    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2", "gpt_oss", "deepseek_v2", "lfm2"};
     std::vector<std::unique_ptr<Transformer>> models;
     for (const std::string& n : names) {
         const ModelConfig c = n == "llama" ? llama : family_config(llama, n);
