@@ -5,7 +5,7 @@
 # results/); kvlab plot draws the figures.
 #   scripts/results.sh [SESSION]       (default results/results.kvlab; runs already in it are skipped)
 #   RESULTS_BLOCKS="ruler zoo" scripts/results.sh   runs only the named blocks (default: all of
-#   ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding needles)
+#   ppl qh2o passkey repeat ruler zoo methods fidelity bytes paged leaderboard decoding needles)
 # About 2 hours on 2 cores. Needs the build (scripts/setup.sh) and the model (scripts/fetch_assets.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ SESSION=${1:-results/results.kvlab}
 mkdir -p results "$(dirname "$SESSION")"  # the tables go to results/ wherever the session is
 TEXT=/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/GFDL-1.3  # GPL-3 is 7640 tokens; GFDL tops it up to 8192
 # smart-lastrec is left out: it protects a prompt prefix found by a regex, which plain text has not.
-BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes leaderboard decoding needles} "
+BLOCKS=" ${RESULTS_BLOCKS:-ppl qh2o passkey repeat ruler zoo methods fidelity bytes paged leaderboard decoding needles} "
 # One provenance line per block, written when the block starts (results/BLOCK.provenance.md):
 # the commit of the tree the tables came from, the date and the CPU they ran on.
 COMMIT=${RESULTS_COMMIT:-$(git rev-parse --short HEAD)}
@@ -160,6 +160,25 @@ bytes=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 4096 --da
 "$KVLAB" plot "$SESSION" --x kv_bytes --y perplexity --by kv_cache.name --where "data=text;data.seq_length=4096" \
   --title "SmolLM2-135M, 4096 tokens of licence text: perplexity vs KV bytes held" -o docs/figures/bytes_smollm2.svg
 echo "results: results/bytes.*.md; figure docs/figures/bytes_smollm2.svg"
+fi
+
+# Paged storage (docs/RESULTS.md, "Paged storage: slots kept against blocks held"): h2o and
+# pyramidkv over a paged buffer (blocks of 128 slots) at L = 1000 on 4096 tokens of the licence
+# text, with and without compaction, beside the sweep's dense reference in the same chunks; each
+# run records after every chunk the bytes its layers keep (kv_logical_bytes) and hold
+# (kv_physical_bytes), so telemetry stays on; the figure draws both per chunk.
+if want paged; then
+pg=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 4096 --data.num_samples 1 --kv_cache.chunk_size 128
+    --kv_cache.cache_length 1000 --kv_cache.paged_block_size 128 --kv_cache.name h2o,pyramidkv --kv_cache.compact false,true
+    --session "$SESSION" --format md --figure none)
+"$KVLAB" sweep "${pg[@]}" --metric perplexity > results/paged.ppl.md
+"$KVLAB" sweep "${pg[@]}" --metric kv_logical_bytes > results/paged.logical.md
+"$KVLAB" sweep "${pg[@]}" --metric kv_physical_bytes > results/paged.physical.md
+"$KVLAB" plot "$SESSION" --x step --y kv_logical_bytes,kv_physical_bytes --by kv_cache.name --facet kv_cache.compact \
+  --where "data=text;data.seq_length=4096;kv_cache.paged_block_size=128" \
+  --title "SmolLM2-135M, 4096 tokens, paged blocks of 128 slots: KV bytes kept (logical) and held (physical) after each chunk" \
+  -o docs/figures/paged_smollm2.svg
+echo "results: results/paged.{ppl,logical,physical}.md; figure docs/figures/paged_smollm2.svg"
 fi
 
 # kvpress's leaderboard under its own protocol (docs/RESULTS.md, "Leaderboard: compress once,

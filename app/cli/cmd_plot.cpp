@@ -267,6 +267,18 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
     }
     if (x == kLayerAxis) axes.push_back("kv_cache.cache_length");  // dense runs are references there too
     if (x_is_cache || x == kLayerAxis) axes.push_back("kv_cache.name");  // dense runs are references whatever the line option
+    if (steps && by == "kv_cache.name") {
+        // A cache's length belongs to it: not another experiment when every line (cache) has one
+        // value (dense's whole sequence beside h2o's L); when one cache has several, they stay apart.
+        for (const char* f : {"kv_cache.cache_length", "kv_cache.prefill_length"}) {
+            std::map<std::string, std::set<std::string>> per_line;
+            for (const Row& row : rows) {
+                auto it = row.config.find(f);
+                per_line[row.series].insert(it == row.config.end() ? "" : it->second);
+            }
+            if (std::all_of(per_line.begin(), per_line.end(), [](const auto& kv) { return kv.second.size() == 1; })) axes.push_back(f);
+        }
+    }
     std::vector<storage::FlatConfig> configs;
     for (const Row& row : rows) configs.push_back(row.config);
     const std::vector<std::string> fields = storage::differing_fields(configs, axes);
