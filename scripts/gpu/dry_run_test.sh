@@ -30,6 +30,10 @@ for want in kit/MANIFEST kit/bin/kvlab kit/bin/kvlab_kernel_tests kit/bin/kvlab_
   grep -qx "$want" <<<"$list" || bad "kit lacks $want"
 done
 grep -q '^kit/lib/libdnnl\.so' <<<"$list" || bad "kit lacks oneDNN (kit/lib/libdnnl.so*)"
+# ICU's data library travels as the empty package (scripts/gpu/icu_stub_data.c), not 31 MB.
+icu=$(tar -tvJf "$kit" | awk '$6 ~ /^kit\/lib\/libicudata\.so/ {print $3}')
+[ -z "$icu" ] || [ "$icu" -lt 65536 ] || bad "kit/lib/libicudata is $icu bytes; expected the empty data package (< 64 KiB)"
+grep -q '^icu data: ' "$t/kvlab-gpukit.manifest" || bad "the manifest does not say what became of ICU's data"
 echo "$list" | grep -E '/(libcublas|libcudart|libcupti|libc\.so|libm\.so)' && bad "kit carries CUDA or glibc libraries (the machine has its own)"
 
 out=$t/out

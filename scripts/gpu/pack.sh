@@ -29,9 +29,8 @@ done
 kit_limit_mib=${KVLAB_GPU_KIT_LIMIT_MIB:-46}
 travel_limit_mib=64
 # Room left under the device tool's 64 MiB for the tree to grow after packing (results, figures):
-# 4 MiB (kit 44.5 + tree 14.7 = 59.3 MiB at 04ccbc3; the tree grows ~0.5 MiB a session, so the
-# kit must shrink before the tree grows another 0.7 MiB: libdnnl 40 MB and libicudata 31 MB,
-# which kvlab's tokenizer links through libicuuc, are most of the 26 MiB tarball).
+# 4 MiB. libicudata (7 MiB of the tarball) is replaced by an empty data package below; libdnnl
+# (40 MB unpacked) is the largest library left.
 travel_margin_mib=4
 
 bin=$build/bin
@@ -54,7 +53,7 @@ fi
 # (ctest packs on every run; the libraries under /lib change only with the system).
 asset=${KVLAB_ASSETS:-assets/cache}/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "$out/kvlab-gpukit.tar.xz" ] && [ -f "$out/kvlab-gpukit.manifest" ] && [ -f "$out/kvlab-gpukit.layers" ] && [ "$(cat "$out/kvlab-gpukit.layers")" = "$layers" ] &&
-   [ -z "$(find "$bin"/kvlab "$bin"/kvlab_kernel_tests "$bin"/kvlab_gpu_bench "$bin"/kvlab_gguf_truncate "$bin"/libkvlab_*.so "$0" "$asset" -newer "$out/kvlab-gpukit.tar.xz" 2>/dev/null)" ]; then
+   [ -z "$(find "$bin"/kvlab "$bin"/kvlab_kernel_tests "$bin"/kvlab_gpu_bench "$bin"/kvlab_gguf_truncate "$bin"/libkvlab_*.so "$0" scripts/gpu/icu_stub_data.c "$asset" -newer "$out/kvlab-gpukit.tar.xz" 2>/dev/null)" ]; then
   echo "pack.sh: $out/kvlab-gpukit.tar.xz is up to date (newer than the build, pack.sh and the model)"
   up_to_date=1
 fi
@@ -96,6 +95,20 @@ if [ -n "$missing" ]; then
   echo "pack.sh: these libraries do not resolve here:$missing" >&2
   exit 1
 fi
+# ICU's data library (31 MB, 7 MB of the tarball) becomes an empty data package: on the device
+# kvlab tokenizes byte vocabularies and SmolLM2's GGUF BPE, whose properties, NFC and case
+# mapping libicuuc holds itself (scripts/gpu/icu_stub_data.c says what fails without it).
+icu_stub=none
+for f in "$kit"/lib/libicudata.so.*; do
+  [ -f "$f" ] || continue
+  sym=$(nm -D --defined-only "$f" | awk '$3 ~ /^icudt[0-9]+[a-z]?_dat$/ {print $3; exit}')
+  if [ -z "$sym" ]; then
+    echo "pack.sh: $f exports no icudtNN_dat symbol; expected ICU's data library" >&2
+    exit 1
+  fi
+  cc -O2 -shared -fPIC -DICU_DATA_SYMBOL="$sym" -Wl,-soname,"$(basename "$f")" -o "$f" scripts/gpu/icu_stub_data.c
+  icu_stub="$(basename "$f") is an empty ICU data package ($sym): NFKC/NFKD normalizers fail on the device"
+done
 strip --strip-unneeded "$kit"/lib/*.so* "$kit"/lib/fallback/*.so* 2>/dev/null || true
 
 # SmolLM2-135M, first $layers blocks, embedding Q8_0 -> Q4_0 (the whole GGUF, 94 MiB, exceeds
@@ -114,6 +127,7 @@ fi
   echo "cuda archs: $archs"
   echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
   echo "smollm2: $smollm2"
+  echo "icu data: $icu_stub"
   echo "files:"
   (cd "$kit" && find . -type f ! -name MANIFEST -printf '%P %s\n' | sort)
 } >"$kit/MANIFEST"
