@@ -240,4 +240,4 @@ needles() {
     --title "Efficiency per layer: each method's kept mass / the oracle's" -o docs/figures/needles_efficiency_smollm2.svg
   echo "results: results/needles.{accuracy,oracle.kept,oracle.mass,oracle.efficiency,provenance}.md; figures docs/figures/needles{,_kept,_oracle,_efficiency}_smollm2.svg"
 }
-want needles && needles
+if want needles; then needles; fi
