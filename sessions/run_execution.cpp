@@ -132,6 +132,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             sample_tokens_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         };
     cb.chat_frame = [&lm](const std::string& user) { return chat_prompt(*lm.tokenizer, user); };
+    cb.chat_turn_end = [&lm] { return chat_turn_end(*lm.tokenizer); };
     EvalSummary s = run_eval(cfg, lm, cb);
     PhaseScope finish(RunPhase::FINISH);  // the summary and text below
     nlohmann::json j;

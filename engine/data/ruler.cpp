@@ -363,13 +363,14 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
     // the assistant's turn opened with the answer's first words (as RULER prompts do, so the
     // model answers rather than starting a sentence of its own), then the answer. Without a
     // template the question ends with "Answer:" before those words.
-    std::string pre, post = "\n Answer:";
+    std::string pre, post = "\n Answer:", reopen;
     if (spec.chat) {
         try {
             const std::string framed = spec.chat("\x01");
             const size_t m = framed.find('\x01');
             pre = framed.substr(0, m);
             post = framed.substr(m + 1);
+            if (spec.chat_turn_end) reopen = spec.chat_turn_end() + pre;  // a later user message, after the answer
         } catch (const Error&) {
             // no chat template in this tokenizer: the plain frame
         }
@@ -575,6 +576,7 @@ RulerSample make_ruler_sample(const RulerSpec& spec, int64_t index, const Tokeni
         rq.ids.insert(rq.ids.end(), a.begin(), a.end());
         rq.answer_length = int64_t(a.size());
         rq.answer = q.answer;
+        if (!reopen.empty()) rq.turn_open = tok.encode(reopen, false);
         s.more_questions.push_back(std::move(rq));
     }
     return s;

@@ -61,12 +61,21 @@ struct RulerSpec {
     // down by the caller: data sits below generate). Empty, or throwing kv::Error for a
     // tokenizer without one: the plain frame ending in "Answer:".
     std::function<std::string(const std::string& user)> chat;
+    // With `chat`: what closes the assistant's turn (ChatML "<|im_end|>\n"), so that a
+    // conversation's later questions can open user turns of their own (RulerQuestion::turn_open).
+    std::function<std::string()> chat_turn_end;
 };
 
 // A further question of a sample's context: it replaces ids[question_start, end) of the sample.
 struct RulerQuestion {
     std::vector<int32_t> ids;   // the question (with the frame's close and the answer's first words), then the answer
     int64_t answer_length = 0;  // tokens of the answer (the last ones of ids)
+    // Asked after the model's answer in a conversation (--data.turns multi-turn), the question
+    // comes after these tokens: the assistant's turn closed and a user turn opened, as the chat
+    // template frames a second message (empty without a chat frame: the plain frame's question
+    // follows the answer directly). Multi-request questions replace the first one inside the
+    // user's turn and take no such tokens.
+    std::vector<int32_t> turn_open;
     std::string answer;
 };
 

@@ -12,4 +12,10 @@ std::string chat_prompt(const Tokenizer& tok, const std::string& user) {
     throw Error("--chat: this tokenizer has no ChatML or Llama 3 chat tokens", "drop --chat for this model");
 }
 
+std::string chat_turn_end(const Tokenizer& tok) {
+    if (tok.token_id("<|im_start|>") >= 0) return "<|im_end|>\n";
+    if (tok.token_id("<|start_header_id|>") >= 0) return "<|eot_id|>";
+    throw Error("--chat: this tokenizer has no ChatML or Llama 3 chat tokens", "drop --chat for this model");
+}
+
 }  // namespace kv

@@ -125,6 +125,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
         spec.seed = cfg.data.seed;
         spec.num_keys = cfg.data.ruler_keys;
         spec.chat = cb.chat_frame;
+        spec.chat_turn_end = cb.chat_turn_end;
+        const bool conversation = parse_question_turns(cfg.data.turns) == QuestionTurns::MULTI_TURN;
         spec.questions = cfg.data.questions;
         for (int64_t i = 0; i < cfg.data.num_samples; ++i) {
             if (!cfg.data.depths.empty()) spec.depth = cfg.data.depths[size_t(i) % cfg.data.depths.size()];  // the needle grid's depth
@@ -132,6 +134,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             items.push_back(scored_span(std::move(s.ids), s.description, s.first_scored_input(), s.answer_length));
             items.back().question_start = s.question_start;
             for (RulerQuestion& q : s.more_questions) {
+                // In a conversation the question opens a user turn after the model's answer.
+                if (conversation) q.ids.insert(q.ids.begin(), q.turn_open.begin(), q.turn_open.end());
                 // The answer's tokens scored as the first question's are.
                 const int64_t n = int64_t(q.ids.size());
                 std::vector<int32_t> tg(size_t(n), -100);

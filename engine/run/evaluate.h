@@ -117,6 +117,9 @@ struct EvalCallbacks {
     // RULER tasks: the model's chat template around a user message (engine/generate's
     // chat_prompt; generate sits above run). Unset: prompts end with "Answer:".
     std::function<std::string(const std::string& user)> chat_frame;
+    // With chat_frame: what closes the assistant's turn (chat_turn_end), so a conversation's
+    // later questions (--data.turns multi-turn) open user turns of their own.
+    std::function<std::string()> chat_turn_end;
 };
 
 // Runs the evaluation; memory is tracked by the calling thread's current MemoryTracker.

@@ -206,6 +206,51 @@ TEST(MultiTurn, EvalCompressesOnceAndScoresEachTurn) {
     }
 }
 
+// A chat frame: a conversation's later questions open user turns of their own (the assistant's
+// turn closed, the user's opened, as a template frames a second message); multi-request
+// questions stay inside the first user turn. A made-up frame on the byte tokenizer, so the
+// tokens are the characters.
+TEST(MultiTurn, ChatFrameOpensAUserTurnForEachLaterQuestion) {
+    LoadedModel lm = load_model("tiny", ModelOptions{}, 0);
+    const auto frame = [](const std::string& user) { return "[U]" + user + "[/U][A]"; };
+    const auto turn_end = [] { return std::string("[/A]"); };
+    RulerSpec spec;
+    spec.task = "niah_multikey";
+    spec.seq_length = 700;
+    spec.questions = 3;
+    spec.chat = frame;
+    spec.chat_turn_end = turn_end;
+    const RulerSample s = make_ruler_sample(spec, 0, *lm.tokenizer);
+    ASSERT_EQ(s.more_questions.size(), 2u);
+    for (const RulerQuestion& q : s.more_questions) {
+        EXPECT_EQ(lm.tokenizer->decode(q.turn_open, true), "[/A][U]");
+        // the question itself ends the user's turn and opens the assistant's with the answer's first words
+        EXPECT_NE(lm.tokenizer->decode(q.ids, true).find("[/U][A]"), std::string::npos);
+    }
+    spec.chat_turn_end = nullptr;
+    EXPECT_TRUE(make_ruler_sample(spec, 0, *lm.tokenizer).more_questions[0].turn_open.empty()) << "no turn end, no reopening";
+    spec.chat = nullptr;
+    EXPECT_TRUE(make_ruler_sample(spec, 0, *lm.tokenizer).more_questions[0].turn_open.empty()) << "the plain frame";
+
+    // eval_long: a conversation's first turn is the same either way (the same greedy answer, so
+    // the same transcript before turn 2); turn 2 is fed exactly the opening "[/A][U]" more.
+    EvalCallbacks with, without;
+    with.chat_frame = without.chat_frame = frame;
+    with.chat_turn_end = turn_end;
+    const EvalSummary a = run_eval(conversation_config("multi-turn"), lm, with), b = run_eval(conversation_config("multi-turn"), lm, without);
+    ASSERT_EQ(a.samples.size(), 6u);
+    ASSERT_EQ(b.samples.size(), 6u);
+    for (size_t c : {0u, 3u}) {  // each context's turns 1 and 2
+        EXPECT_EQ(a.samples[c].tokens, b.samples[c].tokens) << "context " << c / 3;
+        EXPECT_EQ(a.samples[c].generated_tokens, b.samples[c].generated_tokens) << "context " << c / 3;
+        EXPECT_EQ(a.samples[c + 1].tokens - b.samples[c + 1].tokens, 7) << "context " << c / 3 << ": turn 2 opens a user turn";
+    }
+    // multi-request: every question inside the first user turn, no opening
+    const EvalSummary r = run_eval(conversation_config("multi-request"), lm, with), r0 = run_eval(conversation_config("multi-request"), lm, without);
+    ASSERT_EQ(r.samples.size(), r0.samples.size());
+    for (size_t j = 0; j < r.samples.size(); ++j) EXPECT_EQ(r.samples[j].tokens, r0.samples[j].tokens) << "multi-request question " << j;
+}
+
 TEST(MultiTurn, BadTurnsOptionIsOneClearMessage) {
     RunConfig c = conversation_config("multi-turn");
     EXPECT_TRUE(run_config_problems(c).empty());
