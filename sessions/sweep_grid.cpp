@@ -10,22 +10,11 @@
 #include <functional>
 
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 
 namespace kv::sessions {
 
 namespace {
-
-std::vector<std::string> split_commas(const std::string& v) {
-    std::vector<std::string> out;
-    size_t p = 0;
-    while (true) {
-        size_t q = v.find(',', p);
-        out.push_back(v.substr(p, q == std::string::npos ? std::string::npos : q - p));
-        if (q == std::string::npos) break;
-        p = q + 1;
-    }
-    return out;
-}
 
 // Options whose commas are part of one value.
 bool is_list_valued(const std::string& name) {
@@ -100,7 +89,7 @@ SweepSpec make_sweep_spec(const RunConfig& base, const std::vector<std::pair<std
         const bool axis = value.find(',') != std::string::npos && !is_list_valued(name);
         for (const auto& a : spec.axes)
             if (a.option == name) throw Error(str("--", name, " is given twice; expected one comma list"));
-        SweepAxis ax{name, axis ? split_commas(value) : std::vector<std::string>{value}};
+        SweepAxis ax{name, axis ? split(value) : std::vector<std::string>{value}};
         for (const auto& v : ax.values) {
             if (v.empty()) throw Error(str("--", name, ": '", value, "' has an empty item; expected values separated by single commas"));
             // Check each value now, so a typo fails before anything runs.

@@ -7,6 +7,7 @@
 #include "bench/policy_bench.h"
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "engine/model/presets.h"
 #include "app/cli/progress.h"
 
@@ -44,13 +45,8 @@ int bench_policies(const Args& args) {
     opt.chunk = args.integer("chunk", opt.chunk, 1, 1 << 20);
     opt.repeats = int(args.integer("repeats", opt.repeats, 1, 100));
     if (args.has("cache")) {
-        const std::string s = args.str("cache");
-        for (size_t p = 0; p <= s.size();) {
-            size_t q = s.find(',', p);
-            if (q == std::string::npos) q = s.size();
-            if (q > p) opt.policies.push_back(s.substr(p, q - p));
-            p = q + 1;
-        }
+        for (std::string& one : split(args.str("cache")))
+            if (!one.empty()) opt.policies.push_back(std::move(one));
     }
     if (opt.chunk > opt.cache_length || opt.cache_length >= opt.tokens)
         throw UsageError("bench policies: expected --chunk <= --cache_length < --tokens (the cache must evict)");

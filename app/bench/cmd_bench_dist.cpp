@@ -15,6 +15,7 @@
 #include "app/cli/cli_args.h"
 #include "app/cli/dist_setup.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "engine/dist/communicator.h"
 #include "sessions/run_execution.h"
 
@@ -37,13 +38,6 @@ int64_t parse_bytes(const std::string& s) {
     return int64_t(v * m);
 }
 
-std::vector<std::string> split_comma(const std::string& v) {
-    std::vector<std::string> out;
-    size_t a = 0;
-    for (size_t b; (b = v.find(',', a)) != std::string::npos; a = b + 1) out.push_back(v.substr(a, b - a));
-    out.push_back(v.substr(a));
-    return out;
-}
 }  // namespace
 
 int bench_dist(const Args& args) {
@@ -63,7 +57,7 @@ int bench_dist(const Args& args) {
 
     // ---- all-reduce bandwidth ----
     std::vector<int64_t> sizes;
-    for (const auto& s : split_comma(args.str("sizes", "64KiB,1MiB,16MiB,64MiB"))) sizes.push_back(parse_bytes(s));
+    for (const auto& s : split(args.str("sizes", "64KiB,1MiB,16MiB,64MiB"))) sizes.push_back(parse_bytes(s));
     const double min_s = args.real("min_seconds", 0.3, 0.001, 60);
     for (int64_t bytes : sizes) {
         std::vector<float> buf(size_t(std::max<int64_t>(1, bytes / 4)));

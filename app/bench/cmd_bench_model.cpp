@@ -5,6 +5,7 @@
 #include "bench/ceilings.h"
 #include "bench/model_bench.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "app/cli/progress.h"
 
 namespace kv::cli {
@@ -19,16 +20,10 @@ int bench_model(const Args& args) {
     if (bench::is_gguf_model(opt.model)) opt.dtypes.push_back("packed");
     if (args.has("dtype")) {
         opt.dtypes.clear();
-        const std::string d = args.str("dtype");
-        size_t p = 0;
-        while (p <= d.size()) {
-            size_t q = d.find(',', p);
-            if (q == std::string::npos) q = d.size();
-            const std::string one = d.substr(p, q - p);
+        for (const std::string& one : split(args.str("dtype"))) {
             if (one != "f32" && one != "bf16" && one != "packed")
                 throw UsageError("--dtype: '" + one + "' is not f32, bf16 or packed (GGUF blocks kept in memory)");
             opt.dtypes.push_back(one);
-            p = q + 1;
         }
     }
     Progress progress("bench model");

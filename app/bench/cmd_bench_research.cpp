@@ -8,21 +8,18 @@
 #include "bench/ceilings.h"
 #include "bench/research_bench.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "app/cli/progress.h"
 
 namespace kv::cli {
 
 namespace {
 
+// The non-empty items of a list option.
 std::vector<std::string> split_commas(const std::string& s) {
     std::vector<std::string> out;
-    size_t p = 0;
-    while (p <= s.size()) {
-        size_t q = s.find(',', p);
-        if (q == std::string::npos) q = s.size();
-        if (q > p) out.push_back(s.substr(p, q - p));
-        p = q + 1;
-    }
+    for (std::string& one : split(s))
+        if (!one.empty()) out.push_back(std::move(one));
     return out;
 }
 

@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "storage/comparison.h"
 #include "storage/session.h"
 #include "storage/session_reader.h"
@@ -28,17 +29,11 @@ int cmd_compare(int argc, char** argv, int first) {
     if (!listed.empty() && args.has("runs"))
         throw UsageError("compare: runs given both after FILE and with --runs; expected one of the two");
     if (args.has("runs") || !listed.empty()) {
-        const std::string v = args.has("runs") ? args.str("runs") : listed;
-        size_t p = 0;
-        while (p < v.size()) {
-            size_t q = v.find(',', p);
-            if (q == std::string::npos) q = v.size();
-            const std::string one = v.substr(p, q - p);
+        for (const std::string& one : split(args.has("runs") ? args.str("runs") : listed)) {
             char* end = nullptr;
             long long id = std::strtoll(one.c_str(), &end, 10);
             if (one.empty() || *end) throw UsageError("--runs: '" + one + "' is not a run id; expected numbers like 1,2,3");
             ids.push_back(id);
-            p = q + 1;
         }
     } else {
         for (const auto& r : session.runs()) ids.push_back(r.id);

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "plot/render.h"
 #include "plot_commands.h"
 #include "sessions/sweep_grid.h"
@@ -70,18 +71,6 @@ bool is_per_layer_metric(const std::string& y) {
 // tokens through it). --y may name several metrics, one line each.
 constexpr const char* kStepAxis = "step";
 
-std::vector<std::string> split_commas(const std::string& v) {
-    std::vector<std::string> out;
-    size_t p = 0;
-    while (p <= v.size()) {
-        size_t q = v.find(',', p);
-        if (q == std::string::npos) q = v.size();
-        out.push_back(v.substr(p, q - p));
-        p = q + 1;
-    }
-    return out;
-}
-
 bool is_kv_bytes_metric(const std::string& y) { return y == "kv_logical_bytes" || y == "kv_physical_bytes"; }
 
 bool parse_number(const std::string& s, double* out) {
@@ -110,16 +99,11 @@ bool is_run_option(const std::string& name) {
 
 std::vector<int64_t> parse_ids(const std::string& v) {
     std::vector<int64_t> ids;
-    size_t p = 0;
-    while (p <= v.size()) {
-        size_t q = v.find(',', p);
-        if (q == std::string::npos) q = v.size();
-        const std::string one = v.substr(p, q - p);
+    for (const std::string& one : split(v)) {
         char* end = nullptr;
         long long id = std::strtoll(one.c_str(), &end, 10);
         if (one.empty() || *end || id <= 0) throw UsageError("--runs: '" + one + "' is not a run id; expected numbers like 1,2,3");
         ids.push_back(id);
-        p = q + 1;
     }
     return ids;
 }
@@ -151,7 +135,7 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
                                              : axis_title(x);
     fig.y_title = axis_title(y);
     const bool steps = x == kStepAxis;
-    const std::vector<std::string> ys = steps ? split_commas(y) : std::vector<std::string>{y};
+    const std::vector<std::string> ys = steps ? split(y) : std::vector<std::string>{y};
     if (!steps && y.find(',') != std::string::npos)
         throw UsageError("--y '" + y + "': several metrics need --x step (their values per step); expected one metric");
     const bool step_bytes = steps && std::all_of(ys.begin(), ys.end(), is_kv_bytes_metric);
