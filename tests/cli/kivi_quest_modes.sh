@@ -16,15 +16,7 @@
 #   this session's kernel changes); on the AVX-512 Xeons they were equal;
 # - kvlab plot draws the runs against their KV bytes (--x kv_bytes, a summary number).
 # usage: kivi_quest_modes.sh KVLAB WORKDIR
-set -u
-kvlab="$1"
-work="$2"
-rm -rf "$work"
-mkdir -p "$work"
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+. "$(dirname "$0")/test_start.sh"
 
 s="$work/modes.kvlab"
 kivi=(--kv_cache.cache_length 64 --kv_cache.chunk_size 16 --kv_cache.kivi_group_size 16 --kv_cache.kivi_residual 16)

@@ -6,15 +6,7 @@
 # logical = layers * G * T * 2 * D * 4 and physical = layers * ceil(T / bs) * G * bs * 2 * D * 4,
 # so physical >= logical and, with or without compaction, less than one block per layer apart.
 # usage: paged_bytes_per_chunk.sh KVLAB WORKDIR
-set -u
-kvlab="$1"
-work="$2"
-rm -rf "$work"
-mkdir -p "$work"
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+. "$(dirname "$0")/test_start.sh"
 s="$work/paged.kvlab"
 L=40 bs=16 chunk=8 T=200
 for compact in false true; do

@@ -4,15 +4,7 @@
 # `kvlab plot` without --x; budgets are x values, not experiments, and distinct runs are never
 # one point; a sweep of lengths with one buffer keeps the cache length.
 # usage: plot_bytes.sh KVLAB WORKDIR
-set -u
-kvlab="$1"
-work="$2"
-rm -rf "$work"
-mkdir -p "$work"
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+. "$(dirname "$0")/test_start.sh"
 common="--data repeat --data.repeat_length 16 --data.repeat_distance 64 --data.seq_length 256 --data.num_samples 1 --kv_cache.chunk_size 16 --threads 1"
 s="$work/bytes.kvlab"
 "$kvlab" sweep tiny $common --kv_cache.name h2o-q8,h2o-turboquant --kv_cache.budget_bytes 12000,20000 --session "$s" \

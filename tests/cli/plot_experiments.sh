@@ -3,15 +3,7 @@
 # lengths are two lines each, a cell run twice is one point (mean, standard-error bar), and the
 # command says both; `kvlab plot --help` offers only a figure's options.
 # usage: plot_experiments.sh KVLAB WORKDIR
-set -u
-kvlab="$1"
-work="$2"
-rm -rf "$work"
-mkdir -p "$work"
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+. "$(dirname "$0")/test_start.sh"
 s="$work/exp.kvlab"
 for len in 256 320; do
   "$kvlab" sweep tiny --data repeat --data.repeat_length 16 --data.repeat_distance 64 --data.seq_length $len --data.num_samples 1 \
