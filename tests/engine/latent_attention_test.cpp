@@ -19,9 +19,12 @@
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
+#include "tests/engine/fixture_driver_util.h"
 
 namespace kv {
 namespace {
+using test::drive_next_token;
+using test::fixture_chunk_plan;
 
 std::string fixture_dir(const std::string& name) { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/" + name; }
 
@@ -224,23 +227,8 @@ void run_evicting(const std::string& cache_name) {
     kc.cache_length = 8;
     KVCache cache(kc, mf.config, Device{}, DType::F32, T);
     LatentCheck check(cache, mf.config.v_head_dim());
-    ChunkPlan plan;
-    for (int64_t s = 0; s < T;) {
-        const int64_t n = s == 0 ? 6 : (s < 14 ? 2 : 1);
-        plan.starts.push_back(s), plan.chunks.push_back(std::min(n, T - s));
-        s += n;
-    }
-    plan.cells.push_back({0, plan.chunks.size()});
-    HeadSpec hs;
-    hs.kind = HeadKind::NEXT_TOKEN;
-    hs.T = T;
-    const std::vector<int64_t> iv = ids.to_i64_vector();
-    hs.token_targets.assign(size_t(T), -100);
-    for (int64_t p = 0; p + 1 < T; ++p) hs.token_targets[size_t(p)] = int32_t(iv[size_t(p + 1)]);
-    HeadResult res;
-    DriverCallbacks cb;
-    cb.attention = &check;
-    long_context_forward(model, cache, ids, plan, hs, res, cb);
+    const ChunkPlan plan = fixture_chunk_plan(T);  // a prefill of 6 tokens, then chunks of 2 and single tokens
+    const HeadResult res = drive_next_token(model, cache, ids, plan, check);
     EXPECT_EQ(check.calls, int64_t(plan.chunks.size()) * mf.config.num_layers);
     EXPECT_LE(check.max_err, 1e-5 * check.max_ref) << "max |y - f64 attention over the held keys| " << check.max_err;
     EXPECT_EQ(check.nonzero_padding, 0);

@@ -21,10 +21,13 @@
 #include "engine/kv/layer_cache.h"
 #include "engine/model/transformer.h"
 #include "engine/train/model_weights.h"
+#include "tests/engine/fixture_driver_util.h"
 #include "tests/support/test_support.h"
 
 namespace kv {
 namespace {
+using test::drive_next_token;
+using test::fixture_chunk_plan;
 
 const char* kFixtureMagic = "kvlab-model-fixture";
 const char* kFixtureVersion = "1";
@@ -365,23 +368,8 @@ TEST(ModelFixtureWindow, H2oCacheNeverAttendsOutsideTheWindow) {
     KVCache cache(kc, mc, Device{}, DType::F32, T);
     ASSERT_EQ(mc.sliding_window, 5);  // the fixture's config.json
     WindowCheck check(cache, 5);
-    ChunkPlan plan;  // a prefill of 6 tokens, then chunks of 2 and single tokens
-    for (int64_t s = 0; s < T;) {
-        const int64_t n = s == 0 ? 6 : (s < 14 ? 2 : 1);
-        plan.starts.push_back(s), plan.chunks.push_back(std::min(n, T - s));
-        s += n;
-    }
-    plan.cells.push_back({0, plan.chunks.size()});
-    HeadSpec hs;
-    hs.kind = HeadKind::NEXT_TOKEN;
-    hs.T = T;
-    const std::vector<int64_t> iv = ids.to_i64_vector();
-    hs.token_targets.assign(size_t(T), -100);
-    for (int64_t p = 0; p + 1 < T; ++p) hs.token_targets[size_t(p)] = int32_t(iv[size_t(p + 1)]);
-    HeadResult res;
-    DriverCallbacks cb;
-    cb.attention = &check;
-    long_context_forward(model, cache, ids, plan, hs, res, cb);
+    const ChunkPlan plan = fixture_chunk_plan(T);  // a prefill of 6 tokens, then chunks of 2 and single tokens
+    const HeadResult res = drive_next_token(model, cache, ids, plan, check);
     ASSERT_EQ(check.windows.size(), plan.chunks.size() * size_t(mc.num_layers));
     for (int w : check.windows) EXPECT_EQ(w, 5);
     EXPECT_GT(check.hidden_held, 0) << "the cache never held a key outside the window: the test would not bite";

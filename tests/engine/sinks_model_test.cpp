@@ -18,11 +18,13 @@
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
+#include "tests/engine/gpt_oss_fixture_util.h"
 
 namespace kv {
 namespace {
+using test::GptOssDriverRun;
+using test::gpt_oss_fixture_dir;
 
-std::string fixture_dir() { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gpt_oss_sinks"; }
 
 std::string read_text(const std::string& path) {
     std::ifstream f(path);
@@ -32,7 +34,7 @@ std::string read_text(const std::string& path) {
 }
 
 TEST(GptOssConfig, LayerTypesSinksAndBiasesFollowTransformers) {
-    const ModelConfig c = parse_model_config(read_text(fixture_dir() + "/config.json"), "config.json");
+    const ModelConfig c = parse_model_config(read_text(gpt_oss_fixture_dir() + "/config.json"), "config.json");
     EXPECT_EQ(c.arch, Arch::GPT_OSS);
     EXPECT_TRUE(c.attention_sinks);
     EXPECT_TRUE(c.qkv_bias && c.o_bias);
@@ -128,43 +130,17 @@ class SinkCheck final : public CacheAttention {
 // eval_long's driver with h2o (8 slots on the full layers 1 and 3, rings on 0 and 2) over the
 // fixture's 37 tokens: a prefill, chunks of 2, then single tokens.
 TEST(GptOssFixture, H2oRunsWithTheSinkInEverySoftmax) {
-    const HfModelFolder mf = load_hf_model_folder(fixture_dir());
-    const SafetensorsContents expected = load_safetensors(fixture_dir() + "/expected.safetensors");
-    ModelOptions opt;
-    opt.rope = RopeMode::YARN;
-    Transformer model(mf.config, mf.weights, opt);
-    model.set_context_width(64);
-    const Tensor& ids = expected.tensors.at("input_ids.1");  // (1, 37)
-    const int64_t T = ids.size(1);
-    KVCacheConfig kc;
-    kc.name = "h2o-default";
-    kc.cache_length = 8;
-    KVCache cache(kc, mf.config, Device{}, DType::F32, T);
-    SinkCheck check(cache, model);
-    ChunkPlan plan;
-    for (int64_t s = 0; s < T;) {
-        const int64_t n = s == 0 ? 6 : (s < 14 ? 2 : 1);
-        plan.starts.push_back(s), plan.chunks.push_back(std::min(n, T - s));
-        s += n;
-    }
-    plan.cells.push_back({0, plan.chunks.size()});
-    HeadSpec hs;
-    hs.kind = HeadKind::NEXT_TOKEN;
-    hs.T = T;
-    const std::vector<int64_t> iv = ids.to_i64_vector();
-    hs.token_targets.assign(size_t(T), -100);
-    for (int64_t p = 0; p + 1 < T; ++p) hs.token_targets[size_t(p)] = int32_t(iv[size_t(p + 1)]);
-    HeadResult res;
-    DriverCallbacks cb;
-    cb.attention = &check;
-    long_context_forward(model, cache, ids, plan, hs, res, cb);
-    EXPECT_EQ(check.calls, int64_t(plan.chunks.size()) * mf.config.num_layers);
+    GptOssDriverRun run("h2o-default");
+    SinkCheck check(*run.cache, *run.model);
+    const HeadResult res = run.run(check);
+    const int64_t T = run.ids.size(1);
+    EXPECT_EQ(check.calls, int64_t(run.plan.chunks.size()) * run.mf.config.num_layers);
     EXPECT_LE(check.max_err, 1e-5 * check.max_ref) << "max |y - f64 sink attention over the held keys| " << check.max_err;
     // The sink really takes mass (the fixture's sinks are of the scores' size), never all of it.
     EXPECT_LT(check.min_kept_mass, 0.9);
     EXPECT_GT(check.max_kept_mass, 0.1);
     EXPECT_TRUE(std::isfinite(res.loss_sum[0]) && res.count[0] == double(T - 1));
-    EXPECT_EQ(cache.layer(1).policy().cache_length(), 8);  // h2o on the full layers
+    EXPECT_EQ(run.cache->layer(1).policy().cache_length(), 8);  // h2o on the full layers
 }
 
 }  // namespace

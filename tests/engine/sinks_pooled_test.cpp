@@ -14,11 +14,13 @@
 #include "engine/model/transformer.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
+#include "tests/engine/gpt_oss_fixture_util.h"
 
 namespace kv {
 namespace {
+using test::GptOssDriverRun;
+using test::gpt_oss_fixture_dir;
 
-std::string fixture_dir() { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gpt_oss_sinks"; }
 
 // After the cache attends: each head h of group g against the pool slots whose row (b, g)
 // position is visible, the head's sink in the denominator, in f64.
@@ -82,8 +84,8 @@ class PoolSinkCheck final : public CacheAttention {
 };
 
 TEST(SinksPooled, AdaWithRoomForEveryTokenEqualsPyTorch) {
-    const HfModelFolder mf = load_hf_model_folder(fixture_dir());
-    const SafetensorsContents expected = load_safetensors(fixture_dir() + "/expected.safetensors");
+    const HfModelFolder mf = load_hf_model_folder(gpt_oss_fixture_dir());
+    const SafetensorsContents expected = load_safetensors(gpt_oss_fixture_dir() + "/expected.safetensors");
     ModelOptions opt;
     opt.rope = RopeMode::YARN;
     Transformer model(mf.config, mf.weights, opt);
@@ -110,37 +112,11 @@ TEST(SinksPooled, AdaWithRoomForEveryTokenEqualsPyTorch) {
 }
 
 TEST(SinksPooled, AdaSnapkvEvictsWithTheSinkInEveryGroupSoftmax) {
-    const HfModelFolder mf = load_hf_model_folder(fixture_dir());
-    const SafetensorsContents expected = load_safetensors(fixture_dir() + "/expected.safetensors");
-    ModelOptions opt;
-    opt.rope = RopeMode::YARN;
-    Transformer model(mf.config, mf.weights, opt);
-    model.set_context_width(64);
-    const Tensor& ids = expected.tensors.at("input_ids.1");  // (1, 37)
-    const int64_t T = ids.size(1);
-    KVCacheConfig kc;
-    kc.name = "ada-snapkv-default";
-    kc.cache_length = 8;
-    KVCache cache(kc, mf.config, Device{}, DType::F32, T);
-    PoolSinkCheck check(cache, model);
-    ChunkPlan plan;
-    for (int64_t s = 0; s < T;) {
-        const int64_t n = s == 0 ? 6 : (s < 14 ? 2 : 1);
-        plan.starts.push_back(s), plan.chunks.push_back(std::min(n, T - s));
-        s += n;
-    }
-    plan.cells.push_back({0, plan.chunks.size()});
-    HeadSpec hs;
-    hs.kind = HeadKind::NEXT_TOKEN;
-    hs.T = T;
-    const std::vector<int64_t> iv = ids.to_i64_vector();
-    hs.token_targets.assign(size_t(T), -100);
-    for (int64_t p = 0; p + 1 < T; ++p) hs.token_targets[size_t(p)] = int32_t(iv[size_t(p + 1)]);
-    HeadResult res;
-    DriverCallbacks cb;
-    cb.attention = &check;
-    long_context_forward(model, cache, ids, plan, hs, res, cb);
-    EXPECT_EQ(check.checked, int64_t(plan.chunks.size()) * 2);  // the two full layers
+    GptOssDriverRun run("ada-snapkv-default");
+    PoolSinkCheck check(*run.cache, *run.model);
+    const HeadResult res = run.run(check);
+    const int64_t T = run.ids.size(1);
+    EXPECT_EQ(check.checked, int64_t(run.plan.chunks.size()) * 2);  // the two full layers
     EXPECT_LE(check.max_err, 1e-5 * check.max_ref) << check.max_err;
     EXPECT_TRUE(std::isfinite(res.loss_sum[0]) && res.count[0] == double(T - 1));
 }
