@@ -15,6 +15,7 @@
 
 #include "engine/backend/backend_registry.h"
 #include "engine/ops/ops.h"
+#include "tests/kernels/sink_attention_ref.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
@@ -131,54 +132,12 @@ Decoded decode(const KiviSinkCase& c, const KiviInputs& in) {
     return d;
 }
 
-struct Ref {
-    std::vector<double> y, w;
-};
-Ref reference(const KiviSinkCase& c, const KiviInputs& in, bool with_sinks) {
+// The sink softmax over the decoded cache, in f64 (sink_attention_ref.h).
+SinkAttentionRef reference(const KiviSinkCase& c, const KiviInputs& in, bool with_sinks) {
     const Decoded kv = decode(c, in);
-    const std::vector<double> q = in.q.to_f64_vector(), sink = in.sinks.to_f64_vector();
-    const std::vector<int64_t> kp = in.kpos.to_i64_vector(), qp = in.qpos.to_i64_vector();
-    const int64_t R = c.NH / c.G;
-    Ref r;
-    r.y.assign(size_t(c.B * c.NH * c.n * c.HS), 0.0);
-    r.w.assign(size_t(c.B * c.G * c.T), 0.0);
-    for (int64_t b = 0; b < c.B; ++b)
-        for (int64_t h = 0; h < c.NH; ++h) {
-            const int64_t g = h / R;
-            for (int64_t i = 0; i < c.n; ++i) {
-                const double pq = double(qp[size_t(i)]);
-                std::vector<double> logit;  // visible scores, then the sink
-                std::vector<int64_t> slot;
-                for (int64_t j = 0; j < c.T; ++j) {
-                    const double pk = double(kp[size_t((b * c.G + g) * c.T + j)]);
-                    if (!(pk <= pq && (c.window <= 0 || pk > pq - c.window))) continue;
-                    double dot = 0;
-                    for (int64_t d = 0; d < c.HS; ++d)
-                        dot += q[size_t(((b * c.NH + h) * c.n + i) * c.HS + d)] * kv.k[size_t(((b * c.G + g) * c.T + j) * c.HS + d)];
-                    logit.push_back(double(in.scale) * dot);
-                    slot.push_back(j);
-                }
-                if (slot.empty()) continue;  // sees nothing: y = 0 (the sink has no value)
-                if (with_sinks) logit.push_back(sink[size_t(h)]);
-                const double mx = *std::max_element(logit.begin(), logit.end());
-                double z = 0;
-                for (double x : logit) z += std::exp(x - mx);
-                for (size_t e = 0; e < slot.size(); ++e) {
-                    const double a = std::exp(logit[e] - mx) / z;
-                    const int64_t j = slot[e];
-                    r.w[size_t((b * c.G + g) * c.T + j)] += a / double(R);
-                    for (int64_t d = 0; d < c.HS; ++d)
-                        r.y[size_t(((b * c.NH + h) * c.n + i) * c.HS + d)] += a * kv.v[size_t(((b * c.G + g) * c.T + j) * c.HS + d)];
-                }
-            }
-        }
-    return r;
-}
-
-double max_rel(const std::vector<double>& got, const std::vector<double>& want) {
-    double err = 0, scale = 1e-300;
-    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want[i])), scale = std::max(scale, std::abs(want[i]));
-    return err / scale;
+    const std::vector<double> sink = in.sinks.to_f64_vector();
+    return sink_attention_f64({c.B, c.NH, c.G, c.n, c.T, c.HS, c.window}, in.q.to_f64_vector(), kv.k, kv.v, in.kpos.to_i64_vector(),
+                              in.qpos.to_i64_vector(), double(in.scale), with_sinks ? &sink : nullptr);
 }
 
 OpCall kivi_call(const KiviSinkCase& c, const KiviInputs& in, Tensor& y, Tensor& w, bool with_sinks) {
@@ -201,7 +160,7 @@ TEST_P(SdpaKiviSinks, EveryCpuVariantMatchesTheSinkSoftmaxOverTheDecodedCache) {
     const KiviSinkCase c = GetParam();
     std::mt19937_64 rng(seed_for(std::string("kivi_sinks_") + c.name));
     const KiviInputs in = make_inputs(c, rng);
-    const Ref want = reference(c, in, true), plain = reference(c, in, false);
+    const SinkAttentionRef want = reference(c, in, true), plain = reference(c, in, false);
     ASSERT_GT(max_rel(plain.y, want.y), 1e-3) << "the sinks must change the output, or the case tests nothing";
     const DType fl = c.f64 ? DType::F64 : DType::F32;
     const double tol = c.f64 ? 1e-12 : 2e-5;
@@ -261,7 +220,7 @@ TEST(SdpaKiviSinksOps, TheSinksScopeReachesTheKivi) {
     const KiviSinkCase c{"ops", 1, 4, 2, 3, 64, 16, 16, 2, 0, true, false, false};
     std::mt19937_64 rng(seed_for("SdpaKiviSinksOps"));
     const KiviInputs in = make_inputs(c, rng);
-    const Ref want = reference(c, in, true);
+    const SinkAttentionRef want = reference(c, in, true);
     ops::KiviCacheViews views{&in.kc, &in.ks, &in.vc, &in.vs, &in.res, &in.map, c.bits, int(c.S)};
     Tensor y = Tensor::zeros(in.q.shape(), DType::F32), w = Tensor::zeros({c.B, c.G, c.T}, DType::F32);
     {

@@ -16,6 +16,7 @@
 
 #include "engine/ops/ops.h"
 #include "kernels/cpu/ref/ref_ops.h"
+#include "tests/kernels/sink_attention_ref.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
@@ -72,55 +73,11 @@ Inputs make_inputs(const SinkCase& sc, std::mt19937_64& rng) {
     return in;
 }
 
-// The definition, in f64: y (B, NH, n, HS) and the weight sums (B, G, T).
-struct Ref {
-    std::vector<double> y, w;
-};
-Ref reference(const SinkCase& sc, const Inputs& in) {
-    const std::vector<double> q = in.q.to_f64_vector(), k = in.k.to_f64_vector(), v = in.v.to_f64_vector(),
-                              sink = in.sinks.to_f64_vector();
-    const std::vector<int64_t> kp = in.kpos.to_i64_vector(), qp = in.qpos.to_i64_vector();
-    const int64_t R = sc.NH / sc.G;
-    Ref r;
-    r.y.assign(size_t(sc.B * sc.NH * sc.n * sc.HS), 0.0);
-    r.w.assign(size_t(sc.B * sc.G * sc.T), 0.0);
-    for (int64_t b = 0; b < sc.B; ++b)
-        for (int64_t h = 0; h < sc.NH; ++h) {
-            const int64_t g = h / R;
-            for (int64_t i = 0; i < sc.n; ++i) {
-                const double pq = double(qp[size_t(i)]);
-                std::vector<double> logit;  // visible scores, then the sink
-                std::vector<int64_t> slot;
-                for (int64_t j = 0; j < sc.T; ++j) {
-                    const double pk = double(kp[size_t((b * sc.G + g) * sc.T + j)]);
-                    if (!(pk <= pq && (sc.window <= 0 || pk > pq - sc.window))) continue;
-                    double dot = 0;
-                    for (int64_t d = 0; d < sc.HS; ++d)
-                        dot += q[size_t(((b * sc.NH + h) * sc.n + i) * sc.HS + d)] * k[size_t(((b * sc.G + g) * sc.T + j) * sc.HS + d)];
-                    logit.push_back(double(in.scale) * dot);
-                    slot.push_back(j);
-                }
-                if (slot.empty()) continue;  // sees nothing: y = 0 (the sink has no value)
-                logit.push_back(sink[size_t(h)]);
-                const double mx = *std::max_element(logit.begin(), logit.end());
-                double z = 0;
-                for (double x : logit) z += std::exp(x - mx);
-                for (size_t e = 0; e < slot.size(); ++e) {
-                    const double a = std::exp(logit[e] - mx) / z;
-                    const int64_t j = slot[e];
-                    r.w[size_t((b * sc.G + g) * sc.T + j)] += a / double(R);
-                    for (int64_t d = 0; d < sc.HS; ++d)
-                        r.y[size_t(((b * sc.NH + h) * sc.n + i) * sc.HS + d)] += a * v[size_t(((b * sc.G + g) * sc.T + j) * sc.HS + d)];
-                }
-            }
-        }
-    return r;
-}
-
-double max_rel(const std::vector<double>& got, const std::vector<double>& want) {
-    double err = 0, scale = 1e-300;
-    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want[i])), scale = std::max(scale, std::abs(want[i]));
-    return err / scale;
+// The definition, in f64 (sink_attention_ref.h): y (B, NH, n, HS) and the weight sums (B, G, T).
+SinkAttentionRef reference(const SinkCase& sc, const Inputs& in) {
+    const std::vector<double> sink = in.sinks.to_f64_vector();
+    return sink_attention_f64({sc.B, sc.NH, sc.G, sc.n, sc.T, sc.HS, sc.window}, in.q.to_f64_vector(), in.k.to_f64_vector(),
+                              in.v.to_f64_vector(), in.kpos.to_i64_vector(), in.qpos.to_i64_vector(), double(in.scale), &sink);
 }
 
 class SdpaSinks : public testing::TestWithParam<SinkCase> {};
@@ -129,7 +86,7 @@ TEST_P(SdpaSinks, ForwardMatchesSoftmaxOverScoresAndSink) {
     const SinkCase sc = GetParam();
     std::mt19937_64 rng(seed_for(sc.name));
     const Inputs in = make_inputs(sc, rng);
-    const Ref ref = reference(sc, in);
+    const SinkAttentionRef ref = reference(sc, in);
     for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
         if (dt == DType::BF16 && sc.n > 4) continue;  // bf16 K/V: the decode path's stored form
         SCOPED_TRACE(dt == DType::F64 ? "f64" : dt == DType::F32 ? "f32" : "bf16");
@@ -138,7 +95,7 @@ TEST_P(SdpaSinks, ForwardMatchesSoftmaxOverScoresAndSink) {
         Inputs r = in;
         r.q = in.q.to(f64 ? DType::F64 : DType::F32);
         r.k = in.k.to(dt), r.v = in.v.to(dt);
-        const Ref want = f64 ? ref : reference(sc, Inputs{r.q.to(DType::F64), r.k.to(DType::F64), r.v.to(DType::F64), in.kpos, in.qpos,
+        const SinkAttentionRef want = f64 ? ref : reference(sc, Inputs{r.q.to(DType::F64), r.k.to(DType::F64), r.v.to(DType::F64), in.kpos, in.qpos,
                                                           in.sinks, in.scale});
         Tensor sinks = in.sinks.to(f64 ? DType::F64 : DType::F32);
         Tensor y = Tensor::zeros(r.q.shape(), r.q.dtype());
@@ -179,7 +136,7 @@ TEST(SdpaSinksRows, QueryThatSeesNothingGetsZeros) {
     Inputs in = make_inputs(sc, rng);
     in.kpos = Tensor::from_i32({1, 1, 8}, {10, 11, 12, 13, 14, 15, 16, 17});
     in.qpos = Tensor::from_i32({1, 2}, {3, 12});  // query 0 sees nothing, query 1 sees 3 slots
-    const Ref want = reference(sc, in);
+    const SinkAttentionRef want = reference(sc, in);
     Tensor y = Tensor::zeros(in.q.shape(), DType::F64), w = Tensor::zeros({1, 1, 8}, DType::F64);
     {
         const ops::AttentionSinks scope(&in.sinks);
@@ -289,7 +246,7 @@ TEST_P(SdpaSinksGrad, MatchesFiniteDifferencesOfTheDefinition) {
     const Tensor U = random_tensor(in.q.shape(), DType::F64, rng);
     const std::vector<double> u = U.to_f64_vector();
     auto loss = [&] {
-        const Ref r = reference(sc, in);
+        const SinkAttentionRef r = reference(sc, in);
         double l = 0;
         for (size_t i = 0; i < u.size(); ++i) l += r.y[i] * u[i];
         return l;

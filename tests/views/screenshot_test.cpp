@@ -415,12 +415,14 @@ namespace kv::views {
 namespace {
 
 // The sweep view's needle heat map (synthetic: three caches, three lengths, five depths).
+// KVLAB_SHOT_SESSION=FILE draws a recorded session's needle map instead (a real run's look).
 TEST(Screenshots, DISABLED_SweepNeedleMap) {
     const std::string out_dir = shots_dir();
     test::ViewsScratchDir dir;
-    const std::string path = dir.file("needles.kvlab");
+    const char* given = std::getenv("KVLAB_SHOT_SESSION");
+    const std::string path = given ? given : dir.file("needles.kvlab");
     const char* caches[] = {"snapkv-default", "knorm-default", "lastrec-default"};
-    for (int c = 0; c < 3; ++c)
+    for (int c = 0; c < 3 && !given; ++c)
         for (int64_t T : {1024, 2048, 4096}) {
             const std::string cfg = std::string(R"({"mode":"eval_long","data":{"name":"niah_single","seq_length":)") + std::to_string(T) +
                                     R"(,"depths":"0,0.25,0.5,0.75,1","num_samples":10},"kv_cache":{"name":")" + caches[c] + R"("}})";
