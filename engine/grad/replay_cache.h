@@ -12,6 +12,7 @@
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/read_selection.h"
+#include "engine/model/attention.h"
 
 namespace kv {
 
@@ -23,6 +24,7 @@ struct ReplayKVState {
     int64_t chunk = 0;         // index of the next chunk
     int64_t input_pos = 0;     // tokens seen
     int64_t pool = 0;          // > 0: per-head lengths, K/V (B, 1, pool, D) and pos (B G, pool)
+    LayerState state;          // a layer without a token cache (short convolution): its state, else empty
 };
 
 class ReplayLayerCache {
@@ -64,6 +66,9 @@ class ReplayLayerCache {
     int window() const { return window_; }
     // Drop recorded deltas and gradients (end of a cell).
     void clear_records();
+    // The state of a layer without a token cache (LayerAttention::layer_state): the block
+    // keeps it up to date, load() and snapshot() carry it with the cache's checkpoint.
+    LayerState* layer_state() { return &state_; }
 
  private:
     struct ChunkRecord {
@@ -97,6 +102,7 @@ class ReplayLayerCache {
     std::vector<ChunkRecord> records_;
     std::shared_ptr<const ReadSelection> selection_;
     int window_ = 0;
+    LayerState state_;
 };
 
 }  // namespace kv

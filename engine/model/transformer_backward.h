@@ -17,6 +17,12 @@ class AttentionBackward {
     // q (B, NH, n, HS) as the forward used it, dy (B, NH, n, HS) -> dq (B, NH, n, HS) and
     // dk, dv (B, G, n, HS) for this chunk's new keys and values (all freshly written).
     virtual void backward(int layer, const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+    // A layer without a token cache (a short convolution) carries a state between chunks, so its
+    // reverse pass carries that state's gradient the other way: the slot holds the gradient
+    // w.r.t. the state at the end of the chunk being reversed (undefined = zero) and receives
+    // the one w.r.t. the state at its start. Null: none is kept, and only a chunk at position 0
+    // can be reversed (the layer's LayerAttention::layer_state counterpart).
+    virtual Tensor* layer_state_grad(int layer) { (void)layer; return nullptr; }
 };
 
 // dx (B, n, E) of block(layer, x) at positions input_pos.. given dout (B, n, E).
