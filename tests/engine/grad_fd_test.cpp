@@ -151,8 +151,9 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     EXPECT_NEAR(r.stats.loss, loss(nullptr), 1e-6 * std::fabs(r.stats.loss));
     // Gemma's (1 + w) norms on both sides and scaled embeddings curve the loss more; so do latent
     // attention's three norms in a row (attention norm, latent norms) before the keys (central
-    // differences alone missed by 1.06e-10 against 1.04e-10 on 2 of 25 seeds)
-    const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0;
+    // differences alone missed by 1.06e-10 against 1.04e-10 on 2 of 25 seeds); and LFM2's
+    // convolution, cubic in in_proj's rows (b x, then c times that: up to 0.61 of the bound)
+    const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0 || GetParam() == "lfm2";
     worst_fraction = 0;
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 5, {0, 3, T / 2, T - 2}, 1e-6, GetParam(), extrapolate);
     std::printf("%s: worst |grad - fd| is %.3f of its bound\n", GetParam().c_str(), worst_fraction);
