@@ -8,7 +8,8 @@
 //
 // Its only memory of earlier tokens is u of the last L - 1 positions per channel, kept in the
 // LayerState the attention hands out (the KV cache holds it beside the token caches of the
-// attention layers, and no policy acts on it). CPU only: computed on the host in double.
+// attention layers, and no policy acts on it). CPU only: computed on the host in double, and so
+// is its reverse pass, whose state gradient crosses chunks the other way.
 #pragma once
 
 #include <string>
