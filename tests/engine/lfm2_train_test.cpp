@@ -13,6 +13,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/presets.h"
 #include "engine/train/model_weights.h"
+#include "engine/train/qlora.h"
 #include "engine/train/trainer.h"
 #include "tests/support/test_support.h"
 
@@ -79,6 +80,23 @@ TEST(Lfm2Train, LoraAndFullStepsThroughH2oLowerTheLoss) {
         const TrainStepRecord s2 = t.step();
         std::printf("%s on tiny-lfm2 through h2o: loss %.5f -> %.5f\n", mode.c_str(), s1.loss, s2.loss);
         EXPECT_LT(s2.loss, s1.loss) << mode;
+    }
+}
+
+// QLoRA would pack the attention and MLP matrices to NF4 and leave the convolution's float: refused
+// by name instead, for either way of keeping the base.
+TEST(Lfm2Train, QloraIsRefusedByName) {
+    const ModelConfig cfg = preset_config("tiny-lfm2");
+    for (bool keep_packed : {true, false}) {
+        Transformer m(cfg, random_weights(cfg, seed_for("lfm2-qlora"), DType::F32), ModelOptions{});
+        try {
+            (void)qlora_quantize_base(m, keep_packed);
+            FAIL() << "QLoRA through LFM2's short convolutions was not refused";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("tiny-lfm2: layer 0 is a short convolution (LFM2); QLoRA through it is not implemented"),
+                      std::string::npos)
+                << e.what();
+        }
     }
 }
 
