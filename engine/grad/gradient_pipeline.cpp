@@ -282,18 +282,18 @@ class GradientRun {
         const KVPolicy& pol = lc.policy();
         const int64_t L = pol.cache_length(), T = pol.current_length(), G = mc.num_kv_heads, D = mc.head_dim;
         ReplayKVState s;
-        Tensor k = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
-        Tensor v = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
-        // A layer without a token cache (short convolution) has an empty cache and a state instead.
+        // A layer without a token cache (short convolution) checkpoints its state and no K/V.
         const bool tokens = mc.has_kv_cache(l);
         if (tokens) {
+            Tensor k = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
+            Tensor v = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
             auto [K, V] = lc.buffer().read(T);
             Tensor kd = k.slice(2, 0, T), vd = v.slice(2, 0, T);
             ops::copy_(kd, K);
             ops::copy_(vd, V);
+            s.K = kv_fmt.store(k, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " key checkpoint, cell ", ci));
+            s.V = kv_fmt.store(v, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " value checkpoint, cell ", ci));
         }
-        s.K = kv_fmt.store(k, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " key checkpoint, cell ", ci));
-        s.V = kv_fmt.store(v, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " value checkpoint, cell ", ci));
         s.pos.assign(size_t(B * G * L), -1);
         if (tokens) {
             const std::vector<int32_t>& pos = pol.token_positions();
@@ -307,7 +307,7 @@ class GradientRun {
         }
         s.chunk = int64_t(crs[ci].c0);
         s.input_pos = crs[ci].start;
-        st.kv_checkpoint_bytes += s.K.nbytes() + s.V.nbytes();
+        if (tokens) st.kv_checkpoint_bytes += s.K.nbytes() + s.V.nbytes();
         kv_forward[ci][size_t(l)] = std::move(s);
     }
 
@@ -458,6 +458,11 @@ class GradientRun {
                         KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "KV checkpoint", .layer = l, .cell_row = r,
                                       .cell_col = int(ci + 1));
                         ReplayKVState snap = caches[size_t(l - l0)]->snapshot(dev, MemCategory::WORKSPACE);
+                        if (!mc.has_kv_cache(l)) {  // a short convolution: its state only, its cache stays empty
+                            snap.K = snap.V = Tensor();
+                            kv_cp[ci + 1].push_back(std::move(snap));
+                            continue;
+                        }
                         snap.K = kv_fmt.store(snap.K, host, MemCategory::KV_CHECKPOINT,
                                               str("layer ", l, " key checkpoint, cell ", ci + 1));
                         snap.V = kv_fmt.store(snap.V, host, MemCategory::KV_CHECKPOINT,
@@ -488,8 +493,10 @@ class GradientRun {
                                              ? s.K.shape()
                                              : s.pool ? Shape{B, 1, s.pool, mc.head_dim}  // per-head lengths
                                                       : Shape{B, mc.num_kv_heads, Ls[size_t(l)], mc.head_dim};
-                        s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
-                        s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
+                        if (s.K.defined()) {  // undefined: a layer without a token cache (its state only)
+                            s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
+                            s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
+                        }
                         rc.load(&s);
                     }
                     const size_t i = size_t(l - l0);

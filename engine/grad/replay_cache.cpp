@@ -47,8 +47,13 @@ void ReplayLayerCache::load(const ReplayKVState* s) {
         state_ = LayerState{};
         return;
     }
-    K_.copy_from(s->K);  // straight-through: a quantized checkpoint arrives dequantized
-    V_.copy_from(s->V);
+    if (s->K.defined()) {
+        K_.copy_from(s->K);  // straight-through: a quantized checkpoint arrives dequantized
+        V_.copy_from(s->V);
+    } else {  // a layer without a token cache checkpoints its state only
+        K_.fill(0.0);
+        V_.fill(0.0);
+    }
     pos_ = s->pos;
     length_ = s->length, chunk_ = s->chunk, input_pos_ = s->input_pos;
     // a copy: the replay's forward replaces the state, the checkpoint must not move with it

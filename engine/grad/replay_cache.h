@@ -18,7 +18,7 @@ namespace kv {
 
 // A layer's cache state between chunks: what a KV checkpoint stores.
 struct ReplayKVState {
-    Tensor K, V;               // (B, G, L, D)
+    Tensor K, V;               // (B, G, L, D); undefined for a layer without a token cache
     std::vector<int32_t> pos;  // (B G, L) token position per slot, -1 = empty
     int64_t length = 0;        // valid slots [0, length)
     int64_t chunk = 0;         // index of the next chunk

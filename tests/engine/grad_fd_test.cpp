@@ -580,6 +580,10 @@ TEST(Lfm2Gradient, ChunkedMatchesTheWholeSequence) {
                 const std::string ctx = str("kernel ", kernel, " rows of ", lpc, from_forward ? ", KV from the forward" : ", KV replayed",
                                             ", ", plan.cells.size(), " cells");
                 EXPECT_NEAR(r.stats.replay_loss, whole.stats.replay_loss, 1e-12 * whole.stats.replay_loss) << ctx;
+                // KV checkpoints at the starts of cells 1.. for the attention layer alone (K and V of
+                // B G T D doubles); the convolutions checkpoint their (B, kernel - 1, E) states only
+                EXPECT_EQ(r.stats.kv_checkpoint_bytes, (plan.cells.size() - 1) * 2 * size_t(B * cfg.num_kv_heads * T * cfg.head_dim) * 8)
+                    << ctx;
                 auto got = r.grads.pairs(*model);
                 ASSERT_EQ(got.size(), ref.size());
                 int conv_tensors = 0;
