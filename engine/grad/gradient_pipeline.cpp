@@ -103,6 +103,7 @@ class ReplayAttention final : public LayerAttention {
                             c.window()));
         c.forward(q, k, v, input_pos, scale, y, record_);
     }
+    LayerState* layer_state(int layer) override { return caches_[size_t(layer - l0_)]->layer_state(); }
 
  private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
@@ -112,14 +113,19 @@ class ReplayAttention final : public LayerAttention {
 
 class ReplayAttentionBackward final : public AttentionBackward {
  public:
-    ReplayAttentionBackward(std::vector<std::unique_ptr<ReplayLayerCache>>& caches, int l0) : caches_(caches), l0_(l0) {}
+    ReplayAttentionBackward(std::vector<std::unique_ptr<ReplayLayerCache>>& caches, int l0)
+        : caches_(caches), l0_(l0), state_grads_(caches.size()) {}
     void backward(int layer, const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) override {
         caches_[size_t(layer - l0_)]->backward(q, dy, scale, dq, dk, dv);
     }
+    // One slot per layer for the row's whole reverse pass: a layer's chunks are reversed right
+    // to left across the cells too, so the gradient a chunk leaves is the next one's to take.
+    Tensor* layer_state_grad(int layer) override { return &state_grads_[size_t(layer - l0_)]; }
 
  private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
     int l0_;
+    std::vector<Tensor> state_grads_;
 };
 
 std::vector<std::unique_ptr<ReplayLayerCache>> make_caches(const Transformer& m, int l0, int l1, int64_t B,
@@ -275,23 +281,33 @@ class GradientRun {
         LayerCache& lc = cache.layer(l);
         const KVPolicy& pol = lc.policy();
         const int64_t L = pol.cache_length(), T = pol.current_length(), G = mc.num_kv_heads, D = mc.head_dim;
-        auto [K, V] = lc.buffer().read(T);
         ReplayKVState s;
-        Tensor k = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
-        Tensor v = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
-        Tensor kd = k.slice(2, 0, T), vd = v.slice(2, 0, T);
-        ops::copy_(kd, K);
-        ops::copy_(vd, V);
-        s.K = kv_fmt.store(k, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " key checkpoint, cell ", ci));
-        s.V = kv_fmt.store(v, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " value checkpoint, cell ", ci));
-        const std::vector<int32_t>& pos = pol.token_positions();
-        s.pos.resize(size_t(B * G * L));
-        for (int64_t r = 0; r < B * G; ++r)
-            std::copy_n(pos.begin() + (pol.per_row_positions() ? r * L : 0), L, s.pos.begin() + r * L);
-        s.length = T;
+        // A layer without a token cache (short convolution) checkpoints its state and no K/V.
+        const bool tokens = mc.has_kv_cache(l);
+        if (tokens) {
+            Tensor k = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
+            Tensor v = Tensor::zeros({B, G, L, D}, act, {dev, MemCategory::WORKSPACE, "KV snapshot"});
+            auto [K, V] = lc.buffer().read(T);
+            Tensor kd = k.slice(2, 0, T), vd = v.slice(2, 0, T);
+            ops::copy_(kd, K);
+            ops::copy_(vd, V);
+            s.K = kv_fmt.store(k, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " key checkpoint, cell ", ci));
+            s.V = kv_fmt.store(v, host, MemCategory::KV_CHECKPOINT, str("layer ", l, " value checkpoint, cell ", ci));
+        }
+        s.pos.assign(size_t(B * G * L), -1);
+        if (tokens) {
+            const std::vector<int32_t>& pos = pol.token_positions();
+            for (int64_t r = 0; r < B * G; ++r)
+                std::copy_n(pos.begin() + (pol.per_row_positions() ? r * L : 0), L, s.pos.begin() + r * L);
+        }
+        s.length = tokens ? T : 0;
+        if (const LayerState* ls = cache.layer_state(l)) {  // a short convolution's state at the cell's start
+            if (ls->values.defined()) s.state.values = ls->values.clone();
+            s.state.next_pos = ls->next_pos;
+        }
         s.chunk = int64_t(crs[ci].c0);
         s.input_pos = crs[ci].start;
-        st.kv_checkpoint_bytes += s.K.nbytes() + s.V.nbytes();
+        if (tokens) st.kv_checkpoint_bytes += s.K.nbytes() + s.V.nbytes();
         kv_forward[ci][size_t(l)] = std::move(s);
     }
 
@@ -442,6 +458,11 @@ class GradientRun {
                         KV_TRACE_SPAN(trace::SpanCategory::CHECKPOINT_COPY, "KV checkpoint", .layer = l, .cell_row = r,
                                       .cell_col = int(ci + 1));
                         ReplayKVState snap = caches[size_t(l - l0)]->snapshot(dev, MemCategory::WORKSPACE);
+                        if (!mc.has_kv_cache(l)) {  // a short convolution: its state only, its cache stays empty
+                            snap.K = snap.V = Tensor();
+                            kv_cp[ci + 1].push_back(std::move(snap));
+                            continue;
+                        }
                         snap.K = kv_fmt.store(snap.K, host, MemCategory::KV_CHECKPOINT,
                                               str("layer ", l, " key checkpoint, cell ", ci + 1));
                         snap.V = kv_fmt.store(snap.V, host, MemCategory::KV_CHECKPOINT,
@@ -472,8 +493,10 @@ class GradientRun {
                                              ? s.K.shape()
                                              : s.pool ? Shape{B, 1, s.pool, mc.head_dim}  // per-head lengths
                                                       : Shape{B, mc.num_kv_heads, Ls[size_t(l)], mc.head_dim};
-                        s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
-                        s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
+                        if (s.K.defined()) {  // undefined: a layer without a token cache (its state only)
+                            s.K = kv_fmt.load(s.K, ks, act, dev, MemCategory::WORKSPACE, "key checkpoint");
+                            s.V = kv_fmt.load(s.V, ks, act, dev, MemCategory::WORKSPACE, "value checkpoint");
+                        }
                         rc.load(&s);
                     }
                     const size_t i = size_t(l - l0);

@@ -93,24 +93,32 @@ Lora::Lora(const Transformer& model, const LoraConfig& cfg) : cfg_(cfg) {
     auto has = [&](const char* t) { return std::find(cfg.targets.begin(), cfg.targets.end(), t) != cfg.targets.end(); };
     for (int l = 0; l < int(mc.num_layers); ++l) {
         const std::string p = str("model.layers.", l, ".");
-        if (mc.latent_attention()) {
-            // Latent attention has no k_proj or v_proj: q adapts the query projection, k the
-            // latent's W_kv_a (latent and k_pe), v the decompression W_kv_b (k_nope and v per head).
-            const LatentAttention& la = mc.latent;
-            const int64_t qin = la.q_lora_rank > 0 ? la.q_lora_rank : E;
-            if (has("q"))
-                make(l, LinearSite::QKV, 0, Q, qin, p + (la.q_lora_rank > 0 ? "self_attn.q_b_proj" : "self_attn.q_proj"));
-            if (has("k"))
-                make(l, LinearSite::KV_A, 0, la.kv_lora_rank + la.qk_rope_head_dim, E, p + "self_attn.kv_a_proj_with_mqa");
-            if (has("v"))
-                make(l, LinearSite::KV_B, 0, mc.num_heads * (la.qk_nope_head_dim + la.v_head_dim), la.kv_lora_rank,
-                     p + "self_attn.kv_b_proj");
+        if (mc.short_conv_layer(l)) {
+            // A short convolution has one input projection, in_proj (b, c, x) and one output
+            // projection, out_proj: PEFT's target_modules for LFM2 name these two. Any of q, k, v
+            // adapts in_proj once, proj adapts out_proj (short_conv.h).
+            if (has("q") || has("k") || has("v")) make(l, LinearSite::QKV, 0, 3 * E, E, p + "conv.in_proj");
+            if (has("proj")) make(l, LinearSite::O, 0, E, E, p + "conv.out_proj");
         } else {
-            if (has("q")) make(l, LinearSite::QKV, 0, Q, E, p + "self_attn.q_proj");
-            if (has("k")) make(l, LinearSite::QKV, Q, Q + K, E, p + "self_attn.k_proj");
-            if (has("v")) make(l, LinearSite::QKV, Q + K, Q + 2 * K, E, p + "self_attn.v_proj");
+            if (mc.latent_attention()) {
+                // Latent attention has no k_proj or v_proj: q adapts the query projection, k the
+                // latent's W_kv_a (latent and k_pe), v the decompression W_kv_b (k_nope and v per head).
+                const LatentAttention& la = mc.latent;
+                const int64_t qin = la.q_lora_rank > 0 ? la.q_lora_rank : E;
+                if (has("q"))
+                    make(l, LinearSite::QKV, 0, Q, qin, p + (la.q_lora_rank > 0 ? "self_attn.q_b_proj" : "self_attn.q_proj"));
+                if (has("k"))
+                    make(l, LinearSite::KV_A, 0, la.kv_lora_rank + la.qk_rope_head_dim, E, p + "self_attn.kv_a_proj_with_mqa");
+                if (has("v"))
+                    make(l, LinearSite::KV_B, 0, mc.num_heads * (la.qk_nope_head_dim + la.v_head_dim), la.kv_lora_rank,
+                         p + "self_attn.kv_b_proj");
+            } else {
+                if (has("q")) make(l, LinearSite::QKV, 0, Q, E, p + "self_attn.q_proj");
+                if (has("k")) make(l, LinearSite::QKV, Q, Q + K, E, p + "self_attn.k_proj");
+                if (has("v")) make(l, LinearSite::QKV, Q + K, Q + 2 * K, E, p + "self_attn.v_proj");
+            }
+            if (has("proj")) make(l, LinearSite::O, 0, E, Q, p + "self_attn.o_proj");
         }
-        if (has("proj")) make(l, LinearSite::O, 0, E, Q, p + "self_attn.o_proj");
         if (has("mlp")) {
             make(l, LinearSite::GATE_UP, 0, I, E, p + "mlp.gate_proj");
             make(l, LinearSite::GATE_UP, I, 2 * I, E, p + "mlp.up_proj");

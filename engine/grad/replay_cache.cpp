@@ -44,12 +44,21 @@ void ReplayLayerCache::load(const ReplayKVState* s) {
         V_.fill(0.0);
         pos_.assign(size_t(B_ * G_ * (pool_ ? pool_ : L_)), -1);
         length_ = chunk_ = input_pos_ = 0;
+        state_ = LayerState{};
         return;
     }
-    K_.copy_from(s->K);  // straight-through: a quantized checkpoint arrives dequantized
-    V_.copy_from(s->V);
+    if (s->K.defined()) {
+        K_.copy_from(s->K);  // straight-through: a quantized checkpoint arrives dequantized
+        V_.copy_from(s->V);
+    } else {  // a layer without a token cache checkpoints its state only
+        K_.fill(0.0);
+        V_.fill(0.0);
+    }
     pos_ = s->pos;
     length_ = s->length, chunk_ = s->chunk, input_pos_ = s->input_pos;
+    // a copy: the replay's forward replaces the state, the checkpoint must not move with it
+    state_.values = s->state.values.defined() ? s->state.values.clone() : Tensor();
+    state_.next_pos = s->state.next_pos;
 }
 
 ReplayKVState ReplayLayerCache::snapshot(Device device, MemCategory cat) const {
@@ -62,6 +71,11 @@ ReplayKVState ReplayLayerCache::snapshot(Device device, MemCategory cat) const {
     s.pos = pos_;
     s.length = length_, s.chunk = chunk_, s.input_pos = input_pos_;
     s.pool = pool_;
+    if (state_.values.defined()) {
+        s.state.values = Tensor::empty(state_.values.shape(), state_.values.dtype(), {device, cat, str("layer ", layer_, " state checkpoint")});
+        s.state.values.copy_from(device == device_ ? state_.values : state_.values.to(device));
+    }
+    s.state.next_pos = state_.next_pos;
     return s;
 }
 

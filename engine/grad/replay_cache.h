@@ -12,17 +12,19 @@
 #include "engine/core/tensor.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/read_selection.h"
+#include "engine/model/attention.h"
 
 namespace kv {
 
 // A layer's cache state between chunks: what a KV checkpoint stores.
 struct ReplayKVState {
-    Tensor K, V;               // (B, G, L, D)
+    Tensor K, V;               // (B, G, L, D); undefined for a layer without a token cache
     std::vector<int32_t> pos;  // (B G, L) token position per slot, -1 = empty
     int64_t length = 0;        // valid slots [0, length)
     int64_t chunk = 0;         // index of the next chunk
     int64_t input_pos = 0;     // tokens seen
     int64_t pool = 0;          // > 0: per-head lengths, K/V (B, 1, pool, D) and pos (B G, pool)
+    LayerState state;          // a layer without a token cache (short convolution): its state, else empty
 };
 
 class ReplayLayerCache {
@@ -64,6 +66,9 @@ class ReplayLayerCache {
     int window() const { return window_; }
     // Drop recorded deltas and gradients (end of a cell).
     void clear_records();
+    // The state of a layer without a token cache (LayerAttention::layer_state): the block
+    // keeps it up to date, load() and snapshot() carry it with the cache's checkpoint.
+    LayerState* layer_state() { return &state_; }
 
  private:
     struct ChunkRecord {
@@ -97,6 +102,7 @@ class ReplayLayerCache {
     std::vector<ChunkRecord> records_;
     std::shared_ptr<const ReadSelection> selection_;
     int window_ = 0;
+    LayerState state_;
 };
 
 }  // namespace kv

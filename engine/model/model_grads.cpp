@@ -60,6 +60,9 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.wkv_a = like(w.wkv_a, p + "self_attn.kv_a_proj_with_mqa.weight");
         lg.kv_a_norm = like(w.kv_a_norm, p + "self_attn.kv_a_layernorm.weight");
         lg.wkv_b = like(w.wkv_b, p + "self_attn.kv_b_proj.weight");
+        lg.conv_in = like(w.conv_in, p + "conv.in_proj.weight");
+        lg.conv_taps = like(w.conv_taps, p + "conv.conv.weight");
+        lg.conv_out = like(w.conv_out, p + "conv.out_proj.weight");
         g.layers.push_back(std::move(lg));
     }
     return g;
@@ -71,7 +74,7 @@ void ModelGrads::zero() {
     for (auto& l : layers)
         for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm,
                           &l.mlp_post_norm, &l.w_gate_up, &l.w_down, &l.sinks, &l.wq_a, &l.q_a_norm, &l.wq, &l.wkv_a,
-                          &l.kv_a_norm, &l.wkv_b})
+                          &l.kv_a_norm, &l.wkv_b, &l.conv_in, &l.conv_taps, &l.conv_out})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -105,7 +108,11 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
             {w.wq_a.defined() ? "self_attn.q_b_proj.weight" : "self_attn.q_proj.weight", {&w.wq, &g.wq}},
             {"self_attn.kv_a_proj_with_mqa.weight", {&w.wkv_a, &g.wkv_a}},
             {"self_attn.kv_a_layernorm.weight", {&w.kv_a_norm, &g.kv_a_norm}},
-            {"self_attn.kv_b_proj.weight", {&w.wkv_b, &g.wkv_b}}};
+            {"self_attn.kv_b_proj.weight", {&w.wkv_b, &g.wkv_b}},
+            // short convolution: checkpoint names (the taps held (E, L), the checkpoint's (E, 1, L))
+            {"conv.in_proj.weight", {&w.conv_in, &g.conv_in}},
+            {"conv.conv.weight", {&w.conv_taps, &g.conv_taps}},
+            {"conv.out_proj.weight", {&w.conv_out, &g.conv_out}}};
         for (const auto& [name, wg] : items)
             if (wg.second->defined()) out.push_back({p + name, wg});
     }

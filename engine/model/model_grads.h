@@ -14,6 +14,7 @@ struct LayerGrads {
     Tensor attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, attn_post_norm, mlp_norm, mlp_post_norm, w_gate_up, w_down,
         sinks;  // undefined = none
     Tensor wq_a, q_a_norm, wq, wkv_a, kv_a_norm, wkv_b;  // latent attention's (LayerWeights), else undefined
+    Tensor conv_in, conv_taps, conv_out;                 // a short convolution's (LayerWeights), else undefined
 };
 
 struct ModelGrads {

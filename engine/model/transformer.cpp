@@ -247,13 +247,14 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         // ---- short convolution in place of attention: no cache call, only the layer's state ----
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "short_conv", .layer = l);
         MemoryLabelScope label(str("layer ", l, " short conv"));
-        if (save || adapters_)
-            throw Error(str(cfg_.name, ": layer ", l, " is a short convolution (LFM2); gradients and adapters through it are not "
-                            "implemented (it runs forward only: eval_long, generate)"));
         const Tensor h = L.attn_norm.defined() ? ops::rmsnorm(x, L.attn_norm, eps, off) : x;
-        Tensor o = short_conv(cfg_, L, l, h, input_pos, attention.layer_state(l), act);
-        if (L.attn_post_norm.defined()) o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
+        Tensor o = short_conv(cfg_, L, l, h, input_pos, attention.layer_state(l), act, adapters_, save);
+        if (L.attn_post_norm.defined()) {
+            if (save) save->o = o;
+            o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
+        }
         out = ops::add(x, o);
+        if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
     } else {
     // ---- attention ----
     Tensor y;  // (B, n, NH, HS)

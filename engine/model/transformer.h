@@ -87,6 +87,11 @@ struct BlockActivations {
     Tensor q_in;  // W_q's input: RMSNorm(q_a), or h1 (B, n, q_lora_rank or E)
     Tensor ckv;   // W_kv_a h (B, n, kv_lora_rank + qk_rope_head_dim): the latent before its norm, then k_pe
     Tensor c;     // the normalised latent, W_kv_b's input (B, n, kv_lora_rank)
+    // Short convolution only (short_conv.h; h1 is the mixer's input, o and out1 as above):
+    Tensor conv_bcx;  // in_proj output [b ; c ; x] (B, n, 3E), adapters included
+    Tensor conv_u;    // u = b * x over the state's conv_kernel - 1 positions, then the chunk's n (B, L - 1 + n, E)
+    Tensor conv_s;    // the convolution's output s (B, n, E)
+    Tensor conv_y;    // c * s, out_proj's input (B, n, E)
 };
 
 // =========================================================================================

@@ -9,6 +9,7 @@
 #include "grad_math.h"
 #include "latent_attention.h"
 #include "packed_weight.h"
+#include "short_conv.h"
 
 namespace kv {
 
@@ -74,10 +75,21 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     }
 
     // ---- attention: out1 = x + o_proj(attention(rope(q), rope(k), v)) ----
-    // dqkv: the q/k/v projection's output gradient; latent attention's projections instead give
-    // the attention norm's output gradient, dh_latent.
-    Tensor dqkv = c.latent_attention() ? Tensor() : Tensor::empty({B, n, W}, dt, go), dh_latent;
-    {
+    // dqkv: the q/k/v projection's output gradient; latent attention's projections and the short
+    // convolution instead give the attention norm's output gradient, dh_mixer.
+    const bool conv = c.short_conv_layer(l);
+    Tensor dqkv = c.latent_attention() || conv ? Tensor() : Tensor::empty({B, n, W}, dt, go), dh_mixer;
+    if (conv) {
+        // ---- short convolution in place of attention: out1 = x + post(conv(pre(x))) ----
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "short conv backward", .layer = l);
+        Tensor dob = dout1;
+        if (L.attn_post_norm.defined()) {
+            dob = Tensor::empty(dout1.shape(), dt, go);
+            ops::rmsnorm_backward_(dob, g && g->attn_post_norm.defined() ? &g->attn_post_norm : nullptr, a.o, L.attn_post_norm, dout1,
+                                   eps, off);
+        }
+        dh_mixer = short_conv_backward(c, L, l, a, dob, input_pos, attention.layer_state_grad(l), m.adapters(), g);
+    } else {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention backward", .layer = l);
         Tensor yf = a.y.reshape({B, n, NH * HS});
         Tensor dob = dout1;
@@ -99,7 +111,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
             attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
         }
         if (c.latent_attention()) {
-            dh_latent = latent_qkv_backward(c, L, a, r, input_pos, dqr, dkr, dv, l, m.adapters(), g);
+            dh_mixer = latent_qkv_backward(c, L, a, r, input_pos, dqr, dkr, dv, l, m.adapters(), g);
         } else {
             // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
             const Tensor pos = position_range(input_pos, n, dev);
@@ -148,7 +160,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     Tensor dx;
     {
         KV_TRACE_SPAN(trace::SpanCategory::NORM, "qkv backward", .layer = l);
-        Tensor dh1 = dh_latent;
+        Tensor dh1 = dh_mixer;
         if (!dh1.defined()) {
             dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, input_pos, dqkv);
             if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);

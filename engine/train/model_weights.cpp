@@ -26,7 +26,13 @@ TensorMap state_dict_views(const Transformer& m) {
         // Names by the family's layout (as formats/io/weight_names.cpp lists them): norms by
         // placement, q/k/v and gate/up fused where the checkpoint stores them so (Phi-3).
         if (L.attn_norm.defined()) w[p + "input_layernorm.weight"] = L.attn_norm;
-        if (c.latent_attention()) {
+        const bool conv = c.short_conv_layer(l);
+        if (conv) {
+            // the convolution's own names (short_conv.h); the taps in nn.Conv1d's (E, 1, L)
+            w[p + "conv.in_proj.weight"] = L.conv_in;
+            w[p + "conv.conv.weight"] = L.conv_taps.reshape({L.conv_taps.size(0), 1, L.conv_taps.size(1)});
+            w[p + "conv.out_proj.weight"] = L.conv_out;
+        } else if (c.latent_attention()) {
             // copies in the checkpoint's layout (load_model_state_dict loads them through the loader)
             for (auto& [name, t] : latent_state_dict(c, L, p)) w[name] = t;
         } else if (c.fused_projections) {
@@ -45,7 +51,7 @@ TensorMap state_dict_views(const Transformer& m) {
             w[p + "self_attn.q_norm.weight"] = L.q_norm;
             w[p + "self_attn.k_norm.weight"] = L.k_norm;
         }
-        if (!c.latent_attention()) w[p + "self_attn.o_proj.weight"] = L.wo;
+        if (!c.latent_attention() && !conv) w[p + "self_attn.o_proj.weight"] = L.wo;
         if (L.bo.defined()) w[p + "self_attn.o_proj.bias"] = L.bo;
         if (c.norm_placement == NormPlacement::PRE) {
             w[p + "post_attention_layernorm.weight"] = L.mlp_norm;

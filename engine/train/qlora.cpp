@@ -68,6 +68,11 @@ QloraStats qlora_quantize_base(Transformer& model, bool keep_packed) {
         throw Error(str(model.config().name,
                         ": QLoRA through multi-head latent attention (DeepSeek-V2) is not implemented; "
                         "train latent-attention models with finetune_long_lora or finetune_long_full (float base weights)"));
+    for (int64_t l = 0; l < model.config().num_layers; ++l)
+        if (model.config().short_conv_layer(l))  // its in_proj / out_proj are not in the four matrices packed here either
+            throw Error(str(model.config().name, ": layer ", l,
+                            " is a short convolution (LFM2); QLoRA through it is not implemented; "
+                            "train LFM2 models with finetune_long_lora or finetune_long_full (float base weights)"));
     if (keep_packed && packs_nf4(model)) {
         st.packed = true;
         for (int l = 0; l < int(model.config().num_layers); ++l) {

@@ -1,6 +1,7 @@
 // Checkpoints of a training run (see train_checkpoint.h).
 #include "train_checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -86,7 +87,14 @@ void save_lora_adapter(const std::string& dir, const Lora& lora, const std::stri
     j["r"] = c.r;
     j["lora_alpha"] = c.alpha;
     j["lora_dropout"] = c.dropout;
-    j["target_modules"] = peft_target_modules(c.targets);
+    // the targets' usual names, then any module an adapter sits on under another name (a short
+    // convolution's in_proj / out_proj, latent attention's projections): PEFT matches on them
+    std::vector<std::string> modules = peft_target_modules(c.targets);
+    for (const LoraAdapter& a : lora.adapters()) {
+        const std::string leaf = a.module.substr(a.module.rfind('.') + 1);  // npos + 1 = 0: "lm_head"
+        if (std::find(modules.begin(), modules.end(), leaf) == modules.end()) modules.push_back(leaf);
+    }
+    j["target_modules"] = modules;
     j["bias"] = "none";
     j["fan_in_fan_out"] = false;
     j["inference_mode"] = true;

@@ -151,8 +151,9 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     EXPECT_NEAR(r.stats.loss, loss(nullptr), 1e-6 * std::fabs(r.stats.loss));
     // Gemma's (1 + w) norms on both sides and scaled embeddings curve the loss more; so do latent
     // attention's three norms in a row (attention norm, latent norms) before the keys (central
-    // differences alone missed by 1.06e-10 against 1.04e-10 on 2 of 25 seeds)
-    const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0;
+    // differences alone missed by 1.06e-10 against 1.04e-10 on 2 of 25 seeds); and LFM2's
+    // convolution, cubic in in_proj's rows (b x, then c times that: up to 0.61 of the bound)
+    const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0 || GetParam() == "lfm2";
     worst_fraction = 0;
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 5, {0, 3, T / 2, T - 2}, 1e-6, GetParam(), extrapolate);
     std::printf("%s: worst |grad - fd| is %.3f of its bound\n", GetParam().c_str(), worst_fraction);
@@ -160,7 +161,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient,
                          ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                           "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "mla", "mla_qlora"));
+                                           "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "mla", "mla_qlora", "lfm2"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -546,7 +547,88 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient,
                          ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "gpt_oss", "mla",
-                                           "mla_qlora"));
+                                           "mla_qlora", "lfm2"));
+
+// LFM2's short convolutions carry a state of conv_kernel - 1 inputs from chunk to chunk, so their
+// reverse pass carries the state's gradient back across chunks and cells. Independent reference:
+// the same sequence as one chunk (no state crosses a chunk; the convolution sees zeros before
+// position 0 only). Chunks of 2 tokens against kernels of 3 and 4 (a state longer than a chunk
+// spans two chunks), several cells, rows of one and two layers, KV checkpoints from the forward
+// and from the row replay: every weight's and input embedding's gradient and the loss agree.
+TEST(Lfm2Gradient, ChunkedMatchesTheWholeSequence) {
+    SingleThread st1;
+    for (int64_t kernel : {int64_t(3), int64_t(4)}) {
+        ModelConfig cfg = grad_test_config("lfm2", 3);  // convolution, attention, convolution
+        cfg.conv_kernel = kernel;
+        auto model = grad_test_model(cfg, DType::F64, seed_for("lfm2-chunked-grad"));
+        const int64_t B = 2, T = 24;
+        GradData d = grad_test_data(cfg, B, T, 31);
+        KVCacheConfig kc;
+        kc.name = "dense-default";
+        kc.cache_length = T;
+        GradRun whole = run_gradient(*model, kc, d, grad_test_plan(cfg, T, T, T), GradientOptions{});
+        auto ref = whole.grads.pairs(*model);
+        const std::vector<double> ref_x0 = whole.x0_grad.to_f64_vector();
+        for (int64_t lpc : {int64_t(1), int64_t(2)})
+            for (bool from_forward : {true, false}) {
+                const ChunkPlan plan = grad_test_plan(cfg, T, 8, 2, 0.5);  // cells sized as for 8 slots
+                ASSERT_GT(plan.cells.size(), 2u);
+                GradientOptions go;
+                go.layers_per_cell = lpc;
+                go.kv_checkpoints_from_forward = from_forward;
+                GradRun r = run_gradient(*model, kc, d, plan, go);
+                const std::string ctx = str("kernel ", kernel, " rows of ", lpc, from_forward ? ", KV from the forward" : ", KV replayed",
+                                            ", ", plan.cells.size(), " cells");
+                EXPECT_NEAR(r.stats.replay_loss, whole.stats.replay_loss, 1e-12 * whole.stats.replay_loss) << ctx;
+                // KV checkpoints at the starts of cells 1.. for the attention layer alone (K and V of
+                // B G T D doubles); the convolutions checkpoint their (B, kernel - 1, E) states only
+                EXPECT_EQ(r.stats.kv_checkpoint_bytes, (plan.cells.size() - 1) * 2 * size_t(B * cfg.num_kv_heads * T * cfg.head_dim) * 8)
+                    << ctx;
+                auto got = r.grads.pairs(*model);
+                ASSERT_EQ(got.size(), ref.size());
+                int conv_tensors = 0;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    const std::vector<double> x = got[i].second.second->to_f64_vector(), y = ref[i].second.second->to_f64_vector();
+                    double scale = 0, err = 0;
+                    for (size_t k = 0; k < x.size(); ++k) scale = std::max(scale, std::fabs(y[k])), err = std::max(err, std::fabs(x[k] - y[k]));
+                    EXPECT_GT(scale, 0.0) << got[i].first << " has no gradient";
+                    EXPECT_LE(err, 1e-10 * scale) << got[i].first << ", " << ctx;
+                    conv_tensors += got[i].first.find(".conv.") != std::string::npos;
+                }
+                EXPECT_EQ(conv_tensors, 6) << ctx;  // in_proj, taps and out_proj of layers 0 and 2
+                const std::vector<double> x0 = r.x0_grad.to_f64_vector();
+                double scale = 0, err = 0;
+                for (size_t k = 0; k < x0.size(); ++k) scale = std::max(scale, std::fabs(ref_x0[k])), err = std::max(err, std::fabs(x0[k] - ref_x0[k]));
+                EXPECT_LE(err, 1e-10 * scale) << "input embeddings, " << ctx;
+            }
+    }
+}
+
+// Through an evicting cache (h2o on the attention layer, the convolutions' states untouched by
+// it) in chunks of 3 over several cells: full fine-tuning's gradients, the convolution's taps and
+// projections included, match finite differences of the replayed loss.
+TEST(Lfm2Gradient, ThroughAnEvictingCacheMatchesFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("lfm2", 3);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("lfm2-h2o-grad"));
+    const int64_t B = 1, T = 36, L = 12;
+    GradData d = grad_test_data(cfg, B, T, 32);
+    KVCacheConfig kc;
+    kc.name = "h2o-default";
+    kc.cache_length = L;
+    const ChunkPlan plan = grad_test_plan(cfg, T, L, 3, 0.5);
+    ASSERT_GT(plan.cells.size(), 2u);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    bool evicted = false;
+    for (const auto& p : r.stats.plans[1]) evicted = evicted || p.input_pos >= L;
+    EXPECT_TRUE(evicted);
+    Tensor x0 = model->embed(d.ids);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, cache_lengths(*model, L), d.ids, plan, d.head, 1.0, x); };
+    EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
+    worst_fraction = 0;
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 1, 2, 10, 20, 33}, 1e-6, "lfm2 h2o", true);
+    std::printf("lfm2 h2o: worst |grad - fd| is %.3f of its bound\n", worst_fraction);
+}
 
 // Sliding windows through an evicting cache over several cells (h2o on the full-attention layers,
 // rings holding more than the window on the windowed ones, which must not see it): the replay's loss is the live

@@ -90,6 +90,20 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c.latent.qk_rope_head_dim = 4;
         c.latent.v_head_dim = 6;
         c.partial_rotary_factor = 0.4;
+    } else if (arch == "lfm2") {
+        // LFM2's hybrid: gated short convolutions of width 3 in the even layers (0, 2, ...), attention
+        // with per-head q/k norm in the odd ones, tied embeddings (as the tiny-lfm2 preset)
+        c.arch = Arch::LFM2;
+        c.model_type = arch_name(c.arch);
+        c.qk_norm = true;
+        c.tie_word_embeddings = true;
+        c.conv_kernel = 3;
+        c.layer_specs.resize(size_t(layers));
+        for (int64_t l = 0; l < layers; ++l) {
+            LayerSpec& s = c.layer_specs[size_t(l)];
+            s.rope_theta = c.rope_theta;
+            if (l % 2 == 0) s.mixer = LayerMixer::SHORT_CONV, s.attention = AttnKind::NONE;
+        }
     } else if (arch == "olmo2") {  // output norms, q/k norm over the whole projection
         c.arch = Arch::OLMO2;
         c.model_type = arch_name(c.arch);

@@ -13,6 +13,7 @@
 #include "engine/kv/layer_cache.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
+#include "engine/model/transformer_backward.h"
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
@@ -107,12 +108,21 @@ TEST(Lfm2Fixture, ConvLayerWithoutStateRefusesALaterPosition) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("layer 0 (short convolution) continues at position 5"), std::string::npos) << e.what();
     }
+    // The reverse pass likewise: past position 0 a chunk's gradient must reach the chunk
+    // before through the state, which a backward without a state-gradient slot cannot carry.
+    struct NoStateBackward final : AttentionBackward {
+        void backward(int, const Tensor&, const Tensor&, float, Tensor&, Tensor&, Tensor&) override {}
+    } nostate;
     BlockActivations save;
+    const Tensor out = model.block(0, x, 0, plain, &save);
+    EXPECT_TRUE(save.conv_u.defined() && save.conv_y.defined());
+    EXPECT_EQ(save.conv_u.size(1), 2 + 3);  // the state's conv_L_cache - 1 = 2 positions, then the chunk's 3
     try {
-        (void)model.block(0, x, 0, plain, &save);
-        FAIL() << "gradients through a short convolution were not refused";
+        (void)block_backward(model, 0, x, save, out, 5, nostate, nullptr);
+        FAIL() << "a short convolution's reverse pass past position 0 dropped the state's gradient";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("short convolution (LFM2); gradients and adapters"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("layer 0 (short convolution): the reverse pass of a chunk at position 5"), std::string::npos)
+            << e.what();
     }
 }
 
