@@ -49,6 +49,7 @@ if [ $QUICK = 1 ]; then
   DIST=(--model tiny --tokens 256 --steps 1 --sizes 64KiB --min_seconds 0.01)
   TRACE=(--quick)
   GUI_TRACE=(--bench-spans 100000 --frames 5)
+  FAMILIES=(--quick)
   GGUF_MODEL=(--dtype packed --prefill_tokens 32 --decode_context 64 --min_seconds 0.01)
 else
   OPS=(--min_seconds 0.3)
@@ -64,6 +65,7 @@ else
   DIST=(--model tiny --tokens 256 --steps 3 --sizes 64KiB,1MiB,16MiB)
   TRACE=()
   GUI_TRACE=()
+  FAMILIES=(--model small --tokens 512 --repeats 5)
   GGUF_MODEL=(--dtype f32,packed --prefill_tokens 512 --decode_context 2048)
 fi
 
@@ -98,6 +100,7 @@ else
   not_here "Model prefill and decode, GGUF (SmolLM2-135M Q4_1)" \
     "no $ASSETS/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch_assets.sh, or KVLAB_ASSETS)."
 fi
+bench "Architecture families" "$KVLAB" bench families "${FAMILIES[@]}"
 bench "Cache" "$KVLAB" bench cache "${CACHE[@]}"
 bench "KV policies" "$KVLAB" bench policies "${POLICIES[@]}"
 bench "KIVI decode attention" "$KVLAB" bench kivi "${KIVI[@]}"
@@ -106,11 +109,16 @@ bench "Telemetry" "$KVLAB" bench telemetry "${TELEMETRY[@]}"
 bench "Gradient step" "$KVLAB" bench grad "${GRAD[@]}"
 bench "Fidelity tracking" "$KVLAB" bench fidelity "${FIDELITY[@]}"
 bench "Sweep" "$KVLAB" bench sweep "${SWEEP[@]}"
-# The views (and so the trace benchmark) are built with the GUI.
-if [ -x "$(dirname "$KVLAB")/kvlab-gui" ]; then
+# The trace view on ten million spans: rendered by the app's own OpenGL host (llvmpipe under
+# Xvfb) where it can be, else ImGui's CPU side alone (`kvlab bench trace`, the same frames and
+# summary without a renderer). The views (and so both) are built with the GUI.
+GUI=$(dirname "$KVLAB")/kvlab-gui
+if [ ! -x "$GUI" ]; then
+  not_here "Trace view (\`kvlab bench trace\`)" "this build has no views (built without Dear ImGui)."
+elif ! command -v xvfb-run > /dev/null; then
   bench "Trace view" "$KVLAB" bench trace "${TRACE[@]}"
 else
-  not_here "Trace view (\`kvlab bench trace\`)" "this build has no views (built without Dear ImGui)."
+  bench "Trace view, rendered" xvfb-run -a -s "-screen 0 1920x1200x24" "$GUI" --bench-frames --bench-only trace "${GUI_TRACE[@]}"
 fi
 if ! command -v mpirun > /dev/null; then
   not_here "Data-parallel communication (\`kvlab bench dist\`)" "no mpirun on this machine (docs/DISTRIBUTED.md)."
@@ -120,15 +128,6 @@ else
   # Root may only start ranks when told to (containers, CI).
   ROOT_OK=(); [ "$(id -u)" = 0 ] && ROOT_OK=(--allow-run-as-root)
   bench "Data-parallel communication" mpirun "${ROOT_OK[@]}" --oversubscribe -np 2 "$KVLAB" bench dist "${DIST[@]}"
-fi
-# The same trace frames rendered by OpenGL (llvmpipe under Xvfb): the app's own host in the loop.
-GUI=$(dirname "$KVLAB")/kvlab-gui
-if [ ! -x "$GUI" ]; then
-  not_here "Trace view, rendered (\`kvlab-gui --bench-frames --bench-only trace\`)" "this build has no GUI (KVLAB_GUI off)."
-elif ! command -v xvfb-run > /dev/null; then
-  not_here "Trace view, rendered (\`kvlab-gui --bench-frames --bench-only trace\`)" "no xvfb-run on this machine (scripts/setup.sh installs it)."
-else
-  bench "Trace view, rendered" xvfb-run -a -s "-screen 0 1920x1200x24" "$GUI" --bench-frames --bench-only trace "${GUI_TRACE[@]}"
 fi
 not_here "GUI frames of the other views (\`kvlab-gui --bench-frames\`)" \
   "the eviction map, memory timeline and live-run frames (target <= 33 ms per frame) print text only; run \`xvfb-run -a kvlab-gui --bench-frames\` by hand."
