@@ -4,8 +4,10 @@
 // its slots, for all R heads of the group and all n queries; units run on the kernels'
 // persistent pool (unit_pool.h). A unit walks its range in blocks of kBlock keys: the
 // block's key rows are decoded into an L2-resident f32 tile (vectorised per kernel variant:
-// fp8 through the f16 converter, FP4 codes by a 16-entry table permute times the block scale,
-// TurboQuant codes through its codebook; each row's codes prefetched ahead), scored (on
+// fp8 through the f16 converter, FP4 codes by a 16-entry table times the block scale (a
+// permute on AVX-512; on AVX2 a byte shuffle of the values' f16 top bytes), TurboQuant codes
+// through its codebook (uniform codes converted, no table, on AVX2); each row's codes
+// prefetched ahead), scored (on
 // AVX-512 four keys per step with one transposing reduction, elsewhere by the decode path's
 // gemv, gemv_tile.h), folded into the unit's online softmax, and the block's value rows
 // decoded into the same tile and accumulated with one gemv. Ranges of a pair merge in range
@@ -173,17 +175,18 @@ inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutexvar_ps(hi, t), sv));
 }
 #elif defined(__AVX2__) && defined(__F16C__)
-// fp8 through the f16 converter, as in the AVX-512 branch (8 codes per conversion).
+// fp8 through the f16 converter, as in the AVX-512 branch: a byte interleave with zeros puts
+// each code in an f16's top byte (16 codes per load, 8 per conversion).
 template <bool E5M2>
-KV_QR_INLINE __m256 fp8_8(const uint8_t* p) {
-    const __m128i c = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+KV_QR_INLINE __m256 fp8_8(__m128i c) {
     if (E5M2) return _mm256_cvtph_ps(c);
     return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(c, 1), _mm_set1_epi16(int16_t(0xbfff))));
 }
 template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
-    _mm256_storeu_ps(out, fp8_8<E5M2>(p));
-    _mm256_storeu_ps(out + 8, fp8_8<E5M2>(p + 8));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), z = _mm_setzero_si128();
+    _mm256_storeu_ps(out, fp8_8<E5M2>(_mm_unpacklo_epi8(z, b)));
+    _mm256_storeu_ps(out + 8, fp8_8<E5M2>(_mm_unpackhi_epi8(z, b)));
 }
 template <bool E5M2>
 constexpr float kFp8Unit = E5M2 ? 1.0f : 256.0f;
@@ -237,25 +240,65 @@ inline __m256 lookup16(__m256i idx, __m256 t_lo, __m256 t_hi) {
     const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t_lo, idx), _mm256_permutevar8x32_ps(t_hi, idx), hi);
 }
-inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    const __m128i d = _mm_unpacklo_epi8(b, b);  // b0 b0 b1 b1 ...
-    const __m256i sh = _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0), m = _mm256_set1_epi32(15);
-    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
-    const __m256i i0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), sh), m);
-    const __m256i i1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(d, 8)), sh), m);
-    _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(i0, t_lo, t_hi), sv, ov));
-    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(lookup16(i1, t_lo, t_hi), sv, ov));
+// 8 codes of 4 bytes (low nibble first) as 32-bit lanes in element order: a broadcast load
+// and a variable shift, no shuffle (the permutes are the lookup's bottleneck port).
+KV_QR_INLINE __m256i codes8(const uint8_t* p) {
+    int32_t x;
+    std::memcpy(&x, p, 4);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                            _mm256_set1_epi32(15));
 }
-inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s);
-    const __m256i m = _mm256_set1_epi32(15);
-    for (int h = 0; h < 2; ++h) {
-        const __m256i x = _mm256_cvtepu8_epi32(h == 0 ? b : _mm_srli_si128(b, 8));
-        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(lookup16(_mm256_and_si256(x, m), t_lo, t_hi), sv));
-        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(lookup16(_mm256_srli_epi32(x, 4), t_lo, t_hi), sv));
-    }
+inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(codes8(p), t_lo, t_hi), sv, ov));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(lookup16(codes8(p + 4), t_lo, t_hi), sv, ov));
+}
+// Codes that are their own value (tab[c] = c, TurboQuant's uniform values): c * s + o
+// converted, no lookup.
+inline void unib16(const uint8_t* p, const float*, float s, float o, float* out) {
+    const __m256 sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8(p)), sv, ov));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8(p + 4)), sv, ov));
+}
+// E2M1 (FP4) codes: every value is an f16 with a zero low byte, so the 16 top bytes fit one
+// register; a byte shuffle looks 16 codes up at once and an interleave with zeros makes the
+// f16s for the converter. The same values as the f32 table, so the same products.
+KV_QR_INLINE __m128i e2m1_f16_top(__m128i codes) {
+    return _mm_shuffle_epi8(_mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc), char(0xbe),
+                                          char(0xc0), char(0xc2), char(0xc4), char(0xc6)),
+                            codes);
+}
+// 16 E2M1 values in element order from their f16 top bytes: 16 floats, times s (plus o: NVFP4
+// keeps the fmadd its other variants use, so -0 * s + 0 stays +0).
+KV_QR_INLINE void e2m1_store16(__m128i top, __m256 sv, float* out) {
+    const __m128i z = _mm_setzero_si128();
+    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, top)), sv));
+    _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, top)), sv));
+}
+KV_QR_INLINE void e2m1_fma16(__m128i top, __m256 sv, float* out) {
+    const __m128i z = _mm_setzero_si128();
+    const __m256 zero = _mm256_setzero_ps();
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, top)), sv, zero));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, top)), sv, zero));
+}
+// NVFP4: 16 bytes = two blocks of 16 elements, element 2j the low nibble of byte j.
+inline void fp4_nib32(const uint8_t* p, const float*, float s0, float s1, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    e2m1_fma16(e2m1_f16_top(_mm_unpacklo_epi8(lo, hi)), _mm256_set1_ps(s0), out);
+    e2m1_fma16(e2m1_f16_top(_mm_unpackhi_epi8(lo, hi)), _mm256_set1_ps(s1), out + 16);
+}
+inline void fp4_nib16(const uint8_t* p, const float*, float s, float* out) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    e2m1_fma16(e2m1_f16_top(_mm_unpacklo_epi8(lo, hi)), _mm256_set1_ps(s), out);
+}
+// MXFP4: element j the low and j + 16 the high nibble of byte j, so no interleave.
+inline void split32(const uint8_t* p, const float*, float s, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m256 sv = _mm256_set1_ps(s);
+    e2m1_store16(e2m1_f16_top(_mm_and_si128(b, m)), sv, out);
+    e2m1_store16(e2m1_f16_top(_mm_and_si128(_mm_srli_epi16(b, 4), m)), sv, out + 16);
 }
 #else
 // The baseline variant: plain loops.
@@ -291,6 +334,18 @@ inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float 
     nib16(p + 8, tab, s1, o, out + 16);
 }
 #endif
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__F16C__))
+// Elsewhere FP4 and uniform codes take the table lookup (tab holds E2M1 values or the codes).
+inline void fp4_nib32(const uint8_t* p, const float* tab, float s0, float s1, float* out) { nib32(p, tab, s0, s1, 0.0f, out); }
+inline void fp4_nib16(const uint8_t* p, const float* tab, float s, float* out) { nib16(p, tab, s, 0.0f, out); }
+inline void unib16(const uint8_t* p, const float* tab, float s, float o, float* out) { nib16(p, tab, s, o, out); }
+inline void unib32(const uint8_t* p, const float* tab, float s, float o, float* out) { nib32(p, tab, s, s, o, out); }
+#else
+inline void unib32(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    unib16(p, tab, s, o, out);
+    unib16(p + 8, tab, s, o, out + 16);
+}
+#endif
 
 // Decodes one stored row of D elements into out (the rotated frame for TurboQuant); returns
 // the factor its dot products take (1 where the decoded values already carry every scale).
@@ -321,8 +376,8 @@ struct RowDecoder {
         const float sg = get_f32(r + D / 2 + D / 16);
         const uint8_t* sc = r + D / 2;
         int64_t b = 0;
-        for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, e4m3[sc[b]] * sg, e4m3[sc[b + 1]] * sg, 0.0f, out + b * 16);
-        if (b < D / 16) nib16(r + b * 8, tab, e4m3[sc[b]] * sg, 0.0f, out + b * 16);
+        for (; b + 2 <= D / 16; b += 2) fp4_nib32(r + b * 8, tab, e4m3[sc[b]] * sg, e4m3[sc[b + 1]] * sg, out + b * 16);
+        if (b < D / 16) fp4_nib16(r + b * 8, tab, e4m3[sc[b]] * sg, out + b * 16);
         return 1.0f;
     }
     KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
@@ -334,6 +389,12 @@ struct RowDecoder {
         int64_t b = 0;
         for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, s, s, o, out + b * 16);
         if (b < D / 16) nib16(r + b * 8, tab, s, o, out + b * 16);
+    }
+    // The same where tab[code] = code (uniform values).
+    KV_QR_INLINE void unib_row(const uint8_t* r, float s, float o, float* out) const {
+        int64_t b = 0;
+        for (; b + 2 <= D / 16; b += 2) unib32(r + b * 8, tab, s, o, out + b * 16);
+        if (b < D / 16) unib16(r + b * 8, tab, s, o, out + b * 16);
     }
     KV_QR_INLINE float tq_row(const uint8_t* r, float* out) const {
         const int64_t payload = (D * bits + 7) / 8;
@@ -347,7 +408,7 @@ struct RowDecoder {
         }
         const float lo = get_f32(r + payload), s = get_f32(r + payload + 4);  // lo + code * s
         if (bits == 4) {
-            nib_row(r, s, lo, out);
+            unib_row(r, s, lo, out);
         } else if (bits == 8) {
 #pragma omp simd
             for (int64_t i = 0; i < D; ++i) out[i] = lo + float(r[i]) * s;
