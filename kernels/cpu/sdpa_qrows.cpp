@@ -253,6 +253,22 @@ inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* o
     _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(codes8(p), t_lo, t_hi), sv, ov));
     _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(lookup16(codes8(p + 4), t_lo, t_hi), sv, ov));
 }
+// Codebook codes (TurboQuant keys: tab[c] * 1 + 0) of n16 runs of 16: half of each run through
+// the permutes, half through pair[byte] = both values of a byte, loads that leave the permute
+// port to the other half. pair holds the same fmadd(tab[c], 1, 0) values.
+inline void cb_nibs(const uint8_t* p, int64_t n16, const float* tab, const uint64_t* pair, float* out) {
+    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n16; ++b, p += 8, out += 16) {
+        _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(codes8(p), t_lo, t_hi), one, zero));
+        const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[4]));
+        const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[5]));
+        const __m128i d = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[6]));
+        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[7]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8), _mm_unpacklo_epi64(a, c));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 12), _mm_unpacklo_epi64(d, e));
+    }
+}
+#define KV_QR_PAIRS 1
 // Codes that are their own value (tab[c] = c, TurboQuant's uniform values): c * s + o
 // converted, no lookup.
 inline void unib16(const uint8_t* p, const float*, float s, float o, float* out) {
@@ -355,12 +371,22 @@ struct RowDecoder {
     int bits = 0;
     float tab[16] = {};  // FP4: E2M1 values; TQK: the codebook; TQV: the codes 0..15
     float e4m3[256] = {};  // NVFP4: every E4M3 block scale, so a block's scale is one load
+#if defined(KV_QR_PAIRS)
+    uint64_t pair[256] = {};  // TQK4 on AVX2: fmadd(tab[lo], 1, 0), fmadd(tab[hi], 1, 0) of each byte
+#endif
 
     RowDecoder(QuantFormat fmt, int64_t d, const float* levels) : f(fmt), D(d), bits(tq_bits(fmt)) {
         for (int i = 0; i < 16; ++i)
             tab[i] = f == QuantFormat::NVFP4 || f == QuantFormat::MXFP4 ? e2m1_to_f32(uint8_t(i)) : tq_codebook(f) ? levels[i] : float(i);
         if (f == QuantFormat::NVFP4)
             for (int i = 0; i < 256; ++i) e4m3[i] = fp8_scalar<false>(uint8_t(i));
+#if defined(KV_QR_PAIRS)
+        if (tq_codebook(f) && bits == 4)
+            for (int i = 0; i < 256; ++i) {
+                const float two[2] = {std::fma(tab[i & 15], 1.0f, 0.0f), std::fma(tab[i >> 4], 1.0f, 0.0f)};
+                std::memcpy(&pair[i], two, 8);
+            }
+#endif
     }
 
     // One row of each kind; decode_rows picks the kind once per block of rows, so each loop
@@ -400,7 +426,11 @@ struct RowDecoder {
         const int64_t payload = (D * bits + 7) / 8;
         if (tq_codebook(f)) {  // levels[code] * g
             if (bits == 4) {
+#if defined(KV_QR_PAIRS)
+                cb_nibs(r, D / 16, tab, pair, out);
+#else
                 nib_row(r, 1.0f, 0.0f, out);
+#endif
             } else {
                 for (int64_t i = 0; i < D; ++i) out[i] = tab[tq_get_code(r, i, bits)];
             }
