@@ -4,15 +4,16 @@
 // its slots, for all R heads of the group and all n queries; units run on the kernels'
 // persistent pool (unit_pool.h). A unit walks its range in blocks of kBlock keys: the
 // block's key rows are decoded into an L2-resident f32 tile (vectorised per kernel variant:
-// fp8 through the f16 converter, FP4 codes by a 16-entry table times the block scale (a
-// permute on AVX-512; on AVX2 a byte shuffle of the values' f16 top bytes), TurboQuant codes
-// through its codebook (uniform codes converted, no table, on AVX2); each row's codes
-// prefetched ahead), scored (on
-// AVX-512 four keys per step with one transposing reduction, elsewhere by the decode path's
-// gemv, gemv_tile.h), folded into the unit's online softmax, and the block's value rows
-// decoded into the same tile and accumulated with one gemv. Ranges of a pair merge in range
-// order, so the result does not depend on the thread count. Per-row factors (fp8's s,
-// TurboQuant's key norm) multiply a key's score once; value factors multiply its weight.
+// fp8 through the f16 converter; FP4 codes by a 16-entry table times the block scale, a
+// permute on AVX-512, on AVX2 one byte shuffle of the values' f16 top bytes; TurboQuant
+// codes through its codebook, on AVX2 half of them through a table of both values of a
+// byte, and its uniform codes converted without a table; each row's codes prefetched
+// ahead), scored (on AVX-512 and AVX2 four keys per step with one transposing reduction,
+// elsewhere by the decode path's gemv, gemv_tile.h), folded into the unit's online
+// softmax, and the block's value rows decoded into the same tile and accumulated with one
+// gemv. Ranges of a pair merge in range order, so the result does not depend on the thread
+// count. Per-row factors (fp8's s, TurboQuant's key norm) multiply a key's score once;
+// value factors multiply its weight.
 //
 // TurboQuant rows are stored rotated (y = R x, R orthogonal): a key's score q.x = (R q).y,
 // so the query is rotated once per unit; values accumulate in the rotated frame and the
