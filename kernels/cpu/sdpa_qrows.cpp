@@ -199,8 +199,9 @@ KV_QR_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
                                    _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));  // a b c d per lane
     return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
-// y[m * ldy + t] = x_m . w_t, four keys per step (D % 8 == 0); M <= 2 keeps the 8
-// accumulators, 4 keys and a query vector within AVX2's 16 registers.
+// y[m * ldy + t] = x_m . w_t, four keys per step (D % 8 == 0): the M <= 3 query vectors are
+// loaded once per step and each key vector once, so 3 rows x 4 keys (a GQA group of 3) take
+// 12 accumulators, 3 queries and a key, AVX2's 16 registers, and one pass over the tile.
 template <int M>
 void dot_keys(int64_t nk, int64_t D, const float* x, const float* w, float* y, int64_t ldy) {
     int64_t t = 0;
@@ -209,11 +210,11 @@ void dot_keys(int64_t nk, int64_t D, const float* x, const float* w, float* y, i
         for (int m = 0; m < M; ++m)
             for (int k = 0; k < 4; ++k) acc[m][k] = _mm256_setzero_ps();
         for (int64_t d = 0; d < D; d += 8) {
-            __m256 kv[4];
-            for (int k = 0; k < 4; ++k) kv[k] = _mm256_loadu_ps(w + (t + k) * D + d);
-            for (int m = 0; m < M; ++m) {
-                const __m256 qv = _mm256_loadu_ps(x + m * D + d);
-                for (int k = 0; k < 4; ++k) acc[m][k] = _mm256_fmadd_ps(qv, kv[k], acc[m][k]);
+            __m256 qv[M];
+            for (int m = 0; m < M; ++m) qv[m] = _mm256_loadu_ps(x + m * D + d);
+            for (int k = 0; k < 4; ++k) {
+                const __m256 kv = _mm256_loadu_ps(w + (t + k) * D + d);
+                for (int m = 0; m < M; ++m) acc[m][k] = _mm256_fmadd_ps(qv[m], kv, acc[m][k]);
             }
         }
         for (int m = 0; m < M; ++m) _mm_storeu_ps(y + m * ldy + t, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
@@ -231,9 +232,12 @@ inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, cons
             gemv_dot<float>(int(std::min<int64_t>(4, rows - r0)), nk, D, x + r0 * D, D, tile, D, sc + r0 * kBlock, kBlock);
         return;
     }
-    for (int64_t r0 = 0; r0 < rows; r0 += 2) {
-        if (rows - r0 >= 2) dot_keys<2>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock);
-        else dot_keys<1>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock);
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+        switch (std::min<int64_t>(3, rows - r0)) {
+            case 1: dot_keys<1>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+            case 2: dot_keys<2>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+            default: dot_keys<3>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+        }
     }
 }
 // 8 codes (0..15) through a 16-entry table: two 8-entry permutes, picked by bit 3.
