@@ -240,6 +240,50 @@ inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, cons
         }
     }
 }
+// y[m * D + c] = sum_t p[m * kBlock + t] * w[t * D + c] for M rows and NV vectors of columns:
+// gemv_tile.h's axpy tile (the same products, in key order, from zero) with each weight
+// broadcast straight from memory, where the generic tile's 0 + x costs an add on the FMA
+// ports per weight and row. The weights' zero signs cannot change a sum: no accumulator that
+// starts at +0 becomes -0.
+template <int M, int NV>
+KV_QR_INLINE void axpy_tile(int64_t nk, int64_t D, const float* p, const float* w, float* y) {
+    __m256 acc[M][NV];
+    for (int m = 0; m < M; ++m)
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < nk; ++t) {
+        __m256 wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(w + t * D + 8 * v);
+        for (int m = 0; m < M; ++m) {
+            const __m256 xs = _mm256_broadcast_ss(p + m * kBlock + t);
+            for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(xs, wv[v], acc[m][v]);
+        }
+    }
+    for (int m = 0; m < M; ++m)
+        for (int v = 0; v < NV; ++v) _mm256_storeu_ps(y + m * D + 8 * v, acc[m][v]);
+}
+template <int M>
+void axpy_rows(int64_t nk, int64_t D, const float* p, const float* w, float* y) {
+    constexpr int NV = M < 3 ? 4 : 2;  // accumulators, weights and a broadcast in 16 registers
+    int64_t c = 0;
+    for (; c + 8 * NV <= D; c += 8 * NV) axpy_tile<M, NV>(nk, D, p, w + c, y + c);
+    for (; c < D; c += 8) axpy_tile<M, 1>(nk, D, p, w + c, y + c);
+}
+// tmp (rows x D) = the rows' weights (sc, rows of kBlock) times the nk value rows of the tile.
+inline void weigh_values(int64_t rows, int64_t nk, int64_t D, const float* sc, const float* tile, float* tmp) {
+    if (D % 8 != 0) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)
+            gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, sc + r0 * kBlock, kBlock, tile, D, tmp + r0 * D, D);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+        switch (std::min<int64_t>(3, rows - r0)) {
+            case 1: axpy_rows<1>(nk, D, sc + r0 * kBlock, tile, tmp + r0 * D); break;
+            case 2: axpy_rows<2>(nk, D, sc + r0 * kBlock, tile, tmp + r0 * D); break;
+            default: axpy_rows<3>(nk, D, sc + r0 * kBlock, tile, tmp + r0 * D); break;
+        }
+    }
+}
+#define KV_QR_WEIGH 1
 // 8 codes (0..15) through a 16-entry table: two 8-entry permutes, picked by bit 3.
 inline __m256 lookup16(__m256i idx, __m256 t_lo, __m256 t_hi) {
     const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
@@ -353,6 +397,13 @@ inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, cons
 inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float o, float* out) {
     nib16(p, tab, s0, o, out);
     nib16(p + 8, tab, s1, o, out + 16);
+}
+#endif
+#if !defined(KV_QR_WEIGH)
+// tmp (rows x D) = the rows' weights (sc, rows of kBlock) times the nk value rows of the tile.
+inline void weigh_values(int64_t rows, int64_t nk, int64_t D, const float* sc, const float* tile, float* tmp) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 4)
+        gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, sc + r0 * kBlock, kBlock, tile, D, tmp + r0 * D, D);
 }
 #endif
 #if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__F16C__))
@@ -622,8 +673,7 @@ void run_unit(const QCall& s, int64_t u) {
 #pragma omp simd
                 for (int64_t t = 0; t < nk; ++t) sr[t] *= w.fac[t];
             }
-        for (int64_t r0 = 0; r0 < rows; r0 += 4)
-            gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, w.sc + r0 * kBlock, kBlock, w.tile, D, w.tmp + r0 * D, D);
+        weigh_values(rows, nk, D, w.sc, w.tile, w.tmp);
 #pragma omp simd
         for (int64_t i = 0; i < rows * D; ++i) acc[i] += w.tmp[i];
     }
