@@ -4,13 +4,16 @@
 // its slots, for all R heads of the group and all n queries; units run on the kernels'
 // persistent pool (unit_pool.h). A unit walks its range in blocks of kBlock keys: the
 // block's key rows are decoded into an L2-resident f32 tile (vectorised per kernel variant:
-// fp8 through the f16 converter, FP4 codes by a 16-entry table permute times the block scale,
-// TurboQuant codes through its codebook; each row's codes prefetched ahead), scored (on
-// AVX-512 four keys per step with one transposing reduction, elsewhere by the decode path's
-// gemv, gemv_tile.h), folded into the unit's online softmax, and the block's value rows
-// decoded into the same tile and accumulated with one gemv. Ranges of a pair merge in range
-// order, so the result does not depend on the thread count. Per-row factors (fp8's s,
-// TurboQuant's key norm) multiply a key's score once; value factors multiply its weight.
+// fp8 through the f16 converter; FP4 codes by a 16-entry table times the block scale, a
+// permute on AVX-512, on AVX2 one byte shuffle of the values' f16 top bytes; TurboQuant
+// codes through its codebook, on AVX2 half of them through a table of both values of a
+// byte, and its uniform codes converted without a table; each row's codes prefetched
+// ahead), scored (on AVX-512 and AVX2 four keys per step with one transposing reduction,
+// elsewhere by the decode path's gemv, gemv_tile.h), folded into the unit's online
+// softmax, and the block's value rows decoded into the same tile and accumulated with one
+// gemv. Ranges of a pair merge in range order, so the result does not depend on the thread
+// count. Per-row factors (fp8's s, TurboQuant's key norm) multiply a key's score once;
+// value factors multiply its weight.
 //
 // TurboQuant rows are stored rotated (y = R x, R orthogonal): a key's score q.x = (R q).y,
 // so the query is rotated once per unit; values accumulate in the rotated frame and the
@@ -173,17 +176,18 @@ inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
     _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutexvar_ps(hi, t), sv));
 }
 #elif defined(__AVX2__) && defined(__F16C__)
-// fp8 through the f16 converter, as in the AVX-512 branch (8 codes per conversion).
+// fp8 through the f16 converter, as in the AVX-512 branch: a byte interleave with zeros puts
+// each code in an f16's top byte (16 codes per load, 8 per conversion).
 template <bool E5M2>
-KV_QR_INLINE __m256 fp8_8(const uint8_t* p) {
-    const __m128i c = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+KV_QR_INLINE __m256 fp8_8(__m128i c) {
     if (E5M2) return _mm256_cvtph_ps(c);
     return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(c, 1), _mm_set1_epi16(int16_t(0xbfff))));
 }
 template <bool E5M2>
 inline void fp8_16(const uint8_t* p, float* out) {
-    _mm256_storeu_ps(out, fp8_8<E5M2>(p));
-    _mm256_storeu_ps(out + 8, fp8_8<E5M2>(p + 8));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), z = _mm_setzero_si128();
+    _mm256_storeu_ps(out, fp8_8<E5M2>(_mm_unpacklo_epi8(z, b)));
+    _mm256_storeu_ps(out + 8, fp8_8<E5M2>(_mm_unpackhi_epi8(z, b)));
 }
 template <bool E5M2>
 constexpr float kFp8Unit = E5M2 ? 1.0f : 256.0f;
@@ -195,8 +199,9 @@ KV_QR_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
                                    _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(ab), _mm256_castps_pd(cd))));  // a b c d per lane
     return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
-// y[m * ldy + t] = x_m . w_t, four keys per step (D % 8 == 0); M <= 2 keeps the 8
-// accumulators, 4 keys and a query vector within AVX2's 16 registers.
+// y[m * ldy + t] = x_m . w_t, four keys per step (D % 8 == 0): the M <= 3 query vectors are
+// loaded once per step and each key vector once, so 3 rows x 4 keys (a GQA group of 3) take
+// 12 accumulators, 3 queries and a key, AVX2's 16 registers, and one pass over the tile.
 template <int M>
 void dot_keys(int64_t nk, int64_t D, const float* x, const float* w, float* y, int64_t ldy) {
     int64_t t = 0;
@@ -205,11 +210,11 @@ void dot_keys(int64_t nk, int64_t D, const float* x, const float* w, float* y, i
         for (int m = 0; m < M; ++m)
             for (int k = 0; k < 4; ++k) acc[m][k] = _mm256_setzero_ps();
         for (int64_t d = 0; d < D; d += 8) {
-            __m256 kv[4];
-            for (int k = 0; k < 4; ++k) kv[k] = _mm256_loadu_ps(w + (t + k) * D + d);
-            for (int m = 0; m < M; ++m) {
-                const __m256 qv = _mm256_loadu_ps(x + m * D + d);
-                for (int k = 0; k < 4; ++k) acc[m][k] = _mm256_fmadd_ps(qv, kv[k], acc[m][k]);
+            __m256 qv[M];
+            for (int m = 0; m < M; ++m) qv[m] = _mm256_loadu_ps(x + m * D + d);
+            for (int k = 0; k < 4; ++k) {
+                const __m256 kv = _mm256_loadu_ps(w + (t + k) * D + d);
+                for (int m = 0; m < M; ++m) acc[m][k] = _mm256_fmadd_ps(qv[m], kv, acc[m][k]);
             }
         }
         for (int m = 0; m < M; ++m) _mm_storeu_ps(y + m * ldy + t, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
@@ -227,35 +232,138 @@ inline void score_tile(int64_t rows, int64_t nk, int64_t D, const float* x, cons
             gemv_dot<float>(int(std::min<int64_t>(4, rows - r0)), nk, D, x + r0 * D, D, tile, D, sc + r0 * kBlock, kBlock);
         return;
     }
-    for (int64_t r0 = 0; r0 < rows; r0 += 2) {
-        if (rows - r0 >= 2) dot_keys<2>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock);
-        else dot_keys<1>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock);
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+        switch (std::min<int64_t>(3, rows - r0)) {
+            case 1: dot_keys<1>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+            case 2: dot_keys<2>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+            default: dot_keys<3>(nk, D, x + r0 * D, tile, sc + r0 * kBlock, kBlock); break;
+        }
     }
 }
+// y[m * D + c] = sum_t p[m * kBlock + t] * w[t * D + c] for M rows and NV vectors of columns:
+// gemv_tile.h's axpy tile (the same products, in key order, from zero) with each weight
+// broadcast straight from memory, where the generic tile's 0 + x costs an add on the FMA
+// ports per weight and row. The weights' zero signs cannot change a sum: no accumulator that
+// starts at +0 becomes -0.
+template <int M, int NV>
+KV_QR_INLINE void axpy_tile(int64_t nk, int64_t D, const float* p, const float* w, float* y) {
+    __m256 acc[M][NV];
+    for (int m = 0; m < M; ++m)
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < nk; ++t) {
+        __m256 wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = _mm256_loadu_ps(w + t * D + 8 * v);
+        for (int m = 0; m < M; ++m) {
+            const __m256 xs = _mm256_broadcast_ss(p + m * kBlock + t);
+            for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(xs, wv[v], acc[m][v]);
+        }
+    }
+    for (int m = 0; m < M; ++m)
+        for (int v = 0; v < NV; ++v) _mm256_storeu_ps(y + m * D + 8 * v, acc[m][v]);
+}
+template <int M>
+void axpy_rows(int64_t nk, int64_t D, const float* p, const float* w, float* y) {
+    constexpr int NV = M < 3 ? 4 : 2;  // accumulators, weights and a broadcast in 16 registers
+    int64_t c = 0;
+    for (; c + 8 * NV <= D; c += 8 * NV) axpy_tile<M, NV>(nk, D, p, w + c, y + c);
+    for (; c < D; c += 8) axpy_tile<M, 1>(nk, D, p, w + c, y + c);
+}
+// tmp (rows x D) = the rows' weights (sc, rows of kBlock) times the nk value rows of the tile.
+inline void weigh_values(int64_t rows, int64_t nk, int64_t D, const float* sc, const float* tile, float* tmp) {
+    if (D % 8 != 0) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)
+            gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, sc + r0 * kBlock, kBlock, tile, D, tmp + r0 * D, D);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+        switch (std::min<int64_t>(3, rows - r0)) {
+            case 1: axpy_rows<1>(nk, D, sc + r0 * kBlock, tile, tmp + r0 * D); break;
+            case 2: axpy_rows<2>(nk, D, sc + r0 * kBlock, tile, tmp + r0 * D); break;
+            default: axpy_rows<3>(nk, D, sc + r0 * kBlock, tile, tmp + r0 * D); break;
+        }
+    }
+}
+#define KV_QR_WEIGH 1
 // 8 codes (0..15) through a 16-entry table: two 8-entry permutes, picked by bit 3.
 inline __m256 lookup16(__m256i idx, __m256 t_lo, __m256 t_hi) {
     const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t_lo, idx), _mm256_permutevar8x32_ps(t_hi, idx), hi);
 }
-inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    const __m128i d = _mm_unpacklo_epi8(b, b);  // b0 b0 b1 b1 ...
-    const __m256i sh = _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0), m = _mm256_set1_epi32(15);
-    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
-    const __m256i i0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), sh), m);
-    const __m256i i1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(d, 8)), sh), m);
-    _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(i0, t_lo, t_hi), sv, ov));
-    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(lookup16(i1, t_lo, t_hi), sv, ov));
+// 8 codes of 4 bytes (low nibble first) as 32-bit lanes in element order: a broadcast load
+// and a variable shift, no shuffle (the permutes are the lookup's bottleneck port).
+KV_QR_INLINE __m256i codes8(const uint8_t* p) {
+    int32_t x;
+    std::memcpy(&x, p, 4);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                            _mm256_set1_epi32(15));
 }
-inline void split32(const uint8_t* p, const float* tab, float s, float* out) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s);
-    const __m256i m = _mm256_set1_epi32(15);
-    for (int h = 0; h < 2; ++h) {
-        const __m256i x = _mm256_cvtepu8_epi32(h == 0 ? b : _mm_srli_si128(b, 8));
-        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(lookup16(_mm256_and_si256(x, m), t_lo, t_hi), sv));
-        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(lookup16(_mm256_srli_epi32(x, 4), t_lo, t_hi), sv));
+inline void nib16(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(codes8(p), t_lo, t_hi), sv, ov));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(lookup16(codes8(p + 4), t_lo, t_hi), sv, ov));
+}
+// Codebook codes (TurboQuant keys: tab[c] * 1 + 0) of n16 runs of 16: half of each run through
+// the permutes, half through pair[byte] = both values of a byte, loads that leave the permute
+// port to the other half. pair holds the same fmadd(tab[c], 1, 0) values.
+inline void cb_nibs(const uint8_t* p, int64_t n16, const float* tab, const uint64_t* pair, float* out) {
+    const __m256 t_lo = _mm256_loadu_ps(tab), t_hi = _mm256_loadu_ps(tab + 8), one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n16; ++b, p += 8, out += 16) {
+        _mm256_storeu_ps(out, _mm256_fmadd_ps(lookup16(codes8(p), t_lo, t_hi), one, zero));
+        const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[4]));
+        const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[5]));
+        const __m128i d = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[6]));
+        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair + p[7]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8), _mm_unpacklo_epi64(a, c));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 12), _mm_unpacklo_epi64(d, e));
     }
+}
+#define KV_QR_PAIRS 1
+// Codes that are their own value (tab[c] = c, TurboQuant's uniform values): c * s + o
+// converted, no lookup.
+inline void unib16(const uint8_t* p, const float*, float s, float o, float* out) {
+    const __m256 sv = _mm256_set1_ps(s), ov = _mm256_set1_ps(o);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8(p)), sv, ov));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8(p + 4)), sv, ov));
+}
+// E2M1 (FP4) codes: every value is an f16 with a zero low byte, so the 16 top bytes fit one
+// register; a byte shuffle looks 16 codes up at once and an interleave with zeros makes the
+// f16s for the converter. The same values as the f32 table, so the same products.
+KV_QR_INLINE __m128i e2m1_f16_top(__m128i codes) {
+    return _mm_shuffle_epi8(_mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc), char(0xbe),
+                                          char(0xc0), char(0xc2), char(0xc4), char(0xc6)),
+                            codes);
+}
+// 16 E2M1 values in element order from their f16 top bytes: 16 floats, times s (plus o: NVFP4
+// keeps the fmadd its other variants use, so -0 * s + 0 stays +0).
+KV_QR_INLINE void e2m1_store16(__m128i top, __m256 sv, float* out) {
+    const __m128i z = _mm_setzero_si128();
+    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, top)), sv));
+    _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, top)), sv));
+}
+KV_QR_INLINE void e2m1_fma16(__m128i top, __m256 sv, float* out) {
+    const __m128i z = _mm_setzero_si128();
+    const __m256 zero = _mm256_setzero_ps();
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, top)), sv, zero));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, top)), sv, zero));
+}
+// NVFP4: 16 bytes = two blocks of 16 elements, element 2j the low nibble of byte j.
+inline void fp4_nib32(const uint8_t* p, const float*, float s0, float s1, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    e2m1_fma16(e2m1_f16_top(_mm_unpacklo_epi8(lo, hi)), _mm256_set1_ps(s0), out);
+    e2m1_fma16(e2m1_f16_top(_mm_unpackhi_epi8(lo, hi)), _mm256_set1_ps(s1), out + 16);
+}
+inline void fp4_nib16(const uint8_t* p, const float*, float s, float* out) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    e2m1_fma16(e2m1_f16_top(_mm_unpacklo_epi8(lo, hi)), _mm256_set1_ps(s), out);
+}
+// MXFP4: element j the low and j + 16 the high nibble of byte j, so no interleave.
+inline void split32(const uint8_t* p, const float*, float s, float* out) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(15);
+    const __m256 sv = _mm256_set1_ps(s);
+    e2m1_store16(e2m1_f16_top(_mm_and_si128(b, m)), sv, out);
+    e2m1_store16(e2m1_f16_top(_mm_and_si128(_mm_srli_epi16(b, 4), m)), sv, out + 16);
 }
 #else
 // The baseline variant: plain loops.
@@ -291,6 +399,25 @@ inline void nib32(const uint8_t* p, const float* tab, float s0, float s1, float 
     nib16(p + 8, tab, s1, o, out + 16);
 }
 #endif
+#if !defined(KV_QR_WEIGH)
+// tmp (rows x D) = the rows' weights (sc, rows of kBlock) times the nk value rows of the tile.
+inline void weigh_values(int64_t rows, int64_t nk, int64_t D, const float* sc, const float* tile, float* tmp) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 4)
+        gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, sc + r0 * kBlock, kBlock, tile, D, tmp + r0 * D, D);
+}
+#endif
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__F16C__))
+// Elsewhere FP4 and uniform codes take the table lookup (tab holds E2M1 values or the codes).
+inline void fp4_nib32(const uint8_t* p, const float* tab, float s0, float s1, float* out) { nib32(p, tab, s0, s1, 0.0f, out); }
+inline void fp4_nib16(const uint8_t* p, const float* tab, float s, float* out) { nib16(p, tab, s, 0.0f, out); }
+inline void unib16(const uint8_t* p, const float* tab, float s, float o, float* out) { nib16(p, tab, s, o, out); }
+inline void unib32(const uint8_t* p, const float* tab, float s, float o, float* out) { nib32(p, tab, s, s, o, out); }
+#else
+inline void unib32(const uint8_t* p, const float* tab, float s, float o, float* out) {
+    unib16(p, tab, s, o, out);
+    unib16(p + 8, tab, s, o, out + 16);
+}
+#endif
 
 // Decodes one stored row of D elements into out (the rotated frame for TurboQuant); returns
 // the factor its dot products take (1 where the decoded values already carry every scale).
@@ -300,12 +427,22 @@ struct RowDecoder {
     int bits = 0;
     float tab[16] = {};  // FP4: E2M1 values; TQK: the codebook; TQV: the codes 0..15
     float e4m3[256] = {};  // NVFP4: every E4M3 block scale, so a block's scale is one load
+#if defined(KV_QR_PAIRS)
+    uint64_t pair[256] = {};  // TQK4 on AVX2: fmadd(tab[lo], 1, 0), fmadd(tab[hi], 1, 0) of each byte
+#endif
 
     RowDecoder(QuantFormat fmt, int64_t d, const float* levels) : f(fmt), D(d), bits(tq_bits(fmt)) {
         for (int i = 0; i < 16; ++i)
             tab[i] = f == QuantFormat::NVFP4 || f == QuantFormat::MXFP4 ? e2m1_to_f32(uint8_t(i)) : tq_codebook(f) ? levels[i] : float(i);
         if (f == QuantFormat::NVFP4)
             for (int i = 0; i < 256; ++i) e4m3[i] = fp8_scalar<false>(uint8_t(i));
+#if defined(KV_QR_PAIRS)
+        if (tq_codebook(f) && bits == 4)
+            for (int i = 0; i < 256; ++i) {
+                const float two[2] = {std::fma(tab[i & 15], 1.0f, 0.0f), std::fma(tab[i >> 4], 1.0f, 0.0f)};
+                std::memcpy(&pair[i], two, 8);
+            }
+#endif
     }
 
     // One row of each kind; decode_rows picks the kind once per block of rows, so each loop
@@ -321,8 +458,8 @@ struct RowDecoder {
         const float sg = get_f32(r + D / 2 + D / 16);
         const uint8_t* sc = r + D / 2;
         int64_t b = 0;
-        for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, e4m3[sc[b]] * sg, e4m3[sc[b + 1]] * sg, 0.0f, out + b * 16);
-        if (b < D / 16) nib16(r + b * 8, tab, e4m3[sc[b]] * sg, 0.0f, out + b * 16);
+        for (; b + 2 <= D / 16; b += 2) fp4_nib32(r + b * 8, tab, e4m3[sc[b]] * sg, e4m3[sc[b + 1]] * sg, out + b * 16);
+        if (b < D / 16) fp4_nib16(r + b * 8, tab, e4m3[sc[b]] * sg, out + b * 16);
         return 1.0f;
     }
     KV_QR_INLINE float mxfp4_row(const uint8_t* r, float* out) const {
@@ -335,11 +472,21 @@ struct RowDecoder {
         for (; b + 2 <= D / 16; b += 2) nib32(r + b * 8, tab, s, s, o, out + b * 16);
         if (b < D / 16) nib16(r + b * 8, tab, s, o, out + b * 16);
     }
+    // The same where tab[code] = code (uniform values).
+    KV_QR_INLINE void unib_row(const uint8_t* r, float s, float o, float* out) const {
+        int64_t b = 0;
+        for (; b + 2 <= D / 16; b += 2) unib32(r + b * 8, tab, s, o, out + b * 16);
+        if (b < D / 16) unib16(r + b * 8, tab, s, o, out + b * 16);
+    }
     KV_QR_INLINE float tq_row(const uint8_t* r, float* out) const {
         const int64_t payload = (D * bits + 7) / 8;
         if (tq_codebook(f)) {  // levels[code] * g
             if (bits == 4) {
+#if defined(KV_QR_PAIRS)
+                cb_nibs(r, D / 16, tab, pair, out);
+#else
                 nib_row(r, 1.0f, 0.0f, out);
+#endif
             } else {
                 for (int64_t i = 0; i < D; ++i) out[i] = tab[tq_get_code(r, i, bits)];
             }
@@ -347,7 +494,7 @@ struct RowDecoder {
         }
         const float lo = get_f32(r + payload), s = get_f32(r + payload + 4);  // lo + code * s
         if (bits == 4) {
-            nib_row(r, s, lo, out);
+            unib_row(r, s, lo, out);
         } else if (bits == 8) {
 #pragma omp simd
             for (int64_t i = 0; i < D; ++i) out[i] = lo + float(r[i]) * s;
@@ -526,8 +673,7 @@ void run_unit(const QCall& s, int64_t u) {
 #pragma omp simd
                 for (int64_t t = 0; t < nk; ++t) sr[t] *= w.fac[t];
             }
-        for (int64_t r0 = 0; r0 < rows; r0 += 4)
-            gemv_axpy<float>(int(std::min<int64_t>(4, rows - r0)), D, nk, w.sc + r0 * kBlock, kBlock, w.tile, D, w.tmp + r0 * D, D);
+        weigh_values(rows, nk, D, w.sc, w.tile, w.tmp);
 #pragma omp simd
         for (int64_t i = 0; i < rows * D; ++i) acc[i] += w.tmp[i];
     }
