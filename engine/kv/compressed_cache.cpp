@@ -123,6 +123,15 @@ int64_t CompressedCache::kept_total(int l) const {
     return int64_t(std::count_if(pos.begin(), pos.end(), [](int32_t p) { return p != kUnusedSlotPosition; }));
 }
 
+std::vector<int64_t> CompressedCache::kept_rows(int l) const {
+    const CompressedLayer& c = layers_[size_t(l)];
+    const int64_t rows = c.K.size(0) * c.K.size(1), width = c.K.size(2);
+    std::vector<int64_t> out((size_t)rows, 0);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < width; ++i) out[size_t(r)] += c.positions[size_t(r * width + i)] != kUnusedSlotPosition ? 1 : 0;
+    return out;
+}
+
 size_t CompressedCache::kept_bytes() const {
     size_t b = 0;
     for (const CompressedLayer& c : layers_) b += c.K.nbytes() + c.V.nbytes();
@@ -255,22 +264,24 @@ std::vector<int32_t> positional_keep(const KVCacheConfig& cfg, int layer, int64_
     return out;
 }
 
-// The slots of the threshold budget: per row those whose score is >= t, or one set for all rows
-// by the mean score over rows; rows padded to the longest with -1 (unused). Returns (rows,
-// width) slot indices and sets width.
-std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t T, double t, bool per_row,
-                                     int64_t& width) {
+// The slots of the threshold budget: per row those whose score is >= t or whose position is
+// among the last `window` (slot j holds position j), or one set for all rows by the mean score
+// over rows; rows padded to the longest with -1 (unused). Returns (rows, width) slot indices and
+// sets width.
+std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t T, double t, int64_t window,
+                                     bool per_row, int64_t& width) {
     std::vector<std::vector<int32_t>> kept((size_t)rows);
+    const int64_t recent = T - window;  // positions >= recent are protected
     if (per_row) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < T; ++j)
-                if (double(scores[size_t(r * L + j)]) >= t) kept[size_t(r)].push_back(int32_t(j));
+                if (j >= recent || double(scores[size_t(r * L + j)]) >= t) kept[size_t(r)].push_back(int32_t(j));
     } else {
         std::vector<int32_t> k;
         for (int64_t j = 0; j < T; ++j) {
             double m = 0;
             for (int64_t r = 0; r < rows; ++r) m += double(scores[size_t(r * L + j)]);
-            if (m / double(rows) >= t) k.push_back(int32_t(j));
+            if (j >= recent || m / double(rows) >= t) k.push_back(int32_t(j));
         }
         kept.assign((size_t)rows, k);
     }
@@ -283,7 +294,8 @@ std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t r
 
 // compress_cache and compress_cache_threshold: `keep` slots per row, or (threshold set) the
 // slots scoring at least *threshold.
-CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, const double* threshold, int64_t rope_width) {
+CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, const double* threshold, int64_t rope_width,
+                              int64_t window) {
     const std::string policy = cfg.policy();
     const PolicyInfo* info = find_policy(policy);
     std::vector<CompressedLayer> layers;
@@ -324,7 +336,7 @@ CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t 
                     throw Error(str("--kv_cache.score_threshold: policy '", policy, "' has no score for some slots of layer ", l,
                                     " (NaN); expected a policy that scores every slot"));
             int64_t width = 0;
-            const std::vector<int32_t> picked = threshold_slots(scores, B * G, L, T, *threshold, p.per_row_positions(), width);
+            const std::vector<int32_t> picked = threshold_slots(scores, B * G, L, T, *threshold, window, p.per_row_positions(), width);
             for (int64_t r = 0; r < B * G; ++r)
                 for (int64_t i = 0; i < width; ++i) {
                     const int32_t j = picked[size_t(r * width + i)];
@@ -384,11 +396,12 @@ CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t 
 }  // namespace
 
 CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
-    return compress_impl(cache, cfg, keep, nullptr, rope_width);
+    return compress_impl(cache, cfg, keep, nullptr, rope_width, 0);
 }
 
-CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width) {
-    return compress_impl(cache, cfg, 0, &threshold, rope_width);
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width, int64_t window) {
+    if (window < 0) throw Error(str("--kv_cache.threshold_window: ", window, "; expected 0 or more recent context positions to protect"));
+    return compress_impl(cache, cfg, 0, &threshold, rope_width, window);
 }
 
 void save_compressed_cache(const CompressedCache& cache, const std::vector<int32_t>& context, const std::string& path) {

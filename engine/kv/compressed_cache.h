@@ -76,6 +76,8 @@ class CompressedCache final : public LayerAttention {
     int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row (the longest row)
     // Kept context slots of layer l summed over its (b, g) rows, unused slots not counted.
     int64_t kept_total(int l) const;
+    // Kept context slots of layer l per (b, g) row (a score threshold's count per head).
+    std::vector<int64_t> kept_rows(int l) const;
     int64_t appended(int l) const { return appended_[size_t(l)]; }
     // Exact bytes of the kept K/V of all layers (physical: every row as long as the longest).
     size_t kept_bytes() const;
@@ -131,9 +133,12 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
 // The threshold budget (DMS's kind of budget, a rule of the protocol, not a policy): keeps the
 // slots whose score is >= threshold, per (b, g) row for policies whose positions are per head
 // (each row its own count; the layer stores the longest row, the others padded with unused
-// slots), else one set per layer by the score's mean over the rows. A layer may keep none.
+// slots), else one set per layer by the score's mean over the rows. The last `window` context
+// positions are kept whatever their score (DMS's protected recent window), so a layer keeps at
+// least min(window, T) slots per row; with window 0 a layer may keep none.
 // Throws kv::Error naming the policy when it has no scores (position-only policies) or when it
-// cannot compress once (as compress_cache).
-CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width = 0);
+// cannot compress once (as compress_cache), and for window < 0.
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width = 0,
+                                         int64_t window = 0);
 
 }  // namespace kv

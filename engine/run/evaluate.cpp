@@ -238,7 +238,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                                 loaded->rope_width(), ", these questions (", cfg.data.turns, ") reach ", width),
                             "expected a file saved by a run asking the same questions the same way");
             CompressedCache cc = loaded ? std::move(*loaded)
-                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold,
+                                                           cfg.protocol.threshold_window);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
             cc.set_decode_ratio(cfg.protocol.decode_ratio);
@@ -259,7 +260,11 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             sum.context_tokens = split;
             sum.kept_slots.clear();
             sum.kept_total_slots.clear();
-            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
+            sum.kept_row_slots.clear();
+            for (int l = 0; l < cc.num_layers(); ++l) {
+                sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
+                sum.kept_row_slots.push_back(cc.kept_rows(l));
+            }
             policy_phase.reset();
             // Every question of the context, as --data.turns asks them, a result of its own.
             std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
