@@ -257,7 +257,8 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (s.generated_tokens >= 0)
         text << " | greedy answers: " << s.generated_tokens << " tokens on average, RULER score " << s.generated_score;
     if (!s.decode_final_slots.empty())
-        text << " | decoding budget " << cfg.protocol.decode_ratio << ": " << s.decoded_tokens << " tokens decoded, "
+        text << " | decoding " << (cfg.protocol.threshold_decode ? str("threshold ", cfg.protocol.score_threshold) : str("budget ", cfg.protocol.decode_ratio))
+             << ": " << s.decoded_tokens << " tokens decoded, "
              << s.decode_final_slots.front() << " slots held after the last (layer 0)";
     if (s.questions_per_context > 1) {
         text << " | " << s.questions_per_context << " questions per context ("

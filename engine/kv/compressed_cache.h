@@ -59,6 +59,17 @@ class CompressedCache final : public LayerAttention {
     // an attention-scored policy accumulates, H2O's rule), so slots the question and the
     // generated tokens attend to stay. Throws kv::Error for every < 0 or without a budget.
     void set_decode_rescore(int64_t every);
+    // DMS's decoding (kvpress' DMSPress with decoding on), for a cache compressed by a score
+    // threshold: while the question and answer are fed (one token per forward), after each
+    // attend() every context slot whose position has left the last `window` positions seen and
+    // whose score (the one the threshold was applied to) is below `threshold` is evicted, per
+    // (b, g) row; rows stay padded to the longest with unused slots. The slots kept by score
+    // stay (their scores do not change), the tokens fed are never evicted. Throws kv::Error when
+    // the cache holds no scores, with a decoding ratio, or for window < 0.
+    void set_decode_threshold(double threshold, int64_t window);
+    bool decode_threshold() const { return threshold_decode_; }
+    // A question is fed one token per forward, as decoding feeds it (a decoding budget of either kind).
+    bool decodes_per_token() const { return decode_ratio_ > 0.0 || threshold_decode_; }
     int64_t decode_rescore_every() const { return rescore_every_; }
     // (rows, context_slots(l)) the context slots' scores now (the compression's, plus what
     // re-scoring added), in the order of positions_now(l).
@@ -108,6 +119,11 @@ class CompressedCache final : public LayerAttention {
     std::vector<std::vector<float>> pending_;
     std::vector<int64_t> rescored_at_;
     void evict_to_budget(int layer);
+    // The decoding threshold: whether it is on, its threshold and protected window.
+    bool threshold_decode_ = false;
+    double decode_threshold_ = 0.0;
+    int64_t decode_window_ = 0;
+    void evict_below_threshold(int layer);
 };
 
 // Saves the cache's kept state (compressed_cache_codec.h: kept K/V, positions, the policy's

@@ -69,7 +69,7 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     };
     Tensor logits;
     std::vector<float> z;
-    if (cache.decode_ratio() > 0.0) {
+    if (cache.decodes_per_token()) {
         for (int64_t t = 0; t < n; ++t) {
             const std::vector<float> zt = forward(t, 1).to_f32_vector();
             z.insert(z.end(), zt.begin(), zt.end());
@@ -117,7 +117,7 @@ std::vector<int32_t> generate_compressed(Transformer& model, CompressedCache& ca
         return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
     };
     int32_t next = -1;
-    if (cache.decode_ratio() > 0.0)
+    if (cache.decodes_per_token())
         for (int32_t id : prompt) next = feed({id});
     else
         next = feed(prompt);

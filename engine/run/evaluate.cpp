@@ -243,6 +243,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
             cc.set_decode_ratio(cfg.protocol.decode_ratio);
+            if (cfg.protocol.threshold_decode) cc.set_decode_threshold(*score_threshold(cfg.protocol), cfg.protocol.threshold_window);
             cc.set_decode_rescore(cfg.protocol.decode_rescore_every);
             const int64_t nq = int64_t(questions.size());
             sum.questions_per_context = nq;
@@ -275,7 +276,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 const TurnAnswer& ta = answers[size_t(j)];
                 const AskResult& a = ta.asked;
                 const int64_t fed = int64_t(ta.transcript.size() + q.ids.size());  // tokens fed after the context
-                if (cfg.protocol.decode_ratio > 0.0) {
+                if (cfg.protocol.decode_ratio > 0.0 || cfg.protocol.threshold_decode) {
                     // The decoding budget's outcome: the tokens decoded under it (a turn's transcript
                     // again) and the slots held after the last question's teacher-forced pass.
                     sum.decoded_tokens += fed;

@@ -4,7 +4,8 @@
 // here in f64 from the definition: for knorm the score is -||k|| of the cached key (kvpress's
 // KnormPress), recomputed from the cache's K; for attention scorers the rule is applied to the
 // policy's own scores. The per-row counts the run reports (kept_rows) equal the reference's,
-// the questions appended after the compressed context are never evicted, a window covering the
+// the questions appended after the compressed context are never evicted (and with DMS's decoding
+// the window's low scorers go as they leave it), a window covering the
 // context keeps it all, and a bad window is refused with one message naming the option.
 #include <gtest/gtest.h>
 
@@ -231,6 +232,73 @@ TEST(DmsThreshold, ABadWindowIsRefusedNamingTheOption) {
     chunked.protocol.name = "chunked";
     chunked.kv_cache.cache_length = 64;
     EXPECT_NE(first(chunked).find("threshold_window"), std::string::npos) << first(chunked);
+}
+
+// DMS's decoding: fed one token per forward, each context slot that leaves the last w positions
+// seen and scores below t goes; after a question of n >= w tokens the context keeps exactly the
+// slots scoring >= t (knorm's -||k|| in f64), every question token stays, and the layer's rows
+// are padded to the longest again.
+TEST(DmsThreshold, DecodingEvictsTheWindowsLowScorersAsTheyLeaveIt) {
+    const int64_t T = 40, w = 8, n = 12;
+    const std::vector<int32_t> ctx = random_tokens(T, 121), q = random_tokens(n, 122);
+    ContextRun run = run_context("knorm-default", ctx);
+    const double t = threshold_between(knorm_reference(*run.cache, 0, T));
+    CompressedCache cc = compress_cache_threshold(*run.cache, run.kc, t, 0, w);
+    cc.set_decode_threshold(t, w);
+    ASSERT_TRUE(cc.decodes_per_token());
+    std::vector<int32_t> targets(q.begin() + 1, q.end());
+    targets.push_back(-100);
+    ask_compressed(tiny().model, cc, q, targets, false);
+    int64_t dropped = 0;
+    for (int l = 0; l < cc.num_layers(); ++l) {
+        const std::vector<double> s = knorm_reference(*run.cache, l, T);
+        const int64_t rows = T > 0 ? int64_t(s.size()) / T : 0;
+        const std::vector<int32_t>& pos = cc.positions_now(l);
+        const int64_t width = int64_t(pos.size()) / rows, ctx_slots = cc.context_slots(l);
+        ASSERT_EQ(width, ctx_slots + n);
+        int64_t longest = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            std::vector<int32_t> expect, got;
+            for (int64_t j = 0; j < T; ++j)
+                if (s[size_t(r * T + j)] >= t) expect.push_back(int32_t(j));
+            for (int64_t j = T - w; j < T; ++j) dropped += s[size_t(r * T + j)] < t ? 1 : 0;
+            longest = std::max(longest, int64_t(expect.size()));
+            for (int64_t i = 0; i < ctx_slots; ++i) {
+                const int32_t p = pos[size_t(r * width + i)];
+                if (p != kUnusedSlotPosition) got.push_back(p);
+                else
+                    for (int64_t k = i; k < ctx_slots; ++k) EXPECT_EQ(pos[size_t(r * width + k)], kUnusedSlotPosition);
+                if (p == kUnusedSlotPosition) break;
+            }
+            EXPECT_EQ(got, expect) << "layer " << l << " row " << r;
+            for (int64_t i = 0; i < n; ++i) EXPECT_EQ(pos[size_t(r * width + ctx_slots + i)], int32_t(T + i)) << "layer " << l << " row " << r;
+        }
+        EXPECT_EQ(ctx_slots, longest) << "layer " << l;
+    }
+    EXPECT_GT(dropped, 0) << "the test should exercise slots the window kept at compression and decoding evicted";
+    // rewind() brings the compression's context back (each question starts from it).
+    cc.rewind();
+    for (int l = 0; l < cc.num_layers(); ++l) EXPECT_EQ(cc.positions_now(l), cc.layer(l).positions);
+    // Two budgets at once, or no scores, are refused by name.
+    CompressedCache both = compress_cache_threshold(*run.cache, run.kc, t, 0, w);
+    both.set_decode_threshold(t, w);
+    try {
+        both.set_decode_ratio(0.5);
+        FAIL() << "a ratio with a decoding threshold";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--kv_cache.decode_ratio: a decoding ratio and --kv_cache.threshold_decode"), std::string::npos)
+            << e.what();
+    }
+    RunConfig c;
+    c.data.name = "niah_single";
+    c.kv_cache.name = "knorm-default";
+    c.protocol.name = "compress-then-ask";
+    set_run_option(c, "kv_cache.threshold_decode", "true");
+    const std::vector<std::string> p = run_config_problems(c);
+    ASSERT_FALSE(p.empty());
+    EXPECT_NE(p.front().find("--kv_cache.threshold_decode: evicts below a score threshold while decoding; expected --kv_cache.score_threshold"),
+              std::string::npos)
+        << p.front();
 }
 
 }  // namespace
