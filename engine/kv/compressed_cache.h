@@ -24,7 +24,8 @@ struct CompressedLayer {
     // keeps a count per row: shorter rows end in unused slots (kUnusedSlotPosition, masked).
     std::vector<int32_t> positions;
     // (B * G, kept) the policy's score of each kept slot when it was compressed (the policy's
-    // state the choice was made from); empty for policies that choose by position alone.
+    // state the choice was made from; a threshold over one set per layer stores the mean over
+    // rows it was applied to); empty for policies that choose by position alone.
     std::vector<float> scores;
     Tensor K, V;  // (B, G, kept, D) in the cache's activation dtype
 };
