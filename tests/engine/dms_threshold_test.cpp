@@ -235,47 +235,60 @@ TEST(DmsThreshold, ABadWindowIsRefusedNamingTheOption) {
 }
 
 // DMS's decoding: fed one token per forward, each context slot that leaves the last w positions
-// seen and scores below t goes; after a question of n >= w tokens the context keeps exactly the
-// slots scoring >= t (knorm's -||k|| in f64), every question token stays, and the layer's rows
-// are padded to the longest again.
+// seen and scores below t goes. After a question of n tokens the context keeps exactly the slots
+// scoring >= t (knorm's -||k|| in f64) plus those still among the last w of the T + n seen (n = 5:
+// some of the window left, some not; n = 12: all of it left), every question token stays, and
+// the layer's rows are padded to the longest again.
 TEST(DmsThreshold, DecodingEvictsTheWindowsLowScorersAsTheyLeaveIt) {
-    const int64_t T = 40, w = 8, n = 12;
-    const std::vector<int32_t> ctx = random_tokens(T, 121), q = random_tokens(n, 122);
+    const int64_t T = 40, w = 8;
+    const std::vector<int32_t> ctx = random_tokens(T, 121);
     ContextRun run = run_context("knorm-default", ctx);
     const double t = threshold_between(knorm_reference(*run.cache, 0, T));
     CompressedCache cc = compress_cache_threshold(*run.cache, run.kc, t, 0, w);
     cc.set_decode_threshold(t, w);
     ASSERT_TRUE(cc.decodes_per_token());
-    std::vector<int32_t> targets(q.begin() + 1, q.end());
-    targets.push_back(-100);
-    ask_compressed(tiny().model, cc, q, targets, false);
-    int64_t dropped = 0;
-    for (int l = 0; l < cc.num_layers(); ++l) {
-        const std::vector<double> s = knorm_reference(*run.cache, l, T);
-        const int64_t rows = T > 0 ? int64_t(s.size()) / T : 0;
-        const std::vector<int32_t>& pos = cc.positions_now(l);
-        const int64_t width = int64_t(pos.size()) / rows, ctx_slots = cc.context_slots(l);
-        ASSERT_EQ(width, ctx_slots + n);
-        int64_t longest = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-            std::vector<int32_t> expect, got;
-            for (int64_t j = 0; j < T; ++j)
-                if (s[size_t(r * T + j)] >= t) expect.push_back(int32_t(j));
-            for (int64_t j = T - w; j < T; ++j) dropped += s[size_t(r * T + j)] < t ? 1 : 0;
-            longest = std::max(longest, int64_t(expect.size()));
-            for (int64_t i = 0; i < ctx_slots; ++i) {
-                const int32_t p = pos[size_t(r * width + i)];
-                if (p != kUnusedSlotPosition) got.push_back(p);
-                else
-                    for (int64_t k = i; k < ctx_slots; ++k) EXPECT_EQ(pos[size_t(r * width + k)], kUnusedSlotPosition);
-                if (p == kUnusedSlotPosition) break;
+    for (const int64_t n : {5, 12}) {
+        SCOPED_TRACE(n);
+        const std::vector<int32_t> q = random_tokens(n, 122);
+        std::vector<int32_t> targets(q.begin() + 1, q.end());
+        targets.push_back(-100);
+        ask_compressed(tiny().model, cc, q, targets, false);
+        int64_t dropped = 0, protected_low = 0;
+        for (int l = 0; l < cc.num_layers(); ++l) {
+            const std::vector<double> s = knorm_reference(*run.cache, l, T);
+            const int64_t rows = int64_t(s.size()) / T;
+            const std::vector<int32_t>& pos = cc.positions_now(l);
+            const int64_t width = int64_t(pos.size()) / rows, ctx_slots = cc.context_slots(l);
+            ASSERT_EQ(width, ctx_slots + n);
+            int64_t longest = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                std::vector<int32_t> expect, got;
+                for (int64_t j = 0; j < T; ++j) {
+                    const bool scored = s[size_t(r * T + j)] >= t, recent = j >= T + n - w;
+                    if (scored || recent) expect.push_back(int32_t(j));
+                    dropped += j >= T - w && !recent && !scored ? 1 : 0;
+                    protected_low += recent && !scored ? 1 : 0;
+                }
+                longest = std::max(longest, int64_t(expect.size()));
+                for (int64_t i = 0; i < ctx_slots; ++i) {
+                    const int32_t p = pos[size_t(r * width + i)];
+                    if (p == kUnusedSlotPosition) {
+                        for (int64_t k = i; k < ctx_slots; ++k) EXPECT_EQ(pos[size_t(r * width + k)], kUnusedSlotPosition);
+                        break;
+                    }
+                    got.push_back(p);
+                }
+                EXPECT_EQ(got, expect) << "layer " << l << " row " << r;
+                for (int64_t i = 0; i < n; ++i)
+                    EXPECT_EQ(pos[size_t(r * width + ctx_slots + i)], int32_t(T + i)) << "layer " << l << " row " << r;
             }
-            EXPECT_EQ(got, expect) << "layer " << l << " row " << r;
-            for (int64_t i = 0; i < n; ++i) EXPECT_EQ(pos[size_t(r * width + ctx_slots + i)], int32_t(T + i)) << "layer " << l << " row " << r;
+            EXPECT_EQ(ctx_slots, longest) << "layer " << l;
         }
-        EXPECT_EQ(ctx_slots, longest) << "layer " << l;
+        EXPECT_GT(dropped, 0) << "the test should exercise slots the window kept at compression and decoding evicted";
+        if (n < w) {
+            EXPECT_GT(protected_low, 0) << "the test should exercise low-scoring slots still inside the window";
+        }
     }
-    EXPECT_GT(dropped, 0) << "the test should exercise slots the window kept at compression and decoding evicted";
     // rewind() brings the compression's context back (each question starts from it).
     cc.rewind();
     for (int l = 0; l < cc.num_layers(); ++l) EXPECT_EQ(cc.positions_now(l), cc.layer(l).positions);
