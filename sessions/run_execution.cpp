@@ -179,6 +179,9 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             for (int64_t k : s.kept_total_slots) kept += k;
             const double rows = double(s.kept_total_slots.size()) * double(lm.config.num_kv_heads);
             j["kept_fraction"] = rows > 0 && s.context_tokens > 0 ? double(kept) / (rows * double(s.context_tokens)) : 0.0;
+            // Per layer, each (b, g) row's own count: the threshold's outcome per head.
+            j["kept_row_slots"] = s.kept_row_slots;
+            j["threshold_window"] = cfg.protocol.threshold_window;
         }
         if (!s.decode_final_slots.empty()) {
             j["decoded_tokens"] = s.decoded_tokens;
@@ -249,12 +252,13 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
     if (!s.kept_slots.empty())
         text << " | compressed once: " << s.kept_slots.front() << " of " << s.context_tokens << " context slots kept (layer 0)";
     if (j.contains("kept_fraction"))
-        text << " | score threshold " << cfg.protocol.score_threshold << ": " << j["kept_fraction"].get<double>()
-             << " of the context kept (mean over layers and heads)";
+        text << " | score threshold " << cfg.protocol.score_threshold << " (last " << cfg.protocol.threshold_window
+             << " positions protected): " << j["kept_fraction"].get<double>() << " of the context kept (mean over layers and heads)";
     if (s.generated_tokens >= 0)
         text << " | greedy answers: " << s.generated_tokens << " tokens on average, RULER score " << s.generated_score;
     if (!s.decode_final_slots.empty())
-        text << " | decoding budget " << cfg.protocol.decode_ratio << ": " << s.decoded_tokens << " tokens decoded, "
+        text << " | decoding " << (cfg.protocol.threshold_decode ? str("threshold ", cfg.protocol.score_threshold) : str("budget ", cfg.protocol.decode_ratio))
+             << ": " << s.decoded_tokens << " tokens decoded, "
              << s.decode_final_slots.front() << " slots held after the last (layer 0)";
     if (s.questions_per_context > 1) {
         text << " | " << s.questions_per_context << " questions per context ("

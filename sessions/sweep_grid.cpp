@@ -189,6 +189,8 @@ std::vector<SweepCell> expand_sweep(const SweepSpec& spec) {
                 b.cfg.protocol.decode_ratio = 0.0;
                 b.cfg.protocol.decode_rescore_every = 0;
                 b.cfg.protocol.score_threshold.clear();
+                b.cfg.protocol.threshold_window = 0;
+                b.cfg.protocol.threshold_decode = false;
             }
             try {
                 b.finish();

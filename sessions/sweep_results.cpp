@@ -277,14 +277,16 @@ std::string format_sweep_leaderboard(const SweepTable& t) {
         return it == t.columns.end() ? -1 : int(it - t.columns.begin());
     };
     const int mcol = col("kv_cache.name");
-    // The size axis: the chunked protocol's kept ratio or cache length, or compress-then-ask's
-    // compression ratio (kvpress's leaderboard columns).
+    // The size axis: the chunked protocol's kept ratio or cache length, compress-then-ask's
+    // compression ratio (kvpress's leaderboard columns), or its score threshold (kvpress sweeps
+    // DMS and KVzap by threshold; the kept size is then an outcome, not a column).
     int rcol = col("kv_cache.ratio");
     if (rcol < 0) rcol = col("kv_cache.compression_ratio");
     if (rcol < 0) rcol = col("kv_cache.cache_length");
+    if (rcol < 0) rcol = col("kv_cache.score_threshold");
     if (mcol < 0 || rcol < 0)
         throw Error("--format leaderboard: the sweep has no kv_cache.name or cache-size axis; expected a sweep over --kv_cache.name and "
-                    "--kv_cache.ratio (or --kv_cache.compression_ratio, --kv_cache.cache_length)");
+                    "--kv_cache.ratio (or --kv_cache.compression_ratio, --kv_cache.cache_length, --kv_cache.score_threshold)");
     // (method, size) -> task -> value; a task is every other column's value.
     std::vector<std::string> methods, sizes;
     std::map<std::string, std::map<std::string, std::map<std::string, double>>> at;
@@ -308,12 +310,16 @@ std::string format_sweep_leaderboard(const SweepTable& t) {
     }
     std::sort(sizes.begin(), sizes.end(), [](const std::string& a, const std::string& b) { return std::atof(a.c_str()) < std::atof(b.c_str()); });
     const bool ratio = t.columns[size_t(rcol)] == "kv_cache.ratio", compression = t.columns[size_t(rcol)] == "kv_cache.compression_ratio";
+    const bool threshold = t.columns[size_t(rcol)] == "kv_cache.score_threshold";
     std::ostringstream os;
     os << t.metric << ": mean +- standard error over tasks (n = tasks), " << tasks.size() << " task" << (tasks.size() == 1 ? "" : "s");
     if (ratio) os << "; columns: kv_cache.ratio, the kept fraction of each sequence (kvpress's compression ratio is 1 - it)";
     if (compression) os << "; columns: kv_cache.compression_ratio r, the fraction of each context dropped (floor((1 - r) T) kept)";
+    if (threshold)
+        os << "; columns: kv_cache.score_threshold t, each method as dms over its scores (the context slots scoring >= t kept, "
+              "the kept size an outcome)";
     os << "\n\n| method |";
-    for (const auto& z : sizes) os << " " << (ratio ? "kept " : compression ? "r = " : "L = ") << z << " |";
+    for (const auto& z : sizes) os << " " << (ratio ? "kept " : compression ? "r = " : threshold ? "t = " : "L = ") << z << " |";
     os << "\n|---|";
     for (size_t i = 0; i < sizes.size(); ++i) os << "---|";
     os << "\n";
@@ -325,7 +331,8 @@ std::string format_sweep_leaderboard(const SweepTable& t) {
         return num(m.mean, 4) + " +- " + num(m.se, 2) + " (" + std::to_string(m.n) + ")";
     };
     for (const auto& m : methods) {
-        os << "| " << m << " |";
+        // A threshold row is kvpress's DMSPress over the method's scorer; dense has no threshold.
+        os << "| " << (threshold && !dense.count(m) ? "dms(" + m + ")" : m) << " |";
         for (const auto& z : sizes) {
             if (dense.count(m)) os << " " << cell(dense[m]) << " |";
             else os << " " << (at[m].count(z) ? cell(at[m][z]) : "-") << " |";

@@ -63,7 +63,8 @@ std::string format_sweep_table(const SweepTable& t, const std::string& format);
 
 // The leaderboard of a sweep over methods and cache sizes (`kvlab sweep --format leaderboard`),
 // as kvpress reports RULER: a Markdown table, one row per kv_cache.name, one column per
-// kv_cache.ratio (else kv_cache.cache_length), each cell the mean over the tasks (every other
+// kv_cache.ratio (else kv_cache.compression_ratio, kv_cache.cache_length, or
+// kv_cache.score_threshold: rows then named dms(<cache>)), each cell the mean over the tasks (every other
 // axis: data, data.seq_length, ...) of the cells' metric, with the standard error over tasks
 // and their count. Dense fills every column (its cache does not depend on the ratio). Throws
 // kv::Error when the table has no kv_cache.name or cache-size column.

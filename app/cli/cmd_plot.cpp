@@ -246,8 +246,8 @@ plot::Figure session_figure(storage::Session& session, const std::vector<int64_t
         axes.push_back(o);
         if (o == "data" || o == "model") axes.push_back(o + ".name");
         if (o == "kv_cache.ratio" || is_bytes_axis(o)) axes.push_back("kv_cache.cache_length");
-        // bytes: the budget that chose the length is the x value, not another experiment
-        if (is_bytes_axis(o)) axes.insert(axes.end(), {"kv_cache.budget_bytes", "kv_cache.budget_ratio"});
+        // bytes: the budget that chose the length (or a score threshold the kept size) is the x value, not another experiment
+        if (is_bytes_axis(o)) axes.insert(axes.end(), {"kv_cache.budget_bytes", "kv_cache.budget_ratio", "kv_cache.score_threshold"});
     }
     if (x == kLayerAxis) axes.push_back("kv_cache.cache_length");  // dense runs are references there too
     if (x_is_cache || x == kLayerAxis) axes.push_back("kv_cache.name");  // dense runs are references whatever the line option

@@ -33,14 +33,17 @@ namespace kv::cli {
 namespace {
 
 // The figure's x axis: stored KV bytes when the cells' slots hold different bytes (other
-// buffers or widths, byte budgets: figure_x_is_bytes), the ratio when it is an axis, else the
-// cache length.
+// buffers or widths, byte budgets: figure_x_is_bytes), the ratio when it is an axis, the kept
+// bytes over score thresholds (dms: the kept size is the threshold's outcome), else the cache
+// length.
 std::string sweep_figure_x(const sessions::SweepSpec& spec, const std::vector<sessions::SweepCell>& cells) {
     std::vector<RunConfig> configs;
     for (const auto& c : cells) configs.push_back(c.cfg);
     if (figure_x_is_bytes(configs)) return "kv_physical_bytes";
     for (const auto& a : spec.axes)
         if (a.option == "kv_cache.ratio" && a.values.size() > 1) return "kv_cache.ratio";
+    for (const auto& a : spec.axes)
+        if (a.option == "kv_cache.score_threshold" && a.values.size() > 1) return "kv_logical_bytes";
     return "kv_cache.cache_length";
 }
 

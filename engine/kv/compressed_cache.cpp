@@ -57,8 +57,65 @@ void CompressedCache::set_decode_rescore(int64_t every) {
     rescore_every_ = every;
 }
 
+void CompressedCache::set_decode_threshold(double threshold, int64_t window) {
+    if (window < 0) throw Error(str("--kv_cache.threshold_window: ", window, "; expected 0 or more recent positions to protect"));
+    if (decode_ratio_ > 0.0)
+        throw Error("--kv_cache.threshold_decode: a decoding threshold and --kv_cache.decode_ratio are two budgets; expected one of them");
+    for (const CompressedLayer& c : layers_)
+        if (c.scores.empty())
+            throw Error(str("--kv_cache.threshold_decode: the cache of '", name_, "' holds no scores of its kept slots (a policy that "
+                            "chooses by position), so no threshold applies while decoding; expected a policy that scores slots"));
+    threshold_decode_ = true, decode_threshold_ = threshold, decode_window_ = window;
+}
+
+void CompressedCache::evict_below_threshold(int layer) {
+    const size_t l = size_t(layer);
+    const int64_t total = slots(layer), ctx = ctx_left_[l];
+    const int64_t recent = context_length_ + appended_[l] - decode_window_;  // positions >= recent are protected
+    const std::vector<float>& sc = ctx_score_[l];
+    std::vector<std::vector<int32_t>> keep((size_t)rows_);
+    int64_t width = 0, evicted = 0;
+    for (int64_t r = 0; r < rows_; ++r) {
+        for (int64_t j = 0; j < ctx; ++j) {
+            const int32_t p = pos_[l][size_t(r * total + j)];
+            if (p == kUnusedSlotPosition) continue;
+            if (p >= recent || double(sc[size_t(r * ctx + j)]) >= decode_threshold_) keep[size_t(r)].push_back(int32_t(j));
+            else ++evicted;
+        }
+        width = std::max(width, int64_t(keep[size_t(r)].size()));
+    }
+    if (evicted == 0) return;
+    // Per row: its kept context slots, unused slots up to the longest row (they read slot 0;
+    // their position masks them), then the appended tokens.
+    std::vector<int32_t> index, pos;
+    std::vector<float> score, pend;
+    for (int64_t r = 0; r < rows_; ++r) {
+        const std::vector<int32_t>& k = keep[size_t(r)];
+        for (int64_t i = 0; i < width; ++i) {
+            const bool used = i < int64_t(k.size());
+            const int32_t j = used ? k[size_t(i)] : 0;
+            index.push_back(j);
+            pos.push_back(used ? pos_[l][size_t(r * total + j)] : kUnusedSlotPosition);
+            score.push_back(used ? sc[size_t(r * ctx + j)] : -std::numeric_limits<float>::infinity());
+            pend.push_back(used ? pending_[l][size_t(r * ctx + j)] : 0.0f);
+        }
+        for (int64_t j = ctx; j < total; ++j) index.push_back(int32_t(j)), pos.push_back(pos_[l][size_t(r * total + j)]);
+    }
+    const Tensor& K0 = K_[l];
+    const int64_t B = K0.size(0), G = K0.size(1), D = K0.size(3), keep_n = width + (total - ctx);
+    const Tensor idx = Tensor::from_i32({B, G, keep_n, 1}, index, {K0.device(), MemCategory::WORKSPACE, "kept slots"}).expand({B, G, keep_n, D});
+    K_[l] = ops::gather(K0, 2, idx);
+    V_[l] = ops::gather(V_[l], 2, idx);
+    pos_[l] = std::move(pos);
+    ctx_score_[l] = std::move(score);
+    pending_[l] = std::move(pend);
+    ctx_left_[l] = width;
+}
+
 void CompressedCache::set_decode_ratio(double r) {
     if (!(r >= 0.0 && r < 1.0)) throw Error(str("--kv_cache.decode_ratio: ", r, "; expected a ratio in [0, 1)"));
+    if (r > 0.0 && threshold_decode_)
+        throw Error("--kv_cache.decode_ratio: a decoding ratio and --kv_cache.threshold_decode are two budgets; expected one of them");
     if (r > 0.0)
         for (size_t l = 0; l < layers_.size(); ++l) {
             const CompressedLayer& c = layers_[l];
@@ -121,6 +178,15 @@ void CompressedCache::evict_to_budget(int layer) {
 int64_t CompressedCache::kept_total(int l) const {
     const std::vector<int32_t>& pos = layers_[size_t(l)].positions;
     return int64_t(std::count_if(pos.begin(), pos.end(), [](int32_t p) { return p != kUnusedSlotPosition; }));
+}
+
+std::vector<int64_t> CompressedCache::kept_rows(int l) const {
+    const CompressedLayer& c = layers_[size_t(l)];
+    const int64_t rows = c.K.size(0) * c.K.size(1), width = c.K.size(2);
+    std::vector<int64_t> out((size_t)rows, 0);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < width; ++i) out[size_t(r)] += c.positions[size_t(r * width + i)] != kUnusedSlotPosition ? 1 : 0;
+    return out;
 }
 
 size_t CompressedCache::kept_bytes() const {
@@ -189,6 +255,7 @@ void CompressedCache::attend(int layer, const Tensor& q, const Tensor& k, const 
         rescored_at_[l] = appended_[l];
     }
     if (decode_ratio_ > 0.0) evict_to_budget(layer);  // after the tokens attended, as a decoding press compresses
+    if (threshold_decode_) evict_below_threshold(layer);
 }
 
 namespace {
@@ -255,22 +322,24 @@ std::vector<int32_t> positional_keep(const KVCacheConfig& cfg, int layer, int64_
     return out;
 }
 
-// The slots of the threshold budget: per row those whose score is >= t, or one set for all rows
-// by the mean score over rows; rows padded to the longest with -1 (unused). Returns (rows,
-// width) slot indices and sets width.
-std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t T, double t, bool per_row,
-                                     int64_t& width) {
+// The slots of the threshold budget: per row those whose score is >= t or whose position is
+// among the last `window` (slot j holds position j), or one set for all rows by the mean score
+// over rows; rows padded to the longest with -1 (unused). Returns (rows, width) slot indices and
+// sets width.
+std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t T, double t, int64_t window,
+                                     bool per_row, int64_t& width) {
     std::vector<std::vector<int32_t>> kept((size_t)rows);
+    const int64_t recent = T - window;  // positions >= recent are protected
     if (per_row) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < T; ++j)
-                if (double(scores[size_t(r * L + j)]) >= t) kept[size_t(r)].push_back(int32_t(j));
+                if (j >= recent || double(scores[size_t(r * L + j)]) >= t) kept[size_t(r)].push_back(int32_t(j));
     } else {
         std::vector<int32_t> k;
         for (int64_t j = 0; j < T; ++j) {
             double m = 0;
             for (int64_t r = 0; r < rows; ++r) m += double(scores[size_t(r * L + j)]);
-            if (m / double(rows) >= t) k.push_back(int32_t(j));
+            if (j >= recent || m / double(rows) >= t) k.push_back(int32_t(j));
         }
         kept.assign((size_t)rows, k);
     }
@@ -281,9 +350,18 @@ std::vector<int32_t> threshold_slots(const std::vector<float>& scores, int64_t r
     return out;
 }
 
+// The score a threshold is applied to: row r's own, or the mean over rows for one set per layer.
+float threshold_score(const std::vector<float>& scores, int64_t rows, int64_t L, int64_t r, int64_t j, bool per_row) {
+    if (per_row) return scores[size_t(r * L + j)];
+    double m = 0;
+    for (int64_t q = 0; q < rows; ++q) m += double(scores[size_t(q * L + j)]);
+    return float(m / double(rows));
+}
+
 // compress_cache and compress_cache_threshold: `keep` slots per row, or (threshold set) the
 // slots scoring at least *threshold.
-CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, const double* threshold, int64_t rope_width) {
+CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, const double* threshold, int64_t rope_width,
+                              int64_t window) {
     const std::string policy = cfg.policy();
     const PolicyInfo* info = find_policy(policy);
     std::vector<CompressedLayer> layers;
@@ -324,13 +402,13 @@ CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t 
                     throw Error(str("--kv_cache.score_threshold: policy '", policy, "' has no score for some slots of layer ", l,
                                     " (NaN); expected a policy that scores every slot"));
             int64_t width = 0;
-            const std::vector<int32_t> picked = threshold_slots(scores, B * G, L, T, *threshold, p.per_row_positions(), width);
+            const std::vector<int32_t> picked = threshold_slots(scores, B * G, L, T, *threshold, window, p.per_row_positions(), width);
             for (int64_t r = 0; r < B * G; ++r)
                 for (int64_t i = 0; i < width; ++i) {
                     const int32_t j = picked[size_t(r * width + i)];
                     slots.push_back(j < 0 ? 0 : j);  // an unused slot reads slot 0; its position masks it
                     out.positions.push_back(j < 0 ? kUnusedSlotPosition : j);
-                    out.scores.push_back(j < 0 ? -std::numeric_limits<float>::infinity() : scores[size_t(r * L + j)]);
+                    out.scores.push_back(j < 0 ? -std::numeric_limits<float>::infinity() : threshold_score(scores, B * G, L, r, j, p.per_row_positions()));
                 }
             keep = width;
         } else if (keep < T && info && !info->evicts)
@@ -384,11 +462,12 @@ CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t 
 }  // namespace
 
 CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t keep, int64_t rope_width) {
-    return compress_impl(cache, cfg, keep, nullptr, rope_width);
+    return compress_impl(cache, cfg, keep, nullptr, rope_width, 0);
 }
 
-CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width) {
-    return compress_impl(cache, cfg, 0, &threshold, rope_width);
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width, int64_t window) {
+    if (window < 0) throw Error(str("--kv_cache.threshold_window: ", window, "; expected 0 or more recent context positions to protect"));
+    return compress_impl(cache, cfg, 0, &threshold, rope_width, window);
 }
 
 void save_compressed_cache(const CompressedCache& cache, const std::vector<int32_t>& context, const std::string& path) {

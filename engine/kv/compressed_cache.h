@@ -24,7 +24,8 @@ struct CompressedLayer {
     // keeps a count per row: shorter rows end in unused slots (kUnusedSlotPosition, masked).
     std::vector<int32_t> positions;
     // (B * G, kept) the policy's score of each kept slot when it was compressed (the policy's
-    // state the choice was made from); empty for policies that choose by position alone.
+    // state the choice was made from; a threshold over one set per layer stores the mean over
+    // rows it was applied to); empty for policies that choose by position alone.
     std::vector<float> scores;
     Tensor K, V;  // (B, G, kept, D) in the cache's activation dtype
 };
@@ -59,6 +60,17 @@ class CompressedCache final : public LayerAttention {
     // an attention-scored policy accumulates, H2O's rule), so slots the question and the
     // generated tokens attend to stay. Throws kv::Error for every < 0 or without a budget.
     void set_decode_rescore(int64_t every);
+    // DMS's decoding (kvpress' DMSPress with decoding on), for a cache compressed by a score
+    // threshold: while the question and answer are fed (one token per forward), after each
+    // attend() every context slot whose position has left the last `window` positions seen and
+    // whose score (the one the threshold was applied to) is below `threshold` is evicted, per
+    // (b, g) row; rows stay padded to the longest with unused slots. The slots kept by score
+    // stay (their scores do not change), the tokens fed are never evicted. Throws kv::Error when
+    // the cache holds no scores, with a decoding ratio, or for window < 0.
+    void set_decode_threshold(double threshold, int64_t window);
+    bool decode_threshold() const { return threshold_decode_; }
+    // A question is fed one token per forward, as decoding feeds it (a decoding budget of either kind).
+    bool decodes_per_token() const { return decode_ratio_ > 0.0 || threshold_decode_; }
     int64_t decode_rescore_every() const { return rescore_every_; }
     // (rows, context_slots(l)) the context slots' scores now (the compression's, plus what
     // re-scoring added), in the order of positions_now(l).
@@ -76,6 +88,8 @@ class CompressedCache final : public LayerAttention {
     int64_t kept(int l) const { return layers_[size_t(l)].K.size(2); }  // kept context slots per row (the longest row)
     // Kept context slots of layer l summed over its (b, g) rows, unused slots not counted.
     int64_t kept_total(int l) const;
+    // Kept context slots of layer l per (b, g) row (a score threshold's count per head).
+    std::vector<int64_t> kept_rows(int l) const;
     int64_t appended(int l) const { return appended_[size_t(l)]; }
     // Exact bytes of the kept K/V of all layers (physical: every row as long as the longest).
     size_t kept_bytes() const;
@@ -106,6 +120,11 @@ class CompressedCache final : public LayerAttention {
     std::vector<std::vector<float>> pending_;
     std::vector<int64_t> rescored_at_;
     void evict_to_budget(int layer);
+    // The decoding threshold: whether it is on, its threshold and protected window.
+    bool threshold_decode_ = false;
+    double decode_threshold_ = 0.0;
+    int64_t decode_window_ = 0;
+    void evict_below_threshold(int layer);
 };
 
 // Saves the cache's kept state (compressed_cache_codec.h: kept K/V, positions, the policy's
@@ -131,9 +150,12 @@ CompressedCache compress_cache(KVCache& cache, const KVCacheConfig& cfg, int64_t
 // The threshold budget (DMS's kind of budget, a rule of the protocol, not a policy): keeps the
 // slots whose score is >= threshold, per (b, g) row for policies whose positions are per head
 // (each row its own count; the layer stores the longest row, the others padded with unused
-// slots), else one set per layer by the score's mean over the rows. A layer may keep none.
+// slots), else one set per layer by the score's mean over the rows. The last `window` context
+// positions are kept whatever their score (DMS's protected recent window), so a layer keeps at
+// least min(window, T) slots per row; with window 0 a layer may keep none.
 // Throws kv::Error naming the policy when it has no scores (position-only policies) or when it
-// cannot compress once (as compress_cache).
-CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width = 0);
+// cannot compress once (as compress_cache), and for window < 0.
+CompressedCache compress_cache_threshold(KVCache& cache, const KVCacheConfig& cfg, double threshold, int64_t rope_width = 0,
+                                         int64_t window = 0);
 
 }  // namespace kv

@@ -32,7 +32,7 @@ ChunkPlan context_chunk_plan(const RunConfig& cfg, const KVCacheConfig& context_
 
 CompressedCache compress_context(Transformer& model, const KVCacheConfig& context_cache, const ChunkPlan& plan,
                                  const std::vector<int32_t>& context, int64_t keep, int64_t width, const TextCodec* codec,
-                                 const DriverCallbacks& cb, std::optional<double> threshold) {
+                                 const DriverCallbacks& cb, std::optional<double> threshold, int64_t threshold_window) {
     const int64_t T = int64_t(context.size());
     KVCache cache(context_cache, model.config(), model.options().device, model.act_dtype(), T, codec);
     HeadSpec hs;
@@ -49,7 +49,7 @@ CompressedCache compress_context(Transformer& model, const KVCacheConfig& contex
     model.set_context_width(rope_width);
     const Tensor ids = Tensor::from_i32({1, T}, context, {model.options().device, MemCategory::ACTIVATIONS, "context ids"});
     long_context_forward(model, cache, ids, plan, hs, res, cb, /*keep_context_width=*/true);
-    return threshold ? compress_cache_threshold(cache, context_cache, *threshold, rope_width)
+    return threshold ? compress_cache_threshold(cache, context_cache, *threshold, rope_width, threshold_window)
                      : compress_cache(cache, context_cache, keep, rope_width);
 }
 
@@ -69,7 +69,7 @@ AskResult ask_compressed(Transformer& model, CompressedCache& cache, const std::
     };
     Tensor logits;
     std::vector<float> z;
-    if (cache.decode_ratio() > 0.0) {
+    if (cache.decodes_per_token()) {
         for (int64_t t = 0; t < n; ++t) {
             const std::vector<float> zt = forward(t, 1).to_f32_vector();
             z.insert(z.end(), zt.begin(), zt.end());
@@ -117,7 +117,7 @@ std::vector<int32_t> generate_compressed(Transformer& model, CompressedCache& ca
         return int32_t(std::max_element(z.begin(), z.end()) - z.begin());
     };
     int32_t next = -1;
-    if (cache.decode_ratio() > 0.0)
+    if (cache.decodes_per_token())
         for (int32_t id : prompt) next = feed({id});
     else
         next = feed(prompt);
@@ -192,7 +192,8 @@ std::string compression_refusal(const RunConfig& cfg, LoadedModel& lm) {
         const KVCacheConfig kc = context_cache_config(run_cache_config(c, lm.config, lm.model->act_dtype()), T);
         const std::optional<double> threshold = score_threshold(c.protocol);
         const int64_t keep = threshold ? -1 : compress_keep(c.protocol, T);
-        compress_context(*lm.model, kc, context_chunk_plan(c, kc, lm.config, T), context, keep, T + 16, &codec, {}, threshold);
+        compress_context(*lm.model, kc, context_chunk_plan(c, kc, lm.config, T), context, keep, T + 16, &codec, {}, threshold,
+                         c.protocol.threshold_window);
     } catch (const Error& e) {
         return e.what();
     }

@@ -23,17 +23,18 @@ KVCacheConfig context_cache_config(const KVCacheConfig& run_cache, int64_t T);
 ChunkPlan context_chunk_plan(const RunConfig& cfg, const KVCacheConfig& context_cache, const ModelConfig& mc, int64_t T);
 
 // Runs `context` (positions 0..T-1) through a fresh cache of `context_cache` and compresses it
-// to `keep` slots per row, or with `threshold` set to the slots scoring at least that
-// (compress_cache_threshold; keep unused). The model's context width is set to `width` (the whole sample, so
-// the questions' RoPE matches the context's).
+// to `keep` slots per row, or with `threshold` set to the slots scoring at least that and the
+// last `threshold_window` positions (compress_cache_threshold; keep unused). The model's context
+// width is set to `width` (the whole sample, so the questions' RoPE matches the context's).
 CompressedCache compress_context(Transformer& model, const KVCacheConfig& context_cache, const ChunkPlan& plan,
                                  const std::vector<int32_t>& context, int64_t keep, int64_t width, const TextCodec* codec = nullptr,
-                                 const DriverCallbacks& cb = {}, std::optional<double> threshold = std::nullopt);
+                                 const DriverCallbacks& cb = {}, std::optional<double> threshold = std::nullopt,
+                                 int64_t threshold_window = 0);
 
 // One question answered from the compressed cache (rewound first): ids at positions
 // cache.context_length().., targets[t] the token scored after ids[t] (-100: none). With a
-// decoding budget (CompressedCache::set_decode_ratio) the tokens go one per forward, as decoding
-// feeds them, so the budget holds after each.
+// decoding budget (CompressedCache::set_decode_ratio, set_decode_threshold) the tokens go one per
+// forward, as decoding feeds them, so the budget holds after each.
 struct AskResult {
     double loss_sum = 0;
     int64_t count = 0;

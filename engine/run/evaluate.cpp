@@ -238,10 +238,12 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                                 loaded->rope_width(), ", these questions (", cfg.data.turns, ") reach ", width),
                             "expected a file saved by a run asking the same questions the same way");
             CompressedCache cc = loaded ? std::move(*loaded)
-                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold);
+                                        : compress_context(model, context_caches[i], plans[i], context, keep, width, &codec, dcb, threshold,
+                                                           cfg.protocol.threshold_window);
             if (!cfg.protocol.save_path.empty()) save_compressed_cache(cc, context, compressed_cache_path(cfg.protocol.save_path, int64_t(i)));
             if (!loaded) ++sum.contexts_compressed;  // once per context, whatever the questions
             cc.set_decode_ratio(cfg.protocol.decode_ratio);
+            if (cfg.protocol.threshold_decode) cc.set_decode_threshold(*score_threshold(cfg.protocol), cfg.protocol.threshold_window);
             cc.set_decode_rescore(cfg.protocol.decode_rescore_every);
             const int64_t nq = int64_t(questions.size());
             sum.questions_per_context = nq;
@@ -259,7 +261,11 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
             sum.context_tokens = split;
             sum.kept_slots.clear();
             sum.kept_total_slots.clear();
-            for (int l = 0; l < cc.num_layers(); ++l) sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
+            sum.kept_row_slots.clear();
+            for (int l = 0; l < cc.num_layers(); ++l) {
+                sum.kept_slots.push_back(cc.kept(l)), sum.kept_total_slots.push_back(cc.kept_total(l));
+                sum.kept_row_slots.push_back(cc.kept_rows(l));
+            }
             policy_phase.reset();
             // Every question of the context, as --data.turns asks them, a result of its own.
             std::optional<PhaseScope> ask_phase(std::in_place, RunPhase::POLICY_PASS);
@@ -270,7 +276,7 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 const TurnAnswer& ta = answers[size_t(j)];
                 const AskResult& a = ta.asked;
                 const int64_t fed = int64_t(ta.transcript.size() + q.ids.size());  // tokens fed after the context
-                if (cfg.protocol.decode_ratio > 0.0) {
+                if (cfg.protocol.decode_ratio > 0.0 || cfg.protocol.threshold_decode) {
                     // The decoding budget's outcome: the tokens decoded under it (a turn's transcript
                     // again) and the slots held after the last question's teacher-forced pass.
                     sum.decoded_tokens += fed;

@@ -72,6 +72,8 @@ struct EvalSummary {
     std::vector<int64_t> kept_slots;
     // The same, summed over each layer's (b, g) rows (a score threshold keeps a count per head).
     std::vector<int64_t> kept_total_slots;
+    // The same per (b, g) row of each layer (a score threshold's count per head).
+    std::vector<std::vector<int64_t>> kept_row_slots;
     // compress-then-ask: contexts run and compressed (loaded ones not counted), questions asked
     // of each, and with several the exact-answer accuracy of question j over the contexts.
     int64_t contexts_compressed = 0, questions_per_context = 0;

@@ -56,6 +56,12 @@ struct ProtocolConfig {
     // slots whose policy score is >= it instead of a ratio or count (the kept count is then an
     // outcome, recorded per layer).
     std::string score_threshold;
+    // compress-then-ask with score_threshold: the last this many context positions are kept
+    // whatever their score (DMS's protected recent window; kvpress's DMSPress protects 128).
+    int64_t threshold_window = 0;
+    // compress-then-ask with score_threshold: evict below the threshold while the question and
+    // answer are decoded too (context slots leaving the window; CompressedCache::set_decode_threshold).
+    bool threshold_decode = false;
     // compress-then-ask: the decoding-time budget, a ratio of everything seen so far: while the
     // question and answer are fed (one token per forward) each layer keeps floor((1 - r) seen)
     // slots, evicting context slots in the policy's order (CompressedCache::set_decode_ratio).

@@ -294,6 +294,14 @@ std::vector<OptionDef> build_options() {
                         "compress-then-ask: keep the context slots whose policy score is >= this number instead of a ratio (a "
                         "count per layer, per head for per-head policies, recorded as an outcome; empty: no threshold)",
                         {}, [](RunConfig& c) -> std::string& { return c.protocol.score_threshold; }));
+    o.push_back(int_opt("kv_cache.threshold_window", "cache",
+                        "compress-then-ask with score_threshold: the last N context positions are kept whatever their score "
+                        "(DMS's protected recent window; kvpress protects 128; 0: none)",
+                        0, BIG, [](RunConfig& c) -> int64_t& { return c.protocol.threshold_window; }));
+    o.push_back(bool_opt("kv_cache.threshold_decode", "cache",
+                         "compress-then-ask with score_threshold: evict below it while decoding too (context slots leaving the "
+                         "last threshold_window positions seen; DMS's decoding)",
+                         [](RunConfig& c) -> bool& { return c.protocol.threshold_decode; }));
     o.push_back(float_opt("kv_cache.decode_ratio", "cache",
                           "compress-then-ask: while the question and answer are decoded, keep floor((1 - r) seen) slots per layer "
                           "of everything seen so far, evicting context slots in the policy's order (0: none; the compression's "
@@ -575,6 +583,11 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         } catch (const Error& e) {
             p.push_back(e.what());
         }
+        if (c.protocol.threshold_window > 0 && c.protocol.score_threshold.empty())
+            p.push_back(str("--kv_cache.threshold_window: ", c.protocol.threshold_window,
+                            " protects the recent context from a score threshold; expected --kv_cache.score_threshold with it"));
+        if (c.protocol.threshold_decode && c.protocol.score_threshold.empty())
+            p.push_back("--kv_cache.threshold_decode: evicts below a score threshold while decoding; expected --kv_cache.score_threshold with it");
         if (c.protocol.decode_ratio > 0.0 && (!c.protocol.score_threshold.empty() || c.protocol.keep_tokens > 0 ||
                                               (c.protocol.compression_ratio > 0.0 && c.protocol.compression_ratio != c.protocol.decode_ratio)))
             p.push_back(str("--kv_cache.decode_ratio: ", c.protocol.decode_ratio, " is the ratio kept of everything seen, the compressed "
@@ -586,9 +599,9 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
             p.push_back(str("--data.questions: ", c.data.questions, " questions per context with --kv_cache.query_aware, which compresses one "
                             "question with the context; expected 1 question, or no query_aware"));
     } else if (c.protocol.compression_ratio != 0.0 || c.protocol.keep_tokens != 0 || c.protocol.query_aware || !c.protocol.save_path.empty() ||
-               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty() || c.protocol.decode_ratio != 0.0 ||
-               c.protocol.decode_rescore_every != 0) {
-        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, decode_ratio, decode_rescore_every, query_aware, save and load belong to --protocol compress-then-ask; expected "
+               !c.protocol.load_path.empty() || !c.protocol.score_threshold.empty() || c.protocol.threshold_window != 0 ||
+               c.protocol.threshold_decode || c.protocol.decode_ratio != 0.0 || c.protocol.decode_rescore_every != 0) {
+        p.push_back("--kv_cache.compression_ratio, keep_tokens, score_threshold, threshold_window, threshold_decode, decode_ratio, decode_rescore_every, query_aware, save and load belong to --protocol compress-then-ask; expected "
                     "that protocol or none of them");
     }
     try {

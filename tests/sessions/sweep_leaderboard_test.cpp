@@ -1,7 +1,8 @@
 // `kvlab sweep --format leaderboard` (sessions/sweep_results.h): on a hand-made table of two
 // methods x two ratios x three tasks (plus dense), every cell is the mean over tasks with the
 // sample standard error over sqrt(n), worked out here by hand; dense fills every column; a
-// compress-then-ask sweep's compression ratio is a size axis too; a table without a cache-size
+// compress-then-ask sweep's compression ratio is a size axis too, and its score threshold (rows
+// named dms(<cache>)); a table without a cache-size
 // axis is refused naming what is expected.
 #include <gtest/gtest.h>
 
@@ -71,6 +72,17 @@ TEST(SweepLeaderboard, MeanAndStandardErrorOverTasksPerMethodAndRatio) {
     EXPECT_NE(c.find("| method | r = 0.25 | r = 0.5 |"), std::string::npos) << c;
     EXPECT_NE(c.find("the fraction of each context dropped"), std::string::npos) << c;
     EXPECT_EQ(cell(c, "h2o-default", 1), " 0.4 +- 0.1 (3) ") << c;
+
+    // A sweep over thresholds (kvpress sweeps DMS and KVzap so): columns "t = ...", each method a
+    // dms row over its scorer, dense (no threshold) as itself.
+    sessions::SweepTable dms = t;
+    dms.columns = {"kv_cache.name", "data", "kv_cache.score_threshold"};
+    const std::string d = sessions::format_sweep_leaderboard(dms);
+    EXPECT_NE(d.find("| method | t = 0.25 | t = 0.5 |"), std::string::npos) << d;
+    EXPECT_NE(d.find("each method as dms over its scores"), std::string::npos) << d;
+    EXPECT_EQ(cell(d, "dms(h2o-default)", 2), " 0.6 +- 0.17 (3) ") << d;
+    EXPECT_EQ(cell(d, "dense-default", 1), " 1 +- 0 (3) ") << d;
+    EXPECT_EQ(d.find("dms(dense-default)"), std::string::npos) << d;
 
     sessions::SweepTable no_size;
     no_size.columns = {"kv_cache.name", "data"};
