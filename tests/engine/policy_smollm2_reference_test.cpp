@@ -7,6 +7,7 @@
 // order them either way) the decision counts as a tie, otherwise it fails. Real attention is
 // peaked (sinks, recent tokens) where random q/k/v are flat, so this checks the f32 paths on
 // the value ranges that decide in practice. Without the model file the tests skip, saying why.
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/kv/policies/qfilter_filters.h"
@@ -33,12 +34,17 @@ struct SmolCase {
     std::function<ReferenceScores(const Smollm2Activations&, int layer)> reference;
     double tol = 2e-6;
     std::function<void(LayerHarness&, const Smollm2Activations&, int layer)> made = {};
+    std::function<void()> after_layers = {};  // checks over all layers' runs
 };
 
-std::ostream& operator<<(std::ostream& os, const SmolCase& c) { return os << c.label; }
+// simlayerkv's reference records each chunk's lazy (1) / busy (0) decision here.
+std::vector<int>& simlayerkv_decisions() {
+    static std::vector<int> d;
+    return d;
+}
 
-ReferenceScores plain(const ReferenceScores& r) {
-    return r;
+std::ostream& operator<<(std::ostream& os, const SmolCase& c) {
+    return os << c.label;
 }
 
 // Q-Filters' file for the captured layer: each KV head's filter from the second moments of its
@@ -68,88 +74,139 @@ std::vector<SmolCase> cases() {
     std::vector<SmolCase> c;
     auto none = [](KVCacheConfig&) {};
     c.push_back({"keydiff", "keydiff-default", none, [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t, int64_t) { return keydiff_reference(h); });
+                     return ReferenceScores([](const LayerHarness& h, int64_t, int64_t) { return keydiff_reference(h); });
                  }});
     c.push_back({"snapkv", "snapkv-default", [](KVCacheConfig& k) { k.snapkv_window = 3, k.snapkv_kernel = 3; },
                  [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t P, int64_t n) { return published_snapkv_reference(h, P, n, 3, 3); });
+                     return ReferenceScores(
+                         [](const LayerHarness& h, int64_t P, int64_t n) { return published_snapkv_reference(h, P, n, 3, 3); });
                  }});
     c.push_back({"pyramidkv", "pyramidkv-default", [](KVCacheConfig& k) { k.snapkv_window = 2, k.snapkv_kernel = 5; },
                  [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t P, int64_t n) { return published_snapkv_reference(h, P, n, 2, 5); });
+                     return ReferenceScores(
+                         [](const LayerHarness& h, int64_t P, int64_t n) { return published_snapkv_reference(h, P, n, 2, 5); });
                  }});
     c.push_back({"chunkkv", "chunkkv-default",
-                 [](KVCacheConfig& k) { k.snapkv_window = 3, k.snapkv_kernel = 3, k.policy_options = {{"chunkkv_chunk_size", 3}}; },
+                 [](KVCacheConfig& k) {
+                     k.snapkv_window = 3, k.snapkv_kernel = 3, k.policy_options = {{"chunkkv_chunk_size", 3}};
+                 },
                  [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t P, int64_t n) { return chunkkv_reference(h, P, n, 3, 3, 3); });
+                     return ReferenceScores(
+                         [](const LayerHarness& h, int64_t P, int64_t n) { return chunkkv_reference(h, P, n, 3, 3, 3); });
                  }});
     c.push_back({"observed_attention", "observed-attention-default", none,
                  [](const Smollm2Activations&, int) { return ReferenceScores(ObservedAttentionReference{}); }});
-    c.push_back({"h2o", "h2o-default", none, [](const Smollm2Activations&, int) { return ReferenceScores(H2OReference{false, {}}); }, 2e-5});
-    c.push_back({"h2o_vlen", "h2o-vlen-default", none, [](const Smollm2Activations&, int) { return ReferenceScores(H2OReference{true, {}}); }, 2e-5});
-    c.push_back({"finch", "finch-default", [](KVCacheConfig& k) { k.snapkv_window = 3; }, [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t P, int64_t n) { return finch_reference(h, P, n, 3, true); });
+    c.push_back({"h2o", "h2o-default", none,
+                 [](const Smollm2Activations&, int) {
+                     return ReferenceScores(H2OReference{false, {}});
+                 },
+                 2e-5});
+    c.push_back({"h2o_vlen", "h2o-vlen-default", none,
+                 [](const Smollm2Activations&, int) {
+                     return ReferenceScores(H2OReference{true, {}});
+                 },
+                 2e-5});
+    c.push_back({"finch", "finch-default", [](KVCacheConfig& k) { k.snapkv_window = 3; },
+                 [](const Smollm2Activations&, int) {
+                     return ReferenceScores(
+                         [](const LayerHarness& h, int64_t P, int64_t n) { return finch_reference(h, P, n, 3, true); });
                  }});
-    c.push_back({"simlayerkv", "simlayerkv-default",
+    c.push_back({"simlayerkv",
+                 "simlayerkv-default",
                  [](KVCacheConfig& k) {
                      k.sinks = 2, k.snapkv_kernel = 3;
                      k.policy_options = {{"simlayerkv_threshold", 0.5}, {"simlayerkv_recent", 4}, {"simlayerkv_window", 3}};
                  },
                  [](const Smollm2Activations&, int) {
-                     static std::vector<int> decisions;  // the reference records lazy / busy per chunk
-                     return plain([](const LayerHarness& h, int64_t P, int64_t n) {
-                         return simlayerkv_reference(h, P, n, SimLayerRef{0.5, 2, 4, 3, 3, &decisions});
+                     return ReferenceScores([](const LayerHarness& h, int64_t P, int64_t n) {
+                         return simlayerkv_reference(h, P, n, SimLayerRef{0.5, 2, 4, 3, 3, &simlayerkv_decisions()});
                      });
+                 },
+                 2e-6,
+                 {},
+                 [] {
+                     // both rules decide somewhere: layer 0 is busy (SnapKV votes), layer 14 lazy (streaming)
+                     const auto& d = simlayerkv_decisions();
+                     const auto lazy = std::count(d.begin(), d.end(), 1);
+                     std::printf("simlayerkv: %lld of %zu chunks lazy\n", (long long)lazy, d.size());
+                     EXPECT_GT(lazy, 0);
+                     EXPECT_LT(size_t(lazy), d.size());
                  }});
     // Ties: layer 0's k and v depend on the token alone (RoPE turns the key, keeping its norm up
     // to f32 rounding), so a word the licence repeats within one 16-position window scores the
     // same up to ~4e-8 relative: 3 of layer 0's decisions (positions 28/29, 18/28, 162/167, each
     // pair with bit-identical values) are such ties.
     c.push_back({"cur", "cur-default", none, [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t, int64_t) { return cur_reference(h, 4, 16, 3); });
+                     return ReferenceScores([](const LayerHarness& h, int64_t, int64_t) { return cur_reference(h, 4, 16, 3); });
                  }});
-    c.push_back({"non_causal_attn", "non-causal-attn-default", [](KVCacheConfig& k) { k.policy_options = {{"nca_chunk_size", 5}}; },
-                 [](const Smollm2Activations&, int) { return plain([](const LayerHarness& h, int64_t, int64_t) { return nca_reference(h, 5); }); },
+    c.push_back({"non_causal_attn", "non-causal-attn-default",
+                 [](KVCacheConfig& k) {
+                     k.policy_options = {{"nca_chunk_size", 5}};
+                 },
+                 [](const Smollm2Activations&, int) {
+                     return ReferenceScores([](const LayerHarness& h, int64_t, int64_t) { return nca_reference(h, 5); });
+                 },
                  2e-5});
     c.push_back({"leverage", "leverage-default", none,
-                 [](const Smollm2Activations&, int) { return plain([](const LayerHarness& h, int64_t, int64_t) { return leverage_reference(h, 48); }); },
+                 [](const Smollm2Activations&, int) {
+                     return ReferenceScores([](const LayerHarness& h, int64_t, int64_t) { return leverage_reference(h, 48); });
+                 },
                  2e-5});
-    c.push_back({"compactor", "compactor-default",
+    c.push_back(
+        {"compactor", "compactor-default",
+         [](KVCacheConfig& k) {
+             k.policy_options = {
+                 {"nca_chunk_size", 5}, {"leverage_sketch", 6}, {"compactor_sinks_start", 2}, {"compactor_sinks_end", 3}};
+         },
+         [](const Smollm2Activations&, int) {
+             return ReferenceScores(
+                 [](const LayerHarness& h, int64_t, int64_t) { return compactor_reference(h, 5, 6, -1, 2, 3); });
+         },
+         2e-5});
+    c.push_back({"lagkv", "lagkv-default",
                  [](KVCacheConfig& k) {
-                     k.policy_options = {{"nca_chunk_size", 5}, {"leverage_sketch", 6}, {"compactor_sinks_start", 2}, {"compactor_sinks_end", 3}};
+                     k.policy_options = {{"lagkv_sinks", 4}, {"lagkv_lag", 8}};
                  },
                  [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t, int64_t) { return compactor_reference(h, 5, 6, -1, 2, 3); });
-                 },
-                 2e-5});
-    c.push_back({"lagkv", "lagkv-default", [](KVCacheConfig& k) { k.policy_options = {{"lagkv_sinks", 4}, {"lagkv_lag", 8}}; },
-                 [](const Smollm2Activations&, int) {
-                     return plain([](const LayerHarness& h, int64_t, int64_t) { return lagkv_reference(h, 4, 8, false); });
+                     return ReferenceScores(
+                         [](const LayerHarness& h, int64_t, int64_t) { return lagkv_reference(h, 4, 8, false); });
                  }});
-    c.push_back({"critical_snapkv", "critical-snapkv-default", [](KVCacheConfig& k) { k.snapkv_window = 3, k.snapkv_kernel = 3; },
+    c.push_back({"critical_snapkv", "critical-snapkv-default",
+                 [](KVCacheConfig& k) { k.snapkv_window = 3, k.snapkv_kernel = 3; },
                  [](const Smollm2Activations& a, int layer) {
                      const std::vector<float>& w = a.wo.at(layer);
                      const std::vector<double> W(w.begin(), w.end());
                      const int64_t E = a.hidden;
-                     return plain([W, E](const LayerHarness& h, int64_t P, int64_t n) {
-                         return critical_reference(h, published_snapkv_reference(h, P, n, 3, 3), critical_projected_norms(h, W, E), 0.5, 1e-4);
+                     return ReferenceScores([W, E](const LayerHarness& h, int64_t P, int64_t n) {
+                         return critical_reference(h, published_snapkv_reference(h, P, n, 3, 3),
+                                                   critical_projected_norms(h, W, E), 0.5, 1e-4);
                      });
                  },
                  2e-6,
                  [](LayerHarness& h, const Smollm2Activations& a, int layer) {
                      h.cache->set_output_projection(0, Tensor::from_f32({a.hidden, h.NH * h.D}, a.wo.at(layer)));
                  }});
-    c.push_back({"qfilter", "qfilter-default",
+    c.push_back({"qfilter",
+                 "qfilter-default",
                  [](KVCacheConfig& k) { k.qfilter = ::testing::TempDir() + "kvlab_qfilter_smollm2.txt"; },
                  [](const Smollm2Activations& a, int layer) {
                      const QFilters f = smollm2_filters(a.layers.at(layer));
                      write_qfilters(::testing::TempDir() + "kvlab_qfilter_smollm2.txt", f);
-                     return plain([f](const LayerHarness& h, int64_t, int64_t) { return qfilter_reference(h, f, 0); });
-                 }});
-    c.push_back({"cap", "cap-default", [](KVCacheConfig& k) { k.policy_options = {{"cap_n_future_positions", 6}, {"cap_n_sink", 2}}; },
+                     return ReferenceScores(
+                         [f](const LayerHarness& h, int64_t, int64_t) { return qfilter_reference(h, f, 0); });
+                 },
+                 2e-6,
+                 {},
+                 [] { std::remove((::testing::TempDir() + "kvlab_qfilter_smollm2.txt").c_str()); }});
+    c.push_back({"cap", "cap-default",
+                 [](KVCacheConfig& k) {
+                     k.policy_options = {{"cap_n_future_positions", 6}, {"cap_n_sink", 2}};
+                 },
                  [](const Smollm2Activations& a, int) {
                      const std::vector<double>* theta = &a.inv_freq;
-                     return plain([theta](const LayerHarness& h, int64_t, int64_t) { return cap_reference(h, *theta, 5.0, 6, 2, 1e-6); });
+                     return ReferenceScores([theta](const LayerHarness& h, int64_t, int64_t) {
+                         return cap_reference(h, *theta, 5.0, 6, 2, 1e-6);
+                     });
                  },
                  2e-6, [](LayerHarness& h, const Smollm2Activations& a, int) { h.cache->set_rope_frequencies(&a.inv_freq); }});
     return c;
@@ -167,15 +224,16 @@ TEST_P(PolicyOnSmollm2, KeptSetsPerLayerAndHeadEqualTheF64ReferenceUpToTies) {
         // the reference first: it may write what the cache reads (qfilter's file)
         const ReferenceScores ref = c.reference(a, layer);
         LayerHarness h(c.cache, kSlots, a.layers.at(layer));
-        const DecisionCounts n = compare_policy_with_reference(
-            h, c.cache, c.setup, ref, chunk_plan(), c.tol, [&](LayerHarness& hh) {
+        const DecisionCounts n =
+            compare_policy_with_reference(h, c.cache, c.setup, ref, chunk_plan(), c.tol, [&](LayerHarness& hh) {
                 if (c.made) c.made(hh, a, layer);
             });
-        std::printf("%-28s layer %2d: %3lld matched, %lld ties, %lld mismatches\n", c.cache.c_str(), layer, (long long)n.matched,
-                    (long long)n.ties, (long long)n.mismatches);
+        std::printf("%-28s layer %2d: %3lld matched, %lld ties, %lld mismatches\n", c.cache.c_str(), layer,
+                    (long long)n.matched, (long long)n.ties, (long long)n.mismatches);
         total += n;
         if (HasFailure()) break;
     }
+    if (c.after_layers) c.after_layers();
     // 55 compared chunks (not the one after the prefill) x 3 KV heads x 3 layers; ties are rare on real activations
     EXPECT_EQ(total.mismatches, 0);
     EXPECT_EQ(total.matched + total.ties + total.mismatches, 55 * 3 * 3);

@@ -15,7 +15,7 @@ namespace {
 
 // Records the chosen layers' q/k/v and W_o, then attends as a plain causal forward.
 class Recorder final : public LayerAttention {
-   public:
+ public:
     explicit Recorder(Smollm2Activations& out) : out_(out) {}
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         if (inv_freq) out_.inv_freq = *inv_freq;
@@ -25,7 +25,8 @@ class Recorder final : public LayerAttention {
         out_.wo[layer] = wo.contiguous().to_f32_vector();
         out_.hidden = wo.size(0);
     }
-    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y) override {
+    void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
+                Tensor& y) override {
         if (wanted(layer)) {
             LayerActivations& a = out_.layers[layer];
             a.B = q.size(0), a.NH = q.size(1), a.T = q.size(2), a.D = q.size(3), a.G = k.size(1);
@@ -36,8 +37,11 @@ class Recorder final : public LayerAttention {
         PlainAttention().attend(layer, q, k, v, input_pos, scale, window, y);
     }
 
-   private:
-    static bool wanted(int layer) { return std::find(std::begin(kSmollm2CapturedLayers), std::end(kSmollm2CapturedLayers), layer) != std::end(kSmollm2CapturedLayers); }
+ private:
+    static bool wanted(int layer) {
+        return std::find(std::begin(kSmollm2CapturedLayers), std::end(kSmollm2CapturedLayers), layer) !=
+               std::end(kSmollm2CapturedLayers);
+    }
     Smollm2Activations& out_;
 };
 
@@ -60,13 +64,15 @@ Smollm2Activations capture() {
     o.weights = "f32";  // plain f32 matrices: W_o is read back as numbers
     LoadedModel lm = load_model("smollm2-135m", o);
     std::vector<int32_t> ids = lm.tokenizer->encode(ss.str(), false);
-    if (int64_t(ids.size()) < kSmollm2CapturedTokens) throw Error(str(text, " gives ", ids.size(), " tokens; ", kSmollm2CapturedTokens, " expected"));
+    if (int64_t(ids.size()) < kSmollm2CapturedTokens)
+        throw Error(str(text, " gives ", ids.size(), " tokens; ", kSmollm2CapturedTokens, " expected"));
     ids.resize(size_t(kSmollm2CapturedTokens));
     lm.model->set_context_width(kSmollm2CapturedTokens);
     Recorder rec(a);
     (void)lm.model->forward(Tensor::from_i32({1, kSmollm2CapturedTokens}, ids), 0, &rec);
     for (int l : kSmollm2CapturedLayers)
-        if (!a.layers.count(l) || !a.wo.count(l)) throw Error(str("SmolLM2's layer ", l, " was not captured (", lm.config.num_layers, " layers)"));
+        if (!a.layers.count(l) || !a.wo.count(l))
+            throw Error(str("SmolLM2's layer ", l, " was not captured (", lm.config.num_layers, " layers)"));
     return a;
 }
 
