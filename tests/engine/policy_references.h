@@ -477,4 +477,151 @@ struct H2OReference {
     }
 };
 
+// ---- snapkv with the window pooled, rkv, expected-attention (their tests: kv_registry_test.cpp)
+// SnapKV scores in f64: the last `win` queries' softmax weights over the cached tokens
+// (averaged over the group's query heads, summed over queries), pooled in token-position order
+// with width k (zero padding counted), per (b, g) row.
+inline std::vector<double> snapkv_pool_window_reference(const LayerHarness& h, const Tensor& q, int64_t P, int64_t n, int64_t win, int64_t k) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G;
+    const auto& pos = pol.token_positions();
+    const std::vector<double> qv = q.to_f64_vector();
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    for (int64_t b = 0; b < h.B; ++b)
+        for (int64_t g = 0; g < h.G; ++g) {
+            const int64_t r = b * h.G + g;
+            std::vector<double> w((size_t)T, 0.0);
+            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
+                for (int64_t i = n - std::min(win, n); i < n; ++i) {
+                    std::vector<double> s((size_t)T, -INFINITY);
+                    double m = -INFINITY;
+                    for (int64_t j = 0; j < T; ++j) {
+                        const int32_t p = pos[size_t(r * L + j)];
+                        if (p > P + i) continue;
+                        const auto& key = h.history[size_t(r)].at(p).first;
+                        double dot = 0;
+                        for (int64_t d = 0; d < h.D; ++d) dot += qv[size_t(((b * h.NH + hh) * n + i) * h.D + d)] * double(key[size_t(d)]);
+                        s[size_t(j)] = dot / std::sqrt(double(h.D));
+                        m = std::max(m, s[size_t(j)]);
+                    }
+                    double z = 0;
+                    for (double& e : s) z += (e = std::exp(e - m));
+                    for (int64_t j = 0; j < T; ++j) w[size_t(j)] += s[size_t(j)] / z / double(R);
+                }
+            std::vector<int64_t> order((size_t)T);
+            std::iota(order.begin(), order.end(), 0);
+            std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return pos[size_t(r * L + a)] < pos[size_t(r * L + c)]; });
+            for (int64_t i = 0; i < T; ++i) {
+                double acc = 0;
+                for (int64_t o = i - k / 2; o <= i + k / 2; ++o)
+                    if (o >= 0 && o < T) acc += w[size_t(order[size_t(o)])];
+                out[size_t(r * L + order[size_t(i)])] = acc / double(k);
+            }
+        }
+    return out;
+}
+
+// R-KV in f64 (docs/POLICIES.md#rkv): lambda * maxpool(mean window weight) - (1 - lambda) *
+// softmax(mean cosine similarity, the newest similar key exempt); the window's newest tokens
+// take the row's maximum.
+inline std::vector<double> rkv_reference(const LayerHarness& h, int64_t P, int64_t n, int64_t win, int64_t k, double lambda, double thr) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L;
+    const auto& pos = pol.token_positions();
+    const int64_t nq = std::min(win, n);
+    // summed window weights per slot, pooled by max over k neighbours (k odd): reuse the
+    // snapkv reference with width 1 for the raw sums
+    const std::vector<double> wsum = snapkv_pool_window_reference(h, h.last_q[0], P, n, win, 1);
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    for (int64_t r = 0; r < h.B * h.G; ++r) {
+        std::vector<int64_t> order((size_t)T);
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return pos[size_t(r * L + a)] < pos[size_t(r * L + c)]; });
+        std::vector<double> imp((size_t)T), red((size_t)T);
+        for (int64_t i = 0; i < T; ++i) {
+            double m = -INFINITY;
+            for (int64_t o = std::max<int64_t>(0, i - k / 2); o <= std::min(T - 1, i + k / 2); ++o)
+                m = std::max(m, wsum[size_t(r * L + order[size_t(o)])] / double(nq));
+            imp[size_t(order[size_t(i)])] = m;
+        }
+        std::vector<std::vector<double>> u((size_t)T);
+        for (int64_t j = 0; j < T; ++j) {
+            const auto& key = h.history[size_t(r)].at(pos[size_t(r * L + j)]).first;
+            double nn = 0;
+            for (float x : key) nn += double(x) * double(x);
+            for (float x : key) u[size_t(j)].push_back(double(x) / (std::sqrt(nn) + 1e-8));
+        }
+        for (int64_t i = 0; i < T; ++i) {
+            double sum = 0, exempt = 0;
+            int32_t newest = -1;
+            for (int64_t j = 0; j < T; ++j) {
+                if (j == i) continue;
+                double c = 0;
+                for (int64_t d = 0; d < h.D; ++d) c += u[size_t(i)][size_t(d)] * u[size_t(j)][size_t(d)];
+                sum += c;
+                if (c > thr && pos[size_t(r * L + j)] > newest) newest = pos[size_t(r * L + j)], exempt = c;
+            }
+            red[size_t(i)] = (sum - exempt) / double(T);
+        }
+        double z = 0;
+        for (double x : red) z += std::exp(x);
+        double top = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) top = std::max(top, out[size_t(r * L + j)] = lambda * imp[size_t(j)] - (1 - lambda) * std::exp(red[size_t(j)]) / z);
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(r * L + j)] >= P + n - win) out[size_t(r * L + j)] = top;
+    }
+    return out;
+}
+
+// Expected Attention in f64 (docs/POLICIES.md#expected-attention), from the raw harness data:
+// every query seen at positions >= n_sink, rotated back by RoPE angle -p theta_i on pairs
+// (i, i + D/2) with theta_i = 10000^(-2i/D); per (b, head) mean and population covariance;
+// mean rotation over positions [P_after, P_after + F); exponent s k.mu' + s^2 k^T Sigma' k / 2
+// over the non-sink cached keys, softmax, mean over the group's heads, times |v|; sinks take
+// the maximum over the whole layer.
+inline std::vector<double> expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink,
+                                                 bool use_cov = true, bool use_vnorm = true) {
+    const KVPolicy& pol = h.cache->layer(0).policy();
+    const int64_t T = pol.current_length(), L = h.L, D = h.D, R = h.NH / h.G, Pa = h.P;
+    const auto& pos = pol.token_positions();
+    const double s = 1.0 / std::sqrt(double(D));
+    const auto qs = prerope_queries(h, theta, sink);  // per (b, head)
+    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
+    double top = -INFINITY;  // over every row of the layer
+    for (int64_t b = 0; b < h.B; ++b)
+        for (int64_t g = 0; g < h.G; ++g) {
+            const int64_t r = b * h.G + g;
+            std::vector<double> a((size_t)T, 0.0);
+            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh) {
+                const auto& Q = qs[size_t(b * h.NH + hh)];
+                const FutureQueryMoments fm = future_query_moments(Q, theta, Pa, F, D);
+                const std::vector<double>&m2 = fm.mean, &C2 = fm.cov;
+                std::vector<double> z((size_t)T, 0.0);
+                double zs = 0;
+                for (int64_t j = 0; j < T; ++j) {
+                    if (pos[size_t(r * L + j)] < sink) continue;
+                    const auto& k = h.history[size_t(r)].at(pos[size_t(r * L + j)]).first;
+                    double lin = 0, quad = 0;
+                    for (int64_t d = 0; d < D; ++d) lin += double(k[size_t(d)]) * m2[size_t(d)];
+                    for (int64_t d = 0; d < D; ++d)
+                        for (int64_t e = 0; e < D; ++e) quad += double(k[size_t(d)]) * C2[size_t(d * D + e)] * double(k[size_t(e)]);
+                    zs += (z[size_t(j)] = std::exp(s * lin + (use_cov ? s * s * quad / 2 : 0.0)));
+                }
+                for (int64_t j = 0; j < T; ++j) a[size_t(j)] += z[size_t(j)] / zs / double(R);
+            }
+            for (int64_t j = 0; j < T; ++j) {
+                if (pos[size_t(r * L + j)] < sink) continue;
+                const auto& v = h.history[size_t(r)].at(pos[size_t(r * L + j)]).second;
+                double vn = 0;
+                for (float x : v) vn += double(x) * double(x);
+                top = std::max(top, out[size_t(r * L + j)] = a[size_t(j)] * (use_vnorm ? std::sqrt(vn) : 1.0));
+            }
+        }
+    // sinks take the maximum over the whole layer (kvpress pads them with scores.max())
+    for (int64_t r = 0; r < h.B * h.G; ++r)
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(r * L + j)] < sink) out[size_t(r * L + j)] = top;
+    return out;
+}
+
 }  // namespace kv::test

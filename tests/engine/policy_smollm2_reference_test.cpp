@@ -6,7 +6,7 @@
 // differ only between slots whose reference scores are within the tolerance (a tie: f32 may
 // order them either way) the decision counts as a tie, otherwise it fails. Real attention is
 // peaked (sinks, recent tokens) where random q/k/v are flat, so this checks the f32 paths on
-// the value ranges that decide in practice. Without the model file the tests skip, saying why.
+// the value ranges that decide in practice. Without the model file the test skips, saying why.
 #include <algorithm>
 #include <cstdio>
 
@@ -199,6 +199,25 @@ std::vector<SmolCase> cases() {
                      const std::vector<double>* theta = &a.inv_freq;
                      return ReferenceScores([theta](const LayerHarness& h, int64_t, int64_t) {
                          return cap_reference(h, *theta, 5.0, 6, 2, 1e-6);
+                     });
+                 },
+                 2e-6, [](LayerHarness& h, const Smollm2Activations& a, int) { h.cache->set_rope_frequencies(&a.inv_freq); }});
+    c.push_back({"rkv-default",
+                 [](KVCacheConfig& k) {
+                     k.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
+                 },
+                 [](const Smollm2Activations&, int) {
+                     return ReferenceScores(
+                         [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); });
+                 }});
+    c.push_back({"expected-attention-default",
+                 [](KVCacheConfig& k) {
+                     k.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}};
+                 },
+                 [](const Smollm2Activations& a, int) {
+                     const std::vector<double>* theta = &a.inv_freq;
+                     return ReferenceScores([theta](const LayerHarness& h, int64_t, int64_t) {
+                         return expected_attention_reference(h, *theta, 6, 2);
                      });
                  },
                  2e-6, [](LayerHarness& h, const Smollm2Activations& a, int) { h.cache->set_rope_frequencies(&a.inv_freq); }});
