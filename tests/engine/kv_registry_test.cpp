@@ -415,60 +415,24 @@ TEST(RandomPolicy, EverySlotIsEvictedAboutEquallyOften) {
     const double e = 4.0 * 600 / 16, sd = std::sqrt(e * (1 - 1.0 / 16));
     for (int j = 0; j < 16; ++j) EXPECT_NEAR(double(count[size_t(j)]), e, 5 * sd) << "slot " << j;
 }
-// Runs a hand-sized 12-slot layer of `name` (configured by `setup`) through chunks; after each
-// chunk the policy's scores must equal `ref` (f64) and the next chunk's slots must be the
-// lowest scores, ties by the lower slot.
-void check_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
-                             const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
-                             const std::function<void(KVCache&)>& prepare = {}) {
-    LayerHarness h(name, 12, seed_for(name + " formula"));
-    setup(h.cfg);
-    h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0);
-    if (prepare) prepare(*h.cache);
-    h.cache->set_replay_logging(true);
-    h.step(12);
-    std::vector<int32_t> expected;
-    for (int64_t n : {4, 3, 4, 2, 4, 1}) {
-        const int64_t P = h.P;
-        h.step(n);
-        const SlotPlan& plan = h.layer().replay_log().plans().back();
-        if (!expected.empty()) {
-            for (int64_t r = 0; r < h.B * h.G; ++r)
-                for (int64_t t = 0; t < n; ++t) ASSERT_EQ(plan.targets[size_t(r * n + t)], expected[size_t(r * 12 + t)]) << "row " << r;
-        }
-        const std::vector<double> ref = ref_of(h, P, n);
-        const std::vector<float> got = h.layer().policy().slot_scores();
-        ASSERT_EQ(got.size(), ref.size());
-        expected.assign(ref.size(), 0);
-        for (int64_t r = 0; r < h.B * h.G; ++r) {
-            for (int64_t j = 0; j < 12; ++j) ASSERT_NEAR(got[size_t(r * 12 + j)], ref[size_t(r * 12 + j)], 2e-6) << "row " << r << " slot " << j;
-            std::vector<int32_t> idx(12);
-            std::iota(idx.begin(), idx.end(), 0);
-            // order by the engine's scores (just checked against the reference): f32 rounding
-            // must not turn a reference near-tie into a false failure
-            std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return got[size_t(r * 12 + a)] < got[size_t(r * 12 + b)]; });
-            std::copy(idx.begin(), idx.end(), expected.begin() + r * 12);
-        }
-    }
-}
-
 TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
     // window 3 of each chunk's queries, pooling width 3; the reference pools the window's own
     // tokens too (kvlab's earlier rule, snapkv_pool_window 1; the published rule: SnapKV.*)
-    check_against_reference(
+    check_policy_against_reference(
         "pyramidkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3, c.policy_options = {{"snapkv_pool_window", 1}}; },
-        [](const LayerHarness& h, int64_t P, int64_t n) { return snapkv_pool_window_reference(h, h.last_q[0], P, n, 3, 3); });
+        [](const LayerHarness& h, int64_t P, int64_t n) { return snapkv_pool_window_reference(h, h.last_q[0], P, n, 3, 3); },
+        {4, 3, 4, 2, 4, 1});
 }
 
 TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
     // window 3, pooling width 3, lambda 0.3, threshold 0.2 (random keys in 16 dimensions:
     // some pairs are similar, so the exemption is exercised)
-    check_against_reference(
+    check_policy_against_reference(
         "rkv-default",
         [](KVCacheConfig& c) {
             c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
         },
-        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); });
+        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3, 4, 2, 4, 1});
 }
 
 
@@ -476,11 +440,11 @@ TEST(ExpectedAttention, ScoresAndChoicesEqualTheF64Reference) {
     // 12 slots, D = 16 fully rotated with base 10000, 6 future positions, 2 sinks
     std::vector<double> theta(8);
     for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
-    check_against_reference(
+    check_policy_against_reference(
         "expected-attention-default",
         [](KVCacheConfig& c) { c.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}}; },
         [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 6, 2); },
-        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
+        {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
 }
 
 TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {
@@ -488,13 +452,13 @@ TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {
     // attention itself), no sinks, 3 future positions
     std::vector<double> theta(8);
     for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
-    check_against_reference(
+    check_policy_against_reference(
         "expected-attention-default",
         [](KVCacheConfig& c) {
             c.policy_options = {{"ea_n_future_positions", 3}, {"ea_n_sink", 0}, {"ea_use_covariance", 0}, {"ea_use_vnorm", 0}};
         },
         [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 3, 0, false, false); },
-        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
+        {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
 }
 
 }  // namespace
