@@ -1,9 +1,11 @@
 // Shared driver of the per-policy formula tests (tests/engine/policy_<name>_test.cpp): a
-// 12-slot layer of random q/k/v through a full prefill and chunks; after each chunk the policy's
-// scores must equal the test's own f64 reference (called once per chunk, in order; a prefill
+// 12-slot layer of random q/k/v, or a real model's captured activations
+// (policy_smollm2_reference_test.cpp), through a full prefill and chunks; after each chunk the
+// policy's scores must equal an f64 reference (called once per chunk, in order; a prefill
 // records no attention weights, so a stateful reference starts after it) and the next chunk's
-// slots must be the lowest scores, ties by the lower slot. The references themselves live in each test, written from
-// the paper's / press's definition.
+// slots must be the lowest scores, ties by the lower slot, and the reference's lowest up to
+// ties. The math several references share is here; each policy's reference, written from the
+// paper's / press's definition, is in policy_references.h.
 #pragma once
 
 #include <gtest/gtest.h>
