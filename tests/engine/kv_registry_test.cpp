@@ -29,7 +29,7 @@
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
 #include "engine/run/run_config.h"
-#include "kv_test_util.h"
+#include "policy_references.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
@@ -415,219 +415,36 @@ TEST(RandomPolicy, EverySlotIsEvictedAboutEquallyOften) {
     const double e = 4.0 * 600 / 16, sd = std::sqrt(e * (1 - 1.0 / 16));
     for (int j = 0; j < 16; ++j) EXPECT_NEAR(double(count[size_t(j)]), e, 5 * sd) << "slot " << j;
 }
-
-// SnapKV scores in f64: the last `win` queries' softmax weights over the cached tokens
-// (averaged over the group's query heads, summed over queries), pooled in token-position order
-// with width k (zero padding counted), per (b, g) row.
-std::vector<double> snapkv_reference(const LayerHarness& h, const Tensor& q, int64_t P, int64_t n, int64_t win, int64_t k) {
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G;
-    const auto& pos = pol.token_positions();
-    const std::vector<double> qv = q.to_f64_vector();
-    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
-    for (int64_t b = 0; b < h.B; ++b)
-        for (int64_t g = 0; g < h.G; ++g) {
-            const int64_t r = b * h.G + g;
-            std::vector<double> w((size_t)T, 0.0);
-            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
-                for (int64_t i = n - std::min(win, n); i < n; ++i) {
-                    std::vector<double> s((size_t)T, -INFINITY);
-                    double m = -INFINITY;
-                    for (int64_t j = 0; j < T; ++j) {
-                        const int32_t p = pos[size_t(r * L + j)];
-                        if (p > P + i) continue;
-                        const auto& key = h.history[size_t(r)].at(p).first;
-                        double dot = 0;
-                        for (int64_t d = 0; d < h.D; ++d) dot += qv[size_t(((b * h.NH + hh) * n + i) * h.D + d)] * double(key[size_t(d)]);
-                        s[size_t(j)] = dot / std::sqrt(double(h.D));
-                        m = std::max(m, s[size_t(j)]);
-                    }
-                    double z = 0;
-                    for (double& e : s) z += (e = std::exp(e - m));
-                    for (int64_t j = 0; j < T; ++j) w[size_t(j)] += s[size_t(j)] / z / double(R);
-                }
-            std::vector<int64_t> order((size_t)T);
-            std::iota(order.begin(), order.end(), 0);
-            std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return pos[size_t(r * L + a)] < pos[size_t(r * L + c)]; });
-            for (int64_t i = 0; i < T; ++i) {
-                double acc = 0;
-                for (int64_t o = i - k / 2; o <= i + k / 2; ++o)
-                    if (o >= 0 && o < T) acc += w[size_t(order[size_t(o)])];
-                out[size_t(r * L + order[size_t(i)])] = acc / double(k);
-            }
-        }
-    return out;
-}
-
-// Runs a hand-sized 12-slot layer of `name` (configured by `setup`) through chunks; after each
-// chunk the policy's scores must equal `ref` (f64) and the next chunk's slots must be the
-// lowest scores, ties by the lower slot.
-void check_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
-                             const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
-                             const std::function<void(KVCache&)>& prepare = {}) {
-    LayerHarness h(name, 12, seed_for(name + " formula"));
-    setup(h.cfg);
-    h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0);
-    if (prepare) prepare(*h.cache);
-    h.cache->set_replay_logging(true);
-    h.step(12);
-    std::vector<int32_t> expected;
-    for (int64_t n : {4, 3, 4, 2, 4, 1}) {
-        const int64_t P = h.P;
-        h.step(n);
-        const SlotPlan& plan = h.layer().replay_log().plans().back();
-        if (!expected.empty()) {
-            for (int64_t r = 0; r < h.B * h.G; ++r)
-                for (int64_t t = 0; t < n; ++t) ASSERT_EQ(plan.targets[size_t(r * n + t)], expected[size_t(r * 12 + t)]) << "row " << r;
-        }
-        const std::vector<double> ref = ref_of(h, P, n);
-        const std::vector<float> got = h.layer().policy().slot_scores();
-        ASSERT_EQ(got.size(), ref.size());
-        expected.assign(ref.size(), 0);
-        for (int64_t r = 0; r < h.B * h.G; ++r) {
-            for (int64_t j = 0; j < 12; ++j) ASSERT_NEAR(got[size_t(r * 12 + j)], ref[size_t(r * 12 + j)], 2e-6) << "row " << r << " slot " << j;
-            std::vector<int32_t> idx(12);
-            std::iota(idx.begin(), idx.end(), 0);
-            // order by the engine's scores (just checked against the reference): f32 rounding
-            // must not turn a reference near-tie into a false failure
-            std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return got[size_t(r * 12 + a)] < got[size_t(r * 12 + b)]; });
-            std::copy(idx.begin(), idx.end(), expected.begin() + r * 12);
-        }
-    }
-}
-
 TEST(PyramidKV, ScoresAndChoicesEqualTheF64SnapKVReference) {
     // window 3 of each chunk's queries, pooling width 3; the reference pools the window's own
     // tokens too (kvlab's earlier rule, snapkv_pool_window 1; the published rule: SnapKV.*)
-    check_against_reference(
+    check_policy_against_reference(
         "pyramidkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3, c.policy_options = {{"snapkv_pool_window", 1}}; },
-        [](const LayerHarness& h, int64_t P, int64_t n) { return snapkv_reference(h, h.last_q[0], P, n, 3, 3); });
-}
-
-// R-KV in f64 (docs/POLICIES.md#rkv): lambda * maxpool(mean window weight) - (1 - lambda) *
-// softmax(mean cosine similarity, the newest similar key exempt); the window's newest tokens
-// take the row's maximum.
-std::vector<double> rkv_reference(const LayerHarness& h, int64_t P, int64_t n, int64_t win, int64_t k, double lambda, double thr) {
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L;
-    const auto& pos = pol.token_positions();
-    const int64_t nq = std::min(win, n);
-    // summed window weights per slot, pooled by max over k neighbours (k odd): reuse the
-    // snapkv reference with width 1 for the raw sums
-    const std::vector<double> wsum = snapkv_reference(h, h.last_q[0], P, n, win, 1);
-    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
-    for (int64_t r = 0; r < h.B * h.G; ++r) {
-        std::vector<int64_t> order((size_t)T);
-        std::iota(order.begin(), order.end(), 0);
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return pos[size_t(r * L + a)] < pos[size_t(r * L + c)]; });
-        std::vector<double> imp((size_t)T), red((size_t)T);
-        for (int64_t i = 0; i < T; ++i) {
-            double m = -INFINITY;
-            for (int64_t o = std::max<int64_t>(0, i - k / 2); o <= std::min(T - 1, i + k / 2); ++o)
-                m = std::max(m, wsum[size_t(r * L + order[size_t(o)])] / double(nq));
-            imp[size_t(order[size_t(i)])] = m;
-        }
-        std::vector<std::vector<double>> u((size_t)T);
-        for (int64_t j = 0; j < T; ++j) {
-            const auto& key = h.history[size_t(r)].at(pos[size_t(r * L + j)]).first;
-            double nn = 0;
-            for (float x : key) nn += double(x) * double(x);
-            for (float x : key) u[size_t(j)].push_back(double(x) / (std::sqrt(nn) + 1e-8));
-        }
-        for (int64_t i = 0; i < T; ++i) {
-            double sum = 0, exempt = 0;
-            int32_t newest = -1;
-            for (int64_t j = 0; j < T; ++j) {
-                if (j == i) continue;
-                double c = 0;
-                for (int64_t d = 0; d < h.D; ++d) c += u[size_t(i)][size_t(d)] * u[size_t(j)][size_t(d)];
-                sum += c;
-                if (c > thr && pos[size_t(r * L + j)] > newest) newest = pos[size_t(r * L + j)], exempt = c;
-            }
-            red[size_t(i)] = (sum - exempt) / double(T);
-        }
-        double z = 0;
-        for (double x : red) z += std::exp(x);
-        double top = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) top = std::max(top, out[size_t(r * L + j)] = lambda * imp[size_t(j)] - (1 - lambda) * std::exp(red[size_t(j)]) / z);
-        for (int64_t j = 0; j < T; ++j)
-            if (pos[size_t(r * L + j)] >= P + n - win) out[size_t(r * L + j)] = top;
-    }
-    return out;
+        [](const LayerHarness& h, int64_t P, int64_t n) { return snapkv_pool_window_reference(h, h.last_q[0], P, n, 3, 3); },
+        {4, 3, 4, 2, 4, 1});
 }
 
 TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
     // window 3, pooling width 3, lambda 0.3, threshold 0.2 (random keys in 16 dimensions:
     // some pairs are similar, so the exemption is exercised)
-    check_against_reference(
+    check_policy_against_reference(
         "rkv-default",
         [](KVCacheConfig& c) {
             c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
         },
-        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); });
+        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3, 4, 2, 4, 1});
 }
 
-
-// Expected Attention in f64 (docs/POLICIES.md#expected-attention), from the raw harness data:
-// every query seen at positions >= n_sink, rotated back by RoPE angle -p theta_i on pairs
-// (i, i + D/2) with theta_i = 10000^(-2i/D); per (b, head) mean and population covariance;
-// mean rotation over positions [P_after, P_after + F); exponent s k.mu' + s^2 k^T Sigma' k / 2
-// over the non-sink cached keys, softmax, mean over the group's heads, times |v|; sinks take
-// the maximum over the whole layer.
-std::vector<double> expected_attention_reference(const LayerHarness& h, const std::vector<double>& theta, int64_t F, int64_t sink,
-                                                 bool use_cov = true, bool use_vnorm = true) {
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, D = h.D, R = h.NH / h.G, Pa = h.P;
-    const auto& pos = pol.token_positions();
-    const double s = 1.0 / std::sqrt(double(D));
-    const auto qs = prerope_queries(h, theta, sink);  // per (b, head)
-    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
-    double top = -INFINITY;  // over every row of the layer
-    for (int64_t b = 0; b < h.B; ++b)
-        for (int64_t g = 0; g < h.G; ++g) {
-            const int64_t r = b * h.G + g;
-            std::vector<double> a((size_t)T, 0.0);
-            for (int64_t hh = g * R; hh < (g + 1) * R; ++hh) {
-                const auto& Q = qs[size_t(b * h.NH + hh)];
-                const FutureQueryMoments fm = future_query_moments(Q, theta, Pa, F, D);
-                const std::vector<double>&m2 = fm.mean, &C2 = fm.cov;
-                std::vector<double> z((size_t)T, 0.0);
-                double zs = 0;
-                for (int64_t j = 0; j < T; ++j) {
-                    if (pos[size_t(r * L + j)] < sink) continue;
-                    const auto& k = h.history[size_t(r)].at(pos[size_t(r * L + j)]).first;
-                    double lin = 0, quad = 0;
-                    for (int64_t d = 0; d < D; ++d) lin += double(k[size_t(d)]) * m2[size_t(d)];
-                    for (int64_t d = 0; d < D; ++d)
-                        for (int64_t e = 0; e < D; ++e) quad += double(k[size_t(d)]) * C2[size_t(d * D + e)] * double(k[size_t(e)]);
-                    zs += (z[size_t(j)] = std::exp(s * lin + (use_cov ? s * s * quad / 2 : 0.0)));
-                }
-                for (int64_t j = 0; j < T; ++j) a[size_t(j)] += z[size_t(j)] / zs / double(R);
-            }
-            for (int64_t j = 0; j < T; ++j) {
-                if (pos[size_t(r * L + j)] < sink) continue;
-                const auto& v = h.history[size_t(r)].at(pos[size_t(r * L + j)]).second;
-                double vn = 0;
-                for (float x : v) vn += double(x) * double(x);
-                top = std::max(top, out[size_t(r * L + j)] = a[size_t(j)] * (use_vnorm ? std::sqrt(vn) : 1.0));
-            }
-        }
-    // sinks take the maximum over the whole layer (kvpress pads them with scores.max())
-    for (int64_t r = 0; r < h.B * h.G; ++r)
-        for (int64_t j = 0; j < T; ++j)
-            if (pos[size_t(r * L + j)] < sink) out[size_t(r * L + j)] = top;
-    return out;
-}
 
 TEST(ExpectedAttention, ScoresAndChoicesEqualTheF64Reference) {
     // 12 slots, D = 16 fully rotated with base 10000, 6 future positions, 2 sinks
     std::vector<double> theta(8);
     for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
-    check_against_reference(
+    check_policy_against_reference(
         "expected-attention-default",
         [](KVCacheConfig& c) { c.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}}; },
         [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 6, 2); },
-        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
+        {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
 }
 
 TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {
@@ -635,13 +452,13 @@ TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {
     // attention itself), no sinks, 3 future positions
     std::vector<double> theta(8);
     for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
-    check_against_reference(
+    check_policy_against_reference(
         "expected-attention-default",
         [](KVCacheConfig& c) {
             c.policy_options = {{"ea_n_future_positions", 3}, {"ea_n_sink", 0}, {"ea_use_covariance", 0}, {"ea_use_vnorm", 0}};
         },
         [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 3, 0, false, false); },
-        [&theta](KVCache& c) { c.set_rope_frequencies(&theta); });
+        {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
 }
 
 }  // namespace

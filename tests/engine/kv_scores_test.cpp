@@ -9,63 +9,10 @@
 #include <numeric>
 
 #include "engine/kv/policies/policy_registry.h"
-#include "kv_test_util.h"
+#include "policy_references.h"
 
 namespace kv::test {
 namespace {
-
-// Independent H2O bookkeeping: score per (row, token position).
-struct BruteScores {
-    std::vector<std::map<int32_t, double>> score;  // [row][position]
-    std::vector<std::map<int32_t, double>> vnorm;
-
-    void step(const LayerHarness& h, const Tensor& q, int64_t P, int64_t n, bool vlen) {
-        const KVPolicy& pol = h.cache->layer(0).policy();
-        const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G;
-        const auto& pos = pol.token_positions();
-        const std::vector<double> qv = q.to_f64_vector();
-        const double scale = 1.0 / std::sqrt(double(h.D));
-        if (score.empty()) score.resize(size_t(h.B * h.G)), vnorm.resize(size_t(h.B * h.G));
-        for (int64_t b = 0; b < h.B; ++b)
-            for (int64_t g = 0; g < h.G; ++g) {
-                const int64_t r = b * h.G + g;
-                std::vector<double> w((size_t)T, 0.0);
-                for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
-                    for (int64_t i = 0; i < n; ++i) {
-                        std::vector<double> s((size_t)T, -INFINITY);
-                        double m = -INFINITY;
-                        for (int64_t j = 0; j < T; ++j) {
-                            const int32_t p = pos[size_t(r * L + j)];
-                            if (p > P + i) continue;
-                            const auto& k = h.history[size_t(r)].at(p).first;
-                            double dot = 0;
-                            for (int64_t d = 0; d < h.D; ++d) dot += qv[size_t(((b * h.NH + hh) * n + i) * h.D + d)] * double(k[size_t(d)]);
-                            s[size_t(j)] = dot * scale;
-                            m = std::max(m, s[size_t(j)]);
-                        }
-                        double z = 0;
-                        for (double& e : s) z += (e = std::exp(e - m));
-                        for (int64_t j = 0; j < T; ++j) w[size_t(j)] += s[size_t(j)] / z / double(R);
-                    }
-                std::map<int32_t, double> next;  // only tokens still in the cache keep a score
-                double denom = 0;
-                if (vlen)
-                    for (int64_t j = 0; j < T; ++j) denom += w[size_t(j)] * norm(h, r, pos[size_t(r * L + j)]);
-                for (int64_t j = 0; j < T; ++j) {
-                    const int32_t p = pos[size_t(r * L + j)];
-                    const double inc = vlen ? double(n) * w[size_t(j)] * norm(h, r, p) / denom : w[size_t(j)];
-                    next[p] = (score[size_t(r)].count(p) ? score[size_t(r)][p] : 0.0) + inc;
-                }
-                score[size_t(r)] = next;
-            }
-    }
-    static double norm(const LayerHarness& h, int64_t r, int32_t p) {
-        const auto& v = h.history[size_t(r)].at(p).second;
-        double s = 0;
-        for (float x : v) s += double(x) * double(x);
-        return std::sqrt(s);
-    }
-};
 
 void check_scores(const std::string& name, bool vlen) {
     LayerHarness h(name, 24, seed_for("scores " + name));

@@ -6,6 +6,7 @@
 #include <limits>
 #include <tuple>
 
+#include "engine/core/error.h"
 #include "engine/run/run_config.h"
 
 namespace kv::test {
@@ -43,6 +44,15 @@ std::unique_ptr<KVPolicy> make_test_policy(const std::string& name, int64_t L) {
 
 LayerHarness::LayerHarness(const std::string& name, int64_t L_, uint64_t seed, int64_t grace, int64_t D_) : L(L_), rng(seed) {
     D = D_;
+    build(name, grace);
+}
+
+LayerHarness::LayerHarness(const std::string& name, int64_t L_, const LayerActivations& acts) : L(L_), given(&acts) {
+    B = acts.B, G = acts.G, NH = acts.NH, D = acts.D;
+    build(name, 0);
+}
+
+void LayerHarness::build(const std::string& name, int64_t grace) {
     cfg.name = name;
     cfg.cache_length = L;
     cfg.grace_period = grace;
@@ -60,10 +70,26 @@ LayerHarness::LayerHarness(const std::string& name, int64_t L_, uint64_t seed, i
     history.resize(size_t(B * G));
 }
 
+// Positions [P, P + n) of one (B, H, T, D) activation of `a` as a (B, H, n, D) tensor.
+static Tensor given_slice(const std::vector<float>& all, int64_t B, int64_t H, int64_t T, int64_t D, int64_t P, int64_t n) {
+    if (P + n > T) throw Error(str("the given activations hold ", T, " positions; position ", P + n - 1, " was asked for"));
+    std::vector<float> out;
+    out.reserve(size_t(B * H * n * D));
+    for (int64_t bh = 0; bh < B * H; ++bh) out.insert(out.end(), all.begin() + (bh * T + P) * D, all.begin() + (bh * T + P + n) * D);
+    return Tensor::from_f32({B, H, n, D}, out);
+}
+
 Tensor LayerHarness::step(int64_t n) {
-    Tensor q = random_tensor({B, NH, n, D}, DType::F32, rng, -2.0, 2.0);
-    Tensor k = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
-    Tensor v = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+    Tensor q, k, v;
+    if (given) {
+        q = given_slice(given->q, B, NH, given->T, D, P, n);
+        k = given_slice(given->k, B, G, given->T, D, P, n);
+        v = given_slice(given->v, B, G, given->T, D, P, n);
+    } else {
+        q = random_tensor({B, NH, n, D}, DType::F32, rng, -2.0, 2.0);
+        k = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+        v = random_tensor({B, G, n, D}, DType::F32, rng, -2.0, 2.0);
+    }
     std::vector<float> kv_ = k.to_f32_vector(), vv = v.to_f32_vector();
     for (int64_t r = 0; r < B * G; ++r)
         for (int64_t t = 0; t < n; ++t) {

@@ -13,6 +13,13 @@
 
 namespace kv::test {
 
+// One layer's activations to feed in place of random ones (a real model's, captured once):
+// q (B, NH, T, D), k and v (B, G, T, D) for positions 0 .. T - 1, post-RoPE as attend() gets them.
+struct LayerActivations {
+    int64_t B = 0, G = 0, NH = 0, D = 0, T = 0;
+    std::vector<float> q, k, v;
+};
+
 struct LayerHarness {
     int64_t B = 2, G = 2, NH = 4, D = 16, L = 24;
     KVCacheConfig cfg;
@@ -25,10 +32,17 @@ struct LayerHarness {
     std::vector<std::pair<int64_t, Tensor>> all_q;  // every chunk's (input position, q)
     int64_t P = 0;
 
+    const LayerActivations* given = nullptr;  // set: step() feeds these instead of random values
+
     LayerHarness(const std::string& name, int64_t L_, uint64_t seed, int64_t grace = 0, int64_t D_ = 16);
+    // The shape of `acts` (which must outlive the harness); step(n) feeds its positions [P, P + n).
+    LayerHarness(const std::string& name, int64_t L_, const LayerActivations& acts);
     // One call of n tokens; returns y (B, NH, n, D).
     Tensor step(int64_t n);
     LayerCache& layer() { return cache->layer(0); }
+
+   private:
+    void build(const std::string& name, int64_t grace);
 };
 
 // A byte-level text codec (ids 0..255 are bytes) for policies that read the prompt.

@@ -4,29 +4,10 @@
 // sequence has reached (min(C, P - c C)); every slot of the chunk takes that score.
 #include <map>
 
-#include "policy_reference_util.h"
+#include "policy_references.h"
 
 namespace kv::test {
 namespace {
-
-std::vector<double> chunkkv_reference(const LayerHarness& h, int64_t P, int64_t n, int64_t win, int64_t k, int64_t C) {
-    const std::vector<double> s = published_snapkv_reference(h, P, n, win, k);
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, Pa = P + n;
-    const auto& pos = pol.token_positions();
-    std::vector<double> out(s.size(), 0.0);
-    for (int64_t b = 0; b < h.B; ++b) {
-        std::map<int64_t, double> sum;
-        for (int64_t g = 0; g < h.G; ++g)
-            for (int64_t j = 0; j < T; ++j) sum[pos[size_t((b * h.G + g) * L + j)] / C] += s[size_t((b * h.G + g) * L + j)];
-        for (int64_t g = 0; g < h.G; ++g)
-            for (int64_t j = 0; j < T; ++j) {
-                const int64_t c = pos[size_t((b * h.G + g) * L + j)] / C;
-                out[size_t((b * h.G + g) * L + j)] = sum[c] / double(std::min(C, Pa - c * C));
-            }
-    }
-    return out;
-}
 
 TEST(ChunkKV, ScoresAndChoicesEqualTheF64Reference) {
     // chunks of 3 positions, SnapKV window 3 and pooling width 3

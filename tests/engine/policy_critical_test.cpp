@@ -8,7 +8,7 @@
 
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
-#include "policy_reference_util.h"
+#include "policy_references.h"
 
 namespace kv::test {
 namespace {
@@ -23,56 +23,13 @@ std::vector<double> random_wo(int64_t E, int64_t Q) {
     return w;
 }
 
-// n_j of every cached slot, (rows, L): (1/R) sum_h sum_c |sum_d W[c, h D + d] v_d|; W empty = I.
-std::vector<double> projected_norms(const LayerHarness& h, const std::vector<double>& W, int64_t E) {
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G, D = h.D, Q = h.NH * D;
-    const auto& pos = pol.token_positions();
-    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
-    for (int64_t r = 0; r < h.B * h.G; ++r)
-        for (int64_t j = 0; j < T; ++j) {
-            const auto& v = h.history[size_t(r)].at(pos[size_t(r * L + j)]).second;
-            double acc = 0;
-            if (W.empty()) {
-                for (float x : v) acc += std::fabs(double(x));
-            } else {
-                const int64_t g = r % h.G;
-                for (int64_t hh = g * R; hh < (g + 1) * R; ++hh)
-                    for (int64_t c = 0; c < E; ++c) {
-                        double o = 0;
-                        for (int64_t d = 0; d < D; ++d) o += W[size_t(c * Q + hh * D + d)] * double(v[size_t(d)]);
-                        acc += std::fabs(o) / double(R);
-                    }
-            }
-            out[size_t(r * L + j)] = acc;
-        }
-    return out;
-}
-
-// The two stages over the inner scores s (rows, L) and norms.
-std::vector<double> critical_reference(const LayerHarness& h, const std::vector<double>& s, const std::vector<double>& norms,
-                                       double first_stage, double eps) {
-    const int64_t L = h.L, k1 = int64_t(first_stage * double(L));
-    std::vector<double> out((size_t)(h.B * h.G * L));
-    for (int64_t r = 0; r < h.B * h.G; ++r) {
-        std::vector<int64_t> idx((size_t)L);
-        std::iota(idx.begin(), idx.end(), 0);
-        const double* sr = s.data() + r * L;
-        // highest first; equal scores: the higher slot first (it is the later one evicted)
-        std::sort(idx.begin(), idx.end(), [sr](int64_t a, int64_t b) { return sr[a] > sr[b] || (sr[a] == sr[b] && a > b); });
-        for (int64_t j = 0; j < L; ++j) out[size_t(r * L + j)] = (sr[j] + eps) * norms[size_t(r * L + j)];
-        for (int64_t t = 0; t < k1; ++t) out[size_t(r * L + idx[size_t(t)])] = FLT_MAX;
-    }
-    return out;
-}
-
 TEST(Critical, ScoresAndChoicesEqualTheF64ReferenceWithTheOutputProjection) {
     const LayerHarness shape("critical-snapkv-default", 12, 0);
     const std::vector<double> W = random_wo(kE, shape.NH * shape.D);
     check_policy_against_reference(
         "critical-snapkv-default", [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3; },
         [&W](const LayerHarness& h, int64_t P, int64_t n) {
-            return critical_reference(h, published_snapkv_reference(h, P, n, 3, 3), projected_norms(h, W, kE), 0.5, 1e-4);
+            return critical_reference(h, published_snapkv_reference(h, P, n, 3, 3), critical_projected_norms(h, W, kE), 0.5, 1e-4);
         },
         {4, 3, 4, 2, 4, 1, 5, 1}, 2e-6, [&W](LayerHarness& h) {
             std::vector<float> wf(W.begin(), W.end());
@@ -89,7 +46,7 @@ TEST(Critical, WithoutAModelTheNormIsTheValuesL1Norm) {
             c.policy_options["critical_epsilon"] = 0.5;
         },
         [](const LayerHarness& h, int64_t P, int64_t n) {
-            return critical_reference(h, published_snapkv_reference(h, P, n, 2, 5), projected_norms(h, {}, 0), 0.25, 0.5);
+            return critical_reference(h, published_snapkv_reference(h, P, n, 2, 5), critical_projected_norms(h, {}, 0), 0.25, 0.5);
         });
 }
 
@@ -99,7 +56,7 @@ TEST(Critical, FirstStageZeroIsThePlainRescaling) {
         "critical-snapkv-default",
         [](KVCacheConfig& c) { c.snapkv_window = 3, c.snapkv_kernel = 3, c.policy_options["critical_first_stage"] = 0; },
         [](const LayerHarness& h, int64_t P, int64_t n) {
-            return critical_reference(h, published_snapkv_reference(h, P, n, 3, 3), projected_norms(h, {}, 0), 0, 1e-4);
+            return critical_reference(h, published_snapkv_reference(h, P, n, 3, 3), critical_projected_norms(h, {}, 0), 0, 1e-4);
         });
 }
 

@@ -4,34 +4,11 @@
 // query heads; the window's tokens take the layer's largest score + 1.
 #include <set>
 
-#include "policy_reference_util.h"
+#include "policy_references.h"
 #include "tiny_model_util.h"
 
 namespace kv::test {
 namespace {
-
-std::vector<double> finch_reference(const LayerHarness& h, int64_t P, int64_t n, int64_t win, bool normalize) {
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G, nq = std::min(win, n), first = P + n - nq;
-    const auto& pos = pol.token_positions();
-    const std::vector<double> qv = h.last_q[0].to_f64_vector();
-    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
-    double top = -INFINITY;
-    for (int64_t r = 0; r < h.B * h.G; ++r) {
-        for (int64_t hh = (r % h.G) * R; hh < (r % h.G + 1) * R; ++hh)
-            for (int64_t i = n - nq; i < n; ++i) {
-                const std::vector<double> a = ref_attention_row(h, qv, n, P, r, hh, i);
-                const double p = double(P + i);  // the query's position: the keys before it
-                for (int64_t j = 0; j < T; ++j) out[size_t(r * L + j)] += (normalize ? p : 1.0) * a[size_t(j)] / double(R * nq);
-            }
-        for (int64_t j = 0; j < T; ++j)
-            if (pos[size_t(r * L + j)] < first) top = std::max(top, out[size_t(r * L + j)]);
-    }
-    for (int64_t r = 0; r < h.B * h.G; ++r)
-        for (int64_t j = 0; j < T; ++j)
-            if (pos[size_t(r * L + j)] >= first) out[size_t(r * L + j)] = top + 1;
-    return out;
-}
 
 TEST(Finch, ScoresAndChoicesEqualTheF64Reference) {
     check_policy_against_reference(

@@ -3,25 +3,10 @@
 // tile's keys), summed over the tile's queries and averaged over the group's heads; times the
 // value norm; average-pooled over 3 neighbours in position order (zero padding counted);
 // z-normalised over every cached token of the layer (torch's unbiased std).
-#include "policy_reference_util.h"
+#include "policy_references.h"
 
 namespace kv::test {
 namespace {
-
-std::vector<double> nca_reference(const LayerHarness& h, int64_t C) {
-    const std::vector<double> a = ref_tile_attention(h, C);
-    std::vector<double> out((size_t)(h.B * h.G * h.L), 0.0), all;
-    std::vector<std::vector<int64_t>> slots;
-    for (int64_t r = 0; r < h.B * h.G; ++r) {
-        slots.push_back(ref_slots_by_position(h, r, [](int32_t) { return true; }));
-        for (double x : ref_pool3(a, h.L, r, slots.back())) all.push_back(x);
-    }
-    ref_z_normalise(all);
-    size_t i = 0;
-    for (int64_t r = 0; r < h.B * h.G; ++r)
-        for (int64_t j : slots[size_t(r)]) out[size_t(r * h.L + j)] = all[i++];
-    return out;
-}
 
 TEST(NonCausalAttn, ScoresAndChoicesEqualTheF64Reference) {
     // tiles of 5 positions: tiles straddle chunks and the open tile is rescored as it fills

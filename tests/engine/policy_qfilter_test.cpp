@@ -10,7 +10,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/policies/qfilter_calibration.h"
 #include "engine/model/attention.h"
-#include "policy_reference_util.h"
+#include "policy_references.h"
 #include "tiny_model_util.h"
 
 namespace kv::test {
@@ -128,16 +128,8 @@ TEST(QFilter, ScoresAndChoicesEqualTheF64Reference) {
     const QFilters f = random_filters(1, 2, 16, 7);
     const std::string path = temp_path("formula");
     write_qfilters(path, f);
-    check_policy_against_reference("qfilter-default", [&](KVCacheConfig& c) { c.qfilter = path; }, [&](const LayerHarness& h, int64_t, int64_t) {
-        const KVPolicy& pol = h.cache->layer(0).policy();
-        std::vector<double> out((size_t)(h.B * h.G * h.L), 0.0);
-        for (int64_t r = 0; r < h.B * h.G; ++r)
-            for (int64_t j = 0; j < pol.current_length(); ++j) {
-                const auto& k = slot_key(h, r, j);
-                for (int64_t d = 0; d < h.D; ++d) out[size_t(r * h.L + j)] += double(k[size_t(d)]) * f.filter(0, r % h.G)[d];
-            }
-        return out;
-    });
+    check_policy_against_reference("qfilter-default", [&](KVCacheConfig& c) { c.qfilter = path; },
+                                   [&](const LayerHarness& h, int64_t, int64_t) { return qfilter_reference(h, f, 0); });
     std::remove(path.c_str());
 }
 

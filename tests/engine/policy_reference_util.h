@@ -1,9 +1,11 @@
 // Shared driver of the per-policy formula tests (tests/engine/policy_<name>_test.cpp): a
-// 12-slot layer of random q/k/v through a full prefill and chunks; after each chunk the policy's
-// scores must equal the test's own f64 reference (called once per chunk, in order; a prefill
+// 12-slot layer of random q/k/v, or a real model's captured activations
+// (policy_smollm2_reference_test.cpp), through a full prefill and chunks; after each chunk the
+// policy's scores must equal an f64 reference (called once per chunk, in order; a prefill
 // records no attention weights, so a stateful reference starts after it) and the next chunk's
-// slots must be the lowest scores, ties by the lower slot. The references themselves live in each test, written from
-// the paper's / press's definition.
+// slots must be the lowest scores, ties by the lower slot, and the reference's lowest up to
+// ties. The math several references share is here; each policy's reference, written from the
+// paper's / press's definition, is in policy_references.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <numeric>
 
 #include "kv_test_util.h"
@@ -233,34 +236,81 @@ std::vector<int64_t> ref_slots_by_position(const LayerHarness& h, int64_t r, Kee
     return out;
 }
 
-inline void check_policy_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
-                                           const std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>& ref_of,
-                                           const std::vector<int64_t>& chunks = {4, 3, 4, 2, 4, 1, 5, 1}, double tol = 2e-6,
-                                           const std::function<void(LayerHarness&)>& made = {}) {
-    constexpr int64_t L = 12;
-    LayerHarness h(name, L, seed_for(name + " formula"));
+using ReferenceScores = std::function<std::vector<double>(const LayerHarness&, int64_t P, int64_t n)>;
+
+// How the evictions of a run compared with the reference's: per (chunk, row), the slots the
+// engine freed equal the n lowest reference scores (ties by the lower slot: matched), differ
+// only between slots whose reference scores are within the score tolerance of each other (ties:
+// the f32 scores may order them either way), or differ otherwise (mismatches).
+struct DecisionCounts {
+    int64_t matched = 0, ties = 0, mismatches = 0;
+    DecisionCounts& operator+=(const DecisionCounts& o) {
+        matched += o.matched, ties += o.ties, mismatches += o.mismatches;
+        return *this;
+    }
+};
+
+// The driver over harness h (setup applied to h.cfg, the cache rebuilt from it): a full prefill of
+// h.L, then `chunks`; after each chunk the engine's scores must be within tol of ref_of's, and
+// the next chunk must free the lowest engine scores (ties by the lower slot), which are also
+// compared with the reference's lowest (counted in the result, a mismatch fails).
+inline DecisionCounts compare_policy_with_reference(LayerHarness& h, const std::string& name, const std::function<void(KVCacheConfig&)>& setup,
+                                                    const ReferenceScores& ref_of, const std::vector<int64_t>& chunks, double tol,
+                                                    const std::function<void(LayerHarness&)>& made = {}) {
+    const int64_t L = h.L;
+    DecisionCounts counts;
+    // failures so far in the running test (one test may run several comparisons)
+    auto failures = [] { return ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count(); };
+    const int failed_before = failures();
     setup(h.cfg);
     h.cache = std::make_unique<KVCache>(h.cfg, h.model, Device{}, DType::F32, 0, &byte_codec());
     if (made) made(h);  // e.g. hand the cache what a model would (an output projection)
     h.cache->set_replay_logging(true);
     h.step(L);
     std::vector<int32_t> expected;
+    std::vector<double> ref;
     for (int64_t n : chunks) {
         const int64_t P = h.P;
         h.step(n);
         const SlotPlan& plan = h.layer().replay_log().plans().back();
         if (!expected.empty()) {
-            for (int64_t r = 0; r < h.B * h.G; ++r)
+            for (int64_t r = 0; r < h.B * h.G; ++r) {
                 for (int64_t t = 0; t < n; ++t)
-                    ASSERT_EQ(plan.targets[size_t(r * n + t)], expected[size_t(r * L + t)]) << name << " row " << r << " at " << P;
+                    EXPECT_EQ(plan.targets[size_t(r * n + t)], expected[size_t(r * L + t)]) << name << " row " << r << " at " << P;
+                // the reference's choice: its n lowest, ties by the lower slot
+                std::vector<int32_t> idx(L);
+                std::iota(idx.begin(), idx.end(), 0);
+                const double* rr = ref.data() + r * L;
+                std::stable_sort(idx.begin(), idx.end(), [rr](int32_t a, int32_t b) { return rr[a] < rr[b]; });
+                std::vector<int32_t> want(idx.begin(), idx.begin() + n), got(plan.targets.begin() + r * n, plan.targets.begin() + (r + 1) * n);
+                std::sort(want.begin(), want.end());
+                std::sort(got.begin(), got.end());
+                if (want == got) {
+                    ++counts.matched;
+                    continue;
+                }
+                // differing slots: a tie when every one the engine freed instead scores within
+                // the tolerance of every one the reference frees instead
+                std::vector<int32_t> only_got, only_want;
+                std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(only_got));
+                std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(only_want));
+                bool tie = true;
+                for (int32_t a : only_got)
+                    for (int32_t b : only_want)
+                        tie = tie && std::fabs(rr[a] - rr[b]) <= 2 * tol * std::max({1.0, std::fabs(rr[a]), std::fabs(rr[b])});
+                ++(tie ? counts.ties : counts.mismatches);
+                EXPECT_TRUE(tie) << name << " row " << r << " at " << P << ": the engine freed slot " << only_got[0] << " (reference score "
+                                 << rr[only_got[0]] << ") instead of slot " << only_want[0] << " (" << rr[only_want[0]] << ")";
+            }
         }
-        const std::vector<double> ref = ref_of(h, P, n);
+        ref = ref_of(h, P, n);
         const std::vector<float> got = h.layer().policy().slot_scores();
-        ASSERT_EQ(got.size(), ref.size()) << name;
+        EXPECT_EQ(got.size(), ref.size()) << name;
+        if (got.size() != ref.size()) return counts;
         expected.assign(ref.size(), 0);
         for (int64_t r = 0; r < h.B * h.G; ++r) {
             for (int64_t j = 0; j < L; ++j)
-                ASSERT_NEAR(got[size_t(r * L + j)], ref[size_t(r * L + j)], tol * std::max(1.0, std::fabs(ref[size_t(r * L + j)])))
+                EXPECT_NEAR(got[size_t(r * L + j)], ref[size_t(r * L + j)], tol * std::max(1.0, std::fabs(ref[size_t(r * L + j)])))
                     << name << " row " << r << " slot " << j << " at " << P;
             std::vector<int32_t> idx(L);
             std::iota(idx.begin(), idx.end(), 0);
@@ -269,7 +319,18 @@ inline void check_policy_against_reference(const std::string& name, const std::f
             std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return got[size_t(r * L + a)] < got[size_t(r * L + b)]; });
             std::copy(idx.begin(), idx.end(), expected.begin() + r * L);
         }
+        if (failures() > failed_before) return counts;  // one chunk's failures, not a cascade
     }
+    return counts;
+}
+
+// The driver on a 12-slot layer of random q/k/v (seeded by the name).
+inline void check_policy_against_reference(const std::string& name, const std::function<void(KVCacheConfig&)>& setup, const ReferenceScores& ref_of,
+                                           const std::vector<int64_t>& chunks = {4, 3, 4, 2, 4, 1, 5, 1}, double tol = 2e-6,
+                                           const std::function<void(LayerHarness&)>& made = {}) {
+    LayerHarness h(name, 12, seed_for(name + " formula"));
+    compare_policy_with_reference(h, name, setup, ref_of, chunks, tol, made);
 }
 
 }  // namespace kv::test
+

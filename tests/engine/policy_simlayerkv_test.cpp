@@ -7,47 +7,11 @@
 
 #include <set>
 
-#include "policy_reference_util.h"
+#include "policy_references.h"
 #include "tiny_model_util.h"
 
 namespace kv::test {
 namespace {
-
-struct SimLayerRef {
-    double threshold;
-    int64_t sinks, recent, win, kernel;
-    std::vector<int>* decisions;  // 1 lazy, 0 busy, per chunk
-};
-
-std::vector<double> simlayerkv_reference(const LayerHarness& h, int64_t P, int64_t n, const SimLayerRef& c) {
-    const KVPolicy& pol = h.cache->layer(0).policy();
-    const int64_t T = pol.current_length(), L = h.L, R = h.NH / h.G, nq = std::min(c.win, n), Pa = P + n;
-    const auto& pos = pol.token_positions();
-    const std::vector<double> qv = h.last_q[0].to_f64_vector();
-    double near = 0, count = 0;
-    for (int64_t r = 0; r < h.B * h.G; ++r)
-        for (int64_t hh = (r % h.G) * R; hh < (r % h.G + 1) * R; ++hh)
-            for (int64_t i = n - nq; i < n; ++i) {
-                const std::vector<double> a = ref_attention_row(h, qv, n, P, r, hh, i);
-                for (int64_t j = 0; j < T; ++j) {
-                    const int32_t p = pos[size_t(r * L + j)];
-                    if (p < c.sinks || p >= Pa - c.recent) near += a[size_t(j)];
-                }
-                count += 1;
-            }
-    const double mass = near / count;
-    EXPECT_GT(std::fabs(mass - c.threshold), 1e-5) << "a near tie: f32 may decide either way";
-    const bool lazy = mass > c.threshold;
-    c.decisions->push_back(lazy ? 1 : 0);
-    if (!lazy) return published_snapkv_reference(h, P, n, c.win, c.kernel);
-    std::vector<double> out((size_t)(h.B * h.G * L), 0.0);
-    for (int64_t r = 0; r < h.B * h.G; ++r)
-        for (int64_t j = 0; j < T; ++j) {
-            const int32_t p = pos[size_t(r * L + j)];
-            out[size_t(r * L + j)] = p < c.sinks ? double(std::numeric_limits<float>::max()) : double(p);
-        }
-    return out;
-}
 
 void check_thresholds(int64_t win) {
     // 0 makes every layer lazy, 1 none (the test is strict), the others whatever the data says:
