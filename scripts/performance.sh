@@ -141,15 +141,12 @@ fi
   cat <<'INTRO'
 # Performance
 
-Every table below is written by one of kvlab's own benchmarks (`kvlab bench ...`), which time
-our code against a baseline measured in the same run on the same machine: a raw oneDNN matmul,
-a streaming triad, the lastrec policy, plain SQLite inserts, an untraced run, a forward-only
-pass. The ratios are what a table is about; absolute times and rates only give the scale, and
-they move with the machine and whatever else runs on it. Each table's caption names the CPU,
-the CPU kernel variant in use (`kvlab version`), the date and the commit it measured.
-
-Regenerate this file with `scripts/performance.sh` (about 20 minutes on 2 cores); the command
-under each table is the one that produced it. Each `kvlab bench` command prints the same
+Every table below is written by one of kvlab's own benchmarks, which time our code against a
+baseline measured in the same run on the same machine (a raw oneDNN matmul, a streaming triad, the
+lastrec policy, plain SQLite inserts, an untraced run, a forward-only pass): the ratios are what a
+table is about, absolute times only give the scale. Each caption names the CPU, the CPU kernel
+variant (`kvlab version`), the date and the commit. `scripts/performance.sh` regenerates this file
+(about 20 minutes on 2 cores); under each table is the command that made it, which also prints the
 table, writes it as CSV (`--csv FILE`) and appends it as Markdown (`--md FILE`).
 INTRO
   echo
