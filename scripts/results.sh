@@ -111,7 +111,7 @@ fi
 # The methods of kvpress's leaderboard added by issue 41, on the same text and repeat task at two
 # cache sizes each, next to the baselines (their cells are already in the session).
 if want methods; then
-METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention simlayerkv finch}"
+METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention cap simlayerkv finch}"
 "$KVLAB" sweep smollm2-135m --data text --data.files "$TEXT" --data.seq_length 8192 --data.num_samples 1 --kv_cache.chunk_size 128 \
   --kv_cache.cache_length 512,1024 --telemetry.enabled false --session "$SESSION" --metric perplexity --format md \
   --kv_cache.name "lastrec,snapkv,expected-attention,${METHODS// /,}" --kv_cache.buffer default --figure none > results/ppl.methods.md
