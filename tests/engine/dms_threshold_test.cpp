@@ -17,6 +17,7 @@
 #include "engine/model/transformer.h"
 #include "engine/run/compress_then_ask.h"
 #include "engine/run/protocol.h"
+#include "tests/engine/context_run_util.h"
 #include "tests/engine/kv_test_util.h"
 #include "tests/engine/tiny_model_util.h"
 
@@ -24,35 +25,6 @@ namespace kv::test {
 namespace {
 
 TinyModel& tiny() { return tiny_model<5>(); }
-
-struct ContextRun {
-    KVCacheConfig kc;
-    std::unique_ptr<KVCache> cache;
-};
-
-// The context pass of compress_context (no eviction), kept so its keys and scores can be read.
-ContextRun run_context(const std::string& name, const std::vector<int32_t>& ctx) {
-    TinyModel& m = tiny();
-    const int64_t T = int64_t(ctx.size());
-    ContextRun r;
-    KVCacheConfig base;
-    base.name = name;
-    apply_required_options(base);
-    r.kc = context_cache_config(base, T);
-    r.cache = std::make_unique<KVCache>(r.kc, m.cfg, Device{}, DType::F32, T, &byte_codec());
-    RunConfig cfg;
-    cfg.driver.chunk_size = 8;
-    const ChunkPlan plan = context_chunk_plan(cfg, r.kc, m.cfg, T);
-    HeadSpec hs;
-    hs.kind = HeadKind::NEXT_TOKEN;
-    hs.B = 1;
-    hs.T = T;
-    hs.token_targets.assign(size_t(T), -100);
-    HeadResult res;
-    m.model.set_context_width(T + 64);
-    long_context_forward(m.model, *r.cache, Tensor::from_i32({1, T}, ctx), plan, hs, res, {}, true);
-    return r;
-}
 
 // (rows, T) knorm's score from its definition, -||k_j||_2 in f64, over the cached keys of layer l
 // (slot j holds position j: the context pass evicts nothing).
