@@ -15,6 +15,7 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/ops/ops.h"
 #include "kernels/common/quant_formats.h"
+#include "tests/kernels/qrows_decode_call.h"
 
 namespace kv::test {
 namespace {
@@ -54,18 +55,7 @@ void run_codes(KernelBackend* be, const std::string& variant, bool e5m2) {
         for (int64_t d = 0; d < D; ++d) qv[size_t(b * D + d)] = x == 0.0 ? 0.0f : float(1.0 / (double(D) * x));
     }
     Tensor q = Tensor::from_f32({B, 1, 1, D}, qv), y = Tensor::zeros({B, 1, 1, D}, DType::F32);
-    Tensor kpos = Tensor::from_i32({1, 1, T}, {0, 1}), qpos = Tensor::from_i32({1, 1}, {1});
-    OpCall c;
-    c.op = OpKind::SDPA_QROWS;
-    c.p.alpha = 1.0f;
-    c.p.qformat = c.p.qformat_v = int(f);
-    const Tensor* srcs[] = {&q, &k, &v, &kpos, &qpos};
-    for (const Tensor* t : srcs) c.src[c.nsrc++] = t->view();
-    c.dst = y.view();
-    ASSERT_TRUE(be->supports_op(c)) << variant;
-    OpContext ctx = ops::current_context();
-    ctx.workspace = nullptr;
-    be->compute(ctx, c);
+    ASSERT_TRUE(qrows_decode(be, f, q, k, v, y)) << variant;
     int bad = 0;
     for (int64_t b = 0; b < B; ++b) {
         const uint8_t code = codes[size_t(b)];
