@@ -14,6 +14,7 @@
 #include "engine/model/presets.h"
 #include "engine/train/model_weights.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/state_dict_util.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
@@ -83,23 +84,7 @@ TEST(LatentAttentionTrain, LoraAndFullStepsThroughH2oLowerTheLoss) {
 }
 
 TEST(LatentAttentionWeights, StateDictIsTheCheckpointAndLoadsBackExactly) {
-    const ModelConfig cfg = preset_config("tiny-mla");
-    const TensorMap w = random_weights(cfg, seed_for("mla-state-dict"), DType::F32);
-    Transformer m(cfg, w, ModelOptions{});
-    const TensorMap sd = model_state_dict(m);
-    EXPECT_EQ(sd.size(), w.size());
-    for (const auto& [name, t] : w) {
-        auto it = sd.find(name);
-        ASSERT_NE(it, sd.end()) << name;
-        ASSERT_EQ(it->second.shape(), t.shape()) << name;
-        EXPECT_EQ(it->second.contiguous().to_f32_vector(), t.to_f32_vector()) << name;
-    }
-    Transformer other(cfg, random_weights(cfg, seed_for("mla-state-dict") + 1, DType::F32), ModelOptions{});
-    load_model_state_dict(other, sd);
-    other.set_context_width(64);
-    m.set_context_width(64);
-    const Tensor ids = Tensor::from_i32({1, 12}, {1, 5, 9, 30, 2, 7, 7, 100, 3, 44, 8, 6});
-    EXPECT_EQ(m.forward(ids).to_f32_vector(), other.forward(ids).to_f32_vector());
+    expect_state_dict_round_trip("tiny-mla", "mla-state-dict");
 }
 
 TEST(LatentAttentionWeights, MergedLoraModelHasTheAdaptedLogits) {
