@@ -17,6 +17,7 @@
 #include "engine/driver/chunk_loop.h"
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
+#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/transformer_backward.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/run_phase.h"
@@ -619,6 +620,10 @@ class GradientRun {
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
+    if (policy_turns_keys(cache.config()))
+        throw Error(str("gradients: cache '", cache.config().name, "' re-rotates the kept keys to contiguous RoPE positions after "
+                        "each chunk, which the gradient replay does not repeat"),
+                    "use the wrapped policy without key re-rotation for gradients and training");
     GradientOptions o = opt;
     o.selection = make_read_selection(cache.config());
     GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);

@@ -41,6 +41,7 @@ namespace kv {
     X(cap)                 \
     X(simlayerkv)          \
     X(finch)               \
+    X(key_rerotation)      \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
@@ -126,6 +127,11 @@ std::string policy_help_text() {
     return s;
 }
 
+bool policy_turns_keys(const KVCacheConfig& cfg) {
+    const PolicyInfo* info = find_policy(cfg.policy());
+    return info && info->rerotates_keys;
+}
+
 std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs& args) {
     std::unique_ptr<KVPolicy> p = info.make(args);
     // The one place a policy's class is asked what it implements: from here on callers read
@@ -137,6 +143,7 @@ std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs&
     c.cross_layer_lengths = dynamic_cast<CrossLayerLengths*>(p.get());
     c.reorders_batch = dynamic_cast<ReordersBatch*>(p.get());
     c.reads_tokens = dynamic_cast<ReadsTokens*>(p.get());
+    c.rerotates_keys = dynamic_cast<RerotatesKeys*>(p.get());
     return p;
 }
 
