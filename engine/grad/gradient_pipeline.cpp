@@ -17,7 +17,6 @@
 #include "engine/driver/chunk_loop.h"
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
-#include "engine/kv/policies/policy_registry.h"
 #include "engine/model/transformer_backward.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/run_phase.h"
@@ -102,14 +101,18 @@ class ReplayAttention final : public LayerAttention {
         if (window != c.window())
             throw Error(str("layer ", layer, ": the model attends with a window of ", window, " tokens, the gradient replay with ",
                             c.window()));
+        c.set_rope_frequencies(rope_);
         c.forward(q, k, v, input_pos, scale, y, record_);
     }
+    // Set before each layer's attend (Transformer::block); a re-rotating replay turns with them.
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override { rope_ = inv_freq; }
     LayerState* layer_state(int layer) override { return caches_[size_t(layer - l0_)]->layer_state(); }
 
  private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
     int l0_;
     bool record_;
+    const std::vector<double>* rope_ = nullptr;
 };
 
 class ReplayAttentionBackward final : public AttentionBackward {
@@ -620,10 +623,6 @@ class GradientRun {
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
-    if (policy_turns_keys(cache.config()))
-        throw Error(str("gradients: cache '", cache.config().name, "' re-rotates the kept keys to contiguous RoPE positions after "
-                        "each chunk, which the gradient replay does not repeat"),
-                    "use the wrapped policy without key re-rotation for gradients and training");
     GradientOptions o = opt;
     o.selection = make_read_selection(cache.config());
     GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);

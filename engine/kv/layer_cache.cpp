@@ -248,6 +248,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
                             ", the call ", input_pos, "+", n));
     } else {
         plan = policy_->prepare(n);
+        plan.rerotate = caps.rerotates_keys != nullptr;  // the log says so, for the gradient replay
     }
     {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));

@@ -15,6 +15,7 @@
 #include "engine/kv/key_rotation.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/policies/policy_registry.h"
+#include "engine/model/model_grads.h"
 #include "grad_test_util.h"
 #include "kv_test_util.h"
 #include "tests/support/test_support.h"
@@ -57,7 +58,7 @@ TEST(KeyRerotation, ARotatedKeyEqualsTheKeyComputedAtItsNewPosition) {
 std::vector<std::string> rerotating_policies() {
     std::vector<std::string> out;
     for (const PolicyInfo& p : policy_registry())
-        if (p.rerotates_keys) out.push_back(p.name);
+        if (p.name.rfind("key-rerotation-", 0) == 0) out.push_back(p.name);
     return out;
 }
 
@@ -227,21 +228,36 @@ TEST(KeyRerotation, AQuantizedBufferIsRefusedByName) {
     }
 }
 
-TEST(KeyRerotation, GradientsAreRefusedByName) {
-    const ModelConfig cfg = grad_test_config("llama", 1);
+// The gradient replay turns keys and queries as the live cache did (SlotPlan::rerotate): its
+// loss is the live pass's over several cells, and the same plans without the flag attend
+// elsewhere. Finite differences of this replay: Policies/PolicyGradient.*key_rerotation*.
+TEST(KeyRerotation, TheGradientReplayAttendsAsTheLiveCacheDid) {
+    const ModelConfig cfg = grad_test_config("llama", 2);
     auto model = grad_test_model(cfg, DType::F64, 3);
-    GradData d = grad_test_data(cfg, 1, 24, 5);
-    KVCacheConfig kc;
-    kc.name = "key-rerotation-h2o-default";
-    kc.cache_length = 8;
-    KVCache cache(kc, cfg, Device{}, DType::F64, 24);
-    const ChunkPlan plan = grad_test_plan(cfg, 24, 8, 4);
-    try {
-        gradient_step(*model, cache, d.ids, plan, d.head, 1.0, GradientOptions{}, GradientTargets{});
-        FAIL() << "gradients through key re-rotation were computed";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("re-rotates the kept keys"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("key-rerotation-h2o-default"), std::string::npos) << e.what();
+    const int64_t T = 40, L = 12;
+    GradData d = grad_test_data(cfg, 2, T, 5);
+    for (const std::string& name : rerotating_policies()) {
+        KVCacheConfig kc;
+        kc.name = name + "-default";
+        kc.cache_length = L;
+        kc.snapkv_window = 4;
+        KVCache cache(kc, cfg, Device{}, DType::F64, T);
+        const ChunkPlan plan = grad_test_plan(cfg, T, L, 4, 0.5);
+        ASSERT_GT(plan.cells.size(), 2u);
+        ModelGrads g = ModelGrads::zeros_like(*model);
+        GradientTargets tg;
+        tg.model = &g;
+        const GradientStats st = gradient_step(*model, cache, d.ids, plan, d.head, 1.0, GradientOptions{}, tg);
+        const std::vector<int64_t> Ls(size_t(cfg.num_layers), L);
+        const double l0 = replay_loss(*model, st.plans, Ls, d.ids, plan, d.head, 1.0);
+        EXPECT_NEAR(st.loss, l0, 1e-9 * std::fabs(l0)) << name << ": the replay does not attend as the live cache did";
+        EXPECT_NEAR(st.replay_loss, l0, 1e-12 * std::fabs(l0)) << name;
+        bool flagged = false;
+        auto plain = st.plans;
+        for (auto& layer : plain)
+            for (SlotPlan& p : layer) flagged |= p.rerotate, p.rerotate = false;
+        EXPECT_TRUE(flagged) << name << ": no plan says its keys turned";
+        EXPECT_GT(std::fabs(replay_loss(*model, plain, Ls, d.ids, plan, d.head, 1.0) - l0), 1e-9 * std::fabs(l0)) << name;
     }
 }
 

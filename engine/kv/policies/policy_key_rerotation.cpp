@@ -99,7 +99,6 @@ PolicyInfo rerotation_of(const std::vector<PolicyInfo>& file, const char* inner,
     out.buffers = {"default", "f32", "bf16", "f16"};
     out.uses = in->uses;
     out.required = in->required;
-    out.rerotates_keys = true;
     out.doc_anchor = "docs/POLICIES.md#key-rerotation";
     return out;
 }

@@ -127,11 +127,6 @@ std::string policy_help_text() {
     return s;
 }
 
-bool policy_turns_keys(const KVCacheConfig& cfg) {
-    const PolicyInfo* info = find_policy(cfg.policy());
-    return info && info->rerotates_keys;
-}
-
 std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs& args) {
     std::unique_ptr<KVPolicy> p = info.make(args);
     // The one place a policy's class is asked what it implements: from here on callers read

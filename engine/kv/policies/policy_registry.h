@@ -74,9 +74,6 @@ struct PolicyInfo {
     // Reading a selection of the cache (quest), for the gradient replay (read_selection.h);
     // null = every slot is read. Callers use make_read_selection().
     std::unique_ptr<ReadSelection> (*read_selection)(const KVCacheConfig& cfg) = nullptr;
-    // The kept keys move to contiguous RoPE positions after each plan (key-rerotation-*,
-    // engine/kv/key_rotation.h), which the gradient replay repeats. Callers use policy_turns_keys().
-    bool rerotates_keys = false;
     // ---- end of capabilities ----
 };
 
@@ -97,10 +94,6 @@ const PolicyOption* find_policy_option(const std::string& name, const PolicyInfo
 // The lengths the chunk planner must respect for cfg's policy (PolicyInfo::plan_lengths; the
 // run planner calls it once, for every policy).
 void policy_plan_lengths(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths);
-
-// Whether cfg's policy moves the kept keys to contiguous RoPE positions after each plan
-// (PolicyInfo::rerotates_keys): the gradient replay then turns its keys and queries alike.
-bool policy_turns_keys(const KVCacheConfig& cfg);
 
 // "The policies: dense (never evicts), ..." — one line per policy, for help texts.
 std::string policy_help_text();
