@@ -44,7 +44,6 @@ void ReplayLayerCache::load(const ReplayKVState* s) {
         K_.fill(0.0);
         V_.fill(0.0);
         pos_.assign(size_t(B_ * G_ * (pool_ ? pool_ : L_)), -1);
-        rope_ = pos_;
         length_ = chunk_ = input_pos_ = 0;
         state_ = LayerState{};
         return;
@@ -57,12 +56,6 @@ void ReplayLayerCache::load(const ReplayKVState* s) {
         V_.fill(0.0);
     }
     pos_ = s->pos;
-    // A state between chunks holds its kept keys at contiguous RoPE positions when its plans
-    // re-rotate (the ranks of their token positions), and at their token positions, the same
-    // ranks, until the first eviction otherwise; only re-rotating plans read them.
-    rope_.assign(pos_.size(), -1);
-    if (!pool_)
-        for (int64_t r = 0; r < B_ * G_ && int64_t(pos_.size()) >= (r + 1) * L_; ++r) contiguous_rope_row(pos_.data() + r * L_, L_, rope_.data() + r * L_);
     length_ = s->length, chunk_ = s->chunk, input_pos_ = s->input_pos;
     // a copy: the replay's forward replaces the state, the checkpoint must not move with it
     state_.values = s->state.values.defined() ? s->state.values.clone() : Tensor();
@@ -155,6 +148,13 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
             }
             records_.push_back(std::move(rec));
         }
+        // Key re-rotation: between chunks the kept keys sit at the ranks of their token
+        // positions (after a prefill, the positions themselves), so those are the angles the
+        // plan starts from.
+        if (plan.rerotate) {
+            rope_.assign(pos_.size(), -1);
+            for (int64_t r = 0; r < B_ * G_; ++r) contiguous_rope_row(pos_.data() + r * L_, L_, rope_.data() + r * L_);
+        }
         apply_plan_to(K_, V_, plan, k, v);
         // The slot positions through the one replay (plan.input_pos == input_pos, checked above).
         for (int64_t r = 0; r < B_ * G_; ++r) apply_plan_to_row(plan, r, pos_.data() + r * L_, L_);
@@ -183,11 +183,9 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
 
 Tensor ReplayLayerCache::rerotate(const SlotPlan& plan, const Tensor& q, ChunkRecord* rec) {
     if (pool_) throw Error(str("layer ", layer_, " gradient replay: key re-rotation over per-head pools is not supported"));
-    if (rope_.size() != pos_.size()) rope_.assign(pos_.size(), -1);
-    std::vector<int32_t> before = rope_, shift(rope_.size(), 0);
+    std::vector<int32_t> shift(rope_.size(), 0);
     for (int64_t r = 0; r < B_ * G_; ++r) rerotate_row(plan, r, pos_.data() + r * L_, rope_.data() + r * L_, L_, shift.data() + r * L_);
     const int64_t qs = query_shift(pos_, B_ * G_, L_, plan.input_pos);
-    if (rec) rec->rope_before = std::move(before);
     if (freq_.empty()) return q;  // NoPE: nothing turns (the ranks still move with the plans)
     KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay key re-rotation", .layer = layer_, .chunk = int(chunk_));
     const TensorOptions o{device_, MemCategory::WORKSPACE, "re-rotated keys"};
@@ -349,7 +347,6 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
         K_.copy_from(rotate_slots(K_, back, B_ * G_, rec.freq, to));
         dK_.copy_from(rotate_slots(dK_, back, B_ * G_, rec.freq, to));
     }
-    if (!rec.rope_before.empty()) rope_ = rec.rope_before;
     KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache backward", .layer = layer_, .chunk = int(chunk_ - 1));
     // New tokens: their gradient is F at their slots; the old content there got none.
     Tensor tidx = slot_index(plan.targets, plan.rows, B_, G_, n, device_).expand({B_, G_, n, D_});

@@ -83,9 +83,9 @@ class ReplayLayerCache {
         int64_t length_before = 0;
         int64_t input_pos = 0;
         std::vector<int32_t> sel;      // what each query read (ReadSelection::attend); empty = every slot
-        // key re-rotation: each slot's turn (B G, L), the queries' turn, the RoPE positions
-        // before the chunk and the frequencies; shift empty when nothing turned
-        std::vector<int32_t> shift, rope_before;
+        // key re-rotation: each slot's turn (B G, L), the queries' turn and the frequencies;
+        // shift empty when nothing turned
+        std::vector<int32_t> shift;
         int64_t qshift = 0;
         std::vector<double> freq;
     };
@@ -109,7 +109,7 @@ class ReplayLayerCache {
     const std::vector<SlotPlan>* plans_;
     Tensor K_, V_, dK_, dV_;
     std::vector<int32_t> pos_;
-    std::vector<int32_t> rope_;  // (B G, L) RoPE position of each slot's key (key re-rotation)
+    std::vector<int32_t> rope_;  // (B G, L) scratch of rerotate(): each slot's RoPE position
     std::vector<double> freq_;
     int64_t length_ = 0, chunk_ = 0, input_pos_ = 0;
     std::vector<ChunkRecord> records_;

@@ -62,7 +62,8 @@ TEST(LayerRatios, ParseListsFilesAndRefusesBadTablesByName) {
     EXPECT_NE(refusal(c, "ratios:").find("holds no ratio"), std::string::npos);
     KVCacheConfig nolen;
     nolen.name = "h2o-default";
-    EXPECT_NE(refusal(nolen, "ratios:1,0.5,0.5").find("needs --kv_cache.cache_length"), std::string::npos) << refusal(nolen, "ratios:1,0.5,0.5");
+    EXPECT_NE(refusal(nolen, "ratios:1,0.5,0.5").find("--kv_cache.cache_length is required"), std::string::npos)
+        << refusal(nolen, "ratios:1,0.5,0.5");
 }
 
 struct MultiLayer {
