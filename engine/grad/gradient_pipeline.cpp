@@ -101,14 +101,18 @@ class ReplayAttention final : public LayerAttention {
         if (window != c.window())
             throw Error(str("layer ", layer, ": the model attends with a window of ", window, " tokens, the gradient replay with ",
                             c.window()));
+        c.set_rope_frequencies(rope_);
         c.forward(q, k, v, input_pos, scale, y, record_);
     }
+    // Set before each layer's attend (Transformer::block); a re-rotating replay turns with them.
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override { rope_ = inv_freq; }
     LayerState* layer_state(int layer) override { return caches_[size_t(layer - l0_)]->layer_state(); }
 
  private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
     int l0_;
     bool record_;
+    const std::vector<double>* rope_ = nullptr;
 };
 
 class ReplayAttentionBackward final : public AttentionBackward {

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/core/join.h"
@@ -56,7 +59,8 @@ int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length, int64
 
 namespace {
 const char* kLayerLengthsExpected =
-    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\" or \"pyramid:BETA\" (BETA >= 1)";
+    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\", \"pyramid:BETA\" (BETA >= 1) or "
+    "\"ratios:R0,R1,...\" / \"ratios:FILE\" (one ratio in (0, 1] per layer)";
 
 int64_t parse_count(const std::string& text, const std::string& whole) {
     char* end = nullptr;
@@ -100,13 +104,64 @@ std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L,
         for (int64_t l = 0; l < N; ++l) out[size_t(l)] = N == 1 ? L : window + hi - l * step;
         return out;
     }
+    if (rule.rfind("ratios:", 0) == 0) {
+        // A per-layer ratio table (LUKV's and kvpress' PerLayerCompressionPress budgets as keep
+        // fractions): layer l keeps round(r_l L) slots, at least 1.
+        const std::vector<double> r = parse_layer_ratios(rule.substr(7));
+        if (int64_t(r.size()) != N)
+            throw Error(str("--kv_cache.layer_cache_lengths: the ratio table has ", r.size(), " entries for a model of ", N,
+                            " layers; expected one ratio per layer"));
+        for (int64_t l = 0; l < N; ++l) out[size_t(l)] = std::max<int64_t>(1, std::llround(r[size_t(l)] * double(L)));
+        return out;
+    }
     throw Error(str("--kv_cache.layer_cache_lengths: '", rule, "' is not a list or a known rule; ", kLayerLengthsExpected));
+}
+
+std::vector<double> parse_layer_ratios(const std::string& text) {
+    const std::string what = str("--kv_cache.layer_cache_lengths: 'ratios:", text, "'");
+    std::string list = text;
+    if (!text.empty() && text.find_first_not_of("0123456789.,eE+- ") != std::string::npos) {
+        // not a list of numbers: a file with one ratio per layer ('#' starts a comment;
+        // commas, spaces and line breaks separate)
+        std::ifstream f(text);
+        if (!f) throw Error(str(what, ": the file '", text, "' cannot be read"), "give the ratios as a list or a readable file");
+        list.clear();
+        std::string line;
+        while (std::getline(f, line)) {
+            line = line.substr(0, line.find('#'));
+            for (char& ch : line)
+                if (ch == ' ' || ch == '\t' || ch == '\r') ch = ',';
+            list += "," + line;
+        }
+    }
+    std::vector<double> out;
+    for (const std::string& part : split_on(list, ',')) {
+        if (part.empty()) continue;
+        char* end = nullptr;
+        const double r = std::strtod(part.c_str(), &end);
+        if (*end || !(r > 0 && r <= 1))
+            throw Error(str(what, ": ratio ", out.size(), " is '", part, "'; expected a number in (0, 1] (the fraction of cache_length "
+                            "the layer keeps)"));
+        out.push_back(r);
+    }
+    if (out.empty()) throw Error(str(what, " holds no ratio; expected one ratio in (0, 1] per layer"));
+    return out;
 }
 
 void set_layer_cache_lengths(KVCacheConfig& c, const std::string& text) {
     c.layer_cache_lengths.clear();
     c.layer_cache_rule.clear();
     if (text.empty()) return;
+    if (text.rfind("ratios:", 0) == 0) {  // stored as the numbers, so a run never depends on the file again
+        std::string r = "ratios:";
+        for (double x : parse_layer_ratios(text.substr(7))) {
+            char b[32];
+            std::snprintf(b, sizeof b, "%.12g", x);
+            r += str(r.size() > 7 ? "," : "", b);
+        }
+        c.layer_cache_rule = r;
+        return;
+    }
     if (text.find(':') != std::string::npos) {
         layer_lengths_from_rule(text, 64, 2, 0);  // checks the rule's form and numbers now
         c.layer_cache_rule = text;
@@ -273,7 +328,7 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
                         " layers; expected one per layer"));
     for (int64_t L : c.layer_cache_lengths)
         if (L < 1) throw Error(str("--kv_cache.layer_cache_lengths: ", L, " is invalid; expected >= 1"));
-    if (c.layer_cache_rule.rfind("pyramid:", 0) == 0 && c.cache_length == 0)
+    if ((c.layer_cache_rule.rfind("pyramid:", 0) == 0 || c.layer_cache_rule.rfind("ratios:", 0) == 0) && c.cache_length == 0)
         throw Error(str("--kv_cache.layer_cache_lengths: the rule '", c.layer_cache_rule,
                         "' needs --kv_cache.cache_length (the mean length per layer)"));
     int64_t Lmin = c.cache_length;

@@ -98,11 +98,15 @@ const std::vector<KVFieldOption>& kv_field_options();
 bool policy_needs_attention_weights(const std::string& policy);
 
 // --kv_cache.layer_cache_lengths: "64,48,32" (one per layer) or a rule ("linear:64:32",
-// "pyramid:20"); throws kv::Error naming the option. The text form round-trips.
+// "pyramid:20", "ratios:1,0.5,0.25" or "ratios:FILE", a file's ratios stored as the list);
+// throws kv::Error naming the option. The text form round-trips.
 void set_layer_cache_lengths(KVCacheConfig& cfg, const std::string& text);
 std::string layer_cache_lengths_text(const KVCacheConfig& cfg);
 // Per-layer lengths of a rule for num_layers layers around the mean L; `window` (pyramid): the
 // observation window every layer keeps on top of its budget. Throws on a bad rule.
+// "ratios:R0,R1,..." or "ratios:FILE" (one ratio in (0, 1] per layer, '#' comments): the ratios,
+// or a kv::Error naming the bad entry.
+std::vector<double> parse_layer_ratios(const std::string& text);
 std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L, int64_t num_layers, int64_t window);
 
 // parse_cache_name against the policy registry: the boundary's parser (run options store its

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "engine/core/error.h"
+#include "engine/kv/key_rotation.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
 #include "engine/ops/ops.h"
@@ -247,6 +248,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
                             ", the call ", input_pos, "+", n));
     } else {
         plan = policy_->prepare(n);
+        plan.rerotate = caps.rerotates_keys != nullptr;  // the log says so, for the gradient replay
     }
     {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
@@ -262,6 +264,8 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     }
     if (logging_) log_.append(plan);
     if (buffer_->compacts()) compact_buffer();
+    // Key re-rotation: the kept keys and this chunk's queries take their contiguous RoPE positions.
+    const Tensor qa = caps.rerotates_keys ? rerotate(q) : q;
 
     const int64_t T = pooled() ? pool_slots(*policy_) : policy_->current_length();
     Tensor K, V;
@@ -298,11 +302,11 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         // kernels' rounding depends on how many queries a call has, and a replay is bit-exact.
         const int64_t win = policy_->needs_attention_weights() ? policy_->weights_query_window() : 0;
         if (win <= 0 || win >= n) {
-            sdpa(y, q, qpos, want ? &ws : nullptr);
+            sdpa(y, qa, qpos, want ? &ws : nullptr);
         } else {
             Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
-            sdpa(y0, q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
-            sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
+            sdpa(y0, qa.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
+            sdpa(y1, qa.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
         }
         if (want) w = ws.to_f32_vector();
     }
@@ -313,6 +317,32 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     }
     lse_written_ = lse != nullptr;
     finish_step(plan, want ? &w : nullptr, replayed);
+}
+
+Tensor LayerCache::rerotate(const Tensor& q) {
+    const RerotatesKeys& rk = *policy_->capabilities().rerotates_keys;
+    if (!rope_ || rope_->empty()) return q;  // a NoPE layer (or no model): no angle to move
+    const int64_t T = policy_->current_length(), L = policy_->cache_length(), rows = rk.key_shift_rows();
+    const std::vector<int32_t>& sh = rk.key_shifts();
+    std::vector<int32_t> s(size_t(rows * T));
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < T; ++t) any |= (s[size_t(r * T + t)] = sh[size_t(r * L + t)]) != 0;
+    const TensorOptions o{q.device(), MemCategory::WORKSPACE, "re-rotated keys"};
+    if (any) {
+        KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "key re-rotation", .layer = layer_, .chunk = int(chunk_));
+        auto [K, V] = buffer_->read(T);
+        const Tensor Kr = rotate_slots(K, s, rows, *rope_, o), Vc = V.clone();
+        SlotPlan all;  // every filled slot rewritten in place
+        all.input_pos = policy_->input_pos();
+        all.n = T;
+        all.rows = 1;
+        for (int64_t t = 0; t < T; ++t) all.targets.push_back(int32_t(t));
+        all.length_after = T;
+        buffer_->write(all, Kr, Vc);
+    }
+    const int64_t qs = rk.chunk_query_shift();
+    return qs == 0 ? q : rotate_all(q, qs, *rope_, o);
 }
 
 size_t LayerCache::logical_bytes() const {

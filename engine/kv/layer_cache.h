@@ -97,6 +97,8 @@ class LayerCache {
     void record_step(const SlotPlan& plan) const;
     void finish_step(const SlotPlan& plan, const std::vector<float>* w, bool replayed);
     void compact_buffer();
+    // Key re-rotation (RerotatesKeys): turns the stored keys by the policy's shifts; returns q turned likewise.
+    Tensor rerotate(const Tensor& q);
 
     int layer_;
     int64_t head_dim_ = 0;  // D of the last call's keys (logical bytes)
