@@ -34,6 +34,7 @@ ModelOptions model_options(const RunConfig& cfg) {
     ModelOptions opt;
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
+    opt.mla_cache = mla_cache_choice(cfg);
     opt.verify_checksum = cfg.model_verify;
     // Packed weights are frozen: runs that rewrite the base (full fine-tuning, QLoRA's NF4) dequantize at load.
     opt.weights = cfg.model_weights;
