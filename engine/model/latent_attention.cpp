@@ -189,7 +189,7 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
     {
         Tensor raw = Tensor::empty({B, 1, n, C}, act, ao);
         Tensor pe = raw.slice(3, 0, R), lat = raw.slice(3, R, C);
-        ops::copy_(pe, p.ckv.slice(2, r, r + R).reshape({B, 1, n, R}));
+        ops::copy_(pe, p.ckv.as_strided({B, 1, n, R}, {n * (r + R), 0, r + R, 1}, p.ckv.offset() + r));
         ops::copy_(lat, p.c.reshape({B, 1, n, r}));
         ops::rope_(kt, raw, pos, rt.cos, rt.sin, rt.n_rot);
     }
