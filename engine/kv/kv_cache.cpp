@@ -32,7 +32,8 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
         std::unique_ptr<KVPolicy> policy =
             window > 0 ? make_window_policy(bp.L, bp.G, window) : make_policy(cfg_, bp.L, bp.G, text, l);
         // A latent slot's value is [k_pe ; c_kv], which W_o does not read: ||W_o v|| has no meaning.
-        if (model.latent_cache() && dynamic_cast<const OutputProjectionUser*>(policy.get()))
+        const auto* wo_user = dynamic_cast<const OutputProjectionUser*>(policy.get());
+        if (model.latent_cache() && wo_user && wo_user->reads_output_projection())
             throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' weighs values by the output projection W_o, which a latent "
                             "cache's slots (--model.mla_cache latent) do not feed; expected --model.mla_cache expanded or another policy"));
         // A policy may keep fewer slots than the layer's length (duo's streaming layers).

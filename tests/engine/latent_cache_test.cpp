@@ -255,6 +255,15 @@ TEST(LatentCache, RefusesWhatTheLatentFormDoesNotRunByName) {
     paged.paged_block_size = 16;
     m = error_of([&] { KVCache cache(paged, c, Device{}, DType::F32, 64); });
     EXPECT_NE(m.find("paged"), std::string::npos) << m;
+    // critical-ada weighs values by W_o; ada-snapkv (the same wrapper over snapkv) does not
+    KVCacheConfig crit;
+    crit.name = "critical-ada-default";
+    crit.cache_length = 32;
+    m = error_of([&] { KVCache cache(crit, c, Device{}, DType::F32, 64); });
+    EXPECT_NE(m.find("policy 'critical-ada' weighs values by the output projection W_o"), std::string::npos) << m;
+    KVCacheConfig ada = crit;
+    ada.name = "ada-snapkv-default";
+    EXPECT_EQ(error_of([&] { KVCache cache(ada, c, Device{}, DType::F32, 64); }), "");
     // the expanded form takes them
     ModelConfig e = c;
     e.latent.cache = LatentAttention::Cache::EXPANDED;
