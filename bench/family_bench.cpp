@@ -55,8 +55,11 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
             c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
             if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 128;
         }
-    } else if (family == "deepseek_v2") {  // latent attention (DeepSeek-V2-Lite's form: q_proj direct, no q latent)
+    } else if (family == "deepseek_v2" || family == "deepseek_v2_expanded") {
+        // latent attention (DeepSeek-V2-Lite's form: q_proj direct, no q latent), through the
+        // latent cache's absorbed attention or the expanded per-head keys and values
         c.arch = Arch::DEEPSEEK_V2;
+        if (family == "deepseek_v2_expanded") c.latent.cache = LatentAttention::Cache::EXPANDED;
         c.attn_projection = AttnProjection::LATENT;
         c.num_kv_heads = c.num_heads;  // MLA decompresses keys and values for every head
         c.latent.kv_lora_rank = c.hidden_size / 4;
@@ -87,7 +90,10 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
 
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
     const ModelConfig llama = preset_config(opt.model);
-    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2", "gpt_oss", "deepseek_v2", "lfm2"};
+    const std::vector<std::string> names = {"llama",  "gemma3",      "gemma2",
+                                            "smollm3", "phi3",        "olmo2",
+                                            "gpt_oss", "deepseek_v2", "deepseek_v2_expanded",
+                                            "lfm2"};
     std::vector<std::unique_ptr<Transformer>> models;
     for (const std::string& n : names) {
         const ModelConfig c = n == "llama" ? llama : family_config(llama, n);

@@ -108,6 +108,13 @@ struct LatentAttention {
     int64_t qk_rope_head_dim = 0;  // rotated channels (k_pe shared by the heads)
     int64_t v_head_dim = 0;        // per-head value channels
     double latent_norm_eps = 1e-6;  // q_a_layernorm / kv_a_layernorm: transformers builds them with the default eps
+    // What the KV cache of a latent layer holds (--model.mla_cache). LATENT: per token the latent
+    // and k_pe, one vector [k_pe ; c_kv] of qk_rope_head_dim + kv_lora_rank values shared by the
+    // heads (one KV head, values = keys), W_kv_b absorbed into the queries and applied after the
+    // weighted sum (DeepSeek-V2's inference). EXPANDED: every head's decompressed K and V
+    // (head_dim each); the form gradients run through.
+    enum class Cache : uint8_t { LATENT, EXPANDED };
+    Cache cache = Cache::LATENT;
 };
 
 struct ModelConfig {
@@ -165,6 +172,13 @@ struct ModelConfig {
     int64_t rope_dims() const { return int64_t(double(head_dim) * partial_rotary_factor) / 2 * 2; }
     int64_t group_size() const { return num_kv_heads ? num_heads / num_kv_heads : 0; }  // R
     bool latent_attention() const { return attn_projection == AttnProjection::LATENT; }
+    // The KV cache's geometry, the same for every layer that has one: a latent cache
+    // (LatentAttention::Cache::LATENT) is one KV head of qk_rope_head_dim + kv_lora_rank channels
+    // whose values are its keys (one stored vector per token), else G heads of head_dim, K and V.
+    bool latent_cache() const { return latent_attention() && latent.cache == LatentAttention::Cache::LATENT; }
+    int64_t cache_kv_heads() const { return latent_cache() ? 1 : num_kv_heads; }
+    int64_t cache_head_dim() const { return latent_cache() ? latent.qk_rope_head_dim + latent.kv_lora_rank : head_dim; }
+    int64_t cache_tensors() const { return latent_cache() ? 1 : 2; }  // stored vectors per token and KV head
     // Value channels per head (the cache holds values padded to head_dim with zeros).
     int64_t v_head_dim() const { return latent_attention() ? latent.v_head_dim : head_dim; }
     // Layer l's attention window for ops::sdpa_ (0 = full causal attention). transformers'

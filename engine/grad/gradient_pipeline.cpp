@@ -623,6 +623,11 @@ class GradientRun {
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
+    // Gradients run through the expanded form (latent_qkv_backward); a latent cache's absorbed
+    // attention keeps no reverse pass.
+    if (model.config().latent_cache())
+        throw Error(str(model.config().name, ": gradients through multi-head latent attention run through the expanded form; the model "
+                        "caches latents (--model.mla_cache latent); expected --model.mla_cache expanded (training modes choose it)"));
     GradientOptions o = opt;
     o.selection = make_read_selection(cache.config());
     GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);

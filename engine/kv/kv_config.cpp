@@ -247,9 +247,9 @@ bool quant_rows_over_heads(const KVCacheConfig& c, QuantFormat kf, QuantFormat v
     return c.scale_granularity == "token" || !(D >= 16 && quant_row_ok(kf, D) && quant_row_ok(vf, D));
 }
 
-int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
+int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act, int64_t tensors) {
     const BufferInfo& b = *find_buffer(c.buffer());  // buffer() reads known buffers only
-    if (b.kind == BufferKind::FULL) return 2 * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
+    if (b.kind == BufferKind::FULL) return tensors * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
     if (b.kind == BufferKind::KIVI)
         throw Error(str("--kv_cache.budget_bytes / budget_ratio: the '", b.name,
                         "' buffer keeps a fixed full-precision residual pool besides its codes; budgets are for full-precision and "
@@ -260,7 +260,8 @@ int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
     return rows * (quant_row_bytes(kf, row) + quant_row_bytes(vf, row));
 }
 
-KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length) {
+KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length,
+                              int64_t tensors) {
     if (cfg.budget_bytes == 0 && cfg.budget_ratio == 0.0) return cfg;
     const char* opt = cfg.budget_bytes ? "--kv_cache.budget_bytes" : "--kv_cache.budget_ratio";
     if (cfg.budget_bytes < 0) throw Error(str("--kv_cache.budget_bytes: ", cfg.budget_bytes, " is invalid; expected a byte count >= 1"));
@@ -268,12 +269,12 @@ KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int6
     if (cfg.budget_bytes && cfg.budget_ratio > 0.0) throw Error("--kv_cache.budget_bytes: give a byte budget or a ratio (budget_ratio), not both");
     if (cfg.cache_length > 0 || !cfg.layer_cache_lengths.empty())
         throw Error(str(opt, ": the budget sets the cache length; give no --kv_cache.cache_length or layer_cache_lengths list with it"));
-    const int64_t dense_slot = 2 * G * D * int64_t(dtype_size(act));
+    const int64_t dense_slot = tensors * G * D * int64_t(dtype_size(act));
     if (cfg.budget_ratio > 0.0 && seq_length < 1)
         throw Error("--kv_cache.budget_ratio: the dense cache's bytes need a known sequence length; give --kv_cache.budget_bytes instead");
     const int64_t budget = cfg.budget_bytes ? cfg.budget_bytes
                                             : int64_t(std::floor(cfg.budget_ratio * double(num_layers) * double(seq_length) * double(dense_slot)));
-    const int64_t per_slot = num_layers * kv_slot_bytes(cfg, G, D, act);  // one slot in every layer
+    const int64_t per_slot = num_layers * kv_slot_bytes(cfg, G, D, act, tensors);  // one slot in every layer
     const int64_t L = budget / per_slot;
     if (L < 1)
         throw Error(str(opt, ": ", budget, " bytes hold no slot of '", cfg.name, "'; one slot in all ", num_layers, " layers takes ",

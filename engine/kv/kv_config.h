@@ -123,14 +123,16 @@ bool quant_rows_over_heads(const KVCacheConfig& cfg, QuantFormat keys, QuantForm
 // option for a width the family lacks or a buffer without widths.
 std::pair<QuantFormat, QuantFormat> kv_quant_formats(const KVCacheConfig& cfg);
 // Exact bytes one slot of one layer stores for the keys and values of all G heads (scales and
-// zero points included), for buffers that grow by whole slots (full precision, quantized rows).
+// zero points included), for buffers that grow by whole slots (full precision, quantized rows);
+// tensors = 1 where the values are the keys (ModelConfig::cache_tensors: a latent cache).
 // Throws for KIVI, whose residual pool is fixed besides its codes.
-int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act);
+int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act, int64_t tensors = 2);
 // cfg with cache_length set from budget_bytes / budget_ratio (unchanged without a budget):
 // floor(budget / (num_layers * kv_slot_bytes)), the budget fields cleared (consumed). Throws
 // kv::Error naming the option when no slot
 // fits, when a keep-everything policy's seq_length tokens do not fit, or with a length given too.
-KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length);
+KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length,
+                              int64_t tensors = 2);
 
 // Throws kv::Error naming the option and what was expected.
 void validate_kv_config(const KVCacheConfig& cfg, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads);

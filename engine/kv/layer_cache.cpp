@@ -353,7 +353,8 @@ size_t LayerCache::logical_bytes() const {
     // Positions shared by all rows (L) stand for every (b, head) row.
     if (!policy_->per_row_positions() && !pooled()) kept *= policy_->batch() * policy_->groups();
     const int64_t D = policy_->batch() > 0 && !pos.empty() ? head_dim_ : 0;
-    return size_t(double(kept) * 2.0 * double(D) * buffer_->bits_per_element() / 8.0);
+    const double tensors = buffer_->values_are_keys() ? 1.0 : 2.0;  // a latent cache stores one vector per slot
+    return size_t(double(kept) * tensors * double(D) * buffer_->bits_per_element() / 8.0);
 }
 
 void LayerCache::compact_buffer() {

@@ -111,6 +111,7 @@ Transformer::Transformer(const ModelConfig& cfg, TensorMap&& w, const ModelOptio
 void Transformer::init(const TensorMap& w, bool adopt) {
     const ModelOptions& opt = opt_;
     cfg_.validate(cfg_.name.empty() ? "model config" : cfg_.name);
+    if (opt.mla_cache) cfg_.latent.cache = *opt.mla_cache;  // the cache form asked for (load_model sets it on its config too)
     if (opt.dtype != DType::F32 && opt.dtype != DType::BF16 && opt.dtype != DType::F64)
         throw Error("model dtype must be f32, bf16 or f64");
     const int64_t E = cfg_.hidden_size, I = cfg_.intermediate_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), V = cfg_.vocab_size;
@@ -267,48 +268,59 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             h = L.attn_norm.defined() ? ops::rmsnorm(x, L.attn_norm, eps, off) : x;
         }
         Tensor qr, kr, vv;  // (B, NH, n, HS), (B, G, n, HS) x 2
-        if (cfg_.latent_attention()) {
-            if (save) save->h1 = h;
-            latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
+        if (cfg_.latent_cache()) {
+            // The cache holds latents (latent_attend): inference only, the reverse pass runs the
+            // expanded form.
+            if (save)
+                throw Error(str(cfg_.name, ": the reverse pass through multi-head latent attention runs the expanded form; the model caches "
+                                "latents (--model.mla_cache latent); expected --model.mla_cache expanded"));
+            y = Tensor::empty({B, n, NH, HS}, act, ao);
+            attention.set_rope_frequencies(&rt.inv_freq);
+            latent_attend(cfg_, L, h, rt, input_pos, act, attention, rt.attn_scale, cfg_.layer_window(l), y, l, adapters_);
         } else {
-            Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
-            if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
-            if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
-            if (save) save->h1 = h, save->qkv = qkv;
-            const int64_t W = (NH + 2 * G) * HS;
-            Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
-            Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
-            Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
-            if (L.q_norm.defined() && cfg_.qk_norm_whole) {
-                // OLMo 2: one RMSNorm over all heads of the projection
-                Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
-                Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
-                q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
-                k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
-            } else if (L.q_norm.defined()) {
-                q = ops::rmsnorm(q, L.q_norm, eps, off);
-                k = ops::rmsnorm(k, L.k_norm, eps, off);
+            if (cfg_.latent_attention()) {
+                if (save) save->h1 = h;
+                latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
+            } else {
+                Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
+                if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
+                if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
+                if (save) save->h1 = h, save->qkv = qkv;
+                const int64_t W = (NH + 2 * G) * HS;
+                Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
+                Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
+                Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
+                if (L.q_norm.defined() && cfg_.qk_norm_whole) {
+                    // OLMo 2: one RMSNorm over all heads of the projection
+                    Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
+                    Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
+                    q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
+                    k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+                } else if (L.q_norm.defined()) {
+                    q = ops::rmsnorm(q, L.q_norm, eps, off);
+                    k = ops::rmsnorm(k, L.k_norm, eps, off);
+                }
+                Tensor pos = position_range(input_pos, n, opt_.device);
+                qr = Tensor::empty({B, NH, n, HS}, act, ao);
+                kr = Tensor::empty({B, G, n, HS}, act, ao);
+                if (rt.n_rot > 0) {
+                    ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                    ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
+                    ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                    ops::copy_(kr, k.permute({0, 2, 1, 3}));
+                }
+                vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
             }
-            Tensor pos = position_range(input_pos, n, opt_.device);
-            qr = Tensor::empty({B, NH, n, HS}, act, ao);
-            kr = Tensor::empty({B, G, n, HS}, act, ao);
-            if (rt.n_rot > 0) {
-                ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-                ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-            } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
-                ops::copy_(qr, q.permute({0, 2, 1, 3}));
-                ops::copy_(kr, k.permute({0, 2, 1, 3}));
-            }
-            vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
+            y = Tensor::empty({B, n, NH, HS}, act, ao);
+            Tensor yv = y.permute({0, 2, 1, 3});
+            attention.set_rope_frequencies(&rt.inv_freq);
+            attention.set_output_projection(l, L.wo);
+            const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
+            const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
+            attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
+            if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
         }
-        y = Tensor::empty({B, n, NH, HS}, act, ao);
-        Tensor yv = y.permute({0, 2, 1, 3});
-        attention.set_rope_frequencies(&rt.inv_freq);
-        attention.set_output_projection(l, L.wo);
-        const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
-        const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
-        attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
-        if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
     {
         MemoryLabelScope label(str("layer ", l, " attention output"));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct ModelOptions {
     // (CPU with f32 activations; elsewhere it means "f32"), "f32" dequantizes them at load to
     // the model dtype, "bf16" dequantizes to bf16 (the model then runs in bf16).
     std::string weights = "packed";
+    // Latent-attention models (--model.mla_cache): what the KV cache holds, set on the loaded
+    // config by load_model (LatentAttention::cache); unset keeps the config's (latent).
+    std::optional<LatentAttention::Cache> mla_cache;
 };
 
 // One layer's weights as the forward pass uses them (PyTorch Linear layout [out, in]).
@@ -110,6 +114,9 @@ class Transformer {
     Transformer(const ModelConfig& cfg, TensorMap&& weights, const ModelOptions& opt);
 
     const ModelConfig& config() const { return cfg_; }
+    // A latent-attention model's cache form (LatentAttention::cache): the same weights computed
+    // with a latent or an expanded cache (training switches to the expanded form).
+    void set_mla_cache(LatentAttention::Cache c) { cfg_.latent.cache = c; }
     const ModelOptions& options() const { return opt_; }
     DType act_dtype() const { return opt_.dtype; }
 

@@ -136,6 +136,10 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> std::string& { return c.dtype; }));
     o.push_back(str_opt("rope", "model", "position encoding: yarn (keys_values default), plain, or hf (config.json's rope_scaling)",
                         {"yarn", "plain", "hf"}, [](RunConfig& c) -> std::string& { return c.rope; }));
+    o.push_back(str_opt("model.mla_cache", "model",
+                        "multi-head latent attention (DeepSeek-V2): the cache holds per token the latent and k_pe (latent, one KV "
+                        "head) or every head's K and V (expanded); auto: latent, expanded for training",
+                        {"auto", "latent", "expanded"}, [](RunConfig& c) -> std::string& { return c.mla_cache; }));
     o.push_back(uint_opt("model_seed", "model", "seed of the preset models' random weights",
                          [](RunConfig& c) -> uint64_t& { return c.model_seed; }));
     o.push_back(bool_opt("model.verify", "model", "check the model file's SHA-256 against FILE.sha256 before loading",
@@ -656,6 +660,15 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         p.push_back(str("--train.global_batch_size: ", c.train.global_batch_size, " is not a multiple of the micro batch size ",
                         c.train.micro_batch_size));
     return p;
+}
+
+LatentAttention::Cache mla_cache_choice(const RunConfig& cfg) {
+    const bool train = run_mode(cfg.mode).kind == RunKind::TRAIN;
+    if (cfg.mla_cache == "expanded" || (cfg.mla_cache == "auto" && train)) return LatentAttention::Cache::EXPANDED;
+    if (cfg.mla_cache == "latent" && train)
+        throw Error(str("--model.mla_cache latent: ", cfg.mode, " computes gradients, which run through the expanded form of multi-head "
+                        "latent attention; expected --model.mla_cache auto or expanded"));
+    return LatentAttention::Cache::LATENT;
 }
 
 void validate_run_config(const RunConfig& cfg) {

@@ -90,6 +90,7 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c.latent.qk_rope_head_dim = 4;
         c.latent.v_head_dim = 6;
         c.partial_rotary_factor = 0.4;
+        c.latent.cache = LatentAttention::Cache::EXPANDED;  // gradients run through the expanded form
     } else if (arch == "lfm2") {
         // LFM2's hybrid: gated short convolutions of width 3 in the even layers (0, 2, ...), attention
         // with per-head q/k norm in the odd ones, tied embeddings (as the tiny-lfm2 preset)

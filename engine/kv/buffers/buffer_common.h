@@ -34,6 +34,8 @@ struct BufferShared {
 
 // Apply a plan's moves and writes to full-precision (B, G, L, D) tensors.
 void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, const Tensor& v);
+// The same for a buffer whose values are its keys (BufferParams::values_are_keys).
+void apply_plan_to_keys(Tensor& K, const SlotPlan& plan, const Tensor& k);
 
 std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype);
 // kf, vf: the formats of keys and values (equal unless the buffer has asymmetric widths).

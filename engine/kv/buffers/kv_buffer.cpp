@@ -9,6 +9,11 @@ std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferPara
     std::unique_ptr<KVBuffer> out;
     const DType dt = info->dtype.value_or(p.act_dtype);
     const bool quantized = info->kind == BufferKind::QUANTIZED;
+    if (p.values_are_keys && (info->kind != BufferKind::FULL || cfg.paged_block_size > 0 || cfg.cpu_offload))
+        throw Error(str("--kv_cache.name: the latent cache of multi-head latent attention (--model.mla_cache latent) is stored by the "
+                        "full-precision buffers (default, f32, bf16, f16) without paging or offload; '", b, "'",
+                        cfg.paged_block_size > 0 ? " paged" : cfg.cpu_offload ? " offloaded" : "",
+                        " is not one; expected such a buffer or --model.mla_cache expanded"));
     if (info->kind == BufferKind::KIVI) {
         if (cfg.paged_block_size > 0)  // why: docs/PERFORMANCE.md "KIVI decode", placements
             throw Error(str("--kv_cache.paged_block_size: the '", b, "' buffer is not paged (its packed groups are its blocks)"));

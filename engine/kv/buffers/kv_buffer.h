@@ -72,6 +72,9 @@ class KVBuffer {
     // element. The bytes of the slots kept (logical) are LayerCache::logical_bytes().
     virtual size_t bytes() const = 0;
     virtual double bits_per_element() const = 0;
+    // Whether the values are the keys (a latent-attention layer's latent cache,
+    // BufferParams::values_are_keys): one stored vector per slot, read() returns it twice.
+    virtual bool values_are_keys() const { return false; }
 };
 
 // Shared state of all layers' buffers in one cache (the dequantized working buffer of
@@ -85,6 +88,9 @@ struct BufferParams {
     int64_t D = 0;       // head size
     Device device{};
     DType act_dtype = DType::F32;  // dtype of attention inputs (and of default buffers unless named)
+    // The values are the keys (ModelConfig::latent_cache): only K is stored, v of every write is
+    // ignored. Full-precision buffers only (make_buffer refuses the others).
+    bool values_are_keys = false;
 };
 
 std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferParams& p, std::shared_ptr<BufferShared> shared);
