@@ -161,7 +161,8 @@ void expect_naive(const Feed& f, const std::vector<double>& y, const std::vector
                     worst = std::max(worst, std::fabs(o[size_t(d)] - y[size_t(((b * f.NH + h) * n + i) * f.D + d)]));
             }
         }
-    EXPECT_LT(worst, 1e-10) << what;
+    // The model's RoPE tables hold float cos/sin, so an f64 run agrees with exact angles to ~1e-8.
+    EXPECT_LT(worst, 1e-7) << what;
 }
 
 class KeyRerotationLoop : public testing::TestWithParam<std::string> {};
