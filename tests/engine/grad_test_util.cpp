@@ -1,6 +1,7 @@
 #include "grad_test_util.h"
 
 #include "engine/core/error.h"
+#include "engine/ops/ops.h"
 
 namespace kv::test {
 
@@ -75,6 +76,11 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
             c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
             if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 5;
         }
+    } else if (arch == "gpt_oss_moe") {  // as "gpt_oss", with gpt-oss's experts in every layer: 4 of them, 2 per token
+        c = grad_test_config("gpt_oss", layers);
+        c.moe.num_experts = 4;
+        c.moe.top_k = 2;
+        for (LayerSpec& s : c.layer_specs) s.mlp = MlpKind::EXPERTS;
     } else if (arch == "mla" || arch == "mla_qlora") {
         // DeepSeek-V2 latent attention: keys of 6 + 4 rotated channels and values of 6 from a
         // latent of 8 (v_head_dim < head_dim: values padded); "mla_qlora" also compresses the
@@ -117,6 +123,13 @@ std::unique_ptr<Transformer> grad_test_model(const ModelConfig& cfg, DType dtype
     ModelOptions o;
     o.dtype = dtype;
     TensorMap w = random_weights(cfg, seed, DType::F64);
+    // Experts' gate/up pre-activations of several units (instead of ~0.1): both clamps at
+    // +-limit act on a share of the entries, so the gradients cross the clamped SwiGLU's kinks.
+    for (int64_t l = 0; l < cfg.num_layers; ++l)
+        if (cfg.experts_layer(l)) {
+            Tensor& t = w.at(str("model.layers.", l, ".mlp.experts.gate_up_proj"));
+            ops::scale_(t, t, 60.0f);
+        }
     return std::make_unique<Transformer>(cfg, w, o);
 }
 
