@@ -94,6 +94,42 @@ Tensor dispatch_inputs(const Tensor& h2, const Routing& rt, DType act) {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// The host loops below run on f32 or f64 data; bf16 activations pass through f32 copies.
+DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32; }
+
+// The clamped SwiGLU as the SiLU gate of ops::gated: with G = alpha min(g, limit) and
+// U = (clamp(u, -limit, limit) + 1) / alpha, silu(G) U = (u' + 1) g' sigmoid(alpha g'). Rewrites
+// the (S, 2I) rows [g ; u] of t in place into [G ; U].
+template <class T>
+void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha) {
+    const T lim = T(limit), a = T(alpha), inv = T(1.0 / alpha);
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < S; ++s) {
+        T* g = t + s * 2 * I;
+        T* u = g + I;
+        for (int64_t i = 0; i < I; ++i) {
+            g[i] = a * std::min(g[i], lim);
+            u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
+        }
+    }
+}
+
+// out (R, E) = sum over each token's K selected rows of y (S, E), weighted.
+template <class T>
+void combine(const Routing& rt, const T* y, int64_t E, T* out) {
+    const int64_t K = rt.K;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rt.R; ++r) {
+        T* o = out + r * E;
+        for (int64_t c = 0; c < E; ++c) o[c] = T(0);
+        for (int64_t j = 0; j < K; ++j) {
+            const T w = T(rt.weight[size_t(r * K + j)]);
+            const T* yr = y + rt.pos[size_t(r * K + j)] * E;
+            for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
+        }
+    }
+}
+
 }  // namespace
 
 void load_experts(const ModelConfig& cfg, const TensorMap& w, const std::string& p, DType dtype, Device device, LayerWeights& L) {
@@ -151,43 +187,36 @@ Tensor moe_mlp(const ModelConfig& cfg, const LayerWeights& L, int layer, const T
     for (int64_t e = 0; e < N; ++e) {
         if (rt.rows(e) == 0) continue;
         const int64_t o0 = rt.offset[size_t(e)], o1 = rt.offset[size_t(e + 1)];
-        Tensor y = linear_any(x.slice(0, o0, o1), L.experts_gate_up.select(0, e), act);
-        ops::add_(y, y, L.experts_gate_up_bias.select(0, e).reshape({1, 2 * I}));
-        Tensor dst = gu.slice(0, o0, o1);
-        ops::copy_(dst, y);
+        Tensor dst = gu.slice(0, o0, o1);  // the bias, then += x W^T
+        ops::copy_(dst, L.experts_gate_up_bias.select(0, e).reshape({1, 2 * I}).expand({o1 - o0, 2 * I}));
+        ops::matmul_(dst, x.slice(0, o0, o1), L.experts_gate_up.select(0, e).transpose(0, 1), 1.0f, 1.0f);
     }
-    // The clamped SwiGLU, row by row: a = (u' + 1) g' sigmoid(alpha g').
-    const double limit = cfg.moe.limit, alpha = cfg.moe.alpha;
-    const std::vector<double> guv = gu.to_f64_vector();
-    std::vector<double> av(size_t(S * I));
-    for (int64_t s = 0; s < S; ++s)
-        for (int64_t i = 0; i < I; ++i) {
-            const double g = std::min(guv[size_t(s * 2 * I + i)], limit);
-            const double u = std::clamp(guv[size_t(s * 2 * I + I + i)], -limit, limit);
-            av[size_t(s * I + i)] = (u + 1.0) * g * sigmoid(alpha * g);
-        }
-    const Tensor a = Tensor::from_f64({S, I}, av, act, ao);
+    // The clamped SwiGLU a = (u' + 1) g' sigmoid(alpha g'), through the SiLU gate (to_silu_form).
+    const DType hd = host_dtype(act);
+    Tensor t = gu.to(hd);
+    if (t.storage() == gu.storage() && save) t = gu.clone();  // save keeps the raw pre-activations
+    if (hd == DType::F64)
+        to_silu_form(t.data<double>(), S, I, cfg.moe.limit, cfg.moe.alpha);
+    else
+        to_silu_form(t.data<float>(), S, I, cfg.moe.limit, cfg.moe.alpha);
+    const Tensor a = ops::gated(t.slice(1, 0, I), t.slice(1, I, 2 * I), GateAct::SILU).to(act);
     Tensor y = Tensor::empty({S, E}, act, ao);
     for (int64_t e = 0; e < N; ++e) {
         if (rt.rows(e) == 0) continue;
         const int64_t o0 = rt.offset[size_t(e)], o1 = rt.offset[size_t(e + 1)];
-        Tensor d = linear_any(a.slice(0, o0, o1), L.experts_down.select(0, e), act);
-        ops::add_(d, d, L.experts_down_bias.select(0, e).reshape({1, E}));
         Tensor dst = y.slice(0, o0, o1);
-        ops::copy_(dst, d);
+        ops::copy_(dst, L.experts_down_bias.select(0, e).reshape({1, E}).expand({o1 - o0, E}));
+        ops::matmul_(dst, a.slice(0, o0, o1), L.experts_down.select(0, e).transpose(0, 1), 1.0f, 1.0f);
     }
     // out = sum over the selected experts of w_e y_e
-    const std::vector<double> yv = y.to_f64_vector();
-    std::vector<double> ov(size_t(R * E), 0.0);
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t j = 0; j < K; ++j) {
-            const double w = rt.weight[size_t(r * K + j)];
-            const double* yr = yv.data() + rt.pos[size_t(r * K + j)] * E;
-            double* o = ov.data() + r * E;
-            for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
-        }
+    const Tensor yh = y.to(hd);
+    Tensor out = Tensor::empty({B, n, E}, hd, ao);
+    if (hd == DType::F64)
+        combine(rt, yh.data<double>(), E, out.data<double>());
+    else
+        combine(rt, yh.data<float>(), E, out.data<float>());
     if (save) save->moe_logits = logits, save->gu = gu, save->a = a, save->moe_out = y;
-    return Tensor::from_f64({B, n, E}, ov, act, ao);
+    return out.to(act);
 }
 
 Tensor moe_mlp_backward(const ModelConfig& cfg, const LayerWeights& L, int layer, const BlockActivations& a, const Tensor& dout,
@@ -237,6 +266,7 @@ Tensor moe_mlp_backward(const ModelConfig& cfg, const LayerWeights& L, int layer
     const double limit = cfg.moe.limit, alpha = cfg.moe.alpha;
     const std::vector<double> guv = a.gu.to_f64_vector(), dav = da.to_f64_vector();
     std::vector<double> dguv(size_t(S * 2 * I));
+#pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < S; ++s)
         for (int64_t i = 0; i < I; ++i) {
             const double g0 = guv[size_t(s * 2 * I + i)], u0 = guv[size_t(s * 2 * I + I + i)];
