@@ -414,8 +414,9 @@ int64_t Transformer::parameter_count() const {
     int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out, &L.router, &L.router_bias,
-                                &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out,
+                                &L.router, &L.router_bias, &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down,
+                                &L.experts_down_bias})
             if (t->defined() && !(t == &L.wo && cfg_.latent_attention())) n += weight_shape(*t).numel();
         if (cfg_.latent_attention()) n += latent_parameter_count(cfg_, L);
     }

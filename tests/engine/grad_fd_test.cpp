@@ -136,8 +136,8 @@ std::vector<int64_t> cache_lengths(const Transformer& m, int64_t L) { return std
 // The experts' piecewise parts against the finite differences' steps (at most 2e-5 on one
 // entry): the smallest gap between a token's top_k-th and next router logit (a smaller one
 // could swap the selection between the two sides of a difference) and the smallest distance of
-// a selected expert's gate or up pre-activation from the clamps at +-limit. Also counts the
-// clamped entries, so a test knows the kinks were crossed.
+// a selected expert's gate or up pre-activation from the clamps at +-limit. (The clamps' kinks
+// are crossed in MoeMlpGradient.*, whose gates are large enough to reach them.)
 struct ExpertMargins {
     double router_gap = 1e300, clamp_distance = 1e300;
     int64_t clamped = 0;
@@ -172,7 +172,6 @@ void expect_clear_expert_margins(const Transformer& m, const Tensor& ids) {
     const ExpertMargins em = expert_margins(m, ids);
     EXPECT_GT(em.router_gap, 1e-3) << "a near-tie in the routing: the finite differences could see another selection";
     EXPECT_GT(em.clamp_distance, 1e-3) << "an expert pre-activation next to a clamp";
-    EXPECT_GT(em.clamped, 0) << "no clamp acted";
     std::printf("experts: smallest router gap %.3g, smallest distance to a clamp %.3g, %lld clamped entries\n", em.router_gap,
                 em.clamp_distance, (long long)em.clamped);
 }
@@ -190,7 +189,6 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     kc.cache_length = T;
     const ChunkPlan plan = grad_test_plan(cfg, T, T, T);
     ASSERT_EQ(plan.chunks.size(), 1u);
-    model->set_context_width(T);
     expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
@@ -202,7 +200,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     // attention's three norms in a row (attention norm, latent norms) before the keys (central
     // differences alone missed by 1.06e-10 against 1.04e-10 on 2 of 25 seeds); and LFM2's
     // convolution, cubic in in_proj's rows (b x, then c times that: up to 0.61 of the bound)
-    // and the experts, whose gates are large enough to reach the clamps (grad_test_model)
+    // and the experts' routing weights (a softmax of router logits of order 1)
     const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0 || GetParam() == "lfm2" ||
                              GetParam() == "gpt_oss_moe";
     worst_fraction = 0;
@@ -546,7 +544,6 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
     GradData d = grad_test_data(cfg, B, T, 21);
     auto lora = dropout_test_lora(*model, 0.0, 3);
     model->set_adapters(lora.get());
-    model->set_context_width(T);
     expect_clear_expert_margins(*model, d.ids);
     KVCacheConfig kc;
     kc.name = "dense-default";
@@ -836,7 +833,6 @@ TEST(DuoGradient, MixedLayersMatchFiniteDifferencesOfTheReplayedForward) {
     po.chunks_per_cell_multiplier = 0.5;
     const ChunkPlan plan = plan_chunks(T, Ls, po);
     ASSERT_GT(plan.cells.size(), 2u);
-    model->set_context_width(T);
     expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
@@ -877,7 +873,6 @@ TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
     // would be one dense prefill).
     const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
     ASSERT_GT(plan.chunks.size(), 3u);
-    model->set_context_width(T);
     expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
@@ -915,7 +910,6 @@ TEST(QuestGradient, WithAttentionSinksMatchesFiniteDifferences) {
     po.chunks_per_cell_multiplier = 0.5;
     const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
     ASSERT_GT(plan.chunks.size(), 3u);
-    model->set_context_width(T);
     expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);

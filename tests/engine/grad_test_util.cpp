@@ -1,7 +1,6 @@
 #include "grad_test_util.h"
 
 #include "engine/core/error.h"
-#include "engine/ops/ops.h"
 
 namespace kv::test {
 
@@ -123,13 +122,6 @@ std::unique_ptr<Transformer> grad_test_model(const ModelConfig& cfg, DType dtype
     ModelOptions o;
     o.dtype = dtype;
     TensorMap w = random_weights(cfg, seed, DType::F64);
-    // Experts' gate/up pre-activations of several units (instead of ~0.1): both clamps at
-    // +-limit act on a share of the entries, so the gradients cross the clamped SwiGLU's kinks.
-    for (int64_t l = 0; l < cfg.num_layers; ++l)
-        if (cfg.experts_layer(l)) {
-            Tensor& t = w.at(str("model.layers.", l, ".mlp.experts.gate_up_proj"));
-            ops::scale_(t, t, 60.0f);
-        }
     return std::make_unique<Transformer>(cfg, w, o);
 }
 
