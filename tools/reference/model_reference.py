@@ -253,18 +253,23 @@ def moe_mlp(cfg, W, p, h):
     ordered = torch.sort(z, dim=-1, descending=True).values
     gap = float((ordered[..., K - 1] - ordered[..., K]).min()) if K < N else math.inf
     out = torch.zeros_like(h)
+    clamped = 0
     for e in range(N):
         gu = h @ W[p + "mlp.experts.gate_up_proj"][e] + W[p + "mlp.experts.gate_up_proj_bias"][e]
         gate, up = gu[..., 0::2], gu[..., 1::2]
+        sel = (idx == e).any(dim=-1, keepdim=True)  # the tokens routed to e
+        clamped += int(((gate > limit) & sel).sum()) + int(((up.abs() > limit) & sel).sum())
         gate = gate.clamp(max=limit)
         up = up.clamp(min=-limit, max=limit)
         y = ((up + 1) * gate * torch.sigmoid(alpha * gate)) @ W[p + "mlp.experts.down_proj"][e] + W[p + "mlp.experts.down_proj_bias"][e]
         w_e = (weights * (idx == e)).sum(dim=-1, keepdim=True)  # 0 where e was not selected
         out = out + w_e * y
+    CLAMPED.append(clamped)
     return out, gap
 
 
 ROUTER_GAPS = []  # the smallest routing gap of every MoE call of a fixture's forward passes
+CLAMPED = []  # the clamped gate and up entries of the selected experts, per MoE call
 
 
 def forward(cfg, W, ids, context_width, mode):
@@ -435,9 +440,9 @@ def make_weights(cfg, seed, store_dtype):
             N = cfg["num_local_experts"]
             lin(p + "mlp.router.weight", N, E)
             lin(p + "mlp.router.bias", N)
-            # gate/up of std 1 (pre-activations of several units): both clamps at +-7 act
+            # gate/up of std 0.6 (pre-activations of a few units): both clamps at +-7 act
             lin(p + "mlp.experts.gate_up_proj", N, E, 2 * I)
-            W[p + "mlp.experts.gate_up_proj"] *= 5.0
+            W[p + "mlp.experts.gate_up_proj"] *= 3.0
             lin(p + "mlp.experts.gate_up_proj_bias", N, 2 * I)
             lin(p + "mlp.experts.down_proj", N, I, E)
             W[p + "mlp.experts.down_proj"] *= 0.25
@@ -618,6 +623,7 @@ def main():
         gen = torch.Generator().manual_seed(77 + i)
         expected = {}
         ROUTER_GAPS.clear()
+        CLAMPED.clear()
         for j, (B, T) in enumerate(shapes):
             ids = torch.randint(0, cfg["vocab_size"], (B, T), generator=gen)
             expected[f"input_ids.{j}"] = ids.to(torch.int64)
@@ -631,7 +637,8 @@ def main():
                 "inputs": str(len(shapes)), "generator": "tools/reference/model_reference.py", "torch": torch.__version__}
         if ROUTER_GAPS:  # f32 routing must select what float64 selects
             assert min(ROUTER_GAPS) > 1e-3, f"{name}: a router near-tie ({min(ROUTER_GAPS)}); pick another seed"
-            print(f"{name}: smallest router gap {min(ROUTER_GAPS):.4f}")
+            assert sum(CLAMPED) > 0, f"{name}: no clamp acted"
+            print(f"{name}: smallest router gap {min(ROUTER_GAPS):.4f}, {sum(CLAMPED)} clamped entries")
         write_safetensors(os.path.join(d, "expected.safetensors"), expected, meta)
         print(f"{name}: {len(stored)} tensors, inputs {shapes}, greedy {expected['greedy.tokens'].tolist()}")
 
