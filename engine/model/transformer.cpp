@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/latent_attention.h"
+#include "engine/model/moe_mlp.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/packed_weight.h"
 #include "engine/model/short_conv.h"
@@ -131,6 +132,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     for (int64_t l = 0; l < cfg_.num_layers; ++l)
         if (cfg_.short_conv_layer(l) && opt.device.type != DeviceType::CPU)
             throw Error(str(cfg_.name, ": layer ", l, " is a short convolution (LFM2), which is computed on the CPU only; expected --device cpu"));
+    if (cfg_.has_experts() && opt.device.type != DeviceType::CPU)
+        throw Error(str(cfg_.name, ": the mixture-of-experts MLP (gpt-oss) is computed on the CPU only; expected --device cpu"));
     // Norm tensors by placement: Llama's post_attention_layernorm is the pre-MLP norm; Gemma
     // and OLMo 2 apply it to the attention output and name the MLP's norms *_feedforward_*.
     const NormPlacement np = cfg_.norm_placement;
@@ -172,12 +175,16 @@ void Transformer::init(const TensorMap& w, bool adopt) {
         if (!cfg_.latent_attention() && !conv)
             L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
         if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias", adopt);
-        if (cfg_.fused_projections)
-            L.w_gate_up = convert(need(w, p + "mlp.gate_up_proj.weight", {2 * I, E}), opt, p + "mlp.gate_up_proj.weight", adopt);
-        else
-            L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
-                                     p + "mlp.gate_up", adopt);
-        L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
+        if (cfg_.experts_layer(l)) {
+            load_experts(cfg_, w, p, opt.dtype, opt.device, L);
+        } else {
+            if (cfg_.fused_projections)
+                L.w_gate_up = convert(need(w, p + "mlp.gate_up_proj.weight", {2 * I, E}), opt, p + "mlp.gate_up_proj.weight", adopt);
+            else
+                L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})},
+                                         opt, p + "mlp.gate_up", adopt);
+            L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
+        }
         if (cfg_.attention_sinks)
             L.sinks = convert(need(w, p + "self_attn.sinks", {cfg_.num_heads}), opt, p + "self_attn.sinks", adopt);
     }
@@ -345,18 +352,24 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
             h = L.mlp_norm.defined() ? ops::rmsnorm(out, L.mlp_norm, eps, off) : out;
         }
-        Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
-        if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
-        Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
-        Tensor d = linear_any(a, L.w_down, act);
-        if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
+        Tensor d;
+        if (cfg_.experts_layer(l)) {  // gpt-oss's experts (no adapters on them): save gets its own activations
+            d = moe_mlp(cfg_, L, l, h, act, save);
+        } else {
+            Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
+            if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
+            Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
+            d = linear_any(a, L.w_down, act);
+            if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
+            if (save) save->gu = gu, save->a = a;
+        }
         if (L.mlp_post_norm.defined()) {
             if (save) save->d = d;
             d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
         }
         ops::add_(out, out, d);
         // Without a pre-MLP norm h is `out`, which just received d: the saved input is out1.
-        if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1, save->gu = gu, save->a = a;
+        if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1;
     }
     return out;
 }
@@ -413,7 +426,9 @@ int64_t Transformer::parameter_count() const {
     int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out,
+                                &L.router, &L.router_bias, &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down,
+                                &L.experts_down_bias})
             if (t->defined() && !(t == &L.wo && cfg_.latent_attention())) n += weight_shape(*t).numel();
         if (cfg_.latent_attention()) n += latent_parameter_count(cfg_, L);
     }
@@ -434,7 +449,8 @@ size_t Transformer::weight_bytes() const {
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
                                 &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.wq_a, &L.q_a_norm, &L.wq, &L.wkv_a,
-                                &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out})
+                                &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out, &L.router, &L.router_bias,
+                                &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias})
             if (t->defined()) n += t->nbytes();
     }
     return n;
