@@ -43,7 +43,24 @@ void load_average(double out[3]) {
 
 struct Timing {
     double cpu = 0, wall = 0;
+    uint64_t kept = 0;  // kept_set_hash of the cache after the run
 };
+
+// FNV-1a over every layer's slot positions (and lengths) after the run: equal hashes mean the
+// policy kept the same tokens in every slot of every layer, so a faster scorer can be checked
+// for the same decisions on the benchmark's own run.
+uint64_t kept_set_hash(const KVCache& cache) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](int64_t v) {
+        for (int i = 0; i < 8; ++i) h = (h ^ uint64_t((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    };
+    for (int l = 0; l < cache.num_layers(); ++l) {
+        const KVPolicy& p = cache.layer(l).policy();
+        mix(p.current_length());
+        for (int32_t pos : p.token_positions()) mix(pos);
+    }
+    return h;
+}
 
 }  // namespace
 
@@ -136,6 +153,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         long_context_forward(m, cache, ids, plan, hs, hr);
         t.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
         t.cpu = process_cpu_seconds() - c0;
+        t.kept = kept_set_hash(cache);
         return t;
     };
     auto baseline_of = [&](const KVCacheConfig& kc) {
@@ -180,6 +198,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
             const Timing tp = run(kc, plan);
             row.base_cpu.push_back(tb.cpu), row.policy_cpu.push_back(tp.cpu);
             row.base_wall.push_back(tb.wall), row.policy_wall.push_back(tp.wall);
+            row.kept_hash.push_back(tp.kept);
             ratios.push_back(tb.cpu / tp.cpu);
             wall_ratios.push_back(tb.wall / tp.wall);
         }
@@ -236,6 +255,15 @@ std::string format_policy_rounds(const PolicyBenchResult& r) {
         s += buf;
         for (size_t i = 0; i < w.base_cpu.size(); ++i) {
             std::snprintf(buf, sizeof buf, " %.3f|%.3f", 1e3 * w.base_cpu[i], 1e3 * w.policy_cpu[i]);
+            s += buf;
+        }
+        s += "\n";
+    }
+    s += "kept-set hash per round (every layer's slot positions after the run):\n";
+    for (const PolicyBenchRow& w : r.rows) {
+        s += "  kept " + w.policy;
+        for (uint64_t h : w.kept_hash) {
+            std::snprintf(buf, sizeof buf, " %016llx", (unsigned long long)h);
             s += buf;
         }
         s += "\n";
