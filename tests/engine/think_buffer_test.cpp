@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -111,7 +112,7 @@ TEST_P(ThinKReference, ChannelsStoredRowsAndAttentionMatchF64) {
                     for (int64_t c = 0; c < D; ++c) {
                         double acc = 0;
                         for (int64_t p = 0; p <= t; ++p) acc += lg[size_t(p)] / z * double(h.history[size_t(r)][p].second[size_t(c)]);
-                        EXPECT_NEAR(y[size_t(((b * NH + hh) * n0 + t) * D + c)], acc, 1e-5) << "prefill b " << b << " head " << hh;
+                        EXPECT_NEAR(y[size_t(((b * NH + hh) * n0 + t) * D + c)], acc, 5e-5) << "prefill b " << b << " head " << hh;
                     }
                 }
     }
@@ -154,7 +155,7 @@ TEST_P(ThinKReference, ChannelsStoredRowsAndAttentionMatchF64) {
                     for (int64_t c = 0; c < D; ++c) {
                         double acc = 0;
                         for (size_t i = 0; i < ps.size(); ++i) acc += lg[i] / z * double(h.history[size_t(r)][ps[i]].second[size_t(c)]);
-                        EXPECT_NEAR(y[size_t(((b * NH + hh) * n + t) * D + c)], acc, 1e-5)
+                        EXPECT_NEAR(y[size_t(((b * NH + hh) * n + t) * D + c)], acc, 5e-5)
                             << policy << " ratio " << ratio << " chunk at " << P << " b " << b << " head " << hh << " query " << t;
                     }
                 }
