@@ -247,9 +247,13 @@ bool quant_rows_over_heads(const KVCacheConfig& c, QuantFormat kf, QuantFormat v
     return c.scale_granularity == "token" || !(D >= 16 && quant_row_ok(kf, D) && quant_row_ok(vf, D));
 }
 
+int64_t think_kept_channels(int64_t D, double ratio) { return std::max<int64_t>(1, std::llround((1.0 - ratio) * double(D))); }
+
 int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act, int64_t tensors) {
     const BufferInfo& b = *find_buffer(c.buffer());  // buffer() reads known buffers only
     if (b.kind == BufferKind::FULL) return tensors * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
+    // the per-head channel index is per sequence, not per slot
+    if (b.kind == BufferKind::THINK) return G * (think_kept_channels(D, c.key_channel_ratio) + D) * int64_t(dtype_size(act));
     if (b.kind == BufferKind::KIVI)
         throw Error(str("--kv_cache.budget_bytes / budget_ratio: the '", b.name,
                         "' buffer keeps a fixed full-precision residual pool besides its codes; budgets are for full-precision and "
@@ -384,6 +388,12 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b,
                             "' is quantized (its packed groups of kivi_group_size slots are its blocks)"));
     }
+    if (!(c.key_channel_ratio >= 0.0 && c.key_channel_ratio < 1.0))
+        throw Error(str("--kv_cache.key_channel_ratio: ", c.key_channel_ratio,
+                        " is out of range; expected the fraction of key channels pruned per head, in [0, 1)"));
+    if (buf.kind == BufferKind::THINK && (c.paged_block_size > 0 || c.cpu_offload))
+        throw Error(str(c.paged_block_size > 0 ? "--kv_cache.paged_block_size" : "--kv_cache.cpu_offload", ": the '", b,
+                        "' buffer stores its pruned keys in one tensor per layer; expected it without paged or offloaded storage"));
     if (c.key_bits < 0 || c.value_bits < 0)
         throw Error(str(c.key_bits < 0 ? "--kv_cache.key_bits: " : "--kv_cache.value_bits: ", std::min(c.key_bits, c.value_bits),
                         " is invalid; expected 0 (the buffer's own) or a width of its codes"));

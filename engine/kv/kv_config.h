@@ -67,6 +67,7 @@ struct KVCacheConfig {
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer
     int64_t kivi_group_size = 32;      // kivi2/kivi4: slots per key group (= channels per value group, at most D)
     int64_t kivi_residual = 128;       // kivi2/kivi4: most recent tokens kept in full precision (KIVI's R)
+    double key_channel_ratio = 0.5;    // think: fraction of each KV head's key channels pruned, in [0, 1)
 
     // Options of single policies, declared in the policy registry (PolicyInfo::options), by
     // name; an unset option has the registry's default.
@@ -122,6 +123,8 @@ bool quant_rows_over_heads(const KVCacheConfig& cfg, QuantFormat keys, QuantForm
 // q8 keys, q4 values: "q8" with value_bits 4 is the same buffer). Throws kv::Error naming the
 // option for a width the family lacks or a buffer without widths.
 std::pair<QuantFormat, QuantFormat> kv_quant_formats(const KVCacheConfig& cfg);
+// think: key channels kept per KV head of D, round((1 - ratio) D) and at least one.
+int64_t think_kept_channels(int64_t D, double ratio);
 // Exact bytes one slot of one layer stores for the keys and values of all G heads (scales and
 // zero points included), for buffers that grow by whole slots (full precision, quantized rows);
 // tensors = 1 where the values are the keys (ModelConfig::cache_tensors: a latent cache).

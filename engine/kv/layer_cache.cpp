@@ -22,7 +22,12 @@ LayerCache::ReadPath LayerCache::choose_read_path(const KVPolicy& policy, const 
 }
 
 LayerCache::LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer)
-    : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)), read_path_(choose_read_path(*policy_, *buffer_)) {}
+    : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)), read_path_(choose_read_path(*policy_, *buffer_)) {
+    if (pooled() && buffer_->per_head_rows())
+        throw Error(str("--kv_cache.name: the '", buffer_->name(), "' buffer keeps its key channels per KV head, but policy '",
+                        policy_->name(), "' pools the heads' slots in one table (per-head lengths) in layer ", layer_,
+                        "; expected a policy with one slot table per head"));
+}
 
 void LayerCache::reset() {
     finish_reconstruction();
@@ -215,6 +220,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
                 buffer_->prefill(k.transpose(1, 2).contiguous().reshape({B, 1, n * G, D}),
                                  v.transpose(1, 2).contiguous().reshape({B, 1, n * G, D}));
             } else {
+                buffer_->observe_queries(q);
                 buffer_->prefill(k, v);
             }
             policy_->prefill(n, features(q, k, v, scale));
@@ -258,6 +264,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             const int64_t G = k.size(1), D = k.size(3);
             buffer_->write(to_pool_plan(plan, B, G), k.contiguous().reshape({B, 1, G * n, D}), v.contiguous().reshape({B, 1, G * n, D}));
         } else {
+            buffer_->observe_queries(q);
             buffer_->write(plan, k, v);
         }
         policy_->apply(plan, f);

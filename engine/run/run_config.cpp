@@ -279,6 +279,9 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_group_size; }));
     o.push_back(int_opt("kv_cache.kivi_residual", "cache", "kivi2/kivi4: most recent tokens kept in full precision", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_residual; }));
+    o.push_back(float_opt("kv_cache.key_channel_ratio", "cache",
+                          "think: fraction of each KV head's key channels pruned (ThinK's query-driven channel choice); in [0, 1)",
+                          0.0, 1.0, [](RunConfig& c) -> double& { return c.kv_cache.key_channel_ratio; }));
     o.push_back(bool_opt("kv_cache.cpu_offload", "cache", "park each layer's buffers in host memory between uses",
                          [](RunConfig& c) -> bool& { return c.kv_cache.cpu_offload; }));
     o.push_back(str_opt("protocol", "cache",

@@ -15,6 +15,7 @@ namespace {
 uint64_t kv_pair_bytes(const KVCacheConfig& kc, DType dtype) {
     const BufferInfo& b = *find_buffer(kc.buffer());  // buffer() reads known buffers only
     if (b.kind == BufferKind::FULL) return 2 * uint64_t(dtype_size(b.dtype.value_or(dtype)));  // default: the model's precision
+    if (b.kind == BufferKind::THINK) return uint64_t(dtype_size(dtype));  // full values and at least one key channel
     // codes of K and V; kivi2's 0.75 byte with group 32 (codes + f16 scales) rounds up to 1, not a lower bound
     return std::max<uint64_t>(1, 2 * uint64_t(b.bits) / 8);
 }

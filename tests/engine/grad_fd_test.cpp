@@ -289,6 +289,8 @@ std::vector<PolicyCase> policy_cases() {
         if (p.name == "h2o") out.push_back({p.name, "fp8_e4m3", 0}), out.push_back({p.name, "nvfp4", 0});
         if (p.name == "lastrec") out.push_back({p.name, "k8v4", 0});
         if (p.name == "h2o") out.push_back({p.name, "turboquant", 0});  // rotated codes, scores from decoded keys
+        // ThinK's pruned key channels: decisions from the pruned keys, the replayed forward full precision
+        if (p.name == "h2o" || p.name == "snapkv") out.push_back({p.name, "think", 0});
     }
     return out;
 }

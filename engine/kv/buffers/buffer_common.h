@@ -42,6 +42,7 @@ std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype
 std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf,
                                                 std::string name, std::shared_ptr<BufferShared> shared);
 std::unique_ptr<KVBuffer> make_kivi_buffer(const KVCacheConfig& cfg, const BufferParams& p, int bits);
+std::unique_ptr<KVBuffer> make_think_buffer(const KVCacheConfig& cfg, const BufferParams& p);
 // compact: free whole blocks after each chunk (KVBuffer::compact).
 std::unique_ptr<KVBuffer> make_paged_buffer(const BufferParams& p, DType dtype, int64_t block_size, bool compact = false);
 std::unique_ptr<KVBuffer> make_offload_buffer(std::unique_ptr<KVBuffer> inner, const BufferParams& p,

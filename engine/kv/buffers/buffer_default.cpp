@@ -12,17 +12,18 @@ Tensor slot_index(const std::vector<int32_t>& slots, int64_t rows, int64_t B, in
 }
 
 void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, const Tensor& v) {
-    const int64_t B = K.size(0), G = K.size(1), D = K.size(3);
+    // Keys and values may differ in width (think stores fewer key channels).
+    const int64_t B = K.size(0), G = K.size(1), Dk = K.size(3), Dv = V.size(3);
     if (plan.moves > 0) {
-        Tensor from = slot_index(plan.move_from, plan.rows, B, G, plan.moves, K.device()).expand({B, G, plan.moves, D});
-        Tensor to = slot_index(plan.move_to, plan.rows, B, G, plan.moves, K.device()).expand({B, G, plan.moves, D});
-        Tensor kk = ops::gather(K, 2, from), vv = ops::gather(V, 2, from);
-        ops::scatter_(K, 2, to, kk);
-        ops::scatter_(V, 2, to, vv);
+        Tensor from = slot_index(plan.move_from, plan.rows, B, G, plan.moves, K.device());
+        Tensor to = slot_index(plan.move_to, plan.rows, B, G, plan.moves, K.device());
+        Tensor kk = ops::gather(K, 2, from.expand({B, G, plan.moves, Dk})), vv = ops::gather(V, 2, from.expand({B, G, plan.moves, Dv}));
+        ops::scatter_(K, 2, to.expand({B, G, plan.moves, Dk}), kk);
+        ops::scatter_(V, 2, to.expand({B, G, plan.moves, Dv}), vv);
     }
-    Tensor idx = slot_index(plan.targets, plan.rows, B, G, plan.n, K.device()).expand({B, G, plan.n, D});
-    ops::scatter_(K, 2, idx, k);
-    ops::scatter_(V, 2, idx, v);
+    Tensor idx = slot_index(plan.targets, plan.rows, B, G, plan.n, K.device());
+    ops::scatter_(K, 2, idx.expand({B, G, plan.n, Dk}), k);
+    ops::scatter_(V, 2, idx.expand({B, G, plan.n, Dv}), v);
 }
 
 void apply_plan_to_keys(Tensor& K, const SlotPlan& plan, const Tensor& k) {

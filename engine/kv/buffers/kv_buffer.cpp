@@ -21,6 +21,11 @@ std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferPara
         if (cfg.cpu_offload) out = make_offload_buffer(std::move(out), p, shared);
         return out;
     }
+    if (info->kind == BufferKind::THINK) {
+        if (cfg.paged_block_size > 0 || cfg.cpu_offload)  // validate_kv_config says so first
+            throw Error(str("--kv_cache.name: the '", b, "' buffer is neither paged nor offloaded"));
+        return make_think_buffer(cfg, p);
+    }
     if (quantized) {
         if (cfg.paged_block_size > 0)
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b, "' is quantized"));

@@ -25,6 +25,12 @@ class KVBuffer {
     virtual bool allocated() const = 0;
     // Free the storage (end of a pass); the next prefill allocates again.
     virtual void release() = 0;
+    // The chunk's queries (B, NH, n, D), handed just before its keys are written (prefill or
+    // write): buffers whose layout follows the queries (think's key channels) read them.
+    virtual void observe_queries(const Tensor& q) { (void)q; }
+    // Whether each (b, g) row must be one KV head (think keeps channels per head), which
+    // per-head pools of slots (PooledSlots) cannot give.
+    virtual bool per_head_rows() const { return false; }
     // New k, v (B, G, n, D) into slots [0, n).
     virtual void prefill(const Tensor& k, const Tensor& v) = 0;
     // Moves of the plan (within the buffer), then new tokens into the plan's targets.
