@@ -54,7 +54,7 @@ const std::vector<Calibration>& calibrations() {
          "floor)) is fitted by ridge least squares (normal equations in f64). Layer by layer, with FILE.resume after\n"
          "each: the same command continues after the last finished layer. The file is read by\n"
          "--kv_cache.name kvzap-default --kv_cache.kvzap FILE (docs/POLICIES.md#kvzap).",
-         "windows",
+         "steps",
          {},
          1024,
          8,

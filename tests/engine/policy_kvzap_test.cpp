@@ -138,8 +138,9 @@ LayerTargets kvzip_targets(TinyModel& tm, const std::vector<int32_t>& ids) {
 
 CalibrationRun tiny_run(TinyModel& tm, const std::vector<std::vector<int32_t>>& samples, const std::string& out,
                         std::function<void(int64_t, int64_t, const std::string&)> progress) {
+    static const std::string name = "tiny";  // the run keeps a reference
     return CalibrationRun{tm.model,
-                          "tiny",
+                          name,
                           tm.cfg.num_layers,
                           tm.cfg.num_kv_heads,
                           samples,
