@@ -40,6 +40,7 @@ size_t FidelityAttention::shadow_bytes() const {
 
 void FidelityAttention::set_rope_frequencies(const std::vector<double>* inv_freq) { cache_.set_rope_frequencies(inv_freq); }
 void FidelityAttention::set_output_projection(int layer, const Tensor& wo) { cache_.set_output_projection(layer, wo); }
+void FidelityAttention::set_layer_input(int layer, const Tensor& h) { cache_.set_layer_input(layer, h); }
 
 namespace {
 

@@ -442,6 +442,8 @@ const std::vector<KVFieldOption>& kv_field_options() {
          .text = &KVCacheConfig::duo_gates},
         {.name = "qfilter", .help = "qfilter: filter file from `kvlab calibrate qfilter` (or axis:C, every filter the unit vector of channel C)",
          .text = &KVCacheConfig::qfilter},
+        {.name = "kvzap", .help = "kvzap: surrogate file from `kvlab calibrate kvzap` (or seed:N, pseudo-random weights for tests)",
+         .text = &KVCacheConfig::kvzap},
     };
     return t;
 }

@@ -44,6 +44,7 @@ struct KVCacheConfig {
     bool range_is_prefix = true;       // smart-lastrec
     std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/policies/duo_gates.h
     std::string qfilter;               // qfilter: filter file (or "axis:C"), engine/kv/policies/qfilter_filters.h
+    std::string kvzap;                 // kvzap: surrogate file (or "seed:N"), engine/kv/policies/kvzap_weights.h
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back

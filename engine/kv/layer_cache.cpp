@@ -75,6 +75,17 @@ InsertFeatures LayerCache::features(const Tensor& q, const Tensor& k, const Tens
         f.values = v.contiguous().to_f32_vector();
         f.head_dim = v.size(-1);
     }
+    if (need.has(Feature::HiddenStates)) {
+        if (!input_.defined())
+            throw Error(str("layer ", layer_, " cache: policy '", policy_->name(), "' scores tokens from the layer's input hidden states, "
+                            "which this call was not given"),
+                        "run the cache under the model's blocks (Transformer::block hands them over with set_layer_input)");
+        if (input_.ndim() != 3 || input_.size(0) != k.size(0) || input_.size(1) != k.size(2))
+            throw Error(str("layer ", layer_, " cache: the hidden states given have shape ", input_.shape().str(), "; expected (", k.size(0),
+                            ", ", k.size(2), ", E) for the call's tokens"));
+        f.hidden = input_.contiguous().to_f32_vector();
+        f.hidden_size = input_.size(2);
+    }
     return f;
 }
 
@@ -181,6 +192,10 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
                         const ChunkInput& in) {
     Tensor* lse_out = in.lse;
+    struct Consume {  // the attention input belongs to this call only
+        Tensor& t;
+        ~Consume() { t = Tensor(); }
+    } consume{input_};
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
     lse_written_ = false;
     head_dim_ = k.size(-1);

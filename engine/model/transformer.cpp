@@ -283,6 +283,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
                                 "latents (--model.mla_cache latent); expected --model.mla_cache expanded"));
             y = Tensor::empty({B, n, NH, HS}, act, ao);
             attention.set_rope_frequencies(&rt.inv_freq);
+            attention.set_layer_input(l, h);
             latent_attend(cfg_, L, h, rt, input_pos, act, attention, rt.attn_scale, cfg_.layer_window(l), y, l, adapters_);
         } else {
             if (cfg_.latent_attention()) {
@@ -323,6 +324,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             Tensor yv = y.permute({0, 2, 1, 3});
             attention.set_rope_frequencies(&rt.inv_freq);
             attention.set_output_projection(l, L.wo);
+            attention.set_layer_input(l, h);
             const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
             const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
             attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);

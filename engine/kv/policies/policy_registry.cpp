@@ -28,6 +28,7 @@ namespace kv {
     X(quest)               \
     X(ada)                 \
     X(kvzip)               \
+    X(kvzap)               \
     X(keydiff)             \
     X(chunkkv)             \
     X(observed_attention)  \
