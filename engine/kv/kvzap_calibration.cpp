@@ -236,7 +236,7 @@ std::string run_kvzap_calibration(const CalibrationRun& run) {
             for (auto& p : w.chunk.pieces) p.x = take_tensor(data, at, p.x, what);
         }
         if (at != data.size()) throw Error(str(what, " has bytes after its hidden states"), "delete it to start the calibration over");
-        run.progress(first * S, NL * S, str("resumed after layer ", first - 1, " from ", resume));
+        if (run.progress) run.progress(first * S, NL * S, str("resumed after layer ", first - 1, " from ", resume));
     }
 
     std::vector<double> h((size_t)(n * E)), y((size_t)(n * G));
@@ -256,7 +256,7 @@ std::string run_kvzap_calibration(const CalibrationRun& run) {
             for (int64_t t = 0; t < n; ++t)
                 for (int64_t g = 0; g < G; ++g) y[size_t(t * G + g)] = std::log(std::max(double(sc[size_t(g * n + t)]), floor));
             ne.add(h, y, n);
-            run.progress(l * S + s + 1, NL * S, str("layer ", l, ": KVzip scores and hidden states of window ", s + 1, " of ", S));
+            if (run.progress) run.progress(l * S + s + 1, NL * S, str("layer ", l, ": KVzip scores and hidden states of window ", s + 1, " of ", S));
         }
         if (ne.tokens > 0) {
             const std::vector<double> wl = solve_kvzap_layer(ne, ridge);

@@ -42,6 +42,7 @@ struct Recording final : CacheAttention {
         fid.attend(layer, q, k, v, input_pos, scale, window, y, in);
     }
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { fid.set_rope_frequencies(inv_freq); }
+    void set_layer_input(int layer, const Tensor& h) override { fid.set_layer_input(layer, h); }  // kvzap scores from it
 };
 
 struct OracleRun {

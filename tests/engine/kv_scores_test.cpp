@@ -62,7 +62,10 @@ TEST(KVScores, TopKEqualsFullArgsortThroughAModelRun) {
     std::vector<std::string> names;
     for (const PolicyInfo& p : policy_registry())
         if (std::find(p.uses.begin(), p.uses.end(), "max_chunk_size") != p.uses.end())
-            names.push_back(p.name + (p.needs_quantized_buffer || names.size() % 2 ? "-q8" : "-default"));
+            names.push_back(p.name + ((p.needs_quantized_buffer || names.size() % 2) &&
+                                              (p.buffers.empty() || std::find(p.buffers.begin(), p.buffers.end(), "q8") != p.buffers.end())
+                                          ? "-q8"
+                                          : "-default"));
     ASSERT_GE(names.size(), 6u);
     for (const std::string& name : names) {
         LayerHarness full(name, 32, seed_for("topk " + name)), topk(name, 32, seed_for("topk " + name));
