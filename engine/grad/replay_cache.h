@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/kv/buffers/buffer_common.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/read_selection.h"
 #include "engine/model/attention.h"
@@ -79,6 +80,7 @@ class ReplayLayerCache {
         int64_t length_before = 0;
         int64_t input_pos = 0;
         std::vector<int32_t> sel;      // what each query read (ReadSelection::attend); empty = every slot
+        MergedValues merged;           // the plan's merged slots before its value merges
     };
     bool selects() const { return selection_ && selection_->selects(length_); }
     Tensor positions_tensor() const;

@@ -41,6 +41,8 @@ namespace kv {
     X(cap)                 \
     X(simlayerkv)          \
     X(finch)               \
+    X(merging)             \
+    X(cam)                 \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
