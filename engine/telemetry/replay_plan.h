@@ -31,15 +31,19 @@ struct SlotPlan {
     std::vector<int32_t> merge_row, merge_to, merge_from;
     std::vector<float> merge_keep, merge_take;
     size_t merges() const { return merge_to.size(); }
+    // After the write the kept keys take contiguous RoPE positions in token order and the
+    // chunk's queries continue after them (key re-rotation, engine/kv/key_rotation.h), so a
+    // replay turns its keys as the cache did.
+    bool rerotate = false;
 
     bool contiguous_range(int64_t* start) const;  // targets == [s, s+n) for every row
 };
 
 // Serialise one plan (for telemetry cache steps) and back. Layout, little-endian:
-//   u32 magic 'KVRP', u16 version 1, u16 flags (1 = contiguous shared range),
+//   u32 magic 'KVRP', u16 version 1, u16 flags (1 = contiguous shared range, 2 = rerotate, 4 = value merges),
 //   i64 input_pos, n, rows, moves, length_after,
 //   range: i64 start | explicit: u32 targets[rows * n]; then u32 move_from, move_to[rows * moves]
-//   flag 2 (value merges): u32 count, then per merge u32 row, to, from, f32 keep, take
+//   flag 4 (value merges): u32 count, then per merge u32 row, to, from, f32 keep, take
 // A range plan is always 56 bytes whatever n is; an explicit one 48 + 4 * rows * (n + 2 * moves).
 std::vector<uint8_t> encode_plan(const SlotPlan& p);
 // Throws kv::Error naming what is wrong with a malformed blob (truncated, bad magic, newer

@@ -34,6 +34,8 @@ struct BufferShared {
 
 // Apply a plan's moves and writes to full-precision (B, G, L, D) tensors.
 void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, const Tensor& v);
+// The same for a buffer whose values are its keys (BufferParams::values_are_keys).
+void apply_plan_to_keys(Tensor& K, const SlotPlan& plan, const Tensor& k);
 
 // A plan's value merges (SlotPlan::merge_*) on full-precision (B, G, L, D) values, in order,
 // in f64 and rounded once to V's dtype. `saved`, when given, receives what the merged slots
@@ -53,6 +55,7 @@ std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype
 std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf,
                                                 std::string name, std::shared_ptr<BufferShared> shared);
 std::unique_ptr<KVBuffer> make_kivi_buffer(const KVCacheConfig& cfg, const BufferParams& p, int bits);
+std::unique_ptr<KVBuffer> make_think_buffer(const KVCacheConfig& cfg, const BufferParams& p);
 // compact: free whole blocks after each chunk (KVBuffer::compact).
 std::unique_ptr<KVBuffer> make_paged_buffer(const BufferParams& p, DType dtype, int64_t block_size, bool compact = false);
 std::unique_ptr<KVBuffer> make_offload_buffer(std::unique_ptr<KVBuffer> inner, const BufferParams& p,
