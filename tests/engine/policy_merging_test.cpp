@@ -11,6 +11,9 @@
 #include <map>
 #include <set>
 
+#include <cmath>
+
+#include "engine/grad/replay_cache.h"
 #include "engine/kv/buffers/buffer_common.h"
 #include "engine/kv/policies/policy_registry.h"
 #include "policy_reference_util.h"
@@ -239,6 +242,79 @@ TEST(ValueMerges, ThePlanCodecCarriesThemAndTheGradientIsTheLinearMapsTranspose)
         EXPECT_NEAR(mv[size_t((4 + 0) * 3 + d)], 0.25 * v[size_t((4 + 0) * 3 + d)] + 0.75 * v[size_t((4 + 3) * 3 + d)] + 0.125 * v[size_t((4 + 2) * 3 + d)], 1e-12);
     restore_merged_values(V, saved);
     EXPECT_EQ(V.to_f64_vector(), v);
+}
+
+// A plan may carry value merges (flag 4) and key re-rotation (flag 2) together: the codec keeps
+// both, and the gradient replay applies both, checked against f64 by hand on one row of four
+// slots: the prefill writes tokens 0..3, then token 4 overwrites slot 1 while token 1's value is
+// folded into slot 2 and the kept keys turn to the ranks of their tokens (0, 2, 3, 4 -> 0..3).
+TEST(ValueMerges, APlanThatAlsoReRotatesKeepsBothAndTheReplayAppliesBoth) {
+    const int64_t D = 4;
+    const std::vector<double> freq = {0.7, 0.05};  // channel pairs (0, 2) and (1, 3)
+    SlotPlan pre;
+    pre.n = 4, pre.length_after = 4, pre.targets = {0, 1, 2, 3};
+    SlotPlan p;
+    p.input_pos = 4, p.n = 1, p.length_after = 4, p.targets = {1}, p.rerotate = true;
+    p.merge_row = {0}, p.merge_to = {2}, p.merge_from = {1}, p.merge_keep = {0.75f}, p.merge_take = {0.25f};
+    const std::vector<uint8_t> blob = encode_plan(p);
+    const SlotPlan back = decode_plan(blob.data(), blob.size());
+    EXPECT_TRUE(back.rerotate);
+    EXPECT_EQ(back.merge_to, p.merge_to);
+    EXPECT_EQ(back.merge_take, p.merge_take);
+    SlotPlan only_merges = p;
+    only_merges.rerotate = false;
+    const std::vector<uint8_t> b2 = encode_plan(only_merges);
+    EXPECT_FALSE(decode_plan(b2.data(), b2.size()).rerotate) << "value merges read back as re-rotation";
+    const std::vector<SlotPlan> plans = {pre, back};
+
+    std::mt19937_64 rng(seed_for("merge and rerotate"));
+    std::uniform_real_distribution<double> u(-1, 1);
+    auto rnd = [&](int64_t n) {
+        std::vector<double> x(size_t(n * D));
+        for (double& e : x) e = u(rng);
+        return x;
+    };
+    const std::vector<double> k0 = rnd(4), v0 = rnd(4), q0 = rnd(4), k1 = rnd(1), v1 = rnd(1), q1 = rnd(1);
+    ReplayLayerCache c(0, 1, 1, 4, D, DType::F64, Device{}, &plans);
+    c.set_rope_frequencies(&freq);
+    const double scale = 0.5;
+    Tensor y0 = Tensor::from_f64({1, 1, 4, D}, std::vector<double>(16, 0.0));
+    c.forward(Tensor::from_f64({1, 1, 4, D}, q0), Tensor::from_f64({1, 1, 4, D}, k0), Tensor::from_f64({1, 1, 4, D}, v0), 0, scale, y0,
+              false);
+    Tensor y1 = Tensor::from_f64({1, 1, 1, D}, std::vector<double>(4, 0.0));
+    c.forward(Tensor::from_f64({1, 1, 1, D}, q1), Tensor::from_f64({1, 1, 1, D}, k1), Tensor::from_f64({1, 1, 1, D}, v1), 4, scale, y1,
+              false);
+
+    // f64 reference from the definitions: turn channel pair (j, j + 2) by shift * freq[j].
+    auto turn = [&](std::vector<double> x, int64_t shift) {
+        for (size_t j = 0; j < freq.size(); ++j) {
+            const double a = double(shift) * freq[j], x1 = x[j], x2 = x[j + 2];
+            x[j] = x1 * std::cos(a) - x2 * std::sin(a);
+            x[j + 2] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+        return x;
+    };
+    auto row = [&](const std::vector<double>& x, int64_t i) { return std::vector<double>(x.begin() + i * D, x.begin() + (i + 1) * D); };
+    // slot -> (key, value): token 0 stays at RoPE 0; tokens 4, 2, 3 move from 4, 2, 3 to 3, 1, 2.
+    std::vector<std::vector<double>> K = {row(k0, 0), turn(row(k1, 0), -1), turn(row(k0, 2), -1), turn(row(k0, 3), -1)};
+    std::vector<std::vector<double>> V = {row(v0, 0), row(v1, 0), row(v0, 2), row(v0, 3)};
+    for (int64_t d = 0; d < D; ++d) V[2][size_t(d)] = 0.75 * v0[size_t(2 * D + d)] + 0.25 * v0[size_t(1 * D + d)];
+    const std::vector<double> q = turn(row(q1, 0), -1);  // 3 kept tokens before position 4
+    const std::vector<double> gk = c.keys().to_f64_vector(), gv = c.values().to_f64_vector(), gy = y1.to_f64_vector();
+    std::vector<double> w(4), y(size_t(D), 0.0);
+    double z = 0;
+    for (size_t s = 0; s < 4; ++s) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) {
+            EXPECT_NEAR(gk[s * D + size_t(d)], K[s][size_t(d)], 1e-12) << "key of slot " << s;
+            EXPECT_NEAR(gv[s * D + size_t(d)], V[s][size_t(d)], 1e-12) << "value of slot " << s;
+            dot += q[size_t(d)] * K[s][size_t(d)];
+        }
+        w[s] = std::exp(scale * dot), z += w[s];
+    }
+    for (size_t s = 0; s < 4; ++s)
+        for (int64_t d = 0; d < D; ++d) y[size_t(d)] += w[s] / z * V[s][size_t(d)];
+    for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(gy[size_t(d)], y[size_t(d)], 1e-12) << "output channel " << d;
 }
 
 TEST(ValueMerges, ABufferThatCannotMergeRefusesByName) {
