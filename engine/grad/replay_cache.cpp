@@ -146,7 +146,12 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
                 const int32_t* s = slots.data() + (plan.rows == 1 ? 0 : r) * m;
                 for (int64_t i = 0; i < m; ++i) rec.old_pos[size_t(r * m + i)] = pos_[size_t(r * L_ + s[i])];
             }
+            // Value merges (merging-*, cam-*): a linear map on the values before the writes;
+            // its targets are never overwritten by the plan, so they are saved apart.
+            merge_values_in(V_, plan, &rec.merged);
             records_.push_back(std::move(rec));
+        } else {
+            merge_values_in(V_, plan);
         }
         // Key re-rotation: between chunks the kept keys sit at the ranks of their token
         // positions (after a prefill, the positions themselves), so those are the angles the
@@ -368,10 +373,13 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
             ops::scatter_(*d, 2, from, at_from);
         }
     }
+    // Value merges: the gradient w.r.t. the merged values flows back through the linear map.
+    merge_values_backward(dV_, plan);
     // Step the buffer back to its state before the chunk.
     Tensor oidx = rec.overwritten.expand({B_, G_, m, D_});
     ops::scatter_(K_, 2, oidx, rec.old_k);
     ops::scatter_(V_, 2, oidx, rec.old_v);
+    restore_merged_values(V_, rec.merged);
     for (int64_t r = 0; r < B_ * G_; ++r) {
         const int64_t pr = plan.rows == 1 ? 0 : r;
         for (int64_t i = 0; i < m; ++i) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/kv/buffers/buffer_common.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/read_selection.h"
 #include "engine/model/attention.h"
@@ -83,6 +84,7 @@ class ReplayLayerCache {
         int64_t length_before = 0;
         int64_t input_pos = 0;
         std::vector<int32_t> sel;      // what each query read (ReadSelection::attend); empty = every slot
+        MergedValues merged;           // the plan's merged slots before its value merges
         // key re-rotation: each slot's turn (B G, L), the queries' turn and the frequencies;
         // shift empty when nothing turned
         std::vector<int32_t> shift;

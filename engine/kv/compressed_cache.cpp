@@ -364,6 +364,11 @@ CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t 
                               int64_t window) {
     const std::string policy = cfg.policy();
     const PolicyInfo* info = find_policy(policy);
+    // The one-shot selection below gathers kept slots; it has no merges to apply, so a merging
+    // policy would silently act as its bare scorer.
+    if (info && info->merges_values)
+        throw Error(str("--protocol compress-then-ask: policy '", policy, "' folds evicted values into kept slots as it evicts, "
+                        "which a one-shot selection of the context cannot do; expected a policy that only evicts (its wrapped scorer)"));
     std::vector<CompressedLayer> layers;
     int64_t context = -1;
     for (int l = 0; l < cache.num_layers(); ++l) {

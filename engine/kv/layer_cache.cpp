@@ -280,6 +280,8 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             buffer_->write(to_pool_plan(plan, B, G), k.contiguous().reshape({B, 1, G * n, D}), v.contiguous().reshape({B, 1, G * n, D}));
         } else {
             buffer_->observe_queries(q);
+            // Merged values (merging-*, cam-*) are read from slots the write may overwrite.
+            if (plan.merges()) buffer_->merge_values(plan);
             buffer_->write(plan, k, v);
         }
         policy_->apply(plan, f);

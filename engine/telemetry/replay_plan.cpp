@@ -39,7 +39,8 @@ std::vector<uint8_t> encode_plan(const SlotPlan& p) {
     const bool range = p.contiguous_range(&start);
     put<uint32_t>(b, kMagic);
     put<uint16_t>(b, 1);
-    put<uint16_t>(b, uint16_t((range ? 1 : 0) | (p.rerotate ? 2 : 0)));
+    // flag 2 is key re-rotation, flag 4 value merges: a plan may carry both.
+    put<uint16_t>(b, uint16_t((range ? 1 : 0) | (p.rerotate ? 2 : 0) | (p.merges() ? 4 : 0)));
     for (int64_t v : {p.input_pos, p.n, p.rows, p.moves, p.length_after}) put<int64_t>(b, v);
     if (range) {
         put<int64_t>(b, start);
@@ -47,6 +48,16 @@ std::vector<uint8_t> encode_plan(const SlotPlan& p) {
         for (int32_t t : p.targets) put<uint32_t>(b, uint32_t(t));
         for (int32_t t : p.move_from) put<uint32_t>(b, uint32_t(t));
         for (int32_t t : p.move_to) put<uint32_t>(b, uint32_t(t));
+    }
+    if (p.merges()) {
+        put<uint32_t>(b, uint32_t(p.merges()));
+        for (size_t i = 0; i < p.merges(); ++i) {
+            put<uint32_t>(b, uint32_t(p.merge_row[i]));
+            put<uint32_t>(b, uint32_t(p.merge_to[i]));
+            put<uint32_t>(b, uint32_t(p.merge_from[i]));
+            put<float>(b, p.merge_keep[i]);
+            put<float>(b, p.merge_take[i]);
+        }
     }
     return b;
 }
@@ -81,6 +92,17 @@ SlotPlan decode_plan(const uint8_t* data, size_t size) {
         read(s.targets, s.rows * s.n);
         read(s.move_from, s.rows * s.moves);
         read(s.move_to, s.rows * s.moves);
+    }
+    if (flags & 4) {
+        const uint32_t m = take<uint32_t>(p, end);
+        if (int64_t(end - p) / 20 < int64_t(m)) throw Error("replay log: blob is truncated");
+        for (uint32_t i = 0; i < m; ++i) {
+            s.merge_row.push_back(int32_t(take<uint32_t>(p, end)));
+            s.merge_to.push_back(int32_t(take<uint32_t>(p, end)));
+            s.merge_from.push_back(int32_t(take<uint32_t>(p, end)));
+            s.merge_keep.push_back(take<float>(p, end));
+            s.merge_take.push_back(take<float>(p, end));
+        }
     }
     return s;
 }

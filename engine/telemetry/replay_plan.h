@@ -23,6 +23,14 @@ struct SlotPlan {
     int64_t moves = 0;
     std::vector<int32_t> move_from, move_to;
     int64_t length_after = 0;  // T after the write
+    // Value merges (merging-*, cam-*: an evicted token's value folded into kept slots), applied
+    // in order before the moves: entry i sets, in row merge_row[i] (a (b, g) index of B * G),
+    //   V[merge_to[i]] = merge_keep[i] * V[merge_to[i]] + merge_take[i] * V[merge_from[i]].
+    // Keys and slot positions are untouched; a merge's source is never a merge's target, so
+    // the whole list is one linear map on the values. Empty for every other policy.
+    std::vector<int32_t> merge_row, merge_to, merge_from;
+    std::vector<float> merge_keep, merge_take;
+    size_t merges() const { return merge_to.size(); }
     // After the write the kept keys take contiguous RoPE positions in token order and the
     // chunk's queries continue after them (key re-rotation, engine/kv/key_rotation.h), so a
     // replay turns its keys as the cache did.
@@ -32,9 +40,10 @@ struct SlotPlan {
 };
 
 // Serialise one plan (for telemetry cache steps) and back. Layout, little-endian:
-//   u32 magic 'KVRP', u16 version 1, u16 flags (1 = contiguous shared range, 2 = rerotate),
+//   u32 magic 'KVRP', u16 version 1, u16 flags (1 = contiguous shared range, 2 = rerotate, 4 = value merges),
 //   i64 input_pos, n, rows, moves, length_after,
 //   range: i64 start | explicit: u32 targets[rows * n]; then u32 move_from, move_to[rows * moves]
+//   flag 4 (value merges): u32 count, then per merge u32 row, to, from, f32 keep, take
 // A range plan is always 56 bytes whatever n is; an explicit one 48 + 4 * rows * (n + 2 * moves).
 std::vector<uint8_t> encode_plan(const SlotPlan& p);
 // Throws kv::Error naming what is wrong with a malformed blob (truncated, bad magic, newer

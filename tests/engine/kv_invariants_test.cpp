@@ -154,8 +154,11 @@ TEST_P(KVInvariants, PositionsContentLength) {
                     for (int64_t d = 0; d < h.D; ++d) {
                         ASSERT_NEAR(kb[size_t(((b * h.G + g) * T + j) * h.D + d)], want.first[size_t(d)], tk)
                             << name << " key of position " << p << " in slot " << j;
-                        ASSERT_NEAR(vb[size_t(((b * h.G + g) * T + j) * h.D + d)], want.second[size_t(d)], tv)
-                            << name << " value of position " << p << " in slot " << j;
+                        // A merging policy's kept values are blends (tests/engine/policy_merging_test.cpp); its keys are not.
+                        if (!info.merges_values) {
+                            ASSERT_NEAR(vb[size_t(((b * h.G + g) * T + j) * h.D + d)], want.second[size_t(d)], tv)
+                                << name << " value of position " << p << " in slot " << j;
+                        }
                     }
                 }
                 if (T < L) continue;

@@ -37,6 +37,19 @@ void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, 
 // The same for a buffer whose values are its keys (BufferParams::values_are_keys).
 void apply_plan_to_keys(Tensor& K, const SlotPlan& plan, const Tensor& k);
 
+// A plan's value merges (SlotPlan::merge_*) on full-precision (B, G, L, D) values, in order,
+// in f64 and rounded once to V's dtype. `saved`, when given, receives what the merged slots
+// held before (for restore_merged_values: the gradient replay steps its buffer back).
+struct MergedValues {
+    std::vector<int64_t> rows;   // (b G + g) * L + slot of each merged slot
+    std::vector<double> values;  // their D values each
+};
+void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved = nullptr);
+void restore_merged_values(Tensor& V, const MergedValues& saved);
+// The merges' reverse on a gradient w.r.t. the merged values: entries in reverse order,
+// dV[from] += take dV[to], then dV[to] *= keep.
+void merge_values_backward(Tensor& dV, const SlotPlan& plan);
+
 std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype);
 // kf, vf: the formats of keys and values (equal unless the buffer has asymmetric widths).
 std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf,

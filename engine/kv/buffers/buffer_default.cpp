@@ -40,6 +40,72 @@ void apply_plan_to_keys(Tensor& K, const SlotPlan& plan, const Tensor& k) {
 
 namespace {
 
+// Bounds of one merge (a damaged or foreign plan must not index outside the tensor).
+void check_merge(const SlotPlan& plan, size_t i, int64_t rows, int64_t L) {
+    const int64_t r = plan.merge_row[i], to = plan.merge_to[i], from = plan.merge_from[i];
+    if (r < 0 || r >= rows || to < 0 || to >= L || from < 0 || from >= L || to == from)
+        throw Error(str("value merge ", i, " (row ", r, ", slot ", from, " into ", to, ") does not fit a cache of ", rows, " rows x ", L,
+                        " slots"));
+}
+
+}  // namespace
+
+// The merges touch few slots of a large buffer, but their count per row differs, so the
+// buffer goes through the host once per plan; only plans of merging policies have merges.
+void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved) {
+    if (plan.merges() == 0) return;
+    const int64_t rows = V.size(0) * V.size(1), L = V.size(2), D = V.size(3);
+    std::vector<double> h = V.contiguous().to_f64_vector();
+    if (saved) {
+        saved->rows.clear(), saved->values.clear();
+        std::vector<uint8_t> seen(size_t(rows * L), 0);
+        for (size_t i = 0; i < plan.merges(); ++i) {
+            check_merge(plan, i, rows, L);
+            const int64_t at = plan.merge_row[i] * L + plan.merge_to[i];
+            if (seen[size_t(at)]) continue;
+            seen[size_t(at)] = 1;
+            saved->rows.push_back(at);
+            saved->values.insert(saved->values.end(), h.begin() + at * D, h.begin() + (at + 1) * D);
+        }
+    }
+    for (size_t i = 0; i < plan.merges(); ++i) {
+        check_merge(plan, i, rows, L);
+        double* to = h.data() + (plan.merge_row[i] * L + plan.merge_to[i]) * D;
+        const double* from = h.data() + (plan.merge_row[i] * L + plan.merge_from[i]) * D;
+        const double a = plan.merge_keep[i], b = plan.merge_take[i];
+        for (int64_t d = 0; d < D; ++d) to[d] = a * to[d] + b * from[d];
+    }
+    V.copy_from(Tensor::from_f64(V.shape(), h, DType::F64, {V.device(), MemCategory::WORKSPACE, "merged values"}));
+}
+
+void restore_merged_values(Tensor& V, const MergedValues& saved) {
+    if (saved.rows.empty()) return;
+    const int64_t D = V.size(3);
+    std::vector<double> h = V.contiguous().to_f64_vector();
+    for (size_t i = 0; i < saved.rows.size(); ++i)
+        std::copy_n(saved.values.begin() + int64_t(i) * D, D, h.begin() + saved.rows[i] * D);
+    V.copy_from(Tensor::from_f64(V.shape(), h, DType::F64, {V.device(), MemCategory::WORKSPACE, "merged values"}));
+}
+
+void merge_values_backward(Tensor& dV, const SlotPlan& plan) {
+    if (plan.merges() == 0) return;
+    const int64_t rows = dV.size(0) * dV.size(1), L = dV.size(2), D = dV.size(3);
+    std::vector<double> h = dV.contiguous().to_f64_vector();
+    for (size_t k = plan.merges(); k-- > 0;) {
+        check_merge(plan, k, rows, L);
+        double* to = h.data() + (plan.merge_row[k] * L + plan.merge_to[k]) * D;
+        double* from = h.data() + (plan.merge_row[k] * L + plan.merge_from[k]) * D;
+        const double a = plan.merge_keep[k], b = plan.merge_take[k];
+        for (int64_t d = 0; d < D; ++d) {
+            from[d] += b * to[d];
+            to[d] *= a;
+        }
+    }
+    dV.copy_from(Tensor::from_f64(dV.shape(), h, DType::F64, {dV.device(), MemCategory::WORKSPACE, "merged value gradient"}));
+}
+
+namespace {
+
 class DefaultBuffer final : public KVBuffer {
    public:
     DefaultBuffer(const BufferParams& p, DType dtype) : p_(p), dtype_(dtype) {}
@@ -75,6 +141,10 @@ class DefaultBuffer final : public KVBuffer {
         }
         Tensor V = V_.slice(0, 0, B_);
         apply_plan_to(K, V, plan, k, v);
+    }
+    void merge_values(const SlotPlan& plan) override {
+        Tensor V = V_.slice(0, 0, B_);
+        merge_values_in(V, plan);
     }
     std::pair<Tensor, Tensor> read(int64_t T) override {
         Tensor K = K_.slice(0, 0, B_).slice(2, 0, T);

@@ -35,6 +35,13 @@ class KVBuffer {
     virtual void prefill(const Tensor& k, const Tensor& v) = 0;
     // Moves of the plan (within the buffer), then new tokens into the plan's targets.
     virtual void write(const SlotPlan& plan, const Tensor& k, const Tensor& v) = 0;
+    // The plan's value merges (SlotPlan::merge_*: merging-*, cam-*), applied before write()
+    // moves or overwrites anything. Full-precision buffers apply them; the others refuse.
+    virtual void merge_values(const SlotPlan& plan) {
+        (void)plan;
+        throw Error(str("the '", name(), "' buffer cannot merge values (merging and cam policies need an unpaged full-precision buffer: "
+                        "default, f32, bf16 or f16, without paged_block_size or cpu_offload)"));
+    }
     // Full-precision (B, G, T, D) keys and values of slots [0, T) for attention.
     virtual std::pair<Tensor, Tensor> read(int64_t T) = 0;
     // Buffers that attend over their own storage (KIVI: dequantize-on-read inside SDPA): y =

@@ -42,6 +42,8 @@ namespace kv {
     X(cap)                 \
     X(simlayerkv)          \
     X(finch)               \
+    X(merging)             \
+    X(cam)                 \
     X(key_rerotation)      \
     X(duo)
 

@@ -49,6 +49,9 @@ struct PolicyInfo {
     bool needs_cache_length = true;        // false: cache_length 0 = the whole sequence (dense)
     bool evicts = true;                    // false: never drops a token, so a cache shorter than a sample cannot run (dense, quest)
     bool needs_text = false;               // reads the prompt through a TextCodec (tokenizer)
+    // Folds evicted values into kept slots (merging-*, cam-*: SlotPlan's value merges), so a kept
+    // slot's value is a blend of tokens while its key stays its own token's.
+    bool merges_values = false;
     std::vector<std::string> buffers = {};   // allowed buffers; empty = every buffer
     std::vector<std::string> uses = {};      // shared kv_cache.* options it reads (KVCacheConfig fields)
     std::vector<PolicyOption> options = {};  // its own options
