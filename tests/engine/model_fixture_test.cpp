@@ -81,7 +81,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                                          "mistral_window", "qwen2_window", "gemma3_interleaved", "gemma2_alternating",
                                          "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap", "gpt_oss_sinks",
                                          "phi3_longrope_short", "phi3_longrope_long", "phi3_longrope_full", "gemma3_gguf_layout",
-                                         "gemma2_gguf_layout", "deepseek_v2_mla", "deepseek_v2_lite_mla", "lfm2_hybrid"));
+                                         "gemma2_gguf_layout", "deepseek_v2_mla", "deepseek_v2_lite_mla", "lfm2_hybrid",
+                                         "gemma3n_text"));
 
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
@@ -89,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
                                    "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long", "deepseek_v2_mla", "deepseek_v2_lite_mla",
-                                   "lfm2_hybrid"}) {
+                                   "lfm2_hybrid", "gemma3n_text"}) {
         Fixture f = load_fixture(name);
         ModelOptions opt;
         opt.rope = RopeMode::YARN;

@@ -176,6 +176,23 @@ def layer_window(cfg, layer):
     return 0
 
 
+def kv_sources(cfg):
+    """{shared layer: source layer} (Gemma 3n's rule, transformers' Gemma3nTextAttention): the
+    last _kv_shared_layers layers read the keys and values of the last earlier layer of their
+    attention type. gemma3_text has no key for it: the private _kv_shared_layers gives the count
+    and the C++ test sets the same sources on the loaded config."""
+    n = cfg.get("_kv_shared_layers", 0)
+    L = cfg["num_hidden_layers"]
+    first = L - n
+    if n <= 0 or first <= 0:
+        return {}
+    out = {}
+    for l in range(first, L):
+        same = [j for j in range(first) if gemma_sliding(cfg, j) == gemma_sliding(cfg, l)]
+        out[l] = same[-1]
+    return out
+
+
 def gemma_sliding(cfg, layer):
     """Gemma2Config / Gemma3TextConfig layer_types: sliding iff (i + 1) % pattern."""
     pattern = cfg.get("sliding_window_pattern", 6) if cfg["model_type"] == "gemma3_text" else 2
@@ -248,6 +265,8 @@ def forward(cfg, W, ids, context_width, mode):
     x = W["model.embed_tokens.weight"][ids]
     if gemma:
         x = x * math.sqrt(E)
+    kv_of = {}  # layer -> its rotated k, v (B, G, T, HS), for the layers that share them
+    sources = kv_sources(cfg)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         inv_freq, scale = layer_rope(cfg, l, context_width, mode)
@@ -282,6 +301,9 @@ def forward(cfg, W, ids, context_width, mode):
             mag = longrope_magnitude(cfg)
             q, k = apply_rope(q, pos, inv_freq, mag), apply_rope(k, pos, inv_freq, mag)
         v = v.transpose(1, 2)
+        if l in sources:  # cross-layer KV sharing: the source's keys and values, this layer's queries
+            k, v = kv_of[sources[l]]
+        kv_of[l] = (k, v)
         R = NH // G
         k = k.repeat_interleave(R, dim=1)
         v = v.repeat_interleave(R, dim=1)
@@ -538,6 +560,15 @@ FIXTURES = [
     ("deepseek_v2_lite_mla", deepseek_v2_cfg(q_lora_rank=None, num_hidden_layers=2, first_k_dense_replace=2, qk_nope_head_dim=4,
                                              qk_rope_head_dim=4, head_dim=4, v_head_dim=8, rope_theta=500.0),
      torch.float32, "yarn", 64, [(1, 37)]),
+    # Cross-layer KV sharing on Gemma 3 layers (appended last: seeds follow the list's order):
+    # 6 layers, pattern 3 (2 and 5 full), the last 3 shared: 3 and 4 (sliding) read layer 1's
+    # keys and values, 5 (full) reads layer 2's.
+    ("gemma3_kv_shared", llama_cfg(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], num_hidden_layers=6,
+                                   head_dim=16, sliding_window=5, sliding_window_pattern=3, query_pre_attn_scalar=24,
+                                   rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True, hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                   final_logit_softcapping=None, attn_logit_softcapping=None, _kv_shared_layers=3),
+     torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
 ]
 
 
