@@ -138,8 +138,8 @@ std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& o, const std
     return rows;
 }
 
-std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
-    std::vector<CacheBenchRow> rows;
+std::vector<KiviBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
+    std::vector<KiviBenchRow> rows;
     const int64_t NH = o.heads, G = o.kv_heads, D = o.head_dim;
     const float scale = 1.0f / std::sqrt(float(D));
     int done = 0;
@@ -176,11 +176,8 @@ std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::
         // T slots plus the residual blocks in use (the whole pool, an upper bound).
         const double b_def = double(2 * G * T * D * 4);
         const double b_kivi = double(buf->bytes());
-        rows.push_back({str("decode sdpa kivi", o.bits, " / f32 at ", T, ": KV bytes read"), b_kivi, b_def, "bytes", b_kivi / b_def, 0, true});
-        rows.push_back({str("decode sdpa kivi", o.bits, " / f32 at ", T, ": time"), t_kivi * 1e3, t_def * 1e3, "ms", t_kivi / t_def,
-                        T == o.contexts.back() ? 0.5 : 0.0, true});
-        rows.push_back({str("decode sdpa kivi", o.bits, " / f32 at ", T, ": ratio per round, min | median of ", ratios.size()), r_min, r_med,
-                        "x", r_med, T == o.contexts.back() ? 0.5 : 0.0, true});
+        rows.push_back({str("decode sdpa kivi", o.bits), T, b_kivi, b_def, t_kivi * 1e3, t_def * 1e3, r_min, r_med, int(ratios.size()),
+                        T == o.contexts.back() ? 0.5 : 0.0});
         for (const std::string& f : o.formats) {
             KVCacheConfig fc;
             fc.name = "dense-" + f;
@@ -223,12 +220,8 @@ std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& o, const std::
             // its K and V once. Time target (issue 43) where attention reads the codes: <= 1.25x
             // f32 (>= 0.8x its speed) at the shortest context.
             const double b_def = double(2 * G * T * D * 4), b_f = double(a->bytes()) + (fused ? 0.0 : b_def);
-            rows.push_back({str("decode step ", f, " / f32 at ", T, ": KV bytes read"), b_f, b_def, "bytes", b_f / b_def, 0, true});
-            rows.push_back({str("decode step ", f, " / f32 at ", T, ": time"), t_f * 1e3, t_d * 1e3, "ms", t_f / t_d,
-                            fused && T == o.contexts.front() ? 1.25 : 0.0, true});
-            if (fused)  // the rows with a time target: the per-round ratio, robust to load that hits both alike
-                rows.push_back({str("decode step ", f, " / f32 at ", T, ": ratio per round, min | median of ", fr.size()), fr.front(),
-                                fr[fr.size() / 2], "x", fr[fr.size() / 2], T == o.contexts.front() ? 1.25 : 0.0, true});
+            rows.push_back({str("decode step ", f), T, b_f, b_def, t_f * 1e3, t_d * 1e3, fr.front(), fr[fr.size() / 2], int(fr.size()),
+                            fused && T == o.contexts.front() ? 1.25 : 0.0});
         }
     }
     progress(total, total, "");
@@ -240,6 +233,17 @@ void fill_ab_table(BenchTable& t, const std::vector<CacheBenchRow>& rows) {
     for (const auto& r : rows)
         t.add_row({r.name, cell(r.a, 3), cell(r.b, 3), cell(r.ratio, 3) + "x", r.target > 0 ? str(r.at_most ? "<= " : ">= ", r.target) : "",
                    r.unit, r.pass() ? "" : "<< misses target"});
+}
+
+void fill_kivi_table(BenchTable& t, const std::vector<KiviBenchRow>& rows) {
+    t.columns = {{"measurement", true}, {"context"}, {"KV bytes read / f32"}, {"ms"}, {"f32 ms"}, {"best-time ratio"},
+                 {"per-round ratio min | median"}, {"target"}, {"", true}};
+    for (const auto& r : rows)
+        t.add_row({r.what + " / f32", str(r.context), cell(r.bytes / r.f32_bytes, 3) + "x", cell(r.ms, 3), cell(r.f32_ms, 3),
+                   cell(r.ms / r.f32_ms, 3) + "x", cell(r.round_min, 3) + " | " + cell(r.round_median, 3) + "x",
+                   r.target > 0 ? str("<= ", r.target) : "", r.pass() ? "" : "<< misses target"});
+    if (!rows.empty()) t.notes.push_back(str("per-round ratio: the format and f32 timed back to back in each of ", rows.front().rounds,
+                                             " rounds; a target applies to the median."));
 }
 
 }  // namespace kv::bench

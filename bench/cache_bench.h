@@ -47,10 +47,26 @@ struct KiviBenchOptions {
     // copy).
     std::vector<std::string> formats = {"q8", "q4_0", "fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4", "k8v4", "kfp8vfp4", "turboquant"};
 };
+// One format at one context in `kvlab bench kivi`: bytes a decode step reads and its time, each
+// against the f32 buffer; the target (when there is one) applies to the median per-round ratio,
+// the figure that load hitting both sides alike does not move.
+struct KiviBenchRow {
+    std::string what;        // "decode sdpa kivi2", "decode step fp8_e4m3"
+    int64_t context = 0;
+    double bytes = 0, f32_bytes = 0;
+    double ms = 0, f32_ms = 0;          // best times of all rounds
+    double round_min = 0, round_median = 0;
+    int rounds = 0;
+    double target = 0;                  // <= target on round_median; 0: none
+    bool pass() const { return target <= 0 || round_median <= target; }
+};
+
 // The a / b table of `kvlab bench cache`, `kivi` and `quest`: measurement, a, b, a/b, target, unit.
 void fill_ab_table(BenchTable& t, const std::vector<CacheBenchRow>& rows);
+// One row per format and context: bytes ratio, both times, best-time ratio, per-round ratios.
+void fill_kivi_table(BenchTable& t, const std::vector<KiviBenchRow>& rows);
 
-std::vector<CacheBenchRow> run_kivi_bench(const KiviBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
+std::vector<KiviBenchRow> run_kivi_bench(const KiviBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 
 std::vector<CacheBenchRow> run_cache_bench(const CacheBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 

@@ -14,7 +14,8 @@ namespace {
 
 // Each family's particulars on the Llama's shapes: the same matrices, so the same parameter
 // count up to the norms (Gemma's four per layer, OLMo 2's q/k norms over the projection);
-// latent attention and LFM2's convolutions have matrices of their own (counts in the rows).
+// latent attention, LFM2's convolutions and gpt-oss's experts have matrices of their own (counts
+// in the rows).
 ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
     ModelConfig c = llama;
     c.name = family;
@@ -46,17 +47,26 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
         c.arch = Arch::PHI3;
         c.fused_projections = true;
         c.partial_rotary_factor = 0.75;
-    } else if (family == "gpt_oss") {  // attention only: sinks, biases, sliding 128 / full alternating; dense MLP
+    } else if (family == "gpt_oss") {
+        // sinks, biases, sliding 128 / full alternating; in every layer 4 experts of half the
+        // Llama's MLP width, 2 per token: the Llama's MLP work per token, twice its MLP parameters
         c.arch = Arch::GPT_OSS;
         c.attention_sinks = true;
         c.qkv_bias = c.o_bias = true;
+        c.intermediate_size = llama.intermediate_size / 2;
+        c.moe.num_experts = 4;
+        c.moe.top_k = 2;
         c.layer_specs.resize(size_t(L));
         for (int64_t l = 0; l < L; ++l) {
             c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
+            c.layer_specs[size_t(l)].mlp = MlpKind::EXPERTS;
             if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 128;
         }
-    } else if (family == "deepseek_v2") {  // latent attention (DeepSeek-V2-Lite's form: q_proj direct, no q latent)
+    } else if (family == "deepseek_v2" || family == "deepseek_v2_expanded") {
+        // latent attention (DeepSeek-V2-Lite's form: q_proj direct, no q latent), through the
+        // latent cache's absorbed attention or the expanded per-head keys and values
         c.arch = Arch::DEEPSEEK_V2;
+        if (family == "deepseek_v2_expanded") c.latent.cache = LatentAttention::Cache::EXPANDED;
         c.attn_projection = AttnProjection::LATENT;
         c.num_kv_heads = c.num_heads;  // MLA decompresses keys and values for every head
         c.latent.kv_lora_rank = c.hidden_size / 4;
@@ -87,7 +97,10 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
 
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
     const ModelConfig llama = preset_config(opt.model);
-    const std::vector<std::string> names = {"llama", "gemma3", "gemma2", "smollm3", "phi3", "olmo2", "gpt_oss", "deepseek_v2", "lfm2"};
+    const std::vector<std::string> names = {"llama",  "gemma3",      "gemma2",
+                                            "smollm3", "phi3",        "olmo2",
+                                            "gpt_oss", "deepseek_v2", "deepseek_v2_expanded",
+                                            "lfm2"};
     std::vector<std::unique_ptr<Transformer>> models;
     for (const std::string& n : names) {
         const ModelConfig c = n == "llama" ? llama : family_config(llama, n);

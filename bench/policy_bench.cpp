@@ -15,6 +15,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_config.h"
 #include "engine/kv/kv_policy.h"
+#include "engine/kv/kvzap_calibration.h"
 #include "engine/kv/policies/policy_registry.h"
 #include "engine/kv/policies/qfilter_calibration.h"
 #include "engine/model/model_loader.h"
@@ -43,7 +44,24 @@ void load_average(double out[3]) {
 
 struct Timing {
     double cpu = 0, wall = 0;
+    uint64_t kept = 0;  // kept_set_hash of the cache after the run
 };
+
+// FNV-1a over every layer's slot positions (and lengths) after the run: equal hashes mean the
+// policy kept the same tokens in every slot of every layer, so a faster scorer can be checked
+// for the same decisions on the benchmark's own run.
+uint64_t kept_set_hash(const KVCache& cache) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](int64_t v) {
+        for (int i = 0; i < 8; ++i) h = (h ^ uint64_t((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    };
+    for (int l = 0; l < cache.num_layers(); ++l) {
+        const KVPolicy& p = cache.layer(l).policy();
+        mix(p.current_length());
+        for (int32_t pos : p.token_positions()) mix(pos);
+    }
+    return h;
+}
 
 }  // namespace
 
@@ -81,6 +99,32 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         res.calibration.push_back({"qfilter", cpu, wall});
         return path;
     };
+    // smart-lastrec and kvzip (its calibration too) read the text through the model's tokenizer
+    TextCodec codec;
+    if (lm.tokenizer) {
+        const Tokenizer& tok = *lm.tokenizer;
+        codec = TextCodec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                          [&tok](const std::string& s) { return tok.encode(s, false); }};
+    }
+    // kvzap runs with a surrogate fitted here on the run's own tokens (one window), its cost reported.
+    std::string kvzap_note, kvzap_path;
+    auto calibrated_kvzap = [&]() {
+        const std::string path = str("/tmp/kvlab_bench_kvzap_", int64_t(getpid()), ".txt");
+        const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = process_cpu_seconds();
+        const std::vector<std::vector<int32_t>> windows = {idv};
+        const CalibrationRun cr{m,        o.model, c.num_layers, c.num_kv_heads, windows,
+                                [](std::string_view opt) { return opt == "ridge" ? 1e-3 : 1e-10; },
+                                [](int64_t, int64_t, const std::string&) {},
+                                path,     &codec};
+        (void)run_kvzap_calibration(cr);
+        const double cpu = process_cpu_seconds() - c0, wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        m.set_context_width(o.tokens);
+        kvzap_path = path;
+        kvzap_note = str(" [surrogate calibrated on the run's ", o.tokens, " tokens: ", cpu, " s CPU, ", wall, " s wall]");
+        res.calibration.push_back({"kvzap", cpu, wall});
+        return path;
+    };
     std::vector<KVCacheConfig> cfgs;
     for (const std::string& n : names) {
         const PolicyInfo* info = find_policy(n);
@@ -91,6 +135,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         rc.kv_cache.max_chunk_size = o.chunk;  // as the CLI sets it
         for (const auto& [opt, value] : info->required) set_run_option(rc, opt, value);
         if (n == "qfilter") set_run_option(rc, "kv_cache.qfilter", calibrated_qfilter());
+        if (n == "kvzap") set_run_option(rc, "kv_cache.kvzap", calibrated_kvzap());
         if (n == "duo") {  // streaming heads keep half the cache, so the layer mixes both kinds
             set_run_option(rc, "kv_cache.duo_sinks", "16");
             set_run_option(rc, "kv_cache.duo_recent", str(std::max<int64_t>(1, o.cache_length / 2 - 16)));
@@ -103,13 +148,6 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
     hs.T = o.tokens;
     hs.token_targets.assign(size_t(o.tokens), -100);
     for (int64_t t = 0; t + 1 < o.tokens; ++t) hs.token_targets[size_t(t)] = idv[size_t(t + 1)];
-    // smart-lastrec reads the text through the model's tokenizer
-    TextCodec codec;
-    if (lm.tokenizer) {
-        const Tokenizer& tok = *lm.tokenizer;
-        codec = TextCodec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
-                          [&tok](const std::string& s) { return tok.encode(s, false); }};
-    }
     // The chunk plan a policy runs with, and lastrec with it: the plain plan (chunks of
     // o.chunk) unless the policy's layers (pyramidkv's budgets, duo's streaming heads) are
     // shorter than a chunk — then chunks of the shortest length — or of several lengths: a
@@ -136,6 +174,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
         long_context_forward(m, cache, ids, plan, hs, hr);
         t.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
         t.cpu = process_cpu_seconds() - c0;
+        t.kept = kept_set_hash(cache);
         return t;
     };
     auto baseline_of = [&](const KVCacheConfig& kc) {
@@ -164,6 +203,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
             row.note += str(" [", plan.chunks.size(), " chunks of ", *lo, "-", *hi, " (first ", plan.chunks[0], "), lastrec too]");
         }
         if (kc.policy() == "qfilter") row.note += qfilter_note;
+        if (kc.policy() == "kvzap") row.note += kvzap_note;
         if (kc.policy() == "duo") row.note += str(" [gates pattern:10, streaming heads ", int64_t(kc.policy_option("duo_sinks")), "+",
                                                   int64_t(kc.policy_option("duo_recent")), "]");
         // A reconstruction-scored policy (kvzip) runs a second pass over every chunk: it reports
@@ -180,6 +220,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
             const Timing tp = run(kc, plan);
             row.base_cpu.push_back(tb.cpu), row.policy_cpu.push_back(tp.cpu);
             row.base_wall.push_back(tb.wall), row.policy_wall.push_back(tp.wall);
+            row.kept_hash.push_back(tp.kept);
             ratios.push_back(tb.cpu / tp.cpu);
             wall_ratios.push_back(tb.wall / tp.wall);
         }
@@ -191,6 +232,7 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& o, const std::funct
     }
     progress(total, total, "");
     if (!qfilter_path.empty()) std::remove(qfilter_path.c_str());
+    if (!kvzap_path.empty()) std::remove(kvzap_path.c_str());
     load_average(res.load_end);
     return res;
 }
@@ -236,6 +278,15 @@ std::string format_policy_rounds(const PolicyBenchResult& r) {
         s += buf;
         for (size_t i = 0; i < w.base_cpu.size(); ++i) {
             std::snprintf(buf, sizeof buf, " %.3f|%.3f", 1e3 * w.base_cpu[i], 1e3 * w.policy_cpu[i]);
+            s += buf;
+        }
+        s += "\n";
+    }
+    s += "kept-set hash per round (every layer's slot positions after the run):\n";
+    for (const PolicyBenchRow& w : r.rows) {
+        s += "  kept " + w.policy;
+        for (uint64_t h : w.kept_hash) {
+            std::snprintf(buf, sizeof buf, " %016llx", (unsigned long long)h);
             s += buf;
         }
         s += "\n";

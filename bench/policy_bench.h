@@ -11,6 +11,7 @@
 // single-pass policies; a two-pass policy (kvzip) reports its own factor.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ struct PolicyBenchRow {
     int64_t chunks = 0;    // chunks of the plan both ran with
     std::vector<double> base_cpu, policy_cpu;    // seconds of process CPU time per round
     std::vector<double> base_wall, policy_wall;  // seconds of wall time per round
+    std::vector<uint64_t> kept_hash;             // per round: FNV-1a of every layer's slot positions after the policy's run
     double cpu_ratio_median = 0, cpu_ratio_min = 0, cpu_ratio_max = 0;  // base / policy per round
     double wall_ratio_median = 0;
     double target = 0.9;  // on cpu_ratio_median; 0 = none (two-pass)
@@ -63,7 +65,8 @@ PolicyBenchResult run_policy_bench(const PolicyBenchOptions& opt, const std::fun
 
 // The table `kvlab bench policies` prints: a header (model, shape, threads, load at start and
 // end), one row per policy (CPU ms medians, CPU ratio median [min-max], wall tokens/s and wall
-// ratio, target), then the per-round CPU times every ratio is computed from.
+// ratio, target), then the per-round CPU times every ratio is computed from and the per-round
+// kept-set hashes (equal before and after a change: the same tokens kept in every slot).
 std::string format_policy_bench(const PolicyBenchResult& r);
 // Its parts: the load line (console only: it describes the run, not the result), the table
 // (also --csv / --md) and the per-round CPU times.

@@ -34,6 +34,7 @@ ModelOptions model_options(const RunConfig& cfg) {
     ModelOptions opt;
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
+    opt.mla_cache = mla_cache_choice(cfg);
     opt.verify_checksum = cfg.model_verify;
     // Packed weights are frozen: runs that rewrite the base (full fine-tuning, QLoRA's NF4) dequantize at load.
     opt.weights = cfg.model_weights;
@@ -177,7 +178,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
             // The threshold's outcome: the mean share of the context kept over the layers' rows.
             int64_t kept = 0;
             for (int64_t k : s.kept_total_slots) kept += k;
-            const double rows = double(s.kept_total_slots.size()) * double(lm.config.num_kv_heads);
+            const double rows = double(s.kept_total_slots.size()) * double(lm.config.cache_kv_heads());
             j["kept_fraction"] = rows > 0 && s.context_tokens > 0 ? double(kept) / (rows * double(s.context_tokens)) : 0.0;
             // Per layer, each (b, g) row's own count: the threshold's outcome per head.
             j["kept_row_slots"] = s.kept_row_slots;

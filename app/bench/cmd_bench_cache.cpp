@@ -78,13 +78,13 @@ int bench_kivi(const Args& args) {
     bench::BenchTable t;
     t.title = "KIVI decode attention (`kvlab bench kivi`)";
     t.measures = "Decode SDPA over a KIVI-2 buffer vs the f32 buffer at the same context: bytes read and time; target <= 0.5x "
-                 "the time at 32k. Row formats (q8 ... turboquant): a decode step of one of two layers (write one token, attend) vs "
+                 "the f32 time at 32k (on the median of the per-round ratios). Row formats (q8 ... turboquant): a decode step of one of two layers (write one token, attend) vs "
                  "SDPA over f32; fp8, nvfp4, mxfp4 and turboquant attend over their codes (target <= 1.25x the time at the "
                  "shortest context), the others share the dequantized working buffer (write back the other layer, dequantize "
                  "this one, SDPA over the f32 copy).";
     t.context = {bench::machine_line(), str("decode SDPA, ", opt.heads, " heads / ", opt.kv_heads, " KV heads of ", opt.head_dim,
                                             ", one layer; kivi", opt.bits, " group ", opt.group, ", residual ", opt.residual)};
-    bench::fill_ab_table(t, rows);
+    bench::fill_kivi_table(t, rows);
     emit_bench_table(args, t);
     return 0;
 }

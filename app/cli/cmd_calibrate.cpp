@@ -10,6 +10,7 @@
 #include "engine/data/synthetic_samples.h"
 #include "engine/data/text_windows.h"
 #include "engine/kv/calibration_registry.h"
+#include "engine/kv/kv_policy.h"
 #include "engine/model/model_loader.h"
 #include "progress.h"
 
@@ -116,6 +117,9 @@ int cmd_calibrate(int argc, char** argv, int first) {
     std::fprintf(stderr, "%s: %s, %lld layers x %lld KV heads, %zu %s samples of %lld tokens\n", what.c_str(), lm.source.c_str(),
                  (long long)lm.config.num_layers, (long long)lm.config.num_kv_heads, samples.size(), text ? "text" : task.c_str(),
                  (long long)seq);
+    const Tokenizer& tok = *lm.tokenizer;
+    const TextCodec codec{[&tok](const std::vector<int32_t>& v) { return tok.decode(v, true); },
+                          [&tok](const std::string& t) { return tok.encode(t, false); }};
     Progress progress(what, stderr, c->unit);
     const CalibrationRun run{*lm.model,
                              pos[1],
@@ -128,7 +132,8 @@ int cmd_calibrate(int argc, char** argv, int first) {
                                  throw Error(str(what, ": the calibration asked for option '", name, "', which it does not declare"));
                              },
                              [&](int64_t step, int64_t steps, const std::string& status) { progress.update(step, steps, status); },
-                             out};
+                             out,
+                             &codec};
     const std::string line = c->run(run);
     progress.finish();
     std::printf("wrote %s: %s\n", out.c_str(), line.c_str());

@@ -18,6 +18,7 @@ ModelOptions model_options_for(const RunConfig& cfg) {
     ModelOptions opt;
     opt.dtype = cfg.dtype == "bf16" ? DType::BF16 : DType::F32;
     opt.rope = rope_mode_from_name(cfg.rope);
+    opt.mla_cache = mla_cache_choice(cfg);
     opt.device = parse_device(cfg.device);
     opt.weights = cfg.model_weights;
     return opt;

@@ -30,6 +30,8 @@ const std::vector<BufferInfo>& kv_buffer_registry() {
         {.name = "turboquant", .kind = K::QUANTIZED, .bits = 4, .key_format = "tqk4", .value_format = "tqv4"},
         {.name = "kivi2", .kind = K::KIVI, .bits = 2},
         {.name = "kivi4", .kind = K::KIVI, .bits = 4},
+        // ThinK's pruned key channels, stored in the activation dtype (engine/kv/buffers/buffer_think.cpp)
+        {.name = "think", .kind = K::THINK},
     };
     return r;
 }

@@ -18,6 +18,7 @@ enum class BufferKind {
     FULL,       // plain K/V tensors (paged and offloadable)
     QUANTIZED,  // rows in a kernels/common/quant_formats.h format, named like the buffer
     KIVI,       // KIVI's per-channel keys / per-token values, `bits` per code
+    THINK,      // ThinK: keys keep only some channels per KV head (key_channel_ratio), values all D
 };
 
 struct BufferInfo {

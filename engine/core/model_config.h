@@ -82,6 +82,23 @@ enum class NormPlacement : uint8_t { PRE, POST, BOTH };
 // The gated MLP's activation: down(act(gate x) * up x).
 enum class MlpAct : uint8_t { SILU, GELU_TANH };
 
+// What a layer's MLP is: one gated MLP (MlpAct), or a mixture of gated experts
+// (MixtureOfExperts, gpt-oss; engine/model/moe_mlp.h).
+enum class MlpKind : uint8_t { GATED, EXPERTS };
+
+inline const char* mlp_kind_name(MlpKind k) { return k == MlpKind::EXPERTS ? "experts" : "gated"; }
+
+// gpt-oss's mixture of experts (transformers' GptOssMLP): a router (linear with bias) scores
+// num_experts experts per token; the top_k best are run and their outputs summed with weights
+// softmax(the top_k router logits). Each expert is a clamped SwiGLU of width intermediate_size
+// with biases: g = min(gate, limit), u = clamp(up, -limit, limit), down((u + 1) g sigmoid(alpha g)).
+struct MixtureOfExperts {
+    int64_t num_experts = 0;  // num_local_experts
+    int64_t top_k = 0;        // num_experts_per_tok
+    double limit = 7.0;       // GptOssExperts.limit
+    double alpha = 1.702;     // GptOssExperts.alpha
+};
+
 // One layer's attention and position encoding. Loaders fill ModelConfig::layer_specs for
 // families whose layers differ (Gemma, SmolLM3); others leave it empty and layer_spec()
 // derives it from sliding_window / window_from_layer.
@@ -99,6 +116,7 @@ struct LayerSpec {
     // Gemma 3n's activation sparsity (activation_sparsity_pattern): > 0 passes the MLP gate
     // through a gaussian top-k, relu(g - mean(g) - std(g) * Phi^-1(sparsity)) per token.
     double activation_sparsity = 0.0;
+    MlpKind mlp = MlpKind::GATED;  // EXPERTS: ModelConfig::moe describes the experts
 };
 
 // Gemma 3n's residual stream (engine/model/altup.h): AltUp keeps num_inputs copies of the hidden
@@ -131,6 +149,13 @@ struct LatentAttention {
     int64_t qk_rope_head_dim = 0;  // rotated channels (k_pe shared by the heads)
     int64_t v_head_dim = 0;        // per-head value channels
     double latent_norm_eps = 1e-6;  // q_a_layernorm / kv_a_layernorm: transformers builds them with the default eps
+    // What the KV cache of a latent layer holds (--model.mla_cache). LATENT: per token the latent
+    // and k_pe, one vector [k_pe ; c_kv] of qk_rope_head_dim + kv_lora_rank values shared by the
+    // heads (one KV head, values = keys), W_kv_b absorbed into the queries and applied after the
+    // weighted sum (DeepSeek-V2's inference). EXPANDED: every head's decompressed K and V
+    // (head_dim each); the form gradients run through.
+    enum class Cache : uint8_t { LATENT, EXPANDED };
+    Cache cache = Cache::LATENT;
 };
 
 struct ModelConfig {
@@ -176,6 +201,7 @@ struct ModelConfig {
     AttnProjection attn_projection = AttnProjection::SEPARATE;
     LatentAttention latent;             // attn_projection LATENT: its sizes
     int64_t conv_kernel = 0;            // SHORT_CONV layers: the convolution's width (LFM2's conv_L_cache)
+    MixtureOfExperts moe;               // layers whose LayerSpec::mlp is EXPERTS: the experts (each of intermediate_size)
     bool v_norm = false;                // values through an RMSNorm without weight (Gemma 3n)
     AltUpSpec altup;                    // Gemma 3n's streams, LAUREL and per-layer inputs (num_inputs 0: none)
 
@@ -195,6 +221,13 @@ struct ModelConfig {
     int64_t residual_width() const {
         return altup_enabled() ? altup.num_inputs * hidden_size + num_layers * altup.per_layer_dim : hidden_size;
     }
+    // The KV cache's geometry, the same for every layer that has one: a latent cache
+    // (LatentAttention::Cache::LATENT) is one KV head of qk_rope_head_dim + kv_lora_rank channels
+    // whose values are its keys (one stored vector per token), else G heads of head_dim, K and V.
+    bool latent_cache() const { return latent_attention() && latent.cache == LatentAttention::Cache::LATENT; }
+    int64_t cache_kv_heads() const { return latent_cache() ? 1 : num_kv_heads; }
+    int64_t cache_head_dim() const { return latent_cache() ? latent.qk_rope_head_dim + latent.kv_lora_rank : head_dim; }
+    int64_t cache_tensors() const { return latent_cache() ? 1 : 2; }  // stored vectors per token and KV head
     // Value channels per head (the cache holds values padded to head_dim with zeros).
     int64_t v_head_dim() const { return latent_attention() ? latent.v_head_dim : head_dim; }
     // Layer l's attention window for ops::sdpa_ (0 = full causal attention). transformers'
@@ -210,6 +243,12 @@ struct ModelConfig {
         return s;
     }
     bool short_conv_layer(int64_t l) const { return layer_spec(l).mixer == LayerMixer::SHORT_CONV; }
+    bool experts_layer(int64_t l) const { return layer_spec(l).mlp == MlpKind::EXPERTS; }
+    bool has_experts() const {
+        for (int64_t l = 0; l < num_layers; ++l)
+            if (experts_layer(l)) return true;
+        return false;
+    }
     // Whether layer l keeps keys and values in the KV cache (every layer but a short convolution).
     bool has_kv_cache(int64_t l) const { return !short_conv_layer(l); }
     // The layer whose cache layer l attends over: l itself, or its KV-sharing source.
@@ -289,6 +328,14 @@ struct ModelConfig {
             }
             need(s.mixer != LayerMixer::SHORT_CONV || (conv_kernel >= 1 && conv_kernel <= 64),
                  str("layer ", l, " is a short convolution but conv_L_cache is ", conv_kernel, "; expected a width in [1, 64]"));
+        }
+        if (has_experts()) {
+            need(moe.num_experts >= 1 && moe.num_experts <= 4096,
+                 str("num_local_experts must be in [1, 4096] for a mixture-of-experts MLP, got ", moe.num_experts));
+            need(moe.top_k >= 1 && moe.top_k <= moe.num_experts,
+                 str("num_experts_per_tok must be in [1, num_local_experts = ", moe.num_experts, "], got ", moe.top_k));
+            need(std::isfinite(moe.limit) && moe.limit > 0, str("the experts' SwiGLU limit must be > 0, got ", moe.limit));
+            need(std::isfinite(moe.alpha), str("the experts' SwiGLU alpha must be finite, got ", moe.alpha));
         }
         need(std::isfinite(attn_logit_softcap) && attn_logit_softcap >= 0,
              str("attn_logit_softcapping must be >= 0 (0 or null = none), got ", attn_logit_softcap));

@@ -26,8 +26,8 @@ FidelityAttention::FidelityAttention(KVCache& cache, const ModelConfig& model, i
     const int nl = int(model.num_layers);
     for (int l = 0; l < nl; ++l) {
         const std::string lbl = str("layer ", l, " fidelity shadow");
-        k_shadow_.push_back(Tensor::empty({batch, model.num_kv_heads, T_, model.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " k"}));
-        v_shadow_.push_back(Tensor::empty({batch, model.num_kv_heads, T_, model.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
+        k_shadow_.push_back(Tensor::empty({batch, model.cache_kv_heads(), T_, model.cache_head_dim()}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " k"}));
+        v_shadow_.push_back(Tensor::empty({batch, model.cache_kv_heads(), T_, model.cache_head_dim()}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
     }
     chunk_.assign(size_t(nl), 0);
 }
@@ -40,6 +40,7 @@ size_t FidelityAttention::shadow_bytes() const {
 
 void FidelityAttention::set_rope_frequencies(const std::vector<double>* inv_freq) { cache_.set_rope_frequencies(inv_freq); }
 void FidelityAttention::set_output_projection(int layer, const Tensor& wo) { cache_.set_output_projection(layer, wo); }
+void FidelityAttention::set_layer_input(int layer, const Tensor& h) { cache_.set_layer_input(layer, h); }
 
 namespace {
 
@@ -269,8 +270,8 @@ class DenseReference::Shadow final : public LayerAttention {
         : T_(T), policy_(policy) {
         for (int l = 0; l < int(mc.num_layers); ++l) {
             const std::string lbl = str("layer ", l, " dense reference");
-            k_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " k"}));
-            v_.push_back(Tensor::empty({B, mc.num_kv_heads, T, mc.head_dim}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
+            k_.push_back(Tensor::empty({B, mc.cache_kv_heads(), T, mc.cache_head_dim()}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " k"}));
+            v_.push_back(Tensor::empty({B, mc.cache_kv_heads(), T, mc.cache_head_dim()}, dtype, {device, MemCategory::KV_FIDELITY, lbl + " v"}));
         }
     }
     // Causal attention over every position so far, within the layer's window (no weight sums:

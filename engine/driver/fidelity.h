@@ -59,6 +59,7 @@ class FidelityAttention final : public CacheAttention {
                 const ChunkInput& in) override;
     void set_rope_frequencies(const std::vector<double>* inv_freq) override;
     void set_output_projection(int layer, const Tensor& wo) override;
+    void set_layer_input(int layer, const Tensor& h) override;
 
     // Steps recorded since construction (or the last take_steps), in call order.
     const std::vector<FidelityStep>& steps() const { return steps_; }

@@ -101,14 +101,18 @@ class ReplayAttention final : public LayerAttention {
         if (window != c.window())
             throw Error(str("layer ", layer, ": the model attends with a window of ", window, " tokens, the gradient replay with ",
                             c.window()));
+        c.set_rope_frequencies(rope_);
         c.forward(q, k, v, input_pos, scale, y, record_);
     }
+    // Set before each layer's attend (Transformer::block); a re-rotating replay turns with them.
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override { rope_ = inv_freq; }
     LayerState* layer_state(int layer) override { return caches_[size_t(layer - l0_)]->layer_state(); }
 
  private:
     std::vector<std::unique_ptr<ReplayLayerCache>>& caches_;
     int l0_;
     bool record_;
+    const std::vector<double>* rope_ = nullptr;
 };
 
 class ReplayAttentionBackward final : public AttentionBackward {
@@ -619,6 +623,11 @@ class GradientRun {
 GradientStats gradient_step(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                             double loss_scale, const GradientOptions& opt, const GradientTargets& targets,
                             const DriverCallbacks& cb, const std::vector<std::vector<SlotPlan>>* forced_plans) {
+    // Gradients run through the expanded form (latent_qkv_backward); a latent cache's absorbed
+    // attention keeps no reverse pass.
+    if (model.config().latent_cache())
+        throw Error(str(model.config().name, ": gradients through multi-head latent attention run through the expanded form; the model "
+                        "caches latents (--model.mla_cache latent); expected --model.mla_cache expanded (training modes choose it)"));
     GradientOptions o = opt;
     o.selection = make_read_selection(cache.config());
     GradientRun run(model, ids, plan, head, loss_scale, o, targets, cb);

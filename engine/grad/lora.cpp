@@ -119,6 +119,10 @@ Lora::Lora(const Transformer& model, const LoraConfig& cfg) : cfg_(cfg) {
             }
             if (has("proj")) make(l, LinearSite::O, 0, E, Q, p + "self_attn.o_proj");
         }
+        if (has("mlp") && mc.experts_layer(l))  // the experts are (N, E, 2I) parameters, not Linear modules
+            throw Error(str("--lora.targets: 'mlp' adapts the gated MLP's Linear maps, but layer ", l, " of ", mc.name,
+                            " is a mixture of ", mc.moe.num_experts, " experts (gpt-oss), which takes no adapters"),
+                        "expected targets among q, k, v, proj, head for this model");
         if (has("mlp")) {
             make(l, LinearSite::GATE_UP, 0, I, E, p + "mlp.gate_proj");
             make(l, LinearSite::GATE_UP, I, 2 * I, E, p + "mlp.up_proj");

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/kv/buffers/buffer_common.h"
+#include "engine/kv/key_rotation.h"
 #include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
@@ -147,11 +148,19 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
             }
             records_.push_back(std::move(rec));
         }
+        // Key re-rotation: between chunks the kept keys sit at the ranks of their token
+        // positions (after a prefill, the positions themselves), so those are the angles the
+        // plan starts from.
+        if (plan.rerotate) {
+            rope_.assign(pos_.size(), -1);
+            for (int64_t r = 0; r < B_ * G_; ++r) contiguous_rope_row(pos_.data() + r * L_, L_, rope_.data() + r * L_);
+        }
         apply_plan_to(K_, V_, plan, k, v);
         // The slot positions through the one replay (plan.input_pos == input_pos, checked above).
         for (int64_t r = 0; r < B_ * G_; ++r) apply_plan_to_row(plan, r, pos_.data() + r * L_, L_);
         length_ = plan.length_after;
     }
+    const Tensor qa = plan.rerotate ? rerotate(plan, q, record ? &records_.back() : nullptr) : q;
     {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
         MemoryLabelScope label(str("layer ", layer_, " attention"));
@@ -160,16 +169,29 @@ void ReplayLayerCache::forward(const Tensor& q, const Tensor& k, const Tensor& v
                 throw Error(str("layer ", layer_, " has a sliding window of ", window_,
                                 " tokens; gradients through the cache's read selection do not support sliding-window attention"));
             std::vector<int32_t> sel;
-            selection_->attend(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), position_range(input_pos, n, device_),
+            selection_->attend(y, qa, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), position_range(input_pos, n, device_),
                                scale, &sel);
             if (record) records_.back().sel = std::move(sel);
         } else {
-            ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
+            ops::sdpa_(y, qa, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
                        position_range(input_pos, n, device_), scale, window_);
         }
     }
     ++chunk_;
     input_pos_ = input_pos + n;
+}
+
+Tensor ReplayLayerCache::rerotate(const SlotPlan& plan, const Tensor& q, ChunkRecord* rec) {
+    if (pool_) throw Error(str("layer ", layer_, " gradient replay: key re-rotation over per-head pools is not supported"));
+    std::vector<int32_t> shift(rope_.size(), 0);
+    for (int64_t r = 0; r < B_ * G_; ++r) rerotate_row(plan, r, pos_.data() + r * L_, rope_.data() + r * L_, L_, shift.data() + r * L_);
+    const int64_t qs = query_shift(pos_, B_ * G_, L_, plan.input_pos);
+    if (freq_.empty()) return q;  // NoPE: nothing turns (the ranks still move with the plans)
+    KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay key re-rotation", .layer = layer_, .chunk = int(chunk_));
+    const TensorOptions o{device_, MemCategory::WORKSPACE, "re-rotated keys"};
+    K_.copy_from(rotate_slots(K_, shift, B_ * G_, freq_, o));
+    if (rec) rec->shift = std::move(shift), rec->qshift = qs, rec->freq = freq_;
+    return qs == 0 ? q : rotate_all(q, qs, freq_, o);
 }
 
 void ReplayLayerCache::ensure_grads() {
@@ -299,6 +321,11 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
     const SlotPlan& plan = rec.plan;
     const int64_t n = plan.n, m = plan.moves + plan.n;
     MemoryLabelScope label(str("layer ", layer_, " attention backward"));
+    // Key re-rotation: the chunk attended with its queries turned by qshift over keys turned
+    // by shift; the gradients turn back (a rotation's inverse is its transpose).
+    const bool turned = !rec.shift.empty();
+    const TensorOptions to{device_, MemCategory::WORKSPACE, "re-rotated keys"};
+    const Tensor qa = turned && rec.qshift != 0 ? rotate_all(q, rec.qshift, rec.freq, to) : q;
     {
         // F = dBuffer + dSDPA on the slots the chunk attended to
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa backward", .layer = layer_, .chunk = int(chunk_ - 1));
@@ -307,11 +334,18 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
         o.accumulate_dk = o.accumulate_dv = true;
         o.window = window_;
         if (!rec.sel.empty())
-            selection_->backward(dq, dKs, dVs, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), pos_, L_, rec.input_pos, dy, scale,
+            selection_->backward(dq, dKs, dVs, qa, K_.slice(2, 0, length_), V_.slice(2, 0, length_), pos_, L_, rec.input_pos, dy, scale,
                                  rec.sel);
         else
-            ops::sdpa_backward_(dq, dKs, dVs, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
+            ops::sdpa_backward_(dq, dKs, dVs, qa, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
                                 position_range(rec.input_pos, n, device_), dy, scale, o);
+    }
+    if (turned) {
+        std::vector<int32_t> back(rec.shift.size());
+        for (size_t i = 0; i < back.size(); ++i) back[i] = -rec.shift[i];
+        if (rec.qshift != 0) dq.copy_from(rotate_all(dq, -rec.qshift, rec.freq, to));
+        K_.copy_from(rotate_slots(K_, back, B_ * G_, rec.freq, to));
+        dK_.copy_from(rotate_slots(dK_, back, B_ * G_, rec.freq, to));
     }
     KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "replay cache backward", .layer = layer_, .chunk = int(chunk_ - 1));
     // New tokens: their gradient is F at their slots; the old content there got none.

@@ -64,6 +64,10 @@ class ReplayLayerCache {
     // read selections have no window and refuse one.
     void set_window(int window) { window_ = window; }
     int window() const { return window_; }
+    // The RoPE frequencies the model rotated this layer's q and k with (null or empty: NoPE),
+    // for plans that re-rotate the kept keys (SlotPlan::rerotate, engine/kv/key_rotation.h):
+    // forward turns keys and queries as the live cache did, backward turns the gradients back.
+    void set_rope_frequencies(const std::vector<double>* inv_freq) { freq_ = inv_freq ? *inv_freq : std::vector<double>(); }
     // Drop recorded deltas and gradients (end of a cell).
     void clear_records();
     // The state of a layer without a token cache (LayerAttention::layer_state): the block
@@ -79,7 +83,14 @@ class ReplayLayerCache {
         int64_t length_before = 0;
         int64_t input_pos = 0;
         std::vector<int32_t> sel;      // what each query read (ReadSelection::attend); empty = every slot
+        // key re-rotation: each slot's turn (B G, L), the queries' turn and the frequencies;
+        // shift empty when nothing turned
+        std::vector<int32_t> shift;
+        int64_t qshift = 0;
+        std::vector<double> freq;
     };
+    // Key re-rotation after the plan of the current chunk: turns K_, returns q turned; records.
+    Tensor rerotate(const SlotPlan& plan, const Tensor& q, ChunkRecord* rec);
     bool selects() const { return selection_ && selection_->selects(length_); }
     Tensor positions_tensor() const;
     void ensure_grads();
@@ -98,6 +109,8 @@ class ReplayLayerCache {
     const std::vector<SlotPlan>* plans_;
     Tensor K_, V_, dK_, dV_;
     std::vector<int32_t> pos_;
+    std::vector<int32_t> rope_;  // (B G, L) scratch of rerotate(): each slot's RoPE position
+    std::vector<double> freq_;
     int64_t length_ = 0, chunk_ = 0, input_pos_ = 0;
     std::vector<ChunkRecord> records_;
     std::shared_ptr<const ReadSelection> selection_;

@@ -2,6 +2,7 @@
 
 #include "engine/kv/duo_calibration.h"
 #include "engine/kv/kv_scales.h"
+#include "engine/kv/kvzap_calibration.h"
 #include "engine/kv/policies/qfilter_calibration.h"
 
 namespace kv {
@@ -46,6 +47,20 @@ const std::vector<Calibration>& calibrations() {
          1,
          {},
          &run_kv_scales_calibration},
+        {"kvzap",
+         "KVzap's surrogate: the model reads the text's windows with a kvzip cache that keeps every token, so every\n"
+         "token of every layer gets KVzip's score (the most attention a \"repeat the context\" pass pays it); per layer\n"
+         "and KV head, a linear map from the token's hidden state (the layer's attention input) to log(max(score,\n"
+         "floor)) is fitted by ridge least squares (normal equations in f64). Layer by layer, with FILE.resume after\n"
+         "each: the same command continues after the last finished layer. The file is read by\n"
+         "--kv_cache.name kvzap-default --kv_cache.kvzap FILE (docs/POLICIES.md#kvzap).",
+         "steps",
+         {},
+         1024,
+         8,
+         {{"ridge", K::REAL, 1e-3, 0.0, 1e6, "ridge lambda as a fraction of the mean diagonal of X^T X (0: plain least squares)"},
+          {"floor", K::REAL, 1e-10, 1e-300, 1.0, "smallest KVzip score before the log (scores below it are fitted as it)"}},
+         &run_kvzap_calibration},
     };
     return table;
 }

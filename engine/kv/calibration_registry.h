@@ -16,6 +16,8 @@
 
 namespace kv {
 
+struct TextCodec;
+
 struct CalibrationOption {
     enum class Kind { INT, REAL };
     const char* name;  // spelled --NAME on the command line
@@ -26,13 +28,14 @@ struct CalibrationOption {
 
 // Everything a calibration reads; the option values are parsed and range-checked already.
 struct CalibrationRun {
-    const Transformer& model;
+    Transformer& model;  // a calibration may set its context width (positions past the samples)
     const std::string& model_name;  // as given on the command line (recorded in the file)
     int64_t layers = 0, kv_heads = 0;
     const std::vector<std::vector<int32_t>>& samples;  // token ids
     std::function<double(std::string_view)> option;  // the value of one of the entry's options
     std::function<void(int64_t step, int64_t steps, const std::string& status)> progress;
     std::string output;  // the file to write
+    const TextCodec* text = nullptr;  // the model's tokenizer (prompts a calibration encodes)
 };
 
 struct Calibration {

@@ -50,6 +50,7 @@ class ChunkCall final : public LayerAttention {
     }
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { target_.set_rope_frequencies(inv_freq); }
     void set_output_projection(int layer, const Tensor& wo) override { target_.set_output_projection(layer, wo); }
+    void set_layer_input(int layer, const Tensor& h) override { target_.set_layer_input(layer, h); }
     LayerState* layer_state(int layer) override { return target_.layer_state(layer); }
 
    private:

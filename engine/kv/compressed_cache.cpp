@@ -369,6 +369,10 @@ CompressedCache compress_impl(KVCache& cache, const KVCacheConfig& cfg, int64_t 
     for (int l = 0; l < cache.num_layers(); ++l) {
         LayerCache& lc = cache.layer(l);
         const KVPolicy& p = lc.policy();
+        if (p.capabilities().rerotates_keys)
+            throw Error(str("--protocol compress-then-ask: policy '", policy, "' re-rotates the kept keys to contiguous RoPE positions, "
+                            "which a compressed cache (keys at their token positions) does not record"),
+                        "use the wrapped policy without key re-rotation, or --protocol eval_long / generation");
         if (pool_slots(p) > 0)
             throw Error(str("--protocol compress-then-ask: policy '", policy, "' shares one slot pool among a layer's heads, which "
                             "one compression to a per-head count does not express; expected a policy with per-layer or per-head slots"));

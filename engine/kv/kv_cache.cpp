@@ -12,21 +12,30 @@ namespace kv {
 
 KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device device, DType act_dtype, int64_t seq_length,
                  const TextCodec* text)
-    : cfg_(apply_kv_budget(cfg, model.num_layers, model.num_kv_heads, model.head_dim, act_dtype, seq_length)) {
-    validate_kv_config(cfg_, model.num_layers, model.head_dim, model.num_kv_heads);
+    : cfg_(apply_kv_budget(cfg, model.num_layers, model.cache_kv_heads(), model.cache_head_dim(), act_dtype, seq_length,
+                           model.cache_tensors())) {
+    // A latent cache (ModelConfig::latent_cache) is one KV head of [k_pe ; c_kv] whose values are its keys.
+    const int64_t G = model.cache_kv_heads(), D = model.cache_head_dim();
+    validate_kv_config(cfg_, model.num_layers, D, G);
     int64_t max_L = 0;
     const std::vector<int64_t> Ls = layer_lengths(cfg_, model, seq_length);
     for (int64_t L : Ls) {
         if (L < 1) throw Error("--kv_cache.cache_length is 0 and no sequence length is known; give a cache length");
         max_L = std::max(max_L, L);
     }
-    shared_ = make_buffer_shared(cfg_, max_L, model.num_kv_heads, model.head_dim, device, act_dtype);
+    shared_ = make_buffer_shared(cfg_, max_L, G, D, device, act_dtype);
     for (int64_t l = 0; l < model.num_layers; ++l) {
-        BufferParams bp{l, Ls[size_t(l)], model.num_kv_heads, model.head_dim, device, act_dtype};
+        BufferParams bp{l, Ls[size_t(l)], G, D, device, act_dtype};
+        bp.values_are_keys = model.latent_cache();
         // A windowed layer keeps its window by rule; the policy runs on the other layers.
         const int window = model.layer_window(l);
         std::unique_ptr<KVPolicy> policy =
             window > 0 ? make_window_policy(bp.L, bp.G, window) : make_policy(cfg_, bp.L, bp.G, text, l);
+        // A latent slot's value is [k_pe ; c_kv], which W_o does not read: ||W_o v|| has no meaning.
+        const auto* wo_user = dynamic_cast<const OutputProjectionUser*>(policy.get());
+        if (model.latent_cache() && wo_user && wo_user->reads_output_projection())
+            throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' weighs values by the output projection W_o, which a latent "
+                            "cache's slots (--model.mla_cache latent) do not feed; expected --model.mla_cache expanded or another policy"));
         // A policy may keep fewer slots than the layer's length (duo's streaming layers).
         bp.L = std::min(bp.L, policy->cache_length());
         if (const int64_t S = pool_slots(*policy); S > 0) {

@@ -39,6 +39,10 @@ class KVCache final : public CacheAttention {
     }
     // Handed to layer `layer`'s policy when it reads W_o (policies/output_projection.h).
     void set_output_projection(int layer, const Tensor& wo) override;
+    // Handed to layer `layer` for its next call (LayerCache::set_layer_input).
+    void set_layer_input(int layer, const Tensor& h) override {
+        if (layer >= 0 && layer < num_layers()) layers_[size_t(layer)]->set_layer_input(h);
+    }
     // A layer without a token cache (a short convolution, ModelConfig::has_kv_cache) keeps its
     // state here; its LayerCache is never called and no policy acts on it. Null for other layers.
     LayerState* layer_state(int layer) override;

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/core/join.h"
@@ -56,7 +59,8 @@ int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length, int64
 
 namespace {
 const char* kLayerLengthsExpected =
-    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\" or \"pyramid:BETA\" (BETA >= 1)";
+    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\", \"pyramid:BETA\" (BETA >= 1) or "
+    "\"ratios:R0,R1,...\" / \"ratios:FILE\" (one ratio in (0, 1] per layer)";
 
 int64_t parse_count(const std::string& text, const std::string& whole) {
     char* end = nullptr;
@@ -100,13 +104,64 @@ std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L,
         for (int64_t l = 0; l < N; ++l) out[size_t(l)] = N == 1 ? L : window + hi - l * step;
         return out;
     }
+    if (rule.rfind("ratios:", 0) == 0) {
+        // A per-layer ratio table (LUKV's and kvpress' PerLayerCompressionPress budgets as keep
+        // fractions): layer l keeps round(r_l L) slots, at least 1.
+        const std::vector<double> r = parse_layer_ratios(rule.substr(7));
+        if (int64_t(r.size()) != N)
+            throw Error(str("--kv_cache.layer_cache_lengths: the ratio table has ", r.size(), " entries for a model of ", N,
+                            " layers; expected one ratio per layer"));
+        for (int64_t l = 0; l < N; ++l) out[size_t(l)] = std::max<int64_t>(1, std::llround(r[size_t(l)] * double(L)));
+        return out;
+    }
     throw Error(str("--kv_cache.layer_cache_lengths: '", rule, "' is not a list or a known rule; ", kLayerLengthsExpected));
+}
+
+std::vector<double> parse_layer_ratios(const std::string& text) {
+    const std::string what = str("--kv_cache.layer_cache_lengths: 'ratios:", text, "'");
+    std::string list = text;
+    if (!text.empty() && text.find_first_not_of("0123456789.,eE+- ") != std::string::npos) {
+        // not a list of numbers: a file with one ratio per layer ('#' starts a comment;
+        // commas, spaces and line breaks separate)
+        std::ifstream f(text);
+        if (!f) throw Error(str(what, ": the file '", text, "' cannot be read"), "give the ratios as a list or a readable file");
+        list.clear();
+        std::string line;
+        while (std::getline(f, line)) {
+            line = line.substr(0, line.find('#'));
+            for (char& ch : line)
+                if (ch == ' ' || ch == '\t' || ch == '\r') ch = ',';
+            list += "," + line;
+        }
+    }
+    std::vector<double> out;
+    for (const std::string& part : split_on(list, ',')) {
+        if (part.empty()) continue;
+        char* end = nullptr;
+        const double r = std::strtod(part.c_str(), &end);
+        if (*end || !(r > 0 && r <= 1))
+            throw Error(str(what, ": ratio ", out.size(), " is '", part, "'; expected a number in (0, 1] (the fraction of cache_length "
+                            "the layer keeps)"));
+        out.push_back(r);
+    }
+    if (out.empty()) throw Error(str(what, " holds no ratio; expected one ratio in (0, 1] per layer"));
+    return out;
 }
 
 void set_layer_cache_lengths(KVCacheConfig& c, const std::string& text) {
     c.layer_cache_lengths.clear();
     c.layer_cache_rule.clear();
     if (text.empty()) return;
+    if (text.rfind("ratios:", 0) == 0) {  // stored as the numbers, so a run never depends on the file again
+        std::string r = "ratios:";
+        for (double x : parse_layer_ratios(text.substr(7))) {
+            char b[32];
+            std::snprintf(b, sizeof b, "%.12g", x);
+            r += str(r.size() > 7 ? "," : "", b);
+        }
+        c.layer_cache_rule = r;
+        return;
+    }
     if (text.find(':') != std::string::npos) {
         layer_lengths_from_rule(text, 64, 2, 0);  // checks the rule's form and numbers now
         c.layer_cache_rule = text;
@@ -192,9 +247,13 @@ bool quant_rows_over_heads(const KVCacheConfig& c, QuantFormat kf, QuantFormat v
     return c.scale_granularity == "token" || !(D >= 16 && quant_row_ok(kf, D) && quant_row_ok(vf, D));
 }
 
-int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
+int64_t think_kept_channels(int64_t D, double ratio) { return std::max<int64_t>(1, std::llround((1.0 - ratio) * double(D))); }
+
+int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act, int64_t tensors) {
     const BufferInfo& b = *find_buffer(c.buffer());  // buffer() reads known buffers only
-    if (b.kind == BufferKind::FULL) return 2 * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
+    if (b.kind == BufferKind::FULL) return tensors * G * D * int64_t(dtype_size(b.dtype.value_or(act)));
+    // the per-head channel index is per sequence, not per slot
+    if (b.kind == BufferKind::THINK) return G * (think_kept_channels(D, c.key_channel_ratio) + D) * int64_t(dtype_size(act));
     if (b.kind == BufferKind::KIVI)
         throw Error(str("--kv_cache.budget_bytes / budget_ratio: the '", b.name,
                         "' buffer keeps a fixed full-precision residual pool besides its codes; budgets are for full-precision and "
@@ -205,7 +264,8 @@ int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act) {
     return rows * (quant_row_bytes(kf, row) + quant_row_bytes(vf, row));
 }
 
-KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length) {
+KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length,
+                              int64_t tensors) {
     if (cfg.budget_bytes == 0 && cfg.budget_ratio == 0.0) return cfg;
     const char* opt = cfg.budget_bytes ? "--kv_cache.budget_bytes" : "--kv_cache.budget_ratio";
     if (cfg.budget_bytes < 0) throw Error(str("--kv_cache.budget_bytes: ", cfg.budget_bytes, " is invalid; expected a byte count >= 1"));
@@ -213,12 +273,12 @@ KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int6
     if (cfg.budget_bytes && cfg.budget_ratio > 0.0) throw Error("--kv_cache.budget_bytes: give a byte budget or a ratio (budget_ratio), not both");
     if (cfg.cache_length > 0 || !cfg.layer_cache_lengths.empty())
         throw Error(str(opt, ": the budget sets the cache length; give no --kv_cache.cache_length or layer_cache_lengths list with it"));
-    const int64_t dense_slot = 2 * G * D * int64_t(dtype_size(act));
+    const int64_t dense_slot = tensors * G * D * int64_t(dtype_size(act));
     if (cfg.budget_ratio > 0.0 && seq_length < 1)
         throw Error("--kv_cache.budget_ratio: the dense cache's bytes need a known sequence length; give --kv_cache.budget_bytes instead");
     const int64_t budget = cfg.budget_bytes ? cfg.budget_bytes
                                             : int64_t(std::floor(cfg.budget_ratio * double(num_layers) * double(seq_length) * double(dense_slot)));
-    const int64_t per_slot = num_layers * kv_slot_bytes(cfg, G, D, act);  // one slot in every layer
+    const int64_t per_slot = num_layers * kv_slot_bytes(cfg, G, D, act, tensors);  // one slot in every layer
     const int64_t L = budget / per_slot;
     if (L < 1)
         throw Error(str(opt, ": ", budget, " bytes hold no slot of '", cfg.name, "'; one slot in all ", num_layers, " layers takes ",
@@ -273,7 +333,7 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
                         " layers; expected one per layer"));
     for (int64_t L : c.layer_cache_lengths)
         if (L < 1) throw Error(str("--kv_cache.layer_cache_lengths: ", L, " is invalid; expected >= 1"));
-    if (c.layer_cache_rule.rfind("pyramid:", 0) == 0 && c.cache_length == 0)
+    if ((c.layer_cache_rule.rfind("pyramid:", 0) == 0 || c.layer_cache_rule.rfind("ratios:", 0) == 0) && c.cache_length == 0)
         throw Error(str("--kv_cache.layer_cache_lengths: the rule '", c.layer_cache_rule,
                         "' needs --kv_cache.cache_length (the mean length per layer)"));
     int64_t Lmin = c.cache_length;
@@ -328,6 +388,12 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
             throw Error(str("--kv_cache.paged_block_size: paged storage is for full-precision buffers; '", b,
                             "' is quantized (its packed groups of kivi_group_size slots are its blocks)"));
     }
+    if (!(c.key_channel_ratio >= 0.0 && c.key_channel_ratio < 1.0))
+        throw Error(str("--kv_cache.key_channel_ratio: ", c.key_channel_ratio,
+                        " is out of range; expected the fraction of key channels pruned per head, in [0, 1)"));
+    if (buf.kind == BufferKind::THINK && (c.paged_block_size > 0 || c.cpu_offload))
+        throw Error(str(c.paged_block_size > 0 ? "--kv_cache.paged_block_size" : "--kv_cache.cpu_offload", ": the '", b,
+                        "' buffer stores its pruned keys in one tensor per layer; expected it without paged or offloaded storage"));
     if (c.key_bits < 0 || c.value_bits < 0)
         throw Error(str(c.key_bits < 0 ? "--kv_cache.key_bits: " : "--kv_cache.value_bits: ", std::min(c.key_bits, c.value_bits),
                         " is invalid; expected 0 (the buffer's own) or a width of its codes"));
@@ -376,6 +442,8 @@ const std::vector<KVFieldOption>& kv_field_options() {
          .text = &KVCacheConfig::duo_gates},
         {.name = "qfilter", .help = "qfilter: filter file from `kvlab calibrate qfilter` (or axis:C, every filter the unit vector of channel C)",
          .text = &KVCacheConfig::qfilter},
+        {.name = "kvzap", .help = "kvzap: surrogate file from `kvlab calibrate kvzap` (or seed:N, pseudo-random weights for tests)",
+         .text = &KVCacheConfig::kvzap},
     };
     return t;
 }

@@ -44,6 +44,7 @@ struct KVCacheConfig {
     bool range_is_prefix = true;       // smart-lastrec
     std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/policies/duo_gates.h
     std::string qfilter;               // qfilter: filter file (or "axis:C"), engine/kv/policies/qfilter_filters.h
+    std::string kvzap;                 // kvzap: surrogate file (or "seed:N"), engine/kv/policies/kvzap_weights.h
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back
@@ -67,6 +68,7 @@ struct KVCacheConfig {
     DType dtype = DType::F32;          // dtype of default buffers / the dequantized working buffer
     int64_t kivi_group_size = 32;      // kivi2/kivi4: slots per key group (= channels per value group, at most D)
     int64_t kivi_residual = 128;       // kivi2/kivi4: most recent tokens kept in full precision (KIVI's R)
+    double key_channel_ratio = 0.5;    // think: fraction of each KV head's key channels pruned, in [0, 1)
 
     // Options of single policies, declared in the policy registry (PolicyInfo::options), by
     // name; an unset option has the registry's default.
@@ -98,11 +100,15 @@ const std::vector<KVFieldOption>& kv_field_options();
 bool policy_needs_attention_weights(const std::string& policy);
 
 // --kv_cache.layer_cache_lengths: "64,48,32" (one per layer) or a rule ("linear:64:32",
-// "pyramid:20"); throws kv::Error naming the option. The text form round-trips.
+// "pyramid:20", "ratios:1,0.5,0.25" or "ratios:FILE", a file's ratios stored as the list);
+// throws kv::Error naming the option. The text form round-trips.
 void set_layer_cache_lengths(KVCacheConfig& cfg, const std::string& text);
 std::string layer_cache_lengths_text(const KVCacheConfig& cfg);
 // Per-layer lengths of a rule for num_layers layers around the mean L; `window` (pyramid): the
 // observation window every layer keeps on top of its budget. Throws on a bad rule.
+// "ratios:R0,R1,..." or "ratios:FILE" (one ratio in (0, 1] per layer, '#' comments): the ratios,
+// or a kv::Error naming the bad entry.
+std::vector<double> parse_layer_ratios(const std::string& text);
 std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L, int64_t num_layers, int64_t window);
 
 // parse_cache_name against the policy registry: the boundary's parser (run options store its
@@ -118,15 +124,19 @@ bool quant_rows_over_heads(const KVCacheConfig& cfg, QuantFormat keys, QuantForm
 // q8 keys, q4 values: "q8" with value_bits 4 is the same buffer). Throws kv::Error naming the
 // option for a width the family lacks or a buffer without widths.
 std::pair<QuantFormat, QuantFormat> kv_quant_formats(const KVCacheConfig& cfg);
+// think: key channels kept per KV head of D, round((1 - ratio) D) and at least one.
+int64_t think_kept_channels(int64_t D, double ratio);
 // Exact bytes one slot of one layer stores for the keys and values of all G heads (scales and
-// zero points included), for buffers that grow by whole slots (full precision, quantized rows).
+// zero points included), for buffers that grow by whole slots (full precision, quantized rows);
+// tensors = 1 where the values are the keys (ModelConfig::cache_tensors: a latent cache).
 // Throws for KIVI, whose residual pool is fixed besides its codes.
-int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act);
+int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act, int64_t tensors = 2);
 // cfg with cache_length set from budget_bytes / budget_ratio (unchanged without a budget):
 // floor(budget / (num_layers * kv_slot_bytes)), the budget fields cleared (consumed). Throws
 // kv::Error naming the option when no slot
 // fits, when a keep-everything policy's seq_length tokens do not fit, or with a length given too.
-KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length);
+KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length,
+                              int64_t tensors = 2);
 
 // Throws kv::Error naming the option and what was expected.
 void validate_kv_config(const KVCacheConfig& cfg, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads);

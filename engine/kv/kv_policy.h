@@ -47,6 +47,10 @@ struct InsertFeatures {
     int64_t query_heads = 0;
     const std::vector<double>* rope_inv_freq = nullptr;
     float attn_scale = 0.0f;
+    // kvzap: the hidden states the layer's q/k/v projections read (B, n, E), after the attention
+    // norm (LayerAttention::set_layer_input).
+    std::vector<float> hidden;
+    int64_t hidden_size = 0;
 };
 
 // =========================================================================================

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "engine/core/error.h"
+#include "engine/kv/key_rotation.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/attention.h"
 #include "engine/ops/ops.h"
@@ -21,7 +22,12 @@ LayerCache::ReadPath LayerCache::choose_read_path(const KVPolicy& policy, const 
 }
 
 LayerCache::LayerCache(int layer, std::unique_ptr<KVPolicy> policy, std::unique_ptr<KVBuffer> buffer)
-    : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)), read_path_(choose_read_path(*policy_, *buffer_)) {}
+    : layer_(layer), policy_(std::move(policy)), buffer_(std::move(buffer)), read_path_(choose_read_path(*policy_, *buffer_)) {
+    if (pooled() && buffer_->per_head_rows())
+        throw Error(str("--kv_cache.name: the '", buffer_->name(), "' buffer keeps its key channels per KV head, but policy '",
+                        policy_->name(), "' pools the heads' slots in one table (per-head lengths) in layer ", layer_,
+                        "; expected a policy with one slot table per head"));
+}
 
 void LayerCache::reset() {
     finish_reconstruction();
@@ -68,6 +74,17 @@ InsertFeatures LayerCache::features(const Tensor& q, const Tensor& k, const Tens
     if (need.has(Feature::ValueVectors)) {
         f.values = v.contiguous().to_f32_vector();
         f.head_dim = v.size(-1);
+    }
+    if (need.has(Feature::HiddenStates)) {
+        if (!input_.defined())
+            throw Error(str("layer ", layer_, " cache: policy '", policy_->name(), "' scores tokens from the layer's input hidden states, "
+                            "which this call was not given"),
+                        "run the cache under the model's blocks (Transformer::block hands them over with set_layer_input)");
+        if (input_.ndim() != 3 || input_.size(0) != k.size(0) || input_.size(1) != k.size(2))
+            throw Error(str("layer ", layer_, " cache: the hidden states given have shape ", input_.shape().str(), "; expected (", k.size(0),
+                            ", ", k.size(2), ", E) for the call's tokens"));
+        f.hidden = input_.contiguous().to_f32_vector();
+        f.hidden_size = input_.size(2);
     }
     return f;
 }
@@ -175,6 +192,10 @@ void LayerCache::pooled_sdpa(Tensor& y, const Tensor& q, const Tensor& K, const 
 void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
                         const ChunkInput& in) {
     Tensor* lse_out = in.lse;
+    struct Consume {  // the attention input belongs to this call only
+        Tensor& t;
+        ~Consume() { t = Tensor(); }
+    } consume{input_};
     finish_reconstruction();  // a chunk whose reconstruction never came still reports
     lse_written_ = false;
     head_dim_ = k.size(-1);
@@ -214,6 +235,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
                 buffer_->prefill(k.transpose(1, 2).contiguous().reshape({B, 1, n * G, D}),
                                  v.transpose(1, 2).contiguous().reshape({B, 1, n * G, D}));
             } else {
+                buffer_->observe_queries(q);
                 buffer_->prefill(k, v);
             }
             policy_->prefill(n, features(q, k, v, scale));
@@ -247,6 +269,7 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
                             ", the call ", input_pos, "+", n));
     } else {
         plan = policy_->prepare(n);
+        plan.rerotate = caps.rerotates_keys != nullptr;  // the log says so, for the gradient replay
     }
     {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "cache update", .layer = layer_, .chunk = int(chunk_));
@@ -256,12 +279,15 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             const int64_t G = k.size(1), D = k.size(3);
             buffer_->write(to_pool_plan(plan, B, G), k.contiguous().reshape({B, 1, G * n, D}), v.contiguous().reshape({B, 1, G * n, D}));
         } else {
+            buffer_->observe_queries(q);
             buffer_->write(plan, k, v);
         }
         policy_->apply(plan, f);
     }
     if (logging_) log_.append(plan);
     if (buffer_->compacts()) compact_buffer();
+    // Key re-rotation: the kept keys and this chunk's queries take their contiguous RoPE positions.
+    const Tensor qa = caps.rerotates_keys ? rerotate(q) : q;
 
     const int64_t T = pooled() ? pool_slots(*policy_) : policy_->current_length();
     Tensor K, V;
@@ -298,11 +324,11 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         // kernels' rounding depends on how many queries a call has, and a replay is bit-exact.
         const int64_t win = policy_->needs_attention_weights() ? policy_->weights_query_window() : 0;
         if (win <= 0 || win >= n) {
-            sdpa(y, q, qpos, want ? &ws : nullptr);
+            sdpa(y, qa, qpos, want ? &ws : nullptr);
         } else {
             Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
-            sdpa(y0, q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
-            sdpa(y1, q.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
+            sdpa(y0, qa.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
+            sdpa(y1, qa.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
         }
         if (want) w = ws.to_f32_vector();
     }
@@ -329,14 +355,45 @@ void LayerCache::attend_shared(int reader, const Tensor& q, int64_t input_pos, f
     if (read_path_ != ReadPath::FUSED) std::tie(K, V) = buffer_->read(T);
     const Tensor kpos = pooled() ? Tensor() : positions_tensor(dev);
     const Tensor qpos = position_range(input_pos, n, dev);
+    // Key re-rotation: the source's call turned the stored keys and its own queries; the reader's
+    // queries turn by the same shift (the keys are already turned, so they are not touched again).
+    Tensor qa = q;
+    if (const RerotatesKeys* rk = policy_->capabilities().rerotates_keys; rk && rope_ && !rope_->empty() && rk->chunk_query_shift() != 0)
+        qa = rotate_all(q, rk->chunk_query_shift(), *rope_, {dev, MemCategory::WORKSPACE, "re-rotated queries"});
     switch (read_path_) {
-        case ReadPath::POOLED: pooled_sdpa(y, q, K, V, qpos, scale, nullptr, window); return;
-        case ReadPath::FUSED: buffer_->attend(y, q, T, kpos, qpos, scale, nullptr, window); return;
+        case ReadPath::POOLED: pooled_sdpa(y, qa, K, V, qpos, scale, nullptr, window); return;
+        case ReadPath::FUSED: buffer_->attend(y, qa, T, kpos, qpos, scale, nullptr, window); return;
         case ReadPath::SELECTION:
-            policy_->capabilities().selects_reads->attend_selection(y, q, K, V, kpos, qpos, scale, nullptr, window);
+            policy_->capabilities().selects_reads->attend_selection(y, qa, K, V, kpos, qpos, scale, nullptr, window);
             return;
-        case ReadPath::SDPA: ops::sdpa_(y, q, K, V, kpos, qpos, scale, window); return;
+        case ReadPath::SDPA: ops::sdpa_(y, qa, K, V, kpos, qpos, scale, window); return;
     }
+}
+
+Tensor LayerCache::rerotate(const Tensor& q) {
+    const RerotatesKeys& rk = *policy_->capabilities().rerotates_keys;
+    if (!rope_ || rope_->empty()) return q;  // a NoPE layer (or no model): no angle to move
+    const int64_t T = policy_->current_length(), L = policy_->cache_length(), rows = rk.key_shift_rows();
+    const std::vector<int32_t>& sh = rk.key_shifts();
+    std::vector<int32_t> s(size_t(rows * T));
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < T; ++t) any |= (s[size_t(r * T + t)] = sh[size_t(r * L + t)]) != 0;
+    const TensorOptions o{q.device(), MemCategory::WORKSPACE, "re-rotated keys"};
+    if (any) {
+        KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "key re-rotation", .layer = layer_, .chunk = int(chunk_));
+        auto [K, V] = buffer_->read(T);
+        const Tensor Kr = rotate_slots(K, s, rows, *rope_, o), Vc = V.clone();
+        SlotPlan all;  // every filled slot rewritten in place
+        all.input_pos = policy_->input_pos();
+        all.n = T;
+        all.rows = 1;
+        for (int64_t t = 0; t < T; ++t) all.targets.push_back(int32_t(t));
+        all.length_after = T;
+        buffer_->write(all, Kr, Vc);
+    }
+    const int64_t qs = rk.chunk_query_shift();
+    return qs == 0 ? q : rotate_all(q, qs, *rope_, o);
 }
 
 size_t LayerCache::logical_bytes() const {
@@ -347,7 +404,8 @@ size_t LayerCache::logical_bytes() const {
     // Positions shared by all rows (L) stand for every (b, head) row.
     if (!policy_->per_row_positions() && !pooled()) kept *= policy_->batch() * policy_->groups();
     const int64_t D = policy_->batch() > 0 && !pos.empty() ? head_dim_ : 0;
-    return size_t(double(kept) * 2.0 * double(D) * buffer_->bits_per_element() / 8.0);
+    const double tensors = buffer_->values_are_keys() ? 1.0 : 2.0;  // a latent cache stores one vector per slot
+    return size_t(double(kept) * tensors * double(D) * buffer_->bits_per_element() / 8.0);
 }
 
 void LayerCache::compact_buffer() {

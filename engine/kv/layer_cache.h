@@ -76,6 +76,9 @@ class LayerCache {
     void set_step_hook(LayerStepHook h) { hook_ = std::move(h); }
     // The RoPE frequencies of q and k (null: unrotated), for policies that read queries.
     void set_rope_frequencies(const std::vector<double>* inv_freq) { rope_ = inv_freq; }
+    // The next call's attention input (B, n, E) (LayerAttention::set_layer_input), for policies
+    // that read hidden states; the call consumes it, so a call without one never sees a stale one.
+    void set_layer_input(const Tensor& h) { input_ = h; }
     // Telemetry pass number of this cache's steps (0 = the first forward; replays 1, 2, ...).
     void set_trace_pass(int pass) { trace_pass_ = pass; }
     bool lse_written() const { return lse_written_; }
@@ -103,6 +106,8 @@ class LayerCache {
     void record_step(const SlotPlan& plan) const;
     void finish_step(const SlotPlan& plan, const std::vector<float>* w, bool replayed);
     void compact_buffer();
+    // Key re-rotation (RerotatesKeys): turns the stored keys by the policy's shifts; returns q turned likewise.
+    Tensor rerotate(const Tensor& q);
 
     int layer_;
     int64_t head_dim_ = 0;  // D of the last call's keys (logical bytes)
@@ -113,6 +118,7 @@ class LayerCache {
     bool logging_ = false;
     LayerStepHook hook_;
     const std::vector<double>* rope_ = nullptr;
+    Tensor input_;  // the pending call's attention input, or undefined
     int64_t chunk_ = 0;
     int trace_pass_ = 0;
     bool rec_armed_ = false;

@@ -111,6 +111,22 @@ class ReadsTokens {
     // ---- end of capabilities ----
 };
 
+// Policies that move the RoPE angles of the kept keys after each plan (key-rerotation-*,
+// engine/kv/key_rotation.h): LayerCache turns the stored keys and the chunk's queries by these
+// shifts after apply(), live and replayed alike. Token positions (masks, logs) never change.
+class RerotatesKeys {
+   public:
+    virtual ~RerotatesKeys() = default;
+    // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
+    // After the last prefill/apply: per (row, slot) how many positions the slot's key turns
+    // (rows x cache_length(); rows = B G, or 1 for positions shared by every row), and how
+    // many the chunk's queries turn.
+    virtual const std::vector<int32_t>& key_shifts() const = 0;
+    virtual int64_t key_shift_rows() const = 0;
+    virtual int64_t chunk_query_shift() const = 0;
+    // ---- end of capabilities ----
+};
+
 // The capabilities attached to one policy; null = the policy has none of that kind.
 struct PolicyCapabilities {
     // ---- capabilities (engine/kv only; tools/layers/check_layers.py forbids them elsewhere) ----
@@ -120,6 +136,7 @@ struct PolicyCapabilities {
     CrossLayerLengths* cross_layer_lengths = nullptr;
     ReordersBatch* reorders_batch = nullptr;
     ReadsTokens* reads_tokens = nullptr;
+    RerotatesKeys* rerotates_keys = nullptr;
     // ---- end of capabilities ----
 };
 

@@ -17,6 +17,7 @@ enum class Feature : uint32_t {
     KeyVectors = 1u << 3,    // keys, head_dim
     ValueVectors = 1u << 4,  // values, head_dim
     QueryVectors = 1u << 5,  // queries, query_heads, rope_inv_freq, attn_scale
+    HiddenStates = 1u << 6,  // hidden, hidden_size: the layer's attention input (after its norm)
 };
 
 // A set of Features: `return {Feature::KeyVectors, Feature::ValueNorm};`, `inner | Feature::X`.

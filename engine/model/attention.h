@@ -40,6 +40,10 @@ class LayerAttention {
     // set before every attend() like the frequencies; caches whose policy weighs a value by what
     // it adds to the layer's output (||W_o v||) read it.
     virtual void set_output_projection(int layer, const Tensor& wo) { (void)layer, (void)wo; }
+    // Layer `layer`'s attention input h (B, n, E): the hidden states the q/k/v projections read
+    // (after the attention norm), set before every attend() like the projection; caches whose
+    // policy scores a token from its hidden state (a learned surrogate) read it.
+    virtual void set_layer_input(int layer, const Tensor& h) { (void)layer, (void)h; }
     // The state of layer `layer` when it mixes tokens without attention (no attend() call is made
     // for it), kept between the calls of one sequence; null = this attention keeps none, so such a
     // layer runs only over a whole sequence from position 0.

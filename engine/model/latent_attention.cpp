@@ -82,13 +82,19 @@ void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std
     L.wo = make({E, NH * HS}, padded, dtype, device, p + "self_attn.o_proj.weight");
 }
 
-void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
-                DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer, const LinearAdapters* ad, BlockActivations* save) {
+namespace {
+
+// What both forms share: the queries before RoPE (B, n, NH, HS), each head [pe ; nope]; W_kv_a h
+// (B, n, r + R), the latent before its norm then k_pe; the normalised latent c (B, n, r).
+struct LatentProjections {
+    Tensor q, ckv, c;
+};
+
+LatentProjections project(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                          DType act, int layer, const LinearAdapters* ad, BlockActivations* save) {
     const LatentAttention& a = cfg.latent;
-    const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim,
-                  D = a.qk_nope_head_dim, VD = a.v_head_dim, r = a.kv_lora_rank;
+    const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim, r = a.kv_lora_rank;
     const float eps = float(a.latent_norm_eps);
-    const TensorOptions ao{h.device(), MemCategory::ACTIVATIONS, {}};
     if (rt.n_rot != R)
         throw Error(str("latent attention rotates ", R, " channels per head, but the layer's RoPE tables rotate ", rt.n_rot));
     Tensor qin = h;
@@ -99,13 +105,34 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
     }
     Tensor qf = linear_any(qin, L.wq, act);  // (B, n, NH HS): each head [pe ; nope]
     if (ad) ad->add(layer, LinearSite::QKV, qin, input_pos, qf);
-    Tensor q = qf.reshape({B, n, NH, HS});
-    Tensor ckv = linear_any(h, L.wkv_a, act);  // (B, n, r + R)
-    if (ad) ad->add(layer, LinearSite::KV_A, h, input_pos, ckv);
-    Tensor c = ops::rmsnorm(ckv.slice(2, 0, r), L.kv_a_norm, eps);
-    Tensor kv = linear_any(c, L.wkv_b, act);  // (B, n, NH (D + VD)): each head [k_nope ; v]
-    if (ad) ad->add(layer, LinearSite::KV_B, c, input_pos, kv);
-    if (save) save->q_in = qin, save->ckv = ckv, save->c = c;
+    LatentProjections p;
+    p.q = qf.reshape({B, n, NH, HS});
+    p.ckv = linear_any(h, L.wkv_a, act);  // (B, n, r + R)
+    if (ad) ad->add(layer, LinearSite::KV_A, h, input_pos, p.ckv);
+    p.c = ops::rmsnorm(p.ckv.slice(2, 0, r), L.kv_a_norm, eps);
+    if (save) save->q_in = qin, save->ckv = p.ckv, save->c = p.c;
+    return p;
+}
+
+// Head h's W_uk (D, r) and W_uv (VD, r) as (1, NH, rows, r) views of W_kv_b's rows [k_nope ; v]
+// per head, given W_kv_b's strides (row, column): the stored matrix, or the transpose of the
+// adapted map (latent_attend).
+Tensor head_rows(const Tensor& m, int64_t sr, int64_t sc, int64_t NH, int64_t D, int64_t VD, int64_t r, int64_t first, int64_t rows) {
+    return m.as_strided({1, NH, rows, r}, {0, (D + VD) * sr, sr, sc}, m.offset() + first * sr);
+}
+
+}  // namespace
+
+void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer, const LinearAdapters* ad, BlockActivations* save) {
+    const LatentAttention& a = cfg.latent;
+    const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim,
+                  D = a.qk_nope_head_dim, VD = a.v_head_dim, r = a.kv_lora_rank;
+    const TensorOptions ao{h.device(), MemCategory::ACTIVATIONS, {}};
+    const LatentProjections p = project(cfg, L, h, rt, input_pos, act, layer, ad, save);
+    const Tensor &q = p.q, &ckv = p.ckv;
+    Tensor kv = linear_any(p.c, L.wkv_b, act);  // (B, n, NH (D + VD)): each head [k_nope ; v]
+    if (ad) ad->add(layer, LinearSite::KV_B, p.c, input_pos, kv);
     const int64_t W = NH * (D + VD);
     // k (B, n, NH, HS) = [k_pe ; k_nope]: k_pe read once per head through a head stride of 0.
     Tensor k = Tensor::empty({B, n, NH, HS}, act, ao);
@@ -120,6 +147,61 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
     kr = Tensor::empty({B, NH, n, HS}, act, ao);
     ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
     ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+}
+
+void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                   DType act, LayerAttention& attention, float scale, int window, Tensor& y, int layer, const LinearAdapters* ad) {
+    const LatentAttention& a = cfg.latent;
+    const int64_t B = h.size(0), n = h.size(1), NH = cfg.num_heads, HS = cfg.head_dim, R = a.qk_rope_head_dim,
+                  D = a.qk_nope_head_dim, VD = a.v_head_dim, r = a.kv_lora_rank, C = R + r, W = NH * (D + VD);
+    const TensorOptions ao{h.device(), MemCategory::ACTIVATIONS, {}};
+    const LatentProjections p = project(cfg, L, h, rt, input_pos, act, layer, ad, nullptr);
+    // W_kv_b as (row stride, column stride) over a matrix: the weight itself, or with a LoRA
+    // adapter on it the adapted map read off the identity (I_r -> (r, W) = W_kv_b'^T; the
+    // adapter is linear in its input at inference, where no dropout runs).
+    Tensor wkv_b = L.wkv_b;
+    int64_t sr = r, sc = 1;
+    if (ad) {
+        std::vector<double> eye(size_t(r * r), 0.0);
+        for (int64_t j = 0; j < r; ++j) eye[size_t(j * r + j)] = 1.0;
+        const Tensor I = Tensor::from_f64({1, r, r}, eye, act, ao);
+        wkv_b = linear_any(I, L.wkv_b, act);  // (1, r, W)
+        ad->add(layer, LinearSite::KV_B, I, input_pos, wkv_b);
+        sr = 1, sc = W;
+    }
+    const Tensor pos = position_range(input_pos, n, h.device());
+    // Queries (B, NH, n, R + r): [RoPE(q_pe) ; W_uk_h^T q_nope], so q~ . [k_pe ; c] = q_pe . k_pe +
+    // q_nope . (W_uk_h c), the expanded score.
+    Tensor qrot = Tensor::empty({B, NH, n, HS}, act, ao);
+    ops::rope_(qrot, p.q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+    Tensor qt = Tensor::zeros({B, NH, n, C}, act, ao);
+    {
+        Tensor dst = qt.slice(3, 0, R);
+        ops::copy_(dst, qrot.slice(3, 0, R));
+    }
+    if (D > 0) {
+        const Tensor absorbed = ops::matmul(qrot.slice(3, R, HS), head_rows(wkv_b, sr, sc, NH, D, VD, r, 0, D), act);  // (B, NH, n, r)
+        Tensor dst = qt.slice(3, R, C);
+        ops::copy_(dst, absorbed);
+    }
+    // The cached vector (B, 1, n, R + r): [RoPE(k_pe) ; c]; it is the value too.
+    Tensor kt = Tensor::empty({B, 1, n, C}, act, ao);
+    {
+        Tensor raw = Tensor::empty({B, 1, n, C}, act, ao);
+        Tensor pe = raw.slice(3, 0, R), lat = raw.slice(3, R, C);
+        ops::copy_(pe, p.ckv.as_strided({B, 1, n, R}, {n * (r + R), 0, r + R, 1}, p.ckv.offset() + r));
+        ops::copy_(lat, p.c.reshape({B, 1, n, r}));
+        ops::rope_(kt, raw, pos, rt.cos, rt.sin, rt.n_rot);
+    }
+    Tensor yt = Tensor::empty({B, NH, n, C}, act, ao);  // sum_j p_j [k_pe_j ; c_j] per head
+    attention.attend(layer, qt, kt, kt, input_pos, scale, window, yt);
+    // y_h = W_uv_h (sum_j p_j c_j): the expanded output, zero past v_head_dim.
+    const Tensor wuv_t = head_rows(wkv_b, sr, sc, NH, D, VD, r, D, VD).transpose(2, 3);  // (1, NH, r, VD)
+    const Tensor out = ops::matmul(yt.slice(3, R, C), wuv_t, act);                         // (B, NH, n, VD)
+    Tensor zero = Tensor::zeros({B, n, NH, HS}, act, ao);
+    y.copy_from(zero);
+    Tensor yv = y.permute({0, 2, 1, 3}).slice(3, 0, VD);
+    ops::copy_(yv, out);
 }
 
 namespace {

@@ -1,7 +1,9 @@
 // Multi-head latent attention (DeepSeek-V2, MiniCPM3; ModelConfig::latent_attention): the
 // projections that turn a normalised hidden state into per-head rotated queries, keys and
-// values, and the loading of their weights. The attention itself is the ordinary one: keys and
-// values decompressed per head go to the LayerAttention (the cache) like any layer's.
+// values, and the loading of their weights. Two forms reach the LayerAttention (the cache),
+// chosen by LatentAttention::cache: EXPANDED hands it keys and values decompressed per head
+// (latent_qkv), LATENT one shared vector [k_pe ; c_kv] per token with W_kv_b absorbed
+// (latent_attend).
 //
 //   c_kv = RMSNorm(W_kv_a x)[:kv_lora_rank]       the latent (kv_a_layernorm)
 //   k_pe = RoPE(W_kv_a x)[kv_lora_rank:]           one rotated key, shared by every head
@@ -39,6 +41,16 @@ void load_latent_attention(const ModelConfig& cfg, const TensorMap& w, const std
 void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
                 DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer = 0, const LinearAdapters* adapters = nullptr,
                 BlockActivations* save = nullptr);
+
+// The latent form of the layer's attention: the cache gets one KV head per token, k~ =
+// [RoPE(k_pe) ; c_kv] (qk_rope_head_dim + kv_lora_rank), as key and as value; each head's query
+// is q~_h = [RoPE(q_pe) ; W_uk_h^T q_nope] (W_uk_h: head h's k_nope rows of W_kv_b), so
+// q~_h . k~ is the expanded score; y_h = W_uv_h (sum_j p_j c_j) (W_uv_h: its value rows). y
+// (B, n, NH, head_dim) gets the expanded form's output, zeros past v_head_dim. Inference only
+// (no activations kept): adapters on W_kv_b are folded into the map it absorbs.
+void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
+                   DType act, LayerAttention& attention, float scale, int window, Tensor& y, int layer = 0,
+                   const LinearAdapters* adapters = nullptr);
 
 // Reverse of latent_qkv given dqr, dkr, dv (B, NH, n, head_dim; dv's padding is ignored): dh
 // (B, n, E), the gradient w.r.t. latent_qkv's input a.h1. Weight gradients accumulate into g's

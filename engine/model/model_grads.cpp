@@ -63,6 +63,12 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.conv_in = like(w.conv_in, p + "conv.in_proj.weight");
         lg.conv_taps = like(w.conv_taps, p + "conv.conv.weight");
         lg.conv_out = like(w.conv_out, p + "conv.out_proj.weight");
+        lg.router = like(w.router, p + "mlp.router.weight");
+        lg.router_bias = like(w.router_bias, p + "mlp.router.bias");
+        lg.experts_gate_up = like(w.experts_gate_up, p + "mlp.experts.gate_up");
+        lg.experts_gate_up_bias = like(w.experts_gate_up_bias, p + "mlp.experts.gate_up_bias");
+        lg.experts_down = like(w.experts_down, p + "mlp.experts.down");
+        lg.experts_down_bias = like(w.experts_down_bias, p + "mlp.experts.down_proj_bias");
         g.layers.push_back(std::move(lg));
     }
     return g;
@@ -74,7 +80,8 @@ void ModelGrads::zero() {
     for (auto& l : layers)
         for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm,
                           &l.mlp_post_norm, &l.w_gate_up, &l.w_down, &l.sinks, &l.wq_a, &l.q_a_norm, &l.wq, &l.wkv_a,
-                          &l.kv_a_norm, &l.wkv_b, &l.conv_in, &l.conv_taps, &l.conv_out})
+                          &l.kv_a_norm, &l.wkv_b, &l.conv_in, &l.conv_taps, &l.conv_out, &l.router, &l.router_bias,
+                          &l.experts_gate_up, &l.experts_gate_up_bias, &l.experts_down, &l.experts_down_bias})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -112,7 +119,15 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
             // short convolution: checkpoint names (the taps held (E, L), the checkpoint's (E, 1, L))
             {"conv.in_proj.weight", {&w.conv_in, &g.conv_in}},
             {"conv.conv.weight", {&w.conv_taps, &g.conv_taps}},
-            {"conv.out_proj.weight", {&w.conv_out, &g.conv_out}}};
+            {"conv.out_proj.weight", {&w.conv_out, &g.conv_out}},
+            // experts: the router under its checkpoint names; the experts in the model's layout
+            // (Linear, gate rows then up rows: moe_mlp.h), not the checkpoint's
+            {"mlp.router.weight", {&w.router, &g.router}},
+            {"mlp.router.bias", {&w.router_bias, &g.router_bias}},
+            {"mlp.experts.gate_up", {&w.experts_gate_up, &g.experts_gate_up}},
+            {"mlp.experts.gate_up_bias", {&w.experts_gate_up_bias, &g.experts_gate_up_bias}},
+            {"mlp.experts.down", {&w.experts_down, &g.experts_down}},
+            {"mlp.experts.down_proj_bias", {&w.experts_down_bias, &g.experts_down_bias}}};
         for (const auto& [name, wg] : items)
             if (wg.second->defined()) out.push_back({p + name, wg});
     }

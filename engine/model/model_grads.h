@@ -15,6 +15,8 @@ struct LayerGrads {
         sinks;  // undefined = none
     Tensor wq_a, q_a_norm, wq, wkv_a, kv_a_norm, wkv_b;  // latent attention's (LayerWeights), else undefined
     Tensor conv_in, conv_taps, conv_out;                 // a short convolution's (LayerWeights), else undefined
+    Tensor router, router_bias, experts_gate_up, experts_gate_up_bias, experts_down,
+        experts_down_bias;  // a mixture of experts' (LayerWeights), else undefined
 };
 
 struct ModelGrads {

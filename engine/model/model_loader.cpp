@@ -83,10 +83,18 @@ std::string asset_fetch_hint() {
                "), or set KVLAB_ASSETS to a folder holding SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
+namespace {
+// The config with the cache form the options ask for (ModelOptions::mla_cache).
+ModelConfig with_mla_cache(ModelConfig c, const ModelOptions& opt) {
+    if (opt.mla_cache) c.latent.cache = *opt.mla_cache;
+    return c;
+}
+}  // namespace
+
 LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_t seed) {
     LoadedModel lm;
     if (is_preset(name)) {
-        lm.config = preset_config(name);
+        lm.config = with_mla_cache(preset_config(name), opt);
         lm.model = std::make_unique<Transformer>(lm.config, random_weights(lm.config, seed, opt.dtype, opt.device), opt);
         lm.tokenizer = make_byte_tokenizer();
         lm.source = "preset " + name;
@@ -114,8 +122,8 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
 #if KVLAB_HAVE_MODELIO
         HfModelFolder f = load_hf_model_folder(path);
         check_weight_values(f.weights, path);
-        lm.config = f.config;
-        lm.model = std::make_unique<Transformer>(f.config, f.weights, opt);
+        lm.config = with_mla_cache(f.config, opt);
+        lm.model = std::make_unique<Transformer>(lm.config, f.weights, opt);
 #if KVLAB_HAVE_TOKENIZER
         lm.tokenizer = f.tokenizer_path.empty() ? make_byte_tokenizer() : load_tokenizer(path);
 #else
@@ -138,9 +146,9 @@ LoadedModel load_model(const std::string& name, const ModelOptions& opt, uint64_
         // Packed only where the packed kernels run, so nothing is converted a second time.
         go.packed = opt.weights == "packed" && mo.device.is_cpu() && mo.dtype == DType::F32;
         GgufModel g = load_gguf_model(path, go);  // checks its weights (check_weight_values)
-        lm.config = g.config;
+        lm.config = with_mla_cache(g.config, opt);
         // The map is handed over: the model adopts the loaded buffers instead of copying them.
-        lm.model = std::make_unique<Transformer>(g.config, std::move(g.tensors), mo);
+        lm.model = std::make_unique<Transformer>(lm.config, std::move(g.tensors), mo);
 #if KVLAB_HAVE_TOKENIZER
         const GgufTokenizerData& t = g.tokenizer;
         if (t.model != "gpt2")

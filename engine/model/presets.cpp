@@ -72,10 +72,13 @@ const std::vector<Entry>& entries() {
              }
              return c;
          }},
-        {{"tiny-gpt-oss", "gpt-oss attention in miniature: 4 layers (sliding window 64, full, sliding, full), learned attention sinks, "
-          "q/k/v/o biases, width 64, 4 heads / 2 KV heads, dense SwiGLU MLP, byte vocabulary"},
+        {{"tiny-gpt-oss", "gpt-oss in miniature: 4 layers (sliding window 64, full, sliding, full), learned attention sinks, "
+          "q/k/v/o biases, width 64, 4 heads / 2 KV heads, a mixture of 4 experts (clamped SwiGLU of width 64, 2 per token), "
+          "byte vocabulary"},
          [] {
-             ModelConfig c = base("tiny-gpt-oss", Arch::GPT_OSS, kByteVocab, 64, 128, 4, 4, 2, 16, 2048, 150000.0);
+             ModelConfig c = base("tiny-gpt-oss", Arch::GPT_OSS, kByteVocab, 64, 64, 4, 4, 2, 16, 2048, 150000.0);
+             c.moe.num_experts = 4;
+             c.moe.top_k = 2;
              c.bos_token_id = kByteBos;
              c.eos_token_ids = {kByteEos};
              c.pad_token_id = kBytePad;
@@ -87,6 +90,7 @@ const std::vector<Entry>& entries() {
                  LayerSpec& s = c.layer_specs[size_t(l)];
                  s.rope_theta = c.rope_theta;
                  if (l % 2 == 0) s.attention = AttnKind::SLIDING, s.window = 64;
+                 s.mlp = MlpKind::EXPERTS;
              }
              return c;
          }},
@@ -271,6 +275,19 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
             w[p + "self_attn.sinks"] = uniform_tensor({c.num_heads}, seed ^ std::hash<std::string>{}(p + "self_attn.sinks"), 1.0f, 1.0f,
                                                       dtype, device, p + "self_attn.sinks");
         norm(p + "post_attention_layernorm.weight", E);
+        if (c.experts_layer(l)) {
+            const int64_t N = c.moe.num_experts;
+            // Router weights of order 1: the top-k choice is decided by clear margins, not by
+            // differences of a few ulps between near-equal logits.
+            w[p + "mlp.router.weight"] = uniform_tensor({N, E}, seed ^ std::hash<std::string>{}(p + "mlp.router.weight"), 0.0f, 1.0f,
+                                                        dtype, device, p + "mlp.router.weight");
+            lin(p + "mlp.router.bias", {N});
+            lin(p + "mlp.experts.gate_up_proj", {N, E, 2 * I});
+            lin(p + "mlp.experts.gate_up_proj_bias", {N, 2 * I});
+            lin(p + "mlp.experts.down_proj", {N, I, E});
+            lin(p + "mlp.experts.down_proj_bias", {N, E});
+            continue;
+        }
         if (c.fused_projections) {
             lin(p + "mlp.gate_up_proj.weight", {2 * I, E});
         } else {

@@ -5,6 +5,7 @@
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
 #include "engine/model/latent_attention.h"
+#include "engine/model/moe_mlp.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/model/packed_weight.h"
 #include "engine/model/short_conv.h"
@@ -112,6 +113,7 @@ Transformer::Transformer(const ModelConfig& cfg, TensorMap&& w, const ModelOptio
 void Transformer::init(const TensorMap& w, bool adopt) {
     const ModelOptions& opt = opt_;
     cfg_.validate(cfg_.name.empty() ? "model config" : cfg_.name);
+    if (opt.mla_cache) cfg_.latent.cache = *opt.mla_cache;  // the cache form asked for (load_model sets it on its config too)
     if (opt.dtype != DType::F32 && opt.dtype != DType::BF16 && opt.dtype != DType::F64)
         throw Error("model dtype must be f32, bf16 or f64");
     const int64_t E = cfg_.hidden_size, I = cfg_.intermediate_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), V = cfg_.vocab_size;
@@ -134,6 +136,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
     for (int64_t l = 0; l < cfg_.num_layers; ++l)
         if (cfg_.short_conv_layer(l) && opt.device.type != DeviceType::CPU)
             throw Error(str(cfg_.name, ": layer ", l, " is a short convolution (LFM2), which is computed on the CPU only; expected --device cpu"));
+    if (cfg_.has_experts() && opt.device.type != DeviceType::CPU)
+        throw Error(str(cfg_.name, ": the mixture-of-experts MLP (gpt-oss) is computed on the CPU only; expected --device cpu"));
     // Norm tensors by placement: Llama's post_attention_layernorm is the pre-MLP norm; Gemma
     // and OLMo 2 apply it to the attention output and name the MLP's norms *_feedforward_*.
     const NormPlacement np = cfg_.norm_placement;
@@ -177,12 +181,16 @@ void Transformer::init(const TensorMap& w, bool adopt) {
         if (!cfg_.latent_attention() && !conv)
             L.wo = convert(need(w, p + "self_attn.o_proj.weight", {E, Q}), opt, p + "self_attn.o_proj.weight", adopt);
         if (cfg_.o_bias) L.bo = convert(need(w, p + "self_attn.o_proj.bias", {E}), opt, p + "self_attn.o_proj.bias", adopt);
-        if (cfg_.fused_projections)
-            L.w_gate_up = convert(need(w, p + "mlp.gate_up_proj.weight", {2 * I, E}), opt, p + "mlp.gate_up_proj.weight", adopt);
-        else
-            L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})}, opt,
-                                     p + "mlp.gate_up", adopt);
-        L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
+        if (cfg_.experts_layer(l)) {
+            load_experts(cfg_, w, p, opt.dtype, opt.device, L);
+        } else {
+            if (cfg_.fused_projections)
+                L.w_gate_up = convert(need(w, p + "mlp.gate_up_proj.weight", {2 * I, E}), opt, p + "mlp.gate_up_proj.weight", adopt);
+            else
+                L.w_gate_up = stack_rows({&need(w, p + "mlp.gate_proj.weight", {I, E}), &need(w, p + "mlp.up_proj.weight", {I, E})},
+                                         opt, p + "mlp.gate_up", adopt);
+            L.w_down = convert(need(w, p + "mlp.down_proj.weight", {E, I}), opt, p + "mlp.down_proj.weight", adopt);
+        }
         if (cfg_.attention_sinks)
             L.sinks = convert(need(w, p + "self_attn.sinks", {cfg_.num_heads}), opt, p + "self_attn.sinks", adopt);
         if (cfg_.v_norm) L.v_norm = Tensor::full({cfg_.head_dim}, opt.dtype, 1.0, {opt.device, MemCategory::WEIGHTS, p + "v_norm"});
@@ -289,72 +297,80 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         }
         h_attn = h;
         Tensor qr, kr, vv;  // (B, NH, n, HS), (B, G, n, HS) x 2
-        const bool shared = cfg_.kv_shared(l);
-        Tensor qkv_keep;
-        if (cfg_.latent_attention()) {
-            if (save) save->h1 = h;
-            latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
+        const bool shared = cfg_.kv_shared(l);  // ModelConfig::validate refuses sharing with latent attention
+        if (cfg_.latent_cache()) {
+            // The cache holds latents (latent_attend): inference only, the reverse pass runs the
+            // expanded form.
+            if (save)
+                throw Error(str(cfg_.name, ": the reverse pass through multi-head latent attention runs the expanded form; the model caches "
+                                "latents (--model.mla_cache latent); expected --model.mla_cache expanded"));
+            y = Tensor::empty({B, n, NH, HS}, act, ao);
+            attention.set_rope_frequencies(&rt.inv_freq);
+            attention.set_layer_input(l, h);
+            latent_attend(cfg_, L, h, rt, input_pos, act, attention, rt.attn_scale, cfg_.layer_window(l), y, l, adapters_);
         } else {
-            if (shared && adapters_)
-                throw Error(str("layer ", l, " shares the keys and values of layer ", cfg_.kv_layer(l),
-                                "; adapters (LoRA) on a KV-shared layer are not implemented"));
-            Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
-            qkv_keep = qkv;
-            if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
-            if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
-            if (save) save->h1 = h, save->qkv = qkv;
-            // A KV-shared layer projects queries only (wqkv is q_proj).
-            const int64_t W = (shared ? NH : NH + 2 * G) * HS;
-            Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
-            if (shared) {
-                // The queries' own norm and RoPE; the keys and values are the source layer's.
-                if (L.q_norm.defined()) q = ops::rmsnorm(q, L.q_norm, eps, off);
-                qr = Tensor::empty({B, NH, n, HS}, act, ao);
+            if (cfg_.latent_attention()) {
+                if (save) save->h1 = h;
+                latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
+            } else {
+                if (shared && adapters_)
+                    throw Error(str("layer ", l, " shares the keys and values of layer ", cfg_.kv_layer(l),
+                                    "; adapters (LoRA) on a KV-shared layer are not implemented"));
+                Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS), or (B, n, NH HS) for a KV-shared layer
+                if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
+                if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
+                if (save) save->h1 = h, save->qkv = qkv;
+                // A KV-shared layer projects queries only (wqkv is q_proj).
+                const int64_t W = (shared ? NH : NH + 2 * G) * HS;
+                Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
                 Tensor pos = position_range(input_pos, n, opt_.device);
-                if (rt.n_rot > 0) ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-                else ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                qr = Tensor::empty({B, NH, n, HS}, act, ao);
+                if (shared) {
+                    // The queries' own norm and RoPE; the keys and values are the source layer's.
+                    if (L.q_norm.defined()) q = ops::rmsnorm(q, L.q_norm, eps, off);
+                    if (rt.n_rot > 0) ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                    else ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                } else {
+                    Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
+                    Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
+                    if (L.q_norm.defined() && cfg_.qk_norm_whole) {
+                        // OLMo 2: one RMSNorm over all heads of the projection
+                        Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
+                        Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
+                        q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
+                        k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+                    } else if (L.q_norm.defined()) {
+                        q = ops::rmsnorm(q, L.q_norm, eps, off);
+                        k = ops::rmsnorm(k, L.k_norm, eps, off);
+                    }
+                    if (L.v_norm.defined()) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
+                    kr = Tensor::empty({B, G, n, HS}, act, ao);
+                    if (rt.n_rot > 0) {
+                        ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                        ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                    } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
+                        ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                        ops::copy_(kr, k.permute({0, 2, 1, 3}));
+                    }
+                    vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
+                }
             }
+            y = Tensor::empty({B, n, NH, HS}, act, ao);
+            Tensor yv = y.permute({0, 2, 1, 3});
+            attention.set_rope_frequencies(&rt.inv_freq);
+            attention.set_output_projection(l, L.wo);
+            const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
+            const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
+            if (shared) {
+                // The source's cache took its input with the source's call; this layer's input is
+                // not handed to it (a shared layer's queries never update the source's policy).
+                attention.attend_shared(l, int(cfg_.kv_layer(l)), qr, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
+            } else {
+                attention.set_layer_input(l, h);
+                attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
+            }
+            if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
         }
-        if (!shared && !cfg_.latent_attention()) {
-            const Tensor& qkv = qkv_keep;
-            const int64_t W = (NH + 2 * G) * HS;
-            Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
-            Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
-            Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
-            if (L.q_norm.defined() && cfg_.qk_norm_whole) {
-                // OLMo 2: one RMSNorm over all heads of the projection
-                Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
-                Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
-                q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
-                k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
-            } else if (L.q_norm.defined()) {
-                q = ops::rmsnorm(q, L.q_norm, eps, off);
-                k = ops::rmsnorm(k, L.k_norm, eps, off);
-            }
-            if (L.v_norm.defined()) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
-            Tensor pos = position_range(input_pos, n, opt_.device);
-            qr = Tensor::empty({B, NH, n, HS}, act, ao);
-            kr = Tensor::empty({B, G, n, HS}, act, ao);
-            if (rt.n_rot > 0) {
-                ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-                ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-            } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
-                ops::copy_(qr, q.permute({0, 2, 1, 3}));
-                ops::copy_(kr, k.permute({0, 2, 1, 3}));
-            }
-            vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
-        }
-        y = Tensor::empty({B, n, NH, HS}, act, ao);
-        Tensor yv = y.permute({0, 2, 1, 3});
-        attention.set_rope_frequencies(&rt.inv_freq);
-        attention.set_output_projection(l, L.wo);
-        const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
-        const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
-        if (shared)
-            attention.attend_shared(l, int(cfg_.kv_layer(l)), qr, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
-        else
-            attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
-        if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
     }
     {
         MemoryLabelScope label(str("layer ", l, " attention output"));
@@ -383,23 +399,29 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
             h = L.mlp_norm.defined() ? ops::rmsnorm(out, L.mlp_norm, eps, off) : out;
         }
-        Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
-        if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
-        if (const double sp = cfg_.layer_spec(l).activation_sparsity; sp > 0) {
-            if (save) throw Error(str("layer ", l, ": gradients through the MLP's gaussian top-k (activation sparsity) are not implemented"));
-            Tensor gate = gu.slice(2, 0, I);
-            gaussian_topk_(gate, sp);
+        Tensor d;
+        if (cfg_.experts_layer(l)) {  // gpt-oss's experts (no adapters on them): save gets its own activations
+            d = moe_mlp(cfg_, L, l, h, act, save);
+        } else {
+            Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
+            if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
+            if (const double sp = cfg_.layer_spec(l).activation_sparsity; sp > 0) {
+                if (save) throw Error(str("layer ", l, ": gradients through the MLP's gaussian top-k (activation sparsity) are not implemented"));
+                Tensor gate = gu.slice(2, 0, I);
+                gaussian_topk_(gate, sp);
+            }
+            Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
+            d = linear_any(a, L.w_down, act);
+            if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
+            if (save) save->gu = gu, save->a = a;
         }
-        Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
-        Tensor d = linear_any(a, L.w_down, act);
-        if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
         if (L.mlp_post_norm.defined()) {
             if (save) save->d = d;
             d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
         }
         ops::add_(out, out, d);
         // Without a pre-MLP norm h is `out`, which just received d: the saved input is out1.
-        if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1, save->gu = gu, save->a = a;
+        if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1;
     }
     return out;
 }
@@ -462,7 +484,9 @@ int64_t Transformer::parameter_count() const {
     int64_t n = weight_shape(embed_).numel() + norm_.numel() + (tied ? 0 : weight_shape(lm_head_).numel());
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
-                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out})
+                                &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.conv_in, &L.conv_taps, &L.conv_out,
+                                &L.router, &L.router_bias, &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down,
+                                &L.experts_down_bias})
             if (t->defined() && !(t == &L.wo && cfg_.latent_attention())) n += weight_shape(*t).numel();
         if (cfg_.latent_attention()) n += latent_parameter_count(cfg_, L);
         for (const Tensor* t : {&L.laurel_left, &L.laurel_right, &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred,
@@ -490,9 +514,10 @@ size_t Transformer::weight_bytes() const {
     for (const auto& L : layers_) {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
                                 &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.wq_a, &L.q_a_norm, &L.wq, &L.wkv_a,
-                                &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out, &L.laurel_left, &L.laurel_right,
-                                &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred, &L.altup_corr, &L.altup_out_scale,
-                                &L.pli_gate, &L.pli_proj, &L.pli_norm})
+                                &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out, &L.router, &L.router_bias,
+                                &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias, &L.laurel_left,
+                                &L.laurel_right, &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred, &L.altup_corr,
+                                &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm})
             if (t->defined()) n += t->nbytes();
     }
     for (const Tensor* t : {&altup_.embed_per_layer, &altup_.per_layer_proj, &altup_.per_layer_norm})

@@ -3,7 +3,8 @@
 // with RMSNorm before and/or after attention and MLP (ModelConfig::norm_placement), fused q/k/v
 // projection (+ bias), optional per-head q/k RMSNorm, RoPE or YaRN with each layer's base and
 // rotated fraction (LayerSpec), grouped-query attention through a LayerAttention with each
-// layer's window, gated MLP (SiLU or GELU-tanh), final norm, lm_head.
+// layer's window, gated MLP (SiLU or GELU-tanh) or gpt-oss's mixture of experts (moe_mlp.h), final
+// norm, lm_head.
 // Weights arrive with Hugging Face names; f32 or bf16 storage (bf16: activations bf16,
 // accumulation f32). The driver calls embed / block / head so it can loop cell -> layer -> chunk.
 //
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,9 @@ struct ModelOptions {
     // (CPU with f32 activations; elsewhere it means "f32"), "f32" dequantizes them at load to
     // the model dtype, "bf16" dequantizes to bf16 (the model then runs in bf16).
     std::string weights = "packed";
+    // Latent-attention models (--model.mla_cache): what the KV cache holds, set on the loaded
+    // config by load_model (LatentAttention::cache); unset keeps the config's (latent).
+    std::optional<LatentAttention::Cache> mla_cache;
 };
 
 // One layer's weights as the forward pass uses them (PyTorch Linear layout [out, in]).
@@ -78,6 +83,14 @@ struct LayerWeights {
     Tensor pli_gate;           // (P, E) per_layer_input_gate
     Tensor pli_proj;           // (E, P) per_layer_projection
     Tensor pli_norm;           // (E) post_per_layer_input_norm
+    // Mixture of experts in the MLP's place (ModelConfig::experts_layer; w_gate_up and w_down
+    // undefined; engine/model/moe_mlp.h), N experts of width I, each in Linear layout:
+    Tensor router;                // (N, E) (mlp.router)
+    Tensor router_bias;           // (N)
+    Tensor experts_gate_up;       // (N, 2I, E): each expert's gate rows, then its up rows
+    Tensor experts_gate_up_bias;  // (N, 2I), in the same order
+    Tensor experts_down;          // (N, E, I)
+    Tensor experts_down_bias;     // (N, E)
 };
 
 // Gemma 3n's model-level tensors (engine/model/altup.h).
@@ -114,6 +127,10 @@ struct BlockActivations {
     Tensor conv_u;    // u = b * x over the state's conv_kernel - 1 positions, then the chunk's n (B, L - 1 + n, E)
     Tensor conv_s;    // the convolution's output s (B, n, E)
     Tensor conv_y;    // c * s, out_proj's input (B, n, E)
+    // Mixture of experts only (moe_mlp.h): gu and a hold the selected (token, expert) rows in
+    // dispatch order, (B n top_k, 2I) and (B n top_k, I), beside
+    Tensor moe_logits;  // router logits (B n, N)
+    Tensor moe_out;     // each selected expert's output, dispatch order (B n top_k, E)
 };
 
 // =========================================================================================
@@ -132,6 +149,9 @@ class Transformer {
     Transformer(const ModelConfig& cfg, TensorMap&& weights, const ModelOptions& opt);
 
     const ModelConfig& config() const { return cfg_; }
+    // A latent-attention model's cache form (LatentAttention::cache): the same weights computed
+    // with a latent or an expanded cache (training switches to the expanded form).
+    void set_mla_cache(LatentAttention::Cache c) { cfg_.latent.cache = c; }
     const ModelOptions& options() const { return opt_; }
     DType act_dtype() const { return opt_.dtype; }
 

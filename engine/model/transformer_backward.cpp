@@ -8,6 +8,7 @@
 #include "engine/telemetry/trace.h"
 #include "grad_math.h"
 #include "latent_attention.h"
+#include "moe_mlp.h"
 #include "packed_weight.h"
 #include "short_conv.h"
 
@@ -48,7 +49,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     MemoryLabelScope label(str("layer ", l, " backward"));
     const float off = float(c.norm_weight_offset);
 
-    // ---- MLP: out = out1 + post(down(act(gate) up(pre(out1)))), pre/post optional norms ----
+    // ---- MLP: out = out1 + post(down(act(gate) up(pre(out1)))) or post(experts(pre(out1))), pre/post optional norms ----
     Tensor dout1;
     {
         KV_TRACE_SPAN(trace::SpanCategory::MLP, "mlp backward", .layer = l);
@@ -58,14 +59,19 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
             ops::rmsnorm_backward_(dd, g && g->mlp_post_norm.defined() ? &g->mlp_post_norm : nullptr, a.d, L.mlp_post_norm, dout, eps,
                                    off);
         }
-        Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, input_pos, dd);  // (B, n, I)
-        if (g && g->w_down.defined()) linear_weight_grad(g->w_down, nullptr, a.a, dd);
-        Tensor dgu = Tensor::empty({B, n, 2 * I}, dt, go);
-        Tensor dgate = dgu.slice(2, 0, I), dup = dgu.slice(2, I, 2 * I);
-        ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da, false,
-                              c.mlp_act == MlpAct::GELU_TANH ? GateAct::GELU_TANH : GateAct::SILU);
-        Tensor dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, input_pos, dgu);
-        if (g && g->w_gate_up.defined()) linear_weight_grad(g->w_gate_up, nullptr, a.h2, dgu);
+        Tensor dh2;
+        if (c.experts_layer(l)) {  // gpt-oss's experts (moe_mlp.h)
+            dh2 = moe_mlp_backward(c, L, l, a, dd, g);
+        } else {
+            Tensor da = linear_input_grad(m, l, LinearSite::DOWN, L.w_down, a.a, input_pos, dd);  // (B, n, I)
+            if (g && g->w_down.defined()) linear_weight_grad(g->w_down, nullptr, a.a, dd);
+            Tensor dgu = Tensor::empty({B, n, 2 * I}, dt, go);
+            Tensor dgate = dgu.slice(2, 0, I), dup = dgu.slice(2, I, 2 * I);
+            ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da, false,
+                                  c.mlp_act == MlpAct::GELU_TANH ? GateAct::GELU_TANH : GateAct::SILU);
+            dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, input_pos, dgu);
+            if (g && g->w_gate_up.defined()) linear_weight_grad(g->w_gate_up, nullptr, a.h2, dgu);
+        }
         dout1 = dout.clone();
         if (L.mlp_norm.defined())
             ops::rmsnorm_backward_(dout1, g && g->mlp_norm.defined() ? &g->mlp_norm : nullptr, a.out1, L.mlp_norm, dh2, eps, off,

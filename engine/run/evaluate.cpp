@@ -35,8 +35,9 @@ void check_loaded_cache(const CompressedCache& c, const std::string& path, const
     if (c.num_layers() != int(mc.num_layers)) bad(str(c.num_layers(), " layers, the model has ", mc.num_layers));
     for (int l = 0; l < c.num_layers(); ++l) {
         const Tensor& K = c.layer(l).K;
-        if (K.size(1) != mc.num_kv_heads || K.size(3) != mc.head_dim)
-            bad(str("layer ", l, " has ", K.size(1), " KV heads of ", K.size(3), "; the model ", mc.num_kv_heads, " of ", mc.head_dim));
+        if (K.size(1) != mc.cache_kv_heads() || K.size(3) != mc.cache_head_dim())
+            bad(str("layer ", l, " has ", K.size(1), " KV heads of ", K.size(3), "; the model's cache ", mc.cache_kv_heads(), " of ",
+                    mc.cache_head_dim()));
         if (keep >= 0 && c.kept(l) != keep) bad(str("layer ", l, " keeps ", c.kept(l), " slots; this run's budget keeps ", keep));
     }
 }

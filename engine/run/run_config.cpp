@@ -136,6 +136,10 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> std::string& { return c.dtype; }));
     o.push_back(str_opt("rope", "model", "position encoding: yarn (keys_values default), plain, or hf (config.json's rope_scaling)",
                         {"yarn", "plain", "hf"}, [](RunConfig& c) -> std::string& { return c.rope; }));
+    o.push_back(str_opt("model.mla_cache", "model",
+                        "multi-head latent attention (DeepSeek-V2): the cache holds per token the latent and k_pe (latent, one KV "
+                        "head) or every head's K and V (expanded); auto: latent, expanded for training",
+                        {"auto", "latent", "expanded"}, [](RunConfig& c) -> std::string& { return c.mla_cache; }));
     o.push_back(uint_opt("model_seed", "model", "seed of the preset models' random weights",
                          [](RunConfig& c) -> uint64_t& { return c.model_seed; }));
     o.push_back(bool_opt("model.verify", "model", "check the model file's SHA-256 against FILE.sha256 before loading",
@@ -209,7 +213,8 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.cache_length; }));
     {
         OptionDef d{"kv_cache.layer_cache_lengths", OptionType::STRING, "cache",
-                    "slots per layer: one per layer (64,48,32), linear:FIRST:LAST, or pyramid:BETA around cache_length "
+                    "slots per layer: one per layer (64,48,32), linear:FIRST:LAST, pyramid:BETA around cache_length, or "
+                    "ratios:R0,R1,... / ratios:FILE (layer l keeps R_l x cache_length, R_l in (0, 1]) "
                     "(overrides cache_length; pyramidkv defaults to pyramid:20)",
                     {}, {}, {}};
         d.set = [](RunConfig& c, const std::string& v) { set_layer_cache_lengths(c.kv_cache, v); };
@@ -274,6 +279,9 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_group_size; }));
     o.push_back(int_opt("kv_cache.kivi_residual", "cache", "kivi2/kivi4: most recent tokens kept in full precision", 0, 1 << 20,
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.kivi_residual; }));
+    o.push_back(float_opt("kv_cache.key_channel_ratio", "cache",
+                          "think: fraction of each KV head's key channels pruned (ThinK's query-driven channel choice); in [0, 1)",
+                          0.0, 1.0, [](RunConfig& c) -> double& { return c.kv_cache.key_channel_ratio; }));
     o.push_back(bool_opt("kv_cache.cpu_offload", "cache", "park each layer's buffers in host memory between uses",
                          [](RunConfig& c) -> bool& { return c.kv_cache.cpu_offload; }));
     o.push_back(str_opt("protocol", "cache",
@@ -655,6 +663,15 @@ std::vector<std::string> run_config_problems(const RunConfig& c) {
         p.push_back(str("--train.global_batch_size: ", c.train.global_batch_size, " is not a multiple of the micro batch size ",
                         c.train.micro_batch_size));
     return p;
+}
+
+LatentAttention::Cache mla_cache_choice(const RunConfig& cfg) {
+    const bool train = run_mode(cfg.mode).kind == RunKind::TRAIN;
+    if (cfg.mla_cache == "expanded" || (cfg.mla_cache == "auto" && train)) return LatentAttention::Cache::EXPANDED;
+    if (cfg.mla_cache == "latent" && train)
+        throw Error(str("--model.mla_cache latent: ", cfg.mode, " computes gradients, which run through the expanded form of multi-head "
+                        "latent attention; expected --model.mla_cache auto or expanded"));
+    return LatentAttention::Cache::LATENT;
 }
 
 void validate_run_config(const RunConfig& cfg) {

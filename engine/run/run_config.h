@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/model_config.h"
 #include "engine/kv/kv_config.h"
 #include "protocol.h"
 
@@ -121,6 +122,7 @@ struct RunConfig {
     uint64_t model_seed = 0;         // preset weights
     bool model_verify = false;       // check the model file against FILE.sha256 before loading
     std::string model_weights = "packed";  // GGUF weights: packed | f32 | bf16 (ModelOptions::weights)
+    std::string mla_cache = "auto";  // latent-attention models' cache: auto | latent | expanded (mla_cache_choice)
     int64_t threads = 0;
     std::string device = "cpu";
     std::string memory_budget;       // e.g. 8GiB ("" = none)
@@ -167,5 +169,10 @@ void validate_run_config(const RunConfig& cfg);
 std::vector<std::string> run_config_problems(const RunConfig& cfg);
 
 const std::vector<std::string>& run_modes();
+
+// The cache form of a latent-attention model for this run (--model.mla_cache, ModelOptions::
+// mla_cache): auto is the latent cache, except in training modes, whose gradients run through
+// the expanded form; latent in a training mode is refused (kv::Error naming the option).
+LatentAttention::Cache mla_cache_choice(const RunConfig& cfg);
 
 }  // namespace kv

@@ -15,6 +15,7 @@ namespace {
 uint64_t kv_pair_bytes(const KVCacheConfig& kc, DType dtype) {
     const BufferInfo& b = *find_buffer(kc.buffer());  // buffer() reads known buffers only
     if (b.kind == BufferKind::FULL) return 2 * uint64_t(dtype_size(b.dtype.value_or(dtype)));  // default: the model's precision
+    if (b.kind == BufferKind::THINK) return uint64_t(dtype_size(dtype));  // full values and at least one key channel
     // codes of K and V; kivi2's 0.75 byte with group 32 (codes + f16 scales) rounds up to 1, not a lower bound
     return std::max<uint64_t>(1, 2 * uint64_t(b.bits) / 8);
 }
@@ -26,14 +27,15 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     const RunModeInfo& mode = run_mode(cfg.mode);
     const bool train = mode.kind == RunKind::TRAIN;
     const uint64_t B = uint64_t(std::max<int64_t>(1, train ? cfg.train.micro_batch_size : cfg.driver.micro_batch_size));
-    const uint64_t G = uint64_t(m.num_kv_heads), D = uint64_t(m.head_dim), nl = uint64_t(m.num_layers);
+    // The cache's heads and head size: one head of [k_pe ; c_kv] for a latent cache (ModelConfig::latent_cache).
+    const uint64_t G = uint64_t(m.cache_kv_heads()), D = uint64_t(m.cache_head_dim()), nl = uint64_t(m.num_layers);
     const bool gen = mode.kind == RunKind::GENERATE;
     // Tokens a sample can reach: the sequence, or for generation the new tokens (the prompt is
     // not tokenized yet; it only adds).
     const uint64_t T = uint64_t(std::max<int64_t>(1, gen ? cfg.generate.max_new_tokens : cfg.data.seq_length));
     const std::string t_cause = gen ? str("max_new_tokens ", T) : str("seq_length ", T);
     // A byte budget sets the cache length here as in the cache itself (engine/kv/kv_cache.cpp).
-    const KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, int64_t(nl), int64_t(G), int64_t(D), dt, int64_t(T));
+    const KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, int64_t(nl), int64_t(G), int64_t(D), dt, int64_t(T), m.cache_tensors());
     const uint64_t chunk = uint64_t(std::max<int64_t>(1, std::min<int64_t>(cfg.driver.chunk_size, int64_t(T))));
 
     // KV cache: K and V of every layer, (B, G, L, D) each (both counted: `pair` bytes per
@@ -60,7 +62,8 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     }
     const std::string kv_cause = kc.cache_length > 0 ? str("cache_length ", kc.cache_length) : t_cause;
     const uint64_t cells = checked_mul({slots, B, G}, "the KV cache size");
-    const uint64_t pair = kv_pair_bytes(kc, dt);
+    // A latent cache stores one vector per slot (its values are its keys; full precision only): half the pair.
+    const uint64_t pair = m.cache_tensors() == 1 ? kv_pair_bytes(kc, dt) / 2 : kv_pair_bytes(kc, dt);
     const uint64_t bs = uint64_t(std::max<int64_t>(kc.paged_block_size, 0));
     if (bs == 0) {
         // Each layer type its own line: the policy's layers, and the windows kept by rule.

@@ -11,7 +11,8 @@ namespace kv {
 
 KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DType act_dtype) {
     // A byte budget becomes the cache length here, so the chunk plan and the cache agree on it.
-    KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, mc.num_layers, mc.num_kv_heads, mc.head_dim, act_dtype, cfg.data.seq_length);
+    KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, mc.num_layers, mc.cache_kv_heads(), mc.cache_head_dim(), act_dtype,
+                                       cfg.data.seq_length, mc.cache_tensors());
     kc.dtype = act_dtype;
     if (kc.max_chunk_size == 0) {
         kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
@@ -31,7 +32,7 @@ KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DTyp
 ChunkPlan run_chunk_plan(const RunConfig& cfg, const KVCacheConfig& kc, const ModelConfig& mc, int64_t T, uint64_t seed) {
     std::vector<int64_t> Ls;
     for (int64_t l = 0; l < mc.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, mc.num_layers));
-    policy_plan_lengths(kc, mc.num_kv_heads, Ls);
+    policy_plan_lengths(kc, mc.cache_kv_heads(), Ls);
     // Windowed layers keep their ring whatever the policy (engine/kv/window_layer.h).
     const std::vector<int64_t> rings = layer_lengths(kc, mc, T);
     for (int64_t l = 0; l < mc.num_layers; ++l)

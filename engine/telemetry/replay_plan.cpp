@@ -39,7 +39,7 @@ std::vector<uint8_t> encode_plan(const SlotPlan& p) {
     const bool range = p.contiguous_range(&start);
     put<uint32_t>(b, kMagic);
     put<uint16_t>(b, 1);
-    put<uint16_t>(b, range ? 1 : 0);
+    put<uint16_t>(b, uint16_t((range ? 1 : 0) | (p.rerotate ? 2 : 0)));
     for (int64_t v : {p.input_pos, p.n, p.rows, p.moves, p.length_after}) put<int64_t>(b, v);
     if (range) {
         put<int64_t>(b, start);
@@ -58,6 +58,7 @@ SlotPlan decode_plan(const uint8_t* data, size_t size) {
     if (version != 1) throw Error(str("replay log: version ", version, " is newer than this kvlab (1)"));
     const uint16_t flags = take<uint16_t>(p, end);
     SlotPlan s;
+    s.rerotate = (flags & 2) != 0;
     s.input_pos = take<int64_t>(p, end);
     s.n = take<int64_t>(p, end);
     s.rows = take<int64_t>(p, end);

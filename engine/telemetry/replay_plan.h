@@ -23,12 +23,16 @@ struct SlotPlan {
     int64_t moves = 0;
     std::vector<int32_t> move_from, move_to;
     int64_t length_after = 0;  // T after the write
+    // After the write the kept keys take contiguous RoPE positions in token order and the
+    // chunk's queries continue after them (key re-rotation, engine/kv/key_rotation.h), so a
+    // replay turns its keys as the cache did.
+    bool rerotate = false;
 
     bool contiguous_range(int64_t* start) const;  // targets == [s, s+n) for every row
 };
 
 // Serialise one plan (for telemetry cache steps) and back. Layout, little-endian:
-//   u32 magic 'KVRP', u16 version 1, u16 flags (1 = contiguous shared range),
+//   u32 magic 'KVRP', u16 version 1, u16 flags (1 = contiguous shared range, 2 = rerotate),
 //   i64 input_pos, n, rows, moves, length_after,
 //   range: i64 start | explicit: u32 targets[rows * n]; then u32 move_from, move_to[rows * moves]
 // A range plan is always 56 bytes whatever n is; an explicit one 48 + 4 * rows * (n + 2 * moves).

@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/latent_attention.h"
+#include "engine/model/moe_mlp.h"
 #include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
 
@@ -60,13 +61,16 @@ TensorMap state_dict_views(const Transformer& m) {
             w[p + "post_feedforward_layernorm.weight"] = L.mlp_post_norm;
             if (L.mlp_norm.defined()) w[p + "pre_feedforward_layernorm.weight"] = L.mlp_norm;
         }
-        if (c.fused_projections) {
+        if (c.experts_layer(l)) {
+            // copies in the checkpoint's layout (load_model_state_dict loads them through the loader)
+            for (auto& [name, t] : experts_state_dict(c, L, p)) w[name] = t;
+        } else if (c.fused_projections) {
             w[p + "mlp.gate_up_proj.weight"] = L.w_gate_up;
         } else {
             w[p + "mlp.gate_proj.weight"] = L.w_gate_up.slice(0, 0, I);
             w[p + "mlp.up_proj.weight"] = L.w_gate_up.slice(0, I, 2 * I);
         }
-        w[p + "mlp.down_proj.weight"] = L.w_down;
+        if (!c.experts_layer(l)) w[p + "mlp.down_proj.weight"] = L.w_down;
         if (L.sinks.defined()) w[p + "self_attn.sinks"] = L.sinks;
     }
     return w;
@@ -88,6 +92,20 @@ void load_model_state_dict(Transformer& m, const TensorMap& weights) {
         if (it->second.shape() != t.shape())
             throw Error(str("model weights: tensor '", name, "' has shape ", it->second.shape().str(), ", expected ", t.shape().str()));
         t.copy_from(it->second.device() == t.device() ? it->second : it->second.to(t.device()));
+    }
+    // The experts' entries above were copies too: loaded through the loader's layout change.
+    for (int l = 0; l < int(m.config().num_layers); ++l) {
+        if (!m.config().experts_layer(l)) continue;
+        LayerWeights& L = m.mutable_layer(l);
+        LayerWeights fresh;
+        load_experts(m.config(), weights, str("model.layers.", l, "."), L.router.dtype(), L.router.device(), fresh);
+        for (auto [dst, src] : {std::pair{&L.router, &fresh.router},
+                                {&L.router_bias, &fresh.router_bias},
+                                {&L.experts_gate_up, &fresh.experts_gate_up},
+                                {&L.experts_gate_up_bias, &fresh.experts_gate_up_bias},
+                                {&L.experts_down, &fresh.experts_down},
+                                {&L.experts_down_bias, &fresh.experts_down_bias}})
+            dst->copy_from(*src);
     }
     // Latent attention's entries above were copies: its tensors are loaded through the loader's permutations.
     if (m.config().latent_attention())

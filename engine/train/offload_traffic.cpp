@@ -13,7 +13,8 @@ size_t bytes(const Tensor& t) { return t.defined() ? t.nbytes() : 0; }
 
 size_t layer_bytes(const LayerWeights& w) {
     return bytes(w.attn_norm) + bytes(w.wqkv) + bytes(w.bqkv) + bytes(w.q_norm) + bytes(w.k_norm) + bytes(w.wo) + bytes(w.bo) +
-           bytes(w.mlp_norm) + bytes(w.w_gate_up) + bytes(w.w_down);
+           bytes(w.mlp_norm) + bytes(w.w_gate_up) + bytes(w.w_down) + bytes(w.router) + bytes(w.router_bias) +
+           bytes(w.experts_gate_up) + bytes(w.experts_gate_up_bias) + bytes(w.experts_down) + bytes(w.experts_down_bias);
 }
 }  // namespace
 

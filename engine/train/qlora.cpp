@@ -73,6 +73,9 @@ QloraStats qlora_quantize_base(Transformer& model, bool keep_packed) {
             throw Error(str(model.config().name, ": layer ", l,
                             " is a short convolution (LFM2); QLoRA through it is not implemented; "
                             "train LFM2 models with finetune_long_lora or finetune_long_full (float base weights)"));
+    if (model.config().has_experts())  // the experts are not among the four matrices packed here
+        throw Error(str(model.config().name, ": QLoRA through a mixture-of-experts MLP (gpt-oss) is not implemented; "
+                        "train it with finetune_long_lora or finetune_long_full (float base weights)"));
     if (keep_packed && packs_nf4(model)) {
         st.packed = true;
         for (int l = 0; l < int(model.config().num_layers); ++l) {

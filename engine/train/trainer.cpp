@@ -82,6 +82,10 @@ Trainer::Trainer(const RunConfig& cfg, LoadedModel& lm, TrainCallbacks cb) : cfg
     }
     validate_run_config(cfg);
     Transformer& m = *lm.model;
+    if (m.config().latent_attention()) {  // gradients run through the expanded form, from the same weights
+        m.set_mla_cache(mla_cache_choice(cfg));
+        lm.config.latent.cache = m.config().latent.cache;
+    }
     if (m.act_dtype() != DType::F32 && m.act_dtype() != DType::F64)
         throw Error(str("training needs f32 weights; the model runs in ", cfg.dtype), "use --precision f32");
     const bool lora = is_lora_mode(cfg.mode);

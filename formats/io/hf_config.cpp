@@ -430,16 +430,30 @@ void read_smollm3(const JsonFields& f, ModelConfig& c) {
 
 // gpt-oss (transformers' GptOssConfig): a learned sink logit per query head in every softmax
 // (self_attn.sinks), biases on q/k/v and o_proj, layer_types alternating sliding_attention
-// (sliding_window, 128) and full_attention, starting with a sliding layer. Its MLP is a
-// mixture of experts, which kvlab does not run: it accepts gpt-oss attention over a dense SwiGLU
-// MLP (mlp.{gate,up,down}_proj, intermediate_size) and says so for num_local_experts > 0.
+// (sliding_window, 128) and full_attention, starting with a sliding layer, and in every layer a
+// mixture of num_local_experts experts (128) of which num_experts_per_tok (4) run per token,
+// each a SwiGLU clamped at swiglu_limit (7.0) with gain swiglu_alpha (1.702) (MixtureOfExperts).
+// num_local_experts 0 is kvlab's own form with a dense SwiGLU MLP (mlp.{gate,up,down}_proj).
+// The released checkpoints store the experts in MXFP4 blocks (quantization_config
+// quant_method "mxfp4"), which kvlab does not read: it says so by name.
 void read_gpt_oss(const JsonFields& f, ModelConfig& c) {
     c.attention_sinks = true;
     c.qkv_bias = c.o_bias = f.get_bool("attention_bias", true);
-    const int64_t experts = f.get_int("num_local_experts", 32);
-    if (experts != 0)
-        f.fail("num_local_experts", str("is ", experts, "; gpt-oss's mixture-of-experts MLP is not supported (kvlab runs gpt-oss attention "
-                                        "over a dense SwiGLU MLP: num_local_experts 0, mlp.gate_proj / up_proj / down_proj)"));
+    if (const json* q = f.find("quantization_config")) {
+        const json* m = q->is_object() && q->contains("quant_method") ? &(*q)["quant_method"] : nullptr;
+        const std::string method = m && m->is_string() ? m->get<std::string>() : json_describe(*q);
+        f.fail("quantization_config", str("has quant_method ", method, "; kvlab reads gpt-oss's experts as float tensors only (the "
+                                          "MXFP4 blocks mlp.experts.*_blocks / *_scales are not supported): dequantize the checkpoint "
+                                          "first (transformers: Mxfp4Config(dequantize=True), then save_pretrained)"));
+    }
+    const int64_t experts = f.get_int("num_local_experts", 128);
+    if (experts < 0) f.fail("num_local_experts", str("is ", experts, "; expected 0 (a dense SwiGLU MLP) or the number of experts"));
+    if (experts > 0) {
+        c.moe.num_experts = experts;
+        c.moe.top_k = f.get_int("num_experts_per_tok", 4);
+        c.moe.limit = f.get_number("swiglu_limit", 7.0);
+        c.moe.alpha = f.get_number("swiglu_alpha", 1.702);
+    }
     const int64_t window = size_field(f, "sliding_window", 128);
     const json* lt = f.find("layer_types");
     if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
@@ -459,6 +473,7 @@ void read_gpt_oss(const JsonFields& f, ModelConfig& c) {
         s.rope_theta = c.rope_theta;
         s.rotary_fraction = c.partial_rotary_factor;
         if (sliding) s.attention = AttnKind::SLIDING, s.window = window;
+        if (experts > 0) s.mlp = MlpKind::EXPERTS;
     }
 }
 

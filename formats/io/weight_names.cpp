@@ -55,6 +55,16 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
             w.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_whole ? KV : HS}});
         }
         w.push_back({p + "post_attention_layernorm.weight", {E}});
+        if (c.experts_layer(i)) {  // gpt-oss's experts (GptOssMLP): router, then stacked experts in x @ W form
+            const int64_t N = c.moe.num_experts;
+            w.push_back({p + "mlp.router.weight", {N, E}});
+            w.push_back({p + "mlp.router.bias", {N}});
+            w.push_back({p + "mlp.experts.gate_up_proj", {N, E, 2 * I}});  // gate and up columns interleaved
+            w.push_back({p + "mlp.experts.gate_up_proj_bias", {N, 2 * I}});
+            w.push_back({p + "mlp.experts.down_proj", {N, I, E}});
+            w.push_back({p + "mlp.experts.down_proj_bias", {N, E}});
+            continue;
+        }
         if (c.fused_projections) {  // Phi-3: gate rows, then up rows
             w.push_back({p + "mlp.gate_up_proj.weight", {2 * I, E}});
         } else {

@@ -24,6 +24,9 @@ struct WeightSpec {
 //     self_attn.q_norm/k_norm.weight [HS] (qk_norm); post_attention_layernorm.weight [E];
 //     mlp.gate_proj/up_proj.weight [I,E] (+.bias [I] if mlp_bias); mlp.down_proj.weight [E,I]
 //     (+.bias [E]); model.norm.weight [E]; lm_head.weight [V,E] (optional when tied).
+//   gpt-oss experts layers (N experts) in the MLP's place: mlp.router.weight [N,E] + .bias [N];
+//     mlp.experts.gate_up_proj [N,E,2I] (x @ W; columns gate0, up0, gate1, ...) +
+//     gate_up_proj_bias [N,2I]; mlp.experts.down_proj [N,I,E] + down_proj_bias [N,E].
 //   GPT-2 (names without the "transformer." prefix; Conv1D weights are [in, out]): wte.weight
 //     [V,E], wpe.weight [P,E], h.{i}.ln_1.{weight,bias} [E], h.{i}.attn.c_attn.weight [E,3E] +
 //     bias [3E], h.{i}.attn.c_proj.weight [E,E] + bias [E], h.{i}.ln_2.{weight,bias} [E],

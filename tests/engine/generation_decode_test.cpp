@@ -84,7 +84,9 @@ struct Recorder {
 // oldest first). lastrec: init_grace_tokens (-1: min(16, max(L / 8, 1))); streaming: sinks;
 // smart-lastrec: the prompt through the regex's first match, capped at max_initial_fraction.
 int64_t protected_prefix(const KVCacheConfig& kc, int64_t L, const std::vector<int32_t>& prompt) {
-    const std::string p = kc.policy();
+    std::string p = kc.policy();
+    // key-rerotation-<scorer> keeps what its scorer keeps (only the RoPE angles change).
+    if (p.rfind("key-rerotation-", 0) == 0) p = p.substr(15);
     if (p == "lastrec") return kc.init_grace_tokens >= 0 ? kc.init_grace_tokens : std::min<int64_t>(16, std::max<int64_t>(L / 8, 1));
     if (p == "streaming") return kc.sinks;
     if (p == "smart-lastrec") {  // the test's regex is "\n"

@@ -18,6 +18,8 @@
 namespace kv::test {
 
 inline std::string gpt_oss_fixture_dir() { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gpt_oss_sinks"; }
+// The same attention with gpt-oss's mixture of experts in every layer (4 experts, 2 per token).
+inline std::string gpt_oss_moe_fixture_dir() { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gpt_oss_moe"; }
 
 struct GptOssDriverRun {
     HfModelFolder mf = load_hf_model_folder(gpt_oss_fixture_dir());

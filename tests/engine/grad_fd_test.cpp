@@ -3,9 +3,12 @@
 // default and q8 buffers, with and without a grace ring, and every cell layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "engine/backend/backend_registry.h"
+#include "engine/core/error.h"
 #include "engine/grad/lora.h"
 #include "engine/model/model_grads.h"
 #include "engine/kv/policies/policy_registry.h"
@@ -130,6 +133,49 @@ GradRun run_gradient(Transformer& model, const KVCacheConfig& kc, const GradData
 
 std::vector<int64_t> cache_lengths(const Transformer& m, int64_t L) { return std::vector<int64_t>(size_t(m.config().num_layers), L); }
 
+// The experts' piecewise parts against the finite differences' steps (at most 2e-5 on one
+// entry): the smallest gap between a token's top_k-th and next router logit (a smaller one
+// could swap the selection between the two sides of a difference) and the smallest distance of
+// a selected expert's gate or up pre-activation from the clamps at +-limit. (The clamps' kinks
+// are crossed in MoeMlpGradient.*, whose gates are large enough to reach them.)
+struct ExpertMargins {
+    double router_gap = 1e300, clamp_distance = 1e300;
+    int64_t clamped = 0;
+};
+ExpertMargins expert_margins(const Transformer& m, const Tensor& ids) {
+    const ModelConfig& c = m.config();
+    ExpertMargins r;
+    PlainAttention plain;
+    Tensor x = m.embed(ids);
+    for (int l = 0; l < int(c.num_layers); ++l) {
+        BlockActivations a;
+        x = m.block(l, x, 0, plain, &a);
+        if (!c.experts_layer(l)) continue;
+        const std::vector<double> z = a.moe_logits.to_f64_vector(), gu = a.gu.to_f64_vector();
+        const int64_t N = c.moe.num_experts, K = c.moe.top_k, I = c.intermediate_size;
+        for (size_t row = 0; row < z.size() / size_t(N); ++row) {
+            std::vector<double> v(z.begin() + long(row * size_t(N)), z.begin() + long((row + 1) * size_t(N)));
+            std::sort(v.begin(), v.end(), std::greater<double>());
+            if (K < N) r.router_gap = std::min(r.router_gap, v[size_t(K - 1)] - v[size_t(K)]);
+        }
+        for (size_t i = 0; i < gu.size(); ++i) {
+            const bool gate = int64_t(i) % (2 * I) < I;  // gate entries: clamped above; up: both sides
+            const double d = gate ? std::fabs(gu[i] - c.moe.limit) : std::min(std::fabs(gu[i] - c.moe.limit), std::fabs(gu[i] + c.moe.limit));
+            r.clamp_distance = std::min(r.clamp_distance, d);
+            r.clamped += gate ? gu[i] > c.moe.limit : std::fabs(gu[i]) > c.moe.limit;
+        }
+    }
+    return r;
+}
+void expect_clear_expert_margins(const Transformer& m, const Tensor& ids) {
+    if (!m.config().has_experts()) return;
+    const ExpertMargins em = expert_margins(m, ids);
+    EXPECT_GT(em.router_gap, 1e-3) << "a near-tie in the routing: the finite differences could see another selection";
+    EXPECT_GT(em.clamp_distance, 1e-3) << "an expert pre-activation next to a clamp";
+    std::printf("experts: smallest router gap %.3g, smallest distance to a clamp %.3g, %lld clamped entries\n", em.router_gap,
+                em.clamp_distance, (long long)em.clamped);
+}
+
 class DenseGradient : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
@@ -143,6 +189,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     kc.cache_length = T;
     const ChunkPlan plan = grad_test_plan(cfg, T, T, T);
     ASSERT_EQ(plan.chunks.size(), 1u);
+    expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
     auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, cache_lengths(*model, T), d.ids, plan, d.head, 1.0, x); };
@@ -153,7 +200,9 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     // attention's three norms in a row (attention norm, latent norms) before the keys (central
     // differences alone missed by 1.06e-10 against 1.04e-10 on 2 of 25 seeds); and LFM2's
     // convolution, cubic in in_proj's rows (b x, then c times that: up to 0.61 of the bound)
-    const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0 || GetParam() == "lfm2";
+    // and the experts' routing weights (a softmax of router logits of order 1)
+    const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0 || GetParam() == "lfm2" ||
+                             GetParam() == "gpt_oss_moe";
     worst_fraction = 0;
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 5, {0, 3, T / 2, T - 2}, 1e-6, GetParam(), extrapolate);
     std::printf("%s: worst |grad - fd| is %.3f of its bound\n", GetParam().c_str(), worst_fraction);
@@ -161,7 +210,8 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient,
                          ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                           "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "mla", "mla_qlora", "lfm2"));
+                                           "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora",
+                                           "lfm2"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -239,6 +289,8 @@ std::vector<PolicyCase> policy_cases() {
         if (p.name == "h2o") out.push_back({p.name, "fp8_e4m3", 0}), out.push_back({p.name, "nvfp4", 0});
         if (p.name == "lastrec") out.push_back({p.name, "k8v4", 0});
         if (p.name == "h2o") out.push_back({p.name, "turboquant", 0});  // rotated codes, scores from decoded keys
+        // ThinK's pruned key channels: decisions from the pruned keys, the replayed forward full precision
+        if (p.name == "h2o" || p.name == "snapkv") out.push_back({p.name, "think", 0});
     }
     return out;
 }
@@ -414,6 +466,7 @@ std::unique_ptr<Lora> dropout_test_lora(const Transformer& model, double p, uint
     lc.alpha = 8;
     lc.dropout = p;
     lc.targets = {"q", "k", "v", "proj", "mlp", "head"};
+    if (model.config().has_experts()) lc.targets = {"q", "k", "v", "proj", "head"};  // the experts take no adapters
     lc.seed = seed;
     auto lora = std::make_unique<Lora>(model, lc);
     std::mt19937_64 rng(seed + 1);
@@ -493,6 +546,7 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
     GradData d = grad_test_data(cfg, B, T, 21);
     auto lora = dropout_test_lora(*model, 0.0, 3);
     model->set_adapters(lora.get());
+    expect_clear_expert_margins(*model, d.ids);
     KVCacheConfig kc;
     kc.name = "dense-default";
     kc.cache_length = T;
@@ -546,8 +600,25 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient,
-                         ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "gpt_oss", "mla",
-                                           "mla_qlora", "lfm2"));
+                         ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "gpt_oss", "gpt_oss_moe",
+                                           "mla", "mla_qlora", "lfm2"));
+
+// LoRA's 'mlp' target names the gated MLP's Linear maps; a mixture of experts has none, and says so.
+TEST(LoraTargets, MlpOnAMixtureOfExpertsIsRefusedByName) {
+    const ModelConfig cfg = grad_test_config("gpt_oss_moe", 2);
+    auto model = grad_test_model(cfg, DType::F64, 5);
+    LoraConfig lc;
+    lc.targets = {"q", "mlp"};
+    try {
+        Lora lora(*model, lc);
+        FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("'mlp'"), std::string::npos) << m;
+        EXPECT_NE(m.find("layer 0 of grad-test-gpt_oss_moe is a mixture of 4 experts (gpt-oss), which takes no adapters"), std::string::npos)
+            << m;
+    }
+}
 
 // LFM2's short convolutions carry a state of conv_kernel - 1 inputs from chunk to chunk, so their
 // reverse pass carries the state's gradient back across chunks and cells. Independent reference:
@@ -764,6 +835,7 @@ TEST(DuoGradient, MixedLayersMatchFiniteDifferencesOfTheReplayedForward) {
     po.chunks_per_cell_multiplier = 0.5;
     const ChunkPlan plan = plan_chunks(T, Ls, po);
     ASSERT_GT(plan.cells.size(), 2u);
+    expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
     auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
@@ -803,6 +875,7 @@ TEST(QuestGradient, SelectedPagesMatchFiniteDifferences) {
     // would be one dense prefill).
     const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
     ASSERT_GT(plan.chunks.size(), 3u);
+    expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
     auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x, make_read_selection(kc)); };
@@ -839,6 +912,7 @@ TEST(QuestGradient, WithAttentionSinksMatchesFiniteDifferences) {
     po.chunks_per_cell_multiplier = 0.5;
     const ChunkPlan plan = plan_chunks(T, std::vector<int64_t>(size_t(cfg.num_layers), chunk), po);
     ASSERT_GT(plan.chunks.size(), 3u);
+    expect_clear_expert_margins(*model, d.ids);
     GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
     Tensor x0 = model->embed(d.ids);
     auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x, make_read_selection(kc)); };

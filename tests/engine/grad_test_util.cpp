@@ -75,6 +75,11 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
             c.layer_specs[size_t(l)].rope_theta = c.rope_theta;
             if (l % 2 == 0) c.layer_specs[size_t(l)].attention = AttnKind::SLIDING, c.layer_specs[size_t(l)].window = 5;
         }
+    } else if (arch == "gpt_oss_moe") {  // as "gpt_oss", with gpt-oss's experts in every layer: 4 of them, 2 per token
+        c = grad_test_config("gpt_oss", layers);
+        c.moe.num_experts = 4;
+        c.moe.top_k = 2;
+        for (LayerSpec& s : c.layer_specs) s.mlp = MlpKind::EXPERTS;
     } else if (arch == "mla" || arch == "mla_qlora") {
         // DeepSeek-V2 latent attention: keys of 6 + 4 rotated channels and values of 6 from a
         // latent of 8 (v_head_dim < head_dim: values padded); "mla_qlora" also compresses the
@@ -90,6 +95,7 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c.latent.qk_rope_head_dim = 4;
         c.latent.v_head_dim = 6;
         c.partial_rotary_factor = 0.4;
+        c.latent.cache = LatentAttention::Cache::EXPANDED;  // gradients run through the expanded form
     } else if (arch == "lfm2") {
         // LFM2's hybrid: gated short convolutions of width 3 in the even layers (0, 2, ...), attention
         // with per-head q/k norm in the odd ones, tied embeddings (as the tiny-lfm2 preset)

@@ -192,7 +192,7 @@ TEST(PolicyRuntime, AScorerGetsExactlyTheFeaturesItDeclares) { isolated([] {
 
 TEST(PolicyFeatures, EachFeatureIsItsOwnMember) {
     const Feature all[] = {Feature::ValueNorm, Feature::KeyNorm, Feature::QuantError,
-                           Feature::KeyVectors, Feature::ValueVectors, Feature::QueryVectors};
+                           Feature::KeyVectors, Feature::ValueVectors, Feature::QueryVectors, Feature::HiddenStates};
     EXPECT_TRUE(FeatureSet().empty());
     for (Feature a : all) {
         const FeatureSet one = a;

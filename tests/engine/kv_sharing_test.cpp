@@ -100,8 +100,14 @@ TEST(KvSharing, WholeAndChunkedThroughDenseCacheMatchReference) {
 // slots its source keeps (inside the window), and records the positions both saw.
 class SharedCheck final : public CacheAttention {
    public:
-    explicit SharedCheck(KVCache& cache) : cache_(cache) {}
-    void set_rope_frequencies(const std::vector<double>* inv_freq) override { cache_.set_rope_frequencies(inv_freq); }
+    // rerotated_source >= 0: that source's policy re-rotates its kept keys to contiguous RoPE
+    // positions (kvpress' KeyRerotationPress), so its readers' queries continue at the number of
+    // kept tokens before the chunk: the check turns them by that shift in f64 first.
+    explicit SharedCheck(KVCache& cache, int rerotated_source = -1) : cache_(cache), rerotated_(rerotated_source) {}
+    void set_rope_frequencies(const std::vector<double>* inv_freq) override {
+        inv_freq_ = inv_freq;
+        cache_.set_rope_frequencies(inv_freq);
+    }
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
                 const ChunkInput& in) override {
         cache_.attend(layer, q, k, v, input_pos, scale, window, y, in);
@@ -117,9 +123,28 @@ class SharedCheck final : public CacheAttention {
         const int64_t NH = q.size(1), n = q.size(2), D = q.size(3), T = pol.current_length(), L = pol.cache_length();
         const int64_t G = pol.groups(), R = NH / G;
         auto [K, V] = lc.buffer().read(T);
-        const std::vector<double> qv = q.contiguous().to_f64_vector(), yv = y.contiguous().to_f64_vector();
+        std::vector<double> qv = q.contiguous().to_f64_vector();
+        const std::vector<double> yv = y.contiguous().to_f64_vector();
         const std::vector<double> Kv = K.contiguous().to_f64_vector(), Vv = V.contiguous().to_f64_vector();
         const std::vector<int32_t>& pos = pol.token_positions();
+        if (source == rerotated_) {
+            // The queries continue at K = the kept tokens before the chunk: turn by K - input_pos,
+            // the pair (j, j + D/2) by that times theta_j (every channel rotates in these models).
+            int64_t kept_before = 0;
+            for (int64_t t = 0; t < T; ++t) kept_before += pos[size_t(t)] >= 0 && pos[size_t(t)] < input_pos;
+            const int64_t shift = kept_before - input_pos, half = int64_t(inv_freq_->size());
+            EXPECT_EQ(2 * half, D);
+            if (shift != 0) ++turned_calls;
+            for (int64_t r = 0; r < NH * n; ++r)
+                for (int64_t j = 0; j < half; ++j) {
+                    double& a = qv[size_t(r * D + j)];
+                    double& b = qv[size_t(r * D + j + half)];
+                    const double c = std::cos(double(shift) * (*inv_freq_)[size_t(j)]), sn = std::sin(double(shift) * (*inv_freq_)[size_t(j)]);
+                    const double a0 = a, b0 = b;
+                    a = a0 * c - b0 * sn;
+                    b = b0 * c + a0 * sn;
+                }
+        }
         for (int64_t h = 0; h < NH; ++h) {
             const int64_t g = h / R;
             const int32_t* p = pos.data() + (pol.per_row_positions() ? g * L : 0);
@@ -150,7 +175,7 @@ class SharedCheck final : public CacheAttention {
             }
         }
     }
-    int64_t shared_calls = 0, position_mismatches = 0;
+    int64_t shared_calls = 0, position_mismatches = 0, turned_calls = 0;
     double max_err = 0, max_ref = 0;
 
    private:
@@ -162,6 +187,8 @@ class SharedCheck final : public CacheAttention {
         return s;
     }
     KVCache& cache_;
+    int rerotated_;
+    const std::vector<double>* inv_freq_ = nullptr;
     std::map<int, std::multiset<int32_t>> kept_;
 };
 
@@ -201,6 +228,29 @@ TEST(KvSharing, H2oSharedLayerSeesExactlyWhatItsSourceKeeps) {
     EXPECT_EQ(cache.layer(2).policy().current_length(), 8);
     for (int l = 3; l < 6; ++l) EXPECT_EQ(cache.layer(l).buffer().bytes(), 0u) << l;
   }
+}
+
+// Key re-rotation on the source: after h2o evicts on layer 2, its kept keys move to contiguous
+// RoPE positions and its queries turn by the same shift; its reader (5) must turn its queries
+// alike, so its output equals an f64 attention over the turned keys with queries turned by
+// (kept tokens before the chunk) - input_pos.
+TEST(KvSharing, KeyRerotationTurnsTheReadersQueriesLikeItsSources) {
+    Shared f("gemma3_kv_shared");
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;
+    Transformer model(f.mf.config, f.mf.weights, opt);
+    const Tensor ids = f.expected.tensors.at("input_ids.1");  // (1, 37)
+    const int64_t T = ids.size(1);
+    KVCacheConfig kc;
+    kc.name = "key-rerotation-h2o";
+    kc.cache_length = 8;
+    KVCache cache(kc, f.mf.config, Device{}, DType::F32, T);
+    const ChunkPlan plan = one_chunk_per_cell(T);
+    SharedCheck check(cache, 2);
+    test::drive_next_token(model, cache, ids, plan, check);
+    EXPECT_EQ(check.shared_calls, int64_t(plan.chunks.size()) * 3);
+    EXPECT_GT(check.turned_calls, 0) << "h2o never evicted before a chunk on layer 2: nothing turned";
+    EXPECT_LE(check.max_err, 1e-5 * check.max_ref) << "max |y - f64 attention with turned queries| " << check.max_err;
 }
 
 // A cell of several chunks runs layer-major: the source would be ahead of its reader.

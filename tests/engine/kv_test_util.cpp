@@ -98,6 +98,16 @@ Tensor LayerHarness::step(int64_t n) {
             history[size_t(r)][P + t] = {kr, vr};
         }
     Tensor y = Tensor::empty({B, NH, n, D}, DType::F32);
+    last_h = random_tensor({B, n, NH * D}, DType::F32, hidden_rng, -2.0, 2.0);
+    cache->set_layer_input(0, last_h);
+    {
+        const std::vector<float> hv = last_h.to_f32_vector();
+        const int64_t E = NH * D;
+        hidden_history.resize(size_t(B));
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < n; ++t)
+                hidden_history[size_t(b)][P + t] = std::vector<float>(hv.begin() + (b * n + t) * E, hv.begin() + (b * n + t + 1) * E);
+    }
     cache->attend(0, q, k, v, P, 1.0f / std::sqrt(float(D)), 0, y);
     last_q = {q};
     all_q.push_back({P, q});

@@ -29,6 +29,11 @@ struct LayerHarness {
     // history[(b*G+g)][pos] = (k row, v row)
     std::vector<std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>>> history;
     std::vector<Tensor> last_q, last_k, last_v;  // the most recent chunk
+    // The chunk's attention input (B, n, NH * D) handed to the cache before each call (policies
+    // that read hidden states, kvzap), from a stream of its own so the q/k/v draws stay as they were.
+    std::mt19937_64 hidden_rng{0x6b767a6170ull};
+    Tensor last_h;
+    std::vector<std::map<int64_t, std::vector<float>>> hidden_history;  // [b][position] = its E values
     std::vector<std::pair<int64_t, Tensor>> all_q;  // every chunk's (input position, q)
     int64_t P = 0;
 

@@ -86,7 +86,9 @@ TEST(DeepseekV2Config, RefusesWhatItDoesNotRunByName) {
 
 TEST(DeepseekV2Model, KeepsWhatTheReversePassNeeds) {
     const HfModelFolder mf = load_hf_model_folder(fixture_dir("deepseek_v2_mla"));
-    Transformer model(mf.config, mf.weights, ModelOptions{});
+    ModelOptions expanded;  // the reverse pass runs the expanded form (a latent cache keeps no activations)
+    expanded.mla_cache = LatentAttention::Cache::EXPANDED;
+    Transformer model(mf.config, mf.weights, expanded);
     model.set_context_width(64);
     PlainAttention plain;
     BlockActivations save;
@@ -105,6 +107,24 @@ TEST(DeepseekV2Model, KeepsWhatTheReversePassNeeds) {
     int64_t n = 0;
     for (const auto& [name, t] : mf.weights) n += t.numel();
     EXPECT_EQ(model.parameter_count(), n);
+}
+
+TEST(DeepseekV2Model, LatentFormRefusesTheReversePassByName) {
+    const HfModelFolder mf = load_hf_model_folder(fixture_dir("deepseek_v2_mla"));
+    Transformer model(mf.config, mf.weights, ModelOptions{});
+    ASSERT_TRUE(model.config().latent_cache());  // the default form
+    model.set_context_width(64);
+    PlainAttention plain;
+    BlockActivations save;
+    const Tensor x = Tensor::full({1, 3, mf.config.hidden_size}, DType::F32, 0.5);
+    std::string msg;
+    try {
+        model.block(0, x, 0, plain, &save);
+    } catch (const Error& e) {
+        msg = e.what();
+    }
+    EXPECT_NE(msg.find("reverse pass through multi-head latent attention runs the expanded form"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expected --model.mla_cache expanded"), std::string::npos) << msg;
 }
 
 // Against transformers' own DeepSeek-V2 modules (tools/reference/deepseek_v2_check.py ran the
@@ -212,21 +232,25 @@ class LatentCheck final : public CacheAttention {
 
 // eval_long's driver over the fixture's 37 tokens (a prefill of 6, chunks of 2, then single
 // tokens) with an evicting policy holding 8 slots per layer.
-void run_evicting(const std::string& cache_name) {
+// Expanded: the per-head keys, values of v_head_dim padded with zeros. Latent: one KV head of
+// [k_pe ; c_kv] per token, the values the keys (no padding: the check's value width is the head).
+void run_evicting(const std::string& cache_name, LatentAttention::Cache form = LatentAttention::Cache::EXPANDED) {
     SCOPED_TRACE(cache_name);
     const HfModelFolder mf = load_hf_model_folder(fixture_dir("deepseek_v2_mla"));
     const SafetensorsContents expected = load_safetensors(fixture_dir("deepseek_v2_mla") + "/expected.safetensors");
     ModelOptions opt;
     opt.rope = RopeMode::YARN;
+    opt.mla_cache = form;
     Transformer model(mf.config, mf.weights, opt);
+    const ModelConfig& mc = model.config();
     model.set_context_width(64);
     const Tensor& ids = expected.tensors.at("input_ids.1");  // (1, 37)
     const int64_t T = ids.size(1);
     KVCacheConfig kc;
     kc.name = cache_name;
     kc.cache_length = 8;
-    KVCache cache(kc, mf.config, Device{}, DType::F32, T);
-    LatentCheck check(cache, mf.config.v_head_dim());
+    KVCache cache(kc, mc, Device{}, DType::F32, T);
+    LatentCheck check(cache, mc.latent_cache() ? mc.cache_head_dim() : mc.v_head_dim());
     const ChunkPlan plan = fixture_chunk_plan(T);  // a prefill of 6 tokens, then chunks of 2 and single tokens
     const HeadResult res = drive_next_token(model, cache, ids, plan, check);
     EXPECT_EQ(check.calls, int64_t(plan.chunks.size()) * mf.config.num_layers);
@@ -236,12 +260,22 @@ void run_evicting(const std::string& cache_name) {
     for (int64_t l = 0; l < mf.config.num_layers; ++l) {
         EXPECT_EQ(cache.layer(int(l)).policy().cache_length(), 8);
         EXPECT_EQ(cache.layer(int(l)).policy().current_length(), 8);  // it evicted: 37 tokens, 8 slots
+        EXPECT_EQ(cache.layer(int(l)).policy().groups(), mc.cache_kv_heads());
     }
+    // The next tokens' losses are the expanded form's (the same kept slots would give the same
+    // attention; here only finiteness and the count are the driver's business).
 }
 
 TEST(DeepseekV2Fixture, H2oAndSnapkvEvictDecompressedKeys) {
     run_evicting("h2o-default");
     run_evicting("snapkv-default");
+}
+// The latent cache: h2o and snapkv score one latent slot per token for all heads (one group, the
+// weight sums over every query head), every call against f64 attention over the held latents.
+// (quest reads a selection: cli.tiny_mla_quest.)
+TEST(DeepseekV2Fixture, H2oAndSnapkvEvictLatents) {
+    run_evicting("h2o-default", LatentAttention::Cache::LATENT);
+    run_evicting("snapkv-default", LatentAttention::Cache::LATENT);
 }
 
 // The preset runs without a checkpoint: its whole-sequence logits equal the same tokens fed

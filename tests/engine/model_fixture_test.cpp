@@ -6,8 +6,9 @@
 // q/k norm, query_pre_attn_scalar, (1 + w) norms on both sides of attention and MLP, GELU-tanh,
 // scaled tied embeddings), Gemma 2 (alternating layers), SmolLM3 (a NoPE layer), Phi-3 (partial
 // rotary, fused projections, window), OLMo 2 (output norms, q/k norm over the projection),
-// gpt-oss attention (learned sinks, alternating sliding/full layers, biases) and Phi-3 LongRoPE
-// (short and long factors). Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
+// gpt-oss attention (learned sinks, alternating sliding/full layers, biases), gpt-oss with its
+// mixture of experts (4 experts, 2 per token, the clamped SwiGLU's clamps acting) and Phi-3
+// LongRoPE (short and long factors). Logits must match within 1e-5 (f32) / 2e-2 (bf16) of max |logit|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                                          "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap", "gpt_oss_sinks",
                                          "phi3_longrope_short", "phi3_longrope_long", "phi3_longrope_full", "gemma3_gguf_layout",
                                          "gemma2_gguf_layout", "deepseek_v2_mla", "deepseek_v2_lite_mla", "lfm2_hybrid",
-                                         "gemma3n_text"));
+                                         "gemma3n_text", "gpt_oss_moe"));
 
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
@@ -90,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
                                    "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long", "deepseek_v2_mla", "deepseek_v2_lite_mla",
-                                   "lfm2_hybrid", "gemma3n_text"}) {
+                                   "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"}) {
         Fixture f = load_fixture(name);
         ModelOptions opt;
         opt.rope = RopeMode::YARN;
@@ -222,7 +223,7 @@ TEST(ModelFixtureLayers, GemmaLayerTypesFollowTransformers) {
 // norms, Phi-3's fused projections).
 TEST(ModelFixtureLayers, StateDictHasTheCheckpointsNamesAndValues) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
-                                   "gemma2_softcap", "gpt_oss_sinks"}) {
+                                   "gemma2_softcap", "gpt_oss_sinks", "gpt_oss_moe"}) {
         Fixture f = load_fixture(name);
         Transformer model(f.model.config, f.model.weights, ModelOptions{});
         const TensorMap sd = model_state_dict(model);

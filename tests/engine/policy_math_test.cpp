@@ -138,5 +138,29 @@ TEST(PolicySoftmaxAccumulate, EveryIsaPathGivesTheBitsOfThePlainLoops) {
     }
 }
 
+TEST(PolicyAbsColumnSums, EveryIsaPathGivesTheBitsOfThePlainLoop) {
+    // critical's L1 norms of W_o,h v over the output rows, a column per value: tails of every
+    // width, a row stride wider than the columns, negative zeros
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    for (int64_t n : {1, 7, 16, 33, 64, 128}) {
+        const int64_t rows = 37, ldc = n + 3;
+        std::vector<float> C((size_t)(rows * ldc));
+        for (float& c : C) c = u(rng);
+        C[0] = -0.0f;
+        std::vector<double> want((size_t)n);
+        for (int64_t i = 0; i < n; ++i) {
+            double a = 0.0;
+            for (int64_t c = 0; c < rows; ++c) a += std::fabs(double(C[size_t(c * ldc + i)]));
+            want[size_t(i)] = a;
+        }
+        for (int level = 2; level <= policy_matmul_level(); ++level) {
+            std::vector<double> out((size_t)n, -1.0);
+            policy_abs_column_sums_at(level, rows, n, C.data(), ldc, out.data());
+            EXPECT_EQ(out, want) << "n " << n << " level " << level;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace kv::test

@@ -24,6 +24,7 @@ namespace kv {
 namespace {
 using test::GptOssDriverRun;
 using test::gpt_oss_fixture_dir;
+using test::gpt_oss_moe_fixture_dir;
 
 
 std::string read_text(const std::string& path) {
@@ -48,17 +49,61 @@ TEST(GptOssConfig, LayerTypesSinksAndBiasesFollowTransformers) {
     for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(d.layer_window(l), l % 2 == 0 ? 128 : 0) << l;
 }
 
-TEST(GptOssConfig, RefusesTheMixtureOfExpertsByName) {
+// num_local_experts > 0 makes every layer's MLP GptOssMLP's experts, with GptOssConfig's
+// defaults (num_experts_per_tok 4, swiglu_limit 7, swiglu_alpha 1.702); 0 keeps kvlab's dense form.
+TEST(GptOssConfig, ReadsTheMixtureOfExperts) {
+    const std::string head = R"({"model_type": "gpt_oss", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                               "max_position_embeddings": 64, )";
+    const ModelConfig c = parse_model_config(head + R"("num_local_experts": 32})", "config.json");
+    EXPECT_EQ(c.moe.num_experts, 32);
+    EXPECT_EQ(c.moe.top_k, 4);
+    EXPECT_EQ(c.moe.limit, 7.0);
+    EXPECT_EQ(c.moe.alpha, 1.702);
+    for (int64_t l = 0; l < 2; ++l) EXPECT_TRUE(c.experts_layer(l)) << l;
+    const ModelConfig d = parse_model_config(
+        head + R"("num_local_experts": 8, "num_experts_per_tok": 3, "swiglu_limit": 5.5, "swiglu_alpha": 1.5})", "config.json");
+    EXPECT_EQ(d.moe.num_experts, 8);
+    EXPECT_EQ(d.moe.top_k, 3);
+    EXPECT_EQ(d.moe.limit, 5.5);
+    EXPECT_EQ(d.moe.alpha, 1.5);
+    const ModelConfig dense = parse_model_config(head + R"("num_local_experts": 0})", "config.json");
+    EXPECT_FALSE(dense.has_experts());
+    try {
+        parse_model_config(head + R"("num_local_experts": 4, "num_experts_per_tok": 5})", "config.json");
+        FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("num_experts_per_tok must be in [1, num_local_experts = 4], got 5"), std::string::npos) << m;
+    }
+}
+
+// The released checkpoints keep the experts in MXFP4 blocks: refused by name, from the config
+// and from the tensors alike.
+TEST(GptOssConfig, RefusesMxfp4ExpertsByName) {
     try {
         parse_model_config(R"({"model_type": "gpt_oss", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-                               "max_position_embeddings": 64, "num_local_experts": 32})",
+                               "max_position_embeddings": 64, "num_local_experts": 32,
+                               "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": []}})",
                            "config.json");
         FAIL() << "expected a refusal";
     } catch (const Error& e) {
         const std::string m = e.what();
-        EXPECT_NE(m.find("num_local_experts"), std::string::npos) << m;
-        EXPECT_NE(m.find("mixture-of-experts MLP is not supported"), std::string::npos) << m;
+        EXPECT_NE(m.find("quantization_config"), std::string::npos) << m;
+        EXPECT_NE(m.find("has quant_method mxfp4; kvlab reads gpt-oss's experts as float tensors only"), std::string::npos) << m;
+    }
+    const HfModelFolder mf = load_hf_model_folder(gpt_oss_moe_fixture_dir());
+    TensorMap w = mf.weights;
+    const std::string p = "model.layers.1.mlp.experts.";
+    w[p + "gate_up_proj_blocks"] = Tensor::zeros({1}, DType::U8);
+    w.erase(p + "gate_up_proj");
+    try {
+        Transformer m(mf.config, w, ModelOptions{});
+        FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("'model.layers.1.mlp.experts.gate_up_proj' is stored as MXFP4 blocks"), std::string::npos) << m;
     }
 }
 

@@ -20,8 +20,13 @@ and MLP outputs (no input norms), q/k RMSNorm over the whole projection before t
 gpt-oss attention (transformers' modeling_gpt_oss.py eager_attention_forward): a learned sink
 logit per query head appended to every row's scores before the softmax and dropped after it
 (softmax([scores, sink])[:-1]), q/k/v and o_proj biases, layer_types alternating
-sliding_attention and full_attention; the MLP is dense SwiGLU (num_local_experts 0: kvlab runs
-gpt-oss attention without its mixture of experts).
+sliding_attention and full_attention; the MLP is dense SwiGLU with num_local_experts 0 (kvlab's
+own form), else gpt-oss's mixture of experts (transformers' GptOssMLP: GptOssTopKRouter and
+GptOssExperts): router logits z = W_r h + b_r, the num_experts_per_tok largest selected and
+weighted by the softmax over those logits alone, each selected expert's gate_up_proj (stored
+(experts, hidden, 2 intermediate) for h @ W, gate and up in alternate columns) plus bias, gate
+clamped above at swiglu_limit and up to [-limit, limit], (up + 1) * gate * sigmoid(alpha gate),
+down_proj plus bias, and the weighted sum.
 DeepSeek-V2 multi-head latent attention (transformers' modeling_deepseek_v2.py, 4.57): q from
 q_proj, or q_b_proj(RMSNorm(q_a_proj x)) with q_lora_rank; kv_a_proj_with_mqa x split into the
 latent (kv_lora_rank, RMSNorm'd by kv_a_layernorm, expanded per head by kv_b_proj into k_nope
@@ -254,6 +259,36 @@ def mla_attention(cfg, W, p, h, pos, mask):
     return a.transpose(1, 2).reshape(B, T, NH * VD) @ W[p + "self_attn.o_proj.weight"].T
 
 
+def moe_mlp(cfg, W, p, h):
+    """gpt-oss's mixture of experts on h (B, T, E); also the smallest gap between a token's
+    top-k-th and next router logit (a near-tie would make the selection rounding-dependent)."""
+    N, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    limit, alpha = cfg.get("swiglu_limit", 7.0), cfg.get("swiglu_alpha", 1.702)
+    z = h @ W[p + "mlp.router.weight"].T + W[p + "mlp.router.bias"]  # (B, T, N)
+    top, idx = torch.topk(z, K, dim=-1)
+    weights = torch.softmax(top, dim=-1)  # over the selected logits only
+    ordered = torch.sort(z, dim=-1, descending=True).values
+    gap = float((ordered[..., K - 1] - ordered[..., K]).min()) if K < N else math.inf
+    out = torch.zeros_like(h)
+    clamped = 0
+    for e in range(N):
+        gu = h @ W[p + "mlp.experts.gate_up_proj"][e] + W[p + "mlp.experts.gate_up_proj_bias"][e]
+        gate, up = gu[..., 0::2], gu[..., 1::2]
+        sel = (idx == e).any(dim=-1, keepdim=True)  # the tokens routed to e
+        clamped += int(((gate > limit) & sel).sum()) + int(((up.abs() > limit) & sel).sum())
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        y = ((up + 1) * gate * torch.sigmoid(alpha * gate)) @ W[p + "mlp.experts.down_proj"][e] + W[p + "mlp.experts.down_proj_bias"][e]
+        w_e = (weights * (idx == e)).sum(dim=-1, keepdim=True)  # 0 where e was not selected
+        out = out + w_e * y
+    CLAMPED.append(clamped)
+    return out, gap
+
+
+ROUTER_GAPS = []  # the smallest routing gap of every MoE call of a fixture's forward passes
+CLAMPED = []  # the clamped gate and up entries of the selected experts, per MoE call
+
+
 def forward(cfg, W, ids, context_width, mode):
     """Logits (B, T, V) in float64 for ids (B, T) starting at position 0."""
     B, T = ids.shape
@@ -329,6 +364,11 @@ def forward(cfg, W, ids, context_width, mode):
         else:
             x = x + o
             h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+        if p + "mlp.router.weight" in W:
+            d, gap = moe_mlp(cfg, W, p, h)
+            ROUTER_GAPS.append(gap)
+            x = x + d
+            continue
         g = h @ W[p + "mlp.gate_proj.weight"].T
         u = h @ W[p + "mlp.up_proj.weight"].T
         act = gelu_tanh(g) if gemma else torch.nn.functional.silu(g)
@@ -418,6 +458,18 @@ def make_weights(cfg, seed, store_dtype):
             norm(p + "pre_feedforward_layernorm.weight", E)
         if is_gemma(cfg) or cfg["model_type"] == "olmo2":
             norm(p + "post_feedforward_layernorm.weight", E)
+        if cfg.get("num_local_experts"):
+            N = cfg["num_local_experts"]
+            lin(p + "mlp.router.weight", N, E)
+            lin(p + "mlp.router.bias", N)
+            # gate/up of std 0.6 (pre-activations of a few units): both clamps at +-7 act
+            lin(p + "mlp.experts.gate_up_proj", N, E, 2 * I)
+            W[p + "mlp.experts.gate_up_proj"] *= 3.0
+            lin(p + "mlp.experts.gate_up_proj_bias", N, 2 * I)
+            lin(p + "mlp.experts.down_proj", N, I, E)
+            W[p + "mlp.experts.down_proj"] *= 0.25
+            lin(p + "mlp.experts.down_proj_bias", N, E)
+            continue
         lin(p + "mlp.gate_proj.weight", I, E)
         lin(p + "mlp.up_proj.weight", I, E)
         lin(p + "mlp.down_proj.weight", E, I)
@@ -569,6 +621,15 @@ FIXTURES = [
                                    tie_word_embeddings=True, hidden_act=None, hidden_activation="gelu_pytorch_tanh",
                                    final_logit_softcapping=None, attn_logit_softcapping=None, _kv_shared_layers=3),
      torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
+    # gpt-oss with its mixture of experts: 4 experts of width 48, 2 per token, the attention of
+    # gpt_oss_sinks. It was generated as the entry after deepseek_v2_lite_mla, the same index as
+    # gemma3_kv_shared (the two were added side by side), so it keeps that seed (_seed_index).
+    ("gpt_oss_moe", llama_cfg(model_type="gpt_oss", architectures=["GptOssForCausalLM"], num_hidden_layers=4,
+                              sliding_window=5, attention_bias=True, num_local_experts=4, num_experts_per_tok=2,
+                              swiglu_limit=7.0, swiglu_alpha=1.702, _qkv_bias=True,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                              _seed_index=21),
+     torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
 ]
 
 
@@ -583,6 +644,7 @@ def main():
             continue  # seeds depend on the index i, so skipping leaves the others unchanged
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)
+        i = cfg.get("_seed_index", i)  # an entry generated at another index keeps that index's seeds
         stored, W = make_weights(cfg, 1000 + i, store_dtype)
         write_safetensors(os.path.join(d, "model.safetensors"), stored, {"format": "pt"})
         public = {k: v for k, v in cfg.items() if not k.startswith("_") and not (k == "hidden_act" and v is None)}
@@ -594,6 +656,8 @@ def main():
             json.dump(public, f, indent=2)
         gen = torch.Generator().manual_seed(77 + i)
         expected = {}
+        ROUTER_GAPS.clear()
+        CLAMPED.clear()
         for j, (B, T) in enumerate(shapes):
             ids = torch.randint(0, cfg["vocab_size"], (B, T), generator=gen)
             expected[f"input_ids.{j}"] = ids.to(torch.int64)
@@ -605,6 +669,10 @@ def main():
         expected["greedy.margins"] = torch.tensor(margins, dtype=torch.float64)
         meta = {"magic": FIXTURE_MAGIC, "version": str(FIXTURE_VERSION), "rope_mode": mode, "context_width": str(width),
                 "inputs": str(len(shapes)), "generator": "tools/reference/model_reference.py", "torch": torch.__version__}
+        if ROUTER_GAPS:  # f32 routing must select what float64 selects
+            assert min(ROUTER_GAPS) > 1e-3, f"{name}: a router near-tie ({min(ROUTER_GAPS)}); pick another seed"
+            assert sum(CLAMPED) > 0, f"{name}: no clamp acted"
+            print(f"{name}: smallest router gap {min(ROUTER_GAPS):.4f}, {sum(CLAMPED)} clamped entries")
         write_safetensors(os.path.join(d, "expected.safetensors"), expected, meta)
         print(f"{name}: {len(stored)} tensors, inputs {shapes}, greedy {expected['greedy.tokens'].tolist()}")
 

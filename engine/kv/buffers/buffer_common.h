@@ -34,12 +34,15 @@ struct BufferShared {
 
 // Apply a plan's moves and writes to full-precision (B, G, L, D) tensors.
 void apply_plan_to(Tensor& K, Tensor& V, const SlotPlan& plan, const Tensor& k, const Tensor& v);
+// The same for a buffer whose values are its keys (BufferParams::values_are_keys).
+void apply_plan_to_keys(Tensor& K, const SlotPlan& plan, const Tensor& k);
 
 std::unique_ptr<KVBuffer> make_default_buffer(const BufferParams& p, DType dtype);
 // kf, vf: the formats of keys and values (equal unless the buffer has asymmetric widths).
 std::unique_ptr<KVBuffer> make_quantized_buffer(const KVCacheConfig& cfg, const BufferParams& p, QuantFormat kf, QuantFormat vf,
                                                 std::string name, std::shared_ptr<BufferShared> shared);
 std::unique_ptr<KVBuffer> make_kivi_buffer(const KVCacheConfig& cfg, const BufferParams& p, int bits);
+std::unique_ptr<KVBuffer> make_think_buffer(const KVCacheConfig& cfg, const BufferParams& p);
 // compact: free whole blocks after each chunk (KVBuffer::compact).
 std::unique_ptr<KVBuffer> make_paged_buffer(const BufferParams& p, DType dtype, int64_t block_size, bool compact = false);
 std::unique_ptr<KVBuffer> make_offload_buffer(std::unique_ptr<KVBuffer> inner, const BufferParams& p,

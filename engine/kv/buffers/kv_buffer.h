@@ -25,6 +25,12 @@ class KVBuffer {
     virtual bool allocated() const = 0;
     // Free the storage (end of a pass); the next prefill allocates again.
     virtual void release() = 0;
+    // The chunk's queries (B, NH, n, D), handed just before its keys are written (prefill or
+    // write): buffers whose layout follows the queries (think's key channels) read them.
+    virtual void observe_queries(const Tensor& q) { (void)q; }
+    // Whether each (b, g) row must be one KV head (think keeps channels per head), which
+    // per-head pools of slots (PooledSlots) cannot give.
+    virtual bool per_head_rows() const { return false; }
     // New k, v (B, G, n, D) into slots [0, n).
     virtual void prefill(const Tensor& k, const Tensor& v) = 0;
     // Moves of the plan (within the buffer), then new tokens into the plan's targets.
@@ -72,6 +78,9 @@ class KVBuffer {
     // element. The bytes of the slots kept (logical) are LayerCache::logical_bytes().
     virtual size_t bytes() const = 0;
     virtual double bits_per_element() const = 0;
+    // Whether the values are the keys (a latent-attention layer's latent cache,
+    // BufferParams::values_are_keys): one stored vector per slot, read() returns it twice.
+    virtual bool values_are_keys() const { return false; }
 };
 
 // Shared state of all layers' buffers in one cache (the dequantized working buffer of
@@ -85,6 +94,9 @@ struct BufferParams {
     int64_t D = 0;       // head size
     Device device{};
     DType act_dtype = DType::F32;  // dtype of attention inputs (and of default buffers unless named)
+    // The values are the keys (ModelConfig::latent_cache): only K is stored, v of every write is
+    // ignored. Full-precision buffers only (make_buffer refuses the others).
+    bool values_are_keys = false;
 };
 
 std::unique_ptr<KVBuffer> make_buffer(const KVCacheConfig& cfg, const BufferParams& p, std::shared_ptr<BufferShared> shared);

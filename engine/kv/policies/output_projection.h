@@ -15,6 +15,8 @@ class OutputProjectionUser {
     // wo: [E, NH * D] (nn.Linear's [out, in]), float of any dtype or packed, on any device.
     // Called before every attend of the layer: keep a converted copy keyed by the tensor.
     virtual void set_output_projection(const Tensor& wo) = 0;
+    // Whether its scores read W_o (a wrapper passes it on to a policy that may not).
+    virtual bool reads_output_projection() const { return true; }
 };
 
 }  // namespace kv

@@ -67,6 +67,10 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProj
     void set_output_projection(const Tensor& wo) override {
         if (auto* u = dynamic_cast<OutputProjectionUser*>(inner_.get())) u->set_output_projection(wo);
     }
+    bool reads_output_projection() const override {
+        const auto* u = dynamic_cast<const OutputProjectionUser*>(inner_.get());
+        return u && u->reads_output_projection();
+    }
     int64_t pool_slots() const override { return S_; }
     bool per_row_positions() const override { return true; }
     const std::vector<int32_t>& token_positions() const override { return inner_->pos_; }

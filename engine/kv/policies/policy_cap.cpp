@@ -64,7 +64,9 @@ class CapPolicy final : public ScorePolicy {
         std::copy_n(kv_.begin() + (r * L_ + from) * 2 * D_, 2 * D_, kv_.begin() + (r * L_ + to) * 2 * D_);
     }
     void accumulate(const std::vector<float>&, int64_t) override {
-        if (D_ == 0) return;
+        // Every score is recomputed here and read only from a full cache (choose_next,
+        // slot_scores), so a cache still filling is not scored.
+        if (D_ == 0 || T_ < L_) return;
         const int64_t D = D_, T = T_, R = NH_ > 0 ? NH_ / G_ : 1;
         const int64_t half = rope_ ? int64_t(rope_->size()) : 0;
         // Rbar: on each rotated pair (i, i + half) [[cbar, -sbar], [sbar, cbar]], the mean of

@@ -142,7 +142,8 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
     // to a multiple of 16) are multiplied by each W_o,h in one product, (W_o,h V^T)[c][t] =
     // sum over d in order of W_o[c][h D + d] v_t[d] (policy_matmul: each output one sum, as one
     // value at a time), so the L1 sums over c run for all of the chunk's values side by side
-    // (each in c order: the same bits as value by value, without one long chain of dependent adds).
+    // (each in c order: the same bits as value by value, without one long chain of dependent adds;
+    // policy_abs_column_sums runs them at the CPU's vector width).
     void flush(const InsertFeatures& f) {
         const int64_t D = f.head_dim;
         if (wo_.empty()) {
@@ -175,11 +176,7 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
             l1_.resize(size_t(mp));
             for (int64_t h = g * R; h < (g + 1) * R; ++h) {
                 policy_matmul(E_, mp, D, wo_.data() + h * D, Q_, vals_.data(), mp, out_.data(), mp);
-                std::fill(l1_.begin(), l1_.end(), 0.0);
-                for (int64_t c = 0; c < E_; ++c) {
-                    const float* oc = out_.data() + c * mp;
-                    for (int64_t i = 0; i < mp; ++i) l1_[size_t(i)] += std::fabs(double(oc[i]));
-                }
+                policy_abs_column_sums(E_, mp, out_.data(), mp, l1_.data());
                 for (int64_t i = 0; i < mp; ++i) sum_[size_t(i)] += l1_[size_t(i)];
             }
             t = 0;

@@ -68,7 +68,8 @@ class FinchPolicy final : public ScorePolicy {
                 std::copy_n(f.queries.begin() + ((b * NH_ + h) * n + n - nq_) * D_, nq_ * D_, q_.begin() + ((b * NH_ + h) * nq_) * D_);
     }
     void accumulate(const std::vector<float>&, int64_t) override {
-        if (nq_ == 0) return;
+        // every score is recomputed here and read only from a full cache (choose_next, slot_scores)
+        if (nq_ == 0 || T_ < L_) return;
         const int64_t T = T_, R = NH_ / G_, M = R * nq_, first = P_ - nq_;
         double top = -std::numeric_limits<double>::infinity();
         acc_.resize(size_t(T)), x_.resize(size_t(T)), e_.resize(size_t(T));

@@ -43,21 +43,45 @@ void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
         }
 }
 
-void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, double p, double* x) {
+void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, const double* cs, double* x) {
     for (int64_t d = 0; d < D; ++d) x[d] = double(key[d]);
     if (!rope) return;
     const int64_t half = int64_t(rope->size());
     for (int64_t j = 0; j < half; ++j) {  // R(p)^T: rotate pair (j, j + half) by -p theta_j
-        const double a = p * (*rope)[size_t(j)], c = std::cos(a), s = std::sin(a);
+        const double c = cs[2 * j], s = cs[2 * j + 1];
         const double u = double(key[j]), v = double(key[j + half]);
         x[j] = u * c + v * s;
         x[j + half] = v * c - u * s;
     }
 }
 
+// A chunk stages one key per (row, new token): every row's key at position p takes the same
+// rotation, so its sines and cosines are computed once per position, not once per row.
+const double* LeverageSketch::rotation(const std::vector<double>* rope, int64_t p) {
+    const int64_t half = int64_t(rope->size());
+    if (rope != rot_rope_ || p < rot_p0_ || p >= rot_p0_ + rot_n_) {
+        if (rope != rot_rope_ || p < rot_p0_ || p > rot_p0_ + 4096) {  // a new run of positions
+            rot_rope_ = rope, rot_p0_ = p, rot_n_ = 0;
+            rot_ok_.clear();
+        }
+        rot_n_ = p - rot_p0_ + 1;
+        rot_ok_.resize(size_t(rot_n_), 0);
+        rot_.resize(size_t(rot_n_ * 2 * half));
+    }
+    double* cs = rot_.data() + (p - rot_p0_) * 2 * half;
+    if (!rot_ok_[size_t(p - rot_p0_)]) {
+        for (int64_t j = 0; j < half; ++j) {
+            const double a = double(p) * (*rope)[size_t(j)];
+            cs[2 * j] = std::cos(a), cs[2 * j + 1] = std::sin(a);
+        }
+        rot_ok_[size_t(p - rot_p0_)] = 1;
+    }
+    return cs;
+}
+
 void LeverageSketch::stage(const float* key, int64_t D, const std::vector<double>* rope, double p, int64_t r, int64_t slot) {
     staged_.resize(staged_.size() + size_t(D));
-    unrotate(key, D, rope, p, staged_.data() + staged_.size() - size_t(D));
+    unrotate(key, D, rope, rope ? rotation(rope, int64_t(p)) : nullptr, staged_.data() + staged_.size() - size_t(D));
     staged_at_.push_back(r), staged_at_.push_back(slot);
 }
 
@@ -80,6 +104,7 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
     }
     staged_.clear();
     staged_at_.clear();
+    rot_rope_ = nullptr;  // the next chunk's positions start a new run
 }
 
 void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {

@@ -12,8 +12,9 @@ struct LeverageSketch {
     std::vector<double> phi;  // (G, D, k), a pure function of (layer, head, index)
 
     void init(int64_t layer, int64_t G, int64_t D);
-    // The pre-RoPE key of a token at position p (rope: the layer's frequencies, null: a copy).
-    static void unrotate(const float* key, int64_t D, const std::vector<double>* rope, double p, double* out);
+    // The pre-RoPE key of a token at position p (rope: the layer's frequencies, null: a copy);
+    // cs: cos and sin of p theta_j for each rotated pair j (interleaved), from rotation().
+    static void unrotate(const float* key, int64_t D, const std::vector<double>* rope, const double* cs, double* out);
     // Columns of a projection: k, or D when there is no sketch.
     int64_t width(int64_t D) const { return k > 0 ? k : D; }
     // A key's projection y = x Phi_g (width(D) values; no sketch: x itself), taken once when the
@@ -31,6 +32,13 @@ struct LeverageSketch {
     std::vector<double> mean_, Y_, Yt_, G_, Li_, LiT_, Z_;  // scratch, kept between calls (no allocation per chunk)
     std::vector<double> staged_, X_, P_;                    // staged pre-RoPE keys (count, D); one head's keys and projections
     std::vector<int64_t> staged_at_;                        // (r, slot) of each staged key
+    // cos and sin of R(p) per staged position, taken once for all the rows (KV heads) that
+    // stage a key at p: the chunk's positions [rot_p0_, rot_p0_ + rot_n_) (rot_ok_: computed)
+    const double* rotation(const std::vector<double>* rope, int64_t p);
+    std::vector<double> rot_;
+    std::vector<uint8_t> rot_ok_;
+    int64_t rot_p0_ = 0, rot_n_ = 0;
+    const std::vector<double>* rot_rope_ = nullptr;
 };
 
 // (x - mean) / max(std, 1e-6) in place over all of v (torch's unbiased std).

@@ -211,6 +211,51 @@ __attribute__((target("arch=x86-64-v3"))) void softmax_accumulate_v3(const float
 }
 #endif
 
+// Four vectors of columns per pass over the rows (four independent chains in flight); |x| by
+// clearing the sign bit, as fabs.
+template <class VF, class VD>
+KV_POLICY_VEC_INLINE void abs_column_sums_body(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
+    constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double)), NB = 4;
+    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
+    using I = typename IntOf<VD>::type;
+    I mask;
+    {
+        KV_VEC_LOCAL long long lanes[W];
+        for (int64_t l = 0; l < W; ++l) lanes[l] = 0x7fffffffffffffffll;
+        std::memcpy(&mask, lanes, sizeof(I));
+    }
+    int64_t i0 = 0;
+    for (; i0 + NB * W <= n; i0 += NB * W) {
+        KV_VEC_LOCAL VD acc[NB] = {};
+        for (int64_t c = 0; c < rows; ++c)
+            for (int64_t b = 0; b < NB; ++b) {
+                VF a;
+                std::memcpy(&a, C + c * ldc + i0 + b * W, sizeof(VF));
+                const VD v = __builtin_convertvector(a, VD);
+                I bits;
+                bits_as(bits, v);
+                bits &= mask;
+                VD av;
+                bits_as(av, bits);
+                acc[b] += av;
+            }
+        std::memcpy(out + i0, acc, sizeof(acc));
+    }
+    for (int64_t i = i0; i < n; ++i) {
+        double a = 0.0;
+        for (int64_t c = 0; c < rows; ++c) a += __builtin_fabs(double(C[c * ldc + i]));
+        out[i] = a;
+    }
+}
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void abs_column_sums_v4(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
+    abs_column_sums_body<f32x8, f64x8>(rows, n, C, ldc, out);
+}
+__attribute__((target("arch=x86-64-v3"))) void abs_column_sums_v3(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
+    abs_column_sums_body<f32x4, f64x4>(rows, n, C, ldc, out);
+}
+#endif
+
 template <class F, class V>
 void matmul_dispatch(int level, KV_MATMUL_ARGS(F)) {
 #if defined(__x86_64__)
@@ -247,6 +292,18 @@ void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R
 }
 void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A) {
     policy_softmax_accumulate_at(4, d, m, R, x, e, A);
+}
+
+void policy_abs_column_sums_at(int level, int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
+#if defined(__x86_64__)
+    level = std::min(level, cpu_level());
+    if (level >= 4) return abs_column_sums_v4(rows, n, C, ldc, out);
+    if (level >= 3) return abs_column_sums_v3(rows, n, C, ldc, out);
+#endif
+    abs_column_sums_body<f32x2, f64x2>(rows, n, C, ldc, out);
+}
+void policy_abs_column_sums(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
+    policy_abs_column_sums_at(4, rows, n, C, ldc, out);
 }
 
 int policy_matmul_level() {

@@ -40,4 +40,11 @@ double policy_exp_sum_at(int level, const double* x, double* y, int64_t n);
 void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A);
 void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A);
 
+// out[i] = the sum over c < rows, in c order starting from 0.0, of |double(C[c * ldc + i])|, for
+// i < n, at the CPU's vector width. Each column is its own chain of adds in the same order, so
+// every level gives the bits of the plain loop (critical's ||W_o,h v||_1 of a chunk's values
+// side by side, which the baseline build ran two lanes wide).
+void policy_abs_column_sums(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out);
+void policy_abs_column_sums_at(int level, int64_t rows, int64_t n, const float* C, int64_t ldc, double* out);
+
 }  // namespace kv

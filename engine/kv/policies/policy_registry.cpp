@@ -28,6 +28,7 @@ namespace kv {
     X(quest)               \
     X(ada)                 \
     X(kvzip)               \
+    X(kvzap)               \
     X(keydiff)             \
     X(chunkkv)             \
     X(observed_attention)  \
@@ -41,6 +42,7 @@ namespace kv {
     X(cap)                 \
     X(simlayerkv)          \
     X(finch)               \
+    X(key_rerotation)      \
     X(duo)
 
 #define KV_DECLARE_POLICY_FILE(f) std::vector<PolicyInfo> f##_policies();
@@ -137,6 +139,7 @@ std::unique_ptr<KVPolicy> build_policy(const PolicyInfo& info, const PolicyArgs&
     c.cross_layer_lengths = dynamic_cast<CrossLayerLengths*>(p.get());
     c.reorders_batch = dynamic_cast<ReordersBatch*>(p.get());
     c.reads_tokens = dynamic_cast<ReadsTokens*>(p.get());
+    c.rerotates_keys = dynamic_cast<RerotatesKeys*>(p.get());
     return p;
 }
 

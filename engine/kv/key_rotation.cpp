@@ -1,0 +1,79 @@
+// Key re-rotation (see key_rotation.h).
+#include "engine/kv/key_rotation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/core/error.h"
+
+namespace kv {
+
+void rotate_by_positions(double* x, int64_t D, const std::vector<double>& inv_freq, int64_t shift) {
+    const int64_t half = int64_t(inv_freq.size());
+    if (shift == 0 || half == 0) return;
+    if (2 * half > D) throw Error(str("key re-rotation: ", 2 * half, " rotated channels in a head of ", D));
+    for (int64_t j = 0; j < half; ++j) {
+        const double a = double(shift) * inv_freq[size_t(j)], c = std::cos(a), s = std::sin(a);
+        const double x1 = x[j], x2 = x[j + half];
+        x[j] = x1 * c - x2 * s;
+        x[j + half] = x2 * c + x1 * s;
+    }
+}
+
+void contiguous_rope_row(const int32_t* pos, int64_t slots, int32_t* rope) {
+    std::vector<int32_t> order;
+    for (int64_t s = 0; s < slots; ++s) {
+        rope[s] = -1;
+        if (pos[s] >= 0) order.push_back(int32_t(s));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+    for (size_t i = 0; i < order.size(); ++i) rope[order[i]] = int32_t(i);
+}
+
+void rerotate_row(const SlotPlan& plan, int64_t row, const int32_t* pos_after, int32_t* rope, int64_t slots, int32_t* shift) {
+    apply_plan_to_row(plan, row, rope, slots);  // moves carry their angle; new tokens come at their position
+    std::vector<int32_t> target((size_t)slots);
+    contiguous_rope_row(pos_after, slots, target.data());
+    for (int64_t s = 0; s < slots; ++s) {
+        shift[s] = target[size_t(s)] >= 0 ? target[size_t(s)] - rope[s] : 0;
+        rope[s] = target[size_t(s)];
+    }
+}
+
+int64_t query_shift(const std::vector<int32_t>& pos_after, int64_t rows, int64_t slots, int64_t input_pos) {
+    int64_t kept = -1;
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t k = 0;
+        for (int64_t s = 0; s < slots; ++s) {
+            const int32_t p = pos_after[size_t(r * slots + s)];
+            k += p >= 0 && p < input_pos;
+        }
+        if (kept >= 0 && k != kept)
+            throw Error(str("key re-rotation: slot rows keep ", kept, " and ", k, " tokens before position ", input_pos),
+                        "the queries of a chunk take one RoPE position per token, so every row must keep as many");
+        kept = k;
+    }
+    return std::max<int64_t>(kept, 0) - input_pos;
+}
+
+Tensor rotate_slots(const Tensor& x, const std::vector<int32_t>& shift, int64_t rows, const std::vector<double>& inv_freq,
+                    const TensorOptions& opt) {
+    const int64_t B = x.size(0), H = x.size(1), S = x.size(2), D = x.size(3);
+    if (int64_t(shift.size()) < rows * S || (rows != 1 && rows != B * H))
+        throw Error(str("key re-rotation: ", shift.size(), " shifts in ", rows, " rows for keys of ", B, " x ", H, " x ", S));
+    std::vector<double> v = x.contiguous().to_f64_vector();
+    for (int64_t r = 0; r < B * H; ++r)
+        for (int64_t s = 0; s < S; ++s)
+            rotate_by_positions(v.data() + (r * S + s) * D, D, inv_freq, shift[size_t((rows == 1 ? 0 : r) * S + s)]);
+    return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
+}
+
+Tensor rotate_all(const Tensor& x, int64_t shift, const std::vector<double>& inv_freq, const TensorOptions& opt) {
+    std::vector<double> v = x.contiguous().to_f64_vector();
+    const int64_t D = x.size(-1);
+    for (int64_t i = 0; i * D < int64_t(v.size()); ++i) rotate_by_positions(v.data() + i * D, D, inv_freq, shift);
+    return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
+}
+
+}  // namespace kv
