@@ -16,7 +16,7 @@
 
 namespace kv {
 
-enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS, DEEPSEEK_V2, LFM2 };
+enum class Arch : uint8_t { LLAMA, MISTRAL, QWEN2, QWEN3, GPT2, GEMMA2, GEMMA3, SMOLLM3, PHI3, OLMO2, GPT_OSS, DEEPSEEK_V2, LFM2, GEMMA3N };
 
 inline const char* arch_name(Arch a) {
     switch (a) {
@@ -33,6 +33,7 @@ inline const char* arch_name(Arch a) {
         case Arch::GPT_OSS: return "gpt_oss";
         case Arch::DEEPSEEK_V2: return "deepseek_v2";
         case Arch::LFM2: return "lfm2";
+        case Arch::GEMMA3N: return "gemma3n_text";
     }
     return "?";
 }
@@ -108,7 +109,29 @@ struct LayerSpec {
     double rotary_fraction = 1.0; // rotated fraction of head_dim; 0 = NoPE (no rotation)
     bool rope_scaled = true;      // whether the model's rope_scaling applies (Gemma 3: global layers only)
     LayerMixer mixer = LayerMixer::ATTENTION;
+    // Cross-layer KV sharing (Gemma 3n's num_kv_shared_layers): >= 0 names an earlier layer of
+    // the same attention type whose cached keys and values this layer reads with its own
+    // queries; it computes and caches none of its own. -1: the layer has its own K/V.
+    int64_t kv_source = -1;
+    // Gemma 3n's activation sparsity (activation_sparsity_pattern): > 0 passes the MLP gate
+    // through a gaussian top-k, relu(g - mean(g) - std(g) * Phi^-1(sparsity)) per token.
+    double activation_sparsity = 0.0;
     MlpKind mlp = MlpKind::GATED;  // EXPERTS: ModelConfig::moe describes the experts
+};
+
+// Gemma 3n's residual stream (engine/model/altup.h): AltUp keeps num_inputs copies of the hidden
+// state and a layer computes on one (active_idx) after a learned prediction, then corrects the
+// others; LAUREL adds a low-rank residual beside attention; per-layer inputs (a P-wide embedding
+// per token and layer) enter every layer's output. Between blocks the hidden state is packed as
+// (B, n, num_inputs * E + num_layers * P): the streams, then the per-layer inputs.
+struct AltUpSpec {
+    int64_t num_inputs = 0;         // altup_num_inputs; 0 = no AltUp (one residual stream)
+    int64_t active_idx = 0;         // altup_active_idx
+    double coef_clip = 0.0;         // altup_coef_clip: correction coefficients clamped to [-c, c] (0 = none)
+    bool correct_scale = true;      // altup_correct_scale: correct_output_scale multiplies the active stream
+    int64_t laurel_rank = 0;        // LAUREL's rank
+    int64_t per_layer_dim = 0;      // hidden_size_per_layer_input (P)
+    int64_t per_layer_vocab = 0;    // vocab_size_per_layer_input
 };
 
 // How a layer projects its queries, keys and values. SEPARATE: q/k/v projections (or Phi-3's
@@ -179,6 +202,8 @@ struct ModelConfig {
     LatentAttention latent;             // attn_projection LATENT: its sizes
     int64_t conv_kernel = 0;            // SHORT_CONV layers: the convolution's width (LFM2's conv_L_cache)
     MixtureOfExperts moe;               // layers whose LayerSpec::mlp is EXPERTS: the experts (each of intermediate_size)
+    bool v_norm = false;                // values through an RMSNorm without weight (Gemma 3n)
+    AltUpSpec altup;                    // Gemma 3n's streams, LAUREL and per-layer inputs (num_inputs 0: none)
 
     int64_t bos_token_id = -1;
     std::vector<int64_t> eos_token_ids;
@@ -191,6 +216,11 @@ struct ModelConfig {
     int64_t rope_dims() const { return int64_t(double(head_dim) * partial_rotary_factor) / 2 * 2; }
     int64_t group_size() const { return num_kv_heads ? num_heads / num_kv_heads : 0; }  // R
     bool latent_attention() const { return attn_projection == AttnProjection::LATENT; }
+    bool altup_enabled() const { return altup.num_inputs > 0; }
+    // Width of the hidden state between blocks: E, or Gemma 3n's packed streams and per-layer inputs.
+    int64_t residual_width() const {
+        return altup_enabled() ? altup.num_inputs * hidden_size + num_layers * altup.per_layer_dim : hidden_size;
+    }
     // The KV cache's geometry, the same for every layer that has one: a latent cache
     // (LatentAttention::Cache::LATENT) is one KV head of qk_rope_head_dim + kv_lora_rank channels
     // whose values are its keys (one stored vector per token), else G heads of head_dim, K and V.
@@ -221,6 +251,17 @@ struct ModelConfig {
     }
     // Whether layer l keeps keys and values in the KV cache (every layer but a short convolution).
     bool has_kv_cache(int64_t l) const { return !short_conv_layer(l); }
+    // The layer whose cache layer l attends over: l itself, or its KV-sharing source.
+    int64_t kv_layer(int64_t l) const {
+        const int64_t s = layer_spec(l).kv_source;
+        return s >= 0 ? s : l;
+    }
+    bool kv_shared(int64_t l) const { return layer_spec(l).kv_source >= 0; }
+    bool any_kv_shared() const {
+        for (int64_t l = 0; l < num_layers; ++l)
+            if (kv_shared(l)) return true;
+        return false;
+    }
     int layer_window(int64_t l) const {
         const LayerSpec s = layer_spec(l);
         return s.attention == AttnKind::SLIDING ? int(s.window) : 0;
@@ -274,6 +315,17 @@ struct ModelConfig {
             need((s.mixer == LayerMixer::SHORT_CONV) == (s.attention == AttnKind::NONE),
                  str("layer ", l, " is ", layer_mixer_name(s.mixer), " with attention '", attn_kind_name(s.attention),
                      "'; expected attention 'none' exactly for a short_conv layer"));
+            if (s.kv_source >= 0) {
+                const int64_t src = s.kv_source;
+                need(src < int64_t(l), str("layer ", l, " shares the keys and values of layer ", src, "; expected an earlier layer"));
+                const LayerSpec& o = layer_specs[size_t(src)];
+                need(o.kv_source < 0, str("layer ", l, " shares layer ", src, "'s keys and values, which are themselves shared; expected a layer with its own"));
+                need(o.attention == s.attention && o.window == s.window && s.mixer == LayerMixer::ATTENTION,
+                     str("layer ", l, " (", attn_kind_name(s.attention), ", window ", s.window, ") shares the keys and values of layer ", src,
+                         " (", attn_kind_name(o.attention), ", window ", o.window, "); expected a source of the same attention type and window"));
+                need(o.rope_theta == s.rope_theta && o.rotary_fraction == s.rotary_fraction && o.rope_scaled == s.rope_scaled,
+                     str("layer ", l, " shares the keys of layer ", src, ", which are rotated with another RoPE; expected the same RoPE"));
+            }
             need(s.mixer != LayerMixer::SHORT_CONV || (conv_kernel >= 1 && conv_kernel <= 64),
                  str("layer ", l, " is a short convolution but conv_L_cache is ", conv_kernel, "; expected a width in [1, 64]"));
         }
@@ -300,6 +352,22 @@ struct ModelConfig {
                  str("rope_scaling (longrope) needs original_max_position_embeddings > 0, got ", rope_scaling.original_max_position_embeddings));
         }
         need(std::isfinite(embedding_scale) && embedding_scale > 0, str("embedding scale must be > 0, got ", embedding_scale));
+        if (altup_enabled()) {
+            need(altup.active_idx >= 0 && altup.active_idx < altup.num_inputs,
+                 str("altup_active_idx ", altup.active_idx, " must be in [0, altup_num_inputs = ", altup.num_inputs, ")"));
+            need(altup.num_inputs <= 16, str("altup_num_inputs ", altup.num_inputs, " is implausible; expected at most 16"));
+            need(altup.laurel_rank > 0 && altup.per_layer_dim > 0 && altup.per_layer_vocab > 0,
+                 str("Gemma 3n needs laurel_rank (", altup.laurel_rank, "), hidden_size_per_layer_input (", altup.per_layer_dim,
+                     ") and vocab_size_per_layer_input (", altup.per_layer_vocab, ") > 0"));
+            need(!latent_attention() && !fused_projections && !qkv_bias && !o_bias && !mlp_bias && !attention_sinks,
+                 "Gemma 3n layers have separate q/k/v projections without biases or sinks");
+        }
+        for (size_t l = 0; l < layer_specs.size(); ++l)
+            need(layer_specs[l].activation_sparsity >= 0 && layer_specs[l].activation_sparsity < 1,
+                 str("activation_sparsity_pattern entry ", l, " is ", layer_specs[l].activation_sparsity, "; expected [0, 1)"));
+        if (any_kv_shared())
+            need(!latent_attention() && !fused_projections && !qkv_bias,
+                 "cross-layer KV sharing is implemented for separate q/k/v projections without biases");
         if (latent_attention()) {
             const LatentAttention& a = latent;
             need(a.kv_lora_rank > 0, str("kv_lora_rank must be > 0, got ", a.kv_lora_rank));

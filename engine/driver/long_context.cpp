@@ -15,6 +15,9 @@
 namespace kv {
 
 double cell_factor(const ModelConfig& cfg) {
+    // A KV-shared layer reads its source's cache as it stands after the same chunk; a cell runs
+    // layer-major, so its source would be ahead by the cell's later chunks: one chunk per cell.
+    if (cfg.any_kv_shared()) return 0.0;
     return 2.0 * double(cfg.num_kv_heads) * double(cfg.head_dim) / double(cfg.hidden_size);
 }
 

@@ -49,7 +49,8 @@ struct Cancelled : Error {
 void long_context_forward(Transformer& model, KVCache& cache, const Tensor& ids, const ChunkPlan& plan, const HeadSpec& head,
                           HeadResult& out, const DriverCallbacks& cb = {}, bool keep_context_width = false);
 
-// The cell factor 2 G D / E of a model (reference §7.1).
+// The cell factor 2 G D / E of a model (reference §7.1); 0 (one chunk per cell) when a layer
+// reads another layer's K/V (a shared layer must see its source as of the same chunk).
 double cell_factor(const ModelConfig& cfg);
 
 }  // namespace kv

@@ -45,6 +45,9 @@ class ChunkCall final : public LayerAttention {
                 Tensor& y) override {
         target_.attend(layer, q, k, v, input_pos, scale, window, y, in_);
     }
+    void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override {
+        target_.attend_shared(layer, source, q, input_pos, scale, window, y);
+    }
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { target_.set_rope_frequencies(inv_freq); }
     void set_output_projection(int layer, const Tensor& wo) override { target_.set_output_projection(layer, wo); }
     void set_layer_input(int layer, const Tensor& h) override { target_.set_layer_input(layer, h); }

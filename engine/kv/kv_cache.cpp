@@ -51,10 +51,11 @@ KVCache::KVCache(const KVCacheConfig& cfg, const ModelConfig& model, Device devi
         throw Error(str("--kv_cache.name: policy '", cfg_.policy(), "' changes a layer's length during the sequence, which paged and offloaded storage do not support"));
     states_.resize(size_t(model.num_layers));
     for (int64_t l = 0; l < model.num_layers; ++l) stateful_.push_back(!model.has_kv_cache(l));
+    for (int64_t l = 0; l < model.num_layers; ++l) kv_source_.push_back(int(model.kv_layer(l)));
     // Policies deciding across layers (cake) see only the layers they run on.
     std::vector<KVPolicy*> all;
     for (size_t l = 0; l < layers_.size(); ++l)
-        if (!is_window_policy(layers_[l]->policy()) && !stateful_[l]) all.push_back(&layers_[l]->policy());
+        if (!is_window_policy(layers_[l]->policy()) && !stateful_[l] && !shared_layer(int(l))) all.push_back(&layers_[l]->policy());
     for (KVPolicy* p : all)
         if (CrossLayerLengths* x = p->capabilities().cross_layer_lengths) x->link_layers(all);
 }
@@ -71,6 +72,14 @@ void KVCache::attend(int layer, const Tensor& q, const Tensor& k, const Tensor& 
     // prefetched while this one computes.
     if (cfg_.cpu_offload && num_layers() > 1) shared_->next = &layers_[size_t((layer + 1) % num_layers())]->buffer();
     layers_[size_t(layer)]->attend(q, k, v, input_pos, scale, window, y, in);
+}
+
+void KVCache::attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) {
+    if (layer < 0 || layer >= num_layers()) throw Error(str("KV cache: layer ", layer, " out of range (", num_layers(), " layers)"));
+    if (source != kv_source(layer))
+        throw Error(str("KV cache: layer ", layer, " asks for layer ", source, "'s keys and values; the model's source for it is layer ",
+                        kv_source(layer)));
+    layers_[size_t(source)]->attend_shared(layer, q, input_pos, scale, window, y);
 }
 
 std::pair<int64_t, int64_t> KVCache::offload_restores() const {

@@ -28,6 +28,12 @@ class KVCache final : public CacheAttention {
     using CacheAttention::attend;
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
                 const ChunkInput& in) override;
+    // A KV-shared layer (ModelConfig::kv_layer) reads its source's LayerCache: it has no
+    // K/V, bytes or policy of its own (LayerCache::attend_shared).
+    void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override;
+    // Whether layer l reads another layer's cache (its own LayerCache stays empty).
+    bool shared_layer(int l) const { return kv_source_[size_t(l)] != l; }
+    int kv_source(int l) const { return kv_source_[size_t(l)]; }
     void set_rope_frequencies(const std::vector<double>* inv_freq) override {
         for (auto& l : layers_) l->set_rope_frequencies(inv_freq);
     }
@@ -85,6 +91,7 @@ class KVCache final : public CacheAttention {
     std::vector<std::unique_ptr<LayerCache>> layers_;
     std::vector<LayerState> states_;  // per layer; used by the layers without a token cache only
     std::vector<bool> stateful_;      // layer l has no token cache (its state is states_[l])
+    std::vector<int> kv_source_;      // the layer whose cache layer l attends over (l itself unless shared)
 };
 
 }  // namespace kv

@@ -343,6 +343,35 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     finish_step(plan, want ? &w : nullptr, replayed);
 }
 
+void LayerCache::attend_shared(int reader, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) {
+    const int64_t B = q.size(0), n = q.size(2);
+    const Device dev = q.device();
+    if (chunk_ == 0 || policy_->input_pos() != input_pos + n || B != policy_->batch())
+        throw Error(str("layer ", reader, " reads layer ", layer_, "'s keys and values for positions ", input_pos, "..", input_pos + n - 1,
+                        " (batch ", B, "), but that cache has seen ", policy_->input_pos(), " positions (batch ", policy_->batch(), ")"),
+                    "a KV-shared layer runs right after its source has taken the same chunk (one chunk per cell)");
+    KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa (shared K/V)", .layer = reader, .chunk = int(chunk_ - 1));
+    MemoryLabelScope label(str("layer ", reader, " attention over layer ", layer_, "'s cache"));
+    const int64_t T = pooled() ? pool_slots(*policy_) : policy_->current_length();
+    Tensor K, V;
+    if (read_path_ != ReadPath::FUSED) std::tie(K, V) = buffer_->read(T);
+    const Tensor kpos = pooled() ? Tensor() : positions_tensor(dev);
+    const Tensor qpos = position_range(input_pos, n, dev);
+    // Key re-rotation: the source's call turned the stored keys and its own queries; the reader's
+    // queries turn by the same shift (the keys are already turned, so they are not touched again).
+    Tensor qa = q;
+    if (const RerotatesKeys* rk = policy_->capabilities().rerotates_keys; rk && rope_ && !rope_->empty() && rk->chunk_query_shift() != 0)
+        qa = rotate_all(q, rk->chunk_query_shift(), *rope_, {dev, MemCategory::WORKSPACE, "re-rotated queries"});
+    switch (read_path_) {
+        case ReadPath::POOLED: pooled_sdpa(y, qa, K, V, qpos, scale, nullptr, window); return;
+        case ReadPath::FUSED: buffer_->attend(y, qa, T, kpos, qpos, scale, nullptr, window); return;
+        case ReadPath::SELECTION:
+            policy_->capabilities().selects_reads->attend_selection(y, qa, K, V, kpos, qpos, scale, nullptr, window);
+            return;
+        case ReadPath::SDPA: ops::sdpa_(y, qa, K, V, kpos, qpos, scale, window); return;
+    }
+}
+
 Tensor LayerCache::rerotate(const Tensor& q) {
     const RerotatesKeys& rk = *policy_->capabilities().rerotates_keys;
     if (!rope_ || rope_->empty()) return q;  // a NoPE layer (or no model): no angle to move

@@ -49,6 +49,12 @@ class LayerCache {
     //           ops::sdpa_lse_supported is false).
     void attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
                 const ChunkInput& in = {});
+    // Cross-layer KV sharing: layer `reader`'s queries q (B, NH, n, D) for positions
+    // input_pos.. attend over what this layer keeps after its own call for the same chunk (it
+    // must have just taken positions input_pos .. input_pos + n - 1), masked by slot position and
+    // `window` exactly as this layer's own queries were. The policy is neither asked nor
+    // updated: it acts on this (source) layer alone, and the reader sees exactly what it keeps.
+    void attend_shared(int reader, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y);
     // Benchmarks only: a prefill of k, v (B, G, n, D) without computing attention, so a
     // decode or chunk step can be timed at a large context without paying for the prefill.
     void prefill_without_attention(const Tensor& k, const Tensor& v);

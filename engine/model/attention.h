@@ -3,6 +3,8 @@
 // The KV-cache engine (engine/kv) implements it; PlainAttention (no cache) lives here.
 #pragma once
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -26,6 +28,11 @@ class LayerAttention {
     // implementation that cannot mask so must refuse window > 0 rather than ignore it.
     virtual void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                         Tensor& y) = 0;
+    // Cross-layer KV sharing (ModelConfig::kv_layer): layer `layer` computes no keys or values
+    // and attends with its queries q (B, NH, n, HS) over what layer `source`'s call for the same
+    // chunk (made just before, by the earlier block) left cached, with the same window. An
+    // attention that cannot do so refuses by name (this default).
+    virtual void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y);
     // The RoPE frequencies theta'_d that rotated q and k (n_rot = 2 * size), set before every
     // attend(); caches whose policy reasons about future queries (expected-attention) use them.
     virtual void set_rope_frequencies(const std::vector<double>* inv_freq) { (void)inv_freq; }
@@ -45,10 +52,19 @@ class LayerAttention {
 
 // No cache: causal attention over the n new tokens only (a plain forward over a whole
 // sequence with input_pos 0, or a test reference).
+// It keeps the last k, v of the layers named in retain(), for the layers that share them.
 class PlainAttention final : public LayerAttention {
    public:
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
+    void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override;
+    // Keep the keys and values of these layers' next calls (the sources of shared layers).
+    void retain(const std::vector<int>& layers) {
+        for (int l : layers) kept_[l];
+    }
+
+   private:
+    std::map<int, std::pair<Tensor, Tensor>> kept_;  // source layer -> its last k, v
 };
 
 // int32 (1, n) tensor holding start, start + 1, ..., start + n - 1 on `device`.

@@ -3,6 +3,7 @@
 #include "transformer.h"
 
 #include "engine/core/error.h"
+#include "engine/model/altup.h"
 #include "engine/model/latent_attention.h"
 #include "engine/model/moe_mlp.h"
 #include "engine/memory/memory_tracker.h"
@@ -129,6 +130,9 @@ void Transformer::init(const TensorMap& w, bool adopt) {
                         cfg_.final_logit_softcap, ") is computed on the CPU only; expected --device cpu"));
     if (cfg_.latent_attention() && opt.device.type != DeviceType::CPU)
         throw Error(str(cfg_.name, ": multi-head latent attention (DeepSeek-V2) is computed on the CPU only; expected --device cpu"));
+    if ((cfg_.altup_enabled() || cfg_.any_kv_shared()) && opt.device.type != DeviceType::CPU)
+        throw Error(str(cfg_.name, ": Gemma 3n's AltUp streams, LAUREL, per-layer inputs and cross-layer KV sharing are computed on "
+                        "the CPU only; expected --device cpu"));
     for (int64_t l = 0; l < cfg_.num_layers; ++l)
         if (cfg_.short_conv_layer(l) && opt.device.type != DeviceType::CPU)
             throw Error(str(cfg_.name, ": layer ", l, " is a short convolution (LFM2), which is computed on the CPU only; expected --device cpu"));
@@ -157,6 +161,8 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             load_latent_attention(cfg_, w, p, opt.dtype, opt.device, L);
         else if (cfg_.fused_projections)
             L.wqkv = convert(need(w, p + "self_attn.qkv_proj.weight", {Q + 2 * K, E}), opt, p + "self_attn.qkv_proj.weight", adopt);
+        else if (cfg_.kv_shared(l))  // reads another layer's K/V: its own k_proj / v_proj are never used
+            L.wqkv = convert(need(w, p + "self_attn.q_proj.weight", {Q, E}), opt, p + "self_attn.q_proj.weight", adopt);
         else
             L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
                                  &need(w, p + "self_attn.v_proj.weight", {K, E})},
@@ -187,7 +193,10 @@ void Transformer::init(const TensorMap& w, bool adopt) {
         }
         if (cfg_.attention_sinks)
             L.sinks = convert(need(w, p + "self_attn.sinks", {cfg_.num_heads}), opt, p + "self_attn.sinks", adopt);
+        if (cfg_.v_norm) L.v_norm = Tensor::full({cfg_.head_dim}, opt.dtype, 1.0, {opt.device, MemCategory::WEIGHTS, p + "v_norm"});
+        if (cfg_.altup_enabled()) load_altup_layer(cfg_, w, p, opt.dtype, opt.device, L);
     }
+    if (cfg_.altup_enabled()) altup_ = load_altup_model(cfg_, w, opt.dtype, opt.device);
     set_context_width(cfg_.max_position_embeddings);
 }
 
@@ -229,6 +238,7 @@ Tensor Transformer::embed(const Tensor& ids) const {
     }
     Tensor x = ops::embedding(embed_, ids.device() == opt_.device ? ids : ids.to(opt_.device), opt_.dtype);
     if (cfg_.embedding_scale != 1.0) ops::scale_(x, x, embedding_multiplier());
+    if (cfg_.altup_enabled()) return altup_embed(cfg_, altup_, ids, x, opt_.dtype);
     return x;
 }
 
@@ -238,6 +248,16 @@ float Transformer::embedding_multiplier() const {
 }
 
 Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
+    if (!cfg_.altup_enabled()) return block_core(l, x, input_pos, attention, save);
+    if (save) throw Error(str("layer ", l, ": gradients through Gemma 3n's AltUp streams are not implemented"));
+    MemoryLabelScope label(str("layer ", l, " altup"));
+    const LayerWeights& L = layers_[size_t(l)];
+    const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype);
+    const Tensor out = block_core(l, p.active, input_pos, attention, nullptr);
+    return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
+}
+
+Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
     const LayerWeights& L = layers_[size_t(l)];
     const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
                   HS = cfg_.head_dim, I = cfg_.intermediate_size;
@@ -251,6 +271,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     const TensorOptions ao{opt_.device, MemCategory::ACTIVATIONS, {}};
 
     Tensor out;
+    Tensor h_attn;  // the attention's input (after its norm), for LAUREL
     if (cfg_.short_conv_layer(l)) {
         // ---- short convolution in place of attention: no cache call, only the layer's state ----
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "short_conv", .layer = l);
@@ -274,7 +295,9 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             KV_TRACE_SPAN(trace::SpanCategory::NORM, "rmsnorm", .layer = l);
             h = L.attn_norm.defined() ? ops::rmsnorm(x, L.attn_norm, eps, off) : x;
         }
+        h_attn = h;
         Tensor qr, kr, vv;  // (B, NH, n, HS), (B, G, n, HS) x 2
+        const bool shared = cfg_.kv_shared(l);  // ModelConfig::validate refuses sharing with latent attention
         if (cfg_.latent_cache()) {
             // The cache holds latents (latent_attend): inference only, the reverse pass runs the
             // expanded form.
@@ -290,44 +313,62 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
                 if (save) save->h1 = h;
                 latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
             } else {
-                Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS)
+                if (shared && adapters_)
+                    throw Error(str("layer ", l, " shares the keys and values of layer ", cfg_.kv_layer(l),
+                                    "; adapters (LoRA) on a KV-shared layer are not implemented"));
+                Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS), or (B, n, NH HS) for a KV-shared layer
                 if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
                 if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
                 if (save) save->h1 = h, save->qkv = qkv;
-                const int64_t W = (NH + 2 * G) * HS;
+                // A KV-shared layer projects queries only (wqkv is q_proj).
+                const int64_t W = (shared ? NH : NH + 2 * G) * HS;
                 Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
-                Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
-                Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
-                if (L.q_norm.defined() && cfg_.qk_norm_whole) {
-                    // OLMo 2: one RMSNorm over all heads of the projection
-                    Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
-                    Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
-                    q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
-                    k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
-                } else if (L.q_norm.defined()) {
-                    q = ops::rmsnorm(q, L.q_norm, eps, off);
-                    k = ops::rmsnorm(k, L.k_norm, eps, off);
-                }
                 Tensor pos = position_range(input_pos, n, opt_.device);
                 qr = Tensor::empty({B, NH, n, HS}, act, ao);
-                kr = Tensor::empty({B, G, n, HS}, act, ao);
-                if (rt.n_rot > 0) {
-                    ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-                    ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-                } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
-                    ops::copy_(qr, q.permute({0, 2, 1, 3}));
-                    ops::copy_(kr, k.permute({0, 2, 1, 3}));
+                if (shared) {
+                    // The queries' own norm and RoPE; the keys and values are the source layer's.
+                    if (L.q_norm.defined()) q = ops::rmsnorm(q, L.q_norm, eps, off);
+                    if (rt.n_rot > 0) ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                    else ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                } else {
+                    Tensor k = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + NH * HS);
+                    Tensor v = qkv.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, qkv.offset() + (NH + G) * HS);
+                    if (L.q_norm.defined() && cfg_.qk_norm_whole) {
+                        // OLMo 2: one RMSNorm over all heads of the projection
+                        Tensor qf = qkv.as_strided({B, n, NH * HS}, {n * W, W, 1}, qkv.offset());
+                        Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
+                        q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
+                        k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+                    } else if (L.q_norm.defined()) {
+                        q = ops::rmsnorm(q, L.q_norm, eps, off);
+                        k = ops::rmsnorm(k, L.k_norm, eps, off);
+                    }
+                    if (L.v_norm.defined()) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
+                    kr = Tensor::empty({B, G, n, HS}, act, ao);
+                    if (rt.n_rot > 0) {
+                        ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                        ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
+                    } else {  // NoPE layer (rope_ with n_rot 0 would rotate every channel)
+                        ops::copy_(qr, q.permute({0, 2, 1, 3}));
+                        ops::copy_(kr, k.permute({0, 2, 1, 3}));
+                    }
+                    vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
                 }
-                vv = v.permute({0, 2, 1, 3});  // (B, G, n, HS) strided view into qkv
             }
             y = Tensor::empty({B, n, NH, HS}, act, ao);
             Tensor yv = y.permute({0, 2, 1, 3});
             attention.set_rope_frequencies(&rt.inv_freq);
             attention.set_output_projection(l, L.wo);
-            attention.set_layer_input(l, h);
             const ops::AttentionSoftcap cap(cfg_.attn_logit_softcap);  // Gemma 2: every SDPA of this attention
             const ops::AttentionSinks sinks(&L.sinks);                 // gpt-oss: likewise (undefined = none)
-            attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
+            if (shared) {
+                // The source's cache took its input with the source's call; this layer's input is
+                // not handed to it (a shared layer's queries never update the source's policy).
+                attention.attend_shared(l, int(cfg_.kv_layer(l)), qr, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
+            } else {
+                attention.set_layer_input(l, h);
+                attention.attend(l, qr, kr, vv, input_pos, rt.attn_scale, cfg_.layer_window(l), yv);
+            }
             if (save) save->qr = qr, save->kr = kr, save->v = vv, save->y = y;
         }
     }
@@ -342,6 +383,10 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
             o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
         }
         out = ops::add(x, o);
+        if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
+            out = ops::add(out, laurel(cfg_, L, h_attn, act));
+            ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
+        }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
     }
     }
@@ -360,6 +405,11 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
         } else {
             Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
             if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
+            if (const double sp = cfg_.layer_spec(l).activation_sparsity; sp > 0) {
+                if (save) throw Error(str("layer ", l, ": gradients through the MLP's gaussian top-k (activation sparsity) are not implemented"));
+                Tensor gate = gu.slice(2, 0, I);
+                gaussian_topk_(gate, sp);
+            }
             Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
             d = linear_any(a, L.w_down, act);
             if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
@@ -378,6 +428,8 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
 
 Tensor Transformer::final_norm(const Tensor& x) const {
     MemoryLabelScope label("final norm");
+    if (cfg_.altup_enabled())
+        return ops::rmsnorm(altup_unembed(cfg_, altup_, x, opt_.dtype), norm_, float(cfg_.rms_norm_eps), float(cfg_.norm_weight_offset));
     return ops::rmsnorm(x, norm_, float(cfg_.rms_norm_eps), float(cfg_.norm_weight_offset));
 }
 
@@ -418,6 +470,10 @@ Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention
         if (input_pos != 0) throw Error("forward without a cache must start at position 0");
         attention = &plain;
     }
+    std::vector<int> sources;  // layers whose K/V later layers read (cross-layer sharing)
+    for (int64_t l = 0; l < cfg_.num_layers; ++l)
+        if (cfg_.kv_shared(l)) sources.push_back(int(cfg_.kv_layer(l)));
+    plain.retain(sources);
     Tensor x = embed(ids);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) x = block(int(l), x, input_pos, *attention);
     return lm_head(final_norm(x));
@@ -433,7 +489,14 @@ int64_t Transformer::parameter_count() const {
                                 &L.experts_down_bias})
             if (t->defined() && !(t == &L.wo && cfg_.latent_attention())) n += weight_shape(*t).numel();
         if (cfg_.latent_attention()) n += latent_parameter_count(cfg_, L);
+        for (const Tensor* t : {&L.laurel_left, &L.laurel_right, &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred,
+                                &L.altup_corr, &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm})
+            if (t->defined()) n += t->numel();
     }
+    for (const Tensor* t : {&altup_.embed_per_layer, &altup_.per_layer_proj, &altup_.per_layer_norm})
+        if (t->defined()) n += t->numel();
+    for (const auto* v : {&altup_.proj, &altup_.unembed})
+        for (const Tensor& t : *v) n += t.numel();
     return n;
 }
 
@@ -452,9 +515,15 @@ size_t Transformer::weight_bytes() const {
         for (const Tensor* t : {&L.attn_norm, &L.wqkv, &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.attn_post_norm, &L.mlp_norm,
                                 &L.mlp_post_norm, &L.w_gate_up, &L.w_down, &L.sinks, &L.wq_a, &L.q_a_norm, &L.wq, &L.wkv_a,
                                 &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out, &L.router, &L.router_bias,
-                                &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias})
+                                &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias, &L.laurel_left,
+                                &L.laurel_right, &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred, &L.altup_corr,
+                                &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm})
             if (t->defined()) n += t->nbytes();
     }
+    for (const Tensor* t : {&altup_.embed_per_layer, &altup_.per_layer_proj, &altup_.per_layer_norm})
+        if (t->defined()) n += t->nbytes();
+    for (const auto* v : {&altup_.proj, &altup_.unembed})
+        for (const Tensor& t : *v) n += t.nbytes();
     return n;
 }
 

@@ -70,6 +70,19 @@ struct LayerWeights {
     Tensor conv_in;    // (3E, E): b, c, x rows (conv.in_proj)
     Tensor conv_taps;  // (E, conv_kernel) depthwise taps (conv.conv)
     Tensor conv_out;   // (E, E) (conv.out_proj)
+    Tensor v_norm;     // (HS) ones: the values' RMSNorm without weight (ModelConfig::v_norm), else undefined
+    // Gemma 3n (ModelConfig::altup_enabled; engine/model/altup.h), else undefined:
+    Tensor laurel_left;        // (R, E) laurel.linear_left
+    Tensor laurel_right;       // (E, R) laurel.linear_right
+    Tensor laurel_norm;        // (E) laurel.post_laurel_norm
+    Tensor altup_router_norm;  // (E) altup.router_norm
+    Tensor altup_router;       // (A, E) altup.modality_router
+    Tensor altup_pred;         // (A A, A) altup.prediction_coefs
+    Tensor altup_corr;         // (A, A) altup.correction_coefs, clamped to altup_coef_clip
+    Tensor altup_out_scale;    // (E) altup.correct_output_scale
+    Tensor pli_gate;           // (P, E) per_layer_input_gate
+    Tensor pli_proj;           // (E, P) per_layer_projection
+    Tensor pli_norm;           // (E) post_per_layer_input_norm
     // Mixture of experts in the MLP's place (ModelConfig::experts_layer; w_gate_up and w_down
     // undefined; engine/model/moe_mlp.h), N experts of width I, each in Linear layout:
     Tensor router;                // (N, E) (mlp.router)
@@ -78,6 +91,15 @@ struct LayerWeights {
     Tensor experts_gate_up_bias;  // (N, 2I), in the same order
     Tensor experts_down;          // (N, E, I)
     Tensor experts_down_bias;     // (N, E)
+};
+
+// Gemma 3n's model-level tensors (engine/model/altup.h).
+struct AltUpWeights {
+    Tensor embed_per_layer;       // (per_layer_vocab, L P) model.embed_tokens_per_layer
+    Tensor per_layer_proj;        // (L P, E) model.per_layer_model_projection
+    Tensor per_layer_norm;        // (P) model.per_layer_projection_norm
+    std::vector<Tensor> proj;     // A - 1 of (E, E): model.altup_projections.i
+    std::vector<Tensor> unembed;  // A - 1 of (E, E): model.altup_unembed_projections.i
 };
 
 // What a gradient pass keeps from a block's forward over one chunk (engine/grad reads it).
@@ -148,11 +170,12 @@ class Transformer {
     // ModelConfig::embedding_scale as applied: rounded to bf16 for bf16 activations, as
     // transformers casts Gemma's sqrt(hidden) to the weights' dtype (33.94 -> 34).
     float embedding_multiplier() const;
-    // One block over n new tokens at positions input_pos.. ; x (B, n, E) -> (B, n, E).
+    // One block over n new tokens at positions input_pos.. ; x (B, n, W) -> (B, n, W), W =
+    // ModelConfig::residual_width() (E, or Gemma 3n's packed streams and per-layer inputs).
     // With `save`, keeps what the block's backward needs.
     Tensor block(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention,
                  BlockActivations* save = nullptr) const;
-    // Final RMSNorm (B, n, E) -> (B, n, E).
+    // Final RMSNorm (B, n, W) -> (B, n, E) (Gemma 3n: the streams merged first).
     Tensor final_norm(const Tensor& x) const;
     // lm_head on normalised states (B, n, E) of positions input_pos.. -> logits f32 (B, n, V).
     // The positions matter only to adapters (LoRA dropout in a training pass).
@@ -182,8 +205,13 @@ class Transformer {
     // Whether any weight is kept packed (engine/model/packed_weight.h): those are frozen.
     bool has_packed_weights() const;
 
+    const AltUpWeights& altup_weights() const { return altup_; }
+
    private:
     void init(const TensorMap& weights, bool adopt);
+    // The block on one residual stream x (B, n, E); Gemma 3n's block() wraps it in AltUp.
+    Tensor block_core(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const;
+    AltUpWeights altup_;
     ModelConfig cfg_;
     ModelOptions opt_;
     Tensor embed_;    // (V, E)

@@ -44,6 +44,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     KVCacheConfig ring = kc;
     if (ring.max_chunk_size == 0) ring.max_chunk_size = int64_t(chunk);
     auto layer_slots = [&](uint64_t l) {  // L of layer l
+        if (m.kv_shared(int64_t(l))) return uint64_t(0);  // reads its source's cache, holds none
         if (const int w = m.layer_window(int64_t(l)); w > 0) return uint64_t(window_layer_length(ring, w, int64_t(T)));
         int64_t L = int64_t(T);
         if (kc.layer_cache_lengths.empty() || l < kc.layer_cache_lengths.size())
@@ -54,7 +55,7 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     int64_t widest_window = 0;
     for (uint64_t l = 0; l < nl; ++l) {
         slots = checked_add(slots, layer_slots(l), "the KV cache size");
-        if (const int w = m.layer_window(int64_t(l)); w > 0) {
+        if (const int w = m.layer_window(int64_t(l)); w > 0 && !m.kv_shared(int64_t(l))) {
             window_slots += layer_slots(l), ++windowed;
             widest_window = std::max<int64_t>(widest_window, w);
         }

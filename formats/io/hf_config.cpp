@@ -43,7 +43,7 @@ constexpr ArchNames kArchNames[] = {
     {Arch::GEMMA3, "gemma3_text", "Gemma3ForCausalLM"}, {Arch::SMOLLM3, "smollm3", "SmolLM3ForCausalLM"},
     {Arch::PHI3, "phi3", "Phi3ForCausalLM"},             {Arch::OLMO2, "olmo2", "Olmo2ForCausalLM"},
     {Arch::GPT_OSS, "gpt_oss", "GptOssForCausalLM"},     {Arch::DEEPSEEK_V2, "deepseek_v2", "DeepseekV2ForCausalLM"},
-    {Arch::LFM2, "lfm2", "Lfm2ForCausalLM"},
+    {Arch::LFM2, "lfm2", "Lfm2ForCausalLM"},            {Arch::GEMMA3N, "gemma3n_text", "Gemma3nForCausalLM"},
 };
 
 const ArchNames& names_of(Arch a) {
@@ -302,6 +302,94 @@ void read_gemma(const JsonFields& f, const json& root, const std::string& source
     }
 }
 
+// Gemma 3n's text decoder (transformers' Gemma3nTextConfig): Gemma 3's four norms per block but
+// RMSNorms multiplying by w, q/k RMSNorm and v RMSNorm without weight, scores scaled by 1.0,
+// layer_types (default: full iff (i + 1) % 5 == 0) with rope_local_base_freq on sliding layers,
+// final logits capped (default 30); AltUp, LAUREL and per-layer inputs (AltUpSpec); gaussian
+// top-k on the MLP gate (activation_sparsity_pattern: default 0.95 in the first 10 layers of a
+// model deeper than 10); the last num_kv_shared_layers layers read the K/V of the last earlier
+// layer of their type (LayerSpec::kv_source).
+void read_gemma3n(const JsonFields& f, const json& root, ModelConfig& c) {
+    c.norm_placement = NormPlacement::BOTH;
+    c.norm_weight_offset = 0.0;
+    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    if (f.get_bool("attention_bias", false)) f.fail("attention_bias", "is true; Gemma 3n has no attention biases (expected false)");
+    c.qk_norm = true;
+    c.v_norm = true;
+    c.query_pre_attn_scalar = 1.0;  // Gemma3nTextAttention calls its attention with scaling=1.0
+    c.final_logit_softcap = root.contains("final_logit_softcapping") ? f.get_number("final_logit_softcapping", 0.0) : 30.0;
+    if (!(c.final_logit_softcap >= 0)) f.fail("final_logit_softcapping", str("is ", c.final_logit_softcap, "; expected a number > 0 or null"));
+    const int64_t window = root.contains("sliding_window") ? size_field(f, "sliding_window", 0) : 512;
+    const double global_theta = f.get_number("rope_theta", 1000000.0), local_theta = f.get_number("rope_local_base_freq", 10000.0);
+    c.rope_theta = global_theta;
+    const json* lt = f.find("layer_types");
+    if (lt && (!lt->is_array() || int64_t(lt->size()) != c.num_layers))
+        f.fail("layer_types", str("is ", json_describe(*lt), "; expected a list of ", c.num_layers, " strings"));
+    std::vector<double> sparsity(size_t(c.num_layers), 0.0);
+    if (const json* sp = f.find("activation_sparsity_pattern")) {
+        if (sp->is_number()) {
+            sparsity.assign(size_t(c.num_layers), sp->get<double>());
+        } else if (sp->is_array() && int64_t(sp->size()) == c.num_layers) {
+            for (size_t i = 0; i < sp->size(); ++i) {
+                if (!(*sp)[i].is_number())
+                    f.fail("activation_sparsity_pattern", str("entry ", i, " is ", json_describe((*sp)[i]), "; expected a number in [0, 1)"));
+                sparsity[i] = (*sp)[i].get<double>();
+            }
+        } else {
+            f.fail("activation_sparsity_pattern", str("is ", json_describe(*sp), "; expected a number or a list of ", c.num_layers, " numbers"));
+        }
+    } else if (c.num_layers > 10) {
+        for (size_t i = 0; i < 10; ++i) sparsity[i] = 0.95;
+    }
+    std::vector<bool> sliding(size_t(c.num_layers));
+    c.layer_specs.resize(size_t(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        bool sl = (i + 1) % 5 != 0;
+        if (lt) {
+            const json& t = (*lt)[size_t(i)];
+            const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+            sl = t.is_string() && t.get<std::string>() == "sliding_attention";
+            if (!full && !sl)
+                f.fail("layer_types", str("entry ", i, " is ", json_describe(t), "; expected \"full_attention\" or \"sliding_attention\""));
+        }
+        sliding[size_t(i)] = sl;
+        LayerSpec& s = c.layer_specs[size_t(i)];
+        s.rope_theta = sl ? local_theta : global_theta;
+        s.rope_scaled = !sl;
+        if (sl && window > 0) s.attention = AttnKind::SLIDING, s.window = window;
+        s.activation_sparsity = sparsity[size_t(i)];
+    }
+    // Sharing: layers from first = L - num_kv_shared_layers on (when first > 0) read the last
+    // layer before `first` of their type.
+    const int64_t shared = f.get_int("num_kv_shared_layers", 15);
+    if (shared < 0 || shared > c.num_layers)
+        f.fail("num_kv_shared_layers", str("is ", shared, "; expected a count in [0, num_hidden_layers = ", c.num_layers, "]"));
+    const int64_t first = c.num_layers - shared;
+    if (first > 0)
+        for (int64_t i = first; i < c.num_layers; ++i) {
+            int64_t src = -1;
+            for (int64_t j = first - 1; j >= 0 && src < 0; --j)
+                if (sliding[size_t(j)] == sliding[size_t(i)]) src = j;
+            if (src < 0)
+                f.fail("num_kv_shared_layers", str("makes layer ", i, " (", sliding[size_t(i)] ? "sliding" : "full",
+                                                   "_attention) shared, but no earlier layer of that type keeps its own keys and values"));
+            c.layer_specs[size_t(i)].kv_source = src;
+        }
+    AltUpSpec& a = c.altup;
+    a.num_inputs = f.get_int("altup_num_inputs", 4);
+    a.active_idx = f.get_int("altup_active_idx", 0);
+    a.coef_clip = root.contains("altup_coef_clip") ? f.get_number("altup_coef_clip", 0.0) : 120.0;
+    a.correct_scale = f.get_bool("altup_correct_scale", true);
+    a.laurel_rank = f.get_int("laurel_rank", 64);
+    a.per_layer_dim = f.get_int("hidden_size_per_layer_input", 256);
+    a.per_layer_vocab = f.get_int("vocab_size_per_layer_input", 262144);
+    if (a.num_inputs < 1) f.fail("altup_num_inputs", str("is ", a.num_inputs, "; expected a count >= 1"));
+    if (a.laurel_rank < 1) f.fail("laurel_rank", str("is ", a.laurel_rank, "; expected a rank >= 1"));
+    if (a.per_layer_dim < 1) f.fail("hidden_size_per_layer_input", str("is ", a.per_layer_dim, "; expected a width >= 1"));
+    if (a.per_layer_vocab < 1) f.fail("vocab_size_per_layer_input", str("is ", a.per_layer_vocab, "; expected a size >= 1"));
+    if (!(a.coef_clip >= 0)) f.fail("altup_coef_clip", str("is ", a.coef_clip, "; expected a number >= 0 or null"));
+}
+
 // SmolLM3 (transformers' SmolLM3Config): no_rope_layers[i] = 1 where layer i uses RoPE, by
 // default int((i + 1) % no_rope_layer_interval != 0) (interval 4: every 4th layer is NoPE); with
 // use_sliding_window, the NoPE layers are the windowed ones. An explicit layer_types list wins.
@@ -490,8 +578,19 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
     c.vocab_size = size_field(f, "vocab_size");
     c.hidden_size = size_field(f, "hidden_size");
     // Lfm2Config takes Liquid's block_ff_dim for intermediate_size
-    c.intermediate_size = c.arch == Arch::LFM2 && !f.has("intermediate_size") ? size_field(f, "block_ff_dim")
-                                                                              : size_field(f, "intermediate_size");
+    if (const json* is = f.find("intermediate_size"); c.arch == Arch::GEMMA3N && is && is->is_array()) {
+        // Gemma3nTextConfig: one width per layer (MatFormer); kvlab's MLP has one width.
+        if (is->empty() || !(*is)[0].is_number_integer()) f.fail("intermediate_size", str("is ", json_describe(*is), "; expected positive integers"));
+        for (const json& v : *is)
+            if (v != (*is)[0])
+                f.fail("intermediate_size", str("is ", json_describe(*is), "; MLP widths that differ by layer (MatFormer) are not supported, "
+                                                                            "expected one width for every layer"));
+        c.intermediate_size = (*is)[0].get<int64_t>();
+        if (c.intermediate_size <= 0) f.fail("intermediate_size", str("is ", c.intermediate_size, "; expected a positive width"));
+    } else {
+        c.intermediate_size = c.arch == Arch::LFM2 && !f.has("intermediate_size") ? size_field(f, "block_ff_dim")
+                                                                                  : size_field(f, "intermediate_size");
+    }
     c.num_layers = layers_field(f, "num_hidden_layers");
     c.num_heads = size_field(f, "num_attention_heads");
     c.num_kv_heads = size_field(f, "num_key_value_heads", c.num_heads);  // absent = multi-head attention
@@ -500,8 +599,8 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
         c.head_dim = size_field(f, "head_dim");
     } else if (c.arch == Arch::QWEN3) {
         c.head_dim = 128;  // Qwen3Config's default, independent of hidden_size / heads
-    } else if (c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3) {
-        c.head_dim = 256;  // Gemma2Config's and Gemma3TextConfig's default
+    } else if (c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3 || c.arch == Arch::GEMMA3N) {
+        c.head_dim = 256;  // Gemma2Config's, Gemma3TextConfig's and Gemma3nTextConfig's default
     } else if (c.num_heads > 0) {
         if (c.hidden_size % c.num_heads != 0)
             f.fail("head_dim", str("is missing and hidden_size (", c.hidden_size, ") is not divisible by num_attention_heads (",
@@ -518,7 +617,7 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
         c.rope_scaling = parse_rope_scaling(*rp, source, "rope_parameters");
         if (rp->is_object()) c.rope_theta = JsonFields(*rp, source, "rope_parameters.").get_number("rope_theta", c.rope_theta);
     }
-    const bool gemma = c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3;
+    const bool gemma = c.arch == Arch::GEMMA2 || c.arch == Arch::GEMMA3 || c.arch == Arch::GEMMA3N;
     if (gemma) {
         // Gemma's key is hidden_activation; both its configs default to the tanh GELU.
         const char* key = f.has("hidden_activation") ? "hidden_activation" : "hidden_act";
@@ -568,6 +667,7 @@ void read_llama_family(const JsonFields& f, const json& root, const std::string&
         case Arch::GPT_OSS: read_gpt_oss(f, c); break;
         case Arch::DEEPSEEK_V2: read_deepseek_v2(f, root, c); break;
         case Arch::LFM2: read_lfm2(f, root, c); break;
+        case Arch::GEMMA3N: read_gemma3n(f, root, c); break;
         case Arch::GPT2: break;
     }
     if (c.sliding_window < 0) f.fail("sliding_window", str("is ", c.sliding_window, "; expected a number > 0 or null"));
@@ -599,6 +699,20 @@ void read_gpt2(const JsonFields& f, ModelConfig& c) {
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
     json root = parse_json_strict(json_text, source, "config");
     if (!root.is_object()) throw Error(str(source, ": config must be a JSON object, got ", json_describe(root)));
+    if (const auto mt = root.find("model_type"); mt != root.end() && *mt == "gemma3n") {
+        // Gemma3nConfig (the released multimodal checkpoints): kvlab runs the text decoder its
+        // text_config describes; token ids and the dtype may sit at the top level.
+        const auto tc = root.find("text_config");
+        if (tc == root.end() || !tc->is_object())
+            throw Error(str(source, ": model_type 'gemma3n' needs a text_config object (Gemma3nTextConfig); got ",
+                            tc == root.end() ? std::string("none") : json_describe(*tc)));
+        json text = *tc;
+        text["model_type"] = "gemma3n_text";
+        text.erase("architectures");
+        for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "tie_word_embeddings"})
+            if (!text.contains(key) && root.contains(key)) text[key] = root[key];
+        return parse_model_config(text.dump(), source + " (text_config)");
+    }
     JsonFields f(root, source);
     ModelConfig c;
     c.arch = detect_arch(f);
@@ -664,6 +778,7 @@ void check_expressible(const ModelConfig& c) {
         case Arch::OLMO2:
         case Arch::GPT_OSS:
         case Arch::LFM2:
+        case Arch::GEMMA3N:
         case Arch::DEEPSEEK_V2: need(false, "writing this family's config.json is not supported (kvlab reads these checkpoints only)"); break;
         case Arch::GPT2:
             need(c.qkv_bias && c.o_bias && c.mlp_bias, "gpt2 always has biases");

@@ -53,6 +53,20 @@ void rename_lfm2_weights(TensorMap& weights) {
     }
     weights = std::move(out);
 }
+// Gemma 3n's multimodal checkpoints (Gemma3nForConditionalGeneration) keep the text decoder under
+// model.language_model. (transformers' _checkpoint_conversion_mapping for Gemma3nForCausalLM
+// maps it to model.); the vision and audio towers and their embedders are not read.
+void select_gemma3n_text_weights(TensorMap& weights) {
+    const std::string prefix = "model.language_model.";
+    bool nested = false;
+    for (const auto& [name, t] : weights) nested = nested || name.rfind(prefix, 0) == 0;
+    if (!nested) return;
+    TensorMap out;
+    for (auto& [name, t] : weights)
+        if (name.rfind(prefix, 0) == 0) out["model." + name.substr(prefix.size())] = std::move(t);
+        else if (name == "lm_head.weight") out[name] = std::move(t);
+    weights = std::move(out);
+}
 }  // namespace
 
 ModelConfig read_hf_model_config(const std::string& dir) {
@@ -92,6 +106,7 @@ HfModelFolder load_hf_model_folder(const std::string& dir) {
             throw Error(str(source, ": ", e.what()));
         }
     }
+    if (f.config.arch == Arch::GEMMA3N) select_gemma3n_text_weights(f.weights);
     require_weights(f.config, f.weights, source);
 
     for (const char* tok : {"tokenizer.json", "tokenizer.model"}) {

@@ -75,6 +75,30 @@ void llama_family(const ModelConfig& c, std::vector<WeightSpec>& w) {
         }
         w.push_back({p + "mlp.down_proj.weight", {E, I}});
         if (c.mlp_bias) w.push_back({p + "mlp.down_proj.bias", {E}});
+        if (c.altup_enabled()) {  // Gemma 3n: AltUp's router and coefficients, LAUREL, the per-layer input's maps
+            const int64_t A = c.altup.num_inputs, P = c.altup.per_layer_dim, R = c.altup.laurel_rank;
+            w.push_back({p + "altup.correct_output_scale", {E}});
+            w.push_back({p + "altup.correction_coefs.weight", {A, A}});
+            w.push_back({p + "altup.prediction_coefs.weight", {A * A, A}});
+            w.push_back({p + "altup.modality_router.weight", {A, E}});
+            w.push_back({p + "altup.router_norm.weight", {E}});
+            w.push_back({p + "laurel.linear_left.weight", {R, E}});
+            w.push_back({p + "laurel.linear_right.weight", {E, R}});
+            w.push_back({p + "laurel.post_laurel_norm.weight", {E}});
+            w.push_back({p + "per_layer_input_gate.weight", {P, E}});
+            w.push_back({p + "per_layer_projection.weight", {E, P}});
+            w.push_back({p + "post_per_layer_input_norm.weight", {E}});
+        }
+    }
+    if (c.altup_enabled()) {
+        const int64_t L = c.num_layers, P = c.altup.per_layer_dim;
+        w.push_back({"model.embed_tokens_per_layer.weight", {c.altup.per_layer_vocab, L * P}});
+        w.push_back({"model.per_layer_model_projection.weight", {L * P, E}});
+        w.push_back({"model.per_layer_projection_norm.weight", {P}});
+        for (int64_t i = 0; i + 1 < c.altup.num_inputs; ++i) {
+            w.push_back({str("model.altup_projections.", i, ".weight"), {E, E}});
+            w.push_back({str("model.altup_unembed_projections.", i, ".weight"), {E, E}});
+        }
     }
     w.push_back({"model.norm.weight", {E}});
 }

@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
                                          "smollm3_nope", "phi3_partial", "olmo2_postnorm", "gemma2_softcap", "gpt_oss_sinks",
                                          "phi3_longrope_short", "phi3_longrope_long", "phi3_longrope_full", "gemma3_gguf_layout",
                                          "gemma2_gguf_layout", "deepseek_v2_mla", "deepseek_v2_lite_mla", "lfm2_hybrid",
-                                         "gpt_oss_moe"));
+                                         "gemma3n_text", "gpt_oss_moe"));
 
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
@@ -91,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
                                    "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long", "deepseek_v2_mla", "deepseek_v2_lite_mla",
-                                   "lfm2_hybrid", "gpt_oss_moe"}) {
+                                   "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"}) {
         Fixture f = load_fixture(name);
         ModelOptions opt;
         opt.rope = RopeMode::YARN;
@@ -116,7 +116,10 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
                 }
                 test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
                 EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
-                EXPECT_LE(c.rel_err, 1e-5) << c.report;
+                // Gemma 3n token by token: f32 rounding through the decode kernel, AltUp and the
+                // gaussian top-k's cut-off measured 1.1e-5 and 1.3e-5 (whole, 7 and 32: < 1e-5).
+                const double tol = name == "gemma3n_text" && chunk == 1 ? 2e-5 : 1e-5;
+                EXPECT_LE(c.rel_err, tol) << c.report;
             }
         }
     }

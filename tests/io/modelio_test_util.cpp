@@ -136,6 +136,20 @@ ModelConfig tiny_config(Arch arch) {
             c.head_dim = 8;
             c.partial_rotary_factor = 0.5;
             break;
+        case Arch::GEMMA3N:  // 2 AltUp streams, LAUREL rank 2, per-layer inputs of 4; layer 1 reads layer 0's K/V
+            c.norm_placement = NormPlacement::BOTH;
+            c.embedding_scale = std::sqrt(double(c.hidden_size));
+            c.mlp_act = MlpAct::GELU_TANH;
+            c.qk_norm = c.v_norm = true;
+            c.query_pre_attn_scalar = 1.0;
+            c.tie_word_embeddings = true;
+            c.altup.num_inputs = 2;
+            c.altup.laurel_rank = 2;
+            c.altup.per_layer_dim = 4;
+            c.altup.per_layer_vocab = c.vocab_size;
+            c.layer_specs.resize(2);
+            c.layer_specs[1].kv_source = 0;
+            break;
     }
     return c;
 }

@@ -181,6 +181,23 @@ def layer_window(cfg, layer):
     return 0
 
 
+def kv_sources(cfg):
+    """{shared layer: source layer} (Gemma 3n's rule, transformers' Gemma3nTextAttention): the
+    last _kv_shared_layers layers read the keys and values of the last earlier layer of their
+    attention type. gemma3_text has no key for it: the private _kv_shared_layers gives the count
+    and the C++ test sets the same sources on the loaded config."""
+    n = cfg.get("_kv_shared_layers", 0)
+    L = cfg["num_hidden_layers"]
+    first = L - n
+    if n <= 0 or first <= 0:
+        return {}
+    out = {}
+    for l in range(first, L):
+        same = [j for j in range(first) if gemma_sliding(cfg, j) == gemma_sliding(cfg, l)]
+        out[l] = same[-1]
+    return out
+
+
 def gemma_sliding(cfg, layer):
     """Gemma2Config / Gemma3TextConfig layer_types: sliding iff (i + 1) % pattern."""
     pattern = cfg.get("sliding_window_pattern", 6) if cfg["model_type"] == "gemma3_text" else 2
@@ -283,6 +300,8 @@ def forward(cfg, W, ids, context_width, mode):
     x = W["model.embed_tokens.weight"][ids]
     if gemma:
         x = x * math.sqrt(E)
+    kv_of = {}  # layer -> its rotated k, v (B, G, T, HS), for the layers that share them
+    sources = kv_sources(cfg)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         inv_freq, scale = layer_rope(cfg, l, context_width, mode)
@@ -317,6 +336,9 @@ def forward(cfg, W, ids, context_width, mode):
             mag = longrope_magnitude(cfg)
             q, k = apply_rope(q, pos, inv_freq, mag), apply_rope(k, pos, inv_freq, mag)
         v = v.transpose(1, 2)
+        if l in sources:  # cross-layer KV sharing: the source's keys and values, this layer's queries
+            k, v = kv_of[sources[l]]
+        kv_of[l] = (k, v)
         R = NH // G
         k = k.repeat_interleave(R, dim=1)
         v = v.repeat_interleave(R, dim=1)
@@ -590,12 +612,23 @@ FIXTURES = [
     ("deepseek_v2_lite_mla", deepseek_v2_cfg(q_lora_rank=None, num_hidden_layers=2, first_k_dense_replace=2, qk_nope_head_dim=4,
                                              qk_rope_head_dim=4, head_dim=4, v_head_dim=8, rope_theta=500.0),
      torch.float32, "yarn", 64, [(1, 37)]),
+    # Cross-layer KV sharing on Gemma 3 layers (appended last: seeds follow the list's order):
+    # 6 layers, pattern 3 (2 and 5 full), the last 3 shared: 3 and 4 (sliding) read layer 1's
+    # keys and values, 5 (full) reads layer 2's.
+    ("gemma3_kv_shared", llama_cfg(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], num_hidden_layers=6,
+                                   head_dim=16, sliding_window=5, sliding_window_pattern=3, query_pre_attn_scalar=24,
+                                   rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True, hidden_act=None, hidden_activation="gelu_pytorch_tanh",
+                                   final_logit_softcapping=None, attn_logit_softcapping=None, _kv_shared_layers=3),
+     torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
     # gpt-oss with its mixture of experts: 4 experts of width 48, 2 per token, the attention of
-    # gpt_oss_sinks (appended last, so no other fixture's seed moves).
+    # gpt_oss_sinks. It was generated as the entry after deepseek_v2_lite_mla, the same index as
+    # gemma3_kv_shared (the two were added side by side), so it keeps that seed (_seed_index).
     ("gpt_oss_moe", llama_cfg(model_type="gpt_oss", architectures=["GptOssForCausalLM"], num_hidden_layers=4,
                               sliding_window=5, attention_bias=True, num_local_experts=4, num_experts_per_tok=2,
                               swiglu_limit=7.0, swiglu_alpha=1.702, _qkv_bias=True,
-                              layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                              _seed_index=21),
      torch.float32, "yarn", 64, [(2, 13), (1, 37)]),
 ]
 
@@ -611,6 +644,7 @@ def main():
             continue  # seeds depend on the index i, so skipping leaves the others unchanged
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)
+        i = cfg.get("_seed_index", i)  # an entry generated at another index keeps that index's seeds
         stored, W = make_weights(cfg, 1000 + i, store_dtype)
         write_safetensors(os.path.join(d, "model.safetensors"), stored, {"format": "pt"})
         public = {k: v for k, v in cfg.items() if not k.startswith("_") and not (k == "hidden_act" and v is None)}

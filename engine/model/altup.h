@@ -1,0 +1,64 @@
+// Gemma 3n's residual stream (ModelConfig::altup; transformers' Gemma3nTextAltUp,
+// Gemma3nTextLaurelBlock and the per-layer inputs of Gemma3nTextModel). With A streams of E, P
+// per-layer channels and L layers, the hidden state between blocks is packed as
+// (B, n, A E + L P): the streams x_0 .. x_{A-1}, then every layer's per-layer input.
+//
+//   embed:   x_0 = e = embed(ids) sqrt(E); x_i = M(W_i e, e) for i >= 1, where M(y, r) rescales
+//            y to r's RMS (RMS floored at sqrt(1e-5)); per-layer input of layer l:
+//            (RMSNorm_P((W_pl e)_l / sqrt(E)) + embed_pl(ids)_l sqrt(P)) / sqrt(2)
+//   predict: m = tanh(W_router RMSNorm(x_a) / E); r = W_pred m as (A, A);
+//            pred_i = x_i + sum_k r_ik x_k; the block runs on pred_a (block_core)
+//   correct: c = W_corr tanh(W_router RMSNorm(out) / E) + 1; x_i = pred_i + c_i (out - pred_a);
+//            then x_i += RMSNorm(W_proj(gelu(W_gate(x_a * s)) * pli_l)) for i >= 1
+//   unembed: the mean of x_0 and M(U_i x_i, x_0), i >= 1, before the final norm
+//
+// LAUREL (inside the block): h + RMSNorm(W_right W_left h) beside attention, the sum with the
+// attention's residual divided by sqrt(2). The small per-token maps (router, coefficients) run on
+// the host in double; the block's matrices through the usual kernels. CPU only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/core/model_config.h"
+#include "engine/model/transformer.h"
+
+namespace kv {
+
+// Layer and model tensors from their checkpoint names; throws kv::Error naming a missing or
+// mis-shaped tensor. Correction coefficients are clamped to altup_coef_clip, as transformers
+// clamps them before every correction.
+void load_altup_layer(const ModelConfig& cfg, const TensorMap& w, const std::string& prefix, DType dtype, Device device,
+                      LayerWeights& L);
+AltUpWeights load_altup_model(const ModelConfig& cfg, const TensorMap& w, DType dtype, Device device);
+
+// ids (B, T) and their scaled embeddings e (B, T, E) -> the packed state (B, T, A E + L P).
+Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& ids, const Tensor& e, DType act);
+
+// AltUp's prediction for one layer: every stream predicted (host, (B n, A, E) in double) and the
+// active one as the block's input (B, n, E) in `act`.
+struct AltUpPrediction {
+    std::vector<double> pred;
+    Tensor active;
+};
+AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act);
+
+// The correction after the block's output `out` (B, n, E), with layer `layer`'s per-layer input
+// from x's packed tail -> the next packed state.
+Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
+                     const Tensor& out, DType act);
+
+// The packed state -> the merged stream (B, n, E), before the final norm.
+Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act);
+
+// LAUREL: h + RMSNorm(W_right W_left h), h (B, n, E).
+Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act);
+
+// Gaussian top-k of the MLP gate in place (ModelConfig activation_sparsity s > 0): per token,
+// g -> relu(g - mean(g) - std(g) Phi^-1(s)), std over the row (population), Phi^-1(s) rounded to
+// float32 as transformers evaluates it.
+void gaussian_topk_(Tensor& gate, double sparsity);
+// Phi^-1(p), the standard normal quantile, in double.
+double normal_quantile(double p);
+
+}  // namespace kv

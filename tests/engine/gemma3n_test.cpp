@@ -1,0 +1,166 @@
+// Gemma 3n's text decoder: the config reader against Gemma3nTextConfig's rules, the normal
+// quantile of the gaussian top-k against known values and its own definition, refusals.
+// (Logits against tools/reference/gemma3n_reference.py's float64 forward, whole and chunked:
+// ModelFixture/gemma3n_text and ModelFixtureLayers.ChunkedThroughDenseCacheMatchesReference;
+// KV sharing through h2o: KvSharing.*.)
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/model/altup.h"
+#include "engine/model/transformer.h"
+#include "formats/io/hf_config.h"
+#include "formats/io/hf_folder.h"
+#include "formats/io/safetensors_file.h"
+#include "formats/io/safetensors_write.h"
+#include "tests/support/test_support.h"
+
+namespace kv {
+namespace {
+
+std::string fixture_config() {
+    std::ifstream f(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gemma3n_text/config.json");
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+TEST(Gemma3nConfig, FixtureFieldsFollowTransformers) {
+    const ModelConfig c = parse_model_config(fixture_config(), "config.json");
+    EXPECT_EQ(c.arch, Arch::GEMMA3N);
+    EXPECT_EQ(c.norm_placement, NormPlacement::BOTH);
+    EXPECT_EQ(c.norm_weight_offset, 0.0);  // Gemma3nRMSNorm multiplies by w
+    EXPECT_TRUE(c.qk_norm && c.v_norm);
+    EXPECT_DOUBLE_EQ(c.query_scale(), 1.0);  // scaling=1.0
+    EXPECT_DOUBLE_EQ(c.final_logit_softcap, 2.0);
+    EXPECT_DOUBLE_EQ(c.embedding_scale, std::sqrt(32.0));
+    EXPECT_EQ(c.intermediate_size, 48);  // a list of one width per layer
+    EXPECT_EQ(c.altup.num_inputs, 3);
+    EXPECT_EQ(c.altup.laurel_rank, 4);
+    EXPECT_EQ(c.altup.per_layer_dim, 8);
+    EXPECT_EQ(c.residual_width(), 3 * 32 + 6 * 8);
+    const int window[] = {5, 5, 0, 5, 5, 0};
+    const int source[] = {0, 1, 2, 1, 1, 2};
+    for (int l = 0; l < 6; ++l) {
+        EXPECT_EQ(c.layer_window(l), window[l]) << l;
+        EXPECT_EQ(c.kv_layer(l), source[l]) << l;
+        EXPECT_EQ(c.layer_spec(l).rope_theta, window[l] ? 1e4 : 1e6) << l;
+        EXPECT_EQ(c.layer_spec(l).activation_sparsity, l < 2 ? 0.95 : 0.0) << l;
+    }
+}
+
+// The defaults: 35 layers, full iff (i + 1) % 5 == 0, the last 15 shared, sparsity 0.95 in the
+// first 10 layers, window 512, cap 30, 4 streams.
+TEST(Gemma3nConfig, DefaultsAreGemma3nTextConfigs) {
+    const ModelConfig c = parse_model_config(
+        R"({"model_type": "gemma3n_text", "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 35,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64,
+            "vocab_size_per_layer_input": 97, "hidden_size_per_layer_input": 4, "laurel_rank": 2})",
+        "config.json");
+    EXPECT_EQ(c.altup.num_inputs, 4);
+    EXPECT_DOUBLE_EQ(c.final_logit_softcap, 30.0);
+    for (int64_t l = 0; l < 35; ++l) {
+        const bool full = (l + 1) % 5 == 0;
+        EXPECT_EQ(c.layer_window(l), full ? 0 : 512) << l;
+        EXPECT_EQ(c.layer_spec(l).activation_sparsity, l < 10 ? 0.95 : 0.0) << l;
+        // first shared layer 20: sliding layers read 18, full ones 19
+        EXPECT_EQ(c.kv_layer(l), l < 20 ? l : (full ? 19 : 18)) << l;
+    }
+}
+
+std::string refusal(const std::string& extra) {
+    try {
+        parse_model_config(R"({"model_type": "gemma3n_text", "vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 4,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64,
+                               "vocab_size_per_layer_input": 97, "hidden_size_per_layer_input": 4, "laurel_rank": 2, )" +
+                               extra + "}",
+                           "config.json");
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Gemma3nConfig, RefusesWhatItCannotRunByName) {
+    EXPECT_NE(refusal(R"("intermediate_size": [48, 48, 64, 48])").find("MLP widths that differ by layer (MatFormer) are not supported"),
+              std::string::npos);
+    EXPECT_NE(refusal(R"("intermediate_size": 48, "num_kv_shared_layers": 5)").find("num_kv_shared_layers"), std::string::npos);
+    // Layer 3 (full) shared from layer 2 on, but no full layer before it.
+    const std::string m = refusal(R"("intermediate_size": 48, "num_kv_shared_layers": 2,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"])");
+    EXPECT_NE(m.find("makes layer 3 (full_attention) shared, but no earlier layer of that type keeps its own keys and values"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(refusal(R"("intermediate_size": 48, "activation_sparsity_pattern": [0.5])").find("activation_sparsity_pattern"),
+              std::string::npos);
+    EXPECT_EQ(refusal(R"("intermediate_size": 48, "num_kv_shared_layers": 0)"), "");
+}
+
+TEST(Gemma3nSparsity, NormalQuantileMatchesItsDefinition) {
+    EXPECT_NEAR(normal_quantile(0.95), 1.6448536269514722, 1e-14);
+    EXPECT_NEAR(normal_quantile(0.025), -1.959963984540054, 1e-14);
+    EXPECT_NEAR(normal_quantile(0.5), 0.0, 1e-15);
+    for (double p : {1e-9, 1e-4, 0.01, 0.3, 0.7, 0.99, 0.999999}) {
+        const double x = normal_quantile(p);
+        EXPECT_NEAR(0.5 * std::erfc(-x / std::sqrt(2.0)), p, 1e-15 + 1e-12 * p) << p;
+    }
+    EXPECT_THROW(normal_quantile(1.0), Error);
+}
+
+// The released checkpoints' form: model_type gemma3n with the decoder in text_config, its
+// tensors under model.language_model., beside tensors of the other towers. The fixture rewritten
+// so loads as the fixture and gives its logits.
+TEST(Gemma3nFolder, MultimodalCheckpointLoadsItsTextDecoder) {
+    namespace fs = std::filesystem;
+    const fs::path src = fs::path(KVLAB_SOURCE_DIR) / "tests/fixtures/models/gemma3n_text";
+    const fs::path dir = fs::temp_directory_path() / ("kvlab_gemma3n_mm_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << R"({"model_type": "gemma3n", "architectures": ["Gemma3nForConditionalGeneration"],
+        "vision_config": {"model_type": "gemma3n_vision"}, "audio_config": {"model_type": "gemma3n_audio"},
+        "torch_dtype": "float32", "text_config": )" << fixture_config() << "}";
+    TensorMap w;
+    for (auto& [name, t] : load_safetensors((src / "model.safetensors").string()).tensors)
+        w["model.language_model." + name.substr(std::string("model.").size())] = t;
+    w["model.vision_tower.timm_model.conv_stem.conv.weight"] = Tensor::from_f64({2, 2}, {1, 2, 3, 4}, DType::F32);
+    w["model.embed_audio.embedding.weight"] = Tensor::from_f64({2, 2}, {1, 2, 3, 4}, DType::F32);
+    write_safetensors((dir / "model.safetensors").string(), w);
+    const HfModelFolder mf = load_hf_model_folder(dir.string());
+    EXPECT_EQ(mf.config.arch, Arch::GEMMA3N);
+    EXPECT_EQ(mf.config.kv_layer(5), 2);
+    ModelOptions opt;
+    Transformer model(mf.config, mf.weights, opt);
+    model.set_context_width(64);
+    const SafetensorsContents expected = load_safetensors((src / "expected.safetensors").string());
+    const test::Comparison c = test::compare(model.forward(expected.tensors.at("input_ids.0")), expected.tensors.at("logits.0"));
+    EXPECT_LE(c.rel_err, 1e-5) << c.report;
+    fs::remove_all(dir);
+}
+
+// Gradients (LoRA, full fine-tuning) through AltUp are not implemented: the block's backward
+// pass asks for saved activations, and the block refuses by name.
+TEST(Gemma3nFolder, RefusesGradientsByName) {
+    const HfModelFolder mf = load_hf_model_folder(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gemma3n_text");
+    Transformer model(mf.config, mf.weights, ModelOptions{});
+    const Tensor ids = Tensor::from_i64({1, 3}, {1, 2, 3});
+    const Tensor x = model.embed(ids);
+    EXPECT_EQ(x.size(2), mf.config.residual_width());
+    PlainAttention plain;
+    BlockActivations acts;
+    try {
+        model.block(0, x, 0, plain, &acts);
+        FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("layer 0: gradients through Gemma 3n's AltUp streams are not implemented"), std::string::npos)
+            << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace kv
