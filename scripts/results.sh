@@ -109,19 +109,31 @@ zrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --d
 echo "results: results/{ppl,repeat}.{zoo,duo}.md; figure docs/figures/repeat_zoo_smollm2.svg"
 fi
 # The methods of kvpress's leaderboard added by issue 41, on the same text and repeat task at two
-# cache sizes each, next to the baselines (their cells are already in the session).
+# cache sizes each, next to the baselines (the scorers the wrappers wrap among them). qfilter and
+# kvzap read files calibrated here on another text (the Apache licence), so the evaluated text
+# is never their calibration data; their sweeps are their own, as duo's above.
 if want methods; then
-METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention cap simlayerkv finch}"
-"$KVLAB" sweep smollm2-135m --data text --data.files "$TEXT" --data.seq_length 8192 --data.num_samples 1 --kv_cache.chunk_size 128 \
-  --kv_cache.cache_length 512,1024 --telemetry.enabled false --session "$SESSION" --metric perplexity --format md \
-  --kv_cache.name "lastrec,snapkv,expected-attention,${METHODS// /,}" --kv_cache.buffer default --figure none > results/ppl.methods.md
+METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention cap simlayerkv finch merging-snapkv merging-knorm cam-h2o cam-knorm key-rerotation-snapkv key-rerotation-streaming}"
+BASE="lastrec snapkv expected-attention h2o knorm streaming"
+CALIB_TEXT=/usr/share/common-licenses/Apache-2.0
+QFILTER=results/smollm2-135m.qfilter KVZAP=results/smollm2-135m.kvzap
+[ -f "$QFILTER" ] || "$KVLAB" calibrate qfilter smollm2-135m --data "$CALIB_TEXT" --samples 4 -o "$QFILTER"
+[ -f "$KVZAP" ] || "$KVLAB" calibrate kvzap smollm2-135m --data "$CALIB_TEXT" --samples 4 -o "$KVZAP"
+mppl=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 8192 --data.num_samples 1 --kv_cache.chunk_size 128
+      --kv_cache.cache_length 512,1024 --telemetry.enabled false --session "$SESSION" --metric perplexity --format md
+      --kv_cache.buffer default --figure none)
+"$KVLAB" sweep "${mppl[@]}" --kv_cache.name "$(echo $BASE $METHODS | tr ' ' ,)" > results/ppl.methods.md
+"$KVLAB" sweep "${mppl[@]}" --kv_cache.name qfilter --kv_cache.qfilter "$QFILTER" > results/ppl.qfilter.md
+"$KVLAB" sweep "${mppl[@]}" --kv_cache.name kvzap --kv_cache.kvzap "$KVZAP" > results/ppl.kvzap.md
 mrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --data.repeat_length 64 --data.repeat_distance 896
-      --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --format md)
-"$KVLAB" sweep "${mrep[@]}" --kv_cache.name "lastrec,snapkv,expected-attention,${METHODS// /,}" --figure none > results/repeat.methods.md
+      --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --format md --figure none)
+"$KVLAB" sweep "${mrep[@]}" --kv_cache.name "$(echo $BASE $METHODS | tr ' ' ,)" > results/repeat.methods.md
+"$KVLAB" sweep "${mrep[@]}" --kv_cache.name qfilter --kv_cache.qfilter "$QFILTER" > results/repeat.qfilter.md
+"$KVLAB" sweep "${mrep[@]}" --kv_cache.name kvzap --kv_cache.kvzap "$KVZAP" > results/repeat.kvzap.md
 "$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
-  --where "data=repeat;data.seq_length=2048;data.repeat_distance=896;kv_cache.cache_length=256|512;kv_cache.policy=lastrec|snapkv|expected-attention|${METHODS// /|}" \
+  --where "data=repeat;data.seq_length=2048;data.repeat_distance=896;kv_cache.cache_length=256|512;kv_cache.policy=$(echo $BASE $METHODS qfilter kvzap | tr ' ' '|')" \
   --title "SmolLM2-135M, repeat task (2048 tokens): the methods of kvpress's leaderboard" -o docs/figures/repeat_methods_smollm2.svg
-echo "results: results/{ppl,repeat}.methods.md; figure docs/figures/repeat_methods_smollm2.svg"
+echo "results: results/{ppl,repeat}.{methods,qfilter,kvzap}.md; figure docs/figures/repeat_methods_smollm2.svg"
 fi
 
 if want fidelity; then

@@ -59,6 +59,23 @@ phase() {  # PART: seconds since the last phase, kept for the summary line
   mark=$now
 }
 current="the build"
+# The suites' cases are independent (ctest runs them two at a time in the main suite), so each
+# suite runs as one gtest shard per core: the sanitized cases are single-threaded arithmetic,
+# and one process at a time left half of a two-core machine idle.
+shards=$(nproc 2>/dev/null || echo 2); [ "$shards" -ge 1 ] || shards=1
+gtest_sharded() {  # BINARY FILTER: the suite's shards in parallel; their output in order, then the status
+  local bin=$1 filt=$2 i rc=0 out; out=$(mktemp -d)
+  local pids=()
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin" --gtest_filter="$filt" --gtest_brief=1 \
+      >"$out/$i" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < shards; i++)); do wait "${pids[$i]}" || rc=$?; done
+  for ((i = 0; i < shards; i++)); do cat "$out/$i"; done
+  rm -rf "$out"
+  return $rc
+}
 summary() {  # RC: the exit status
   local rc=$1 now; now=$(date +%s)
   local parts; parts=$(echo $suites)
@@ -73,12 +90,12 @@ trap 'summary $?' EXIT
 if want storage; then
   current="the storage suite"
   # The storage benchmark sizes itself for a release build; it adds nothing here.
-  "$bdir/bin/kvlab_storage_tests" --gtest_filter="$filter:-StorageBench*" --gtest_brief=1
+  gtest_sharded "$bdir/bin/kvlab_storage_tests" "$filter:-StorageBench*"
   phase storage
 fi
 if want sessions; then
   current="the sessions suite"
-  "$bdir/bin/kvlab_sessions_tests" --gtest_filter="$filter" --gtest_brief=1
+  gtest_sharded "$bdir/bin/kvlab_sessions_tests" "$filter"
   phase sessions
 fi
 # Left out: cases on the 135M model (SmolLM2*, PolicyOnSmollm2*: minutes under ASan, the latter
@@ -94,11 +111,11 @@ if want kernels; then
   # Each op case of every kernel variant the CPU runs against the f64 reference, the variants'
   # bit-identity where the ops promise it, and the start-up choice (finite-difference checks
   # left out, as in the engine suite).
-  "$bdir/bin/kvlab_kernel_tests" --gtest_filter="$filter:-BackwardFd*" --gtest_brief=1
+  gtest_sharded "$bdir/bin/kvlab_kernel_tests" "$filter:-BackwardFd*"
   # The policies' products as one AVX-512 unit: only a CPU with AVX-512 can run it.
   if cpu_has avx512f avx512bw avx512cd avx512dq avx512vl; then
     current="the policy products as one AVX-512 unit"
-    "$bdir/bin/kvlab_policy_math_v4_tests" --gtest_filter="$filter" --gtest_brief=1
+    gtest_sharded "$bdir/bin/kvlab_policy_math_v4_tests" "$filter"
     whole_v4="and as one AVX-512 unit"
   else
     whole_v4="(not as one AVX-512 unit: this CPU lacks AVX-512)"
@@ -113,12 +130,12 @@ if want kernels; then
 fi
 if want engine; then
   current="the engine suite"
-  "$bdir/bin/kvlab_engine_tests" --gtest_filter="$filter:-$ENGINE_SKIP" --gtest_brief=1
+  gtest_sharded "$bdir/bin/kvlab_engine_tests" "$filter:-$ENGINE_SKIP"
   phase engine
 fi
 want cli || exit 0
 current="the CLI unit suite"
-"$bdir/bin/kvlab_cli_unit_tests" --gtest_filter="$filter" --gtest_brief=1
+gtest_sharded "$bdir/bin/kvlab_cli_unit_tests" "$filter"
 
 work=$(mktemp -d)
 trap 'rc=$?; rm -rf "$work"; summary $rc' EXIT

@@ -16,6 +16,7 @@
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
+#include "tests/engine/chunked_logits_util.h"
 #include "tests/engine/fixture_driver_util.h"
 #include "tests/support/test_support.h"
 
@@ -59,22 +60,14 @@ TEST(KvSharing, WholeAndChunkedThroughDenseCacheMatchReference) {
     for (int j = 0; j < 2; ++j) {
         const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
         const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
-        const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+        const int64_t T = ids.size(1), V = want.size(2);
         test::Comparison whole = test::compare(model.forward(ids), want);
         EXPECT_LE(whole.rel_err, 1e-5) << "input " << j << " whole\n" << whole.report;
         for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(32)}) {
             SCOPED_TRACE(str("input ", j, " chunk ", chunk));
             KVCacheConfig kc;  // dense-default
             KVCache cache(kc, f.mf.config, Device{}, DType::F32, T);
-            std::vector<double> got(size_t(B * T * V));
-            for (int64_t s = 0; s < T; s += chunk) {
-                const int64_t e = std::min(T, s + chunk);
-                const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
-                for (int64_t b = 0; b < B; ++b)
-                    for (int64_t t = s; t < e; ++t)
-                        for (int64_t v = 0; v < V; ++v) got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
-            }
-            test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+            test::Comparison c = test::compare(test::chunked_logits(model, f.mf.config, ids, chunk, V, &cache), want);
             EXPECT_LE(c.rel_err, 1e-5) << c.report;
             // Shared layers hold nothing; the bytes are the three source-holding layers' (0, 1, 2).
             size_t own = 0;
@@ -242,7 +235,7 @@ TEST(KvSharing, KeyRerotationTurnsTheReadersQueriesLikeItsSources) {
     const Tensor ids = f.expected.tensors.at("input_ids.1");  // (1, 37)
     const int64_t T = ids.size(1);
     KVCacheConfig kc;
-    kc.name = "key-rerotation-h2o";
+    kc.name = "key-rerotation-h2o-default";
     kc.cache_length = 8;
     KVCache cache(kc, f.mf.config, Device{}, DType::F32, T);
     const ChunkPlan plan = one_chunk_per_cell(T);

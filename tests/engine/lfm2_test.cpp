@@ -18,29 +18,12 @@
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
 #include "tests/support/test_support.h"
+#include "tests/engine/chunked_logits_util.h"
 
 namespace kv {
 namespace {
 
 std::string fixture_dir() { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/lfm2_hybrid"; }
-
-// Logits of ids (B, T) through a dense cache in chunks of `chunk`, gathered as (B, T, V).
-Tensor chunked_logits(const Transformer& model, const ModelConfig& cfg, const Tensor& ids, int64_t chunk, int64_t V,
-                      KVCache* keep = nullptr) {
-    const int64_t B = ids.size(0), T = ids.size(1);
-    KVCacheConfig kc;
-    KVCache own(kc, cfg, Device{}, DType::F32, T);
-    KVCache& cache = keep ? *keep : own;
-    std::vector<double> got(size_t(B * T * V));
-    for (int64_t s = 0; s < T; s += chunk) {
-        const int64_t e = std::min(T, s + chunk);
-        const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t t = s; t < e; ++t)
-                for (int64_t v = 0; v < V; ++v) got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
-    }
-    return Tensor::from_f64({B, T, V}, got);
-}
 
 TEST(Lfm2Fixture, MatchesTransformersLfm2Code) {
     const HfModelFolder f = load_hf_model_folder(fixture_dir());
@@ -55,7 +38,7 @@ TEST(Lfm2Fixture, MatchesTransformersLfm2Code) {
         const int64_t T = ids.size(1), V = want.size(2);
         for (int64_t chunk : {T, int64_t(1), int64_t(2), int64_t(7), int64_t(32)}) {
             SCOPED_TRACE(str("input ", j, " chunk ", chunk));
-            test::Comparison c = test::compare(chunked_logits(model, f.config, ids, chunk, V), want);
+            test::Comparison c = test::compare(test::chunked_logits(model, f.config, ids, chunk, V), want);
             EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
             EXPECT_LE(c.rel_err, 1e-5) << c.report;
         }
@@ -75,7 +58,7 @@ TEST(Lfm2Fixture, ConvLayersKeepStateAttentionLayersKeepTokens) {
     const int64_t B = ids.size(0), T = ids.size(1), E = f.config.hidden_size;
     KVCacheConfig kc;
     KVCache cache(kc, f.config, Device{}, DType::F32, T);
-    (void)chunked_logits(model, f.config, ids, 5, expected.tensors.at("logits.0").size(2), &cache);
+    (void)test::chunked_logits(model, f.config, ids, 5, expected.tensors.at("logits.0").size(2), &cache);
     for (int l = 0; l < 4; ++l) {
         SCOPED_TRACE(str("layer ", l));
         const bool conv = l % 2 == 0;
@@ -141,14 +124,14 @@ TEST(Lfm2Fixture, EvictingPoliciesActOnAttentionLayersOnly) {
     const int64_t T = ids.size(1), V = want.size(2);
     KVCacheConfig dense_cfg;
     KVCache dense(dense_cfg, f.config, Device{}, DType::F32, T);
-    (void)chunked_logits(model, f.config, ids, 4, V, &dense);
+    (void)test::chunked_logits(model, f.config, ids, 4, V, &dense);
     for (const char* name : {"h2o-default", "snapkv-default"}) {
         SCOPED_TRACE(name);
         KVCacheConfig kc;
         kc.name = name;
         kc.cache_length = 8;
         KVCache cache(kc, f.config, Device{}, DType::F32, T);
-        const Tensor got = chunked_logits(model, f.config, ids, 4, V, &cache);
+        const Tensor got = test::chunked_logits(model, f.config, ids, 4, V, &cache);
         // the first 8 positions (<= 8 slots) saw every key
         test::Comparison first = test::compare(got.slice(1, 0, 8).contiguous(), want.slice(1, 0, 8).contiguous());
         EXPECT_LE(first.rel_err, 1e-5) << first.report;
@@ -241,7 +224,7 @@ TEST(Lfm2Preset, TinyLfm2RunsAndHoldsStateInItsConvLayers) {
     for (size_t i = 0; i < id.size(); ++i) id[i] = int64_t(32 + (i * 7) % 90);
     const Tensor ids = Tensor::from_i64({1, 40}, id);
     const Tensor whole = model.forward(ids);
-    const Tensor chunked = chunked_logits(model, c, ids, 7, whole.size(2));
+    const Tensor chunked = test::chunked_logits(model, c, ids, 7, whole.size(2));
     test::Comparison cmp = test::compare(chunked, whole);
     EXPECT_LE(cmp.rel_err, 1e-5) << cmp.report;
 }

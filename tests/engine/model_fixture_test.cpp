@@ -22,6 +22,7 @@
 #include "engine/kv/layer_cache.h"
 #include "engine/model/transformer.h"
 #include "engine/train/model_weights.h"
+#include "tests/engine/chunked_logits_util.h"
 #include "tests/engine/fixture_driver_util.h"
 #include "tests/support/test_support.h"
 
@@ -100,21 +101,12 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
         for (int j = 0; j < f.inputs; ++j) {
             const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
             const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
-            const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+            const int64_t T = ids.size(1), V = want.size(2);
             for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(32)}) {
                 SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
                 KVCacheConfig kc;  // dense-default: keeps every position
                 KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
-                std::vector<double> got(size_t(B * T * V));
-                for (int64_t s = 0; s < T; s += chunk) {
-                    const int64_t e = std::min(T, s + chunk);
-                    const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
-                    for (int64_t b = 0; b < B; ++b)
-                        for (int64_t t = s; t < e; ++t)
-                            for (int64_t v = 0; v < V; ++v)
-                                got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
-                }
-                test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+                test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
                 EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
                 // Gemma 3n token by token: f32 rounding through the decode kernel, AltUp and the
                 // gaussian top-k's cut-off measured 1.1e-5 and 1.3e-5 (whole, 7 and 32: < 1e-5).
@@ -141,20 +133,12 @@ TEST(ModelFixtureSoftcap, MatchesTransformersEagerGemma2) {
     for (int j = 0; j < f.inputs; ++j) {
         const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
         const Tensor& want = hf.tensors.at("logits." + std::to_string(j));
-        const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+        const int64_t T = ids.size(1), V = want.size(2);
         for (int64_t chunk : {T, int64_t(32)}) {
             SCOPED_TRACE(str("input ", j, " chunk ", chunk));
             KVCacheConfig kc;
             KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
-            std::vector<double> got(size_t(B * T * V));
-            for (int64_t s = 0; s < T; s += chunk) {
-                const int64_t e = std::min(T, s + chunk);
-                const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
-                for (int64_t b = 0; b < B; ++b)
-                    for (int64_t t = s; t < e; ++t)
-                        for (int64_t v = 0; v < V; ++v) got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
-            }
-            test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+            test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
             EXPECT_LE(c.rel_err, 1e-5) << c.report;
         }
     }
@@ -180,19 +164,12 @@ TEST(ModelFixtureLongRope, MatchesTransformersEagerPhi3) {
     model.set_context_width(f.context_width);
     const Tensor& ids = f.expected.tensors.at("input_ids.0");
     const Tensor& want = hf.tensors.at("logits.0");
-    const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+    const int64_t T = ids.size(1), V = want.size(2);
     for (int64_t chunk : {T, int64_t(32)}) {
         SCOPED_TRACE(str("chunk ", chunk));
         KVCacheConfig kc;
         KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
-        std::vector<double> got(size_t(B * T * V));
-        for (int64_t s = 0; s < T; s += chunk) {
-            const int64_t e = std::min(T, s + chunk);
-            const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
-            for (int64_t t = s; t < e; ++t)
-                for (int64_t v = 0; v < V; ++v) got[size_t(t * V + v)] = z[size_t((t - s) * V + v)];
-        }
-        test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+        test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
         EXPECT_LE(c.rel_err, 1e-5) << c.report;
     }
 }
@@ -266,22 +243,13 @@ TEST(ModelFixtureWindow, ChunkedThroughDenseCacheMatchesReference) {
         for (int j = 0; j < f.inputs; ++j) {
             const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
             const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
-            const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
+            const int64_t T = ids.size(1), V = want.size(2);
             ASSERT_GT(T, f.model.config.sliding_window) << name;
             for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(7)}) {
                 SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
                 KVCacheConfig kc;  // dense-default: keeps every position
                 KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
-                std::vector<double> got(size_t(B * T * V));
-                for (int64_t s = 0; s < T; s += chunk) {
-                    const int64_t e = std::min(T, s + chunk);
-                    const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
-                    for (int64_t b = 0; b < B; ++b)
-                        for (int64_t t = s; t < e; ++t)
-                            for (int64_t v = 0; v < V; ++v)
-                                got[size_t((b * T + t) * V + v)] = z[size_t((b * (e - s) + (t - s)) * V + v)];
-                }
-                test::Comparison c = test::compare(Tensor::from_f64({B, T, V}, got), want);
+                test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
                 EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
                 EXPECT_LE(c.rel_err, 1e-5) << c.report;
             }

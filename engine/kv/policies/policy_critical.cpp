@@ -21,6 +21,7 @@
 #include "engine/kv/policies/output_projection.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
+#include "engine/kv/policies/wrapped_policy.h"
 #include "engine/model/packed_weight.h"
 
 namespace kv {
@@ -207,10 +208,7 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
 
 // The descriptor of critical-<inner> from the inner scorer's: the same needs and shared options.
 PolicyInfo critical_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
-    const PolicyInfo* in = nullptr;
-    for (const PolicyInfo& p : file)
-        if (p.name == inner) in = &p;
-    if (!in) throw Error(str("policy registry: ", name, " wraps '", inner, "', which its file does not describe"));
+    const PolicyInfo* in = &wrapped_policy(file, inner, name);
     return {.name = name,
             .summary = summary,
             .make = nullptr,

@@ -13,6 +13,7 @@
 #include "engine/kv/key_rotation.h"
 #include "engine/kv/kv_policy.h"
 #include "engine/kv/policies/policy_registry.h"
+#include "engine/kv/policies/wrapped_policy.h"
 
 namespace kv {
 
@@ -86,10 +87,7 @@ class KeyRerotationPolicy final : public KVPolicy, public RerotatesKeys {
 };
 
 PolicyInfo rerotation_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
-    const PolicyInfo* in = nullptr;
-    for (const PolicyInfo& p : file)
-        if (p.name == inner) in = &p;
-    if (!in) throw Error(str("policy registry: ", name, " wraps '", inner, "', which its file does not describe"));
+    const PolicyInfo* in = &wrapped_policy(file, inner, name);
     PolicyInfo out;
     out.name = name;
     out.summary = summary;

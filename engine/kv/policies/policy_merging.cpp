@@ -11,6 +11,7 @@
 
 #include "engine/core/error.h"
 #include "engine/kv/policies/value_merge_policy.h"
+#include "engine/kv/policies/wrapped_policy.h"
 
 namespace kv {
 
@@ -64,10 +65,7 @@ class MergingPolicy final : public ValueMergePolicy {
 };
 
 PolicyInfo merging_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
-    const PolicyInfo* in = nullptr;
-    for (const PolicyInfo& p : file)
-        if (p.name == inner) in = &p;
-    if (!in) throw Error(str("policy registry: ", name, " wraps '", inner, "', which its file does not describe"));
+    const PolicyInfo* in = &wrapped_policy(file, inner, name);
     return {.name = name,
             .summary = summary,
             .needs_attention_weights = in->needs_attention_weights,
