@@ -84,6 +84,35 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
             s.rope_theta = c.rope_theta;
             if (l % 3 != 2) s.mixer = LayerMixer::SHORT_CONV, s.attention = AttnKind::NONE;
         }
+    } else if (family == "gemma3n") {
+        // Gemma 3n E2B's layout at the Llama's width: AltUp over 4 streams, LAUREL (rank E/32),
+        // per-layer inputs (E/8 per layer), the gaussian top-k gate in the first third of the
+        // layers, layer types sliding x2 / full, and the last third reading earlier layers' K/V
+        c.arch = Arch::GEMMA3N;
+        c.norm_placement = NormPlacement::BOTH;
+        c.embedding_scale = std::sqrt(double(c.hidden_size));
+        c.qk_norm = c.v_norm = true;
+        c.query_pre_attn_scalar = 1.0;
+        c.final_logit_softcap = 30.0;
+        c.mlp_act = MlpAct::GELU_TANH;
+        c.altup.num_inputs = 4;
+        c.altup.coef_clip = 120.0;
+        c.altup.laurel_rank = std::max<int64_t>(1, c.hidden_size / 32);
+        c.altup.per_layer_dim = std::max<int64_t>(1, c.hidden_size / 8);
+        c.altup.per_layer_vocab = c.vocab_size;
+        c.layer_specs.resize(size_t(L));
+        const int64_t first_shared = L - L / 3;
+        for (int64_t l = 0; l < L; ++l) {
+            LayerSpec& s = c.layer_specs[size_t(l)];
+            const bool sliding = (l + 1) % 3 != 0;
+            s.rope_theta = sliding ? 10000.0 : c.rope_theta;
+            s.rope_scaled = !sliding;
+            if (sliding) s.attention = AttnKind::SLIDING, s.window = 512;
+            s.activation_sparsity = l < L / 3 ? 0.95 : 0.0;
+            if (l >= first_shared)  // the last earlier layer of its type keeps the K/V it reads
+                for (int64_t j = first_shared - 1; j >= 0 && s.kv_source < 0; --j)
+                    if (((j + 1) % 3 != 0) == sliding) s.kv_source = j;
+        }
     } else if (family == "olmo2") {
         c.arch = Arch::OLMO2;
         c.norm_placement = NormPlacement::POST;
@@ -95,12 +124,25 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
 
 }  // namespace
 
+const std::vector<std::string>& family_names() {
+    static const std::vector<std::string> names = {"gemma3", "gemma2",      "smollm3",
+                                                   "phi3",   "olmo2",       "gpt_oss",
+                                                   "deepseek_v2", "deepseek_v2_expanded", "lfm2",
+                                                   "gemma3n"};
+    return names;
+}
+
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
     const ModelConfig llama = preset_config(opt.model);
-    const std::vector<std::string> names = {"llama",  "gemma3",      "gemma2",
-                                            "smollm3", "phi3",        "olmo2",
-                                            "gpt_oss", "deepseek_v2", "deepseek_v2_expanded",
-                                            "lfm2"};
+    std::vector<std::string> names = {"llama"};
+    for (const std::string& n : opt.families.empty() ? family_names() : opt.families) {
+        if (std::find(family_names().begin(), family_names().end(), n) == family_names().end()) {
+            std::string all;
+            for (const std::string& k : family_names()) all += (all.empty() ? "" : ", ") + k;
+            throw Error(str("bench families: unknown family '", n, "'; expected one of ", all));
+        }
+        names.push_back(n);
+    }
     std::vector<std::unique_ptr<Transformer>> models;
     for (const std::string& n : names) {
         const ModelConfig c = n == "llama" ? llama : family_config(llama, n);

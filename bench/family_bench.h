@@ -1,6 +1,6 @@
-// `kvlab bench families`: the forward of each architecture family kvlab reads (Gemma 3, Gemma 2
-// with soft-capping, SmolLM3, Phi-3, OLMo 2) against a Llama of the same shapes and parameter
-// count, timed interleaved in one run (target: every family within 1.2x of the Llama's time).
+// `kvlab bench families`: the forward of each architecture family kvlab reads (Gemma 2 with
+// soft-capping, Gemma 3 and 3n, SmolLM3, Phi-3, OLMo 2, gpt-oss, DeepSeek-V2, LFM2) against a
+// Llama of the same shapes, timed interleaved in one run (target: every family within 1.2x of the Llama's time).
 #pragma once
 
 #include <functional>
@@ -15,7 +15,10 @@ struct FamilyBenchOptions {
     std::string model = "small";  // the Llama preset whose shapes every family takes
     int64_t tokens = 512;         // one prefill of this many tokens per measurement
     int repeats = 3;              // interleaved rounds; the best time of each counts
+    std::vector<std::string> families;  // the families measured (empty: all); the Llama always runs
 };
+// The families run_family_bench knows, in table order.
+const std::vector<std::string>& family_names();
 // One row per family: a = its prefill tokens/s, b = the Llama's, ratio a / b (target >= 1 / 1.2).
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 

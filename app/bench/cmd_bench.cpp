@@ -40,6 +40,7 @@ std::vector<OptionSpec> bench_options() {
     o.push_back({"steps", OptKind::INT, "3", "bench dist: fine-tuning steps timed for the communication share"});
     o.push_back({"page", OptKind::INT, "16", "bench quest: slots per page"});
     o.push_back({"fraction", OptKind::INT, "8", "bench quest: read 1/fraction of the pages"});
+    o.push_back({"family", OptKind::STRING, "", "bench families: the families to measure (comma list; default all)"});
     return o;
 }
 
@@ -64,8 +65,9 @@ void print_help() {
         "  sweep      kvlab sweep over cells vs the same cells as single kvlab eval_long runs (target <= 1.05x)\n"
         "  dist       under mpirun: all-reduce bandwidth (--sizes) and the all-reduce share of a data-parallel\n"
         "             fine-tuning step (--model tiny, --mode lora|full, --tokens, --steps; docs/DISTRIBUTED.md)\n"
-        "  families   prefill of Gemma 3, Gemma 2 (soft-capped), SmolLM3, Phi-3 and OLMo 2 on a Llama preset's shapes vs\n"
-        "             the Llama (target >= 1/1.2 of its tokens/s); --model (default small), --tokens (512), --repeats (3)\n"
+        "  families   prefill of each architecture family (Gemma 2/3/3n, SmolLM3, Phi-3, OLMo 2, gpt-oss, DeepSeek-V2, LFM2)\n"
+        "             on a Llama preset's shapes vs the Llama (target >= 1/1.2 of its tokens/s); --model (default small),\n"
+        "             --tokens (512), --repeats (3), --family (comma list; default all)\n"
         "  trace      the trace view on 10M synthetic spans: model build, whole-run summary (target <= 1 s),\n"
         "             frame p95 while zooming (target <= 16 ms; CPU side here, GL in kvlab-gui --bench-frames\n"
         "             --bench-only trace); --query_rows N spans, --quick 200k\n"

@@ -4,6 +4,7 @@
 #include "bench_commands.h"
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/core/split.h"
 #include "app/cli/progress.h"
 
 namespace kv::cli {
@@ -13,6 +14,7 @@ int bench_families(const Args& args) {
     if (args.has("model")) opt.model = args.str("model");
     if (args.has("tokens")) opt.tokens = args.integer("tokens", opt.tokens, 1, 1 << 20);
     if (args.has("repeats")) opt.repeats = int(args.integer("repeats", opt.repeats, 1, 100));
+    if (args.has("family")) opt.families = split(args.str("family"));
     if (args.flag("quick")) opt.model = "tiny", opt.tokens = 64, opt.repeats = 1;
     Progress progress("bench families");
     auto rows = bench::run_family_bench(opt, [&](int d, int t, const std::string& w) { progress.update(d, t, w); });

@@ -24,37 +24,7 @@ Tensor load(const TensorMap& w, const std::string& name, const Shape& shape, DTy
 
 std::vector<double> host(const Tensor& t) { return t.contiguous().to_f64_vector(); }
 
-Tensor device_tensor(const Shape& s, const std::vector<double>& v, DType act, Device device) {
-    return Tensor::from_f64(s, v, act, {device, MemCategory::ACTIVATIONS, {}});
-}
-
-// 1 / sqrt(mean(x^2) + eps) over n values.
-double inv_rms(const double* x, int64_t n, double eps) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
-    return 1.0 / std::sqrt(s / double(n) + eps);
-}
-
-// RMS of x, floored at sqrt(1e-5) (Gemma3nTextModel's epsilon on the squared magnitude).
-double floored_rms(const double* x, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
-    return std::sqrt(std::max(s / double(n), 1e-5));
-}
-
 double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
-
-// The router's modalities tanh(W_router (RMSNorm(x) w) / E) of one token's stream x (E).
-void modalities(const ModelConfig& cfg, const double* x, const std::vector<double>& norm_w, const std::vector<double>& router,
-                double* m) {
-    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs;
-    const double r = inv_rms(x, E, cfg.rms_norm_eps) / double(E);
-    for (int64_t j = 0; j < A; ++j) {
-        double s = 0;
-        for (int64_t e = 0; e < E; ++e) s += router[size_t(j * E + e)] * x[e] * r * norm_w[size_t(e)];
-        m[j] = std::tanh(s);
-    }
-}
 
 }  // namespace
 
@@ -118,125 +88,250 @@ AltUpWeights load_altup_model(const ModelConfig& cfg, const TensorMap& w, DType 
     return aw;
 }
 
-Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& ids, const Tensor& e, DType act) {
-    const int64_t B = e.size(0), n = e.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim,
+namespace {
+
+// The per-token loops run on f32 or f64 data in place (bf16 activations through f32 copies),
+// each token's arithmetic in double, tokens in parallel: no conversion of the packed state.
+DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32; }
+Tensor on_host(const Tensor& x, DType hd) { return x.dtype() == hd ? x.contiguous() : x.contiguous().to(hd); }
+
+template <class T>
+double sum_sq(const T* x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+}
+
+// sum a_i b_i in eight interleaved partial sums: the compiler vectorises it (a strict left-to-right
+// sum it may not reorder), and in double the order changes nothing a test can see.
+inline double dot8(const double* a, const double* b, int64_t n) {
+    double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l) p[l] += a[i + l] * b[i + l];
+    for (; i < n; ++i) p[0] += a[i] * b[i];
+    return ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+}
+
+// tanh(W_router (RMSNorm(x) w) / E) of one token's stream x (E): the router's A modalities;
+// xn is scratch of E.
+template <class T>
+void modalities_of(const ModelConfig& cfg, const T* x, const std::vector<double>& norm_w, const std::vector<double>& router, double* m,
+                   double* xn) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs;
+    for (int64_t e = 0; e < E; ++e) xn[e] = double(x[e]);
+    const double r = 1.0 / std::sqrt(dot8(xn, xn, E) / double(E) + cfg.rms_norm_eps) / double(E);
+    for (int64_t e = 0; e < E; ++e) xn[e] *= r * norm_w[size_t(e)];
+    for (int64_t j = 0; j < A; ++j) m[j] = std::tanh(dot8(router.data() + j * E, xn, E));
+}
+
+// out[t, col..col+E) = y[t] rescaled to ref[t]'s plain RMS (y's floored at sqrt(1e-5)).
+template <class T>
+void rescale_rows(const T* y, const T* ref, int64_t ref_stride, int64_t rows, int64_t E, T* out, int64_t out_stride) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) {
+        const T* yt = y + t * E;
+        const double f = std::sqrt(sum_sq(ref + t * ref_stride, E) / double(E)) / std::sqrt(std::max(sum_sq(yt, E) / double(E), 1e-5));
+        for (int64_t c = 0; c < E; ++c) out[t * out_stride + c] = T(double(yt[c]) * f);
+    }
+}
+
+template <class T>
+void embed_rows(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& e, const Tensor& table_rows, DType act, Tensor& out) {
+    const int64_t rows = e.size(0) * e.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim,
                   NL = cfg.num_layers, W = cfg.residual_width(), LP = NL * P;
-    const double eps = cfg.rms_norm_eps;
-    const std::vector<double> ev = host(e);
-    std::vector<double> out(size_t(B * n * W), 0.0);
-    for (int64_t t = 0; t < B * n; ++t) std::copy_n(ev.data() + t * E, E, out.data() + t * W);
+    const DType hd = out.dtype();
+    const Tensor eh = on_host(e, hd);
+    const T* ev = eh.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) std::copy_n(ev + t * E, E, o + t * W);
     for (int64_t i = 1; i < A; ++i) {
-        const std::vector<double> y = host(linear_any(e, aw.proj[size_t(i - 1)], act));
-        for (int64_t t = 0; t < B * n; ++t) {
-            // the target is the embedding's plain RMS (no floor)
-            double s = 0;
-            for (int64_t c = 0; c < E; ++c) s += ev[size_t(t * E + c)] * ev[size_t(t * E + c)];
-            const double scale = std::sqrt(s / double(E)) / floored_rms(y.data() + t * E, E);
-            for (int64_t c = 0; c < E; ++c) out[size_t(t * W + i * E + c)] = y[size_t(t * E + c)] * scale;
-        }
+        const Tensor y = on_host(linear_any(e, aw.proj[size_t(i - 1)], act), hd);
+        rescale_rows(y.data<T>(), ev, E, rows, E, o + i * E, W);
     }
     // Per-layer inputs: the projection of e (scaled, normalised per layer) plus the token's own table row.
-    const std::vector<double> proj = host(linear_any(e, aw.per_layer_proj, act));  // (B n, L P)
+    const Tensor proj = on_host(linear_any(e, aw.per_layer_proj, act), hd);  // (B n, L P)
     const std::vector<double> nw = host(aw.per_layer_norm);
-    const std::vector<int64_t> id = ids.to_i64_vector();
-    const double sp = std::sqrt(double(P)), se = 1.0 / std::sqrt(double(E)), half = 1.0 / std::sqrt(2.0);
-    for (int64_t t = 0; t < B * n; ++t) {
-        if (id[size_t(t)] < 0 || id[size_t(t)] >= cfg.altup.per_layer_vocab)
-            throw Error(str("per-layer embedding: token id ", id[size_t(t)], " is outside vocab_size_per_layer_input ",
-                            cfg.altup.per_layer_vocab));
-        const std::vector<double> row = host(aw.embed_per_layer.slice(0, id[size_t(t)], id[size_t(t)] + 1));
+    const T* pv = proj.data<T>();
+    const T* tr = table_rows.data<T>();
+    const double sp = std::sqrt(double(P)), se = 1.0 / std::sqrt(double(E)), half = 1.0 / std::sqrt(2.0), eps = cfg.rms_norm_eps;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < rows; ++t)
         for (int64_t l = 0; l < NL; ++l) {
-            double pv[1024];
-            if (P > 1024) throw Error(str("hidden_size_per_layer_input ", P, " is implausible; expected at most 1024"));
-            for (int64_t c = 0; c < P; ++c) pv[c] = proj[size_t(t * LP + l * P + c)] * se;
-            const double r = inv_rms(pv, P, eps);
+            const T* x = pv + t * LP + l * P;
+            const double r = 1.0 / std::sqrt(sum_sq(x, P) * se * se / double(P) + eps);
             for (int64_t c = 0; c < P; ++c)
-                out[size_t(t * W + A * E + l * P + c)] = (pv[c] * r * nw[size_t(c)] + row[size_t(l * P + c)] * sp) * half;
+                o[t * W + A * E + l * P + c] = T((double(x[c]) * se * r * nw[size_t(c)] + double(tr[t * LP + l * P + c]) * sp) * half);
+        }
+}
+
+template <class T>
+void predict_rows(const ModelConfig& cfg, const T* xv, const std::vector<double>& nw, const std::vector<double>& router,
+                  const std::vector<double>& pc, int64_t rows, T* pred, T* active) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), a = cfg.altup.active_idx;
+#pragma omp parallel
+    {
+        std::vector<double> xn(static_cast<size_t>(E)), acc(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < rows; ++t) {
+            double m[16], r[16 * 16];  // altup_num_inputs <= 16 (ModelConfig::validate)
+            const T* xs = xv + t * W;
+            modalities_of(cfg, xs + a * E, nw, router, m, xn.data());
+            for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
+                double s = 0;
+                for (int64_t j = 0; j < A; ++j) s += pc[size_t(o * A + j)] * m[j];
+                r[o] = s;
+            }
+            T* pr = pred + t * A * E;
+            for (int64_t i = 0; i < A; ++i) {  // pred_i = x_i + sum_k r_ik x_k, every channel at once
+                for (int64_t c = 0; c < E; ++c) acc[size_t(c)] = double(xs[i * E + c]);
+                for (int64_t k = 0; k < A; ++k) {
+                    const double rk = r[i * A + k];
+                    const T* xk = xs + k * E;
+                    for (int64_t c = 0; c < E; ++c) acc[size_t(c)] += rk * double(xk[c]);
+                }
+                for (int64_t c = 0; c < E; ++c) pr[i * E + c] = T(acc[size_t(c)]);
+            }
+            std::copy_n(pr + a * E, E, active + t * E);
         }
     }
-    return device_tensor({B, n, W}, out, act, e.device());
+}
+
+template <class T>
+void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pred, const std::vector<double>& nw,
+                  const std::vector<double>& router, const std::vector<double>& cc, const std::vector<double>& scale, int64_t rows,
+                  T* next, T* first) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), a = cfg.altup.active_idx;
+#pragma omp parallel
+    {
+    std::vector<double> xn(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) {
+        double m[16];
+        const T* o = ov + t * E;
+        const T* pr = pred + t * A * E;
+        T* nx = next + t * W;
+        modalities_of(cfg, o, nw, router, m, xn.data());
+        for (int64_t i = 0; i < A; ++i) {
+            double ci = 1.0;
+            for (int64_t j = 0; j < A; ++j) ci += cc[size_t(i * A + j)] * m[j];
+            for (int64_t c = 0; c < E; ++c) {
+                const double v = double(pr[i * E + c]) + ci * (double(o[c]) - double(pr[a * E + c]));
+                nx[i * E + c] = T(v);
+                if (i == a) first[t * E + c] = T(v * (cfg.altup.correct_scale ? scale[size_t(c)] : 1.0));
+            }
+        }
+        std::copy(xv + t * W + A * E, xv + (t + 1) * W, nx + A * E);  // the per-layer inputs pass through unchanged
+    }
+    }
+}
+
+template <class T>
+void add_per_layer_rows(const ModelConfig& cfg, int layer, const T* xv, const T* av, int64_t rows, T* g, T* next, bool gate) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), P = cfg.altup.per_layer_dim;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) {
+        if (gate) {  // gelu(W_gate first) * the layer's per-layer input
+            for (int64_t c = 0; c < P; ++c) g[t * P + c] = T(gelu_tanh(double(g[t * P + c])) * double(xv[t * W + A * E + layer * P + c]));
+        } else {  // streams 1.. gain the normalised projection
+            for (int64_t i = 1; i < A; ++i)
+                for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
+        }
+    }
+}
+
+template <class T>
+void unembed_rows(const T* x0, int64_t x0_stride, const T* y, int64_t rows, int64_t E, T* sum) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) {
+        const T* yt = y + t * E;
+        const double f = std::sqrt(sum_sq(x0 + t * x0_stride, E) / double(E)) / std::sqrt(std::max(sum_sq(yt, E) / double(E), 1e-5));
+        for (int64_t c = 0; c < E; ++c) sum[t * E + c] = T(double(sum[t * E + c]) + double(yt[c]) * f);
+    }
+}
+
+}  // namespace
+
+Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& ids, const Tensor& e, DType act) {
+    const int64_t B = e.size(0), n = e.size(1), W = cfg.residual_width();
+    for (const int64_t id : ids.to_i64_vector())
+        if (id < 0 || id >= cfg.altup.per_layer_vocab)
+            throw Error(str("per-layer embedding: token id ", id, " is outside vocab_size_per_layer_input ", cfg.altup.per_layer_vocab));
+    const DType hd = host_dtype(act);
+    const TensorOptions ao{e.device(), MemCategory::ACTIVATIONS, {}};
+    const Tensor rows = ops::embedding(aw.embed_per_layer, ids, hd).contiguous();  // (B, n, L P): each token's own table row
+    Tensor out = Tensor::empty({B, n, W}, hd, ao);
+    if (hd == DType::F64)
+        embed_rows<double>(cfg, aw, e, rows, act, out);
+    else
+        embed_rows<float>(cfg, aw, e, rows, act, out);
+    return out.to(act);
 }
 
 AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act) {
-    const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(),
-                  a = cfg.altup.active_idx;
-    const std::vector<double> xv = host(x), nw = host(L.altup_router_norm), router = host(L.altup_router), pc = host(L.altup_pred);
+    const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs;
+    const DType hd = host_dtype(act);
+    const TensorOptions ao{x.device(), MemCategory::ACTIVATIONS, {}};
+    const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), pc = host(L.altup_pred);
+    const Tensor xh = on_host(x, hd);
     AltUpPrediction out;
-    out.pred.assign(size_t(B * n * A * E), 0.0);
-    std::vector<double> active(size_t(B * n * E)), m(static_cast<size_t>(A)), r(static_cast<size_t>(A * A));
-    for (int64_t t = 0; t < B * n; ++t) {
-        const double* xs = xv.data() + t * W;
-        modalities(cfg, xs + a * E, nw, router, m.data());
-        for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
-            double s = 0;
-            for (int64_t j = 0; j < A; ++j) s += pc[size_t(o * A + j)] * m[size_t(j)];
-            r[size_t(o)] = s;
-        }
-        double* pr = out.pred.data() + t * A * E;
-        for (int64_t i = 0; i < A; ++i)
-            for (int64_t c = 0; c < E; ++c) {
-                double s = xs[i * E + c];
-                for (int64_t k = 0; k < A; ++k) s += r[size_t(i * A + k)] * xs[k * E + c];
-                pr[i * E + c] = s;
-            }
-        std::copy_n(pr + a * E, E, active.data() + t * E);
-    }
-    out.active = device_tensor({B, n, E}, active, act, x.device());
+    out.pred = Tensor::empty({B * n, A, E}, hd, ao);
+    Tensor active = Tensor::empty({B, n, E}, hd, ao);
+    if (hd == DType::F64)
+        predict_rows(cfg, xh.data<double>(), nw, router, pc, B * n, out.pred.data<double>(), active.data<double>());
+    else
+        predict_rows(cfg, xh.data<float>(), nw, router, pc, B * n, out.pred.data<float>(), active.data<float>());
+    out.active = active.to(act);
     return out;
 }
 
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
                      const Tensor& out, DType act) {
-    const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(),
-                  a = cfg.altup.active_idx, P = cfg.altup.per_layer_dim;
-    const double eps = cfg.rms_norm_eps;
-    const std::vector<double> xv = host(x), ov = host(out), nw = host(L.altup_router_norm), router = host(L.altup_router),
-                              cc = host(L.altup_corr), scale = host(L.altup_out_scale);
-    std::vector<double> next(xv);  // the per-layer inputs pass through unchanged
-    std::vector<double> first(size_t(B * n * E)), m(static_cast<size_t>(A));
-    for (int64_t t = 0; t < B * n; ++t) {
-        const double* o = ov.data() + t * E;
-        const double* pr = p.pred.data() + t * A * E;
-        modalities(cfg, o, nw, router, m.data());
-        for (int64_t i = 0; i < A; ++i) {
-            double ci = 1.0;
-            for (int64_t j = 0; j < A; ++j) ci += cc[size_t(i * A + j)] * m[size_t(j)];
-            for (int64_t c = 0; c < E; ++c) next[size_t(t * W + i * E + c)] = pr[i * E + c] + ci * (o[c] - pr[a * E + c]);
-        }
-        for (int64_t c = 0; c < E; ++c)
-            first[size_t(t * E + c)] = next[size_t(t * W + a * E + c)] * (cfg.altup.correct_scale ? scale[size_t(c)] : 1.0);
-    }
+    const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, W = cfg.residual_width(), rows = B * n;
+    const DType hd = host_dtype(act);
+    const TensorOptions ao{x.device(), MemCategory::ACTIVATIONS, {}};
+    const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), cc = host(L.altup_corr),
+                              scale = host(L.altup_out_scale);
+    const Tensor xh = on_host(x, hd), oh = on_host(out, hd);
+    Tensor next = Tensor::empty({B, n, W}, hd, ao), first = Tensor::empty({B, n, E}, hd, ao);
+    if (hd == DType::F64)
+        correct_rows(cfg, xh.data<double>(), oh.data<double>(), p.pred.data<double>(), nw, router, cc, scale, rows, next.data<double>(),
+                     first.data<double>());
+    else
+        correct_rows(cfg, xh.data<float>(), oh.data<float>(), p.pred.data<float>(), nw, router, cc, scale, rows, next.data<float>(),
+                     first.data<float>());
     // The per-layer input's contribution to streams 1..: RMSNorm(W_proj(gelu(W_gate first) * pli)).
-    std::vector<double> g = host(linear_any(device_tensor({B, n, E}, first, act, x.device()), L.pli_gate, act));  // (B n, P)
-    for (int64_t t = 0; t < B * n; ++t)
-        for (int64_t c = 0; c < P; ++c) g[size_t(t * P + c)] = gelu_tanh(g[size_t(t * P + c)]) * xv[size_t(t * W + A * E + layer * P + c)];
-    Tensor add = linear_any(device_tensor({B, n, P}, g, act, x.device()), L.pli_proj, act);
-    const std::vector<double> av = host(ops::rmsnorm(add, L.pli_norm, float(eps), 0.0f));
-    for (int64_t t = 0; t < B * n; ++t)
-        for (int64_t i = 1; i < A; ++i)
-            for (int64_t c = 0; c < E; ++c) next[size_t(t * W + i * E + c)] += av[size_t(t * E + c)];
-    return device_tensor({B, n, W}, next, act, x.device());
+    Tensor g = on_host(linear_any(first.to(act), L.pli_gate, act), hd);  // (B, n, P)
+    if (g.dtype() == act) g = g.clone();  // the gate is rewritten in place
+    if (hd == DType::F64)
+        add_per_layer_rows<double>(cfg, layer, xh.data<double>(), nullptr, rows, g.data<double>(), nullptr, true);
+    else
+        add_per_layer_rows<float>(cfg, layer, xh.data<float>(), nullptr, rows, g.data<float>(), nullptr, true);
+    const Tensor add = linear_any(g.to(act), L.pli_proj, act);
+    const Tensor av = on_host(ops::rmsnorm(add, L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
+    if (hd == DType::F64)
+        add_per_layer_rows<double>(cfg, layer, xh.data<double>(), av.data<double>(), rows, nullptr, next.data<double>(), false);
+    else
+        add_per_layer_rows<float>(cfg, layer, xh.data<float>(), av.data<float>(), rows, nullptr, next.data<float>(), false);
+    return next.to(act);
 }
 
 Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act) {
     const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width();
-    const std::vector<double> xv = host(x);
-    std::vector<double> x0(size_t(B * n * E)), sum(size_t(B * n * E));
-    for (int64_t t = 0; t < B * n; ++t) std::copy_n(xv.data() + t * W, E, x0.data() + t * E);
-    sum = x0;
+    const DType hd = host_dtype(act);
+    const Tensor xh = on_host(x, hd);
+    Tensor sum = xh.slice(2, 0, E).contiguous();
+    if (sum.storage() == xh.storage()) sum = sum.clone();
     for (int64_t i = 1; i < A; ++i) {
-        std::vector<double> xi(size_t(B * n * E));
-        for (int64_t t = 0; t < B * n; ++t) std::copy_n(xv.data() + t * W + i * E, E, xi.data() + t * E);
-        const std::vector<double> y = host(linear_any(device_tensor({B, n, E}, xi, act, x.device()), aw.unembed[size_t(i - 1)], act));
-        for (int64_t t = 0; t < B * n; ++t) {
-            double s = 0;
-            for (int64_t c = 0; c < E; ++c) s += x0[size_t(t * E + c)] * x0[size_t(t * E + c)];
-            const double f = std::sqrt(s / double(E)) / floored_rms(y.data() + t * E, E);
-            for (int64_t c = 0; c < E; ++c) sum[size_t(t * E + c)] += y[size_t(t * E + c)] * f;
-        }
+        const Tensor xi = x.slice(2, i * E, (i + 1) * E).contiguous();
+        const Tensor y = on_host(linear_any(xi, aw.unembed[size_t(i - 1)], act), hd);
+        if (hd == DType::F64)
+            unembed_rows(xh.data<double>(), W, y.data<double>(), B * n, E, sum.data<double>());
+        else
+            unembed_rows(xh.data<float>(), W, y.data<float>(), B * n, E, sum.data<float>());
     }
-    for (double& v : sum) v /= double(A);
-    return device_tensor({B, n, E}, sum, act, x.device());
+    return ops::scale(sum, float(1.0 / double(A))).to(act);
 }
 
 Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act) {

@@ -14,7 +14,8 @@
 //
 // LAUREL (inside the block): h + RMSNorm(W_right W_left h) beside attention, the sum with the
 // attention's residual divided by sqrt(2). The small per-token maps (router, coefficients) run on
-// the host in double; the block's matrices through the usual kernels. CPU only.
+// the CPU over the activations in place, each token's arithmetic in double, tokens in parallel;
+// the matrices through the usual kernels. CPU only.
 #pragma once
 
 #include <string>
@@ -35,10 +36,10 @@ AltUpWeights load_altup_model(const ModelConfig& cfg, const TensorMap& w, DType 
 // ids (B, T) and their scaled embeddings e (B, T, E) -> the packed state (B, T, A E + L P).
 Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& ids, const Tensor& e, DType act);
 
-// AltUp's prediction for one layer: every stream predicted (host, (B n, A, E) in double) and the
-// active one as the block's input (B, n, E) in `act`.
+// AltUp's prediction for one layer: every stream predicted ((B n, A, E) in f32, f64 for f64
+// activations) and the active one as the block's input (B, n, E) in `act`.
 struct AltUpPrediction {
-    std::vector<double> pred;
+    Tensor pred;
     Tensor active;
 };
 AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act);

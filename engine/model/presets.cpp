@@ -275,6 +275,20 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
             w[p + "self_attn.sinks"] = uniform_tensor({c.num_heads}, seed ^ std::hash<std::string>{}(p + "self_attn.sinks"), 1.0f, 1.0f,
                                                       dtype, device, p + "self_attn.sinks");
         norm(p + "post_attention_layernorm.weight", E);
+        if (c.altup_enabled()) {  // Gemma 3n: LAUREL, the AltUp router and coefficients, the per-layer input's gate
+            const int64_t A = c.altup.num_inputs, P = c.altup.per_layer_dim, R = c.altup.laurel_rank;
+            lin(p + "laurel.linear_left.weight", {R, E});
+            lin(p + "laurel.linear_right.weight", {E, R});
+            norm(p + "laurel.post_laurel_norm.weight", E);
+            norm(p + "altup.router_norm.weight", E);
+            lin(p + "altup.modality_router.weight", {A, E});
+            lin(p + "altup.prediction_coefs.weight", {A * A, A});
+            lin(p + "altup.correction_coefs.weight", {A, A});
+            norm(p + "altup.correct_output_scale", E);
+            lin(p + "per_layer_input_gate.weight", {P, E});
+            lin(p + "per_layer_projection.weight", {E, P});
+            norm(p + "post_per_layer_input_norm.weight", E);
+        }
         if (c.experts_layer(l)) {
             const int64_t N = c.moe.num_experts;
             // Router weights of order 1: the top-k choice is decided by clear margins, not by
@@ -295,6 +309,16 @@ TensorMap random_weights(const ModelConfig& c, uint64_t seed, DType dtype, Devic
             lin(p + "mlp.up_proj.weight", {I, E});
         }
         lin(p + "mlp.down_proj.weight", {E, I});
+    }
+    if (c.altup_enabled()) {
+        const int64_t A = c.altup.num_inputs, P = c.altup.per_layer_dim;
+        lin("model.embed_tokens_per_layer.weight", {c.altup.per_layer_vocab, c.num_layers * P});
+        lin("model.per_layer_model_projection.weight", {c.num_layers * P, E});
+        norm("model.per_layer_projection_norm.weight", P);
+        for (int64_t i = 1; i < A; ++i) {
+            lin(str("model.altup_projections.", i - 1, ".weight"), {E, E});
+            lin(str("model.altup_unembed_projections.", i - 1, ".weight"), {E, E});
+        }
     }
     norm("model.norm.weight", E);
     if (!c.tie_word_embeddings) lin("lm_head.weight", {c.vocab_size, E});
