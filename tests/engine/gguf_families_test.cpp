@@ -169,7 +169,7 @@ void add_split_kv_b(GgufWriter& w, const ModelConfig& c, const std::string& name
 
 std::string write_gguf(const Family& fam, const HfModelFolder& hf, const std::string& dir,
                        const std::function<void(GgufWriter&)>& edit = {}, const TensorPut& experts_put = {},
-                       const std::string& file_name = "") {
+                       const std::string& file_name = "", GgmlType matrix_type = GgmlType::F32) {
     const ModelConfig& c = hf.config;
     const std::string a = fam.arch;
     GgufWriter w;
@@ -257,7 +257,7 @@ std::string write_gguf(const Family& fam, const HfModelFolder& hf, const std::st
         // LlamaModel.modify_tensors (SmolLM3Model is one): q and k rows permuted per head.
         if (a == "smollm3" && ends(name, "self_attn.q_proj.weight")) v = llama_permute(v, shape, c.num_heads);
         if (a == "smollm3" && ends(name, "self_attn.k_proj.weight")) v = llama_permute(v, shape, c.num_kv_heads);
-        w.add_float_tensor(g, shape, v);
+        w.add_float_tensor(g, shape, v, shape.size() == 2 ? matrix_type : GgmlType::F32);
     }
     if (edit) edit(w);
     const std::string path = dir + "/" + (file_name.empty() ? family_name(fam) : file_name) + ".gguf";
@@ -330,6 +330,30 @@ TEST_P(GgufFamily, LogitsMatchThePyTorchFixture) {
         EXPECT_FALSE(cmp.nonfinite_mismatch) << cmp.report;
         EXPECT_LE(cmp.rel_err, 1e-5) << fam.fixture << " input " << j << "\n" << cmp.report;
     }
+}
+
+// The CLI keeps a GGUF file's matrices packed (--model.weights packed): with every matrix stored
+// as F16, the packed load runs each family within F16's rounding of the fixture's logits (latent
+// attention and the short convolution take theirs dequantized, the experts are 3-D and stay so).
+TEST_P(GgufFamily, PackedF16MatricesRun) {
+    const Family fam = GetParam();
+    const HfModelFolder hf = load_hf_model_folder(fixture_dir(fam));
+    const SafetensorsContents expected = load_safetensors(fixture_dir(fam) + "/expected.safetensors");
+    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_f16_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(tmp);
+    GgufLoadOptions lo;
+    lo.packed = true;
+    GgufModel g = load_gguf_model(write_gguf(fam, hf, tmp, {}, {}, "f16", GgmlType::F16), lo);
+    std::filesystem::remove_all(tmp);
+    int packed = 0;
+    for (const auto& [name, t] : g.tensors) packed += t.dtype() == DType::U8;
+    EXPECT_GT(packed, 0) << "no matrix stayed packed";
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;
+    Transformer model(g.config, g.tensors, opt);
+    model.set_context_width(std::stoll(expected.metadata.at("context_width")));
+    test::Comparison cmp = test::compare(model.forward(expected.tensors.at("input_ids.0")), expected.tensors.at("logits.0"));
+    EXPECT_LE(cmp.rel_err, 1e-2) << cmp.report;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufFamily,
