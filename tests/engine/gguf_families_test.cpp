@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <map>
 
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "engine/model/transformer.h"
 #include "formats/gguf/gguf_model.h"
 #include "formats/gguf/gguf_writer.h"
+#include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
 #include "tests/support/test_support.h"
@@ -450,6 +453,38 @@ TEST(GgufFamilyMxfp4, GptOssExpertsInMxfp4) {
     EXPECT_LE(same.rel_err, 1e-6) << same.report;
     test::Comparison moved = test::compare(lq, expected.tensors.at("logits.0"));
     EXPECT_GT(moved.rel_err, 1e-5) << "the MXFP4 experts gave the unquantized logits";
+}
+
+// gpt-oss's YaRN as GptOssModel.set_gguf_parameters writes it (rope.scaling.type yarn, .factor,
+// .original_context_length) gives the model of the same config.json with that rope_scaling.
+TEST(GgufFamilyYarn, GptOssYarnMatchesTheConfig) {
+    const Family fam{"gpt_oss_moe", "gpt-oss"};
+    const HfModelFolder hf = load_hf_model_folder(fixture_dir(fam));
+    std::ifstream in(fixture_dir(fam) + "/config.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string json = text.str();
+    json.insert(json.find('{') + 1, R"("rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16},)");
+    ModelConfig want = parse_model_config(json, "config.json with yarn");
+    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_yarn_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(tmp);
+    GgufModel g = load_gguf_model(write_gguf(fam, hf, tmp, [](GgufWriter& w) {
+        w.set("gpt-oss.rope.scaling.type", GgufValue::of_string("yarn"));
+        w.set("gpt-oss.rope.scaling.factor", GgufValue::of_f32(8.0f));
+        w.set("gpt-oss.rope.scaling.original_context_length", GgufValue::of_u32(16));
+    }));
+    std::filesystem::remove_all(tmp);
+    EXPECT_EQ(g.config.rope_scaling.type, "yarn");
+    EXPECT_DOUBLE_EQ(g.config.rope_scaling.factor, want.rope_scaling.factor);
+    EXPECT_EQ(g.config.rope_scaling.original_max_position_embeddings, want.rope_scaling.original_max_position_embeddings);
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;
+    Transformer mg(g.config, g.tensors, opt), mh(want, hf.weights, opt);
+    const SafetensorsContents expected = load_safetensors(fixture_dir(fam) + "/expected.safetensors");
+    const Tensor& ids = expected.tensors.at("input_ids.0");
+    const Tensor lg = mg.forward(ids), lh = mh.forward(ids);
+    EXPECT_LE(test::compare(lg, lh).rel_err, 1e-6);
+    EXPECT_GT(test::compare(lg, expected.tensors.at("logits.0")).rel_err, 1e-5) << "YaRN changed nothing";
 }
 
 // SmolLM3, gpt-oss, DeepSeek-V2 and LFM2: a missing or contradictory key names the key and what
