@@ -199,6 +199,10 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         if (n.layer >= c.num_layers)
             throw Error(str(f.source, ": tensor '", t.name, "' belongs to layer ", n.layer, " but ", c.model_type,
                             ".block_count is ", c.num_layers));
+        // A file with both forms of DeepSeek-V2's kv_b_proj is read through attn_kv_b.
+        if ((ends_with(n.hf, "self_attn.k_b_proj.weight") || ends_with(n.hf, "self_attn.v_b_proj.weight")) &&
+            f.find_tensor("blk." + std::to_string(n.layer) + ".attn_kv_b.weight"))
+            continue;
         items.push_back({&t, n.hf});
     }
 
@@ -217,7 +221,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     c.o_bias = f.find_tensor("blk.0.attn_output.bias") != nullptr;
     FileForms forms;
     forms.fused_experts = f.find_tensor("blk.0.ffn_gate_up_exps.weight") != nullptr;
-    forms.split_kv_b = f.find_tensor("blk.0.attn_k_b.weight") != nullptr;
+    forms.split_kv_b = f.find_tensor("blk.0.attn_k_b.weight") != nullptr && f.find_tensor("blk.0.attn_kv_b.weight") == nullptr;
 
     // ---- shapes -----------------------------------------------------------------------------
     std::map<std::string, std::vector<int64_t>> want = expected_shapes(c, forms);

@@ -487,6 +487,31 @@ TEST(GgufFamilyYarn, GptOssYarnMatchesTheConfig) {
     EXPECT_GT(test::compare(lg, expected.tensors.at("logits.0")).rel_err, 1e-5) << "YaRN changed nothing";
 }
 
+// A DeepSeek-V2 file holding attn_kv_b beside the halves attn_k_b / attn_v_b is read through
+// attn_kv_b (the halves, zero here, are not used).
+TEST(GgufFamilyLatent, KvBWinsOverItsHalves) {
+    const Family fam{"deepseek_v2_lite_mla", "deepseek2", true};
+    const HfModelFolder hf = load_hf_model_folder(fixture_dir(fam));
+    const ModelConfig& c = hf.config;
+    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_kvb_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(tmp);
+    GgufModel g = load_gguf_model(write_gguf(fam, hf, tmp, [&c](GgufWriter& w) {
+        const int64_t NH = c.num_heads, r = c.latent.kv_lora_rank, Dn = c.latent.qk_nope_head_dim, Dv = c.latent.v_head_dim;
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            w.add_float_tensor(str("blk.", l, ".attn_k_b.weight"), {NH, r, Dn}, std::vector<float>(size_t(NH * r * Dn)));
+            w.add_float_tensor(str("blk.", l, ".attn_v_b.weight"), {NH, Dv, r}, std::vector<float>(size_t(NH * Dv * r)));
+        }
+    }));
+    std::filesystem::remove_all(tmp);
+    const SafetensorsContents expected = load_safetensors(fixture_dir(fam) + "/expected.safetensors");
+    ModelOptions opt;
+    opt.rope = RopeMode::YARN;
+    Transformer model(g.config, g.tensors, opt);
+    model.set_context_width(std::stoll(expected.metadata.at("context_width")));
+    test::Comparison cmp = test::compare(model.forward(expected.tensors.at("input_ids.0")), expected.tensors.at("logits.0"));
+    EXPECT_LE(cmp.rel_err, 1e-5) << cmp.report;
+}
+
 // SmolLM3, gpt-oss, DeepSeek-V2 and LFM2: a missing or contradictory key names the key and what
 // was expected; what kvlab cannot run is refused by name.
 TEST(GgufFamilyErrors, SmolLM3GptOssDeepSeekLfm2Metadata) {
