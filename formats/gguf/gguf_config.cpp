@@ -49,8 +49,8 @@ struct ArchName {
     const char* name;
     Arch arch;
 };
-constexpr ArchName kArchs[] = {{"llama", Arch::LLAMA},   {"qwen2", Arch::QWEN2},     {"gemma2", Arch::GEMMA2},
-                               {"gemma3", Arch::GEMMA3}, {"phi3", Arch::PHI3},       {"olmo2", Arch::OLMO2},
+constexpr ArchName kArchs[] = {{"llama", Arch::LLAMA},     {"qwen2", Arch::QWEN2},     {"gemma2", Arch::GEMMA2},
+                               {"gemma3", Arch::GEMMA3},   {"phi3", Arch::PHI3},       {"olmo2", Arch::OLMO2},
                                {"smollm3", Arch::SMOLLM3}, {"gpt-oss", Arch::GPT_OSS}, {"deepseek2", Arch::DEEPSEEK_V2},
                                {"lfm2", Arch::LFM2}};
 
@@ -121,7 +121,8 @@ void read_gpt_oss(const Keys& k, ModelConfig& c) {
     const int64_t experts = k.dim_or("expert_count", 0, 0);
     if (experts > 0) {
         c.moe.num_experts = experts;
-        c.moe.top_k = k.dim_needed("expert_used_count", str("the number of experts run per token (of expert_count = ", experts, ")"));
+        c.moe.top_k =
+            k.dim_needed("expert_used_count", str("the number of experts run per token (of expert_count = ", experts, ")"));
         if (c.moe.top_k > experts)
             throw Error(str(k.f.what(k.key("expert_used_count")), " is ", c.moe.top_k, ", expected at most ",
                             k.key("expert_count"), " = ", experts));
@@ -156,31 +157,35 @@ void read_deepseek2_heads(const Keys& k, ModelConfig& c) {
     const bool mla = k.f.find(k.key("attention.key_length_mla")) != nullptr;
     const char* klen_key = mla ? "attention.key_length_mla" : "attention.key_length";
     const int64_t klen = k.dim_needed(klen_key, "the query/key head size qk_nope_head_dim + qk_rope_head_dim");
-    a.v_head_dim = k.dim_needed(mla ? "attention.value_length_mla" : "attention.value_length", "the value head size (v_head_dim)");
+    a.v_head_dim =
+        k.dim_needed(mla ? "attention.value_length_mla" : "attention.value_length", "the value head size (v_head_dim)");
     if (mla) {
         const int64_t mqa_k = k.dim_or("attention.key_length", a.kv_lora_rank + a.qk_rope_head_dim);
         const int64_t mqa_v = k.dim_or("attention.value_length", a.kv_lora_rank);
         if (mqa_k != a.kv_lora_rank + a.qk_rope_head_dim || mqa_v != a.kv_lora_rank)
-            throw Error(str(k.f.source, ": ", k.key("attention.key_length"), " / ", k.key("attention.value_length"), " are ", mqa_k,
-                            " / ", mqa_v, ", expected kv_lora_rank + rope.dimension_count = ", a.kv_lora_rank + a.qk_rope_head_dim,
+            throw Error(str(k.f.source, ": ", k.key("attention.key_length"), " / ", k.key("attention.value_length"), " are ",
+                            mqa_k, " / ", mqa_v,
+                            ", expected kv_lora_rank + rope.dimension_count = ", a.kv_lora_rank + a.qk_rope_head_dim,
                             " / kv_lora_rank = ", a.kv_lora_rank, " beside key_length_mla"));
     }
     if (klen < a.qk_rope_head_dim)
-        throw Error(str(k.f.what(k.key(klen_key)), " is ", klen, ", expected at least rope.dimension_count = ", a.qk_rope_head_dim));
+        throw Error(
+            str(k.f.what(k.key(klen_key)), " is ", klen, ", expected at least rope.dimension_count = ", a.qk_rope_head_dim));
     a.qk_nope_head_dim = klen - a.qk_rope_head_dim;
     c.head_dim = klen;
     if (a.v_head_dim > c.head_dim)
         throw Error(str(k.f.what(k.key(mla ? "attention.value_length_mla" : "attention.value_length")), " is ", a.v_head_dim,
                         ", expected at most the key head ", c.head_dim, " (kvlab caches values padded to the key head)"));
     if (c.num_kv_heads != 1 && c.num_kv_heads != c.num_heads)
-        throw Error(str(k.f.what(k.key("attention.head_count_kv")), " is ", c.num_kv_heads, ", expected 1 (the latent as one MQA head) or ",
-                        "head_count = ", c.num_heads));
+        throw Error(str(k.f.what(k.key("attention.head_count_kv")), " is ", c.num_kv_heads,
+                        ", expected 1 (the latent as one MQA head) or ", "head_count = ", c.num_heads));
     c.num_kv_heads = c.num_heads;
     const int64_t dense = k.dim_or("leading_dense_block_count", c.num_layers, 0);
     if (dense < c.num_layers)
-        throw Error(str(k.f.what(k.key("leading_dense_block_count")), " is ", dense, "; DeepSeek-V2's mixture-of-experts MLP is not ",
-                        "supported (kvlab runs its latent attention over a dense SwiGLU MLP in every layer), expected at least ",
-                        k.key("block_count"), " = ", c.num_layers));
+        throw Error(
+            str(k.f.what(k.key("leading_dense_block_count")), " is ", dense, "; DeepSeek-V2's mixture-of-experts MLP is not ",
+                "supported (kvlab runs its latent attention over a dense SwiGLU MLP in every layer), expected at least ",
+                k.key("block_count"), " = ", c.num_layers));
 }
 
 // llama.cpp's per-layer head_count_kv (an array), which LFM2's converter writes: 0 marks a
@@ -315,12 +320,19 @@ ModelConfig gguf_model_config(const GgufFile& f, const GgufTokenizerData& tok) {
     switch (c.arch) {
         case Arch::GEMMA2:
         case Arch::GEMMA3: read_gemma(k, c); break;
-        case Arch::SMOLLM3: read_smollm3(k, c); break;
-        case Arch::GPT_OSS: read_gpt_oss(k, c); break;
-        case Arch::LFM2: read_lfm2(k, conv_layers, c); break;
+        case Arch::SMOLLM3:
+            read_smollm3(k, c);
+            break;
+        case Arch::GPT_OSS:
+            read_gpt_oss(k, c);
+            break;
+        case Arch::LFM2:
+            read_lfm2(k, conv_layers, c);
+            break;
         case Arch::DEEPSEEK_V2:
             if (!c.rope_scaling.type.empty())
-                throw Error(str(f.what(k.key("rope.scaling.type")), " is '", c.rope_scaling.type, "'; DeepSeek's YaRN (with its mscale on ",
+                throw Error(str(f.what(k.key("rope.scaling.type")), " is '", c.rope_scaling.type,
+                                "'; DeepSeek's YaRN (with its mscale on ",
                                 "the softmax scale) is not implemented for latent attention, expected no rope scaling"));
             break;
         case Arch::PHI3:  // llama.cpp's Phi-3: attn_qkv and ffn_up (gate then up) fused

@@ -33,7 +33,8 @@ void interleave_columns(const Tensor& src, int64_t src_row0, int64_t src_rows, T
     for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < I; ++i)
             for (int64_t e = 0; e < E; ++e)
-                std::memcpy(d + size_t((n * E + e) * 2 * I + 2 * i + half) * es, s + size_t((n * src_rows + src_row0 + i) * E + e) * es, es);
+                std::memcpy(d + size_t((n * E + e) * 2 * I + 2 * i + half) * es,
+                            s + size_t((n * src_rows + src_row0 + i) * E + e) * es, es);
 }
 
 // dst[n, 2 i + half] = src[n, off + i]: one half of a bias.
@@ -42,7 +43,8 @@ void interleave_bias(const Tensor& src, int64_t off, int64_t src_width, Tensor& 
     const uint8_t* s = static_cast<const uint8_t*>(src.data_ptr());
     uint8_t* d = static_cast<uint8_t*>(dst.data_ptr());
     for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < I; ++i) std::memcpy(d + size_t(n * 2 * I + 2 * i + half) * es, s + size_t(n * src_width + off + i) * es, es);
+        for (int64_t i = 0; i < I; ++i)
+            std::memcpy(d + size_t(n * 2 * I + 2 * i + half) * es, s + size_t(n * src_width + off + i) * es, es);
 }
 
 }  // namespace
@@ -76,7 +78,8 @@ void gguf_experts_to_hf(TensorMap& tensors, const std::string& p, int64_t N, int
     uint8_t* d = static_cast<uint8_t*>(down.data_ptr());
     for (int64_t n = 0; n < N; ++n)
         for (int64_t e = 0; e < E; ++e)
-            for (int64_t i = 0; i < I; ++i) std::memcpy(d + size_t((n * I + i) * E + e) * es, s + size_t((n * E + e) * I + i) * es, es);
+            for (int64_t i = 0; i < I; ++i)
+                std::memcpy(d + size_t((n * I + i) * E + e) * es, s + size_t((n * E + e) * I + i) * es, es);
     tensors[x + "gate_up_proj"] = gate_up;
     tensors[x + "gate_up_proj_bias"] = bias;
     tensors[x + "down_proj"] = down;

@@ -22,7 +22,8 @@ void gguf_join_kv_b(TensorMap& tensors, const std::string& p, int64_t NH, int64_
     for (int64_t h = 0; h < NH; ++h) {
         const int64_t row0 = h * (D_nope + D_v);
         for (int64_t j = 0; j < D_nope; ++j)  // key row j of head h = column j of k_b[h]
-            for (int64_t c = 0; c < r; ++c) std::memcpy(d + size_t((row0 + j) * r + c) * es, k + size_t((h * r + c) * D_nope + j) * es, es);
+            for (int64_t c = 0; c < r; ++c)
+                std::memcpy(d + size_t((row0 + j) * r + c) * es, k + size_t((h * r + c) * D_nope + j) * es, es);
         std::memcpy(d + size_t((row0 + D_nope) * r) * es, v + size_t(h * D_v * r) * es, size_t(D_v * r) * es);
     }
     tensors.erase(kn);

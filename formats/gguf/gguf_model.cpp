@@ -185,17 +185,23 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     for (const GgufTensorInfo& t : f.tensors) {
         GgufHfName n = gguf_to_hf_name(t.name, layout);
         if (n.hf.empty())
-            throw Error(str(f.source, ": tensor '", t.name, "' is not part of the ", c.model_type,
-                            " layout kvlab loads, expected token_embd, ", layout.short_conv ? "token_embd_norm, " : "", "output_norm, output or blk.N.{", layout.fused ? "attn_qkv" : "attn_q, attn_k, attn_v",
-                            ", attn_output, ", layout.fused ? "" : "ffn_gate, ", "ffn_up, ffn_down, ",
-                            layout.norms == NormPlacement::PRE    ? (layout.pre_mlp_norm_is_post_attention ? "attn_norm, post_attention_norm" : "attn_norm, ffn_norm")
-                            : layout.norms == NormPlacement::BOTH ? "attn_norm, post_attention_norm, ffn_norm, post_ffw_norm"
-                                                                  : "post_attention_norm, post_ffw_norm",
-                            c.qk_norm ? ", attn_q_norm, attn_k_norm" : "",
-                            c.arch == Arch::GPT_OSS ? ", attn_sinks, ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_gate_up_exps, ffn_down_exps" : "",
-                            c.latent_attention() ? ", attn_q_a, attn_q_a_norm, attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, attn_kv_b, attn_k_b, attn_v_b" : "",
-                            layout.short_conv ? ", shortconv.conv, shortconv.in_proj, shortconv.out_proj" : "",
-                            "} (.weight/.bias)"));
+            throw Error(
+                str(f.source, ": tensor '", t.name, "' is not part of the ", c.model_type,
+                    " layout kvlab loads, expected token_embd, ", layout.short_conv ? "token_embd_norm, " : "",
+                    "output_norm, output or blk.N.{", layout.fused ? "attn_qkv" : "attn_q, attn_k, attn_v", ", attn_output, ",
+                    layout.fused ? "" : "ffn_gate, ", "ffn_up, ffn_down, ",
+                    layout.norms == NormPlacement::PRE
+                        ? (layout.pre_mlp_norm_is_post_attention ? "attn_norm, post_attention_norm" : "attn_norm, ffn_norm")
+                    : layout.norms == NormPlacement::BOTH ? "attn_norm, post_attention_norm, ffn_norm, post_ffw_norm"
+                                                          : "post_attention_norm, post_ffw_norm",
+                    c.qk_norm ? ", attn_q_norm, attn_k_norm" : "",
+                    c.arch == Arch::GPT_OSS
+                        ? ", attn_sinks, ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_gate_up_exps, ffn_down_exps"
+                        : "",
+                    c.latent_attention()
+                        ? ", attn_q_a, attn_q_a_norm, attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, attn_kv_b, attn_k_b, attn_v_b"
+                        : "",
+                    layout.short_conv ? ", shortconv.conv, shortconv.in_proj, shortconv.out_proj" : "", "} (.weight/.bias)"));
         if (n.layer >= c.num_layers)
             throw Error(str(f.source, ": tensor '", t.name, "' belongs to layer ", n.layer, " but ", c.model_type,
                             ".block_count is ", c.num_layers));
@@ -229,8 +235,9 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         auto w = want.find(it.hf);
         if (w == want.end())
             throw Error(str(f.source, ": tensor '", it.info->name, "' (", it.hf, ") is not expected in a ", c.model_type,
-                            " model with these settings (qkv_bias ", c.qkv_bias ? "on" : "off", ", o_bias ", c.o_bias ? "on" : "off",
-                            c.has_experts() ? str(", ", c.moe.num_experts, " experts") : std::string(), ")"));
+                            " model with these settings (qkv_bias ", c.qkv_bias ? "on" : "off", ", o_bias ",
+                            c.o_bias ? "on" : "off", c.has_experts() ? str(", ", c.moe.num_experts, " experts") : std::string(),
+                            ")"));
         std::vector<int64_t> got = it.info->torch_shape();
         if (got != w->second)
             throw Error(str(f.source, ": tensor '", it.info->name, "' (", it.hf, ") has shape ", shape_text(got),
@@ -298,7 +305,8 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     // Latent attention and the short convolution read float weights only: their matrices are
     // dequantized.
     auto is_matrix = [&c](const std::string& hf) {
-        if (hf.find(".conv.") != std::string::npos || (c.latent_attention() && hf.find(".self_attn.") != std::string::npos)) return false;
+        if (hf.find(".conv.") != std::string::npos || (c.latent_attention() && hf.find(".self_attn.") != std::string::npos))
+            return false;
         return ends_with(hf, "_proj.weight") || hf == "lm_head.weight" || hf == "model.embed_tokens.weight";
     };
     // Every packed matrix of the layers lies in one arena: the decode GEMVs stream them all once
@@ -331,7 +339,8 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     for (int64_t l = 0; l < c.num_layers && !c.fused_projections; ++l) {  // fused files hold them stacked already
         const std::string p = "model.layers." + std::to_string(l) + ".";
         if (!c.latent_attention() && !c.short_conv_layer(l))
-            stack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, p + "self_attn.qkv");
+            stack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+                  p + "self_attn.qkv");
         if (c.qkv_bias)
             stack({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}, p + "self_attn.qkv.bias");
         if (!c.experts_layer(l)) stack({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, p + "mlp.gate_up");

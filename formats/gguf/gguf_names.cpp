@@ -52,7 +52,8 @@ std::vector<Pair> layer_parts(const GgufLayout& layout) {
     switch (layout.norms) {
         case NormPlacement::PRE:
             p.push_back({"attn_norm", "input_layernorm"});
-            p.push_back({layout.pre_mlp_norm_is_post_attention ? "post_attention_norm" : "ffn_norm", "post_attention_layernorm"});
+            p.push_back(
+                {layout.pre_mlp_norm_is_post_attention ? "post_attention_norm" : "ffn_norm", "post_attention_layernorm"});
             break;
         case NormPlacement::BOTH:
             p.push_back({"attn_norm", "input_layernorm"});
@@ -139,7 +140,8 @@ std::string hf_to_gguf_name(const std::string& name, const GgufLayout& layout) {
     if (!parse_layer(stem, prefix.size(), layer, rest)) return "";
     const std::string part = stem.substr(rest);
     for (const Pair& p : layer_parts(layout))
-        if (part == p.hf && p.bare == suffix.empty()) return "blk." + std::to_string(layer) + "." + p.gguf + (p.bare ? ".weight" : suffix);
+        if (part == p.hf && p.bare == suffix.empty())
+            return "blk." + std::to_string(layer) + "." + p.gguf + (p.bare ? ".weight" : suffix);
     return "";
 }
 

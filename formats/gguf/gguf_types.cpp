@@ -99,7 +99,7 @@ constexpr GgmlTypeTraits kTraits[] = {
     {T::BF16, "BF16", 1, 2, true},
     {T::TQ1_0, "TQ1_0", 256, 54, false},
     {T::TQ2_0, "TQ2_0", 256, 66, false},
-    {T::MXFP4, "MXFP4", 32, 17, true},   // E8M0 scale + 16 bytes of E2M1 nibbles
+    {T::MXFP4, "MXFP4", 32, 17, true},  // E8M0 scale + 16 bytes of E2M1 nibbles
     {T::NVFP4, "NVFP4", 64, 36, false},
     {T::Q1_0, "Q1_0", 128, 18, false},
     {T::Q2_0, "Q2_0", 64, 18, false},

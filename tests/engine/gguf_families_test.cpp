@@ -7,15 +7,14 @@
 // as ffn_gate_up_exps). Loaded by kvlab's GGUF loader, each must give the fixture's float64
 // PyTorch logits within 1e-5 of max |logit| and the HF folder's layer layout.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <map>
-
-#include <unistd.h>
+#include <sstream>
 
 #include "engine/model/transformer.h"
 #include "formats/gguf/gguf_model.h"
@@ -39,7 +38,9 @@ std::string family_name(const Family& f) {
     if (!f.variant) return f.fixture;
     return std::string(f.fixture) + (std::string(f.arch) == "gpt-oss" ? "_fused_experts" : "_old_converter");
 }
-void PrintTo(const Family& f, std::ostream* os) { *os << family_name(f); }
+void PrintTo(const Family& f, std::ostream* os) {
+    *os << family_name(f);
+}
 
 // llama.cpp's tensor name of an HF tensor of this family (convert_hf_to_gguf.py / gguf-py's
 // tensor_mapping.py), "" for none.
@@ -54,29 +55,41 @@ std::string llama_cpp_name(const std::string& arch, const std::string& hf) {
     const std::string layer = hf.substr(pre.size(), dot - pre.size()), part = hf.substr(dot + 1);
     const bool gemma = arch == "gemma2" || arch == "gemma3";
     const std::map<std::string, std::string> common = {
-        {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.gate_up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"input_layernorm.weight", "attn_norm.weight"},
         {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
         {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-        {"self_attn.q_proj.bias", "attn_q.bias"},          {"self_attn.k_proj.bias", "attn_k.bias"},
-        {"self_attn.v_proj.bias", "attn_v.bias"},          {"self_attn.o_proj.bias", "attn_output.bias"},
-        {"self_attn.sinks", "attn_sinks.weight"},          {"mlp.router.weight", "ffn_gate_inp.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.o_proj.bias", "attn_output.bias"},
+        {"self_attn.sinks", "attn_sinks.weight"},
+        {"mlp.router.weight", "ffn_gate_inp.weight"},
         {"mlp.router.bias", "ffn_gate_inp.bias"},
-        {"self_attn.q_a_proj.weight", "attn_q_a.weight"},  {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
-        {"self_attn.q_b_proj.weight", "attn_q_b.weight"},  {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
-        {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"}, {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+        {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+        {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+        {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+        {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+        {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+        {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
     };
     if (arch == "lfm2") {  // LFM2's own names (the checkpoint's, before kvlab renames them)
         const std::map<std::string, std::string> lfm2 = {
-            {"operator_norm.weight", "attn_norm.weight"},       {"ffn_norm.weight", "ffn_norm.weight"},
-            {"feed_forward.w1.weight", "ffn_gate.weight"},      {"feed_forward.w3.weight", "ffn_up.weight"},
-            {"feed_forward.w2.weight", "ffn_down.weight"},      {"self_attn.out_proj.weight", "attn_output.weight"},
+            {"operator_norm.weight", "attn_norm.weight"},           {"ffn_norm.weight", "ffn_norm.weight"},
+            {"feed_forward.w1.weight", "ffn_gate.weight"},          {"feed_forward.w3.weight", "ffn_up.weight"},
+            {"feed_forward.w2.weight", "ffn_down.weight"},          {"self_attn.out_proj.weight", "attn_output.weight"},
             {"self_attn.q_layernorm.weight", "attn_q_norm.weight"}, {"self_attn.k_layernorm.weight", "attn_k_norm.weight"},
-            {"conv.conv.weight", "shortconv.conv.weight"},      {"conv.in_proj.weight", "shortconv.in_proj.weight"},
+            {"conv.conv.weight", "shortconv.conv.weight"},          {"conv.in_proj.weight", "shortconv.in_proj.weight"},
             {"conv.out_proj.weight", "shortconv.out_proj.weight"},
         };
         if (lfm2.count(part)) return "blk." + layer + "." + lfm2.at(part);
@@ -88,7 +101,9 @@ std::string llama_cpp_name(const std::string& arch, const std::string& hf) {
     return g.empty() ? "" : "blk." + layer + "." + g;
 }
 
-std::string fixture_dir(const Family& f) { return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/" + f.fixture; }
+std::string fixture_dir(const Family& f) {
+    return std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/" + f.fixture;
+}
 
 // convert_hf_to_gguf.py's LlamaModel.permute: the rows of each head, viewed as (2, D/2), are
 // transposed to (D/2, 2): GGUF row h*D + 2i + j holds HF row h*D + j*D/2 + i.
@@ -134,7 +149,8 @@ void add_experts(GgufWriter& w, const Family& fam, const std::string& name, cons
                 both.insert(both.end(), gate.begin() + n * I * E, gate.begin() + (n + 1) * I * E);
                 both.insert(both.end(), up.begin() + n * I * E, up.begin() + (n + 1) * I * E);
             }
-            put(w, blk + "ffn_gate_up_exps" + sfx, bias ? std::vector<int64_t>{N, 2 * I} : std::vector<int64_t>{N, 2 * I, E}, both);
+            put(w, blk + "ffn_gate_up_exps" + sfx, bias ? std::vector<int64_t>{N, 2 * I} : std::vector<int64_t>{N, 2 * I, E},
+                both);
         } else {
             const std::vector<int64_t> s = bias ? std::vector<int64_t>{N, I} : std::vector<int64_t>{N, I, E};
             put(w, blk + "ffn_gate_exps" + sfx, s, gate);
@@ -202,7 +218,7 @@ std::string write_gguf(const Family& fam, const HfModelFolder& hf, const std::st
         if (la.q_lora_rank > 0) w.set(a + ".attention.q_lora_rank", GgufValue::of_u32(uint32_t(la.q_lora_rank)));
         w.set(a + ".rope.dimension_count", GgufValue::of_u32(uint32_t(la.qk_rope_head_dim)));
         w.set(a + ".leading_dense_block_count", GgufValue::of_u32(uint32_t(c.num_layers)));  // first_k_dense_replace
-        w.set(a + ".expert_count", GgufValue::of_u32(4));  // the fixtures' n_routed_experts, n_shared_experts,
+        w.set(a + ".expert_count", GgufValue::of_u32(4));         // the fixtures' n_routed_experts, n_shared_experts,
         w.set(a + ".expert_shared_count", GgufValue::of_u32(1));  // moe_intermediate_size (unused: every layer is dense)
         w.set(a + ".expert_feed_forward_length", GgufValue::of_u32(16));
         if (fam.variant) {
@@ -241,11 +257,11 @@ std::string write_gguf(const Family& fam, const HfModelFolder& hf, const std::st
         for (int d = 0; d < t.ndim(); ++d) shape.push_back(t.size(d));
         if (a == "lfm2" && ends(name, "conv.conv.weight")) shape = {shape[0], shape[2]};  // LFM2Model: squeeze(1)
         if (name.find(".mlp.experts.") != std::string::npos) {
-            add_experts(w, fam, name, shape, v,
-                        experts_put ? experts_put
-                                    : [](GgufWriter& g, const std::string& n, const std::vector<int64_t>& sh, const std::vector<float>& x) {
-                                          g.add_float_tensor(n, sh, x);
-                                      });
+            add_experts(
+                w, fam, name, shape, v,
+                experts_put ? experts_put
+                            : [](GgufWriter& g, const std::string& n, const std::vector<int64_t>& sh,
+                                 const std::vector<float>& x) { g.add_float_tensor(n, sh, x); });
             continue;
         }
         if (a == "deepseek2" && !fam.variant && ends(name, "self_attn.kv_b_proj.weight")) {
@@ -342,7 +358,8 @@ TEST_P(GgufFamily, PackedF16MatricesRun) {
     const Family fam = GetParam();
     const HfModelFolder hf = load_hf_model_folder(fixture_dir(fam));
     const SafetensorsContents expected = load_safetensors(fixture_dir(fam) + "/expected.safetensors");
-    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_f16_" + std::to_string(::getpid()))).string();
+    const std::string tmp =
+        (std::filesystem::temp_directory_path() / ("kvlab_gguf_f16_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(tmp);
     GgufLoadOptions lo;
     lo.packed = true;
@@ -429,11 +446,13 @@ TEST(GgufFamilyMxfp4, GptOssExpertsInMxfp4) {
     const std::string dir = fixture_dir(fam);
     const HfModelFolder hf = load_hf_model_folder(dir);
     const SafetensorsContents expected = load_safetensors(dir + "/expected.safetensors");
-    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_mxfp4_" + std::to_string(::getpid()))).string();
+    const std::string tmp =
+        (std::filesystem::temp_directory_path() / ("kvlab_gguf_mxfp4_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(tmp);
     auto quantized = [](bool as_mxfp4) {
         return [as_mxfp4](GgufWriter& w, const std::string& n, const std::vector<int64_t>& shape, const std::vector<float>& x) {
-            const bool gate_up = n.find("ffn_gate_exps.weight") != std::string::npos || n.find("ffn_up_exps.weight") != std::string::npos;
+            const bool gate_up =
+                n.find("ffn_gate_exps.weight") != std::string::npos || n.find("ffn_up_exps.weight") != std::string::npos;
             if (!gate_up) return w.add_float_tensor(n, shape, x);
             std::vector<float> decoded;
             std::vector<uint8_t> blocks = mxfp4_encode(x, decoded);
@@ -464,9 +483,11 @@ TEST(GgufFamilyYarn, GptOssYarnMatchesTheConfig) {
     std::stringstream text;
     text << in.rdbuf();
     std::string json = text.str();
-    json.insert(json.find('{') + 1, R"("rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16},)");
+    json.insert(json.find('{') + 1,
+                R"("rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16},)");
     ModelConfig want = parse_model_config(json, "config.json with yarn");
-    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_yarn_" + std::to_string(::getpid()))).string();
+    const std::string tmp =
+        (std::filesystem::temp_directory_path() / ("kvlab_gguf_yarn_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(tmp);
     GgufModel g = load_gguf_model(write_gguf(fam, hf, tmp, [](GgufWriter& w) {
         w.set("gpt-oss.rope.scaling.type", GgufValue::of_string("yarn"));
@@ -493,7 +514,8 @@ TEST(GgufFamilyLatent, KvBWinsOverItsHalves) {
     const Family fam{"deepseek_v2_lite_mla", "deepseek2", true};
     const HfModelFolder hf = load_hf_model_folder(fixture_dir(fam));
     const ModelConfig& c = hf.config;
-    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_kvb_" + std::to_string(::getpid()))).string();
+    const std::string tmp =
+        (std::filesystem::temp_directory_path() / ("kvlab_gguf_kvb_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(tmp);
     GgufModel g = load_gguf_model(write_gguf(fam, hf, tmp, [&c](GgufWriter& w) {
         const int64_t NH = c.num_heads, r = c.latent.kv_lora_rank, Dn = c.latent.qk_nope_head_dim, Dv = c.latent.v_head_dim;
@@ -515,7 +537,8 @@ TEST(GgufFamilyLatent, KvBWinsOverItsHalves) {
 // SmolLM3, gpt-oss, DeepSeek-V2 and LFM2: a missing or contradictory key names the key and what
 // was expected; what kvlab cannot run is refused by name.
 TEST(GgufFamilyErrors, SmolLM3GptOssDeepSeekLfm2Metadata) {
-    const std::string tmp = (std::filesystem::temp_directory_path() / ("kvlab_gguf_errors3_" + std::to_string(::getpid()))).string();
+    const std::string tmp =
+        (std::filesystem::temp_directory_path() / ("kvlab_gguf_errors3_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(tmp);
     auto message = [&](const Family& fam, const std::function<void(GgufWriter&)>& edit) {
         const HfModelFolder hf = load_hf_model_folder(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/" + fam.fixture);
@@ -549,15 +572,23 @@ TEST(GgufFamilyErrors, SmolLM3GptOssDeepSeekLfm2Metadata) {
     expect_has(message(ds, [](GgufWriter& w) { w.set("deepseek2.attention.value_length", GgufValue::of_u32(7)); }),
                {"deepseek2.attention.key_length / deepseek2.attention.value_length are 20 / 7",
                 "expected kv_lora_rank + rope.dimension_count = 20 / kv_lora_rank = 12"});
-    expect_has(message(ds, [](GgufWriter& w) {
-                   w.set("deepseek2.rope.scaling.type", GgufValue::of_string("yarn"));
-                   w.set("deepseek2.rope.scaling.factor", GgufValue::of_f32(4.0f));
-               }),
+    expect_has(message(ds,
+                       [](GgufWriter& w) {
+                           w.set("deepseek2.rope.scaling.type", GgufValue::of_string("yarn"));
+                           w.set("deepseek2.rope.scaling.factor", GgufValue::of_f32(4.0f));
+                       }),
                {"deepseek2.rope.scaling.type", "is 'yarn'; DeepSeek's YaRN", "expected no rope scaling"});
-    expect_has(message(lfm, [](GgufWriter& w) { w.set("lfm2.attention.head_count_kv", GgufValue::of_i32_array({0, 2, 0})); }),
+    expect_has(message(lfm,
+                       [](GgufWriter& w) {
+                           w.set("lfm2.attention.head_count_kv", GgufValue::of_i32_array({0, 2, 0}));
+                       }),
                {"lfm2.attention.head_count_kv", "lists 3 layers, expected block_count = 4"});
-    expect_has(message(lfm, [](GgufWriter& w) { w.set("lfm2.attention.head_count_kv", GgufValue::of_i32_array({0, 2, 0, 1})); }),
-               {"lfm2.attention.head_count_kv", "entry 3 is 1, expected 0 (a convolution layer) or the other attention layers' 2"});
+    expect_has(
+        message(lfm,
+                [](GgufWriter& w) {
+                    w.set("lfm2.attention.head_count_kv", GgufValue::of_i32_array({0, 2, 0, 1}));
+                }),
+        {"lfm2.attention.head_count_kv", "entry 3 is 1, expected 0 (a convolution layer) or the other attention layers' 2"});
     expect_has(message(lfm, [](GgufWriter& w) { w.remove("lfm2.shortconv.l_cache"); }),
                {"metadata key 'lfm2.shortconv.l_cache' is missing, expected the short convolution's width"});
     std::filesystem::remove_all(tmp);

@@ -99,8 +99,8 @@ struct Fmt {
 
 const std::vector<Fmt>& formats() {
     static const std::vector<Fmt> f = {
-        {GgmlType::Q8_0, 32, 34, {0}},    {GgmlType::Q4_0, 32, 18, {0}},    {GgmlType::Q4_1, 32, 20, {0, 2}},
-        {GgmlType::Q5_0, 32, 22, {0}},    {GgmlType::Q5_1, 32, 24, {0, 2}}, {GgmlType::Q4_K, 256, 144, {0, 2}},
+        {GgmlType::Q8_0, 32, 34, {0}},      {GgmlType::Q4_0, 32, 18, {0}},     {GgmlType::Q4_1, 32, 20, {0, 2}},
+        {GgmlType::Q5_0, 32, 22, {0}},      {GgmlType::Q5_1, 32, 24, {0, 2}},  {GgmlType::Q4_K, 256, 144, {0, 2}},
         {GgmlType::Q5_K, 256, 176, {0, 2}}, {GgmlType::Q6_K, 256, 210, {208}}, {GgmlType::MXFP4, 32, 17, {}},
     };
     return f;
