@@ -1,6 +1,7 @@
 // GGUF hyper-parameters (general.architecture, {arch}.* keys, tokenizer ids) -> kv::ModelConfig
-// for the architectures kvlab runs from GGUF: llama (also Mistral/SmolLM, which llama.cpp
-// converts as llama) and qwen2. Pure metadata mapping: no tensors are read here.
+// for the architectures kvlab runs from GGUF: llama (also Mistral/SmolLM2, which llama.cpp
+// converts as llama), qwen2, gemma2, gemma3, phi3, olmo2, smollm3 and gpt-oss. Pure metadata
+// mapping: no tensors are read here.
 #pragma once
 
 #include "formats/gguf/gguf_parse.h"
@@ -20,8 +21,10 @@ namespace kv {
 //   {a}.context_length -> max_position_embeddings
 //   {a}.rope.scaling.{type,factor,original_context_length} or {a}.rope.scale_linear -> rope_scaling
 //   vocab_size = number of tokenizer.ggml.tokens (else {a}.vocab_size); bos/eos/pad ids.
+//   gpt-oss: {a}.expert_count, {a}.expert_used_count, {a}.expert_feed_forward_length (its
+//   intermediate_size; feed_forward_length without experts), {a}.attention.sliding_window.
 // Throws kv::Error naming the file and key for a missing key, a wrong type or an impossible
-// value, and for architectures other than llama and qwen2. tie_word_embeddings and qkv_bias
+// value, and for architectures not listed above. tie_word_embeddings and qkv_bias
 // depend on which tensors exist; gguf_model.cpp sets them.
 ModelConfig gguf_model_config(const GgufFile& f, const GgufTokenizerData& tok);
 ModelConfig gguf_model_config(const GgufFile& f);

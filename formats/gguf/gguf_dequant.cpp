@@ -26,6 +26,10 @@ BlockFn block_fn(GgmlType t) {
         case GgmlType::Q4_K: return B::dequant_q4_k;
         case GgmlType::Q5_K: return B::dequant_q5_k;
         case GgmlType::Q6_K: return B::dequant_q6_k;
+        // ggml's block_mxfp4 is the layout of kvlab's mxfp4 KV format (E8M0 byte, then element j
+        // in the low nibble and j + 16 in the high); ggml's doubled E2M1 table times 2^(e - 128)
+        // is the OCP value e2m1 times 2^(e - 127).
+        case GgmlType::MXFP4: return dequantize_block_mxfp4;
         default: return nullptr;
     }
 }

@@ -11,7 +11,7 @@
 
 namespace kv {
 
-// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4.
 bool gguf_can_dequantize(GgmlType t);
 
 // Bytes holding `n` elements of type `t` (n must be a multiple of the block size).

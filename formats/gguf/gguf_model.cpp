@@ -13,6 +13,8 @@
 #include "engine/core/weight_check.h"
 #include "formats/gguf/gguf_config.h"
 #include "formats/gguf/gguf_dequant.h"
+#include "formats/gguf/gguf_experts.h"
+#include "formats/gguf/gguf_latent.h"
 #include "formats/gguf/gguf_names.h"
 #include "formats/gguf/gguf_reader.h"
 #include "formats/gguf/gguf_rope_permute.h"
@@ -34,8 +36,15 @@ bool ends_with(const std::string& s, const char* suffix) {
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// HF name -> expected PyTorch shape, from the config.
-std::map<std::string, std::vector<int64_t>> expected_shapes(const ModelConfig& c) {
+// Which of llama.cpp's alternative forms a file holds (decided from layer 0's tensors).
+struct FileForms {
+    bool fused_experts = false;  // gpt-oss: ffn_gate_up_exps rather than ffn_gate_exps + ffn_up_exps
+    bool split_kv_b = false;     // DeepSeek-V2: attn_k_b + attn_v_b rather than attn_kv_b
+};
+
+// HF name -> expected PyTorch shape, from the config. gpt-oss's experts and DeepSeek-V2's split
+// kv_b_proj are named and shaped as llama.cpp stores them (gguf_experts.h, gguf_latent.h).
+std::map<std::string, std::vector<int64_t>> expected_shapes(const ModelConfig& c, const FileForms& forms) {
     const int64_t E = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
     std::map<std::string, std::vector<int64_t>> s;
     s["model.embed_tokens.weight"] = {V, E};
@@ -43,28 +52,71 @@ std::map<std::string, std::vector<int64_t>> expected_shapes(const ModelConfig& c
     if (!c.tie_word_embeddings) s["lm_head.weight"] = {V, E};
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        if (c.fused_projections) {
+        if (c.short_conv_layer(l)) {
+            s[p + "conv.in_proj.weight"] = {3 * E, E};
+            s[p + "conv.conv.weight"] = {E, c.conv_kernel};  // squeezed by the converter; [E, 1, L] once loaded
+            s[p + "conv.out_proj.weight"] = {E, E};
+        } else if (c.latent_attention()) {
+            const LatentAttention& a = c.latent;
+            if (a.q_lora_rank > 0) {
+                s[p + "self_attn.q_a_proj.weight"] = {a.q_lora_rank, E};
+                s[p + "self_attn.q_a_layernorm.weight"] = {a.q_lora_rank};
+                s[p + "self_attn.q_b_proj.weight"] = {Q, a.q_lora_rank};
+            } else {
+                s[p + "self_attn.q_proj.weight"] = {Q, E};
+            }
+            s[p + "self_attn.kv_a_proj_with_mqa.weight"] = {a.kv_lora_rank + a.qk_rope_head_dim, E};
+            s[p + "self_attn.kv_a_layernorm.weight"] = {a.kv_lora_rank};
+            if (forms.split_kv_b) {
+                s[p + "self_attn.k_b_proj.weight"] = {c.num_heads, a.kv_lora_rank, a.qk_nope_head_dim};
+                s[p + "self_attn.v_b_proj.weight"] = {c.num_heads, a.v_head_dim, a.kv_lora_rank};
+            } else {
+                s[p + "self_attn.kv_b_proj.weight"] = {c.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank};
+            }
+        } else if (c.fused_projections) {
             s[p + "self_attn.qkv_proj.weight"] = {Q + 2 * KV, E};
-            s[p + "mlp.gate_up_proj.weight"] = {2 * I, E};
         } else {
             s[p + "self_attn.q_proj.weight"] = {Q, E};
             s[p + "self_attn.k_proj.weight"] = {KV, E};
             s[p + "self_attn.v_proj.weight"] = {KV, E};
-            s[p + "mlp.gate_proj.weight"] = {I, E};
-            s[p + "mlp.up_proj.weight"] = {I, E};
         }
-        s[p + "self_attn.o_proj.weight"] = {E, Q};
-        s[p + "mlp.down_proj.weight"] = {E, I};
+        if (!c.short_conv_layer(l)) s[p + "self_attn.o_proj.weight"] = {E, c.num_heads * c.v_head_dim()};
+        if (c.o_bias && !c.short_conv_layer(l)) s[p + "self_attn.o_proj.bias"] = {E};
+        if (c.attention_sinks) s[p + "self_attn.sinks"] = {c.num_heads};
+        if (c.experts_layer(l)) {
+            const int64_t N = c.moe.num_experts;
+            const std::string x = p + "mlp.experts.";
+            s[p + "mlp.router.weight"] = {N, E};
+            s[p + "mlp.router.bias"] = {N};
+            for (const char* b : {".weight", ".bias"}) {
+                const bool w = b[1] == 'w';
+                if (forms.fused_experts) {
+                    s[x + "gate_up_proj" + b] = w ? std::vector<int64_t>{N, 2 * I, E} : std::vector<int64_t>{N, 2 * I};
+                } else {
+                    s[x + "gate_proj" + b] = w ? std::vector<int64_t>{N, I, E} : std::vector<int64_t>{N, I};
+                    s[x + "up_proj" + b] = w ? std::vector<int64_t>{N, I, E} : std::vector<int64_t>{N, I};
+                }
+                s[x + "down_proj" + b] = w ? std::vector<int64_t>{N, E, I} : std::vector<int64_t>{N, E};
+            }
+        } else {
+            if (c.fused_projections) {
+                s[p + "mlp.gate_up_proj.weight"] = {2 * I, E};
+            } else {
+                s[p + "mlp.gate_proj.weight"] = {I, E};
+                s[p + "mlp.up_proj.weight"] = {I, E};
+            }
+            s[p + "mlp.down_proj.weight"] = {E, I};
+        }
         // Norms by placement, named as transformer.cpp reads them.
         if (c.norm_placement != NormPlacement::POST) s[p + "input_layernorm.weight"] = {E};
         s[p + "post_attention_layernorm.weight"] = {E};
         if (c.norm_placement == NormPlacement::BOTH) s[p + "pre_feedforward_layernorm.weight"] = {E};
         if (c.norm_placement != NormPlacement::PRE) s[p + "post_feedforward_layernorm.weight"] = {E};
-        if (c.qk_norm) {
+        if (c.qk_norm && !c.short_conv_layer(l)) {
             s[p + "self_attn.q_norm.weight"] = {c.qk_norm_whole ? Q : c.head_dim};
             s[p + "self_attn.k_norm.weight"] = {c.qk_norm_whole ? KV : c.head_dim};
         }
-        if (c.qkv_bias) {
+        if (c.qkv_bias && !c.short_conv_layer(l) && !c.latent_attention()) {
             s[p + "self_attn.q_proj.bias"] = {Q};
             s[p + "self_attn.k_proj.bias"] = {KV};
             s[p + "self_attn.v_proj.bias"] = {KV};
@@ -129,20 +181,34 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         std::string hf;
     };
     std::vector<Item> items;
-    const GgufLayout layout{c.norm_placement, c.fused_projections};
+    const GgufLayout layout{c.norm_placement, c.fused_projections, c.arch == Arch::GPT_OSS, c.arch == Arch::LFM2};
     for (const GgufTensorInfo& t : f.tensors) {
         GgufHfName n = gguf_to_hf_name(t.name, layout);
         if (n.hf.empty())
-            throw Error(str(f.source, ": tensor '", t.name, "' is not part of the ", c.model_type,
-                            " layout kvlab loads, expected token_embd, output_norm, output or blk.N.{", layout.fused ? "attn_qkv" : "attn_q, attn_k, attn_v",
-                            ", attn_output, ", layout.fused ? "" : "ffn_gate, ", "ffn_up, ffn_down, ",
-                            layout.norms == NormPlacement::PRE    ? "attn_norm, ffn_norm"
-                            : layout.norms == NormPlacement::BOTH ? "attn_norm, attn_post_norm, ffn_norm, ffn_post_norm"
-                                                                  : "attn_post_norm, ffn_post_norm",
-                            c.qk_norm ? ", attn_q_norm, attn_k_norm" : "", "} (.weight/.bias)"));
+            throw Error(
+                str(f.source, ": tensor '", t.name, "' is not part of the ", c.model_type,
+                    " layout kvlab loads, expected token_embd, ", layout.short_conv ? "token_embd_norm, " : "",
+                    "output_norm, output or blk.N.{", layout.fused ? "attn_qkv" : "attn_q, attn_k, attn_v", ", attn_output, ",
+                    layout.fused ? "" : "ffn_gate, ", "ffn_up, ffn_down, ",
+                    layout.norms == NormPlacement::PRE
+                        ? (layout.pre_mlp_norm_is_post_attention ? "attn_norm, post_attention_norm" : "attn_norm, ffn_norm")
+                    : layout.norms == NormPlacement::BOTH ? "attn_norm, post_attention_norm, ffn_norm, post_ffw_norm"
+                                                          : "post_attention_norm, post_ffw_norm",
+                    c.qk_norm ? ", attn_q_norm, attn_k_norm" : "",
+                    c.arch == Arch::GPT_OSS
+                        ? ", attn_sinks, ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_gate_up_exps, ffn_down_exps"
+                        : "",
+                    c.latent_attention()
+                        ? ", attn_q_a, attn_q_a_norm, attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, attn_kv_b, attn_k_b, attn_v_b"
+                        : "",
+                    layout.short_conv ? ", shortconv.conv, shortconv.in_proj, shortconv.out_proj" : "", "} (.weight/.bias)"));
         if (n.layer >= c.num_layers)
             throw Error(str(f.source, ": tensor '", t.name, "' belongs to layer ", n.layer, " but ", c.model_type,
                             ".block_count is ", c.num_layers));
+        // A file with both forms of DeepSeek-V2's kv_b_proj is read through attn_kv_b.
+        if ((ends_with(n.hf, "self_attn.k_b_proj.weight") || ends_with(n.hf, "self_attn.v_b_proj.weight")) &&
+            f.find_tensor("blk." + std::to_string(n.layer) + ".attn_kv_b.weight"))
+            continue;
         items.push_back({&t, n.hf});
     }
 
@@ -158,14 +224,20 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     }
     c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
     c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.o_bias = f.find_tensor("blk.0.attn_output.bias") != nullptr;
+    FileForms forms;
+    forms.fused_experts = f.find_tensor("blk.0.ffn_gate_up_exps.weight") != nullptr;
+    forms.split_kv_b = f.find_tensor("blk.0.attn_k_b.weight") != nullptr && f.find_tensor("blk.0.attn_kv_b.weight") == nullptr;
 
     // ---- shapes -----------------------------------------------------------------------------
-    std::map<std::string, std::vector<int64_t>> want = expected_shapes(c);
+    std::map<std::string, std::vector<int64_t>> want = expected_shapes(c, forms);
     for (const Item& it : items) {
         auto w = want.find(it.hf);
         if (w == want.end())
             throw Error(str(f.source, ": tensor '", it.info->name, "' (", it.hf, ") is not expected in a ", c.model_type,
-                            " model with these settings (qkv_bias ", c.qkv_bias ? "on" : "off", ")"));
+                            " model with these settings (qkv_bias ", c.qkv_bias ? "on" : "off", ", o_bias ",
+                            c.o_bias ? "on" : "off", c.has_experts() ? str(", ", c.moe.num_experts, " experts") : std::string(),
+                            ")"));
         std::vector<int64_t> got = it.info->torch_shape();
         if (got != w->second)
             throw Error(str(f.source, ": tensor '", it.info->name, "' (", it.hf, ") has shape ", shape_text(got),
@@ -187,8 +259,8 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
 
     // ---- load (one batch: one parallel region for the whole model) -------------------------
     // llama.cpp permutes Q/K rows only for architectures it runs with interleaved ("normal")
-    // RoPE: llama yes, qwen2 (NeoX RoPE) no.
-    const bool unpermute = c.arch == Arch::LLAMA;
+    // RoPE: llama and smollm3 (converted as llama) yes; qwen2, gpt-oss and the others (NeoX RoPE) no.
+    const bool unpermute = c.arch == Arch::LLAMA || c.arch == Arch::SMOLLM3;
     std::vector<GgufLoadJob> jobs(items.size());
     std::vector<std::vector<int64_t>> bias_maps(items.size());  // 1-D q/k biases: permuted after loading
     // A file whose large tensors are quantized is copied out (packed or dequantized) almost
@@ -230,7 +302,11 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         const PackedFormat pf = gguf_packed_format(t.type);
         return pf != PackedFormat::NONE && t.n_dims == 2 && t.ne[0] % packed_block_elems(pf) == 0;
     };
-    auto is_matrix = [](const std::string& hf) {
+    // Latent attention and the short convolution read float weights only: their matrices are
+    // dequantized.
+    auto is_matrix = [&c](const std::string& hf) {
+        if (hf.find(".conv.") != std::string::npos || (c.latent_attention() && hf.find(".self_attn.") != std::string::npos))
+            return false;
         return ends_with(hf, "_proj.weight") || hf == "lm_head.weight" || hf == "model.embed_tokens.weight";
     };
     // Every packed matrix of the layers lies in one arena: the decode GEMVs stream them all once
@@ -262,10 +338,12 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     };
     for (int64_t l = 0; l < c.num_layers && !c.fused_projections; ++l) {  // fused files hold them stacked already
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        stack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, p + "self_attn.qkv");
+        if (!c.latent_attention() && !c.short_conv_layer(l))
+            stack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+                  p + "self_attn.qkv");
         if (c.qkv_bias)
             stack({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}, p + "self_attn.qkv.bias");
-        stack({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, p + "mlp.gate_up");
+        if (!c.experts_layer(l)) stack({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, p + "mlp.gate_up");
     }
     if (opt.packed)
         for (size_t i = 0; i < items.size(); ++i)
@@ -321,6 +399,16 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
         m.tensors[items[i].hf] = std::move(loaded[i]);
     }
     m.qk_unpermuted = unpermute;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        if (c.experts_layer(l)) gguf_experts_to_hf(m.tensors, p, c.moe.num_experts, c.intermediate_size, c.hidden_size);
+        if (c.short_conv_layer(l)) {
+            Tensor& conv = m.tensors.at(p + "conv.conv.weight");
+            conv = conv.contiguous().reshape({c.hidden_size, 1, c.conv_kernel});
+        }
+        if (c.latent_attention() && forms.split_kv_b)
+            gguf_join_kv_b(m.tensors, p, c.num_heads, c.latent.kv_lora_rank, c.latent.qk_nope_head_dim, c.latent.v_head_dim);
+    }
     c.validate(f.source);
     // Every block scale went into the dequantized values: a NaN/Inf scale or weight shows here.
     // Packed tensors are checked through their dequantized values, one row block at a time.

@@ -1,6 +1,8 @@
-// Loading a Llama/Qwen2 GGUF file as a kvlab model: config, Hugging Face-named tensors in
-// PyTorch layout ([out, in]; Q/K rows un-permuted for Llama) and the tokenizer data. The forward
-// pass and the tokenizer are built elsewhere from what this returns.
+// Loading a GGUF file of an architecture gguf_config.h lists as a kvlab model: config, Hugging
+// Face-named tensors in PyTorch layout ([out, in]; Q/K rows un-permuted for Llama and SmolLM3;
+// gpt-oss's experts and DeepSeek-V2's split kv_b_proj rearranged into transformers' tensors;
+// LFM2's convolution as [E, 1, L]) and the tokenizer data. The forward pass and the tokenizer are
+// built elsewhere from what this returns.
 #pragma once
 
 #include <string>
@@ -16,7 +18,8 @@ struct GgufLoadOptions {
     bool zero_copy = true;     // F32 (or BF16 with dtype BF16) tensors needing no reordering view the mapping
     // Keep quantized matrices (q/k/v/o, gate/up/down, embedding, output) in their block format
     // (u8 [rows, blocks, block bytes], engine/model/packed_weight.h) instead of dequantizing;
-    // a stacked group (q/k/v, gate/up) whose members differ in type is dequantized.
+    // a stacked group (q/k/v, gate/up) whose members differ in type is dequantized, and so are
+    // latent attention's and the short convolution's matrices and the 3-D experts.
     bool packed = false;
 };
 

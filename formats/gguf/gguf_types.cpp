@@ -99,7 +99,7 @@ constexpr GgmlTypeTraits kTraits[] = {
     {T::BF16, "BF16", 1, 2, true},
     {T::TQ1_0, "TQ1_0", 256, 54, false},
     {T::TQ2_0, "TQ2_0", 256, 66, false},
-    {T::MXFP4, "MXFP4", 32, 17, false},
+    {T::MXFP4, "MXFP4", 32, 17, true},  // E8M0 scale + 16 bytes of E2M1 nibbles
     {T::NVFP4, "NVFP4", 64, 36, false},
     {T::Q1_0, "Q1_0", 128, 18, false},
     {T::Q2_0, "Q2_0", 64, 18, false},
@@ -124,8 +124,8 @@ const char* ggml_type_name(GgmlType t) {
 }
 
 std::string ggml_dequantizable_type_list() {
-    // Fixed order: plain floats first, then legacy blocks, then k-quants.
-    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K";
+    // Fixed order: plain floats first, then legacy blocks, then k-quants, then microscaling.
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4";
 }
 
 }  // namespace kv

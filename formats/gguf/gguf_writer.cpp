@@ -57,6 +57,14 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
     metadata_.emplace_back(key, std::move(value));
 }
 
+void GgufWriter::remove(const std::string& key) {
+    for (size_t i = 0; i < metadata_.size(); ++i)
+        if (metadata_[i].first == key) {
+            metadata_.erase(metadata_.begin() + long(i));
+            return;
+        }
+}
+
 void GgufWriter::set_alignment(uint32_t alignment) {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
         throw Error(str("GgufWriter: alignment ", alignment, " is not a power of two"));

@@ -19,6 +19,7 @@ class GgufWriter {
 
     // Metadata in insertion order; setting an existing key replaces its value in place.
     void set(const std::string& key, GgufValue value);
+    void remove(const std::string& key);  // no-op when absent (tests of missing keys)
     // Data alignment (power of two); also records it as general.alignment (uint32).
     void set_alignment(uint32_t alignment);
 

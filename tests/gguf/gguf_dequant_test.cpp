@@ -80,6 +80,12 @@ double ref_element(GgmlType t, const Block& b, int e) {
             int scale = sext(bits(b, size_t(192 + 8 * h + 2 * k + l / 16) * 8, 8), 8);
             return half(b, 208) * scale * (low + 16 * high - 32);
         }
+        case GgmlType::MXFP4: {  // OCP MX v1.0: E2M1 code (sign, 2 exponent bits, 1 mantissa bit) times 2^(E8M0 - 127)
+            static const double kE2M1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+            const uint32_t code = bits(b, size_t(1 + e % 16) * 8 + 4 * size_t(e / 16), 4);
+            const double v = kE2M1[code & 7] * std::ldexp(1.0, int(bits(b, 0, 8)) - 127);
+            return code & 8 ? -v : v;
+        }
         default: return NAN;
     }
 }
@@ -93,9 +99,9 @@ struct Fmt {
 
 const std::vector<Fmt>& formats() {
     static const std::vector<Fmt> f = {
-        {GgmlType::Q8_0, 32, 34, {0}},    {GgmlType::Q4_0, 32, 18, {0}},    {GgmlType::Q4_1, 32, 20, {0, 2}},
-        {GgmlType::Q5_0, 32, 22, {0}},    {GgmlType::Q5_1, 32, 24, {0, 2}}, {GgmlType::Q4_K, 256, 144, {0, 2}},
-        {GgmlType::Q5_K, 256, 176, {0, 2}}, {GgmlType::Q6_K, 256, 210, {208}},
+        {GgmlType::Q8_0, 32, 34, {0}},      {GgmlType::Q4_0, 32, 18, {0}},     {GgmlType::Q4_1, 32, 20, {0, 2}},
+        {GgmlType::Q5_0, 32, 22, {0}},      {GgmlType::Q5_1, 32, 24, {0, 2}},  {GgmlType::Q4_K, 256, 144, {0, 2}},
+        {GgmlType::Q5_K, 256, 176, {0, 2}}, {GgmlType::Q6_K, 256, 210, {208}}, {GgmlType::MXFP4, 32, 17, {}},
     };
     return f;
 }
@@ -109,6 +115,9 @@ Block random_blocks(const Fmt& f, int n, std::mt19937_64& rng) {
             uint8_t& hi = b[size_t(i) * size_t(f.bytes) + h + 1];
             if (((hi >> 2) & 31) == 31) hi = uint8_t(hi & ~0x04);
         }
+    // MXFP4's E8M0 scale: 0xff is NaN and 2^(e - 127) with e near 254 overflows f32 times 6.
+    if (f.type == GgmlType::MXFP4)
+        for (int i = 0; i < n; ++i) b[size_t(i) * size_t(f.bytes)] %= 0xf0;
     return b;
 }
 

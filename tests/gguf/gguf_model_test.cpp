@@ -209,21 +209,44 @@ TEST(GgufNames, LlamaCppToHuggingFace) {
 }
 
 // llama.cpp's names for the families whose norms or projections differ (gguf-py's
-// tensor_mapping.py): Gemma's four norms, OLMo 2's output norms, Phi-3's fused projections.
+// constants.py and tensor_mapping.py): Gemma's four norms (post_attention_norm, post_ffw_norm),
+// OLMo 2's output norms, Phi-3's fused projections, gpt-oss's sinks, router and experts,
+// DeepSeek-V2's latent attention, LFM2's short convolution and final norm (token_embd_norm).
 TEST(GgufNames, FamilyLayouts) {
     const GgufLayout gemma{NormPlacement::BOTH, false}, olmo{NormPlacement::POST, false}, phi{NormPlacement::PRE, true};
+    const GgufLayout oss{NormPlacement::PRE, false, true}, lfm2{NormPlacement::PRE, false, false, true};
     const std::vector<std::tuple<GgufLayout, std::string, std::string>> table = {
         {gemma, "blk.2.attn_norm.weight", "model.layers.2.input_layernorm.weight"},
-        {gemma, "blk.2.attn_post_norm.weight", "model.layers.2.post_attention_layernorm.weight"},
+        {gemma, "blk.2.post_attention_norm.weight", "model.layers.2.post_attention_layernorm.weight"},
         {gemma, "blk.2.ffn_norm.weight", "model.layers.2.pre_feedforward_layernorm.weight"},
-        {gemma, "blk.2.ffn_post_norm.weight", "model.layers.2.post_feedforward_layernorm.weight"},
+        {gemma, "blk.2.post_ffw_norm.weight", "model.layers.2.post_feedforward_layernorm.weight"},
         {gemma, "blk.2.attn_q_norm.weight", "model.layers.2.self_attn.q_norm.weight"},
         {gemma, "blk.2.attn_k_norm.weight", "model.layers.2.self_attn.k_norm.weight"},
-        {olmo, "blk.0.attn_post_norm.weight", "model.layers.0.post_attention_layernorm.weight"},
-        {olmo, "blk.0.ffn_post_norm.weight", "model.layers.0.post_feedforward_layernorm.weight"},
+        {olmo, "blk.0.post_attention_norm.weight", "model.layers.0.post_attention_layernorm.weight"},
+        {olmo, "blk.0.post_ffw_norm.weight", "model.layers.0.post_feedforward_layernorm.weight"},
         {phi, "blk.1.attn_qkv.weight", "model.layers.1.self_attn.qkv_proj.weight"},
         {phi, "blk.1.ffn_up.weight", "model.layers.1.mlp.gate_up_proj.weight"},
         {phi, "blk.1.ffn_norm.weight", "model.layers.1.post_attention_layernorm.weight"},
+        {oss, "blk.0.post_attention_norm.weight", "model.layers.0.post_attention_layernorm.weight"},
+        {oss, "blk.0.attn_sinks.weight", "model.layers.0.self_attn.sinks"},
+        {oss, "blk.0.ffn_gate_inp.weight", "model.layers.0.mlp.router.weight"},
+        {oss, "blk.0.ffn_gate_inp.bias", "model.layers.0.mlp.router.bias"},
+        {oss, "blk.3.ffn_gate_exps.weight", "model.layers.3.mlp.experts.gate_proj.weight"},
+        {oss, "blk.3.ffn_up_exps.bias", "model.layers.3.mlp.experts.up_proj.bias"},
+        {oss, "blk.3.ffn_gate_up_exps.weight", "model.layers.3.mlp.experts.gate_up_proj.weight"},
+        {oss, "blk.3.ffn_down_exps.weight", "model.layers.3.mlp.experts.down_proj.weight"},
+        {GgufLayout{}, "blk.1.attn_q_a.weight", "model.layers.1.self_attn.q_a_proj.weight"},
+        {GgufLayout{}, "blk.1.attn_q_a_norm.weight", "model.layers.1.self_attn.q_a_layernorm.weight"},
+        {GgufLayout{}, "blk.1.attn_q_b.weight", "model.layers.1.self_attn.q_b_proj.weight"},
+        {GgufLayout{}, "blk.1.attn_kv_a_mqa.weight", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"},
+        {GgufLayout{}, "blk.1.attn_kv_a_norm.weight", "model.layers.1.self_attn.kv_a_layernorm.weight"},
+        {GgufLayout{}, "blk.1.attn_kv_b.weight", "model.layers.1.self_attn.kv_b_proj.weight"},
+        {GgufLayout{}, "blk.1.attn_k_b.weight", "model.layers.1.self_attn.k_b_proj.weight"},
+        {GgufLayout{}, "blk.1.attn_v_b.weight", "model.layers.1.self_attn.v_b_proj.weight"},
+        {lfm2, "token_embd_norm.weight", "model.norm.weight"},
+        {lfm2, "blk.0.shortconv.conv.weight", "model.layers.0.conv.conv.weight"},
+        {lfm2, "blk.0.shortconv.in_proj.weight", "model.layers.0.conv.in_proj.weight"},
+        {lfm2, "blk.0.shortconv.out_proj.weight", "model.layers.0.conv.out_proj.weight"},
     };
     for (const auto& [layout, g, h] : table) {
         EXPECT_EQ(gguf_to_hf_name(g, layout).hf, h) << g;
@@ -231,8 +254,12 @@ TEST(GgufNames, FamilyLayouts) {
     }
     // Names of another layout are not part of this one.
     EXPECT_EQ(gguf_to_hf_name("blk.0.attn_norm.weight", olmo).hf, "");
-    EXPECT_EQ(gguf_to_hf_name("blk.0.ffn_post_norm.weight", GgufLayout{}).hf, "");
+    EXPECT_EQ(gguf_to_hf_name("blk.0.post_ffw_norm.weight", GgufLayout{}).hf, "");
     EXPECT_EQ(gguf_to_hf_name("blk.0.attn_qkv.weight", GgufLayout{}).hf, "");
+    EXPECT_EQ(gguf_to_hf_name("blk.0.ffn_norm.weight", oss).hf, "");
+    EXPECT_EQ(gguf_to_hf_name("blk.0.attn_sinks.bias", oss).hf, "");  // sinks have no bias
+    EXPECT_EQ(gguf_to_hf_name("token_embd_norm.weight", GgufLayout{}).hf, "");
+    EXPECT_EQ(gguf_to_hf_name("output_norm.weight", lfm2).hf, "model.norm.weight");  // both names of LFM2's final norm
 }
 
 TEST(GgufRopePermute, FormulaAndErrors) {
@@ -403,8 +430,12 @@ TEST(GgufModelErrors, EveryProblemIsNamed) {
           {"tensor 'blk.0.attn_qkv.weight' is not part of the llama layout"});
     fails("layer.gguf", [](Tiny& t) { t.w.add_float_tensor("blk.2.attn_norm.weight", {64}, std::vector<float>(64)); },
           {"tensor 'blk.2.attn_norm.weight' belongs to layer 2 but llama.block_count is 2"});
-    fails("obias.gguf", [](Tiny& t) { t.w.add_float_tensor("blk.0.attn_output.bias", {64}, std::vector<float>(64)); },
-          {"tensor 'blk.0.attn_output.bias' (model.layers.0.self_attn.o_proj.bias) is not expected"});
+    // Biases are on when layer 0 has them: one in layer 1 alone is unexpected, one in layer 0
+    // alone leaves the others missing.
+    fails("obias.gguf", [](Tiny& t) { t.w.add_float_tensor("blk.1.attn_output.bias", {64}, std::vector<float>(64)); },
+          {"tensor 'blk.1.attn_output.bias' (model.layers.1.self_attn.o_proj.bias) is not expected"});
+    fails("obias0.gguf", [](Tiny& t) { t.w.add_float_tensor("blk.0.attn_output.bias", {64}, std::vector<float>(64)); },
+          {"1 tensor(s) of the llama layout are missing: blk.1.attn_output.bias (model.layers.1.self_attn.o_proj.bias)"});
     fails("shape.gguf", [](Tiny& t) { t.w.set("llama.feed_forward_length", GgufValue::of_u32(128)); },
           {"tensor 'blk.0.ffn_down.weight' (model.layers.0.mlp.down_proj.weight) has shape [64, 96] (ggml ne=[96, 64]), "
            "expected [64, 128] from the metadata"});
