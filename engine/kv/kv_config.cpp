@@ -346,6 +346,13 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
     // Length-bound options are checked only for the policies that read them (a sink count that
     // suits streaming must not reject a pyramid's short top layer under h2o).
     auto uses = [&](const char* o) { return std::find(info.uses.begin(), info.uses.end(), o) != info.uses.end(); };
+    if (!c.head_ratios.empty() && !uses("head_ratios")) {
+        std::vector<std::string> per_head;
+        for (const PolicyInfo& x : policy_registry())
+            if (std::find(x.uses.begin(), x.uses.end(), "head_ratios") != x.uses.end()) per_head.push_back(x.name);
+        throw Error(str("--kv_cache.head_ratios: policy '", p, "' keeps one budget for every head of a layer; expected a policy that keeps "
+                        "per-head budgets in a slot pool (", join(per_head), ")"));
+    }
     if (uses("grace_period") && Lmin > 0 && c.grace_period >= Lmin)
         throw Error(str("--kv_cache.grace_period: ", c.grace_period, " must be smaller than the cache length ", Lmin));
     if (!(c.keep_initial_fraction >= 0 && c.keep_initial_fraction < 1))

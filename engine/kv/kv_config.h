@@ -45,6 +45,9 @@ struct KVCacheConfig {
     std::string duo_gates;             // duo: gate file (or "pattern:BITS"), engine/kv/policies/duo_gates.h
     std::string qfilter;               // qfilter: filter file (or "axis:C"), engine/kv/policies/qfilter_filters.h
     std::string kvzap;                 // kvzap: surrogate file (or "seed:N"), engine/kv/policies/kvzap_weights.h
+    // lukv-*: one ratio per (layer, KV head), stored as numbers ("1,0.5;0.25,1" or "pattern:R,...");
+    // engine/kv/head_ratios.h
+    std::string head_ratios;
 
     // buffers
     int64_t max_num_ranges = 4;        // quantized buffers: dirty ranges re-quantized per write-back

@@ -63,7 +63,7 @@ class ReconstructsContext {
     // ---- end of capabilities ----
 };
 
-// Variable per-head lengths (ada-*, duo's mixed layers): the layer's slots form one pool of
+// Variable per-head lengths (ada-*, lukv-*, duo's mixed layers): the layer's slots form one pool of
 // pool_slots() per batch row, shared by its G heads, each slot kept by one head (a head may
 // hold more slots than another; storage is the pool, exactly the slots kept).
 // token_positions() is then (B, G, pool_slots) with a slot's position in the row of the head

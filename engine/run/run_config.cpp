@@ -14,6 +14,7 @@
 #include "engine/core/join.h"
 #include "engine/core/run_mode.h"
 #include "engine/data/ruler.h"
+#include "engine/kv/head_ratios.h"
 
 namespace kv {
 
@@ -219,6 +220,16 @@ std::vector<OptionDef> build_options() {
                     {}, {}, {}};
         d.set = [](RunConfig& c, const std::string& v) { set_layer_cache_lengths(c.kv_cache, v); };
         d.get = [](const RunConfig& c) { return layer_cache_lengths_text(c.kv_cache); };
+        o.push_back(d);
+    }
+    {
+        OptionDef d{"kv_cache.head_ratios", OptionType::STRING, "cache",
+                    "lukv-*: one ratio in (0, 1] per (layer, KV head), head g of layer l keeping R x the layer's length: "
+                    "\"1,0.5;0.25,1\" (';' between layers), pattern:R0,R1,... (repeated over the heads of every layer in order) or "
+                    "FILE (one line per layer, '#' comments); stored as the numbers",
+                    {}, {}, {}};
+        d.set = [](RunConfig& c, const std::string& v) { set_head_ratios(c.kv_cache, v); };
+        d.get = [](const RunConfig& c) { return c.kv_cache.head_ratios; };
         o.push_back(d);
     }
     o.push_back(int_opt("kv_cache.chunk_size", "cache", "tokens per chunk after the prefill", 1, BIG,

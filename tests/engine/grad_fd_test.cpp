@@ -843,6 +843,40 @@ TEST(DuoGradient, MixedLayersMatchFiniteDifferencesOfTheReplayedForward) {
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name);
 }
 
+// lukv-* (docs/POLICIES.md#lukv-per-head-ratio-tables) runs in PolicyGradient's loop with the
+// registry's uniform table; here with unequal budgets: every layer's pool of a 16-slot head and
+// an 8-slot head (pattern:1,0.5, L = 16) under H2O's scores; the replayed forward's gradients
+// match finite differences.
+TEST(LukvGradient, UnequalHeadBudgetsMatchFiniteDifferencesOfTheReplayedForward) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("llama", 2);
+    ASSERT_EQ(cfg.num_kv_heads, 2);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("lukv-grad"));
+    const int64_t B = 2, T = 48;
+    GradData d = grad_test_data(cfg, B, T, 12);
+    KVCacheConfig kc;
+    kc.name = "lukv-h2o-default";
+    kc.cache_length = 16;
+    kc.head_ratios = "pattern:1,0.5";
+    std::vector<int64_t> Ls;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(kc.length_for_layer(l, T, cfg.num_layers));
+    policy_plan_lengths(kc, cfg.num_kv_heads, Ls);
+    ASSERT_EQ(Ls, std::vector<int64_t>(size_t(cfg.num_layers), 8));  // the smaller head's budget
+    ChunkPlanOptions po;
+    po.chunk_size = 4;
+    po.cell_factor = cell_factor(cfg);
+    po.chunks_per_cell_multiplier = 0.5;
+    const ChunkPlan plan = plan_chunks(T, Ls, po);
+    ASSERT_GT(plan.cells.size(), 2u);
+    expect_clear_expert_margins(*model, d.ids);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    ASSERT_EQ(r.stats.plans[0].back().length_after, 24);  // the pool: 16 + 8 slots
+    Tensor x0 = model->embed(d.ids);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
+    EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 2, 9, 17, 30, 46}, 1e-6, kc.name);
+}
+
 }  // namespace
 }  // namespace kv::test
 

@@ -27,6 +27,7 @@ namespace kv {
     X(cake)                \
     X(quest)               \
     X(ada)                 \
+    X(lukv)                \
     X(kvzip)               \
     X(kvzap)               \
     X(keydiff)             \

@@ -32,6 +32,7 @@ class ScorePolicy : public KVPolicy {
 
    protected:
     friend class AdaKVPolicy;  // drives a scorer's hooks over a per-layer slot pool (policy_ada.cpp)
+    friend class LukvPolicy;   // the same over a pool of per-head budgets from a table (policy_lukv.cpp)
     // ---- scorer hooks ------------------------------------------------------------------
     // Set score state for slot `slot` of row r that now holds new token t (features index r*n+t).
     virtual void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t feat_index) = 0;
