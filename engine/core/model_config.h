@@ -156,6 +156,11 @@ struct LatentAttention {
     // (head_dim each); the form gradients run through.
     enum class Cache : uint8_t { LATENT, EXPANDED };
     Cache cache = Cache::LATENT;
+    // How a chunk over a latent cache is computed (engine/model/latent_expansion.h): AUTO the
+    // form with fewer multiply-adds (absorbed for decode, expanded for long chunks); ABSORBED or
+    // EXPANDED for every chunk (tests compare the two). Not read from config.json.
+    enum class ChunkForm : uint8_t { AUTO, ABSORBED, EXPANDED };
+    ChunkForm chunk_form = ChunkForm::AUTO;
 };
 
 struct ModelConfig {

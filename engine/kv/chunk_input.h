@@ -23,6 +23,9 @@ struct ChunkInput {
     const std::vector<std::vector<SlotPlan>>* replay = nullptr;
     // Fidelity: where the chunk's attention log-sum-exp goes (LayerCache::attend), or null.
     Tensor* lse = nullptr;
+    // Multi-head latent attention (KVCache::attend_latent): how to run the chunk in the expanded
+    // form over the latents the cache holds (LayerCache::attend), or null = the absorbed form.
+    LatentExpansion* expansion = nullptr;
 };
 
 // A LayerAttention whose calls take a chunk's inputs: the model-level cache, and wrappers of it
@@ -35,6 +38,17 @@ class CacheAttention : public LayerAttention {
                 Tensor& y) final {
         attend(layer, q, k, v, input_pos, scale, window, y, ChunkInput{});
     }
+    // The latent call with the chunk's inputs. A wrapper that reads the call's y must not pass
+    // the expansion on: this default runs the absorbed form through attend(..., in).
+    virtual void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
+                               LatentExpansion& ex, const ChunkInput& in) {
+        (void)ex;
+        attend(layer, q, kv, kv, input_pos, scale, window, y, in);
+    }
+    void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
+                       LatentExpansion& ex) final {
+        attend_latent(layer, q, kv, input_pos, scale, window, y, ex, ChunkInput{});
+    }
 };
 
 // The attention the blocks of one chunk run: every call goes to `target` with `in`.
@@ -44,6 +58,10 @@ class ChunkCall final : public LayerAttention {
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override {
         target_.attend(layer, q, k, v, input_pos, scale, window, y, in_);
+    }
+    void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
+                       LatentExpansion& ex) override {
+        target_.attend_latent(layer, q, kv, input_pos, scale, window, y, ex, in_);
     }
     void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override {
         target_.attend_shared(layer, source, q, input_pos, scale, window, y);

@@ -28,6 +28,14 @@ class KVCache final : public CacheAttention {
     using CacheAttention::attend;
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window, Tensor& y,
                 const ChunkInput& in) override;
+    // Multi-head latent attention: the layer may run the chunk expanded (LayerCache::attend).
+    using CacheAttention::attend_latent;
+    void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
+                       LatentExpansion& ex, const ChunkInput& in) override {
+        ChunkInput with = in;
+        with.expansion = &ex;
+        attend(layer, q, kv, kv, input_pos, scale, window, y, with);
+    }
     // A KV-shared layer (ModelConfig::kv_layer) reads its source's LayerCache: it has no
     // K/V, bytes or policy of its own (LayerCache::attend_shared).
     void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override;

@@ -251,7 +251,14 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         {
             KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa", .layer = layer_, .chunk = int(chunk_));
             PlainAttention plain;
-            plain.attend(layer_, q, k, v, 0, scale, window, y);
+            if (in.expansion && in.expansion->wants(n)) {  // MLA: the raw latents decompressed per head
+                LatentExpansion& ex = *in.expansion;
+                const auto [Ke, Ve] = ex.expand(k);
+                plain.attend(layer_, ex.q, Ke, Ve, 0, scale, window, ex.y);
+                ex.ran = true;
+            } else {
+                plain.attend(layer_, q, k, v, 0, scale, window, y);
+            }
         }
         finish_step(p, nullptr, in.replay != nullptr);
         return;
@@ -298,6 +305,31 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
     Tensor kpos = pooled() ? Tensor() : positions_tensor(dev);
     Tensor qpos = position_range(input_pos, n, dev);
     Tensor* lse = lse_out && read_path_ == ReadPath::SDPA && ops::sdpa_lse_supported(dev) ? lse_out : nullptr;
+    // MLA in the expanded form (latent_expansion.h): SDPA of the per-head queries over the held
+    // latents decompressed per head, the output into the expansion's y. The other read paths
+    // (and re-rotated keys) attend over the stored vectors as they are: the absorbed form.
+    LatentExpansion* ex =
+        in.expansion && in.expansion->wants(n) && read_path_ == ReadPath::SDPA && !caps.rerotates_keys ? in.expansion : nullptr;
+    Tensor Ke, Ve;
+    if (ex) {
+        KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "expand latents", .layer = layer_, .chunk = int(chunk_));
+        std::tie(Ke, Ve) = ex->expand(K);
+    }
+    // The expanded form's weight sums are per query head (B, NH, T); the policy's groups
+    // average their heads' sums, as ops::sdpa_ does for a group, so it sees the absorbed form's.
+    auto expanded_sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws, Tensor* ls) {
+        if (!ws) return ops::sdpa_(yy, qq, Ke, Ve, kpos, qp, scale, window, nullptr, ls);
+        const int64_t NH = qq.size(1), G = ws->size(1), R = NH / G;
+        Tensor wh = Tensor::empty({B, NH, T}, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"});
+        ops::sdpa_(yy, qq, Ke, Ve, kpos, qp, scale, window, &wh, ls);
+        const std::vector<float> per_head = wh.to_f32_vector();
+        std::vector<double> group(size_t(B * G * T), 0.0);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < NH; ++h)
+                for (int64_t t = 0; t < T; ++t) group[size_t((b * G + h / R) * T + t)] += double(per_head[size_t((b * NH + h) * T + t)]);
+        for (double& x : group) x /= double(R);
+        ws->copy_from(Tensor::from_f64({B, G, T}, group, DType::F32, {dev, MemCategory::WORKSPACE, "attention weight sums"}));
+    };
     auto sdpa = [&](Tensor& yy, const Tensor& qq, const Tensor& qp, Tensor* ws, int64_t q0 = 0) {  // qq: queries [q0, q0 + n')
         // The window masks by slot position, so it holds over any set of kept slots: an
         // evicting policy may drop keys inside the window but never adds one outside it.
@@ -306,7 +338,10 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
             case ReadPath::FUSED: buffer_->attend(yy, qq, T, kpos, qp, scale, ws, window); return;
             case ReadPath::SELECTION: caps.selects_reads->attend_selection(yy, qq, K, V, kpos, qp, scale, ws, window); return;
             case ReadPath::SDPA:
-                if (lse) {
+                if (ex) {
+                    Tensor ls = lse ? lse->slice(2, q0, q0 + qq.size(2)) : Tensor();
+                    expanded_sdpa(yy, qq, qp, ws, lse ? &ls : nullptr);
+                } else if (lse) {
                     Tensor ls = lse->slice(2, q0, q0 + qq.size(2));
                     ops::sdpa_(yy, qq, K, V, kpos, qp, scale, window, ws, &ls);
                 } else {
@@ -325,13 +360,16 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         // Only the last `win` queries vote (snapkv). A replay splits the chunk the same way: the
         // kernels' rounding depends on how many queries a call has, and a replay is bit-exact.
         const int64_t win = policy_->needs_attention_weights() ? policy_->weights_query_window() : 0;
+        Tensor& Y = ex ? ex->y : y;
+        const Tensor& Q = ex ? ex->q : qa;
         if (win <= 0 || win >= n) {
-            sdpa(y, qa, qpos, want ? &ws : nullptr);
+            sdpa(Y, Q, qpos, want ? &ws : nullptr);
         } else {
-            Tensor y0 = y.slice(2, 0, n - win), y1 = y.slice(2, n - win, n);
-            sdpa(y0, qa.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
-            sdpa(y1, qa.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
+            Tensor y0 = Y.slice(2, 0, n - win), y1 = Y.slice(2, n - win, n);
+            sdpa(y0, Q.slice(2, 0, n - win), qpos.slice(1, 0, n - win), nullptr);
+            sdpa(y1, Q.slice(2, n - win, n), qpos.slice(1, n - win, n), want ? &ws : nullptr, n - win);
         }
+        if (ex) ex->ran = true;
         if (want) w = ws.to_f32_vector();
     }
     if (!replayed) {

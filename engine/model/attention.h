@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/model/latent_expansion.h"
 
 namespace kv {
 
@@ -33,6 +34,19 @@ class LayerAttention {
     // chunk (made just before, by the earlier block) left cached, with the same window. An
     // attention that cannot do so refuses by name (this default).
     virtual void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y);
+    // Multi-head latent attention's call (latent_attend): attend(q, kv, kv) with the latent
+    // [RoPE(k_pe) ; c] as the one KV head's key and value, its queries absorbed. An attention
+    // that stores the latents may instead run the chunk in the expanded form `ex` describes,
+    // write ex.y and set ex.ran; this default runs the absorbed form.
+    virtual void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
+                               LatentExpansion& ex) {
+        (void)ex;
+        attend(layer, q, kv, kv, input_pos, scale, window, y);
+    }
+    // Whether the keys and values handed to attend() are kept for later calls (a cache, or a
+    // wrapper of one). False: nothing outlives the call, so a latent-attention layer need not
+    // form the latents it would store and runs the expanded form (PlainAttention).
+    virtual bool caches_tokens() const { return true; }
     // The RoPE frequencies theta'_d that rotated q and k (n_rot = 2 * size), set before every
     // attend(); caches whose policy reasons about future queries (expected-attention) use them.
     virtual void set_rope_frequencies(const std::vector<double>* inv_freq) { (void)inv_freq; }
@@ -58,6 +72,7 @@ class PlainAttention final : public LayerAttention {
     void attend(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale, int window,
                 Tensor& y) override;
     void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override;
+    bool caches_tokens() const override { return false; }
     // Keep the keys and values of these layers' next calls (the sources of shared layers).
     void retain(const std::vector<int>& layers) {
         for (int l : layers) kept_[l];

@@ -2,6 +2,7 @@
 #include "engine/model/latent_attention.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -149,6 +150,18 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
     ops::rope_(kr, k.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
 }
 
+int64_t latent_expand_min_queries(const ModelConfig& cfg) {
+    const LatentAttention& a = cfg.latent;
+    switch (a.chunk_form) {
+        case LatentAttention::ChunkForm::EXPANDED: return 0;
+        case LatentAttention::ChunkForm::ABSORBED: return -1;
+        case LatentAttention::ChunkForm::AUTO: break;
+    }
+    // Expanded iff n (2C - HS - VD) > r (D + VD) (latent_expansion.h).
+    const int64_t C = a.qk_rope_head_dim + a.kv_lora_rank, spare = 2 * C - cfg.head_dim - a.v_head_dim;
+    return spare > 0 ? a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim) / spare + 1 : -1;
+}
+
 void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
                    DType act, LayerAttention& attention, float scale, int window, Tensor& y, int layer, const LinearAdapters* ad) {
     const LatentAttention& a = cfg.latent;
@@ -193,8 +206,34 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
         ops::copy_(lat, p.c.reshape({B, 1, n, r}));
         ops::rope_(kt, raw, pos, rt.cos, rt.sin, rt.n_rot);
     }
+    // The expanded form, for an attention that finds it cheaper (latent_expansion.h): the
+    // queries qrot, and each held latent decompressed per head by W_kv_b (adapted or not).
+    LatentExpansion ex;
+    ex.q = qrot;
+    ex.y = y.permute({0, 2, 1, 3});
+    ex.min_queries = latent_expand_min_queries(cfg);
+    if (ex.min_queries >= 0) {
+        // (W, r) in nn.Linear layout: the weight, or the adapted map's transpose.
+        const Tensor wkv = ad ? wkv_b.reshape({r, W}).transpose(0, 1).contiguous() : L.wkv_b;
+        ex.expand = [=](const Tensor& latents) {
+            const int64_t Bl = latents.size(0), T = latents.size(2);
+            const TensorOptions eo{latents.device(), MemCategory::WORKSPACE, "expanded latents"};
+            const Tensor lat = latents.contiguous();                                           // (B, 1, T, C)
+            const Tensor kv = linear_any(lat.slice(3, R, C).contiguous().reshape({Bl, T, r}), wkv, act);  // (B, T, NH (D + VD))
+            Tensor K = Tensor::empty({Bl, NH, T, HS}, act, eo), V = Tensor::zeros({Bl, NH, T, HS}, act, eo);
+            Tensor k_pe = K.slice(3, 0, R), v_part = V.slice(3, 0, VD);
+            ops::copy_(k_pe, lat.as_strided({Bl, NH, T, R}, {T * C, 0, C, 1}, lat.offset()));  // shared by the heads
+            if (D > 0) {
+                Tensor k_nope = K.slice(3, R, HS);
+                ops::copy_(k_nope, kv.as_strided({Bl, NH, T, D}, {T * W, D + VD, W, 1}, kv.offset()));
+            }
+            ops::copy_(v_part, kv.as_strided({Bl, NH, T, VD}, {T * W, D + VD, W, 1}, kv.offset() + D));
+            return std::make_pair(K, V);
+        };
+    }
     Tensor yt = Tensor::empty({B, NH, n, C}, act, ao);  // sum_j p_j [k_pe_j ; c_j] per head
-    attention.attend(layer, qt, kt, kt, input_pos, scale, window, yt);
+    attention.attend_latent(layer, qt, kt, input_pos, scale, window, yt, ex);
+    if (ex.ran) return;  // y written through ex.y, zeros past v_head_dim (the values' padding)
     // y_h = W_uv_h (sum_j p_j c_j): the expanded output, zero past v_head_dim.
     const Tensor wuv_t = head_rows(wkv_b, sr, sc, NH, D, VD, r, D, VD).transpose(2, 3);  // (1, NH, r, VD)
     const Tensor out = ops::matmul(yt.slice(3, R, C), wuv_t, act);                         // (B, NH, n, VD)

@@ -42,12 +42,20 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
                 DType act, Tensor& qr, Tensor& kr, Tensor& v, int layer = 0, const LinearAdapters* adapters = nullptr,
                 BlockActivations* save = nullptr);
 
+// The smallest chunk of queries latent_attend offers to run in the expanded form
+// (LatentExpansion::min_queries): from the work counts with LatentAttention::ChunkForm::AUTO,
+// 0 with EXPANDED, -1 (never) with ABSORBED or where expanding never saves work.
+int64_t latent_expand_min_queries(const ModelConfig& cfg);
+
 // The latent form of the layer's attention: the cache gets one KV head per token, k~ =
 // [RoPE(k_pe) ; c_kv] (qk_rope_head_dim + kv_lora_rank), as key and as value; each head's query
 // is q~_h = [RoPE(q_pe) ; W_uk_h^T q_nope] (W_uk_h: head h's k_nope rows of W_kv_b), so
 // q~_h . k~ is the expanded score; y_h = W_uv_h (sum_j p_j c_j) (W_uv_h: its value rows). y
 // (B, n, NH, head_dim) gets the expanded form's output, zeros past v_head_dim. Inference only
 // (no activations kept): adapters on W_kv_b are folded into the map it absorbs.
+// A chunk of at least latent_expand_min_queries(cfg) queries is offered to the attention in the
+// expanded form (LayerAttention::attend_latent, latent_expansion.h): a cache that takes it still
+// stores the latents, decompresses the held ones per head and writes the same y.
 void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, const RopeTables& rt, int64_t input_pos,
                    DType act, LayerAttention& attention, float scale, int window, Tensor& y, int layer = 0,
                    const LinearAdapters* adapters = nullptr);

@@ -298,9 +298,10 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         h_attn = h;
         Tensor qr, kr, vv;  // (B, NH, n, HS), (B, G, n, HS) x 2
         const bool shared = cfg_.kv_shared(l);  // ModelConfig::validate refuses sharing with latent attention
-        if (cfg_.latent_cache()) {
+        if (cfg_.latent_cache() && attention.caches_tokens()) {
             // The cache holds latents (latent_attend): inference only, the reverse pass runs the
-            // expanded form.
+            // expanded form. An attention that keeps nothing (PlainAttention) runs the expanded
+            // form below: there are no latents to store, and it costs less than the absorbed one.
             if (save)
                 throw Error(str(cfg_.name, ": the reverse pass through multi-head latent attention runs the expanded form; the model caches "
                                 "latents (--model.mla_cache latent); expected --model.mla_cache expanded"));

@@ -114,12 +114,14 @@ TEST(DeepseekV2Model, LatentFormRefusesTheReversePassByName) {
     Transformer model(mf.config, mf.weights, ModelOptions{});
     ASSERT_TRUE(model.config().latent_cache());  // the default form
     model.set_context_width(64);
-    PlainAttention plain;
+    // Through a cache that stores latents (a forward without one runs the expanded form:
+    // LatentCache.ForwardWithoutACacheRunsTheExpandedForm).
+    KVCache cache(KVCacheConfig{}, model.config(), Device{}, DType::F32, 3);
     BlockActivations save;
     const Tensor x = Tensor::full({1, 3, mf.config.hidden_size}, DType::F32, 0.5);
     std::string msg;
     try {
-        model.block(0, x, 0, plain, &save);
+        model.block(0, x, 0, cache, &save);
     } catch (const Error& e) {
         msg = e.what();
     }

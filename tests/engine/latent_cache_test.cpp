@@ -7,6 +7,7 @@
 // the expanded model's one pass; what the latent form does not run is refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -112,18 +113,23 @@ std::vector<double> naive_expanded(const ModelConfig& c, const TensorMap& w, con
     return y;
 }
 
-// latent_attend of layer 0 through a dense latent cache, in a prefill of 5, a chunk of 4 and
-// three single tokens, against naive_expanded over the same inputs.
-void check_against_expanded_f64(const std::string& fixture, DType dt, double tol) {
-    SCOPED_TRACE(str(fixture, dt == DType::F64 ? " f64" : " f32"));
+// latent_attend of layer 0 through a dense latent cache, in chunks starting at `starts` (a
+// prefill of 5, a chunk of 4 and three single tokens unless given), against naive_expanded over
+// the same inputs; `form` picks the absorbed or expanded computation of the chunks.
+void check_against_expanded_f64(const std::string& fixture, DType dt, double tol,
+                                LatentAttention::ChunkForm form = LatentAttention::ChunkForm::AUTO,
+                                std::vector<int64_t> starts = {0, 5, 9, 10, 11}, int64_t T = 12) {
+    SCOPED_TRACE(str(fixture, dt == DType::F64 ? " f64" : " f32", " form ", int(form), " chunks from ", starts.size() > 1 ? starts[1] : T));
     const HfModelFolder mf = load_hf_model_folder(fixture_dir(fixture));
     ModelOptions opt;
     opt.dtype = dt;
     opt.mla_cache = LatentAttention::Cache::LATENT;
-    Transformer model(mf.config, mf.weights, opt);
+    ModelConfig mc = mf.config;
+    mc.latent.chunk_form = form;
+    Transformer model(mc, mf.weights, opt);
     model.set_context_width(64);
     const ModelConfig& c = model.config();
-    const int64_t T = 12, E = c.hidden_size, NH = c.num_heads, HS = c.head_dim, VD = c.latent.v_head_dim;
+    const int64_t E = c.hidden_size, NH = c.num_heads, HS = c.head_dim, VD = c.latent.v_head_dim;
     std::mt19937_64 rng(17);
     std::normal_distribution<double> nd(0.0, 1.0);
     std::vector<double> h(size_t(T * E));
@@ -136,8 +142,8 @@ void check_against_expanded_f64(const std::string& fixture, DType dt, double tol
     EXPECT_EQ(cache.layer(0).policy().groups(), 1);
     double err = 0, ref = 0;
     int64_t padding = 0;
-    for (int64_t s : {int64_t(0), int64_t(5), int64_t(9), int64_t(10), int64_t(11)}) {
-        const int64_t e = s == 0 ? 5 : s == 5 ? 9 : s + 1;
+    for (size_t i = 0; i < starts.size(); ++i) {
+        const int64_t s = starts[i], e = i + 1 < starts.size() ? starts[i + 1] : T;
         Tensor y = Tensor::empty({1, e - s, NH, HS}, dt);
         latent_attend(c, model.layer(0), ht.slice(1, s, e).contiguous(), model.rope(0), s, dt, cache, model.rope(0).attn_scale, 0, y, 0);
         const std::vector<double> got = y.to_f64_vector();
@@ -168,6 +174,144 @@ TEST(LatentCache, AttentionEqualsTheExpandedFormInF64) {
         check_against_expanded_f64(fixture, DType::F64, 1e-7);
         check_against_expanded_f64(fixture, DType::F32, 1e-5);
     }
+}
+
+// Chunks of 1, 7 and 32 queries and one chunk of the whole 40, each computed absorbed, expanded
+// and by the work counts' choice (latent_expansion.h), equal the f64 expanded attention: the
+// expanded form decompresses the latents the cache holds, which are all it stores.
+TEST(LatentCache, ChunksInEitherFormEqualTheExpandedF64) {
+    const int64_t T = 40;
+    for (const int64_t chunk : {int64_t(1), int64_t(7), int64_t(32), T}) {
+        std::vector<int64_t> starts;
+        for (int64_t s = 0; s < T; s += chunk) starts.push_back(s);
+        for (const auto form : {LatentAttention::ChunkForm::AUTO, LatentAttention::ChunkForm::ABSORBED, LatentAttention::ChunkForm::EXPANDED})
+            for (const char* fixture : {"deepseek_v2_mla", "deepseek_v2_lite_mla"}) {
+                check_against_expanded_f64(fixture, DType::F64, 1e-7, form, starts, T);
+                check_against_expanded_f64(fixture, DType::F32, 1e-5, form, starts, T);
+            }
+    }
+}
+
+// The crossover: the smallest n for which decompressing T latents (T r NH (D + VD)) plus the
+// expanded attention (n T NH (HS + VD)) costs fewer multiply-adds than the absorbed attention
+// (n T NH 2C), counted here for T = 1000 by trying every n; decode stays absorbed.
+TEST(LatentCache, ExpandsFromTheChunkSizeWhereItCostsLess) {
+    for (const char* name : {"tiny-mla", "deepseek_v2_mla", "deepseek_v2_lite_mla"}) {
+        SCOPED_TRACE(name);
+        ModelConfig c = std::string(name) == "tiny-mla" ? preset_config(name) : load_hf_model_folder(fixture_dir(name)).config;
+        const LatentAttention& a = c.latent;
+        const double T = 1000, NH = double(c.num_heads), r = double(a.kv_lora_rank), D = double(a.qk_nope_head_dim),
+                     VD = double(a.v_head_dim), HS = double(c.head_dim), C = double(a.qk_rope_head_dim + a.kv_lora_rank);
+        int64_t first = -1;
+        for (int64_t n = 1; n < 100000 && first < 0; ++n)
+            if (T * r * NH * (D + VD) + double(n) * T * NH * (HS + VD) < double(n) * T * NH * 2 * C) first = n;
+        EXPECT_GT(first, 1);
+        EXPECT_EQ(latent_expand_min_queries(c), first);
+        c.latent.chunk_form = LatentAttention::ChunkForm::EXPANDED;
+        EXPECT_EQ(latent_expand_min_queries(c), 0);
+        c.latent.chunk_form = LatentAttention::ChunkForm::ABSORBED;
+        EXPECT_EQ(latent_expand_min_queries(c), -1);
+    }
+    // DeepSeek-V2-Lite's shapes (r 512, R 64, qk 192, v 128): r (D + VD) / (2C - HS - VD) = 131072 / 832
+    ModelConfig lite = preset_config("tiny-mla");
+    lite.latent.kv_lora_rank = 512, lite.latent.qk_rope_head_dim = 64, lite.latent.qk_nope_head_dim = 128, lite.latent.v_head_dim = 128;
+    lite.head_dim = 192;
+    EXPECT_EQ(latent_expand_min_queries(lite), 158);
+}
+
+// Eviction decided on the same attention-weight sums: h2o and snapkv over 112 tokens through 40
+// slots, a prefill of 40, chunks of 32 and 8 decode steps, keep the same slots after every call whether the
+// chunks run absorbed or expanded (the expanded per-head sums averaged over the one latent
+// group's heads, as ops::sdpa_ averages a group: the sums themselves agree within 1e-5), and
+// give the same logits.
+TEST(LatentCache, ExpandedAndAbsorbedChunksKeepTheSameSlots) {
+    const ModelConfig c = preset_config("tiny-mla");
+    const TensorMap w = random_weights(c, 11, DType::F32, Device{});
+    const int64_t T = 112;
+    std::vector<int32_t> tok(static_cast<size_t>(T));
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 71 + 3) % 256);
+    const Tensor ids = Tensor::from_i32({1, T}, tok);
+    for (const char* policy : {"h2o-default", "snapkv-default"}) {
+        SCOPED_TRACE(policy);
+        struct Run {
+            std::vector<double> logits;
+            std::vector<std::vector<int32_t>> kept;  // per call, every layer's slot positions
+            std::vector<float> weights;               // every call's weight sums the policies read
+        };
+        auto run = [&](LatentAttention::ChunkForm form) {
+            ModelConfig mc = c;
+            mc.latent.chunk_form = form;
+            Transformer model(mc, w, ModelOptions{});
+            model.set_context_width(128);
+            KVCacheConfig kc;
+            kc.name = policy;
+            kc.cache_length = 40;
+            kc.snapkv_window = 8;
+            KVCache cache(kc, model.config(), Device{}, DType::F32, T);
+            Run out;
+            cache.set_step_hook([&](const LayerStep& st) {
+                if (st.weights) out.weights.insert(out.weights.end(), st.weights->begin(), st.weights->end());
+            });
+            for (int64_t s = 0; s < T;) {
+                const int64_t n = s == 0 ? 40 : s < 104 ? 32 : 1;
+                const int64_t e = std::min(T, s + n);
+                const std::vector<double> z = model.forward(ids.slice(1, s, e).contiguous(), s, &cache).to_f64_vector();
+                out.logits.insert(out.logits.end(), z.begin(), z.end());
+                std::vector<int32_t> kept;
+                for (int l = 0; l < cache.num_layers(); ++l) {
+                    const KVPolicy& p = cache.layer(l).policy();
+                    kept.insert(kept.end(), p.token_positions().begin(), p.token_positions().end());
+                }
+                out.kept.push_back(kept);
+                s = e;
+            }
+            return out;
+        };
+        const Run absorbed = run(LatentAttention::ChunkForm::ABSORBED), expanded = run(LatentAttention::ChunkForm::EXPANDED);
+        ASSERT_EQ(absorbed.kept.size(), expanded.kept.size());
+        for (size_t i = 0; i < absorbed.kept.size(); ++i) EXPECT_EQ(absorbed.kept[i], expanded.kept[i]) << "call " << i;
+        ASSERT_EQ(absorbed.logits.size(), expanded.logits.size());
+        double err = 0, ref = 0;
+        for (size_t i = 0; i < absorbed.logits.size(); ++i)
+            err = std::max(err, std::fabs(absorbed.logits[i] - expanded.logits[i])), ref = std::max(ref, std::fabs(absorbed.logits[i]));
+        EXPECT_LE(err, 1e-5 * ref);
+        EXPECT_GT(err, 0.0);  // two computations ran, not one
+        ASSERT_EQ(absorbed.weights.size(), expanded.weights.size());
+        ASSERT_FALSE(absorbed.weights.empty());
+        double werr = 0, wref = 0;
+        for (size_t i = 0; i < absorbed.weights.size(); ++i)
+            werr = std::max(werr, double(std::fabs(absorbed.weights[i] - expanded.weights[i]))),
+            wref = std::max(wref, double(std::fabs(absorbed.weights[i])));
+        EXPECT_LE(werr, 1e-5 * wref);
+        // it evicted: 112 tokens through 40 slots
+        std::vector<int32_t> last = expanded.kept.back();
+        EXPECT_EQ(std::count_if(last.begin(), last.end(), [](int32_t p) { return p >= 0; }), 40 * c.num_layers);
+    }
+}
+
+// A forward without a cache (PlainAttention) stores nothing, so a model configured for a latent
+// cache runs the expanded form there: the same block output as the expanded configuration, and
+// the activations of the reverse pass can be kept. (Its logits against transformers' f64:
+// DeepseekV2Fixture.MatchesTransformersDeepseekV2Code.)
+TEST(LatentCache, ForwardWithoutACacheRunsTheExpandedForm) {
+    const HfModelFolder mf = load_hf_model_folder(fixture_dir("deepseek_v2_mla"));
+    ModelOptions lo, eo;
+    lo.mla_cache = LatentAttention::Cache::LATENT;
+    eo.mla_cache = LatentAttention::Cache::EXPANDED;
+    Transformer latent(mf.config, mf.weights, lo), expanded(mf.config, mf.weights, eo);
+    latent.set_context_width(64), expanded.set_context_width(64);
+    ASSERT_TRUE(latent.config().latent_cache());
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    const int64_t T = 9, E = mf.config.hidden_size;
+    std::vector<double> xv(size_t(T * E));
+    for (double& x : xv) x = nd(rng);
+    const Tensor x = Tensor::from_f64({1, T, E}, xv, DType::F32);
+    PlainAttention p1, p2;
+    BlockActivations save;
+    const std::vector<float> got = latent.block(0, x, 0, p1, &save).to_f32_vector();
+    EXPECT_EQ(got, expanded.block(0, x, 0, p2).to_f32_vector());
+    EXPECT_TRUE(save.c.defined());
 }
 
 // Per token: (kv_lora_rank + qk_rope_head_dim) x bytes x layers, in the buffers, in the kept
