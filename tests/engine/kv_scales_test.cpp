@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "engine/core/error.h"
 #include "engine/kv/buffers/kv_buffer.h"
 #include "engine/kv/kv_config.h"
@@ -63,7 +65,9 @@ const Calibrated& calibrated() {
         Tensor x = m.model.embed(idt);
         for (int l = 0; l < int(m.cfg.num_layers); ++l) x = m.model.block(l, x, 0, r.cap);
         r.scales = calibrate_kv_scales(m.model, r.ids);
-        r.path = testing::TempDir() + "kv_scales_test_scales.txt";
+        // Each test case is its own process, and ctest runs two at once: a file of this
+        // process's own, or one case reads the file while the other rewrites it.
+        r.path = testing::TempDir() + "kv_scales_test_scales." + std::to_string(::getpid()) + ".txt";
         write_kv_scales(r.path, r.scales);
         return r;
     }();
