@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/value_merge_policy.h"
 #include "engine/kv/policies/wrapped_policy.h"
 
@@ -35,22 +36,34 @@ class MergingPolicy final : public ValueMergePolicy {
             for (int64_t d = 0; d < D; ++d) a += double(k[d]) * double(k[d]);
             return std::sqrt(a);
         };
+        const int64_t nk = int64_t(kept.size()), ne = int64_t(evicted.size());
         kept_norm_.resize(kept.size());
         for (size_t i = 0; i < kept.size(); ++i) kept_norm_[i] = norm(key(kept[i]));
+        // Every evicted key against every kept key as one double product (E . K^T). A product of
+        // two floats is exact in double, so the sums over d in order equal the scalar loop's to
+        // the bit, and the choices below are those of the definition, ties included.
+        ed_.resize(size_t(ne * D));
+        kt_.resize(size_t(D * nk));
+        dots_.resize(size_t(ne * nk));
+        for (int64_t j = 0; j < ne; ++j)
+            for (int64_t d = 0; d < D; ++d) ed_[size_t(j * D + d)] = double(key(evicted[size_t(j)])[d]);
+        for (int64_t i = 0; i < nk; ++i) {
+            const float* kt = key(kept[size_t(i)]);
+            for (int64_t d = 0; d < D; ++d) kt_[size_t(d * nk + i)] = double(kt[d]);
+        }
+        policy_matmul(ne, nk, D, ed_.data(), D, kt_.data(), nk, dots_.data(), nk);
         // Counts as the merges of this row leave them, in order (a target may take several).
         count_.assign(slot_counts().begin() + r * L_, slot_counts().begin() + (r + 1) * L_);
-        for (int32_t e : evicted) {
-            const float* ke = key(e);
-            const double ne = norm(ke);
+        for (int64_t j = 0; j < ne; ++j) {
+            const int32_t e = evicted[size_t(j)];
+            const double norm_e = norm(key(e));
+            const double* dot = dots_.data() + j * nk;
             double best = -2;
             int32_t to = -1;
-            for (size_t i = 0; i < kept.size(); ++i) {
-                const float* kt = key(kept[i]);
-                double dot = 0;
-                for (int64_t d = 0; d < D; ++d) dot += double(ke[d]) * double(kt[d]);
+            for (int64_t i = 0; i < nk; ++i) {
                 // A zero key has no direction: similarity 0 to everything.
-                const double c = ne > 0 && kept_norm_[i] > 0 ? dot / (ne * kept_norm_[i]) : 0.0;
-                if (c > best) best = c, to = kept[i];
+                const double c = norm_e > 0 && kept_norm_[size_t(i)] > 0 ? dot[i] / (norm_e * kept_norm_[size_t(i)]) : 0.0;
+                if (c > best) best = c, to = kept[size_t(i)];
             }
             if (to < 0 || best < threshold_) continue;
             const double ct = count_[size_t(to)], ce = count_[size_t(e)];
@@ -61,7 +74,7 @@ class MergingPolicy final : public ValueMergePolicy {
 
    private:
     double threshold_;
-    mutable std::vector<double> kept_norm_, count_;  // scratch of plan_row_merges
+    mutable std::vector<double> kept_norm_, count_, ed_, kt_, dots_;  // scratch of plan_row_merges
 };
 
 PolicyInfo merging_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
