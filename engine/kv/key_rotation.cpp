@@ -4,21 +4,61 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 
 #include "engine/core/error.h"
 
 namespace kv {
 
-void rotate_by_positions(double* x, int64_t D, const std::vector<double>& inv_freq, int64_t shift) {
-    const int64_t half = int64_t(inv_freq.size());
-    if (shift == 0 || half == 0) return;
+namespace {
+
+// cos and sin of shift * inv_freq[j] for each shift a call meets, computed once per shift: a
+// row's shifts take few values (how many tokens left before each kept one), and std::cos and
+// std::sin per channel and slot were most of a re-rotated chunk's cost. The values are those
+// of the same calls, so the turned keys are the bits rotate_by_positions gives.
+class AngleTable {
+   public:
+    explicit AngleTable(const std::vector<double>& inv_freq) : f_(inv_freq) {}
+    // The half cos values, then the half sin values, of `shift`.
+    const double* at(int64_t shift) {
+        auto it = table_.find(shift);
+        if (it != table_.end()) return it->second.data();
+        const size_t half = f_.size();
+        std::vector<double> cs(2 * half);
+        for (size_t j = 0; j < half; ++j) {
+            const double a = double(shift) * f_[j];
+            cs[j] = std::cos(a), cs[half + j] = std::sin(a);
+        }
+        return table_.emplace(shift, std::move(cs)).first->second.data();
+    }
+
+   private:
+    const std::vector<double>& f_;
+    std::unordered_map<int64_t, std::vector<double>> table_;
+};
+
+void check_channels(int64_t half, int64_t D) {
     if (2 * half > D) throw Error(str("key re-rotation: ", 2 * half, " rotated channels in a head of ", D));
+}
+
+// x turned by the angles cs (AngleTable::at) of its half rotated channel pairs.
+void turn(double* x, int64_t half, const double* cs) {
     for (int64_t j = 0; j < half; ++j) {
-        const double a = double(shift) * inv_freq[size_t(j)], c = std::cos(a), s = std::sin(a);
+        const double c = cs[j], s = cs[half + j];
         const double x1 = x[j], x2 = x[j + half];
         x[j] = x1 * c - x2 * s;
         x[j + half] = x2 * c + x1 * s;
     }
+}
+
+}  // namespace
+
+void rotate_by_positions(double* x, int64_t D, const std::vector<double>& inv_freq, int64_t shift) {
+    const int64_t half = int64_t(inv_freq.size());
+    if (shift == 0 || half == 0) return;
+    check_channels(half, D);
+    AngleTable t(inv_freq);
+    turn(x, half, t.at(shift));
 }
 
 void contiguous_rope_row(const int32_t* pos, int64_t slots, int32_t* rope) {
@@ -62,17 +102,27 @@ Tensor rotate_slots(const Tensor& x, const std::vector<int32_t>& shift, int64_t 
     const int64_t B = x.size(0), H = x.size(1), S = x.size(2), D = x.size(3);
     if (int64_t(shift.size()) < rows * S || (rows != 1 && rows != B * H))
         throw Error(str("key re-rotation: ", shift.size(), " shifts in ", rows, " rows for keys of ", B, " x ", H, " x ", S));
+    const int64_t half = int64_t(inv_freq.size());
     std::vector<double> v = x.contiguous().to_f64_vector();
-    for (int64_t r = 0; r < B * H; ++r)
-        for (int64_t s = 0; s < S; ++s)
-            rotate_by_positions(v.data() + (r * S + s) * D, D, inv_freq, shift[size_t((rows == 1 ? 0 : r) * S + s)]);
+    if (half > 0) {
+        check_channels(half, D);
+        AngleTable t(inv_freq);
+        for (int64_t r = 0; r < B * H; ++r)
+            for (int64_t s = 0; s < S; ++s)
+                if (const int64_t sh = shift[size_t((rows == 1 ? 0 : r) * S + s)]; sh != 0) turn(v.data() + (r * S + s) * D, half, t.at(sh));
+    }
     return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
 }
 
 Tensor rotate_all(const Tensor& x, int64_t shift, const std::vector<double>& inv_freq, const TensorOptions& opt) {
     std::vector<double> v = x.contiguous().to_f64_vector();
-    const int64_t D = x.size(-1);
-    for (int64_t i = 0; i * D < int64_t(v.size()); ++i) rotate_by_positions(v.data() + i * D, D, inv_freq, shift);
+    const int64_t D = x.size(-1), half = int64_t(inv_freq.size());
+    if (shift != 0 && half > 0) {
+        check_channels(half, D);
+        AngleTable t(inv_freq);
+        const double* cs = t.at(shift);
+        for (int64_t i = 0; i * D < int64_t(v.size()); ++i) turn(v.data() + i * D, half, cs);
+    }
     return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
 }
 
