@@ -77,18 +77,32 @@ class LagKVPolicy final : public ScorePolicy {
     void score_block(int64_t r, int64_t at, float* out) {
         mix_.assign(size_t(lag_), 0.0);
         for (int64_t half = 0; half < 2; ++half) {  // keys, then values
-            auto x = [&](int64_t i, int64_t d) { return double(kv_[size_t((r * L_ + order_[size_t(i)]) * 2 * D_ + half * D_ + d)]); };
+            auto row = [&](int64_t i) { return kv_.data() + (r * L_ + order_[size_t(i)]) * 2 * D_ + half * D_; };
             lo_.assign(size_t(D_), INFINITY);
             hi_.assign(size_t(D_), -INFINITY);
-            for (int64_t i = at + lag_; i < at + 2 * lag_; ++i)
-                for (int64_t d = 0; d < D_; ++d) lo_[size_t(d)] = std::min(lo_[size_t(d)], x(i, d)), hi_[size_t(d)] = std::max(hi_[size_t(d)], x(i, d));
+            for (int64_t i = at + lag_; i < at + 2 * lag_; ++i) {
+                const float* x = row(i);
+                for (int64_t d = 0; d < D_; ++d)
+                    lo_[size_t(d)] = std::min(lo_[size_t(d)], double(x[d])), hi_[size_t(d)] = std::max(hi_[size_t(d)], double(x[d]));
+            }
+            // (x - min) / (max - min) of each channel of the reference; a flat channel (kvpress:
+            // NaN) counts its range as 1. Each normalised value once per token, then its mean and
+            // unbiased std (torch's) in channel order.
+            range_.resize(size_t(D_));
+            for (int64_t d = 0; d < D_; ++d) {
+                const double range = hi_[size_t(d)] - lo_[size_t(d)];
+                range_[size_t(d)] = range > 0 ? range : 1.0;
+            }
             std_.resize(size_t(lag_));
+            y_.resize(size_t(D_));
             double top = -INFINITY;
             for (int64_t t = 0; t < lag_; ++t) {
+                const float* x = row(at + t);
+                for (int64_t d = 0; d < D_; ++d) y_[size_t(d)] = (double(x[d]) - lo_[size_t(d)]) / range_[size_t(d)];
                 double mean = 0, var = 0;
-                for (int64_t d = 0; d < D_; ++d) mean += norm(x(at + t, d), d) / double(D_);
-                for (int64_t d = 0; d < D_; ++d) var += (norm(x(at + t, d), d) - mean) * (norm(x(at + t, d), d) - mean);
-                top = std::max(top, std_[size_t(t)] = std::sqrt(var / double(std::max<int64_t>(D_ - 1, 1))));  // torch's unbiased std
+                for (int64_t d = 0; d < D_; ++d) mean += y_[size_t(d)] / double(D_);
+                for (int64_t d = 0; d < D_; ++d) var += (y_[size_t(d)] - mean) * (y_[size_t(d)] - mean);
+                top = std::max(top, std_[size_t(t)] = std::sqrt(var / double(std::max<int64_t>(D_ - 1, 1))));
             }
             double z = 0;
             for (double& s : std_) z += (s = std::exp(s - top));
@@ -104,19 +118,13 @@ class LagKVPolicy final : public ScorePolicy {
         // a saturated softmax gives exact ties ((1 + 0) / 2 = (0 + 1) / 2): the earlier token ranks lower
         for (int64_t k = 0; k < lag_; ++k) out[order_[size_t(at + rank_[size_t(k)])]] = float(double(k) / double(lag_));
     }
-    // (x - min) / (max - min) of channel d of the reference; a flat channel (kvpress: NaN) counts its range as 1
-    double norm(double x, int64_t d) const {
-        const double range = hi_[size_t(d)] - lo_[size_t(d)];
-        return (x - lo_[size_t(d)]) / (range > 0 ? range : 1.0);
-    }
-
     int64_t sinks_, lag_;
     bool cross_;
     int64_t D_ = 0;
     std::vector<float> score_;          // (B*G, L)
     std::vector<float> kv_;             // (B*G, L, 2, D) key then value of each slot
     std::vector<int32_t> order_, rank_;  // scratch: a row's slots in position order; a block's ranking
-    std::vector<double> lo_, hi_, std_, mix_;  // scratch: the reference's range, a block's stds and scores
+    std::vector<double> lo_, hi_, range_, y_, std_, mix_;  // scratch: the reference's range, a token's normalised channels, a block's stds and scores
 };
 }  // namespace
 
