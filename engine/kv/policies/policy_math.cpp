@@ -13,14 +13,17 @@ namespace {
 // GCC vector types of each level's register width (policy_vec.h: xmm for the default x86-64-v2
 // build, ymm for v3, zmm for v4).
 
-// A register tile of 4 rows x 2 vectors of C accumulates over all of k before it is stored
-// (8 accumulators, 2 B vectors and a broadcast fit 16 registers). Rows past the last group
-// of 4 and columns past the last pair of vectors take a plain loop.
+// A register tile of MR rows x 2 vectors of C accumulates over all of k before it is stored:
+// MR = 4 where the ISA has 16 vector registers (8 accumulators, 2 B vectors and a broadcast),
+// 8 with AVX-512's 32 (each B load then feeds 16 products, not 8). Rows past the last group
+// of MR and columns past the last pair of vectors take a plain loop. Every output is one sum
+// over k in order whatever the tile (no FMA contraction: -ffp-contract=off), so the bits do
+// not depend on MR.
 // Bodies are KV_POLICY_VEC_INLINE (policy_vec.h): inlined into each target-specific caller.
-template <class V, class F>
+template <class V, class F, int64_t MR = 4>
 KV_POLICY_VEC_INLINE void matmul_body(int64_t m, int64_t n, int64_t k, const F* A, int64_t lda, const F* B, int64_t ldb,
                                                        F* C, int64_t ldc, bool acc) {
-    constexpr int64_t W = int64_t(sizeof(V) / sizeof(F)), MR = 4;
+    constexpr int64_t W = int64_t(sizeof(V) / sizeof(F));
     const int64_t m4 = m - m % MR, n2 = n - n % (2 * W);
     for (int64_t i0 = 0; i0 < m4; i0 += MR)
         for (int64_t j0 = 0; j0 < n2; j0 += 2 * W) {
@@ -58,8 +61,8 @@ KV_POLICY_VEC_INLINE void matmul_body(int64_t m, int64_t n, int64_t k, const F* 
 #define KV_MATMUL_ARGS(F) int64_t m, int64_t n, int64_t k, const F *A, int64_t lda, const F *B, int64_t ldb, F *C, int64_t ldc, bool acc
 #define KV_MATMUL_PASS m, n, k, A, lda, B, ldb, C, ldc, acc
 #if defined(__x86_64__)
-__attribute__((target("arch=x86-64-v4"))) void matmul_v4(KV_MATMUL_ARGS(float)) { matmul_body<f32x16>(KV_MATMUL_PASS); }
-__attribute__((target("arch=x86-64-v4"))) void matmul_v4(KV_MATMUL_ARGS(double)) { matmul_body<f64x8>(KV_MATMUL_PASS); }
+__attribute__((target("arch=x86-64-v4"))) void matmul_v4(KV_MATMUL_ARGS(float)) { matmul_body<f32x16, float, 8>(KV_MATMUL_PASS); }
+__attribute__((target("arch=x86-64-v4"))) void matmul_v4(KV_MATMUL_ARGS(double)) { matmul_body<f64x8, double, 8>(KV_MATMUL_PASS); }
 __attribute__((target("arch=x86-64-v3"))) void matmul_v3(KV_MATMUL_ARGS(float)) { matmul_body<f32x8>(KV_MATMUL_PASS); }
 __attribute__((target("arch=x86-64-v3"))) void matmul_v3(KV_MATMUL_ARGS(double)) { matmul_body<f64x4>(KV_MATMUL_PASS); }
 
