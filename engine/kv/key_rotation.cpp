@@ -41,14 +41,30 @@ void check_channels(int64_t half, int64_t D) {
     if (2 * half > D) throw Error(str("key re-rotation: ", 2 * half, " rotated channels in a head of ", D));
 }
 
-// x turned by the angles cs (AngleTable::at) of its half rotated channel pairs.
-void turn(double* x, int64_t half, const double* cs) {
+// x turned by the angles cs (AngleTable::at) of its half rotated channel pairs, in double (a
+// float x is read into double and the result rounded once, as a trip through f64 would).
+template <class T>
+void turn(T* x, int64_t half, const double* cs) {
     for (int64_t j = 0; j < half; ++j) {
         const double c = cs[j], s = cs[half + j];
         const double x1 = x[j], x2 = x[j + half];
-        x[j] = x1 * c - x2 * s;
-        x[j + half] = x2 * c + x1 * s;
+        x[j] = T(x1 * c - x2 * s);
+        x[j + half] = T(x2 * c + x1 * s);
     }
+}
+
+// The turned copy of x: f32 tensors are turned as floats (no f64 copy of the whole cache);
+// other dtypes through f64, rounded once to their own type.
+template <class Body>
+Tensor turned_copy(const Tensor& x, const TensorOptions& opt, Body body) {
+    if (x.dtype() == DType::F32) {
+        std::vector<float> v = x.contiguous().to_f32_vector();
+        body(v.data());
+        return Tensor::from_f32(x.shape(), v, DType::F32, opt);
+    }
+    std::vector<double> v = x.contiguous().to_f64_vector();
+    body(v.data());
+    return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
 }
 
 }  // namespace
@@ -103,27 +119,25 @@ Tensor rotate_slots(const Tensor& x, const std::vector<int32_t>& shift, int64_t 
     if (int64_t(shift.size()) < rows * S || (rows != 1 && rows != B * H))
         throw Error(str("key re-rotation: ", shift.size(), " shifts in ", rows, " rows for keys of ", B, " x ", H, " x ", S));
     const int64_t half = int64_t(inv_freq.size());
-    std::vector<double> v = x.contiguous().to_f64_vector();
-    if (half > 0) {
-        check_channels(half, D);
+    if (half > 0) check_channels(half, D);
+    return turned_copy(x, opt, [&](auto* v) {
+        if (half == 0) return;
         AngleTable t(inv_freq);
         for (int64_t r = 0; r < B * H; ++r)
             for (int64_t s = 0; s < S; ++s)
-                if (const int64_t sh = shift[size_t((rows == 1 ? 0 : r) * S + s)]; sh != 0) turn(v.data() + (r * S + s) * D, half, t.at(sh));
-    }
-    return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
+                if (const int64_t sh = shift[size_t((rows == 1 ? 0 : r) * S + s)]; sh != 0) turn(v + (r * S + s) * D, half, t.at(sh));
+    });
 }
 
 Tensor rotate_all(const Tensor& x, int64_t shift, const std::vector<double>& inv_freq, const TensorOptions& opt) {
-    std::vector<double> v = x.contiguous().to_f64_vector();
-    const int64_t D = x.size(-1), half = int64_t(inv_freq.size());
-    if (shift != 0 && half > 0) {
-        check_channels(half, D);
+    const int64_t D = x.size(-1), half = int64_t(inv_freq.size()), rows = x.numel() / std::max<int64_t>(D, 1);
+    if (shift != 0 && half > 0) check_channels(half, D);
+    return turned_copy(x, opt, [&](auto* v) {
+        if (shift == 0 || half == 0) return;
         AngleTable t(inv_freq);
         const double* cs = t.at(shift);
-        for (int64_t i = 0; i * D < int64_t(v.size()); ++i) turn(v.data() + i * D, half, cs);
-    }
-    return Tensor::from_f64(x.shape(), v, x.dtype(), opt);
+        for (int64_t i = 0; i < rows; ++i) turn(v + i * D, half, cs);
+    });
 }
 
 }  // namespace kv
