@@ -373,6 +373,21 @@ Tensor rope(const Tensor& x, const Tensor& pos, const Tensor& cos, const Tensor&
 namespace {
 void check_index_range(const char* op, const Tensor& index, int64_t limit, const char* what) {
     if (!index.device().is_cpu()) return;  // device kernels clamp; host-side check is authoritative
+    // An expanded index (gather's (B, 1, T, D) over one column of slots) repeats its values along
+    // stride-0 dims: those values are checked once, and only a bad one is looked for again in
+    // the whole index to name its element.
+    bool repeats = false;
+    Shape once = index.shape();
+    std::vector<int64_t> strides((size_t)index.ndim());
+    for (int d = 0; d < index.ndim(); ++d) {
+        strides[size_t(d)] = index.stride(d);
+        if (index.stride(d) == 0 && index.size(d) > 1) repeats = true, once[d] = 1;
+    }
+    if (repeats) {
+        bool bad = false;
+        for (int64_t v : index.as_strided(once, strides, index.offset()).to_i64_vector()) bad |= v < 0 || v >= limit;
+        if (!bad) return;
+    }
     std::vector<int64_t> ids = index.to_i64_vector();
     for (size_t i = 0; i < ids.size(); ++i)
         if (ids[i] < 0 || ids[i] >= limit)

@@ -112,7 +112,11 @@ inline void store_row(char* p, int64_t st, DType dt, int64_t n, const A* in) {
 }
 
 // Stride of the innermost dimension in bytes (0 for a scalar).
-inline int64_t last_stride(const TensorView& v) { return v.ndim ? v.nb[v.ndim - 1] : 0; }
+// A last dim of size 1 may carry any stride (a view made by as_strided; is_contiguous ignores
+// it): rows then advance by one element, which is what for_rows' flat blocks assume.
+inline int64_t last_stride(const TensorView& v) {
+    return !v.ndim ? 0 : v.ne[v.ndim - 1] == 1 ? int64_t(dtype_size(v.dtype)) : v.nb[v.ndim - 1];
+}
 
 // `s` seen with `d`'s sizes: dimensions of size 1 in `s` become stride-0 broadcasts.
 inline TensorView broadcast_to(const TensorView& s, const TensorView& d) {

@@ -54,6 +54,14 @@ TEST(OpsValidation, IndexRangesAreChecked) {
     Tensor idx = Tensor::from_i64({2, 1}, {0, -1});
     m = message_of([&] { ops::gather(src, 1, idx); });
     EXPECT_NE(m.find("index -1"), std::string::npos) << m;
+    // An expanded index (stride 0 along the head dim, as the pooled attention gathers slots) is
+    // checked once per distinct value, and a bad one is still named at its element of the whole.
+    Tensor kv = Tensor::zeros({1, 1, 6, 3}, DType::F32);
+    Tensor slots = Tensor::from_i32({1, 1, 2, 1}, {4, 6}).expand({1, 1, 2, 3});
+    m = message_of([&] { ops::gather(kv, 2, slots); });
+    EXPECT_NE(m.find("index 6 at element 3 is out of range [0, 6)"), std::string::npos) << m;
+    Tensor good = Tensor::from_i32({1, 1, 2, 1}, {5, 0}).expand({1, 1, 2, 3});
+    EXPECT_EQ(message_of([&] { ops::gather(kv, 2, good); }), "<no error>");
 }
 
 TEST(OpsValidation, BroadcastAndRopeTables) {

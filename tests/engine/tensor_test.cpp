@@ -55,6 +55,15 @@ TEST(Tensor, ReshapeExpandUnsqueeze) {
     EXPECT_EQ(u.squeeze(1).shape(), Shape({6, 4}));
 }
 
+TEST(Tensor, ASizeOneLastDimWithStrideZeroReadsItsOwnElements) {
+    // (3, 1) over elements 0, 2, 4 with a stride-0 last dim: the copy walks the rows, not the
+    // first element three times (the flat path once took the last dim's stride as the step).
+    Tensor t = iota({6});
+    Tensor v = t.as_strided({3, 1}, {2, 0}, 0);
+    EXPECT_EQ(v.to_f32_vector(), (std::vector<float>{0, 2, 4}));
+    EXPECT_EQ(t.as_strided({2, 1}, {1, 0}, 3).to_i64_vector(), (std::vector<int64_t>{3, 4}));
+}
+
 TEST(Tensor, OutOfRangeViewsAreErrors) {
     Tensor t = iota({3, 4});
     EXPECT_THROW(t.slice(1, 2, 5), Error);
