@@ -80,26 +80,33 @@ class RKVPolicy final : public ScorePolicy {
                 imp[size_t(order[size_t(i)])] = m;
             }
             // redundancy: mean cosine similarity, the most recent similar key exempt, softmax.
-            // The similarities come block by block from one f32 product U U^T (unit keys,
-            // |error| ~ 1e-7); their sums are taken in f64.
+            // The similarities come block by block from one f32 product U U_block^T (unit keys,
+            // |error| ~ 1e-7), laid out (T, block) so that the block's sums run side by side, each
+            // over j in order in f64 (the sums of a one-row-at-a-time loop, without its single
+            // chain of dependent adds; the diagonal adds 0).
             const float* U = unit_.data() + r * L_ * D_;
             for (int64_t j = 0; j < T; ++j)
                 for (int64_t d = 0; d < D_; ++d) ut_[size_t(d * T + j)] = U[j * D_ + d];
             double zmax = -std::numeric_limits<double>::infinity();
             for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
                 const int64_t m = std::min(kBlock, T - i0);
-                policy_matmul(m, T, D_, U + i0 * D_, D_, ut_.data(), T, sim_.data(), T);
-                for (int64_t i = i0; i < i0 + m; ++i) {
-                    const float* s = sim_.data() + (i - i0) * T;
-                    double sum = 0, exempt = 0;
-                    int32_t newest = -1;
-                    for (int64_t j = 0; j < T; ++j) {
-                        if (j == i) continue;
-                        sum += double(s[j]);
-                        if (double(s[j]) > threshold_ && pos[j] > newest) newest = pos[j], exempt = double(s[j]);
+                policy_matmul(T, m, D_, U, D_, ut_.data() + i0, T, sim_.data(), m);
+                double sum[kBlock] = {}, exempt[kBlock] = {};
+                int32_t newest[kBlock];
+                std::fill_n(newest, kBlock, -1);
+                for (int64_t j = 0; j < T; ++j) {
+                    const float* s = sim_.data() + j * m;
+                    const int32_t pj = pos[j];
+                    for (int64_t ii = 0; ii < m; ++ii) {
+                        const bool self = j == i0 + ii;
+                        const double v = self ? 0.0 : double(s[ii]);
+                        sum[ii] += v;
+                        if (!self && v > threshold_ && pj > newest[ii]) newest[ii] = pj, exempt[ii] = v;
                     }
-                    red[size_t(i)] = (sum - exempt) / double(T);
-                    zmax = std::max(zmax, red[size_t(i)]);
+                }
+                for (int64_t ii = 0; ii < m; ++ii) {
+                    red[size_t(i0 + ii)] = (sum[ii] - exempt[ii]) / double(T);
+                    zmax = std::max(zmax, red[size_t(i0 + ii)]);
                 }
             }
             double z = 0;
@@ -128,7 +135,7 @@ class RKVPolicy final : public ScorePolicy {
     std::vector<float> score_;  // (B*G, L)
     std::vector<float> unit_;   // (B*G, L, D) unit keys
     static constexpr int64_t kBlock = 32;  // similarity rows per product (32 x T f32 stays in L2)
-    std::vector<float> ut_, sim_;  // scratch: one row's unit keys transposed (D, T); a block of similarities
+    std::vector<float> ut_, sim_;  // scratch: one row's unit keys transposed (D, T); a block of similarities (T, block)
 };
 }  // namespace
 
