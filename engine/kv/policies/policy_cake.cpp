@@ -307,7 +307,7 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
             return;
         }
         std::vector<float> logits(size_t(R * q * T));
-        std::vector<double> a(size_t(R * q * T)), u((size_t)T), s1((size_t)T), s2((size_t)T), mean((size_t)T);
+        std::vector<double> a(size_t(R * q * T)), xs((size_t)T), u((size_t)T), s1((size_t)T), s2((size_t)T), mean((size_t)T);
         std::vector<int32_t> order((size_t)T);
         double H = 0, V = 0;
         for (int64_t r = 0; r < rows(); ++r) {
@@ -322,11 +322,11 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
                 double mx = -std::numeric_limits<double>::infinity();
                 for (int64_t j = 0; j < T; ++j)
                     if (pos[j] >= 0 && pos[j] <= qp) mx = std::max(mx, double(scale_) * double(z[j]));
-                double sum = 0;
-                for (int64_t j = 0; j < T; ++j) {
-                    am[j] = pos[j] >= 0 && pos[j] <= qp ? std::exp(double(scale_) * double(z[j]) - mx) : 0.0;
-                    sum += am[j];
-                }
+                // exp at the CPU's vector width (policy_exp_sum: about 1 ulp from std::exp, the
+                // same bits on every CPU); a slot the query cannot see gets exp(-inf) = 0
+                for (int64_t j = 0; j < T; ++j)
+                    xs[size_t(j)] = pos[j] >= 0 && pos[j] <= qp ? double(scale_) * double(z[j]) - mx : -std::numeric_limits<double>::infinity();
+                const double sum = policy_exp_sum(xs.data(), am, T);
                 for (int64_t j = 0; j < T; ++j) am[j] /= sum;
             }
             // mean + gamma var over the window's queries (unbiased variance; none for one query),
