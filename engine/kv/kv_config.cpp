@@ -59,7 +59,7 @@ int64_t KVCacheConfig::length_for_layer(int64_t layer, int64_t seq_length, int64
 
 namespace {
 const char* kLayerLengthsExpected =
-    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\", \"pyramid:BETA\" (BETA >= 1) or "
+    "expected one slot count >= 1 per layer (\"64,48,32\"), \"linear:FIRST:LAST\", \"pyramid:BETA\" or \"pyramid-kvpress:BETA\" (BETA >= 1) or "
     "\"ratios:R0,R1,...\" / \"ratios:FILE\" (one ratio in (0, 1] per layer)";
 
 int64_t parse_count(const std::string& text, const std::string& whole) {
@@ -102,6 +102,22 @@ std::vector<int64_t> layer_lengths_from_rule(const std::string& rule, int64_t L,
         const int64_t k = L - window, lo = std::max<int64_t>(1, k / beta), hi = 2 * k - lo;
         const int64_t step = N > 1 ? (hi - lo) / (N - 1) : 0;
         for (int64_t l = 0; l < N; ++l) out[size_t(l)] = N == 1 ? L : window + hi - l * step;
+        return out;
+    }
+    if (f[0] == "pyramid-kvpress" && f.size() == 2) {
+        // kvpress' PyramidKVPress: the same sequence over the whole mean L, the observation window
+        // counted inside each layer's length: top L / beta, bottom 2L - L / beta, real-valued
+        // steps, each length rounded half to even (Python's round); a top below the window
+        // (L / beta < w) falls back to SnapKV's one length for every layer, as the press does.
+        const int64_t beta = parse_count(f[1], rule);
+        if (N == 1) return {L};
+        const double lo = double(L) / double(beta), hi = 2.0 * double(L) - lo;
+        if (lo < double(window)) {
+            std::fill(out.begin(), out.end(), L);
+            return out;
+        }
+        const double step = (hi - lo) / double(N - 1);
+        for (int64_t l = 0; l < N; ++l) out[size_t(l)] = std::max<int64_t>(1, int64_t(std::nearbyint(hi - double(l) * step)));
         return out;
     }
     if (rule.rfind("ratios:", 0) == 0) {
@@ -333,7 +349,9 @@ void validate_kv_config(const KVCacheConfig& c, int64_t num_layers, int64_t head
                         " layers; expected one per layer"));
     for (int64_t L : c.layer_cache_lengths)
         if (L < 1) throw Error(str("--kv_cache.layer_cache_lengths: ", L, " is invalid; expected >= 1"));
-    if ((c.layer_cache_rule.rfind("pyramid:", 0) == 0 || c.layer_cache_rule.rfind("ratios:", 0) == 0) && c.cache_length == 0)
+    if ((c.layer_cache_rule.rfind("pyramid:", 0) == 0 || c.layer_cache_rule.rfind("pyramid-kvpress:", 0) == 0 ||
+         c.layer_cache_rule.rfind("ratios:", 0) == 0) &&
+        c.cache_length == 0)
         throw Error(str("--kv_cache.layer_cache_lengths: the rule '", c.layer_cache_rule,
                         "' needs --kv_cache.cache_length (the mean length per layer)"));
     int64_t Lmin = c.cache_length;

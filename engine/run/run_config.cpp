@@ -214,7 +214,8 @@ std::vector<OptionDef> build_options() {
                         [](RunConfig& c) -> int64_t& { return c.kv_cache.cache_length; }));
     {
         OptionDef d{"kv_cache.layer_cache_lengths", OptionType::STRING, "cache",
-                    "slots per layer: one per layer (64,48,32), linear:FIRST:LAST, pyramid:BETA around cache_length, or "
+                    "slots per layer: one per layer (64,48,32), linear:FIRST:LAST, pyramid:BETA around cache_length (the "
+                    "observation window on top, KVCache-Factory's), pyramid-kvpress:BETA (the window inside, kvpress'), or "
                     "ratios:R0,R1,... / ratios:FILE (layer l keeps R_l x cache_length, R_l in (0, 1]) "
                     "(overrides cache_length; pyramidkv defaults to pyramid:20)",
                     {}, {}, {}};

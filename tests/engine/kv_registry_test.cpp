@@ -319,6 +319,15 @@ TEST(LayerCacheLengths, ListsAndRulesGiveTheHandComputedLengths) {
     EXPECT_EQ(lengths_of("pyramid:20", 72, 3), (std::vector<int64_t>{110, 72, 34}));
     // pyramid:4 around 40 with window 8 over 4 layers: k = 32, top 8, bottom 56, step 16.
     EXPECT_EQ(lengths_of("pyramid:4", 40, 4, 8), (std::vector<int64_t>{64, 48, 32, 16}));
+    // pyramid-kvpress (kvpress' PyramidKVPress, the window inside the length): around L = 1000,
+    // beta 4, 3 layers: top 250, bottom 1750, step 750.
+    EXPECT_EQ(lengths_of("pyramid-kvpress:4", 1000, 3), (std::vector<int64_t>{1750, 1000, 250}));
+    // L = 100, beta 3, 4 layers, window 8: 166.67, 122.22, 77.78, 33.33 rounded (sum 400 = 4 L).
+    EXPECT_EQ(lengths_of("pyramid-kvpress:3", 100, 4, 8), (std::vector<int64_t>{167, 122, 78, 33}));
+    // Halves round to even as Python's round: L = 10, beta 4, window 0: 17.5, 10, 2.5 -> 18, 10, 2.
+    EXPECT_EQ(lengths_of("pyramid-kvpress:4", 10, 3, 0), (std::vector<int64_t>{18, 10, 2}));
+    // A top under the window (72 / 20 = 3.6 < 32): the press falls back to one length.
+    EXPECT_EQ(lengths_of("pyramid-kvpress:20", 72, 3), (std::vector<int64_t>{72, 72, 72}));
     // pyramidkv's own default rule is pyramid:20 (paper's beta)
     KVCacheConfig p;
     p.name = "pyramidkv-default";
@@ -329,7 +338,7 @@ TEST(LayerCacheLengths, ListsAndRulesGiveTheHandComputedLengths) {
 
 TEST(LayerCacheLengths, BadValuesGiveOneClearMessage) {
     RunConfig c;
-    for (const char* bad : {"0,4", "12,x", "linear:5", "pyramid:0", "cubic:3"}) {
+    for (const char* bad : {"0,4", "12,x", "linear:5", "pyramid:0", "pyramid-kvpress:0", "pyramid-kvpress", "cubic:3"}) {
         const std::string msg = error_of([&] { set_run_option(c, "kv_cache.layer_cache_lengths", bad); });
         EXPECT_NE(msg.find("--kv_cache.layer_cache_lengths: '"), std::string::npos) << bad << ": " << msg;
         EXPECT_NE(msg.find("expected one slot count >= 1 per layer"), std::string::npos) << bad << ": " << msg;
