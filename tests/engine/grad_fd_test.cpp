@@ -210,7 +210,7 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient,
                          ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
-                                           "gemma3_window", "mistral", "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora",
+                                           "gemma3_window", "mistral", "qwen2_window", "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora",
                                            "lfm2"));
 
 struct PolicyCase {
@@ -600,8 +600,8 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient,
-                         ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "gpt_oss", "gpt_oss_moe",
-                                           "mla", "mla_qlora", "lfm2"));
+                         ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "mistral", "qwen2_window",
+                                           "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora", "lfm2"));
 
 // LoRA's 'mlp' target names the gated MLP's Linear maps; a mixture of experts has none, and says so.
 TEST(LoraTargets, MlpOnAMixtureOfExpertsIsRefusedByName) {

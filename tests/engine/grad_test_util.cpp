@@ -61,6 +61,10 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
         c.qk_norm = false;
         c.attn_logit_softcap = 0.7;
         c.final_logit_softcap = 1.5;
+    } else if (arch == "qwen2_window") {  // Qwen2 with use_sliding_window: layers >= max_window_layers (1) windowed (5)
+        c = grad_test_config("qwen2", layers);
+        c.sliding_window = 5;
+        c.window_from_layer = 1;
     } else if (arch == "mistral") {  // every layer windowed
         c.arch = Arch::MISTRAL;
         c.model_type = arch_name(c.arch);
