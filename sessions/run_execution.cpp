@@ -169,6 +169,7 @@ RunOutcome run_eval_mode(const RunConfig& cfg, LoadedModel& lm, const RunHooks& 
         j["windowed_layer_slots"] = s.windowed_slots;
         j["kv_bytes_windowed"] = s.kv_bytes_windowed;
     }
+    if (!s.layer_kinds.empty()) j["layer_kinds"] = s.layer_kinds;  // the views name each layer's type by it
     j["chunks_per_sample"] = s.chunks_per_sample;
     if (!s.kept_slots.empty()) {  // compress-then-ask: the last sample's context and what its compression kept
         j["context_tokens"] = s.context_tokens;

@@ -1,6 +1,7 @@
 // Cell grid (see cell_grid.h).
 #include "views/view_table.h"
 #include "views/cell_grid.h"
+#include "views/layer_label.h"
 
 #include <algorithm>
 #include <chrono>
@@ -98,6 +99,10 @@ bool refresh_cell_grid(CellGridViewState& s, storage::SessionReader& reader) {
     bool any = false;
     try {
         const storage::RunInfo info = reader.run(s.run);
+        if (s.layer_kinds.empty() && !info.summary.empty()) {
+            s.layer_kinds = layer_kinds_of_summary(info.summary);
+            any |= !s.layer_kinds.empty();  // the labels change
+        }
         s.t0_ns = info.t0_ns;
         s.progress = info.progress;
         while (true) {
@@ -257,14 +262,15 @@ void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size) {
         if (host && s.image.width > 0) s.texture_id = host->upload_rgba(s.texture_id, s.image.width, s.image.height, s.image.rgba.data());
     }
     const float used = ImGui::GetCursorPosY() - top;
-    char widest_label[24];
-    std::snprintf(widest_label, sizeof widest_label, "layer %d", std::max(0, g.layers - 1));
+    // the left margin fits the widest layer label (a layer's type makes it longer)
+    float label_w = 0;
+    for (int l = 0; l < std::max(1, g.layers); ++l) label_w = std::max(label_w, ImGui::CalcTextSize(layer_label(l, s.layer_kinds).c_str()).x);
     const bool timed = s.image.time_hi_ns > 0;
     const char* bar_title = "chunk time (log)";
     const float bar_w = timed ? colour_bar_width(s.image.time_lo_ns, s.image.time_hi_ns, AxisUnit::NANOSECONDS, bar_title) : 8.f;
     const AxisSpec xs{AxisUnit::INTEGER, "chunk"};
     PlotMargins m = plot_margins(&xs, nullptr, nullptr, 0, bar_w);
-    m.left = ImGui::CalcTextSize(widest_label).x + 10;
+    m.left = label_w + 10;
     m.top = ImGui::GetTextLineHeight() + 2;  // the colour bar's title
     const ImVec2 body(size.x, std::max(30.f + m.top + m.bottom, size.y - used - ImGui::GetStyle().ItemSpacing.y));
     const PlotFrame f = begin_plot_frame("##grid", body, m);
@@ -288,10 +294,9 @@ void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size) {
     // one label per layer row, centred, every k-th when rows are thinner than a line
     const float line = ImGui::GetTextLineHeight();
     for (int l = 0; l < g.layers; l += std::max(1, int(std::ceil(line / std::max(1.f, lh))))) {
-        char b[24];
-        std::snprintf(b, sizeof b, "layer %d", l);
+        const std::string b = layer_label(l, s.layer_kinds);
         const float y = std::min(f.p1.y - line, f.p0.y + l * lh + std::max(0.f, (lh - line) * 0.5f));
-        dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b).x, y), IM_COL32(210, 210, 210, 235), b);
+        dl->AddText(ImVec2(f.p0.x - 6 - ImGui::CalcTextSize(b.c_str()).x, y), IM_COL32(210, 210, 210, 235), b.c_str());
     }
     // x: chunk index at the centre of its column
     const AxisRange xr{-0.5, double(std::max(1, g.chunks)) - 0.5};
@@ -300,7 +305,7 @@ void DrawCellGridView(CellGridViewState& s, TextureHost* host, ImVec2 size) {
         const GridHit h = cell_grid_hit_test(g, f.p0, f.p1, f.mouse);
         if (h.valid) {
             ImGui::BeginTooltip();
-            ImGui::Text("layer %d, chunk %d", h.layer, h.chunk);
+            ImGui::Text("%s, chunk %d", layer_label(h.layer, s.layer_kinds).c_str(), h.chunk);
             const GridChunk* k = g.find(h.layer, h.chunk);
             if (k && k->done) ImGui::Text("took %s", format_duration_ns(double(k->end_ns - k->start_ns)).c_str());
             else ImGui::TextDisabled("not done yet");

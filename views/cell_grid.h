@@ -78,6 +78,7 @@ struct CellGridViewState {
     double refresh_budget_ms = 20;  // reading stops after this long per refresh (resumes next time)
     int64_t t0_ns = 0;
     storage::RunProgress progress;
+    std::vector<std::string> layer_kinds;  // each layer's cache in words (run summary; views/layer_label.h)
     std::map<int, int64_t> last_device_total;  // device total after the newest event scanned for a cell peak
     // Finished cells whose peak is being read from their events, a slice per refresh.
     struct PendingPeak {

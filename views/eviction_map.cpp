@@ -8,6 +8,7 @@
 //   [SECTION] drawing
 #include "views/view_table.h"
 #include "views/eviction_map.h"
+#include "views/layer_label.h"
 
 #include <algorithm>
 #include <chrono>
@@ -473,6 +474,10 @@ bool refresh_eviction_map(EvictionMapViewState& s, storage::SessionReader& reade
         int64_t live = 0;
         try {  // a run the session does not (yet) hold has no known length: the axis fits the data
             const storage::RunInfo info = reader.run(s.run);
+            if (s.layer_kinds.empty() && !info.summary.empty()) {
+                s.layer_kinds = layer_kinds_of_summary(info.summary);
+                any |= !s.layer_kinds.empty();
+            }
             const int64_t planned = std::atoll(storage::run_config_value(info.config, "data.seq_length").c_str());
             live = storage::run_status_final(info.status) ? 0 : std::max<int64_t>(0, planned);
         } catch (const std::exception&) {
@@ -725,7 +730,7 @@ void hover_tooltip(EvictionMapViewState& s, int seq, int layer, const EvictionHi
     }
     const TokenAtStep& i = s.hover;
     ImGui::BeginTooltip();
-    ImGui::Text("layer %d  head %d  step %d", layer, s.head, i.step);
+    ImGui::Text("%s  head %d  step %d", layer_label(layer, s.layer_kinds).c_str(), s.head, i.step);
     ImGui::Text("token position %lld", (long long)i.token);
     if (const std::string text = token_label(s.tokens.sample(seq), i.token); !text.empty()) ImGui::Text("token %s", text.c_str());
     if (s.search.active() && s.search.marked(i.token)) ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kSearchMarkColour), "matches the search");
@@ -780,8 +785,10 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
     }
     if (s.toolbar) {
         if (!s.all_layers && num_layers > 1) {
-            ImGui::SetNextItemWidth(160);
-            ImGui::SliderInt("layer", &s.layer, 0, num_layers - 1);
+            // the slider names the shown layer's type: "3 (window 512)"
+            const std::string fmt = "%d" + layer_kind_suffix(s.layer, s.layer_kinds);
+            ImGui::SetNextItemWidth(fmt.size() > 2 ? 260 : 160);
+            ImGui::SliderInt("layer", &s.layer, 0, num_layers - 1, fmt.c_str());
             ImGui::SameLine();
         }
         if (heads > 1) {
@@ -875,9 +882,8 @@ void DrawEvictionMapView(EvictionMapViewState& s, TextureHost* host, ImVec2 size
                 s.follow = false;
             if (size_t(l) < s.layer_textures.size()) draw_image(dl, f, s.layer_textures[size_t(l)], s.steps_range, s.tokens_range);
             draw_search_marks(dl, f, s.search, s.tokens_range);
-            char label[32];
-            std::snprintf(label, sizeof label, "layer %d", l);
-            dl->AddText(ImVec2(f.p0.x + 3, f.p0.y + 2), IM_COL32(230, 230, 230, 220), label);
+            const std::string label = layer_label(l, s.layer_kinds);
+            dl->AddText(ImVec2(f.p0.x + 3, f.p0.y + 2), IM_COL32(230, 230, 230, 220), label.c_str());
             if (f.hovered) {
                 const EvictionHit h = eviction_hit_test(s.steps_range, s.tokens_range, f.p0, f.p1, f.mouse, steps, tokens);
                 if (h.valid) {

@@ -233,6 +233,8 @@ struct EvictionMapViewState {
     int hover_layer = -1;
     uint64_t hover_version = 0;
     std::string error;  // reading or decoding problem, shown in the view
+    // Each layer's cache in words (the run summary's layer_kinds: views/layer_label.h), once known.
+    std::vector<std::string> layer_kinds;
     // The run's token text (hover names the token) and the search box's marks.
     RunTokens tokens;
     TokenSearch search;

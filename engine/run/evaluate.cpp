@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "engine/core/layer_kind.h"
 #include "engine/kv/window_layer.h"
 #include "engine/core/error.h"
 #include "engine/data/repeat_task.h"
@@ -414,6 +415,8 @@ EvalSummary run_eval(const RunConfig& cfg, LoadedModel& lm, const EvalCallbacks&
                 sum.windowed_slots.push_back(cache.layer(l).policy().cache_length());
                 sum.kv_bytes_windowed += cache.layer(l).buffer().bytes();
             }
+        sum.layer_kinds.clear();
+        for (int64_t l = 0; l < mc.num_layers; ++l) sum.layer_kinds.push_back(layer_kind(mc, l));
         sum.kv_bits_per_element = cache.bits_per_element();
         sum.tokens += T;
         policy_phase.reset();

@@ -64,6 +64,7 @@ struct EvalSummary {
     std::vector<int> windowed_layers;
     std::vector<int64_t> windowed_slots;
     size_t kv_bytes_windowed = 0;  // of kv_bytes, the windowed layers' storage
+    std::vector<std::string> layer_kinds;  // each layer's cache in words (engine/core/layer_kind.h)
     double kv_bits_per_element = 0;
     int64_t chunks_per_sample = 0;
     // --protocol compress-then-ask: the last sample's context tokens and the slots its

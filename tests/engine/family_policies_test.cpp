@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "engine/core/layer_kind.h"
 #include "engine/driver/long_context.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_config.h"
@@ -98,6 +99,26 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<FamilyPolicies::ParamType>& i) {
         return std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param);
     });
+
+// The run summary's layer_kinds (and the views' layer labels) from each fixture's config.json:
+// Gemma 3 (sliding_window_pattern 3: layers 0, 1, 3 windowed by 5), Gemma 3n (layer_types, its
+// last 3 layers reading the last earlier layer of their type), LFM2 (conv / full_attention),
+// SmolLM3 (every 4th layer NoPE by default).
+TEST(LayerKind, NamesWhatEachFamilysLayersCache) {
+    auto kinds = [](const char* name) {
+        const ModelConfig mc = load_hf_model_folder(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/" + name).config;
+        std::vector<std::string> out;
+        for (int64_t l = 0; l < mc.num_layers; ++l) out.push_back(layer_kind(mc, l));
+        return out;
+    };
+    using V = std::vector<std::string>;
+    EXPECT_EQ(kinds("gemma3_interleaved"), (V{"window 5", "window 5", "full", "window 5"}));
+    EXPECT_EQ(kinds("gemma3n_text"),
+              (V{"window 5", "window 5", "full", "shared with layer 1", "shared with layer 1", "shared with layer 2"}));
+    EXPECT_EQ(kinds("lfm2_hybrid"), (V{"convolution", "full", "convolution", "full"}));
+    EXPECT_EQ(kinds("smollm3_nope"), (V{"full", "full", "full", "full, NoPE", "full"}));
+    EXPECT_EQ(kinds("mistral_window"), (V(kinds("mistral_window").size(), "window 5")));
+}
 
 }  // namespace
 }  // namespace kv
