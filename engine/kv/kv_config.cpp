@@ -281,7 +281,7 @@ int64_t kv_slot_bytes(const KVCacheConfig& c, int64_t G, int64_t D, DType act, i
 }
 
 KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length,
-                              int64_t tensors) {
+                              int64_t tensors, BudgetLayers layers) {
     if (cfg.budget_bytes == 0 && cfg.budget_ratio == 0.0) return cfg;
     const char* opt = cfg.budget_bytes ? "--kv_cache.budget_bytes" : "--kv_cache.budget_ratio";
     if (cfg.budget_bytes < 0) throw Error(str("--kv_cache.budget_bytes: ", cfg.budget_bytes, " is invalid; expected a byte count >= 1"));
@@ -294,11 +294,20 @@ KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int6
         throw Error("--kv_cache.budget_ratio: the dense cache's bytes need a known sequence length; give --kv_cache.budget_bytes instead");
     const int64_t budget = cfg.budget_bytes ? cfg.budget_bytes
                                             : int64_t(std::floor(cfg.budget_ratio * double(num_layers) * double(seq_length) * double(dense_slot)));
-    const int64_t per_slot = num_layers * kv_slot_bytes(cfg, G, D, act, tensors);  // one slot in every layer
-    const int64_t L = budget / per_slot;
-    if (L < 1)
-        throw Error(str(opt, ": ", budget, " bytes hold no slot of '", cfg.name, "'; one slot in all ", num_layers, " layers takes ",
-                        per_slot, " bytes; expected at least that"));
+    // One slot in every layer the policy's length applies to; windowed layers' rings are held
+    // whatever it is (and KV-shared or convolution layers hold nothing), so they come first.
+    const int64_t slot = kv_slot_bytes(cfg, G, D, act, tensors);
+    const int64_t policy_layers = layers.policy_layers < 0 ? num_layers : layers.policy_layers;
+    const int64_t fixed = layers.fixed_slots * slot;
+    if (fixed > budget)
+        throw Error(str(opt, ": ", budget, " bytes are less than the windowed layers' rings alone (", layers.fixed_slots, " slots, ",
+                        fixed, " bytes of '", cfg.name, "'); expected a larger budget"));
+    const int64_t per_slot = std::max<int64_t>(1, policy_layers) * slot;
+    const int64_t L = (budget - fixed) / per_slot;
+    if (L < 1 && policy_layers > 0)
+        throw Error(str(opt, ": ", budget, " bytes hold no slot of '", cfg.name, "'; one slot in all ", policy_layers,
+                        policy_layers == num_layers ? "" : " full-attention", " layers takes ", per_slot, " bytes",
+                        fixed ? str(" beside the windowed layers' ", fixed) : std::string(), "; expected at least that"));
     KVCacheConfig out = cfg;
     out.budget_bytes = 0;  // consumed: the result is a plain length (applying it again changes nothing)
     out.budget_ratio = 0.0;
@@ -309,7 +318,7 @@ KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int6
                             seq_length * per_slot, " bytes, more than the budget of ", budget, "; expected an evicting policy or a larger budget"));
         return out;
     }
-    out.cache_length = L;
+    out.cache_length = std::max<int64_t>(L, 1);  // no full layer: the length applies nowhere
     return out;
 }
 

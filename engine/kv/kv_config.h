@@ -134,12 +134,21 @@ int64_t think_kept_channels(int64_t D, double ratio);
 // tensors = 1 where the values are the keys (ModelConfig::cache_tensors: a latent cache).
 // Throws for KIVI, whose residual pool is fixed besides its codes.
 int64_t kv_slot_bytes(const KVCacheConfig& cfg, int64_t G, int64_t D, DType act, int64_t tensors = 2);
+// How a model's layers take a byte budget: `policy_layers` hold the policy's length each
+// (-1: all num_layers); `fixed_slots` are held whatever it is, summed over the other layers
+// (windowed layers' rings; KV-shared and convolution layers hold none). window_layer.h's
+// budget_layers() fills it from a model.
+struct BudgetLayers {
+    int64_t policy_layers = -1;
+    int64_t fixed_slots = 0;
+};
 // cfg with cache_length set from budget_bytes / budget_ratio (unchanged without a budget):
-// floor(budget / (num_layers * kv_slot_bytes)), the budget fields cleared (consumed). Throws
-// kv::Error naming the option when no slot
-// fits, when a keep-everything policy's seq_length tokens do not fit, or with a length given too.
+// floor((budget - fixed_slots * kv_slot_bytes) / (policy_layers * kv_slot_bytes)), the budget
+// fields cleared (consumed). Throws kv::Error naming the option when no slot fits (or the fixed
+// slots alone exceed the budget), when a keep-everything policy's seq_length tokens do not fit,
+// or with a length given too.
 KVCacheConfig apply_kv_budget(const KVCacheConfig& cfg, int64_t num_layers, int64_t G, int64_t D, DType act, int64_t seq_length,
-                              int64_t tensors = 2);
+                              int64_t tensors = 2, BudgetLayers layers = {});
 
 // Throws kv::Error naming the option and what was expected.
 void validate_kv_config(const KVCacheConfig& cfg, int64_t num_layers, int64_t head_dim, int64_t num_kv_heads);

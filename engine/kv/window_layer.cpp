@@ -20,6 +20,17 @@ std::vector<int64_t> layer_lengths(const KVCacheConfig& cfg, const ModelConfig& 
     return Ls;
 }
 
+BudgetLayers budget_layers(const KVCacheConfig& cfg, const ModelConfig& model, int64_t seq_length) {
+    BudgetLayers b;
+    b.policy_layers = 0;
+    for (int64_t l = 0; l < model.num_layers; ++l) {
+        if (model.kv_shared(l) || !model.has_kv_cache(l)) continue;  // reads another layer's cache, or keeps a state
+        if (const int w = model.layer_window(l); w > 0) b.fixed_slots += window_layer_length(cfg, w, seq_length);
+        else ++b.policy_layers;
+    }
+    return b;
+}
+
 namespace {
 
 class WindowPolicy final : public KVPolicy {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/model_config.h"
+#include "engine/kv/kv_config.h"
 #include "engine/kv/kv_policy.h"
 
 namespace kv {
@@ -20,6 +21,11 @@ int64_t window_layer_length(const KVCacheConfig& cfg, int64_t window, int64_t se
 // Every layer's slots: windowed layers by the rule above, the others cfg.length_for_layer
 // (0 = seq_length).
 std::vector<int64_t> layer_lengths(const KVCacheConfig& cfg, const ModelConfig& model, int64_t seq_length);
+
+// How the model's layers take a byte budget (apply_kv_budget): the policy's length in each
+// full-attention layer with its own cache, the rings of the windowed ones (cfg.max_chunk_size
+// as the run plans it) besides; KV-shared and convolution layers hold none.
+BudgetLayers budget_layers(const KVCacheConfig& cfg, const ModelConfig& model, int64_t seq_length);
 
 // The ring of a windowed layer ("window"): token position p lives in slot p mod L, never
 // scored, never counted as a policy's eviction.

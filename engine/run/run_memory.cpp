@@ -6,6 +6,7 @@
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
 #include "engine/kv/window_layer.h"
+#include "engine/run/run_plan.h"
 #include "engine/core/run_mode.h"
 
 namespace kv {
@@ -35,7 +36,8 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     const uint64_t T = uint64_t(std::max<int64_t>(1, gen ? cfg.generate.max_new_tokens : cfg.data.seq_length));
     const std::string t_cause = gen ? str("max_new_tokens ", T) : str("seq_length ", T);
     // A byte budget sets the cache length here as in the cache itself (engine/kv/kv_cache.cpp).
-    const KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, int64_t(nl), int64_t(G), int64_t(D), dt, int64_t(T), m.cache_tensors());
+    const KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, int64_t(nl), int64_t(G), int64_t(D), dt, int64_t(T), m.cache_tensors(),
+                                             run_budget_layers(cfg, m, int64_t(T)));
     const uint64_t chunk = uint64_t(std::max<int64_t>(1, std::min<int64_t>(cfg.driver.chunk_size, int64_t(T))));
 
     // KV cache: K and V of every layer, (B, G, L, D) each (both counted: `pair` bytes per

@@ -9,10 +9,26 @@
 
 namespace kv {
 
+BudgetLayers run_budget_layers(const RunConfig& cfg, const ModelConfig& mc, int64_t seq_length) {
+    // The rings of windowed layers hold window - 1 + the largest chunk: the chunk the plan uses,
+    // stretched by kChunkSnapTokens when windowed and full layers mix (their lengths differ).
+    KVCacheConfig ring = cfg.kv_cache;
+    if (ring.max_chunk_size == 0) {
+        ring.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+        for (int64_t l = 1; l < mc.num_layers; ++l)
+            if (mc.layer_window(l) != mc.layer_window(0)) {
+                ring.max_chunk_size += kChunkSnapTokens;
+                break;
+            }
+    }
+    return budget_layers(ring, mc, seq_length);
+}
+
 KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DType act_dtype) {
-    // A byte budget becomes the cache length here, so the chunk plan and the cache agree on it.
+    // A byte budget becomes the cache length here, so the chunk plan and the cache agree on it;
+    // the windowed layers' rings take their part of it first.
     KVCacheConfig kc = apply_kv_budget(cfg.kv_cache, mc.num_layers, mc.cache_kv_heads(), mc.cache_head_dim(), act_dtype,
-                                       cfg.data.seq_length, mc.cache_tensors());
+                                       cfg.data.seq_length, mc.cache_tensors(), run_budget_layers(cfg, mc, cfg.data.seq_length));
     kc.dtype = act_dtype;
     if (kc.max_chunk_size == 0) {
         kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;

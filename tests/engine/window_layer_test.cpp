@@ -14,6 +14,7 @@
 #include "engine/kv/window_layer.h"
 #include "engine/model/presets.h"
 #include "engine/model/transformer.h"
+#include "engine/run/run_plan.h"
 #include "tests/support/test_support.h"
 
 namespace kv {
@@ -93,6 +94,36 @@ TEST(WindowLayer, GemmaKvBytesAreWindowTimesLocalPlusLengthTimesGlobal) {
     KVCacheConfig all;
     KVCache full(all, mc, Device{}, DType::F64, T);
     expect_close(got64, feed(*model64, full, ids, T, T));
+}
+
+// A byte budget counts each layer's real bytes: the 4 windowed layers hold rings of 64 - 1 + 32
+// + 4 (the plan's snap) = 99 slots whatever the length, so the 2 full layers get what is left:
+// (100 KiB - 4 x 99 x 128 B) / (2 x 128 B) = 202 slots, and the cache holds exactly the budget.
+TEST(WindowLayer, AByteBudgetGivesTheFullLayersWhatTheRingsLeave) {
+    const ModelConfig mc = preset_config("tiny-gemma3");
+    RunConfig c;
+    c.mode = "eval_long";
+    c.data.seq_length = 512;
+    c.driver.chunk_size = 32;
+    c.kv_cache.name = "h2o-default";
+    c.kv_cache.budget_bytes = 100 * 1024;
+    const KVCacheConfig kc = run_cache_config(c, mc, DType::F32);
+    const int64_t ring = kWindow - 1 + 32 + kChunkSnapTokens;
+    ASSERT_EQ(ring, 99);
+    EXPECT_EQ(kc.cache_length, (100 * 1024 - 4 * ring * kSlotBytes) / (2 * kSlotBytes));
+    EXPECT_EQ(kc.cache_length, 202);
+    Transformer model(mc, random_weights(mc, 5, DType::F32), ModelOptions{});
+    KVCache cache(kc, mc, Device{}, DType::F32, 512);
+    feed(model, cache, random_ids(512, 4), 42, 32);  // 42 + 5 x 32 fills the 202 slots exactly
+    EXPECT_EQ(cache.buffer_bytes(), size_t(100 * 1024));
+    // A budget under the rings alone names them.
+    c.kv_cache.budget_bytes = 4 * ring * kSlotBytes - 1;
+    try {
+        (void)run_cache_config(c, mc, DType::F32);
+        FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("less than the windowed layers' rings alone (396 slots"), std::string::npos) << e.what();
+    }
 }
 
 TEST(WindowLayer, H2oEvictsOnlyOnFullAttentionLayers) {
