@@ -44,9 +44,10 @@ std::vector<SizedItem> run_memory_items(const RunConfig& cfg, const ModelConfig&
     // element), plus one int32 position per slot.
     // Windowed layers keep a ring of window - 1 + the largest chunk (engine/kv/window_layer.h).
     KVCacheConfig ring = kc;
-    if (ring.max_chunk_size == 0) ring.max_chunk_size = int64_t(chunk);
+    if (ring.max_chunk_size == 0) ring.max_chunk_size = std::min<int64_t>(run_ring_chunk(cfg, m), int64_t(T));
     auto layer_slots = [&](uint64_t l) {  // L of layer l
-        if (m.kv_shared(int64_t(l))) return uint64_t(0);  // reads its source's cache, holds none
+        // reads its source's cache, or keeps a convolution state: no token slots
+        if (m.kv_shared(int64_t(l)) || !m.has_kv_cache(int64_t(l))) return uint64_t(0);
         if (const int w = m.layer_window(int64_t(l)); w > 0) return uint64_t(window_layer_length(ring, w, int64_t(T)));
         int64_t L = int64_t(T);
         if (kc.layer_cache_lengths.empty() || l < kc.layer_cache_lengths.size())

@@ -9,18 +9,19 @@
 
 namespace kv {
 
+int64_t run_ring_chunk(const RunConfig& cfg, const ModelConfig& mc) {
+    // The chunk the plan uses, stretched by kChunkSnapTokens when windowed and full layers mix
+    // (their lengths differ), as run_cache_config widens max_chunk_size.
+    if (cfg.kv_cache.max_chunk_size > 0) return cfg.kv_cache.max_chunk_size;
+    int64_t c = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+    for (int64_t l = 1; l < mc.num_layers; ++l)
+        if (mc.layer_window(l) != mc.layer_window(0)) return c + kChunkSnapTokens;
+    return c;
+}
+
 BudgetLayers run_budget_layers(const RunConfig& cfg, const ModelConfig& mc, int64_t seq_length) {
-    // The rings of windowed layers hold window - 1 + the largest chunk: the chunk the plan uses,
-    // stretched by kChunkSnapTokens when windowed and full layers mix (their lengths differ).
-    KVCacheConfig ring = cfg.kv_cache;
-    if (ring.max_chunk_size == 0) {
-        ring.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
-        for (int64_t l = 1; l < mc.num_layers; ++l)
-            if (mc.layer_window(l) != mc.layer_window(0)) {
-                ring.max_chunk_size += kChunkSnapTokens;
-                break;
-            }
-    }
+    KVCacheConfig ring = cfg.kv_cache;  // rings hold window - 1 + the largest chunk
+    ring.max_chunk_size = run_ring_chunk(cfg, mc);
     return budget_layers(ring, mc, seq_length);
 }
 

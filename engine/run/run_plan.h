@@ -17,6 +17,8 @@ namespace kv {
 // to the chunk size (1.5x when randomized, as keys_values' CLI), widened by kChunkSnapTokens
 // when layer lengths differ (the plan may stretch a chunk that far to end on one of them).
 KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DType act_dtype);
+// The largest chunk a windowed layer's ring must take in this run (window - 1 + it slots).
+int64_t run_ring_chunk(const RunConfig& cfg, const ModelConfig& mc);
 // How the model's layers take the run's byte budget (budget_layers with the largest chunk the
 // run's plan will use; seq_length: the tokens a sample reaches).
 BudgetLayers run_budget_layers(const RunConfig& cfg, const ModelConfig& mc, int64_t seq_length);
