@@ -423,14 +423,22 @@ Tensor LayerCache::rerotate(const Tensor& q) {
     if (any) {
         KV_TRACE_SPAN(trace::SpanCategory::CACHE_UPDATE, "key re-rotation", .layer = layer_, .chunk = int(chunk_));
         auto [K, V] = buffer_->read(T);
-        const Tensor Kr = rotate_slots(K, s, rows, *rope_, o), Vc = V.clone();
-        SlotPlan all;  // every filled slot rewritten in place
-        all.input_pos = policy_->input_pos();
-        all.n = T;
-        all.rows = 1;
-        for (int64_t t = 0; t < T; ++t) all.targets.push_back(int32_t(t));
-        all.length_after = T;
-        buffer_->write(all, Kr, Vc);
+        const Tensor Kr = rotate_slots(K, s, rows, *rope_, o);
+        // A buffer whose read is a view of its storage (the full-precision ones) takes the turned
+        // keys in place; any other gets every filled slot rewritten through its write.
+        bool in_place = false;
+        for (Tensor* st : buffer_->storage_tensors()) in_place |= st && st->defined() && K.storage() == st->storage();
+        if (in_place) {
+            K.copy_from(Kr);
+        } else {
+            SlotPlan all;
+            all.input_pos = policy_->input_pos();
+            all.n = T;
+            all.rows = 1;
+            for (int64_t t = 0; t < T; ++t) all.targets.push_back(int32_t(t));
+            all.length_after = T;
+            buffer_->write(all, Kr, V.clone());
+        }
     }
     const int64_t qs = rk.chunk_query_shift();
     return qs == 0 ? q : rotate_all(q, qs, *rope_, o);
