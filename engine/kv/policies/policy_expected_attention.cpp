@@ -146,21 +146,38 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                         u[d] /= 2.0f;
                     }
                 }
-                ea_key_forms(T, D, R, K, D, U.data(), R * D, mup.data(), lin.data(), use_cov_ ? quad.data() : nullptr);
+                // The slots this row holds: all of them in a plain cache; in a per-head pool
+                // (ada-*, lukv-*) the row's own slots only, gathered, so the other heads' slots
+                // cost no forms (each slot's forms are its own sums: the same bits either way).
+                std::vector<int32_t>& idx = s_idx_;
+                idx.clear();
+                for (int64_t j = 0; j < T; ++j)
+                    if (pos[j] >= 0) idx.push_back(int32_t(j));
+                const int64_t Tc = int64_t(idx.size());
+                const float* Kc = K;
+                if (Tc < T) {
+                    std::vector<float>& kc = s_kc_;
+                    kc.resize(size_t(Tc * D));
+                    for (int64_t c = 0; c < Tc; ++c) std::copy_n(K + int64_t(idx[size_t(c)]) * D, D, kc.begin() + c * D);
+                    Kc = kc.data();
+                }
+                ea_key_forms(Tc, D, R, Kc, D, U.data(), R * D, mup.data(), lin.data(), use_cov_ ? quad.data() : nullptr);
                 for (int64_t hr = 0; hr < R; ++hr) {
                     double m = -std::numeric_limits<double>::infinity();
-                    double* lg = lin.data() + hr * T;  // becomes the logit
-                    const double* qd = quad.data() + hr * T;
-                    for (int64_t j = 0; j < T; ++j) {
-                        if (pos[j] < n_sink_) continue;
-                        lg[j] = scale_ * lg[j] + (use_cov_ ? scale_ * scale_ * qd[j] / 2.0 : 0.0);
-                        m = std::max(m, lg[j]);
+                    double* lg = lin.data() + hr * Tc;  // becomes the logit
+                    const double* qd = quad.data() + hr * Tc;
+                    for (int64_t c = 0; c < Tc; ++c) {
+                        if (pos[idx[size_t(c)]] < n_sink_) continue;
+                        lg[c] = scale_ * lg[c] + (use_cov_ ? scale_ * scale_ * qd[c] / 2.0 : 0.0);
+                        m = std::max(m, lg[c]);
                     }
                     double z = 0;
-                    for (int64_t j = 0; j < T; ++j)
-                        if (pos[j] >= n_sink_) z += (ex[size_t(j)] = std::exp(lg[j] - m));
-                    for (int64_t j = 0; j < T; ++j)
+                    for (int64_t c = 0; c < Tc; ++c)
+                        if (pos[idx[size_t(c)]] >= n_sink_) z += (ex[size_t(idx[size_t(c)])] = std::exp(lg[c] - m));
+                    for (int64_t c = 0; c < Tc; ++c) {
+                        const int32_t j = idx[size_t(c)];
                         if (pos[j] >= n_sink_) acc[size_t(j)] += ex[size_t(j)] / z / double(R);
+                    }
                 }
                 for (int64_t j = 0; j < T; ++j) {
                     if (pos[j] < n_sink_) continue;
@@ -283,6 +300,8 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T (upper triangle), count (pre-RoPE queries)
     // scratch of accumulate() and absorb(), reused across calls (sized on use)
     std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_lin_, s_quad_, s_ex_, s_acc_, s_x_;
+    std::vector<int32_t> s_idx_;  // a row's held slots (accumulate)
+    std::vector<float> s_kc_;     // their keys gathered, when the row does not hold every slot
     std::vector<int64_t> s_partner_;
     std::vector<float> s_u_;
 };
