@@ -208,6 +208,7 @@ void validate_lukv(const KVCacheConfig& cfg, int64_t num_layers, int64_t num_kv_
 
 // The planner's lengths: every layer's smallest head budget (its cache_length()).
 void lukv_plan_lengths(const KVCacheConfig& cfg, int64_t num_kv_heads, std::vector<int64_t>& lengths) {
+    validate_lukv(cfg, 0, 0);  // the plan may come first: a missing table is named as such, not read as a file ''
     for (size_t l = 0; l < lengths.size(); ++l) {
         if (lengths[l] <= 0) continue;
         const std::vector<int64_t> c = head_budgets(cfg.head_ratios, lengths[l], num_kv_heads, int64_t(l));
