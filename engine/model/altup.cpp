@@ -339,19 +339,53 @@ Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DT
     return ops::add(h, ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f));
 }
 
+namespace {
+
+// relu(v - mean - std mult) over each row of I channels (rows at `row(r)`), in place; each row's
+// sums in double in channel order, rows in parallel.
+template <class T, class RowAt>
+void topk_rows(int64_t rows, int64_t I, double mult, RowAt row) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        T* v = row(r);
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < I; ++i) mean += double(v[i]);
+        mean /= double(I);
+        for (int64_t i = 0; i < I; ++i) var += (double(v[i]) - mean) * (double(v[i]) - mean);
+        const double cut = mean + std::sqrt(var / double(I)) * mult;
+        for (int64_t i = 0; i < I; ++i) v[i] = T(std::max(0.0, double(v[i]) - cut));
+    }
+}
+
+template <class T>
+void topk_in_place(Tensor& gate, double mult) {
+    const int64_t I = gate.size(-1);
+    T* base = gate.data<T>();
+    if (gate.ndim() == 3) {
+        const int64_t n = gate.size(1), s0 = gate.stride(0), s1 = gate.stride(1);
+        topk_rows<T>(gate.size(0) * n, I, mult, [=](int64_t r) { return base + (r / n) * s0 + (r % n) * s1; });
+    } else {
+        const int64_t s0 = gate.stride(0);
+        topk_rows<T>(gate.size(0), I, mult, [=](int64_t r) { return base + r * s0; });
+    }
+}
+
+}  // namespace
+
 void gaussian_topk_(Tensor& gate, double sparsity) {
     const int64_t I = gate.size(-1), rows = gate.numel() / I;
     const double mult = double(float(normal_quantile(sparsity)));
-    std::vector<double> g = host(gate);
-    for (int64_t r = 0; r < rows; ++r) {
-        double* v = g.data() + r * I;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < I; ++i) mean += v[i];
-        mean /= double(I);
-        for (int64_t i = 0; i < I; ++i) var += (v[i] - mean) * (v[i] - mean);
-        const double cut = mean + std::sqrt(var / double(I)) * mult;
-        for (int64_t i = 0; i < I; ++i) v[i] = std::max(0.0, v[i] - cut);
+    // The MLP's gate half (a strided view of the gate/up projection) in place on the host.
+    if (gate.device().type == DeviceType::CPU && (gate.ndim() == 2 || gate.ndim() == 3) && gate.stride(gate.ndim() - 1) == 1 &&
+        (gate.dtype() == DType::F32 || gate.dtype() == DType::F64)) {
+        if (gate.dtype() == DType::F32)
+            topk_in_place<float>(gate, mult);
+        else
+            topk_in_place<double>(gate, mult);
+        return;
     }
+    std::vector<double> g = host(gate);  // other dtypes and layouts through a double copy
+    topk_rows<double>(rows, I, mult, [&](int64_t r) { return g.data() + r * I; });
     gate.copy_from(Tensor::from_f64(gate.shape(), g, gate.dtype(), {gate.device(), MemCategory::ACTIVATIONS, {}}));
 }
 
