@@ -24,7 +24,6 @@ Tensor load(const TensorMap& w, const std::string& name, const Shape& shape, DTy
 
 std::vector<double> host(const Tensor& t) { return t.contiguous().to_f64_vector(); }
 
-double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 }  // namespace
 
@@ -227,18 +226,14 @@ void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pre
     }
 }
 
+// Streams 1.. of next gain the normalised per-layer projection av (rows, E).
 template <class T>
-void add_per_layer_rows(const ModelConfig& cfg, int layer, const T* xv, const T* av, int64_t rows, T* g, T* next, bool gate) {
-    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), P = cfg.altup.per_layer_dim;
+void add_per_layer_rows(const ModelConfig& cfg, const T* av, int64_t rows, T* next) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width();
 #pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < rows; ++t) {
-        if (gate) {  // gelu(W_gate first) * the layer's per-layer input
-            for (int64_t c = 0; c < P; ++c) g[t * P + c] = T(gelu_tanh(double(g[t * P + c])) * double(xv[t * W + A * E + layer * P + c]));
-        } else {  // streams 1.. gain the normalised projection
-            for (int64_t i = 1; i < A; ++i)
-                for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
-        }
-    }
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t i = 1; i < A; ++i)
+            for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
 }
 
 template <class T>
@@ -302,18 +297,15 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
         correct_rows(cfg, xh.data<float>(), oh.data<float>(), p.pred.data<float>(), nw, router, cc, scale, rows, next.data<float>(),
                      first.data<float>());
     // The per-layer input's contribution to streams 1..: RMSNorm(W_proj(gelu(W_gate first) * pli)).
-    Tensor g = on_host(linear_any(first.to(act), L.pli_gate, act), hd);  // (B, n, P)
-    if (g.dtype() == act) g = g.clone();  // the gate is rewritten in place
-    if (hd == DType::F64)
-        add_per_layer_rows<double>(cfg, layer, xh.data<double>(), nullptr, rows, g.data<double>(), nullptr, true);
-    else
-        add_per_layer_rows<float>(cfg, layer, xh.data<float>(), nullptr, rows, g.data<float>(), nullptr, true);
-    const Tensor add = linear_any(g.to(act), L.pli_proj, act);
+    // gelu(W_gate first) * the layer's per-layer input (a view into x's packed tail), one kernel.
+    const int64_t A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim, pli = A * E + int64_t(layer) * P;
+    const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
+    const Tensor add = linear_any(g, L.pli_proj, act);
     const Tensor av = on_host(ops::rmsnorm(add, L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
     if (hd == DType::F64)
-        add_per_layer_rows<double>(cfg, layer, xh.data<double>(), av.data<double>(), rows, nullptr, next.data<double>(), false);
+        add_per_layer_rows<double>(cfg, av.data<double>(), rows, next.data<double>());
     else
-        add_per_layer_rows<float>(cfg, layer, xh.data<float>(), av.data<float>(), rows, nullptr, next.data<float>(), false);
+        add_per_layer_rows<float>(cfg, av.data<float>(), rows, next.data<float>());
     return next.to(act);
 }
 
