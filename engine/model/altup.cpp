@@ -171,11 +171,12 @@ void predict_rows(const ModelConfig& cfg, const T* xv, const std::vector<double>
     const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), a = cfg.altup.active_idx;
 #pragma omp parallel
     {
-        std::vector<double> xn(static_cast<size_t>(E)), acc(static_cast<size_t>(E));
+        std::vector<double> xn(static_cast<size_t>(E)), acc(static_cast<size_t>(E)), xd(static_cast<size_t>(A * E));
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < rows; ++t) {
             double m[16], r[16 * 16];  // altup_num_inputs <= 16 (ModelConfig::validate)
             const T* xs = xv + t * W;
+            for (int64_t c = 0; c < A * E; ++c) xd[size_t(c)] = double(xs[c]);  // each stream converted once
             modalities_of(cfg, xs + a * E, nw, router, m, xn.data());
             for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
                 double s = 0;
@@ -184,11 +185,12 @@ void predict_rows(const ModelConfig& cfg, const T* xv, const std::vector<double>
             }
             T* pr = pred + t * A * E;
             for (int64_t i = 0; i < A; ++i) {  // pred_i = x_i + sum_k r_ik x_k, every channel at once
-                for (int64_t c = 0; c < E; ++c) acc[size_t(c)] = double(xs[i * E + c]);
+                const double* xi = xd.data() + i * E;
+                for (int64_t c = 0; c < E; ++c) acc[size_t(c)] = xi[c];
                 for (int64_t k = 0; k < A; ++k) {
                     const double rk = r[i * A + k];
-                    const T* xk = xs + k * E;
-                    for (int64_t c = 0; c < E; ++c) acc[size_t(c)] += rk * double(xk[c]);
+                    const double* xk = xd.data() + k * E;
+                    for (int64_t c = 0; c < E; ++c) acc[size_t(c)] += rk * xk[c];
                 }
                 for (int64_t c = 0; c < E; ++c) pr[i * E + c] = T(acc[size_t(c)]);
             }
@@ -204,7 +206,7 @@ void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pre
     const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), a = cfg.altup.active_idx;
 #pragma omp parallel
     {
-    std::vector<double> xn(static_cast<size_t>(E));
+    std::vector<double> xn(static_cast<size_t>(E)), diff(static_cast<size_t>(E));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < rows; ++t) {
         double m[16];
@@ -212,11 +214,12 @@ void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pre
         const T* pr = pred + t * A * E;
         T* nx = next + t * W;
         modalities_of(cfg, o, nw, router, m, xn.data());
+        for (int64_t c = 0; c < E; ++c) diff[size_t(c)] = double(o[c]) - double(pr[a * E + c]);  // once for every stream
         for (int64_t i = 0; i < A; ++i) {
             double ci = 1.0;
             for (int64_t j = 0; j < A; ++j) ci += cc[size_t(i * A + j)] * m[j];
             for (int64_t c = 0; c < E; ++c) {
-                const double v = double(pr[i * E + c]) + ci * (double(o[c]) - double(pr[a * E + c]));
+                const double v = double(pr[i * E + c]) + ci * diff[size_t(c)];
                 nx[i * E + c] = T(v);
                 if (i == a) first[t * E + c] = T(v * (cfg.altup.correct_scale ? scale[size_t(c)] : 1.0));
             }
