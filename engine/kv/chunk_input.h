@@ -42,7 +42,7 @@ class CacheAttention : public LayerAttention {
     // the expansion on: this default runs the absorbed form through attend(..., in).
     virtual void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
                                LatentExpansion& ex, const ChunkInput& in) {
-        (void)ex;
+        ex.ensure_queries();
         attend(layer, q, kv, kv, input_pos, scale, window, y, in);
     }
     void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,

@@ -213,6 +213,14 @@ void LayerCache::attend(const Tensor& q, const Tensor& k, const Tensor& v, int64
         throw Error(str("layer ", layer_, " cache: batch size ", B, " differs from the prefill's ", policy_->batch()));
     }
     const PolicyCapabilities& caps = policy_->capabilities();
+    // MLA: a chunk that runs expanded (the prefill, or an SDPA read of stored vectors as they
+    // are) reads the absorbed queries only where the policy or the buffer looks at queries.
+    if (in.expansion) {
+        const bool expanded =
+            in.expansion->wants(n) && (input_pos == 0 || (read_path_ == ReadPath::SDPA && !caps.rerotates_keys));
+        if (!expanded || policy_->needs_features().has(Feature::QueryVectors) || buffer_->observes_queries())
+            in.expansion->ensure_queries();
+    }
     if (caps.reads_tokens && in.ids) {
         if (int64_t(in.ids->size()) != B * n)
             throw Error(str("layer ", layer_, " cache: the chunk's token ids hold ", in.ids->size(), " values; the call has ", B, " x ", n, " tokens"),

@@ -24,7 +24,6 @@ Tensor load(const TensorMap& w, const std::string& name, const Shape& shape, DTy
 
 std::vector<double> host(const Tensor& t) { return t.contiguous().to_f64_vector(); }
 
-double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 }  // namespace
 
@@ -172,11 +171,12 @@ void predict_rows(const ModelConfig& cfg, const T* xv, const std::vector<double>
     const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), a = cfg.altup.active_idx;
 #pragma omp parallel
     {
-        std::vector<double> xn(static_cast<size_t>(E)), acc(static_cast<size_t>(E));
+        std::vector<double> xn(static_cast<size_t>(E)), acc(static_cast<size_t>(E)), xd(static_cast<size_t>(A * E));
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < rows; ++t) {
             double m[16], r[16 * 16];  // altup_num_inputs <= 16 (ModelConfig::validate)
             const T* xs = xv + t * W;
+            for (int64_t c = 0; c < A * E; ++c) xd[size_t(c)] = double(xs[c]);  // each stream converted once
             modalities_of(cfg, xs + a * E, nw, router, m, xn.data());
             for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
                 double s = 0;
@@ -185,11 +185,12 @@ void predict_rows(const ModelConfig& cfg, const T* xv, const std::vector<double>
             }
             T* pr = pred + t * A * E;
             for (int64_t i = 0; i < A; ++i) {  // pred_i = x_i + sum_k r_ik x_k, every channel at once
-                for (int64_t c = 0; c < E; ++c) acc[size_t(c)] = double(xs[i * E + c]);
+                const double* xi = xd.data() + i * E;
+                for (int64_t c = 0; c < E; ++c) acc[size_t(c)] = xi[c];
                 for (int64_t k = 0; k < A; ++k) {
                     const double rk = r[i * A + k];
-                    const T* xk = xs + k * E;
-                    for (int64_t c = 0; c < E; ++c) acc[size_t(c)] += rk * double(xk[c]);
+                    const double* xk = xd.data() + k * E;
+                    for (int64_t c = 0; c < E; ++c) acc[size_t(c)] += rk * xk[c];
                 }
                 for (int64_t c = 0; c < E; ++c) pr[i * E + c] = T(acc[size_t(c)]);
             }
@@ -205,7 +206,7 @@ void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pre
     const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), a = cfg.altup.active_idx;
 #pragma omp parallel
     {
-    std::vector<double> xn(static_cast<size_t>(E));
+    std::vector<double> xn(static_cast<size_t>(E)), diff(static_cast<size_t>(E));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < rows; ++t) {
         double m[16];
@@ -213,11 +214,12 @@ void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pre
         const T* pr = pred + t * A * E;
         T* nx = next + t * W;
         modalities_of(cfg, o, nw, router, m, xn.data());
+        for (int64_t c = 0; c < E; ++c) diff[size_t(c)] = double(o[c]) - double(pr[a * E + c]);  // once for every stream
         for (int64_t i = 0; i < A; ++i) {
             double ci = 1.0;
             for (int64_t j = 0; j < A; ++j) ci += cc[size_t(i * A + j)] * m[j];
             for (int64_t c = 0; c < E; ++c) {
-                const double v = double(pr[i * E + c]) + ci * (double(o[c]) - double(pr[a * E + c]));
+                const double v = double(pr[i * E + c]) + ci * diff[size_t(c)];
                 nx[i * E + c] = T(v);
                 if (i == a) first[t * E + c] = T(v * (cfg.altup.correct_scale ? scale[size_t(c)] : 1.0));
             }
@@ -227,18 +229,14 @@ void correct_rows(const ModelConfig& cfg, const T* xv, const T* ov, const T* pre
     }
 }
 
+// Streams 1.. of next gain the normalised per-layer projection av (rows, E).
 template <class T>
-void add_per_layer_rows(const ModelConfig& cfg, int layer, const T* xv, const T* av, int64_t rows, T* g, T* next, bool gate) {
-    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width(), P = cfg.altup.per_layer_dim;
+void add_per_layer_rows(const ModelConfig& cfg, const T* av, int64_t rows, T* next) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, W = cfg.residual_width();
 #pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < rows; ++t) {
-        if (gate) {  // gelu(W_gate first) * the layer's per-layer input
-            for (int64_t c = 0; c < P; ++c) g[t * P + c] = T(gelu_tanh(double(g[t * P + c])) * double(xv[t * W + A * E + layer * P + c]));
-        } else {  // streams 1.. gain the normalised projection
-            for (int64_t i = 1; i < A; ++i)
-                for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
-        }
-    }
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t i = 1; i < A; ++i)
+            for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
 }
 
 template <class T>
@@ -302,18 +300,15 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
         correct_rows(cfg, xh.data<float>(), oh.data<float>(), p.pred.data<float>(), nw, router, cc, scale, rows, next.data<float>(),
                      first.data<float>());
     // The per-layer input's contribution to streams 1..: RMSNorm(W_proj(gelu(W_gate first) * pli)).
-    Tensor g = on_host(linear_any(first.to(act), L.pli_gate, act), hd);  // (B, n, P)
-    if (g.dtype() == act) g = g.clone();  // the gate is rewritten in place
-    if (hd == DType::F64)
-        add_per_layer_rows<double>(cfg, layer, xh.data<double>(), nullptr, rows, g.data<double>(), nullptr, true);
-    else
-        add_per_layer_rows<float>(cfg, layer, xh.data<float>(), nullptr, rows, g.data<float>(), nullptr, true);
-    const Tensor add = linear_any(g.to(act), L.pli_proj, act);
+    // gelu(W_gate first) * the layer's per-layer input (a view into x's packed tail), one kernel.
+    const int64_t A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim, pli = A * E + int64_t(layer) * P;
+    const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
+    const Tensor add = linear_any(g, L.pli_proj, act);
     const Tensor av = on_host(ops::rmsnorm(add, L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
     if (hd == DType::F64)
-        add_per_layer_rows<double>(cfg, layer, xh.data<double>(), av.data<double>(), rows, nullptr, next.data<double>(), false);
+        add_per_layer_rows<double>(cfg, av.data<double>(), rows, next.data<double>());
     else
-        add_per_layer_rows<float>(cfg, layer, xh.data<float>(), av.data<float>(), rows, nullptr, next.data<float>(), false);
+        add_per_layer_rows<float>(cfg, av.data<float>(), rows, next.data<float>());
     return next.to(act);
 }
 
@@ -339,19 +334,53 @@ Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DT
     return ops::add(h, ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f));
 }
 
+namespace {
+
+// relu(v - mean - std mult) over each row of I channels (rows at `row(r)`), in place; each row's
+// sums in double in channel order, rows in parallel.
+template <class T, class RowAt>
+void topk_rows(int64_t rows, int64_t I, double mult, RowAt row) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        T* v = row(r);
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < I; ++i) mean += double(v[i]);
+        mean /= double(I);
+        for (int64_t i = 0; i < I; ++i) var += (double(v[i]) - mean) * (double(v[i]) - mean);
+        const double cut = mean + std::sqrt(var / double(I)) * mult;
+        for (int64_t i = 0; i < I; ++i) v[i] = T(std::max(0.0, double(v[i]) - cut));
+    }
+}
+
+template <class T>
+void topk_in_place(Tensor& gate, double mult) {
+    const int64_t I = gate.size(-1);
+    T* base = gate.data<T>();
+    if (gate.ndim() == 3) {
+        const int64_t n = gate.size(1), s0 = gate.stride(0), s1 = gate.stride(1);
+        topk_rows<T>(gate.size(0) * n, I, mult, [=](int64_t r) { return base + (r / n) * s0 + (r % n) * s1; });
+    } else {
+        const int64_t s0 = gate.stride(0);
+        topk_rows<T>(gate.size(0), I, mult, [=](int64_t r) { return base + r * s0; });
+    }
+}
+
+}  // namespace
+
 void gaussian_topk_(Tensor& gate, double sparsity) {
     const int64_t I = gate.size(-1), rows = gate.numel() / I;
     const double mult = double(float(normal_quantile(sparsity)));
-    std::vector<double> g = host(gate);
-    for (int64_t r = 0; r < rows; ++r) {
-        double* v = g.data() + r * I;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < I; ++i) mean += v[i];
-        mean /= double(I);
-        for (int64_t i = 0; i < I; ++i) var += (v[i] - mean) * (v[i] - mean);
-        const double cut = mean + std::sqrt(var / double(I)) * mult;
-        for (int64_t i = 0; i < I; ++i) v[i] = std::max(0.0, v[i] - cut);
+    // The MLP's gate half (a strided view of the gate/up projection) in place on the host.
+    if (gate.device().type == DeviceType::CPU && (gate.ndim() == 2 || gate.ndim() == 3) && gate.stride(gate.ndim() - 1) == 1 &&
+        (gate.dtype() == DType::F32 || gate.dtype() == DType::F64)) {
+        if (gate.dtype() == DType::F32)
+            topk_in_place<float>(gate, mult);
+        else
+            topk_in_place<double>(gate, mult);
+        return;
     }
+    std::vector<double> g = host(gate);  // other dtypes and layouts through a double copy
+    topk_rows<double>(rows, I, mult, [&](int64_t r) { return g.data() + r * I; });
     gate.copy_from(Tensor::from_f64(gate.shape(), g, gate.dtype(), {gate.device(), MemCategory::ACTIVATIONS, {}}));
 }
 

@@ -40,7 +40,7 @@ class LayerAttention {
     // write ex.y and set ex.ran; this default runs the absorbed form.
     virtual void attend_latent(int layer, const Tensor& q, const Tensor& kv, int64_t input_pos, float scale, int window, Tensor& y,
                                LatentExpansion& ex) {
-        (void)ex;
+        ex.ensure_queries();
         attend(layer, q, kv, kv, input_pos, scale, window, y);
     }
     // Whether the keys and values handed to attend() are kept for later calls (a cache, or a

@@ -187,16 +187,16 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
     // q_nope . (W_uk_h c), the expanded score.
     Tensor qrot = Tensor::empty({B, NH, n, HS}, act, ao);
     ops::rope_(qrot, p.q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
-    Tensor qt = Tensor::zeros({B, NH, n, C}, act, ao);
-    {
+    // Written on demand (LatentExpansion::write_queries): an expanded chunk may not read them.
+    Tensor qt = D > 0 ? Tensor::empty({B, NH, n, C}, act, ao) : Tensor::zeros({B, NH, n, C}, act, ao);
+    auto write_queries = [=]() mutable {
         Tensor dst = qt.slice(3, 0, R);
         ops::copy_(dst, qrot.slice(3, 0, R));
-    }
-    if (D > 0) {
-        const Tensor absorbed = ops::matmul(qrot.slice(3, R, HS), head_rows(wkv_b, sr, sc, NH, D, VD, r, 0, D), act);  // (B, NH, n, r)
-        Tensor dst = qt.slice(3, R, C);
-        ops::copy_(dst, absorbed);
-    }
+        if (D > 0) {
+            Tensor lat = qt.slice(3, R, C);  // (B, NH, n, r) = q_nope W_uk_h per head
+            ops::matmul_(lat, qrot.slice(3, R, HS), head_rows(wkv_b, sr, sc, NH, D, VD, r, 0, D), 1.0f, 0.0f);
+        }
+    };
     // The cached vector (B, 1, n, R + r): [RoPE(k_pe) ; c]; it is the value too.
     Tensor kt = Tensor::empty({B, 1, n, C}, act, ao);
     {
@@ -212,6 +212,7 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
     ex.q = qrot;
     ex.y = y.permute({0, 2, 1, 3});
     ex.min_queries = latent_expand_min_queries(cfg);
+    ex.write_queries = write_queries;
     if (ex.min_queries >= 0) {
         // (W, r) in nn.Linear layout: the weight, or the adapted map's transpose.
         const Tensor wkv = ad ? wkv_b.reshape({r, W}).transpose(0, 1).contiguous() : L.wkv_b;
@@ -220,7 +221,8 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
             const TensorOptions eo{latents.device(), MemCategory::WORKSPACE, "expanded latents"};
             const Tensor lat = latents.contiguous();                                           // (B, 1, T, C)
             const Tensor kv = linear_any(lat.slice(3, R, C).contiguous().reshape({Bl, T, r}), wkv, act);  // (B, T, NH (D + VD))
-            Tensor K = Tensor::empty({Bl, NH, T, HS}, act, eo), V = Tensor::zeros({Bl, NH, T, HS}, act, eo);
+            Tensor K = Tensor::empty({Bl, NH, T, HS}, act, eo);
+            Tensor V = VD == HS ? Tensor::empty({Bl, NH, T, HS}, act, eo) : Tensor::zeros({Bl, NH, T, HS}, act, eo);
             Tensor k_pe = K.slice(3, 0, R), v_part = V.slice(3, 0, VD);
             ops::copy_(k_pe, lat.as_strided({Bl, NH, T, R}, {T * C, 0, C, 1}, lat.offset()));  // shared by the heads
             if (D > 0) {

@@ -31,8 +31,19 @@ struct LatentExpansion {
     Tensor y;
     // Set by the attention that ran the expanded form.
     bool ran = false;
+    // Writes the absorbed queries (the call's q) when the caller left them unwritten: a chunk
+    // that runs expanded reads q only where its cache or policy looks at the queries (a prefill
+    // of a long prompt would otherwise form them for nothing). Every attention that reads q calls
+    // ensure_queries() first; empty once they are written.
+    std::function<void()> write_queries;
 
     bool wants(int64_t n) const { return expand && n >= min_queries; }
+    void ensure_queries() {
+        if (!write_queries) return;
+        const std::function<void()> w = std::move(write_queries);
+        write_queries = nullptr;
+        w();
+    }
 };
 
 }  // namespace kv

@@ -99,24 +99,36 @@ DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32
 
 // The clamped SwiGLU as the SiLU gate of ops::gated: with G = alpha min(g, limit) and
 // U = (clamp(u, -limit, limit) + 1) / alpha, silu(G) U = (u' + 1) g' sigmoid(alpha g'). Rewrites
-// the (S, 2I) rows [g ; u] of t in place into [G ; U].
+// the (S, 2I) rows [g ; u] of t in place into [G ; U], after adding each row's expert bias (the
+// rows of bias (N, 2I) at `expert_of`; null: t holds it already).
 template <class T>
-void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha) {
+void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha, const T* bias, const Routing& rt) {
     const T lim = T(limit), a = T(alpha), inv = T(1.0 / alpha);
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < S; ++s) {
         T* g = t + s * 2 * I;
         T* u = g + I;
-        for (int64_t i = 0; i < I; ++i) {
-            g[i] = a * std::min(g[i], lim);
-            u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
+        if (bias) {
+            const int64_t e = int64_t(std::upper_bound(rt.offset.begin(), rt.offset.end(), s) - rt.offset.begin()) - 1;
+            const T* bg = bias + e * 2 * I;
+            const T* bu = bg + I;
+            for (int64_t i = 0; i < I; ++i) {
+                g[i] = a * std::min(g[i] + bg[i], lim);
+                u[i] = (std::clamp(u[i] + bu[i], -lim, lim) + T(1)) * inv;
+            }
+        } else {
+            for (int64_t i = 0; i < I; ++i) {
+                g[i] = a * std::min(g[i], lim);
+                u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
+            }
         }
     }
 }
 
-// out (R, E) = sum over each token's K selected rows of y (S, E), weighted.
+// out (R, E) = sum over each token's K selected rows of y (S, E) plus their experts' biases
+// (bias (N, E); null: y holds them), weighted.
 template <class T>
-void combine(const Routing& rt, const T* y, int64_t E, T* out) {
+void combine(const Routing& rt, const T* y, const T* bias, int64_t E, T* out) {
     const int64_t K = rt.K;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rt.R; ++r) {
@@ -125,7 +137,12 @@ void combine(const Routing& rt, const T* y, int64_t E, T* out) {
         for (int64_t j = 0; j < K; ++j) {
             const T w = T(rt.weight[size_t(r * K + j)]);
             const T* yr = y + rt.pos[size_t(r * K + j)] * E;
-            for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
+            if (bias) {
+                const T* b = bias + rt.expert[size_t(r * K + j)] * E;
+                for (int64_t c = 0; c < E; ++c) o[c] += w * (yr[c] + b[c]);
+            } else {
+                for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
+            }
         }
     }
 }
@@ -183,38 +200,42 @@ Tensor moe_mlp(const ModelConfig& cfg, const LayerWeights& L, int layer, const T
     const Routing rt = route(logits.to_f64_vector(), R, N, K);
     const int64_t S = R * K;
     const Tensor x = dispatch_inputs(h2, rt, act);  // (S, E)
+    // Each expert's rows x W^T; the biases join in the host passes below (to_silu_form,
+    // combine), except where save keeps the pre-activations and outputs with them.
+    const DType hd = host_dtype(act);
+    const bool fold = !save && L.experts_gate_up_bias.dtype() == hd && L.experts_down_bias.dtype() == hd &&
+                      L.experts_gate_up_bias.is_contiguous() && L.experts_down_bias.is_contiguous();
     Tensor gu = Tensor::empty({S, 2 * I}, act, ao);
     for (int64_t e = 0; e < N; ++e) {
         if (rt.rows(e) == 0) continue;
         const int64_t o0 = rt.offset[size_t(e)], o1 = rt.offset[size_t(e + 1)];
-        Tensor dst = gu.slice(0, o0, o1);  // the bias, then += x W^T
-        ops::copy_(dst, L.experts_gate_up_bias.select(0, e).reshape({1, 2 * I}).expand({o1 - o0, 2 * I}));
-        ops::matmul_(dst, x.slice(0, o0, o1), L.experts_gate_up.select(0, e).transpose(0, 1), 1.0f, 1.0f);
+        Tensor dst = gu.slice(0, o0, o1);
+        if (!fold) ops::copy_(dst, L.experts_gate_up_bias.select(0, e).reshape({1, 2 * I}).expand({o1 - o0, 2 * I}));
+        ops::matmul_(dst, x.slice(0, o0, o1), L.experts_gate_up.select(0, e).transpose(0, 1), 1.0f, fold ? 0.0f : 1.0f);
     }
     // The clamped SwiGLU a = (u' + 1) g' sigmoid(alpha g'), through the SiLU gate (to_silu_form).
-    const DType hd = host_dtype(act);
     Tensor t = gu.to(hd);
     if (t.storage() == gu.storage() && save) t = gu.clone();  // save keeps the raw pre-activations
     if (hd == DType::F64)
-        to_silu_form(t.data<double>(), S, I, cfg.moe.limit, cfg.moe.alpha);
+        to_silu_form(t.data<double>(), S, I, cfg.moe.limit, cfg.moe.alpha, fold ? L.experts_gate_up_bias.data<double>() : nullptr, rt);
     else
-        to_silu_form(t.data<float>(), S, I, cfg.moe.limit, cfg.moe.alpha);
+        to_silu_form(t.data<float>(), S, I, cfg.moe.limit, cfg.moe.alpha, fold ? L.experts_gate_up_bias.data<float>() : nullptr, rt);
     const Tensor a = ops::gated(t.slice(1, 0, I), t.slice(1, I, 2 * I), GateAct::SILU).to(act);
     Tensor y = Tensor::empty({S, E}, act, ao);
     for (int64_t e = 0; e < N; ++e) {
         if (rt.rows(e) == 0) continue;
         const int64_t o0 = rt.offset[size_t(e)], o1 = rt.offset[size_t(e + 1)];
         Tensor dst = y.slice(0, o0, o1);
-        ops::copy_(dst, L.experts_down_bias.select(0, e).reshape({1, E}).expand({o1 - o0, E}));
-        ops::matmul_(dst, a.slice(0, o0, o1), L.experts_down.select(0, e).transpose(0, 1), 1.0f, 1.0f);
+        if (!fold) ops::copy_(dst, L.experts_down_bias.select(0, e).reshape({1, E}).expand({o1 - o0, E}));
+        ops::matmul_(dst, a.slice(0, o0, o1), L.experts_down.select(0, e).transpose(0, 1), 1.0f, fold ? 0.0f : 1.0f);
     }
     // out = sum over the selected experts of w_e y_e
     const Tensor yh = y.to(hd);
     Tensor out = Tensor::empty({B, n, E}, hd, ao);
     if (hd == DType::F64)
-        combine(rt, yh.data<double>(), E, out.data<double>());
+        combine(rt, yh.data<double>(), fold ? L.experts_down_bias.data<double>() : nullptr, E, out.data<double>());
     else
-        combine(rt, yh.data<float>(), E, out.data<float>());
+        combine(rt, yh.data<float>(), fold ? L.experts_down_bias.data<float>() : nullptr, E, out.data<float>());
     if (save) save->moe_logits = logits, save->gu = gu, save->a = a, save->moe_out = y;
     return out.to(act);
 }

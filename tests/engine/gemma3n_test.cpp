@@ -113,6 +113,39 @@ TEST(Gemma3nSparsity, NormalQuantileMatchesItsDefinition) {
     EXPECT_THROW(normal_quantile(1.0), Error);
 }
 
+// The gaussian top-k in place on the gate half of a gate/up projection (a strided view, as the
+// MLP hands it over), f32 and f64, against its definition in float64: relu(g - mean - std z),
+// z = Phi^-1(0.95) rounded to float32 as transformers evaluates it; the up half is untouched.
+TEST(Gemma3nSparsity, GaussianTopkInPlaceMatchesItsDefinition) {
+    const int64_t B = 2, n = 3, I = 37;
+    const double z = double(float(1.6448536269514722));
+    std::vector<double> v(size_t(B * n * 2 * I));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.7 * double(i) + 0.3) * (1.0 + double(i % 5)) + 0.1;
+    for (DType dt : {DType::F32, DType::F64}) {
+        SCOPED_TRACE(dt == DType::F32 ? "f32" : "f64");
+        Tensor gu = Tensor::from_f64({B, n, 2 * I}, v, dt);
+        const std::vector<double> in = gu.to_f64_vector();  // the values as stored (f32-rounded)
+        Tensor gate = gu.slice(2, 0, I);
+        gaussian_topk_(gate, 0.95);
+        const std::vector<double> got = gu.to_f64_vector();
+        int zeros = 0;
+        for (int64_t r = 0; r < B * n; ++r) {
+            const double* g = in.data() + r * 2 * I;
+            double mean = 0, var = 0;
+            for (int64_t i = 0; i < I; ++i) mean += g[i] / double(I);
+            for (int64_t i = 0; i < I; ++i) var += (g[i] - mean) * (g[i] - mean) / double(I);
+            const double cut = mean + std::sqrt(var) * z;
+            for (int64_t i = 0; i < I; ++i) {
+                const double want = std::max(0.0, g[i] - cut);
+                zeros += want == 0.0;
+                EXPECT_NEAR(got[size_t(r * 2 * I + i)], want, (dt == DType::F32 ? 1e-6 : 1e-13) * (1.0 + std::abs(g[i])));
+                EXPECT_EQ(got[size_t(r * 2 * I + I + i)], g[I + i]);  // the up half
+            }
+        }
+        EXPECT_GT(zeros, int(B * n * I / 2));  // most channels cut at the 95th percentile
+    }
+}
+
 // The released checkpoints' form: model_type gemma3n with the decoder in text_config, its
 // tensors under model.language_model., beside tensors of the other towers. The fixture rewritten
 // so loads as the fixture and gives its logits.

@@ -59,6 +59,7 @@ class OffloadBuffer final : public KVBuffer, public WorkingBufferUser {
     // Buffers that attend over their own storage (KIVI) do it resident.
     bool fused_attention() const override { return inner_->fused_attention(); }
     void observe_queries(const Tensor& q) override { inner_->observe_queries(q); }
+    bool observes_queries() const override { return inner_->observes_queries(); }
     bool per_head_rows() const override { return inner_->per_head_rows(); }
     void attend(Tensor& y, const Tensor& q, int64_t T, const Tensor& kpos, const Tensor& qpos, float scale, Tensor* wsum,
                 int window) override {

@@ -34,6 +34,7 @@ class ThinKBuffer final : public KVBuffer {
         C_ = Tensor();
     }
     void observe_queries(const Tensor& q) override { q_ = q; }
+    bool observes_queries() const override { return true; }
     void prefill(const Tensor& k, const Tensor& v) override {
         if (!q_.defined())
             throw Error("the 'think' buffer chooses its key channels from the prefill chunk's queries; this prefill came without them",

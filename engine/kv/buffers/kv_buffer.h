@@ -28,6 +28,9 @@ class KVBuffer {
     // The chunk's queries (B, NH, n, D), handed just before its keys are written (prefill or
     // write): buffers whose layout follows the queries (think's key channels) read them.
     virtual void observe_queries(const Tensor& q) { (void)q; }
+    // Whether observe_queries reads the queries (a chunk's queries formed only on demand, as
+    // multi-head latent attention's expanded chunks form theirs, are formed for such a buffer).
+    virtual bool observes_queries() const { return false; }
     // Whether each (b, g) row must be one KV head (think keeps channels per head), which
     // per-head pools of slots (PooledSlots) cannot give.
     virtual bool per_head_rows() const { return false; }
