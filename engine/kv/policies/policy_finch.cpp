@@ -10,7 +10,7 @@
 // pooling (unlike SnapKV). The weights are recomputed here from the chunk's queries and the
 // cached keys, because the factor is per query and the layer's weight sums are not.
 // Keys are kept per slot (+4 D bytes per slot and row); the logits are one f64 product per row
-// (policy_matmul) and the exponentials policy_exp_sum's.
+// (policy_matmul) and the exponentials policy_exp_sum_f32's (f32, summed in f64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -88,14 +88,22 @@ class FinchPolicy final : public ScorePolicy {
             for (int64_t m = 0; m < M; ++m) {
                 const int64_t p = first + m % nq_;
                 const double* row = logit_.data() + m * T;
-                double mx = -std::numeric_limits<double>::infinity();
-                for (int64_t j = 0; j < T; ++j)
-                    if (pos[j] >= 0 && pos[j] <= p) mx = std::max(mx, row[j] * double(scale_));
-                for (int64_t j = 0; j < T; ++j) x_[size_t(j)] = pos[j] >= 0 && pos[j] <= p ? row[j] * double(scale_) - mx : -1000.0;
-                const double z = policy_exp_sum(x_.data(), e_.data(), T);
+                // branch-free passes: the scaled logits (masked: -inf), their max in four
+                // independent chains (a max is exact in any order), the shift
+                double* x = x_.data();
+                const double sc = double(scale_);
+                for (int64_t j = 0; j < T; ++j) x[j] = pos[j] >= 0 && pos[j] <= p ? row[j] * sc : -INFINITY;
+                double mq[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+                int64_t j4 = 0;
+                for (; j4 + 4 <= T; j4 += 4)
+                    for (int64_t l = 0; l < 4; ++l) mq[l] = std::max(mq[l], x[j4 + l]);
+                for (int64_t j = j4; j < T; ++j) mq[0] = std::max(mq[0], x[j]);
+                const double mx = std::max(std::max(mq[0], mq[1]), std::max(mq[2], mq[3]));
+                for (int64_t j = 0; j < T; ++j) x[j] = x[j] == -INFINITY ? -1000.0 : x[j] - mx;
+                // exponentials in f32, sums in f64 (policy_math.h): within the scores' tolerance
+                const double z = policy_exp_sum_f32(x, e_.data(), T);
                 const double f = (normalize_ ? double(p) : 1.0) / (z * double(M));
-                for (int64_t j = 0; j < T; ++j)
-                    if (pos[j] >= 0 && pos[j] < first) acc_[size_t(j)] += e_[size_t(j)] * f;
+                for (int64_t j = 0; j < T; ++j) acc_[size_t(j)] += pos[j] >= 0 && pos[j] < first ? e_[size_t(j)] * f : 0.0;
             }
             for (int64_t j = 0; j < T; ++j)
                 if (pos[j] >= 0 && pos[j] < first) {
