@@ -138,6 +138,66 @@ TEST(PolicySoftmaxAccumulate, EveryIsaPathGivesTheBitsOfThePlainLoops) {
     }
 }
 
+// The f32 exponentials against std::exp in f64 (expf_core: within 2 ulp of float, 0 below -87),
+// summed in f64 in the documented grouping; every ISA path the same bits.
+TEST(PolicyExpSumF32, EveryIsaPathIsWithinTwoFloatUlpsOfStdExpAndSumsInItsDocumentedOrder) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> u(-90.0, 0.0);
+    for (int64_t n : {1, 7, 8, 13, 64, 255}) {
+        std::vector<double> x((size_t)n), y((size_t)n), y2((size_t)n);
+        for (double& v : x) v = u(rng);
+        x[0] = 0.0;
+        if (n > 3) x[1] = -86.9, x[2] = -87.5, x[3] = -1000.0;  // near the bottom of the normal range, a mask
+        double s2 = 0;
+        for (int level = 2; level <= policy_matmul_level(); ++level) {
+            const double sum = policy_exp_sum_f32_at(level, x.data(), y.data(), n);
+            double s[8] = {};
+            for (int64_t i = 0; i < n; ++i) {
+                const double xi = double(float(x[size_t(i)]));  // the argument is rounded to float first
+                const double want = xi < -87.0 ? 0.0 : std::exp(xi);
+                EXPECT_LE(std::fabs(y[size_t(i)] - want), 2.4e-7 * want) << "x " << x[size_t(i)] << " level " << level;
+                // and the float rounding of the argument moves e^x by at most |x| 2^-24 relative
+                if (x[size_t(i)] >= -80.0) {
+                    EXPECT_LE(std::fabs(y[size_t(i)] - std::exp(x[size_t(i)])), (2.4e-7 + std::fabs(x[size_t(i)]) * 6e-8) * std::exp(x[size_t(i)]));
+                }
+                s[i % 8] += y[size_t(i)];
+            }
+            EXPECT_EQ(sum, ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) << "n " << n << " level " << level;
+            if (level == 2) y2 = y, s2 = sum;
+            EXPECT_EQ(y, y2) << "level " << level;
+            EXPECT_EQ(sum, s2) << "level " << level;
+        }
+    }
+}
+
+// A softmax row's weights in f32 exponentials, averaged over R rows into A: against the f64
+// softmax written out (max, exp, sum, divide), and every ISA path the bits of level 2.
+TEST(PolicySoftmaxAccumulateF32, EveryIsaPathIsWithinFloatRoundingOfTheF64SoftmaxAndBitIdentical) {
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> u(-40.0f, 40.0f);  // unscaled tile logits spread wide
+    for (int64_t m : {1, 3, 8, 17, 64, 131, 256}) {
+        std::vector<float> d((size_t)(3 * m)), e((size_t)m);
+        for (float& v : d) v = u(rng);
+        std::vector<double> ref((size_t)m, 0.0);
+        for (int64_t row = 0; row < 3; ++row) {
+            const float* r = d.data() + row * m;
+            double mx = -INFINITY, z = 0;
+            for (int64_t j = 0; j < m; ++j) mx = std::max(mx, double(r[j]));
+            for (int64_t j = 0; j < m; ++j) z += std::exp(double(r[j]) - mx);
+            for (int64_t j = 0; j < m; ++j) ref[size_t(j)] += std::exp(double(r[j]) - mx) / z / 3.0;
+        }
+        std::vector<double> A2;
+        for (int level = 2; level <= policy_matmul_level(); ++level) {
+            std::vector<double> A((size_t)m, 0.0);
+            for (int64_t row = 0; row < 3; ++row) policy_softmax_accumulate_f32_at(level, d.data() + row * m, m, 3.0, e.data(), A.data());
+            for (int64_t j = 0; j < m; ++j)  // f32 exp (2 ulp) of an argument rounded to float (|x| 2^-24), z to a few ulp
+                EXPECT_NEAR(A[size_t(j)], ref[size_t(j)], 1e-6 * ref[size_t(j)] + 1e-12) << "m " << m << " j " << j << " level " << level;
+            if (level == 2) A2 = A;
+            EXPECT_EQ(A, A2) << "m " << m << " level " << level;
+        }
+    }
+}
+
 TEST(PolicyAbsColumnSums, EveryIsaPathGivesTheBitsOfThePlainLoop) {
     // critical's L1 norms of W_o,h v over the output rows, a column per value: tails of every
     // width, a row stride wider than the columns, negative zeros

@@ -101,12 +101,18 @@ class CapPolicy final : public ScorePolicy {
             const int64_t m = int64_t(js.size()), mp = (m + 15) / 16 * 16;
             V.resize(size_t(m * D)), Xt.resize(size_t(m * D));
             Vt.assign(size_t(D * mp), 0.0), Kt.assign(size_t(D * mp), 0.0), Yt.resize(size_t(D * mp)), dots.resize(size_t(Rp * mp));
-            for (int64_t i = 0; i < m; ++i) {
-                const float* k = KV + js[size_t(i)] * 2 * D;
-                for (int64_t d = 0; d < D; ++d) {
-                    Kt[size_t(d * mp + i)] = double(k[d]);
-                    Vt[size_t(d * mp + i)] = V[size_t(i * D + d)] = double(k[D + d]);
+            // transposed in blocks of 16 slots: each of Kt's and Vt's rows gets 16 values at a time
+            for (int64_t i0 = 0; i0 < m; i0 += 16) {
+                const int64_t i1 = std::min<int64_t>(m, i0 + 16);
+                for (int64_t i = i0; i < i1; ++i) {
+                    const float* v = KV + js[size_t(i)] * 2 * D + D;
+                    for (int64_t d = 0; d < D; ++d) V[size_t(i * D + d)] = double(v[d]);
                 }
+                for (int64_t d = 0; d < D; ++d)
+                    for (int64_t i = i0; i < i1; ++i) {
+                        Kt[size_t(d * mp + i)] = double(KV[js[size_t(i)] * 2 * D + d]);
+                        Vt[size_t(d * mp + i)] = V[size_t(i * D + d)];
+                    }
             }
             // |k_j| (sum over d in order), once per row instead of once per query head
             kn.assign(size_t(mp), 0.0);
@@ -122,7 +128,8 @@ class CapPolicy final : public ScorePolicy {
                 if (NH_ > 0) {
                     const size_t bh = size_t(b * NH_ + g * R + hr);
                     const double c = count_[bh];
-                    std::vector<double> m0((size_t)D, 0.0);
+                    std::vector<double>& m0 = s_m0_;
+                    m0.assign((size_t)D, 0.0);
                     for (int64_t d = 0; d < D; ++d) m0[size_t(d)] = c > 0 ? sum_[bh * size_t(D) + size_t(d)] / c : 0.0;
                     std::copy(m0.begin(), m0.end(), mu);
                     for (int64_t i = 0; i < half; ++i) {
@@ -267,7 +274,7 @@ class CapPolicy final : public ScorePolicy {
     std::vector<float> score_;           // (B*G, L)
     std::vector<float> kv_;              // (B*G, L, 2, D) key (as cached, rotated) then value of each slot
     std::vector<double> sum_, count_;    // per (b, query head): sum of pre-RoPE queries, their count
-    std::vector<double> s_v_, s_vt_, s_kt_, s_xt_, s_y_, s_li_, s_mu_, s_dots_;  // scratch of accumulate(), reused across calls
+    std::vector<double> s_v_, s_vt_, s_kt_, s_xt_, s_y_, s_li_, s_mu_, s_dots_, s_m0_;  // scratch of accumulate(), reused across calls
 };
 }  // namespace
 

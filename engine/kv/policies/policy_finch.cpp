@@ -9,8 +9,8 @@
 // drops the factor), and the window's tokens take the layer's largest score + 1 (kept). No
 // pooling (unlike SnapKV). The weights are recomputed here from the chunk's queries and the
 // cached keys, because the factor is per query and the layer's weight sums are not.
-// Keys are kept per slot (+4 D bytes per slot and row); the logits are one f64 product per row
-// (policy_matmul) and the exponentials policy_exp_sum's.
+// Keys are kept per slot, transposed in f64 (+8 D bytes per slot and row); the logits are one f64 product per row
+// (policy_matmul) and the exponentials policy_exp_sum_f32's (f32, summed in f64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -30,7 +30,7 @@ class FinchPolicy final : public ScorePolicy {
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);
-        keys_.clear(), q_.clear();
+        keyt_.clear(), q_.clear();
         D_ = NH_ = nq_ = 0;
     }
     void prefill(int64_t n, const InsertFeatures& f) override {
@@ -46,14 +46,16 @@ class FinchPolicy final : public ScorePolicy {
     void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
         if (D_ == 0) {
             D_ = f.head_dim;
-            keys_.assign(size_t(rows() * L_ * D_), 0.0f);
+            keyt_.assign(size_t(rows() * D_ * L_), 0.0);
         }
         score_[size_t(r * L_ + slot)] = 0.0f;
-        std::copy_n(f.keys.data() + i * D_, D_, keys_.begin() + (r * L_ + slot) * D_);
+        double* kt = keyt_.data() + r * D_ * L_ + slot;
+        for (int64_t x = 0; x < D_; ++x) kt[x * L_] = double(f.keys[size_t(i * D_ + x)]);
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
-        std::copy_n(keys_.begin() + (r * L_ + from) * D_, D_, keys_.begin() + (r * L_ + to) * D_);
+        double* kt = keyt_.data() + r * D_ * L_;
+        for (int64_t x = 0; x < D_; ++x) kt[x * L_ + to] = kt[x * L_ + from];
     }
     // The chunk's last N queries (rotated, as the layer attends with them) and the scale.
     void observe_chunk(const InsertFeatures& f, int64_t input_pos, int64_t n) override {
@@ -73,29 +75,46 @@ class FinchPolicy final : public ScorePolicy {
         const int64_t T = T_, R = NH_ / G_, M = R * nq_, first = P_ - nq_;
         double top = -std::numeric_limits<double>::infinity();
         acc_.resize(size_t(T)), x_.resize(size_t(T)), e_.resize(size_t(T));
-        qd_.resize(size_t(M * D_)), kt_.resize(size_t(D_ * T)), logit_.resize(size_t(M * T));
+        qd_.resize(size_t(M * D_)), logit_.resize(size_t(M * T)), pre_.resize(size_t(T));
         for (int64_t r = 0; r < rows(); ++r) {
             const int64_t b = r / G_, g = r % G_;
             const int32_t* pos = pos_.data() + r * L_;
-            const float* K = keys_.data() + r * L_ * D_;
             // The group's window queries (M x D) against the row's keys (D x T): one product.
             for (int64_t m = 0; m < M; ++m)
                 for (int64_t x = 0; x < D_; ++x) qd_[size_t(m * D_ + x)] = double(q_[size_t(((b * NH_ + g * R) * nq_ + m) * D_ + x)]);
-            for (int64_t j = 0; j < T; ++j)
-                for (int64_t x = 0; x < D_; ++x) kt_[size_t(x * T + j)] = double(K[j * D_ + x]);
-            policy_matmul(M, T, D_, qd_.data(), D_, kt_.data(), T, logit_.data(), T);
+            policy_matmul(M, T, D_, qd_.data(), D_, keyt_.data() + r * D_ * L_, L_, logit_.data(), T);
             std::fill(acc_.begin(), acc_.end(), 0.0);
+            // the slots a window query may not see (empty, or at the window's positions: at most
+            // N) are listed once; pre_: 1 for the slots before the window (scored), else 0
+            late_.clear();
+            for (int64_t j = 0; j < T; ++j) {
+                if (pos[j] < 0 || pos[j] >= first) late_.push_back(j);
+                pre_[size_t(j)] = pos[j] >= 0 && pos[j] < first ? 1.0 : 0.0;
+            }
             for (int64_t m = 0; m < M; ++m) {
                 const int64_t p = first + m % nq_;
                 const double* row = logit_.data() + m * T;
-                double mx = -std::numeric_limits<double>::infinity();
-                for (int64_t j = 0; j < T; ++j)
-                    if (pos[j] >= 0 && pos[j] <= p) mx = std::max(mx, row[j] * double(scale_));
-                for (int64_t j = 0; j < T; ++j) x_[size_t(j)] = pos[j] >= 0 && pos[j] <= p ? row[j] * double(scale_) - mx : -1000.0;
-                const double z = policy_exp_sum(x_.data(), e_.data(), T);
+                // branch-free passes: the scaled logits (masked: -inf), their max in four
+                // independent chains (a max is exact in any order), the shift
+                double* x = x_.data();
+                const double sc = double(scale_);
+                for (int64_t j = 0; j < T; ++j) x[j] = row[j] * sc;
+                for (int64_t j : late_)
+                    if (!(pos[j] >= 0 && pos[j] <= p)) x[j] = -INFINITY;
+                double mq[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+                int64_t j4 = 0;
+                for (; j4 + 4 <= T; j4 += 4)
+                    for (int64_t l = 0; l < 4; ++l) mq[l] = std::max(mq[l], x[j4 + l]);
+                for (int64_t j = j4; j < T; ++j) mq[0] = std::max(mq[0], x[j]);
+                const double mx = std::max(std::max(mq[0], mq[1]), std::max(mq[2], mq[3]));
+                for (int64_t j = 0; j < T; ++j) x[j] -= mx;
+                for (int64_t j : late_)
+                    if (!(pos[j] >= 0 && pos[j] <= p)) x[j] = -1000.0;
+                // exponentials in f32, sums in f64 (policy_math.h): within the scores' tolerance
+                const double z = policy_exp_sum_f32(x, e_.data(), T);
                 const double f = (normalize_ ? double(p) : 1.0) / (z * double(M));
-                for (int64_t j = 0; j < T; ++j)
-                    if (pos[j] >= 0 && pos[j] < first) acc_[size_t(j)] += e_[size_t(j)] * f;
+                // (e f) 1 = e f and (e f) 0 = +0: the sums of the masked loop
+                for (int64_t j = 0; j < T; ++j) acc_[size_t(j)] += e_[size_t(j)] * f * pre_[size_t(j)];
             }
             for (int64_t j = 0; j < T; ++j)
                 if (pos[j] >= 0 && pos[j] < first) {
@@ -120,9 +139,10 @@ class FinchPolicy final : public ScorePolicy {
     int64_t D_ = 0, NH_ = 0, nq_ = 0;
     float scale_ = 0.0f;
     std::vector<float> score_;  // (B*G, L)
-    std::vector<float> keys_;   // (B*G, L, D) the cached keys, as the buffer was given them
+    std::vector<double> keyt_;  // (B*G, D, L) the cached keys as the buffer was given them, transposed (the product's operand)
     std::vector<float> q_;      // (B, NH, N, D) the last chunk's window queries
-    std::vector<double> acc_, x_, e_, qd_, kt_, logit_;  // scratch for one row
+    std::vector<double> acc_, x_, e_, qd_, logit_, pre_;  // scratch for one row
+    std::vector<int64_t> late_;
 };
 }  // namespace
 

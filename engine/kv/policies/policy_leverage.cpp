@@ -116,8 +116,12 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
         for (int64_t c = 0; c < K; ++c) mean[c] += proj[idx[i] * K + c] / double(m);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t c = 0; c < K; ++c) Y[i * K + c] = proj[idx[i] * K + c] - mean[c];
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) Yt[c * m + i] = Y[i * K + c];
+    // transposed in blocks of 16 rows: each column's 16 values go out as two cache lines
+    for (int64_t i0 = 0; i0 < m; i0 += 16) {
+        const int64_t i1 = std::min<int64_t>(m, i0 + 16);
+        for (int64_t c = 0; c < K; ++c)
+            for (int64_t i = i0; i < i1; ++i) Yt[c * m + i] = Y[i * K + c];
+    }
     // the products as policy_matmul (f64, at the CPU's vector width)
     // Y^T Y: the Cholesky below reads its lower triangle only, so each block of 16 rows stops at
     // its diagonal block (each entry is the same sum as in the whole product)
@@ -133,12 +137,19 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
             for (int64_t c = 0; c < b; ++c) s -= Gm[a * K + c] * Gm[b * K + c];
             Gm[a * K + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / Gm[b * K + b];
         }
-    for (int64_t c = 0; c < K; ++c)
-        for (int64_t a = c; a < K; ++a) {
-            double s = a == c ? 1.0 : 0.0;
-            for (int64_t b = c; b < a; ++b) s -= Gm[a * K + b] * Li[b * K + c];
-            Li[a * K + c] = s / Gm[a * K + a];
+    // row a of L^-1 for every column c <= a at once (each entry's subtractions in the same
+    // order, b ascending from c: the bits of the entry-at-a-time loop, in independent chains)
+    double* t = Z_.data();  // scratch of K (Z is written only below)
+    for (int64_t a = 0; a < K; ++a) {
+        std::fill(t, t + a + 1, 0.0);
+        t[a] = 1.0;
+        for (int64_t b = 0; b < a; ++b) {
+            const double coef = Gm[a * K + b];
+            const double* lb = Li + b * K;
+            for (int64_t c = 0; c <= b; ++c) t[c] -= coef * lb[c];
         }
+        for (int64_t c = 0; c <= a; ++c) Li[a * K + c] = t[c] / Gm[a * K + a];
+    }
     // y^T G^-1 y = |L^-1 y|^2: Z = Y L^-T, one row per token
     for (int64_t a = 0; a < K; ++a)
         for (int64_t b = 0; b < K; ++b) LiT[b * K + a] = Li[a * K + b];
@@ -148,7 +159,15 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
         const int64_t cb = std::min<int64_t>(16, K - a0);
         policy_matmul(m, cb, a0 + cb, Y, K, LiT + a0, K, Z + a0, K);
     }
-    for (int64_t i = 0; i < m; ++i) {
+    // four rows' sums side by side (each in a ascending: the same bits, four chains in flight)
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        double l[4] = {0, 0, 0, 0};
+        for (int64_t a = 0; a < K; ++a)
+            for (int64_t r = 0; r < 4; ++r) l[r] += Z[(i + r) * K + a] * Z[(i + r) * K + a];
+        for (int64_t r = 0; r < 4; ++r) out[i + r] = std::max(l[r], 0.0);
+    }
+    for (; i < m; ++i) {
         double l = 0;
         for (int64_t a = 0; a < K; ++a) l += Z[i * K + a] * Z[i * K + a];
         out[i] = std::max(l, 0.0);

@@ -214,6 +214,150 @@ __attribute__((target("arch=x86-64-v3"))) void softmax_accumulate_v3(const float
 }
 #endif
 
+// exp in f32: the same reduction with ln2 split for floats (its high part has 14 significant
+// bits, so k ln2_hi is exact for |k| <= 128) and Taylor to r^7 (truncation < 1e-8 relative on
+// |r| <= ln2 / 2); elementwise, no contraction, so every width computes the same bits.
+typedef int i32x2 __attribute__((vector_size(8)));
+typedef int i32x4 __attribute__((vector_size(16)));
+typedef int i32x8 __attribute__((vector_size(32)));
+typedef int i32x16 __attribute__((vector_size(64)));
+template <>
+struct IntOf<float> {
+    using type = int;
+};
+template <>
+struct IntOf<f32x2> {
+    using type = i32x2;
+};
+template <>
+struct IntOf<f32x4> {
+    using type = i32x4;
+};
+template <>
+struct IntOf<f32x8> {
+    using type = i32x8;
+};
+template <>
+struct IntOf<f32x16> {
+    using type = i32x16;
+};
+template <class T>
+KV_POLICY_VEC_INLINE void expf_core(const T& in, T& y) {
+    using I = typename IntOf<T>::type;
+    const T lo = T{} - 88.0f, hi = T{} + 0.0f;
+    T x = in < lo ? lo : in;
+    x = x > hi ? hi : x;
+    const float shifter = 0x1.8p23f;
+    const T t = x * 1.44269504f + shifter;
+    const T kf = t - shifter;
+    const T r = (x - kf * 0x1.62e4p-1f) - kf * 1.42860682e-6f;
+    T p = T{} + 1.0f / 5040.0f;
+    const float c[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
+    for (float ci : c) p = p * r + ci;
+    I k;
+    int sh;
+    bits_as(k, t);
+    bits_as(sh, shifter);
+    k = (k - sh + 127) << 23;
+    T scale;
+    bits_as(scale, k);
+    y = p * scale;
+    y = x < -87.0f ? T{} : y;  // 2^k at the bottom of the normal range: 0
+}
+// VF: f32 lanes as many as VD's f64 lanes (the conversions between them).
+template <class VF, class VD>
+KV_POLICY_VEC_INLINE double exp_sum_f32_body(const double* x, double* y, int64_t n) {
+    constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double)), NV = 8 / W;
+    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
+    KV_VEC_LOCAL VD acc[NV] = {};
+    const int64_t n8 = n - n % 8;
+    for (int64_t i = 0; i < n8; i += 8)
+        for (int64_t v = 0; v < NV; ++v) {
+            VD a;
+            std::memcpy(&a, x + i + v * W, sizeof(VD));
+            VF f = __builtin_convertvector(a, VF), e;
+            expf_core(f, e);
+            const VD ed = __builtin_convertvector(e, VD);
+            std::memcpy(y + i + v * W, &ed, sizeof(VD));
+            acc[v] += ed;
+        }
+    KV_VEC_LOCAL double s[8];
+    std::memcpy(s, acc, sizeof(s));
+    for (int64_t i = n8; i < n; ++i) {
+        float e;
+        expf_core(float(x[i]), e);
+        y[i] = double(e);
+        s[i % 8] += y[i];
+    }
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+// VE: the widest f32 vector (max, shift, exp); VF / VD: f32 and f64 of the same lanes (sum, A).
+template <class VE, class VF, class VD>
+KV_POLICY_VEC_INLINE void softmax_accumulate_f32_body(const float* d, int64_t m, double R, float* e, double* A) {
+    constexpr int64_t WE = int64_t(sizeof(VE) / sizeof(float)), W = int64_t(sizeof(VD) / sizeof(double)), NV = 8 / W;
+    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
+    const int64_t me = m - m % WE;
+    float mx = -__builtin_inff();
+    if (me > 0) {
+        VE top;
+        std::memcpy(&top, d, sizeof(VE));
+        for (int64_t j = WE; j < me; j += WE) {
+            VE a;
+            std::memcpy(&a, d + j, sizeof(VE));
+            top = top < a ? a : top;
+        }
+        KV_VEC_LOCAL float lanes[WE];
+        std::memcpy(lanes, &top, sizeof(VE));
+        for (int64_t l = 0; l < WE; ++l) mx = std::max(mx, lanes[l]);
+    }
+    for (int64_t j = me; j < m; ++j) mx = std::max(mx, d[j]);
+    for (int64_t j = 0; j < me; j += WE) {
+        VE a, y;
+        std::memcpy(&a, d + j, sizeof(VE));
+        a -= mx;
+        expf_core(a, y);
+        std::memcpy(e + j, &y, sizeof(VE));
+    }
+    for (int64_t j = me; j < m; ++j) expf_core(d[j] - mx, e[j]);
+    KV_VEC_LOCAL VD acc[NV] = {};
+    const int64_t m8 = m - m % 8;
+    for (int64_t i = 0; i < m8; i += 8)
+        for (int64_t v = 0; v < NV; ++v) {
+            VF f;
+            std::memcpy(&f, e + i + v * W, sizeof(VF));
+            acc[v] += __builtin_convertvector(f, VD);
+        }
+    KV_VEC_LOCAL double s[8];
+    std::memcpy(s, acc, sizeof(s));
+    for (int64_t i = m8; i < m; ++i) s[i % 8] += double(e[i]);
+    const double z = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    const double w = 1.0 / (z * R);
+    const int64_t mw = m - m % W;
+    for (int64_t j = 0; j < mw; j += W) {
+        VD a;
+        VF f;
+        std::memcpy(&a, A + j, sizeof(VD));
+        std::memcpy(&f, e + j, sizeof(VF));
+        a += __builtin_convertvector(f, VD) * w;
+        std::memcpy(A + j, &a, sizeof(VD));
+    }
+    for (int64_t j = mw; j < m; ++j) A[j] += double(e[j]) * w;
+}
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) double exp_sum_f32_v4(const double* x, double* y, int64_t n) {
+    return exp_sum_f32_body<f32x8, f64x8>(x, y, n);
+}
+__attribute__((target("arch=x86-64-v3"))) double exp_sum_f32_v3(const double* x, double* y, int64_t n) {
+    return exp_sum_f32_body<f32x4, f64x4>(x, y, n);
+}
+__attribute__((target("arch=x86-64-v4"))) void softmax_accumulate_f32_v4(const float* d, int64_t m, double R, float* e, double* A) {
+    softmax_accumulate_f32_body<f32x16, f32x8, f64x8>(d, m, R, e, A);
+}
+__attribute__((target("arch=x86-64-v3"))) void softmax_accumulate_f32_v3(const float* d, int64_t m, double R, float* e, double* A) {
+    softmax_accumulate_f32_body<f32x8, f32x4, f64x4>(d, m, R, e, A);
+}
+#endif
+
 // Four vectors of columns per pass over the rows (four independent chains in flight); |x| by
 // clearing the sign bit, as fabs.
 template <class VF, class VD>
@@ -295,6 +439,28 @@ void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R
 }
 void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A) {
     policy_softmax_accumulate_at(4, d, m, R, x, e, A);
+}
+
+double policy_exp_sum_f32_at(int level, const double* x, double* y, int64_t n) {
+#if defined(__x86_64__)
+    level = std::min(level, cpu_level());
+    if (level >= 4) return exp_sum_f32_v4(x, y, n);
+    if (level >= 3) return exp_sum_f32_v3(x, y, n);
+#endif
+    return exp_sum_f32_body<f32x2, f64x2>(x, y, n);
+}
+double policy_exp_sum_f32(const double* x, double* y, int64_t n) { return policy_exp_sum_f32_at(4, x, y, n); }
+
+void policy_softmax_accumulate_f32_at(int level, const float* d, int64_t m, double R, float* e, double* A) {
+#if defined(__x86_64__)
+    level = std::min(level, cpu_level());
+    if (level >= 4) return softmax_accumulate_f32_v4(d, m, R, e, A);
+    if (level >= 3) return softmax_accumulate_f32_v3(d, m, R, e, A);
+#endif
+    softmax_accumulate_f32_body<f32x4, f32x2, f64x2>(d, m, R, e, A);
+}
+void policy_softmax_accumulate_f32(const float* d, int64_t m, double R, float* e, double* A) {
+    policy_softmax_accumulate_f32_at(4, d, m, R, e, A);
 }
 
 void policy_abs_column_sums_at(int level, int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {

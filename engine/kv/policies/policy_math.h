@@ -40,6 +40,19 @@ double policy_exp_sum_at(int level, const double* x, double* y, int64_t n);
 void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A);
 void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A);
 
+// The same two in f32 exponentials, where the scores' tolerance allows them (finch's window
+// softmaxes, non-causal-attn's tiles): e^x by expf_core (Cody-Waite, Taylor to r^7: within 2
+// ulp of float of std::exp for -87 <= x <= 0; 0 below -87), its argument float(x) (a shifted
+// logit: rounding it moves e^x by at most |x| 2^-24 relative, so a weight that counts is as
+// exact as one that does not), summed in f64 as policy_exp_sum sums: identical on every CPU.
+// policy_exp_sum_f32: y[i] = double(exp_f32(float(x[i]))), returns their sum.
+double policy_exp_sum_f32(const double* x, double* y, int64_t n);
+double policy_exp_sum_f32_at(int level, const double* x, double* y, int64_t n);
+// policy_softmax_accumulate_f32: mx = max_j d[j], e[j] = exp_f32(d[j] - mx) (the shift in
+// float), z = sum_j double(e[j]) as above, A[j] += double(e[j]) * (1 / (z * R)); e: scratch of m.
+void policy_softmax_accumulate_f32(const float* d, int64_t m, double R, float* e, double* A);
+void policy_softmax_accumulate_f32_at(int level, const float* d, int64_t m, double R, float* e, double* A);
+
 // out[i] = the sum over c < rows, in c order starting from 0.0, of |double(C[c * ldc + i])|, for
 // i < n, at the CPU's vector width. Each column is its own chain of adds in the same order, so
 // every level gives the bits of the plain loop (critical's ||W_o,h v||_1 of a chunk's values

@@ -57,10 +57,11 @@ void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int6
 }
 
 void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T,
-                                std::vector<double>& raw) const {
+                                std::vector<double>& raw) {
     const int64_t R = NH_ / G, m = m_;
-    std::vector<double> A((size_t)m), e((size_t)m), x((size_t)m);
-    std::vector<float> kt((size_t)(D_ * m)), dots((size_t)(m * m));
+    std::vector<double>& A = A_;
+    std::vector<float>&kt = kt_, &dots = dots_, &e = e_;
+    A.resize(size_t(m)), e.resize(size_t(m)), kt.resize(size_t(D_ * m)), dots.resize(size_t(m * m));
     for (int64_t r = 0; r < B * G; ++r) {
         const int64_t b = r / G, g = r % G;
         std::fill(A.begin(), A.end(), 0.0);
@@ -70,11 +71,11 @@ void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>
             // every query of the tile against every key: one f32 product at the CPU's vector width
             policy_matmul(m, m, D_, q_.data() + (b * NH_ + h) * C_ * D_, D_, kt.data(), m, dots.data(), m);
             // the m^2 shifts, exponentials and sums per head dominate the policy: one vectorised
-            // pass per query at the CPU's width (policy_math.h; the max of floats is exact, so the
-            // shift is the one f64 would take)
+            // pass per query at the CPU's width, exponentials in f32 and the sums in f64
+            // (policy_math.h: well inside the scores' tolerance, identical on every CPU)
             for (int64_t i = 0; i < m; ++i)
                 if (hasq_[size_t(i)])  // a prefill without attention has no queries
-                    policy_softmax_accumulate(dots.data() + i * m, m, double(R), x.data(), e.data(), A.data());
+                    policy_softmax_accumulate_f32(dots.data() + i * m, m, double(R), e.data(), A.data());
         }
         for (int64_t s = 0; s < T; ++s) {
             const int64_t i = pos[size_t(r * L + s)] - tile_start_;
