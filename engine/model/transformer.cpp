@@ -249,11 +249,11 @@ float Transformer::embedding_multiplier() const {
 
 Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
     if (!cfg_.altup_enabled()) return block_core(l, x, input_pos, attention, save);
-    if (save) throw Error(str("layer ", l, ": gradients through Gemma 3n's AltUp streams are not implemented"));
     MemoryLabelScope label(str("layer ", l, " altup"));
     const LayerWeights& L = layers_[size_t(l)];
     const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype);
-    const Tensor out = block_core(l, p.active, input_pos, attention, nullptr);
+    const Tensor out = block_core(l, p.active, input_pos, attention, save);
+    if (save) save->altup_pred = p.pred, save->altup_active = p.active, save->altup_out = out;
     return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
 }
 
@@ -314,9 +314,6 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
                 if (save) save->h1 = h;
                 latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
             } else {
-                if (shared && adapters_)
-                    throw Error(str("layer ", l, " shares the keys and values of layer ", cfg_.kv_layer(l),
-                                    "; adapters (LoRA) on a KV-shared layer are not implemented"));
                 Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS), or (B, n, NH HS) for a KV-shared layer
                 if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
                 if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
@@ -385,7 +382,7 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         }
         out = ops::add(x, o);
         if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
-            out = ops::add(out, laurel(cfg_, L, h_attn, act));
+            out = ops::add(out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
             ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
         }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
@@ -407,8 +404,8 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
             Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
             if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
             if (const double sp = cfg_.layer_spec(l).activation_sparsity; sp > 0) {
-                if (save) throw Error(str("layer ", l, ": gradients through the MLP's gaussian top-k (activation sparsity) are not implemented"));
                 Tensor gate = gu.slice(2, 0, I);
+                if (save) save->gate_pre = gate.contiguous().clone();
                 gaussian_topk_(gate, sp);
             }
             Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
