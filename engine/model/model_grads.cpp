@@ -46,7 +46,8 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.wqkv = like(w.wqkv, p + "self_attn.qkv");
         lg.bqkv = like(w.bqkv, p + "self_attn.qkv.bias");
         lg.q_norm = like(w.q_norm, p + "self_attn.q_norm.weight");
-        lg.k_norm = like(w.k_norm, p + "self_attn.k_norm.weight");
+        // A KV-shared layer's k norm (loaded with its checkpoint) never acts: its keys are its source's.
+        lg.k_norm = m.config().kv_shared(l) ? Tensor() : like(w.k_norm, p + "self_attn.k_norm.weight");
         lg.wo = like(w.wo, p + "self_attn.o_proj.weight");
         lg.bo = like(w.bo, p + "self_attn.o_proj.bias");
         lg.mlp_norm = like(w.mlp_norm, p + nn.mlp);
