@@ -399,7 +399,7 @@ void check_shared_read(int reader, int source, int64_t pool, bool selects, bool 
     if (what)
         throw Error(str("layer ", reader, " reads layer ", source, "'s keys and values (cross-layer KV sharing); gradients through ", what,
                         " over a shared cache are not implemented"),
-                    "train with a policy that keeps one slot layout per head and reads every slot (e.g. dense, h2o, snapkv)");
+                    "train a model with KV-shared layers under a policy whose heads share one slot layout and that reads every slot it keeps");
 }
 }  // namespace
 

@@ -161,9 +161,13 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             load_latent_attention(cfg_, w, p, opt.dtype, opt.device, L);
         else if (cfg_.fused_projections)
             L.wqkv = convert(need(w, p + "self_attn.qkv_proj.weight", {Q + 2 * K, E}), opt, p + "self_attn.qkv_proj.weight", adopt);
-        else if (cfg_.kv_shared(l))  // reads another layer's K/V: its own k_proj / v_proj are never used
+        else if (cfg_.kv_shared(l)) {  // reads another layer's K/V: its own k_proj / v_proj are never used
             L.wqkv = convert(need(w, p + "self_attn.q_proj.weight", {Q, E}), opt, p + "self_attn.q_proj.weight", adopt);
-        else
+            // kept as the checkpoint holds them, so a saved model is a whole checkpoint again
+            if (w.count(p + "self_attn.k_proj.weight") && w.count(p + "self_attn.v_proj.weight"))
+                L.kv_unread = stack_rows({&need(w, p + "self_attn.k_proj.weight", {K, E}), &need(w, p + "self_attn.v_proj.weight", {K, E})},
+                                         opt, p + "self_attn.kv_unread", adopt);
+        } else
             L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
                                  &need(w, p + "self_attn.v_proj.weight", {K, E})},
                                 opt, p + "self_attn.qkv", adopt);
@@ -515,7 +519,7 @@ size_t Transformer::weight_bytes() const {
                                 &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out, &L.router, &L.router_bias,
                                 &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias, &L.laurel_left,
                                 &L.laurel_right, &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred, &L.altup_corr,
-                                &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm})
+                                &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm, &L.kv_unread})
             if (t->defined()) n += t->nbytes();
     }
     for (const Tensor* t : {&altup_.embed_per_layer, &altup_.per_layer_proj, &altup_.per_layer_norm})

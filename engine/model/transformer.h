@@ -83,6 +83,7 @@ struct LayerWeights {
     Tensor pli_gate;           // (P, E) per_layer_input_gate
     Tensor pli_proj;           // (E, P) per_layer_projection
     Tensor pli_norm;           // (E) post_per_layer_input_norm
+    Tensor kv_unread;          // (2 G HS, E) a KV-shared layer's k_proj, v_proj rows as loaded: never read, written back on save
     // Mixture of experts in the MLP's place (ModelConfig::experts_layer; w_gate_up and w_down
     // undefined; engine/model/moe_mlp.h), N experts of width I, each in Linear layout:
     Tensor router;                // (N, E) (mlp.router)
