@@ -1,7 +1,7 @@
 // The reverse pass of one transformer block over one chunk (Transformer::block is the
 // forward): MLP, output projection, attention through the cache, RoPE, q/k norm, the q/k/v
-// projection and both norms, or a short convolution (short_conv.h) in attention's place.
-// Weight gradients accumulate when a LayerGrads is given (full fine-tuning); adapter gradients
+// projection and both norms, or a short convolution (short_conv.h) in attention's place;
+// Gemma 3n's AltUp, LAUREL and gaussian top-k through altup_backward.h. Weight gradients accumulate when a LayerGrads is given (full fine-tuning); adapter gradients
 // accumulate through the model's LinearAdapters (LoRA).
 #pragma once
 
