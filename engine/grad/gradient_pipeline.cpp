@@ -17,6 +17,7 @@
 #include "engine/driver/chunk_loop.h"
 #include "engine/core/error.h"
 #include "engine/kv/kv_config.h"
+#include "engine/model/altup_backward.h"
 #include "engine/model/transformer_backward.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/run_phase.h"
@@ -104,6 +105,12 @@ class ReplayAttention final : public LayerAttention {
         c.set_rope_frequencies(rope_);
         c.forward(q, k, v, input_pos, scale, y, record_);
     }
+    // A KV-shared layer reads its source's replay cache (the same row: GradientRun keeps them together).
+    void attend_shared(int layer, int source, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) override {
+        if (source < l0_ || size_t(source - l0_) >= caches_.size())
+            throw Error(str("layer ", layer, " reads layer ", source, "'s cache, which is not in the gradient replay's row"));
+        caches_[size_t(source - l0_)]->forward_shared(layer, q, input_pos, scale, window, y);
+    }
     // Set before each layer's attend (Transformer::block); a re-rotating replay turns with them.
     void set_rope_frequencies(const std::vector<double>* inv_freq) override { rope_ = inv_freq; }
     LayerState* layer_state(int layer) override { return caches_[size_t(layer - l0_)]->layer_state(); }
@@ -121,6 +128,11 @@ class ReplayAttentionBackward final : public AttentionBackward {
         : caches_(caches), l0_(l0), state_grads_(caches.size()) {}
     void backward(int layer, const Tensor& q, const Tensor& dy, float scale, Tensor& dq, Tensor& dk, Tensor& dv) override {
         caches_[size_t(layer - l0_)]->backward(q, dy, scale, dq, dk, dv);
+    }
+    void backward_shared(int layer, int source, const Tensor& q, const Tensor& dy, float scale, int window, Tensor& dq) override {
+        if (source < l0_ || size_t(source - l0_) >= caches_.size())
+            throw Error(str("layer ", layer, " reads layer ", source, "'s cache, which is not in the gradient replay's row"));
+        caches_[size_t(source - l0_)]->backward_shared(layer, q, dy, scale, window, dq);
     }
     // One slot per layer for the row's whole reverse pass: a layer's chunks are reversed right
     // to left across the cells too, so the gradient a chunk leaves is the next one's to take.
@@ -177,6 +189,26 @@ Tensor mean_pooled(const Transformer& m, const std::vector<Tensor>& finals_devic
     std::vector<double> v = sum.to_f64_vector();
     for (double& x : v) x /= double(T);
     return Tensor::from_f64({sum.size(0), sum.size(2)}, v, sum.dtype(), {sum.device(), MemCategory::ACTIVATIONS, "pooled"});
+}
+
+// A KV-shared layer's reverse adds to its source's cache gradient before the source reverses the
+// same chunk, and its forward reads the source's replay cache: rows from a source to its readers
+// are joined into one.
+std::vector<std::pair<int, int>> rows_keeping_kv_sources(const ModelConfig& c, std::vector<std::pair<int, int>> rows) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        if (!c.kv_shared(l)) continue;
+        const int64_t src = c.kv_layer(l);
+        size_t a = 0, b = 0;
+        for (size_t r = 0; r < rows.size(); ++r) {
+            if (src >= rows[r].first && src < rows[r].second) a = r;
+            if (l >= rows[r].first && l < rows[r].second) b = r;
+        }
+        if (a < b) {
+            rows[a].second = rows[b].second;
+            rows.erase(rows.begin() + long(a) + 1, rows.begin() + long(b) + 1);
+        }
+    }
+    return rows;
 }
 
 std::vector<int64_t> layer_cache_lengths(const KVCache& cache) {
@@ -254,14 +286,14 @@ class GradientRun {
           nl(int(mc.num_layers)),
           B(ids.size(0)),
           T(ids.size(1)),
-          E(mc.hidden_size),
+          E(mc.residual_width()),
           act(model.act_dtype()),
           dev(model.options().device),
           host(opt.host),
           tracker(current_memory_tracker()),
           layer_fmt(opt.layercp_qname),
           kv_fmt(opt.cachecp_qname.empty() ? opt.layercp_qname : opt.cachecp_qname),
-          rows(gradient_rows(nl, opt.layers_per_cell)),
+          rows(rows_keeping_kv_sources(mc, gradient_rows(nl, opt.layers_per_cell))),
           crs(cell_ranges(plan)),
           ncells(crs.size()),
           row_at(size_t(nl), -1),
@@ -319,6 +351,8 @@ class GradientRun {
         kv_from_forward = !exact && opt.kv_checkpoints_from_forward && find_buffer(cache.config().buffer())->same_as_activations() && ncells > 1;
         // the replay rebuilds its own layout when heads share a pool or lengths change in the run
         if (!cache.fixed_slot_layout()) kv_from_forward = false;
+        // KV-shared layers keep no buffer of their own in the live cache: the row replay rebuilds them
+        if (mc.any_kv_shared()) kv_from_forward = false;
         if (kv_from_forward) kv_forward.assign(ncells, std::vector<ReplayKVState>(size_t(nl)));
         (void)model_rw;
         Transformer& model = model_rw;
@@ -567,10 +601,17 @@ class GradientRun {
             const CellRange& cr = crs[ci];
             if (targets.model) {
                 Tensor gx = gslot[ci].device() == dev ? gslot[ci] : gslot[ci].to(dev);
+                Tensor idc = ids.slice(1, cr.start, cr.start + cr.len).contiguous();
+                if (idc.device() != dev) idc = idc.to(dev);
+                if (model.config().altup_enabled()) {
+                    // Gemma 3n: the packed state's gradient to the scaled embeddings' (altup_embed's reverse)
+                    Tensor e = ops::embedding(model.embedding(), idc, act);
+                    if (model.config().embedding_scale != 1.0) ops::scale_(e, e, model.embedding_multiplier());
+                    gx = altup_embed_backward(mc, model.altup_weights(), idc, e, gx, targets.model);
+                }
                 // x0 = scale * table[ids] (Gemma's sqrt(hidden)): the table's share is scale * dx0
                 if (model.config().embedding_scale != 1.0) gx = ops::scale(gx, model.embedding_multiplier());
-                Tensor idc = ids.slice(1, cr.start, cr.start + cr.len).contiguous();
-                ops::embedding_backward_(targets.model->embed, idc.device() == dev ? idc : idc.to(dev), gx, true);
+                ops::embedding_backward_(targets.model->embed, idc, gx, true);
             }
             if (targets.input_embedding_grad) {
                 Tensor d = targets.input_embedding_grad->slice(1, cr.start, cr.start + cr.len);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/model/altup.h"
+#include "engine/model/altup_backward.h"
 #include "engine/model/transformer_backward.h"
 #include "engine/model/packed_weight.h"
 #include "engine/core/error.h"
@@ -41,6 +43,14 @@ Tensor lm_head_backward(const Transformer& m, const Tensor& h, int64_t input_pos
 
 // dx of h = final_norm(x) given dh (written into dx).
 void final_norm_backward(const Transformer& m, const Tensor& x, const Tensor& dh, Tensor& dx, const HeadGrads& g) {
+    if (m.config().altup_enabled()) {  // Gemma 3n: the streams were merged before the norm (altup_unembed)
+        const Tensor merged = altup_unembed(m.config(), m.altup_weights(), x, x.dtype());
+        Tensor dm = Tensor::empty(merged.shape(), x.dtype(), {x.device(), MemCategory::ACTIVATIONS, "merged stream gradient"});
+        ops::rmsnorm_backward_(dm, g.model ? &g.model->norm : nullptr, merged, m.final_norm_weight(), dh,
+                               float(m.config().rms_norm_eps), float(m.config().norm_weight_offset));
+        ops::copy_(dx, altup_unembed_backward(m.config(), m.altup_weights(), x, dm, g.model));
+        return;
+    }
     ops::rmsnorm_backward_(dx, g.model ? &g.model->norm : nullptr, x, m.final_norm_weight(), dh,
                            float(m.config().rms_norm_eps), float(m.config().norm_weight_offset));
 }
@@ -57,7 +67,7 @@ double weighted_sum(const Tensor& loss, const std::vector<double>& wrow, int64_t
 double head_backward(const Transformer& m, const Tensor& x, int64_t start, const HeadSpec& head,
                      const std::vector<double>& wrow, Tensor& dx, const HeadGrads& g, int64_t max_logit_bytes,
                      const Tensor& pooled) {
-    const int64_t B = x.size(0), n = x.size(1), E = x.size(2), V = m.config().vocab_size;
+    const int64_t B = x.size(0), n = x.size(1), E = m.config().hidden_size, V = m.config().vocab_size;
     const Device dev = x.device();
     const DType dt = x.dtype();
     const DType ldt = dt == DType::F64 ? DType::F64 : DType::F32;

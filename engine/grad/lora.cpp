@@ -114,8 +114,9 @@ Lora::Lora(const Transformer& model, const LoraConfig& cfg) : cfg_(cfg) {
                          p + "self_attn.kv_b_proj");
             } else {
                 if (has("q")) make(l, LinearSite::QKV, 0, Q, E, p + "self_attn.q_proj");
-                if (has("k")) make(l, LinearSite::QKV, Q, Q + K, E, p + "self_attn.k_proj");
-                if (has("v")) make(l, LinearSite::QKV, Q + K, Q + 2 * K, E, p + "self_attn.v_proj");
+                // A KV-shared layer (Gemma 3n) has no k_proj or v_proj: its source's adapters take k and v.
+                if (has("k") && !mc.kv_shared(l)) make(l, LinearSite::QKV, Q, Q + K, E, p + "self_attn.k_proj");
+                if (has("v") && !mc.kv_shared(l)) make(l, LinearSite::QKV, Q + K, Q + 2 * K, E, p + "self_attn.v_proj");
             }
             if (has("proj")) make(l, LinearSite::O, 0, E, Q, p + "self_attn.o_proj");
         }

@@ -393,6 +393,44 @@ void ReplayLayerCache::backward(const Tensor& q, const Tensor& dy, float scale, 
     --chunk_;
 }
 
+namespace {
+void check_shared_read(int reader, int source, int64_t pool, bool selects, bool rerotates) {
+    const char* what = pool ? "per-head cache lengths" : selects ? "a read selection" : rerotates ? "key re-rotation" : nullptr;
+    if (what)
+        throw Error(str("layer ", reader, " reads layer ", source, "'s keys and values (cross-layer KV sharing); gradients through ", what,
+                        " over a shared cache are not implemented"),
+                    "train a model with KV-shared layers under a policy whose heads share one slot layout and that reads every slot it keeps");
+}
+}  // namespace
+
+void ReplayLayerCache::forward_shared(int reader, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) const {
+    const int64_t n = q.size(2);
+    if (chunk_ == 0 || input_pos_ != input_pos + n)
+        throw Error(str("layer ", reader, " gradient replay: reads layer ", layer_, "'s cache for positions ", input_pos, "+", n,
+                        ", which has seen ", input_pos_, " positions"));
+    const SlotPlan& plan = (*plans_)[size_t(chunk_ - 1)];
+    check_shared_read(reader, layer_, pool_, selects() && input_pos > 0, plan.rerotate);
+    KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa (shared K/V)", .layer = reader, .chunk = int(chunk_ - 1));
+    ops::sdpa_(y, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(), position_range(input_pos, n, device_), scale,
+               window);
+}
+
+void ReplayLayerCache::backward_shared(int reader, const Tensor& q, const Tensor& dy, float scale, int window, Tensor& dq) {
+    if (records_.empty()) throw Error(str("layer ", reader, " gradient replay: reverse of a shared read of layer ", layer_,
+                                          " without its recorded chunk"));
+    const int64_t n = q.size(2);
+    const ChunkRecord& rec = records_.back();
+    check_shared_read(reader, layer_, pool_, !rec.sel.empty(), !rec.shift.empty());
+    ensure_grads();
+    KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "sdpa backward (shared K/V)", .layer = reader, .chunk = int(chunk_ - 1));
+    Tensor dKs = dK_.slice(2, 0, length_), dVs = dV_.slice(2, 0, length_);
+    ops::SdpaBackwardOptions o;
+    o.accumulate_dk = o.accumulate_dv = true;
+    o.window = window;
+    ops::sdpa_backward_(dq, dKs, dVs, q, K_.slice(2, 0, length_), V_.slice(2, 0, length_), positions_tensor(),
+                        position_range(rec.input_pos, n, device_), dy, scale, o);
+}
+
 void ReplayLayerCache::clear_records() {
     records_.clear();
 }

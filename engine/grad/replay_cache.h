@@ -50,6 +50,13 @@ class ReplayLayerCache {
     // Gradient w.r.t. the current buffer state (zero until set); a cell passes its start's
     // gradient to the cell on its left through these.
     void set_state_grad(const Tensor* dK, const Tensor* dV);
+    // Cross-layer KV sharing: a later layer's queries q (B, NH, n, D) at input_pos over this
+    // layer's buffer as it stands after the same chunk (no slot changes), and the reverse of
+    // that read, which must run before this layer's own backward() of the chunk: dq is written
+    // and the buffer's gradient receives the read's. Per-head pools, read selections and key
+    // re-rotation are refused by name.
+    void forward_shared(int reader, const Tensor& q, int64_t input_pos, float scale, int window, Tensor& y) const;
+    void backward_shared(int reader, const Tensor& q, const Tensor& dy, float scale, int window, Tensor& dq);
     Tensor& state_grad_k() { return dK_; }
     Tensor& state_grad_v() { return dV_; }
     // Reverse of the most recent recorded chunk: dq, and dk/dv of its new keys/values; then

@@ -329,8 +329,11 @@ Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tenso
     return ops::scale(sum, float(1.0 / double(A))).to(act);
 }
 
-Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act) {
-    Tensor r = linear_any(linear_any(h, L.laurel_left, act), L.laurel_right, act);
+Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act, Tensor* left, Tensor* right) {
+    Tensor lf = linear_any(h, L.laurel_left, act);
+    Tensor r = linear_any(lf, L.laurel_right, act);
+    if (left) *left = lf;
+    if (right) *right = r;
     return ops::add(h, ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f));
 }
 

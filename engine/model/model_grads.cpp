@@ -46,7 +46,8 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.wqkv = like(w.wqkv, p + "self_attn.qkv");
         lg.bqkv = like(w.bqkv, p + "self_attn.qkv.bias");
         lg.q_norm = like(w.q_norm, p + "self_attn.q_norm.weight");
-        lg.k_norm = like(w.k_norm, p + "self_attn.k_norm.weight");
+        // A KV-shared layer's k norm (loaded with its checkpoint) never acts: its keys are its source's.
+        lg.k_norm = m.config().kv_shared(l) ? Tensor() : like(w.k_norm, p + "self_attn.k_norm.weight");
         lg.wo = like(w.wo, p + "self_attn.o_proj.weight");
         lg.bo = like(w.bo, p + "self_attn.o_proj.bias");
         lg.mlp_norm = like(w.mlp_norm, p + nn.mlp);
@@ -69,19 +70,42 @@ ModelGrads ModelGrads::zeros_like(const Transformer& m) {
         lg.experts_gate_up_bias = like(w.experts_gate_up_bias, p + "mlp.experts.gate_up_bias");
         lg.experts_down = like(w.experts_down, p + "mlp.experts.down");
         lg.experts_down_bias = like(w.experts_down_bias, p + "mlp.experts.down_proj_bias");
+        lg.laurel_left = like(w.laurel_left, p + "laurel.linear_left.weight");
+        lg.laurel_right = like(w.laurel_right, p + "laurel.linear_right.weight");
+        lg.laurel_norm = like(w.laurel_norm, p + "laurel.post_laurel_norm.weight");
+        lg.altup_router_norm = like(w.altup_router_norm, p + "altup.router_norm.weight");
+        lg.altup_router = like(w.altup_router, p + "altup.modality_router.weight");
+        lg.altup_pred = like(w.altup_pred, p + "altup.prediction_coefs.weight");
+        lg.altup_corr = like(w.altup_corr, p + "altup.correction_coefs.weight");
+        lg.altup_out_scale = like(w.altup_out_scale, p + "altup.correct_output_scale");
+        lg.pli_gate = like(w.pli_gate, p + "per_layer_input_gate.weight");
+        lg.pli_proj = like(w.pli_proj, p + "per_layer_projection.weight");
+        lg.pli_norm = like(w.pli_norm, p + "post_per_layer_input_norm.weight");
         g.layers.push_back(std::move(lg));
+    }
+    const AltUpWeights& aw = m.altup_weights();
+    g.embed_per_layer = like(aw.embed_per_layer, "model.embed_tokens_per_layer.weight");
+    g.per_layer_proj = like(aw.per_layer_proj, "model.per_layer_model_projection.weight");
+    g.per_layer_norm = like(aw.per_layer_norm, "model.per_layer_projection_norm.weight");
+    for (size_t i = 0; i < aw.proj.size(); ++i) {
+        g.altup_proj.push_back(like(aw.proj[i], str("model.altup_projections.", i, ".weight")));
+        g.altup_unembed.push_back(like(aw.unembed[i], str("model.altup_unembed_projections.", i, ".weight")));
     }
     return g;
 }
 
 void ModelGrads::zero() {
-    for (Tensor* t : {&embed, &norm, &lm_head})
+    for (Tensor* t : {&embed, &norm, &lm_head, &embed_per_layer, &per_layer_proj, &per_layer_norm})
         if (t->defined()) t->fill(0.0);
+    for (auto* v : {&altup_proj, &altup_unembed})
+        for (Tensor& t : *v) t.fill(0.0);
     for (auto& l : layers)
         for (Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.q_norm, &l.k_norm, &l.wo, &l.bo, &l.attn_post_norm, &l.mlp_norm,
                           &l.mlp_post_norm, &l.w_gate_up, &l.w_down, &l.sinks, &l.wq_a, &l.q_a_norm, &l.wq, &l.wkv_a,
                           &l.kv_a_norm, &l.wkv_b, &l.conv_in, &l.conv_taps, &l.conv_out, &l.router, &l.router_bias,
-                          &l.experts_gate_up, &l.experts_gate_up_bias, &l.experts_down, &l.experts_down_bias})
+                          &l.experts_gate_up, &l.experts_gate_up_bias, &l.experts_down, &l.experts_down_bias, &l.laurel_left,
+                          &l.laurel_right, &l.laurel_norm, &l.altup_router_norm, &l.altup_router, &l.altup_pred, &l.altup_corr,
+                          &l.altup_out_scale, &l.pli_gate, &l.pli_proj, &l.pli_norm})
             if (t->defined()) t->fill(0.0);
 }
 
@@ -127,9 +151,31 @@ std::vector<std::pair<std::string, std::pair<Tensor*, Tensor*>>> ModelGrads::pai
             {"mlp.experts.gate_up", {&w.experts_gate_up, &g.experts_gate_up}},
             {"mlp.experts.gate_up_bias", {&w.experts_gate_up_bias, &g.experts_gate_up_bias}},
             {"mlp.experts.down", {&w.experts_down, &g.experts_down}},
-            {"mlp.experts.down_proj_bias", {&w.experts_down_bias, &g.experts_down_bias}}};
+            {"mlp.experts.down_proj_bias", {&w.experts_down_bias, &g.experts_down_bias}},
+            // Gemma 3n: checkpoint names (altup.h); the correction coefficients as loaded (clamped)
+            {"laurel.linear_left.weight", {&w.laurel_left, &g.laurel_left}},
+            {"laurel.linear_right.weight", {&w.laurel_right, &g.laurel_right}},
+            {"laurel.post_laurel_norm.weight", {&w.laurel_norm, &g.laurel_norm}},
+            {"altup.router_norm.weight", {&w.altup_router_norm, &g.altup_router_norm}},
+            {"altup.modality_router.weight", {&w.altup_router, &g.altup_router}},
+            {"altup.prediction_coefs.weight", {&w.altup_pred, &g.altup_pred}},
+            {"altup.correction_coefs.weight", {&w.altup_corr, &g.altup_corr}},
+            {"altup.correct_output_scale", {&w.altup_out_scale, &g.altup_out_scale}},
+            {"per_layer_input_gate.weight", {&w.pli_gate, &g.pli_gate}},
+            {"per_layer_projection.weight", {&w.pli_proj, &g.pli_proj}},
+            {"post_per_layer_input_norm.weight", {&w.pli_norm, &g.pli_norm}}};
         for (const auto& [name, wg] : items)
             if (wg.second->defined()) out.push_back({p + name, wg});
+    }
+    AltUpWeights& aw = m.mutable_altup_weights();
+    if (embed_per_layer.defined()) {
+        out.push_back({"model.embed_tokens_per_layer.weight", {&aw.embed_per_layer, &embed_per_layer}});
+        out.push_back({"model.per_layer_model_projection.weight", {&aw.per_layer_proj, &per_layer_proj}});
+        out.push_back({"model.per_layer_projection_norm.weight", {&aw.per_layer_norm, &per_layer_norm}});
+    }
+    for (size_t i = 0; i < altup_proj.size(); ++i) {
+        out.push_back({str("model.altup_projections.", i, ".weight"), {&aw.proj[i], &altup_proj[i]}});
+        out.push_back({str("model.altup_unembed_projections.", i, ".weight"), {&aw.unembed[i], &altup_unembed[i]}});
     }
     return out;
 }

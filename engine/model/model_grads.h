@@ -17,10 +17,15 @@ struct LayerGrads {
     Tensor conv_in, conv_taps, conv_out;                 // a short convolution's (LayerWeights), else undefined
     Tensor router, router_bias, experts_gate_up, experts_gate_up_bias, experts_down,
         experts_down_bias;  // a mixture of experts' (LayerWeights), else undefined
+    Tensor laurel_left, laurel_right, laurel_norm, altup_router_norm, altup_router, altup_pred, altup_corr, altup_out_scale,
+        pli_gate, pli_proj, pli_norm;  // Gemma 3n's (LayerWeights), else undefined
 };
 
 struct ModelGrads {
     Tensor embed, norm, lm_head;  // lm_head undefined when tied (its gradient goes to embed)
+    // Gemma 3n's model-level tensors (AltUpWeights), else undefined / empty
+    Tensor embed_per_layer, per_layer_proj, per_layer_norm;
+    std::vector<Tensor> altup_proj, altup_unembed;
     std::vector<LayerGrads> layers;
     bool tied = false;
 

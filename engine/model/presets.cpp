@@ -129,6 +129,40 @@ const std::vector<Entry>& entries() {
              }
              return c;
          }},
+        {{"tiny-gemma3n", "Gemma 3n's text decoder in miniature: 6 layers (sliding window 64 in 4, full in 2; 4 and 5 read the K/V "
+          "of 3 and 2), AltUp over 4 streams, LAUREL of rank 4, per-layer inputs of 8, the gaussian top-k gate (0.95) in 0 and 1, "
+          "width 64, 4 heads / 2 KV heads, byte vocabulary"},
+         [] {
+             ModelConfig c = base("tiny-gemma3n", Arch::GEMMA3N, kByteVocab, 64, 128, 6, 4, 2, 16, 2048, 1000000.0);
+             c.bos_token_id = kByteBos;
+             c.eos_token_ids = {kByteEos};
+             c.pad_token_id = kBytePad;
+             c.norm_placement = NormPlacement::BOTH;
+             c.embedding_scale = std::sqrt(64.0);
+             c.qk_norm = c.v_norm = true;
+             c.query_pre_attn_scalar = 1.0;  // Gemma3nTextAttention's scaling 1.0
+             c.final_logit_softcap = 30.0;
+             c.mlp_act = MlpAct::GELU_TANH;
+             c.tie_word_embeddings = true;
+             c.rms_norm_eps = 1e-6;
+             c.altup.num_inputs = 4;
+             c.altup.coef_clip = 120.0;
+             c.altup.correct_scale = true;
+             c.altup.laurel_rank = 4;
+             c.altup.per_layer_dim = 8;
+             c.altup.per_layer_vocab = kByteVocab;
+             c.layer_specs.resize(6);
+             for (int64_t l = 0; l < 6; ++l) {  // Gemma 3n's rules (layer types, sparsity in the first third, the last third shared) cut to 6
+                 LayerSpec& s = c.layer_specs[size_t(l)];
+                 const bool sliding = (l + 1) % 3 != 0;
+                 s.rope_theta = sliding ? 10000.0 : 1000000.0;
+                 s.rope_scaled = !sliding;
+                 if (sliding) s.attention = AttnKind::SLIDING, s.window = 64;
+                 s.activation_sparsity = l < 2 ? 0.95 : 0.0;
+                 if (l >= 4) s.kv_source = sliding ? 3 : 2;
+             }
+             return c;
+         }},
         {{"qwen2.5-0.5b", "Qwen2.5-0.5B shapes (24 layers, width 896, 14/2 heads, q/k/v bias, tied), random weights"},
          [] {
              ModelConfig c = base("qwen2.5-0.5b", Arch::QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0);

@@ -161,9 +161,13 @@ void Transformer::init(const TensorMap& w, bool adopt) {
             load_latent_attention(cfg_, w, p, opt.dtype, opt.device, L);
         else if (cfg_.fused_projections)
             L.wqkv = convert(need(w, p + "self_attn.qkv_proj.weight", {Q + 2 * K, E}), opt, p + "self_attn.qkv_proj.weight", adopt);
-        else if (cfg_.kv_shared(l))  // reads another layer's K/V: its own k_proj / v_proj are never used
+        else if (cfg_.kv_shared(l)) {  // reads another layer's K/V: its own k_proj / v_proj are never used
             L.wqkv = convert(need(w, p + "self_attn.q_proj.weight", {Q, E}), opt, p + "self_attn.q_proj.weight", adopt);
-        else
+            // kept as the checkpoint holds them, so a saved model is a whole checkpoint again
+            if (w.count(p + "self_attn.k_proj.weight") && w.count(p + "self_attn.v_proj.weight"))
+                L.kv_unread = stack_rows({&need(w, p + "self_attn.k_proj.weight", {K, E}), &need(w, p + "self_attn.v_proj.weight", {K, E})},
+                                         opt, p + "self_attn.kv_unread", adopt);
+        } else
             L.wqkv = stack_rows({&need(w, p + "self_attn.q_proj.weight", {Q, E}), &need(w, p + "self_attn.k_proj.weight", {K, E}),
                                  &need(w, p + "self_attn.v_proj.weight", {K, E})},
                                 opt, p + "self_attn.qkv", adopt);
@@ -249,11 +253,11 @@ float Transformer::embedding_multiplier() const {
 
 Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
     if (!cfg_.altup_enabled()) return block_core(l, x, input_pos, attention, save);
-    if (save) throw Error(str("layer ", l, ": gradients through Gemma 3n's AltUp streams are not implemented"));
     MemoryLabelScope label(str("layer ", l, " altup"));
     const LayerWeights& L = layers_[size_t(l)];
     const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype);
-    const Tensor out = block_core(l, p.active, input_pos, attention, nullptr);
+    const Tensor out = block_core(l, p.active, input_pos, attention, save);
+    if (save) save->altup_pred = p.pred, save->altup_active = p.active, save->altup_out = out;
     return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
 }
 
@@ -314,9 +318,6 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
                 if (save) save->h1 = h;
                 latent_qkv(cfg_, L, h, rt, input_pos, act, qr, kr, vv, l, adapters_, save);
             } else {
-                if (shared && adapters_)
-                    throw Error(str("layer ", l, " shares the keys and values of layer ", cfg_.kv_layer(l),
-                                    "; adapters (LoRA) on a KV-shared layer are not implemented"));
                 Tensor qkv = linear_any(h, L.wqkv, act);  // (B, n, (NH + 2G) HS), or (B, n, NH HS) for a KV-shared layer
                 if (adapters_) adapters_->add(l, LinearSite::QKV, h, input_pos, qkv);
                 if (L.bqkv.defined()) ops::add_(qkv, qkv, L.bqkv.reshape({1, 1, L.bqkv.size(0)}));
@@ -385,7 +386,7 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         }
         out = ops::add(x, o);
         if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
-            out = ops::add(out, laurel(cfg_, L, h_attn, act));
+            out = ops::add(out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
             ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
         }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
@@ -407,8 +408,8 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
             Tensor gu = linear_any(h, L.w_gate_up, act);  // (B, n, 2I)
             if (adapters_) adapters_->add(l, LinearSite::GATE_UP, h, input_pos, gu);
             if (const double sp = cfg_.layer_spec(l).activation_sparsity; sp > 0) {
-                if (save) throw Error(str("layer ", l, ": gradients through the MLP's gaussian top-k (activation sparsity) are not implemented"));
                 Tensor gate = gu.slice(2, 0, I);
+                if (save) save->gate_pre = gate.contiguous().clone();
                 gaussian_topk_(gate, sp);
             }
             Tensor a = ops::gated(gu.slice(2, 0, I), gu.slice(2, I, 2 * I), gate_act_of(cfg_.mlp_act));
@@ -518,7 +519,7 @@ size_t Transformer::weight_bytes() const {
                                 &L.kv_a_norm, &L.wkv_b, &L.conv_in, &L.conv_taps, &L.conv_out, &L.router, &L.router_bias,
                                 &L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias, &L.laurel_left,
                                 &L.laurel_right, &L.laurel_norm, &L.altup_router_norm, &L.altup_router, &L.altup_pred, &L.altup_corr,
-                                &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm})
+                                &L.altup_out_scale, &L.pli_gate, &L.pli_proj, &L.pli_norm, &L.kv_unread})
             if (t->defined()) n += t->nbytes();
     }
     for (const Tensor* t : {&altup_.embed_per_layer, &altup_.per_layer_proj, &altup_.per_layer_norm})

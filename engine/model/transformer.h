@@ -83,6 +83,7 @@ struct LayerWeights {
     Tensor pli_gate;           // (P, E) per_layer_input_gate
     Tensor pli_proj;           // (E, P) per_layer_projection
     Tensor pli_norm;           // (E) post_per_layer_input_norm
+    Tensor kv_unread;          // (2 G HS, E) a KV-shared layer's k_proj, v_proj rows as loaded: never read, written back on save
     // Mixture of experts in the MLP's place (ModelConfig::experts_layer; w_gate_up and w_down
     // undefined; engine/model/moe_mlp.h), N experts of width I, each in Linear layout:
     Tensor router;                // (N, E) (mlp.router)
@@ -131,6 +132,12 @@ struct BlockActivations {
     // dispatch order, (B n top_k, 2I) and (B n top_k, I), beside
     Tensor moe_logits;  // router logits (B n, N)
     Tensor moe_out;     // each selected expert's output, dispatch order (B n top_k, E)
+    // Gemma 3n (altup.h): every stream predicted (B n, A, E) in the host dtype, the block core's
+    // input and output (B, n, E); LAUREL's W_left h (B, n, R) and W_right W_left h (B, n, E);
+    // the MLP gate before its gaussian top-k (B, n, I) (gu holds it after)
+    Tensor altup_pred, altup_active, altup_out;
+    Tensor laurel_left, laurel_r;
+    Tensor gate_pre;
 };
 
 // =========================================================================================
@@ -206,6 +213,7 @@ class Transformer {
     bool has_packed_weights() const;
 
     const AltUpWeights& altup_weights() const { return altup_; }
+    AltUpWeights& mutable_altup_weights() { return altup_; }
 
    private:
     void init(const TensorMap& weights, bool adopt);

@@ -2,10 +2,13 @@
 // query heads, G KV heads, HS head size, I MLP width, W = (NH + 2G) HS.
 #include "transformer_backward.h"
 
+#include <cmath>
+
 #include "engine/core/error.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/trace.h"
+#include "altup_backward.h"
 #include "grad_math.h"
 #include "latent_attention.h"
 #include "moe_mlp.h"
@@ -36,8 +39,22 @@ void linear_weight_grad(Tensor& dw, Tensor* db, const Tensor& x, const Tensor& d
     }
 }
 
+void AttentionBackward::backward_shared(int layer, int source, const Tensor&, const Tensor&, float, int, Tensor&) {
+    throw Error(str("layer ", layer, " reads the keys and values of layer ", source,
+                    " (cross-layer KV sharing), whose reverse pass this attention does not implement"));
+}
+
 Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockActivations& a, const Tensor& dout,
                       int64_t input_pos, AttentionBackward& attention, LayerGrads* g) {
+    if (!m.config().altup_enabled()) return block_core_backward(m, l, x, a, dout, input_pos, attention, g);
+    // Gemma 3n: the core runs on the active stream AltUp predicted (altup_backward.h)
+    return altup_block_backward(m.config(), m.layer(l), l, x, a, dout, g, [&](const Tensor& dcore) {
+        return block_core_backward(m, l, a.altup_active, a, dcore, input_pos, attention, g);
+    });
+}
+
+Tensor block_core_backward(const Transformer& m, int l, const Tensor& x, const BlockActivations& a, const Tensor& dout,
+                           int64_t input_pos, AttentionBackward& attention, LayerGrads* g) {
     const ModelConfig& c = m.config();
     const LayerWeights& L = m.layer(l);
     const int64_t B = x.size(0), n = x.size(1), NH = c.num_heads, G = c.num_kv_heads, HS = c.head_dim, I = c.intermediate_size,
@@ -69,6 +86,8 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
             Tensor dgate = dgu.slice(2, 0, I), dup = dgu.slice(2, I, 2 * I);
             ops::swiglu_backward_(dgate, dup, a.gu.slice(2, 0, I), a.gu.slice(2, I, 2 * I), da, false,
                                   c.mlp_act == MlpAct::GELU_TANH ? GateAct::GELU_TANH : GateAct::SILU);
+            // Gemma 3n's gaussian top-k sat between the gate projection and its activation
+            if (const double sp = c.layer_spec(l).activation_sparsity; sp > 0) gaussian_topk_backward_(dgate, a.gate_pre, sp);
             dh2 = linear_input_grad(m, l, LinearSite::GATE_UP, L.w_gate_up, a.h2, input_pos, dgu);
             if (g && g->w_gate_up.defined()) linear_weight_grad(g->w_gate_up, nullptr, a.h2, dgu);
         }
@@ -84,7 +103,11 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     // dqkv: the q/k/v projection's output gradient; latent attention's projections and the short
     // convolution instead give the attention norm's output gradient, dh_mixer.
     const bool conv = c.short_conv_layer(l);
-    Tensor dqkv = c.latent_attention() || conv ? Tensor() : Tensor::empty({B, n, W}, dt, go), dh_mixer;
+    // A KV-shared layer projects queries only: its dqkv is the queries' (B, n, NH HS).
+    const bool shared = c.kv_shared(l);
+    const int64_t Wp = shared ? NH * HS : W;
+    Tensor dqkv = c.latent_attention() || conv ? Tensor() : Tensor::empty({B, n, Wp}, dt, go), dh_mixer;
+    Tensor dh_laurel;  // Gemma 3n: LAUREL's share of the attention norm's output gradient
     if (conv) {
         // ---- short convolution in place of attention: out1 = x + post(conv(pre(x))) ----
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "short conv backward", .layer = l);
@@ -98,6 +121,12 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
     } else {
         KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "attention backward", .layer = l);
         Tensor yf = a.y.reshape({B, n, NH * HS});
+        if (L.laurel_left.defined()) {
+            // Gemma 3n: out1 = (x + post(o) + h + RMSNorm(W_right W_left h)) / sqrt(2), h the attention norm's output
+            dout1 = ops::scale(dout1, float(1.0 / std::sqrt(2.0)));
+            dh_laurel = laurel_backward(c, L, a.h1, a.laurel_left, a.laurel_r, dout1, g);
+            ops::add_(dh_laurel, dh_laurel, dout1);
+        }
         Tensor dob = dout1;
         if (L.attn_post_norm.defined()) {  // Gemma, OLMo 2: norm on the attention output
             dob = Tensor::empty(dout1.shape(), dt, go);
@@ -114,10 +143,28 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
         {
             const ops::AttentionSoftcap cap(c.attn_logit_softcap);  // as the forward capped the scores
             const ops::AttentionSinks sinks(&L.sinks, g && g->sinks.defined() ? &g->sinks : nullptr);
-            attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
+            if (shared)  // the keys' and values' gradient goes to the source's cache
+                attention.backward_shared(l, int(c.kv_layer(l)), a.qr, dy, r.attn_scale, c.layer_window(l), dqr);
+            else
+                attention.backward(l, a.qr, dy, r.attn_scale, dqr, dkr, dv);
         }
         if (c.latent_attention()) {
             dh_mixer = latent_qkv_backward(c, L, a, r, input_pos, dqr, dkr, dv, l, m.adapters(), g);
+        } else if (shared) {
+            if (L.q_norm.defined() && c.qk_norm_whole)
+                throw Error(str("layer ", l, ": the reverse pass of a KV-shared layer with a q norm over the whole projection is not implemented"));
+            const Tensor pos = position_range(input_pos, n, dev);
+            Tensor dq = dqkv.as_strided({B, NH, n, HS}, {n * Wp, HS, Wp, 1}, dqkv.offset());
+            Tensor tq = dq;
+            if (L.q_norm.defined()) tq = Tensor::empty({B, NH, n, HS}, dt, go);
+            if (r.n_rot > 0)
+                ops::rope_backward_(tq, dqr, pos, r.cos, r.sin, r.n_rot);
+            else
+                ops::copy_(tq, dqr);
+            if (L.q_norm.defined()) {
+                Tensor q_pre = a.qkv.as_strided({B, NH, n, HS}, {n * Wp, HS, Wp, 1}, a.qkv.offset());
+                ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps, off);
+            }
         } else {
             // Undo RoPE into the (B, n, heads, HS) layout of the projection output.
             const Tensor pos = position_range(input_pos, n, dev);
@@ -158,7 +205,12 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
                 ops::rmsnorm_backward_(dq, g && g->q_norm.defined() ? &g->q_norm : nullptr, q_pre, L.q_norm, tq, eps, off);
                 ops::rmsnorm_backward_(dk, g && g->k_norm.defined() ? &g->k_norm : nullptr, k_pre, L.k_norm, tk, eps, off);
             }
-            ops::copy_(dvv, dv);
+            if (L.v_norm.defined()) {  // Gemma 3n: the values' RMSNorm without weight (a ones vector)
+                Tensor v_pre = a.qkv.as_strided({B, G, n, HS}, {n * W, HS, W, 1}, a.qkv.offset() + (NH + G) * HS);
+                ops::rmsnorm_backward_(dvv, nullptr, v_pre, L.v_norm, dv, eps, 0.0f);
+            } else {
+                ops::copy_(dvv, dv);
+            }
         }
     }
 
@@ -171,6 +223,7 @@ Tensor block_backward(const Transformer& m, int l, const Tensor& x, const BlockA
             dh1 = linear_input_grad(m, l, LinearSite::QKV, L.wqkv, a.h1, input_pos, dqkv);
             if (g && g->wqkv.defined()) linear_weight_grad(g->wqkv, g->bqkv.defined() ? &g->bqkv : nullptr, a.h1, dqkv);
         }
+        if (dh_laurel.defined()) ops::add_(dh1, dh1, dh_laurel);
         dx = dout1.clone();
         if (L.attn_norm.defined())
             ops::rmsnorm_backward_(dx, g && g->attn_norm.defined() ? &g->attn_norm : nullptr, x, L.attn_norm, dh1, eps, off, true);

@@ -1,7 +1,7 @@
 // The reverse pass of one transformer block over one chunk (Transformer::block is the
 // forward): MLP, output projection, attention through the cache, RoPE, q/k norm, the q/k/v
-// projection and both norms, or a short convolution (short_conv.h) in attention's place.
-// Weight gradients accumulate when a LayerGrads is given (full fine-tuning); adapter gradients
+// projection and both norms, or a short convolution (short_conv.h) in attention's place;
+// Gemma 3n's AltUp, LAUREL and gaussian top-k through altup_backward.h. Weight gradients accumulate when a LayerGrads is given (full fine-tuning); adapter gradients
 // accumulate through the model's LinearAdapters (LoRA).
 #pragma once
 
@@ -24,11 +24,21 @@ class AttentionBackward {
     // the one w.r.t. the state at its start. Null: none is kept, and only a chunk at position 0
     // can be reversed (the layer's LayerAttention::layer_state counterpart).
     virtual Tensor* layer_state_grad(int layer) { (void)layer; return nullptr; }
+    // Cross-layer KV sharing (ModelConfig::kv_layer): layer `layer`'s queries q attended over
+    // layer `source`'s cache as it stood after the same chunk (window as the forward's); dq
+    // (B, NH, n, HS) is written and the cached keys' and values' gradient joins the source's,
+    // so the source's own reverse of that chunk, which runs after, carries it to its k/v
+    // projection. This default refuses by name.
+    virtual void backward_shared(int layer, int source, const Tensor& q, const Tensor& dy, float scale, int window, Tensor& dq);
 };
 
 // dx (B, n, E) of block(layer, x) at positions input_pos.. given dout (B, n, E).
 Tensor block_backward(const Transformer& model, int layer, const Tensor& x, const BlockActivations& a, const Tensor& dout,
                       int64_t input_pos, AttentionBackward& attention, LayerGrads* grads);
+
+// block_backward without Gemma 3n's AltUp around it: x is the block core's input (B, n, E).
+Tensor block_core_backward(const Transformer& model, int layer, const Tensor& x, const BlockActivations& a, const Tensor& dout,
+                           int64_t input_pos, AttentionBackward& attention, LayerGrads* grads);
 
 // dW (out, in) += dy (..., out)^T x (..., in) over all rows; db (out) += column sums of dy.
 void linear_weight_grad(Tensor& dw, Tensor* db, const Tensor& x, const Tensor& dy);

@@ -38,6 +38,12 @@ TensorMap state_dict_views(const Transformer& m) {
             for (auto& [name, t] : latent_state_dict(c, L, p)) w[name] = t;
         } else if (c.fused_projections) {
             w[p + "self_attn.qkv_proj.weight"] = L.wqkv;
+        } else if (c.kv_shared(l)) {  // Gemma 3n: a KV-shared layer reads q_proj only (its k/v are its source's)
+            w[p + "self_attn.q_proj.weight"] = L.wqkv;
+            if (L.kv_unread.defined()) {  // its checkpoint's k_proj / v_proj, unread and untrained, written back
+                w[p + "self_attn.k_proj.weight"] = L.kv_unread.slice(0, 0, K);
+                w[p + "self_attn.v_proj.weight"] = L.kv_unread.slice(0, K, 2 * K);
+            }
         } else {
             w[p + "self_attn.q_proj.weight"] = L.wqkv.slice(0, 0, Q);
             w[p + "self_attn.k_proj.weight"] = L.wqkv.slice(0, Q, Q + K);
@@ -72,6 +78,30 @@ TensorMap state_dict_views(const Transformer& m) {
         }
         if (!c.experts_layer(l)) w[p + "mlp.down_proj.weight"] = L.w_down;
         if (L.sinks.defined()) w[p + "self_attn.sinks"] = L.sinks;
+        if (c.altup_enabled()) {  // Gemma 3n's layer tensors under their checkpoint names (altup.h; the correction coefficients as loaded, clamped)
+            for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"laurel.linear_left.weight", &L.laurel_left},
+                                          {"laurel.linear_right.weight", &L.laurel_right},
+                                          {"laurel.post_laurel_norm.weight", &L.laurel_norm},
+                                          {"altup.router_norm.weight", &L.altup_router_norm},
+                                          {"altup.modality_router.weight", &L.altup_router},
+                                          {"altup.prediction_coefs.weight", &L.altup_pred},
+                                          {"altup.correction_coefs.weight", &L.altup_corr},
+                                          {"altup.correct_output_scale", &L.altup_out_scale},
+                                          {"per_layer_input_gate.weight", &L.pli_gate},
+                                          {"per_layer_projection.weight", &L.pli_proj},
+                                          {"post_per_layer_input_norm.weight", &L.pli_norm}})
+                w[p + name] = *t;
+        }
+    }
+    if (c.altup_enabled()) {
+        const AltUpWeights& aw = m.altup_weights();
+        w["model.embed_tokens_per_layer.weight"] = aw.embed_per_layer;
+        w["model.per_layer_model_projection.weight"] = aw.per_layer_proj;
+        w["model.per_layer_projection_norm.weight"] = aw.per_layer_norm;
+        for (size_t i = 0; i < aw.proj.size(); ++i) {
+            w[str("model.altup_projections.", i, ".weight")] = aw.proj[i];
+            w[str("model.altup_unembed_projections.", i, ".weight")] = aw.unembed[i];
+        }
     }
     return w;
 }

@@ -176,23 +176,28 @@ TEST(Gemma3nFolder, MultimodalCheckpointLoadsItsTextDecoder) {
     fs::remove_all(dir);
 }
 
-// Gradients (LoRA, full fine-tuning) through AltUp are not implemented: the block's backward
-// pass asks for saved activations, and the block refuses by name.
-TEST(Gemma3nFolder, RefusesGradientsByName) {
+// A block run for the reverse pass (saving its activations) computes what the plain block does and
+// keeps AltUp's prediction and the core's input and output, LAUREL's branch and the top-k gate's
+// input (gradients: grad_fd_test's Gemma3nGradient.*).
+TEST(Gemma3nFolder, BlockSavesWhatItsReversePassReads) {
     const HfModelFolder mf = load_hf_model_folder(std::string(KVLAB_SOURCE_DIR) + "/tests/fixtures/models/gemma3n_text");
     Transformer model(mf.config, mf.weights, ModelOptions{});
     const Tensor ids = Tensor::from_i64({1, 3}, {1, 2, 3});
     const Tensor x = model.embed(ids);
     EXPECT_EQ(x.size(2), mf.config.residual_width());
-    PlainAttention plain;
+    PlainAttention plain, plain2;
     BlockActivations acts;
-    try {
-        model.block(0, x, 0, plain, &acts);
-        FAIL() << "expected a refusal";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("layer 0: gradients through Gemma 3n's AltUp streams are not implemented"), std::string::npos)
-            << e.what();
-    }
+    const Tensor saved = model.block(0, x, 0, plain, &acts);
+    const Tensor plain_out = model.block(0, x, 0, plain2);
+    EXPECT_EQ(saved.to_f64_vector(), plain_out.to_f64_vector());
+    const int64_t E = mf.config.hidden_size, A = mf.config.altup.num_inputs;
+    EXPECT_EQ(acts.altup_pred.shape(), (Shape{3, A, E}));
+    EXPECT_EQ(acts.altup_active.shape(), (Shape{1, 3, E}));
+    EXPECT_EQ(acts.altup_out.shape(), (Shape{1, 3, E}));
+    EXPECT_EQ(acts.laurel_left.shape(), (Shape{1, 3, mf.config.altup.laurel_rank}));
+    EXPECT_EQ(acts.laurel_r.shape(), (Shape{1, 3, E}));
+    ASSERT_GT(mf.config.layer_spec(0).activation_sparsity, 0.0);
+    EXPECT_EQ(acts.gate_pre.shape(), (Shape{1, 3, mf.config.intermediate_size}));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/grad/lora.h"
+#include "engine/model/altup.h"
 #include "engine/model/model_grads.h"
 #include "engine/kv/policies/policy_registry.h"
 #include "grad_test_util.h"
@@ -123,7 +124,7 @@ GradRun run_gradient(Transformer& model, const KVCacheConfig& kc, const GradData
     const int64_t B = d.ids.size(0), T = d.ids.size(1);
     KVCache cache(kc, model.config(), Device{}, model.act_dtype(), T, &folded_codec());
     r.grads = ModelGrads::zeros_like(model);
-    r.x0_grad = Tensor::zeros({B, T, model.config().hidden_size}, model.act_dtype());
+    r.x0_grad = Tensor::zeros({B, T, model.config().residual_width()}, model.act_dtype());  // Gemma 3n: the packed state
     GradientTargets tg;
     tg.model = &r.grads;
     tg.input_embedding_grad = &r.x0_grad;
@@ -176,14 +177,62 @@ void expect_clear_expert_margins(const Transformer& m, const Tensor& ids) {
                 em.clamp_distance, (long long)em.clamped);
 }
 
+// Gemma 3n's gaussian top-k is piecewise smooth: a central difference whose step moves a gate
+// entry across the cutoff measures the jump in the kept set, not the derivative. The smallest
+// distance of a gate entry from its row's cutoff over the layers that sparsify (0 without any).
+double topk_margin(const Transformer& m, const Tensor& ids) {
+    const ModelConfig& c = m.config();
+    double margin = 1e300;
+    PlainAttention plain;
+    std::vector<int> sources;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+        if (c.kv_shared(l)) sources.push_back(int(c.kv_layer(l)));
+    plain.retain(sources);
+    Tensor x = m.embed(ids);
+    for (int l = 0; l < int(c.num_layers); ++l) {
+        BlockActivations a;
+        x = m.block(l, x, 0, plain, &a);
+        const double sp = c.layer_spec(l).activation_sparsity;
+        if (!(sp > 0)) continue;
+        const double z = double(float(normal_quantile(sp)));
+        const std::vector<double> g = a.gate_pre.to_f64_vector();
+        const int64_t I = c.intermediate_size;
+        for (size_t r = 0; r < g.size() / size_t(I); ++r) {
+            double mean = 0, var = 0;
+            for (int64_t i = 0; i < I; ++i) mean += g[r * size_t(I) + size_t(i)];
+            mean /= double(I);
+            for (int64_t i = 0; i < I; ++i) var += (g[r * size_t(I) + size_t(i)] - mean) * (g[r * size_t(I) + size_t(i)] - mean);
+            const double cut = mean + std::sqrt(var / double(I)) * z;
+            for (int64_t i = 0; i < I; ++i) margin = std::min(margin, std::fabs(g[r * size_t(I) + size_t(i)] - cut));
+        }
+    }
+    return margin == 1e300 ? 0.0 : margin;
+}
+
+// A Gemma 3n test model (the first of seed, seed + 1, ...) whose gate entries all stay 1e-4 or
+// more from the top-k cutoff on `ids` (with `adapters` in place), so that no central difference
+// crosses it; other families: the model of `seed`.
+constexpr double kTopkMargin = 1e-4;
+std::unique_ptr<Transformer> clear_topk_model(const ModelConfig& cfg, uint64_t seed, const Tensor& ids,
+                                              const std::function<void(Transformer&)>& adapters = {}) {
+    for (uint64_t k = 0;; ++k) {
+        auto m = grad_test_model(cfg, DType::F64, seed + k);
+        if (adapters) adapters(*m);
+        if (!cfg.altup_enabled() || topk_margin(*m, ids) > kTopkMargin || k == 50) return m;
+    }
+}
+
 class DenseGradient : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     SingleThread st1;
     const ModelConfig cfg = grad_test_config(GetParam(), 2);
-    auto model = grad_test_model(cfg, DType::F64, seed_for("dense-grad-" + GetParam()));
     const int64_t B = 2, T = 20;
     GradData d = grad_test_data(cfg, B, T, 11);
+    auto model = clear_topk_model(cfg, seed_for("dense-grad-" + GetParam()), d.ids);
+    if (cfg.altup_enabled()) {
+        EXPECT_GT(topk_margin(*model, d.ids), kTopkMargin);
+    }
     KVCacheConfig kc;
     kc.name = "dense-default";
     kc.cache_length = T;
@@ -204,14 +253,16 @@ TEST_P(DenseGradient, OneChunkMatchesFiniteDifferences) {
     const bool extrapolate = GetParam().rfind("gemma", 0) == 0 || GetParam().rfind("mla", 0) == 0 || GetParam() == "lfm2" ||
                              GetParam() == "gpt_oss_moe";
     worst_fraction = 0;
-    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 5, {0, 3, T / 2, T - 2}, 1e-6, GetParam(), extrapolate);
+    // Gemma 3n has about 50 tensors (AltUp, LAUREL, per-layer inputs): 2 samples each keep it cheap
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, GetParam() == "gemma3n" ? 2 : 5, {0, 3, T / 2, T - 2}, 1e-6, GetParam(),
+                     extrapolate);
     std::printf("%s: worst |grad - fd| is %.3f of its bound\n", GetParam().c_str(), worst_fraction);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, DenseGradient,
                          ::testing::Values("llama", "qwen2", "qwen3", "smollm3", "phi3", "geglu", "gemma3", "olmo2",
                                            "gemma3_window", "mistral", "qwen2_window", "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora",
-                                           "lfm2"));
+                                           "lfm2", "gemma3n"));
 
 struct PolicyCase {
     std::string policy, buffer;
@@ -492,7 +543,7 @@ TEST(LoraDropoutGradient, MatchesFiniteDifferencesOfTheSamePass) {
     ASSERT_GT(plan.cells.size(), 2u);
     lora->begin_training_pass(7);
     KVCache cache(kc, cfg, Device{}, DType::F64, T);
-    Tensor x0_grad = Tensor::zeros({B, T, cfg.hidden_size}, DType::F64);
+    Tensor x0_grad = Tensor::zeros({B, T, cfg.residual_width()}, DType::F64);
     GradientTargets tg;
     tg.input_embedding_grad = &x0_grad;
     const GradientStats st = gradient_step(*model, cache, d.ids, plan, d.head, 1.0, GradientOptions{}, tg);
@@ -541,11 +592,16 @@ class LoraLayerTypeGradient : public ::testing::TestWithParam<std::string> {};
 TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
     SingleThread st1;
     const ModelConfig cfg = grad_test_config(GetParam(), 2);
-    auto model = grad_test_model(cfg, DType::F64, seed_for("lora-layer-grad-" + GetParam()));
     const int64_t B = 1, T = 16;
     GradData d = grad_test_data(cfg, B, T, 21);
-    auto lora = dropout_test_lora(*model, 0.0, 3);
-    model->set_adapters(lora.get());
+    std::unique_ptr<Lora> lora;
+    auto model = clear_topk_model(cfg, seed_for("lora-layer-grad-" + GetParam()), d.ids, [&](Transformer& m) {
+        lora = dropout_test_lora(m, 0.0, 3);
+        m.set_adapters(lora.get());
+    });
+    if (cfg.altup_enabled()) {
+        EXPECT_GT(topk_margin(*model, d.ids), kTopkMargin);
+    }
     expect_clear_expert_margins(*model, d.ids);
     KVCacheConfig kc;
     kc.name = "dense-default";
@@ -553,7 +609,7 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
     const ChunkPlan plan = grad_test_plan(cfg, T, T, 8);
     lora->begin_training_pass(1);
     KVCache cache(kc, cfg, Device{}, DType::F64, T);
-    Tensor x0_grad = Tensor::zeros({B, T, cfg.hidden_size}, DType::F64);
+    Tensor x0_grad = Tensor::zeros({B, T, cfg.residual_width()}, DType::F64);
     GradientTargets tg;
     tg.input_embedding_grad = &x0_grad;
     const GradientStats st = gradient_step(*model, cache, d.ids, plan, d.head, 1.0, GradientOptions{}, tg);
@@ -601,7 +657,7 @@ TEST_P(LoraLayerTypeGradient, AdaptersMatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(LayerTypes, LoraLayerTypeGradient,
                          ::testing::Values("smollm3", "phi3", "geglu", "gemma3", "olmo2", "gemma3_window", "mistral", "qwen2_window",
-                                           "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora", "lfm2"));
+                                           "gemma2_softcap", "gpt_oss", "gpt_oss_moe", "mla", "mla_qlora", "lfm2", "gemma3n"));
 
 // LoRA's 'mlp' target names the gated MLP's Linear maps; a mixture of experts has none, and says so.
 TEST(LoraTargets, MlpOnAMixtureOfExpertsIsRefusedByName) {
@@ -699,6 +755,123 @@ TEST(Lfm2Gradient, ThroughAnEvictingCacheMatchesFiniteDifferences) {
     worst_fraction = 0;
     check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 3, {0, 1, 2, 10, 20, 33}, 1e-6, "lfm2 h2o", true);
     std::printf("lfm2 h2o: worst |grad - fd| is %.3f of its bound\n", worst_fraction);
+}
+
+// Gemma 3n (grad_test_config "gemma3n": AltUp, LAUREL, per-layer inputs, the gaussian top-k gate
+// in layer 0, layers 2 and 3 reading the K/V of layers 0 and 1). Chunked against the whole
+// sequence: one chunk per cell (a KV-shared layer reads its source right after the same chunk),
+// rows of one and two layers (the gradient pipeline joins a source's row with its readers'),
+// KV checkpoints replayed. Every weight's gradient, the AltUp, LAUREL and per-layer tensors and
+// the sources' k/v rows included, and the input embeddings' agree with the whole sequence's.
+TEST(Gemma3nGradient, ChunkedMatchesTheWholeSequence) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("gemma3n", 4);
+    ASSERT_EQ(cfg.kv_layer(2), 0);
+    ASSERT_EQ(cfg.kv_layer(3), 1);
+    auto model = grad_test_model(cfg, DType::F64, seed_for("gemma3n-chunked-grad"));
+    const int64_t B = 2, T = 12;
+    GradData d = grad_test_data(cfg, B, T, 41);
+    KVCacheConfig kc;
+    kc.name = "dense-default";
+    kc.cache_length = T;
+    GradRun whole = run_gradient(*model, kc, d, grad_test_plan(cfg, T, T, T), GradientOptions{});
+    auto ref = whole.grads.pairs(*model);
+    const std::vector<double> ref_x0 = whole.x0_grad.to_f64_vector();
+    for (int64_t lpc : {int64_t(1), int64_t(2)}) {
+        const ChunkPlan plan = grad_test_plan(cfg, T, 6, 3);  // a prefill of 6, then chunks of 3
+        ASSERT_EQ(plan.cells.size(), 3u);                      // one chunk per cell
+        GradientOptions go;
+        go.layers_per_cell = lpc;
+        GradRun r = run_gradient(*model, kc, d, plan, go);
+        const std::string ctx = str("rows of ", lpc);
+        EXPECT_NEAR(r.stats.replay_loss, whole.stats.replay_loss, 1e-12 * whole.stats.replay_loss) << ctx;
+        auto got = r.grads.pairs(*model);
+        ASSERT_EQ(got.size(), ref.size());
+        int altup_tensors = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            const std::vector<double> x = got[i].second.second->to_f64_vector(), y = ref[i].second.second->to_f64_vector();
+            double scale = 0, err = 0;
+            for (size_t k = 0; k < x.size(); ++k) scale = std::max(scale, std::fabs(y[k])), err = std::max(err, std::fabs(x[k] - y[k]));
+            EXPECT_GT(scale, 0.0) << got[i].first << " has no gradient";
+            EXPECT_LE(err, 1e-10 * scale) << got[i].first << ", " << ctx;
+            for (const char* k : {".altup.", ".laurel.", "per_layer", "altup_"}) altup_tensors += got[i].first.find(k) != std::string::npos;
+        }
+        // per layer: router norm, router, prediction, correction, output scale, LAUREL's three, the
+        // per-layer input's gate, projection and norm; the model's table, projection, norm and 2 x 2 stream maps
+        EXPECT_EQ(altup_tensors, 4 * 11 + 7) << ctx;
+        const std::vector<double> x0 = r.x0_grad.to_f64_vector();
+        double scale = 0, err = 0;
+        for (size_t k = 0; k < x0.size(); ++k) scale = std::max(scale, std::fabs(ref_x0[k])), err = std::max(err, std::fabs(x0[k] - ref_x0[k]));
+        EXPECT_LE(err, 1e-10 * scale) << "input embeddings, " << ctx;
+    }
+}
+
+// Through an evicting cache (h2o on the full layers; the windowed layers keep their window) in
+// chunks of 3: every weight's gradient (full fine-tuning) and the packed input state's match
+// central differences of the replayed loss. The source layers' k and v rows are checked one by
+// one: their gradient comes from their own queries and from the layers that read them.
+TEST(Gemma3nGradient, ThroughAnEvictingCacheMatchesFiniteDifferences) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("gemma3n", 4);
+    const int64_t B = 1, T = 12, L = 6;
+    GradData d = grad_test_data(cfg, B, T, 42);
+    // the top-k sits in windowed layer 0, whose gate the evicting cache does not change
+    auto model = clear_topk_model(cfg, seed_for("gemma3n-h2o-grad"), d.ids);
+    EXPECT_GT(topk_margin(*model, d.ids), kTopkMargin);
+    KVCacheConfig kc;
+    kc.name = "h2o-default";
+    kc.cache_length = L;
+    const ChunkPlan plan = grad_test_plan(cfg, T, L, 3);
+    GradRun r = run_gradient(*model, kc, d, plan, GradientOptions{});
+    bool evicted = false;
+    for (const auto& p : r.stats.plans[1]) evicted = evicted || p.input_pos >= L;
+    EXPECT_TRUE(evicted);
+    Tensor x0 = model->embed(d.ids);
+    // h2o's L on the full layers; the windowed ones keep a ring of the whole sequence, which the window masks
+    std::vector<int64_t> Ls;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) Ls.push_back(cfg.layer_window(l) > 0 ? T : L);
+    auto loss = [&](const Tensor* x) { return replay_loss(*model, r.stats.plans, Ls, d.ids, plan, d.head, 1.0, x); };
+    EXPECT_NEAR(r.stats.replay_loss, loss(nullptr), 1e-12 * std::fabs(loss(nullptr)));
+    EXPECT_NEAR(r.stats.loss, loss(nullptr), 1e-6 * std::fabs(r.stats.loss));
+    worst_fraction = 0;
+    check_against_fd(*model, r.grads, r.x0_grad, x0, loss, 2, {0, 5, 10}, 1e-6, "gemma3n h2o", true);
+    // the sources' k/v projection rows (q rows NH HS, then G HS of k, then G HS of v)
+    const int64_t E = cfg.hidden_size, Q = cfg.num_heads * cfg.head_dim, K = cfg.num_kv_heads * cfg.head_dim;
+    for (int src : {0, 1}) {
+        Tensor& w = model->mutable_layer(src).wqkv;
+        const Tensor& g = r.grads.layers[size_t(src)].wqkv;
+        for (int64_t row : {Q + 1, Q + K + 3})
+            for (int64_t col : {int64_t(2), E - 5}) {
+                const int64_t idx = row * E + col;
+                const double fd = fd_at(w, idx, true, [&] { return loss(nullptr); });
+                EXPECT_NEAR(get_elem(g, idx), fd, 1e-6 * std::fabs(fd) + fd_noise(true)) << "layer " << src << " qkv row " << row;
+                EXPECT_NE(fd, 0.0);
+            }
+    }
+    std::printf("gemma3n h2o: worst |grad - fd| is %.3f of its bound\n", worst_fraction);
+}
+
+// A KV-shared layer's read through a policy that selects what each query reads (quest) has no
+// reverse pass in the replay: refused by name.
+TEST(Gemma3nGradient, SharedReadThroughAReadSelectionIsRefusedByName) {
+    SingleThread st1;
+    const ModelConfig cfg = grad_test_config("gemma3n", 4);  // layer 3 reads full layer 1 (windowed layers select nothing)
+    auto model = grad_test_model(cfg, DType::F64, seed_for("gemma3n-quest-grad"));
+    const int64_t T = 16, chunk = 4;
+    GradData d = grad_test_data(cfg, 1, T, 43);
+    KVCacheConfig kc;
+    kc.name = "quest-default";
+    kc.cache_length = 0;
+    kc.policy_options = {{"quest_page_size", 2.0}, {"quest_pages", 2.0}};
+    try {
+        (void)run_gradient(*model, kc, d, grad_test_plan(cfg, T, chunk, chunk), GradientOptions{});
+        FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("layer 3 reads layer 1's keys and values (cross-layer KV sharing); gradients through a read "
+                                             "selection over a shared cache are not implemented"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 // Sliding windows through an evicting cache over several cells (h2o on the full-attention layers,

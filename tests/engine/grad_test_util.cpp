@@ -114,6 +114,39 @@ ModelConfig grad_test_config(const std::string& arch, int64_t layers) {
             s.rope_theta = c.rope_theta;
             if (l % 2 == 0) s.mixer = LayerMixer::SHORT_CONV, s.attention = AttnKind::NONE;
         }
+    } else if (arch == "gemma3n") {
+        // Gemma 3n's particulars in miniature: AltUp over 3 streams (active 0, corrected output
+        // scaled), LAUREL of rank 4, per-layer inputs of 4 channels, v norm, final soft-cap; layers
+        // sliding (window 5) / full alternating (2 layers: both sliding), the gaussian top-k gate
+        // (0.8) in layer 0, and the second half reading the K/V of the last earlier layer of its type
+        c.arch = Arch::GEMMA3N;
+        c.model_type = arch_name(c.arch);
+        c.norm_placement = NormPlacement::BOTH;
+        c.embedding_scale = 2.0;  // sqrt(hidden) in the model; 2 keeps the differences' truncation small (as "gemma3")
+        c.qk_norm = c.v_norm = true;
+        c.query_pre_attn_scalar = 4.0;
+        c.final_logit_softcap = 3.0;
+        c.mlp_act = MlpAct::GELU_TANH;
+        c.tie_word_embeddings = true;
+        c.altup.num_inputs = 3;
+        c.altup.active_idx = 0;
+        c.altup.coef_clip = 120.0;
+        c.altup.correct_scale = true;
+        c.altup.laurel_rank = 4;
+        c.altup.per_layer_dim = 4;
+        c.altup.per_layer_vocab = c.vocab_size;
+        c.layer_specs.resize(size_t(layers));
+        const int64_t first_shared = (layers + 1) / 2;
+        for (int64_t l = 0; l < layers; ++l) {
+            LayerSpec& s = c.layer_specs[size_t(l)];
+            const bool sliding = layers == 2 || l % 2 == 0;
+            s.rope_theta = sliding ? 10000.0 : 1000000.0;
+            if (sliding) s.attention = AttnKind::SLIDING, s.window = 5;
+            s.activation_sparsity = l == 0 ? 0.8 : 0.0;
+            if (l >= first_shared)
+                for (int64_t j = first_shared - 1; j >= 0 && s.kv_source < 0; --j)
+                    if ((layers == 2 || j % 2 == 0) == sliding) s.kv_source = j;
+        }
     } else if (arch == "olmo2") {  // output norms, q/k norm over the whole projection
         c.arch = Arch::OLMO2;
         c.model_type = arch_name(c.arch);
