@@ -16,42 +16,13 @@
 #include "engine/train/qlora.h"
 #include "engine/train/trainer.h"
 #include "tests/engine/state_dict_util.h"
+#include "tests/engine/family_train_util.h"
 #include "tests/support/test_support.h"
 
 namespace kv::test {
 namespace {
 
-struct SingleThread {
-    int saved = num_threads();
-    SingleThread() { set_num_threads(1); }
-    ~SingleThread() { set_num_threads(saved); }
-};
-
-RunConfig lfm2_run(const std::string& mode) {
-    RunConfig c;
-    c.mode = mode;
-    c.model = "tiny-lfm2";
-    c.data.name = "passkey";
-    c.data.seq_length = 256;
-    c.data.num_samples = 1;  // every step trains on the same example
-    c.data.val_split_fraction = 0.0;
-    c.data.seed = 11;
-    c.kv_cache.name = "h2o-default";
-    c.kv_cache.cache_length = 64;  // the attention layers evict: 256 tokens in chunks of 16
-    c.driver.chunk_size = 16;
-    c.train.micro_batch_size = 1;
-    c.train.global_batch_size = 1;
-    c.train.lr_warmup_steps = 0;
-    c.train.save_interval = 0;
-    c.train.lora_targets = "q,k,v,proj";
-    return c;
-}
-
-bool any_nonzero(const Tensor& t) {
-    for (double v : t.contiguous().to_f64_vector())
-        if (v != 0.0) return true;
-    return false;
-}
+RunConfig lfm2_run(const std::string& mode) { return family_train_run(mode, "tiny-lfm2", 11); }
 
 TEST(Lfm2Train, LoraAndFullStepsThroughH2oLowerTheLoss) {
     SingleThread st;
