@@ -676,6 +676,30 @@ TEST(LoraTargets, MlpOnAMixtureOfExpertsIsRefusedByName) {
     }
 }
 
+// A chunked run's gradients against the same sequence as one chunk: every named tensor (each
+// with a gradient) and the input embeddings within 1e-10 of the reference's largest entry.
+// Returns how many tensor names contain one of `marks` (the family's own tensors).
+template <class Model>
+int expect_chunked_equals_whole(Model& model, GradRun& r, GradRun& whole, const std::string& ctx,
+                                std::initializer_list<const char*> marks) {
+    auto got = r.grads.pairs(model), ref = whole.grads.pairs(model);
+    EXPECT_EQ(got.size(), ref.size()) << ctx;
+    int marked = 0;
+    for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+        const std::vector<double> x = got[i].second.second->to_f64_vector(), y = ref[i].second.second->to_f64_vector();
+        double scale = 0, err = 0;
+        for (size_t k = 0; k < x.size(); ++k) scale = std::max(scale, std::fabs(y[k])), err = std::max(err, std::fabs(x[k] - y[k]));
+        EXPECT_GT(scale, 0.0) << got[i].first << " has no gradient";
+        EXPECT_LE(err, 1e-10 * scale) << got[i].first << ", " << ctx;
+        for (const char* m : marks) marked += got[i].first.find(m) != std::string::npos;
+    }
+    const std::vector<double> x0 = r.x0_grad.to_f64_vector(), ref_x0 = whole.x0_grad.to_f64_vector();
+    double scale = 0, err = 0;
+    for (size_t k = 0; k < x0.size(); ++k) scale = std::max(scale, std::fabs(ref_x0[k])), err = std::max(err, std::fabs(x0[k] - ref_x0[k]));
+    EXPECT_LE(err, 1e-10 * scale) << "input embeddings, " << ctx;
+    return marked;
+}
+
 // LFM2's short convolutions carry a state of conv_kernel - 1 inputs from chunk to chunk, so their
 // reverse pass carries the state's gradient back across chunks and cells. Independent reference:
 // the same sequence as one chunk (no state crosses a chunk; the convolution sees zeros before
@@ -694,8 +718,6 @@ TEST(Lfm2Gradient, ChunkedMatchesTheWholeSequence) {
         kc.name = "dense-default";
         kc.cache_length = T;
         GradRun whole = run_gradient(*model, kc, d, grad_test_plan(cfg, T, T, T), GradientOptions{});
-        auto ref = whole.grads.pairs(*model);
-        const std::vector<double> ref_x0 = whole.x0_grad.to_f64_vector();
         for (int64_t lpc : {int64_t(1), int64_t(2)})
             for (bool from_forward : {true, false}) {
                 const ChunkPlan plan = grad_test_plan(cfg, T, 8, 2, 0.5);  // cells sized as for 8 slots
@@ -711,22 +733,8 @@ TEST(Lfm2Gradient, ChunkedMatchesTheWholeSequence) {
                 // B G T D doubles); the convolutions checkpoint their (B, kernel - 1, E) states only
                 EXPECT_EQ(r.stats.kv_checkpoint_bytes, (plan.cells.size() - 1) * 2 * size_t(B * cfg.num_kv_heads * T * cfg.head_dim) * 8)
                     << ctx;
-                auto got = r.grads.pairs(*model);
-                ASSERT_EQ(got.size(), ref.size());
-                int conv_tensors = 0;
-                for (size_t i = 0; i < got.size(); ++i) {
-                    const std::vector<double> x = got[i].second.second->to_f64_vector(), y = ref[i].second.second->to_f64_vector();
-                    double scale = 0, err = 0;
-                    for (size_t k = 0; k < x.size(); ++k) scale = std::max(scale, std::fabs(y[k])), err = std::max(err, std::fabs(x[k] - y[k]));
-                    EXPECT_GT(scale, 0.0) << got[i].first << " has no gradient";
-                    EXPECT_LE(err, 1e-10 * scale) << got[i].first << ", " << ctx;
-                    conv_tensors += got[i].first.find(".conv.") != std::string::npos;
-                }
+                const int conv_tensors = expect_chunked_equals_whole(*model, r, whole, ctx, {".conv."});
                 EXPECT_EQ(conv_tensors, 6) << ctx;  // in_proj, taps and out_proj of layers 0 and 2
-                const std::vector<double> x0 = r.x0_grad.to_f64_vector();
-                double scale = 0, err = 0;
-                for (size_t k = 0; k < x0.size(); ++k) scale = std::max(scale, std::fabs(ref_x0[k])), err = std::max(err, std::fabs(x0[k] - ref_x0[k]));
-                EXPECT_LE(err, 1e-10 * scale) << "input embeddings, " << ctx;
             }
     }
 }
@@ -775,8 +783,6 @@ TEST(Gemma3nGradient, ChunkedMatchesTheWholeSequence) {
     kc.name = "dense-default";
     kc.cache_length = T;
     GradRun whole = run_gradient(*model, kc, d, grad_test_plan(cfg, T, T, T), GradientOptions{});
-    auto ref = whole.grads.pairs(*model);
-    const std::vector<double> ref_x0 = whole.x0_grad.to_f64_vector();
     for (int64_t lpc : {int64_t(1), int64_t(2)}) {
         const ChunkPlan plan = grad_test_plan(cfg, T, 6, 3);  // a prefill of 6, then chunks of 3
         ASSERT_EQ(plan.cells.size(), 3u);                      // one chunk per cell
@@ -785,24 +791,10 @@ TEST(Gemma3nGradient, ChunkedMatchesTheWholeSequence) {
         GradRun r = run_gradient(*model, kc, d, plan, go);
         const std::string ctx = str("rows of ", lpc);
         EXPECT_NEAR(r.stats.replay_loss, whole.stats.replay_loss, 1e-12 * whole.stats.replay_loss) << ctx;
-        auto got = r.grads.pairs(*model);
-        ASSERT_EQ(got.size(), ref.size());
-        int altup_tensors = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-            const std::vector<double> x = got[i].second.second->to_f64_vector(), y = ref[i].second.second->to_f64_vector();
-            double scale = 0, err = 0;
-            for (size_t k = 0; k < x.size(); ++k) scale = std::max(scale, std::fabs(y[k])), err = std::max(err, std::fabs(x[k] - y[k]));
-            EXPECT_GT(scale, 0.0) << got[i].first << " has no gradient";
-            EXPECT_LE(err, 1e-10 * scale) << got[i].first << ", " << ctx;
-            for (const char* k : {".altup.", ".laurel.", "per_layer", "altup_"}) altup_tensors += got[i].first.find(k) != std::string::npos;
-        }
+        const int altup_tensors = expect_chunked_equals_whole(*model, r, whole, ctx, {".altup.", ".laurel.", "per_layer", "altup_"});
         // per layer: router norm, router, prediction, correction, output scale, LAUREL's three, the
         // per-layer input's gate, projection and norm; the model's table, projection, norm and 2 x 2 stream maps
         EXPECT_EQ(altup_tensors, 4 * 11 + 7) << ctx;
-        const std::vector<double> x0 = r.x0_grad.to_f64_vector();
-        double scale = 0, err = 0;
-        for (size_t k = 0; k < x0.size(); ++k) scale = std::max(scale, std::fabs(ref_x0[k])), err = std::max(err, std::fabs(x0[k] - ref_x0[k]));
-        EXPECT_LE(err, 1e-10 * scale) << "input embeddings, " << ctx;
     }
 }
 
