@@ -9,11 +9,18 @@
 
 namespace kv {
 
+namespace {
+// The largest chunk the plan draws: the chunk size, 1.5x when randomized (keys_values' CLI).
+int64_t planned_chunk(const RunConfig& cfg) {
+    return cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+}
+}  // namespace
+
 int64_t run_ring_chunk(const RunConfig& cfg, const ModelConfig& mc) {
     // The chunk the plan uses, stretched by kChunkSnapTokens when windowed and full layers mix
     // (their lengths differ), as run_cache_config widens max_chunk_size.
     if (cfg.kv_cache.max_chunk_size > 0) return cfg.kv_cache.max_chunk_size;
-    int64_t c = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+    const int64_t c = planned_chunk(cfg);
     for (int64_t l = 1; l < mc.num_layers; ++l)
         if (mc.layer_window(l) != mc.layer_window(0)) return c + kChunkSnapTokens;
     return c;
@@ -32,7 +39,7 @@ KVCacheConfig run_cache_config(const RunConfig& cfg, const ModelConfig& mc, DTyp
                                        cfg.data.seq_length, mc.cache_tensors(), run_budget_layers(cfg, mc, cfg.data.seq_length));
     kc.dtype = act_dtype;
     if (kc.max_chunk_size == 0) {
-        kc.max_chunk_size = cfg.driver.randomize_chunk_sizes ? cfg.driver.chunk_size + cfg.driver.chunk_size / 2 : cfg.driver.chunk_size;
+        kc.max_chunk_size = planned_chunk(cfg);
         // With layers of different lengths (pyramidkv, a layer length rule) the plan stretches a
         // chunk ending just short of one of them by up to kChunkSnapTokens; a top-k of the bare
         // chunk size would refuse that chunk in every full layer.
