@@ -1,6 +1,7 @@
 // Full-precision buffers: K and V as (B, G, L, D) tensors in f32, bf16 or f16; plans become
 // one gather/scatter for grace-ring moves and one scatter for the new tokens.
 #include <algorithm>
+#include <unordered_map>
 
 #include "engine/kv/buffers/buffer_common.h"
 
@@ -50,32 +51,50 @@ void check_merge(const SlotPlan& plan, size_t i, int64_t rows, int64_t L) {
 
 }  // namespace
 
-// The merges touch few slots of a large buffer, but their count per row differs, so the
-// buffer goes through the host once per plan; only plans of merging policies have merges.
+// The merges touch few slots of a large buffer: only those rows go through the host (in f64,
+// in plan order), gathered and scattered back in one call each.
 void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved) {
     if (plan.merges() == 0) return;
     const int64_t rows = V.size(0) * V.size(1), L = V.size(2), D = V.size(3);
-    std::vector<double> h = V.contiguous().to_f64_vector();
+    for (size_t i = 0; i < plan.merges(); ++i) check_merge(plan, i, rows, L);
+    // Each touched slot (flat row * L + slot) once, in first-touch order, and its row in h.
+    std::unordered_map<int64_t, int64_t> local;
+    std::vector<int64_t> flat;
+    auto row_of = [&](int64_t f) {
+        const auto [it, fresh] = local.try_emplace(f, int64_t(flat.size()));
+        if (fresh) flat.push_back(f);
+        return it->second;
+    };
+    std::vector<int64_t> to_row(plan.merges()), from_row(plan.merges());
+    for (size_t i = 0; i < plan.merges(); ++i) {
+        to_row[i] = row_of(plan.merge_row[i] * L + plan.merge_to[i]);
+        from_row[i] = row_of(plan.merge_row[i] * L + plan.merge_from[i]);
+    }
+    const int64_t S = int64_t(flat.size());
+    Tensor flat_V = V.contiguous();
+    const bool in_place = flat_V.storage() == V.storage();
+    flat_V = flat_V.reshape({rows * L, D});
+    const Tensor idx = Tensor::from_i64({S, 1}, flat, {V.device(), MemCategory::WORKSPACE, "merged slots"}).expand({S, D});
+    std::vector<double> h = ops::gather(flat_V, 0, idx).contiguous().to_f64_vector();
     if (saved) {
         saved->rows.clear(), saved->values.clear();
-        std::vector<uint8_t> seen(size_t(rows * L), 0);
+        std::vector<uint8_t> seen(size_t(S), 0);
         for (size_t i = 0; i < plan.merges(); ++i) {
-            check_merge(plan, i, rows, L);
-            const int64_t at = plan.merge_row[i] * L + plan.merge_to[i];
-            if (seen[size_t(at)]) continue;
-            seen[size_t(at)] = 1;
-            saved->rows.push_back(at);
-            saved->values.insert(saved->values.end(), h.begin() + at * D, h.begin() + (at + 1) * D);
+            const int64_t r = to_row[i];
+            if (seen[size_t(r)]) continue;
+            seen[size_t(r)] = 1;
+            saved->rows.push_back(flat[size_t(r)]);
+            saved->values.insert(saved->values.end(), h.begin() + r * D, h.begin() + (r + 1) * D);
         }
     }
     for (size_t i = 0; i < plan.merges(); ++i) {
-        check_merge(plan, i, rows, L);
-        double* to = h.data() + (plan.merge_row[i] * L + plan.merge_to[i]) * D;
-        const double* from = h.data() + (plan.merge_row[i] * L + plan.merge_from[i]) * D;
+        double* to = h.data() + to_row[i] * D;
+        const double* from = h.data() + from_row[i] * D;
         const double a = plan.merge_keep[i], b = plan.merge_take[i];
         for (int64_t d = 0; d < D; ++d) to[d] = a * to[d] + b * from[d];
     }
-    V.copy_from(Tensor::from_f64(V.shape(), h, DType::F64, {V.device(), MemCategory::WORKSPACE, "merged values"}));
+    ops::scatter_(flat_V, 0, idx, Tensor::from_f64({S, D}, h, V.dtype(), {V.device(), MemCategory::WORKSPACE, "merged values"}));
+    if (!in_place) V.copy_from(flat_V.reshape(V.shape()));
 }
 
 void restore_merged_values(Tensor& V, const MergedValues& saved) {

@@ -6,11 +6,10 @@
 //   v_t <- (c_t v_t + c_e v_e) / (c_t + c_e),  c_t <- c_t + c_e      (c: tokens folded in, 1 at insertion)
 // skipped when cos(k_e, k_t) < merging_threshold. Keys are never changed (RoPE stays intact).
 // The merges ride on the plan (value_merge_policy.h), so replays apply the same map.
-#include <cmath>
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/nearest_key.h"
 #include "engine/kv/policies/value_merge_policy.h"
 #include "engine/kv/policies/wrapped_policy.h"
 
@@ -29,43 +28,16 @@ class MergingPolicy final : public ValueMergePolicy {
    protected:
     void plan_row_merges(int64_t r, const std::vector<int32_t>& evicted, const std::vector<int32_t>& kept, SlotPlan& p) const override {
         const int64_t D = head_dim();
-        const std::vector<float>& K = slot_keys();
-        auto key = [&](int32_t s) { return K.data() + (r * L_ + s) * D; };
-        auto norm = [&](const float* k) {
-            double a = 0;
-            for (int64_t d = 0; d < D; ++d) a += double(k[d]) * double(k[d]);
-            return std::sqrt(a);
-        };
         const int64_t nk = int64_t(kept.size()), ne = int64_t(evicted.size());
-        kept_norm_.resize(kept.size());
-        for (size_t i = 0; i < kept.size(); ++i) kept_norm_[i] = norm(key(kept[i]));
-        // Every evicted key against every kept key as one double product (E . K^T). A product of
-        // two floats is exact in double, so the sums over d in order equal the scalar loop's to
-        // the bit, and the choices below are those of the definition, ties included.
-        ed_.resize(size_t(ne * D));
-        kt_.resize(size_t(D * nk));
-        dots_.resize(size_t(ne * nk));
-        for (int64_t j = 0; j < ne; ++j)
-            for (int64_t d = 0; d < D; ++d) ed_[size_t(j * D + d)] = double(key(evicted[size_t(j)])[d]);
-        for (int64_t i = 0; i < nk; ++i) {
-            const float* kt = key(kept[size_t(i)]);
-            for (int64_t d = 0; d < D; ++d) kt_[size_t(d * nk + i)] = double(kt[d]);
-        }
-        policy_matmul(ne, nk, D, ed_.data(), D, kt_.data(), nk, dots_.data(), nk);
+        to_.resize(size_t(ne));
+        cos_.resize(size_t(ne));
+        nearest_by_cosine(slot_keys().data() + r * L_ * D, D, evicted.data(), ne, kept.data(), nk, to_.data(), cos_.data(), nearest_);
         // Counts as the merges of this row leave them, in order (a target may take several).
         count_.assign(slot_counts().begin() + r * L_, slot_counts().begin() + (r + 1) * L_);
         for (int64_t j = 0; j < ne; ++j) {
             const int32_t e = evicted[size_t(j)];
-            const double norm_e = norm(key(e));
-            const double* dot = dots_.data() + j * nk;
-            double best = -2;
-            int32_t to = -1;
-            for (int64_t i = 0; i < nk; ++i) {
-                // A zero key has no direction: similarity 0 to everything.
-                const double c = norm_e > 0 && kept_norm_[size_t(i)] > 0 ? dot[i] / (norm_e * kept_norm_[size_t(i)]) : 0.0;
-                if (c > best) best = c, to = kept[size_t(i)];
-            }
-            if (to < 0 || best < threshold_) continue;
+            if (to_[size_t(j)] < 0 || cos_[size_t(j)] < threshold_) continue;
+            const int32_t to = kept[size_t(to_[size_t(j)])];
             const double ct = count_[size_t(to)], ce = count_[size_t(e)];
             add_merge(p, r, to, e, ct / (ct + ce), ce / (ct + ce));
             count_[size_t(to)] = ct + ce;
@@ -74,7 +46,10 @@ class MergingPolicy final : public ValueMergePolicy {
 
    private:
     double threshold_;
-    mutable std::vector<double> kept_norm_, count_, ed_, kt_, dots_;  // scratch of plan_row_merges
+    // scratch of plan_row_merges
+    mutable std::vector<int32_t> to_;
+    mutable std::vector<double> cos_, count_;
+    mutable NearestKeyScratch nearest_;
 };
 
 PolicyInfo merging_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
