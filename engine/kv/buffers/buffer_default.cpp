@@ -1,7 +1,6 @@
 // Full-precision buffers: K and V as (B, G, L, D) tensors in f32, bf16 or f16; plans become
 // one gather/scatter for grace-ring moves and one scatter for the new tokens.
 #include <algorithm>
-#include <unordered_map>
 
 #include "engine/kv/buffers/buffer_common.h"
 
@@ -58,12 +57,12 @@ void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved) {
     const int64_t rows = V.size(0) * V.size(1), L = V.size(2), D = V.size(3);
     for (size_t i = 0; i < plan.merges(); ++i) check_merge(plan, i, rows, L);
     // Each touched slot (flat row * L + slot) once, in first-touch order, and its row in h.
-    std::unordered_map<int64_t, int64_t> local;
+    std::vector<int32_t> local(size_t(rows * L), -1);
     std::vector<int64_t> flat;
     auto row_of = [&](int64_t f) {
-        const auto [it, fresh] = local.try_emplace(f, int64_t(flat.size()));
-        if (fresh) flat.push_back(f);
-        return it->second;
+        int32_t& at = local[size_t(f)];
+        if (at < 0) at = int32_t(flat.size()), flat.push_back(f);
+        return int64_t(at);
     };
     std::vector<int64_t> to_row(plan.merges()), from_row(plan.merges());
     for (size_t i = 0; i < plan.merges(); ++i) {

@@ -9,6 +9,7 @@
 // entered (the press's cumulative attention). Keys are never changed; the merges ride on the
 // plan (value_merge_policy.h), so replays apply the same map.
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -31,10 +32,15 @@ class CamPolicy final : public ValueMergePolicy {
     void plan_row_merges(int64_t r, const std::vector<int32_t>& evicted, const std::vector<int32_t>& kept, SlotPlan& p) const override {
         const int32_t* pos = pos_.data() + r * L_;
         const double* A = slot_attention().data() + r * L_;
-        order_.assign(kept.begin(), kept.end());  // kept slots in sequence order
-        std::sort(order_.begin(), order_.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+        // Kept slots in sequence order: (position, slot) packed in one key sorts without
+        // indirection (positions are unique and non-negative in a row).
+        keyed_.resize(kept.size());
+        for (size_t i = 0; i < kept.size(); ++i) keyed_[i] = uint64_t(uint32_t(pos[kept[i]])) << 32 | uint32_t(kept[i]);
+        std::sort(keyed_.begin(), keyed_.end());
+        order_.resize(kept.size());
+        for (size_t i = 0; i < kept.size(); ++i) order_[i] = int32_t(keyed_[i] & 0xffffffffu);
         for (int32_t e : evicted) {
-            const auto first = std::upper_bound(order_.begin(), order_.end(), pos[e], [pos](int32_t pe, int32_t s) { return pe < pos[s]; });
+            const auto first = order_.begin() + (std::upper_bound(keyed_.begin(), keyed_.end(), uint64_t(uint32_t(pos[e])) << 32 | 0xffffffffu) - keyed_.begin());
             const int64_t m = std::min<int64_t>(budget_, order_.end() - first);
             if (m == 0) continue;
             double mean = 0;
@@ -50,6 +56,7 @@ class CamPolicy final : public ValueMergePolicy {
    private:
     int64_t budget_;
     mutable std::vector<int32_t> order_;  // scratch of plan_row_merges
+    mutable std::vector<uint64_t> keyed_;
 };
 
 PolicyInfo cam_of(const std::vector<PolicyInfo>& file, const char* inner, const char* name, const char* summary) {
