@@ -128,8 +128,10 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
             for (int64_t j = 0; j < cand; ++j) out[j] = float((double(s[j]) + eps_) * double(norm_[size_t(r * L_ + j)]));
             if (k1 == 0) continue;
             std::iota(order_.begin(), order_.end(), 0);
-            std::partial_sort(order_.begin(), order_.begin() + k1, order_.end(),
-                              [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a > b); });
+            // The comparison is a strict total order, so the k1 first are one set however they
+            // are ordered: a selection, not a sort.
+            std::nth_element(order_.begin(), order_.begin() + (k1 - 1), order_.end(),
+                             [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a > b); });
             for (int64_t t = 0; t < k1; ++t) out[order_[size_t(t)]] = std::numeric_limits<float>::max();
         }
     }
