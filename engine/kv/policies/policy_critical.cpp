@@ -19,7 +19,7 @@
 #include "engine/core/cache_name.h"
 #include "engine/core/error.h"
 #include "engine/kv/policies/output_projection.h"
-#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/projected_l1.h"
 #include "engine/kv/policies/policy_score_based.h"
 #include "engine/kv/policies/wrapped_policy.h"
 #include "engine/model/packed_weight.h"
@@ -142,11 +142,8 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
     };
     // n_j of the slots written by this call: (1/R) sum_h ||W_o,h v||_1 over the R query heads of
     // the KV head, ||v||_1 without W_o. A head's new values (transposed, D x mp, zero columns up
-    // to a multiple of 16) are multiplied by each W_o,h in one product, (W_o,h V^T)[c][t] =
-    // sum over d in order of W_o[c][h D + d] v_t[d] (policy_matmul: each output one sum, as one
-    // value at a time), so the L1 sums over c run for all of the chunk's values side by side
-    // (each in c order: the same bits as value by value, without one long chain of dependent adds;
-    // policy_abs_column_sums runs them at the CPU's vector width).
+    // to a multiple of 16) go through each W_o,h together (projected_l1.h: the product's tiles
+    // summed as they are made, never stored).
     void flush(const InsertFeatures& f) {
         const int64_t D = f.head_dim;
         if (wo_.empty()) {
@@ -174,14 +171,8 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
                     for (int64_t d = 0; d < D; ++d) vals_[size_t(d * mp + t)] = f.values[size_t(s.i * D + d)];
                     ++t;
                 }
-            out_.resize(size_t(E_ * mp));
             sum_.assign(size_t(mp), 0.0);
-            l1_.resize(size_t(mp));
-            for (int64_t h = g * R; h < (g + 1) * R; ++h) {
-                policy_matmul(E_, mp, D, wo_.data() + h * D, Q_, vals_.data(), mp, out_.data(), mp);
-                policy_abs_column_sums(E_, mp, out_.data(), mp, l1_.data());
-                for (int64_t i = 0; i < mp; ++i) sum_[size_t(i)] += l1_[size_t(i)];
-            }
+            for (int64_t h = g * R; h < (g + 1) * R; ++h) projected_l1_norms(E_, mp, D, wo_.data() + h * D, Q_, vals_.data(), mp, sum_.data());
             t = 0;
             for (const Staged& s : staged_)
                 if (s.r % G_ == g) norm_[size_t(s.r * L_ + s.slot)] = float(sum_[size_t(t++)] / double(R));
@@ -203,8 +194,8 @@ class CriticalPolicy final : public ScorePolicy, public OutputProjectionUser, pu
     int64_t E_ = 0, Q_ = 0;
     const void* wo_key_ = nullptr;
     std::vector<Staged> staged_;           // slots written by this call, their values' norms pending
-    std::vector<float> vals_, out_;        // scratch: one KV head's new values (D x mp); W_o,h times them (E x mp)
-    std::vector<double> sum_, l1_;         // scratch: their norms summed over the heads; one head's
+    std::vector<float> vals_;              // scratch: one KV head's new values (D x mp)
+    std::vector<double> sum_;              // scratch: their norms summed over the heads
     mutable std::vector<int32_t> order_;   // scratch: a row's candidates by the wrapped score
 };
 
