@@ -50,8 +50,8 @@ void check_merge(const SlotPlan& plan, size_t i, int64_t rows, int64_t L) {
 
 }  // namespace
 
-// The merges touch few slots of a large buffer: only those rows go through the host (in f64,
-// in plan order), gathered and scattered back in one call each.
+// The merges touch few slots of a large buffer: only those rows go through the host, in f64 and
+// in plan order, each rounded to the buffer's dtype once at the end.
 void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved) {
     if (plan.merges() == 0) return;
     const int64_t rows = V.size(0) * V.size(1), L = V.size(2), D = V.size(3);
@@ -70,11 +70,20 @@ void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved) {
         from_row[i] = row_of(plan.merge_row[i] * L + plan.merge_from[i]);
     }
     const int64_t S = int64_t(flat.size());
-    Tensor flat_V = V.contiguous();
-    const bool in_place = flat_V.storage() == V.storage();
-    flat_V = flat_V.reshape({rows * L, D});
-    const Tensor idx = Tensor::from_i64({S, 1}, flat, {V.device(), MemCategory::WORKSPACE, "merged slots"}).expand({S, D});
-    std::vector<double> h = ops::gather(flat_V, 0, idx).contiguous().to_f64_vector();
+    // An f32 buffer in host memory is read and written in place; any other through gather/scatter.
+    const bool host_f32 = V.device().type == DeviceType::CPU && V.dtype() == DType::F32 && V.is_contiguous();
+    Tensor flat_V, idx;
+    std::vector<double> h;
+    if (host_f32) {
+        const float* base = V.data<float>();
+        h.resize(size_t(S * D));
+        for (int64_t r = 0; r < S; ++r)
+            for (int64_t d = 0; d < D; ++d) h[size_t(r * D + d)] = double(base[flat[size_t(r)] * D + d]);
+    } else {
+        flat_V = V.contiguous().reshape({rows * L, D});
+        idx = Tensor::from_i64({S, 1}, flat, {V.device(), MemCategory::WORKSPACE, "merged slots"}).expand({S, D});
+        h = ops::gather(flat_V, 0, idx).contiguous().to_f64_vector();
+    }
     if (saved) {
         saved->rows.clear(), saved->values.clear();
         std::vector<uint8_t> seen(size_t(S), 0);
@@ -92,8 +101,14 @@ void merge_values_in(Tensor& V, const SlotPlan& plan, MergedValues* saved) {
         const double a = plan.merge_keep[i], b = plan.merge_take[i];
         for (int64_t d = 0; d < D; ++d) to[d] = a * to[d] + b * from[d];
     }
+    if (host_f32) {
+        float* base = V.data<float>();
+        for (int64_t r = 0; r < S; ++r)
+            for (int64_t d = 0; d < D; ++d) base[flat[size_t(r)] * D + d] = float(h[size_t(r * D + d)]);
+        return;
+    }
     ops::scatter_(flat_V, 0, idx, Tensor::from_f64({S, D}, h, V.dtype(), {V.device(), MemCategory::WORKSPACE, "merged values"}));
-    if (!in_place) V.copy_from(flat_V.reshape(V.shape()));
+    if (flat_V.storage() != V.storage()) V.copy_from(flat_V.reshape(V.shape()));
 }
 
 void restore_merged_values(Tensor& V, const MergedValues& saved) {
