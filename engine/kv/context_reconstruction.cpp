@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/kv/layer_cache.h"
 #include "engine/memory/memory_tracker.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/run_phase.h"
@@ -27,9 +28,9 @@ class ReconstructionAttention final : public LayerAttention {
             throw Error(str("layer ", layer, " reconstruction: its queries start at position ", input_pos, " but the cache has seen ",
                             pol.input_pos(), " tokens"),
                         "a chunk's reconstruction runs right after the chunk");
-        if (pool_slots(pol) > 0) throw Error(str("the '", pol.name(), "' policy keeps per-head lengths; reconstruction needs one slot row per head"));
         const Device dev = q.device();
         MemoryLabelScope label(str("layer ", layer, " reconstruction"));
+        if (pool_slots(pol) > 0) return attend_pool(lc, layer, q, k, v, input_pos, scale, window, y);
         auto [K, V] = lc.buffer().read(T);
         const TensorOptions wo{dev, MemCategory::WORKSPACE, "reconstruction keys and values"};
         Tensor Kc = Tensor::empty({B, G, T + m, D}, K.dtype(), wo), Vc = Tensor::empty({B, G, T + m, D}, V.dtype(), wo);
@@ -65,6 +66,52 @@ class ReconstructionAttention final : public LayerAttention {
         // A windowed layer keeps its ring by rule and scores nothing.
         if (ReconstructsContext* r = pol.capabilities().reconstructs_context) r->observe_reconstruction(in);
     }
+
+   private:
+    // Per-head lengths (ada-kvzip): the pool (B, 1, S, D) and the piece's own keys of every group
+    // side by side, (B, 1, S + G m, D); head group g sees the pool slots it keeps and its own
+    // piece (pooled_attention). The policy reads the pool once per group, (B, G, S, D), with the
+    // positions telling it whose slot each is.
+    void attend_pool(LayerCache& lc, int layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t input_pos, float scale,
+                     int window, Tensor& y) {
+        KVPolicy& pol = lc.policy();
+        const int64_t B = q.size(0), G = k.size(1), m = k.size(2), D = k.size(3), S = pool_slots(pol), W = S + G * m;
+        const Device dev = q.device();
+        auto [K, V] = lc.buffer().read(S);
+        const TensorOptions wo{dev, MemCategory::WORKSPACE, "reconstruction keys and values"};
+        Tensor Kc = Tensor::empty({B, 1, W, D}, K.dtype(), wo), Vc = Tensor::empty({B, 1, W, D}, V.dtype(), wo);
+        Kc.slice(2, 0, S).copy_from(K);
+        Kc.slice(2, S, W).copy_from(k.contiguous().reshape({B, 1, G * m, D}));
+        Vc.slice(2, 0, S).copy_from(V);
+        Vc.slice(2, S, W).copy_from(v.contiguous().reshape({B, 1, G * m, D}));
+        const std::vector<int32_t>& pos = pol.token_positions();  // (B, G, S)
+        std::vector<int32_t> kp(size_t(B * G * W), -1);
+        for (int64_t r = 0; r < B * G; ++r) {
+            std::copy(pos.begin() + r * S, pos.begin() + (r + 1) * S, kp.begin() + r * W);
+            for (int64_t i = 0; i < m; ++i) kp[size_t(r * W + S + (r % G) * m + i)] = int32_t(input_pos + i);
+        }
+        {
+            KV_TRACE_SPAN(trace::SpanCategory::ATTENTION, "reconstruction sdpa", .layer = layer);
+            pooled_attention(y, q, Kc, Vc, kp, G, position_range(input_pos, m, dev), scale, nullptr, window);
+        }
+        KV_TRACE_SPAN(trace::SpanCategory::SCORING, "reconstruction scoring", .layer = layer);
+        ReconstructionInput in;
+        in.queries = q.contiguous().to_f32_vector();
+        in.own_keys = k.contiguous().to_f32_vector();
+        const std::vector<float> pool = K.contiguous().to_f32_vector();  // (B, 1, S, D)
+        in.cache_keys.resize(size_t(B * G * S * D));
+        for (int64_t r = 0; r < B * G; ++r) std::copy_n(pool.begin() + (r / G) * S * D, S * D, in.cache_keys.begin() + r * S * D);
+        in.query_heads = q.size(1);
+        in.m = m;
+        in.head_dim = D;
+        in.query_pos = input_pos;
+        in.chunk_begin = begin_;
+        in.chunk_end = end_;
+        in.scale = scale;
+        if (ReconstructsContext* r = pol.capabilities().reconstructs_context) r->observe_reconstruction(in);
+    }
+
+   public:
 
    private:
     KVCache& cache_;

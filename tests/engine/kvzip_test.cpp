@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -33,7 +34,7 @@ std::vector<float> randn(std::mt19937_64& rng, size_t n, double sd) {
     return v;
 }
 
-// f64 KVzip scores of the slots of one piece: cache keys K (G, T, D) at positions pos (G, T),
+// f64 KVzip scores of the slots of one piece: cache keys K (G, T, D) at positions pos (G, T, -1 none),
 // the piece re-reading positions [c0, c1), sinks < n_sink. Returns best (G, T), NaN where the
 // piece scores nothing.
 std::vector<double> reference_scores(const std::vector<float>& K, const std::vector<int32_t>& pos, int64_t T, const HandCase& h,
@@ -43,7 +44,7 @@ std::vector<double> reference_scores(const std::vector<float>& K, const std::vec
         std::vector<int64_t> keys;  // cache slots in the softmax
         for (int64_t j = 0; j < T; ++j) {
             const int32_t p = pos[size_t(g * T + j)];
-            if (p < n_sink || (p >= c0 && p < c1)) keys.push_back(j);
+            if (p >= 0 && (p < n_sink || (p >= c0 && p < c1))) keys.push_back(j);  // -1: a pool slot another head keeps
         }
         for (int64_t j : keys) {
             const int32_t p = pos[size_t(g * T + j)];
@@ -137,6 +138,106 @@ TEST(KVzip, ScoresAndChoicesEqualTheF64Reference) {
         std::sort(want.begin(), want.end()), std::sort(have.begin(), have.end());
         EXPECT_EQ(have, want) << "row " << g;
     }
+}
+
+// ada-kvzip (Ada-KV's allocation over KVzip's scores, kvpress' head-wise ranking): a pool of
+// G L = 12 slots for 2 KV heads. After a prefill of 4 and a chunk of 2 (the pool full, no
+// eviction yet) each piece scores, in every head, the slots that head keeps (the others' are
+// -1 in its row), as the f64 reference over the pool; the next chunk of 2 then frees the 4
+// lowest of all heads' slots together, each head keeping its best floor(alpha L) = 1.
+// One case from `seed`; true when Ada-KV's rule gave the two heads different budgets.
+bool check_ada_kvzip_case(uint64_t seed) {
+    const int64_t L = 6, G = 2, S = G * L, D = 4, n_sink = 1;
+    const double scale = 0.5;
+    KVCacheConfig cfg;
+    cfg.name = "ada-kvzip-default";
+    cfg.cache_length = L;
+    cfg.grace_period = 0;
+    cfg.policy_options = {{"kvzip_n_sink", double(n_sink)}, {"ada_alpha", 0.2}};
+    auto pol = make_policy(cfg, L, G, &byte_codec(), 0);
+    EXPECT_TRUE(pol->capabilities().reconstructs_context != nullptr);
+    EXPECT_EQ(pool_slots(*pol), S);
+    pol->reset(1);
+    std::mt19937_64 rng(seed);
+    const std::vector<float> pool = randn(rng, size_t(S * D), 1.0);  // the pool's keys by slot
+    std::vector<double> ref(size_t(G * S), std::nan(""));
+    auto piece = [&](int64_t c0, int64_t c1, int64_t m) {
+        HandCase h;
+        h.G = G, h.D = D, h.m = m;
+        h.q = randn(rng, size_t(G * h.R * m * D), 1.5);
+        h.own = randn(rng, size_t(G * m * D), 1.0);
+        std::vector<float> K(size_t(G * S * D));  // the pool once per head row, as the pass hands it
+        for (int64_t g = 0; g < G; ++g) std::copy(pool.begin(), pool.end(), K.begin() + g * S * D);
+        const std::vector<int32_t> pos = pol->token_positions();
+        ReconstructionInput in;
+        in.queries = h.q, in.own_keys = h.own, in.cache_keys = K;
+        in.query_heads = G * h.R, in.m = m, in.head_dim = D, in.query_pos = c1, in.chunk_begin = c0, in.chunk_end = c1;
+        in.scale = float(scale);
+        pol->capabilities().reconstructs_context->observe_reconstruction(in);
+        const std::vector<double> b = reference_scores(K, pos, S, h, c0, c1, n_sink, scale);
+        for (int64_t i = 0; i < G * S; ++i)
+            if (!std::isnan(b[size_t(i)])) ref[size_t(i)] = b[size_t(i)];
+    };
+    pol->prefill(4, InsertFeatures{});
+    piece(0, 4, 5);
+    const SlotPlan fill = pol->prepare(2);
+    pol->apply(fill, InsertFeatures{});
+    pol->update({}, 2);
+    piece(4, 6, 3);
+    const std::vector<int32_t> pos = pol->token_positions();
+    for (int64_t i = 0; i < G * S; ++i)
+        if (pos[size_t(i)] >= 0 && pos[size_t(i)] < n_sink) ref[size_t(i)] = 1.0;  // sinks: kept
+    const std::vector<float> got = pol->slot_scores();
+    if (got.size() != size_t(G * S)) {
+        ADD_FAILURE() << "slot_scores has " << got.size() << " entries, expected " << G * S;
+        return false;
+    }
+    int64_t kept = 0;
+    for (int64_t i = 0; i < G * S; ++i) {
+        if (pos[size_t(i)] < 0) {
+            EXPECT_EQ(got[size_t(i)], std::numeric_limits<float>::infinity()) << "entry " << i << ": a slot its head does not keep";
+            continue;
+        }
+        ++kept;
+        EXPECT_FALSE(std::isnan(ref[size_t(i)])) << "row " << i / S << " slot " << i % S << " was never scored by the reference";
+        EXPECT_NEAR(got[size_t(i)], ref[size_t(i)], 1e-6 * std::max(1.0, ref[size_t(i)])) << "row " << i / S << " slot " << i % S;
+    }
+    EXPECT_EQ(kept, G * L);
+    // Ada-KV's rule on the reference scores: per head, its best floor(0.2 L) = 1 slot stays;
+    // the G n = 4 lowest of the rest over both heads go (equal scores: lower head, lower slot).
+    struct Cand {
+        double s;
+        int64_t g, slot;
+    };
+    std::vector<Cand> cand;
+    for (int64_t g = 0; g < G; ++g) {
+        std::vector<Cand> own;
+        for (int64_t sl = 0; sl < S; ++sl)
+            if (pos[size_t(g * S + sl)] >= 0) own.push_back({ref[size_t(g * S + sl)], g, sl});
+        std::sort(own.begin(), own.end(), [](const Cand& a, const Cand& b) { return a.s < b.s || (a.s == b.s && a.slot < b.slot); });
+        cand.insert(cand.end(), own.begin(), own.end() - 1);
+    }
+    std::sort(cand.begin(), cand.end(),
+              [](const Cand& a, const Cand& b) { return a.s < b.s || (a.s == b.s && (a.g < b.g || (a.g == b.g && a.slot < b.slot))); });
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < 2 * G; ++i) want.push_back(int32_t(cand[size_t(i)].slot));
+    std::sort(want.begin(), want.end());
+    const SlotPlan next = pol->prepare(2);
+    std::vector<int32_t> have = next.targets;
+    std::sort(have.begin(), have.end());
+    EXPECT_EQ(have, want) << "seed " << seed;
+    std::vector<int64_t> per_head(static_cast<size_t>(G), 0);
+    for (int64_t i = 0; i < 2 * G; ++i) ++per_head[size_t(cand[size_t(i)].g)];
+    return per_head[0] != per_head[1];
+}
+
+TEST(KVzip, AdaKVzipScoresEachHeadsOwnSlotsAndEvictsTheLowestOverAllHeads) {
+    int uneven = 0;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+        uneven += check_ada_kvzip_case(seed);
+        if (::testing::Test::HasFailure()) return;
+    }
+    EXPECT_GE(uneven, 2) << "the cases should give the heads different budgets, or they test nothing beyond kvzip";
 }
 
 // A cache without a tokenizer cannot build its prompt: one clear message.
@@ -250,6 +351,64 @@ TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
     EXPECT_GT(top - low, 100 * 2e-5) << "the reference weights are all alike: the case cannot tell slots apart";
     (void)m;
     (void)worst;
+}
+
+// Through the model with per-head lengths: ada-kvzip's pass attends over the pool (each head
+// group its own slots and its own piece) and must score every layer's tokens as kvzip's plain
+// pass does while both caches still hold the same tokens (the first chunk fills them); the
+// scores of later layers depend on the earlier layers' pooled attention, so a wrong mask or
+// piece placement shows there.
+TEST(KVzip, AdaKVzipsPooledPassScoresAsKvzipsBeforeAnyEviction) {
+    Tiny t;
+    const int64_t L = 24, T = 40;
+    const int nl = int(t.cfg.num_layers);
+    const int64_t G = t.cfg.num_kv_heads, S = G * L;
+    std::mt19937_64 rng(seed_for("ada-kvzip tiny"));
+    std::vector<int32_t> ids((size_t)T);
+    for (auto& x : ids) x = int32_t(rng() % 90 + 32);
+    const TextCodec codec{[&t](const std::vector<int32_t>& v) { return t.tok->decode(v, true); },
+                          [&t](const std::string& s) { return t.tok->encode(s, false); }};
+    // scores by (layer, head, position) after the first chunk's pass
+    auto first_scores = [&](const std::string& name) {
+        KVCacheConfig kc;
+        kc.name = name;
+        kc.cache_length = L;
+        kc.dtype = DType::F32;
+        KVCache cache(kc, t.cfg, Device{}, DType::F32, T, &codec);
+        std::vector<std::vector<double>> out((size_t)nl, std::vector<double>(size_t(G * L), std::nan("")));
+        cache.set_step_hook([&](const LayerStep& s) {
+            if (s.chunk != 0) return;
+            const std::vector<float> sc = s.policy->slot_scores();
+            const std::vector<int32_t>& pos = s.policy->token_positions();
+            const int64_t W = int64_t(sc.size()) / G;  // L slots per head, or the pool
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t j = 0; j < W; ++j) {
+                    const int32_t p = pos[size_t(g * W + j)];
+                    if (p >= 0) out[size_t(s.layer)][size_t(g * L + p)] = sc[size_t(g * W + j)];
+                }
+        });
+        ChunkPlan plan;
+        plan.chunks = {L, 8, 8};
+        plan.starts = {0, L, L + 8};
+        plan.cells = {{0, 3}};
+        HeadSpec hs;
+        hs.T = T;
+        hs.token_targets.assign(size_t(T), -100);
+        HeadResult res;
+        long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res);
+        return out;
+    };
+    const auto plain = first_scores("kvzip-default"), pooled = first_scores("ada-kvzip-default");
+    double spread = 0;
+    for (int l = 0; l < nl; ++l)
+        for (int64_t i = 0; i < G * L; ++i) {
+            ASSERT_FALSE(std::isnan(plain[size_t(l)][size_t(i)]) || std::isnan(pooled[size_t(l)][size_t(i)]))
+                << "layer " << l << " head " << i / L << " position " << i % L << " unscored";
+            EXPECT_NEAR(pooled[size_t(l)][size_t(i)], plain[size_t(l)][size_t(i)], 1e-6) << "layer " << l << " head " << i / L << " position " << i % L;
+            spread = std::max(spread, std::fabs(plain[size_t(l)][size_t(i)] - plain[size_t(l)][size_t((i / L) * L + L - 1)]));
+        }
+    EXPECT_GT(spread, 1e-4) << "the scores are all alike: the comparison cannot tell slots apart";
+    (void)S;
 }
 
 // The pass never writes the cache: with room for the whole sequence nothing is evicted, so

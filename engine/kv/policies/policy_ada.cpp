@@ -35,9 +35,10 @@ AdaVariant parse_ada_variant(const std::string& name) {
     throw Error(str("ada variant '", name, "' is unknown; expected paper, equal, fixed or ema"));
 }
 
-class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProjectionUser {
+class AdaKVPolicy : public KVPolicy, public PooledSlots, public OutputProjectionUser {
    public:
-    AdaKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer, const std::string& inner_name, std::string name)
+    AdaKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, int64_t layer, const std::string& inner_name, std::string name,
+                const TextCodec* text = nullptr)
         : KVPolicy(L, G),
           name_(std::move(name)),
           S_(L * G),
@@ -54,7 +55,7 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProj
         c.max_chunk_size = 0;
         c.name = CacheName{inner_name, cfg.buffer()}.text();
         const PolicyInfo* info = find_policy(inner_name);
-        std::unique_ptr<KVPolicy> p = build_policy(*info, PolicyArgs{c, S_, G, layer, nullptr});
+        std::unique_ptr<KVPolicy> p = build_policy(*info, PolicyArgs{c, S_, G, layer, text});
         inner_.reset(dynamic_cast<ScorePolicy*>(p.get()));
         if (!inner_) throw Error(str(name_, ": '", inner_name, "' is not a score policy"));
         (void)p.release();
@@ -316,6 +317,9 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProj
         return out;
     }
 
+   protected:
+    ScorePolicy& inner() const { return *inner_; }
+
    private:
     // Filling: token P + t of head g goes to pool slot (P + t) * G + g (interleaved, so the
     // prefill's (B, n, G, D) keys are one contiguous write).
@@ -345,6 +349,22 @@ class AdaKVPolicy final : public KVPolicy, public PooledSlots, public OutputProj
     std::vector<int64_t> target_;  // (B, G) fixed budgets (EQUAL, FIXED), empty = the paper's top-k
     std::vector<float> ema_;        // (B, G, S) EMA's averaged scores
     std::vector<int32_t> ema_pos_;  // the position each ema_ entry belongs to
+};
+
+// ada-kvzip: the pool's scores come from KVzip's reconstruction pass (a capability only this
+// variant has, so the driver runs the pass for it alone); each head scores the slots it keeps.
+class AdaReconstructingPolicy final : public AdaKVPolicy, public ReconstructsContext {
+   public:
+    using AdaKVPolicy::AdaKVPolicy;
+    ReconstructionPrompt reconstruction_prompt() const override { return scorer().reconstruction_prompt(); }
+    void observe_reconstruction(const ReconstructionInput& in) override { scorer().observe_reconstruction(in); }
+
+   private:
+    ReconstructsContext& scorer() const {
+        auto* r = dynamic_cast<ReconstructsContext*>(&inner());
+        if (!r) throw Error(str(name(), ": the wrapped scorer has no reconstruction pass"));
+        return *r;
+    }
 };
 
 // For the formula test (tests/engine/kv_registry_test.cpp): the evictions of one batch row.
@@ -388,6 +408,15 @@ std::vector<PolicyInfo> ada_policies() {
                    .buffers = {"default", "f32", "bf16", "f16"},
                    .uses = {"grace_period", "keep_initial_fraction"},
                    .doc_anchor = "docs/POLICIES.md#ada-kv"});
+    out.push_back({.name = "ada-kvzip",
+                   .summary = "Ada-KV over KVzip: the layer's G*L slots shared by its heads, evictions by top-k over all heads' KVzip scores",
+                   .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
+                       return std::make_unique<AdaReconstructingPolicy>(a.cfg, a.L, a.G, a.layer, "kvzip", "ada-kvzip", a.text);
+                   },
+                   .needs_text = true,
+                   .buffers = {"default", "f32", "bf16", "f16"},
+                   .uses = {"grace_period", "keep_initial_fraction"},
+                   .doc_anchor = "docs/POLICIES.md#kvzip"});
     out.push_back({.name = "critical-ada",
                    .summary = "CriticalAdaKV: Ada-KV's head budgets from SnapKV's scores, each head's slots chosen by CriticalKV's two stages",
                    .make = [](const PolicyArgs& a) -> std::unique_ptr<KVPolicy> {
