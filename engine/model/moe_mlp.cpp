@@ -103,25 +103,25 @@ DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32
 // rows of bias (N, 2I) at `expert_of`; null: t holds it already).
 template <class T>
 void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha, const T* bias, const Routing& rt) {
-    const T lim = T(limit), a = T(alpha), inv = T(1.0 / alpha);
+    const T lim = T(limit), nlim = T(-limit), a = T(alpha), inv = T(1.0 / alpha);
+    // min(x, lim) and clamp(x, -lim, lim) written as the selects std::min / std::clamp make,
+    // over restrict rows, so the compiler vectorizes them.
+    const auto row = [=](T* __restrict g, T* __restrict u, const T* __restrict bg, const T* __restrict bu) {
+        for (int64_t i = 0; i < I; ++i) {
+            const T gi = bg ? g[i] + bg[i] : g[i], ui = bu ? u[i] + bu[i] : u[i];
+            g[i] = a * (lim < gi ? lim : gi);
+            u[i] = ((ui < nlim ? nlim : (lim < ui ? lim : ui)) + T(1)) * inv;
+        }
+    };
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < S; ++s) {
         T* g = t + s * 2 * I;
-        T* u = g + I;
+        const T* bg = nullptr;
         if (bias) {
             const int64_t e = int64_t(std::upper_bound(rt.offset.begin(), rt.offset.end(), s) - rt.offset.begin()) - 1;
-            const T* bg = bias + e * 2 * I;
-            const T* bu = bg + I;
-            for (int64_t i = 0; i < I; ++i) {
-                g[i] = a * std::min(g[i] + bg[i], lim);
-                u[i] = (std::clamp(u[i] + bu[i], -lim, lim) + T(1)) * inv;
-            }
-        } else {
-            for (int64_t i = 0; i < I; ++i) {
-                g[i] = a * std::min(g[i], lim);
-                u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
-            }
+            bg = bias + e * 2 * I;
         }
+        row(g, g + I, bg, bg ? bg + I : nullptr);
     }
 }
 
@@ -130,21 +130,22 @@ void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha, const 
 template <class T>
 void combine(const Routing& rt, const T* y, const T* bias, int64_t E, T* out) {
     const int64_t K = rt.K;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rt.R; ++r) {
-        T* o = out + r * E;
-        for (int64_t c = 0; c < E; ++c) o[c] = T(0);
-        for (int64_t j = 0; j < K; ++j) {
-            const T w = T(rt.weight[size_t(r * K + j)]);
-            const T* yr = y + rt.pos[size_t(r * K + j)] * E;
-            if (bias) {
-                const T* b = bias + rt.expert[size_t(r * K + j)] * E;
-                for (int64_t c = 0; c < E; ++c) o[c] += w * (yr[c] + b[c]);
-            } else {
-                for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
-            }
+    // One token's row: the first selected expert stores, the others add (restrict rows vectorize).
+    const auto acc = [=](T* __restrict o, const T* __restrict yr, const T* __restrict b, T w, bool first) {
+        if (first) {
+            if (b) for (int64_t c = 0; c < E; ++c) o[c] = w * (yr[c] + b[c]);
+            else for (int64_t c = 0; c < E; ++c) o[c] = w * yr[c];
+        } else {
+            if (b) for (int64_t c = 0; c < E; ++c) o[c] += w * (yr[c] + b[c]);
+            else for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
         }
-    }
+    };
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rt.R; ++r)
+        for (int64_t j = 0; j < K; ++j) {
+            const size_t rk = size_t(r * K + j);
+            acc(out + r * E, y + rt.pos[rk] * E, bias ? bias + rt.expert[rk] * E : nullptr, T(rt.weight[rk]), j == 0);
+        }
 }
 
 }  // namespace
