@@ -103,25 +103,25 @@ DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32
 // rows of bias (N, 2I) at `expert_of`; null: t holds it already).
 template <class T>
 void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha, const T* bias, const Routing& rt) {
-    const T lim = T(limit), nlim = T(-limit), a = T(alpha), inv = T(1.0 / alpha);
-    // min(x, lim) and clamp(x, -lim, lim) written as the selects std::min / std::clamp make,
-    // over restrict rows, so the compiler vectorizes them.
-    const auto row = [=](T* __restrict g, T* __restrict u, const T* __restrict bg, const T* __restrict bu) {
-        for (int64_t i = 0; i < I; ++i) {
-            const T gi = bg ? g[i] + bg[i] : g[i], ui = bu ? u[i] + bu[i] : u[i];
-            g[i] = a * (lim < gi ? lim : gi);
-            u[i] = ((ui < nlim ? nlim : (lim < ui ? lim : ui)) + T(1)) * inv;
-        }
-    };
+    const T lim = T(limit), a = T(alpha), inv = T(1.0 / alpha);
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < S; ++s) {
         T* g = t + s * 2 * I;
-        const T* bg = nullptr;
+        T* u = g + I;
         if (bias) {
             const int64_t e = int64_t(std::upper_bound(rt.offset.begin(), rt.offset.end(), s) - rt.offset.begin()) - 1;
-            bg = bias + e * 2 * I;
+            const T* bg = bias + e * 2 * I;
+            const T* bu = bg + I;
+            for (int64_t i = 0; i < I; ++i) {
+                g[i] = a * std::min(g[i] + bg[i], lim);
+                u[i] = (std::clamp(u[i] + bu[i], -lim, lim) + T(1)) * inv;
+            }
+        } else {
+            for (int64_t i = 0; i < I; ++i) {
+                g[i] = a * std::min(g[i], lim);
+                u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
+            }
         }
-        row(g, g + I, bg, bg ? bg + I : nullptr);
     }
 }
 
