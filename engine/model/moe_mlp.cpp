@@ -130,21 +130,22 @@ void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha, const 
 template <class T>
 void combine(const Routing& rt, const T* y, const T* bias, int64_t E, T* out) {
     const int64_t K = rt.K;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rt.R; ++r) {
-        T* o = out + r * E;
-        for (int64_t c = 0; c < E; ++c) o[c] = T(0);
-        for (int64_t j = 0; j < K; ++j) {
-            const T w = T(rt.weight[size_t(r * K + j)]);
-            const T* yr = y + rt.pos[size_t(r * K + j)] * E;
-            if (bias) {
-                const T* b = bias + rt.expert[size_t(r * K + j)] * E;
-                for (int64_t c = 0; c < E; ++c) o[c] += w * (yr[c] + b[c]);
-            } else {
-                for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
-            }
+    // One token's row: the first selected expert stores, the others add (restrict rows vectorize).
+    const auto acc = [=](T* __restrict o, const T* __restrict yr, const T* __restrict b, T w, bool first) {
+        if (first) {
+            if (b) for (int64_t c = 0; c < E; ++c) o[c] = w * (yr[c] + b[c]);
+            else for (int64_t c = 0; c < E; ++c) o[c] = w * yr[c];
+        } else {
+            if (b) for (int64_t c = 0; c < E; ++c) o[c] += w * (yr[c] + b[c]);
+            else for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
         }
-    }
+    };
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rt.R; ++r)
+        for (int64_t j = 0; j < K; ++j) {
+            const size_t rk = size_t(r * K + j);
+            acc(out + r * E, y + rt.pos[rk] * E, bias ? bias + rt.expert[rk] * E : nullptr, T(rt.weight[rk]), j == 0);
+        }
 }
 
 }  // namespace

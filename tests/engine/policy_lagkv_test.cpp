@@ -29,5 +29,19 @@ TEST(LagKV, ShortSequenceKeepsTheNewestAsKvpress) {
     check_policy_against_reference("lagkv-default", [](KVCacheConfig&) {}, [](const LayerHarness& h, int64_t, int64_t) { return lagkv_reference(h, 4, 128, false); });
 }
 
+TEST(LagKV, BlocksLongerThanEightTokensEqualTheF64Reference) {
+    // 40 cached tokens, blocks of 9 and 11 (the per-token sums run 8 tokens at a time, then the
+    // rest), over head widths 16 (a power of two: the mean's 1 / D is exact) and 12
+    for (const int64_t D : {16, 12})
+        for (const int64_t lag : {9, 11}) {
+            SCOPED_TRACE(str("D ", D, ", lag ", lag));
+            LayerHarness h("lagkv-default", 40, seed_for(str("lagkv long blocks ", D, " ", lag)), 0, D);
+            compare_policy_with_reference(
+                h, "lagkv-default", [lag](KVCacheConfig& c) { c.policy_options = {{"lagkv_sinks", 1}, {"lagkv_lag", double(lag)}}; },
+                [lag](const LayerHarness& hh, int64_t, int64_t) { return lagkv_reference(hh, 1, lag, false); }, {4, 3, 4, 2, 4, 1, 5, 1},
+                2e-6);
+        }
+}
+
 }  // namespace
 }  // namespace kv::test

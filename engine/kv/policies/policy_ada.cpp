@@ -253,14 +253,17 @@ class AdaKVPolicy : public KVPolicy, public PooledSlots, public OutputProjection
             // than the chunk whenever n >= alpha L (L = 512, chunks of 128), so its queries saw
             // no past at all, not even the first token.
             const int64_t reserve = std::clamp<int64_t>(min_ - kept, 0, int64_t(own.size()));
-            std::sort(own.begin(), own.end(), lower);
+            // `lower` is a total order (slots are distinct), so the lowest k are one set and one
+            // order however they are found: the quota's in order, the pool's as a set (sorted below).
             if (target) {
                 const int64_t quota = kept + int64_t(own.size()) + n - target[g];
                 if (quota < 0 || quota > int64_t(own.size()))
                     throw Error(str(name(), " cache: head ", g, " must evict ", quota, " of ", own.size(), " evictable slots"));
+                std::partial_sort(own.begin(), own.begin() + quota, own.end(), lower);
                 pool.insert(pool.end(), own.begin(), own.begin() + quota);
                 continue;
             }
+            if (reserve > 0) std::nth_element(own.begin(), own.end() - reserve, own.end(), lower);
             pool.insert(pool.end(), own.begin(), own.end() - reserve);
         }
         const int64_t e = G_ * n;

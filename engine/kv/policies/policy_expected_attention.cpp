@@ -162,6 +162,10 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                     Kc = kc.data();
                 }
                 ea_key_forms(Tc, D, R, Kc, D, U.data(), R * D, mup.data(), lin.data(), use_cov_ ? quad.data() : nullptr);
+                // / R as a product with 1 / R where that is exact (R a power of two): the same
+                // correctly rounded quotient without a division per slot and head
+                const double fR = double(R), invR = 1.0 / fR;
+                const bool pow2R = (R & (R - 1)) == 0;
                 for (int64_t hr = 0; hr < R; ++hr) {
                     double m = -std::numeric_limits<double>::infinity();
                     double* lg = lin.data() + hr * Tc;  // becomes the logit
@@ -176,7 +180,7 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                         if (pos[idx[size_t(c)]] >= n_sink_) z += (ex[size_t(idx[size_t(c)])] = std::exp(lg[c] - m));
                     for (int64_t c = 0; c < Tc; ++c) {
                         const int32_t j = idx[size_t(c)];
-                        if (pos[j] >= n_sink_) acc[size_t(j)] += ex[size_t(j)] / z / double(R);
+                        if (pos[j] >= n_sink_) acc[size_t(j)] += pow2R ? ex[size_t(j)] / z * invR : ex[size_t(j)] / z / fR;
                     }
                 }
                 for (int64_t j = 0; j < T; ++j) {

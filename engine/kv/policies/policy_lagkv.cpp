@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "engine/kv/policies/policy_score_based.h"
+#include "engine/kv/policies/position_order.h"
 
 namespace kv {
 
@@ -51,12 +52,10 @@ class LagKVPolicy final : public ScorePolicy {
     }
     void accumulate(const std::vector<float>&, int64_t) override {
         const int64_t m = T_;
-        order_.resize(size_t(m));
         for (int64_t r = 0; r < rows(); ++r) {
             const int32_t* pos = pos_.data() + r * L_;
             float* out = score_.data() + r * L_;
-            std::iota(order_.begin(), order_.end(), 0);
-            std::sort(order_.begin(), order_.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+            slots_by_position(pos, m, order_, by_pos_);
             for (int64_t i = 0; i < m; ++i) out[order_[size_t(i)]] = 1.0f;
             if (m < sinks_ + 2 * lag_) {  // too short to score: keep the newest (kvpress' fallback)
                 for (int64_t i = sinks_; i < m; ++i) out[order_[size_t(i)]] = float(double(i - sinks_) / double(m - sinks_));
@@ -73,6 +72,7 @@ class LagKVPolicy final : public ScorePolicy {
     }
 
    private:
+    static constexpr int64_t kGroup = 8;
     // Scores of the block order_[at, at + lag) of row r against the block after it.
     void score_block(int64_t r, int64_t at, float* out) {
         mix_.assign(size_t(lag_), 0.0);
@@ -93,16 +93,39 @@ class LagKVPolicy final : public ScorePolicy {
                 const double range = hi_[size_t(d)] - lo_[size_t(d)];
                 range_[size_t(d)] = range > 0 ? range : 1.0;
             }
+            // Each token's normalised channels, mean and std, as one token at a time would sum
+            // them (channel order, one dependent chain per token), for kGroup tokens at once so
+            // the chains overlap. Dividing by D is a product with 1 / D when that is exact (D a
+            // power of two): the same correctly rounded quotient.
             std_.resize(size_t(lag_));
-            y_.resize(size_t(D_));
+            y_.resize(size_t(kGroup * D_));
+            const double fD = double(D_), invD = 1.0 / fD, fdof = double(std::max<int64_t>(D_ - 1, 1));
+            const bool pow2 = (D_ & (D_ - 1)) == 0;
             double top = -INFINITY;
-            for (int64_t t = 0; t < lag_; ++t) {
-                const float* x = row(at + t);
-                for (int64_t d = 0; d < D_; ++d) y_[size_t(d)] = (double(x[d]) - lo_[size_t(d)]) / range_[size_t(d)];
-                double mean = 0, var = 0;
-                for (int64_t d = 0; d < D_; ++d) mean += y_[size_t(d)] / double(D_);
-                for (int64_t d = 0; d < D_; ++d) var += (y_[size_t(d)] - mean) * (y_[size_t(d)] - mean);
-                top = std::max(top, std_[size_t(t)] = std::sqrt(var / double(std::max<int64_t>(D_ - 1, 1))));
+            for (int64_t t0 = 0; t0 < lag_; t0 += kGroup) {
+                const int64_t nt = std::min<int64_t>(kGroup, lag_ - t0);
+                for (int64_t l = 0; l < nt; ++l) {
+                    const float* x = row(at + t0 + l);
+                    double* y = y_.data() + l * D_;
+                    for (int64_t d = 0; d < D_; ++d) y[d] = (double(x[d]) - lo_[size_t(d)]) / range_[size_t(d)];
+                }
+                double mean[kGroup] = {}, var[kGroup] = {};
+                if (nt == kGroup) {
+                    for (int64_t d = 0; d < D_; ++d)
+                        for (int64_t l = 0; l < kGroup; ++l) mean[l] += pow2 ? y_[size_t(l * D_ + d)] * invD : y_[size_t(l * D_ + d)] / fD;
+                    for (int64_t d = 0; d < D_; ++d)
+                        for (int64_t l = 0; l < kGroup; ++l) {
+                            const double c = y_[size_t(l * D_ + d)] - mean[l];
+                            var[l] += c * c;
+                        }
+                } else {
+                    for (int64_t l = 0; l < nt; ++l) {
+                        const double* y = y_.data() + l * D_;
+                        for (int64_t d = 0; d < D_; ++d) mean[l] += pow2 ? y[d] * invD : y[d] / fD;
+                        for (int64_t d = 0; d < D_; ++d) var[l] += (y[d] - mean[l]) * (y[d] - mean[l]);
+                    }
+                }
+                for (int64_t l = 0; l < nt; ++l) top = std::max(top, std_[size_t(t0 + l)] = std::sqrt(var[l] / fdof));
             }
             double z = 0;
             for (double& s : std_) z += (s = std::exp(s - top));
@@ -123,7 +146,7 @@ class LagKVPolicy final : public ScorePolicy {
     int64_t D_ = 0;
     std::vector<float> score_;          // (B*G, L)
     std::vector<float> kv_;             // (B*G, L, 2, D) key then value of each slot
-    std::vector<int32_t> order_, rank_;  // scratch: a row's slots in position order; a block's ranking
+    std::vector<int32_t> order_, rank_, by_pos_;  // scratch: a row's slots in position order; a block's ranking; slots by position
     std::vector<double> lo_, hi_, range_, y_, std_, mix_;  // scratch: the reference's range, a token's normalised channels, a block's stds and scores
 };
 }  // namespace

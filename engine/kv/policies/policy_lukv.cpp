@@ -163,9 +163,11 @@ class LukvPolicy final : public KVPolicy, public PooledSlots, public OutputProje
             }
             if (int64_t(cand.size()) < e)
                 throw Error(str(name(), " cache: head ", g, " must evict ", e, " of ", cand.size(), " old slots outside its grace window"));
-            // lowest score first; ties: the lower slot (ScorePolicy's order)
-            std::partial_sort(cand.begin(), cand.begin() + e, cand.end(),
-                              [sg](int32_t a, int32_t b) { return sg[a] < sg[b] || (sg[a] == sg[b] && a < b); });
+            // the e lowest scores; ties: the lower slot (ScorePolicy's order). A total order, so
+            // one set however found; `out` is sorted below, so the set is all that counts.
+            if (e < int64_t(cand.size()))
+                std::nth_element(cand.begin(), cand.begin() + e, cand.end(),
+                                 [sg](int32_t a, int32_t b) { return sg[a] < sg[b] || (sg[a] == sg[b] && a < b); });
             out.insert(out.end(), cand.begin(), cand.begin() + e);
         }
         for (int64_t s = 0; s < S_ && int64_t(out.size()) < G_ * n; ++s)

@@ -142,7 +142,10 @@ void ScorePolicy::choose_next() {
         const float* s = S.data() + r * cand;
         std::iota(idx.begin(), idx.end(), 0);
         auto less = [s](int32_t a, int32_t b) { return s[a] < s[b] || (s[a] == s[b] && a < b); };
-        std::partial_sort(idx.begin(), idx.begin() + next_k_, idx.end(), less);
+        // `less` is a total order: selecting the k lowest, then sorting them, gives partial_sort's
+        // result in about a third of the comparisons
+        if (next_k_ < cand) std::nth_element(idx.begin(), idx.begin() + next_k_, idx.end(), less);
+        std::sort(idx.begin(), idx.begin() + next_k_, less);
         std::copy(idx.begin(), idx.begin() + next_k_, next_.begin() + r * next_k_);
     }
 }

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "engine/kv/policies/policy_score_based.h"
+#include "engine/kv/policies/position_order.h"
 
 namespace kv {
 
@@ -27,8 +28,7 @@ void SnapKVVotes::score(const std::vector<float>& w, const int32_t* pos, int64_t
         const int32_t* p = pos + r * stride;
         float* o = out + r * stride;
         // Neighbours are neighbours in the sequence, so pool in token-position order.
-        std::iota(order_.begin(), order_.end(), 0);
-        std::sort(order_.begin(), order_.end(), [p](int32_t a, int32_t b) { return p[a] < p[b]; });
+        slots_by_position(p, T, order_, table_);
         int64_t lo = 0, m = T;  // the pooled slots: order_[lo, m)
         if (!pool_window) {
             while (lo < T && p[order_[size_t(lo)]] < 0) o[order_[size_t(lo++)]] = 0.0f;  // empty (ada: another head's)

@@ -21,7 +21,7 @@ struct SnapKVVotes {
                float* out) const;
 
    private:
-    mutable std::vector<int32_t> order_;  // scratch: one row's slots in position order
+    mutable std::vector<int32_t> order_, table_;  // scratch: one row's slots in position order; slots by position
     mutable std::vector<float> sorted_;
 };
 
