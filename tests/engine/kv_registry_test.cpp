@@ -444,6 +444,18 @@ TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
         [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3, 4, 2, 4, 1});
 }
 
+TEST(RKV, PastTwoThousandSlotsScoresAndChoicesEqualTheF64Reference) {
+    // up to 2048 slots rkv mirrors half its similarity products; past that every panel is a
+    // product: both paths against the same reference
+    LayerHarness h("rkv-default", 2100, seed_for("rkv-default long"));
+    compare_policy_with_reference(
+        h, "rkv-default",
+        [](KVCacheConfig& c) {
+            c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
+        },
+        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3}, 2e-6);
+}
+
 
 TEST(ExpectedAttention, ScoresAndChoicesEqualTheF64Reference) {
     // 12 slots, D = 16 fully rotated with base 10000, 6 future positions, 2 sinks

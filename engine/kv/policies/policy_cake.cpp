@@ -24,6 +24,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "engine/kv/policies/policy_cake_math.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_registry.h"
 
@@ -310,57 +311,14 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
         std::vector<double> a(size_t(R * q * T)), xs((size_t)T), u((size_t)T), s1((size_t)T), s2((size_t)T), mean((size_t)T);
         std::vector<int32_t> order((size_t)T);
         double H = 0, V = 0;
+        const int level = policy_matmul_level();  // the softmax and moments at the CPU's vector width (policy_cake_math.h)
         for (int64_t r = 0; r < rows(); ++r) {
             const int64_t b = r / G_, g = r % G_;
             const int32_t* pos = pos_.data() + r * L_;
             // (R q x D) . (D x T): the group's heads are consecutive, so are their window queries
             policy_matmul(R * q, T, D_, wq_.data() + (b * NH_ + g * R) * q * D_, D_, keys_t_.data() + r * D_ * L_, L_, logits.data(), T);
-            for (int64_t m = 0; m < R * q; ++m) {
-                const int64_t qp = q0_ + m % q;
-                const float* z = logits.data() + m * T;
-                double* am = a.data() + m * T;
-                double mx = -std::numeric_limits<double>::infinity();
-                for (int64_t j = 0; j < T; ++j)
-                    if (pos[j] >= 0 && pos[j] <= qp) mx = std::max(mx, double(scale_) * double(z[j]));
-                // exp at the CPU's vector width (policy_exp_sum: about 1 ulp from std::exp, the
-                // same bits on every CPU); a slot the query cannot see gets exp(-inf) = 0
-                for (int64_t j = 0; j < T; ++j)
-                    xs[size_t(j)] = pos[j] >= 0 && pos[j] <= qp ? double(scale_) * double(z[j]) - mx : -std::numeric_limits<double>::infinity();
-                const double sum = policy_exp_sum(xs.data(), am, T);
-                for (int64_t j = 0; j < T; ++j) am[j] /= sum;
-            }
-            // mean + gamma var over the window's queries (unbiased variance; none for one query),
-            // averaged over the group's heads
-            // Sums over the queries i run along rows of a (i outer, every j at once): each
-            // token's sums still add i = 0, 1, ... in order, as a column walk would.
-            std::fill(u.begin(), u.end(), 0.0);
-            for (int64_t h = 0; h < R; ++h) {
-                std::fill(s1.begin(), s1.end(), 0.0), std::fill(s2.begin(), s2.end(), 0.0);
-                for (int64_t i = 0; i < q; ++i) {
-                    const double* ai = a.data() + (h * q + i) * T;
-                    for (int64_t j = 0; j < T; ++j) s1[size_t(j)] += ai[j];
-                }
-                for (int64_t j = 0; j < T; ++j) mean[size_t(j)] = s1[size_t(j)] / double(q);
-                for (int64_t i = 0; i < q; ++i) {
-                    const double* ai = a.data() + (h * q + i) * T;
-                    for (int64_t j = 0; j < T; ++j) {
-                        const double d = ai[j] - mean[size_t(j)];
-                        s2[size_t(j)] += d * d;
-                    }
-                }
-                for (int64_t j = 0; j < T; ++j) {
-                    const double var = q > 1 ? s2[size_t(j)] / double(q - 1) : 0.0;
-                    const double mean_j = mean[size_t(j)];
-                    u[size_t(j)] += (mean_j + gamma_ * var) / double(R);
-                    if (preference && pos[j] < q0_) {  // tokens before the window
-                        V += var;
-                        for (int64_t i = 0; i < q; ++i) {
-                            const double x = a[size_t((h * q + i) * T + j)];
-                            H -= x * std::log(x + 1e-10);
-                        }
-                    }
-                }
-            }
+            cake_window_softmax(level, logits.data(), R * q, q, T, pos, q0_, scale_, xs.data(), a.data());
+            cake_window_moments(level, a.data(), R, q, T, pos, q0_, gamma_, preference, s1.data(), s2.data(), mean.data(), u.data(), H, V);
             // average-pooled over neighbours in token-position order (zero padding counted)
             std::iota(order.begin(), order.end(), 0);
             std::sort(order.begin(), order.end(), [pos](int32_t x, int32_t y) { return pos[x] < pos[y]; });

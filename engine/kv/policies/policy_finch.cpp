@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/kv/policies/policy_finch_math.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 
@@ -74,6 +75,7 @@ class FinchPolicy final : public ScorePolicy {
         if (nq_ == 0 || T_ < L_) return;
         const int64_t T = T_, R = NH_ / G_, M = R * nq_, first = P_ - nq_;
         double top = -std::numeric_limits<double>::infinity();
+        const int level = policy_matmul_level();
         acc_.resize(size_t(T)), x_.resize(size_t(T)), e_.resize(size_t(T));
         qd_.resize(size_t(M * D_)), logit_.resize(size_t(M * T)), pre_.resize(size_t(T));
         for (int64_t r = 0; r < rows(); ++r) {
@@ -91,31 +93,9 @@ class FinchPolicy final : public ScorePolicy {
                 if (pos[j] < 0 || pos[j] >= first) late_.push_back(j);
                 pre_[size_t(j)] = pos[j] >= 0 && pos[j] < first ? 1.0 : 0.0;
             }
-            for (int64_t m = 0; m < M; ++m) {
-                const int64_t p = first + m % nq_;
-                const double* row = logit_.data() + m * T;
-                // branch-free passes: the scaled logits (masked: -inf), their max in four
-                // independent chains (a max is exact in any order), the shift
-                double* x = x_.data();
-                const double sc = double(scale_);
-                for (int64_t j = 0; j < T; ++j) x[j] = row[j] * sc;
-                for (int64_t j : late_)
-                    if (!(pos[j] >= 0 && pos[j] <= p)) x[j] = -INFINITY;
-                double mq[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-                int64_t j4 = 0;
-                for (; j4 + 4 <= T; j4 += 4)
-                    for (int64_t l = 0; l < 4; ++l) mq[l] = std::max(mq[l], x[j4 + l]);
-                for (int64_t j = j4; j < T; ++j) mq[0] = std::max(mq[0], x[j]);
-                const double mx = std::max(std::max(mq[0], mq[1]), std::max(mq[2], mq[3]));
-                for (int64_t j = 0; j < T; ++j) x[j] -= mx;
-                for (int64_t j : late_)
-                    if (!(pos[j] >= 0 && pos[j] <= p)) x[j] = -1000.0;
-                // exponentials in f32, sums in f64 (policy_math.h): within the scores' tolerance
-                const double z = policy_exp_sum_f32(x, e_.data(), T);
-                const double f = (normalize_ ? double(p) : 1.0) / (z * double(M));
-                // (e f) 1 = e f and (e f) 0 = +0: the sums of the masked loop
-                for (int64_t j = 0; j < T; ++j) acc_[size_t(j)] += e_[size_t(j)] * f * pre_[size_t(j)];
-            }
+            // the window's softmaxes at the CPU's vector width (policy_finch_math.h)
+            finch_window_scores(level, logit_.data(), M, nq_, T, pos, first, late_.data(), int64_t(late_.size()), double(scale_),
+                                normalize_, pre_.data(), x_.data(), e_.data(), acc_.data());
             for (int64_t j = 0; j < T; ++j)
                 if (pos[j] >= 0 && pos[j] < first) {
                     score_[size_t(r * L_ + j)] = float(acc_[size_t(j)]);

@@ -18,6 +18,7 @@
 #include "engine/core/error.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
+#include "engine/kv/policies/policy_similarity_scan.h"
 
 namespace kv {
 
@@ -80,34 +81,46 @@ class RKVPolicy final : public ScorePolicy {
                 imp[size_t(order[size_t(i)])] = m;
             }
             // redundancy: mean cosine similarity, the most recent similar key exempt, softmax.
-            // The similarities come block by block from one f32 product U U_block^T (unit keys,
-            // |error| ~ 1e-7), laid out (T, block) so that the block's sums run side by side, each
-            // over j in order in f64 (the sums of a one-row-at-a-time loop, without its single
-            // chain of dependent adds; the diagonal adds 0).
+            // The similarities are f32 products of unit keys (|error| ~ 1e-7), each one sum over d
+            // in order (policy_matmul), so S_ij and S_ji have the same bits. Each i's sum and its
+            // newest similar key run over j in slot order in f64, every i side by side
+            // (policy_similarity_columns); the diagonal adds 0 and exempts nothing.
             const float* U = unit_.data() + r * L_ * D_;
             for (int64_t j = 0; j < T; ++j)
                 for (int64_t d = 0; d < D_; ++d) ut_[size_t(d * T + j)] = U[j * D_ + d];
-            double zmax = -std::numeric_limits<double>::infinity();
-            for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-                const int64_t m = std::min(kBlock, T - i0);
-                policy_matmul(T, m, D_, U, D_, ut_.data() + i0, T, sim_.data(), m);
-                double sum[kBlock] = {}, exempt[kBlock] = {};
-                int32_t newest[kBlock];
-                std::fill_n(newest, kBlock, -1);
-                for (int64_t j = 0; j < T; ++j) {
-                    const float* s = sim_.data() + j * m;
-                    const int32_t pj = pos[j];
-                    for (int64_t ii = 0; ii < m; ++ii) {
-                        const bool self = j == i0 + ii;
-                        const double v = self ? 0.0 : double(s[ii]);
-                        sum[ii] += v;
-                        if (!self && v > threshold_ && pj > newest[ii]) newest[ii] = pj, exempt[ii] = v;
+            sum_.assign(size_t(T), 0.0), newest_.assign(size_t(T), -1.0), exempt_.assign(size_t(T), 0.0);
+            if (T <= kFullT) {
+                // Panel b holds S_j,i for the block's slots i, every j (T x kBlock). Only rows
+                // j >= the block's first slot are products; the rows before are the transposed
+                // tiles of the earlier panels (S_ji = S_ij: half the products).
+                std::vector<float>& S = full_scratch();
+                const int64_t nb = (T + kBlock - 1) / kBlock;
+                S.resize(size_t(nb * T * kBlock));
+                for (int64_t b = 0, i0 = 0; b < nb; ++b, i0 += kBlock) {
+                    const int64_t m = std::min(kBlock, T - i0);
+                    float* Pb = S.data() + b * T * kBlock;
+                    policy_matmul(T - i0, m, D_, U + i0 * D_, D_, ut_.data() + i0, T, Pb + i0 * kBlock, kBlock);
+                    for (int64_t e = 0; e < b; ++e) {  // earlier blocks are whole
+                        const float* Pe = S.data() + e * T * kBlock;
+                        for (int64_t jj = 0; jj < kBlock; ++jj)
+                            for (int64_t ii = 0; ii < m; ++ii) Pb[(e * kBlock + jj) * kBlock + ii] = Pe[(i0 + ii) * kBlock + jj];
                     }
+                    policy_similarity_columns(Pb, kBlock, T, m, i0, pos, threshold_, sum_.data() + i0, newest_.data() + i0,
+                                              exempt_.data() + i0);
                 }
-                for (int64_t ii = 0; ii < m; ++ii) {
-                    red[size_t(i0 + ii)] = (sum[ii] - exempt[ii]) / double(T);
-                    zmax = std::max(zmax, red[size_t(i0 + ii)]);
+            } else {
+                // blocks of kBlock slots i, laid out (T, block): the block's state stays in L1
+                for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+                    const int64_t m = std::min(kBlock, T - i0);
+                    policy_matmul(T, m, D_, U, D_, ut_.data() + i0, T, sim_.data(), m);
+                    policy_similarity_columns(sim_.data(), m, T, m, i0, pos, threshold_, sum_.data() + i0, newest_.data() + i0,
+                                              exempt_.data() + i0);
                 }
+            }
+            double zmax = -std::numeric_limits<double>::infinity();
+            for (int64_t i = 0; i < T; ++i) {
+                red[size_t(i)] = (sum_[size_t(i)] - exempt_[size_t(i)]) / double(T);
+                zmax = std::max(zmax, red[size_t(i)]);
             }
             double z = 0;
             for (int64_t i = 0; i < T; ++i) z += std::exp(red[size_t(i)] - zmax);
@@ -135,7 +148,13 @@ class RKVPolicy final : public ScorePolicy {
     std::vector<float> score_;  // (B*G, L)
     std::vector<float> unit_;   // (B*G, L, D) unit keys
     static constexpr int64_t kBlock = 32;  // similarity rows per product (32 x T f32 stays in L2)
+    static constexpr int64_t kFullT = 2048;  // up to this many slots, every panel (T^2 f32: 16 MiB) in one scratch per thread
+    static std::vector<float>& full_scratch() {
+        static thread_local std::vector<float> s;
+        return s;
+    }
     std::vector<float> ut_, sim_;  // scratch: one row's unit keys transposed (D, T); a block of similarities (T, block)
+    std::vector<double> sum_, newest_, exempt_;  // scratch: per slot i, sum_j S_ij, the newest similar key's position and S
 };
 }  // namespace
 

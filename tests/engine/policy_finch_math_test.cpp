@@ -1,0 +1,56 @@
+// finch's window softmaxes (engine/kv/policies/policy_finch_math.h): every ISA level this CPU runs
+// gives the same bits, and they are finch's scores of the definition in plain f64 (within the f32
+// exponentials' tolerance).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/kv/policies/policy_finch_math.h"
+
+namespace kv::test {
+namespace {
+
+TEST(FinchMath, EveryLevelGivesTheSameBitsAsTheF64Definition) {
+    const int64_t nq = 3, M = 2 * nq, T = 41, first = 40;  // two heads of three window queries; T: vector blocks and a tail
+    const double scale = 0.4;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(-5.0, 5.0);
+    std::vector<double> logit(static_cast<size_t>(M * T)), pre(static_cast<size_t>(T));
+    for (double& x : logit) x = u(rng);
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t j = 0; j < T; ++j) pos[size_t(j)] = int32_t((j * 13) % (T + 2));  // positions 0 .. T + 1, shuffled
+    pos[7] = -1;                                                                   // an empty slot
+    std::vector<int64_t> late;
+    for (int64_t j = 0; j < T; ++j) {
+        if (pos[size_t(j)] < 0 || pos[size_t(j)] >= first) late.push_back(j);
+        pre[size_t(j)] = pos[size_t(j)] >= 0 && pos[size_t(j)] < first ? 1.0 : 0.0;
+    }
+    // reference: each window query's softmax over the slots it sees, times its position, averaged
+    std::vector<double> ref(static_cast<size_t>(T), 0.0);
+    for (int64_t m = 0; m < M; ++m) {
+        const int64_t p = first + m % nq;
+        double mx = -INFINITY, z = 0;
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(j)] >= 0 && pos[size_t(j)] <= p) mx = std::max(mx, scale * logit[size_t(m * T + j)]);
+        for (int64_t j = 0; j < T; ++j)
+            if (pos[size_t(j)] >= 0 && pos[size_t(j)] <= p) z += std::exp(scale * logit[size_t(m * T + j)] - mx);
+        for (int64_t j = 0; j < T; ++j)
+            if (pre[size_t(j)] > 0) ref[size_t(j)] += double(p) * std::exp(scale * logit[size_t(m * T + j)] - mx) / z / double(M);
+    }
+    std::vector<double> first_level;
+    for (int level = 2; level <= 4; ++level) {
+        const size_t nT = size_t(T);
+        std::vector<double> x(nT), e(nT), acc(nT, 0.0);
+        finch_window_scores(level, logit.data(), M, nq, T, pos.data(), first, late.data(), int64_t(late.size()), scale, true, pre.data(),
+                            x.data(), e.data(), acc.data());
+        for (int64_t j = 0; j < T; ++j) ASSERT_NEAR(acc[size_t(j)], ref[size_t(j)], 1e-6 * ref[size_t(j)] + 1e-300) << "level " << level << " slot " << j;
+        if (first_level.empty()) first_level = acc;
+        else EXPECT_EQ(std::memcmp(acc.data(), first_level.data(), nT * sizeof(double)), 0) << "level " << level;
+    }
+}
+
+}  // namespace
+}  // namespace kv::test
