@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/softcap_rows.h"
 #include "engine/model/latent_attention.h"
 #include "engine/model/moe_mlp.h"
 #include "engine/memory/memory_tracker.h"
@@ -445,7 +446,7 @@ Tensor Transformer::lm_head(const Tensor& h, int64_t input_pos) const {
         if (logits.dtype() == DType::F64)
             for (double* z = logits.data<double>(), *e = z + logits.numel(); z < e; ++z) *z = c * std::tanh(*z / c);
         else
-            for (float* z = logits.data<float>(), *e = z + logits.numel(); z < e; ++z) *z = float(c * std::tanh(double(*z) / c));
+            softcap_f32_(logits.data<float>(), logits.numel(), c);
     }
     return logits;
 }

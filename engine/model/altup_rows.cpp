@@ -1,0 +1,181 @@
+// Gemma 3n's per-token AltUp maps for f32 activations, per ISA level (see altup_rows.h).
+#include "engine/model/altup_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <omp.h>
+
+#include "engine/model/host_simd.h"
+#include "kernels/common/element_math.h"
+
+namespace kv::altup_rows {
+
+namespace {
+
+// m_j = tanh(rw_j . x / (rms(x) E)) for one token's stream x (E).
+KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const float* rw, double* m) {
+    const int64_t E = d.E;
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t e = 0; e < E; ++e) ss += double(x[e]) * double(x[e]);
+    const double r = 1.0 / std::sqrt(ss / double(E) + d.eps) / double(E);
+    for (int64_t j = 0; j < d.A; ++j) {
+        const float* w = rw + j * E;
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t e = 0; e < E; ++e) s += double(w[e]) * double(x[e]);
+        m[j] = double(kv_tanh(float(s * r)));
+    }
+}
+
+KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
+                                 float* active) {
+    const int64_t E = d.E, A = d.A;
+    for (int64_t t = t0; t < t1; ++t) {
+        double m[16];  // altup_num_inputs <= 16 (ModelConfig::validate)
+        double r[16 * 16];
+        const float* xs = xv + t * d.W;
+        modalities(d, xs + d.a * E, rw, m);
+        for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
+            double s = 0;
+            for (int64_t j = 0; j < A; ++j) s += pc[o * A + j] * m[j];
+            r[o] = s;
+        }
+        float* pr = pred + t * A * E;
+        for (int64_t i = 0; i < A; ++i) {
+            float* p = pr + i * E;
+            const float* xi = xs + i * E;
+            const double* ri = r + i * A;
+            if (A == 4) {  // Gemma 3n's four streams: every stream read once per output
+                const float *x0 = xs, *x1 = xs + E, *x2 = xs + 2 * E, *x3 = xs + 3 * E;
+#pragma omp simd
+                for (int64_t c = 0; c < E; ++c)
+                    p[c] = float(double(xi[c]) + (ri[0] * double(x0[c]) + ri[1] * double(x1[c]) + ri[2] * double(x2[c]) + ri[3] * double(x3[c])));
+            } else {
+#pragma omp simd
+                for (int64_t c = 0; c < E; ++c) p[c] = xi[c];
+                for (int64_t k = 0; k < A; ++k) {
+                    const float rk = float(ri[k]);
+                    const float* xk = xs + k * E;
+#pragma omp simd
+                    for (int64_t c = 0; c < E; ++c) p[c] += rk * xk[c];
+                }
+            }
+        }
+        std::memcpy(active + t * E, pr + d.a * E, size_t(E) * sizeof(float));
+    }
+}
+
+KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* pred, const float* rw, const double* cc, const float* scale,
+                               int64_t t0, int64_t t1, float* coef, float* first) {
+    const int64_t E = d.E, A = d.A;
+    for (int64_t t = t0; t < t1; ++t) {
+        double m[16];
+        const float* o = ov + t * E;
+        const float* pa = pred + t * A * E + d.a * E;
+        modalities(d, o, rw, m);
+        for (int64_t i = 0; i < A; ++i) {
+            double ci = 1.0;
+            for (int64_t j = 0; j < A; ++j) ci += cc[i * A + j] * m[j];
+            coef[t * A + i] = float(ci);
+        }
+        const float ca = coef[t * A + d.a];
+        float* f = first + t * E;
+        if (scale) {
+#pragma omp simd
+            for (int64_t c = 0; c < E; ++c) f[c] = (pa[c] + ca * (o[c] - pa[c])) * scale[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < E; ++c) f[c] = pa[c] + ca * (o[c] - pa[c]);
+        }
+    }
+}
+
+KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const float* coef, const float* av,
+                               int64_t t0, int64_t t1, float* next) {
+    const int64_t E = d.E, A = d.A, W = d.W;
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* o = ov + t * E;
+        const float* pr = pred + t * A * E;
+        const float* pa = pr + d.a * E;
+        const float* at = av + t * E;
+        float* nx = next + t * W;
+        for (int64_t i = 0; i < A; ++i) {
+            const float ci = coef[t * A + i];
+            const float* pi = pr + i * E;
+            float* ni = nx + i * E;
+            if (i == 0) {
+#pragma omp simd
+                for (int64_t c = 0; c < E; ++c) ni[c] = float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])));
+            } else {
+#pragma omp simd
+                for (int64_t c = 0; c < E; ++c) ni[c] = float(double(float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])))) + double(at[c]));
+            }
+        }
+        std::memcpy(nx + A * E, xv + t * W + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
+    }
+}
+
+KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {
+    for (int64_t r = r0; r < r1; ++r) {
+        float* v = base + (r / n) * s0 + (r % n) * s1;
+        double s = 0, q = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < I; ++i) s += double(v[i]);
+        const double mean = s / double(I);
+#pragma omp simd reduction(+ : q)
+        for (int64_t i = 0; i < I; ++i) q += (double(v[i]) - mean) * (double(v[i]) - mean);
+        const float cut = float(mean + std::sqrt(q / double(I)) * mult);
+#pragma omp simd
+        for (int64_t i = 0; i < I; ++i) v[i] = std::max(0.0f, v[i] - cut);
+    }
+}
+
+KV_HOST_SIMD_VARIANTS(predict,
+                 (const Dims& d, const float* x, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred, float* active),
+                 (d, x, rw, pc, t0, t1, pred, active))
+KV_HOST_SIMD_VARIANTS(coefs,
+                 (const Dims& d, const float* o, const float* pred, const float* rw, const double* cc, const float* scale, int64_t t0,
+                  int64_t t1, float* coef, float* first),
+                 (d, o, pred, rw, cc, scale, t0, t1, coef, first))
+KV_HOST_SIMD_VARIANTS(apply,
+                 (const Dims& d, const float* x, const float* o, const float* pred, const float* coef, const float* av, int64_t t0,
+                  int64_t t1, float* next),
+                 (d, x, o, pred, coef, av, t0, t1, next))
+KV_HOST_SIMD_VARIANTS(topk, (float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult),
+                 (base, r0, r1, n, s0, s1, I, mult))
+
+// fn(t0, t1) over the rows split evenly across the threads: one parallel region per call.
+template <class F>
+void split_rows(int64_t rows, F&& fn) {
+#pragma omp parallel
+    {
+        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+        if (r1 > r0) fn(r0, r1);
+    }
+}
+
+}  // namespace
+
+void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { predict_any(d, x, rw, pc, t0, t1, pred, active); });
+}
+
+void correct_coefs(const Dims& d, const float* out, const float* pred, const float* rw, const double* cc, const float* scale,
+                   int64_t rows, float* coef, float* first) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { coefs_any(d, out, pred, rw, cc, scale, t0, t1, coef, first); });
+}
+
+void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coef, const float* av, int64_t rows,
+                   float* next) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { apply_any(d, x, out, pred, coef, av, t0, t1, next); });
+}
+
+void topk(float* base, int64_t rows, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {
+    split_rows(rows, [&](int64_t r0, int64_t r1) { topk_any(base, r0, r1, n, s0, s1, I, mult); });
+}
+
+}  // namespace kv::altup_rows
