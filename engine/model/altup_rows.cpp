@@ -17,16 +17,16 @@ namespace {
 // m_j = tanh(rw_j . x / (rms(x) E)) for one token's stream x (E).
 KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const float* rw, double* m) {
     const int64_t E = d.E;
-    double ss = 0;
+    float ss = 0;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t e = 0; e < E; ++e) ss += double(x[e]) * double(x[e]);
-    const double r = 1.0 / std::sqrt(ss / double(E) + d.eps) / double(E);
+    for (int64_t e = 0; e < E; ++e) ss += x[e] * x[e];
+    const double r = 1.0 / std::sqrt(double(ss) / double(E) + d.eps) / double(E);
     for (int64_t j = 0; j < d.A; ++j) {
         const float* w = rw + j * E;
-        double s = 0;
+        float s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t e = 0; e < E; ++e) s += double(w[e]) * double(x[e]);
-        m[j] = double(kv_tanh(float(s * r)));
+        for (int64_t e = 0; e < E; ++e) s += w[e] * x[e];
+        m[j] = double(kv_tanh(float(double(s) * r)));  // f32 tanh in plain arithmetic (a few ulp), no libm call
     }
 }
 
@@ -35,29 +35,28 @@ KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const floa
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
         double m[16];  // altup_num_inputs <= 16 (ModelConfig::validate)
-        double r[16 * 16];
+        float r[16 * 16];
         const float* xs = xv + t * d.W;
         modalities(d, xs + d.a * E, rw, m);
         for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
             double s = 0;
             for (int64_t j = 0; j < A; ++j) s += pc[o * A + j] * m[j];
-            r[o] = s;
+            r[o] = float(s);
         }
         float* pr = pred + t * A * E;
         for (int64_t i = 0; i < A; ++i) {
             float* p = pr + i * E;
             const float* xi = xs + i * E;
-            const double* ri = r + i * A;
+            const float* ri = r + i * A;
             if (A == 4) {  // Gemma 3n's four streams: every stream read once per output
                 const float *x0 = xs, *x1 = xs + E, *x2 = xs + 2 * E, *x3 = xs + 3 * E;
 #pragma omp simd
-                for (int64_t c = 0; c < E; ++c)
-                    p[c] = float(double(xi[c]) + (ri[0] * double(x0[c]) + ri[1] * double(x1[c]) + ri[2] * double(x2[c]) + ri[3] * double(x3[c])));
+                for (int64_t c = 0; c < E; ++c) p[c] = xi[c] + (ri[0] * x0[c] + ri[1] * x1[c] + ri[2] * x2[c] + ri[3] * x3[c]);
             } else {
 #pragma omp simd
                 for (int64_t c = 0; c < E; ++c) p[c] = xi[c];
                 for (int64_t k = 0; k < A; ++k) {
-                    const float rk = float(ri[k]);
+                    const float rk = ri[k];
                     const float* xk = xs + k * E;
 #pragma omp simd
                     for (int64_t c = 0; c < E; ++c) p[c] += rk * xk[c];
