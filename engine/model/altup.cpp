@@ -290,20 +290,23 @@ Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor&
     return out.to(act);
 }
 
-AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act) {
+AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred) {
     const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs;
     const DType hd = host_dtype(act);
     const TensorOptions ao{x.device(), MemCategory::ACTIVATIONS, {}};
     const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), pc = host(L.altup_pred);
     const Tensor xh = on_host(x, hd);
     AltUpPrediction out;
-    out.pred = Tensor::empty({B * n, A, E}, hd, ao);
+    if (hd == DType::F64 || keep_pred) out.pred = Tensor::empty({B * n, A, E}, hd, ao);
     Tensor active = Tensor::empty({B, n, E}, hd, ao);
-    if (hd == DType::F64)
+    if (hd == DType::F64) {
         predict_rows(cfg, xh.data<double>(), nw, router, pc, B * n, out.pred.data<double>(), active.data<double>());
-    else
+    } else {
+        out.coefs.resize(size_t(B * n * A * A));
         altup_rows::predict(dims_of(cfg), xh.data<float>(), router_weighted(cfg, nw, router).data(), pc.data(), B * n,
-                            out.pred.data<float>(), active.data<float>());
+                            keep_pred ? out.pred.data<float>() : nullptr, active.data<float>(), out.coefs.data());
+    }
+    out.active_host = active;
     out.active = active.to(act);
     return out;
 }
@@ -321,12 +324,12 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
     if (hd == DType::F32) {  // coefficients and `first`, the per-layer term, then one pass writing next
         std::vector<float> coef(size_t(rows * A)), sf(scale.begin(), scale.end());
         const altup_rows::Dims d = dims_of(cfg);
-        altup_rows::correct_coefs(d, oh.data<float>(), p.pred.data<float>(), router_weighted(cfg, nw, router).data(), cc.data(),
+        altup_rows::correct_coefs(d, oh.data<float>(), p.active_host.data<float>(), router_weighted(cfg, nw, router).data(), cc.data(),
                                   cfg.altup.correct_scale ? sf.data() : nullptr, rows, coef.data(), first.data<float>());
         const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
         const Tensor av = on_host(ops::rmsnorm(linear_any(g, L.pli_proj, act), L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
-        altup_rows::correct_apply(d, xh.data<float>(), oh.data<float>(), p.pred.data<float>(), coef.data(), av.data<float>(), rows,
-                                  next.data<float>());
+        altup_rows::correct_apply(d, xh.data<float>(), oh.data<float>(), p.pred.defined() ? p.pred.data<float>() : nullptr,
+                                  p.coefs.data(), p.active_host.data<float>(), coef.data(), av.data<float>(), rows, next.data<float>());
         return next.to(act);
     }
     correct_rows(cfg, xh.data<double>(), oh.data<double>(), p.pred.data<double>(), nw, router, cc, scale, rows, next.data<double>(),

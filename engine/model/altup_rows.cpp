@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <omp.h>
 
@@ -30,12 +31,31 @@ KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const float* 
     }
 }
 
+// p = pred_i = x_i + sum_k r_ik x_k of one token's streams xs (A, E); ri = r[i A ..].
+KV_HOST_SIMD_INLINE void mix_stream(const float* xs, const float* ri, int64_t A, int64_t E, int64_t i, float* p) {
+    const float* xi = xs + i * E;
+    if (A == 4) {  // Gemma 3n's four streams: one pass, every stream read once
+        const float *x0 = xs, *x1 = xs + E, *x2 = xs + 2 * E, *x3 = xs + 3 * E;
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) p[c] = xi[c] + (ri[0] * x0[c] + ri[1] * x1[c] + ri[2] * x2[c] + ri[3] * x3[c]);
+        return;
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < E; ++c) p[c] = xi[c];
+    for (int64_t k = 0; k < A; ++k) {
+        const float rk = ri[k];
+        const float* xk = xs + k * E;
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) p[c] += rk * xk[c];
+    }
+}
+
 KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
-                                 float* active) {
+                                      float* active, float* coefs) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
         double m[16];  // altup_num_inputs <= 16 (ModelConfig::validate)
-        float r[16 * 16];
+        float* r = coefs + t * A * A;
         const float* xs = xv + t * d.W;
         modalities(d, xs + d.a * E, rw, m);
         for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
@@ -43,37 +63,23 @@ KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const floa
             for (int64_t j = 0; j < A; ++j) s += pc[o * A + j] * m[j];
             r[o] = float(s);
         }
-        float* pr = pred + t * A * E;
-        for (int64_t i = 0; i < A; ++i) {
-            float* p = pr + i * E;
-            const float* xi = xs + i * E;
-            const float* ri = r + i * A;
-            if (A == 4) {  // Gemma 3n's four streams: every stream read once per output
-                const float *x0 = xs, *x1 = xs + E, *x2 = xs + 2 * E, *x3 = xs + 3 * E;
-#pragma omp simd
-                for (int64_t c = 0; c < E; ++c) p[c] = xi[c] + (ri[0] * x0[c] + ri[1] * x1[c] + ri[2] * x2[c] + ri[3] * x3[c]);
-            } else {
-#pragma omp simd
-                for (int64_t c = 0; c < E; ++c) p[c] = xi[c];
-                for (int64_t k = 0; k < A; ++k) {
-                    const float rk = ri[k];
-                    const float* xk = xs + k * E;
-#pragma omp simd
-                    for (int64_t c = 0; c < E; ++c) p[c] += rk * xk[c];
-                }
-            }
+        if (pred) {
+            float* pr = pred + t * A * E;
+            for (int64_t i = 0; i < A; ++i) mix_stream(xs, r + i * A, A, E, i, pr + i * E);
+            std::memcpy(active + t * E, pr + d.a * E, size_t(E) * sizeof(float));
+        } else {
+            mix_stream(xs, r + d.a * A, A, E, d.a, active + t * E);
         }
-        std::memcpy(active + t * E, pr + d.a * E, size_t(E) * sizeof(float));
     }
 }
 
-KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* pred, const float* rw, const double* cc, const float* scale,
+KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* active, const float* rw, const double* cc, const float* scale,
                                int64_t t0, int64_t t1, float* coef, float* first) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
         double m[16];
         const float* o = ov + t * E;
-        const float* pa = pred + t * A * E + d.a * E;
+        const float* pa = active + t * E;
         modalities(d, o, rw, m);
         for (int64_t i = 0; i < A; ++i) {
             double ci = 1.0;
@@ -92,28 +98,34 @@ KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float*
     }
 }
 
-KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const float* coef, const float* av,
-                               int64_t t0, int64_t t1, float* next) {
+KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const float* coefs,
+                                    const float* active, const float* coef, const float* av, int64_t t0, int64_t t1, float* next,
+                                    float* scratch) {
     const int64_t E = d.E, A = d.A, W = d.W;
     for (int64_t t = t0; t < t1; ++t) {
         const float* o = ov + t * E;
-        const float* pr = pred + t * A * E;
-        const float* pa = pr + d.a * E;
+        const float* pa = active + t * E;
         const float* at = av + t * E;
+        const float* xs = xv + t * W;
         float* nx = next + t * W;
         for (int64_t i = 0; i < A; ++i) {
             const float ci = coef[t * A + i];
-            const float* pi = pr + i * E;
+            const float* pi = scratch;
+            if (pred)
+                pi = pred + (t * A + i) * E;
+            else
+                mix_stream(xs, coefs + t * A * A + i * A, A, E, i, scratch);  // the prediction again, as predict_body made it
             float* ni = nx + i * E;
             if (i == 0) {
 #pragma omp simd
                 for (int64_t c = 0; c < E; ++c) ni[c] = float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])));
             } else {
 #pragma omp simd
-                for (int64_t c = 0; c < E; ++c) ni[c] = float(double(float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])))) + double(at[c]));
+                for (int64_t c = 0; c < E; ++c)
+                    ni[c] = float(double(float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])))) + double(at[c]));
             }
         }
-        std::memcpy(nx + A * E, xv + t * W + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
+        std::memcpy(nx + A * E, xs + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
     }
 }
 
@@ -133,16 +145,17 @@ KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t 
 }
 
 KV_HOST_SIMD_VARIANTS(predict,
-                 (const Dims& d, const float* x, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred, float* active),
-                 (d, x, rw, pc, t0, t1, pred, active))
+                      (const Dims& d, const float* x, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
+                       float* active, float* coefs),
+                      (d, x, rw, pc, t0, t1, pred, active, coefs))
 KV_HOST_SIMD_VARIANTS(coefs,
-                 (const Dims& d, const float* o, const float* pred, const float* rw, const double* cc, const float* scale, int64_t t0,
-                  int64_t t1, float* coef, float* first),
-                 (d, o, pred, rw, cc, scale, t0, t1, coef, first))
+                      (const Dims& d, const float* o, const float* active, const float* rw, const double* cc, const float* scale,
+                       int64_t t0, int64_t t1, float* coef, float* first),
+                      (d, o, active, rw, cc, scale, t0, t1, coef, first))
 KV_HOST_SIMD_VARIANTS(apply,
-                 (const Dims& d, const float* x, const float* o, const float* pred, const float* coef, const float* av, int64_t t0,
-                  int64_t t1, float* next),
-                 (d, x, o, pred, coef, av, t0, t1, next))
+                      (const Dims& d, const float* x, const float* o, const float* pred, const float* coefs, const float* active,
+                       const float* coef, const float* av, int64_t t0, int64_t t1, float* next, float* scratch),
+                      (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch))
 KV_HOST_SIMD_VARIANTS(topk, (float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult),
                  (base, r0, r1, n, s0, s1, I, mult))
 
@@ -159,18 +172,21 @@ void split_rows(int64_t rows, F&& fn) {
 
 }  // namespace
 
-void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active) {
-    split_rows(rows, [&](int64_t t0, int64_t t1) { predict_any(d, x, rw, pc, t0, t1, pred, active); });
+void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active, float* coefs) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { predict_any(d, x, rw, pc, t0, t1, pred, active, coefs); });
 }
 
-void correct_coefs(const Dims& d, const float* out, const float* pred, const float* rw, const double* cc, const float* scale,
+void correct_coefs(const Dims& d, const float* out, const float* active, const float* rw, const double* cc, const float* scale,
                    int64_t rows, float* coef, float* first) {
-    split_rows(rows, [&](int64_t t0, int64_t t1) { coefs_any(d, out, pred, rw, cc, scale, t0, t1, coef, first); });
+    split_rows(rows, [&](int64_t t0, int64_t t1) { coefs_any(d, out, active, rw, cc, scale, t0, t1, coef, first); });
 }
 
-void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coef, const float* av, int64_t rows,
-                   float* next) {
-    split_rows(rows, [&](int64_t t0, int64_t t1) { apply_any(d, x, out, pred, coef, av, t0, t1, next); });
+void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coefs, const float* active,
+                   const float* coef, const float* av, int64_t rows, float* next) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) {
+        std::vector<float> scratch(size_t(d.E));
+        apply_any(d, x, out, pred, coefs, active, coef, av, t0, t1, next, scratch.data());
+    });
 }
 
 void topk(float* base, int64_t rows, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {

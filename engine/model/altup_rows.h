@@ -14,20 +14,23 @@ struct Dims {
     double eps = 0;                      // the router norm's eps
 };
 
-// pred (rows, A, E) and active (rows, E) from the packed state x (rows, W): m = tanh(rw x_a /
-// (rms(x_a) E)), r = pc m (A A x A, row-major), pred_i = x_i + sum_k r_ik x_k. rw (A, E) is the
-// router with the norm weight folded in.
-void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active);
+// The prediction from the packed state x (rows, W): m = tanh(rw x_a / (rms(x_a) E)), coefs
+// r = pc m (rows, A A; pc is (A A, A) row-major), pred_i = x_i + sum_k r_ik x_k. Writes coefs
+// and active = pred_a (rows, E), and every stream's pred (rows, A, E) unless pred is nullptr
+// (correct_apply then recomputes them from x and coefs). rw (A, E): the router with the norm
+// weight folded in.
+void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active, float* coefs);
 
 // The correction's coefficients c_i = 1 + sum_j cc_ij m_j(out) (rows, A) and the active
 // stream's corrected value times scale (nullptr: no scale) into first (rows, E).
-void correct_coefs(const Dims& d, const float* out, const float* pred, const float* rw, const double* cc, const float* scale,
+void correct_coefs(const Dims& d, const float* out, const float* active, const float* rw, const double* cc, const float* scale,
                    int64_t rows, float* coef, float* first);
 
-// next_i = pred_i + c_i (out - pred_a) (+ av for streams 1..), and the per-layer tail
-// x[A E, W) copied through: the next packed state (rows, W) in one pass.
-void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coef, const float* av, int64_t rows,
-                   float* next);
+// next_i = pred_i + c_i (out - pred_a) (+ av for streams 1..), that update in double, and the
+// per-layer tail x[A E, W) copied through: the next packed state (rows, W) in one pass. pred
+// may be nullptr (see predict).
+void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coefs, const float* active,
+                   const float* coef, const float* av, int64_t rows, float* next);
 
 // Gaussian top-k of rows of I f32 values (row r at base + r / n * s0 + r % n * s1), in place:
 // v -> max(0, v - (mean + std mult)), the mean and std summed in double.

@@ -256,7 +256,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     if (!cfg_.altup_enabled()) return block_core(l, x, input_pos, attention, save);
     MemoryLabelScope label(str("layer ", l, " altup"));
     const LayerWeights& L = layers_[size_t(l)];
-    const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype);
+    const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype, save != nullptr);
     const Tensor out = block_core(l, p.active, input_pos, attention, save);
     if (save) save->altup_pred = p.pred, save->altup_active = p.active, save->altup_out = out;
     return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
