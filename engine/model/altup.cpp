@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "engine/core/error.h"
 #include "engine/model/altup_rows.h"
@@ -91,7 +92,8 @@ AltUpWeights load_altup_model(const ModelConfig& cfg, const TensorMap& w, DType 
 namespace {
 
 // The per-token loops run on f32 or f64 data in place (bf16 activations through f32 copies),
-// each token's arithmetic in double, tokens in parallel: no conversion of the packed state.
+// tokens in parallel: no conversion of the packed state. f64 data: the templates below, each
+// token's arithmetic in double; f32 data: altup_rows (f32, vectorised per ISA level).
 DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32; }
 Tensor on_host(const Tensor& x, DType hd) { return x.dtype() == hd ? x.contiguous() : x.contiguous().to(hd); }
 
@@ -157,7 +159,10 @@ void embed_rows(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& e,
     for (int64_t t = 0; t < rows; ++t) std::copy_n(ev + t * E, E, o + t * W);
     for (int64_t i = 1; i < A; ++i) {
         const Tensor y = on_host(linear_any(e, aw.proj[size_t(i - 1)], act), hd);
-        rescale_rows(y.data<T>(), ev, E, rows, E, o + i * E, W);
+        if constexpr (std::is_same_v<T, float>)
+            altup_rows::rescale(y.data<float>(), ev, E, rows, E, o + i * E, W, false);
+        else
+            rescale_rows(y.data<T>(), ev, E, rows, E, o + i * E, W);
     }
     // Per-layer inputs: the projection of e (scaled, normalised per layer) plus the token's own table row.
     const Tensor proj = on_host(linear_any(e, aw.per_layer_proj, act), hd);  // (B n, L P)
@@ -355,7 +360,7 @@ Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tenso
         if (hd == DType::F64)
             unembed_rows(xh.data<double>(), W, y.data<double>(), B * n, E, sum.data<double>());
         else
-            unembed_rows(xh.data<float>(), W, y.data<float>(), B * n, E, sum.data<float>());
+            altup_rows::rescale(y.data<float>(), xh.data<float>(), W, B * n, E, sum.data<float>(), E, true);
     }
     return ops::scale(sum, float(1.0 / double(A))).to(act);
 }

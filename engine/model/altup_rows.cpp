@@ -129,6 +129,29 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
     }
 }
 
+KV_HOST_SIMD_INLINE double sum_sq(const float* x, int64_t n) {
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+}
+
+KV_HOST_SIMD_INLINE void rescale_body(const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out,
+                                      int64_t out_stride, bool accumulate) {
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* yt = y + t * E;
+        float* ot = out + t * out_stride;
+        const double f = std::sqrt(sum_sq(ref + t * ref_stride, E) / double(E)) / std::sqrt(std::max(sum_sq(yt, E) / double(E), 1e-5));
+        if (accumulate) {
+#pragma omp simd
+            for (int64_t c = 0; c < E; ++c) ot[c] = float(double(ot[c]) + double(yt[c]) * f);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < E; ++c) ot[c] = float(double(yt[c]) * f);
+        }
+    }
+}
+
 KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {
     for (int64_t r = r0; r < r1; ++r) {
         float* v = base + (r / n) * s0 + (r % n) * s1;
@@ -156,6 +179,10 @@ KV_HOST_SIMD_VARIANTS(apply,
                       (const Dims& d, const float* x, const float* o, const float* pred, const float* coefs, const float* active,
                        const float* coef, const float* av, int64_t t0, int64_t t1, float* next, float* scratch),
                       (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch))
+KV_HOST_SIMD_VARIANTS(rescale,
+                      (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out, int64_t out_stride,
+                       bool accumulate),
+                      (y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate))
 KV_HOST_SIMD_VARIANTS(topk, (float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult),
                  (base, r0, r1, n, s0, s1, I, mult))
 
@@ -187,6 +214,10 @@ void correct_apply(const Dims& d, const float* x, const float* out, const float*
         std::vector<float> scratch(size_t(d.E));
         apply_any(d, x, out, pred, coefs, active, coef, av, t0, t1, next, scratch.data());
     });
+}
+
+void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride, bool accumulate) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { rescale_any(y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate); });
 }
 
 void topk(float* base, int64_t rows, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {

@@ -32,6 +32,10 @@ void correct_coefs(const Dims& d, const float* out, const float* active, const f
 void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coefs, const float* active,
                    const float* coef, const float* av, int64_t rows, float* next);
 
+// M(y, ref) of altup.h per row: out_t (+)= y_t rms(ref_t) / max(rms(y_t), sqrt(1e-5)) (plain
+// RMS, no eps), in double per element; y (rows, E), ref and out at their row strides.
+void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride, bool accumulate);
+
 // Gaussian top-k of rows of I f32 values (row r at base + r / n * s0 + r % n * s1), in place:
 // v -> max(0, v - (mean + std mult)), the mean and std summed in double.
 void topk(float* base, int64_t rows, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult);
