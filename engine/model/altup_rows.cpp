@@ -100,7 +100,7 @@ KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float*
 
 KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const float* coefs,
                                     const float* active, const float* coef, const float* av, int64_t t0, int64_t t1, float* next,
-                                    float* scratch) {
+                                    float* scratch, double* dscratch) {
     const int64_t E = d.E, A = d.A, W = d.W;
     for (int64_t t = t0; t < t1; ++t) {
         const float* o = ov + t * E;
@@ -108,8 +108,11 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
         const float* at = av + t * E;
         const float* xs = xv + t * W;
         float* nx = next + t * W;
+        double* diff = dscratch;  // out - pred_a in double, once for every stream
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) diff[c] = double(o[c]) - double(pa[c]);
         for (int64_t i = 0; i < A; ++i) {
-            const float ci = coef[t * A + i];
+            const double ci = double(coef[t * A + i]);
             const float* pi = scratch;
             if (pred)
                 pi = pred + (t * A + i) * E;
@@ -118,11 +121,10 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
             float* ni = nx + i * E;
             if (i == 0) {
 #pragma omp simd
-                for (int64_t c = 0; c < E; ++c) ni[c] = float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])));
+                for (int64_t c = 0; c < E; ++c) ni[c] = float(double(pi[c]) + ci * diff[c]);
             } else {
 #pragma omp simd
-                for (int64_t c = 0; c < E; ++c)
-                    ni[c] = float(double(float(double(pi[c]) + double(ci) * (double(o[c]) - double(pa[c])))) + double(at[c]));
+                for (int64_t c = 0; c < E; ++c) ni[c] = float(double(pi[c]) + ci * diff[c]) + at[c];
             }
         }
         std::memcpy(nx + A * E, xs + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
@@ -177,8 +179,8 @@ KV_HOST_SIMD_VARIANTS(coefs,
                       (d, o, active, rw, cc, scale, t0, t1, coef, first))
 KV_HOST_SIMD_VARIANTS(apply,
                       (const Dims& d, const float* x, const float* o, const float* pred, const float* coefs, const float* active,
-                       const float* coef, const float* av, int64_t t0, int64_t t1, float* next, float* scratch),
-                      (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch))
+                       const float* coef, const float* av, int64_t t0, int64_t t1, float* next, float* scratch, double* dscratch),
+                      (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch, dscratch))
 KV_HOST_SIMD_VARIANTS(rescale,
                       (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out, int64_t out_stride,
                        bool accumulate),
@@ -212,7 +214,8 @@ void correct_apply(const Dims& d, const float* x, const float* out, const float*
                    const float* coef, const float* av, int64_t rows, float* next) {
     split_rows(rows, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(size_t(d.E));
-        apply_any(d, x, out, pred, coefs, active, coef, av, t0, t1, next, scratch.data());
+        std::vector<double> dscratch(size_t(d.E));
+        apply_any(d, x, out, pred, coefs, active, coef, av, t0, t1, next, scratch.data(), dscratch.data());
     });
 }
 
