@@ -370,7 +370,9 @@ Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DT
     Tensor r = linear_any(lf, L.laurel_right, act);
     if (left) *left = lf;
     if (right) *right = r;
-    return ops::add(h, ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f));
+    Tensor out = ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f);
+    ops::add_(out, h, out);  // in place: one temporary fewer
+    return out;
 }
 
 namespace {

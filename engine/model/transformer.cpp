@@ -387,7 +387,7 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         }
         out = ops::add(x, o);
         if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
-            out = ops::add(out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
+            ops::add_(out, out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
             ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
         }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
