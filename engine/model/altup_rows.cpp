@@ -16,18 +16,19 @@ namespace kv::altup_rows {
 namespace {
 
 // m_j = tanh(rw_j . x / (rms(x) E)) for one token's stream x (E).
+// The sums in double lanes: f32 sums moved token-by-token logits of the fixture past its bound.
 KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const float* rw, double* m) {
     const int64_t E = d.E;
-    float ss = 0;
+    double ss = 0;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t e = 0; e < E; ++e) ss += x[e] * x[e];
-    const double r = 1.0 / std::sqrt(double(ss) / double(E) + d.eps) / double(E);
+    for (int64_t e = 0; e < E; ++e) ss += double(x[e]) * double(x[e]);
+    const double r = 1.0 / std::sqrt(ss / double(E) + d.eps) / double(E);
     for (int64_t j = 0; j < d.A; ++j) {
         const float* w = rw + j * E;
-        float s = 0;
+        double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t e = 0; e < E; ++e) s += w[e] * x[e];
-        m[j] = double(kv_tanh(float(double(s) * r)));  // f32 tanh in plain arithmetic (a few ulp), no libm call
+        for (int64_t e = 0; e < E; ++e) s += double(w[e]) * double(x[e]);
+        m[j] = double(kv_tanh(float(s * r)));  // f32 tanh in plain arithmetic (a few ulp), no libm call
     }
 }
 
