@@ -1,12 +1,12 @@
 // Gemma 3n's per-token AltUp maps for f32 activations, per ISA level (see altup_rows.h).
 #include "engine/model/altup_rows.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
-
-#include <omp.h>
 
 #include "engine/model/host_simd.h"
 #include "kernels/common/element_math.h"
@@ -51,8 +51,8 @@ KV_HOST_SIMD_INLINE void mix_stream(const float* xs, const float* ri, int64_t A,
     }
 }
 
-KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
-                                      float* active, float* coefs) {
+KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1,
+                                      float* pred, float* active, float* coefs) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
         double m[16];  // altup_num_inputs <= 16 (ModelConfig::validate)
@@ -74,8 +74,8 @@ KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const floa
     }
 }
 
-KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* active, const float* rw, const double* cc, const float* scale,
-                               int64_t t0, int64_t t1, float* coef, float* first) {
+KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* active, const float* rw, const double* cc,
+                                    const float* scale, int64_t t0, int64_t t1, float* coef, float* first) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
         double m[16];
@@ -100,8 +100,8 @@ KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float*
 }
 
 KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const float* coefs,
-                                    const float* active, const float* coef, const float* av, int64_t t0, int64_t t1, float* next,
-                                    float* scratch, double* dscratch) {
+                                    const float* active, const float* coef, const float* av, int64_t t0, int64_t t1,
+                                    float* next, float* scratch, double* dscratch) {
     const int64_t E = d.E, A = d.A, W = d.W;
     for (int64_t t = t0; t < t1; ++t) {
         const float* o = ov + t * E;
@@ -139,12 +139,13 @@ KV_HOST_SIMD_INLINE double sum_sq(const float* x, int64_t n) {
     return s;
 }
 
-KV_HOST_SIMD_INLINE void rescale_body(const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out,
-                                      int64_t out_stride, bool accumulate) {
+KV_HOST_SIMD_INLINE void rescale_body(const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E,
+                                      float* out, int64_t out_stride, bool accumulate) {
     for (int64_t t = t0; t < t1; ++t) {
         const float* yt = y + t * E;
         float* ot = out + t * out_stride;
-        const double f = std::sqrt(sum_sq(ref + t * ref_stride, E) / double(E)) / std::sqrt(std::max(sum_sq(yt, E) / double(E), 1e-5));
+        const double f =
+            std::sqrt(sum_sq(ref + t * ref_stride, E) / double(E)) / std::sqrt(std::max(sum_sq(yt, E) / double(E), 1e-5));
         if (accumulate) {
 #pragma omp simd
             for (int64_t c = 0; c < E; ++c) ot[c] = float(double(ot[c]) + double(yt[c]) * f);
@@ -155,7 +156,8 @@ KV_HOST_SIMD_INLINE void rescale_body(const float* y, const float* ref, int64_t 
     }
 }
 
-KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {
+KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I,
+                                   double mult) {
     for (int64_t r = r0; r < r1; ++r) {
         float* v = base + (r / n) * s0 + (r % n) * s1;
         // One pass for both sums: f32 values squared in double are exact, so E[v^2] - mean^2 loses
@@ -175,19 +177,20 @@ KV_HOST_SIMD_VARIANTS(predict,
                        float* active, float* coefs),
                       (d, x, rw, pc, t0, t1, pred, active, coefs))
 KV_HOST_SIMD_VARIANTS(coefs,
-                      (const Dims& d, const float* o, const float* active, const float* rw, const double* cc, const float* scale,
-                       int64_t t0, int64_t t1, float* coef, float* first),
+                      (const Dims& d, const float* o, const float* active, const float* rw, const double* cc,
+                       const float* scale, int64_t t0, int64_t t1, float* coef, float* first),
                       (d, o, active, rw, cc, scale, t0, t1, coef, first))
 KV_HOST_SIMD_VARIANTS(apply,
-                      (const Dims& d, const float* x, const float* o, const float* pred, const float* coefs, const float* active,
-                       const float* coef, const float* av, int64_t t0, int64_t t1, float* next, float* scratch, double* dscratch),
+                      (const Dims& d, const float* x, const float* o, const float* pred, const float* coefs,
+                       const float* active, const float* coef, const float* av, int64_t t0, int64_t t1, float* next,
+                       float* scratch, double* dscratch),
                       (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch, dscratch))
 KV_HOST_SIMD_VARIANTS(rescale,
-                      (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out, int64_t out_stride,
-                       bool accumulate),
+                      (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out,
+                       int64_t out_stride, bool accumulate),
                       (y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate))
 KV_HOST_SIMD_VARIANTS(topk, (float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult),
-                 (base, r0, r1, n, s0, s1, I, mult))
+                      (base, r0, r1, n, s0, s1, I, mult))
 
 // fn(t0, t1) over the rows split evenly across the threads: one parallel region per call.
 template <class F>
@@ -202,7 +205,8 @@ void split_rows(int64_t rows, F&& fn) {
 
 }  // namespace
 
-void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active, float* coefs) {
+void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active,
+             float* coefs) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { predict_any(d, x, rw, pc, t0, t1, pred, active, coefs); });
 }
 
@@ -220,7 +224,8 @@ void correct_apply(const Dims& d, const float* x, const float* out, const float*
     });
 }
 
-void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride, bool accumulate) {
+void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride,
+             bool accumulate) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { rescale_any(y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate); });
 }
 

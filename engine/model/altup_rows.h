@@ -19,7 +19,8 @@ struct Dims {
 // and active = pred_a (rows, E), and every stream's pred (rows, A, E) unless pred is nullptr
 // (correct_apply then recomputes them from x and coefs). rw (A, E): the router with the norm
 // weight folded in.
-void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active, float* coefs);
+void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active,
+             float* coefs);
 
 // The correction's coefficients c_i = 1 + sum_j cc_ij m_j(out) (rows, A) and the active
 // stream's corrected value times scale (nullptr: no scale) into first (rows, E).
@@ -34,7 +35,8 @@ void correct_apply(const Dims& d, const float* x, const float* out, const float*
 
 // M(y, ref) of altup.h per row: out_t (+)= y_t rms(ref_t) / max(rms(y_t), sqrt(1e-5)) (plain
 // RMS, no eps), in double per element; y (rows, E), ref and out at their row strides.
-void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride, bool accumulate);
+void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride,
+             bool accumulate);
 
 // Gaussian top-k of rows of I f32 values (row r at base + r / n * s0 + r % n * s1), in place:
 // v -> max(0, v - (mean + std mult)), the mean and std summed in double.

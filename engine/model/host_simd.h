@@ -34,17 +34,25 @@ inline int host_simd_level() {
 
 // F##_any PARAMS: F##_body ARGS compiled for the level host_simd_level() gives.
 #if KV_HOST_SIMD_MULTI
-#define KV_HOST_SIMD_VARIANTS(F, PARAMS, ARGS)                                    \
-    __attribute__((target("arch=x86-64-v4"))) void F##_v4 PARAMS { F##_body ARGS; } \
-    __attribute__((target("arch=x86-64-v3"))) void F##_v3 PARAMS { F##_body ARGS; } \
-    void F##_v2 PARAMS { F##_body ARGS; }                                         \
-    void F##_any PARAMS {                                                         \
-        const int lv = ::kv::host_simd_level();                                   \
-        if (lv >= 4) return F##_v4 ARGS;                                          \
-        if (lv >= 3) return F##_v3 ARGS;                                          \
-        F##_v2 ARGS;                                                              \
+#define KV_HOST_SIMD_VARIANTS(F, PARAMS, ARGS)                     \
+    __attribute__((target("arch=x86-64-v4"))) void F##_v4 PARAMS { \
+        F##_body ARGS;                                             \
+    }                                                              \
+    __attribute__((target("arch=x86-64-v3"))) void F##_v3 PARAMS { \
+        F##_body ARGS;                                             \
+    }                                                              \
+    void F##_v2 PARAMS {                                           \
+        F##_body ARGS;                                             \
+    }                                                              \
+    void F##_any PARAMS {                                          \
+        const int lv = ::kv::host_simd_level();                    \
+        if (lv >= 4) return F##_v4 ARGS;                           \
+        if (lv >= 3) return F##_v3 ARGS;                           \
+        F##_v2 ARGS;                                               \
     }
 #else
 #define KV_HOST_SIMD_VARIANTS(F, PARAMS, ARGS) \
-    void F##_any PARAMS { F##_body ARGS; }
+    void F##_any PARAMS {                      \
+        F##_body ARGS;                         \
+    }
 #endif
