@@ -46,7 +46,7 @@ struct AltUpPrediction {
     Tensor pred;
     Tensor active;
     Tensor active_host;          // active in the host dtype (f32 / f64)
-    std::vector<float> coefs;    // f32 / bf16: the prediction coefficients r (B n, A, A)
+    std::vector<double> coefs;   // f32 / bf16: the prediction coefficients r (B n, A, A)
 };
 AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred = true);
 

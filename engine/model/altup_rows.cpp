@@ -33,36 +33,36 @@ KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const float* 
 }
 
 // p = pred_i = x_i + sum_k r_ik x_k of one token's streams xs (A, E); ri = r[i A ..].
-KV_HOST_SIMD_INLINE void mix_stream(const float* xs, const float* ri, int64_t A, int64_t E, int64_t i, float* p) {
+KV_HOST_SIMD_INLINE void mix_stream(const float* xs, const double* ri, int64_t A, int64_t E, int64_t i, float* p) {
     const float* xi = xs + i * E;
     if (A == 4) {  // Gemma 3n's four streams: one pass, every stream read once
         const float *x0 = xs, *x1 = xs + E, *x2 = xs + 2 * E, *x3 = xs + 3 * E;
 #pragma omp simd
-        for (int64_t c = 0; c < E; ++c) p[c] = xi[c] + (ri[0] * x0[c] + ri[1] * x1[c] + ri[2] * x2[c] + ri[3] * x3[c]);
+        for (int64_t c = 0; c < E; ++c)
+            p[c] = float(double(xi[c]) +
+                         (ri[0] * double(x0[c]) + ri[1] * double(x1[c]) + ri[2] * double(x2[c]) + ri[3] * double(x3[c])));
         return;
     }
 #pragma omp simd
-    for (int64_t c = 0; c < E; ++c) p[c] = xi[c];
-    for (int64_t k = 0; k < A; ++k) {
-        const float rk = ri[k];
-        const float* xk = xs + k * E;
-#pragma omp simd
-        for (int64_t c = 0; c < E; ++c) p[c] += rk * xk[c];
+    for (int64_t c = 0; c < E; ++c) {
+        double s = 0;
+        for (int64_t k = 0; k < A; ++k) s += ri[k] * double(xs[k * E + c]);
+        p[c] = float(double(xi[c]) + s);
     }
 }
 
 KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1,
-                                      float* pred, float* active, float* coefs) {
+                                      float* pred, float* active, double* coefs) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
         double m[16];  // altup_num_inputs <= 16 (ModelConfig::validate)
-        float* r = coefs + t * A * A;
+        double* r = coefs + t * A * A;
         const float* xs = xv + t * d.W;
         modalities(d, xs + d.a * E, rw, m);
         for (int64_t o = 0; o < A * A; ++o) {  // r = W_pred m, row o = i A + k
             double s = 0;
             for (int64_t j = 0; j < A; ++j) s += pc[o * A + j] * m[j];
-            r[o] = float(s);
+            r[o] = s;
         }
         if (pred) {
             float* pr = pred + t * A * E;
@@ -99,7 +99,7 @@ KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float*
     }
 }
 
-KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const float* coefs,
+KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const double* coefs,
                                     const float* active, const float* coef, const float* av, int64_t t0, int64_t t1,
                                     float* next, float* scratch, double* dscratch) {
     const int64_t E = d.E, A = d.A, W = d.W;
@@ -174,14 +174,14 @@ KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t 
 
 KV_HOST_SIMD_VARIANTS(predict,
                       (const Dims& d, const float* x, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
-                       float* active, float* coefs),
+                       float* active, double* coefs),
                       (d, x, rw, pc, t0, t1, pred, active, coefs))
 KV_HOST_SIMD_VARIANTS(coefs,
                       (const Dims& d, const float* o, const float* active, const float* rw, const double* cc,
                        const float* scale, int64_t t0, int64_t t1, float* coef, float* first),
                       (d, o, active, rw, cc, scale, t0, t1, coef, first))
 KV_HOST_SIMD_VARIANTS(apply,
-                      (const Dims& d, const float* x, const float* o, const float* pred, const float* coefs,
+                      (const Dims& d, const float* x, const float* o, const float* pred, const double* coefs,
                        const float* active, const float* coef, const float* av, int64_t t0, int64_t t1, float* next,
                        float* scratch, double* dscratch),
                       (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch, dscratch))
@@ -206,7 +206,7 @@ void split_rows(int64_t rows, F&& fn) {
 }  // namespace
 
 void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active,
-             float* coefs) {
+             double* coefs) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { predict_any(d, x, rw, pc, t0, t1, pred, active, coefs); });
 }
 
@@ -215,7 +215,7 @@ void correct_coefs(const Dims& d, const float* out, const float* active, const f
     split_rows(rows, [&](int64_t t0, int64_t t1) { coefs_any(d, out, active, rw, cc, scale, t0, t1, coef, first); });
 }
 
-void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coefs, const float* active,
+void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const double* coefs, const float* active,
                    const float* coef, const float* av, int64_t rows, float* next) {
     split_rows(rows, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(size_t(d.E));

@@ -20,7 +20,7 @@ struct Dims {
 // (correct_apply then recomputes them from x and coefs). rw (A, E): the router with the norm
 // weight folded in.
 void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active,
-             float* coefs);
+             double* coefs);
 
 // The correction's coefficients c_i = 1 + sum_j cc_ij m_j(out) (rows, A) and the active
 // stream's corrected value times scale (nullptr: no scale) into first (rows, E).
@@ -30,7 +30,7 @@ void correct_coefs(const Dims& d, const float* out, const float* active, const f
 // next_i = pred_i + c_i (out - pred_a) (+ av for streams 1..), that update in double, and the
 // per-layer tail x[A E, W) copied through: the next packed state (rows, W) in one pass. pred
 // may be nullptr (see predict).
-void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const float* coefs, const float* active,
+void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const double* coefs, const float* active,
                    const float* coef, const float* av, int64_t rows, float* next);
 
 // M(y, ref) of altup.h per row: out_t (+)= y_t rms(ref_t) / max(rms(y_t), sqrt(1e-5)) (plain
