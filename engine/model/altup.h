@@ -15,8 +15,8 @@
 // LAUREL (inside the block): h + RMSNorm(W_right W_left h) beside attention, the sum with the
 // attention's residual divided by sqrt(2). The small per-token maps (router, coefficients) run on
 // the CPU over the activations in place, tokens in parallel: for f64 activations each token's
-// arithmetic in double; for f32 / bf16 in f32 (the router's sums and the correction's update in
-// double), vectorised per ISA level (altup_rows.h); the matrices through the usual kernels.
+// arithmetic in double; for f32 / bf16 on f32 data (the sums, the mix and the correction's
+// update in double lanes), vectorised per ISA level (altup_rows.h); the matrices through the usual kernels.
 // CPU only.
 #pragma once
 
