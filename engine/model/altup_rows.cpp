@@ -51,6 +51,23 @@ KV_HOST_SIMD_INLINE void mix_stream(const float* xs, const double* ri, int64_t A
     }
 }
 
+// mix_stream from the streams already in double (xd, A E): the same sums, the same bits.
+KV_HOST_SIMD_INLINE void mix_stream_d(const double* xd, const double* ri, int64_t A, int64_t E, int64_t i, float* p) {
+    const double* xi = xd + i * E;
+    if (A == 4) {
+        const double *x0 = xd, *x1 = xd + E, *x2 = xd + 2 * E, *x3 = xd + 3 * E;
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) p[c] = float(xi[c] + (ri[0] * x0[c] + ri[1] * x1[c] + ri[2] * x2[c] + ri[3] * x3[c]));
+        return;
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < E; ++c) {
+        double s = 0;
+        for (int64_t k = 0; k < A; ++k) s += ri[k] * xd[k * E + c];
+        p[c] = float(xi[c] + s);
+    }
+}
+
 KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1,
                                       float* pred, float* active, double* coefs) {
     const int64_t E = d.E, A = d.A;
@@ -112,13 +129,18 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
         double* diff = dscratch;  // out - pred_a in double, once for every stream
 #pragma omp simd
         for (int64_t c = 0; c < E; ++c) diff[c] = double(o[c]) - double(pa[c]);
+        double* xd = dscratch + E;  // the token's streams in double, converted once for the A mixes below
+        if (!pred) {
+#pragma omp simd
+            for (int64_t c = 0; c < A * E; ++c) xd[c] = double(xs[c]);
+        }
         for (int64_t i = 0; i < A; ++i) {
             const double ci = double(coef[t * A + i]);
             const float* pi = scratch;
             if (pred)
                 pi = pred + (t * A + i) * E;
             else
-                mix_stream(xs, coefs + t * A * A + i * A, A, E, i, scratch);  // the prediction again, as predict_body made it
+                mix_stream_d(xd, coefs + t * A * A + i * A, A, E, i, scratch);  // the prediction again, as predict_body made it
             float* ni = nx + i * E;
             if (i == 0) {
 #pragma omp simd
@@ -219,7 +241,7 @@ void correct_apply(const Dims& d, const float* x, const float* out, const float*
                    const float* coef, const float* av, int64_t rows, float* next) {
     split_rows(rows, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(size_t(d.E));
-        std::vector<double> dscratch(size_t(d.E));
+        std::vector<double> dscratch(size_t((1 + d.A) * d.E));
         apply_any(d, x, out, pred, coefs, active, coef, av, t0, t1, next, scratch.data(), dscratch.data());
     });
 }
