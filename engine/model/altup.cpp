@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "engine/core/error.h"
+#include "engine/model/altup_rows.h"
 #include "engine/model/packed_weight.h"
 #include "engine/ops/ops.h"
 
@@ -90,13 +92,23 @@ AltUpWeights load_altup_model(const ModelConfig& cfg, const TensorMap& w, DType 
 namespace {
 
 // The per-token loops run on f32 or f64 data in place (bf16 activations through f32 copies),
-// each token's arithmetic in double, tokens in parallel: no conversion of the packed state.
+// tokens in parallel: no conversion of the packed state. f64 data: the templates below, each
+// token's arithmetic in double; f32 data: altup_rows (f32, vectorised per ISA level).
 DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32; }
 Tensor on_host(const Tensor& x, DType hd) { return x.dtype() == hd ? x.contiguous() : x.contiguous().to(hd); }
 
 template <class T>
 double sum_sq(const T* x, int64_t n) {
     double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+}
+
+// f32 rows: the squares summed in double lanes the compiler vectorises (the order changes
+// nothing at f32 precision).
+inline double sum_sq(const float* x, int64_t n) {
+    double s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
     return s;
 }
@@ -147,7 +159,10 @@ void embed_rows(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& e,
     for (int64_t t = 0; t < rows; ++t) std::copy_n(ev + t * E, E, o + t * W);
     for (int64_t i = 1; i < A; ++i) {
         const Tensor y = on_host(linear_any(e, aw.proj[size_t(i - 1)], act), hd);
-        rescale_rows(y.data<T>(), ev, E, rows, E, o + i * E, W);
+        if constexpr (std::is_same_v<T, float>)
+            altup_rows::rescale(y.data<float>(), ev, E, rows, E, o + i * E, W, false);
+        else
+            rescale_rows(y.data<T>(), ev, E, rows, E, o + i * E, W);
     }
     // Per-layer inputs: the projection of e (scaled, normalised per layer) plus the token's own table row.
     const Tensor proj = on_host(linear_any(e, aw.per_layer_proj, act), hd);  // (B n, L P)
@@ -239,6 +254,19 @@ void add_per_layer_rows(const ModelConfig& cfg, const T* av, int64_t rows, T* ne
             for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
 }
 
+// The router with its norm weight folded in, for the f32 rows: rw[j E + e] = router[j, e] nw[e].
+std::vector<float> router_weighted(const ModelConfig& cfg, const std::vector<double>& nw, const std::vector<double>& router) {
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs;
+    std::vector<float> rw(size_t(A * E));
+    for (int64_t j = 0; j < A; ++j)
+        for (int64_t e = 0; e < E; ++e) rw[size_t(j * E + e)] = float(router[size_t(j * E + e)] * nw[size_t(e)]);
+    return rw;
+}
+
+altup_rows::Dims dims_of(const ModelConfig& cfg) {
+    return {cfg.hidden_size, cfg.altup.num_inputs, cfg.residual_width(), cfg.altup.active_idx, cfg.rms_norm_eps};
+}
+
 template <class T>
 void unembed_rows(const T* x0, int64_t x0_stride, const T* y, int64_t rows, int64_t E, T* sum) {
 #pragma omp parallel for schedule(static)
@@ -267,19 +295,23 @@ Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor&
     return out.to(act);
 }
 
-AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act) {
+AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred) {
     const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, A = cfg.altup.num_inputs;
     const DType hd = host_dtype(act);
     const TensorOptions ao{x.device(), MemCategory::ACTIVATIONS, {}};
     const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), pc = host(L.altup_pred);
     const Tensor xh = on_host(x, hd);
     AltUpPrediction out;
-    out.pred = Tensor::empty({B * n, A, E}, hd, ao);
+    if (hd == DType::F64 || keep_pred) out.pred = Tensor::empty({B * n, A, E}, hd, ao);
     Tensor active = Tensor::empty({B, n, E}, hd, ao);
-    if (hd == DType::F64)
+    if (hd == DType::F64) {
         predict_rows(cfg, xh.data<double>(), nw, router, pc, B * n, out.pred.data<double>(), active.data<double>());
-    else
-        predict_rows(cfg, xh.data<float>(), nw, router, pc, B * n, out.pred.data<float>(), active.data<float>());
+    } else {
+        out.coefs.resize(size_t(B * n * A * A));
+        altup_rows::predict(dims_of(cfg), xh.data<float>(), router_weighted(cfg, nw, router).data(), pc.data(), B * n,
+                            keep_pred ? out.pred.data<float>() : nullptr, active.data<float>(), out.coefs.data());
+    }
+    out.active_host = active;
     out.active = active.to(act);
     return out;
 }
@@ -293,22 +325,26 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
                               scale = host(L.altup_out_scale);
     const Tensor xh = on_host(x, hd), oh = on_host(out, hd);
     Tensor next = Tensor::empty({B, n, W}, hd, ao), first = Tensor::empty({B, n, E}, hd, ao);
-    if (hd == DType::F64)
-        correct_rows(cfg, xh.data<double>(), oh.data<double>(), p.pred.data<double>(), nw, router, cc, scale, rows, next.data<double>(),
-                     first.data<double>());
-    else
-        correct_rows(cfg, xh.data<float>(), oh.data<float>(), p.pred.data<float>(), nw, router, cc, scale, rows, next.data<float>(),
-                     first.data<float>());
+    const int64_t A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim, pli = A * E + int64_t(layer) * P;
+    if (hd == DType::F32) {  // coefficients and `first`, the per-layer term, then one pass writing next
+        std::vector<float> coef(size_t(rows * A)), sf(scale.begin(), scale.end());
+        const altup_rows::Dims d = dims_of(cfg);
+        altup_rows::correct_coefs(d, oh.data<float>(), p.active_host.data<float>(), router_weighted(cfg, nw, router).data(), cc.data(),
+                                  cfg.altup.correct_scale ? sf.data() : nullptr, rows, coef.data(), first.data<float>());
+        const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
+        const Tensor av = on_host(ops::rmsnorm(linear_any(g, L.pli_proj, act), L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
+        altup_rows::correct_apply(d, xh.data<float>(), oh.data<float>(), p.pred.defined() ? p.pred.data<float>() : nullptr,
+                                  p.coefs.data(), p.active_host.data<float>(), coef.data(), av.data<float>(), rows, next.data<float>());
+        return next.to(act);
+    }
+    correct_rows(cfg, xh.data<double>(), oh.data<double>(), p.pred.data<double>(), nw, router, cc, scale, rows, next.data<double>(),
+                 first.data<double>());
     // The per-layer input's contribution to streams 1..: RMSNorm(W_proj(gelu(W_gate first) * pli)).
     // gelu(W_gate first) * the layer's per-layer input (a view into x's packed tail), one kernel.
-    const int64_t A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim, pli = A * E + int64_t(layer) * P;
     const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
     const Tensor add = linear_any(g, L.pli_proj, act);
     const Tensor av = on_host(ops::rmsnorm(add, L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
-    if (hd == DType::F64)
-        add_per_layer_rows<double>(cfg, av.data<double>(), rows, next.data<double>());
-    else
-        add_per_layer_rows<float>(cfg, av.data<float>(), rows, next.data<float>());
+    add_per_layer_rows<double>(cfg, av.data<double>(), rows, next.data<double>());
     return next.to(act);
 }
 
@@ -324,7 +360,7 @@ Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tenso
         if (hd == DType::F64)
             unembed_rows(xh.data<double>(), W, y.data<double>(), B * n, E, sum.data<double>());
         else
-            unembed_rows(xh.data<float>(), W, y.data<float>(), B * n, E, sum.data<float>());
+            altup_rows::rescale(y.data<float>(), xh.data<float>(), W, B * n, E, sum.data<float>(), E, true);
     }
     return ops::scale(sum, float(1.0 / double(A))).to(act);
 }
@@ -334,7 +370,9 @@ Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DT
     Tensor r = linear_any(lf, L.laurel_right, act);
     if (left) *left = lf;
     if (right) *right = r;
-    return ops::add(h, ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f));
+    Tensor out = ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f);
+    ops::add_(out, h, out);  // in place: one temporary fewer
+    return out;
 }
 
 namespace {
@@ -376,9 +414,10 @@ void gaussian_topk_(Tensor& gate, double sparsity) {
     // The MLP's gate half (a strided view of the gate/up projection) in place on the host.
     if (gate.device().type == DeviceType::CPU && (gate.ndim() == 2 || gate.ndim() == 3) && gate.stride(gate.ndim() - 1) == 1 &&
         (gate.dtype() == DType::F32 || gate.dtype() == DType::F64)) {
-        if (gate.dtype() == DType::F32)
-            topk_in_place<float>(gate, mult);
-        else
+        if (gate.dtype() == DType::F32) {
+            const int64_t n = gate.ndim() == 3 ? gate.size(1) : 1, s1 = gate.ndim() == 3 ? gate.stride(1) : 0;
+            altup_rows::topk(gate.data<float>(), rows, n, gate.stride(0), s1, I, mult);
+        } else
             topk_in_place<double>(gate, mult);
         return;
     }

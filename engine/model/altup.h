@@ -14,8 +14,10 @@
 //
 // LAUREL (inside the block): h + RMSNorm(W_right W_left h) beside attention, the sum with the
 // attention's residual divided by sqrt(2). The small per-token maps (router, coefficients) run on
-// the CPU over the activations in place, each token's arithmetic in double, tokens in parallel;
-// the matrices through the usual kernels. CPU only.
+// the CPU over the activations in place, tokens in parallel: for f64 activations each token's
+// arithmetic in double; for f32 / bf16 on f32 data (the sums, the mix and the correction's
+// update in double lanes), vectorised per ISA level (altup_rows.h); the matrices through the usual kernels.
+// CPU only.
 #pragma once
 
 #include <string>
@@ -37,12 +39,16 @@ AltUpWeights load_altup_model(const ModelConfig& cfg, const TensorMap& w, DType 
 Tensor altup_embed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& ids, const Tensor& e, DType act);
 
 // AltUp's prediction for one layer: every stream predicted ((B n, A, E) in f32, f64 for f64
-// activations) and the active one as the block's input (B, n, E) in `act`.
+// activations) and the active one as the block's input (B, n, E) in `act`. For f32 / bf16
+// activations without keep_pred (no reverse pass to feed) pred stays undefined: the correction
+// recomputes each stream's prediction from x and the coefficients, saving a pass over memory.
 struct AltUpPrediction {
     Tensor pred;
     Tensor active;
+    Tensor active_host;          // active in the host dtype (f32 / f64)
+    std::vector<double> coefs;   // f32 / bf16: the prediction coefficients r (B n, A, A)
 };
-AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act);
+AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred = true);
 
 // The correction after the block's output `out` (B, n, E), with layer `layer`'s per-layer input
 // from x's packed tail -> the next packed state.

@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/softcap_rows.h"
 #include "engine/model/latent_attention.h"
 #include "engine/model/moe_mlp.h"
 #include "engine/memory/memory_tracker.h"
@@ -255,7 +256,7 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     if (!cfg_.altup_enabled()) return block_core(l, x, input_pos, attention, save);
     MemoryLabelScope label(str("layer ", l, " altup"));
     const LayerWeights& L = layers_[size_t(l)];
-    const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype);
+    const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype, save != nullptr);
     const Tensor out = block_core(l, p.active, input_pos, attention, save);
     if (save) save->altup_pred = p.pred, save->altup_active = p.active, save->altup_out = out;
     return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
@@ -386,7 +387,7 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         }
         out = ops::add(x, o);
         if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
-            out = ops::add(out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
+            ops::add_(out, out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
             ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
         }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
@@ -445,7 +446,7 @@ Tensor Transformer::lm_head(const Tensor& h, int64_t input_pos) const {
         if (logits.dtype() == DType::F64)
             for (double* z = logits.data<double>(), *e = z + logits.numel(); z < e; ++z) *z = c * std::tanh(*z / c);
         else
-            for (float* z = logits.data<float>(), *e = z + logits.numel(); z < e; ++z) *z = float(c * std::tanh(double(*z) / c));
+            softcap_f32_(logits.data<float>(), logits.numel(), c);
     }
     return logits;
 }

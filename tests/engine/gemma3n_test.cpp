@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
@@ -198,6 +200,42 @@ TEST(Gemma3nFolder, BlockSavesWhatItsReversePassReads) {
     EXPECT_EQ(acts.laurel_r.shape(), (Shape{1, 3, E}));
     ASSERT_GT(mf.config.layer_spec(0).activation_sparsity, 0.0);
     EXPECT_EQ(acts.gate_pre.shape(), (Shape{1, 3, mf.config.intermediate_size}));
+}
+
+// The f32 activation path (AltUp's per-token maps in f32 per ISA level, the correction recomputing
+// the prediction) against the f64 path (every map in double) on the tiny-gemma3n preset, whose
+// four streams take the four-stream loops the fixture (three) does not; bf16 activations too.
+// KVLAB_CPU_VARIANT=avx2 / base runs the narrower builds of the same loops.
+TEST(Gemma3nPrecision, F32AndBf16ForwardsFollowTheF64Forward) {
+    ModelOptions o64, o32, o16;
+    o64.dtype = DType::F64, o32.dtype = DType::F32, o16.dtype = DType::BF16;
+    const LoadedModel m64 = load_model("tiny-gemma3n", o64, 7), m32 = load_model("tiny-gemma3n", o32, 7),
+                      m16 = load_model("tiny-gemma3n", o16, 7);
+    ASSERT_EQ(m32.config.altup.num_inputs, 4);
+    std::vector<int64_t> v(40);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t(3 + (i * 37) % 250);
+    const Tensor ids = Tensor::from_i64({2, 20}, v);
+    const Tensor ref = m64.model->forward(ids);
+    const test::Comparison c32 = test::compare(m32.model->forward(ids), ref);
+    EXPECT_LE(c32.rel_err, 1e-4) << c32.report;
+    const test::Comparison c16 = test::compare(m16.model->forward(ids).to(DType::F64), ref);
+    EXPECT_FALSE(c16.nonfinite_mismatch) << c16.report;
+    EXPECT_LE(c16.rel_err, 5e-2) << c16.report;
+    std::printf("tiny-gemma3n logits vs the f64 forward: f32 %.3g, bf16 %.3g (max |err| / max |ref|)\n", c32.rel_err, c16.rel_err);
+}
+
+// With f32 activations a block run for the reverse pass keeps every stream's prediction while a
+// plain block recomputes them in the correction: both give the same bits (four streams).
+TEST(Gemma3nPrecision, SavedAndPlainBlocksAgreeWithFourStreams) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 11);
+    const Tensor x = lm.model->embed(Tensor::from_i64({1, 5}, {1, 2, 3, 4, 5}));
+    for (int l = 0; l < 2; ++l) {
+        PlainAttention plain, plain2;
+        BlockActivations acts;
+        const Tensor saved = lm.model->block(l, x, 0, plain, &acts);
+        EXPECT_EQ(saved.to_f64_vector(), lm.model->block(l, x, 0, plain2).to_f64_vector()) << "layer " << l;
+        EXPECT_EQ(acts.altup_pred.shape(), (Shape{5, 4, lm.config.hidden_size}));
+    }
 }
 
 }  // namespace
