@@ -57,6 +57,12 @@ Fixture load_fixture(const std::string& name) {
 
 class ModelFixture : public testing::TestWithParam<std::string> {};
 
+// Gemma 3n's fixture amplifies rounding: kvlab's f64 forward is 4.7e-6 from the f64 reference
+// (Gemma 3's 8e-8, the same few f32 steps), and the f32 forward's error depends on the ISA's
+// summation orders: one pass 8.6e-6 (AVX-512), 1.38e-5 (AVX2), 1.01e-5 (baseline); token by
+// token through the cache 1.9e-5, 2.4e-5, 2.3e-5. The bounds hold on every kernel variant.
+constexpr double kGemma3nTol = 2e-5, kGemma3nTokenTol = 3e-5;
+
 TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
     Fixture f = load_fixture(GetParam());
     const bool bf16 = f.model.config.dtype == DType::BF16;
@@ -67,7 +73,7 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
     model.set_context_width(f.context_width);
     // f32: rounding of f32 accumulation over a few hundred terms; bf16: activations stored in
     // bf16 (8 mantissa bits) through 2 layers.
-    const double tol = bf16 ? 2e-2 : 1e-5;
+    const double tol = bf16 ? 2e-2 : GetParam() == std::string("gemma3n_text") ? kGemma3nTol : 1e-5;
     for (int j = 0; j < f.inputs; ++j) {
         const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
         const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
@@ -108,9 +114,8 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
                 KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
                 test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
                 EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
-                // Gemma 3n token by token: f32 rounding through the decode kernel, AltUp and the
-                // gaussian top-k's cut-off measured 1.1e-5 and 1.3e-5 (whole, 7 and 32: < 1e-5).
-                const double tol = name == "gemma3n_text" && chunk == 1 ? 2e-5 : 1e-5;
+                // Gemma 3n: see kGemma3nTol (token by token the decode kernel's rounding adds).
+                const double tol = name == std::string("gemma3n_text") ? (chunk == 1 ? kGemma3nTokenTol : kGemma3nTol) : 1e-5;
                 EXPECT_LE(c.rel_err, tol) << c.report;
             }
         }
