@@ -132,6 +132,7 @@ TEST(TurboQuant, KeysDecodeToTheNearestLevelWithTheCodebooksDistortion) {
             std::normal_distribution<double> nd(0.0, 1.0);
             double rel_mse = 0;
             const int rows = 1200;
+            int recoded = 0, stable = 0;
             for (int r = 0; r < rows; ++r) {
                 std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
                 const double scale = std::exp(nd(rng));
@@ -166,17 +167,40 @@ TEST(TurboQuant, KeysDecodeToTheNearestLevelWithTheCodebooksDistortion) {
                     ASSERT_NEAR(double(stored), g, 1e-5 * g) << "n " << n << " bits " << bits << " row " << r;
                     for (int64_t i = 0; i < n; ++i)
                         ASSERT_NEAR(uh[size_t(i)] / g, double(lv.v[best[size_t(i)]]), 1e-5) << "n " << n << " bits " << bits << " row " << r << " i " << i;
-                    // decoding and coding again gives the same codes (the working buffer's write-back)
-                    std::vector<uint8_t> q2(q.size());
-                    quantize_row(f, y.data(), n, q2.data(), lv.v);
-                    for (int64_t i = 0; i < n * bits / 8; ++i) ASSERT_EQ(q2[size_t(i)], q[size_t(i)]) << "re-coded byte " << i;
+                    // Coding the decoded row again (the working buffer's write-back) codes its own
+                    // rotated coordinates Q(u) / |Q(u)| to their nearest levels; those are Q(u)'s
+                    // codes again unless |Q(u)| is far enough from 1 to carry a level past a
+                    // boundary (rows of mostly small coordinates: |Q(u)| down to 0.87 seen).
+                    double ny = 0;
+                    for (double v : yd) ny += v * v;
+                    ny = std::sqrt(ny);
+                    bool clear2 = true, same = true;
+                    std::vector<int> best2(size_t(n), 0);
+                    for (int64_t i = 0; i < n; ++i) {
+                        const double vi = uh[size_t(i)] / ny;
+                        int& bi = best2[size_t(i)];
+                        for (int k = 1; k < (1 << bits); ++k)
+                            if (std::fabs(vi - lv.v[k]) < std::fabs(vi - lv.v[bi])) bi = k;
+                        for (int k = 1; k < (1 << bits); ++k) clear2 = clear2 && std::fabs(vi - 0.5 * (double(lv.v[k - 1]) + lv.v[k])) > 1e-5;
+                        same = same && bi == best[size_t(i)];
+                    }
+                    if (clear2) {
+                        std::vector<uint8_t> q2(q.size());
+                        quantize_row(f, y.data(), n, q2.data(), lv.v);
+                        for (int64_t i = 0; i < n; ++i)
+                            ASSERT_EQ(int(tq_get_code(q2.data(), i, bits)), best2[size_t(i)]) << "re-coded coordinate " << i << ", row " << r;
+                        ++recoded, stable += same;
+                    }
                 }
                 if (r % 2 == 0) rel_mse += err / (norm * norm) / (rows / 2);
             }
             // |x - x^|^2 / |x|^2 = |u - Q(u) / |Q(u)||^2 = 2 - 2 u.Q / |Q| with u.Q ~ |Q|^2 ~ 1 - n D
             // (Lloyd-Max's centroid condition, D the per-coordinate distortion): 2 - 2 sqrt(1 - n D)
             const double want = 2.0 - 2.0 * std::sqrt(1.0 - double(n) * distortion);
-            EXPECT_NEAR(rel_mse, want, 0.05 * want) << "n " << n << " bits " << bits << " (n D = " << double(n) * distortion << ")";
+            // The formula's approximations put n = 64 about 3% low; 600 rows add about +-2.5%.
+            EXPECT_NEAR(rel_mse, want, 0.1 * want) << "n " << n << " bits " << bits << " (n D = " << double(n) * distortion << ")";
+            EXPECT_GT(recoded, rows / 2) << "n " << n << " bits " << bits << ": too few rows re-coded";
+            EXPECT_GE(stable, recoded - recoded / 50) << "n " << n << " bits " << bits << ": the write-back should keep 98% of rows' codes";
         }
 }
 
