@@ -52,19 +52,7 @@ class ReconstructionAttention final : public LayerAttention {
             ops::sdpa_(y, q, Kc, Vc, kpos, position_range(input_pos, m, dev), scale, window, nullptr);
         }
         KV_TRACE_SPAN(trace::SpanCategory::SCORING, "reconstruction scoring", .layer = layer);
-        ReconstructionInput in;
-        in.queries = q.contiguous().to_f32_vector();
-        in.own_keys = k.contiguous().to_f32_vector();
-        in.cache_keys = K.contiguous().to_f32_vector();
-        in.query_heads = q.size(1);
-        in.m = m;
-        in.head_dim = D;
-        in.query_pos = input_pos;
-        in.chunk_begin = begin_;
-        in.chunk_end = end_;
-        in.scale = scale;
-        // A windowed layer keeps its ring by rule and scores nothing.
-        if (ReconstructsContext* r = pol.capabilities().reconstructs_context) r->observe_reconstruction(in);
+        score(pol, q, k, input_pos, scale, K.contiguous().to_f32_vector());
     }
 
    private:
@@ -95,23 +83,30 @@ class ReconstructionAttention final : public LayerAttention {
             pooled_attention(y, q, Kc, Vc, kp, G, position_range(input_pos, m, dev), scale, nullptr, window);
         }
         KV_TRACE_SPAN(trace::SpanCategory::SCORING, "reconstruction scoring", .layer = layer);
+        const std::vector<float> pool = K.contiguous().to_f32_vector();  // (B, 1, S, D)
+        std::vector<float> per_head(size_t(B * G * S * D));
+        for (int64_t r = 0; r < B * G; ++r) std::copy_n(pool.begin() + (r / G) * S * D, S * D, per_head.begin() + r * S * D);
+        score(pol, q, k, input_pos, scale, std::move(per_head));
+    }
+
+    // Hands the piece's queries and keys and the cache's keys (B, G, T, D) to the policy; a
+    // windowed layer keeps its ring by rule and scores nothing.
+    void score(KVPolicy& pol, const Tensor& q, const Tensor& k, int64_t input_pos, float scale, std::vector<float> cache_keys) const {
+        ReconstructsContext* r = pol.capabilities().reconstructs_context;
+        if (!r) return;
         ReconstructionInput in;
         in.queries = q.contiguous().to_f32_vector();
         in.own_keys = k.contiguous().to_f32_vector();
-        const std::vector<float> pool = K.contiguous().to_f32_vector();  // (B, 1, S, D)
-        in.cache_keys.resize(size_t(B * G * S * D));
-        for (int64_t r = 0; r < B * G; ++r) std::copy_n(pool.begin() + (r / G) * S * D, S * D, in.cache_keys.begin() + r * S * D);
+        in.cache_keys = std::move(cache_keys);
         in.query_heads = q.size(1);
-        in.m = m;
-        in.head_dim = D;
+        in.m = k.size(2);
+        in.head_dim = k.size(3);
         in.query_pos = input_pos;
         in.chunk_begin = begin_;
         in.chunk_end = end_;
         in.scale = scale;
-        if (ReconstructsContext* r = pol.capabilities().reconstructs_context) r->observe_reconstruction(in);
+        r->observe_reconstruction(in);
     }
-
-   public:
 
    private:
     KVCache& cache_;

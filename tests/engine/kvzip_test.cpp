@@ -260,6 +260,21 @@ struct Tiny {
     std::unique_ptr<Tokenizer> tok = make_byte_tokenizer();
 };
 
+// The sequence `ids` through eval_long's driver: a first chunk of L that fills the cache, then two
+// chunks of 8, no loss targets.
+void fill_then_two_chunks(Tiny& t, KVCache& cache, const std::vector<int32_t>& ids, int64_t L) {
+    const int64_t T = int64_t(ids.size());
+    ChunkPlan plan;
+    plan.chunks = {L, 8, 8};
+    plan.starts = {0, L, L + 8};
+    plan.cells = {{0, 3}};
+    HeadSpec hs;
+    hs.T = T;
+    hs.token_targets.assign(size_t(T), -100);
+    HeadResult res;
+    long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res);
+}
+
 // Records every layer's rotated q (B, NH, n, D) and k (B, G, n, D) of a plain forward.
 struct RecordingAttention final : LayerAttention {
     std::vector<std::vector<float>> q, k;
@@ -296,15 +311,7 @@ TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
     cache.set_step_hook([&](const LayerStep& s) {
         if (s.chunk == 0) first_scores[size_t(s.layer)] = s.policy->slot_scores();
     });
-    ChunkPlan plan;
-    plan.chunks = {L, 8, 8};
-    plan.starts = {0, L, L + 8};
-    plan.cells = {{0, 3}};
-    HeadSpec hs;
-    hs.T = T;
-    hs.token_targets.assign(size_t(T), -100);
-    HeadResult res;
-    long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res);
+    fill_then_two_chunks(t, cache, ids, L);
 
     // The reference sequence: the context, then its piece exactly as the pass builds it.
     std::vector<int32_t> seq(ids.begin(), ids.begin() + L);
@@ -387,15 +394,7 @@ TEST(KVzip, AdaKVzipsPooledPassScoresAsKvzipsBeforeAnyEviction) {
                     if (p >= 0) out[size_t(s.layer)][size_t(g * L + p)] = sc[size_t(g * W + j)];
                 }
         });
-        ChunkPlan plan;
-        plan.chunks = {L, 8, 8};
-        plan.starts = {0, L, L + 8};
-        plan.cells = {{0, 3}};
-        HeadSpec hs;
-        hs.T = T;
-        hs.token_targets.assign(size_t(T), -100);
-        HeadResult res;
-        long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res);
+        fill_then_two_chunks(t, cache, ids, L);
         return out;
     };
     const auto plain = first_scores("kvzip-default"), pooled = first_scores("ada-kvzip-default");
