@@ -116,22 +116,28 @@ RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, Rope
 }
 
 RopeTables build_rope_tables(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
-                             Device device) {
+                             Device device, DType table_dtype) {
     if (context_width <= 0) throw Error(str("RoPE context width must be > 0, got ", context_width));
     RopeFrequencies f = rope_frequencies(cfg, layer, context_width, mode);
     const int64_t half = int64_t(f.inv_freq.size());
-    std::vector<float> c((size_t)(context_width * half)), s((size_t)(context_width * half));
+    std::vector<double> c((size_t)(context_width * half)), s((size_t)(context_width * half));
     for (int64_t p = 0; p < context_width; ++p)
         for (int64_t d = 0; d < half; ++d) {
             const double ang = double(p) * f.inv_freq[size_t(d)];
-            c[size_t(p * half + d)] = float(f.magnitude * std::cos(ang));
-            s[size_t(p * half + d)] = float(f.magnitude * std::sin(ang));
+            c[size_t(p * half + d)] = f.magnitude * std::cos(ang);
+            s[size_t(p * half + d)] = f.magnitude * std::sin(ang);
         }
     RopeTables t;
     TensorOptions o{device, MemCategory::WEIGHTS, "rope tables"};
     if (half > 0) {  // a NoPE layer has no tables (n_rot 0)
-        t.cos = Tensor::from_f32({context_width, half}, c, DType::F32, o);
-        t.sin = Tensor::from_f32({context_width, half}, s, DType::F32, o);
+        if (table_dtype == DType::F64) {
+            t.cos = Tensor::from_f64({context_width, half}, c, DType::F64, o);
+            t.sin = Tensor::from_f64({context_width, half}, s, DType::F64, o);
+        } else {
+            const std::vector<float> c32(c.begin(), c.end()), s32(s.begin(), s.end());
+            t.cos = Tensor::from_f32({context_width, half}, c32, DType::F32, o);
+            t.sin = Tensor::from_f32({context_width, half}, s32, DType::F32, o);
+        }
     }
     t.attn_scale = float(f.attn_scale);
     t.context_width = context_width;

@@ -37,7 +37,8 @@ RopeFrequencies rope_frequencies(const ModelConfig& cfg, int64_t context_width, 
 RopeFrequencies rope_frequencies(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
                                  double yarn_alpha = 1.0, double yarn_beta = 32.0);
 
-// cos/sin tables (context_width, n_rot/2) f32 on `device`, angle = p * theta'_d.
+// cos/sin tables (context_width, n_rot/2) on `device`, angle = p * theta'_d: f64 when
+// `table_dtype` is F64 (a model computing in f64), else f32 (f32 tables alone put a forward ~5e-6 off the f64 math on Gemma 3n).
 struct RopeTables {
     Tensor cos, sin;
     float attn_scale = 1.0f;
@@ -49,6 +50,6 @@ struct RopeTables {
 
 RopeTables build_rope_tables(const ModelConfig& cfg, int64_t context_width, RopeMode mode, Device device);
 RopeTables build_rope_tables(const ModelConfig& cfg, const LayerSpec& layer, int64_t context_width, RopeMode mode,
-                             Device device);
+                             Device device, DType table_dtype = DType::F32);
 
 }  // namespace kv

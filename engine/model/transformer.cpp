@@ -218,7 +218,7 @@ void Transformer::set_context_width(int64_t width) {
             ++i;
         if (i == seen.size()) {
             seen.push_back(s);
-            ropes_.push_back(build_rope_tables(cfg_, s, width, opt_.rope, opt_.device));
+            ropes_.push_back(build_rope_tables(cfg_, s, width, opt_.rope, opt_.device, opt_.dtype == DType::F64 && opt_.device.is_cpu() ? DType::F64 : DType::F32));
         }
         layer_rope_[size_t(l)] = i;
     }

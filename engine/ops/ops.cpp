@@ -339,9 +339,10 @@ int check_rope(const char* op, const Tensor& out, const Tensor& x, const Tensor&
     KV_REQUIRE(n_rot > 0 && n_rot <= hs && n_rot % 2 == 0, op, str("n_rot ", n_rot, " must be even and in (0, ", hs, "]"));
     KV_REQUIRE(pos.ndim() == 2 && pos.dtype() == DType::I32 && (pos.size(0) == x.size(0) || pos.size(0) == 1) && pos.size(1) == x.size(2),
             op, str("positions must be int32 (B|1, T) = (", x.size(0), "|1, ", x.size(2), "), got ", pos.describe()));
-    KV_REQUIRE(cos.ndim() == 2 && sin.shape() == cos.shape() && cos.size(1) == n_rot / 2 && cos.dtype() == DType::F32 &&
-                sin.dtype() == DType::F32,
-            op, str("cos/sin tables must be f32 (P, ", n_rot / 2, "), got ", cos.describe(), " / ", sin.describe()));
+    // f64 tables serve an f64 forward on the CPU (the device kernels read f32)
+    const bool table_dtype_ok = cos.dtype() == sin.dtype() && (cos.dtype() == DType::F32 || (cos.dtype() == DType::F64 && cos.device().is_cpu()));
+    KV_REQUIRE(cos.ndim() == 2 && sin.shape() == cos.shape() && cos.size(1) == n_rot / 2 && table_dtype_ok, op,
+               str("cos/sin tables must be f32 (P, ", n_rot / 2, ") (f64 on the CPU), got ", cos.describe(), " / ", sin.describe()));
     if (pos.device().is_cpu()) {
         int64_t max_p = cos.size(0);
         TensorView pv = pos.view();
