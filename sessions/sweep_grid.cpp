@@ -182,6 +182,7 @@ std::vector<SweepCell> expand_sweep(const SweepSpec& spec) {
                 b.buffer.clear();
                 b.ratio.clear();
                 b.cache_length_given = false;
+                b.cfg.kv_cache.head_ratios.clear();  // per-head budgets (lukv-*): the reference keeps every slot
                 // compress-then-ask's budgets are the compared runs' (one value is applied to every
                 // cell above): the reference is the uncompressed context
                 b.cfg.protocol.compression_ratio = 0.0;

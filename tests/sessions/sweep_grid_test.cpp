@@ -115,6 +115,20 @@ TEST(SweepGrid, OneCompressionBudgetLeavesTheReferenceUncompressed) {
     }
 }
 
+TEST(SweepGrid, APerHeadRatioTableStaysOffTheReference) {
+    // lukv-*'s table is one value for every compared cell; dense keeps one budget for every head
+    // and refuses a table, so the reference runs without it.
+    auto cells = expand({{"kv_cache.name", "lukv-knorm,lukv-h2o"}, {"kv_cache.head_ratios", "pattern:1 0.5"}, {"kv_cache.cache_length", "64"}});
+    ASSERT_EQ(cells.size(), 3u);
+    int refs = 0;
+    for (const auto& c : cells) {
+        EXPECT_TRUE(run_config_problems(c.cfg).empty()) << c.cfg.name;
+        EXPECT_EQ(c.cfg.kv_cache.head_ratios.empty(), c.reference) << c.cfg.name;
+        refs += c.reference;
+    }
+    EXPECT_EQ(refs, 1);
+}
+
 TEST(SweepGrid, BadGridsFailBeforeAnythingRuns) {
     auto msg = [](const std::vector<std::pair<std::string, std::string>>& o) {
         try {
