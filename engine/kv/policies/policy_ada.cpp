@@ -60,6 +60,7 @@ class AdaKVPolicy : public KVPolicy, public PooledSlots, public OutputProjection
         if (!inner_) throw Error(str(name_, ": '", inner_name, "' is not a score policy"));
         (void)p.release();
         two_stage_ = dynamic_cast<TwoStageScores*>(inner_.get());
+        inner_->driven_by_pool_ = true;
     }
     const char* name() const override { return name_.c_str(); }
     bool needs_attention_weights() const override { return inner_->needs_attention_weights(); }

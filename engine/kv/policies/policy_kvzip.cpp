@@ -92,7 +92,7 @@ class KVzipPolicy final : public ScorePolicy, public ReconstructsContext {
                 if (p >= n_sink_ && p >= in.chunk_begin && p < in.chunk_end) score_[size_t(r * L_ + sel[size_t(i)])] = float(best[size_t(i)]);
             }
         }
-        if (T_ == L_) ScorePolicy::update({}, 0);  // the next chunk's victims, from the new scores
+        if (T_ == L_ && !driven_by_pool_) ScorePolicy::update({}, 0);  // the next chunk's victims, from the new scores
     }
 
    protected:

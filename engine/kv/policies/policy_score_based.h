@@ -48,6 +48,10 @@ class ScorePolicy : public KVPolicy {
     virtual void observe_chunk(const InsertFeatures& f, int64_t input_pos, int64_t n) { (void)f, (void)input_pos, (void)n; }
 
     int64_t rows() const { return B_ * G_; }
+    // Set by ada-*, which chooses the victims over its pool itself: a scorer
+    // that picks its next victims as a side effect of scoring (kvzip's reconstruction hook)
+    // then only scores.
+    bool driven_by_pool_ = false;
 
     // ---- a scorer wrapping another over the same slots (critical-*) ---------------------
     // ada-* drives its scorer through the hooks above, never through prefill / apply /
