@@ -114,7 +114,10 @@ fi
 # is never their calibration data; their sweeps are their own, as duo's above, and their rows are
 # in the tables only (in the figure their file options would label every line).
 if want methods; then
-METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention cap simlayerkv finch merging-snapkv merging-knorm cam-h2o cam-knorm key-rerotation-snapkv key-rerotation-streaming}"
+METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention critical-ada cap simlayerkv finch merging-snapkv merging-knorm cam-h2o cam-knorm key-rerotation-snapkv key-rerotation-streaming key-rerotation-h2o key-rerotation-knorm ada-kvzip}"
+# LUKV's per-head budgets need a table: the KV heads of every layer keep 1, 0.75 and 0.5 of L
+# (a quarter fewer slots than the others at the same L); rows in the tables only, as qfilter's
+LUKV="lukv-knorm,lukv-snapkv,lukv-h2o,lukv-expected-attention" LUKV_RATIOS="pattern:1 0.75 0.5"  # spaces: a comma would make it a sweep list
 BASE="lastrec snapkv expected-attention h2o knorm streaming"
 CALIB_TEXT=/usr/share/common-licenses/Apache-2.0
 QFILTER=results/smollm2-135m.qfilter KVZAP=results/smollm2-135m.kvzap
@@ -126,15 +129,17 @@ mppl=(smollm2-135m --data text --data.files "$TEXT" --data.seq_length 8192 --dat
 "$KVLAB" sweep "${mppl[@]}" --kv_cache.name "$(echo $BASE $METHODS | tr ' ' ,)" > results/ppl.methods.md
 "$KVLAB" sweep "${mppl[@]}" --kv_cache.name qfilter --kv_cache.qfilter "$QFILTER" > results/ppl.qfilter.md
 "$KVLAB" sweep "${mppl[@]}" --kv_cache.name kvzap --kv_cache.kvzap "$KVZAP" > results/ppl.kvzap.md
+"$KVLAB" sweep "${mppl[@]}" --kv_cache.name "$LUKV" --kv_cache.head_ratios "$LUKV_RATIOS" > results/ppl.lukv.md
 mrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --data.repeat_length 64 --data.repeat_distance 896
       --kv_cache.cache_length 256,512 --kv_cache.chunk_size 64 --telemetry.enabled false --session "$SESSION" --format md --figure none)
 "$KVLAB" sweep "${mrep[@]}" --kv_cache.name "$(echo $BASE $METHODS | tr ' ' ,)" > results/repeat.methods.md
 "$KVLAB" sweep "${mrep[@]}" --kv_cache.name qfilter --kv_cache.qfilter "$QFILTER" > results/repeat.qfilter.md
 "$KVLAB" sweep "${mrep[@]}" --kv_cache.name kvzap --kv_cache.kvzap "$KVZAP" > results/repeat.kvzap.md
+"$KVLAB" sweep "${mrep[@]}" --kv_cache.name "$LUKV" --kv_cache.head_ratios "$LUKV_RATIOS" > results/repeat.lukv.md
 "$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
   --where "data=repeat;data.seq_length=2048;data.repeat_distance=896;kv_cache.cache_length=256|512;kv_cache.policy=$(echo $BASE $METHODS | tr ' ' '|')" \
   --title "SmolLM2-135M, repeat task (2048 tokens): the methods of kvpress's leaderboard" -o docs/figures/repeat_methods_smollm2.svg
-echo "results: results/{ppl,repeat}.{methods,qfilter,kvzap}.md; figure docs/figures/repeat_methods_smollm2.svg"
+echo "results: results/{ppl,repeat}.{methods,qfilter,kvzap,lukv}.md; figure docs/figures/repeat_methods_smollm2.svg"
 fi
 
 if want fidelity; then
