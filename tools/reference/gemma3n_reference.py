@@ -82,7 +82,10 @@ def gaussian_topk(g, sparsity):
     return torch.relu(g - (mean + std * mult))
 
 
-def forward(cfg, W, ids):
+def forward(cfg, W, ids, at=None):
+    """Logits in float64. `at(name, tensor)`, when given, sees (and may replace) the named
+    intermediates (gemma3n_sensitivity.py perturbs them one at a time)."""
+    at = at or (lambda name, t: t)
     B, T = ids.shape
     E, NH, G, HS = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     L, P, A, act = cfg["num_hidden_layers"], cfg["hidden_size_per_layer_input"], cfg["altup_num_inputs"], cfg["altup_active_idx"]
@@ -91,10 +94,10 @@ def forward(cfg, W, ids):
     sources = kv_sources(cfg)
     sparsity = cfg["activation_sparsity_pattern"]
     pos = torch.arange(T)
-    x0 = W["model.embed_tokens.weight"][ids] * math.sqrt(E)
+    x0 = at("x0", W["model.embed_tokens.weight"][ids] * math.sqrt(E))
     pl = W["model.embed_tokens_per_layer.weight"][ids].reshape(B, T, L, P) * math.sqrt(P)
     proj = (x0 @ W["model.per_layer_model_projection.weight"].T * E ** -0.5).reshape(B, T, L, P)
-    pli = (rms(proj, W["model.per_layer_projection_norm.weight"], eps) + pl) * 2 ** -0.5
+    pli = at("pli", (rms(proj, W["model.per_layer_projection_norm.weight"], eps) + pl) * 2 ** -0.5)
     target = (x0 * x0).mean(dim=-1, keepdim=True).sqrt()
     xs = [x0] + [magnitude_matched(x0 @ W[f"model.altup_projections.{i - 1}.weight"].T, target) for i in range(1, A)]
     kv_of = {}
@@ -104,47 +107,47 @@ def forward(cfg, W, ids):
         def router(z):
             return torch.tanh((rms(z, W[p + "altup.router_norm.weight"], eps) / E) @ W[p + "altup.modality_router.weight"].T)
 
-        r = (router(xs[act]) @ W[p + "altup.prediction_coefs.weight"].T).reshape(B, T, A, A)  # r[..., i, k]
-        pred = [xs[i] + sum(r[..., i, k:k + 1] * xs[k] for k in range(A)) for i in range(A)]
+        r = at("r", router(xs[act]) @ W[p + "altup.prediction_coefs.weight"].T).reshape(B, T, A, A)  # r[..., i, k]
+        pred = [at("pred", xs[i] + sum(r[..., i, k:k + 1] * xs[k] for k in range(A))) for i in range(A)]
         a = pred[act]
-        h = rms(a, W[p + "input_layernorm.weight"], eps)
+        h = at("h", rms(a, W[p + "input_layernorm.weight"], eps))
         laurel = h + rms(h @ W[p + "laurel.linear_left.weight"].T @ W[p + "laurel.linear_right.weight"].T,
                          W[p + "laurel.post_laurel_norm.weight"], eps)
         sliding = types[l] == "sliding_attention"
         theta = cfg["rope_local_base_freq"] if sliding else cfg["rope_theta"]
         q = rms((h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, NH, HS), W[p + "self_attn.q_norm.weight"], eps)
-        q = rope(q.transpose(1, 2), pos, theta)
+        q = at("q", rope(q.transpose(1, 2), pos, theta))
         if l in sources:
             k, v = kv_of[sources[l]]
         else:
             k = rms((h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, G, HS), W[p + "self_attn.k_norm.weight"], eps)
-            k = rope(k.transpose(1, 2), pos, theta)
-            v = rms((h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, G, HS), 1.0, eps).transpose(1, 2)
+            k = at("k", rope(k.transpose(1, 2), pos, theta))
+            v = at("v", rms((h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, G, HS), 1.0, eps).transpose(1, 2))
             kv_of[l] = (k, v)
         kk, vv = k.repeat_interleave(NH // G, dim=1), v.repeat_interleave(NH // G, dim=1)
-        s = q @ kk.transpose(-1, -2)  # scaling 1.0
+        s = at("scores", q @ kk.transpose(-1, -2))  # scaling 1.0
         s = s.masked_fill(~attention_mask(T, cfg["sliding_window"] if sliding else 0), float("-inf"))
-        o = (torch.softmax(s, dim=-1) @ vv).transpose(1, 2).reshape(B, T, NH * HS) @ W[p + "self_attn.o_proj.weight"].T
-        y = (a + rms(o, W[p + "post_attention_layernorm.weight"], eps) + laurel) * 2 ** -0.5
+        o = at("o", (torch.softmax(s, dim=-1) @ vv).transpose(1, 2).reshape(B, T, NH * HS) @ W[p + "self_attn.o_proj.weight"].T)
+        y = at("y", (a + rms(o, W[p + "post_attention_layernorm.weight"], eps) + laurel) * 2 ** -0.5)
         m = rms(y, W[p + "pre_feedforward_layernorm.weight"], eps)
-        g = m @ W[p + "mlp.gate_proj.weight"].T
+        g = at("gate", m @ W[p + "mlp.gate_proj.weight"].T)
         if sparsity[l] > 0:
             g = gaussian_topk(g, sparsity[l])
-        d = (gelu_tanh(g) * (m @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
+        d = at("mlp", (gelu_tanh(g) * (m @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T)
         out = y + rms(d, W[p + "post_feedforward_layernorm.weight"], eps)
-        c = router(out) @ W[p + "altup.correction_coefs.weight"].T + 1.0  # (B, T, A)
+        c = at("c", router(out) @ W[p + "altup.correction_coefs.weight"].T + 1.0)  # (B, T, A)
         innov = out - a
-        xs = [pred[i] + c[..., i:i + 1] * innov for i in range(A)]
+        xs = [at("corrected", pred[i] + c[..., i:i + 1] * innov) for i in range(A)]
         first = xs[act]
         if cfg.get("altup_correct_scale", True):
             first = first * W[p + "altup.correct_output_scale"]
         gate = gelu_tanh(first @ W[p + "per_layer_input_gate.weight"].T) * pli[:, :, l, :]
-        add = rms(gate @ W[p + "per_layer_projection.weight"].T, W[p + "post_per_layer_input_norm.weight"], eps)
+        add = at("per_layer", rms(gate @ W[p + "per_layer_projection.weight"].T, W[p + "post_per_layer_input_norm.weight"], eps))
         xs = [xs[0]] + [xi + add for xi in xs[1:]]
     target = (xs[0] * xs[0]).mean(dim=-1, keepdim=True).sqrt()
     outs = [xs[0]] + [magnitude_matched(xs[i] @ W[f"model.altup_unembed_projections.{i - 1}.weight"].T, target) for i in range(1, A)]
     hfin = rms(torch.stack(outs).mean(dim=0), W["model.norm.weight"], eps)
-    z = hfin @ W["model.embed_tokens.weight"].T
+    z = at("z", hfin @ W["model.embed_tokens.weight"].T)
     cap = cfg.get("final_logit_softcapping")
     return cap * torch.tanh(z / cap) if cap else z
 

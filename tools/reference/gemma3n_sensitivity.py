@@ -1,0 +1,45 @@
+#!/usr/bin/python3
+"""How much one f32 rounding at each site of Gemma 3n's forward moves the fixture's logits.
+
+Each run of the float64 reference (gemma3n_reference.py) multiplies one named intermediate, in
+every layer, by (1 + u) with u uniform in [-2^-24, 2^-24] per element (an f32 rounding), and
+prints max |logits - reference| / max |reference| for each fixture input. It explains the bound
+of the f32 fixture test (tests/engine/model_fixture_test.cpp, kGemma3nTol): a site whose single
+rounding moves the logits by several 1e-6 leaves no room for the ~30 such sites of an f32
+forward under 1e-5.
+    /usr/bin/python3 tools/reference/gemma3n_sensitivity.py
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gemma3n_reference as ref  # noqa: E402
+
+SITES = ["x0", "pli", "r", "pred", "h", "q", "k", "v", "scores", "o", "y", "gate", "mlp", "c", "corrected", "per_layer", "z"]
+
+
+def main():
+    torch.set_num_threads(2)
+    for i, (name, cfg, shapes) in enumerate(ref.FIXTURES):
+        _, W = ref.make_weights(cfg, 3000 + i)
+        gen = torch.Generator().manual_seed(3077 + i)  # the fixture's inputs (gemma3n_reference.main)
+        inputs = [torch.randint(0, cfg["vocab_size"], (B, T), generator=gen) for B, T in shapes]
+        base = [ref.forward(cfg, W, ids) for ids in inputs]
+        print(f"{name}: max |logits error| / max |logits| after one f32 rounding at each site (per input)")
+        for site in SITES:
+            noise = torch.Generator().manual_seed(1)
+
+            def at(n, t, site=site, noise=noise):
+                if n != site:
+                    return t
+                return t * (1 + 2.0 ** -24 * (2 * torch.rand(t.shape, generator=noise, dtype=torch.float64) - 1))
+
+            errs = [float((ref.forward(cfg, W, ids, at) - b).abs().max() / b.abs().max()) for ids, b in zip(inputs, base)]
+            print(f"  {site:10s} " + "  ".join(f"{e:.2e}" for e in errs))
+
+
+if __name__ == "__main__":
+    main()
