@@ -43,12 +43,38 @@ TEST(FinchMath, EveryLevelGivesTheSameBitsAsTheF64Definition) {
     std::vector<double> first_level;
     for (int level = 2; level <= 4; ++level) {
         const size_t nT = size_t(T);
-        std::vector<double> x(nT), e(nT), acc(nT, 0.0);
-        finch_window_scores(level, logit.data(), M, nq, T, pos.data(), first, late.data(), int64_t(late.size()), scale, true, pre.data(),
-                            x.data(), e.data(), acc.data());
+        std::vector<double> x(nT), e(nT), acc(nT, 0.0), scaled(logit.size());
+        for (size_t i = 0; i < logit.size(); ++i) scaled[i] = logit[i] * scale;  // as finch_logits hands them on
+        finch_window_scores(level, scaled.data(), M, nq, T, pos.data(), first, late.data(), int64_t(late.size()), true, pre.data(), x.data(),
+                            e.data(), acc.data());
         for (int64_t j = 0; j < T; ++j) ASSERT_NEAR(acc[size_t(j)], ref[size_t(j)], 1e-6 * ref[size_t(j)] + 1e-300) << "level " << level << " slot " << j;
         if (first_level.empty()) first_level = acc;
         else EXPECT_EQ(std::memcmp(acc.data(), first_level.data(), nT * sizeof(double)), 0) << "level " << level;
+    }
+}
+
+// The logits scale Q Kt at every level against the f64 dot products (fused multiply-adds or not: the
+// last bits may differ, nothing more). M, T: full tiles and both kinds of leftover.
+TEST(FinchMath, LogitsEqualTheF64DotProductsAtEveryLevel) {
+    const int64_t D = 64, ldk = 61;
+    std::mt19937 rng(5);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    for (int64_t M : {16, 13}) {
+        const int64_t T = 57;
+        std::vector<double> Q(size_t(M * D));
+        std::vector<float> Kt(size_t(D * ldk));
+        for (double& x : Q) x = nd(rng);
+        for (float& x : Kt) x = float(nd(rng));
+        for (int level = 2; level <= 4; ++level) {
+            std::vector<double> C(size_t(M * T), NAN);
+            finch_logits_at(level, M, T, D, Q.data(), Kt.data(), ldk, 0.125, C.data());
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < T; ++j) {
+                    double ref = 0, mag = 0;
+                    for (int64_t d = 0; d < D; ++d) ref += Q[size_t(i * D + d)] * double(Kt[size_t(d * ldk + j)]), mag += std::fabs(Q[size_t(i * D + d)] * double(Kt[size_t(d * ldk + j)]));
+                    ASSERT_NEAR(C[size_t(i * T + j)], 0.125 * ref, 1e-14 * mag) << "level " << level << " row " << i << " column " << j;
+                }
+        }
     }
 }
 
