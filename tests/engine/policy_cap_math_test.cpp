@@ -38,17 +38,16 @@ void check(int64_t m, int64_t D, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<double> nd(0.0, 1.0);
     std::uniform_real_distribution<double> u(-10.0, 0.0);
-    std::vector<float> V(size_t(m * ld), NAN);
-    std::vector<double> c(static_cast<size_t>(m));
+    std::vector<double> V(size_t(m * ld), NAN), c(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) {
         c[size_t(i)] = i % 7 == 3 ? 0.0 : std::exp(u(rng)) + 1e-6;
-        for (int64_t d = 0; d < D; ++d) V[size_t(i * ld + d)] = float(nd(rng));
+        for (int64_t d = 0; d < D; ++d) V[size_t(i * ld + d)] = nd(rng);
     }
     std::vector<double> A(size_t(D * D), 0.0);
     for (int64_t d = 0; d < D; ++d)
         for (int64_t e = 0; e < D; ++e) {
             double s = d == e ? 1.0 : 0.0;
-            for (int64_t i = 0; i < m; ++i) s += c[size_t(i)] * double(V[size_t(i * ld + d)]) * double(V[size_t(i * ld + e)]);
+            for (int64_t i = 0; i < m; ++i) s += c[size_t(i)] * V[size_t(i * ld + d)] * V[size_t(i * ld + e)];
             A[size_t(d * D + e)] = s;
         }
     const std::vector<double> Ai = inverse(A, D);
@@ -56,7 +55,7 @@ void check(int64_t m, int64_t D, uint32_t seed) {
     for (int64_t i = 0; i < m; ++i) {
         double q = 0;
         for (int64_t d = 0; d < D; ++d)
-            for (int64_t e = 0; e < D; ++e) q += double(V[size_t(i * ld + d)]) * Ai[size_t(d * D + e)] * double(V[size_t(i * ld + e)]);
+            for (int64_t e = 0; e < D; ++e) q += V[size_t(i * ld + d)] * Ai[size_t(d * D + e)] * V[size_t(i * ld + e)];
         ref[size_t(i)] = q;
     }
     std::vector<double> scratch(size_t(cap_leverage_scratch_size(D)));

@@ -84,7 +84,8 @@ class CapPolicy final : public ScorePolicy {
         // quantities are computed but never read. The capacity matrix, its factor and the
         // leverages per query head in policy_cap_math's tiles (docs/POLICIES.md#cap).
         std::vector<double> w((size_t)T), acc((size_t)T), l((size_t)T), kn((size_t)T), cw((size_t)T);
-        std::vector<double> &MU = s_mu_, &dots = s_dots_;
+        std::vector<double> &MU = s_mu_, &dots = s_dots_, &v64 = s_v64_;
+        v64.resize(size_t(T * D));
         MU.assign(size_t(R * D), 0.0), dots.resize(size_t(R * T));
         s_lev_.resize(size_t(cap_leverage_scratch_size(D)));
         float top = -std::numeric_limits<float>::infinity();
@@ -95,6 +96,9 @@ class CapPolicy final : public ScorePolicy {
             std::fill(acc.begin(), acc.end(), 0.0);
             int64_t m = 0;
             for (int64_t j = 0; j < T; ++j) m += pos[j] >= n_sink_;
+            // the row's values widened to f64 once, the operand of every query head's products
+            for (int64_t j = 0; j < T; ++j)
+                for (int64_t d = 0; d < D; ++d) v64[size_t(j * D + d)] = double(KV[j * 2 * D + D + d]);
             // mu'_h of every query head of the group (0 before any query: every c_j is 0 and w_j
             // 1, the plain leverage), then k_j . mu'_h for all of them and |k_j|^2 in one pass
             for (int64_t hr = 0; hr < R; ++hr) {
@@ -136,7 +140,7 @@ class CapPolicy final : public ScorePolicy {
                     cw[size_t(j)] = w[size_t(j)] + eps_;
                 }
                 if (m == 0) continue;
-                cap_leverages(T, D, KV + D, 2 * D, cw.data(), l.data(), s_lev_.data());
+                cap_leverages(T, D, v64.data(), D, cw.data(), l.data(), s_lev_.data());
                 for (int64_t j = 0; j < T; ++j)
                     if (pos[j] >= n_sink_) acc[size_t(j)] += w[size_t(j)] * l[size_t(j)] / double(R);
             }
@@ -199,7 +203,7 @@ class CapPolicy final : public ScorePolicy {
     std::vector<float> score_;           // (B*G, L)
     std::vector<float> kv_;              // (B*G, L, 2, D) key (as cached, rotated) then value of each slot
     std::vector<double> sum_, count_;    // per (b, query head): sum of pre-RoPE queries, their count
-    std::vector<double> s_mu_, s_dots_, s_m0_, s_lev_;  // scratch of accumulate(), reused across calls
+    std::vector<double> s_mu_, s_dots_, s_m0_, s_lev_, s_v64_;  // scratch of accumulate(), reused across calls
 };
 }  // namespace
 

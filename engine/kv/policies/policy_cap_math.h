@@ -19,10 +19,10 @@ void cap_key_dots_at(int level, int64_t Rp, int64_t m, int64_t D, const float* K
 // Scratch of cap_leverages (cap_leverage_scratch_size(D) doubles), kept across calls.
 int64_t cap_leverage_scratch_size(int64_t D);
 
-// For m values V (row stride ldv) of D floats (widened exactly) with weights c (m, >= 0; a slot of weight 0 adds nothing):
+// For m values V (row stride ldv) of D with weights c (m, >= 0; a slot of weight 0 adds nothing):
 //   A    = I + sum_i c_i v_i v_i^T
 //   l[i] = v_i^T A^-1 v_i            for i < m
-void cap_leverages(int64_t m, int64_t D, const float* V, int64_t ldv, const double* c, double* l, double* scratch);
-void cap_leverages_at(int level, int64_t m, int64_t D, const float* V, int64_t ldv, const double* c, double* l, double* scratch);
+void cap_leverages(int64_t m, int64_t D, const double* V, int64_t ldv, const double* c, double* l, double* scratch);
+void cap_leverages_at(int level, int64_t m, int64_t D, const double* V, int64_t ldv, const double* c, double* l, double* scratch);
 
 }  // namespace kv

@@ -23,7 +23,7 @@ KV_POLICY_VEC_INLINE void rows_tile(int64_t i0, int64_t j0, int64_t D, const flo
         std::memcpy(&b0, Vt + d * ldv + j0, sizeof(V));
         std::memcpy(&b1, Vt + d * ldv + j0 + Wd, sizeof(V));
         for (int64_t r = 0; r < MR; ++r) {
-            const V a = V{} + W[(i0 + r) * ldw + d];
+            const V a = W[(i0 + r) * ldw + d] - V{};  // a broadcast (x - 0 is x: folded, read from memory)
             t[r][0] += a * b0;
             t[r][1] += a * b1;
         }
