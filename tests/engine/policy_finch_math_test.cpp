@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kv/policies/policy_finch_math.h"
+#include "engine/kv/policies/policy_math.h"
 
 namespace kv::test {
 namespace {
@@ -40,6 +41,25 @@ TEST(FinchMath, EveryLevelGivesTheSameBitsAsTheF64Definition) {
         for (int64_t j = 0; j < T; ++j)
             if (pre[size_t(j)] > 0) ref[size_t(j)] += double(p) * std::exp(scale * logit[size_t(m * T + j)] - mx) / z / double(M);
     }
+    // The same weights as the unfused passes give (policy_exp_sum_f32 on the shifted, masked
+    // row): the fused kernel keeps finch's scores bit for bit.
+    std::vector<double> unfused(static_cast<size_t>(T), 0.0);
+    {
+        std::vector<double> x(static_cast<size_t>(T)), e(static_cast<size_t>(T));
+        for (int64_t m = 0; m < M; ++m) {
+            const int64_t p = first + m % nq;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < T; ++j) {
+                const bool sees = pos[size_t(j)] >= 0 && pos[size_t(j)] <= p;
+                x[size_t(j)] = sees ? logit[size_t(m * T + j)] * scale : -INFINITY;
+                mx = std::max(mx, x[size_t(j)]);
+            }
+            for (int64_t j = 0; j < T; ++j) x[size_t(j)] = std::isinf(x[size_t(j)]) ? -1000.0 : x[size_t(j)] - mx;
+            const double z = policy_exp_sum_f32(x.data(), e.data(), T);
+            const double f = double(p) / (z * double(M));
+            for (int64_t j = 0; j < T; ++j) unfused[size_t(j)] += e[size_t(j)] * f * pre[size_t(j)];
+        }
+    }
     std::vector<double> first_level;
     for (int level = 2; level <= 4; ++level) {
         const size_t nT = size_t(T);
@@ -48,6 +68,7 @@ TEST(FinchMath, EveryLevelGivesTheSameBitsAsTheF64Definition) {
         finch_window_scores(level, scaled.data(), M, nq, T, pos.data(), first, late.data(), int64_t(late.size()), true, pre.data(), x.data(),
                             e.data(), acc.data());
         for (int64_t j = 0; j < T; ++j) ASSERT_NEAR(acc[size_t(j)], ref[size_t(j)], 1e-6 * ref[size_t(j)] + 1e-300) << "level " << level << " slot " << j;
+        EXPECT_EQ(std::memcmp(acc.data(), unfused.data(), nT * sizeof(double)), 0) << "level " << level << ": not the unfused passes' bits";
         if (first_level.empty()) first_level = acc;
         else EXPECT_EQ(std::memcmp(acc.data(), first_level.data(), nT * sizeof(double)), 0) << "level " << level;
     }
