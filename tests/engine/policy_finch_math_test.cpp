@@ -63,9 +63,9 @@ TEST(FinchMath, EveryLevelGivesTheSameBitsAsTheF64Definition) {
     std::vector<double> first_level;
     for (int level = 2; level <= 4; ++level) {
         const size_t nT = size_t(T);
-        std::vector<double> x(nT), e(nT), acc(nT, 0.0), scaled(logit.size());
+        std::vector<double> e(nT), acc(nT, 0.0), scaled(logit.size());
         for (size_t i = 0; i < logit.size(); ++i) scaled[i] = logit[i] * scale;  // as finch_logits hands them on
-        finch_window_scores(level, scaled.data(), M, nq, T, pos.data(), first, late.data(), int64_t(late.size()), true, pre.data(), x.data(),
+        finch_window_scores(level, scaled.data(), M, nq, T, pos.data(), first, late.data(), int64_t(late.size()), true, pre.data(),
                             e.data(), acc.data());
         for (int64_t j = 0; j < T; ++j) ASSERT_NEAR(acc[size_t(j)], ref[size_t(j)], 1e-6 * ref[size_t(j)] + 1e-300) << "level " << level << " slot " << j;
         EXPECT_EQ(std::memcmp(acc.data(), unfused.data(), nT * sizeof(double)), 0) << "level " << level << ": not the unfused passes' bits";

@@ -76,7 +76,7 @@ class FinchPolicy final : public ScorePolicy {
         const int64_t T = T_, R = NH_ / G_, M = R * nq_, first = P_ - nq_;
         double top = -std::numeric_limits<double>::infinity();
         const int level = policy_matmul_level();
-        acc_.resize(size_t(T)), x_.resize(size_t(T)), e_.resize(size_t(T));
+        acc_.resize(size_t(T)), e_.resize(size_t(T));
         qd_.resize(size_t(M * D_)), logit_.resize(size_t(M * T)), pre_.resize(size_t(T));
         for (int64_t r = 0; r < rows(); ++r) {
             const int64_t b = r / G_, g = r % G_;
@@ -95,7 +95,7 @@ class FinchPolicy final : public ScorePolicy {
             }
             // the window's softmaxes at the CPU's vector width (policy_finch_math.h)
             finch_window_scores(level, logit_.data(), M, nq_, T, pos, first, late_.data(), int64_t(late_.size()), normalize_, pre_.data(),
-                                x_.data(), e_.data(), acc_.data());
+                                e_.data(), acc_.data());
             for (int64_t j = 0; j < T; ++j)
                 if (pos[j] >= 0 && pos[j] < first) {
                     score_[size_t(r * L_ + j)] = float(acc_[size_t(j)]);
@@ -121,7 +121,7 @@ class FinchPolicy final : public ScorePolicy {
     std::vector<float> score_;  // (B*G, L)
     std::vector<float> keyt_;   // (B*G, D, L) the cached keys as the buffer was given them, transposed (the product's operand)
     std::vector<float> q_;      // (B, NH, N, D) the last chunk's window queries
-    std::vector<double> acc_, x_, e_, qd_, logit_, pre_;  // scratch for one row
+    std::vector<double> acc_, e_, qd_, logit_, pre_;  // scratch for one row
     std::vector<int64_t> late_;
 };
 }  // namespace

@@ -84,9 +84,7 @@ KV_POLICY_VEC_INLINE void halves(const VE& v, VH& lo, VH& hi, std::index_sequenc
 // shifted row, whatever the width.
 template <class VE, class VH, class VD>
 KV_POLICY_VEC_INLINE void window_body(double* logit, int64_t M, int64_t nq, int64_t T, const int32_t* pos, int64_t first,
-                                      const int64_t* late, int64_t n_late, bool normalize, const double* pre, double* x, double* e,
-                                      double* acc) {
-    (void)x;
+                                      const int64_t* late, int64_t n_late, bool normalize, const double* pre, double* e, double* acc) {
     constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double)), NV = 8 / W;
     static_assert(sizeof(VE) == 2 * sizeof(VH) && sizeof(VH) / sizeof(float) == size_t(W));
     const int64_t T2 = T - T % (2 * W);
@@ -200,8 +198,8 @@ __attribute__((target("arch=x86-64-v3"), optimize("fp-contract=fast"))) void log
 
 #define KV_FINCH_ARGS                                                                                                       \
     double *logit, int64_t M, int64_t nq, int64_t T, const int32_t *pos, int64_t first, const int64_t *late, int64_t n_late, \
-        bool normalize, const double *pre, double *x, double *e, double *acc
-#define KV_FINCH_PASS logit, M, nq, T, pos, first, late, n_late, normalize, pre, x, e, acc
+        bool normalize, const double *pre, double *e, double *acc
+#define KV_FINCH_PASS logit, M, nq, T, pos, first, late, n_late, normalize, pre, e, acc
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) void window_v4(KV_FINCH_ARGS) { window_body<f32x16, f32x8, f64x8>(KV_FINCH_PASS); }
 __attribute__((target("arch=x86-64-v3"))) void window_v3(KV_FINCH_ARGS) { window_body<f32x8, f32x4, f64x4>(KV_FINCH_PASS); }
