@@ -307,16 +307,21 @@ class AdaKVPolicy : public KVPolicy, public PooledSlots, public OutputProjection
             }
             const float* a = alloc + g * S_;
             const float* z = sel + g * S_;
-            // best first by the allocation score; equal: the higher slot first (eviction's mirror)
-            std::sort(own.begin(), own.end(), [a](int32_t x, int32_t y) { return a[x] > a[y] || (a[x] == a[y] && x > y); });
             const int64_t c = int64_t(own.size()), eg = e[size_t(g)];
             const int64_t reserve = std::clamp<int64_t>(min_ - kept, 0, c);
-            const int64_t first = std::max(reserve, int64_t(fraction * double(c - eg)));
-            std::vector<int32_t> rest(own.begin() + std::min(first, c), own.end());
-            std::sort(rest.begin(), rest.end(), [z](int32_t x, int32_t y) { return z[x] < z[y] || (z[x] == z[y] && x < y); });
-            if (int64_t(rest.size()) < eg)
-                throw Error(str(name(), " cache: head ", g, " must evict ", eg, " of ", rest.size(), " slots past its first stage"));
-            out.insert(out.end(), rest.begin(), rest.begin() + eg);
+            const int64_t first = std::min(c, std::max(reserve, int64_t(fraction * double(c - eg))));
+            // The first `first` by the allocation score (equal: the higher slot first, eviction's
+            // mirror) stay, then the eg lowest selection scores (equal: the lower slot first) go.
+            // Both orders are strict and total, so each cut is one set however the sides are
+            // ordered: selections, not sorts.
+            if (first > 0 && first < c)
+                std::nth_element(own.begin(), own.begin() + (first - 1), own.end(),
+                                 [a](int32_t x, int32_t y) { return a[x] > a[y] || (a[x] == a[y] && x > y); });
+            const auto rest = own.begin() + first;
+            if (c - first < eg) throw Error(str(name(), " cache: head ", g, " must evict ", eg, " of ", c - first, " slots past its first stage"));
+            if (eg > 0 && eg < c - first)
+                std::nth_element(rest, rest + (eg - 1), own.end(), [z](int32_t x, int32_t y) { return z[x] < z[y] || (z[x] == z[y] && x < y); });
+            out.insert(out.end(), rest, rest + eg);
         }
         return out;
     }

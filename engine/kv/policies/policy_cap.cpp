@@ -9,14 +9,14 @@
 //   s_j    = w_j v_j^T A^-1 v_j                           (the weighted leverage; d log det)
 // score_j = mean over the group's query heads of s_j; slots at positions < cap_n_sink take the
 // layer's largest score + 1 (kept). Recomputed after every chunk; keys and values are kept per
-// slot (+8 D bytes per slot and row); no attention weights are needed.
+// slot (+8 D bytes per slot and row; widened to f64 in the products); no attention weights are
+// needed.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "engine/core/error.h"
-#include "engine/kv/policies/policy_expected_attention_math.h"
-#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_cap_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 
 namespace kv {
@@ -79,49 +79,28 @@ class CapPolicy final : public ScorePolicy {
             cb[size_t(i)] = std::cos(center * th) * ratio / N;
             sb[size_t(i)] = std::sin(center * th) * ratio / N;
         }
-        // Per (b, g) row: the non-sink keys and values in f64, transposed (D x mp, columns padded
-        // with zeros to a multiple of 16 so the products stay on their vector tiles), shared by
-        // the group's query heads. Every sum below is the one the plain per-slot loops took, term
-        // for term in the same order (padding and the zeros of a triangle add exact +0), so the
-        // scores are bit for bit those of the slot-at-a-time form (docs/POLICIES.md#cap).
-        const int64_t Rp = (R + 3) / 4 * 4;
-        std::vector<double> w((size_t)T), A((size_t)(D * D)), acc((size_t)T), l, kn, col((size_t)D);
-        std::vector<double> &V = s_v_, &Vt = s_vt_, &Kt = s_kt_, &Xt = s_xt_, &Yt = s_y_, &Li = s_li_, &MU = s_mu_, &dots = s_dots_;
-        Li.resize(size_t(D * D)), MU.assign(size_t(Rp * D), 0.0);
-        std::vector<int64_t> js;
+        // Per (b, g) row, over all T slots (the slots kept as rows, key then value): a sink
+        // slot gets weight 0 in the capacity matrix (its terms add exact zeros) and its own
+        // quantities are computed but never read. The capacity matrix, its factor and the
+        // leverages per query head in policy_cap_math's tiles (docs/POLICIES.md#cap).
+        std::vector<double> w((size_t)T), acc((size_t)T), l((size_t)T), kn((size_t)T), cw((size_t)T);
+        std::vector<double> &MU = s_mu_, &dots = s_dots_, &v64 = s_v64_;
+        v64.resize(size_t(T * D));
+        MU.assign(size_t(R * D), 0.0), dots.resize(size_t(R * T));
+        s_lev_.resize(size_t(cap_leverage_scratch_size(D)));
         float top = -std::numeric_limits<float>::infinity();
         for (int64_t r = 0; r < rows(); ++r) {
             const int64_t b = r / G_, g = r % G_;
             const int32_t* pos = pos_.data() + r * L_;
             const float* KV = kv_.data() + r * L_ * 2 * D;
             std::fill(acc.begin(), acc.end(), 0.0);
-            js.clear();
+            int64_t m = 0;
+            for (int64_t j = 0; j < T; ++j) m += pos[j] >= n_sink_;
+            // the row's values widened to f64 once, the operand of every query head's products
             for (int64_t j = 0; j < T; ++j)
-                if (pos[j] >= n_sink_) js.push_back(j);
-            const int64_t m = int64_t(js.size()), mp = (m + 15) / 16 * 16;
-            V.resize(size_t(m * D)), Xt.resize(size_t(m * D));
-            Vt.assign(size_t(D * mp), 0.0), Kt.assign(size_t(D * mp), 0.0), Yt.resize(size_t(D * mp)), dots.resize(size_t(Rp * mp));
-            // transposed in blocks of 16 slots: each of Kt's and Vt's rows gets 16 values at a time
-            for (int64_t i0 = 0; i0 < m; i0 += 16) {
-                const int64_t i1 = std::min<int64_t>(m, i0 + 16);
-                for (int64_t i = i0; i < i1; ++i) {
-                    const float* v = KV + js[size_t(i)] * 2 * D + D;
-                    for (int64_t d = 0; d < D; ++d) V[size_t(i * D + d)] = double(v[d]);
-                }
-                for (int64_t d = 0; d < D; ++d)
-                    for (int64_t i = i0; i < i1; ++i) {
-                        Kt[size_t(d * mp + i)] = double(KV[js[size_t(i)] * 2 * D + d]);
-                        Vt[size_t(d * mp + i)] = V[size_t(i * D + d)];
-                    }
-            }
-            // |k_j| (sum over d in order), once per row instead of once per query head
-            kn.assign(size_t(mp), 0.0);
-            for (int64_t d = 0; d < D; ++d) {
-                const double* kd = Kt.data() + d * mp;
-                for (int64_t i = 0; i < mp; ++i) kn[size_t(i)] += kd[i] * kd[i];
-            }
+                for (int64_t d = 0; d < D; ++d) v64[size_t(j * D + d)] = double(KV[j * 2 * D + D + d]);
             // mu'_h of every query head of the group (0 before any query: every c_j is 0 and w_j
-            // 1, the plain leverage), then k_j . mu'_h for all of them in one product
+            // 1, the plain leverage), then k_j . mu'_h for all of them and |k_j|^2 in one pass
             for (int64_t hr = 0; hr < R; ++hr) {
                 double* mu = MU.data() + hr * D;
                 std::fill(mu, mu + D, 0.0);
@@ -138,45 +117,32 @@ class CapPolicy final : public ScorePolicy {
                     }
                 }
             }
-            if (m > 0) policy_matmul(Rp, mp, D, MU.data(), D, Kt.data(), mp, dots.data(), mp);
+            if (m > 0) cap_key_dots(R, T, D, KV, 2 * D, MU.data(), dots.data(), kn.data());
             for (int64_t hr = 0; hr < R; ++hr) {
                 const double* mu = MU.data() + hr * D;
                 double mn = 0;
                 for (int64_t d = 0; d < D; ++d) mn += mu[d] * mu[d];
                 mn = std::max(std::sqrt(mn), 1e-12);  // F.normalize's eps
                 double lmax = -INFINITY;
-                for (int64_t i = 0; i < m; ++i) {
-                    const double cj = std::clamp(dots[size_t(hr * mp + i)] / (mn * std::max(std::sqrt(kn[size_t(i)]), 1e-12)), -1.0, 1.0);
-                    lmax = std::max(lmax, w[size_t(js[size_t(i)])] = tau_ * cj);
+                for (int64_t j = 0; j < T; ++j) {
+                    if (pos[j] < n_sink_) continue;
+                    const double cj = std::clamp(dots[size_t(hr * T + j)] / (mn * std::max(std::sqrt(kn[size_t(j)]), 1e-12)), -1.0, 1.0);
+                    lmax = std::max(lmax, w[size_t(j)] = tau_ * cj);
                 }
-                // A = I + X X^T, X^T (m x D) the non-sink values scaled by sqrt(w + eps): its
-                // upper triangle (ea_moments_upper: the sums of the full product); then
-                // v^T A^-1 v = |L^-1 v|^2 (A = L L^T) for every v at once, Y^T = L^-1 V^T
-                for (int64_t i = 0; i < m; ++i) {
-                    const int64_t j = js[size_t(i)];
+                // w_j, then A = I + sum (w_j + eps) v_j v_j^T and v_j^T A^-1 v_j of every slot
+                // (policy_cap_math.h)
+                for (int64_t j = 0; j < T; ++j) {
+                    if (pos[j] < n_sink_) {
+                        cw[size_t(j)] = 0.0;
+                        continue;
+                    }
                     w[size_t(j)] = std::exp(w[size_t(j)] - lmax);
-                    const double a = std::sqrt(w[size_t(j)] + eps_);
-                    for (int64_t d = 0; d < D; ++d) Xt[size_t(i * D + d)] = a * V[size_t(i * D + d)];
+                    cw[size_t(j)] = w[size_t(j)] + eps_;
                 }
-                std::fill(A.begin(), A.end(), 0.0);
-                for (int64_t d = 0; d < D; ++d) A[size_t(d * D + d)] = 1.0;
-                if (m > 0) ea_moments_upper(m, D, Xt.data(), A.data());
-                cholesky_upper(A.data(), D, col.data());  // A's upper triangle becomes L^T
-                inverse_lower(A.data(), D, Li.data(), col.data());
-                // L^-1 is lower triangular: row block [d0, d0 + 16) of Y^T needs columns < d0 + 16
-                for (int64_t d0 = 0; d0 < D && m > 0; d0 += 16) {
-                    const int64_t rb = std::min<int64_t>(16, D - d0);
-                    policy_matmul(rb, mp, d0 + rb, Li.data() + d0 * D, D, Vt.data(), mp, Yt.data() + d0 * mp, mp);
-                }
-                l.assign(size_t(mp), 0.0);
-                for (int64_t d = 0; d < D; ++d) {
-                    const double* yd = Yt.data() + d * mp;
-                    for (int64_t i = 0; i < mp; ++i) l[size_t(i)] += yd[i] * yd[i];
-                }
-                for (int64_t i = 0; i < m; ++i) {
-                    const int64_t j = js[size_t(i)];
-                    acc[size_t(j)] += w[size_t(j)] * l[size_t(i)] / double(R);
-                }
+                if (m == 0) continue;
+                cap_leverages(T, D, v64.data(), D, cw.data(), l.data(), s_lev_.data());
+                for (int64_t j = 0; j < T; ++j)
+                    if (pos[j] >= n_sink_) acc[size_t(j)] += w[size_t(j)] * l[size_t(j)] / double(R);
             }
             for (int64_t j = 0; j < T; ++j) {
                 if (pos[j] < n_sink_) continue;
@@ -229,43 +195,6 @@ class CapPolicy final : public ScorePolicy {
     }
 
    private:
-    // In-place Cholesky A = L L^T of the symmetric positive definite A given by its upper
-    // triangle U (row-major, U[j][i] = A[i][j], i >= j), which becomes L^T (U[k][i] = L[i][k]).
-    // Column j of L is computed for every i >= j at once (s: scratch of D), each entry with the
-    // subtractions of the textbook loop in the same order (k ascending), so the same bits.
-    static void cholesky_upper(double* U, int64_t D, double* s) {
-        for (int64_t j = 0; j < D; ++j) {
-            double* uj = U + j * D;
-            std::copy(uj + j, uj + D, s + j);
-            for (int64_t k = 0; k < j; ++k) {
-                const double* uk = U + k * D;  // L[i][k] for i >= k
-                const double t = uk[j];
-                for (int64_t i = j; i < D; ++i) s[i] -= uk[i] * t;
-            }
-            const double piv = std::sqrt(std::max(s[j], 1e-300));
-            uj[j] = piv;
-            for (int64_t i = j + 1; i < D; ++i) uj[i] = s[i] / piv;
-        }
-    }
-    // Li = L^-1 (row-major, lower triangular, zeros above) from Lt = L^T (cholesky_upper):
-    // forward substitution on the unit vectors, row d for every column c <= d at once, each
-    // entry (L^-1)[d][c] = (delta - sum_{e=c}^{d-1} L[d][e] (L^-1)[e][c]) / L[d][d] with e ascending.
-    static void inverse_lower(const double* Lt, int64_t D, double* Li, double* t) {
-        for (int64_t d = 0; d < D; ++d) {
-            std::fill(t, t + d + 1, 0.0);
-            t[d] = 1.0;
-            for (int64_t e = 0; e < d; ++e) {
-                const double coef = Lt[e * D + d];  // L[d][e]
-                const double* le = Li + e * D;
-                for (int64_t c = 0; c <= e; ++c) t[c] -= coef * le[c];
-            }
-            const double piv = Lt[d * D + d];
-            double* ld = Li + d * D;
-            for (int64_t c = 0; c <= d; ++c) ld[c] = t[c] / piv;
-            std::fill(ld + d + 1, ld + D, 0.0);
-        }
-    }
-
     double tau_;
     int64_t n_future_, n_sink_;
     double eps_;
@@ -274,7 +203,7 @@ class CapPolicy final : public ScorePolicy {
     std::vector<float> score_;           // (B*G, L)
     std::vector<float> kv_;              // (B*G, L, 2, D) key (as cached, rotated) then value of each slot
     std::vector<double> sum_, count_;    // per (b, query head): sum of pre-RoPE queries, their count
-    std::vector<double> s_v_, s_vt_, s_kt_, s_xt_, s_y_, s_li_, s_mu_, s_dots_, s_m0_;  // scratch of accumulate(), reused across calls
+    std::vector<double> s_mu_, s_dots_, s_m0_, s_lev_, s_v64_;  // scratch of accumulate(), reused across calls
 };
 }  // namespace
 

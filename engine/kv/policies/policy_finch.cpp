@@ -9,8 +9,8 @@
 // drops the factor), and the window's tokens take the layer's largest score + 1 (kept). No
 // pooling (unlike SnapKV). The weights are recomputed here from the chunk's queries and the
 // cached keys, because the factor is per query and the layer's weight sums are not.
-// Keys are kept per slot, transposed in f64 (+8 D bytes per slot and row); the logits are one f64 product per row
-// (policy_matmul) and the exponentials policy_exp_sum_f32's (f32, summed in f64).
+// Keys are kept per slot, transposed (+4 D bytes per slot and row); the logits are one f64 product per row
+// (finch_logits, the keys widened exactly) and the exponentials policy_exp_sum_f32's (f32, summed in f64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -47,15 +47,15 @@ class FinchPolicy final : public ScorePolicy {
     void init_slot(int64_t r, int64_t slot, const InsertFeatures& f, int64_t i) override {
         if (D_ == 0) {
             D_ = f.head_dim;
-            keyt_.assign(size_t(rows() * D_ * L_), 0.0);
+            keyt_.assign(size_t(rows() * D_ * L_), 0.0f);
         }
         score_[size_t(r * L_ + slot)] = 0.0f;
-        double* kt = keyt_.data() + r * D_ * L_ + slot;
-        for (int64_t x = 0; x < D_; ++x) kt[x * L_] = double(f.keys[size_t(i * D_ + x)]);
+        float* kt = keyt_.data() + r * D_ * L_ + slot;
+        for (int64_t x = 0; x < D_; ++x) kt[x * L_] = f.keys[size_t(i * D_ + x)];
     }
     void move_slot(int64_t r, int64_t from, int64_t to) override {
         score_[size_t(r * L_ + to)] = score_[size_t(r * L_ + from)];
-        double* kt = keyt_.data() + r * D_ * L_;
+        float* kt = keyt_.data() + r * D_ * L_;
         for (int64_t x = 0; x < D_; ++x) kt[x * L_ + to] = kt[x * L_ + from];
     }
     // The chunk's last N queries (rotated, as the layer attends with them) and the scale.
@@ -76,7 +76,7 @@ class FinchPolicy final : public ScorePolicy {
         const int64_t T = T_, R = NH_ / G_, M = R * nq_, first = P_ - nq_;
         double top = -std::numeric_limits<double>::infinity();
         const int level = policy_matmul_level();
-        acc_.resize(size_t(T)), x_.resize(size_t(T)), e_.resize(size_t(T));
+        acc_.resize(size_t(T)), e_.resize(size_t(T));
         qd_.resize(size_t(M * D_)), logit_.resize(size_t(M * T)), pre_.resize(size_t(T));
         for (int64_t r = 0; r < rows(); ++r) {
             const int64_t b = r / G_, g = r % G_;
@@ -84,7 +84,7 @@ class FinchPolicy final : public ScorePolicy {
             // The group's window queries (M x D) against the row's keys (D x T): one product.
             for (int64_t m = 0; m < M; ++m)
                 for (int64_t x = 0; x < D_; ++x) qd_[size_t(m * D_ + x)] = double(q_[size_t(((b * NH_ + g * R) * nq_ + m) * D_ + x)]);
-            policy_matmul(M, T, D_, qd_.data(), D_, keyt_.data() + r * D_ * L_, L_, logit_.data(), T);
+            finch_logits(M, T, D_, qd_.data(), keyt_.data() + r * D_ * L_, L_, double(scale_), logit_.data());
             std::fill(acc_.begin(), acc_.end(), 0.0);
             // the slots a window query may not see (empty, or at the window's positions: at most
             // N) are listed once; pre_: 1 for the slots before the window (scored), else 0
@@ -94,8 +94,8 @@ class FinchPolicy final : public ScorePolicy {
                 pre_[size_t(j)] = pos[j] >= 0 && pos[j] < first ? 1.0 : 0.0;
             }
             // the window's softmaxes at the CPU's vector width (policy_finch_math.h)
-            finch_window_scores(level, logit_.data(), M, nq_, T, pos, first, late_.data(), int64_t(late_.size()), double(scale_),
-                                normalize_, pre_.data(), x_.data(), e_.data(), acc_.data());
+            finch_window_scores(level, logit_.data(), M, nq_, T, pos, first, late_.data(), int64_t(late_.size()), normalize_, pre_.data(),
+                                e_.data(), acc_.data());
             for (int64_t j = 0; j < T; ++j)
                 if (pos[j] >= 0 && pos[j] < first) {
                     score_[size_t(r * L_ + j)] = float(acc_[size_t(j)]);
@@ -119,9 +119,9 @@ class FinchPolicy final : public ScorePolicy {
     int64_t D_ = 0, NH_ = 0, nq_ = 0;
     float scale_ = 0.0f;
     std::vector<float> score_;  // (B*G, L)
-    std::vector<double> keyt_;  // (B*G, D, L) the cached keys as the buffer was given them, transposed (the product's operand)
+    std::vector<float> keyt_;   // (B*G, D, L) the cached keys as the buffer was given them, transposed (the product's operand)
     std::vector<float> q_;      // (B, NH, N, D) the last chunk's window queries
-    std::vector<double> acc_, x_, e_, qd_, logit_, pre_;  // scratch for one row
+    std::vector<double> acc_, e_, qd_, logit_, pre_;  // scratch for one row
     std::vector<int64_t> late_;
 };
 }  // namespace
