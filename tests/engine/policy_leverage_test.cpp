@@ -6,6 +6,7 @@
 #include "policy_references.h"
 
 #include "engine/kv/policies/policy_leverage.h"
+#include "engine/kv/policies/policy_math.h"
 
 namespace kv::test {
 namespace {
@@ -29,7 +30,10 @@ TEST(Leverage, SmallSketchAndNoSketchEqualTheF64Reference) {
 TEST(Leverage, TriangularProductsGiveTheBitsOfTheWholeProducts) {
     // LeverageSketch::leverage computes Y^T Y up to its diagonal blocks and Y L^-T without the
     // zero half of L^-T; the same steps with whole products in plain loops (each sum over its
-    // index in order, as policy_matmul) must give the same bits, so no decision moves
+    // index in order, as policy_matmul_fma: fused multiply-adds where the CPU has FMA) must give
+    // the same bits, so no decision moves
+    const bool fused = policy_matmul_level() >= 3;
+    auto mac = [fused](double a, double b, double s) { return fused ? std::fma(a, b, s) : s + a * b; };
     for (int64_t K : {48, 20, 7}) {
         std::mt19937_64 rng{uint64_t(K)};
         std::uniform_real_distribution<double> u(-3.0, 3.0);
@@ -44,13 +48,14 @@ TEST(Leverage, TriangularProductsGiveTheBitsOfTheWholeProducts) {
         sk.leverage(proj.data(), idx.data(), m, K, got.data());
         std::vector<double> mean((size_t)K, 0.0), Y((size_t)(m * K)), G((size_t)(K * K), 0.0), Li((size_t)(K * K), 0.0);
         for (int64_t i = 0; i < m; ++i)
-            for (int64_t c = 0; c < K; ++c) mean[size_t(c)] += proj[size_t(idx[size_t(i)] * K + c)] / double(m);
+            for (int64_t c = 0; c < K; ++c) mean[size_t(c)] += proj[size_t(idx[size_t(i)] * K + c)];
+        for (double& x : mean) x /= double(m);
         for (int64_t i = 0; i < m; ++i)
             for (int64_t c = 0; c < K; ++c) Y[size_t(i * K + c)] = proj[size_t(idx[size_t(i)] * K + c)] - mean[size_t(c)];
         for (int64_t a = 0; a < K; ++a)
             for (int64_t b = 0; b < K; ++b) {
                 double s = 0;
-                for (int64_t i = 0; i < m; ++i) s += Y[size_t(i * K + a)] * Y[size_t(i * K + b)];
+                for (int64_t i = 0; i < m; ++i) s = mac(Y[size_t(i * K + a)], Y[size_t(i * K + b)], s);
                 G[size_t(a * K + b)] = s + (a == b ? 1e-2 : 0.0);
             }
         for (int64_t a = 0; a < K; ++a)
@@ -69,7 +74,7 @@ TEST(Leverage, TriangularProductsGiveTheBitsOfTheWholeProducts) {
             double l = 0;
             for (int64_t a = 0; a < K; ++a) {
                 double z = 0;
-                for (int64_t b = 0; b < K; ++b) z += Y[size_t(i * K + b)] * Li[size_t(a * K + b)];
+                for (int64_t b = 0; b < K; ++b) z = mac(Y[size_t(i * K + b)], Li[size_t(a * K + b)], z);
                 l += z * z;
             }
             EXPECT_EQ(got[size_t(i)], std::max(l, 0.0)) << "K " << K << " row " << i;

@@ -8,7 +8,8 @@
 //   score_j = (l_j - mean l) / max(std l, 1e-6)        over every cached token of the layer
 // Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot as their
 // projection k Phi (Y = K Phi - mean_j k_j Phi: the same Y, without a T x D x k product per
-// chunk); a cache still filling is not scored (nothing reads it). Phi's
+// chunk; a sketch wider than the key is applied in the key's space, LeverageSketch::leverage);
+// a cache still filling is not scored (nothing reads it). Phi's
 // entries are a documented pure function of (layer, head, index) (docs/POLICIES.md#leverage),
 // where kvpress draws a fresh torch.randn per call.
 #include "engine/kv/policies/policy_leverage.h"
@@ -16,7 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_fma_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 
 namespace kv {
@@ -32,6 +33,8 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer (as random's draws)
 
 void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
     phi.clear();
+    phit_.clear();
+    d_ = D;
     if (k == 0) return;
     // Phi[g][d][c] = N(0, 1) / sqrt(k) by Box-Muller from two splitmix64 draws
     phi.assign(size_t(G * D * k), 0.0);
@@ -41,6 +44,11 @@ void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
             const double u1 = double((h >> 11) + 1) * 0x1p-53, u2 = double(h2 >> 11) * 0x1p-53;
             phi[size_t(g * D * k + e)] = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) / std::sqrt(double(k));
         }
+    if (!in_key_space(D)) return;
+    phit_.resize(phi.size());
+    for (int64_t g = 0; g < G; ++g)
+        for (int64_t d = 0; d < D; ++d)
+            for (int64_t c = 0; c < k; ++c) phit_[size_t((g * k + c) * D + d)] = phi[size_t((g * D + d) * k + c)];
 }
 
 void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, const double* cs, double* x) {
@@ -94,8 +102,8 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
             if (staged_at_[size_t(2 * i)] % G == g) std::copy_n(staged_.begin() + i * D, D, X_.begin() + (m++) * D);
         if (m == 0) continue;
         P_.resize(size_t(m * K));
-        if (k > 0)
-            policy_matmul(m, K, D, X_.data(), D, phi.data() + g * D * K, K, P_.data(), K);
+        if (k > 0 && !in_key_space(D))
+            policy_matmul_fma(m, K, D, X_.data(), D, 1, phi.data() + g * D * K, K, P_.data(), K);
         else
             std::copy_n(X_.begin(), m * D, P_.begin());
         for (int64_t i = 0, j = 0; i < n; ++i)
@@ -107,27 +115,28 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
     rot_rope_ = nullptr;  // the next chunk's positions start a new run
 }
 
-void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {
+void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out, int64_t g) {
+    if (k > 0 && d_ == K && in_key_space(K) && !phit_.empty()) return leverage_key_space(proj, idx, m, K, out, g);
     mean_.assign((size_t)K, 0.0);
-    Y_.resize(size_t(m * K)), Yt_.resize(size_t(K * m)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
+    Y_.resize(size_t(m * K)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
     Li_.assign(size_t(K * K), 0.0);
-    double *mean = mean_.data(), *Y = Y_.data(), *Yt = Yt_.data(), *Gm = G_.data(), *Li = Li_.data(), *Z = Z_.data(), *LiT = LiT_.data();
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) mean[c] += proj[idx[i] * K + c] / double(m);
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) Y[i * K + c] = proj[idx[i] * K + c] - mean[c];
-    // transposed in blocks of 16 rows: each column's 16 values go out as two cache lines
-    for (int64_t i0 = 0; i0 < m; i0 += 16) {
-        const int64_t i1 = std::min<int64_t>(m, i0 + 16);
-        for (int64_t c = 0; c < K; ++c)
-            for (int64_t i = i0; i < i1; ++i) Yt[c * m + i] = Y[i * K + c];
+    double *mean = mean_.data(), *Y = Y_.data(), *Gm = G_.data(), *Li = Li_.data(), *Z = Z_.data(), *LiT = LiT_.data();
+    // row by row, each column's sum in order (contiguous inner loops: vectorised)
+    for (int64_t i = 0; i < m; ++i) {
+        const double* p = proj + idx[i] * K;
+        for (int64_t c = 0; c < K; ++c) mean[c] += p[c];
     }
-    // the products as policy_matmul (f64, at the CPU's vector width)
-    // Y^T Y: the Cholesky below reads its lower triangle only, so each block of 16 rows stops at
-    // its diagonal block (each entry is the same sum as in the whole product)
+    for (int64_t c = 0; c < K; ++c) mean[c] /= double(m);
+    for (int64_t i = 0; i < m; ++i) {
+        const double* p = proj + idx[i] * K;
+        for (int64_t c = 0; c < K; ++c) Y[i * K + c] = p[c] - mean[c];
+    }
+    // the products with fused multiply-adds (policy_fma_math.h, f64 at the CPU's vector width)
+    // Y^T Y, Y read transposed in place: the Cholesky below reads the lower triangle only, so each
+    // block of 16 rows stops at its diagonal block (each entry is the same sum as in the whole product)
     for (int64_t a0 = 0; a0 < K; a0 += 16) {
         const int64_t rb = std::min<int64_t>(16, K - a0);
-        policy_matmul(rb, a0 + rb, m, Yt + a0 * m, m, Y, K, Gm + a0 * K, K);
+        policy_matmul_fma(rb, a0 + rb, m, Y + a0, 1, K, Y, K, Gm + a0 * K, K);
     }
     for (int64_t a = 0; a < K; ++a) Gm[a * K + a] += 1e-2;
     // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
@@ -157,19 +166,99 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
     // 0 (the terms left out are +-0 added last: the same |z|^2)
     for (int64_t a0 = 0; a0 < K; a0 += 16) {
         const int64_t cb = std::min<int64_t>(16, K - a0);
-        policy_matmul(m, cb, a0 + cb, Y, K, LiT + a0, K, Z + a0, K);
+        policy_matmul_fma(m, cb, a0 + cb, Y, K, 1, LiT + a0, K, Z + a0, K);
     }
-    // four rows' sums side by side (each in a ascending: the same bits, four chains in flight)
+    // eight rows' sums side by side (each in a ascending: eight chains in flight)
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-        double l[4] = {0, 0, 0, 0};
+    for (; i + 8 <= m; i += 8) {
+        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int64_t a = 0; a < K; ++a)
-            for (int64_t r = 0; r < 4; ++r) l[r] += Z[(i + r) * K + a] * Z[(i + r) * K + a];
-        for (int64_t r = 0; r < 4; ++r) out[i + r] = std::max(l[r], 0.0);
+            for (int64_t r = 0; r < 8; ++r) l[r] += Z[(i + r) * K + a] * Z[(i + r) * K + a];
+        for (int64_t r = 0; r < 8; ++r) out[i + r] = std::max(l[r], 0.0);
     }
     for (; i < m; ++i) {
         double l = 0;
         for (int64_t a = 0; a < K; ++a) l += Z[i * K + a] * Z[i * K + a];
+        out[i] = std::max(l, 0.0);
+    }
+}
+
+// Cholesky A = L L^T of the lower triangle of A (n x n, in place), each pivot clamped at 1e-300.
+static void cholesky_lower(double* A, int64_t n) {
+    for (int64_t a = 0; a < n; ++a)
+        for (int64_t b = 0; b <= a; ++b) {
+            double s = A[a * n + b];
+            for (int64_t c = 0; c < b; ++c) s -= A[a * n + c] * A[b * n + c];
+            A[a * n + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / A[b * n + b];
+        }
+}
+
+void LeverageSketch::leverage_key_space(const double* keys, const int32_t* idx, int64_t m, int64_t D, double* out, int64_t g) {
+    mean_.assign((size_t)D, 0.0);
+    Y_.resize(size_t(m * D)), S_.resize(size_t(D * D)), T1_.resize(size_t(D * k)), G_.resize(size_t(k * k)), W_.resize(size_t(k * D));
+    Z_.resize(size_t(m * D));
+    Li_.assign(size_t(k * k), 0.0);
+    double *mean = mean_.data(), *X = Y_.data(), *S = S_.data(), *T1 = T1_.data(), *H = G_.data(), *Li = Li_.data(), *W = W_.data(),
+           *Z = Z_.data();
+    const double* ph = phi.data() + g * D * k;     // (D, k)
+    const double* pht = phit_.data() + g * k * D;  // (k, D)
+    for (int64_t i = 0; i < m; ++i) {
+        const double* p = keys + idx[i] * D;
+        for (int64_t c = 0; c < D; ++c) mean[c] += p[c];
+    }
+    for (int64_t c = 0; c < D; ++c) mean[c] /= double(m);
+    for (int64_t i = 0; i < m; ++i) {
+        const double* p = keys + idx[i] * D;
+        for (int64_t c = 0; c < D; ++c) X[i * D + c] = p[c] - mean[c];
+    }
+    // S = X^T X: blocks of 16 rows up to their diagonal block, the upper triangle mirrored
+    for (int64_t a0 = 0; a0 < D; a0 += 16) {
+        const int64_t rb = std::min<int64_t>(16, D - a0);
+        policy_matmul_fma(rb, a0 + rb, m, X + a0, 1, D, X, D, S + a0 * D, D);
+    }
+    for (int64_t a = 0; a < D; ++a)
+        for (int64_t b = a + 1; b < D; ++b) S[a * D + b] = S[b * D + a];
+    // H = Phi^T S Phi + 0.01 I (k x k), H = L L^T
+    policy_matmul_fma(D, k, D, S, D, 1, ph, k, T1, k);
+    policy_matmul_fma(k, k, D, pht, D, 1, T1, k, H, k);
+    for (int64_t a = 0; a < k; ++a) H[a * k + a] += 1e-2;
+    cholesky_lower(H, k);
+    // L^-1 by forward substitution (row a for every column c <= a at once), W = L^-1 Phi^T
+    double* t = T1;  // scratch of k <= D k (T1 is read only above)
+    for (int64_t a = 0; a < k; ++a) {
+        std::fill(t, t + a + 1, 0.0);
+        t[a] = 1.0;
+        for (int64_t b = 0; b < a; ++b) {
+            const double coef = H[a * k + b];
+            const double* lb = Li + b * k;
+            for (int64_t c = 0; c <= b; ++c) t[c] -= coef * lb[c];
+        }
+        for (int64_t c = 0; c <= a; ++c) Li[a * k + c] = t[c] / H[a * k + a];
+    }
+    for (int64_t a0 = 0; a0 < k; a0 += 16) {  // L^-1 is lower triangular: row block a0 ends its sums at a0 + rb
+        const int64_t rb = std::min<int64_t>(16, k - a0);
+        policy_matmul_fma(rb, D, a0 + rb, Li + a0 * k, k, 1, pht, D, W + a0 * D, D);
+    }
+    // M = W^T W = C C^T (D x D, in S), l = |C^T x|^2 = |x C|^2
+    policy_matmul_fma(D, D, k, W, 1, D, W, D, S, D);
+    cholesky_lower(S, D);
+    for (int64_t a = 0; a < D; ++a)
+        for (int64_t b = a + 1; b < D; ++b) S[a * D + b] = 0.0;
+    // (x C)_a sums over b >= a: a block of 16 columns starts its sums at its first row a0
+    for (int64_t a0 = 0; a0 < D; a0 += 16) {
+        const int64_t cb = std::min<int64_t>(16, D - a0);
+        policy_matmul_fma(m, cb, D - a0, X + a0, D, 1, S + a0 * D + a0, D, Z + a0, D);
+    }
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t a = 0; a < D; ++a)
+            for (int64_t r = 0; r < 8; ++r) l[r] += Z[(i + r) * D + a] * Z[(i + r) * D + a];
+        for (int64_t r = 0; r < 8; ++r) out[i + r] = std::max(l[r], 0.0);
+    }
+    for (; i < m; ++i) {
+        double l = 0;
+        for (int64_t a = 0; a < D; ++a) l += Z[i * D + a] * Z[i * D + a];
         out[i] = std::max(l, 0.0);
     }
 }
@@ -230,7 +319,7 @@ class LeveragePolicy final : public ScorePolicy {
         std::vector<int32_t> idx((size_t)T);
         for (int64_t j = 0; j < T; ++j) idx[size_t(j)] = int32_t(j);
         std::vector<double> lev((size_t)(rows() * T));
-        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(proj_.data() + r * L_ * K_, idx.data(), T, K_, lev.data() + r * T);
+        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(proj_.data() + r * L_ * K_, idx.data(), T, K_, lev.data() + r * T, r % G_);
         z_normalise(lev);
         for (int64_t r = 0; r < rows(); ++r)
             for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float(lev[size_t(r * T + j)]);

@@ -29,7 +29,7 @@ class NonCausalTiles {
     std::vector<float> q_, k_, vn_;                    // (B, NH, C, D), (B*G, C, D), (B*G, C)
     std::vector<uint8_t> hasq_;                        // (C) whether the tile's query i was seen
     std::vector<double> A_;                            // scratch of score_tile, kept (no allocation per chunk)
-    std::vector<float> kt_, dots_, e_;
+    std::vector<float> kt_, dots_, w_;
 };
 
 // avg_pool1d(3) in position order per row (zero padding counted) of v (rows, L) over the slots
