@@ -27,7 +27,8 @@ void policy_matmul_fma_at(int level, int64_t m, int64_t n, int64_t k, const doub
 
 // The column sums of a tile's row softmaxes (non-causal-attn's A): for each row i < m of S
 // (m x n, row stride lds) with use[i] != 0, e_ij = exp(S_ij - max_j S_ij) in f32 (in place: S is
-// overwritten), z_i = sum_j e_ij in f64, w_i = float(1 / (z_i R)); then
+// overwritten), z_i = sum_j e_ij (f32 lanes over 8 vectors at a time, those partial sums added
+// in f64), w_i = float(1 / (z_i R)); then
 //   A[j] += sum over the used rows i of w_i e_ij
 // with the f32 products summed in f32 over blocks of 8 rows and the blocks added in f64 (relative
 // error < 1e-6, the exponentials' within 2 ulp of float: see docs/POLICIES.md#non-causal-attn).
