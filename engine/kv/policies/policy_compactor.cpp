@@ -88,8 +88,7 @@ class CompactorPolicy final : public ScorePolicy {
             const size_t at = lev.size();
             lev.resize(at + idx[size_t(r)].size());
             if (!idx[size_t(r)].empty())
-                sketch_.leverage(proj_.data() + r * L_ * K_, idx[size_t(r)].data(), int64_t(idx[size_t(r)].size()), K_, lev.data() + at,
-                                 r % G_);
+                sketch_.leverage(proj_.data() + r * L_ * K_, idx[size_t(r)].data(), int64_t(idx[size_t(r)].size()), K_, lev.data() + at);
         }
         z_normalise(lev);
         const double b = blending_ >= 0 ? blending_ : std::max(0.0, 1.0 - double(T_) / double(P_));

@@ -8,7 +8,7 @@
 //   score_j = (l_j - mean l) / max(std l, 1e-6)        over every cached token of the layer
 // Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot as their
 // projection k Phi (Y = K Phi - mean_j k_j Phi: the same Y, without a T x D x k product per
-// chunk; a sketch wider than the key is applied in the key's space, LeverageSketch::leverage);
+// chunk; a sketch wider than the key by its D x D factor, LeverageSketch::factored);
 // a cache still filling is not scored (nothing reads it). Phi's
 // entries are a documented pure function of (layer, head, index) (docs/POLICIES.md#leverage),
 // where kvpress draws a fresh torch.randn per call.
@@ -33,8 +33,7 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer (as random's draws)
 
 void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
     phi.clear();
-    phit_.clear();
-    d_ = D;
+    proj_by_.clear();
     if (k == 0) return;
     // Phi[g][d][c] = N(0, 1) / sqrt(k) by Box-Muller from two splitmix64 draws
     phi.assign(size_t(G * D * k), 0.0);
@@ -44,11 +43,29 @@ void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
             const double u1 = double((h >> 11) + 1) * 0x1p-53, u2 = double(h2 >> 11) * 0x1p-53;
             phi[size_t(g * D * k + e)] = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) / std::sqrt(double(k));
         }
-    if (!in_key_space(D)) return;
-    phit_.resize(phi.size());
-    for (int64_t g = 0; g < G; ++g)
-        for (int64_t d = 0; d < D; ++d)
-            for (int64_t c = 0; c < k; ++c) phit_[size_t((g * k + c) * D + d)] = phi[size_t((g * D + d) * k + c)];
+    if (!factored(D)) {
+        proj_by_ = phi;
+        return;
+    }
+    // U_g: Cholesky of P = Phi_g Phi_g^T (D x D; positive definite: a Gaussian D x k, k > D, has rank D)
+    proj_by_.assign(size_t(G * D * D), 0.0);
+    std::vector<double> P((size_t)(D * D));
+    for (int64_t g = 0; g < G; ++g) {
+        const double* ph = phi.data() + g * D * k;
+        for (int64_t a = 0; a < D; ++a)
+            for (int64_t b = 0; b < D; ++b) {
+                double s = 0;
+                for (int64_t c = 0; c < k; ++c) s += ph[a * k + c] * ph[b * k + c];
+                P[size_t(a * D + b)] = s;
+            }
+        double* U = proj_by_.data() + g * D * D;
+        for (int64_t a = 0; a < D; ++a)
+            for (int64_t b = 0; b <= a; ++b) {
+                double s = P[size_t(a * D + b)];
+                for (int64_t c = 0; c < b; ++c) s -= U[a * D + c] * U[b * D + c];
+                U[a * D + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / U[b * D + b];
+            }
+    }
 }
 
 void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, const double* cs, double* x) {
@@ -64,7 +81,10 @@ void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<dou
 }
 
 // A chunk stages one key per (row, new token): every row's key at position p takes the same
-// rotation, so its sines and cosines are computed once per position, not once per row.
+// rotation, so its sines and cosines are computed once per position, not once per row; past the
+// run's first position p0 by angle addition from p0's and the offset's (t theta_j for t < 4097,
+// the same every chunk: taken once per layer), where std::cos and std::sin per pair dominated.
+// Within a few ulp of the direct ones (whose argument p theta_j is itself rounded).
 const double* LeverageSketch::rotation(const std::vector<double>* rope, int64_t p) {
     const int64_t half = int64_t(rope->size());
     if (rope != rot_rope_ || p < rot_p0_ || p >= rot_p0_ + rot_n_) {
@@ -78,11 +98,30 @@ const double* LeverageSketch::rotation(const std::vector<double>* rope, int64_t 
     }
     double* cs = rot_.data() + (p - rot_p0_) * 2 * half;
     if (!rot_ok_[size_t(p - rot_p0_)]) {
-        for (int64_t j = 0; j < half; ++j) {
-            const double a = double(p) * (*rope)[size_t(j)];
-            cs[2 * j] = std::cos(a), cs[2 * j + 1] = std::sin(a);
+        const int64_t t = p - rot_p0_;
+        if (t == 0 || !rot_ok_[0]) {
+            for (int64_t j = 0; j < half; ++j) {
+                const double a = double(p) * (*rope)[size_t(j)];
+                cs[2 * j] = std::cos(a), cs[2 * j + 1] = std::sin(a);
+            }
+        } else {
+            if (*rope != step_freq_) step_freq_ = *rope, step_n_ = 0;
+            if (t >= step_n_) {
+                step_.resize(size_t((t + 1) * 2 * half));
+                for (int64_t u = step_n_; u <= t; ++u)
+                    for (int64_t j = 0; j < half; ++j) {
+                        const double a = double(u) * (*rope)[size_t(j)];
+                        step_[size_t((u * half + j) * 2)] = std::cos(a), step_[size_t((u * half + j) * 2 + 1)] = std::sin(a);
+                    }
+                step_n_ = t + 1;
+            }
+            const double *b = rot_.data(), *st = step_.data() + t * 2 * half;
+            for (int64_t j = 0; j < half; ++j) {
+                const double c0 = b[2 * j], s0 = b[2 * j + 1], ct = st[2 * j], sn = st[2 * j + 1];
+                cs[2 * j] = c0 * ct - s0 * sn, cs[2 * j + 1] = s0 * ct + c0 * sn;
+            }
         }
-        rot_ok_[size_t(p - rot_p0_)] = 1;
+        rot_ok_[size_t(t)] = 1;
     }
     return cs;
 }
@@ -102,8 +141,8 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
             if (staged_at_[size_t(2 * i)] % G == g) std::copy_n(staged_.begin() + i * D, D, X_.begin() + (m++) * D);
         if (m == 0) continue;
         P_.resize(size_t(m * K));
-        if (k > 0 && !in_key_space(D))
-            policy_matmul_fma(m, K, D, X_.data(), D, 1, phi.data() + g * D * K, K, P_.data(), K);
+        if (k > 0)
+            policy_matmul_fma(m, K, D, X_.data(), D, 1, proj_by_.data() + g * D * K, K, P_.data(), K);
         else
             std::copy_n(X_.begin(), m * D, P_.begin());
         for (int64_t i = 0, j = 0; i < n; ++i)
@@ -115,8 +154,7 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
     rot_rope_ = nullptr;  // the next chunk's positions start a new run
 }
 
-void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out, int64_t g) {
-    if (k > 0 && d_ == K && in_key_space(K) && !phit_.empty()) return leverage_key_space(proj, idx, m, K, out, g);
+void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {
     mean_.assign((size_t)K, 0.0);
     Y_.resize(size_t(m * K)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
     Li_.assign(size_t(K * K), 0.0);
@@ -183,86 +221,6 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
     }
 }
 
-// Cholesky A = L L^T of the lower triangle of A (n x n, in place), each pivot clamped at 1e-300.
-static void cholesky_lower(double* A, int64_t n) {
-    for (int64_t a = 0; a < n; ++a)
-        for (int64_t b = 0; b <= a; ++b) {
-            double s = A[a * n + b];
-            for (int64_t c = 0; c < b; ++c) s -= A[a * n + c] * A[b * n + c];
-            A[a * n + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / A[b * n + b];
-        }
-}
-
-void LeverageSketch::leverage_key_space(const double* keys, const int32_t* idx, int64_t m, int64_t D, double* out, int64_t g) {
-    mean_.assign((size_t)D, 0.0);
-    Y_.resize(size_t(m * D)), S_.resize(size_t(D * D)), T1_.resize(size_t(D * k)), G_.resize(size_t(k * k)), W_.resize(size_t(k * D));
-    Z_.resize(size_t(m * D));
-    Li_.assign(size_t(k * k), 0.0);
-    double *mean = mean_.data(), *X = Y_.data(), *S = S_.data(), *T1 = T1_.data(), *H = G_.data(), *Li = Li_.data(), *W = W_.data(),
-           *Z = Z_.data();
-    const double* ph = phi.data() + g * D * k;     // (D, k)
-    const double* pht = phit_.data() + g * k * D;  // (k, D)
-    for (int64_t i = 0; i < m; ++i) {
-        const double* p = keys + idx[i] * D;
-        for (int64_t c = 0; c < D; ++c) mean[c] += p[c];
-    }
-    for (int64_t c = 0; c < D; ++c) mean[c] /= double(m);
-    for (int64_t i = 0; i < m; ++i) {
-        const double* p = keys + idx[i] * D;
-        for (int64_t c = 0; c < D; ++c) X[i * D + c] = p[c] - mean[c];
-    }
-    // S = X^T X: blocks of 16 rows up to their diagonal block, the upper triangle mirrored
-    for (int64_t a0 = 0; a0 < D; a0 += 16) {
-        const int64_t rb = std::min<int64_t>(16, D - a0);
-        policy_matmul_fma(rb, a0 + rb, m, X + a0, 1, D, X, D, S + a0 * D, D);
-    }
-    for (int64_t a = 0; a < D; ++a)
-        for (int64_t b = a + 1; b < D; ++b) S[a * D + b] = S[b * D + a];
-    // H = Phi^T S Phi + 0.01 I (k x k), H = L L^T
-    policy_matmul_fma(D, k, D, S, D, 1, ph, k, T1, k);
-    policy_matmul_fma(k, k, D, pht, D, 1, T1, k, H, k);
-    for (int64_t a = 0; a < k; ++a) H[a * k + a] += 1e-2;
-    cholesky_lower(H, k);
-    // L^-1 by forward substitution (row a for every column c <= a at once), W = L^-1 Phi^T
-    double* t = T1;  // scratch of k <= D k (T1 is read only above)
-    for (int64_t a = 0; a < k; ++a) {
-        std::fill(t, t + a + 1, 0.0);
-        t[a] = 1.0;
-        for (int64_t b = 0; b < a; ++b) {
-            const double coef = H[a * k + b];
-            const double* lb = Li + b * k;
-            for (int64_t c = 0; c <= b; ++c) t[c] -= coef * lb[c];
-        }
-        for (int64_t c = 0; c <= a; ++c) Li[a * k + c] = t[c] / H[a * k + a];
-    }
-    for (int64_t a0 = 0; a0 < k; a0 += 16) {  // L^-1 is lower triangular: row block a0 ends its sums at a0 + rb
-        const int64_t rb = std::min<int64_t>(16, k - a0);
-        policy_matmul_fma(rb, D, a0 + rb, Li + a0 * k, k, 1, pht, D, W + a0 * D, D);
-    }
-    // M = W^T W = C C^T (D x D, in S), l = |C^T x|^2 = |x C|^2
-    policy_matmul_fma(D, D, k, W, 1, D, W, D, S, D);
-    cholesky_lower(S, D);
-    for (int64_t a = 0; a < D; ++a)
-        for (int64_t b = a + 1; b < D; ++b) S[a * D + b] = 0.0;
-    // (x C)_a sums over b >= a: a block of 16 columns starts its sums at its first row a0
-    for (int64_t a0 = 0; a0 < D; a0 += 16) {
-        const int64_t cb = std::min<int64_t>(16, D - a0);
-        policy_matmul_fma(m, cb, D - a0, X + a0, D, 1, S + a0 * D + a0, D, Z + a0, D);
-    }
-    int64_t i = 0;
-    for (; i + 8 <= m; i += 8) {
-        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t a = 0; a < D; ++a)
-            for (int64_t r = 0; r < 8; ++r) l[r] += Z[(i + r) * D + a] * Z[(i + r) * D + a];
-        for (int64_t r = 0; r < 8; ++r) out[i + r] = std::max(l[r], 0.0);
-    }
-    for (; i < m; ++i) {
-        double l = 0;
-        for (int64_t a = 0; a < D; ++a) l += Z[i * D + a] * Z[i * D + a];
-        out[i] = std::max(l, 0.0);
-    }
-}
-
 void z_normalise(std::vector<double>& v) {
     if (v.empty()) return;
     double sum = 0;
@@ -319,7 +277,7 @@ class LeveragePolicy final : public ScorePolicy {
         std::vector<int32_t> idx((size_t)T);
         for (int64_t j = 0; j < T; ++j) idx[size_t(j)] = int32_t(j);
         std::vector<double> lev((size_t)(rows() * T));
-        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(proj_.data() + r * L_ * K_, idx.data(), T, K_, lev.data() + r * T, r % G_);
+        for (int64_t r = 0; r < rows(); ++r) sketch_.leverage(proj_.data() + r * L_ * K_, idx.data(), T, K_, lev.data() + r * T);
         z_normalise(lev);
         for (int64_t r = 0; r < rows(); ++r)
             for (int64_t j = 0; j < T; ++j) score_[size_t(r * L_ + j)] = float(lev[size_t(r * T + j)]);
