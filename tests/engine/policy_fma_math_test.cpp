@@ -1,4 +1,5 @@
-// policy_matmul_fma and policy_tile_softmax_colsum (engine/kv/policies/policy_fma_math.h), the
+// policy_matmul_fma, policy_tile_softmax_colsum and policy_tile_attention_colsum
+// (engine/kv/policies/policy_fma_math.h), the
 // products and the tile softmax of non-causal-attn, leverage and compactor: every ISA path this
 // CPU runs against f64 references (the products also against the exact chain of fused or unfused
 // multiply-adds each output is documented to be), on shapes that hit the register tiles, the row
@@ -101,6 +102,26 @@ TEST(PolicyTileSoftmax, EveryIsaPathEqualsTheF64ReferenceAndSkipsRowsWithoutQuer
                     if (use[size_t(i)] && j < n) continue;
                     ASSERT_EQ(S[size_t(i * lds + j)], S0[size_t(i * lds + j)]) << "wrote a row without a query or past a row";
                 }
+        }
+}
+
+TEST(PolicyTileAttention, StripsOfEightQueriesGiveTheBitsOfTheWholeProductThenTheSoftmax) {
+    for (int level = 2; level <= policy_matmul_level(); ++level)
+        for (auto [m, n, D] : std::vector<std::array<int64_t, 3>>{{1, 1, 3}, {5, 5, 16}, {37, 37, 32}, {256, 256, 32}, {19, 83, 8}}) {
+            const int64_t ldq = D + 2, ldk = n + 3;
+            std::mt19937 rng(uint32_t(100 * m + n + D));
+            std::normal_distribution<double> g(0.0, 2.0);
+            std::vector<float> Q((size_t)(m * ldq)), Kt((size_t)(D * ldk));
+            for (float& x : Q) x = float(g(rng));
+            for (float& x : Kt) x = float(g(rng));
+            std::vector<uint8_t> use((size_t)m, 1);
+            for (int64_t i = 1; i < m; i += 5) use[size_t(i)] = 0;
+            std::vector<double> A((size_t)n, 0.25), A2 = A, acc((size_t)n);
+            std::vector<float> S((size_t)(m * n)), strip((size_t)(8 * n)), w((size_t)m);
+            policy_matmul_fma_at(level, m, n, D, Q.data(), ldq, 1, Kt.data(), ldk, S.data(), n, false);
+            policy_tile_softmax_colsum_at(level, S.data(), m, n, n, use.data(), 4.0, A.data(), w.data());
+            policy_tile_attention_colsum_at(level, Q.data(), ldq, Kt.data(), ldk, m, n, D, use.data(), 4.0, A2.data(), strip.data(), acc.data());
+            for (int64_t j = 0; j < n; ++j) ASSERT_EQ(A2[size_t(j)], A[size_t(j)]) << "level " << level << " shape " << m << "x" << n << " column " << j;
         }
 }
 

@@ -92,4 +92,18 @@ void policy_tile_softmax_colsum(float* S, int64_t m, int64_t n, int64_t lds, con
     policy_tile_softmax_colsum_at(4, S, m, n, lds, use, R, A, w);
 }
 
+void policy_tile_attention_colsum_at(int level, const float* Q, int64_t ldq, const float* Kt, int64_t ldk, int64_t m, int64_t n, int64_t D,
+                                     const uint8_t* use, double R, double* A, float* S, double* acc) {
+#if defined(__x86_64__)
+    level = level_for(level);
+    if (level >= 4) return fma_v4::attention_colsum(Q, ldq, Kt, ldk, m, n, D, use, R, A, S, acc);
+    if (level >= 3) return fma_v3::attention_colsum(Q, ldq, Kt, ldk, m, n, D, use, R, A, S, acc);
+#endif
+    fma_v2::attention_colsum(Q, ldq, Kt, ldk, m, n, D, use, R, A, S, acc);
+}
+void policy_tile_attention_colsum(const float* Q, int64_t ldq, const float* Kt, int64_t ldk, int64_t m, int64_t n, int64_t D, const uint8_t* use,
+                                  double R, double* A, float* S, double* acc) {
+    policy_tile_attention_colsum_at(4, Q, ldq, Kt, ldk, m, n, D, use, R, A, S, acc);
+}
+
 }  // namespace kv

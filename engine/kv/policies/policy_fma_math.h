@@ -37,4 +37,13 @@ void policy_tile_softmax_colsum(float* S, int64_t m, int64_t n, int64_t lds, con
 void policy_tile_softmax_colsum_at(int level, float* S, int64_t m, int64_t n, int64_t lds, const uint8_t* use, double R, double* A,
                                    float* w);
 
+// Both for one head of a tile: A[j] += the column sums of the row softmaxes of Q . Kt (Q: m x D,
+// row stride ldq; Kt: D x n, row stride ldk), in strips of 8 queries whose logits stay in the L1
+// cache: the bits of policy_matmul_fma into an m x n S, then policy_tile_softmax_colsum, at the
+// same level. S: scratch of 8 n floats, acc: of n doubles.
+void policy_tile_attention_colsum(const float* Q, int64_t ldq, const float* Kt, int64_t ldk, int64_t m, int64_t n, int64_t D, const uint8_t* use,
+                                  double R, double* A, float* S, double* acc);
+void policy_tile_attention_colsum_at(int level, const float* Q, int64_t ldq, const float* Kt, int64_t ldk, int64_t m, int64_t n, int64_t D,
+                                     const uint8_t* use, double R, double* A, float* S, double* acc);
+
 }  // namespace kv

@@ -60,23 +60,22 @@ void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int6
 void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T,
                                 std::vector<double>& raw) {
     const int64_t R = NH_ / G, m = m_;
-    std::vector<double>& A = A_;
-    std::vector<float>&kt = kt_, &dots = dots_, &w = w_;
-    A.resize(size_t(m)), w.resize(size_t(m)), kt.resize(size_t(D_ * m)), dots.resize(size_t(m * m));
+    std::vector<double>&A = A_, &acc = acc_;
+    std::vector<float>&kt = kt_, &strip = strip_;
+    A.resize(size_t(m)), acc.resize(size_t(m)), kt.resize(size_t(D_ * m)), strip.resize(size_t(8 * m));
     for (int64_t r = 0; r < B * G; ++r) {
         const int64_t b = r / G, g = r % G;
         std::fill(A.begin(), A.end(), 0.0);
         for (int64_t j = 0; j < m; ++j)
             for (int64_t x = 0; x < D_; ++x) kt[size_t(x * m + j)] = k_[size_t((r * C_ + j) * D_ + x)];
-        for (int64_t h = g * R; h < (g + 1) * R; ++h) {
-            // every query of the tile against every key: one f32 product with fused multiply-adds
-            policy_matmul_fma(m, m, D_, q_.data() + (b * NH_ + h) * C_ * D_, D_, 1, kt.data(), m, dots.data(), m);
-            // the m^2 shifts and exponentials per head dominate the policy: each query's row
-            // exponentiated in f32 at the CPU's vector width, the weights' column sums as f32
-            // multiply-adds over blocks of 8 queries added in f64 (policy_fma_math.h: well inside
-            // the scores' tolerance); a prefill without attention has no queries (rows skipped)
-            policy_tile_softmax_colsum(dots.data(), m, m, m, hasq_.data(), double(R), A.data(), w.data());
-        }
+        // per head, every query of the tile against every key: f32 products with fused
+        // multiply-adds, then each query's row exponentiated in f32 at the CPU's vector width and
+        // the weights' column sums as f32 multiply-adds over blocks of 8 queries added in f64, a
+        // strip of 8 queries at a time (policy_fma_math.h: well inside the scores' tolerance); a
+        // prefill without attention has no queries (rows skipped)
+        for (int64_t h = g * R; h < (g + 1) * R; ++h)
+            policy_tile_attention_colsum(q_.data() + (b * NH_ + h) * C_ * D_, D_, kt.data(), m, m, m, D_, hasq_.data(), double(R), A.data(),
+                                         strip.data(), acc.data());
         for (int64_t s = 0; s < T; ++s) {
             const int64_t i = pos[size_t(r * L + s)] - tile_start_;
             if (i >= 0 && i < m) raw[size_t(r * L + s)] = A[size_t(i)] * double(vn_[size_t(r * C_ + i)]);
