@@ -43,7 +43,9 @@ void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int6
         }
         const int64_t i = p - tile_start_;
         for (int64_t r = 0; r < rows; ++r) {
-            std::copy_n(f.keys.begin() + (r * n + t) * D_, D_, k_.begin() + (r * C_ + i) * D_);
+            // transposed as written (D, C) per row: the tile's products read the keys as columns
+            const float* key = f.keys.data() + (r * n + t) * D_;
+            for (int64_t x = 0; x < D_; ++x) k_[size_t((r * D_ + x) * C_ + i)] = key[x];
             vn_[size_t(r * C_ + i)] = f.value_norm.empty() ? 0.0f : f.value_norm[size_t(r * n + t)];
         }
         if (!f.queries.empty()) {
@@ -61,21 +63,19 @@ void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>
                                 std::vector<double>& raw) {
     const int64_t R = NH_ / G, m = m_;
     std::vector<double>&A = A_, &acc = acc_;
-    std::vector<float>&kt = kt_, &strip = strip_;
-    A.resize(size_t(m)), acc.resize(size_t(m)), kt.resize(size_t(D_ * m)), strip.resize(size_t(8 * m));
+    std::vector<float>& strip = strip_;
+    A.resize(size_t(m)), acc.resize(size_t(m)), strip.resize(size_t(8 * m));
     for (int64_t r = 0; r < B * G; ++r) {
         const int64_t b = r / G, g = r % G;
         std::fill(A.begin(), A.end(), 0.0);
-        for (int64_t j = 0; j < m; ++j)
-            for (int64_t x = 0; x < D_; ++x) kt[size_t(x * m + j)] = k_[size_t((r * C_ + j) * D_ + x)];
         // per head, every query of the tile against every key: f32 products with fused
         // multiply-adds, then each query's row exponentiated in f32 at the CPU's vector width and
         // the weights' column sums as f32 multiply-adds over blocks of 8 queries added in f64, a
         // strip of 8 queries at a time (policy_fma_math.h: well inside the scores' tolerance); a
         // prefill without attention has no queries (rows skipped)
         for (int64_t h = g * R; h < (g + 1) * R; ++h)
-            policy_tile_attention_colsum(q_.data() + (b * NH_ + h) * C_ * D_, D_, kt.data(), m, m, m, D_, hasq_.data(), double(R), A.data(),
-                                         strip.data(), acc.data());
+            policy_tile_attention_colsum(q_.data() + (b * NH_ + h) * C_ * D_, D_, k_.data() + r * D_ * C_, C_, m, m, D_, hasq_.data(), double(R),
+                                         A.data(), strip.data(), acc.data());
         for (int64_t s = 0; s < T; ++s) {
             const int64_t i = pos[size_t(r * L + s)] - tile_start_;
             if (i >= 0 && i < m) raw[size_t(r * L + s)] = A[size_t(i)] * double(vn_[size_t(r * C_ + i)]);
