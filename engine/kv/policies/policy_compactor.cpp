@@ -14,6 +14,7 @@
 #include "engine/kv/policies/policy_leverage.h"
 #include "engine/kv/policies/policy_non_causal_attn.h"
 #include "engine/kv/policies/policy_score_based.h"
+#include "engine/kv/policies/position_order.h"
 
 namespace kv {
 
@@ -71,14 +72,16 @@ class CompactorPolicy final : public ScorePolicy {
         if (T_ < L_) return;  // scores are read only from a full cache (choose_next, slot_scores), each time recomputed
         // kvpress keeps min(first, S) sinks and min(last, S - sinks) newest tokens out of both scores
         const int64_t left = std::min(first_, P_), right = std::min(last_, std::max<int64_t>(0, P_ - left));
-        std::vector<std::vector<int32_t>> idx((size_t)rows());
+        std::vector<std::vector<int32_t>>& idx = idx_;
+        idx.resize((size_t)rows());
         for (int64_t r = 0; r < rows(); ++r) {
             const int32_t* pos = pos_.data() + r * L_;
-            for (int64_t j = 0; j < T_; ++j)
-                if (pos[j] >= left && pos[j] < P_ - right) idx[size_t(r)].push_back(int32_t(j));
-            std::sort(idx[size_t(r)].begin(), idx[size_t(r)].end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+            std::vector<int32_t>& o = idx[size_t(r)];
+            slots_by_position(pos, T_, o, table_);
+            o.erase(std::remove_if(o.begin(), o.end(), [&](int32_t j) { return pos[j] < left || pos[j] >= P_ - right; }), o.end());
         }
-        std::vector<double> att, lev;
+        std::vector<double>&att = att_, &lev = lev_;
+        lev.clear();
         pool3(raw_, L_, idx, att);
         z_normalise(att);
         for (int64_t r = 0; r < rows(); ++r) {
@@ -113,6 +116,9 @@ class CompactorPolicy final : public ScorePolicy {
     std::vector<double> raw_;   // (B*G, L) A_j |v_j|
     std::vector<float> score_;  // (B*G, L)
     std::vector<double> proj_;  // (B*G, L, K) pre-RoPE keys times the sketch (LeverageSketch::flush)
+    std::vector<std::vector<int32_t>> idx_;  // scratch of accumulate, kept (no allocation per chunk)
+    std::vector<int32_t> table_;
+    std::vector<double> att_, lev_;
 };
 }  // namespace
 

@@ -8,7 +8,8 @@
 //   score_j = (l_j - mean l) / max(std l, 1e-6)        over every cached token of the layer
 // Keys are un-rotated with the layer's RoPE frequencies when written and kept per slot as their
 // projection k Phi (Y = K Phi - mean_j k_j Phi: the same Y, without a T x D x k product per
-// chunk); a cache still filling is not scored (nothing reads it). Phi's
+// chunk; a sketch wider than the key by its D x D factor, LeverageSketch::factored);
+// a cache still filling is not scored (nothing reads it). Phi's
 // entries are a documented pure function of (layer, head, index) (docs/POLICIES.md#leverage),
 // where kvpress draws a fresh torch.randn per call.
 #include "engine/kv/policies/policy_leverage.h"
@@ -16,7 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_fma_math.h"
 #include "engine/kv/policies/policy_score_based.h"
 
 namespace kv {
@@ -32,6 +33,7 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer (as random's draws)
 
 void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
     phi.clear();
+    proj_by_.clear();
     if (k == 0) return;
     // Phi[g][d][c] = N(0, 1) / sqrt(k) by Box-Muller from two splitmix64 draws
     phi.assign(size_t(G * D * k), 0.0);
@@ -41,6 +43,29 @@ void LeverageSketch::init(int64_t layer, int64_t G, int64_t D) {
             const double u1 = double((h >> 11) + 1) * 0x1p-53, u2 = double(h2 >> 11) * 0x1p-53;
             phi[size_t(g * D * k + e)] = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) / std::sqrt(double(k));
         }
+    if (!factored(D)) {
+        proj_by_ = phi;
+        return;
+    }
+    // U_g: Cholesky of P = Phi_g Phi_g^T (D x D; positive definite: a Gaussian D x k, k > D, has rank D)
+    proj_by_.assign(size_t(G * D * D), 0.0);
+    std::vector<double> P((size_t)(D * D));
+    for (int64_t g = 0; g < G; ++g) {
+        const double* ph = phi.data() + g * D * k;
+        for (int64_t a = 0; a < D; ++a)
+            for (int64_t b = 0; b < D; ++b) {
+                double s = 0;
+                for (int64_t c = 0; c < k; ++c) s += ph[a * k + c] * ph[b * k + c];
+                P[size_t(a * D + b)] = s;
+            }
+        double* U = proj_by_.data() + g * D * D;
+        for (int64_t a = 0; a < D; ++a)
+            for (int64_t b = 0; b <= a; ++b) {
+                double s = P[size_t(a * D + b)];
+                for (int64_t c = 0; c < b; ++c) s -= U[a * D + c] * U[b * D + c];
+                U[a * D + b] = a == b ? std::sqrt(std::max(s, 1e-300)) : s / U[b * D + b];
+            }
+    }
 }
 
 void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<double>* rope, const double* cs, double* x) {
@@ -56,7 +81,10 @@ void LeverageSketch::unrotate(const float* key, int64_t D, const std::vector<dou
 }
 
 // A chunk stages one key per (row, new token): every row's key at position p takes the same
-// rotation, so its sines and cosines are computed once per position, not once per row.
+// rotation, so its sines and cosines are computed once per position, not once per row; past the
+// run's first position p0 by angle addition from p0's and the offset's (t theta_j for t < 4097,
+// the same every chunk: taken once per layer), where std::cos and std::sin per pair dominated.
+// Within a few ulp of the direct ones (whose argument p theta_j is itself rounded).
 const double* LeverageSketch::rotation(const std::vector<double>* rope, int64_t p) {
     const int64_t half = int64_t(rope->size());
     if (rope != rot_rope_ || p < rot_p0_ || p >= rot_p0_ + rot_n_) {
@@ -70,11 +98,30 @@ const double* LeverageSketch::rotation(const std::vector<double>* rope, int64_t 
     }
     double* cs = rot_.data() + (p - rot_p0_) * 2 * half;
     if (!rot_ok_[size_t(p - rot_p0_)]) {
-        for (int64_t j = 0; j < half; ++j) {
-            const double a = double(p) * (*rope)[size_t(j)];
-            cs[2 * j] = std::cos(a), cs[2 * j + 1] = std::sin(a);
+        const int64_t t = p - rot_p0_;
+        if (t == 0 || !rot_ok_[0]) {
+            for (int64_t j = 0; j < half; ++j) {
+                const double a = double(p) * (*rope)[size_t(j)];
+                cs[2 * j] = std::cos(a), cs[2 * j + 1] = std::sin(a);
+            }
+        } else {
+            if (*rope != step_freq_) step_freq_ = *rope, step_n_ = 0;
+            if (t >= step_n_) {
+                step_.resize(size_t((t + 1) * 2 * half));
+                for (int64_t u = step_n_; u <= t; ++u)
+                    for (int64_t j = 0; j < half; ++j) {
+                        const double a = double(u) * (*rope)[size_t(j)];
+                        step_[size_t((u * half + j) * 2)] = std::cos(a), step_[size_t((u * half + j) * 2 + 1)] = std::sin(a);
+                    }
+                step_n_ = t + 1;
+            }
+            const double *b = rot_.data(), *st = step_.data() + t * 2 * half;
+            for (int64_t j = 0; j < half; ++j) {
+                const double c0 = b[2 * j], s0 = b[2 * j + 1], ct = st[2 * j], sn = st[2 * j + 1];
+                cs[2 * j] = c0 * ct - s0 * sn, cs[2 * j + 1] = s0 * ct + c0 * sn;
+            }
         }
-        rot_ok_[size_t(p - rot_p0_)] = 1;
+        rot_ok_[size_t(t)] = 1;
     }
     return cs;
 }
@@ -95,7 +142,7 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
         if (m == 0) continue;
         P_.resize(size_t(m * K));
         if (k > 0)
-            policy_matmul(m, K, D, X_.data(), D, phi.data() + g * D * K, K, P_.data(), K);
+            policy_matmul_fma(m, K, D, X_.data(), D, 1, proj_by_.data() + g * D * K, K, P_.data(), K);
         else
             std::copy_n(X_.begin(), m * D, P_.begin());
         for (int64_t i = 0, j = 0; i < n; ++i)
@@ -109,25 +156,25 @@ void LeverageSketch::flush(int64_t D, int64_t G, int64_t L, double* proj) {
 
 void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m, int64_t K, double* out) {
     mean_.assign((size_t)K, 0.0);
-    Y_.resize(size_t(m * K)), Yt_.resize(size_t(K * m)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
+    Y_.resize(size_t(m * K)), G_.resize(size_t(K * K)), Z_.resize(size_t(m * K)), LiT_.resize(size_t(K * K));
     Li_.assign(size_t(K * K), 0.0);
-    double *mean = mean_.data(), *Y = Y_.data(), *Yt = Yt_.data(), *Gm = G_.data(), *Li = Li_.data(), *Z = Z_.data(), *LiT = LiT_.data();
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) mean[c] += proj[idx[i] * K + c] / double(m);
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < K; ++c) Y[i * K + c] = proj[idx[i] * K + c] - mean[c];
-    // transposed in blocks of 16 rows: each column's 16 values go out as two cache lines
-    for (int64_t i0 = 0; i0 < m; i0 += 16) {
-        const int64_t i1 = std::min<int64_t>(m, i0 + 16);
-        for (int64_t c = 0; c < K; ++c)
-            for (int64_t i = i0; i < i1; ++i) Yt[c * m + i] = Y[i * K + c];
+    double *mean = mean_.data(), *Y = Y_.data(), *Gm = G_.data(), *Li = Li_.data(), *Z = Z_.data(), *LiT = LiT_.data();
+    // row by row, each column's sum in order (contiguous inner loops: vectorised)
+    for (int64_t i = 0; i < m; ++i) {
+        const double* p = proj + idx[i] * K;
+        for (int64_t c = 0; c < K; ++c) mean[c] += p[c];
     }
-    // the products as policy_matmul (f64, at the CPU's vector width)
-    // Y^T Y: the Cholesky below reads its lower triangle only, so each block of 16 rows stops at
-    // its diagonal block (each entry is the same sum as in the whole product)
+    for (int64_t c = 0; c < K; ++c) mean[c] /= double(m);
+    for (int64_t i = 0; i < m; ++i) {
+        const double* p = proj + idx[i] * K;
+        for (int64_t c = 0; c < K; ++c) Y[i * K + c] = p[c] - mean[c];
+    }
+    // the products with fused multiply-adds (policy_fma_math.h, f64 at the CPU's vector width)
+    // Y^T Y, Y read transposed in place: the Cholesky below reads the lower triangle only, so each
+    // block of 16 rows stops at its diagonal block (each entry is the same sum as in the whole product)
     for (int64_t a0 = 0; a0 < K; a0 += 16) {
         const int64_t rb = std::min<int64_t>(16, K - a0);
-        policy_matmul(rb, a0 + rb, m, Yt + a0 * m, m, Y, K, Gm + a0 * K, K);
+        policy_matmul_fma(rb, a0 + rb, m, Y + a0, 1, K, Y, K, Gm + a0 * K, K);
     }
     for (int64_t a = 0; a < K; ++a) Gm[a * K + a] += 1e-2;
     // Cholesky G = L L^T in place (lower triangle), then L^-1 by forward substitution
@@ -157,15 +204,15 @@ void LeverageSketch::leverage(const double* proj, const int32_t* idx, int64_t m,
     // 0 (the terms left out are +-0 added last: the same |z|^2)
     for (int64_t a0 = 0; a0 < K; a0 += 16) {
         const int64_t cb = std::min<int64_t>(16, K - a0);
-        policy_matmul(m, cb, a0 + cb, Y, K, LiT + a0, K, Z + a0, K);
+        policy_matmul_fma(m, cb, a0 + cb, Y, K, 1, LiT + a0, K, Z + a0, K);
     }
-    // four rows' sums side by side (each in a ascending: the same bits, four chains in flight)
+    // eight rows' sums side by side (each in a ascending: eight chains in flight)
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-        double l[4] = {0, 0, 0, 0};
+    for (; i + 8 <= m; i += 8) {
+        double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int64_t a = 0; a < K; ++a)
-            for (int64_t r = 0; r < 4; ++r) l[r] += Z[(i + r) * K + a] * Z[(i + r) * K + a];
-        for (int64_t r = 0; r < 4; ++r) out[i + r] = std::max(l[r], 0.0);
+            for (int64_t r = 0; r < 8; ++r) l[r] += Z[(i + r) * K + a] * Z[(i + r) * K + a];
+        for (int64_t r = 0; r < 8; ++r) out[i + r] = std::max(l[r], 0.0);
     }
     for (; i < m; ++i) {
         double l = 0;

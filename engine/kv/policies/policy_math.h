@@ -28,20 +28,20 @@ int policy_matmul_level();
 // subnormal), returning sum_i y[i] added in 8 interleaved partial sums (element i to sum i % 8,
 // each in order, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))): the same polynomial and
 // the same sums at every ISA level, so results are identical on every CPU. For softmaxes over
-// many scores (non-causal-attn's tiles), where std::exp one value at a time dominated.
+// many scores (cake's), where std::exp one value at a time dominated.
 double policy_exp_sum(const double* x, double* y, int64_t n);
 double policy_exp_sum_at(int level, const double* x, double* y, int64_t n);
 
 // One softmax row added into a sum, at the CPU's vector width: with mx = max_j d[j] (floats: exact),
 // e[j] = exp(double(d[j]) - double(mx)) and z = sum_j e[j] as policy_exp_sum computes them,
 // A[j] += e[j] * (1 / (z * R)) for j < m; x, e are scratch of m. Elementwise, so every level gives
-// the bits of the plain loops (non-causal-attn's tiles: a query's weights over its tile, averaged
-// over R heads).
+// the bits of the plain loops (a query's weights over its tile, averaged over R heads: the tile
+// softmax non-causal-attn ran before policy_fma_math.h's policy_tile_softmax_colsum).
 void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A);
 void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A);
 
 // The same two in f32 exponentials, where the scores' tolerance allows them (finch's window
-// softmaxes, non-causal-attn's tiles): e^x by expf_core (Cody-Waite, Taylor to r^7: within 2
+// softmaxes): e^x by expf_core (Cody-Waite, Taylor to r^7: within 2
 // ulp of float of std::exp for -87 <= x <= 0; 0 below -87), its argument float(x) (a shifted
 // logit: rounding it moves e^x by at most |x| 2^-24 relative, so a weight that counts is as
 // exact as one that does not), summed in f64 as policy_exp_sum sums: identical on every CPU.

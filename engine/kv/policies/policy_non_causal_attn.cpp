@@ -17,8 +17,9 @@
 #include <numeric>
 
 #include "engine/kv/policies/policy_leverage.h"  // z_normalise
-#include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_fma_math.h"
 #include "engine/kv/policies/policy_score_based.h"
+#include "engine/kv/policies/position_order.h"
 
 namespace kv {
 
@@ -42,7 +43,9 @@ void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int6
         }
         const int64_t i = p - tile_start_;
         for (int64_t r = 0; r < rows; ++r) {
-            std::copy_n(f.keys.begin() + (r * n + t) * D_, D_, k_.begin() + (r * C_ + i) * D_);
+            // transposed as written (D, C) per row: the tile's products read the keys as columns
+            const float* key = f.keys.data() + (r * n + t) * D_;
+            for (int64_t x = 0; x < D_; ++x) k_[size_t((r * D_ + x) * C_ + i)] = key[x];
             vn_[size_t(r * C_ + i)] = f.value_norm.empty() ? 0.0f : f.value_norm[size_t(r * n + t)];
         }
         if (!f.queries.empty()) {
@@ -59,24 +62,20 @@ void NonCausalTiles::observe(const InsertFeatures& f, int64_t P, int64_t n, int6
 void NonCausalTiles::score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T,
                                 std::vector<double>& raw) {
     const int64_t R = NH_ / G, m = m_;
-    std::vector<double>& A = A_;
-    std::vector<float>&kt = kt_, &dots = dots_, &e = e_;
-    A.resize(size_t(m)), e.resize(size_t(m)), kt.resize(size_t(D_ * m)), dots.resize(size_t(m * m));
+    std::vector<double>&A = A_, &acc = acc_;
+    std::vector<float>& strip = strip_;
+    A.resize(size_t(m)), acc.resize(size_t(m)), strip.resize(size_t(8 * m));
     for (int64_t r = 0; r < B * G; ++r) {
         const int64_t b = r / G, g = r % G;
         std::fill(A.begin(), A.end(), 0.0);
-        for (int64_t j = 0; j < m; ++j)
-            for (int64_t x = 0; x < D_; ++x) kt[size_t(x * m + j)] = k_[size_t((r * C_ + j) * D_ + x)];
-        for (int64_t h = g * R; h < (g + 1) * R; ++h) {
-            // every query of the tile against every key: one f32 product at the CPU's vector width
-            policy_matmul(m, m, D_, q_.data() + (b * NH_ + h) * C_ * D_, D_, kt.data(), m, dots.data(), m);
-            // the m^2 shifts, exponentials and sums per head dominate the policy: one vectorised
-            // pass per query at the CPU's width, exponentials in f32 and the sums in f64
-            // (policy_math.h: well inside the scores' tolerance, identical on every CPU)
-            for (int64_t i = 0; i < m; ++i)
-                if (hasq_[size_t(i)])  // a prefill without attention has no queries
-                    policy_softmax_accumulate_f32(dots.data() + i * m, m, double(R), e.data(), A.data());
-        }
+        // per head, every query of the tile against every key: f32 products with fused
+        // multiply-adds, then each query's row exponentiated in f32 at the CPU's vector width and
+        // the weights' column sums as f32 multiply-adds over blocks of 8 queries added in f64, a
+        // strip of 8 queries at a time (policy_fma_math.h: well inside the scores' tolerance); a
+        // prefill without attention has no queries (rows skipped)
+        for (int64_t h = g * R; h < (g + 1) * R; ++h)
+            policy_tile_attention_colsum(q_.data() + (b * NH_ + h) * C_ * D_, D_, k_.data() + r * D_ * C_, C_, m, m, D_, hasq_.data(), double(R),
+                                         A.data(), strip.data(), acc.data());
         for (int64_t s = 0; s < T; ++s) {
             const int64_t i = pos[size_t(r * L + s)] - tile_start_;
             if (i >= 0 && i < m) raw[size_t(r * L + s)] = A[size_t(i)] * double(vn_[size_t(r * C_ + i)]);
@@ -128,14 +127,10 @@ class NonCausalAttnPolicy final : public ScorePolicy {
     void accumulate(const std::vector<float>&, int64_t) override {
         if (T_ < L_) return;  // scores are read only from a full cache (choose_next, slot_scores), each time recomputed
         // pool a in position order per row, then z-normalise over every cached token of the layer
-        std::vector<std::vector<int32_t>> idx((size_t)rows());
-        for (int64_t r = 0; r < rows(); ++r) {
-            const int32_t* pos = pos_.data() + r * L_;
-            idx[size_t(r)].resize(size_t(T_));
-            std::iota(idx[size_t(r)].begin(), idx[size_t(r)].end(), 0);
-            std::sort(idx[size_t(r)].begin(), idx[size_t(r)].end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
-        }
-        std::vector<double> s;
+        std::vector<std::vector<int32_t>>& idx = idx_;
+        idx.resize((size_t)rows());
+        for (int64_t r = 0; r < rows(); ++r) slots_by_position(pos_.data() + r * L_, T_, idx[size_t(r)], table_);
+        std::vector<double>& s = s_;
         pool3(raw_, L_, idx, s);
         z_normalise(s);
         for (int64_t r = 0; r < rows(); ++r)
@@ -151,6 +146,9 @@ class NonCausalAttnPolicy final : public ScorePolicy {
     NonCausalTiles tiles_;
     std::vector<double> raw_;   // (B*G, L) a_j
     std::vector<float> score_;  // (B*G, L)
+    std::vector<std::vector<int32_t>> idx_;  // scratch of accumulate, kept (no allocation per chunk)
+    std::vector<int32_t> table_;
+    std::vector<double> s_;
 };
 }  // namespace
 

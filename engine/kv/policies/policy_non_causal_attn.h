@@ -26,10 +26,10 @@ class NonCausalTiles {
     void score_tile(int64_t B, int64_t G, const std::vector<int32_t>& pos, int64_t L, int64_t T, std::vector<double>& raw);
     int64_t C_;
     int64_t tile_start_ = 0, m_ = 0, D_ = 0, NH_ = 0;  // the open tile: positions [tile_start_, tile_start_ + m_)
-    std::vector<float> q_, k_, vn_;                    // (B, NH, C, D), (B*G, C, D), (B*G, C)
+    std::vector<float> q_, k_, vn_;                    // (B, NH, C, D), (B*G, D, C) transposed, (B*G, C)
     std::vector<uint8_t> hasq_;                        // (C) whether the tile's query i was seen
-    std::vector<double> A_;                            // scratch of score_tile, kept (no allocation per chunk)
-    std::vector<float> kt_, dots_, e_;
+    std::vector<double> A_, acc_;                      // scratch of score_tile, kept (no allocation per chunk)
+    std::vector<float> strip_;
 };
 
 // avg_pool1d(3) in position order per row (zero padding counted) of v (rows, L) over the slots
