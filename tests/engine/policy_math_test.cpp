@@ -108,36 +108,6 @@ TEST(PolicyExpSum, EveryIsaPathGivesBitIdenticalValues) {
     }
 }
 
-
-TEST(PolicySoftmaxAccumulate, EveryIsaPathGivesTheBitsOfThePlainLoops) {
-    // the loops non-causal-attn ran before: max of floats, shift in f64, policy_exp_sum, A += e w;
-    // tails of every width (m % 16 != 0) and accumulation onto earlier rows
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<float> u(-9.0f, 9.0f);
-    for (int64_t m : {1, 3, 8, 17, 64, 131}) {
-        std::vector<float> d((size_t)(3 * m));
-        for (float& v : d) v = u(rng);
-        std::vector<double> want((size_t)m, 0.0), x((size_t)m), e((size_t)m);
-        for (int64_t row = 0; row < 3; ++row) {
-            const float* r = d.data() + row * m;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < m; ++j) mx = std::max(mx, r[j]);
-            for (int64_t j = 0; j < m; ++j) x[size_t(j)] = double(r[j]) - double(mx);
-            const double z = policy_exp_sum_at(2, x.data(), e.data(), m);
-            const double w = 1.0 / (z * 3.0);
-            for (int64_t j = 0; j < m; ++j) want[size_t(j)] += e[size_t(j)] * w;
-        }
-        double total = 0;
-        for (double a : want) total += a;
-        EXPECT_NEAR(total, 1.0, 1e-12) << "m " << m;  // three rows of weights averaged: a distribution
-        for (int level = 2; level <= policy_matmul_level(); ++level) {
-            std::vector<double> A((size_t)m, 0.0);
-            for (int64_t row = 0; row < 3; ++row) policy_softmax_accumulate_at(level, d.data() + row * m, m, 3.0, x.data(), e.data(), A.data());
-            EXPECT_EQ(A, want) << "m " << m << " level " << level;
-        }
-    }
-}
-
 // The f32 exponentials against std::exp in f64 (expf_core: within 2 ulp of float, 0 below -87),
 // summed in f64 in the documented grouping; every ISA path the same bits.
 TEST(PolicyExpSumF32, EveryIsaPathIsWithinTwoFloatUlpsOfStdExpAndSumsInItsDocumentedOrder) {
@@ -166,58 +136,6 @@ TEST(PolicyExpSumF32, EveryIsaPathIsWithinTwoFloatUlpsOfStdExpAndSumsInItsDocume
             if (level == 2) y2 = y, s2 = sum;
             EXPECT_EQ(y, y2) << "level " << level;
             EXPECT_EQ(sum, s2) << "level " << level;
-        }
-    }
-}
-
-// A softmax row's weights in f32 exponentials, averaged over R rows into A: against the f64
-// softmax written out (max, exp, sum, divide), and every ISA path the bits of level 2.
-TEST(PolicySoftmaxAccumulateF32, EveryIsaPathIsWithinFloatRoundingOfTheF64SoftmaxAndBitIdentical) {
-    std::mt19937 rng(13);
-    std::uniform_real_distribution<float> u(-40.0f, 40.0f);  // unscaled tile logits spread wide
-    for (int64_t m : {1, 3, 8, 17, 64, 131, 256}) {
-        std::vector<float> d((size_t)(3 * m)), e((size_t)m);
-        for (float& v : d) v = u(rng);
-        std::vector<double> ref((size_t)m, 0.0);
-        for (int64_t row = 0; row < 3; ++row) {
-            const float* r = d.data() + row * m;
-            double mx = -INFINITY, z = 0;
-            for (int64_t j = 0; j < m; ++j) mx = std::max(mx, double(r[j]));
-            for (int64_t j = 0; j < m; ++j) z += std::exp(double(r[j]) - mx);
-            for (int64_t j = 0; j < m; ++j) ref[size_t(j)] += std::exp(double(r[j]) - mx) / z / 3.0;
-        }
-        std::vector<double> A2;
-        for (int level = 2; level <= policy_matmul_level(); ++level) {
-            std::vector<double> A((size_t)m, 0.0);
-            for (int64_t row = 0; row < 3; ++row) policy_softmax_accumulate_f32_at(level, d.data() + row * m, m, 3.0, e.data(), A.data());
-            for (int64_t j = 0; j < m; ++j)  // f32 exp (2 ulp) of an argument rounded to float (|x| 2^-24), z to a few ulp
-                EXPECT_NEAR(A[size_t(j)], ref[size_t(j)], 1e-6 * ref[size_t(j)] + 1e-12) << "m " << m << " j " << j << " level " << level;
-            if (level == 2) A2 = A;
-            EXPECT_EQ(A, A2) << "m " << m << " level " << level;
-        }
-    }
-}
-
-TEST(PolicyAbsColumnSums, EveryIsaPathGivesTheBitsOfThePlainLoop) {
-    // critical's L1 norms of W_o,h v over the output rows, a column per value: tails of every
-    // width, a row stride wider than the columns, negative zeros
-    std::mt19937 rng(17);
-    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
-    for (int64_t n : {1, 7, 16, 33, 64, 128}) {
-        const int64_t rows = 37, ldc = n + 3;
-        std::vector<float> C((size_t)(rows * ldc));
-        for (float& c : C) c = u(rng);
-        C[0] = -0.0f;
-        std::vector<double> want((size_t)n);
-        for (int64_t i = 0; i < n; ++i) {
-            double a = 0.0;
-            for (int64_t c = 0; c < rows; ++c) a += std::fabs(double(C[size_t(c * ldc + i)]));
-            want[size_t(i)] = a;
-        }
-        for (int level = 2; level <= policy_matmul_level(); ++level) {
-            std::vector<double> out((size_t)n, -1.0);
-            policy_abs_column_sums_at(level, rows, n, C.data(), ldc, out.data());
-            EXPECT_EQ(out, want) << "n " << n << " level " << level;
         }
     }
 }

@@ -165,54 +165,6 @@ __attribute__((target("arch=x86-64-v4"))) double exp_sum_v4(const double* x, dou
 __attribute__((target("arch=x86-64-v3"))) double exp_sum_v3(const double* x, double* y, int64_t n) { return exp_sum_body<f64x4>(x, y, n); }
 #endif
 
-// f32 lanes and the f64 vectors of the same count (f32x4 -> 2 x f64x2 handled as f64x4 halves
-// would change nothing: every step is elementwise, so lane grouping cannot change a bit).
-template <class VF, class VD>
-KV_POLICY_VEC_INLINE void softmax_accumulate_body(const float* d, int64_t m, double R, double* x, double* e, double* A) {
-    constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double));
-    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
-    const int64_t mw = m - m % W;
-    float mx = -__builtin_inff();
-    if (mw > 0) {
-        VF top;
-        std::memcpy(&top, d, sizeof(VF));
-        for (int64_t j = W; j < mw; j += W) {
-            VF a;
-            std::memcpy(&a, d + j, sizeof(VF));
-            top = top < a ? a : top;
-        }
-        KV_VEC_LOCAL float lanes[W];
-        std::memcpy(lanes, &top, sizeof(VF));
-        for (int64_t l = 0; l < W; ++l) mx = std::max(mx, lanes[l]);
-    }
-    for (int64_t j = mw; j < m; ++j) mx = std::max(mx, d[j]);
-    const double shift = double(mx);
-    for (int64_t j = 0; j < mw; j += W) {
-        VF a;
-        std::memcpy(&a, d + j, sizeof(VF));
-        const VD v = __builtin_convertvector(a, VD) - shift;
-        std::memcpy(x + j, &v, sizeof(VD));
-    }
-    for (int64_t j = mw; j < m; ++j) x[j] = double(d[j]) - shift;
-    const double z = exp_sum_body<VD>(x, e, m);
-    const double w = 1.0 / (z * R);
-    for (int64_t j = 0; j < mw; j += W) {
-        VD a, b;
-        std::memcpy(&a, A + j, sizeof(VD));
-        std::memcpy(&b, e + j, sizeof(VD));
-        a += b * w;
-        std::memcpy(A + j, &a, sizeof(VD));
-    }
-    for (int64_t j = mw; j < m; ++j) A[j] += e[j] * w;
-}
-#if defined(__x86_64__)
-__attribute__((target("arch=x86-64-v4"))) void softmax_accumulate_v4(const float* d, int64_t m, double R, double* x, double* e, double* A) {
-    softmax_accumulate_body<f32x8, f64x8>(d, m, R, x, e, A);
-}
-__attribute__((target("arch=x86-64-v3"))) void softmax_accumulate_v3(const float* d, int64_t m, double R, double* x, double* e, double* A) {
-    softmax_accumulate_body<f32x4, f64x4>(d, m, R, x, e, A);
-}
-#endif
 
 // exp in f32: the same reduction with ln2 split for floats (its high part has 14 significant
 // bits, so k ln2_hi is exact for |k| <= 128) and Taylor to r^7 (truncation < 1e-8 relative on
@@ -291,115 +243,12 @@ KV_POLICY_VEC_INLINE double exp_sum_f32_body(const double* x, double* y, int64_t
     }
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
-// VE: the widest f32 vector (max, shift, exp); VF / VD: f32 and f64 of the same lanes (sum, A).
-template <class VE, class VF, class VD>
-KV_POLICY_VEC_INLINE void softmax_accumulate_f32_body(const float* d, int64_t m, double R, float* e, double* A) {
-    constexpr int64_t WE = int64_t(sizeof(VE) / sizeof(float)), W = int64_t(sizeof(VD) / sizeof(double)), NV = 8 / W;
-    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
-    const int64_t me = m - m % WE;
-    float mx = -__builtin_inff();
-    if (me > 0) {
-        VE top;
-        std::memcpy(&top, d, sizeof(VE));
-        for (int64_t j = WE; j < me; j += WE) {
-            VE a;
-            std::memcpy(&a, d + j, sizeof(VE));
-            top = top < a ? a : top;
-        }
-        KV_VEC_LOCAL float lanes[WE];
-        std::memcpy(lanes, &top, sizeof(VE));
-        for (int64_t l = 0; l < WE; ++l) mx = std::max(mx, lanes[l]);
-    }
-    for (int64_t j = me; j < m; ++j) mx = std::max(mx, d[j]);
-    for (int64_t j = 0; j < me; j += WE) {
-        VE a, y;
-        std::memcpy(&a, d + j, sizeof(VE));
-        a -= mx;
-        expf_core(a, y);
-        std::memcpy(e + j, &y, sizeof(VE));
-    }
-    for (int64_t j = me; j < m; ++j) expf_core(d[j] - mx, e[j]);
-    KV_VEC_LOCAL VD acc[NV] = {};
-    const int64_t m8 = m - m % 8;
-    for (int64_t i = 0; i < m8; i += 8)
-        for (int64_t v = 0; v < NV; ++v) {
-            VF f;
-            std::memcpy(&f, e + i + v * W, sizeof(VF));
-            acc[v] += __builtin_convertvector(f, VD);
-        }
-    KV_VEC_LOCAL double s[8];
-    std::memcpy(s, acc, sizeof(s));
-    for (int64_t i = m8; i < m; ++i) s[i % 8] += double(e[i]);
-    const double z = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    const double w = 1.0 / (z * R);
-    const int64_t mw = m - m % W;
-    for (int64_t j = 0; j < mw; j += W) {
-        VD a;
-        VF f;
-        std::memcpy(&a, A + j, sizeof(VD));
-        std::memcpy(&f, e + j, sizeof(VF));
-        a += __builtin_convertvector(f, VD) * w;
-        std::memcpy(A + j, &a, sizeof(VD));
-    }
-    for (int64_t j = mw; j < m; ++j) A[j] += double(e[j]) * w;
-}
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) double exp_sum_f32_v4(const double* x, double* y, int64_t n) {
     return exp_sum_f32_body<f32x8, f64x8>(x, y, n);
 }
 __attribute__((target("arch=x86-64-v3"))) double exp_sum_f32_v3(const double* x, double* y, int64_t n) {
     return exp_sum_f32_body<f32x4, f64x4>(x, y, n);
-}
-__attribute__((target("arch=x86-64-v4"))) void softmax_accumulate_f32_v4(const float* d, int64_t m, double R, float* e, double* A) {
-    softmax_accumulate_f32_body<f32x16, f32x8, f64x8>(d, m, R, e, A);
-}
-__attribute__((target("arch=x86-64-v3"))) void softmax_accumulate_f32_v3(const float* d, int64_t m, double R, float* e, double* A) {
-    softmax_accumulate_f32_body<f32x8, f32x4, f64x4>(d, m, R, e, A);
-}
-#endif
-
-// Four vectors of columns per pass over the rows (four independent chains in flight); |x| by
-// clearing the sign bit, as fabs.
-template <class VF, class VD>
-KV_POLICY_VEC_INLINE void abs_column_sums_body(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
-    constexpr int64_t W = int64_t(sizeof(VD) / sizeof(double)), NB = 4;
-    static_assert(sizeof(VF) / sizeof(float) == size_t(W));
-    using I = typename IntOf<VD>::type;
-    I mask;
-    {
-        KV_VEC_LOCAL long long lanes[W];
-        for (int64_t l = 0; l < W; ++l) lanes[l] = 0x7fffffffffffffffll;
-        std::memcpy(&mask, lanes, sizeof(I));
-    }
-    int64_t i0 = 0;
-    for (; i0 + NB * W <= n; i0 += NB * W) {
-        KV_VEC_LOCAL VD acc[NB] = {};
-        for (int64_t c = 0; c < rows; ++c)
-            for (int64_t b = 0; b < NB; ++b) {
-                VF a;
-                std::memcpy(&a, C + c * ldc + i0 + b * W, sizeof(VF));
-                const VD v = __builtin_convertvector(a, VD);
-                I bits;
-                bits_as(bits, v);
-                bits &= mask;
-                VD av;
-                bits_as(av, bits);
-                acc[b] += av;
-            }
-        std::memcpy(out + i0, acc, sizeof(acc));
-    }
-    for (int64_t i = i0; i < n; ++i) {
-        double a = 0.0;
-        for (int64_t c = 0; c < rows; ++c) a += __builtin_fabs(double(C[c * ldc + i]));
-        out[i] = a;
-    }
-}
-#if defined(__x86_64__)
-__attribute__((target("arch=x86-64-v4"))) void abs_column_sums_v4(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
-    abs_column_sums_body<f32x8, f64x8>(rows, n, C, ldc, out);
-}
-__attribute__((target("arch=x86-64-v3"))) void abs_column_sums_v3(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
-    abs_column_sums_body<f32x4, f64x4>(rows, n, C, ldc, out);
 }
 #endif
 
@@ -429,18 +278,6 @@ double policy_exp_sum_at(int level, const double* x, double* y, int64_t n) {
 }
 double policy_exp_sum(const double* x, double* y, int64_t n) { return policy_exp_sum_at(4, x, y, n); }
 
-void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A) {
-#if defined(__x86_64__)
-    level = std::min(level, cpu_level());
-    if (level >= 4) return softmax_accumulate_v4(d, m, R, x, e, A);
-    if (level >= 3) return softmax_accumulate_v3(d, m, R, x, e, A);
-#endif
-    softmax_accumulate_body<f32x2, f64x2>(d, m, R, x, e, A);
-}
-void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A) {
-    policy_softmax_accumulate_at(4, d, m, R, x, e, A);
-}
-
 double policy_exp_sum_f32_at(int level, const double* x, double* y, int64_t n) {
 #if defined(__x86_64__)
     level = std::min(level, cpu_level());
@@ -450,30 +287,6 @@ double policy_exp_sum_f32_at(int level, const double* x, double* y, int64_t n) {
     return exp_sum_f32_body<f32x2, f64x2>(x, y, n);
 }
 double policy_exp_sum_f32(const double* x, double* y, int64_t n) { return policy_exp_sum_f32_at(4, x, y, n); }
-
-void policy_softmax_accumulate_f32_at(int level, const float* d, int64_t m, double R, float* e, double* A) {
-#if defined(__x86_64__)
-    level = std::min(level, cpu_level());
-    if (level >= 4) return softmax_accumulate_f32_v4(d, m, R, e, A);
-    if (level >= 3) return softmax_accumulate_f32_v3(d, m, R, e, A);
-#endif
-    softmax_accumulate_f32_body<f32x4, f32x2, f64x2>(d, m, R, e, A);
-}
-void policy_softmax_accumulate_f32(const float* d, int64_t m, double R, float* e, double* A) {
-    policy_softmax_accumulate_f32_at(4, d, m, R, e, A);
-}
-
-void policy_abs_column_sums_at(int level, int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
-#if defined(__x86_64__)
-    level = std::min(level, cpu_level());
-    if (level >= 4) return abs_column_sums_v4(rows, n, C, ldc, out);
-    if (level >= 3) return abs_column_sums_v3(rows, n, C, ldc, out);
-#endif
-    abs_column_sums_body<f32x2, f64x2>(rows, n, C, ldc, out);
-}
-void policy_abs_column_sums(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out) {
-    policy_abs_column_sums_at(4, rows, n, C, ldc, out);
-}
 
 int policy_matmul_level() {
 #if defined(__x86_64__)

@@ -32,15 +32,7 @@ int policy_matmul_level();
 double policy_exp_sum(const double* x, double* y, int64_t n);
 double policy_exp_sum_at(int level, const double* x, double* y, int64_t n);
 
-// One softmax row added into a sum, at the CPU's vector width: with mx = max_j d[j] (floats: exact),
-// e[j] = exp(double(d[j]) - double(mx)) and z = sum_j e[j] as policy_exp_sum computes them,
-// A[j] += e[j] * (1 / (z * R)) for j < m; x, e are scratch of m. Elementwise, so every level gives
-// the bits of the plain loops (a query's weights over its tile, averaged over R heads: the tile
-// softmax non-causal-attn ran before policy_fma_math.h's policy_tile_softmax_colsum).
-void policy_softmax_accumulate(const float* d, int64_t m, double R, double* x, double* e, double* A);
-void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R, double* x, double* e, double* A);
-
-// The same two in f32 exponentials, where the scores' tolerance allows them (finch's window
+// policy_exp_sum in f32 exponentials, where the scores' tolerance allows them (finch's window
 // softmaxes): e^x by expf_core (Cody-Waite, Taylor to r^7: within 2
 // ulp of float of std::exp for -87 <= x <= 0; 0 below -87), its argument float(x) (a shifted
 // logit: rounding it moves e^x by at most |x| 2^-24 relative, so a weight that counts is as
@@ -48,16 +40,5 @@ void policy_softmax_accumulate_at(int level, const float* d, int64_t m, double R
 // policy_exp_sum_f32: y[i] = double(exp_f32(float(x[i]))), returns their sum.
 double policy_exp_sum_f32(const double* x, double* y, int64_t n);
 double policy_exp_sum_f32_at(int level, const double* x, double* y, int64_t n);
-// policy_softmax_accumulate_f32: mx = max_j d[j], e[j] = exp_f32(d[j] - mx) (the shift in
-// float), z = sum_j double(e[j]) as above, A[j] += double(e[j]) * (1 / (z * R)); e: scratch of m.
-void policy_softmax_accumulate_f32(const float* d, int64_t m, double R, float* e, double* A);
-void policy_softmax_accumulate_f32_at(int level, const float* d, int64_t m, double R, float* e, double* A);
-
-// out[i] = the sum over c < rows, in c order starting from 0.0, of |double(C[c * ldc + i])|, for
-// i < n, at the CPU's vector width. Each column is its own chain of adds in the same order, so
-// every level gives the bits of the plain loop (critical's ||W_o,h v||_1 of a chunk's values
-// side by side, which the baseline build ran two lanes wide).
-void policy_abs_column_sums(int64_t rows, int64_t n, const float* C, int64_t ldc, double* out);
-void policy_abs_column_sums_at(int level, int64_t rows, int64_t n, const float* C, int64_t ldc, double* out);
 
 }  // namespace kv
