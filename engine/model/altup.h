@@ -58,9 +58,13 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
 // The packed state -> the merged stream (B, n, E), before the final norm.
 Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act);
 
-// LAUREL: h + RMSNorm(W_right W_left h), h (B, n, E); left and r, when given, receive W_left h
-// and W_right W_left h (the reverse pass's inputs).
-Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act, Tensor* left = nullptr, Tensor* r = nullptr);
+// The attention's residual with LAUREL beside it: (x + PostNorm(o) + h + RMSNorm(W_right W_left h))
+// / sqrt(2), x the block's input, o the attention's output projection (before its post-norm,
+// when the layer has one), h the attention's input (after its norm), all (B, n, E). left and r,
+// when given, receive W_left h and W_right W_left h (the reverse pass's inputs). f32 on the CPU
+// in one pass over the rows (altup_rows), in the separate ops' order; otherwise through the ops.
+Tensor laurel_residual(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, const Tensor& o, const Tensor& h, DType act,
+                       Tensor* left = nullptr, Tensor* r = nullptr);
 
 // Gaussian top-k of the MLP gate in place (ModelConfig activation_sparsity s > 0): per token,
 // g -> relu(g - mean(g) - std(g) Phi^-1(s)), std over the row (population), Phi^-1(s) rounded to

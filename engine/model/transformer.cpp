@@ -381,14 +381,15 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         Tensor o = linear_any(yf, L.wo, act);
         if (adapters_) adapters_->add(l, LinearSite::O, yf, input_pos, o);
         if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
-        if (L.attn_post_norm.defined()) {
-            if (save) save->o = o;
-            o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
-        }
-        out = ops::add(x, o);
-        if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
-            ops::add_(out, out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
-            ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
+        if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2), the post-norm inside
+            if (save && L.attn_post_norm.defined()) save->o = o;
+            out = laurel_residual(cfg_, L, x, o, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr);
+        } else {
+            if (L.attn_post_norm.defined()) {
+                if (save) save->o = o;
+                o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
+            }
+            out = ops::add(x, o);
         }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
     }
