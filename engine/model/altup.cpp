@@ -317,8 +317,12 @@ AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, con
     return out;
 }
 
+bool altup_can_follow(const ModelConfig& cfg, DType act) { return act == DType::F32 && cfg.altup_enabled(); }
+
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
-                     const Tensor& out, DType act) {
+                     const Tensor& out, DType act, const LayerWeights* follow_layer, AltUpPrediction* follow) {
+    if (follow_layer && !altup_can_follow(cfg, act))
+        throw Error("altup_correct: the next layer's prediction is made in the correction for f32 activations only; expected f32");
     const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, W = cfg.residual_width(), rows = B * n;
     const DType hd = host_dtype(act);
     const TensorOptions ao{x.device(), MemCategory::ACTIVATIONS, {}};
@@ -336,9 +340,20 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
         // The projection's norm is made per token inside the update (one pass fewer over it).
         const Tensor proj = on_host(linear_any(g, L.pli_proj, act), hd);
         const Tensor nwt = on_host(L.pli_norm, hd);
+        altup_rows::Follow fw;
+        std::vector<double> rw_next, pc_next;
+        if (follow_layer) {
+            rw_next = router_weighted(cfg, host(follow_layer->altup_router_norm), host(follow_layer->altup_router));
+            pc_next = host(follow_layer->altup_pred);
+            follow->pred = Tensor();
+            follow->active = Tensor::empty({B, n, E}, hd, ao);
+            follow->active_host = follow->active;
+            follow->coefs.assign(size_t(rows * A * A), 0.0);
+            fw = {rw_next.data(), pc_next.data(), follow->active.data<float>(), follow->coefs.data()};
+        }
         altup_rows::correct_apply(d, xh.data<float>(), oh.data<float>(), p.pred.defined() ? p.pred.data<float>() : nullptr,
                                   p.coefs.data(), p.active_host.data<float>(), coef.data(), proj.data<float>(), nwt.data<float>(),
-                                  float(cfg.rms_norm_eps), rows, next.data<float>());
+                                  float(cfg.rms_norm_eps), rows, next.data<float>(), follow_layer ? &fw : nullptr);
         return next.to(act);
     }
     correct_rows(cfg, xh.data<double>(), oh.data<double>(), p.pred.data<double>(), nw, router, cc, scale, rows, next.data<double>(),

@@ -51,9 +51,12 @@ struct AltUpPrediction {
 AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred = true);
 
 // The correction after the block's output `out` (B, n, E), with layer `layer`'s per-layer input
-// from x's packed tail -> the next packed state.
+// from x's packed tail -> the next packed state. With follow_layer (f32 activations only:
+// altup_can_follow), follow receives follow_layer's prediction from that state, made row by row
+// while each row is in cache: what altup_predict(cfg, *follow_layer, next, act, false) returns.
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
-                     const Tensor& out, DType act);
+                     const Tensor& out, DType act, const LayerWeights* follow_layer = nullptr, AltUpPrediction* follow = nullptr);
+bool altup_can_follow(const ModelConfig& cfg, DType act);
 
 // The packed state -> the merged stream (B, n, E), before the final norm.
 Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act);

@@ -146,7 +146,7 @@ KV_HOST_SIMD_INLINE void per_layer_term(const float* pj, const float* nw, int64_
 
 KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const double* coefs,
                                     const float* active, const float* coef, const float* proj, const float* nw, float eps,
-                                    int64_t t0, int64_t t1, float* next, float* scratch, double* dscratch) {
+                                    int64_t t0, int64_t t1, float* next, float* scratch, double* dscratch, const Follow* f) {
     const int64_t E = d.E, A = d.A, W = d.W;
     float* at = scratch + E;  // the token's per-layer term
     for (int64_t t = t0; t < t1; ++t) {
@@ -177,6 +177,7 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
                 n3[c] = float(double(p3) + c3 * dc) + at[c];
             }
             std::memcpy(nx + A * E, xs + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
+            if (f) predict_body(d, next, f->rw, f->pc, t, t + 1, nullptr, f->active, f->coefs);  // the row is still in L1
             continue;
         }
         double* diff = dscratch;  // out - pred_a in double, once for every stream
@@ -204,6 +205,7 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
             }
         }
         std::memcpy(nx + A * E, xs + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
+        if (f) predict_body(d, next, f->rw, f->pc, t, t + 1, nullptr, f->active, f->coefs);
     }
 }
 
@@ -272,8 +274,8 @@ KV_HOST_SIMD_VARIANTS(coefs,
 KV_HOST_SIMD_VARIANTS(apply,
                       (const Dims& d, const float* x, const float* o, const float* pred, const double* coefs,
                        const float* active, const float* coef, const float* proj, const float* nw, float eps, int64_t t0,
-                       int64_t t1, float* next, float* scratch, double* dscratch),
-                      (d, x, o, pred, coefs, active, coef, proj, nw, eps, t0, t1, next, scratch, dscratch))
+                       int64_t t1, float* next, float* scratch, double* dscratch, const Follow* f),
+                      (d, x, o, pred, coefs, active, coef, proj, nw, eps, t0, t1, next, scratch, dscratch, f))
 KV_HOST_SIMD_VARIANTS(rescale,
                       (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out,
                        int64_t out_stride, bool accumulate),
@@ -309,11 +311,11 @@ void correct_coefs(const Dims& d, const float* out, const float* active, const d
 }
 
 void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const double* coefs, const float* active,
-                   const float* coef, const float* proj, const float* nw, float eps, int64_t rows, float* next) {
+                   const float* coef, const float* proj, const float* nw, float eps, int64_t rows, float* next, const Follow* follow) {
     split_rows(rows, [&](int64_t t0, int64_t t1) {
         std::vector<float> scratch(size_t(2 * d.E));
         std::vector<double> dscratch(size_t((1 + d.A) * d.E));
-        apply_any(d, x, out, pred, coefs, active, coef, proj, nw, eps, t0, t1, next, scratch.data(), dscratch.data());
+        apply_any(d, x, out, pred, coefs, active, coef, proj, nw, eps, t0, t1, next, scratch.data(), dscratch.data(), follow);
     });
 }
 

@@ -31,8 +31,18 @@ void correct_coefs(const Dims& d, const float* out, const float* active, const d
 // per-layer tail x[A E, W) copied through: the next packed state (rows, W) in one pass. av is
 // RMSNorm(proj) with weight nw and eps, in f32 as ops::rmsnorm computes it, made per token here
 // (proj (rows, E) is the per-layer projection before its norm). pred may be nullptr (see predict).
+// follow, when given, makes the next layer's prediction from each row of next as soon as it is
+// written (predict with pred nullptr, the same bits): rw and pc are that layer's, active and
+// coefs receive its prediction.
+struct Follow {
+    const double* rw = nullptr;
+    const double* pc = nullptr;
+    float* active = nullptr;
+    double* coefs = nullptr;
+};
 void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const double* coefs, const float* active,
-                   const float* coef, const float* proj, const float* nw, float eps, int64_t rows, float* next);
+                   const float* coef, const float* proj, const float* nw, float eps, int64_t rows, float* next,
+                   const Follow* follow = nullptr);
 
 // M(y, ref) of altup.h per row: out_t (+)= y_t rms(ref_t) / max(rms(y_t), sqrt(1e-5)) (plain
 // RMS, no eps), in double per element; y (rows, E), ref and out at their row strides.

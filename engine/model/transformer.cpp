@@ -262,6 +262,26 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
 }
 
+// Every block of Gemma 3n as block() runs them, each correction also making the next layer's
+// prediction while its rows are in cache (one pass over the packed state fewer per layer).
+Tensor Transformer::altup_blocks(const Tensor& x0, int64_t input_pos, LayerAttention& attention) const {
+    Tensor x = x0;
+    AltUpPrediction p;
+    {
+        MemoryLabelScope label("layer 0 altup");
+        p = altup_predict(cfg_, layers_[0], x, opt_.dtype, false);
+    }
+    for (int l = 0; l < int(cfg_.num_layers); ++l) {
+        MemoryLabelScope label(str("layer ", l, " altup"));
+        const Tensor out = block_core(l, p.active, input_pos, attention, nullptr);
+        const bool last = l + 1 == int(cfg_.num_layers);
+        AltUpPrediction follow;
+        x = altup_correct(cfg_, layers_[size_t(l)], l, x, p, out, opt_.dtype, last ? nullptr : &layers_[size_t(l) + 1], &follow);
+        p = std::move(follow);
+    }
+    return x;
+}
+
 Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
     const LayerWeights& L = layers_[size_t(l)];
     const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
@@ -479,7 +499,9 @@ Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention
         if (cfg_.kv_shared(l)) sources.push_back(int(cfg_.kv_layer(l)));
     plain.retain(sources);
     Tensor x = embed(ids);
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) x = block(int(l), x, input_pos, *attention);
+    if (altup_can_follow(cfg_, opt_.dtype)) x = altup_blocks(x, input_pos, *attention);
+    else
+        for (int64_t l = 0; l < cfg_.num_layers; ++l) x = block(int(l), x, input_pos, *attention);
     return lm_head(final_norm(x));
 }
 

@@ -219,6 +219,9 @@ class Transformer {
     void init(const TensorMap& weights, bool adopt);
     // The block on one residual stream x (B, n, E); Gemma 3n's block() wraps it in AltUp.
     Tensor block_core(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const;
+    // forward()'s loop for Gemma 3n with f32 activations: block() of every layer, each AltUp
+    // correction making the next layer's prediction (altup_correct's follow).
+    Tensor altup_blocks(const Tensor& x, int64_t input_pos, LayerAttention& attention) const;
     AltUpWeights altup_;
     ModelConfig cfg_;
     ModelOptions opt_;

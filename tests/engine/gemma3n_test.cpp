@@ -238,5 +238,62 @@ TEST(Gemma3nPrecision, SavedAndPlainBlocksAgreeWithFourStreams) {
     }
 }
 
+// forward() runs Gemma 3n's f32 blocks with each AltUp correction also making the next layer's
+// prediction, and LAUREL's residual as one row loop: the logits must be the bits of block() run
+// layer by layer (altup_predict, block_core, altup_correct as separate passes), KV sharing included.
+TEST(Gemma3nPrecision, ForwardGivesTheBitsOfBlockByBlock) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 5);
+    ASSERT_TRUE(lm.config.any_kv_shared());
+    std::vector<int64_t> v(2 * 33);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t((i * 53 + 7) % 256);
+    const Tensor ids = Tensor::from_i64({2, 33}, v);
+    PlainAttention plain;
+    std::vector<int> sources;
+    for (int64_t l = 0; l < lm.config.num_layers; ++l)
+        if (lm.config.kv_shared(l)) sources.push_back(int(lm.config.kv_layer(l)));
+    plain.retain(sources);
+    Tensor x = lm.model->embed(ids);
+    for (int l = 0; l < int(lm.config.num_layers); ++l) x = lm.model->block(l, x, 0, plain);
+    const Tensor want = lm.model->lm_head(lm.model->final_norm(x));
+    EXPECT_EQ(lm.model->forward(ids).to_f64_vector(), want.to_f64_vector());
+}
+
+// The LAUREL residual's one-pass row loop against the separate ops it replaces, from their
+// definitions: (x + RMSNorm(o) (off + w_post) + h + RMSNorm(r) w_laurel) / sqrt(2), in double.
+TEST(Gemma3nPrecision, LaurelResidualFollowsItsDefinition) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 9);
+    const ModelConfig& c = lm.config;
+    const LayerWeights& L = lm.model->layer(1);
+    const int64_t E = c.hidden_size, n = 7;
+    auto rnd = [&](uint64_t seed) {
+        std::vector<double> r(size_t(n * E));
+        for (size_t i = 0; i < r.size(); ++i) r[i] = std::sin(double(i) * 0.37 + double(seed)) * (1.0 + double(i % 5));
+        return r;
+    };
+    const std::vector<double> xv = rnd(1), ov = rnd(2), hv = rnd(3);
+    const Tensor x = Tensor::from_f64({1, n, E}, xv, DType::F32), o = Tensor::from_f64({1, n, E}, ov, DType::F32),
+                 h = Tensor::from_f64({1, n, E}, hv, DType::F32);
+    Tensor left, r;
+    const std::vector<double> got = laurel_residual(c, L, x, o, h, DType::F32, &left, &r).to_f64_vector();
+    const std::vector<double> rv = r.to_f64_vector(), pw = L.attn_post_norm.to_f64_vector(), lw = L.laurel_norm.to_f64_vector();
+    double worst = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        double so = 0, sr = 0;
+        for (int64_t e = 0; e < E; ++e) {
+            const double ot = double(float(ov[size_t(t * E + e)])), rt = rv[size_t(t * E + e)];
+            so += ot * ot, sr += rt * rt;
+        }
+        const double io = 1 / std::sqrt(so / double(E) + c.rms_norm_eps), ir = 1 / std::sqrt(sr / double(E) + c.rms_norm_eps);
+        for (int64_t e = 0; e < E; ++e) {
+            const size_t i = size_t(t * E + e);
+            const double want = (double(float(xv[i])) + double(float(ov[i])) * io * (c.norm_weight_offset + pw[size_t(e)]) +
+                                 double(float(hv[i])) + rv[i] * ir * lw[size_t(e)]) /
+                                std::sqrt(2.0);
+            worst = std::max(worst, std::abs(got[i] - want) / (1.0 + std::abs(want)));
+        }
+    }
+    EXPECT_LE(worst, 1e-5);
+}
+
 }  // namespace
 }  // namespace kv
