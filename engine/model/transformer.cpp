@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/head_norm_rows.h"
 #include "engine/model/softcap_rows.h"
 #include "engine/model/latent_attention.h"
 #include "engine/model/moe_mlp.h"
@@ -348,9 +349,26 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
                 Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
                 Tensor pos = position_range(input_pos, n, opt_.device);
                 qr = Tensor::empty({B, NH, n, HS}, act, ao);
+                // Gemma 3n (v_norm): every head's norm of the projection in one pass (head_norm_rows),
+                // the heads then read as views of its output like the plain projection's.
+                const bool head_pass = L.v_norm.defined() && L.q_norm.defined() && !cfg_.qk_norm_whole && act == DType::F32 &&
+                                       qkv.device().type == DeviceType::CPU && qkv.is_contiguous();
+                Tensor hn;
+                if (head_pass) {
+                    const int64_t heads = W / HS;
+                    std::vector<float> w(size_t(W), 1.0f);  // v's heads: no weight (ones)
+                    const std::vector<float> qw = L.q_norm.to_f32_vector();
+                    const std::vector<float> kw = shared ? std::vector<float>() : L.k_norm.to_f32_vector();
+                    for (int64_t h = 0; h < heads; ++h)
+                        for (int64_t i = 0; i < HS && h < NH + (shared ? 0 : G); ++i)  // offset added in f32, as ops::rmsnorm adds it
+                            w[size_t(h * HS + i)] = (h < NH ? qw[size_t(i)] : kw[size_t(i)]) + off;
+                    hn = Tensor::empty(qkv.shape(), DType::F32, ao);
+                    head_norm_rows::normalise(qkv.data<float>(), B * n, heads, HS, w.data(), eps, hn.data<float>());
+                    q = hn.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, hn.offset());
+                }
                 if (shared) {
                     // The queries' own norm and RoPE; the keys and values are the source layer's.
-                    if (L.q_norm.defined()) q = ops::rmsnorm(q, L.q_norm, eps, off);
+                    if (L.q_norm.defined() && !head_pass) q = ops::rmsnorm(q, L.q_norm, eps, off);
                     if (rt.n_rot > 0) ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
                     else ops::copy_(qr, q.permute({0, 2, 1, 3}));
                 } else {
@@ -362,11 +380,14 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
                         Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
                         q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
                         k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+                    } else if (head_pass) {
+                        k = hn.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, hn.offset() + NH * HS);
+                        v = hn.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, hn.offset() + (NH + G) * HS);
                     } else if (L.q_norm.defined()) {
                         q = ops::rmsnorm(q, L.q_norm, eps, off);
                         k = ops::rmsnorm(k, L.k_norm, eps, off);
                     }
-                    if (L.v_norm.defined()) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
+                    if (L.v_norm.defined() && !head_pass) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
                     kr = Tensor::empty({B, G, n, HS}, act, ao);
                     if (rt.n_rot > 0) {
                         ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);

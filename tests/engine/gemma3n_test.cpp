@@ -15,6 +15,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/head_norm_rows.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
 #include "formats/io/hf_config.h"
@@ -293,6 +294,30 @@ TEST(Gemma3nPrecision, LaurelResidualFollowsItsDefinition) {
         }
     }
     EXPECT_LE(worst, 1e-5);
+}
+
+// Gemma 3n's q/k/v head norms in one pass over the projection against RMSNorm's definition per
+// head in double; rows enough for the parallel split, heads with their own weights.
+TEST(Gemma3nPrecision, HeadNormsFollowTheirDefinition) {
+    const int64_t rows = 300, heads = 12, hs = 32, W = heads * hs;
+    const float eps = 1e-6f;
+    std::vector<float> x(static_cast<size_t>(rows * W)), w(static_cast<size_t>(W)), y(static_cast<size_t>(rows * W));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(double(i) * 0.61) * (1.0 + double(i % 7)));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(0.5 + std::cos(double(i) * 0.3));
+    head_norm_rows::normalise(x.data(), rows, heads, hs, w.data(), eps, y.data());
+    double worst = 0;
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t h = 0; h < heads; ++h) {
+            const int64_t b = t * W + h * hs;
+            double ss = 0;
+            for (int64_t i = 0; i < hs; ++i) ss += double(x[size_t(b + i)]) * double(x[size_t(b + i)]);
+            const double inv = 1 / std::sqrt(ss / double(hs) + double(eps));
+            for (int64_t i = 0; i < hs; ++i) {
+                const double want = double(x[size_t(b + i)]) * inv * double(w[size_t(h * hs + i)]);
+                worst = std::max(worst, std::abs(double(y[size_t(b + i)]) - want) / (1.0 + std::abs(want)));
+            }
+        }
+    EXPECT_LE(worst, 1e-6);
 }
 
 }  // namespace
