@@ -320,7 +320,7 @@ AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, con
 bool altup_can_follow(const ModelConfig& cfg, DType act) { return act == DType::F32 && cfg.altup_enabled(); }
 
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
-                     const Tensor& out, DType act, const LayerWeights* follow_layer, AltUpPrediction* follow) {
+                     const Tensor& out, DType act, const LayerWeights* follow_layer, AltUpPrediction* follow, const AltUpCoefs* pre) {
     if (follow_layer && !altup_can_follow(cfg, act))
         throw Error("altup_correct: the next layer's prediction is made in the correction for f32 activations only; expected f32");
     const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, W = cfg.residual_width(), rows = B * n;
@@ -329,13 +329,15 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
     const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), cc = host(L.altup_corr),
                               scale = host(L.altup_out_scale);
     const Tensor xh = on_host(x, hd), oh = on_host(out, hd);
-    Tensor next = Tensor::empty({B, n, W}, hd, ao), first = Tensor::empty({B, n, E}, hd, ao);
+    const bool given = pre && pre->first.defined() && hd == DType::F32;
+    Tensor next = Tensor::empty({B, n, W}, hd, ao), first = given ? pre->first : Tensor::empty({B, n, E}, hd, ao);
     const int64_t A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim, pli = A * E + int64_t(layer) * P;
     if (hd == DType::F32) {  // coefficients and `first`, the per-layer term, then one pass writing next
-        std::vector<float> coef(size_t(rows * A)), sf(scale.begin(), scale.end());
+        std::vector<float> coef = given ? pre->coef : std::vector<float>(size_t(rows * A)), sf(scale.begin(), scale.end());
         const altup_rows::Dims d = dims_of(cfg);
-        altup_rows::correct_coefs(d, oh.data<float>(), p.active_host.data<float>(), router_weighted(cfg, nw, router).data(), cc.data(),
-                                  cfg.altup.correct_scale ? sf.data() : nullptr, rows, coef.data(), first.data<float>());
+        if (!given)
+            altup_rows::correct_coefs(d, oh.data<float>(), p.active_host.data<float>(), router_weighted(cfg, nw, router).data(),
+                                      cc.data(), cfg.altup.correct_scale ? sf.data() : nullptr, rows, coef.data(), first.data<float>());
         const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
         // The projection's norm is made per token inside the update (one pass fewer over it).
         const Tensor proj = on_host(linear_any(g, L.pli_proj, act), hd);
@@ -365,6 +367,25 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
     const Tensor av = on_host(ops::rmsnorm(add, L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
     add_per_layer_rows<double>(cfg, av.data<double>(), rows, next.data<double>());
     return next.to(act);
+}
+
+bool altup_post_mlp(const ModelConfig& cfg, const LayerWeights& L, const Tensor& active, const Tensor& d, Tensor& out, DType act,
+                    AltUpCoefs* c) {
+    if (act != DType::F32 || !L.mlp_post_norm.defined() || out.device().type != DeviceType::CPU) return false;
+    for (const Tensor* t : {&active, &d, static_cast<const Tensor*>(&out)})
+        if (t->dtype() != DType::F32 || !t->is_contiguous()) return false;
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, rows = out.numel() / E;
+    const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), cc = host(L.altup_corr),
+                              scale = host(L.altup_out_scale);
+    const std::vector<float> sf(scale.begin(), scale.end());
+    std::vector<float> pw = L.mlp_post_norm.to_f32_vector();
+    for (float& v : pw) v += float(cfg.norm_weight_offset);  // in f32, as ops::rmsnorm adds it
+    c->coef.assign(size_t(rows * A), 0.0f);
+    c->first = Tensor::empty(out.shape(), DType::F32, {out.device(), MemCategory::ACTIVATIONS, {}});
+    altup_rows::post_mlp(dims_of(cfg), d.data<float>(), pw.data(), float(cfg.rms_norm_eps), active.data<float>(),
+                         router_weighted(cfg, nw, router).data(), cc.data(), cfg.altup.correct_scale ? sf.data() : nullptr, rows,
+                         out.data<float>(), c->coef.data(), c->first.data<float>());
+    return true;
 }
 
 Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act) {

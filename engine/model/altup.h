@@ -50,12 +50,27 @@ struct AltUpPrediction {
 };
 AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred = true);
 
+// The correction's coefficients (rows, A) and its scaled active stream `first` (B, n, E), made by
+// the block's last residual add while each row is in cache (altup_post_mlp); altup_correct then
+// takes them instead of a pass of its own over the block's output.
+struct AltUpCoefs {
+    std::vector<float> coef;
+    Tensor first;
+};
+// out += RMSNorm(d) (norm_weight_offset + mlp_post_norm) in place, then c from out and active
+// (the block's input, pred_a): f32 activations on the CPU with a post-MLP norm only; otherwise
+// false, and nothing is done.
+bool altup_post_mlp(const ModelConfig& cfg, const LayerWeights& L, const Tensor& active, const Tensor& d, Tensor& out, DType act,
+                    AltUpCoefs* c);
+
 // The correction after the block's output `out` (B, n, E), with layer `layer`'s per-layer input
 // from x's packed tail -> the next packed state. With follow_layer (f32 activations only:
 // altup_can_follow), follow receives follow_layer's prediction from that state, made row by row
 // while each row is in cache: what altup_predict(cfg, *follow_layer, next, act, false) returns.
+// pre: the coefficients altup_post_mlp made for this `out` (f32), used as they are.
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
-                     const Tensor& out, DType act, const LayerWeights* follow_layer = nullptr, AltUpPrediction* follow = nullptr);
+                     const Tensor& out, DType act, const LayerWeights* follow_layer = nullptr, AltUpPrediction* follow = nullptr,
+                     const AltUpCoefs* pre = nullptr);
 bool altup_can_follow(const ModelConfig& cfg, DType act);
 
 // The packed state -> the merged stream (B, n, E), before the final norm.

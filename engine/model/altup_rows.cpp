@@ -233,6 +233,23 @@ KV_HOST_SIMD_INLINE void rescale_body(const float* y, const float* ref, int64_t 
     }
 }
 
+KV_HOST_SIMD_INLINE void post_mlp_body(const Dims& d, const float* dv, const float* pw, float eps, const float* active,
+                                       const double* rw, const double* cc, const float* scale, int64_t t0, int64_t t1, float* out,
+                                       float* coef, float* first) {
+    const int64_t E = d.E;
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* dt = dv + t * E;
+        float* ot = out + t * E;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < E; ++c) ss += dt[c] * dt[c];
+        const float inv = kv_rms_inv(ss, E, eps);
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) ot[c] = ot[c] + dt[c] * inv * pw[c];
+        coefs_body(d, out, active, rw, cc, scale, t, t + 1, coef, first);  // the row just written, from L1
+    }
+}
+
 KV_HOST_SIMD_INLINE void laurel_body(int64_t E, int64_t t0, int64_t t1, const float* x, const float* o, const float* pw,
                                      const float* h, const float* r, const float* lw, float eps, float s, float* out) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -280,6 +297,10 @@ KV_HOST_SIMD_VARIANTS(rescale,
                       (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out,
                        int64_t out_stride, bool accumulate),
                       (y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate))
+KV_HOST_SIMD_VARIANTS(post_mlp,
+                      (const Dims& d, const float* dv, const float* pw, float eps, const float* active, const double* rw,
+                       const double* cc, const float* scale, int64_t t0, int64_t t1, float* out, float* coef, float* first),
+                      (d, dv, pw, eps, active, rw, cc, scale, t0, t1, out, coef, first))
 KV_HOST_SIMD_VARIANTS(laurel,
                       (int64_t E, int64_t t0, int64_t t1, const float* x, const float* o, const float* pw, const float* h,
                        const float* r, const float* lw, float eps, float s, float* out),
@@ -322,6 +343,11 @@ void correct_apply(const Dims& d, const float* x, const float* out, const float*
 void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride,
              bool accumulate) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { rescale_any(y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate); });
+}
+
+void post_mlp(const Dims& d, const float* dv, const float* pw, float eps, const float* active, const double* rw, const double* cc,
+              const float* scale, int64_t rows, float* out, float* coef, float* first) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { post_mlp_any(d, dv, pw, eps, active, rw, cc, scale, t0, t1, out, coef, first); });
 }
 
 void laurel_residual(int64_t E, int64_t rows, const float* x, const float* o, const float* pw, const float* h, const float* r,

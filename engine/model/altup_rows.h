@@ -27,6 +27,12 @@ void predict(const Dims& d, const float* x, const double* rw, const double* pc, 
 void correct_coefs(const Dims& d, const float* out, const float* active, const double* rw, const double* cc, const float* scale,
                    int64_t rows, float* coef, float* first);
 
+// The block's last residual add and then correct_coefs of each row while it is in cache:
+// out += RMSNorm(dv) pw (f32, as ops::rmsnorm and ops::add_ compute it; pw offset already), then
+// coef and first from the updated out.
+void post_mlp(const Dims& d, const float* dv, const float* pw, float eps, const float* active, const double* rw, const double* cc,
+              const float* scale, int64_t rows, float* out, float* coef, float* first);
+
 // next_i = pred_i + c_i (out - pred_a) (+ av for streams 1..), that update in double, and the
 // per-layer tail x[A E, W) copied through: the next packed state (rows, W) in one pass. av is
 // RMSNorm(proj) with weight nw and eps, in f32 as ops::rmsnorm computes it, made per token here

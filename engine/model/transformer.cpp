@@ -258,9 +258,10 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     MemoryLabelScope label(str("layer ", l, " altup"));
     const LayerWeights& L = layers_[size_t(l)];
     const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype, save != nullptr);
-    const Tensor out = block_core(l, p.active, input_pos, attention, save);
+    AltUpCoefs c;
+    const Tensor out = block_core(l, p.active, input_pos, attention, save, &c);
     if (save) save->altup_pred = p.pred, save->altup_active = p.active, save->altup_out = out;
-    return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
+    return altup_correct(cfg_, L, l, x, p, out, opt_.dtype, nullptr, nullptr, &c);
 }
 
 // Every block of Gemma 3n as block() runs them, each correction also making the next layer's
@@ -274,16 +275,18 @@ Tensor Transformer::altup_blocks(const Tensor& x0, int64_t input_pos, LayerAtten
     }
     for (int l = 0; l < int(cfg_.num_layers); ++l) {
         MemoryLabelScope label(str("layer ", l, " altup"));
-        const Tensor out = block_core(l, p.active, input_pos, attention, nullptr);
+        AltUpCoefs c;
+        const Tensor out = block_core(l, p.active, input_pos, attention, nullptr, &c);
         const bool last = l + 1 == int(cfg_.num_layers);
         AltUpPrediction follow;
-        x = altup_correct(cfg_, layers_[size_t(l)], l, x, p, out, opt_.dtype, last ? nullptr : &layers_[size_t(l) + 1], &follow);
+        x = altup_correct(cfg_, layers_[size_t(l)], l, x, p, out, opt_.dtype, last ? nullptr : &layers_[size_t(l) + 1], &follow, &c);
         p = std::move(follow);
     }
     return x;
 }
 
-Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
+Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save,
+                               AltUpCoefs* coefs) const {
     const LayerWeights& L = layers_[size_t(l)];
     const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
                   HS = cfg_.head_dim, I = cfg_.intermediate_size;
@@ -460,11 +463,12 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
             if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
             if (save) save->gu = gu, save->a = a;
         }
-        if (L.mlp_post_norm.defined()) {
-            if (save) save->d = d;
-            d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
+        if (L.mlp_post_norm.defined() && save) save->d = d;
+        // Gemma 3n: the post-norm, the add and AltUp's correction coefficients in one pass
+        if (!(coefs && altup_post_mlp(cfg_, L, x, d, out, act, coefs))) {
+            if (L.mlp_post_norm.defined()) d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
+            ops::add_(out, out, d);
         }
-        ops::add_(out, out, d);
         // Without a pre-MLP norm h is `out`, which just received d: the saved input is out1.
         if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1;
     }

@@ -18,6 +18,7 @@
 #include "engine/model/head_norm_rows.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
+#include "engine/ops/ops.h"
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
@@ -318,6 +319,33 @@ TEST(Gemma3nPrecision, HeadNormsFollowTheirDefinition) {
             }
         }
     EXPECT_LE(worst, 1e-6);
+}
+
+// The MLP's residual add making AltUp's correction coefficients in the same pass (f32) against
+// the separate steps: ops::rmsnorm and ops::add, then altup_correct computing them itself.
+TEST(Gemma3nPrecision, PostMlpCoefficientsMatchTheSeparateSteps) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 13);
+    const ModelConfig& c = lm.config;
+    const int64_t E = c.hidden_size, n = 9;
+    const Tensor x = lm.model->embed(Tensor::from_i64({1, n}, {5, 9, 17, 33, 65, 129, 200, 3, 1}));
+    const int l = 1;
+    const LayerWeights& L = lm.model->layer(l);
+    const AltUpPrediction p = altup_predict(c, L, x, DType::F32, false);
+    std::vector<double> dv(size_t(n * E)), ov(size_t(n * E));
+    for (size_t i = 0; i < dv.size(); ++i) dv[i] = std::sin(double(i) * 0.23) * 3.0, ov[i] = std::cos(double(i) * 0.11);
+    const Tensor d = Tensor::from_f64({1, n, E}, dv, DType::F32), out0 = Tensor::from_f64({1, n, E}, ov, DType::F32);
+    const Tensor out_ref = ops::add(out0, ops::rmsnorm(d, L.mlp_post_norm, float(c.rms_norm_eps), float(c.norm_weight_offset)));
+    const Tensor next_ref = altup_correct(c, L, l, x, p, out_ref, DType::F32);
+    Tensor out = out0.clone();
+    AltUpCoefs co;
+    ASSERT_TRUE(altup_post_mlp(c, L, p.active, d, out, DType::F32, &co));
+    const Tensor next = altup_correct(c, L, l, x, p, out, DType::F32, nullptr, nullptr, &co);
+    const test::Comparison ca = test::compare(out, out_ref), cn = test::compare(next, next_ref);
+    EXPECT_LE(ca.rel_err, 1e-6) << ca.report;
+    EXPECT_LE(cn.rel_err, 1e-6) << cn.report;
+    AltUpCoefs none;  // bf16 activations take the separate steps
+    Tensor ob = out0.to(DType::BF16);
+    EXPECT_FALSE(altup_post_mlp(c, L, p.active, d.to(DType::BF16), ob, DType::BF16, &none));
 }
 
 }  // namespace
