@@ -254,10 +254,11 @@ void add_per_layer_rows(const ModelConfig& cfg, const T* av, int64_t rows, T* ne
             for (int64_t c = 0; c < E; ++c) next[t * W + i * E + c] = T(double(next[t * W + i * E + c]) + double(av[t * E + c]));
 }
 
-// The router with its norm weight folded in, for the f32 rows: rw[j E + e] = router[j, e] nw[e].
-std::vector<float> router_weighted(const ModelConfig& cfg, const std::vector<double>& nw, const std::vector<double>& router) {
+// The router with its norm weight folded in, for the f32 rows: rw[j E + e] = router[j, e] nw[e],
+// rounded to f32 (the rows' precision) and kept in double so no token widens it again.
+std::vector<double> router_weighted(const ModelConfig& cfg, const std::vector<double>& nw, const std::vector<double>& router) {
     const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs;
-    std::vector<float> rw(size_t(A * E));
+    std::vector<double> rw(size_t(A * E));
     for (int64_t j = 0; j < A; ++j)
         for (int64_t e = 0; e < E; ++e) rw[size_t(j * E + e)] = float(router[size_t(j * E + e)] * nw[size_t(e)]);
     return rw;
@@ -316,25 +317,45 @@ AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, con
     return out;
 }
 
+bool altup_can_follow(const ModelConfig& cfg, DType act) { return act == DType::F32 && cfg.altup_enabled(); }
+
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
-                     const Tensor& out, DType act) {
+                     const Tensor& out, DType act, const LayerWeights* follow_layer, AltUpPrediction* follow, const AltUpCoefs* pre) {
+    if (follow_layer && !altup_can_follow(cfg, act))
+        throw Error("altup_correct: the next layer's prediction is made in the correction for f32 activations only; expected f32");
     const int64_t B = x.size(0), n = x.size(1), E = cfg.hidden_size, W = cfg.residual_width(), rows = B * n;
     const DType hd = host_dtype(act);
     const TensorOptions ao{x.device(), MemCategory::ACTIVATIONS, {}};
     const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), cc = host(L.altup_corr),
                               scale = host(L.altup_out_scale);
     const Tensor xh = on_host(x, hd), oh = on_host(out, hd);
-    Tensor next = Tensor::empty({B, n, W}, hd, ao), first = Tensor::empty({B, n, E}, hd, ao);
+    const bool given = pre && pre->first.defined() && hd == DType::F32;
+    Tensor next = Tensor::empty({B, n, W}, hd, ao), first = given ? pre->first : Tensor::empty({B, n, E}, hd, ao);
     const int64_t A = cfg.altup.num_inputs, P = cfg.altup.per_layer_dim, pli = A * E + int64_t(layer) * P;
     if (hd == DType::F32) {  // coefficients and `first`, the per-layer term, then one pass writing next
-        std::vector<float> coef(size_t(rows * A)), sf(scale.begin(), scale.end());
+        std::vector<float> coef = given ? pre->coef : std::vector<float>(size_t(rows * A)), sf(scale.begin(), scale.end());
         const altup_rows::Dims d = dims_of(cfg);
-        altup_rows::correct_coefs(d, oh.data<float>(), p.active_host.data<float>(), router_weighted(cfg, nw, router).data(), cc.data(),
-                                  cfg.altup.correct_scale ? sf.data() : nullptr, rows, coef.data(), first.data<float>());
+        if (!given)
+            altup_rows::correct_coefs(d, oh.data<float>(), p.active_host.data<float>(), router_weighted(cfg, nw, router).data(),
+                                      cc.data(), cfg.altup.correct_scale ? sf.data() : nullptr, rows, coef.data(), first.data<float>());
         const Tensor g = ops::gated(linear_any(first.to(act), L.pli_gate, act), x.slice(2, pli, pli + P), GateAct::GELU_TANH);
-        const Tensor av = on_host(ops::rmsnorm(linear_any(g, L.pli_proj, act), L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
+        // The projection's norm is made per token inside the update (one pass fewer over it).
+        const Tensor proj = on_host(linear_any(g, L.pli_proj, act), hd);
+        const Tensor nwt = on_host(L.pli_norm, hd);
+        altup_rows::Follow fw;
+        std::vector<double> rw_next, pc_next;
+        if (follow_layer) {
+            rw_next = router_weighted(cfg, host(follow_layer->altup_router_norm), host(follow_layer->altup_router));
+            pc_next = host(follow_layer->altup_pred);
+            follow->pred = Tensor();
+            follow->active = Tensor::empty({B, n, E}, hd, ao);
+            follow->active_host = follow->active;
+            follow->coefs.assign(size_t(rows * A * A), 0.0);
+            fw = {rw_next.data(), pc_next.data(), follow->active.data<float>(), follow->coefs.data()};
+        }
         altup_rows::correct_apply(d, xh.data<float>(), oh.data<float>(), p.pred.defined() ? p.pred.data<float>() : nullptr,
-                                  p.coefs.data(), p.active_host.data<float>(), coef.data(), av.data<float>(), rows, next.data<float>());
+                                  p.coefs.data(), p.active_host.data<float>(), coef.data(), proj.data<float>(), nwt.data<float>(),
+                                  float(cfg.rms_norm_eps), rows, next.data<float>(), follow_layer ? &fw : nullptr);
         return next.to(act);
     }
     correct_rows(cfg, xh.data<double>(), oh.data<double>(), p.pred.data<double>(), nw, router, cc, scale, rows, next.data<double>(),
@@ -346,6 +367,25 @@ Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, c
     const Tensor av = on_host(ops::rmsnorm(add, L.pli_norm, float(cfg.rms_norm_eps), 0.0f), hd);
     add_per_layer_rows<double>(cfg, av.data<double>(), rows, next.data<double>());
     return next.to(act);
+}
+
+bool altup_post_mlp(const ModelConfig& cfg, const LayerWeights& L, const Tensor& active, const Tensor& d, Tensor& out, DType act,
+                    AltUpCoefs* c) {
+    if (act != DType::F32 || !L.mlp_post_norm.defined() || out.device().type != DeviceType::CPU) return false;
+    for (const Tensor* t : {&active, &d, static_cast<const Tensor*>(&out)})
+        if (t->dtype() != DType::F32 || !t->is_contiguous()) return false;
+    const int64_t E = cfg.hidden_size, A = cfg.altup.num_inputs, rows = out.numel() / E;
+    const std::vector<double> nw = host(L.altup_router_norm), router = host(L.altup_router), cc = host(L.altup_corr),
+                              scale = host(L.altup_out_scale);
+    const std::vector<float> sf(scale.begin(), scale.end());
+    std::vector<float> pw = L.mlp_post_norm.to_f32_vector();
+    for (float& v : pw) v += float(cfg.norm_weight_offset);  // in f32, as ops::rmsnorm adds it
+    c->coef.assign(size_t(rows * A), 0.0f);
+    c->first = Tensor::empty(out.shape(), DType::F32, {out.device(), MemCategory::ACTIVATIONS, {}});
+    altup_rows::post_mlp(dims_of(cfg), d.data<float>(), pw.data(), float(cfg.rms_norm_eps), active.data<float>(),
+                         router_weighted(cfg, nw, router).data(), cc.data(), cfg.altup.correct_scale ? sf.data() : nullptr, rows,
+                         out.data<float>(), c->coef.data(), c->first.data<float>());
+    return true;
 }
 
 Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act) {
@@ -365,13 +405,30 @@ Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tenso
     return ops::scale(sum, float(1.0 / double(A))).to(act);
 }
 
-Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act, Tensor* left, Tensor* right) {
-    Tensor lf = linear_any(h, L.laurel_left, act);
-    Tensor r = linear_any(lf, L.laurel_right, act);
+Tensor laurel_residual(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, const Tensor& o, const Tensor& h, DType act,
+                       Tensor* left, Tensor* right) {
+    const float eps = float(cfg.rms_norm_eps), off = float(cfg.norm_weight_offset), s = float(1.0 / std::sqrt(2.0));
+    const Tensor lf = linear_any(h, L.laurel_left, act);
+    const Tensor r = linear_any(lf, L.laurel_right, act);
     if (left) *left = lf;
     if (right) *right = r;
-    Tensor out = ops::rmsnorm(r, L.laurel_norm, float(cfg.rms_norm_eps), 0.0f);
-    ops::add_(out, h, out);  // in place: one temporary fewer
+    bool fused = act == DType::F32 && x.device().type == DeviceType::CPU && L.attn_post_norm.defined();
+    for (const Tensor* t : {&x, &o, &h, &r}) fused = fused && t->dtype() == DType::F32 && t->is_contiguous();
+    if (fused) {  // one pass instead of two norms, two adds and a scale, each over memory
+        const int64_t E = cfg.hidden_size, rows = x.numel() / E;
+        std::vector<float> pw = L.attn_post_norm.to_f32_vector(), lw = L.laurel_norm.to_f32_vector();
+        for (float& v : pw) v += off;  // as ops::rmsnorm adds the offset: in f32
+        Tensor out = Tensor::empty(x.shape(), DType::F32, {x.device(), MemCategory::ACTIVATIONS, {}});
+        altup_rows::laurel_residual(E, rows, x.data<float>(), o.data<float>(), pw.data(), h.data<float>(), r.data<float>(), lw.data(), eps,
+                                    s, out.data<float>());
+        return out;
+    }
+    const Tensor on = L.attn_post_norm.defined() ? ops::rmsnorm(o, L.attn_post_norm, eps, off) : o;
+    Tensor out = ops::add(x, on);
+    Tensor lr = ops::rmsnorm(r, L.laurel_norm, eps, 0.0f);
+    ops::add_(lr, h, lr);  // in place: one temporary fewer
+    ops::add_(out, out, lr);
+    ops::scale_(out, out, s);
     return out;
 }
 

@@ -50,17 +50,39 @@ struct AltUpPrediction {
 };
 AltUpPrediction altup_predict(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, DType act, bool keep_pred = true);
 
+// The correction's coefficients (rows, A) and its scaled active stream `first` (B, n, E), made by
+// the block's last residual add while each row is in cache (altup_post_mlp); altup_correct then
+// takes them instead of a pass of its own over the block's output.
+struct AltUpCoefs {
+    std::vector<float> coef;
+    Tensor first;
+};
+// out += RMSNorm(d) (norm_weight_offset + mlp_post_norm) in place, then c from out and active
+// (the block's input, pred_a): f32 activations on the CPU with a post-MLP norm only; otherwise
+// false, and nothing is done.
+bool altup_post_mlp(const ModelConfig& cfg, const LayerWeights& L, const Tensor& active, const Tensor& d, Tensor& out, DType act,
+                    AltUpCoefs* c);
+
 // The correction after the block's output `out` (B, n, E), with layer `layer`'s per-layer input
-// from x's packed tail -> the next packed state.
+// from x's packed tail -> the next packed state. With follow_layer (f32 activations only:
+// altup_can_follow), follow receives follow_layer's prediction from that state, made row by row
+// while each row is in cache: what altup_predict(cfg, *follow_layer, next, act, false) returns.
+// pre: the coefficients altup_post_mlp made for this `out` (f32), used as they are.
 Tensor altup_correct(const ModelConfig& cfg, const LayerWeights& L, int layer, const Tensor& x, const AltUpPrediction& p,
-                     const Tensor& out, DType act);
+                     const Tensor& out, DType act, const LayerWeights* follow_layer = nullptr, AltUpPrediction* follow = nullptr,
+                     const AltUpCoefs* pre = nullptr);
+bool altup_can_follow(const ModelConfig& cfg, DType act);
 
 // The packed state -> the merged stream (B, n, E), before the final norm.
 Tensor altup_unembed(const ModelConfig& cfg, const AltUpWeights& aw, const Tensor& x, DType act);
 
-// LAUREL: h + RMSNorm(W_right W_left h), h (B, n, E); left and r, when given, receive W_left h
-// and W_right W_left h (the reverse pass's inputs).
-Tensor laurel(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, DType act, Tensor* left = nullptr, Tensor* r = nullptr);
+// The attention's residual with LAUREL beside it: (x + PostNorm(o) + h + RMSNorm(W_right W_left h))
+// / sqrt(2), x the block's input, o the attention's output projection (before its post-norm,
+// when the layer has one), h the attention's input (after its norm), all (B, n, E). left and r,
+// when given, receive W_left h and W_right W_left h (the reverse pass's inputs). f32 on the CPU
+// in one pass over the rows (altup_rows), in the separate ops' order; otherwise through the ops.
+Tensor laurel_residual(const ModelConfig& cfg, const LayerWeights& L, const Tensor& x, const Tensor& o, const Tensor& h, DType act,
+                       Tensor* left = nullptr, Tensor* r = nullptr);
 
 // Gaussian top-k of the MLP gate in place (ModelConfig activation_sparsity s > 0): per token,
 // g -> relu(g - mean(g) - std(g) Phi^-1(s)), std over the row (population), Phi^-1(s) rounded to

@@ -15,21 +15,39 @@ namespace kv::altup_rows {
 
 namespace {
 
-// m_j = tanh(rw_j . x / (rms(x) E)) for one token's stream x (E).
+// m_j = tanh(rw_j . x / (rms(x) E)) for one token's stream x (E); rw holds f32 values in double.
 // The sums in double lanes: f32 sums moved token-by-token logits of the fixture past its bound.
-KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const float* rw, double* m) {
+// One pass for the norm and every router row: x is loaded and widened once, and the A + 1
+// independent sums hide the adds' latency.
+KV_HOST_SIMD_INLINE void modalities(const Dims& d, const float* x, const double* rw, double* m) {
     const int64_t E = d.E;
-    double ss = 0;
+    double ss = 0, s[16];  // altup_num_inputs <= 16 (ModelConfig::validate)
+    if (d.A == 4) {
+        const double *w0 = rw, *w1 = rw + E, *w2 = rw + 2 * E, *w3 = rw + 3 * E;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : ss, s0, s1, s2, s3)
+        for (int64_t e = 0; e < E; ++e) {
+            const double v = double(x[e]);
+            ss += v * v;
+            s0 += w0[e] * v;
+            s1 += w1[e] * v;
+            s2 += w2[e] * v;
+            s3 += w3[e] * v;
+        }
+        s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    } else {
 #pragma omp simd reduction(+ : ss)
-    for (int64_t e = 0; e < E; ++e) ss += double(x[e]) * double(x[e]);
-    const double r = 1.0 / std::sqrt(ss / double(E) + d.eps) / double(E);
-    for (int64_t j = 0; j < d.A; ++j) {
-        const float* w = rw + j * E;
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t e = 0; e < E; ++e) s += double(w[e]) * double(x[e]);
-        m[j] = double(kv_tanh(float(s * r)));  // f32 tanh in plain arithmetic (a few ulp), no libm call
+        for (int64_t e = 0; e < E; ++e) ss += double(x[e]) * double(x[e]);
+        for (int64_t j = 0; j < d.A; ++j) {
+            const double* w = rw + j * E;
+            double sj = 0;
+#pragma omp simd reduction(+ : sj)
+            for (int64_t e = 0; e < E; ++e) sj += w[e] * double(x[e]);
+            s[j] = sj;
+        }
     }
+    const double r = 1.0 / std::sqrt(ss / double(E) + d.eps) / double(E);
+    for (int64_t j = 0; j < d.A; ++j) m[j] = double(kv_tanh(float(s[j] * r)));  // f32 tanh in plain arithmetic (a few ulp), no libm call
 }
 
 // p = pred_i = x_i + sum_k r_ik x_k of one token's streams xs (A, E); ri = r[i A ..].
@@ -68,7 +86,7 @@ KV_HOST_SIMD_INLINE void mix_stream_d(const double* xd, const double* ri, int64_
     }
 }
 
-KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const float* rw, const double* pc, int64_t t0, int64_t t1,
+KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const double* rw, const double* pc, int64_t t0, int64_t t1,
                                       float* pred, float* active, double* coefs) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
@@ -91,7 +109,7 @@ KV_HOST_SIMD_INLINE void predict_body(const Dims& d, const float* xv, const floa
     }
 }
 
-KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* active, const float* rw, const double* cc,
+KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float* active, const double* rw, const double* cc,
                                     const float* scale, int64_t t0, int64_t t1, float* coef, float* first) {
     const int64_t E = d.E, A = d.A;
     for (int64_t t = t0; t < t1; ++t) {
@@ -116,16 +134,52 @@ KV_HOST_SIMD_INLINE void coefs_body(const Dims& d, const float* ov, const float*
     }
 }
 
+// The per-layer term of one token: RMSNorm(proj) with weight nw in f32, as ops::rmsnorm computes it.
+KV_HOST_SIMD_INLINE void per_layer_term(const float* pj, const float* nw, int64_t E, float eps, float* at) {
+    float ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < E; ++c) ss += pj[c] * pj[c];
+    const float inv = kv_rms_inv(ss, E, eps);
+#pragma omp simd
+    for (int64_t c = 0; c < E; ++c) at[c] = pj[c] * inv * nw[c];
+}
+
 KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float* ov, const float* pred, const double* coefs,
-                                    const float* active, const float* coef, const float* av, int64_t t0, int64_t t1,
-                                    float* next, float* scratch, double* dscratch) {
+                                    const float* active, const float* coef, const float* proj, const float* nw, float eps,
+                                    int64_t t0, int64_t t1, float* next, float* scratch, double* dscratch, const Follow* f) {
     const int64_t E = d.E, A = d.A, W = d.W;
+    float* at = scratch + E;  // the token's per-layer term
     for (int64_t t = t0; t < t1; ++t) {
         const float* o = ov + t * E;
         const float* pa = active + t * E;
-        const float* at = av + t * E;
         const float* xs = xv + t * W;
         float* nx = next + t * W;
+        per_layer_term(proj + t * E, nw, E, eps, at);
+        if (!pred && A == 4) {
+            // Gemma 3n's four streams: each channel's four predictions (as predict_body made them,
+            // from x and the coefficients) and updates at once, every stream read once.
+            const double* r = coefs + t * 16;
+            const double c0 = double(coef[t * 4]), c1 = double(coef[t * 4 + 1]), c2 = double(coef[t * 4 + 2]),
+                         c3 = double(coef[t * 4 + 3]);
+            const float *x0 = xs, *x1 = xs + E, *x2 = xs + 2 * E, *x3 = xs + 3 * E;
+            float *n0 = nx, *n1 = nx + E, *n2 = nx + 2 * E, *n3 = nx + 3 * E;
+#pragma omp simd
+            for (int64_t c = 0; c < E; ++c) {
+                const double v0 = double(x0[c]), v1 = double(x1[c]), v2 = double(x2[c]), v3 = double(x3[c]);
+                const double dc = double(o[c]) - double(pa[c]);
+                const float p0 = float(v0 + (r[0] * v0 + r[1] * v1 + r[2] * v2 + r[3] * v3));
+                const float p1 = float(v1 + (r[4] * v0 + r[5] * v1 + r[6] * v2 + r[7] * v3));
+                const float p2 = float(v2 + (r[8] * v0 + r[9] * v1 + r[10] * v2 + r[11] * v3));
+                const float p3 = float(v3 + (r[12] * v0 + r[13] * v1 + r[14] * v2 + r[15] * v3));
+                n0[c] = float(double(p0) + c0 * dc);
+                n1[c] = float(double(p1) + c1 * dc) + at[c];
+                n2[c] = float(double(p2) + c2 * dc) + at[c];
+                n3[c] = float(double(p3) + c3 * dc) + at[c];
+            }
+            std::memcpy(nx + A * E, xs + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
+            if (f) predict_body(d, next, f->rw, f->pc, t, t + 1, nullptr, f->active, f->coefs);  // the row is still in L1
+            continue;
+        }
         double* diff = dscratch;  // out - pred_a in double, once for every stream
 #pragma omp simd
         for (int64_t c = 0; c < E; ++c) diff[c] = double(o[c]) - double(pa[c]);
@@ -151,6 +205,7 @@ KV_HOST_SIMD_INLINE void apply_body(const Dims& d, const float* xv, const float*
             }
         }
         std::memcpy(nx + A * E, xs + A * E, size_t(W - A * E) * sizeof(float));  // the per-layer inputs pass through
+        if (f) predict_body(d, next, f->rw, f->pc, t, t + 1, nullptr, f->active, f->coefs);
     }
 }
 
@@ -178,6 +233,37 @@ KV_HOST_SIMD_INLINE void rescale_body(const float* y, const float* ref, int64_t 
     }
 }
 
+KV_HOST_SIMD_INLINE void post_mlp_body(const Dims& d, const float* dv, const float* pw, float eps, const float* active,
+                                       const double* rw, const double* cc, const float* scale, int64_t t0, int64_t t1, float* out,
+                                       float* coef, float* first) {
+    const int64_t E = d.E;
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* dt = dv + t * E;
+        float* ot = out + t * E;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < E; ++c) ss += dt[c] * dt[c];
+        const float inv = kv_rms_inv(ss, E, eps);
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) ot[c] = ot[c] + dt[c] * inv * pw[c];
+        coefs_body(d, out, active, rw, cc, scale, t, t + 1, coef, first);  // the row just written, from L1
+    }
+}
+
+KV_HOST_SIMD_INLINE void laurel_body(int64_t E, int64_t t0, int64_t t1, const float* x, const float* o, const float* pw,
+                                     const float* h, const float* r, const float* lw, float eps, float s, float* out) {
+    for (int64_t t = t0; t < t1; ++t) {
+        const float *xt = x + t * E, *ot = o + t * E, *ht = h + t * E, *rt = r + t * E;
+        float so = 0, sr = 0;
+#pragma omp simd reduction(+ : so, sr)
+        for (int64_t c = 0; c < E; ++c) so += ot[c] * ot[c], sr += rt[c] * rt[c];
+        const float io = kv_rms_inv(so, E, eps), ir = kv_rms_inv(sr, E, eps);
+        float* y = out + t * E;
+#pragma omp simd
+        for (int64_t c = 0; c < E; ++c) y[c] = ((xt[c] + ot[c] * io * pw[c]) + (ht[c] + rt[c] * ir * lw[c])) * s;
+    }
+}
+
 KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I,
                                    double mult) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -195,22 +281,30 @@ KV_HOST_SIMD_INLINE void topk_body(float* base, int64_t r0, int64_t r1, int64_t 
 }
 
 KV_HOST_SIMD_VARIANTS(predict,
-                      (const Dims& d, const float* x, const float* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
+                      (const Dims& d, const float* x, const double* rw, const double* pc, int64_t t0, int64_t t1, float* pred,
                        float* active, double* coefs),
                       (d, x, rw, pc, t0, t1, pred, active, coefs))
 KV_HOST_SIMD_VARIANTS(coefs,
-                      (const Dims& d, const float* o, const float* active, const float* rw, const double* cc,
+                      (const Dims& d, const float* o, const float* active, const double* rw, const double* cc,
                        const float* scale, int64_t t0, int64_t t1, float* coef, float* first),
                       (d, o, active, rw, cc, scale, t0, t1, coef, first))
 KV_HOST_SIMD_VARIANTS(apply,
                       (const Dims& d, const float* x, const float* o, const float* pred, const double* coefs,
-                       const float* active, const float* coef, const float* av, int64_t t0, int64_t t1, float* next,
-                       float* scratch, double* dscratch),
-                      (d, x, o, pred, coefs, active, coef, av, t0, t1, next, scratch, dscratch))
+                       const float* active, const float* coef, const float* proj, const float* nw, float eps, int64_t t0,
+                       int64_t t1, float* next, float* scratch, double* dscratch, const Follow* f),
+                      (d, x, o, pred, coefs, active, coef, proj, nw, eps, t0, t1, next, scratch, dscratch, f))
 KV_HOST_SIMD_VARIANTS(rescale,
                       (const float* y, const float* ref, int64_t ref_stride, int64_t t0, int64_t t1, int64_t E, float* out,
                        int64_t out_stride, bool accumulate),
                       (y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate))
+KV_HOST_SIMD_VARIANTS(post_mlp,
+                      (const Dims& d, const float* dv, const float* pw, float eps, const float* active, const double* rw,
+                       const double* cc, const float* scale, int64_t t0, int64_t t1, float* out, float* coef, float* first),
+                      (d, dv, pw, eps, active, rw, cc, scale, t0, t1, out, coef, first))
+KV_HOST_SIMD_VARIANTS(laurel,
+                      (int64_t E, int64_t t0, int64_t t1, const float* x, const float* o, const float* pw, const float* h,
+                       const float* r, const float* lw, float eps, float s, float* out),
+                      (E, t0, t1, x, o, pw, h, r, lw, eps, s, out))
 KV_HOST_SIMD_VARIANTS(topk, (float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult),
                       (base, r0, r1, n, s0, s1, I, mult))
 
@@ -227,28 +321,38 @@ void split_rows(int64_t rows, F&& fn) {
 
 }  // namespace
 
-void predict(const Dims& d, const float* x, const float* rw, const double* pc, int64_t rows, float* pred, float* active,
+void predict(const Dims& d, const float* x, const double* rw, const double* pc, int64_t rows, float* pred, float* active,
              double* coefs) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { predict_any(d, x, rw, pc, t0, t1, pred, active, coefs); });
 }
 
-void correct_coefs(const Dims& d, const float* out, const float* active, const float* rw, const double* cc, const float* scale,
+void correct_coefs(const Dims& d, const float* out, const float* active, const double* rw, const double* cc, const float* scale,
                    int64_t rows, float* coef, float* first) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { coefs_any(d, out, active, rw, cc, scale, t0, t1, coef, first); });
 }
 
 void correct_apply(const Dims& d, const float* x, const float* out, const float* pred, const double* coefs, const float* active,
-                   const float* coef, const float* av, int64_t rows, float* next) {
+                   const float* coef, const float* proj, const float* nw, float eps, int64_t rows, float* next, const Follow* follow) {
     split_rows(rows, [&](int64_t t0, int64_t t1) {
-        std::vector<float> scratch(size_t(d.E));
+        std::vector<float> scratch(size_t(2 * d.E));
         std::vector<double> dscratch(size_t((1 + d.A) * d.E));
-        apply_any(d, x, out, pred, coefs, active, coef, av, t0, t1, next, scratch.data(), dscratch.data());
+        apply_any(d, x, out, pred, coefs, active, coef, proj, nw, eps, t0, t1, next, scratch.data(), dscratch.data(), follow);
     });
 }
 
 void rescale(const float* y, const float* ref, int64_t ref_stride, int64_t rows, int64_t E, float* out, int64_t out_stride,
              bool accumulate) {
     split_rows(rows, [&](int64_t t0, int64_t t1) { rescale_any(y, ref, ref_stride, t0, t1, E, out, out_stride, accumulate); });
+}
+
+void post_mlp(const Dims& d, const float* dv, const float* pw, float eps, const float* active, const double* rw, const double* cc,
+              const float* scale, int64_t rows, float* out, float* coef, float* first) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { post_mlp_any(d, dv, pw, eps, active, rw, cc, scale, t0, t1, out, coef, first); });
+}
+
+void laurel_residual(int64_t E, int64_t rows, const float* x, const float* o, const float* pw, const float* h, const float* r,
+                     const float* lw, float eps, float s, float* out) {
+    split_rows(rows, [&](int64_t t0, int64_t t1) { laurel_any(E, t0, t1, x, o, pw, h, r, lw, eps, s, out); });
 }
 
 void topk(float* base, int64_t rows, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult) {

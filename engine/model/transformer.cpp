@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/head_norm_rows.h"
 #include "engine/model/softcap_rows.h"
 #include "engine/model/latent_attention.h"
 #include "engine/model/moe_mlp.h"
@@ -257,12 +258,35 @@ Tensor Transformer::block(int l, const Tensor& x, int64_t input_pos, LayerAttent
     MemoryLabelScope label(str("layer ", l, " altup"));
     const LayerWeights& L = layers_[size_t(l)];
     const AltUpPrediction p = altup_predict(cfg_, L, x, opt_.dtype, save != nullptr);
-    const Tensor out = block_core(l, p.active, input_pos, attention, save);
+    AltUpCoefs c;
+    const Tensor out = block_core(l, p.active, input_pos, attention, save, &c);
     if (save) save->altup_pred = p.pred, save->altup_active = p.active, save->altup_out = out;
-    return altup_correct(cfg_, L, l, x, p, out, opt_.dtype);
+    return altup_correct(cfg_, L, l, x, p, out, opt_.dtype, nullptr, nullptr, &c);
 }
 
-Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const {
+// Every block of Gemma 3n as block() runs them, each correction also making the next layer's
+// prediction while its rows are in cache (one pass over the packed state fewer per layer).
+Tensor Transformer::altup_blocks(const Tensor& x0, int64_t input_pos, LayerAttention& attention) const {
+    Tensor x = x0;
+    AltUpPrediction p;
+    {
+        MemoryLabelScope label("layer 0 altup");
+        p = altup_predict(cfg_, layers_[0], x, opt_.dtype, false);
+    }
+    for (int l = 0; l < int(cfg_.num_layers); ++l) {
+        MemoryLabelScope label(str("layer ", l, " altup"));
+        AltUpCoefs c;
+        const Tensor out = block_core(l, p.active, input_pos, attention, nullptr, &c);
+        const bool last = l + 1 == int(cfg_.num_layers);
+        AltUpPrediction follow;
+        x = altup_correct(cfg_, layers_[size_t(l)], l, x, p, out, opt_.dtype, last ? nullptr : &layers_[size_t(l) + 1], &follow, &c);
+        p = std::move(follow);
+    }
+    return x;
+}
+
+Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save,
+                               AltUpCoefs* coefs) const {
     const LayerWeights& L = layers_[size_t(l)];
     const int64_t B = x.size(0), n = x.size(1), E = cfg_.hidden_size, NH = cfg_.num_heads, G = cfg_.num_kv_heads,
                   HS = cfg_.head_dim, I = cfg_.intermediate_size;
@@ -328,9 +352,26 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
                 Tensor q = qkv.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, qkv.offset());
                 Tensor pos = position_range(input_pos, n, opt_.device);
                 qr = Tensor::empty({B, NH, n, HS}, act, ao);
+                // Gemma 3n (v_norm): every head's norm of the projection in one pass (head_norm_rows),
+                // the heads then read as views of its output like the plain projection's.
+                const bool head_pass = L.v_norm.defined() && L.q_norm.defined() && !cfg_.qk_norm_whole && act == DType::F32 &&
+                                       qkv.device().type == DeviceType::CPU && qkv.is_contiguous();
+                Tensor hn;
+                if (head_pass) {
+                    const int64_t heads = W / HS;
+                    std::vector<float> w(size_t(W), 1.0f);  // v's heads: no weight (ones)
+                    const std::vector<float> qw = L.q_norm.to_f32_vector();
+                    const std::vector<float> kw = shared ? std::vector<float>() : L.k_norm.to_f32_vector();
+                    for (int64_t h = 0; h < heads; ++h)
+                        for (int64_t i = 0; i < HS && h < NH + (shared ? 0 : G); ++i)  // offset added in f32, as ops::rmsnorm adds it
+                            w[size_t(h * HS + i)] = (h < NH ? qw[size_t(i)] : kw[size_t(i)]) + off;
+                    hn = Tensor::empty(qkv.shape(), DType::F32, ao);
+                    head_norm_rows::normalise(qkv.data<float>(), B * n, heads, HS, w.data(), eps, hn.data<float>());
+                    q = hn.as_strided({B, n, NH, HS}, {n * W, W, HS, 1}, hn.offset());
+                }
                 if (shared) {
                     // The queries' own norm and RoPE; the keys and values are the source layer's.
-                    if (L.q_norm.defined()) q = ops::rmsnorm(q, L.q_norm, eps, off);
+                    if (L.q_norm.defined() && !head_pass) q = ops::rmsnorm(q, L.q_norm, eps, off);
                     if (rt.n_rot > 0) ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
                     else ops::copy_(qr, q.permute({0, 2, 1, 3}));
                 } else {
@@ -342,11 +383,14 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
                         Tensor kf = qkv.as_strided({B, n, G * HS}, {n * W, W, 1}, qkv.offset() + NH * HS);
                         q = ops::rmsnorm(qf, L.q_norm, eps, off).reshape({B, n, NH, HS});
                         k = ops::rmsnorm(kf, L.k_norm, eps, off).reshape({B, n, G, HS});
+                    } else if (head_pass) {
+                        k = hn.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, hn.offset() + NH * HS);
+                        v = hn.as_strided({B, n, G, HS}, {n * W, W, HS, 1}, hn.offset() + (NH + G) * HS);
                     } else if (L.q_norm.defined()) {
                         q = ops::rmsnorm(q, L.q_norm, eps, off);
                         k = ops::rmsnorm(k, L.k_norm, eps, off);
                     }
-                    if (L.v_norm.defined()) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
+                    if (L.v_norm.defined() && !head_pass) v = ops::rmsnorm(v, L.v_norm, eps, 0.0f);  // Gemma 3n: no weight (a ones vector)
                     kr = Tensor::empty({B, G, n, HS}, act, ao);
                     if (rt.n_rot > 0) {
                         ops::rope_(qr, q.permute({0, 2, 1, 3}), pos, rt.cos, rt.sin, rt.n_rot);
@@ -381,14 +425,15 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
         Tensor o = linear_any(yf, L.wo, act);
         if (adapters_) adapters_->add(l, LinearSite::O, yf, input_pos, o);
         if (L.bo.defined()) ops::add_(o, o, L.bo.reshape({1, 1, E}));
-        if (L.attn_post_norm.defined()) {
-            if (save) save->o = o;
-            o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
-        }
-        out = ops::add(x, o);
-        if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2)
-            ops::add_(out, out, laurel(cfg_, L, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr));
-            ops::scale_(out, out, float(1.0 / std::sqrt(2.0)));
+        if (L.laurel_left.defined()) {  // Gemma 3n: (x + attention + LAUREL(h)) / sqrt(2), the post-norm inside
+            if (save && L.attn_post_norm.defined()) save->o = o;
+            out = laurel_residual(cfg_, L, x, o, h_attn, act, save ? &save->laurel_left : nullptr, save ? &save->laurel_r : nullptr);
+        } else {
+            if (L.attn_post_norm.defined()) {
+                if (save) save->o = o;
+                o = ops::rmsnorm(o, L.attn_post_norm, eps, off);
+            }
+            out = ops::add(x, o);
         }
         if (save) save->out1 = out.clone();  // `out` gets the MLP added in place below
     }
@@ -418,11 +463,12 @@ Tensor Transformer::block_core(int l, const Tensor& x, int64_t input_pos, LayerA
             if (adapters_) adapters_->add(l, LinearSite::DOWN, a, input_pos, d);
             if (save) save->gu = gu, save->a = a;
         }
-        if (L.mlp_post_norm.defined()) {
-            if (save) save->d = d;
-            d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
+        if (L.mlp_post_norm.defined() && save) save->d = d;
+        // Gemma 3n: the post-norm, the add and AltUp's correction coefficients in one pass
+        if (!(coefs && altup_post_mlp(cfg_, L, x, d, out, act, coefs))) {
+            if (L.mlp_post_norm.defined()) d = ops::rmsnorm(d, L.mlp_post_norm, eps, off);
+            ops::add_(out, out, d);
         }
-        ops::add_(out, out, d);
         // Without a pre-MLP norm h is `out`, which just received d: the saved input is out1.
         if (save) save->h2 = L.mlp_norm.defined() ? h : save->out1;
     }
@@ -478,7 +524,9 @@ Tensor Transformer::forward(const Tensor& ids, int64_t input_pos, LayerAttention
         if (cfg_.kv_shared(l)) sources.push_back(int(cfg_.kv_layer(l)));
     plain.retain(sources);
     Tensor x = embed(ids);
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) x = block(int(l), x, input_pos, *attention);
+    if (altup_can_follow(cfg_, opt_.dtype)) x = altup_blocks(x, input_pos, *attention);
+    else
+        for (int64_t l = 0; l < cfg_.num_layers; ++l) x = block(int(l), x, input_pos, *attention);
     return lm_head(final_norm(x));
 }
 

@@ -105,6 +105,8 @@ struct AltUpWeights {
 
 // What a gradient pass keeps from a block's forward over one chunk (engine/grad reads it).
 // Tensors are this chunk's (B, n, ...) activations in the activation dtype.
+struct AltUpCoefs;  // engine/model/altup.h
+
 struct BlockActivations {
     Tensor h1;    // attention-norm output (B, n, E)
     Tensor qkv;   // projection output after bias (B, n, (NH + 2G) HS), before q/k norm
@@ -218,7 +220,12 @@ class Transformer {
    private:
     void init(const TensorMap& weights, bool adopt);
     // The block on one residual stream x (B, n, E); Gemma 3n's block() wraps it in AltUp.
-    Tensor block_core(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save) const;
+    // coefs (Gemma 3n, f32): the MLP's residual add also makes AltUp's correction coefficients.
+    Tensor block_core(int layer, const Tensor& x, int64_t input_pos, LayerAttention& attention, BlockActivations* save,
+                      AltUpCoefs* coefs = nullptr) const;
+    // forward()'s loop for Gemma 3n with f32 activations: block() of every layer, each AltUp
+    // correction making the next layer's prediction (altup_correct's follow).
+    Tensor altup_blocks(const Tensor& x, int64_t input_pos, LayerAttention& attention) const;
     AltUpWeights altup_;
     ModelConfig cfg_;
     ModelOptions opt_;

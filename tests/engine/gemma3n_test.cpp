@@ -15,8 +15,10 @@
 
 #include "engine/core/error.h"
 #include "engine/model/altup.h"
+#include "engine/model/head_norm_rows.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/transformer.h"
+#include "engine/ops/ops.h"
 #include "formats/io/hf_config.h"
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
@@ -236,6 +238,114 @@ TEST(Gemma3nPrecision, SavedAndPlainBlocksAgreeWithFourStreams) {
         EXPECT_EQ(saved.to_f64_vector(), lm.model->block(l, x, 0, plain2).to_f64_vector()) << "layer " << l;
         EXPECT_EQ(acts.altup_pred.shape(), (Shape{5, 4, lm.config.hidden_size}));
     }
+}
+
+// forward() runs Gemma 3n's f32 blocks with each AltUp correction also making the next layer's
+// prediction, and LAUREL's residual as one row loop: the logits must be the bits of block() run
+// layer by layer (altup_predict, block_core, altup_correct as separate passes), KV sharing included.
+TEST(Gemma3nPrecision, ForwardGivesTheBitsOfBlockByBlock) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 5);
+    ASSERT_TRUE(lm.config.any_kv_shared());
+    std::vector<int64_t> v(2 * 33);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t((i * 53 + 7) % 256);
+    const Tensor ids = Tensor::from_i64({2, 33}, v);
+    PlainAttention plain;
+    std::vector<int> sources;
+    for (int64_t l = 0; l < lm.config.num_layers; ++l)
+        if (lm.config.kv_shared(l)) sources.push_back(int(lm.config.kv_layer(l)));
+    plain.retain(sources);
+    Tensor x = lm.model->embed(ids);
+    for (int l = 0; l < int(lm.config.num_layers); ++l) x = lm.model->block(l, x, 0, plain);
+    const Tensor want = lm.model->lm_head(lm.model->final_norm(x));
+    EXPECT_EQ(lm.model->forward(ids).to_f64_vector(), want.to_f64_vector());
+}
+
+// The LAUREL residual's one-pass row loop against the separate ops it replaces, from their
+// definitions: (x + RMSNorm(o) (off + w_post) + h + RMSNorm(r) w_laurel) / sqrt(2), in double.
+TEST(Gemma3nPrecision, LaurelResidualFollowsItsDefinition) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 9);
+    const ModelConfig& c = lm.config;
+    const LayerWeights& L = lm.model->layer(1);
+    const int64_t E = c.hidden_size, n = 7;
+    auto rnd = [&](uint64_t seed) {
+        std::vector<double> r(size_t(n * E));
+        for (size_t i = 0; i < r.size(); ++i) r[i] = std::sin(double(i) * 0.37 + double(seed)) * (1.0 + double(i % 5));
+        return r;
+    };
+    const std::vector<double> xv = rnd(1), ov = rnd(2), hv = rnd(3);
+    const Tensor x = Tensor::from_f64({1, n, E}, xv, DType::F32), o = Tensor::from_f64({1, n, E}, ov, DType::F32),
+                 h = Tensor::from_f64({1, n, E}, hv, DType::F32);
+    Tensor left, r;
+    const std::vector<double> got = laurel_residual(c, L, x, o, h, DType::F32, &left, &r).to_f64_vector();
+    const std::vector<double> rv = r.to_f64_vector(), pw = L.attn_post_norm.to_f64_vector(), lw = L.laurel_norm.to_f64_vector();
+    double worst = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        double so = 0, sr = 0;
+        for (int64_t e = 0; e < E; ++e) {
+            const double ot = double(float(ov[size_t(t * E + e)])), rt = rv[size_t(t * E + e)];
+            so += ot * ot, sr += rt * rt;
+        }
+        const double io = 1 / std::sqrt(so / double(E) + c.rms_norm_eps), ir = 1 / std::sqrt(sr / double(E) + c.rms_norm_eps);
+        for (int64_t e = 0; e < E; ++e) {
+            const size_t i = size_t(t * E + e);
+            const double want = (double(float(xv[i])) + double(float(ov[i])) * io * (c.norm_weight_offset + pw[size_t(e)]) +
+                                 double(float(hv[i])) + rv[i] * ir * lw[size_t(e)]) /
+                                std::sqrt(2.0);
+            worst = std::max(worst, std::abs(got[i] - want) / (1.0 + std::abs(want)));
+        }
+    }
+    EXPECT_LE(worst, 1e-5);
+}
+
+// Gemma 3n's q/k/v head norms in one pass over the projection against RMSNorm's definition per
+// head in double; rows enough for the parallel split, heads with their own weights.
+TEST(Gemma3nPrecision, HeadNormsFollowTheirDefinition) {
+    const int64_t rows = 300, heads = 12, hs = 32, W = heads * hs;
+    const float eps = 1e-6f;
+    std::vector<float> x(static_cast<size_t>(rows * W)), w(static_cast<size_t>(W)), y(static_cast<size_t>(rows * W));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(double(i) * 0.61) * (1.0 + double(i % 7)));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(0.5 + std::cos(double(i) * 0.3));
+    head_norm_rows::normalise(x.data(), rows, heads, hs, w.data(), eps, y.data());
+    double worst = 0;
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t h = 0; h < heads; ++h) {
+            const int64_t b = t * W + h * hs;
+            double ss = 0;
+            for (int64_t i = 0; i < hs; ++i) ss += double(x[size_t(b + i)]) * double(x[size_t(b + i)]);
+            const double inv = 1 / std::sqrt(ss / double(hs) + double(eps));
+            for (int64_t i = 0; i < hs; ++i) {
+                const double want = double(x[size_t(b + i)]) * inv * double(w[size_t(h * hs + i)]);
+                worst = std::max(worst, std::abs(double(y[size_t(b + i)]) - want) / (1.0 + std::abs(want)));
+            }
+        }
+    EXPECT_LE(worst, 1e-6);
+}
+
+// The MLP's residual add making AltUp's correction coefficients in the same pass (f32) against
+// the separate steps: ops::rmsnorm and ops::add, then altup_correct computing them itself.
+TEST(Gemma3nPrecision, PostMlpCoefficientsMatchTheSeparateSteps) {
+    const LoadedModel lm = load_model("tiny-gemma3n", ModelOptions{}, 13);
+    const ModelConfig& c = lm.config;
+    const int64_t E = c.hidden_size, n = 9;
+    const Tensor x = lm.model->embed(Tensor::from_i64({1, n}, {5, 9, 17, 33, 65, 129, 200, 3, 1}));
+    const int l = 1;
+    const LayerWeights& L = lm.model->layer(l);
+    const AltUpPrediction p = altup_predict(c, L, x, DType::F32, false);
+    std::vector<double> dv(size_t(n * E)), ov(size_t(n * E));
+    for (size_t i = 0; i < dv.size(); ++i) dv[i] = std::sin(double(i) * 0.23) * 3.0, ov[i] = std::cos(double(i) * 0.11);
+    const Tensor d = Tensor::from_f64({1, n, E}, dv, DType::F32), out0 = Tensor::from_f64({1, n, E}, ov, DType::F32);
+    const Tensor out_ref = ops::add(out0, ops::rmsnorm(d, L.mlp_post_norm, float(c.rms_norm_eps), float(c.norm_weight_offset)));
+    const Tensor next_ref = altup_correct(c, L, l, x, p, out_ref, DType::F32);
+    Tensor out = out0.clone();
+    AltUpCoefs co;
+    ASSERT_TRUE(altup_post_mlp(c, L, p.active, d, out, DType::F32, &co));
+    const Tensor next = altup_correct(c, L, l, x, p, out, DType::F32, nullptr, nullptr, &co);
+    const test::Comparison ca = test::compare(out, out_ref), cn = test::compare(next, next_ref);
+    EXPECT_LE(ca.rel_err, 1e-6) << ca.report;
+    EXPECT_LE(cn.rel_err, 1e-6) << cn.report;
+    AltUpCoefs none;  // bf16 activations take the separate steps
+    Tensor ob = out0.to(DType::BF16);
+    EXPECT_FALSE(altup_post_mlp(c, L, p.active, d.to(DType::BF16), ob, DType::BF16, &none));
 }
 
 }  // namespace
