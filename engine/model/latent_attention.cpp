@@ -140,7 +140,7 @@ void latent_qkv(const ModelConfig& cfg, const LayerWeights& L, const Tensor& h, 
     Tensor k_pe = k.slice(3, 0, R), k_nope = k.slice(3, R, HS);
     ops::copy_(k_pe, ckv.as_strided({B, n, NH, R}, {n * (r + R), r + R, 0, 1}, ckv.offset() + r));
     if (D > 0) ops::copy_(k_nope, kv.as_strided({B, n, NH, D}, {n * W, W, D + VD, 1}, kv.offset()));
-    v = Tensor::zeros({B, NH, n, HS}, act, ao);
+    v = VD == HS ? Tensor::empty({B, NH, n, HS}, act, ao) : Tensor::zeros({B, NH, n, HS}, act, ao);  // padding only
     Tensor v_part = v.slice(3, 0, VD);
     ops::copy_(v_part, kv.as_strided({B, NH, n, VD}, {n * W, D + VD, W, 1}, kv.offset() + D));
     Tensor pos = position_range(input_pos, n, h.device());
@@ -198,13 +198,12 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
         }
     };
     // The cached vector (B, 1, n, R + r): [RoPE(k_pe) ; c]; it is the value too.
+    // k_pe is rotated straight out of W_kv_a h, the latent copied in after it.
     Tensor kt = Tensor::empty({B, 1, n, C}, act, ao);
     {
-        Tensor raw = Tensor::empty({B, 1, n, C}, act, ao);
-        Tensor pe = raw.slice(3, 0, R), lat = raw.slice(3, R, C);
-        ops::copy_(pe, p.ckv.as_strided({B, 1, n, R}, {n * (r + R), 0, r + R, 1}, p.ckv.offset() + r));
+        Tensor pe = kt.slice(3, 0, R), lat = kt.slice(3, R, C);
+        ops::rope_(pe, p.ckv.as_strided({B, 1, n, R}, {n * (r + R), 0, r + R, 1}, p.ckv.offset() + r), pos, rt.cos, rt.sin, rt.n_rot);
         ops::copy_(lat, p.c.reshape({B, 1, n, r}));
-        ops::rope_(kt, raw, pos, rt.cos, rt.sin, rt.n_rot);
     }
     // The expanded form, for an attention that finds it cheaper (latent_expansion.h): the
     // queries qrot, and each held latent decompressed per head by W_kv_b (adapted or not).
@@ -222,14 +221,19 @@ void latent_attend(const ModelConfig& cfg, const LayerWeights& L, const Tensor& 
             const Tensor lat = latents.contiguous();                                           // (B, 1, T, C)
             const Tensor kv = linear_any(lat.slice(3, R, C).contiguous().reshape({Bl, T, r}), wkv, act);  // (B, T, NH (D + VD))
             Tensor K = Tensor::empty({Bl, NH, T, HS}, act, eo);
-            Tensor V = VD == HS ? Tensor::empty({Bl, NH, T, HS}, act, eo) : Tensor::zeros({Bl, NH, T, HS}, act, eo);
-            Tensor k_pe = K.slice(3, 0, R), v_part = V.slice(3, 0, VD);
+            Tensor k_pe = K.slice(3, 0, R);
             ops::copy_(k_pe, lat.as_strided({Bl, NH, T, R}, {T * C, 0, C, 1}, lat.offset()));  // shared by the heads
             if (D > 0) {
                 Tensor k_nope = K.slice(3, R, HS);
                 ops::copy_(k_nope, kv.as_strided({Bl, NH, T, D}, {T * W, D + VD, W, 1}, kv.offset()));
             }
-            ops::copy_(v_part, kv.as_strided({Bl, NH, T, VD}, {T * W, D + VD, W, 1}, kv.offset() + D));
+            const Tensor v_view = kv.as_strided({Bl, NH, T, VD}, {T * W, D + VD, W, 1}, kv.offset() + D);
+            // Values as wide as the heads are read in place (SDPA takes any row stride); narrower
+            // ones are padded with zeros to head_dim.
+            if (VD == HS) return std::make_pair(K, v_view);
+            Tensor V = Tensor::zeros({Bl, NH, T, HS}, act, eo);
+            Tensor v_part = V.slice(3, 0, VD);
+            ops::copy_(v_part, v_view);
             return std::make_pair(K, V);
         };
     }
