@@ -63,8 +63,10 @@ std::vector<int> levels() {
 }
 
 // (T, D, R): full row tiles and tails, D = 64 (SmolLM2) and 16 (the tiny model), widths that
-// fill one, two or four vectors of a level, and D not a multiple of 8 or of the vector width
-const std::vector<std::array<int64_t, 3>> kShapes = {{1, 16, 1}, {5, 16, 3}, {13, 64, 3}, {64, 64, 3}, {7, 24, 2}, {9, 12, 2}, {6, 40, 1}, {4, 128, 2}};
+// fill one, two or four vectors of a level, and D not a multiple of 8 or of the vector width;
+// D = 32 (the small model) with T a multiple of the 4-key tile and not
+const std::vector<std::array<int64_t, 3>> kShapes = {{1, 16, 1}, {5, 16, 3}, {13, 64, 3}, {64, 64, 3}, {7, 24, 2},  {9, 12, 2},
+                                                     {6, 40, 1}, {4, 128, 2}, {37, 32, 4}, {32, 32, 4}, {21, 24, 2}, {50, 8, 1}, {17, 40, 3}};
 
 TEST(ExpectedAttentionKeyForms, EveryIsaPathEqualsTheF64Reference) {
     std::mt19937_64 rng(seed_for("ExpectedAttentionKeyForms.F64"));

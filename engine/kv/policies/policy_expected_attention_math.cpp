@@ -17,6 +17,20 @@ namespace {
 
 KV_POLICY_VEC_INLINE double lane_tree(const double l[8]) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
 
+// lane_tree of 4 rows of 8 lanes (row r at l + 8 r) at once, out[r] = scale * tree(row r): the
+// same additions in the same grouping, done on vectors by transposing in three steps (pairs,
+// then pairs of pairs, then the two halves) instead of 4 x 7 scalar adds and their extracts.
+KV_POLICY_VEC_INLINE void lane_tree4(const double* l, double scale, double* out) {
+    f64x8 a[4];
+    std::memcpy(a, l, sizeof(a));
+    const f64x8 s01 = __builtin_shufflevector(a[0], a[1], 0, 2, 4, 6, 8, 10, 12, 14) + __builtin_shufflevector(a[0], a[1], 1, 3, 5, 7, 9, 11, 13, 15);
+    const f64x8 s23 = __builtin_shufflevector(a[2], a[3], 0, 2, 4, 6, 8, 10, 12, 14) + __builtin_shufflevector(a[2], a[3], 1, 3, 5, 7, 9, 11, 13, 15);
+    // u = per row ((l0 + l1) + (l2 + l3)), ((l4 + l5) + (l6 + l7))
+    const f64x8 u = __builtin_shufflevector(s01, s23, 0, 2, 4, 6, 8, 10, 12, 14) + __builtin_shufflevector(s01, s23, 1, 3, 5, 7, 9, 11, 13, 15);
+    const f64x4 r = (__builtin_shufflevector(u, u, 0, 2, 4, 6) + __builtin_shufflevector(u, u, 1, 3, 5, 7)) * scale;
+    std::memcpy(out, &r, sizeof(r));
+}
+
 #define KV_EA_ARGS                                                                                                                    \
     int64_t T, int64_t D, int64_t R, const float *K, int64_t ldk, const float *U, int64_t ldu, const double *M, double *lin, \
         double *quad
@@ -101,6 +115,12 @@ KV_POLICY_VEC_INLINE void key_forms_rows(int64_t i0, KV_EA_ARGS) {
                         if constexpr (Q) qq[r][li] += kd * __builtin_convertvector(th[i], VD);
                     }
                 }
+        }
+        if constexpr (MR == 4) {  // rows i0..i0+3 are contiguous in lin and quad
+            static_assert(sizeof(ql) == 4 * 8 * sizeof(double), "4 rows of 8 lanes");
+            lane_tree4(reinterpret_cast<const double*>(ql), 1.0, lin + h * T + i0);
+            if constexpr (Q) lane_tree4(reinterpret_cast<const double*>(qq), 2.0, quad + h * T + i0);
+            continue;
         }
         for (int r = 0; r < MR; ++r) {
             KV_VEC_LOCAL double l[8];
