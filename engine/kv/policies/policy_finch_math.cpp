@@ -9,61 +9,12 @@
 #include <utility>
 
 #include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_expf.h"
 #include "engine/kv/policies/policy_vec.h"
 
 namespace kv {
 
 namespace {
-
-typedef int i32x4 __attribute__((vector_size(16)));
-typedef int i32x8 __attribute__((vector_size(32)));
-typedef int i32x16 __attribute__((vector_size(64)));
-
-template <class T>
-struct IntLanes;
-template <>
-struct IntLanes<float> {
-    using type = int;
-};
-template <>
-struct IntLanes<f32x4> {
-    using type = i32x4;
-};
-template <>
-struct IntLanes<f32x8> {
-    using type = i32x8;
-};
-template <>
-struct IntLanes<f32x16> {
-    using type = i32x16;
-};
-
-// e^x in f32 for x <= 0: policy_exp_sum_f32's exponential term for term (Cody-Waite reduction by
-// ln 2 split in two, Taylor polynomial to r^7, 2^k put in the exponent bits, 0 below -87), so
-// the weights are the same bits as the unfused passes gave.
-template <class T>
-KV_POLICY_VEC_INLINE void exp_f32(const T& in, T& out) {
-    using I = typename IntLanes<T>::type;
-    const T lo = T{} - 88.0f, hi = T{} + 0.0f;
-    T x = in < lo ? lo : in;
-    x = x > hi ? hi : x;
-    const float shifter = 0x1.8p23f;
-    const T t = x * 1.44269504f + shifter;
-    const T kf = t - shifter;
-    const T r = (x - kf * 0x1.62e4p-1f) - kf * 1.42860682e-6f;
-    T p = T{} + 1.0f / 5040.0f;
-    const float c[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
-    for (float ci : c) p = p * r + ci;
-    I k;
-    int sh;
-    std::memcpy(&k, &t, sizeof(I));
-    std::memcpy(&sh, &shifter, sizeof(int));
-    k = (k - sh + 127) << 23;
-    T scale;
-    std::memcpy(&scale, &k, sizeof(T));
-    const T y = p * scale;
-    out = x < -87.0f ? T{} : y;
-}
 
 // Two vectors of W floats as one of 2 W and back, in registers (a round trip through memory
 // would stall on store forwarding).
@@ -116,7 +67,7 @@ KV_POLICY_VEC_INLINE void window_body(double* logit, int64_t M, int64_t nq, int6
             const VH f0 = __builtin_convertvector(a0 - mx, VH), f1 = __builtin_convertvector(a1 - mx, VH);
             VE f, y;
             concat(f0, f1, f, std::make_index_sequence<2 * W>{});
-            exp_f32(f, y);
+            expf_core(f, y);
             VH y0, y1;
             halves(y, y0, y1, std::make_index_sequence<W>{});
             const VD d0 = __builtin_convertvector(y0, VD), d1 = __builtin_convertvector(y1, VD);
@@ -129,7 +80,7 @@ KV_POLICY_VEC_INLINE void window_body(double* logit, int64_t M, int64_t nq, int6
         std::memcpy(s, zs, sizeof(s));
         for (int64_t j = T2; j < T; ++j) {
             float y;
-            exp_f32(float(row[j] - mx), y);
+            expf_core(float(row[j] - mx), y);
             e[j] = double(y);
             s[j % 8] += e[j];
         }

@@ -1,5 +1,6 @@
 // Dense products for matrix-scoring policies (see policy_math.h).
 #include "engine/kv/policies/policy_math.h"
+#include "engine/kv/policies/policy_expf.h"
 #include "engine/kv/policies/policy_vec.h"
 
 #include <algorithm>
@@ -166,56 +167,6 @@ __attribute__((target("arch=x86-64-v3"))) double exp_sum_v3(const double* x, dou
 #endif
 
 
-// exp in f32: the same reduction with ln2 split for floats (its high part has 14 significant
-// bits, so k ln2_hi is exact for |k| <= 128) and Taylor to r^7 (truncation < 1e-8 relative on
-// |r| <= ln2 / 2); elementwise, no contraction, so every width computes the same bits.
-typedef int i32x2 __attribute__((vector_size(8)));
-typedef int i32x4 __attribute__((vector_size(16)));
-typedef int i32x8 __attribute__((vector_size(32)));
-typedef int i32x16 __attribute__((vector_size(64)));
-template <>
-struct IntOf<float> {
-    using type = int;
-};
-template <>
-struct IntOf<f32x2> {
-    using type = i32x2;
-};
-template <>
-struct IntOf<f32x4> {
-    using type = i32x4;
-};
-template <>
-struct IntOf<f32x8> {
-    using type = i32x8;
-};
-template <>
-struct IntOf<f32x16> {
-    using type = i32x16;
-};
-template <class T>
-KV_POLICY_VEC_INLINE void expf_core(const T& in, T& y) {
-    using I = typename IntOf<T>::type;
-    const T lo = T{} - 88.0f, hi = T{} + 0.0f;
-    T x = in < lo ? lo : in;
-    x = x > hi ? hi : x;
-    const float shifter = 0x1.8p23f;
-    const T t = x * 1.44269504f + shifter;
-    const T kf = t - shifter;
-    const T r = (x - kf * 0x1.62e4p-1f) - kf * 1.42860682e-6f;
-    T p = T{} + 1.0f / 5040.0f;
-    const float c[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
-    for (float ci : c) p = p * r + ci;
-    I k;
-    int sh;
-    bits_as(k, t);
-    bits_as(sh, shifter);
-    k = (k - sh + 127) << 23;
-    T scale;
-    bits_as(scale, k);
-    y = p * scale;
-    y = x < -87.0f ? T{} : y;  // 2^k at the bottom of the normal range: 0
-}
 // VF: f32 lanes as many as VD's f64 lanes (the conversions between them).
 template <class VF, class VD>
 KV_POLICY_VEC_INLINE double exp_sum_f32_body(const double* x, double* y, int64_t n) {
