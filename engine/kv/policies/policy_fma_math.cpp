@@ -29,8 +29,13 @@ namespace fma_v2 {
 }  // namespace fma_v2
 
 #if defined(__x86_64__)
+// The regions add the level's features to the unit's own target rather than naming an arch: a
+// unit built for a wider CPU (the sanitizer's AVX-512 object, -march=native) would otherwise
+// lose features its intrinsics carry, and GCC refuses to inline them ("target specific option
+// mismatch"). Where the unit already has AVX-512, level 3 may then use it too: such a build
+// needs an AVX-512 CPU anyway, and the explicit FMA chains give the same bits.
 #pragma GCC push_options
-#pragma GCC target("arch=x86-64-v3")
+#pragma GCC target("avx2,fma")
 namespace fma_v3 {
 #define KV_FMA_LEVEL 3
 #include "engine/kv/policies/policy_fma_math_body.inc"
@@ -39,7 +44,7 @@ namespace fma_v3 {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("arch=x86-64-v4")
+#pragma GCC target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq,avx512cd")
 namespace fma_v4 {
 #define KV_FMA_LEVEL 4
 #include "engine/kv/policies/policy_fma_math_body.inc"
