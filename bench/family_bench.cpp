@@ -125,6 +125,38 @@ ModelConfig family_config(const ModelConfig& llama, const std::string& family) {
     return c;
 }
 
+// The parameters one token's forward multiplies by: all but the lookup tables (the token
+// embedding unless it is also the output layer, Gemma 3n's per-layer embeddings) and the experts
+// the router leaves out (a token runs top_k of num_experts). The issue's "a Llama of the same
+// parameter count" is read as this count: a mixture's idle experts and a table lookup cost no
+// arithmetic, every other parameter costs one multiply-add per token.
+int64_t active_parameters(const Transformer& m, const ModelConfig& c) {
+    int64_t n = m.parameter_count();
+    if (!m.tied_embeddings()) n -= m.embedding().numel();
+    if (m.altup_weights().embed_per_layer.defined()) n -= m.altup_weights().embed_per_layer.numel();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LayerWeights& L = m.layer(int(l));
+        if (!L.experts_gate_up.defined() || c.moe.num_experts <= 0) continue;
+        int64_t e = 0;
+        for (const Tensor* t : {&L.experts_gate_up, &L.experts_gate_up_bias, &L.experts_down, &L.experts_down_bias})
+            if (t->defined()) e += t->numel();
+        n -= e * (c.moe.num_experts - c.moe.top_k) / c.moe.num_experts;
+    }
+    return n;
+}
+
+// The Llama of `active` active parameters: the preset's shapes with the MLP width moved (each
+// unit of width is 3 E weights per layer), to a multiple of 16 so its matrices keep the kernels'
+// preferred shapes. Returns the preset itself when that is the nearest.
+ModelConfig matched_llama(const ModelConfig& llama, int64_t llama_active, int64_t active) {
+    ModelConfig c = llama;
+    const double per_unit = 3.0 * double(llama.hidden_size) * double(llama.num_layers);
+    const double width = double(llama.intermediate_size) + double(active - llama_active) / per_unit;
+    c.intermediate_size = std::max<int64_t>(16, int64_t(std::llround(width / 16.0)) * 16);
+    if (c.intermediate_size != llama.intermediate_size) c.name = str("llama-mlp", c.intermediate_size);
+    return c;
+}
+
 }  // namespace
 
 const std::vector<std::string>& family_names() {
@@ -137,49 +169,86 @@ const std::vector<std::string>& family_names() {
 
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress) {
     const ModelConfig llama = preset_config(opt.model);
-    std::vector<std::string> names = {"llama"};
+    std::vector<std::string> families;
     for (const std::string& n : opt.families.empty() ? family_names() : opt.families) {
         if (std::find(family_names().begin(), family_names().end(), n) == family_names().end()) {
             std::string all;
             for (const std::string& k : family_names()) all += (all.empty() ? "" : ", ") + k;
             throw Error(str("bench families: unknown family '", n, "'; expected one of ", all));
         }
-        names.push_back(n);
+        families.push_back(n);
     }
+    // Model 0 is the Llama of the preset's shapes; each family is compared with it (same shapes)
+    // and, where its active parameter count differs by at least one step of MLP width, with a
+    // Llama of that count too (matched[f]: the model index of its Llama).
+    struct Entry {
+        std::string name;
+        ModelConfig cfg;
+    };
+    std::vector<Entry> entries = {{"llama", llama}};
     std::vector<std::unique_ptr<Transformer>> models;
-    // The latent row measures the latent cache's path: its forward writes the latents into a dense
-    // cache of the whole sequence (a forward without a cache stores nothing, so it runs expanded).
     std::vector<std::unique_ptr<KVCache>> caches;
-    for (const std::string& n : names) {
-        const ModelConfig c = n == "llama" ? llama : family_config(llama, n);
+    auto add = [&](const ModelConfig& c) {
         models.push_back(std::make_unique<Transformer>(c, random_weights(c, 7, DType::F32), ModelOptions{}));
+        // The latent row measures the latent cache's path: its forward writes the latents into a
+        // dense cache of the whole sequence (a forward without a cache stores nothing, so it runs expanded).
         caches.push_back(c.latent_cache() ? std::make_unique<KVCache>(KVCacheConfig{}, c, Device{}, DType::F32, opt.tokens) : nullptr);
+    };
+    add(llama);
+    const int64_t llama_active = active_parameters(*models[0], llama);
+    std::vector<size_t> family_model, matched;
+    std::vector<int64_t> active;
+    for (const std::string& n : families) {
+        const ModelConfig c = family_config(llama, n);
+        add(c);
+        entries.push_back({n, c});
+        family_model.push_back(models.size() - 1);
+        active.push_back(active_parameters(*models.back(), c));
+        const ModelConfig m = matched_llama(llama, llama_active, active.back());
+        size_t at = 0;
+        if (m.intermediate_size != llama.intermediate_size) {
+            for (size_t e = 0; e < entries.size() && at == 0; ++e)
+                if (entries[e].name == m.name) at = e;
+            if (at == 0) add(m), entries.push_back({m.name, m}), at = models.size() - 1;
+        }
+        matched.push_back(at);
     }
     std::vector<int32_t> ids(size_t(opt.tokens));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919) % size_t(llama.vocab_size));
     const Tensor x = Tensor::from_i32({1, opt.tokens}, ids);
-    std::vector<double> best(names.size(), 1e300);
-    const int total = opt.repeats * int(names.size());
+    std::vector<double> best(models.size(), 1e300);
+    const int total = opt.repeats * int(models.size());
     for (int r = 0; r < opt.repeats; ++r)
-        for (size_t m = 0; m < names.size(); ++m) {  // interleaved: load drifts hit every family alike
-            progress(r * int(names.size()) + int(m), total, names[m]);
+        for (size_t m = 0; m < models.size(); ++m) {  // interleaved: load drifts hit every model alike
+            progress(r * int(models.size()) + int(m), total, entries[m].name);
             const auto t0 = std::chrono::steady_clock::now();
             if (caches[m]) models[m]->forward(x, 0, caches[m].get());  // input position 0: a new sequence
             else models[m]->forward(x);
             best[m] = std::min(best[m], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
+    auto speed = [&](size_t m) { return double(opt.tokens) / best[m]; };
+    auto millions = [](int64_t n) { return str(std::round(double(n) / 1e4) / 100.0, " M"); };
     std::vector<CacheBenchRow> rows;
-    const double base = double(opt.tokens) / best[0];
-    for (size_t m = 1; m < names.size(); ++m) {
+    for (size_t f = 0; f < families.size(); ++f) {
+        const size_t fm = family_model[f], lm = matched[f];
+        const int64_t ref_active = lm == 0 ? llama_active : active_parameters(*models[lm], entries[lm].cfg);
         CacheBenchRow row;
-        row.name = str(names[m], " (", models[m]->parameter_count() / 1000000.0, " M parameters; llama ",
-                       models[0]->parameter_count() / 1000000.0, " M)");
-        row.a = double(opt.tokens) / best[m];
-        row.b = base;
+        row.name = str(families[f], " vs ", entries[lm].name, " (active ", millions(active[f]), " vs ", millions(ref_active), ")");
+        row.a = speed(fm);
+        row.b = speed(lm);
         row.unit = "tokens/s";
         row.ratio = row.a / row.b;
         row.target = 1.0 / 1.2;
         rows.push_back(row);
+        if (lm != 0) {  // the same shapes as well, without a target: the family's extra arithmetic included
+            CacheBenchRow same;
+            same.name = str(families[f], " vs llama, same shapes (active ", millions(active[f]), " vs ", millions(llama_active), ")");
+            same.a = speed(fm);
+            same.b = speed(0);
+            same.unit = "tokens/s";
+            same.ratio = same.a / same.b;
+            rows.push_back(same);
+        }
     }
     return rows;
 }

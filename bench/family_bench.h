@@ -1,6 +1,8 @@
 // `kvlab bench families`: the forward of each architecture family kvlab reads (Gemma 2 with
 // soft-capping, Gemma 3 and 3n, SmolLM3, Phi-3, OLMo 2, gpt-oss, DeepSeek-V2, LFM2) against a
-// Llama of the same shapes, timed interleaved in one run (target: every family within 1.2x of the Llama's time).
+// Llama of the same active parameter count (the preset's shapes, its MLP width moved to match
+// when the family's count differs), timed interleaved in one run (target: every family within
+// 1.2x of that Llama's time); against the preset's own shapes too where the two Llamas differ.
 #pragma once
 
 #include <functional>
@@ -19,7 +21,8 @@ struct FamilyBenchOptions {
 };
 // The families run_family_bench knows, in table order.
 const std::vector<std::string>& family_names();
-// One row per family: a = its prefill tokens/s, b = the Llama's, ratio a / b (target >= 1 / 1.2).
+// Per family a row with a = its prefill tokens/s, b = the matched Llama's, ratio a / b (target
+// >= 1 / 1.2), and where that Llama is not the preset's, a row against the preset (no target).
 std::vector<CacheBenchRow> run_family_bench(const FamilyBenchOptions& opt, const std::function<void(int, int, const std::string&)>& progress);
 
 }  // namespace kv::bench

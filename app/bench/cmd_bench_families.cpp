@@ -21,8 +21,10 @@ int bench_families(const Args& args) {
     progress.finish();
     bench::BenchTable t;
     t.title = "Architecture families vs Llama (`kvlab bench families`)";
-    t.measures = str("Prefill tokens/s of each family on ", opt.model, "'s shapes vs the Llama itself, best of ", opt.repeats,
-                     " interleaved rounds; target >= 1/1.2 of the Llama's speed.");
+    t.measures = str("Prefill tokens/s of each family on ", opt.model, "'s shapes vs a Llama of the same active parameter count (",
+                     opt.model, " with its MLP width moved to match; the lookup tables and a mixture's idle experts not counted), best of ",
+                     opt.repeats, " interleaved rounds; target >= 1/1.2 of that Llama's speed. Where that Llama is not ", opt.model,
+                     " itself, a second row compares with ", opt.model, " (no target).");
     t.context = {bench::machine_line(), str("one prefill of ", opt.tokens, " tokens, f32, random weights")};
     bench::fill_ab_table(t, rows);
     emit_bench_table(args, t);
