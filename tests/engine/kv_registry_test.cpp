@@ -12,6 +12,7 @@
 //   [SECTION] per-layer lengths
 //   [SECTION] formula tests: random, pyramidkv (snapkv's scores), rkv, expected-attention
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -442,6 +443,19 @@ TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
             c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
         },
         [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3, 4, 2, 4, 1});
+}
+
+TEST(RKV, RowsScoredOnFourThreadsEqualTheF64Reference) {
+    // the harness's 4 (b, g) rows are scored side by side, each thread with its own scratch
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(4);
+    check_policy_against_reference(
+        "rkv-default",
+        [](KVCacheConfig& c) {
+            c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
+        },
+        [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3, 4, 2, 4, 1});
+    omp_set_num_threads(saved);
 }
 
 TEST(RKV, PastTwoThousandSlotsScoresAndChoicesEqualTheF64Reference) {

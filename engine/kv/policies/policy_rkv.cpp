@@ -65,11 +65,17 @@ class RKVPolicy final : public ScorePolicy {
     void accumulate(const std::vector<float>& w, int64_t n) override {
         if (w.empty()) return;
         const int64_t T = T_, half = kernel_ / 2, nq = std::min(window_, n);
-        std::vector<int32_t> order((size_t)T);
-        std::vector<double> imp((size_t)T), red((size_t)T);
-        ut_.resize(size_t(D_ * T));
-        sim_.resize(size_t(kBlock * T));
+        // Rows are independent (each writes only its own scores): one per thread, each with its
+        // own scratch, so the bits do not depend on the thread count.
+#pragma omp parallel for schedule(dynamic, 1) if (rows() > 1)
         for (int64_t r = 0; r < rows(); ++r) {
+            Scratch& sc = scratch();
+            std::vector<int32_t>& order = sc.order;
+            std::vector<double>&imp = sc.imp, &red = sc.red, &sum_ = sc.sum, &newest_ = sc.newest, &exempt_ = sc.exempt;
+            std::vector<float>&ut_ = sc.ut, &sim_ = sc.sim;
+            order.resize(size_t(T)), imp.resize(size_t(T)), red.resize(size_t(T));
+            ut_.resize(size_t(D_ * T));
+            sim_.resize(size_t(kBlock * T));
             const int32_t* pos = pos_.data() + r * L_;
             std::iota(order.begin(), order.end(), 0);
             std::sort(order.begin(), order.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
@@ -149,12 +155,18 @@ class RKVPolicy final : public ScorePolicy {
     std::vector<float> unit_;   // (B*G, L, D) unit keys
     static constexpr int64_t kBlock = 32;  // similarity rows per product (32 x T f32 stays in L2)
     static constexpr int64_t kFullT = 2048;  // up to this many slots, every panel (T^2 f32: 16 MiB) in one scratch per thread
-    static std::vector<float>& full_scratch() {
-        static thread_local std::vector<float> s;
+    static std::vector<float>& full_scratch() { return scratch().full; }
+    struct Scratch {  // one row's, per thread
+        std::vector<float> full;      // every panel of the row's similarities (T <= kFullT)
+        std::vector<float> ut, sim;   // the row's unit keys transposed (D, T); a block of similarities (T, block)
+        std::vector<double> sum, newest, exempt;  // per slot i, sum_j S_ij, the newest similar key's position and S
+        std::vector<double> imp, red;  // per slot: importance, redundancy
+        std::vector<int32_t> order;    // slots in position order
+    };
+    static Scratch& scratch() {
+        static thread_local Scratch s;
         return s;
     }
-    std::vector<float> ut_, sim_;  // scratch: one row's unit keys transposed (D, T); a block of similarities (T, block)
-    std::vector<double> sum_, newest_, exempt_;  // scratch: per slot i, sum_j S_ij, the newest similar key's position and S
 };
 }  // namespace
 
