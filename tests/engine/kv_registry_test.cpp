@@ -482,6 +482,21 @@ TEST(ExpectedAttention, ScoresAndChoicesEqualTheF64Reference) {
         {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
 }
 
+TEST(ExpectedAttention, RowsScoredOnFourThreadsEqualTheF64Reference) {
+    // the harness's 4 (b, g) rows side by side, each thread with its own scratch; the sinks take
+    // the maximum over every row (a reduction across the threads)
+    std::vector<double> theta(8);
+    for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(4);
+    check_policy_against_reference(
+        "expected-attention-default",
+        [](KVCacheConfig& c) { c.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}}; },
+        [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 6, 2); },
+        {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
+    omp_set_num_threads(saved);
+}
+
 TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {
     // ea_use_covariance 0 (the exponent is s k.mu' alone) and ea_use_vnorm 0 (the expected
     // attention itself), no sinks, 3 future positions

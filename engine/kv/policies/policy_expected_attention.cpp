@@ -71,8 +71,6 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
         const int64_t D = D_, R = NH_ / G_, T = T_;
         // Rbar has one 2x2 block per rotated pair (i, i + half): row d's nonzeros sit in
         // columns d and partner(d), with coefficients diag[d] and off[d].
-        // scratch kept across calls: KS alone is T x R D floats (245 KiB for SmolLM2), and a
-        // fresh allocation of that size is an mmap with page faults on every chunk and layer
         std::vector<double>&rc = s_rc_, &rs = s_rs_;
         mean_future_rotation(rc, rs);
         const int64_t half = int64_t(rc.size());
@@ -88,108 +86,112 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                 off[size_t(d)] = d < half ? -rs[size_t(i)] : rs[size_t(i)];
             }
         }
-        std::vector<double>&mu = s_mu_, &cov = s_cov_, &rcov = s_rcov_, &mup = s_mup_;
-        mu.resize((size_t)D), cov.resize((size_t)(D * D)), rcov.resize((size_t)(D * D)), mup.resize((size_t)(R * D));
-        // U: the upper triangles of the group's R Sigma'_h side by side (D x R D, f32, diagonal
-        // halved, zeros below): k^T Sigma'_h k = 2 k^T U_h k, half the products of K . Sigma'
-        // (policy_expected_attention_math.h). The zeros are written once per shape.
-        std::vector<float>& U = s_u_;
-        if (U.size() != size_t(D * R * D)) U.assign(size_t(D * R * D), 0.0f);
-        std::vector<double>&lin = s_lin_, &quad = s_quad_, &ex = s_ex_, &acc = s_acc_;
-        lin.resize((size_t)(R * T)), quad.resize((size_t)(R * T)), ex.resize((size_t)T), acc.resize((size_t)T);
         float top = -std::numeric_limits<float>::infinity();  // over the whole layer (sinks, below)
-        for (int64_t b = 0; b < B_; ++b)
-            for (int64_t g = 0; g < G_; ++g) {
-                const int64_t r = b * G_ + g;
-                const int32_t* pos = pos_.data() + r * L_;
-                const float* K = keys_.data() + r * L_ * D;
-                std::fill(acc.begin(), acc.end(), 0.0);
-                for (int64_t hr = 0; hr < R; ++hr) {
-                    const size_t bh = size_t(b * NH_ + g * R + hr);
-                    const double c = count_[bh];
-                    for (int64_t d = 0; d < D; ++d) mu[size_t(d)] = c > 0 ? sum_[bh * size_t(D) + size_t(d)] / c : 0.0;
-                    // mu' = Rbar mu
+        // The (b, g) rows are independent (each writes its own scores; the maximum is exact in
+        // any order): one per thread, each with its own scratch, the same bits at any count.
+#pragma omp parallel for schedule(dynamic, 1) reduction(max : top) if (B_ * G_ > 1)
+        for (int64_t r = 0; r < B_ * G_; ++r) {
+            const int64_t b = r / G_, g = r % G_;
+            RowScratch& sc = row_scratch();
+            std::vector<double>&mu = sc.mu, &cov = sc.cov, &rcov = sc.rcov, &mup = sc.mup;
+            mu.resize((size_t)D), cov.resize((size_t)(D * D)), rcov.resize((size_t)(D * D)), mup.resize((size_t)(R * D));
+            // U: the upper triangles of the group's R Sigma'_h side by side (D x R D, f32,
+            // diagonal halved, zeros below): k^T Sigma'_h k = 2 k^T U_h k, half the products
+            // of K . Sigma' (policy_expected_attention_math.h). The zeros are written once
+            // per shape (the scratch is the thread's, shared by every layer and model).
+            std::vector<float>& U = sc.u;
+            if (sc.u_D != D || sc.u_R != R) U.assign(size_t(D * R * D), 0.0f), sc.u_D = D, sc.u_R = R;
+            std::vector<double>&lin = sc.lin, &quad = sc.quad, &ex = sc.ex, &acc = sc.acc;
+            lin.resize((size_t)(R * T)), quad.resize((size_t)(R * T)), ex.resize((size_t)T), acc.resize((size_t)T);
+            const int32_t* pos = pos_.data() + r * L_;
+            const float* K = keys_.data() + r * L_ * D;
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int64_t hr = 0; hr < R; ++hr) {
+                const size_t bh = size_t(b * NH_ + g * R + hr);
+                const double c = count_[bh];
+                for (int64_t d = 0; d < D; ++d) mu[size_t(d)] = c > 0 ? sum_[bh * size_t(D) + size_t(d)] / c : 0.0;
+                // mu' = Rbar mu
+                for (int64_t d = 0; d < D; ++d)
+                    mup[size_t(hr * D + d)] = diag[size_t(d)] * mu[size_t(d)] + off[size_t(d)] * mu[size_t(partner[size_t(d)])];
+                if (!use_cov_) continue;
+                // sum2 holds the upper triangle (observe_chunk); Sigma is symmetric, so the
+                // lower half is its mirror (bit for bit what the full sums gave)
+                const double* s2 = sum2_.data() + bh * size_t(D * D);
+                if (c > 0) {
+                    for (int64_t d = 0; d < D; ++d) {  // rows of the upper triangle (contiguous), then the mirror
+                        const double md = mu[size_t(d)];
+                        const double* s2r = s2 + d * D;
+                        double* cr = cov.data() + d * D;
+                        for (int64_t e = d; e < D; ++e) cr[e] = s2r[e] / c - md * mu[size_t(e)];
+                    }
                     for (int64_t d = 0; d < D; ++d)
-                        mup[size_t(hr * D + d)] = diag[size_t(d)] * mu[size_t(d)] + off[size_t(d)] * mu[size_t(partner[size_t(d)])];
-                    if (!use_cov_) continue;
-                    // sum2 holds the upper triangle (observe_chunk); Sigma is symmetric, so the
-                    // lower half is its mirror (bit for bit what the full sums gave)
-                    const double* s2 = sum2_.data() + bh * size_t(D * D);
-                    if (c > 0) {
-                        for (int64_t d = 0; d < D; ++d) {  // rows of the upper triangle (contiguous), then the mirror
-                            const double md = mu[size_t(d)];
-                            const double* s2r = s2 + d * D;
-                            double* cr = cov.data() + d * D;
-                            for (int64_t e = d; e < D; ++e) cr[e] = s2r[e] / c - md * mu[size_t(e)];
-                        }
-                        for (int64_t d = 0; d < D; ++d)
-                            for (int64_t e = d + 1; e < D; ++e) cov[size_t(e * D + d)] = cov[size_t(d * D + e)];
-                    } else {
-                        std::fill(cov.begin(), cov.end(), 0.0);
-                    }
-                    // Sigma' = Rbar Sigma Rbar^T: rows first (Rbar Sigma), then columns
-                    for (int64_t d = 0; d < D; ++d) {
-                        const double* c0 = cov.data() + d * D;
-                        const double* c1 = cov.data() + partner[size_t(d)] * D;
-                        const double a0 = diag[size_t(d)], a1 = off[size_t(d)];
-                        for (int64_t e = 0; e < D; ++e) rcov[size_t(d * D + e)] = a0 * c0[e] + a1 * c1[e];
-                    }
-                    // columns: e's partner is e + half, e - half or e itself by range, so each
-                    // range is one contiguous loop
-                    for (int64_t d = 0; d < D; ++d) {
-                        float* u = U.data() + d * R * D + hr * D;
-                        const double* rc0 = rcov.data() + d * D;
-                        const double *dg = diag.data(), *of = off.data();
-                        for (int64_t e = d; e < half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e + half] * of[e]);
-                        for (int64_t e = std::max(d, half); e < 2 * half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e - half] * of[e]);
-                        for (int64_t e = std::max(d, 2 * half); e < D; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e] * of[e]);
-                        u[d] /= 2.0f;
-                    }
+                        for (int64_t e = d + 1; e < D; ++e) cov[size_t(e * D + d)] = cov[size_t(d * D + e)];
+                } else {
+                    std::fill(cov.begin(), cov.end(), 0.0);
                 }
-                // The slots this row holds: all of them in a plain cache; in a per-head pool
-                // (ada-*, lukv-*) the row's own slots only, gathered, so the other heads' slots
-                // cost no forms (each slot's forms are its own sums: the same bits either way).
-                std::vector<int32_t>& idx = s_idx_;
-                idx.clear();
-                for (int64_t j = 0; j < T; ++j)
-                    if (pos[j] >= 0) idx.push_back(int32_t(j));
-                const int64_t Tc = int64_t(idx.size());
-                const float* Kc = K;
-                if (Tc < T) {
-                    std::vector<float>& kc = s_kc_;
-                    kc.resize(size_t(Tc * D));
-                    for (int64_t c = 0; c < Tc; ++c) std::copy_n(K + int64_t(idx[size_t(c)]) * D, D, kc.begin() + c * D);
-                    Kc = kc.data();
+                // Sigma' = Rbar Sigma Rbar^T: rows first (Rbar Sigma), then columns
+                for (int64_t d = 0; d < D; ++d) {
+                    const double* c0 = cov.data() + d * D;
+                    const double* c1 = cov.data() + partner[size_t(d)] * D;
+                    const double a0 = diag[size_t(d)], a1 = off[size_t(d)];
+                    for (int64_t e = 0; e < D; ++e) rcov[size_t(d * D + e)] = a0 * c0[e] + a1 * c1[e];
                 }
-                ea_key_forms(Tc, D, R, Kc, D, U.data(), R * D, mup.data(), lin.data(), use_cov_ ? quad.data() : nullptr);
-                // / R as a product with 1 / R where that is exact (R a power of two): the same
-                // correctly rounded quotient without a division per slot and head
-                const double fR = double(R), invR = 1.0 / fR;
-                const bool pow2R = (R & (R - 1)) == 0;
-                for (int64_t hr = 0; hr < R; ++hr) {
-                    double m = -std::numeric_limits<double>::infinity();
-                    double* lg = lin.data() + hr * Tc;  // becomes the logit
-                    const double* qd = quad.data() + hr * Tc;
-                    for (int64_t c = 0; c < Tc; ++c) {
-                        if (pos[idx[size_t(c)]] < n_sink_) continue;
-                        lg[c] = scale_ * lg[c] + (use_cov_ ? scale_ * scale_ * qd[c] / 2.0 : 0.0);
-                        m = std::max(m, lg[c]);
-                    }
-                    double z = 0;
-                    for (int64_t c = 0; c < Tc; ++c)
-                        if (pos[idx[size_t(c)]] >= n_sink_) z += (ex[size_t(idx[size_t(c)])] = std::exp(lg[c] - m));
-                    for (int64_t c = 0; c < Tc; ++c) {
-                        const int32_t j = idx[size_t(c)];
-                        if (pos[j] >= n_sink_) acc[size_t(j)] += pow2R ? ex[size_t(j)] / z * invR : ex[size_t(j)] / z / fR;
-                    }
-                }
-                for (int64_t j = 0; j < T; ++j) {
-                    if (pos[j] < n_sink_) continue;
-                    const float s = float(acc[size_t(j)] * (use_vnorm_ ? double(vnorm_[size_t(r * L_ + j)]) : 1.0));
-                    score_[size_t(r * L_ + j)] = s;
-                    top = std::max(top, s);
+                // columns: e's partner is e + half, e - half or e itself by range, so each
+                // range is one contiguous loop
+                for (int64_t d = 0; d < D; ++d) {
+                    float* u = U.data() + d * R * D + hr * D;
+                    const double* rc0 = rcov.data() + d * D;
+                    const double *dg = diag.data(), *of = off.data();
+                    for (int64_t e = d; e < half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e + half] * of[e]);
+                    for (int64_t e = std::max(d, half); e < 2 * half; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e - half] * of[e]);
+                    for (int64_t e = std::max(d, 2 * half); e < D; ++e) u[e] = float(rc0[e] * dg[e] + rc0[e] * of[e]);
+                    u[d] /= 2.0f;
                 }
             }
+            // The slots this row holds: all of them in a plain cache; in a per-head pool
+            // (ada-*, lukv-*) the row's own slots only, gathered, so the other heads' slots
+            // cost no forms (each slot's forms are its own sums: the same bits either way).
+            std::vector<int32_t>& idx = sc.idx;
+            idx.clear();
+            for (int64_t j = 0; j < T; ++j)
+                if (pos[j] >= 0) idx.push_back(int32_t(j));
+            const int64_t Tc = int64_t(idx.size());
+            const float* Kc = K;
+            if (Tc < T) {
+                std::vector<float>& kc = sc.kc;
+                kc.resize(size_t(Tc * D));
+                for (int64_t c = 0; c < Tc; ++c) std::copy_n(K + int64_t(idx[size_t(c)]) * D, D, kc.begin() + c * D);
+                Kc = kc.data();
+            }
+            ea_key_forms(Tc, D, R, Kc, D, U.data(), R * D, mup.data(), lin.data(), use_cov_ ? quad.data() : nullptr);
+            // / R as a product with 1 / R where that is exact (R a power of two): the same
+            // correctly rounded quotient without a division per slot and head
+            const double fR = double(R), invR = 1.0 / fR;
+            const bool pow2R = (R & (R - 1)) == 0;
+            for (int64_t hr = 0; hr < R; ++hr) {
+                double m = -std::numeric_limits<double>::infinity();
+                double* lg = lin.data() + hr * Tc;  // becomes the logit
+                const double* qd = quad.data() + hr * Tc;
+                for (int64_t c = 0; c < Tc; ++c) {
+                    if (pos[idx[size_t(c)]] < n_sink_) continue;
+                    lg[c] = scale_ * lg[c] + (use_cov_ ? scale_ * scale_ * qd[c] / 2.0 : 0.0);
+                    m = std::max(m, lg[c]);
+                }
+                double z = 0;
+                for (int64_t c = 0; c < Tc; ++c)
+                    if (pos[idx[size_t(c)]] >= n_sink_) z += (ex[size_t(idx[size_t(c)])] = std::exp(lg[c] - m));
+                for (int64_t c = 0; c < Tc; ++c) {
+                    const int32_t j = idx[size_t(c)];
+                    if (pos[j] >= n_sink_) acc[size_t(j)] += pow2R ? ex[size_t(j)] / z * invR : ex[size_t(j)] / z / fR;
+                }
+            }
+            for (int64_t j = 0; j < T; ++j) {
+                if (pos[j] < n_sink_) continue;
+                const float s = float(acc[size_t(j)] * (use_vnorm_ ? double(vnorm_[size_t(r * L_ + j)]) : 1.0));
+                score_[size_t(r * L_ + j)] = s;
+                top = std::max(top, s);
+            }
+        }
         // Sinks are kept: kvpress pads them with the maximum over the whole layer (every batch
         // row and head), not a row's own maximum — under ada-*'s top-k over all heads' slots a
         // row maximum does not keep a low-scoring head's sinks.
@@ -303,11 +305,21 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
     std::vector<float> keys_;           // (B*G, L, D) keys as cached (rotated)
     std::vector<double> sum_, sum2_, count_;  // per (b, query head): sum x, sum x x^T (upper triangle), count (pre-RoPE queries)
     // scratch of accumulate() and absorb(), reused across calls (sized on use)
-    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_mu_, s_cov_, s_rcov_, s_mup_, s_lin_, s_quad_, s_ex_, s_acc_, s_x_;
-    std::vector<int32_t> s_idx_;  // a row's held slots (accumulate)
-    std::vector<float> s_kc_;     // their keys gathered, when the row does not hold every slot
+    std::vector<double> s_rc_, s_rs_, s_diag_, s_off_, s_x_;
     std::vector<int64_t> s_partner_;
-    std::vector<float> s_u_;
+    // One row's scratch in accumulate(), per thread: KS alone is T x R D floats (245 KiB for
+    // SmolLM2), and a fresh allocation of that size is an mmap with page faults on every call.
+    struct RowScratch {
+        std::vector<double> mu, cov, rcov, mup, lin, quad, ex, acc;
+        std::vector<int32_t> idx;  // the row's held slots
+        std::vector<float> kc;     // their keys gathered, when the row does not hold every slot
+        std::vector<float> u;      // the group's upper triangles (zeros below), for u_D x u_R
+        int64_t u_D = -1, u_R = -1;
+    };
+    static RowScratch& row_scratch() {
+        static thread_local RowScratch s;
+        return s;
+    }
 };
 }  // namespace
 
