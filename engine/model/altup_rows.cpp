@@ -1,4 +1,5 @@
 // Gemma 3n's per-token AltUp maps for f32 activations, per ISA level (see altup_rows.h).
+#include "engine/backend/host_parallel.h"
 #include "engine/model/altup_rows.h"
 
 #include <omp.h>
@@ -308,15 +309,10 @@ KV_HOST_SIMD_VARIANTS(laurel,
 KV_HOST_SIMD_VARIANTS(topk, (float* base, int64_t r0, int64_t r1, int64_t n, int64_t s0, int64_t s1, int64_t I, double mult),
                       (base, r0, r1, n, s0, s1, I, mult))
 
-// fn(t0, t1) over the rows split evenly across the threads: one parallel region per call.
+// fn(t0, t1) over the rows split evenly across the threads: one pass of the unit pool per call.
 template <class F>
 void split_rows(int64_t rows, F&& fn) {
-#pragma omp parallel
-    {
-        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-        if (r1 > r0) fn(r0, r1);
-    }
+    host_parallel_rows(rows, fn);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Per-head RMSNorm of a fused projection, per ISA level (see head_norm_rows.h).
+#include "engine/backend/host_parallel.h"
 #include "engine/model/head_norm_rows.h"
 
 #include <omp.h>
@@ -38,12 +39,7 @@ void normalise(const float* qkv, int64_t rows, int64_t heads, int64_t hs, const 
         normalise_any(qkv, 0, rows, heads, hs, w, eps, out);
         return;
     }
-#pragma omp parallel
-    {
-        const int64_t nt = omp_get_num_threads(), i = omp_get_thread_num();
-        const int64_t r0 = rows * i / nt, r1 = rows * (i + 1) / nt;
-        if (r1 > r0) normalise_any(qkv, r0, r1, heads, hs, w, eps, out);
-    }
+    host_parallel_rows(rows, [&](int64_t r0, int64_t r1) { normalise_any(qkv, r0, r1, heads, hs, w, eps, out); });
 }
 
 }  // namespace kv::head_norm_rows

@@ -1,5 +1,6 @@
 // gpt-oss's mixture-of-experts MLP (see moe_mlp.h). Shapes: R = B n tokens, E width, N experts,
 // I expert width, K top_k, S = R K selected (token, expert) pairs.
+#include "engine/backend/host_parallel.h"
 #include "engine/model/moe_mlp.h"
 
 #include <algorithm>
@@ -104,25 +105,26 @@ DType host_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32
 template <class T>
 void to_silu_form(T* t, int64_t S, int64_t I, double limit, double alpha, const T* bias, const Routing& rt) {
     const T lim = T(limit), a = T(alpha), inv = T(1.0 / alpha);
-#pragma omp parallel for schedule(static)
-    for (int64_t s = 0; s < S; ++s) {
-        T* g = t + s * 2 * I;
-        T* u = g + I;
-        if (bias) {
-            const int64_t e = int64_t(std::upper_bound(rt.offset.begin(), rt.offset.end(), s) - rt.offset.begin()) - 1;
-            const T* bg = bias + e * 2 * I;
-            const T* bu = bg + I;
-            for (int64_t i = 0; i < I; ++i) {
-                g[i] = a * std::min(g[i] + bg[i], lim);
-                u[i] = (std::clamp(u[i] + bu[i], -lim, lim) + T(1)) * inv;
-            }
-        } else {
-            for (int64_t i = 0; i < I; ++i) {
-                g[i] = a * std::min(g[i], lim);
-                u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
+    host_parallel_rows(S, [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; ++s) {
+            T* g = t + s * 2 * I;
+            T* u = g + I;
+            if (bias) {
+                const int64_t e = int64_t(std::upper_bound(rt.offset.begin(), rt.offset.end(), s) - rt.offset.begin()) - 1;
+                const T* bg = bias + e * 2 * I;
+                const T* bu = bg + I;
+                for (int64_t i = 0; i < I; ++i) {
+                    g[i] = a * std::min(g[i] + bg[i], lim);
+                    u[i] = (std::clamp(u[i] + bu[i], -lim, lim) + T(1)) * inv;
+                }
+            } else {
+                for (int64_t i = 0; i < I; ++i) {
+                    g[i] = a * std::min(g[i], lim);
+                    u[i] = (std::clamp(u[i], -lim, lim) + T(1)) * inv;
+                }
             }
         }
-    }
+    });
 }
 
 // out (R, E) = sum over each token's K selected rows of y (S, E) plus their experts' biases
@@ -140,12 +142,13 @@ void combine(const Routing& rt, const T* y, const T* bias, int64_t E, T* out) {
             else for (int64_t c = 0; c < E; ++c) o[c] += w * yr[c];
         }
     };
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rt.R; ++r)
-        for (int64_t j = 0; j < K; ++j) {
-            const size_t rk = size_t(r * K + j);
-            acc(out + r * E, y + rt.pos[rk] * E, bias ? bias + rt.expert[rk] * E : nullptr, T(rt.weight[rk]), j == 0);
-        }
+    host_parallel_rows(rt.R, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t j = 0; j < K; ++j) {
+                const size_t rk = size_t(r * K + j);
+                acc(out + r * E, y + rt.pos[rk] * E, bias ? bias + rt.expert[rk] * E : nullptr, T(rt.weight[rk]), j == 0);
+            }
+    });
 }
 
 }  // namespace

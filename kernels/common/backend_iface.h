@@ -52,6 +52,14 @@ class KernelBackend {
     // Library implementations used so far, for benchmark reports, e.g. oneDNN's
     // "brg:avx512_core" (optional).
     virtual std::string impl_info() const { return {}; }
+    // Host work of the engine (fused row passes, policy scoring): fn(ctx, u) for every u in
+    // [0, units) on up to `threads` threads, returning when all have returned; fn must not
+    // throw, and results must not depend on which thread ran a unit. CPU: the kernels' unit
+    // pool, so host passes and kernels share one set of threads. Default: in order, here.
+    virtual void run_host_units(int threads, int64_t units, void (*fn)(void* ctx, int64_t unit), void* ctx) {
+        (void)threads;
+        for (int64_t u = 0; u < units; ++u) fn(ctx, u);
+    }
 };
 
 }  // namespace kv

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "cpu_common.h"
+#include "unit_pool.h"
 #include "kernels/common/quant_formats.h"
 #include "kernels/common/kivi_op.h"
 #include "kernels/common/packed_blocks.h"
@@ -215,6 +216,9 @@ class CpuBackend final : public KernelBackend {
                " (" + (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime") + "), kernels " + KVLAB_CPU_VARIANT_NAME;
     }
     std::string kernel_variant() const override { return KVLAB_CPU_VARIANT_NAME; }
+    void run_host_units(int threads, int64_t units, void (*fn)(void*, int64_t), void* ctx) override {
+        cpu::run_units(threads, units, fn, ctx);
+    }
     int preferred_packed_format(int format) const override {
 #if defined(__AVX2__) && !defined(__AVX512F__)
         // AVX2 decode reads Q4_1 as a column of 8 rows per vector (packed_matmul.cpp), faster than

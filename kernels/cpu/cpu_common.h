@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,6 +17,7 @@
 #endif
 
 #include "kernels/common/op.h"
+#include "kernels/cpu/unit_pool.h"
 
 namespace kv::cpu {
 
@@ -210,20 +212,19 @@ class KernelScratch {
     void* data_ = nullptr;
 };
 
-// Split rows [0, rows) across threads when the work is large enough to pay for it.
+// Split rows [0, rows) across threads when the work is large enough to pay for it: one
+// contiguous range per thread, run on the unit pool (unit_pool.h), whose helpers poll between
+// the many short calls of a forward only while the CPUs are otherwise idle; an OpenMP team
+// either sleeps between calls (a wake per call) or polls whatever the load.
 template <class F>
 inline void parallel_rows(const OpContext& ctx, int64_t rows, int64_t work_per_row, F&& fn) {
-    int threads = ctx.threads > 0 ? ctx.threads : omp_get_max_threads();
+    const int threads = ctx.threads > 0 ? ctx.threads : omp_get_max_threads();
     if (threads <= 1 || rows <= 1 || rows * work_per_row < 32768) {
         fn(int64_t(0), rows);
         return;
     }
-#pragma omp parallel num_threads(threads)
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-        if (r1 > r0) fn(r0, r1);
-    }
+    const int64_t nt = std::min<int64_t>(threads, rows);
+    run_units(int(nt), nt, [&](int64_t t) { fn(rows * t / nt, rows * (t + 1) / nt); });
 }
 
 // Iterate rows of dst with the matching row offsets of `nsrc` views of dst's shape (offs[0] is

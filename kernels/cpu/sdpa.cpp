@@ -164,15 +164,11 @@ std::vector<int64_t> partition_tasks(const SdpaShape<A>& s, const Visibility& vi
     return begin;
 }
 
-// Run fn(t) for t in [0, nt) on up to nt threads (covers every t even if OpenMP gives fewer).
+// Run fn(t) for t in [0, nt) on up to nt threads of the unit pool (every t runs once, on
+// whichever thread claims it; each t's buffers are its own).
 template <class F>
 void run_ranges(int nt, F&& fn) {
-    if (nt == 1) {
-        fn(0);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    for (int t = omp_get_thread_num(); t < nt; t += omp_get_num_threads()) fn(t);
+    run_units(nt, nt, [&](int64_t t) { fn(int(t)); });
 }
 
 // =========================================================================================

@@ -103,9 +103,16 @@ bool spin_until(Done done) {
     }
 }
 
+// Set while a thread runs units: a unit that calls run_units again (a kernel inside another's
+// unit) runs the inner units itself, since the pool takes one job at a time.
+thread_local bool in_unit = false;
+
 void drain(Job& j) {
+    const bool outer = in_unit;
+    in_unit = true;
     for (int64_t u = j.next.fetch_add(1, std::memory_order_relaxed); u < j.units; u = j.next.fetch_add(1, std::memory_order_relaxed))
         j.fn(j.ctx, u);
+    in_unit = outer;
 }
 
 class Pool {
@@ -186,7 +193,7 @@ void run_units(int threads, int64_t units, void (*fn)(void* ctx, int64_t unit), 
     job.ctx = ctx;
     job.units = units;
     threads = int(std::min<int64_t>(threads, units));
-    if (threads <= 1) {
+    if (threads <= 1 || in_unit) {
         drain(job);
         return;
     }

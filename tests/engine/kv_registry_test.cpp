@@ -12,7 +12,6 @@
 //   [SECTION] per-layer lengths
 //   [SECTION] formula tests: random, pyramidkv (snapkv's scores), rkv, expected-attention
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -23,6 +22,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/backend/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/driver/chunk_plan.h"
 #include "engine/kv/kv_cache.h"
@@ -447,15 +447,15 @@ TEST(RKV, ScoresAndChoicesEqualTheF64Reference) {
 
 TEST(RKV, RowsScoredOnFourThreadsEqualTheF64Reference) {
     // the harness's 4 (b, g) rows are scored side by side, each thread with its own scratch
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(4);
+    const int saved = num_threads();
+    set_num_threads(4);
     check_policy_against_reference(
         "rkv-default",
         [](KVCacheConfig& c) {
             c.policy_options = {{"rkv_window", 3}, {"rkv_kernel", 3}, {"rkv_lambda", 0.3}, {"rkv_threshold", 0.2}};
         },
         [](const LayerHarness& h, int64_t P, int64_t n) { return rkv_reference(h, P, n, 3, 3, 0.3, 0.2); }, {4, 3, 4, 2, 4, 1});
-    omp_set_num_threads(saved);
+    set_num_threads(saved);
 }
 
 TEST(RKV, PastTwoThousandSlotsScoresAndChoicesEqualTheF64Reference) {
@@ -487,14 +487,14 @@ TEST(ExpectedAttention, RowsScoredOnFourThreadsEqualTheF64Reference) {
     // the maximum over every row (a reduction across the threads)
     std::vector<double> theta(8);
     for (int i = 0; i < 8; ++i) theta[size_t(i)] = std::pow(10000.0, -2.0 * i / 16.0);
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(4);
+    const int saved = num_threads();
+    set_num_threads(4);
     check_policy_against_reference(
         "expected-attention-default",
         [](KVCacheConfig& c) { c.policy_options = {{"ea_n_future_positions", 6}, {"ea_n_sink", 2}}; },
         [&theta](const LayerHarness& h, int64_t, int64_t) { return expected_attention_reference(h, theta, 6, 2); },
         {4, 3, 4, 2, 4, 1}, 2e-6, [&theta](LayerHarness& h) { h.cache->set_rope_frequencies(&theta); });
-    omp_set_num_threads(saved);
+    set_num_threads(saved);
 }
 
 TEST(ExpectedAttention, ReducedFormulasEqualTheF64Reference) {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/backend/host_parallel.h"
 #include "engine/core/error.h"
 #include "engine/kv/policies/policy_expected_attention_math.h"
 #include "engine/kv/policies/policy_score_based.h"
@@ -86,11 +87,11 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                 off[size_t(d)] = d < half ? -rs[size_t(i)] : rs[size_t(i)];
             }
         }
-        float top = -std::numeric_limits<float>::infinity();  // over the whole layer (sinks, below)
-        // The (b, g) rows are independent (each writes its own scores; the maximum is exact in
-        // any order): one per thread, each with its own scratch, the same bits at any count.
-#pragma omp parallel for schedule(dynamic, 1) reduction(max : top) if (B_ * G_ > 1)
-        for (int64_t r = 0; r < B_ * G_; ++r) {
+        // The (b, g) rows are independent (each writes its own scores and its own maximum): one
+        // per thread, each with its own scratch, the same bits at any count.
+        std::vector<float> row_top(size_t(B_ * G_), -std::numeric_limits<float>::infinity());
+        host_parallel_units(B_ * G_, [&](int64_t r) {
+            float& top = row_top[size_t(r)];
             const int64_t b = r / G_, g = r % G_;
             RowScratch& sc = row_scratch();
             std::vector<double>&mu = sc.mu, &cov = sc.cov, &rcov = sc.rcov, &mup = sc.mup;
@@ -191,7 +192,9 @@ class ExpectedAttentionPolicy final : public ScorePolicy {
                 score_[size_t(r * L_ + j)] = s;
                 top = std::max(top, s);
             }
-        }
+        });
+        // over the whole layer (sinks, below)
+        const float top = *std::max_element(row_top.begin(), row_top.end());
         // Sinks are kept: kvpress pads them with the maximum over the whole layer (every batch
         // row and head), not a row's own maximum — under ada-*'s top-k over all heads' slots a
         // row maximum does not keep a low-scoring head's sinks.

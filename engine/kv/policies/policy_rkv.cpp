@@ -15,6 +15,7 @@
 #include <limits>
 #include <numeric>
 
+#include "engine/backend/host_parallel.h"
 #include "engine/core/error.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
@@ -67,8 +68,7 @@ class RKVPolicy final : public ScorePolicy {
         const int64_t T = T_, half = kernel_ / 2, nq = std::min(window_, n);
         // Rows are independent (each writes only its own scores): one per thread, each with its
         // own scratch, so the bits do not depend on the thread count.
-#pragma omp parallel for schedule(dynamic, 1) if (rows() > 1)
-        for (int64_t r = 0; r < rows(); ++r) {
+        host_parallel_units(rows(), [&](int64_t r) {
             Scratch& sc = scratch();
             std::vector<int32_t>& order = sc.order;
             std::vector<double>&imp = sc.imp, &red = sc.red, &sum_ = sc.sum, &newest_ = sc.newest, &exempt_ = sc.exempt;
@@ -109,7 +109,8 @@ class RKVPolicy final : public ScorePolicy {
                     for (int64_t e = 0; e < b; ++e) {  // earlier blocks are whole
                         const float* Pe = S.data() + e * T * kBlock;
                         for (int64_t jj = 0; jj < kBlock; ++jj)
-                            for (int64_t ii = 0; ii < m; ++ii) Pb[(e * kBlock + jj) * kBlock + ii] = Pe[(i0 + ii) * kBlock + jj];
+                            for (int64_t ii = 0; ii < m; ++ii)
+                                Pb[(e * kBlock + jj) * kBlock + ii] = Pe[(i0 + ii) * kBlock + jj];
                     }
                     policy_similarity_columns(Pb, kBlock, T, m, i0, pos, threshold_, sum_.data() + i0, newest_.data() + i0,
                                               exempt_.data() + i0);
@@ -139,7 +140,7 @@ class RKVPolicy final : public ScorePolicy {
             }
             for (int64_t j = 0; j < T; ++j)  // the newest rkv_window tokens are kept
                 if (pos[j] >= P_ - window_) score_[size_t(r * L_ + j)] = top;
-        }
+        });
     }
     void eviction_scores(std::vector<float>& S) const override {
         const int64_t cand = L_ - grace();
