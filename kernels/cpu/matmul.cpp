@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -89,20 +90,21 @@ std::unordered_map<std::string, std::shared_ptr<Cached>>& cache() {
     return c;
 }
 
-// Returns false when oneDNN cannot take this call as is.
-bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta, int threads) {
+// The cached oneDNN primitive for this call's shapes and strides, or null when oneDNN cannot
+// take the call as is.
+std::shared_ptr<Cached> onednn_primitive(const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta) {
     const int nd = d.ndim;
-    if (nd < 2 || nd > 6) return false;
+    if (nd < 2 || nd > 6) return nullptr;
     if (!((a.dtype == DType::F32 && d.dtype == DType::F32) ||
           (a.dtype == DType::BF16 && (d.dtype == DType::F32 || d.dtype == DType::BF16))))
-        return false;
+        return nullptr;
     dnnl::memory::desc amd, bmd, dmd;
     std::string key;
-    if (!make_md(a, nd, &amd, &key) || !make_md(b, nd, &bmd, &key)) return false;
+    if (!make_md(a, nd, &amd, &key) || !make_md(b, nd, &bmd, &key)) return nullptr;
     // The destination must be a real (non-broadcast) array.
     for (int i = 0; i < nd; ++i)
-        if (d.ne[i] > 1 && d.nb[i] == 0) return false;
-    if (!make_md(d, nd, &dmd, &key)) return false;
+        if (d.ne[i] > 1 && d.nb[i] == 0) return nullptr;
+    if (!make_md(d, nd, &dmd, &key)) return nullptr;
     key += std::to_string(alpha) + "|" + std::to_string(beta);
 
     std::shared_ptr<Cached> entry;
@@ -128,12 +130,18 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
             entry->d = dmd;
             entry->impl = pd.impl_info_str();
         } catch (const dnnl::error&) {
-            return false;
+            return nullptr;
         }
         std::lock_guard<std::mutex> lk(g_cache_mu);
         if (cache().size() > 1024) cache().clear();  // bounded: shapes in a run are few
         cache()[key] = entry;
     }
+    return entry;
+}
+
+// Runs `entry` on the call's arrays with `threads` OpenMP threads; false when oneDNN throws.
+bool onednn_execute(const Cached& entry, const TensorView& a, const TensorView& b, const TensorView& d, int threads) {
+    const int nd = d.ndim;
     // Waking a thread team costs ~10 us (up to a 4 ms scheduler tick when the other core is
     // busy); below ~1M multiply-adds one thread finishes sooner. oneDNN's OpenMP runtime reads
     // the calling thread's max-threads at execution, and that is a per-thread setting: a run on
@@ -156,13 +164,51 @@ bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d
     } restore{change, saved_threads};
     try {
         dnnl::stream s(cpu_engine());
-        dnnl::memory am(entry->a, cpu_engine(), a.data), bm(entry->b, cpu_engine(), b.data), dm(entry->d, cpu_engine(), d.data);
-        entry->prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dm}});
+        dnnl::memory am(entry.a, cpu_engine(), a.data), bm(entry.b, cpu_engine(), b.data), dm(entry.d, cpu_engine(), d.data);
+        entry.prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dm}});
         s.wait();
     } catch (const dnnl::error&) {
         return false;  // fall back to the plain kernel
     }
     return true;
+}
+
+// Returns false when oneDNN cannot take this call as is. With more than one thread, the output
+// columns are cut into one block per thread (multiples of 16) and each block is a
+// single-threaded oneDNN call on the unit pool: an OpenMP team sleeps between calls (the CLI
+// runs it PASSIVE, so every product would wake its workers), while the pool's helpers poll
+// between the many short calls of a forward when the CPUs are otherwise idle.
+bool matmul_onednn(const TensorView& a, const TensorView& b, const TensorView& d, float alpha, float beta, int threads) {
+    const int nd = d.ndim;
+    if (nd >= 2 && nd <= 6 && threads > 1 && b.ndim == nd) {
+        const int64_t N = d.ne[nd - 1], madds = d.numel() * a.ne[nd - 1];
+        const int64_t blk = ((N + threads - 1) / threads + 15) / 16 * 16;
+        if (madds >= (int64_t(1) << 20) && N >= 32 * int64_t(threads)) {
+            const int64_t blocks = (N + blk - 1) / blk;
+            auto block = [&](const TensorView& v, int64_t u) {
+                TensorView w = v;
+                const int64_t n0 = u * blk;
+                w.ne[nd - 1] = std::min(blk, N - n0);
+                w.data = static_cast<char*>(v.data) + n0 * v.nb[nd - 1];
+                return w;
+            };
+            // Every block's primitive first, on this thread: a shape oneDNN refuses falls back whole.
+            const std::shared_ptr<Cached> first = onednn_primitive(a, block(b, 0), block(d, 0), alpha, beta);
+            const std::shared_ptr<Cached> last = onednn_primitive(a, block(b, blocks - 1), block(d, blocks - 1), alpha, beta);
+            if (first && last) {
+                std::atomic<bool> ok{true};
+                run_units(int(std::min<int64_t>(threads, blocks)), blocks, [&](int64_t u) {
+                    const Cached& e = u == blocks - 1 ? *last : *first;
+                    if (!onednn_execute(e, a, block(b, u), block(d, u), 1)) ok = false;
+                });
+                // Some blocks may be written (beta adds to d): no fallback can redo only the rest.
+                if (!ok.load()) throw KernelError("cpu matmul: oneDNN failed on a column block of a primitive it had accepted");
+                return true;
+            }
+        }
+    }
+    const std::shared_ptr<Cached> entry = onednn_primitive(a, b, d, alpha, beta);
+    return entry && onednn_execute(*entry, a, b, d, threads);
 }
 
 // =========================================================================================
