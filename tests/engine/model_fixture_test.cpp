@@ -60,9 +60,12 @@ class ModelFixture : public testing::TestWithParam<std::string> {};
 // Gemma 3n's fixture amplifies rounding: one f32 rounding of its keys alone moves the logits by
 // 3.6e-6 (tools/reference/gemma3n_sensitivity.py), kvlab's f64 forward is 1.3e-7 from the f64
 // reference (ModelFixtureF64 below), and the f32 forward's error depends on the ISA's
-// summation orders: one pass 8.6e-6 (AVX-512), 1.38e-5 (AVX2), 1.01e-5 (baseline); token by
-// token through the cache 1.9e-5, 2.4e-5, 2.3e-5. The bounds hold on every kernel variant.
-constexpr double kGemma3nTol = 2e-5, kGemma3nTokenTol = 3e-5;
+// summation orders: one pass 8.6e-6 (AVX-512), 1.38e-5 (AVX2), 1.01e-5 (baseline); in chunks
+// up to 2.8e-5 (baseline kernels on an AVX2 CPU, chunks of 7), token by token through the cache
+// 1.9e-5, 2.4e-5, 2.3e-5. Even an f32 forward that rounded every site exactly once would be
+// 8.3e-6 off (gemma3n_sensitivity.py), and transformers' own Gemma 3n code, with its f32
+// islands, is 2.05e-5 off (gemma3n_check.py). The bounds hold on every kernel variant.
+constexpr double kGemma3nTol = 2e-5, kGemma3nChunkTol = 3e-5;
 
 TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
     Fixture f = load_fixture(GetParam());
@@ -140,8 +143,8 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
                 KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
                 test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
                 EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
-                // Gemma 3n: see kGemma3nTol (token by token the decode kernel's rounding adds).
-                const double tol = name == std::string("gemma3n_text") ? (chunk == 1 ? kGemma3nTokenTol : kGemma3nTol) : 1e-5;
+                // Gemma 3n: see kGemma3nTol (chunk boundaries change the sums' order and add the cache's rounding).
+                const double tol = name == std::string("gemma3n_text") ? kGemma3nChunkTol : 1e-5;
                 EXPECT_LE(c.rel_err, tol) << c.report;
             }
         }

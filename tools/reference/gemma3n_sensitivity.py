@@ -7,6 +7,10 @@ prints max |logits - reference| / max |reference| for each fixture input. It exp
 of the f32 fixture test (tests/engine/model_fixture_test.cpp, kGemma3nTol): a site whose single
 rounding moves the logits by several 1e-6 leaves no room for the ~30 such sites of an f32
 forward under 1e-5.
+
+It then prints the floor of any f32 forward: every site rounded to f32 exactly once (a forward
+whose every sum were exact), for the fixture's weights (seed 3000) and seven more draws of the
+same config on the fixture's inputs.
     /usr/bin/python3 tools/reference/gemma3n_sensitivity.py
 """
 
@@ -39,6 +43,15 @@ def main():
 
             errs = [float((ref.forward(cfg, W, ids, at) - b).abs().max() / b.abs().max()) for ids, b in zip(inputs, base)]
             print(f"  {site:10s} " + "  ".join(f"{e:.2e}" for e in errs))
+        print(f"{name}: every site rounded to f32 once, max |logits error| / max |logits| (per input)")
+        for seed in range(3000 + i, 3008 + i):
+            _, Ws = ref.make_weights(cfg, seed)
+            errs = []
+            for ids in inputs:
+                exact = ref.forward(cfg, Ws, ids)
+                rounded = ref.forward(cfg, Ws, ids, lambda n, t: t.float().double() if n in SITES else t)
+                errs.append(float((rounded - exact).abs().max() / exact.abs().max()))
+            print(f"  weights seed {seed}{' (the fixture)' if seed == 3000 + i else ''}: " + "  ".join(f"{e:.2e}" for e in errs))
 
 
 if __name__ == "__main__":
