@@ -12,6 +12,7 @@
 // Keys are kept as unit vectors per slot (+4 D bytes per slot per row, beside the buffer).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -19,11 +20,24 @@
 #include "engine/core/error.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_score_based.h"
-#include "engine/kv/policies/policy_similarity_scan.h"
 
 namespace kv {
 
 namespace {
+// Whether one of x[0, 32) is above t (no NaN in x): four-lane vectors (GCC's extension; SSE2 on
+// every x86-64), which the scalar loop's early exit keeps GCC from forming.
+inline bool any_above(const float* x, float t) {
+    typedef float f4 __attribute__((vector_size(16)));
+    typedef int i4 __attribute__((vector_size(16)));
+    i4 m = {0, 0, 0, 0};
+    for (int u = 0; u < 32; u += 4) {
+        f4 v;
+        std::memcpy(&v, x + u, sizeof(v));
+        m |= v > t;
+    }
+    return (m[0] | m[1] | m[2] | m[3]) != 0;
+}
+
 class RKVPolicy final : public ScorePolicy {
    public:
     RKVPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
@@ -33,6 +47,9 @@ class RKVPolicy final : public ScorePolicy {
           lambda_(cfg.policy_option("rkv_lambda")),
           threshold_(cfg.policy_option("rkv_threshold")) {
         if (kernel_ % 2 == 0) throw Error(str("--kv_cache.rkv_kernel: ", kernel_, " must be an odd number >= 1"));
+        // the largest float <= the threshold: for a float x, double(x) > threshold iff x > it
+        thr_below_ = float(threshold_);
+        if (double(thr_below_) > threshold_) thr_below_ = std::nextafter(thr_below_, -std::numeric_limits<float>::infinity());
     }
     const char* name() const override { return "rkv"; }
     bool needs_attention_weights() const override { return true; }
@@ -72,10 +89,7 @@ class RKVPolicy final : public ScorePolicy {
             Scratch& sc = scratch();
             std::vector<int32_t>& order = sc.order;
             std::vector<double>&imp = sc.imp, &red = sc.red, &sum_ = sc.sum, &newest_ = sc.newest, &exempt_ = sc.exempt;
-            std::vector<float>&ut_ = sc.ut, &sim_ = sc.sim;
             order.resize(size_t(T)), imp.resize(size_t(T)), red.resize(size_t(T));
-            ut_.resize(size_t(D_ * T));
-            sim_.resize(size_t(kBlock * T));
             const int32_t* pos = pos_.data() + r * L_;
             std::iota(order.begin(), order.end(), 0);
             std::sort(order.begin(), order.end(), [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
@@ -87,42 +101,59 @@ class RKVPolicy final : public ScorePolicy {
                 imp[size_t(order[size_t(i)])] = m;
             }
             // redundancy: mean cosine similarity, the most recent similar key exempt, softmax.
-            // The similarities are f32 products of unit keys (|error| ~ 1e-7), each one sum over d
-            // in order (policy_matmul), so S_ij and S_ji have the same bits. Each i's sum and its
-            // newest similar key run over j in slot order in f64, every i side by side
-            // (policy_similarity_columns); the diagonal adds 0 and exempts nothing.
+            // sum_j S_ij over j != i is u_i . (sum_j u_j) - u_i . u_i, in f64 from the f32 unit
+            // keys: O(T D) instead of every product. The exemption needs the newest j with
+            // S_ij > threshold: blocks of kBlock slots, newest first, against the slots i still
+            // without one (each S_ij an f32 sum over d in order, policy_matmul), until every i
+            // has one or the oldest block is done. kvpress' threshold makes most keys find one
+            // among the newest few hundred.
             const float* U = unit_.data() + r * L_ * D_;
+            std::vector<double>& su = sc.unit_sum;
+            su.assign(size_t(D_), 0.0);
             for (int64_t j = 0; j < T; ++j)
-                for (int64_t d = 0; d < D_; ++d) ut_[size_t(d * T + j)] = U[j * D_ + d];
-            sum_.assign(size_t(T), 0.0), newest_.assign(size_t(T), -1.0), exempt_.assign(size_t(T), 0.0);
-            if (T <= kFullT) {
-                // Panel b holds S_j,i for the block's slots i, every j (T x kBlock). Only rows
-                // j >= the block's first slot are products; the rows before are the transposed
-                // tiles of the earlier panels (S_ji = S_ij: half the products).
-                std::vector<float>& S = full_scratch();
-                const int64_t nb = (T + kBlock - 1) / kBlock;
-                S.resize(size_t(nb * T * kBlock));
-                for (int64_t b = 0, i0 = 0; b < nb; ++b, i0 += kBlock) {
-                    const int64_t m = std::min(kBlock, T - i0);
-                    float* Pb = S.data() + b * T * kBlock;
-                    policy_matmul(T - i0, m, D_, U + i0 * D_, D_, ut_.data() + i0, T, Pb + i0 * kBlock, kBlock);
-                    for (int64_t e = 0; e < b; ++e) {  // earlier blocks are whole
-                        const float* Pe = S.data() + e * T * kBlock;
-                        for (int64_t jj = 0; jj < kBlock; ++jj)
-                            for (int64_t ii = 0; ii < m; ++ii)
-                                Pb[(e * kBlock + jj) * kBlock + ii] = Pe[(i0 + ii) * kBlock + jj];
+                for (int64_t d = 0; d < D_; ++d) su[size_t(d)] += double(U[j * D_ + d]);
+            sum_.resize(size_t(T)), newest_.assign(size_t(T), -1.0), exempt_.assign(size_t(T), 0.0);
+            for (int64_t i = 0; i < T; ++i) {
+                double dot = 0, self = 0;
+                for (int64_t d = 0; d < D_; ++d) {
+                    const double u = double(U[i * D_ + d]);
+                    dot += u * su[size_t(d)], self += u * u;
+                }
+                sum_[size_t(i)] = dot - self;
+            }
+            std::vector<int32_t>& act = sc.active;  // slots i still looking, their unit keys the rows of A
+            act.resize(size_t(T));
+            std::iota(act.begin(), act.end(), 0);
+            std::vector<float>&A = sc.rows, &Bt = sc.block, &P = sc.products;
+            A.assign(U, U + T * D_);
+            Bt.resize(size_t(D_ * kBlock)), P.resize(size_t(T * kBlock));
+            int32_t js[kBlock];
+            for (int64_t k1 = T; k1 > 0 && !act.empty(); k1 -= kBlock) {
+                const int64_t jb = std::min(kBlock, k1), na = int64_t(act.size());
+                for (int64_t t = 0; t < jb; ++t) {  // the block's slots, newest first, transposed (D x kBlock)
+                    js[t] = order[size_t(k1 - 1 - t)];
+                    for (int64_t d = 0; d < D_; ++d) Bt[size_t(d * kBlock + t)] = U[js[t] * D_ + d];
+                }
+                policy_matmul(na, jb, D_, A.data(), D_, Bt.data(), kBlock, P.data(), kBlock);
+                int64_t w = 0;
+                for (int64_t a = 0; a < na; ++a) {
+                    const int32_t i = act[size_t(a)];
+                    const float* pa = P.data() + a * kBlock;
+                    int64_t t = jb;
+                    if (jb == kBlock) {  // most rows meet no similar key in a block: one vector test first
+                        if (any_above(pa, thr_below_)) t = 0;
+                    } else {
+                        t = 0;
                     }
-                    policy_similarity_columns(Pb, kBlock, T, m, i0, pos, threshold_, sum_.data() + i0, newest_.data() + i0,
-                                              exempt_.data() + i0);
+                    while (t < jb && (js[t] == i || !(double(pa[t]) > threshold_))) ++t;
+                    if (t < jb) {
+                        newest_[size_t(i)] = double(pos[js[t]]), exempt_[size_t(i)] = double(pa[t]);
+                        continue;
+                    }
+                    if (w != a) std::copy_n(A.data() + a * D_, D_, A.data() + w * D_);
+                    act[size_t(w++)] = i;
                 }
-            } else {
-                // blocks of kBlock slots i, laid out (T, block): the block's state stays in L1
-                for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-                    const int64_t m = std::min(kBlock, T - i0);
-                    policy_matmul(T, m, D_, U, D_, ut_.data() + i0, T, sim_.data(), m);
-                    policy_similarity_columns(sim_.data(), m, T, m, i0, pos, threshold_, sum_.data() + i0, newest_.data() + i0,
-                                              exempt_.data() + i0);
-                }
+                act.resize(size_t(w));
             }
             double zmax = -std::numeric_limits<double>::infinity();
             for (int64_t i = 0; i < T; ++i) {
@@ -151,18 +182,17 @@ class RKVPolicy final : public ScorePolicy {
    private:
     int64_t window_, kernel_;
     double lambda_, threshold_;
+    float thr_below_ = 0;
     int64_t D_ = 0;
     std::vector<float> score_;  // (B*G, L)
     std::vector<float> unit_;   // (B*G, L, D) unit keys
-    static constexpr int64_t kBlock = 32;  // similarity rows per product (32 x T f32 stays in L2)
-    static constexpr int64_t kFullT = 2048;  // up to this many slots, every panel (T^2 f32: 16 MiB) in one scratch per thread
-    static std::vector<float>& full_scratch() { return scratch().full; }
+    static constexpr int64_t kBlock = 32;  // slots j per product of the exemption search (any_above's width)
     struct Scratch {  // one row's, per thread
-        std::vector<float> full;      // every panel of the row's similarities (T <= kFullT)
-        std::vector<float> ut, sim;   // the row's unit keys transposed (D, T); a block of similarities (T, block)
-        std::vector<double> sum, newest, exempt;  // per slot i, sum_j S_ij, the newest similar key's position and S
-        std::vector<double> imp, red;  // per slot: importance, redundancy
-        std::vector<int32_t> order;    // slots in position order
+        std::vector<float> rows, block, products;  // unit keys of the slots still searching; a block's (D, kBlock); their products
+        std::vector<double> unit_sum;              // sum_j u_j (D)
+        std::vector<double> sum, newest, exempt;   // per slot i, sum_j S_ij, the newest similar key's position and S
+        std::vector<double> imp, red;              // per slot: importance, redundancy
+        std::vector<int32_t> order, active;        // slots in position order; slots still searching
     };
     static Scratch& scratch() {
         static thread_local Scratch s;
