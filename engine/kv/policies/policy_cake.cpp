@@ -307,9 +307,15 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
             pref_ = 0;
             return;
         }
-        std::vector<float> logits(size_t(R * q * T));
-        std::vector<double> a(size_t(R * q * T)), xs((size_t)T), u((size_t)T), s1((size_t)T), s2((size_t)T), mean((size_t)T);
-        std::vector<int32_t> order((size_t)T);
+        // the thread's scratch, kept between calls and shared by the layers: a fresh array of
+        // R q T doubles per call is fresh zeroed pages every time
+        Scratch& sc = scratch();
+        std::vector<float>& logits = sc.logits;
+        std::vector<double>&a = sc.a, &xs = sc.xs, &u = sc.u, &s1 = sc.s1, &s2 = sc.s2, &mean = sc.mean;
+        std::vector<int32_t>& order = sc.order;
+        logits.resize(size_t(R * q * T)), a.resize(size_t(R * q * T));
+        for (std::vector<double>* v : {&xs, &u, &s1, &s2, &mean}) v->resize(size_t(T));
+        order.resize(size_t(T));
         double H = 0, V = 0;
         const int level = policy_matmul_level();  // the softmax and moments at the CPU's vector width (policy_cake_math.h)
         for (int64_t r = 0; r < rows(); ++r) {
@@ -352,6 +358,15 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
     int64_t D_ = 0, NH_ = 0, qw_ = 0, q0_ = 0;
     float scale_ = 1.0f;
     double pref_ = 0;
+    struct Scratch {  // score_rows' arrays (every element written before it is read)
+        std::vector<float> logits;                   // (R q, T)
+        std::vector<double> a, xs, u, s1, s2, mean;  // weights (R q, T); per slot
+        std::vector<int32_t> order;                  // slots in position order
+    };
+    static Scratch& scratch() {
+        static thread_local Scratch s;
+        return s;
+    }
 };
 
 }  // namespace
