@@ -8,9 +8,9 @@ of the f32 fixture test (tests/engine/model_fixture_test.cpp, kGemma3nTol): a si
 rounding moves the logits by several 1e-6 leaves no room for the ~30 such sites of an f32
 forward under 1e-5.
 
-It then prints the floor of any f32 forward: every site rounded to f32 exactly once (a forward
+It then prints the floor of a forward with f32 activations: every site rounded to f32 exactly once (a forward
 whose every sum were exact), for the fixture's weights (seed 3000) and seven more draws of the
-same config on the fixture's inputs.
+same config on the fixture's inputs, and what rounding only the cached keys and values costs.
     /usr/bin/python3 tools/reference/gemma3n_sensitivity.py
 """
 
@@ -52,6 +52,10 @@ def main():
                 rounded = ref.forward(cfg, Ws, ids, lambda n, t: t.float().double() if n in SITES else t)
                 errs.append(float((rounded - exact).abs().max() / exact.abs().max()))
             print(f"  weights seed {seed}{' (the fixture)' if seed == 3000 + i else ''}: " + "  ".join(f"{e:.2e}" for e in errs))
+        # what an f32 cache alone costs: only the keys and values rounded, the rest exact
+        kv_only = [float((ref.forward(cfg, W, ids, lambda n, t: t.float().double() if n in ("k", "v") else t) - b).abs().max() / b.abs().max())
+                   for ids, b in zip(inputs, base)]
+        print(f"{name}: only the cached keys and values rounded to f32: " + "  ".join(f"{e:.2e}" for e in kv_only))
 
 
 if __name__ == "__main__":
