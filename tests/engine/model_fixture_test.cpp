@@ -124,31 +124,36 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture,
 // Gemma's layers differ from each other: whole sequence through a dense cache in chunks of 1,
 // 7 and 32 (the last longer than every window, shorter than the 37-token input) must equal the
 // one-pass reference, so each layer masks with its own window and rotates with its own base.
+// Every input of fixture `name` through a dense cache of `dtype` (the model's too) in chunks of
+// 1, 7 and 32 against the one-pass reference, within tol.
+void expect_chunked_through_dense_cache(const std::string& name, DType dtype, double tol) {
+    Fixture f = load_fixture(name);
+    ModelOptions opt;
+    opt.dtype = dtype;
+    opt.rope = RopeMode::YARN;
+    Transformer model(f.model.config, f.model.weights, opt);
+    model.set_context_width(f.context_width);
+    for (int j = 0; j < f.inputs; ++j) {
+        const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
+        const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
+        const int64_t T = ids.size(1), V = want.size(2);
+        for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(32)}) {
+            SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
+            KVCacheConfig kc;  // dense-default: keeps every position
+            KVCache cache(kc, f.model.config, Device{}, dtype, T);
+            test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
+            EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
+            EXPECT_LE(c.rel_err, tol) << c.report;
+        }
+    }
+}
+
 TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
                                    "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long", "deepseek_v2_mla", "deepseek_v2_lite_mla",
-                                   "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"}) {
-        Fixture f = load_fixture(name);
-        ModelOptions opt;
-        opt.rope = RopeMode::YARN;
-        Transformer model(f.model.config, f.model.weights, opt);
-        model.set_context_width(f.context_width);
-        for (int j = 0; j < f.inputs; ++j) {
-            const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
-            const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
-            const int64_t T = ids.size(1), V = want.size(2);
-            for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(32)}) {
-                SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
-                KVCacheConfig kc;  // dense-default: keeps every position
-                KVCache cache(kc, f.model.config, Device{}, DType::F32, T);
-                test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
-                EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
-                // Gemma 3n: see kGemma3nTol (chunk boundaries change the sums' order and add the cache's rounding).
-                const double tol = name == std::string("gemma3n_text") ? kGemma3nChunkTol : 1e-5;
-                EXPECT_LE(c.rel_err, tol) << c.report;
-            }
-        }
-    }
+                                   "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"})
+        // Gemma 3n: see kGemma3nTol (chunk boundaries change the sums' order and add the cache's rounding).
+        expect_chunked_through_dense_cache(name, DType::F32, name == "gemma3n_text" ? kGemma3nChunkTol : 1e-5);
 }
 
 // The f64 forward through an f64 dense cache in chunks of 1, 7 and 32: every layer type's
@@ -157,27 +162,8 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
 TEST(ModelFixtureF64, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"mistral_window", "qwen2_window", "gemma3_interleaved", "gemma2_alternating", "smollm3_nope",
                                    "phi3_partial", "olmo2_postnorm", "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long",
-                                   "deepseek_v2_mla", "deepseek_v2_lite_mla", "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"}) {
-        Fixture f = load_fixture(name);
-        ModelOptions opt;
-        opt.dtype = DType::F64;
-        opt.rope = RopeMode::YARN;
-        Transformer model(f.model.config, f.model.weights, opt);
-        model.set_context_width(f.context_width);
-        for (int j = 0; j < f.inputs; ++j) {
-            const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
-            const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
-            const int64_t T = ids.size(1), V = want.size(2);
-            for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(32)}) {
-                SCOPED_TRACE(str(name, " input ", j, " chunk ", chunk));
-                KVCacheConfig kc;  // dense-default: keeps every position
-                KVCache cache(kc, f.model.config, Device{}, DType::F64, T);
-                test::Comparison c = test::compare(test::chunked_logits(model, f.model.config, ids, chunk, V, &cache), want);
-                EXPECT_FALSE(c.nonfinite_mismatch) << c.report;
-                EXPECT_LE(c.rel_err, 1e-6) << c.report;
-            }
-        }
-    }
+                                   "deepseek_v2_mla", "deepseek_v2_lite_mla", "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"})
+        expect_chunked_through_dense_cache(name, DType::F64, 1e-6);
 }
 
 // Gemma 2's soft-capping (attention 0.5, final logits 2.0: both saturate) against transformers'
