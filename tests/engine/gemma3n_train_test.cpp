@@ -84,7 +84,10 @@ TEST(Gemma3nWeights, MergedLoraModelHasTheAdaptedLogits) {
     lc.targets = {"q", "k", "v", "proj", "mlp"};
     Lora lora(m, lc);
     EXPECT_EQ(lora.adapters().size(), size_t(5 * 6 + 2 * 4));  // q, proj and the MLP's 3 everywhere; k, v on layers 0-3
-    expect_merged_lora_logits(m, cfg, lora, "gemma3n-merge-b");
+    // 3e-5: Gemma 3n's random decoder amplifies rounding (tools/reference/gemma3n_sensitivity.py);
+    // the merged and the adapted f32 forwards were up to 1.12e-5 of max |logit| apart over test
+    // seeds 1-30 (AVX2), above the other families' 1e-5.
+    expect_merged_lora_logits(m, cfg, lora, "gemma3n-merge-b", 3e-5);
 }
 
 }  // namespace

@@ -40,9 +40,11 @@ inline void expect_state_dict_round_trip(const std::string& preset, const std::s
 }
 
 // m's adapters (lora) given random B (seed `seed_name`): the model built from
-// merged_lora_state_dict has the adapted model's logits within 1e-5, and the adapters move the
-// logits far more than that (so the comparison could fail).
-inline void expect_merged_lora_logits(Transformer& m, const ModelConfig& cfg, Lora& lora, const std::string& seed_name) {
+// merged_lora_state_dict has the adapted model's logits within tol of max |logit| (1e-5: two f32
+// forwards that differ in rounding only), and the adapters move the logits far more than that
+// (so the comparison could fail).
+inline void expect_merged_lora_logits(Transformer& m, const ModelConfig& cfg, Lora& lora, const std::string& seed_name,
+                                      double tol = 1e-5) {
     std::mt19937_64 rng(seed_for(seed_name));
     for (auto& a : lora.adapters()) a.B.copy_from(random_tensor(a.B.shape(), a.B.dtype(), rng, -0.2, 0.2));
     m.set_context_width(64);
@@ -54,7 +56,7 @@ inline void expect_merged_lora_logits(Transformer& m, const ModelConfig& cfg, Lo
     Transformer merged(cfg, merged_lora_state_dict(m, lora), ModelOptions{});
     merged.set_context_width(64);
     const Comparison cmp = compare(merged.forward(ids), adapted);
-    EXPECT_LE(cmp.max_abs_err, 1e-5 * cmp.ref_scale) << cmp.report;
+    EXPECT_LE(cmp.max_abs_err, tol * cmp.ref_scale) << cmp.report;
     const std::vector<float> av = adapted.to_f32_vector();
     double diff = 0;
     for (size_t i = 0; i < av.size(); ++i) diff = std::max(diff, double(std::fabs(av[i] - base[i])));

@@ -13,9 +13,10 @@ the default RoPE initialiser, ACT2FN's gelu_pytorch_tanh, a cache object that ha
 its own keys back and keeps the sources' in shared_layers, as DynamicCache does over one pass),
 and stacks them as Gemma3nTextModel.forward and Gemma3nForCausalLM do (AltUp streams, the masks
 per layer type, unembedding, final norm, tied head, soft-cap), in float64 with eager attention.
-It asserts that its logits equal gemma3n_reference.py's within --tol of max |logit|: 2.1e-5 as
+It asserts that its logits equal gemma3n_reference.py's within --tol of max |logit|: 3e-5 as
 transformers runs (it computes RMSNorm, the router's tanh, RoPE and the attention softmax in
-float32 whatever the model's dtype), 1.1e-14 with --float64 (those islands in float64).
+float32 whatever the model's dtype; 2.9e-6 on the fixture's weight draw, 2.05e-5 on seed 3000's,
+which amplifies rounding more), 1.1e-14 with --float64 (those islands in float64).
 
     /usr/bin/python3 tools/reference/gemma3n_check.py --transformers /tmp/tf [--float64] tests/fixtures/models/gemma3n_text
 """

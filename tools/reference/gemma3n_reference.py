@@ -215,6 +215,15 @@ def gemma3n_cfg(**kw):
     return cfg
 
 
+# The fixture's weight draw. Gemma 3n's random tiny decoder amplifies rounding by a factor that
+# varies from draw to draw: a forward that rounds every site to f32 exactly once (every sum exact,
+# the floor of any f32 forward) is 1.0e-6 to 1.8e-5 of max |logit| away over seeds 3000-3007
+# (gemma3n_sensitivity.py prints them). The fixture uses the first seed from 3000 whose floor is
+# below 2.5e-6 on both inputs (3001: 2.44e-6, 6.6e-7), so that the tests' 1e-5 bound measures the
+# f32 forward's own summation order rather than this draw's conditioning. Seed 3000 (8.3e-6, so
+# transformers' own f32 code is 2.05e-5 off) stays in the sensitivity script's table.
+WEIGHT_SEED = 3001
+
 FIXTURES = [
     # 6 layers (sliding window 5 in 0, 1, 3, 4; full in 2, 5), the last 3 sharing K/V (3, 4 -> 1;
     # 5 -> 2), 3 AltUp streams, LAUREL rank 4, per-layer inputs of 8, gaussian top-k at 0.95 in
@@ -231,7 +240,7 @@ def main():
     for i, (name, cfg, shapes) in enumerate(FIXTURES):
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)
-        stored, W = make_weights(cfg, 3000 + i)
+        stored, W = make_weights(cfg, WEIGHT_SEED + i)
         write_safetensors(os.path.join(d, "model.safetensors"), stored, {"format": "pt"})
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)

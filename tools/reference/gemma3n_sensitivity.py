@@ -9,7 +9,7 @@ rounding moves the logits by several 1e-6 leaves no room for the ~30 such sites 
 forward under 1e-5.
 
 It then prints the floor of a forward with f32 activations: every site rounded to f32 exactly once (a forward
-whose every sum were exact), for the fixture's weights (seed 3000) and seven more draws of the
+whose every sum were exact), for the fixture's weights (gemma3n_reference.WEIGHT_SEED) and the draws from seed 3000 to 3007 of the
 same config on the fixture's inputs, and what rounding only the cached keys and values costs.
     /usr/bin/python3 tools/reference/gemma3n_sensitivity.py
 """
@@ -28,7 +28,7 @@ SITES = ["x0", "pli", "r", "pred", "h", "q", "k", "v", "scores", "o", "y", "gate
 def main():
     torch.set_num_threads(2)
     for i, (name, cfg, shapes) in enumerate(ref.FIXTURES):
-        _, W = ref.make_weights(cfg, 3000 + i)
+        _, W = ref.make_weights(cfg, ref.WEIGHT_SEED + i)
         gen = torch.Generator().manual_seed(3077 + i)  # the fixture's inputs (gemma3n_reference.main)
         inputs = [torch.randint(0, cfg["vocab_size"], (B, T), generator=gen) for B, T in shapes]
         base = [ref.forward(cfg, W, ids) for ids in inputs]
@@ -51,7 +51,7 @@ def main():
                 exact = ref.forward(cfg, Ws, ids)
                 rounded = ref.forward(cfg, Ws, ids, lambda n, t: t.float().double() if n in SITES else t)
                 errs.append(float((rounded - exact).abs().max() / exact.abs().max()))
-            print(f"  weights seed {seed}{' (the fixture)' if seed == 3000 + i else ''}: " + "  ".join(f"{e:.2e}" for e in errs))
+            print(f"  weights seed {seed}{' (the fixture)' if seed == ref.WEIGHT_SEED + i else ''}: " + "  ".join(f"{e:.2e}" for e in errs))
         # what an f32 cache alone costs: only the keys and values rounded, the rest exact
         kv_only = [float((ref.forward(cfg, W, ids, lambda n, t: t.float().double() if n in ("k", "v") else t) - b).abs().max() / b.abs().max())
                    for ids, b in zip(inputs, base)]
