@@ -5,8 +5,8 @@
 # (eval, paged eval, generate, runs, compare, export) and the full-disk fault script
 # (tests/cli/faults.sh). CI (.ci/run) runs all of it. Portable, like a release build, so the
 # code under test is the same on every CPU and every kernel path the CPU runs is exercised: the
-# x86-64-v2 baseline, the avx2 / avx512 / avx512bf16 kernel variant libraries (each op case of
-# each variant the CPU runs against the f64 reference), the policies' ISA levels, and their
+# x86-64-v2 baseline, the avx2 / avx512 / avx512bf16 kernel variant libraries the CPU can run
+# (only those are built; each op case of each against the f64 reference), the policies' ISA levels, and their
 # products compiled as one AVX-512 unit (what -march=native makes on an AVX-512 CPU; issue 45).
 # The kernels part prints which paths ran. Lean otherwise, to fit CI: no CUDA, no GUI, -O1 -g1
 # (line tables: enough for the reports' stack traces), only the targets it runs; the engine
@@ -22,10 +22,24 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bdir="${KVLAB_ASAN_BUILD:-$root/build/asan}"
 filter="${1:-*}"
 start=$(date +%s)
+cpu_has() {  # FLAG...: the CPU reports every flag
+  local f; for f in "$@"; do grep -qw "$f" /proc/cpuinfo 2>/dev/null || return 1; done
+}
+# The kernel variant libraries this CPU may run (its flags include the variant's): the others
+# could never load here, so the sanitized build leaves them out (on a CPU without AVX-512, two
+# of the three).
+cpu_variants=()
+cpu_has avx512f avx512bw avx512cd avx512dq avx512vl avx512_bf16 && cpu_variants+=(avx512bf16)
+cpu_has avx512f avx512bw avx512cd avx512dq avx512vl && cpu_variants+=(avx512)
+cpu_has avx avx2 fma f16c bmi1 bmi2 && cpu_variants+=(avx2)
+variant_list=$(IFS=';'; echo "${cpu_variants[*]}")
 # A tree configured by an earlier version of this script (-DKVLAB_NATIVE=ON) is reconfigured.
 if [ ! -f "$bdir/CMakeCache.txt" ] || grep -q '^KVLAB_NATIVE:BOOL=ON' "$bdir/CMakeCache.txt"; then
   cmake -S "$root" -B "$bdir" -DKVLAB_SANITIZE=ON -DKVLAB_NATIVE=OFF -DKVLAB_CUDA=OFF -DKVLAB_GUI=OFF \
-    -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-sanitize-recover=undefined" >/dev/null
+    -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-sanitize-recover=undefined" \
+    -DKVLAB_CPU_VARIANTS="$variant_list" >/dev/null
+elif ! grep -qx "KVLAB_CPU_VARIANTS:STRING=$variant_list" "$bdir/CMakeCache.txt"; then
+  cmake -S "$root" -B "$bdir" -DKVLAB_CPU_VARIANTS="$variant_list" >/dev/null
 fi
 suites=" ${KVLAB_SANITIZE_SUITES:-storage sessions kernels engine cli} "
 want() { [[ "$suites" == *" $1 "* ]]; }
@@ -33,7 +47,8 @@ targets=()
 want storage && targets+=(kvlab_storage_tests)
 want sessions && targets+=(kvlab_sessions_tests kvlab)  # its sweep and fidelity cases run the CLI
 # The kernel variant libraries are loaded at run time by every suite that computes.
-variants=(kvlab_cpu_avx512bf16 kvlab_cpu_avx512 kvlab_cpu_avx2)
+variants=()
+for v in "${cpu_variants[@]}"; do variants+=("kvlab_cpu_$v"); done
 want kernels && targets+=(kvlab_kernel_tests kvlab kvlab_policy_math_v4_tests "${variants[@]}")
 want engine && targets+=(kvlab_engine_tests "${variants[@]}")
 want cli && targets+=(kvlab kvlab_cli_unit_tests "${variants[@]}")
@@ -103,9 +118,6 @@ fi
 # policies run on tiny here), self-timing benchmarks, and gradient checks by finite differences
 # (pure arithmetic over many full passes, already covered by the release suite, and slow under ASan).
 ENGINE_SKIP="SmolLM2*:PolicyOnSmollm2*:*Speed*:*Gradient*:GradFixture*:GradLossNormalisation*:TrainLoop*"
-cpu_has() {  # FLAG...: the CPU reports every flag
-  local f; for f in "$@"; do grep -qw "$f" /proc/cpuinfo 2>/dev/null || return 1; done
-}
 if want kernels; then
   current="the kernels suite"
   # Each op case of every kernel variant the CPU runs against the f64 reference, the variants'
