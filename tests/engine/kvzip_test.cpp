@@ -4,6 +4,8 @@
 // piece's own keys (causal). Checked against naive f64 softmaxes: on hand-built keys and queries
 // (scores and chosen slots), and on the tiny model against a plain forward of the context
 // followed by its reconstruction prompt (the pass's queries, positions and masking).
+// global-kvzip: its ranking on hand numbers, and on the tiny model its layer budgets from a
+// ranking of those f64 reference scores and the slots each later chunk evicts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 
 #include "engine/driver/long_context.h"
 #include "engine/kv/context_reconstruction.h"
+#include "engine/kv/policies/policy_cake.h"
+#include "engine/kv/policies/policy_global_kvzip.h"
 #include "engine/kv/policies/policy_registry.h"
 #include "engine/model/byte_tokenizer.h"
 #include "engine/model/presets.h"
@@ -287,47 +291,26 @@ struct RecordingAttention final : LayerAttention {
     }
 };
 
-// Through the model: the first chunk fills the cache (L = 24 tokens), so its piece attends to
-// exactly the context; the scores the pass leaves must equal the f64 softmax weights of a plain
-// causal forward of [context ; "Repeat..." prompt ; "\n" ; context] — the largest a piece query
-// pays each context key — in every layer and head. The step hook (deferred while the pass is
-// armed) reports them.
-TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
-    Tiny t;
-    const int64_t L = 24, T = 40, n_sink = 4;
+// f64 reference of the first piece's scores on the tiny model: a plain causal forward of
+// [context ; "Repeat..." prompt ; "\n" ; context] (context = ids[0, L)), and for every layer,
+// KV head g and context position j >= n_sink the largest softmax weight a piece query of the
+// group pays key j; (layers, G, L), sinks 1.
+std::vector<std::vector<double>> first_piece_reference(Tiny& t, const std::vector<int32_t>& ids, int64_t L, int64_t n_sink) {
     const int nl = int(t.cfg.num_layers);
     const int64_t G = t.cfg.num_kv_heads, NH = t.cfg.num_heads, D = t.cfg.head_dim, R = NH / G;
-    std::mt19937_64 rng(seed_for("kvzip tiny"));
-    std::vector<int32_t> ids((size_t)T);
-    for (auto& x : ids) x = int32_t(rng() % 90 + 32);
-    KVCacheConfig kc;
-    kc.name = "kvzip-default";
-    kc.cache_length = L;
-    kc.dtype = DType::F32;
-    const TextCodec codec{[&t](const std::vector<int32_t>& v) { return t.tok->decode(v, true); },
-                          [&t](const std::string& s) { return t.tok->encode(s, false); }};
-    KVCache cache(kc, t.cfg, Device{}, DType::F32, T, &codec);
-    std::vector<std::vector<float>> first_scores((size_t)nl);
-    cache.set_step_hook([&](const LayerStep& s) {
-        if (s.chunk == 0) first_scores[size_t(s.layer)] = s.policy->slot_scores();
-    });
-    fill_then_two_chunks(t, cache, ids, L);
-
-    // The reference sequence: the context, then its piece exactly as the pass builds it.
     std::vector<int32_t> seq(ids.begin(), ids.begin() + L);
     const std::vector<int32_t> head = t.tok->encode("\n\nRepeat the previous context exactly.", false), nlid = t.tok->encode("\n", false);
     seq.insert(seq.end(), head.begin(), head.end());
     seq.insert(seq.end(), nlid.begin(), nlid.end());
     seq.insert(seq.end(), ids.begin(), ids.begin() + L);
-    const int64_t S = int64_t(seq.size()), m = S - L;
+    const int64_t S = int64_t(seq.size());
     t.model.set_context_width(S);
     RecordingAttention rec;
     Tensor x = t.model.embed(Tensor::from_i32({1, S}, seq));
     for (int l = 0; l < nl; ++l) x = t.model.block(l, x, 0, rec);
     const double scale = 1.0 / std::sqrt(double(D));
-    double worst = 0, top = 0, low = 1;
-    for (int l = 0; l < nl; ++l) {
-        ASSERT_EQ(first_scores[size_t(l)].size(), size_t(G * L)) << "layer " << l << ": no scores after the first chunk";
+    std::vector<std::vector<double>> out((size_t)nl, std::vector<double>(size_t(G * L), 1.0));
+    for (int l = 0; l < nl; ++l)
         for (int64_t g = 0; g < G; ++g)
             for (int64_t j = n_sink; j < L; ++j) {
                 double best = 0;
@@ -345,10 +328,45 @@ TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
                         for (double v : z) den += std::exp(v - mx);
                         best = std::max(best, std::exp(z[size_t(j)] - mx) / den);
                     }
-                const double got = first_scores[size_t(l)][size_t(g * L + j)];
-                worst = std::max(worst, std::fabs(got - best));
+                out[size_t(l)][size_t(g * L + j)] = best;
+            }
+    return out;
+}
+
+// Through the model: the first chunk fills the cache (L = 24 tokens), so its piece attends to
+// exactly the context; the scores the pass leaves must equal the f64 softmax weights of a plain
+// causal forward of [context ; "Repeat..." prompt ; "\n" ; context] — the largest a piece query
+// pays each context key — in every layer and head. The step hook (deferred while the pass is
+// armed) reports them.
+TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
+    Tiny t;
+    const int64_t L = 24, T = 40, n_sink = 4;
+    const int nl = int(t.cfg.num_layers);
+    const int64_t G = t.cfg.num_kv_heads;
+    std::mt19937_64 rng(seed_for("kvzip tiny"));
+    std::vector<int32_t> ids((size_t)T);
+    for (auto& x : ids) x = int32_t(rng() % 90 + 32);
+    KVCacheConfig kc;
+    kc.name = "kvzip-default";
+    kc.cache_length = L;
+    kc.dtype = DType::F32;
+    const TextCodec codec{[&t](const std::vector<int32_t>& v) { return t.tok->decode(v, true); },
+                          [&t](const std::string& s) { return t.tok->encode(s, false); }};
+    KVCache cache(kc, t.cfg, Device{}, DType::F32, T, &codec);
+    std::vector<std::vector<float>> first_scores((size_t)nl);
+    cache.set_step_hook([&](const LayerStep& s) {
+        if (s.chunk == 0) first_scores[size_t(s.layer)] = s.policy->slot_scores();
+    });
+    fill_then_two_chunks(t, cache, ids, L);
+    const std::vector<std::vector<double>> ref = first_piece_reference(t, ids, L, n_sink);
+    double top = 0, low = 1;
+    for (int l = 0; l < nl; ++l) {
+        ASSERT_EQ(first_scores[size_t(l)].size(), size_t(G * L)) << "layer " << l << ": no scores after the first chunk";
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = n_sink; j < L; ++j) {
+                const double best = ref[size_t(l)][size_t(g * L + j)];
                 top = std::max(top, best), low = std::min(low, best);
-                EXPECT_NEAR(got, best, 2e-5) << "layer " << l << " head " << g << " slot " << j;
+                EXPECT_NEAR(first_scores[size_t(l)][size_t(g * L + j)], best, 2e-5) << "layer " << l << " head " << g << " slot " << j;
             }
         for (int64_t g = 0; g < G; ++g)
             for (int64_t j = 0; j < n_sink; ++j) EXPECT_EQ(first_scores[size_t(l)][size_t(g * L + j)], 1.0f);
@@ -356,8 +374,6 @@ TEST(KVzip, ThePassScoresAsAPlainForwardOfContextAndPrompt) {
     // The random tiny model attends almost uniformly, but the weights still spread far beyond
     // the tolerance, so a score landing on the wrong slot or a wrong mask fails.
     EXPECT_GT(top - low, 100 * 2e-5) << "the reference weights are all alike: the case cannot tell slots apart";
-    (void)m;
-    (void)worst;
 }
 
 // Through the model with per-head lengths: ada-kvzip's pass attends over the pool (each head
@@ -448,6 +464,113 @@ TEST(KVzip, WithoutEvictionTheLossesAreDenseBitForBit) {
     ASSERT_EQ(dense.size(), kvzip.size());
     for (size_t i = 0; i + 1 < dense.size(); ++i) ASSERT_EQ(dense[i], kvzip[i]) << "position " << i;
     EXPECT_EQ(sz, sd) << "every chunk of every layer reports once";
+}
+
+// ---- global-kvzip: layer budgets from one ranking over all layers ------------------------
+
+TEST(GlobalKVzip, CountsAreTheTopOfOneRankingOverAllLayers) {
+    const std::vector<std::vector<float>> s = {{0.9f, 0.1f, 0.5f}, {0.8f, 0.7f, 0.2f, 0.5f}};
+    // 7 scores, keep ceil(3.5) = 4: 0.9, 0.8, 0.7 and one of the two 0.5, the lower layer's.
+    EXPECT_EQ(kvzip_global_counts(s, 0.5), (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(kvzip_global_counts(s, 0.4), (std::vector<int64_t>{1, 2}));  // ceil(2.8) = 3
+    EXPECT_EQ(kvzip_global_counts(s, 1.0), (std::vector<int64_t>{3, 4}));
+    EXPECT_EQ(kvzip_global_counts({{}, {}}, 0.5), (std::vector<int64_t>{0, 0}));
+}
+
+// Through the model, one chunk per cell (every layer's prefill is scored before any layer's
+// next chunk): each layer's prefill scores equal the f64 reference of kvzip's first piece; the
+// budgets are the ranking of those reference scores over both layers and all heads, shared out
+// by cake's rule (floors F, total 2 L); each layer ends at its budget; and every later chunk
+// evicts each row's lowest scores as the pass left them, never a sink.
+TEST(GlobalKVzip, BudgetsRankTheReferenceScoresAndChunksEvictTheLowest) {
+    Tiny t;
+    const int64_t L = 64, C = 16, n_sink = 4, nchunks = 4;
+    const int nl = int(t.cfg.num_layers);
+    const int64_t G = t.cfg.num_kv_heads;
+    KVCacheConfig kc;
+    kc.name = "global-kvzip-default";
+    kc.cache_length = L;
+    kc.max_chunk_size = C;
+    kc.dtype = DType::F32;
+    const int64_t F = kc.length_for_layer(0, L, nl), T = F + C * nchunks;
+    ASSERT_EQ(F, 16 + C) << "every layer starts at a quarter of L besides a chunk";
+    // A fixed text, not the run's seed: the case must give the layers different budgets (checked
+    // below), which a draw of equal counts would not.
+    std::mt19937_64 rng(1);  // counts 17 and 11 of the top 28
+    std::vector<int32_t> ids((size_t)T);
+    for (auto& x : ids) x = int32_t(rng() % 90 + 32);
+    const TextCodec codec{[&t](const std::vector<int32_t>& v) { return t.tok->decode(v, true); },
+                          [&t](const std::string& s) { return t.tok->encode(s, false); }};
+    KVCache cache(kc, t.cfg, Device{}, DType::F32, T, &codec);
+    struct Seen {
+        std::vector<float> scores;
+        std::vector<int32_t> pos;
+    };
+    std::vector<Seen> last((size_t)nl);
+    std::vector<std::vector<float>> first((size_t)nl);
+    int64_t evicted = 0;
+    cache.set_step_hook([&](const LayerStep& s) {
+        const size_t l = size_t(s.layer);
+        if (s.chunk == 0) first[l] = s.policy->slot_scores();
+        if (s.chunk > 0 && s.plan->rows > 1) {  // a plan that evicts: from the scores the last step left
+            const Seen& prev = last[l];
+            const int64_t Lp = int64_t(prev.pos.size()) / G, n = s.plan->n;
+            for (int64_t r = 0; r < G; ++r) {
+                std::vector<int32_t> took, cand;
+                for (int64_t t2 = 0; t2 < n; ++t2) {
+                    const int32_t slot = s.plan->targets[size_t(r * n + t2)];
+                    if (slot < Lp && prev.pos[size_t(r * Lp + slot)] >= 0) took.push_back(slot);
+                }
+                for (int64_t j = 0; j < Lp; ++j)
+                    if (prev.pos[size_t(r * Lp + j)] >= n_sink) cand.push_back(int32_t(j));
+                const float* sc = prev.scores.data() + r * Lp;
+                std::sort(cand.begin(), cand.end(), [sc](int32_t a, int32_t b) { return sc[a] < sc[b] || (sc[a] == sc[b] && a < b); });
+                cand.resize(took.size());
+                std::sort(took.begin(), took.end()), std::sort(cand.begin(), cand.end());
+                EXPECT_EQ(took, cand) << "layer " << l << " chunk " << s.chunk << " row " << r;
+                evicted += int64_t(took.size());
+            }
+        }
+        last[l] = {s.policy->slot_scores(), s.policy->token_positions()};
+    });
+    ChunkPlan plan;
+    for (int64_t c = 0, p = 0; c <= nchunks; ++c) {
+        plan.chunks.push_back(c == 0 ? F : C);
+        plan.starts.push_back(p);
+        plan.cells.push_back({size_t(c), size_t(c + 1)});
+        p += plan.chunks.back();
+    }
+    HeadSpec hs;
+    hs.T = T;
+    hs.token_targets.assign(size_t(T), -100);
+    HeadResult res;
+    long_context_forward(t.model, cache, Tensor::from_i32({1, T}, ids), plan, hs, res);
+    EXPECT_GT(evicted, 0) << "no chunk evicted: the choices were never checked";
+
+    // The scores: kvzip's first piece over the F-token prefill, against the f64 reference; then
+    // the scores the layers hold, ranked over both layers by a plain sort.
+    const std::vector<std::vector<double>> ref = first_piece_reference(t, ids, F, n_sink);
+    std::vector<std::pair<float, int>> all;  // (score, layer)
+    for (int l = 0; l < nl; ++l) {
+        ASSERT_EQ(first[size_t(l)].size(), size_t(G * F)) << "layer " << l << ": no scores after the prefill";
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = n_sink; j < F; ++j) {
+                EXPECT_NEAR(first[size_t(l)][size_t(g * F + j)], ref[size_t(l)][size_t(g * F + j)], 2e-5) << "layer " << l << " slot " << j;
+                all.push_back({first[size_t(l)][size_t(g * F + j)], l});
+            }
+    }
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    const size_t K = size_t(std::ceil(0.25 * double(all.size())));  // kvzip_global_keep's default
+    std::vector<double> counts((size_t)nl, 0.0);
+    for (size_t i = 0; i < K; ++i) counts[size_t(all[i].second)] += 1;
+    const std::vector<int64_t> want = cake_layer_budgets(counts, std::vector<int64_t>((size_t)nl, F), nl * L, 0);
+    ASSERT_NE(want[0], want[1]) << "both layers get the same budget: the case cannot tell the ranking from equal shares";
+    for (int l = 0; l < nl; ++l) {
+        const KVPolicy& p = cache.layer(l).policy();
+        EXPECT_EQ(global_kvzip_budget(p), want[size_t(l)]) << "layer " << l;
+        EXPECT_EQ(p.cache_length(), want[size_t(l)]) << "layer " << l;
+        EXPECT_EQ(p.current_length(), want[size_t(l)]) << "layer " << l;
+    }
 }
 
 }  // namespace

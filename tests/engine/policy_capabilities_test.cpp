@@ -31,9 +31,9 @@ Expected documented(const std::string& name) {
     Expected e;
     e.selects = name == "quest";
     e.reorders = name == "quest";
-    e.reconstructs = name == "kvzip" || name == "ada-kvzip";
+    e.reconstructs = name == "kvzip" || name == "ada-kvzip" || name == "global-kvzip";
     e.pooled = name.rfind("ada-", 0) == 0 || name == "critical-ada" || name.rfind("lukv-", 0) == 0 || name == "duo";
-    e.cross_layer = name == "cake";
+    e.cross_layer = name == "cake" || name == "global-kvzip";
     e.tokens = name == "smart-lastrec";
     return e;
 }

@@ -29,6 +29,7 @@ namespace kv {
     X(ada)                 \
     X(lukv)                \
     X(kvzip)               \
+    X(global_kvzip)        \
     X(kvzap)               \
     X(keydiff)             \
     X(chunkkv)             \
