@@ -114,7 +114,7 @@ fi
 # is never their calibration data; their sweeps are their own, as duo's above, and their rows are
 # in the tables only (in the figure their file options would label every line).
 if want methods; then
-METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention critical-ada cap simlayerkv finch merging-snapkv merging-knorm cam-h2o cam-knorm key-rerotation-snapkv key-rerotation-streaming key-rerotation-h2o key-rerotation-knorm ada-kvzip}"
+METHODS="${RESULTS_METHODS:-keydiff chunkkv observed-attention cur non-causal-attn leverage compactor lagkv critical-snapkv critical-expected-attention critical-ada cap simlayerkv finch merging-snapkv merging-knorm cam-h2o cam-knorm key-rerotation-snapkv key-rerotation-streaming key-rerotation-h2o key-rerotation-knorm ada-kvzip global-kvzip}"
 # LUKV's per-head budgets need a table: the KV heads of every layer keep 1, 0.75 and 0.5 of L
 # (a quarter fewer slots than the others at the same L); rows in the tables only, as qfilter's
 LUKV="lukv-knorm,lukv-snapkv,lukv-h2o,lukv-expected-attention" LUKV_RATIOS="pattern:1 0.75 0.5"  # spaces: a comma would make it a sweep list
@@ -139,7 +139,12 @@ mrep=(smollm2-135m --data repeat --data.seq_length 2048 --data.num_samples 2 --d
 "$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
   --where "data=repeat;data.seq_length=2048;data.repeat_distance=896;kv_cache.cache_length=256|512;kv_cache.policy=$(echo $BASE $METHODS | tr ' ' '|')" \
   --title "SmolLM2-135M, repeat task (2048 tokens): the methods of kvpress's leaderboard" -o docs/figures/repeat_methods_smollm2.svg
-echo "results: results/{ppl,repeat}.{methods,qfilter,kvzap,lukv}.md; figure docs/figures/repeat_methods_smollm2.svg"
+# KVzip's three allocations side by side (kvzip's cells come from the zoo block: its L = 1024 too)
+"$KVLAB" plot "$SESSION" --x kv_cache.cache_length --y copy_token_accuracy --by kv_cache.policy \
+  --where "data=repeat;data.seq_length=2048;data.repeat_distance=896;kv_cache.policy=kvzip|ada-kvzip|global-kvzip|dense" \
+  --title "SmolLM2-135M, repeat task (2048 tokens): KVzip's scores allocated per head, per layer, over all layers" \
+  -o docs/figures/repeat_kvzip_allocations_smollm2.svg
+echo "results: results/{ppl,repeat}.{methods,qfilter,kvzap,lukv}.md; figures docs/figures/repeat_{methods,kvzip_allocations}_smollm2.svg"
 fi
 
 if want fidelity; then
