@@ -469,7 +469,7 @@ TEST(KVzip, WithoutEvictionTheLossesAreDenseBitForBit) {
 // ---- global-kvzip: layer budgets from one ranking over all layers ------------------------
 
 TEST(GlobalKVzip, CountsAreTheTopOfOneRankingOverAllLayers) {
-    const std::vector<std::vector<float>> s = {{0.9f, 0.1f, 0.5f}, {0.8f, 0.7f, 0.2f, 0.5f}};
+    const std::vector<std::vector<double>> s = {{0.9, 0.1, 0.5}, {0.8, 0.7, 0.2, 0.5}};
     // 7 scores, keep ceil(3.5) = 4: 0.9, 0.8, 0.7 and one of the two 0.5, the lower layer's.
     EXPECT_EQ(kvzip_global_counts(s, 0.5), (std::vector<int64_t>{2, 2}));
     EXPECT_EQ(kvzip_global_counts(s, 0.4), (std::vector<int64_t>{1, 2}));  // ceil(2.8) = 3
@@ -481,7 +481,7 @@ TEST(GlobalKVzip, CountsAreTheTopOfOneRankingOverAllLayers) {
 // next chunk): each layer's prefill scores equal the f64 reference of kvzip's first piece; the
 // budgets are the ranking of those reference scores over both layers and all heads, shared out
 // by cake's rule (floors F, total 2 L); each layer ends at its budget; and every later chunk
-// evicts each row's lowest scores as the pass left them, never a sink.
+// evicts each row's lowest scores as the pass left them (no chunk here reaches the sinks).
 TEST(GlobalKVzip, BudgetsRankTheReferenceScoresAndChunksEvictTheLowest) {
     Tiny t;
     const int64_t L = 64, C = 16, n_sink = 4, nchunks = 4;

@@ -24,6 +24,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "engine/kv/policies/layer_budget_policy.h"
 #include "engine/kv/policies/policy_cake_math.h"
 #include "engine/kv/policies/policy_math.h"
 #include "engine/kv/policies/policy_registry.h"
@@ -87,36 +88,15 @@ int64_t grow_only_initial_length(const KVCacheConfig& c, int64_t num_layers, dou
 
 namespace {
 
-class CakePolicy;
-
-// One sequence's decision, shared by the layers of one model-level cache (link_layers).
-struct CakeShared {
-    std::vector<CakePolicy*> layers;
-    std::vector<double> pref;
-    std::vector<char> known;
-    int64_t n_known = 0;
-    bool decided = false;
-    std::vector<int64_t> budget;
-    void begin_sequence() {
-        pref.assign(layers.size(), 0.0);
-        known.assign(layers.size(), 0);
-        n_known = 0;
-        decided = false;
-        budget.clear();
-    }
-};
-
 int64_t cake_initial_length(const KVCacheConfig& c, int64_t num_layers) {
     // Its prefill must hold a window and something before it.
     return grow_only_initial_length(c, num_layers, c.policy_option("cake_floor_fraction"), c.snapkv_window + 1);
 }
 
-class CakePolicy final : public KVPolicy, public CrossLayerLengths {
+class CakePolicy final : public LayerBudgetPolicy {
    public:
     CakePolicy(const KVCacheConfig& cfg, int64_t L, int64_t G)
-        : KVPolicy(L, G),
-          F_(L),
-          mean_L_(cfg.cache_length > 0 ? cfg.cache_length : L),
+        : LayerBudgetPolicy(L, G, cfg.cache_length > 0 ? cfg.cache_length : L),
           total_(int64_t(cfg.policy_option("cake_total_budget"))),
           window_(std::max<int64_t>(1, std::min<int64_t>(cfg.snapkv_window, L / 2))),
           kernel_(cfg.snapkv_kernel),
@@ -127,51 +107,24 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
             throw Error("--kv_cache.layer_cache_lengths: policy 'cake' decides every layer's length itself; leave it empty and "
                         "give --kv_cache.cache_length (the mean) or --kv_cache.cake_total_budget");
         if (L < 2) throw Error(str("--kv_cache.cache_length: ", L, " is too short for cake; expected at least 2 slots per layer"));
-        shared_ = std::make_shared<CakeShared>();
-        shared_->layers = {this};
     }
     const char* name() const override { return "cake"; }
     FeatureSet needs_features() const override { return {Feature::KeyVectors, Feature::QueryVectors}; }
     bool per_row_positions() const override { return true; }
     const std::vector<int32_t>& token_positions() const override { return pos_; }
 
-    void link_layers(const std::vector<KVPolicy*>& all) override {
-        if (all.empty() || all[0] != this) return;  // layer 0 links everyone
-        auto s = std::make_shared<CakeShared>();
-        for (KVPolicy* p : all) {
-            auto* c = dynamic_cast<CakePolicy*>(p);
-            if (!c) return;
-            s->layers.push_back(c);
-        }
-        for (size_t i = 0; i < s->layers.size(); ++i) s->layers[i]->shared_ = s, s->layers[i]->index_ = i;
-    }
-
     void reset(int64_t batch) override {
         B_ = batch;
         T_ = P_ = 0;
         D_ = 0;
-        relayout(F_);
+        relayout(initial_length());
         std::fill(pos_.begin(), pos_.end(), -1);
         std::fill(score_.begin(), score_.end(), 0.0f);
         pref_ = 0;
     }
 
-    int64_t begin_call(int64_t input_pos, int64_t n) override {
-        if (input_pos == 0) {
-            if (index_ == 0) shared_->begin_sequence();
-            return L_;  // reset() put it back to F
-        }
-        if (shared_->decided) {
-            const int64_t b = shared_->budget[index_];
-            if (b != L_) relayout(b);
-        } else if (T_ + n > L_) {
-            relayout(T_ + n);  // before the decision (a cell running ahead of later layers' prefills): grow, never evict
-        }
-        return L_;
-    }
-
     int64_t max_forward_length() const override {
-        if (P_ > 0 && shared_->decided) return shared_->budget[index_];
+        if (P_ > 0 && decided()) return budget();
         return P_ > 0 ? std::numeric_limits<int32_t>::max() : L_;  // undecided: a layer grows to take any chunk
     }
 
@@ -186,9 +139,7 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
         // The preference's window leaves at least one token before it.
         stash_window(f, n, std::min(window_, n - 1), 0);
         score_rows(true);
-        shared_->pref[index_] = pref_;
-        shared_->known[index_] = 1;
-        if (++shared_->n_known == int64_t(shared_->layers.size())) decide();
+        say({pref_});
     }
 
     SlotPlan prepare(int64_t n) const override {
@@ -263,20 +214,10 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
    private:
     int64_t rows() const { return B_ * G_; }
 
-    // Re-stride the per-slot state to `L` slots per row (slots [0, min) kept).
-    void relayout(int64_t L) {
-        const int64_t keep = std::min(L, L_), R = rows();
-        std::vector<int32_t> pos(size_t(R * L), -1);
-        std::vector<float> sc(size_t(R * L), 0.0f), kt(size_t(R * D_ * L), 0.0f);
-        if (pos_.size() == size_t(R * L_)) {
-            for (int64_t r = 0; r < R; ++r) {
-                std::copy_n(pos_.begin() + r * L_, keep, pos.begin() + r * L);
-                std::copy_n(score_.begin() + r * L_, keep, sc.begin() + r * L);
-                for (int64_t d = 0; d < D_ && keys_t_.size() == size_t(R * D_ * L_); ++d)
-                    std::copy_n(keys_t_.begin() + (r * D_ + d) * L_, keep, kt.begin() + (r * D_ + d) * L);
-            }
-        }
-        pos_ = std::move(pos), score_ = std::move(sc), keys_t_ = std::move(kt);
+    void relayout(int64_t L) override {
+        restride_rows(pos_, rows(), L_, L, int32_t(-1));
+        restride_rows(score_, rows(), L_, L, 0.0f);
+        restride_rows(keys_t_, rows() * D_, L_, L, 0.0f);  // (B*G, D, L): rows of L per (row, d)
         L_ = L;
     }
 
@@ -342,20 +283,15 @@ class CakePolicy final : public KVPolicy, public CrossLayerLengths {
         if (preference) pref_ = std::pow(H, 1.0 / tau1_) * std::pow(V, 1.0 / tau2_);
     }
 
-    void decide() {
-        CakeShared& s = *shared_;
-        const int64_t N = int64_t(s.layers.size());
-        std::vector<int64_t> floors;
-        for (const CakePolicy* c : s.layers) floors.push_back(std::max(c->F_, c->T_));
-        const int64_t total = total_ > 0 ? total_ : mean_L_ * N;
-        s.budget = cake_layer_budgets(s.pref, floors, total, window_);
-        s.decided = true;
+    std::vector<int64_t> decide(const std::vector<std::vector<double>>& says, const std::vector<int64_t>& floors,
+                                int64_t total) const override {
+        std::vector<double> pref;
+        for (const std::vector<double>& v : says) pref.push_back(v.empty() ? 0.0 : v[0]);
+        return cake_layer_budgets(pref, floors, total_ > 0 ? total_ : total, window_);
     }
 
-    int64_t F_, mean_L_, total_, window_, kernel_;
+    int64_t total_, window_, kernel_;
     double tau1_, tau2_, gamma_;
-    std::shared_ptr<CakeShared> shared_;
-    size_t index_ = 0;
     std::vector<int32_t> pos_;     // (B*G, L) token position per slot, -1 empty
     std::vector<float> score_;     // (B*G, L) indicator (lower = evicted first)
     std::vector<float> keys_t_;    // (B*G, D, L) cached keys, transposed

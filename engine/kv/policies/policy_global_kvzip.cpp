@@ -9,7 +9,7 @@
 //   budgets B_l = c_l / sum c * (N cache_length)   (cake_layer_budgets: floors F and what the
 //                 layer holds, water-filled, rounded so that sum B_l = N cache_length)
 // Each layer's buffer grows to B_l at its next call; chunks fill it, then evict the lowest
-// scores per (b, g) row, never a sink (heads keep B_l slots each). A token is scored by its own
+// scores per (b, g) row, sinks last (heads keep B_l slots each). A token is scored by its own
 // chunk's piece, as in kvzip.
 #include "engine/kv/policies/policy_global_kvzip.h"
 
@@ -17,22 +17,24 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <numeric>
 
 #include "engine/core/error.h"
 #include "engine/kv/policies/kvzip_scores.h"
+#include "engine/kv/policies/layer_budget_policy.h"
 #include "engine/kv/policies/policy_cake.h"
 #include "engine/kv/policies/policy_registry.h"
 
 namespace kv {
 
-std::vector<int64_t> kvzip_global_counts(const std::vector<std::vector<float>>& scores, double keep) {
-    std::vector<std::pair<float, int32_t>> all;  // (score, layer)
+std::vector<int64_t> kvzip_global_counts(const std::vector<std::vector<double>>& scores, double keep) {
+    std::vector<std::pair<double, int32_t>> all;  // (score, layer)
     for (size_t l = 0; l < scores.size(); ++l)
-        for (float s : scores[l]) all.push_back({s, int32_t(l)});
+        for (double s : scores[l]) all.push_back({s, int32_t(l)});
     std::vector<int64_t> counts(scores.size(), 0);
     const size_t K = std::min(all.size(), size_t(std::ceil(keep * double(all.size()))));
     if (K == 0) return counts;
-    auto first = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    auto first = [](const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) {
         return a.first > b.first || (a.first == b.first && a.second < b.second);
     };
     std::nth_element(all.begin(), all.begin() + std::ptrdiff_t(K - 1), all.end(), first);
@@ -42,37 +44,16 @@ std::vector<int64_t> kvzip_global_counts(const std::vector<std::vector<float>>& 
 
 namespace {
 
-class GlobalKVzipPolicy;
-
-// One sequence's decision, shared by the layers of one model-level cache (link_layers).
-struct GlobalKVzipShared {
-    std::vector<GlobalKVzipPolicy*> layers;
-    std::vector<std::vector<float>> scores;  // per layer: its prefill's scores (non-sink tokens, every row)
-    std::vector<char> known;
-    int64_t n_known = 0;
-    bool decided = false;
-    std::vector<int64_t> budget;
-    void begin_sequence() {
-        scores.assign(layers.size(), {});
-        known.assign(layers.size(), 0);
-        n_known = 0;
-        decided = false;
-        budget.clear();
-    }
-};
-
 int64_t global_kvzip_initial_length(const KVCacheConfig& c, int64_t num_layers) {
     return grow_only_initial_length(c, num_layers, c.policy_option("kvzip_floor_fraction"), int64_t(c.policy_option("kvzip_n_sink")) + 1);
 }
 
-class GlobalKVzipPolicy final : public KVPolicy, public CrossLayerLengths, public ReconstructsContext {
+class GlobalKVzipPolicy final : public LayerBudgetPolicy, public ReconstructsContext {
    public:
     GlobalKVzipPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text)
-        : KVPolicy(L, G),
+        : LayerBudgetPolicy(L, G, cfg.cache_length > 0 ? cfg.cache_length : L),
           cfg_(cfg),
           text_(text),
-          F_(L),
-          mean_L_(cfg.cache_length > 0 ? cfg.cache_length : L),
           n_sink_(int64_t(cfg.policy_option("kvzip_n_sink"))),
           keep_(cfg.policy_option("kvzip_global_keep")) {
         if (!cfg.layer_cache_lengths.empty() || !cfg.layer_cache_rule.empty())
@@ -81,51 +62,21 @@ class GlobalKVzipPolicy final : public KVPolicy, public CrossLayerLengths, publi
         if (L <= n_sink_)
             throw Error(str("--kv_cache.cache_length: ", L, " is too short for global-kvzip with kvzip_n_sink ", n_sink_,
                             "; expected more slots than sinks"));
-        shared_ = std::make_shared<GlobalKVzipShared>();
-        shared_->layers = {this};
     }
     const char* name() const override { return "global-kvzip"; }
     bool per_row_positions() const override { return true; }
     const std::vector<int32_t>& token_positions() const override { return pos_; }
 
-    void link_layers(const std::vector<KVPolicy*>& all) override {
-        if (all.empty() || all[0] != this) return;  // layer 0 links everyone
-        auto s = std::make_shared<GlobalKVzipShared>();
-        for (KVPolicy* p : all) {
-            auto* c = dynamic_cast<GlobalKVzipPolicy*>(p);
-            if (!c) return;
-            s->layers.push_back(c);
-        }
-        for (size_t i = 0; i < s->layers.size(); ++i) s->layers[i]->shared_ = s, s->layers[i]->index_ = i;
-    }
-
     void reset(int64_t batch) override {
         B_ = batch;
         T_ = P_ = prefill_n_ = 0;
-        relayout(F_);
+        relayout(initial_length());
         std::fill(pos_.begin(), pos_.end(), -1);
         std::fill(score_.begin(), score_.end(), 0.0f);
     }
 
-    int64_t begin_call(int64_t input_pos, int64_t n) override {
-        if (input_pos == 0) {
-            if (index_ == 0) shared_->begin_sequence();
-            return L_;  // reset() put it back to F
-        }
-        // No reconstruction of this layer's prefill came before its next chunk (a driver
-        // without the pass): the layer has no say in the ranking, and the others decide.
-        if (!shared_->known[index_]) know({});
-        if (shared_->decided) {
-            const int64_t b = shared_->budget[index_];
-            if (b != L_) relayout(b);
-        } else if (T_ + n > L_) {
-            relayout(T_ + n);  // before the decision (a cell running ahead of later layers' prefills): grow, never evict
-        }
-        return L_;
-    }
-
     int64_t max_forward_length() const override {
-        if (P_ > 0 && shared_->decided) return shared_->budget[index_] - std::min(n_sink_, shared_->budget[index_] - 1);
+        if (P_ > 0 && decided()) return budget();
         return P_ > 0 ? std::numeric_limits<int32_t>::max() : L_;  // undecided: a layer grows to take any chunk
     }
 
@@ -143,24 +94,27 @@ class GlobalKVzipPolicy final : public KVPolicy, public CrossLayerLengths, publi
         p.n = n;
         p.length_after = std::min(L_, T_ + n);
         const int64_t fresh = std::min(n, L_ - T_), evict = n - fresh;
-        if (n < 1 || evict > T_ - std::min(n_sink_, T_))
-            throw_chunk_error(name(), n, fresh + T_ - std::min(n_sink_, T_), T_, L_, "the chunk would evict a sink");
+        if (n < 1 || evict > T_) throw_chunk_error(name(), n, L_, T_, L_, "the chunk is longer than the layer's budget");
         if (evict == 0) {  // filling: free slots [T, T+n), the same for every row
             p.rows = 1;
             for (int64_t t = 0; t < n; ++t) p.targets.push_back(int32_t(T_ + t));
             return p;
         }
-        // Free slots first, then the lowest scores of the row (ties: the lower slot), never a sink.
+        // Free slots first, then the lowest scores of the row (ties: the lower slot); a sink only
+        // when a chunk needs more slots than the others hold (a budget at its floor F, a chunk
+        // of F: kvzip's sinks score 1, the most a weight can be, and go last the same way).
         p.rows = rows();
         p.targets.resize(size_t(rows() * n));
-        std::vector<int32_t> cand;
+        std::vector<int32_t> cand((size_t)T_);
         for (int64_t r = 0; r < rows(); ++r) {
             const int32_t* pos = pos_.data() + r * L_;
             const float* s = score_.data() + r * L_;
-            cand.clear();
-            for (int64_t j = 0; j < T_; ++j)
-                if (pos[j] >= n_sink_) cand.push_back(int32_t(j));
-            auto less = [s](int32_t a, int32_t b) { return s[a] < s[b] || (s[a] == s[b] && a < b); };
+            std::iota(cand.begin(), cand.end(), 0);
+            const int64_t ns = n_sink_;
+            auto less = [s, pos, ns](int32_t a, int32_t b) {
+                const bool sa = pos[a] < ns, sb = pos[b] < ns;
+                return sa != sb ? sb : (s[a] < s[b] || (s[a] == s[b] && a < b));
+            };
             std::partial_sort(cand.begin(), cand.begin() + evict, cand.end(), less);
             for (int64_t t = 0; t < fresh; ++t) p.targets[size_t(r * n + t)] = int32_t(T_ + t);
             for (int64_t t = 0; t < evict; ++t) p.targets[size_t(r * n + fresh + t)] = cand[size_t(t)];
@@ -185,15 +139,15 @@ class GlobalKVzipPolicy final : public KVPolicy, public CrossLayerLengths, publi
     void observe_reconstruction(const ReconstructionInput& in) override {
         kvzip_score_piece(in, B_, G_, T_, pos_, L_, n_sink_, name(), score_);
         // The last piece of the prefill's reconstruction: the layer's say in the ranking.
-        if (!shared_->known[index_] && P_ == prefill_n_ && in.chunk_end == P_) {
-            std::vector<float> mine;
+        if (!has_said() && P_ == prefill_n_ && in.chunk_end == P_) {
+            std::vector<double> mine;
             for (int64_t i = 0; i < rows() * L_; ++i)
-                if (pos_[size_t(i)] >= n_sink_) mine.push_back(score_[size_t(i)]);
-            know(std::move(mine));
+                if (pos_[size_t(i)] >= n_sink_) mine.push_back(double(score_[size_t(i)]));
+            say(std::move(mine));
         }
     }
 
-    int64_t budget_of_layer() const { return shared_->decided ? shared_->budget[index_] : 0; }
+    int64_t budget_of_layer() const { return decided() ? budget() : 0; }
 
    private:
     int64_t rows() const { return B_ * G_; }
@@ -203,40 +157,24 @@ class GlobalKVzipPolicy final : public KVPolicy, public CrossLayerLengths, publi
         score_[size_t(r * L_ + slot)] = position < n_sink_ ? 1.0f : 0.0f;  // sinks kept (a weight is at most 1)
     }
 
-    // Re-stride the per-slot state to `L` slots per row (slots [0, min) kept).
-    void relayout(int64_t L) {
-        const int64_t keep = std::min(L, L_), R = rows();
-        std::vector<int32_t> pos(size_t(R * L), -1);
-        std::vector<float> sc(size_t(R * L), 0.0f);
-        if (pos_.size() == size_t(R * L_))
-            for (int64_t r = 0; r < R; ++r) {
-                std::copy_n(pos_.begin() + r * L_, keep, pos.begin() + r * L);
-                std::copy_n(score_.begin() + r * L_, keep, sc.begin() + r * L);
-            }
-        pos_ = std::move(pos), score_ = std::move(sc);
+    void relayout(int64_t L) override {
+        restride_rows(pos_, rows(), L_, L, int32_t(-1));
+        restride_rows(score_, rows(), L_, L, 0.0f);
         L_ = L;
     }
 
-    void know(std::vector<float> scores) {
-        GlobalKVzipShared& s = *shared_;
-        s.scores[index_] = std::move(scores);
-        s.known[index_] = 1;
-        if (++s.n_known < int64_t(s.layers.size())) return;
+    std::vector<int64_t> decide(const std::vector<std::vector<double>>& says, const std::vector<int64_t>& floors,
+                                int64_t total) const override {
         std::vector<double> pref;
-        for (int64_t c : kvzip_global_counts(s.scores, keep_)) pref.push_back(double(c));
-        std::vector<int64_t> floors;
-        for (const GlobalKVzipPolicy* p : s.layers) floors.push_back(std::max(p->F_, p->T_));
-        s.budget = cake_layer_budgets(pref, floors, mean_L_ * int64_t(s.layers.size()), 0);
-        s.decided = true;
+        for (int64_t c : kvzip_global_counts(says, keep_)) pref.push_back(double(c));
+        return cake_layer_budgets(pref, floors, total, 0);
     }
 
     KVCacheConfig cfg_;
     const TextCodec* text_;
-    int64_t F_, mean_L_, n_sink_;
+    int64_t n_sink_;
     double keep_;
     int64_t prefill_n_ = 0;
-    std::shared_ptr<GlobalKVzipShared> shared_;
-    size_t index_ = 0;
     std::vector<int32_t> pos_;  // (B*G, L) token position per slot, -1 empty
     std::vector<float> score_;  // (B*G, L) KVzip score (lower = evicted first; sinks 1)
 };

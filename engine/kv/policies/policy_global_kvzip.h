@@ -16,6 +16,6 @@ int64_t global_kvzip_budget(const KVPolicy& p);
 // The global ranking: of all scores over all layers (scores[l]: layer l's, any order), the
 // ceil(keep * M) highest (M = all of them; ties at the threshold go to the lower layer) are
 // kept; returns how many of them each layer holds.
-std::vector<int64_t> kvzip_global_counts(const std::vector<std::vector<float>>& scores, double keep);
+std::vector<int64_t> kvzip_global_counts(const std::vector<std::vector<double>>& scores, double keep);
 
 }  // namespace kv
