@@ -55,7 +55,7 @@ else
   OPS=(--min_seconds 0.3)
   MODEL=(--model qwen2.5-0.5b --dtype f32,bf16 --prefill_tokens 512 --decode_context 2048)
   CACHE=(--model qwen2.5-0.5b --context 8192 --cache_length 2048 --chunk 256)
-  POLICIES=(--model small --tokens 4096 --cache_length 1024 --chunk 128 --repeats 3)
+  POLICIES=(--repeats 3)  # its defaults: SmolLM2-135M, 2048 tokens, cache 512, chunk 128
   KIVI=()
   QUEST=()
   TELEMETRY=(--repeats 2 --query_rows 2000000 --dir "$WORK")
