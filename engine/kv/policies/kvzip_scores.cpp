@@ -9,9 +9,8 @@
 
 namespace kv {
 
-ReconstructionPrompt kvzip_prompt(const KVCacheConfig& cfg, const TextCodec* text, const char* policy) {
-    if (!text || !text->encode)
-        throw Error(str(policy, " needs the model's tokenizer to encode its reconstruction prompt; this cache was built without one"));
+std::optional<ReconstructionPrompt> kvzip_prompt(const KVCacheConfig& cfg, const TextCodec* text) {
+    if (!text || !text->encode) return std::nullopt;
     ReconstructionPrompt p;
     p.first = text->encode("\n\nRepeat the previous context exactly.");
     p.later = text->encode("\n\nRepeat the part of the previous context exactly, starting with");
@@ -19,6 +18,12 @@ ReconstructionPrompt kvzip_prompt(const KVCacheConfig& cfg, const TextCodec* tex
     p.quoted = int64_t(cfg.policy_option("kvzip_quoted_tokens"));
     p.piece = int64_t(cfg.policy_option("kvzip_chunk_size"));
     return p;
+}
+
+const ReconstructionPrompt& kvzip_prompt_or_throw(const std::optional<ReconstructionPrompt>& prompt, const char* policy) {
+    if (!prompt)
+        throw Error(str(policy, " needs the model's tokenizer to encode its reconstruction prompt; this cache was built without one"));
+    return *prompt;
 }
 
 void kvzip_score_piece(const ReconstructionInput& in, int64_t B, int64_t G, int64_t T, const std::vector<int32_t>& pos_all, int64_t stride,

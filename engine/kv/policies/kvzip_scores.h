@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/kv/kv_policy.h"
@@ -12,9 +13,11 @@ namespace kv {
 
 // kvpress' prompts ("Repeat the previous context exactly." for a sequence's first piece, the
 // quoting one for later pieces, "\n" as the suffix of a model without a chat template), with
-// kvzip_chunk_size and kvzip_quoted_tokens from cfg. Throws kv::Error naming `policy` when the
-// cache was built without a tokenizer (text null or without encode).
-ReconstructionPrompt kvzip_prompt(const KVCacheConfig& cfg, const TextCodec* text, const char* policy);
+// kvzip_chunk_size and kvzip_quoted_tokens from cfg; none when the cache was built without a
+// tokenizer (text null or without encode). Made once, when the policy is.
+std::optional<ReconstructionPrompt> kvzip_prompt(const KVCacheConfig& cfg, const TextCodec* text);
+// The prompt made above, or kv::Error naming `policy` when there is none.
+const ReconstructionPrompt& kvzip_prompt_or_throw(const std::optional<ReconstructionPrompt>& prompt, const char* policy);
 
 // Scores the slots one reconstruction piece re-reads: for every (b, g) row of B G rows with
 // positions pos (row stride `stride`, slots [0, T) filled and in in.cache_keys), each slot

@@ -74,4 +74,10 @@ void restride_rows(std::vector<T>& v, int64_t rows, int64_t old_L, int64_t L, T 
     v = std::move(out);
 }
 
+// The short length every layer of a policy that decides layer lengths during the sequence
+// starts at (cake, global-kvzip; PolicyInfo::initial_layer_length): a fraction of
+// cache_length of earlier tokens besides a whole chunk (max_chunk_size), at least min_length,
+// at most cache_length; a single layer has nothing to share out and keeps cache_length.
+int64_t grow_only_initial_length(const KVCacheConfig& c, int64_t num_layers, double floor_fraction, int64_t min_length);
+
 }  // namespace kv

@@ -76,16 +76,6 @@ std::vector<int64_t> cake_layer_budgets(const std::vector<double>& pref, const s
     return b;
 }
 
-int64_t grow_only_initial_length(const KVCacheConfig& c, int64_t num_layers, double floor_fraction, int64_t min_length) {
-    const int64_t L = c.cache_length;
-    if (num_layers <= 1) return L;  // one layer: nothing to share out
-    // Every layer keeps at least a fraction of L of earlier tokens besides a whole chunk
-    // (max_chunk_size is the chunk size under the CLI): a layer of one chunk's length would
-    // forget everything at every chunk.
-    const int64_t f = int64_t(std::ceil(floor_fraction * double(L)));
-    return std::min(L, std::max({f + c.max_chunk_size, min_length, int64_t(2)}));
-}
-
 namespace {
 
 int64_t cake_initial_length(const KVCacheConfig& c, int64_t num_layers) {

@@ -23,10 +23,4 @@ int64_t cake_window(const KVPolicy& p);
 std::vector<int64_t> cake_layer_budgets(const std::vector<double>& pref, const std::vector<int64_t>& floors, int64_t total,
                                         int64_t window);
 
-// The short length every layer of a policy that decides layer lengths during the sequence
-// starts at (cake, global-kvzip; PolicyInfo::initial_layer_length): a fraction of
-// cache_length of earlier tokens besides a whole chunk (max_chunk_size), at least min_length,
-// at most cache_length; a single layer has nothing to share out and keeps cache_length.
-int64_t grow_only_initial_length(const KVCacheConfig& c, int64_t num_layers, double floor_fraction, int64_t min_length);
-
 }  // namespace kv

@@ -52,8 +52,7 @@ class GlobalKVzipPolicy final : public LayerBudgetPolicy, public ReconstructsCon
    public:
     GlobalKVzipPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text)
         : LayerBudgetPolicy(L, G, cfg.cache_length > 0 ? cfg.cache_length : L),
-          cfg_(cfg),
-          text_(text),
+          prompt_(kvzip_prompt(cfg, text)),
           n_sink_(int64_t(cfg.policy_option("kvzip_n_sink"))),
           keep_(cfg.policy_option("kvzip_global_keep")) {
         if (!cfg.layer_cache_lengths.empty() || !cfg.layer_cache_rule.empty())
@@ -134,7 +133,7 @@ class GlobalKVzipPolicy final : public LayerBudgetPolicy, public ReconstructsCon
 
     std::vector<float> slot_scores() const override { return T_ > 0 ? score_ : std::vector<float>{}; }
 
-    ReconstructionPrompt reconstruction_prompt() const override { return kvzip_prompt(cfg_, text_, name()); }
+    ReconstructionPrompt reconstruction_prompt() const override { return kvzip_prompt_or_throw(prompt_, name()); }
 
     void observe_reconstruction(const ReconstructionInput& in) override {
         kvzip_score_piece(in, B_, G_, T_, pos_, L_, n_sink_, name(), score_);
@@ -170,8 +169,7 @@ class GlobalKVzipPolicy final : public LayerBudgetPolicy, public ReconstructsCon
         return cake_layer_budgets(pref, floors, total, 0);
     }
 
-    KVCacheConfig cfg_;
-    const TextCodec* text_;
+    std::optional<ReconstructionPrompt> prompt_;  // none without a tokenizer (the pass says so)
     int64_t n_sink_;
     double keep_;
     int64_t prefill_n_ = 0;

@@ -18,14 +18,14 @@ namespace {
 class KVzipPolicy final : public ScorePolicy, public ReconstructsContext {
    public:
     KVzipPolicy(const KVCacheConfig& cfg, int64_t L, int64_t G, const TextCodec* text)
-        : ScorePolicy(cfg, L, G), cfg_(cfg), text_(text), n_sink_(int64_t(cfg.policy_option("kvzip_n_sink"))) {}
+        : ScorePolicy(cfg, L, G), prompt_(kvzip_prompt(cfg, text)), n_sink_(int64_t(cfg.policy_option("kvzip_n_sink"))) {}
     const char* name() const override { return "kvzip"; }
     void reset(int64_t batch) override {
         ScorePolicy::reset(batch);
         score_.assign(size_t(rows() * L_), 0.0f);
     }
 
-    ReconstructionPrompt reconstruction_prompt() const override { return kvzip_prompt(cfg_, text_, name()); }
+    ReconstructionPrompt reconstruction_prompt() const override { return kvzip_prompt_or_throw(prompt_, name()); }
 
     void observe_reconstruction(const ReconstructionInput& in) override {
         kvzip_score_piece(in, B_, G_, T_, pos_, L_, n_sink_, name(), score_);
@@ -46,8 +46,7 @@ class KVzipPolicy final : public ScorePolicy, public ReconstructsContext {
     }
 
    private:
-    KVCacheConfig cfg_;
-    const TextCodec* text_;
+    std::optional<ReconstructionPrompt> prompt_;  // none without a tokenizer (the pass says so)
     int64_t n_sink_;
     std::vector<float> score_;  // (B*G, L)
 };
