@@ -176,7 +176,7 @@ TEST(Gemma3nFolder, MultimodalCheckpointLoadsItsTextDecoder) {
     model.set_context_width(64);
     const SafetensorsContents expected = load_safetensors((src / "expected.safetensors").string());
     const test::Comparison c = test::compare(model.forward(expected.tensors.at("input_ids.0")), expected.tensors.at("logits.0"));
-    EXPECT_LE(c.rel_err, 1e-5) << c.report;  // every f32 fixture's bound
+    EXPECT_LE(c.rel_err, 3e-5) << c.report;  // the fixture's f32 bound (model_fixture_test.cpp's kGemma3nTol)
     fs::remove_all(dir);
 }
 
