@@ -129,7 +129,11 @@ inline bool is_f64_call(const OpCall& c) {
 }
 
 // Device memory for one call: from ctx.workspace (tracked by the engine) or cudaMalloc. The
-// destructor waits for the stream first, so kernels still using it never see it reused.
+// destructor does not wait for the kernels still using it: the engine's workspace ends in the
+// backend's DevicePool, which hands a freed block out again only once an event recorded at the
+// free (on the legacy default stream, where every kernel runs) has completed, and cudaFree
+// waits for the device itself. (A stream synchronisation here cost every SDPA call a host
+// round trip: one per layer and token in decode, docs/GPU.md.)
 class DeviceScratch {
    public:
     DeviceScratch(const OpContext& ctx, size_t bytes) : ctx_(ctx), bytes_(bytes ? bytes : 1) {
@@ -137,7 +141,6 @@ class DeviceScratch {
         else KV_CUDA_CHECK(cudaMalloc(&p_, bytes_));
     }
     ~DeviceScratch() {
-        cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream));
         if (ctx_.workspace) ctx_.workspace->free(p_, bytes_);
         else cudaFree(p_);
     }
