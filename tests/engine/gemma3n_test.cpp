@@ -23,6 +23,7 @@
 #include "formats/io/hf_folder.h"
 #include "formats/io/safetensors_file.h"
 #include "formats/io/safetensors_write.h"
+#include "tests/engine/fixture_bounds.h"
 #include "tests/support/test_support.h"
 
 namespace kv {
@@ -176,7 +177,7 @@ TEST(Gemma3nFolder, MultimodalCheckpointLoadsItsTextDecoder) {
     model.set_context_width(64);
     const SafetensorsContents expected = load_safetensors((src / "expected.safetensors").string());
     const test::Comparison c = test::compare(model.forward(expected.tensors.at("input_ids.0")), expected.tensors.at("logits.0"));
-    EXPECT_LE(c.rel_err, 3e-5) << c.report;  // the fixture's f32 bound (model_fixture_test.cpp's kGemma3nTol)
+    EXPECT_LE(c.rel_err, test::f32_fixture_tol("gemma3n_text")) << c.report;
     fs::remove_all(dir);
 }
 

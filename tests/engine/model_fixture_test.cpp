@@ -9,7 +9,7 @@
 // gpt-oss attention (learned sinks, alternating sliding/full layers, biases), gpt-oss with its
 // mixture of experts (4 experts, 2 per token, the clamped SwiGLU's clamps acting) and Phi-3
 // LongRoPE (short and long factors), LFM2's hybrid, DeepSeek-V2's MLA and Gemma 3n's text decoder.
-// Logits must match within 1e-5 (f32; Gemma 3n 3e-5, kGemma3nTol) / 2e-2 (bf16) of max |logit|.
+// Logits must match within 1e-5 (f32; Gemma 3n 3e-5, fixture_bounds.h) / 2e-2 (bf16) of max |logit|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +24,7 @@
 #include "engine/model/transformer.h"
 #include "engine/train/model_weights.h"
 #include "tests/engine/chunked_logits_util.h"
+#include "tests/engine/fixture_bounds.h"
 #include "tests/engine/fixture_driver_util.h"
 #include "tests/support/test_support.h"
 
@@ -58,16 +59,6 @@ Fixture load_fixture(const std::string& name) {
 
 class ModelFixture : public testing::TestWithParam<std::string> {};
 
-// Gemma 3n's f32 bound. Its random tiny decoder amplifies rounding about a hundredfold (one f32
-// rounding of its keys alone moves the logits by several 1e-6: tools/reference/gemma3n_sensitivity.py),
-// so an f32 forward's error is a draw whose size depends on the order of every sum, not a
-// measure of different math (the f64 forward is pinned within 3e-7 below). On one Intel Xeon
-// (2026-12-02) the fixture's worst input was 1.20e-5 off with the AVX-512 kernels, 4.8e-6 with
-// AVX2's and 4.3e-6 with the baseline's, whole and in chunks of 1, 7 and 32; accumulating only
-// RMSNorm's sums in f64 moved AVX2's to 9.6e-6, and taking only RMSNorm's or only SDPA's
-// kernel from AVX-512 moved it to 9.2e-6 and 8.4e-6. 3e-5 is 2.5x the largest seen.
-constexpr double kGemma3nTol = 3e-5;
-
 TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
     Fixture f = load_fixture(GetParam());
     const bool bf16 = f.model.config.dtype == DType::BF16;
@@ -78,7 +69,7 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
     model.set_context_width(f.context_width);
     // f32: rounding of f32 accumulation over a few hundred terms; bf16: activations stored in
     // bf16 (8 mantissa bits) through 2 layers.
-    const double tol = bf16 ? 2e-2 : GetParam() == std::string("gemma3n_text") ? kGemma3nTol : 1e-5;
+    const double tol = bf16 ? 2e-2 : test::f32_fixture_tol(GetParam());
     for (int j = 0; j < f.inputs; ++j) {
         const Tensor& ids = f.expected.tensors.at("input_ids." + std::to_string(j));
         const Tensor& want = f.expected.tensors.at("logits." + std::to_string(j));
@@ -92,7 +83,7 @@ TEST_P(ModelFixture, LogitsMatchPyTorchReference) {
 // The f64 forward against the same float64 references (f32 weights are the references' own
 // inputs): what is left is the attention scale, which reaches the SDPA as an f32 parameter
 // (1/sqrt(D) rounded: ~3e-8 relative on the scores). Gemma 3n was 4.7e-6 off while the RoPE
-// tables were f32 in the f64 forward too; its f32 forward's larger error (kGemma3nTol) is
+// tables were f32 in the f64 forward too; its f32 forward's larger error (test::f32_fixture_tol) is
 // rounding the fixture amplifies, not a step of different math.
 TEST(ModelFixtureF64, ForwardMatchesPyTorchReference) {
     for (const std::string name : {"llama_gqa", "llama_yarn", "qwen2_bias_mqa", "qwen3_qknorm", "mistral_window", "qwen2_window",
@@ -153,7 +144,7 @@ TEST(ModelFixtureLayers, ChunkedThroughDenseCacheMatchesReference) {
     for (const std::string name : {"gemma3_interleaved", "gemma2_alternating", "smollm3_nope", "phi3_partial", "olmo2_postnorm",
                                    "gemma2_softcap", "gpt_oss_sinks", "phi3_longrope_long", "deepseek_v2_mla", "deepseek_v2_lite_mla",
                                    "lfm2_hybrid", "gemma3n_text", "gpt_oss_moe"})
-        expect_chunked_through_dense_cache(name, load_fixture(name), DType::F32, name == "gemma3n_text" ? kGemma3nTol : 1e-5);
+        expect_chunked_through_dense_cache(name, load_fixture(name), DType::F32, test::f32_fixture_tol(name));
 }
 
 // The f64 forward through an f64 dense cache in chunks of 1, 7 and 32: every layer type's

@@ -220,7 +220,7 @@ def gemma3n_cfg(**kw):
 # the floor of any f32 forward) is 1.0e-6 to 1.8e-5 of max |logit| away over seeds 3000-3007
 # (gemma3n_sensitivity.py prints them). The fixture uses the first seed from 3000 whose floor is
 # below 2.5e-6 on both inputs (3001: 2.44e-6, 6.6e-7), which leaves the tests' f32 bound
-# (kGemma3nTol, 3e-5) a margin over kvlab's kernels (1.2e-5 at worst, AVX-512). Seed 3000 (8.3e-6,
+# (tests/engine/fixture_bounds.h, 3e-5) a margin over kvlab's kernels (1.2e-5 at worst, AVX-512). Seed 3000 (8.3e-6,
 # so transformers' own f32 code is 2.05e-5 off) stays in the sensitivity script's table.
 WEIGHT_SEED = 3001
 

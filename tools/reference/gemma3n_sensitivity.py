@@ -4,7 +4,7 @@
 Each run of the float64 reference (gemma3n_reference.py) multiplies one named intermediate, in
 every layer, by (1 + u) with u uniform in [-2^-24, 2^-24] per element (an f32 rounding), and
 prints max |logits - reference| / max |reference| for each fixture input. It explains the bound
-of the f32 fixture test (tests/engine/model_fixture_test.cpp, kGemma3nTol): a site whose single
+of the f32 fixture test (tests/engine/fixture_bounds.h, f32_fixture_tol): a site whose single
 rounding moves the logits by several 1e-6 leaves no room for the ~30 such sites of an f32
 forward under 1e-5.
 
